@@ -1,0 +1,172 @@
+#include "apps/cli.h"
+
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+
+#include "runtime/error.h"
+
+namespace gnn::cli {
+
+bool Args::has(const std::string& flag) const { return values_.count(flag) || defaults_.count(flag); }
+bool Args::on(const std::string& flag) const { return values_.count(flag) > 0; }
+
+std::string Args::str(const std::string& flag) const {
+  if (auto it = values_.find(flag); it != values_.end()) return it->second;
+  if (auto it = defaults_.find(flag); it != defaults_.end()) return it->second;
+  throw UsageError("gnn " + command_ + ": missing --" + flag);
+}
+
+int64_t Args::integer(const std::string& flag, int64_t min, int64_t max) const {
+  const std::string s = str(flag);
+  int64_t v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size())
+    throw UsageError("gnn " + command_ + ": --" + flag + " expects an integer, got '" + s + "'");
+  if (v < min || v > max)
+    throw UsageError("gnn " + command_ + ": --" + flag + " must be in [" + std::to_string(min) + ", " +
+                     std::to_string(max) + "], got " + s);
+  return v;
+}
+
+double Args::number(const std::string& flag) const {
+  const std::string s = str(flag);
+  double v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size() || v != v)
+    throw UsageError("gnn " + command_ + ": --" + flag + " expects a number, got '" + s + "'");
+  return v;
+}
+
+std::vector<std::string> Args::list(const std::string& flag) const {
+  std::vector<std::string> out;
+  const std::string s = str(flag);
+  size_t b = 0;
+  while (b <= s.size()) {
+    const size_t e = std::min(s.find(',', b), s.size());
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+Args parse_args(const Command& cmd, const std::vector<std::string>& argv) {
+  Args a;
+  a.command_ = cmd.name;
+  for (const Flag& f : cmd.flags)
+    if (!f.default_value.empty()) a.defaults_[f.name] = f.default_value;
+  const std::string usage = "gnn " + cmd.name + ": ";
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& s = argv[i];
+    if (s.size() > 2 && s.compare(0, 2, "--") == 0) {
+      std::string name = s.substr(2), value;
+      const size_t eq = name.find('=');
+      const bool inline_value = eq != std::string::npos;
+      if (inline_value) value = name.substr(eq + 1), name = name.substr(0, eq);
+      const Flag* f = nullptr;
+      for (const Flag& c : cmd.flags)
+        if (c.name == name) f = &c;
+      if (f == nullptr) throw UsageError(usage + "unknown flag --" + name + " (see gnn " + cmd.name + " --help)");
+      if (f->metavar.empty()) {
+        if (inline_value) throw UsageError(usage + "--" + name + " takes no value");
+      } else if (!inline_value) {
+        if (i + 1 == argv.size()) throw UsageError(usage + "--" + name + " needs a value (" + f->metavar + ")");
+        value = argv[++i];
+      }
+      if (a.values_.count(name)) throw UsageError(usage + "--" + name + " given twice");
+      a.values_[name] = value;
+    } else if (s.size() > 1 && s[0] == '-' && !(std::isdigit(static_cast<unsigned char>(s[1])))) {
+      throw UsageError(usage + "unknown option '" + s + "' (flags are --name)");
+    } else {
+      a.positionals_.push_back(s);
+    }
+  }
+  if (a.positionals_.size() != cmd.positionals.size()) {
+    std::string want;
+    for (const Positional& p : cmd.positionals) want += " " + p.name;
+    throw UsageError(usage + "expected" + (want.empty() ? " no arguments" : want) + ", got " +
+                     std::to_string(a.positionals_.size()) + " argument(s)");
+  }
+  for (const Flag& f : cmd.flags)
+    if (f.required && !a.values_.count(f.name)) throw UsageError(usage + "missing --" + f.name);
+  return a;
+}
+
+std::string command_help(const Command& cmd) {
+  std::string s = "usage: gnn " + cmd.name;
+  for (const Positional& p : cmd.positionals) s += " " + p.name;
+  for (const Flag& f : cmd.flags) {
+    const std::string one = "--" + f.name + (f.metavar.empty() ? "" : " " + f.metavar);
+    s += f.required ? " " + one : " [" + one + "]";
+  }
+  s += "\n\n" + cmd.summary + "\n";
+  if (!cmd.positionals.empty() || !cmd.flags.empty()) s += "\n";
+  auto row = [&](const std::string& left, std::string help) {
+    s += "  " + left + std::string(left.size() < 24 ? 24 - left.size() : 1, ' ') + help + "\n";
+  };
+  for (const Positional& p : cmd.positionals) row(p.name, p.help);
+  for (const Flag& f : cmd.flags)
+    row("--" + f.name + (f.metavar.empty() ? "" : " " + f.metavar),
+        f.help + (f.default_value.empty() ? "" : " (default " + f.default_value + ")"));
+  row("--help", "show this help");
+  if (!cmd.details.empty()) s += "\n" + cmd.details + (cmd.details.back() == '\n' ? "" : "\n");
+  return s;
+}
+
+namespace {
+std::string overview(const std::vector<Command>& commands) {
+  std::string s =
+      "gnn " GNN_VERSION ": a from-scratch C++20 / CUDA graph-neural-network engine\n\n"
+      "usage: gnn COMMAND [ARGS] [--FLAGS]\n\ncommands:\n";
+  for (const Command& c : commands) s += "  " + c.name + std::string(12 - std::min<size_t>(c.name.size(), 11), ' ') + c.summary + "\n";
+  s += "\n`gnn COMMAND --help` lists every flag of a command. `gnn --version` prints the version.\n";
+  return s;
+}
+}  // namespace
+
+int run(const std::vector<Command>& commands, int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fputs(overview(commands).c_str(), stderr);
+    return 2;
+  }
+  if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(overview(commands).c_str(), stdout);
+    return 0;
+  }
+  if (args[0] == "--version") {
+    std::printf("gnn %s\n", GNN_VERSION);
+    return 0;
+  }
+  const Command* cmd = nullptr;
+  for (const Command& c : commands)
+    if (c.name == args[0]) cmd = &c;
+  if (cmd == nullptr) {
+    std::fprintf(stderr, "gnn: unknown command '%s' (see gnn --help)\n", args[0].c_str());
+    return 2;
+  }
+  args.erase(args.begin());
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::fputs(command_help(*cmd).c_str(), stdout);
+      return 0;
+    }
+  }
+  try {
+    return cmd->run(parse_args(*cmd, args));
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "gnn %s: error: %s\n", cmd->name.c_str(), e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "gnn %s: error: out of memory\n", cmd->name.c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gnn %s: error: %s\n", cmd->name.c_str(), e.what());
+    return 1;
+  }
+}
+
+}  // namespace gnn::cli

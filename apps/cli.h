@@ -1,0 +1,63 @@
+// The gnn command line: each subcommand declares its positionals and flags once; parsing, --help
+// and usage errors come from that declaration. Usage errors exit 2, gnn::Error exits 1, each as one
+// line on stderr.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gnn::cli {
+
+struct Flag {
+  std::string name;           // without the dashes: "nodes"
+  std::string metavar;        // "N"; empty for a switch
+  std::string help;
+  std::string default_value;  // used when the flag is absent; "" with required=false means optional
+  bool required = false;
+};
+
+struct Positional {
+  std::string name;  // "FILE"
+  std::string help;
+};
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Args {
+ public:
+  bool has(const std::string& flag) const;               // given on the command line (or a default exists)
+  bool on(const std::string& flag) const;                // a switch that was given
+  std::string str(const std::string& flag) const;        // value or default; UsageError when neither
+  int64_t integer(const std::string& flag, int64_t min, int64_t max) const;
+  double number(const std::string& flag) const;
+  std::vector<std::string> list(const std::string& flag) const;  // comma-separated
+  const std::string& positional(size_t i) const { return positionals_.at(i); }
+
+ private:
+  friend Args parse_args(const struct Command&, const std::vector<std::string>&);
+  std::string command_;
+  std::map<std::string, std::string> values_;
+  std::map<std::string, std::string> defaults_;
+  std::vector<std::string> positionals_;
+};
+
+struct Command {
+  std::string name;
+  std::string summary;  // one line, for gnn --help
+  std::vector<Positional> positionals;
+  std::vector<Flag> flags;
+  std::string details;  // paragraphs after the flag list in gnn CMD --help
+  std::function<int(const Args&)> run;
+};
+
+Args parse_args(const Command& cmd, const std::vector<std::string>& argv);  // argv after the command name
+std::string command_help(const Command& cmd);
+int run(const std::vector<Command>& commands, int argc, char** argv);
+
+}  // namespace gnn::cli

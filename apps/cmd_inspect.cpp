@@ -1,0 +1,148 @@
+// gnn inspect FILE: the arrays of an .npz (or one .npy) and, for TpuGraphs files, the collection
+// kind and graph statistics. --json adds min, max and sum of every numeric array.
+#include <cstdio>
+#include <limits>
+
+#include "apps/commands.h"
+#include "io/json.h"
+#include "io/npz.h"
+
+namespace gnn::cli {
+namespace {
+
+struct Stats {
+  double min = std::numeric_limits<double>::infinity(), max = -std::numeric_limits<double>::infinity(), sum = 0;
+};
+
+template <class T>
+void accumulate(const T* p, int64_t n, Stats& s) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = double(p[i]);
+    s.min = std::min(s.min, v), s.max = std::max(s.max, v), s.sum += v;
+  }
+}
+
+Stats stats_of(const Tensor& t) {
+  Stats s;
+  switch (t.dtype()) {
+    case DType::F32: accumulate(t.f32(), t.numel(), s); break;
+    case DType::F64: accumulate(t.f64(), t.numel(), s); break;
+    case DType::I32: accumulate(t.i32(), t.numel(), s); break;
+    case DType::I64: accumulate(t.i64(), t.numel(), s); break;
+    case DType::U8: accumulate(t.u8(), t.numel(), s); break;
+    case DType::Bool: accumulate(t.b8(), t.numel(), s); break;
+  }
+  return s;
+}
+
+Json shape_json(const std::vector<int64_t>& shape) {
+  Json a = Json::array();
+  for (int64_t d : shape) a.push_back(d);
+  return a;
+}
+
+// TpuGraphs: which collection the keys say, and the statistics a user checks first.
+Json tpugraphs_summary(const NpzReader& npz) {
+  for (const char* k : {"node_feat", "node_opcode", "edge_index", "config_runtime"})
+    if (!npz.contains(k)) return Json();
+  const bool layout = npz.contains("node_config_feat"), tile = npz.contains("config_feat");
+  if (layout == tile) return Json();
+  Json j = Json::object();
+  j.set("collection", layout ? "layout" : "tile");
+  const auto dims = [&](const char* k) { return npz.info(k).header.shape; };
+  j.set("nodes", dims("node_feat").empty() ? int64_t(0) : dims("node_feat")[0]);
+  j.set("edges", dims("edge_index").empty() ? int64_t(0) : dims("edge_index")[0]);
+  j.set("configs", npz.info("config_runtime").header.numel());
+  if (layout) j.set("configurable_nodes", npz.contains("node_config_ids") ? npz.info("node_config_ids").header.numel()
+                                                                          : int64_t(0));
+  const Stats rt = stats_of(npz.load("config_runtime"));
+  if (npz.info("config_runtime").header.numel() > 0) {
+    j.set("runtime_min", rt.min);
+    j.set("runtime_max", rt.max);
+  }
+  return j;
+}
+
+int inspect_npy(const std::string& path, bool json) {
+  auto src = open_file(path);
+  RangeStream in(src, 0, src->size());
+  NpyHeader h;
+  const Tensor t = read_npy(in, &h);
+  const Stats s = stats_of(t);
+  if (json) {
+    Json a = Json::object();
+    a.set("key", path), a.set("dtype", h.descr), a.set("shape", shape_json(h.shape));
+    a.set("order", h.fortran_order ? "F" : "C"), a.set("compression", "none");
+    a.set("compressed_bytes", src->size()), a.set("raw_bytes", src->size());
+    if (t.numel()) a.set("min", s.min), a.set("max", s.max);
+    a.set("sum", s.sum);
+    Json arrays = Json::array();
+    arrays.push_back(a);
+    Json j = Json::object();
+    j.set("file", path), j.set("format", "npy"), j.set("arrays", arrays);
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s: npy %s %s %s-order, %llu bytes\n", path.c_str(), h.descr.c_str(), h.shape_str().c_str(),
+                h.fortran_order ? "F" : "C", static_cast<unsigned long long>(src->size()));
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command inspect_command() {
+  Command c;
+  c.name = "inspect";
+  c.summary = "the arrays of an .npz or .npy file, and TpuGraphs statistics";
+  c.positionals = {{"FILE", "an .npz archive or an .npy array"}};
+  c.flags = {{"json", "", "one JSON object with an `arrays` list (with min, max, sum of each array)"}};
+  c.details =
+      "For each array: key, dtype as written, shape, order (C or F), compression (stored or deflated),\n"
+      "compressed and raw sizes. TpuGraphs files (tile or layout, by their keys) also get the\n"
+      "collection kind, nodes, edges, configs, configurable nodes and the runtime range.";
+  c.run = [](const Args& a) {
+    const std::string path = a.positional(0);
+    const bool json = a.on("json");
+    if (path.size() > 4 && path.compare(path.size() - 4, 4, ".npy") == 0) return inspect_npy(path, json);
+    const NpzReader npz(path);
+    Json arrays = Json::array();
+    if (!json)
+      std::printf("%-24s %-6s %-20s %-5s %-9s %14s %14s\n", "key", "dtype", "shape", "order", "method", "compressed",
+                  "raw");
+    for (const std::string& key : npz.keys()) {
+      const NpzArrayInfo info = npz.info(key);
+      const NpyHeader& h = info.header;
+      if (!json) {
+        std::printf("%-24s %-6s %-20s %-5s %-9s %14llu %14llu\n", key.c_str(), h.descr.c_str(), h.shape_str().c_str(),
+                    h.fortran_order ? "F" : "C", zip_method_name(info.entry.method),
+                    static_cast<unsigned long long>(info.entry.compressed_size),
+                    static_cast<unsigned long long>(info.entry.uncompressed_size));
+        continue;
+      }
+      Json e = Json::object();
+      e.set("key", key), e.set("dtype", h.descr), e.set("shape", shape_json(h.shape));
+      e.set("order", h.fortran_order ? "F" : "C"), e.set("compression", zip_method_name(info.entry.method));
+      e.set("compressed_bytes", info.entry.compressed_size), e.set("raw_bytes", info.entry.uncompressed_size);
+      const Stats s = stats_of(npz.load(key));
+      if (h.numel()) e.set("min", s.min), e.set("max", s.max);
+      e.set("sum", s.sum);
+      arrays.push_back(std::move(e));
+    }
+    const Json tpu = tpugraphs_summary(npz);
+    if (json) {
+      Json j = Json::object();
+      j.set("file", path), j.set("format", "npz"), j.set("arrays", arrays);
+      if (!tpu.is_null()) j.set("tpugraphs", tpu);
+      std::printf("%s\n", j.dump().c_str());
+    } else if (!tpu.is_null()) {
+      std::printf("\nTpuGraphs %s file:", tpu["collection"].as_string().c_str());
+      for (const auto& [k, v] : tpu.items())
+        if (k != "collection") std::printf(" %s=%s", k.c_str(), v.dump().c_str());
+      std::printf("\n");
+    }
+    return 0;
+  };
+  return c;
+}
+
+}  // namespace gnn::cli

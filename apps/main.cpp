@@ -1,0 +1,7 @@
+#include "apps/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace gnn::cli;
+  const std::vector<Command> commands = {demo_command(), inspect_command(), bench_command(), info_command()};
+  return run(commands, argc, argv);
+}

@@ -1,0 +1,45 @@
+#include "runtime/allocator.h"
+
+#include <atomic>
+#include <cstdlib>
+
+#include "kernels/common.h"
+#include "runtime/error.h"
+
+namespace gnn {
+namespace {
+std::atomic<int64_t> g_current{0}, g_peak{0}, g_live{0}, g_total{0};
+}
+
+void* host_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = std::aligned_alloc(kHostAlignment, round_up(bytes, kHostAlignment));
+  GNN_CHECK(p != nullptr, "host allocation of ", bytes, " bytes failed (", host_memory_stats().current_bytes,
+            " bytes in use)");
+  const int64_t now = g_current.fetch_add(int64_t(bytes)) + int64_t(bytes);
+  int64_t peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {}
+  g_live.fetch_add(1);
+  g_total.fetch_add(1);
+  return p;
+}
+
+void host_free(void* p, size_t bytes) {
+  if (p == nullptr) return;
+  std::free(p);
+  g_current.fetch_sub(int64_t(bytes));
+  g_live.fetch_sub(1);
+}
+
+MemoryStats host_memory_stats() {
+  MemoryStats s;
+  s.current_bytes = s.reserved_bytes = g_current.load();
+  s.peak_bytes = g_peak.load();
+  s.live_allocations = g_live.load();
+  s.total_allocations = g_total.load();
+  return s;
+}
+
+void host_reset_peak() { g_peak.store(g_current.load()); }
+
+}  // namespace gnn

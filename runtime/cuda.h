@@ -1,0 +1,30 @@
+// The CUDA side of the runtime, callable from any build: in a CPU-only build (runtime/cuda_none.cpp)
+// cuda_available() is false and everything else throws gnn::Error saying the build has no CUDA.
+// Each device has one compute stream; all work and copies of that device go through it.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "kernels/common.h"
+#include "runtime/allocator.h"
+#include "runtime/dtype.h"
+
+namespace gnn {
+
+bool cuda_available();             // built with CUDA and at least one device usable
+std::string cuda_status();         // one line: the devices, or why CUDA cannot be used
+int cuda_device_count();           // 0 when unavailable
+
+// The caching allocator (runtime/caching_pool.h) of each device.
+void* cuda_alloc(size_t bytes, int device);
+void cuda_free(void* p, int device);
+MemoryStats cuda_memory_stats(int device);
+void cuda_empty_cache(int device);
+void cuda_reset_peak(int device);
+
+Stream cuda_stream(int device);
+void cuda_synchronize(int device);
+// Copies between any two devices (host included); returns after the copy is complete.
+void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+}  // namespace gnn

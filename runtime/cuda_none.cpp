@@ -1,0 +1,23 @@
+// runtime/cuda.h in a build without CUDA: nothing is available, and asking for a device says why.
+#include "runtime/cuda.h"
+
+#include "runtime/error.h"
+
+namespace gnn {
+namespace {
+[[noreturn]] void no_cuda() { GNN_FAIL("this build of gnn has no CUDA support (configure with nvcc on PATH)"); }
+}  // namespace
+
+bool cuda_available() { return false; }
+std::string cuda_status() { return "built without CUDA"; }
+int cuda_device_count() { return 0; }
+void* cuda_alloc(size_t, int) { no_cuda(); }
+void cuda_free(void*, int) { no_cuda(); }
+MemoryStats cuda_memory_stats(int) { no_cuda(); }
+void cuda_empty_cache(int) { no_cuda(); }
+void cuda_reset_peak(int) { no_cuda(); }
+Stream cuda_stream(int) { no_cuda(); }
+void cuda_synchronize(int) { no_cuda(); }
+void cuda_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
+
+}  // namespace gnn

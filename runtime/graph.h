@@ -1,0 +1,40 @@
+// A directed graph in both compressed forms, built from an edge list by counting sort in O(N + E).
+//   CSR (by destination): row v lists the edges j -> v; forward aggregation gathers along it.
+//   CSC (by source):      row u lists the edges u -> k; the backward of that gather walks it, so
+//                         gradients are sums over sorted segments, never atomics.
+// Within a CSR row edges keep their input order; CSC rows list their edges in CSR order, so both
+// forms, and everything computed from them, are deterministic for a given edge list.
+//   csr_indptr [N+1], csr_indices [E] (source of each entry), csr_eid [E] (input edge id)
+//   csc_indptr [N+1], csc_indices [E] (destination), csc_to_csr [E] (CSR position of each entry:
+//   how per-edge values such as weights or attention are read in the backward pass)
+// Indices are int32 (N, E < 2^31); empty graphs, isolated nodes, self-loops and duplicates are fine.
+#pragma once
+#include "runtime/tensor.h"
+
+namespace gnn {
+
+// How the two columns of an [E, 2] edge_index are ordered. TpuGraphs rows are [u, v] with u
+// consuming v's output, so messages flow v -> u: that is kDstSrc.
+enum class EdgeColumns { kSrcDst, kDstSrc };
+
+struct Graph {
+  int64_t num_nodes = 0;
+  int64_t num_edges = 0;
+  Tensor csr_indptr, csr_indices, csr_eid;
+  Tensor csc_indptr, csc_indices, csc_to_csr;
+
+  // src, dst: E node ids each, checked to lie in [0, num_nodes); `what` names the edge list in errors.
+  static Graph from_edges(const int64_t* src, const int64_t* dst, int64_t num_edges, int64_t num_nodes,
+                          const std::string& what = "edge list");
+  // edge_index: [E, 2], i32 or i64, on the host.
+  static Graph from_edge_index(const Tensor& edge_index, int64_t num_nodes, EdgeColumns columns,
+                               const std::string& what = "edge_index");
+
+  Device device() const { return csr_indptr.device(); }
+  Graph to(Device device) const;
+  // Host-only conveniences (tests, preprocessing).
+  int64_t in_degree(int64_t v) const;
+  int64_t out_degree(int64_t u) const;
+};
+
+}  // namespace gnn

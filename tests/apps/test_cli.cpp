@@ -1,0 +1,105 @@
+// The gnn binary as users and scripts see it: exit codes, one-line errors, JSON on the last line.
+#include <algorithm>
+#include <filesystem>
+#include "io/json.h"
+#include "testing.h"
+
+using namespace gnn;
+using testing::run_gnn;
+
+namespace {
+std::string last_line(const std::string& s) {
+  const size_t end = s.find_last_not_of('\n');
+  if (end == std::string::npos) return "";
+  const size_t begin = s.rfind('\n', end);
+  return s.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+size_t lines(const std::string& s) { return size_t(std::count(s.begin(), s.end(), '\n')); }
+}  // namespace
+
+TEST_CASE("cli: help, version, and usage errors exit 2 with one line") {
+  auto r = run_gnn("--help");
+  CHECK(r.exit_code == 0);
+  for (const char* cmd : {"demo", "inspect", "bench", "info"}) CHECK(r.out.find(std::string("  ") + cmd) != std::string::npos);
+  r = run_gnn("--version");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.rfind("gnn ", 0) == 0);
+  r = run_gnn("inspect --help");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("--json") != std::string::npos);
+
+  for (const char* bad : {"frobnicate", "inspect", "inspect a.npz --nope", "inspect a.npz b.npz",
+                          "bench npz x.npz --repeat zero", "bench npz x.npz --repeat 0", "inspect a.npz -j"}) {
+    CAPTURE(bad);
+    r = run_gnn(bad);
+    CHECK(r.exit_code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.out.empty());
+  }
+  r = run_gnn("bench npz x.npz --repeat zero");
+  CHECK(r.err.find("--repeat expects an integer, got 'zero'") != std::string::npos);
+  CHECK(run_gnn("").exit_code == 2);
+}
+
+TEST_CASE("cli: gnn::Error exits 1 with one line naming the file") {
+  auto r = run_gnn("inspect /nonexistent.npz");
+  CHECK(r.exit_code == 1);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("/nonexistent.npz: cannot open") != std::string::npos);
+  r = run_gnn("inspect " + testing::source_path("tests/data/make_fixtures.py"));
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("not a ZIP archive") != std::string::npos);
+}
+
+TEST_CASE("cli: inspect --json is one object with arrays and their statistics") {
+  auto r = run_gnn("inspect --json " + testing::fixture("deflated.npz"));
+  REQUIRE(r.exit_code == 0);
+  const Json j = Json::parse(last_line(r.out), "inspect output");
+  CHECK(j["format"].as_string() == "npz");
+  CHECK(j["arrays"].size() == 16);
+  const Json& a = j["arrays"][0];
+  CHECK(a["key"].as_string() == "a_b1");
+  CHECK(a["compression"].as_string() == "deflated");
+  for (const Json& arr : j["arrays"].elements()) {
+    if (arr["key"].as_string() == "a_i4") {
+      CHECK(arr["dtype"].as_string() == "<i4");
+      CHECK(arr["shape"].dump() == "[2, 3]");
+      CHECK(arr["min"].as_number() == -6);
+      CHECK(arr["max"].as_number() == -1);
+      CHECK(arr["sum"].as_number() == -21);
+      CHECK(arr["order"].as_string() == "C");
+    }
+  }
+  CHECK_FALSE(j.contains("tpugraphs"));
+
+  r = run_gnn("inspect --json " + testing::fixture("v2.npy"));
+  REQUIRE(r.exit_code == 0);
+  CHECK(Json::parse(last_line(r.out))["arrays"][0]["sum"].as_number() == 7.5);  // sum of (i - 3) / 4, i < 12
+}
+
+TEST_CASE("cli: inspect recognises TpuGraphs files") {
+  const std::string layout = testing::shared_data("tpugraphs/layout/xla/module_tuning_data_layout.npz");
+  if (!std::filesystem::exists(layout)) return testing::skip("../shared/data is absent");
+  auto r = run_gnn("inspect --json " + layout);
+  REQUIRE(r.exit_code == 0);
+  const Json t = Json::parse(last_line(r.out))["tpugraphs"];
+  CHECK(t["collection"].as_string() == "layout");
+  CHECK(t["nodes"].as_int() == 3163);
+  CHECK(t["edges"].as_int() == 5112);
+  CHECK(t["configs"].as_int() == 112);
+  CHECK(t["configurable_nodes"].as_int() == 62);
+  CHECK(t["runtime_min"].as_number() == 910876401);
+  r = run_gnn("inspect " + testing::shared_data("tpugraphs/tile/xla/fusion.181.npz"));
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("TpuGraphs tile file: nodes=7 edges=6 configs=5") != std::string::npos);
+}
+
+TEST_CASE("cli: bench npz prints the JSON keys other tools read") {
+  auto r = run_gnn("bench npz " + testing::fixture("stored.npz") + " --repeat 3 --json");
+  REQUIRE(r.exit_code == 0);
+  const Json j = Json::parse(last_line(r.out));
+  CHECK(j["name"].as_string() == "npz-load");
+  CHECK(j["median_ms"].as_number() > 0);
+  CHECK(j["gbps"].as_number() > 0);
+  CHECK(j.contains("gflops"));
+}

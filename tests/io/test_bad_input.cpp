@@ -1,0 +1,229 @@
+// Every class of broken input gives one gnn::Error naming the file, the member and the problem:
+// never a crash, a hang or an unbounded allocation.
+#include <cstring>
+#include <filesystem>
+
+#include "io/npz.h"
+#include "testing.h"
+
+using namespace gnn;
+
+namespace {
+
+// Opens bytes as an archive and loads every array; returns the error message, or "" if it loaded.
+std::string load_error(const std::vector<uint8_t>& bytes, ZipLimits limits = {}) {
+  try {
+    const ZipReader z(std::make_shared<MemorySource>("bad.npz", bytes), limits);
+    for (const ZipEntry& e : z.entries()) {
+      auto in = z.open_member(e);
+      (void)read_npy(*in);
+    }
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+std::vector<uint8_t> fixture_bytes(const char* name) { return testing::read_bytes(testing::fixture(name)); }
+
+// One archive with one member holding these bytes.
+std::vector<uint8_t> archive_with(const std::string& member, const std::string& content, bool compress = false) {
+  testing::TempDir tmp;
+  {
+    ZipWriter w(tmp.file("x.npz"));
+    w.begin_member(member, compress ? ZipMethod::kDeflated : ZipMethod::kStored);
+    w.write(content.data(), content.size());
+    w.end_member();
+    w.close();
+  }
+  return testing::read_bytes(tmp.file("x.npz"));
+}
+
+std::string npy_bytes(const std::string& dict, size_t data_bytes) {
+  std::string h = dict + std::string(63 - (10 + dict.size()) % 64, ' ') + "\n";
+  std::string out = std::string("\x93NUMPY\x01\x00", 8);
+  out += char(h.size() & 0xFF), out += char(h.size() >> 8);
+  return out + h + std::string(data_bytes, '\0');
+}
+
+size_t find(const std::vector<uint8_t>& b, const std::string& needle, size_t from = 0) {
+  auto it = std::search(b.begin() + long(from), b.end(), needle.begin(), needle.end());
+  REQUIRE(it != b.end());
+  return size_t(it - b.begin());
+}
+
+}  // namespace
+
+TEST_CASE("bad input: truncated archives, at every length") {
+  const auto good = fixture_bytes("deflated.npz");
+  for (size_t len = 0; len < good.size(); ++len) {
+    const std::vector<uint8_t> cut(good.begin(), good.begin() + long(len));
+    const std::string err = load_error(cut);
+    CAPTURE(len);
+    CHECK(err.find("bad.npz") == 0);
+  }
+  CHECK(load_error(good).empty());
+}
+
+TEST_CASE("bad input: signatures") {
+  auto b = fixture_bytes("stored.npz");
+  const size_t local2 = find(b, "PK\x03\x04", 4);
+  auto x = b;
+  x[local2 + 1] = 'X';
+  CHECK(load_error(x).find("bad local header signature") != std::string::npos);
+  x = b;
+  x[find(b, "PK\x01\x02") + 1] = 'X';
+  CHECK(load_error(x).find("central directory entry 0 has a bad signature") != std::string::npos);
+  x = b;
+  x[find(b, "PK\x05\x06") + 1] = 'X';
+  CHECK(load_error(x).find("no end-of-central-directory record") != std::string::npos);
+  CHECK(load_error({}).find("too short") != std::string::npos);
+  const std::string text = "this is plainly not a zip archive, though it is long enough to have an end record";
+  CHECK(load_error(std::vector<uint8_t>(text.begin(), text.end())).find("not a ZIP archive") != std::string::npos);
+}
+
+TEST_CASE("bad input: central and local headers that disagree") {
+  const auto b = fixture_bytes("stored.npz");
+  auto x = b;
+  x[30] ^= 0x20;  // first byte of the first local name: 'a' -> 'A'
+  CHECK(load_error(x).find("local header names it differently") != std::string::npos);
+  x = b;
+  x[14] ^= 0x01;  // local CRC
+  CHECK(load_error(x).find("disagrees with the central directory") != std::string::npos);
+  x = b;
+  x[8] = 8;  // local method: deflated, central says stored
+  CHECK(load_error(x).find("local header says method 8") != std::string::npos);
+  x = b;
+  const size_t cd = find(b, "PK\x01\x02");
+  x[cd + 42] = 0xF0, x[cd + 43] = 0xFF;  // first central entry's local offset far past the end
+  CHECK(load_error(x).find("lies outside the archive") != std::string::npos);
+}
+
+TEST_CASE("bad input: CRC mismatch and inflate errors") {
+  auto b = fixture_bytes("stored.npz");
+  const ZipReader z(std::make_shared<MemorySource>("m", b));
+  const ZipEntry& e = z.entries()[3];
+  b[e.data_offset + e.compressed_size - 1] ^= 0x10;
+  CHECK(load_error(b).find("member '" + e.name + "': CRC-32 mismatch") != std::string::npos);
+
+  auto d = fixture_bytes("deflated.npz");
+  const ZipReader zd(std::make_shared<MemorySource>("m", d));
+  const ZipEntry& f = zd.entries()[11];  // a_f8: a real deflate stream
+  for (uint64_t i = 0; i < f.compressed_size; ++i) d[f.data_offset + i] = 0xFF;
+  const std::string err = load_error(d);
+  CHECK(err.find("member '" + f.name + "'") != std::string::npos);
+  CHECK(err.find("inflate error") != std::string::npos);
+}
+
+TEST_CASE("bad input: .npy headers inside a member") {
+  struct Case {
+    std::string content, want;
+  };
+  const std::vector<Case> cases = {
+      {"not npy at all, just text", "not an .npy array (bad magic)"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,3), ", 24), "expected a key"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': Nope, 'shape': (2,), }", 8), "unexpected word 'Nope'"},
+      {npy_bytes("{'descr': '<f4', 'shape': (2,), }", 8), "missing key"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'extra': 1}", 8), "unexpected key 'extra'"},
+      {npy_bytes("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", 8), "duplicate key"},
+      {npy_bytes("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", 16), "object arrays (pickles) are refused"},
+      {npy_bytes("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", 16), "unsupported dtype '<c8'"},
+      {npy_bytes("{'descr': '<U3', 'fortran_order': False, 'shape': (2,), }", 24), "unsupported dtype '<U3'"},
+      {npy_bytes("{'descr': '<M8[ns]', 'fortran_order': False, 'shape': (2,), }", 16), "unsupported dtype"},
+      {npy_bytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 8), "structured dtypes"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20), "needs 24 data bytes but 20 follow"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", 24), "unexpected character '-'"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1), }", 4), "at most 6 supported"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999), }", 0), "too large"},
+      {std::string("\x93NUMPY\x09\x00", 8) + "xx", "unsupported .npy version 9.0"},
+      {std::string("\x93NUMPY\x01\x00\xff\xff", 10), "runs past the end"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.want);
+    const std::string err = load_error(archive_with("arr.npy", c.content));
+    CHECK(err.find("bad.npz: member 'arr.npy'") == 0);
+    CHECK(err.find(c.want) != std::string::npos);
+  }
+}
+
+TEST_CASE("bad input: missing members name what the archive has") {
+  const NpzReader npz(testing::fixture("stored.npz"));
+  CHECK_THROWS_WITH_AS(npz.load("node_feat"), doctest::Contains("no array 'node_feat' (has: a_b1, a_u1"), Error);
+  CHECK_THROWS_WITH_AS(NpzReader("/nonexistent/dir/x.npz"), doctest::Contains("/nonexistent/dir/x.npz: cannot open"),
+                       Error);
+  CHECK_THROWS_WITH_AS(NpzReader("/tmp"), doctest::Contains("/tmp: not a regular file"), Error);
+}
+
+TEST_CASE("bad input: zip bombs are refused before anything is allocated") {
+  // 256 MiB of zeros deflates to about 256 KiB.
+  const std::string zeros(size_t(256) << 20, '\0');
+  const std::string content = npy_bytes("{'descr': '|u1', 'fortran_order': False, 'shape': (268435456,), }", 0) + zeros;
+  const auto bomb = archive_with("bomb.npy", content, /*compress=*/true);
+  CHECK(bomb.size() < (size_t(2) << 20));
+  ZipLimits small;
+  small.max_member_bytes = size_t(64) << 20;
+  CHECK(load_error(bomb, small).find("exceeds the limit of 67108864 bytes") != std::string::npos);
+  CHECK(load_error(bomb).empty());  // under the default limit it is just a large array
+
+  // A directory that claims far more than deflate can produce from the compressed bytes.
+  auto lie = archive_with("x.npy", npy_bytes("{'descr': '|u1', 'fortran_order': False, 'shape': (4,), }", 4), true);
+  const size_t cd = find(lie, "PK\x01\x02");
+  lie[cd + 24] = 0xFF, lie[cd + 25] = 0xFF, lie[cd + 26] = 0xFF, lie[cd + 27] = 0x7F;
+  const size_t local_usize = 30 + 5 + 4;  // the local ZIP64 extra's uncompressed size
+  lie[local_usize] = 0xFF, lie[local_usize + 1] = 0xFF, lie[local_usize + 2] = 0xFF, lie[local_usize + 3] = 0x7F;
+  CHECK(load_error(lie).find("more than deflate can encode") != std::string::npos);
+}
+
+TEST_CASE("bad input: a member that inflates to more or less than declared") {
+  for (int delta : {-1, +1}) {
+    CAPTURE(delta);
+    auto b = archive_with("x.bin", std::string(1000, 'a'), true);
+    const size_t cd = find(b, "PK\x01\x02");
+    const uint32_t usize = uint32_t(1000 + delta);
+    for (int k = 0; k < 4; ++k) b[cd + 24 + k] = uint8_t(usize >> (8 * k)), b[30 + 5 + 4 + k] = uint8_t(usize >> (8 * k));
+    try {
+      const ZipReader z(std::make_shared<MemorySource>("bad.npz", b));
+      auto in = z.open_member(z.entries()[0]);
+      std::string s(in->total(), '\0');
+      in->read(s.data(), s.size());
+      in->finish();
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find(delta < 0 ? "inflates to more than its declared 999 bytes"
+                                                 : "deflate stream ends before the declared 1001 bytes") !=
+            std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("bad input: every single-byte corruption of an archive is an error or a clean load") {
+  for (const char* name : {"deflated.npz", "zip64.npz"}) {
+    const auto good = fixture_bytes(name);
+    int errors = 0;
+    for (size_t i = 0; i < good.size(); ++i) {
+      auto b = good;
+      b[i] ^= 0xA5;
+      errors += !load_error(b).empty();  // anything but gnn::Error escapes and fails the test
+    }
+    CAPTURE(name);
+    CHECK(errors > int(good.size()) / 2);
+  }
+}
+
+TEST_CASE("bad input: inputs the fuzzer found stay fixed") {
+  namespace fs = std::filesystem;
+  int n = 0;
+  for (const auto& f : fs::directory_iterator(testing::source_path("tests/data/fuzz_regressions"))) {
+    if (f.path().extension() == ".md") continue;
+    CAPTURE(f.path().string());
+    (void)load_error(testing::read_bytes(f.path().string()));
+    auto src = std::make_shared<MemorySource>("r.npy", testing::read_bytes(f.path().string()));
+    RangeStream in(src, 0, src->size());
+    try {
+      (void)read_npy(in);
+    } catch (const Error&) {
+    }
+    ++n;
+  }
+  MESSAGE(n << " fuzzer regression inputs");
+}

@@ -1,0 +1,116 @@
+#include <map>
+#include <set>
+
+#include "runtime/caching_pool.h"
+#include "runtime/tensor.h"
+#include "testing.h"
+
+using namespace gnn;
+
+TEST_CASE("host allocator: current and peak bytes follow tensors") {
+  host_reset_peak();
+  const MemoryStats before = host_memory_stats();
+  {
+    Tensor a = Tensor::empty({1000}, DType::F64);  // 8000 bytes
+    const MemoryStats mid = host_memory_stats();
+    CHECK(mid.current_bytes == before.current_bytes + 8000);
+    CHECK(mid.live_allocations == before.live_allocations + 1);
+    CHECK(mid.peak_bytes >= mid.current_bytes);
+    Tensor view = a.slice(0, 10);  // views allocate nothing
+    CHECK(host_memory_stats().current_bytes == mid.current_bytes);
+  }
+  const MemoryStats after = host_memory_stats();
+  CHECK(after.current_bytes == before.current_bytes);
+  CHECK(after.peak_bytes >= before.current_bytes + 8000);
+  CHECK(after.total_allocations == before.total_allocations + 1);
+  host_reset_peak();
+  CHECK(host_memory_stats().peak_bytes == after.current_bytes);
+}
+
+// A raw allocator that counts calls and can be told to fail, standing in for cudaMalloc.
+struct FakeDevice {
+  std::set<void*> live;
+  int64_t raw_allocs = 0, raw_frees = 0;
+  int64_t capacity = int64_t(1) << 40, used = 0;
+  std::map<void*, size_t> sizes;
+  CachingPool pool{"fake",
+                   [this](size_t n) -> void* {
+                     if (used + int64_t(n) > capacity) return nullptr;
+                     void* p = ::operator new(n);
+                     live.insert(p), sizes[p] = n, used += int64_t(n), ++raw_allocs;
+                     return p;
+                   },
+                   [this](void* p) {
+                     live.erase(p), used -= int64_t(sizes[p]), sizes.erase(p), ++raw_frees;
+                     ::operator delete(p);
+                   }};
+};
+
+TEST_CASE("caching pool: size classes") {
+  CHECK(CachingPool::size_class(1) == 512);
+  CHECK(CachingPool::size_class(512) == 512);
+  CHECK(CachingPool::size_class(513) == 1024);
+  CHECK(CachingPool::size_class(1 << 20) == 1 << 20);
+  CHECK(CachingPool::size_class((1 << 20) + 1) == (1 << 20) + (1 << 18));
+  CHECK(CachingPool::size_class(3 << 20) == 3 << 20);
+  for (size_t n : {size_t(1) << 21, size_t(5000000), size_t(123456789), size_t(1) << 33}) {
+    const size_t c = CachingPool::size_class(n);
+    CHECK(c >= n);
+    CHECK(double(c) <= 1.25 * double(n) + 512);
+    CHECK(CachingPool::size_class(c) == c);  // classes are fixed points
+  }
+}
+
+TEST_CASE("caching pool: reuses freed blocks of the same class, and reports bytes") {
+  FakeDevice dev;
+  void* a = dev.pool.allocate(1000);
+  void* b = dev.pool.allocate(3000);
+  CHECK(dev.raw_allocs == 2);
+  MemoryStats s = dev.pool.stats();
+  CHECK(s.current_bytes == 1024 + 3072);
+  CHECK(s.live_allocations == 2);
+  dev.pool.deallocate(a);
+  s = dev.pool.stats();
+  CHECK(s.current_bytes == 3072);
+  CHECK(s.cached_bytes == 1024);
+  CHECK(s.reserved_bytes == 1024 + 3072);
+  void* c = dev.pool.allocate(900);  // same class as a: served from the cache
+  CHECK(c == a);
+  CHECK(dev.raw_allocs == 2);
+  void* d = dev.pool.allocate(5000);  // new class: a real allocation
+  CHECK(dev.raw_allocs == 3);
+  CHECK(dev.pool.stats().peak_bytes == 1024 + 3072 + 5120);
+  for (void* p : {b, c, d}) dev.pool.deallocate(p);
+  CHECK(dev.pool.stats().current_bytes == 0);
+  CHECK(dev.raw_frees == 0);  // cached, not returned
+  dev.pool.empty_cache();
+  CHECK(dev.raw_frees == 3);
+  CHECK(dev.pool.stats().reserved_bytes == 0);
+  CHECK(dev.live.empty());
+  CHECK(dev.pool.allocate(0) == nullptr);
+}
+
+TEST_CASE("caching pool: out of memory releases the cache and retries, then fails with a message") {
+  FakeDevice dev;
+  dev.capacity = 8192;
+  void* a = dev.pool.allocate(4096);
+  dev.pool.deallocate(a);  // 4096 cached
+  void* b = dev.pool.allocate(6000);  // needs the cached block released first
+  CHECK(b != nullptr);
+  CHECK(dev.raw_frees == 1);
+  CHECK_THROWS_WITH_AS(dev.pool.allocate(4000), doctest::Contains("fake: out of memory allocating 4000 bytes"), Error);
+  CHECK_THROWS_WITH_AS(dev.pool.deallocate(&dev), doctest::Contains("did not allocate"), Error);
+  dev.pool.deallocate(b);
+}
+
+TEST_CASE("cuda allocator: caching and statistics on the device") {
+  GNN_SKIP_UNLESS_CUDA();
+  cuda_empty_cache(0);
+  const MemoryStats before = cuda_memory_stats(0);
+  { Tensor t = Tensor::empty({1 << 20}, DType::F32, Device::cuda(0)); }
+  const MemoryStats mid = cuda_memory_stats(0);
+  CHECK(mid.current_bytes == before.current_bytes);
+  CHECK(mid.cached_bytes >= 4 << 20);
+  { Tensor t = Tensor::empty({1 << 20}, DType::F32, Device::cuda(0)); }
+  CHECK(cuda_memory_stats(0).reserved_bytes == mid.reserved_bytes);  // reused, not reallocated
+}

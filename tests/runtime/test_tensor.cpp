@@ -1,0 +1,135 @@
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/tensor.h"
+#include "testing.h"
+
+using namespace gnn;
+
+TEST_CASE("tensor: creation, shape and dtype") {
+  Tensor t = Tensor::zeros({3, 4}, DType::F32);
+  CHECK(t.defined());
+  CHECK(t.dim() == 2);
+  CHECK(t.size(0) == 3);
+  CHECK(t.size(-1) == 4);
+  CHECK(t.numel() == 12);
+  CHECK(t.nbytes() == 48);
+  CHECK(t.desc() == "f32[3, 4] on cpu");
+  for (float v : t.to_vector<float>()) CHECK(v == 0.0f);
+  CHECK(reinterpret_cast<uintptr_t>(t.data()) % 64 == 0);
+
+  Tensor f = Tensor::full({5}, 2.5, DType::F64);
+  for (double v : f.to_vector<double>()) CHECK(v == 2.5);
+  Tensor i = Tensor::full({2, 2}, -7, DType::I64);
+  for (int64_t v : i.to_vector<int64_t>()) CHECK(v == -7);
+  Tensor b = Tensor::full({3}, 1, DType::Bool);
+  CHECK(b.b8()[2] == true);
+  CHECK(Tensor::full({1}, 200, DType::U8).item() == 200);
+
+  Tensor scalar = Tensor::full({}, 3.0, DType::F32);  // 0-d holds one element
+  CHECK(scalar.dim() == 0);
+  CHECK(scalar.numel() == 1);
+  CHECK(scalar.item() == 3.0);
+
+  Tensor empty = Tensor::empty({0, 7}, DType::I32);
+  CHECK(empty.numel() == 0);
+  CHECK(empty.to_vector<int32_t>().empty());
+
+  CHECK(Tensor::empty({1, 1, 1, 1, 1, 1}, DType::F32).dim() == 6);
+  CHECK_FALSE(Tensor().defined());
+}
+
+TEST_CASE("tensor: from_vector round trip for every dtype") {
+  CHECK(Tensor::from_vector<float>({1.5f, -2.f}).to_vector<float>() == std::vector<float>{1.5f, -2.f});
+  CHECK(Tensor::from_vector<double>({1e300}).to_vector<double>() == std::vector<double>{1e300});
+  CHECK(Tensor::from_vector<int32_t>({-1, 2, 3}, Shape{3}).to_vector<int32_t>() == std::vector<int32_t>{-1, 2, 3});
+  CHECK(Tensor::from_vector<int64_t>({int64_t(1) << 40}).to_vector<int64_t>()[0] == int64_t(1) << 40);
+  CHECK(Tensor::from_vector<uint8_t>({255, 0}).to_vector<uint8_t>() == std::vector<uint8_t>{255, 0});
+  Tensor b = Tensor::from_vector<bool>({true, false, true});
+  CHECK(b.dtype() == DType::Bool);
+  CHECK(b.b8()[0] == true);
+  CHECK(b.b8()[1] == false);
+}
+
+TEST_CASE("tensor: views share storage, copies do not") {
+  Tensor t = Tensor::from_vector<int32_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, Shape{4, 3});
+  Tensor rows = t.slice(1, 3);
+  CHECK(rows.shape() == Shape{2, 3});
+  CHECK(rows.shares_storage_with(t));
+  CHECK(rows.to_vector<int32_t>() == std::vector<int32_t>{3, 4, 5, 6, 7, 8});
+  rows.i32()[0] = 42;  // writes through to the base
+  CHECK(t.i32()[3] == 42);
+
+  Tensor flat = t.reshape({-1});
+  CHECK(flat.shape() == Shape{12});
+  CHECK(flat.shares_storage_with(t));
+  CHECK(t.reshape({2, -1, 3}).shape() == Shape{2, 2, 3});
+  CHECK(t.slice(4, 4).numel() == 0);
+
+  Tensor c = t.clone();
+  CHECK_FALSE(c.shares_storage_with(t));
+  c.i32()[0] = -1;
+  CHECK(t.i32()[0] == 0);
+
+  Tensor dst = Tensor::zeros({12}, DType::I32);
+  dst.copy_from(t);
+  CHECK(dst.i32()[11] == 11);
+}
+
+TEST_CASE("tensor: errors name what was received") {
+  Tensor t = Tensor::zeros({3, 4}, DType::F32);
+  CHECK_THROWS_WITH_AS(t.i64(), doctest::Contains("expected a i64 tensor, got f32[3, 4] on cpu"), Error);
+  CHECK_THROWS_WITH_AS(t.size(2), doctest::Contains("dim 2 out of range"), Error);
+  CHECK_THROWS_WITH_AS(t.slice(2, 5), doctest::Contains("slice [2, 5) out of range"), Error);
+  CHECK_THROWS_WITH_AS(t.reshape({5, -1}), doctest::Contains("cannot reshape f32[3, 4] on cpu to [5, -1]"), Error);
+  CHECK_THROWS_WITH_AS(t.reshape({-1, -1}), doctest::Contains("at most one dim may be -1"), Error);
+  CHECK_THROWS_WITH_AS(t.reshape({5}), doctest::Contains("12 vs 5 elements"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::empty({1, 1, 1, 1, 1, 1, 1}, DType::F32), doctest::Contains("at most 6 dims"), Error);
+  CHECK_THROWS_WITH_AS(Shape({2, -3}), doctest::Contains("negative dimension -3"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::empty({int64_t(1) << 40, int64_t(1) << 30}, DType::F32),
+                       doctest::Contains("too many elements"), Error);
+  Tensor other = Tensor::zeros({5}, DType::F32);
+  CHECK_THROWS_WITH_AS(other.copy_from(t), doctest::Contains("does not fit"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::from_vector<float>({1, 2, 3}, Shape{2}), doctest::Contains("3 values for shape [2]"),
+                       Error);
+  CHECK_THROWS_WITH_AS(check_tensor(t, "weight", DType::F32, 3), doctest::Contains("weight must be f32 with 3 dims"),
+                       Error);
+  // The message carries the checking file and line.
+  try {
+    (void)t.i32();
+    FAIL("no throw");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("runtime/tensor.h:") != std::string::npos);
+    CHECK(e.message().find("tensor.h") == std::string::npos);
+    CHECK(e.where().find("runtime/tensor.h:") == 0);
+  }
+}
+
+TEST_CASE("device: parse and names") {
+  CHECK(Device::parse("cpu") == Device::cpu());
+  CHECK(Device::parse("cuda") == Device::cuda(0));
+  CHECK(Device::parse("cuda:3") == Device::cuda(3));
+  CHECK(Device::cuda(1).str() == "cuda:1");
+  CHECK_THROWS_WITH_AS(Device::parse("gpu"), doctest::Contains("unknown device 'gpu'"), Error);
+  CHECK_THROWS_WITH_AS(Device::parse("cuda:x"), doctest::Contains("unknown device"), Error);
+}
+
+TEST_CASE("tensor: CUDA storage without a device fails cleanly") {
+  if (cuda_available()) return testing::skip("a CUDA device is present; this checks the device-less path");
+  CHECK_THROWS_AS(Tensor::empty({4}, DType::F32, Device::cuda(0)), Error);
+}
+
+TEST_CASE("tensor: CUDA round trip, fill and views") {
+  GNN_SKIP_UNLESS_CUDA();
+  Tensor h = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, Shape{3, 2});
+  Tensor d = h.to(Device::cuda(0));
+  CHECK(d.is_cuda());
+  CHECK(d.to_vector<float>() == h.to_vector<float>());
+  CHECK(d.slice(1, 2).to_vector<float>() == std::vector<float>{3, 4});
+  Tensor z = Tensor::full({1000003}, -1.5, DType::F32, Device::cuda(0));
+  const auto v = z.to_vector<float>();
+  CHECK(std::all_of(v.begin(), v.end(), [](float x) { return x == -1.5f; }));
+  Tensor i = Tensor::full({17}, 9, DType::I64, Device::cuda(0));
+  CHECK(i.to_vector<int64_t>()[16] == 9);
+  CHECK(Tensor::full({3}, 1, DType::U8, Device::cuda(0)).to_vector<uint8_t>()[2] == 1);
+}

@@ -1,0 +1,88 @@
+// Helpers shared by the tests: fixture and shared-data paths, skips with a printed reason, a scratch
+// directory, seeded random data, and running the gnn CLI.
+#pragma once
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda.h"
+#include "runtime/error.h"
+
+namespace gnn::testing {
+
+namespace fs = std::filesystem;
+
+inline std::string source_path(const std::string& rel) { return std::string(GNN_SOURCE_DIR) + "/" + rel; }
+inline std::string fixture(const std::string& name) { return source_path("tests/data/npz/" + name); }
+
+// ../shared/data beside the clone: present on the development machines and in CI, absent elsewhere.
+inline std::string shared_data(const std::string& rel) {
+  const char* env = std::getenv("GNN_SHARED_DATA");
+  return std::string(env ? env : GNN_SHARED_DATA_DIR) + "/" + rel;
+}
+
+// Prints why a test does nothing here; the caller returns right after.
+inline void skip(const std::string& why) {
+  std::printf("SKIP: %s\n", why.c_str());
+  std::fflush(stdout);
+}
+
+#define GNN_SKIP_UNLESS_CUDA()                                                     \
+  do {                                                                             \
+    if (!::gnn::cuda_available()) {                                                \
+      ::gnn::testing::skip("needs a CUDA device (" + ::gnn::cuda_status() + ")"); \
+      return;                                                                      \
+    }                                                                              \
+  } while (0)
+
+// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = fs::temp_directory_path() / ("gnn_test_" + std::to_string(rd()) + std::to_string(rd()));
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::vector<uint8_t> out;
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    int c;
+    while ((c = std::fgetc(f)) != EOF) out.push_back(uint8_t(c));
+    std::fclose(f);
+  }
+  return out;
+}
+
+inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs `gnn ARGS` (the CLI built beside the tests) and captures stdout, stderr and the exit code.
+CommandResult run_gnn(const std::string& args);
+
+// The python3 that has numpy (the pyenv one or Debian's /usr/bin/python3), or "" when none has.
+std::string python_with_numpy();
+
+}  // namespace gnn::testing
