@@ -53,7 +53,6 @@ std::shared_ptr<ByteSource> open_file(const std::string& path) { return std::mak
 
 }  // namespace gnn
 
-#include <zlib.h>
 
 namespace gnn {
 
@@ -65,26 +64,6 @@ void RangeStream::read(void* dst, size_t n) {
 
 void RangeStream::finish() {
   GNN_CHECK(pos_ == length_, where(), ": ", length_ - pos_, " unexpected trailing bytes");
-}
-
-uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
-  constexpr size_t kChunk = size_t(4) << 20;
-  const auto* p = static_cast<const Bytef*>(data);
-  if (n < 2 * kChunk) return uint32_t(crc32_z(crc, p, n));
-  // Chunks in parallel, then crc32_combine folds them in order: the same value as one serial pass.
-  const int64_t chunks = int64_t((n + kChunk - 1) / kChunk);
-  std::vector<uLong> part(size_t(chunks), 0);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const size_t begin = size_t(c) * kChunk, len = std::min(kChunk, n - begin);
-    part[size_t(c)] = crc32_z(0, p + begin, len);
-  }
-  uLong out = crc;
-  for (int64_t c = 0; c < chunks; ++c) {
-    const size_t begin = size_t(c) * kChunk, len = std::min(kChunk, n - begin);
-    out = crc32_combine64(out, part[size_t(c)], z_off64_t(len));
-  }
-  return uint32_t(out);
 }
 
 }  // namespace gnn

@@ -77,7 +77,4 @@ class RangeStream final : public ByteStream {
   uint64_t offset_, length_, pos_ = 0;
 };
 
-// CRC-32 (the ZIP polynomial) of a large buffer, over all cores when called outside a parallel region.
-uint32_t crc32_update(uint32_t crc, const void* data, size_t n);
-
 }  // namespace gnn

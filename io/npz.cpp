@@ -1,6 +1,5 @@
 #include "io/npz.h"
 
-#include <algorithm>
 #include <exception>
 
 namespace gnn {
@@ -45,23 +44,28 @@ Tensor NpzReader::load(const std::string& key) const {
 std::map<std::string, Tensor> NpzReader::load_keys(const std::vector<std::string>& keys) const {
   std::vector<const ZipEntry*> entries;
   for (const std::string& k : keys) entries.push_back(&require(k));
-  // Largest first, so the biggest member starts while the others fill the remaining threads.
-  std::vector<size_t> order(keys.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return entries[a]->uncompressed_size > entries[b]->uncompressed_size; });
+  // Big members load one at a time, each spread over every thread (parallel reads of stored data, or
+  // inflation with the CRC on a second thread); the small ones then load side by side.
+  constexpr uint64_t kBig = uint64_t(32) << 20;
   std::vector<Tensor> out(keys.size());
   std::vector<std::exception_ptr> errors(keys.size());
-#pragma omp parallel for schedule(dynamic, 1) if (keys.size() > 1)
-  for (int64_t j = 0; j < int64_t(order.size()); ++j) {
-    const size_t i = order[size_t(j)];
+  auto load_one = [&](size_t i) {
     try {
       auto in = zip_.open_member(*entries[i]);
       out[i] = read_npy(*in);
     } catch (...) {
       errors[i] = std::current_exception();
     }
+  };
+  std::vector<size_t> small;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (entries[i]->uncompressed_size >= kBig)
+      load_one(i);
+    else
+      small.push_back(i);
   }
+#pragma omp parallel for schedule(dynamic, 1) if (small.size() > 1)
+  for (int64_t j = 0; j < int64_t(small.size()); ++j) load_one(small[size_t(j)]);
   for (const std::exception_ptr& e : errors)  // the first failing key, in the caller's order
     if (e) std::rethrow_exception(e);
   std::map<std::string, Tensor> result;

@@ -1,10 +1,14 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "io/zip.h"
 #include "runtime/error.h"
+#include "runtime/parallel.h"
 
 namespace gnn {
 namespace {
@@ -76,10 +80,9 @@ class MemberStream final : public ByteStream {
               e_.uncompressed_size, " bytes)");
     if (n == 0) return;
     if (e_.method == uint16_t(ZipMethod::kStored))
-      src_->read_at(e_.data_offset + pos_, dst, n);
+      read_stored(static_cast<uint8_t*>(dst), n);
     else
-      inflate_into(static_cast<uint8_t*>(dst), n);
-    if (check_crc_) crc_ = crc32_update(crc_, dst, n);
+      inflate_checked(static_cast<uint8_t*>(dst), n);
     pos_ += n;
   }
 
@@ -95,6 +98,76 @@ class MemberStream final : public ByteStream {
   }
 
  private:
+  // Stored data goes straight from the file into dst in 8 MiB chunks, spread over the threads, each
+  // chunk's CRC taken while it is still in cache; crc32_combine folds them in file order.
+  void read_stored(uint8_t* dst, size_t n) {
+    const int64_t chunks = int64_t((n + kChunk - 1) / kChunk);
+    std::vector<uint32_t> part(static_cast<size_t>(chunks));
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const size_t off = size_t(c) * kChunk, len = std::min(kChunk, n - off);
+      try {
+        src_->read_at(e_.data_offset + pos_ + off, dst + off, len);
+        if (check_crc_) part[size_t(c)] = uint32_t(crc32_z(0, dst + off, len));
+      } catch (...) {
+        errors[size_t(c)] = std::current_exception();
+      }
+    }
+    for (const auto& err : errors)
+      if (err) std::rethrow_exception(err);
+    if (check_crc_)
+      for (int64_t c = 0; c < chunks; ++c)
+        crc_ = uint32_t(crc32_combine64(crc_, part[size_t(c)], z_off64_t(std::min(kChunk, n - size_t(c) * kChunk))));
+  }
+
+  // Inflation is serial, so a big member inflates on this thread while a helper takes the CRC of each
+  // finished chunk right behind it: the CRC costs no wall time. Small reads, or --threads 1, do both
+  // in turn, chunk by chunk, while the chunk is in cache.
+  void inflate_checked(uint8_t* dst, size_t n) {
+    const bool pipeline = check_crc_ && n >= 8 * kChunk && num_threads() >= 2;
+    if (!pipeline) {
+      for (size_t off = 0; off < n; off += kChunk) {
+        const size_t len = std::min(kChunk, n - off);
+        inflate_into(dst + off, len);
+        if (check_crc_) crc_ = uint32_t(crc32_z(crc_, dst + off, len));
+      }
+      return;
+    }
+    std::atomic<size_t> done{0};
+    std::atomic<bool> stop{false};
+    uint32_t crc = crc_;
+    std::thread helper([&] {
+      size_t off = 0;
+      while (off < n) {
+        const size_t ready = done.load(std::memory_order_acquire);
+        if (ready > off) {
+          crc = uint32_t(crc32_z(crc, dst + off, ready - off));
+          off = ready;
+        } else if (stop.load(std::memory_order_acquire)) {
+          return;
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    });
+    try {
+      for (size_t off = 0; off < n; off += kChunk) {
+        const size_t len = std::min(kChunk, n - off);
+        inflate_into(dst + off, len);
+        done.store(off + len, std::memory_order_release);
+      }
+    } catch (...) {
+      stop.store(true, std::memory_order_release);
+      helper.join();
+      throw;
+    }
+    helper.join();
+    crc_ = crc;
+  }
+
+  static constexpr size_t kChunk = size_t(8) << 20;
+
   // Inflates exactly n bytes into dst. With probe_end, dst is scratch and the only acceptable result
   // is the end of the stream with nothing more produced.
   void inflate_into(uint8_t* dst, size_t n, bool probe_end = false) {

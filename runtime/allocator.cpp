@@ -3,6 +3,10 @@
 #include <atomic>
 #include <cstdlib>
 
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
 #include "kernels/common.h"
 #include "runtime/error.h"
 
@@ -11,11 +15,20 @@ namespace {
 std::atomic<int64_t> g_current{0}, g_peak{0}, g_live{0}, g_total{0};
 }
 
+// Large buffers sit on 2 MiB boundaries and ask for transparent huge pages, as numpy does: on a VM
+// first-touching 1 GiB of 4 KiB pages took 0.72-0.82 s here, against 0.14 s with huge pages.
+constexpr size_t kHugeThreshold = size_t(4) << 20, kHugePage = size_t(2) << 20;
+
 void* host_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
-  void* p = std::aligned_alloc(kHostAlignment, round_up(bytes, kHostAlignment));
+  const bool huge = bytes >= kHugeThreshold;
+  const size_t align = huge ? kHugePage : kHostAlignment;
+  void* p = std::aligned_alloc(align, round_up(bytes, align));
   GNN_CHECK(p != nullptr, "host allocation of ", bytes, " bytes failed (", host_memory_stats().current_bytes,
             " bytes in use)");
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (huge) madvise(p, round_up(bytes, align), MADV_HUGEPAGE);  // advice only: failure changes nothing
+#endif
   const int64_t now = g_current.fetch_add(int64_t(bytes)) + int64_t(bytes);
   int64_t peak = g_peak.load();
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {}
