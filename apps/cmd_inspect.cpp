@@ -95,7 +95,8 @@ Command inspect_command() {
   c.name = "inspect";
   c.summary = "the arrays of an .npz or .npy file, and TpuGraphs statistics";
   c.positionals = {{"FILE", "an .npz archive or an .npy array"}};
-  c.flags = {{"json", "", "one JSON object with an `arrays` list (with min, max, sum of each array)"}};
+  c.flags = {{"json", "", "one JSON object with an `arrays` list (with min, max, sum of each array)"},
+             {"max-member-bytes", "N", "refuse members larger than this uncompressed (zip bombs)", "34359738368"}};
   c.details =
       "For each array: key, dtype as written, shape, order (C or F), compression (stored or deflated),\n"
       "compressed and raw sizes. TpuGraphs files (tile or layout, by their keys) also get the\n"
@@ -103,8 +104,11 @@ Command inspect_command() {
   c.run = [](const Args& a) {
     const std::string path = a.positional(0);
     const bool json = a.on("json");
+    (void)a.integer("max-member-bytes", 0, INT64_MAX);  // a bad flag is a usage error before any I/O
     if (path.size() > 4 && path.compare(path.size() - 4, 4, ".npy") == 0) return inspect_npy(path, json);
-    const NpzReader npz(path);
+    ZipLimits limits;
+    limits.max_member_bytes = uint64_t(a.integer("max-member-bytes", 0, INT64_MAX));
+    const NpzReader npz(path, limits);
     Json arrays = Json::array();
     if (!json)
       std::printf("%-24s %-6s %-20s %-5s %-9s %14s %14s\n", "key", "dtype", "shape", "order", "method", "compressed",

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "runtime/cuda.h"
 #include "runtime/error.h"
+#include "runtime/tensor.h"
 
 namespace gnn::testing {
 
@@ -72,6 +74,11 @@ inline void write_bytes(const std::string& path, const std::vector<uint8_t>& byt
   REQUIRE(f != nullptr);
   std::fwrite(bytes.data(), 1, bytes.size(), f);
   std::fclose(f);
+}
+
+// Byte equality of two tensors' data (empty tensors have no data pointer, which memcmp may not see).
+inline bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && (a.nbytes() == 0 || std::memcmp(a.data(), b.data(), a.nbytes()) == 0);
 }
 
 struct CommandResult {

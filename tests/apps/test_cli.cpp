@@ -49,6 +49,9 @@ TEST_CASE("cli: gnn::Error exits 1 with one line naming the file") {
   r = run_gnn("inspect " + testing::source_path("tests/data/make_fixtures.py"));
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("not a ZIP archive") != std::string::npos);
+  r = run_gnn("inspect --json --max-member-bytes 100 " + testing::fixture("deflated.npz"));
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("exceeds the limit of 100 bytes") != std::string::npos);
 }
 
 TEST_CASE("cli: inspect --json is one object with arrays and their statistics") {

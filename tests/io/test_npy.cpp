@@ -100,6 +100,6 @@ TEST_CASE("npy: file round trip for every dtype, 0-d and empty") {
     const Tensor back = load_npy(tmp.file("a.npy"));
     CHECK(back.shape() == t.shape());
     CHECK(back.dtype() == t.dtype());
-    CHECK(std::memcmp(back.data(), t.data(), t.nbytes()) == 0);
+    CHECK(testing::same_bytes(back, t));
   }
 }

@@ -136,7 +136,7 @@ TEST_CASE("npz writer: round trip, stored and deflated, and numpy reads it back 
       const Tensor& b = back.at(key);
       CHECK(b.shape() == t.shape());
       CHECK(b.dtype() == t.dtype());
-      CHECK(std::memcmp(b.data(), t.data(), t.nbytes()) == 0);
+      CHECK(testing::same_bytes(b, t));
     }
     CHECK(npz.info("node_feat").entry.method == uint16_t(compress ? ZipMethod::kDeflated : ZipMethod::kStored));
     if (compress) CHECK(npz.info("node_feat").entry.compressed_size < npz.info("node_feat").entry.uncompressed_size / 2);
