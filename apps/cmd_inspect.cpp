@@ -1,11 +1,14 @@
 // gnn inspect FILE: the arrays of an .npz (or one .npy) and, for TpuGraphs files, the collection
 // kind and graph statistics. --json adds min, max and sum of every numeric array.
 #include <cstdio>
+#include <filesystem>
 #include <limits>
+#include <map>
 
 #include "apps/commands.h"
 #include "io/json.h"
 #include "io/npz.h"
+#include "io/tpugraphs.h"
 
 namespace gnn::cli {
 namespace {
@@ -88,23 +91,77 @@ int inspect_npy(const std::string& path, bool json) {
   return 0;
 }
 
+// A dataset tree: every file walked and fully validated, then counts per collection and split.
+int inspect_dataset(const std::string& dir, bool json, bool skip_bad) {
+  WalkOptions w;
+  w.skip_bad = skip_bad;
+  struct Totals {
+    int64_t graphs = 0, nodes = 0, edges = 0, configs = 0, configurable = 0, max_nodes = 0;
+  };
+  std::map<std::string, Totals> totals;
+  int64_t skipped = 0;
+  for (const DatasetFile& f : walk_dataset(dir, w)) {
+    TpuGraph g;
+    try {
+      g = load_tpugraph(f.path, {.require_runtimes = f.split != "test"});
+    } catch (const Error& e) {
+      if (!skip_bad) throw;
+      std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
+      ++skipped;
+      continue;
+    }
+    Totals& t = totals[f.collection.str() + " " + f.split];
+    t.graphs += 1, t.nodes += g.num_nodes(), t.edges += g.num_edges(), t.configs += g.num_configs();
+    t.configurable += g.num_configurable(), t.max_nodes = std::max(t.max_nodes, g.num_nodes());
+  }
+  Json groups = Json::array();
+  if (!json)
+    std::printf("%-28s %7s %12s %12s %12s %12s %10s\n", "collection split", "graphs", "nodes", "edges", "configs",
+                "configurable", "max nodes");
+  for (const auto& [name, t] : totals) {
+    if (!json) {
+      std::printf("%-28s %7lld %12lld %12lld %12lld %12lld %10lld\n", name.c_str(), (long long)t.graphs,
+                  (long long)t.nodes, (long long)t.edges, (long long)t.configs, (long long)t.configurable,
+                  (long long)t.max_nodes);
+      continue;
+    }
+    Json j = Json::object();
+    j.set("collection", name.substr(0, name.find(' '))), j.set("split", name.substr(name.find(' ') + 1));
+    j.set("graphs", t.graphs), j.set("nodes", t.nodes), j.set("edges", t.edges), j.set("configs", t.configs);
+    j.set("configurable_nodes", t.configurable), j.set("max_nodes", t.max_nodes);
+    groups.push_back(j);
+  }
+  if (json) {
+    Json j = Json::object();
+    j.set("dataset", dir), j.set("groups", groups), j.set("skipped_files", skipped);
+    std::printf("%s\n", j.dump().c_str());
+  } else if (skipped) {
+    std::printf("%lld bad files skipped\n", (long long)skipped);
+  }
+  return 0;
+}
+
 }  // namespace
 
 Command inspect_command() {
   Command c;
   c.name = "inspect";
   c.summary = "the arrays of an .npz or .npy file, and TpuGraphs statistics";
-  c.positionals = {{"FILE", "an .npz archive or an .npy array"}};
+  c.positionals = {{"PATH", "an .npz archive, an .npy array, or a TpuGraphs dataset directory"}};
   c.flags = {{"json", "", "one JSON object with an `arrays` list (with min, max, sum of each array)"},
-             {"max-member-bytes", "N", "refuse members larger than this uncompressed (zip bombs)", "34359738368"}};
+             {"max-member-bytes", "N", "refuse members larger than this uncompressed (zip bombs)", "34359738368"},
+             {"skip-bad", "", "for a directory: warn about bad files and leave them out instead of stopping"}};
   c.details =
       "For each array: key, dtype as written, shape, order (C or F), compression (stored or deflated),\n"
       "compressed and raw sizes. TpuGraphs files (tile or layout, by their keys) also get the\n"
-      "collection kind, nodes, edges, configs, configurable nodes and the runtime range.";
+      "collection kind, nodes, edges, configs, configurable nodes and the runtime range.\n"
+      "For a directory (the official tree, its npz/ folder, a collection or a split folder): every file\n"
+      "is loaded and validated, and the counts per collection and split are printed.";
   c.run = [](const Args& a) {
     const std::string path = a.positional(0);
     const bool json = a.on("json");
     (void)a.integer("max-member-bytes", 0, INT64_MAX);  // a bad flag is a usage error before any I/O
+    if (std::filesystem::is_directory(path)) return inspect_dataset(path, json, a.on("skip-bad"));
     if (path.size() > 4 && path.compare(path.size() - 4, 4, ".npy") == 0) return inspect_npy(path, json);
     ZipLimits limits;
     limits.max_member_bytes = uint64_t(a.integer("max-member-bytes", 0, INT64_MAX));

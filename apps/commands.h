@@ -8,5 +8,6 @@ Command info_command();
 Command inspect_command();
 Command bench_command();
 Command demo_command();
+Command synth_command();
 
 }  // namespace gnn::cli

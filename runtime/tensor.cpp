@@ -181,6 +181,46 @@ void Tensor::fill_(double value) {
   }
 }
 
+namespace {
+template <class Out, class In>
+void convert_elements(Out* out, const In* in, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<Out, bool>)
+      out[i] = in[i] != In(0);
+    else
+      out[i] = static_cast<Out>(in[i]);
+  }
+}
+
+template <class Out>
+void convert_from(Out* out, const Tensor& in) {
+  switch (in.dtype()) {
+    case DType::F32: convert_elements(out, in.f32(), in.numel()); break;
+    case DType::F64: convert_elements(out, in.f64(), in.numel()); break;
+    case DType::I32: convert_elements(out, in.i32(), in.numel()); break;
+    case DType::I64: convert_elements(out, in.i64(), in.numel()); break;
+    case DType::U8: convert_elements(out, in.u8(), in.numel()); break;
+    case DType::Bool: convert_elements(out, in.b8(), in.numel()); break;
+  }
+}
+}  // namespace
+
+Tensor Tensor::astype(DType dtype) const {
+  GNN_CHECK(defined(), "astype of an undefined tensor");
+  if (dtype == dtype_) return *this;
+  GNN_CHECK(device().is_cpu(), "astype(", dtype_name(dtype), ") needs a host tensor, got ", desc());
+  Tensor out = empty(shape_, dtype);
+  switch (dtype) {
+    case DType::F32: convert_from(out.f32(), *this); break;
+    case DType::F64: convert_from(out.f64(), *this); break;
+    case DType::I32: convert_from(out.i32(), *this); break;
+    case DType::I64: convert_from(out.i64(), *this); break;
+    case DType::U8: convert_from(out.u8(), *this); break;
+    case DType::Bool: convert_from(out.b8(), *this); break;
+  }
+  return out;
+}
+
 template <class T>
 std::vector<T> Tensor::to_vector() const {
   const Tensor host = device().is_cpu() ? *this : to(Device::cpu());

@@ -100,6 +100,7 @@ class Tensor {
   Tensor clone() const { return to(device()); }
   void copy_from(const Tensor& src);  // same dtype and element count, any devices
   void fill_(double value);
+  Tensor astype(DType dtype) const;  // a converted copy (host tensors); the same tensor when dtype matches
   template <class T> std::vector<T> to_vector() const;  // copies to the host
   double item() const;  // the single element of a one-element tensor, as double
 

@@ -1,0 +1,251 @@
+#include "io/preprocess.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <unordered_map>
+
+namespace gnn {
+
+FeatureTransform parse_feature_transform(const std::string& name) {
+  if (name == "none") return FeatureTransform::kNone;
+  if (name == "official") return FeatureTransform::kOfficial;
+  if (name == "log1p") return FeatureTransform::kLog1p;
+  if (name == "standardize") return FeatureTransform::kStandardize;
+  GNN_FAIL("unknown feature transform '", name, "' (none, official, log1p, standardize)");
+}
+
+const char* feature_transform_name(FeatureTransform t) {
+  switch (t) {
+    case FeatureTransform::kNone: return "none";
+    case FeatureTransform::kOfficial: return "official";
+    case FeatureTransform::kLog1p: return "log1p";
+    case FeatureTransform::kStandardize: return "standardize";
+  }
+  return "?";
+}
+
+void ColumnStats::add(const Tensor& x) {
+  check_tensor(x, "feature matrix", DType::F32, 2);
+  const int64_t rows = x.size(0), F = x.size(1);
+  if (min_.empty()) {
+    min_.assign(size_t(F), std::numeric_limits<double>::infinity());
+    max_.assign(size_t(F), -std::numeric_limits<double>::infinity());
+    sum_.assign(size_t(F), 0), sumsq_.assign(size_t(F), 0);
+  }
+  GNN_CHECK(F == columns(), "feature matrix has ", F, " columns, earlier ones had ", columns());
+  const float* p = x.f32();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < F; ++j) {
+      const double v = p[r * F + j];
+      min_[size_t(j)] = std::min(min_[size_t(j)], v), max_[size_t(j)] = std::max(max_[size_t(j)], v);
+      sum_[size_t(j)] += v, sumsq_[size_t(j)] += v * v;
+    }
+  }
+  rows_ += rows;
+}
+
+ColumnTransform::ColumnTransform(FeatureTransform kind, const ColumnStats& s) : kind_(kind), in_(s.columns()) {
+  GNN_CHECK(s.rows() > 0 || kind == FeatureTransform::kNone || kind == FeatureTransform::kLog1p,
+            "cannot fit the '", feature_transform_name(kind), "' transform on no training rows");
+  for (int64_t j = 0; j < in_; ++j) {
+    const size_t c = size_t(j);
+    double shift = 0, scale = 1;
+    if (kind == FeatureTransform::kOfficial) {
+      if (s.max_[c] == s.min_[c]) continue;  // constant on train: dropped
+      shift = s.min_[c], scale = 1.0 / (s.max_[c] - s.min_[c]);
+    } else if (kind == FeatureTransform::kStandardize) {
+      const double mean = s.sum_[c] / double(s.rows_);
+      const double var = std::max(0.0, s.sumsq_[c] / double(s.rows_) - mean * mean);
+      shift = mean, scale = var > 0 ? 1.0 / std::sqrt(var) : 0.0;
+    }
+    keep_.push_back(int32_t(j)), shift_.push_back(shift), scale_.push_back(scale);
+  }
+}
+
+Tensor ColumnTransform::apply(const Tensor& x) const {
+  check_tensor(x, "feature matrix", DType::F32, 2);
+  if (in_ < 0) return x.clone();
+  GNN_CHECK(x.size(1) == in_, "feature transform fitted on ", in_, " columns, applied to ", x.size(1));
+  const int64_t rows = x.size(0), F = out_features();
+  Tensor y = Tensor::empty({rows, F}, DType::F32);
+  const float* p = x.f32();
+  float* q = y.f32();
+  const bool log = kind_ == FeatureTransform::kLog1p;
+#pragma omp parallel for schedule(static) if (rows * F > 100000)
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < F; ++j) {
+      double v = p[r * in_ + keep_[size_t(j)]];
+      if (log) v = std::copysign(std::log1p(std::fabs(v)), v);
+      q[r * F + j] = float((v - shift_[size_t(j)]) * scale_[size_t(j)]);
+    }
+  }
+  return y;
+}
+
+void ColumnTransform::save(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
+  out.emplace_back(prefix + "kind", Tensor::from_vector<int32_t>({int32_t(kind_)}));
+  out.emplace_back(prefix + "in_features", Tensor::from_vector<int64_t>({in_}));
+  out.emplace_back(prefix + "keep", Tensor::from_vector(keep_));
+  out.emplace_back(prefix + "shift", Tensor::from_vector(shift_));
+  out.emplace_back(prefix + "scale", Tensor::from_vector(scale_));
+}
+
+ColumnTransform ColumnTransform::load(const std::string& prefix, const std::map<std::string, Tensor>& a) {
+  auto get = [&](const char* k) -> const Tensor& {
+    auto it = a.find(prefix + k);
+    GNN_CHECK(it != a.end(), "checkpoint has no '", prefix, k, "'");
+    return it->second;
+  };
+  ColumnTransform t;
+  const int32_t kind = int32_t(get("kind").item());
+  GNN_CHECK(kind >= 0 && kind <= int32_t(FeatureTransform::kStandardize), "checkpoint: bad transform kind ", kind);
+  t.kind_ = FeatureTransform(kind);
+  t.in_ = int64_t(get("in_features").item());
+  t.keep_ = get("keep").astype(DType::I32).to_vector<int32_t>();
+  t.shift_ = get("shift").astype(DType::F64).to_vector<double>();
+  t.scale_ = get("scale").astype(DType::F64).to_vector<double>();
+  GNN_CHECK(t.keep_.size() == t.shift_.size() && t.keep_.size() == t.scale_.size(), "checkpoint: transform '", prefix,
+            "' has keep/shift/scale of different lengths");
+  for (int32_t j : t.keep_) GNN_CHECK(j >= 0 && j < t.in_, "checkpoint: transform '", prefix, "' keeps column ", j);
+  return t;
+}
+
+// ---- pruning -------------------------------------------------------------------------------------
+
+TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* kept_out) {
+  if (!g.layout || k < 0) {
+    if (kept_out) {
+      kept_out->resize(size_t(g.num_nodes()));
+      for (int64_t v = 0; v < g.num_nodes(); ++v) (*kept_out)[size_t(v)] = v;
+    }
+    return g;
+  }
+  const int64_t n = g.num_nodes(), E = g.num_edges();
+  const Graph csr = Graph::from_edge_index(g.edge_index, n, EdgeColumns::kDstSrc, g.path + ": edge_index");
+  std::vector<int32_t> depth(size_t(n), -1), frontier;
+  for (int64_t i = 0; i < g.node_config_ids.numel(); ++i) {
+    const int64_t v = g.node_config_ids.i64()[i];
+    depth[size_t(v)] = 0, frontier.push_back(int32_t(v));
+  }
+  // Breadth-first over both directions: CSR rows hold a node's inputs, CSC rows its consumers.
+  const int32_t *rp = csr.csr_indptr.i32(), *ri = csr.csr_indices.i32();
+  const int32_t *cp = csr.csc_indptr.i32(), *ci = csr.csc_indices.i32();
+  for (int d = 1; d <= k && !frontier.empty(); ++d) {
+    std::vector<int32_t> next;
+    for (int32_t v : frontier) {
+      for (int32_t p = rp[v]; p < rp[v + 1]; ++p)
+        if (depth[size_t(ri[p])] < 0) depth[size_t(ri[p])] = d, next.push_back(ri[p]);
+      for (int32_t q = cp[v]; q < cp[v + 1]; ++q)
+        if (depth[size_t(ci[q])] < 0) depth[size_t(ci[q])] = d, next.push_back(ci[q]);
+    }
+    frontier.swap(next);
+  }
+  std::vector<int64_t> new_id(size_t(n), -1), kept;
+  for (int64_t v = 0; v < n; ++v)
+    if (depth[size_t(v)] >= 0) new_id[size_t(v)] = int64_t(kept.size()), kept.push_back(v);
+  const int64_t m = int64_t(kept.size());
+
+  TpuGraph out = g;
+  out.node_feat = Tensor::empty({m, kNodeFeatures}, DType::F32);
+  out.node_opcode = Tensor::empty({m}, DType::I32);
+  for (int64_t i = 0; i < m; ++i) {
+    std::copy_n(g.node_feat.f32() + kept[size_t(i)] * kNodeFeatures, kNodeFeatures, out.node_feat.f32() + i * kNodeFeatures);
+    out.node_opcode.i32()[i] = g.node_opcode.i32()[kept[size_t(i)]];
+  }
+  std::vector<int64_t> edges;
+  const int64_t* ei = g.edge_index.i64();
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t u = new_id[size_t(ei[2 * e])], v = new_id[size_t(ei[2 * e + 1])];
+    if (u >= 0 && v >= 0) edges.push_back(u), edges.push_back(v);
+  }
+  out.edge_index = Tensor::from_vector(edges, Shape{int64_t(edges.size() / 2), 2});
+  out.node_config_ids = Tensor::empty({g.node_config_ids.numel()}, DType::I64);
+  for (int64_t i = 0; i < g.node_config_ids.numel(); ++i)
+    out.node_config_ids.i64()[i] = new_id[size_t(g.node_config_ids.i64()[i])];
+  // A split boundary b becomes the number of kept nodes below b.
+  out.node_splits = Tensor::empty(g.node_splits.shape(), DType::I64);
+  for (int64_t i = 0; i < g.node_splits.numel(); ++i) {
+    const int64_t b = g.node_splits.i64()[i];
+    out.node_splits.i64()[i] = int64_t(std::lower_bound(kept.begin(), kept.end(), b) - kept.begin());
+  }
+  if (kept_out) *kept_out = std::move(kept);
+  return out;
+}
+
+// ---- duplicate configs ---------------------------------------------------------------------------
+
+std::vector<int64_t> distinct_configs(const TpuGraph& g) {
+  const Tensor& f = g.layout ? g.node_config_feat : g.config_feat;
+  const int64_t C = g.num_configs(), row = f.numel() / std::max<int64_t>(C, 1);
+  const size_t row_bytes = size_t(row) * sizeof(float);
+  const auto* base = reinterpret_cast<const unsigned char*>(f.f32());
+  std::vector<uint64_t> hash(static_cast<size_t>(C));
+#pragma omp parallel for schedule(static) if (C * row > 100000)
+  for (int64_t c = 0; c < C; ++c) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the row's bytes
+    for (size_t b = 0; b < row_bytes; ++b) h = (h ^ base[size_t(c) * row_bytes + b]) * 1099511628211ull;
+    hash[size_t(c)] = h;
+  }
+  auto runtime = [&](int64_t c) { return g.has_runtimes() ? g.config_runtime.f64()[c] : 0.0; };
+  std::unordered_multimap<uint64_t, int64_t> first;  // hash -> the representative of each distinct row
+  std::vector<int64_t> keep;
+  for (int64_t c = 0; c < C; ++c) {
+    bool merged = false;
+    auto range = first.equal_range(hash[size_t(c)]);
+    for (auto it = range.first; it != range.second; ++it) {
+      const int64_t r = it->second;
+      const int64_t rep = keep[size_t(r)];
+      if (std::memcmp(base + size_t(rep) * row_bytes, base + size_t(c) * row_bytes, row_bytes) == 0) {
+        if (runtime(c) < runtime(rep)) keep[size_t(r)] = c;
+        merged = true;
+        break;
+      }
+    }
+    if (!merged) first.emplace(hash[size_t(c)], int64_t(keep.size())), keep.push_back(c);
+  }
+  std::sort(keep.begin(), keep.end());
+  return keep;
+}
+
+TpuGraph select_configs(const TpuGraph& g, const std::vector<int64_t>& configs) {
+  TpuGraph out = g;
+  (g.layout ? out.node_config_feat : out.config_feat) = gather_config_feat(g, configs);
+  auto gather_f64 = [&](const Tensor& t) {
+    Tensor o = Tensor::empty({int64_t(configs.size())}, DType::F64);
+    for (size_t i = 0; i < configs.size(); ++i) o.f64()[i] = t.f64()[configs[i]];
+    return o;
+  };
+  if (g.has_runtimes()) out.config_runtime = gather_f64(g.config_runtime);
+  if (!g.layout) out.config_runtime_normalizers = gather_f64(g.config_runtime_normalizers);
+  return out;
+}
+
+// ---- the whole step ------------------------------------------------------------------------------
+
+uint64_t PreprocessedGraph::bytes() const {
+  uint64_t b = graph.bytes() + features.nbytes();
+  for (const Tensor* t : {&csr.csr_indptr, &csr.csr_indices, &csr.csr_eid, &csr.csc_indptr, &csr.csc_indices,
+                          &csr.csc_to_csr})
+    b += t->nbytes();
+  return b + (original_config.size() + original_node.size()) * sizeof(int64_t);
+}
+
+PreprocessedGraph preprocess(const TpuGraph& g, const PreprocessOptions& options) {
+  PreprocessedGraph p;
+  p.graph = prune_to_configurable(g, options.khops, &p.original_node);
+  if (options.dedup_configs) {
+    p.original_config = distinct_configs(p.graph);
+    p.graph = select_configs(p.graph, p.original_config);
+  } else {
+    p.original_config.resize(size_t(g.num_configs()));
+    for (int64_t c = 0; c < g.num_configs(); ++c) p.original_config[size_t(c)] = c;
+  }
+  p.features = options.node_transform.apply(p.graph.node_feat);
+  p.csr = Graph::from_edge_index(p.graph.edge_index, p.graph.num_nodes(), EdgeColumns::kDstSrc,
+                                 g.path + ": edge_index");
+  return p;
+}
+
+}  // namespace gnn

@@ -1,0 +1,103 @@
+// Preprocessing shared by every recipe: fitted on the training graphs, saved with the model, applied
+// to valid and test graphs; run once per graph and cached.
+//   feature transforms (per column of a [rows, F] matrix):
+//     official     drop columns constant on train, then (x - min) / (max - min) with train statistics
+//     log1p        sign(x) * log1p(|x|), no statistics
+//     standardize  (x - mean) / std with train statistics (constant columns become 0)
+//   pruning to the k-hop neighbourhood of the configurable nodes (both edge directions; k = 0 keeps
+//   only the configurable nodes), duplicate-config removal (identical config features: the config
+//   with the lowest runtime stays), and the CSR/CSC graph.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/lru_cache.h"
+#include "io/tpugraphs.h"
+#include "runtime/graph.h"
+
+namespace gnn {
+
+enum class FeatureTransform { kNone, kOfficial, kLog1p, kStandardize };
+FeatureTransform parse_feature_transform(const std::string& name);  // none | official | log1p | standardize
+const char* feature_transform_name(FeatureTransform t);
+
+// Per-column statistics accumulated over training matrices (in double).
+class ColumnStats {
+ public:
+  void add(const Tensor& x);  // f32 [rows, F]; every call must have the same F
+  int64_t columns() const { return int64_t(min_.size()); }
+  int64_t rows() const { return rows_; }
+
+ private:
+  friend class ColumnTransform;
+  std::vector<double> min_, max_, sum_, sumsq_;
+  int64_t rows_ = 0;
+};
+
+// y[:, j] = (x[:, keep[j]] - shift[j]) * scale[j], after sign-log1p for kLog1p.
+class ColumnTransform {
+ public:
+  ColumnTransform() = default;  // the identity on any width
+  ColumnTransform(FeatureTransform kind, const ColumnStats& train);
+  FeatureTransform kind() const { return kind_; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return int64_t(keep_.size()); }
+  Tensor apply(const Tensor& x) const;  // f32 [rows, in] -> f32 [rows, out]
+
+  // As named tensors (prefix + "keep" / "shift" / "scale" / "kind"), for the model checkpoint.
+  void save(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+  static ColumnTransform load(const std::string& prefix, const std::map<std::string, Tensor>& arrays);
+
+ private:
+  FeatureTransform kind_ = FeatureTransform::kNone;
+  int64_t in_ = -1;  // -1: identity of any width
+  std::vector<int32_t> keep_;
+  std::vector<double> shift_, scale_;
+};
+
+// Keeps the nodes within k hops (either edge direction) of a configurable node; node ids keep their
+// order, so edges still point from higher to lower ids. Tile graphs have no configurable nodes and
+// come back unchanged; k < 0 means no pruning. `kept`, when given, receives the original id of each
+// kept node.
+TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* kept = nullptr);
+
+// Indices of the configs to keep: one per distinct config feature row, the one with the lowest
+// runtime (lowest index on ties, and when there are no runtimes), ascending.
+std::vector<int64_t> distinct_configs(const TpuGraph& g);
+TpuGraph select_configs(const TpuGraph& g, const std::vector<int64_t>& configs);
+
+struct PreprocessOptions {
+  ColumnTransform node_transform;  // fitted on train
+  int khops = -1;                  // -1: keep every node
+  bool dedup_configs = false;
+};
+
+struct PreprocessedGraph {
+  TpuGraph graph;                     // pruned, deduplicated; raw features
+  Tensor features;                    // node features after the transform, f32 [N, F]
+  Graph csr;                          // messages flow v -> u for each row [u, v]
+  std::vector<int64_t> original_config;  // kept config -> its index in the file
+  std::vector<int64_t> original_node;    // kept node -> its index in the file
+  uint64_t bytes() const;
+};
+
+PreprocessedGraph preprocess(const TpuGraph& g, const PreprocessOptions& options);
+
+// Loads and preprocesses each graph once, keeping results under a memory budget.
+class PreprocessCache {
+ public:
+  PreprocessCache(PreprocessOptions options, uint64_t budget_bytes, LoadOptions load = {})
+      : cache_(budget_bytes,
+               [options, load](const std::string& p) { return preprocess(load_tpugraph(p, load), options); },
+               [](const PreprocessedGraph& g) { return g.bytes(); }) {}
+  std::shared_ptr<const PreprocessedGraph> get(const std::string& path) { return cache_.get(path); }
+  int64_t builds() const { return cache_.builds(); }
+  size_t resident() const { return cache_.resident(); }
+
+ private:
+  LruCache<PreprocessedGraph> cache_;
+};
+
+}  // namespace gnn

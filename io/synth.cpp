@@ -1,0 +1,318 @@
+// The synthetic program generator and the dataset writer. The cost model is in synth_cost.cpp.
+#include "io/synth.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "io/npz.h"
+
+namespace gnn::synth {
+namespace {
+
+constexpr int64_t kMaxElements = int64_t(1) << 26;  // keeps every tensor under 256 MiB of f32
+
+uint64_t mix(uint64_t x) {  // splitmix64: independent seeds for graphs, splits and configs
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+int64_t pick(std::mt19937_64& rng, std::initializer_list<int64_t> v) { return *(v.begin() + rng() % v.size()); }
+
+class Builder {
+ public:
+  Builder(Program& p, std::mt19937_64& rng) : p_(p), rng_(rng) {}
+
+  int32_t add(Node n) {
+    p_.nodes.push_back(std::move(n));
+    return int32_t(p_.nodes.size() - 1);
+  }
+
+  int32_t parameter(int rank, int32_t etype = kF32) {
+    Node n;
+    n.op = kParameter, n.etype = etype, n.rank = rank, n.param_number = params_++;
+    for (int i = 0; i < rank; ++i) n.dims[i] = pick(rng_, {1, 2, 4, 8, 16, 32, 64, 100, 128, 256, 512, 768, 1024});
+    clamp(n);
+    return add(n);
+  }
+
+  int32_t constant_like(const Node& like) {
+    Node n;
+    n.op = kConstant, n.etype = like.etype, n.rank = like.rank;
+    std::copy(like.dims, like.dims + 6, n.dims);
+    return add(n);
+  }
+
+  // A recent node of this computation, mostly among the last few (HLO is local), sometimes far back.
+  int32_t operand(int32_t begin) {
+    const int32_t end = int32_t(p_.nodes.size());
+    if (rng_() % 5 != 0) return std::max(begin, end - 1 - int32_t(rng_() % 6));
+    return begin + int32_t(rng_() % uint64_t(end - begin));
+  }
+
+  // One new node consuming earlier nodes of the computation starting at `begin`.
+  void step(int32_t begin) {
+    const int32_t a = operand(begin);
+    const Node A = p_.nodes[size_t(a)];
+    const int kind = int(rng_() % 100);
+    Node n;
+    n.etype = A.etype, n.rank = A.rank;
+    std::copy(A.dims, A.dims + 6, n.dims);
+    n.inputs = {a};
+    if (kind < 20) {  // unary elementwise
+      n.op = int32_t(pick(rng_, {kExp, kTanh, kConvert}));
+      if (n.op == kConvert) n.etype = A.etype == kF32 ? kBF16 : kF32;
+    } else if (kind < 62) {  // binary elementwise or a fusion of several same-shape operands
+      n.op = kind < 46 ? int32_t(pick(rng_, {kAdd, kMultiply, kSubtract, kMaximum})) : int32_t(kFusion);
+      const int extra = n.op == kFusion ? 1 + int(rng_() % 2) : 1;
+      for (int k = 0; k < extra; ++k) n.inputs.push_back(same_shape(begin, A));
+    } else if (kind < 70 && A.rank < 4) {  // broadcast: a new major dim
+      n.op = kBroadcast, n.rank = A.rank + 1;
+      n.dims[0] = pick(rng_, {2, 4, 8, 16, 128});
+      std::copy(A.dims, A.dims + A.rank, n.dims + 1);
+      for (int i = 0; i < A.rank; ++i) n.attr[i] = i + 1;
+    } else if (kind < 80 && A.rank >= 2) {  // reduce one dim
+      n.op = kReduce, n.rank = A.rank - 1;
+      const int d = int(rng_() % uint64_t(A.rank));
+      n.attr[0] = d;
+      for (int i = 0, j = 0; i < A.rank; ++i)
+        if (i != d) n.dims[j++] = A.dims[i];
+      Node init;
+      init.op = kConstant, init.etype = A.etype, init.rank = 0;
+      n.inputs.push_back(add(init));
+    } else if (kind < 88 && A.rank >= 2) {  // transpose
+      n.op = kTranspose;
+      int perm[6] = {0, 1, 2, 3, 4, 5};
+      std::shuffle(perm, perm + A.rank, rng_);
+      for (int i = 0; i < A.rank; ++i) n.attr[i] = perm[i], n.dims[i] = A.dims[perm[i]];
+    } else if (kind < 93 && A.rank >= 1) {  // reshape: merge two dims or split one
+      n.op = kReshape;
+      if (A.rank >= 2 && (A.rank == 4 || rng_() % 2)) {
+        const int i = int(rng_() % uint64_t(A.rank - 1));
+        n.rank = A.rank - 1;
+        for (int s = 0, d = 0; s < A.rank; ++s) {
+          if (s == i + 1)
+            n.dims[d - 1] *= A.dims[s];  // dims i and i + 1 become one
+          else
+            n.dims[d++] = A.dims[s];
+        }
+      } else if (A.dims[A.rank - 1] % 2 == 0) {
+        n.rank = A.rank + 1;
+        std::copy(A.dims, A.dims + A.rank, n.dims);
+        n.dims[A.rank - 1] = 2, n.dims[A.rank] = A.dims[A.rank - 1] / 2;
+      } else {
+        n.op = kConvert;
+      }
+    } else if (kind < 97 && A.rank >= 2 && A.rank <= 3) {  // dot with a weight matrix [K, N]
+      n.op = kDot;
+      const int64_t K = A.dims[A.rank - 1], N = pick(rng_, {64, 128, 256, 512, 1000});
+      Node w;
+      w.op = kParameter, w.etype = A.etype, w.rank = 2, w.dims[0] = K, w.dims[1] = N, w.param_number = params_++;
+      n.inputs.push_back(add(w));
+      n.dims[A.rank - 1] = N;
+    } else if (kind >= 97) {  // convolution of an NHWC image with an HWIO kernel
+      const int32_t img = A.rank == 4 && A.dims[1] == A.dims[2] && A.dims[1] >= 7 ? a : image();
+      const Node I = p_.nodes[size_t(img)];
+      n = Node{};
+      n.op = kConvolution, n.etype = I.etype, n.rank = 4;
+      const int64_t kh = pick(rng_, {1, 3, 3, 5}), O = pick(rng_, {16, 32, 64, 128, 256});
+      n.stride = I.dims[1] >= 14 && rng_() % 3 == 0 ? 2 : 1;
+      Node k;
+      k.op = kParameter, k.etype = I.etype, k.rank = 4, k.param_number = params_++;
+      k.dims[0] = kh, k.dims[1] = kh, k.dims[2] = I.dims[3], k.dims[3] = O;
+      n.inputs = {img, add(k)};
+      n.attr[0] = int32_t(kh), n.attr[1] = int32_t(kh);
+      n.dims[0] = I.dims[0], n.dims[1] = I.dims[1] / n.stride, n.dims[2] = I.dims[2] / n.stride, n.dims[3] = O;
+    } else {  // the shape did not fit the chosen op: an elementwise op instead
+      n.op = kTanh;
+    }
+    if (n.numel() > kMaxElements || n.numel() == 0) return;  // too big: skip this step
+    add(n);
+  }
+
+  int32_t finish(int32_t begin) {  // the root: a fusion of the last node
+    Node n = p_.nodes.back();
+    n.op = kFusion, n.inputs = {int32_t(p_.nodes.size() - 1)}, n.root = true, n.param_number = 0;
+    (void)begin;
+    return add(n);
+  }
+
+ private:
+  int32_t same_shape(int32_t begin, const Node& like) {
+    const int32_t end = int32_t(p_.nodes.size());
+    for (int32_t i = end - 1; i >= std::max(begin, end - 12); --i) {
+      const Node& c = p_.nodes[size_t(i)];
+      if (c.rank == like.rank && std::equal(c.dims, c.dims + c.rank, like.dims) && c.etype == like.etype) {
+        if (rng_() % 2) return i;
+      }
+    }
+    return constant_like(like);
+  }
+
+  int32_t image() {
+    Node n;
+    n.op = kParameter, n.etype = kF32, n.rank = 4, n.param_number = params_++;
+    n.dims[0] = pick(rng_, {1, 2, 8, 32});
+    n.dims[1] = n.dims[2] = pick(rng_, {7, 14, 28, 56});
+    n.dims[3] = pick(rng_, {3, 16, 32, 64, 128});
+    return add(n);
+  }
+
+  void clamp(Node& n) {
+    while (n.numel() > kMaxElements / 4)
+      for (int i = 0; i < n.rank; ++i) n.dims[i] = std::max<int64_t>(1, n.dims[i] / 2);
+  }
+
+  Program& p_;
+  std::mt19937_64& rng_;
+  int32_t params_ = 0;
+};
+
+}  // namespace
+
+int64_t Node::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= dims[i];
+  return n;
+}
+
+bool is_configurable(int32_t op) { return op == kConvolution || op == kDot || op == kReshape; }
+
+Program generate_program(int64_t nodes, bool fused, std::mt19937_64& rng) {
+  Program p;
+  p.splits.push_back(0);
+  while (int64_t(p.nodes.size()) < nodes) {
+    const int64_t left = nodes - int64_t(p.nodes.size());
+    const int64_t size = fused ? left : std::min<int64_t>(left, 20 + int64_t(rng() % 380));
+    Builder b(p, rng);
+    const int32_t begin = int32_t(p.nodes.size());
+    const int params = 1 + int(rng() % 3);
+    for (int i = 0; i < params; ++i) b.parameter(2 + int(rng() % 3), rng() % 8 == 0 ? kBF16 : kF32);
+    for (int guard = 0; int64_t(p.nodes.size()) - begin < size - 1 && guard < 20 * size; ++guard) b.step(begin);
+    b.finish(begin);
+    p.splits.push_back(int64_t(p.nodes.size()));
+  }
+  return p;
+}
+
+Tensor node_features(const Program& p) {
+  const int64_t n = int64_t(p.nodes.size());
+  Tensor t = Tensor::zeros({n, kNodeFeatures}, DType::F32);
+  auto seq = [](float* f, const int64_t* v, int k, int len) {  // k values, 0-padded to len, sum, product
+    double sum = 0, prod = 1;
+    for (int i = 0; i < k; ++i) f[i] = float(v[i]), sum += double(v[i]), prod *= double(v[i]);
+    f[len] = float(sum), f[len + 1] = float(prod);
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const Node& nd = p.nodes[size_t(i)];
+    float* f = t.f32() + i * kNodeFeatures;
+    f[0] = nd.root;
+    f[2 + nd.etype] = 1;
+    seq(f + 21, nd.dims, nd.rank, 6);
+    f[30] = float(nd.param_number);
+    for (int k = 0; k < 6; ++k) f[31 + k] = float(nd.attr[k]) * (nd.op == kReduce || nd.op == kTranspose || nd.op == kBroadcast);
+    // Window: size, stride, padding low, high, dilation, base dilation; products of empty lists are 1.
+    const bool conv = nd.op == kConvolution;
+    const int wk = conv ? 2 : 0;
+    const int64_t pad = conv ? nd.attr[0] / 2 : 0;
+    const int64_t size[2] = {nd.attr[0], nd.attr[1]}, stride[2] = {nd.stride, nd.stride}, pads[2] = {pad, pad},
+                  ones[2] = {1, 1};
+    seq(f + 37, size, wk, 6);
+    seq(f + 45, stride, wk, 6);
+    seq(f + 53, pads, wk, 6);
+    seq(f + 61, pads, wk, 6);
+    seq(f + 69, ones, wk, 6);
+    seq(f + 77, ones, wk, 6);
+    f[91] = float(wk);  // window reversal: no true, wk false
+    if (conv) {  // NHWC input, HWIO kernel, NHWC output
+      const float dn[14] = {0, 3, 1, 2, 2, 3, 0, 1, 0, 3, 1, 2, 0, 0};
+      std::copy(dn, dn + 14, f + 93);
+      f[107] = f[108] = 1;  // feature and batch group counts
+    }
+    f[112] = f[116] = f[120] = 1;  // slice start/stride/limit products (empty)
+    f[124] = f[128] = f[132] = 1;  // dynamic slice sizes and padding products (empty)
+    for (int k = 0; k < nd.rank; ++k) f[134 + k] = float(nd.rank - 1 - k);  // default layout, minor first
+  }
+  return t;
+}
+
+// ---- datasets ------------------------------------------------------------------------------------
+
+std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t nodes, int64_t configs, uint64_t seed,
+                                                       bool with_runtimes) {
+  std::mt19937_64 rng(mix(seed));
+  const Program p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng);
+  const int64_t n = int64_t(p.nodes.size());
+  std::vector<int64_t> edges, opcodes(static_cast<size_t>(n));
+  for (int64_t u = 0; u < n; ++u) {
+    opcodes[size_t(u)] = p.nodes[size_t(u)].op;
+    for (int32_t v : p.nodes[size_t(u)].inputs) edges.push_back(u), edges.push_back(v);
+  }
+  std::vector<std::pair<std::string, Tensor>> out = {
+      {"node_feat", node_features(p)},
+      {"node_opcode", Tensor::from_vector(opcodes).astype(DType::U8)},
+      {"edge_index", Tensor::from_vector(edges, Shape{int64_t(edges.size() / 2), 2})},
+  };
+  const Machine m;
+  Tensor runtime = Tensor::empty({configs}, DType::I64);
+  if (layout) {
+    std::vector<int32_t> config_nodes;
+    for (int64_t v = 0; v < n; ++v)
+      if (is_configurable(p.nodes[size_t(v)].op)) config_nodes.push_back(int32_t(v));
+    const Tensor cfg = random_layout_configs(p, config_nodes, configs, rng);
+    const int64_t row = int64_t(config_nodes.size()) * kLayoutConfigFeatures;
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t c = 0; c < configs; ++c) {
+      std::mt19937_64 noise(mix(seed ^ mix(uint64_t(c) + 1)));
+      runtime.i64()[c] = int64_t(std::llround(layout_runtime(p, config_nodes, cfg.f32() + c * row, m, &noise)));
+    }
+    std::vector<int64_t> ids(config_nodes.begin(), config_nodes.end());
+    out.emplace_back("node_config_ids", Tensor::from_vector(ids));
+    out.emplace_back("node_config_feat", cfg);
+    if (with_runtimes) out.emplace_back("config_runtime", runtime);
+    out.emplace_back("node_splits", Tensor::from_vector(p.splits, Shape{1, int64_t(p.splits.size())}));
+  } else {
+    const Tensor cfg = random_tile_configs(p, configs, rng);
+    for (int64_t c = 0; c < configs; ++c) {
+      std::mt19937_64 noise(mix(seed ^ mix(uint64_t(c) + 1)));
+      runtime.i64()[c] = int64_t(std::llround(tile_runtime(p, cfg.f32() + c * kTileConfigFeatures, m, &noise)));
+    }
+    out.emplace_back("config_feat", cfg);
+    if (with_runtimes) out.emplace_back("config_runtime", runtime);
+    // As in the real files: every config is normalised by the measured runtime of the default one.
+    out.emplace_back("config_runtime_normalizers", Tensor::full({configs}, double(runtime.i64()[0]), DType::I64));
+  }
+  return out;
+}
+
+std::vector<std::string> write_dataset(const std::string& dir, const DatasetOptions& o) {
+  namespace fs = std::filesystem;
+  GNN_CHECK(o.collection == "tile" || o.collection == "layout", "--collection must be tile or layout, got '",
+            o.collection, "'");
+  const bool layout = o.collection == "layout";
+  const int64_t nodes = o.nodes > 0 ? o.nodes : layout ? 2000 : 30;
+  const int64_t configs = o.configs > 0 ? o.configs : layout ? 100 : 200;
+  const fs::path root = fs::path(dir) / "npz" / (layout ? fs::path("layout/xla/default") : fs::path("tile/xla"));
+  std::vector<std::string> paths;
+  for (size_t s = 0; s < o.splits.size(); ++s) {
+    const std::string& split = o.splits[s];
+    GNN_CHECK(split == "train" || split == "valid" || split == "test", "unknown split '", split,
+              "' (train, valid, test)");
+    fs::create_directories(root / split);
+    const uint64_t split_seed = mix(o.seed * 1000003 + s + (layout ? 7 : 0));
+    for (int64_t i = 0; i < o.graphs; ++i) {
+      char name[64];
+      std::snprintf(name, sizeof name, "synth_%s_%04lld.npz", split.c_str(), (long long)i);
+      const std::string path = (root / split / name).string();
+      NpzWriter w(path, o.compress, /*level=*/1);  // level 1: a 100k-node layout graph writes in seconds
+      for (const auto& [key, t] : make_graph(layout, nodes, configs, mix(split_seed + uint64_t(i)))) w.add(key, t);
+      w.close();
+      paths.push_back(path);
+    }
+  }
+  return paths;
+}
+
+}  // namespace gnn::synth

@@ -1,0 +1,280 @@
+#include "io/tpugraphs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/json.h"
+#include "io/npz.h"
+
+namespace gnn {
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Schema {
+  const char* key;
+  const char* kinds;  // npy kinds accepted: "f" float, "iu" integer, "iuf" either
+  int ndim;
+};
+const Schema kCommon[] = {{"node_feat", "f", 2}, {"node_opcode", "iu", 1}, {"edge_index", "iu", 2}};
+const Schema kTile[] = {{"config_feat", "f", 2}, {"config_runtime_normalizers", "iuf", 1}};
+const Schema kLayout[] = {{"node_config_ids", "iu", 1}, {"node_config_feat", "f", 3}, {"node_splits", "iu", 2}};
+const Schema kRuntime = {"config_runtime", "iuf", 1};
+
+std::string where(const std::string& path, const std::string& key) { return path + ": array '" + key + "'"; }
+
+bool is_layout_file(const NpzReader& npz) { return npz.contains("node_config_feat"); }
+
+// Keys, dtypes and shapes from the .npy headers alone; returns the header of each present key.
+std::map<std::string, NpyHeader> check_headers(const NpzReader& npz, bool require_runtimes) {
+  const std::string& path = npz.path();
+  const bool layout = is_layout_file(npz);
+  GNN_CHECK(layout || npz.contains("config_feat"), path,
+            ": not a TpuGraphs file (neither 'config_feat' (tile) nor 'node_config_feat' (layout))");
+  std::vector<Schema> schema(std::begin(kCommon), std::end(kCommon));
+  if (layout)
+    schema.insert(schema.end(), std::begin(kLayout), std::end(kLayout));
+  else
+    schema.insert(schema.end(), std::begin(kTile), std::end(kTile));
+  if (require_runtimes || npz.contains(kRuntime.key)) schema.push_back(kRuntime);
+  std::map<std::string, NpyHeader> h;
+  for (const Schema& s : schema) {
+    GNN_CHECK(npz.contains(s.key), path, ": missing array '", s.key, "' (a ", layout ? "layout" : "tile",
+              " file needs it)");
+    const NpyHeader hd = npz.info(s.key).header;
+    GNN_CHECK(std::strchr(s.kinds, hd.kind) != nullptr && hd.kind != 'b', where(path, s.key), ": dtype '", hd.descr,
+              "' is not ", std::string(s.kinds) == "f" ? "a float type" : std::string(s.kinds) == "iu" ? "an integer type" : "numeric");
+    GNN_CHECK(int(hd.shape.size()) == s.ndim, where(path, s.key), ": expected ", s.ndim, " dims, got shape ",
+              hd.shape_str());
+    h[s.key] = hd;
+  }
+  const int64_t n = h["node_feat"].shape[0];
+  auto expect = [&](const char* key, int dim, int64_t want, const char* what) {
+    GNN_CHECK(h[key].shape[size_t(dim)] == want, where(path, key), ": shape ", h[key].shape_str(), " does not match ",
+              what, " (", want, ")");
+  };
+  expect("node_feat", 1, kNodeFeatures, "the 140 node features");
+  expect("node_opcode", 0, n, "the node count of node_feat");
+  expect("edge_index", 1, 2, "rows [u, v]");
+  if (layout) {
+    const int64_t c = h["node_config_feat"].shape[0];
+    expect("node_config_feat", 1, h["node_config_ids"].shape[0], "the configurable nodes of node_config_ids");
+    expect("node_config_feat", 2, kLayoutConfigFeatures, "the 18 layout features");
+    expect("node_splits", 0, 1, "shape (1, k)");
+    if (h.count(kRuntime.key)) expect(kRuntime.key, 0, c, "the configs of node_config_feat");
+  } else {
+    const int64_t c = h["config_feat"].shape[0];
+    expect("config_feat", 1, kTileConfigFeatures, "the 24 tile config features");
+    expect("config_runtime_normalizers", 0, c, "the configs of config_feat");
+    if (h.count(kRuntime.key)) expect(kRuntime.key, 0, c, "the configs of config_feat");
+  }
+  return h;
+}
+
+void check_finite(const Tensor& t, const std::string& path, const char* key) {
+  const float* p = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    GNN_CHECK(std::isfinite(p[i]), where(path, key), ": element ", i, " is ", p[i]);
+}
+
+}  // namespace
+
+void check_tpugraph_header(const std::string& path, bool require_runtimes) {
+  check_headers(NpzReader(path), require_runtimes);
+}
+
+size_t TpuGraph::bytes() const {
+  size_t b = 0;
+  for (const Tensor* t : {&node_feat, &node_opcode, &edge_index, &config_feat, &config_runtime_normalizers,
+                          &node_config_ids, &node_config_feat, &node_splits, &config_runtime})
+    if (t->defined()) b += t->nbytes();
+  return b;
+}
+
+double TpuGraph::target(int64_t c) const {
+  GNN_CHECK(has_runtimes(), path, ": has no runtimes (a test file?)");
+  GNN_CHECK(c >= 0 && c < num_configs(), path, ": config ", c, " out of range [0, ", num_configs(), ")");
+  const double r = config_runtime.f64()[c];
+  return layout ? r : r / config_runtime_normalizers.f64()[c];
+}
+
+TpuGraph load_tpugraph(const std::string& path, const LoadOptions& options) {
+  const NpzReader npz(path);
+  const auto headers = check_headers(npz, options.require_runtimes);
+  std::vector<std::string> keys;
+  for (const auto& kv : headers) keys.push_back(kv.first);
+  auto arrays = npz.load_keys(keys);
+
+  TpuGraph g;
+  g.path = path;
+  g.stem = fs::path(path).stem().string();
+  g.layout = is_layout_file(npz);
+  g.node_feat = arrays["node_feat"].astype(DType::F32);
+  g.node_opcode = arrays["node_opcode"].astype(DType::I64);
+  g.edge_index = arrays["edge_index"].astype(DType::I64);
+  const int64_t n = g.num_nodes();
+  check_finite(g.node_feat, path, "node_feat");
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t op = g.node_opcode.i64()[i];
+    GNN_CHECK(op >= 0 && op < 256, where(path, "node_opcode"), ": node ", i, " has opcode ", op, " outside [0, 256)");
+  }
+  g.node_opcode = g.node_opcode.astype(DType::I32);
+  const int64_t* ei = g.edge_index.i64();
+  for (int64_t e = 0; e < g.num_edges(); ++e)
+    GNN_CHECK(ei[2 * e] >= 0 && ei[2 * e] < n && ei[2 * e + 1] >= 0 && ei[2 * e + 1] < n, where(path, "edge_index"),
+              ": edge ", e, " (", ei[2 * e], ", ", ei[2 * e + 1], ") has a node id outside [0, ", n, ")");
+
+  if (g.layout) {
+    g.node_config_ids = arrays["node_config_ids"].astype(DType::I64);
+    g.node_config_feat = arrays["node_config_feat"].astype(DType::F32);
+    g.node_splits = arrays["node_splits"].astype(DType::I64);
+    std::vector<char> seen(size_t(n), 0);
+    for (int64_t k = 0; k < g.node_config_ids.numel(); ++k) {
+      const int64_t id = g.node_config_ids.i64()[k];
+      GNN_CHECK(id >= 0 && id < n, where(path, "node_config_ids"), ": entry ", k, " is node ", id,
+                ", outside [0, ", n, ")");
+      GNN_CHECK(!seen[size_t(id)], where(path, "node_config_ids"), ": node ", id, " is listed twice");
+      seen[size_t(id)] = 1;
+    }
+    const float* f = g.node_config_feat.f32();
+    for (int64_t i = 0; i < g.node_config_feat.numel(); ++i)
+      GNN_CHECK(f[i] == std::floor(f[i]) && f[i] >= -1 && f[i] <= 5, where(path, "node_config_feat"), ": element ", i,
+                " is ", f[i], ", not a layout dimension in {-1, 0, ..., 5}");
+    const int64_t* sp = g.node_splits.i64();
+    for (int64_t i = 0; i < g.node_splits.numel(); ++i)
+      GNN_CHECK(sp[i] >= 0 && sp[i] <= n && (i == 0 || sp[i] >= sp[i - 1]), where(path, "node_splits"),
+                ": entry ", i, " (", sp[i], ") is not a non-decreasing node index in [0, ", n, "]");
+  } else {
+    g.config_feat = arrays["config_feat"].astype(DType::F32);
+    check_finite(g.config_feat, path, "config_feat");
+    g.config_runtime_normalizers = arrays["config_runtime_normalizers"].astype(DType::F64);
+    for (int64_t c = 0; c < g.config_runtime_normalizers.numel(); ++c) {
+      const double v = g.config_runtime_normalizers.f64()[c];
+      GNN_CHECK(std::isfinite(v) && v > 0, where(path, "config_runtime_normalizers"), ": config ", c, " has ", v,
+                " (must be > 0)");
+    }
+  }
+  if (arrays.count("config_runtime")) {
+    const Tensor rt = arrays["config_runtime"].astype(DType::F64);
+    bool all_positive = true;
+    for (int64_t c = 0; c < rt.numel(); ++c) {
+      const double v = rt.f64()[c];
+      GNN_CHECK(!std::isnan(v) && !std::isinf(v), where(path, "config_runtime"), ": config ", c, " is ", v);
+      all_positive &= v > 0;
+      if (options.require_runtimes)
+        GNN_CHECK(v > 0, where(path, "config_runtime"), ": config ", c, " has runtime ", v, " (must be > 0)");
+    }
+    if (all_positive) g.config_runtime = rt;  // test files carry placeholder runtimes: treat them as absent
+  }
+  return g;
+}
+
+Tensor gather_config_feat(const TpuGraph& g, const std::vector<int64_t>& configs) {
+  const Tensor& src = g.layout ? g.node_config_feat : g.config_feat;
+  const int64_t row = src.numel() / std::max<int64_t>(src.size(0), 1);
+  std::vector<int64_t> dims = src.shape().vec();
+  dims[0] = int64_t(configs.size());
+  Tensor out = Tensor::empty(Shape(dims), DType::F32);
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const int64_t c = configs[i];
+    GNN_CHECK(c >= 0 && c < g.num_configs(), g.path, ": config ", c, " out of range [0, ", g.num_configs(), ")");
+    std::copy_n(src.f32() + c * row, row, out.f32() + int64_t(i) * row);
+  }
+  return out;
+}
+
+Tensor gather_runtimes(const TpuGraph& g, const std::vector<int64_t>& configs) {
+  Tensor out = Tensor::empty({int64_t(configs.size())}, DType::F64);
+  for (size_t i = 0; i < configs.size(); ++i) out.f64()[i] = g.target(configs[i]);
+  return out;
+}
+
+// ---- the dataset tree ----------------------------------------------------------------------------
+
+namespace {
+
+bool is_split(const std::string& s) { return s == "train" || s == "valid" || s == "test"; }
+
+// Collection folders under `dir` with what they are, by the official tree's names.
+std::vector<std::pair<CollectionId, fs::path>> find_collections(const fs::path& dir) {
+  std::vector<std::pair<CollectionId, fs::path>> out;
+  if (fs::is_directory(dir / "tile" / "xla")) out.push_back({{"tile", "xla", ""}, dir / "tile" / "xla"});
+  for (const char* source : {"xla", "nlp"})
+    for (const char* search : {"default", "random"})
+      if (fs::is_directory(dir / "layout" / source / search))
+        out.push_back({{"layout", source, search}, dir / "layout" / source / search});
+  return out;
+}
+
+}  // namespace
+
+std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOptions& options) {
+  GNN_CHECK(fs::is_directory(dir_text), dir_text, ": not a directory");
+  fs::path dir = fs::canonical(dir_text);
+  if (fs::is_directory(dir / "npz")) dir /= "npz";
+  std::vector<std::pair<CollectionId, fs::path>> collections = find_collections(dir);
+  std::string only_split;
+  if (collections.empty()) {
+    // A collection folder or a split folder: read the collection from the path's last components.
+    fs::path folder = dir;
+    if (is_split(folder.filename().string())) only_split = folder.filename().string(), folder = folder.parent_path();
+    const std::string a = folder.parent_path().parent_path().filename().string();
+    const std::string b = folder.parent_path().filename().string(), c = folder.filename().string();
+    if (b == "tile" && c == "xla")
+      collections.push_back({{"tile", "xla", ""}, folder});
+    else if (a == "layout" && (b == "xla" || b == "nlp") && (c == "default" || c == "random"))
+      collections.push_back({{"layout", b, c}, folder});
+  }
+  GNN_CHECK(!collections.empty(), dir_text,
+            ": not a TpuGraphs tree (expected npz/tile/xla/{train,valid,test}, npz/layout/{xla,nlp}/{default,random}/"
+            "{train,valid,test}, one collection folder, or one split folder)");
+  std::vector<DatasetFile> files;
+  for (const auto& [id, folder] : collections) {
+    for (const std::string& split : options.splits) {
+      if (!only_split.empty() && split != only_split) continue;
+      if (!fs::is_directory(folder / split)) continue;
+      std::vector<fs::path> paths;
+      for (const auto& f : fs::directory_iterator(folder / split))
+        if (f.path().extension() == ".npz") paths.push_back(f.path());
+      std::sort(paths.begin(), paths.end());
+      for (const fs::path& p : paths) {
+        try {
+          check_tpugraph_header(p.string(), split != "test");
+        } catch (const Error& e) {
+          if (!options.skip_bad) throw;
+          std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
+          continue;
+        }
+        files.push_back({id, split, p.string(), p.stem().string()});
+      }
+    }
+  }
+  return files;
+}
+
+std::map<std::string, std::vector<int64_t>> load_eval_indices(const std::string& path) {
+  std::ifstream f(path);
+  GNN_CHECK(f.good(), path, ": cannot open");
+  std::stringstream text;
+  text << f.rdbuf();
+  const Json j = Json::parse(text.str(), path);
+  GNN_CHECK(j.type() == Json::Type::Object, path, ": expected an object of graph name -> config indices");
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const auto& [stem, list] : j.items()) {
+    GNN_CHECK(list.type() == Json::Type::Array, path, ": '", stem, "' is not a list of config indices");
+    std::vector<int64_t>& v = out[stem];
+    for (const Json& x : list.elements()) {
+      GNN_CHECK(x.type() == Json::Type::Number && x.as_number() >= 0, path, ": '", stem,
+                "' holds something other than a config index: ", x.dump());
+      v.push_back(x.as_int());
+    }
+  }
+  return out;
+}
+
+}  // namespace gnn

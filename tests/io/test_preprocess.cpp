@@ -1,0 +1,131 @@
+#include <cmath>
+
+#include "io/npz.h"
+#include "io/preprocess.h"
+#include "io/synth.h"
+#include "testing.h"
+
+using namespace gnn;
+
+namespace {
+
+// A hand-checkable layout graph: the chain 4 -> 3 -> 2 -> 1 -> 0 (row [u, v]: u consumes v, so
+// rows are [1,0], [2,1], [3,2], [4,3]) plus 5 -> 0; node 2 is the configurable one.
+TpuGraph chain() {
+  TpuGraph g;
+  g.path = "chain.npz", g.stem = "chain", g.layout = true;
+  g.node_feat = Tensor::zeros({6, kNodeFeatures}, DType::F32);
+  for (int v = 0; v < 6; ++v) g.node_feat.f32()[v * kNodeFeatures] = float(v);  // feature 0 = node id
+  g.node_opcode = Tensor::from_vector<int32_t>({63, 2, 34, 2, 2, 63});
+  g.edge_index = Tensor::from_vector<int64_t>({1, 0, 2, 1, 3, 2, 4, 3, 5, 0}, Shape{5, 2});
+  g.node_config_ids = Tensor::from_vector<int64_t>({2});
+  // 4 configs; 0 and 2 are identical, 1 and 3 are identical.
+  g.node_config_feat = Tensor::full({4, 1, 18}, -1, DType::F32);
+  g.node_config_feat.f32()[18] = 1, g.node_config_feat.f32()[3 * 18] = 1;
+  g.node_splits = Tensor::from_vector<int64_t>({0, 3, 6}, Shape{1, 3});
+  g.config_runtime = Tensor::from_vector<double>({50, 40, 30, 45});
+  return g;
+}
+
+std::vector<float> column(const Tensor& t, int64_t j) {
+  std::vector<float> out;
+  for (int64_t r = 0; r < t.size(0); ++r) out.push_back(t.f32()[r * t.size(1) + j]);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("feature transforms: fitted on train, applied to anything, saved and restored") {
+  // columns: constant 7 | 0..3 | heavy-tailed
+  const Tensor train = Tensor::from_vector<float>({7, 0, 1, 7, 1, 10, 7, 2, 100, 7, 3, 1000}, Shape{4, 3});
+  const Tensor other = Tensor::from_vector<float>({5, 6, -1}, Shape{1, 3});
+  ColumnStats stats;
+  stats.add(train.slice(0, 2));
+  stats.add(train.slice(2, 4));  // streaming over graphs
+  CHECK(stats.rows() == 4);
+
+  const ColumnTransform official(FeatureTransform::kOfficial, stats);
+  CHECK(official.out_features() == 2);  // the constant column is dropped
+  const Tensor y = official.apply(train);
+  CHECK(column(y, 0) == std::vector<float>{0, 1.f / 3, 2.f / 3, 1});
+  CHECK(official.apply(other).f32()[0] == doctest::Approx(2.0));  // train statistics, not other's
+  CHECK(official.apply(other).f32()[1] == doctest::Approx(-2.0 / 999));
+
+  const ColumnTransform log(FeatureTransform::kLog1p, stats);
+  CHECK(log.out_features() == 3);
+  CHECK(log.apply(other).f32()[2] == doctest::Approx(-std::log1p(1.0)));
+  CHECK(log.apply(train).f32()[11] == doctest::Approx(std::log1p(1000.0)));
+
+  const ColumnTransform standard(FeatureTransform::kStandardize, stats);
+  const Tensor z = standard.apply(train);
+  CHECK(column(z, 0) == std::vector<float>{0, 0, 0, 0});  // constant: 0
+  double mean = 0, sq = 0;
+  for (float v : column(z, 1)) mean += v, sq += double(v) * v;
+  CHECK(mean == doctest::Approx(0).epsilon(1e-6));
+  CHECK(sq / 4 == doctest::Approx(1));
+
+  std::vector<std::pair<std::string, Tensor>> saved;
+  official.save("node_transform.", saved);
+  std::map<std::string, Tensor> arrays(saved.begin(), saved.end());
+  const ColumnTransform back = ColumnTransform::load("node_transform.", arrays);
+  CHECK(testing::same_bytes(back.apply(other), official.apply(other)));
+  CHECK_THROWS_WITH_AS(official.apply(Tensor::zeros({2, 4}, DType::F32)), doctest::Contains("fitted on 3 columns"),
+                       Error);
+  CHECK_THROWS_WITH_AS(parse_feature_transform("zscore"), doctest::Contains("unknown feature transform 'zscore'"),
+                       Error);
+  CHECK(ColumnTransform().apply(other).size(1) == 3);  // identity
+}
+
+TEST_CASE("pruning: k hops around the configurable nodes, both directions") {
+  const TpuGraph g = chain();
+  std::vector<int64_t> kept;
+  const TpuGraph p0 = prune_to_configurable(g, 0, &kept);
+  CHECK(kept == std::vector<int64_t>{2});
+  CHECK(p0.num_edges() == 0);
+  CHECK(p0.node_config_ids.i64()[0] == 0);
+
+  const TpuGraph p1 = prune_to_configurable(g, 1, &kept);
+  CHECK(kept == std::vector<int64_t>{1, 2, 3});  // its input 1 and its consumer 3
+  CHECK(p1.edge_index.to_vector<int64_t>() == std::vector<int64_t>{1, 0, 2, 1});
+  CHECK(p1.node_config_ids.i64()[0] == 1);
+  CHECK(p1.node_feat.f32()[2 * kNodeFeatures] == 3);  // features follow their nodes
+  CHECK(p1.node_opcode.to_vector<int32_t>() == std::vector<int32_t>{2, 34, 2});
+  CHECK(p1.node_splits.to_vector<int64_t>() == std::vector<int64_t>{0, 2, 3});
+
+  const TpuGraph p2 = prune_to_configurable(g, 2, &kept);
+  CHECK(kept == std::vector<int64_t>{0, 1, 2, 3, 4});  // 5 is 3 hops away (5 -> 0 -> 1 -> 2)
+  CHECK(prune_to_configurable(g, 3).num_nodes() == 6);
+  CHECK(prune_to_configurable(g, -1).num_nodes() == 6);
+}
+
+TEST_CASE("duplicate configs: one per distinct row, the fastest") {
+  const TpuGraph g = chain();
+  CHECK(distinct_configs(g) == std::vector<int64_t>{1, 2});  // 30 < 50 for {0, 2}; 40 < 45 for {1, 3}
+  const TpuGraph s = select_configs(g, {1, 2});
+  CHECK(s.num_configs() == 2);
+  CHECK(s.config_runtime.to_vector<double>() == std::vector<double>{40, 30});
+  CHECK(s.node_config_feat.f32()[0] == 1);
+}
+
+TEST_CASE("preprocess: pruning, dedup, transform and CSR together, cached per graph") {
+  TpuGraph g = chain();
+  ColumnStats stats;
+  stats.add(g.node_feat);
+  PreprocessOptions o{ColumnTransform(FeatureTransform::kOfficial, stats), 1, true};
+  const PreprocessedGraph p = preprocess(g, o);
+  CHECK(p.original_node == std::vector<int64_t>{1, 2, 3});
+  CHECK(p.original_config == std::vector<int64_t>{1, 2});
+  CHECK(p.features.shape() == Shape{3, 1});  // only feature 0 varies on train
+  CHECK(p.features.f32()[0] == doctest::Approx(0.2));  // node 1 of 0..5
+  CHECK(p.csr.num_edges == 2);
+  CHECK(p.csr.in_degree(1) == 1);  // node 2 (now 1) consumes node 1 (now 0): the message flows 0 -> 1
+  CHECK(p.csr.in_degree(0) == 0);  // node 1 consumed node 0, which was pruned
+
+  testing::TempDir tmp;
+  save_npz(tmp.file("a.npz"), synth::make_graph(true, 200, 10, 1));
+  PreprocessCache cache(PreprocessOptions{{}, 2, true}, uint64_t(1) << 30);
+  auto first = cache.get(tmp.file("a.npz"));
+  CHECK(cache.get(tmp.file("a.npz")) == first);
+  CHECK(cache.builds() == 1);
+  CHECK(first->graph.num_nodes() <= 201);
+}

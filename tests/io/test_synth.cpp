@@ -1,0 +1,174 @@
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "io/npz.h"
+#include "io/synth.h"
+#include "io/tpugraphs.h"
+#include "testing.h"
+
+using namespace gnn;
+using namespace gnn::synth;
+namespace fs = std::filesystem;
+
+namespace {
+
+Node make(int32_t op, std::vector<int64_t> dims, std::vector<int32_t> inputs = {}) {
+  Node n;
+  n.op = op, n.rank = int32_t(dims.size()), n.inputs = std::move(inputs);
+  std::copy(dims.begin(), dims.end(), n.dims);
+  return n;
+}
+
+// x [256, 512] -> dot(x, w [512, 256]) -> add(dot, bias [256, 256]) (root)
+Program dot_program() {
+  Program p;
+  p.nodes = {make(kParameter, {256, 512}), make(kParameter, {512, 256}), make(kDot, {256, 256}, {0, 1}),
+             make(kParameter, {256, 256}), make(kAdd, {256, 256}, {2, 3})};
+  p.nodes.back().root = true;
+  p.splits = {0, 5};
+  return p;
+}
+
+std::vector<float> layout_config(std::vector<float> out, std::vector<float> in, std::vector<float> kernel) {
+  std::vector<float> g(18, -1);
+  std::copy(out.begin(), out.end(), g.begin());
+  std::copy(in.begin(), in.end(), g.begin() + 6);
+  std::copy(kernel.begin(), kernel.end(), g.begin() + 12);
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("synth: the same seed writes the same bytes; another seed does not") {
+  testing::TempDir tmp;
+  for (const char* c : {"tile", "layout"}) {
+    CAPTURE(c);
+    DatasetOptions o;
+    o.collection = c, o.graphs = 2, o.nodes = 50, o.configs = 10, o.seed = 5;
+    const auto a = write_dataset(tmp.file("a"), o), b = write_dataset(tmp.file("b"), o);
+    REQUIRE(a.size() == 6);
+    for (size_t i = 0; i < a.size(); ++i) CHECK(testing::read_bytes(a[i]) == testing::read_bytes(b[i]));
+    o.seed = 6;
+    const auto d = write_dataset(tmp.file("d"), o);
+    CHECK(testing::read_bytes(a[0]) != testing::read_bytes(d[0]));
+    for (const std::string& p : a) CHECK(load_tpugraph(p).num_nodes() >= 4);  // the loader validates
+  }
+}
+
+TEST_CASE("synth: graphs look like HLO programs") {
+  std::mt19937_64 rng(11);
+  const Program p = generate_program(3000, false, rng);
+  const int64_t n = int64_t(p.nodes.size());
+  int64_t configurable = 0, edges = 0, roots = 0;
+  std::map<int32_t, int> ops;
+  for (int64_t u = 0; u < n; ++u) {
+    const Node& nd = p.nodes[size_t(u)];
+    ops[nd.op]++;
+    configurable += is_configurable(nd.op);
+    roots += nd.root;
+    for (int32_t v : nd.inputs) {
+      CHECK(v < u);  // rows [u, v] with u > v, as in the real files
+      ++edges;
+    }
+  }
+  for (int32_t op : {kParameter, kConstant, kAdd, kFusion, kBroadcast, kReduce, kDot, kConvolution, kReshape, kTranspose})
+    CHECK(ops[op] > 0);
+  CHECK(double(configurable) / double(n) > 0.02);
+  CHECK(double(configurable) / double(n) < 0.15);  // real files: 2-7%
+  CHECK(edges > n);
+  CHECK(roots == int64_t(p.splits.size()) - 1);  // one root per computation
+  CHECK(p.splits.front() == 0);
+  CHECK(p.splits.back() == n);
+
+  const Tensor f = node_features(p);
+  for (int64_t v = 0; v < n; ++v) {
+    const Node& nd = p.nodes[size_t(v)];
+    const float* r = f.f32() + v * kNodeFeatures;
+    CHECK(r[0] == float(nd.root));
+    CHECK(r[2 + nd.etype] == 1);
+    CHECK(r[28] == doctest::Approx(double(nd.numel())));  // product of the output dims
+    if (nd.op == kConvolution) {
+      CHECK(r[37] == float(nd.attr[0]));        // window size
+      CHECK(r[44] == float(nd.attr[0] * nd.attr[1]));  // its product
+      CHECK(r[107] == 1);                       // feature group count
+    } else {
+      CHECK(r[44] == 1);  // the product of an empty list is 1
+    }
+    if (nd.rank > 0) CHECK(r[134] == float(nd.rank - 1));  // default layout: last dim minor-most
+  }
+}
+
+TEST_CASE("cost model: a layout that disagrees with its neighbours pays for copies") {
+  const Program p = dot_program();
+  const std::vector<int32_t> cfg_nodes = {2};
+  const Machine m;
+  auto cost = [&](const std::vector<float>& g) { return layout_runtime(p, cfg_nodes, g.data(), m, nullptr); };
+  const double base = cost(std::vector<float>(18, -1));                       // every layout default
+  const double same = cost(layout_config({1, 0}, {1, 0}, {1, 0}));           // spelled out, same as default
+  const double in_t = cost(layout_config({}, {0, 1}, {}));                   // x must be transposed first
+  const double out_t = cost(layout_config({0, 1}, {}, {}));                  // the add's other input must follow
+  CHECK(same == doctest::Approx(base));
+  CHECK(in_t > base * 1.05);
+  CHECK(out_t > base * 1.05);
+  // Aligning the consumer's need with the producer removes the copy: making the bias follow the
+  // dot's transposed output (a program where the bias comes out of a transpose) costs less.
+  Program q = dot_program();
+  q.nodes[3] = make(kParameter, {256, 256});
+  q.nodes.insert(q.nodes.begin() + 4, make(kTranspose, {256, 256}, {3}));
+  q.nodes[4].attr[0] = 1, q.nodes[4].attr[1] = 0;
+  q.nodes[5].inputs = {2, 4};
+  const double aligned = layout_runtime(q, cfg_nodes, layout_config({0, 1}, {}, {}).data(), m, nullptr);
+  const double misaligned = layout_runtime(q, cfg_nodes, std::vector<float>(18, -1).data(), m, nullptr);
+  CHECK(aligned < misaligned);
+  // The measured runtimes carry about 1% log-normal noise.
+  std::mt19937_64 rng(1);
+  double s = 0, s2 = 0;
+  const std::vector<float> def(18, -1);
+  for (int i = 0; i < 2000; ++i) {
+    const double r = std::log(layout_runtime(p, cfg_nodes, def.data(), m, &rng) / base);
+    s += r, s2 += r * r;
+  }
+  CHECK(std::sqrt(s2 / 2000 - (s / 2000) * (s / 2000)) == doctest::Approx(0.01).epsilon(0.1));
+}
+
+TEST_CASE("cost model: tiles that fit the (8, 128) tiling and the shape run faster") {
+  Program p;
+  p.nodes = {make(kParameter, {64, 1024}), make(kTanh, {64, 1024}, {0})};
+  p.nodes.back().root = true;
+  p.splits = {0, 2};
+  const Machine m;
+  auto tile = [&](int64_t a, int64_t b) {
+    std::vector<float> cfg(24, 0);
+    cfg[8] = float(a), cfg[9] = float(b);
+    return tile_runtime(p, cfg.data(), m, nullptr);
+  };
+  CHECK(tile(8, 128) < tile(8, 100));   // 100 wastes the padded lanes and needs more iterations
+  CHECK(tile(64, 512) < tile(1, 1));    // per-iteration overhead dominates tiny tiles
+  CHECK(tile(8, 1024) < tile(8, 129));  // 129 pads to 256 and covers 1024 in 8 steps, not 8 of 128-lane use
+}
+
+TEST_CASE("synth: numpy reads the generated files") {
+  const std::string py = testing::python_with_numpy();
+  if (py.empty()) return testing::skip("numpy not installed");
+  testing::TempDir tmp;
+  DatasetOptions o;
+  o.collection = "layout", o.graphs = 1, o.nodes = 80, o.configs = 5, o.splits = {"train"};
+  const std::string layout = write_dataset(tmp.file("d"), o)[0];
+  o.collection = "tile";
+  const std::string tile = write_dataset(tmp.file("d"), o)[0];
+  std::ofstream(tmp.file("check.py")) << R"(import sys, numpy as np
+l = np.load(sys.argv[1]); t = np.load(sys.argv[2])
+n = l['node_feat'].shape[0]
+assert l['node_feat'].dtype == np.float32 and l['node_feat'].shape[1] == 140
+assert l['node_opcode'].dtype == np.uint8 and l['node_opcode'].shape == (n,)
+assert l['edge_index'].dtype == np.int64 and (l['edge_index'][:, 0] > l['edge_index'][:, 1]).all()
+assert l['node_config_feat'].shape == (5, l['node_config_ids'].shape[0], 18)
+assert set(np.unique(l['node_config_feat'])) <= set(range(-1, 6))
+assert l['config_runtime'].dtype == np.int64 and (l['config_runtime'] > 0).all()
+assert l['node_splits'].shape[0] == 1 and l['node_splits'][0, -1] == n
+assert t['config_feat'].shape == (5, 24) and (t['config_runtime_normalizers'] == t['config_runtime'][0]).all()
+print('numpy ok')
+)";
+  CHECK(std::system((py + " " + tmp.file("check.py") + " " + layout + " " + tile).c_str()) == 0);
+}
