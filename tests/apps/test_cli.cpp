@@ -20,7 +20,7 @@ size_t lines(const std::string& s) { return size_t(std::count(s.begin(), s.end()
 TEST_CASE("cli: help, version, and usage errors exit 2 with one line") {
   auto r = run_gnn("--help");
   CHECK(r.exit_code == 0);
-  for (const char* cmd : {"demo", "inspect", "bench", "info"}) CHECK(r.out.find(std::string("  ") + cmd) != std::string::npos);
+  for (const char* cmd : {"demo", "synth", "inspect", "bench", "info"}) CHECK(r.out.find(std::string("  ") + cmd) != std::string::npos);
   r = run_gnn("--version");
   CHECK(r.exit_code == 0);
   CHECK(r.out.rfind("gnn ", 0) == 0);
@@ -105,4 +105,28 @@ TEST_CASE("cli: bench npz prints the JSON keys other tools read") {
   CHECK(j["median_ms"].as_number() > 0);
   CHECK(j["gbps"].as_number() > 0);
   CHECK(j.contains("gflops"));
+}
+
+TEST_CASE("cli: synth writes a dataset that inspect validates; demo runs end to end") {
+  testing::TempDir tmp;
+  auto r = run_gnn("synth --collection layout --out " + tmp.file("d") + " --graphs 2 --nodes 60 --configs 5");
+  REQUIRE(r.exit_code == 0);
+  r = run_gnn("synth --collection tile --out " + tmp.file("d") + " --graphs 1 --split train,valid");
+  REQUIRE(r.exit_code == 0);
+  r = run_gnn("inspect --json " + tmp.file("d"));
+  REQUIRE(r.exit_code == 0);
+  const Json j = Json::parse(last_line(r.out));
+  CHECK(j["groups"].size() == 5);  // layout train/valid/test, tile train/valid
+  CHECK(j["skipped_files"].as_int() == 0);
+  for (const char* bad : {"synth --out x", "synth --collection graph --out x", "synth --collection tile --out x --split dev",
+                          "synth --collection tile --out x --graphs 0"}) {
+    CAPTURE(bad);
+    r = run_gnn(bad);
+    CHECK(r.exit_code == 2);
+    CHECK(lines(r.err) == 1);
+  }
+  r = run_gnn("demo --graphs 1");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("not built yet") != std::string::npos);
+  CHECK(r.out.find("layout  synth") != std::string::npos);
 }
