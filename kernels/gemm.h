@@ -1,0 +1,42 @@
+// Dense GEMM, row-major: C = alpha * op(A) * op(B) + beta * C
+//   op(A): [M, K], stored as A [M, K] (lda >= K) or, with trans_a, as A [K, M] (lda >= M)
+//   op(B): [K, N], stored as B [K, N] (ldb >= N) or, with trans_b, as B [N, K] (ldb >= K)
+//   C [M, N] (ldc >= N). With beta == 0, C is written without being read (it may hold NaN).
+// Every C element is summed over k in the same order whatever the thread count: results are
+// bitwise identical for any number of threads.
+#pragma once
+#include "kernels/common.h"
+
+namespace gnn {
+
+template <class T>
+void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+              const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      T acc = 0;
+      for (int64_t p = 0; p < K; ++p)
+        acc += (trans_a ? A[p * lda + i] : A[i * lda + p]) * (trans_b ? B[j * ldb + p] : B[p * ldb + j]);
+      C[i * ldc + j] = beta == T(0) ? alpha * acc : alpha * acc + beta * C[i * ldc + j];
+    }
+  }
+}
+
+// The fast CPU version: packing, a register-blocked micro-kernel (AVX-512, AVX2+FMA, or portable
+// vectors, chosen from the CPU's flags; GNN_GEMM_ISA=avx512|avx2|generic overrides), OpenMP over
+// row blocks.
+void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+enum class GemmIsa { kGeneric, kAvx2, kAvx512 };
+GemmIsa gemm_isa();                     // what gemm_cpu uses here
+bool gemm_isa_supported(GemmIsa isa);   // whether this CPU can run it
+const char* gemm_isa_name(GemmIsa isa);
+// One ISA explicitly (tests, benchmarks); the ISA must be supported.
+void gemm_cpu_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+void gemm_cuda(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Stream stream);
+
+}  // namespace gnn

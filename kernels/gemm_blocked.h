@@ -1,0 +1,139 @@
+// The blocked SGEMM driver shared by every ISA (kernels/gemm_{generic,avx2,avx512}.cpp instantiate it
+// with their vector traits). BLIS-style loops:
+//   for each KC block of k:            pack B[kc, N] into NR-wide column panels (all threads share it)
+//     parallel for each MC block of M: pack A[mc, kc] into MR-row panels (per thread)
+//       for each NR panel, MR panel:   micro-kernel: an MR x NR tile of C in registers over kc
+// The TpuGraphs shapes are tall and skinny ((N*C) x F times F x F, F = 64..256): with KC = 256 the
+// whole of B is packed once and stays in L2 while A streams through.
+// V provides: using T (a register of W floats), W, zero(), load(p), bcast(p), fma(a, b, c), store(p, v),
+// mul(a, b).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace gnn::gemm_detail {
+
+constexpr int64_t kKC = 256, kMC = 96;
+
+template <class V, int MR, int NV>
+struct Blocked {
+  static constexpr int W = V::W, NR = NV * W;
+
+  // MR x NR tile: c = alpha * (a_panel . b_panel) + beta * c, over kc.
+  static inline void micro(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
+                           float alpha, float beta) {
+    typename V::T acc[MR][NV];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NV; ++j) acc[i][j] = V::zero();
+    for (int64_t p = 0; p < kc; ++p) {
+      typename V::T bv[NV];
+      for (int j = 0; j < NV; ++j) bv[j] = V::load(b + p * NR + j * W);
+      for (int i = 0; i < MR; ++i) {
+        const typename V::T av = V::bcast(a + p * MR + i);
+        for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(av, bv[j], acc[i][j]);
+      }
+    }
+    const typename V::T va = V::set1(alpha);
+    if (beta == 0.0f) {
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NV; ++j) V::store(c + i * ldc + j * W, V::mul(va, acc[i][j]));
+    } else {
+      const typename V::T vb = V::set1(beta);
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NV; ++j)
+          V::store(c + i * ldc + j * W, V::fma(vb, V::load(c + i * ldc + j * W), V::mul(va, acc[i][j])));
+    }
+  }
+
+  // A partial tile (rows < MR or cols < NR): computed into a scratch tile, then the valid part.
+  static void micro_edge(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t rows,
+                         int64_t cols, float alpha, float beta) {
+    alignas(64) float tile[MR * NR];
+    micro(kc, a, b, tile, NR, 1.0f, 0.0f);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        c[i * ldc + j] = beta == 0.0f ? alpha * tile[i * NR + j] : alpha * tile[i * NR + j] + beta * c[i * ldc + j];
+  }
+
+  // op(B)[k0:k0+kc, :] into panels of NR columns, zero-padded: bp[panel][p][j].
+  static void pack_b(bool tb, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t N, float* bp) {
+    const int64_t panels = (N + NR - 1) / NR;
+#pragma omp parallel for schedule(static) if (panels * kc > 4096)
+    for (int64_t q = 0; q < panels; ++q) {
+      float* dst = bp + q * kc * NR;
+      const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
+      for (int64_t p = 0; p < kc; ++p) {
+        for (int64_t j = 0; j < cols; ++j) dst[p * NR + j] = tb ? B[(j0 + j) * ldb + k0 + p] : B[(k0 + p) * ldb + j0 + j];
+        for (int64_t j = cols; j < NR; ++j) dst[p * NR + j] = 0.0f;
+      }
+    }
+  }
+
+  // op(A)[i0:i0+mc, k0:k0+kc] into panels of MR rows, zero-padded: ap[panel][p][i].
+  static void pack_a(bool ta, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* ap) {
+    for (int64_t r = 0; r < mc; r += MR) {
+      float* dst = ap + r * kc;
+      const int64_t rows = std::min<int64_t>(MR, mc - r);
+      if (ta) {
+        for (int64_t p = 0; p < kc; ++p) {
+          const float* src = A + (k0 + p) * lda + i0 + r;
+          for (int64_t i = 0; i < rows; ++i) dst[p * MR + i] = src[i];
+          for (int64_t i = rows; i < MR; ++i) dst[p * MR + i] = 0.0f;
+        }
+      } else {
+        for (int64_t i = 0; i < MR; ++i) {
+          if (i < rows) {
+            const float* src = A + (i0 + r + i) * lda + k0;
+            for (int64_t p = 0; p < kc; ++p) dst[p * MR + i] = src[p];
+          } else {
+            for (int64_t p = 0; p < kc; ++p) dst[p * MR + i] = 0.0f;
+          }
+        }
+      }
+    }
+  }
+
+  static void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    if (K == 0 || alpha == 0.0f) {  // C = beta * C (beta 0 writes zeros, never reading C)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+      return;
+    }
+    const int64_t panels = (N + NR - 1) / NR;
+    const int64_t mc_max = (kMC + MR - 1) / MR * MR;
+    std::vector<float> bp(size_t(panels * std::min(K, kKC) * NR));
+    const int64_t blocks = (M + mc_max - 1) / mc_max;
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t kc = std::min(kKC, K - k0);
+      const float beta_k = k0 == 0 ? beta : 1.0f;  // later k blocks accumulate
+      pack_b(tb, B, ldb, k0, kc, N, bp.data());
+#pragma omp parallel
+      {
+        std::vector<float> ap(size_t(mc_max * kc));
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          const int64_t i0 = blk * mc_max, mc = std::min(mc_max, M - i0);
+          pack_a(ta, A, lda, i0, mc, k0, kc, ap.data());
+          for (int64_t q = 0; q < panels; ++q) {
+            const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
+            const float* b = bp.data() + q * kc * NR;
+            for (int64_t r = 0; r < mc; r += MR) {
+              const int64_t rows = std::min<int64_t>(MR, mc - r);
+              float* c = C + (i0 + r) * ldc + j0;
+              if (rows == MR && cols == NR)
+                micro(kc, ap.data() + r * kc, b, c, ldc, alpha, beta_k);
+              else
+                micro_edge(kc, ap.data() + r * kc, b, c, ldc, rows, cols, alpha, beta_k);
+            }
+          }
+        }
+      }
+    }
+  }
+};
+
+}  // namespace gnn::gemm_detail

@@ -1,0 +1,92 @@
+// SGEMM dispatch: the widest micro-kernel this CPU runs (or the one GNN_GEMM_ISA names), and a
+// portable one on GCC vector extensions for CPUs with neither AVX2 nor AVX-512.
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/gemm.h"
+#include "kernels/gemm_blocked.h"
+#include "runtime/error.h"
+
+namespace gnn {
+
+void gemm_avx2(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+               float*, int64_t);
+void gemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                 float*, int64_t);
+
+namespace {
+
+struct Generic {  // 4 floats: SSE on x86-64, NEON elsewhere, through the compiler's vector extension
+  typedef float T __attribute__((vector_size(16)));
+  static constexpr int W = 4;
+  static T zero() { return T{0, 0, 0, 0}; }
+  static T set1(float x) { return T{x, x, x, x}; }
+  static T load(const float* p) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static T bcast(const float* p) { return set1(*p); }
+  static T fma(T a, T b, T c) { return a * b + c; }
+  static T mul(T a, T b) { return a * b; }
+  static void store(float* p, T v) { std::memcpy(p, &v, sizeof v); }
+};
+
+GemmIsa detect() {
+  if (const char* forced = std::getenv("GNN_GEMM_ISA")) {
+    for (GemmIsa isa : {GemmIsa::kGeneric, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+      if (std::strcmp(forced, gemm_isa_name(isa)) == 0) {
+        GNN_CHECK(gemm_isa_supported(isa), "GNN_GEMM_ISA=", forced, ": this CPU cannot run it");
+        return isa;
+      }
+    }
+    GNN_FAIL("GNN_GEMM_ISA=", forced, ": unknown (avx512, avx2, generic)");
+  }
+  if (gemm_isa_supported(GemmIsa::kAvx512)) return GemmIsa::kAvx512;
+  if (gemm_isa_supported(GemmIsa::kAvx2)) return GemmIsa::kAvx2;
+  return GemmIsa::kGeneric;
+}
+
+}  // namespace
+
+const char* gemm_isa_name(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::kAvx512: return "avx512";
+    case GemmIsa::kAvx2: return "avx2";
+    default: return "generic";
+  }
+}
+
+bool gemm_isa_supported(GemmIsa isa) {
+#if defined(__x86_64__)
+  if (isa == GemmIsa::kAvx512) return __builtin_cpu_supports("avx512f");
+  if (isa == GemmIsa::kAvx2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  if (isa != GemmIsa::kGeneric) return false;
+#endif
+  return true;
+}
+
+GemmIsa gemm_isa() {
+  static const GemmIsa isa = detect();
+  return isa;
+}
+
+void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  GNN_CHECK(gemm_isa_supported(isa), "gemm: this CPU cannot run the ", gemm_isa_name(isa), " kernel");
+  switch (isa) {
+#if defined(__x86_64__)
+    case GemmIsa::kAvx512: return gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    case GemmIsa::kAvx2: return gemm_avx2(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+    default: return gemm_detail::Blocked<Generic, 4, 4>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+void gemm_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace gnn

@@ -1,0 +1,107 @@
+#include <cmath>
+#include <random>
+
+#include "kernels/gemm.h"
+#include "runtime/parallel.h"
+#include "testing.h"
+
+using namespace gnn;
+
+namespace {
+
+std::vector<float> random_vec(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1, 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Runs one ISA on op(A) op(B) and compares with the double reference; C starts as NaN when beta is 0.
+void check_case(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
+                int64_t pad = 0) {
+  CAPTURE(gemm_isa_name(isa));
+  CAPTURE(ta);
+  CAPTURE(tb);
+  CAPTURE(M);
+  CAPTURE(N);
+  CAPTURE(K);
+  CAPTURE(beta);
+  const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+  const auto A = random_vec(size_t((ta ? K : M) * lda), 1), B = random_vec(size_t((tb ? N : K) * ldb), 2);
+  std::vector<float> C = beta == 0 ? std::vector<float>(size_t(M * ldc), NAN) : random_vec(size_t(M * ldc), 3);
+  std::vector<double> Ad(A.begin(), A.end()), Bd(B.begin(), B.end()), Cd(C.begin(), C.end());
+  gemm_ref<double>(ta, tb, M, N, K, alpha, Ad.data(), lda, Bd.data(), ldb, beta, Cd.data(), ldc);
+  gemm_cpu_isa(isa, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  double worst = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const double want = Cd[size_t(i * ldc + j)], got = C[size_t(i * ldc + j)];
+      // float accumulation over K terms of magnitude <= 1: error grows like sqrt(K) * eps
+      const double tol = 1e-5 + 2e-6 * double(K) * std::fabs(alpha);
+      worst = std::max(worst, std::fabs(got - want) - tol);
+      if (!(std::fabs(got - want) <= tol)) {
+        CHECK_MESSAGE(false, "first bad element (" << i << ", " << j << "): got " << got << ", want " << want);
+        return;
+      }
+    }
+  CHECK(worst <= 0);
+}
+
+std::vector<GemmIsa> runnable() {
+  std::vector<GemmIsa> out;
+  for (GemmIsa isa : {GemmIsa::kGeneric, GemmIsa::kAvx2, GemmIsa::kAvx512})
+    if (gemm_isa_supported(isa)) out.push_back(isa);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gemm: hand-worked 2x2") {
+  const float A[] = {1, 2, 3, 4}, B[] = {5, 6, 7, 8};
+  float C[] = {NAN, NAN, NAN, NAN};
+  gemm_cpu(false, false, 2, 2, 2, 1.0f, A, 2, B, 2, 0.0f, C, 2);
+  CHECK(std::vector<float>(C, C + 4) == std::vector<float>{19, 22, 43, 50});
+  gemm_cpu(true, false, 2, 2, 2, 2.0f, A, 2, B, 2, 1.0f, C, 2);  // C += 2 A^T B
+  CHECK(std::vector<float>(C, C + 4) == std::vector<float>{19 + 2 * 26, 22 + 2 * 30, 43 + 2 * 38, 50 + 2 * 44});
+}
+
+TEST_CASE("gemm: every ISA this CPU runs matches the double reference") {
+  const auto isas = runnable();
+  for (GemmIsa isa : {GemmIsa::kAvx2, GemmIsa::kAvx512})
+    if (!gemm_isa_supported(isa)) testing::skip(std::string("this CPU has no ") + gemm_isa_name(isa) + " (kernel not run here)");
+  for (GemmIsa isa : isas) {
+    // Edges around the micro-tiles (4x16, 6x16, 12x32) and the K block (256), transposes, alpha, beta.
+    for (auto [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {1, 1, 1}, {5, 7, 3}, {6, 16, 8}, {13, 33, 17}, {97, 64, 128}, {12, 32, 257}, {200, 129, 300}, {64, 257, 33}}) {
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) check_case(isa, ta, tb, M, N, K, 1.0f, 0.0f);
+      check_case(isa, false, false, M, N, K, -0.5f, 0.75f);
+      check_case(isa, true, true, M, N, K, 2.0f, 1.0f, /*pad=*/3);
+    }
+    check_case(isa, false, false, 3000, 128, 128, 1.0f, 0.0f);  // many row blocks across threads
+  }
+}
+
+TEST_CASE("gemm: empty dimensions") {
+  float C[4] = {NAN, NAN, NAN, NAN};
+  gemm_cpu(false, false, 2, 2, 0, 1.0f, nullptr, 0, nullptr, 2, 0.0f, C, 2);  // K = 0, beta = 0: zeros
+  CHECK(std::vector<float>(C, C + 4) == std::vector<float>(4, 0.0f));
+  C[0] = 3;
+  gemm_cpu(false, false, 2, 2, 0, 1.0f, nullptr, 0, nullptr, 2, 2.0f, C, 2);  // K = 0: C = beta C
+  CHECK(C[0] == 6);
+  gemm_cpu(false, false, 0, 5, 5, 1.0f, nullptr, 5, nullptr, 5, 0.0f, nullptr, 5);  // nothing to do
+}
+
+TEST_CASE("gemm: bitwise identical for any thread count") {
+  const int64_t M = 1000, N = 96, K = 300;
+  const auto A = random_vec(size_t(M * K), 4), B = random_vec(size_t(K * N), 5);
+  std::vector<float> C1(size_t(M * N)), C2(size_t(M * N));
+  const int saved = num_threads();
+  set_num_threads(1);
+  gemm_cpu(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C1.data(), N);
+  set_num_threads(std::max(2, saved));
+  gemm_cpu(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C2.data(), N);
+  set_num_threads(saved);
+  CHECK(C1 == C2);
+}
