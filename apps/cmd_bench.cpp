@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "apps/bench_kernels.h"
 #include "apps/commands.h"
 #include "io/json.h"
 #include "io/npz.h"
@@ -57,23 +58,66 @@ int bench_npz(const Args& a, const std::string& path) {
   return 0;
 }
 
+int bench_kernel(const Args& a, const std::string& name) {
+  KernelShape s;
+  s.nodes = a.integer("nodes", 1, int64_t(1) << 31);
+  s.edges = a.integer("edges", 0, int64_t(1) << 31);
+  s.features = a.integer("features", 1, 1 << 20);
+  s.configs = a.integer("configs", 1, 1 << 16);
+  s.backward = a.on("backward");
+  if (a.has("save-graph")) s.save_graph = a.str("save-graph");
+  const int repeat = int(a.integer("repeat", 20, 100000));
+  const std::string device = a.str("device");
+  if (device != "cpu")
+    throw UsageError("gnn bench kernel: --device " + device + " is not available yet (the CUDA kernels come with the CUDA backend)");
+  const KernelCase k = make_kernel_case(name, s);
+  const auto ms = time_runs(3, repeat, k.step);
+  const double med = median(ms);
+  const double gbps = k.bytes / (med * 1e-3) / 1e9, gflops = k.flops / (med * 1e-3) / 1e9;
+  if (a.on("json")) {
+    Json j = Json::object();
+    j.set("name", name), j.set("median_ms", med), j.set("gbps", gbps), j.set("gflops", gflops);
+    j.set("nodes", s.nodes), j.set("edges", s.edges), j.set("features", s.features), j.set("configs", s.configs);
+    j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s%s N=%lld E=%lld F=%lld C=%lld: median %.3f ms over %d runs (min %.3f), %.2f GB/s, %.2f GFLOP/s, "
+                "%d threads\n",
+                name.c_str(), s.backward ? " (forward + backward)" : "", (long long)s.nodes, (long long)s.edges,
+                (long long)s.features, (long long)s.configs, med, repeat, *std::min_element(ms.begin(), ms.end()), gbps,
+                gflops, num_threads());
+  }
+  return 0;
+}
+
 }  // namespace
 
 Command bench_command() {
   Command c;
   c.name = "bench";
-  c.summary = "time one engine path: `npz FILE` (loading every array of an archive)";
-  c.positionals = {{"WHAT", "npz"}, {"TARGET", "for npz: the archive to load"}};
-  c.flags = {{"keys", "K1,K2", "load only these arrays"},
-             {"repeat", "N", "timed runs after one warm-up", "20"},
+  c.summary = "time a kernel (`kernel NAME`) or npz loading (`npz FILE`): median of repeated runs";
+  c.positionals = {{"WHAT", "kernel or npz"}, {"TARGET", "the kernel's name, or the archive to load"}};
+  c.flags = {{"nodes", "N", "kernel: graph nodes", "10000"},
+             {"edges", "E", "kernel: graph edges (TpuGraphs-like: mean in-degree 2, skewed, hubs)", "20000"},
+             {"features", "F", "kernel: feature width", "128"},
+             {"configs", "C", "kernel: configs batched node-major as N x (C*F)", "1"},
+             {"backward", "", "kernel: time forward + backward"},
+             {"device", "cpu|cuda", "kernel: where to run", "cpu"},
+             {"save-graph", "FILE", "kernel: also write the graph (edge_index) as npz, for peer scripts"},
+             {"keys", "K1,K2", "npz: load only these arrays"},
+             {"repeat", "N", "timed runs after the warm-up (at least 20 for kernels)", "20"},
              {"threads", "T", "CPU threads (default: all)"},
              {"json", "", "one JSON object: name, median_ms, gbps, gflops"}};
-  c.details = "bench/peers/npz_load.py times numpy's np.load on the same file for comparison.";
+  c.details =
+      "Kernels: gemm, spmm-sum, spmm-mean, spmm-max. GB/s counts the bytes a pass must move (formulas in\n"
+      "apps/bench_kernels.cpp); compare with build/bin/gnn_bench's BM_floor_* copy bandwidth.\n"
+      "bench/peers/ times numpy, PyTorch and PyTorch Geometric on the same work.";
   c.run = [](const Args& a) {
     if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
     const std::string what = a.positional(0);
     if (what == "npz") return bench_npz(a, a.positional(1));
-    throw UsageError("gnn bench: unknown benchmark '" + what + "' (available: npz)");
+    if (what == "kernel") return bench_kernel(a, a.positional(1));
+    throw UsageError("gnn bench: unknown benchmark '" + what + "' (available: kernel, npz)");
   };
   return c;
 }

@@ -1,0 +1,27 @@
+// The kernels and layers `gnn bench kernel NAME` can time: each sets up its inputs on a random graph
+// with TpuGraphs-like degrees and returns one timed step plus the bytes it must move and the flops it
+// must do (the formulas are in bench_kernels.cpp beside each case).
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace gnn::cli {
+
+struct KernelShape {
+  int64_t nodes = 10000, edges = 20000, features = 128, configs = 1;
+  bool backward = false;
+  uint64_t seed = 1;
+  std::string save_graph;  // write the graph's edge_index ([E, 2] rows [dst, src]) here, for peers
+};
+
+struct KernelCase {
+  std::function<void()> step;  // one forward (and backward with --backward) pass
+  double bytes = 0;            // the least a pass must move through memory
+  double flops = 0;
+};
+
+std::vector<std::string> bench_kernel_names();
+KernelCase make_kernel_case(const std::string& name, const KernelShape& shape);  // throws on an unknown name
+
+}  // namespace gnn::cli

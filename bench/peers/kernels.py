@@ -1,0 +1,110 @@
+"""gnn's CPU kernels against PyTorch (and PyTorch Geometric) on the same graph, same machine, same run.
+
+    python3 bench/peers/kernels.py [--gnn build/bin/gnn] [--repeat 20]
+
+For each shape, `gnn bench kernel ... --save-graph` times gnn and writes the graph it used; this script
+loads that graph and times the peers on it: medians over repeated runs after warm-up, torch using the
+same number of threads as gnn (all cores). Python and PyTorch serve the comparison only.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+
+def median_ms(fn, repeat):
+    for _ in range(3):
+        fn()
+    runs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        runs.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(runs)
+
+
+def gnn(args, *cli):
+    out = subprocess.run([args.gnn, "bench", "kernel", *cli, "--json", "--repeat", str(args.repeat)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def load_graph(path):
+    z = np.load(path)
+    ei = torch.from_numpy(z["edge_index"])
+    return int(z["num_nodes"][0]), ei[:, 0].contiguous(), ei[:, 1].contiguous()
+
+
+def _csr(n, dst, src, values):
+    order = torch.argsort(dst * n + src)
+    crow = torch.zeros(n + 1, dtype=torch.int64)
+    crow[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
+    return crow, src[order], values[order]
+
+
+def spmm_mean(args, n, e, f, c):
+    with tempfile.NamedTemporaryFile(suffix=".npz") as tmp:
+        ours = gnn(args, "spmm-mean", "--nodes", str(n), "--edges", str(e), "--features", str(f), "--configs", str(c),
+                   "--save-graph", tmp.name)
+        n, dst, src = load_graph(tmp.name)
+    width = f * c
+    x = torch.randn(n, width)
+    deg = torch.bincount(dst, minlength=n).clamp(min=1).float()
+    # Two ways to build the matrix give different torch kernels (8x apart here): time both, keep the faster.
+    a_coo = torch.sparse_coo_tensor(torch.stack([dst, src]), 1.0 / deg[dst], (n, n)).coalesce()
+    a_csr = a_coo.to_sparse_csr()
+    a_csr32 = torch.sparse_csr_tensor(*_csr(n, dst, src, 1.0 / deg[dst]), size=(n, n))
+    sparse = {"torch.sparse.mm (coalesced COO -> CSR)": lambda: torch.sparse.mm(a_csr, x),
+              "torch.sparse.mm (CSR built directly)": lambda: torch.sparse.mm(a_csr32, x),
+              "torch.sparse.mm (COO)": lambda: torch.sparse.mm(a_coo, x)}
+    peers = dict(sparse)
+    out = torch.empty(n, width)
+    peers["index_add_ mean"] = lambda: out.zero_().index_add_(0, dst, x[src]).div_(deg[:, None])
+    try:
+        from torch_geometric.utils import scatter
+        peers["PyG scatter(reduce='mean')"] = lambda: scatter(x[src], dst, 0, dim_size=n, reduce="mean")
+    except ImportError:
+        pass
+    times = {k: median_ms(v, args.repeat) for k, v in peers.items()}
+    best_name = min(times, key=times.get)
+    sp_name = min(sparse, key=times.get)
+    best, sp = times[best_name], times[sp_name]
+    print(f"spmm-mean N={n} E={e} F={f} C={c}: gnn {ours['median_ms']:.3f} ms ({ours['gbps']:.1f} GB/s) | "
+          f"{sp_name} {sp:.3f} ms -> {sp / ours['median_ms']:.2f}x | fastest peer {best_name} {best:.3f} ms -> "
+          f"{best / ours['median_ms']:.2f}x")
+
+
+def gemm(args, m, f):
+    """The best BLAS reachable here: torch.mm and numpy's matmul (OpenBLAS), whichever is faster."""
+    ours = gnn(args, "gemm", "--nodes", str(m), "--edges", "0", "--features", str(f))
+    a, b = torch.randn(m, f), torch.randn(f, f)
+    an, bn, cn = a.numpy(), b.numpy(), np.empty((m, f), np.float32)
+    t = {"torch.mm": median_ms(lambda: torch.mm(a, b), args.repeat),
+         "numpy (OpenBLAS)": median_ms(lambda: np.matmul(an, bn, out=cn), args.repeat)}
+    best = min(t, key=t.get)
+    flops = 2 * m * f * f
+    print(f"gemm {m}x{f}x{f}: gnn {ours['median_ms']:.3f} ms ({ours['gflops']:.1f} GFLOP/s) | " +
+          " | ".join(f"{k} {v:.3f} ms ({flops / v / 1e6:.1f} GFLOP/s)" for k, v in t.items()) +
+          f" -> gnn reaches {100 * t[best] / ours['median_ms']:.0f}% of {best}'s speed")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gnn", default="build/bin/gnn")
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for f in (64, 128, 256):
+        gemm(args, 160_000, f)
+    for n, e in ((10_000, 20_000), (100_000, 200_000)):
+        for f, c in ((128, 1), (256, 1), (128, 16)):
+            spmm_mean(args, n, e, f, c)
+
+
+if __name__ == "__main__":
+    main()
