@@ -28,13 +28,18 @@ void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alp
 void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// The same on the calling thread only, for fused kernels that already run one block per thread.
+void gemm_cpu_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
 enum class GemmIsa { kGeneric, kAvx2, kAvx512 };
 GemmIsa gemm_isa();                     // what gemm_cpu uses here
 bool gemm_isa_supported(GemmIsa isa);   // whether this CPU can run it
 const char* gemm_isa_name(GemmIsa isa);
 // One ISA explicitly (tests, benchmarks); the ISA must be supported.
 void gemm_cpu_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                  bool parallel = true);
 
 void gemm_cuda(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Stream stream);

@@ -10,9 +10,9 @@
 namespace gnn {
 
 void gemm_avx2(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-               float*, int64_t);
+               float*, int64_t, bool);
 void gemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                 float*, int64_t);
+                 float*, int64_t, bool);
 
 namespace {
 
@@ -73,14 +73,15 @@ GemmIsa gemm_isa() {
 }
 
 void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel) {
   GNN_CHECK(gemm_isa_supported(isa), "gemm: this CPU cannot run the ", gemm_isa_name(isa), " kernel");
   switch (isa) {
 #if defined(__x86_64__)
-    case GemmIsa::kAvx512: return gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    case GemmIsa::kAvx2: return gemm_avx2(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    case GemmIsa::kAvx512: return gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
+    case GemmIsa::kAvx2: return gemm_avx2(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
 #endif
-    default: return gemm_detail::Blocked<Generic, 4, 4>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    default:
+      return gemm_detail::Blocked<Generic, 4, 4>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
   }
 }
 
@@ -89,4 +90,11 @@ void gemm_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, co
   gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+}  // namespace gnn
+
+namespace gnn {
+void gemm_cpu_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                     const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, /*parallel=*/false);
+}
 }  // namespace gnn

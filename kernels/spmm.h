@@ -92,8 +92,9 @@ void spmm_backward_w_ref(T* dw, const T* dy, const T* x, const int32_t* argmax, 
 
 void spmm_forward_cpu(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
                       int64_t ldx, int64_t ldy, Reduce op);
+// accumulate: dx += the gradient instead of dx = (fused layers add it to their own part)
 void spmm_backward_x_cpu(float* dx, const float* dy, const int32_t* argmax, const float* w, const CsrView& g,
-                         int64_t F, int64_t ldx, int64_t ldy, Reduce op);
+                         int64_t F, int64_t ldx, int64_t ldy, Reduce op, bool accumulate = false);
 void spmm_backward_w_cpu(float* dw, const float* dy, const float* x, const int32_t* argmax, const CsrView& g,
                          int64_t F, int64_t ldx, int64_t ldy, Reduce op);
 

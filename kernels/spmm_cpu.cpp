@@ -77,12 +77,14 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
 }
 
 GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __restrict dy, const int32_t* __restrict argmax,
-                         const float* __restrict w, const CsrView& g, int64_t F, int64_t ldx, int64_t ldy, Reduce op) {
+                         const float* __restrict w, const CsrView& g, int64_t F, int64_t ldx, int64_t ldy, Reduce op,
+                         bool accumulate) {
   const int64_t U = g.num_cols;
 #pragma omp parallel for schedule(dynamic, kRowsPerTask)
   for (int64_t u = 0; u < U; ++u) {
     float* __restrict dr = dx + u * ldx;
-    for (int64_t f = 0; f < F; ++f) dr[f] = 0.0f;
+    if (!accumulate)
+      for (int64_t f = 0; f < F; ++f) dr[f] = 0.0f;
     for (int32_t q = g.csc_indptr[u]; q < g.csc_indptr[u + 1]; ++q) {
       const int32_t p = g.csc_to_csr[q], v = g.csc_indices[q];
       const float* __restrict gr = dy + int64_t(v) * ldy;

@@ -80,6 +80,8 @@ TEST_CASE("gemm: every ISA this CPU runs matches the double reference") {
       check_case(isa, true, true, M, N, K, 2.0f, 1.0f, /*pad=*/3);
     }
     check_case(isa, false, false, 3000, 128, 128, 1.0f, 0.0f);  // many row blocks across threads
+    check_case(isa, true, false, 70, 33, 9000, 1.0f, 0.0f);      // a long K: split into chunks
+    check_case(isa, true, true, 256, 20, 5000, 0.5f, 2.0f, 2);
   }
 }
 

@@ -1,0 +1,81 @@
+// Elementwise activations, forward and backward, on n values:
+//   y = act(x);  dx = dy * act'(x)   (the backward takes the input x, so every activation works)
+//   relu max(x, 0) | leaky_relu x > 0 ? x : slope x | elu x > 0 ? x : exp(x) - 1 |
+//   gelu 0.5 x (1 + erf(x / sqrt 2)) (exact, as torch's default) | sigmoid 1 / (1 + exp(-x)) | tanh
+// act_value and act_derivative are the scalar definitions every kernel (and the fused layers'
+// epilogues) uses, so there is one formula per activation.
+#pragma once
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/common.h"
+
+namespace gnn {
+
+enum class Act { kNone, kRelu, kLeakyRelu, kElu, kGelu, kSigmoid, kTanh };
+const char* act_name(Act a);
+Act parse_act(const char* name);  // throws gnn::Error on an unknown name
+
+template <class T>
+inline T act_value(Act a, T x, T slope) {
+  switch (a) {
+    case Act::kRelu: return x > T(0) ? x : T(0);
+    case Act::kLeakyRelu: return x > T(0) ? x : slope * x;
+    case Act::kElu: return x > T(0) ? x : std::expm1(x);
+    case Act::kGelu: return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    case Act::kSigmoid: return T(1) / (T(1) + std::exp(-x));
+    case Act::kTanh: return std::tanh(x);
+    default: return x;
+  }
+}
+
+template <class T>
+inline T act_derivative(Act a, T x, T slope) {
+  switch (a) {
+    case Act::kRelu: return x > T(0) ? T(1) : T(0);
+    case Act::kLeakyRelu: return x > T(0) ? T(1) : slope;
+    case Act::kElu: return x > T(0) ? T(1) : std::exp(x);
+    case Act::kGelu: {
+      const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+      return cdf + x * T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);
+    }
+    case Act::kSigmoid: {
+      const T s = T(1) / (T(1) + std::exp(-x));
+      return s * (T(1) - s);
+    }
+    case Act::kTanh: {
+      const T t = std::tanh(x);
+      return T(1) - t * t;
+    }
+    default: return T(1);
+  }
+}
+
+// Calls fn(std::integral_constant<Act, a>{}) so loops over elements see the activation as a constant:
+// one switch per call instead of one per element, and the loop vectorises.
+template <class Fn>
+decltype(auto) dispatch_act(Act a, Fn&& fn) {
+  switch (a) {
+    case Act::kRelu: return fn(std::integral_constant<Act, Act::kRelu>{});
+    case Act::kLeakyRelu: return fn(std::integral_constant<Act, Act::kLeakyRelu>{});
+    case Act::kElu: return fn(std::integral_constant<Act, Act::kElu>{});
+    case Act::kGelu: return fn(std::integral_constant<Act, Act::kGelu>{});
+    case Act::kSigmoid: return fn(std::integral_constant<Act, Act::kSigmoid>{});
+    case Act::kTanh: return fn(std::integral_constant<Act, Act::kTanh>{});
+    default: return fn(std::integral_constant<Act, Act::kNone>{});
+  }
+}
+
+template <class T>
+void act_forward_ref(T* y, const T* x, int64_t n, Act a, T slope) {
+  for (int64_t i = 0; i < n; ++i) y[i] = act_value(a, x[i], slope);
+}
+template <class T>
+void act_backward_ref(T* dx, const T* dy, const T* x, int64_t n, Act a, T slope) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * act_derivative(a, x[i], slope);
+}
+
+void act_forward_cpu(float* y, const float* x, int64_t n, Act a, float slope);
+void act_backward_cpu(float* dx, const float* dy, const float* x, int64_t n, Act a, float slope);
+
+}  // namespace gnn

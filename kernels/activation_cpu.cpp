@@ -1,0 +1,43 @@
+// Activations over all threads; one switch per call, not per element, so each loop is a plain map.
+#include "kernels/activation.h"
+
+#include <cstring>
+
+#include "runtime/error.h"
+
+namespace gnn {
+
+const char* act_name(Act a) {
+  switch (a) {
+    case Act::kRelu: return "relu";
+    case Act::kLeakyRelu: return "leaky_relu";
+    case Act::kElu: return "elu";
+    case Act::kGelu: return "gelu";
+    case Act::kSigmoid: return "sigmoid";
+    case Act::kTanh: return "tanh";
+    default: return "none";
+  }
+}
+
+Act parse_act(const char* name) {
+  for (Act a : {Act::kNone, Act::kRelu, Act::kLeakyRelu, Act::kElu, Act::kGelu, Act::kSigmoid, Act::kTanh})
+    if (std::strcmp(name, act_name(a)) == 0) return a;
+  GNN_FAIL("unknown activation '", name, "' (none, relu, leaky_relu, elu, gelu, sigmoid, tanh)");
+}
+
+GNN_CPU_CLONES void act_forward_cpu(float* __restrict y, const float* __restrict x, int64_t n, Act a, float slope) {
+  dispatch_act(a, [&](auto A) {
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) y[i] = act_value(decltype(A)::value, x[i], slope);
+  });
+}
+
+GNN_CPU_CLONES void act_backward_cpu(float* __restrict dx, const float* __restrict dy, const float* __restrict x,
+                                     int64_t n, Act a, float slope) {
+  dispatch_act(a, [&](auto A) {
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * act_derivative(decltype(A)::value, x[i], slope);
+  });
+}
+
+}  // namespace gnn

@@ -1,0 +1,67 @@
+// A GraphSAGE layer with mean aggregation, as one product:
+//   h = [mean_{j -> i} x_j | x_i]   [N, 2F]
+//   z = h W + b                     W [2F, O] (rows 0..F-1 act on the aggregate, F..2F-1 on the root), b [O] or null
+//   y = act(z)                      y, z [N, O]
+// Backward, from dy:
+//   dz = dy * act'(z);  dW = h^T dz;  db = sum_i dz_i;  dh = dz W^T = [d_agg | d_root]
+//   dx = d_root + the transposed mean-gather of d_agg   (CSC, no atomics)
+// The fused CPU version builds h one row block at a time in a per-thread buffer and multiplies it at
+// once (one GEMM with K = 2F per block, bias and activation applied while the block is in cache), so h
+// never exists in memory; the backward recomputes h per block the same way. dW and db are summed per
+// fixed block and then in block order: bitwise identical for any thread count.
+#pragma once
+#include <vector>
+
+#include "kernels/activation.h"
+#include "kernels/gemm.h"
+#include "kernels/spmm.h"
+
+namespace gnn {
+
+template <class T>
+void sage_forward_ref(T* y, T* z, const T* x, const CsrView& g, const T* W, const T* b, int64_t F, int64_t O, Act act,
+                      T slope) {
+  const int64_t N = g.num_rows;
+  std::vector<T> h(size_t(N * 2 * F));
+  spmm_forward_ref<T>(h.data(), nullptr, x, nullptr, g, F, F, 2 * F, Reduce::kMean);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t f = 0; f < F; ++f) h[size_t(i * 2 * F + F + f)] = x[i * F + f];
+  gemm_ref<T>(false, false, N, O, 2 * F, T(1), h.data(), 2 * F, W, O, T(0), z, O);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t o = 0; o < O; ++o) {
+      if (b) z[i * O + o] += b[o];
+      y[i * O + o] = act_value(act, z[i * O + o], slope);
+    }
+}
+
+template <class T>
+void sage_backward_ref(T* dx, T* dW, T* db, const T* dy, const T* z, const T* x, const CsrView& g, const T* W,
+                       int64_t F, int64_t O, Act act, T slope) {
+  const int64_t N = g.num_rows;
+  std::vector<T> h(size_t(N * 2 * F)), dz(size_t(N * O)), dh(size_t(N * 2 * F)), dagg(size_t(N * F));
+  spmm_forward_ref<T>(h.data(), nullptr, x, nullptr, g, F, F, 2 * F, Reduce::kMean);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t f = 0; f < F; ++f) h[size_t(i * 2 * F + F + f)] = x[i * F + f];
+  for (int64_t i = 0; i < N * O; ++i) dz[size_t(i)] = dy[i] * act_derivative(act, z[i], slope);
+  gemm_ref<T>(true, false, 2 * F, O, N, T(1), h.data(), 2 * F, dz.data(), O, T(0), dW, O);
+  if (db)
+    for (int64_t o = 0; o < O; ++o) {
+      db[o] = 0;
+      for (int64_t i = 0; i < N; ++i) db[o] += dz[size_t(i * O + o)];
+    }
+  gemm_ref<T>(false, true, N, 2 * F, O, T(1), dz.data(), O, W, O, T(0), dh.data(), 2 * F);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t f = 0; f < F; ++f) dagg[size_t(i * F + f)] = dh[size_t(i * 2 * F + f)];
+  spmm_backward_x_ref<T>(dx, dagg.data(), nullptr, nullptr, g, F, F, F, Reduce::kMean);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t f = 0; f < F; ++f) dx[i * F + f] += dh[size_t(i * 2 * F + F + f)];
+}
+
+// z may be null when no backward will follow (inference). x [N, F], y and z [N, O], contiguous.
+void sage_forward_cpu(float* y, float* z, const float* x, const CsrView& g, const float* W, const float* b, int64_t F,
+                      int64_t O, Act act, float slope);
+// db may be null (no bias). Needs z from the forward.
+void sage_backward_cpu(float* dx, float* dW, float* db, const float* dy, const float* z, const float* x,
+                       const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope);
+
+}  // namespace gnn
