@@ -2,6 +2,9 @@
 // self-loop, sizes around 8, 32 and 64 (+-1), a power-law degree graph, and a hub whose 10k in-edges
 // dwarf any block size. Seeds are fixed; each case carries its name for CAPTURE.
 #pragma once
+#include <doctest/doctest.h>
+
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -76,6 +79,28 @@ Mismatch compare(const std::vector<A>& got, const std::vector<B>& want, double a
     if (!(err <= 0) && m.index < 0) m = {err, int64_t(i), g, w};
   }
   return m;
+}
+
+// Central differences of a scalar loss for every element of `param`, against the analytic gradient
+// (double, eps 1e-6; inputs must be away from kinks and ties).
+template <class Loss>
+void check_gradient(std::vector<double>& param, const std::vector<double>& grad, Loss loss, double eps = 1e-6) {
+  for (size_t i = 0; i < param.size(); ++i) {
+    const double keep = param[i];
+    param[i] = keep + eps;
+    const double lp = loss();
+    param[i] = keep - eps;
+    const double lm = loss();
+    param[i] = keep;
+    CAPTURE(i);
+    CHECK(grad[i] == doctest::Approx((lp - lm) / (2 * eps)).epsilon(1e-3).scale(1e-2));
+  }
+}
+
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
 }
 
 #define GNN_CHECK_CLOSE(GOT_, WANT_, ...)                                                                     \

@@ -1,0 +1,51 @@
+// Readout per graph of a disjoint union: graph g owns node rows graph_ptr[g] .. graph_ptr[g+1]-1.
+//   sum / mean / max over those rows, per feature; max keeps argmax (the node row; -1 and y = 0 for a
+//   graph with no nodes). x [N, F], y [G, F].
+// Backward: each node row belongs to one graph, so dx is a broadcast (sum, mean) or a scatter to the
+// argmax row (max): no sums across threads.
+#pragma once
+#include <limits>
+
+#include "kernels/spmm.h"
+
+namespace gnn {
+
+template <class T>
+void pool_forward_ref(T* y, int32_t* argmax, const T* x, const int64_t* graph_ptr, int64_t G, int64_t F, Reduce op) {
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t f = 0; f < F; ++f) {
+      T acc = op == Reduce::kMax ? -std::numeric_limits<T>::infinity() : T(0);
+      int32_t arg = -1;
+      for (int64_t i = graph_ptr[g]; i < graph_ptr[g + 1]; ++i) {
+        if (op != Reduce::kMax) acc += x[i * F + f];
+        else if (arg < 0 || x[i * F + f] > acc) acc = x[i * F + f], arg = int32_t(i);
+      }
+      const int64_t n = graph_ptr[g + 1] - graph_ptr[g];
+      if (op == Reduce::kMean && n > 0) acc /= T(n);
+      if (op == Reduce::kMax) {
+        if (arg < 0) acc = T(0);
+        argmax[g * F + f] = arg;
+      }
+      y[g * F + f] = acc;
+    }
+}
+
+template <class T>
+void pool_backward_ref(T* dx, const T* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t G, int64_t F,
+                       Reduce op) {
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t n = graph_ptr[g + 1] - graph_ptr[g];
+    for (int64_t i = graph_ptr[g]; i < graph_ptr[g + 1]; ++i)
+      for (int64_t f = 0; f < F; ++f) {
+        if (op == Reduce::kMax) dx[i * F + f] = argmax[g * F + f] == i ? dy[g * F + f] : T(0);
+        else dx[i * F + f] = op == Reduce::kMean ? dy[g * F + f] / T(n) : dy[g * F + f];
+      }
+  }
+}
+
+void pool_forward_cpu(float* y, int32_t* argmax, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F,
+                      Reduce op);
+void pool_backward_cpu(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t G,
+                       int64_t F, Reduce op);
+
+}  // namespace gnn

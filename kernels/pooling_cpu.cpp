@@ -1,0 +1,54 @@
+// Graph readout on the CPU: one task per graph, features in the inner loop.
+#include "kernels/pooling.h"
+
+namespace gnn {
+
+GNN_CPU_CLONES void pool_forward_cpu(float* __restrict y, int32_t* __restrict argmax, const float* __restrict x,
+                                     const int64_t* graph_ptr, int64_t G, int64_t F, Reduce op) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t g = 0; g < G; ++g) {
+    float* yr = y + g * F;
+    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
+    if (b == e) {
+      for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f;
+      if (op == Reduce::kMax)
+        for (int64_t f = 0; f < F; ++f) argmax[g * F + f] = -1;
+      continue;
+    }
+    for (int64_t f = 0; f < F; ++f) yr[f] = x[b * F + f];
+    if (op == Reduce::kMax) {
+      int32_t* ar = argmax + g * F;
+      for (int64_t f = 0; f < F; ++f) ar[f] = int32_t(b);
+      for (int64_t i = b + 1; i < e; ++i)
+        for (int64_t f = 0; f < F; ++f) {
+          const float v = x[i * F + f];
+          const int32_t take = -int32_t(v > yr[f]);
+          yr[f] = v > yr[f] ? v : yr[f];
+          ar[f] = (ar[f] & ~take) | (int32_t(i) & take);
+        }
+      continue;
+    }
+    for (int64_t i = b + 1; i < e; ++i)
+      for (int64_t f = 0; f < F; ++f) yr[f] += x[i * F + f];
+    if (op == Reduce::kMean) {
+      const float inv = 1.0f / float(e - b);
+      for (int64_t f = 0; f < F; ++f) yr[f] *= inv;
+    }
+  }
+}
+
+GNN_CPU_CLONES void pool_backward_cpu(float* __restrict dx, const float* __restrict dy, const int32_t* __restrict argmax,
+                                      const int64_t* graph_ptr, int64_t G, int64_t F, Reduce op) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
+    const float scale = op == Reduce::kMean && e > b ? 1.0f / float(e - b) : 1.0f;
+    for (int64_t i = b; i < e; ++i)
+      for (int64_t f = 0; f < F; ++f) {
+        const float d = dy[g * F + f];
+        dx[i * F + f] = op == Reduce::kMax ? float(argmax[g * F + f] == int32_t(i)) * d : scale * d;
+      }
+  }
+}
+
+}  // namespace gnn
