@@ -23,10 +23,10 @@ TEST_CASE("activations: hand-worked values") {
 
 TEST_CASE("activations: fast CPU matches the reference; derivatives match finite differences") {
   const int64_t n = 100003;
-  auto x = testing::random_values<float>(size_t(n), 1, -4.0f, 4.0f);
+  auto x = testing::random_values<float>(static_cast<size_t>(n), 1, -4.0f, 4.0f);
   for (int64_t i = 0; i < n; ++i)
     if (std::fabs(x[size_t(i)]) < 1e-3f) x[size_t(i)] = 0.5f;  // keep away from the kinks at 0
-  const auto dy = testing::random_values<float>(size_t(n), 2);
+  const auto dy = testing::random_values<float>(static_cast<size_t>(n), 2);
   const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end());
   for (Act a : kAll) {
     CAPTURE(act_name(a));

@@ -28,7 +28,7 @@ void check_case(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
   CAPTURE(K);
   CAPTURE(beta);
   const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-  const auto A = random_vec(size_t((ta ? K : M) * lda), 1), B = random_vec(size_t((tb ? N : K) * ldb), 2);
+  const auto A = random_vec(static_cast<size_t>((ta ? K : M) * lda), 1), B = random_vec(static_cast<size_t>((tb ? N : K) * ldb), 2);
   std::vector<float> C = beta == 0 ? std::vector<float>(static_cast<size_t>(M * ldc), NAN) : random_vec(static_cast<size_t>(M * ldc), 3);
   std::vector<double> Ad(A.begin(), A.end()), Bd(B.begin(), B.end()), Cd(C.begin(), C.end());
   gemm_ref<double>(ta, tb, M, N, K, alpha, Ad.data(), lda, Bd.data(), ldb, beta, Cd.data(), ldc);
@@ -97,7 +97,7 @@ TEST_CASE("gemm: empty dimensions") {
 
 TEST_CASE("gemm: bitwise identical for any thread count") {
   const int64_t M = 1000, N = 96, K = 300;
-  const auto A = random_vec(size_t(M * K), 4), B = random_vec(size_t(K * N), 5);
+  const auto A = random_vec(static_cast<size_t>(M * K), 4), B = random_vec(static_cast<size_t>(K * N), 5);
   std::vector<float> C1(static_cast<size_t>(M * N)), C2(static_cast<size_t>(M * N));
   const int saved = num_threads();
   set_num_threads(1);

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "graph_cases.h"
+#include "kernels/norm_embed.h"
 #include "kernels/pooling.h"
 #include "kernels/rowwise.h"
 #include "kernels/segment_softmax.h"
@@ -31,8 +32,8 @@ TEST_CASE("segment softmax: hand-worked, reference, finite differences") {
     const int64_t E = c.graph.num_edges, S = c.graph.num_nodes;
     for (int64_t H : {1, 4, 9}) {
       CAPTURE(H);
-      const auto xs = testing::random_values<float>(size_t(E * H), 1, -3.0f, 3.0f);
-      const auto dy = testing::random_values<float>(size_t(E * H), 2);
+      const auto xs = testing::random_values<float>(static_cast<size_t>(E * H), 1, -3.0f, 3.0f);
+      const auto dy = testing::random_values<float>(static_cast<size_t>(E * H), 2);
       std::vector<double> yd(static_cast<size_t>(E * H)), dxd(static_cast<size_t>(E * H));
       segment_softmax_forward_ref<double>(yd.data(), to_double(xs).data(), c.graph.csr_indptr.i32(), S, H);
       segment_softmax_backward_ref<double>(dxd.data(), yd.data(), to_double(dy).data(), c.graph.csr_indptr.i32(), S, H);
@@ -61,8 +62,8 @@ TEST_CASE("GAT scores: reference, finite differences, thread-count determinism")
     CAPTURE(c.name);
     const CsrView v = csr_view(c.graph);
     const int64_t N = c.graph.num_nodes, E = c.graph.num_edges, H = 3;
-    const auto as = testing::random_values<float>(size_t(N * H), 1), ad = testing::random_values<float>(size_t(N * H), 2);
-    const auto ds = testing::random_values<float>(size_t(E * H), 3);
+    const auto as = testing::random_values<float>(static_cast<size_t>(N * H), 1), ad = testing::random_values<float>(static_cast<size_t>(N * H), 2);
+    const auto ds = testing::random_values<float>(static_cast<size_t>(E * H), 3);
     std::vector<double> sd(static_cast<size_t>(E * H)), dasd(static_cast<size_t>(N * H)), dadd(static_cast<size_t>(N * H));
     gat_scores_forward_ref<double>(sd.data(), to_double(as).data(), to_double(ad).data(), v, H, 0.2);
     gat_scores_backward_ref<double>(dasd.data(), dadd.data(), to_double(ds).data(), to_double(as).data(),
@@ -103,8 +104,8 @@ TEST_CASE("pooling: hand-worked, reference, finite differences") {
   const std::vector<int64_t> gp = {0, 0, 1, 9, 40, 41, 300};
   const int64_t G = 6, N = 300;
   for (int64_t F : {1, 3, 33, 128}) {
-    const auto xs = testing::random_values<float>(size_t(N * F), 1);
-    const auto dy = testing::random_values<float>(size_t(G * F), 2);
+    const auto xs = testing::random_values<float>(static_cast<size_t>(N * F), 1);
+    const auto dy = testing::random_values<float>(static_cast<size_t>(G * F), 2);
     for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
       CAPTURE(F);
       CAPTURE(reduce_name(op));
@@ -120,8 +121,8 @@ TEST_CASE("pooling: hand-worked, reference, finite differences") {
       if (op == Reduce::kMax) CHECK(args == argd);
     }
   }
-  auto xd = testing::random_values<double>(size_t(N * 2), 3);
-  const auto gout = testing::random_values<double>(size_t(G * 2), 4);
+  auto xd = testing::random_values<double>(static_cast<size_t>(N * 2), 3);
+  const auto gout = testing::random_values<double>(static_cast<size_t>(G * 2), 4);
   for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
     std::vector<double> y(static_cast<size_t>(G * 2)), dx(static_cast<size_t>(N * 2));
     std::vector<int32_t> a(static_cast<size_t>(G * 2));
@@ -149,8 +150,8 @@ TEST_CASE("row-wise softmax, log-softmax, l2-normalise: reference and finite dif
       CAPTURE(int(op));
       CAPTURE(F);
       const int64_t R = 50;
-      const auto xs = testing::random_values<float>(size_t(R * F), 1, -3.0f, 3.0f);
-      const auto dy = testing::random_values<float>(size_t(R * F), 2);
+      const auto xs = testing::random_values<float>(static_cast<size_t>(R * F), 1, -3.0f, 3.0f);
+      const auto dy = testing::random_values<float>(static_cast<size_t>(R * F), 2);
       std::vector<double> yd(static_cast<size_t>(R * F)), dxd(static_cast<size_t>(R * F));
       rowwise_forward_ref<double>(yd.data(), to_double(xs).data(), R, F, op, 1e-12);
       rowwise_backward_ref<double>(dxd.data(), yd.data(), to_double(dy).data(), to_double(xs).data(), R, F, op, 1e-12);
@@ -175,9 +176,9 @@ TEST_CASE("row-wise softmax, log-softmax, l2-normalise: reference and finite dif
 
 TEST_CASE("layer norm: reference, finite differences, thread-count determinism") {
   const int64_t R = 1000, F = 37;
-  const auto xs = testing::random_values<float>(size_t(R * F), 1, -2.0f, 2.0f);
-  const auto gm = testing::random_values<float>(size_t(F), 2, 0.5f, 1.5f), bt = testing::random_values<float>(size_t(F), 3);
-  const auto dy = testing::random_values<float>(size_t(R * F), 4);
+  const auto xs = testing::random_values<float>(static_cast<size_t>(R * F), 1, -2.0f, 2.0f);
+  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f), bt = testing::random_values<float>(static_cast<size_t>(F), 3);
+  const auto dy = testing::random_values<float>(static_cast<size_t>(R * F), 4);
   std::vector<double> yd(static_cast<size_t>(R * F)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)), dxd(static_cast<size_t>(R * F)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
   layer_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), to_double(xs).data(), to_double(gm).data(),
                                  to_double(bt).data(), R, F, 1e-5);
@@ -188,7 +189,7 @@ TEST_CASE("layer norm: reference, finite differences, thread-count determinism")
   for (int run = 0; run < 2; ++run) {
     set_num_threads(run == 0 ? 1 : std::max(2, saved));
     std::vector<float> y(static_cast<size_t>(R * F), NAN), m(static_cast<size_t>(R), NAN), r(static_cast<size_t>(R), NAN), dx(static_cast<size_t>(R * F), NAN),
-        dg(size_t(F), NAN), db(size_t(F), NAN);
+        dg(static_cast<size_t>(F), NAN), db(static_cast<size_t>(F), NAN);
     layer_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), gm.data(), bt.data(), R, F, 1e-5f);
     layer_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), gm.data(), R, F);
     GNN_CHECK_CLOSE(y, yd);
@@ -214,4 +215,65 @@ TEST_CASE("layer norm: reference, finite differences, thread-count determinism")
   check_gradient(xd, dx, loss);
   check_gradient(gd, dg, loss);
   check_gradient(bd, db, loss);
+}
+
+TEST_CASE("graph instance norm: reference, finite differences, empty graphs") {
+  const std::vector<int64_t> gp = {0, 3, 3, 10, 11};  // graphs of 3, 0, 7 and 1 nodes
+  const int64_t G = 4, N = 11, F = 5;
+  const auto xs = testing::random_values<float>(static_cast<size_t>(N * F), 1, -2.0f, 2.0f);
+  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f), bt = testing::random_values<float>(static_cast<size_t>(F), 3);
+  const auto dy = testing::random_values<float>(static_cast<size_t>(N * F), 4);
+  std::vector<double> yd(static_cast<size_t>(N * F)), md(static_cast<size_t>(G * F)), rd(static_cast<size_t>(G * F)), dxd(static_cast<size_t>(N * F)), dgd(static_cast<size_t>(F)),
+      dbd(static_cast<size_t>(F));
+  instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), to_double(xs).data(), to_double(gm).data(),
+                                    to_double(bt).data(), gp.data(), G, F, 1e-5);
+  instance_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), to_double(dy).data(), to_double(xs).data(),
+                                     md.data(), rd.data(), to_double(gm).data(), gp.data(), G, F);
+  std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN), r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN),
+      dg(static_cast<size_t>(F), NAN), db(static_cast<size_t>(F), NAN);
+  instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), gm.data(), bt.data(), gp.data(), G, F, 1e-5f);
+  instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), gm.data(),
+                             gp.data(), G, F);
+  GNN_CHECK_CLOSE(y, yd);
+  GNN_CHECK_CLOSE(dx, dxd, 1e-4, 1e-4);
+  GNN_CHECK_CLOSE(dg, dgd);
+  GNN_CHECK_CLOSE(db, dbd);
+  CHECK(y[10 * F] == doctest::Approx(bt[0]));  // a one-node graph normalises to beta
+  auto xd = to_double(xs), gd = to_double(gm), bd = to_double(bt);
+  const auto gout = to_double(dy);
+  auto loss = [&] {
+    std::vector<double> yy(static_cast<size_t>(N * F)), mm(static_cast<size_t>(G * F)), rr(static_cast<size_t>(G * F));
+    instance_norm_forward_ref<double>(yy.data(), mm.data(), rr.data(), xd.data(), gd.data(), bd.data(), gp.data(), G, F,
+                                      1e-5);
+    return dot(yy, gout);
+  };
+  check_gradient(xd, dxd, loss);
+  check_gradient(gd, dgd, loss);
+  check_gradient(bd, dbd, loss);
+}
+
+TEST_CASE("embedding: gather and a deterministic scatter-add backward") {
+  const int64_t K = 121, F = 33, n = 5000;  // the opcode embedding's size
+  const auto table = testing::random_values<float>(static_cast<size_t>(K * F), 1);
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::mt19937 rng(3);
+  for (auto& i : idx) i = rng() % 4 == 0 ? 63 : int32_t(rng() % K);  // one popular row, some unused
+  const auto dy = testing::random_values<float>(static_cast<size_t>(n * F), 2);
+  std::vector<float> y(static_cast<size_t>(n * F), NAN);
+  embedding_forward_cpu(y.data(), table.data(), idx.data(), n, F);
+  std::vector<double> yd(static_cast<size_t>(n * F)), dtd(static_cast<size_t>(K * F));
+  embedding_forward_ref<double>(yd.data(), to_double(table).data(), idx.data(), n, F);
+  CHECK(testing::compare(y, yd, 0, 0).index < 0);  // data movement: exact
+  embedding_backward_ref<double>(dtd.data(), to_double(dy).data(), idx.data(), n, K, F);
+  std::vector<float> out[2];
+  const int saved = num_threads();
+  for (int run = 0; run < 2; ++run) {
+    set_num_threads(run == 0 ? 1 : std::max(2, saved));
+    std::vector<float> dt(static_cast<size_t>(K * F), NAN);
+    embedding_backward_cpu(dt.data(), dy.data(), idx.data(), n, K, F);
+    GNN_CHECK_CLOSE(dt, dtd, 1e-4, 1e-4);
+    out[run] = dt;
+  }
+  set_num_threads(saved);
+  CHECK(out[0] == out[1]);
 }

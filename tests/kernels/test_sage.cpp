@@ -21,10 +21,10 @@ TEST_CASE("sage: the fused layer equals the composed one (mean gather, concat, G
           CAPTURE(O);
           CAPTURE(act_name(act));
           CAPTURE(bias);
-          const auto x = testing::random_values<float>(size_t(N * F), 1);
-          const auto W = testing::random_values<float>(size_t(2 * F * O), 2, -0.5f, 0.5f);
-          const auto b = testing::random_values<float>(size_t(O), 3);
-          const auto dy = testing::random_values<float>(size_t(N * O), 4);
+          const auto x = testing::random_values<float>(static_cast<size_t>(N * F), 1);
+          const auto W = testing::random_values<float>(static_cast<size_t>(2 * F * O), 2, -0.5f, 0.5f);
+          const auto b = testing::random_values<float>(static_cast<size_t>(O), 3);
+          const auto dy = testing::random_values<float>(static_cast<size_t>(N * O), 4);
           const std::vector<double> xd(x.begin(), x.end()), Wd(W.begin(), W.end()), bd(b.begin(), b.end()),
               dyd(dy.begin(), dy.end());
           std::vector<double> yd(static_cast<size_t>(N * O)), zd(static_cast<size_t>(N * O)), dxd(static_cast<size_t>(N * F)), dWd(static_cast<size_t>(2 * F * O)),
@@ -34,7 +34,7 @@ TEST_CASE("sage: the fused layer equals the composed one (mean gather, concat, G
           sage_backward_ref<double>(dxd.data(), dWd.data(), bias ? dbd.data() : nullptr, dyd.data(), zd.data(),
                                     xd.data(), v, Wd.data(), F, O, act, 0.01);
           std::vector<float> y(static_cast<size_t>(N * O), NAN), z(static_cast<size_t>(N * O), NAN), dx(static_cast<size_t>(N * F), NAN),
-              dW(size_t(2 * F * O), NAN), db(size_t(O), NAN);
+              dW(static_cast<size_t>(2 * F * O), NAN), db(static_cast<size_t>(O), NAN);
           sage_forward_cpu(y.data(), z.data(), x.data(), v, W.data(), bias ? b.data() : nullptr, F, O, act, 0.01f);
           GNN_CHECK_CLOSE(y, yd);
           GNN_CHECK_CLOSE(z, zd);
@@ -57,10 +57,10 @@ TEST_CASE("sage: the reference backward matches central finite differences (doub
   const Graph g = testing::random_graph(6, 12, 3);
   const CsrView v = csr_view(g);
   const int64_t N = 6, F = 3, O = 2;
-  auto x = testing::random_values<double>(size_t(N * F), 1);
-  auto W = testing::random_values<double>(size_t(2 * F * O), 2);
-  auto b = testing::random_values<double>(size_t(O), 3);
-  const auto gout = testing::random_values<double>(size_t(N * O), 4);
+  auto x = testing::random_values<double>(static_cast<size_t>(N * F), 1);
+  auto W = testing::random_values<double>(static_cast<size_t>(2 * F * O), 2);
+  auto b = testing::random_values<double>(static_cast<size_t>(O), 3);
+  const auto gout = testing::random_values<double>(static_cast<size_t>(N * O), 4);
   for (Act act : {Act::kGelu, Act::kTanh, Act::kElu}) {
     CAPTURE(act_name(act));
     auto loss = [&]() {
@@ -93,9 +93,9 @@ TEST_CASE("sage: fused forward and backward are bitwise identical for any thread
   const Graph g = testing::random_graph(3000, 6000, 8, true);
   const CsrView v = csr_view(g);
   const int64_t N = 3000, F = 48, O = 40;
-  const auto x = testing::random_values<float>(size_t(N * F), 1);
-  const auto W = testing::random_values<float>(size_t(2 * F * O), 2);
-  const auto b = testing::random_values<float>(size_t(O), 3);
+  const auto x = testing::random_values<float>(static_cast<size_t>(N * F), 1);
+  const auto W = testing::random_values<float>(static_cast<size_t>(2 * F * O), 2);
+  const auto b = testing::random_values<float>(static_cast<size_t>(O), 3);
   const int saved = num_threads();
   std::vector<float> out[2];
   for (int run = 0; run < 2; ++run) {

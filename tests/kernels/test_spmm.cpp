@@ -37,9 +37,9 @@ TEST_CASE("spmm: fast CPU matches the double reference on the standard cases") {
       if (c.name == "hub_10k" && F > 33) continue;  // keeps the suite fast; the hub's size is in its edges
       CAPTURE(F);
       const int64_t ld = F + (F % 2);  // a row stride wider than F, as for a slice of a wider tensor
-      const auto x = testing::random_values<float>(size_t(N * ld), 1);
-      const auto w = testing::random_values<float>(size_t(E), 2, 0.5f, 2.0f);
-      const auto dy = testing::random_values<float>(size_t(N * ld), 3);
+      const auto x = testing::random_values<float>(static_cast<size_t>(N * ld), 1);
+      const auto w = testing::random_values<float>(static_cast<size_t>(E), 2, 0.5f, 2.0f);
+      const auto dy = testing::random_values<float>(static_cast<size_t>(N * ld), 3);
       const std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), dyd(dy.begin(), dy.end());
       for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
         for (bool weighted : {false, true}) {
@@ -74,9 +74,9 @@ TEST_CASE("spmm: the reference backward matches central finite differences (doub
   const Graph g = testing::random_graph(7, 16, 11);
   const CsrView v = csr_view(g);
   const int64_t N = 7, E = 16, F = 3;
-  auto x = testing::random_values<double>(size_t(N * F), 4);  // distinct values: no ties for max
-  auto w = testing::random_values<double>(size_t(E), 5, 0.5, 1.5);
-  const auto gout = testing::random_values<double>(size_t(N * F), 6);
+  auto x = testing::random_values<double>(static_cast<size_t>(N * F), 4);  // distinct values: no ties for max
+  auto w = testing::random_values<double>(static_cast<size_t>(E), 5, 0.5, 1.5);
+  const auto gout = testing::random_values<double>(static_cast<size_t>(N * F), 6);
   for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
     CAPTURE(reduce_name(op));
     auto loss = [&](const std::vector<double>& xs, const std::vector<double>& ws) {
@@ -110,7 +110,7 @@ TEST_CASE("spmm: forward and backward are bitwise identical for any thread count
   const Graph g = testing::random_graph(5000, 20000, 9, true);
   const CsrView v = csr_view(g);
   const int64_t F = 40;
-  const auto x = testing::random_values<float>(size_t(5000 * F), 1);
+  const auto x = testing::random_values<float>(static_cast<size_t>(5000 * F), 1);
   const auto w = testing::random_values<float>(20000, 2);
   const int saved = num_threads();
   std::vector<float> out[2];

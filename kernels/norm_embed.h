@@ -1,0 +1,83 @@
+// Graph instance norm and embeddings.
+//   instance norm: per graph g (node rows graph_ptr[g] .. graph_ptr[g+1]-1) and channel f,
+//     y = (x - mean_g) / sqrt(var_g + eps) * gamma[f] + beta[f]   (gamma, beta [F] or null)
+//     dxhat = dy * gamma;  dx = (dxhat - mean_g(dxhat) - xhat * mean_g(dxhat * xhat)) * rstd_g
+//     dgamma = sum over nodes of dy * xhat, dbeta = sum of dy (per graph, then graphs in order)
+//   embedding: y[i, :] = table[idx[i], :];  dtable[k, :] = sum_{i: idx[i] = k} dy[i, :], summed in i order
+//     through a counting-sort inverse of idx (no atomics: bitwise stable for any thread count)
+#pragma once
+#include <cmath>
+#include <vector>
+
+#include "kernels/common.h"
+
+namespace gnn {
+
+template <class T>
+void instance_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta,
+                               const int64_t* graph_ptr, int64_t G, int64_t F, T eps) {
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
+    for (int64_t f = 0; f < F; ++f) {
+      T m = 0, v = 0;
+      for (int64_t i = b; i < e; ++i) m += x[i * F + f];
+      m = n ? m / T(n) : T(0);
+      for (int64_t i = b; i < e; ++i) v += (x[i * F + f] - m) * (x[i * F + f] - m);
+      const T rs = T(1) / std::sqrt((n ? v / T(n) : T(0)) + eps);
+      mean[g * F + f] = m, rstd[g * F + f] = rs;
+      for (int64_t i = b; i < e; ++i)
+        y[i * F + f] = (x[i * F + f] - m) * rs * (gamma ? gamma[f] : T(1)) + (beta ? beta[f] : T(0));
+    }
+  }
+}
+
+template <class T>
+void instance_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean, const T* rstd,
+                                const T* gamma, const int64_t* graph_ptr, int64_t G, int64_t F) {
+  for (int64_t f = 0; f < F; ++f) {
+    if (dgamma) dgamma[f] = 0;
+    if (dbeta) dbeta[f] = 0;
+  }
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
+    for (int64_t f = 0; f < F; ++f) {
+      const T m = mean[g * F + f], rs = rstd[g * F + f], gm = gamma ? gamma[f] : T(1);
+      T s1 = 0, s2 = 0;
+      for (int64_t i = b; i < e; ++i) {
+        const T xh = (x[i * F + f] - m) * rs, d = dy[i * F + f];
+        s1 += d * gm, s2 += d * gm * xh;
+        if (dgamma) dgamma[f] += d * xh;
+        if (dbeta) dbeta[f] += d;
+      }
+      if (n) s1 /= T(n), s2 /= T(n);
+      for (int64_t i = b; i < e; ++i) {
+        const T xh = (x[i * F + f] - m) * rs;
+        dx[i * F + f] = (dy[i * F + f] * gm - s1 - xh * s2) * rs;
+      }
+    }
+  }
+}
+
+template <class T>
+void embedding_forward_ref(T* y, const T* table, const int32_t* idx, int64_t n, int64_t F) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t f = 0; f < F; ++f) y[i * F + f] = table[int64_t(idx[i]) * F + f];
+}
+
+template <class T>
+void embedding_backward_ref(T* dtable, const T* dy, const int32_t* idx, int64_t n, int64_t K, int64_t F) {
+  for (int64_t k = 0; k < K * F; ++k) dtable[k] = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t f = 0; f < F; ++f) dtable[int64_t(idx[i]) * F + f] += dy[i * F + f];
+}
+
+void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                               const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, float eps);
+void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                                const float* mean, const float* rstd, const float* gamma, const int64_t* graph_ptr,
+                                int64_t G, int64_t F);
+// idx values must lie in [0, K): callers check at the op boundary.
+void embedding_forward_cpu(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F);
+void embedding_backward_cpu(float* dtable, const float* dy, const int32_t* idx, int64_t n, int64_t K, int64_t F);
+
+}  // namespace gnn
