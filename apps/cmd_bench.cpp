@@ -109,7 +109,8 @@ Command bench_command() {
              {"threads", "T", "CPU threads (default: all)"},
              {"json", "", "one JSON object: name, median_ms, gbps, gflops"}};
   c.details =
-      "Kernels: gemm, spmm-sum, spmm-mean, spmm-max, sage-layer, sage-layer-fused. GB/s counts the bytes a pass must move (formulas in\n"
+      "Kernels: gemm, spmm-sum, spmm-mean, spmm-max, segment-softmax, gat-layer, sage-layer,\n"
+      "sage-layer-fused. GB/s counts the bytes a pass must move (formulas in\n"
       "apps/bench_kernels.cpp); compare with build/bin/gnn_bench's BM_floor_* copy bandwidth.\n"
       "bench/peers/ times numpy, PyTorch and PyTorch Geometric on the same work.";
   c.run = [](const Args& a) {

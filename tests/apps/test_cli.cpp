@@ -130,3 +130,27 @@ TEST_CASE("cli: synth writes a dataset that inspect validates; demo runs end to 
   CHECK(r.out.find("not built yet") != std::string::npos);
   CHECK(r.out.find("layout  synth") != std::string::npos);
 }
+
+TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") {
+  for (const char* k : {"gemm", "spmm-sum", "spmm-mean", "spmm-max", "segment-softmax", "gat-layer", "sage-layer",
+                        "sage-layer-fused"}) {
+    for (const char* bwd : {"", " --backward"}) {
+      CAPTURE(k);
+      CAPTURE(bwd);
+      auto r = run_gnn(std::string("bench kernel ") + k + " --nodes 300 --edges 600 --features 16 --repeat 20 --json" + bwd);
+      REQUIRE(r.exit_code == 0);
+      const Json j = Json::parse(last_line(r.out));
+      CHECK(j["name"].as_string() == k);
+      CHECK(j["median_ms"].as_number() > 0);
+      CHECK(j["gbps"].as_number() > 0);
+      CHECK(j["gflops"].as_number() > 0);
+    }
+  }
+  auto r = run_gnn("bench kernel nope");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("available: gemm") != std::string::npos);
+  r = run_gnn("bench kernel gemm --repeat 5");
+  CHECK(r.exit_code == 2);  // at least 20 runs
+  r = run_gnn("bench kernel gemm --device cuda");
+  CHECK(r.exit_code == 2);
+}
