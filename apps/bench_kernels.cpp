@@ -87,8 +87,7 @@ KernelCase gemm_case(const KernelShape& s) {
   return k;
 }
 
-// sage-layer / sage-layer-fused: y = relu([mean_{j->i} x_j | x_i] W + b), W [2F, F]; configs widen the
-// rows, so the layer runs at width C*F in and out.
+// sage-layer / sage-layer-fused: y = relu([mean_{j->i} x_j | x_i] W + b), W [2F, F].
 // The composed layer runs the separate kernels (spmm mean, two GEMMs, bias + relu); the fused one
 // builds [agg | x] per row block and multiplies once (kernels/sage.h). --backward adds dx, dW, db.
 KernelCase sage_case(bool fused, const KernelShape& s) {
@@ -239,6 +238,10 @@ std::vector<std::string> bench_kernel_names() {
 }
 
 KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
+  // Configs share a layer's weights: its GEMM covers (N*C) x F. The layer kernels do not take the
+  // node-major N x (C*F) layout yet, so refuse rather than time a (C*F)-wide dense layer.
+  if (s.configs > 1 && (name == "sage-layer" || name == "sage-layer-fused" || name == "gat-layer"))
+    throw UsageError("gnn bench kernel: " + name + " does not take --configs yet (the layer kernels run one config per row)");
   if (name == "gemm") return gemm_case(s);
   if (name == "spmm-sum") return spmm_case(Reduce::kSum, s);
   if (name == "spmm-mean") return spmm_case(Reduce::kMean, s);

@@ -153,4 +153,7 @@ TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") 
   CHECK(r.exit_code == 2);  // at least 20 runs
   r = run_gnn("bench kernel gemm --device cuda");
   CHECK(r.exit_code == 2);
+  r = run_gnn("bench kernel sage-layer --configs 16");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("does not take --configs yet") != std::string::npos);
 }
