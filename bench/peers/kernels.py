@@ -8,24 +8,12 @@ same number of threads as gnn (all cores). Python and PyTorch serve the comparis
 """
 import argparse
 import json
-import statistics
 import subprocess
 import tempfile
-import time
 
 import numpy as np
 import torch
-
-
-def median_ms(fn, repeat):
-    for _ in range(3):
-        fn()
-    runs = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        runs.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(runs)
+from timing import median_ms
 
 
 def gnn(args, *cli):

@@ -11,11 +11,10 @@ np.savez_compressed), so gnn reads what numpy wrote.
 import argparse
 import json
 import os
-import statistics
 import subprocess
-import time
 
 import numpy as np
+from timing import median_ms
 
 
 def make(path, compressed):
@@ -44,13 +43,7 @@ def time_numpy(path, repeat):
     def once():
         with np.load(path) as z:
             return [z[k] for k in z.files]
-    once()
-    runs = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        once()
-        runs.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(runs)
+    return median_ms(once, repeat, warmup=1)
 
 
 def main():
