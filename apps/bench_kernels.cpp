@@ -99,6 +99,8 @@ KernelCase sage_case(bool fused, const KernelShape& s) {
   auto y = std::make_shared<Tensor>(Tensor::empty({N, O}, DType::F32));
   auto z = std::make_shared<Tensor>(Tensor::empty({N, O}, DType::F32));
   auto agg = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
+  auto h = std::make_shared<Tensor>(Tensor::empty({fused ? N : 0, 2 * F}, DType::F32));
+  auto ws = std::make_shared<Tensor>(Tensor::empty({fused ? sage_backward_workspace(N, F, O) : 0}, DType::F32));
   auto dz = std::make_shared<Tensor>(Tensor::empty({N, O}, DType::F32));
   auto dagg = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
   auto dx = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
@@ -108,10 +110,11 @@ KernelCase sage_case(bool fused, const KernelShape& s) {
   KernelCase k;
   if (fused) {
     k.step = [=] {
-      sage_forward_cpu(y->f32(), bwd ? z->f32() : nullptr, x->f32(), d->v, W->f32(), b->f32(), F, O, Act::kRelu, 0.0f);
+      sage_forward_cpu(y->f32(), bwd ? z->f32() : nullptr, bwd ? h->f32() : nullptr, x->f32(), d->v, W->f32(),
+                       b->f32(), F, O, Act::kRelu, 0.0f);
       if (bwd)  // y stands in for the incoming gradient
-        sage_backward_cpu(dx->f32(), dW->f32(), db->f32(), y->f32(), z->f32(), x->f32(), d->v, W->f32(), F, O,
-                          Act::kRelu, 0.0f);
+        sage_backward_cpu(dx->f32(), dW->f32(), db->f32(), y->f32(), z->f32(), h->f32(), d->v, W->f32(), F, O,
+                          Act::kRelu, 0.0f, ws->f32());
     };
   } else {
     k.step = [=] {

@@ -5,10 +5,12 @@
 // Backward, from dy:
 //   dz = dy * act'(z);  dW = h^T dz;  db = sum_i dz_i;  dh = dz W^T = [d_agg | d_root]
 //   dx = d_root + the transposed mean-gather of d_agg   (CSC, no atomics)
-// The fused CPU version builds h one row block at a time in a per-thread buffer and multiplies it at
-// once (one GEMM with K = 2F per block, bias and activation applied while the block is in cache), so h
-// never exists in memory; the backward recomputes h per block the same way. dW and db are summed per
-// fixed block and then in block order: bitwise identical for any thread count.
+// The CPU version builds h one row block at a time and multiplies it at once (one GEMM with K = 2F per
+// block, bias and activation applied while the block is in cache). For training it also keeps h, so
+// the backward is two whole-matrix products: dW = h^T dz (one GEMM, K split over the nodes) and
+// dh = dz W^T (one GEMM), then a copy of the root half into dx and the transposed gather of the
+// aggregate half read in place (stride 2F). db sums per fixed chunk of rows and then in order:
+// bitwise identical for any thread count.
 #pragma once
 #include <vector>
 
@@ -57,11 +59,14 @@ void sage_backward_ref(T* dx, T* dW, T* db, const T* dy, const T* z, const T* x,
     for (int64_t f = 0; f < F; ++f) dx[i * F + f] += dh[size_t(i * 2 * F + F + f)];
 }
 
-// z may be null when no backward will follow (inference). x [N, F], y and z [N, O], contiguous.
-void sage_forward_cpu(float* y, float* z, const float* x, const CsrView& g, const float* W, const float* b, int64_t F,
-                      int64_t O, Act act, float slope);
-// db may be null (no bias). Needs z from the forward.
-void sage_backward_cpu(float* dx, float* dW, float* db, const float* dy, const float* z, const float* x,
-                       const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope);
+// x [N, F], y and z [N, O], h [N, 2F], contiguous. z and h are what the backward needs; pass null
+// for both when no backward will follow (inference).
+void sage_forward_cpu(float* y, float* z, float* h, const float* x, const CsrView& g, const float* W, const float* b,
+                      int64_t F, int64_t O, Act act, float slope);
+// db may be null (no bias). z and h come from the forward. workspace: sage_backward_workspace(N, F, O)
+// floats from the caller (a buffer reused across steps: fresh pages would be faulted in every call).
+int64_t sage_backward_workspace(int64_t N, int64_t F, int64_t O);
+void sage_backward_cpu(float* dx, float* dW, float* db, const float* dy, const float* z, const float* h,
+                       const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope, float* workspace);
 
 }  // namespace gnn

@@ -34,18 +34,21 @@ TEST_CASE("sage: the fused layer equals the composed one (mean gather, concat, G
           sage_backward_ref<double>(dxd.data(), dWd.data(), bias ? dbd.data() : nullptr, dyd.data(), zd.data(),
                                     xd.data(), v, Wd.data(), F, O, act, 0.01);
           std::vector<float> y(static_cast<size_t>(N * O), NAN), z(static_cast<size_t>(N * O), NAN), dx(static_cast<size_t>(N * F), NAN),
-              dW(static_cast<size_t>(2 * F * O), NAN), db(static_cast<size_t>(O), NAN);
-          sage_forward_cpu(y.data(), z.data(), x.data(), v, W.data(), bias ? b.data() : nullptr, F, O, act, 0.01f);
+              dW(static_cast<size_t>(2 * F * O), NAN), db(static_cast<size_t>(O), NAN), h(static_cast<size_t>(N * 2 * F), NAN);
+          sage_forward_cpu(y.data(), z.data(), h.data(), x.data(), v, W.data(), bias ? b.data() : nullptr, F, O, act,
+                           0.01f);
           GNN_CHECK_CLOSE(y, yd);
           GNN_CHECK_CLOSE(z, zd);
-          sage_backward_cpu(dx.data(), dW.data(), bias ? db.data() : nullptr, dy.data(), z.data(), x.data(), v,
-                            W.data(), F, O, act, 0.01f);
+          std::vector<float> ws(static_cast<size_t>(sage_backward_workspace(N, F, O)), NAN);
+          sage_backward_cpu(dx.data(), dW.data(), bias ? db.data() : nullptr, dy.data(), z.data(), h.data(), v,
+                            W.data(), F, O, act, 0.01f, ws.data());
           // dW and db sum over all N rows: float error grows with N (the hub and power-law cases).
           GNN_CHECK_CLOSE(dx, dxd, 1e-4, 1e-4);
           GNN_CHECK_CLOSE(dW, dWd, 1e-3, 1e-3);
           if (bias) GNN_CHECK_CLOSE(db, dbd, 1e-3, 1e-3);
           std::vector<float> y_only(static_cast<size_t>(N * O), NAN);  // inference: no z
-          sage_forward_cpu(y_only.data(), nullptr, x.data(), v, W.data(), bias ? b.data() : nullptr, F, O, act, 0.01f);
+          sage_forward_cpu(y_only.data(), nullptr, nullptr, x.data(), v, W.data(), bias ? b.data() : nullptr, F, O, act,
+                           0.01f);
           CHECK(testing::compare(y_only, y, 0, 0).index < 0);
         }
       }
@@ -101,8 +104,11 @@ TEST_CASE("sage: fused forward and backward are bitwise identical for any thread
   for (int run = 0; run < 2; ++run) {
     set_num_threads(run == 0 ? 1 : std::max(2, saved));
     std::vector<float> y(static_cast<size_t>(N * O)), z(static_cast<size_t>(N * O)), dx(static_cast<size_t>(N * F)), dW(static_cast<size_t>(2 * F * O)), db(static_cast<size_t>(O));
-    sage_forward_cpu(y.data(), z.data(), x.data(), v, W.data(), b.data(), F, O, Act::kRelu, 0.0f);
-    sage_backward_cpu(dx.data(), dW.data(), db.data(), y.data(), z.data(), x.data(), v, W.data(), F, O, Act::kRelu, 0.0f);
+    std::vector<float> h(static_cast<size_t>(N * 2 * F));
+    sage_forward_cpu(y.data(), z.data(), h.data(), x.data(), v, W.data(), b.data(), F, O, Act::kRelu, 0.0f);
+    std::vector<float> ws(static_cast<size_t>(sage_backward_workspace(N, F, O)));
+    sage_backward_cpu(dx.data(), dW.data(), db.data(), y.data(), z.data(), h.data(), v, W.data(), F, O, Act::kRelu, 0.0f,
+                      ws.data());
     out[run] = y;
     for (const auto* part : {&dx, &dW, &db}) out[run].insert(out[run].end(), part->begin(), part->end());
   }
