@@ -132,10 +132,9 @@ class Builder {
     add(n);
   }
 
-  int32_t finish(int32_t begin) {  // the root: a fusion of the last node
+  int32_t finish() {  // the root: a fusion of the last node
     Node n = p_.nodes.back();
     n.op = kFusion, n.inputs = {int32_t(p_.nodes.size() - 1)}, n.root = true, n.param_number = 0;
-    (void)begin;
     return add(n);
   }
 
@@ -191,7 +190,7 @@ Program generate_program(int64_t nodes, bool fused, std::mt19937_64& rng) {
     const int params = 1 + int(rng() % 3);
     for (int i = 0; i < params; ++i) b.parameter(2 + int(rng() % 3), rng() % 8 == 0 ? kBF16 : kF32);
     for (int guard = 0; int64_t(p.nodes.size()) - begin < size - 1 && guard < 20 * size; ++guard) b.step(begin);
-    b.finish(begin);
+    b.finish();
     p.splits.push_back(int64_t(p.nodes.size()));
   }
   return p;
