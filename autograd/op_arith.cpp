@@ -1,0 +1,150 @@
+// Elementwise arithmetic and reductions to one element.
+#include "autograd/dispatch.h"
+#include "autograd/ops.h"
+#include "kernels/elementwise.h"
+
+namespace gnn::ag {
+
+void check_arg(const char* op, const char* what, const Var& v, int ndim, DType dt) {
+  GNN_CHECK(v.defined(), op, ": ", what, " is undefined");
+  GNN_CHECK(ndim < 0 || v.value().dim() == ndim, op, ": ", what, " must have ", ndim, " dims, got ", v.value().desc());
+  GNN_CHECK(v.dtype() == dt, op, ": ", what, " must be ", dtype_name(dt), " like the other inputs, got ",
+            v.value().desc());
+}
+
+Tensor empty_like(const Tensor& like, const Shape& shape) { return Tensor::empty(shape, like.dtype(), like.device()); }
+
+CsrView csr_view(const Graph& g) {
+  return {g.num_nodes, g.num_nodes, g.csr_indptr.i32(), g.csr_indices.i32(), g.csc_indptr.i32(),
+          g.csc_indices.i32(), g.csc_to_csr.i32()};
+}
+
+namespace {
+
+void check_same(const char* op, const Var& a, const Var& b) {
+  check_arg(op, "a", a, -1, a.dtype());
+  check_arg(op, "b", b, -1, a.dtype());
+  GNN_CHECK(a.shape() == b.shape(), op, ": shapes differ: ", a.shape().str(), " and ", b.shape().str());
+}
+
+// a + sb * b, with its backward: da = dy, db = sb dy.
+Var add_scaled(const char* op, const Var& a, const Var& b, double sb) {
+  check_same(op, a, b);
+  return dispatch_real(op, a.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(a.value(), a.shape());
+    add_to<T>(ptr<T>(y), ptr<T>(a.value()), ptr<T>(b.value()), y.numel(), T(sb));
+    return record(op, y, {a, b}, [a, b, sb](const Tensor& dy) {
+      accumulate(a, dy);
+      if (!b.requires_grad()) return;
+      Tensor db = empty_like(dy, dy.shape());
+      axpby<T>(ptr<T>(db), T(sb), ptr<T>(dy), T(0), dy.numel());
+      accumulate(b, db);
+    });
+  });
+}
+
+}  // namespace
+
+Var add(const Var& a, const Var& b) { return add_scaled("add", a, b, 1.0); }
+Var sub(const Var& a, const Var& b) { return add_scaled("sub", a, b, -1.0); }
+
+Var mul(const Var& a, const Var& b) {
+  check_same("mul", a, b);
+  return dispatch_real("mul", a.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(a.value(), a.shape());
+    mul_to<T>(ptr<T>(y), ptr<T>(a.value()), ptr<T>(b.value()), y.numel());
+    return record("mul", y, {a, b}, [a, b](const Tensor& dy) {
+      for (const auto& [self, other] : {std::pair{a, b}, std::pair{b, a}}) {
+        if (!self.requires_grad()) continue;
+        Tensor d = empty_like(dy, dy.shape());
+        mul_to<T>(ptr<T>(d), ptr<T>(dy), ptr<T>(other.value()), dy.numel());
+        accumulate(self, d);
+      }
+    });
+  });
+}
+
+Var scale(const Var& x, double s) {
+  check_arg("scale", "x", x, -1, x.dtype());
+  return dispatch_real("scale", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), x.shape());
+    axpby<T>(ptr<T>(y), T(s), ptr<T>(x.value()), T(0), y.numel());
+    return record("scale", y, {x}, [x, s](const Tensor& dy) {
+      Tensor dx = empty_like(dy, dy.shape());
+      axpby<T>(ptr<T>(dx), T(s), ptr<T>(dy), T(0), dy.numel());
+      accumulate(x, dx);
+    });
+  });
+}
+
+Var scale_by(const Var& x, const Var& s) {
+  check_arg("scale_by", "x", x, -1, x.dtype());
+  check_arg("scale_by", "s", s, -1, x.dtype());
+  GNN_CHECK(s.value().numel() == 1, "scale_by: s must have one element, got ", s.value().desc());
+  return dispatch_real("scale_by", x.value(), [&](auto t) {
+    using T = decltype(t);
+    const T sv = ptr<T>(s.value())[0];
+    Tensor y = empty_like(x.value(), x.shape());
+    axpby<T>(ptr<T>(y), sv, ptr<T>(x.value()), T(0), y.numel());
+    return record("scale_by", y, {x, s}, [x, s, sv](const Tensor& dy) {
+      if (x.requires_grad()) {
+        Tensor dx = empty_like(dy, dy.shape());
+        axpby<T>(ptr<T>(dx), sv, ptr<T>(dy), T(0), dy.numel());
+        accumulate(x, dx);
+      }
+      if (s.requires_grad()) {  // ds = <dy, x>
+        Tensor prod = empty_like(dy, dy.shape());
+        mul_to<T>(ptr<T>(prod), ptr<T>(dy), ptr<T>(x.value()), dy.numel());
+        Tensor ds = empty_like(dy, s.shape());
+        ptr<T>(ds)[0] = sum_all<T>(ptr<T>(prod), prod.numel());
+        accumulate(s, ds);
+      }
+    });
+  });
+}
+
+Var add_bias(const Var& x, const Var& b) {
+  check_arg("add_bias", "x", x, 2, x.dtype());
+  check_arg("add_bias", "b", b, 1, x.dtype());
+  const int64_t R = x.size(0), F = x.size(1);
+  GNN_CHECK(b.size(0) == F, "add_bias: b has ", b.size(0), " values for x with ", F, " columns");
+  return dispatch_real("add_bias", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), x.shape());
+    add_row<T>(ptr<T>(y), ptr<T>(x.value()), ptr<T>(b.value()), R, F);
+    return record("add_bias", y, {x, b}, [x, b, R, F](const Tensor& dy) {
+      accumulate(x, dy);
+      if (!b.requires_grad()) return;
+      Tensor db = empty_like(dy, b.shape());
+      column_sum<T>(ptr<T>(db), ptr<T>(dy), R, F);
+      accumulate(b, db);
+    });
+  });
+}
+
+namespace {
+
+Var reduce_all(const char* op, const Var& x, bool mean) {
+  check_arg(op, "x", x, -1, x.dtype());
+  const int64_t n = x.value().numel();
+  GNN_CHECK(!mean || n > 0, op, ": the mean of no values");
+  return dispatch_real(op, x.value(), [&](auto t) {
+    using T = decltype(t);
+    const T k = mean ? T(1) / T(n) : T(1);
+    Tensor y = empty_like(x.value(), Shape{});
+    ptr<T>(y)[0] = sum_all<T>(ptr<T>(x.value()), n) * k;
+    return record(op, y, {x}, [x, k](const Tensor& dy) {
+      accumulate(x, Tensor::full(x.shape(), double(ptr<T>(dy)[0] * k), x.dtype(), x.device()));
+    });
+  });
+}
+
+}  // namespace
+
+Var sum(const Var& x) { return reduce_all("sum", x, false); }
+Var mean(const Var& x) { return reduce_all("mean", x, true); }
+
+}  // namespace gnn::ag

@@ -1,0 +1,145 @@
+// Column and row plumbing: concatenation, column slices, the mean over heads, row gathers.
+//   concat:  y = [x_1 | x_2 | ...];       dx_i = the matching column block of dy
+//   slice:   y = x[:, b:e];               dx = dy in those columns, 0 elsewhere
+//   heads:   y[r, f] = mean_h x[r, h*F + f];  dx[r, h*F + f] = dy[r, f] / H
+//   dot:     y[r, h] = sum_d x[r, h*D + d] a[h, d];  dx[r, h*D + d] = dy[r, h] a[h, d];
+//            da[h, d] = sum_r dy[r, h] x[r, h*D + d]  (GAT's attention vectors)
+//   gather:  y[i] = x[index[i]];          dx[k] = sum_{i: index[i] = k} dy[i]  (embedding's backward)
+#include <cstring>
+
+#include "autograd/dispatch.h"
+#include "autograd/ops.h"
+#include "kernels/elementwise.h"
+#include "kernels/norm_embed.h"
+
+namespace gnn::ag {
+
+namespace {
+
+// Copies an [R, w] block between row-major matrices of widths ws and wd at column offsets.
+template <class T>
+void copy_block(T* dst, int64_t wd, int64_t od, const T* src, int64_t ws, int64_t os, int64_t R, int64_t w) {
+#pragma omp parallel for if (R * w > (1 << 16))
+  for (int64_t r = 0; r < R; ++r) std::memcpy(dst + r * wd + od, src + r * ws + os, size_t(w) * sizeof(T));
+}
+
+}  // namespace
+
+Var concat_cols(const std::vector<Var>& xs) {
+  GNN_CHECK(!xs.empty(), "concat_cols: no inputs");
+  check_arg("concat_cols", "xs[0]", xs[0], 2, xs[0].dtype());
+  const int64_t R = xs[0].size(0);
+  int64_t W = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    check_arg("concat_cols", "an input", xs[i], 2, xs[0].dtype());
+    GNN_CHECK(xs[i].size(0) == R, "concat_cols: input ", i, " has ", xs[i].size(0), " rows, input 0 has ", R);
+    W += xs[i].size(1);
+  }
+  return dispatch_real("concat_cols", xs[0].value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(xs[0].value(), Shape{R, W});
+    for (int64_t i = 0, off = 0; i < int64_t(xs.size()); off += xs[size_t(i)].size(1), ++i)
+      copy_block<T>(ptr<T>(y), W, off, ptr<T>(xs[size_t(i)].value()), xs[size_t(i)].size(1), 0, R, xs[size_t(i)].size(1));
+    return record("concat_cols", y, xs, [xs, R, W](const Tensor& dy) {
+      for (int64_t i = 0, off = 0; i < int64_t(xs.size()); off += xs[size_t(i)].size(1), ++i) {
+        const Var& x = xs[size_t(i)];
+        if (!x.requires_grad()) continue;
+        Tensor dx = empty_like(dy, x.shape());
+        copy_block<T>(ptr<T>(dx), x.size(1), 0, ptr<T>(dy), W, off, R, x.size(1));
+        accumulate(x, dx);
+      }
+    });
+  });
+}
+
+Var slice_cols(const Var& x, int64_t begin, int64_t end) {
+  check_arg("slice_cols", "x", x, 2, x.dtype());
+  const int64_t R = x.size(0), W = x.size(1);
+  GNN_CHECK(0 <= begin && begin <= end && end <= W, "slice_cols: columns [", begin, ", ", end, ") of ", x.value().desc());
+  return dispatch_real("slice_cols", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), Shape{R, end - begin});
+    copy_block<T>(ptr<T>(y), end - begin, 0, ptr<T>(x.value()), W, begin, R, end - begin);
+    return record("slice_cols", y, {x}, [x, R, W, begin, end](const Tensor& dy) {
+      Tensor dx = Tensor::zeros(x.shape(), x.dtype(), x.device());
+      copy_block<T>(ptr<T>(dx), W, begin, ptr<T>(dy), end - begin, 0, R, end - begin);
+      accumulate(x, dx);
+    });
+  });
+}
+
+Var head_mean(const Var& x, int64_t heads) {
+  check_arg("head_mean", "x", x, 2, x.dtype());
+  const int64_t R = x.size(0), W = x.size(1);
+  GNN_CHECK(heads >= 1 && W % heads == 0, "head_mean: ", W, " columns do not split into ", heads, " heads");
+  const int64_t F = W / heads;
+  return dispatch_real("head_mean", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), Shape{R, F});
+    const T* xp = ptr<T>(x.value());
+    T* yp = ptr<T>(y);
+#pragma omp parallel for if (R * W > (1 << 16))
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t f = 0; f < F; ++f) {
+        T acc = 0;
+        for (int64_t h = 0; h < heads; ++h) acc += xp[r * W + h * F + f];
+        yp[r * F + f] = acc / T(heads);
+      }
+    return record("head_mean", y, {x}, [x, R, W, F, heads](const Tensor& dy) {
+      Tensor dx = empty_like(dy, x.shape());
+      const T* g = ptr<T>(dy);
+      T* d = ptr<T>(dx);
+#pragma omp parallel for if (R * W > (1 << 16))
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t f = 0; f < F; ++f) d[r * W + h * F + f] = g[r * F + f] / T(heads);
+      accumulate(x, dx);
+    });
+  });
+}
+
+Var head_dot(const Var& x, const Var& a) {
+  check_arg("head_dot", "x", x, 2, x.dtype());
+  check_arg("head_dot", "a", a, 2, x.dtype());
+  const int64_t R = x.size(0), H = a.size(0), D = a.size(1), W = x.size(1);
+  GNN_CHECK(W == H * D, "head_dot: x has ", W, " columns, a ", a.shape().str(), " needs H*D = ", H * D);
+  return dispatch_real("head_dot", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), Shape{R, H});
+    const T *xp = ptr<T>(x.value()), *ap = ptr<T>(a.value());
+    T* yp = ptr<T>(y);
+#pragma omp parallel for if (R * W > (1 << 16))
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t h = 0; h < H; ++h) {
+        T acc = 0;
+        for (int64_t d = 0; d < D; ++d) acc += xp[r * W + h * D + d] * ap[h * D + d];
+        yp[r * H + h] = acc;
+      }
+    return record("head_dot", y, {x, a}, [x, a, R, H, D, W](const Tensor& dy) {
+      const T *g = ptr<T>(dy), *xp = ptr<T>(x.value()), *ap = ptr<T>(a.value());
+      if (x.requires_grad()) {
+        Tensor dx = empty_like(dy, x.shape());
+        T* d = ptr<T>(dx);
+#pragma omp parallel for if (R * W > (1 << 16))
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t k = 0; k < D; ++k) d[r * W + h * D + k] = g[r * H + h] * ap[h * D + k];
+        accumulate(x, dx);
+      }
+      if (a.requires_grad()) {  // da = column sums of dy[r, h] x[r, h*D + d]: chunked, then in order
+        Tensor prod = empty_like(dy, x.shape());
+        T* p = ptr<T>(prod);
+#pragma omp parallel for if (R * W > (1 << 16))
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t k = 0; k < W; ++k) p[r * W + k] = g[r * H + k / D] * xp[r * W + k];
+        Tensor da = empty_like(dy, a.shape());
+        column_sum<T>(ptr<T>(da), p, R, W);
+        accumulate(a, da);
+      }
+    });
+  });
+}
+
+Var gather_rows(const Var& x, const Tensor& index) { return embedding(x, index); }
+
+}  // namespace gnn::ag

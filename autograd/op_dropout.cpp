@@ -1,0 +1,36 @@
+// Inverted dropout: y = x * m / (1 - p), m ~ Bernoulli(1 - p) per element; dx = dy * m / (1 - p).
+// The mask comes from the caller's Rng, so a seed fixes every mask of a run. Not training, or p = 0:
+// y is x itself (no copy, nothing recorded).
+#include "autograd/dispatch.h"
+#include "autograd/ops.h"
+#include "kernels/elementwise.h"
+
+namespace gnn::ag {
+
+Var dropout(const Var& x, double p, Rng& rng, bool training) {
+  check_arg("dropout", "x", x, -1, x.dtype());
+  GNN_CHECK(p >= 0 && p < 1, "dropout: p must lie in [0, 1), got ", p);
+  if (!training || p == 0) return x;
+  return dispatch_real("dropout", x.value(), [&](auto t) {
+    using T = decltype(t);
+    const int64_t n = x.value().numel();
+    Tensor mask = empty_like(x.value(), x.shape());
+    T* m = ptr<T>(mask);
+    const T keep = T(1) / T(1 - p);
+    // 24 random bits per element against the threshold: masks are cheap and the same on every machine
+    const uint32_t threshold = uint32_t(p * double(1u << 24));
+    for (int64_t i = 0; i < n;) {
+      uint64_t r = rng.next();
+      for (int j = 0; j < 2 && i < n; ++j, ++i, r >>= 32) m[i] = (uint32_t(r) & 0xffffffu) < threshold ? T(0) : keep;
+    }
+    Tensor y = empty_like(x.value(), x.shape());
+    mul_to<T>(ptr<T>(y), ptr<T>(x.value()), m, n);
+    return record("dropout", y, {x}, [x, mask](const Tensor& dy) {
+      Tensor dx = empty_like(dy, dy.shape());
+      mul_to<T>(ptr<T>(dx), ptr<T>(dy), ptr<T>(mask), dy.numel());
+      accumulate(x, dx);
+    });
+  });
+}
+
+}  // namespace gnn::ag

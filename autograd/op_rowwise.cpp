@@ -1,0 +1,35 @@
+// Row-wise softmax, log-softmax and l2-normalisation (kernels/rowwise.h), each saving its output
+// (and, for l2, its input) for the backward.
+#include "autograd/dispatch.h"
+#include "autograd/ops.h"
+#include "kernels/rowwise.h"
+
+namespace gnn::ag {
+
+namespace {
+
+Var rowwise(const char* name, const Var& x, RowOp op, double eps) {
+  check_arg(name, "x", x, 2, x.dtype());
+  const int64_t R = x.size(0), F = x.size(1);
+  return dispatch_real(name, x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), x.shape());
+    if constexpr (std::is_same_v<T, float>) rowwise_forward_cpu(ptr<T>(y), ptr<T>(x.value()), R, F, op, T(eps));
+    else rowwise_forward_ref<T>(ptr<T>(y), ptr<T>(x.value()), R, F, op, T(eps));
+    return record(name, y, {x}, [x, y, R, F, op, eps](const Tensor& dy) {
+      Tensor dx = empty_like(dy, dy.shape());
+      if constexpr (std::is_same_v<T, float>)
+        rowwise_backward_cpu(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), ptr<T>(x.value()), R, F, op, T(eps));
+      else rowwise_backward_ref<T>(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), ptr<T>(x.value()), R, F, op, T(eps));
+      accumulate(x, dx);
+    });
+  });
+}
+
+}  // namespace
+
+Var softmax(const Var& x) { return rowwise("softmax", x, RowOp::kSoftmax, 0); }
+Var log_softmax(const Var& x) { return rowwise("log_softmax", x, RowOp::kLogSoftmax, 0); }
+Var l2_normalize(const Var& x, double eps) { return rowwise("l2_normalize", x, RowOp::kL2Normalize, eps); }
+
+}  // namespace gnn::ag

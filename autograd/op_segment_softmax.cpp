@@ -1,0 +1,30 @@
+// Softmax over each node's incoming edges, per head (kernels/segment_softmax.h):
+//   y = softmax over the CSR row;  dx = y * (dy - sum_row y dy)
+#include "autograd/dispatch.h"
+#include "autograd/ops.h"
+#include "kernels/segment_softmax.h"
+
+namespace gnn::ag {
+
+Var segment_softmax(const Graph& graph, const Var& scores) {
+  check_arg("segment_softmax", "scores", scores, 2, scores.dtype());
+  GNN_CHECK(scores.size(0) == graph.num_edges, "segment_softmax: scores has ", scores.size(0),
+            " rows for a graph of ", graph.num_edges, " edges");
+  const int64_t S = graph.num_nodes, H = scores.size(1);
+  return dispatch_real("segment_softmax", scores.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(scores.value(), scores.shape());
+    const int32_t* indptr = graph.csr_indptr.i32();
+    if constexpr (std::is_same_v<T, float>) segment_softmax_forward_cpu(ptr<T>(y), ptr<T>(scores.value()), indptr, S, H);
+    else segment_softmax_forward_ref<T>(ptr<T>(y), ptr<T>(scores.value()), indptr, S, H);
+    return record("segment_softmax", y, {scores}, [scores, y, graph, S, H](const Tensor& dy) {
+      Tensor dx = empty_like(dy, dy.shape());
+      const int32_t* indptr = graph.csr_indptr.i32();
+      if constexpr (std::is_same_v<T, float>) segment_softmax_backward_cpu(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), indptr, S, H);
+      else segment_softmax_backward_ref<T>(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), indptr, S, H);
+      accumulate(scores, dx);
+    });
+  });
+}
+
+}  // namespace gnn::ag

@@ -1,0 +1,79 @@
+// The differentiable ops. Each lives in its own file (autograd/op_<name>.cpp): argument checks, the
+// kernel call, and the backward right below it. Values are f32 (the fast _cpu kernels) or f64 (the
+// _ref templates, which gradient checks use); CUDA tensors are refused with a message until the CUDA
+// backend lands. Graph ops take the Graph whose CSR rows are destination nodes (runtime/graph.h) and
+// per-edge values in CSR order.
+#pragma once
+#include <vector>
+
+#include "autograd/var.h"
+#include "kernels/activation.h"
+#include "kernels/spmm.h"
+#include "runtime/graph.h"
+#include "runtime/rng.h"
+
+namespace gnn::ag {
+
+// ---- arithmetic (op_arith.cpp) --------------------------------------------------------------------
+Var add(const Var& a, const Var& b);           // same shapes
+Var sub(const Var& a, const Var& b);
+Var mul(const Var& a, const Var& b);           // elementwise
+Var scale(const Var& x, double s);             // s x
+Var scale_by(const Var& x, const Var& s);      // s x, s one element (GIN's learnable 1 + eps)
+Var add_bias(const Var& x, const Var& b);      // x [R, F] + b [F]
+Var sum(const Var& x);                         // one element
+Var mean(const Var& x);                        // one element
+
+// ---- matmul (op_matmul.cpp): op(a) op(b), 2-d ---------------------------------------------------------
+Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
+
+// ---- activation (op_activation.cpp) ------------------------------------------------------------------
+Var activation(const Var& x, Act act, double slope = 0.01);
+inline Var relu(const Var& x) { return activation(x, Act::kRelu); }
+inline Var elu(const Var& x) { return activation(x, Act::kElu); }
+inline Var gelu(const Var& x) { return activation(x, Act::kGelu); }
+
+// ---- dropout (op_dropout.cpp): zero with probability p, scale the rest by 1 / (1 - p) ----------------
+Var dropout(const Var& x, double p, Rng& rng, bool training);
+
+// ---- columns (op_columns.cpp) -----------------------------------------------------------------------
+Var concat_cols(const std::vector<Var>& xs);              // [R, F1 + F2 + ...]
+Var slice_cols(const Var& x, int64_t begin, int64_t end);  // columns [begin, end)
+Var head_mean(const Var& x, int64_t heads);                // [R, H*F] -> [R, F], mean over heads
+Var gather_rows(const Var& x, const Tensor& index);        // y[i] = x[index[i]]; index i32, any order
+Var head_dot(const Var& x, const Var& a);                  // x [R, H*D], a [H, D] -> y[r, h] = <x[r, h*D:], a[h]>
+
+// ---- graph aggregation (op_spmm.cpp) ------------------------------------------------------------------
+// y = reduce over each node's in-edges of w[p] * x[src(p)]. edge_weight: undefined (all 1), [E], or
+// [E, H] with x [N, H*F] (one weight per head, as GAT's attention).
+Var spmm(const Graph& g, const Var& x, Reduce op, const Var& edge_weight = Var());
+
+// ---- GAT (op_gat_scores.cpp, op_segment_softmax.cpp) ---------------------------------------------------
+// s[p, h] = leaky_relu(a_src[src(p), h] + a_dst[v, h]); a_src, a_dst [N, H]; s [E, H] in CSR order.
+Var gat_scores(const Graph& g, const Var& a_src, const Var& a_dst, double slope);
+// Softmax over each node's in-edges, per column: scores [E, H] in CSR order.
+Var segment_softmax(const Graph& g, const Var& scores);
+
+// ---- row-wise (op_rowwise.cpp) -------------------------------------------------------------------------
+Var softmax(const Var& x);
+Var log_softmax(const Var& x);
+Var l2_normalize(const Var& x, double eps = 1e-12);
+
+// ---- norms and embeddings (op_layer_norm.cpp, op_instance_norm.cpp, op_embedding.cpp) ---------------
+Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps = 1e-5);  // gamma, beta may be undefined
+// Per graph and channel; graph_ptr i64 [G+1] over the rows of x.
+Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor& graph_ptr, double eps = 1e-5);
+Var embedding(const Var& table, const Tensor& index);  // index i32 in [0, rows of table)
+
+// ---- readout (op_pool.cpp): per graph of a disjoint union ---------------------------------------------
+Var pool(const Var& x, const Tensor& graph_ptr, Reduce op);
+
+// ---- fused SAGE (op_sage.cpp): act([mean_{j->i} x_j | x_i] W + b), W [2F, O] ----------------------------
+Var sage_fused(const Graph& g, const Var& x, const Var& W, const Var& b, Act act, double slope = 0.01);
+
+// ---- self-attention over the nodes of each graph (op_attention.cpp) ----------------------------------
+// q, k, v [N, H*D]; graph_ptr i64 [G+1]. Full: softmax(q k^T / sqrt(D)) v within each graph and head.
+// Linear: phi(q) (phi(k)^T v) / (phi(q) phi(k)^T 1) with phi = elu + 1, linear in the graph's size.
+Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& graph_ptr, int64_t heads, bool linear);
+
+}  // namespace gnn::ag

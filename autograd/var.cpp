@@ -1,0 +1,109 @@
+#include "autograd/var.h"
+
+#include "kernels/elementwise.h"
+
+namespace gnn::ag {
+
+namespace {
+
+struct Entry {
+  const char* op;
+  std::shared_ptr<Node> output;
+  BackwardFn backward;
+};
+
+thread_local std::vector<Entry> t_tape;
+thread_local bool t_grad_enabled = true;
+
+}  // namespace
+
+Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<Node>()) {
+  GNN_CHECK(value.defined(), "Var: the value is an undefined tensor");
+  node_->value = std::move(value);
+  node_->requires_grad = requires_grad;
+}
+
+const Tensor& Var::value() const {
+  GNN_CHECK(node_, "use of an undefined Var");
+  return node_->value;
+}
+
+const Tensor& Var::grad() const {
+  GNN_CHECK(node_, "use of an undefined Var");
+  return node_->grad;
+}
+
+void Var::zero_grad() const {
+  if (node_) node_->grad = Tensor();
+}
+
+void Var::set_value(Tensor value) const {
+  GNN_CHECK(node_, "use of an undefined Var");
+  node_->value = std::move(value);
+}
+
+void Var::set_grad(Tensor grad) const {
+  GNN_CHECK(node_, "use of an undefined Var");
+  node_->grad = std::move(grad);
+}
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGrad::NoGrad() : prev_(t_grad_enabled) { t_grad_enabled = false; }
+NoGrad::~NoGrad() { t_grad_enabled = prev_; }
+
+Var record(const char* op, Tensor value, const std::vector<Var>& inputs, BackwardFn backward) {
+  bool needs = false;
+  if (t_grad_enabled)
+    for (const Var& v : inputs) needs = needs || v.requires_grad();
+  Var out(std::move(value), needs);
+  if (needs) {
+    out.node()->recorded = true;
+    t_tape.push_back({op, out.node(), std::move(backward)});
+  }
+  return out;
+}
+
+void accumulate(const Var& v, Tensor g) {
+  if (!v.requires_grad()) return;
+  Node& n = *v.node();
+  GNN_CHECK(g.shape() == n.value.shape() && g.dtype() == n.value.dtype(), "gradient ", g.desc(),
+            " does not match its value ", n.value.desc());
+  if (!n.grad.defined()) {
+    n.grad = std::move(g);
+    return;
+  }
+  GNN_CHECK(!g.is_cuda(), "gradient accumulation on CUDA tensors is not built yet (issue 8)");
+  // Out of place: closures may hand the same tensor to two inputs (an add passes dy to both), so a
+  // gradient is never written after it has been handed over.
+  Tensor sum = Tensor::empty(g.shape(), g.dtype(), g.device());
+  if (g.dtype() == DType::F64) add_to(sum.f64(), n.grad.f64(), g.f64(), g.numel());
+  else add_to(sum.f32(), n.grad.f32(), g.f32(), g.numel());
+  n.grad = std::move(sum);
+}
+
+void backward(const Var& loss) {
+  GNN_CHECK(loss.defined() && loss.value().numel() == 1, "backward needs a one-element loss, got ",
+            loss.defined() ? loss.value().desc() : std::string("an undefined Var"));
+  GNN_CHECK(loss.requires_grad(), "backward: the loss does not depend on anything that requires a gradient");
+  if (loss.node()->recorded) {
+    bool found = false;
+    for (const Entry& e : t_tape) found = found || e.output == loss.node();
+    GNN_CHECK(found, "backward: the loss's history was consumed by an earlier backward (or cleared); add the "
+                     "losses and call backward once");
+  }
+  std::vector<Entry> tape;
+  tape.swap(t_tape);  // cleared even when a backward closure throws
+  accumulate(loss, Tensor::full(loss.shape(), 1.0, loss.dtype(), loss.device()));
+  NoGrad no_grad;  // closures compute with ops' kernels directly; nothing they do is recorded
+  for (size_t i = tape.size(); i-- > 0;) {
+    Entry& e = tape[i];
+    if (e.output->grad.defined()) e.backward(e.output->grad);
+    e.backward = nullptr;        // frees what the closure saved as soon as it has run
+    e.output->grad = Tensor();   // an intermediate's gradient is spent once its entry has run
+  }
+}
+
+size_t tape_size() { return t_tape.size(); }
+void clear_tape() { t_tape.clear(); }
+
+}  // namespace gnn::ag

@@ -1,0 +1,93 @@
+// Var and the tape.
+//
+// A Var is a handle to a value (a Tensor) and, once backward has reached it, its gradient. Every op
+// that sees an input requiring a gradient records one entry on the current thread's tape, in call
+// order: the output, the inputs, and a closure that reads the output's gradient and adds to the
+// inputs'. backward(loss) seeds d loss = 1 and runs the entries from last to first, so each output's
+// gradient is complete before its entry runs; a value used twice gets both contributions added.
+// Then the tape is cleared (the closures drop the activations they saved) and only leaves (Vars made
+// by the caller, such as parameters) keep their gradients.
+//
+//   Var w = Var::param(Tensor::zeros({3, 2}, DType::F32));   // requires_grad
+//   Var loss = ag::sum(ag::matmul(x, w));
+//   ag::backward(loss);                                        // w.grad() now holds d loss / d w
+//
+// NoGrad (a scope) records nothing: inference and optimiser updates. detach() gives the same value
+// with no history.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/tensor.h"
+
+namespace gnn::ag {
+
+struct Node {
+  Tensor value;
+  Tensor grad;  // undefined until a gradient arrives
+  bool requires_grad = false;
+  bool recorded = false;  // the output of a tape entry (not a leaf)
+};
+
+class Var {
+ public:
+  Var() = default;
+  explicit Var(Tensor value, bool requires_grad = false);
+  static Var param(Tensor value) { return Var(std::move(value), true); }
+
+  bool defined() const { return node_ != nullptr; }
+  const Tensor& value() const;
+  const Tensor& grad() const;  // undefined Tensor when no gradient reached this Var
+  bool has_grad() const { return node_ && node_->grad.defined(); }
+  bool requires_grad() const { return node_ && node_->requires_grad; }
+  const Shape& shape() const { return value().shape(); }
+  int64_t size(int d) const { return value().size(d); }
+  DType dtype() const { return value().dtype(); }
+  Device device() const { return value().device(); }
+
+  void zero_grad() const;                  // drops the gradient (the next one starts fresh)
+  void set_value(Tensor value) const;      // replaces the value in place (casting parameters, loading)
+  void set_grad(Tensor grad) const;
+  Var detach() const { return Var(value(), false); }
+
+  const std::shared_ptr<Node>& node() const { return node_; }
+
+ private:
+  std::shared_ptr<Node> node_;
+};
+
+// Whether ops record. Thread-local; NoGrad scopes nest.
+bool grad_enabled();
+class NoGrad {
+ public:
+  NoGrad();
+  ~NoGrad();
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// The backward closure of one entry: given d output, add into the inputs' gradients with accumulate().
+using BackwardFn = std::function<void(const Tensor& dy)>;
+
+// Makes the result of an op. When grad mode is on and any input requires a gradient, the result
+// requires one too and `backward` is recorded with `op` (its name, for errors).
+Var record(const char* op, Tensor value, const std::vector<Var>& inputs, BackwardFn backward);
+// Adds g to v's gradient: takes g when v has none yet, else replaces it by a new sum (a gradient
+// tensor is never written after it is handed over, so g may be shared).
+// Does nothing when v does not require a gradient.
+void accumulate(const Var& v, Tensor g);
+
+// Runs the tape backward from a one-element loss, then clears it. The whole tape is consumed: with
+// several losses, add them and call backward once (a second backward on a loss whose history is
+// gone is refused).
+void backward(const Var& loss);
+// How many entries are recorded on this thread; clear_tape() drops them (a forward with no backward).
+size_t tape_size();
+void clear_tape();
+
+}  // namespace gnn::ag

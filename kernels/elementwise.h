@@ -1,0 +1,72 @@
+// Elementwise arithmetic on n values, the glue between the graph kernels: y = a*x + b*y, products,
+// broadcasts of a row vector over rows, column sums. Templates, so the autograd ops run them in float
+// (the fast path) and in double (gradient checks). Memory-bound: one pass, OpenMP above 64k values.
+// Column sums add per fixed chunk of rows, then chunks in order: bitwise stable for any thread count.
+#pragma once
+#include <algorithm>
+#include <vector>
+
+#include "kernels/common.h"
+
+namespace gnn {
+
+inline constexpr int64_t kElementwiseGrain = 1 << 16;
+
+template <class T>
+void axpby(T* y, T a, const T* x, T b, int64_t n) {  // y = a x + b y  (b == 0: y is not read)
+#pragma omp parallel for simd if (n > kElementwiseGrain)
+  for (int64_t i = 0; i < n; ++i) y[i] = b == T(0) ? a * x[i] : a * x[i] + b * y[i];
+}
+
+template <class T>
+void add_to(T* y, const T* a, const T* b, int64_t n, T sb = T(1)) {  // y = a + sb b
+#pragma omp parallel for simd if (n > kElementwiseGrain)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + sb * b[i];
+}
+
+template <class T>
+void mul_to(T* y, const T* a, const T* b, int64_t n) {  // y = a * b
+#pragma omp parallel for simd if (n > kElementwiseGrain)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+
+template <class T>
+void add_row(T* y, const T* x, const T* row, int64_t R, int64_t F) {  // y[r, f] = x[r, f] + row[f]
+#pragma omp parallel for if (R * F > kElementwiseGrain)
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t f = 0; f < F; ++f) y[r * F + f] = x[r * F + f] + row[f];
+}
+
+template <class T>
+void column_sum(T* out, const T* x, int64_t R, int64_t F, bool accumulate = false) {  // out[f] (+)= sum_r x[r, f]
+  constexpr int64_t kChunk = 256;
+  const int64_t chunks = ceil_div<int64_t>(R, kChunk);
+  std::vector<T> part(size_t(chunks * F), T(0));
+#pragma omp parallel for if (R * F > kElementwiseGrain)
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t r = c * kChunk; r < std::min(R, (c + 1) * kChunk); ++r)
+      for (int64_t f = 0; f < F; ++f) part[size_t(c * F + f)] += x[r * F + f];
+  for (int64_t f = 0; f < F; ++f) {
+    T acc = accumulate ? out[f] : T(0);
+    for (int64_t c = 0; c < chunks; ++c) acc += part[size_t(c * F + f)];
+    out[f] = acc;
+  }
+}
+
+template <class T>
+T sum_all(const T* x, int64_t n) {  // in fixed chunks, then in order: bitwise stable
+  constexpr int64_t kChunk = 4096;
+  const int64_t chunks = ceil_div<int64_t>(n, kChunk);
+  std::vector<double> part(size_t(chunks), 0.0);
+#pragma omp parallel for if (n > kElementwiseGrain)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double acc = 0;
+    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) acc += double(x[i]);
+    part[size_t(c)] = acc;
+  }
+  double acc = 0;
+  for (double p : part) acc += p;
+  return T(acc);
+}
+
+}  // namespace gnn

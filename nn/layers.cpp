@@ -1,0 +1,59 @@
+#include "nn/layers.h"
+
+#include <cmath>
+
+namespace gnn::nn {
+
+Linear::Linear(int64_t in, int64_t out, Rng& rng, bool with_bias, Init init) : in_(in), out_(out) {
+  GNN_CHECK(in >= 1 && out >= 1, "Linear: sizes must be positive, got ", in, " -> ", out);
+  weight = add_param("weight", init_tensor(Shape{in, out}, init, in, out, rng));
+  if (with_bias) {
+    const Init bias_init = init == Init::kKaiming ? Init::kKaiming : Init::kZeros;
+    bias = add_param("bias", init_tensor(Shape{out}, bias_init, in, out, rng));
+  }
+}
+
+ag::Var Linear::forward(const ag::Var& x) const {
+  GNN_CHECK(x.value().dim() == 2 && x.size(1) == in_, "Linear: expected [*, ", in_, "] input, got ",
+            x.value().desc());
+  ag::Var y = ag::matmul(x, weight);
+  return bias.defined() ? ag::add_bias(y, bias) : y;
+}
+
+Embedding::Embedding(int64_t num, int64_t dim, Rng& rng) {
+  GNN_CHECK(num >= 1 && dim >= 1, "Embedding: sizes must be positive, got ", num, " x ", dim);
+  weight = add_param("weight", init_tensor(Shape{num, dim}, Init::kNormal, num, dim, rng));
+}
+
+MLP::MLP(const std::vector<int64_t>& dims, Act act, Rng& rng, double dropout, Init init)
+    : act_(act), drop_(dropout, rng) {
+  GNN_CHECK(dims.size() >= 2, "MLP: needs at least {in, out} sizes");
+  for (size_t i = 0; i + 1 < dims.size(); ++i) {
+    layers_.push_back(std::make_unique<Linear>(dims[i], dims[i + 1], rng, true, init));
+    add_child("layers." + std::to_string(i), layers_.back().get());
+  }
+  add_child("dropout", &drop_);
+}
+
+ag::Var MLP::forward(const ag::Var& x) {
+  ag::Var h = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    h = layers_[i]->forward(h);
+    if (i + 1 < layers_.size()) h = drop_.forward(ag::activation(h, act_));
+  }
+  return h;
+}
+
+LayerNorm::LayerNorm(int64_t F, double eps) : eps_(eps) {
+  Rng unused;
+  weight = add_param("weight", init_tensor(Shape{F}, Init::kOnes, F, F, unused));
+  bias = add_param("bias", init_tensor(Shape{F}, Init::kZeros, F, F, unused));
+}
+
+GraphInstanceNorm::GraphInstanceNorm(int64_t F, double eps) : eps_(eps) {
+  Rng unused;
+  weight = add_param("weight", init_tensor(Shape{F}, Init::kOnes, F, F, unused));
+  bias = add_param("bias", init_tensor(Shape{F}, Init::kZeros, F, F, unused));
+}
+
+}  // namespace gnn::nn

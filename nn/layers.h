@@ -1,0 +1,78 @@
+// Dense layers: Linear, Embedding, MLP, Dropout, LayerNorm, GraphInstanceNorm.
+// Weights are stored [in, out] so y = x W + b needs no transpose.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "autograd/ops.h"
+#include "nn/module.h"
+
+namespace gnn::nn {
+
+class Linear : public Module {
+ public:
+  // weight [in, out] by `init` (kaiming: torch's default; glorot: PyG's convolutions), bias [out] zeros
+  // for glorot, U(-1/sqrt(in), 1/sqrt(in)) for kaiming, as the two libraries do.
+  Linear(int64_t in, int64_t out, Rng& rng, bool bias = true, Init init = Init::kKaiming);
+  ag::Var forward(const ag::Var& x) const;
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  ag::Var weight, bias;  // bias undefined without one
+
+ private:
+  int64_t in_, out_;
+};
+
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim, Rng& rng);  // N(0, 1), as torch.nn.Embedding
+  ag::Var forward(const Tensor& index) const { return ag::embedding(weight, index); }
+  ag::Var weight;
+};
+
+class Dropout : public Module {
+ public:
+  Dropout(double p, Rng& rng) : p_(p), rng_(rng.split()) {}
+  ag::Var forward(const ag::Var& x) { return ag::dropout(x, p_, rng_, training()); }
+
+ private:
+  double p_;
+  Rng rng_;
+};
+
+// dims = {in, hidden..., out}: Linear layers with `act` (and dropout p) between them, none after the last.
+class MLP : public Module {
+ public:
+  MLP(const std::vector<int64_t>& dims, Act act, Rng& rng, double dropout = 0, Init init = Init::kKaiming);
+  ag::Var forward(const ag::Var& x);
+
+ private:
+  std::vector<std::unique_ptr<Linear>> layers_;
+  Act act_;
+  Dropout drop_;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t F, double eps = 1e-5);
+  ag::Var forward(const ag::Var& x) const { return ag::layer_norm(x, weight, bias, eps_); }
+  ag::Var weight, bias;
+
+ private:
+  double eps_;
+};
+
+// Normalises each graph's nodes per channel (graph_ptr i64 [G+1] over the rows of x).
+class GraphInstanceNorm : public Module {
+ public:
+  explicit GraphInstanceNorm(int64_t F, double eps = 1e-5);
+  ag::Var forward(const ag::Var& x, const Tensor& graph_ptr) const {
+    return ag::instance_norm(x, weight, bias, graph_ptr, eps_);
+  }
+  ag::Var weight, bias;
+
+ private:
+  double eps_;
+};
+
+}  // namespace gnn::nn

@@ -1,0 +1,184 @@
+#include "nn/loss.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "autograd/dispatch.h"
+#include "autograd/ops.h"
+
+namespace gnn::nn {
+
+using ag::Var;
+
+namespace {
+
+// Host copies in double: losses are O(n) or O(pairs) against O(n F^2) layers, so clarity wins.
+std::vector<double> values(const Tensor& t) { return t.astype(DType::F64).to_vector<double>(); }
+
+void check_pred(const char* op, const Var& pred, const Tensor& target) {
+  ag::check_arg(op, "pred", pred, -1, pred.dtype());
+  GNN_CHECK(pred.value().numel() == target.numel(), op, ": pred has ", pred.value().numel(), " values, target ",
+            target.numel());
+  for (double t : values(target)) GNN_CHECK(std::isfinite(t), op, ": target holds a non-finite value");
+}
+
+// A loss computed on the host in double: L and dL/dp for every prediction.
+Var host_loss(const char* op, const Var& pred, double loss, std::vector<double> grad) {
+  Tensor value = Tensor::full(Shape{}, loss, pred.dtype());
+  return ag::record(op, value, {pred}, [pred, grad = std::move(grad)](const Tensor& dy) {
+    const double s = dy.item();
+    Tensor g = Tensor::empty(pred.shape(), DType::F64);
+    for (size_t i = 0; i < grad.size(); ++i) g.f64()[i] = grad[i] * s;
+    ag::accumulate(pred, g.astype(pred.dtype()));
+  });
+}
+
+std::vector<int64_t> groups(const char* op, const Tensor& group_ptr, int64_t n) {
+  check_tensor(group_ptr, "group_ptr", DType::I64, 1);
+  std::vector<int64_t> g = group_ptr.to_vector<int64_t>();
+  GNN_CHECK(!g.empty() && g.front() == 0 && g.back() == n, op, ": group_ptr must run from 0 to ", n);
+  for (size_t i = 0; i + 1 < g.size(); ++i) GNN_CHECK(g[i] <= g[i + 1], op, ": group_ptr decreases at group ", i);
+  return g;
+}
+
+// Pairwise losses share the pair walk: f(d) with d = p_i - p_j for t_i > t_j, and f'(d).
+template <class F, class DF>
+Var pairwise(const char* op, const Var& pred, const Tensor& target, const Tensor& group_ptr, F f, DF df) {
+  check_pred(op, pred, target);
+  const std::vector<double> p = values(pred.value()), t = values(target);
+  const std::vector<int64_t> g = groups(op, group_ptr, int64_t(p.size()));
+  std::vector<double> grad(p.size(), 0.0);
+  double loss = 0, pairs = 0;
+  for (size_t k = 0; k + 1 < g.size(); ++k)
+    for (int64_t i = g[k]; i < g[k + 1]; ++i)
+      for (int64_t j = g[k]; j < g[k + 1]; ++j)
+        if (t[size_t(i)] > t[size_t(j)]) {
+          const double d = p[size_t(i)] - p[size_t(j)];
+          loss += f(d), pairs += 1;
+          grad[size_t(i)] += df(d), grad[size_t(j)] -= df(d);
+        }
+  if (pairs > 0) {
+    loss /= pairs;
+    for (double& v : grad) v /= pairs;
+  }
+  return host_loss(op, pred, loss, std::move(grad));
+}
+
+}  // namespace
+
+Var cross_entropy(const Var& logits, const Tensor& labels, const Tensor& rows) {
+  ag::check_arg("cross_entropy", "logits", logits, 2, logits.dtype());
+  check_tensor(labels, "labels", DType::I32, 1);
+  const int64_t R = logits.size(0), C = logits.size(1);
+  GNN_CHECK(labels.size(0) == R, "cross_entropy: ", labels.size(0), " labels for ", R, " rows of logits");
+  std::vector<int32_t> idx;
+  if (rows.defined()) {
+    check_tensor(rows, "rows", DType::I32, 1);
+    idx = rows.to_vector<int32_t>();
+  } else {
+    idx.resize(size_t(R));
+    std::iota(idx.begin(), idx.end(), 0);
+  }
+  GNN_CHECK(!idx.empty(), "cross_entropy: no rows selected");
+  const int32_t* lab = labels.i32();
+  for (int32_t r : idx) {
+    GNN_CHECK(r >= 0 && r < R, "cross_entropy: row ", r, " is outside the ", R, " rows of logits");
+    GNN_CHECK(lab[r] >= 0 && lab[r] < C, "cross_entropy: label ", lab[r], " of row ", r, " is outside [0, ", C, ")");
+  }
+  // nll of the log-softmax: the log-softmax op carries its own backward; this entry picks the labels.
+  const Var logp = ag::log_softmax(logits);
+  return ag::dispatch_real("cross_entropy", logp.value(), [&](auto t) {
+    using T = decltype(t);
+    const T* lp = ag::ptr<T>(logp.value());
+    double loss = 0;
+    for (int32_t r : idx) loss -= double(lp[int64_t(r) * C + lab[r]]);
+    const double n = double(idx.size());
+    return ag::record("cross_entropy", Tensor::full(Shape{}, loss / n, logp.dtype()), {logp},
+                      [logp, idx, labels, C, n](const Tensor& dy) {
+                        Tensor g = Tensor::zeros(logp.shape(), logp.dtype());
+                        T* gp = ag::ptr<T>(g);
+                        const T s = T(-dy.item() / n);
+                        for (int32_t r : idx) gp[int64_t(r) * C + labels.i32()[r]] += s;
+                        ag::accumulate(logp, g);
+                      });
+  });
+}
+
+Var mse_loss(const Var& pred, const Tensor& target) {
+  check_pred("mse_loss", pred, target);
+  const std::vector<double> p = values(pred.value()), t = values(target);
+  GNN_CHECK(!p.empty(), "mse_loss: no values");
+  std::vector<double> grad(p.size());
+  double loss = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double d = p[i] - t[i];
+    loss += d * d, grad[i] = 2 * d / double(p.size());
+  }
+  return host_loss("mse_loss", pred, loss / double(p.size()), std::move(grad));
+}
+
+Var mape_loss(const Var& pred, const Tensor& target) {
+  check_pred("mape_loss", pred, target);
+  const std::vector<double> p = values(pred.value()), t = values(target);
+  GNN_CHECK(!p.empty(), "mape_loss: no values");
+  std::vector<double> grad(p.size());
+  double loss = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    GNN_CHECK(t[i] != 0, "mape_loss: target ", i, " is 0 (relative error undefined)");
+    const double d = p[i] - t[i], s = (d > 0) - (d < 0);
+    loss += std::fabs(d) / std::fabs(t[i]), grad[i] = s / std::fabs(t[i]) / double(p.size());
+  }
+  return host_loss("mape_loss", pred, loss / double(p.size()), std::move(grad));
+}
+
+Var pairwise_hinge_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr, double margin) {
+  return pairwise(
+      "pairwise_hinge_loss", pred, target, group_ptr, [margin](double d) { return std::max(0.0, margin - d); },
+      [margin](double d) { return margin - d > 0 ? -1.0 : 0.0; });
+}
+
+Var pairwise_logistic_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr) {
+  // log(1 + exp(-d)) computed without overflow; its derivative is -sigmoid(-d)
+  return pairwise(
+      "pairwise_logistic_loss", pred, target, group_ptr,
+      [](double d) { return d > 0 ? std::log1p(std::exp(-d)) : -d + std::log1p(std::exp(d)); },
+      [](double d) { return -1.0 / (1.0 + std::exp(d)); });
+}
+
+Var list_mle_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr, double temperature) {
+  check_pred("list_mle_loss", pred, target);
+  GNN_CHECK(temperature > 0, "list_mle_loss: temperature must be positive, got ", temperature);
+  const std::vector<double> p = values(pred.value()), t = values(target);
+  const std::vector<int64_t> g = groups("list_mle_loss", group_ptr, int64_t(p.size()));
+  std::vector<double> grad(p.size(), 0.0);
+  double loss = 0;
+  int64_t used = 0;
+  for (size_t k = 0; k + 1 < g.size(); ++k) {
+    const int64_t b = g[k], n = g[k + 1] - b;
+    if (n == 0) continue;
+    ++used;
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), b);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) { return t[size_t(i)] < t[size_t(j)]; });
+    std::vector<double> u(static_cast<size_t>(n));
+    double m = -INFINITY;
+    for (int64_t r = 0; r < n; ++r) m = std::max(m, u[size_t(r)] = -p[size_t(order[size_t(r)])] / temperature);
+    // suffix sums of exp(u - m): D_r = sum_{l >= r} exp(u_l - m)
+    std::vector<double> D(static_cast<size_t>(n + 1), 0.0);
+    for (int64_t r = n - 1; r >= 0; --r) D[size_t(r)] = D[size_t(r + 1)] + std::exp(u[size_t(r)] - m);
+    double inv_cum = 0;  // sum_{r' <= r} 1 / D_r'
+    for (int64_t r = 0; r < n; ++r) {
+      loss += std::log(D[size_t(r)]) + m - u[size_t(r)];
+      inv_cum += 1.0 / D[size_t(r)];
+      const double du = -1.0 + std::exp(u[size_t(r)] - m) * inv_cum;   // dL/du_r
+      grad[size_t(order[size_t(r)])] = -du / temperature;              // du/dp = -1 / T
+    }
+  }
+  GNN_CHECK(used > 0, "list_mle_loss: every group is empty");
+  for (double& v : grad) v /= double(used);
+  return host_loss("list_mle_loss", pred, loss / double(used), std::move(grad));
+}
+
+}  // namespace gnn::nn

@@ -1,0 +1,25 @@
+// Losses. Each returns a one-element Var and has its backward written beside its forward (loss.cpp).
+//
+// Classification: cross_entropy(logits [R, C], labels i32 [R], rows i32) = mean over the listed rows of
+//   -log softmax(logits[r])[labels[r]]   (rows undefined: every row)
+// Regression on predictions p [n] against targets t [n] (host f32/f64):
+//   mse = mean (p - t)^2;  mape = mean |p - t| / |t|
+// Ranking, over groups (the configs of one graph: group g owns entries group_ptr[g] .. group_ptr[g+1]-1,
+// group_ptr i64). Predictions are runtime-like: lower means faster.
+//   pairwise_hinge:    mean over pairs i, j of one group with t_i > t_j of max(0, margin - (p_i - p_j))
+//   pairwise_logistic: the same pairs, log(1 + exp(-(p_i - p_j)))  (= -log sigmoid(p_i - p_j))
+//   list_mle:          per group, with u = -p / temperature and pi the true order fastest first,
+//                      sum_k [logsumexp(u_pi(k..n)) - u_pi(k)]; mean over groups
+#pragma once
+#include "autograd/var.h"
+
+namespace gnn::nn {
+
+ag::Var cross_entropy(const ag::Var& logits, const Tensor& labels, const Tensor& rows = Tensor());
+ag::Var mse_loss(const ag::Var& pred, const Tensor& target);
+ag::Var mape_loss(const ag::Var& pred, const Tensor& target);
+ag::Var pairwise_hinge_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr, double margin = 0.1);
+ag::Var pairwise_logistic_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr);
+ag::Var list_mle_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr, double temperature = 1.0);
+
+}  // namespace gnn::nn

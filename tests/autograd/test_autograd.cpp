@@ -1,0 +1,222 @@
+// The tape (call order, accumulation, no-grad, detach) and every op against finite differences.
+#include <doctest/doctest.h>
+
+#include "autograd/gradcheck.h"
+#include "runtime/rng.h"
+
+namespace gnn {
+namespace {
+
+using testing::check_grads;
+using testing::probe;
+using testing::rand_var;
+
+Graph small_graph(uint32_t seed, int64_t n = 9, int64_t e = 20) { return testing::random_graph(n, e, seed); }
+
+TEST_CASE("autograd: a hand-worked chain, and a value used twice accumulates both paths") {
+  ag::Var x(Tensor::from_vector<double>({2.0}, Shape{1}), true);
+  // y = x * x + 3 x  ->  dy/dx = 2x + 3 = 7
+  ag::Var y = ag::sum(ag::add(ag::mul(x, x), ag::scale(x, 3.0)));
+  CHECK(y.value().item() == 10.0);
+  ag::backward(y);
+  CHECK(x.grad().item() == 7.0);
+  CHECK(ag::tape_size() == 0);
+  // A second backward adds to the gradient (accumulation across micro-batches) until zero_grad.
+  ag::backward(ag::sum(ag::scale(x, 2.0)));
+  CHECK(x.grad().item() == 9.0);
+  x.zero_grad();
+  CHECK_FALSE(x.has_grad());
+}
+
+TEST_CASE("autograd: no-grad records nothing; detach cuts the history; bad losses are refused") {
+  ag::Var x(Tensor::from_vector<double>({1.0, 2.0}, Shape{2}), true);
+  {
+    ag::NoGrad ng;
+    ag::Var y = ag::scale(x, 2.0);
+    CHECK_FALSE(y.requires_grad());
+    CHECK(ag::tape_size() == 0);
+  }
+  ag::Var d = ag::scale(x, 2.0).detach();
+  CHECK_FALSE(d.requires_grad());
+  ag::clear_tape();
+  ag::Var c(Tensor::from_vector<double>({1.0}, Shape{1}));
+  CHECK_THROWS_WITH_AS(ag::backward(ag::scale(x, 1.0)), doctest::Contains("one-element loss"), Error);
+  ag::clear_tape();
+  CHECK_THROWS_WITH_AS(ag::backward(c), doctest::Contains("does not depend"), Error);
+  // Two losses built before one backward: the first backward consumes the tape, the second says so.
+  ag::Var l1 = ag::sum(ag::scale(x, 1.0)), l2 = ag::sum(ag::scale(x, 2.0));
+  ag::backward(l1);
+  CHECK_THROWS_WITH_AS(ag::backward(l2), doctest::Contains("consumed by an earlier backward"), Error);
+  CHECK_THROWS_WITH_AS(ag::add(x, c), doctest::Contains("shapes differ"), Error);
+  ag::Var f(Tensor::from_vector<float>({1.f, 2.f}, Shape{2}));
+  CHECK_THROWS_WITH_AS(ag::add(x, f), doctest::Contains("must be f64"), Error);
+  ag::clear_tape();
+}
+
+TEST_CASE("autograd: arithmetic, matmul in all four transposes, activations") {
+  ag::Var a = rand_var({4, 3}, 1), b = rand_var({4, 3}, 2), bias = rand_var({3}, 3), s = rand_var({1}, 4);
+  check_grads({a, b}, [&] { return probe(ag::add(a, b)); });
+  check_grads({a, b}, [&] { return probe(ag::sub(a, b)); });
+  check_grads({a, b}, [&] { return probe(ag::mul(a, b)); });
+  check_grads({a, bias}, [&] { return probe(ag::add_bias(a, bias)); });
+  check_grads({a, s}, [&] { return probe(ag::scale_by(a, s)); });
+  check_grads({a}, [&] { return ag::mean(ag::mul(a, a)); });
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      ag::Var A = rand_var(ta ? Shape{5, 4} : Shape{4, 5}, 5), B = rand_var(tb ? Shape{3, 5} : Shape{5, 3}, 6);
+      check_grads({A, B}, [&] { return probe(ag::matmul(A, B, ta, tb)); });
+    }
+  for (Act act : {Act::kRelu, Act::kLeakyRelu, Act::kElu, Act::kGelu, Act::kSigmoid, Act::kTanh}) {
+    CAPTURE(act_name(act));
+    check_grads({a}, [&] { return probe(ag::activation(a, act, 0.2)); });
+  }
+}
+
+TEST_CASE("autograd: dropout keeps the expected fraction, scales by 1/(1-p), and routes gradients through its mask") {
+  ag::Var x(Tensor::full(Shape{100000}, 1.0, DType::F32), true);
+  Rng rng(7);
+  ag::Var y = ag::dropout(x, 0.3, rng, true);
+  const std::vector<float> v = y.value().to_vector<float>();
+  int64_t kept = 0;
+  for (float f : v) {
+    CHECK((f == 0.f || std::fabs(f - 1.f / 0.7f) < 1e-6f));
+    kept += f != 0.f;
+  }
+  CHECK(std::fabs(double(kept) / 1e5 - 0.7) < 0.01);
+  ag::backward(ag::sum(y));
+  CHECK(x.grad().to_vector<float>() == v);  // d/dx of sum(x * mask) is the mask
+  CHECK(ag::dropout(x, 0.5, rng, false).node() == x.node());  // evaluation: the input itself
+  ag::Var d = rand_var({6, 5}, 8);
+  Rng r1(3);
+  check_grads({d}, [&] {
+    Rng r = r1;  // the same mask for every evaluation
+    return probe(ag::dropout(d, 0.4, r, true));
+  });
+}
+
+TEST_CASE("autograd: column ops, head mean, head dot, gathers") {
+  ag::Var a = rand_var({5, 3}, 1), b = rand_var({5, 2}, 2), w = rand_var({5, 6}, 3), att = rand_var({2, 3}, 4);
+  check_grads({a, b}, [&] { return probe(ag::concat_cols({a, b, a})); });
+  check_grads({w}, [&] { return probe(ag::slice_cols(w, 1, 4)); });
+  check_grads({w}, [&] { return probe(ag::head_mean(w, 3)); });
+  check_grads({w, att}, [&] { return probe(ag::head_dot(w, att)); });
+  const Tensor idx = Tensor::from_vector<int32_t>({4, 0, 4, 2, 2, 2, 1});
+  check_grads({a}, [&] { return probe(ag::gather_rows(a, idx)); });
+  CHECK_THROWS_WITH_AS(ag::embedding(a, Tensor::from_vector<int32_t>({5})), doctest::Contains("outside the table"), Error);
+  CHECK_THROWS_WITH_AS(ag::slice_cols(w, 4, 7), doctest::Contains("slice_cols"), Error);
+}
+
+TEST_CASE("autograd: spmm sum/mean/max, with per-edge and per-head weights") {
+  for (uint32_t seed : {11u, 12u}) {
+    const Graph g = small_graph(seed);
+    ag::Var x = rand_var({9, 4}, seed), w1 = rand_var({20}, seed + 1, 0.1, 1), wh = rand_var({20, 2}, seed + 2, 0.1, 1);
+    for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+      CAPTURE(reduce_name(op));
+      check_grads({x}, [&] { return probe(ag::spmm(g, x, op)); });
+      check_grads({x, w1}, [&] { return probe(ag::spmm(g, x, op, w1)); });
+      check_grads({x, wh}, [&] { return probe(ag::spmm(g, x, op, wh)); });
+    }
+  }
+  const Graph g = small_graph(3);
+  CHECK_THROWS_WITH_AS(ag::spmm(g, rand_var({8, 4}, 1), Reduce::kSum), doctest::Contains("for a graph of 9 nodes"), Error);
+  CHECK_THROWS_WITH_AS(ag::spmm(g, rand_var({9, 5}, 1), Reduce::kSum, rand_var({20, 2}, 2)),
+                       doctest::Contains("do not split into 2 heads"), Error);
+}
+
+TEST_CASE("autograd: GAT scores and segment softmax, composed as a GAT aggregation") {
+  const Graph g = small_graph(21, 10, 30);
+  ag::Var as = rand_var({10, 3}, 1), ad = rand_var({10, 3}, 2), s = rand_var({30, 3}, 3), x = rand_var({10, 6}, 4);
+  check_grads({as, ad}, [&] { return probe(ag::gat_scores(g, as, ad, 0.2)); });
+  check_grads({s}, [&] { return probe(ag::segment_softmax(g, s)); });
+  check_grads({as, ad, x}, [&] {
+    return probe(ag::spmm(g, x, Reduce::kSum, ag::segment_softmax(g, ag::gat_scores(g, as, ad, 0.2))));
+  });
+}
+
+TEST_CASE("autograd: row-wise ops, layer norm, instance norm, pooling") {
+  ag::Var x = rand_var({7, 5}, 1), gm = rand_var({5}, 2, 0.5, 1.5), bt = rand_var({5}, 3);
+  check_grads({x}, [&] { return probe(ag::softmax(x)); });
+  check_grads({x}, [&] { return probe(ag::log_softmax(x)); });
+  check_grads({x}, [&] { return probe(ag::l2_normalize(x)); });
+  check_grads({x, gm, bt}, [&] { return probe(ag::layer_norm(x, gm, bt)); });
+  check_grads({x}, [&] { return probe(ag::layer_norm(x, ag::Var(), ag::Var())); });
+  const Tensor gp = Tensor::from_vector<int64_t>({0, 3, 3, 7});  // the middle graph is empty
+  check_grads({x, gm, bt}, [&] { return probe(ag::instance_norm(x, gm, bt, gp)); });
+  for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+    CAPTURE(reduce_name(op));
+    check_grads({x}, [&] { return probe(ag::pool(x, gp, op)); });
+  }
+  CHECK_THROWS_WITH_AS(ag::pool(x, Tensor::from_vector<int64_t>({0, 8}), Reduce::kSum), doctest::Contains("graph_ptr"), Error);
+}
+
+TEST_CASE("autograd: fused SAGE equals its composition, values and gradients, in double and in float") {
+  const Graph g = small_graph(31, 12, 30);
+  for (Act act : {Act::kNone, Act::kRelu, Act::kLeakyRelu}) {
+    CAPTURE(act_name(act));
+    ag::Var x = rand_var({12, 4}, 1), W = rand_var({8, 3}, 2), b = rand_var({3}, 3);
+    check_grads({x, W, b}, [&] { return probe(ag::sage_fused(g, x, W, b, act, 0.1)); });
+    auto composed = [&](const ag::Var& x, const ag::Var& W, const ag::Var& b) {
+      ag::Var h = ag::concat_cols({ag::spmm(g, x, Reduce::kMean), x});
+      return ag::activation(ag::add_bias(ag::matmul(h, W), b), act, 0.1);
+    };
+    for (DType dt : {DType::F64, DType::F32}) {
+      ag::Var xs(x.value().astype(dt), true), Ws(W.value().astype(dt), true), bs(b.value().astype(dt), true);
+      ag::Var xc(x.value().astype(dt), true), Wc(W.value().astype(dt), true), bc(b.value().astype(dt), true);
+      // One backward per forward: backward consumes the whole tape.
+      ag::Var yf = ag::sage_fused(g, xs, Ws, bs, act, 0.1);
+      ag::backward(ag::sum(ag::mul(yf, ag::Var(yf.value()))));
+      ag::Var yc = composed(xc, Wc, bc);
+      ag::backward(ag::sum(ag::mul(yc, ag::Var(yc.value()))));
+      const double tol = dt == DType::F64 ? 1e-12 : 1e-5;
+      auto close = [tol](const Tensor& a, const Tensor& b) {
+        GNN_CHECK_CLOSE(a.astype(DType::F64).to_vector<double>(), b.astype(DType::F64).to_vector<double>(), tol, tol);
+      };
+      close(yf.value(), yc.value());
+      close(xs.grad(), xc.grad());
+      close(Ws.grad(), Wc.grad());
+      close(bs.grad(), bc.grad());
+    }
+  }
+}
+
+TEST_CASE("autograd: self-attention over graphs, full and linear") {
+  const Tensor gp = Tensor::from_vector<int64_t>({0, 4, 4, 9});
+  ag::Var q = rand_var({9, 6}, 1), k = rand_var({9, 6}, 2), v = rand_var({9, 6}, 3);
+  for (bool linear : {false, true}) {
+    CAPTURE(linear);
+    check_grads({q, k, v}, [&] { return probe(ag::graph_attention(q, k, v, gp, 2, linear)); });
+  }
+  // Full attention by hand for one node: graph 0 (rows 0..3), head 0 (columns 0..2).
+  ag::Var y = ag::graph_attention(q, k, v, gp, 2, false);
+  const auto Q = q.value().to_vector<double>(), K = k.value().to_vector<double>(), V = v.value().to_vector<double>();
+  double w[4], z = 0;
+  for (int j = 0; j < 4; ++j) {
+    double s = 0;
+    for (int d = 0; d < 3; ++d) s += Q[size_t(1 * 6 + d)] * K[size_t(j * 6 + d)];
+    z += (w[j] = std::exp(s / std::sqrt(3.0)));
+  }
+  double want = 0;
+  for (int j = 0; j < 4; ++j) want += w[j] / z * V[size_t(j * 6 + 2)];
+  CHECK(y.value().to_vector<double>()[1 * 6 + 2] == doctest::Approx(want).epsilon(1e-12));
+  ag::clear_tape();
+}
+
+TEST_CASE("autograd: float ops run the fast kernels and agree with the double path") {
+  const Graph g = small_graph(41, 50, 200);
+  ag::Var x = rand_var({50, 16}, 1), W = rand_var({16, 8}, 2);
+  auto run = [&](DType dt) {
+    ag::Var xs(x.value().astype(dt), true), Ws(W.value().astype(dt), true);
+    ag::Var y = ag::log_softmax(ag::spmm(g, ag::relu(ag::matmul(xs, Ws)), Reduce::kMean));
+    ag::backward(ag::sum(ag::mul(y, y)));
+    return std::pair{y.value().astype(DType::F64).to_vector<double>(), Ws.grad().astype(DType::F64).to_vector<double>()};
+  };
+  const auto [y32, g32] = run(DType::F32);
+  const auto [y64, g64] = run(DType::F64);
+  GNN_CHECK_CLOSE(y32, y64, 1e-4, 1e-4);
+  GNN_CHECK_CLOSE(g32, g64, 1e-3, 1e-3);
+}
+
+}  // namespace
+}  // namespace gnn
