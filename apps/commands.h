@@ -9,5 +9,6 @@ Command inspect_command();
 Command bench_command();
 Command demo_command();
 Command synth_command();
+Command planetoid_command();
 
 }  // namespace gnn::cli

@@ -1,0 +1,55 @@
+#include "apps/checkpoint.h"
+
+#include <cmath>
+
+#include "io/npz.h"
+
+namespace gnn {
+
+void save_checkpoint(const std::string& path, const std::vector<nn::NamedParam>& params, const nn::Optimizer* opt,
+                     const std::vector<std::pair<std::string, Tensor>>& extra) {
+  std::vector<std::pair<std::string, Tensor>> arrays;
+  for (const nn::NamedParam& p : params) arrays.emplace_back("params/" + p.name, p.var.value());
+  if (opt)
+    for (auto& [k, t] : opt->state()) arrays.emplace_back("optim/" + k, t);
+  for (const auto& e : extra) arrays.push_back(e);
+  save_npz(path, arrays);
+}
+
+std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std::vector<nn::NamedParam>& params,
+                                              nn::Optimizer* opt) {
+  std::map<std::string, Tensor> all = NpzReader(path).load_all();
+  // Everything is checked before anything is assigned: a bad checkpoint leaves the model as it was.
+  std::vector<Tensor> values;
+  for (const nn::NamedParam& p : params) {
+    auto it = all.find("params/" + p.name);
+    GNN_CHECK(it != all.end(), path, ": checkpoint has no parameter '", p.name, "' (built for another model?)");
+    GNN_CHECK(it->second.shape() == p.var.shape(), path, ": parameter '", p.name, "' is ", it->second.shape().str(),
+              " in the checkpoint, the model has ", p.var.shape().str());
+    Tensor v = it->second.astype(DType::F64);
+    for (int64_t i = 0; i < v.numel(); ++i)
+      GNN_CHECK(std::isfinite(v.f64()[i]), path, ": parameter '", p.name, "' holds a non-finite value");
+    values.push_back(it->second.astype(p.var.dtype()).clone());
+    all.erase(it);
+  }
+  std::map<std::string, Tensor> optim, rest;
+  for (auto& [k, t] : all) {
+    if (k.rfind("optim/", 0) == 0) optim[k.substr(6)] = t;
+    else if (k.rfind("params/", 0) == 0) GNN_FAIL(path, ": checkpoint parameter '", k.substr(7), "' is not in the model");
+    else rest[k] = t;
+  }
+  if (opt) {
+    try {
+      opt->load_state(optim);
+    } catch (const Error& e) {
+      GNN_FAIL(path, ": ", e.message());
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].var.set_value(values[i]);
+    params[i].var.zero_grad();
+  }
+  return rest;
+}
+
+}  // namespace gnn

@@ -1,0 +1,232 @@
+#include "apps/planetoid.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "io/npz.h"
+#include "nn/conv.h"
+#include "nn/loss.h"
+#include "nn/optim.h"
+
+namespace gnn {
+
+namespace {
+
+Tensor require(const std::map<std::string, Tensor>& a, const std::string& path, const std::string& key, int ndim) {
+  auto it = a.find(key);
+  GNN_CHECK(it != a.end(), path, ": no array '", key, "' (a Planetoid file has x_indptr, x_indices, x_data, x_shape, ",
+            "edge_index, labels, idx_train, idx_val, idx_test)");
+  GNN_CHECK(it->second.dim() == ndim, path, ": '", key, "' must have ", ndim, " dims, got ", it->second.desc());
+  return it->second;
+}
+
+std::vector<int64_t> ints(const Tensor& t, const std::string& path, const std::string& key) {
+  GNN_CHECK(t.dtype() == DType::I32 || t.dtype() == DType::I64 || t.dtype() == DType::U8, path, ": '", key,
+            "' must hold integers, got ", t.desc());
+  return t.astype(DType::I64).to_vector<int64_t>();
+}
+
+Tensor node_ids(const std::map<std::string, Tensor>& a, const std::string& path, const std::string& key, int64_t N) {
+  std::vector<int32_t> out;
+  for (int64_t v : ints(require(a, path, key, 1), path, key)) {
+    GNN_CHECK(v >= 0 && v < N, path, ": '", key, "' lists node ", v, ", outside [0, ", N, ")");
+    out.push_back(int32_t(v));
+  }
+  GNN_CHECK(!out.empty(), path, ": '", key, "' is empty");
+  return Tensor::from_vector(out);
+}
+
+}  // namespace
+
+PlanetoidData load_planetoid(const std::string& path) {
+  const auto a = NpzReader(path).load_all();
+  PlanetoidData d;
+  d.path = path;
+  const std::vector<int64_t> shape = ints(require(a, path, "x_shape", 1), path, "x_shape");
+  GNN_CHECK(shape.size() == 2 && shape[0] > 0 && shape[1] > 0, path, ": 'x_shape' must be [N, F] with both positive");
+  const int64_t N = shape[0], F = shape[1];
+  const std::vector<int64_t> indptr = ints(require(a, path, "x_indptr", 1), path, "x_indptr");
+  const std::vector<int64_t> indices = ints(require(a, path, "x_indices", 1), path, "x_indices");
+  const Tensor data = require(a, path, "x_data", 1).astype(DType::F64);
+  GNN_CHECK(int64_t(indptr.size()) == N + 1 && indptr[0] == 0 && indptr[size_t(N)] == int64_t(indices.size()) &&
+                data.numel() == int64_t(indices.size()),
+            path, ": x_indptr / x_indices / x_data do not form a CSR of ", N, " rows");
+  d.x = Tensor::zeros(Shape{N, F}, DType::F32);
+  float* x = d.x.f32();
+  for (int64_t r = 0; r < N; ++r) {
+    GNN_CHECK(indptr[size_t(r)] <= indptr[size_t(r + 1)], path, ": x_indptr decreases at row ", r);
+    double sum = 0;
+    for (int64_t p = indptr[size_t(r)]; p < indptr[size_t(r + 1)]; ++p) {
+      const int64_t c = indices[size_t(p)];
+      const double v = data.f64()[p];
+      GNN_CHECK(c >= 0 && c < F, path, ": x_indices holds column ", c, ", outside [0, ", F, ")");
+      GNN_CHECK(std::isfinite(v), path, ": x_data holds a non-finite value in row ", r);
+      x[r * F + c] += float(v), sum += v;
+    }
+    if (sum != 0)
+      for (int64_t c = 0; c < F; ++c) x[r * F + c] = float(x[r * F + c] / sum);
+  }
+  const Tensor ei = require(a, path, "edge_index", 2);
+  GNN_CHECK(ei.size(1) == 2, path, ": 'edge_index' must be [E, 2], got ", ei.desc());
+  const std::vector<int64_t> e = ints(ei, path, "edge_index");
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  for (size_t i = 0; i < e.size(); i += 2) {
+    const int64_t u = e[i], v = e[i + 1];
+    GNN_CHECK(u >= 0 && u < N && v >= 0 && v < N, path, ": edge_index row ", i / 2, " = (", u, ", ", v,
+              ") is outside [0, ", N, ")");
+    if (u != v) pairs.emplace_back(u, v), pairs.emplace_back(v, u);
+  }
+  std::sort(pairs.begin(), pairs.end());
+  pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+  std::vector<int64_t> src, dst;
+  for (const auto& [u, v] : pairs) src.push_back(u), dst.push_back(v);
+  d.graph = Graph::from_edges(src.data(), dst.data(), int64_t(src.size()), N, path + " edge_index");
+  const std::vector<int64_t> labels = ints(require(a, path, "labels", 1), path, "labels");
+  GNN_CHECK(int64_t(labels.size()) == N, path, ": 'labels' has ", labels.size(), " entries for ", N, " nodes");
+  std::vector<int32_t> lab;
+  for (int64_t l : labels) {
+    GNN_CHECK(l >= 0 && l < 100000, path, ": label ", l, " is not a class id");
+    lab.push_back(int32_t(l));
+    d.classes = std::max(d.classes, l + 1);
+  }
+  d.labels = Tensor::from_vector(lab);
+  d.train = node_ids(a, path, "idx_train", N);
+  d.val = node_ids(a, path, "idx_val", N);
+  d.test = node_ids(a, path, "idx_test", N);
+  return d;
+}
+
+namespace {
+
+// The three published two-layer models. forward() returns logits [N, classes].
+class Model : public nn::Module {
+ public:
+  virtual ag::Var forward(const Graph& g, const ag::Var& x) = 0;
+  // Parameter groups: PyG's GCN example decays only the first layer; the others decay everything.
+  virtual std::vector<nn::ParamGroup> groups(double wd) const { return nn::one_group(parameters(), wd); }
+};
+
+class Gcn : public Model {
+ public:
+  Gcn(int64_t F, int64_t H, int64_t C, double p, Rng& rng) : c1_(F, H, rng), c2_(H, C, rng), drop_(p, rng) {
+    add_child("conv1", &c1_);
+    add_child("conv2", &c2_);
+    add_child("dropout", &drop_);
+  }
+  ag::Var forward(const Graph& g, const ag::Var& x) override {
+    ag::Var h = ag::relu(c1_.forward(g, drop_.forward(x)));
+    return c2_.forward(g, drop_.forward(h));
+  }
+  std::vector<nn::ParamGroup> groups(double wd) const override {
+    std::vector<nn::ParamGroup> out(2);
+    for (const nn::NamedParam& p : parameters()) (p.name.rfind("conv1.", 0) == 0 ? out[0] : out[1]).params.push_back(p);
+    out[0].weight_decay = wd;
+    return out;
+  }
+
+ private:
+  nn::GCNConv c1_, c2_;
+  nn::Dropout drop_;
+};
+
+class Gat : public Model {
+ public:
+  Gat(int64_t F, int64_t H, int64_t heads, int64_t C, double p, Rng& rng)
+      : c1_(F, H, rng, {.heads = heads, .concat = true, .dropout = p}),
+        c2_(H * heads, C, rng, {.heads = 1, .concat = false, .dropout = p}),
+        drop_(p, rng) {
+    add_child("conv1", &c1_);
+    add_child("conv2", &c2_);
+    add_child("dropout", &drop_);
+  }
+  ag::Var forward(const Graph& g, const ag::Var& x) override {
+    ag::Var h = ag::elu(c1_.forward(g, drop_.forward(x)));
+    return c2_.forward(g, drop_.forward(h));
+  }
+
+ private:
+  nn::GATConv c1_, c2_;
+  nn::Dropout drop_;
+};
+
+class Sage : public Model {
+ public:
+  Sage(int64_t F, int64_t H, int64_t C, double p, Rng& rng)
+      : c1_(F, H, rng, {.act = Act::kRelu}), c2_(H, C, rng), drop_(p, rng) {
+    add_child("conv1", &c1_);
+    add_child("conv2", &c2_);
+    add_child("dropout", &drop_);
+  }
+  ag::Var forward(const Graph& g, const ag::Var& x) override {
+    return c2_.forward(g, drop_.forward(c1_.forward(g, drop_.forward(x))));
+  }
+
+ private:
+  nn::SAGEConv c1_, c2_;
+  nn::Dropout drop_;
+};
+
+double accuracy(const Tensor& logits, const Tensor& labels, const Tensor& rows) {
+  const int64_t C = logits.size(1);
+  const float* l = logits.f32();
+  int64_t right = 0;
+  for (int32_t r : rows.to_vector<int32_t>()) {
+    const float* row = l + int64_t(r) * C;
+    right += int64_t(std::max_element(row, row + C) - row) == labels.i32()[r];
+  }
+  return double(right) / double(rows.numel());
+}
+
+}  // namespace
+
+PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& o,
+                                const std::function<void(const PlanetoidEpoch&)>& on_epoch) {
+  const bool gat = o.model == "gat";
+  GNN_CHECK(o.model == "gcn" || gat || o.model == "sage", "unknown model '", o.model, "' (gcn, gat, sage)");
+  GNN_CHECK(o.epochs >= 1, "epochs must be at least 1, got ", o.epochs);
+  const double lr = o.lr >= 0 ? o.lr : gat ? 0.005 : 0.01;
+  const double wd = o.weight_decay >= 0 ? o.weight_decay : 5e-4;
+  const double p = o.dropout >= 0 ? o.dropout : gat ? 0.6 : 0.5;
+  const int64_t hidden = o.hidden > 0 ? o.hidden : gat ? 8 : 16, heads = o.heads > 0 ? o.heads : 8;
+  const int64_t F = d.x.size(1), C = d.classes;
+  Rng rng(o.seed);
+  std::unique_ptr<Model> m;
+  if (o.model == "gcn") m = std::make_unique<Gcn>(F, hidden, C, p, rng);
+  else if (gat) m = std::make_unique<Gat>(F, hidden, heads, C, p, rng);
+  else m = std::make_unique<Sage>(F, hidden, C, p, rng);
+  nn::Adam adam(m->groups(wd), lr);
+  const ag::Var x(d.x);
+  PlanetoidResult res;
+  res.parameters = m->num_parameters();
+  double best_val = -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
+    m->train();
+    adam.zero_grad();
+    ag::Var loss = nn::cross_entropy(m->forward(d.graph, x), d.labels, d.train);
+    const double lv = loss.value().item();
+    GNN_CHECK(std::isfinite(lv), "training diverged: the loss is ", lv, " at epoch ", epoch);
+    ag::backward(loss);
+    adam.step();
+    m->eval();
+    Tensor logits;
+    {
+      ag::NoGrad ng;
+      logits = m->forward(d.graph, x).value();
+    }
+    const PlanetoidEpoch e{epoch, lv, accuracy(logits, d.labels, d.train), accuracy(logits, d.labels, d.val),
+                           accuracy(logits, d.labels, d.test)};
+    if (e.val_acc > best_val) {
+      best_val = e.val_acc;
+      res.train_acc = e.train_acc, res.val_acc = e.val_acc, res.test_acc = e.test_acc, res.best_epoch = epoch;
+    }
+    if (on_epoch) on_epoch(e);
+  }
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace gnn
