@@ -88,7 +88,7 @@ PlanetoidData load_planetoid(const std::string& path) {
   GNN_CHECK(int64_t(labels.size()) == N, path, ": 'labels' has ", labels.size(), " entries for ", N, " nodes");
   std::vector<int32_t> lab;
   for (int64_t l : labels) {
-    GNN_CHECK(l >= 0 && l < 100000, path, ": label ", l, " is not a class id");
+    GNN_CHECK(l >= -1 && l < 100000, path, ": label ", l, " is not a class id (or -1 for an unlabelled node)");
     lab.push_back(int32_t(l));
     d.classes = std::max(d.classes, l + 1);
   }
@@ -96,6 +96,9 @@ PlanetoidData load_planetoid(const std::string& path) {
   d.train = node_ids(a, path, "idx_train", N);
   d.val = node_ids(a, path, "idx_val", N);
   d.test = node_ids(a, path, "idx_test", N);
+  for (const auto& [key, ids] : {std::pair{"idx_train", d.train}, std::pair{"idx_val", d.val}, std::pair{"idx_test", d.test}})
+    for (int32_t v : ids.to_vector<int32_t>())
+      GNN_CHECK(lab[size_t(v)] >= 0, path, ": '", key, "' lists node ", v, ", which has no label (-1)");
   return d;
 }
 

@@ -105,4 +105,21 @@ class SelfAttention : public Module {
   Linear q_, k_, v_, o_;
 };
 
+// Graph-level readout: the listed poolings of each graph's node rows (graph_ptr i64 [G+1]),
+// concatenated: {sum, max} on [N, F] gives [G, 2F]. No parameters.
+class Readout : public Module {
+ public:
+  explicit Readout(std::vector<Reduce> ops) : ops_(std::move(ops)) {
+    GNN_CHECK(!ops_.empty(), "Readout: no pooling given");
+  }
+  ag::Var forward(const ag::Var& x, const Tensor& graph_ptr) const {
+    std::vector<ag::Var> parts;
+    for (Reduce op : ops_) parts.push_back(ag::pool(x, graph_ptr, op));
+    return parts.size() == 1 ? parts[0] : ag::concat_cols(parts);
+  }
+
+ private:
+  std::vector<Reduce> ops_;
+};
+
 }  // namespace gnn::nn

@@ -49,6 +49,8 @@ TEST_CASE("planetoid: a tiny two-class file loads symmetric, trains to 100%, and
                        doctest::Contains("x_data holds a non-finite value in row 2"), Error);
   CHECK_THROWS_WITH_AS(load_planetoid(broken("edge_index", Tensor::from_vector<int32_t>({0, 9}, Shape{1, 2}))),
                        doctest::Contains("edge_index row 0"), Error);
+  CHECK_THROWS_WITH_AS(load_planetoid(broken("labels", Tensor::from_vector<int32_t>({0, 0, -1, 1, 1, 1}))),
+                       doctest::Contains("'idx_test' lists node 2, which has no label"), Error);
   CHECK_THROWS_WITH_AS(load_planetoid(broken("labels", Tensor::from_vector<int32_t>({0, 1}))),
                        doctest::Contains("'labels' has 2 entries for 6 nodes"), Error);
   const auto r = testing::run_gnn("planetoid --data " + dir.file("tiny.npz") + " --model mlp");

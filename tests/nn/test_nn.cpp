@@ -126,6 +126,12 @@ TEST_CASE("nn: graph layers, directional gradient checks in double") {
     CHECK(gat_mean.forward(g, x).shape() == Shape({12, 3}));
     ag::clear_tape();
   }
+  SUBCASE("readout") {
+    nn::Readout ro({Reduce::kMean, Reduce::kMax, Reduce::kSum});
+    check_directional({x}, [&] { return probe(ro.forward(x, gp)); });
+    CHECK(ro.forward(x, gp).shape() == Shape({2, 12}));
+    ag::clear_tape();
+  }
   SUBCASE("self-attention") {
     check_directional(with(params_of(att), x), [&] { return probe(att.forward(x, gp)); });
     check_directional(with(params_of(att_lin), x), [&] { return probe(att_lin.forward(x, gp)); });
