@@ -10,5 +10,6 @@ Command bench_command();
 Command demo_command();
 Command synth_command();
 Command planetoid_command();
+Command score_command();
 
 }  // namespace gnn::cli

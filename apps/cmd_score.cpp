@@ -1,0 +1,66 @@
+// gnn score: the competition score of a submission CSV against files whose runtimes are known.
+#include <cstdio>
+#include <filesystem>
+
+#include "apps/commands.h"
+#include "apps/scoring.h"
+
+namespace gnn::cli {
+
+Command score_command() {
+  Command c;
+  c.name = "score";
+  c.summary = "score a submission CSV against a split whose runtimes are known (the competition metrics)";
+  c.flags = {{"submission", "FILE", "CSV with header ID,TopConfigs (the competition's format)", "", true},
+             {"data", "DIR", "the dataset (release root, npz/, or a collection folder)", "", true},
+             {"split", "NAME", "which split's files to score", "valid"},
+             {"eval-indices", "DIR", "folder of the official eval_indices JSON files (xla_default.json, ...): "
+                                     "layout metrics on those config subsets"},
+             {"per-graph", "FILE", "also write one JSON line per graph there"}};
+  c.details =
+      "Tile: slowdown@K = best runtime among the first K listed / best runtime - 1, reported as 1 - slowdown\n"
+      "(the Kaggle convention); a tile row lists 5 configs, so @10 counts those 5. score = slowdown@5.\n"
+      "Layout: Kendall tau-b (as scipy) between the listed order and the runtimes, OPA, slowdown@1/10/100;\n"
+      "score = Kendall tau. Every graph of the split must have a row. The last line of stdout is one JSON\n"
+      "object; with several collections it holds each one's means and their mean score.";
+  c.run = [](const Args& a) {
+    const auto rows = read_submission(a.str("submission"));
+    WalkOptions wo;
+    wo.splits = {a.str("split")};
+    const auto files = walk_dataset(a.str("data"), wo);
+    GNN_CHECK(!files.empty(), a.str("data"), ": no ", a.str("split"), " files to score");
+    std::map<std::string, std::map<std::string, std::vector<int64_t>>> eval;  // "xla_default" -> stem -> configs
+    std::vector<std::pair<std::string, GraphScore>> scores;
+    FILE* per = a.has("per-graph") ? std::fopen(a.str("per-graph").c_str(), "w") : nullptr;
+    GNN_CHECK(!a.has("per-graph") || per, a.str("per-graph"), ": cannot write");
+    for (const DatasetFile& f : files) {
+      auto it = rows.find(f.id());
+      GNN_CHECK(it != rows.end(), a.str("submission"), ": no row for ", f.id());
+      std::vector<int64_t> subset;
+      if (f.collection.is_layout() && a.has("eval-indices")) {
+        const std::string key = f.collection.source + "_" + f.collection.search;
+        if (!eval.count(key)) {
+          const std::string p = a.str("eval-indices") + "/" + key + ".json";
+          eval[key] = std::filesystem::exists(p) ? load_eval_indices(p) : std::map<std::string, std::vector<int64_t>>{};
+        }
+        auto e = eval[key].find(f.stem);
+        if (e != eval[key].end()) subset = e->second;
+      }
+      const GraphScore s = score_ranking(f.id(), f.collection.is_layout(), it->second, scored_runtimes(f), subset);
+      if (per) {
+        std::fprintf(per, "{\"id\": \"%s\"", f.id().c_str());
+        if (s.layout) std::fprintf(per, ", \"kendall_tau\": %.6f, \"opa\": %.6f", s.kendall_tau, s.opa);
+        for (const auto& [k, v] : s.slowdown) std::fprintf(per, ", \"slowdown@%lld\": %.6f", (long long)k, 1 - v);
+        std::fprintf(per, "}\n");
+      }
+      scores.emplace_back(f.collection.str(), s);
+    }
+    if (per) std::fclose(per);
+    std::printf("scored %zu graphs of split %s\n", scores.size(), a.str("split").c_str());
+    std::printf("%s\n", summary_json(scores).c_str());
+    return 0;
+  };
+  return c;
+}
+
+}  // namespace gnn::cli

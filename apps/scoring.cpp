@@ -1,0 +1,141 @@
+#include "apps/scoring.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "io/npz.h"
+#include "nn/metrics.h"
+
+namespace gnn {
+
+std::map<std::string, std::vector<int64_t>> read_submission(const std::string& path) {
+  std::ifstream in(path);
+  GNN_CHECK(in.good(), path, ": cannot open the submission");
+  std::string line;
+  std::getline(in, line);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  GNN_CHECK(line == "ID,TopConfigs", path, ": line 1 must be the header 'ID,TopConfigs', got '", line.substr(0, 60), "'");
+  std::map<std::string, std::vector<int64_t>> rows;
+  for (int64_t ln = 2; std::getline(in, line); ++ln) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const size_t comma = line.find(',');
+    GNN_CHECK(comma != std::string::npos && comma > 0, path, ": line ", ln, " is not 'ID,i1;i2;...'");
+    const std::string id = line.substr(0, comma);
+    std::vector<int64_t> list;
+    std::stringstream ss(line.substr(comma + 1));
+    for (std::string item; std::getline(ss, item, ';');) {
+      size_t used = 0;
+      long long v = -1;
+      try {
+        v = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      GNN_CHECK(used == item.size() && !item.empty() && v >= 0, path, ": line ", ln, " (", id, "): '", item,
+                "' is not a config index");
+      list.push_back(v);
+    }
+    GNN_CHECK(!list.empty(), path, ": line ", ln, " (", id, ") lists no configs");
+    GNN_CHECK(rows.emplace(id, std::move(list)).second, path, ": line ", ln, ": ID ", id, " appears twice");
+  }
+  return rows;
+}
+
+std::vector<double> scored_runtimes(const DatasetFile& f) {
+  NpzReader r(f.path);
+  GNN_CHECK(r.contains("config_runtime"), f.path, ": no config_runtime (a test file cannot be scored)");
+  std::vector<double> rt = r.load("config_runtime").astype(DType::F64).to_vector<double>();
+  if (!f.collection.is_layout()) {
+    GNN_CHECK(r.contains("config_runtime_normalizers"), f.path, ": no config_runtime_normalizers");
+    const auto norm = r.load("config_runtime_normalizers").astype(DType::F64).to_vector<double>();
+    GNN_CHECK(norm.size() == rt.size(), f.path, ": config_runtime_normalizers has ", norm.size(), " values for ",
+              rt.size(), " runtimes");
+    for (size_t i = 0; i < rt.size(); ++i) {
+      GNN_CHECK(norm[i] > 0 && std::isfinite(norm[i]), f.path, ": config_runtime_normalizers[", i, "] is ", norm[i]);
+      rt[i] /= norm[i];
+    }
+  }
+  for (size_t i = 0; i < rt.size(); ++i)
+    GNN_CHECK(rt[i] > 0 && std::isfinite(rt[i]), f.path, ": config_runtime[", i, "] is ", rt[i], " (must be > 0)");
+  return rt;
+}
+
+GraphScore score_ranking(const std::string& id, bool layout, const std::vector<int64_t>& ranking,
+                         const std::vector<double>& runtime, const std::vector<int64_t>& eval_subset) {
+  const int64_t n = int64_t(runtime.size());
+  std::vector<double> rank(size_t(n), std::numeric_limits<double>::infinity());
+  for (size_t r = 0; r < ranking.size(); ++r) {
+    const int64_t c = ranking[r];
+    GNN_CHECK(c >= 0 && c < n, id, ": config index ", c, " is outside the graph's ", n, " configs");
+    GNN_CHECK(std::isinf(rank[size_t(c)]), id, ": config ", c, " is listed twice");
+    rank[size_t(c)] = double(r);
+  }
+  GNN_CHECK(!layout || int64_t(ranking.size()) == n, id, ": a layout row must list all ", n, " configs, got ",
+            ranking.size());
+  GraphScore s;
+  s.id = id, s.layout = layout;
+  // Unlisted configs (tile rows list 5) rank after every listed one, in index order.
+  std::vector<double> pred = rank;
+  for (int64_t c = 0, next = int64_t(ranking.size()); c < n; ++c)
+    if (std::isinf(pred[size_t(c)])) pred[size_t(c)] = double(next++);
+  std::vector<double> p = pred, y = runtime;
+  if (layout && !eval_subset.empty()) {
+    p.clear(), y.clear();
+    for (int64_t c : eval_subset) {
+      GNN_CHECK(c >= 0 && c < n, id, ": eval index ", c, " is outside the graph's ", n, " configs");
+      p.push_back(pred[size_t(c)]), y.push_back(runtime[size_t(c)]);
+    }
+  }
+  const int64_t m = int64_t(p.size());
+  if (layout) {
+    s.kendall_tau = nn::kendall_tau_b(p.data(), y.data(), m);
+    s.opa = nn::opa(p.data(), y.data(), m);
+  }
+  // A tile row lists 5 configs: K beyond that counts only the listed ones.
+  const int64_t listed = layout ? m : int64_t(ranking.size());
+  for (int64_t k : layout ? std::vector<int64_t>{1, 10, 100} : std::vector<int64_t>{1, 5, 10})
+    s.slowdown[k] = nn::slowdown_at_k(p.data(), y.data(), m, std::min(k, listed));
+  return s;
+}
+
+std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& scores) {
+  std::map<std::string, std::vector<const GraphScore*>> by;
+  for (const auto& [c, s] : scores) by[c].push_back(&s);
+  auto num = [](double v) {
+    if (!std::isfinite(v)) return std::string("null");
+    std::ostringstream o;
+    o.precision(6);
+    o << std::fixed << v;
+    return o.str();
+  };
+  std::ostringstream out, top;
+  out << "\"collections\": {";
+  double score_sum = 0;
+  bool first = true;
+  for (const auto& [c, list] : by) {
+    std::map<std::string, double> mean;
+    for (const GraphScore* s : list) {
+      if (s->layout) mean["kendall_tau"] += s->kendall_tau / double(list.size()), mean["opa"] += s->opa / double(list.size());
+      for (const auto& [k, v] : s->slowdown) mean["slowdown@" + std::to_string(k)] += (1 - v) / double(list.size());
+    }
+    const bool layout = list.front()->layout;
+    mean["score"] = layout ? mean["kendall_tau"] : mean["slowdown@5"];
+    score_sum += mean["score"];
+    std::ostringstream o;
+    o << "\"graphs\": " << list.size();
+    for (const char* k : layout ? std::vector<const char*>{"kendall_tau", "opa", "slowdown@1", "slowdown@10", "slowdown@100", "score"}
+                                : std::vector<const char*>{"slowdown@1", "slowdown@5", "slowdown@10", "score"})
+      o << ", \"" << k << "\": " << num(mean[k]);
+    out << (first ? "" : ", ") << "\"" << c << "\": {" << o.str() << "}";
+    if (by.size() == 1) top << o.str() << ", ";
+    first = false;
+  }
+  out << "}";
+  if (by.size() > 1) top << "\"score\": " << num(score_sum / double(by.size())) << ", ";
+  return "{" + top.str() + out.str() + "}";
+}
+
+}  // namespace gnn

@@ -1,0 +1,37 @@
+// Scoring rankings with the competition metrics (nn/metrics.h): a submission CSV read back, and the
+// per-collection summary that `gnn score` (and later `gnn eval`) prints.
+//
+// Submission: header `ID,TopConfigs`; one row per graph `<collection>:<stem>,i1;i2;...` with config
+// indices predicted fastest first: 5 for tile (the competition's rule), every config for layout.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/tpugraphs.h"
+
+namespace gnn {
+
+std::map<std::string, std::vector<int64_t>> read_submission(const std::string& path);
+
+// One graph: its ranking (fastest first, a prefix of the configs for tile) against measured runtimes
+// (tile: config_runtime / config_runtime_normalizers; layout: config_runtime).
+struct GraphScore {
+  std::string id;
+  bool layout = false;
+  double kendall_tau = 0, opa = 0;
+  std::map<int64_t, double> slowdown;  // K -> slowdown@K (best of the top K / best - 1)
+};
+// ranking: config indices fastest first (each at most once; layout: all of them). eval_subset, when
+// not empty, restricts the layout metrics to those configs (the official validation subsets).
+GraphScore score_ranking(const std::string& id, bool layout, const std::vector<int64_t>& ranking,
+                         const std::vector<double>& runtime, const std::vector<int64_t>& eval_subset = {});
+
+// The measured runtimes of a file, as scored (reads only the runtime arrays).
+std::vector<double> scored_runtimes(const DatasetFile& f);
+
+// Means per collection, in the Kaggle convention: slowdown@K reported as 1 - slowdown; tile score =
+// 1 - slowdown@5, layout score = Kendall tau. Returns the JSON object (one line).
+std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& per_collection);
+
+}  // namespace gnn

@@ -1,0 +1,85 @@
+// gnn score on generated tile and layout splits: a ranking by the true runtimes scores 1, the reverse
+// ranking gives Kendall tau -1, and malformed submissions are refused naming the line or graph.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <numeric>
+
+#include "apps/scoring.h"
+#include "io/json.h"
+#include "testing.h"
+
+namespace gnn {
+namespace {
+
+// Writes a submission ranking every valid graph by its runtimes (reverse = slowest first).
+void write_submission(const std::string& path, const std::vector<DatasetFile>& files, bool reverse) {
+  std::ofstream out(path);
+  out << "ID,TopConfigs\n";
+  for (const DatasetFile& f : files) {
+    const std::vector<double> rt = scored_runtimes(f);
+    std::vector<int64_t> order(rt.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return rt[size_t(a)] < rt[size_t(b)]; });
+    if (reverse) std::reverse(order.begin(), order.end());
+    if (!f.collection.is_layout()) order.resize(5);
+    out << f.id() << ",";
+    for (size_t i = 0; i < order.size(); ++i) out << (i ? ";" : "") << order[i];
+    out << "\n";
+  }
+}
+
+Json last_json(std::string out) {
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return Json::parse(out.substr(out.rfind('\n') + 1));
+}
+
+TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout splits") {
+  testing::TempDir dir;
+  REQUIRE(testing::run_gnn("synth --collection tile --out " + dir.file("d") + " --graphs 3 --configs 40 --split valid").exit_code == 0);
+  REQUIRE(testing::run_gnn("synth --collection layout --out " + dir.file("d") + " --graphs 2 --nodes 60 --configs 30 --split valid")
+              .exit_code == 0);
+  WalkOptions wo;
+  wo.splits = {"valid"};
+  const auto files = walk_dataset(dir.file("d"), wo);
+  REQUIRE(files.size() == 5);
+  write_submission(dir.file("best.csv"), files, false);
+  auto r = testing::run_gnn("score --submission " + dir.file("best.csv") + " --data " + dir.file("d") + " --per-graph " +
+                            dir.file("per.jsonl"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  Json j = last_json(r.out);
+  CHECK(j["collections"]["tile:xla"]["score"].as_number() == 1.0);
+  CHECK(j["collections"]["tile:xla"]["slowdown@1"].as_number() == 1.0);
+  CHECK(j["collections"]["layout:xla:default"]["kendall_tau"].as_number() == doctest::Approx(1.0));
+  CHECK(j["collections"]["layout:xla:default"]["opa"].as_number() == doctest::Approx(1.0));
+  CHECK(j["score"].as_number() == doctest::Approx(1.0));
+  std::ifstream per(dir.file("per.jsonl"));
+  CHECK(std::count(std::istreambuf_iterator<char>(per), {}, '\n') == 5);
+  write_submission(dir.file("worst.csv"), files, true);
+  r = testing::run_gnn("score --submission " + dir.file("worst.csv") + " --data " + dir.file("d") + "/npz/layout/xla/default");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  j = last_json(r.out);
+  CHECK(j["kendall_tau"].as_number() < -0.9);  // runtimes may tie, so exactly -1 is not promised
+  CHECK(j["slowdown@1"].as_number() < 1.0);
+
+  SUBCASE("bad submissions") {
+    std::ofstream(dir.file("bad1.csv")) << "Id,Configs\n";
+    r = testing::run_gnn("score --submission " + dir.file("bad1.csv") + " --data " + dir.file("d"));
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("header 'ID,TopConfigs'") != std::string::npos);
+    std::ofstream(dir.file("bad2.csv")) << "ID,TopConfigs\n" << files[0].id() << ",1;x\n";
+    r = testing::run_gnn("score --submission " + dir.file("bad2.csv") + " --data " + dir.file("d"));
+    CHECK(r.err.find("line 2") != std::string::npos);
+    std::ofstream(dir.file("bad3.csv")) << "ID,TopConfigs\n" << files[0].id() << ",1;2;3;4;5\n";
+    r = testing::run_gnn("score --submission " + dir.file("bad3.csv") + " --data " + dir.file("d"));
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("no row for") != std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(score_ranking("layout:xla:default:g", true, {0, 1}, {1.0, 2.0, 3.0}),
+                       doctest::Contains("must list all 3 configs"), Error);
+  CHECK_THROWS_WITH_AS(score_ranking("tile:xla:g", false, {0, 0}, {1.0, 2.0}), doctest::Contains("listed twice"), Error);
+}
+
+}  // namespace
+}  // namespace gnn
