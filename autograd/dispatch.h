@@ -22,6 +22,10 @@ decltype(auto) dispatch_real(const char* op, const Tensor& x, Fn&& fn) {
 
 // Throws unless v is defined, `ndim`-dimensional and of dtype dt; `what` names the argument.
 void check_arg(const char* op, const char* what, const Var& v, int ndim, DType dt);
+// graph_ptr: i64 [G+1], non-decreasing from 0 to rows (instance_norm, pool, graph_attention).
+void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows);
+// Optional per-feature gamma and beta: each undefined or [F] of x's dtype (layer_norm, instance_norm).
+void check_affine(const char* op, const Var& gamma, const Var& beta, int64_t F, DType dt);
 // The same device and dtype as `like`, any shape.
 Tensor empty_like(const Tensor& like, const Shape& shape);
 

@@ -12,6 +12,23 @@ void check_arg(const char* op, const char* what, const Var& v, int ndim, DType d
             v.value().desc());
 }
 
+void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows) {
+  check_tensor(graph_ptr, "graph_ptr", DType::I64, 1);
+  GNN_CHECK(graph_ptr.size(0) >= 1, op, ": graph_ptr needs at least one entry");
+  const int64_t* p = graph_ptr.i64();
+  const int64_t G = graph_ptr.size(0) - 1;
+  GNN_CHECK(p[0] == 0 && p[G] == rows, op, ": graph_ptr must run from 0 to ", rows, " rows, got ", p[0], " .. ", p[G]);
+  for (int64_t g = 0; g < G; ++g) GNN_CHECK(p[g] <= p[g + 1], op, ": graph_ptr decreases at graph ", g);
+}
+
+void check_affine(const char* op, const Var& gamma, const Var& beta, int64_t F, DType dt) {
+  for (const auto& [v, what] : {std::pair{gamma, "gamma"}, std::pair{beta, "beta"}})
+    if (v.defined()) {
+      check_arg(op, what, v, 1, dt);
+      GNN_CHECK(v.size(0) == F, op, ": ", what, " has ", v.size(0), " values for ", F, " features");
+    }
+}
+
 Tensor empty_like(const Tensor& like, const Shape& shape) { return Tensor::empty(shape, like.dtype(), like.device()); }
 
 CsrView csr_view(const Graph& g) {

@@ -18,8 +18,6 @@
 
 namespace gnn::ag {
 
-void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows);  // op_instance_norm.cpp
-
 namespace {
 
 template <class T>

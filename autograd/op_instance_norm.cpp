@@ -5,25 +5,11 @@
 
 namespace gnn::ag {
 
-// graph_ptr must be i64 [G+1], non-decreasing from 0 to rows; shared with pool.
-void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows) {
-  check_tensor(graph_ptr, "graph_ptr", DType::I64, 1);
-  GNN_CHECK(graph_ptr.size(0) >= 1, op, ": graph_ptr needs at least one entry");
-  const int64_t* p = graph_ptr.i64();
-  const int64_t G = graph_ptr.size(0) - 1;
-  GNN_CHECK(p[0] == 0 && p[G] == rows, op, ": graph_ptr must run from 0 to ", rows, " rows, got ", p[0], " .. ", p[G]);
-  for (int64_t g = 0; g < G; ++g) GNN_CHECK(p[g] <= p[g + 1], op, ": graph_ptr decreases at graph ", g);
-}
-
 Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor& graph_ptr, double eps) {
   check_arg("instance_norm", "x", x, 2, x.dtype());
   const int64_t F = x.size(1);
   check_graph_ptr("instance_norm", graph_ptr, x.size(0));
-  for (const auto& [v, what] : {std::pair{gamma, "gamma"}, std::pair{beta, "beta"}})
-    if (v.defined()) {
-      check_arg("instance_norm", what, v, 1, x.dtype());
-      GNN_CHECK(v.size(0) == F, "instance_norm: ", what, " has ", v.size(0), " values for ", F, " features");
-    }
+  check_affine("instance_norm", gamma, beta, F, x.dtype());
   const int64_t G = graph_ptr.size(0) - 1;
   return dispatch_real("instance_norm", x.value(), [&](auto t) {
     using T = decltype(t);

@@ -6,8 +6,6 @@
 
 namespace gnn::ag {
 
-void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows);  // op_instance_norm.cpp
-
 Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
   check_arg("pool", "x", x, 2, x.dtype());
   check_graph_ptr("pool", graph_ptr, x.size(0));

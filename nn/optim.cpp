@@ -20,14 +20,21 @@ void Optimizer::zero_grad() const {
   for (const NamedParam& p : all_params()) p.var.zero_grad();
 }
 
-void Optimizer::scale_grads(double s) const {
-  for (const NamedParam& p : all_params()) {
+namespace {
+
+// Replaces each gradient by s times it (a new tensor: gradients are never written after hand-over).
+void scale_all_grads(const std::vector<NamedParam>& params, double s) {
+  for (const NamedParam& p : params) {
     if (!p.var.has_grad()) continue;
-    Tensor g = p.var.grad().astype(DType::F64);
+    Tensor g = p.var.grad().astype(DType::F64).clone();
     for (int64_t i = 0; i < g.numel(); ++i) g.f64()[i] *= s;
     p.var.set_grad(g.astype(p.var.dtype()));
   }
 }
+
+}  // namespace
+
+void Optimizer::scale_grads(double s) const { scale_all_grads(all_params(), s); }
 
 namespace {
 
@@ -81,10 +88,15 @@ std::vector<std::pair<std::string, Tensor>> SGD::state() const {
 }
 
 void SGD::load_state(const std::map<std::string, Tensor>& s) {
-  steps_ = int64_t(state_tensor(s, "step", 1).f64()[0]);
-  buf_.clear();
-  if (momentum_ == 0 || steps_ == 0) return;
-  for (const NamedParam& p : all_params()) buf_[p.name] = state_tensor(s, p.name + ".momentum_buffer", p.var.value().numel());
+  // Everything is read and checked first: a bad state leaves the optimiser as it was.
+  const int64_t steps = int64_t(state_tensor(s, "step", 1).f64()[0]);
+  std::map<std::string, Tensor> buf;
+  if (momentum_ != 0)
+    for (const NamedParam& p : all_params())
+      if (s.count(p.name + ".momentum_buffer"))
+        buf[p.name] = state_tensor(s, p.name + ".momentum_buffer", p.var.value().numel());
+  steps_ = steps;
+  buf_.swap(buf);
 }
 
 Adam::Adam(std::vector<ParamGroup> groups, double lr, bool decoupled, double b1, double b2, double eps)
@@ -129,15 +141,19 @@ std::vector<std::pair<std::string, Tensor>> Adam::state() const {
 }
 
 void Adam::load_state(const std::map<std::string, Tensor>& s) {
-  steps_ = int64_t(state_tensor(s, "step", 1).f64()[0]);
-  m_.clear(), v_.clear(), t_.clear();
+  // Everything is read and checked first: a bad state leaves the optimiser as it was.
+  const int64_t steps = int64_t(state_tensor(s, "step", 1).f64()[0]);
+  std::map<std::string, Tensor> m, v;
+  std::map<std::string, int64_t> t;
   for (const NamedParam& p : all_params()) {
     if (!s.count(p.name + ".exp_avg")) continue;  // never stepped: no state yet
     const int64_t n = p.var.value().numel();
-    m_[p.name] = state_tensor(s, p.name + ".exp_avg", n);
-    v_[p.name] = state_tensor(s, p.name + ".exp_avg_sq", n);
-    t_[p.name] = int64_t(state_tensor(s, p.name + ".step", 1).f64()[0]);
+    m[p.name] = state_tensor(s, p.name + ".exp_avg", n);
+    v[p.name] = state_tensor(s, p.name + ".exp_avg_sq", n);
+    t[p.name] = int64_t(state_tensor(s, p.name + ".step", 1).f64()[0]);
   }
+  steps_ = steps;
+  m_.swap(m), v_.swap(v), t_.swap(t);
 }
 
 double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm) {
@@ -149,13 +165,7 @@ double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm) {
   }
   const double norm = std::sqrt(ss);
   if (!std::isfinite(norm) || norm <= max_norm) return norm;
-  const double s = max_norm / (norm + 1e-6);
-  for (const NamedParam& p : params) {
-    if (!p.var.has_grad()) continue;
-    Tensor g = p.var.grad().astype(DType::F64);
-    for (int64_t i = 0; i < g.numel(); ++i) g.f64()[i] *= s;
-    p.var.set_grad(g.astype(p.var.dtype()));
-  }
+  scale_all_grads(params, max_norm / (norm + 1e-6));
   return norm;
 }
 
