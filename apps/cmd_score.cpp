@@ -47,12 +47,7 @@ Command score_command() {
         if (e != eval[key].end()) subset = e->second;
       }
       const GraphScore s = score_ranking(f.id(), f.collection.is_layout(), it->second, scored_runtimes(f), subset);
-      if (per) {
-        std::fprintf(per, "{\"id\": \"%s\"", f.id().c_str());
-        if (s.layout) std::fprintf(per, ", \"kendall_tau\": %.6f, \"opa\": %.6f", s.kendall_tau, s.opa);
-        for (const auto& [k, v] : s.slowdown) std::fprintf(per, ", \"slowdown@%lld\": %.6f", (long long)k, 1 - v);
-        std::fprintf(per, "}\n");
-      }
+      if (per) std::fprintf(per, "%s\n", graph_score_json(s).c_str());
       scores.emplace_back(f.collection.str(), s);
     }
     if (per) std::fclose(per);

@@ -11,5 +11,10 @@ Command demo_command();
 Command synth_command();
 Command planetoid_command();
 Command score_command();
+Command train_command();
+Command eval_command();
+Command predict_command();
+Command models_command();
+Command plot_command();
 
 }  // namespace gnn::cli

@@ -75,8 +75,6 @@ GraphScore score_ranking(const std::string& id, bool layout, const std::vector<i
   }
   GNN_CHECK(!layout || int64_t(ranking.size()) == n, id, ": a layout row must list all ", n, " configs, got ",
             ranking.size());
-  GraphScore s;
-  s.id = id, s.layout = layout;
   // Unlisted configs (tile rows list 5) rank after every listed one, in index order.
   std::vector<double> pred = rank;
   for (int64_t c = 0, next = int64_t(ranking.size()); c < n; ++c)
@@ -89,16 +87,48 @@ GraphScore score_ranking(const std::string& id, bool layout, const std::vector<i
       p.push_back(pred[size_t(c)]), y.push_back(runtime[size_t(c)]);
     }
   }
+  // A tile row lists 5 configs: K beyond that counts only the listed ones.
+  return score_predictions(id, layout, p, y, layout ? int64_t(p.size()) : int64_t(ranking.size()));
+}
+
+GraphScore score_predictions(const std::string& id, bool layout, const std::vector<double>& p,
+                             const std::vector<double>& y, int64_t listed) {
+  GNN_CHECK(p.size() == y.size() && !p.empty(), id, ": ", p.size(), " predictions for ", y.size(), " runtimes");
+  GraphScore s;
+  s.id = id, s.layout = layout;
   const int64_t m = int64_t(p.size());
   if (layout) {
     s.kendall_tau = nn::kendall_tau_b(p.data(), y.data(), m);
     s.opa = nn::opa(p.data(), y.data(), m);
   }
-  // A tile row lists 5 configs: K beyond that counts only the listed ones.
-  const int64_t listed = layout ? m : int64_t(ranking.size());
   for (int64_t k : layout ? std::vector<int64_t>{1, 10, 100} : std::vector<int64_t>{1, 5, 10})
     s.slowdown[k] = nn::slowdown_at_k(p.data(), y.data(), m, std::min(k, listed));
   return s;
+}
+
+std::string graph_score_json(const GraphScore& s) {
+  char buf[96];
+  std::string out = "{\"id\": \"" + s.id + "\"";
+  if (s.layout) {
+    std::snprintf(buf, sizeof buf, ", \"kendall_tau\": %.6f, \"opa\": %.6f", s.kendall_tau, s.opa);
+    out += buf;
+  }
+  for (const auto& [k, v] : s.slowdown) {
+    std::snprintf(buf, sizeof buf, ", \"slowdown@%lld\": %.6f", (long long)k, 1 - v);
+    out += buf;
+  }
+  return out + "}";
+}
+
+double mean_score(const std::vector<std::pair<std::string, GraphScore>>& scores) {
+  std::map<std::string, std::pair<double, int64_t>> by;  // collection -> (sum, count)
+  for (const auto& [c, s] : scores) {
+    by[c].first += s.layout ? s.kendall_tau : 1 - s.slowdown.at(5);
+    by[c].second += 1;
+  }
+  double sum = 0;
+  for (const auto& [c, v] : by) sum += v.first / double(v.second);
+  return by.empty() ? std::nan("") : sum / double(by.size());
 }
 
 std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& scores) {

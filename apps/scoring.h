@@ -27,6 +27,14 @@ struct GraphScore {
 GraphScore score_ranking(const std::string& id, bool layout, const std::vector<int64_t>& ranking,
                          const std::vector<double>& runtime, const std::vector<int64_t>& eval_subset = {});
 
+// One graph from predicted scores p (lower = faster) and runtimes y over the same configs; slowdown@K
+// counts at most the first `listed` configs of the predicted order (a tile submission lists 5).
+GraphScore score_predictions(const std::string& id, bool layout, const std::vector<double>& p,
+                             const std::vector<double>& y, int64_t listed);
+// One line of JSON: id, kendall_tau and opa (layout), slowdown@K as 1 - slowdown.
+std::string graph_score_json(const GraphScore& s);
+// The mean over collections of each collection's mean score (tile 1 - slowdown@5, layout tau).
+double mean_score(const std::vector<std::pair<std::string, GraphScore>>& per_collection);
 // The measured runtimes of a file, as scored (reads only the runtime arrays).
 std::vector<double> scored_runtimes(const DatasetFile& f);
 

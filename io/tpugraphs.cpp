@@ -204,10 +204,16 @@ bool is_split(const std::string& s) { return s == "train" || s == "valid" || s =
 std::vector<std::pair<CollectionId, fs::path>> find_collections(const fs::path& dir) {
   std::vector<std::pair<CollectionId, fs::path>> out;
   if (fs::is_directory(dir / "tile" / "xla")) out.push_back({{"tile", "xla", ""}, dir / "tile" / "xla"});
-  for (const char* source : {"xla", "nlp"})
+  for (const char* source : {"xla", "nlp"}) {
+    bool any = false;
     for (const char* search : {"default", "random"})
-      if (fs::is_directory(dir / "layout" / source / search))
+      if (fs::is_directory(dir / "layout" / source / search)) {
         out.push_back({{"layout", source, search}, dir / "layout" / source / search});
+        any = true;
+      }
+    if (!any && fs::is_directory(dir / "layout" / source))  // a flat folder of one source (search unknown)
+      out.push_back({{"layout", source, ""}, dir / "layout" / source});
+  }
   return out;
 }
 
@@ -229,17 +235,24 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
       collections.push_back({{"tile", "xla", ""}, folder});
     else if (a == "layout" && (b == "xla" || b == "nlp") && (c == "default" || c == "random"))
       collections.push_back({{"layout", b, c}, folder});
+    else if (b == "layout" && (c == "xla" || c == "nlp"))  // a flat folder of one source, search unknown
+      collections.push_back({{"layout", c, ""}, folder});
   }
   GNN_CHECK(!collections.empty(), dir_text,
             ": not a TpuGraphs tree (expected npz/tile/xla/{train,valid,test}, npz/layout/{xla,nlp}/{default,random}/"
             "{train,valid,test}, one collection folder, or one split folder)");
   std::vector<DatasetFile> files;
   for (const auto& [id, folder] : collections) {
+    // A collection folder holding .npz files and no split folders (as ../shared/data ships the real
+    // samples): its files serve as every split asked for.
+    const bool flat = only_split.empty() && !fs::is_directory(folder / "train") && !fs::is_directory(folder / "valid") &&
+                      !fs::is_directory(folder / "test");
     for (const std::string& split : options.splits) {
       if (!only_split.empty() && split != only_split) continue;
-      if (!fs::is_directory(folder / split)) continue;
+      const fs::path where = flat ? folder : folder / split;
+      if (!fs::is_directory(where)) continue;
       std::vector<fs::path> paths;
-      for (const auto& f : fs::directory_iterator(folder / split))
+      for (const auto& f : fs::directory_iterator(where))
         if (f.path().extension() == ".npz") paths.push_back(f.path());
       std::sort(paths.begin(), paths.end());
       for (const fs::path& p : paths) {

@@ -22,24 +22,26 @@ LoopedGraph add_self_loops(const Graph& g);
 // counting every edge once (PyG's gcn_norm with unit edge weights). f32 [E].
 Tensor gcn_norm(const Graph& g);
 
-// Remembers one derived value for the last graph seen (by the address of its CSR storage and its
-// sizes), so a layer rebuilds it only when it is given a different graph.
+// Remembers one derived value for the last graph seen (by its CSR storage and its sizes), so a layer
+// rebuilds it only when it is given a different graph. The cache holds a reference to that storage,
+// so a later graph can never be allocated at the same address and be mistaken for it.
 template <class T>
 class GraphCache {
  public:
   template <class Build>
   const T& get(const Graph& g, Build&& build) {
     const void* key = g.csr_indptr.defined() ? g.csr_indptr.data() : nullptr;
-    if (!valid_ || key != key_ || g.num_nodes != n_ || g.num_edges != e_) {
+    const void* held = key_.defined() ? key_.data() : nullptr;
+    if (!valid_ || key != held || g.num_nodes != n_ || g.num_edges != e_) {
       value_ = build(g);
-      key_ = key, n_ = g.num_nodes, e_ = g.num_edges, valid_ = true;
+      key_ = g.csr_indptr, n_ = g.num_nodes, e_ = g.num_edges, valid_ = true;
     }
     return value_;
   }
 
  private:
   T value_{};
-  const void* key_ = nullptr;
+  Tensor key_;
   int64_t n_ = -1, e_ = -1;
   bool valid_ = false;
 };

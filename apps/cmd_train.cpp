@@ -1,0 +1,202 @@
+// gnn train / eval / predict / models: the TpuGraphs pipeline (apps/train/).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <numeric>
+#include <set>
+
+#include "apps/commands.h"
+#include "apps/train/trainer.h"
+#include "io/atomic_file.h"
+#include "runtime/parallel.h"
+
+namespace gnn::cli {
+
+namespace {
+
+void check_device(const Args& a) {
+  const std::string d = a.str("device");
+  if (d == "cpu") return;
+  if (d == "cuda")
+    GNN_FAIL("--device cuda: training and inference on the GPU are not in this build yet (the CUDA backend is being "
+             "built); use --device cpu");
+  throw UsageError("--device: expected cpu or cuda, got '" + d + "'");
+}
+
+void set_threads(const Args& a) {
+  if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
+}
+
+// Every hyper-parameter any recipe has, once, for gnn train's flag list.
+std::vector<train::HParamSpec> all_hparams() {
+  std::vector<train::HParamSpec> out;
+  std::set<std::string> seen;
+  for (const train::Recipe& r : train::recipes())
+    for (const train::HParamSpec& h : r.hparams)
+      if (seen.insert(h.name).second) out.push_back(h);
+  return out;
+}
+
+}  // namespace
+
+Command train_command() {
+  Command c;
+  c.name = "train";
+  c.summary = "train a recipe (gnn models) on a TpuGraphs tree; resumable, with metrics.jsonl and model.npz in RUN";
+  c.flags = {{"model", "NAME", "the recipe (gnn models lists them); on --resume, the run's own"},
+             {"data", "DIR", "the dataset (release root, npz/, or a collection folder)", "", true},
+             {"out", "RUN", "the run directory (created; refused if it holds a run, unless --resume)", "", true},
+             {"epochs", "E", "epochs (see below for what one covers)", "10"},
+             {"steps", "N", "stop after N optimiser steps in all (whichever of --epochs and --steps ends first)"},
+             {"seed", "S", "seed for initialisation, graph order and config sampling", "1"},
+             {"device", "cpu|cuda", "where to train", "cpu"},
+             {"threads", "T", "CPU threads (default: all)"},
+             {"resume", "", "continue the run in RUN from its last checkpoint (starts one if there is none)"},
+             {"skip-nonfinite", "", "skip a batch whose loss or gradient is NaN/Inf (counted) instead of stopping"},
+             {"checkpoint-minutes", "M", "also checkpoint mid-epoch every M minutes (0: every step)", "10"},
+             {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout validation on them"},
+             {"max-graphs", "N", "use only the first N train and N valid graphs"},
+             {"progress", "auto|bar|lines", "a progress bar (on a terminal by default) or plain lines", "auto"},
+             {"kill-after-steps", "N", "testing: kill -9 this process right after step N's checkpoint"}};
+  for (const train::HParamSpec& h : all_hparams()) c.flags.push_back({h.name, "V", h.help + " (default: the recipe's)"});
+  std::string details =
+      "An epoch visits every training graph once, in a seeded random order, in batches of --batch-graphs\n"
+      "graphs; each graph contributes --configs configs drawn at random, different ones each epoch. A tile\n"
+      "kernel has up to a few thousand configs and a layout graph up to 100k, so an epoch sees a sample\n"
+      "of them; --epochs sets how many samples. Validation scores every config of each valid graph (layout:\n"
+      "its eval_indices subset with --eval-indices). RUN/metrics.jsonl gets one line per epoch, RUN/model.npz\n"
+      "the checkpoint (weights, Adam state, the recipe and its hyper-parameters, the preprocessing fitted on\n"
+      "train), RUN/best.npz the best-validation weights. The last line of stdout is one JSON object.\n\n"
+      "Recipe defaults of the hyper-parameter flags:\n";
+  for (const train::Recipe& r : train::recipes()) {
+    details += "  " + r.name + ":";
+    for (const train::HParamSpec& h : r.hparams) details += " " + h.name + "=" + h.default_value;
+    details += "\n";
+  }
+  c.details = details;
+  c.run = [](const Args& a) {
+    check_device(a);
+    set_threads(a);
+    train::TrainOptions o;
+    if (a.has("model")) o.recipe = a.str("model");
+    if (!o.recipe.empty()) (void)train::find_recipe(o.recipe);
+    GNN_CHECK(!o.recipe.empty() || a.on("resume"), "--model: no recipe given (gnn models lists them)");
+    o.data = a.str("data"), o.out = a.str("out");
+    o.epochs = a.integer("epochs", 1, 1'000'000);
+    if (a.has("steps")) o.steps = a.integer("steps", 1, INT64_MAX);
+    o.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
+    o.resume = a.on("resume"), o.skip_nonfinite = a.on("skip-nonfinite");
+    o.checkpoint_minutes = a.number("checkpoint-minutes");
+    if (!(o.checkpoint_minutes >= 0)) throw UsageError("--checkpoint-minutes must be >= 0, got " + a.str("checkpoint-minutes"));
+    if (a.has("eval-indices")) o.eval_indices = a.str("eval-indices");
+    if (a.has("max-graphs")) o.max_graphs = a.integer("max-graphs", 1, INT64_MAX);
+    if (a.has("kill-after-steps")) o.kill_after_steps = a.integer("kill-after-steps", 1, INT64_MAX);
+    const std::string p = a.str("progress");
+    if (p != "auto" && p != "bar" && p != "lines") throw UsageError("--progress: expected auto, bar or lines, got '" + p + "'");
+    o.progress = p == "auto" ? -1 : p == "bar" ? 1 : 0;
+    for (const train::HParamSpec& h : all_hparams())
+      if (a.has(h.name)) o.hparams[h.name] = a.str(h.name);
+    const train::TrainResult r = train::run_training(o);
+    std::printf("%s\n", r.json.c_str());
+    return 0;
+  };
+  return c;
+}
+
+Command eval_command() {
+  Command c;
+  c.name = "eval";
+  c.summary = "score a trained run on a split with known runtimes (the competition metrics)";
+  c.flags = {{"run", "RUN", "the run directory of gnn train", "", true},
+             {"data", "DIR", "the dataset", "", true},
+             {"split", "NAME", "train | valid | test (test files have no runtimes)", "valid"},
+             {"checkpoint", "auto|best|last", "best.npz, model.npz, or best when it exists", "auto"},
+             {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout metrics on them"},
+             {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl)"},
+             {"device", "cpu|cuda", "where to run", "cpu"},
+             {"threads", "T", "CPU threads (default: all)"}};
+  c.details =
+      "Every config of each graph is scored (a layout graph on its eval_indices subset with --eval-indices).\n"
+      "Tile: slowdown@1/5/10 as 1 - slowdown (the Kaggle convention) over the full predicted order, score =\n"
+      "slowdown@5. Layout: Kendall tau-b (as scipy), OPA, slowdown@1/10/100; score = tau. The last line of\n"
+      "stdout is one JSON object.";
+  c.run = [](const Args& a) {
+    check_device(a);
+    set_threads(a);
+    const train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")));
+    auto files = train::kind_files(a.str("data"), m.recipe->kind, a.str("split"));
+    GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", m.recipe->kind, " ", a.str("split"), " files");
+    train::GraphSource src(std::move(files), m.prep, uint64_t(2) << 30);
+    std::fprintf(stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs\n", m.path.c_str(), m.recipe->name.c_str(),
+                 (long long)m.epoch, src.files().size(), a.str("split").c_str());
+    const train::Evaluation ev =
+        train::evaluate(*m.model, src, m.hparams.integer("eval-chunk"), a.has("eval-indices") ? a.str("eval-indices") : "");
+    const std::string per = a.has("per-graph") ? a.str("per-graph")
+                                               : (std::filesystem::path(a.str("run")) / ("eval_" + a.str("split") + ".jsonl")).string();
+    std::string text;
+    for (const auto& [coll, s] : ev.scores) text += graph_score_json(s) + "\n";
+    AtomicFile f(per);
+    f.write(text.data(), text.size());
+    f.commit();
+    std::printf("%s\n", ev.json.c_str());
+    return 0;
+  };
+  return c;
+}
+
+Command predict_command() {
+  Command c;
+  c.name = "predict";
+  c.summary = "write the competition's submission CSV for a split (test by default)";
+  c.flags = {{"run", "RUN", "the run directory of gnn train", "", true},
+             {"data", "DIR", "the dataset", "", true},
+             {"split", "NAME", "which split's files", "test"},
+             {"out", "FILE", "the CSV to write (atomically)", "", true},
+             {"checkpoint", "auto|best|last", "best.npz, model.npz, or best when it exists", "auto"},
+             {"device", "cpu|cuda", "where to run", "cpu"},
+             {"threads", "T", "CPU threads (default: all)"}};
+  c.details =
+      "Format as the competition's sample_submission.csv: header ID,TopConfigs; one row per graph\n"
+      "<collection>:<file stem>; tile rows the 5 predicted-fastest config indices, layout rows every config\n"
+      "index, fastest first (ties by index), separated by ';'. Rows in the order the files are walked.";
+  c.run = [](const Args& a) {
+    check_device(a);
+    set_threads(a);
+    const train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")));
+    auto files = train::kind_files(a.str("data"), m.recipe->kind, a.str("split"));
+    GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", m.recipe->kind, " ", a.str("split"), " files");
+    train::GraphSource src(std::move(files), m.prep, uint64_t(2) << 30);
+    std::string csv = "ID,TopConfigs\n";
+    for (size_t i = 0; i < src.files().size(); ++i) {
+      const auto g = src.get(i);
+      std::vector<int64_t> configs(size_t(g->num_configs()));
+      std::iota(configs.begin(), configs.end(), 0);
+      const std::vector<double> p = train::predict_configs(*m.model, *g, configs, m.hparams.integer("eval-chunk"));
+      std::stable_sort(configs.begin(), configs.end(), [&](int64_t x, int64_t y) { return p[size_t(x)] < p[size_t(y)]; });
+      if (!g->file.collection.is_layout() && configs.size() > 5) configs.resize(5);
+      csv += g->file.id() + ",";
+      for (size_t k = 0; k < configs.size(); ++k) csv += (k ? ";" : "") + std::to_string(configs[k]);
+      csv += "\n";
+    }
+    AtomicFile f(a.str("out"));
+    f.write(csv.data(), csv.size());
+    f.commit();
+    std::printf("wrote %s: %zu rows (%s, %s)\n", a.str("out").c_str(), src.files().size(), m.recipe->name.c_str(),
+                m.path.c_str());
+    return 0;
+  };
+  return c;
+}
+
+Command models_command() {
+  Command c;
+  c.name = "models";
+  c.summary = "the training recipes, one line each";
+  c.run = [](const Args&) {
+    for (const train::Recipe& r : train::recipes()) std::printf("%-22s %-6s %s\n", r.name.c_str(), r.kind.c_str(), r.summary.c_str());
+    return 0;
+  };
+  return c;
+}
+
+}  // namespace gnn::cli

@@ -1,0 +1,43 @@
+#include "apps/train/blocks.h"
+
+namespace gnn::train {
+
+ag::Var node_input(const nn::Embedding& opcode_embedding, const Batch& b) {
+  return ag::concat_cols({opcode_embedding.forward(b.opcode), ag::Var(b.x)});
+}
+
+ConfigSage::ConfigSage(int64_t in, int64_t out, Rng& rng, Act act, bool l2_normalize)
+    : lin_(2 * in, out, rng), act_(act), l2_(l2_normalize) {
+  add_child("lin", &lin_);
+}
+
+ag::Var ConfigSage::forward(const Batch& b, const ag::Var& x, int64_t C) const {
+  // Sum over both edge directions, C*D values per neighbour in one gather; then one GEMM over N*C rows.
+  const ag::Var agg = ag::spmm(b.graph, x, Reduce::kSum);
+  ag::Var y = lin_.forward(ag::concat_cols({per_config(agg, C), per_config(x, C)}));
+  if (act_ != Act::kNone) y = ag::activation(y, act_);
+  if (l2_) y = ag::l2_normalize(y);
+  return node_major(y, C);
+}
+
+ResGcnLayer::ResGcnLayer(int64_t dim, Rng& rng, Act act) : lin_(dim, dim, rng, false, nn::Init::kGlorot), act_(act) {
+  add_child("lin", &lin_);
+  bias = add_param("bias", Tensor::zeros({dim}, DType::F32));
+}
+
+Tensor config_graph(const Batch& b) {
+  Tensor t = Tensor::empty({b.graphs * b.configs}, DType::I32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = int32_t(i / b.configs);
+  return t;
+}
+
+ag::Var ResGcnLayer::forward(const Batch& b, const ag::Var& x, int64_t C) const {
+  // x W first (one GEMM over N*C rows), then the normalised aggregation on the [N, C*D] view.
+  const ag::Var xw = node_major(lin_.forward(per_config(x, C)), C);
+  ag::Var y = ag::spmm(b.gcn_graph, xw, Reduce::kSum, ag::Var(b.gcn_weight));
+  y = node_major(ag::add_bias(per_config(y, C), bias), C);
+  if (act_ != Act::kNone) y = ag::activation(y, act_);
+  return ag::add(x, y);
+}
+
+}  // namespace gnn::train

@@ -1,0 +1,215 @@
+#include "apps/train/data.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "nn/graph_util.h"
+#include "runtime/error.h"
+
+namespace gnn::train {
+
+namespace {
+
+Tensor scalar_i64(int64_t v) { return Tensor::from_vector(std::vector<int64_t>{v}); }
+
+int64_t read_scalar(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file) {
+  auto it = a.find(key);
+  GNN_CHECK(it != a.end() && it->second.numel() == 1 && it->second.dtype() == DType::I64, file, ": '", key,
+            "' is missing or is not one int64 (not a gnn train checkpoint?)");
+  return it->second.i64()[0];
+}
+
+}  // namespace
+
+void Preprocessing::save(std::vector<std::pair<std::string, Tensor>>& out) const {
+  out.emplace_back("prep/layout", scalar_i64(layout ? 1 : 0));
+  out.emplace_back("prep/khops", scalar_i64(khops));
+  node.save("prep/node/", out);
+  config.save("prep/config/", out);
+}
+
+Preprocessing Preprocessing::load(const std::map<std::string, Tensor>& arrays, const std::string& file) {
+  Preprocessing p;
+  p.layout = read_scalar(arrays, "prep/layout", file) != 0;
+  p.khops = int(read_scalar(arrays, "prep/khops", file));
+  p.node = ColumnTransform::load("prep/node/", arrays);
+  p.config = ColumnTransform::load("prep/config/", arrays);
+  return p;
+}
+
+Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layout, FeatureTransform node,
+                                FeatureTransform config, int khops) {
+  GNN_CHECK(!train.empty(), "no training graphs to fit the preprocessing on");
+  ColumnStats node_stats, config_stats;
+  for (const DatasetFile& f : train) {
+    const TpuGraph g = prune_to_configurable(load_tpugraph(f.path), layout ? khops : -1);
+    node_stats.add(g.node_feat);
+    if (!layout) config_stats.add(g.config_feat);
+  }
+  Preprocessing p;
+  p.layout = layout, p.khops = layout ? khops : -1;
+  p.node = ColumnTransform(node, node_stats);
+  if (!layout) p.config = ColumnTransform(config, config_stats);
+  return p;
+}
+
+uint64_t ModelGraph::bytes() const {
+  uint64_t b = target.size() * sizeof(double);
+  for (const Tensor* t : {&x, &opcode, &edges, &config, &config_nodes})
+    if (t->defined()) b += uint64_t(t->nbytes());
+  return b;
+}
+
+ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p) {
+  LoadOptions lo;
+  lo.require_runtimes = false;  // test files have none; scoring asks for them where it needs them
+  const TpuGraph raw = load_tpugraph(f.path, lo);
+  GNN_CHECK(raw.layout == p.layout, f.path, ": a ", raw.layout ? "layout" : "tile", " graph given to a ",
+            p.layout ? "layout" : "tile", " model");
+  PreprocessOptions o;
+  o.node_transform = p.node, o.khops = p.layout ? p.khops : -1;
+  PreprocessedGraph pg = preprocess(raw, o);
+  ModelGraph m;
+  m.file = f;
+  m.x = pg.features;
+  m.opcode = pg.graph.node_opcode;
+  m.edges = pg.graph.edge_index;
+  if (p.layout) {
+    m.config = pg.graph.node_config_feat;
+    m.config_nodes = pg.graph.node_config_ids;
+  } else {
+    m.config = p.config.apply(pg.graph.config_feat);
+  }
+  if (pg.graph.has_runtimes()) {
+    m.target.resize(size_t(m.num_configs()));
+    for (int64_t c = 0; c < m.num_configs(); ++c) m.target[size_t(c)] = pg.graph.target(c);
+  }
+  return m;
+}
+
+GraphSource::GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uint64_t budget_bytes)
+    : files_(std::move(files)),
+      prep_(std::move(prep)),
+      cache_(budget_bytes, [this](const std::string& key) { return prepare_graph(files_[std::stoul(key)], prep_); },
+             [](const ModelGraph& g) { return g.bytes(); }) {}
+
+std::shared_ptr<const ModelGraph> GraphSource::get(size_t i) {
+  GNN_CHECK(i < files_.size(), "GraphSource: graph ", i, " of ", files_.size());
+  return cache_.get(std::to_string(i));  // keyed by position: the same file may sit in two sources
+}
+
+std::vector<int64_t> sample_without_replacement(int64_t n, int64_t k, Rng& rng) {
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  k = std::min(k, n);
+  for (int64_t i = 0; i < k; ++i) std::swap(idx[size_t(i)], idx[size_t(i + int64_t(rng.below(uint64_t(n - i))))]);
+  idx.resize(size_t(k));
+  return idx;
+}
+
+Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,
+                 int64_t segment, Rng* rng) {
+  GNN_CHECK(!graphs.empty() && graphs.size() == configs.size(), "make_batch: ", graphs.size(), " graphs and ",
+            configs.size(), " config lists");
+  Batch b;
+  b.graphs = int64_t(graphs.size());
+  b.configs = int64_t(configs[0].size());
+  GNN_CHECK(b.configs > 0, "make_batch: no configs");
+  const bool layout = graphs[0]->config.dim() == 3;
+  const int64_t F = graphs[0]->x.size(1), C = b.configs, G = b.graphs;
+  int64_t E = 0, K = 0;
+  bool targets = true;
+  std::vector<int64_t> ptr{0};
+  for (size_t g = 0; g < graphs.size(); ++g) {
+    const ModelGraph& m = *graphs[g];
+    GNN_CHECK(int64_t(configs[g].size()) == C, "make_batch: graph ", m.file.id(), " has ", configs[g].size(),
+              " configs, graph 0 has ", C);
+    GNN_CHECK(m.x.size(1) == F && (m.config.dim() == 3) == layout, "make_batch: ", m.file.id(),
+              " does not match the batch's first graph (features or collection)");
+    for (int64_t c : configs[g])
+      GNN_CHECK(c >= 0 && c < m.num_configs(), "make_batch: config ", c, " of ", m.file.id(), " (", m.num_configs(),
+                " configs)");
+    ptr.push_back(ptr.back() + m.num_nodes());
+    E += m.edges.size(0);
+    if (layout) K += m.config_nodes.numel();
+    targets = targets && !m.target.empty();
+    b.ids.push_back(m.file.id());
+  }
+  const int64_t N = ptr.back();
+  b.nodes = N;
+  b.graph_ptr = Tensor::from_vector(ptr);
+  b.x = Tensor::empty({N, F}, DType::F32);
+  b.opcode = Tensor::empty({N}, DType::I32);
+  b.node_graph = Tensor::empty({N}, DType::I32);
+  std::vector<int64_t> src, dst;
+  src.reserve(size_t(2 * E)), dst.reserve(size_t(2 * E));
+  for (int64_t g = 0; g < G; ++g) {
+    const ModelGraph& m = *graphs[size_t(g)];
+    const int64_t off = ptr[size_t(g)], n = m.num_nodes();
+    std::memcpy(b.x.f32() + off * F, m.x.f32(), size_t(n * F) * sizeof(float));
+    std::memcpy(b.opcode.i32() + off, m.opcode.i32(), size_t(n) * sizeof(int32_t));
+    std::fill(b.node_graph.i32() + off, b.node_graph.i32() + off + n, int32_t(g));
+    const int64_t* e = m.edges.i64();
+    for (int64_t i = 0; i < m.edges.size(0); ++i) {  // row [u, v]: u consumes v; messages both ways
+      src.push_back(off + e[2 * i + 1]), dst.push_back(off + e[2 * i]);
+      src.push_back(off + e[2 * i]), dst.push_back(off + e[2 * i + 1]);
+    }
+  }
+  b.graph = Graph::from_edges(src.data(), dst.data(), int64_t(src.size()), N, "batch edges");
+  nn::LoopedGraph looped = nn::add_self_loops(b.graph);
+  b.gcn_graph = std::move(looped.graph);
+  b.gcn_weight = nn::gcn_norm(b.gcn_graph);
+
+  if (!layout) {
+    const int64_t B = graphs[0]->config.size(1);
+    b.config_feat = Tensor::empty({G * C, B}, DType::F32);
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t c = 0; c < C; ++c)
+        std::memcpy(b.config_feat.f32() + (g * C + c) * B, graphs[size_t(g)]->config.f32() + configs[size_t(g)][size_t(c)] * B,
+                    size_t(B) * sizeof(float));
+  } else {
+    const int64_t D = kLayoutConfigFeatures;
+    b.node_config = Tensor::zeros({N, C * D}, DType::F32);
+    b.config_nodes = Tensor::empty({K}, DType::I32);
+    std::vector<int64_t> cptr{0};
+    for (int64_t g = 0, k = 0; g < G; ++g) {
+      const ModelGraph& m = *graphs[size_t(g)];
+      const int64_t nc = m.config_nodes.numel();
+      for (int64_t j = 0; j < nc; ++j, ++k) {
+        const int64_t v = ptr[size_t(g)] + m.config_nodes.i64()[j];
+        b.config_nodes.i32()[k] = int32_t(v);
+        for (int64_t c = 0; c < C; ++c)
+          std::memcpy(b.node_config.f32() + v * C * D + c * D,
+                      m.config.f32() + (configs[size_t(g)][size_t(c)] * nc + j) * D, size_t(D) * sizeof(float));
+      }
+      cptr.push_back(cptr.back() + nc);
+    }
+    b.config_ptr = Tensor::from_vector(cptr);
+  }
+  if (targets) {
+    b.target = Tensor::empty({G * C}, DType::F64);
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t c = 0; c < C; ++c)
+        b.target.f64()[g * C + c] = graphs[size_t(g)]->target[size_t(configs[size_t(g)][size_t(c)])];
+  }
+  std::vector<int64_t> gp(static_cast<size_t>(G + 1));
+  for (int64_t g = 0; g <= G; ++g) gp[size_t(g)] = g * C;
+  b.group_ptr = Tensor::from_vector(gp);
+  if (segment > 0 && N > 0) {
+    GNN_CHECK(rng, "make_batch: segment training needs an rng");
+    bool any = false;
+    for (int64_t g = 0; g < G; ++g) any = any || ptr[size_t(g) + 1] - ptr[size_t(g)] > segment;
+    if (any) {
+      b.keep_grad = Tensor::zeros({N}, DType::U8);
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t n = ptr[size_t(g) + 1] - ptr[size_t(g)];
+        const int64_t lo = n > segment ? int64_t(rng->below(uint64_t(n - segment + 1))) : 0;
+        std::fill(b.keep_grad.u8() + ptr[size_t(g)] + lo, b.keep_grad.u8() + ptr[size_t(g)] + lo + std::min(n, segment), 1);
+      }
+    }
+  }
+  return b;
+}
+
+}  // namespace gnn::train

@@ -1,0 +1,91 @@
+// The training pipeline's data side: preprocessing fitted on the training split (saved with the
+// model), graphs prepared once and cached, and batches of G graphs x C configs.
+//
+// A batch is a disjoint union of G graphs sharing C sampled configs each (../shared/DESIGN.md, data
+// path step 4). Config-dependent inputs are node-major: tile configs are one row per (graph, config),
+// layout configs sit on their configurable nodes as [N, C*18] (zeros on the other nodes), so the
+// models below run every layer once for all C configs: a gather reads C*F contiguous values per
+// neighbour, a dense layer is one GEMM over (N*C) rows.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/lru_cache.h"
+#include "io/preprocess.h"
+#include "io/tpugraphs.h"
+#include "runtime/graph.h"
+#include "runtime/rng.h"
+
+namespace gnn::train {
+
+inline constexpr int64_t kOpcodes = 121;  // HLO opcode ids 0..120 (TPUGRAPHS.md section 3)
+
+// Fitted on the training graphs, stored in model.npz under prep/, applied to every split.
+struct Preprocessing {
+  bool layout = false;
+  int khops = -1;         // layout: prune to the k-hop region of the configurable nodes (-1: keep all)
+  ColumnTransform node;   // node_feat [N, 140] -> [N, F]
+  ColumnTransform config; // tile config_feat [C, 24] -> [C, B]; identity for layout (values in -1..5)
+  int64_t node_features() const { return node.out_features(); }
+  int64_t config_features() const { return layout ? kLayoutConfigFeatures : config.out_features(); }
+  void save(std::vector<std::pair<std::string, Tensor>>& out) const;
+  static Preprocessing load(const std::map<std::string, Tensor>& arrays, const std::string& file);
+};
+Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layout, FeatureTransform node,
+                                FeatureTransform config, int khops);
+
+// One graph ready for the models.
+struct ModelGraph {
+  DatasetFile file;
+  Tensor x;             // f32 [N, F] transformed node features
+  Tensor opcode;        // i32 [N]
+  Tensor edges;         // i64 [E, 2] rows [u, v]: u consumes v
+  Tensor config;        // tile f32 [Cg, B] transformed; layout f32 [Cg, NC, 18]
+  Tensor config_nodes;  // layout: i64 [NC] node ids of the configurable nodes
+  std::vector<double> target;  // per config, lower is faster; empty when the file has no runtimes
+  int64_t num_nodes() const { return x.size(0); }
+  int64_t num_configs() const { return config.size(0); }
+  uint64_t bytes() const;
+};
+ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p);
+
+// Prepares each graph once and keeps the results under a memory budget.
+class GraphSource {
+ public:
+  GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uint64_t budget_bytes);
+  const std::vector<DatasetFile>& files() const { return files_; }
+  std::shared_ptr<const ModelGraph> get(size_t i);
+ private:
+  std::vector<DatasetFile> files_;
+  Preprocessing prep_;
+  LruCache<ModelGraph> cache_;
+};
+
+struct Batch {
+  int64_t graphs = 0, configs = 0, nodes = 0;  // G, C (the same for every graph), N
+  std::vector<std::string> ids;                // per graph, as in a submission
+  Tensor x;            // f32 [N, F]
+  Tensor opcode;       // i32 [N]
+  Tensor graph_ptr;    // i64 [G+1] node rows of each graph
+  Tensor node_graph;   // i32 [N] the graph of each node
+  Graph graph;         // A + A^T: every edge both ways (the official SAGE aggregation)
+  Graph gcn_graph;     // A + A^T + I, with gcn_weight f32 [E'] = 1 / sqrt(deg(u) deg(v)) per CSR position
+  Tensor gcn_weight;
+  Tensor config_feat;  // tile: f32 [G*C, B], graph-major
+  Tensor node_config;  // layout: f32 [N, C*18]
+  Tensor config_nodes; // layout: i32 [K] the configurable nodes of every graph, in batch numbering
+  Tensor config_ptr;   // layout: i64 [G+1] over config_nodes
+  Tensor target;       // f64 [G*C] (undefined without runtimes)
+  Tensor group_ptr;    // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
+  Tensor keep_grad;    // u8 [N] nodes whose gradient flows (segment training); undefined: all
+};
+// configs[g]: the config indices of graphs[g] (all the same length). segment > 0 keeps, in each
+// graph larger than it, a random contiguous range of that many nodes for the backward (rng decides).
+Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,
+                 int64_t segment = 0, Rng* rng = nullptr);
+
+// k distinct indices from [0, n) (all of them, shuffled, when k >= n).
+std::vector<int64_t> sample_without_replacement(int64_t n, int64_t k, Rng& rng);
+
+}  // namespace gnn::train

@@ -1,0 +1,52 @@
+// layout-mlp: the graph-free baseline of the layout papers ("vanilla MLP", TPUGRAPHS.md section 5):
+// the mean and max of [opcode embedding | node features] over the program, joined with the mean of
+// the layout features over the configurable nodes, into an MLP. It sees which layouts a config
+// uses, not where: what a GNN adds is measured against it.
+#include "apps/train/blocks.h"
+
+namespace gnn::train {
+namespace {
+
+class LayoutMlp : public RankModel {
+ public:
+  LayoutMlp(const HParams& h, const ModelDims& d, Rng& rng)
+      : emb_(kOpcodes, h.integer("op-embed"), rng),
+        mlp_({2 * (h.integer("op-embed") + d.node_features) + 2 * d.config_features, h.integer("hidden"),
+              h.integer("hidden"), 1},
+             Act::kLeakyRelu, rng) {
+    add_child("op_embedding", &emb_);
+    add_child("mlp", &mlp_);
+  }
+  ag::Var forward(const Batch& b) override {
+    const int64_t C = b.configs;
+    const ag::Var h = node_input(emb_, b);
+    const ag::Var graph = ag::concat_cols({ag::pool(h, b.graph_ptr, Reduce::kMean), ag::pool(h, b.graph_ptr, Reduce::kMax)});
+    const ag::Var cfg = ag::gather_rows(ag::Var(b.node_config), b.config_nodes);  // [K, C*18]
+    const ag::Var layouts = ag::concat_cols({per_config(ag::pool(cfg, b.config_ptr, Reduce::kMean), C),
+                                             per_config(ag::pool(cfg, b.config_ptr, Reduce::kMax), C)});
+    return mlp_.forward(ag::concat_cols({repeat_configs(b, graph), layouts}));
+  }
+
+ private:
+  nn::Embedding emb_;
+  nn::MLP mlp_;
+};
+
+}  // namespace
+
+Recipe layout_mlp_recipe() {
+  Recipe r;
+  r.name = "layout-mlp";
+  r.kind = "layout";
+  r.summary = "layout MLP baseline: pooled node features + pooled layout features -> MLP (no message passing; "
+              "the seed papers' vanilla MLP)";
+  r.hparams = common_hparams(true, "listmle", 1, 0, 8, 16, 1e-3);
+  r.hparams.push_back({"op-embed", "32", "opcode embedding width"});
+  r.hparams.push_back({"hidden", "64", "MLP width"});
+  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
+    return std::make_unique<LayoutMlp>(h, d, rng);
+  };
+  return r;
+}
+
+}  // namespace gnn::train

@@ -1,0 +1,74 @@
+// gnn train / eval / predict: the loop, checkpoints that survive kill -9, and scoring.
+//
+// RUN/ holds
+//   model.npz      the latest checkpoint: weights, Adam state, the recipe's name and hyper-parameters,
+//                  the preprocessing statistics and where training stands (epoch, batch, step). Written
+//                  after every epoch and every --checkpoint-minutes, atomically (temporary + rename).
+//   best.npz       the weights of the epoch with the best validation score (when there is a valid split)
+//   metrics.jsonl  one JSON object per finished epoch
+// A resumed run (--resume) restarts from model.npz at the batch after the one it recorded. Every random
+// choice (graph order, sampled configs, segments) is drawn from (seed, epoch, batch), so the resumed run
+// takes exactly the steps the unbroken run would have taken (tested bit for bit).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/scoring.h"
+#include "apps/train/recipe.h"
+
+namespace gnn::train {
+
+struct TrainOptions {
+  std::string recipe;                       // empty with resume: the run's own
+  std::string data, out, eval_indices;      // eval_indices: folder of the official JSON files, optional
+  std::map<std::string, std::string> hparams;  // set on the command line
+  int64_t epochs = 10;
+  int64_t steps = 0;                        // > 0: stop after this many optimiser steps
+  uint64_t seed = 1;
+  bool resume = false;
+  bool skip_nonfinite = false;
+  double checkpoint_minutes = 10;           // 0: after every step
+  int progress = -1;                        // 1 bar, 0 plain lines, -1 bar when stderr is a terminal
+  int64_t kill_after_steps = 0;             // tests: SIGKILL this process after that step's checkpoint
+  int64_t max_graphs = 0;                   // > 0: use only the first N train and valid graphs
+};
+
+struct TrainResult {
+  int64_t epochs = 0, steps = 0, skipped = 0;
+  double best_score = 0, seconds = 0;
+  std::string json;  // the summary printed as the last line
+};
+TrainResult run_training(const TrainOptions& options);
+
+// A model rebuilt from a checkpoint (model.npz or best.npz): everything eval and predict need.
+struct LoadedModel {
+  const Recipe* recipe = nullptr;
+  HParams hparams;
+  Preprocessing prep;
+  std::unique_ptr<RankModel> model;
+  std::string path;
+  int64_t epoch = 0;
+};
+LoadedModel load_model(const std::string& checkpoint);
+// RUN/best.npz when it exists, else RUN/model.npz; `which` = best | last forces one.
+std::string run_checkpoint(const std::string& run, const std::string& which);
+
+// Scores (lower = faster) for the listed configs of one graph, `chunk` configs per forward pass.
+std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs,
+                                    int64_t chunk);
+
+// Every graph of `src` scored with the competition metrics (layout graphs on their eval_indices subset
+// when the folder has one for them).
+struct Evaluation {
+  std::vector<std::pair<std::string, GraphScore>> scores;  // (collection, score), file order
+  double score = 0;                                        // mean_score
+  std::string json;                                        // summary_json
+};
+Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir);
+
+// The model's files of one kind from a dataset tree (tile or layout collections), of one split.
+std::vector<DatasetFile> kind_files(const std::string& data, const std::string& kind, const std::string& split);
+
+}  // namespace gnn::train

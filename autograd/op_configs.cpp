@@ -1,0 +1,97 @@
+// Config-batched plumbing (../shared/DESIGN.md, the data path step 4). Activations that depend on the
+// configuration are laid out node-major, [N, C*F]: row n holds config 0's F values, then config 1's...
+// The same bytes read as [(N*C), F] put one (node, config) pair per row, so a dense layer is one GEMM
+// and a graph gather reads C*F contiguous values per neighbour. These ops move between the two views
+// and build the joined input of an early-join model.
+//   reshape:        y = x viewed as [rows, cols] (same element order);   dx = dy viewed back
+//   join_configs:   x [N, A] (config-independent), c [N, C*B] (per config)
+//                   y[n, k*(A+B) + j] = x[n, j] for j < A, c[n, k*B + j - A] otherwise;   y [N, C*(A+B)]
+//                   dx[n, j] = sum_k dy[n, k*(A+B) + j];  dc = the B-wide blocks of dy
+//   keep_grad_rows: y = x;  dx[r] = dy[r] where keep[r] != 0, else 0
+//                   (segment training: forward on the whole graph, gradients only through a segment)
+#include <cstring>
+
+#include "autograd/dispatch.h"
+#include "autograd/ops.h"
+
+namespace gnn::ag {
+
+Var reshape(const Var& x, int64_t rows, int64_t cols) {
+  GNN_CHECK(x.defined(), "reshape: undefined input");
+  GNN_CHECK(rows >= 0 && cols >= 0 && rows * cols == x.value().numel(), "reshape: cannot view ", x.value().desc(),
+            " as [", rows, ", ", cols, "]");
+  const Shape from = x.shape();
+  // A view shares storage; the tape never writes a value after recording it, so sharing is safe.
+  return record("reshape", x.value().reshape({rows, cols}), {x},
+                [x, from](const Tensor& dy) { accumulate(x, dy.reshape(from.vec())); });
+}
+
+Var join_configs(const Var& x, const Var& c, int64_t configs) {
+  check_arg("join_configs", "x", x, 2, x.dtype());
+  check_arg("join_configs", "c", c, 2, x.dtype());
+  const int64_t N = x.size(0), A = x.size(1), C = configs;
+  GNN_CHECK(C >= 1 && c.size(0) == N && c.size(1) % C == 0, "join_configs: c ", c.value().desc(),
+            " is not [", N, ", ", C, " * B] for x ", x.value().desc());
+  const int64_t B = c.size(1) / C, W = C * (A + B);
+  return dispatch_real("join_configs", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), Shape{N, W});
+    const T *px = ptr<T>(x.value()), *pc = ptr<T>(c.value());
+    T* py = ptr<T>(y);
+#pragma omp parallel for if (N * W > (1 << 16))
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < C; ++k) {
+        T* row = py + n * W + k * (A + B);
+        std::memcpy(row, px + n * A, size_t(A) * sizeof(T));
+        std::memcpy(row + A, pc + n * C * B + k * B, size_t(B) * sizeof(T));
+      }
+    return record("join_configs", y, {x, c}, [x, c, N, A, B, C, W](const Tensor& dy) {
+      const T* g = ptr<T>(dy);
+      if (x.requires_grad()) {
+        Tensor dx = empty_like(dy, Shape{N, A});
+        T* p = ptr<T>(dx);
+#pragma omp parallel for if (N * W > (1 << 16))
+        for (int64_t n = 0; n < N; ++n) {
+          for (int64_t j = 0; j < A; ++j) p[n * A + j] = 0;
+          for (int64_t k = 0; k < C; ++k)
+            for (int64_t j = 0; j < A; ++j) p[n * A + j] += g[n * W + k * (A + B) + j];
+        }
+        accumulate(x, dx);
+      }
+      if (c.requires_grad()) {
+        Tensor dc = empty_like(dy, Shape{N, C * B});
+        T* p = ptr<T>(dc);
+#pragma omp parallel for if (N * W > (1 << 16))
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t k = 0; k < C; ++k)
+            std::memcpy(p + n * C * B + k * B, g + n * W + k * (A + B) + A, size_t(B) * sizeof(T));
+        accumulate(c, dc);
+      }
+    });
+  });
+}
+
+Var keep_grad_rows(const Var& x, const Tensor& keep) {
+  GNN_CHECK(x.defined() && x.value().dim() >= 1, "keep_grad_rows: x must have rows");
+  GNN_CHECK(keep.dtype() == DType::U8 && keep.dim() == 1 && keep.size(0) == x.size(0) && !keep.is_cuda(),
+            "keep_grad_rows: keep must be u8 [", x.size(0), "] on the host, got ", keep.desc());
+  const int64_t R = x.size(0), W = x.value().numel() / std::max<int64_t>(R, 1);
+  return dispatch_real("keep_grad_rows", x.value(), [&](auto t) {
+    using T = decltype(t);
+    return record("keep_grad_rows", x.value(), {x}, [x, keep, R, W](const Tensor& dy) {
+      if (!x.requires_grad()) return;
+      Tensor dx = empty_like(dy, x.shape());
+      const uint8_t* k = keep.data_as<uint8_t>();
+      const T* g = ptr<T>(dy);
+      T* p = ptr<T>(dx);
+#pragma omp parallel for if (R * W > (1 << 16))
+      for (int64_t r = 0; r < R; ++r) {
+        if (k[r]) std::memcpy(p + r * W, g + r * W, size_t(W) * sizeof(T));
+        else std::memset(p + r * W, 0, size_t(W) * sizeof(T));
+      }
+      accumulate(x, dx);
+    });
+  });
+}
+
+}  // namespace gnn::ag
