@@ -175,7 +175,10 @@ Command predict_command() {
       std::stable_sort(configs.begin(), configs.end(), [&](int64_t x, int64_t y) { return p[size_t(x)] < p[size_t(y)]; });
       if (!g->file.collection.is_layout() && configs.size() > 5) configs.resize(5);
       csv += g->file.id() + ",";
-      for (size_t k = 0; k < configs.size(); ++k) csv += (k ? ";" : "") + std::to_string(configs[k]);
+      for (size_t k = 0; k < configs.size(); ++k) {
+        if (k) csv += ';';
+        csv += std::to_string(configs[k]);
+      }
       csv += "\n";
     }
     AtomicFile f(a.str("out"));

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -203,6 +204,11 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
     const Tensor p = model.forward(b).value().astype(DType::F64);
     for (int64_t i = 0; i < p.numel(); ++i) out.push_back(p.f64()[i]);
   }
+  // A diverged model may predict NaN or Inf: those configs rank last (and the score shows it).
+  int64_t bad = 0;
+  for (double& v : out)
+    if (!std::isfinite(v)) v = std::numeric_limits<double>::max(), ++bad;
+  if (bad) std::fprintf(stderr, "gnn: warning: %s: %lld predictions are not finite; ranked last\n", g.file.id().c_str(), (long long)bad);
   return out;
 }
 
@@ -382,8 +388,8 @@ TrainResult run_training(const TrainOptions& o) {
               recipe->name.c_str(), (long long)n, (long long)valid_files.size(), recipe->kind.c_str(), (long long)G,
               (long long)C, (long long)batches, resuming ? " (resumed)" : "");
   if (resuming)
-    std::printf("resuming at epoch %lld, batch %lld (step %lld)\n", (long long)st.epoch + 1, (long long)st.batch,
-                (long long)st.step);
+    std::printf("resuming at epoch %lld, batch %lld of %lld (after step %lld)\n", (long long)st.epoch + 1,
+                (long long)st.batch + 1, (long long)((int64_t(train_files.size()) + G - 1) / G), (long long)st.step);
   std::fflush(stdout);
 
   Progress progress(o.progress);

@@ -55,7 +55,8 @@ LoadedModel load_model(const std::string& checkpoint);
 // RUN/best.npz when it exists, else RUN/model.npz; `which` = best | last forces one.
 std::string run_checkpoint(const std::string& run, const std::string& which);
 
-// Scores (lower = faster) for the listed configs of one graph, `chunk` configs per forward pass.
+// Scores (lower = faster) for the listed configs of one graph, `chunk` configs per forward pass. A
+// non-finite score (a diverged model) becomes the largest double, with a warning: it ranks last.
 std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs,
                                     int64_t chunk);
 

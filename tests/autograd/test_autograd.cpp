@@ -108,6 +108,29 @@ TEST_CASE("autograd: column ops, head mean, head dot, gathers") {
   CHECK_THROWS_WITH_AS(ag::slice_cols(w, 4, 7), doctest::Contains("slice_cols"), Error);
 }
 
+TEST_CASE("autograd: config-batched plumbing: reshape, join_configs, keep_grad_rows") {
+  // x [4, 2] per node, c [4, 3*2] per node and config (C = 3): y [4, 3*(2+2)].
+  ag::Var x = rand_var({4, 2}, 11), c = rand_var({4, 6}, 12);
+  const ag::Var y = ag::join_configs(x, c, 3);
+  REQUIRE(y.shape() == Shape{4, 12});
+  CHECK(y.value().f64()[1 * 12 + 2 * 4 + 1] == x.value().f64()[1 * 2 + 1]);  // node 1, config 2, x column 1
+  CHECK(y.value().f64()[1 * 12 + 2 * 4 + 3] == c.value().f64()[1 * 6 + 2 * 2 + 1]);  // its c column 1
+  ag::clear_tape();
+  check_grads({x, c}, [&] { return probe(ag::join_configs(x, c, 3)); });
+  check_grads({c}, [&] { return probe(ag::reshape(ag::mul(c, c), 12, 2)); });
+  const Tensor keep = Tensor::from_vector<uint8_t>({1, 0, 0, 1});
+  // A stop-gradient is not a derivative, so no finite differences: kept rows get exactly dy, cut rows 0.
+  ag::Var z = rand_var({4, 6}, 13), z2 = rand_var({4, 6}, 13);
+  ag::backward(probe(ag::keep_grad_rows(z, keep)));
+  ag::backward(probe(z2));
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t j = 0; j < 6; ++j)
+      CHECK(z.grad().f64()[r * 6 + j] == (keep.u8()[r] ? z2.grad().f64()[r * 6 + j] : 0.0));
+  CHECK_THROWS_WITH_AS(ag::join_configs(x, rand_var({4, 5}, 1), 3), doctest::Contains("join_configs"), Error);
+  CHECK_THROWS_WITH_AS(ag::reshape(x, 3, 3), doctest::Contains("cannot view"), Error);
+  CHECK_THROWS_WITH_AS(ag::keep_grad_rows(x, Tensor::from_vector<uint8_t>({1})), doctest::Contains("keep"), Error);
+}
+
 TEST_CASE("autograd: spmm sum/mean/max, with per-edge and per-head weights") {
   for (uint32_t seed : {11u, 12u}) {
     const Graph g = small_graph(seed);
