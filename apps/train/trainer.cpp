@@ -19,6 +19,7 @@
 #include "io/npz.h"
 #include "nn/loss.h"
 #include "nn/optim.h"
+#include "runtime/allocator.h"
 
 namespace gnn::train {
 
@@ -273,7 +274,7 @@ struct State {
 
 class Progress {
  public:
-  explicit Progress(int mode) : bar_(mode == 1 || (mode < 0 && ::isatty(::fileno(stderr)))) {}
+  explicit Progress(int mode) : bar_(mode == 1 || (mode < 0 && ::isatty(::fileno(stderr)))) {}  // 0: no bar
   bool bar() const { return bar_; }
   void update(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double cps, double eta) {
     if (!bar_) return;
@@ -383,17 +384,18 @@ TrainResult run_training(const TrainOptions& o) {
     save_checkpoint(path, params, with_optimizer ? &opt : nullptr, extra);
   };
 
-  std::printf("gnn train: %s on %lld train / %lld valid %s graphs; %lld graphs x %lld configs per step, %lld steps "
+  if (!o.quiet) std::printf("gnn train: %s on %lld train / %lld valid %s graphs; %lld graphs x %lld configs per step, %lld steps "
               "per epoch%s\n",
               recipe->name.c_str(), (long long)n, (long long)valid_files.size(), recipe->kind.c_str(), (long long)G,
               (long long)C, (long long)batches, resuming ? " (resumed)" : "");
-  if (resuming)
+  if (resuming && !o.quiet)
     std::printf("resuming at epoch %lld, batch %lld of %lld (after step %lld)\n", (long long)st.epoch + 1,
                 (long long)st.batch + 1, (long long)((int64_t(train_files.size()) + G - 1) / G), (long long)st.step);
   std::fflush(stdout);
 
   Progress progress(o.progress);
   auto last_ckpt = Clock::now();
+  double last_score = NAN;
   bool done = st.step >= total_steps || st.epoch >= o.epochs;
   while (!done) {
     const int64_t e = st.epoch;
@@ -476,6 +478,7 @@ TrainResult run_training(const TrainOptions& o) {
       const Evaluation ev = evaluate(*model, valid_src, chunk, o.eval_indices);
       line.set("valid_seconds", since(t_valid));
       valid_score = ev.score;
+      last_score = valid_score;
       line.set("valid_score", valid_score);
       line.set("valid", Json::parse(ev.json, "valid metrics"));
     }
@@ -487,17 +490,20 @@ TrainResult run_training(const TrainOptions& o) {
     append_line(metrics_path, line.dump());
     save(model_path, true);
     last_ckpt = Clock::now();
-    std::printf("epoch %lld/%lld  step %lld  train_loss %.5f", (long long)st.epoch, (long long)o.epochs,
-                (long long)st.step, line["train_loss"].is_null() ? NAN : line["train_loss"].as_number());
-    if (std::isfinite(valid_score)) std::printf("  valid_score %.4f", valid_score);
-    std::printf("  %.0f configs/s  %.1f s\n", line["configs_per_s"].as_number(), epoch_s);
-    std::fflush(stdout);
+    if (!o.quiet) {
+      std::printf("epoch %lld/%lld  step %lld  train_loss %.5f", (long long)st.epoch, (long long)o.epochs,
+                  (long long)st.step, line["train_loss"].is_null() ? NAN : line["train_loss"].as_number());
+      if (std::isfinite(valid_score)) std::printf("  valid_score %.4f", valid_score);
+      std::printf("  %.0f configs/s  %.1f s\n", line["configs_per_s"].as_number(), epoch_s);
+      std::fflush(stdout);
+    }
     if (o.kill_after_steps > 0 && st.step == o.kill_after_steps) std::raise(SIGKILL);
     done = st.step >= total_steps || st.epoch >= o.epochs;
   }
 
   TrainResult r;
   r.epochs = st.epoch, r.steps = st.step, r.skipped = st.skipped, r.best_score = st.best_score, r.seconds = st.seconds;
+  r.configs = st.configs, r.last_score = last_score;
   Json j = Json::object();
   j.set("run", o.out);
   j.set("model", recipe->name);
@@ -509,6 +515,8 @@ TrainResult run_training(const TrainOptions& o) {
     j.set("best_valid_score", st.best_score);
     j.set("best_epoch", st.best_epoch);
   }
+  j.set("configs_per_s", double(st.configs) / std::max(1e-9, st.seconds));
+  j.set("peak_tensor_mb", double(host_memory_stats().peak_bytes) / 1e6);
   r.json = j.dump();
   return r;
 }

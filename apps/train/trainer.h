@@ -33,11 +33,12 @@ struct TrainOptions {
   int progress = -1;                        // 1 bar, 0 plain lines, -1 bar when stderr is a terminal
   int64_t kill_after_steps = 0;             // tests: SIGKILL this process after that step's checkpoint
   int64_t max_graphs = 0;                   // > 0: use only the first N train and valid graphs
+  bool quiet = false;                       // no per-epoch lines on stdout (metrics.jsonl still written)
 };
 
 struct TrainResult {
-  int64_t epochs = 0, steps = 0, skipped = 0;
-  double best_score = 0, seconds = 0;
+  int64_t epochs = 0, steps = 0, skipped = 0, configs = 0;  // configs: (graph, config) pairs trained on
+  double best_score = 0, last_score = 0, seconds = 0;       // seconds: training time, validation excluded
   std::string json;  // the summary printed as the last line
 };
 TrainResult run_training(const TrainOptions& options);
