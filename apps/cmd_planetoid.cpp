@@ -20,6 +20,7 @@ Command planetoid_command() {
              {"dropout", "P", "dropout on inputs, hidden units and GAT attention (default 0.5, gat 0.6)"},
              {"hidden", "N", "hidden units (per head for gat; default 16, gat 8)"},
              {"heads", "N", "GAT heads in the first layer", "8"},
+             {"patience", "N", "GAT-paper early stopping with this patience (0: fixed --epochs, best val accuracy)", "0"},
              {"threads", "T", "CPU threads (default: all)"},
              {"verbose", "", "print every epoch"},
              {"json", "", "print the result as one JSON object on the last line"}};
@@ -47,6 +48,7 @@ Command planetoid_command() {
     if (a.has("dropout")) o.dropout = positive("dropout", 0, 0.99);
     if (a.has("hidden")) o.hidden = a.integer("hidden", 1, 1 << 16);
     o.heads = a.integer("heads", 1, 1024);
+    o.patience = a.integer("patience", 0, 1'000'000);
     if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
     const PlanetoidData d = load_planetoid(a.str("data"));
     std::printf("%s: %lld nodes, %lld directed edges, %lld features, %lld classes; train %lld, val %lld, test %lld\n",
@@ -63,10 +65,10 @@ Command planetoid_command() {
                 r.seconds);
     if (a.on("json"))
       std::printf(
-          "{\"model\": \"%s\", \"data\": \"%s\", \"seed\": %llu, \"epochs\": %lld, \"best_epoch\": %lld, "
+          "{\"model\": \"%s\", \"data\": \"%s\", \"seed\": %llu, \"epochs\": %lld, \"epochs_run\": %lld, \"best_epoch\": %lld, "
           "\"train_accuracy\": %.6f, \"val_accuracy\": %.6f, \"test_accuracy\": %.6f, \"seconds\": %.3f}\n",
-          o.model.c_str(), d.path.c_str(), (unsigned long long)o.seed, (long long)o.epochs, (long long)r.best_epoch,
-          r.train_acc, r.val_acc, r.test_acc, r.seconds);
+          o.model.c_str(), d.path.c_str(), (unsigned long long)o.seed, (long long)o.epochs, (long long)r.epochs_run,
+          (long long)r.best_epoch, r.train_acc, r.val_acc, r.test_acc, r.seconds);
     return 0;
   };
   return c;

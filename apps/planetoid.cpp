@@ -204,7 +204,8 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
   const ag::Var x(d.x);
   PlanetoidResult res;
   res.parameters = m->num_parameters();
-  double best_val = -1;
+  double best_val = -1, best_loss = INFINITY;
+  int64_t since_progress = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
     m->train();
@@ -222,11 +223,29 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
     }
     const PlanetoidEpoch e{epoch, lv, accuracy(logits, d.labels, d.train), accuracy(logits, d.labels, d.val),
                            accuracy(logits, d.labels, d.test)};
-    if (e.val_acc > best_val) {
-      best_val = e.val_acc;
-      res.train_acc = e.train_acc, res.val_acc = e.val_acc, res.test_acc = e.test_acc, res.best_epoch = epoch;
+    res.epochs_run = epoch;
+    if (o.patience <= 0) {
+      if (e.val_acc > best_val) {
+        best_val = e.val_acc;
+        res.train_acc = e.train_acc, res.val_acc = e.val_acc, res.test_acc = e.test_acc, res.best_epoch = epoch;
+      }
+      if (on_epoch) on_epoch(e);
+      continue;
+    }
+    double val_loss;
+    {
+      ag::NoGrad ng;
+      val_loss = nn::cross_entropy(ag::Var(logits), d.labels, d.val).value().item();
     }
     if (on_epoch) on_epoch(e);
+    if (e.val_acc >= best_val || val_loss <= best_loss) {
+      if (e.val_acc >= best_val && val_loss <= best_loss)
+        res.train_acc = e.train_acc, res.val_acc = e.val_acc, res.test_acc = e.test_acc, res.best_epoch = epoch;
+      best_val = std::max(best_val, e.val_acc), best_loss = std::min(best_loss, val_loss);
+      since_progress = 0;
+    } else if (++since_progress >= o.patience) {
+      break;
+    }
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;

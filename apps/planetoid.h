@@ -30,6 +30,12 @@ struct PlanetoidOptions {
   // 8 heads x 8 hidden, dropout 0.6; sage: lr 0.01, hidden 16, dropout 0.5; weight decay 5e-4)
   double lr = -1, weight_decay = -1, dropout = -1;
   int64_t hidden = -1, heads = -1;
+  // > 0: the GAT paper's early stopping (Velickovic et al., their released code): an epoch counts as
+  // progress when validation accuracy does not fall below its best or validation loss does not rise
+  // above its best; after `patience` epochs without progress training stops (or at `epochs`). The
+  // result is the epoch where both were at their best together. 0: fixed epochs, best validation
+  // accuracy (PyG's examples).
+  int64_t patience = 0;
 };
 
 struct PlanetoidEpoch {
@@ -39,7 +45,7 @@ struct PlanetoidEpoch {
 
 struct PlanetoidResult {
   double train_acc = 0, val_acc = 0, test_acc = 0;  // at the epoch with the best validation accuracy
-  int64_t best_epoch = 0;
+  int64_t best_epoch = 0, epochs_run = 0;
   double seconds = 0;
   int64_t parameters = 0;
 };

@@ -86,5 +86,16 @@ TEST_CASE("planetoid: GCN on the real Cora split reaches the published accuracy 
   CHECK(acc >= 0.78);
 }
 
+TEST_CASE("planetoid: GAT-paper early stopping stops on its own and reports a jointly best epoch (GCN, Cora)") {
+  const std::string path = testing::shared_data("planetoid/cora_planetoid.npz");
+  if (!std::filesystem::exists(path)) return testing::skip("no " + path + " (../shared/data is not beside this clone)");
+  const PlanetoidData d = load_planetoid(path);
+  const PlanetoidResult r = train_planetoid(d, {.model = "gcn", .epochs = 3000, .seed = 1, .patience = 20});
+  MESSAGE("stopped after " << r.epochs_run << " epochs, best at " << r.best_epoch << ", test " << r.test_acc);
+  CHECK(r.epochs_run < 3000);
+  CHECK(r.epochs_run - r.best_epoch >= 20);  // no progress of either kind for the last 20 epochs
+  CHECK(r.test_acc >= 0.75);
+}
+
 }  // namespace
 }  // namespace gnn
