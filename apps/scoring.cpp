@@ -165,7 +165,11 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
   }
   out << "}";
   if (by.size() > 1) top << "\"score\": " << num(score_sum / double(by.size())) << ", ";
-  return "{" + top.str() + out.str() + "}";
+  std::string json = "{";
+  json += top.str();
+  json += out.str();
+  json += "}";
+  return json;
 }
 
 }  // namespace gnn
