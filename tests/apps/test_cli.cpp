@@ -107,7 +107,7 @@ TEST_CASE("cli: bench npz prints the JSON keys other tools read") {
   CHECK(j.contains("gflops"));
 }
 
-TEST_CASE("cli: synth writes a dataset that inspect validates; demo runs end to end") {
+TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to end") {
   testing::TempDir tmp;
   auto r = run_gnn("synth --collection layout --out " + tmp.file("d") + " --graphs 2 --nodes 60 --configs 5");
   REQUIRE(r.exit_code == 0);

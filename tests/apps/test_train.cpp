@@ -101,7 +101,7 @@ TEST_CASE("train: every recipe scores a config the same in a batch of C configs 
   }
 }
 
-TEST_CASE("train: batches share structure and hold the right targets; segments cut gradients outside them") {
+TEST_CASE("train: batches share structure and hold the right targets, segments cut gradients outside them") {
   const auto files = kind_files(dataset(), "layout", "train");
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
   const ModelGraph a = prepare_graph(files[0], prep), b = prepare_graph(files[1], prep);

@@ -28,7 +28,7 @@ TEST_CASE("autograd: a hand-worked chain, and a value used twice accumulates bot
   CHECK_FALSE(x.has_grad());
 }
 
-TEST_CASE("autograd: no-grad records nothing; detach cuts the history; bad losses are refused") {
+TEST_CASE("autograd: no-grad records nothing, detach cuts the history, bad losses are refused") {
   ag::Var x(Tensor::from_vector<double>({1.0, 2.0}, Shape{2}), true);
   {
     ag::NoGrad ng;

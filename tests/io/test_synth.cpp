@@ -40,7 +40,7 @@ std::vector<float> layout_config(std::vector<float> out, std::vector<float> in, 
 
 }  // namespace
 
-TEST_CASE("synth: the same seed writes the same bytes; another seed does not") {
+TEST_CASE("synth: the same seed writes the same bytes, another seed does not") {
   testing::TempDir tmp;
   for (const char* c : {"tile", "layout"}) {
     CAPTURE(c);

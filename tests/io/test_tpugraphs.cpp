@@ -131,7 +131,7 @@ TEST_CASE("tpugraphs: the real files load and validate, and targets follow the s
   CHECK_THROWS_WITH_AS(gather_config_feat(l, {112}), doctest::Contains("config 112 out of range [0, 112)"), Error);
 }
 
-TEST_CASE("dataset walk: the official tree, a collection folder, a split folder; bad files") {
+TEST_CASE("dataset walk: the official tree, a collection folder, a split folder, bad files") {
   testing::TempDir tmp;
   const std::string root = tmp.file("data");
   synth::DatasetOptions o;

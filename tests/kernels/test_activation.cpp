@@ -21,7 +21,7 @@ TEST_CASE("activations: hand-worked values") {
   CHECK_THROWS_WITH_AS(parse_act("swish"), doctest::Contains("unknown activation 'swish'"), Error);
 }
 
-TEST_CASE("activations: fast CPU matches the reference; derivatives match finite differences") {
+TEST_CASE("activations: fast CPU matches the reference, derivatives match finite differences") {
   const int64_t n = 100003;
   auto x = testing::random_values<float>(static_cast<size_t>(n), 1, -4.0f, 4.0f);
   for (int64_t i = 0; i < n; ++i)

@@ -291,7 +291,7 @@ TEST_CASE("nn: two accumulated half-batches step exactly like one full batch") {
   GNN_CHECK_CLOSE(after[1], after[0], 1e-12, 1e-9);
 }
 
-TEST_CASE("nn: checkpoints round-trip parameters and optimiser state; a resumed run matches an unbroken one") {
+TEST_CASE("nn: checkpoints round-trip parameters and optimiser state, a resumed run matches an unbroken one") {
   testing::TempDir dir;
   const Graph g = testing::random_graph(30, 90, 2);
   const ag::Var x(Tensor::from_vector(testing::random_values<float>(30 * 5, 1), Shape{30, 5}));
