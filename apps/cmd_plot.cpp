@@ -82,9 +82,7 @@ Command plot_command() {
     for (const Series* s : {&loss, &valid, &speed}) html += "<div>" + svg(*s) + "</div>";
     html += "</body>\n";
     const std::string out = (run / "report.html").string();
-    AtomicFile f(out);
-    f.write(html.data(), html.size());
-    f.commit();
+    write_file_atomic(out, html);
     std::printf("wrote %s (%lld epochs)\n", out.c_str(), (long long)n);
     return 0;
   };

@@ -27,6 +27,22 @@ void set_threads(const Args& a) {
   if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
 }
 
+// The model of --run (--checkpoint) and the --data files of --split its recipe's kind reads.
+struct RunOnSplit {
+  train::LoadedModel model;
+  std::unique_ptr<train::GraphSource> graphs;
+};
+RunOnSplit open_run(const Args& a) {
+  check_device(a);
+  set_threads(a);
+  RunOnSplit r;
+  r.model = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")));
+  auto files = train::kind_files(a.str("data"), r.model.recipe->kind, a.str("split"));
+  GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", r.model.recipe->kind, " ", a.str("split"), " files");
+  r.graphs = std::make_unique<train::GraphSource>(std::move(files), r.model.prep, uint64_t(2) << 30);
+  return r;
+}
+
 // Every hyper-parameter any recipe has, once, for gnn train's flag list.
 std::vector<train::HParamSpec> all_hparams() {
   std::vector<train::HParamSpec> out;
@@ -121,12 +137,9 @@ Command eval_command() {
       "slowdown@5. Layout: Kendall tau-b (as scipy), OPA, slowdown@1/10/100; score = tau. The last line of\n"
       "stdout is one JSON object.";
   c.run = [](const Args& a) {
-    check_device(a);
-    set_threads(a);
-    const train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")));
-    auto files = train::kind_files(a.str("data"), m.recipe->kind, a.str("split"));
-    GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", m.recipe->kind, " ", a.str("split"), " files");
-    train::GraphSource src(std::move(files), m.prep, uint64_t(2) << 30);
+    const RunOnSplit run = open_run(a);
+    const train::LoadedModel& m = run.model;
+    train::GraphSource& src = *run.graphs;
     std::fprintf(stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs\n", m.path.c_str(), m.recipe->name.c_str(),
                  (long long)m.epoch, src.files().size(), a.str("split").c_str());
     const train::Evaluation ev =
@@ -135,9 +148,7 @@ Command eval_command() {
                                                : (std::filesystem::path(a.str("run")) / ("eval_" + a.str("split") + ".jsonl")).string();
     std::string text;
     for (const auto& [coll, s] : ev.scores) text += graph_score_json(s) + "\n";
-    AtomicFile f(per);
-    f.write(text.data(), text.size());
-    f.commit();
+    write_file_atomic(per, text);
     std::printf("%s\n", ev.json.c_str());
     return 0;
   };
@@ -160,12 +171,9 @@ Command predict_command() {
       "<collection>:<file stem>; tile rows the 5 predicted-fastest config indices, layout rows every config\n"
       "index, fastest first (ties by index), separated by ';'. Rows in the order the files are walked.";
   c.run = [](const Args& a) {
-    check_device(a);
-    set_threads(a);
-    const train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")));
-    auto files = train::kind_files(a.str("data"), m.recipe->kind, a.str("split"));
-    GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", m.recipe->kind, " ", a.str("split"), " files");
-    train::GraphSource src(std::move(files), m.prep, uint64_t(2) << 30);
+    const RunOnSplit run = open_run(a);
+    const train::LoadedModel& m = run.model;
+    train::GraphSource& src = *run.graphs;
     std::string csv = "ID,TopConfigs\n";
     for (size_t i = 0; i < src.files().size(); ++i) {
       const auto g = src.get(i);
@@ -181,9 +189,7 @@ Command predict_command() {
       }
       csv += "\n";
     }
-    AtomicFile f(a.str("out"));
-    f.write(csv.data(), csv.size());
-    f.commit();
+    write_file_atomic(a.str("out"), csv);
     std::printf("wrote %s: %zu rows (%s, %s)\n", a.str("out").c_str(), src.files().size(), m.recipe->name.c_str(),
                 m.path.c_str());
     return 0;

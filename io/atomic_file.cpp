@@ -52,4 +52,10 @@ void AtomicFile::commit() {
   }
 }
 
+void write_file_atomic(const std::string& path, const std::string& text) {
+  AtomicFile f(path);
+  f.write(text.data(), text.size());
+  f.commit();
+}
+
 }  // namespace gnn

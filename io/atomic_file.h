@@ -26,4 +26,7 @@ class AtomicFile {
   uint64_t size_ = 0;
 };
 
+// Writes `text` to path through an AtomicFile: the old file or the whole new one, never half.
+void write_file_atomic(const std::string& path, const std::string& text);
+
 }  // namespace gnn

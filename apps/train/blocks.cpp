@@ -34,7 +34,8 @@ Tensor config_graph(const Batch& b) {
 ag::Var ResGcnLayer::forward(const Batch& b, const ag::Var& x, int64_t C) const {
   // x W first (one GEMM over N*C rows), then the normalised aggregation on the [N, C*D] view.
   const ag::Var xw = node_major(lin_.forward(per_config(x, C)), C);
-  ag::Var y = ag::spmm(b.gcn_graph, xw, Reduce::kSum, ag::Var(b.gcn_weight));
+  const Batch::Gcn& gcn = b.gcn();
+  ag::Var y = ag::spmm(gcn.graph, xw, Reduce::kSum, ag::Var(gcn.weight));
   y = node_major(ag::add_bias(per_config(y, C), bias), C);
   if (act_ != Act::kNone) y = ag::activation(y, act_);
   return ag::add(x, y);

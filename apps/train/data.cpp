@@ -108,6 +108,16 @@ std::vector<int64_t> sample_without_replacement(int64_t n, int64_t k, Rng& rng) 
   return idx;
 }
 
+const Batch::Gcn& Batch::gcn() const {
+  if (!gcn_) {
+    Gcn g;
+    g.graph = nn::add_self_loops(graph).graph;
+    g.weight = nn::gcn_norm(g.graph);
+    gcn_ = std::make_shared<const Gcn>(std::move(g));
+  }
+  return *gcn_;
+}
+
 Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,
                  int64_t segment, Rng* rng) {
   GNN_CHECK(!graphs.empty() && graphs.size() == configs.size(), "make_batch: ", graphs.size(), " graphs and ",
@@ -157,9 +167,6 @@ Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector
     }
   }
   b.graph = Graph::from_edges(src.data(), dst.data(), int64_t(src.size()), N, "batch edges");
-  nn::LoopedGraph looped = nn::add_self_loops(b.graph);
-  b.gcn_graph = std::move(looped.graph);
-  b.gcn_weight = nn::gcn_norm(b.gcn_graph);
 
   if (!layout) {
     const int64_t B = graphs[0]->config.size(1);

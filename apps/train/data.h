@@ -70,8 +70,13 @@ struct Batch {
   Tensor graph_ptr;    // i64 [G+1] node rows of each graph
   Tensor node_graph;   // i32 [N] the graph of each node
   Graph graph;         // A + A^T: every edge both ways (the official SAGE aggregation)
-  Graph gcn_graph;     // A + A^T + I, with gcn_weight f32 [E'] = 1 / sqrt(deg(u) deg(v)) per CSR position
-  Tensor gcn_weight;
+  // A + A^T + I with weight f32 [E'] = 1 / sqrt(deg(u) deg(v)) per CSR position: the GCN recipes'
+  // graph, built on first use (the SAGE and MLP recipes never pay for it) and shared by every layer.
+  struct Gcn {
+    Graph graph;
+    Tensor weight;
+  };
+  const Gcn& gcn() const;
   Tensor config_feat;  // tile: f32 [G*C, B], graph-major
   Tensor node_config;  // layout: f32 [N, C*18]
   Tensor config_nodes; // layout: i32 [K] the configurable nodes of every graph, in batch numbering
@@ -79,6 +84,9 @@ struct Batch {
   Tensor target;       // f64 [G*C] (undefined without runtimes)
   Tensor group_ptr;    // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
   Tensor keep_grad;    // u8 [N] nodes whose gradient flows (segment training); undefined: all
+
+ private:
+  mutable std::shared_ptr<const Gcn> gcn_;
 };
 // configs[g]: the config indices of graphs[g] (all the same length). segment > 0 keeps, in each
 // graph larger than it, a random contiguous range of that many nodes for the backward (rng decides).

@@ -1,5 +1,6 @@
 #include "apps/train/recipe.h"
 
+#include <cmath>
 #include <cstdlib>
 
 #include "io/json.h"

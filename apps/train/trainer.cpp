@@ -140,9 +140,7 @@ void trim_metrics(const std::string& path, int64_t epochs) {
       // a line cut short by the interruption: dropped
     }
   }
-  AtomicFile f(path);
-  f.write(keep.data(), keep.size());
-  f.commit();
+  write_file_atomic(path, keep);
 }
 
 void append_line(const std::string& path, const std::string& line) {
@@ -275,7 +273,6 @@ struct State {
 class Progress {
  public:
   explicit Progress(int mode) : bar_(mode == 1 || (mode < 0 && ::isatty(::fileno(stderr)))) {}  // 0: no bar
-  bool bar() const { return bar_; }
   void update(int64_t epoch, int64_t epochs, int64_t batch, int64_t batches, double loss, double cps, double eta) {
     if (!bar_) return;
     const int width = 24, done = int(double(width) * double(batch) / double(std::max<int64_t>(1, batches)));
