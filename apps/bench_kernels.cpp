@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "apps/cli.h"
+#include "autograd/dispatch.h"
 #include "io/npz.h"
 #include "kernels/gemm.h"
 #include "kernels/activation.h"
@@ -26,8 +27,7 @@ struct GraphData {
           ei.i64()[2 * p] = v, ei.i64()[2 * p + 1] = g.csr_indices.i32()[p];
       save_npz(s.save_graph, {{"edge_index", ei}, {"num_nodes", Tensor::from_vector<int64_t>({g.num_nodes})}});
     }
-    v = {g.num_nodes, g.num_nodes, g.csr_indptr.i32(), g.csr_indices.i32(), g.csc_indptr.i32(), g.csc_indices.i32(),
-         g.csc_to_csr.i32()};
+    v = ag::csr_view(g);
   }
 };
 

@@ -33,7 +33,7 @@ Tensor empty_like(const Tensor& like, const Shape& shape) { return Tensor::empty
 
 CsrView csr_view(const Graph& g) {
   return {g.num_nodes, g.num_nodes, g.csr_indptr.i32(), g.csr_indices.i32(), g.csc_indptr.i32(),
-          g.csc_indices.i32(), g.csc_to_csr.i32()};
+          g.csc_indices.i32(), g.csc_to_csr.i32(), g.num_edges};
 }
 
 namespace {

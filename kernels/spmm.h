@@ -32,6 +32,7 @@ struct CsrView {
   const int32_t* csc_indptr = nullptr;  // [num_cols + 1]
   const int32_t* csc_indices = nullptr; // [E] destination of each CSC entry
   const int32_t* csc_to_csr = nullptr;  // [E]
+  int64_t num_edges = 0;                // E (what a GPU launch over the edges is sized by)
 };
 
 template <class T>
@@ -101,6 +102,8 @@ void spmm_backward_w_cpu(float* dw, const float* dy, const float* x, const int32
 void spmm_forward_cuda(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
                        int64_t ldx, int64_t ldy, Reduce op, Stream stream);
 void spmm_backward_x_cuda(float* dx, const float* dy, const int32_t* argmax, const float* w, const CsrView& g,
+                          int64_t F, int64_t ldx, int64_t ldy, Reduce op, bool accumulate, Stream stream);
+void spmm_backward_w_cuda(float* dw, const float* dy, const float* x, const int32_t* argmax, const CsrView& g,
                           int64_t F, int64_t ldx, int64_t ldy, Reduce op, Stream stream);
 
 }  // namespace gnn

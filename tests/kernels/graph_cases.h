@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/dispatch.h"
 #include "kernels/spmm.h"
 #include "runtime/graph.h"
 
@@ -49,10 +50,7 @@ inline std::vector<GraphCase> standard_graph_cases(uint32_t seed, bool with_hub 
   return out;
 }
 
-inline CsrView csr_view(const Graph& g) {
-  return {g.num_nodes, g.num_nodes, g.csr_indptr.i32(), g.csr_indices.i32(), g.csc_indptr.i32(), g.csc_indices.i32(),
-          g.csc_to_csr.i32()};
-}
+using ag::csr_view;
 
 template <class T>
 std::vector<T> random_values(size_t n, uint32_t seed, T lo = T(-1), T hi = T(1)) {

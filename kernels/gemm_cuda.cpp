@@ -1,0 +1,77 @@
+// Dense GEMM on the GPU through cuBLAS (kernels/gemm.h): one handle per device, bound to the stream
+// of each call. Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the call passes
+// B first and swaps M and N; the transposes and leading dimensions carry over unchanged.
+#include <cublas_v2.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm.h"
+#include "runtime/cuda_check.h"
+
+namespace gnn {
+namespace {
+
+std::atomic<int> g_tf32{-1};  // -1: not yet read from GNN_TF32
+
+const char* cublas_name(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "cuBLAS error";
+  }
+}
+
+#define GNN_CUBLAS_CHECK(expr)                                                                  \
+  do {                                                                                          \
+    const cublasStatus_t st_ = (expr);                                                          \
+    GNN_CHECK(st_ == CUBLAS_STATUS_SUCCESS, cublas_name(st_), " (", int(st_), ") in ", #expr); \
+  } while (0)
+
+cublasHandle_t handle_for_current_device() {
+  static std::mutex mu;
+  static std::vector<cublasHandle_t> handles;
+  int dev = 0;
+  GNN_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (handles.size() <= size_t(dev)) handles.resize(size_t(dev) + 1, nullptr);
+  if (!handles[size_t(dev)]) GNN_CUBLAS_CHECK(cublasCreate(&handles[size_t(dev)]));
+  return handles[size_t(dev)];
+}
+
+}  // namespace
+
+void set_gemm_tf32(bool on) { g_tf32 = on ? 1 : 0; }
+
+bool gemm_tf32() {
+  if (g_tf32 < 0) {
+    const char* v = std::getenv("GNN_TF32");
+    g_tf32 = v != nullptr && std::string(v) != "0" ? 1 : 0;
+  }
+  return g_tf32 == 1;
+}
+
+void gemm_cuda(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Stream stream) {
+  if (M == 0 || N == 0) return;
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  GNN_CHECK(M <= kMax && N <= kMax && K <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
+            "gemm_cuda: dimensions beyond int range (M ", M, ", N ", N, ", K ", K, ")");
+  cublasHandle_t h = handle_for_current_device();
+  GNN_CUBLAS_CHECK(cublasSetStream(h, stream));
+  GNN_CUBLAS_CHECK(cublasSetMathMode(h, gemm_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  if (K == 0) alpha = 0;  // C = beta C; cuBLAS handles K = 0 as that
+  GNN_CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, int(N),
+                               int(M), int(K), &alpha, B, int(ldb), A, int(lda), &beta, C, int(ldc)));
+}
+
+}  // namespace gnn
