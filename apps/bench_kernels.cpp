@@ -10,6 +10,8 @@
 #include "kernels/sage.h"
 #include "kernels/segment_softmax.h"
 #include "kernels/spmm.h"
+#include "kernels/spmm_cusparse.h"
+#include "runtime/cuda.h"
 #include "runtime/random_graph.h"
 #include "runtime/tensor.h"
 
@@ -17,7 +19,7 @@ namespace gnn::cli {
 namespace {
 
 struct GraphData {
-  Graph g;
+  Graph g;  // on the kernel's device
   CsrView v;
   explicit GraphData(const KernelShape& s) : g(tpugraphs_like_graph(s.nodes, s.edges, s.seed)) {
     if (!s.save_graph.empty()) {  // rows [dst, src] in CSR order, as TpuGraphs writes [consumer, producer]
@@ -27,6 +29,7 @@ struct GraphData {
           ei.i64()[2 * p] = v, ei.i64()[2 * p + 1] = g.csr_indices.i32()[p];
       save_npz(s.save_graph, {{"edge_index", ei}, {"num_nodes", Tensor::from_vector<int64_t>({g.num_nodes})}});
     }
+    if (s.cuda) g = g.to(Device::cuda(0));
     v = ag::csr_view(g);
   }
 };
@@ -41,20 +44,55 @@ Tensor random_tensor(int64_t rows, int64_t cols, uint64_t seed) {
   return t;
 }
 
+Device device_of(const KernelShape& s) { return s.cuda ? Device::cuda(0) : Device::cpu(); }
+
+#ifdef GNN_WITH_CUDA
+// spmm through cuSPARSE: one value per CSR entry (1, or 1/deg(v) for mean); forward only.
+std::function<void()> cusparse_step(Reduce op, const std::shared_ptr<GraphData>& d, const std::shared_ptr<Tensor>& x,
+                                    const std::shared_ptr<Tensor>& y, int64_t F) {
+  const Graph& g = d->g;
+  const auto indptr = g.csr_indptr.to_vector<int32_t>();
+  std::vector<float> values(size_t(g.num_edges));
+  for (int64_t v = 0; v < g.num_nodes; ++v)
+    for (int32_t p = indptr[size_t(v)]; p < indptr[size_t(v + 1)]; ++p)
+      values[size_t(p)] = op == Reduce::kMean ? 1.0f / float(indptr[size_t(v + 1)] - indptr[size_t(v)]) : 1.0f;
+  auto vals = std::make_shared<Tensor>(Tensor::from_vector(values).to(Device::cuda(0)));
+  auto sp = std::make_shared<CusparseSpmm>(d->v, vals->f32(), y->f32(), x->f32(), F, F, F, cuda_stream(0));
+  return [sp, vals, d, x, y] { sp->run(); };
+}
+#endif
+
 // spmm-{sum,mean,max}: y = reduce over in-edges of x, x and y [N, C*F].
 KernelCase spmm_case(Reduce op, const KernelShape& s) {
   auto d = std::make_shared<GraphData>(s);
   const int64_t F = s.features * s.configs, N = s.nodes, E = d->g.num_edges;
-  auto x = std::make_shared<Tensor>(random_tensor(N, F, 1));
-  auto y = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
-  auto dx = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
-  auto arg = std::make_shared<Tensor>(Tensor::empty({op == Reduce::kMax ? N : 0, F}, DType::I32));
+  const Device dev = device_of(s);
+  auto x = std::make_shared<Tensor>(random_tensor(N, F, 1).to(dev));
+  auto y = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32, dev));
+  auto dx = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32, dev));
+  auto arg = std::make_shared<Tensor>(Tensor::empty({op == Reduce::kMax ? N : 0, F}, DType::I32, dev));
   KernelCase k;
   const bool bwd = s.backward;
-  k.step = [=] {
-    spmm_forward_cpu(y->f32(), op == Reduce::kMax ? arg->i32() : nullptr, x->f32(), nullptr, d->v, F, F, F, op);
-    if (bwd) spmm_backward_x_cpu(dx->f32(), y->f32(), op == Reduce::kMax ? arg->i32() : nullptr, nullptr, d->v, F, F, F, op);
-  };
+  if (s.cusparse) {
+    if (op == Reduce::kMax || bwd || !s.cuda)
+      throw UsageError("gnn bench kernel: --spmm cusparse times spmm-sum and spmm-mean forward on --device cuda only");
+#ifdef GNN_WITH_CUDA
+    k.step = cusparse_step(op, d, x, y, F);
+#endif
+  } else if (s.cuda) {
+#ifdef GNN_WITH_CUDA
+    k.step = [=] {
+      int32_t* am = op == Reduce::kMax ? arg->i32() : nullptr;
+      spmm_forward_cuda(y->f32(), am, x->f32(), nullptr, d->v, F, F, F, op, cuda_stream(0));
+      if (bwd) spmm_backward_x_cuda(dx->f32(), y->f32(), am, nullptr, d->v, F, F, F, op, false, cuda_stream(0));
+    };
+#endif
+  } else {
+    k.step = [=] {
+      spmm_forward_cpu(y->f32(), op == Reduce::kMax ? arg->i32() : nullptr, x->f32(), nullptr, d->v, F, F, F, op);
+      if (bwd) spmm_backward_x_cpu(dx->f32(), y->f32(), op == Reduce::kMax ? arg->i32() : nullptr, nullptr, d->v, F, F, F, op);
+    };
+  }
   // forward: read one x row per edge, write y, read indptr and indices (+ write argmax for max)
   const double fwd = 4.0 * (double(E) * F + double(N) * F + double(N + 1) + double(E)) + (op == Reduce::kMax ? 4.0 * N * F : 0);
   // backward: read one dy row per edge, write dx, read the CSC (+ argmax rows per edge for max)
@@ -68,18 +106,25 @@ KernelCase spmm_case(Reduce op, const KernelShape& s) {
 // also dA = dC B^T and dB = A^T dC.
 KernelCase gemm_case(const KernelShape& s) {
   const int64_t M = s.nodes * s.configs, F = s.features;
-  auto a = std::make_shared<Tensor>(random_tensor(M, F, 1));
-  auto b = std::make_shared<Tensor>(random_tensor(F, F, 2));
-  auto c = std::make_shared<Tensor>(Tensor::empty({M, F}, DType::F32));
-  auto da = std::make_shared<Tensor>(Tensor::empty({M, F}, DType::F32));
-  auto db = std::make_shared<Tensor>(Tensor::empty({F, F}, DType::F32));
-  const bool bwd = s.backward;
+  const Device dev = device_of(s);
+  auto a = std::make_shared<Tensor>(random_tensor(M, F, 1).to(dev));
+  auto b = std::make_shared<Tensor>(random_tensor(F, F, 2).to(dev));
+  auto c = std::make_shared<Tensor>(Tensor::empty({M, F}, DType::F32, dev));
+  auto da = std::make_shared<Tensor>(Tensor::empty({M, F}, DType::F32, dev));
+  auto db = std::make_shared<Tensor>(Tensor::empty({F, F}, DType::F32, dev));
+  const bool bwd = s.backward, cuda = s.cuda;
   KernelCase k;
   k.step = [=] {
-    gemm_cpu(false, false, M, F, F, 1.0f, a->f32(), F, b->f32(), F, 0.0f, c->f32(), F);
+    auto mm = [cuda](bool ta, bool tb, int64_t m, int64_t n, int64_t kk, const float* A, const float* B, float* C) {
+      if (!cuda) return gemm_cpu(ta, tb, m, n, kk, 1.0f, A, ta ? m : kk, B, tb ? kk : n, 0.0f, C, n);
+#ifdef GNN_WITH_CUDA
+      gemm_cuda(ta, tb, m, n, kk, 1.0f, A, ta ? m : kk, B, tb ? kk : n, 0.0f, C, n, cuda_stream(0));
+#endif
+    };
+    mm(false, false, M, F, F, a->f32(), b->f32(), c->f32());
     if (bwd) {
-      gemm_cpu(false, true, M, F, F, 1.0f, c->f32(), F, b->f32(), F, 0.0f, da->f32(), F);
-      gemm_cpu(true, false, F, F, M, 1.0f, a->f32(), F, c->f32(), F, 0.0f, db->f32(), F);
+      mm(false, true, M, F, F, c->f32(), b->f32(), da->f32());
+      mm(true, false, F, F, M, a->f32(), c->f32(), db->f32());
     }
   };
   k.bytes = 4.0 * (2.0 * M * F + F * F) * (bwd ? 3 : 1);  // read A, write C (B is tiny); 3 products with backward
@@ -241,6 +286,11 @@ std::vector<std::string> bench_kernel_names() {
 }
 
 KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
+  if (s.cuda && name != "gemm" && name.rfind("spmm-", 0) != 0)
+    throw UsageError("gnn bench kernel: " + name + " runs on the CPU only so far (--device cuda: gemm, spmm-sum, "
+                     "spmm-mean, spmm-max)");
+  if (s.cuda && !cuda_available())
+    throw UsageError("gnn bench kernel: --device cuda is not usable here: " + cuda_status());
   // Configs share a layer's weights: its GEMM covers (N*C) x F. The layer kernels do not take the
   // node-major N x (C*F) layout yet, so refuse rather than time a (C*F)-wide dense layer.
   if (s.configs > 1 && (name == "sage-layer" || name == "sage-layer-fused" || name == "gat-layer"))

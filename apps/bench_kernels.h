@@ -11,6 +11,8 @@ namespace gnn::cli {
 struct KernelShape {
   int64_t nodes = 10000, edges = 20000, features = 128, configs = 1;
   bool backward = false;
+  bool cuda = false;      // run the _cuda kernels on device 0 (spmm-*, gemm)
+  bool cusparse = false;  // with cuda: spmm-sum / spmm-mean through cuSPARSE instead of gnn's kernel
   uint64_t seed = 1;
   std::string save_graph;  // write the graph's edge_index ([E, 2] rows [dst, src]) here, for peers
 };

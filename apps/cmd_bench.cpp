@@ -3,24 +3,31 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <type_traits>
 
 #include "apps/bench_kernels.h"
 #include "apps/commands.h"
 #include "io/json.h"
 #include "io/npz.h"
+#include "runtime/cuda.h"
 #include "runtime/parallel.h"
 
 namespace gnn::cli {
 namespace {
 
+// Wall-clock milliseconds of each run, or what f returns when it times itself (a double).
 template <class F>
 std::vector<double> time_runs(int warmup, int repeat, F&& f) {
   for (int i = 0; i < warmup; ++i) f();
   std::vector<double> ms;
   for (int i = 0; i < repeat; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    f();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    if constexpr (std::is_same_v<decltype(f()), double>) {
+      ms.push_back(f());
+    } else {
+      f();
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
   }
   return ms;
 }
@@ -67,11 +74,13 @@ int bench_kernel(const Args& a, const std::string& name) {
   s.backward = a.on("backward");
   if (a.has("save-graph")) s.save_graph = a.str("save-graph");
   const int repeat = int(a.integer("repeat", 20, 100000));
-  const std::string device = a.str("device");
-  if (device != "cpu")
-    throw UsageError("gnn bench kernel: --device " + device + " is not available yet (the CUDA kernels come with the CUDA backend)");
+  const std::string device = a.str("device"), spmm = a.str("spmm");
+  if (device != "cpu" && device != "cuda") throw UsageError("gnn bench kernel: --device must be cpu or cuda, got '" + device + "'");
+  if (spmm != "gnn" && spmm != "cusparse") throw UsageError("gnn bench kernel: --spmm must be gnn or cusparse, got '" + spmm + "'");
+  s.cuda = device == "cuda", s.cusparse = spmm == "cusparse";
   const KernelCase k = make_kernel_case(name, s);
-  const auto ms = time_runs(3, repeat, k.step);
+  // On the GPU each run is timed by events on the compute stream: device time, launches included.
+  const auto ms = s.cuda ? time_runs(3, repeat, [&] { return cuda_time_ms(0, k.step); }) : time_runs(3, repeat, k.step);
   const double med = median(ms);
   const double gbps = k.bytes / (med * 1e-3) / 1e9, gflops = k.flops / (med * 1e-3) / 1e9;
   if (a.on("json")) {
@@ -79,6 +88,7 @@ int bench_kernel(const Args& a, const std::string& name) {
     j.set("name", name), j.set("median_ms", med), j.set("gbps", gbps), j.set("gflops", gflops);
     j.set("nodes", s.nodes), j.set("edges", s.edges), j.set("features", s.features), j.set("configs", s.configs);
     j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
+    j.set("spmm", spmm);
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("%s%s N=%lld E=%lld F=%lld C=%lld: median %.3f ms over %d runs (min %.3f), %.2f GB/s, %.2f GFLOP/s, "
@@ -102,7 +112,8 @@ Command bench_command() {
              {"features", "F", "kernel: feature width", "128"},
              {"configs", "C", "kernel: configs batched node-major as N x (C*F)", "1"},
              {"backward", "", "kernel: time forward + backward"},
-             {"device", "cpu|cuda", "kernel: where to run", "cpu"},
+             {"device", "cpu|cuda", "kernel: where to run (cuda: gemm and spmm-*, timed by CUDA events)", "cpu"},
+             {"spmm", "gnn|cusparse", "kernel: spmm-sum/mean on cuda through gnn's kernel or cuSPARSE", "gnn"},
              {"save-graph", "FILE", "kernel: also write the graph (edge_index) as npz, for peer scripts"},
              {"keys", "K1,K2", "npz: load only these arrays"},
              {"repeat", "N", "timed runs after the warm-up (at least 20 for kernels)", "20"},

@@ -3,6 +3,7 @@
 // Each device has one compute stream; all work and copies of that device go through it.
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "kernels/common.h"
@@ -26,5 +27,8 @@ Stream cuda_stream(int device);
 void cuda_synchronize(int device);
 // Copies between any two devices (host included); returns after the copy is complete.
 void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// Runs fn, which enqueues work on the device's stream, between two events on that stream and returns
+// the device time between them in milliseconds (after waiting for the second).
+double cuda_time_ms(int device, const std::function<void()>& fn);
 
 }  // namespace gnn

@@ -19,5 +19,6 @@ void cuda_reset_peak(int) { no_cuda(); }
 Stream cuda_stream(int) { no_cuda(); }
 void cuda_synchronize(int) { no_cuda(); }
 void cuda_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
+double cuda_time_ms(int, const std::function<void()>&) { no_cuda(); }
 
 }  // namespace gnn

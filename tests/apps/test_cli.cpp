@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <filesystem>
 #include "io/json.h"
+#include "runtime/cuda.h"
 #include "testing.h"
 
 using namespace gnn;
@@ -153,9 +154,34 @@ TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") 
   CHECK(r.err.find("available: gemm") != std::string::npos);
   r = run_gnn("bench kernel gemm --repeat 5");
   CHECK(r.exit_code == 2);  // at least 20 runs
-  r = run_gnn("bench kernel gemm --device cuda");
+  r = run_gnn("bench kernel gemm --device gpu");
   CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--device must be cpu or cuda") != std::string::npos);
+  r = run_gnn("bench kernel spmm-mean --spmm cusparse");  // cuSPARSE is a GPU backend
+  CHECK(r.exit_code == 2);
+  r = run_gnn("bench kernel spmm-max --spmm cusparse --device cuda");
+  CHECK(r.exit_code == 2);
+  r = run_gnn("bench kernel sage-layer --device cuda");
+  CHECK(r.exit_code == 2);
+  if (!cuda_available()) {
+    r = run_gnn("bench kernel gemm --device cuda");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--device cuda is not usable here") != std::string::npos);
+  }
   r = run_gnn("bench kernel sage-layer --configs 16");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("does not take --configs yet") != std::string::npos);
+}
+
+TEST_CASE("cli: bench kernel on the GPU: gnn's SpMM, cuSPARSE's and cuBLAS GEMM") {
+  GNN_SKIP_UNLESS_CUDA();
+  for (const char* cmd : {"spmm-mean --backward", "spmm-max", "spmm-sum --spmm cusparse", "spmm-mean --spmm cusparse",
+                          "gemm --backward"}) {
+    CAPTURE(cmd);
+    auto r = run_gnn(std::string("bench kernel ") + cmd + " --device cuda --nodes 3000 --edges 6000 --features 64 --json");
+    REQUIRE(r.exit_code == 0);
+    const Json j = Json::parse(last_line(r.out));
+    CHECK(j["device"].as_string() == "cuda");
+    CHECK(j["median_ms"].as_number() > 0);
+  }
 }

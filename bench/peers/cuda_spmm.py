@@ -1,0 +1,73 @@
+"""gnn's CUDA SpMM against cuSPARSE (through gnn), torch.sparse.mm and PyG on the same graph and GPU.
+
+    python3 bench/peers/cuda_spmm.py [--gnn build/bin/gnn] [--repeat 50]
+
+For each shape, `gnn bench kernel spmm-mean --device cuda` times gnn's kernel and writes its graph;
+`--spmm cusparse` times cuSPARSE's SpMM (CSR_ALG2, row-major) on the same CSR with values 1/deg; this
+script loads the graph and times torch.sparse.mm (CSR) and PyG's scatter-mean on it, and measures the
+device copy bandwidth (a tensor clone: read + write) as the floor. All times are medians of CUDA-event
+timings after warm-up. Python and PyTorch serve the comparison only.
+"""
+import argparse
+import json
+import subprocess
+import tempfile
+
+import numpy as np
+import torch
+from timing import cuda_median_ms
+
+
+def gnn(args, *cli):
+    out = subprocess.run([args.gnn, "bench", "kernel", *cli, "--device", "cuda", "--json", "--repeat", str(args.repeat)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def copy_gbps(args):
+    x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # 256 MiB: far beyond L2
+    ms = cuda_median_ms(lambda: x.clone(), args.repeat)
+    return 2 * x.numel() / (ms * 1e-3) / 1e9
+
+
+def spmm_mean(args, n, e, f, c, floor):
+    with tempfile.NamedTemporaryFile(suffix=".npz") as tmp:
+        shape = ["--nodes", str(n), "--edges", str(e), "--features", str(f), "--configs", str(c)]
+        ours = gnn(args, "spmm-mean", *shape, "--save-graph", tmp.name)
+        cus = gnn(args, "spmm-mean", *shape, "--spmm", "cusparse")
+        z = np.load(tmp.name)
+    ei = torch.from_numpy(z["edge_index"]).cuda()
+    dst, src = ei[:, 0].contiguous(), ei[:, 1].contiguous()
+    width = f * c
+    x = torch.randn(n, width, device="cuda")
+    deg = torch.bincount(dst, minlength=n).clamp(min=1).float()
+    a = torch.sparse_coo_tensor(torch.stack([dst, src]), 1.0 / deg[dst], (n, n)).coalesce().to_sparse_csr()
+    peers = {"torch.sparse.mm (CSR)": lambda: torch.sparse.mm(a, x)}
+    try:
+        from torch_geometric.utils import scatter
+        peers["PyG scatter(reduce='mean')"] = lambda: scatter(x[src], dst, 0, dim_size=n, reduce="mean")
+    except ImportError:
+        pass
+    times = {k: cuda_median_ms(v, args.repeat) for k, v in peers.items()}
+    t = ours["median_ms"]
+    print(f"spmm-mean N={n} E={e} F={f} C={c}: gnn {t:.4f} ms, {ours['gbps']:.0f} GB/s = "
+          f"{100 * ours['gbps'] / floor:.0f}% of copy | cuSPARSE {cus['median_ms']:.4f} ms -> {cus['median_ms'] / t:.2f}x | " +
+          " | ".join(f"{k} {v:.4f} ms -> {v / t:.2f}x" for k, v in times.items()))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gnn", default="build/bin/gnn")
+    ap.add_argument("--repeat", type=int, default=50)
+    args = ap.parse_args()
+    floor = copy_gbps(args)
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}: device copy {floor:.0f} GB/s (clone, read + write)")
+    for n, e in ((10_000, 20_000), (100_000, 200_000), (1_000_000, 2_000_000)):
+        for f, c in ((128, 1), (256, 1), (128, 16)):
+            if n * f * c > 400_000_000:
+                continue
+            spmm_mean(args, n, e, f, c, floor)
+
+
+if __name__ == "__main__":
+    main()
