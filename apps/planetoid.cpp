@@ -137,9 +137,9 @@ class Gcn : public Model {
 
 class Gat : public Model {
  public:
-  Gat(int64_t F, int64_t H, int64_t heads, int64_t C, double p, Rng& rng)
-      : c1_(F, H, rng, {.heads = heads, .concat = true, .dropout = p}),
-        c2_(H * heads, C, rng, {.heads = 1, .concat = false, .dropout = p}),
+  Gat(int64_t F, int64_t H, int64_t heads, int64_t C, double p, double pv, Rng& rng)
+      : c1_(F, H, rng, {.heads = heads, .concat = true, .dropout = p, .value_dropout = pv}),
+        c2_(H * heads, C, rng, {.heads = 1, .concat = false, .dropout = p, .value_dropout = pv}),
         drop_(p, rng) {
     add_child("conv1", &c1_);
     add_child("conv2", &c2_);
@@ -193,12 +193,13 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
   const double lr = o.lr >= 0 ? o.lr : gat ? 0.005 : 0.01;
   const double wd = o.weight_decay >= 0 ? o.weight_decay : 5e-4;
   const double p = o.dropout >= 0 ? o.dropout : gat ? 0.6 : 0.5;
+  const double pv = o.value_dropout >= 0 ? o.value_dropout : gat ? p : 0;  // the GAT authors' code: the same rate
   const int64_t hidden = o.hidden > 0 ? o.hidden : gat ? 8 : 16, heads = o.heads > 0 ? o.heads : 8;
   const int64_t F = d.x.size(1), C = d.classes;
   Rng rng(o.seed);
   std::unique_ptr<Model> m;
   if (o.model == "gcn") m = std::make_unique<Gcn>(F, hidden, C, p, rng);
-  else if (gat) m = std::make_unique<Gat>(F, hidden, heads, C, p, rng);
+  else if (gat) m = std::make_unique<Gat>(F, hidden, heads, C, p, pv, rng);
   else m = std::make_unique<Sage>(F, hidden, C, p, rng);
   nn::Adam adam(m->groups(wd), lr);
   const ag::Var x(d.x);
@@ -217,27 +218,23 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
     adam.step();
     m->eval();
     Tensor logits;
+    double val_loss;
     {
       ag::NoGrad ng;
       logits = m->forward(d.graph, x).value();
+      val_loss = nn::cross_entropy(ag::Var(logits), d.labels, d.val).value().item();
     }
     const PlanetoidEpoch e{epoch, lv, accuracy(logits, d.labels, d.train), accuracy(logits, d.labels, d.val),
-                           accuracy(logits, d.labels, d.test)};
+                           accuracy(logits, d.labels, d.test), val_loss};
     res.epochs_run = epoch;
+    if (on_epoch) on_epoch(e);
     if (o.patience <= 0) {
       if (e.val_acc > best_val) {
         best_val = e.val_acc;
         res.train_acc = e.train_acc, res.val_acc = e.val_acc, res.test_acc = e.test_acc, res.best_epoch = epoch;
       }
-      if (on_epoch) on_epoch(e);
       continue;
     }
-    double val_loss;
-    {
-      ag::NoGrad ng;
-      val_loss = nn::cross_entropy(ag::Var(logits), d.labels, d.val).value().item();
-    }
-    if (on_epoch) on_epoch(e);
     if (e.val_acc >= best_val || val_loss <= best_loss) {
       if (e.val_acc >= best_val && val_loss <= best_loss)
         res.train_acc = e.train_acc, res.val_acc = e.val_acc, res.test_acc = e.test_acc, res.best_epoch = epoch;

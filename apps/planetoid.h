@@ -29,6 +29,9 @@ struct PlanetoidOptions {
   // < 0: the published value for the model (gcn: lr 0.01, hidden 16, dropout 0.5; gat: lr 0.005,
   // 8 heads x 8 hidden, dropout 0.6; sage: lr 0.01, hidden 16, dropout 0.5; weight decay 5e-4)
   double lr = -1, weight_decay = -1, dropout = -1;
+  // gat: dropout on each layer's transformed features before aggregation (nn::GatOptions::value_dropout);
+  // < 0: the same rate as `dropout`, as the GAT authors' released code has it (PyG's example has none)
+  double value_dropout = -1;
   int64_t hidden = -1, heads = -1;
   // > 0: the GAT paper's early stopping (Velickovic et al., their released code): an epoch counts as
   // progress when validation accuracy does not fall below its best or validation loss does not rise
@@ -41,6 +44,7 @@ struct PlanetoidOptions {
 struct PlanetoidEpoch {
   int64_t epoch;
   double loss, train_acc, val_acc, test_acc;
+  double val_loss;  // cross-entropy on the validation nodes, eval mode
 };
 
 struct PlanetoidResult {

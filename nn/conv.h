@@ -71,6 +71,9 @@ struct GatOptions {
   bool concat = true;
   double negative_slope = 0.2;
   double dropout = 0;  // on the attention coefficients
+  // On the transformed features xW before they are aggregated (the scores still see all of xW), as the
+  // GAT authors' released code does besides input dropout; PyG's GATConv has no such dropout.
+  double value_dropout = 0;
   bool add_self_loops = true;
   int64_t edge_dim = 0;  // > 0: edge features [E, edge_dim] in input edge order
   bool bias = true;

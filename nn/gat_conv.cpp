@@ -90,7 +90,8 @@ ag::Var GATConv::forward(const Graph& g, const ag::Var& x, const Tensor& edge_at
     scores = ag::activation(pre, Act::kLeakyRelu, opt_.negative_slope);
   }
   ag::Var alpha = ag::dropout(ag::segment_softmax(lg, scores), opt_.dropout, rng_, training());
-  ag::Var y = ag::spmm(lg, xw, Reduce::kSum, alpha);
+  const ag::Var values = opt_.value_dropout > 0 ? ag::dropout(xw, opt_.value_dropout, rng_, training()) : xw;
+  ag::Var y = ag::spmm(lg, values, Reduce::kSum, alpha);
   if (!opt_.concat && H > 1) y = ag::head_mean(y, H);
   return bias.defined() ? ag::add_bias(y, bias) : y;
 }

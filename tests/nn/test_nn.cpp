@@ -291,6 +291,26 @@ TEST_CASE("nn: two accumulated half-batches step exactly like one full batch") {
   GNN_CHECK_CLOSE(after[1], after[0], 1e-12, 1e-9);
 }
 
+TEST_CASE("nn: GATConv value dropout acts in training only, reproducibly from the seed") {
+  const Graph g = testing::random_graph(20, 60, 4);
+  const ag::Var x(Tensor::from_vector(testing::random_values<float>(20 * 6, 2), Shape{20, 6}));
+  auto out = [&](double pv, bool training) {
+    Rng rng(7);  // the same parameters and dropout stream for every layer built here
+    nn::GATConv m(6, 4, rng, {.heads = 2, .value_dropout = pv});
+    if (!training) m.eval();
+    return m.forward(g, x).value().to_vector<float>();
+  };
+  CHECK(out(0.5, false) == out(0.0, false));  // eval: no dropout anywhere
+  CHECK(out(0.0, true) == out(0.0, false));   // no attention dropout either: training is eval
+  const auto a = out(0.5, true), b = out(0.5, true);
+  CHECK(a == b);                              // the seed fixes the mask
+  CHECK(a != out(0.0, true));                 // and the mask changes the output
+  int changed = 0;
+  const auto e = out(0.0, true);
+  for (size_t i = 0; i < a.size(); ++i) changed += a[i] != e[i];
+  CHECK(changed > int(a.size()) / 2);  // most outputs aggregate at least one dropped or rescaled value
+}
+
 TEST_CASE("nn: checkpoints round-trip parameters and optimiser state, a resumed run matches an unbroken one") {
   testing::TempDir dir;
   const Graph g = testing::random_graph(30, 90, 2);
