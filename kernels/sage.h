@@ -7,9 +7,9 @@
 //   dx = d_root + the transposed mean-gather of d_agg   (CSC, no atomics)
 // The CPU version builds h one row block at a time and multiplies it at once (one GEMM with K = 2F per
 // block, bias and activation applied while the block is in cache). For training it also keeps h, so
-// the backward is two whole-matrix products: dW = h^T dz (one GEMM, K split over the nodes) and
-// dh = dz W^T (one GEMM), then a copy of the root half into dx and the transposed gather of the
-// aggregate half read in place (stride 2F). db sums per fixed chunk of rows and then in order:
+// the backward is whole-matrix products: dW = h^T dz (one GEMM, K split over the nodes) and
+// dh = dz W^T as two GEMMs (the root half written straight into dx, the aggregate half into scratch),
+// then the transposed gather of the aggregate half added into dx. db sums per fixed chunk of rows and then in order:
 // bitwise identical for any thread count.
 #pragma once
 #include <vector>

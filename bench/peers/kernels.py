@@ -116,6 +116,26 @@ def sage(args, n, e, f):
           " | ".join(f"{k} {v:.2f} ms -> {v / best:.2f}x" for k, v in times.items()))
 
 
+def gat(args, n, e, f):
+    """GAT layer forward + backward (dx and dW): 4 heads of F/4 concatenated, no self-loops, no bias."""
+    with tempfile.NamedTemporaryFile(suffix=".npz") as tmp:
+        ours = gnn(args, "gat-layer", "--nodes", str(n), "--edges", str(e), "--features", str(f), "--backward",
+                   "--save-graph", tmp.name)
+        n, dst, src = load_graph(tmp.name)
+    try:
+        from torch_geometric.nn import GATConv
+    except ImportError:
+        print(f"gat fwd+bwd N={n} E={e} F={f}: gnn {ours['median_ms']:.2f} ms | no PyTorch Geometric installed")
+        return
+    conv = GATConv(f, f // 4, heads=4, add_self_loops=False, bias=False)
+    x = torch.randn(n, f, requires_grad=True)
+    ei = torch.stack([src, dst])
+    g = torch.randn(n, f)
+    t = median_ms(lambda: conv(x, ei).backward(g), args.repeat)
+    print(f"gat fwd+bwd N={n} E={e} F={f}: gnn {ours['median_ms']:.2f} ms | PyG GATConv {t:.2f} ms -> "
+          f"{t / ours['median_ms']:.2f}x")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gnn", default="build/bin/gnn")
@@ -128,6 +148,7 @@ def main():
         for f, c in ((128, 1), (256, 1), (128, 16)):
             spmm_mean(args, n, e, f, c)
     sage(args, 10_000, 20_000, 128)
+    gat(args, 10_000, 20_000, 128)
 
 
 if __name__ == "__main__":
