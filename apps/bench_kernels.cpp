@@ -135,20 +135,22 @@ KernelCase gemm_case(const KernelShape& s) {
 // sage-layer / sage-layer-fused: y = relu([mean_{j->i} x_j | x_i] W + b), W [2F, F].
 // The composed layer runs the separate kernels (spmm mean, two GEMMs, bias + relu); the fused one
 // builds [agg | x] per row block and multiplies once (kernels/sage.h). --backward adds dx, dW, db.
+// --configs C (composed only): x is node-major [N, C*F], as the training pipeline lays out configs;
+// the mean gathers C*F values per neighbour and the GEMMs read it as [N*C, F] with shared weights.
 KernelCase sage_case(bool fused, const KernelShape& s) {
   auto d = std::make_shared<GraphData>(s);
-  const int64_t N = s.nodes, F = s.features * s.configs, O = F, E = d->g.num_edges;
-  auto x = std::make_shared<Tensor>(random_tensor(N, F, 1));
+  const int64_t N = s.nodes, F = s.features, O = F, E = d->g.num_edges, C = s.configs, M = N * C, CF = C * F;
+  auto x = std::make_shared<Tensor>(random_tensor(M, F, 1));
   auto W = std::make_shared<Tensor>(random_tensor(2 * F, O, 2));
   auto b = std::make_shared<Tensor>(random_tensor(1, O, 3));
-  auto y = std::make_shared<Tensor>(Tensor::empty({N, O}, DType::F32));
-  auto z = std::make_shared<Tensor>(Tensor::empty({N, O}, DType::F32));
-  auto agg = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
+  auto y = std::make_shared<Tensor>(Tensor::empty({M, O}, DType::F32));
+  auto z = std::make_shared<Tensor>(Tensor::empty({M, O}, DType::F32));
+  auto agg = std::make_shared<Tensor>(Tensor::empty({M, F}, DType::F32));
   auto h = std::make_shared<Tensor>(Tensor::empty({fused ? N : 0, 2 * F}, DType::F32));
   auto ws = std::make_shared<Tensor>(Tensor::empty({fused ? sage_backward_workspace(N, F, O) : 0}, DType::F32));
-  auto dz = std::make_shared<Tensor>(Tensor::empty({N, O}, DType::F32));
-  auto dagg = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
-  auto dx = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
+  auto dz = std::make_shared<Tensor>(Tensor::empty({M, O}, DType::F32));
+  auto dagg = std::make_shared<Tensor>(Tensor::empty({M, F}, DType::F32));
+  auto dx = std::make_shared<Tensor>(Tensor::empty({M, F}, DType::F32));
   auto dW = std::make_shared<Tensor>(Tensor::empty({2 * F, O}, DType::F32));
   auto db = std::make_shared<Tensor>(Tensor::empty({O}, DType::F32));
   const bool bwd = s.backward;
@@ -163,35 +165,35 @@ KernelCase sage_case(bool fused, const KernelShape& s) {
     };
   } else {
     k.step = [=] {
-      spmm_forward_cpu(agg->f32(), nullptr, x->f32(), nullptr, d->v, F, F, F, Reduce::kMean);
-      gemm_cpu(false, false, N, O, F, 1.0f, agg->f32(), F, W->f32(), O, 0.0f, z->f32(), O);
-      gemm_cpu(false, false, N, O, F, 1.0f, x->f32(), F, W->f32() + F * O, O, 1.0f, z->f32(), O);
+      spmm_forward_cpu(agg->f32(), nullptr, x->f32(), nullptr, d->v, CF, CF, CF, Reduce::kMean);
+      gemm_cpu(false, false, M, O, F, 1.0f, agg->f32(), F, W->f32(), O, 0.0f, z->f32(), O);
+      gemm_cpu(false, false, M, O, F, 1.0f, x->f32(), F, W->f32() + F * O, O, 1.0f, z->f32(), O);
       float* zp = z->f32();
       const float* bp = b->f32();
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < N; ++i)
+      for (int64_t i = 0; i < M; ++i)
         for (int64_t o = 0; o < O; ++o) zp[i * O + o] += bp[o];
-      act_forward_cpu(y->f32(), z->f32(), N * O, Act::kRelu, 0.0f);
+      act_forward_cpu(y->f32(), z->f32(), M * O, Act::kRelu, 0.0f);
       if (!bwd) return;
-      act_backward_cpu(dz->f32(), y->f32(), z->f32(), N * O, Act::kRelu, 0.0f);
-      gemm_cpu(true, false, F, O, N, 1.0f, agg->f32(), F, dz->f32(), O, 0.0f, dW->f32(), O);
-      gemm_cpu(true, false, F, O, N, 1.0f, x->f32(), F, dz->f32(), O, 0.0f, dW->f32() + F * O, O);
+      act_backward_cpu(dz->f32(), y->f32(), z->f32(), M * O, Act::kRelu, 0.0f);
+      gemm_cpu(true, false, F, O, M, 1.0f, agg->f32(), F, dz->f32(), O, 0.0f, dW->f32(), O);
+      gemm_cpu(true, false, F, O, M, 1.0f, x->f32(), F, dz->f32(), O, 0.0f, dW->f32() + F * O, O);
       float* dbp = db->f32();
       const float* dzp = dz->f32();
       for (int64_t o = 0; o < O; ++o) dbp[o] = 0;
-      for (int64_t i = 0; i < N; ++i)
+      for (int64_t i = 0; i < M; ++i)
         for (int64_t o = 0; o < O; ++o) dbp[o] += dzp[i * O + o];
-      gemm_cpu(false, true, N, F, O, 1.0f, dz->f32(), O, W->f32(), O, 0.0f, dagg->f32(), F);
-      gemm_cpu(false, true, N, F, O, 1.0f, dz->f32(), O, W->f32() + F * O, O, 0.0f, dx->f32(), F);
-      spmm_backward_x_cpu(dx->f32(), dagg->f32(), nullptr, nullptr, d->v, F, F, F, Reduce::kMean, true);
+      gemm_cpu(false, true, M, F, O, 1.0f, dz->f32(), O, W->f32(), O, 0.0f, dagg->f32(), F);
+      gemm_cpu(false, true, M, F, O, 1.0f, dz->f32(), O, W->f32() + F * O, O, 0.0f, dx->f32(), F);
+      spmm_backward_x_cpu(dx->f32(), dagg->f32(), nullptr, nullptr, d->v, CF, CF, CF, Reduce::kMean, true);
     };
   }
   // forward: read x (gathered per edge, and once as the root), write y (and z); backward: read dy, z,
   // x again (gathers and root), write dx, read d_agg per edge. Weights are small and not counted.
-  const double fwd = 4.0 * (double(E) * F + double(N) * F + double(N) * O * (bwd ? 2 : 1));
-  const double bwdb = 4.0 * (2.0 * N * O + double(E) * F + 2.0 * N * F + double(E) * F);
+  const double fwd = 4.0 * (double(E) * CF + double(M) * F + double(M) * O * (bwd ? 2 : 1));
+  const double bwdb = 4.0 * (2.0 * M * O + double(E) * CF + 2.0 * M * F + double(E) * CF);
   k.bytes = fwd + (bwd ? bwdb : 0);
-  k.flops = 2.0 * N * (2 * F) * O * (bwd ? 3 : 1) + double(E) * F * (bwd ? 2 : 1);  // GEMMs + gathers
+  k.flops = 2.0 * M * (2 * F) * O * (bwd ? 3 : 1) + double(E) * CF * (bwd ? 2 : 1);  // GEMMs + gathers
   return k;
 }
 
@@ -291,10 +293,11 @@ KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
                      "spmm-mean, spmm-max)");
   if (s.cuda && !cuda_available())
     throw UsageError("gnn bench kernel: --device cuda is not usable here: " + cuda_status());
-  // Configs share a layer's weights: its GEMM covers (N*C) x F. The layer kernels do not take the
-  // node-major N x (C*F) layout yet, so refuse rather than time a (C*F)-wide dense layer.
-  if (s.configs > 1 && (name == "sage-layer" || name == "sage-layer-fused" || name == "gat-layer"))
-    throw UsageError("gnn bench kernel: " + name + " does not take --configs yet (the layer kernels run one config per row)");
+  // Configs share a layer's weights: its GEMMs cover (N*C) x F. The fused SAGE kernel and the GAT
+  // case take one config per row, so they refuse rather than time a (C*F)-wide dense layer.
+  if (s.configs > 1 && (name == "sage-layer-fused" || name == "gat-layer"))
+    throw UsageError("gnn bench kernel: " + name + " does not take --configs (sage-layer does: the composed kernels "
+                     "on the node-major N x (C*F) layout)");
   if (name == "gemm") return gemm_case(s);
   if (name == "spmm-sum") return spmm_case(Reduce::kSum, s);
   if (name == "spmm-mean") return spmm_case(Reduce::kMean, s);

@@ -168,9 +168,12 @@ TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") 
     CHECK(r.exit_code == 2);
     CHECK(r.err.find("--device cuda is not usable here") != std::string::npos);
   }
-  r = run_gnn("bench kernel sage-layer --configs 16");
+  r = run_gnn("bench kernel sage-layer-fused --configs 16");
   CHECK(r.exit_code == 2);
-  CHECK(r.err.find("does not take --configs yet") != std::string::npos);
+  CHECK(r.err.find("does not take --configs") != std::string::npos);
+  r = run_gnn("bench kernel sage-layer --configs 4 --nodes 300 --edges 600 --features 16 --backward --json");
+  REQUIRE(r.exit_code == 0);  // config-batched: node-major N x (C*F), GEMMs over N*C rows
+  CHECK(Json::parse(last_line(r.out))["configs"].as_number() == 4);
 }
 
 TEST_CASE("cli: bench kernel on the GPU: gnn's SpMM, cuSPARSE's and cuBLAS GEMM") {
