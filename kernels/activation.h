@@ -17,7 +17,7 @@ const char* act_name(Act a);
 Act parse_act(const char* name);  // throws gnn::Error on an unknown name
 
 template <class T>
-inline T act_value(Act a, T x, T slope) {
+GNN_HD inline T act_value(Act a, T x, T slope) {
   switch (a) {
     case Act::kRelu: return x > T(0) ? x : T(0);
     case Act::kLeakyRelu: return x > T(0) ? x : slope * x;
@@ -30,7 +30,7 @@ inline T act_value(Act a, T x, T slope) {
 }
 
 template <class T>
-inline T act_derivative(Act a, T x, T slope) {
+GNN_HD inline T act_derivative(Act a, T x, T slope) {
   switch (a) {
     case Act::kRelu: return x > T(0) ? T(1) : T(0);
     case Act::kLeakyRelu: return x > T(0) ? T(1) : slope;
@@ -77,5 +77,7 @@ void act_backward_ref(T* dx, const T* dy, const T* x, int64_t n, Act a, T slope)
 
 void act_forward_cpu(float* y, const float* x, int64_t n, Act a, float slope);
 void act_backward_cpu(float* dx, const float* dy, const float* x, int64_t n, Act a, float slope);
+void act_forward_cuda(float* y, const float* x, int64_t n, Act a, float slope, Stream stream);
+void act_backward_cuda(float* dx, const float* dy, const float* x, int64_t n, Act a, float slope, Stream stream);
 
 }  // namespace gnn

@@ -27,6 +27,13 @@ inline constexpr bool kWithCuda = false;
 #define GNN_CPU_CLONES
 #endif
 
+// Scalar definitions shared by host and device code (activation formulas): __host__ __device__ under nvcc.
+#ifdef __CUDACC__
+#define GNN_HD __host__ __device__
+#else
+#define GNN_HD
+#endif
+
 template <class T>
 constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
 

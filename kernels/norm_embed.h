@@ -78,6 +78,7 @@ void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const fl
                                 int64_t G, int64_t F);
 // idx values must lie in [0, K): callers check at the op boundary.
 void embedding_forward_cpu(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F);
+void embedding_forward_cuda(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F, Stream stream);
 void embedding_backward_cpu(float* dtable, const float* dy, const int32_t* idx, int64_t n, int64_t K, int64_t F);
 
 }  // namespace gnn

@@ -47,5 +47,12 @@ void pool_forward_cpu(float* y, int32_t* argmax, const float* x, const int64_t* 
                       Reduce op);
 void pool_backward_cpu(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t G,
                        int64_t F, Reduce op);
+// CUDA: a block of 8 warps per (graph, 32 features) strides over the graph's rows and combines the
+// warps' partial results in warp order (the same bits every run); the backward is one thread per
+// element, finding its graph by binary search in graph_ptr.
+void pool_forward_cuda(float* y, int32_t* argmax, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F,
+                       Reduce op, Stream stream);
+void pool_backward_cuda(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t N,
+                        int64_t G, int64_t F, Reduce op, Stream stream);
 
 }  // namespace gnn

@@ -77,4 +77,12 @@ void gat_scores_forward_cpu(float* s, const float* a_src, const float* a_dst, co
 void gat_scores_backward_cpu(float* da_src, float* da_dst, const float* ds, const float* a_src, const float* a_dst,
                              const CsrView& g, int64_t H, float slope);
 
+void segment_softmax_forward_cuda(float* y, const float* x, const int32_t* indptr, int64_t S, int64_t H, Stream stream);
+void segment_softmax_backward_cuda(float* dx, const float* y, const float* dy, const int32_t* indptr, int64_t S,
+                                   int64_t H, Stream stream);
+void gat_scores_forward_cuda(float* s, const float* a_src, const float* a_dst, const CsrView& g, int64_t H, float slope,
+                             Stream stream);
+void gat_scores_backward_cuda(float* da_src, float* da_dst, const float* ds, const float* a_src, const float* a_dst,
+                              const CsrView& g, int64_t H, float slope, Stream stream);
+
 }  // namespace gnn

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "autograd/dispatch.h"
+#include "kernels/adam.h"
 
 namespace gnn::nn {
 
@@ -113,19 +114,8 @@ void Adam::step() {
       const int64_t t = ++t_[p.name];
       const double c1 = 1 - std::pow(b1_, double(t)), c2 = 1 - std::pow(b2_, double(t));
       const double wd = g.weight_decay;
-      with_param(p, [&](auto* w, const auto* gr, int64_t n) {
-        using T = std::remove_reference_t<decltype(w[0])>;
-        double *mp = m.f64(), *vp = v.f64();
-        for (int64_t i = 0; i < n; ++i) {
-          double gi = double(gr[i]);
-          double wi = double(w[i]);
-          if (decoupled_) wi *= 1 - lr_ * wd;
-          else gi += wd * wi;
-          mp[i] = b1_ * mp[i] + (1 - b1_) * gi;
-          vp[i] = b2_ * vp[i] + (1 - b2_) * gi * gi;
-          w[i] = T(wi - lr_ * (mp[i] / c1) / (std::sqrt(vp[i] / c2) + eps_));
-        }
-      });
+      const AdamStep step{lr_, b1_, b2_, eps_, wd, c1, c2, decoupled_};
+      with_param(p, [&](auto* w, const auto* gr, int64_t n) { adam_update_ref(w, gr, m.f64(), v.f64(), n, step); });
     }
   ++steps_;
 }

@@ -1,12 +1,17 @@
 // The CUDA kernels against the double references, on the standard graph cases, outputs pre-filled
-// with NaN so an unwritten element fails; and two GPU runs giving the same bits. Without a GPU (or in a
+// with NaN so an unwritten element fails; for SpMM also two GPU runs giving the same bits. Without a GPU (or in a
 // build without CUDA) every case skips with the reason.
 #include <cmath>
 #include <cstring>
 #include <random>
 
 #include "graph_cases.h"
+#include "kernels/activation.h"
+#include "kernels/adam.h"
 #include "kernels/gemm.h"
+#include "kernels/norm_embed.h"
+#include "kernels/pooling.h"
+#include "kernels/segment_softmax.h"
 #include "kernels/spmm.h"
 #include "runtime/cuda.h"
 #include "testing.h"
@@ -131,5 +136,112 @@ TEST_CASE("cuda gemm: cuBLAS FP32 matches the double reference for every transpo
           GNN_CHECK_CLOSE(got, Cd, 1e-5 + 3e-6 * double(K), 1e-4);
         }
       }
+#endif
+}
+
+TEST_CASE("cuda segment softmax and GAT scores match the double reference, hubs included") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  for (const auto& c : testing::standard_graph_cases(5)) {
+    CAPTURE(c.name);
+    const Graph dg = c.graph.to(Device::cuda(0));
+    const CsrView hv = testing::csr_view(c.graph), dv = ag::csr_view(dg);
+    const int64_t N = c.graph.num_nodes, E = c.graph.num_edges;
+    for (int64_t H : {1, 3, 8}) {
+      CAPTURE(H);
+      const auto x = testing::random_values<float>(size_t(E * H), 1, -3.0f, 3.0f);
+      const auto dy = testing::random_values<float>(size_t(E * H), 2);
+      const auto as = testing::random_values<float>(size_t(N * H), 3), ad = testing::random_values<float>(size_t(N * H), 4);
+      const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), asd(as.begin(), as.end()),
+          add(ad.begin(), ad.end());
+      std::vector<double> yd(size_t(E * H)), dxd(size_t(E * H)), sd(size_t(E * H)), dasd(size_t(N * H)), dadd(size_t(N * H));
+      segment_softmax_forward_ref<double>(yd.data(), xd.data(), hv.indptr, N, H);
+      segment_softmax_backward_ref<double>(dxd.data(), yd.data(), dyd.data(), hv.indptr, N, H);
+      gat_scores_forward_ref<double>(sd.data(), asd.data(), add.data(), hv, H, 0.2);
+      gat_scores_backward_ref<double>(dasd.data(), dadd.data(), dyd.data(), asd.data(), add.data(), hv, H, 0.2);
+      const Tensor gx = on_gpu(x), gdy = on_gpu(dy), gas = on_gpu(as), gad = on_gpu(ad);
+      Tensor y = nan_gpu(E * H), dx = nan_gpu(E * H), sc = nan_gpu(E * H), das = nan_gpu(N * H), dad = nan_gpu(N * H);
+      segment_softmax_forward_cuda(y.f32(), gx.f32(), dv.indptr, N, H, s);
+      // the backward reads the reference's y (as float) so the two compare the same function
+      const Tensor gy = on_gpu(std::vector<float>(yd.begin(), yd.end()));
+      segment_softmax_backward_cuda(dx.f32(), gy.f32(), gdy.f32(), dv.indptr, N, H, s);
+      gat_scores_forward_cuda(sc.f32(), gas.f32(), gad.f32(), dv, H, 0.2f, s);
+      gat_scores_backward_cuda(das.f32(), dad.f32(), gdy.f32(), gas.f32(), gad.f32(), dv, H, 0.2f, s);
+      GNN_CHECK_CLOSE(y.to_vector<float>(), yd);
+      GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
+      GNN_CHECK_CLOSE(sc.to_vector<float>(), sd);
+      GNN_CHECK_CLOSE(das.to_vector<float>(), dasd, 1e-4, 1e-4);
+      GNN_CHECK_CLOSE(dad.to_vector<float>(), dadd, 1e-4, 1e-4);
+    }
+  }
+#endif
+}
+
+TEST_CASE("cuda activations, pooling, embedding and the Adam update match their references") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  const int64_t n = 100003;
+  const auto x = testing::random_values<float>(size_t(n), 1, -4.0f, 4.0f), dy = testing::random_values<float>(size_t(n), 2);
+  const Tensor gx = on_gpu(x), gdy = on_gpu(dy);
+  for (Act a : {Act::kNone, Act::kRelu, Act::kLeakyRelu, Act::kElu, Act::kGelu, Act::kSigmoid, Act::kTanh}) {
+    CAPTURE(act_name(a));
+    std::vector<double> yd(static_cast<size_t>(n)), dxd(static_cast<size_t>(n));
+    const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end());
+    act_forward_ref<double>(yd.data(), xd.data(), n, a, 0.1);
+    act_backward_ref<double>(dxd.data(), dyd.data(), xd.data(), n, a, 0.1);
+    Tensor y = nan_gpu(n), dx = nan_gpu(n);
+    act_forward_cuda(y.f32(), gx.f32(), n, a, 0.1f, s);
+    act_backward_cuda(dx.f32(), gdy.f32(), gx.f32(), n, a, 0.1f, s);
+    GNN_CHECK_CLOSE(y.to_vector<float>(), yd);
+    GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
+  }
+  // pooling: graphs of 0, 1, 5000 (wider than any block) and 37 nodes; F = 1, 33, 130
+  const std::vector<int64_t> ptr = {0, 0, 1, 5001, 5038};
+  const int64_t N = ptr.back(), G = int64_t(ptr.size()) - 1;
+  const Tensor gptr = on_gpu(ptr);
+  for (int64_t F : {1, 33, 130}) {
+    const auto px = testing::random_values<float>(size_t(N * F), 3), pdy = testing::random_values<float>(size_t(G * F), 4);
+    const std::vector<double> pxd(px.begin(), px.end()), pdyd(pdy.begin(), pdy.end());
+    const Tensor gpx = on_gpu(px), gpdy = on_gpu(pdy);
+    for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+      CAPTURE(F);
+      CAPTURE(reduce_name(op));
+      std::vector<double> yd(size_t(G * F)), dxd(size_t(N * F));
+      std::vector<int32_t> argd(size_t(G * F), -7);
+      pool_forward_ref<double>(yd.data(), argd.data(), pxd.data(), ptr.data(), G, F, op);
+      pool_backward_ref<double>(dxd.data(), pdyd.data(), argd.data(), ptr.data(), G, F, op);
+      Tensor y = nan_gpu(G * F), dx = nan_gpu(N * F), arg = Tensor::full({G * F}, -7, DType::I32, Device::cuda(0));
+      pool_forward_cuda(y.f32(), arg.i32(), gpx.f32(), gptr.i64(), G, F, op, s);
+      pool_backward_cuda(dx.f32(), gpdy.f32(), arg.i32(), gptr.i64(), N, G, F, op, s);
+      GNN_CHECK_CLOSE(y.to_vector<float>(), yd);
+      if (op == Reduce::kMax) CHECK(arg.to_vector<int32_t>() == argd);
+      GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
+    }
+  }
+  // embedding rows
+  const auto table = testing::random_values<float>(size_t(50 * 33), 5);
+  std::vector<int32_t> idx(1000);
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 7919) % 50);
+  std::vector<float> want(idx.size() * 33);
+  embedding_forward_ref<float>(want.data(), table.data(), idx.data(), int64_t(idx.size()), 33);
+  Tensor emb = nan_gpu(int64_t(want.size()));
+  embedding_forward_cuda(emb.f32(), on_gpu(table).f32(), on_gpu(idx).i32(), int64_t(idx.size()), 33, s);
+  CHECK(emb.to_vector<float>() == want);  // a gather: exact
+  // Adam and AdamW, three steps, against the host update in the same double arithmetic
+  for (bool decoupled : {false, true}) {
+    CAPTURE(decoupled);
+    auto w = testing::random_values<float>(size_t(n), 6);
+    std::vector<double> m(static_cast<size_t>(n), 0), v(static_cast<size_t>(n), 0);
+    Tensor gw = on_gpu(w), gm = on_gpu(m), gv = on_gpu(v);
+    for (int t = 1; t <= 3; ++t) {
+      const AdamStep st{1e-2, 0.9, 0.999, 1e-8, 5e-4, 1 - std::pow(0.9, t), 1 - std::pow(0.999, t), decoupled};
+      adam_update_ref(w.data(), dy.data(), m.data(), v.data(), n, st);
+      adam_update_cuda(gw.f32(), gdy.f32(), gm.f64(), gv.f64(), n, st, s);
+    }
+    GNN_CHECK_CLOSE(gw.to_vector<float>(), w, 1e-6, 1e-6);
+    GNN_CHECK_CLOSE(gm.to_vector<double>(), m, 1e-12, 1e-9);
+  }
 #endif
 }

@@ -1,0 +1,140 @@
+// CUDA maps and per-graph readouts: activations (the same scalar formulas as the CPU, kernels/activation.h),
+// the fused Adam update (kernels/adam.h), embedding gather, and pooling per graph (kernels/pooling.h).
+#include <cuda_runtime.h>
+
+#include "kernels/activation.h"
+#include "kernels/adam.h"
+#include "kernels/norm_embed.h"
+#include "kernels/pooling.h"
+#include "runtime/cuda_check.h"
+
+namespace gnn {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t n, const char* name) {
+  const int64_t b = std::min<int64_t>(ceil_div<int64_t>(n, kThreads), int64_t(1) << 20);  // grid-stride beyond
+  GNN_CHECK(b > 0, name, ": empty launch");
+  return unsigned(b);
+}
+
+template <Act A>
+__global__ void act_fwd_kernel(float* y, const float* x, int64_t n, float slope) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = act_value(A, __ldg(x + i), slope);
+}
+
+template <Act A>
+__global__ void act_bwd_kernel(float* dx, const float* dy, const float* x, int64_t n, float slope) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dx[i] = __ldg(dy + i) * act_derivative(A, __ldg(x + i), slope);
+}
+
+__global__ void adam_kernel(float* w, const float* grad, double* m, double* v, int64_t n, AdamStep s) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    w[i] = float(adam_element(double(w[i]), double(grad[i]), m[i], v[i], s));
+}
+
+__global__ void embedding_kernel(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * F; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = __ldg(table + int64_t(__ldg(idx + i / F)) * F + i % F);
+}
+
+// Block = 8 warps for graph blockIdx.y and features [32 blockIdx.x, +32): lane = feature, warp w takes
+// rows b + w, b + w + 8, ...; warp 0 combines the 8 partials in warp order.
+constexpr int kPoolWarps = 8;
+
+__global__ void __launch_bounds__(kPoolWarps * 32) pool_fwd_kernel(float* y, int32_t* argmax, const float* x,
+                                                                   const int64_t* graph_ptr, int64_t F, Reduce op) {
+  __shared__ float part[kPoolWarps][32];
+  __shared__ int32_t part_arg[kPoolWarps][32];
+  const int64_t g = blockIdx.y, f = int64_t(blockIdx.x) * 32 + threadIdx.x % 32;
+  const int w = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
+  const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
+  float acc = op == Reduce::kMax ? -INFINITY : 0.0f;
+  int32_t arg = -1;
+  if (f < F)
+    for (int64_t i = b + w; i < e; i += kPoolWarps) {
+      const float val = __ldg(x + i * F + f);
+      if (op != Reduce::kMax) acc += val;
+      else if (arg < 0 || val > acc) acc = val, arg = int32_t(i);
+    }
+  part[w][lane] = acc, part_arg[w][lane] = arg;
+  __syncthreads();
+  if (w != 0 || f >= F) return;
+  for (int h = 1; h < kPoolWarps; ++h) {
+    const float pv = part[h][lane];
+    const int32_t pa = part_arg[h][lane];
+    if (op != Reduce::kMax) acc += pv;
+    else if (pa >= 0 && (arg < 0 || pv > acc || (pv == acc && pa < arg))) acc = pv, arg = pa;
+  }
+  if (op == Reduce::kMean && e > b) acc /= float(e - b);
+  if (op == Reduce::kMax) {
+    if (arg < 0) acc = 0.0f;
+    argmax[g * F + f] = arg;
+  }
+  y[g * F + f] = acc;
+}
+
+__global__ void pool_bwd_kernel(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t N,
+                                int64_t G, int64_t F, Reduce op) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < N * F; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = t / F, f = t % F;
+    int64_t lo = 0, hi = G;  // graph_ptr[lo] <= i < graph_ptr[lo + 1]
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      if (__ldg(graph_ptr + mid) <= i) lo = mid;
+      else hi = mid;
+    }
+    const int64_t n = graph_ptr[lo + 1] - graph_ptr[lo];
+    const float d = __ldg(dy + lo * F + f);
+    dx[t] = op == Reduce::kMax ? (__ldg(argmax + lo * F + f) == i ? d : 0.0f) : op == Reduce::kMean ? d / float(n) : d;
+  }
+}
+
+}  // namespace
+
+void act_forward_cuda(float* y, const float* x, int64_t n, Act a, float slope, Stream stream) {
+  if (n == 0) return;
+  dispatch_act(a, [&](auto A) { act_fwd_kernel<decltype(A)::value><<<grid_for(n, "act_forward_cuda"), kThreads, 0, stream>>>(y, x, n, slope); });
+  GNN_CUDA_LAUNCH_CHECK("act_forward_cuda");
+}
+
+void act_backward_cuda(float* dx, const float* dy, const float* x, int64_t n, Act a, float slope, Stream stream) {
+  if (n == 0) return;
+  dispatch_act(a, [&](auto A) {
+    act_bwd_kernel<decltype(A)::value><<<grid_for(n, "act_backward_cuda"), kThreads, 0, stream>>>(dx, dy, x, n, slope);
+  });
+  GNN_CUDA_LAUNCH_CHECK("act_backward_cuda");
+}
+
+void adam_update_cuda(float* w, const float* grad, double* m, double* v, int64_t n, const AdamStep& s, Stream stream) {
+  if (n == 0) return;
+  adam_kernel<<<grid_for(n, "adam_update_cuda"), kThreads, 0, stream>>>(w, grad, m, v, n, s);
+  GNN_CUDA_LAUNCH_CHECK("adam_update_cuda");
+}
+
+void embedding_forward_cuda(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F, Stream stream) {
+  if (n * F == 0) return;
+  embedding_kernel<<<grid_for(n * F, "embedding_forward_cuda"), kThreads, 0, stream>>>(y, table, idx, n, F);
+  GNN_CUDA_LAUNCH_CHECK("embedding_forward_cuda");
+}
+
+void pool_forward_cuda(float* y, int32_t* argmax, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F,
+                       Reduce op, Stream stream) {
+  if (G * F == 0) return;
+  GNN_CHECK(G < 65536, "pool_forward_cuda: ", G, " graphs in one batch (at most 65535)");
+  const dim3 grid(unsigned(ceil_div<int64_t>(F, 32)), unsigned(G));
+  pool_fwd_kernel<<<grid, kPoolWarps * 32, 0, stream>>>(y, argmax, x, graph_ptr, F, op);
+  GNN_CUDA_LAUNCH_CHECK("pool_forward_cuda");
+}
+
+void pool_backward_cuda(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t N,
+                        int64_t G, int64_t F, Reduce op, Stream stream) {
+  if (N * F == 0) return;
+  pool_bwd_kernel<<<grid_for(N * F, "pool_backward_cuda"), kThreads, 0, stream>>>(dx, dy, argmax, graph_ptr, N, G, F, op);
+  GNN_CUDA_LAUNCH_CHECK("pool_backward_cuda");
+}
+
+}  // namespace gnn
