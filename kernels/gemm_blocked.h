@@ -21,9 +21,13 @@ template <class V, int MR, int NV>
 struct Blocked {
   static constexpr int W = V::W, NR = NV * W;
 
-  // MR x NR tile: c = alpha * (a_panel . b_panel) + beta * c, over kc.
+  // MR x NR tile: c = alpha * (a_panel . b_panel) + beta * c, over kc. Packed: a is an MR-row panel
+  // (a[p * MR + i]). Direct: a points at row-major A itself (a[i * lda + p]), which skips packing A:
+  // the MR rows are MR sequential streams the prefetchers follow, and the same values are summed in
+  // the same order, so both give the same bits.
+  template <bool Direct = false>
   static inline void micro(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
-                           float alpha, float beta) {
+                           float alpha, float beta, int64_t lda = 0) {
     typename V::T acc[MR][NV];
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NV; ++j) acc[i][j] = V::zero();
@@ -31,7 +35,7 @@ struct Blocked {
       typename V::T bv[NV];
       for (int j = 0; j < NV; ++j) bv[j] = V::load(b + p * NR + j * W);
       for (int i = 0; i < MR; ++i) {
-        const typename V::T av = V::bcast(a + p * MR + i);
+        const typename V::T av = V::bcast(Direct ? a + i * lda + p : a + p * MR + i);
         for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(av, bv[j], acc[i][j]);
       }
     }
@@ -48,10 +52,12 @@ struct Blocked {
   }
 
   // A partial tile (rows < MR or cols < NR): computed into a scratch tile, then the valid part.
+  // Direct needs all MR rows of A to exist (rows == MR).
+  template <bool Direct = false>
   static void micro_edge(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t rows,
-                         int64_t cols, float alpha, float beta) {
+                         int64_t cols, float alpha, float beta, int64_t lda = 0) {
     alignas(64) float tile[MR * NR];
-    micro(kc, a, b, tile, NR, 1.0f, 0.0f);
+    micro<Direct>(kc, a, b, tile, NR, 1.0f, 0.0f, lda);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j)
         c[i * ldc + j] = beta == 0.0f ? alpha * tile[i * NR + j] : alpha * tile[i * NR + j] + beta * c[i * ldc + j];
@@ -144,15 +150,24 @@ struct Blocked {
         std::vector<float> ap(size_t(mc_max * kc));
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; ++blk) {
-          const int64_t i0 = blk * mc_max, mc = std::min(mc_max, M - i0);
-          pack_a(ta, A, lda, i0, mc, k0, kc, ap.data());
+          const int64_t i0 = blk * mc_max, mc = std::min(mc_max, M - i0), full = mc / MR * MR;
+          // Row-major A is read in place by full MR-row panels; only a partial last panel (zero-padded)
+          // and transposed A are packed.
+          const bool direct = !ta;
+          if (!direct) pack_a(ta, A, lda, i0, mc, k0, kc, ap.data());
+          else if (full < mc) pack_a(ta, A, lda, i0 + full, mc - full, k0, kc, ap.data() + full * kc);
           for (int64_t q = 0; q < panels; ++q) {
             const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
             const float* b = bp.data() + q * kc * NR;
             for (int64_t r = 0; r < mc; r += MR) {
               const int64_t rows = std::min<int64_t>(MR, mc - r);
               float* c = C + (i0 + r) * ldc + j0;
-              if (rows == MR && cols == NR)
+              const float* a = A + (i0 + r) * lda + k0;
+              if (direct && rows == MR && cols == NR)
+                micro<true>(kc, a, b, c, ldc, alpha, beta_k, lda);
+              else if (direct && rows == MR)
+                micro_edge<true>(kc, a, b, c, ldc, rows, cols, alpha, beta_k, lda);
+              else if (rows == MR && cols == NR)
                 micro(kc, ap.data() + r * kc, b, c, ldc, alpha, beta_k);
               else
                 micro_edge(kc, ap.data() + r * kc, b, c, ldc, rows, cols, alpha, beta_k);
