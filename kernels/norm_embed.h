@@ -76,6 +76,15 @@ void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* 
 void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                                 const float* mean, const float* rstd, const float* gamma, const int64_t* graph_ptr,
                                 int64_t G, int64_t F);
+// CUDA: a block of 8 warps per (graph, 32 channels) strides over the graph's rows; the warps' partial
+// sums are combined in warp order (the same bits every run). dgamma and dbeta are summed per graph
+// into workspace [2, G, F] and then over graphs in order, as the CPU does.
+void instance_norm_forward_cuda(float* y, float* mean, float* rstd, const float* x, const float* gamma,
+                                const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, float eps,
+                                Stream stream);
+void instance_norm_backward_cuda(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                                 const float* mean, const float* rstd, const float* gamma, const int64_t* graph_ptr,
+                                 int64_t G, int64_t F, float* workspace, Stream stream);
 // idx values must lie in [0, K): callers check at the op boundary.
 void embedding_forward_cpu(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F);
 void embedding_forward_cuda(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F, Stream stream);

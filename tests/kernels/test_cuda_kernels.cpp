@@ -245,3 +245,44 @@ TEST_CASE("cuda activations, pooling, embedding and the Adam update match their 
   }
 #endif
 }
+
+TEST_CASE("cuda graph instance norm matches the double reference (empty, single-node and 5000-node graphs)") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  const std::vector<int64_t> ptr = {0, 0, 1, 5001, 5038};
+  const int64_t N = ptr.back(), G = int64_t(ptr.size()) - 1;
+  const Tensor gptr = on_gpu(ptr);
+  for (int64_t F : {1, 33, 130}) {
+    for (bool affine : {false, true}) {
+      CAPTURE(F);
+      CAPTURE(affine);
+      const auto x = testing::random_values<float>(size_t(N * F), 1, -2.0f, 3.0f);
+      const auto dy = testing::random_values<float>(size_t(N * F), 2);
+      const auto gamma = testing::random_values<float>(size_t(F), 3, 0.5f, 1.5f), beta = testing::random_values<float>(size_t(F), 4);
+      const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), gd(gamma.begin(), gamma.end()),
+          bd(beta.begin(), beta.end());
+      std::vector<double> yd(size_t(N * F)), md(size_t(G * F)), rd(size_t(G * F)), dxd(size_t(N * F)), dgd(static_cast<size_t>(F)),
+          dbd(static_cast<size_t>(F));
+      instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), xd.data(), affine ? gd.data() : nullptr,
+                                        affine ? bd.data() : nullptr, ptr.data(), G, F, 1e-5);
+      instance_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), dyd.data(), xd.data(), md.data(), rd.data(),
+                                         affine ? gd.data() : nullptr, ptr.data(), G, F);
+      const Tensor gx = on_gpu(x), gdy = on_gpu(dy), gg = on_gpu(gamma), gb = on_gpu(beta);
+      Tensor y = nan_gpu(N * F), mean = nan_gpu(G * F), rstd = nan_gpu(G * F), dx = nan_gpu(N * F), dg = nan_gpu(F),
+             db = nan_gpu(F), ws = nan_gpu(2 * G * F);
+      const float* gp = affine ? gg.f32() : nullptr;
+      instance_norm_forward_cuda(y.f32(), mean.f32(), rstd.f32(), gx.f32(), gp, affine ? gb.f32() : nullptr, gptr.i64(),
+                                 G, F, 1e-5f, s);
+      instance_norm_backward_cuda(dx.f32(), dg.f32(), db.f32(), gdy.f32(), gx.f32(), mean.f32(), rstd.f32(), gp,
+                                  gptr.i64(), G, F, ws.f32(), s);
+      GNN_CHECK_CLOSE(y.to_vector<float>(), yd, 1e-4, 1e-4);
+      GNN_CHECK_CLOSE(mean.to_vector<float>(), md);
+      GNN_CHECK_CLOSE(rstd.to_vector<float>(), rd, 1e-3, 1e-4);  // the empty graph's 1/sqrt(eps) = 316
+      GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd, 1e-3, 1e-3);
+      GNN_CHECK_CLOSE(dg.to_vector<float>(), dgd, 1e-3, 1e-4);
+      GNN_CHECK_CLOSE(db.to_vector<float>(), dbd, 1e-3, 1e-4);
+    }
+  }
+#endif
+}
