@@ -10,6 +10,7 @@ import argparse
 import json
 import subprocess
 import tempfile
+import time
 
 import numpy as np
 import torch
@@ -17,6 +18,9 @@ from timing import median_ms
 
 
 def gnn(args, *cli):
+    # torch's OpenMP / MKL worker threads keep spinning for a while after its last parallel op; gnn run
+    # right away shares the 2 cores with them (gemm 160000x128x128 measured 45 ms instead of 31 ms).
+    time.sleep(1.0)
     out = subprocess.run([args.gnn, "bench", "kernel", *cli, "--json", "--repeat", str(args.repeat)],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
