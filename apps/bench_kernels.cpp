@@ -79,18 +79,19 @@ KernelCase spmm_case(Reduce op, const KernelShape& s) {
 #ifdef GNN_WITH_CUDA
     k.step = cusparse_step(op, d, x, y, F);
 #endif
-  } else if (s.cuda) {
-#ifdef GNN_WITH_CUDA
+  } else {
+    const bool cuda = s.cuda;
     k.step = [=] {
       int32_t* am = op == Reduce::kMax ? arg->i32() : nullptr;
+      if (!cuda) {
+        spmm_forward_cpu(y->f32(), am, x->f32(), nullptr, d->v, F, F, F, op);
+        if (bwd) spmm_backward_x_cpu(dx->f32(), y->f32(), am, nullptr, d->v, F, F, F, op);
+        return;
+      }
+#ifdef GNN_WITH_CUDA
       spmm_forward_cuda(y->f32(), am, x->f32(), nullptr, d->v, F, F, F, op, cuda_stream(0));
       if (bwd) spmm_backward_x_cuda(dx->f32(), y->f32(), am, nullptr, d->v, F, F, F, op, false, cuda_stream(0));
-    };
 #endif
-  } else {
-    k.step = [=] {
-      spmm_forward_cpu(y->f32(), op == Reduce::kMax ? arg->i32() : nullptr, x->f32(), nullptr, d->v, F, F, F, op);
-      if (bwd) spmm_backward_x_cpu(dx->f32(), y->f32(), op == Reduce::kMax ? arg->i32() : nullptr, nullptr, d->v, F, F, F, op);
     };
   }
   // forward: read one x row per edge, write y, read indptr and indices (+ write argmax for max)

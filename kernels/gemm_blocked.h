@@ -1,7 +1,9 @@
 // The blocked SGEMM driver shared by every ISA (kernels/gemm_{generic,avx2,avx512}.cpp instantiate it
 // with their vector traits). BLIS-style loops:
 //   for each KC block of k:            pack B[kc, N] into NR-wide column panels (all threads share it)
-//     parallel for each MC block of M: pack A[mc, kc] into MR-row panels (per thread)
+//     parallel for each MC block of M: pack A[mc, kc] into MR-row panels (per thread) when A is
+//                                      transposed; row-major A is read in place (a partial last
+//                                      panel is still packed, zero-padded)
 //       for each NR panel, MR panel:   micro-kernel: an MR x NR tile of C in registers over kc
 // The TpuGraphs shapes are tall and skinny ((N*C) x F times F x F, F = 64..256): with KC = 256 the
 // whole of B is packed once and stays in L2 while A streams through.

@@ -2,9 +2,10 @@
 //   h_blk = [mean of in-neighbours | x]  (kept in h for training, or a per-thread buffer)
 //   z_blk = h_blk W (one serial GEMM, K = 2F), then bias and activation while it is in cache.
 // Backward: whole-matrix products on the saved h (see kernels/sage.h); dh = dz W^T is two products
-// (the root half straight into dx, the aggregate half into a scratch buffer for the transposed gather). An earlier version recomputed
-// h per block in the backward and accumulated dW per block (K = kRows per product): 19.8-20.0 ms for
-// forward+backward at N = 10k, F = 128, slower than running the separate kernels (19.1 ms).
+// (the root half straight into dx, the aggregate half into scratch for the transposed gather). An
+// earlier version recomputed h per block in the backward and accumulated dW per block (K = kRows per
+// product): 19.8-20.0 ms for forward+backward at N = 10k, F = 128, slower than running the separate
+// kernels (19.1 ms).
 // The forward's per-thread block buffer is a small host vector; the backward's scratch comes from
 // the caller.
 #include <algorithm>
@@ -103,8 +104,10 @@ GNN_CPU_CLONES void sage_backward_cpu(float* dx, float* dW, float* db, const flo
   std::fill(db_part, db_part + chunks * O, 0.0f);
   // dz = dy * act'(z), with db summed per fixed chunk of rows.
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t c = 0; c < chunks; ++c)
-    dispatch_act(act, [&](auto A) { dz_rows<decltype(A)::value>(dz, db_part + c * O, dy, z, c * N / chunks, (c + 1) * N / chunks, O, slope); });
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t r0 = c * N / chunks, r1 = (c + 1) * N / chunks;
+    dispatch_act(act, [&](auto A) { dz_rows<decltype(A)::value>(dz, db_part + c * O, dy, z, r0, r1, O, slope); });
+  }
   if (db)
     for (int64_t o = 0; o < O; ++o) {
       float s = 0.0f;

@@ -84,8 +84,9 @@ __device__ __forceinline__ void add_entry(const GatherArgs& a, int32_t q, int64_
   }
 }
 
-template <Mode M>
-__device__ __forceinline__ void init(float* acc, int32_t* arg, int V) {
+template <int V, Mode M>
+__device__ __forceinline__ void init(float* acc, int32_t* arg) {
+#pragma unroll
   for (int k = 0; k < V; ++k) acc[k] = M == Mode::kFwdMax ? -INFINITY : 0.0f, arg[k] = -1;
 }
 
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherArgs a) {
       has_hub = 1;  // every writer stores the same value
     } else {
       for (int64_t col = int64_t(lane) * V; col < a.F; col += chunk) {
-        init<M>(acc, arg, V);
+        init<V, M>(acc, arg);
         for (int32_t q = b; q < e; ++q) add_entry<V, M>(a, q, col, acc, arg);
         finish<V, M>(a, r, col, acc, arg, e - b);
       }
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherArgs a) {
     if (e - b <= kHubEntries) continue;  // the same decision in every thread
     for (int64_t base = 0; base < a.F; base += chunk) {
       const int64_t col = base + int64_t(lane) * V;
-      init<M>(acc, arg, V);
+      init<V, M>(acc, arg);
       if (col < a.F)
         for (int32_t q = b + g; q < e; q += groups) add_entry<V, M>(a, q, col, acc, arg);
 #pragma unroll

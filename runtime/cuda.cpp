@@ -112,30 +112,20 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
   GNN_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-}  // namespace gnn
-
-namespace gnn {
-
 double cuda_time_ms(int device, const std::function<void()>& fn) {
   cudaStream_t s = state(device).stream;
   GNN_CUDA_CHECK(cudaSetDevice(device));
-  cudaEvent_t ev[2];
-  GNN_CUDA_CHECK(cudaEventCreate(&ev[0]));
-  GNN_CUDA_CHECK(cudaEventCreate(&ev[1]));
+  struct Event {  // destroyed on every path out, fn throwing included
+    cudaEvent_t e = nullptr;
+    Event() { GNN_CUDA_CHECK(cudaEventCreate(&e)); }
+    ~Event() { cudaEventDestroy(e); }
+  } start, stop;
+  GNN_CUDA_CHECK(cudaEventRecord(start.e, s));
+  fn();
+  GNN_CUDA_CHECK(cudaEventRecord(stop.e, s));
+  GNN_CUDA_CHECK(cudaEventSynchronize(stop.e));
   float ms = 0;
-  try {
-    GNN_CUDA_CHECK(cudaEventRecord(ev[0], s));
-    fn();
-    GNN_CUDA_CHECK(cudaEventRecord(ev[1], s));
-    GNN_CUDA_CHECK(cudaEventSynchronize(ev[1]));
-    GNN_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
-  } catch (...) {
-    cudaEventDestroy(ev[0]);
-    cudaEventDestroy(ev[1]);
-    throw;
-  }
-  cudaEventDestroy(ev[0]);
-  cudaEventDestroy(ev[1]);
+  GNN_CUDA_CHECK(cudaEventElapsedTime(&ms, start.e, stop.e));
   return double(ms);
 }
 

@@ -1,6 +1,6 @@
 #include <cmath>
-#include <random>
 
+#include "gemm_check.h"
 #include "kernels/gemm.h"
 #include "runtime/parallel.h"
 #include "testing.h"
@@ -9,43 +9,11 @@ using namespace gnn;
 
 namespace {
 
-std::vector<float> random_vec(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1, 1);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-// Runs one ISA on op(A) op(B) and compares with the double reference; C starts as NaN when beta is 0.
+// One ISA on op(A) op(B) against the double reference (tests/kernels/gemm_check.h).
 void check_case(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                 int64_t pad = 0) {
-  CAPTURE(gemm_isa_name(isa));
-  CAPTURE(ta);
-  CAPTURE(tb);
-  CAPTURE(M);
-  CAPTURE(N);
-  CAPTURE(K);
-  CAPTURE(beta);
-  const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-  const auto A = random_vec(static_cast<size_t>((ta ? K : M) * lda), 1), B = random_vec(static_cast<size_t>((tb ? N : K) * ldb), 2);
-  std::vector<float> C = beta == 0 ? std::vector<float>(static_cast<size_t>(M * ldc), NAN) : random_vec(static_cast<size_t>(M * ldc), 3);
-  std::vector<double> Ad(A.begin(), A.end()), Bd(B.begin(), B.end()), Cd(C.begin(), C.end());
-  gemm_ref<double>(ta, tb, M, N, K, alpha, Ad.data(), lda, Bd.data(), ldb, beta, Cd.data(), ldc);
-  gemm_cpu_isa(isa, ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
-  double worst = 0;
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      const double want = Cd[size_t(i * ldc + j)], got = C[size_t(i * ldc + j)];
-      // float accumulation over K terms of magnitude <= 1: error grows like sqrt(K) * eps
-      const double tol = 1e-5 + 2e-6 * double(K) * std::fabs(alpha);
-      worst = std::max(worst, std::fabs(got - want) - tol);
-      if (!(std::fabs(got - want) <= tol)) {
-        CHECK_MESSAGE(false, "first bad element (" << i << ", " << j << "): got " << got << ", want " << want);
-        return;
-      }
-    }
-  CHECK(worst <= 0);
+  testing::check_gemm_case(gemm_isa_name(isa), [isa](auto... args) { gemm_cpu_isa(isa, args...); }, ta, tb, M, N, K,
+                           alpha, beta, pad);
 }
 
 }  // namespace
@@ -98,7 +66,7 @@ TEST_CASE("gemm: empty dimensions") {
 
 TEST_CASE("gemm: bitwise identical for any thread count") {
   const int64_t M = 1000, N = 96, K = 300;
-  const auto A = random_vec(static_cast<size_t>(M * K), 4), B = random_vec(static_cast<size_t>(K * N), 5);
+  const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 4), B = testing::random_values<float>(static_cast<size_t>(K * N), 5);
   std::vector<float> C1(static_cast<size_t>(M * N)), C2(static_cast<size_t>(M * N));
   const int saved = num_threads();
   set_num_threads(1);
@@ -116,7 +84,7 @@ TEST_CASE("gemm: row-major A read in place gives the same bits as transposed A p
     if (!gemm_isa_supported(isa)) continue;
     CAPTURE(gemm_isa_name(isa));
     for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1000, 128, 256}, {97, 33, 300}, {13, 7, 5}}) {
-      const auto A = random_vec(static_cast<size_t>(M * K), 7), B = random_vec(static_cast<size_t>(K * N), 8);
+      const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 7), B = testing::random_values<float>(static_cast<size_t>(K * N), 8);
       std::vector<float> At(A.size()), c1(static_cast<size_t>(M * N)), c2(static_cast<size_t>(M * N));
       for (int64_t i = 0; i < M; ++i)
         for (int64_t p = 0; p < K; ++p) At[size_t(p * M + i)] = A[size_t(i * K + p)];
