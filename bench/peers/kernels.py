@@ -1,6 +1,6 @@
 """gnn's CPU kernels against PyTorch (and PyTorch Geometric) on the same graph, same machine, same run.
 
-    python3 bench/peers/kernels.py [--gnn build/bin/gnn] [--repeat 20]
+    python3 bench/peers/kernels.py [--gnn build/bin/gnn] [--repeat 20] [--only sage] [--rounds 5]
 
 For each shape, `gnn bench kernel ... --save-graph` times gnn and writes the graph it used; this script
 loads that graph and times the peers on it: medians over repeated runs after warm-up, torch using the
@@ -8,6 +8,7 @@ same number of threads as gnn (all cores). Python and PyTorch serve the comparis
 """
 import argparse
 import json
+import statistics
 import subprocess
 import tempfile
 import time
@@ -87,11 +88,13 @@ def gemm(args, m, f):
 
 def sage(args, n, e, f, c=1):
     """SAGE layer forward + backward (input gradient included), relu, F -> F; with c > 1 configs batched
-    node-major as [N, C, F] (gnn: the composed kernels; PyG: SAGEConv with node_dim 0)."""
+    node-major as [N, C, F] (gnn: the composed kernels; PyG: SAGEConv with node_dim 0).
+    With --rounds R > 1, gnn and the peers are timed in turn R times (the VM's speed drifts by tens of
+    percent over a minute) and the median of the per-round ratios is printed."""
     kinds = ("sage-layer", "sage-layer-fused") if c == 1 else ("sage-layer",)
     with tempfile.NamedTemporaryFile(suffix=".npz") as tmp:
-        ours = {k: gnn(args, k, "--nodes", str(n), "--edges", str(e), "--features", str(f), "--configs", str(c),
-                       "--backward", "--save-graph", tmp.name) for k in kinds}
+        cli = ("--nodes", str(n), "--edges", str(e), "--features", str(f), "--configs", str(c), "--backward")
+        gnn(args, kinds[0], *cli, "--save-graph", tmp.name)
         n, dst, src = load_graph(tmp.name)
     x = torch.randn(n, c, f, requires_grad=True)
     wl, wr, b = torch.randn(f, f, requires_grad=True), torch.randn(f, f, requires_grad=True), torch.randn(f, requires_grad=True)
@@ -116,10 +119,20 @@ def sage(args, n, e, f, c=1):
         peers["PyG SAGEConv"] = pyg
     except ImportError:
         pass
-    times = {k: median_ms(v, args.repeat) for k, v in peers.items()}
-    best = min(ours[k]["median_ms"] for k in ours)
-    print(f"sage fwd+bwd N={n} E={e} F={f} C={c}: " + ", ".join(f"gnn {k} {ours[k]['median_ms']:.2f} ms" for k in kinds) +
-          " | " + " | ".join(f"{k} {v:.2f} ms -> {v / best:.2f}x" for k, v in times.items()))
+    ratios = {k: [] for k in peers}
+    for r in range(args.rounds):
+        ours = {k: gnn(args, k, *cli)["median_ms"] for k in kinds}  # same seed: the same graph as saved
+        times = {k: median_ms(v, args.repeat) for k, v in peers.items()}
+        best = min(ours.values())
+        for k, v in times.items():
+            ratios[k].append(v / best)
+        print(f"sage fwd+bwd N={n} E={e} F={f} C={c}" + (f" round {r + 1}/{args.rounds}" if args.rounds > 1 else "") +
+              ": " + ", ".join(f"gnn {k} {ours[k]:.2f} ms" for k in kinds) +
+              " | " + " | ".join(f"{k} {v:.2f} ms -> {v / best:.2f}x" for k, v in times.items()))
+    if args.rounds > 1:
+        print(f"sage fwd+bwd N={n} E={e} F={f} C={c}: median ratio over {args.rounds} rounds: " +
+              " | ".join(f"{k} {statistics.median(v):.2f}x (min {min(v):.2f}, max {max(v):.2f})"
+                         for k, v in ratios.items()))
 
 
 def gat(args, n, e, f):
@@ -146,17 +159,23 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gnn", default="build/bin/gnn")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--only", choices=("gemm", "spmm", "sage", "gat"), help="time one family of kernels")
+    ap.add_argument("--rounds", type=int, default=1, help="SAGE: time gnn and the peers in turn this many times")
     args = ap.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    for f in (64, 128, 256):
-        gemm(args, 160_000, f)
-    for n, e in ((10_000, 20_000), (100_000, 200_000)):
-        for f, c in ((128, 1), (256, 1), (128, 16)):
-            spmm_mean(args, n, e, f, c)
-    sage(args, 10_000, 20_000, 128)
-    sage(args, 10_000, 20_000, 128, 16)
-    gat(args, 10_000, 20_000, 128)
-
+    want = lambda fam: args.only in (None, fam)
+    if want("gemm"):
+        for f in (64, 128, 256):
+            gemm(args, 160_000, f)
+    if want("spmm"):
+        for n, e in ((10_000, 20_000), (100_000, 200_000)):
+            for f, c in ((128, 1), (256, 1), (128, 16)):
+                spmm_mean(args, n, e, f, c)
+    if want("sage"):
+        sage(args, 10_000, 20_000, 128)
+        sage(args, 10_000, 20_000, 128, 16)
+    if want("gat"):
+        gat(args, 10_000, 20_000, 128)
 
 if __name__ == "__main__":
     main()

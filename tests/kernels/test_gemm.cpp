@@ -40,6 +40,7 @@ void check_isa(GemmIsa isa) {
   check_case(isa, false, false, 3000, 128, 128, 1.0f, 0.0f);  // many row blocks across threads
   check_case(isa, true, false, 70, 33, 9000, 1.0f, 0.0f);      // a long K: split into chunks
   check_case(isa, true, true, 256, 20, 5000, 0.5f, 2.0f, 2);
+  check_case(isa, true, false, 100, 40, 7000, 1.5f, -1.0f, 3);  // split K, all of A packed, a partial panel
 }
 
 TEST_CASE("gemm: the portable kernel matches the double reference") { check_isa(GemmIsa::kGeneric); }
@@ -65,16 +66,20 @@ TEST_CASE("gemm: empty dimensions") {
 }
 
 TEST_CASE("gemm: bitwise identical for any thread count") {
-  const int64_t M = 1000, N = 96, K = 300;
-  const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 4), B = testing::random_values<float>(static_cast<size_t>(K * N), 5);
-  std::vector<float> C1(static_cast<size_t>(M * N)), C2(static_cast<size_t>(M * N));
-  const int saved = num_threads();
-  set_num_threads(1);
-  gemm_cpu(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C1.data(), N);
-  set_num_threads(std::max(2, saved));
-  gemm_cpu(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, C2.data(), N);
-  set_num_threads(saved);
-  CHECK(C1 == C2);
+  // row blocks shared out, and a weight gradient's shape (transposed A, long K cut into chunks)
+  for (auto [ta, M, N, K] : std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{{false, 1000, 96, 300},
+                                                                                       {true, 256, 128, 10000}}) {
+    CAPTURE(ta);
+    const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 4), B = testing::random_values<float>(static_cast<size_t>(K * N), 5);
+    std::vector<float> C1(static_cast<size_t>(M * N)), C2(static_cast<size_t>(M * N));
+    const int saved = num_threads();
+    set_num_threads(1);
+    gemm_cpu(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C1.data(), N);
+    set_num_threads(std::max(3, saved));
+    gemm_cpu(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C2.data(), N);
+    set_num_threads(saved);
+    CHECK(C1 == C2);
+  }
 }
 
 TEST_CASE("gemm: row-major A read in place gives the same bits as transposed A packed") {
