@@ -3,6 +3,7 @@
 
 #include "apps/commands.h"
 #include "apps/planetoid.h"
+#include "runtime/cuda.h"
 #include "runtime/parallel.h"
 
 namespace gnn::cli {
@@ -22,6 +23,7 @@ Command planetoid_command() {
              {"hidden", "N", "hidden units (per head for gat; default 16, gat 8)"},
              {"heads", "N", "GAT heads in the first layer", "8"},
              {"patience", "N", "GAT-paper early stopping with this patience (0: fixed --epochs, best val accuracy)", "0"},
+             {"device", "cpu|cuda", "where to train (cuda: gcn only so far)", "cpu"},
              {"threads", "T", "CPU threads (default: all)"},
              {"verbose", "", "print every epoch"},
              {"json", "", "print the result as one JSON object on the last line"}};
@@ -52,6 +54,12 @@ Command planetoid_command() {
     if (a.has("hidden")) o.hidden = a.integer("hidden", 1, 1 << 16);
     o.heads = a.integer("heads", 1, 1024);
     o.patience = a.integer("patience", 0, 1'000'000);
+    const std::string dev = a.str("device");
+    if (dev != "cpu" && dev != "cuda")
+      throw UsageError("gnn planetoid: --device must be cpu or cuda, got '" + dev + "'");
+    if (dev == "cuda" && !cuda_available())
+      throw UsageError("gnn planetoid: --device cuda is not usable here: " + cuda_status());
+    if (dev == "cuda") o.device = Device::cuda(0);
     if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
     const PlanetoidData d = load_planetoid(a.str("data"));
     std::printf("%s: %lld nodes, %lld directed edges, %lld features, %lld classes; train %lld, val %lld, test %lld\n",

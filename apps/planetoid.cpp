@@ -201,8 +201,12 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
   if (o.model == "gcn") m = std::make_unique<Gcn>(F, hidden, C, p, rng);
   else if (gat) m = std::make_unique<Gat>(F, hidden, heads, C, p, pv, rng);
   else m = std::make_unique<Sage>(F, hidden, C, p, rng);
+  GNN_CHECK(o.device.is_cpu() || o.model == "gcn", "planetoid: --device ", o.device.str(), " trains gcn only so far (",
+            o.model, " has ops that run on the host only)");
+  const Graph graph = o.device.is_cpu() ? d.graph : d.graph.to(o.device);
+  nn::move_parameters(*m, o.device);
   nn::Adam adam(m->groups(wd), lr);
-  const ag::Var x(d.x);
+  const ag::Var x(o.device.is_cpu() ? d.x : d.x.to(o.device));
   PlanetoidResult res;
   res.parameters = m->num_parameters();
   double best_val = -1, best_loss = INFINITY;
@@ -211,7 +215,7 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
   for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
     m->train();
     adam.zero_grad();
-    ag::Var loss = nn::cross_entropy(m->forward(d.graph, x), d.labels, d.train);
+    ag::Var loss = nn::cross_entropy(m->forward(graph, x), d.labels, d.train);
     const double lv = loss.value().item();
     GNN_CHECK(std::isfinite(lv), "training diverged: the loss is ", lv, " at epoch ", epoch);
     ag::backward(loss);
@@ -221,8 +225,9 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
     double val_loss;
     {
       ag::NoGrad ng;
-      logits = m->forward(d.graph, x).value();
+      logits = m->forward(graph, x).value();
       val_loss = nn::cross_entropy(ag::Var(logits), d.labels, d.val).value().item();
+      if (logits.is_cuda()) logits = logits.to(Device::cpu());
     }
     const PlanetoidEpoch e{epoch, lv, accuracy(logits, d.labels, d.train), accuracy(logits, d.labels, d.val),
                            accuracy(logits, d.labels, d.test), val_loss};

@@ -1,5 +1,5 @@
 // Node classification on a Planetoid split (Cora, CiteSeer, PubMed as .npz): the published GCN, GAT and
-// GraphSAGE set-ups, trained full-batch on the CPU. `gnn planetoid` is this plus printing.
+// GraphSAGE set-ups, trained full-batch on the CPU (GCN also on a GPU). `gnn planetoid` is this plus printing.
 //
 // The file holds the features as CSR (x_indptr, x_indices, x_data, x_shape), edge_index [E, 2] (each
 // undirected edge listed once or twice), labels, and the split's idx_train / idx_val / idx_test.
@@ -39,6 +39,9 @@ struct PlanetoidOptions {
   // result is the epoch where both were at their best together. 0: fixed epochs, best validation
   // accuracy (PyG's examples).
   int64_t patience = 0;
+  // cuda: the features, graph and parameters live on GPU 0 (gcn only so far); labels and splits stay
+  // on the host, and the logits are copied back each epoch for the accuracies.
+  Device device = Device::cpu();
 };
 
 struct PlanetoidEpoch {

@@ -1,9 +1,11 @@
-// What the op files share: the f32/f64 switch, the device check, and typed wrappers that call a
-// kernel's fast CPU version for float and its reference for double (the gradient checks' path).
+// What the op files share: the f32/f64 switch, the device checks, and typed wrappers that call a
+// kernel's fast CPU version for float, its reference for double (the gradient checks' path), and its
+// CUDA version for tensors on a GPU (f32 only).
 #pragma once
 #include <type_traits>
 
 #include "autograd/var.h"
+#include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/spmm.h"
 #include "runtime/graph.h"
@@ -20,8 +22,23 @@ decltype(auto) dispatch_real(const char* op, const Tensor& x, Fn&& fn) {
   return fn(double{});
 }
 
-// Throws unless v is defined, `ndim`-dimensional and of dtype dt; `what` names the argument.
+// For the ops that also run on CUDA: host tensors as dispatch_real; CUDA tensors must be f32.
+template <class Fn>
+decltype(auto) dispatch_dev(const char* op, const Tensor& x, Fn&& fn) {
+  if (x.is_cuda()) {
+    GNN_CHECK(x.dtype() == DType::F32, op, ": CUDA tensors must be f32, got ", x.desc());
+    return fn(float{});
+  }
+  return dispatch_real(op, x, std::forward<Fn>(fn));
+}
+
+// Throws unless v is defined, `ndim`-dimensional, of dtype dt and on the host (a CUDA operand of an op
+// that runs on the host only is refused by name, never read from the host); `what` names the argument.
 void check_arg(const char* op, const char* what, const Var& v, int ndim, DType dt);
+// The same for ops with a CUDA path: v must be on `device`, the other inputs' device.
+void check_arg_on(const char* op, const char* what, const Var& v, int ndim, DType dt, Device device);
+// The graph's arrays must be on `device` (graph ops).
+void check_graph_device(const char* op, const Graph& g, Device device);
 // graph_ptr: i64 [G+1], non-decreasing from 0 to rows (instance_norm, pool, graph_attention).
 void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows);
 // Optional per-feature gamma and beta: each undefined or [F] of x's dtype (layer_norm, instance_norm).
@@ -39,6 +56,40 @@ void gemm_t(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T*
             int64_t ldb, T beta, T* C, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) gemm_cpu(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else gemm_ref<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// The same products and maps where `on` lives: cuBLAS and the CUDA kernels on its stream for a CUDA
+// tensor (T is float there: dispatch_dev), the host versions otherwise.
+template <class T>
+void gemm_on(const Tensor& on, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+             const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return gemm_cuda(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, on.stream());
+  gemm_t<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+template <class T>
+void mul_on(const Tensor& on, T* y, const T* a, const T* b, int64_t n) {
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return mul_cuda(y, a, b, n, on.stream());
+  mul_to<T>(y, a, b, n);
+}
+template <class T>
+void add_on(const Tensor& on, T* y, const T* a, const T* b, int64_t n, T sb = T(1)) {
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return add_cuda(y, a, b, n, sb, on.stream());
+  add_to<T>(y, a, b, n, sb);
+}
+template <class T>
+void add_row_on(const Tensor& on, T* y, const T* x, const T* row, int64_t R, int64_t F) {
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return add_row_cuda(y, x, row, R, F, on.stream());
+  add_row<T>(y, x, row, R, F);
+}
+template <class T>
+void column_sum_on(const Tensor& on, T* out, const T* x, int64_t R, int64_t F) {
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return column_sum_cuda(out, x, R, F, false, on.stream());
+  column_sum<T>(out, x, R, F);
 }
 
 CsrView csr_view(const Graph& g);

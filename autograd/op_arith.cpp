@@ -5,11 +5,30 @@
 
 namespace gnn::ag {
 
-void check_arg(const char* op, const char* what, const Var& v, int ndim, DType dt) {
+namespace {
+void check_shape_dtype(const char* op, const char* what, const Var& v, int ndim, DType dt) {
   GNN_CHECK(v.defined(), op, ": ", what, " is undefined");
   GNN_CHECK(ndim < 0 || v.value().dim() == ndim, op, ": ", what, " must have ", ndim, " dims, got ", v.value().desc());
   GNN_CHECK(v.dtype() == dt, op, ": ", what, " must be ", dtype_name(dt), " like the other inputs, got ",
             v.value().desc());
+}
+}  // namespace
+
+void check_arg(const char* op, const char* what, const Var& v, int ndim, DType dt) {
+  check_shape_dtype(op, what, v, ndim, dt);
+  GNN_CHECK(!v.value().is_cuda(), op, ": runs on the host only so far (the CUDA backend, issue 8), got ", what, " ",
+            v.value().desc());
+}
+
+void check_arg_on(const char* op, const char* what, const Var& v, int ndim, DType dt, Device device) {
+  check_shape_dtype(op, what, v, ndim, dt);
+  GNN_CHECK(v.value().device() == device, op, ": ", what, " must be on ", device.str(), " like the other inputs, got ",
+            v.value().desc());
+}
+
+void check_graph_device(const char* op, const Graph& g, Device device) {
+  GNN_CHECK(g.device() == device, op, ": the graph is on ", g.device().str(), ", the features on ", device.str(),
+            " (Graph::to moves it)");
 }
 
 void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows) {
@@ -124,19 +143,20 @@ Var scale_by(const Var& x, const Var& s) {
 }
 
 Var add_bias(const Var& x, const Var& b) {
-  check_arg("add_bias", "x", x, 2, x.dtype());
-  check_arg("add_bias", "b", b, 1, x.dtype());
+  const Device dev = x.defined() ? x.value().device() : Device::cpu();
+  check_arg_on("add_bias", "x", x, 2, x.dtype(), dev);
+  check_arg_on("add_bias", "b", b, 1, x.dtype(), dev);
   const int64_t R = x.size(0), F = x.size(1);
   GNN_CHECK(b.size(0) == F, "add_bias: b has ", b.size(0), " values for x with ", F, " columns");
-  return dispatch_real("add_bias", x.value(), [&](auto t) {
+  return dispatch_dev("add_bias", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape());
-    add_row<T>(ptr<T>(y), ptr<T>(x.value()), ptr<T>(b.value()), R, F);
+    add_row_on<T>(y, ptr<T>(y), ptr<T>(x.value()), ptr<T>(b.value()), R, F);
     return record("add_bias", y, {x, b}, [x, b, R, F](const Tensor& dy) {
       accumulate(x, dy);
       if (!b.requires_grad()) return;
       Tensor db = empty_like(dy, b.shape());
-      column_sum<T>(ptr<T>(db), ptr<T>(dy), R, F);
+      column_sum_on<T>(db, ptr<T>(db), ptr<T>(dy), R, F);
       accumulate(b, db);
     });
   });

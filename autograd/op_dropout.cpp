@@ -10,13 +10,15 @@
 namespace gnn::ag {
 
 Var dropout(const Var& x, double p, Rng& rng, bool training) {
-  check_arg("dropout", "x", x, -1, x.dtype());
+  check_arg_on("dropout", "x", x, -1, x.dtype(), x.defined() ? x.value().device() : Device::cpu());
   GNN_CHECK(p >= 0 && p < 1, "dropout: p must lie in [0, 1), got ", p);
   if (!training || p == 0) return x;
-  return dispatch_real("dropout", x.value(), [&](auto t) {
+  return dispatch_dev("dropout", x.value(), [&](auto t) {
     using T = decltype(t);
     const int64_t n = x.value().numel();
-    Tensor mask = empty_like(x.value(), x.shape());
+    // On a GPU the mask is drawn on the host, the same draws as for a host tensor, and copied over: the
+    // same seed gives the same masks on both devices.
+    Tensor mask = Tensor::empty(x.shape(), x.dtype());
     T* m = ptr<T>(mask);
     const T keep = T(1) / T(1 - p);
     // 24 random bits per element against the threshold. The mask is drawn in chunks of 64k elements,
@@ -35,11 +37,12 @@ Var dropout(const Var& x, double p, Rng& rng, bool training) {
         if (i + 1 < end) m[i + 1] = (uint32_t(bits >> 32) & 0xffffffu) < threshold ? T(0) : keep;
       }
     }
+    if (x.value().is_cuda()) mask = mask.to(x.value().device());
     Tensor y = empty_like(x.value(), x.shape());
-    mul_to<T>(ptr<T>(y), ptr<T>(x.value()), m, n);
+    mul_on<T>(y, ptr<T>(y), ptr<T>(x.value()), ptr<T>(mask), n);
     return record("dropout", y, {x}, [x, mask](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
-      mul_to<T>(ptr<T>(dx), ptr<T>(dy), ptr<T>(mask), dy.numel());
+      mul_on<T>(dx, ptr<T>(dx), ptr<T>(dy), ptr<T>(mask), dy.numel());
       accumulate(x, dx);
     });
   });

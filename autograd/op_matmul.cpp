@@ -1,4 +1,4 @@
-// y = op(a) op(b), op = transpose or not.
+// y = op(a) op(b), op = transpose or not (host, or cuBLAS for CUDA tensors).
 //   da = dy op(b)^T (or its transpose when a is transposed), db = op(a)^T dy (likewise).
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
@@ -6,31 +6,33 @@
 namespace gnn::ag {
 
 Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
-  check_arg("matmul", "a", a, 2, a.dtype());
-  check_arg("matmul", "b", b, 2, a.dtype());
+  check_arg_on("matmul", "a", a, 2, a.dtype(), a.value().device());
+  check_arg_on("matmul", "b", b, 2, a.dtype(), a.value().device());
   const int64_t M = trans_a ? a.size(1) : a.size(0), K = trans_a ? a.size(0) : a.size(1);
   const int64_t Kb = trans_b ? b.size(1) : b.size(0), N = trans_b ? b.size(0) : b.size(1);
   GNN_CHECK(K == Kb, "matmul: inner sizes differ: ", trans_a ? "a^T " : "a ", a.shape().str(), " times ",
             trans_b ? "b^T " : "b ", b.shape().str());
-  return dispatch_real("matmul", a.value(), [&](auto t) {
+  return dispatch_dev("matmul", a.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(a.value(), Shape{M, N});
-    gemm_t<T>(trans_a, trans_b, M, N, K, T(1), ptr<T>(a.value()), a.size(1), ptr<T>(b.value()), b.size(1), T(0),
+    gemm_on<T>(y, trans_a, trans_b, M, N, K, T(1), ptr<T>(a.value()), a.size(1), ptr<T>(b.value()), b.size(1), T(0),
               ptr<T>(y), N);
     return record("matmul", y, {a, b}, [=](const Tensor& dy) {
       const T* g = ptr<T>(dy);
       if (a.requires_grad()) {
         Tensor da = empty_like(dy, a.shape());
         // a [M, K]: da = dy op(b)^T;   a stored [K, M]: da = op(b) dy^T
-        if (!trans_a) gemm_t<T>(false, !trans_b, M, K, N, T(1), g, N, ptr<T>(b.value()), b.size(1), T(0), ptr<T>(da), K);
-        else gemm_t<T>(trans_b, true, K, M, N, T(1), ptr<T>(b.value()), b.size(1), g, N, T(0), ptr<T>(da), M);
+        if (!trans_a)
+          gemm_on<T>(dy, false, !trans_b, M, K, N, T(1), g, N, ptr<T>(b.value()), b.size(1), T(0), ptr<T>(da), K);
+        else gemm_on<T>(dy, trans_b, true, K, M, N, T(1), ptr<T>(b.value()), b.size(1), g, N, T(0), ptr<T>(da), M);
         accumulate(a, da);
       }
       if (b.requires_grad()) {
         Tensor db = empty_like(dy, b.shape());
         // b [K, N]: db = op(a)^T dy;   b stored [N, K]: db = dy^T op(a)
-        if (!trans_b) gemm_t<T>(!trans_a, false, K, N, M, T(1), ptr<T>(a.value()), a.size(1), g, N, T(0), ptr<T>(db), N);
-        else gemm_t<T>(true, trans_a, N, K, M, T(1), g, N, ptr<T>(a.value()), a.size(1), T(0), ptr<T>(db), K);
+        if (!trans_b)
+          gemm_on<T>(dy, !trans_a, false, K, N, M, T(1), ptr<T>(a.value()), a.size(1), g, N, T(0), ptr<T>(db), N);
+        else gemm_on<T>(dy, true, trans_a, N, K, M, T(1), g, N, ptr<T>(a.value()), a.size(1), T(0), ptr<T>(db), K);
         accumulate(b, db);
       }
     });

@@ -9,18 +9,29 @@ namespace gnn::ag {
 namespace {
 
 Var rowwise(const char* name, const Var& x, RowOp op, double eps) {
-  check_arg(name, "x", x, 2, x.dtype());
+  check_arg_on(name, "x", x, 2, x.dtype(), x.defined() ? x.value().device() : Device::cpu());
   const int64_t R = x.size(0), F = x.size(1);
-  return dispatch_real(name, x.value(), [&](auto t) {
+  return dispatch_dev(name, x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape());
-    if constexpr (std::is_same_v<T, float>) rowwise_forward_cpu(ptr<T>(y), ptr<T>(x.value()), R, F, op, T(eps));
-    else rowwise_forward_ref<T>(ptr<T>(y), ptr<T>(x.value()), R, F, op, T(eps));
+    if (y.is_cuda()) {
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        rowwise_forward_cuda(ptr<T>(y), ptr<T>(x.value()), R, F, op, T(eps), y.stream());
+    } else if constexpr (std::is_same_v<T, float>) {
+      rowwise_forward_cpu(ptr<T>(y), ptr<T>(x.value()), R, F, op, T(eps));
+    } else {
+      rowwise_forward_ref<T>(ptr<T>(y), ptr<T>(x.value()), R, F, op, T(eps));
+    }
     return record(name, y, {x}, [x, y, R, F, op, eps](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
-      if constexpr (std::is_same_v<T, float>)
+      if (dx.is_cuda()) {
+        if constexpr (std::is_same_v<T, float> && kWithCuda)
+          rowwise_backward_cuda(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), ptr<T>(x.value()), R, F, op, T(eps), dx.stream());
+      } else if constexpr (std::is_same_v<T, float>) {
         rowwise_backward_cpu(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), ptr<T>(x.value()), R, F, op, T(eps));
-      else rowwise_backward_ref<T>(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), ptr<T>(x.value()), R, F, op, T(eps));
+      } else {
+        rowwise_backward_ref<T>(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), ptr<T>(x.value()), R, F, op, T(eps));
+      }
       accumulate(x, dx);
     });
   });

@@ -1,7 +1,8 @@
 // Graph aggregation (kernels/spmm.h): y[v] = reduce_{p in row v} w[p] x[src(p)], and its backward
 // (the transposed gather over the CSC for dx, a per-edge dot for dw). With per-head weights [E, H]
 // and x [N, H*F], each head h is one SpMM over the column block h*F .. h*F+F-1 (row strides H*F)
-// with that head's weights, transposed once to [H, E] so every call reads them contiguously.
+// with that head's weights, transposed once to [H, E] so every call reads them contiguously. Host
+// tensors run the CPU kernels, CUDA tensors (and a graph moved there) the CUDA ones.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 
@@ -9,18 +10,28 @@ namespace gnn::ag {
 
 namespace {
 
+// Each runs where `on` lives (CUDA: T is float, dispatch_dev).
 template <class T>
-void fwd(T* y, int32_t* am, const T* x, const T* w, const CsrView& g, int64_t F, int64_t ld, Reduce op) {
+void fwd(const Tensor& on, T* y, int32_t* am, const T* x, const T* w, const CsrView& g, int64_t F, int64_t ld,
+         Reduce op) {
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return spmm_forward_cuda(y, am, x, w, g, F, ld, ld, op, on.stream());
   if constexpr (std::is_same_v<T, float>) spmm_forward_cpu(y, am, x, w, g, F, ld, ld, op);
   else spmm_forward_ref<T>(y, am, x, w, g, F, ld, ld, op);
 }
 template <class T>
-void bwd_x(T* dx, const T* dy, const int32_t* am, const T* w, const CsrView& g, int64_t F, int64_t ld, Reduce op) {
+void bwd_x(const Tensor& on, T* dx, const T* dy, const int32_t* am, const T* w, const CsrView& g, int64_t F, int64_t ld,
+           Reduce op) {
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return spmm_backward_x_cuda(dx, dy, am, w, g, F, ld, ld, op, false, on.stream());
   if constexpr (std::is_same_v<T, float>) spmm_backward_x_cpu(dx, dy, am, w, g, F, ld, ld, op);
   else spmm_backward_x_ref<T>(dx, dy, am, w, g, F, ld, ld, op);
 }
 template <class T>
-void bwd_w(T* dw, const T* dy, const T* x, const int32_t* am, const CsrView& g, int64_t F, int64_t ld, Reduce op) {
+void bwd_w(const Tensor& on, T* dw, const T* dy, const T* x, const int32_t* am, const CsrView& g, int64_t F, int64_t ld,
+           Reduce op) {
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return spmm_backward_w_cuda(dw, dy, x, am, g, F, ld, ld, op, on.stream());
   if constexpr (std::is_same_v<T, float>) spmm_backward_w_cpu(dw, dy, x, am, g, F, ld, ld, op);
   else spmm_backward_w_ref<T>(dw, dy, x, am, g, F, ld, ld, op);
 }
@@ -29,6 +40,11 @@ template <class T>
 Tensor transpose(const Tensor& a) {  // [R, C] -> [C, R]
   const int64_t R = a.size(0), C = a.size(1);
   Tensor t = empty_like(a, Shape{C, R});
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (a.is_cuda()) {
+      transpose_cuda(ptr<T>(t), ptr<T>(a), R, C, a.stream());
+      return t;
+    }
   const T* s = ptr<T>(a);
   T* d = ptr<T>(t);
   for (int64_t r = 0; r < R; ++r)
@@ -39,39 +55,41 @@ Tensor transpose(const Tensor& a) {  // [R, C] -> [C, R]
 }  // namespace
 
 Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
-  check_arg("spmm", "x", x, 2, x.dtype());
+  const Device dev = x.defined() ? x.value().device() : Device::cpu();
+  check_arg_on("spmm", "x", x, 2, x.dtype(), dev);
+  check_graph_device("spmm", graph, dev);
   const int64_t N = graph.num_nodes, E = graph.num_edges, W = x.size(1);
   GNN_CHECK(x.size(0) == N, "spmm: x has ", x.size(0), " rows for a graph of ", N, " nodes");
   int64_t H = 1;
   if (edge_weight.defined()) {
-    check_arg("spmm", "edge_weight", edge_weight, -1, x.dtype());
+    check_arg_on("spmm", "edge_weight", edge_weight, -1, x.dtype(), dev);
     const Tensor& w = edge_weight.value();
     GNN_CHECK(w.dim() <= 2 && w.size(0) == E, "spmm: edge_weight must be [E] or [E, H] with E = ", E, ", got ", w.desc());
     H = w.dim() == 2 ? w.size(1) : 1;
     GNN_CHECK(H >= 1 && W % H == 0, "spmm: x has ", W, " columns, which do not split into ", H, " heads");
   }
   const int64_t F = W / H;
-  return dispatch_real("spmm", x.value(), [&](auto t) {
+  return dispatch_dev("spmm", x.value(), [&](auto t) {
     using T = decltype(t);
     const CsrView g = csr_view(graph);
     Tensor wt = edge_weight.defined() ? (H > 1 ? transpose<T>(edge_weight.value().reshape({E, H})) : edge_weight.value())
                                       : Tensor();
-    Tensor argmax = op == Reduce::kMax ? Tensor::empty(Shape{H, N, F}, DType::I32) : Tensor();
+    Tensor argmax = op == Reduce::kMax ? Tensor::empty(Shape{H, N, F}, DType::I32, dev) : Tensor();
     Tensor y = empty_like(x.value(), Shape{N, W});
     auto wh = [wt, E](int64_t h) { return wt.defined() ? ptr<T>(wt) + h * E : nullptr; };
     auto amh = [argmax, N, F](int64_t h) { return argmax.defined() ? argmax.i32() + h * N * F : nullptr; };
-    for (int64_t h = 0; h < H; ++h) fwd<T>(ptr<T>(y) + h * F, amh(h), ptr<T>(x.value()) + h * F, wh(h), g, F, W, op);
+    for (int64_t h = 0; h < H; ++h) fwd<T>(y, ptr<T>(y) + h * F, amh(h), ptr<T>(x.value()) + h * F, wh(h), g, F, W, op);
     return record("spmm", y, {x, edge_weight}, [=](const Tensor& dy) {
       const CsrView g = csr_view(graph);
       if (x.requires_grad()) {
         Tensor dx = empty_like(dy, x.shape());
-        for (int64_t h = 0; h < H; ++h) bwd_x<T>(ptr<T>(dx) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op);
+        for (int64_t h = 0; h < H; ++h) bwd_x<T>(dy, ptr<T>(dx) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op);
         accumulate(x, dx);
       }
       if (edge_weight.requires_grad()) {
         Tensor dwt = empty_like(dy, Shape{H, E});
         for (int64_t h = 0; h < H; ++h)
-          bwd_w<T>(ptr<T>(dwt) + h * E, ptr<T>(dy) + h * F, ptr<T>(x.value()) + h * F, amh(h), g, F, W, op);
+          bwd_w<T>(dy, ptr<T>(dwt) + h * E, ptr<T>(dy) + h * F, ptr<T>(x.value()) + h * F, amh(h), g, F, W, op);
         accumulate(edge_weight, (H > 1 ? transpose<T>(dwt) : dwt).reshape(edge_weight.shape().vec()));
       }
     });

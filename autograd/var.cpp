@@ -66,18 +66,18 @@ Var record(const char* op, Tensor value, const std::vector<Var>& inputs, Backwar
 void accumulate(const Var& v, Tensor g) {
   if (!v.requires_grad()) return;
   Node& n = *v.node();
-  GNN_CHECK(g.shape() == n.value.shape() && g.dtype() == n.value.dtype(), "gradient ", g.desc(),
-            " does not match its value ", n.value.desc());
+  GNN_CHECK(g.shape() == n.value.shape() && g.dtype() == n.value.dtype() && g.device() == n.value.device(), "gradient ",
+            g.desc(), " does not match its value ", n.value.desc());
   if (!n.grad.defined()) {
     n.grad = std::move(g);
     return;
   }
-  GNN_CHECK(!g.is_cuda(), "gradient accumulation on CUDA tensors is not built yet (issue 8)");
   // Out of place: closures may hand the same tensor to two inputs (an add passes dy to both), so a
   // gradient is never written after it has been handed over.
   Tensor sum = Tensor::empty(g.shape(), g.dtype(), g.device());
   if (g.dtype() == DType::F64) add_to(sum.f64(), n.grad.f64(), g.f64(), g.numel());
-  else add_to(sum.f32(), n.grad.f32(), g.f32(), g.numel());
+  else if (!g.is_cuda()) add_to(sum.f32(), n.grad.f32(), g.f32(), g.numel());
+  else if constexpr (kWithCuda) add_cuda(sum.f32(), n.grad.f32(), g.f32(), g.numel(), 1.0f, g.stream());
   n.grad = std::move(sum);
 }
 

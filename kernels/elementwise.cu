@@ -1,9 +1,11 @@
-// CUDA maps and per-graph readouts: activations (the same scalar formulas as the CPU, kernels/activation.h),
-// the fused Adam update (kernels/adam.h), embedding gather, and pooling per graph (kernels/pooling.h).
+// CUDA maps and per-graph readouts: elementwise arithmetic and column sums (kernels/elementwise.h),
+// activations (the same scalar formulas as the CPU, kernels/activation.h), the fused Adam update
+// (kernels/adam.h), embedding gather, and pooling per graph (kernels/pooling.h).
 #include <cuda_runtime.h>
 
 #include "kernels/activation.h"
 #include "kernels/adam.h"
+#include "kernels/elementwise.h"
 #include "kernels/norm_embed.h"
 #include "kernels/pooling.h"
 #include "runtime/cuda_check.h"
@@ -31,6 +33,26 @@ __global__ void act_bwd_kernel(float* dx, const float* dy, const float* x, int64
     dx[i] = __ldg(dy + i) * act_derivative(A, __ldg(x + i), slope);
 }
 
+__global__ void add_kernel(float* y, const float* a, const float* b, int64_t n, float sb) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = a[i] + sb * b[i];
+}
+
+__global__ void mul_kernel(float* y, const float* a, const float* b, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = a[i] * b[i];
+}
+
+__global__ void add_row_kernel(float* y, const float* x, const float* row, int64_t R, int64_t F) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * F; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = x[i] + __ldg(row + i % F);
+}
+
+__global__ void transpose_kernel(float* y, const float* x, int64_t R, int64_t C) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * C; i += int64_t(gridDim.x) * blockDim.x)
+    y[(i % C) * R + i / C] = x[i];  // reads coalesced; [E, H] weights have few columns
+}
+
 __global__ void adam_kernel(float* w, const float* grad, double* m, double* v, int64_t n, AdamStep s) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     w[i] = float(adam_element(double(w[i]), double(grad[i]), m[i], v[i], s));
@@ -44,6 +66,23 @@ __global__ void embedding_kernel(float* y, const float* table, const int32_t* id
 // Block = 8 warps for graph blockIdx.y and features [32 blockIdx.x, +32): lane = feature, warp w takes
 // rows b + w, b + w + 8, ...; warp 0 combines the 8 partials in warp order.
 constexpr int kPoolWarps = 8;
+
+// out[f] (+)= sum_r x[r, f]: block = 8 warps for columns [32 blockIdx.x, +32); warp w sums rows w,
+// w + 8, ...; warp 0 adds the 8 partials in warp order.
+__global__ void __launch_bounds__(kPoolWarps * 32) column_sum_kernel(float* out, const float* x, int64_t R, int64_t F,
+                                                                     bool accumulate) {
+  __shared__ float part[kPoolWarps][32];
+  const int w = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
+  const int64_t f = int64_t(blockIdx.x) * 32 + lane;
+  float acc = 0.0f;
+  if (f < F)
+    for (int64_t r = w; r < R; r += kPoolWarps) acc += __ldg(x + r * F + f);
+  part[w][lane] = acc;
+  __syncthreads();
+  if (w != 0 || f >= F) return;
+  for (int h = 1; h < kPoolWarps; ++h) acc += part[h][lane];
+  out[f] = accumulate ? out[f] + acc : acc;
+}
 
 __global__ void __launch_bounds__(kPoolWarps * 32) pool_fwd_kernel(float* y, int32_t* argmax, const float* x,
                                                                    const int64_t* graph_ptr, int64_t F, Reduce op) {
@@ -219,6 +258,36 @@ void pool_backward_cuda(float* dx, const float* dy, const int32_t* argmax, const
   if (N * F == 0) return;
   pool_bwd_kernel<<<grid_for(N * F, "pool_backward_cuda"), kThreads, 0, stream>>>(dx, dy, argmax, graph_ptr, N, G, F, op);
   GNN_CUDA_LAUNCH_CHECK("pool_backward_cuda");
+}
+
+void add_cuda(float* y, const float* a, const float* b, int64_t n, float sb, Stream stream) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n, "add_cuda"), kThreads, 0, stream>>>(y, a, b, n, sb);
+  GNN_CUDA_LAUNCH_CHECK("add_cuda");
+}
+
+void mul_cuda(float* y, const float* a, const float* b, int64_t n, Stream stream) {
+  if (n == 0) return;
+  mul_kernel<<<grid_for(n, "mul_cuda"), kThreads, 0, stream>>>(y, a, b, n);
+  GNN_CUDA_LAUNCH_CHECK("mul_cuda");
+}
+
+void add_row_cuda(float* y, const float* x, const float* row, int64_t R, int64_t F, Stream stream) {
+  if (R * F == 0) return;
+  add_row_kernel<<<grid_for(R * F, "add_row_cuda"), kThreads, 0, stream>>>(y, x, row, R, F);
+  GNN_CUDA_LAUNCH_CHECK("add_row_cuda");
+}
+
+void transpose_cuda(float* y, const float* x, int64_t R, int64_t C, Stream stream) {
+  if (R * C == 0) return;
+  transpose_kernel<<<grid_for(R * C, "transpose_cuda"), kThreads, 0, stream>>>(y, x, R, C);
+  GNN_CUDA_LAUNCH_CHECK("transpose_cuda");
+}
+
+void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, Stream stream) {
+  if (F == 0) return;
+  column_sum_kernel<<<unsigned(ceil_div<int64_t>(F, 32)), kPoolWarps * 32, 0, stream>>>(out, x, R, F, accumulate);
+  GNN_CUDA_LAUNCH_CHECK("column_sum_cuda");
 }
 
 }  // namespace gnn

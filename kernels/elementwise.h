@@ -53,6 +53,15 @@ void column_sum(T* out, const T* x, int64_t R, int64_t F, bool accumulate = fals
   }
 }
 
+// CUDA versions, f32 on `stream`: y = a + sb b, y = a * b, y[r, f] = x[r, f] + row[f], and
+// out[f] (+)= sum_r x[r, f] (8 warps per 32 columns, each summing a fixed stride of rows, the partials
+// combined in warp order: the same bits on every run).
+void add_cuda(float* y, const float* a, const float* b, int64_t n, float sb, Stream stream);
+void mul_cuda(float* y, const float* a, const float* b, int64_t n, Stream stream);
+void add_row_cuda(float* y, const float* x, const float* row, int64_t R, int64_t F, Stream stream);
+void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, Stream stream);
+void transpose_cuda(float* y, const float* x, int64_t R, int64_t C, Stream stream);  // x [R, C] -> y [C, R]
+
 template <class T>
 T sum_all(const T* x, int64_t n) {  // in fixed chunks, then in order: bitwise stable
   constexpr int64_t kChunk = 4096;

@@ -99,6 +99,11 @@ void layer_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x
 void rowwise_forward_cpu(float* y, const float* x, int64_t R, int64_t F, RowOp op, float eps);
 void rowwise_backward_cpu(float* dx, const float* y, const float* dy, const float* x, int64_t R, int64_t F, RowOp op,
                           float eps);
+// CUDA: one warp per row, lanes striding over F; the row's sums combine the lanes in a fixed
+// butterfly, so the same input gives the same bits on every run.
+void rowwise_forward_cuda(float* y, const float* x, int64_t R, int64_t F, RowOp op, float eps, Stream stream);
+void rowwise_backward_cuda(float* dx, const float* y, const float* dy, const float* x, int64_t R, int64_t F, RowOp op,
+                           float eps, Stream stream);
 void layer_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
                             int64_t R, int64_t F, float eps);
 void layer_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,

@@ -69,8 +69,11 @@ Var pairwise(const char* op, const Var& pred, const Tensor& target, const Tensor
 }  // namespace
 
 Var cross_entropy(const Var& logits, const Tensor& labels, const Tensor& rows) {
-  ag::check_arg("cross_entropy", "logits", logits, 2, logits.dtype());
+  const Device dev = logits.defined() ? logits.value().device() : Device::cpu();
+  ag::check_arg_on("cross_entropy", "logits", logits, 2, logits.dtype(), dev);
   check_tensor(labels, "labels", DType::I32, 1);
+  GNN_CHECK(!labels.is_cuda() && !(rows.defined() && rows.is_cuda()),
+            "cross_entropy: labels and rows stay on the host");
   const int64_t R = logits.size(0), C = logits.size(1);
   GNN_CHECK(labels.size(0) == R, "cross_entropy: ", labels.size(0), " labels for ", R, " rows of logits");
   std::vector<int32_t> idx;
@@ -88,20 +91,23 @@ Var cross_entropy(const Var& logits, const Tensor& labels, const Tensor& rows) {
     GNN_CHECK(lab[r] >= 0 && lab[r] < C, "cross_entropy: label ", lab[r], " of row ", r, " is outside [0, ", C, ")");
   }
   // nll of the log-softmax: the log-softmax op carries its own backward; this entry picks the labels.
+  // On a GPU the labels are picked on the host from a copy of the [R, C] log-probabilities, and the
+  // gradient (a few values per selected row) is built there and copied back.
   const Var logp = ag::log_softmax(logits);
-  return ag::dispatch_real("cross_entropy", logp.value(), [&](auto t) {
+  return ag::dispatch_dev("cross_entropy", logp.value(), [&](auto t) {
     using T = decltype(t);
-    const T* lp = ag::ptr<T>(logp.value());
+    const Tensor lp_host = logp.value().is_cuda() ? logp.value().to(Device::cpu()) : logp.value();
+    const T* lp = ag::ptr<T>(lp_host);
     double loss = 0;
     for (int32_t r : idx) loss -= double(lp[int64_t(r) * C + lab[r]]);
     const double n = double(idx.size());
-    return ag::record("cross_entropy", Tensor::full(Shape{}, loss / n, logp.dtype()), {logp},
-                      [logp, idx, labels, C, n](const Tensor& dy) {
+    return ag::record("cross_entropy", Tensor::full(Shape{}, loss / n, logp.dtype(), dev), {logp},
+                      [logp, idx, labels, C, n, dev](const Tensor& dy) {
                         Tensor g = Tensor::zeros(logp.shape(), logp.dtype());
                         T* gp = ag::ptr<T>(g);
                         const T s = T(-dy.item() / n);
                         for (int32_t r : idx) gp[int64_t(r) * C + labels.i32()[r]] += s;
-                        ag::accumulate(logp, g);
+                        ag::accumulate(logp, dev.is_cuda() ? g.to(dev) : g);
                       });
   });
 }

@@ -54,5 +54,7 @@ class Module {
 
 // Converts every parameter's value to dtype in place (f64 for gradient checks), dropping gradients.
 void cast_parameters(const Module& m, DType dtype);
+// Moves every parameter's value to `device` (a copy when it is elsewhere), dropping gradients.
+void move_parameters(const Module& m, Device device);
 
 }  // namespace gnn::nn

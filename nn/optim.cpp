@@ -27,9 +27,10 @@ namespace {
 void scale_all_grads(const std::vector<NamedParam>& params, double s) {
   for (const NamedParam& p : params) {
     if (!p.var.has_grad()) continue;
-    Tensor g = p.var.grad().astype(DType::F64).clone();
+    const Device dev = p.var.grad().device();  // GPU gradients go through a host copy
+    Tensor g = p.var.grad().to(Device::cpu()).astype(DType::F64).clone();
     for (int64_t i = 0; i < g.numel(); ++i) g.f64()[i] *= s;
-    p.var.set_grad(g.astype(p.var.dtype()));
+    p.var.set_grad(g.astype(p.var.dtype()).to(dev));
   }
 }
 
@@ -110,11 +111,21 @@ void Adam::step() {
       const int64_t n = p.var.value().numel();
       Tensor& m = m_[p.name];
       Tensor& v = v_[p.name];
-      if (!m.defined()) m = zeros_f64(n), v = zeros_f64(n);
+      const Device dev = p.var.value().device();
+      if (!m.defined()) m = Tensor::zeros(Shape{n}, DType::F64, dev), v = Tensor::zeros(Shape{n}, DType::F64, dev);
+      if (m.device() != dev) m = m.to(dev), v = v.to(dev);  // state loaded from a checkpoint, on the host
       const int64_t t = ++t_[p.name];
       const double c1 = 1 - std::pow(b1_, double(t)), c2 = 1 - std::pow(b2_, double(t));
       const double wd = g.weight_decay;
       const AdamStep step{lr_, b1_, b2_, eps_, wd, c1, c2, decoupled_};
+      if (dev.is_cuda()) {  // the same update per element (kernels/adam.h), one launch per parameter
+        GNN_CHECK(p.var.dtype() == DType::F32 && p.var.grad().device() == dev, "Adam: ", p.name,
+                  " on the GPU must be f32 with its gradient there, got ", p.var.value().desc(), " and gradient ",
+                  p.var.grad().desc());
+        if constexpr (kWithCuda)
+          adam_update_cuda(p.var.value().f32(), p.var.grad().f32(), m.f64(), v.f64(), n, step, p.var.value().stream());
+        continue;
+      }
       with_param(p, [&](auto* w, const auto* gr, int64_t n) { adam_update_ref(w, gr, m.f64(), v.f64(), n, step); });
     }
   ++steps_;
@@ -123,8 +134,8 @@ void Adam::step() {
 std::vector<std::pair<std::string, Tensor>> Adam::state() const {
   std::vector<std::pair<std::string, Tensor>> out{{"step", Tensor::full(Shape{}, double(steps_), DType::I64)}};
   for (const auto& [name, m] : m_) {
-    out.emplace_back(name + ".exp_avg", m);
-    out.emplace_back(name + ".exp_avg_sq", v_.at(name));
+    out.emplace_back(name + ".exp_avg", m.to(Device::cpu()));  // host copies for checkpoints
+    out.emplace_back(name + ".exp_avg_sq", v_.at(name).to(Device::cpu()));
     out.emplace_back(name + ".step", Tensor::full(Shape{}, double(t_.at(name)), DType::I64));
   }
   return out;
@@ -150,7 +161,7 @@ double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm) {
   double ss = 0;
   for (const NamedParam& p : params) {
     if (!p.var.has_grad()) continue;
-    const Tensor g = p.var.grad().astype(DType::F64);
+    const Tensor g = p.var.grad().to(Device::cpu()).astype(DType::F64);
     for (int64_t i = 0; i < g.numel(); ++i) ss += g.f64()[i] * g.f64()[i];
   }
   const double norm = std::sqrt(ss);

@@ -56,6 +56,31 @@ TEST_CASE("planetoid: a tiny two-class file loads symmetric, trains to 100%, and
   const auto r = testing::run_gnn("planetoid --data " + dir.file("tiny.npz") + " --model mlp");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--model must be gcn, gat or sage") != std::string::npos);
+  const auto bad_dev = testing::run_gnn("planetoid --data " + dir.file("tiny.npz") + " --device tpu");
+  CHECK(bad_dev.exit_code == 2);
+  CHECK(bad_dev.err.find("--device must be cpu or cuda") != std::string::npos);
+  if (!cuda_available()) {
+    const auto no_gpu = testing::run_gnn("planetoid --data " + dir.file("tiny.npz") + " --device cuda");
+    CHECK(no_gpu.exit_code == 2);
+    CHECK(no_gpu.err.find("--device cuda is not usable here") != std::string::npos);
+  }
+}
+
+TEST_CASE("planetoid: GCN on the GPU reaches the host's result on the tiny file; other models are refused there") {
+  GNN_SKIP_UNLESS_CUDA();
+  testing::TempDir dir;
+  save_npz(dir.file("tiny.npz"), tiny_arrays());
+  const PlanetoidData d = load_planetoid(dir.file("tiny.npz"));
+  std::vector<double> host, gpu;
+  const PlanetoidResult rh =
+      train_planetoid(d, {.model = "gcn", .epochs = 50}, [&](const PlanetoidEpoch& e) { host.push_back(e.loss); });
+  const PlanetoidResult rg = train_planetoid(d, {.model = "gcn", .epochs = 50, .device = Device::cuda(0)},
+                                             [&](const PlanetoidEpoch& e) { gpu.push_back(e.loss); });
+  CHECK(rg.test_acc == rh.test_acc);
+  REQUIRE(host.size() == gpu.size());
+  for (size_t i = 0; i < host.size(); ++i) CHECK(gpu[i] == doctest::Approx(host[i]).epsilon(1e-4));
+  CHECK_THROWS_WITH_AS(train_planetoid(d, {.model = "gat", .epochs = 1, .device = Device::cuda(0)}),
+                       doctest::Contains("trains gcn only so far"), Error);
 }
 
 TEST_CASE("planetoid: the same seed gives the same run on 1 and 2 threads (GAT, Cora)") {

@@ -11,7 +11,9 @@
 #include "kernels/adam.h"
 #include "kernels/gemm.h"
 #include "kernels/norm_embed.h"
+#include "kernels/elementwise.h"
 #include "kernels/pooling.h"
+#include "kernels/rowwise.h"
 #include "kernels/segment_softmax.h"
 #include "kernels/spmm.h"
 #include "runtime/cuda.h"
@@ -268,6 +270,61 @@ TEST_CASE("cuda graph instance norm matches the double reference (empty, single-
       GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd, 1e-3, 1e-3);
       GNN_CHECK_CLOSE(dg.to_vector<float>(), dgd, 1e-3, 1e-4);
       GNN_CHECK_CLOSE(db.to_vector<float>(), dbd, 1e-3, 1e-4);
+    }
+  }
+#endif
+}
+
+TEST_CASE("cuda elementwise maps, column sums, transpose and row-wise softmax match their references") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  // R x F with R wider than a block's 8 warps of rows and F not a multiple of 32; F = 1 and a 1-row case
+  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {1000, 33}, {3, 1000}, {20000, 7}}) {
+    CAPTURE(R);
+    CAPTURE(F);
+    const int64_t n = R * F;
+    const auto a = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f), b = testing::random_values<float>(size_t(n), 2);
+    const auto row = testing::random_values<float>(size_t(F), 3), dy = testing::random_values<float>(size_t(n), 4);
+    const Tensor ga = on_gpu(a), gb = on_gpu(b), grow = on_gpu(row), gdy = on_gpu(dy);
+    std::vector<double> sum(static_cast<size_t>(n)), prod(static_cast<size_t>(n)), bias(static_cast<size_t>(n)),
+        cols(static_cast<size_t>(F), 0.0), tr(static_cast<size_t>(n));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t f = 0; f < F; ++f) {
+        const size_t i = size_t(r * F + f);
+        sum[i] = double(a[i]) - 0.5 * double(b[i]), prod[i] = double(a[i]) * double(b[i]);
+        bias[i] = double(a[i]) + double(row[size_t(f)]), cols[size_t(f)] += double(a[i]);
+        tr[size_t(f * R + r)] = a[i];
+      }
+    Tensor y1 = nan_gpu(n), y2 = nan_gpu(n), y3 = nan_gpu(n), y4 = nan_gpu(n), c = nan_gpu(F);
+    add_cuda(y1.f32(), ga.f32(), gb.f32(), n, -0.5f, s);
+    mul_cuda(y2.f32(), ga.f32(), gb.f32(), n, s);
+    add_row_cuda(y3.f32(), ga.f32(), grow.f32(), R, F, s);
+    transpose_cuda(y4.f32(), ga.f32(), R, F, s);
+    column_sum_cuda(c.f32(), ga.f32(), R, F, false, s);
+    GNN_CHECK_CLOSE(y1.to_vector<float>(), sum);
+    GNN_CHECK_CLOSE(y2.to_vector<float>(), prod);
+    GNN_CHECK_CLOSE(y3.to_vector<float>(), bias);
+    GNN_CHECK_CLOSE(y4.to_vector<float>(), tr);
+    GNN_CHECK_CLOSE(c.to_vector<float>(), cols, 1e-4, 1e-4);
+    const std::vector<float> c1 = c.to_vector<float>();
+    column_sum_cuda(c.f32(), ga.f32(), R, F, true, s);  // accumulate: twice the sum, and the same bits as before
+    std::vector<double> twice(cols);
+    for (double& v : twice) v *= 2;
+    GNN_CHECK_CLOSE(c.to_vector<float>(), twice, 1e-4, 1e-4);
+    column_sum_cuda(c.f32(), ga.f32(), R, F, false, s);
+    CHECK(same_bits(c.to_vector<float>(), c1));
+    const std::vector<double> ad(a.begin(), a.end()), dyd(dy.begin(), dy.end());
+    for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax, RowOp::kL2Normalize}) {
+      CAPTURE(int(op));
+      std::vector<double> yd(static_cast<size_t>(n)), dxd(static_cast<size_t>(n));
+      rowwise_forward_ref<double>(yd.data(), ad.data(), R, F, op, 1e-12);
+      rowwise_backward_ref<double>(dxd.data(), yd.data(), dyd.data(), ad.data(), R, F, op, 1e-12);
+      Tensor y = nan_gpu(n), dx = nan_gpu(n);
+      rowwise_forward_cuda(y.f32(), ga.f32(), R, F, op, 1e-12f, s);
+      rowwise_backward_cuda(dx.f32(), y.f32(), gdy.f32(), ga.f32(), R, F, op, 1e-12f, s);
+      GNN_CHECK_CLOSE(y.to_vector<float>(), yd);
+      GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd, 1e-4, 1e-4);
     }
   }
 #endif

@@ -1,0 +1,101 @@
+// Training on the GPU: a two-layer GCN (dropout, matmul, weighted SpMM, bias, relu, log-softmax,
+// cross-entropy, Adam) run on the host and on the device from the same seed. The GPU's loss curve must
+// follow the host's (dropout masks are drawn on the host for both, so only summation order differs),
+// and two GPU runs must end with bitwise-identical weights. Skipped with the reason without a GPU.
+#include <cmath>
+#include <cstring>
+
+#include "autograd/ops.h"
+#include "kernels/graph_cases.h"
+#include "nn/conv.h"
+#include "nn/layers.h"
+#include "nn/loss.h"
+#include "nn/optim.h"
+#include "runtime/cuda.h"
+#include "testing.h"
+
+using namespace gnn;
+
+namespace {
+
+struct GcnRun {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> weights;  // every parameter after the last step, on the host
+};
+
+class TwoLayerGcn : public nn::Module {
+ public:
+  TwoLayerGcn(int64_t F, int64_t H, int64_t C, Rng& rng) : c1_(F, H, rng), c2_(H, C, rng), drop_(0.5, rng) {
+    add_child("conv1", &c1_);
+    add_child("conv2", &c2_);
+    add_child("dropout", &drop_);
+  }
+  ag::Var forward(const Graph& g, const ag::Var& x) {
+    return c2_.forward(g, drop_.forward(ag::relu(c1_.forward(g, drop_.forward(x)))));
+  }
+
+ private:
+  nn::GCNConv c1_, c2_;
+  nn::Dropout drop_;
+};
+
+GcnRun train_gcn(Device dev, int steps) {
+  const int64_t N = 600, F = 40, H = 16, C = 5;
+  const Graph host_graph = testing::random_graph(N, 3000, 21, true);
+  const auto xv = testing::random_values<float>(static_cast<size_t>(N * F), 5);
+  std::vector<int32_t> labels(static_cast<size_t>(N)), train;
+  for (int64_t i = 0; i < N; ++i) {
+    labels[size_t(i)] = int32_t((i * 7 + 3) % C);
+    if (i % 3 == 0) train.push_back(int32_t(i));
+  }
+  const Tensor lab = Tensor::from_vector(labels), rows = Tensor::from_vector(train);
+  Rng rng(42);
+  TwoLayerGcn m(F, H, C, rng);
+  nn::move_parameters(m, dev);
+  nn::Adam adam(nn::one_group(m.parameters(), 5e-4), 0.01);
+  const Graph g = dev.is_cpu() ? host_graph : host_graph.to(dev);
+  const ag::Var x(Tensor::from_vector(xv, Shape{N, F}).to(dev));
+  GcnRun out;
+  m.train();
+  for (int s = 0; s < steps; ++s) {
+    adam.zero_grad();
+    ag::Var loss = nn::cross_entropy(m.forward(g, x), lab, rows);
+    out.losses.push_back(loss.value().item());
+    ag::backward(loss);
+    adam.step();
+  }
+  for (const nn::NamedParam& p : m.parameters()) out.weights.push_back(p.var.value().to_vector<float>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cuda training: a GCN on the GPU follows the host's loss curve, and two GPU runs give the same bits") {
+  GNN_SKIP_UNLESS_CUDA();
+  const int steps = 60;
+  const GcnRun cpu = train_gcn(Device::cpu(), steps);
+  const GcnRun gpu1 = train_gcn(Device::cuda(0), steps), gpu2 = train_gcn(Device::cuda(0), steps);
+  REQUIRE(cpu.losses.size() == gpu1.losses.size());
+  CHECK(cpu.losses.back() < 0.9 * cpu.losses.front());  // it learns
+  for (size_t s = 0; s < cpu.losses.size(); ++s) {
+    CAPTURE(s);
+    CHECK(std::fabs(gpu1.losses[s] - cpu.losses[s]) <= 1e-3 * std::max(1.0, std::fabs(cpu.losses[s])));
+  }
+  CHECK(gpu1.losses == gpu2.losses);
+  REQUIRE(gpu1.weights.size() == gpu2.weights.size());
+  for (size_t i = 0; i < gpu1.weights.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(gpu1.weights[i].size() == gpu2.weights[i].size());
+    CHECK(std::memcmp(gpu1.weights[i].data(), gpu2.weights[i].data(), gpu1.weights[i].size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("cuda training: ops name a CUDA operand they cannot take, and mixed devices") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Device gpu = Device::cuda(0);
+  const ag::Var a(Tensor::full({4, 3}, 1.0, DType::F32, gpu)), b_host(Tensor::full({3, 2}, 1.0, DType::F32));
+  CHECK_THROWS_WITH_AS(ag::matmul(a, b_host), doctest::Contains("matmul: b must be on cuda:0"), Error);
+  CHECK_THROWS_WITH_AS(ag::concat_cols({a, a}), doctest::Contains("runs on the host only so far"), Error);
+  const ag::Var a64(Tensor::full({4, 3}, 1.0, DType::F64, gpu));
+  CHECK_THROWS_WITH_AS(ag::relu(a64), doctest::Contains("CUDA tensors must be f32"), Error);
+}
