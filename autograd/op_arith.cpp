@@ -33,6 +33,7 @@ void check_graph_device(const char* op, const Graph& g, Device device) {
 
 void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows) {
   check_tensor(graph_ptr, "graph_ptr", DType::I64, 1);
+  GNN_CHECK(!graph_ptr.is_cuda(), op, ": graph_ptr must be on the host (it is read there), got ", graph_ptr.desc());
   GNN_CHECK(graph_ptr.size(0) >= 1, op, ": graph_ptr needs at least one entry");
   const int64_t* p = graph_ptr.i64();
   const int64_t G = graph_ptr.size(0) - 1;

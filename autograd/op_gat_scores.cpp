@@ -9,6 +9,7 @@ namespace gnn::ag {
 Var gat_scores(const Graph& graph, const Var& a_src, const Var& a_dst, double slope) {
   check_arg("gat_scores", "a_src", a_src, 2, a_src.dtype());
   check_arg("gat_scores", "a_dst", a_dst, 2, a_src.dtype());
+  check_graph_device("gat_scores", graph, Device::cpu());
   const int64_t N = graph.num_nodes, H = a_src.size(1);
   GNN_CHECK(a_src.shape() == Shape({N, H}) && a_dst.shape() == Shape({N, H}), "gat_scores: a_src ",
             a_src.shape().str(), " and a_dst ", a_dst.shape().str(), " must both be [N, H] with N = ", N);

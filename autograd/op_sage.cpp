@@ -9,6 +9,7 @@ namespace gnn::ag {
 
 Var sage_fused(const Graph& graph, const Var& x, const Var& W, const Var& b, Act act, double slope) {
   check_arg("sage_fused", "x", x, 2, x.dtype());
+  check_graph_device("sage_fused", graph, Device::cpu());
   check_arg("sage_fused", "W", W, 2, x.dtype());
   const int64_t N = graph.num_nodes, F = x.size(1), O = W.size(1);
   GNN_CHECK(x.size(0) == N, "sage_fused: x has ", x.size(0), " rows for a graph of ", N, " nodes");

@@ -8,6 +8,7 @@ namespace gnn::ag {
 
 Var segment_softmax(const Graph& graph, const Var& scores) {
   check_arg("segment_softmax", "scores", scores, 2, scores.dtype());
+  check_graph_device("segment_softmax", graph, Device::cpu());
   GNN_CHECK(scores.size(0) == graph.num_edges, "segment_softmax: scores has ", scores.size(0),
             " rows for a graph of ", graph.num_edges, " edges");
   const int64_t S = graph.num_nodes, H = scores.size(1);

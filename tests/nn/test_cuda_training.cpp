@@ -98,4 +98,9 @@ TEST_CASE("cuda training: ops name a CUDA operand they cannot take, and mixed de
   CHECK_THROWS_WITH_AS(ag::concat_cols({a, a}), doctest::Contains("runs on the host only so far"), Error);
   const ag::Var a64(Tensor::full({4, 3}, 1.0, DType::F64, gpu));
   CHECK_THROWS_WITH_AS(ag::relu(a64), doctest::Contains("CUDA tensors must be f32"), Error);
+  // a graph on the device with host features: refused by the host-only layer before it reads the graph
+  const Graph dg = testing::random_graph(4, 6, 1).to(gpu);
+  const ag::Var xh(Tensor::full({4, 3}, 1.0, DType::F32)), Wh(Tensor::full({6, 2}, 1.0, DType::F32));
+  CHECK_THROWS_WITH_AS(ag::sage_fused(dg, xh, Wh, ag::Var(), Act::kRelu), doctest::Contains("the graph is on cuda:0"),
+                       Error);
 }
