@@ -226,8 +226,8 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
     {
       ag::NoGrad ng;
       logits = m->forward(graph, x).value();
+      if (logits.is_cuda()) logits = logits.to(Device::cpu());  // one copy serves the loss and the accuracies
       val_loss = nn::cross_entropy(ag::Var(logits), d.labels, d.val).value().item();
-      if (logits.is_cuda()) logits = logits.to(Device::cpu());
     }
     const PlanetoidEpoch e{epoch, lv, accuracy(logits, d.labels, d.train), accuracy(logits, d.labels, d.val),
                            accuracy(logits, d.labels, d.test), val_loss};

@@ -5,7 +5,7 @@
 namespace gnn::ag {
 
 Var activation(const Var& x, Act act, double slope) {
-  check_arg_on("activation", "x", x, -1, x.dtype(), x.defined() ? x.value().device() : Device::cpu());
+  check_arg_on("activation", "x", x, -1, x.dtype(), x.device());
   return dispatch_dev("activation", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape());

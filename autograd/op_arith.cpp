@@ -144,7 +144,7 @@ Var scale_by(const Var& x, const Var& s) {
 }
 
 Var add_bias(const Var& x, const Var& b) {
-  const Device dev = x.defined() ? x.value().device() : Device::cpu();
+  const Device dev = x.device();
   check_arg_on("add_bias", "x", x, 2, x.dtype(), dev);
   check_arg_on("add_bias", "b", b, 1, x.dtype(), dev);
   const int64_t R = x.size(0), F = x.size(1);

@@ -10,7 +10,7 @@
 namespace gnn::ag {
 
 Var dropout(const Var& x, double p, Rng& rng, bool training) {
-  check_arg_on("dropout", "x", x, -1, x.dtype(), x.defined() ? x.value().device() : Device::cpu());
+  check_arg_on("dropout", "x", x, -1, x.dtype(), x.device());
   GNN_CHECK(p >= 0 && p < 1, "dropout: p must lie in [0, 1), got ", p);
   if (!training || p == 0) return x;
   return dispatch_dev("dropout", x.value(), [&](auto t) {

@@ -9,7 +9,7 @@ namespace gnn::ag {
 namespace {
 
 Var rowwise(const char* name, const Var& x, RowOp op, double eps) {
-  check_arg_on(name, "x", x, 2, x.dtype(), x.defined() ? x.value().device() : Device::cpu());
+  check_arg_on(name, "x", x, 2, x.dtype(), x.device());
   const int64_t R = x.size(0), F = x.size(1);
   return dispatch_dev(name, x.value(), [&](auto t) {
     using T = decltype(t);

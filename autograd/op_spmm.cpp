@@ -55,7 +55,7 @@ Tensor transpose(const Tensor& a) {  // [R, C] -> [C, R]
 }  // namespace
 
 Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
-  const Device dev = x.defined() ? x.value().device() : Device::cpu();
+  const Device dev = x.device();
   check_arg_on("spmm", "x", x, 2, x.dtype(), dev);
   check_graph_device("spmm", graph, dev);
   const int64_t N = graph.num_nodes, E = graph.num_edges, W = x.size(1);

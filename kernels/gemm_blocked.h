@@ -194,23 +194,20 @@ struct Blocked {
       // packed at once, so A[k0:k0+kc, :] is read as one sequential stream; block by block it was read
       // in 384-byte pieces of 1 KiB rows and the packing took a fifth of the product's time.
       const bool pack_all = ta && !parallel;
-      if (pack_all) pack_a(ta, A, lda, 0, M, k0, kc, scratch(kPackA, blocks * mc_max * kc));
+      float* ap_all = pack_all ? scratch(kPackA, blocks * mc_max * kc) : nullptr;
+      if (pack_all) pack_a(ta, A, lda, 0, M, k0, kc, ap_all);
 #pragma omp parallel if (parallel)
       {
-        float* ap_thread = scratch(kPackA, pack_all ? blocks * mc_max * kc : mc_max * kc);
+        float* ap_thread = pack_all ? nullptr : scratch(kPackA, mc_max * kc);
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; ++blk) {
           const int64_t i0 = blk * mc_max, mc = std::min(mc_max, M - i0), full = mc / MR * MR;
           // Row-major A is read in place by full MR-row panels; only a partial last panel (zero-padded)
           // and transposed A are packed.
           const bool direct = !ta;
-          float* ap = pack_all ? ap_thread + i0 * kc : ap_thread;
-          if (pack_all) {
-          } else if (!direct) {
-            pack_a(ta, A, lda, i0, mc, k0, kc, ap);
-          } else if (full < mc) {
-            pack_a(ta, A, lda, i0 + full, mc - full, k0, kc, ap + full * kc);
-          }
+          float* ap = pack_all ? ap_all + i0 * kc : ap_thread;
+          if (!pack_all && !direct) pack_a(ta, A, lda, i0, mc, k0, kc, ap);
+          else if (!pack_all && full < mc) pack_a(ta, A, lda, i0 + full, mc - full, k0, kc, ap + full * kc);
           for (int64_t q = 0; q < panels; ++q) {
             const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
             const float* b = bp + q * kc * NR;

@@ -69,7 +69,7 @@ Var pairwise(const char* op, const Var& pred, const Tensor& target, const Tensor
 }  // namespace
 
 Var cross_entropy(const Var& logits, const Tensor& labels, const Tensor& rows) {
-  const Device dev = logits.defined() ? logits.value().device() : Device::cpu();
+  const Device dev = logits.device();
   ag::check_arg_on("cross_entropy", "logits", logits, 2, logits.dtype(), dev);
   check_tensor(labels, "labels", DType::I32, 1);
   GNN_CHECK(!labels.is_cuda() && !(rows.defined() && rows.is_cuda()),
