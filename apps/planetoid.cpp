@@ -201,8 +201,6 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
   if (o.model == "gcn") m = std::make_unique<Gcn>(F, hidden, C, p, rng);
   else if (gat) m = std::make_unique<Gat>(F, hidden, heads, C, p, pv, rng);
   else m = std::make_unique<Sage>(F, hidden, C, p, rng);
-  GNN_CHECK(o.device.is_cpu() || o.model == "gcn", "planetoid: --device ", o.device.str(), " trains gcn only so far (",
-            o.model, " has ops that run on the host only)");
   const Graph graph = o.device.is_cpu() ? d.graph : d.graph.to(o.device);
   nn::move_parameters(*m, o.device);
   nn::Adam adam(m->groups(wd), lr);

@@ -41,8 +41,12 @@ void check_arg_on(const char* op, const char* what, const Var& v, int ndim, DTyp
 void check_graph_device(const char* op, const Graph& g, Device device);
 // graph_ptr: i64 [G+1], non-decreasing from 0 to rows (instance_norm, pool, graph_attention).
 void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows);
-// Optional per-feature gamma and beta: each undefined or [F] of x's dtype (layer_norm, instance_norm).
-void check_affine(const char* op, const Var& gamma, const Var& beta, int64_t F, DType dt);
+// Optional per-feature gamma and beta: each undefined or [F] of x's dtype on `device` (layer_norm and
+// instance_norm; layer_norm passes the host).
+void check_affine(const char* op, const Var& gamma, const Var& beta, int64_t F, DType dt, Device device);
+// A host tensor where `like` lives: itself for a host `like`, a copy on like's device otherwise (index
+// arrays are checked on the host, then copied for the CUDA kernels).
+Tensor host_to_device_of(const Tensor& host, const Tensor& like);
 // The same device and dtype as `like`, any shape.
 Tensor empty_like(const Tensor& like, const Shape& shape);
 
@@ -86,10 +90,38 @@ void add_row_on(const Tensor& on, T* y, const T* x, const T* row, int64_t R, int
   add_row<T>(y, x, row, R, F);
 }
 template <class T>
+void scale_on(const Tensor& on, T* y, const T* x, T s, int64_t n) {  // y = s x
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return scale_cuda(y, x, s, n, on.stream());
+  axpby<T>(y, s, x, T(0), n);
+}
+template <class T>
 void column_sum_on(const Tensor& on, T* out, const T* x, int64_t R, int64_t F) {
   if constexpr (std::is_same_v<T, float> && kWithCuda)
     if (on.is_cuda()) return column_sum_cuda(out, x, R, F, false, on.stream());
   column_sum<T>(out, x, R, F);
+}
+
+// The sum of n values, where `on` lives, as a host value (a CUDA sum is copied back: one sync).
+template <class T>
+T sum_on(const Tensor& on, const T* x, int64_t n) {
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) {
+      Tensor out = Tensor::empty(Shape{1}, DType::F32, on.device());
+      sum_cuda(out.f32(), x, n, on.stream());
+      return float(out.item());
+    }
+  return sum_all<T>(x, n);
+}
+// Copies an [R, w] block between row-major matrices of widths wd and ws at column offsets od, os.
+template <class T>
+void copy_block_on(const Tensor& on, T* dst, int64_t wd, int64_t od, const T* src, int64_t ws, int64_t os, int64_t R,
+                   int64_t w) {
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return copy_block_cuda(dst, wd, od, src, ws, os, R, w, on.stream());
+#pragma omp parallel for if (R * w > (1 << 16))
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < w; ++j) dst[r * wd + od + j] = src[r * ws + os + j];
 }
 
 CsrView csr_view(const Graph& g);

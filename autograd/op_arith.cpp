@@ -41,15 +41,19 @@ void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows) {
   for (int64_t g = 0; g < G; ++g) GNN_CHECK(p[g] <= p[g + 1], op, ": graph_ptr decreases at graph ", g);
 }
 
-void check_affine(const char* op, const Var& gamma, const Var& beta, int64_t F, DType dt) {
+void check_affine(const char* op, const Var& gamma, const Var& beta, int64_t F, DType dt, Device device) {
   for (const auto& [v, what] : {std::pair{gamma, "gamma"}, std::pair{beta, "beta"}})
     if (v.defined()) {
-      check_arg(op, what, v, 1, dt);
+      check_arg_on(op, what, v, 1, dt, device);
       GNN_CHECK(v.size(0) == F, op, ": ", what, " has ", v.size(0), " values for ", F, " features");
     }
 }
 
 Tensor empty_like(const Tensor& like, const Shape& shape) { return Tensor::empty(shape, like.dtype(), like.device()); }
+
+Tensor host_to_device_of(const Tensor& host, const Tensor& like) {
+  return like.is_cuda() ? host.to(like.device()) : host;
+}
 
 CsrView csr_view(const Graph& g) {
   return {g.num_nodes, g.num_nodes, g.csr_indptr.i32(), g.csr_indices.i32(), g.csc_indptr.i32(),
@@ -59,23 +63,23 @@ CsrView csr_view(const Graph& g) {
 namespace {
 
 void check_same(const char* op, const Var& a, const Var& b) {
-  check_arg(op, "a", a, -1, a.dtype());
-  check_arg(op, "b", b, -1, a.dtype());
+  check_arg_on(op, "a", a, -1, a.dtype(), a.device());
+  check_arg_on(op, "b", b, -1, a.dtype(), a.device());
   GNN_CHECK(a.shape() == b.shape(), op, ": shapes differ: ", a.shape().str(), " and ", b.shape().str());
 }
 
 // a + sb * b, with its backward: da = dy, db = sb dy.
 Var add_scaled(const char* op, const Var& a, const Var& b, double sb) {
   check_same(op, a, b);
-  return dispatch_real(op, a.value(), [&](auto t) {
+  return dispatch_dev(op, a.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(a.value(), a.shape());
-    add_to<T>(ptr<T>(y), ptr<T>(a.value()), ptr<T>(b.value()), y.numel(), T(sb));
+    add_on<T>(y, ptr<T>(y), ptr<T>(a.value()), ptr<T>(b.value()), y.numel(), T(sb));
     return record(op, y, {a, b}, [a, b, sb](const Tensor& dy) {
       accumulate(a, dy);
       if (!b.requires_grad()) return;
       Tensor db = empty_like(dy, dy.shape());
-      axpby<T>(ptr<T>(db), T(sb), ptr<T>(dy), T(0), dy.numel());
+      scale_on<T>(dy, ptr<T>(db), ptr<T>(dy), T(sb), dy.numel());
       accumulate(b, db);
     });
   });
@@ -88,15 +92,15 @@ Var sub(const Var& a, const Var& b) { return add_scaled("sub", a, b, -1.0); }
 
 Var mul(const Var& a, const Var& b) {
   check_same("mul", a, b);
-  return dispatch_real("mul", a.value(), [&](auto t) {
+  return dispatch_dev("mul", a.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(a.value(), a.shape());
-    mul_to<T>(ptr<T>(y), ptr<T>(a.value()), ptr<T>(b.value()), y.numel());
+    mul_on<T>(y, ptr<T>(y), ptr<T>(a.value()), ptr<T>(b.value()), y.numel());
     return record("mul", y, {a, b}, [a, b](const Tensor& dy) {
       for (const auto& [self, other] : {std::pair{a, b}, std::pair{b, a}}) {
         if (!self.requires_grad()) continue;
         Tensor d = empty_like(dy, dy.shape());
-        mul_to<T>(ptr<T>(d), ptr<T>(dy), ptr<T>(other.value()), dy.numel());
+        mul_on<T>(dy, ptr<T>(d), ptr<T>(dy), ptr<T>(other.value()), dy.numel());
         accumulate(self, d);
       }
     });
@@ -104,40 +108,39 @@ Var mul(const Var& a, const Var& b) {
 }
 
 Var scale(const Var& x, double s) {
-  check_arg("scale", "x", x, -1, x.dtype());
-  return dispatch_real("scale", x.value(), [&](auto t) {
+  check_arg_on("scale", "x", x, -1, x.dtype(), x.device());
+  return dispatch_dev("scale", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape());
-    axpby<T>(ptr<T>(y), T(s), ptr<T>(x.value()), T(0), y.numel());
+    scale_on<T>(y, ptr<T>(y), ptr<T>(x.value()), T(s), y.numel());
     return record("scale", y, {x}, [x, s](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
-      axpby<T>(ptr<T>(dx), T(s), ptr<T>(dy), T(0), dy.numel());
+      scale_on<T>(dy, ptr<T>(dx), ptr<T>(dy), T(s), dy.numel());
       accumulate(x, dx);
     });
   });
 }
 
 Var scale_by(const Var& x, const Var& s) {
-  check_arg("scale_by", "x", x, -1, x.dtype());
-  check_arg("scale_by", "s", s, -1, x.dtype());
+  check_arg_on("scale_by", "x", x, -1, x.dtype(), x.device());
+  check_arg_on("scale_by", "s", s, -1, x.dtype(), x.device());
   GNN_CHECK(s.value().numel() == 1, "scale_by: s must have one element, got ", s.value().desc());
-  return dispatch_real("scale_by", x.value(), [&](auto t) {
+  return dispatch_dev("scale_by", x.value(), [&](auto t) {
     using T = decltype(t);
-    const T sv = ptr<T>(s.value())[0];
+    const T sv = T(s.value().item());  // a GPU scalar is read back once
     Tensor y = empty_like(x.value(), x.shape());
-    axpby<T>(ptr<T>(y), sv, ptr<T>(x.value()), T(0), y.numel());
+    scale_on<T>(y, ptr<T>(y), ptr<T>(x.value()), sv, y.numel());
     return record("scale_by", y, {x, s}, [x, s, sv](const Tensor& dy) {
       if (x.requires_grad()) {
         Tensor dx = empty_like(dy, dy.shape());
-        axpby<T>(ptr<T>(dx), sv, ptr<T>(dy), T(0), dy.numel());
+        scale_on<T>(dy, ptr<T>(dx), ptr<T>(dy), sv, dy.numel());
         accumulate(x, dx);
       }
       if (s.requires_grad()) {  // ds = <dy, x>
         Tensor prod = empty_like(dy, dy.shape());
-        mul_to<T>(ptr<T>(prod), ptr<T>(dy), ptr<T>(x.value()), dy.numel());
-        Tensor ds = empty_like(dy, s.shape());
-        ptr<T>(ds)[0] = sum_all<T>(ptr<T>(prod), prod.numel());
-        accumulate(s, ds);
+        mul_on<T>(dy, ptr<T>(prod), ptr<T>(dy), ptr<T>(x.value()), dy.numel());
+        const double ds = double(sum_on<T>(prod, ptr<T>(prod), prod.numel()));
+        accumulate(s, Tensor::full(s.shape(), ds, s.dtype(), s.device()));
       }
     });
   });
@@ -166,16 +169,15 @@ Var add_bias(const Var& x, const Var& b) {
 namespace {
 
 Var reduce_all(const char* op, const Var& x, bool mean) {
-  check_arg(op, "x", x, -1, x.dtype());
+  check_arg_on(op, "x", x, -1, x.dtype(), x.device());
   const int64_t n = x.value().numel();
   GNN_CHECK(!mean || n > 0, op, ": the mean of no values");
-  return dispatch_real(op, x.value(), [&](auto t) {
+  return dispatch_dev(op, x.value(), [&](auto t) {
     using T = decltype(t);
     const T k = mean ? T(1) / T(n) : T(1);
-    Tensor y = empty_like(x.value(), Shape{});
-    ptr<T>(y)[0] = sum_all<T>(ptr<T>(x.value()), n) * k;
+    const Tensor y = Tensor::full(Shape{}, double(sum_on<T>(x.value(), ptr<T>(x.value()), n) * k), x.dtype(), x.device());
     return record(op, y, {x}, [x, k](const Tensor& dy) {
-      accumulate(x, Tensor::full(x.shape(), double(ptr<T>(dy)[0] * k), x.dtype(), x.device()));
+      accumulate(x, Tensor::full(x.shape(), double(T(dy.item()) * k), x.dtype(), x.device()));
     });
   });
 }

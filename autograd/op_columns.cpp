@@ -5,8 +5,7 @@
 //   dot:     y[r, h] = sum_d x[r, h*D + d] a[h, d];  dx[r, h*D + d] = dy[r, h] a[h, d];
 //            da[h, d] = sum_r dy[r, h] x[r, h*D + d]  (GAT's attention vectors)
 //   gather:  y[i] = x[index[i]];          dx[k] = sum_{i: index[i] = k} dy[i]  (embedding's backward)
-#include <cstring>
-
+// Each runs where its inputs are (the CUDA kernels of kernels/elementwise.h on a GPU).
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "kernels/elementwise.h"
@@ -14,38 +13,28 @@
 
 namespace gnn::ag {
 
-namespace {
-
-// Copies an [R, w] block between row-major matrices of widths ws and wd at column offsets.
-template <class T>
-void copy_block(T* dst, int64_t wd, int64_t od, const T* src, int64_t ws, int64_t os, int64_t R, int64_t w) {
-#pragma omp parallel for if (R * w > (1 << 16))
-  for (int64_t r = 0; r < R; ++r) std::memcpy(dst + r * wd + od, src + r * ws + os, size_t(w) * sizeof(T));
-}
-
-}  // namespace
-
 Var concat_cols(const std::vector<Var>& xs) {
   GNN_CHECK(!xs.empty(), "concat_cols: no inputs");
-  check_arg("concat_cols", "xs[0]", xs[0], 2, xs[0].dtype());
+  const Device dev = xs[0].device();
+  check_arg_on("concat_cols", "xs[0]", xs[0], 2, xs[0].dtype(), dev);
   const int64_t R = xs[0].size(0);
   int64_t W = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
-    check_arg("concat_cols", "an input", xs[i], 2, xs[0].dtype());
+    check_arg_on("concat_cols", "an input", xs[i], 2, xs[0].dtype(), dev);
     GNN_CHECK(xs[i].size(0) == R, "concat_cols: input ", i, " has ", xs[i].size(0), " rows, input 0 has ", R);
     W += xs[i].size(1);
   }
-  return dispatch_real("concat_cols", xs[0].value(), [&](auto t) {
+  return dispatch_dev("concat_cols", xs[0].value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(xs[0].value(), Shape{R, W});
     for (int64_t i = 0, off = 0; i < int64_t(xs.size()); off += xs[size_t(i)].size(1), ++i)
-      copy_block<T>(ptr<T>(y), W, off, ptr<T>(xs[size_t(i)].value()), xs[size_t(i)].size(1), 0, R, xs[size_t(i)].size(1));
+      copy_block_on<T>(y, ptr<T>(y), W, off, ptr<T>(xs[size_t(i)].value()), xs[size_t(i)].size(1), 0, R, xs[size_t(i)].size(1));
     return record("concat_cols", y, xs, [xs, R, W](const Tensor& dy) {
       for (int64_t i = 0, off = 0; i < int64_t(xs.size()); off += xs[size_t(i)].size(1), ++i) {
         const Var& x = xs[size_t(i)];
         if (!x.requires_grad()) continue;
         Tensor dx = empty_like(dy, x.shape());
-        copy_block<T>(ptr<T>(dx), x.size(1), 0, ptr<T>(dy), W, off, R, x.size(1));
+        copy_block_on<T>(dy, ptr<T>(dx), x.size(1), 0, ptr<T>(dy), W, off, R, x.size(1));
         accumulate(x, dx);
       }
     });
@@ -53,87 +42,101 @@ Var concat_cols(const std::vector<Var>& xs) {
 }
 
 Var slice_cols(const Var& x, int64_t begin, int64_t end) {
-  check_arg("slice_cols", "x", x, 2, x.dtype());
+  check_arg_on("slice_cols", "x", x, 2, x.dtype(), x.device());
   const int64_t R = x.size(0), W = x.size(1);
   GNN_CHECK(0 <= begin && begin <= end && end <= W, "slice_cols: columns [", begin, ", ", end, ") of ", x.value().desc());
-  return dispatch_real("slice_cols", x.value(), [&](auto t) {
+  return dispatch_dev("slice_cols", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{R, end - begin});
-    copy_block<T>(ptr<T>(y), end - begin, 0, ptr<T>(x.value()), W, begin, R, end - begin);
+    copy_block_on<T>(y, ptr<T>(y), end - begin, 0, ptr<T>(x.value()), W, begin, R, end - begin);
     return record("slice_cols", y, {x}, [x, R, W, begin, end](const Tensor& dy) {
       Tensor dx = Tensor::zeros(x.shape(), x.dtype(), x.device());
-      copy_block<T>(ptr<T>(dx), W, begin, ptr<T>(dy), end - begin, 0, R, end - begin);
+      copy_block_on<T>(dy, ptr<T>(dx), W, begin, ptr<T>(dy), end - begin, 0, R, end - begin);
       accumulate(x, dx);
     });
   });
 }
 
 Var head_mean(const Var& x, int64_t heads) {
-  check_arg("head_mean", "x", x, 2, x.dtype());
+  check_arg_on("head_mean", "x", x, 2, x.dtype(), x.device());
   const int64_t R = x.size(0), W = x.size(1);
   GNN_CHECK(heads >= 1 && W % heads == 0, "head_mean: ", W, " columns do not split into ", heads, " heads");
   const int64_t F = W / heads;
-  return dispatch_real("head_mean", x.value(), [&](auto t) {
+  return dispatch_dev("head_mean", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{R, F});
     const T* xp = ptr<T>(x.value());
     T* yp = ptr<T>(y);
+    if constexpr (std::is_same_v<T, float> && kWithCuda)
+      if (y.is_cuda()) block_sum_cuda(yp, xp, R, F, heads, W, F, 1.0f / float(heads), y.stream());
+    if (!y.is_cuda()) {
 #pragma omp parallel for if (R * W > (1 << 16))
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t f = 0; f < F; ++f) {
-        T acc = 0;
-        for (int64_t h = 0; h < heads; ++h) acc += xp[r * W + h * F + f];
-        yp[r * F + f] = acc / T(heads);
-      }
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t f = 0; f < F; ++f) {
+          T acc = 0;
+          for (int64_t h = 0; h < heads; ++h) acc += xp[r * W + h * F + f];
+          yp[r * F + f] = acc / T(heads);
+        }
+    }
     return record("head_mean", y, {x}, [x, R, W, F, heads](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       const T* g = ptr<T>(dy);
       T* d = ptr<T>(dx);
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        if (dy.is_cuda()) head_broadcast_cuda(d, g, R, heads, F, 1.0f / float(heads), dy.stream());
+      if (!dy.is_cuda()) {
 #pragma omp parallel for if (R * W > (1 << 16))
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t h = 0; h < heads; ++h)
-          for (int64_t f = 0; f < F; ++f) d[r * W + h * F + f] = g[r * F + f] / T(heads);
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t h = 0; h < heads; ++h)
+            for (int64_t f = 0; f < F; ++f) d[r * W + h * F + f] = g[r * F + f] / T(heads);
+      }
       accumulate(x, dx);
     });
   });
 }
 
 Var head_dot(const Var& x, const Var& a) {
-  check_arg("head_dot", "x", x, 2, x.dtype());
-  check_arg("head_dot", "a", a, 2, x.dtype());
+  check_arg_on("head_dot", "x", x, 2, x.dtype(), x.device());
+  check_arg_on("head_dot", "a", a, 2, x.dtype(), x.device());
   const int64_t R = x.size(0), H = a.size(0), D = a.size(1), W = x.size(1);
   GNN_CHECK(W == H * D, "head_dot: x has ", W, " columns, a ", a.shape().str(), " needs H*D = ", H * D);
-  return dispatch_real("head_dot", x.value(), [&](auto t) {
+  return dispatch_dev("head_dot", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{R, H});
     const T *xp = ptr<T>(x.value()), *ap = ptr<T>(a.value());
     T* yp = ptr<T>(y);
+    if constexpr (std::is_same_v<T, float> && kWithCuda)
+      if (y.is_cuda()) head_dot_cuda(yp, xp, ap, R, H, D, y.stream());
+    if (!y.is_cuda()) {
 #pragma omp parallel for if (R * W > (1 << 16))
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t h = 0; h < H; ++h) {
-        T acc = 0;
-        for (int64_t d = 0; d < D; ++d) acc += xp[r * W + h * D + d] * ap[h * D + d];
-        yp[r * H + h] = acc;
-      }
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t h = 0; h < H; ++h) {
+          T acc = 0;
+          for (int64_t d = 0; d < D; ++d) acc += xp[r * W + h * D + d] * ap[h * D + d];
+          yp[r * H + h] = acc;
+        }
+    }
     return record("head_dot", y, {x, a}, [x, a, R, H, D, W](const Tensor& dy) {
       const T *g = ptr<T>(dy), *xp = ptr<T>(x.value()), *ap = ptr<T>(a.value());
-      if (x.requires_grad()) {
-        Tensor dx = empty_like(dy, x.shape());
-        T* d = ptr<T>(dx);
+      // dx[r, h*D + d] = dy[r, h] a[h, d];  da = column sums of prod[r, h*D + d] = dy[r, h] x[r, h*D + d]
+      Tensor dx = x.requires_grad() ? empty_like(dy, x.shape()) : Tensor();
+      Tensor prod = a.requires_grad() ? empty_like(dy, x.shape()) : Tensor();
+      T* d = dx.defined() ? ptr<T>(dx) : nullptr;
+      T* p = prod.defined() ? ptr<T>(prod) : nullptr;
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        if (dy.is_cuda()) head_dot_backward_cuda(d, p, g, xp, ap, R, H, D, dy.stream());
+      if (!dy.is_cuda()) {
 #pragma omp parallel for if (R * W > (1 << 16))
         for (int64_t r = 0; r < R; ++r)
-          for (int64_t h = 0; h < H; ++h)
-            for (int64_t k = 0; k < D; ++k) d[r * W + h * D + k] = g[r * H + h] * ap[h * D + k];
-        accumulate(x, dx);
+          for (int64_t k = 0; k < W; ++k) {
+            if (d) d[r * W + k] = g[r * H + k / D] * ap[k];  // a is [H, D]: a[h, d] = ap[h*D + d] = ap[k]
+            if (p) p[r * W + k] = g[r * H + k / D] * xp[r * W + k];
+          }
       }
-      if (a.requires_grad()) {  // da = column sums of dy[r, h] x[r, h*D + d]: chunked, then in order
-        Tensor prod = empty_like(dy, x.shape());
-        T* p = ptr<T>(prod);
-#pragma omp parallel for if (R * W > (1 << 16))
-        for (int64_t r = 0; r < R; ++r)
-          for (int64_t k = 0; k < W; ++k) p[r * W + k] = g[r * H + k / D] * xp[r * W + k];
+      if (dx.defined()) accumulate(x, dx);
+      if (prod.defined()) {
         Tensor da = empty_like(dy, a.shape());
-        column_sum<T>(ptr<T>(da), p, R, W);
+        column_sum_on<T>(dy, ptr<T>(da), p, R, W);
         accumulate(a, da);
       }
     });

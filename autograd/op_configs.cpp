@@ -27,44 +27,39 @@ Var reshape(const Var& x, int64_t rows, int64_t cols) {
 }
 
 Var join_configs(const Var& x, const Var& c, int64_t configs) {
-  check_arg("join_configs", "x", x, 2, x.dtype());
-  check_arg("join_configs", "c", c, 2, x.dtype());
+  check_arg_on("join_configs", "x", x, 2, x.dtype(), x.device());
+  check_arg_on("join_configs", "c", c, 2, x.dtype(), x.device());
   const int64_t N = x.size(0), A = x.size(1), C = configs;
   GNN_CHECK(C >= 1 && c.size(0) == N && c.size(1) % C == 0, "join_configs: c ", c.value().desc(),
             " is not [", N, ", ", C, " * B] for x ", x.value().desc());
   const int64_t B = c.size(1) / C, W = C * (A + B);
-  return dispatch_real("join_configs", x.value(), [&](auto t) {
+  return dispatch_dev("join_configs", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{N, W});
-    const T *px = ptr<T>(x.value()), *pc = ptr<T>(c.value());
-    T* py = ptr<T>(y);
-#pragma omp parallel for if (N * W > (1 << 16))
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < C; ++k) {
-        T* row = py + n * W + k * (A + B);
-        std::memcpy(row, px + n * A, size_t(A) * sizeof(T));
-        std::memcpy(row + A, pc + n * C * B + k * B, size_t(B) * sizeof(T));
-      }
+    // y viewed as [N*C, A+B]: x's row n fills the first A columns of rows n*C .. n*C+C-1, and c viewed
+    // as [N*C, B] fills the last B columns of every row.
+    for (int64_t k = 0; k < C; ++k) copy_block_on<T>(y, ptr<T>(y), W, k * (A + B), ptr<T>(x.value()), A, 0, N, A);
+    copy_block_on<T>(y, ptr<T>(y), A + B, A, ptr<T>(c.value()), B, 0, N * C, B);
     return record("join_configs", y, {x, c}, [x, c, N, A, B, C, W](const Tensor& dy) {
       const T* g = ptr<T>(dy);
-      if (x.requires_grad()) {
+      if (x.requires_grad()) {  // dx[n, j] = sum_k dy[n, k*(A+B) + j], k in order
         Tensor dx = empty_like(dy, Shape{N, A});
         T* p = ptr<T>(dx);
+        if constexpr (std::is_same_v<T, float> && kWithCuda)
+          if (dy.is_cuda()) block_sum_cuda(p, g, N, A, C, W, A + B, 1.0f, dy.stream());
+        if (!dy.is_cuda()) {
 #pragma omp parallel for if (N * W > (1 << 16))
-        for (int64_t n = 0; n < N; ++n) {
-          for (int64_t j = 0; j < A; ++j) p[n * A + j] = 0;
-          for (int64_t k = 0; k < C; ++k)
-            for (int64_t j = 0; j < A; ++j) p[n * A + j] += g[n * W + k * (A + B) + j];
+          for (int64_t n = 0; n < N; ++n) {
+            for (int64_t j = 0; j < A; ++j) p[n * A + j] = 0;
+            for (int64_t k = 0; k < C; ++k)
+              for (int64_t j = 0; j < A; ++j) p[n * A + j] += g[n * W + k * (A + B) + j];
+          }
         }
         accumulate(x, dx);
       }
       if (c.requires_grad()) {
         Tensor dc = empty_like(dy, Shape{N, C * B});
-        T* p = ptr<T>(dc);
-#pragma omp parallel for if (N * W > (1 << 16))
-        for (int64_t n = 0; n < N; ++n)
-          for (int64_t k = 0; k < C; ++k)
-            std::memcpy(p + n * C * B + k * B, g + n * W + k * (A + B) + A, size_t(B) * sizeof(T));
+        copy_block_on<T>(dy, ptr<T>(dc), B, 0, g, A + B, A, N * C, B);
         accumulate(c, dc);
       }
     });
@@ -76,18 +71,25 @@ Var keep_grad_rows(const Var& x, const Tensor& keep) {
   GNN_CHECK(keep.dtype() == DType::U8 && keep.dim() == 1 && keep.size(0) == x.size(0) && !keep.is_cuda(),
             "keep_grad_rows: keep must be u8 [", x.size(0), "] on the host, got ", keep.desc());
   const int64_t R = x.size(0), W = x.value().numel() / std::max<int64_t>(R, 1);
-  return dispatch_real("keep_grad_rows", x.value(), [&](auto t) {
+  return dispatch_dev("keep_grad_rows", x.value(), [&](auto t) {
     using T = decltype(t);
     return record("keep_grad_rows", x.value(), {x}, [x, keep, R, W](const Tensor& dy) {
       if (!x.requires_grad()) return;
       Tensor dx = empty_like(dy, x.shape());
-      const uint8_t* k = keep.data_as<uint8_t>();
       const T* g = ptr<T>(dy);
       T* p = ptr<T>(dx);
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        if (dy.is_cuda()) {
+          const Tensor k = keep.to(dy.device());
+          mask_rows_cuda(p, g, k.data_as<uint8_t>(), R, W, dy.stream());
+        }
+      if (!dy.is_cuda()) {
+        const uint8_t* k = keep.data_as<uint8_t>();
 #pragma omp parallel for if (R * W > (1 << 16))
-      for (int64_t r = 0; r < R; ++r) {
-        if (k[r]) std::memcpy(p + r * W, g + r * W, size_t(W) * sizeof(T));
-        else std::memset(p + r * W, 0, size_t(W) * sizeof(T));
+        for (int64_t r = 0; r < R; ++r) {
+          if (k[r]) std::memcpy(p + r * W, g + r * W, size_t(W) * sizeof(T));
+          else std::memset(p + r * W, 0, size_t(W) * sizeof(T));
+        }
       }
       accumulate(x, dx);
     });

@@ -1,4 +1,5 @@
-// Graph instance norm: per graph of a disjoint union and per channel (kernels/norm_embed.h).
+// Graph instance norm: per graph of a disjoint union and per channel (kernels/norm_embed.h). On a GPU
+// the graph_ptr (checked on the host) is copied there for the kernels.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "kernels/norm_embed.h"
@@ -6,35 +7,52 @@
 namespace gnn::ag {
 
 Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor& graph_ptr, double eps) {
-  check_arg("instance_norm", "x", x, 2, x.dtype());
+  const Device dev = x.device();
+  check_arg_on("instance_norm", "x", x, 2, x.dtype(), dev);
   const int64_t F = x.size(1);
   check_graph_ptr("instance_norm", graph_ptr, x.size(0));
-  check_affine("instance_norm", gamma, beta, F, x.dtype());
+  check_affine("instance_norm", gamma, beta, F, x.dtype(), dev);
   const int64_t G = graph_ptr.size(0) - 1;
-  return dispatch_real("instance_norm", x.value(), [&](auto t) {
+  return dispatch_dev("instance_norm", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape()), mean = empty_like(x.value(), Shape{G, F}),
            rstd = empty_like(x.value(), Shape{G, F});
-    const int64_t* gp = graph_ptr.i64();
-    if constexpr (std::is_same_v<T, float>)
-      instance_norm_forward_cpu(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
-                                ptr_or_null<T>(beta), gp, G, F, T(eps));
-    else
+    const Tensor gptr = host_to_device_of(graph_ptr, x.value());
+    const int64_t* gp = gptr.i64();
+    if constexpr (std::is_same_v<T, float>) {
+      if (x.value().is_cuda()) {
+        if constexpr (kWithCuda)
+          instance_norm_forward_cuda(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
+                                     ptr_or_null<T>(beta), gp, G, F, T(eps), y.stream());
+      } else {
+        instance_norm_forward_cpu(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
+                                  ptr_or_null<T>(beta), gp, G, F, T(eps));
+      }
+    } else {
       instance_norm_forward_ref<T>(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
                                    ptr_or_null<T>(beta), gp, G, F, T(eps));
+    }
     return record("instance_norm", y, {x, gamma, beta}, [=](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       Tensor dg = gamma.defined() ? empty_like(dy, gamma.shape()) : Tensor();
       Tensor db = beta.defined() ? empty_like(dy, beta.shape()) : Tensor();
       T* dgp = dg.defined() ? ptr<T>(dg) : nullptr;
       T* dbp = db.defined() ? ptr<T>(db) : nullptr;
-      const int64_t* gp = graph_ptr.i64();
-      if constexpr (std::is_same_v<T, float>)
-        instance_norm_backward_cpu(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean), ptr<T>(rstd),
-                                   ptr_or_null<T>(gamma), gp, G, F);
-      else
+      const int64_t* gp = gptr.i64();
+      if constexpr (std::is_same_v<T, float>) {
+        if (dy.is_cuda()) {
+          Tensor ws = empty_like(dy, Shape{2, G, F});  // per-graph dgamma, dbeta terms, summed in graph order
+          if constexpr (kWithCuda)
+            instance_norm_backward_cuda(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean),
+                                        ptr<T>(rstd), ptr_or_null<T>(gamma), gp, G, F, ptr<T>(ws), dy.stream());
+        } else {
+          instance_norm_backward_cpu(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean), ptr<T>(rstd),
+                                     ptr_or_null<T>(gamma), gp, G, F);
+        }
+      } else {
         instance_norm_backward_ref<T>(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean),
                                       ptr<T>(rstd), ptr_or_null<T>(gamma), gp, G, F);
+      }
       accumulate(x, dx);
       if (dg.defined()) accumulate(gamma, dg);
       if (db.defined()) accumulate(beta, db);

@@ -8,7 +8,7 @@ namespace gnn::ag {
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   check_arg("layer_norm", "x", x, 2, x.dtype());
   const int64_t R = x.size(0), F = x.size(1);
-  check_affine("layer_norm", gamma, beta, F, x.dtype());
+  check_affine("layer_norm", gamma, beta, F, x.dtype(), Device::cpu());
   return dispatch_real("layer_norm", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape()), mean = empty_like(x.value(), Shape{R}), rstd = empty_like(x.value(), Shape{R});

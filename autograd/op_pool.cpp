@@ -1,5 +1,6 @@
 // Readout per graph of a disjoint union: sum, mean or max over each graph's node rows
-// (kernels/pooling.h). Max keeps the argmax row for the backward.
+// (kernels/pooling.h). Max keeps the argmax row for the backward. On a GPU the graph_ptr (checked on
+// the host) is copied there for the kernels.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "kernels/pooling.h"
@@ -7,21 +8,36 @@
 namespace gnn::ag {
 
 Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
-  check_arg("pool", "x", x, 2, x.dtype());
+  check_arg_on("pool", "x", x, 2, x.dtype(), x.device());
   check_graph_ptr("pool", graph_ptr, x.size(0));
-  const int64_t G = graph_ptr.size(0) - 1, F = x.size(1);
-  return dispatch_real("pool", x.value(), [&](auto t) {
+  const int64_t G = graph_ptr.size(0) - 1, F = x.size(1), N = x.size(0);
+  return dispatch_dev("pool", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{G, F});
-    Tensor argmax = op == Reduce::kMax ? Tensor::empty(Shape{G, F}, DType::I32) : Tensor();
+    Tensor argmax = op == Reduce::kMax ? Tensor::empty(Shape{G, F}, DType::I32, x.device()) : Tensor();
+    const Tensor gptr = host_to_device_of(graph_ptr, x.value());
     int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
-    if constexpr (std::is_same_v<T, float>) pool_forward_cpu(ptr<T>(y), am, ptr<T>(x.value()), graph_ptr.i64(), G, F, op);
-    else pool_forward_ref<T>(ptr<T>(y), am, ptr<T>(x.value()), graph_ptr.i64(), G, F, op);
-    return record("pool", y, {x}, [x, graph_ptr, argmax, G, F, op](const Tensor& dy) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (y.is_cuda()) {
+        if constexpr (kWithCuda) pool_forward_cuda(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op, y.stream());
+      } else {
+        pool_forward_cpu(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op);
+      }
+    } else {
+      pool_forward_ref<T>(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op);
+    }
+    return record("pool", y, {x}, [x, gptr, argmax, N, G, F, op](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       const int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
-      if constexpr (std::is_same_v<T, float>) pool_backward_cpu(ptr<T>(dx), ptr<T>(dy), am, graph_ptr.i64(), G, F, op);
-      else pool_backward_ref<T>(ptr<T>(dx), ptr<T>(dy), am, graph_ptr.i64(), G, F, op);
+      if constexpr (std::is_same_v<T, float>) {
+        if (dy.is_cuda()) {
+          if constexpr (kWithCuda) pool_backward_cuda(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), N, G, F, op, dy.stream());
+        } else {
+          pool_backward_cpu(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), G, F, op);
+        }
+      } else {
+        pool_backward_ref<T>(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), G, F, op);
+      }
       accumulate(x, dx);
     });
   });

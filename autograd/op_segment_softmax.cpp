@@ -1,5 +1,6 @@
 // Softmax over each node's incoming edges, per head (kernels/segment_softmax.h):
 //   y = softmax over the CSR row;  dx = y * (dy - sum_row y dy)
+// The CPU kernels, or the CUDA ones for a graph and scores on the GPU.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "kernels/segment_softmax.h"
@@ -7,22 +8,37 @@
 namespace gnn::ag {
 
 Var segment_softmax(const Graph& graph, const Var& scores) {
-  check_arg("segment_softmax", "scores", scores, 2, scores.dtype());
-  check_graph_device("segment_softmax", graph, Device::cpu());
+  check_arg_on("segment_softmax", "scores", scores, 2, scores.dtype(), scores.device());
+  check_graph_device("segment_softmax", graph, scores.device());
   GNN_CHECK(scores.size(0) == graph.num_edges, "segment_softmax: scores has ", scores.size(0),
             " rows for a graph of ", graph.num_edges, " edges");
   const int64_t S = graph.num_nodes, H = scores.size(1);
-  return dispatch_real("segment_softmax", scores.value(), [&](auto t) {
+  return dispatch_dev("segment_softmax", scores.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(scores.value(), scores.shape());
     const int32_t* indptr = graph.csr_indptr.i32();
-    if constexpr (std::is_same_v<T, float>) segment_softmax_forward_cpu(ptr<T>(y), ptr<T>(scores.value()), indptr, S, H);
-    else segment_softmax_forward_ref<T>(ptr<T>(y), ptr<T>(scores.value()), indptr, S, H);
+    if constexpr (std::is_same_v<T, float>) {
+      if (y.is_cuda()) {
+        if constexpr (kWithCuda) segment_softmax_forward_cuda(ptr<T>(y), ptr<T>(scores.value()), indptr, S, H, y.stream());
+      } else {
+        segment_softmax_forward_cpu(ptr<T>(y), ptr<T>(scores.value()), indptr, S, H);
+      }
+    } else {
+      segment_softmax_forward_ref<T>(ptr<T>(y), ptr<T>(scores.value()), indptr, S, H);
+    }
     return record("segment_softmax", y, {scores}, [scores, y, graph, S, H](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
       const int32_t* indptr = graph.csr_indptr.i32();
-      if constexpr (std::is_same_v<T, float>) segment_softmax_backward_cpu(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), indptr, S, H);
-      else segment_softmax_backward_ref<T>(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), indptr, S, H);
+      if constexpr (std::is_same_v<T, float>) {
+        if (dy.is_cuda()) {
+          if constexpr (kWithCuda)
+            segment_softmax_backward_cuda(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), indptr, S, H, dy.stream());
+        } else {
+          segment_softmax_backward_cpu(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), indptr, S, H);
+        }
+      } else {
+        segment_softmax_backward_ref<T>(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), indptr, S, H);
+      }
       accumulate(scores, dx);
     });
   });

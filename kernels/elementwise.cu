@@ -1,6 +1,7 @@
 // CUDA maps and per-graph readouts: elementwise arithmetic and column sums (kernels/elementwise.h),
 // activations (the same scalar formulas as the CPU, kernels/activation.h), the fused Adam update
-// (kernels/adam.h), embedding gather, and pooling per graph (kernels/pooling.h).
+// (kernels/adam.h), embedding gather and its ordered backward, pooling per graph (kernels/pooling.h), and
+// the column plumbing of the autograd ops (slices, head sums and dots, row masks, one-block sums).
 #include <cuda_runtime.h>
 
 #include "kernels/activation.h"
@@ -192,6 +193,78 @@ __global__ void pool_bwd_kernel(float* dx, const float* dy, const int32_t* argma
   }
 }
 
+
+__global__ void scale_kernel(float* y, const float* x, float s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = s * x[i];
+}
+
+__global__ void block_sum_kernel(float* y, const float* x, int64_t R, int64_t w, int64_t K, int64_t ld, int64_t stride,
+                                 float s) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < R * w; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = t / w, j = t % w;
+    float acc = 0.0f;
+    for (int64_t k = 0; k < K; ++k) acc += __ldg(x + r * ld + k * stride + j);
+    y[t] = s * acc;
+  }
+}
+
+__global__ void head_broadcast_kernel(float* y, const float* x, int64_t R, int64_t H, int64_t F, float s) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < R * H * F; t += int64_t(gridDim.x) * blockDim.x)
+    y[t] = s * __ldg(x + (t / (H * F)) * F + t % F);
+}
+
+__global__ void head_dot_kernel(float* y, const float* x, const float* a, int64_t R, int64_t H, int64_t D) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < R * H; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t h = t % H;
+    const float* xr = x + t * D;  // row r's head h block starts at (r*H + h)*D = t*D
+    float acc = 0.0f;
+    for (int64_t d = 0; d < D; ++d) acc += __ldg(xr + d) * __ldg(a + h * D + d);
+    y[t] = acc;
+  }
+}
+
+__global__ void head_dot_bwd_kernel(float* dx, float* prod, const float* dy, const float* x, const float* a, int64_t R,
+                                    int64_t H, int64_t D) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < R * H * D; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t rh = t / D, h = rh % H, d = t % D;
+    const float g = __ldg(dy + rh);
+    if (dx) dx[t] = g * __ldg(a + h * D + d);
+    if (prod) prod[t] = g * __ldg(x + t);
+  }
+}
+
+__global__ void mask_rows_kernel(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < R * W; t += int64_t(gridDim.x) * blockDim.x)
+    dx[t] = __ldg(keep + t / W) ? __ldg(dy + t) : 0.0f;
+}
+
+// One block: thread t sums x[t], x[t + 1024], ..., then a fixed tree over the 1024 partials.
+constexpr int kSumThreads = 1024;
+__global__ void __launch_bounds__(kSumThreads) sum_kernel(float* out, const float* x, int64_t n) {
+  __shared__ float part[kSumThreads];
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += kSumThreads) acc += __ldg(x + i);
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kSumThreads / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half) part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[0] = part[0];
+}
+
+// dtable[k, f] = sum over k's uses in order: one thread per (k, f), consecutive threads consecutive f.
+__global__ void embedding_bwd_kernel(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses, int64_t K,
+                                     int64_t F) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < K * F; t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = t / F, f = t % F;
+    float acc = 0.0f;
+    for (int64_t u = __ldg(ptr + k); u < __ldg(ptr + k + 1); ++u) acc += __ldg(dy + __ldg(uses + u) * F + f);
+    dtable[t] = acc;
+  }
+}
+
 }  // namespace
 
 void act_forward_cuda(float* y, const float* x, int64_t n, Act a, float slope, Stream stream) {
@@ -288,6 +361,57 @@ void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accu
   if (F == 0) return;
   column_sum_kernel<<<unsigned(ceil_div<int64_t>(F, 32)), kPoolWarps * 32, 0, stream>>>(out, x, R, F, accumulate);
   GNN_CUDA_LAUNCH_CHECK("column_sum_cuda");
+}
+
+// One grid-stride launch of `kernel` over n items, checked under `name`.
+#define GNN_LAUNCH_N(name, n, kernel, ...)                                           \
+  do {                                                                              \
+    if ((n) == 0) return;                                                           \
+    kernel<<<grid_for((n), name), kThreads, 0, stream>>>(__VA_ARGS__);              \
+    GNN_CUDA_LAUNCH_CHECK(name);                                                    \
+  } while (0)
+
+void scale_cuda(float* y, const float* x, float s, int64_t n, Stream stream) {
+  GNN_LAUNCH_N("scale_cuda", n, scale_kernel, y, x, s, n);
+}
+
+void copy_block_cuda(float* dst, int64_t wd, int64_t od, const float* src, int64_t ws, int64_t os, int64_t R, int64_t w,
+                     Stream stream) {
+  if (R * w == 0) return;
+  GNN_CUDA_CHECK(cudaMemcpy2DAsync(dst + od, size_t(wd) * sizeof(float), src + os, size_t(ws) * sizeof(float),
+                                   size_t(w) * sizeof(float), size_t(R), cudaMemcpyDeviceToDevice, stream));
+}
+
+void block_sum_cuda(float* y, const float* x, int64_t R, int64_t w, int64_t K, int64_t ld, int64_t stride, float s,
+                    Stream stream) {
+  GNN_LAUNCH_N("block_sum_cuda", R * w, block_sum_kernel, y, x, R, w, K, ld, stride, s);
+}
+
+void head_broadcast_cuda(float* y, const float* x, int64_t R, int64_t H, int64_t F, float s, Stream stream) {
+  GNN_LAUNCH_N("head_broadcast_cuda", R * H * F, head_broadcast_kernel, y, x, R, H, F, s);
+}
+
+void head_dot_cuda(float* y, const float* x, const float* a, int64_t R, int64_t H, int64_t D, Stream stream) {
+  GNN_LAUNCH_N("head_dot_cuda", R * H, head_dot_kernel, y, x, a, R, H, D);
+}
+
+void head_dot_backward_cuda(float* dx, float* prod, const float* dy, const float* x, const float* a, int64_t R,
+                            int64_t H, int64_t D, Stream stream) {
+  GNN_LAUNCH_N("head_dot_backward_cuda", R * H * D, head_dot_bwd_kernel, dx, prod, dy, x, a, R, H, D);
+}
+
+void mask_rows_cuda(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W, Stream stream) {
+  GNN_LAUNCH_N("mask_rows_cuda", R * W, mask_rows_kernel, dx, dy, keep, R, W);
+}
+
+void embedding_backward_cuda(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses, int64_t K,
+                             int64_t F, Stream stream) {
+  GNN_LAUNCH_N("embedding_backward_cuda", K * F, embedding_bwd_kernel, dtable, dy, ptr, uses, K, F);
+}
+
+void sum_cuda(float* out, const float* x, int64_t n, Stream stream) {
+  sum_kernel<<<1, kSumThreads, 0, stream>>>(out, x, n);
+  GNN_CUDA_LAUNCH_CHECK("sum_cuda");
 }
 
 }  // namespace gnn

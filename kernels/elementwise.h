@@ -61,6 +61,26 @@ void mul_cuda(float* y, const float* a, const float* b, int64_t n, Stream stream
 void add_row_cuda(float* y, const float* x, const float* row, int64_t R, int64_t F, Stream stream);
 void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, Stream stream);
 void transpose_cuda(float* y, const float* x, int64_t R, int64_t C, Stream stream);  // x [R, C] -> y [C, R]
+// The column plumbing of the autograd ops (autograd/op_columns.cpp, op_configs.cpp), f32 on `stream`:
+//   scale:          y = s x
+//   copy_block:     dst[r*wd + od + j] = src[r*ws + os + j], r < R, j < w (one cudaMemcpy2DAsync)
+//   block_sum:      y[r, j] = s * sum_{k < K} x[r*ld + k*stride + j], j < w; y [R, w], k in order
+//   head_broadcast: y[r, h*F + f] = s * x[r, f]; y [R, H*F]
+//   head_dot:       y[r, h] = sum_d x[r, h*D + d] a[h, d] (d in order)
+//   head_dot_bwd:   dx[r, h*D + d] = dy[r, h] a[h, d];  prod[r, h*D + d] = dy[r, h] x[r, h*D + d]  (either null)
+//   mask_rows:      dx[r, :] = keep[r] ? dy[r, :] : 0 over rows of W values
+//   sum:            out[0] = sum of x's n values (one block, a fixed order: the same bits every run)
+void scale_cuda(float* y, const float* x, float s, int64_t n, Stream stream);
+void copy_block_cuda(float* dst, int64_t wd, int64_t od, const float* src, int64_t ws, int64_t os, int64_t R, int64_t w,
+                     Stream stream);
+void block_sum_cuda(float* y, const float* x, int64_t R, int64_t w, int64_t K, int64_t ld, int64_t stride, float s,
+                    Stream stream);
+void head_broadcast_cuda(float* y, const float* x, int64_t R, int64_t H, int64_t F, float s, Stream stream);
+void head_dot_cuda(float* y, const float* x, const float* a, int64_t R, int64_t H, int64_t D, Stream stream);
+void head_dot_backward_cuda(float* dx, float* prod, const float* dy, const float* x, const float* a, int64_t R,
+                            int64_t H, int64_t D, Stream stream);
+void mask_rows_cuda(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W, Stream stream);
+void sum_cuda(float* out, const float* x, int64_t n, Stream stream);
 
 template <class T>
 T sum_all(const T* x, int64_t n) {  // in fixed chunks, then in order: bitwise stable

@@ -89,5 +89,12 @@ void instance_norm_backward_cuda(float* dx, float* dgamma, float* dbeta, const f
 void embedding_forward_cpu(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F);
 void embedding_forward_cuda(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F, Stream stream);
 void embedding_backward_cpu(float* dtable, const float* dy, const int32_t* idx, int64_t n, int64_t K, int64_t F);
+// The inverse of idx as a CSR: the uses of row k are uses[ptr[k] .. ptr[k+1]), in increasing i
+// (a stable counting sort). ptr has K + 1 entries, uses n. Both backward kernels sum in that order.
+void embedding_inverse(const int32_t* idx, int64_t n, int64_t K, int64_t* ptr, int64_t* uses);
+// CUDA: dtable[k, f] = sum over the uses u of row k, in order, of dy[u, f] (ptr and uses on the device,
+// from embedding_inverse): no atomics, the same bits as the CPU.
+void embedding_backward_cuda(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses, int64_t K,
+                             int64_t F, Stream stream);
 
 }  // namespace gnn

@@ -1,6 +1,7 @@
 // Instance norm: one task per graph running the reference's per-graph maths in float (so the two cannot
 // drift), with per-graph dgamma/dbeta partials summed in graph order afterwards. Embedding backward:
 // a counting sort of idx gives each table row its list of uses in index order; rows over threads.
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/norm_embed.h"
@@ -42,13 +43,18 @@ GNN_CPU_CLONES void embedding_forward_cpu(float* y, const float* table, const in
   for (int64_t i = 0; i < n; ++i) std::memcpy(y + i * F, table + int64_t(idx[i]) * F, size_t(F) * sizeof(float));
 }
 
+void embedding_inverse(const int32_t* idx, int64_t n, int64_t K, int64_t* ptr, int64_t* uses) {
+  std::fill(ptr, ptr + K + 1, int64_t(0));
+  for (int64_t i = 0; i < n; ++i) ptr[idx[i] + 1]++;
+  for (int64_t k = 0; k < K; ++k) ptr[k + 1] += ptr[k];
+  std::vector<int64_t> next(ptr, ptr + K);
+  for (int64_t i = 0; i < n; ++i) uses[next[size_t(idx[i])]++] = i;
+}
+
 GNN_CPU_CLONES void embedding_backward_cpu(float* dtable, const float* dy, const int32_t* idx, int64_t n, int64_t K,
                                            int64_t F) {
-  std::vector<int64_t> ptr(static_cast<size_t>(K + 1), 0), uses(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) ptr[size_t(idx[i]) + 1]++;
-  for (int64_t k = 0; k < K; ++k) ptr[size_t(k + 1)] += ptr[size_t(k)];
-  std::vector<int64_t> next(ptr.begin(), ptr.end() - 1);
-  for (int64_t i = 0; i < n; ++i) uses[size_t(next[size_t(idx[i])]++)] = i;
+  std::vector<int64_t> ptr(static_cast<size_t>(K + 1)), uses(static_cast<size_t>(n));
+  embedding_inverse(idx, n, K, ptr.data(), uses.data());
 #pragma omp parallel for schedule(dynamic, 16)
   for (int64_t k = 0; k < K; ++k) {
     float* row = dtable + k * F;

@@ -88,7 +88,8 @@ class GATConv : public Module {
   int64_t out_;
   GatOptions opt_;
   struct Prepared {
-    LoopedGraph looped;
+    LoopedGraph looped;       // the graph on the input graph's device
+    Graph host_looped;        // the same on the host (the edge-feature path reads it there)
     Tensor csr_src, csr_dst;  // i32 [E']: the endpoints of each CSR position (the edge-feature path)
   };
   Rng rng_;

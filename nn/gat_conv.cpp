@@ -55,14 +55,16 @@ ag::Var GATConv::forward(const Graph& g, const ag::Var& x, const Tensor& edge_at
   GNN_CHECK(x.value().dim() == 2 && x.size(1) == weight.size(0), "GATConv: expected [N, ", weight.size(0),
             "] input, got ", x.value().desc());
   const int64_t H = opt_.heads;
+  // Built on the host, then the looped graph is moved to g's device (the index arrays stay on the host).
   const Prepared& p = cache_.get(g, [this](const Graph& g) {
+    const Graph host = g.device().is_cpu() ? g : g.to(Device::cpu());
     Prepared p;
     if (opt_.add_self_loops) {
-      p.looped = add_self_loops(g);
+      p.looped = add_self_loops(host);
     } else {
-      std::vector<int64_t> ids(static_cast<size_t>(g.num_edges));
+      std::vector<int64_t> ids(static_cast<size_t>(host.num_edges));
       for (size_t e = 0; e < ids.size(); ++e) ids[e] = int64_t(e);
-      p.looped = {g, Tensor::from_vector(ids)};
+      p.looped = {host, Tensor::from_vector(ids)};
     }
     const Graph& lg = p.looped.graph;
     std::vector<int32_t> dst(static_cast<size_t>(lg.num_edges));
@@ -70,6 +72,8 @@ ag::Var GATConv::forward(const Graph& g, const ag::Var& x, const Tensor& edge_at
       for (int32_t q = lg.csr_indptr.i32()[v]; q < lg.csr_indptr.i32()[v + 1]; ++q) dst[size_t(q)] = int32_t(v);
     p.csr_src = lg.csr_indices;
     p.csr_dst = Tensor::from_vector(dst);
+    p.host_looped = lg;
+    if (!g.device().is_cpu()) p.looped.graph = lg.to(g.device());
     return p;
   });
   const Graph& lg = p.looped.graph;
@@ -84,7 +88,9 @@ ag::Var GATConv::forward(const Graph& g, const ag::Var& x, const Tensor& edge_at
                   edge_attr.size(1) == opt_.edge_dim,
               "GATConv: edge_attr must be [E, edge_dim] = [", g.num_edges, ", ", opt_.edge_dim, "], got ",
               edge_attr.defined() ? edge_attr.desc() : std::string("none"));
-    const ag::Var ea(looped_edge_attr(lg, p.looped.kept_eid, edge_attr, g.num_edges).astype(x.dtype()));
+    const ag::Var ea(looped_edge_attr(p.host_looped, p.looped.kept_eid, edge_attr.to(Device::cpu()), g.num_edges)
+                         .astype(x.dtype())
+                         .to(x.device()));
     ag::Var a_edge = ag::head_dot(ag::matmul(ea, edge_weight), att_edge);
     ag::Var pre = ag::add(ag::add(ag::gather_rows(a_src, p.csr_src), ag::gather_rows(a_dst, p.csr_dst)), a_edge);
     scores = ag::activation(pre, Act::kLeakyRelu, opt_.negative_slope);

@@ -14,11 +14,13 @@ using ag::Var;
 
 namespace {
 
-// Host copies in double: losses are O(n) or O(pairs) against O(n F^2) layers, so clarity wins.
-std::vector<double> values(const Tensor& t) { return t.astype(DType::F64).to_vector<double>(); }
+// Host copies in double: losses are O(n) or O(pairs) against O(n F^2) layers, so clarity wins (GPU
+// predictions are copied to the host, and their gradient back).
+std::vector<double> values(const Tensor& t) { return t.to(Device::cpu()).astype(DType::F64).to_vector<double>(); }
 
 void check_pred(const char* op, const Var& pred, const Tensor& target) {
-  ag::check_arg(op, "pred", pred, -1, pred.dtype());
+  ag::check_arg_on(op, "pred", pred, -1, pred.dtype(), pred.device());
+  GNN_CHECK(!target.is_cuda(), op, ": the target stays on the host, got ", target.desc());
   GNN_CHECK(pred.value().numel() == target.numel(), op, ": pred has ", pred.value().numel(), " values, target ",
             target.numel());
   for (double t : values(target)) GNN_CHECK(std::isfinite(t), op, ": target holds a non-finite value");
@@ -26,12 +28,12 @@ void check_pred(const char* op, const Var& pred, const Tensor& target) {
 
 // A loss computed on the host in double: L and dL/dp for every prediction.
 Var host_loss(const char* op, const Var& pred, double loss, std::vector<double> grad) {
-  Tensor value = Tensor::full(Shape{}, loss, pred.dtype());
+  Tensor value = Tensor::full(Shape{}, loss, pred.dtype(), pred.device());
   return ag::record(op, value, {pred}, [pred, grad = std::move(grad)](const Tensor& dy) {
     const double s = dy.item();
     Tensor g = Tensor::empty(pred.shape(), DType::F64);
     for (size_t i = 0; i < grad.size(); ++i) g.f64()[i] = grad[i] * s;
-    ag::accumulate(pred, g.astype(pred.dtype()));
+    ag::accumulate(pred, g.astype(pred.dtype()).to(pred.device()));
   });
 }
 

@@ -66,21 +66,22 @@ TEST_CASE("planetoid: a tiny two-class file loads symmetric, trains to 100%, and
   }
 }
 
-TEST_CASE("planetoid: GCN on the GPU reaches the host's result on the tiny file; other models are refused there") {
+TEST_CASE("planetoid: GCN, GAT and SAGE on the GPU follow the host's loss curve on the tiny file") {
   GNN_SKIP_UNLESS_CUDA();
   testing::TempDir dir;
   save_npz(dir.file("tiny.npz"), tiny_arrays());
   const PlanetoidData d = load_planetoid(dir.file("tiny.npz"));
-  std::vector<double> host, gpu;
-  const PlanetoidResult rh =
-      train_planetoid(d, {.model = "gcn", .epochs = 50}, [&](const PlanetoidEpoch& e) { host.push_back(e.loss); });
-  const PlanetoidResult rg = train_planetoid(d, {.model = "gcn", .epochs = 50, .device = Device::cuda(0)},
-                                             [&](const PlanetoidEpoch& e) { gpu.push_back(e.loss); });
-  CHECK(rg.test_acc == rh.test_acc);
-  REQUIRE(host.size() == gpu.size());
-  for (size_t i = 0; i < host.size(); ++i) CHECK(gpu[i] == doctest::Approx(host[i]).epsilon(1e-4));
-  CHECK_THROWS_WITH_AS(train_planetoid(d, {.model = "gat", .epochs = 1, .device = Device::cuda(0)}),
-                       doctest::Contains("trains gcn only so far"), Error);
+  for (const char* model : {"gcn", "gat", "sage"}) {
+    CAPTURE(model);
+    std::vector<double> host, gpu;
+    const PlanetoidResult rh =
+        train_planetoid(d, {.model = model, .epochs = 50}, [&](const PlanetoidEpoch& e) { host.push_back(e.loss); });
+    const PlanetoidResult rg = train_planetoid(d, {.model = model, .epochs = 50, .device = Device::cuda(0)},
+                                               [&](const PlanetoidEpoch& e) { gpu.push_back(e.loss); });
+    REQUIRE(host.size() == gpu.size());
+    for (size_t i = 0; i < host.size(); ++i) CHECK(gpu[i] == doctest::Approx(host[i]).epsilon(1e-3));
+    CHECK(std::abs(rg.test_acc - rh.test_acc) <= 0.1);
+  }
 }
 
 TEST_CASE("planetoid: the same seed gives the same run on 1 and 2 threads (GAT, Cora)") {

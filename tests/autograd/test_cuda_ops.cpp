@@ -1,0 +1,124 @@
+// Every autograd op with a CUDA path, run on the host and on the GPU from the same inputs: the values
+// and every input's gradient must agree (the loss is <y, r> for a fixed random r, so each backward sees
+// a dense, non-uniform upstream gradient), and a second GPU run must give the same bits (no atomics in
+// any backward). Index arrays stay on the host, as the ops take them. Skipped without a GPU.
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "autograd/ops.h"
+#include "kernels/graph_cases.h"
+#include "nn/loss.h"
+#include "runtime/cuda.h"
+#include "testing.h"
+
+using namespace gnn;
+
+namespace {
+
+using OpFn = std::function<ag::Var(const std::vector<ag::Var>&, const Graph&)>;
+
+struct Run {
+  std::vector<float> y;
+  std::vector<std::vector<float>> grads;
+};
+
+Run run_op(Device dev, const std::vector<Tensor>& inputs, const Graph& host_graph, const OpFn& f) {
+  std::vector<ag::Var> vars;
+  for (const Tensor& t : inputs) vars.push_back(ag::Var::param(dev.is_cpu() ? t.clone() : t.to(dev)));
+  const Graph g = dev.is_cpu() || host_graph.num_nodes == 0 ? host_graph : host_graph.to(dev);
+  const ag::Var y = f(vars, g);
+  REQUIRE(y.device() == dev);
+  const Tensor r = Tensor::from_vector(testing::random_values<float>(static_cast<size_t>(y.value().numel()), 77),
+                                       y.shape());
+  ag::backward(ag::sum(ag::mul(y, ag::Var(dev.is_cpu() ? r : r.to(dev)))));
+  Run out;
+  out.y = y.value().to_vector<float>();
+  for (const ag::Var& v : vars) out.grads.push_back(v.has_grad() ? v.grad().to_vector<float>() : std::vector<float>());
+  return out;
+}
+
+void close(const std::vector<float>& gpu, const std::vector<float>& cpu, const char* what) {
+  CAPTURE(what);
+  REQUIRE(gpu.size() == cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::fabs(gpu[i] - cpu[i]) <= 1e-4f * std::max(1.0f, std::fabs(cpu[i])));
+  }
+}
+
+void check_op(const char* name, const std::vector<Tensor>& inputs, const OpFn& f, const Graph& graph = Graph()) {
+  CAPTURE(name);
+  const Run cpu = run_op(Device::cpu(), inputs, graph, f);
+  const Run gpu = run_op(Device::cuda(0), inputs, graph, f), again = run_op(Device::cuda(0), inputs, graph, f);
+  close(gpu.y, cpu.y, "value");
+  REQUIRE(gpu.grads.size() == cpu.grads.size());
+  for (size_t i = 0; i < cpu.grads.size(); ++i) close(gpu.grads[i], cpu.grads[i], "gradient");
+  CHECK(std::memcmp(gpu.y.data(), again.y.data(), gpu.y.size() * sizeof(float)) == 0);
+  for (size_t i = 0; i < gpu.grads.size(); ++i)
+    CHECK(std::memcmp(gpu.grads[i].data(), again.grads[i].data(), gpu.grads[i].size() * sizeof(float)) == 0);
+}
+
+Tensor rand(Shape s, uint64_t seed) {
+  return Tensor::from_vector(testing::random_values<float>(static_cast<size_t>(s.numel()), seed), s);
+}
+
+}  // namespace
+
+TEST_CASE("cuda ops: arithmetic, reductions and column plumbing match the host, value and gradient") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor a = rand({37, 24}, 1), b = rand({37, 24}, 2), bias = rand({24}, 3), s = rand({1}, 4);
+  check_op("add", {a, b}, [](auto& v, auto&) { return ag::add(v[0], v[1]); });
+  check_op("sub", {a, b}, [](auto& v, auto&) { return ag::sub(v[0], v[1]); });
+  check_op("mul", {a, b}, [](auto& v, auto&) { return ag::mul(v[0], v[1]); });
+  check_op("scale", {a}, [](auto& v, auto&) { return ag::scale(v[0], -1.5); });
+  check_op("scale_by", {a, s}, [](auto& v, auto&) { return ag::scale_by(v[0], v[1]); });
+  check_op("add_bias", {a, bias}, [](auto& v, auto&) { return ag::add_bias(v[0], v[1]); });
+  check_op("mean", {rand({5000}, 5)}, [](auto& v, auto&) { return ag::reshape(ag::mean(v[0]), 1, 1); });
+  check_op("concat_cols", {a, rand({37, 5}, 6)}, [](auto& v, auto&) { return ag::concat_cols({v[0], v[1], v[0]}); });
+  check_op("slice_cols", {a}, [](auto& v, auto&) { return ag::slice_cols(v[0], 3, 17); });
+  check_op("head_mean", {a}, [](auto& v, auto&) { return ag::head_mean(v[0], 3); });
+  check_op("head_dot", {a, rand({4, 6}, 7)}, [](auto& v, auto&) { return ag::head_dot(v[0], v[1]); });
+  std::vector<int32_t> idx;
+  for (int i = 0; i < 90; ++i) idx.push_back(int32_t((i * 13 + 5) % 37 % 11));  // repeats, rows never used
+  const Tensor index = Tensor::from_vector(idx);
+  check_op("gather_rows", {a}, [index](auto& v, auto&) { return ag::gather_rows(v[0], index); });
+  check_op("reshape", {a}, [](auto& v, auto&) { return ag::reshape(ag::scale(v[0], 2.0), 37 * 3, 8); });
+  check_op("join_configs", {rand({37, 7}, 8), rand({37, 4 * 5}, 9)},
+           [](auto& v, auto&) { return ag::join_configs(v[0], v[1], 4); });
+  std::vector<uint8_t> keep(37);
+  for (size_t i = 0; i < keep.size(); ++i) keep[i] = uint8_t(i % 3 != 1);
+  const Tensor kt = Tensor::from_vector(keep);
+  check_op("keep_grad_rows", {a}, [kt](auto& v, auto&) { return ag::scale(ag::keep_grad_rows(v[0], kt), 3.0); });
+}
+
+TEST_CASE("cuda ops: pooling and instance norm per graph, with an empty graph, match the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 9, 9, 40, 41, 70});  // graph 1 empty
+  const Tensor x = rand({70, 40}, 11), gamma = rand({40}, 12), beta = rand({40}, 13);
+  for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax})
+    check_op("pool", {x}, [gp, op](auto& v, auto&) { return ag::pool(v[0], gp, op); });
+  check_op("instance_norm", {x, gamma, beta},
+           [gp](auto& v, auto&) { return ag::instance_norm(v[0], v[1], v[2], gp, 1e-5); });
+}
+
+TEST_CASE("cuda ops: GAT scores and the segment softmax match the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Graph g = testing::random_graph(300, 2400, 31, true);
+  const int64_t H = 4;
+  const Tensor as = rand({300, H}, 32), ad = rand({300, H}, 33);
+  check_op("gat_scores", {as, ad}, [](auto& v, const Graph& g) { return ag::gat_scores(g, v[0], v[1], 0.2); }, g);
+  check_op("segment_softmax", {rand({2400, H}, 34)}, [](auto& v, const Graph& g) { return ag::segment_softmax(g, v[0]); },
+           g);
+}
+
+TEST_CASE("cuda ops: the ranking losses take GPU predictions and return their gradient there") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor target = Tensor::from_vector(testing::random_values<double>(40, 41, 1.0, 10.0));
+  const Tensor groups = Tensor::from_vector(std::vector<int64_t>{0, 10, 20, 30, 40});
+  check_op("list_mle_loss", {rand({40, 1}, 42)}, [target, groups](auto& v, auto&) {
+    return ag::reshape(nn::list_mle_loss(v[0], target, groups, 10.0), 1, 1);
+  });
+  check_op("mse_loss", {rand({40, 1}, 43)},
+           [target](auto& v, auto&) { return ag::reshape(nn::mse_loss(v[0], target), 1, 1); });
+}
