@@ -8,19 +8,20 @@
 #include "apps/commands.h"
 #include "apps/train/trainer.h"
 #include "io/atomic_file.h"
+#include "runtime/cuda.h"
 #include "runtime/parallel.h"
 
 namespace gnn::cli {
 
 namespace {
 
-void check_device(const Args& a) {
+// --device: the host, or GPU 0 when this build and machine have one.
+Device parse_device(const Args& a) {
   const std::string d = a.str("device");
-  if (d == "cpu") return;
-  if (d == "cuda")
-    GNN_FAIL("--device cuda: training and inference on the GPU are not in this build yet (the CUDA backend is being "
-             "built); use --device cpu");
-  throw UsageError("--device: expected cpu or cuda, got '" + d + "'");
+  if (d == "cpu") return Device::cpu();
+  if (d != "cuda") throw UsageError("--device: expected cpu or cuda, got '" + d + "'");
+  if (!cuda_available()) throw UsageError("--device cuda is not usable here: " + cuda_status());
+  return Device::cuda(0);
 }
 
 void set_threads(const Args& a) {
@@ -33,10 +34,11 @@ struct RunOnSplit {
   std::unique_ptr<train::GraphSource> graphs;
 };
 RunOnSplit open_run(const Args& a) {
-  check_device(a);
+  const Device device = parse_device(a);
   set_threads(a);
   RunOnSplit r;
   r.model = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")));
+  nn::move_parameters(*r.model.model, device);
   auto files = train::kind_files(a.str("data"), r.model.recipe->kind, a.str("split"));
   GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", r.model.recipe->kind, " ", a.str("split"), " files");
   r.graphs = std::make_unique<train::GraphSource>(std::move(files), r.model.prep, uint64_t(2) << 30);
@@ -91,9 +93,9 @@ Command train_command() {
   }
   c.details = details;
   c.run = [](const Args& a) {
-    check_device(a);
-    set_threads(a);
     train::TrainOptions o;
+    o.device = parse_device(a);
+    set_threads(a);
     if (a.has("model")) o.recipe = a.str("model");
     if (!o.recipe.empty()) (void)train::find_recipe(o.recipe);
     GNN_CHECK(!o.recipe.empty() || a.on("resume"), "--model: no recipe given (gnn models lists them)");

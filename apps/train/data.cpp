@@ -110,12 +110,26 @@ std::vector<int64_t> sample_without_replacement(int64_t n, int64_t k, Rng& rng) 
 
 const Batch::Gcn& Batch::gcn() const {
   if (!gcn_) {
+    const Device dev = graph.device();
     Gcn g;
-    g.graph = nn::add_self_loops(graph).graph;
+    g.graph = nn::add_self_loops(dev.is_cpu() ? graph : *host_graph_).graph;
     g.weight = nn::gcn_norm(g.graph);
+    if (!dev.is_cpu()) g.graph = g.graph.to(dev), g.weight = g.weight.to(dev);
     gcn_ = std::make_shared<const Gcn>(std::move(g));
   }
   return *gcn_;
+}
+
+Batch Batch::to(Device device) const {
+  if (graph.device() == device) return *this;
+  GNN_CHECK(graph.device().is_cpu(), "Batch::to: the batch is already on ", graph.device().str());
+  Batch b = *this;
+  b.host_graph_ = std::make_shared<const Graph>(graph);
+  b.graph = graph.to(device);
+  b.gcn_.reset();
+  for (Tensor* t : {&b.x, &b.config_feat, &b.node_config})
+    if (t->defined()) *t = t->to(device);
+  return b;
 }
 
 Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,

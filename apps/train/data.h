@@ -85,8 +85,14 @@ struct Batch {
   Tensor group_ptr;    // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
   Tensor keep_grad;    // u8 [N] nodes whose gradient flows (segment training); undefined: all
 
+  // The batch with its float inputs (x, config_feat, node_config) and graphs on `device`; the index
+  // arrays (opcode, graph_ptr, node_graph, config_nodes, config_ptr, keep_grad) and the targets stay on
+  // the host, where the ops check them (and copy what their kernels read). Itself for the host.
+  Batch to(Device device) const;
+
  private:
   mutable std::shared_ptr<const Gcn> gcn_;
+  std::shared_ptr<const Graph> host_graph_;  // set by to(): gcn() builds on the host, then moves
 };
 // configs[g]: the config indices of graphs[g] (all the same length). segment > 0 keeps, in each
 // graph larger than it, a random contiguous range of that many nodes for the backward (rng decides).

@@ -109,7 +109,7 @@ ag::Var batch_loss(const HParams& h, const ag::Var& pred, const Batch& b) {
 
 // The graphs a non-finite value came from: the first graph whose prediction is not finite, or all.
 std::string culprit(const ag::Var& pred, const Batch& b) {
-  const Tensor p = pred.value();
+  const Tensor p = pred.value().to(Device::cpu());
   for (int64_t i = 0; i < p.numel(); ++i)
     if (!std::isfinite(p.f32()[i])) return b.ids[size_t(i / b.configs)];
   std::string all;
@@ -195,12 +195,14 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
                                     int64_t chunk) {
   GNN_CHECK(chunk >= 1, "--eval-chunk must be at least 1");
   ag::NoGrad no_grad;
+  const auto params = model.parameters();
+  const Device dev = params.empty() ? Device::cpu() : params.front().var.device();
   std::vector<double> out;
   out.reserve(configs.size());
   for (size_t at = 0; at < configs.size(); at += size_t(chunk)) {
     const std::vector<int64_t> part(configs.begin() + long(at), configs.begin() + long(std::min(configs.size(), at + size_t(chunk))));
-    const Batch b = make_batch({&g}, {part});
-    const Tensor p = model.forward(b).value().astype(DType::F64);
+    const Batch b = make_batch({&g}, {part}).to(dev);
+    const Tensor p = model.forward(b).value().to(Device::cpu()).astype(DType::F64);
     for (int64_t i = 0; i < p.numel(); ++i) out.push_back(p.f64()[i]);
   }
   // A diverged model may predict NaN or Inf: those configs rank last (and the score shows it).
@@ -360,6 +362,7 @@ TrainResult run_training(const TrainOptions& o) {
   } else if (fs::exists(metrics_path)) {
     fs::remove(metrics_path);
   }
+  nn::move_parameters(*model, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
 
   GraphSource train_src(train_files, prep, kGraphBudget), valid_src(valid_files, prep, kGraphBudget);
   const int64_t n = int64_t(train_files.size()), batches = (n + G - 1) / G;
@@ -415,7 +418,7 @@ TrainResult run_training(const TrainOptions& o) {
       }
       std::vector<std::vector<int64_t>> configs;
       for (const ModelGraph* g : graphs) configs.push_back(sample_without_replacement(g->num_configs(), cb, rng));
-      const Batch b = make_batch(graphs, configs, segment, &rng);
+      const Batch b = make_batch(graphs, configs, segment, &rng).to(o.device);
 
       model->train();
       opt.zero_grad();

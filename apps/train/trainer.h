@@ -34,6 +34,7 @@ struct TrainOptions {
   int64_t kill_after_steps = 0;             // tests: SIGKILL this process after that step's checkpoint
   int64_t max_graphs = 0;                   // > 0: use only the first N train and valid graphs
   bool quiet = false;                       // no per-epoch lines on stdout (metrics.jsonl still written)
+  Device device = Device::cpu();            // where the model and each batch's features live
 };
 
 struct TrainResult {
@@ -56,7 +57,8 @@ LoadedModel load_model(const std::string& checkpoint);
 // RUN/best.npz when it exists, else RUN/model.npz; `which` = best | last forces one.
 std::string run_checkpoint(const std::string& run, const std::string& which);
 
-// Scores (lower = faster) for the listed configs of one graph, `chunk` configs per forward pass. A
+// Scores (lower = faster) for the listed configs of one graph, `chunk` configs per forward pass, on the
+// device of the model's parameters (batches are moved there, the scores copied back). A
 // non-finite score (a diverged model) becomes the largest double, with a warning: it ranks last.
 std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs,
                                     int64_t chunk);
