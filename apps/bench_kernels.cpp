@@ -11,6 +11,7 @@
 #include "kernels/segment_softmax.h"
 #include "kernels/spmm.h"
 #include "kernels/spmm_cusparse.h"
+#include "nn/conv.h"
 #include "runtime/cuda.h"
 #include "runtime/random_graph.h"
 #include "runtime/tensor.h"
@@ -133,6 +134,17 @@ KernelCase gemm_case(const KernelShape& s) {
   return k;
 }
 
+// The least memory traffic and the flops of a SAGE layer pass: forward reads x (gathered per edge, and
+// once as the root), writes y (and z); backward reads dy, z, x again (gathers and root), writes dx,
+// reads d_agg per edge. Weights are small and not counted.
+void sage_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t O, int64_t C, bool bwd) {
+  const int64_t M = N * C, CF = C * F;
+  const double fwd = 4.0 * (double(E) * CF + double(M) * F + double(M) * O * (bwd ? 2 : 1));
+  const double bwdb = 4.0 * (2.0 * M * O + double(E) * CF + 2.0 * M * F + double(E) * CF);
+  k.bytes = fwd + (bwd ? bwdb : 0);
+  k.flops = 2.0 * M * (2 * F) * O * (bwd ? 3 : 1) + double(E) * CF * (bwd ? 2 : 1);  // GEMMs + gathers
+}
+
 // sage-layer / sage-layer-fused: y = relu([mean_{j->i} x_j | x_i] W + b), W [2F, F].
 // The composed layer runs the separate kernels (spmm mean, two GEMMs, bias + relu); the fused one
 // builds [agg | x] per row block and multiplies once (kernels/sage.h). --backward adds dx, dW, db.
@@ -189,12 +201,7 @@ KernelCase sage_case(bool fused, const KernelShape& s) {
       spmm_backward_x_cpu(dx->f32(), dagg->f32(), nullptr, nullptr, d->v, CF, CF, CF, Reduce::kMean, true);
     };
   }
-  // forward: read x (gathered per edge, and once as the root), write y (and z); backward: read dy, z,
-  // x again (gathers and root), write dx, read d_agg per edge. Weights are small and not counted.
-  const double fwd = 4.0 * (double(E) * CF + double(M) * F + double(M) * O * (bwd ? 2 : 1));
-  const double bwdb = 4.0 * (2.0 * M * O + double(E) * CF + 2.0 * M * F + double(E) * CF);
-  k.bytes = fwd + (bwd ? bwdb : 0);
-  k.flops = 2.0 * M * (2 * F) * O * (bwd ? 3 : 1) + double(E) * CF * (bwd ? 2 : 1);  // GEMMs + gathers
+  sage_traffic(k, N, E, F, O, C, bwd);
   return k;
 }
 
@@ -215,6 +222,15 @@ KernelCase softmax_case(const KernelShape& s) {
   k.bytes = 4.0 * (2.0 * E * H + double(N + 1)) * (bwd ? 2.5 : 1);  // read x, write y (+ read y, dy, write dx)
   k.flops = 4.0 * double(E) * H * (bwd ? 2 : 1);
   return k;
+}
+
+// The traffic and flops of a GAT layer pass: forward reads x, writes h, reads h per edge (gather) and
+// per node, writes y; backward about twice that.
+void gat_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t H, int64_t D, bool bwd) {
+  const int64_t HD = H * D;
+  const double fwd = 4.0 * (double(N) * F + 2.0 * N * HD + double(E) * HD + 6.0 * E * H);
+  k.bytes = fwd * (bwd ? 3 : 1);
+  k.flops = (2.0 * N * F * HD + 2.0 * E * HD) * (bwd ? 3 : 1);
 }
 
 // gat-layer: 4 heads of F/4 (concat), h = x W; a_src/a_dst = per-head dots with the attention
@@ -275,10 +291,53 @@ KernelCase gat_case(const KernelShape& s) {
     gemm_cpu(true, false, F, HD, N, 1.0f, B.x.f32(), F, dh, HD, 0.0f, B.dW.f32(), HD);
     gemm_cpu(false, true, N, F, HD, 1.0f, dh, HD, B.W.f32(), HD, 0.0f, B.dx.f32(), F);
   };
-  // forward: read x, write h, read h per edge (gather) and per node, write y; backward about twice that
-  const double fwd = 4.0 * (double(N) * F + 2.0 * N * HD + double(E) * HD + 6.0 * E * H);
-  k.bytes = fwd * (bwd ? 3 : 1);
-  k.flops = (2.0 * N * F * HD + 2.0 * E * HD) * (bwd ? 3 : 1);
+  gat_traffic(k, N, E, F, H, D, bwd);
+  return k;
+}
+
+// On the GPU, sage-layer and gat-layer time the engine's layers through the autograd, as a user runs
+// them (nn::SAGEConv unfused, relu; nn::GATConv with 4 heads of F/4 concatenated, no self-loops, no
+// bias), on the same graph and shapes as the CPU cases and PyG's peers: forward, and with --backward
+// the backward from a fixed upstream gradient into dx and every weight (PyTorch's y.backward(dy)).
+KernelCase gpu_layer_case(bool gat, const KernelShape& s) {
+  auto d = std::make_shared<GraphData>(s);
+  const Device dev = device_of(s);
+  const int64_t N = s.nodes, F = s.features, E = d->g.num_edges, H = 4, D = std::max<int64_t>(1, F / H);
+  struct Layer {
+    Rng rng{7};
+    std::unique_ptr<nn::SAGEConv> sage;
+    std::unique_ptr<nn::GATConv> gat;
+    ag::Var x;
+    Tensor dy;
+    std::vector<nn::NamedParam> params;
+  };
+  auto L = std::make_shared<Layer>();
+  if (gat) {
+    L->gat = std::make_unique<nn::GATConv>(F, D, L->rng, nn::GatOptions{.heads = H, .add_self_loops = false, .bias = false});
+    nn::move_parameters(*L->gat, dev);
+    L->params = L->gat->parameters();
+  } else {
+    L->sage = std::make_unique<nn::SAGEConv>(F, F, L->rng, nn::SageOptions{.act = Act::kRelu, .fused = false});
+    nn::move_parameters(*L->sage, dev);
+    L->params = L->sage->parameters();
+  }
+  L->x = ag::Var::param(random_tensor(N, F, 1).to(dev));
+  L->dy = random_tensor(N, gat ? H * D : F, 2).to(dev);
+  const bool bwd = s.backward;
+  KernelCase k;
+  k.step = [L, d, gat, bwd] {
+    auto forward = [&] { return gat ? L->gat->forward(d->g, L->x) : L->sage->forward(d->g, L->x); };
+    if (!bwd) {
+      ag::NoGrad no_tape;
+      forward();
+      return;
+    }
+    ag::backward(forward(), L->dy);
+    L->x.zero_grad();
+    for (const nn::NamedParam& p : L->params) p.var.zero_grad();
+  };
+  if (gat) gat_traffic(k, N, E, F, H, D, bwd);
+  else sage_traffic(k, N, E, F, F, 1, bwd);
   return k;
 }
 
@@ -289,9 +348,11 @@ std::vector<std::string> bench_kernel_names() {
 }
 
 KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
-  if (s.cuda && name != "gemm" && name.rfind("spmm-", 0) != 0)
+  if (s.cuda && name != "gemm" && name.rfind("spmm-", 0) != 0 && name != "sage-layer" && name != "gat-layer")
     throw UsageError("gnn bench kernel: " + name + " runs on the CPU only so far (--device cuda: gemm, spmm-sum, "
-                     "spmm-mean, spmm-max)");
+                     "spmm-mean, spmm-max, sage-layer, gat-layer)");
+  if (s.cuda && s.configs > 1 && (name == "sage-layer" || name == "gat-layer"))
+    throw UsageError("gnn bench kernel: " + name + " on --device cuda does not take --configs");
   if (s.cuda && !cuda_available())
     throw UsageError("gnn bench kernel: --device cuda is not usable here: " + cuda_status());
   // Configs share a layer's weights: its GEMMs cover (N*C) x F. The fused SAGE kernel and the GAT
@@ -304,8 +365,8 @@ KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
   if (name == "spmm-mean") return spmm_case(Reduce::kMean, s);
   if (name == "spmm-max") return spmm_case(Reduce::kMax, s);
   if (name == "segment-softmax") return softmax_case(s);
-  if (name == "gat-layer") return gat_case(s);
-  if (name == "sage-layer") return sage_case(false, s);
+  if (name == "gat-layer") return s.cuda ? gpu_layer_case(true, s) : gat_case(s);
+  if (name == "sage-layer") return s.cuda ? gpu_layer_case(false, s) : sage_case(false, s);
   if (name == "sage-layer-fused") return sage_case(true, s);
   std::string all;
   for (const std::string& n : bench_kernel_names()) all += (all.empty() ? "" : ", ") + n;

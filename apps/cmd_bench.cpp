@@ -112,7 +112,7 @@ Command bench_command() {
              {"features", "F", "kernel: feature width", "128"},
              {"configs", "C", "kernel: configs batched node-major as N x (C*F)", "1"},
              {"backward", "", "kernel: time forward + backward"},
-             {"device", "cpu|cuda", "kernel: where to run (cuda: gemm and spmm-*, timed by CUDA events)", "cpu"},
+             {"device", "cpu|cuda", "kernel: where to run (cuda: gemm, spmm-*, sage-layer, gat-layer; timed by CUDA events)", "cpu"},
              {"spmm", "gnn|cusparse", "kernel: spmm-sum/mean on cuda through gnn's kernel or cuSPARSE", "gnn"},
              {"save-graph", "FILE", "kernel: also write the graph (edge_index) as npz, for peer scripts"},
              {"keys", "K1,K2", "npz: load only these arrays"},

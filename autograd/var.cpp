@@ -81,19 +81,37 @@ void accumulate(const Var& v, Tensor g) {
   n.grad = std::move(sum);
 }
 
+namespace {
+void run_backward(const Var& y, const Tensor& seed);
+}  // namespace
+
 void backward(const Var& loss) {
   GNN_CHECK(loss.defined() && loss.value().numel() == 1, "backward needs a one-element loss, got ",
             loss.defined() ? loss.value().desc() : std::string("an undefined Var"));
-  GNN_CHECK(loss.requires_grad(), "backward: the loss does not depend on anything that requires a gradient");
-  if (loss.node()->recorded) {
+  run_backward(loss, Tensor::full(loss.shape(), 1.0, loss.dtype(), loss.device()));
+}
+
+void backward(const Var& y, const Tensor& dy) {
+  GNN_CHECK(y.defined(), "backward: an undefined Var");
+  GNN_CHECK(dy.defined() && dy.shape() == y.shape() && dy.dtype() == y.dtype() && dy.device() == y.device(),
+            "backward: the seed gradient ", dy.defined() ? dy.desc() : std::string("(undefined)"), " must match ",
+            y.value().desc());
+  run_backward(y, dy.clone());  // a copy: gradients are accumulated in place, the caller's dy must not be
+}
+
+namespace {
+
+void run_backward(const Var& y, const Tensor& seed) {
+  GNN_CHECK(y.requires_grad(), "backward: the loss does not depend on anything that requires a gradient");
+  if (y.node()->recorded) {
     bool found = false;
-    for (const Entry& e : t_tape) found = found || e.output == loss.node();
+    for (const Entry& e : t_tape) found = found || e.output == y.node();
     GNN_CHECK(found, "backward: the loss's history was consumed by an earlier backward (or cleared); add the "
                      "losses and call backward once");
   }
   std::vector<Entry> tape;
   tape.swap(t_tape);  // cleared even when a backward closure throws
-  accumulate(loss, Tensor::full(loss.shape(), 1.0, loss.dtype(), loss.device()));
+  accumulate(y, seed);
   NoGrad no_grad;  // closures compute with ops' kernels directly; nothing they do is recorded
   for (size_t i = tape.size(); i-- > 0;) {
     Entry& e = tape[i];
@@ -102,6 +120,8 @@ void backward(const Var& loss) {
     e.output->grad = Tensor();   // an intermediate's gradient is spent once its entry has run
   }
 }
+
+}  // namespace
 
 size_t tape_size() { return t_tape.size(); }
 void clear_tape() { t_tape.clear(); }

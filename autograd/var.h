@@ -86,6 +86,9 @@ void accumulate(const Var& v, Tensor g);
 // several losses, add them and call backward once (a second backward on a loss whose history is
 // gone is refused).
 void backward(const Var& loss);
+// The same from any output y with the gradient dy (y's shape, dtype and device) as the seed: the
+// vector-Jacobian product a benchmark or a custom loss needs (PyTorch's y.backward(dy)).
+void backward(const Var& y, const Tensor& dy);
 // How many entries are recorded on this thread; clear_tape() drops them (a forward with no backward).
 size_t tape_size();
 void clear_tape();

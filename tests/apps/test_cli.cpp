@@ -161,8 +161,12 @@ TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") 
   CHECK(r.exit_code == 2);
   r = run_gnn("bench kernel spmm-max --spmm cusparse --device cuda");
   CHECK(r.exit_code == 2);
-  r = run_gnn("bench kernel sage-layer --device cuda");
+  r = run_gnn("bench kernel sage-layer-fused --device cuda");
   CHECK(r.exit_code == 2);
+  CHECK(r.err.find("runs on the CPU only so far") != std::string::npos);
+  r = run_gnn("bench kernel gat-layer --device cuda --configs 4");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("on --device cuda does not take --configs") != std::string::npos);
   if (!cuda_available()) {
     r = run_gnn("bench kernel gemm --device cuda");
     CHECK(r.exit_code == 2);
@@ -176,10 +180,10 @@ TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") 
   CHECK(Json::parse(last_line(r.out))["configs"].as_number() == 4);
 }
 
-TEST_CASE("cli: bench kernel on the GPU: gnn's SpMM, cuSPARSE's and cuBLAS GEMM") {
+TEST_CASE("cli: bench kernel on the GPU: gnn's SpMM, cuSPARSE's, cuBLAS GEMM and the SAGE and GAT layers") {
   GNN_SKIP_UNLESS_CUDA();
   for (const char* cmd : {"spmm-mean --backward", "spmm-max", "spmm-sum --spmm cusparse", "spmm-mean --spmm cusparse",
-                          "gemm --backward"}) {
+                          "gemm --backward", "sage-layer", "sage-layer --backward", "gat-layer --backward"}) {
     CAPTURE(cmd);
     auto r = run_gnn(std::string("bench kernel ") + cmd + " --device cuda --nodes 3000 --edges 6000 --features 64 --json");
     REQUIRE(r.exit_code == 0);

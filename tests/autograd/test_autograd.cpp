@@ -53,6 +53,24 @@ TEST_CASE("autograd: no-grad records nothing, detach cuts the history, bad losse
   ag::clear_tape();
 }
 
+TEST_CASE("autograd: backward from an output with a seed gradient equals backward of <y, dy>") {
+  const ag::Var a = rand_var({5, 4}, 1), b = rand_var({4, 3}, 2);
+  const Tensor dy = rand_var({5, 3}, 3, -1, 1, false).value();
+  ag::backward(ag::sum(ag::mul(ag::relu(ag::matmul(a, b)), ag::Var(dy))));
+  const std::vector<double> ga = a.grad().to_vector<double>(), gb = b.grad().to_vector<double>();
+  a.zero_grad(), b.zero_grad();
+  const std::vector<double> seed = dy.to_vector<double>();
+  ag::backward(ag::relu(ag::matmul(a, b)), dy);
+  CHECK(dy.to_vector<double>() == seed);  // the caller's seed is not written
+  const std::vector<double> ga2 = a.grad().to_vector<double>(), gb2 = b.grad().to_vector<double>();
+  for (size_t i = 0; i < ga.size(); ++i) CHECK(ga2[i] == doctest::Approx(ga[i]).epsilon(1e-5));
+  for (size_t i = 0; i < gb.size(); ++i) CHECK(gb2[i] == doctest::Approx(gb[i]).epsilon(1e-5));
+  const ag::Var y = ag::matmul(a, b);
+  CHECK_THROWS_WITH_AS(ag::backward(y, Tensor::zeros({3, 5}, DType::F64)),
+                       doctest::Contains("backward: the seed gradient"), Error);
+  ag::clear_tape();
+}
+
 TEST_CASE("autograd: arithmetic, matmul in all four transposes, activations") {
   ag::Var a = rand_var({4, 3}, 1), b = rand_var({4, 3}, 2), bias = rand_var({3}, 3), s = rand_var({1}, 4);
   check_grads({a, b}, [&] { return probe(ag::add(a, b)); });

@@ -1,0 +1,73 @@
+"""gnn's SAGE and GAT layers on the GPU against PyG's, forward + backward, on the same graph and GPU.
+
+    python3 bench/peers/cuda_layers.py [--gnn build/bin/gnn] [--repeat 50] [--rounds 3]
+
+`gnn bench kernel sage-layer|gat-layer --device cuda --backward` times gnn's nn layers through its
+autograd (SAGEConv unfused: mean aggregation, root weight, bias, relu; GATConv: 4 heads of F/4
+concatenated, no self-loops, no bias), the backward seeded with a fixed upstream gradient into dx and
+every weight; it writes its graph, and this script times PyG's SAGEConv / GATConv on that graph the
+same way (y.backward(g), x requiring grad). Both sides are medians of CUDA-event timings after warm-up;
+with --rounds R they are timed in turn R times and the median of the per-round ratios is printed.
+Python, PyTorch and PyG serve the comparison only.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+
+import numpy as np
+import torch
+from timing import cuda_median_ms
+
+
+def gnn(args, *cli):
+    out = subprocess.run([args.gnn, "bench", "kernel", *cli, "--device", "cuda", "--backward", "--json", "--repeat",
+                          str(args.repeat)], check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def layer(args, kind, n, e, f):
+    shape = ["--nodes", str(n), "--edges", str(e), "--features", str(f)]
+    with tempfile.NamedTemporaryFile(suffix=".npz") as tmp:
+        gnn(args, kind, *shape, "--save-graph", tmp.name)
+        z = np.load(tmp.name)
+    ei = torch.from_numpy(z["edge_index"]).cuda()
+    edge_index = torch.stack([ei[:, 1], ei[:, 0]])  # PyG: row 0 source, row 1 target
+    x = torch.randn(n, f, device="cuda", requires_grad=True)
+    if kind == "sage-layer":
+        from torch_geometric.nn import SAGEConv
+        conv = SAGEConv(f, f, aggr="mean").cuda()
+        g = torch.randn(n, f, device="cuda")
+        step = lambda: torch.relu(conv(x, edge_index)).backward(g)
+    else:
+        from torch_geometric.nn import GATConv
+        conv = GATConv(f, f // 4, heads=4, add_self_loops=False, bias=False).cuda()
+        g = torch.randn(n, f, device="cuda")
+        step = lambda: conv(x, edge_index).backward(g)
+    ratios = []
+    for r in range(args.rounds):
+        ours = gnn(args, kind, *shape)["median_ms"]
+        peer = cuda_median_ms(step, args.repeat)
+        ratios.append(peer / ours)
+        print(f"{kind} fwd+bwd N={n} E={e} F={f} round {r + 1}/{args.rounds}: gnn {ours:.3f} ms | "
+              f"PyG {peer:.3f} ms -> {peer / ours:.2f}x", flush=True)
+    print(f"{kind} fwd+bwd N={n} E={e} F={f}: median ratio PyG/gnn {statistics.median(ratios):.2f}x "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gnn", default="build/bin/gnn")
+    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    import torch_geometric
+    print(f"torch {torch.__version__}, PyG {torch_geometric.__version__}, {torch.cuda.get_device_name()}")
+    for kind in ("sage-layer", "gat-layer"):
+        for n, e, f in ((10_000, 20_000, 128), (100_000, 200_000, 128), (100_000, 1_000_000, 256)):
+            layer(args, kind, n, e, f)
+
+
+if __name__ == "__main__":
+    main()
