@@ -65,7 +65,7 @@ Tensor rand(Shape s, uint64_t seed) {
 
 }  // namespace
 
-TEST_CASE("cuda ops: arithmetic, reductions and column plumbing match the host, value and gradient") {
+TEST_CASE("cuda ops: arithmetic, reductions, layer norm and column plumbing match the host, value and gradient") {
   GNN_SKIP_UNLESS_CUDA();
   const Tensor a = rand({37, 24}, 1), b = rand({37, 24}, 2), bias = rand({24}, 3), s = rand({1}, 4);
   check_op("add", {a, b}, [](auto& v, auto&) { return ag::add(v[0], v[1]); });
@@ -75,6 +75,9 @@ TEST_CASE("cuda ops: arithmetic, reductions and column plumbing match the host, 
   check_op("scale_by", {a, s}, [](auto& v, auto&) { return ag::scale_by(v[0], v[1]); });
   check_op("add_bias", {a, bias}, [](auto& v, auto&) { return ag::add_bias(v[0], v[1]); });
   check_op("mean", {rand({5000}, 5)}, [](auto& v, auto&) { return ag::reshape(ag::mean(v[0]), 1, 1); });
+  check_op("layer_norm", {a, bias, rand({24}, 10)},
+           [](auto& v, auto&) { return ag::layer_norm(v[0], v[1], v[2], 1e-5); });
+  check_op("layer_norm without affine", {a}, [](auto& v, auto&) { return ag::layer_norm(v[0], ag::Var(), ag::Var()); });
   check_op("concat_cols", {a, rand({37, 5}, 6)}, [](auto& v, auto&) { return ag::concat_cols({v[0], v[1], v[0]}); });
   check_op("slice_cols", {a}, [](auto& v, auto&) { return ag::slice_cols(v[0], 3, 17); });
   check_op("head_mean", {a}, [](auto& v, auto&) { return ag::head_mean(v[0], 3); });
