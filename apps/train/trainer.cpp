@@ -20,6 +20,7 @@
 #include "nn/loss.h"
 #include "nn/optim.h"
 #include "runtime/allocator.h"
+#include "runtime/cuda.h"
 
 namespace gnn::train {
 
@@ -517,6 +518,10 @@ TrainResult run_training(const TrainOptions& o) {
   }
   j.set("configs_per_s", double(st.configs) / std::max(1e-9, st.seconds));
   j.set("peak_tensor_mb", double(host_memory_stats().peak_bytes) / 1e6);
+  if (o.device.is_cuda()) {
+    j.set("device", o.device.str());
+    j.set("peak_device_mb", double(cuda_memory_stats(o.device.index).peak_bytes) / 1e6);
+  }
   r.json = j.dump();
   return r;
 }

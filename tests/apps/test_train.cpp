@@ -240,7 +240,8 @@ TEST_CASE("train: every recipe trains on the GPU along the host's loss curve, an
       TrainOptions o;
       o.recipe = r.name, o.data = dataset(), o.out = t.file(out), o.epochs = 3, o.quiet = true, o.progress = 0;
       o.device = dev;
-      run_training(o);
+      const TrainResult res = run_training(o);
+      if (dev.is_cuda()) CHECK(Json::parse(res.json)["peak_device_mb"].as_number() > 0);
       std::vector<double> losses;
       std::ifstream in(t.file(out + "/metrics.jsonl"));
       for (std::string line; std::getline(in, line);) losses.push_back(Json::parse(line)["train_loss"].as_number());
