@@ -329,3 +329,102 @@ TEST_CASE("cuda elementwise maps, column sums, transpose and row-wise softmax ma
   }
 #endif
 }
+
+TEST_CASE("cuda layer norm, ordered embedding backward and the column plumbing match their references") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {1000, 33}, {3, 1000}}) {
+    CAPTURE(R);
+    CAPTURE(F);
+    const int64_t n = R * F;
+    const auto x = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f), dy = testing::random_values<float>(size_t(n), 2);
+    const auto gamma = testing::random_values<float>(size_t(F), 3), beta = testing::random_values<float>(size_t(F), 4);
+    const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), gd(gamma.begin(), gamma.end()),
+        bd(beta.begin(), beta.end());
+    std::vector<double> yd(static_cast<size_t>(n)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)), dxd(static_cast<size_t>(n)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
+    layer_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), xd.data(), gd.data(), bd.data(), R, F, 1e-5);
+    layer_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), dyd.data(), xd.data(), md.data(), rd.data(),
+                                    gd.data(), R, F);
+    Tensor y = nan_gpu(n), m = nan_gpu(R), r = nan_gpu(R), dx = nan_gpu(n), dg = nan_gpu(F), db = nan_gpu(F), ws = nan_gpu(n);
+    const Tensor gx = on_gpu(x), gdy = on_gpu(dy), gg = on_gpu(gamma), gb = on_gpu(beta);
+    layer_norm_forward_cuda(y.f32(), m.f32(), r.f32(), gx.f32(), gg.f32(), gb.f32(), R, F, 1e-5f, s);
+    layer_norm_backward_cuda(dx.f32(), dg.f32(), db.f32(), gdy.f32(), gx.f32(), m.f32(), r.f32(), gg.f32(), R, F,
+                             ws.f32(), s);
+    GNN_CHECK_CLOSE(y.to_vector<float>(), yd, 1e-4, 1e-4);
+    GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd, 1e-3, 1e-3);
+    GNN_CHECK_CLOSE(dg.to_vector<float>(), dgd, 1e-3, 1e-3);
+    GNN_CHECK_CLOSE(db.to_vector<float>(), dbd, 1e-4, 1e-4);
+    // sum: one fixed order
+    Tensor total = nan_gpu(1);
+    sum_cuda(total.f32(), gx.f32(), n, s);
+    double want = 0;
+    for (double v : xd) want += v;
+    GNN_CHECK_CLOSE(total.to_vector<float>(), std::vector<double>{want}, 1e-4, 1e-3);
+    // mask_rows and scale
+    std::vector<uint8_t> keep(static_cast<size_t>(R));
+    for (size_t i = 0; i < keep.size(); ++i) keep[i] = uint8_t(i % 3 == 0);
+    std::vector<double> masked(static_cast<size_t>(n)), scaled(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) masked[size_t(i)] = keep[size_t(i / F)] ? dyd[size_t(i)] : 0.0, scaled[size_t(i)] = -2.5 * xd[size_t(i)];
+    Tensor mk = nan_gpu(n), sc = nan_gpu(n);
+    mask_rows_cuda(mk.f32(), gdy.f32(), on_gpu(keep).data_as<uint8_t>(), R, F, s);
+    scale_cuda(sc.f32(), gx.f32(), -2.5f, n, s);
+    GNN_CHECK_CLOSE(mk.to_vector<float>(), masked);
+    GNN_CHECK_CLOSE(sc.to_vector<float>(), scaled);
+  }
+  // heads: x [R, H*D]; head_dot, its backward, block_sum (the head mean) and head_broadcast
+  const int64_t R = 517, H = 3, D = 19, W = H * D;
+  const auto x = testing::random_values<float>(size_t(R * W), 5), a = testing::random_values<float>(size_t(W), 6);
+  const auto g = testing::random_values<float>(size_t(R * H), 7), gm = testing::random_values<float>(size_t(R * D), 8);
+  std::vector<double> dot(size_t(R * H), 0.0), mean(size_t(R * D), 0.0);
+  std::vector<double> dxd(static_cast<size_t>(R * W)), prod(static_cast<size_t>(R * W)), bcast(static_cast<size_t>(R * W));
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        const size_t i = size_t(r * W + h * D + d);
+        dot[size_t(r * H + h)] += double(x[i]) * double(a[size_t(h * D + d)]);
+        dxd[i] = double(g[size_t(r * H + h)]) * double(a[size_t(h * D + d)]);
+        prod[i] = double(g[size_t(r * H + h)]) * double(x[i]);
+        mean[size_t(r * D + d)] += double(x[i]) / double(H);
+        bcast[i] = double(gm[size_t(r * D + d)]) / double(H);
+      }
+  const Tensor gx = on_gpu(x), ga = on_gpu(a), gg = on_gpu(g), ggm = on_gpu(gm);
+  Tensor y = nan_gpu(R * H), dx = nan_gpu(R * W), p = nan_gpu(R * W), hm = nan_gpu(R * D), hb = nan_gpu(R * W);
+  head_dot_cuda(y.f32(), gx.f32(), ga.f32(), R, H, D, s);
+  head_dot_backward_cuda(dx.f32(), p.f32(), gg.f32(), gx.f32(), ga.f32(), R, H, D, s);
+  block_sum_cuda(hm.f32(), gx.f32(), R, D, H, W, D, 1.0f / float(H), s);
+  head_broadcast_cuda(hb.f32(), ggm.f32(), R, H, D, 1.0f / float(H), s);
+  GNN_CHECK_CLOSE(y.to_vector<float>(), dot, 1e-4, 1e-4);
+  GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
+  GNN_CHECK_CLOSE(p.to_vector<float>(), prod);
+  GNN_CHECK_CLOSE(hm.to_vector<float>(), mean);
+  GNN_CHECK_CLOSE(hb.to_vector<float>(), bcast);
+  // copy_block: columns [5, 5 + 11) of x into columns [2, 13) of a NaN-filled [R, 20]; the rest stays NaN
+  Tensor blk = nan_gpu(R * 20);
+  copy_block_cuda(blk.f32(), 20, 2, gx.f32(), W, 5, R, 11, s);
+  const std::vector<float> bv = blk.to_vector<float>();
+  bool ok = true;
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < 20; ++c) {
+      const float v = bv[size_t(r * 20 + c)];
+      ok = ok && (c >= 2 && c < 13 ? v == x[size_t(r * W + 5 + c - 2)] : std::isnan(v));
+    }
+  CHECK(ok);
+  // embedding backward: repeated and unused rows, summed in index order (the CPU kernel's bits)
+  const int64_t K = 50, Fe = 33, ne = 1000;
+  std::vector<int32_t> idx(static_cast<size_t>(ne));
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 7919) % 47);  // rows 47..49 unused
+  const auto edy = testing::random_values<float>(size_t(ne * Fe), 9);
+  const std::vector<double> edyd(edy.begin(), edy.end());
+  std::vector<double> dtd(static_cast<size_t>(K * Fe));
+  embedding_backward_ref<double>(dtd.data(), edyd.data(), idx.data(), ne, K, Fe);
+  std::vector<int64_t> ptr(static_cast<size_t>(K + 1)), uses(static_cast<size_t>(ne));
+  embedding_inverse(idx.data(), ne, K, ptr.data(), uses.data());
+  Tensor dt = nan_gpu(K * Fe);
+  embedding_backward_cuda(dt.f32(), on_gpu(edy).f32(), on_gpu(ptr).i64(), on_gpu(uses).i64(), K, Fe, s);
+  GNN_CHECK_CLOSE(dt.to_vector<float>(), dtd, 1e-4, 1e-4);
+  std::vector<float> cpu(static_cast<size_t>(K * Fe));
+  embedding_backward_cpu(cpu.data(), edy.data(), idx.data(), ne, K, Fe);
+  CHECK(same_bits(dt.to_vector<float>(), cpu));
+#endif
+}
