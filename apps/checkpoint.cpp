@@ -9,10 +9,8 @@ namespace gnn {
 void save_checkpoint(const std::string& path, const std::vector<nn::NamedParam>& params, const nn::Optimizer* opt,
                      const std::vector<std::pair<std::string, Tensor>>& extra) {
   std::vector<std::pair<std::string, Tensor>> arrays;
-  for (const nn::NamedParam& p : params) {
-    const Tensor& v = p.var.value();
-    arrays.emplace_back("params/" + p.name, v.is_cuda() ? v.to(Device::cpu()) : v);  // a GPU model: host copies
-  }
+  for (const nn::NamedParam& p : params)
+    arrays.emplace_back("params/" + p.name, p.var.value().on(Device::cpu()));  // a GPU model: host copies
   if (opt)
     for (auto& [k, t] : opt->state()) arrays.emplace_back("optim/" + k, t);
   for (const auto& e : extra) arrays.push_back(e);
@@ -49,8 +47,7 @@ std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std
     }
   }
   for (size_t i = 0; i < params.size(); ++i) {
-    const Device dev = params[i].var.value().device();  // a GPU model stays there
-    params[i].var.set_value(dev.is_cpu() ? values[i] : values[i].to(dev));
+    params[i].var.set_value(values[i].on(params[i].var.value().device()));  // a GPU model stays there
     params[i].var.zero_grad();
   }
   return rest;

@@ -201,10 +201,10 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
   if (o.model == "gcn") m = std::make_unique<Gcn>(F, hidden, C, p, rng);
   else if (gat) m = std::make_unique<Gat>(F, hidden, heads, C, p, pv, rng);
   else m = std::make_unique<Sage>(F, hidden, C, p, rng);
-  const Graph graph = o.device.is_cpu() ? d.graph : d.graph.to(o.device);
+  const Graph graph = d.graph.on(o.device);
   nn::move_parameters(*m, o.device);
   nn::Adam adam(m->groups(wd), lr);
-  const ag::Var x(o.device.is_cpu() ? d.x : d.x.to(o.device));
+  const ag::Var x(d.x.on(o.device));
   PlanetoidResult res;
   res.parameters = m->num_parameters();
   double best_val = -1, best_loss = INFINITY;
@@ -224,7 +224,7 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
     {
       ag::NoGrad ng;
       logits = m->forward(graph, x).value();
-      if (logits.is_cuda()) logits = logits.to(Device::cpu());  // one copy serves the loss and the accuracies
+      logits = logits.on(Device::cpu());  // one copy serves the loss and the accuracies
       val_loss = nn::cross_entropy(ag::Var(logits), d.labels, d.val).value().item();
     }
     const PlanetoidEpoch e{epoch, lv, accuracy(logits, d.labels, d.train), accuracy(logits, d.labels, d.val),

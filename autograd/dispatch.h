@@ -44,9 +44,7 @@ void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows);
 // Optional per-feature gamma and beta: each undefined or [F] of x's dtype on `device` (layer_norm and
 // instance_norm; layer_norm passes the host).
 void check_affine(const char* op, const Var& gamma, const Var& beta, int64_t F, DType dt, Device device);
-// A host tensor where `like` lives: itself for a host `like`, a copy on like's device otherwise (index
-// arrays are checked on the host, then copied for the CUDA kernels).
-Tensor host_to_device_of(const Tensor& host, const Tensor& like);
+
 // The same device and dtype as `like`, any shape.
 Tensor empty_like(const Tensor& like, const Shape& shape);
 

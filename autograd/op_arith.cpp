@@ -51,10 +51,6 @@ void check_affine(const char* op, const Var& gamma, const Var& beta, int64_t F, 
 
 Tensor empty_like(const Tensor& like, const Shape& shape) { return Tensor::empty(shape, like.dtype(), like.device()); }
 
-Tensor host_to_device_of(const Tensor& host, const Tensor& like) {
-  return like.is_cuda() ? host.to(like.device()) : host;
-}
-
 CsrView csr_view(const Graph& g) {
   return {g.num_nodes, g.num_nodes, g.csr_indptr.i32(), g.csr_indices.i32(), g.csc_indptr.i32(),
           g.csc_indices.i32(), g.csc_to_csr.i32(), g.num_edges};

@@ -17,7 +17,7 @@ Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor&
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape()), mean = empty_like(x.value(), Shape{G, F}),
            rstd = empty_like(x.value(), Shape{G, F});
-    const Tensor gptr = host_to_device_of(graph_ptr, x.value());
+    const Tensor gptr = graph_ptr.on(x.device());  // checked on the host, read by the kernels
     const int64_t* gp = gptr.i64();
     if constexpr (std::is_same_v<T, float>) {
       if (x.value().is_cuda()) {

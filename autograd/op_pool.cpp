@@ -15,7 +15,7 @@ Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{G, F});
     Tensor argmax = op == Reduce::kMax ? Tensor::empty(Shape{G, F}, DType::I32, x.device()) : Tensor();
-    const Tensor gptr = host_to_device_of(graph_ptr, x.value());
+    const Tensor gptr = graph_ptr.on(x.device());  // checked on the host, read by the kernels
     int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
     if constexpr (std::is_same_v<T, float>) {
       if (y.is_cuda()) {

@@ -363,7 +363,7 @@ std::string npy_header(DType dtype, const Shape& shape) {
 
 void write_npy(const Tensor& t, const std::function<void(const void*, size_t)>& sink) {
   GNN_CHECK(t.defined(), "write_npy: undefined tensor");
-  const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
+  const Tensor host = t.on(Device::cpu());
   const std::string header = npy_header(host.dtype(), host.shape());
   sink(header.data(), header.size());
   if (host.nbytes()) sink(host.data(), host.nbytes());

@@ -57,7 +57,7 @@ ag::Var GATConv::forward(const Graph& g, const ag::Var& x, const Tensor& edge_at
   const int64_t H = opt_.heads;
   // Built on the host, then the looped graph is moved to g's device (the index arrays stay on the host).
   const Prepared& p = cache_.get(g, [this](const Graph& g) {
-    const Graph host = g.device().is_cpu() ? g : g.to(Device::cpu());
+    const Graph host = g.on(Device::cpu());
     Prepared p;
     if (opt_.add_self_loops) {
       p.looped = add_self_loops(host);
@@ -73,7 +73,7 @@ ag::Var GATConv::forward(const Graph& g, const ag::Var& x, const Tensor& edge_at
     p.csr_src = lg.csr_indices;
     p.csr_dst = Tensor::from_vector(dst);
     p.host_looped = lg;
-    if (!g.device().is_cpu()) p.looped.graph = lg.to(g.device());
+    p.looped.graph = lg.on(g.device());
     return p;
   });
   const Graph& lg = p.looped.graph;
@@ -88,9 +88,9 @@ ag::Var GATConv::forward(const Graph& g, const ag::Var& x, const Tensor& edge_at
                   edge_attr.size(1) == opt_.edge_dim,
               "GATConv: edge_attr must be [E, edge_dim] = [", g.num_edges, ", ", opt_.edge_dim, "], got ",
               edge_attr.defined() ? edge_attr.desc() : std::string("none"));
-    const ag::Var ea(looped_edge_attr(p.host_looped, p.looped.kept_eid, edge_attr.to(Device::cpu()), g.num_edges)
+    const ag::Var ea(looped_edge_attr(p.host_looped, p.looped.kept_eid, edge_attr.on(Device::cpu()), g.num_edges)
                          .astype(x.dtype())
-                         .to(x.device()));
+                         .on(x.device()));
     ag::Var a_edge = ag::head_dot(ag::matmul(ea, edge_weight), att_edge);
     ag::Var pre = ag::add(ag::add(ag::gather_rows(a_src, p.csr_src), ag::gather_rows(a_dst, p.csr_dst)), a_edge);
     scores = ag::activation(pre, Act::kLeakyRelu, opt_.negative_slope);

@@ -11,11 +11,10 @@ ag::Var GCNConv::forward(const Graph& g, const ag::Var& x) const {
   GNN_CHECK(x.value().dim() == 2 && x.size(1) == weight.size(0), "GCNConv: expected [N, ", weight.size(0),
             "] input, got ", x.value().desc());
   const Prepared& p = cache_.get(g, [this](const Graph& g) {  // built on the host, then moved to g's device
-    const Graph host = g.device().is_cpu() ? g : g.to(Device::cpu());
-    Graph looped = self_loops_ ? add_self_loops(host).graph : host;
-    Tensor norm = gcn_norm(looped);
-    if (!g.device().is_cpu()) looped = looped.to(g.device()), norm = norm.to(g.device());
-    return Prepared{looped, norm};
+    const Graph host = g.on(Device::cpu());
+    const Graph looped = self_loops_ ? add_self_loops(host).graph : host;
+    const Tensor norm = gcn_norm(looped);
+    return Prepared{looped.on(g.device()), norm.on(g.device())};
   });
   const ag::Var norm(p.norm.astype(x.dtype()));
   ag::Var y = ag::spmm(p.graph, ag::matmul(x, weight), Reduce::kSum, norm);

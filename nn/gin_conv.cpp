@@ -13,7 +13,7 @@ ag::Var GINConv::forward(const Graph& g, const ag::Var& x) {
   ag::Var one(Tensor::full(Shape{1}, 1.0, x.dtype(), x.device()));
   const ag::Var e = eps.dtype() == x.dtype() && eps.device() == x.device()
                         ? eps
-                        : ag::Var(eps.value().to(Device::cpu()).astype(x.dtype()).to(x.device()));
+                        : ag::Var(eps.value().on(Device::cpu()).astype(x.dtype()).on(x.device()));
   ag::Var self = ag::scale_by(x, ag::add(one, e));
   return mlp_.forward(ag::add(self, ag::spmm(g, x, Reduce::kSum)));
 }

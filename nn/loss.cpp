@@ -16,7 +16,7 @@ namespace {
 
 // Host copies in double: losses are O(n) or O(pairs) against O(n F^2) layers, so clarity wins (GPU
 // predictions are copied to the host, and their gradient back).
-std::vector<double> values(const Tensor& t) { return t.to(Device::cpu()).astype(DType::F64).to_vector<double>(); }
+std::vector<double> values(const Tensor& t) { return t.on(Device::cpu()).astype(DType::F64).to_vector<double>(); }
 
 void check_pred(const char* op, const Var& pred, const Tensor& target) {
   ag::check_arg_on(op, "pred", pred, -1, pred.dtype(), pred.device());
@@ -33,7 +33,7 @@ Var host_loss(const char* op, const Var& pred, double loss, std::vector<double> 
     const double s = dy.item();
     Tensor g = Tensor::empty(pred.shape(), DType::F64);
     for (size_t i = 0; i < grad.size(); ++i) g.f64()[i] = grad[i] * s;
-    ag::accumulate(pred, g.astype(pred.dtype()).to(pred.device()));
+    ag::accumulate(pred, g.astype(pred.dtype()).on(pred.device()));
   });
 }
 
@@ -98,7 +98,7 @@ Var cross_entropy(const Var& logits, const Tensor& labels, const Tensor& rows) {
   const Var logp = ag::log_softmax(logits);
   return ag::dispatch_dev("cross_entropy", logp.value(), [&](auto t) {
     using T = decltype(t);
-    const Tensor lp_host = logp.value().is_cuda() ? logp.value().to(Device::cpu()) : logp.value();
+    const Tensor lp_host = logp.value().on(Device::cpu());
     const T* lp = ag::ptr<T>(lp_host);
     double loss = 0;
     for (int32_t r : idx) loss -= double(lp[int64_t(r) * C + lab[r]]);
@@ -109,7 +109,7 @@ Var cross_entropy(const Var& logits, const Tensor& labels, const Tensor& rows) {
                         T* gp = ag::ptr<T>(g);
                         const T s = T(-dy.item() / n);
                         for (int32_t r : idx) gp[int64_t(r) * C + labels.i32()[r]] += s;
-                        ag::accumulate(logp, dev.is_cuda() ? g.to(dev) : g);
+                        ag::accumulate(logp, g.on(dev));
                       });
   });
 }

@@ -65,7 +65,7 @@ void cast_parameters(const Module& m, DType dtype) {
 
 void move_parameters(const Module& m, Device device) {
   for (const NamedParam& p : m.parameters()) {
-    if (p.var.value().device() != device) p.var.set_value(p.var.value().to(device));
+    p.var.set_value(p.var.value().on(device));
     p.var.zero_grad();
   }
 }

@@ -28,9 +28,9 @@ void scale_all_grads(const std::vector<NamedParam>& params, double s) {
   for (const NamedParam& p : params) {
     if (!p.var.has_grad()) continue;
     const Device dev = p.var.grad().device();  // GPU gradients go through a host copy
-    Tensor g = p.var.grad().to(Device::cpu()).astype(DType::F64).clone();
+    Tensor g = p.var.grad().on(Device::cpu()).astype(DType::F64).clone();
     for (int64_t i = 0; i < g.numel(); ++i) g.f64()[i] *= s;
-    p.var.set_grad(g.astype(p.var.dtype()).to(dev));
+    p.var.set_grad(g.astype(p.var.dtype()).on(dev));
   }
 }
 
@@ -113,7 +113,7 @@ void Adam::step() {
       Tensor& v = v_[p.name];
       const Device dev = p.var.value().device();
       if (!m.defined()) m = Tensor::zeros(Shape{n}, DType::F64, dev), v = Tensor::zeros(Shape{n}, DType::F64, dev);
-      if (m.device() != dev) m = m.to(dev), v = v.to(dev);  // state loaded from a checkpoint, on the host
+      m = m.on(dev), v = v.on(dev);  // state loaded from a checkpoint, on the host
       const int64_t t = ++t_[p.name];
       const double c1 = 1 - std::pow(b1_, double(t)), c2 = 1 - std::pow(b2_, double(t));
       const double wd = g.weight_decay;
@@ -161,7 +161,7 @@ double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm) {
   double ss = 0;
   for (const NamedParam& p : params) {
     if (!p.var.has_grad()) continue;
-    const Tensor g = p.var.grad().to(Device::cpu()).astype(DType::F64);
+    const Tensor g = p.var.grad().on(Device::cpu()).astype(DType::F64);
     for (int64_t i = 0; i < g.numel(); ++i) ss += g.f64()[i] * g.f64()[i];
   }
   const double norm = std::sqrt(ss);

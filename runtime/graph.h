@@ -32,6 +32,7 @@ struct Graph {
 
   Device device() const { return csr_indptr.device(); }
   Graph to(Device device) const;
+  Graph on(Device device) const { return this->device() == device ? *this : to(device); }  // no copy when there
   // Host-only conveniences (tests, preprocessing).
   int64_t in_degree(int64_t v) const;
   int64_t out_degree(int64_t u) const;

@@ -84,7 +84,7 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Dev
     for (size_t i = 0; i < values.size(); ++i) host.b8()[i] = values[i];
   else if (!values.empty())
     std::memcpy(host.data(), values.data(), host.nbytes());
-  return device.is_cpu() ? host : host.to(device);
+  return host.on(device);
 }
 
 int64_t Tensor::size(int d) const {
@@ -223,14 +223,14 @@ Tensor Tensor::astype(DType dtype) const {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  const Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+  const Tensor host = on(Device::cpu());
   const T* p = host.data_as<T>();
   return std::vector<T>(p, p + numel());
 }
 
 double Tensor::item() const {
   GNN_CHECK(defined() && numel() == 1, "item() needs a one-element tensor, got ", desc());
-  const Tensor h = device().is_cpu() ? *this : to(Device::cpu());
+  const Tensor h = on(Device::cpu());
   switch (dtype_) {
     case DType::F32: return *h.f32();
     case DType::F64: return *h.f64();

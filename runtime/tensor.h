@@ -97,6 +97,7 @@ class Tensor {
 
   // Copies.
   Tensor to(Device device) const;
+  Tensor on(Device device) const { return this->device() == device ? *this : to(device); }  // no copy when there
   Tensor clone() const { return to(device()); }
   void copy_from(const Tensor& src);  // same dtype and element count, any devices
   void fill_(double value);

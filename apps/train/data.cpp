@@ -114,7 +114,7 @@ const Batch::Gcn& Batch::gcn() const {
     Gcn g;
     g.graph = nn::add_self_loops(dev.is_cpu() ? graph : *host_graph_).graph;
     g.weight = nn::gcn_norm(g.graph);
-    if (!dev.is_cpu()) g.graph = g.graph.to(dev), g.weight = g.weight.to(dev);
+    g.graph = g.graph.on(dev), g.weight = g.weight.on(dev);
     gcn_ = std::make_shared<const Gcn>(std::move(g));
   }
   return *gcn_;

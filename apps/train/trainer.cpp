@@ -110,7 +110,7 @@ ag::Var batch_loss(const HParams& h, const ag::Var& pred, const Batch& b) {
 
 // The graphs a non-finite value came from: the first graph whose prediction is not finite, or all.
 std::string culprit(const ag::Var& pred, const Batch& b) {
-  const Tensor p = pred.value().to(Device::cpu());
+  const Tensor p = pred.value().on(Device::cpu());
   for (int64_t i = 0; i < p.numel(); ++i)
     if (!std::isfinite(p.f32()[i])) return b.ids[size_t(i / b.configs)];
   std::string all;
@@ -203,7 +203,7 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
   for (size_t at = 0; at < configs.size(); at += size_t(chunk)) {
     const std::vector<int64_t> part(configs.begin() + long(at), configs.begin() + long(std::min(configs.size(), at + size_t(chunk))));
     const Batch b = make_batch({&g}, {part}).to(dev);
-    const Tensor p = model.forward(b).value().to(Device::cpu()).astype(DType::F64);
+    const Tensor p = model.forward(b).value().on(Device::cpu()).astype(DType::F64);
     for (int64_t i = 0; i < p.numel(); ++i) out.push_back(p.f64()[i]);
   }
   // A diverged model may predict NaN or Inf: those configs rank last (and the score shows it).

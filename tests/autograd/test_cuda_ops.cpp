@@ -31,7 +31,7 @@ Run run_op(Device dev, const std::vector<Tensor>& inputs, const Graph& host_grap
   REQUIRE(y.device() == dev);
   const Tensor r = Tensor::from_vector(testing::random_values<float>(static_cast<size_t>(y.value().numel()), 77),
                                        y.shape());
-  ag::backward(ag::sum(ag::mul(y, ag::Var(dev.is_cpu() ? r : r.to(dev)))));
+  ag::backward(ag::sum(ag::mul(y, ag::Var(r.on(dev)))));
   Run out;
   out.y = y.value().to_vector<float>();
   for (const ag::Var& v : vars) out.grads.push_back(v.has_grad() ? v.grad().to_vector<float>() : std::vector<float>());

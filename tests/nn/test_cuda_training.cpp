@@ -53,7 +53,7 @@ GcnRun train_gcn(Device dev, int steps) {
   TwoLayerGcn m(F, H, C, rng);
   nn::move_parameters(m, dev);
   nn::Adam adam(nn::one_group(m.parameters(), 5e-4), 0.01);
-  const Graph g = dev.is_cpu() ? host_graph : host_graph.to(dev);
+  const Graph g = host_graph.on(dev);
   const ag::Var x(Tensor::from_vector(xv, Shape{N, F}).to(dev));
   GcnRun out;
   m.train();

@@ -66,6 +66,8 @@ TEST_CASE("tensor: views share storage, copies do not") {
   CHECK(t.reshape({2, -1, 3}).shape() == Shape{2, 2, 3});
   CHECK(t.slice(4, 4).numel() == 0);
 
+  CHECK(t.on(Device::cpu()).shares_storage_with(t));  // already there: no copy
+  CHECK_FALSE(t.to(Device::cpu()).shares_storage_with(t));
   Tensor c = t.clone();
   CHECK_FALSE(c.shares_storage_with(t));
   c.i32()[0] = -1;
