@@ -27,8 +27,10 @@ Var concat_cols(const std::vector<Var>& xs) {
   return dispatch_dev("concat_cols", xs[0].value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(xs[0].value(), Shape{R, W});
-    for (int64_t i = 0, off = 0; i < int64_t(xs.size()); off += xs[size_t(i)].size(1), ++i)
-      copy_block_on<T>(y, ptr<T>(y), W, off, ptr<T>(xs[size_t(i)].value()), xs[size_t(i)].size(1), 0, R, xs[size_t(i)].size(1));
+    for (int64_t off = 0; const Var& x : xs) {
+      copy_block_on<T>(y, ptr<T>(y), W, off, ptr<T>(x.value()), x.size(1), 0, R, x.size(1));
+      off += x.size(1);
+    }
     return record("concat_cols", y, xs, [xs, R, W](const Tensor& dy) {
       for (int64_t i = 0, off = 0; i < int64_t(xs.size()); off += xs[size_t(i)].size(1), ++i) {
         const Var& x = xs[size_t(i)];
@@ -67,9 +69,10 @@ Var head_mean(const Var& x, int64_t heads) {
     Tensor y = empty_like(x.value(), Shape{R, F});
     const T* xp = ptr<T>(x.value());
     T* yp = ptr<T>(y);
-    if constexpr (std::is_same_v<T, float> && kWithCuda)
-      if (y.is_cuda()) block_sum_cuda(yp, xp, R, F, heads, W, F, 1.0f / float(heads), y.stream());
-    if (!y.is_cuda()) {
+    if (y.is_cuda()) {
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        block_sum_cuda(yp, xp, R, F, heads, W, F, 1.0f / float(heads), y.stream());
+    } else {
 #pragma omp parallel for if (R * W > (1 << 16))
       for (int64_t r = 0; r < R; ++r)
         for (int64_t f = 0; f < F; ++f) {
@@ -82,9 +85,10 @@ Var head_mean(const Var& x, int64_t heads) {
       Tensor dx = empty_like(dy, x.shape());
       const T* g = ptr<T>(dy);
       T* d = ptr<T>(dx);
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        if (dy.is_cuda()) head_broadcast_cuda(d, g, R, heads, F, 1.0f / float(heads), dy.stream());
-      if (!dy.is_cuda()) {
+      if (dy.is_cuda()) {
+        if constexpr (std::is_same_v<T, float> && kWithCuda)
+          head_broadcast_cuda(d, g, R, heads, F, 1.0f / float(heads), dy.stream());
+      } else {
 #pragma omp parallel for if (R * W > (1 << 16))
         for (int64_t r = 0; r < R; ++r)
           for (int64_t h = 0; h < heads; ++h)
@@ -105,9 +109,9 @@ Var head_dot(const Var& x, const Var& a) {
     Tensor y = empty_like(x.value(), Shape{R, H});
     const T *xp = ptr<T>(x.value()), *ap = ptr<T>(a.value());
     T* yp = ptr<T>(y);
-    if constexpr (std::is_same_v<T, float> && kWithCuda)
-      if (y.is_cuda()) head_dot_cuda(yp, xp, ap, R, H, D, y.stream());
-    if (!y.is_cuda()) {
+    if (y.is_cuda()) {
+      if constexpr (std::is_same_v<T, float> && kWithCuda) head_dot_cuda(yp, xp, ap, R, H, D, y.stream());
+    } else {
 #pragma omp parallel for if (R * W > (1 << 16))
       for (int64_t r = 0; r < R; ++r)
         for (int64_t h = 0; h < H; ++h) {
@@ -123,9 +127,10 @@ Var head_dot(const Var& x, const Var& a) {
       Tensor prod = a.requires_grad() ? empty_like(dy, x.shape()) : Tensor();
       T* d = dx.defined() ? ptr<T>(dx) : nullptr;
       T* p = prod.defined() ? ptr<T>(prod) : nullptr;
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        if (dy.is_cuda()) head_dot_backward_cuda(d, p, g, xp, ap, R, H, D, dy.stream());
-      if (!dy.is_cuda()) {
+      if (dy.is_cuda()) {
+        if constexpr (std::is_same_v<T, float> && kWithCuda)
+          head_dot_backward_cuda(d, p, g, xp, ap, R, H, D, dy.stream());
+      } else {
 #pragma omp parallel for if (R * W > (1 << 16))
         for (int64_t r = 0; r < R; ++r)
           for (int64_t k = 0; k < W; ++k) {

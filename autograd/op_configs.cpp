@@ -45,9 +45,10 @@ Var join_configs(const Var& x, const Var& c, int64_t configs) {
       if (x.requires_grad()) {  // dx[n, j] = sum_k dy[n, k*(A+B) + j], k in order
         Tensor dx = empty_like(dy, Shape{N, A});
         T* p = ptr<T>(dx);
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          if (dy.is_cuda()) block_sum_cuda(p, g, N, A, C, W, A + B, 1.0f, dy.stream());
-        if (!dy.is_cuda()) {
+        if (dy.is_cuda()) {
+          if constexpr (std::is_same_v<T, float> && kWithCuda)
+            block_sum_cuda(p, g, N, A, C, W, A + B, 1.0f, dy.stream());
+        } else {
 #pragma omp parallel for if (N * W > (1 << 16))
           for (int64_t n = 0; n < N; ++n) {
             for (int64_t j = 0; j < A; ++j) p[n * A + j] = 0;
@@ -78,12 +79,11 @@ Var keep_grad_rows(const Var& x, const Tensor& keep) {
       Tensor dx = empty_like(dy, x.shape());
       const T* g = ptr<T>(dy);
       T* p = ptr<T>(dx);
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        if (dy.is_cuda()) {
-          const Tensor k = keep.to(dy.device());
+      if (dy.is_cuda()) {
+        const Tensor k = keep.to(dy.device());
+        if constexpr (std::is_same_v<T, float> && kWithCuda)
           mask_rows_cuda(p, g, k.data_as<uint8_t>(), R, W, dy.stream());
-        }
-      if (!dy.is_cuda()) {
+      } else {
         const uint8_t* k = keep.data_as<uint8_t>();
 #pragma omp parallel for if (R * W > (1 << 16))
         for (int64_t r = 0; r < R; ++r) {

@@ -19,27 +19,25 @@ Var embedding(const Var& table, const Tensor& index) {
   return dispatch_dev("embedding", table.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(table.value(), Shape{n, F});
-    if constexpr (std::is_same_v<T, float>) {
-      if (y.is_cuda()) {
-        const Tensor di = index.to(y.device());
-        if constexpr (kWithCuda) embedding_forward_cuda(ptr<T>(y), ptr<T>(table.value()), di.i32(), n, F, y.stream());
-      } else {
-        embedding_forward_cpu(ptr<T>(y), ptr<T>(table.value()), idx, n, F);
-      }
+    if (y.is_cuda()) {
+      const Tensor di = index.to(y.device());
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        embedding_forward_cuda(ptr<T>(y), ptr<T>(table.value()), di.i32(), n, F, y.stream());
+    } else if constexpr (std::is_same_v<T, float>) {
+      embedding_forward_cpu(ptr<T>(y), ptr<T>(table.value()), idx, n, F);
     } else {
       embedding_forward_ref<T>(ptr<T>(y), ptr<T>(table.value()), idx, n, F);
     }
     return record("embedding", y, {table}, [table, index, n, K, F](const Tensor& dy) {
       Tensor dt = empty_like(dy, table.shape());
-      if constexpr (std::is_same_v<T, float>) {
-        if (dy.is_cuda()) {
-          Tensor p = Tensor::empty(Shape{K + 1}, DType::I64), uses = Tensor::empty(Shape{n}, DType::I64);
-          embedding_inverse(index.i32(), n, K, p.i64(), uses.i64());
-          const Tensor dp = p.to(dy.device()), du = uses.to(dy.device());
-          if constexpr (kWithCuda) embedding_backward_cuda(ptr<T>(dt), ptr<T>(dy), dp.i64(), du.i64(), K, F, dy.stream());
-        } else {
-          embedding_backward_cpu(ptr<T>(dt), ptr<T>(dy), index.i32(), n, K, F);
-        }
+      if (dy.is_cuda()) {
+        Tensor p = Tensor::empty(Shape{K + 1}, DType::I64), uses = Tensor::empty(Shape{n}, DType::I64);
+        embedding_inverse(index.i32(), n, K, p.i64(), uses.i64());
+        const Tensor dp = p.to(dy.device()), du = uses.to(dy.device());
+        if constexpr (std::is_same_v<T, float> && kWithCuda)
+          embedding_backward_cuda(ptr<T>(dt), ptr<T>(dy), dp.i64(), du.i64(), K, F, dy.stream());
+      } else if constexpr (std::is_same_v<T, float>) {
+        embedding_backward_cpu(ptr<T>(dt), ptr<T>(dy), index.i32(), n, K, F);
       } else {
         embedding_backward_ref<T>(ptr<T>(dt), ptr<T>(dy), index.i32(), n, K, F);
       }

@@ -20,12 +20,11 @@ Var gat_scores(const Graph& graph, const Var& a_src, const Var& a_dst, double sl
     const CsrView g = csr_view(graph);
     Tensor s = empty_like(a_src.value(), Shape{graph.num_edges, H});
     const T *as = ptr<T>(a_src.value()), *ad = ptr<T>(a_dst.value());
-    if constexpr (std::is_same_v<T, float>) {
-      if (s.is_cuda()) {
-        if constexpr (kWithCuda) gat_scores_forward_cuda(ptr<T>(s), as, ad, g, H, T(slope), s.stream());
-      } else {
-        gat_scores_forward_cpu(ptr<T>(s), as, ad, g, H, T(slope));
-      }
+    if (s.is_cuda()) {
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        gat_scores_forward_cuda(ptr<T>(s), as, ad, g, H, T(slope), s.stream());
+    } else if constexpr (std::is_same_v<T, float>) {
+      gat_scores_forward_cpu(ptr<T>(s), as, ad, g, H, T(slope));
     } else {
       gat_scores_forward_ref<T>(ptr<T>(s), as, ad, g, H, T(slope));
     }
@@ -33,13 +32,11 @@ Var gat_scores(const Graph& graph, const Var& a_src, const Var& a_dst, double sl
       const CsrView g = csr_view(graph);
       Tensor da_src = empty_like(ds, a_src.shape()), da_dst = empty_like(ds, a_dst.shape());
       const T *as = ptr<T>(a_src.value()), *ad = ptr<T>(a_dst.value());
-      if constexpr (std::is_same_v<T, float>) {
-        if (ds.is_cuda()) {
-          if constexpr (kWithCuda)
-            gat_scores_backward_cuda(ptr<T>(da_src), ptr<T>(da_dst), ptr<T>(ds), as, ad, g, H, T(slope), ds.stream());
-        } else {
-          gat_scores_backward_cpu(ptr<T>(da_src), ptr<T>(da_dst), ptr<T>(ds), as, ad, g, H, T(slope));
-        }
+      if (ds.is_cuda()) {
+        if constexpr (std::is_same_v<T, float> && kWithCuda)
+          gat_scores_backward_cuda(ptr<T>(da_src), ptr<T>(da_dst), ptr<T>(ds), as, ad, g, H, T(slope), ds.stream());
+      } else if constexpr (std::is_same_v<T, float>) {
+        gat_scores_backward_cpu(ptr<T>(da_src), ptr<T>(da_dst), ptr<T>(ds), as, ad, g, H, T(slope));
       } else {
         gat_scores_backward_ref<T>(ptr<T>(da_src), ptr<T>(da_dst), ptr<T>(ds), as, ad, g, H, T(slope));
       }

@@ -19,15 +19,13 @@ Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor&
            rstd = empty_like(x.value(), Shape{G, F});
     const Tensor gptr = graph_ptr.on(x.device());  // checked on the host, read by the kernels
     const int64_t* gp = gptr.i64();
-    if constexpr (std::is_same_v<T, float>) {
-      if (x.value().is_cuda()) {
-        if constexpr (kWithCuda)
-          instance_norm_forward_cuda(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
-                                     ptr_or_null<T>(beta), gp, G, F, T(eps), y.stream());
-      } else {
-        instance_norm_forward_cpu(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
-                                  ptr_or_null<T>(beta), gp, G, F, T(eps));
-      }
+    if (y.is_cuda()) {
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        instance_norm_forward_cuda(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
+                                   ptr_or_null<T>(beta), gp, G, F, T(eps), y.stream());
+    } else if constexpr (std::is_same_v<T, float>) {
+      instance_norm_forward_cpu(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
+                                ptr_or_null<T>(beta), gp, G, F, T(eps));
     } else {
       instance_norm_forward_ref<T>(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
                                    ptr_or_null<T>(beta), gp, G, F, T(eps));
@@ -39,16 +37,14 @@ Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor&
       T* dgp = dg.defined() ? ptr<T>(dg) : nullptr;
       T* dbp = db.defined() ? ptr<T>(db) : nullptr;
       const int64_t* gp = gptr.i64();
-      if constexpr (std::is_same_v<T, float>) {
-        if (dy.is_cuda()) {
-          Tensor ws = empty_like(dy, Shape{2, G, F});  // per-graph dgamma, dbeta terms, summed in graph order
-          if constexpr (kWithCuda)
-            instance_norm_backward_cuda(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean),
-                                        ptr<T>(rstd), ptr_or_null<T>(gamma), gp, G, F, ptr<T>(ws), dy.stream());
-        } else {
-          instance_norm_backward_cpu(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean), ptr<T>(rstd),
-                                     ptr_or_null<T>(gamma), gp, G, F);
-        }
+      if (dy.is_cuda()) {
+        Tensor ws = empty_like(dy, Shape{2, G, F});  // per-graph dgamma, dbeta terms, summed in graph order
+        if constexpr (std::is_same_v<T, float> && kWithCuda)
+          instance_norm_backward_cuda(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean),
+                                      ptr<T>(rstd), ptr_or_null<T>(gamma), gp, G, F, ptr<T>(ws), dy.stream());
+      } else if constexpr (std::is_same_v<T, float>) {
+        instance_norm_backward_cpu(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean), ptr<T>(rstd),
+                                   ptr_or_null<T>(gamma), gp, G, F);
       } else {
         instance_norm_backward_ref<T>(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean),
                                       ptr<T>(rstd), ptr_or_null<T>(gamma), gp, G, F);

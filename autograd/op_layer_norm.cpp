@@ -14,13 +14,11 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape()), mean = empty_like(x.value(), Shape{R}), rstd = empty_like(x.value(), Shape{R});
     const T *xp = ptr<T>(x.value()), *gp = ptr_or_null<T>(gamma), *bp = ptr_or_null<T>(beta);
-    if constexpr (std::is_same_v<T, float>) {
-      if (y.is_cuda()) {
-        if constexpr (kWithCuda)
-          layer_norm_forward_cuda(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), xp, gp, bp, R, F, T(eps), y.stream());
-      } else {
-        layer_norm_forward_cpu(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), xp, gp, bp, R, F, T(eps));
-      }
+    if (y.is_cuda()) {
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        layer_norm_forward_cuda(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), xp, gp, bp, R, F, T(eps), y.stream());
+    } else if constexpr (std::is_same_v<T, float>) {
+      layer_norm_forward_cpu(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), xp, gp, bp, R, F, T(eps));
     } else {
       layer_norm_forward_ref<T>(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), xp, gp, bp, R, F, T(eps));
     }
@@ -31,15 +29,13 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
       T* dgp = dg.defined() ? ptr<T>(dg) : nullptr;
       T* dbp = db.defined() ? ptr<T>(db) : nullptr;
       const T *xp = ptr<T>(x.value()), *gp = ptr_or_null<T>(gamma);
-      if constexpr (std::is_same_v<T, float>) {
-        if (dy.is_cuda()) {
-          Tensor ws = dg.defined() ? empty_like(dy, x.shape()) : Tensor();  // dy * xhat, summed over rows
-          if constexpr (kWithCuda)
-            layer_norm_backward_cuda(ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F,
-                                     ws.defined() ? ptr<T>(ws) : nullptr, dy.stream());
-        } else {
-          layer_norm_backward_cpu(ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F);
-        }
+      if (dy.is_cuda()) {
+        Tensor ws = dg.defined() ? empty_like(dy, x.shape()) : Tensor();  // dy * xhat, summed over rows
+        if constexpr (std::is_same_v<T, float> && kWithCuda)
+          layer_norm_backward_cuda(ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F,
+                                   ws.defined() ? ptr<T>(ws) : nullptr, dy.stream());
+      } else if constexpr (std::is_same_v<T, float>) {
+        layer_norm_backward_cpu(ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F);
       } else {
         layer_norm_backward_ref<T>(ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F);
       }

@@ -17,24 +17,22 @@ Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
     Tensor argmax = op == Reduce::kMax ? Tensor::empty(Shape{G, F}, DType::I32, x.device()) : Tensor();
     const Tensor gptr = graph_ptr.on(x.device());  // checked on the host, read by the kernels
     int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
-    if constexpr (std::is_same_v<T, float>) {
-      if (y.is_cuda()) {
-        if constexpr (kWithCuda) pool_forward_cuda(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op, y.stream());
-      } else {
-        pool_forward_cpu(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op);
-      }
+    if (y.is_cuda()) {
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        pool_forward_cuda(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op, y.stream());
+    } else if constexpr (std::is_same_v<T, float>) {
+      pool_forward_cpu(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op);
     } else {
       pool_forward_ref<T>(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op);
     }
     return record("pool", y, {x}, [x, gptr, argmax, N, G, F, op](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       const int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
-      if constexpr (std::is_same_v<T, float>) {
-        if (dy.is_cuda()) {
-          if constexpr (kWithCuda) pool_backward_cuda(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), N, G, F, op, dy.stream());
-        } else {
-          pool_backward_cpu(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), G, F, op);
-        }
+      if (dy.is_cuda()) {
+        if constexpr (std::is_same_v<T, float> && kWithCuda)
+          pool_backward_cuda(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), N, G, F, op, dy.stream());
+      } else if constexpr (std::is_same_v<T, float>) {
+        pool_backward_cpu(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), G, F, op);
       } else {
         pool_backward_ref<T>(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), G, F, op);
       }
