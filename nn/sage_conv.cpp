@@ -12,7 +12,7 @@ SAGEConv::SAGEConv(int64_t in, int64_t out, Rng& rng, SageOptions opt) : in_(in)
 ag::Var SAGEConv::forward(const Graph& g, const ag::Var& x) const {
   GNN_CHECK(x.value().dim() == 2 && x.size(1) == in_, "SAGEConv: expected [N, ", in_, "] input, got ", x.value().desc());
   ag::Var y;
-  if (opt_.fused && opt_.aggr == Reduce::kMean && opt_.root_weight && g.device().is_cpu()) {  // no CUDA fused layer yet
+  if (opt_.fused && opt_.aggr == Reduce::kMean && opt_.root_weight) {
     y = ag::sage_fused(g, x, weight, bias, opt_.act, opt_.slope);
   } else {
     ag::Var agg = ag::spmm(g, x, opt_.aggr);

@@ -115,6 +115,31 @@ TEST_CASE("cuda ops: GAT scores and the segment softmax match the host") {
            g);
 }
 
+TEST_CASE("cuda ops: fused SAGE (training and inference) matches the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Graph g = testing::random_graph(300, 2400, 35, true);
+  const Tensor x = rand({300, 24}, 36), W = rand({48, 20}, 37), b = rand({20}, 38);
+  for (Act act : {Act::kRelu, Act::kGelu, Act::kNone}) {
+    CAPTURE(act_name(act));
+    check_op("sage_fused", {x, W, b}, [act](auto& v, const Graph& g) { return ag::sage_fused(g, v[0], v[1], v[2], act); },
+             g);
+  }
+  check_op("sage_fused without bias", {x, W},
+           [](auto& v, const Graph& g) { return ag::sage_fused(g, v[0], v[1], ag::Var(), Act::kLeakyRelu, 0.2); }, g);
+  // inference (no gradient recorded) gives the training forward's bits
+  const Device gpu = Device::cuda(0);
+  const Graph dg = g.to(gpu);
+  const ag::Var xd(x.to(gpu)), Wp = ag::Var::param(W.to(gpu)), bp = ag::Var::param(b.to(gpu));
+  const std::vector<float> train_y = ag::sage_fused(dg, xd, Wp, bp, Act::kRelu).value().to_vector<float>();
+  ag::clear_tape();
+  std::vector<float> infer_y;
+  {
+    ag::NoGrad off;
+    infer_y = ag::sage_fused(dg, xd, Wp, bp, Act::kRelu).value().to_vector<float>();
+  }
+  CHECK(std::memcmp(train_y.data(), infer_y.data(), train_y.size() * sizeof(float)) == 0);
+}
+
 TEST_CASE("cuda ops: the ranking losses take GPU predictions and return their gradient there") {
   GNN_SKIP_UNLESS_CUDA();
   const Tensor target = Tensor::from_vector(testing::random_values<double>(40, 41, 1.0, 10.0));

@@ -14,6 +14,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/pooling.h"
 #include "kernels/rowwise.h"
+#include "kernels/sage.h"
 #include "kernels/segment_softmax.h"
 #include "kernels/spmm.h"
 #include "runtime/cuda.h"
@@ -426,5 +427,58 @@ TEST_CASE("cuda layer norm, ordered embedding backward and the column plumbing m
   std::vector<float> cpu(static_cast<size_t>(K * Fe));
   embedding_backward_cpu(cpu.data(), edy.data(), idx.data(), ne, K, Fe);
   CHECK(same_bits(dt.to_vector<float>(), cpu));
+#endif
+}
+
+TEST_CASE("cuda fused sage: forward (training and inference) and backward match the double reference") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  for (const auto& c : testing::standard_graph_cases(5)) {
+    CAPTURE(c.name);
+    const Graph dg = c.graph.to(Device::cuda(0));
+    const CsrView hv = testing::csr_view(c.graph), dv = ag::csr_view(dg);
+    const int64_t N = c.graph.num_nodes;
+    for (auto [F, O] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 8}, {33, 17}, {128, 64}}) {
+      for (Act act : {Act::kNone, Act::kRelu, Act::kGelu}) {
+        for (bool bias : {false, true}) {
+          CAPTURE(F);
+          CAPTURE(O);
+          CAPTURE(act_name(act));
+          CAPTURE(bias);
+          const auto x = testing::random_values<float>(size_t(N * F), 1);
+          const auto W = testing::random_values<float>(size_t(2 * F * O), 2, -0.5f, 0.5f);
+          const auto b = testing::random_values<float>(size_t(O), 3);
+          const auto dy = testing::random_values<float>(size_t(N * O), 4);
+          const std::vector<double> xd(x.begin(), x.end()), Wd(W.begin(), W.end()), bd(b.begin(), b.end()),
+              dyd(dy.begin(), dy.end());
+          std::vector<double> yd(size_t(N * O)), zd(size_t(N * O)), dxd(size_t(N * F)), dWd(size_t(2 * F * O)),
+              dbd(static_cast<size_t>(O));
+          sage_forward_ref<double>(yd.data(), zd.data(), xd.data(), hv, Wd.data(), bias ? bd.data() : nullptr, F, O,
+                                   act, 0.01);
+          sage_backward_ref<double>(dxd.data(), dWd.data(), bias ? dbd.data() : nullptr, dyd.data(), zd.data(),
+                                    xd.data(), hv, Wd.data(), F, O, act, 0.01);
+          const Tensor gx = on_gpu(x), gW = on_gpu(W), gb = on_gpu(b), gdy = on_gpu(dy);
+          const float* bp = bias ? gb.f32() : nullptr;
+          Tensor y = nan_gpu(N * O), z = nan_gpu(N * O), h = nan_gpu(N * 2 * F), dx = nan_gpu(N * F),
+                 dW = nan_gpu(2 * F * O), db = nan_gpu(O), ws = nan_gpu(sage_backward_workspace_cuda(N, F, O));
+          sage_forward_cuda(y.f32(), z.f32(), h.f32(), nullptr, gx.f32(), dv, gW.f32(), bp, F, O, act, 0.01f, s);
+          sage_backward_cuda(dx.f32(), dW.f32(), bias ? db.f32() : nullptr, gdy.f32(), z.f32(), h.f32(), dv, gW.f32(),
+                             F, O, act, 0.01f, ws.f32(), s);
+          const std::vector<float> yv = y.to_vector<float>();
+          GNN_CHECK_CLOSE(yv, yd, 1e-4, 1e-4);
+          GNN_CHECK_CLOSE(z.to_vector<float>(), zd, 1e-4, 1e-4);
+          GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd, 1e-4, 1e-4);
+          GNN_CHECK_CLOSE(dW.to_vector<float>(), dWd, 1e-3, 1e-3);  // sums over all N rows
+          if (bias) GNN_CHECK_CLOSE(db.to_vector<float>(), dbd, 1e-3, 1e-3);
+          // inference: no z or h, the same y bits
+          Tensor y_only = nan_gpu(N * O), scratch = nan_gpu(N * 2 * F);
+          sage_forward_cuda(y_only.f32(), nullptr, nullptr, scratch.f32(), gx.f32(), dv, gW.f32(), bp, F, O, act, 0.01f,
+                            s);
+          CHECK(same_bits(y_only.to_vector<float>(), yv));
+        }
+      }
+    }
+  }
 #endif
 }

@@ -1,0 +1,69 @@
+// Fused SAGE on the GPU (kernels/sage.h). Forward, four launches:
+//   h[:, :F] = mean gather of x   (the tuned SpMM kernel, writing with row stride 2F)
+//   h[:, F:] = x                  (one 2-D copy)
+//   z = h W                       (one cuBLAS product with K = 2F)
+//   z += b, y = act(z)            (one epilogue; z kept only for training)
+// The composed path is seven (SpMM, two concat copies, GEMM, bias, activation, and the concat's
+// output written and read once more). Backward, from the saved z and h:
+//   dz = dy * act'(z);  db = column sums of dz (fixed order, no atomics);  dW = h^T dz (one product)
+//   dx = dz W_root^T (straight into dx);  dagg = dz W_agg^T;  dx += transposed mean gather of dagg
+// Every step has a fixed reduction order, so two runs give the same bits.
+#include <cuda_runtime.h>
+
+#include "kernels/elementwise.h"
+#include "kernels/sage.h"
+#include "runtime/cuda_check.h"
+
+namespace gnn {
+namespace {
+
+constexpr int kThreads = 256;
+
+// y = act(zb + b); z (when not null) keeps zb + b. zb may be y itself (inference).
+template <Act A>
+__global__ void bias_act_kernel(float* y, float* z, const float* zb, const float* b, int64_t R, int64_t O, float slope) {
+  const int64_t n = R * O;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = zb[i] + (b ? __ldg(b + i % O) : 0.0f);
+    if (z) z[i] = v;
+    y[i] = act_value(A, v, slope);
+  }
+}
+
+}  // namespace
+
+void sage_forward_cuda(float* y, float* z, float* h, float* scratch, const float* x, const CsrView& g, const float* W,
+                       const float* b, int64_t F, int64_t O, Act act, float slope, Stream stream) {
+  GNN_CHECK((z == nullptr) == (h == nullptr), "sage_forward_cuda: z and h are both kept (training) or neither");
+  const int64_t N = g.num_rows;
+  if (N == 0 || O == 0) return;
+  float* hb = h ? h : scratch;  // [N, 2F]
+  GNN_CHECK(hb != nullptr, "sage_forward_cuda: inference needs scratch of N * 2F floats");
+  spmm_forward_cuda(hb, nullptr, x, nullptr, g, F, F, 2 * F, Reduce::kMean, stream);
+  copy_block_cuda(hb, 2 * F, F, x, F, 0, N, F, stream);
+  float* zb = z ? z : y;
+  gemm_cuda(false, false, N, O, 2 * F, 1.0f, hb, 2 * F, W, O, 0.0f, zb, O, stream);
+  const unsigned grid = unsigned(std::min<int64_t>(ceil_div<int64_t>(N * O, kThreads), int64_t(1) << 20));
+  dispatch_act(act, [&](auto A) {
+    bias_act_kernel<decltype(A)::value><<<grid, kThreads, 0, stream>>>(y, z, zb, b, N, O, slope);
+  });
+  GNN_CUDA_LAUNCH_CHECK("sage_forward_cuda");
+}
+
+int64_t sage_backward_workspace_cuda(int64_t N, int64_t F, int64_t O) { return N * O + N * F; }
+
+void sage_backward_cuda(float* dx, float* dW, float* db, const float* dy, const float* z, const float* h,
+                        const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope,
+                        float* workspace, Stream stream) {
+  const int64_t N = g.num_rows;
+  float* dz = workspace;      // [N, O]
+  float* dagg = dz + N * O;   // [N, F]
+  if (N * O > 0) act_backward_cuda(dz, dy, z, N * O, act, slope, stream);
+  if (db) column_sum_cuda(db, dz, N, O, false, stream);
+  gemm_cuda(true, false, 2 * F, O, N, 1.0f, h, 2 * F, dz, O, 0.0f, dW, O, stream);  // dW = h^T dz
+  gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W + F * O, O, 0.0f, dx, F, stream);  // dx = dz W_root^T
+  gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W, O, 0.0f, dagg, F, stream);        // dagg = dz W_agg^T
+  spmm_backward_x_cuda(dx, dagg, nullptr, nullptr, g, F, F, F, Reduce::kMean, /*accumulate=*/true, stream);
+}
+
+}  // namespace gnn
