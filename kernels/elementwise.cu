@@ -239,6 +239,11 @@ __global__ void mask_rows_kernel(float* dx, const float* dy, const uint8_t* keep
     dx[t] = __ldg(keep + t / W) ? __ldg(dy + t) : 0.0f;
 }
 
+__global__ void dropout_kernel(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = dropout_drops(seed, i, threshold) ? 0.0f : __ldg(x + i) * scale;
+}
+
 // One block: thread t sums x[t], x[t + 1024], ..., then a fixed tree over the 1024 partials.
 constexpr int kSumThreads = 1024;
 __global__ void __launch_bounds__(kSumThreads) sum_kernel(float* out, const float* x, int64_t n) {
@@ -402,6 +407,11 @@ void head_dot_backward_cuda(float* dx, float* prod, const float* dy, const float
 
 void mask_rows_cuda(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W, Stream stream) {
   GNN_LAUNCH_N("mask_rows_cuda", R * W, mask_rows_kernel, dx, dy, keep, R, W);
+}
+
+void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale,
+                        Stream stream) {
+  GNN_LAUNCH_N("dropout_apply_cuda", n, dropout_kernel, y, x, n, seed, threshold, scale);
 }
 
 void embedding_backward_cuda(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses, int64_t K,

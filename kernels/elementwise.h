@@ -53,6 +53,23 @@ void column_sum(T* out, const T* x, int64_t R, int64_t F, bool accumulate = fals
   }
 }
 
+// Dropout from a counter-based hash: element i is zeroed when the low 24 bits of splitmix64(seed + (i + 1)
+// * golden ratio) fall below `threshold` (p * 2^24), and scaled by `scale` (1 / (1 - p)) otherwise. A
+// decision depends only on (seed, i): the host and the GPU draw the same mask in any order and with any
+// thread count, and the backward (the same map applied to dy) recomputes the mask instead of keeping it.
+GNN_HD inline bool dropout_drops(uint64_t seed, int64_t i, uint32_t threshold) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * uint64_t(i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return uint32_t(z ^ (z >> 31)) % (1u << 24) < threshold;
+}
+
+template <class T>
+void dropout_apply(T* y, const T* x, int64_t n, uint64_t seed, uint32_t threshold, T scale) {
+#pragma omp parallel for simd if (n > kElementwiseGrain)
+  for (int64_t i = 0; i < n; ++i) y[i] = dropout_drops(seed, i, threshold) ? T(0) : x[i] * scale;
+}
+
 // CUDA versions, f32 on `stream`: y = a + sb b, y = a * b, y[r, f] = x[r, f] + row[f], and
 // out[f] (+)= sum_r x[r, f] (8 warps per 32 columns, each summing a fixed stride of rows, the partials
 // combined in warp order: the same bits on every run).
@@ -81,6 +98,8 @@ void head_dot_backward_cuda(float* dx, float* prod, const float* dy, const float
                             int64_t H, int64_t D, Stream stream);
 void mask_rows_cuda(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W, Stream stream);
 void sum_cuda(float* out, const float* x, int64_t n, Stream stream);
+void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale,
+                        Stream stream);
 
 template <class T>
 T sum_all(const T* x, int64_t n) {  // in fixed chunks, then in order: bitwise stable

@@ -92,6 +92,10 @@ TEST_CASE("cuda ops: arithmetic, reductions, layer norm and column plumbing matc
   std::vector<uint8_t> keep(37);
   for (size_t i = 0; i < keep.size(); ++i) keep[i] = uint8_t(i % 3 != 1);
   const Tensor kt = Tensor::from_vector(keep);
+  check_op("dropout", {a}, [](auto& v, auto&) {
+    Rng r(5);  // the same draw on both devices: the same mask
+    return ag::dropout(v[0], 0.3, r, true);
+  });
   check_op("keep_grad_rows", {a}, [kt](auto& v, auto&) { return ag::scale(ag::keep_grad_rows(v[0], kt), 3.0); });
 }
 

@@ -371,6 +371,12 @@ TEST_CASE("cuda layer norm, ordered embedding backward and the column plumbing m
     mask_rows_cuda(mk.f32(), gdy.f32(), on_gpu(keep).data_as<uint8_t>(), R, F, s);
     scale_cuda(sc.f32(), gx.f32(), -2.5f, n, s);
     GNN_CHECK_CLOSE(mk.to_vector<float>(), masked);
+    // dropout: the GPU draws the host's mask, bit for bit
+    std::vector<float> dropped(static_cast<size_t>(n));
+    dropout_apply<float>(dropped.data(), x.data(), n, 0x1234abcdull, uint32_t(0.3 * (1 << 24)), 1.0f / 0.7f);
+    Tensor dr = nan_gpu(n);
+    dropout_apply_cuda(dr.f32(), gx.f32(), n, 0x1234abcdull, uint32_t(0.3 * (1 << 24)), 1.0f / 0.7f, s);
+    CHECK(same_bits(dr.to_vector<float>(), dropped));
     GNN_CHECK_CLOSE(sc.to_vector<float>(), scaled);
   }
   // heads: x [R, H*D]; head_dot, its backward, block_sum (the head mean) and head_broadcast

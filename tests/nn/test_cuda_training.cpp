@@ -1,6 +1,6 @@
 // Training on the GPU: a two-layer GCN (dropout, matmul, weighted SpMM, bias, relu, log-softmax,
 // cross-entropy, Adam) run on the host and on the device from the same seed. The GPU's loss curve must
-// follow the host's (dropout masks are drawn on the host for both, so only summation order differs),
+// follow the host's (dropout masks are the same counter-based hash on both, so only summation order differs),
 // and two GPU runs must end with bitwise-identical weights. Skipped with the reason without a GPU.
 #include <cmath>
 #include <cstring>
