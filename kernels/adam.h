@@ -1,3 +1,4 @@
+// The optimiser updates, per element, shared by the host and the GPU.
 // One Adam / AdamW update of n parameters, with the moments kept in double:
 //   g' = g + wd w (Adam, L2 in the gradient)   or   w' = w (1 - lr wd) (AdamW, decoupled)
 //   m = b1 m + (1 - b1) g';  v = b2 v + (1 - b2) g'^2;  w = w' - lr (m / c1) / (sqrt(v / c2) + eps)
@@ -30,5 +31,25 @@ void adam_update_ref(T* w, const T* grad, double* m, double* v, int64_t n, const
 }
 
 void adam_update_cuda(float* w, const float* grad, double* m, double* v, int64_t n, const AdamStep& s, Stream stream);
+
+// One SGD update (torch.optim.SGD, dampening 0): d = g + wd w; with momentum, buf = first ? d : mu buf + d
+// and d = buf (buf in double, null without momentum); w -= lr d.
+struct SgdStep {
+  double lr, momentum, weight_decay;
+  bool first;
+};
+
+GNN_HD inline double sgd_element(double wi, double gi, double* buf, const SgdStep& s) {
+  double d = gi + s.weight_decay * wi;
+  if (buf) d = *buf = s.first ? d : s.momentum * *buf + d;
+  return wi - s.lr * d;
+}
+
+template <class T>
+void sgd_update_ref(T* w, const T* grad, double* buf, int64_t n, const SgdStep& s) {
+  for (int64_t i = 0; i < n; ++i) w[i] = T(sgd_element(double(w[i]), double(grad[i]), buf ? buf + i : nullptr, s));
+}
+
+void sgd_update_cuda(float* w, const float* grad, double* buf, int64_t n, const SgdStep& s, Stream stream);
 
 }  // namespace gnn

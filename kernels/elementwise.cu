@@ -59,6 +59,11 @@ __global__ void adam_kernel(float* w, const float* grad, double* m, double* v, i
     w[i] = float(adam_element(double(w[i]), double(grad[i]), m[i], v[i], s));
 }
 
+__global__ void sgd_kernel(float* w, const float* grad, double* buf, int64_t n, SgdStep s) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    w[i] = float(sgd_element(double(w[i]), double(grad[i]), buf ? buf + i : nullptr, s));
+}
+
 __global__ void embedding_kernel(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * F; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = __ldg(table + int64_t(__ldg(idx + i / F)) * F + i % F);
@@ -407,6 +412,10 @@ void head_dot_backward_cuda(float* dx, float* prod, const float* dy, const float
 
 void mask_rows_cuda(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W, Stream stream) {
   GNN_LAUNCH_N("mask_rows_cuda", R * W, mask_rows_kernel, dx, dy, keep, R, W);
+}
+
+void sgd_update_cuda(float* w, const float* grad, double* buf, int64_t n, const SgdStep& s, Stream stream) {
+  GNN_LAUNCH_N("sgd_update_cuda", n, sgd_kernel, w, grad, buf, n, s);
 }
 
 void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale,

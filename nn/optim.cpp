@@ -49,7 +49,11 @@ void with_param(const NamedParam& p, Fn&& fn) {
   });
 }
 
-Tensor zeros_f64(int64_t n) { return Tensor::zeros(Shape{n}, DType::F64); }
+void check_on_gpu(const char* opt, const NamedParam& p) {
+  GNN_CHECK(p.var.dtype() == DType::F32 && p.var.grad().device() == p.var.value().device(), opt, ": ", p.name,
+            " on the GPU must be f32 with its gradient there, got ", p.var.value().desc(), " and gradient ",
+            p.var.grad().desc());
+}
 
 Tensor state_tensor(const std::map<std::string, Tensor>& s, const std::string& key, int64_t n) {
   auto it = s.find(key);
@@ -68,16 +72,18 @@ void SGD::step() {
       if (!p.var.has_grad()) continue;
       const int64_t n = p.var.value().numel();
       Tensor& buf = buf_[p.name];
+      const Device dev = p.var.value().device();
       const bool first = momentum_ != 0 && !buf.defined();  // torch: the first buffer is the gradient itself
-      if (first) buf = zeros_f64(n);
-      with_param(p, [&](auto* w, const auto* gr, int64_t n) {
-        double* b = buf.defined() ? buf.f64() : nullptr;
-        for (int64_t i = 0; i < n; ++i) {
-          double d = double(gr[i]) + g.weight_decay * double(w[i]);
-          if (b) d = b[i] = first ? d : momentum_ * b[i] + d;
-          w[i] -= decltype(w[0] + 0)(lr_ * d);
-        }
-      });
+      if (first) buf = Tensor::zeros(Shape{n}, DType::F64, dev);
+      if (buf.defined()) buf = buf.on(dev);  // state loaded from a checkpoint, on the host
+      const SgdStep step{lr_, momentum_, g.weight_decay, first};
+      double* b = buf.defined() ? buf.f64() : nullptr;
+      if (dev.is_cuda()) {
+        check_on_gpu("SGD", p);
+        if constexpr (kWithCuda) sgd_update_cuda(p.var.value().f32(), p.var.grad().f32(), b, n, step, p.var.value().stream());
+        continue;
+      }
+      with_param(p, [&](auto* w, const auto* gr, int64_t n) { sgd_update_ref(w, gr, b, n, step); });
     }
   ++steps_;
 }
@@ -119,9 +125,7 @@ void Adam::step() {
       const double wd = g.weight_decay;
       const AdamStep step{lr_, b1_, b2_, eps_, wd, c1, c2, decoupled_};
       if (dev.is_cuda()) {  // the same update per element (kernels/adam.h), one launch per parameter
-        GNN_CHECK(p.var.dtype() == DType::F32 && p.var.grad().device() == dev, "Adam: ", p.name,
-                  " on the GPU must be f32 with its gradient there, got ", p.var.value().desc(), " and gradient ",
-                  p.var.grad().desc());
+        check_on_gpu("Adam", p);
         if constexpr (kWithCuda)
           adam_update_cuda(p.var.value().f32(), p.var.grad().f32(), m.f64(), v.f64(), n, step, p.var.value().stream());
         continue;

@@ -232,6 +232,20 @@ TEST_CASE("cuda activations, pooling, embedding and the Adam update match their 
     GNN_CHECK_CLOSE(gw.to_vector<float>(), w, 1e-6, 1e-6);
     GNN_CHECK_CLOSE(gm.to_vector<double>(), m, 1e-12, 1e-9);
   }
+  // SGD with and without momentum and weight decay, three steps
+  for (double momentum : {0.0, 0.9}) {
+    CAPTURE(momentum);
+    auto w = testing::random_values<float>(size_t(n), 7);
+    std::vector<double> buf(static_cast<size_t>(n), 0);
+    Tensor gw = on_gpu(w), gbuf = on_gpu(buf);
+    for (int t = 1; t <= 3; ++t) {
+      const SgdStep st{1e-2, momentum, 5e-4, t == 1};
+      sgd_update_ref(w.data(), dy.data(), momentum > 0 ? buf.data() : nullptr, n, st);
+      sgd_update_cuda(gw.f32(), gdy.f32(), momentum > 0 ? gbuf.f64() : nullptr, n, st, s);
+    }
+    GNN_CHECK_CLOSE(gw.to_vector<float>(), w, 1e-6, 1e-6);
+    GNN_CHECK_CLOSE(gbuf.to_vector<double>(), buf, 1e-12, 1e-9);
+  }
 #endif
 }
 
