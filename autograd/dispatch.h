@@ -15,8 +15,7 @@ namespace gnn::ag {
 // Calls fn(T{}) with T = float or double by the dtype of x; anything else is refused naming the op.
 template <class Fn>
 decltype(auto) dispatch_real(const char* op, const Tensor& x, Fn&& fn) {
-  GNN_CHECK(!x.is_cuda(), op, ": CUDA tensors are not supported by the autograd ops yet (the CUDA backend, issue 8); got ",
-            x.desc());
+  GNN_CHECK(!x.is_cuda(), op, ": runs on the host only, got ", x.desc());
   if (x.dtype() == DType::F32) return fn(float{});
   GNN_CHECK(x.dtype() == DType::F64, op, ": expected f32 or f64 values, got ", x.desc());
   return fn(double{});
@@ -32,10 +31,8 @@ decltype(auto) dispatch_dev(const char* op, const Tensor& x, Fn&& fn) {
   return dispatch_real(op, x, std::forward<Fn>(fn));
 }
 
-// Throws unless v is defined, `ndim`-dimensional, of dtype dt and on the host (a CUDA operand of an op
-// that runs on the host only is refused by name, never read from the host); `what` names the argument.
-void check_arg(const char* op, const char* what, const Var& v, int ndim, DType dt);
-// The same for ops with a CUDA path: v must be on `device`, the other inputs' device.
+// Throws unless v is defined, `ndim`-dimensional (any for -1), of dtype dt and on `device` (the other
+// inputs' device); `what` names the argument.
 void check_arg_on(const char* op, const char* what, const Var& v, int ndim, DType dt, Device device);
 // The graph's arrays must be on `device` (graph ops).
 void check_graph_device(const char* op, const Graph& g, Device device);

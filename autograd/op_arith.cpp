@@ -14,12 +14,6 @@ void check_shape_dtype(const char* op, const char* what, const Var& v, int ndim,
 }
 }  // namespace
 
-void check_arg(const char* op, const char* what, const Var& v, int ndim, DType dt) {
-  check_shape_dtype(op, what, v, ndim, dt);
-  GNN_CHECK(!v.value().is_cuda(), op, ": runs on the host only so far (the CUDA backend, issue 8), got ", what, " ",
-            v.value().desc());
-}
-
 void check_arg_on(const char* op, const char* what, const Var& v, int ndim, DType dt, Device device) {
   check_shape_dtype(op, what, v, ndim, dt);
   GNN_CHECK(v.value().device() == device, op, ": ", what, " must be on ", device.str(), " like the other inputs, got ",

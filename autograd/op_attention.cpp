@@ -9,11 +9,15 @@
 //   with u = dY / den and c = -rowsum(dY * Y) / den:
 //   dA = u KV^T + c z^T;  dKV = A^T u;  dz = A^T c;  dB = V dKV^T + 1 dz^T;  dV = B dKV
 //   dQ = dA * phi'(Q), dK = dB * phi'(K). Cost and memory linear in n.
+// Both are written once over the device helpers (products through gemm_on, the row maps of
+// kernels/attention.h, softmax from kernels/rowwise.h), so the same steps run on the host and, per
+// graph and head, as cuBLAS products and small kernels on the GPU (about ten launches per block: a
+// batch of many small graphs is launch-bound there). Scratch is one tensor per block where the input lives.
 #include <cmath>
-#include <vector>
 
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
+#include "kernels/attention.h"
 #include "kernels/rowwise.h"
 
 namespace gnn::ag {
@@ -28,108 +32,150 @@ struct Block {  // one graph and head: pointers to its first element, row stride
   int64_t n, D, ld;
 };
 
+// Where `on` lives: the float kernels (CUDA or CPU), or the double references.
 template <class T>
-void softmax_rows(T* y, const T* x, int64_t R, int64_t F) {
-  if constexpr (std::is_same_v<T, float>) rowwise_forward_cpu(y, x, R, F, RowOp::kSoftmax, 0.f);
-  else rowwise_forward_ref<T>(y, x, R, F, RowOp::kSoftmax, T(0));
+void softmax_on(const Tensor& on, T* y, const T* x, int64_t R, int64_t F) {
+  if constexpr (std::is_same_v<T, float>) {
+    if constexpr (kWithCuda)
+      if (on.is_cuda()) return rowwise_forward_cuda(y, x, R, F, RowOp::kSoftmax, 0.f, on.stream());
+    rowwise_forward_cpu(y, x, R, F, RowOp::kSoftmax, 0.f);
+  } else {
+    rowwise_forward_ref<T>(y, x, R, F, RowOp::kSoftmax, T(0));
+  }
 }
-
 template <class T>
-void full_forward(const Block<T>& b, T* y, std::vector<T>& P) {
-  const T scale = T(1) / std::sqrt(T(b.D));
-  P.resize(size_t(b.n * b.n));
-  gemm_t<T>(false, true, b.n, b.n, b.D, scale, b.q, b.ld, b.k, b.ld, T(0), P.data(), b.n);
-  softmax_rows<T>(P.data(), P.data(), b.n, b.n);
-  gemm_t<T>(false, false, b.n, b.D, b.n, T(1), P.data(), b.n, b.v, b.ld, T(0), y, b.ld);
+void softmax_backward_on(const Tensor& on, T* dx, const T* y, const T* dy, int64_t R, int64_t F) {
+  if constexpr (std::is_same_v<T, float>) {
+    if constexpr (kWithCuda)
+      if (on.is_cuda()) return rowwise_backward_cuda(dx, y, dy, y, R, F, RowOp::kSoftmax, 0.f, on.stream());
+    rowwise_backward_cpu(dx, y, dy, y, R, F, RowOp::kSoftmax, 0.f);
+  } else {
+    rowwise_backward_ref<T>(dx, y, dy, y, R, F, RowOp::kSoftmax, T(0));
+  }
 }
+#define GNN_ROW_MAP_ON(name, params, args)                                     \
+  template <class T>                                                           \
+  void name##_on(const Tensor& on, params) {                                   \
+    if constexpr (std::is_same_v<T, float> && kWithCuda)                       \
+      if (on.is_cuda()) return name##_cuda(args, on.stream());                 \
+    name<T>(args);                                                             \
+  }
+#define GNN_P(...) __VA_ARGS__
+GNN_ROW_MAP_ON(phi_rows, GNN_P(T* a, const T* q, int64_t n, int64_t D, int64_t ld), GNN_P(a, q, n, D, ld))
+GNN_ROW_MAP_ON(div_rows, GNN_P(T* y, int64_t ld, const T* num, const T* den, int64_t n, int64_t D),
+               GNN_P(y, ld, num, den, n, D))
+GNN_ROW_MAP_ON(coef_rows, GNN_P(T* u, T* c, const T* dy, int64_t ld, const T* y, const T* den, int64_t n, int64_t D),
+               GNN_P(u, c, dy, ld, y, den, n, D))
+GNN_ROW_MAP_ON(dphi_rows, GNN_P(T* dq, int64_t ld, const T* da, const T* q, int64_t n, int64_t D),
+               GNN_P(dq, ld, da, q, n, D))
+#undef GNN_P
+#undef GNN_ROW_MAP_ON
 
+// Scratch for one block, carved from one tensor on `on`'s device.
 template <class T>
-void full_backward(const Block<T>& b, const T* dy, T* dq, T* dk, T* dv) {
-  const T scale = T(1) / std::sqrt(T(b.D));
-  const int64_t n = b.n;
-  std::vector<T> P, dP(size_t(n * n)), dS(size_t(n * n)), y(size_t(n * b.ld));
-  full_forward<T>(b, y.data(), P);  // recomputes P
-  gemm_t<T>(true, false, n, b.D, n, T(1), P.data(), n, dy, b.ld, T(0), dv, b.ld);
-  gemm_t<T>(false, true, n, n, b.D, T(1), dy, b.ld, b.v, b.ld, T(0), dP.data(), n);
-  rowwise_backward_ref<T>(dS.data(), P.data(), dP.data(), P.data(), n, n, RowOp::kSoftmax, T(0));
-  gemm_t<T>(false, false, n, b.D, n, scale, dS.data(), n, b.k, b.ld, T(0), dq, b.ld);
-  gemm_t<T>(true, false, n, b.D, n, scale, dS.data(), n, b.q, b.ld, T(0), dk, b.ld);
-}
-
-template <class T>
-T phi(T x) { return x > T(0) ? x + T(1) : std::exp(x); }
-template <class T>
-T dphi(T x) { return x > T(0) ? T(1) : std::exp(x); }
-
-// A = phi(Q), B = phi(K) as contiguous [n, D]; KV [D, D]; z [D]; den [n]
-template <class T>
-struct LinearState {
-  std::vector<T> A, B, KV, z, num, den;
+struct Scratch {
+  Tensor buf;
+  int64_t used = 0;
+  Scratch(const Tensor& on, int64_t total) : buf(empty_like(on, Shape{total})) {}
+  T* take(int64_t n) {
+    T* p = ptr<T>(buf) + used;
+    used += n;
+    return p;
+  }
 };
 
+// P = softmax_rows(Q K^T / sqrt(D)), through S
 template <class T>
-void linear_forward(const Block<T>& b, T* y, LinearState<T>& s) {
-  const int64_t n = b.n, D = b.D;
-  s.A.resize(size_t(n * D)), s.B.resize(size_t(n * D)), s.KV.resize(size_t(D * D)), s.z.assign(size_t(D), T(0));
-  s.num.resize(size_t(n * D)), s.den.resize(size_t(n));
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t d = 0; d < D; ++d) {
-      s.A[size_t(i * D + d)] = phi(b.q[i * b.ld + d]);
-      s.B[size_t(i * D + d)] = phi(b.k[i * b.ld + d]);
-      s.z[size_t(d)] += s.B[size_t(i * D + d)];
-    }
-  gemm_t<T>(true, false, D, D, n, T(1), s.B.data(), D, b.v, b.ld, T(0), s.KV.data(), D);
-  gemm_t<T>(false, false, n, D, D, T(1), s.A.data(), D, s.KV.data(), D, T(0), s.num.data(), D);
-  for (int64_t i = 0; i < n; ++i) {
-    T den = 0;
-    for (int64_t d = 0; d < D; ++d) den += s.A[size_t(i * D + d)] * s.z[size_t(d)];
-    s.den[size_t(i)] = den;
-    for (int64_t d = 0; d < D; ++d) y[i * b.ld + d] = s.num[size_t(i * D + d)] / den;
-  }
+void full_probs(const Tensor& on, const Block<T>& b, T* S, T* P) {
+  const T scale = T(1) / std::sqrt(T(b.D));
+  gemm_on<T>(on, false, true, b.n, b.n, b.D, scale, b.q, b.ld, b.k, b.ld, T(0), S, b.n);
+  softmax_on<T>(on, P, S, b.n, b.n);
 }
 
 template <class T>
-void linear_backward(const Block<T>& b, const T* dy, T* dq, T* dk, T* dv) {
+void full_block(const Tensor& on, const Block<T>& b, T* y) {
+  Scratch<T> s(on, 2 * b.n * b.n);
+  T *S = s.take(b.n * b.n), *P = s.take(b.n * b.n);
+  full_probs<T>(on, b, S, P);
+  gemm_on<T>(on, false, false, b.n, b.D, b.n, T(1), P, b.n, b.v, b.ld, T(0), y, b.ld);
+}
+
+template <class T>
+void full_backward(const Tensor& on, const Block<T>& b, const T* dy, T* dq, T* dk, T* dv) {
+  const T scale = T(1) / std::sqrt(T(b.D));
+  const int64_t n = b.n;
+  Scratch<T> s(on, 3 * n * n);
+  T *S = s.take(n * n), *P = s.take(n * n), *dP = s.take(n * n);
+  full_probs<T>(on, b, S, P);  // recomputed rather than kept for every graph
+  gemm_on<T>(on, true, false, n, b.D, n, T(1), P, n, dy, b.ld, T(0), dv, b.ld);
+  gemm_on<T>(on, false, true, n, n, b.D, T(1), dy, b.ld, b.v, b.ld, T(0), dP, n);
+  T* dS = S;  // S is spent
+  softmax_backward_on<T>(on, dS, P, dP, n, n);
+  gemm_on<T>(on, false, false, n, b.D, n, scale, dS, n, b.k, b.ld, T(0), dq, b.ld);
+  gemm_on<T>(on, true, false, n, b.D, n, scale, dS, n, b.q, b.ld, T(0), dk, b.ld);
+}
+
+// A = phi(Q), B = phi(K) as contiguous [n, D]; KV [D, D]; z [D]; num [n, D]; den [n]
+template <class T>
+struct LinearState {
+  T *A, *B, *KV, *z, *num, *den;
+  static int64_t size(int64_t n, int64_t D) { return 3 * n * D + D * D + D + n; }
+  explicit LinearState(Scratch<T>& s, int64_t n, int64_t D)
+      : A(s.take(n * D)), B(s.take(n * D)), KV(s.take(D * D)), z(s.take(D)), num(s.take(n * D)), den(s.take(n)) {}
+};
+
+// y with row stride ldy
+template <class T>
+void linear_forward(const Tensor& on, const Block<T>& b, T* y, int64_t ldy, const LinearState<T>& s) {
   const int64_t n = b.n, D = b.D;
-  LinearState<T> s;
-  std::vector<T> y(size_t(n * b.ld));
-  linear_forward<T>(b, y.data(), s);
-  std::vector<T> u(size_t(n * D)), c(static_cast<size_t>(n)), dA(size_t(n * D)), dKV(size_t(D * D)), dz(size_t(D), T(0)),
-      dB(size_t(n * D));
-  for (int64_t i = 0; i < n; ++i) {
-    T dot = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      u[size_t(i * D + d)] = dy[i * b.ld + d] / s.den[size_t(i)];
-      dot += dy[i * b.ld + d] * y[size_t(i * b.ld + d)];
-    }
-    c[size_t(i)] = -dot / s.den[size_t(i)];
-  }
-  gemm_t<T>(false, true, n, D, D, T(1), u.data(), D, s.KV.data(), D, T(0), dA.data(), D);
-  gemm_t<T>(true, false, D, D, n, T(1), s.A.data(), D, u.data(), D, T(0), dKV.data(), D);
-  gemm_t<T>(false, true, n, D, D, T(1), b.v, b.ld, dKV.data(), D, T(0), dB.data(), D);
-  gemm_t<T>(false, false, n, D, D, T(1), s.B.data(), D, dKV.data(), D, T(0), dv, b.ld);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t d = 0; d < D; ++d) dz[size_t(d)] += s.A[size_t(i * D + d)] * c[size_t(i)];
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t d = 0; d < D; ++d) {
-      dq[i * b.ld + d] = (dA[size_t(i * D + d)] + c[size_t(i)] * s.z[size_t(d)]) * dphi(b.q[i * b.ld + d]);
-      dk[i * b.ld + d] = (dB[size_t(i * D + d)] + dz[size_t(d)]) * dphi(b.k[i * b.ld + d]);
-    }
+  phi_rows_on<T>(on, s.A, b.q, n, D, b.ld);
+  phi_rows_on<T>(on, s.B, b.k, n, D, b.ld);
+  column_sum_on<T>(on, s.z, s.B, n, D);
+  gemm_on<T>(on, true, false, D, D, n, T(1), s.B, D, b.v, b.ld, T(0), s.KV, D);
+  gemm_on<T>(on, false, false, n, D, D, T(1), s.A, D, s.KV, D, T(0), s.num, D);
+  gemm_on<T>(on, false, false, n, 1, D, T(1), s.A, D, s.z, 1, T(0), s.den, 1);  // den = A z
+  div_rows_on<T>(on, y, ldy, s.num, s.den, n, D);
+}
+
+template <class T>
+void linear_block(const Tensor& on, const Block<T>& b, T* y) {
+  Scratch<T> s(on, LinearState<T>::size(b.n, b.D));
+  linear_forward<T>(on, b, y, b.ld, LinearState<T>(s, b.n, b.D));
+}
+
+template <class T>
+void linear_backward(const Tensor& on, const Block<T>& b, const T* dy, T* dq, T* dk, T* dv) {
+  const int64_t n = b.n, D = b.D;
+  Scratch<T> sc(on, LinearState<T>::size(n, D) + 4 * n * D + 2 * D * D + D + n);
+  const LinearState<T> s(sc, n, D);
+  T *y = sc.take(n * D), *u = sc.take(n * D), *dA = sc.take(n * D), *dB = sc.take(n * D);
+  T *dKV = sc.take(D * D), *dz = sc.take(D), *c = sc.take(n);
+  linear_forward<T>(on, b, y, D, s);
+  coef_rows_on<T>(on, u, c, dy, b.ld, y, s.den, n, D);
+  gemm_on<T>(on, false, true, n, D, D, T(1), u, D, s.KV, D, T(0), dA, D);   // dA = u KV^T
+  gemm_on<T>(on, false, false, n, D, 1, T(1), c, 1, s.z, D, T(1), dA, D);   //    + c z^T
+  gemm_on<T>(on, true, false, D, D, n, T(1), s.A, D, u, D, T(0), dKV, D);   // dKV = A^T u
+  gemm_on<T>(on, true, false, D, 1, n, T(1), s.A, D, c, 1, T(0), dz, 1);    // dz = A^T c
+  gemm_on<T>(on, false, true, n, D, D, T(1), b.v, b.ld, dKV, D, T(0), dB, D);  // dB = V dKV^T
+  add_row_on<T>(on, dB, dB, dz, n, D);                                          //    + 1 dz^T
+  gemm_on<T>(on, false, false, n, D, D, T(1), s.B, D, dKV, D, T(0), dv, b.ld);  // dV = B dKV
+  dphi_rows_on<T>(on, dq, b.ld, dA, b.q, n, D);
+  dphi_rows_on<T>(on, dk, b.ld, dB, b.k, n, D);
 }
 
 }  // namespace
 
 Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& graph_ptr, int64_t heads, bool linear) {
-  check_arg("graph_attention", "q", q, 2, q.dtype());
-  check_arg("graph_attention", "k", k, 2, q.dtype());
-  check_arg("graph_attention", "v", v, 2, q.dtype());
+  check_arg_on("graph_attention", "q", q, 2, q.dtype(), q.device());
+  check_arg_on("graph_attention", "k", k, 2, q.dtype(), q.device());
+  check_arg_on("graph_attention", "v", v, 2, q.dtype(), q.device());
   GNN_CHECK(q.shape() == k.shape() && q.shape() == v.shape(), "graph_attention: q ", q.shape().str(), ", k ",
             k.shape().str(), " and v ", v.shape().str(), " must have one shape");
   const int64_t N = q.size(0), W = q.size(1);
   GNN_CHECK(heads >= 1 && W % heads == 0, "graph_attention: ", W, " columns do not split into ", heads, " heads");
   check_graph_ptr("graph_attention", graph_ptr, N);
   const int64_t D = W / heads, G = graph_ptr.size(0) - 1;
-  return dispatch_real("graph_attention", q.value(), [&](auto t) {
+  return dispatch_dev("graph_attention", q.value(), [&](auto t) {
     using T = decltype(t);
     auto block = [=](int64_t g, int64_t h) {
       const int64_t r = graph_ptr.i64()[g], off = r * W + h * D;
@@ -137,15 +183,13 @@ Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& grap
                       graph_ptr.i64()[g + 1] - r, D, W};
     };
     Tensor y = empty_like(q.value(), q.shape());
-    std::vector<T> P;
-    LinearState<T> s;
     for (int64_t g = 0; g < G; ++g)
       for (int64_t h = 0; h < heads; ++h) {
         const Block<T> b = block(g, h);
         T* yb = ptr<T>(y) + graph_ptr.i64()[g] * W + h * D;
         if (b.n == 0) continue;
-        if (linear) linear_forward<T>(b, yb, s);
-        else full_forward<T>(b, yb, P);
+        if (linear) linear_block<T>(y, b, yb);
+        else full_block<T>(y, b, yb);
       }
     return record("graph_attention", y, {q, k, v}, [=](const Tensor& dy) {
       Tensor dq = empty_like(dy, q.shape()), dk = empty_like(dy, q.shape()), dv = empty_like(dy, q.shape());
@@ -154,8 +198,8 @@ Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& grap
           const Block<T> b = block(g, h);
           const int64_t off = graph_ptr.i64()[g] * W + h * D;
           if (b.n == 0) continue;
-          if (linear) linear_backward<T>(b, ptr<T>(dy) + off, ptr<T>(dq) + off, ptr<T>(dk) + off, ptr<T>(dv) + off);
-          else full_backward<T>(b, ptr<T>(dy) + off, ptr<T>(dq) + off, ptr<T>(dk) + off, ptr<T>(dv) + off);
+          if (linear) linear_backward<T>(dy, b, ptr<T>(dy) + off, ptr<T>(dq) + off, ptr<T>(dk) + off, ptr<T>(dv) + off);
+          else full_backward<T>(dy, b, ptr<T>(dy) + off, ptr<T>(dq) + off, ptr<T>(dk) + off, ptr<T>(dv) + off);
         }
       accumulate(q, dq);
       accumulate(k, dk);

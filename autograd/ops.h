@@ -1,7 +1,8 @@
 // The differentiable ops. Each lives in its own file (autograd/op_<name>.cpp): argument checks, the
 // kernel call, and the backward right below it. Values are f32 (the fast _cpu kernels) or f64 (the
-// _ref templates, which gradient checks use); CUDA tensors are refused with a message until the CUDA
-// backend lands. Graph ops take the Graph whose CSR rows are destination nodes (runtime/graph.h) and
+// _ref templates, which gradient checks use); every op also runs on CUDA f32 tensors (the _cuda kernels
+// and cuBLAS on the device's stream), all its tensor operands and the graph on one device, index arrays
+// (graph_ptr, gather indices, masks) on the host. Graph ops take the Graph whose CSR rows are destination nodes (runtime/graph.h) and
 // per-edge values in CSR order.
 #pragma once
 #include <vector>

@@ -144,6 +144,17 @@ TEST_CASE("cuda ops: fused SAGE (training and inference) matches the host") {
   CHECK(std::memcmp(train_y.data(), infer_y.data(), train_y.size() * sizeof(float)) == 0);
 }
 
+TEST_CASE("cuda ops: graph self-attention, full and linear, with empty and single-node graphs, matches the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 5, 5, 6, 70, 300});  // graph 1 empty, graph 2 one node
+  const Tensor q = rand({300, 12}, 51), k = rand({300, 12}, 52), v = rand({300, 12}, 53);
+  for (bool linear : {false, true}) {
+    CAPTURE(linear);
+    check_op("graph_attention", {q, k, v},
+             [gp, linear](auto& x, auto&) { return ag::graph_attention(x[0], x[1], x[2], gp, 3, linear); });
+  }
+}
+
 TEST_CASE("cuda ops: the ranking losses take GPU predictions and return their gradient there") {
   GNN_SKIP_UNLESS_CUDA();
   const Tensor target = Tensor::from_vector(testing::random_values<double>(40, 41, 1.0, 10.0));

@@ -1,0 +1,80 @@
+// The row maps of graph self-attention on the GPU (kernels/attention.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "kernels/attention.h"
+#include "runtime/cuda_check.h"
+
+namespace gnn {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>(ceil_div<int64_t>(n, kThreads), int64_t(1) << 20)); }
+
+#define GNN_FOR_EACH(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+__global__ void phi_kernel(float* a, const float* q, int64_t n, int64_t D, int64_t ld) {
+  GNN_FOR_EACH(t, n * D) a[t] = attn_phi(__ldg(q + (t / D) * ld + t % D));
+}
+
+__global__ void div_kernel(float* y, int64_t ld, const float* num, const float* den, int64_t n, int64_t D) {
+  GNN_FOR_EACH(t, n * D) y[(t / D) * ld + t % D] = __ldg(num + t) / __ldg(den + t / D);
+}
+
+__global__ void dphi_kernel(float* dq, int64_t ld, const float* da, const float* q, int64_t n, int64_t D) {
+  GNN_FOR_EACH(t, n * D) {
+    const int64_t o = (t / D) * ld + t % D;
+    dq[o] = __ldg(da + t) * attn_dphi(__ldg(q + o));
+  }
+}
+
+// A warp per row: lanes stride over D, the dot combined in a fixed butterfly.
+__global__ void coef_kernel(float* u, float* c, const float* dy, int64_t ld, const float* y, const float* den, int64_t n,
+                            int64_t D) {
+  const int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
+  const int lane = int(threadIdx.x % 32);
+  if (i >= n) return;  // whole warps leave together
+  const float inv = 1.0f / __ldg(den + i);
+  float dot = 0.0f;
+  for (int64_t d = lane; d < D; d += 32) {
+    const float g = __ldg(dy + i * ld + d);
+    u[i * D + d] = g * inv;
+    dot += g * __ldg(y + i * D + d);
+  }
+  for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+  if (lane == 0) c[i] = -dot * inv;
+}
+
+}  // namespace
+
+void phi_rows_cuda(float* a, const float* q, int64_t n, int64_t D, int64_t ld, Stream stream) {
+  if (n * D == 0) return;
+  phi_kernel<<<grid_for(n * D), kThreads, 0, stream>>>(a, q, n, D, ld);
+  GNN_CUDA_LAUNCH_CHECK("phi_rows_cuda");
+}
+
+void div_rows_cuda(float* y, int64_t ld, const float* num, const float* den, int64_t n, int64_t D, Stream stream) {
+  if (n * D == 0) return;
+  div_kernel<<<grid_for(n * D), kThreads, 0, stream>>>(y, ld, num, den, n, D);
+  GNN_CUDA_LAUNCH_CHECK("div_rows_cuda");
+}
+
+void coef_rows_cuda(float* u, float* c, const float* dy, int64_t ld, const float* y, const float* den, int64_t n,
+                    int64_t D, Stream stream) {
+  if (n == 0) return;
+  const int64_t blocks = ceil_div<int64_t>(n * 32, kThreads);
+  GNN_CHECK(blocks < (int64_t(1) << 31), "coef_rows_cuda: ", n, " rows is too many for one launch");
+  coef_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(u, c, dy, ld, y, den, n, D);
+  GNN_CUDA_LAUNCH_CHECK("coef_rows_cuda");
+}
+
+void dphi_rows_cuda(float* dq, int64_t ld, const float* da, const float* q, int64_t n, int64_t D, Stream stream) {
+  if (n * D == 0) return;
+  dphi_kernel<<<grid_for(n * D), kThreads, 0, stream>>>(dq, ld, da, q, n, D);
+  GNN_CUDA_LAUNCH_CHECK("dphi_rows_cuda");
+}
+
+}  // namespace gnn

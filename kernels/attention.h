@@ -1,0 +1,55 @@
+// The row maps of graph self-attention (autograd/op_attention.cpp), on one graph and head: n rows of D
+// values read from or written to a strided matrix with row stride ld (the head's columns of q, k, v, y);
+// the other operands are contiguous [n, D] or [n].
+//   phi_rows:   a[i, d] = phi(q[i*ld + d]),  phi(x) = elu(x) + 1 (> 0: the linear attention's feature map)
+//   div_rows:   y[i*ld + d] = num[i, d] / den[i]
+//   coef_rows:  u[i, d] = dy[i*ld + d] / den[i];  c[i] = -(sum_d dy[i*ld + d] y[i, d]) / den[i]
+//   dphi_rows:  dq[i*ld + d] = da[i, d] * phi'(q[i*ld + d])
+// Host templates (float and double) and CUDA versions (a thread per element; coef_rows a warp per row,
+// its lanes combined in a fixed butterfly).
+#pragma once
+#include <cmath>
+
+#include "kernels/common.h"
+
+namespace gnn {
+
+template <class T>
+GNN_HD inline T attn_phi(T x) { return x > T(0) ? x + T(1) : std::exp(x); }
+template <class T>
+GNN_HD inline T attn_dphi(T x) { return x > T(0) ? T(1) : std::exp(x); }
+
+template <class T>
+void phi_rows(T* a, const T* q, int64_t n, int64_t D, int64_t ld) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < D; ++d) a[i * D + d] = attn_phi(q[i * ld + d]);
+}
+template <class T>
+void div_rows(T* y, int64_t ld, const T* num, const T* den, int64_t n, int64_t D) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < D; ++d) y[i * ld + d] = num[i * D + d] / den[i];
+}
+template <class T>
+void coef_rows(T* u, T* c, const T* dy, int64_t ld, const T* y, const T* den, int64_t n, int64_t D) {
+  for (int64_t i = 0; i < n; ++i) {
+    T dot = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      u[i * D + d] = dy[i * ld + d] / den[i];
+      dot += dy[i * ld + d] * y[i * D + d];
+    }
+    c[i] = -dot / den[i];
+  }
+}
+template <class T>
+void dphi_rows(T* dq, int64_t ld, const T* da, const T* q, int64_t n, int64_t D) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t d = 0; d < D; ++d) dq[i * ld + d] = da[i * D + d] * attn_dphi(q[i * ld + d]);
+}
+
+void phi_rows_cuda(float* a, const float* q, int64_t n, int64_t D, int64_t ld, Stream stream);
+void div_rows_cuda(float* y, int64_t ld, const float* num, const float* den, int64_t n, int64_t D, Stream stream);
+void coef_rows_cuda(float* u, float* c, const float* dy, int64_t ld, const float* y, const float* den, int64_t n,
+                    int64_t D, Stream stream);
+void dphi_rows_cuda(float* dq, int64_t ld, const float* da, const float* q, int64_t n, int64_t D, Stream stream);
+
+}  // namespace gnn
