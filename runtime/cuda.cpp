@@ -2,6 +2,8 @@
 #include "runtime/cuda.h"
 
 #include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -58,6 +60,48 @@ DeviceState& state(int device) {
   return *s;
 }
 
+// Page-locked staging for cuda_upload. Each block in flight is paired with an event recorded after its
+// transfer; blocks return to the pool, oldest first, once their event has completed (checked at the
+// next upload: no host callbacks stall the stream).
+struct Staging {
+  std::mutex mu;
+  CachingPool pool{"pinned",
+                   [](size_t bytes) -> void* {
+                     void* p = nullptr;
+                     if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+                       cudaGetLastError();
+                       return nullptr;
+                     }
+                     return p;
+                   },
+                   [](void* p) { cudaFreeHost(p); }};
+  struct InFlight {
+    void* block;
+    cudaEvent_t done;
+  };
+  std::deque<InFlight> in_flight;
+  std::vector<cudaEvent_t> spare_events;
+
+  void reclaim_locked() {
+    while (!in_flight.empty()) {
+      const cudaError_t e = cudaEventQuery(in_flight.front().done);
+      if (e == cudaErrorNotReady) {
+        cudaGetLastError();  // "not ready" is a status, not an error to report later
+        return;
+      }
+      GNN_CUDA_CHECK(e);
+      pool.deallocate(in_flight.front().block);
+      spare_events.push_back(in_flight.front().done);
+      in_flight.pop_front();
+    }
+  }
+};
+
+Staging& staging() {
+  static Staging* s = new Staging;  // never destroyed: blocks may be in flight at exit
+  return *s;
+}
+
 }  // namespace
 
 bool cuda_sync_after_launch() {
@@ -109,7 +153,39 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
   cudaStream_t s = state(dev).stream;
   GNN_CUDA_CHECK(cudaSetDevice(dev));
   GNN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
-  GNN_CUDA_CHECK(cudaStreamSynchronize(s));
+  // within one device the copy is ordered with everything else on its stream: nothing to wait for
+  if (!(dst_device == src_device)) GNN_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void cuda_upload(void* dst, int device, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  constexpr size_t kMaxStaged = size_t(64) << 20;
+  if (bytes > kMaxStaged) return cuda_copy(dst, Device::cuda(device), src, Device::cpu(), bytes);
+  cudaStream_t stream = state(device).stream;
+  Staging& st = staging();
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.reclaim_locked();
+  void* block = st.pool.allocate(bytes);
+  std::memcpy(block, src, bytes);
+  cudaEvent_t done = nullptr;
+  if (!st.spare_events.empty()) {
+    done = st.spare_events.back();
+    st.spare_events.pop_back();
+  } else if (const cudaError_t e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming); e != cudaSuccess) {
+    st.pool.deallocate(block);
+    GNN_CUDA_CHECK(e);
+  }
+  st.in_flight.push_back({block, done});  // queued before the calls that can fail: never leaked
+  GNN_CUDA_CHECK(cudaSetDevice(device));
+  GNN_CUDA_CHECK(cudaMemcpyAsync(dst, block, bytes, cudaMemcpyHostToDevice, stream));
+  GNN_CUDA_CHECK(cudaEventRecord(done, stream));
+}
+
+MemoryStats cuda_pinned_stats() {
+  Staging& st = staging();
+  std::lock_guard<std::mutex> lock(st.mu);
+  st.reclaim_locked();
+  return st.pool.stats();
 }
 
 double cuda_time_ms(int device, const std::function<void()>& fn) {

@@ -25,8 +25,18 @@ void cuda_reset_peak(int device);
 
 Stream cuda_stream(int device);
 void cuda_synchronize(int device);
-// Copies between any two devices (host included); returns after the copy is complete.
+// Copies between any two devices (host included); returns after the copy is complete, except within one
+// device, where it is queued on that device's stream like a kernel.
 void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// Host to device without waiting for the device: src is copied into a page-locked staging block
+// and the transfer is queued on the device's stream (ahead of any work queued after it), so the
+// host goes on building the next batch or queuing kernels while the bus moves the data. src may be
+// reused or freed as soon as this returns. Staging blocks come from a caching pool of pinned memory
+// and go back to it once an event after their transfer has completed; copies above 64 MiB go
+// straight from src instead (synchronously) rather than pinning that much.
+void cuda_upload(void* dst, int device, const void* src, size_t bytes);
+// The pinned staging pool's statistics (current: blocks whose transfer may still be in flight).
+MemoryStats cuda_pinned_stats();
 // Runs fn, which enqueues work on the device's stream, between two events on that stream and returns
 // the device time between them in milliseconds (after waiting for the second).
 double cuda_time_ms(int device, const std::function<void()>& fn);

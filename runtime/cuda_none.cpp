@@ -19,6 +19,8 @@ void cuda_reset_peak(int) { no_cuda(); }
 Stream cuda_stream(int) { no_cuda(); }
 void cuda_synchronize(int) { no_cuda(); }
 void cuda_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
+void cuda_upload(void*, int, const void*, size_t) { no_cuda(); }
+MemoryStats cuda_pinned_stats() { no_cuda(); }
 double cuda_time_ms(int, const std::function<void()>&) { no_cuda(); }
 
 }  // namespace gnn

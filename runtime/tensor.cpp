@@ -150,6 +150,8 @@ void Tensor::copy_from(const Tensor& src) {
   if (nbytes() == 0 || data() == src.data()) return;
   if (device().is_cpu() && src.device().is_cpu())
     std::memcpy(data(), src.data(), nbytes());
+  else if (device().is_cuda() && src.device().is_cpu())
+    cuda_upload(data(), device().index, src.data(), nbytes());  // queued on the stream; the host goes on
   else
     cuda_copy(data(), device(), src.data(), src.device(), nbytes());
 }

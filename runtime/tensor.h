@@ -99,7 +99,9 @@ class Tensor {
   Tensor to(Device device) const;
   Tensor on(Device device) const { return this->device() == device ? *this : to(device); }  // no copy when there
   Tensor clone() const { return to(device()); }
-  void copy_from(const Tensor& src);  // same dtype and element count, any devices
+  // Same dtype and element count, any devices. Host to GPU and within a GPU the copy is queued on the
+  // device's stream and this returns at once (src may be changed or freed); GPU to host waits for it.
+  void copy_from(const Tensor& src);
   void fill_(double value);
   Tensor astype(DType dtype) const;  // a converted copy (host tensors); the same tensor when dtype matches
   template <class T> std::vector<T> to_vector() const;  // copies to the host
