@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -404,8 +405,9 @@ TrainResult run_training(const TrainOptions& o) {
     const std::vector<int64_t> order = sample_without_replacement(n, n, order_rng);
     const double epoch_seconds_before = st.seconds;
     const int64_t epoch_configs_before = st.configs, first_batch = st.batch;
-    for (int64_t bi = st.batch; bi < batches; ++bi) {
-      const auto t_step = Clock::now();
+    // Batch bi is a function of (seed, epoch, bi) alone, so on a GPU the host builds batch bi + 1 on a
+    // second thread while the device runs step bi (the host is otherwise idle, waiting on the loss).
+    auto build_batch = [&, e](int64_t bi) {
       Rng rng(stream_seed(seed, e, bi));
       std::vector<std::shared_ptr<const ModelGraph>> held;
       std::vector<const ModelGraph*> graphs;
@@ -419,7 +421,15 @@ TrainResult run_training(const TrainOptions& o) {
       }
       std::vector<std::vector<int64_t>> configs;
       for (const ModelGraph* g : graphs) configs.push_back(sample_without_replacement(g->num_configs(), cb, rng));
-      const Batch b = make_batch(graphs, configs, segment, &rng).to(o.device);
+      return make_batch(graphs, configs, segment, &rng);
+    };
+    const bool prefetch = o.prefetch < 0 ? o.device.is_cuda() : o.prefetch > 0;
+    std::future<Batch> next;
+    for (int64_t bi = st.batch; bi < batches; ++bi) {
+      const auto t_step = Clock::now();
+      const Batch b = (next.valid() ? next.get() : build_batch(bi)).to(o.device);
+      if (prefetch && bi + 1 < batches && st.step + 1 < total_steps)
+        next = std::async(std::launch::async, build_batch, bi + 1);
 
       model->train();
       opt.zero_grad();
