@@ -82,6 +82,7 @@ KernelCase spmm_case(Reduce op, const KernelShape& s) {
 #endif
   } else {
     const bool cuda = s.cuda;
+    k.graph_safe = cuda;
     k.step = [=] {
       int32_t* am = op == Reduce::kMax ? arg->i32() : nullptr;
       if (!cuda) {
@@ -129,6 +130,7 @@ KernelCase gemm_case(const KernelShape& s) {
       mm(true, false, F, F, M, a->f32(), c->f32(), db->f32());
     }
   };
+  k.graph_safe = cuda;
   k.bytes = 4.0 * (2.0 * M * F + F * F) * (bwd ? 3 : 1);  // read A, write C (B is tiny); 3 products with backward
   k.flops = 2.0 * double(M) * F * F * (bwd ? 3 : 1);
   return k;
@@ -295,11 +297,11 @@ KernelCase gat_case(const KernelShape& s) {
   return k;
 }
 
-// On the GPU, sage-layer and gat-layer time the engine's layers through the autograd, as a user runs
-// them (nn::SAGEConv unfused, relu; nn::GATConv with 4 heads of F/4 concatenated, no self-loops, no
+// On the GPU, sage-layer(-fused) and gat-layer time the engine's layers through the autograd, as a user
+// runs them (nn::SAGEConv composed or fused, relu; nn::GATConv with 4 heads of F/4 concatenated, no self-loops, no
 // bias), on the same graph and shapes as the CPU cases and PyG's peers: forward, and with --backward
 // the backward from a fixed upstream gradient into dx and every weight (PyTorch's y.backward(dy)).
-KernelCase gpu_layer_case(bool gat, const KernelShape& s) {
+KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s) {
   auto d = std::make_shared<GraphData>(s);
   const Device dev = device_of(s);
   const int64_t N = s.nodes, F = s.features, E = d->g.num_edges, H = 4, D = std::max<int64_t>(1, F / H);
@@ -317,7 +319,7 @@ KernelCase gpu_layer_case(bool gat, const KernelShape& s) {
     nn::move_parameters(*L->gat, dev);
     L->params = L->gat->parameters();
   } else {
-    L->sage = std::make_unique<nn::SAGEConv>(F, F, L->rng, nn::SageOptions{.act = Act::kRelu, .fused = false});
+    L->sage = std::make_unique<nn::SAGEConv>(F, F, L->rng, nn::SageOptions{.act = Act::kRelu, .fused = fused});
     nn::move_parameters(*L->sage, dev);
     L->params = L->sage->parameters();
   }
@@ -348,9 +350,9 @@ std::vector<std::string> bench_kernel_names() {
 }
 
 KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
-  if (s.cuda && name != "gemm" && name.rfind("spmm-", 0) != 0 && name != "sage-layer" && name != "gat-layer")
-    throw UsageError("gnn bench kernel: " + name + " runs on the CPU only so far (--device cuda: gemm, spmm-sum, "
-                     "spmm-mean, spmm-max, sage-layer, gat-layer)");
+  if (s.cuda && name == "segment-softmax")
+    throw UsageError("gnn bench kernel: segment-softmax runs on the CPU only (--device cuda: gemm, spmm-sum, "
+                     "spmm-mean, spmm-max, sage-layer, sage-layer-fused, gat-layer)");
   if (s.cuda && s.configs > 1 && (name == "sage-layer" || name == "gat-layer"))
     throw UsageError("gnn bench kernel: " + name + " on --device cuda does not take --configs");
   if (s.cuda && !cuda_available())
@@ -365,9 +367,9 @@ KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
   if (name == "spmm-mean") return spmm_case(Reduce::kMean, s);
   if (name == "spmm-max") return spmm_case(Reduce::kMax, s);
   if (name == "segment-softmax") return softmax_case(s);
-  if (name == "gat-layer") return s.cuda ? gpu_layer_case(true, s) : gat_case(s);
-  if (name == "sage-layer") return s.cuda ? gpu_layer_case(false, s) : sage_case(false, s);
-  if (name == "sage-layer-fused") return sage_case(true, s);
+  if (name == "gat-layer") return s.cuda ? gpu_layer_case(true, false, s) : gat_case(s);
+  if (name == "sage-layer") return s.cuda ? gpu_layer_case(false, false, s) : sage_case(false, s);
+  if (name == "sage-layer-fused") return s.cuda ? gpu_layer_case(false, true, s) : sage_case(true, s);
   std::string all;
   for (const std::string& n : bench_kernel_names()) all += (all.empty() ? "" : ", ") + n;
   throw UsageError("gnn bench kernel: unknown kernel '" + name + "' (available: " + all + ")");

@@ -2,6 +2,8 @@
 //   gnn bench npz FILE: load every array (or --keys) of an .npz, as np.load(f)[k] does for each key.
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <cstdio>
 #include <type_traits>
 
@@ -77,10 +79,20 @@ int bench_kernel(const Args& a, const std::string& name) {
   const std::string device = a.str("device"), spmm = a.str("spmm");
   if (device != "cpu" && device != "cuda") throw UsageError("gnn bench kernel: --device must be cpu or cuda, got '" + device + "'");
   if (spmm != "gnn" && spmm != "cusparse") throw UsageError("gnn bench kernel: --spmm must be gnn or cusparse, got '" + spmm + "'");
-  s.cuda = device == "cuda", s.cusparse = spmm == "cusparse";
+  s.cuda = device == "cuda", s.cusparse = spmm == "cusparse", s.cuda_graph = a.on("cuda-graph");
   const KernelCase k = make_kernel_case(name, s);
+  std::unique_ptr<CudaGraph> graph;
+  if (s.cuda_graph) {
+    if (!s.cuda || !k.graph_safe)
+      throw UsageError("gnn bench kernel: --cuda-graph captures gemm and spmm-* (gnn's kernels) on --device cuda only; " +
+                       name + (s.cuda ? " is not capturable (it allocates inside its step, or goes through cuSPARSE)"
+                               : " was asked for on the CPU"));
+    k.step();  // once eagerly: cuBLAS sets itself up outside the capture
+    graph = std::make_unique<CudaGraph>(0, k.step);
+  }
+  const std::function<void()> step = graph ? std::function<void()>([&] { graph->replay(); }) : k.step;
   // On the GPU each run is timed by events on the compute stream: device time, launches included.
-  const auto ms = s.cuda ? time_runs(3, repeat, [&] { return cuda_time_ms(0, k.step); }) : time_runs(3, repeat, k.step);
+  const auto ms = s.cuda ? time_runs(3, repeat, [&] { return cuda_time_ms(0, step); }) : time_runs(3, repeat, step);
   const double med = median(ms);
   const double gbps = k.bytes / (med * 1e-3) / 1e9, gflops = k.flops / (med * 1e-3) / 1e9;
   if (a.on("json")) {
@@ -88,7 +100,7 @@ int bench_kernel(const Args& a, const std::string& name) {
     j.set("name", name), j.set("median_ms", med), j.set("gbps", gbps), j.set("gflops", gflops);
     j.set("nodes", s.nodes), j.set("edges", s.edges), j.set("features", s.features), j.set("configs", s.configs);
     j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
-    j.set("spmm", spmm);
+    j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph);
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("%s%s N=%lld E=%lld F=%lld C=%lld: median %.3f ms over %d runs (min %.3f), %.2f GB/s, %.2f GFLOP/s, "
@@ -112,8 +124,9 @@ Command bench_command() {
              {"features", "F", "kernel: feature width", "128"},
              {"configs", "C", "kernel: configs batched node-major as N x (C*F)", "1"},
              {"backward", "", "kernel: time forward + backward"},
-             {"device", "cpu|cuda", "kernel: where to run (cuda: gemm, spmm-*, sage-layer, gat-layer; timed by CUDA events)", "cpu"},
+             {"device", "cpu|cuda", "kernel: where to run (cuda: all but segment-softmax; timed by CUDA events)", "cpu"},
              {"spmm", "gnn|cusparse", "kernel: spmm-sum/mean on cuda through gnn's kernel or cuSPARSE", "gnn"},
+             {"cuda-graph", "", "kernel: on cuda, time replays of the step captured once as a CUDA graph (gemm, spmm-*)"},
              {"save-graph", "FILE", "kernel: also write the graph (edge_index) as npz, for peer scripts"},
              {"keys", "K1,K2", "npz: load only these arrays"},
              {"repeat", "N", "timed runs after the warm-up (at least 20 for kernels)", "20"},

@@ -1,6 +1,7 @@
 // The CUDA runtime: device discovery, a caching allocator and a compute stream per device, copies.
 #include "runtime/cuda.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -17,6 +18,7 @@ namespace {
 struct DeviceState {
   std::unique_ptr<CachingPool> pool;
   cudaStream_t stream = nullptr;
+  std::atomic<bool> capturing{false};  // a CudaGraph capture is open on the stream
 };
 
 std::mutex g_mu;
@@ -138,7 +140,12 @@ std::string cuda_status() {
   return out;
 }
 
-void* cuda_alloc(size_t bytes, int device) { return state(device).pool->allocate(bytes); }
+void* cuda_alloc(size_t bytes, int device) {
+  DeviceState& s = state(device);
+  GNN_CHECK(!s.capturing.load(), "cuda:", device, ": allocating ", bytes, " bytes inside a CUDA graph capture; ",
+            "allocate the step's buffers before capturing it (runtime/cuda.h, CudaGraph)");
+  return s.pool->allocate(bytes);
+}
 void cuda_free(void* p, int device) { state(device).pool->deallocate(p); }
 MemoryStats cuda_memory_stats(int device) { return state(device).pool->stats(); }
 void cuda_empty_cache(int device) { state(device).pool->empty_cache(); }
@@ -161,7 +168,10 @@ void cuda_upload(void* dst, int device, const void* src, size_t bytes) {
   if (bytes == 0) return;
   constexpr size_t kMaxStaged = size_t(64) << 20;
   if (bytes > kMaxStaged) return cuda_copy(dst, Device::cuda(device), src, Device::cpu(), bytes);
-  cudaStream_t stream = state(device).stream;
+  DeviceState& ds = state(device);
+  GNN_CHECK(!ds.capturing.load(), "cuda:", device, ": a host-to-device copy inside a CUDA graph capture; copy the ",
+            "inputs before capturing the step (runtime/cuda.h, CudaGraph)");
+  cudaStream_t stream = ds.stream;
   Staging& st = staging();
   std::lock_guard<std::mutex> lock(st.mu);
   st.reclaim_locked();
@@ -179,6 +189,45 @@ void cuda_upload(void* dst, int device, const void* src, size_t bytes) {
   GNN_CUDA_CHECK(cudaSetDevice(device));
   GNN_CUDA_CHECK(cudaMemcpyAsync(dst, block, bytes, cudaMemcpyHostToDevice, stream));
   GNN_CUDA_CHECK(cudaEventRecord(done, stream));
+}
+
+CudaGraph::CudaGraph(int device, const std::function<void()>& fn) : device_(device) {
+  DeviceState& s = state(device);
+  GNN_CUDA_CHECK(cudaSetDevice(device));
+  GNN_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
+  s.capturing = true;
+  cudaGraph_t graph = nullptr;
+  try {
+    fn();
+  } catch (...) {
+    s.capturing = false;
+    cudaStreamEndCapture(s.stream, &graph);  // close the capture so the stream stays usable
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  s.capturing = false;
+  const cudaError_t end = cudaStreamEndCapture(s.stream, &graph);
+  if (end != cudaSuccess) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    GNN_FAIL("cuda:", device, ": CUDA graph capture failed (", cudaGetErrorString(end),
+             "): the captured work must only queue kernels and device copies on the stream");
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  GNN_CUDA_CHECK(inst);
+  exec_ = exec;
+}
+
+CudaGraph::~CudaGraph() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+
+void CudaGraph::replay() {
+  GNN_CUDA_CHECK(cudaSetDevice(device_));
+  GNN_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), state(device_).stream));
 }
 
 MemoryStats cuda_pinned_stats() {

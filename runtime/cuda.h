@@ -35,6 +35,25 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
 // and go back to it once an event after their transfer has completed; copies above 64 MiB go
 // straight from src instead (synchronously) rather than pinning that much.
 void cuda_upload(void* dst, int device, const void* src, size_t bytes);
+// A CUDA graph of the work fn queues on a device's stream: captured once, replayed with one launch, so
+// a step of many small kernels stops paying a host launch per kernel. fn must queue device work only, on
+// that stream, with buffers that outlive the graph: no copies to the host, no synchronisation and no
+// device allocation (a tensor allocated inside would go back to the pool when capture ends, and every
+// replay would write into memory handed out again), which cuda_alloc refuses while a capture is open.
+// Pointers and shapes are fixed at capture. Run fn once before capturing it, so that libraries (cuBLAS)
+// set themselves up outside the capture.
+class CudaGraph {
+ public:
+  CudaGraph(int device, const std::function<void()>& fn);  // throws, with the stream left usable, on failure
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  void replay();  // queues the captured work on the device's stream
+ private:
+  int device_;
+  void* exec_ = nullptr;  // cudaGraphExec_t
+};
+
 // The pinned staging pool's statistics (current: blocks whose transfer may still be in flight).
 MemoryStats cuda_pinned_stats();
 // Runs fn, which enqueues work on the device's stream, between two events on that stream and returns

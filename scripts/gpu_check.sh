@@ -27,7 +27,16 @@ done
 step "SpMM against the copy floor and cuSPARSE"
 run python3 bench/peers/cuda_spmm.py --gnn "$gnn"
 
-step "SAGE and GAT layers against PyG"
+step "CUDA graphs: launch-bound steps replayed as one graph, against the same steps launched one by one"
+for k in "spmm-mean --backward" "gemm --backward"; do
+  for n in 1000 10000; do
+    for g in "" "--cuda-graph"; do
+      run "$gnn" bench kernel $k --device cuda --nodes $n --edges $((2 * n)) --features 128 --repeat 200 $g --json
+    done
+  done
+done
+
+step "SAGE (composed and fused) and GAT layers against PyG"
 run python3 bench/peers/cuda_layers.py --gnn "$gnn"
 
 if [ -f "$data/planetoid/cora_planetoid.npz" ]; then

@@ -2,8 +2,8 @@
 
     python3 bench/peers/cuda_layers.py [--gnn build/bin/gnn] [--repeat 50] [--rounds 3]
 
-`gnn bench kernel sage-layer|gat-layer --device cuda --backward` times gnn's nn layers through its
-autograd (SAGEConv unfused: mean aggregation, root weight, bias, relu; GATConv: 4 heads of F/4
+`gnn bench kernel sage-layer|sage-layer-fused|gat-layer --device cuda --backward` times gnn's nn layers
+through its autograd (SAGEConv composed or fused: mean aggregation, root weight, bias, relu; GATConv: 4 heads of F/4
 concatenated, no self-loops, no bias), the backward seeded with a fixed upstream gradient into dx and
 every weight; it writes its graph, and this script times PyG's SAGEConv / GATConv on that graph the
 same way (y.backward(g), x requiring grad). Both sides are medians of CUDA-event timings after warm-up;
@@ -35,7 +35,7 @@ def layer(args, kind, n, e, f):
     ei = torch.from_numpy(z["edge_index"]).cuda()
     edge_index = torch.stack([ei[:, 1], ei[:, 0]])  # PyG: row 0 source, row 1 target
     x = torch.randn(n, f, device="cuda", requires_grad=True)
-    if kind == "sage-layer":
+    if kind.startswith("sage-layer"):
         from torch_geometric.nn import SAGEConv
         conv = SAGEConv(f, f, aggr="mean").cuda()
         g = torch.randn(n, f, device="cuda")
@@ -64,7 +64,7 @@ def main():
     args = ap.parse_args()
     import torch_geometric
     print(f"torch {torch.__version__}, PyG {torch_geometric.__version__}, {torch.cuda.get_device_name()}")
-    for kind in ("sage-layer", "gat-layer"):
+    for kind in ("sage-layer", "sage-layer-fused", "gat-layer"):
         for n, e, f in ((10_000, 20_000, 128), (100_000, 200_000, 128), (100_000, 1_000_000, 256)):
             layer(args, kind, n, e, f)
 

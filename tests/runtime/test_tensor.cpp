@@ -162,3 +162,31 @@ TEST_CASE("tensor: uploads are queued through pinned staging and land intact, so
   CHECK(pinned.current_bytes == 0);  // every staging block is back in the pool once its copy is done
   CHECK(pinned.cached_bytes > 0);
 }
+
+TEST_CASE("cuda graph: captured kernels replay on the stream; allocation or upload inside a capture is refused") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Device gpu = Device::cuda(0);
+  const Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}).to(gpu);
+  Tensor y = Tensor::full({4}, 0.0, DType::F32, gpu);
+  Tensor ones = Tensor::full({4}, 1.0, DType::F32, gpu);
+  // two device-to-device copies (queued, no allocation): y <- ones, then ones <- x
+  auto step = [&] {
+    y.copy_from(ones);
+    ones.copy_from(x);
+  };
+  step();  // eager once first
+  y.fill_(0.0), ones.fill_(1.0);
+  CudaGraph g(0, step);
+  CHECK(y.to_vector<float>() == std::vector<float>{0, 0, 0, 0});  // capture runs nothing
+  g.replay();
+  CHECK(y.to_vector<float>() == std::vector<float>{1, 1, 1, 1});
+  g.replay();
+  CHECK(y.to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+  CHECK_THROWS_WITH_AS(CudaGraph(0, [&] { Tensor::empty({8}, DType::F32, gpu); }),
+                       doctest::Contains("inside a CUDA graph capture"), Error);
+  const Tensor host = Tensor::from_vector(std::vector<float>{5, 6, 7, 8});
+  CHECK_THROWS_WITH_AS(CudaGraph(0, [&] { y.copy_from(host); }), doctest::Contains("inside a CUDA graph capture"), Error);
+  // the stream is usable after a failed capture
+  y.copy_from(host);
+  CHECK(y.to_vector<float>() == std::vector<float>{5, 6, 7, 8});
+}
