@@ -244,9 +244,9 @@ __global__ void mask_rows_kernel(float* dx, const float* dy, const uint8_t* keep
     dx[t] = __ldg(keep + t / W) ? __ldg(dy + t) : 0.0f;
 }
 
-__global__ void dropout_kernel(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale) {
+__global__ void dropout_kernel(float* y, const float* x, int64_t n, uint32_t key, uint32_t threshold, float scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = dropout_drops(seed, i, threshold) ? 0.0f : __ldg(x + i) * scale;
+    y[i] = __ldg(x + i) * (dropout_drops(key, i, threshold) ? 0.0f : scale);
 }
 
 // One block: thread t sums x[t], x[t + 1024], ..., then a fixed tree over the 1024 partials.
@@ -420,7 +420,7 @@ void sgd_update_cuda(float* w, const float* grad, double* buf, int64_t n, const 
 
 void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale,
                         Stream stream) {
-  GNN_LAUNCH_N("dropout_apply_cuda", n, dropout_kernel, y, x, n, seed, threshold, scale);
+  GNN_LAUNCH_N("dropout_apply_cuda", n, dropout_kernel, y, x, n, dropout_key(seed), threshold, scale);
 }
 
 void embedding_backward_cuda(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses, int64_t K,

@@ -163,7 +163,7 @@ TEST_CASE("tensor: uploads are queued through pinned staging and land intact, so
   CHECK(pinned.cached_bytes > 0);
 }
 
-TEST_CASE("cuda graph: captured kernels replay on the stream; allocation or upload inside a capture is refused") {
+TEST_CASE("cuda graph: captured kernels replay on the stream, and allocation or upload inside a capture is refused") {
   GNN_SKIP_UNLESS_CUDA();
   const Device gpu = Device::cuda(0);
   const Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}).to(gpu);
