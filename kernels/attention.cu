@@ -1,31 +1,22 @@
 // The row maps of graph self-attention on the GPU (kernels/attention.h).
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "kernels/attention.h"
-#include "runtime/cuda_check.h"
+#include "kernels/cuda_launch.cuh"
 
 namespace gnn {
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned grid_for(int64_t n) { return unsigned(std::min<int64_t>(ceil_div<int64_t>(n, kThreads), int64_t(1) << 20)); }
-
-#define GNN_FOR_EACH(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
-
 __global__ void phi_kernel(float* a, const float* q, int64_t n, int64_t D, int64_t ld) {
-  GNN_FOR_EACH(t, n * D) a[t] = attn_phi(__ldg(q + (t / D) * ld + t % D));
+  GNN_GRID_STRIDE(t, n * D) a[t] = attn_phi(__ldg(q + (t / D) * ld + t % D));
 }
 
 __global__ void div_kernel(float* y, int64_t ld, const float* num, const float* den, int64_t n, int64_t D) {
-  GNN_FOR_EACH(t, n * D) y[(t / D) * ld + t % D] = __ldg(num + t) / __ldg(den + t / D);
+  GNN_GRID_STRIDE(t, n * D) y[(t / D) * ld + t % D] = __ldg(num + t) / __ldg(den + t / D);
 }
 
 __global__ void dphi_kernel(float* dq, int64_t ld, const float* da, const float* q, int64_t n, int64_t D) {
-  GNN_FOR_EACH(t, n * D) {
+  GNN_GRID_STRIDE(t, n * D) {
     const int64_t o = (t / D) * ld + t % D;
     dq[o] = __ldg(da + t) * attn_dphi(__ldg(q + o));
   }
@@ -51,15 +42,11 @@ __global__ void coef_kernel(float* u, float* c, const float* dy, int64_t ld, con
 }  // namespace
 
 void phi_rows_cuda(float* a, const float* q, int64_t n, int64_t D, int64_t ld, Stream stream) {
-  if (n * D == 0) return;
-  phi_kernel<<<grid_for(n * D), kThreads, 0, stream>>>(a, q, n, D, ld);
-  GNN_CUDA_LAUNCH_CHECK("phi_rows_cuda");
+  GNN_LAUNCH_N("phi_rows_cuda", n * D, phi_kernel, a, q, n, D, ld);
 }
 
 void div_rows_cuda(float* y, int64_t ld, const float* num, const float* den, int64_t n, int64_t D, Stream stream) {
-  if (n * D == 0) return;
-  div_kernel<<<grid_for(n * D), kThreads, 0, stream>>>(y, ld, num, den, n, D);
-  GNN_CUDA_LAUNCH_CHECK("div_rows_cuda");
+  GNN_LAUNCH_N("div_rows_cuda", n * D, div_kernel, y, ld, num, den, n, D);
 }
 
 void coef_rows_cuda(float* u, float* c, const float* dy, int64_t ld, const float* y, const float* den, int64_t n,
@@ -72,9 +59,7 @@ void coef_rows_cuda(float* u, float* c, const float* dy, int64_t ld, const float
 }
 
 void dphi_rows_cuda(float* dq, int64_t ld, const float* da, const float* q, int64_t n, int64_t D, Stream stream) {
-  if (n * D == 0) return;
-  dphi_kernel<<<grid_for(n * D), kThreads, 0, stream>>>(dq, ld, da, q, n, D);
-  GNN_CUDA_LAUNCH_CHECK("dphi_rows_cuda");
+  GNN_LAUNCH_N("dphi_rows_cuda", n * D, dphi_kernel, dq, ld, da, q, n, D);
 }
 
 }  // namespace gnn

@@ -6,66 +6,58 @@
 
 #include "kernels/activation.h"
 #include "kernels/adam.h"
+#include "kernels/cuda_launch.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/norm_embed.h"
 #include "kernels/pooling.h"
-#include "runtime/cuda_check.h"
 
 namespace gnn {
 namespace {
 
-constexpr int kThreads = 256;
-
-unsigned grid_for(int64_t n, const char* name) {
-  const int64_t b = std::min<int64_t>(ceil_div<int64_t>(n, kThreads), int64_t(1) << 20);  // grid-stride beyond
-  GNN_CHECK(b > 0, name, ": empty launch");
-  return unsigned(b);
-}
-
 template <Act A>
 __global__ void act_fwd_kernel(float* y, const float* x, int64_t n, float slope) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, n)
     y[i] = act_value(A, __ldg(x + i), slope);
 }
 
 template <Act A>
 __global__ void act_bwd_kernel(float* dx, const float* dy, const float* x, int64_t n, float slope) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, n)
     dx[i] = __ldg(dy + i) * act_derivative(A, __ldg(x + i), slope);
 }
 
 __global__ void add_kernel(float* y, const float* a, const float* b, int64_t n, float sb) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, n)
     y[i] = a[i] + sb * b[i];
 }
 
 __global__ void mul_kernel(float* y, const float* a, const float* b, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, n)
     y[i] = a[i] * b[i];
 }
 
 __global__ void add_row_kernel(float* y, const float* x, const float* row, int64_t R, int64_t F) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * F; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, R * F)
     y[i] = x[i] + __ldg(row + i % F);
 }
 
 __global__ void transpose_kernel(float* y, const float* x, int64_t R, int64_t C) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < R * C; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, R * C)
     y[(i % C) * R + i / C] = x[i];  // reads coalesced; [E, H] weights have few columns
 }
 
 __global__ void adam_kernel(float* w, const float* grad, double* m, double* v, int64_t n, AdamStep s) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, n)
     w[i] = float(adam_element(double(w[i]), double(grad[i]), m[i], v[i], s));
 }
 
 __global__ void sgd_kernel(float* w, const float* grad, double* buf, int64_t n, SgdStep s) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, n)
     w[i] = float(sgd_element(double(w[i]), double(grad[i]), buf ? buf + i : nullptr, s));
 }
 
 __global__ void embedding_kernel(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n * F; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, n * F)
     y[i] = __ldg(table + int64_t(__ldg(idx + i / F)) * F + i % F);
 }
 
@@ -184,7 +176,7 @@ __global__ void inorm_params_kernel(float* dgamma, float* dbeta, const float* ws
 
 __global__ void pool_bwd_kernel(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t N,
                                 int64_t G, int64_t F, Reduce op) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < N * F; t += int64_t(gridDim.x) * blockDim.x) {
+  GNN_GRID_STRIDE(t, N * F) {
     const int64_t i = t / F, f = t % F;
     int64_t lo = 0, hi = G;  // graph_ptr[lo] <= i < graph_ptr[lo + 1]
     while (hi - lo > 1) {
@@ -200,13 +192,13 @@ __global__ void pool_bwd_kernel(float* dx, const float* dy, const int32_t* argma
 
 
 __global__ void scale_kernel(float* y, const float* x, float s, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, n)
     y[i] = s * x[i];
 }
 
 __global__ void block_sum_kernel(float* y, const float* x, int64_t R, int64_t w, int64_t K, int64_t ld, int64_t stride,
                                  float s) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < R * w; t += int64_t(gridDim.x) * blockDim.x) {
+  GNN_GRID_STRIDE(t, R * w) {
     const int64_t r = t / w, j = t % w;
     float acc = 0.0f;
     for (int64_t k = 0; k < K; ++k) acc += __ldg(x + r * ld + k * stride + j);
@@ -215,12 +207,12 @@ __global__ void block_sum_kernel(float* y, const float* x, int64_t R, int64_t w,
 }
 
 __global__ void head_broadcast_kernel(float* y, const float* x, int64_t R, int64_t H, int64_t F, float s) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < R * H * F; t += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(t, R * H * F)
     y[t] = s * __ldg(x + (t / (H * F)) * F + t % F);
 }
 
 __global__ void head_dot_kernel(float* y, const float* x, const float* a, int64_t R, int64_t H, int64_t D) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < R * H; t += int64_t(gridDim.x) * blockDim.x) {
+  GNN_GRID_STRIDE(t, R * H) {
     const int64_t h = t % H;
     const float* xr = x + t * D;  // row r's head h block starts at (r*H + h)*D = t*D
     float acc = 0.0f;
@@ -231,7 +223,7 @@ __global__ void head_dot_kernel(float* y, const float* x, const float* a, int64_
 
 __global__ void head_dot_bwd_kernel(float* dx, float* prod, const float* dy, const float* x, const float* a, int64_t R,
                                     int64_t H, int64_t D) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < R * H * D; t += int64_t(gridDim.x) * blockDim.x) {
+  GNN_GRID_STRIDE(t, R * H * D) {
     const int64_t rh = t / D, h = rh % H, d = t % D;
     const float g = __ldg(dy + rh);
     if (dx) dx[t] = g * __ldg(a + h * D + d);
@@ -240,12 +232,12 @@ __global__ void head_dot_bwd_kernel(float* dx, float* prod, const float* dy, con
 }
 
 __global__ void mask_rows_kernel(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < R * W; t += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(t, R * W)
     dx[t] = __ldg(keep + t / W) ? __ldg(dy + t) : 0.0f;
 }
 
 __global__ void dropout_kernel(float* y, const float* x, int64_t n, uint32_t key, uint32_t threshold, float scale) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, n)
     y[i] = __ldg(x + i) * (dropout_drops(key, i, threshold) ? 0.0f : scale);
 }
 
@@ -267,7 +259,7 @@ __global__ void __launch_bounds__(kSumThreads) sum_kernel(float* out, const floa
 // dtable[k, f] = sum over k's uses in order: one thread per (k, f), consecutive threads consecutive f.
 __global__ void embedding_bwd_kernel(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses, int64_t K,
                                      int64_t F) {
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < K * F; t += int64_t(gridDim.x) * blockDim.x) {
+  GNN_GRID_STRIDE(t, K * F) {
     const int64_t k = t / F, f = t % F;
     float acc = 0.0f;
     for (int64_t u = __ldg(ptr + k); u < __ldg(ptr + k + 1); ++u) acc += __ldg(dy + __ldg(uses + u) * F + f);
@@ -374,12 +366,6 @@ void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accu
 }
 
 // One grid-stride launch of `kernel` over n items, checked under `name`.
-#define GNN_LAUNCH_N(name, n, kernel, ...)                                           \
-  do {                                                                              \
-    if ((n) == 0) return;                                                           \
-    kernel<<<grid_for((n), name), kThreads, 0, stream>>>(__VA_ARGS__);              \
-    GNN_CUDA_LAUNCH_CHECK(name);                                                    \
-  } while (0)
 
 void scale_cuda(float* y, const float* x, float s, int64_t n, Stream stream) {
   GNN_LAUNCH_N("scale_cuda", n, scale_kernel, y, x, s, n);

@@ -2,13 +2,13 @@
 #include <cstring>
 
 #include "kernels/fill.h"
-#include "runtime/cuda_check.h"
+#include "kernels/cuda_launch.cuh"
 
 namespace gnn {
 
 template <class T>
 __global__ void fill_kernel(T* y, T value, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  GNN_GRID_STRIDE(i, n)
     y[i] = value;
 }
 

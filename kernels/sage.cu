@@ -10,20 +10,18 @@
 // Every step has a fixed reduction order, so two runs give the same bits.
 #include <cuda_runtime.h>
 
+#include "kernels/cuda_launch.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/sage.h"
-#include "runtime/cuda_check.h"
 
 namespace gnn {
 namespace {
-
-constexpr int kThreads = 256;
 
 // y = act(zb + b); z (when not null) keeps zb + b. zb may be y itself (inference).
 template <Act A>
 __global__ void bias_act_kernel(float* y, float* z, const float* zb, const float* b, int64_t R, int64_t O, float slope) {
   const int64_t n = R * O;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  GNN_GRID_STRIDE(i, n) {
     const float v = zb[i] + (b ? __ldg(b + i % O) : 0.0f);
     if (z) z[i] = v;
     y[i] = act_value(A, v, slope);
@@ -43,7 +41,7 @@ void sage_forward_cuda(float* y, float* z, float* h, float* scratch, const float
   copy_block_cuda(hb, 2 * F, F, x, F, 0, N, F, stream);
   float* zb = z ? z : y;
   gemm_cuda(false, false, N, O, 2 * F, 1.0f, hb, 2 * F, W, O, 0.0f, zb, O, stream);
-  const unsigned grid = unsigned(std::min<int64_t>(ceil_div<int64_t>(N * O, kThreads), int64_t(1) << 20));
+  const unsigned grid = grid_for(N * O, "sage_forward_cuda");
   dispatch_act(act, [&](auto A) {
     bias_act_kernel<decltype(A)::value><<<grid, kThreads, 0, stream>>>(y, z, zb, b, N, O, slope);
   });
