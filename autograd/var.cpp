@@ -96,7 +96,7 @@ void backward(const Var& y, const Tensor& dy) {
   GNN_CHECK(dy.defined() && dy.shape() == y.shape() && dy.dtype() == y.dtype() && dy.device() == y.device(),
             "backward: the seed gradient ", dy.defined() ? dy.desc() : std::string("(undefined)"), " must match ",
             y.value().desc());
-  run_backward(y, dy.clone());  // a copy: gradients are accumulated in place, the caller's dy must not be
+  run_backward(y, dy.clone());  // a copy: y's gradient would otherwise share the caller's dy
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -161,16 +162,16 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
   GNN_CUDA_CHECK(cudaSetDevice(dev));
   GNN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
   // within one device the copy is ordered with everything else on its stream: nothing to wait for
-  if (!(dst_device == src_device)) GNN_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (dst_device != src_device) GNN_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 void cuda_upload(void* dst, int device, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  constexpr size_t kMaxStaged = size_t(64) << 20;
-  if (bytes > kMaxStaged) return cuda_copy(dst, Device::cuda(device), src, Device::cpu(), bytes);
   DeviceState& ds = state(device);
   GNN_CHECK(!ds.capturing.load(), "cuda:", device, ": a host-to-device copy inside a CUDA graph capture; copy the ",
             "inputs before capturing the step (runtime/cuda.h, CudaGraph)");
+  constexpr size_t kMaxStaged = size_t(64) << 20;
+  if (bytes > kMaxStaged) return cuda_copy(dst, Device::cuda(device), src, Device::cpu(), bytes);
   cudaStream_t stream = ds.stream;
   Staging& st = staging();
   std::lock_guard<std::mutex> lock(st.mu);
@@ -196,21 +197,19 @@ CudaGraph::CudaGraph(int device, const std::function<void()>& fn) : device_(devi
   GNN_CUDA_CHECK(cudaSetDevice(device));
   GNN_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
   s.capturing = true;
-  cudaGraph_t graph = nullptr;
+  std::exception_ptr failed;
   try {
     fn();
   } catch (...) {
-    s.capturing = false;
-    cudaStreamEndCapture(s.stream, &graph);  // close the capture so the stream stays usable
-    if (graph) cudaGraphDestroy(graph);
-    cudaGetLastError();
-    throw;
+    failed = std::current_exception();
   }
   s.capturing = false;
-  const cudaError_t end = cudaStreamEndCapture(s.stream, &graph);
-  if (end != cudaSuccess) {
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s.stream, &graph);  // closed on every path: the stream stays usable
+  if (failed || end != cudaSuccess) {
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();
+    if (failed) std::rethrow_exception(failed);
     GNN_FAIL("cuda:", device, ": CUDA graph capture failed (", cudaGetErrorString(end),
              "): the captured work must only queue kernels and device copies on the stream");
   }
