@@ -1,11 +1,10 @@
 // CUDA maps and per-graph readouts: elementwise arithmetic and column sums (kernels/elementwise.h),
-// activations (the same scalar formulas as the CPU, kernels/activation.h), the fused Adam update
-// (kernels/adam.h), embedding gather and its ordered backward, pooling per graph (kernels/pooling.h), and
-// the column plumbing of the autograd ops (slices, head sums and dots, row masks, one-block sums).
+// activations (the same scalar formulas as the CPU, kernels/activation.h), embedding gather and its
+// ordered backward, pooling per graph (kernels/pooling.h), and the column plumbing of the autograd ops
+// (slices, head sums and dots, row masks, one-block sums).
 #include <cuda_runtime.h>
 
 #include "kernels/activation.h"
-#include "kernels/adam.h"
 #include "kernels/cuda_launch.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/norm_embed.h"
@@ -44,16 +43,6 @@ __global__ void add_row_kernel(float* y, const float* x, const float* row, int64
 __global__ void transpose_kernel(float* y, const float* x, int64_t R, int64_t C) {
   GNN_GRID_STRIDE(i, R * C)
     y[(i % C) * R + i / C] = x[i];  // reads coalesced; [E, H] weights have few columns
-}
-
-__global__ void adam_kernel(float* w, const float* grad, double* m, double* v, int64_t n, AdamStep s) {
-  GNN_GRID_STRIDE(i, n)
-    w[i] = float(adam_element(double(w[i]), double(grad[i]), m[i], v[i], s));
-}
-
-__global__ void sgd_kernel(float* w, const float* grad, double* buf, int64_t n, SgdStep s) {
-  GNN_GRID_STRIDE(i, n)
-    w[i] = float(sgd_element(double(w[i]), double(grad[i]), buf ? buf + i : nullptr, s));
 }
 
 __global__ void embedding_kernel(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F) {
@@ -283,12 +272,6 @@ void act_backward_cuda(float* dx, const float* dy, const float* x, int64_t n, Ac
   GNN_CUDA_LAUNCH_CHECK("act_backward_cuda");
 }
 
-void adam_update_cuda(float* w, const float* grad, double* m, double* v, int64_t n, const AdamStep& s, Stream stream) {
-  if (n == 0) return;
-  adam_kernel<<<grid_for(n, "adam_update_cuda"), kThreads, 0, stream>>>(w, grad, m, v, n, s);
-  GNN_CUDA_LAUNCH_CHECK("adam_update_cuda");
-}
-
 void embedding_forward_cuda(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F, Stream stream) {
   if (n * F == 0) return;
   embedding_kernel<<<grid_for(n * F, "embedding_forward_cuda"), kThreads, 0, stream>>>(y, table, idx, n, F);
@@ -365,8 +348,6 @@ void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accu
   GNN_CUDA_LAUNCH_CHECK("column_sum_cuda");
 }
 
-// One grid-stride launch of `kernel` over n items, checked under `name`.
-
 void scale_cuda(float* y, const float* x, float s, int64_t n, Stream stream) {
   GNN_LAUNCH_N("scale_cuda", n, scale_kernel, y, x, s, n);
 }
@@ -398,10 +379,6 @@ void head_dot_backward_cuda(float* dx, float* prod, const float* dy, const float
 
 void mask_rows_cuda(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W, Stream stream) {
   GNN_LAUNCH_N("mask_rows_cuda", R * W, mask_rows_kernel, dx, dy, keep, R, W);
-}
-
-void sgd_update_cuda(float* w, const float* grad, double* buf, int64_t n, const SgdStep& s, Stream stream) {
-  GNN_LAUNCH_N("sgd_update_cuda", n, sgd_kernel, w, grad, buf, n, s);
 }
 
 void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale,

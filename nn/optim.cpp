@@ -1,9 +1,12 @@
 #include "nn/optim.h"
 
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "autograd/dispatch.h"
-#include "kernels/adam.h"
+#include "kernels/optim.h"
+#include "runtime/cuda.h"
 
 namespace gnn::nn {
 
@@ -23,15 +26,85 @@ void Optimizer::zero_grad() const {
 
 namespace {
 
-// Replaces each gradient by s times it (a new tensor: gradients are never written after hand-over).
+// The entries of one many-tensor pass (kernels/optim.h), kept by where they run: host f32, host f64,
+// and f32 per GPU. run() makes one call per place: a step over every parameter of a GPU model is one
+// launch (the entry list itself goes up through the queued pinned copy, not a synchronising one).
+template <template <class> class E>
+struct MultiPass {
+  std::vector<E<float>> host32;
+  std::vector<E<double>> host64;
+  std::vector<std::pair<Device, std::vector<E<float>>>> gpu;
+
+  template <class T>
+  void add(Device dev, const E<T>& e) {
+    if (e.n == 0) return;
+    if constexpr (std::is_same_v<T, double>) {
+      GNN_CHECK(dev.is_cpu(), "optimizer: f64 tensors on a GPU are not supported");
+      host64.push_back(e);
+    } else if (dev.is_cpu()) {
+      host32.push_back(e);
+    } else {
+      for (auto& [d, list] : gpu)
+        if (d == dev) return list.push_back(e);
+      gpu.push_back({dev, {e}});
+    }
+  }
+
+  // host(list, count, chunks) for each host list (a generic lambda: f32 and f64 entries);
+  // cuda(device_list, count, chunks, device) for each GPU's list, the list copied to that device.
+  template <class Host, class Cuda>
+  void run(Host&& host, Cuda&& cuda) {
+    if (!host32.empty()) host(host32.data(), int64_t(host32.size()), plan_chunks(host32.data(), int64_t(host32.size())));
+    if (!host64.empty()) host(host64.data(), int64_t(host64.size()), plan_chunks(host64.data(), int64_t(host64.size())));
+    for (auto& [dev, list] : gpu) {
+      const int64_t count = int64_t(list.size()), chunks = plan_chunks(list.data(), count);
+      static_assert(std::is_trivially_copyable_v<E<float>>);
+      Tensor bytes = Tensor::empty(Shape{count * int64_t(sizeof(E<float>))}, DType::U8);
+      std::memcpy(bytes.data(), list.data(), size_t(bytes.numel()));
+      const Tensor on_dev = bytes.on(dev);  // freed after the launch: later work on the stream comes after it
+      cuda(static_cast<const E<float>*>(on_dev.data()), count, chunks, dev);
+    }
+  }
+};
+
+void check_on_gpu(const char* opt, const NamedParam& p) {
+  GNN_CHECK(p.var.dtype() == DType::F32 && p.var.grad().device() == p.var.value().device(), opt, ": ", p.name,
+            " on the GPU must be f32 with its gradient there, got ", p.var.value().desc(), " and gradient ",
+            p.var.grad().desc());
+}
+
+// Calls fn(T{}) for a parameter's element type: f32 or f64 on the host, f32 on a GPU.
+template <class Fn>
+void with_type(const char* opt, const NamedParam& p, Fn&& fn) {
+  if (p.var.value().is_cuda()) {
+    check_on_gpu(opt, p);
+    return fn(float{});
+  }
+  GNN_CHECK(p.var.grad().device() == p.var.value().device() && p.var.grad().dtype() == p.var.dtype(), opt, ": ", p.name,
+            " is ", p.var.value().desc(), " but its gradient is ", p.var.grad().desc());
+  ag::dispatch_real(opt, p.var.value(), std::forward<Fn>(fn));
+}
+
+// Replaces each gradient by s times it (new tensors: gradients are never written after hand-over), in
+// one pass per device.
 void scale_all_grads(const std::vector<NamedParam>& params, double s) {
+  MultiPass<ScaleTensor> pass;
+  std::vector<std::pair<const NamedParam*, Tensor>> scaled;
   for (const NamedParam& p : params) {
     if (!p.var.has_grad()) continue;
-    const Device dev = p.var.grad().device();  // GPU gradients go through a host copy
-    Tensor g = p.var.grad().on(Device::cpu()).astype(DType::F64).clone();
-    for (int64_t i = 0; i < g.numel(); ++i) g.f64()[i] *= s;
-    p.var.set_grad(g.astype(p.var.dtype()).on(dev));
+    const Tensor& g = p.var.grad();
+    Tensor y = Tensor::empty(g.shape(), g.dtype(), g.device());
+    with_type("scale_grads", p, [&](auto t) {
+      using T = decltype(t);
+      pass.add(g.device(), ScaleTensor<T>{y.data_as<T>(), g.data_as<T>(), g.numel(), 0});
+    });
+    scaled.emplace_back(&p, y);
   }
+  pass.run([&](const auto* list, int64_t count, int64_t chunks) { scale_multi_cpu(list, count, chunks, s); },
+           [&](const ScaleTensor<float>* list, int64_t count, int64_t chunks, Device dev) {
+             if constexpr (kWithCuda) scale_multi_cuda(list, count, chunks, s, cuda_stream(dev.index));
+           });
+  for (auto& [p, y] : scaled) p->var.set_grad(y);
 }
 
 }  // namespace
@@ -39,21 +112,6 @@ void scale_all_grads(const std::vector<NamedParam>& params, double s) {
 void Optimizer::scale_grads(double s) const { scale_all_grads(all_params(), s); }
 
 namespace {
-
-// Calls fn(T*, const T* grad, n) for a parameter's value and gradient, f32 or f64.
-template <class Fn>
-void with_param(const NamedParam& p, Fn&& fn) {
-  ag::dispatch_real("optimizer step", p.var.value(), [&](auto t) {
-    using T = decltype(t);
-    fn(ag::ptr<T>(p.var.value()), ag::ptr<T>(p.var.grad()), p.var.value().numel());
-  });
-}
-
-void check_on_gpu(const char* opt, const NamedParam& p) {
-  GNN_CHECK(p.var.dtype() == DType::F32 && p.var.grad().device() == p.var.value().device(), opt, ": ", p.name,
-            " on the GPU must be f32 with its gradient there, got ", p.var.value().desc(), " and gradient ",
-            p.var.grad().desc());
-}
 
 Tensor state_tensor(const std::map<std::string, Tensor>& s, const std::string& key, int64_t n) {
   auto it = s.find(key);
@@ -67,6 +125,7 @@ Tensor state_tensor(const std::map<std::string, Tensor>& s, const std::string& k
 SGD::SGD(std::vector<ParamGroup> groups, double lr, double momentum) : Optimizer(std::move(groups), lr), momentum_(momentum) {}
 
 void SGD::step() {
+  MultiPass<SgdTensor> pass;
   for (const ParamGroup& g : groups_)
     for (const NamedParam& p : g.params) {
       if (!p.var.has_grad()) continue;
@@ -78,13 +137,15 @@ void SGD::step() {
       if (buf.defined()) buf = buf.on(dev);  // state loaded from a checkpoint, on the host
       const SgdStep step{lr_, momentum_, g.weight_decay, first};
       double* b = buf.defined() ? buf.f64() : nullptr;
-      if (dev.is_cuda()) {
-        check_on_gpu("SGD", p);
-        if constexpr (kWithCuda) sgd_update_cuda(p.var.value().f32(), p.var.grad().f32(), b, n, step, p.var.value().stream());
-        continue;
-      }
-      with_param(p, [&](auto* w, const auto* gr, int64_t n) { sgd_update_ref(w, gr, b, n, step); });
+      with_type("SGD", p, [&](auto t) {
+        using T = decltype(t);
+        pass.add(dev, SgdTensor<T>{ag::ptr<T>(p.var.value()), ag::ptr<T>(p.var.grad()), b, n, 0, step});
+      });
     }
+  pass.run([](const auto* list, int64_t count, int64_t chunks) { sgd_multi_cpu(list, count, chunks); },
+           [](const SgdTensor<float>* list, int64_t count, int64_t chunks, Device dev) {
+             if constexpr (kWithCuda) sgd_multi_cuda(list, count, chunks, cuda_stream(dev.index));
+           });
   ++steps_;
 }
 
@@ -111,6 +172,7 @@ Adam::Adam(std::vector<ParamGroup> groups, double lr, bool decoupled, double b1,
     : Optimizer(std::move(groups), lr), decoupled_(decoupled), b1_(b1), b2_(b2), eps_(eps) {}
 
 void Adam::step() {
+  MultiPass<AdamTensor> pass;  // every parameter's update in one pass (one launch on a GPU)
   for (const ParamGroup& g : groups_)
     for (const NamedParam& p : g.params) {
       if (!p.var.has_grad()) continue;
@@ -122,16 +184,16 @@ void Adam::step() {
       m = m.on(dev), v = v.on(dev);  // state loaded from a checkpoint, on the host
       const int64_t t = ++t_[p.name];
       const double c1 = 1 - std::pow(b1_, double(t)), c2 = 1 - std::pow(b2_, double(t));
-      const double wd = g.weight_decay;
-      const AdamStep step{lr_, b1_, b2_, eps_, wd, c1, c2, decoupled_};
-      if (dev.is_cuda()) {  // the same update per element (kernels/adam.h), one launch per parameter
-        check_on_gpu("Adam", p);
-        if constexpr (kWithCuda)
-          adam_update_cuda(p.var.value().f32(), p.var.grad().f32(), m.f64(), v.f64(), n, step, p.var.value().stream());
-        continue;
-      }
-      with_param(p, [&](auto* w, const auto* gr, int64_t n) { adam_update_ref(w, gr, m.f64(), v.f64(), n, step); });
+      const AdamStep step{lr_, b1_, b2_, eps_, g.weight_decay, c1, c2, decoupled_};
+      with_type("Adam", p, [&](auto x) {
+        using T = decltype(x);
+        pass.add(dev, AdamTensor<T>{ag::ptr<T>(p.var.value()), ag::ptr<T>(p.var.grad()), m.f64(), v.f64(), n, 0, step});
+      });
     }
+  pass.run([](const auto* list, int64_t count, int64_t chunks) { adam_multi_cpu(list, count, chunks); },
+           [](const AdamTensor<float>* list, int64_t count, int64_t chunks, Device dev) {
+             if constexpr (kWithCuda) adam_multi_cuda(list, count, chunks, cuda_stream(dev.index));
+           });
   ++steps_;
 }
 
@@ -162,12 +224,30 @@ void Adam::load_state(const std::map<std::string, Tensor>& s) {
 }
 
 double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm) {
-  double ss = 0;
+  // Sums of squares per chunk of kMultiChunk elements (one pass per device), added in chunk order on
+  // the host: one read-back per device instead of one per parameter.
+  MultiPass<SumSquaresTensor> pass;
   for (const NamedParam& p : params) {
     if (!p.var.has_grad()) continue;
-    const Tensor g = p.var.grad().on(Device::cpu()).astype(DType::F64);
-    for (int64_t i = 0; i < g.numel(); ++i) ss += g.f64()[i] * g.f64()[i];
+    with_type("clip_grad_norm", p, [&](auto t) {
+      using T = decltype(t);
+      pass.add(p.var.grad().device(), SumSquaresTensor<T>{ag::ptr<T>(p.var.grad()), p.var.grad().numel(), 0});
+    });
   }
+  double ss = 0;
+  pass.run(
+      [&](const auto* list, int64_t count, int64_t chunks) {
+        std::vector<double> partial(static_cast<size_t>(chunks));
+        sum_squares_multi_cpu(partial.data(), list, count, chunks);
+        for (double x : partial) ss += x;
+      },
+      [&](const SumSquaresTensor<float>* list, int64_t count, int64_t chunks, Device dev) {
+        if constexpr (kWithCuda) {
+          const Tensor partial = Tensor::empty(Shape{chunks}, DType::F64, dev);
+          sum_squares_multi_cuda(partial.f64(), list, count, chunks, cuda_stream(dev.index));
+          for (double x : partial.to_vector<double>()) ss += x;
+        }
+      });
   const double norm = std::sqrt(ss);
   if (!std::isfinite(norm) || norm <= max_norm) return norm;
   scale_all_grads(params, max_norm / (norm + 1e-6));

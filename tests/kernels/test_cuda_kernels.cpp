@@ -8,7 +8,7 @@
 #include "gemm_check.h"
 #include "graph_cases.h"
 #include "kernels/activation.h"
-#include "kernels/adam.h"
+#include "kernels/optim.h"
 #include "kernels/gemm.h"
 #include "kernels/norm_embed.h"
 #include "kernels/elementwise.h"
@@ -30,6 +30,15 @@ Tensor on_gpu(const std::vector<T>& v) {
   return Tensor::from_vector(v).to(Device::cuda(0));
 }
 Tensor nan_gpu(int64_t n) { return Tensor::full({n}, NAN, DType::F32, Device::cuda(0)); }
+
+// A many-tensor entry list (kernels/optim.h) copied to the device as bytes.
+template <class E>
+Tensor list_on_gpu(std::vector<E>& list) {
+  plan_chunks(list.data(), int64_t(list.size()));
+  std::vector<uint8_t> bytes(list.size() * sizeof(E));
+  std::memcpy(bytes.data(), list.data(), bytes.size());
+  return on_gpu(bytes);
+}
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -167,7 +176,7 @@ TEST_CASE("cuda segment softmax and GAT scores match the double reference, hubs 
 #endif
 }
 
-TEST_CASE("cuda activations, pooling, embedding and the Adam update match their references") {
+TEST_CASE("cuda activations, pooling and embedding match their references") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
@@ -218,33 +227,87 @@ TEST_CASE("cuda activations, pooling, embedding and the Adam update match their 
   Tensor emb = nan_gpu(int64_t(want.size()));
   embedding_forward_cuda(emb.f32(), on_gpu(table).f32(), on_gpu(idx).i32(), int64_t(idx.size()), 33, s);
   CHECK(emb.to_vector<float>() == want);  // a gather: exact
-  // Adam and AdamW, three steps, against the host update in the same double arithmetic
-  for (bool decoupled : {false, true}) {
-    CAPTURE(decoupled);
-    auto w = testing::random_values<float>(size_t(n), 6);
-    std::vector<double> m(static_cast<size_t>(n), 0), v(static_cast<size_t>(n), 0);
-    Tensor gw = on_gpu(w), gm = on_gpu(m), gv = on_gpu(v);
-    for (int t = 1; t <= 3; ++t) {
-      const AdamStep st{1e-2, 0.9, 0.999, 1e-8, 5e-4, 1 - std::pow(0.9, t), 1 - std::pow(0.999, t), decoupled};
-      adam_update_ref(w.data(), dy.data(), m.data(), v.data(), n, st);
-      adam_update_cuda(gw.f32(), gdy.f32(), gm.f64(), gv.f64(), n, st, s);
-    }
-    GNN_CHECK_CLOSE(gw.to_vector<float>(), w, 1e-6, 1e-6);
-    GNN_CHECK_CLOSE(gm.to_vector<double>(), m, 1e-12, 1e-9);
+#endif
+}
+
+TEST_CASE("cuda many-tensor Adam, SGD, sums of squares and scaling match the host passes") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  // sizes on both sides of the chunk border, empty tensors between others, one of several chunks
+  const std::vector<int64_t> sizes = {0, 1, kMultiChunk - 1, kMultiChunk, 0, kMultiChunk + 1, 3, 3 * kMultiChunk + 17};
+  const int64_t K = int64_t(sizes.size());
+  std::vector<std::vector<float>> w, g;
+  std::vector<std::vector<double>> m, v;
+  std::vector<Tensor> gw, gg, gm, gv;
+  for (int64_t k = 0; k < K; ++k) {
+    w.push_back(testing::random_values<float>(size_t(sizes[k]), 10 + uint32_t(k)));
+    g.push_back(testing::random_values<float>(size_t(sizes[k]), 30 + uint32_t(k)));
+    m.emplace_back(size_t(sizes[k]), 0.0), v.emplace_back(size_t(sizes[k]), 0.0);
+    gw.push_back(on_gpu(w[k])), gg.push_back(on_gpu(g[k])), gm.push_back(on_gpu(m[k])), gv.push_back(on_gpu(v[k]));
   }
-  // SGD with and without momentum and weight decay, three steps
-  for (double momentum : {0.0, 0.9}) {
-    CAPTURE(momentum);
-    auto w = testing::random_values<float>(size_t(n), 7);
-    std::vector<double> buf(static_cast<size_t>(n), 0);
-    Tensor gw = on_gpu(w), gbuf = on_gpu(buf);
-    for (int t = 1; t <= 3; ++t) {
-      const SgdStep st{1e-2, momentum, 5e-4, t == 1};
-      sgd_update_ref(w.data(), dy.data(), momentum > 0 ? buf.data() : nullptr, n, st);
-      sgd_update_cuda(gw.f32(), gdy.f32(), momentum > 0 ? gbuf.f64() : nullptr, n, st, s);
+  for (int t = 1; t <= 3; ++t) {  // Adam on even tensors, AdamW on odd ones, each with its own step count
+    std::vector<AdamTensor<float>> list, host;
+    for (int64_t k = 0; k < K; ++k) {
+      const int tk = t + int(k);
+      const AdamStep st{1e-2, 0.9, 0.999, 1e-8, 1e-3 * double(k), 1 - std::pow(0.9, tk), 1 - std::pow(0.999, tk), k % 2 == 1};
+      list.push_back({gw[k].f32(), gg[k].f32(), gm[k].f64(), gv[k].f64(), sizes[k], -1, st});
+      host.push_back({w[k].data(), g[k].data(), m[k].data(), v[k].data(), sizes[k], -1, st});
     }
-    GNN_CHECK_CLOSE(gw.to_vector<float>(), w, 1e-6, 1e-6);
-    GNN_CHECK_CLOSE(gbuf.to_vector<double>(), buf, 1e-12, 1e-9);
+    const Tensor dl = list_on_gpu(list);
+    adam_multi_cuda(static_cast<const AdamTensor<float>*>(dl.data()), K, plan_chunks(list.data(), K), s);
+    adam_multi_cpu(host.data(), K, plan_chunks(host.data(), K));
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    CAPTURE(k);
+    GNN_CHECK_CLOSE(gw[k].to_vector<float>(), w[k], 1e-6, 1e-6);
+    GNN_CHECK_CLOSE(gm[k].to_vector<double>(), m[k], 1e-12, 1e-9);
+    GNN_CHECK_CLOSE(gv[k].to_vector<double>(), v[k], 1e-12, 1e-9);
+  }
+  for (int t = 1; t <= 2; ++t) {  // SGD, momentum buffers on even tensors only
+    std::vector<SgdTensor<float>> list, host;
+    for (int64_t k = 0; k < K; ++k) {
+      const SgdStep st{0.1, 0.9, 1e-4, t == 1};
+      list.push_back({gw[k].f32(), gg[k].f32(), k % 2 ? nullptr : gm[k].f64(), sizes[k], -1, st});
+      host.push_back({w[k].data(), g[k].data(), k % 2 ? nullptr : m[k].data(), sizes[k], -1, st});
+    }
+    const Tensor dl = list_on_gpu(list);
+    sgd_multi_cuda(static_cast<const SgdTensor<float>*>(dl.data()), K, plan_chunks(list.data(), K), s);
+    sgd_multi_cpu(host.data(), K, plan_chunks(host.data(), K));
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    CAPTURE(k);
+    GNN_CHECK_CLOSE(gw[k].to_vector<float>(), w[k], 1e-6, 1e-6);
+    GNN_CHECK_CLOSE(gm[k].to_vector<double>(), m[k], 1e-12, 1e-9);
+  }
+  {  // per-chunk sums of squares (NaN-filled), twice for the same bits; then scaling, odd tensors in place
+    std::vector<SumSquaresTensor<float>> list, host;
+    for (int64_t k = 0; k < K; ++k) list.push_back({gg[k].f32(), sizes[k], -1}), host.push_back({g[k].data(), sizes[k], -1});
+    const int64_t chunks = plan_chunks(host.data(), K);
+    const Tensor dl = list_on_gpu(list);
+    std::vector<double> want(static_cast<size_t>(chunks));
+    sum_squares_multi_cpu(want.data(), host.data(), K, chunks);
+    std::vector<std::vector<double>> runs;
+    for (int r = 0; r < 2; ++r) {
+      Tensor part = Tensor::full({chunks}, NAN, DType::F64, Device::cuda(0));
+      sum_squares_multi_cuda(part.f64(), static_cast<const SumSquaresTensor<float>*>(dl.data()), K, chunks, s);
+      runs.push_back(part.to_vector<double>());
+    }
+    GNN_CHECK_CLOSE(runs[0], want, 1e-13, 1e-12);
+    CHECK(runs[0] == runs[1]);
+    std::vector<ScaleTensor<float>> scale;
+    std::vector<Tensor> out;
+    for (int64_t k = 0; k < K; ++k) {
+      out.push_back(k % 2 ? gg[k] : nan_gpu(sizes[k]));
+      scale.push_back({out.back().f32(), gg[k].f32(), sizes[k], -1});
+    }
+    const Tensor sl = list_on_gpu(scale);
+    scale_multi_cuda(static_cast<const ScaleTensor<float>*>(sl.data()), K, plan_chunks(scale.data(), K), -0.3, s);
+    for (int64_t k = 0; k < K; ++k) {
+      std::vector<float> want_k(g[k].size());
+      for (size_t i = 0; i < want_k.size(); ++i) want_k[i] = float(double(g[k][i]) * -0.3);
+      CHECK(out[k].to_vector<float>() == want_k);  // one double product rounded to float: exact
+    }
   }
 #endif
 }

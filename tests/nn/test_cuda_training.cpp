@@ -4,6 +4,8 @@
 // and two GPU runs must end with bitwise-identical weights. Skipped with the reason without a GPU.
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <string>
 
 #include "autograd/ops.h"
 #include "kernels/graph_cases.h"
@@ -104,5 +106,57 @@ TEST_CASE("cuda training: ops name a CUDA operand they cannot take, and mixed de
   const Graph dg = testing::random_graph(4, 6, 1).to(gpu);
   const ag::Var xh(Tensor::full({4, 3}, 1.0, DType::F32)), Wh(Tensor::full({6, 2}, 1.0, DType::F32));
   CHECK_THROWS_WITH_AS(ag::sage_fused(dg, xh, Wh, ag::Var(), Act::kRelu), doctest::Contains("the graph is on cuda:0"),
+                       Error);
+}
+
+TEST_CASE("cuda training: gradient clipping, gradient scaling, Adam and SGD over many parameters match the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  // Parameter sizes around the many-tensor chunk (8192 elements), a scalar, and an empty one.
+  const std::vector<int64_t> sizes = {1, 128, 8191, 8193, 0, 40000};
+  auto make = [&](Device dev) {
+    std::vector<nn::NamedParam> ps;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      const auto w = testing::random_values<float>(size_t(sizes[k]), 50 + uint32_t(k));
+      std::string name = "p";
+      name += std::to_string(k);  // (operator+ on a literal trips GCC 12's -Wrestrict false positive)
+      ps.push_back({name, ag::Var::param(Tensor::from_vector(w).to(dev))});
+    }
+    return ps;
+  };
+  auto set_grads = [&](const std::vector<nn::NamedParam>& ps, int step) {
+    for (size_t k = 0; k < ps.size(); ++k) {
+      const auto g = testing::random_values<float>(size_t(sizes[k]), 90 + uint32_t(k) + 10 * uint32_t(step), -3.0f, 3.0f);
+      ps[k].var.set_grad(Tensor::from_vector(g).to(ps[k].var.device()));
+    }
+  };
+  for (bool sgd : {false, true}) {
+    CAPTURE(sgd);
+    std::vector<std::vector<nn::NamedParam>> runs = {make(Device::cpu()), make(Device::cuda(0))};
+    std::vector<std::unique_ptr<nn::Optimizer>> opts;
+    for (const auto& ps : runs) {
+      if (sgd) opts.push_back(std::make_unique<nn::SGD>(nn::one_group(ps, 1e-3), 0.05, 0.9));
+      else opts.push_back(std::make_unique<nn::Adam>(nn::one_group(ps, 1e-3), 0.01, true));
+    }
+    for (int step = 0; step < 3; ++step) {
+      std::vector<double> norms;
+      for (size_t r = 0; r < 2; ++r) {
+        set_grads(runs[r], step);
+        opts[r]->scale_grads(0.5);
+        norms.push_back(nn::clip_grad_norm(runs[r], 10.0));  // well below the norm: every gradient is scaled
+        opts[r]->step();
+      }
+      CHECK(norms[0] > 10.0);
+      CHECK(norms[1] == doctest::Approx(norms[0]).epsilon(1e-12));
+    }
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      CAPTURE(k);
+      CHECK(runs[1][k].var.device() == Device::cuda(0));
+      GNN_CHECK_CLOSE(runs[1][k].var.value().to_vector<float>(), runs[0][k].var.value().to_vector<float>(), 1e-6, 1e-6);
+    }
+  }
+  // A GPU parameter with its gradient on the host is named
+  std::vector<nn::NamedParam> bad = make(Device::cuda(0));
+  bad[2].var.set_grad(Tensor::zeros(Shape{sizes[2]}, DType::F32));
+  CHECK_THROWS_WITH_AS(nn::clip_grad_norm(bad, 1.0), doctest::Contains("p2 on the GPU must be f32 with its gradient there"),
                        Error);
 }

@@ -267,6 +267,38 @@ TEST_CASE("nn: clipping, schedules, SWA") {
   CHECK(a.var.value().to_vector<float>() == std::vector<float>{3.f, 3.f});  // the last two: (2 + 4) / 2
 }
 
+TEST_CASE("nn: clip_grad_norm over f32 and f64 parameters of several chunks is the serial norm, then scales each gradient") {
+  std::vector<nn::NamedParam> ps;
+  std::vector<std::vector<double>> grads;
+  double ss = 0;
+  for (int64_t n : {int64_t(20000), int64_t(3), int64_t(0), int64_t(9000)}) {
+    const bool f64 = n == 3;
+    const auto g = testing::random_values<double>(size_t(n), uint32_t(n) + 1);
+    std::vector<double> stored;
+    for (double x : g) stored.push_back(f64 ? x : double(float(x)));  // the value the gradient holds
+    for (double x : stored) ss += x * x;
+    Tensor gt = Tensor::from_vector(g);
+    std::string name = "p";
+    name += std::to_string(ps.size());
+    ps.push_back({name, ag::Var::param(Tensor::zeros(Shape{n}, f64 ? DType::F64 : DType::F32))});
+    ps.back().var.set_grad(f64 ? gt : gt.astype(DType::F32));
+    grads.push_back(stored);
+  }
+  const double norm = nn::clip_grad_norm(ps, 1.0);
+  CHECK(norm == doctest::Approx(std::sqrt(ss)).epsilon(1e-13));
+  const double s = 1.0 / (norm + 1e-6);
+  for (size_t k = 0; k < ps.size(); ++k) {
+    const Tensor g = ps[k].var.grad().astype(DType::F64);
+    for (size_t i = 0; i < grads[k].size(); ++i) {
+      const double want = ps[k].var.dtype() == DType::F64 ? grads[k][i] * s : double(float(grads[k][i] * s));
+      REQUIRE(g.f64()[i] == want);
+    }
+  }
+  // a parameter whose gradient has another dtype is named
+  ps[1].var.set_grad(Tensor::zeros(Shape{3}, DType::F32));
+  CHECK_THROWS_WITH_AS(nn::clip_grad_norm(ps, 1.0), doctest::Contains("clip_grad_norm: p1 is f64"), Error);
+}
+
 TEST_CASE("nn: two accumulated half-batches step exactly like one full batch") {
   const Graph g = testing::random_graph(20, 60, 8);
   const ag::Var x(Tensor::from_vector(testing::random_values<double>(20 * 4, 1), Shape{20, 4}));
