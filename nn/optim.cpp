@@ -279,7 +279,7 @@ void Swa::snapshot(const std::vector<NamedParam>& params) {
     for (const NamedParam& p : params) names_.push_back(p.name);
   GNN_CHECK(params.size() == names_.size(), "SWA: the parameter list changed between snapshots");
   std::vector<Tensor> snap;
-  for (const NamedParam& p : params) snap.push_back(p.var.value().astype(DType::F64).clone());
+  for (const NamedParam& p : params) snap.push_back(p.var.value().on(Device::cpu()).astype(DType::F64).clone());
   snaps_.push_back(std::move(snap));
   if (int64_t(snaps_.size()) > k_) snaps_.pop_front();
 }
@@ -300,7 +300,8 @@ std::vector<std::pair<std::string, Tensor>> Swa::average() const {
 void Swa::apply(const std::vector<NamedParam>& params) const {
   const auto avg = average();
   GNN_CHECK(params.size() == avg.size(), "SWA: the parameter list changed");
-  for (size_t i = 0; i < params.size(); ++i) params[i].var.set_value(avg[i].second.astype(params[i].var.dtype()));
+  for (size_t i = 0; i < params.size(); ++i)  // the average is kept on the host; each parameter stays where it is
+    params[i].var.set_value(avg[i].second.astype(params[i].var.dtype()).on(params[i].var.device()));
 }
 
 }  // namespace gnn::nn

@@ -154,6 +154,18 @@ TEST_CASE("cuda training: gradient clipping, gradient scaling, Adam and SGD over
       GNN_CHECK_CLOSE(runs[1][k].var.value().to_vector<float>(), runs[0][k].var.value().to_vector<float>(), 1e-6, 1e-6);
     }
   }
+  // SWA of GPU parameters: snapshots go to the host, the average comes back to the device
+  {
+    std::vector<nn::NamedParam> ps = make(Device::cuda(0));
+    nn::Swa swa(2);
+    for (float v : {1.f, 2.f, 4.f}) {
+      for (const auto& p : ps) p.var.set_value(Tensor::full(p.var.value().shape(), v, DType::F32, Device::cuda(0)));
+      swa.snapshot(ps);
+    }
+    swa.apply(ps);
+    CHECK(ps[3].var.device() == Device::cuda(0));
+    CHECK(ps[3].var.value().to_vector<float>() == std::vector<float>(size_t(sizes[3]), 3.f));
+  }
   // A GPU parameter with its gradient on the host is named
   std::vector<nn::NamedParam> bad = make(Device::cuda(0));
   bad[2].var.set_grad(Tensor::zeros(Shape{sizes[2]}, DType::F32));
