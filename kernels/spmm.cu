@@ -116,19 +116,17 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherArgs a) {
   const int L = a.lanes, groups = kThreads / L;
   const int g = int(threadIdx.x) / L, lane = int(threadIdx.x) % L;
   const int64_t r0 = int64_t(blockIdx.x) * groups, chunk = int64_t(L) * V;
-  __shared__ int has_hub;
   __shared__ float part[kThreads * V];
   __shared__ int32_t part_arg[M == Mode::kFwdMax ? kThreads * V : 1];
-  if (threadIdx.x == 0) has_hub = 0;
-  __syncthreads();
 
   float acc[V];
   int32_t arg[V];
+  bool hub = false;
   const int64_t r = r0 + g;
   if (r < a.rows) {
     const int32_t b = a.ptr[r], e = a.ptr[r + 1];
     if (e - b > kHubEntries) {
-      has_hub = 1;  // every writer stores the same value
+      hub = true;
     } else {
       for (int64_t col = int64_t(lane) * V; col < a.F; col += chunk) {
         init<V, M>(acc, arg);
@@ -137,8 +135,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherArgs a) {
       }
     }
   }
-  __syncthreads();
-  if (!has_hub) return;
+  if (!__syncthreads_or(hub)) return;  // a barrier and a vote: does the block own a hub row?
 
   // The block's hub rows, one at a time, all groups splitting the entries.
   const int64_t r_end = r0 + groups < a.rows ? r0 + groups : a.rows;
