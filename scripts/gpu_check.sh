@@ -1,55 +1,103 @@
 #!/usr/bin/env bash
-# Everything the CUDA backend needs from a machine with a GPU, in one run (issue 8's verification and
-# benchmarks): build, the whole test suite (the GPU tests run instead of skipping), compute-sanitizer
-# memcheck and racecheck on the CUDA kernel and op tests, SpMM against the copy floor and cuSPARSE, the
-# SAGE and GAT layers against PyG, GCN/GAT/SAGE on Cora, and layout training configs/s on the GPU
-# against the host. Usage: scripts/gpu_check.sh [BUILD_DIR=build] [SHARED_DATA=../shared/data]
+# Everything the CUDA backend needs from a machine with a GPU (issue 8's verification and benchmarks),
+# in phases that can run in one call or be split over several:
+#   build      configure and build (Release)
+#   tests      the whole suite: the GPU tests run instead of skipping
+#   sanitize   compute-sanitizer memcheck and racecheck on the CUDA kernel and op tests
+#   spmm       SpMM mean against the measured copy floor and cuSPARSE (bench/peers/cuda_spmm.py)
+#   graphs     launch-bound steps replayed as one CUDA graph against the same steps launched one by one
+#   layers     SAGE (composed and fused) and GAT layers against PyG (bench/peers/cuda_layers.py)
+#   train      GCN/GAT/SAGE on Cora on the GPU; layout training configs/s on the GPU against the host
+# Usage: scripts/gpu_check.sh [PHASE ...]   (no phase: all, in the order above)
+# Environment: BUILD (build dir, default build), DATA (the shared data, default ../shared/data),
+# LOGS (a folder: each phase's output is also written to LOGS/PHASE.log), CMAKE_ARGS (extra configure
+# arguments, e.g. -DZLIB_INCLUDE_DIR=...), PHASE_TIMEOUT (seconds per phase, default 900).
 # Python, PyTorch and PyG are used by the peer scripts only, for comparison.
+# shellcheck disable=SC2317  # the phase functions run through bash -c
 set -uo pipefail
-build=${1:-build} data=${2:-../shared/data}
+build=${BUILD:-build} data=${DATA:-../shared/data} logs=${LOGS:-} limit=${PHASE_TIMEOUT:-900}
 gnn=$build/bin/gnn
-step() { printf '\n=== %s\n' "$*"; }
+[ -d "$data" ] && data=$(cd "$data" && pwd)  # absolute: ctest runs each test in its own directory
+phases=("$@")
+[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers train)
+export build data gnn
 fail=0
-run() { "$@" || { echo "FAILED ($?): $*"; fail=1; }; }
 
-step "build"
-cmake -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build "$build" -j"$(nproc)" 2>&1 | tail -n 3 || exit 1
-run "$gnn" info
+phase_build() {
+  # shellcheck disable=SC2086
+  cmake -B "$build" -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >/dev/null || return 1
+  cmake --build "$build" -j"$(nproc)" 2>&1 | tail -n 3
+  "$gnn" info
+}
 
-step "tests"
-run ctest --test-dir "$build" -j4 --output-on-failure
+phase_tests() {
+  GNN_SHARED_DATA=$data ctest --test-dir "$build" -j4 --output-on-failure
+}
 
-step "compute-sanitizer"
-for tool in memcheck racecheck; do
-  run compute-sanitizer --tool "$tool" --error-exitcode 1 "$build/bin/gnn_tests" -tc='cuda*'
-done
+phase_sanitize() {
+  local tool r=0
+  for tool in memcheck racecheck; do
+    GNN_SHARED_DATA=$data compute-sanitizer --tool "$tool" --error-exitcode 1 "$build/bin/gnn_tests" -tc='cuda*' || r=1
+  done
+  return "$r"
+}
 
-step "SpMM against the copy floor and cuSPARSE"
-run python3 bench/peers/cuda_spmm.py --gnn "$gnn"
+phase_spmm() { python3 bench/peers/cuda_spmm.py --gnn "$gnn"; }
 
-step "CUDA graphs: launch-bound steps replayed as one graph, against the same steps launched one by one"
-for k in "spmm-mean --backward" "gemm --backward"; do
-  for n in 1000 10000; do
-    for g in "" "--cuda-graph"; do
-      run "$gnn" bench kernel $k --device cuda --nodes $n --edges $((2 * n)) --features 128 --repeat 200 $g --json
+phase_graphs() {
+  local k n g r=0
+  for k in "spmm-mean --backward" "gemm --backward"; do
+    for n in 1000 10000; do
+      for g in "" "--cuda-graph"; do
+        # shellcheck disable=SC2086
+        "$gnn" bench kernel $k --device cuda --nodes $n --edges $((2 * n)) --features 128 --repeat 200 $g --json || r=1
+      done
     done
   done
-done
+  return "$r"
+}
 
-step "SAGE (composed and fused) and GAT layers against PyG"
-run python3 bench/peers/cuda_layers.py --gnn "$gnn"
+phase_layers() { python3 bench/peers/cuda_layers.py --gnn "$gnn"; }
 
-if [ -f "$data/planetoid/cora_planetoid.npz" ]; then
-  step "Cora on the GPU"
-  for m in gcn gat sage; do run "$gnn" planetoid --data "$data/planetoid/cora_planetoid.npz" --model "$m" --device cuda --json | tail -n 1; done
-fi
+phase_train() {
+  local m dev r=0 tmp
+  if [ -f "$data/planetoid/cora_planetoid.npz" ]; then
+    for m in gcn gat sage; do
+      "$gnn" planetoid --data "$data/planetoid/cora_planetoid.npz" --model "$m" --device cuda --json | tail -n 1 || r=1
+    done
+  else
+    echo "Cora: skipped, no $data/planetoid/cora_planetoid.npz"
+  fi
+  tmp=$(mktemp -d)
+  "$gnn" synth --collection layout --out "$tmp/data" --graphs 8 --nodes 5000 --configs 200 --seed 1 >/dev/null || r=1
+  for dev in cuda cpu; do
+    "$gnn" train --model layout-resmodel --data "$tmp/data" --out "$tmp/run-$dev" --epochs 20 --steps 20 --device "$dev" \
+      --progress lines | tail -n 1 || r=1
+  done
+  rm -rf "$tmp"
+  return "$r"
+}
 
-step "layout training: configs/s on the GPU and on the host"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-"$gnn" synth --collection layout --out "$tmp/data" --graphs 8 --nodes 5000 --configs 200 --seed 1 >/dev/null
-for dev in cuda cpu; do
-  run "$gnn" train --model layout-resmodel --data "$tmp/data" --out "$tmp/run-$dev" --epochs 20 --steps 20 --device "$dev" \
-    --progress lines | tail -n 1
+[ -n "$logs" ] && mkdir -p "$logs"
+for p in "${phases[@]}"; do
+  if ! declare -F "phase_$p" >/dev/null; then
+    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers train)" >&2
+    exit 2
+  fi
+  printf '\n=== %s (%s)\n' "$p" "$(date -u +%H:%M:%S)"
+  start=$SECONDS
+  # each phase in a subshell under a time limit, so one that hangs cannot take the others' time
+  export -f "phase_$p"
+  if [ -n "$logs" ]; then
+    timeout "$limit" bash -c "set -o pipefail; phase_$p" 2>&1 | tee "$logs/$p.log"
+  else
+    timeout "$limit" bash -c "set -o pipefail; phase_$p" 2>&1
+  fi
+  status=${PIPESTATUS[0]}
+  echo "=== $p: exit $status after $((SECONDS - start)) s"
+  if [ "$status" -ne 0 ]; then
+    fail=1
+    [ "$p" = build ] && exit 1  # nothing else can run
+  fi
 done
 exit $fail
