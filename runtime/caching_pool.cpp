@@ -82,4 +82,104 @@ void CachingPool::reset_peak() {
   stats_.peak_bytes = stats_.current_bytes;
 }
 
+struct PoolSet::Private {
+  CachingPool pool;
+  std::vector<void*> held_main;  // main blocks freed during the capture, returned when the graph is gone
+  CachingPool* main;
+  Private(const std::string& name, CachingPool::RawAlloc a, CachingPool::RawFree f, CachingPool* main_pool)
+      : pool(name, std::move(a), std::move(f)), main(main_pool) {}
+};
+
+namespace {
+
+// What begin_private hands out: the graph's share of its private pool. When the graph goes, no replay can
+// touch the main blocks held back for it, so they return to the main pool then; the private pool itself
+// stays while any of its blocks lives.
+template <class P>
+struct GraphShare {
+  std::shared_ptr<P> p;
+  ~GraphShare() {
+    if (p->main)
+      for (void* b : p->held_main) p->main->deallocate(b);
+    p->held_main.clear();
+  }
+};
+
+}  // namespace
+
+PoolSet::PoolSet(std::string name, CachingPool::RawAlloc raw_alloc, CachingPool::RawFree raw_free)
+    : name_(name), raw_alloc_(raw_alloc), raw_free_(raw_free), main_(std::move(name), raw_alloc_, raw_free_) {}
+
+PoolSet::~PoolSet() {
+  // Private pools still referenced (a graph or a block outliving the device's allocator at exit) keep
+  // their memory; they must not hand blocks back to main_, which is going away.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& w : privates_)
+    if (auto p = w.lock()) p->held_main.clear(), p->main = nullptr;
+}
+
+void* PoolSet::allocate(size_t bytes) {
+  std::shared_ptr<Private> open;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open = open_;
+  }
+  if (!open) return main_.allocate(bytes);
+  void* p = open->pool.allocate(bytes);
+  if (p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    private_live_[p] = open;
+  }
+  return p;
+}
+
+void PoolSet::deallocate(void* p) {
+  if (p == nullptr) return;
+  std::shared_ptr<Private> owner;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = private_live_.find(p);
+    if (it != private_live_.end()) {
+      owner = std::move(it->second);
+      private_live_.erase(it);
+    } else if (open_) {
+      open_->held_main.push_back(p);  // captured work may use it on replay: kept from main_ until the graph goes
+      return;
+    }
+  }
+  if (owner) owner->pool.deallocate(p);  // then, if this was the last reference, the pool is released
+  else main_.deallocate(p);
+}
+
+bool PoolSet::capturing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_ != nullptr;
+}
+
+std::shared_ptr<void> PoolSet::begin_private() {
+  std::lock_guard<std::mutex> lock(mu_);
+  GNN_CHECK(!open_, name_, ": a CUDA graph capture is already open");
+  open_ = std::make_shared<Private>(name_ + " (graph)", raw_alloc_, raw_free_, &main_);
+  privates_.push_back(open_);
+  std::erase_if(privates_, [](const std::weak_ptr<Private>& w) { return w.expired(); });
+  return std::make_shared<GraphShare<Private>>(GraphShare<Private>{open_});
+}
+
+void PoolSet::end_private() {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_.reset();
+}
+
+MemoryStats PoolSet::private_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  MemoryStats out;
+  for (const auto& w : privates_)
+    if (auto p = w.lock()) {
+      const MemoryStats s = p->pool.stats();
+      out.current_bytes += s.current_bytes, out.reserved_bytes += s.reserved_bytes, out.cached_bytes += s.cached_bytes;
+      out.live_allocations += s.live_allocations, out.total_allocations += s.total_allocations;
+    }
+  return out;
+}
+
 }  // namespace gnn

@@ -10,6 +10,7 @@
 #pragma once
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -47,6 +48,42 @@ class CachingPool {
   std::unordered_map<void*, size_t> live_;      // block -> its class size
   std::map<size_t, std::vector<void*>> free_;   // class size -> cached blocks
   MemoryStats stats_;
+};
+
+// A device's allocations: its main caching pool, and the private pools of its CUDA graphs. While a
+// capture is open (begin_private .. end_private), allocations come from a private pool made for it:
+// the captured kernels use those addresses on every replay, so the blocks must never go back to the
+// main pool while the graph exists. A block freed during the capture returns to the private pool and
+// is handed out again within the same capture (replays follow the same order). A main-pool block
+// freed during the capture is held back until the graph is gone: captured work may still read or
+// write it on replay. The private pool lives while its graph (the handle begin_private returns) or any
+// of its blocks does; then its memory is released.
+class PoolSet {
+ public:
+  PoolSet(std::string name, CachingPool::RawAlloc raw_alloc, CachingPool::RawFree raw_free);
+  ~PoolSet();
+  PoolSet(const PoolSet&) = delete;
+  PoolSet& operator=(const PoolSet&) = delete;
+
+  void* allocate(size_t bytes);
+  void deallocate(void* p);
+  CachingPool& main() { return main_; }
+
+  bool capturing() const;
+  std::shared_ptr<void> begin_private();  // throws if a capture is already open; the handle keeps the pool
+  void end_private();
+  MemoryStats private_stats() const;  // summed over the live private pools (current, reserved, cached)
+
+ private:
+  struct Private;
+  std::string name_;
+  CachingPool::RawAlloc raw_alloc_;
+  CachingPool::RawFree raw_free_;
+  CachingPool main_;
+  mutable std::mutex mu_;
+  std::shared_ptr<Private> open_;                                     // the capture in progress
+  std::unordered_map<void*, std::shared_ptr<Private>> private_live_;  // private block -> its pool
+  std::vector<std::weak_ptr<Private>> privates_;                      // for private_stats
 };
 
 }  // namespace gnn

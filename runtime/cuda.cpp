@@ -17,7 +17,7 @@ namespace gnn {
 namespace {
 
 struct DeviceState {
-  std::unique_ptr<CachingPool> pool;
+  std::unique_ptr<PoolSet> pool;  // the caching pool, and the private pools of CUDA graphs
   cudaStream_t stream = nullptr;
   std::atomic<bool> capturing{false};  // a CudaGraph capture is open on the stream
 };
@@ -44,12 +44,19 @@ DeviceState& state(int device) {
     s = std::make_unique<DeviceState>();
     GNN_CUDA_CHECK(cudaSetDevice(device));
     GNN_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
-    s->pool = std::make_unique<CachingPool>(
+    s->pool = std::make_unique<PoolSet>(
         "cuda:" + std::to_string(device),
         [device](size_t bytes) -> void* {
           void* p = nullptr;
           cudaSetDevice(device);
-          if (cudaMalloc(&p, bytes) != cudaSuccess) {
+          // A graph's private pool grows during its capture. cudaMalloc is not a stream operation and
+          // does not become part of the graph; the relaxed mode lets it run while this thread captures
+          // (PyTorch's allocator does the same).
+          cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+          cudaThreadExchangeStreamCaptureMode(&mode);
+          const cudaError_t e = cudaMalloc(&p, bytes);
+          cudaThreadExchangeStreamCaptureMode(&mode);
+          if (e != cudaSuccess) {
             cudaGetLastError();
             return nullptr;
           }
@@ -141,16 +148,12 @@ std::string cuda_status() {
   return out;
 }
 
-void* cuda_alloc(size_t bytes, int device) {
-  DeviceState& s = state(device);
-  GNN_CHECK(!s.capturing.load(), "cuda:", device, ": allocating ", bytes, " bytes inside a CUDA graph capture; ",
-            "allocate the step's buffers before capturing it (runtime/cuda.h, CudaGraph)");
-  return s.pool->allocate(bytes);
-}
+void* cuda_alloc(size_t bytes, int device) { return state(device).pool->allocate(bytes); }
 void cuda_free(void* p, int device) { state(device).pool->deallocate(p); }
-MemoryStats cuda_memory_stats(int device) { return state(device).pool->stats(); }
-void cuda_empty_cache(int device) { state(device).pool->empty_cache(); }
-void cuda_reset_peak(int device) { state(device).pool->reset_peak(); }
+MemoryStats cuda_memory_stats(int device) { return state(device).pool->main().stats(); }
+MemoryStats cuda_graph_memory_stats(int device) { return state(device).pool->private_stats(); }
+void cuda_empty_cache(int device) { state(device).pool->main().empty_cache(); }
+void cuda_reset_peak(int device) { state(device).pool->main().reset_peak(); }
 Stream cuda_stream(int device) { return state(device).stream; }
 
 void cuda_synchronize(int device) { GNN_CUDA_CHECK(cudaStreamSynchronize(state(device).stream)); }
@@ -195,7 +198,11 @@ void cuda_upload(void* dst, int device, const void* src, size_t bytes) {
 CudaGraph::CudaGraph(int device, const std::function<void()>& fn) : device_(device) {
   DeviceState& s = state(device);
   GNN_CUDA_CHECK(cudaSetDevice(device));
-  GNN_CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
+  pool_ = s.pool->begin_private();  // throws if another capture is open on the device
+  if (const cudaError_t e = cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal); e != cudaSuccess) {
+    s.pool->end_private();
+    GNN_CUDA_CHECK(e);
+  }
   s.capturing = true;
   std::exception_ptr failed;
   try {
@@ -204,6 +211,7 @@ CudaGraph::CudaGraph(int device, const std::function<void()>& fn) : device_(devi
     failed = std::current_exception();
   }
   s.capturing = false;
+  s.pool->end_private();  // the graph keeps its pool (pool_) for its lifetime
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(s.stream, &graph);  // closed on every path: the stream stays usable
   if (failed || end != cudaSuccess) {
@@ -221,7 +229,10 @@ CudaGraph::CudaGraph(int device, const std::function<void()>& fn) : device_(devi
 }
 
 CudaGraph::~CudaGraph() {
-  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  if (exec_) {
+    cudaStreamSynchronize(state(device_).stream);  // no replay in flight when its private memory is released
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  }
 }
 
 void CudaGraph::replay() {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "kernels/common.h"
@@ -37,11 +38,13 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
 void cuda_upload(void* dst, int device, const void* src, size_t bytes);
 // A CUDA graph of the work fn queues on a device's stream: captured once, replayed with one launch, so
 // a step of many small kernels stops paying a host launch per kernel. fn must queue device work only, on
-// that stream, with buffers that outlive the graph: no copies to the host, no synchronisation and no
-// device allocation (a tensor allocated inside would go back to the pool when capture ends, and every
-// replay would write into memory handed out again), which cuda_alloc refuses while a capture is open.
-// Pointers and shapes are fixed at capture. Run fn once before capturing it, so that libraries (cuBLAS)
-// set themselves up outside the capture.
+// that stream: no copies to or from the host (cuda_upload refuses them while a capture is open) and no
+// synchronisation. fn may allocate: while it is captured, device allocations come from a pool private to
+// the graph (runtime/caching_pool.h, PoolSet), whose blocks stay reserved for the graph's replays until
+// the graph is destroyed, and buffers from before the capture that fn frees are held back from reuse
+// until then too. Tensors fn creates and keeps (outputs, gradients) live in that pool: each replay
+// writes them again, as with PyTorch's static graph outputs. Pointers and shapes are fixed at capture.
+// Run fn once before capturing it, so that libraries (cuBLAS) and caches set themselves up outside it.
 class CudaGraph {
  public:
   CudaGraph(int device, const std::function<void()>& fn);  // throws, with the stream left usable, on failure
@@ -52,7 +55,10 @@ class CudaGraph {
  private:
   int device_;
   void* exec_ = nullptr;  // cudaGraphExec_t
+  std::shared_ptr<void> pool_;  // the private memory pool of the capture
 };
+// The private pools of the device's live CUDA graphs, summed (cuda_memory_stats covers the main pool).
+MemoryStats cuda_graph_memory_stats(int device);
 
 // The pinned staging pool's statistics (current: blocks whose transfer may still be in flight).
 MemoryStats cuda_pinned_stats();

@@ -14,6 +14,7 @@ int cuda_device_count() { return 0; }
 void* cuda_alloc(size_t, int) { no_cuda(); }
 void cuda_free(void*, int) { no_cuda(); }
 MemoryStats cuda_memory_stats(int) { no_cuda(); }
+MemoryStats cuda_graph_memory_stats(int) { no_cuda(); }
 void cuda_empty_cache(int) { no_cuda(); }
 void cuda_reset_peak(int) { no_cuda(); }
 Stream cuda_stream(int) { no_cuda(); }

@@ -1,4 +1,5 @@
 #include <map>
+#include <memory>
 #include <set>
 
 #include "runtime/caching_pool.h"
@@ -113,4 +114,71 @@ TEST_CASE("cuda allocator: caching and statistics on the device") {
   CHECK(mid.cached_bytes >= 4 << 20);
   { Tensor t = Tensor::empty({1 << 20}, DType::F32, Device::cuda(0)); }
   CHECK(cuda_memory_stats(0).reserved_bytes == mid.reserved_bytes);  // reused, not reallocated
+}
+
+// The same fake device under a PoolSet: the main pool and the private pools of CUDA graph captures.
+struct FakePoolSet {
+  std::set<void*> live;
+  int64_t raw_allocs = 0, raw_frees = 0;
+  PoolSet pools{"fake",
+                [this](size_t n) -> void* {
+                  void* p = ::operator new(n);
+                  live.insert(p), ++raw_allocs;
+                  return p;
+                },
+                [this](void* p) {
+                  live.erase(p), ++raw_frees;
+                  ::operator delete(p);
+                }};
+};
+
+TEST_CASE("pool set: a capture allocates from its own pool, reuses within it, and releases it with the last owner") {
+  FakePoolSet d;
+  void* before = d.pools.allocate(1000);  // a main block, live across the capture
+  void* cached = d.pools.allocate(1000);
+  d.pools.deallocate(cached);  // main now caches a 1 KiB block
+  CHECK(d.pools.main().stats().cached_bytes == 1024);
+  std::shared_ptr<void> graph = d.pools.begin_private();
+  CHECK(d.pools.capturing());
+  CHECK_THROWS_WITH_AS(d.pools.begin_private(), doctest::Contains("already open"), Error);
+  void* a = d.pools.allocate(1000);
+  CHECK(a != cached);  // not the main pool's cached block: the graph's blocks are its own
+  d.pools.deallocate(a);
+  void* b = d.pools.allocate(1000);
+  CHECK(b == a);  // freed within the capture: handed out again within it, as every replay will do
+  void* kept = d.pools.allocate(5000);  // an output the captured work leaves behind
+  d.pools.deallocate(before);           // a main block freed during the capture: held back, not cached
+  CHECK(d.pools.main().stats().cached_bytes == 1024);
+  d.pools.deallocate(b);
+  d.pools.end_private();
+  CHECK(!d.pools.capturing());
+  CHECK(d.pools.private_stats().current_bytes == 5120);
+  CHECK(d.pools.main().stats().current_bytes == 1024);  // `before` still counts: the graph may use it
+  void* after = d.pools.allocate(1000);
+  CHECK(after == cached);  // eager allocations come from main again, never from the graph's blocks
+  d.pools.deallocate(after);
+  const int64_t frees = d.raw_frees;
+  graph.reset();  // the graph is gone, but `kept` still lives: its pool stays
+  CHECK(d.raw_frees == frees);
+  CHECK(d.pools.main().stats().cached_bytes == 2048);  // `before` went back to main with the graph
+  CHECK(d.pools.private_stats().current_bytes == 5120);
+  d.pools.deallocate(kept);  // the last owner: the private pool releases its blocks (a/b and kept)
+  CHECK(d.raw_frees == frees + 2);
+  CHECK(d.pools.private_stats().reserved_bytes == 0);
+  d.pools.main().empty_cache();
+  CHECK(d.live.empty());
+}
+
+TEST_CASE("pool set: a capture whose graph is dropped at once releases everything it allocated") {
+  FakePoolSet d;
+  {
+    std::shared_ptr<void> graph = d.pools.begin_private();
+    void* p = d.pools.allocate(100);
+    d.pools.deallocate(p);
+    d.pools.end_private();
+  }
+  CHECK(d.raw_allocs == 1);
+  CHECK(d.raw_frees == 1);
+  CHECK(d.live.empty());
+  CHECK_THROWS_WITH_AS(d.pools.deallocate(reinterpret_cast<void*>(0x10)), doctest::Contains("did not allocate"), Error);
 }
