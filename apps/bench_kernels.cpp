@@ -338,6 +338,9 @@ KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s) {
     L->x.zero_grad();
     for (const nn::NamedParam& p : L->params) p.var.zero_grad();
   };
+  // Capturable: the step's allocations go to the graph's private pool (runtime/cuda.h); the layer's
+  // cached graph preparation was built by the eager run before the capture.
+  k.graph_safe = true;
   if (gat) gat_traffic(k, N, E, F, H, D, bwd);
   else sage_traffic(k, N, E, F, F, 1, bwd);
   return k;

@@ -13,7 +13,7 @@ struct KernelShape {
   bool backward = false;
   bool cuda = false;      // run the _cuda kernels on device 0 (spmm-*, gemm)
   bool cusparse = false;  // with cuda: spmm-sum / spmm-mean through cuSPARSE instead of gnn's kernel
-  bool cuda_graph = false;  // with cuda: time replays of the step captured as a CUDA graph (gemm, spmm-*)
+  bool cuda_graph = false;  // with cuda: time replays of the step captured as a CUDA graph
   uint64_t seed = 1;
   std::string save_graph;  // write the graph's edge_index ([E, 2] rows [dst, src]) here, for peers
 };
@@ -22,7 +22,7 @@ struct KernelCase {
   std::function<void()> step;  // one forward (and backward with --backward) pass
   double bytes = 0;            // the least a pass must move through memory
   double flops = 0;
-  bool graph_safe = false;     // the step only queues device work on fixed buffers: --cuda-graph can capture it
+  bool graph_safe = false;     // the step only queues device work (no host copies or syncs): --cuda-graph can capture it
 };
 
 std::vector<std::string> bench_kernel_names();

@@ -84,10 +84,10 @@ int bench_kernel(const Args& a, const std::string& name) {
   std::unique_ptr<CudaGraph> graph;
   if (s.cuda_graph) {
     if (!s.cuda || !k.graph_safe)
-      throw UsageError("gnn bench kernel: --cuda-graph captures gemm and spmm-* (gnn's kernels) on --device cuda only; " +
-                       name + (s.cuda ? " is not capturable (it allocates inside its step, or goes through cuSPARSE)"
-                               : " was asked for on the CPU"));
-    k.step();  // once eagerly: cuBLAS sets itself up outside the capture
+      throw UsageError("gnn bench kernel: --cuda-graph captures gemm, spmm-* (gnn's kernels) and the layers on "
+                       "--device cuda only; " + name +
+                       (s.cuda ? " is not capturable (cuSPARSE's SpMM is timed as launched)" : " was asked for on the CPU"));
+    k.step();  // once eagerly: cuBLAS and the layers' caches set themselves up outside the capture
     graph = std::make_unique<CudaGraph>(0, k.step);
   }
   const std::function<void()> step = graph ? std::function<void()>([&] { graph->replay(); }) : k.step;
@@ -126,7 +126,7 @@ Command bench_command() {
              {"backward", "", "kernel: time forward + backward"},
              {"device", "cpu|cuda", "kernel: where to run (cuda: all but segment-softmax; timed by CUDA events)", "cpu"},
              {"spmm", "gnn|cusparse", "kernel: spmm-sum/mean on cuda through gnn's kernel or cuSPARSE", "gnn"},
-             {"cuda-graph", "", "kernel: on cuda, time replays of the step captured once as a CUDA graph (gemm, spmm-*)"},
+             {"cuda-graph", "", "kernel: on cuda, time replays of the step captured once as a CUDA graph (gemm, spmm-*, the layers)"},
              {"save-graph", "FILE", "kernel: also write the graph (edge_index) as npz, for peer scripts"},
              {"keys", "K1,K2", "npz: load only these arrays"},
              {"repeat", "N", "timed runs after the warm-up (at least 20 for kernels)", "20"},

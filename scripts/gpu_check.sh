@@ -46,7 +46,7 @@ phase_spmm() { python3 bench/peers/cuda_spmm.py --gnn "$gnn"; }
 
 phase_graphs() {
   local k n g r=0
-  for k in "spmm-mean --backward" "gemm --backward"; do
+  for k in "spmm-mean --backward" "gemm --backward" "sage-layer-fused --backward" "gat-layer --backward"; do
     for n in 1000 10000; do
       for g in "" "--cuda-graph"; do
         # shellcheck disable=SC2086

@@ -8,6 +8,8 @@ concatenated, no self-loops, no bias), the backward seeded with a fixed upstream
 every weight; it writes its graph, and this script times PyG's SAGEConv / GATConv on that graph the
 same way (y.backward(g), x requiring grad). Both sides are medians of CUDA-event timings after warm-up;
 with --rounds R they are timed in turn R times and the median of the per-round ratios is printed.
+Each round also times gnn's step captured once and replayed as a CUDA graph (`--cuda-graph`), beside
+the same PyG step launched eagerly (reported, not part of the ratio).
 Python, PyTorch and PyG serve the comparison only.
 """
 import argparse
@@ -48,10 +50,14 @@ def layer(args, kind, n, e, f):
     ratios = []
     for r in range(args.rounds):
         ours = gnn(args, kind, *shape)["median_ms"]
+        try:
+            graph = f"{gnn(args, kind, *shape, '--cuda-graph')['median_ms']:.3f} ms"
+        except subprocess.CalledProcessError as err:
+            graph = "failed: " + err.stderr.strip()
         peer = cuda_median_ms(step, args.repeat)
         ratios.append(peer / ours)
         print(f"{kind} fwd+bwd N={n} E={e} F={f} round {r + 1}/{args.rounds}: gnn {ours:.3f} ms | "
-              f"PyG {peer:.3f} ms -> {peer / ours:.2f}x", flush=True)
+              f"PyG {peer:.3f} ms -> {peer / ours:.2f}x | gnn as a CUDA graph {graph}", flush=True)
     print(f"{kind} fwd+bwd N={n} E={e} F={f}: median ratio PyG/gnn {statistics.median(ratios):.2f}x "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)
 
