@@ -24,7 +24,9 @@ Var sage_fused(const Graph& graph, const Var& x, const Var& W, const Var& b, Act
     using T = decltype(t);
     const CsrView g = csr_view(graph);
     const bool training = grad_enabled() && (x.requires_grad() || W.requires_grad() || b.requires_grad());
-    Tensor y = empty_like(x.value(), Shape{N, O}), z = empty_like(x.value(), Shape{N, O});
+    Tensor y = empty_like(x.value(), Shape{N, O});
+    // z (pre-activation) is kept for the backward; the double reference always writes it
+    Tensor z = training || !std::is_same_v<T, float> ? empty_like(x.value(), Shape{N, O}) : Tensor();
     Tensor h = training ? empty_like(x.value(), Shape{N, 2 * F}) : Tensor();
     if (x.value().is_cuda()) {
       if constexpr (std::is_same_v<T, float> && kWithCuda) {

@@ -16,9 +16,7 @@ template <class T>
 static void launch_fill(void* y, const void* value, int64_t n, Stream stream) {
   T v;
   std::memcpy(&v, value, sizeof(T));
-  const int threads = 256;
-  const int blocks = int(std::min<int64_t>(ceil_div<int64_t>(n, threads), 65535));
-  fill_kernel<T><<<blocks, threads, 0, stream>>>(static_cast<T*>(y), v, n);
+  fill_kernel<T><<<grid_for(n, "fill_cuda"), kThreads, 0, stream>>>(static_cast<T*>(y), v, n);
   GNN_CUDA_LAUNCH_CHECK("fill_kernel");
 }
 
