@@ -35,7 +35,7 @@ __global__ void coef_kernel(float* u, float* c, const float* dy, int64_t ld, con
     u[i * D + d] = g * inv;
     dot += g * __ldg(y + i * D + d);
   }
-  for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+  dot = warp_sum(dot);
   if (lane == 0) c[i] = -dot * inv;
 }
 
@@ -52,9 +52,7 @@ void div_rows_cuda(float* y, int64_t ld, const float* num, const float* den, int
 void coef_rows_cuda(float* u, float* c, const float* dy, int64_t ld, const float* y, const float* den, int64_t n,
                     int64_t D, Stream stream) {
   if (n == 0) return;
-  const int64_t blocks = ceil_div<int64_t>(n * 32, kThreads);
-  GNN_CHECK(blocks < (int64_t(1) << 31), "coef_rows_cuda: ", n, " rows is too many for one launch");
-  coef_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(u, c, dy, ld, y, den, n, D);
+  coef_kernel<<<blocks_for(n * 32, kThreads, "coef_rows_cuda"), kThreads, 0, stream>>>(u, c, dy, ld, y, den, n, D);
   GNN_CUDA_LAUNCH_CHECK("coef_rows_cuda");
 }
 

@@ -166,13 +166,7 @@ __global__ void inorm_params_kernel(float* dgamma, float* dbeta, const float* ws
 __global__ void pool_bwd_kernel(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t N,
                                 int64_t G, int64_t F, Reduce op) {
   GNN_GRID_STRIDE(t, N * F) {
-    const int64_t i = t / F, f = t % F;
-    int64_t lo = 0, hi = G;  // graph_ptr[lo] <= i < graph_ptr[lo + 1]
-    while (hi - lo > 1) {
-      const int64_t mid = (lo + hi) / 2;
-      if (__ldg(graph_ptr + mid) <= i) lo = mid;
-      else hi = mid;
-    }
+    const int64_t i = t / F, f = t % F, lo = segment_of(graph_ptr, G, i);  // row i's graph
     const int64_t n = graph_ptr[lo + 1] - graph_ptr[lo];
     const float d = __ldg(dy + lo * F + f);
     dx[t] = op == Reduce::kMax ? (__ldg(argmax + lo * F + f) == i ? d : 0.0f) : op == Reduce::kMean ? d / float(n) : d;

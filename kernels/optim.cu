@@ -3,13 +3,11 @@
 // gradient norm and its clipping are one launch each. Elements use the same functions as the host.
 #include <cuda_runtime.h>
 
+#include "kernels/cuda_launch.cuh"
 #include "kernels/optim.h"
-#include "runtime/cuda_check.h"
 
 namespace gnn {
 namespace {
-
-constexpr int kThreads = 256;
 
 // fn(entry, i) for each element of this block's chunk, the entry copied into registers once.
 template <class E, class Fn>
@@ -55,36 +53,31 @@ __global__ void __launch_bounds__(kThreads) sum_squares_multi_kernel(double* par
   if (threadIdx.x == 0) partial[blockIdx.x] = part[0];
 }
 
-unsigned chunk_blocks(int64_t chunks, const char* name) {
-  GNN_CHECK(chunks < (int64_t(1) << 31), name, ": ", chunks, " chunks is too many for one launch");
-  return unsigned(chunks);
-}
-
 }  // namespace
 
 void adam_multi_cuda(const AdamTensor<float>* list, int64_t count, int64_t chunks, Stream stream) {
   if (chunks == 0) return;
-  adam_multi_kernel<<<chunk_blocks(chunks, "adam_multi_cuda"), kThreads, 0, stream>>>(list, count);
+  adam_multi_kernel<<<blocks_for(chunks, 1, "adam_multi_cuda"), kThreads, 0, stream>>>(list, count);
   GNN_CUDA_LAUNCH_CHECK("adam_multi_cuda");
 }
 
 void sgd_multi_cuda(const SgdTensor<float>* list, int64_t count, int64_t chunks, Stream stream) {
   if (chunks == 0) return;
-  sgd_multi_kernel<<<chunk_blocks(chunks, "sgd_multi_cuda"), kThreads, 0, stream>>>(list, count);
+  sgd_multi_kernel<<<blocks_for(chunks, 1, "sgd_multi_cuda"), kThreads, 0, stream>>>(list, count);
   GNN_CUDA_LAUNCH_CHECK("sgd_multi_cuda");
 }
 
 void sum_squares_multi_cuda(double* partial, const SumSquaresTensor<float>* list, int64_t count, int64_t chunks,
                             Stream stream) {
   if (chunks == 0) return;
-  sum_squares_multi_kernel<<<chunk_blocks(chunks, "sum_squares_multi_cuda"), kThreads, 0, stream>>>(partial, list,
+  sum_squares_multi_kernel<<<blocks_for(chunks, 1, "sum_squares_multi_cuda"), kThreads, 0, stream>>>(partial, list,
                                                                                                      count);
   GNN_CUDA_LAUNCH_CHECK("sum_squares_multi_cuda");
 }
 
 void scale_multi_cuda(const ScaleTensor<float>* list, int64_t count, int64_t chunks, double s, Stream stream) {
   if (chunks == 0) return;
-  scale_multi_kernel<<<chunk_blocks(chunks, "scale_multi_cuda"), kThreads, 0, stream>>>(list, count, s);
+  scale_multi_kernel<<<blocks_for(chunks, 1, "scale_multi_cuda"), kThreads, 0, stream>>>(list, count, s);
   GNN_CUDA_LAUNCH_CHECK("scale_multi_cuda");
 }
 

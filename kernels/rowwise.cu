@@ -4,23 +4,14 @@
 // fixed butterfly, so a row's result does not depend on timing.
 #include <cuda_runtime.h>
 
+#include "kernels/cuda_launch.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/rowwise.h"
-#include "runtime/cuda_check.h"
 
 namespace gnn {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-
-__device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 __global__ void rowwise_fwd_kernel(float* y, const float* x, int64_t R, int64_t F, RowOp op, float eps) {
   const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -72,12 +63,6 @@ __global__ void rowwise_bwd_kernel(float* dx, const float* y, const float* dy, c
   }
 }
 
-unsigned row_blocks(int64_t R, const char* name) {
-  const int64_t b = ceil_div<int64_t>(R, kWarpsPerBlock);
-  GNN_CHECK(b < (int64_t(1) << 31), name, ": ", R, " rows are too many for one launch");
-  return unsigned(b);
-}
-
 __global__ void layer_norm_fwd_kernel(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                                       const float* beta, int64_t R, int64_t F, float eps) {
   const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
@@ -120,14 +105,14 @@ __global__ void layer_norm_bwd_kernel(float* dx, float* prod, const float* dy, c
 
 void rowwise_forward_cuda(float* y, const float* x, int64_t R, int64_t F, RowOp op, float eps, Stream stream) {
   if (R == 0 || F == 0) return;
-  rowwise_fwd_kernel<<<row_blocks(R, "rowwise_forward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(y, x, R, F, op, eps);
+  rowwise_fwd_kernel<<<blocks_for(R, kWarpsPerBlock, "rowwise_forward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(y, x, R, F, op, eps);
   GNN_CUDA_LAUNCH_CHECK("rowwise_forward_cuda");
 }
 
 void rowwise_backward_cuda(float* dx, const float* y, const float* dy, const float* x, int64_t R, int64_t F, RowOp op,
                            float eps, Stream stream) {
   if (R == 0 || F == 0) return;
-  rowwise_bwd_kernel<<<row_blocks(R, "rowwise_backward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(dx, y, dy, x, R, F,
+  rowwise_bwd_kernel<<<blocks_for(R, kWarpsPerBlock, "rowwise_backward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(dx, y, dy, x, R, F,
                                                                                                   op, eps);
   GNN_CUDA_LAUNCH_CHECK("rowwise_backward_cuda");
 }
@@ -135,7 +120,7 @@ void rowwise_backward_cuda(float* dx, const float* y, const float* dy, const flo
 void layer_norm_forward_cuda(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
                              int64_t R, int64_t F, float eps, Stream stream) {
   if (R == 0 || F == 0) return;
-  layer_norm_fwd_kernel<<<row_blocks(R, "layer_norm_forward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(
+  layer_norm_fwd_kernel<<<blocks_for(R, kWarpsPerBlock, "layer_norm_forward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(
       y, mean, rstd, x, gamma, beta, R, F, eps);
   GNN_CUDA_LAUNCH_CHECK("layer_norm_forward_cuda");
 }
@@ -145,7 +130,7 @@ void layer_norm_backward_cuda(float* dx, float* dgamma, float* dbeta, const floa
                               float* workspace, Stream stream) {
   if (F == 0) return;
   if (R > 0) {
-    layer_norm_bwd_kernel<<<row_blocks(R, "layer_norm_backward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(
+    layer_norm_bwd_kernel<<<blocks_for(R, kWarpsPerBlock, "layer_norm_backward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(
         dx, dgamma ? workspace : nullptr, dy, x, mean, rstd, gamma, R, F);
     GNN_CUDA_LAUNCH_CHECK("layer_norm_backward_cuda");
   }

@@ -5,33 +5,13 @@
 // (edge, head), finding the edge's row by binary search in indptr.
 #include <cuda_runtime.h>
 
+#include "kernels/cuda_launch.cuh"
 #include "kernels/segment_softmax.h"
-#include "runtime/cuda_check.h"
 
 namespace gnn {
 namespace {
 
-constexpr int kThreads = 256, kWarps = kThreads / 32;
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;  // every lane holds the same total
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-__device__ __forceinline__ int64_t row_of(const int32_t* indptr, int64_t rows, int64_t p) {
-  int64_t lo = 0, hi = rows;  // indptr[lo] <= p < indptr[lo + 1]
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (__ldg(indptr + mid) <= p) lo = mid;
-    else hi = mid;
-  }
-  return lo;
-}
+constexpr int kWarps = kThreads / 32;
 
 __global__ void __launch_bounds__(kThreads) softmax_fwd_kernel(float* y, const float* x, const int32_t* indptr,
                                                                int64_t S, int64_t H) {
@@ -71,7 +51,7 @@ __global__ void __launch_bounds__(kThreads) gat_scores_fwd_kernel(float* s, cons
                                                                   CsrView g, int64_t H, float slope) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= g.num_edges * H) return;
-  const int64_t p = i / H, h = i % H, v = row_of(g.indptr, g.num_rows, p);
+  const int64_t p = i / H, h = i % H, v = segment_of(g.indptr, g.num_rows, p);
   const float z = __ldg(a_src + int64_t(__ldg(g.indices + p)) * H + h) + __ldg(a_dst + v * H + h);
   s[i] = z > 0.0f ? z : slope * z;
 }
@@ -96,12 +76,6 @@ __global__ void __launch_bounds__(kThreads) gat_scores_bwd_kernel(float* da_src,
   }
   acc = warp_sum(acc);
   if (lane == 0) (by_dst ? da_dst : da_src)[r * H + h] = acc;
-}
-
-unsigned blocks_for(int64_t items, int64_t per_block, const char* name) {
-  const int64_t b = ceil_div<int64_t>(items, per_block);
-  GNN_CHECK(b < (int64_t(1) << 31), name, ": ", items, " work items is too many for one launch");
-  return unsigned(b);
 }
 
 }  // namespace

@@ -13,13 +13,12 @@
 // CPU results agree to rounding, not bitwise; two GPU runs agree bitwise.
 #include <cuda_runtime.h>
 
+#include "kernels/cuda_launch.cuh"
 #include "kernels/spmm.h"
-#include "runtime/cuda_check.h"
 
 namespace gnn {
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kHubEntries = 256;
 
 enum class Mode { kFwd, kFwdMax, kBwd, kBwdMax };
@@ -185,10 +184,9 @@ void launch_gather(GatherArgs a, Stream stream, const char* name) {
   int L = 1;
   while (L < 32 && L < need) L *= 2;
   a.lanes = L;
-  const int64_t blocks = ceil_div<int64_t>(a.rows, kThreads / L);
-  GNN_CHECK(blocks < (int64_t(1) << 31), name, ": ", a.rows, " rows is too many for one launch");
-  if (vec4) gather_kernel<4, M><<<unsigned(blocks), kThreads, 0, stream>>>(a);
-  else gather_kernel<1, M><<<unsigned(blocks), kThreads, 0, stream>>>(a);
+  const unsigned blocks = blocks_for(a.rows, kThreads / L, name);  // a group of L lanes per row
+  if (vec4) gather_kernel<4, M><<<blocks, kThreads, 0, stream>>>(a);
+  else gather_kernel<1, M><<<blocks, kThreads, 0, stream>>>(a);
   GNN_CUDA_LAUNCH_CHECK(name);
 }
 
@@ -201,13 +199,7 @@ __global__ void __launch_bounds__(kThreads) edge_dot_kernel(float* dw, const flo
   const int64_t p = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
   const int lane = int(threadIdx.x % 32);
   if (p >= g.num_edges) return;
-  int64_t lo = 0, hi = g.num_rows;  // the row v with indptr[v] <= p < indptr[v + 1]
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (__ldg(g.indptr + mid) <= p) lo = mid;
-    else hi = mid;
-  }
-  const int64_t v = lo, s = __ldg(g.indices + p);
+  const int64_t v = segment_of(g.indptr, g.num_rows, p), s = __ldg(g.indices + p);
   float acc = 0.0f;
   for (int64_t f = lane; f < F; f += 32)
     if (op != Reduce::kMax || __ldg(argmax + v * F + f) == p) acc += __ldg(dy + v * ldy + f) * __ldg(x + s * ldx + f);
@@ -240,9 +232,8 @@ void spmm_backward_w_cuda(float* dw, const float* dy, const float* x, const int3
                           int64_t F, int64_t ldx, int64_t ldy, Reduce op, Stream stream) {
   const int64_t E = g.num_edges;
   if (E == 0) return;
-  const int64_t blocks = ceil_div<int64_t>(E * 32, kThreads);
-  GNN_CHECK(blocks < (int64_t(1) << 31), "spmm_backward_w_cuda: ", E, " edges is too many for one launch");
-  edge_dot_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(dw, dy, x, argmax, g, F, ldx, ldy, op);
+  edge_dot_kernel<<<blocks_for(E * 32, kThreads, "spmm_backward_w_cuda"), kThreads, 0, stream>>>(dw, dy, x, argmax, g,
+                                                                                                  F, ldx, ldy, op);
   GNN_CUDA_LAUNCH_CHECK("spmm_backward_w_cuda");
 }
 
