@@ -56,6 +56,11 @@ TEST_CASE("cuda spmm: forward and both backwards match the double reference on t
     const Graph dg = c.graph.to(Device::cuda(0));
     const CsrView hv = testing::csr_view(c.graph), dv = ag::csr_view(dg);
     const int64_t N = c.graph.num_nodes, E = c.graph.num_edges;
+    // A row's float sum of d products carries rounding of about sqrt(d) ulps of its partial sums: the
+    // hub rows (10^4 entries) need a wider absolute tolerance than the default 1e-5.
+    int64_t max_deg = 0;
+    for (int64_t r = 0; r < N; ++r) max_deg = std::max<int64_t>(max_deg, hv.indptr[r + 1] - hv.indptr[r]);
+    const double atol = 1e-5 * std::max(1.0, std::sqrt(double(max_deg)) / 10);
     // 2048 = 16 configs x 128: the config-batched width, walked in chunks by each row's group
     for (int64_t F : {1, 3, 8, 33, 64, 128, 257, 2048}) {
       if (F == 2048 && c.name != "power_law_1000" && c.name != "random_65" && c.name != "hub_10k") continue;
@@ -95,12 +100,12 @@ TEST_CASE("cuda spmm: forward and both backwards match the double reference on t
                 CHECK(dxah[size_t(r * ld + f)] == dx0[size_t(r * ld + f)]);
                 yh[size_t(r * ld + f)] = dxh[size_t(r * ld + f)] = 0, dxah[size_t(r * ld + f)] = dx0[size_t(r * ld + f)];
               }
-            GNN_CHECK_CLOSE(yh, yd);
+            GNN_CHECK_CLOSE(yh, yd, atol);
             if (op == Reduce::kMax) CHECK(arg.to_vector<int32_t>() == argd);  // the first maximum, as the reference
-            GNN_CHECK_CLOSE(dxh, dxd);
+            GNN_CHECK_CLOSE(dxh, dxd, atol);
             std::vector<double> acc(dxd);
             for (size_t i = 0; i < acc.size(); ++i) acc[i] += dx0[i];
-            GNN_CHECK_CLOSE(dxah, acc);
+            GNN_CHECK_CLOSE(dxah, acc, atol);
             GNN_CHECK_CLOSE(dwh, dwd, 1e-4, 1e-4);
             if (run == 0) {
               first_y = yh, first_dx = dxh, first_dw = dwh;
