@@ -1,11 +1,12 @@
 // gnn.cpp's CUDA emulator (emu/README.md): the part of the CUDA runtime API, of device code and of the
 // launch syntax that gnn's .cu files and runtime use, executed on the host so that the CUDA backend's
 // code runs and is tested on machines without a GPU. Device code compiles as plain C++ (the qualifiers
-// below expand to nothing, __shared__ to static); emu/rewrite_launches.cmake turns each
+// below expand to nothing, __shared__ to static thread_local); emu/rewrite_launches.cmake turns each
 // `kernel<<<grid, block, smem, stream>>>(args)` into `gnn_emu::launch(...)(args)`. Every CUDA thread
-// runs on a fiber of its own, so __syncthreads and the warp shuffles have their real semantics; blocks
-// run one after another. Not emulated: concurrency (a race between threads of a block is not seen),
-// timing, and the GPU's floating-point details beyond plain IEEE single precision.
+// runs on a fiber of its own, so __syncthreads and the warp shuffles have their real semantics; the
+// threads of a block take turns between their waits, and blocks run in parallel on the OpenMP threads.
+// Not emulated: races between threads of a block (not seen), timing, and the GPU's floating-point
+// details beyond plain IEEE single precision (no FMA contraction).
 #pragma once
 #include <cmath>
 #include <cstddef>
