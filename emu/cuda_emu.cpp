@@ -714,10 +714,9 @@ cudaError_t cudaFreeHost(void* p) {
 namespace {
 
 enum class Where { kPageable, kPinned, kDevice };
-Where where(const void* p, size_t bytes, int* device) {
+Where where(const void* p, size_t bytes) {
   const auto* r = region_of(p);
   if (!r) return Where::kPageable;
-  *device = r->second.device;
   if (!region_of(p, bytes))
     die(fmt("a copy of %zu bytes at %p runs past the end of its %zu-byte allocation", bytes, p, r->second.bytes));
   return r->second.device >= 0 ? Where::kDevice : Where::kPinned;
@@ -726,8 +725,7 @@ Where where(const void* p, size_t bytes, int* device) {
 // Checks a copy against its kind and its spans against their allocations; says where each side is.
 cudaError_t check_copy(void* dst, size_t dst_span, const void* src, size_t src_span, cudaMemcpyKind kind, Where* wd,
                        Where* ws) {
-  int dd = -1, sd = -1;
-  *wd = where(dst, dst_span, &dd), *ws = where(src, src_span, &sd);
+  *wd = where(dst, dst_span), *ws = where(src, src_span);
   const bool dst_dev = *wd == Where::kDevice, src_dev = *ws == Where::kDevice;
   bool ok = true;
   switch (kind) {
@@ -743,17 +741,19 @@ cudaError_t check_copy(void* dst, size_t dst_span, const void* src, size_t src_s
   return cudaSuccess;
 }
 
-// rows rows of `bytes` bytes, dpitch and spitch apart.
+// rows rows of `bytes` bytes, dpitch and spitch apart, with device memory open.
+void copy_rows(void* dst, size_t dpitch, const void* src, size_t spitch, size_t bytes, size_t rows) {
+  Window w;
+  for (size_t r = 0; r < rows; ++r)
+    std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, bytes);
+}
+
 cudaError_t copy_async(const char* call, void* dst, const void* src, size_t bytes, size_t rows, size_t dpitch,
                        size_t spitch, cudaMemcpyKind kind, cudaStream_t s) {
   Where wd, ws;
   const size_t span_d = dpitch * (rows - 1) + bytes, span_s = spitch * (rows - 1) + bytes;
   if (const cudaError_t e = check_copy(dst, span_d, src, span_s, kind, &wd, &ws); e != cudaSuccess) return e;
-  auto copy = [=] {
-    Window w;
-    for (size_t r = 0; r < rows; ++r)
-      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, bytes);
-  };
+  auto copy = [=] { copy_rows(dst, dpitch, src, spitch, bytes, rows); };
   if (s && s->capturing && (wd == Where::kPageable || ws == Where::kPageable)) {
     s->invalidated = true;
     return fail(cudaErrorStreamCaptureUnsupported, fmt("%s with pageable host memory inside a stream capture", call));
@@ -761,10 +761,7 @@ cudaError_t copy_async(const char* call, void* dst, const void* src, size_t byte
   if (ws == Where::kPageable && wd == Where::kDevice) {  // the source is staged at once: reusable on return
     auto staged = std::make_shared<std::vector<char>>(span_s);
     std::memcpy(staged->data(), src, span_s);
-    return enqueue(s, call, [=] {
-      Window w;
-      for (size_t r = 0; r < rows; ++r) std::memcpy(static_cast<char*>(dst) + r * dpitch, staged->data() + r * spitch, bytes);
-    });
+    return enqueue(s, call, [=] { copy_rows(dst, dpitch, staged->data(), spitch, bytes, rows); });
   }
   if (wd == Where::kPageable && ws != Where::kPageable) {  // to pageable memory: returns when done
     if (s == nullptr) die(fmt("%s on the legacy default stream", call));
@@ -786,8 +783,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   if (const cudaError_t e = check_copy(dst, bytes, src, bytes, kind, &wd, &ws); e != cudaSuccess) return e;
   ++g_stats.host_waits;
   run_all();  // the legacy stream waits for every other stream
-  Window w;
-  std::memmove(dst, src, bytes);
+  copy_rows(dst, bytes, src, bytes, bytes, 1);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
