@@ -44,6 +44,9 @@ Var head_mean(const Var& x, int64_t heads);                // [R, H*F] -> [R, F]
 Var gather_rows(const Var& x, const Tensor& index);        // y[i] = x[index[i]]; index i32, any order
 Var head_dot(const Var& x, const Var& a);                  // x [R, H*D], a [H, D] -> y[r, h] = <x[r, h*D:], a[h]>
 
+// ---- devices (op_copy.cpp) -----------------------------------------------------------------------------
+Var to_device(const Var& x, Device device);  // x itself when it is there; dx is copied back to x's device
+
 // ---- config-batched layout (op_configs.cpp): [N, C*F] node-major, see the file's comment ------------
 Var reshape(const Var& x, int64_t rows, int64_t cols);            // a view; [N, C*F] <-> [N*C, F]
 Var join_configs(const Var& x, const Var& c, int64_t configs);    // x [N, A], c [N, C*B] -> [N, C*(A+B)]

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "apps/checkpoint.h"
+#include "autograd/ops.h"
 #include "io/atomic_file.h"
 #include "io/json.h"
 #include "io/npz.h"
@@ -94,8 +95,12 @@ uint64_t stream_seed(uint64_t seed, int64_t epoch, int64_t batch) {
 // The ranking losses see only the order of the targets; the MSE term (and the mse loss) fits the
 // prediction to log(target), which keeps it on the scale the ranking losses use whatever the spread of
 // the runtimes (synthetic and real tile targets span 1 to 10^4 times the default config's).
-ag::Var batch_loss(const HParams& h, const ag::Var& pred, const Batch& b) {
+// The losses run on the host in double (nn/loss.cpp). A GPU prediction comes back once, here, and the
+// loss stays on the host: the step reads its value and seeds the backward without waiting for the
+// device again, and the gradient goes back to the device in one queued upload.
+ag::Var batch_loss(const HParams& h, const ag::Var& device_pred, const Batch& b) {
   const std::string& kind = h.str("loss");
+  const ag::Var pred = ag::to_device(device_pred, Device::cpu());
   Tensor log_target = Tensor::empty(b.target.shape(), DType::F64);
   for (int64_t i = 0; i < b.target.numel(); ++i) log_target.f64()[i] = std::log(b.target.f64()[i]);
   ag::Var loss;
@@ -199,14 +204,21 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
   ag::NoGrad no_grad;
   const auto params = model.parameters();
   const Device dev = params.empty() ? Device::cpu() : params.front().var.device();
-  std::vector<double> out;
-  out.reserve(configs.size());
-  for (size_t at = 0; at < configs.size(); at += size_t(chunk)) {
-    const std::vector<int64_t> part(configs.begin() + long(at), configs.begin() + long(std::min(configs.size(), at + size_t(chunk))));
+  // Every chunk's prediction lands in one buffer on the model's device, read back once at the end: on a
+  // GPU the host builds chunk k + 1 while the device runs chunk k, and waits for the device once per graph.
+  const int64_t n = int64_t(configs.size());
+  Tensor all;
+  for (int64_t at = 0; at < n; at += chunk) {
+    const int64_t end = std::min(n, at + chunk);
+    const std::vector<int64_t> part(configs.begin() + at, configs.begin() + end);
     const Batch b = make_batch({&g}, {part}).to(dev);
-    const Tensor p = model.forward(b).value().on(Device::cpu()).astype(DType::F64);
-    for (int64_t i = 0; i < p.numel(); ++i) out.push_back(p.f64()[i]);
+    const Tensor p = model.forward(b).value();
+    if (!all.defined()) all = Tensor::empty(Shape{n}, p.dtype(), p.device());
+    GNN_CHECK(p.numel() == end - at && p.dtype() == all.dtype(), g.file.id(), ": the model gave ", p.desc(), " for ",
+              end - at, " configs");
+    all.slice(at, end).copy_from(p);
   }
+  std::vector<double> out = all.defined() ? all.on(Device::cpu()).astype(DType::F64).to_vector<double>() : std::vector<double>{};
   // A diverged model may predict NaN or Inf: those configs rank last (and the score shows it).
   int64_t bad = 0;
   for (double& v : out)

@@ -124,6 +124,9 @@ TEST_CASE("autograd: column ops, head mean, head dot, gathers") {
   check_grads({a}, [&] { return probe(ag::gather_rows(a, idx)); });
   CHECK_THROWS_WITH_AS(ag::embedding(a, Tensor::from_vector<int32_t>({5})), doctest::Contains("outside the table"), Error);
   CHECK_THROWS_WITH_AS(ag::slice_cols(w, 4, 7), doctest::Contains("slice_cols"), Error);
+  const ag::Var same = ag::to_device(a, Device::cpu());  // already there: a itself, nothing recorded
+  CHECK(same.node() == a.node());
+  CHECK_THROWS_WITH_AS(ag::to_device(ag::Var(), Device::cpu()), doctest::Contains("to_device"), Error);
 }
 
 TEST_CASE("autograd: config-batched plumbing: reshape, join_configs, keep_grad_rows") {

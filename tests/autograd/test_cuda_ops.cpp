@@ -97,6 +97,10 @@ TEST_CASE("cuda ops: arithmetic, reductions, layer norm and column plumbing matc
     return ag::dropout(v[0], 0.3, r, true);
   });
   check_op("keep_grad_rows", {a}, [kt](auto& v, auto&) { return ag::scale(ag::keep_grad_rows(v[0], kt), 3.0); });
+  check_op("to_device, there and back", {a, b}, [](auto& v, auto&) {  // the host's product, moved back
+    const ag::Var host = ag::mul(ag::to_device(v[0], Device::cpu()), ag::to_device(v[1], Device::cpu()));
+    return ag::to_device(host, v[0].device());
+  });
 }
 
 TEST_CASE("cuda ops: pooling and instance norm per graph, with an empty graph, match the host") {
@@ -164,4 +168,15 @@ TEST_CASE("cuda ops: the ranking losses take GPU predictions and return their gr
   });
   check_op("mse_loss", {rand({40, 1}, 43)},
            [target](auto& v, auto&) { return ag::reshape(nn::mse_loss(v[0], target), 1, 1); });
+  // As the trainer runs them: on the host copy of the prediction, the loss a host value
+  const ag::Var pred = ag::Var::param(rand({40, 1}, 44).to(Device::cuda(0)));
+  const ag::Var loss = nn::list_mle_loss(ag::to_device(pred, Device::cpu()), target, groups, 10.0);
+  CHECK(loss.device() == Device::cpu());
+  ag::backward(loss);
+  REQUIRE(pred.has_grad());
+  CHECK(pred.grad().device() == Device::cuda(0));
+  const ag::Var host_pred = ag::Var::param(pred.value().to(Device::cpu()));
+  ag::backward(nn::list_mle_loss(host_pred, target, groups, 10.0));
+  const std::vector<float> got = pred.grad().to_vector<float>(), want = host_pred.grad().to_vector<float>();
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == want[i]);
 }
