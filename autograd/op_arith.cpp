@@ -111,26 +111,48 @@ Var scale(const Var& x, double s) {
   });
 }
 
+namespace {
+
+// y = s x for a one-element tensor s where it lives: read on the host, or by the kernel on a GPU (the
+// value never comes back, so nothing waits for the device).
+template <class T>
+void scale_by_on(const Tensor& on, T* y, const T* x, const Tensor& s, int64_t n) {
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return scale_cuda(y, x, 1.0f, n, on.stream(), s.f32());
+  scale_on<T>(on, y, x, T(s.item()), n);
+}
+
+// out[0] = <a, b>, written where `on` lives.
+template <class T>
+void dot_into_on(const Tensor& on, Tensor& out, const T* a, const T* b, int64_t n) {
+  Tensor prod = empty_like(on, Shape{n});
+  mul_on<T>(on, ptr<T>(prod), a, b, n);
+  if constexpr (std::is_same_v<T, float> && kWithCuda)
+    if (on.is_cuda()) return sum_cuda(out.f32(), prod.f32(), n, on.stream());
+  ptr<T>(out)[0] = sum_all<T>(ptr<T>(prod), n);
+}
+
+}  // namespace
+
 Var scale_by(const Var& x, const Var& s) {
   check_arg_on("scale_by", "x", x, -1, x.dtype(), x.device());
   check_arg_on("scale_by", "s", s, -1, x.dtype(), x.device());
   GNN_CHECK(s.value().numel() == 1, "scale_by: s must have one element, got ", s.value().desc());
+  const int64_t n = x.value().numel();
   return dispatch_dev("scale_by", x.value(), [&](auto t) {
     using T = decltype(t);
-    const T sv = T(s.value().item());  // a GPU scalar is read back once
     Tensor y = empty_like(x.value(), x.shape());
-    scale_on<T>(y, ptr<T>(y), ptr<T>(x.value()), sv, y.numel());
-    return record("scale_by", y, {x, s}, [x, s, sv](const Tensor& dy) {
+    scale_by_on<T>(y, ptr<T>(y), ptr<T>(x.value()), s.value(), n);
+    return record("scale_by", y, {x, s}, [x, s, n](const Tensor& dy) {
       if (x.requires_grad()) {
         Tensor dx = empty_like(dy, dy.shape());
-        scale_on<T>(dy, ptr<T>(dx), ptr<T>(dy), sv, dy.numel());
+        scale_by_on<T>(dy, ptr<T>(dx), ptr<T>(dy), s.value(), n);
         accumulate(x, dx);
       }
       if (s.requires_grad()) {  // ds = <dy, x>
-        Tensor prod = empty_like(dy, dy.shape());
-        mul_on<T>(dy, ptr<T>(prod), ptr<T>(dy), ptr<T>(x.value()), dy.numel());
-        const double ds = double(sum_on<T>(prod, ptr<T>(prod), prod.numel()));
-        accumulate(s, Tensor::full(s.shape(), ds, s.dtype(), s.device()));
+        Tensor ds = empty_like(dy, s.shape());
+        dot_into_on<T>(dy, ds, ptr<T>(dy), ptr<T>(x.value()), n);
+        accumulate(s, ds);
       }
     });
   });

@@ -174,7 +174,8 @@ __global__ void pool_bwd_kernel(float* dx, const float* dy, const int32_t* argma
 }
 
 
-__global__ void scale_kernel(float* y, const float* x, float s, int64_t n) {
+__global__ void scale_kernel(float* y, const float* x, float s, const float* by, int64_t n) {
+  if (by) s *= __ldg(by);
   GNN_GRID_STRIDE(i, n)
     y[i] = s * x[i];
 }
@@ -342,8 +343,8 @@ void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accu
   GNN_CUDA_LAUNCH_CHECK("column_sum_cuda");
 }
 
-void scale_cuda(float* y, const float* x, float s, int64_t n, Stream stream) {
-  GNN_LAUNCH_N("scale_cuda", n, scale_kernel, y, x, s, n);
+void scale_cuda(float* y, const float* x, float s, int64_t n, Stream stream, const float* by) {
+  GNN_LAUNCH_N("scale_cuda", n, scale_kernel, y, x, s, by, n);
 }
 
 void copy_block_cuda(float* dst, int64_t wd, int64_t od, const float* src, int64_t ws, int64_t os, int64_t R, int64_t w,

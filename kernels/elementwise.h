@@ -89,7 +89,7 @@ void add_row_cuda(float* y, const float* x, const float* row, int64_t R, int64_t
 void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, Stream stream);
 void transpose_cuda(float* y, const float* x, int64_t R, int64_t C, Stream stream);  // x [R, C] -> y [C, R]
 // The column plumbing of the autograd ops (autograd/op_columns.cpp, op_configs.cpp), f32 on `stream`:
-//   scale:          y = s x
+//   scale:          y = s x, times *by when given (one value on the device, read there: no sync)
 //   copy_block:     dst[r*wd + od + j] = src[r*ws + os + j], r < R, j < w (one cudaMemcpy2DAsync)
 //   block_sum:      y[r, j] = s * sum_{k < K} x[r*ld + k*stride + j], j < w; y [R, w], k in order
 //   head_broadcast: y[r, h*F + f] = s * x[r, f]; y [R, H*F]
@@ -97,7 +97,7 @@ void transpose_cuda(float* y, const float* x, int64_t R, int64_t C, Stream strea
 //   head_dot_bwd:   dx[r, h*D + d] = dy[r, h] a[h, d];  prod[r, h*D + d] = dy[r, h] x[r, h*D + d]  (either null)
 //   mask_rows:      dx[r, :] = keep[r] ? dy[r, :] : 0 over rows of W values
 //   sum:            out[0] = sum of x's n values (one block, a fixed order: the same bits every run)
-void scale_cuda(float* y, const float* x, float s, int64_t n, Stream stream);
+void scale_cuda(float* y, const float* x, float s, int64_t n, Stream stream, const float* by = nullptr);
 void copy_block_cuda(float* dst, int64_t wd, int64_t od, const float* src, int64_t ws, int64_t os, int64_t R, int64_t w,
                      Stream stream);
 void block_sum_cuda(float* y, const float* x, int64_t R, int64_t w, int64_t K, int64_t ld, int64_t stride, float s,
