@@ -97,16 +97,16 @@ void column_sum_on(const Tensor& on, T* out, const T* x, int64_t R, int64_t F) {
   column_sum<T>(out, x, R, F);
 }
 
-// The sum of n values, where `on` lives, as a host value (a CUDA sum is copied back: one sync).
+// out[0] = k * (the sum of x's n values), written where `on` lives (on a GPU nothing waits for it).
 template <class T>
-T sum_on(const Tensor& on, const T* x, int64_t n) {
+void sum_into_on(const Tensor& on, const Tensor& out, const T* x, int64_t n, T k = T(1)) {
   if constexpr (std::is_same_v<T, float> && kWithCuda)
     if (on.is_cuda()) {
-      Tensor out = Tensor::empty(Shape{1}, DType::F32, on.device());
       sum_cuda(out.f32(), x, n, on.stream());
-      return float(out.item());
+      if (k != 1.0f) scale_cuda(out.f32(), out.f32(), k, 1, on.stream());
+      return;
     }
-  return sum_all<T>(x, n);
+  ptr<T>(out)[0] = sum_all<T>(x, n) * k;
 }
 // Copies an [R, w] block between row-major matrices of widths wd and ws at column offsets od, os.
 template <class T>

@@ -1,4 +1,6 @@
 // Elementwise arithmetic and reductions to one element.
+#include <algorithm>
+
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "kernels/elementwise.h"
@@ -124,12 +126,18 @@ void scale_by_on(const Tensor& on, T* y, const T* x, const Tensor& s, int64_t n)
 
 // out[0] = <a, b>, written where `on` lives.
 template <class T>
-void dot_into_on(const Tensor& on, Tensor& out, const T* a, const T* b, int64_t n) {
+void dot_into_on(const Tensor& on, const Tensor& out, const T* a, const T* b, int64_t n) {
   Tensor prod = empty_like(on, Shape{n});
   mul_on<T>(on, ptr<T>(prod), a, b, n);
+  sum_into_on<T>(on, out, ptr<T>(prod), n);
+}
+
+// y[i] = k * x[0] for i < n (the backward of a reduction to one value; x is read where it lives).
+template <class T>
+void broadcast_on(const Tensor& on, T* y, const T* x, int64_t n, T k) {
   if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return sum_cuda(out.f32(), prod.f32(), n, on.stream());
-  ptr<T>(out)[0] = sum_all<T>(ptr<T>(prod), n);
+    if (on.is_cuda()) return head_broadcast_cuda(y, x, 1, n, 1, k, on.stream());
+  std::fill(y, y + n, x[0] * k);
 }
 
 }  // namespace
@@ -187,9 +195,12 @@ Var reduce_all(const char* op, const Var& x, bool mean) {
   return dispatch_dev(op, x.value(), [&](auto t) {
     using T = decltype(t);
     const T k = mean ? T(1) / T(n) : T(1);
-    const Tensor y = Tensor::full(Shape{}, double(sum_on<T>(x.value(), ptr<T>(x.value()), n) * k), x.dtype(), x.device());
-    return record(op, y, {x}, [x, k](const Tensor& dy) {
-      accumulate(x, Tensor::full(x.shape(), double(T(dy.item()) * k), x.dtype(), x.device()));
+    Tensor y = empty_like(x.value(), Shape{});
+    sum_into_on<T>(y, y, ptr<T>(x.value()), n, k);
+    return record(op, y, {x}, [x, k, n](const Tensor& dy) {
+      Tensor dx = empty_like(dy, x.shape());
+      broadcast_on<T>(dy, ptr<T>(dx), ptr<T>(dy), n, k);
+      accumulate(x, dx);
     });
   });
 }
