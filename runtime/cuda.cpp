@@ -23,6 +23,7 @@ struct DeviceState {
 };
 
 std::mutex g_mu;
+std::atomic<int64_t> g_host_waits{0};  // cuda_host_waits()
 std::vector<std::unique_ptr<DeviceState>> g_devices;
 
 int query_device_count() {
@@ -64,6 +65,7 @@ DeviceState& state(int device) {
         },
         [device](void* p) {
           cudaSetDevice(device);
+          ++g_host_waits;  // cudaFree waits for the device
           cudaFree(p);
         });
   }
@@ -156,7 +158,12 @@ void cuda_empty_cache(int device) { state(device).pool->main().empty_cache(); }
 void cuda_reset_peak(int device) { state(device).pool->main().reset_peak(); }
 Stream cuda_stream(int device) { return state(device).stream; }
 
-void cuda_synchronize(int device) { GNN_CUDA_CHECK(cudaStreamSynchronize(state(device).stream)); }
+void cuda_synchronize(int device) {
+  ++g_host_waits;
+  GNN_CUDA_CHECK(cudaStreamSynchronize(state(device).stream));
+}
+
+int64_t cuda_host_waits() { return g_host_waits.load(); }
 
 void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
@@ -165,7 +172,10 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
   GNN_CUDA_CHECK(cudaSetDevice(dev));
   GNN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
   // within one device the copy is ordered with everything else on its stream: nothing to wait for
-  if (dst_device != src_device) GNN_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (dst_device != src_device) {
+    ++g_host_waits;
+    GNN_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
 }
 
 void cuda_upload(void* dst, int device, const void* src, size_t bytes) {
@@ -230,6 +240,7 @@ CudaGraph::CudaGraph(int device, const std::function<void()>& fn) : device_(devi
 
 CudaGraph::~CudaGraph() {
   if (exec_) {
+    ++g_host_waits;
     cudaStreamSynchronize(state(device_).stream);  // no replay in flight when its private memory is released
     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   }
@@ -258,6 +269,7 @@ double cuda_time_ms(int device, const std::function<void()>& fn) {
   GNN_CUDA_CHECK(cudaEventRecord(start.e, s));
   fn();
   GNN_CUDA_CHECK(cudaEventRecord(stop.e, s));
+  ++g_host_waits;
   GNN_CUDA_CHECK(cudaEventSynchronize(stop.e));
   float ms = 0;
   GNN_CUDA_CHECK(cudaEventElapsedTime(&ms, start.e, stop.e));

@@ -60,6 +60,11 @@ class CudaGraph {
 // The private pools of the device's live CUDA graphs, summed (cuda_memory_stats covers the main pool).
 MemoryStats cuda_graph_memory_stats(int device);
 
+// How many times the host has waited for a device since the process started: copies to the host,
+// synchronisations, timed events, cudaFree. A GPU training step is fast when the host queues work
+// ahead of the device, and each wait drains that queue; gnn train reports the waits per step.
+int64_t cuda_host_waits();
+
 // The pinned staging pool's statistics (current: blocks whose transfer may still be in flight).
 MemoryStats cuda_pinned_stats();
 // Runs fn, which enqueues work on the device's stream, between two events on that stream and returns

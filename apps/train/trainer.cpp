@@ -408,6 +408,7 @@ TrainResult run_training(const TrainOptions& o) {
   std::fflush(stdout);
 
   Progress progress(o.progress);
+  int64_t step_waits = 0, waited_steps = 0;  // the host's waits for the GPU within the steps of this process
   auto last_ckpt = Clock::now();
   double last_score = NAN;
   bool done = st.step >= total_steps || st.epoch >= o.epochs;
@@ -439,6 +440,7 @@ TrainResult run_training(const TrainOptions& o) {
     std::future<Batch> next;
     for (int64_t bi = st.batch; bi < batches; ++bi) {
       const auto t_step = Clock::now();
+      const int64_t waits_before = o.device.is_cuda() ? cuda_host_waits() : 0;
       const Batch b = (next.valid() ? next.get() : build_batch(bi)).to(o.device);
       if (prefetch && bi + 1 < batches && st.step + 1 < total_steps)
         next = std::async(std::launch::async, build_batch, bi + 1);
@@ -468,6 +470,7 @@ TrainResult run_training(const TrainOptions& o) {
         opt.step();
         st.loss_sum += lv, st.loss_n += 1;
       }
+      if (o.device.is_cuda()) step_waits += cuda_host_waits() - waits_before, waited_steps += 1;
       st.step += 1, st.batch = bi + 1, st.configs += b.graphs * b.configs;
       st.seconds += since(t_step);  // training time: batch building, forward, backward, step
       const double epoch_s = st.seconds - epoch_seconds_before;
@@ -543,6 +546,7 @@ TrainResult run_training(const TrainOptions& o) {
   if (o.device.is_cuda()) {
     j.set("device", o.device.str());
     j.set("peak_device_mb", double(cuda_memory_stats(o.device.index).peak_bytes) / 1e6);
+    if (waited_steps) j.set("device_waits_per_step", double(step_waits) / double(waited_steps));
   }
   r.json = j.dump();
   return r;
