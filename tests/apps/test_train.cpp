@@ -2,6 +2,7 @@
 // kill -9, non-finite values stop (or are skipped), and predict / eval / score agree.
 #include <csignal>
 #include <fstream>
+#include <numeric>
 
 #include "apps/scoring.h"
 #include "apps/train/trainer.h"
@@ -278,6 +279,18 @@ TEST_CASE("train: every recipe trains on the GPU along the host's loss curve, an
     for (size_t e = 0; e < cpu.size(); ++e) CHECK(gpu[e] == doctest::Approx(cpu[e]).epsilon(1e-3));
     CHECK(same_bits(params_of(t.file("gpu1/model.npz")), params_of(t.file("gpu2/model.npz"))));
     CHECK(metric_lines(t.file("gpu1/metrics.jsonl")) == metric_lines(t.file("gpu2/metrics.jsonl")));
+    // Predictions in chunks on the GPU (each chunk lands in one device buffer, read back once) equal
+    // one pass over every config.
+    LoadedModel m = load_model(t.file("gpu1/model.npz"));
+    nn::move_parameters(*m.model, Device::cuda(0));
+    const ModelGraph g = prepare_graph(kind_files(dataset(), r.kind, "train").at(0), m.prep);
+    std::vector<int64_t> configs(size_t(g.num_configs()));
+    std::iota(configs.begin(), configs.end(), 0);
+    REQUIRE(configs.size() > 6);
+    const std::vector<double> whole = predict_configs(*m.model, g, configs, int64_t(configs.size())),
+                              chunked = predict_configs(*m.model, g, configs, 3);
+    REQUIRE(chunked.size() == whole.size());
+    for (size_t i = 0; i < whole.size(); ++i) CHECK(chunked[i] == doctest::Approx(whole[i]).epsilon(1e-4));
     // eval on the GPU scores the GPU-trained run as the host does
     const auto eh = run_gnn("eval --run " + t.file("gpu1") + " --data " + dataset());
     const auto eg = run_gnn("eval --run " + t.file("gpu1") + " --data " + dataset() + " --device cuda");
