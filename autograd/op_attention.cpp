@@ -13,6 +13,8 @@
 // kernels/attention.h, softmax from kernels/rowwise.h), so the same steps run on the host and, per
 // graph and head, as cuBLAS products and small kernels on the GPU (about ten launches per block: a
 // batch of many small graphs is launch-bound there). Scratch is one tensor per block where the input lives.
+// Full attention on the GPU with heads of at most kFlashMaxD columns takes the fused kernels instead
+// (kernels/attention.h): one launch forward and two backward for every graph and head, P never stored.
 #include <cmath>
 
 #include "autograd/dispatch.h"
@@ -163,6 +165,32 @@ void linear_backward(const Tensor& on, const Block<T>& b, const T* dy, T* dq, T*
   dphi_rows_on<T>(on, dk, b.ld, dB, b.k, n, D);
 }
 
+// The fused form: the tile table goes to the device with the launch (a queued copy), lse stays for the
+// backward, which recomputes P from it.
+Var flash_attention(const Var& q, const Var& k, const Var& v, const Tensor& graph_ptr, int64_t H) {
+  const int64_t N = q.size(0), D = q.size(1) / H;
+  const std::vector<int64_t> table = flash_tiles(graph_ptr.i64(), graph_ptr.size(0) - 1);
+  const int64_t T = int64_t(table.size()) / 3;
+  const Tensor tiles = T > 0 ? Tensor::from_vector(table, q.device()) : Tensor();
+  const int64_t* tp = T > 0 ? tiles.data_as<int64_t>() : nullptr;
+  Tensor y = empty_like(q.value(), q.shape()), lse = empty_like(q.value(), Shape{N, H});
+  if constexpr (kWithCuda)
+    flash_attention_forward_cuda(ptr<float>(y), ptr<float>(lse), ptr<float>(q.value()), ptr<float>(k.value()),
+                                 ptr<float>(v.value()), tp, T, H, D, y.stream());
+  return record("graph_attention", y, {q, k, v}, [=](const Tensor& dy) {
+    Tensor dq = empty_like(dy, q.shape()), dk = empty_like(dy, q.shape()), dv = empty_like(dy, q.shape());
+    Tensor delta = empty_like(dy, Shape{N, H});
+    if constexpr (kWithCuda)
+      flash_attention_backward_cuda(ptr<float>(dq), ptr<float>(dk), ptr<float>(dv), ptr<float>(delta), ptr<float>(dy),
+                                    ptr<float>(y), ptr<float>(lse), ptr<float>(q.value()), ptr<float>(k.value()),
+                                    ptr<float>(v.value()), tp, T, H, D, dy.stream());
+    (void)tiles;  // kept alive with the closure for the backward's launches
+    accumulate(q, dq);
+    accumulate(k, dk);
+    accumulate(v, dv);
+  });
+}
+
 }  // namespace
 
 Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& graph_ptr, int64_t heads, bool linear) {
@@ -175,6 +203,10 @@ Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& grap
   GNN_CHECK(heads >= 1 && W % heads == 0, "graph_attention: ", W, " columns do not split into ", heads, " heads");
   check_graph_ptr("graph_attention", graph_ptr, N);
   const int64_t D = W / heads, G = graph_ptr.size(0) - 1;
+  if (q.value().is_cuda() && !linear && D <= kFlashMaxD) {
+    GNN_CHECK(q.dtype() == DType::F32, "graph_attention: CUDA tensors must be f32, got ", q.value().desc());
+    return flash_attention(q, k, v, graph_ptr, heads);
+  }
   return dispatch_dev("graph_attention", q.value(), [&](auto t) {
     using T = decltype(t);
     auto block = [=](int64_t g, int64_t h) {

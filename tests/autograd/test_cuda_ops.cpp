@@ -150,12 +150,19 @@ TEST_CASE("cuda ops: fused SAGE (training and inference) matches the host") {
 
 TEST_CASE("cuda ops: graph self-attention, full and linear, with empty and single-node graphs, matches the host") {
   GNN_SKIP_UNLESS_CUDA();
-  const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 5, 5, 6, 70, 300});  // graph 1 empty, graph 2 one node
-  const Tensor q = rand({300, 12}, 51), k = rand({300, 12}, 52), v = rand({300, 12}, 53);
-  for (bool linear : {false, true}) {
-    CAPTURE(linear);
-    check_op("graph_attention", {q, k, v},
-             [gp, linear](auto& x, auto&) { return ag::graph_attention(x[0], x[1], x[2], gp, 3, linear); });
+  // graph 1 empty, graph 2 one node, graph 3 two query tiles of 32, graph 4 a short last tile (230 rows)
+  const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 5, 5, 6, 70, 300});
+  // Head widths: 4 and 32 (the fused kernel's first size), 33 and 64 (its second), 72 (cuBLAS per block)
+  for (auto [W, heads] : {std::pair<int64_t, int64_t>{12, 3}, {64, 2}, {66, 2}, {64, 1}, {72, 1}}) {
+    CAPTURE(W);
+    CAPTURE(heads);
+    const Tensor q = rand({300, W}, 51), k = rand({300, W}, 52), v = rand({300, W}, 53);
+    for (bool linear : {false, true}) {
+      CAPTURE(linear);
+      check_op("graph_attention", {q, k, v}, [gp, heads, linear](auto& x, auto&) {
+        return ag::graph_attention(x[0], x[1], x[2], gp, heads, linear);
+      });
+    }
   }
 }
 
