@@ -1,6 +1,7 @@
 #include "apps/bench_kernels.h"
 
 #include <memory>
+#include <string>
 
 #include "apps/cli.h"
 #include "autograd/dispatch.h"
@@ -346,23 +347,70 @@ KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s) {
   return k;
 }
 
+// graph-attention: full self-attention among the nodes of each graph (ag::graph_attention: 4 heads of
+// F/4, softmax), the N nodes split into graphs of --graph-nodes S (the last shorter), from given q, k, v
+// as PyTorch's scaled_dot_product_attention takes them. On the GPU, heads of at most 64 columns run the
+// fused kernels (kernels/attention.h), wider ones cuBLAS per graph and head; on the CPU, the blocked GEMM
+// per graph and head. Least traffic: q, k, v read and y written; the backward reads q, k, v, y, dy and
+// writes dq, dk, dv. Flops: 4 F sum(n^2) forward (Q K^T, P V), 8 F sum(n^2) more backward (dV, dP, dQ, dK).
+KernelCase attention_case(const KernelShape& s) {
+  const Device dev = device_of(s);
+  const int64_t N = s.nodes, F = s.features, H = 4, S = s.graph_nodes;
+  if (F % H != 0) {
+    std::string msg = "gnn bench kernel: graph-attention splits --features into 4 heads, got ";
+    throw UsageError(msg.append(std::to_string(F)));
+  }
+  std::vector<int64_t> ptr{0};
+  double pairs = 0;
+  while (ptr.back() < N) {
+    ptr.push_back(std::min(N, ptr.back() + S));
+    pairs += double(ptr.back() - ptr[ptr.size() - 2]) * double(ptr.back() - ptr[ptr.size() - 2]);
+  }
+  struct State {
+    ag::Var q, k, v;
+    Tensor dy, graph_ptr;
+  };
+  auto st = std::make_shared<State>();
+  st->q = ag::Var::param(random_tensor(N, F, 1).to(dev));
+  st->k = ag::Var::param(random_tensor(N, F, 2).to(dev));
+  st->v = ag::Var::param(random_tensor(N, F, 3).to(dev));
+  st->dy = random_tensor(N, F, 4).to(dev);
+  st->graph_ptr = Tensor::from_vector(ptr);
+  const bool bwd = s.backward;
+  KernelCase k;
+  k.step = [st, bwd, H] {
+    auto forward = [&] { return ag::graph_attention(st->q, st->k, st->v, st->graph_ptr, H, false); };
+    if (!bwd) {
+      ag::NoGrad no_tape;
+      forward();
+      return;
+    }
+    ag::backward(forward(), st->dy);
+    for (ag::Var* x : {&st->q, &st->k, &st->v}) x->zero_grad();
+  };
+  k.bytes = 4.0 * double(N) * double(F) * (bwd ? 12.0 : 4.0);
+  k.flops = (bwd ? 12.0 : 4.0) * double(F) * pairs;
+  return k;
+}
+
 }  // namespace
 
 std::vector<std::string> bench_kernel_names() {
-  return {"gemm", "spmm-sum", "spmm-mean", "spmm-max", "segment-softmax", "gat-layer", "sage-layer", "sage-layer-fused"};
+  return {"gemm",       "spmm-sum",   "spmm-mean",        "spmm-max",       "segment-softmax",
+          "gat-layer",  "sage-layer", "sage-layer-fused", "graph-attention"};
 }
 
 KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
   if (s.cuda && name == "segment-softmax")
     throw UsageError("gnn bench kernel: segment-softmax runs on the CPU only (--device cuda: gemm, spmm-sum, "
-                     "spmm-mean, spmm-max, sage-layer, sage-layer-fused, gat-layer)");
+                     "spmm-mean, spmm-max, sage-layer, sage-layer-fused, gat-layer, graph-attention)");
   if (s.cuda && s.configs > 1 && (name == "sage-layer" || name == "gat-layer"))
     throw UsageError("gnn bench kernel: " + name + " on --device cuda does not take --configs");
   if (s.cuda && !cuda_available())
     throw UsageError("gnn bench kernel: --device cuda is not usable here: " + cuda_status());
   // Configs share a layer's weights: its GEMMs cover (N*C) x F. The fused SAGE kernel and the GAT
   // case take one config per row, so they refuse rather than time a (C*F)-wide dense layer.
-  if (s.configs > 1 && (name == "sage-layer-fused" || name == "gat-layer"))
+  if (s.configs > 1 && (name == "sage-layer-fused" || name == "gat-layer" || name == "graph-attention"))
     throw UsageError("gnn bench kernel: " + name + " does not take --configs (sage-layer does: the composed kernels "
                      "on the node-major N x (C*F) layout)");
   if (name == "gemm") return gemm_case(s);
@@ -373,6 +421,7 @@ KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
   if (name == "gat-layer") return s.cuda ? gpu_layer_case(true, false, s) : gat_case(s);
   if (name == "sage-layer") return s.cuda ? gpu_layer_case(false, false, s) : sage_case(false, s);
   if (name == "sage-layer-fused") return s.cuda ? gpu_layer_case(false, true, s) : sage_case(true, s);
+  if (name == "graph-attention") return attention_case(s);
   std::string all;
   for (const std::string& n : bench_kernel_names()) all += (all.empty() ? "" : ", ") + n;
   throw UsageError("gnn bench kernel: unknown kernel '" + name + "' (available: " + all + ")");

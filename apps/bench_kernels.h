@@ -10,6 +10,7 @@ namespace gnn::cli {
 
 struct KernelShape {
   int64_t nodes = 10000, edges = 20000, features = 128, configs = 1;
+  int64_t graph_nodes = 64;  // graph-attention: nodes per graph
   bool backward = false;
   bool cuda = false;      // run the _cuda kernels on device 0 (spmm-*, gemm)
   bool cusparse = false;  // with cuda: spmm-sum / spmm-mean through cuSPARSE instead of gnn's kernel

@@ -73,6 +73,7 @@ int bench_kernel(const Args& a, const std::string& name) {
   s.edges = a.integer("edges", 0, int64_t(1) << 31);
   s.features = a.integer("features", 1, 1 << 20);
   s.configs = a.integer("configs", 1, 1 << 16);
+  s.graph_nodes = a.integer("graph-nodes", 1, int64_t(1) << 31);
   s.backward = a.on("backward");
   if (a.has("save-graph")) s.save_graph = a.str("save-graph");
   const int repeat = int(a.integer("repeat", 20, 100000));
@@ -86,7 +87,9 @@ int bench_kernel(const Args& a, const std::string& name) {
     if (!s.cuda || !k.graph_safe)
       throw UsageError("gnn bench kernel: --cuda-graph captures gemm, spmm-* (gnn's kernels) and the layers on "
                        "--device cuda only; " + name +
-                       (s.cuda ? " is not capturable (cuSPARSE's SpMM is timed as launched)" : " was asked for on the CPU"));
+                       (s.cuda ? " is not capturable (cuSPARSE's SpMM, and graph-attention, which uploads a tile table each "
+                                "step, are timed as launched)"
+                              : " was asked for on the CPU"));
     k.step();  // once eagerly: cuBLAS and the layers' caches set themselves up outside the capture
     graph = std::make_unique<CudaGraph>(0, k.step);
   }
@@ -99,6 +102,7 @@ int bench_kernel(const Args& a, const std::string& name) {
     Json j = Json::object();
     j.set("name", name), j.set("median_ms", med), j.set("gbps", gbps), j.set("gflops", gflops);
     j.set("nodes", s.nodes), j.set("edges", s.edges), j.set("features", s.features), j.set("configs", s.configs);
+    if (name == "graph-attention") j.set("graph_nodes", s.graph_nodes);
     j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
     j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph);
     std::printf("%s\n", j.dump().c_str());
@@ -123,6 +127,7 @@ Command bench_command() {
              {"edges", "E", "kernel: graph edges (TpuGraphs-like: mean in-degree 2, skewed, hubs)", "20000"},
              {"features", "F", "kernel: feature width", "128"},
              {"configs", "C", "kernel: configs batched node-major as N x (C*F)", "1"},
+             {"graph-nodes", "S", "kernel: graph-attention's nodes per graph (the N nodes split into graphs of S)", "64"},
              {"backward", "", "kernel: time forward + backward"},
              {"device", "cpu|cuda", "kernel: where to run (cuda: all but segment-softmax; timed by CUDA events)", "cpu"},
              {"spmm", "gnn|cusparse", "kernel: spmm-sum/mean on cuda through gnn's kernel or cuSPARSE", "gnn"},
@@ -134,7 +139,7 @@ Command bench_command() {
              {"json", "", "one JSON object: name, median_ms, gbps, gflops"}};
   c.details =
       "Kernels: gemm, spmm-sum, spmm-mean, spmm-max, segment-softmax, gat-layer, sage-layer,\n"
-      "sage-layer-fused. GB/s counts the bytes a pass must move (formulas in\n"
+      "sage-layer-fused, graph-attention. GB/s counts the bytes a pass must move (formulas in\n"
       "apps/bench_kernels.cpp); compare with build/bin/gnn_bench's BM_floor_* copy bandwidth.\n"
       "bench/peers/ times numpy, PyTorch and PyTorch Geometric on the same work.";
   c.run = [](const Args& a) {

@@ -136,7 +136,7 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
 
 TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") {
   for (const char* k : {"gemm", "spmm-sum", "spmm-mean", "spmm-max", "segment-softmax", "gat-layer", "sage-layer",
-                        "sage-layer-fused"}) {
+                        "sage-layer-fused", "graph-attention"}) {
     for (const char* bwd : {"", " --backward"}) {
       CAPTURE(k);
       CAPTURE(bwd);
@@ -178,6 +178,14 @@ TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") 
   r = run_gnn("bench kernel sage-layer-fused --configs 16");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("does not take --configs") != std::string::npos);
+  r = run_gnn("bench kernel graph-attention --features 18");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("splits --features into 4 heads, got 18") != std::string::npos);
+  r = run_gnn("bench kernel graph-attention --nodes 300 --graph-nodes 40 --features 16 --json");
+  REQUIRE(r.exit_code == 0);  // graphs of 40 nodes, the last of 20: 4 F (7 * 40^2 + 20^2) flops
+  const Json att = Json::parse(last_line(r.out));
+  CHECK(att["graph_nodes"].as_number() == 40);
+  CHECK(att["gflops"].as_number() * att["median_ms"].as_number() * 1e6 == doctest::Approx(64.0 * (7 * 1600 + 400)));
   r = run_gnn("bench kernel sage-layer --configs 4 --nodes 300 --edges 600 --features 16 --backward --json");
   REQUIRE(r.exit_code == 0);  // config-batched: node-major N x (C*F), GEMMs over N*C rows
   CHECK(Json::parse(last_line(r.out))["configs"].as_number() == 4);
@@ -197,8 +205,16 @@ TEST_CASE("cli: bench kernel on the GPU: gnn's SpMM, cuSPARSE's, cuBLAS GEMM and
     CHECK(j["device"].as_string() == "cuda");
     CHECK(j["median_ms"].as_number() > 0);
   }
-  // cuSPARSE's SpMM is not captured
-  auto r = run_gnn("bench kernel spmm-mean --spmm cusparse --device cuda --cuda-graph --nodes 300 --edges 600 --features 16");
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find("is not capturable") != std::string::npos);
+  for (const char* cmd : {"--backward", "--graph-nodes 100"}) {  // fewer nodes: the emulator runs every thread
+    CAPTURE(cmd);
+    auto r = run_gnn(std::string("bench kernel graph-attention --device cuda --nodes 400 --features 64 --json ") + cmd);
+    REQUIRE(r.exit_code == 0);
+    CHECK(Json::parse(last_line(r.out))["median_ms"].as_number() > 0);
+  }
+  // cuSPARSE's SpMM and graph-attention are not captured
+  for (const char* cmd : {"spmm-mean --spmm cusparse", "graph-attention"}) {
+    auto r = run_gnn(std::string("bench kernel ") + cmd + " --device cuda --cuda-graph --nodes 300 --edges 600 --features 16");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("is not capturable") != std::string::npos);
+  }
 }
