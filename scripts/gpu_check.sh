@@ -7,6 +7,7 @@
 #   spmm       SpMM mean against the measured copy floor and cuSPARSE (bench/peers/cuda_spmm.py)
 #   graphs     launch-bound steps replayed as one CUDA graph against the same steps launched one by one
 #   layers     SAGE (composed and fused) and GAT layers against PyG (bench/peers/cuda_layers.py)
+#   attention  graph self-attention (fused kernels) against torch's SDPA on padded graphs (bench/peers/cuda_attention.py)
 #   train      GCN/GAT/SAGE on Cora on the GPU; layout training configs/s on the GPU against the host
 # Usage: scripts/gpu_check.sh [PHASE ...]   (no phase: all, in the order above)
 # Environment: BUILD (build dir, default build), DATA (the shared data, default ../shared/data),
@@ -19,7 +20,7 @@ build=${BUILD:-build} data=${DATA:-../shared/data} logs=${LOGS:-} limit=${PHASE_
 gnn=$build/bin/gnn
 [ -d "$data" ] && data=$(cd "$data" && pwd)  # absolute: ctest runs each test in its own directory
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers train)
+[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers attention train)
 export build data gnn
 fail=0
 
@@ -60,6 +61,8 @@ phase_graphs() {
 
 phase_layers() { python3 bench/peers/cuda_layers.py --gnn "$gnn"; }
 
+phase_attention() { python3 bench/peers/cuda_attention.py --gnn "$gnn"; }
+
 phase_train() {
   local m dev r=0 tmp
   if [ -f "$data/planetoid/cora_planetoid.npz" ]; then
@@ -82,7 +85,7 @@ phase_train() {
 [ -n "$logs" ] && mkdir -p "$logs"
 for p in "${phases[@]}"; do
   if ! declare -F "phase_$p" >/dev/null; then
-    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers train)" >&2
+    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers attention train)" >&2
     exit 2
   fi
   printf '\n=== %s (%s)\n' "$p" "$(date -u +%H:%M:%S)"
