@@ -41,7 +41,6 @@ __global__ void coef_kernel(float* u, float* c, const float* dy, int64_t ld, con
   if (lane == 0) c[i] = -dot * inv;
 }
 
-
 // ---- Fused full attention (kernels/attention.h) ----
 // A block is one tile of 32 rows (queries, or keys for dk/dv) of one graph and one head: 4 warps of 8
 // rows each. The other side's rows stream through shared memory 32 at a time, lane j of a warp taking
@@ -51,7 +50,8 @@ __global__ void coef_kernel(float* u, float* c, const float* dy, int64_t ld, con
 constexpr int kFlashThreads = 128, kFlashWarps = kFlashThreads / 32, kFlashRows = int(kFlashTile) / kFlashWarps;
 static_assert(kFlashTile == 32, "a lane per row of the streamed tile");
 
-// rows .. rows+31 of src's columns col .. col+D-1 (row stride ld) into dst, zeros past `valid` rows and D
+// rows row0 .. row0+31 of src's columns col .. col+D-1 (row stride ld) into dst, zeros past `valid` rows
+// and past D
 template <int DP, int LD>
 __device__ __forceinline__ void flash_load(float (*dst)[LD], const float* src, int64_t row0, int64_t valid, int64_t ld,
                                            int64_t col, int64_t D) {

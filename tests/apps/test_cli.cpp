@@ -199,7 +199,7 @@ TEST_CASE("cli: bench kernel on the GPU: gnn's SpMM, cuSPARSE's, cuBLAS GEMM and
                           "sage-layer --backward --cuda-graph", "sage-layer-fused --backward --cuda-graph",
                           "gat-layer --backward --cuda-graph", "gat-layer --cuda-graph"}) {
     CAPTURE(cmd);
-    auto r = run_gnn(std::string("bench kernel ") + cmd + " --device cuda --nodes 3000 --edges 6000 --features 64 --json");
+    auto r = run_gnn(std::string("bench kernel ") + cmd + " --device cuda --nodes 1000 --edges 2000 --features 64 --json");
     REQUIRE(r.exit_code == 0);
     const Json j = Json::parse(last_line(r.out));
     CHECK(j["device"].as_string() == "cuda");
