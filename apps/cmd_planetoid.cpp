@@ -23,7 +23,7 @@ Command planetoid_command() {
              {"hidden", "N", "hidden units (per head for gat; default 16, gat 8)"},
              {"heads", "N", "GAT heads in the first layer", "8"},
              {"patience", "N", "GAT-paper early stopping with this patience (0: fixed --epochs, best val accuracy)", "0"},
-             {"device", "cpu|cuda", "where to train (cuda: GPU 0; sage runs unfused there)", "cpu"},
+             {"device", "cpu|cuda", "where to train (cuda: GPU 0)", "cpu"},
              {"threads", "T", "CPU threads (default: all)"},
              {"verbose", "", "print every epoch"},
              {"json", "", "print the result as one JSON object on the last line"}};

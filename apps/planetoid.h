@@ -39,7 +39,7 @@ struct PlanetoidOptions {
   // result is the epoch where both were at their best together. 0: fixed epochs, best validation
   // accuracy (PyG's examples).
   int64_t patience = 0;
-  // cuda: the features, graph and parameters live on GPU 0 (SAGE unfused there); labels and splits stay
+  // cuda: the features, graph and parameters live on GPU 0; labels and splits stay
   // on the host, and the logits are copied back each epoch for the accuracies.
   Device device = Device::cpu();
 };
