@@ -268,6 +268,31 @@ void run_all() {
   for (CUstream_st* s : g_streams) run_queue(s);
 }
 
+// GNN_CUDA_EMU_STATS=calls: the host calls that queued device work (into a stream or a capture), counted
+// per kernel or API name and listed at exit, most first: a step's launch profile without a GPU.
+struct CallCounts {
+  std::mutex mu;
+  std::map<std::string, uint64_t> n;
+  const bool on = [] {
+    const char* v = std::getenv("GNN_CUDA_EMU_STATS");
+    return v && std::string(v) == "calls";
+  }();
+  void add(const char* what) {
+    if (!on) return;
+    std::lock_guard<std::mutex> lock(mu);
+    ++n[what];
+  }
+  ~CallCounts() {
+    if (!on) return;
+    std::vector<std::pair<uint64_t, std::string>> v;
+    for (const auto& [name, count] : n) v.emplace_back(count, name);
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+    std::fprintf(stderr, "gnn CUDA emulator: device work queued, per call (%zu names):\n", v.size());
+    for (const auto& [count, name] : v) std::fprintf(stderr, "%10llu  %s\n", (unsigned long long)count, name.c_str());
+  }
+};
+CallCounts g_calls;  // before g_stats: destroyed after it, so its list prints below the summary
+
 // Queues op on s (or records it into the capture open on s). `what` names the call for messages.
 cudaError_t enqueue(cudaStream_t s, const char* what, std::function<void()> op) {
   if (s == nullptr)
@@ -276,6 +301,7 @@ cudaError_t enqueue(cudaStream_t s, const char* what, std::function<void()> op) 
             what));
   if (s->device != t_device)
     return fail(cudaErrorInvalidResourceHandle, fmt("%s on a stream of cuda:%d while cuda:%d is current", what, s->device, t_device));
+  g_calls.add(what);
   if (s->capturing) {
     s->captured.push_back(std::move(op));
     return cudaSuccess;
@@ -334,7 +360,7 @@ bool reverse_order() {  // GNN_CUDA_EMU_ORDER=reverse: blocks and threads in rev
   return r;
 }
 
-// GNN_CUDA_EMU_STATS=1: what ran, printed at exit.
+// GNN_CUDA_EMU_STATS=1 (or calls): what ran, printed at exit.
 struct Stats {
   uint64_t launches = 0, blocks = 0, threads = 0, host_waits = 0;
   std::atomic<uint64_t> waits{0};
@@ -767,6 +793,7 @@ cudaError_t copy_async(const char* call, void* dst, const void* src, size_t byte
     if (s == nullptr) die(fmt("%s on the legacy default stream", call));
     if (s->capturing) return fail(cudaErrorStreamCaptureUnsupported);
     ++g_stats.host_waits;
+    g_calls.add(call);
     run_queue(s);
     copy();
     return cudaSuccess;
