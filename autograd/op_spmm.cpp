@@ -2,7 +2,9 @@
 // (the transposed gather over the CSC for dx, a per-edge dot for dw). With per-head weights [E, H]
 // and x [N, H*F], each head h is one SpMM over the column block h*F .. h*F+F-1 (row strides H*F)
 // with that head's weights, transposed once to [H, E] so every call reads them contiguously. Host
-// tensors run the CPU kernels, CUDA tensors (and a graph moved there) the CUDA ones.
+// tensors run the CPU kernels, CUDA tensors (and a graph moved there) the CUDA ones; there, sum and
+// mean over several heads take the multi-head kernels instead (all heads per launch, w read as [E, H]):
+// one launch forward and two backward rather than 2H + 2.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 
@@ -52,6 +54,31 @@ Tensor transpose(const Tensor& a) {  // [R, C] -> [C, R]
   return t;
 }
 
+// CUDA, H > 1 heads, sum or mean: every head in one launch (kernels/spmm.h, spmm_heads_*).
+Var spmm_heads(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight, int64_t H) {
+  const int64_t E = graph.num_edges, F = x.size(1) / H;
+  Tensor y = empty_like(x.value(), x.shape());
+  if constexpr (kWithCuda)
+    spmm_heads_forward_cuda(ptr<float>(y), ptr<float>(x.value()), ptr<float>(edge_weight.value()), csr_view(graph), H, F,
+                            op, y.stream());
+  return record("spmm", y, {x, edge_weight}, [=](const Tensor& dy) {
+    const CsrView g = csr_view(graph);
+    if (x.requires_grad()) {
+      Tensor dx = empty_like(dy, x.shape());
+      if constexpr (kWithCuda)
+        spmm_heads_backward_x_cuda(ptr<float>(dx), ptr<float>(dy), ptr<float>(edge_weight.value()), g, H, F, op,
+                                   dy.stream());
+      accumulate(x, dx);
+    }
+    if (edge_weight.requires_grad()) {
+      Tensor dw = empty_like(dy, Shape{E, H});
+      if constexpr (kWithCuda)
+        spmm_heads_backward_w_cuda(ptr<float>(dw), ptr<float>(dy), ptr<float>(x.value()), g, H, F, op, dy.stream());
+      accumulate(edge_weight, dw);
+    }
+  });
+}
+
 }  // namespace
 
 Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
@@ -69,6 +96,11 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
     GNN_CHECK(H >= 1 && W % H == 0, "spmm: x has ", W, " columns, which do not split into ", H, " heads");
   }
   const int64_t F = W / H;
+  if constexpr (kWithCuda)
+    if (x.value().is_cuda() && H > 1 && op != Reduce::kMax) {
+      GNN_CHECK(x.dtype() == DType::F32, "spmm: CUDA tensors must be f32, got ", x.value().desc());
+      return spmm_heads(graph, x, op, edge_weight, H);
+    }
   return dispatch_dev("spmm", x.value(), [&](auto t) {
     using T = decltype(t);
     const CsrView g = csr_view(graph);

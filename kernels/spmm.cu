@@ -9,6 +9,10 @@
 // groups (group g takes entries g, g + G, ...) and combines the partial results in shared memory in
 // group order, so the sums are the same for every run.
 //
+// Per-head weights (GAT): w is [E, H] and the row's columns split into H heads of head_cols each; an
+// entry's weight for a lane's columns is w[p * H + the head of those columns], so every head is
+// aggregated in the one launch (a vector of 4 columns never straddles two heads).
+//
 // Summation order differs from the CPU kernel (which adds entries in order per column), so GPU and
 // CPU results agree to rounding, not bitwise; two GPU runs agree bitwise.
 #include <cuda_runtime.h>
@@ -29,12 +33,13 @@ struct GatherArgs {
   const int32_t* idx = nullptr;   // [E]: the input row each entry reads (CSR indices, or CSC indices)
   const int32_t* to_csr = nullptr;  // backward: the CSR position of each CSC entry
   const int32_t* indptr = nullptr;  // the CSR indptr (degrees for mean)
-  const float* w = nullptr;       // per CSR position, or null
+  const float* w = nullptr;       // per CSR position ([E], or [E, heads]), or null
   const float* in = nullptr;      // x (forward) or dy (backward)
   float* out = nullptr;           // y (forward) or dx (backward)
   int32_t* argmax_out = nullptr;  // forward max: [rows, F]
   const int32_t* argmax_in = nullptr;  // backward max: [N, F]
   int64_t F = 0, ld_in = 0, ld_out = 0;
+  int64_t heads = 1, head_cols = 1;  // w's columns and, with heads > 1, the row's columns per head
   int lanes = 32;
   bool mean = false, accumulate = false;
 };
@@ -62,12 +67,13 @@ __device__ __forceinline__ void store(float* p, const float* v) {
   else p[0] = v[0];
 }
 
-// Adds entry q of the current row into acc/arg for the V columns starting at col.
+// Adds entry q of the current row into acc/arg for the V columns starting at col, whose head is wh.
 template <int V, Mode M>
-__device__ __forceinline__ void add_entry(const GatherArgs& a, int32_t q, int64_t col, float* acc, int32_t* arg) {
+__device__ __forceinline__ void add_entry(const GatherArgs& a, int32_t q, int64_t col, int64_t wh, float* acc,
+                                          int32_t* arg) {
   const int32_t s = __ldg(a.idx + q);
   const int32_t p = (M == Mode::kBwd || M == Mode::kBwdMax) ? __ldg(a.to_csr + q) : q;
-  float c = a.w ? __ldg(a.w + p) : 1.0f;
+  float c = a.w ? __ldg(a.w + int64_t(p) * a.heads + wh) : 1.0f;
   if (M == Mode::kBwd && a.mean) c /= float(__ldg(a.indptr + s + 1) - __ldg(a.indptr + s));
   const Vec<V> x = load<V>(a.in + int64_t(s) * a.ld_in + col);
 #pragma unroll
@@ -128,8 +134,9 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherArgs a) {
       hub = true;
     } else {
       for (int64_t col = int64_t(lane) * V; col < a.F; col += chunk) {
+        const int64_t wh = a.heads > 1 ? col / a.head_cols : 0;
         init<V, M>(acc, arg);
-        for (int32_t q = b; q < e; ++q) add_entry<V, M>(a, q, col, acc, arg);
+        for (int32_t q = b; q < e; ++q) add_entry<V, M>(a, q, col, wh, acc, arg);
         finish<V, M>(a, r, col, acc, arg, e - b);
       }
     }
@@ -142,10 +149,10 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherArgs a) {
     const int32_t b = a.ptr[rr], e = a.ptr[rr + 1];
     if (e - b <= kHubEntries) continue;  // the same decision in every thread
     for (int64_t base = 0; base < a.F; base += chunk) {
-      const int64_t col = base + int64_t(lane) * V;
+      const int64_t col = base + int64_t(lane) * V, wh = a.heads > 1 && col < a.F ? col / a.head_cols : 0;
       init<V, M>(acc, arg);
       if (col < a.F)
-        for (int32_t q = b + g; q < e; q += groups) add_entry<V, M>(a, q, col, acc, arg);
+        for (int32_t q = b + g; q < e; q += groups) add_entry<V, M>(a, q, col, wh, acc, arg);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         part[threadIdx.x * V + k] = acc[k];
@@ -178,7 +185,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 template <Mode M>
 void launch_gather(GatherArgs a, Stream stream, const char* name) {
   if (a.rows == 0 || a.F == 0) return;
-  const bool vec4 = a.F % 4 == 0 && a.ld_in % 4 == 0 && a.ld_out % 4 == 0 && aligned16(a.in) && aligned16(a.out);
+  const bool vec4 = a.F % 4 == 0 && (a.heads == 1 || a.head_cols % 4 == 0) && a.ld_in % 4 == 0 &&
+                    a.ld_out % 4 == 0 && aligned16(a.in) && aligned16(a.out);
   const int V = vec4 ? 4 : 1;
   const int64_t need = ceil_div<int64_t>(a.F, V);
   int L = 1;
@@ -190,21 +198,25 @@ void launch_gather(GatherArgs a, Stream stream, const char* name) {
   GNN_CUDA_LAUNCH_CHECK(name);
 }
 
-// dw[p] = sum_f dy[v, f] x[src[p], f] (/deg(v) for mean; max: only the columns whose argmax is p).
+// dw[p] = sum_f dy[v, f] x[src[p], f] (/deg(v) for mean; max: only the columns whose argmax is p);
+// with H heads of F columns each (max excluded), dw[p, h] over head h's columns.
 // One warp per CSR position; its row v is found by binary search in indptr, so hub rows cost no more
 // per entry than others. The warp's shuffle reduction has a fixed order.
 __global__ void __launch_bounds__(kThreads) edge_dot_kernel(float* dw, const float* dy, const float* x,
                                                            const int32_t* argmax, CsrView g, int64_t F, int64_t ldx,
-                                                           int64_t ldy, Reduce op) {
+                                                           int64_t ldy, Reduce op, int64_t H) {
   const int64_t p = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
   const int lane = int(threadIdx.x % 32);
   if (p >= g.num_edges) return;
   const int64_t v = segment_of(g.indptr, g.num_rows, p), s = __ldg(g.indices + p);
-  float acc = 0.0f;
-  for (int64_t f = lane; f < F; f += 32)
-    if (op != Reduce::kMax || __ldg(argmax + v * F + f) == p) acc += __ldg(dy + v * ldy + f) * __ldg(x + s * ldx + f);
-  for (int o = 16; o > 0; o /= 2) acc += __shfl_down_sync(0xffffffffu, acc, o);
-  if (lane == 0) dw[p] = op == Reduce::kMean ? acc / float(g.indptr[v + 1] - g.indptr[v]) : acc;
+  for (int64_t h = 0; h < H; ++h) {
+    const float *dyh = dy + v * ldy + h * F, *xh = x + s * ldx + h * F;
+    float acc = 0.0f;
+    for (int64_t f = lane; f < F; f += 32)
+      if (op != Reduce::kMax || __ldg(argmax + v * F + f) == p) acc += __ldg(dyh + f) * __ldg(xh + f);
+    for (int o = 16; o > 0; o /= 2) acc += __shfl_down_sync(0xffffffffu, acc, o);
+    if (lane == 0) dw[p * H + h] = op == Reduce::kMean ? acc / float(g.indptr[v + 1] - g.indptr[v]) : acc;
+  }
 }
 
 }  // namespace
@@ -233,8 +245,38 @@ void spmm_backward_w_cuda(float* dw, const float* dy, const float* x, const int3
   const int64_t E = g.num_edges;
   if (E == 0) return;
   edge_dot_kernel<<<blocks_for(E * 32, kThreads, "spmm_backward_w_cuda"), kThreads, 0, stream>>>(dw, dy, x, argmax, g,
-                                                                                                  F, ldx, ldy, op);
+                                                                                                  F, ldx, ldy, op, 1);
   GNN_CUDA_LAUNCH_CHECK("spmm_backward_w_cuda");
+}
+
+void spmm_heads_forward_cuda(float* y, const float* x, const float* w, const CsrView& g, int64_t H, int64_t Fh,
+                             Reduce op, Stream stream) {
+  GNN_CHECK(op != Reduce::kMax && H >= 1 && Fh >= 1, "spmm_heads_forward_cuda: sum or mean over H >= 1 heads");
+  GatherArgs a;
+  a.rows = g.num_rows, a.ptr = g.indptr, a.idx = g.indices, a.indptr = g.indptr, a.w = w;
+  a.in = x, a.out = y, a.F = H * Fh, a.ld_in = H * Fh, a.ld_out = H * Fh, a.mean = op == Reduce::kMean;
+  a.heads = H, a.head_cols = Fh;
+  launch_gather<Mode::kFwd>(a, stream, "spmm_heads_forward_cuda");
+}
+
+void spmm_heads_backward_x_cuda(float* dx, const float* dy, const float* w, const CsrView& g, int64_t H, int64_t Fh,
+                                Reduce op, Stream stream) {
+  GNN_CHECK(op != Reduce::kMax && H >= 1 && Fh >= 1, "spmm_heads_backward_x_cuda: sum or mean over H >= 1 heads");
+  GatherArgs a;
+  a.rows = g.num_cols, a.ptr = g.csc_indptr, a.idx = g.csc_indices, a.to_csr = g.csc_to_csr, a.indptr = g.indptr;
+  a.w = w, a.in = dy, a.out = dx, a.F = H * Fh, a.ld_in = H * Fh, a.ld_out = H * Fh, a.mean = op == Reduce::kMean;
+  a.heads = H, a.head_cols = Fh;
+  launch_gather<Mode::kBwd>(a, stream, "spmm_heads_backward_x_cuda");
+}
+
+void spmm_heads_backward_w_cuda(float* dw, const float* dy, const float* x, const CsrView& g, int64_t H, int64_t Fh,
+                                Reduce op, Stream stream) {
+  GNN_CHECK(op != Reduce::kMax && H >= 1 && Fh >= 1, "spmm_heads_backward_w_cuda: sum or mean over H >= 1 heads");
+  const int64_t E = g.num_edges;
+  if (E == 0) return;
+  edge_dot_kernel<<<blocks_for(E * 32, kThreads, "spmm_heads_backward_w_cuda"), kThreads, 0, stream>>>(
+      dw, dy, x, nullptr, g, Fh, H * Fh, H * Fh, op, H);
+  GNN_CUDA_LAUNCH_CHECK("spmm_heads_backward_w_cuda");
 }
 
 }  // namespace gnn

@@ -106,4 +106,14 @@ void spmm_backward_x_cuda(float* dx, const float* dy, const int32_t* argmax, con
 void spmm_backward_w_cuda(float* dw, const float* dy, const float* x, const int32_t* argmax, const CsrView& g,
                           int64_t F, int64_t ldx, int64_t ldy, Reduce op, Stream stream);
 
+// All heads in one launch each (GAT's aggregation): per-head weights w [E, H] (row-major, per CSR
+// position), x, y, dy, dx [N, H*Fh] with head h in columns h*Fh .. h*Fh+Fh-1, dw [E, H]. The same as one
+// spmm_*_cuda call per head on that head's columns and weights, sum or mean (not max).
+void spmm_heads_forward_cuda(float* y, const float* x, const float* w, const CsrView& g, int64_t H, int64_t Fh,
+                             Reduce op, Stream stream);
+void spmm_heads_backward_x_cuda(float* dx, const float* dy, const float* w, const CsrView& g, int64_t H, int64_t Fh,
+                                Reduce op, Stream stream);
+void spmm_heads_backward_w_cuda(float* dw, const float* dy, const float* x, const CsrView& g, int64_t H, int64_t Fh,
+                                Reduce op, Stream stream);
+
 }  // namespace gnn
