@@ -14,12 +14,11 @@ ratios is printed. Python, PyTorch and PyG serve the comparison only.
 """
 import argparse
 import json
-import statistics
 import subprocess
 
 import torch
 import torch.nn.functional as F
-from timing import cuda_median_ms
+from timing import cuda_median_ms, ratio_rounds
 
 
 def gnn(args, n, s, f):
@@ -49,17 +48,14 @@ def peer_step(n, s, f, heads=4):
 
 def compare(args, n, s, f):
     step = peer_step(n, s, f)
-    ratios = []
-    for r in range(args.rounds):
+
+    def run_round():
         res = gnn(args, n, s, f)
         ours = res["median_ms"]
         peer = cuda_median_ms(step, args.repeat)
-        ratios.append(peer / ours)
-        print(f"graph-attention fwd+bwd N={n} S={s} F={f} (D={f // 4}) round {r + 1}/{args.rounds}: gnn {ours:.3f} ms "
-              f"({res['gflops']:.0f} GFLOP/s) | torch SDPA {peer:.3f} ms -> {peer / ours:.2f}x", flush=True)
-    print(f"graph-attention fwd+bwd N={n} S={s} F={f}: median ratio torch/gnn {statistics.median(ratios):.2f}x "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)
-
+        return ours, peer, (f"gnn {ours:.3f} ms ({res['gflops']:.0f} GFLOP/s) | torch SDPA {peer:.3f} ms -> "
+                            f"{peer / ours:.2f}x")
+    ratio_rounds(f"graph-attention fwd+bwd N={n} S={s} F={f} (D={f // 4})", "torch", args.rounds, run_round)
 
 def main():
     ap = argparse.ArgumentParser()

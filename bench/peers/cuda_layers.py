@@ -14,13 +14,12 @@ Python, PyTorch and PyG serve the comparison only.
 """
 import argparse
 import json
-import statistics
 import subprocess
 import tempfile
 
 import numpy as np
 import torch
-from timing import cuda_median_ms
+from timing import cuda_median_ms, ratio_rounds
 
 
 def gnn(args, *cli):
@@ -47,20 +46,16 @@ def layer(args, kind, n, e, f):
         conv = GATConv(f, f // 4, heads=4, add_self_loops=False, bias=False).cuda()
         g = torch.randn(n, f, device="cuda")
         step = lambda: conv(x, edge_index).backward(g)
-    ratios = []
-    for r in range(args.rounds):
+    def run_round():
         ours = gnn(args, kind, *shape)["median_ms"]
         try:
             graph = f"{gnn(args, kind, *shape, '--cuda-graph')['median_ms']:.3f} ms"
         except subprocess.CalledProcessError as err:
             graph = "failed: " + err.stderr.strip()
         peer = cuda_median_ms(step, args.repeat)
-        ratios.append(peer / ours)
-        print(f"{kind} fwd+bwd N={n} E={e} F={f} round {r + 1}/{args.rounds}: gnn {ours:.3f} ms | "
-              f"PyG {peer:.3f} ms -> {peer / ours:.2f}x | gnn as a CUDA graph {graph}", flush=True)
-    print(f"{kind} fwd+bwd N={n} E={e} F={f}: median ratio PyG/gnn {statistics.median(ratios):.2f}x "
-          f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)
-
+        return ours, peer, (f"gnn {ours:.3f} ms | PyG {peer:.3f} ms -> {peer / ours:.2f}x | "
+                            f"gnn as a CUDA graph {graph}")
+    ratio_rounds(f"{kind} fwd+bwd N={n} E={e} F={f}", "PyG", args.rounds, run_round)
 
 def main():
     ap = argparse.ArgumentParser()

@@ -29,3 +29,15 @@ def cuda_median_ms(fn, repeat, warmup=3):
         end.synchronize()
         runs.append(start.elapsed_time(end))
     return statistics.median(runs)
+
+
+def ratio_rounds(label, peer_name, rounds, run_round):
+    """gnn and a peer timed in turn `rounds` times: run_round() returns (gnn_ms, peer_ms, line) and each round
+    prints `label round i/R: line`; then the median of the per-round ratios peer/gnn."""
+    ratios = []
+    for r in range(rounds):
+        ours, peer, line = run_round()
+        ratios.append(peer / ours)
+        print(f"{label} round {r + 1}/{rounds}: {line}", flush=True)
+    print(f"{label}: median ratio {peer_name}/gnn {statistics.median(ratios):.2f}x "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)
