@@ -75,6 +75,33 @@ __device__ __forceinline__ void flash_dots(float (&s)[kFlashRows], const float (
   }
 }
 
+// acc[r][c] += sum_{j < n} w[r][j] x[j][lane + 32 c]: the warp's rows r, weights w (one row of 32 per r,
+// each read by every lane), x a streamed tile (lane reads its own columns).
+template <int DC, int LD>
+__device__ __forceinline__ void flash_accumulate(float (&acc)[kFlashRows][DC], const float (*w)[32],
+                                                 const float (*x)[LD], int n) {
+  const int lane = int(threadIdx.x % 32);
+  for (int j = 0; j < n; ++j)
+    for (int c = 0; c < DC; ++c) {
+      const float xj = x[j][lane + 32 * c];
+      for (int r = 0; r < kFlashRows; ++r) acc[r][c] += w[r][j] * xj;
+    }
+}
+
+// out[row, col + d] = value(r, acc[r][c]) for the warp's rows r of the tile from row0 that exist (row <
+// end) and its lane's columns d = lane + 32 c < D; out's row stride is W.
+template <int DC, class Value>
+__device__ __forceinline__ void flash_store(float* out, const float (&acc)[kFlashRows][DC], int64_t row0, int64_t end,
+                                            int64_t W, int64_t col, int64_t D, Value value) {
+  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
+  for (int r = 0; r < kFlashRows; ++r) {
+    const int64_t row = row0 + warp * kFlashRows + r;
+    if (row >= end) break;
+    for (int c = 0; c < DC; ++c)
+      if (lane + 32 * c < D) out[row * W + col + lane + 32 * c] = value(r, acc[r][c]);
+  }
+}
+
 template <int DC>
 __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(float* y, float* lse, const float* q, const float* k,
                                                                   const float* v, const int64_t* tiles, int64_t H,
@@ -110,19 +137,11 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(float* y, floa
       Ps[warp][r][lane] = p;
     }
     __syncwarp();
-    for (int j = 0; j < nk; ++j)
-      for (int c = 0; c < DC; ++c) {
-        const float vj = Vs[j][lane + 32 * c];
-        for (int r = 0; r < R; ++r) acc[r][c] += Ps[warp][r][j] * vj;
-      }
+    flash_accumulate<DC>(acc, Ps[warp], Vs, nk);
   }
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = row0 + warp * R + r;
-    if (row >= ge) break;
-    for (int c = 0; c < DC; ++c)
-      if (lane + 32 * c < D) y[row * W + col + lane + 32 * c] = acc[r][c] / l[r];
-    if (lane == 0) lse[row * H + h] = m[r] + logf(l[r]);
-  }
+  flash_store<DC>(y, acc, row0, ge, W, col, D, [&](int r, float a) { return a / l[r]; });
+  if (lane == 0)
+    for (int r = 0; r < R && row0 + warp * R + r < ge; ++r) lse[(row0 + warp * R + r) * H + h] = m[r] + logf(l[r]);
 }
 
 // dq_i = scale * sum_j dS_ij k_j with dS_ij = P_ij (<dy_i, v_j> - delta_i), P_ij = exp(s_ij - lse_i);
@@ -170,18 +189,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(float* dq, 
       dSs[warp][r][lane] = p * (dp[r] - dl[r]);
     }
     __syncwarp();
-    for (int j = 0; j < nk; ++j)
-      for (int c = 0; c < DC; ++c) {
-        const float kj = Ks[j][lane + 32 * c];
-        for (int r = 0; r < R; ++r) acc[r][c] += dSs[warp][r][j] * kj;
-      }
+    flash_accumulate<DC>(acc, dSs[warp], Ks, nk);
   }
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = row0 + warp * R + r;
-    if (row >= ge) break;
-    for (int c = 0; c < DC; ++c)
-      if (lane + 32 * c < D) dq[row * W + col + lane + 32 * c] = acc[r][c] * scale;
-  }
+  flash_store<DC>(dq, acc, row0, ge, W, col, D, [&](int, float a) { return a * scale; });
 }
 
 // dv_j = sum_i P_ij dy_i, dk_j = scale * sum_i dS_ij q_i: a block per key tile, the graph's queries
@@ -227,7 +237,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(float* dk,
       dSs[warp][r][lane] = p * (dp[r] - Ds[lane]);
     }
     __syncwarp();
-    for (int i = 0; i < nq; ++i)
+    for (int i = 0; i < nq; ++i)  // both sums in one pass (two flash_accumulate calls take 118 registers, not 96)
       for (int c = 0; c < DC; ++c) {
         const float gi = dOs[i][lane + 32 * c], qi = Qs[i][lane + 32 * c];
         for (int r = 0; r < R; ++r) {
@@ -236,15 +246,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(float* dk,
         }
       }
   }
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = key0 + warp * R + r;
-    if (row >= ge) break;
-    for (int c = 0; c < DC; ++c)
-      if (lane + 32 * c < D) {
-        dk[row * W + col + lane + 32 * c] = ak[r][c] * scale;
-        dv[row * W + col + lane + 32 * c] = av[r][c];
-      }
-  }
+  flash_store<DC>(dk, ak, key0, ge, W, col, D, [&](int, float a) { return a * scale; });
+  flash_store<DC>(dv, av, key0, ge, W, col, D, [](int, float a) { return a; });
 }
 
 dim3 flash_grid(int64_t num_tiles, int64_t H, int64_t D, const char* name) {
