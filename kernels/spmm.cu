@@ -89,6 +89,9 @@ __device__ __forceinline__ void add_entry(const GatherArgs& a, int32_t q, int64_
   }
 }
 
+// The head of the columns from col on (0 with one head).
+__device__ __forceinline__ int64_t head_of(const GatherArgs& a, int64_t col) { return a.heads > 1 ? col / a.head_cols : 0; }
+
 template <int V, Mode M>
 __device__ __forceinline__ void init(float* acc, int32_t* arg) {
 #pragma unroll
@@ -134,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherArgs a) {
       hub = true;
     } else {
       for (int64_t col = int64_t(lane) * V; col < a.F; col += chunk) {
-        const int64_t wh = a.heads > 1 ? col / a.head_cols : 0;
+        const int64_t wh = head_of(a, col);
         init<V, M>(acc, arg);
         for (int32_t q = b; q < e; ++q) add_entry<V, M>(a, q, col, wh, acc, arg);
         finish<V, M>(a, r, col, acc, arg, e - b);
@@ -149,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherArgs a) {
     const int32_t b = a.ptr[rr], e = a.ptr[rr + 1];
     if (e - b <= kHubEntries) continue;  // the same decision in every thread
     for (int64_t base = 0; base < a.F; base += chunk) {
-      const int64_t col = base + int64_t(lane) * V, wh = a.heads > 1 && col < a.F ? col / a.head_cols : 0;
+      const int64_t col = base + int64_t(lane) * V, wh = head_of(a, col);
       init<V, M>(acc, arg);
       if (col < a.F)
         for (int32_t q = b + g; q < e; q += groups) add_entry<V, M>(a, q, col, wh, acc, arg);
@@ -219,23 +222,35 @@ __global__ void __launch_bounds__(kThreads) edge_dot_kernel(float* dw, const flo
   }
 }
 
+// The forward gathers along the CSR; the backward (dx) along the CSC, back to CSR positions for w.
+GatherArgs forward_args(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
+                        int64_t ldx, int64_t ldy, Reduce op) {
+  GatherArgs a;
+  a.rows = g.num_rows, a.ptr = g.indptr, a.idx = g.indices, a.indptr = g.indptr, a.w = w;
+  a.in = x, a.out = y, a.argmax_out = argmax, a.F = F, a.ld_in = ldx, a.ld_out = ldy, a.mean = op == Reduce::kMean;
+  return a;
+}
+GatherArgs backward_args(float* dx, const float* dy, const int32_t* argmax, const float* w, const CsrView& g, int64_t F,
+                         int64_t ldx, int64_t ldy, Reduce op, bool accumulate) {
+  GatherArgs a;
+  a.rows = g.num_cols, a.ptr = g.csc_indptr, a.idx = g.csc_indices, a.to_csr = g.csc_to_csr, a.indptr = g.indptr;
+  a.w = w, a.in = dy, a.out = dx, a.argmax_in = argmax, a.F = F, a.ld_in = ldy, a.ld_out = ldx;
+  a.mean = op == Reduce::kMean, a.accumulate = accumulate;
+  return a;
+}
+
 }  // namespace
 
 void spmm_forward_cuda(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
                        int64_t ldx, int64_t ldy, Reduce op, Stream stream) {
-  GatherArgs a;
-  a.rows = g.num_rows, a.ptr = g.indptr, a.idx = g.indices, a.indptr = g.indptr, a.w = w;
-  a.in = x, a.out = y, a.argmax_out = argmax, a.F = F, a.ld_in = ldx, a.ld_out = ldy, a.mean = op == Reduce::kMean;
+  const GatherArgs a = forward_args(y, argmax, x, w, g, F, ldx, ldy, op);
   if (op == Reduce::kMax) launch_gather<Mode::kFwdMax>(a, stream, "spmm_forward_cuda (max)");
   else launch_gather<Mode::kFwd>(a, stream, "spmm_forward_cuda");
 }
 
 void spmm_backward_x_cuda(float* dx, const float* dy, const int32_t* argmax, const float* w, const CsrView& g,
                           int64_t F, int64_t ldx, int64_t ldy, Reduce op, bool accumulate, Stream stream) {
-  GatherArgs a;
-  a.rows = g.num_cols, a.ptr = g.csc_indptr, a.idx = g.csc_indices, a.to_csr = g.csc_to_csr, a.indptr = g.indptr;
-  a.w = w, a.in = dy, a.out = dx, a.argmax_in = argmax, a.F = F, a.ld_in = ldy, a.ld_out = ldx;
-  a.mean = op == Reduce::kMean, a.accumulate = accumulate;
+  const GatherArgs a = backward_args(dx, dy, argmax, w, g, F, ldx, ldy, op, accumulate);
   if (op == Reduce::kMax) launch_gather<Mode::kBwdMax>(a, stream, "spmm_backward_x_cuda (max)");
   else launch_gather<Mode::kBwd>(a, stream, "spmm_backward_x_cuda");
 }
@@ -252,9 +267,7 @@ void spmm_backward_w_cuda(float* dw, const float* dy, const float* x, const int3
 void spmm_heads_forward_cuda(float* y, const float* x, const float* w, const CsrView& g, int64_t H, int64_t Fh,
                              Reduce op, Stream stream) {
   GNN_CHECK(op != Reduce::kMax && H >= 1 && Fh >= 1, "spmm_heads_forward_cuda: sum or mean over H >= 1 heads");
-  GatherArgs a;
-  a.rows = g.num_rows, a.ptr = g.indptr, a.idx = g.indices, a.indptr = g.indptr, a.w = w;
-  a.in = x, a.out = y, a.F = H * Fh, a.ld_in = H * Fh, a.ld_out = H * Fh, a.mean = op == Reduce::kMean;
+  GatherArgs a = forward_args(y, nullptr, x, w, g, H * Fh, H * Fh, H * Fh, op);
   a.heads = H, a.head_cols = Fh;
   launch_gather<Mode::kFwd>(a, stream, "spmm_heads_forward_cuda");
 }
@@ -262,9 +275,7 @@ void spmm_heads_forward_cuda(float* y, const float* x, const float* w, const Csr
 void spmm_heads_backward_x_cuda(float* dx, const float* dy, const float* w, const CsrView& g, int64_t H, int64_t Fh,
                                 Reduce op, Stream stream) {
   GNN_CHECK(op != Reduce::kMax && H >= 1 && Fh >= 1, "spmm_heads_backward_x_cuda: sum or mean over H >= 1 heads");
-  GatherArgs a;
-  a.rows = g.num_cols, a.ptr = g.csc_indptr, a.idx = g.csc_indices, a.to_csr = g.csc_to_csr, a.indptr = g.indptr;
-  a.w = w, a.in = dy, a.out = dx, a.F = H * Fh, a.ld_in = H * Fh, a.ld_out = H * Fh, a.mean = op == Reduce::kMean;
+  GatherArgs a = backward_args(dx, dy, nullptr, w, g, H * Fh, H * Fh, H * Fh, op, false);
   a.heads = H, a.head_cols = Fh;
   launch_gather<Mode::kBwd>(a, stream, "spmm_heads_backward_x_cuda");
 }
