@@ -363,8 +363,9 @@ KernelCase attention_case(const KernelShape& s) {
   std::vector<int64_t> ptr{0};
   double pairs = 0;
   while (ptr.back() < N) {
-    ptr.push_back(std::min(N, ptr.back() + S));
-    pairs += double(ptr.back() - ptr[ptr.size() - 2]) * double(ptr.back() - ptr[ptr.size() - 2]);
+    const int64_t n = std::min(S, N - ptr.back());
+    ptr.push_back(ptr.back() + n);
+    pairs += double(n) * double(n);
   }
   struct State {
     ag::Var q, k, v;

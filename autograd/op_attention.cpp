@@ -203,12 +203,9 @@ Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& grap
   GNN_CHECK(heads >= 1 && W % heads == 0, "graph_attention: ", W, " columns do not split into ", heads, " heads");
   check_graph_ptr("graph_attention", graph_ptr, N);
   const int64_t D = W / heads, G = graph_ptr.size(0) - 1;
-  if (q.value().is_cuda() && !linear && D <= kFlashMaxD) {
-    GNN_CHECK(q.dtype() == DType::F32, "graph_attention: CUDA tensors must be f32, got ", q.value().desc());
-    return flash_attention(q, k, v, graph_ptr, heads);
-  }
   return dispatch_dev("graph_attention", q.value(), [&](auto t) {
     using T = decltype(t);
+    if (q.value().is_cuda() && !linear && D <= kFlashMaxD) return flash_attention(q, k, v, graph_ptr, heads);
     auto block = [=](int64_t g, int64_t h) {
       const int64_t r = graph_ptr.i64()[g], off = r * W + h * D;
       return Block<T>{ptr<T>(q.value()) + off, ptr<T>(k.value()) + off, ptr<T>(v.value()) + off,

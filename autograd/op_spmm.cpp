@@ -96,13 +96,9 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
     GNN_CHECK(H >= 1 && W % H == 0, "spmm: x has ", W, " columns, which do not split into ", H, " heads");
   }
   const int64_t F = W / H;
-  if constexpr (kWithCuda)
-    if (x.value().is_cuda() && H > 1 && op != Reduce::kMax) {
-      GNN_CHECK(x.dtype() == DType::F32, "spmm: CUDA tensors must be f32, got ", x.value().desc());
-      return spmm_heads(graph, x, op, edge_weight, H);
-    }
   return dispatch_dev("spmm", x.value(), [&](auto t) {
     using T = decltype(t);
+    if (x.value().is_cuda() && H > 1 && op != Reduce::kMax) return spmm_heads(graph, x, op, edge_weight, H);
     const CsrView g = csr_view(graph);
     Tensor wt = edge_weight.defined() ? (H > 1 ? transpose<T>(edge_weight.value().reshape({E, H})) : edge_weight.value())
                                       : Tensor();
