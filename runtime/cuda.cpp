@@ -1,6 +1,7 @@
 // The CUDA runtime: device discovery, a caching allocator and a compute stream per device, copies.
 #include "runtime/cuda.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -179,18 +180,29 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
 }
 
 void cuda_upload(void* dst, int device, const void* src, size_t bytes) {
-  if (bytes == 0) return;
+  cuda_upload(dst, device, std::vector<UploadPiece>{{0, src, bytes}});
+}
+
+void cuda_upload(void* dst, int device, const std::vector<UploadPiece>& pieces) {
+  size_t end = 0;
+  for (const UploadPiece& p : pieces) end = std::max(end, p.bytes ? p.offset + p.bytes : 0);
+  if (end == 0) return;
   DeviceState& ds = state(device);
   GNN_CHECK(!ds.capturing.load(), "cuda:", device, ": a host-to-device copy inside a CUDA graph capture; copy the ",
             "inputs before capturing the step (runtime/cuda.h, CudaGraph)");
   constexpr size_t kMaxStaged = size_t(64) << 20;
-  if (bytes > kMaxStaged) return cuda_copy(dst, Device::cuda(device), src, Device::cpu(), bytes);
+  if (end > kMaxStaged) {  // straight from the sources, each piece with its own (synchronous) copy
+    for (const UploadPiece& p : pieces)
+      cuda_copy(static_cast<char*>(dst) + p.offset, Device::cuda(device), p.src, Device::cpu(), p.bytes);
+    return;
+  }
   cudaStream_t stream = ds.stream;
   Staging& st = staging();
   std::lock_guard<std::mutex> lock(st.mu);
   st.reclaim_locked();
-  void* block = st.pool.allocate(bytes);
-  std::memcpy(block, src, bytes);
+  char* block = static_cast<char*>(st.pool.allocate(end));
+  for (const UploadPiece& p : pieces)
+    if (p.bytes) std::memcpy(block + p.offset, p.src, p.bytes);  // gaps between pieces go over unwritten
   cudaEvent_t done = nullptr;
   if (!st.spare_events.empty()) {
     done = st.spare_events.back();
@@ -201,7 +213,7 @@ void cuda_upload(void* dst, int device, const void* src, size_t bytes) {
   }
   st.in_flight.push_back({block, done});  // queued before the calls that can fail: never leaked
   GNN_CUDA_CHECK(cudaSetDevice(device));
-  GNN_CUDA_CHECK(cudaMemcpyAsync(dst, block, bytes, cudaMemcpyHostToDevice, stream));
+  GNN_CUDA_CHECK(cudaMemcpyAsync(dst, block, end, cudaMemcpyHostToDevice, stream));
   GNN_CUDA_CHECK(cudaEventRecord(done, stream));
 }
 

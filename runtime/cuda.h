@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/common.h"
 #include "runtime/allocator.h"
@@ -36,6 +37,14 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
 // and go back to it once an event after their transfer has completed; copies above 64 MiB go
 // straight from src instead (synchronously) rather than pinning that much.
 void cuda_upload(void* dst, int device, const void* src, size_t bytes);
+// The same for several host arrays bound for one device buffer: piece i's bytes go to dst + offset, all
+// through one staging block and one transfer (one copy call and one event instead of one per array).
+struct UploadPiece {
+  size_t offset;  // into dst
+  const void* src;
+  size_t bytes;
+};
+void cuda_upload(void* dst, int device, const std::vector<UploadPiece>& pieces);
 // A CUDA graph of the work fn queues on a device's stream: captured once, replayed with one launch, so
 // a step of many small kernels stops paying a host launch per kernel. fn must queue device work only, on
 // that stream: no copies to or from the host (cuda_upload refuses them while a capture is open) and no

@@ -21,6 +21,7 @@ Stream cuda_stream(int) { no_cuda(); }
 void cuda_synchronize(int) { no_cuda(); }
 void cuda_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
 void cuda_upload(void*, int, const void*, size_t) { no_cuda(); }
+void cuda_upload(void*, int, const std::vector<UploadPiece>&) { no_cuda(); }
 MemoryStats cuda_pinned_stats() { no_cuda(); }
 int64_t cuda_host_waits() { return 0; }  // never waited: there is no device
 CudaGraph::CudaGraph(int, const std::function<void()>&) : device_(0) { no_cuda(); }

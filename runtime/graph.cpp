@@ -72,8 +72,7 @@ Graph Graph::from_edge_index(const Tensor& edge_index, int64_t N, EdgeColumns co
 
 Graph Graph::to(Device device) const {
   Graph g = *this;
-  for (Tensor* t : {&g.csr_indptr, &g.csr_indices, &g.csr_eid, &g.csc_indptr, &g.csc_indices, &g.csc_to_csr})
-    *t = t->to(device);
+  Tensor::move_packed(g.arrays(), device);
   return g;
 }
 

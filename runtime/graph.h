@@ -31,7 +31,8 @@ struct Graph {
                                const std::string& what = "edge_index");
 
   Device device() const { return csr_indptr.device(); }
-  Graph to(Device device) const;
+  Graph to(Device device) const;  // the six arrays in one transfer (Tensor::to_packed)
+  std::vector<Tensor*> arrays() { return {&csr_indptr, &csr_indices, &csr_eid, &csc_indptr, &csc_indices, &csc_to_csr}; }
   Graph on(Device device) const { return this->device() == device ? *this : to(device); }  // no copy when there
   // Host-only conveniences (tests, preprocessing).
   int64_t in_degree(int64_t v) const;

@@ -144,6 +144,41 @@ Tensor Tensor::to(Device device) const {
   return t;
 }
 
+std::vector<Tensor> Tensor::to_packed(const std::vector<Tensor>& ts, Device device) {
+  constexpr size_t kAlign = 256;  // what cudaMalloc gives: every vector width the kernels load
+  std::vector<Tensor> out(ts.size());
+  bool packed = device.is_cuda();
+  size_t total = 0;
+  std::vector<UploadPiece> pieces;
+  for (const Tensor& t : ts) {
+    if (!t.defined()) continue;
+    packed = packed && t.device().is_cpu();
+    pieces.push_back({total, t.data(), t.nbytes()});
+    total += (t.nbytes() + kAlign - 1) / kAlign * kAlign;
+  }
+  if (!packed) {
+    for (size_t i = 0; i < ts.size(); ++i)
+      if (ts[i].defined()) out[i] = ts[i].to(device);
+    return out;
+  }
+  auto storage = std::make_shared<Storage>(total, device);
+  for (size_t i = 0, k = 0; i < ts.size(); ++i) {
+    if (!ts[i].defined()) continue;
+    out[i] = ts[i];
+    out[i].storage_ = storage;
+    out[i].offset_ = pieces[k++].offset;
+  }
+  cuda_upload(storage->ptr, device.index, pieces);
+  return out;
+}
+
+void Tensor::move_packed(const std::vector<Tensor*>& ts, Device device) {
+  std::vector<Tensor> in;
+  for (const Tensor* t : ts) in.push_back(*t);
+  std::vector<Tensor> out = to_packed(in, device);
+  for (size_t i = 0; i < ts.size(); ++i) *ts[i] = std::move(out[i]);
+}
+
 void Tensor::copy_from(const Tensor& src) {
   GNN_CHECK(defined() && src.defined(), "copy_from: undefined tensor (", desc(), " <- ", src.desc(), ")");
   GNN_CHECK(dtype_ == src.dtype_ && numel() == src.numel(), "copy_from: ", src.desc(), " does not fit ", desc());

@@ -99,6 +99,11 @@ class Tensor {
   Tensor to(Device device) const;
   Tensor on(Device device) const { return this->device() == device ? *this : to(device); }  // no copy when there
   Tensor clone() const { return to(device()); }
+  // Copies of several tensors to `device` (undefined ones stay undefined). Host tensors bound for a GPU
+  // share one allocation, each at a 256-byte boundary, and go in one queued transfer: a batch of graph
+  // arrays costs one copy call instead of one per array. Otherwise each is copied as by to().
+  static std::vector<Tensor> to_packed(const std::vector<Tensor>& ts, Device device);
+  static void move_packed(const std::vector<Tensor*>& ts, Device device);  // each *t = its packed copy
   // Same dtype and element count, any devices. Host to GPU and within a GPU the copy is queued on the
   // device's stream and this returns at once (src may be changed or freed); GPU to host waits for it.
   void copy_from(const Tensor& src);

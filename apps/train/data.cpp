@@ -114,7 +114,11 @@ const Batch::Gcn& Batch::gcn() const {
     Gcn g;
     g.graph = nn::add_self_loops(dev.is_cpu() ? graph : *host_graph_).graph;
     g.weight = nn::gcn_norm(g.graph);
-    g.graph = g.graph.on(dev), g.weight = g.weight.on(dev);
+    if (dev.is_cuda()) {
+      std::vector<Tensor*> arrays = g.graph.arrays();
+      arrays.push_back(&g.weight);
+      Tensor::move_packed(arrays, dev);  // one transfer
+    }
     gcn_ = std::make_shared<const Gcn>(std::move(g));
   }
   return *gcn_;
@@ -125,10 +129,10 @@ Batch Batch::to(Device device) const {
   GNN_CHECK(graph.device().is_cpu(), "Batch::to: the batch is already on ", graph.device().str());
   Batch b = *this;
   b.host_graph_ = std::make_shared<const Graph>(graph);
-  b.graph = graph.to(device);
   b.gcn_.reset();
-  for (Tensor* t : {&b.x, &b.config_feat, &b.node_config})
-    if (t->defined()) *t = t->to(device);
+  std::vector<Tensor*> arrays = b.graph.arrays();
+  arrays.insert(arrays.end(), {&b.x, &b.config_feat, &b.node_config});
+  Tensor::move_packed(arrays, device);  // the batch's graph and features in one transfer
   return b;
 }
 

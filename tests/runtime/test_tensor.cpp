@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "runtime/cuda.h"
+#include "runtime/graph.h"
 #include "runtime/tensor.h"
 #include "testing.h"
 
@@ -161,6 +162,49 @@ TEST_CASE("tensor: uploads are queued through pinned staging and land intact, so
   const MemoryStats pinned = cuda_pinned_stats();
   CHECK(pinned.current_bytes == 0);  // every staging block is back in the pool once its copy is done
   CHECK(pinned.cached_bytes > 0);
+}
+
+TEST_CASE("tensor: to_packed moves several host tensors in one transfer, each aligned, values intact") {
+  const Tensor a = Tensor::from_vector<float>({1.5f, -2, 3}, Shape{3, 1});
+  const Tensor b = Tensor::from_vector<int32_t>({7, 8, 9, 10, 11});
+  const Tensor empty = Tensor::empty({0, 4}, DType::F32);
+  const Tensor c = Tensor::from_vector<int64_t>({int64_t(1) << 40, -5});
+  SUBCASE("to the host: plain copies") {
+    const std::vector<Tensor> out = Tensor::to_packed({a, Tensor(), b}, Device::cpu());
+    REQUIRE(out.size() == 3);
+    CHECK_FALSE(out[1].defined());
+    CHECK_FALSE(out[0].shares_storage_with(a));
+    CHECK(out[0].to_vector<float>() == a.to_vector<float>());
+    CHECK(out[2].to_vector<int32_t>() == b.to_vector<int32_t>());
+  }
+  SUBCASE("to a GPU: one allocation, 256-byte aligned views") {
+    GNN_SKIP_UNLESS_CUDA();
+    const int64_t waits = cuda_host_waits();
+    std::vector<Tensor> in = {a, Tensor(), b, empty, c};
+    std::vector<Tensor> out = Tensor::to_packed(in, Device::cuda(0));
+    CHECK(cuda_host_waits() == waits);  // queued: the host did not wait
+    REQUIRE(out.size() == in.size());
+    CHECK_FALSE(out[1].defined());
+    for (size_t i : {size_t(0), size_t(2), size_t(3), size_t(4)}) {
+      CAPTURE(i);
+      CHECK(out[i].is_cuda());
+      CHECK(out[i].shape() == in[i].shape());
+      CHECK(out[i].dtype() == in[i].dtype());
+      CHECK(out[i].shares_storage_with(out[0]));
+      CHECK(reinterpret_cast<uintptr_t>(out[i].data()) % 256 == 0);
+    }
+    in[0].fill_(-1.0);  // the sources may change once the call returns
+    CHECK(out[0].to_vector<float>() == std::vector<float>{1.5f, -2, 3});
+    CHECK(out[2].to_vector<int32_t>() == std::vector<int32_t>{7, 8, 9, 10, 11});
+    CHECK(out[3].numel() == 0);
+    CHECK(out[4].to_vector<int64_t>() == c.to_vector<int64_t>());
+    // a graph moves its six arrays the same way
+    const Graph g = Graph::from_edges(std::vector<int64_t>{0, 1, 2}.data(), std::vector<int64_t>{1, 2, 0}.data(), 3, 3);
+    const Graph d = g.to(Device::cuda(0));
+    CHECK(d.csc_to_csr.shares_storage_with(d.csr_indptr));
+    CHECK(d.csr_indices.to_vector<int32_t>() == g.csr_indices.to_vector<int32_t>());
+    CHECK(d.csc_to_csr.to_vector<int32_t>() == g.csc_to_csr.to_vector<int32_t>());
+  }
 }
 
 TEST_CASE("cuda graph: captured kernels replay on the stream, and an upload inside a capture is refused") {
