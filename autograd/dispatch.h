@@ -93,7 +93,11 @@ void scale_on(const Tensor& on, T* y, const T* x, T s, int64_t n) {  // y = s x
 template <class T>
 void column_sum_on(const Tensor& on, T* out, const T* x, int64_t R, int64_t F) {
   if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return column_sum_cuda(out, x, R, F, false, on.stream());
+    if (on.is_cuda()) {
+      const int64_t n = column_sum_workspace_cuda(R, F);
+      const Tensor ws = n ? Tensor::empty(Shape{n}, DType::F32, on.device()) : Tensor();  // freed after the queued launch
+      return column_sum_cuda(out, x, R, F, false, n ? ws.f32() : nullptr, on.stream());
+    }
   column_sum<T>(out, x, R, F);
 }
 

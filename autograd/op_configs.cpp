@@ -38,8 +38,13 @@ Var join_configs(const Var& x, const Var& c, int64_t configs) {
     Tensor y = empty_like(x.value(), Shape{N, W});
     // y viewed as [N*C, A+B]: x's row n fills the first A columns of rows n*C .. n*C+C-1, and c viewed
     // as [N*C, B] fills the last B columns of every row.
-    for (int64_t k = 0; k < C; ++k) copy_block_on<T>(y, ptr<T>(y), W, k * (A + B), ptr<T>(x.value()), A, 0, N, A);
-    copy_block_on<T>(y, ptr<T>(y), A + B, A, ptr<T>(c.value()), B, 0, N * C, B);
+    if (y.is_cuda()) {
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        join_configs_cuda(ptr<T>(y), ptr<T>(x.value()), ptr<T>(c.value()), N, A, B, C, y.stream());
+    } else {
+      for (int64_t k = 0; k < C; ++k) copy_block_on<T>(y, ptr<T>(y), W, k * (A + B), ptr<T>(x.value()), A, 0, N, A);
+      copy_block_on<T>(y, ptr<T>(y), A + B, A, ptr<T>(c.value()), B, 0, N * C, B);
+    }
     return record("join_configs", y, {x, c}, [x, c, N, A, B, C, W](const Tensor& dy) {
       const T* g = ptr<T>(dy);
       if (x.requires_grad()) {  // dx[n, j] = sum_k dy[n, k*(A+B) + j], k in order

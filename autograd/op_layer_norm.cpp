@@ -30,10 +30,14 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
       T* dbp = db.defined() ? ptr<T>(db) : nullptr;
       const T *xp = ptr<T>(x.value()), *gp = ptr_or_null<T>(gamma);
       if (dy.is_cuda()) {
-        Tensor ws = dg.defined() ? empty_like(dy, x.shape()) : Tensor();  // dy * xhat, summed over rows
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
+        if constexpr (std::is_same_v<T, float> && kWithCuda) {
+          // dy * xhat, summed over rows, and the column sums' partials
+          const Tensor ws = dg.defined() || db.defined()
+                                ? empty_like(dy, Shape{layer_norm_backward_workspace_cuda(R, F)})
+                                : Tensor();
           layer_norm_backward_cuda(ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F,
                                    ws.defined() ? ptr<T>(ws) : nullptr, dy.stream());
+        }
       } else if constexpr (std::is_same_v<T, float>) {
         layer_norm_backward_cpu(ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F);
       } else {

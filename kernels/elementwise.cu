@@ -4,6 +4,8 @@
 // (slices, head sums and dots, row masks, one-block sums).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "kernels/activation.h"
 #include "kernels/cuda_launch.cuh"
 #include "kernels/elementwise.h"
@@ -56,19 +58,33 @@ constexpr int kPoolWarps = 8;
 
 // out[f] (+)= sum_r x[r, f]: block = 8 warps for columns [32 blockIdx.x, +32); warp w sums rows w,
 // w + 8, ...; warp 0 adds the 8 partials in warp order.
+// out[s*F + f] (+)= the sum of x[r, f] over the rows of slice s = blockIdx.y (slice_rows rows each): the
+// block's 8 warps each take a fixed stride of the slice, four rows in flight per warp, and the warps'
+// partials combine in warp order. The same shapes give the same bits on every run.
 __global__ void __launch_bounds__(kPoolWarps * 32) column_sum_kernel(float* out, const float* x, int64_t R, int64_t F,
-                                                                     bool accumulate) {
+                                                                     int64_t slice_rows, bool accumulate) {
   __shared__ float part[kPoolWarps][32];
   const int w = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
   const int64_t f = int64_t(blockIdx.x) * 32 + lane;
+  const int64_t begin = int64_t(blockIdx.y) * slice_rows, end = begin + slice_rows < R ? begin + slice_rows : R;
   float acc = 0.0f;
-  if (f < F)
-    for (int64_t r = w; r < R; r += kPoolWarps) acc += __ldg(x + r * F + f);
+  if (f < F) {
+    constexpr int S = kPoolWarps;
+    float a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+    int64_t r = begin + w;
+    for (; r + 3 * S < end; r += 4 * S) {
+      acc += __ldg(x + r * F + f), a1 += __ldg(x + (r + S) * F + f);
+      a2 += __ldg(x + (r + 2 * S) * F + f), a3 += __ldg(x + (r + 3 * S) * F + f);
+    }
+    for (; r < end; r += S) acc += __ldg(x + r * F + f);
+    acc = (acc + a1) + (a2 + a3);
+  }
   part[w][lane] = acc;
   __syncthreads();
   if (w != 0 || f >= F) return;
   for (int h = 1; h < kPoolWarps; ++h) acc += part[h][lane];
-  out[f] = accumulate ? out[f] + acc : acc;
+  float* o = out + int64_t(blockIdx.y) * F + f;
+  *o = accumulate ? *o + acc : acc;
 }
 
 __global__ void __launch_bounds__(kPoolWarps * 32) pool_fwd_kernel(float* y, int32_t* argmax, const float* x,
@@ -187,6 +203,15 @@ __global__ void block_sum_kernel(float* y, const float* x, int64_t R, int64_t w,
     float acc = 0.0f;
     for (int64_t k = 0; k < K; ++k) acc += __ldg(x + r * ld + k * stride + j);
     y[t] = s * acc;
+  }
+}
+
+__global__ void join_configs_kernel(float* y, const float* x, const float* c, int64_t N, int64_t A, int64_t B,
+                                    int64_t C) {
+  const int64_t W = A + B;
+  GNN_GRID_STRIDE(t, N * C * W) {
+    const int64_t j = t % W, nk = t / W;  // y viewed as [N*C, A+B]: row nk is node nk / C, config nk % C
+    y[t] = j < A ? __ldg(x + (nk / C) * A + j) : __ldg(c + nk * B + (j - A));
   }
 }
 
@@ -337,9 +362,33 @@ void transpose_cuda(float* y, const float* x, int64_t R, int64_t C, Stream strea
   GNN_CUDA_LAUNCH_CHECK("transpose_cuda");
 }
 
-void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, Stream stream) {
+namespace {
+// The row slices of a column sum: from R alone (never the device), so results do not depend on the GPU.
+constexpr int64_t kColumnSliceMinRows = 64, kColumnMaxSlices = 256;
+int64_t column_slice_rows(int64_t R) {
+  const int64_t slices = std::clamp<int64_t>(ceil_div<int64_t>(R, kColumnSliceMinRows), 1, kColumnMaxSlices);
+  return std::max<int64_t>(ceil_div<int64_t>(R, slices), 1);
+}
+}  // namespace
+
+int64_t column_sum_workspace_cuda(int64_t R, int64_t F) {
+  const int64_t slices = ceil_div<int64_t>(R, column_slice_rows(R));
+  return slices > 1 ? slices * F : 0;
+}
+
+void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, float* workspace,
+                     Stream stream) {
   if (F == 0) return;
-  column_sum_kernel<<<unsigned(ceil_div<int64_t>(F, 32)), kPoolWarps * 32, 0, stream>>>(out, x, R, F, accumulate);
+  const unsigned tiles = unsigned(ceil_div<int64_t>(F, 32));
+  const int64_t rows = column_slice_rows(R), slices = ceil_div<int64_t>(R, rows);
+  if (slices <= 1) {
+    column_sum_kernel<<<dim3(tiles, 1), kPoolWarps * 32, 0, stream>>>(out, x, R, F, rows, accumulate);
+  } else {  // each slice's partial sums, then the partials summed in slice order
+    GNN_CHECK(workspace, "column_sum_cuda: ", R, " rows need a workspace of column_sum_workspace_cuda floats");
+    column_sum_kernel<<<dim3(tiles, unsigned(slices)), kPoolWarps * 32, 0, stream>>>(workspace, x, R, F, rows, false);
+    GNN_CUDA_LAUNCH_CHECK("column_sum_cuda");
+    column_sum_kernel<<<dim3(tiles, 1), kPoolWarps * 32, 0, stream>>>(out, workspace, slices, F, slices, accumulate);
+  }
   GNN_CUDA_LAUNCH_CHECK("column_sum_cuda");
 }
 
@@ -370,6 +419,11 @@ void head_dot_cuda(float* y, const float* x, const float* a, int64_t R, int64_t 
 void head_dot_backward_cuda(float* dx, float* prod, const float* dy, const float* x, const float* a, int64_t R,
                             int64_t H, int64_t D, Stream stream) {
   GNN_LAUNCH_N("head_dot_backward_cuda", R * H * D, head_dot_bwd_kernel, dx, prod, dy, x, a, R, H, D);
+}
+
+void join_configs_cuda(float* y, const float* x, const float* c, int64_t N, int64_t A, int64_t B, int64_t C,
+                       Stream stream) {
+  GNN_LAUNCH_N("join_configs_cuda", N * C * (A + B), join_configs_kernel, y, x, c, N, A, B, C);
 }
 
 void mask_rows_cuda(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W, Stream stream) {

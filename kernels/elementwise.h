@@ -81,12 +81,18 @@ void dropout_apply(T* y, const T* x, int64_t n, uint64_t seed, uint32_t threshol
 }
 
 // CUDA versions, f32 on `stream`: y = a + sb b, y = a * b, y[r, f] = x[r, f] + row[f], and
-// out[f] (+)= sum_r x[r, f] (8 warps per 32 columns, each summing a fixed stride of rows, the partials
-// combined in warp order: the same bits on every run).
+// out[f] (+)= sum_r x[r, f] (8 warps per 32 columns and row slice, each summing a fixed stride of rows,
+// the partials combined in warp order, then in slice order: the same bits on every run).
 void add_cuda(float* y, const float* a, const float* b, int64_t n, float sb, Stream stream);
 void mul_cuda(float* y, const float* a, const float* b, int64_t n, Stream stream);
 void add_row_cuda(float* y, const float* x, const float* row, int64_t R, int64_t F, Stream stream);
-void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, Stream stream);
+// column_sum_cuda spreads the rows over up to 256 slices (at least 64 rows each, fixed by R alone) so a
+// tall, narrow x (a bias gradient over N*C rows and 32 columns) uses the whole GPU, then sums the slices'
+// partials in order: two launches, with workspace of column_sum_workspace_cuda(R, F) floats (0: one
+// launch, no workspace needed).
+int64_t column_sum_workspace_cuda(int64_t R, int64_t F);
+void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, float* workspace,
+                     Stream stream);
 void transpose_cuda(float* y, const float* x, int64_t R, int64_t C, Stream stream);  // x [R, C] -> y [C, R]
 // The column plumbing of the autograd ops (autograd/op_columns.cpp, op_configs.cpp), f32 on `stream`:
 //   scale:          y = s x, times *by when given (one value on the device, read there: no sync)
@@ -96,6 +102,8 @@ void transpose_cuda(float* y, const float* x, int64_t R, int64_t C, Stream strea
 //   head_dot:       y[r, h] = sum_d x[r, h*D + d] a[h, d] (d in order)
 //   head_dot_bwd:   dx[r, h*D + d] = dy[r, h] a[h, d];  prod[r, h*D + d] = dy[r, h] x[r, h*D + d]  (either null)
 //   mask_rows:      dx[r, :] = keep[r] ? dy[r, :] : 0 over rows of W values
+//   join_configs:   y[n, k*(A+B) + j] = x[n, j] for j < A, c[n, k*B + j - A] otherwise; y [N, C*(A+B)]
+//                   (one launch for what is C+1 strided copies)
 //   sum:            out[0] = sum of x's n values (one block, a fixed order: the same bits every run)
 void scale_cuda(float* y, const float* x, float s, int64_t n, Stream stream, const float* by = nullptr);
 void copy_block_cuda(float* dst, int64_t wd, int64_t od, const float* src, int64_t ws, int64_t os, int64_t R, int64_t w,
@@ -107,6 +115,8 @@ void head_dot_cuda(float* y, const float* x, const float* a, int64_t R, int64_t 
 void head_dot_backward_cuda(float* dx, float* prod, const float* dy, const float* x, const float* a, int64_t R,
                             int64_t H, int64_t D, Stream stream);
 void mask_rows_cuda(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W, Stream stream);
+void join_configs_cuda(float* y, const float* x, const float* c, int64_t N, int64_t A, int64_t B, int64_t C,
+                       Stream stream);
 void sum_cuda(float* out, const float* x, int64_t n, Stream stream);
 void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale,
                         Stream stream);

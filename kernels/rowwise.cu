@@ -134,8 +134,13 @@ void layer_norm_backward_cuda(float* dx, float* dgamma, float* dbeta, const floa
         dx, dgamma ? workspace : nullptr, dy, x, mean, rstd, gamma, R, F);
     GNN_CUDA_LAUNCH_CHECK("layer_norm_backward_cuda");
   }
-  if (dgamma) column_sum_cuda(dgamma, workspace, R, F, false, stream);
-  if (dbeta) column_sum_cuda(dbeta, dy, R, F, false, stream);
+  float* partials = workspace + R * F;
+  if (dgamma) column_sum_cuda(dgamma, workspace, R, F, false, partials, stream);
+  if (dbeta) column_sum_cuda(dbeta, dy, R, F, false, partials, stream);  // after dgamma's on the stream
+}
+
+int64_t layer_norm_backward_workspace_cuda(int64_t R, int64_t F) {
+  return R * F + column_sum_workspace_cuda(R, F);
 }
 
 }  // namespace gnn

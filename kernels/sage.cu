@@ -48,16 +48,18 @@ void sage_forward_cuda(float* y, float* z, float* h, float* scratch, const float
   GNN_CUDA_LAUNCH_CHECK("sage_forward_cuda");
 }
 
-int64_t sage_backward_workspace_cuda(int64_t N, int64_t F, int64_t O) { return N * O + N * F; }
+int64_t sage_backward_workspace_cuda(int64_t N, int64_t F, int64_t O) {
+  return N * O + N * F + column_sum_workspace_cuda(N, O);
+}
 
 void sage_backward_cuda(float* dx, float* dW, float* db, const float* dy, const float* z, const float* h,
                         const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope,
                         float* workspace, Stream stream) {
   const int64_t N = g.num_rows;
   float* dz = workspace;      // [N, O]
-  float* dagg = dz + N * O;   // [N, F]
+  float* dagg = dz + N * O;   // [N, F], then db's column-sum partials
   if (N * O > 0) act_backward_cuda(dz, dy, z, N * O, act, slope, stream);
-  if (db) column_sum_cuda(db, dz, N, O, false, stream);
+  if (db) column_sum_cuda(db, dz, N, O, false, dagg + N * F, stream);
   gemm_cuda(true, false, 2 * F, O, N, 1.0f, h, 2 * F, dz, O, 0.0f, dW, O, stream);  // dW = h^T dz
   gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W + F * O, O, 0.0f, dx, F, stream);  // dx = dz W_root^T
   gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W, O, 0.0f, dagg, F, stream);        // dagg = dz W_agg^T

@@ -362,8 +362,10 @@ TEST_CASE("cuda elementwise maps, column sums, transpose and row-wise softmax ma
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  // R x F with R wider than a block's 8 warps of rows and F not a multiple of 32; F = 1 and a 1-row case
-  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {1000, 33}, {3, 1000}, {20000, 7}}) {
+  // R x F with R wider than a block's 8 warps of rows and F not a multiple of 32; F = 1 and a 1-row case;
+  // column sums over one slice (R <= 64), a few and the most slices (256, with a short last one)
+  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {7, 3}, {64, 5}, {65, 40}, {1000, 33}, {3, 1000}, {20000, 7}, {100003, 32}}) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
@@ -384,18 +386,22 @@ TEST_CASE("cuda elementwise maps, column sums, transpose and row-wise softmax ma
     mul_cuda(y2.f32(), ga.f32(), gb.f32(), n, s);
     add_row_cuda(y3.f32(), ga.f32(), grow.f32(), R, F, s);
     transpose_cuda(y4.f32(), ga.f32(), R, F, s);
-    column_sum_cuda(c.f32(), ga.f32(), R, F, false, s);
+    const int64_t nws = column_sum_workspace_cuda(R, F);
+    CHECK((nws == 0) == (R <= 64));
+    Tensor ws = nan_gpu(std::max<int64_t>(nws, 1));
+    float* wsp = nws ? ws.f32() : nullptr;
+    column_sum_cuda(c.f32(), ga.f32(), R, F, false, wsp, s);
     GNN_CHECK_CLOSE(y1.to_vector<float>(), sum);
     GNN_CHECK_CLOSE(y2.to_vector<float>(), prod);
     GNN_CHECK_CLOSE(y3.to_vector<float>(), bias);
     GNN_CHECK_CLOSE(y4.to_vector<float>(), tr);
     GNN_CHECK_CLOSE(c.to_vector<float>(), cols, 1e-4, 1e-4);
     const std::vector<float> c1 = c.to_vector<float>();
-    column_sum_cuda(c.f32(), ga.f32(), R, F, true, s);  // accumulate: twice the sum, and the same bits as before
+    column_sum_cuda(c.f32(), ga.f32(), R, F, true, wsp, s);  // accumulate: twice the sum, and the same bits as before
     std::vector<double> twice(cols);
     for (double& v : twice) v *= 2;
     GNN_CHECK_CLOSE(c.to_vector<float>(), twice, 1e-4, 1e-4);
-    column_sum_cuda(c.f32(), ga.f32(), R, F, false, s);
+    column_sum_cuda(c.f32(), ga.f32(), R, F, false, wsp, s);
     CHECK(same_bits(c.to_vector<float>(), c1));
     const std::vector<double> ad(a.begin(), a.end()), dyd(dy.begin(), dy.end());
     for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax, RowOp::kL2Normalize}) {
@@ -417,7 +423,7 @@ TEST_CASE("cuda layer norm, ordered embedding backward and the column plumbing m
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {1000, 33}, {3, 1000}}) {
+  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {1000, 33}, {3, 1000}, {30000, 20}}) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
@@ -429,7 +435,8 @@ TEST_CASE("cuda layer norm, ordered embedding backward and the column plumbing m
     layer_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), xd.data(), gd.data(), bd.data(), R, F, 1e-5);
     layer_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), dyd.data(), xd.data(), md.data(), rd.data(),
                                     gd.data(), R, F);
-    Tensor y = nan_gpu(n), m = nan_gpu(R), r = nan_gpu(R), dx = nan_gpu(n), dg = nan_gpu(F), db = nan_gpu(F), ws = nan_gpu(n);
+    Tensor y = nan_gpu(n), m = nan_gpu(R), r = nan_gpu(R), dx = nan_gpu(n), dg = nan_gpu(F), db = nan_gpu(F),
+           ws = nan_gpu(layer_norm_backward_workspace_cuda(R, F));
     const Tensor gx = on_gpu(x), gdy = on_gpu(dy), gg = on_gpu(gamma), gb = on_gpu(beta);
     layer_norm_forward_cuda(y.f32(), m.f32(), r.f32(), gx.f32(), gg.f32(), gb.f32(), R, F, 1e-5f, s);
     layer_norm_backward_cuda(dx.f32(), dg.f32(), db.f32(), gdy.f32(), gx.f32(), m.f32(), r.f32(), gg.f32(), R, F,
