@@ -1,4 +1,5 @@
 // y = act(x);  dx = dy * act'(x)  (kernels/activation.h), on the host or the GPU
+// y = act(x + b);  dx = dy * act'(x + b), db = column sums of dx  (bias_act: a dense layer's epilogue)
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 
@@ -28,6 +29,46 @@ Var activation(const Var& x, Act act, double slope) {
         act_backward_ref<T>(ptr<T>(dx), ptr<T>(dy), ptr<T>(x.value()), dx.numel(), act, T(slope));
       }
       accumulate(x, dx);
+    });
+  });
+}
+
+Var bias_act(const Var& x, const Var& b, Act act, double slope) {
+  check_arg_on("bias_act", "x", x, 2, x.dtype(), x.device());
+  check_arg_on("bias_act", "b", b, 1, x.dtype(), x.device());
+  const int64_t R = x.size(0), F = x.size(1);
+  GNN_CHECK(b.size(0) == F, "bias_act: b has ", b.size(0), " values for x with ", F, " columns");
+  return dispatch_dev("bias_act", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), x.shape());
+    const T *xp = ptr<T>(x.value()), *bp = ptr<T>(b.value());
+    if (y.is_cuda()) {
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        bias_act_forward_cuda(ptr<T>(y), nullptr, xp, bp, R, F, act, T(slope), y.stream());
+    } else if constexpr (std::is_same_v<T, float>) {
+      bias_act_forward_cpu(ptr<T>(y), xp, bp, R, F, act, T(slope));
+    } else {
+      bias_act_forward_ref<T>(ptr<T>(y), xp, bp, R, F, act, T(slope));
+    }
+    return record("bias_act", y, {x, b}, [x, b, act, slope, R, F](const Tensor& dy) {
+      Tensor dx = empty_like(dy, x.shape());
+      Tensor db = b.requires_grad() ? empty_like(dy, b.shape()) : Tensor();
+      T* dbp = db.defined() ? ptr<T>(db) : nullptr;
+      const T *g = ptr<T>(dy), *xp = ptr<T>(x.value()), *bp = ptr<T>(b.value());
+      if (dx.is_cuda()) {
+        if constexpr (std::is_same_v<T, float> && kWithCuda) {
+          const int64_t n = dbp ? column_sum_workspace_cuda(R, F) : 0;
+          const Tensor ws = n ? empty_like(dy, Shape{n}) : Tensor();  // freed after the queued launches
+          bias_act_backward_cuda(ptr<T>(dx), dbp, g, xp, bp, R, F, act, T(slope), n ? ptr<T>(ws) : nullptr,
+                                 dx.stream());
+        }
+      } else if constexpr (std::is_same_v<T, float>) {
+        bias_act_backward_cpu(ptr<T>(dx), dbp, g, xp, bp, R, F, act, T(slope));
+      } else {
+        bias_act_backward_ref<T>(ptr<T>(dx), dbp, g, xp, bp, R, F, act, T(slope));
+      }
+      if (x.requires_grad()) accumulate(x, dx);
+      if (db.defined()) accumulate(b, db);
     });
   });
 }

@@ -75,9 +75,37 @@ void act_backward_ref(T* dx, const T* dy, const T* x, int64_t n, Act a, T slope)
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * act_derivative(a, x[i], slope);
 }
 
+// A dense layer's epilogue, bias and activation in one pass over [R, F] (b may be null: no bias):
+//   y = act(x + b);  dx = dy * act'(x + b) (the pre-activation recomputed, never stored);  db = column sums of dx
+// On a GPU the backward's column sums come out of the same pass that writes dx (kernels/elementwise.h,
+// column_sum_cuda's row slices): one launch forward, two backward, instead of two and three.
+template <class T>
+void bias_act_forward_ref(T* y, const T* x, const T* b, int64_t R, int64_t F, Act a, T slope) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t f = 0; f < F; ++f) y[r * F + f] = act_value(a, x[r * F + f] + (b ? b[f] : T(0)), slope);
+}
+template <class T>  // db may be null
+void bias_act_backward_ref(T* dx, T* db, const T* dy, const T* x, const T* b, int64_t R, int64_t F, Act a, T slope) {
+  for (int64_t f = 0; db && f < F; ++f) db[f] = T(0);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t f = 0; f < F; ++f) {
+      dx[r * F + f] = dy[r * F + f] * act_derivative(a, x[r * F + f] + (b ? b[f] : T(0)), slope);
+      if (db) db[f] += dx[r * F + f];
+    }
+}
+
 void act_forward_cpu(float* y, const float* x, int64_t n, Act a, float slope);
 void act_backward_cpu(float* dx, const float* dy, const float* x, int64_t n, Act a, float slope);
 void act_forward_cuda(float* y, const float* x, int64_t n, Act a, float slope, Stream stream);
 void act_backward_cuda(float* dx, const float* dy, const float* x, int64_t n, Act a, float slope, Stream stream);
+// z (may be null) keeps x + b; x may be y itself. The backward's workspace: column_sum_workspace_cuda(R, F)
+// floats (kernels/elementwise.h); db may be null (then no workspace).
+void bias_act_forward_cpu(float* y, const float* x, const float* b, int64_t R, int64_t F, Act a, float slope);
+void bias_act_backward_cpu(float* dx, float* db, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
+                           Act a, float slope);
+void bias_act_forward_cuda(float* y, float* z, const float* x, const float* b, int64_t R, int64_t F, Act a, float slope,
+                           Stream stream);
+void bias_act_backward_cuda(float* dx, float* db, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
+                            Act a, float slope, float* workspace, Stream stream);
 
 }  // namespace gnn

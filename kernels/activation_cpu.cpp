@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "kernels/elementwise.h"
 #include "runtime/error.h"
 
 namespace gnn {
@@ -38,6 +39,27 @@ GNN_CPU_CLONES void act_backward_cpu(float* __restrict dx, const float* __restri
 #pragma omp parallel for schedule(static) if (n > 32768)
     for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * act_derivative(decltype(A)::value, x[i], slope);
   });
+}
+
+GNN_CPU_CLONES void bias_act_forward_cpu(float* y, const float* x, const float* b, int64_t R, int64_t F,
+                                         Act a, float slope) {
+  dispatch_act(a, [&](auto A) {
+#pragma omp parallel for schedule(static) if (R * F > 32768)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t f = 0; f < F; ++f)
+        y[r * F + f] = act_value(decltype(A)::value, x[r * F + f] + (b ? b[f] : 0.0f), slope);
+  });
+}
+
+void bias_act_backward_cpu(float* dx, float* db, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
+                           Act a, float slope) {
+  dispatch_act(a, [&](auto A) {
+#pragma omp parallel for schedule(static) if (R * F > 32768)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t f = 0; f < F; ++f)
+        dx[r * F + f] = dy[r * F + f] * act_derivative(decltype(A)::value, x[r * F + f] + (b ? b[f] : 0.0f), slope);
+  });
+  if (db) column_sum<float>(db, dx, R, F);  // chunks of rows in a fixed order
 }
 
 }  // namespace gnn

@@ -58,33 +58,73 @@ constexpr int kPoolWarps = 8;
 
 // out[f] (+)= sum_r x[r, f]: block = 8 warps for columns [32 blockIdx.x, +32); warp w sums rows w,
 // w + 8, ...; warp 0 adds the 8 partials in warp order.
-// out[s*F + f] (+)= the sum of x[r, f] over the rows of slice s = blockIdx.y (slice_rows rows each): the
-// block's 8 warps each take a fixed stride of the slice, four rows in flight per warp, and the warps'
-// partials combine in warp order. The same shapes give the same bits on every run.
-__global__ void __launch_bounds__(kPoolWarps * 32) column_sum_kernel(float* out, const float* x, int64_t R, int64_t F,
+// The sum of fn(i) over rows i = b + w, b + w + 8, ... < e (warp w's fixed stride of a block's 8 warps),
+// four rows in flight: one dependent load per row would leave most of the memory system idle.
+template <class Fn>
+__device__ float warp_rows_sum(int64_t b, int64_t e, int w, Fn fn) {
+  constexpr int S = kPoolWarps;
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+  int64_t i = b + w;
+  for (; i + 3 * S < e; i += 4 * S) a0 += fn(i), a1 += fn(i + S), a2 += fn(i + 2 * S), a3 += fn(i + 3 * S);
+  for (; i < e; i += S) a0 += fn(i);
+  return (a0 + a1) + (a2 + a3);
+}
+
+// out[s*F + f] (+)= the sum of fn(r, f) over the rows r of slice s = blockIdx.y (slice_rows rows each):
+// the block's 8 warps each take a fixed stride of the slice (warp_rows_sum), and the warps' partials
+// combine in warp order. fn is called once per element, so it may also store what it computes.
+template <class Fn>
+__global__ void __launch_bounds__(kPoolWarps * 32) column_sum_kernel(float* out, Fn fn, int64_t R, int64_t F,
                                                                      int64_t slice_rows, bool accumulate) {
   __shared__ float part[kPoolWarps][32];
   const int w = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
   const int64_t f = int64_t(blockIdx.x) * 32 + lane;
   const int64_t begin = int64_t(blockIdx.y) * slice_rows, end = begin + slice_rows < R ? begin + slice_rows : R;
-  float acc = 0.0f;
-  if (f < F) {
-    constexpr int S = kPoolWarps;
-    float a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-    int64_t r = begin + w;
-    for (; r + 3 * S < end; r += 4 * S) {
-      acc += __ldg(x + r * F + f), a1 += __ldg(x + (r + S) * F + f);
-      a2 += __ldg(x + (r + 2 * S) * F + f), a3 += __ldg(x + (r + 3 * S) * F + f);
-    }
-    for (; r < end; r += S) acc += __ldg(x + r * F + f);
-    acc = (acc + a1) + (a2 + a3);
-  }
+  float acc = f < F ? warp_rows_sum(begin, end, w, [&](int64_t r) { return fn(r, f); }) : 0.0f;
   part[w][lane] = acc;
   __syncthreads();
   if (w != 0 || f >= F) return;
   for (int h = 1; h < kPoolWarps; ++h) acc += part[h][lane];
   float* o = out + int64_t(blockIdx.y) * F + f;
   *o = accumulate ? *o + acc : acc;
+}
+
+struct LoadRows {  // x[r, f]
+  const float* x;
+  int64_t F;
+  __device__ float operator()(int64_t r, int64_t f) const { return __ldg(x + r * F + f); }
+};
+
+template <Act A>
+struct BiasActGrad {  // dx[r, f] = dy[r, f] act'(x[r, f] + b[f]), stored and summed
+  float* dx;
+  const float *dy, *x, *b;
+  int64_t F;
+  float slope;
+  __device__ float operator()(int64_t r, int64_t f) const {
+    const int64_t i = r * F + f;
+    const float d = __ldg(dy + i) * act_derivative(A, __ldg(x + i) + (b ? __ldg(b + f) : 0.0f), slope);
+    dx[i] = d;
+    return d;
+  }
+};
+
+// y = act(x + b); z (when not null) keeps x + b. x may be y itself.
+template <Act A>
+__global__ void bias_act_fwd_kernel(float* y, float* z, const float* x, const float* b, int64_t R, int64_t F,
+                                    float slope) {
+  GNN_GRID_STRIDE(i, R * F) {
+    const float v = x[i] + (b ? __ldg(b + i % F) : 0.0f);
+    if (z) z[i] = v;
+    y[i] = act_value(A, v, slope);
+  }
+}
+
+template <Act A>
+__global__ void bias_act_bwd_kernel(float* dx, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
+                                    float slope) {
+  const BiasActGrad<A> g{dx, dy, x, b, F, slope};
+  GNN_GRID_STRIDE(i, R * F) g(i / F, i % F);
 }
 
 __global__ void __launch_bounds__(kPoolWarps * 32) pool_fwd_kernel(float* y, int32_t* argmax, const float* x,
@@ -96,12 +136,14 @@ __global__ void __launch_bounds__(kPoolWarps * 32) pool_fwd_kernel(float* y, int
   const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
   float acc = op == Reduce::kMax ? -INFINITY : 0.0f;
   int32_t arg = -1;
-  if (f < F)
+  if (f < F && op != Reduce::kMax) {
+    acc = warp_rows_sum(b, e, w, [&](int64_t i) { return __ldg(x + i * F + f); });
+  } else if (f < F) {
     for (int64_t i = b + w; i < e; i += kPoolWarps) {
       const float val = __ldg(x + i * F + f);
-      if (op != Reduce::kMax) acc += val;
-      else if (arg < 0 || val > acc) acc = val, arg = int32_t(i);
+      if (arg < 0 || val > acc) acc = val, arg = int32_t(i);
     }
+  }
   part[w][lane] = acc, part_arg[w][lane] = arg;
   __syncthreads();
   if (w != 0 || f >= F) return;
@@ -125,9 +167,7 @@ template <class Fn>
 __device__ float block_rows_sum(int64_t b, int64_t e, bool valid, Fn fn) {
   __shared__ float part[kPoolWarps][32];
   const int w = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
-  float acc = 0.0f;
-  if (valid)
-    for (int64_t i = b + w; i < e; i += kPoolWarps) acc += fn(i);
+  const float acc = valid ? warp_rows_sum(b, e, w, fn) : 0.0f;
   __syncthreads();  // part may still be read from a previous call
   part[w][lane] = acc;
   __syncthreads();
@@ -376,20 +416,53 @@ int64_t column_sum_workspace_cuda(int64_t R, int64_t F) {
   return slices > 1 ? slices * F : 0;
 }
 
-void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, float* workspace,
-                     Stream stream) {
+namespace {
+template <class Fn>
+void column_sum_launch(const char* name, float* out, Fn fn, int64_t R, int64_t F, bool accumulate, float* workspace,
+                       Stream stream) {
   if (F == 0) return;
   const unsigned tiles = unsigned(ceil_div<int64_t>(F, 32));
   const int64_t rows = column_slice_rows(R), slices = ceil_div<int64_t>(R, rows);
   if (slices <= 1) {
-    column_sum_kernel<<<dim3(tiles, 1), kPoolWarps * 32, 0, stream>>>(out, x, R, F, rows, accumulate);
+    column_sum_kernel<Fn><<<dim3(tiles, 1), kPoolWarps * 32, 0, stream>>>(out, fn, R, F, rows, accumulate);
   } else {  // each slice's partial sums, then the partials summed in slice order
-    GNN_CHECK(workspace, "column_sum_cuda: ", R, " rows need a workspace of column_sum_workspace_cuda floats");
-    column_sum_kernel<<<dim3(tiles, unsigned(slices)), kPoolWarps * 32, 0, stream>>>(workspace, x, R, F, rows, false);
-    GNN_CUDA_LAUNCH_CHECK("column_sum_cuda");
-    column_sum_kernel<<<dim3(tiles, 1), kPoolWarps * 32, 0, stream>>>(out, workspace, slices, F, slices, accumulate);
+    GNN_CHECK(workspace, name, ": ", R, " rows need a workspace of column_sum_workspace_cuda floats");
+    column_sum_kernel<Fn><<<dim3(tiles, unsigned(slices)), kPoolWarps * 32, 0, stream>>>(workspace, fn, R, F, rows,
+                                                                                    false);
+    GNN_CUDA_LAUNCH_CHECK(name);
+    column_sum_kernel<LoadRows><<<dim3(tiles, 1), kPoolWarps * 32, 0, stream>>>(out, LoadRows{workspace, F}, slices, F,
+                                                                                slices, accumulate);
   }
-  GNN_CUDA_LAUNCH_CHECK("column_sum_cuda");
+  GNN_CUDA_LAUNCH_CHECK(name);
+}
+}  // namespace
+
+void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, float* workspace,
+                     Stream stream) {
+  column_sum_launch("column_sum_cuda", out, LoadRows{x, F}, R, F, accumulate, workspace, stream);
+}
+
+void bias_act_forward_cuda(float* y, float* z, const float* x, const float* b, int64_t R, int64_t F, Act a, float slope,
+                           Stream stream) {
+  if (R * F == 0) return;
+  dispatch_act(a, [&](auto A) {
+    constexpr Act kA = decltype(A)::value;
+    bias_act_fwd_kernel<kA><<<grid_for(R * F, "bias_act_forward_cuda"), kThreads, 0, stream>>>(y, z, x, b, R, F, slope);
+  });
+  GNN_CUDA_LAUNCH_CHECK("bias_act_forward_cuda");
+}
+
+void bias_act_backward_cuda(float* dx, float* db, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
+                            Act a, float slope, float* workspace, Stream stream) {
+  dispatch_act(a, [&](auto A) {
+    using Grad = BiasActGrad<decltype(A)::value>;
+    if (db) return column_sum_launch("bias_act_backward_cuda", db, Grad{dx, dy, x, b, F, slope}, R, F, false, workspace,
+                                     stream);
+    if (R * F == 0) return;
+    constexpr Act kA = decltype(A)::value;
+    bias_act_bwd_kernel<kA><<<grid_for(R * F, "bias_act_backward_cuda"), kThreads, 0, stream>>>(dx, dy, x, b, R, F, slope);
+    GNN_CUDA_LAUNCH_CHECK("bias_act_backward_cuda");
+  });
 }
 
 void scale_cuda(float* y, const float* x, float s, int64_t n, Stream stream, const float* by) {

@@ -5,7 +5,7 @@
 //   z += b, y = act(z)            (one epilogue; z kept only for training)
 // The composed path is seven (SpMM, two concat copies, GEMM, bias, activation, and the concat's
 // output written and read once more). Backward, from the saved z and h:
-//   dz = dy * act'(z);  db = column sums of dz (fixed order, no atomics);  dW = h^T dz (one product)
+//   dz = dy * act'(z) and db = its column sums, one pass (fixed order, no atomics);  dW = h^T dz (one product)
 //   dx = dz W_root^T (straight into dx);  dagg = dz W_agg^T;  dx += transposed mean gather of dagg
 // Every step has a fixed reduction order, so two runs give the same bits.
 #include <cuda_runtime.h>
@@ -15,20 +15,6 @@
 #include "kernels/sage.h"
 
 namespace gnn {
-namespace {
-
-// y = act(zb + b); z (when not null) keeps zb + b. zb may be y itself (inference).
-template <Act A>
-__global__ void bias_act_kernel(float* y, float* z, const float* zb, const float* b, int64_t R, int64_t O, float slope) {
-  const int64_t n = R * O;
-  GNN_GRID_STRIDE(i, n) {
-    const float v = zb[i] + (b ? __ldg(b + i % O) : 0.0f);
-    if (z) z[i] = v;
-    y[i] = act_value(A, v, slope);
-  }
-}
-
-}  // namespace
 
 void sage_forward_cuda(float* y, float* z, float* h, float* scratch, const float* x, const CsrView& g, const float* W,
                        const float* b, int64_t F, int64_t O, Act act, float slope, Stream stream) {
@@ -41,11 +27,7 @@ void sage_forward_cuda(float* y, float* z, float* h, float* scratch, const float
   copy_block_cuda(hb, 2 * F, F, x, F, 0, N, F, stream);
   float* zb = z ? z : y;
   gemm_cuda(false, false, N, O, 2 * F, 1.0f, hb, 2 * F, W, O, 0.0f, zb, O, stream);
-  const unsigned grid = grid_for(N * O, "sage_forward_cuda");
-  dispatch_act(act, [&](auto A) {
-    bias_act_kernel<decltype(A)::value><<<grid, kThreads, 0, stream>>>(y, z, zb, b, N, O, slope);
-  });
-  GNN_CUDA_LAUNCH_CHECK("sage_forward_cuda");
+  bias_act_forward_cuda(y, z, zb, b, N, O, act, slope, stream);
 }
 
 int64_t sage_backward_workspace_cuda(int64_t N, int64_t F, int64_t O) {
@@ -58,8 +40,7 @@ void sage_backward_cuda(float* dx, float* dW, float* db, const float* dy, const 
   const int64_t N = g.num_rows;
   float* dz = workspace;      // [N, O]
   float* dagg = dz + N * O;   // [N, F], then db's column-sum partials
-  if (N * O > 0) act_backward_cuda(dz, dy, z, N * O, act, slope, stream);
-  if (db) column_sum_cuda(db, dz, N, O, false, dagg + N * F, stream);
+  bias_act_backward_cuda(dz, db, dy, z, nullptr, N, O, act, slope, dagg + N * F, stream);  // db from the same pass
   gemm_cuda(true, false, 2 * F, O, N, 1.0f, h, 2 * F, dz, O, 0.0f, dW, O, stream);  // dW = h^T dz
   gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W + F * O, O, 0.0f, dx, F, stream);  // dx = dz W_root^T
   gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W, O, 0.0f, dagg, F, stream);        // dagg = dz W_agg^T

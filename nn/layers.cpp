@@ -13,11 +13,15 @@ Linear::Linear(int64_t in, int64_t out, Rng& rng, bool with_bias, Init init) : i
   }
 }
 
-ag::Var Linear::forward(const ag::Var& x) const {
+ag::Var Linear::forward(const ag::Var& x) const { return forward(x, Act::kNone); }
+
+ag::Var Linear::forward(const ag::Var& x, Act act, double slope) const {
   GNN_CHECK(x.value().dim() == 2 && x.size(1) == in_, "Linear: expected [*, ", in_, "] input, got ",
             x.value().desc());
-  ag::Var y = ag::matmul(x, weight);
-  return bias.defined() ? ag::add_bias(y, bias) : y;
+  const ag::Var y = ag::matmul(x, weight);
+  if (bias.defined() && act != Act::kNone) return ag::bias_act(y, bias, act, slope);
+  const ag::Var z = bias.defined() ? ag::add_bias(y, bias) : y;
+  return act == Act::kNone ? z : ag::activation(z, act, slope);
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, Rng& rng) {
@@ -35,13 +39,10 @@ MLP::MLP(const std::vector<int64_t>& dims, Act act, Rng& rng, double dropout, In
   add_child("dropout", &drop_);
 }
 
-ag::Var MLP::forward(const ag::Var& x) {
+ag::Var MLP::forward(const ag::Var& x, Act last) {
   ag::Var h = x;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    h = layers_[i]->forward(h);
-    if (i + 1 < layers_.size()) h = drop_.forward(ag::activation(h, act_));
-  }
-  return h;
+  for (size_t i = 0; i + 1 < layers_.size(); ++i) h = drop_.forward(layers_[i]->forward(h, act_));
+  return layers_.back()->forward(h, last);
 }
 
 LayerNorm::LayerNorm(int64_t F, double eps) : eps_(eps) {

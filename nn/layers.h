@@ -15,6 +15,8 @@ class Linear : public Module {
   // for glorot, U(-1/sqrt(in), 1/sqrt(in)) for kaiming, as the two libraries do.
   Linear(int64_t in, int64_t out, Rng& rng, bool bias = true, Init init = Init::kKaiming);
   ag::Var forward(const ag::Var& x) const;
+  // act(x W + b), the bias and activation in one epilogue (ag::bias_act)
+  ag::Var forward(const ag::Var& x, Act act, double slope = 0.01) const;
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   ag::Var weight, bias;  // bias undefined without one
@@ -44,7 +46,8 @@ class Dropout : public Module {
 class MLP : public Module {
  public:
   MLP(const std::vector<int64_t>& dims, Act act, Rng& rng, double dropout = 0, Init init = Init::kKaiming);
-  ag::Var forward(const ag::Var& x);
+  // Every layer but the last is followed by act (and dropout); the last by `last` (none by default, no dropout).
+  ag::Var forward(const ag::Var& x, Act last = Act::kNone);
 
  private:
   std::vector<std::unique_ptr<Linear>> layers_;

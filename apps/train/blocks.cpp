@@ -14,8 +14,7 @@ ConfigSage::ConfigSage(int64_t in, int64_t out, Rng& rng, Act act, bool l2_norma
 ag::Var ConfigSage::forward(const Batch& b, const ag::Var& x, int64_t C) const {
   // Sum over both edge directions, C*D values per neighbour in one gather; then one GEMM over N*C rows.
   const ag::Var agg = ag::spmm(b.graph, x, Reduce::kSum);
-  ag::Var y = lin_.forward(ag::concat_cols({per_config(agg, C), per_config(x, C)}));
-  if (act_ != Act::kNone) y = ag::activation(y, act_);
+  ag::Var y = lin_.forward(ag::concat_cols({per_config(agg, C), per_config(x, C)}), act_);
   if (l2_) y = ag::l2_normalize(y);
   return node_major(y, C);
 }
@@ -36,8 +35,8 @@ ag::Var ResGcnLayer::forward(const Batch& b, const ag::Var& x, int64_t C) const 
   const ag::Var xw = node_major(lin_.forward(per_config(x, C)), C);
   const Batch::Gcn& gcn = b.gcn();
   ag::Var y = ag::spmm(gcn.graph, xw, Reduce::kSum, ag::Var(gcn.weight));
-  y = node_major(ag::add_bias(per_config(y, C), bias), C);
-  if (act_ != Act::kNone) y = ag::activation(y, act_);
+  y = per_config(y, C);
+  y = node_major(act_ != Act::kNone ? ag::bias_act(y, bias, act_) : ag::add_bias(y, bias), C);
   return ag::add(x, y);
 }
 

@@ -37,7 +37,7 @@ class LayoutResModel : public RankModel {
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
-    x = segment(b, node_major(ag::activation(prenet_.forward(per_config(x, C)), Act::kLeakyRelu), C));
+    x = segment(b, node_major(prenet_.forward(per_config(x, C), Act::kLeakyRelu), C));
     for (const auto& l : layers_) x = segment(b, l->forward(b, x, C));
     const ag::Var mean = per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C);
     const ag::Var sum = ag::l2_normalize(per_config(ag::pool(x, b.graph_ptr, Reduce::kSum), C));

@@ -46,7 +46,7 @@ class TileGnn : public RankModel {
     const int64_t C = early_ ? b.configs : 1;  // late join: the graph part runs once for all configs
     ag::Var x = node_input(emb_, b);
     if (early_) x = ag::join_configs(x, tile_configs_on_nodes(b), C);
-    if (prenet_) x = node_major(ag::activation(prenet_->forward(per_config(x, C)), Act::kLeakyRelu), C);
+    if (prenet_) x = node_major(prenet_->forward(per_config(x, C), Act::kLeakyRelu), C);
     for (const auto& l : sage_) x = l->forward(b, x, C);
     for (const auto& l : gcn_) x = l->forward(b, x, C);
     ag::Var pooled = ag::pool(x, b.graph_ptr, Reduce::kSum);  // [G, C*H]

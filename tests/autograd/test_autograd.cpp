@@ -89,7 +89,29 @@ TEST_CASE("autograd: arithmetic, matmul in all four transposes, activations") {
   for (Act act : {Act::kRelu, Act::kLeakyRelu, Act::kElu, Act::kGelu, Act::kSigmoid, Act::kTanh}) {
     CAPTURE(act_name(act));
     check_grads({a}, [&] { return probe(ag::activation(a, act, 0.2)); });
+    check_grads({a, bias}, [&] { return probe(ag::bias_act(a, bias, act, 0.2)); });
   }
+}
+
+TEST_CASE("autograd: bias_act gives the same bits as activation(add_bias) on the host, value and gradients") {
+  for (Act act : {Act::kNone, Act::kRelu, Act::kLeakyRelu, Act::kGelu, Act::kTanh}) {
+    CAPTURE(act_name(act));
+    const auto run = [&](bool fused) {
+      ag::Var x(Tensor::from_vector(testing::random_values<float>(300 * 40, 11), Shape{300, 40}), true);
+      ag::Var b(Tensor::from_vector(testing::random_values<float>(40, 12)), true);
+      const ag::Var y = fused ? ag::bias_act(x, b, act, 0.1) : ag::activation(ag::add_bias(x, b), act, 0.1);
+      ag::backward(y, Tensor::from_vector(testing::random_values<float>(300 * 40, 13), Shape{300, 40}));
+      std::vector<std::vector<float>> out{y.value().to_vector<float>(), x.grad().to_vector<float>(),
+                                          b.grad().to_vector<float>()};
+      ag::clear_tape();
+      return out;
+    };
+    const auto fused = run(true), composed = run(false);
+    for (size_t i = 0; i < fused.size(); ++i) CHECK(fused[i] == composed[i]);
+  }
+  ag::Var x = rand_var({4, 3}, 1), b = rand_var({4}, 2);
+  CHECK_THROWS_WITH_AS(ag::bias_act(x, b, Act::kRelu), doctest::Contains("bias_act: b has 4 values for x with 3 columns"),
+                       Error);
 }
 
 TEST_CASE("autograd: dropout keeps the expected fraction, scales by 1/(1-p), and routes gradients through its mask") {

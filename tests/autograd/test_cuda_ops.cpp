@@ -74,6 +74,9 @@ TEST_CASE("cuda ops: arithmetic, reductions, layer norm and column plumbing matc
   check_op("scale", {a}, [](auto& v, auto&) { return ag::scale(v[0], -1.5); });
   check_op("scale_by", {a, s}, [](auto& v, auto&) { return ag::scale_by(v[0], v[1]); });
   check_op("add_bias", {a, bias}, [](auto& v, auto&) { return ag::add_bias(v[0], v[1]); });
+  for (Act act : {Act::kNone, Act::kLeakyRelu, Act::kGelu})  // 37 rows: one slice; 9000: column sums in slices
+    for (const Tensor& x : {a, rand({9000, 24}, 14)})
+      check_op("bias_act", {x, bias}, [act](auto& v, auto&) { return ag::bias_act(v[0], v[1], act, 0.1); });
   check_op("mean", {rand({5000}, 5)}, [](auto& v, auto&) { return ag::reshape(ag::mean(v[0]), 1, 1); });
   check_op("layer_norm", {a, bias, rand({24}, 10)},
            [](auto& v, auto&) { return ag::layer_norm(v[0], v[1], v[2], 1e-5); });

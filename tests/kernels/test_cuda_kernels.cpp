@@ -404,6 +404,23 @@ TEST_CASE("cuda elementwise maps, column sums, transpose and row-wise softmax ma
     column_sum_cuda(c.f32(), ga.f32(), R, F, false, wsp, s);
     CHECK(same_bits(c.to_vector<float>(), c1));
     const std::vector<double> ad(a.begin(), a.end()), dyd(dy.begin(), dy.end());
+    // the dense layer's epilogue: y = act(a + row) (z keeps a + row), dx = dy act'(a + row), db = sums of dx
+    const std::vector<double> rowd(row.begin(), row.end());
+    for (Act act : {Act::kLeakyRelu, Act::kGelu}) {
+      CAPTURE(act_name(act));
+      std::vector<double> yd(static_cast<size_t>(n)), dxd(static_cast<size_t>(n)), dbd(static_cast<size_t>(F));
+      bias_act_forward_ref<double>(yd.data(), ad.data(), rowd.data(), R, F, act, 0.1);
+      bias_act_backward_ref<double>(dxd.data(), dbd.data(), dyd.data(), ad.data(), rowd.data(), R, F, act, 0.1);
+      Tensor yb = nan_gpu(n), zb = nan_gpu(n), dxb = nan_gpu(n), dxn = nan_gpu(n), db = nan_gpu(F);
+      bias_act_forward_cuda(yb.f32(), zb.f32(), ga.f32(), grow.f32(), R, F, act, 0.1f, s);
+      bias_act_backward_cuda(dxb.f32(), db.f32(), gdy.f32(), ga.f32(), grow.f32(), R, F, act, 0.1f, wsp, s);
+      bias_act_backward_cuda(dxn.f32(), nullptr, gdy.f32(), ga.f32(), grow.f32(), R, F, act, 0.1f, nullptr, s);
+      GNN_CHECK_CLOSE(yb.to_vector<float>(), yd, 1e-4, 1e-4);
+      GNN_CHECK_CLOSE(zb.to_vector<float>(), bias, 1e-4, 1e-4);
+      GNN_CHECK_CLOSE(dxb.to_vector<float>(), dxd, 1e-4, 1e-4);
+      GNN_CHECK_CLOSE(db.to_vector<float>(), dbd, 1e-4, 1e-4);
+      CHECK(same_bits(dxn.to_vector<float>(), dxb.to_vector<float>()));  // without db: the same dx
+    }
     for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax, RowOp::kL2Normalize}) {
       CAPTURE(int(op));
       std::vector<double> yd(static_cast<size_t>(n)), dxd(static_cast<size_t>(n));
