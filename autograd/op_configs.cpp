@@ -8,7 +8,8 @@
 //                   y[n, k*(A+B) + j] = x[n, j] for j < A, c[n, k*B + j - A] otherwise;   y [N, C*(A+B)]
 //                   dx[n, j] = sum_k dy[n, k*(A+B) + j];  dc = the B-wide blocks of dy
 //   keep_grad_rows: y = x;  dx[r] = dy[r] where keep[r] != 0, else 0
-//                   (segment training: forward on the whole graph, gradients only through a segment)
+//                   (segment training: forward on the whole graph, gradients only through a segment);
+//                   keep on the host or on x's device (then nothing is copied per call)
 #include <cstring>
 
 #include "autograd/dispatch.h"
@@ -74,8 +75,10 @@ Var join_configs(const Var& x, const Var& c, int64_t configs) {
 
 Var keep_grad_rows(const Var& x, const Tensor& keep) {
   GNN_CHECK(x.defined() && x.value().dim() >= 1, "keep_grad_rows: x must have rows");
-  GNN_CHECK(keep.dtype() == DType::U8 && keep.dim() == 1 && keep.size(0) == x.size(0) && !keep.is_cuda(),
-            "keep_grad_rows: keep must be u8 [", x.size(0), "] on the host, got ", keep.desc());
+  GNN_CHECK(keep.dtype() == DType::U8 && keep.dim() == 1 && keep.size(0) == x.size(0) &&
+                (keep.device().is_cpu() || keep.device() == x.device()),
+            "keep_grad_rows: keep must be u8 [", x.size(0), "] on the host or on x's device (", x.device().str(),
+            "), got ", keep.desc());
   const int64_t R = x.size(0), W = x.value().numel() / std::max<int64_t>(R, 1);
   return dispatch_dev("keep_grad_rows", x.value(), [&](auto t) {
     using T = decltype(t);
@@ -85,7 +88,7 @@ Var keep_grad_rows(const Var& x, const Tensor& keep) {
       const T* g = ptr<T>(dy);
       T* p = ptr<T>(dx);
       if (dy.is_cuda()) {
-        const Tensor k = keep.to(dy.device());
+        const Tensor k = keep.on(dy.device());  // a batch moved by Batch::to has it there already
         if constexpr (std::is_same_v<T, float> && kWithCuda)
           mask_rows_cuda(p, g, k.data_as<uint8_t>(), R, W, dy.stream());
       } else {

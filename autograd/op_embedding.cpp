@@ -33,9 +33,9 @@ Var embedding(const Var& table, const Tensor& index) {
       if (dy.is_cuda()) {
         Tensor p = Tensor::empty(Shape{K + 1}, DType::I64), uses = Tensor::empty(Shape{n}, DType::I64);
         embedding_inverse(index.i32(), n, K, p.i64(), uses.i64());
-        const Tensor dp = p.to(dy.device()), du = uses.to(dy.device());
+        const std::vector<Tensor> d = Tensor::to_packed({p, uses}, dy.device());  // one transfer
         if constexpr (std::is_same_v<T, float> && kWithCuda)
-          embedding_backward_cuda(ptr<T>(dt), ptr<T>(dy), dp.i64(), du.i64(), K, F, dy.stream());
+          embedding_backward_cuda(ptr<T>(dt), ptr<T>(dy), d[0].i64(), d[1].i64(), K, F, dy.stream());
       } else if constexpr (std::is_same_v<T, float>) {
         embedding_backward_cpu(ptr<T>(dt), ptr<T>(dy), index.i32(), n, K, F);
       } else {

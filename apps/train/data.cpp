@@ -131,7 +131,7 @@ Batch Batch::to(Device device) const {
   b.host_graph_ = std::make_shared<const Graph>(graph);
   b.gcn_.reset();
   std::vector<Tensor*> arrays = b.graph.arrays();
-  arrays.insert(arrays.end(), {&b.x, &b.config_feat, &b.node_config});
+  arrays.insert(arrays.end(), {&b.x, &b.config_feat, &b.node_config, &b.keep_grad});
   Tensor::move_packed(arrays, device);  // the batch's graph and features in one transfer
   return b;
 }

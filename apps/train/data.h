@@ -85,10 +85,10 @@ struct Batch {
   Tensor group_ptr;    // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
   Tensor keep_grad;    // u8 [N] nodes whose gradient flows (segment training); undefined: all
 
-  // The batch with its float inputs (x, config_feat, node_config) and graphs on `device`, in one transfer
-  // (Tensor::to_packed); the index arrays (opcode, graph_ptr, node_graph, config_nodes, config_ptr,
-  // keep_grad) and the targets stay on the host, where the ops check them (and copy what their kernels
-  // read). Itself for the host.
+  // The batch with its float inputs (x, config_feat, node_config), graphs and keep_grad (read by every
+  // layer's keep_grad_rows) on `device`, in one transfer (Tensor::to_packed); the other index arrays
+  // (opcode, graph_ptr, node_graph, config_nodes, config_ptr) and the targets stay on the host, where the
+  // ops check them (and copy what their kernels read). Itself for the host.
   Batch to(Device device) const;
 
  private:

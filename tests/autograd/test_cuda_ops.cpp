@@ -100,6 +100,10 @@ TEST_CASE("cuda ops: arithmetic, reductions, layer norm and column plumbing matc
     return ag::dropout(v[0], 0.3, r, true);
   });
   check_op("keep_grad_rows", {a}, [kt](auto& v, auto&) { return ag::scale(ag::keep_grad_rows(v[0], kt), 3.0); });
+  check_op("keep_grad_rows, keep where x is", {a},
+           [kt](auto& v, auto&) { return ag::scale(ag::keep_grad_rows(v[0], kt.on(v[0].device())), 3.0); });
+  CHECK_THROWS_WITH_AS(ag::keep_grad_rows(ag::Var(a), kt.to(Device::cuda(0))),
+                       doctest::Contains("keep must be u8 [37] on the host or on x's device (cpu)"), Error);
   check_op("to_device, there and back", {a, b}, [](auto& v, auto&) {  // the host's product, moved back
     const ag::Var host = ag::mul(ag::to_device(v[0], Device::cpu()), ag::to_device(v[1], Device::cpu()));
     return ag::to_device(host, v[0].device());
