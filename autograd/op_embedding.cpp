@@ -1,7 +1,8 @@
 // Row gather y[i] = table[index[i]] and its scatter-add backward (kernels/norm_embed.h), also used as
 // gather_rows. The indices are checked here, at the op boundary, on the host; the kernels trust them.
-// On a GPU the index is copied there for the forward, and the backward's ordered inverse of it (built
-// on the host, where the index is) for the gradient: no atomics, the same bits as the CPU.
+// On a GPU the index is copied there for the forward, and the backward's ordered inverse of it and its
+// chunk table (built on the host, where the index is) for the gradient: no atomics, the same bits as
+// the CPU.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "kernels/norm_embed.h"
@@ -31,11 +32,14 @@ Var embedding(const Var& table, const Tensor& index) {
     return record("embedding", y, {table}, [table, index, n, K, F](const Tensor& dy) {
       Tensor dt = empty_like(dy, table.shape());
       if (dy.is_cuda()) {
-        Tensor p = Tensor::empty(Shape{K + 1}, DType::I64), uses = Tensor::empty(Shape{n}, DType::I64);
-        embedding_inverse(index.i32(), n, K, p.i64(), uses.i64());
-        const std::vector<Tensor> d = Tensor::to_packed({p, uses}, dy.device());  // one transfer
+        Tensor p = Tensor::empty(Shape{K + 1}, DType::I64), uses = Tensor::empty(Shape{n}, DType::I64),
+               chunk_ptr = Tensor::empty(Shape{K + 1}, DType::I64);
+        const int64_t chunks = embedding_inverse(index.i32(), n, K, p.i64(), uses.i64(), chunk_ptr.i64());
+        const std::vector<Tensor> d = Tensor::to_packed({p, uses, chunk_ptr}, dy.device());  // one transfer
+        const Tensor ws = empty_like(dy, Shape{chunks * F});  // the chunks' sums
         if constexpr (std::is_same_v<T, float> && kWithCuda)
-          embedding_backward_cuda(ptr<T>(dt), ptr<T>(dy), d[0].i64(), d[1].i64(), K, F, dy.stream());
+          embedding_backward_cuda(ptr<T>(dt), ptr<T>(dy), d[0].i64(), d[1].i64(), d[2].i64(), chunks, K, F, ptr<T>(ws),
+                                  dy.stream());
       } else if constexpr (std::is_same_v<T, float>) {
         embedding_backward_cpu(ptr<T>(dt), ptr<T>(dy), index.i32(), n, K, F);
       } else {

@@ -56,8 +56,6 @@ __global__ void embedding_kernel(float* y, const float* table, const int32_t* id
 // rows b + w, b + w + 8, ...; warp 0 combines the 8 partials in warp order.
 constexpr int kPoolWarps = 8;
 
-// out[f] (+)= sum_r x[r, f]: block = 8 warps for columns [32 blockIdx.x, +32); warp w sums rows w,
-// w + 8, ...; warp 0 adds the 8 partials in warp order.
 // The sum of fn(i) over rows i = b + w, b + w + 8, ... < e (warp w's fixed stride of a block's 8 warps),
 // four rows in flight: one dependent load per row would leave most of the memory system idle.
 template <class Fn>
@@ -305,13 +303,26 @@ __global__ void __launch_bounds__(kSumThreads) sum_kernel(float* out, const floa
   if (threadIdx.x == 0) out[0] = part[0];
 }
 
-// dtable[k, f] = sum over k's uses in order: one thread per (k, f), consecutive threads consecutive f.
-__global__ void embedding_bwd_kernel(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses, int64_t K,
-                                     int64_t F) {
+// ws[c, f] = the sum over chunk c's uses (of row k, c - chunk_ptr[k] kEmbedChunk-use steps into
+// ptr[k] .. ptr[k+1]) of dy[use, f], in order; consecutive threads consecutive f.
+__global__ void embedding_chunk_kernel(float* ws, const float* dy, const int64_t* ptr, const int64_t* uses,
+                                       const int64_t* chunk_ptr, int64_t chunks, int64_t K, int64_t F) {
+  GNN_GRID_STRIDE(t, chunks * F) {
+    const int64_t c = t / F, f = t % F, k = segment_of(chunk_ptr, K, c);
+    const int64_t begin = __ldg(ptr + k) + (c - __ldg(chunk_ptr + k)) * kEmbedChunk;
+    const int64_t row_end = __ldg(ptr + k + 1), end = begin + kEmbedChunk < row_end ? begin + kEmbedChunk : row_end;
+    float acc = 0.0f;
+    for (int64_t u = begin; u < end; ++u) acc += __ldg(dy + __ldg(uses + u) * F + f);
+    ws[t] = acc;
+  }
+}
+
+// dtable[k, f] = the sum of row k's chunk sums, in order.
+__global__ void embedding_rows_kernel(float* dtable, const float* ws, const int64_t* chunk_ptr, int64_t K, int64_t F) {
   GNN_GRID_STRIDE(t, K * F) {
     const int64_t k = t / F, f = t % F;
     float acc = 0.0f;
-    for (int64_t u = __ldg(ptr + k); u < __ldg(ptr + k + 1); ++u) acc += __ldg(dy + __ldg(uses + u) * F + f);
+    for (int64_t c = __ldg(chunk_ptr + k); c < __ldg(chunk_ptr + k + 1); ++c) acc += __ldg(ws + c * F + f);
     dtable[t] = acc;
   }
 }
@@ -409,14 +420,7 @@ int64_t column_slice_rows(int64_t R) {
   const int64_t slices = std::clamp<int64_t>(ceil_div<int64_t>(R, kColumnSliceMinRows), 1, kColumnMaxSlices);
   return std::max<int64_t>(ceil_div<int64_t>(R, slices), 1);
 }
-}  // namespace
 
-int64_t column_sum_workspace_cuda(int64_t R, int64_t F) {
-  const int64_t slices = ceil_div<int64_t>(R, column_slice_rows(R));
-  return slices > 1 ? slices * F : 0;
-}
-
-namespace {
 template <class Fn>
 void column_sum_launch(const char* name, float* out, Fn fn, int64_t R, int64_t F, bool accumulate, float* workspace,
                        Stream stream) {
@@ -436,6 +440,11 @@ void column_sum_launch(const char* name, float* out, Fn fn, int64_t R, int64_t F
   GNN_CUDA_LAUNCH_CHECK(name);
 }
 }  // namespace
+
+int64_t column_sum_workspace_cuda(int64_t R, int64_t F) {
+  const int64_t slices = ceil_div<int64_t>(R, column_slice_rows(R));
+  return slices > 1 ? slices * F : 0;
+}
 
 void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, float* workspace,
                      Stream stream) {
@@ -508,9 +517,16 @@ void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint
   GNN_LAUNCH_N("dropout_apply_cuda", n, dropout_kernel, y, x, n, dropout_key(seed), threshold, scale);
 }
 
-void embedding_backward_cuda(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses, int64_t K,
-                             int64_t F, Stream stream) {
-  GNN_LAUNCH_N("embedding_backward_cuda", K * F, embedding_bwd_kernel, dtable, dy, ptr, uses, K, F);
+void embedding_backward_cuda(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses,
+                             const int64_t* chunk_ptr, int64_t chunks, int64_t K, int64_t F, float* workspace,
+                             Stream stream) {
+  if (K * F == 0) return;
+  if (chunks > 0) {
+    embedding_chunk_kernel<<<grid_for(chunks * F, "embedding_backward_cuda"), kThreads, 0, stream>>>(
+        workspace, dy, ptr, uses, chunk_ptr, chunks, K, F);
+    GNN_CUDA_LAUNCH_CHECK("embedding_backward_cuda");
+  }
+  GNN_LAUNCH_N("embedding_backward_cuda", K * F, embedding_rows_kernel, dtable, workspace, chunk_ptr, K, F);
 }
 
 void sum_cuda(float* out, const float* x, int64_t n, Stream stream) {

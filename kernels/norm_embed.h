@@ -4,6 +4,7 @@
 //     dxhat = dy * gamma;  dx = (dxhat - mean_g(dxhat) - xhat * mean_g(dxhat * xhat)) * rstd_g
 //     dgamma = sum over nodes of dy * xhat, dbeta = sum of dy (per graph, then graphs in order)
 //   embedding: y[i, :] = table[idx[i], :];  dtable[k, :] = sum_{i: idx[i] = k} dy[i, :], summed in i order
+//              (in chunks of 64 uses, see embedding_inverse)
 //     through a counting-sort inverse of idx (no atomics: bitwise stable for any thread count)
 #pragma once
 #include <cmath>
@@ -90,11 +91,20 @@ void embedding_forward_cpu(float* y, const float* table, const int32_t* idx, int
 void embedding_forward_cuda(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F, Stream stream);
 void embedding_backward_cpu(float* dtable, const float* dy, const int32_t* idx, int64_t n, int64_t K, int64_t F);
 // The inverse of idx as a CSR: the uses of row k are uses[ptr[k] .. ptr[k+1]), in increasing i
-// (a stable counting sort). ptr has K + 1 entries, uses n. Both backward kernels sum in that order.
-void embedding_inverse(const int32_t* idx, int64_t n, int64_t K, int64_t* ptr, int64_t* uses);
-// CUDA: dtable[k, f] = sum over the uses u of row k, in order, of dy[u, f] (ptr and uses on the device,
-// from embedding_inverse): no atomics, the same bits as the CPU.
-void embedding_backward_cuda(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses, int64_t K,
-                             int64_t F, Stream stream);
+// (a stable counting sort). ptr has K + 1 entries, uses n. Both backward kernels sum in that order, in
+// chunks of kEmbedChunk uses: each chunk summed in order, then the row's chunks in order. An opcode
+// embedding has a hundred rows and some of them tens of thousands of uses; the chunks let the GPU spread
+// such a row over many threads, and the CPU adds in the same order, so both give the same bits.
+// chunk_ptr (K + 1 entries, may be null): row k's chunks are chunk_ptr[k] .. chunk_ptr[k+1]; returns
+// the number of chunks.
+inline constexpr int64_t kEmbedChunk = 64;
+int64_t embedding_inverse(const int32_t* idx, int64_t n, int64_t K, int64_t* ptr, int64_t* uses,
+                          int64_t* chunk_ptr = nullptr);
+// CUDA: one thread per (chunk, f) sums a chunk into workspace [chunks, F], then one per (k, f) adds
+// row k's chunks (ptr, uses and chunk_ptr on the device, from embedding_inverse): no atomics, the same
+// bits as the CPU.
+void embedding_backward_cuda(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses,
+                             const int64_t* chunk_ptr, int64_t chunks, int64_t K, int64_t F, float* workspace,
+                             Stream stream);
 
 }  // namespace gnn

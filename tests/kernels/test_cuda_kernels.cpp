@@ -523,22 +523,31 @@ TEST_CASE("cuda layer norm, ordered embedding backward and the column plumbing m
       ok = ok && (c >= 2 && c < 13 ? v == x[size_t(r * W + 5 + c - 2)] : std::isnan(v));
     }
   CHECK(ok);
-  // embedding backward: repeated and unused rows, summed in index order (the CPU kernel's bits)
-  const int64_t K = 50, Fe = 33, ne = 1000;
-  std::vector<int32_t> idx(static_cast<size_t>(ne));
-  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 7919) % 47);  // rows 47..49 unused
-  const auto edy = testing::random_values<float>(size_t(ne * Fe), 9);
-  const std::vector<double> edyd(edy.begin(), edy.end());
-  std::vector<double> dtd(static_cast<size_t>(K * Fe));
-  embedding_backward_ref<double>(dtd.data(), edyd.data(), idx.data(), ne, K, Fe);
-  std::vector<int64_t> ptr(static_cast<size_t>(K + 1)), uses(static_cast<size_t>(ne));
-  embedding_inverse(idx.data(), ne, K, ptr.data(), uses.data());
-  Tensor dt = nan_gpu(K * Fe);
-  embedding_backward_cuda(dt.f32(), on_gpu(edy).f32(), on_gpu(ptr).i64(), on_gpu(uses).i64(), K, Fe, s);
-  GNN_CHECK_CLOSE(dt.to_vector<float>(), dtd, 1e-4, 1e-4);
-  std::vector<float> cpu(static_cast<size_t>(K * Fe));
-  embedding_backward_cpu(cpu.data(), edy.data(), idx.data(), ne, K, Fe);
-  CHECK(same_bits(dt.to_vector<float>(), cpu));
+  // embedding backward: repeated and unused rows, summed in index order (the CPU kernel's bits); then a
+  // hub row with most of the uses (over a hundred chunks) next to rows of one chunk and of two
+  for (int pattern : {0, 1}) {
+    CAPTURE(pattern);
+    const int64_t K = 50, Fe = 33, ne = pattern == 0 ? 1000 : 9000;
+    std::vector<int32_t> idx(static_cast<size_t>(ne));
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 7919) % 47);  // rows 47..49 unused
+    if (pattern == 1)
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] = i < 64 ? 5 : i % 5 == 0 ? int32_t(i % 47) : 3;
+    const auto edy = testing::random_values<float>(size_t(ne * Fe), 9);
+    const std::vector<double> edyd(edy.begin(), edy.end());
+    std::vector<double> dtd(static_cast<size_t>(K * Fe));
+    embedding_backward_ref<double>(dtd.data(), edyd.data(), idx.data(), ne, K, Fe);
+    std::vector<int64_t> ptr(static_cast<size_t>(K + 1)), uses(static_cast<size_t>(ne)), cptr(static_cast<size_t>(K + 1));
+    const int64_t chunks = embedding_inverse(idx.data(), ne, K, ptr.data(), uses.data(), cptr.data());
+    CHECK(chunks == cptr[size_t(K)]);
+    if (pattern == 1) CHECK(cptr[4] - cptr[3] > 100);  // row 3's uses span many chunks
+    Tensor dt = nan_gpu(K * Fe), ws = nan_gpu(chunks * Fe);
+    embedding_backward_cuda(dt.f32(), on_gpu(edy).f32(), on_gpu(ptr).i64(), on_gpu(uses).i64(), on_gpu(cptr).i64(),
+                            chunks, K, Fe, ws.f32(), s);
+    GNN_CHECK_CLOSE(dt.to_vector<float>(), dtd, 1e-4, 1e-4);
+    std::vector<float> cpu(static_cast<size_t>(K * Fe));
+    embedding_backward_cpu(cpu.data(), edy.data(), idx.data(), ne, K, Fe);
+    CHECK(same_bits(dt.to_vector<float>(), cpu));
+  }
 #endif
 }
 
