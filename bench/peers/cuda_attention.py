@@ -12,20 +12,14 @@ and the valid rows are gathered back; y.backward(g) as gnn's. Both sides are med
 timings after warm-up; with --rounds R they are timed in turn R times and the median of the per-round
 ratios is printed. Python, PyTorch and PyG serve the comparison only.
 """
-import argparse
-import json
-import subprocess
-
 import torch
 import torch.nn.functional as F
-from timing import cuda_median_ms, ratio_rounds
+from timing import cuda_median_ms, gnn_bench, gpu_pyg_args, ratio_rounds
 
 
 def gnn(args, n, s, f):
-    out = subprocess.run([args.gnn, "bench", "kernel", "graph-attention", "--device", "cuda", "--backward", "--json",
-                          "--nodes", str(n), "--graph-nodes", str(s), "--features", str(f), "--repeat",
-                          str(args.repeat)], check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return gnn_bench(args, "graph-attention", "--device", "cuda", "--backward", "--nodes", str(n), "--graph-nodes",
+                     str(s), "--features", str(f))
 
 
 def peer_step(n, s, f, heads=4):
@@ -58,13 +52,7 @@ def compare(args, n, s, f):
     ratio_rounds(f"graph-attention fwd+bwd N={n} S={s} F={f} (D={f // 4})", "torch", args.rounds, run_round)
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gnn", default="build/bin/gnn")
-    ap.add_argument("--repeat", type=int, default=50)
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
-    import torch_geometric
-    print(f"torch {torch.__version__}, PyG {torch_geometric.__version__}, {torch.cuda.get_device_name()}")
+    args = gpu_pyg_args()
     # Many small graphs (launch-bound per graph), TpuGraphs tile sizes, larger graphs; D = 32, 64, and 128
     # (the last beyond the fused kernels: cuBLAS per graph and head)
     for n, s, f in ((10_000, 64, 128), (50_000, 200, 128), (50_000, 1000, 256), (20_000, 1000, 512)):

@@ -12,20 +12,16 @@ Each round also times gnn's step captured once and replayed as a CUDA graph (`--
 the same PyG step launched eagerly (reported, not part of the ratio).
 Python, PyTorch and PyG serve the comparison only.
 """
-import argparse
-import json
 import subprocess
 import tempfile
 
 import numpy as np
 import torch
-from timing import cuda_median_ms, ratio_rounds
+from timing import cuda_median_ms, gnn_bench, gpu_pyg_args, ratio_rounds
 
 
 def gnn(args, *cli):
-    out = subprocess.run([args.gnn, "bench", "kernel", *cli, "--device", "cuda", "--backward", "--json", "--repeat",
-                          str(args.repeat)], check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return gnn_bench(args, *cli, "--device", "cuda", "--backward")
 
 
 def layer(args, kind, n, e, f):
@@ -58,13 +54,7 @@ def layer(args, kind, n, e, f):
     ratio_rounds(f"{kind} fwd+bwd N={n} E={e} F={f}", "PyG", args.rounds, run_round)
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--gnn", default="build/bin/gnn")
-    ap.add_argument("--repeat", type=int, default=50)
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
-    import torch_geometric
-    print(f"torch {torch.__version__}, PyG {torch_geometric.__version__}, {torch.cuda.get_device_name()}")
+    args = gpu_pyg_args()
     for kind in ("sage-layer", "sage-layer-fused", "gat-layer"):
         for n, e, f in ((10_000, 20_000, 128), (100_000, 200_000, 128), (100_000, 1_000_000, 256)):
             layer(args, kind, n, e, f)

@@ -9,19 +9,15 @@ device copy bandwidth (a tensor clone: read + write) as the floor. All times are
 timings after warm-up. Python and PyTorch serve the comparison only.
 """
 import argparse
-import json
-import subprocess
 import tempfile
 
 import numpy as np
 import torch
-from timing import cuda_median_ms
+from timing import cuda_median_ms, gnn_bench
 
 
 def gnn(args, *cli):
-    out = subprocess.run([args.gnn, "bench", "kernel", *cli, "--device", "cuda", "--json", "--repeat", str(args.repeat)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return gnn_bench(args, *cli, "--device", "cuda")
 
 
 def copy_gbps(args):

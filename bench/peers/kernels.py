@@ -7,24 +7,20 @@ loads that graph and times the peers on it: medians over repeated runs after war
 same number of threads as gnn (all cores). Python and PyTorch serve the comparison only.
 """
 import argparse
-import json
 import statistics
-import subprocess
 import tempfile
 import time
 
 import numpy as np
 import torch
-from timing import median_ms
+from timing import gnn_bench, median_ms
 
 
 def gnn(args, *cli):
     # torch's OpenMP / MKL worker threads keep spinning for a while after its last parallel op; gnn run
     # right away shares the 2 cores with them (gemm 160000x128x128 measured 45 ms instead of 31 ms).
     time.sleep(1.0)
-    out = subprocess.run([args.gnn, "bench", "kernel", *cli, "--json", "--repeat", str(args.repeat)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return gnn_bench(args, *cli)
 
 
 def load_graph(path):

@@ -1,5 +1,9 @@
-"""The timing rule every peer script uses: warm-up runs, then the median of repeated runs, in ms."""
+"""The timing rule every peer script uses: warm-up runs, then the median of repeated runs, in ms; and how
+the scripts run gnn's side."""
+import argparse
+import json
 import statistics
+import subprocess
 import time
 
 
@@ -41,3 +45,24 @@ def ratio_rounds(label, peer_name, rounds, run_round):
         print(f"{label} round {r + 1}/{rounds}: {line}", flush=True)
     print(f"{label}: median ratio {peer_name}/gnn {statistics.median(ratios):.2f}x "
           f"(min {min(ratios):.2f}, max {max(ratios):.2f})", flush=True)
+
+
+def gnn_bench(args, *cli):
+    """`gnn bench kernel CLI... --json --repeat args.repeat` with the binary args.gnn: its JSON line, parsed."""
+    out = subprocess.run([args.gnn, "bench", "kernel", *cli, "--json", "--repeat", str(args.repeat)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def gpu_pyg_args():
+    """The GPU-against-PyG scripts' flags (--gnn, --repeat, --rounds), parsed, after printing the versions
+    and the GPU the run is on."""
+    import torch
+    import torch_geometric
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gnn", default="build/bin/gnn")
+    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, PyG {torch_geometric.__version__}, {torch.cuda.get_device_name()}")
+    return args
