@@ -90,13 +90,20 @@ void scale_on(const Tensor& on, T* y, const T* x, T s, int64_t n) {  // y = s x
     if (on.is_cuda()) return scale_cuda(y, x, s, n, on.stream());
   axpby<T>(y, s, x, T(0), n);
 }
+// The slice partials column_sum_cuda (and bias_act_backward_cuda's db) needs on `on`'s GPU, undefined
+// when R is one slice. Freeing it right after the launches is safe: later work on the stream comes after.
+// (A template, so a CPU-only build never references the CUDA function.)
+template <class T = float>
+Tensor column_sum_workspace_on(const Tensor& on, int64_t R, int64_t F) {
+  const int64_t n = column_sum_workspace_cuda(R, F);
+  return n ? empty_like(on, Shape{n}) : Tensor();
+}
 template <class T>
 void column_sum_on(const Tensor& on, T* out, const T* x, int64_t R, int64_t F) {
   if constexpr (std::is_same_v<T, float> && kWithCuda)
     if (on.is_cuda()) {
-      const int64_t n = column_sum_workspace_cuda(R, F);
-      const Tensor ws = n ? Tensor::empty(Shape{n}, DType::F32, on.device()) : Tensor();  // freed after the queued launch
-      return column_sum_cuda(out, x, R, F, false, n ? ws.f32() : nullptr, on.stream());
+      const Tensor ws = column_sum_workspace_on(on, R, F);
+      return column_sum_cuda(out, x, R, F, false, ws.defined() ? ws.f32() : nullptr, on.stream());
     }
   column_sum<T>(out, x, R, F);
 }

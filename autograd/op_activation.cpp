@@ -57,9 +57,8 @@ Var bias_act(const Var& x, const Var& b, Act act, double slope) {
       const T *g = ptr<T>(dy), *xp = ptr<T>(x.value()), *bp = ptr<T>(b.value());
       if (dx.is_cuda()) {
         if constexpr (std::is_same_v<T, float> && kWithCuda) {
-          const int64_t n = dbp ? column_sum_workspace_cuda(R, F) : 0;
-          const Tensor ws = n ? empty_like(dy, Shape{n}) : Tensor();  // freed after the queued launches
-          bias_act_backward_cuda(ptr<T>(dx), dbp, g, xp, bp, R, F, act, T(slope), n ? ptr<T>(ws) : nullptr,
+          const Tensor ws = dbp ? column_sum_workspace_on(dy, R, F) : Tensor();
+          bias_act_backward_cuda(ptr<T>(dx), dbp, g, xp, bp, R, F, act, T(slope), ws.defined() ? ptr<T>(ws) : nullptr,
                                  dx.stream());
         }
       } else if constexpr (std::is_same_v<T, float>) {
