@@ -2,6 +2,7 @@
 // with TpuGraphs-like degrees and returns one timed step plus the bytes it must move and the flops it
 // must do (the formulas are in bench_kernels.cpp beside each case).
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
