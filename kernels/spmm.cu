@@ -119,8 +119,13 @@ __device__ __forceinline__ void finish(const GatherArgs& a, int64_t r, int64_t c
   store<V>(o, acc);
 }
 
+// At most 40 registers (6 blocks of 256 threads per SM, 75% occupancy): the gather is bound by the
+// latency of its row loads, so resident warps are what keeps HBM busy. At the compiler's own choice
+// (48 registers, 5 blocks, 62.5%) ncu read 48% of DRAM bandwidth at N = 1M, F = 128 on an H100;
+// capped, that SpMM went from 0.598 to 0.535 ms and F = 128 at N = 100k from 0.068 to 0.061 ms
+// (bench/peers/cuda_spmm.py). ptxas reports 4 bytes of spill for the V = 4 forward under the cap.
 template <int V, Mode M>
-__global__ void __launch_bounds__(kThreads) gather_kernel(GatherArgs a) {
+__global__ void __launch_bounds__(kThreads, 6) gather_kernel(GatherArgs a) {
   const int L = a.lanes, groups = kThreads / L;
   const int g = int(threadIdx.x) / L, lane = int(threadIdx.x) % L;
   const int64_t r0 = int64_t(blockIdx.x) * groups, chunk = int64_t(L) * V;
