@@ -31,7 +31,7 @@ Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = fals
 // ---- activation (op_activation.cpp) ------------------------------------------------------------------
 Var activation(const Var& x, Act act, double slope = 0.01);
 // act(x + b), x [R, F], b [F]: a dense layer's epilogue in one pass (one kernel forward; backward dx and
-// db from one pass). Equal to activation(add_bias(x, b), act) without keeping x + b.
+// db from one pass). Equal to activation(add_bias(x, b), act) without keeping x + b; Act::kNone is add_bias.
 Var bias_act(const Var& x, const Var& b, Act act, double slope = 0.01);
 inline Var relu(const Var& x) { return activation(x, Act::kRelu); }
 inline Var elu(const Var& x) { return activation(x, Act::kElu); }

@@ -19,9 +19,8 @@ ag::Var Linear::forward(const ag::Var& x, Act act, double slope) const {
   GNN_CHECK(x.value().dim() == 2 && x.size(1) == in_, "Linear: expected [*, ", in_, "] input, got ",
             x.value().desc());
   const ag::Var y = ag::matmul(x, weight);
-  if (bias.defined() && act != Act::kNone) return ag::bias_act(y, bias, act, slope);
-  const ag::Var z = bias.defined() ? ag::add_bias(y, bias) : y;
-  return act == Act::kNone ? z : ag::activation(z, act, slope);
+  if (bias.defined()) return ag::bias_act(y, bias, act, slope);
+  return act == Act::kNone ? y : ag::activation(y, act, slope);
 }
 
 Embedding::Embedding(int64_t num, int64_t dim, Rng& rng) {

@@ -35,8 +35,7 @@ ag::Var ResGcnLayer::forward(const Batch& b, const ag::Var& x, int64_t C) const 
   const ag::Var xw = node_major(lin_.forward(per_config(x, C)), C);
   const Batch::Gcn& gcn = b.gcn();
   ag::Var y = ag::spmm(gcn.graph, xw, Reduce::kSum, ag::Var(gcn.weight));
-  y = per_config(y, C);
-  y = node_major(act_ != Act::kNone ? ag::bias_act(y, bias, act_) : ag::add_bias(y, bias), C);
+  y = node_major(ag::bias_act(per_config(y, C), bias, act_), C);
   return ag::add(x, y);
 }
 
