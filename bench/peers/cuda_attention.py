@@ -51,6 +51,7 @@ def compare(args, n, s, f):
                             f"{peer / ours:.2f}x")
     ratio_rounds(f"graph-attention fwd+bwd N={n} S={s} F={f} (D={f // 4})", "torch", args.rounds, run_round)
 
+
 def main():
     args = gpu_pyg_args()
     # Many small graphs (launch-bound per graph), TpuGraphs tile sizes, larger graphs; D = 32, 64, and 128

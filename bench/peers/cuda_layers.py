@@ -42,6 +42,7 @@ def layer(args, kind, n, e, f):
         conv = GATConv(f, f // 4, heads=4, add_self_loops=False, bias=False).cuda()
         g = torch.randn(n, f, device="cuda")
         step = lambda: conv(x, edge_index).backward(g)
+
     def run_round():
         ours = gnn(args, kind, *shape)["median_ms"]
         try:
@@ -52,6 +53,7 @@ def layer(args, kind, n, e, f):
         return ours, peer, (f"gnn {ours:.3f} ms | PyG {peer:.3f} ms -> {peer / ours:.2f}x | "
                             f"gnn as a CUDA graph {graph}")
     ratio_rounds(f"{kind} fwd+bwd N={n} E={e} F={f}", "PyG", args.rounds, run_round)
+
 
 def main():
     args = gpu_pyg_args()
