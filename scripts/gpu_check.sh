@@ -7,6 +7,7 @@
 #   spmm       SpMM mean against the measured copy floor and cuSPARSE (bench/peers/cuda_spmm.py)
 #   graphs     launch-bound steps replayed as one CUDA graph against the same steps launched one by one
 #   layers     SAGE (composed and fused) and GAT layers against PyG (bench/peers/cuda_layers.py)
+#   profile    one SAGE / GAT step at N = 100k, kernel by kernel, gnn's beside PyG's (bench/peers/cuda_profile.py, ncu)
 #   attention  graph self-attention (fused kernels) against torch's SDPA on padded graphs (bench/peers/cuda_attention.py)
 #   train      GCN/GAT/SAGE on Cora on the GPU; layout training configs/s on the GPU against the host
 # Usage: scripts/gpu_check.sh [PHASE ...]   (no phase: all, in the order above)
@@ -23,7 +24,7 @@ build=${BUILD:-build} data=${DATA:-../shared/data} logs=${LOGS:-} limit=${PHASE_
 gnn=$build/bin/gnn
 [ -d "$data" ] && data=$(cd "$data" && pwd)  # absolute: ctest runs each test in its own directory
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers attention train)
+[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers profile attention train)
 export build data gnn
 fail=0
 
@@ -64,6 +65,14 @@ phase_graphs() {
 
 phase_layers() { python3 bench/peers/cuda_layers.py --gnn "$gnn"; }
 
+phase_profile() {
+  local k r=0
+  for k in sage-layer-fused sage-layer gat-layer; do
+    python3 bench/peers/cuda_profile.py --gnn "$gnn" --kind "$k" || r=1
+  done
+  return "$r"
+}
+
 phase_attention() { python3 bench/peers/cuda_attention.py --gnn "$gnn"; }
 
 phase_train() {
@@ -88,7 +97,7 @@ phase_train() {
 [ -n "$logs" ] && mkdir -p "$logs"
 for p in "${phases[@]}"; do
   if ! declare -F "phase_$p" >/dev/null; then
-    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers attention train)" >&2
+    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers profile attention train)" >&2
     exit 2
   fi
   printf '\n=== %s (%s)\n' "$p" "$(date -u +%H:%M:%S)"

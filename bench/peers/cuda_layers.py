@@ -24,24 +24,27 @@ def gnn(args, *cli):
     return gnn_bench(args, *cli, "--device", "cuda", "--backward")
 
 
+def pyg_step(kind, n, f, edge_index_npz):
+    """PyG's layer for gnn's `kind` on the graph gnn saved (its edge_index: [E, 2], target then source),
+    forward + backward as gnn's step: y.backward(g) with x requiring grad."""
+    ei = torch.from_numpy(edge_index_npz).cuda()
+    edge_index = torch.stack([ei[:, 1], ei[:, 0]])  # PyG: row 0 source, row 1 target
+    x = torch.randn(n, f, device="cuda", requires_grad=True)
+    g = torch.randn(n, f, device="cuda")
+    if kind.startswith("sage-layer"):
+        from torch_geometric.nn import SAGEConv
+        conv = SAGEConv(f, f, aggr="mean").cuda()
+        return lambda: torch.relu(conv(x, edge_index)).backward(g)
+    from torch_geometric.nn import GATConv
+    conv = GATConv(f, f // 4, heads=4, add_self_loops=False, bias=False).cuda()
+    return lambda: conv(x, edge_index).backward(g)
+
+
 def layer(args, kind, n, e, f):
     shape = ["--nodes", str(n), "--edges", str(e), "--features", str(f)]
     with tempfile.NamedTemporaryFile(suffix=".npz") as tmp:
         gnn(args, kind, *shape, "--save-graph", tmp.name)
-        z = np.load(tmp.name)
-    ei = torch.from_numpy(z["edge_index"]).cuda()
-    edge_index = torch.stack([ei[:, 1], ei[:, 0]])  # PyG: row 0 source, row 1 target
-    x = torch.randn(n, f, device="cuda", requires_grad=True)
-    if kind.startswith("sage-layer"):
-        from torch_geometric.nn import SAGEConv
-        conv = SAGEConv(f, f, aggr="mean").cuda()
-        g = torch.randn(n, f, device="cuda")
-        step = lambda: torch.relu(conv(x, edge_index)).backward(g)
-    else:
-        from torch_geometric.nn import GATConv
-        conv = GATConv(f, f // 4, heads=4, add_self_loops=False, bias=False).cuda()
-        g = torch.randn(n, f, device="cuda")
-        step = lambda: conv(x, edge_index).backward(g)
+        step = pyg_step(kind, n, f, np.load(tmp.name)["edge_index"])
 
     def run_round():
         ours = gnn(args, kind, *shape)["median_ms"]
