@@ -151,7 +151,8 @@ TEST_CASE("cuda segment softmax and GAT scores match the double reference, hubs 
     const Graph dg = c.graph.to(Device::cuda(0));
     const CsrView hv = testing::csr_view(c.graph), dv = ag::csr_view(dg);
     const int64_t N = c.graph.num_nodes, E = c.graph.num_edges;
-    for (int64_t H : {1, 3, 8}) {
+    // 1, 4, 8, 32: the grouped kernels (8 or 32 lanes per row); 3: one warp per (row, head)
+    for (int64_t H : {1, 3, 4, 8, 32}) {
       CAPTURE(H);
       const auto x = testing::random_values<float>(size_t(E * H), 1, -3.0f, 3.0f);
       const auto dy = testing::random_values<float>(size_t(E * H), 2);
