@@ -258,14 +258,19 @@ __global__ void head_broadcast_kernel(float* y, const float* x, int64_t R, int64
     y[t] = s * __ldg(x + (t / (H * F)) * F + t % F);
 }
 
-__global__ void head_dot_kernel(float* y, const float* x, const float* a, int64_t R, int64_t H, int64_t D) {
-  GNN_GRID_STRIDE(t, R * H) {
-    const int64_t h = t % H;
-    const float* xr = x + t * D;  // row r's head h block starts at (r*H + h)*D = t*D
-    float acc = 0.0f;
-    for (int64_t d = 0; d < D; ++d) acc += __ldg(xr + d) * __ldg(a + h * D + d);
-    y[t] = acc;
+// y[r, h] = x[r, h, :] . a[h, :]: G lanes per (row, head) (G a power of two, at most 8), so a warp
+// reads 32 / G rows' head blocks in runs of G consecutive floats; the lanes combine in a butterfly.
+__global__ void __launch_bounds__(kThreads) head_dot_kernel(float* y, const float* x, const float* a, int64_t R,
+                                                            int64_t H, int64_t D, int G) {
+  const int64_t t = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / G;  // the (row, head) item
+  const int lane = int(threadIdx.x) % G;
+  float acc = 0.0f;
+  if (t < R * H) {
+    const float *xr = x + t * D, *ah = a + (t % H) * D;  // row r's head h block starts at (r*H + h)*D = t*D
+    for (int64_t d = lane; d < D; d += G) acc += __ldg(xr + d) * __ldg(ah + d);
   }
+  for (int o = G / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o, G);  // every lane takes part
+  if (t < R * H && lane == 0) y[t] = acc;
 }
 
 __global__ void head_dot_bwd_kernel(float* dx, float* prod, const float* dy, const float* x, const float* a, int64_t R,
@@ -495,7 +500,11 @@ void head_broadcast_cuda(float* y, const float* x, int64_t R, int64_t H, int64_t
 }
 
 void head_dot_cuda(float* y, const float* x, const float* a, int64_t R, int64_t H, int64_t D, Stream stream) {
-  GNN_LAUNCH_N("head_dot_cuda", R * H, head_dot_kernel, y, x, a, R, H, D);
+  if (R * H == 0) return;
+  int G = 1;
+  while (G < 8 && G < D) G *= 2;
+  head_dot_kernel<<<blocks_for(R * H * G, kThreads, "head_dot_cuda"), kThreads, 0, stream>>>(y, x, a, R, H, D, G);
+  GNN_CUDA_LAUNCH_CHECK("head_dot_cuda");
 }
 
 void head_dot_backward_cuda(float* dx, float* prod, const float* dy, const float* x, const float* a, int64_t R,
