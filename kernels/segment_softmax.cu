@@ -77,6 +77,16 @@ __device__ __forceinline__ void softmax_bwd_span(float* dx, const float* y, cons
   for (int64_t j = first; j < end; j += step) dx[j] = __ldg(y + j) * (__ldg(dy + j) - dot);
 }
 
+// ds * leaky_relu'(pre-activation) at entry q of CSR row r (by_dst: the entry's CSR position is q) or
+// of CSC row r (its CSR position is csc_to_csr[q]), head h: one term of da_dst[r, h] or da_src[r, h].
+__device__ __forceinline__ float score_grad(const CsrView& g, const float* ds, const float* a_src, const float* a_dst,
+                                            bool by_dst, int64_t r, int64_t q, int64_t h, int64_t H, float slope) {
+  const int64_t p = by_dst ? q : __ldg(g.csc_to_csr + q);
+  const int64_t u = by_dst ? __ldg(g.indices + q) : r, v = by_dst ? r : __ldg(g.csc_indices + q);
+  const float z = __ldg(a_src + u * H + h) + __ldg(a_dst + v * H + h);
+  return __ldg(ds + p * H + h) * (z > 0.0f ? 1.0f : slope);
+}
+
 struct Bounds {
   int64_t b, e;  // a segment's entries
 };
@@ -147,15 +157,18 @@ __global__ void __launch_bounds__(kThreads) gat_scores_bwd_group_kernel(float* d
         float acc = 0.0f;
         for (int64_t j = first; j < end; j += step) {
           const int64_t q = j >> shift, h = j & (H - 1);
-          const int64_t p = by_dst ? q : __ldg(g.csc_to_csr + q);
-          const int64_t u = by_dst ? __ldg(g.indices + q) : r, v = by_dst ? r : __ldg(g.csc_indices + q);
-          const float z = __ldg(a_src + u * H + h) + __ldg(a_dst + v * H + h);
-          acc += __ldg(ds + p * H + h) * (z > 0.0f ? 1.0f : slope);
+          acc += score_grad(g, ds, a_src, a_dst, by_dst, r, q, h, H, slope);
         }
         acc = comb(acc, false);
         if (own && first - lo < H) (by_dst ? da_dst : da_src)[r * H + (first - lo)] = acc;
       });
 }
+
+// The fallback's (segment, head) values x[p * H + h], p = indptr[s] + lane, + 32, ...: first
+// (indptr[s] + lane) * H + h, step 32 H, below indptr[s + 1] * H; the warp combines them.
+struct WarpCombine {
+  __device__ float operator()(float v, bool max) const { return max ? warp_max(v) : warp_sum(v); }
+};
 
 __global__ void __launch_bounds__(kThreads) softmax_fwd_kernel(float* y, const float* x, const int32_t* indptr,
                                                                int64_t S, int64_t H) {
@@ -163,19 +176,7 @@ __global__ void __launch_bounds__(kThreads) softmax_fwd_kernel(float* y, const f
   const int lane = int(threadIdx.x % 32);
   if (w >= S * H) return;
   const int64_t s = w / H, h = w % H;
-  const int32_t b = indptr[s], e = indptr[s + 1];
-  float m = -INFINITY;
-  for (int32_t p = b + lane; p < e; p += 32) m = fmaxf(m, __ldg(x + p * H + h));
-  m = warp_max(m);
-  float sum = 0.0f;
-  for (int32_t p = b + lane; p < e; p += 32) {
-    const float t = expf(__ldg(x + p * H + h) - m);
-    y[p * H + h] = t;
-    sum += t;
-  }
-  sum = warp_sum(sum);
-  __syncwarp();
-  for (int32_t p = b + lane; p < e; p += 32) y[p * H + h] /= sum;  // each lane rescales what it wrote
+  softmax_span(y, x, (int64_t(indptr[s]) + lane) * H + h, int64_t(indptr[s + 1]) * H, 32 * H, WarpCombine{});
 }
 
 __global__ void __launch_bounds__(kThreads) softmax_bwd_kernel(float* dx, const float* y, const float* dy,
@@ -184,11 +185,7 @@ __global__ void __launch_bounds__(kThreads) softmax_bwd_kernel(float* dx, const 
   const int lane = int(threadIdx.x % 32);
   if (w >= S * H) return;
   const int64_t s = w / H, h = w % H;
-  const int32_t b = indptr[s], e = indptr[s + 1];
-  float dot = 0.0f;
-  for (int32_t p = b + lane; p < e; p += 32) dot += __ldg(y + p * H + h) * __ldg(dy + p * H + h);
-  dot = warp_sum(dot);
-  for (int32_t p = b + lane; p < e; p += 32) dx[p * H + h] = __ldg(y + p * H + h) * (__ldg(dy + p * H + h) - dot);
+  softmax_bwd_span(dx, y, dy, (int64_t(indptr[s]) + lane) * H + h, int64_t(indptr[s + 1]) * H, 32 * H, WarpCombine{});
 }
 
 __global__ void __launch_bounds__(kThreads) gat_scores_fwd_kernel(float* s, const float* a_src, const float* a_dst,
@@ -213,10 +210,7 @@ __global__ void __launch_bounds__(kThreads) gat_scores_bwd_kernel(float* da_src,
   const int32_t* ptr = by_dst ? g.indptr : g.csc_indptr;
   float acc = 0.0f;
   for (int32_t q = ptr[r] + lane; q < ptr[r + 1]; q += 32) {
-    const int64_t p = by_dst ? q : __ldg(g.csc_to_csr + q);
-    const int64_t u = by_dst ? __ldg(g.indices + q) : r, v = by_dst ? r : __ldg(g.csc_indices + q);
-    const float z = __ldg(a_src + u * H + h) + __ldg(a_dst + v * H + h);
-    acc += __ldg(ds + p * H + h) * (z > 0.0f ? 1.0f : slope);
+    acc += score_grad(g, ds, a_src, a_dst, by_dst, r, q, h, H, slope);
   }
   acc = warp_sum(acc);
   if (lane == 0) (by_dst ? da_dst : da_src)[r * H + h] = acc;
