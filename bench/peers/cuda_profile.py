@@ -21,7 +21,7 @@ import tempfile
 from collections import defaultdict
 
 import numpy as np
-from timing import cuda_median_ms, gnn_bench
+from timing import cuda_median_ms
 
 STEPS = 23  # gnn bench: 3 warm-up runs + --repeat 20
 UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
@@ -67,7 +67,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=50, help="CUDA-event runs for the step times")
     ap.add_argument("--pyg-graph", help=argparse.SUPPRESS)  # internal: run PyG's steps on this graph, under ncu
     args = ap.parse_args()
-    from cuda_layers import pyg_step
+    from cuda_layers import gnn, pyg_step
     if args.pyg_graph:
         step = pyg_step(args.kind, args.nodes, args.features, np.load(args.pyg_graph)["edge_index"])
         for _ in range(STEPS):
@@ -78,7 +78,7 @@ def main():
     shape = ["--nodes", str(args.nodes), "--edges", str(args.edges), "--features", str(args.features)]
     bench = [args.gnn, "bench", "kernel", args.kind, "--device", "cuda", "--backward", *shape, "--repeat", "20"]
     with tempfile.NamedTemporaryFile(suffix=".npz") as graph:
-        ours_ms = gnn_bench(args, args.kind, "--device", "cuda", "--backward", *shape, "--save-graph", graph.name)
+        ours_ms = gnn(args, args.kind, *shape, "--save-graph", graph.name)
         peer_ms = cuda_median_ms(pyg_step(args.kind, args.nodes, args.features, np.load(graph.name)["edge_index"]),
                                  args.repeat)
         ours = ncu_kernels(args, bench)
