@@ -1,10 +1,20 @@
 #include "io/npz.h"
 
 #include <exception>
+#include <unordered_set>
 
 namespace gnn {
 
-NpzReader::NpzReader(const std::string& path, ZipLimits limits) : zip_(ZipReader::open(path, limits)) {}
+NpzReader::NpzReader(const std::string& path, ZipLimits limits) : NpzReader(open_file(path), limits) {}
+
+NpzReader::NpzReader(std::shared_ptr<ByteSource> src, ZipLimits limits) : zip_(std::move(src), limits) {
+  const std::string& path = zip_.path();
+  // Members 'a.npy' and 'a' are both array 'a' (numpy strips the suffix): one archive may not hold both.
+  std::unordered_set<std::string> seen;
+  for (const std::string& key : keys())
+    GNN_CHECK(seen.insert(key).second, path, ": two members are array '", key, "' ('", key, "' and '", key,
+              ".npy'); tools disagree on which one to read");
+}
 
 std::vector<std::string> NpzReader::keys() const {
   std::vector<std::string> out;

@@ -21,6 +21,7 @@ struct NpzArrayInfo {
 class NpzReader {
  public:
   explicit NpzReader(const std::string& path, ZipLimits limits = {});
+  explicit NpzReader(std::shared_ptr<ByteSource> src, ZipLimits limits = {});  // bytes in memory (the fuzzers)
 
   const std::string& path() const { return zip_.path(); }
   std::vector<std::string> keys() const;  // in archive order

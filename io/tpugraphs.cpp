@@ -10,6 +10,7 @@
 
 #include "io/json.h"
 #include "io/npz.h"
+#include "runtime/allocator.h"
 
 namespace gnn {
 namespace fs = std::filesystem;
@@ -58,6 +59,7 @@ std::map<std::string, NpyHeader> check_headers(const NpzReader& npz, bool requir
     GNN_CHECK(h[key].shape[size_t(dim)] == want, where(path, key), ": shape ", h[key].shape_str(), " does not match ",
               what, " (", want, ")");
   };
+  GNN_CHECK(n >= 1, where(path, "node_feat"), ": shape ", h["node_feat"].shape_str(), " has no nodes (a graph needs at least one)");
   expect("node_feat", 1, kNodeFeatures, "the 140 node features");
   expect("node_opcode", 0, n, "the node count of node_feat");
   expect("edge_index", 1, 2, "rows [u, v]");
@@ -103,8 +105,9 @@ double TpuGraph::target(int64_t c) const {
   return layout ? r : r / config_runtime_normalizers.f64()[c];
 }
 
-TpuGraph load_tpugraph(const std::string& path, const LoadOptions& options) {
-  const NpzReader npz(path);
+namespace {
+TpuGraph load_checked(const NpzReader& npz, const LoadOptions& options) {
+  const std::string& path = npz.path();
   const auto headers = check_headers(npz, options.require_runtimes);
   std::vector<std::string> keys;
   for (const auto& kv : headers) keys.push_back(kv.first);
@@ -121,7 +124,8 @@ TpuGraph load_tpugraph(const std::string& path, const LoadOptions& options) {
   check_finite(g.node_feat, path, "node_feat");
   for (int64_t i = 0; i < n; ++i) {
     const int64_t op = g.node_opcode.i64()[i];
-    GNN_CHECK(op >= 0 && op < 256, where(path, "node_opcode"), ": node ", i, " has opcode ", op, " outside [0, 256)");
+    GNN_CHECK(op >= 0 && op < kOpcodes, where(path, "node_opcode"), ": node ", i, " has opcode ", op,
+              ", outside the HLO opcode ids [0, ", kOpcodes, ")");
   }
   g.node_opcode = g.node_opcode.astype(DType::I32);
   const int64_t* ei = g.edge_index.i64();
@@ -172,6 +176,19 @@ TpuGraph load_tpugraph(const std::string& path, const LoadOptions& options) {
     if (all_positive) g.config_runtime = rt;  // test files carry placeholder runtimes: treat them as absent
   }
   return g;
+}
+}  // namespace
+
+TpuGraph load_tpugraph(const NpzReader& npz, const LoadOptions& options) {
+  try {
+    return load_checked(npz, options);
+  } catch (const MemoryLimitError& e) {  // the limit's message, with the file that did not fit
+    throw MemoryLimitError(npz.path() + ": loading it, " + e.message(), e.where(), e.requested, e.in_use, e.limit);
+  }
+}
+
+TpuGraph load_tpugraph(const std::string& path, const LoadOptions& options) {
+  return load_tpugraph(NpzReader(path), options);
 }
 
 Tensor gather_config_feat(const TpuGraph& g, const std::vector<int64_t>& configs) {

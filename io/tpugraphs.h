@@ -20,6 +20,7 @@
 namespace gnn {
 
 inline constexpr int kNodeFeatures = 140, kTileConfigFeatures = 24, kLayoutConfigFeatures = 18;
+inline constexpr int64_t kOpcodes = 121;  // HLO opcode ids 0..120 (TPUGRAPHS.md section 3)
 
 // "tile:xla", "layout:xla:default", "layout:nlp:random": the prefix of a submission ID.
 struct CollectionId {
@@ -55,6 +56,8 @@ struct LoadOptions {
 };
 
 TpuGraph load_tpugraph(const std::string& path, const LoadOptions& options = {});
+class NpzReader;
+TpuGraph load_tpugraph(const NpzReader& npz, const LoadOptions& options = {});  // an archive already open
 
 // Config features of the chosen configs only: tile [k, 24], layout [k, NC, 18]; runtimes [k].
 Tensor gather_config_feat(const TpuGraph& g, const std::vector<int64_t>& configs);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 #include <thread>
+#include <unordered_map>
 
 #include "io/zip.h"
 #include "runtime/error.h"
@@ -306,6 +307,14 @@ void ZipReader::read_central_directory() {
     resolve_local_header(e, cd_offset);
     entries_.push_back(std::move(e));
     at += kCentralSize + nlen + xlen + clen;
+  }
+  // Two members of one name: numpy takes the last, a reader that searches from the front the first, so
+  // two tools would see different data in the same file. Refused.
+  std::unordered_map<std::string, size_t> first;
+  for (size_t k = 0; k < entries_.size(); ++k) {
+    const auto [it, fresh] = first.emplace(entries_[k].name, k);
+    GNN_CHECK(fresh, path, ": member '", entries_[k].name, "' appears twice (central directory entries ", it->second,
+              " and ", k, "); tools disagree on which one to read");
   }
 }
 

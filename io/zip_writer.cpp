@@ -53,6 +53,8 @@ void ZipWriter::begin_member(const std::string& name, ZipMethod method, int leve
   GNN_CHECK(!closed_, path(), ": writer is closed");
   GNN_CHECK(!cur_, path(), ": begin_member('", name, "') before the previous member ended");
   GNN_CHECK(!name.empty() && name.size() < 0xFFFF, path(), ": bad member name '", name, "'");
+  for (const ZipEntry& done : done_)
+    GNN_CHECK(done.name != name, path(), ": member '", name, "' written twice (readers would disagree on which to read)");
   cur_ = std::make_unique<Pending>();
   ZipEntry& e = cur_->entry;
   e.name = name;

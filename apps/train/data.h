@@ -19,7 +19,6 @@
 
 namespace gnn::train {
 
-inline constexpr int64_t kOpcodes = 121;  // HLO opcode ids 0..120 (TPUGRAPHS.md section 3)
 
 // Fitted on the training graphs, stored in model.npz under prep/, applied to every split.
 struct Preprocessing {

@@ -79,6 +79,21 @@ TEST_CASE("tpugraphs: every schema violation names the file, the array and the p
       {true, [](Arrays& a) { array(a, "node_opcode") = array(a, "node_opcode").astype(DType::I32); array(a, "node_opcode").i32()[0] = 300; },
        "node 0 has opcode 300"},
       {true, [](Arrays& a) { array(a, "node_splits").i64()[1] = 1 << 20; }, "array 'node_splits': entry 1"},
+      // One past the HLO opcode ids: it would index past the models' 121-row embedding tables.
+      {false, [](Arrays& a) { array(a, "node_opcode") = array(a, "node_opcode").astype(DType::I32); array(a, "node_opcode").i32()[3] = 121; },
+       "array 'node_opcode': node 3 has opcode 121, outside the HLO opcode ids [0, 121)"},
+      {false, [](Arrays& a) {
+         array(a, "node_feat") = Tensor::zeros({0, 140}, DType::F32), array(a, "node_opcode") = Tensor::zeros({0}, DType::U8);
+         array(a, "edge_index") = Tensor::zeros({0, 2}, DType::I64);
+       },
+       "array 'node_feat': shape (0, 140) has no nodes"},
+      {true, [](Arrays& a) {
+         array(a, "node_feat") = Tensor::zeros({0, 140}, DType::F32), array(a, "node_opcode") = Tensor::zeros({0}, DType::U8);
+         array(a, "edge_index") = Tensor::zeros({0, 2}, DType::I64), array(a, "node_config_ids") = Tensor::zeros({0}, DType::I64);
+         array(a, "node_config_feat") = Tensor::zeros({8, 0, 18}, DType::F32);
+         array(a, "node_splits") = Tensor::zeros({1, 0}, DType::I64);
+       },
+       "has no nodes"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.want);
