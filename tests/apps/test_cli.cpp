@@ -98,6 +98,35 @@ TEST_CASE("cli: inspect recognises TpuGraphs files") {
   CHECK(r.out.find("TpuGraphs tile file: nodes=7 edges=6 configs=5") != std::string::npos);
 }
 
+TEST_CASE("cli: inspect FILE reads and checks everything before it prints, as inspect DIR does") {
+  // A member whose CRC-32 does not match, a TpuGraphs file with an opcode past the table, one with no
+  // nodes: one error line naming the file, exit 1, and no table printed before it.
+  for (const auto& [name, want] : std::vector<std::pair<std::string, std::string>>{
+           {"crc_mismatch.npz", "CRC-32 mismatch"},
+           {"opcode_121.npz", "opcode 121, outside the HLO opcode ids"},
+           {"zero_nodes.npz", "has no nodes"}}) {
+    const std::string path = testing::source_path("tests/data/fuzz_regressions/" + name);
+    for (const char* flags : {"", "--json "}) {
+      CAPTURE(name);
+      CAPTURE(flags);
+      const auto r = run_gnn(std::string("inspect ") + flags + path);
+      CHECK(r.exit_code == 1);
+      CHECK(r.out.empty());
+      CHECK(lines(r.err) == 1);
+      CHECK(r.err.find(path) != std::string::npos);
+      CHECK(r.err.find(want) != std::string::npos);
+    }
+  }
+  // inspect DIR loads and validates each file: the bad opcode is caught in a tree too.
+  testing::TempDir tmp;
+  const std::string split = tmp.file("npz/tile/xla/train");
+  std::filesystem::create_directories(split);
+  std::filesystem::copy_file(testing::source_path("tests/data/fuzz_regressions/opcode_121.npz"), split + "/bad.npz");
+  const auto r = run_gnn("inspect " + tmp.file("npz"));
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("bad.npz: array 'node_opcode': node 1 has opcode 121") != std::string::npos);
+}
+
 TEST_CASE("cli: bench npz prints the JSON keys other tools read") {
   auto r = run_gnn("bench npz " + testing::fixture("stored.npz") + " --repeat 3 --json");
   REQUIRE(r.exit_code == 0);
