@@ -1,5 +1,9 @@
 // gnn train / eval / predict / models: the TpuGraphs pipeline (apps/train/).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
+#include <fstream>
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
@@ -45,6 +49,33 @@ RunOnSplit open_run(const Args& a) {
   return r;
 }
 
+// --memory-limit: bytes with an optional K/M/G suffix (powers of 1024), 0 for none, or auto: 90% of the
+// smaller of the machine's memory and the cgroup's limit, so a batch that cannot fit stops with a message
+// instead of the kernel's OOM kill.
+int64_t parse_memory_limit(const std::string& s) {
+  if (s == "auto") {
+    int64_t bytes = int64_t(::sysconf(_SC_PHYS_PAGES)) * int64_t(::sysconf(_SC_PAGESIZE));
+    if (std::ifstream cg("/sys/fs/cgroup/memory.max"); cg) {
+      std::string v;
+      if (cg >> v && !v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos)
+        bytes = std::min<int64_t>(bytes, std::stoll(v));
+    }
+    return bytes > 0 ? bytes / 10 * 9 : 0;
+  }
+  size_t end = 0;
+  double v = -1;
+  try {
+    v = std::stod(s, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  const std::string suffix = end ? s.substr(end) : "";
+  const double scale = suffix.empty() ? 1 : suffix == "K" ? 0x1p10 : suffix == "M" ? 0x1p20 : suffix == "G" ? 0x1p30 : -1;
+  if (end == 0 || scale < 0 || !(v >= 0) || v * scale > 9e18)
+    throw UsageError("gnn train: --memory-limit: expected bytes (with an optional K, M or G), 0 or auto, got '" + s + "'");
+  return int64_t(v * scale);
+}
+
 // Every hyper-parameter any recipe has, once, for gnn train's flag list.
 std::vector<train::HParamSpec> all_hparams() {
   std::vector<train::HParamSpec> out;
@@ -62,21 +93,25 @@ Command train_command() {
   c.name = "train";
   c.summary = "train a recipe (gnn models) on a TpuGraphs tree; resumable, with metrics.jsonl and model.npz in RUN";
   c.flags = {{"model", "NAME", "the recipe (gnn models lists them); on --resume, the run's own"},
-             {"data", "DIR", "the dataset (release root, npz/, or a collection folder)", "", true},
+             {"data", "DIR", "the dataset (release root, npz/, or a collection folder); on --resume, the run's own"},
              {"out", "RUN", "the run directory (created; refused if it holds a run, unless --resume)", "", true},
-             {"epochs", "E", "epochs (see below for what one covers)", "10"},
+             {"epochs", "E", "epochs (see below for what one covers; default 10, on --resume the run's own)"},
              {"steps", "N", "stop after N optimiser steps in all (whichever of --epochs and --steps ends first)"},
-             {"seed", "S", "seed for initialisation, graph order and config sampling", "1"},
+             {"seed", "S", "seed for initialisation, graph order and config sampling (default 1)"},
+             {"memory-limit", "BYTES", "stop with the step's graphs named when tensors would pass this many bytes "
+                                       "(K/M/G suffixes; 0: no limit; auto: 90% of the memory this process may use)", "auto"},
              {"device", "cpu|cuda", "where to train", "cpu"},
              {"threads", "T", "CPU threads (default: all)"},
-             {"resume", "", "continue the run in RUN from its last checkpoint (starts one if there is none)"},
+             {"resume", "", "continue the run in RUN from its last checkpoint (starts one if there is none); "
+                            "--epochs or --steps given again extend or shorten it"},
              {"skip-nonfinite", "", "skip a batch whose loss or gradient is NaN/Inf (counted) instead of stopping"},
              {"checkpoint-minutes", "M", "also checkpoint mid-epoch every M minutes (0: every step)", "10"},
              {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout validation on them"},
              {"max-graphs", "N", "use only the first N train and N valid graphs"},
              {"progress", "auto|bar|lines", "a progress bar (on a terminal by default) or plain lines", "auto"},
              {"kill-after-steps", "N", "testing: kill -9 this process right after step N's checkpoint"}};
-  for (const train::HParamSpec& h : all_hparams()) c.flags.push_back({h.name, "V", h.help + " (default: the recipe's)"});
+  for (const train::HParamSpec& h : all_hparams())
+    c.flags.push_back({h.name, "V", h.help + "; " + h.valid() + " (default: the recipe's)"});
   std::string details =
       "An epoch visits every training graph once, in a seeded random order, in batches of --batch-graphs\n"
       "graphs; each graph contributes --configs configs drawn at random, different ones each epoch. A tile\n"
@@ -99,13 +134,16 @@ Command train_command() {
     if (a.has("model")) o.recipe = a.str("model");
     if (!o.recipe.empty()) (void)train::find_recipe(o.recipe);
     GNN_CHECK(!o.recipe.empty() || a.on("resume"), "--model: no recipe given (gnn models lists them)");
-    o.data = a.str("data"), o.out = a.str("out");
-    o.epochs = a.integer("epochs", 1, 1'000'000);
+    if (a.on("data")) o.data = a.str("data");
+    o.out = a.str("out");
+    if (!a.on("resume") && !a.on("data")) throw UsageError("gnn train: missing --data");
+    if (a.on("epochs")) o.epochs = a.integer("epochs", 1, 1'000'000);
     if (a.has("steps")) o.steps = a.integer("steps", 1, INT64_MAX);
-    o.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
+    if (a.on("seed")) o.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
+    o.memory_limit = parse_memory_limit(a.str("memory-limit"));
     o.resume = a.on("resume"), o.skip_nonfinite = a.on("skip-nonfinite");
     o.checkpoint_minutes = a.number("checkpoint-minutes");
-    if (!(o.checkpoint_minutes >= 0)) throw UsageError("--checkpoint-minutes must be >= 0, got " + a.str("checkpoint-minutes"));
+    if (!(o.checkpoint_minutes >= 0) || std::isinf(o.checkpoint_minutes)) throw UsageError("--checkpoint-minutes must be >= 0, got " + a.str("checkpoint-minutes"));
     if (a.has("eval-indices")) o.eval_indices = a.str("eval-indices");
     if (a.has("max-graphs")) o.max_graphs = a.integer("max-graphs", 1, INT64_MAX);
     if (a.has("kill-after-steps")) o.kill_after_steps = a.integer("kill-after-steps", 1, INT64_MAX);
@@ -114,7 +152,12 @@ Command train_command() {
     o.progress = p == "auto" ? -1 : p == "bar" ? 1 : 0;
     for (const train::HParamSpec& h : all_hparams())
       if (a.has(h.name)) o.hparams[h.name] = a.str(h.name);
-    const train::TrainResult r = train::run_training(o);
+    train::TrainResult r;
+    try {
+      r = train::run_training(o);
+    } catch (const train::OptionError& e) {
+      throw UsageError("gnn train: " + e.message());
+    }
     std::printf("%s\n", r.json.c_str());
     return 0;
   };

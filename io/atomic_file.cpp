@@ -1,10 +1,12 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "runtime/error.h"
 
@@ -56,6 +58,24 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   AtomicFile f(path);
   f.write(text.data(), text.size());
   f.commit();
+}
+
+int remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const std::string prefix = p.filename().string() + ".tmp-";
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    if (::kill(pid_t(std::stol(pid)), 0) == 0 || errno == EPERM) continue;  // its writer still runs
+    removed += fs::remove(entry.path(), ec) ? 1 : 0;
+  }
+  return removed;
 }
 
 }  // namespace gnn

@@ -29,4 +29,8 @@ class AtomicFile {
 // Writes `text` to path through an AtomicFile: the old file or the whole new one, never half.
 void write_file_atomic(const std::string& path, const std::string& text);
 
+// Removes the temporaries `path.tmp-PID` that a killed writer left beside `path` (a process killed with
+// SIGKILL runs no destructor), those of live processes excepted. Returns how many it removed.
+int remove_stale_temporaries(const std::string& path);
+
 }  // namespace gnn

@@ -12,7 +12,7 @@
 
 namespace gnn {
 namespace {
-std::atomic<int64_t> g_current{0}, g_peak{0}, g_live{0}, g_total{0};
+std::atomic<int64_t> g_current{0}, g_peak{0}, g_live{0}, g_total{0}, g_limit{0};
 }
 
 // Large buffers sit on 2 MiB boundaries and ask for transparent huge pages, as numpy does: on a VM
@@ -21,6 +21,12 @@ constexpr size_t kHugeThreshold = size_t(4) << 20, kHugePage = size_t(2) << 20;
 
 void* host_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
+  if (const int64_t limit = g_limit.load(); limit > 0 && g_current.load() + int64_t(bytes) > limit) {
+    const int64_t in_use = g_current.load();
+    throw MemoryLimitError(detail::str_cat("an allocation of ", bytes, " bytes with ", in_use,
+                                           " in use would pass the memory limit of ", limit, " bytes"),
+                           "runtime/allocator.cpp", int64_t(bytes), in_use, limit);
+  }
   const bool huge = bytes >= kHugeThreshold;
   const size_t align = huge ? kHugePage : kHostAlignment;
   void* p = std::aligned_alloc(align, round_up(bytes, align));
@@ -54,5 +60,8 @@ MemoryStats host_memory_stats() {
 }
 
 void host_reset_peak() { g_peak.store(g_current.load()); }
+
+int64_t host_set_limit(int64_t bytes) { return g_limit.exchange(bytes > 0 ? bytes : 0); }
+int64_t host_limit() { return g_limit.load(); }
 
 }  // namespace gnn

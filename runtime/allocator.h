@@ -3,6 +3,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
+
+#include "runtime/error.h"
 
 namespace gnn {
 
@@ -17,10 +20,23 @@ struct MemoryStats {
 
 inline constexpr size_t kHostAlignment = 64;
 
-// Returns nullptr for 0 bytes; throws gnn::Error when the system refuses.
+// Returns nullptr for 0 bytes; throws gnn::Error when the system refuses, MemoryLimitError when the
+// allocation would take the bytes in use past host_set_limit's limit.
 void* host_alloc(size_t bytes);
 void host_free(void* p, size_t bytes);
 MemoryStats host_memory_stats();
 void host_reset_peak();
+
+// A ceiling on the bytes host_alloc hands out (0: none). Tensors alone count, not other containers, so a
+// process should leave itself some room under the machine's memory. Returns the previous limit.
+int64_t host_set_limit(int64_t bytes);
+int64_t host_limit();
+
+class MemoryLimitError : public Error {
+ public:
+  MemoryLimitError(std::string message, std::string where, int64_t requested, int64_t in_use, int64_t limit)
+      : Error(std::move(message), std::move(where)), requested(requested), in_use(in_use), limit(limit) {}
+  int64_t requested, in_use, limit;
+};
 
 }  // namespace gnn

@@ -1,6 +1,10 @@
 #include "apps/train/recipe.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 
 #include "io/json.h"
@@ -25,8 +29,9 @@ double HParams::num(const std::string& name) const {
 int64_t HParams::integer(const std::string& name) const {
   const std::string& s = str(name);
   char* end = nullptr;
+  errno = 0;
   const long long v = std::strtoll(s.c_str(), &end, 10);
-  GNN_CHECK(!s.empty() && end && *end == '\0', "--", name, ": expected an integer, got '", s, "'");
+  GNN_CHECK(!s.empty() && end && *end == '\0' && errno == 0, "--", name, ": expected an integer, got '", s, "'");
   return v;
 }
 
@@ -53,34 +58,101 @@ HParams Recipe::defaults() const {
   return h;
 }
 
-std::vector<HParamSpec> common_hparams(bool layout, const std::string& loss, double temperature, double mse_weight,
-                                       int64_t batch_graphs, int64_t configs, double lr) {
+HParamSpec number_hp(std::string name, std::string def, double min, double max, std::string help, bool min_open) {
+  HParamSpec s{std::move(name), std::move(def), std::move(help)};
+  s.type = HParamSpec::Type::kNumber, s.min = min, s.max = max, s.min_open = min_open;
+  return s;
+}
+
+HParamSpec integer_hp(std::string name, std::string def, int64_t min, int64_t max, std::string help) {
+  HParamSpec s{std::move(name), std::move(def), std::move(help)};
+  s.type = HParamSpec::Type::kInteger, s.min = double(min), s.max = double(max);
+  return s;
+}
+
+HParamSpec choice_hp(std::string name, std::string def, std::string choices, std::string help) {
+  HParamSpec s{std::move(name), std::move(def), std::move(help)};
+  s.type = HParamSpec::Type::kChoice, s.choices = std::move(choices);
+  return s;
+}
+
+std::string HParamSpec::valid() const {
+  if (type == Type::kChoice) return "one of " + choices;
   auto num = [](double v) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
+    std::snprintf(buf, sizeof buf, "%.15g", v);
     return std::string(buf);
   };
+  const std::string what = type == Type::kInteger ? "an integer" : "a number";
+  const bool low = min > -1e300, high = max < 9e18;  // INT64_MAX and 1e300 mean unbounded
+  if (low && high) return what + " in " + (min_open ? "(" : "[") + num(min) + ", " + num(max) + "]";
+  if (low) return what + (min_open ? " > " : " >= ") + num(min);
+  if (high) return what + " <= " + num(max);
+  return type == Type::kInteger ? what : "a finite number";
+}
+
+std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h, const std::string& recipe) {
+  for (const auto& [name, value] : h.values) {
+    auto it = std::find_if(specs.begin(), specs.end(), [&](const HParamSpec& s) { return s.name == name; });
+    if (it == specs.end()) return "--" + name + ": not a hyper-parameter of " + recipe + " (gnn train --help lists each recipe's)";
+    const HParamSpec& s = *it;
+    const char* b = value.c_str();
+    char* end = nullptr;
+    bool ok = !value.empty();
+    if (s.type == HParamSpec::Type::kChoice) {
+      ok = false;
+      for (size_t at = 0; at <= s.choices.size();) {
+        const size_t bar = std::min(s.choices.find('|', at), s.choices.size());
+        ok |= s.choices.compare(at, bar - at, value) == 0 && bar - at == value.size();
+        at = bar + 1;
+      }
+    } else if (s.type == HParamSpec::Type::kInteger) {
+      errno = 0;
+      const long long v = std::strtoll(b, &end, 10);
+      ok = ok && *end == '\0' && errno == 0 && double(v) >= s.min && double(v) <= s.max;
+    } else {
+      const double v = std::strtod(b, &end);
+      ok = ok && *end == '\0' && std::isfinite(v) && (s.min_open ? v > s.min : v >= s.min) && v <= s.max;
+    }
+    if (!ok) return "--" + name + ": expected " + s.valid() + ", got '" + value + "'";
+  }
+  return "";
+}
+
+std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, std::string>& defaults) {
+  constexpr double kInf = 1e300;
+  constexpr int64_t kMany = INT64_MAX;  // no upper bound
   std::vector<HParamSpec> h = {
-      {"lr", num(lr), "Adam learning rate"},
-      {"weight-decay", "0", "AdamW decoupled weight decay"},
-      {"schedule", "constant", "learning-rate schedule: constant | cosine (to 0 over the run, after --warmup)"},
-      {"warmup", "0", "linear warm-up steps"},
-      {"clip", "0", "clip the gradient's l2 norm to this (0: no clipping)"},
-      {"batch-graphs", std::to_string(batch_graphs), "graphs per optimiser step"},
-      {"configs", std::to_string(configs), "configs sampled per graph and step (fewer when a graph has fewer)"},
-      {"loss", loss, "listmle | hinge | logistic | mse (ranking losses over the configs of each graph)"},
-      {"temperature", num(temperature), "ListMLE temperature"},
-      {"margin", "0.1", "pairwise hinge margin"},
-      {"mse-weight", num(mse_weight), "weight of an added MSE term between the prediction and log(target)"},
-      {"node-transform", "official", "node features: official (drop constant, min-max) | log1p | standardize | none"},
-      {"eval-chunk", layout ? "100" : "1000", "configs per forward pass when scoring every config of a graph"},
+      number_hp("lr", "0.001", 0, kInf, "Adam learning rate", /*min_open=*/true),
+      number_hp("weight-decay", "0", 0, kInf, "AdamW decoupled weight decay"),
+      choice_hp("schedule", "constant", "constant|cosine",
+                "learning-rate schedule: constant | cosine (to 0 over the run, after --warmup)"),
+      integer_hp("warmup", "0", 0, kMany, "linear warm-up steps"),
+      number_hp("clip", "0", 0, kInf, "clip the gradient's l2 norm to this (0: no clipping)"),
+      integer_hp("batch-graphs", "8", 1, 1 << 20, "graphs per optimiser step"),
+      integer_hp("configs", "16", 2, 1 << 20, "configs sampled per graph and step (fewer when a graph has fewer)"),
+      choice_hp("loss", "listmle", "listmle|hinge|logistic|mse",
+                "listmle | hinge | logistic | mse (ranking losses over the configs of each graph)"),
+      number_hp("temperature", "1", 0, kInf, "ListMLE temperature", /*min_open=*/true),
+      number_hp("margin", "0.1", 0, kInf, "pairwise hinge margin"),
+      number_hp("mse-weight", "0", 0, kInf, "weight of an added MSE term between the prediction and log(target)"),
+      choice_hp("node-transform", "official", "official|log1p|standardize|none",
+                "node features: official (drop constant, min-max) | log1p | standardize | none"),
+      integer_hp("eval-chunk", layout ? "100" : "1000", 1, 1 << 20,
+                 "configs per forward pass when scoring every config of a graph"),
   };
   if (layout) {
-    h.push_back({"khops", "-1", "keep nodes within k hops of a configurable node (-1: every node)"});
-    h.push_back({"segment", "5000", "segment training: gradients through a random contiguous range of this many "
-                                     "nodes per graph (0: all)"});
+    h.push_back(integer_hp("khops", "-1", -1, kMany, "keep nodes within k hops of a configurable node (-1: every node)"));
+    h.push_back(integer_hp("segment", "5000", 0, kMany, "segment training: gradients through a random contiguous range "
+                                                       "of this many nodes per graph (0: all)"));
   } else {
-    h.push_back({"config-transform", "official", "tile config features: official | log1p | standardize | none"});
+    h.push_back(choice_hp("config-transform", "official", "official|log1p|standardize|none",
+                          "tile config features: official | log1p | standardize | none"));
+  }
+  for (const auto& [name, value] : defaults) {
+    auto it = std::find_if(h.begin(), h.end(), [&](const HParamSpec& s) { return s.name == name; });
+    GNN_CHECK(it != h.end(), "common_hparams: no hyper-parameter '", name, "' to set a default for");
+    it->default_value = value;
   }
   return h;
 }

@@ -32,9 +32,25 @@ class HParams {
   static HParams from_json(const std::string& text, const std::string& what);
 };
 
+// One hyper-parameter flag: its default, what it means and the values it accepts. A number is finite
+// and in [min, max] (min excluded when min_open); an integer likewise; a choice is one of `choices`
+// ("constant|cosine"). check_hparams applies these before a run creates anything on disk.
 struct HParamSpec {
+  enum class Type { kNumber, kInteger, kChoice };
   std::string name, default_value, help;
+  Type type = Type::kNumber;
+  double min = -1e300, max = 1e300;
+  bool min_open = false;
+  std::string choices;
+  std::string valid() const;  // "a number > 0", "an integer in [1, 4096]", "one of constant|cosine"
 };
+HParamSpec number_hp(std::string name, std::string def, double min, double max, std::string help, bool min_open = false);
+HParamSpec integer_hp(std::string name, std::string def, int64_t min, int64_t max, std::string help);
+HParamSpec choice_hp(std::string name, std::string def, std::string choices, std::string help);
+
+// "" when every value of `h` parses and lies in its spec's range, else one line naming the flag:
+// "--lr: expected a number > 0, got '-1'". Names in `h` without a spec are refused too.
+std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h, const std::string& recipe);
 
 struct ModelDims {
   int64_t node_features = 0, config_features = 0;
@@ -49,9 +65,9 @@ struct Recipe {
   HParams defaults() const;
 };
 
-// Training hyper-parameters every recipe has; the recipe passes its defaults.
-std::vector<HParamSpec> common_hparams(bool layout, const std::string& loss, double temperature, double mse_weight,
-                                       int64_t batch_graphs, int64_t configs, double lr);
+// Training hyper-parameters every recipe has, with the defaults a recipe overrides by name:
+//   r.hparams = common_hparams(true, {{"loss", "listmle"}, {"batch-graphs", "8"}});
+std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, std::string>& defaults = {});
 
 const std::vector<Recipe>& recipes();
 const Recipe& find_recipe(const std::string& name);  // gnn::Error listing the names when unknown

@@ -40,9 +40,9 @@ Recipe layout_mlp_recipe() {
   r.kind = "layout";
   r.summary = "layout MLP baseline: pooled node features + pooled layout features -> MLP (no message passing; "
               "the seed papers' vanilla MLP)";
-  r.hparams = common_hparams(true, "listmle", 1, 0, 8, 16, 1e-3);
-  r.hparams.push_back({"op-embed", "32", "opcode embedding width"});
-  r.hparams.push_back({"hidden", "64", "MLP width"});
+  r.hparams = common_hparams(true);
+  r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
+  r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "MLP width"));
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<LayoutMlp>(h, d, rng);
   };

@@ -61,10 +61,10 @@ Recipe layout_resmodel_recipe() {
   r.kind = "layout";
   r.summary = "official layout baseline ResModel: residual GCN, mean + sum + configurable-node readout, ListMLE, "
               "segment training (tpu_graphs)";
-  r.hparams = common_hparams(true, "listmle", 1, 0, 8, 16, 1e-3);
-  r.hparams.push_back({"op-embed", "32", "opcode embedding width"});
-  r.hparams.push_back({"hidden", "32", "width of every layer"});
-  r.hparams.push_back({"layers", "2", "residual GCN layers"});
+  r.hparams = common_hparams(true);
+  r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
+  r.hparams.push_back(integer_hp("hidden", "32", 1, 65536, "width of every layer"));
+  r.hparams.push_back(integer_hp("layers", "2", 1, 64, "residual GCN layers"));
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<LayoutResModel>(h, d, rng);
   };

@@ -69,10 +69,11 @@ Recipe tile_gnn(const char* name, const char* summary, Conv conv, bool early) {
   r.name = name;
   r.kind = "tile";
   r.summary = summary;
-  r.hparams = common_hparams(false, "listmle", 10, 0.02, 10, 10, 1e-3);
-  r.hparams.push_back({"op-embed", "64", "opcode embedding width"});
-  r.hparams.push_back({"hidden", "64", "GNN and head width"});
-  r.hparams.push_back({"layers", "3", "GNN layers"});
+  r.hparams = common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"},
+                                     {"configs", "10"}});
+  r.hparams.push_back(integer_hp("op-embed", "64", 1, 4096, "opcode embedding width"));
+  r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "GNN and head width"));
+  r.hparams.push_back(integer_hp("layers", "3", 1, 64, "GNN layers"));
   r.build = [conv, early](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<TileGnn>(h, d, rng, conv, early);
   };

@@ -35,9 +35,10 @@ Recipe tile_mlp_recipe() {
   r.name = "tile-mlp";
   r.kind = "tile";
   r.summary = "official tile MLP baseline: pooled node features + config features -> MLP [64,64,1] (tpu_graphs)";
-  r.hparams = common_hparams(false, "listmle", 10, 0.02, 10, 10, 1e-3);
-  r.hparams.push_back({"op-embed", "64", "opcode embedding width"});
-  r.hparams.push_back({"hidden", "64", "MLP width"});
+  r.hparams = common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"},
+                                     {"configs", "10"}});
+  r.hparams.push_back(integer_hp("op-embed", "64", 1, 4096, "opcode embedding width"));
+  r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "MLP width"));
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<TileMlp>(h, d, rng);
   };

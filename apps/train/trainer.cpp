@@ -305,56 +305,157 @@ class Progress {
 
 }  // namespace
 
+namespace {
+
+// What a run is, resolved from the options and checked before anything is written: the recipe and its
+// hyper-parameters, and on --resume the run's own settings where the command line leaves them out.
+struct RunPlan {
+  const Recipe* recipe = nullptr;
+  HParams hp;
+  Meta meta;  // the checkpoint's, on resume
+  bool resuming = false;
+  uint64_t seed = 1;
+  std::string data, eval_indices;
+  int64_t epochs = 10, steps = 0, max_graphs = 0;
+  std::vector<std::string> notes;  // what a resumed run took from the command line instead of its own
+};
+
+template <class... Parts>
+[[noreturn]] void bad_option(const Parts&... parts) {
+  throw OptionError(detail::str_cat(parts...));
+}
+
+std::string stored_text(const Meta& m, const std::string& key) {
+  return m.arrays.count(key) ? tensor_text(m.arrays, key, "checkpoint") : "";
+}
+int64_t stored_i64(const Meta& m, const std::string& key, int64_t fallback) {
+  return m.arrays.count(key) ? get_i64(m.arrays, key, "checkpoint") : fallback;
+}
+bool same_path(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+}
+
+RunPlan plan_new_run(const TrainOptions& o) {
+  RunPlan p;
+  if (o.recipe.empty()) bad_option("--model: no recipe given (gnn models lists them)");
+  p.recipe = &find_recipe(o.recipe);
+  p.hp = p.recipe->defaults();
+  for (const auto& [k, v] : o.hparams) p.hp.values[k] = v;
+  if (o.data.empty()) bad_option("--data: no dataset given");
+  p.data = o.data, p.eval_indices = o.eval_indices;
+  p.epochs = o.epochs > 0 ? o.epochs : 10, p.steps = o.steps, p.max_graphs = o.max_graphs;
+  p.seed = o.seed.value_or(1);
+  return p;
+}
+
+RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
+  RunPlan p;
+  p.resuming = true;
+  p.meta = read_meta(model_path);
+  p.recipe = p.meta.recipe, p.hp = p.meta.hparams;
+  const std::string& run = o.out;
+  if (!o.recipe.empty() && o.recipe != p.recipe->name)
+    bad_option("--model ", o.recipe, ": the run in ", run, " trains ", p.recipe->name, "; a resumed run keeps its recipe");
+  for (const auto& [k, v] : o.hparams)
+    if (!p.hp.values.count(k) || p.hp.values.at(k) != v)
+      bad_option("--", k, " ", v, ": the run in ", run, " was started with ",
+                 p.hp.values.count(k) ? p.hp.values.at(k) : "no such flag", "; a resumed run keeps its hyper-parameters");
+  p.seed = uint64_t(get_i64(p.meta.arrays, "meta/seed", model_path));
+  if (o.seed && *o.seed != p.seed)
+    bad_option("--seed ", *o.seed, ": the run in ", run, " was started with seed ", p.seed, "; a resumed run keeps its seed");
+  const int64_t max_graphs = stored_i64(p.meta, "meta/max_graphs", 0);
+  if (o.max_graphs > 0 && o.max_graphs != max_graphs)
+    bad_option("--max-graphs ", o.max_graphs, ": the run in ", run, " was started with ",
+               max_graphs ? std::to_string(max_graphs) : "every graph", "; a resumed run keeps its graphs");
+  p.max_graphs = max_graphs;
+
+  // The rest may change: each change is said in the output.
+  const std::string data = stored_text(p.meta, "meta/data");
+  p.data = o.data.empty() ? data : o.data;
+  if (p.data.empty())
+    bad_option("--data: the run in ", run, " does not record its dataset (written by an older gnn); pass --data");
+  if (!o.data.empty() && !data.empty() && !same_path(o.data, data))
+    p.notes.push_back("--data " + o.data + ": the run was started on " + data + "; its preprocessing is kept");
+  const int64_t epochs = stored_i64(p.meta, "meta/epochs", 10), steps = stored_i64(p.meta, "meta/steps", 0);
+  p.epochs = o.epochs > 0 ? o.epochs : epochs;
+  if (p.epochs != epochs)
+    p.notes.push_back("--epochs " + std::to_string(p.epochs) + ": the run was started with " + std::to_string(epochs) +
+                      "; it now ends after epoch " + std::to_string(p.epochs));
+  p.steps = o.steps > 0 ? o.steps : steps;
+  if (p.steps != steps)
+    p.notes.push_back("--steps " + std::to_string(p.steps) + ": the run was started with " +
+                      (steps ? std::to_string(steps) : "no step limit"));
+  const std::string eval_indices = stored_text(p.meta, "meta/eval_indices");
+  p.eval_indices = o.eval_indices.empty() ? eval_indices : o.eval_indices;
+  if (!o.eval_indices.empty() && !same_path(o.eval_indices, eval_indices))
+    p.notes.push_back("--eval-indices " + o.eval_indices + ": the run was started with " +
+                      (eval_indices.empty() ? "none" : eval_indices));
+  return p;
+}
+
+RunPlan plan_run(const TrainOptions& o, const std::string& model_path) {
+  RunPlan p = o.resume && fs::exists(model_path) ? plan_resumed_run(o, model_path) : plan_new_run(o);
+  if (std::string e = check_hparams(p.recipe->hparams, p.hp, p.recipe->name); !e.empty()) bad_option(e);
+  if (!fs::exists(p.data)) bad_option("--data ", p.data, ": no such file or directory");
+  if (!p.eval_indices.empty() && !fs::is_directory(p.eval_indices))
+    bad_option("--eval-indices ", p.eval_indices, ": not a directory");
+  if (o.memory_limit < 0) bad_option("--memory-limit: must be >= 0 bytes, got ", o.memory_limit);
+  return p;
+}
+
+// Sets the host memory limit for a scope and puts the previous one back.
+class ScopedMemoryLimit {
+ public:
+  explicit ScopedMemoryLimit(int64_t bytes) : active_(bytes > 0), previous_(active_ ? host_set_limit(bytes) : 0) {}
+  ~ScopedMemoryLimit() {
+    if (active_) host_set_limit(previous_);
+  }
+  ScopedMemoryLimit(const ScopedMemoryLimit&) = delete;
+  ScopedMemoryLimit& operator=(const ScopedMemoryLimit&) = delete;
+
+ private:
+  bool active_;
+  int64_t previous_;
+};
+
+}  // namespace
+
 TrainResult run_training(const TrainOptions& o) {
-  GNN_CHECK(!o.out.empty(), "--out: no run directory given");
-  GNN_CHECK(o.epochs >= 1, "--epochs must be at least 1");
+  if (o.out.empty()) bad_option("--out: no run directory given");
+  if (o.epochs < 0) bad_option("--epochs must be at least 1");
   const fs::path run(o.out);
   const std::string model_path = (run / "model.npz").string(), best_path = (run / "best.npz").string(),
                     metrics_path = (run / "metrics.jsonl").string();
-  const bool resuming = o.resume && fs::exists(model_path);
-  if (o.resume && !resuming)
+  if (o.resume && !fs::exists(model_path))
     std::fprintf(stderr, "gnn train: --resume: %s does not exist yet; starting a new run\n", model_path.c_str());
-  GNN_CHECK(resuming || !fs::exists(model_path), "--out ", o.out,
+  GNN_CHECK(o.resume || !fs::exists(model_path), "--out ", o.out,
             ": already holds a run (model.npz); pass --resume to continue it, or choose another directory");
 
   // The recipe and its hyper-parameters: the command line's for a new run, the checkpoint's on resume.
-  const Recipe* recipe = nullptr;
-  HParams hp;
-  Preprocessing prep;
-  Meta meta;
-  uint64_t seed = o.seed;
-  if (resuming) {
-    meta = read_meta(model_path);
-    recipe = meta.recipe, hp = meta.hparams, prep = meta.prep;
-    GNN_CHECK(o.recipe.empty() || o.recipe == recipe->name, "--model ", o.recipe, ": the run in ", o.out, " trains ",
-              recipe->name, "; a resumed run keeps its recipe");
-    for (const auto& [k, v] : o.hparams)
-      GNN_CHECK(hp.values.count(k) && hp.values[k] == v, "--", k, " ", v, ": the run in ", o.out, " was started with ",
-                hp.values.count(k) ? hp.values[k] : "no such flag", "; a resumed run keeps its hyper-parameters");
-    seed = uint64_t(get_i64(meta.arrays, "meta/seed", model_path));
-  } else {
-    GNN_CHECK(!o.recipe.empty(), "--model: no recipe given (gnn models lists them)");
-    recipe = &find_recipe(o.recipe);
-    hp = recipe->defaults();
-    for (const auto& [k, v] : o.hparams) {
-      GNN_CHECK(hp.values.count(k), "--", k, ": not a hyper-parameter of ", recipe->name, " (gnn train --help lists each recipe's)");
-      hp.values[k] = v;
-    }
-  }
+  const RunPlan plan = plan_run(o, model_path);
+  const bool resuming = plan.resuming;
+  const Recipe* recipe = plan.recipe;
+  const HParams& hp = plan.hp;
+  const Meta& meta = plan.meta;
+  const uint64_t seed = plan.seed;
+  Preprocessing prep = plan.meta.prep;
   const bool layout = recipe->kind == "layout";
   const int64_t G = hp.integer("batch-graphs"), C = hp.integer("configs"), chunk = hp.integer("eval-chunk");
-  GNN_CHECK(G >= 1, "--batch-graphs must be at least 1");
-  GNN_CHECK(C >= 2, "--configs must be at least 2 (the losses rank configs against each other)");
   const int64_t segment = layout ? hp.integer("segment") : 0;
-  (void)hp.num("lr"), (void)hp.num("temperature"), (void)hp.num("mse-weight"), (void)hp.num("clip");
+  const int64_t epochs = plan.epochs;
+  const ScopedMemoryLimit memory_limit(o.memory_limit);
+  const uint64_t graph_budget =
+      o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
+  for (const std::string& f : {model_path, best_path, metrics_path}) remove_stale_temporaries(f);
 
-  std::vector<DatasetFile> train_files = kind_files(o.data, recipe->kind, "train");
-  std::vector<DatasetFile> valid_files = kind_files(o.data, recipe->kind, "valid");
-  if (o.max_graphs > 0) {
-    if (int64_t(train_files.size()) > o.max_graphs) train_files.resize(size_t(o.max_graphs));
-    if (int64_t(valid_files.size()) > o.max_graphs) valid_files.resize(size_t(o.max_graphs));
+  std::vector<DatasetFile> train_files = kind_files(plan.data, recipe->kind, "train");
+  std::vector<DatasetFile> valid_files = kind_files(plan.data, recipe->kind, "valid");
+  if (plan.max_graphs > 0) {
+    if (int64_t(train_files.size()) > plan.max_graphs) train_files.resize(size_t(plan.max_graphs));
+    if (int64_t(valid_files.size()) > plan.max_graphs) valid_files.resize(size_t(plan.max_graphs));
   }
-  GNN_CHECK(!train_files.empty(), "--data ", o.data, ": no ", recipe->kind, " train files for ", recipe->name);
+  GNN_CHECK(!train_files.empty(), "--data ", plan.data, ": no ", recipe->kind, " train files for ", recipe->name);
   if (!resuming) {
     prep = fit_preprocessing(train_files, layout, parse_feature_transform(hp.str("node-transform")),
                              layout ? FeatureTransform::kNone : parse_feature_transform(hp.str("config-transform")),
@@ -376,13 +477,11 @@ TrainResult run_training(const TrainOptions& o) {
   }
   nn::move_parameters(*model, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
 
-  GraphSource train_src(train_files, prep, kGraphBudget), valid_src(valid_files, prep, kGraphBudget);
+  GraphSource train_src(train_files, prep, graph_budget), valid_src(valid_files, prep, graph_budget);
   const int64_t n = int64_t(train_files.size()), batches = (n + G - 1) / G;
-  const int64_t total_steps = o.steps > 0 ? std::min(o.steps, o.epochs * batches) : o.epochs * batches;
+  const int64_t total_steps = plan.steps > 0 ? std::min(plan.steps, epochs * batches) : epochs * batches;
   nn::LrSchedule sched;
   sched.kind = hp.str("schedule") == "cosine" ? nn::LrSchedule::Kind::kCosine : nn::LrSchedule::Kind::kConstant;
-  GNN_CHECK(hp.str("schedule") == "cosine" || hp.str("schedule") == "constant", "--schedule: expected constant or cosine, got '",
-            hp.str("schedule"), "'");
   sched.base = hp.num("lr"), sched.warmup = hp.integer("warmup"), sched.total = total_steps;
   const double clip = hp.num("clip");
 
@@ -390,7 +489,13 @@ TrainResult run_training(const TrainOptions& o) {
     std::vector<std::pair<std::string, Tensor>> extra = {{"meta/format", i64_tensor(kCheckpointFormat)},
                                                          {"meta/recipe", text_tensor(recipe->name)},
                                                          {"meta/hparams", text_tensor(hp.json())},
-                                                         {"meta/seed", i64_tensor(int64_t(seed))}};
+                                                         {"meta/seed", i64_tensor(int64_t(seed))},
+                                                         {"meta/data", text_tensor(fs::absolute(plan.data).string())},
+                                                         {"meta/epochs", i64_tensor(epochs)},
+                                                         {"meta/steps", i64_tensor(plan.steps)},
+                                                         {"meta/max_graphs", i64_tensor(plan.max_graphs)},
+                                                         {"meta/eval_indices", text_tensor(plan.eval_indices.empty() ? ""
+                                                                                   : fs::absolute(plan.eval_indices).string())}};
     prep.save(extra);
     st.save(extra);
     save_checkpoint(path, params, with_optimizer ? &opt : nullptr, extra);
@@ -403,126 +508,139 @@ TrainResult run_training(const TrainOptions& o) {
   if (resuming && !o.quiet)
     std::printf("resuming at epoch %lld, batch %lld of %lld (after step %lld)\n", (long long)st.epoch + 1,
                 (long long)st.batch + 1, (long long)((int64_t(train_files.size()) + G - 1) / G), (long long)st.step);
+  for (const std::string& note : plan.notes) std::printf("resuming with %s\n", note.c_str());
   std::fflush(stdout);
 
   Progress progress(o.progress);
   int64_t step_waits = 0, waited_steps = 0;  // the host's waits for the GPU within the steps of this process
   auto last_ckpt = Clock::now();
   double last_score = NAN;
-  bool done = st.step >= total_steps || st.epoch >= o.epochs;
-  while (!done) {
-    const int64_t e = st.epoch;
-    Rng order_rng(stream_seed(seed, e, -1));
-    const std::vector<int64_t> order = sample_without_replacement(n, n, order_rng);
-    const double epoch_seconds_before = st.seconds;
-    const int64_t epoch_configs_before = st.configs, first_batch = st.batch;
-    // Batch bi is a function of (seed, epoch, bi) alone, so on a GPU the host builds batch bi + 1 on a
-    // second thread while the device runs step bi (the host is otherwise idle, waiting on the loss).
-    auto build_batch = [&, e](int64_t bi) {
-      Rng rng(stream_seed(seed, e, bi));
-      std::vector<std::shared_ptr<const ModelGraph>> held;
-      std::vector<const ModelGraph*> graphs;
-      int64_t cb = C;
-      for (int64_t k = bi * G; k < std::min(n, (bi + 1) * G); ++k) {
-        held.push_back(train_src.get(size_t(order[size_t(k)])));
-        graphs.push_back(held.back().get());
-        GNN_CHECK(held.back()->num_configs() >= 2 && !held.back()->target.empty(), held.back()->file.path,
-                  ": a training graph needs runtimes and at least 2 configs");
-        cb = std::min(cb, held.back()->num_configs());
-      }
-      std::vector<std::vector<int64_t>> configs;
-      for (const ModelGraph* g : graphs) configs.push_back(sample_without_replacement(g->num_configs(), cb, rng));
-      return make_batch(graphs, configs, segment, &rng);
-    };
-    const bool prefetch = o.prefetch < 0 ? o.device.is_cuda() : o.prefetch > 0;
-    std::future<Batch> next;
-    for (int64_t bi = st.batch; bi < batches; ++bi) {
-      const auto t_step = Clock::now();
-      const int64_t waits_before = cuda_host_waits();
-      const Batch b = (next.valid() ? next.get() : build_batch(bi)).to(o.device);
-      if (prefetch && bi + 1 < batches && st.step + 1 < total_steps)
-        next = std::async(std::launch::async, build_batch, bi + 1);
+  bool done = st.step >= total_steps || st.epoch >= epochs;
+  // What the step at hand works on, for the error when it does not fit in --memory-limit.
+  std::string working_on;
+  try {
+    while (!done) {
+      const int64_t e = st.epoch;
+      Rng order_rng(stream_seed(seed, e, -1));
+      const std::vector<int64_t> order = sample_without_replacement(n, n, order_rng);
+      const double epoch_seconds_before = st.seconds;
+      const int64_t epoch_configs_before = st.configs, first_batch = st.batch;
+      // Batch bi is a function of (seed, epoch, bi) alone, so on a GPU the host builds batch bi + 1 on a
+      // second thread while the device runs step bi (the host is otherwise idle, waiting on the loss).
+      auto build_batch = [&, e](int64_t bi) {
+        Rng rng(stream_seed(seed, e, bi));
+        std::vector<std::shared_ptr<const ModelGraph>> held;
+        std::vector<const ModelGraph*> graphs;
+        int64_t cb = C;
+        for (int64_t k = bi * G; k < std::min(n, (bi + 1) * G); ++k) {
+          held.push_back(train_src.get(size_t(order[size_t(k)])));
+          graphs.push_back(held.back().get());
+          GNN_CHECK(held.back()->num_configs() >= 2 && !held.back()->target.empty(), held.back()->file.path,
+                    ": a training graph needs runtimes and at least 2 configs");
+          cb = std::min(cb, held.back()->num_configs());
+        }
+        std::vector<std::vector<int64_t>> configs;
+        for (const ModelGraph* g : graphs) configs.push_back(sample_without_replacement(g->num_configs(), cb, rng));
+        return make_batch(graphs, configs, segment, &rng);
+      };
+      const bool prefetch = o.prefetch < 0 ? o.device.is_cuda() : o.prefetch > 0;
+      std::future<Batch> next;
+      for (int64_t bi = st.batch; bi < batches; ++bi) {
+        working_on = "step " + std::to_string(st.step + 1) + " (graphs";
+        for (int64_t k = bi * G; k < std::min(n, (bi + 1) * G); ++k) working_on += " " + train_files[size_t(order[size_t(k)])].id();
+        working_on += ")";
+        const auto t_step = Clock::now();
+        const int64_t waits_before = cuda_host_waits();
+        const Batch b = (next.valid() ? next.get() : build_batch(bi)).to(o.device);
+        if (prefetch && bi + 1 < batches && st.step + 1 < total_steps)
+          next = std::async(std::launch::async, build_batch, bi + 1);
 
-      model->train();
-      opt.zero_grad();
-      const ag::Var pred = model->forward(b);
-      const ag::Var loss = batch_loss(hp, pred, b);
-      const double lv = loss.value().item();
-      bool finite = std::isfinite(lv);
-      std::string what = "loss";
-      if (finite) {
-        ag::backward(loss);
-        const double norm = nn::clip_grad_norm(params, clip > 0 ? clip : INFINITY);
-        finite = std::isfinite(norm);
-        what = "gradient";
-      } else {
-        ag::clear_tape();
-      }
-      if (!finite) {
-        GNN_CHECK(o.skip_nonfinite, "non-finite ", what, " at step ", st.step + 1, " (epoch ", e + 1, ", batch ", bi + 1,
-                  ") from graph ", culprit(pred, b), "; lower --lr, set --clip, or pass --skip-nonfinite to skip such batches");
+        model->train();
         opt.zero_grad();
-        st.skipped += 1;
-      } else {
-        opt.set_lr(sched.at(st.step));
-        opt.step();
-        st.loss_sum += lv, st.loss_n += 1;
+        const ag::Var pred = model->forward(b);
+        const ag::Var loss = batch_loss(hp, pred, b);
+        const double lv = loss.value().item();
+        bool finite = std::isfinite(lv);
+        std::string what = "loss";
+        if (finite) {
+          ag::backward(loss);
+          const double norm = nn::clip_grad_norm(params, clip > 0 ? clip : INFINITY);
+          finite = std::isfinite(norm);
+          what = "gradient";
+        } else {
+          ag::clear_tape();
+        }
+        if (!finite) {
+          GNN_CHECK(o.skip_nonfinite, "non-finite ", what, " at step ", st.step + 1, " (epoch ", e + 1, ", batch ", bi + 1,
+                    ") from graph ", culprit(pred, b), "; lower --lr, set --clip, or pass --skip-nonfinite to skip such batches");
+          opt.zero_grad();
+          st.skipped += 1;
+        } else {
+          opt.set_lr(sched.at(st.step));
+          opt.step();
+          st.loss_sum += lv, st.loss_n += 1;
+        }
+        if (o.device.is_cuda()) step_waits += cuda_host_waits() - waits_before, waited_steps += 1;
+        st.step += 1, st.batch = bi + 1, st.configs += b.graphs * b.configs;
+        st.seconds += since(t_step);  // training time: batch building, forward, backward, step
+        const double epoch_s = st.seconds - epoch_seconds_before;
+        const double cps = double(st.configs - epoch_configs_before) / std::max(1e-9, epoch_s);
+        const double steps_left = double(std::min(total_steps - st.step, (epochs - e) * batches - (bi + 1)));
+        progress.update(e + 1, epochs, bi + 1, batches, st.loss_n ? st.loss_sum / double(st.loss_n) : NAN, cps,
+                        steps_left * epoch_s / double(bi + 1 - first_batch));
+        const bool last_batch = bi + 1 == batches || st.step >= total_steps;
+        if (!last_batch && since(last_ckpt) >= o.checkpoint_minutes * 60) {
+          save(model_path, true);
+          last_ckpt = Clock::now();
+        }
+        if (o.kill_after_steps > 0 && st.step == o.kill_after_steps && !last_batch) std::raise(SIGKILL);
+        if (st.step >= total_steps) break;
       }
-      if (o.device.is_cuda()) step_waits += cuda_host_waits() - waits_before, waited_steps += 1;
-      st.step += 1, st.batch = bi + 1, st.configs += b.graphs * b.configs;
-      st.seconds += since(t_step);  // training time: batch building, forward, backward, step
+      progress.end_line();
+      // The end of an epoch (or of the step budget): validate, log, checkpoint.
       const double epoch_s = st.seconds - epoch_seconds_before;
-      const double cps = double(st.configs - epoch_configs_before) / std::max(1e-9, epoch_s);
-      const double steps_left = double(std::min(total_steps - st.step, (o.epochs - e) * batches - (bi + 1)));
-      progress.update(e + 1, o.epochs, bi + 1, batches, st.loss_n ? st.loss_sum / double(st.loss_n) : NAN, cps,
-                      steps_left * epoch_s / double(bi + 1 - first_batch));
-      const bool last_batch = bi + 1 == batches || st.step >= total_steps;
-      if (!last_batch && since(last_ckpt) >= o.checkpoint_minutes * 60) {
-        save(model_path, true);
-        last_ckpt = Clock::now();
+      Json line = Json::object();
+      line.set("epoch", e + 1);
+      line.set("step", st.step);
+      line.set("train_loss", st.loss_n ? st.loss_sum / double(st.loss_n) : NAN);
+      line.set("lr", opt.lr());
+      line.set("configs_per_s", double(st.configs - epoch_configs_before) / std::max(1e-9, epoch_s));
+      line.set("train_seconds", epoch_s);
+      line.set("skipped", st.skipped);
+      double valid_score = NAN;
+      if (!valid_files.empty()) {
+        model->eval();
+        working_on = "validation after epoch " + std::to_string(e + 1);
+        const auto t_valid = Clock::now();
+        const Evaluation ev = evaluate(*model, valid_src, chunk, plan.eval_indices);
+        line.set("valid_seconds", since(t_valid));
+        valid_score = ev.score;
+        last_score = valid_score;
+        line.set("valid_score", valid_score);
+        line.set("valid", Json::parse(ev.json, "valid metrics"));
       }
-      if (o.kill_after_steps > 0 && st.step == o.kill_after_steps && !last_batch) std::raise(SIGKILL);
-      if (st.step >= total_steps) break;
+      st.epoch = e + 1, st.batch = 0, st.loss_sum = 0, st.loss_n = 0;
+      if (std::isfinite(valid_score) && valid_score > st.best_score) {
+        st.best_score = valid_score, st.best_epoch = st.epoch;
+        save(best_path, false);
+      }
+      append_line(metrics_path, line.dump());
+      save(model_path, true);
+      last_ckpt = Clock::now();
+      if (!o.quiet) {
+        std::printf("epoch %lld/%lld  step %lld  train_loss %.5f", (long long)st.epoch, (long long)epochs,
+                    (long long)st.step, line["train_loss"].is_null() ? NAN : line["train_loss"].as_number());
+        if (std::isfinite(valid_score)) std::printf("  valid_score %.4f", valid_score);
+        std::printf("  %.0f configs/s  %.1f s\n", line["configs_per_s"].as_number(), epoch_s);
+        std::fflush(stdout);
+      }
+      if (o.kill_after_steps > 0 && st.step == o.kill_after_steps) std::raise(SIGKILL);
+      done = st.step >= total_steps || st.epoch >= epochs;
     }
-    progress.end_line();
-    // The end of an epoch (or of the step budget): validate, log, checkpoint.
-    const double epoch_s = st.seconds - epoch_seconds_before;
-    Json line = Json::object();
-    line.set("epoch", e + 1);
-    line.set("step", st.step);
-    line.set("train_loss", st.loss_n ? st.loss_sum / double(st.loss_n) : NAN);
-    line.set("lr", opt.lr());
-    line.set("configs_per_s", double(st.configs - epoch_configs_before) / std::max(1e-9, epoch_s));
-    line.set("train_seconds", epoch_s);
-    line.set("skipped", st.skipped);
-    double valid_score = NAN;
-    if (!valid_files.empty()) {
-      model->eval();
-      const auto t_valid = Clock::now();
-      const Evaluation ev = evaluate(*model, valid_src, chunk, o.eval_indices);
-      line.set("valid_seconds", since(t_valid));
-      valid_score = ev.score;
-      last_score = valid_score;
-      line.set("valid_score", valid_score);
-      line.set("valid", Json::parse(ev.json, "valid metrics"));
-    }
-    st.epoch = e + 1, st.batch = 0, st.loss_sum = 0, st.loss_n = 0;
-    if (std::isfinite(valid_score) && valid_score > st.best_score) {
-      st.best_score = valid_score, st.best_epoch = st.epoch;
-      save(best_path, false);
-    }
-    append_line(metrics_path, line.dump());
-    save(model_path, true);
-    last_ckpt = Clock::now();
-    if (!o.quiet) {
-      std::printf("epoch %lld/%lld  step %lld  train_loss %.5f", (long long)st.epoch, (long long)o.epochs,
-                  (long long)st.step, line["train_loss"].is_null() ? NAN : line["train_loss"].as_number());
-      if (std::isfinite(valid_score)) std::printf("  valid_score %.4f", valid_score);
-      std::printf("  %.0f configs/s  %.1f s\n", line["configs_per_s"].as_number(), epoch_s);
-      std::fflush(stdout);
-    }
-    if (o.kill_after_steps > 0 && st.step == o.kill_after_steps) std::raise(SIGKILL);
-    done = st.step >= total_steps || st.epoch >= o.epochs;
+  } catch (const MemoryLimitError& e) {
+    GNN_FAIL(working_on, " does not fit in the memory limit of ", e.limit, " bytes (--memory-limit): it needs more than ",
+             e.in_use + e.requested, " bytes of tensors (", e.requested, " asked for with ", e.in_use,
+             " in use); lower --configs or --batch-graphs", layout ? ", or set --segment" : "");
   }
 
   TrainResult r;

@@ -11,6 +11,7 @@
 // takes exactly the steps the unbroken run would have taken (tested bit for bit).
 #pragma once
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,13 +21,18 @@
 
 namespace gnn::train {
 
+// On --resume, what is left empty (0, "", no value) is the run's own: its recipe, data folder, epochs,
+// steps, seed, --max-graphs and --eval-indices are stored in model.npz. A value given again that differs
+// is taken for epochs and steps (extending or shortening the run, said in the output) and the data folder
+// (the run's preprocessing is kept), and refused for the recipe, its hyper-parameters and the seed.
 struct TrainOptions {
   std::string recipe;                       // empty with resume: the run's own
   std::string data, out, eval_indices;      // eval_indices: folder of the official JSON files, optional
   std::map<std::string, std::string> hparams;  // set on the command line
-  int64_t epochs = 10;
+  int64_t epochs = 0;                       // 0: 10 for a new run
   int64_t steps = 0;                        // > 0: stop after this many optimiser steps
-  uint64_t seed = 1;
+  std::optional<uint64_t> seed;             // none: 1 for a new run
+  int64_t memory_limit = 0;                 // > 0: host tensor bytes allowed (a batch past it stops, named)
   bool resume = false;
   bool skip_nonfinite = false;
   double checkpoint_minutes = 10;           // 0: after every step
@@ -38,6 +44,13 @@ struct TrainOptions {
   // Build the next batch on a second thread during each step: -1 on a GPU only (on the host the step
   // itself uses every core), 0 never, 1 always. The batches, and so the run, are the same either way.
   int prefetch = -1;
+};
+
+// A flag value or combination that cannot be meant (out of range, conflicting with the resumed run):
+// `gnn train` reports it as a usage error (exit 2) before anything is created on disk.
+class OptionError : public Error {
+ public:
+  explicit OptionError(std::string message) : Error(std::move(message), "options") {}
 };
 
 struct TrainResult {

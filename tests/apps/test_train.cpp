@@ -1,6 +1,7 @@
 // The training pipeline: config batching is exact, runs are deterministic and resume bit for bit after
 // kill -9, non-finite values stop (or are skipped), and predict / eval / score agree.
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 
@@ -211,12 +212,13 @@ TEST_CASE("train: bad flags and runs are refused with one line naming them") {
   for (const Case& c : std::vector<Case>{
            {"train --model tile-nope --out " + t.file("x") + d, "unknown recipe 'tile-nope'", 1},
            {"train --model tile-mlp --out " + run + d, "already holds a run", 1},
-           {"train --resume --lr 0.5 --out " + run + d, "a resumed run keeps its hyper-parameters", 1},
-           {"train --resume --model tile-earlyjoin-sage --out " + run + d, "a resumed run keeps its recipe", 1},
-           {"train --model tile-mlp --segment 10 --out " + t.file("y") + d, "--segment: not a hyper-parameter of tile-mlp", 1},
+           {"train --resume --lr 0.5 --out " + run + d, "a resumed run keeps its hyper-parameters", 2},
+           {"train --resume --model tile-earlyjoin-sage --out " + run + d, "a resumed run keeps its recipe", 2},
+           {"train --resume --seed 9 --out " + run, "a resumed run keeps its seed", 2},
+           {"train --model tile-mlp --segment 10 --out " + t.file("y") + d, "--segment: not a hyper-parameter of tile-mlp", 2},
            {"train --model tile-mlp --device tpu --out " + t.file("z") + d, "--device", 2},
-           {"train --model tile-mlp --configs 1 --out " + t.file("w") + d, "--configs must be at least 2", 1},
-           {"train --model tile-mlp --lr fast --out " + t.file("v") + d, "--lr: expected a number", 1},
+           {"train --model tile-mlp --configs 1 --out " + t.file("w") + d, "--configs: expected an integer in [2, ", 2},
+           {"train --model tile-mlp --lr fast --out " + t.file("v") + d, "--lr: expected a number", 2},
            {"eval --run " + t.file("nothing") + d, "not a directory", 1},
            {"predict --run " + run + d + " --checkpoint best --out " + t.file("p.csv"), "", 0},
            {cuda_available() ? "models" : "train --model tile-mlp --device cuda --out " + t.file("z") + d,
@@ -230,6 +232,82 @@ TEST_CASE("train: bad flags and runs are refused with one line naming them") {
       CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     }
   }
+}
+
+TEST_CASE("train: every numeric hyper-parameter is range-checked before anything is written, exit 2") {
+  TempDir t;
+  const std::string d = " --data " + dataset() + " --progress lines";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--model tile-mlp --lr -1", "--lr: expected a number > 0, got '-1'"},
+      {"--model tile-mlp --lr nan", "--lr: expected a number > 0, got 'nan'"},
+      {"--model tile-mlp --lr 0", "--lr: expected a number > 0"},
+      {"--model layout-resmodel --segment -1", "--segment: expected an integer >= 0, got '-1'"},
+      {"--model tile-mlp --clip -1", "--clip: expected a number >= 0"},
+      {"--model tile-mlp --warmup -5", "--warmup: expected an integer >= 0"},
+      {"--model layout-resmodel --khops -2", "--khops: expected an integer >= -1"},
+      {"--model tile-mlp --margin inf", "--margin: expected a number >= 0, got 'inf'"},
+      {"--model tile-mlp --hidden 0", "--hidden: expected an integer in [1, 65536], got '0'"},
+      {"--model layout-resmodel --layers 0", "--layers: expected an integer in [1, 64]"},
+      {"--model tile-mlp --batch-graphs 99999999999999999999", "--batch-graphs: expected an integer"},
+      {"--model tile-mlp --loss hinge2", "--loss: expected one of listmle|hinge|logistic|mse"},
+      {"--model tile-mlp --schedule linear", "--schedule: expected one of constant|cosine"},
+      {"--model layout-resmodel --eval-indices " + t.file("no_such_folder"), "--eval-indices " + t.file("no_such_folder") + ": not a directory"},
+      {"--model tile-mlp --memory-limit lots", "--memory-limit: expected bytes"},
+      {"--model tile-mlp --checkpoint-minutes inf", "--checkpoint-minutes must be >= 0"},
+  };
+  for (const auto& [args, want] : cases) {
+    CAPTURE(args);
+    const std::string out = t.file("run");
+    const auto r = run_gnn("train " + args + d + " --out " + out);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find(want) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(!std::filesystem::exists(out));  // nothing created on disk
+  }
+  const auto r = run_gnn("train --model tile-mlp --out " + t.file("run") + " --data " + t.file("no_such_data"));
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("no_such_data: no such file or directory") != std::string::npos);
+}
+
+TEST_CASE("train: a resumed run keeps its data, epochs and seed, extends when told, and clears killed writes") {
+  TempDir t;
+  const std::string run = t.file("run");
+  auto r = run_gnn("train --model tile-mlp --data " + dataset() + " --epochs 3 --batch-graphs 2 --progress lines " +
+                   "--checkpoint-minutes 0 --kill-after-steps 4 --out " + run);
+  CHECK(r.exit_code != 0);
+  // What a kill during the best-checkpoint write leaves: the temporary of a process that is gone.
+  const std::string stale = run + "/best.npz.tmp-999999999";
+  std::ofstream(stale) << "half a checkpoint";
+  r = run_gnn("train --resume --out " + run);  // as the README writes it: the run knows its data and length
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 3);
+  CHECK(metric_lines(run + "/metrics.jsonl").size() == 3u);
+  CHECK(!std::filesystem::exists(stale));
+  // Asked for more epochs, the finished run goes on and says so.
+  r = run_gnn("train --resume --out " + run + " --epochs 5");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.find("resuming with --epochs 5: the run was started with 3; it now ends after epoch 5") != std::string::npos);
+  CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 5);
+  CHECK(metric_lines(run + "/metrics.jsonl").size() == 5u);
+  // And the next plain resume keeps the new length: nothing left to do.
+  r = run_gnn("train --resume --out " + run);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 5);
+}
+
+TEST_CASE("train: a batch that does not fit in --memory-limit stops with its graphs and the bytes named") {
+  TempDir t;
+  const std::string base = "train --model layout-resmodel --data " + dataset() + " --epochs 1 --progress lines --out ";
+  auto r = run_gnn(base + t.file("fits") + " --memory-limit 1G");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  // The graphs load (a few hundred KB) but a step of 8 graphs x 16 configs does not fit in 2 MB.
+  r = run_gnn(base + t.file("tight") + " --memory-limit 2M --configs 24");
+  CHECK(r.exit_code == 1);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.find("step 1 (graphs layout:xla:default:synth_train_") != std::string::npos);
+  CHECK(r.err.find("does not fit in the memory limit of 2097152 bytes (--memory-limit): it needs more than ") !=
+        std::string::npos);
+  CHECK(!std::filesystem::exists(t.file("tight") + "/model.npz"));
 }
 
 TEST_CASE("train: building the next batch on a second thread during each step changes nothing") {
