@@ -252,7 +252,14 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
     const std::vector<double> p = predict_configs(model, *g, configs, chunk);
     std::vector<double> y;
     for (int64_t c : configs) y.push_back(g->target[size_t(c)]);
-    ev.scores.emplace_back(f.collection.str(), score_predictions(f.id(), f.collection.is_layout(), p, y, int64_t(p.size())));
+    // Scored as the ranking gnn predict writes (ties in p, as for repeated configs, broken by index), so
+    // eval, the valid score that picks the best epoch, and a scored submission agree exactly.
+    std::vector<int64_t> order(p.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[size_t(a)] < p[size_t(b)]; });
+    std::vector<double> rank(p.size());
+    for (size_t r = 0; r < order.size(); ++r) rank[size_t(order[r])] = double(r);
+    ev.scores.emplace_back(f.collection.str(), score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));
   }
   GNN_CHECK(!ev.scores.empty(), "evaluate: no graphs");
   ev.score = mean_score(ev.scores);
@@ -546,8 +553,9 @@ TrainResult run_training(const TrainOptions& o) {
       const bool prefetch = o.prefetch < 0 ? o.device.is_cuda() : o.prefetch > 0;
       std::future<Batch> next;
       for (int64_t bi = st.batch; bi < batches; ++bi) {
-        working_on = "step " + std::to_string(st.step + 1) + " (graphs";
-        for (int64_t k = bi * G; k < std::min(n, (bi + 1) * G); ++k) working_on += " " + train_files[size_t(order[size_t(k)])].id();
+        working_on = detail::str_cat("step ", st.step + 1, " (graphs");
+        for (int64_t k = bi * G; k < std::min(n, (bi + 1) * G); ++k)
+          working_on.append(" ").append(train_files[size_t(order[size_t(k)])].id());
         working_on += ")";
         const auto t_step = Clock::now();
         const int64_t waits_before = cuda_host_waits();
@@ -610,7 +618,7 @@ TrainResult run_training(const TrainOptions& o) {
       double valid_score = NAN;
       if (!valid_files.empty()) {
         model->eval();
-        working_on = "validation after epoch " + std::to_string(e + 1);
+        working_on = detail::str_cat("validation after epoch ", e + 1);
         const auto t_valid = Clock::now();
         const Evaluation ev = evaluate(*model, valid_src, chunk, plan.eval_indices);
         line.set("valid_seconds", since(t_valid));
