@@ -24,6 +24,7 @@ Command score_command() {
       "score = Kendall tau. Every graph of the split must have a row. The last line of stdout is one JSON\n"
       "object; with several collections it holds each one's means and their mean score.";
   c.run = [](const Args& a) {
+    const std::string eval_dir = eval_indices_flag(a);
     const auto rows = read_submission(a.str("submission"));
     WalkOptions wo;
     wo.splits = {a.str("split")};
@@ -37,10 +38,10 @@ Command score_command() {
       auto it = rows.find(f.id());
       GNN_CHECK(it != rows.end(), a.str("submission"), ": no row for ", f.id());
       std::vector<int64_t> subset;
-      if (f.collection.is_layout() && a.has("eval-indices")) {
+      if (f.collection.is_layout() && !eval_dir.empty()) {
         const std::string key = f.collection.source + "_" + f.collection.search;
         if (!eval.count(key)) {
-          const std::string p = a.str("eval-indices") + "/" + key + ".json";
+          const std::string p = eval_dir + "/" + key + ".json";
           eval[key] = std::filesystem::exists(p) ? load_eval_indices(p) : std::map<std::string, std::vector<int64_t>>{};
         }
         auto e = eval[key].find(f.stem);

@@ -76,6 +76,17 @@ int64_t parse_memory_limit(const std::string& s) {
   return int64_t(v * scale);
 }
 
+}  // namespace
+
+std::string eval_indices_flag(const Args& a) {
+  if (!a.has("eval-indices")) return "";
+  const std::string dir = a.str("eval-indices");
+  if (!std::filesystem::is_directory(dir)) throw UsageError("--eval-indices " + dir + ": not a directory");
+  return dir;
+}
+
+namespace {
+
 // Every hyper-parameter any recipe has, once, for gnn train's flag list.
 std::vector<train::HParamSpec> all_hparams() {
   std::vector<train::HParamSpec> out;
@@ -144,7 +155,7 @@ Command train_command() {
     o.resume = a.on("resume"), o.skip_nonfinite = a.on("skip-nonfinite");
     o.checkpoint_minutes = a.number("checkpoint-minutes");
     if (!(o.checkpoint_minutes >= 0) || std::isinf(o.checkpoint_minutes)) throw UsageError("--checkpoint-minutes must be >= 0, got " + a.str("checkpoint-minutes"));
-    if (a.has("eval-indices")) o.eval_indices = a.str("eval-indices");
+    o.eval_indices = eval_indices_flag(a);
     if (a.has("max-graphs")) o.max_graphs = a.integer("max-graphs", 1, INT64_MAX);
     if (a.has("kill-after-steps")) o.kill_after_steps = a.integer("kill-after-steps", 1, INT64_MAX);
     const std::string p = a.str("progress");
@@ -182,13 +193,14 @@ Command eval_command() {
       "slowdown@5. Layout: Kendall tau-b (as scipy), OPA, slowdown@1/10/100; score = tau. The last line of\n"
       "stdout is one JSON object.";
   c.run = [](const Args& a) {
+    const std::string eval_dir = eval_indices_flag(a);
     const RunOnSplit run = open_run(a);
     const train::LoadedModel& m = run.model;
     train::GraphSource& src = *run.graphs;
     std::fprintf(stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs\n", m.path.c_str(), m.recipe->name.c_str(),
                  (long long)m.epoch, src.files().size(), a.str("split").c_str());
     const train::Evaluation ev =
-        train::evaluate(*m.model, src, m.hparams.integer("eval-chunk"), a.has("eval-indices") ? a.str("eval-indices") : "");
+        train::evaluate(*m.model, src, m.hparams.integer("eval-chunk"), eval_dir);
     const std::string per = a.has("per-graph") ? a.str("per-graph")
                                                : (std::filesystem::path(a.str("run")) / ("eval_" + a.str("split") + ".jsonl")).string();
     std::string text;

@@ -1,5 +1,7 @@
 // Every gnn subcommand, one function each (apps/cmd_<name>.cpp).
 #pragma once
+#include <string>
+
 #include "apps/cli.h"
 
 namespace gnn::cli {
@@ -16,5 +18,9 @@ Command eval_command();
 Command predict_command();
 Command models_command();
 Command plot_command();
+
+// --eval-indices DIR of train, eval and score: "" when absent; a usage error when DIR is not a folder
+// (a typo must not quietly score every config instead of the official subsets).
+std::string eval_indices_flag(const Args& a);
 
 }  // namespace gnn::cli

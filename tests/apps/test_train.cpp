@@ -267,6 +267,12 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
   const auto r = run_gnn("train --model tile-mlp --out " + t.file("run") + " --data " + t.file("no_such_data"));
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("no_such_data: no such file or directory") != std::string::npos);
+  for (const char* cmd : {"eval --run x", "score --submission x.csv"}) {  // a missing folder is not ignored
+    CAPTURE(cmd);
+    const auto e = run_gnn(std::string(cmd) + " --data " + dataset() + " --eval-indices " + t.file("no_such_folder"));
+    CHECK(e.exit_code == 2);
+    CHECK(e.err.find("--eval-indices " + t.file("no_such_folder") + ": not a directory") != std::string::npos);
+  }
 }
 
 TEST_CASE("train: a resumed run keeps its data, epochs and seed, extends when told, and clears killed writes") {
