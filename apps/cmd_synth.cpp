@@ -15,7 +15,11 @@ Command synth_command() {
              {"out", "DIR", "where to write DIR/npz/...", "", true},
              {"graphs", "N", "graphs per split", "8"},
              {"nodes", "N", "nodes per graph (default 30 for tile, 2000 for layout)"},
+             {"nodes-max", "N", "draw each graph's node count log-uniformly in [--nodes, N]"},
              {"configs", "C", "configs per graph (default 200 for tile, 100 for layout)"},
+             {"configs-max", "C", "draw each graph's config count uniformly in [--configs, C]"},
+             {"configurable-share", "F", "layout: the share of nodes that are configurable (reshape, dot, "
+                                         "convolution; real files 2-7%)", "0.02"},
              {"seed", "S", "generator seed: the same seed writes the same bytes", "0"},
              {"split", "LIST", "splits to write", "train,valid,test"},
              {"stored", "", "store members instead of deflating them (the official files are deflated)"}};
@@ -31,6 +35,11 @@ Command synth_command() {
     o.graphs = a.integer("graphs", 1, 1'000'000);
     if (a.has("nodes")) o.nodes = a.integer("nodes", 4, 10'000'000);
     if (a.has("configs")) o.configs = a.integer("configs", 1, 1'000'000);
+    if (a.has("nodes-max")) o.nodes_max = a.integer("nodes-max", o.nodes ? o.nodes : 4, 10'000'000);
+    if (a.has("configs-max")) o.configs_max = a.integer("configs-max", o.configs ? o.configs : 1, 1'000'000);
+    o.configurable_share = a.number("configurable-share");
+    if (!(o.configurable_share > 0 && o.configurable_share <= 0.4))
+      throw UsageError("gnn synth: --configurable-share must be in (0, 0.4], got " + a.str("configurable-share"));
     o.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
     o.splits = a.list("split");
     for (const std::string& s : o.splits)

@@ -21,9 +21,28 @@ uint64_t mix(uint64_t x) {  // splitmix64: independent seeds for graphs, splits 
 
 int64_t pick(std::mt19937_64& rng, std::initializer_list<int64_t> v) { return *(v.begin() + rng() % v.size()); }
 
+// The kinds of step a computation grows by, and their weights. The configurable ones (reshape, dot,
+// convolution, 1:2:1) take `configurable_steps` of the steps; the others share the rest in fixed
+// proportions. A step whose operand does not fit its kind (a transpose of a vector) becomes a unary
+// elementwise op, never another kind, so the configurable share is what was asked for.
+enum StepKind { kUnaryStep, kBinaryStep, kFusionStep, kBroadcastStep, kReduceStep, kTransposeStep, kReshapeStep,
+                kDotStep, kConvolutionStep, kStepKinds };
+constexpr double kOtherWeights[kReshapeStep] = {25, 28, 16, 8, 10, 9};  // unary .. transpose
+constexpr double kConfigurableWeights[3] = {1, 2, 1};                   // reshape, dot, convolution
+
 class Builder {
  public:
-  Builder(Program& p, std::mt19937_64& rng) : p_(p), rng_(rng) {}
+  Builder(Program& p, std::mt19937_64& rng, double configurable_steps) : p_(p), rng_(rng) {
+    double other = 0, config = 0, at = 0;
+    for (double w : kOtherWeights) other += w;
+    for (double w : kConfigurableWeights) config += w;
+    for (int k = 0; k < kStepKinds; ++k) {
+      at += k < kReshapeStep ? (1 - configurable_steps) * kOtherWeights[k] / other
+                             : configurable_steps * kConfigurableWeights[k - kReshapeStep] / config;
+      cumulative_[k] = at;
+    }
+    cumulative_[kStepKinds - 1] = 1;
+  }
 
   int32_t add(Node n) {
     p_.nodes.push_back(std::move(n));
@@ -56,24 +75,26 @@ class Builder {
   void step(int32_t begin) {
     const int32_t a = operand(begin);
     const Node A = p_.nodes[size_t(a)];
-    const int kind = int(rng_() % 100);
+    const double u = double(rng_() >> 11) * 0x1p-53;
+    const StepKind kind = StepKind(std::upper_bound(cumulative_, cumulative_ + kStepKinds, u) - cumulative_);
     Node n;
     n.etype = A.etype, n.rank = A.rank;
     std::copy(A.dims, A.dims + 6, n.dims);
     n.inputs = {a};
-    if (kind < 20) {  // unary elementwise
+    n.op = kTanh;  // what a kind whose shape rule does not fit the operand becomes
+    if (kind == kUnaryStep) {
       n.op = int32_t(pick(rng_, {kExp, kTanh, kConvert}));
       if (n.op == kConvert) n.etype = A.etype == kF32 ? kBF16 : kF32;
-    } else if (kind < 62) {  // binary elementwise or a fusion of several same-shape operands
-      n.op = kind < 46 ? int32_t(pick(rng_, {kAdd, kMultiply, kSubtract, kMaximum})) : int32_t(kFusion);
+    } else if (kind == kBinaryStep || kind == kFusionStep) {  // same-shape operands
+      n.op = kind == kBinaryStep ? int32_t(pick(rng_, {kAdd, kMultiply, kSubtract, kMaximum})) : int32_t(kFusion);
       const int extra = n.op == kFusion ? 1 + int(rng_() % 2) : 1;
       for (int k = 0; k < extra; ++k) n.inputs.push_back(same_shape(begin, A));
-    } else if (kind < 70 && A.rank < 4) {  // broadcast: a new major dim
+    } else if (kind == kBroadcastStep && A.rank < 4) {  // a new major dim
       n.op = kBroadcast, n.rank = A.rank + 1;
       n.dims[0] = pick(rng_, {2, 4, 8, 16, 128});
       std::copy(A.dims, A.dims + A.rank, n.dims + 1);
       for (int i = 0; i < A.rank; ++i) n.attr[i] = i + 1;
-    } else if (kind < 80 && A.rank >= 2) {  // reduce one dim
+    } else if (kind == kReduceStep && A.rank >= 2) {  // reduce one dim
       n.op = kReduce, n.rank = A.rank - 1;
       const int d = int(rng_() % uint64_t(A.rank));
       n.attr[0] = d;
@@ -82,14 +103,14 @@ class Builder {
       Node init;
       init.op = kConstant, init.etype = A.etype, init.rank = 0;
       n.inputs.push_back(add(init));
-    } else if (kind < 88 && A.rank >= 2) {  // transpose
+    } else if (kind == kTransposeStep && A.rank >= 2) {
       n.op = kTranspose;
       int perm[6] = {0, 1, 2, 3, 4, 5};
       std::shuffle(perm, perm + A.rank, rng_);
       for (int i = 0; i < A.rank; ++i) n.attr[i] = perm[i], n.dims[i] = A.dims[perm[i]];
-    } else if (kind < 93 && A.rank >= 1) {  // reshape: merge two dims or split one
-      n.op = kReshape;
+    } else if (kind == kReshapeStep && A.rank >= 1) {  // merge two dims or split one
       if (A.rank >= 2 && (A.rank == 4 || rng_() % 2)) {
+        n.op = kReshape;
         const int i = int(rng_() % uint64_t(A.rank - 1));
         n.rank = A.rank - 1;
         for (int s = 0, d = 0; s < A.rank; ++s) {
@@ -99,20 +120,21 @@ class Builder {
             n.dims[d++] = A.dims[s];
         }
       } else if (A.dims[A.rank - 1] % 2 == 0) {
+        n.op = kReshape;
         n.rank = A.rank + 1;
         std::copy(A.dims, A.dims + A.rank, n.dims);
         n.dims[A.rank - 1] = 2, n.dims[A.rank] = A.dims[A.rank - 1] / 2;
       } else {
         n.op = kConvert;
       }
-    } else if (kind < 97 && A.rank >= 2 && A.rank <= 3) {  // dot with a weight matrix [K, N]
+    } else if (kind == kDotStep && A.rank >= 2 && A.rank <= 3) {  // with a weight matrix [K, N]
       n.op = kDot;
       const int64_t K = A.dims[A.rank - 1], N = pick(rng_, {64, 128, 256, 512, 1000});
       Node w;
       w.op = kParameter, w.etype = A.etype, w.rank = 2, w.dims[0] = K, w.dims[1] = N, w.param_number = params_++;
       n.inputs.push_back(add(w));
       n.dims[A.rank - 1] = N;
-    } else if (kind >= 97) {  // convolution of an NHWC image with an HWIO kernel
+    } else if (kind == kConvolutionStep) {  // of an NHWC image with an HWIO kernel
       const int32_t img = A.rank == 4 && A.dims[1] == A.dims[2] && A.dims[1] >= 7 ? a : image();
       const Node I = p_.nodes[size_t(img)];
       n = Node{};
@@ -125,8 +147,6 @@ class Builder {
       n.inputs = {img, add(k)};
       n.attr[0] = int32_t(kh), n.attr[1] = int32_t(kh);
       n.dims[0] = I.dims[0], n.dims[1] = I.dims[1] / n.stride, n.dims[2] = I.dims[2] / n.stride, n.dims[3] = O;
-    } else {  // the shape did not fit the chosen op: an elementwise op instead
-      n.op = kTanh;
     }
     if (n.numel() > kMaxElements || n.numel() == 0) return;  // too big: skip this step
     add(n);
@@ -167,6 +187,7 @@ class Builder {
   Program& p_;
   std::mt19937_64& rng_;
   int32_t params_ = 0;
+  double cumulative_[kStepKinds];  // step kind k when a uniform draw falls below cumulative_[k]
 };
 
 }  // namespace
@@ -179,13 +200,13 @@ int64_t Node::numel() const {
 
 bool is_configurable(int32_t op) { return op == kConvolution || op == kDot || op == kReshape; }
 
-Program generate_program(int64_t nodes, bool fused, std::mt19937_64& rng) {
+Program generate_program(int64_t nodes, bool fused, std::mt19937_64& rng, double configurable_steps) {
   Program p;
   p.splits.push_back(0);
   while (int64_t(p.nodes.size()) < nodes) {
     const int64_t left = nodes - int64_t(p.nodes.size());
     const int64_t size = fused ? left : std::min<int64_t>(left, 20 + int64_t(rng() % 380));
-    Builder b(p, rng);
+    Builder b(p, rng, configurable_steps);
     const int32_t begin = int32_t(p.nodes.size());
     const int params = 1 + int(rng() % 3);
     for (int i = 0; i < params; ++i) b.parameter(2 + int(rng() % 3), rng() % 8 == 0 ? kBF16 : kF32);
@@ -240,9 +261,10 @@ Tensor node_features(const Program& p) {
 // ---- datasets ------------------------------------------------------------------------------------
 
 std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t nodes, int64_t configs, uint64_t seed,
-                                                       bool with_runtimes) {
+                                                       bool with_runtimes, double configurable_share) {
   std::mt19937_64 rng(mix(seed));
-  const Program p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng);
+  const double steps = layout ? configurable_steps_for(configurable_share) : kTileConfigurableSteps;
+  const Program p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng, steps);
   const int64_t n = int64_t(p.nodes.size());
   std::vector<int64_t> edges, opcodes(static_cast<size_t>(n));
   for (int64_t u = 0; u < n; ++u) {
@@ -293,6 +315,10 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
   const bool layout = o.collection == "layout";
   const int64_t nodes = o.nodes > 0 ? o.nodes : layout ? 2000 : 30;
   const int64_t configs = o.configs > 0 ? o.configs : layout ? 100 : 200;
+  GNN_CHECK(o.nodes_max == 0 || o.nodes_max >= nodes, "--nodes-max ", o.nodes_max, " is below --nodes ", nodes);
+  GNN_CHECK(o.configs_max == 0 || o.configs_max >= configs, "--configs-max ", o.configs_max, " is below --configs ", configs);
+  GNN_CHECK(o.configurable_share > 0 && o.configurable_share <= 0.4, "--configurable-share must be in (0, 0.4], got ",
+            o.configurable_share);
   const fs::path root = fs::path(dir) / "npz" / (layout ? fs::path("layout/xla/default") : fs::path("tile/xla"));
   std::vector<std::string> paths;
   for (size_t s = 0; s < o.splits.size(); ++s) {
@@ -306,7 +332,14 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
       std::snprintf(name, sizeof name, "synth_%s_%04lld.npz", split.c_str(), (long long)i);
       const std::string path = (root / split / name).string();
       NpzWriter w(path, o.compress, /*level=*/1);  // level 1: a 100k-node layout graph writes in seconds
-      for (const auto& [key, t] : make_graph(layout, nodes, configs, mix(split_seed + uint64_t(i)))) w.add(key, t);
+      // Sizes drawn from their own stream, so a dataset of fixed sizes keeps the bytes it had.
+      std::mt19937_64 size_rng(mix(split_seed ^ mix(uint64_t(i) + 0x5eed)));
+      const double u = double(size_rng() >> 11) * 0x1p-53;
+      const int64_t n = o.nodes_max > nodes ? int64_t(std::llround(double(nodes) * std::pow(double(o.nodes_max) / double(nodes), u)))
+                                            : nodes;
+      const int64_t c = o.configs_max > configs ? configs + int64_t(size_rng() % uint64_t(o.configs_max - configs + 1)) : configs;
+      for (const auto& [key, t] : make_graph(layout, n, c, mix(split_seed + uint64_t(i)), true, o.configurable_share))
+        w.add(key, t);
       w.close();
       paths.push_back(path);
     }

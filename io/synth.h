@@ -2,6 +2,7 @@
 // TPU-like cost model (docs/synthetic.md). `gnn synth` writes a dataset in the official tree; it is
 // the embedded default of the README's main job and of the tests. Deterministic for a seed.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -42,7 +43,13 @@ struct Program {
 
 // An HLO-like program of about `nodes` nodes in computations of 20-400 nodes. `fused` makes one small
 // kernel instead (the tile collection): parameters, an elementwise/reduce/dot body, one root.
-Program generate_program(int64_t nodes, bool fused, std::mt19937_64& rng);
+// configurable_steps: the share of growth steps that make a reshape, dot or convolution (1:2:1). About
+// half of the nodes come from steps (the rest are their parameters and constants), so a share s of
+// configurable nodes takes about 2.05 s (configurable_steps_for).
+Program generate_program(int64_t nodes, bool fused, std::mt19937_64& rng, double configurable_steps);
+inline constexpr double kConfigurableShare = 0.02;  // layout default: the real program in ../shared/data
+inline constexpr double kTileConfigurableSteps = 0.12;  // tile kernels: dots and reshapes as often as before
+inline double configurable_steps_for(double share) { return std::min(1.0, 2.05 * share); }
 
 // The 140 node features of ../shared/TPUGRAPHS.md section 3, filled from each node's meaning.
 Tensor node_features(const Program& p);
@@ -53,7 +60,8 @@ struct Machine {
   double flops_per_ns = 1.0e5;      // 100 TFLOP/s
   double bytes_per_ns = 1.0e3;      // 1 TB/s
   double op_overhead_ns = 200;      // per HLO op
-  double tile_overhead_ns = 350;    // per tile iteration
+  double tile_overhead_ns = 100;    // per tile iteration (the smallest tiles run 7-29x slower than the best
+                                    // on the real kernels in ../shared/data; docs/synthetic.md)
   double vmem_bytes = 16 << 20;     // a tile's working set must fit, or it spills
   double noise = 0.01;              // sigma of the log-normal measurement noise
 };
@@ -77,7 +85,10 @@ struct DatasetOptions {
   std::string collection = "tile";  // tile | layout
   int64_t graphs = 8;               // per split
   int64_t nodes = 0;                // per graph (0: 30 for tile, 2000 for layout)
+  int64_t nodes_max = 0;            // > nodes: each graph's size drawn log-uniformly in [nodes, nodes_max]
   int64_t configs = 0;              // per graph (0: 200 for tile, 100 for layout)
+  int64_t configs_max = 0;          // > configs: each graph's config count drawn uniformly in [configs, configs_max]
+  double configurable_share = kConfigurableShare;  // layout: the share of configurable nodes aimed at
   uint64_t seed = 0;
   std::vector<std::string> splits = {"train", "valid", "test"};
   bool compress = true;             // deflated like the official files (level 1)
@@ -85,7 +96,8 @@ struct DatasetOptions {
 
 // One graph as arrays in the file schema (what the writer stores), e.g. for tests.
 std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t nodes, int64_t configs, uint64_t seed,
-                                                       bool with_runtimes = true);
+                                                       bool with_runtimes = true,
+                                                       double configurable_share = kConfigurableShare);
 // Writes DIR/npz/tile/xla/{split}/*.npz or DIR/npz/layout/xla/default/{split}/*.npz; returns the paths.
 std::vector<std::string> write_dataset(const std::string& dir, const DatasetOptions& options);
 

@@ -38,7 +38,8 @@ Json last_json(std::string out) {
 TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout splits") {
   testing::TempDir dir;
   REQUIRE(testing::run_gnn("synth --collection tile --out " + dir.file("d") + " --graphs 3 --configs 40 --split valid").exit_code == 0);
-  REQUIRE(testing::run_gnn("synth --collection layout --out " + dir.file("d") + " --graphs 2 --nodes 60 --configs 30 --split valid")
+  REQUIRE(testing::run_gnn("synth --collection layout --out " + dir.file("d") +
+                                 " --graphs 2 --nodes 60 --configs 30 --split valid --configurable-share 0.1")
               .exit_code == 0);
   WalkOptions wo;
   wo.splits = {"valid"};

@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "io/npz.h"
 #include "io/synth.h"
@@ -58,7 +60,7 @@ TEST_CASE("synth: the same seed writes the same bytes, another seed does not") {
 
 TEST_CASE("synth: graphs look like HLO programs") {
   std::mt19937_64 rng(11);
-  const Program p = generate_program(3000, false, rng);
+  const Program p = generate_program(3000, false, rng, configurable_steps_for(kConfigurableShare));
   const int64_t n = int64_t(p.nodes.size());
   int64_t configurable = 0, edges = 0, roots = 0;
   std::map<int32_t, int> ops;
@@ -74,8 +76,9 @@ TEST_CASE("synth: graphs look like HLO programs") {
   }
   for (int32_t op : {kParameter, kConstant, kAdd, kFusion, kBroadcast, kReduce, kDot, kConvolution, kReshape, kTranspose})
     CHECK(ops[op] > 0);
-  CHECK(double(configurable) / double(n) > 0.02);
-  CHECK(double(configurable) / double(n) < 0.15);  // real files: 2-7%
+  // The share asked for (2%, as the real program in ../shared/data), within sampling noise.
+  CHECK(double(configurable) / double(n) > 0.012);
+  CHECK(double(configurable) / double(n) < 0.03);
   CHECK(edges > n);
   CHECK(roots == int64_t(p.splits.size()) - 1);  // one root per computation
   CHECK(p.splits.front() == 0);
@@ -97,6 +100,47 @@ TEST_CASE("synth: graphs look like HLO programs") {
     }
     if (nd.rank > 0) CHECK(r[134] == float(nd.rank - 1));  // default layout: last dim minor-most
   }
+}
+
+TEST_CASE("synth: the configurable share, graph sizes and config counts follow the options") {
+  testing::TempDir tmp;
+  DatasetOptions o;
+  o.collection = "layout", o.graphs = 6, o.nodes = 400, o.nodes_max = 3000, o.configs = 5, o.configs_max = 12;
+  o.configurable_share = 0.06, o.splits = {"train"};
+  std::set<int64_t> sizes;
+  int64_t configurable = 0, nodes = 0;
+  for (const std::string& path : write_dataset(tmp.file("d"), o)) {
+    const TpuGraph g = load_tpugraph(path);
+    CHECK(g.num_nodes() >= 400);
+    CHECK(g.num_nodes() <= 3000 + 400);  // the last computation may run past the size asked for
+    CHECK(g.num_configs() >= 5);
+    CHECK(g.num_configs() <= 12);
+    sizes.insert(g.num_nodes());
+    configurable += g.num_configurable(), nodes += g.num_nodes();
+  }
+  CHECK(sizes.size() > 3);
+  CHECK(double(configurable) / double(nodes) > 0.04);
+  CHECK(double(configurable) / double(nodes) < 0.08);
+}
+
+TEST_CASE("synth: tile runtimes spread as the real kernels' do, and the default tile is a good one") {
+  // The 15 real kernels in ../shared/data: slowest / fastest config 1.0x to 29x, the default within
+  // 0.88x of the best (docs/synthetic.md). Before calibration: up to 414,000x, default 0.36x the best.
+  testing::TempDir tmp;
+  DatasetOptions o;
+  o.collection = "tile", o.graphs = 24, o.configs = 200, o.splits = {"train"}, o.seed = 2;
+  std::vector<double> spread, best_over_default;
+  for (const std::string& path : write_dataset(tmp.file("t"), o)) {
+    const TpuGraph g = load_tpugraph(path);
+    double lo = INFINITY, hi = 0;
+    for (int64_t c = 0; c < g.num_configs(); ++c) lo = std::min(lo, g.target(c)), hi = std::max(hi, g.target(c));
+    spread.push_back(hi / lo), best_over_default.push_back(lo / g.target(0));
+  }
+  std::sort(spread.begin(), spread.end()), std::sort(best_over_default.begin(), best_over_default.end());
+  CAPTURE(spread.back());
+  CHECK(spread[spread.size() / 2] < 30);
+  CHECK(spread.back() < 1000);
+  CHECK(best_over_default[best_over_default.size() / 2] > 0.8);
 }
 
 TEST_CASE("cost model: a layout that disagrees with its neighbours pays for copies") {

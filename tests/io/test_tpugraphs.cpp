@@ -39,7 +39,8 @@ std::string load_error(const Arrays& a, const std::string& path, LoadOptions o =
 TEST_CASE("tpugraphs: every schema violation names the file, the array and the problem") {
   testing::TempDir tmp;
   const std::string path = tmp.file("g.npz");
-  const Arrays layout = synth::make_graph(true, 60, 8, 3), tile = synth::make_graph(false, 12, 8, 3);
+  const Arrays layout = synth::make_graph(true, 60, 8, 3, true, /*configurable_share=*/0.15),
+               tile = synth::make_graph(false, 12, 8, 3);
   CHECK(load_error(layout, path).empty());
   CHECK(load_error(tile, path).empty());
   struct Case {
