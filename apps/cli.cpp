@@ -81,9 +81,11 @@ Args parse_args(const Command& cmd, const std::vector<std::string>& argv) {
       a.positionals_.push_back(s);
     }
   }
-  if (a.positionals_.size() != cmd.positionals.size()) {
+  const size_t n = cmd.positionals.size();
+  if (cmd.repeat_last ? a.positionals_.size() < n : a.positionals_.size() != n) {
     std::string want;
     for (const Positional& p : cmd.positionals) want += " " + p.name;
+    if (cmd.repeat_last) want += " [" + cmd.positionals.back().name + "...]";
     throw UsageError(usage + "expected" + (want.empty() ? " no arguments" : want) + ", got " +
                      std::to_string(a.positionals_.size()) + " argument(s)");
   }
@@ -95,6 +97,7 @@ Args parse_args(const Command& cmd, const std::vector<std::string>& argv) {
 std::string command_help(const Command& cmd) {
   std::string s = "usage: gnn " + cmd.name;
   for (const Positional& p : cmd.positionals) s += " " + p.name;
+  if (cmd.repeat_last && !cmd.positionals.empty()) s += " [" + cmd.positionals.back().name + "...]";
   for (const Flag& f : cmd.flags) {
     const std::string one = "--" + f.name + (f.metavar.empty() ? "" : " " + f.metavar);
     s += f.required ? " " + one : " [" + one + "]";

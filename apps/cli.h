@@ -38,6 +38,7 @@ class Args {
   double number(const std::string& flag) const;
   std::vector<std::string> list(const std::string& flag) const;  // comma-separated
   const std::string& positional(size_t i) const { return positionals_.at(i); }
+  const std::vector<std::string>& positionals() const { return positionals_; }
 
  private:
   friend Args parse_args(const struct Command&, const std::vector<std::string>&);
@@ -51,6 +52,7 @@ struct Command {
   std::string name;
   std::string summary;  // one line, for gnn --help
   std::vector<Positional> positionals;
+  bool repeat_last = false;  // the last positional may be given more than once (gnn plot RUN [RUN...])
   std::vector<Flag> flags;
   std::string details;  // paragraphs after the flag list in gnn CMD --help
   std::function<int(const Args&)> run;

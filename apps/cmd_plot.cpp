@@ -1,5 +1,9 @@
-// gnn plot RUN: RUN/report.html, the curves of RUN/metrics.jsonl as inline SVG (no scripts, no
-// network): training loss, validation score, and throughput per epoch.
+// gnn plot RUN [RUN...]: an HTML report of the curves in each RUN/metrics.jsonl as inline SVG (no
+// scripts, no network): training loss, validation score and throughput per epoch, one line per run on
+// the same axes, with integer epoch ticks. One run writes RUN/report.html; several write --out (default
+// report.html in the first run's parent folder, where gnn demo keeps its runs).
+#include "apps/plot.h"
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -15,75 +19,121 @@ namespace gnn::cli {
 
 namespace {
 
-struct Series {
-  std::string title;
-  std::vector<std::pair<double, double>> points;  // (epoch, value), finite values only
-};
+constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                    "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+constexpr int kNumColours = int(sizeof kColours / sizeof kColours[0]);
 
-std::string svg(const Series& s) {
-  const double W = 520, H = 260, L = 60, R = 16, T = 28, B = 36;
+// Ticks at whole epochs: a step of 1, 2, 5, 10, 20, ... so that at most about 8 fit.
+double epoch_step(double span) {
+  for (double base = 1;; base *= 10)
+    for (double m : {1.0, 2.0, 5.0})
+      if (span / (m * base) <= 8) return m * base;
+}
+
+std::string svg(const std::string& title, const std::vector<PlotSeries>& runs) {
+  const double W = 560, H = 280, L = 60, R = 16, T = 28, B = 36;
   std::ostringstream o;
-  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' font-family='sans-serif' font-size='11'>";
-  o << "<text x='" << L << "' y='16' font-size='13'>" << s.title << "</text>";
-  if (s.points.empty()) return o.str() + "<text x='" + std::to_string(int(L)) + "' y='60'>no values</text></svg>";
-  double x0 = s.points.front().first, x1 = x0, y0 = s.points.front().second, y1 = y0;
-  for (auto [x, y] : s.points) x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' font-size='11'>";
+  o << "<text x='" << L << "' y='16' font-size='13'>" << title << "</text>";
+  bool any = false;
+  double x0 = 0, x1 = 0, y0 = 0, y1 = 0;
+  for (const PlotSeries& s : runs)
+    for (auto [x, y] : s.points) {
+      if (!any) x0 = x1 = x, y0 = y1 = y, any = true;
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  if (!any) return o.str() + "<text x='" + std::to_string(int(L)) + "' y='60'>no values</text></svg>";
+  x0 = std::floor(x0), x1 = std::ceil(x1);
   if (x1 == x0) x0 -= 1, x1 += 1;
   if (y1 == y0) y0 -= std::max(1e-9, std::fabs(y0) * 0.05), y1 += std::max(1e-9, std::fabs(y1) * 0.05);
   auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
   auto py = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
   o << "<rect x='" << L << "' y='" << T << "' width='" << W - L - R << "' height='" << H - T - B
     << "' fill='none' stroke='#999'/>";
+  char buf[64];
   for (int k = 0; k <= 4; ++k) {
-    const double y = y0 + (y1 - y0) * k / 4, x = x0 + (x1 - x0) * k / 4;
-    char buf[64];
+    const double y = y0 + (y1 - y0) * k / 4;
     std::snprintf(buf, sizeof buf, "%.4g", y);
     o << "<text x='" << L - 4 << "' y='" << py(y) + 4 << "' text-anchor='end'>" << buf << "</text>";
-    std::snprintf(buf, sizeof buf, "%.3g", x);
+  }
+  const double step = epoch_step(x1 - x0);
+  for (double x = std::ceil(x0 / step) * step; x <= x1; x += step) {
+    std::snprintf(buf, sizeof buf, "%lld", (long long)std::llround(x));
     o << "<text x='" << px(x) << "' y='" << H - B + 16 << "' text-anchor='middle'>" << buf << "</text>";
+    o << "<line x1='" << px(x) << "' x2='" << px(x) << "' y1='" << H - B << "' y2='" << H - B + 4 << "' stroke='#999'/>";
   }
   o << "<text x='" << (L + W - R) / 2 << "' y='" << H - 4 << "' text-anchor='middle'>epoch</text>";
-  o << "<polyline fill='none' stroke='#1f77b4' stroke-width='2' points='";
-  for (auto [x, y] : s.points) o << px(x) << "," << py(y) << " ";
-  o << "'/>";
-  for (auto [x, y] : s.points) o << "<circle cx='" << px(x) << "' cy='" << py(y) << "' r='2.5' fill='#1f77b4'/>";
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const char* colour = kColours[r % kNumColours];
+    o << "<polyline fill='none' stroke='" << colour << "' stroke-width='2' points='";
+    for (auto [x, y] : runs[r].points) o << px(x) << "," << py(y) << " ";
+    o << "'/>";
+    for (auto [x, y] : runs[r].points)
+      o << "<circle cx='" << px(x) << "' cy='" << py(y) << "' r='2.5' fill='" << colour << "'/>";
+  }
   return o.str() + "</svg>";
 }
 
 }  // namespace
 
+PlotRun read_plot_run(const std::string& run) {
+  namespace fs = std::filesystem;
+  const fs::path metrics = fs::path(run) / "metrics.jsonl";
+  GNN_CHECK(fs::exists(metrics), metrics.string(), ": not found (not a gnn train run, or no epoch finished yet)");
+  PlotRun r;
+  r.name = fs::path(run).lexically_normal().filename().string();
+  if (r.name.empty()) r.name = fs::path(run).lexically_normal().parent_path().filename().string();
+  std::ifstream in(metrics);
+  std::string line;
+  for (int64_t ln = 1; std::getline(in, line); ++ln) {
+    if (line.empty()) continue;
+    const Json j = Json::parse(line, metrics.string() + " line " + std::to_string(ln));
+    const double e = j["epoch"].as_number();
+    auto add = [&](PlotSeries& s, const char* key) {
+      if (j.contains(key) && !j[key].is_null() && std::isfinite(j[key].as_number())) s.points.push_back({e, j[key].as_number()});
+    };
+    add(r.loss, "train_loss"), add(r.valid, "valid_score"), add(r.speed, "configs_per_s");
+    ++r.epochs;
+  }
+  return r;
+}
+
+std::string plot_html(const std::string& title, const std::vector<PlotRun>& runs, const std::string& note) {
+  std::string html = "<!doctype html><meta charset='utf-8'><title>" + title +
+                     "</title><body style='font-family:sans-serif'><h2>" + title + "</h2>";
+  if (!note.empty()) html += "<p>" + note + "</p>";
+  html += "<p>";
+  for (size_t r = 0; r < runs.size(); ++r)
+    html += std::string("<span style='color:") + kColours[r % kNumColours] + "'>&#9632; " + runs[r].name + "</span> (" +
+            std::to_string(runs[r].epochs) + " epochs) &nbsp; ";
+  html += "</p>";
+  std::vector<PlotSeries> loss, valid, speed;
+  for (const PlotRun& r : runs) loss.push_back(r.loss), valid.push_back(r.valid), speed.push_back(r.speed);
+  html += "<div>" + svg("training loss (mean over the epoch's steps)", loss) + "</div>";
+  html += "<div>" + svg("validation score (tile 1 - slowdown@5, layout Kendall tau)", valid) + "</div>";
+  html += "<div>" + svg("throughput (configs / s)", speed) + "</div>";
+  return html + "</body>\n";
+}
+
 Command plot_command() {
   Command c;
   c.name = "plot";
-  c.summary = "write RUN/report.html: loss, validation score and throughput curves of a training run";
+  c.summary = "an HTML report of training runs: loss, validation score and throughput curves, runs on the same axes";
   c.positionals = {{"RUN", "the run directory of gnn train"}};
+  c.repeat_last = true;
+  c.flags = {{"out", "FILE", "where to write the report (default: RUN/report.html for one run, report.html in the "
+                             "first run's parent folder for several)"}};
   c.run = [](const Args& a) {
     namespace fs = std::filesystem;
-    const fs::path run = a.positional(0), metrics = run / "metrics.jsonl";
-    GNN_CHECK(fs::exists(metrics), metrics.string(), ": not found (not a gnn train run, or no epoch finished yet)");
-    std::ifstream in(metrics);
-    Series loss{"training loss (mean over the epoch's steps)", {}}, valid{"validation score (tile 1 - slowdown@5, layout Kendall tau)", {}},
-        speed{"throughput (configs / s)", {}};
-    std::string line;
-    int64_t n = 0;
-    for (int64_t ln = 1; std::getline(in, line); ++ln) {
-      if (line.empty()) continue;
-      const Json j = Json::parse(line, metrics.string() + " line " + std::to_string(ln));
-      const double e = j["epoch"].as_number();
-      auto add = [&](Series& s, const char* key) {
-        if (j.contains(key) && !j[key].is_null() && std::isfinite(j[key].as_number())) s.points.push_back({e, j[key].as_number()});
-      };
-      add(loss, "train_loss"), add(valid, "valid_score"), add(speed, "configs_per_s");
-      ++n;
-    }
-    std::string html = "<!doctype html><meta charset='utf-8'><title>gnn run " + run.string() +
-                       "</title><body style='font-family:sans-serif'><h2>" + run.string() + "</h2><p>" +
-                       std::to_string(n) + " epochs from metrics.jsonl</p>";
-    for (const Series* s : {&loss, &valid, &speed}) html += "<div>" + svg(*s) + "</div>";
-    html += "</body>\n";
-    const std::string out = (run / "report.html").string();
-    write_file_atomic(out, html);
-    std::printf("wrote %s (%lld epochs)\n", out.c_str(), (long long)n);
+    std::vector<PlotRun> runs;
+    for (const std::string& run : a.positionals()) runs.push_back(read_plot_run(run));
+    const fs::path first = fs::path(a.positional(0)).lexically_normal();
+    const std::string out = a.has("out")            ? a.str("out")
+                            : runs.size() == 1      ? (first / "report.html").string()
+                                                    : (first.parent_path() / "report.html").string();
+    write_file_atomic(out, plot_html(runs.size() == 1 ? "gnn run " + a.positional(0) : "gnn runs", runs, ""));
+    std::printf("wrote %s (%zu run%s)\n", out.c_str(), runs.size(), runs.size() == 1 ? "" : "s");
     return 0;
   };
   return c;

@@ -1,6 +1,7 @@
 // The gnn binary as users and scripts see it: exit codes, one-line errors, JSON on the last line.
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include "io/json.h"
 #include "runtime/cuda.h"
 #include "testing.h"
@@ -125,6 +126,34 @@ TEST_CASE("cli: inspect FILE reads and checks everything before it prints, as in
   const auto r = run_gnn("inspect " + tmp.file("npz"));
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("bad.npz: array 'node_opcode': node 1 has opcode 121") != std::string::npos);
+}
+
+TEST_CASE("cli: plot draws several runs on the same axes with whole-epoch ticks") {
+  testing::TempDir tmp;
+  for (const char* run : {"alpha", "beta"}) {
+    std::filesystem::create_directories(tmp.file(run));
+    std::ofstream m(tmp.file(std::string(run) + "/metrics.jsonl"));
+    for (int e = 1; e <= 3; ++e)
+      m << "{\"epoch\": " << e << ", \"train_loss\": " << 1.0 / e << ", \"valid_score\": " << 0.1 * e
+        << ", \"configs_per_s\": 100}\n";
+  }
+  auto r = run_gnn("plot " + tmp.file("alpha") + " " + tmp.file("beta"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  std::ifstream in(tmp.file("report.html"));  // several runs: beside them
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t lines = 0;
+  for (size_t at = 0; (at = html.find("<polyline", at)) != std::string::npos; ++at) ++lines;
+  CHECK(lines == 6);  // loss, validation and throughput, one line per run in each
+  CHECK(html.find("alpha") != std::string::npos);
+  CHECK(html.find("beta") != std::string::npos);
+  CHECK(html.find(">1.5<") == std::string::npos);  // epochs are whole
+  CHECK(html.find(">2<") != std::string::npos);
+  r = run_gnn("plot " + tmp.file("alpha"));  // one run: its own report, as before
+  CHECK(r.exit_code == 0);
+  CHECK(std::filesystem::exists(tmp.file("alpha/report.html")));
+  r = run_gnn("plot");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("expected RUN [RUN...]") != std::string::npos);
 }
 
 TEST_CASE("cli: bench npz prints the JSON keys other tools read") {
