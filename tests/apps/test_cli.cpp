@@ -184,12 +184,29 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
     CHECK(r.exit_code == 2);
     CHECK(lines(r.err) == 1);
   }
-  // The demo at a tiny size: every model trains and the table and the JSON line come out.
-  r = run_gnn("demo --tile-graphs 3 --layout-graphs 2 --tile-epochs 2 --layout-epochs 1");
+  // The demo at a tiny size: every model trains with two seeds, and the table (mean and spread, the
+  // random ranking's score), the reading, the report of every run's curves and the JSON line come out.
+  r = run_gnn("demo --tile-graphs 3 --layout-graphs 2 --tile-epochs 2 --layout-epochs 1 --seeds 2 --out " + tmp.file("demo"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const Json d = Json::parse(last_line(r.out));
-  for (const char* m : {"tile-mlp", "tile-earlyjoin-sage", "layout-mlp", "layout-resmodel"}) CHECK(d.contains(m));
+  for (const char* m : {"tile-mlp", "tile-earlyjoin-sage", "layout-mlp", "layout-resmodel"}) {
+    CHECK(d.contains(m));
+    CHECK(d.contains(std::string(m) + "_sd"));
+  }
+  CHECK(d.contains("random_tile"));
   CHECK(r.out.find("configs/s") != std::string::npos);
+  CHECK(r.out.find("(a random ranking)") != std::string::npos);
+  CHECK(r.out.find("reading: tile: tile-earlyjoin-sage ") != std::string::npos);
+  std::ifstream report(tmp.file("demo/report.html"));
+  const std::string html((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+  CHECK(html.find("layout-resmodel-seed2") != std::string::npos);
+  // The same seed gives the same numbers.
+  const auto again = run_gnn("demo --tile-graphs 3 --layout-graphs 2 --tile-epochs 2 --layout-epochs 1 --seeds 2 --out " +
+                             tmp.file("demo2"));
+  REQUIRE(again.exit_code == 0);
+  const Json d2 = Json::parse(last_line(again.out));
+  for (const char* m : {"tile-mlp", "tile-earlyjoin-sage", "layout-mlp", "layout-resmodel"})
+    CHECK(d2[m].as_number() == d[m].as_number());
 }
 
 TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") {
