@@ -153,29 +153,22 @@ TEST_CASE("bad input: .npy headers inside a member") {
 TEST_CASE("bad input: two members of one name, or two members for one array, are refused") {
   // numpy reads the last of two same-named members, a front-to-back search the first: refused outright.
   testing::TempDir tmp;
-  {
-    ZipWriter w(tmp.file("two.npz"));
-    for (const char* name : {"a.npy", "b.npy"}) {
+  auto one_byte_members = [&](const std::string& file, std::initializer_list<const char*> names) {
+    ZipWriter w(tmp.file(file));
+    for (const char* name : names) {
       w.begin_member(name, ZipMethod::kStored);
       w.write("x", 1);
       w.end_member();
     }
     w.close();
-  }
-  auto two = testing::read_bytes(tmp.file("two.npz"));
+    return tmp.file(file);
+  };
+  auto two = testing::read_bytes(one_byte_members("two.npz", {"a.npy", "b.npy"}));
   for (size_t at = 0; (at = size_t(std::search(two.begin() + long(at), two.end(), "b.npy", "b.npy" + 5) - two.begin())) < two.size();)
     two[at] = 'a';  // rename b.npy to a.npy in its local header and its central entry
   CHECK(load_error(two).find("bad.npz: member 'a.npy' appears twice (central directory entries 0 and 1)") == 0);
-  {
-    ZipWriter w(tmp.file("both.npz"));
-    for (const char* name : {"a.npy", "a"}) {
-      w.begin_member(name, ZipMethod::kStored);
-      w.write("x", 1);
-      w.end_member();
-    }
-    w.close();
-  }
-  CHECK_THROWS_WITH_AS(NpzReader(tmp.file("both.npz")), doctest::Contains("two members are array 'a'"), Error);
+  CHECK_THROWS_WITH_AS(NpzReader(one_byte_members("both.npz", {"a.npy", "a"})),
+                       doctest::Contains("two members are array 'a'"), Error);
   // The writer refuses to make such an archive.
   ZipWriter w(tmp.file("w.npz"));
   w.begin_member("a.npy", ZipMethod::kStored);
