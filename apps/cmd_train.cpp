@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <set>
 
@@ -107,7 +107,8 @@ Command train_command() {
              {"data", "DIR", "the dataset (release root, npz/, or a collection folder); on --resume, the run's own"},
              {"out", "RUN", "the run directory (created; refused if it holds a run, unless --resume)", "", true},
              {"epochs", "E", "epochs (see below for what one covers; default 10, on --resume the run's own)"},
-             {"steps", "N", "stop after N optimiser steps in all (whichever of --epochs and --steps ends first)"},
+             {"steps", "N", "stop after N optimiser steps in all (whichever of --epochs and --steps ends first; "
+                            "0: no limit)"},
              {"seed", "S", "seed for initialisation, graph order and config sampling (default 1)"},
              {"memory-limit", "BYTES", "stop with the step's graphs named when tensors would pass this many bytes "
                                        "(K/M/G suffixes; 0: no limit; auto: 90% of the memory this process may use)", "auto"},
@@ -149,7 +150,8 @@ Command train_command() {
     o.out = a.str("out");
     if (!a.on("resume") && !a.on("data")) throw UsageError("gnn train: missing --data");
     if (a.on("epochs")) o.epochs = a.integer("epochs", 1, 1'000'000);
-    if (a.has("steps")) o.steps = a.integer("steps", 1, INT64_MAX);
+    if (a.has("steps")) o.steps = a.integer("steps", 0, INT64_MAX);
+    if (a.has("steps") && o.steps == 0) o.steps = -1;  // 0: no step limit (on --resume: remove the run's)
     if (a.on("seed")) o.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
     o.memory_limit = parse_memory_limit(a.str("memory-limit"));
     o.resume = a.on("resume"), o.skip_nonfinite = a.on("skip-nonfinite");

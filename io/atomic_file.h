@@ -30,7 +30,8 @@ class AtomicFile {
 void write_file_atomic(const std::string& path, const std::string& text);
 
 // Removes the temporaries `path.tmp-PID` that a killed writer left beside `path` (a process killed with
-// SIGKILL runs no destructor), those of live processes excepted. Returns how many it removed.
+// SIGKILL runs no destructor), those of live processes excepted. Returns how many it removed. "Live" is
+// judged in this PID namespace: a writer on another host or container sharing the folder is not seen.
 int remove_stale_temporaries(const std::string& path);
 
 }  // namespace gnn

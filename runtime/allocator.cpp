@@ -1,6 +1,7 @@
 #include "runtime/allocator.h"
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 
 #ifdef __linux__
@@ -21,8 +22,13 @@ constexpr size_t kHugeThreshold = size_t(4) << 20, kHugePage = size_t(2) << 20;
 
 void* host_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
-  if (const int64_t limit = g_limit.load(); limit > 0 && g_current.load() + int64_t(bytes) > limit) {
-    const int64_t in_use = g_current.load();
+  GNN_CHECK(bytes <= size_t(INT64_MAX) / 2, "host allocation of ", bytes, " bytes: too large");
+  // The bytes are reserved before the system is asked, so threads allocating at once cannot pass the
+  // limit together; a refusal gives them back.
+  const int64_t now = g_current.fetch_add(int64_t(bytes)) + int64_t(bytes);
+  if (const int64_t limit = g_limit.load(); limit > 0 && now > limit) {
+    g_current.fetch_sub(int64_t(bytes));
+    const int64_t in_use = now - int64_t(bytes);
     throw MemoryLimitError(detail::str_cat("an allocation of ", bytes, " bytes with ", in_use,
                                            " in use would pass the memory limit of ", limit, " bytes"),
                            "runtime/allocator.cpp", int64_t(bytes), in_use, limit);
@@ -30,12 +36,13 @@ void* host_alloc(size_t bytes) {
   const bool huge = bytes >= kHugeThreshold;
   const size_t align = huge ? kHugePage : kHostAlignment;
   void* p = std::aligned_alloc(align, round_up(bytes, align));
-  GNN_CHECK(p != nullptr, "host allocation of ", bytes, " bytes failed (", host_memory_stats().current_bytes,
-            " bytes in use)");
+  if (p == nullptr) {
+    g_current.fetch_sub(int64_t(bytes));
+    GNN_FAIL("host allocation of ", bytes, " bytes failed (", now - int64_t(bytes), " bytes in use)");
+  }
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (huge) madvise(p, round_up(bytes, align), MADV_HUGEPAGE);  // advice only: failure changes nothing
 #endif
-  const int64_t now = g_current.fetch_add(int64_t(bytes)) + int64_t(bytes);
   int64_t peak = g_peak.load();
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {}
   g_live.fetch_add(1);

@@ -19,7 +19,6 @@
 
 namespace gnn::train {
 
-
 // Fitted on the training graphs, stored in model.npz under prep/, applied to every split.
 struct Preprocessing {
   bool layout = false;

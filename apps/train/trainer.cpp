@@ -252,11 +252,14 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
     const std::vector<double> p = predict_configs(model, *g, configs, chunk);
     std::vector<double> y;
     for (int64_t c : configs) y.push_back(g->target[size_t(c)]);
-    // Scored as the ranking gnn predict writes (ties in p, as for repeated configs, broken by index), so
+    // Scored as the ranking gnn predict writes (ties in p, as for repeated configs, broken by config
+    // index; predict_configs has made non-finite scores the largest double), so
     // eval, the valid score that picks the best epoch, and a scored submission agree exactly.
     std::vector<int64_t> order(p.size());
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[size_t(a)] < p[size_t(b)]; });
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+      return p[size_t(a)] < p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && configs[size_t(a)] < configs[size_t(b)]);
+    });
     std::vector<double> rank(p.size());
     for (size_t r = 0; r < order.size(); ++r) rank[size_t(order[r])] = double(r);
     ev.scores.emplace_back(f.collection.str(), score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));
@@ -351,7 +354,7 @@ RunPlan plan_new_run(const TrainOptions& o) {
   for (const auto& [k, v] : o.hparams) p.hp.values[k] = v;
   if (o.data.empty()) bad_option("--data: no dataset given");
   p.data = o.data, p.eval_indices = o.eval_indices;
-  p.epochs = o.epochs > 0 ? o.epochs : 10, p.steps = o.steps, p.max_graphs = o.max_graphs;
+  p.epochs = o.epochs > 0 ? o.epochs : 10, p.steps = std::max<int64_t>(o.steps, 0), p.max_graphs = o.max_graphs;
   p.seed = o.seed.value_or(1);
   return p;
 }
@@ -371,7 +374,10 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
   p.seed = uint64_t(get_i64(p.meta.arrays, "meta/seed", model_path));
   if (o.seed && *o.seed != p.seed)
     bad_option("--seed ", *o.seed, ": the run in ", run, " was started with seed ", p.seed, "; a resumed run keeps its seed");
-  const int64_t max_graphs = stored_i64(p.meta, "meta/max_graphs", 0);
+  // Checkpoints written before these were recorded lack them: the command line's values are taken.
+  const bool recorded = p.meta.arrays.count("meta/epochs") > 0;
+  const std::string older = " (not recorded: the checkpoint was written by an older gnn)";
+  const int64_t max_graphs = stored_i64(p.meta, "meta/max_graphs", o.max_graphs);
   if (o.max_graphs > 0 && o.max_graphs != max_graphs)
     bad_option("--max-graphs ", o.max_graphs, ": the run in ", run, " was started with ",
                max_graphs ? std::to_string(max_graphs) : "every graph", "; a resumed run keeps its graphs");
@@ -386,27 +392,30 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
     p.notes.push_back("--data " + o.data + ": the run was started on " + data + "; its preprocessing is kept");
   const int64_t epochs = stored_i64(p.meta, "meta/epochs", 10), steps = stored_i64(p.meta, "meta/steps", 0);
   p.epochs = o.epochs > 0 ? o.epochs : epochs;
-  if (p.epochs != epochs)
-    p.notes.push_back("--epochs " + std::to_string(p.epochs) + ": the run was started with " + std::to_string(epochs) +
-                      "; it now ends after epoch " + std::to_string(p.epochs));
-  p.steps = o.steps > 0 ? o.steps : steps;
-  if (p.steps != steps)
-    p.notes.push_back("--steps " + std::to_string(p.steps) + ": the run was started with " +
-                      (steps ? std::to_string(steps) : "no step limit"));
+  p.steps = o.steps > 0 ? o.steps : o.steps < 0 ? 0 : steps;
+  if (p.epochs != epochs || !recorded)
+    p.notes.push_back("--epochs " + std::to_string(p.epochs) + ": the run was started with " +
+                      (recorded ? std::to_string(epochs) : "?" + older) + "; it now ends after epoch " +
+                      std::to_string(p.epochs) + (p.steps > 0 ? " or step " + std::to_string(p.steps) : ""));
+  if (p.steps != steps && recorded)
+    p.notes.push_back("--steps " + (p.steps ? std::to_string(p.steps) : std::string("0 (no limit)")) +
+                      ": the run was started with " + (steps ? std::to_string(steps) : "no step limit"));
   const std::string eval_indices = stored_text(p.meta, "meta/eval_indices");
   p.eval_indices = o.eval_indices.empty() ? eval_indices : o.eval_indices;
   if (!o.eval_indices.empty() && !same_path(o.eval_indices, eval_indices))
     p.notes.push_back("--eval-indices " + o.eval_indices + ": the run was started with " +
-                      (eval_indices.empty() ? "none" : eval_indices));
+                      (eval_indices.empty() ? (recorded ? "none" : "?" + older) : eval_indices));
   return p;
 }
 
 RunPlan plan_run(const TrainOptions& o, const std::string& model_path) {
   RunPlan p = o.resume && fs::exists(model_path) ? plan_resumed_run(o, model_path) : plan_new_run(o);
   if (std::string e = check_hparams(p.recipe->hparams, p.hp, p.recipe->name); !e.empty()) bad_option(e);
-  if (!fs::exists(p.data)) bad_option("--data ", p.data, ": no such file or directory");
+  const std::string recorded = o.resume && p.resuming ? " (recorded in the run's model.npz; pass it again to change it)" : "";
+  if (!fs::exists(p.data))
+    bad_option("--data ", p.data, ": no such file or directory", o.data.empty() ? recorded : "");
   if (!p.eval_indices.empty() && !fs::is_directory(p.eval_indices))
-    bad_option("--eval-indices ", p.eval_indices, ": not a directory");
+    bad_option("--eval-indices ", p.eval_indices, ": not a directory", o.eval_indices.empty() ? recorded : "");
   if (o.memory_limit < 0) bad_option("--memory-limit: must be >= 0 bytes, got ", o.memory_limit);
   return p;
 }
@@ -428,19 +437,22 @@ class ScopedMemoryLimit {
 
 }  // namespace
 
-TrainResult run_training(const TrainOptions& o) {
+namespace {
+
+// The whole run; `working_on` names the phase or step at hand for the memory-limit error.
+TrainResult train_run(const TrainOptions& o, std::string& working_on) {
   if (o.out.empty()) bad_option("--out: no run directory given");
   if (o.epochs < 0) bad_option("--epochs must be at least 1");
   const fs::path run(o.out);
   const std::string model_path = (run / "model.npz").string(), best_path = (run / "best.npz").string(),
                     metrics_path = (run / "metrics.jsonl").string();
-  if (o.resume && !fs::exists(model_path))
-    std::fprintf(stderr, "gnn train: --resume: %s does not exist yet; starting a new run\n", model_path.c_str());
   GNN_CHECK(o.resume || !fs::exists(model_path), "--out ", o.out,
             ": already holds a run (model.npz); pass --resume to continue it, or choose another directory");
 
   // The recipe and its hyper-parameters: the command line's for a new run, the checkpoint's on resume.
   const RunPlan plan = plan_run(o, model_path);
+  if (o.resume && !plan.resuming)
+    std::fprintf(stderr, "gnn train: --resume: %s does not exist yet; starting a new run\n", model_path.c_str());
   const bool resuming = plan.resuming;
   const Recipe* recipe = plan.recipe;
   const HParams& hp = plan.hp;
@@ -463,6 +475,7 @@ TrainResult run_training(const TrainOptions& o) {
     if (int64_t(valid_files.size()) > plan.max_graphs) valid_files.resize(size_t(plan.max_graphs));
   }
   GNN_CHECK(!train_files.empty(), "--data ", plan.data, ": no ", recipe->kind, " train files for ", recipe->name);
+  working_on = "loading and preprocessing the training graphs";
   if (!resuming) {
     prep = fit_preprocessing(train_files, layout, parse_feature_transform(hp.str("node-transform")),
                              layout ? FeatureTransform::kNone : parse_feature_transform(hp.str("config-transform")),
@@ -470,6 +483,7 @@ TrainResult run_training(const TrainOptions& o) {
     fs::create_directories(run);
   }
 
+  working_on = "building the model and loading its checkpoint";
   Rng init_rng(seed);
   std::unique_ptr<RankModel> model = recipe->build(hp, dims_of(prep), init_rng);
   const auto params = model->parameters();
@@ -493,6 +507,7 @@ TrainResult run_training(const TrainOptions& o) {
   const double clip = hp.num("clip");
 
   auto save = [&](const std::string& path, bool with_optimizer) {
+    working_on = detail::str_cat("writing ", path);
     std::vector<std::pair<std::string, Tensor>> extra = {{"meta/format", i64_tensor(kCheckpointFormat)},
                                                          {"meta/recipe", text_tensor(recipe->name)},
                                                          {"meta/hparams", text_tensor(hp.json())},
@@ -523,133 +538,129 @@ TrainResult run_training(const TrainOptions& o) {
   auto last_ckpt = Clock::now();
   double last_score = NAN;
   bool done = st.step >= total_steps || st.epoch >= epochs;
-  // What the step at hand works on, for the error when it does not fit in --memory-limit.
-  std::string working_on;
-  try {
-    while (!done) {
-      const int64_t e = st.epoch;
-      Rng order_rng(stream_seed(seed, e, -1));
-      const std::vector<int64_t> order = sample_without_replacement(n, n, order_rng);
-      const double epoch_seconds_before = st.seconds;
-      const int64_t epoch_configs_before = st.configs, first_batch = st.batch;
-      // Batch bi is a function of (seed, epoch, bi) alone, so on a GPU the host builds batch bi + 1 on a
-      // second thread while the device runs step bi (the host is otherwise idle, waiting on the loss).
-      auto build_batch = [&, e](int64_t bi) {
-        Rng rng(stream_seed(seed, e, bi));
-        std::vector<std::shared_ptr<const ModelGraph>> held;
-        std::vector<const ModelGraph*> graphs;
-        int64_t cb = C;
-        for (int64_t k = bi * G; k < std::min(n, (bi + 1) * G); ++k) {
-          held.push_back(train_src.get(size_t(order[size_t(k)])));
-          graphs.push_back(held.back().get());
-          GNN_CHECK(held.back()->num_configs() >= 2 && !held.back()->target.empty(), held.back()->file.path,
-                    ": a training graph needs runtimes and at least 2 configs");
-          cb = std::min(cb, held.back()->num_configs());
-        }
-        std::vector<std::vector<int64_t>> configs;
-        for (const ModelGraph* g : graphs) configs.push_back(sample_without_replacement(g->num_configs(), cb, rng));
-        return make_batch(graphs, configs, segment, &rng);
-      };
-      const bool prefetch = o.prefetch < 0 ? o.device.is_cuda() : o.prefetch > 0;
-      std::future<Batch> next;
-      for (int64_t bi = st.batch; bi < batches; ++bi) {
-        working_on = detail::str_cat("step ", st.step + 1, " (graphs");
-        for (int64_t k = bi * G; k < std::min(n, (bi + 1) * G); ++k)
-          working_on.append(" ").append(train_files[size_t(order[size_t(k)])].id());
-        working_on += ")";
-        const auto t_step = Clock::now();
-        const int64_t waits_before = cuda_host_waits();
-        const Batch b = (next.valid() ? next.get() : build_batch(bi)).to(o.device);
-        if (prefetch && bi + 1 < batches && st.step + 1 < total_steps)
-          next = std::async(std::launch::async, build_batch, bi + 1);
+  const int64_t first_step = st.step;
+  while (!done) {
+    const int64_t e = st.epoch;
+    Rng order_rng(stream_seed(seed, e, -1));
+    const std::vector<int64_t> order = sample_without_replacement(n, n, order_rng);
+    const double epoch_seconds_before = st.seconds;
+    const int64_t epoch_configs_before = st.configs, first_batch = st.batch;
+    // Batch bi is a function of (seed, epoch, bi) alone, so on a GPU the host builds batch bi + 1 on a
+    // second thread while the device runs step bi (the host is otherwise idle, waiting on the loss).
+    auto build_batch = [&, e](int64_t bi) {
+      Rng rng(stream_seed(seed, e, bi));
+      std::vector<std::shared_ptr<const ModelGraph>> held;
+      std::vector<const ModelGraph*> graphs;
+      int64_t cb = C;
+      for (int64_t k = bi * G; k < std::min(n, (bi + 1) * G); ++k) {
+        held.push_back(train_src.get(size_t(order[size_t(k)])));
+        graphs.push_back(held.back().get());
+        GNN_CHECK(held.back()->num_configs() >= 2 && !held.back()->target.empty(), held.back()->file.path,
+                  ": a training graph needs runtimes and at least 2 configs");
+        cb = std::min(cb, held.back()->num_configs());
+      }
+      std::vector<std::vector<int64_t>> configs;
+      for (const ModelGraph* g : graphs) configs.push_back(sample_without_replacement(g->num_configs(), cb, rng));
+      return make_batch(graphs, configs, segment, &rng);
+    };
+    const bool prefetch = o.prefetch < 0 ? o.device.is_cuda() : o.prefetch > 0;
+    std::future<Batch> next;
+    for (int64_t bi = st.batch; bi < batches; ++bi) {
+      working_on = detail::str_cat("step ", st.step + 1, " (graphs");
+      for (int64_t k = bi * G; k < std::min(n, (bi + 1) * G); ++k)
+        working_on.append(" ").append(train_files[size_t(order[size_t(k)])].id());
+      working_on += ")";
+      const auto t_step = Clock::now();
+      const int64_t waits_before = cuda_host_waits();
+      const Batch b = (next.valid() ? next.get() : build_batch(bi)).to(o.device);
+      if (prefetch && bi + 1 < batches && st.step + 1 < total_steps)
+        next = std::async(std::launch::async, build_batch, bi + 1);
 
-        model->train();
+      model->train();
+      opt.zero_grad();
+      const ag::Var pred = model->forward(b);
+      const ag::Var loss = batch_loss(hp, pred, b);
+      const double lv = loss.value().item();
+      bool finite = std::isfinite(lv);
+      std::string what = "loss";
+      if (finite) {
+        ag::backward(loss);
+        const double norm = nn::clip_grad_norm(params, clip > 0 ? clip : INFINITY);
+        finite = std::isfinite(norm);
+        what = "gradient";
+      } else {
+        ag::clear_tape();
+      }
+      if (!finite) {
+        GNN_CHECK(o.skip_nonfinite, "non-finite ", what, " at step ", st.step + 1, " (epoch ", e + 1, ", batch ", bi + 1,
+                  ") from graph ", culprit(pred, b), "; lower --lr, set --clip, or pass --skip-nonfinite to skip such batches");
         opt.zero_grad();
-        const ag::Var pred = model->forward(b);
-        const ag::Var loss = batch_loss(hp, pred, b);
-        const double lv = loss.value().item();
-        bool finite = std::isfinite(lv);
-        std::string what = "loss";
-        if (finite) {
-          ag::backward(loss);
-          const double norm = nn::clip_grad_norm(params, clip > 0 ? clip : INFINITY);
-          finite = std::isfinite(norm);
-          what = "gradient";
-        } else {
-          ag::clear_tape();
-        }
-        if (!finite) {
-          GNN_CHECK(o.skip_nonfinite, "non-finite ", what, " at step ", st.step + 1, " (epoch ", e + 1, ", batch ", bi + 1,
-                    ") from graph ", culprit(pred, b), "; lower --lr, set --clip, or pass --skip-nonfinite to skip such batches");
-          opt.zero_grad();
-          st.skipped += 1;
-        } else {
-          opt.set_lr(sched.at(st.step));
-          opt.step();
-          st.loss_sum += lv, st.loss_n += 1;
-        }
-        if (o.device.is_cuda()) step_waits += cuda_host_waits() - waits_before, waited_steps += 1;
-        st.step += 1, st.batch = bi + 1, st.configs += b.graphs * b.configs;
-        st.seconds += since(t_step);  // training time: batch building, forward, backward, step
-        const double epoch_s = st.seconds - epoch_seconds_before;
-        const double cps = double(st.configs - epoch_configs_before) / std::max(1e-9, epoch_s);
-        const double steps_left = double(std::min(total_steps - st.step, (epochs - e) * batches - (bi + 1)));
-        progress.update(e + 1, epochs, bi + 1, batches, st.loss_n ? st.loss_sum / double(st.loss_n) : NAN, cps,
-                        steps_left * epoch_s / double(bi + 1 - first_batch));
-        const bool last_batch = bi + 1 == batches || st.step >= total_steps;
-        if (!last_batch && since(last_ckpt) >= o.checkpoint_minutes * 60) {
-          save(model_path, true);
-          last_ckpt = Clock::now();
-        }
-        if (o.kill_after_steps > 0 && st.step == o.kill_after_steps && !last_batch) std::raise(SIGKILL);
-        if (st.step >= total_steps) break;
+        st.skipped += 1;
+      } else {
+        opt.set_lr(sched.at(st.step));
+        opt.step();
+        st.loss_sum += lv, st.loss_n += 1;
       }
-      progress.end_line();
-      // The end of an epoch (or of the step budget): validate, log, checkpoint.
+      if (o.device.is_cuda()) step_waits += cuda_host_waits() - waits_before, waited_steps += 1;
+      st.step += 1, st.batch = bi + 1, st.configs += b.graphs * b.configs;
+      st.seconds += since(t_step);  // training time: batch building, forward, backward, step
       const double epoch_s = st.seconds - epoch_seconds_before;
-      Json line = Json::object();
-      line.set("epoch", e + 1);
-      line.set("step", st.step);
-      line.set("train_loss", st.loss_n ? st.loss_sum / double(st.loss_n) : NAN);
-      line.set("lr", opt.lr());
-      line.set("configs_per_s", double(st.configs - epoch_configs_before) / std::max(1e-9, epoch_s));
-      line.set("train_seconds", epoch_s);
-      line.set("skipped", st.skipped);
-      double valid_score = NAN;
-      if (!valid_files.empty()) {
-        model->eval();
-        working_on = detail::str_cat("validation after epoch ", e + 1);
-        const auto t_valid = Clock::now();
-        const Evaluation ev = evaluate(*model, valid_src, chunk, plan.eval_indices);
-        line.set("valid_seconds", since(t_valid));
-        valid_score = ev.score;
-        last_score = valid_score;
-        line.set("valid_score", valid_score);
-        line.set("valid", Json::parse(ev.json, "valid metrics"));
+      const double cps = double(st.configs - epoch_configs_before) / std::max(1e-9, epoch_s);
+      const double steps_left = double(std::min(total_steps - st.step, (epochs - e) * batches - (bi + 1)));
+      progress.update(e + 1, epochs, bi + 1, batches, st.loss_n ? st.loss_sum / double(st.loss_n) : NAN, cps,
+                      steps_left * epoch_s / double(bi + 1 - first_batch));
+      const bool last_batch = bi + 1 == batches || st.step >= total_steps;
+      if (!last_batch && since(last_ckpt) >= o.checkpoint_minutes * 60) {
+        save(model_path, true);
+        last_ckpt = Clock::now();
       }
-      st.epoch = e + 1, st.batch = 0, st.loss_sum = 0, st.loss_n = 0;
-      if (std::isfinite(valid_score) && valid_score > st.best_score) {
-        st.best_score = valid_score, st.best_epoch = st.epoch;
-        save(best_path, false);
-      }
-      append_line(metrics_path, line.dump());
-      save(model_path, true);
-      last_ckpt = Clock::now();
-      if (!o.quiet) {
-        std::printf("epoch %lld/%lld  step %lld  train_loss %.5f", (long long)st.epoch, (long long)epochs,
-                    (long long)st.step, line["train_loss"].is_null() ? NAN : line["train_loss"].as_number());
-        if (std::isfinite(valid_score)) std::printf("  valid_score %.4f", valid_score);
-        std::printf("  %.0f configs/s  %.1f s\n", line["configs_per_s"].as_number(), epoch_s);
-        std::fflush(stdout);
-      }
-      if (o.kill_after_steps > 0 && st.step == o.kill_after_steps) std::raise(SIGKILL);
-      done = st.step >= total_steps || st.epoch >= epochs;
+      if (o.kill_after_steps > 0 && st.step == o.kill_after_steps && !last_batch) std::raise(SIGKILL);
+      if (st.step >= total_steps) break;
     }
-  } catch (const MemoryLimitError& e) {
-    GNN_FAIL(working_on, " does not fit in the memory limit of ", e.limit, " bytes (--memory-limit): it needs more than ",
-             e.in_use + e.requested, " bytes of tensors (", e.requested, " asked for with ", e.in_use,
-             " in use); lower --configs or --batch-graphs", layout ? ", or set --segment" : "");
+    progress.end_line();
+    // The end of an epoch (or of the step budget): validate, log, checkpoint.
+    const double epoch_s = st.seconds - epoch_seconds_before;
+    Json line = Json::object();
+    line.set("epoch", e + 1);
+    line.set("step", st.step);
+    line.set("train_loss", st.loss_n ? st.loss_sum / double(st.loss_n) : NAN);
+    line.set("lr", opt.lr());
+    line.set("configs_per_s", double(st.configs - epoch_configs_before) / std::max(1e-9, epoch_s));
+    line.set("train_seconds", epoch_s);
+    line.set("skipped", st.skipped);
+    double valid_score = NAN;
+    if (!valid_files.empty()) {
+      model->eval();
+      working_on = detail::str_cat("validation after epoch ", e + 1);
+      const auto t_valid = Clock::now();
+      const Evaluation ev = evaluate(*model, valid_src, chunk, plan.eval_indices);
+      line.set("valid_seconds", since(t_valid));
+      valid_score = ev.score;
+      last_score = valid_score;
+      line.set("valid_score", valid_score);
+      line.set("valid", Json::parse(ev.json, "valid metrics"));
+    }
+    st.epoch = e + 1, st.batch = 0, st.loss_sum = 0, st.loss_n = 0;
+    if (std::isfinite(valid_score) && valid_score > st.best_score) {
+      st.best_score = valid_score, st.best_epoch = st.epoch;
+      save(best_path, false);
+    }
+    append_line(metrics_path, line.dump());
+    save(model_path, true);
+    last_ckpt = Clock::now();
+    if (!o.quiet) {
+      std::printf("epoch %lld/%lld  step %lld  train_loss %.5f", (long long)st.epoch, (long long)epochs,
+                  (long long)st.step, line["train_loss"].is_null() ? NAN : line["train_loss"].as_number());
+      if (std::isfinite(valid_score)) std::printf("  valid_score %.4f", valid_score);
+      std::printf("  %.0f configs/s  %.1f s\n", line["configs_per_s"].as_number(), epoch_s);
+      std::fflush(stdout);
+    }
+    if (o.kill_after_steps > 0 && st.step == o.kill_after_steps) std::raise(SIGKILL);
+    done = st.step >= total_steps || st.epoch >= epochs;
   }
+
+  // A finished run given a new length, data or eval folder runs no step: record the change all the same.
+  if (resuming && !plan.notes.empty() && st.step == first_step) save(model_path, true);
 
   TrainResult r;
   r.epochs = st.epoch, r.steps = st.step, r.skipped = st.skipped, r.best_score = st.best_score, r.seconds = st.seconds;
@@ -674,6 +685,20 @@ TrainResult run_training(const TrainOptions& o) {
   }
   r.json = j.dump();
   return r;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& o) {
+  std::string working_on = "starting the run";
+  try {
+    return train_run(o, working_on);
+  } catch (const MemoryLimitError& e) {
+    GNN_FAIL(working_on, " does not fit in the memory limit of ", e.limit, " bytes (--memory-limit): it needs more than ",
+             e.in_use + e.requested, " bytes of tensors (", e.requested, " asked for with ", e.in_use,
+             " in use); raise --memory-limit, or start a new run with lower --configs or --batch-graphs (layout: or "
+             "--segment)");
+  }
 }
 
 }  // namespace gnn::train

@@ -30,7 +30,8 @@ struct TrainOptions {
   std::string data, out, eval_indices;      // eval_indices: folder of the official JSON files, optional
   std::map<std::string, std::string> hparams;  // set on the command line
   int64_t epochs = 0;                       // 0: 10 for a new run
-  int64_t steps = 0;                        // > 0: stop after this many optimiser steps
+  int64_t steps = 0;                        // > 0: stop after this many optimiser steps; < 0: no limit,
+                                            // even on a resumed run that had one
   std::optional<uint64_t> seed;             // none: 1 for a new run
   int64_t memory_limit = 0;                 // > 0: host tensor bytes allowed (a batch past it stops, named)
   bool resume = false;

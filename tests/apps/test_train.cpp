@@ -306,7 +306,7 @@ TEST_CASE("train: a batch that does not fit in --memory-limit stops with its gra
   const std::string base = "train --model layout-resmodel --data " + dataset() + " --epochs 1 --progress lines --out ";
   auto r = run_gnn(base + t.file("fits") + " --memory-limit 1G");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  // The graphs load (a few hundred KB) but a step of 8 graphs x 16 configs does not fit in 2 MB.
+  // The graphs load (a few hundred KB) but a step of the 3 train graphs x 24 configs does not fit in 2 MB.
   r = run_gnn(base + t.file("tight") + " --memory-limit 2M --configs 24");
   CHECK(r.exit_code == 1);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
