@@ -68,7 +68,7 @@ double random_ranking_score(const std::string& data, bool layout) {
   return mean(draws);
 }
 
-// "tile-earlyjoin-sage beats tile-mlp by +0.120 (3 seeds each, larger than either's spread)".
+// "tile-earlyjoin-sage beats tile-mlp by +0.120 (more than twice the seeds' spread)".
 std::string compare(const Entry& model, const Entry& baseline) {
   const double d = mean(model.scores) - mean(baseline.scores);
   const double spread = std::max(stddev(model.scores), stddev(baseline.scores));
@@ -105,8 +105,9 @@ Command demo_command() {
       "seeds on the same data. A random ranking's score on the same split is printed beside them: the floor a\n"
       "model must clear. The synthetic features are heavy-tailed products, so the demo trains with sign-log1p\n"
       "features (--node-transform log1p, --config-transform log1p), lr 0.01 on tile and lr 0.003 with 2 graphs\n"
-      "per step on layout (16 programs make 8 steps an epoch); everything else is each recipe's default. The curves of every run go into one report (report.html). The last line of stdout is\n"
-      "one JSON object with every score.";
+      "per step on layout (16 programs make 8 steps an epoch); everything else is each recipe's default.\n"
+      "The curves of every run go into one report (report.html). The last line of stdout is one JSON object\n"
+      "with every score.";
   c.run = [](const Args& a) {
     if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
     const int64_t tile_graphs = a.integer("tile-graphs", 2, 100'000), layout_graphs = a.integer("layout-graphs", 2, 10'000);

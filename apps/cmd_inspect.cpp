@@ -196,7 +196,7 @@ Command inspect_command() {
       arrays.push_back(std::move(e));
     }
     if (npz.contains("config_feat") || npz.contains("node_config_feat"))
-      (void)load_tpugraph(path, {.require_runtimes = false});  // a test file's runtimes may be placeholders
+      (void)load_tpugraph(npz, {.require_runtimes = false});  // a test file's runtimes may be placeholders
     const Json tpu = tpugraphs_summary(npz);
     std::fputs(table.c_str(), stdout);
     if (json) {

@@ -82,8 +82,10 @@ PlotRun read_plot_run(const std::string& run) {
   const fs::path metrics = fs::path(run) / "metrics.jsonl";
   GNN_CHECK(fs::exists(metrics), metrics.string(), ": not found (not a gnn train run, or no epoch finished yet)");
   PlotRun r;
-  r.name = fs::path(run).lexically_normal().filename().string();
-  if (r.name.empty()) r.name = fs::path(run).lexically_normal().parent_path().filename().string();
+  fs::path dir = fs::path(run).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();
+  for (char ch : dir.filename().string())  // the legend is HTML
+    r.name += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : std::string(1, ch);
   std::ifstream in(metrics);
   std::string line;
   for (int64_t ln = 1; std::getline(in, line); ++ln) {
@@ -128,7 +130,8 @@ Command plot_command() {
     namespace fs = std::filesystem;
     std::vector<PlotRun> runs;
     for (const std::string& run : a.positionals()) runs.push_back(read_plot_run(run));
-    const fs::path first = fs::path(a.positional(0)).lexically_normal();
+    fs::path first = fs::path(a.positional(0)).lexically_normal();
+    if (!first.has_filename()) first = first.parent_path();  // runs/a/ is the run runs/a
     const std::string out = a.has("out")            ? a.str("out")
                             : runs.size() == 1      ? (first / "report.html").string()
                                                     : (first.parent_path() / "report.html").string();

@@ -196,8 +196,9 @@ TileBytes tile_traffic(const TileShape& s, const int64_t* t, int64_t tk) {
   return {tile_bytes(t, s.rank, s.ebytes), elems * s.in_bytes_per_element * k_share * 1.3};
 }
 
-// Grows the default tile from the hardware tile, doubling the minor-most dim that can still grow (the
-// K tile last), while the double-buffered working set fits in half of VMEM.
+// Grows the default tile from the hardware tile while the double-buffered working set fits in half of
+// VMEM: each round doubles the first of the K tile, then the dims from the minor-most out, that can
+// still grow.
 void default_tile(const TileShape& s, const Machine& m, int64_t* t, int64_t* tk) {
   for (bool grew = true; grew;) {
     grew = false;
@@ -269,7 +270,7 @@ Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& r
       default_tile(s, m, t, &tk);
     } else {
       // The compiler refuses a tile whose double-buffered working set does not fit VMEM, so the real
-      // files hold none: draw again (16 times at most, then the hardware tile).
+      // files hold none: draw again (17 draws at most, then the hardware tile).
       for (int attempt = 0;; ++attempt) {
         for (int i = 0; i < s.rank; ++i) t[i] = draw(s.dims[i], unit_of(i));
         if (s.reduction > 0) tk = draw(s.reduction, std::min<int64_t>(s.reduction, 128));

@@ -137,13 +137,14 @@ TEST_CASE("cli: plot draws several runs on the same axes with whole-epoch ticks"
       m << "{\"epoch\": " << e << ", \"train_loss\": " << 1.0 / e << ", \"valid_score\": " << 0.1 * e
         << ", \"configs_per_s\": 100}\n";
   }
-  auto r = run_gnn("plot " + tmp.file("alpha") + " " + tmp.file("beta"));
+  auto r = run_gnn("plot " + tmp.file("alpha") + "/ " + tmp.file("beta"));  // a trailing slash names the same run
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   std::ifstream in(tmp.file("report.html"));  // several runs: beside them
   const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   size_t lines = 0;
   for (size_t at = 0; (at = html.find("<polyline", at)) != std::string::npos; ++at) ++lines;
   CHECK(lines == 6);  // loss, validation and throughput, one line per run in each
+  CHECK(!std::filesystem::exists(tmp.file("alpha/report.html")));
   CHECK(html.find("alpha") != std::string::npos);
   CHECK(html.find("beta") != std::string::npos);
   CHECK(html.find(">1.5<") == std::string::npos);  // epochs are whole
