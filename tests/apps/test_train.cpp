@@ -301,6 +301,43 @@ TEST_CASE("train: a resumed run keeps its data, epochs and seed, extends when to
   CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 5);
 }
 
+TEST_CASE("train: a checkpoint from before the run's settings were recorded resumes on the command line's") {
+  TempDir t;
+  const std::string run = t.file("run");
+  auto r = run_gnn("train --model tile-mlp --data " + dataset() + " --epochs 2 --progress lines --out " + run);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  {  // model.npz as an older gnn wrote it: no meta/data, epochs, steps, max_graphs, eval_indices
+    std::vector<std::pair<std::string, Tensor>> kept;
+    for (auto& [k, v] : NpzReader(run + "/model.npz").load_all())
+      if (k != "meta/data" && k != "meta/epochs" && k != "meta/steps" && k != "meta/max_graphs" && k != "meta/eval_indices")
+        kept.emplace_back(k, v);
+    save_npz(run + "/model.npz", kept);
+  }
+  r = run_gnn("train --resume --out " + run);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("does not record its dataset (written by an older gnn); pass --data") != std::string::npos);
+  r = run_gnn("train --resume --out " + run + " --data " + dataset() + " --epochs 3 --max-graphs 100");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.find("resuming with --epochs 3: the run was started with ? (not recorded") != std::string::npos);
+  CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 3);
+  r = run_gnn("train --resume --out " + run);  // recorded now
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 3);
+}
+
+TEST_CASE("train: a dataset holding a graph with no nodes stops naming the file") {
+  TempDir t;
+  const std::string split = t.file("data/npz/tile/xla/train");
+  std::filesystem::create_directories(split);
+  for (const auto& f : std::filesystem::directory_iterator(dataset() + "/npz/tile/xla/train"))
+    std::filesystem::copy_file(f.path(), split + "/" + f.path().filename().string());
+  std::filesystem::copy_file(testing::source_path("tests/data/fuzz_regressions/zero_nodes.npz"), split + "/empty.npz");
+  const auto r = run_gnn("train --model tile-mlp --epochs 1 --progress lines --data " + t.file("data") + " --out " + t.file("run"));
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("empty.npz: array 'node_feat': shape (0, 140) has no nodes") != std::string::npos);
+  CHECK(!std::filesystem::exists(t.file("run/model.npz")));
+}
+
 TEST_CASE("train: a batch that does not fit in --memory-limit stops with its graphs and the bytes named") {
   TempDir t;
   const std::string base = "train --model layout-resmodel --data " + dataset() + " --epochs 1 --progress lines --out ";
