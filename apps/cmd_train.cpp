@@ -236,10 +236,11 @@ Command predict_command() {
     std::string csv = "ID,TopConfigs\n";
     for (size_t i = 0; i < src.files().size(); ++i) {
       const auto g = src.get(i);
-      std::vector<int64_t> configs(size_t(g->num_configs()));
-      std::iota(configs.begin(), configs.end(), 0);
-      const std::vector<double> p = train::predict_configs(*m.model, *g, configs, m.hparams.integer("eval-chunk"));
-      std::stable_sort(configs.begin(), configs.end(), [&](int64_t x, int64_t y) { return p[size_t(x)] < p[size_t(y)]; });
+      std::vector<int64_t> all(size_t(g->num_configs()));
+      std::iota(all.begin(), all.end(), 0);
+      // Positions in `all` are the config indices themselves.
+      std::vector<int64_t> configs =
+          train::ranking_order(train::predict_configs(*m.model, *g, all, m.hparams.integer("eval-chunk")), all);
       if (!g->file.collection.is_layout() && configs.size() > 5) configs.resize(5);
       csv += g->file.id() + ",";
       for (size_t k = 0; k < configs.size(); ++k) {

@@ -225,6 +225,17 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
   return out;
 }
 
+std::vector<int64_t> ranking_order(const std::vector<double>& p, const std::vector<int64_t>& configs) {
+  GNN_CHECK(p.size() == configs.size(), "ranking_order: ", p.size(), " scores for ", configs.size(), " configs");
+  std::vector<int64_t> order(p.size());
+  std::iota(order.begin(), order.end(), 0);
+  // predict_configs has made non-finite scores the largest double, so this is a strict weak order.
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return p[size_t(a)] < p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && configs[size_t(a)] < configs[size_t(b)]);
+  });
+  return order;
+}
+
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir) {
   Evaluation ev;
   std::map<std::string, std::map<std::string, std::vector<int64_t>>> subsets;  // "xla_default" -> stem -> configs
@@ -253,13 +264,8 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
     std::vector<double> y;
     for (int64_t c : configs) y.push_back(g->target[size_t(c)]);
     // Scored as the ranking gnn predict writes (ties in p, as for repeated configs, broken by config
-    // index; predict_configs has made non-finite scores the largest double), so
-    // eval, the valid score that picks the best epoch, and a scored submission agree exactly.
-    std::vector<int64_t> order(p.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return p[size_t(a)] < p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && configs[size_t(a)] < configs[size_t(b)]);
-    });
+    // index), so eval, the valid score that picks the best epoch, and a scored submission agree exactly.
+    const std::vector<int64_t> order = ranking_order(p, configs);
     std::vector<double> rank(p.size());
     for (size_t r = 0; r < order.size(); ++r) rank[size_t(order[r])] = double(r);
     ev.scores.emplace_back(f.collection.str(), score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));

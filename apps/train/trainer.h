@@ -80,6 +80,10 @@ std::string run_checkpoint(const std::string& run, const std::string& which);
 std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs,
                                     int64_t chunk);
 
+// The positions of `configs` in the ranking gnn predict writes: fastest (lowest p) first, ties broken by
+// config index, so eval scores exactly what a submission would. p[i] is the score of configs[i].
+std::vector<int64_t> ranking_order(const std::vector<double>& p, const std::vector<int64_t>& configs);
+
 // Every graph of `src` scored with the competition metrics (layout graphs on their eval_indices subset
 // when the folder has one for them).
 struct Evaluation {
