@@ -18,20 +18,39 @@ const std::string& HParams::str(const std::string& name) const {
   return it->second;
 }
 
+namespace {
+
+// The whole of s as a finite number / an integer in range of int64; false when it is not one.
+bool parse_number(const std::string& s, double* v) {
+  char* end = nullptr;
+  *v = std::strtod(s.c_str(), &end);
+  return !s.empty() && *end == '\0' && std::isfinite(*v);
+}
+bool parse_integer(const std::string& s, int64_t* v) {
+  char* end = nullptr;
+  errno = 0;
+  *v = std::strtoll(s.c_str(), &end, 10);
+  return !s.empty() && *end == '\0' && errno == 0;
+}
+
+template <class Specs>
+auto find_spec(Specs& specs, const std::string& name) {
+  return std::find_if(specs.begin(), specs.end(), [&](const HParamSpec& s) { return s.name == name; });
+}
+
+}  // namespace
+
 double HParams::num(const std::string& name) const {
   const std::string& s = str(name);
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  GNN_CHECK(!s.empty() && end && *end == '\0' && std::isfinite(v), "--", name, ": expected a number, got '", s, "'");
+  double v = 0;
+  GNN_CHECK(parse_number(s, &v), "--", name, ": expected a number, got '", s, "'");
   return v;
 }
 
 int64_t HParams::integer(const std::string& name) const {
   const std::string& s = str(name);
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  GNN_CHECK(!s.empty() && end && *end == '\0' && errno == 0, "--", name, ": expected an integer, got '", s, "'");
+  int64_t v = 0;
+  GNN_CHECK(parse_integer(s, &v), "--", name, ": expected an integer, got '", s, "'");
   return v;
 }
 
@@ -93,26 +112,22 @@ std::string HParamSpec::valid() const {
 
 std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h, const std::string& recipe) {
   for (const auto& [name, value] : h.values) {
-    auto it = std::find_if(specs.begin(), specs.end(), [&](const HParamSpec& s) { return s.name == name; });
+    auto it = find_spec(specs, name);
     if (it == specs.end()) return "--" + name + ": not a hyper-parameter of " + recipe + " (gnn train --help lists each recipe's)";
     const HParamSpec& s = *it;
-    const char* b = value.c_str();
-    char* end = nullptr;
-    bool ok = !value.empty();
+    bool ok = false;
     if (s.type == HParamSpec::Type::kChoice) {
-      ok = false;
       for (size_t at = 0; at <= s.choices.size();) {
         const size_t bar = std::min(s.choices.find('|', at), s.choices.size());
         ok |= s.choices.compare(at, bar - at, value) == 0 && bar - at == value.size();
         at = bar + 1;
       }
     } else if (s.type == HParamSpec::Type::kInteger) {
-      errno = 0;
-      const long long v = std::strtoll(b, &end, 10);
-      ok = ok && *end == '\0' && errno == 0 && double(v) >= s.min && double(v) <= s.max;
+      int64_t v = 0;
+      ok = parse_integer(value, &v) && double(v) >= s.min && double(v) <= s.max;
     } else {
-      const double v = std::strtod(b, &end);
-      ok = ok && *end == '\0' && std::isfinite(v) && (s.min_open ? v > s.min : v >= s.min) && v <= s.max;
+      double v = 0;
+      ok = parse_number(value, &v) && (s.min_open ? v > s.min : v >= s.min) && v <= s.max;
     }
     if (!ok) return "--" + name + ": expected " + s.valid() + ", got '" + value + "'";
   }
@@ -150,7 +165,7 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
                           "tile config features: official | log1p | standardize | none"));
   }
   for (const auto& [name, value] : defaults) {
-    auto it = std::find_if(h.begin(), h.end(), [&](const HParamSpec& s) { return s.name == name; });
+    auto it = find_spec(h, name);
     GNN_CHECK(it != h.end(), "common_hparams: no hyper-parameter '", name, "' to set a default for");
     it->default_value = value;
   }
