@@ -36,8 +36,10 @@ Command synth_command() {
     if (a.has("nodes")) o.nodes = a.integer("nodes", 4, 10'000'000);
     if (a.has("configs")) o.configs = a.integer("configs", 1, 1'000'000);
     const bool layout = o.collection == "layout";  // the defaults of --nodes and --configs bound the maxima
-    if (a.has("nodes-max")) o.nodes_max = a.integer("nodes-max", o.nodes ? o.nodes : layout ? 2000 : 30, 10'000'000);
-    if (a.has("configs-max")) o.configs_max = a.integer("configs-max", o.configs ? o.configs : layout ? 100 : 200, 1'000'000);
+    if (a.has("nodes-max"))
+      o.nodes_max = a.integer("nodes-max", o.nodes ? o.nodes : synth::default_nodes(layout), 10'000'000);
+    if (a.has("configs-max"))
+      o.configs_max = a.integer("configs-max", o.configs ? o.configs : synth::default_configs(layout), 1'000'000);
     o.configurable_share = a.number("configurable-share");
     if (!(o.configurable_share > 0 && o.configurable_share <= 0.4))
       throw UsageError("gnn synth: --configurable-share must be in (0, 0.4], got " + a.str("configurable-share"));

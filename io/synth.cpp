@@ -20,6 +20,7 @@ uint64_t mix(uint64_t x) {  // splitmix64: independent seeds for graphs, splits 
 }
 
 int64_t pick(std::mt19937_64& rng, std::initializer_list<int64_t> v) { return *(v.begin() + rng() % v.size()); }
+double uniform01(std::mt19937_64& rng) { return double(rng() >> 11) * 0x1p-53; }  // [0, 1), the same on every platform
 
 // The kinds of step a computation grows by, and their weights. The configurable ones (reshape, dot,
 // convolution, 1:2:1) take `configurable_steps` of the steps; the others share the rest in fixed
@@ -75,7 +76,7 @@ class Builder {
   void step(int32_t begin) {
     const int32_t a = operand(begin);
     const Node A = p_.nodes[size_t(a)];
-    const double u = double(rng_() >> 11) * 0x1p-53;
+    const double u = uniform01(rng_);
     const StepKind kind = StepKind(std::upper_bound(cumulative_, cumulative_ + kStepKinds, u) - cumulative_);
     Node n;
     n.etype = A.etype, n.rank = A.rank;
@@ -313,8 +314,8 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
   GNN_CHECK(o.collection == "tile" || o.collection == "layout", "--collection must be tile or layout, got '",
             o.collection, "'");
   const bool layout = o.collection == "layout";
-  const int64_t nodes = o.nodes > 0 ? o.nodes : layout ? 2000 : 30;
-  const int64_t configs = o.configs > 0 ? o.configs : layout ? 100 : 200;
+  const int64_t nodes = o.nodes > 0 ? o.nodes : default_nodes(layout);
+  const int64_t configs = o.configs > 0 ? o.configs : default_configs(layout);
   GNN_CHECK(o.nodes_max == 0 || o.nodes_max >= nodes, "--nodes-max ", o.nodes_max, " is below --nodes ", nodes);
   GNN_CHECK(o.configs_max == 0 || o.configs_max >= configs, "--configs-max ", o.configs_max, " is below --configs ", configs);
   GNN_CHECK(o.configurable_share > 0 && o.configurable_share <= 0.4, "--configurable-share must be in (0, 0.4], got ",
@@ -334,7 +335,7 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
       NpzWriter w(path, o.compress, /*level=*/1);  // level 1: a 100k-node layout graph writes in seconds
       // Sizes drawn from their own stream, so a dataset of fixed sizes keeps the bytes it had.
       std::mt19937_64 size_rng(mix(split_seed ^ mix(uint64_t(i) + 0x5eed)));
-      const double u = double(size_rng() >> 11) * 0x1p-53;
+      const double u = uniform01(size_rng);
       const int64_t n = o.nodes_max > nodes ? int64_t(std::llround(double(nodes) * std::pow(double(o.nodes_max) / double(nodes), u)))
                                             : nodes;
       const int64_t c = o.configs_max > configs ? configs + int64_t(size_rng() % uint64_t(o.configs_max - configs + 1)) : configs;

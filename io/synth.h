@@ -81,6 +81,9 @@ Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& r
 
 // ---- datasets ------------------------------------------------------------------------------------
 
+inline int64_t default_nodes(bool layout) { return layout ? 2000 : 30; }
+inline int64_t default_configs(bool layout) { return layout ? 100 : 200; }
+
 struct DatasetOptions {
   std::string collection = "tile";  // tile | layout
   int64_t graphs = 8;               // per split

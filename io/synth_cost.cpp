@@ -188,6 +188,7 @@ double tile_bytes(const int64_t* t, int rank, int ebytes) {
 // dot's K tile tk of its reduction), with 30% for the input's own padding.
 struct TileBytes {
   double out = 0, in = 0;
+  double working_set() const { return 2 * (out + in); }  // double buffered
 };
 TileBytes tile_traffic(const TileShape& s, const int64_t* t, int64_t tk) {
   double elems = 1;
@@ -208,7 +209,7 @@ void default_tile(const TileShape& s, const Machine& m, int64_t* t, int64_t* tk)
       if (v <= 0 || v * 2 > dim) continue;
       v *= 2;
       const TileBytes b = tile_traffic(s, t, *tk);
-      if (2 * (b.out + b.in) <= m.vmem_bytes / 2) grew = true;
+      if (b.working_set() <= m.vmem_bytes / 2) grew = true;
       else v /= 2;
     }
   }
@@ -239,8 +240,7 @@ double tile_runtime(const Program& p, const float* cfg, const Machine& m, std::m
   double total_out = 1;
   for (int i = 0; i < s.rank; ++i) total_out *= double(s.dims[i]);
   const double flops_tile = s.flops / total_out * tile_elems * (tk > 0 ? double(tk) / double(s.reduction) : 1.0);
-  const double working_set = 2 * (out_bytes + in_bytes);  // double buffered
-  const double spill = working_set > m.vmem_bytes ? 3.0 : 1.0;
+  const double spill = traffic.working_set() > m.vmem_bytes ? 3.0 : 1.0;
   const double per_iteration =
       m.tile_overhead_ns + std::max(flops_tile / m.flops_per_ns, spill * (out_bytes + in_bytes) / m.bytes_per_ns);
   return (m.op_overhead_ns + iterations * per_iteration) * noise_factor(noise_rng, m.noise);
@@ -262,11 +262,14 @@ Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& r
     const int steps = int(std::log2(double(cap))) + 1;
     return rng() % 6 == 0 ? dim : std::min(dim, unit << (rng() % uint64_t(steps)));
   };
+  auto hardware_tile = [&](int64_t* t, int64_t* tk) {
+    for (int i = 0; i < s.rank; ++i) t[i] = unit_of(i);
+    if (s.reduction > 0) *tk = std::min<int64_t>(s.reduction, 128);
+  };
   for (int64_t c = 0; c < configs; ++c) {
     int64_t t[6] = {1, 1, 1, 1, 1, 1}, tk = 0;
     if (c == 0) {
-      for (int i = 0; i < s.rank; ++i) t[i] = unit_of(i);
-      if (s.reduction > 0) tk = std::min<int64_t>(s.reduction, 128);
+      hardware_tile(t, &tk);
       default_tile(s, m, t, &tk);
     } else {
       // The compiler refuses a tile whose double-buffered working set does not fit VMEM, so the real
@@ -274,11 +277,9 @@ Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& r
       for (int attempt = 0;; ++attempt) {
         for (int i = 0; i < s.rank; ++i) t[i] = draw(s.dims[i], unit_of(i));
         if (s.reduction > 0) tk = draw(s.reduction, std::min<int64_t>(s.reduction, 128));
-        const TileBytes b = tile_traffic(s, t, tk);
-        if (2 * (b.out + b.in) <= m.vmem_bytes) break;
+        if (tile_traffic(s, t, tk).working_set() <= m.vmem_bytes) break;
         if (attempt == 16) {
-          for (int i = 0; i < s.rank; ++i) t[i] = unit_of(i);
-          if (s.reduction > 0) tk = std::min<int64_t>(s.reduction, 128);
+          hardware_tile(t, &tk);
           break;
         }
       }
