@@ -156,7 +156,8 @@ Command train_command() {
     o.memory_limit = parse_memory_limit(a.str("memory-limit"));
     o.resume = a.on("resume"), o.skip_nonfinite = a.on("skip-nonfinite");
     o.checkpoint_minutes = a.number("checkpoint-minutes");
-    if (!(o.checkpoint_minutes >= 0) || std::isinf(o.checkpoint_minutes)) throw UsageError("--checkpoint-minutes must be >= 0, got " + a.str("checkpoint-minutes"));
+    if (!(o.checkpoint_minutes >= 0) || std::isinf(o.checkpoint_minutes))
+      throw UsageError("--checkpoint-minutes must be >= 0, got " + a.str("checkpoint-minutes"));
     o.eval_indices = eval_indices_flag(a);
     if (a.has("max-graphs")) o.max_graphs = a.integer("max-graphs", 1, INT64_MAX);
     if (a.has("kill-after-steps")) o.kill_after_steps = a.integer("kill-after-steps", 1, INT64_MAX);

@@ -417,7 +417,7 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
 RunPlan plan_run(const TrainOptions& o, const std::string& model_path) {
   RunPlan p = o.resume && fs::exists(model_path) ? plan_resumed_run(o, model_path) : plan_new_run(o);
   if (std::string e = check_hparams(p.recipe->hparams, p.hp, p.recipe->name); !e.empty()) bad_option(e);
-  const std::string recorded = o.resume && p.resuming ? " (recorded in the run's model.npz; pass it again to change it)" : "";
+  const std::string recorded = p.resuming ? " (recorded in the run's model.npz; pass it again to change it)" : "";
   if (!fs::exists(p.data))
     bad_option("--data ", p.data, ": no such file or directory", o.data.empty() ? recorded : "");
   if (!p.eval_indices.empty() && !fs::is_directory(p.eval_indices))
@@ -440,10 +440,6 @@ class ScopedMemoryLimit {
   bool active_;
   int64_t previous_;
 };
-
-}  // namespace
-
-namespace {
 
 // The whole run; `working_on` names the phase or step at hand for the memory-limit error.
 TrainResult train_run(const TrainOptions& o, std::string& working_on) {
