@@ -35,7 +35,8 @@ decltype(auto) dispatch_dev(const char* op, const Tensor& x, Fn&& fn) {
 // inputs' device); `what` names the argument.
 void check_arg_on(const char* op, const char* what, const Var& v, int ndim, DType dt, Device device);
 // The graph's arrays must be on `device` (graph ops).
-void check_graph_device(const char* op, const Graph& g, Device device);
+// The graph on `device`; one node set (not bipartite) unless the op takes either (spmm).
+void check_graph_device(const char* op, const Graph& g, Device device, bool bipartite_ok = false);
 // graph_ptr: i64 [G+1], non-decreasing from 0 to rows (instance_norm, pool, graph_attention).
 void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows);
 // Optional per-feature gamma and beta: each undefined or [F] of x's dtype on `device` (layer_norm and

@@ -22,9 +22,11 @@ void check_arg_on(const char* op, const char* what, const Var& v, int ndim, DTyp
             v.value().desc());
 }
 
-void check_graph_device(const char* op, const Graph& g, Device device) {
+void check_graph_device(const char* op, const Graph& g, Device device, bool bipartite_ok) {
   GNN_CHECK(g.device() == device, op, ": the graph is on ", g.device().str(), ", the features on ", device.str(),
             " (Graph::to moves it)");
+  GNN_CHECK(bipartite_ok || g.num_sources() == g.num_nodes, op, ": needs one node set, got a bipartite graph of ",
+            g.num_sources(), " sources and ", g.num_nodes, " destinations (only spmm takes one)");
 }
 
 void check_graph_ptr(const char* op, const Tensor& graph_ptr, int64_t rows) {
@@ -48,7 +50,7 @@ void check_affine(const char* op, const Var& gamma, const Var& beta, int64_t F, 
 Tensor empty_like(const Tensor& like, const Shape& shape) { return Tensor::empty(shape, like.dtype(), like.device()); }
 
 CsrView csr_view(const Graph& g) {
-  return {g.num_nodes, g.num_nodes, g.csr_indptr.i32(), g.csr_indices.i32(), g.csc_indptr.i32(),
+  return {g.num_nodes, g.num_sources(), g.csr_indptr.i32(), g.csr_indices.i32(), g.csc_indptr.i32(),
           g.csc_indices.i32(), g.csc_to_csr.i32(), g.num_edges};
 }
 

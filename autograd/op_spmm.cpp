@@ -84,9 +84,10 @@ Var spmm_heads(const Graph& graph, const Var& x, Reduce op, const Var& edge_weig
 Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
   const Device dev = x.device();
   check_arg_on("spmm", "x", x, 2, x.dtype(), dev);
-  check_graph_device("spmm", graph, dev);
+  check_graph_device("spmm", graph, dev, /*bipartite_ok=*/true);
   const int64_t N = graph.num_nodes, E = graph.num_edges, W = x.size(1);
-  GNN_CHECK(x.size(0) == N, "spmm: x has ", x.size(0), " rows for a graph of ", N, " nodes");
+  GNN_CHECK(x.size(0) == graph.num_sources(), "spmm: x has ", x.size(0), " rows for a graph of ", graph.num_sources(),
+            graph.num_src >= 0 ? " source nodes" : " nodes");
   int64_t H = 1;
   if (edge_weight.defined()) {
     check_arg_on("spmm", "edge_weight", edge_weight, -1, x.dtype(), dev);

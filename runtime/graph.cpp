@@ -6,18 +6,26 @@
 namespace gnn {
 
 Graph Graph::from_edges(const int64_t* src, const int64_t* dst, int64_t E, int64_t N, const std::string& what) {
+  Graph g = from_bipartite_edges(src, dst, E, N, N, what);
+  g.num_src = -1;
+  return g;
+}
+
+Graph Graph::from_bipartite_edges(const int64_t* src, const int64_t* dst, int64_t E, int64_t S, int64_t N,
+                                  const std::string& what) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  GNN_CHECK(N >= 0 && N < kMax, what, ": ", N, " nodes does not fit int32 indices");
+  GNN_CHECK(N >= 0 && N < kMax && S >= 0 && S < kMax, what, ": ", std::max(N, S), " nodes does not fit int32 indices");
   GNN_CHECK(E >= 0 && E < kMax, what, ": ", E, " edges does not fit int32 indices");
   for (int64_t e = 0; e < E; ++e) {
-    GNN_CHECK(src[e] >= 0 && src[e] < N && dst[e] >= 0 && dst[e] < N, what, ": edge ", e, " (", src[e], " -> ",
-              dst[e], ") has a node id outside [0, ", N, ")");
+    GNN_CHECK(src[e] >= 0 && src[e] < S && dst[e] >= 0 && dst[e] < N, what, ": edge ", e, " (", src[e], " -> ",
+              dst[e], ") has a node id outside [0, ", S, ") -> [0, ", N, ")");
   }
   Graph g;
   g.num_nodes = N;
   g.num_edges = E;
+  g.num_src = S;
   g.csr_indptr = Tensor::empty({N + 1}, DType::I32);
-  g.csc_indptr = Tensor::empty({N + 1}, DType::I32);
+  g.csc_indptr = Tensor::empty({S + 1}, DType::I32);
   g.csr_indices = Tensor::empty({E}, DType::I32);
   g.csr_eid = Tensor::empty({E}, DType::I32);
   g.csc_indices = Tensor::empty({E}, DType::I32);
@@ -31,9 +39,10 @@ Graph Graph::from_edges(const int64_t* src, const int64_t* dst, int64_t E, int64
 
   // Counting sort by destination, stable in input order.
   std::fill(rp, rp + N + 1, 0);
-  std::fill(cp, cp + N + 1, 0);
+  std::fill(cp, cp + S + 1, 0);
   for (int64_t e = 0; e < E; ++e) rp[dst[e] + 1]++, cp[src[e] + 1]++;
-  for (int64_t v = 0; v < N; ++v) rp[v + 1] += rp[v], cp[v + 1] += cp[v];
+  for (int64_t v = 0; v < N; ++v) rp[v + 1] += rp[v];
+  for (int64_t u = 0; u < S; ++u) cp[u + 1] += cp[u];
   std::vector<int32_t> next(rp, rp + N);
   for (int64_t e = 0; e < E; ++e) {
     const int32_t pos = next[dst[e]]++;
@@ -41,7 +50,7 @@ Graph Graph::from_edges(const int64_t* src, const int64_t* dst, int64_t E, int64
     re[pos] = int32_t(e);
   }
   // Counting sort of the CSR entries by source, stable in CSR order.
-  next.assign(cp, cp + N);
+  next.assign(cp, cp + S);
   for (int64_t v = 0; v < N; ++v) {
     for (int32_t p = rp[v]; p < rp[v + 1]; ++p) {
       const int32_t pos = next[ri[p]]++;

@@ -18,14 +18,21 @@ namespace gnn {
 enum class EdgeColumns { kSrcDst, kDstSrc };
 
 struct Graph {
-  int64_t num_nodes = 0;
+  int64_t num_nodes = 0;  // destination nodes (CSR rows, rows of an aggregation's output)
   int64_t num_edges = 0;
+  int64_t num_src = -1;   // a bipartite graph's source nodes (rows of x); -1: the same nodes, num_nodes
+  int64_t num_sources() const { return num_src < 0 ? num_nodes : num_src; }
   Tensor csr_indptr, csr_indices, csr_eid;
   Tensor csc_indptr, csc_indices, csc_to_csr;
 
   // src, dst: E node ids each, checked to lie in [0, num_nodes); `what` names the edge list in errors.
   static Graph from_edges(const int64_t* src, const int64_t* dst, int64_t num_edges, int64_t num_nodes,
                           const std::string& what = "edge list");
+  // A bipartite graph from num_sources source nodes to num_nodes destinations: spmm reads x [num_sources,
+  // F] and writes [num_nodes, F] (config sharing's row blocks, pooling as an aggregation). Only spmm
+  // takes one; the other graph ops want one node set.
+  static Graph from_bipartite_edges(const int64_t* src, const int64_t* dst, int64_t num_edges, int64_t num_sources,
+                                    int64_t num_nodes, const std::string& what = "edge list");
   // edge_index: [E, 2], i32 or i64, on the host.
   static Graph from_edge_index(const Tensor& edge_index, int64_t num_nodes, EdgeColumns columns,
                                const std::string& what = "edge_index");
