@@ -1,5 +1,6 @@
 // Column and row plumbing: concatenation, column slices, the mean over heads, row gathers.
 //   concat:  y = [x_1 | x_2 | ...];       dx_i = the matching column block of dy
+//   rows:    y = [x_1; x_2; ...];         dx_i = the matching row block of dy
 //   slice:   y = x[:, b:e];               dx = dy in those columns, 0 elsewhere
 //   heads:   y[r, f] = mean_h x[r, h*F + f];  dx[r, h*F + f] = dy[r, f] / H
 //   dot:     y[r, h] = sum_d x[r, h*D + d] a[h, d];  dx[r, h*D + d] = dy[r, h] a[h, d];
@@ -13,35 +14,55 @@
 
 namespace gnn::ag {
 
-Var concat_cols(const std::vector<Var>& xs) {
-  GNN_CHECK(!xs.empty(), "concat_cols: no inputs");
+namespace {
+
+// [x_1 | x_2 | ...] (rows false: the widths add up) or [x_1; x_2; ...] (rows true: the heights do).
+// Block i sits at column (or row) offset off_i; its gradient is that block of dy.
+Var concat(const char* op, const std::vector<Var>& xs, bool rows) {
+  GNN_CHECK(!xs.empty(), op, ": no inputs");
   const Device dev = xs[0].device();
-  check_arg_on("concat_cols", "xs[0]", xs[0], 2, xs[0].dtype(), dev);
-  const int64_t R = xs[0].size(0);
-  int64_t W = 0;
+  check_arg_on(op, "xs[0]", xs[0], 2, xs[0].dtype(), dev);
+  const int keep = rows ? 1 : 0, grow = rows ? 0 : 1;  // the dim all share, the dim that adds up
+  int64_t total = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
-    check_arg_on("concat_cols", "an input", xs[i], 2, xs[0].dtype(), dev);
-    GNN_CHECK(xs[i].size(0) == R, "concat_cols: input ", i, " has ", xs[i].size(0), " rows, input 0 has ", R);
-    W += xs[i].size(1);
+    check_arg_on(op, "an input", xs[i], 2, xs[0].dtype(), dev);
+    GNN_CHECK(xs[i].size(keep) == xs[0].size(keep), op, ": input ", i, " has ", xs[i].size(keep),
+              rows ? " columns" : " rows", ", input 0 has ", xs[0].size(keep));
+    total += xs[i].size(grow);
   }
-  return dispatch_dev("concat_cols", xs[0].value(), [&](auto t) {
+  const int64_t R = rows ? total : xs[0].size(0), W = rows ? xs[0].size(1) : total;
+  return dispatch_dev(op, xs[0].value(), [&](auto t) {
     using T = decltype(t);
+    // Block (r, c) of y <-> x: a row block is W wide at row offset off, a column block x.size(1) wide.
+    auto copy = [R, W, rows](const Tensor& on, T* y, T* x, int64_t off, int64_t n, bool to_y) {
+      if (n == 0 || (rows ? W : R) == 0) return;
+      const int64_t h = rows ? n : R, w = rows ? W : n;
+      T* yb = rows ? y + off * W : y;
+      const int64_t yoff = rows ? 0 : off;
+      if (to_y) copy_block_on<T>(on, yb, W, yoff, x, w, 0, h, w);
+      else copy_block_on<T>(on, x, w, 0, yb, W, yoff, h, w);
+    };
     Tensor y = empty_like(xs[0].value(), Shape{R, W});
     for (int64_t off = 0; const Var& x : xs) {
-      copy_block_on<T>(y, ptr<T>(y), W, off, ptr<T>(x.value()), x.size(1), 0, R, x.size(1));
-      off += x.size(1);
+      copy(y, ptr<T>(y), ptr<T>(x.value()), off, x.size(grow), true);
+      off += x.size(grow);
     }
-    return record("concat_cols", y, xs, [xs, R, W](const Tensor& dy) {
-      for (int64_t i = 0, off = 0; i < int64_t(xs.size()); off += xs[size_t(i)].size(1), ++i) {
+    return record(op, y, xs, [xs, grow, copy](const Tensor& dy) {
+      for (int64_t i = 0, off = 0; i < int64_t(xs.size()); off += xs[size_t(i)].size(grow), ++i) {
         const Var& x = xs[size_t(i)];
         if (!x.requires_grad()) continue;
         Tensor dx = empty_like(dy, x.shape());
-        copy_block_on<T>(dy, ptr<T>(dx), x.size(1), 0, ptr<T>(dy), W, off, R, x.size(1));
+        copy(dy, ptr<T>(dy), ptr<T>(dx), off, x.size(grow), false);
         accumulate(x, dx);
       }
     });
   });
 }
+
+}  // namespace
+
+Var concat_cols(const std::vector<Var>& xs) { return concat("concat_cols", xs, false); }
+Var concat_rows(const std::vector<Var>& xs) { return concat("concat_rows", xs, true); }
 
 Var slice_cols(const Var& x, int64_t begin, int64_t end) {
   check_arg_on("slice_cols", "x", x, 2, x.dtype(), x.device());

@@ -139,6 +139,10 @@ TEST_CASE("autograd: dropout keeps the expected fraction, scales by 1/(1-p), and
 TEST_CASE("autograd: column ops, head mean, head dot, gathers") {
   ag::Var a = rand_var({5, 3}, 1), b = rand_var({5, 2}, 2), w = rand_var({5, 6}, 3), att = rand_var({2, 3}, 4);
   check_grads({a, b}, [&] { return probe(ag::concat_cols({a, b, a})); });
+  ag::Var c = rand_var({2, 3}, 5);
+  check_grads({a, c}, [&] { return probe(ag::concat_rows({a, c, a})); });
+  CHECK(ag::concat_rows({a, c}).value().f64()[5 * 3 + 4] == c.value().f64()[4]);  // row 5 is c's row 0
+  CHECK_THROWS_WITH_AS(ag::concat_rows({a, b}), doctest::Contains("concat_rows: input 1 has 2 columns"), Error);
   check_grads({w}, [&] { return probe(ag::slice_cols(w, 1, 4)); });
   check_grads({w}, [&] { return probe(ag::head_mean(w, 3)); });
   check_grads({w, att}, [&] { return probe(ag::head_dot(w, att)); });
@@ -185,6 +189,19 @@ TEST_CASE("autograd: spmm sum/mean/max, with per-edge and per-head weights") {
       check_grads({x, wh}, [&] { return probe(ag::spmm(g, x, op, wh)); });
     }
   }
+  // A bipartite graph: 7 source rows aggregated into 4 destination rows (config sharing's row blocks);
+  // source 6 has no edge, destination 3 none either.
+  const std::vector<int64_t> src = {0, 2, 2, 5, 1, 0, 4}, dst = {0, 0, 1, 1, 2, 2, 2};
+  const Graph bi = Graph::from_bipartite_edges(src.data(), dst.data(), 7, 7, 4);
+  CHECK(bi.num_sources() == 7);
+  ag::Var xb = rand_var({7, 3}, 31), wb = rand_var({7}, 32, 0.1, 1);
+  for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+    CAPTURE(reduce_name(op));
+    REQUIRE(ag::spmm(bi, xb, op).shape() == Shape{4, 3});
+    check_grads({xb, wb}, [&] { return probe(ag::spmm(bi, xb, op, wb)); });
+  }
+  CHECK_THROWS_WITH_AS(ag::spmm(bi, rand_var({4, 3}, 1), Reduce::kSum), doctest::Contains("7 source nodes"), Error);
+  CHECK_THROWS_WITH_AS(ag::segment_softmax(bi, rand_var({7, 1}, 1)), doctest::Contains("one node set"), Error);
   const Graph g = small_graph(3);
   CHECK_THROWS_WITH_AS(ag::spmm(g, rand_var({8, 4}, 1), Reduce::kSum), doctest::Contains("for a graph of 9 nodes"), Error);
   CHECK_THROWS_WITH_AS(ag::spmm(g, rand_var({9, 5}, 1), Reduce::kSum, rand_var({20, 2}, 2)),

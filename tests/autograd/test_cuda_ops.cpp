@@ -82,6 +82,7 @@ TEST_CASE("cuda ops: arithmetic, reductions, layer norm and column plumbing matc
            [](auto& v, auto&) { return ag::layer_norm(v[0], v[1], v[2], 1e-5); });
   check_op("layer_norm without affine", {a}, [](auto& v, auto&) { return ag::layer_norm(v[0], ag::Var(), ag::Var()); });
   check_op("concat_cols", {a, rand({37, 5}, 6)}, [](auto& v, auto&) { return ag::concat_cols({v[0], v[1], v[0]}); });
+  check_op("concat_rows", {a, rand({5, 24}, 6)}, [](auto& v, auto&) { return ag::concat_rows({v[0], v[1], v[0]}); });
   check_op("slice_cols", {a}, [](auto& v, auto&) { return ag::slice_cols(v[0], 3, 17); });
   check_op("head_mean", {a}, [](auto& v, auto&) { return ag::head_mean(v[0], 3); });
   check_op("head_dot", {a, rand({4, 6}, 7)}, [](auto& v, auto&) { return ag::head_dot(v[0], v[1]); });
@@ -146,6 +147,16 @@ TEST_CASE("cuda ops: spmm with per-head weights [E, H] (GAT's aggregation) match
                  [op](auto& v, const Graph& g) { return ag::spmm(g, v[0], op, v[1]); }, c.graph);
     }
   }
+}
+
+TEST_CASE("cuda ops: spmm on a bipartite graph (config sharing's row blocks) matches the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  std::vector<int64_t> src, dst;  // 500 sources into 120 destinations, some of each with no edge
+  for (int64_t e = 0; e < 3000; ++e) src.push_back((e * 7919) % 480), dst.push_back((e * 104729) % 110);
+  const Graph g = Graph::from_bipartite_edges(src.data(), dst.data(), int64_t(src.size()), 500, 120);
+  for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax})
+    check_op("bipartite spmm", {rand({500, 48}, 64), rand({3000}, 65)},
+             [op](auto& v, const Graph& g) { return ag::spmm(g, v[0], op, v[1]); }, g);
 }
 
 TEST_CASE("cuda ops: fused SAGE (training and inference) matches the host") {
