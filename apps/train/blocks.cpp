@@ -39,4 +39,21 @@ ag::Var ResGcnLayer::forward(const Batch& b, const ag::Var& x, int64_t C) const 
   return ag::add(x, y);
 }
 
+nn::SharedRows ResGcnLayer::forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const {
+  const nn::SharedRows xw = nn::map_rows(x, [&](const ag::Var& v) { return lin_.forward(v); });
+  const Batch::Gcn& gcn = b.gcn();
+  const nn::SharedRows y = nn::map_rows(nn::aggregate(plan, gcn.graph, gcn.weight, xw),
+                                        [&](const ag::Var& v) { return ag::bias_act(v, bias, act_); });
+  return nn::add(nn::advance(plan, x), y);
+}
+
+nn::SharedRows layout_input_shared(const nn::Embedding& opcode_embedding, const Batch& b) {
+  const ag::Var in = node_input(opcode_embedding, b);
+  const int64_t B = b.node_config.size(1) / b.configs;
+  const ag::Var zeros(Tensor::zeros({b.nodes, B}, DType::F32, b.x.device()));
+  const ag::Var dep = ag::join_configs(ag::gather_rows(in, b.config_nodes),
+                                       ag::gather_rows(ag::Var(b.node_config), b.config_nodes), b.configs);
+  return {ag::concat_cols({in, zeros}), dep, 0, b.configs};
+}
+
 }  // namespace gnn::train

@@ -29,6 +29,8 @@ class ResGcnLayer : public nn::Module {
  public:
   ResGcnLayer(int64_t dim, Rng& rng, Act act);
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
+  // The same layer on config-shared rows (nn/config_share.h): one plan step.
+  nn::SharedRows forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const;
   ag::Var bias;
  private:
   nn::Linear lin_;  // no bias: the bias is added after the aggregation
@@ -46,5 +48,12 @@ inline ag::Var tile_configs_on_nodes(const Batch& b) {
 
 // Gradient only through the batch's segment nodes (layout segment training); identity otherwise.
 inline ag::Var segment(const Batch& b, const ag::Var& x) { return b.keep_grad.defined() ? ag::keep_grad_rows(x, b.keep_grad) : x; }
+inline nn::SharedRows segment(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) {
+  return nn::keep_grad_rows(plan, x, b.keep_grad, b.keep_grad_host());
+}
+
+// Layout inputs as config-shared rows at level 0 of `plan`: every node's [opcode embedding | node
+// features | 0] once, the configurable nodes' [... | config] per config.
+nn::SharedRows layout_input_shared(const nn::Embedding& opcode_embedding, const Batch& b);
 
 }  // namespace gnn::train

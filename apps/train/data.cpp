@@ -124,12 +124,25 @@ const Batch::Gcn& Batch::gcn() const {
   return *gcn_;
 }
 
+const nn::SharePlan& Batch::share_plan(int64_t steps) const {
+  if (!share_ || share_->steps() != steps) {
+    const Device dev = graph.device();
+    const Graph a = dev.is_cpu() ? gcn().graph : nn::add_self_loops(*host_graph_).graph;
+    const Tensor w = dev.is_cpu() ? gcn().weight : nn::gcn_norm(a);
+    nn::SharePlan p = nn::SharePlan::build(a, w, config_nodes, graph_ptr, configs, steps);
+    share_ = std::make_shared<const nn::SharePlan>(dev.is_cpu() ? std::move(p) : p.to(dev));
+  }
+  return *share_;
+}
+
 Batch Batch::to(Device device) const {
   if (graph.device() == device) return *this;
   GNN_CHECK(graph.device().is_cpu(), "Batch::to: the batch is already on ", graph.device().str());
   Batch b = *this;
   b.host_graph_ = std::make_shared<const Graph>(graph);
   b.gcn_.reset();
+  b.share_.reset();
+  b.keep_host_ = keep_grad;
   std::vector<Tensor*> arrays = b.graph.arrays();
   arrays.insert(arrays.end(), {&b.x, &b.config_feat, &b.node_config, &b.keep_grad});
   Tensor::move_packed(arrays, device);  // the batch's graph and features in one transfer

@@ -14,6 +14,7 @@
 #include "io/lru_cache.h"
 #include "io/preprocess.h"
 #include "io/tpugraphs.h"
+#include "nn/config_share.h"
 #include "runtime/graph.h"
 #include "runtime/rng.h"
 
@@ -75,6 +76,10 @@ struct Batch {
     Tensor weight;
   };
   const Gcn& gcn() const;
+  // The config-sharing plan (nn/config_share.h) of the GCN graph from the configurable nodes over
+  // `steps` layers, on the batch's device; built on first use and kept (layout batches).
+  const nn::SharePlan& share_plan(int64_t steps) const;
+  const Tensor& keep_grad_host() const { return keep_host_.defined() ? keep_host_ : keep_grad; }  // on the host
   Tensor config_feat;  // tile: f32 [G*C, B], graph-major
   Tensor node_config;  // layout: f32 [N, C*18]
   Tensor config_nodes; // layout: i32 [K] the configurable nodes of every graph, in batch numbering
@@ -91,6 +96,8 @@ struct Batch {
 
  private:
   mutable std::shared_ptr<const Gcn> gcn_;
+  mutable std::shared_ptr<const nn::SharePlan> share_;
+  Tensor keep_host_;  // set by to(): keep_grad's host copy
   std::shared_ptr<const Graph> host_graph_;  // set by to(): gcn() builds on the host, then moves
 };
 // configs[g]: the config indices of graphs[g] (all the same length). segment > 0 keeps, in each

@@ -79,6 +79,8 @@ Meta read_meta(const std::string& path) {
   GNN_CHECK(format == kCheckpointFormat, path, ": checkpoint format ", format, ", this build reads ", kCheckpointFormat);
   m.recipe = &find_recipe(tensor_text(m.arrays, "meta/recipe", path));
   m.hparams = HParams::from_json(tensor_text(m.arrays, "meta/hparams", path), path + ": meta/hparams");
+  // A checkpoint written before a hyper-parameter existed (--share) runs with that one's default.
+  for (const auto& [name, value] : m.recipe->defaults().values) m.hparams.values.emplace(name, value);
   m.prep = Preprocessing::load(m.arrays, path);
   return m;
 }

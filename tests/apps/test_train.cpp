@@ -10,6 +10,7 @@
 #include "io/json.h"
 #include "io/npz.h"
 #include "io/synth.h"
+#include "nn/loss.h"
 #include "runtime/cuda.h"
 #include "testing.h"
 
@@ -101,6 +102,101 @@ TEST_CASE("train: every recipe scores a config the same in a batch of C configs 
     // predict_configs in chunks equals one batch.
     const std::vector<double> chunked = predict_configs(*model, g0, c0, 3);
     for (int k = 0; k < 4; ++k) CHECK(chunked[size_t(k)] == doctest::Approx(both.f32()[k]).epsilon(1e-5));
+  }
+}
+
+namespace {
+
+// The loss (ListMLE over each graph's configs, plus a weighted sum so every output matters) and every
+// parameter's gradient of one forward and backward pass.
+struct Pass {
+  std::vector<float> pred;
+  double loss = 0;
+  std::map<std::string, Tensor> grads;
+};
+Pass pass(const RankModel& model_in, const Batch& b) {
+  RankModel& model = const_cast<RankModel&>(model_in);
+  model.zero_grad();
+  const ag::Var pred = model.forward(b);
+  const ag::Var loss = ag::add(nn::list_mle_loss(pred, b.target, b.group_ptr, 10.0), ag::scale(ag::sum(pred), 0.1));
+  ag::backward(loss);
+  Pass p;
+  p.pred = pred.value().to_vector<float>();
+  p.loss = loss.value().item();
+  for (const nn::NamedParam& np : model.parameters())
+    p.grads[np.name] = np.var.has_grad() ? np.var.grad().to(Device::cpu()) : Tensor();
+  return p;
+}
+
+void check_same_pass(const Pass& a, const Pass& b) {
+  CHECK(a.loss == doctest::Approx(b.loss).epsilon(1e-5));
+  REQUIRE(a.pred.size() == b.pred.size());
+  for (size_t i = 0; i < a.pred.size(); ++i) CHECK(a.pred[i] == doctest::Approx(b.pred[i]).epsilon(1e-5));
+  REQUIRE(a.grads.size() == b.grads.size());
+  for (const auto& [name, ga] : a.grads) {
+    CAPTURE(name);
+    const Tensor& gb = b.grads.at(name);
+    REQUIRE(ga.defined() == gb.defined());
+    if (!ga.defined()) continue;
+    double scale = 0, diff = 0;  // relative to the gradient's largest entry
+    for (int64_t i = 0; i < ga.numel(); ++i)
+      scale = std::max(scale, double(std::fabs(ga.f32()[i]))), diff = std::max(diff, double(std::fabs(ga.f32()[i] - gb.f32()[i])));
+    CHECK(diff <= 1e-5 * std::max(scale, 1e-6));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("train: config sharing gives the plain path's loss, gradients and predictions") {
+  const auto files = kind_files(dataset(), "layout", "train");
+  REQUIRE(files.size() >= 2);
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
+  const ModelGraph g0 = prepare_graph(files[0], prep), g1 = prepare_graph(files[1], prep);
+  // Two edge cases: no edges (only the configurable nodes depend on the config), and every node one
+  // hop from a configurable node (every row depends on it after one layer).
+  ModelGraph isolated = g0, star = g1;
+  isolated.edges = Tensor::zeros({0, 2}, DType::I64);
+  {
+    const int64_t n = star.num_nodes(), hub = star.config_nodes.i64()[0];
+    std::vector<int64_t> e = star.edges.to_vector<int64_t>();
+    for (int64_t v = 0; v < n; ++v)
+      if (v != hub) e.push_back(v), e.push_back(hub);
+    star.edges = Tensor::from_vector(e, Shape{int64_t(e.size() / 2), 2});
+  }
+  const Recipe& r = find_recipe("layout-resmodel");
+  for (const int64_t layers : {1, 2, 4}) {
+    HParams on = r.defaults(), off = r.defaults();
+    on.values["layers"] = off.values["layers"] = std::to_string(layers);
+    off.values["share"] = "off";
+    Rng r1(7), r2(7);
+    auto shared = r.build(on, {prep.node_features(), prep.config_features()}, r1);
+    auto plain = r.build(off, {prep.node_features(), prep.config_features()}, r2);
+    struct Case {
+      const char* what;
+      std::vector<const ModelGraph*> graphs;
+      int64_t configs, segment;
+    };
+    for (const Case& c : {Case{"two graphs, 16 configs", {&g0, &g1}, 16, 0}, Case{"one graph, 1 config", {&g0}, 1, 0},
+                          Case{"segments of 90 nodes", {&g0, &g1}, 16, 90}, Case{"no edges", {&isolated, &g1}, 16, 0},
+                          Case{"every node one hop away", {&star}, 16, 0}}) {
+      CAPTURE(layers);
+      const std::string what = c.what;
+      CAPTURE(what);
+      std::vector<std::vector<int64_t>> configs;
+      for (size_t g = 0; g < c.graphs.size(); ++g) {
+        configs.emplace_back();
+        for (int64_t k = 0; k < c.configs; ++k) configs.back().push_back((k * 5 + int64_t(g)) % c.graphs[g]->num_configs());
+      }
+      Rng seg(3);
+      const Batch b = make_batch(c.graphs, configs, c.segment, &seg);
+      REQUIRE(b.config_nodes.numel() > 0);
+      check_same_pass(pass(*shared, b), pass(*plain, b));
+      if (std::string(c.what) == "every node one hop away") CHECK(b.share_plan(layers).dependent_share(1) == 1.0);
+      if (std::string(c.what) == "no edges") {
+        const nn::SharePlan& plan = b.share_plan(layers);
+        CHECK(plan.dependent_rows(layers) < b.nodes);
+      }
+    }
   }
 }
 
