@@ -145,9 +145,9 @@ void check_same_pass(const Pass& a, const Pass& b) {
   }
 }
 
-}  // namespace
-
-TEST_CASE("train: config sharing gives the plain path's loss, gradients and predictions") {
+// layout-resmodel with --share on and off on `device`, on the same batches: the same loss, predictions
+// and gradients (1e-5).
+void check_config_sharing(Device device) {
   const auto files = kind_files(dataset(), "layout", "train");
   REQUIRE(files.size() >= 2);
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
@@ -171,6 +171,8 @@ TEST_CASE("train: config sharing gives the plain path's loss, gradients and pred
     Rng r1(7), r2(7);
     auto shared = r.build(on, {prep.node_features(), prep.config_features()}, r1);
     auto plain = r.build(off, {prep.node_features(), prep.config_features()}, r2);
+    nn::move_parameters(*shared, device);
+    nn::move_parameters(*plain, device);
     struct Case {
       const char* what;
       std::vector<const ModelGraph*> graphs;
@@ -188,16 +190,25 @@ TEST_CASE("train: config sharing gives the plain path's loss, gradients and pred
         for (int64_t k = 0; k < c.configs; ++k) configs.back().push_back((k * 5 + int64_t(g)) % c.graphs[g]->num_configs());
       }
       Rng seg(3);
-      const Batch b = make_batch(c.graphs, configs, c.segment, &seg);
+      const Batch b = make_batch(c.graphs, configs, c.segment, &seg).to(device);
       REQUIRE(b.config_nodes.numel() > 0);
       check_same_pass(pass(*shared, b), pass(*plain, b));
-      if (std::string(c.what) == "every node one hop away") CHECK(b.share_plan(layers).dependent_share(1) == 1.0);
-      if (std::string(c.what) == "no edges") {
-        const nn::SharePlan& plan = b.share_plan(layers);
-        CHECK(plan.dependent_rows(layers) < b.nodes);
-      }
+      const nn::SharePlan& plan = b.share_plan(layers);
+      if (what == "every node one hop away") CHECK(plan.dependent_share(1) == 1.0);
+      if (what == "no edges") CHECK(plan.dependent_rows(layers) < b.nodes);
     }
   }
+}
+
+}  // namespace
+
+TEST_CASE("train: config sharing gives the plain path's loss, gradients and predictions") {
+  check_config_sharing(Device::cpu());
+}
+
+TEST_CASE("train: config sharing on the GPU gives the plain path's loss, gradients and predictions") {
+  GNN_SKIP_UNLESS_CUDA();
+  check_config_sharing(Device::cuda(0));
 }
 
 TEST_CASE("train: batches share structure and hold the right targets, segments cut gradients outside them") {
