@@ -53,4 +53,29 @@ std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std
   return rest;
 }
 
+Tensor text_tensor(const std::string& s) {
+  return Tensor::from_vector(std::vector<uint8_t>(s.begin(), s.end()));
+}
+std::string tensor_text(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file) {
+  auto it = a.find(key);
+  GNN_CHECK(it != a.end() && it->second.dtype() == DType::U8 && it->second.dim() == 1, file, ": '", key,
+            "' is missing (not a gnn train checkpoint?)");
+  return std::string(reinterpret_cast<const char*>(it->second.u8()), size_t(it->second.numel()));
+}
+Tensor i64_tensor(int64_t v) { return Tensor::from_vector(std::vector<int64_t>{v}); }
+Tensor f64_tensor(double v) { return Tensor::from_vector(std::vector<double>{v}); }
+int64_t get_i64(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file) {
+  auto it = a.find(key);
+  GNN_CHECK(it != a.end() && it->second.numel() == 1 && it->second.dtype() == DType::I64, file, ": '", key,
+            "' is missing or not one int64");
+  return it->second.i64()[0];
+}
+double get_f64(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file) {
+  auto it = a.find(key);
+  GNN_CHECK(it != a.end() && it->second.numel() == 1 && it->second.dtype() == DType::F64, file, ": '", key,
+            "' is missing or not one float64");
+  return it->second.f64()[0];
+}
+
+
 }  // namespace gnn

@@ -23,4 +23,13 @@ void save_checkpoint(const std::string& path, const std::vector<nn::NamedParam>&
 std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std::vector<nn::NamedParam>& params,
                                               nn::Optimizer* opt);
 
+// The caller's extra arrays: text and one-value arrays, and getters that name the file and the key
+// when one is missing or of another type.
+Tensor text_tensor(const std::string& s);
+std::string tensor_text(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file);
+Tensor i64_tensor(int64_t v);
+Tensor f64_tensor(double v);
+int64_t get_i64(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file);
+double get_f64(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file);
+
 }  // namespace gnn

@@ -4,35 +4,23 @@
 #include <cstring>
 #include <numeric>
 
+#include "apps/checkpoint.h"
 #include "nn/graph_util.h"
 #include "runtime/error.h"
 
 namespace gnn::train {
 
-namespace {
-
-Tensor scalar_i64(int64_t v) { return Tensor::from_vector(std::vector<int64_t>{v}); }
-
-int64_t read_scalar(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file) {
-  auto it = a.find(key);
-  GNN_CHECK(it != a.end() && it->second.numel() == 1 && it->second.dtype() == DType::I64, file, ": '", key,
-            "' is missing or is not one int64 (not a gnn train checkpoint?)");
-  return it->second.i64()[0];
-}
-
-}  // namespace
-
 void Preprocessing::save(std::vector<std::pair<std::string, Tensor>>& out) const {
-  out.emplace_back("prep/layout", scalar_i64(layout ? 1 : 0));
-  out.emplace_back("prep/khops", scalar_i64(khops));
+  out.emplace_back("prep/layout", i64_tensor(layout ? 1 : 0));
+  out.emplace_back("prep/khops", i64_tensor(khops));
   node.save("prep/node/", out);
   config.save("prep/config/", out);
 }
 
 Preprocessing Preprocessing::load(const std::map<std::string, Tensor>& arrays, const std::string& file) {
   Preprocessing p;
-  p.layout = read_scalar(arrays, "prep/layout", file) != 0;
-  p.khops = int(read_scalar(arrays, "prep/khops", file));
+  p.layout = get_i64(arrays, "prep/layout", file) != 0;
+  p.khops = int(get_i64(arrays, "prep/khops", file));
   p.node = ColumnTransform::load("prep/node/", arrays);
   p.config = ColumnTransform::load("prep/config/", arrays);
   return p;

@@ -1,0 +1,103 @@
+// gnn eval and predict's side of the pipeline: a run's files of one kind, the scores of configs, the
+// ranking a submission holds, and the competition metrics over a split.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <numeric>
+
+#include "apps/scoring.h"
+#include "apps/train/trainer.h"
+
+namespace gnn::train {
+
+namespace fs = std::filesystem;
+
+std::vector<DatasetFile> kind_files(const std::string& data, const std::string& kind, const std::string& split) {
+  WalkOptions wo;
+  wo.splits = {split};
+  std::vector<DatasetFile> out;
+  for (DatasetFile& f : walk_dataset(data, wo))
+    if (f.collection.kind == kind) out.push_back(std::move(f));
+  return out;
+}
+
+std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs,
+                                    int64_t chunk) {
+  GNN_CHECK(chunk >= 1, "--eval-chunk must be at least 1");
+  ag::NoGrad no_grad;
+  const auto params = model.parameters();
+  const Device dev = params.empty() ? Device::cpu() : params.front().var.device();
+  // Every chunk's prediction lands in one buffer on the model's device, read back once at the end: on a
+  // GPU the host builds chunk k + 1 while the device runs chunk k, and waits for the device once per graph.
+  const int64_t n = int64_t(configs.size());
+  Tensor all;
+  for (int64_t at = 0; at < n; at += chunk) {
+    const int64_t end = std::min(n, at + chunk);
+    const std::vector<int64_t> part(configs.begin() + at, configs.begin() + end);
+    const Batch b = make_batch({&g}, {part}).to(dev);
+    const Tensor p = model.forward(b).value();
+    if (!all.defined()) all = Tensor::empty(Shape{n}, p.dtype(), p.device());
+    all.slice(at, end).copy_from(p);  // (which refuses a prediction of another size or dtype)
+  }
+  std::vector<double> out = all.defined() ? all.on(Device::cpu()).astype(DType::F64).to_vector<double>() : std::vector<double>{};
+  // A diverged model may predict NaN or Inf: those configs rank last (and the score shows it).
+  int64_t bad = 0;
+  for (double& v : out)
+    if (!std::isfinite(v)) v = std::numeric_limits<double>::max(), ++bad;
+  if (bad) std::fprintf(stderr, "gnn: warning: %s: %lld predictions are not finite; ranked last\n", g.file.id().c_str(), (long long)bad);
+  return out;
+}
+
+std::vector<int64_t> ranking_order(const std::vector<double>& p, const std::vector<int64_t>& configs) {
+  GNN_CHECK(p.size() == configs.size(), "ranking_order: ", p.size(), " scores for ", configs.size(), " configs");
+  std::vector<int64_t> order(p.size());
+  std::iota(order.begin(), order.end(), 0);
+  // predict_configs has made non-finite scores the largest double, so this is a strict weak order.
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return p[size_t(a)] < p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && configs[size_t(a)] < configs[size_t(b)]);
+  });
+  return order;
+}
+
+Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir) {
+  Evaluation ev;
+  std::map<std::string, std::map<std::string, std::vector<int64_t>>> subsets;  // "xla_default" -> stem -> configs
+  for (size_t i = 0; i < src.files().size(); ++i) {
+    const DatasetFile& f = src.files()[i];
+    const auto g = src.get(i);
+    GNN_CHECK(!g->target.empty(), f.path, ": no runtimes, so it cannot be scored (a test file?)");
+    std::vector<int64_t> configs;
+    if (f.collection.is_layout() && !eval_indices_dir.empty() && !f.collection.search.empty()) {
+      const std::string key = f.collection.source + "_" + f.collection.search;
+      if (!subsets.count(key)) {
+        const std::string p = (fs::path(eval_indices_dir) / (key + ".json")).string();
+        subsets[key] = fs::exists(p) ? load_eval_indices(p) : std::map<std::string, std::vector<int64_t>>{};
+      }
+      auto it = subsets[key].find(f.stem);
+      if (it != subsets[key].end()) configs = it->second;
+    }
+    for (int64_t c : configs)
+      GNN_CHECK(c >= 0 && c < g->num_configs(), eval_indices_dir, ": eval index ", c, " for ", f.stem, " is outside its ",
+                g->num_configs(), " configs");
+    if (configs.empty()) {
+      configs.resize(size_t(g->num_configs()));
+      std::iota(configs.begin(), configs.end(), 0);
+    }
+    const std::vector<double> p = predict_configs(model, *g, configs, chunk);
+    std::vector<double> y;
+    for (int64_t c : configs) y.push_back(g->target[size_t(c)]);
+    // Scored as the ranking gnn predict writes (ties in p, as for repeated configs, broken by config
+    // index), so eval, the valid score that picks the best epoch, and a scored submission agree exactly.
+    const std::vector<int64_t> order = ranking_order(p, configs);
+    std::vector<double> rank(p.size());
+    for (size_t r = 0; r < order.size(); ++r) rank[size_t(order[r])] = double(r);
+    ev.scores.emplace_back(f.collection.str(), score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));
+  }
+  GNN_CHECK(!ev.scores.empty(), "evaluate: no graphs");
+  ev.score = mean_score(ev.scores);
+  ev.json = summary_json(ev.scores);
+  return ev;
+}
+
+}  // namespace gnn::train

@@ -1,0 +1,196 @@
+#include "apps/train/run_state.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "apps/checkpoint.h"
+#include "io/atomic_file.h"
+#include "io/json.h"
+#include "io/npz.h"
+
+namespace gnn::train {
+
+namespace fs = std::filesystem;
+
+Meta read_meta(const std::string& path) {
+  GNN_CHECK(fs::exists(path), path, ": no such checkpoint");
+  NpzReader r(path);
+  std::vector<std::string> keys;
+  for (const std::string& k : r.keys())
+    if (k.rfind("params/", 0) != 0 && k.rfind("optim/", 0) != 0) keys.push_back(k);
+  Meta m;
+  m.arrays = r.load_keys(keys);
+  const int64_t format = get_i64(m.arrays, "meta/format", path);
+  GNN_CHECK(format == kCheckpointFormat, path, ": checkpoint format ", format, ", this build reads ", kCheckpointFormat);
+  m.recipe = &find_recipe(tensor_text(m.arrays, "meta/recipe", path));
+  m.hparams = HParams::from_json(tensor_text(m.arrays, "meta/hparams", path), path + ": meta/hparams");
+  // A checkpoint written before a hyper-parameter existed (--share) runs with that one's default.
+  for (const auto& [name, value] : m.recipe->defaults().values) m.hparams.values.emplace(name, value);
+  m.prep = Preprocessing::load(m.arrays, path);
+  return m;
+}
+
+ModelDims dims_of(const Preprocessing& p) { return {p.node_features(), p.config_features()}; }
+
+void State::save(std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (auto [k, v] : {std::pair<const char*, int64_t>{"epoch", epoch}, {"batch", batch}, {"step", step},
+                      {"skipped", skipped}, {"loss_n", loss_n}, {"configs", configs}, {"best_epoch", best_epoch}})
+    out.emplace_back(std::string("state/") + k, i64_tensor(v));
+  for (auto [k, v] : {std::pair<const char*, double>{"loss_sum", loss_sum}, {"seconds", seconds}, {"best_score", best_score}})
+    out.emplace_back(std::string("state/") + k, f64_tensor(v));
+}
+
+void State::load(const std::map<std::string, Tensor>& a, const std::string& f) {
+  epoch = get_i64(a, "state/epoch", f), batch = get_i64(a, "state/batch", f), step = get_i64(a, "state/step", f);
+  skipped = get_i64(a, "state/skipped", f), loss_n = get_i64(a, "state/loss_n", f), configs = get_i64(a, "state/configs", f);
+  best_epoch = get_i64(a, "state/best_epoch", f);
+  loss_sum = get_f64(a, "state/loss_sum", f), seconds = get_f64(a, "state/seconds", f);
+  best_score = get_f64(a, "state/best_score", f);
+}
+
+namespace {
+
+
+std::string stored_text(const Meta& m, const std::string& key) {
+  return m.arrays.count(key) ? tensor_text(m.arrays, key, "checkpoint") : "";
+}
+int64_t stored_i64(const Meta& m, const std::string& key, int64_t fallback) {
+  return m.arrays.count(key) ? get_i64(m.arrays, key, "checkpoint") : fallback;
+}
+bool same_path(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+}
+
+RunPlan plan_new_run(const TrainOptions& o) {
+  RunPlan p;
+  if (o.recipe.empty()) bad_option("--model: no recipe given (gnn models lists them)");
+  p.recipe = &find_recipe(o.recipe);
+  p.hp = p.recipe->defaults();
+  for (const auto& [k, v] : o.hparams) p.hp.values[k] = v;
+  if (o.data.empty()) bad_option("--data: no dataset given");
+  p.data = o.data, p.eval_indices = o.eval_indices;
+  p.epochs = o.epochs > 0 ? o.epochs : 10, p.steps = std::max<int64_t>(o.steps, 0), p.max_graphs = o.max_graphs;
+  p.seed = o.seed.value_or(1);
+  return p;
+}
+
+RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
+  RunPlan p;
+  p.resuming = true;
+  p.meta = read_meta(model_path);
+  p.recipe = p.meta.recipe, p.hp = p.meta.hparams;
+  const std::string& run = o.out;
+  if (!o.recipe.empty() && o.recipe != p.recipe->name)
+    bad_option("--model ", o.recipe, ": the run in ", run, " trains ", p.recipe->name, "; a resumed run keeps its recipe");
+  for (const auto& [k, v] : o.hparams)
+    if (!p.hp.values.count(k) || p.hp.values.at(k) != v)
+      bad_option("--", k, " ", v, ": the run in ", run, " was started with ",
+                 p.hp.values.count(k) ? p.hp.values.at(k) : "no such flag", "; a resumed run keeps its hyper-parameters");
+  p.seed = uint64_t(get_i64(p.meta.arrays, "meta/seed", model_path));
+  if (o.seed && *o.seed != p.seed)
+    bad_option("--seed ", *o.seed, ": the run in ", run, " was started with seed ", p.seed, "; a resumed run keeps its seed");
+  // Checkpoints written before these were recorded lack them: the command line's values are taken.
+  const bool recorded = p.meta.arrays.count("meta/epochs") > 0;
+  const std::string older = " (not recorded: the checkpoint was written by an older gnn)";
+  const int64_t max_graphs = stored_i64(p.meta, "meta/max_graphs", o.max_graphs);
+  if (o.max_graphs > 0 && o.max_graphs != max_graphs)
+    bad_option("--max-graphs ", o.max_graphs, ": the run in ", run, " was started with ",
+               max_graphs ? std::to_string(max_graphs) : "every graph", "; a resumed run keeps its graphs");
+  p.max_graphs = max_graphs;
+
+  // The rest may change: each change is said in the output.
+  const std::string data = stored_text(p.meta, "meta/data");
+  p.data = o.data.empty() ? data : o.data;
+  if (p.data.empty())
+    bad_option("--data: the run in ", run, " does not record its dataset (written by an older gnn); pass --data");
+  if (!o.data.empty() && !data.empty() && !same_path(o.data, data))
+    p.notes.push_back("--data " + o.data + ": the run was started on " + data + "; its preprocessing is kept");
+  const int64_t epochs = stored_i64(p.meta, "meta/epochs", 10), steps = stored_i64(p.meta, "meta/steps", 0);
+  p.epochs = o.epochs > 0 ? o.epochs : epochs;
+  p.steps = o.steps > 0 ? o.steps : o.steps < 0 ? 0 : steps;
+  if (p.epochs != epochs || !recorded)
+    p.notes.push_back("--epochs " + std::to_string(p.epochs) + ": the run was started with " +
+                      (recorded ? std::to_string(epochs) : "?" + older) + "; it now ends after epoch " +
+                      std::to_string(p.epochs) + (p.steps > 0 ? " or step " + std::to_string(p.steps) : ""));
+  if (p.steps != steps && recorded)
+    p.notes.push_back("--steps " + (p.steps ? std::to_string(p.steps) : std::string("0 (no limit)")) +
+                      ": the run was started with " + (steps ? std::to_string(steps) : "no step limit"));
+  const std::string eval_indices = stored_text(p.meta, "meta/eval_indices");
+  p.eval_indices = o.eval_indices.empty() ? eval_indices : o.eval_indices;
+  if (!o.eval_indices.empty() && !same_path(o.eval_indices, eval_indices))
+    p.notes.push_back("--eval-indices " + o.eval_indices + ": the run was started with " +
+                      (eval_indices.empty() ? (recorded ? "none" : "?" + older) : eval_indices));
+  return p;
+}
+
+}  // namespace
+
+RunPlan plan_run(const TrainOptions& o, const std::string& model_path) {
+  RunPlan p = o.resume && fs::exists(model_path) ? plan_resumed_run(o, model_path) : plan_new_run(o);
+  if (std::string e = check_hparams(p.recipe->hparams, p.hp, p.recipe->name); !e.empty()) bad_option(e);
+  const std::string recorded = p.resuming ? " (recorded in the run's model.npz; pass it again to change it)" : "";
+  if (!fs::exists(p.data))
+    bad_option("--data ", p.data, ": no such file or directory", o.data.empty() ? recorded : "");
+  if (!p.eval_indices.empty() && !fs::is_directory(p.eval_indices))
+    bad_option("--eval-indices ", p.eval_indices, ": not a directory", o.eval_indices.empty() ? recorded : "");
+  if (o.memory_limit < 0) bad_option("--memory-limit: must be >= 0 bytes, got ", o.memory_limit);
+  return p;
+}
+
+void trim_metrics(const std::string& path, int64_t epochs) {
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  std::string keep, line;
+  while (std::getline(in, line)) {
+    try {
+      const Json j = Json::parse(line, path);
+      if (j["epoch"].as_int() <= epochs) keep += line + "\n";
+    } catch (const Error&) {
+      // a line cut short by the interruption: dropped
+    }
+  }
+  write_file_atomic(path, keep);
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  FILE* f = std::fopen(path.c_str(), "a");
+  GNN_CHECK(f, path, ": cannot append");
+  std::fprintf(f, "%s\n", line.c_str());
+  std::fflush(f);
+  ::fsync(::fileno(f));
+  std::fclose(f);
+}
+
+std::string run_checkpoint(const std::string& run, const std::string& which) {
+  GNN_CHECK(fs::is_directory(run), "--run ", run, ": not a directory");
+  const std::string best = (fs::path(run) / "best.npz").string(), last = (fs::path(run) / "model.npz").string();
+  if (which == "best") {
+    GNN_CHECK(fs::exists(best), "--checkpoint best: ", best, " does not exist (the run had no valid split?)");
+    return best;
+  }
+  GNN_CHECK(which == "last" || which == "auto", "--checkpoint: expected best, last or auto, got '", which, "'");
+  if (which == "auto" && fs::exists(best)) return best;
+  GNN_CHECK(fs::exists(last), "--run ", run, ": no model.npz (not a gnn train run directory?)");
+  return last;
+}
+
+LoadedModel load_model(const std::string& checkpoint) {
+  Meta m = read_meta(checkpoint);
+  LoadedModel out;
+  out.recipe = m.recipe;
+  out.hparams = m.hparams;
+  out.prep = m.prep;
+  Rng rng(0);
+  out.model = m.recipe->build(m.hparams, dims_of(m.prep), rng);
+  load_checkpoint(checkpoint, out.model->parameters(), nullptr);
+  out.model->eval();
+  out.path = checkpoint;
+  out.epoch = get_i64(m.arrays, "state/epoch", checkpoint);
+  return out;
+}
+
+}  // namespace gnn::train

@@ -1,0 +1,61 @@
+// gnn train's run directory, for the files of apps/train: what a checkpoint holds besides the weights
+// (meta/: the recipe, hyper-parameters, preprocessing and the run's settings; state/: where training
+// stands), the plan of a new or resumed run, and metrics.jsonl. The public side is trainer.h.
+#pragma once
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "apps/checkpoint.h"
+#include "apps/train/trainer.h"
+
+namespace gnn::train {
+
+inline constexpr int64_t kCheckpointFormat = 1;
+
+// Reads the recipe, hyper-parameters and preprocessing of a checkpoint (no weights).
+struct Meta {
+  const Recipe* recipe = nullptr;
+  HParams hparams;
+  Preprocessing prep;
+  std::map<std::string, Tensor> arrays;  // the non-parameter arrays
+};
+Meta read_meta(const std::string& path);
+ModelDims dims_of(const Preprocessing& p);
+
+// Where training stands: saved in every checkpoint, so a resumed run continues the counters.
+struct State {
+  int64_t epoch = 0, batch = 0, step = 0, skipped = 0;  // the next batch to run
+  double loss_sum = 0, seconds = 0, best_score = -INFINITY;
+  int64_t loss_n = 0, configs = 0, best_epoch = 0;
+  void save(std::vector<std::pair<std::string, Tensor>>& out) const;  // as state/...
+  void load(const std::map<std::string, Tensor>& a, const std::string& file);
+};
+
+// What a run is, resolved from the options and checked before anything is written: the recipe and its
+// hyper-parameters, and on --resume the run's own settings where the command line leaves them out.
+struct RunPlan {
+  const Recipe* recipe = nullptr;
+  HParams hp;
+  Meta meta;  // the checkpoint's, on resume
+  bool resuming = false;
+  uint64_t seed = 1;
+  std::string data, eval_indices;
+  int64_t epochs = 10, steps = 0, max_graphs = 0;
+  std::vector<std::string> notes;  // what a resumed run took from the command line instead of its own
+};
+RunPlan plan_run(const TrainOptions& o, const std::string& model_path);
+
+// A flag that cannot be meant: OptionError (gnn train exits 2) before anything is written.
+template <class... Parts>
+[[noreturn]] void bad_option(const Parts&... parts) {
+  throw OptionError(detail::str_cat(parts...));
+}
+
+// metrics.jsonl without the lines of epochs after `epochs` (a resumed run writes them again) and
+// without a torn last line.
+void trim_metrics(const std::string& path, int64_t epochs);
+void append_line(const std::string& path, const std::string& line);  // flushed and synced
+
+}  // namespace gnn::train
