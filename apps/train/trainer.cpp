@@ -187,7 +187,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   valid_src_.emplace(valid_files_, prep_, graph_budget);
   n_ = int64_t(train_files_.size()), batches_ = (n_ + G_ - 1) / G_;
   total_steps_ = plan_.steps > 0 ? std::min(plan_.steps, plan_.epochs * batches_) : plan_.epochs * batches_;
-  sched_.kind = hp.str("schedule") == "cosine" ? nn::LrSchedule::Kind::kCosine : nn::LrSchedule::Kind::kConstant;
+  sched_.kind = nn::parse_schedule(hp.str("schedule"));  // constant | cosine (the hyper-parameter admits these)
   sched_.base = hp.num("lr"), sched_.warmup = hp.integer("warmup"), sched_.total = total_steps_;
   clip_ = hp.num("clip");
 
