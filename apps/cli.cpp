@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "dist/comm.h"
 #include "runtime/error.h"
 
 namespace gnn::cli {
@@ -155,19 +156,21 @@ int run(const std::vector<Command>& commands, int argc, char** argv) {
       return 0;
     }
   }
+  // Under mpirun, the rank that failed: "gnn train: rank 1 of 2: error: ..."
+  const std::string who = "gnn " + cmd->name + ": " + dist::rank_prefix();
   try {
     return cmd->run(parse_args(*cmd, args));
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "%s%s\n", dist::rank_prefix().c_str(), e.what());
     return 2;
   } catch (const Error& e) {
-    std::fprintf(stderr, "gnn %s: error: %s\n", cmd->name.c_str(), e.what());
+    std::fprintf(stderr, "%serror: %s\n", who.c_str(), e.what());
     return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "gnn %s: error: out of memory\n", cmd->name.c_str());
+    std::fprintf(stderr, "%serror: out of memory\n", who.c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "gnn %s: error: %s\n", cmd->name.c_str(), e.what());
+    std::fprintf(stderr, "%serror: %s\n", who.c_str(), e.what());
     return 1;
   }
 }

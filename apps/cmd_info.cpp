@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "apps/commands.h"
+#include "dist/comm.h"
 #include "io/json.h"
 #include "runtime/allocator.h"
 #include "runtime/cuda.h"
@@ -25,6 +26,9 @@ Command info_command() {
     j.set("openmp", openmp_enabled());
     j.set("threads", num_threads());
     j.set("zlib", zlibVersion());
+    j.set("mpi_built", dist::built_with_mpi());
+    j.set("nccl_built", dist::built_with_nccl());
+    j.set("distributed", dist::backends());
     j.set("host_current_bytes", host.current_bytes);
     j.set("host_peak_bytes", host.peak_bytes);
     if (cuda_available()) {

@@ -23,7 +23,7 @@ function(gnn_emu_rewrite rel out_var)
   set(${out_var} ${out} PARENT_SCOPE)
 endfunction()
 
-set(_emu_sources ${GNN_HOST_SOURCES} emu/cuda_emu.cpp)
+set(_emu_sources ${GNN_HOST_SOURCES} emu/cuda_emu.cpp emu/nccl_emu.cpp)
 set(_emu_generated)
 foreach(f ${GNN_CUDA_SOURCES} kernels/cuda_launch.cuh)
   if(f MATCHES "\\.(cu|cuh)$")
@@ -39,7 +39,8 @@ add_library(gnn_core_emu STATIC ${_emu_sources} ${_emu_generated})
 target_include_directories(gnn_core_emu BEFORE PRIVATE ${_emu_out})
 target_include_directories(gnn_core_emu PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/emu/include)
 gnn_core_settings(gnn_core_emu)
-target_compile_definitions(gnn_core_emu PUBLIC GNN_WITH_CUDA=1 GNN_CUDA_EMU=1)
+# NCCL's all-reduce over a job of one rank (emu/nccl_emu.cpp): the GPU reduction path of dist/ runs here.
+target_compile_definitions(gnn_core_emu PUBLIC GNN_WITH_CUDA=1 GNN_CUDA_EMU=1 GNN_WITH_NCCL=1)
 target_link_options(gnn_core_emu INTERFACE -fsanitize=alignment)
 
 add_library(gnn_apps_emu STATIC ${GNN_APPS_SOURCES})

@@ -5,7 +5,7 @@
     python3 scripts/check_layering.py --self-test (a planted breach in a temporary tree must fail)
 
 A folder may include itself and what its arrows reach (docs/design.md, "Layers"):
-    apps -> nn -> autograd -> runtime, kernels;  apps -> io -> runtime
+    apps -> nn -> autograd -> runtime, kernels;  apps -> io -> runtime;  apps -> dist -> runtime
     bench -> the library (not apps);  fuzz -> io, runtime;  tests -> anything
 kernels and io know nothing of each other or of anything above them; runtime includes nothing above
 it; autograd/dispatch.h is autograd's own (its ops and their tests).
@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 ALLOWED = {
-    "apps": {"apps", "nn", "autograd", "runtime", "kernels", "io"},
+    "apps": {"apps", "nn", "autograd", "runtime", "kernels", "io", "dist"},
+    "dist": {"dist", "runtime"},
     "nn": {"nn", "autograd", "runtime", "kernels"},
     "autograd": {"autograd", "runtime", "kernels"},
     "runtime": {"runtime"},

@@ -10,6 +10,7 @@ packages=(
   libbenchmark-dev        # build/bin/gnn_bench
   clang libclang-rt-14-dev  # the libFuzzer target the test suite runs for a bounded time
   python3-numpy           # tests that check numpy reads what gnn writes
+  libopenmpi-dev openmpi-bin  # data-parallel training (mpirun -np R gnn train) and its tests
 )
 missing=()
 for p in "${packages[@]}"; do
