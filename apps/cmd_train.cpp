@@ -11,6 +11,7 @@
 
 #include "apps/commands.h"
 #include "apps/train/trainer.h"
+#include "dist/comm.h"
 #include "io/atomic_file.h"
 #include "runtime/cuda.h"
 #include "runtime/parallel.h"
@@ -19,18 +20,26 @@ namespace gnn::cli {
 
 namespace {
 
-// --device: the host, or GPU 0 when this build and machine have one.
+// --device: the host, or a GPU when this build and machine have one: GPU 0, or under mpirun GPU
+// (local rank mod GPUs on the node), so the ranks of a node share its GPUs out.
 Device parse_device(const Args& a) {
   const std::string d = a.str("device");
   if (d == "cpu") return Device::cpu();
   if (d != "cuda") throw UsageError("--device: expected cpu or cuda, got '" + d + "'");
   if (!cuda_available()) throw UsageError("--device cuda is not usable here: " + cuda_status());
-  return Device::cuda(0);
+  return Device::cuda(dist::world().local_rank % cuda_device_count());
 }
 
+// --threads and --comm-timeout, which every command that runs a model takes.
 void set_threads(const Args& a) {
   if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
+  const double t = a.number("comm-timeout");
+  if (!(t > 0) || std::isinf(t)) throw UsageError("--comm-timeout must be a positive number of seconds, got " + a.str("comm-timeout"));
+  dist::set_timeout(t);
 }
+
+const Flag kCommTimeout = {"comm-timeout", "S", "under mpirun: how long a rank waits for the others in a collective "
+                                                "before it stops the job (a rank died or hangs)", "300"};
 
 // The model of --run (--checkpoint) and the --data files of --split its recipe's kind reads.
 struct RunOnSplit {
@@ -121,7 +130,10 @@ Command train_command() {
              {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout validation on them"},
              {"max-graphs", "N", "use only the first N train and N valid graphs"},
              {"progress", "auto|bar|lines", "a progress bar (on a terminal by default) or plain lines", "auto"},
-             {"kill-after-steps", "N", "testing: kill -9 this process right after step N's checkpoint"}};
+             kCommTimeout,
+             {"kill-after-steps", "N", "testing: kill -9 this process right after step N's checkpoint"},
+             {"stall-after-steps", "N", "testing: this process stops answering (sleeps) after step N"},
+             {"fault-rank", "R", "testing: under mpirun, only rank R kills or stalls itself"}};
   for (const train::HParamSpec& h : all_hparams())
     c.flags.push_back({h.name, "V", h.help + "; " + h.valid() + " (default: the recipe's)"});
   std::string details =
@@ -161,6 +173,11 @@ Command train_command() {
     o.eval_indices = eval_indices_flag(a);
     if (a.has("max-graphs")) o.max_graphs = a.integer("max-graphs", 1, INT64_MAX);
     if (a.has("kill-after-steps")) o.kill_after_steps = a.integer("kill-after-steps", 1, INT64_MAX);
+    if (a.has("stall-after-steps")) {
+      if (a.has("kill-after-steps")) throw UsageError("gnn train: --kill-after-steps and --stall-after-steps: pick one");
+      o.kill_after_steps = a.integer("stall-after-steps", 1, INT64_MAX), o.stall = true;
+    }
+    if (a.has("fault-rank")) o.fault_rank = int(a.integer("fault-rank", 0, dist::world().size - 1));
     const std::string p = a.str("progress");
     if (p != "auto" && p != "bar" && p != "lines") throw UsageError("--progress: expected auto, bar or lines, got '" + p + "'");
     o.progress = p == "auto" ? -1 : p == "bar" ? 1 : 0;
@@ -172,7 +189,7 @@ Command train_command() {
     } catch (const train::OptionError& e) {
       throw UsageError("gnn train: " + e.message());
     }
-    std::printf("%s\n", r.json.c_str());
+    if (dist::world().rank == 0) std::printf("%s\n", r.json.c_str());
     return 0;
   };
   return c;
@@ -189,7 +206,8 @@ Command eval_command() {
              {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout metrics on them"},
              {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl)"},
              {"device", "cpu|cuda", "where to run", "cpu"},
-             {"threads", "T", "CPU threads (default: all)"}};
+             {"threads", "T", "CPU threads (default: all)"},
+             kCommTimeout};
   c.details =
       "Every config of each graph is scored (a layout graph on its eval_indices subset with --eval-indices).\n"
       "Tile: slowdown@1/5/10 as 1 - slowdown (the Kaggle convention) over the full predicted order, score =\n"
@@ -200,14 +218,17 @@ Command eval_command() {
     const RunOnSplit run = open_run(a);
     const train::LoadedModel& m = run.model;
     train::GraphSource& src = *run.graphs;
-    std::fprintf(stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs\n", m.path.c_str(), m.recipe->name.c_str(),
-                 (long long)m.epoch, src.files().size(), a.str("split").c_str());
+    const bool lead = dist::world().rank == 0;
+    if (lead)
+      std::fprintf(stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs\n", m.path.c_str(), m.recipe->name.c_str(),
+                   (long long)m.epoch, src.files().size(), a.str("split").c_str());
     const train::Evaluation ev =
         train::evaluate(*m.model, src, m.hparams.integer("eval-chunk"), eval_dir);
     const std::string per = a.has("per-graph") ? a.str("per-graph")
                                                : (std::filesystem::path(a.str("run")) / ("eval_" + a.str("split") + ".jsonl")).string();
     std::string text;
     for (const auto& [coll, s] : ev.scores) text += graph_score_json(s) + "\n";
+    if (!lead) return 0;
     write_file_atomic(per, text);
     std::printf("%s\n", ev.json.c_str());
     return 0;
@@ -225,7 +246,8 @@ Command predict_command() {
              {"out", "FILE", "the CSV to write (atomically)", "", true},
              {"checkpoint", "auto|best|last", "best.npz, model.npz, or best when it exists", "auto"},
              {"device", "cpu|cuda", "where to run", "cpu"},
-             {"threads", "T", "CPU threads (default: all)"}};
+             {"threads", "T", "CPU threads (default: all)"},
+             kCommTimeout};
   c.details =
       "Format as the competition's sample_submission.csv: header ID,TopConfigs; one row per graph\n"
       "<collection>:<file stem>; tile rows the 5 predicted-fastest config indices, layout rows every config\n"
@@ -234,8 +256,11 @@ Command predict_command() {
     const RunOnSplit run = open_run(a);
     const train::LoadedModel& m = run.model;
     train::GraphSource& src = *run.graphs;
-    std::string csv = "ID,TopConfigs\n";
-    for (size_t i = 0; i < src.files().size(); ++i) {
+    // Under mpirun each rank predicts its share of the graphs and rank 0 writes every row, in file order.
+    const dist::World& w = dist::world();
+    const dist::Range mine = dist::shard(int64_t(src.files().size()), w.rank, w.size);
+    std::string csv;
+    for (size_t i = size_t(mine.begin); i < size_t(mine.end); ++i) {
       const auto g = src.get(i);
       std::vector<int64_t> all(size_t(g->num_configs()));
       std::iota(all.begin(), all.end(), 0);
@@ -250,7 +275,10 @@ Command predict_command() {
       }
       csv += "\n";
     }
-    write_file_atomic(a.str("out"), csv);
+    std::string all = "ID,TopConfigs\n";
+    for (const std::string& part : dist::allgather(csv, "the predicted rows")) all += part;
+    if (w.rank != 0) return 0;
+    write_file_atomic(a.str("out"), all);
     std::printf("wrote %s: %zu rows (%s, %s)\n", a.str("out").c_str(), src.files().size(), m.recipe->name.c_str(),
                 m.path.c_str());
     return 0;

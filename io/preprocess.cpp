@@ -46,6 +46,37 @@ void ColumnStats::add(const Tensor& x) {
   rows_ += rows;
 }
 
+void ColumnStats::merge(const ColumnStats& o) {
+  if (o.min_.empty()) return;
+  if (min_.empty()) {
+    *this = o;
+    return;
+  }
+  GNN_CHECK(o.columns() == columns(), "ColumnStats::merge: ", o.columns(), " columns into ", columns());
+  for (size_t j = 0; j < min_.size(); ++j) {
+    min_[j] = std::min(min_[j], o.min_[j]), max_[j] = std::max(max_[j], o.max_[j]);
+    sum_[j] += o.sum_[j], sumsq_[j] += o.sumsq_[j];
+  }
+  rows_ += o.rows_;
+}
+
+std::vector<double> ColumnStats::pack() const {
+  std::vector<double> out = {double(rows_), double(min_.size())};
+  for (const std::vector<double>* v : {&min_, &max_, &sum_, &sumsq_}) out.insert(out.end(), v->begin(), v->end());
+  return out;
+}
+
+ColumnStats ColumnStats::unpack(const std::vector<double>& p) {
+  GNN_CHECK(p.size() >= 2 && p[1] >= 0 && p.size() == 2 + 4 * size_t(p[1]), "ColumnStats::unpack: ", p.size(),
+            " values do not hold packed statistics");
+  ColumnStats s;
+  s.rows_ = int64_t(p[0]);
+  const size_t F = size_t(p[1]);
+  std::vector<double>* parts[] = {&s.min_, &s.max_, &s.sum_, &s.sumsq_};
+  for (size_t k = 0; k < 4; ++k) parts[k]->assign(p.begin() + 2 + std::ptrdiff_t(k * F), p.begin() + 2 + std::ptrdiff_t((k + 1) * F));
+  return s;
+}
+
 ColumnTransform::ColumnTransform(FeatureTransform kind, const ColumnStats& s) : kind_(kind), in_(s.columns()) {
   GNN_CHECK(s.rows() > 0 || kind == FeatureTransform::kNone || kind == FeatureTransform::kLog1p,
             "cannot fit the '", feature_transform_name(kind), "' transform on no training rows");

@@ -29,6 +29,11 @@ class ColumnStats {
   void add(const Tensor& x);  // f32 [rows, F]; every call must have the same F
   int64_t columns() const { return int64_t(min_.size()); }
   int64_t rows() const { return rows_; }
+  // The statistics of another set of rows added to these (of a data-parallel job's other ranks):
+  // min and max exact, sums rounded as sums of partial sums.
+  void merge(const ColumnStats& other);
+  std::vector<double> pack() const;  // [rows, F, min[F], max[F], sum[F], sumsq[F]]
+  static ColumnStats unpack(const std::vector<double>& packed);
 
  private:
   friend class ColumnTransform;

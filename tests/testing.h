@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -88,6 +89,24 @@ struct CommandResult {
 
 // Runs `gnn ARGS` (the CLI built beside the tests) and captures stdout, stderr and the exit code.
 CommandResult run_gnn(const std::string& args);
+
+// Runs `mpirun -np RANKS gnn ARGS` (oversubscribed, as root where the tests run as root), killed after
+// `limit_s` seconds (exit code 124) so that a hang fails the test instead of stopping the suite.
+CommandResult run_gnn_mpi(int ranks, const std::string& args, const std::string& env = "", int limit_s = 180);
+// Why `gnn` cannot run under mpirun here ("" when it can): the build has no MPI, or there is no mpirun.
+std::string mpi_missing();
+
+// A generated TpuGraphs tree under dir (gnn synth): tile kernels (graphs per split, configs each) and
+// layout programs (graphs per split, nodes, configs each), each collection from its own seed; returns dir.
+struct SynthPart {
+  int64_t graphs, nodes, configs;  // nodes: 0 for the generator's default
+  uint64_t seed;
+};
+std::string tile_and_layout(const std::string& dir, SynthPart tile, SynthPart layout);
+
+// The weights and optimiser state (params/ and optim/ arrays) of a checkpoint, and their bitwise equality.
+std::map<std::string, Tensor> checkpoint_weights(const std::string& checkpoint);
+bool same_bits(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b);
 
 // The python3 that has numpy (the pyenv one or Debian's /usr/bin/python3), or "" when none has.
 std::string python_with_numpy();

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "apps/checkpoint.h"
+#include "dist/comm.h"
 #include "nn/graph_util.h"
 #include "runtime/error.h"
 
@@ -30,10 +31,27 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
                                 FeatureTransform config, int khops) {
   GNN_CHECK(!train.empty(), "no training graphs to fit the preprocessing on");
   ColumnStats node_stats, config_stats;
-  for (const DatasetFile& f : train) {
-    const TpuGraph g = prune_to_configurable(load_tpugraph(f.path), layout ? khops : -1);
+  // In a data-parallel job each rank reads its share of the files and the statistics are merged in
+  // rank order, so every rank fits the same transform.
+  const dist::World& w = dist::world();
+  const dist::Range mine = dist::shard(int64_t(train.size()), w.rank, w.size);
+  for (int64_t i = mine.begin; i < mine.end; ++i) {
+    const TpuGraph g = prune_to_configurable(load_tpugraph(train[size_t(i)].path), layout ? khops : -1);
     node_stats.add(g.node_feat);
     if (!layout) config_stats.add(g.config_feat);
+  }
+  if (w.size > 1) {
+    std::vector<double> packed = node_stats.pack(), cp = config_stats.pack();
+    packed.insert(packed.end(), cp.begin(), cp.end());
+    const std::string mine_bytes(reinterpret_cast<const char*>(packed.data()), packed.size() * sizeof(double));
+    node_stats = config_stats = ColumnStats();
+    for (const std::string& theirs : dist::allgather(mine_bytes, "the preprocessing statistics")) {
+      std::vector<double> v(theirs.size() / sizeof(double));
+      std::memcpy(v.data(), theirs.data(), v.size() * sizeof(double));
+      const size_t split = 2 + 4 * size_t(v.at(1));
+      node_stats.merge(ColumnStats::unpack({v.begin(), v.begin() + std::ptrdiff_t(split)}));
+      config_stats.merge(ColumnStats::unpack({v.begin() + std::ptrdiff_t(split), v.end()}));
+    }
   }
   Preprocessing p;
   p.layout = layout, p.khops = layout ? khops : -1;
@@ -137,8 +155,12 @@ Batch Batch::to(Device device) const {
   return b;
 }
 
-Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,
-                 int64_t segment, Rng* rng) {
+namespace {
+
+// below(g, n): graph g's draw from [0, n) for its segment's start.
+template <class Below>
+Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,
+               int64_t segment, bool can_draw, Below below) {
   GNN_CHECK(!graphs.empty() && graphs.size() == configs.size(), "make_batch: ", graphs.size(), " graphs and ",
             configs.size(), " config lists");
   Batch b;
@@ -223,19 +245,34 @@ Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector
   for (int64_t g = 0; g <= G; ++g) gp[size_t(g)] = g * C;
   b.group_ptr = Tensor::from_vector(gp);
   if (segment > 0 && N > 0) {
-    GNN_CHECK(rng, "make_batch: segment training needs an rng");
+    GNN_CHECK(can_draw, "make_batch: segment training needs an rng");
     bool any = false;
     for (int64_t g = 0; g < G; ++g) any = any || ptr[size_t(g) + 1] - ptr[size_t(g)] > segment;
     if (any) {
       b.keep_grad = Tensor::zeros({N}, DType::U8);
       for (int64_t g = 0; g < G; ++g) {
         const int64_t n = ptr[size_t(g) + 1] - ptr[size_t(g)];
-        const int64_t lo = n > segment ? int64_t(rng->below(uint64_t(n - segment + 1))) : 0;
+        const int64_t lo = n > segment ? below(g, n - segment + 1) : 0;
         std::fill(b.keep_grad.u8() + ptr[size_t(g)] + lo, b.keep_grad.u8() + ptr[size_t(g)] + lo + std::min(n, segment), 1);
       }
     }
   }
   return b;
+}
+
+}  // namespace
+
+Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,
+                 int64_t segment, Rng* rng) {
+  return assemble(graphs, configs, segment, rng != nullptr, [&](int64_t, int64_t n) { return int64_t(rng->below(uint64_t(n))); });
+}
+
+Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,
+                 int64_t segment, std::vector<Rng>& graph_rngs) {
+  GNN_CHECK(graph_rngs.size() == graphs.size(), "make_batch: ", graph_rngs.size(), " generators for ", graphs.size(),
+            " graphs");
+  return assemble(graphs, configs, segment, true,
+                  [&](int64_t g, int64_t n) { return int64_t(graph_rngs[size_t(g)].below(uint64_t(n))); });
 }
 
 }  // namespace gnn::train

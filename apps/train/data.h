@@ -104,6 +104,11 @@ struct Batch {
 // graph larger than it, a random contiguous range of that many nodes for the backward (rng decides).
 Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,
                  int64_t segment = 0, Rng* rng = nullptr);
+// The same with one generator per graph (graph g's segment from graph_rngs[g]), so that what a graph
+// draws does not depend on the other graphs of its batch: a rank of a data-parallel job builds its
+// share of the global batch and draws what one process building all of it would.
+Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,
+                 int64_t segment, std::vector<Rng>& graph_rngs);
 
 // k distinct indices from [0, n) (all of them, shuffled, when k >= n).
 std::vector<int64_t> sample_without_replacement(int64_t n, int64_t k, Rng& rng);

@@ -8,6 +8,7 @@
 
 #include "apps/scoring.h"
 #include "apps/train/trainer.h"
+#include "dist/comm.h"
 
 namespace gnn::train {
 
@@ -60,10 +61,59 @@ std::vector<int64_t> ranking_order(const std::vector<double>& p, const std::vect
   return order;
 }
 
+namespace {
+
+// A score as one line of text, every number in hexadecimal floating point so it reads back exactly:
+// collection, id, layout, tau, opa, then K and slowdown@K pairs, tab-separated.
+std::string pack_score(const std::pair<std::string, GraphScore>& cs) {
+  const GraphScore& g = cs.second;
+  std::string line = cs.first + "\t" + g.id + "\t" + (g.layout ? "1" : "0");
+  char buf[64];
+  for (double v : {g.kendall_tau, g.opa}) std::snprintf(buf, sizeof buf, "\t%a", v), line += buf;
+  for (const auto& [k, v] : g.slowdown) std::snprintf(buf, sizeof buf, "\t%lld\t%a", (long long)k, v), line += buf;
+  return line + "\n";
+}
+
+std::pair<std::string, GraphScore> unpack_score(const std::string& line) {
+  std::vector<std::string> f;
+  for (size_t at = 0;;) {
+    const size_t tab = line.find('\t', at);
+    f.push_back(line.substr(at, tab == std::string::npos ? std::string::npos : tab - at));
+    if (tab == std::string::npos) break;
+    at = tab + 1;
+  }
+  GNN_CHECK(f.size() >= 5 && f.size() % 2 == 1, "evaluate: a malformed score from another rank: ", line);
+  GraphScore g;
+  g.id = f[1], g.layout = f[2] == "1";
+  g.kendall_tau = std::strtod(f[3].c_str(), nullptr), g.opa = std::strtod(f[4].c_str(), nullptr);
+  for (size_t k = 5; k + 1 < f.size(); k += 2) g.slowdown[std::stoll(f[k])] = std::strtod(f[k + 1].c_str(), nullptr);
+  return {f[0], g};
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, GraphScore>> gather_scores(const std::vector<std::pair<std::string, GraphScore>>& mine,
+                                                              const std::string& what) {
+  if (!dist::distributed()) return mine;
+  std::string text;
+  for (const auto& cs : mine) text += pack_score(cs);
+  std::vector<std::pair<std::string, GraphScore>> all;
+  for (const std::string& part : dist::allgather(text, what))
+    for (size_t at = 0; at < part.size();) {
+      const size_t nl = part.find('\n', at);
+      all.push_back(unpack_score(part.substr(at, nl - at)));
+      at = nl + 1;
+    }
+  return all;
+}
+
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir) {
   Evaluation ev;
   std::map<std::string, std::map<std::string, std::vector<int64_t>>> subsets;  // "xla_default" -> stem -> configs
-  for (size_t i = 0; i < src.files().size(); ++i) {
+  // In a data-parallel job each rank scores its share of the graphs; the scores are gathered in file order.
+  const dist::World& w = dist::world();
+  const dist::Range mine = dist::shard(int64_t(src.files().size()), w.rank, w.size);
+  for (size_t i = size_t(mine.begin); i < size_t(mine.end); ++i) {
     const DatasetFile& f = src.files()[i];
     const auto g = src.get(i);
     GNN_CHECK(!g->target.empty(), f.path, ": no runtimes, so it cannot be scored (a test file?)");
@@ -94,6 +144,7 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
     for (size_t r = 0; r < order.size(); ++r) rank[size_t(order[r])] = double(r);
     ev.scores.emplace_back(f.collection.str(), score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));
   }
+  ev.scores = gather_scores(ev.scores, "the scores of the validation graphs");
   GNN_CHECK(!ev.scores.empty(), "evaluate: no graphs");
   ev.score = mean_score(ev.scores);
   ev.json = summary_json(ev.scores);

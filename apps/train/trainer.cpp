@@ -12,11 +12,14 @@
 #include <filesystem>
 #include <future>
 #include <optional>
+#include <thread>
 
 #include "apps/checkpoint.h"
+#include "apps/train/data_parallel.h"
 #include "apps/train/progress.h"
 #include "apps/train/run_state.h"
 #include "autograd/ops.h"
+#include "dist/comm.h"
 #include "io/atomic_file.h"
 #include "io/json.h"
 #include "nn/loss.h"
@@ -42,13 +45,40 @@ uint64_t stream_seed(uint64_t seed, int64_t epoch, int64_t batch) {
   return r.next();
 }
 
+// The generator of the graph at position j of batch `batch`: its configs and its segment are drawn from
+// it alone, so they do not depend on which rank of a data-parallel job builds it (or on R).
+Rng graph_rng(uint64_t seed, int64_t epoch, int64_t batch, int64_t j) {
+  return Rng(stream_seed(seed, epoch, batch) ^ (uint64_t(j + 1) * 0xD6E8FEB86659FD93ull));
+}
+
 // The ranking losses see only the order of the targets; the MSE term (and the mse loss) fits the
 // prediction to log(target), which keeps it on the scale the ranking losses use whatever the spread of
 // the runtimes (synthetic and real tile targets span 1 to 10^4 times the default config's).
 // The losses run on the host in double (nn/loss.cpp). A GPU prediction comes back once, here, and the
 // loss stays on the host: the step reads its value and seeds the backward without waiting for the
 // device again, and the gradient goes back to the device in one queued upload.
-ag::Var batch_loss(const HParams& h, const ag::Var& device_pred, const Batch& b) {
+// The loss is a weighted sum of terms, each a mean over the batch of its own count: the ranking term
+// over groups (listmle) or ordered pairs (hinge, logistic), the MSE term over predictions. A rank of a
+// data-parallel job weights each of its means by its share of the global count (DataParallel).
+std::vector<double> loss_counts(const HParams& h, const Batch& b) {
+  if (b.graphs == 0) return {0.0, 0.0};
+  const std::string& kind = h.str("loss");
+  const double predictions = double(b.graphs * b.configs);
+  double first = predictions;
+  if (kind == "listmle") {
+    first = double(b.graphs);
+  } else if (kind == "hinge" || kind == "logistic") {
+    first = 0;
+    const double* t = b.target.f64();
+    for (int64_t g = 0; g < b.graphs; ++g)
+      for (int64_t i = g * b.configs; i < (g + 1) * b.configs; ++i)
+        for (int64_t j = g * b.configs; j < (g + 1) * b.configs; ++j) first += t[i] > t[j] ? 1 : 0;
+  }
+  return {first, predictions};
+}
+
+// `share[t]`: this rank's weight of term t (its count over the global count); empty: one process.
+ag::Var batch_loss(const HParams& h, const ag::Var& device_pred, const Batch& b, const std::vector<double>& share = {}) {
   const std::string& kind = h.str("loss");
   const ag::Var pred = ag::to_device(device_pred, Device::cpu());
   Tensor log_target = Tensor::empty(b.target.shape(), DType::F64);
@@ -59,8 +89,10 @@ ag::Var batch_loss(const HParams& h, const ag::Var& device_pred, const Batch& b)
   else if (kind == "logistic") loss = nn::pairwise_logistic_loss(pred, b.target, b.group_ptr);
   else if (kind == "mse") loss = nn::mse_loss(pred, log_target);
   else GNN_FAIL("--loss: unknown loss '", kind, "' (listmle, hinge, logistic, mse)");
+  if (!share.empty()) loss = ag::scale(loss, share[0]);
   const double w = h.num("mse-weight");
-  if (w > 0 && kind != "mse") loss = ag::add(loss, ag::scale(nn::mse_loss(pred, log_target), w));
+  if (w > 0 && kind != "mse")
+    loss = ag::add(loss, ag::scale(nn::mse_loss(pred, log_target), share.empty() ? w : w * share[1]));
   return loss;
 }
 
@@ -97,13 +129,17 @@ class Run {
 
  private:
   Batch build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi);
+  std::string batch_ids(const std::vector<int64_t>& order, int64_t bi) const;
   void step(const Batch& b, int64_t epoch, int64_t bi);
   void end_epoch(int64_t epoch, double seconds, int64_t configs);
   void save(const std::string& path, bool with_optimizer);
+  void fault() const;
   TrainResult result() const;
 
   const TrainOptions& o_;
   std::string& working_on_;
+  const dist::World& world_;
+  const bool lead_;  // rank 0 (or the only process): writes the run directory and prints
   const fs::path dir_;
   const std::string model_path_, best_path_, metrics_path_;
   RunPlan plan_;
@@ -115,12 +151,14 @@ class Run {
   std::unique_ptr<RankModel> model_;
   std::vector<nn::NamedParam> params_;
   std::optional<nn::Adam> opt_;
+  std::optional<DataParallel> dp_;  // with mpirun -np R > 1
   State st_;
   std::optional<GraphSource> train_src_, valid_src_;
   int64_t n_ = 0, batches_ = 0, total_steps_ = 0;
   nn::LrSchedule sched_;
   double clip_ = 0;
   Progress progress_;
+  int64_t dp_configs_ = 0;  // the last step's configs over every rank
   int64_t step_waits_ = 0, waited_steps_ = 0;  // the host's waits for the GPU within this process's steps
   Clock::time_point last_ckpt_;
   double last_score_ = NAN;
@@ -129,11 +167,13 @@ class Run {
 Run::Run(const TrainOptions& o, std::string& working_on)
     : o_(o),
       working_on_(working_on),
+      world_(dist::world()),
+      lead_(world_.rank == 0),
       dir_(o.out),
       model_path_((dir_ / "model.npz").string()),
       best_path_((dir_ / "best.npz").string()),
       metrics_path_((dir_ / "metrics.jsonl").string()),
-      progress_(o.progress) {
+      progress_(lead_ ? o.progress : 0) {
   if (o.out.empty()) bad_option("--out: no run directory given");
   if (o.epochs < 0) bad_option("--epochs must be at least 1");
   GNN_CHECK(o.resume || !fs::exists(model_path_), "--out ", o.out,
@@ -141,7 +181,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
 
   // The recipe and its hyper-parameters: the command line's for a new run, the checkpoint's on resume.
   plan_ = plan_run(o, model_path_);
-  if (o.resume && !plan_.resuming)
+  if (o.resume && !plan_.resuming && lead_)
     std::fprintf(stderr, "gnn train: --resume: %s does not exist yet; starting a new run\n", model_path_.c_str());
   const Recipe* recipe = plan_.recipe;
   const HParams& hp = plan_.hp;
@@ -152,7 +192,8 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   memory_limit_.emplace(o.memory_limit);
   const uint64_t graph_budget =
       o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
-  for (const std::string& f : {model_path_, best_path_, metrics_path_}) remove_stale_temporaries(f);
+  if (lead_)
+    for (const std::string& f : {model_path_, best_path_, metrics_path_}) remove_stale_temporaries(f);
 
   train_files_ = kind_files(plan_.data, recipe->kind, "train");
   valid_files_ = kind_files(plan_.data, recipe->kind, "valid");
@@ -166,7 +207,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     prep_ = fit_preprocessing(train_files_, layout_, parse_feature_transform(hp.str("node-transform")),
                               layout_ ? FeatureTransform::kNone : parse_feature_transform(hp.str("config-transform")),
                               layout_ ? int(hp.integer("khops")) : -1);
-    fs::create_directories(dir_);
+    if (lead_) fs::create_directories(dir_);
   }
 
   working_on_ = "building the model and loading its checkpoint";
@@ -177,11 +218,15 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   if (plan_.resuming) {
     load_checkpoint(model_path_, params_, &*opt_);
     st_.load(plan_.meta.arrays, model_path_);
-    trim_metrics(metrics_path_, st_.epoch);
-  } else if (fs::exists(metrics_path_)) {
+    if (lead_) trim_metrics(metrics_path_, st_.epoch);
+  } else if (lead_ && fs::exists(metrics_path_)) {
     fs::remove(metrics_path_);
   }
   nn::move_parameters(*model_, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
+  if (world_.size > 1) {
+    dp_.emplace(params_);
+    dp_->check_same_weights("at the start");
+  }
 
   train_src_.emplace(train_files_, prep_, graph_budget);
   valid_src_.emplace(valid_files_, prep_, graph_budget);
@@ -191,18 +236,41 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   sched_.base = hp.num("lr"), sched_.warmup = hp.integer("warmup"), sched_.total = total_steps_;
   clip_ = hp.num("clip");
 
-  if (!o.quiet) std::printf("gnn train: %s on %lld train / %lld valid %s graphs; %lld graphs x %lld configs per step, %lld steps "
+  const bool talk = lead_ && !o.quiet;
+  if (talk) std::printf("gnn train: %s on %lld train / %lld valid %s graphs; %lld graphs x %lld configs per step, %lld steps "
               "per epoch%s\n",
               recipe->name.c_str(), (long long)n_, (long long)valid_files_.size(), recipe->kind.c_str(), (long long)G_,
               (long long)C_, (long long)batches_, plan_.resuming ? " (resumed)" : "");
-  if (plan_.resuming && !o.quiet)
+  if (talk && world_.size > 1)
+    std::printf("data-parallel over %d ranks (%s): each builds its share of the %lld graphs of a step; %.2f MB "
+                "summed per step\n",
+                world_.size, dist::built_with_nccl() && o.device.is_cuda() ? "NCCL" : "MPI", (long long)G_,
+                double(dp_->bytes_per_step()) / 1e6);
+  if (plan_.resuming && talk)
     std::printf("resuming at epoch %lld, batch %lld of %lld (after step %lld)\n", (long long)st_.epoch + 1,
                 (long long)st_.batch + 1, (long long)batches_, (long long)st_.step);
-  for (const std::string& note : plan_.notes) std::printf("resuming with %s\n", note.c_str());
+  if (lead_)
+    for (const std::string& note : plan_.notes) std::printf("resuming with %s\n", note.c_str());
+  if (plan_.resuming && lead_) {
+    const auto it = plan_.meta.arrays.find("meta/ranks");
+    const int64_t before = it == plan_.meta.arrays.end() ? 1 : get_i64(plan_.meta.arrays, "meta/ranks", model_path_);
+    if (before != world_.size)
+      std::printf("resuming a run of %lld rank(s) with %d: the global batches are the same (each rank builds a share "
+                  "of them), the sums over ranks round differently\n",
+                  (long long)before, world_.size);
+  }
   std::fflush(stdout);
 }
 
 void Run::save(const std::string& path, bool with_optimizer) {
+  // What this rank says if mpirun stops it because another rank died (once the checkpoint is written).
+  const auto stop_message = [&] {
+    if (path == model_path_ && world_.size > 1)
+      dist::set_stop_message(detail::str_cat("gnn train: ", dist::rank_prefix(), "stopped by the launcher (another "
+                                             "rank ended first; its message, or mpirun's, says why); ", model_path_,
+                                             " holds step ", st_.step, ": --resume continues from there\n"));
+  };
+  if (!lead_) return stop_message();  // the ranks hold the same weights and state: rank 0 writes them
   working_on_ = detail::str_cat("writing ", path);
   std::vector<std::pair<std::string, Tensor>> extra = {{"meta/format", i64_tensor(kCheckpointFormat)},
                                                        {"meta/recipe", text_tensor(plan_.recipe->name)},
@@ -212,53 +280,93 @@ void Run::save(const std::string& path, bool with_optimizer) {
                                                        {"meta/epochs", i64_tensor(plan_.epochs)},
                                                        {"meta/steps", i64_tensor(plan_.steps)},
                                                        {"meta/max_graphs", i64_tensor(plan_.max_graphs)},
+                                                       {"meta/ranks", i64_tensor(world_.size)},
                                                        {"meta/eval_indices", text_tensor(plan_.eval_indices.empty() ? ""
                                                                                  : fs::absolute(plan_.eval_indices).string())}};
   prep_.save(extra);
   st_.save(extra);
   save_checkpoint(path, params_, with_optimizer ? &*opt_ : nullptr, extra);
+  stop_message();
 }
 
 // Batch bi of an epoch is a function of (seed, epoch, bi) alone, so a resumed run draws what the
-// unbroken one drew, and on a GPU the host can build batch bi + 1 on a second thread.
+// unbroken one drew, and on a GPU the host can build batch bi + 1 on a second thread. In a data-parallel
+// job this rank builds its share (dist::shard) of the batch's graphs, each with what it would draw in
+// one process; a rank whose share is empty (a last batch of fewer graphs than ranks) gets no graphs.
+// Every graph of a batch gets the same number of configs: --configs, or the fewest any of the graphs
+// has (in a job of several ranks: the fewest among this rank's graphs).
 Batch Run::build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi) {
-  Rng rng(stream_seed(plan_.seed, epoch, bi));
+  const int64_t lo = bi * G_, hi = std::min(n_, (bi + 1) * G_);
+  const dist::Range mine = dist::shard(hi - lo, world_.rank, world_.size);
+  if (mine.size() == 0) return Batch{};
   std::vector<std::shared_ptr<const ModelGraph>> held;
   std::vector<const ModelGraph*> graphs;
+  std::vector<Rng> rngs;
   int64_t cb = C_;
-  for (int64_t k = bi * G_; k < std::min(n_, (bi + 1) * G_); ++k) {
-    held.push_back(train_src_->get(size_t(order[size_t(k)])));
+  for (int64_t j = mine.begin; j < mine.end; ++j) {
+    held.push_back(train_src_->get(size_t(order[size_t(lo + j)])));
     graphs.push_back(held.back().get());
+    rngs.push_back(graph_rng(plan_.seed, epoch, bi, j));
     GNN_CHECK(held.back()->num_configs() >= 2 && !held.back()->target.empty(), held.back()->file.path,
               ": a training graph needs runtimes and at least 2 configs");
     cb = std::min(cb, held.back()->num_configs());
   }
   std::vector<std::vector<int64_t>> configs;
-  for (const ModelGraph* g : graphs) configs.push_back(sample_without_replacement(g->num_configs(), cb, rng));
-  return make_batch(graphs, configs, segment_, &rng);
+  for (size_t g = 0; g < graphs.size(); ++g) configs.push_back(sample_without_replacement(graphs[g]->num_configs(), cb, rngs[g]));
+  return make_batch(graphs, configs, segment_, rngs);
+}
+
+std::string Run::batch_ids(const std::vector<int64_t>& order, int64_t bi) const {
+  std::string ids;
+  for (int64_t k = bi * G_; k < std::min(n_, (bi + 1) * G_); ++k) ids.append(" ").append(train_files_[size_t(order[size_t(k)])].id());
+  return ids;
 }
 
 // Forward, loss, backward and the optimiser; a non-finite loss or gradient stops the run, or with
-// --skip-nonfinite skips the batch (counted).
+// --skip-nonfinite skips the batch (counted). In a data-parallel job the gradients are summed over the
+// ranks between the backward and the clipping (DataParallel), and every rank decides alike.
 void Run::step(const Batch& b, int64_t epoch, int64_t bi) {
   model_->train();
   opt_->zero_grad();
-  const ag::Var pred = model_->forward(b);
-  const ag::Var loss = batch_loss(plan_.hp, pred, b);
-  const double lv = loss.value().item();
-  bool finite = std::isfinite(lv);
+  std::vector<double> share;
+  if (dp_) {
+    const std::vector<double> local = loss_counts(plan_.hp, b);
+    const std::vector<double> global = dp_->sum_counts(local, st_.step + 1);
+    for (size_t t = 0; t < local.size(); ++t) share.push_back(global[t] > 0 ? local[t] / global[t] : 0.0);
+  }
+  ag::Var pred;
+  double lv = 0;
+  bool finite = true;
+  if (b.graphs > 0) {
+    pred = model_->forward(b);
+    const ag::Var loss = batch_loss(plan_.hp, pred, b, share);
+    lv = loss.value().item();
+    finite = std::isfinite(lv);
+    if (finite) ag::backward(loss);
+    else ag::clear_tape();
+  }
+  const bool local_finite = finite;
+  std::vector<int> culprit_ranks;
+  if (dp_) {
+    const DataParallel::StepSums sums = dp_->reduce(lv, finite, b.graphs * b.configs, st_.step + 1);
+    lv = sums.loss, finite = sums.finite, dp_configs_ = sums.configs, culprit_ranks = sums.culprits;
+  }
   std::string what = "loss";
   if (finite) {
-    ag::backward(loss);
     const double norm = nn::clip_grad_norm(params_, clip_ > 0 ? clip_ : INFINITY);
     finite = std::isfinite(norm);
     what = "gradient";
-  } else {
-    ag::clear_tape();
   }
   if (!finite) {
+    std::string where;
+    if (pred.defined() && (!dp_ || !local_finite || what == "gradient")) {
+      where = "graph " + culprit(pred, b);
+    } else {  // another rank's loss: that rank's own message names its graph
+      where = "the graphs of rank";
+      for (int r : culprit_ranks) where += " " + std::to_string(r);
+    }
     GNN_CHECK(o_.skip_nonfinite, "non-finite ", what, " at step ", st_.step + 1, " (epoch ", epoch + 1, ", batch ", bi + 1,
-              ") from graph ", culprit(pred, b), "; lower --lr, set --clip, or pass --skip-nonfinite to skip such batches");
+              ") from ", where, "; lower --lr, set --clip, or pass --skip-nonfinite to skip such batches");
     opt_->zero_grad();
     st_.skipped += 1;
   } else {
@@ -281,10 +389,7 @@ TrainResult Run::train() {
     const int64_t epoch_configs_before = st_.configs, first_batch = st_.batch;
     std::future<Batch> next;  // (destroyed before `order`, which it reads)
     for (int64_t bi = st_.batch; bi < batches_; ++bi) {
-      working_on_ = detail::str_cat("step ", st_.step + 1, " (graphs");
-      for (int64_t k = bi * G_; k < std::min(n_, (bi + 1) * G_); ++k)
-        working_on_.append(" ").append(train_files_[size_t(order[size_t(k)])].id());
-      working_on_ += ")";
+      working_on_ = detail::str_cat("step ", st_.step + 1, " (graphs", batch_ids(order, bi), ")");
       const auto t_step = Clock::now();
       const int64_t waits_before = cuda_host_waits();
       const Batch b = (next.valid() ? next.get() : build_batch(e, order, bi)).to(o_.device);
@@ -292,7 +397,7 @@ TrainResult Run::train() {
         next = std::async(std::launch::async, [this, e, &order, bi] { return build_batch(e, order, bi + 1); });
       step(b, e, bi);
       if (o_.device.is_cuda()) step_waits_ += cuda_host_waits() - waits_before, waited_steps_ += 1;
-      st_.step += 1, st_.batch = bi + 1, st_.configs += b.graphs * b.configs;
+      st_.step += 1, st_.batch = bi + 1, st_.configs += dp_ ? dp_configs_ : b.graphs * b.configs;
       st_.seconds += since(t_step);  // training time: batch building, forward, backward, step
       const double epoch_s = st_.seconds - epoch_seconds_before;
       const double cps = double(st_.configs - epoch_configs_before) / std::max(1e-9, epoch_s);
@@ -304,7 +409,7 @@ TrainResult Run::train() {
         save(model_path_, true);
         last_ckpt_ = Clock::now();
       }
-      if (o_.kill_after_steps > 0 && st_.step == o_.kill_after_steps && !last_batch) std::raise(SIGKILL);
+      if (o_.kill_after_steps > 0 && st_.step == o_.kill_after_steps && !last_batch) fault();
       if (st_.step >= total_steps_) break;
     }
     progress_.end_line();
@@ -343,17 +448,37 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs) {
     st_.best_score = valid_score, st_.best_epoch = st_.epoch;
     save(best_path_, false);
   }
-  append_line(metrics_path_, line.dump());
+  if (dp_) {
+    line.set("ranks", world_.size);
+    line.set("allreduce_bytes_per_step", dp_->bytes_per_step());
+    line.set("sync_seconds_per_step", dp_->sync_seconds_per_step());
+    line.set("grad_sum_seconds_per_step", dp_->grad_seconds_per_step());
+    dp_->check_same_weights(detail::str_cat("after epoch ", e + 1));
+  }
+  if (lead_) append_line(metrics_path_, line.dump());
   save(model_path_, true);
   last_ckpt_ = Clock::now();
-  if (!o_.quiet) {
+  if (!o_.quiet && lead_) {
     std::printf("epoch %lld/%lld  step %lld  train_loss %.5f", (long long)st_.epoch, (long long)plan_.epochs,
                 (long long)st_.step, line["train_loss"].is_null() ? NAN : line["train_loss"].as_number());
     if (std::isfinite(valid_score)) std::printf("  valid_score %.4f", valid_score);
     std::printf("  %.0f configs/s  %.1f s\n", line["configs_per_s"].as_number(), epoch_s);
     std::fflush(stdout);
   }
-  if (o_.kill_after_steps > 0 && st_.step == o_.kill_after_steps) std::raise(SIGKILL);
+  if (o_.kill_after_steps > 0 && st_.step == o_.kill_after_steps) fault();
+}
+
+// The test hooks --kill-after-steps / --stall-after-steps: this process (with --fault-rank, only that
+// rank of the job) dies of SIGKILL, or stops answering, as a crashed or hung rank would.
+void Run::fault() const {
+  if (o_.fault_rank >= 0 && o_.fault_rank != world_.rank) return;
+  std::fflush(stdout);
+  if (o_.stall) {
+    std::fprintf(stderr, "gnn train: %sstalling after step %lld (--stall-after-steps)\n", dist::rank_prefix().c_str(),
+                 (long long)st_.step);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  std::raise(SIGKILL);
 }
 
 TrainResult Run::result() const {
@@ -372,6 +497,12 @@ TrainResult Run::result() const {
     j.set("best_epoch", st_.best_epoch);
   }
   j.set("configs_per_s", double(st_.configs) / std::max(1e-9, st_.seconds));
+  if (dp_) {
+    j.set("ranks", world_.size);
+    j.set("allreduce_bytes_per_step", dp_->bytes_per_step());
+    j.set("sync_seconds_per_step", dp_->sync_seconds_per_step());
+    j.set("grad_sum_seconds_per_step", dp_->grad_seconds_per_step());
+  }
   j.set("peak_tensor_mb", double(host_memory_stats().peak_bytes) / 1e6);
   if (o_.device.is_cuda()) {
     j.set("device", o_.device.str());

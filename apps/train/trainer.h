@@ -39,6 +39,8 @@ struct TrainOptions {
   double checkpoint_minutes = 10;           // 0: after every step
   int progress = -1;                        // 1 bar, 0 plain lines, -1 bar when stderr is a terminal
   int64_t kill_after_steps = 0;             // tests: SIGKILL this process after that step's checkpoint
+  bool stall = false;                       // tests: at that step, hang (sleep) instead of dying
+  int fault_rank = -1;                      // tests: the rank of a data-parallel job that dies or hangs (-1: all)
   int64_t max_graphs = 0;                   // > 0: use only the first N train and valid graphs
   bool quiet = false;                       // no per-epoch lines on stdout (metrics.jsonl still written)
   Device device = Device::cpu();            // where the model and each batch's features live
@@ -91,7 +93,12 @@ struct Evaluation {
   double score = 0;                                        // mean_score
   std::string json;                                        // summary_json
 };
+// In a job of several ranks (mpirun) each rank scores its share of the graphs and every rank returns all
+// the scores, in file order.
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir);
+// Every rank's scores, in rank order, on every rank (a job of one: `mine`).
+std::vector<std::pair<std::string, GraphScore>> gather_scores(const std::vector<std::pair<std::string, GraphScore>>& mine,
+                                                              const std::string& what);
 
 // The model's files of one kind from a dataset tree (tile or layout collections), of one split.
 std::vector<DatasetFile> kind_files(const std::string& data, const std::string& kind, const std::string& split);

@@ -16,23 +16,18 @@
 
 using namespace gnn;
 using namespace gnn::train;
+using testing::checkpoint_weights;
 using testing::run_gnn;
+using testing::same_bits;
 using testing::TempDir;
+using testing::tile_and_layout;
 
 namespace {
 
 // A small tile and layout dataset in the official tree, written once per test binary run.
 const std::string& dataset() {
   static TempDir dir;
-  static const std::string root = [] {
-    synth::DatasetOptions t;
-    t.collection = "tile", t.graphs = 6, t.configs = 40, t.seed = 3;
-    synth::write_dataset(dir.file("data"), t);
-    synth::DatasetOptions l;
-    l.collection = "layout", l.graphs = 3, l.nodes = 300, l.configs = 24, l.seed = 4;
-    synth::write_dataset(dir.file("data"), l);
-    return dir.file("data");
-  }();
+  static const std::string root = tile_and_layout(dir.file("data"), {6, 0, 40, 3}, {3, 300, 24, 4});
   return root;
 }
 
@@ -40,24 +35,6 @@ std::string last_line(const std::string& s) {
   const size_t end = s.find_last_not_of('\n');
   const size_t begin = s.rfind('\n', end);
   return s.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
-}
-
-std::map<std::string, Tensor> params_of(const std::string& checkpoint) {
-  NpzReader r(checkpoint);
-  std::vector<std::string> keys;
-  for (const std::string& k : r.keys())
-    if (k.rfind("params/", 0) == 0 || k.rfind("optim/", 0) == 0) keys.push_back(k);
-  return r.load_keys(keys);
-}
-
-bool same_bits(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {
-  if (a.size() != b.size()) return false;
-  for (const auto& [k, t] : a) {
-    auto it = b.find(k);
-    if (it == b.end() || it->second.nbytes() != t.nbytes() || std::memcmp(it->second.data(), t.data(), t.nbytes()) != 0)
-      return false;
-  }
-  return true;
 }
 
 // metrics.jsonl lines without the timing fields.
@@ -257,14 +234,14 @@ TEST_CASE("train: the CLI trains, resumes bit for bit after kill -9, and predict
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     CHECK(r.out.find(layout ? "resuming at epoch 3, batch 1 of 2 (after step 4)" : "resuming at epoch 2, batch 2 of 3 (after step 4)") !=
           std::string::npos);
-    CHECK(same_bits(params_of(a + "/model.npz"), params_of(b + "/model.npz")));
-    CHECK(same_bits(params_of(a + "/best.npz"), params_of(b + "/best.npz")));
+    CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
+    CHECK(same_bits(checkpoint_weights(a + "/best.npz"), checkpoint_weights(b + "/best.npz")));
     CHECK(metric_lines(a + "/metrics.jsonl") == metric_lines(b + "/metrics.jsonl"));
     // One thread gives the same weights as two.
     const std::string c = t.file(std::string(model) + "_c");
     r = run_gnn(std::string("train --model ") + model + " --out " + c + " " + base + extra + " --threads 1");
     REQUIRE(r.exit_code == 0);
-    CHECK(same_bits(params_of(a + "/model.npz"), params_of(c + "/model.npz")));
+    CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(c + "/model.npz")));
 
     // predict writes the competition's format; scoring it against the valid split gives eval's numbers.
     const std::string csv = t.file(std::string(model) + ".csv");
@@ -473,7 +450,7 @@ TEST_CASE("train: building the next batch on a second thread during each step ch
     };
     train("serial", 0);
     train("prefetch", 1);
-    CHECK(same_bits(params_of(t.file("serial/model.npz")), params_of(t.file("prefetch/model.npz"))));
+    CHECK(same_bits(checkpoint_weights(t.file("serial/model.npz")), checkpoint_weights(t.file("prefetch/model.npz"))));
     CHECK(metric_lines(t.file("serial/metrics.jsonl")) == metric_lines(t.file("prefetch/metrics.jsonl")));
   }
 }
@@ -505,7 +482,7 @@ TEST_CASE("train: every recipe trains on the GPU along the host's loss curve, an
     REQUIRE(cpu.size() == 3);
     REQUIRE(gpu.size() == cpu.size());
     for (size_t e = 0; e < cpu.size(); ++e) CHECK(gpu[e] == doctest::Approx(cpu[e]).epsilon(1e-3));
-    CHECK(same_bits(params_of(t.file("gpu1/model.npz")), params_of(t.file("gpu2/model.npz"))));
+    CHECK(same_bits(checkpoint_weights(t.file("gpu1/model.npz")), checkpoint_weights(t.file("gpu2/model.npz"))));
     CHECK(metric_lines(t.file("gpu1/metrics.jsonl")) == metric_lines(t.file("gpu2/metrics.jsonl")));
     // Predictions in chunks on the GPU (each chunk lands in one device buffer, read back once) equal
     // one pass over every config.

@@ -1,0 +1,102 @@
+#include "apps/train/data_parallel.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "dist/comm.h"
+#include "runtime/error.h"
+
+namespace gnn::train {
+
+namespace {
+
+// Each parameter's slice of the flat buffer starts on a 256-byte boundary, as an allocation would:
+// kernels that read gradients as float4 (the optimisers) need 16.
+constexpr int64_t kAlign = 64;
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+int64_t padded(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+DataParallel::DataParallel(std::vector<nn::NamedParam> params) : params_(std::move(params)) {
+  for (const nn::NamedParam& p : params_) {
+    GNN_CHECK(p.var.dtype() == DType::F32, "data-parallel training sums f32 gradients; parameter ", p.name, " is ",
+              dtype_name(p.var.dtype()));
+    GNN_CHECK(p.var.device() == params_.front().var.device(), "data-parallel training needs every parameter on one "
+              "device; ", p.name, " is on ", p.var.device().str());
+    total_ += padded(p.var.value().numel());
+  }
+  bytes_per_step_ = total_ * 4 + int64_t(2 + params_.size() + size_t(dist::world().size)) * 8;
+}
+
+std::vector<double> DataParallel::sum_counts(std::vector<double> local, int64_t step) {
+  const auto t = Clock::now();
+  dist::allreduce_sum(local.data(), int64_t(local.size()), "the loss counts of step " + std::to_string(step));
+  bytes_per_step_ = total_ * 4 + int64_t(2 + params_.size() + size_t(dist::world().size) + local.size()) * 8;
+  sync_seconds_ += since(t);
+  return local;
+}
+
+DataParallel::StepSums DataParallel::reduce(double local_loss, bool local_finite, int64_t local_configs, int64_t step) {
+  const dist::World& w = dist::world();
+  const size_t P = params_.size(), R = size_t(w.size);
+  const auto t = Clock::now();
+  steps_ += 1;
+  // [loss, configs, has_grad per parameter, not-finite per rank]
+  std::vector<double> sums(2 + P + R, 0.0);
+  sums[0] = local_finite ? local_loss : 0.0;
+  sums[1] = double(local_configs);
+  for (size_t i = 0; i < P; ++i) sums[2 + i] = params_[i].var.has_grad() ? 1 : 0;
+  sums[2 + P + size_t(w.rank)] = local_finite ? 0 : 1;
+  dist::allreduce_sum(sums.data(), int64_t(sums.size()), "the sums of step " + std::to_string(step));
+  sync_seconds_ += since(t);
+  StepSums out;
+  out.loss = sums[0], out.configs = int64_t(sums[1]);
+  for (size_t r = 0; r < R; ++r)
+    if (sums[2 + P + r] > 0) out.culprits.push_back(int(r));
+  out.finite = out.culprits.empty();
+  if (!out.finite) return out;
+
+  // The gradients: every parameter some rank has a gradient for, zeros where this rank has none.
+  const Device dev = params_.empty() ? Device::cpu() : params_.front().var.device();
+  Tensor flat = Tensor::zeros({total_}, DType::F32, dev);
+  int64_t at = 0;
+  for (size_t i = 0; i < P; ++i) {
+    const Tensor& v = params_[i].var.value();
+    const int64_t n = v.numel();
+    if (sums[2 + i] > 0 && params_[i].var.has_grad()) flat.slice(at, at + n).copy_from(params_[i].var.grad().reshape({n}));
+    at += padded(n);
+  }
+  const auto t_grad = Clock::now();
+  dist::allreduce_sum(flat, "the gradients of step " + std::to_string(step));
+  grad_seconds_ += since(t_grad);
+  sync_seconds_ += since(t_grad);
+  at = 0;
+  for (size_t i = 0; i < P; ++i) {
+    const Tensor& v = params_[i].var.value();
+    const int64_t n = v.numel();
+    if (sums[2 + i] > 0) params_[i].var.set_grad(flat.slice(at, at + n).reshape(v.shape().vec()));
+    else params_[i].var.zero_grad();
+    at += padded(n);
+  }
+  return out;
+}
+
+void DataParallel::check_same_weights(const std::string& when) const {
+  if (!dist::distributed()) return;
+  // FNV-1a over every parameter's bytes.
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const nn::NamedParam& p : params_) {
+    const Tensor v = p.var.value().on(Device::cpu());
+    const auto* b = static_cast<const unsigned char*>(v.data());
+    for (size_t k = 0; k < v.nbytes(); ++k) h = (h ^ b[k]) * 0x100000001b3ull;
+  }
+  const std::string mine(reinterpret_cast<const char*>(&h), sizeof h);
+  const std::vector<std::string> all = dist::allgather(mine, "the weight check " + when);
+  for (size_t r = 1; r < all.size(); ++r)
+    GNN_CHECK(all[r] == all[0], "rank ", r, "'s weights differ from rank 0's ", when,
+              ": the ranks must be started with the same flags (and the same build)");
+}
+
+}  // namespace gnn::train
