@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <set>
 
 #include "apps/checkpoint.h"
 #include "dist/comm.h"
+#include "io/npz.h"
 #include "nn/graph_util.h"
 #include "runtime/error.h"
 
@@ -67,14 +69,14 @@ uint64_t ModelGraph::bytes() const {
   return b;
 }
 
-ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p) {
+ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedup) {
   LoadOptions lo;
   lo.require_runtimes = false;  // test files have none; scoring asks for them where it needs them
   const TpuGraph raw = load_tpugraph(f.path, lo);
   GNN_CHECK(raw.layout == p.layout, f.path, ": a ", raw.layout ? "layout" : "tile", " graph given to a ",
             p.layout ? "layout" : "tile", " model");
   PreprocessOptions o;
-  o.node_transform = p.node, o.khops = p.layout ? p.khops : -1;
+  o.node_transform = p.node, o.khops = p.layout ? p.khops : -1, o.dedup_configs = dedup;
   PreprocessedGraph pg = preprocess(raw, o);
   ModelGraph m;
   m.file = f;
@@ -94,10 +96,25 @@ ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p) {
   return m;
 }
 
-GraphSource::GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uint64_t budget_bytes)
+int64_t file_configs(const DatasetFile& f, bool dedup) {
+  const std::string key = f.collection.is_layout() ? "node_config_feat" : "config_feat";
+  NpzReader r(f.path);
+  const NpzArrayInfo info = r.info(key);
+  GNN_CHECK(!info.header.shape.empty(), f.path, ": ", key, " is a scalar");
+  if (!dedup || info.header.shape[0] == 0) return info.header.shape[0];
+  const Tensor c = r.load(key);
+  const size_t row = c.nbytes() / size_t(c.size(0));
+  std::set<std::string> rows;
+  for (int64_t i = 0; i < c.size(0); ++i) rows.emplace(static_cast<const char*>(c.data()) + size_t(i) * row, row);
+  return int64_t(rows.size());
+}
+
+GraphSource::GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uint64_t budget_bytes, bool dedup)
     : files_(std::move(files)),
       prep_(std::move(prep)),
-      cache_(budget_bytes, [this](const std::string& key) { return prepare_graph(files_[std::stoul(key)], prep_); },
+      dedup_(dedup),
+      cache_(budget_bytes,
+             [this](const std::string& key) { return prepare_graph(files_[std::stoul(key)], prep_, dedup_); },
              [](const ModelGraph& g) { return g.bytes(); }) {}
 
 std::shared_ptr<const ModelGraph> GraphSource::get(size_t i) {

@@ -47,17 +47,23 @@ struct ModelGraph {
   int64_t num_configs() const { return config.size(0); }
   uint64_t bytes() const;
 };
-ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p);
+// dedup: one config per distinct config-feature row, the fastest (training only: prediction and
+// scoring need every config index of the file).
+ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedup = false);
+// How many configs the file holds: from its npy header alone, or with dedup the distinct rows of its
+// config features (that array alone is read).
+int64_t file_configs(const DatasetFile& f, bool dedup = false);
 
 // Prepares each graph once and keeps the results under a memory budget.
 class GraphSource {
  public:
-  GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uint64_t budget_bytes);
+  GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uint64_t budget_bytes, bool dedup = false);
   const std::vector<DatasetFile>& files() const { return files_; }
   std::shared_ptr<const ModelGraph> get(size_t i);
  private:
   std::vector<DatasetFile> files_;
   Preprocessing prep_;
+  bool dedup_ = false;
   LruCache<ModelGraph> cache_;
 };
 

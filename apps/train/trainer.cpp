@@ -128,12 +128,14 @@ class Run {
   TrainResult train();
 
  private:
-  Batch build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi);
+  std::vector<Batch> build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi);
   std::string batch_ids(const std::vector<int64_t>& order, int64_t bi) const;
-  void step(const Batch& b, int64_t epoch, int64_t bi);
+  void step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi);
   void end_epoch(int64_t epoch, double seconds, int64_t configs);
   void save(const std::string& path, bool with_optimizer);
   void fault() const;
+  bool stopped_early() const;
+  bool finished() const { return st_.step >= total_steps_ || st_.epoch >= plan_.epochs || stopped_early(); }
   TrainResult result() const;
 
   const TrainOptions& o_;
@@ -147,7 +149,9 @@ class Run {
   Preprocessing prep_;
   bool layout_ = false;
   int64_t G_ = 0, C_ = 0, chunk_ = 0, segment_ = 0;
+  int accumulate_ = 1;
   std::vector<DatasetFile> train_files_, valid_files_;
+  std::vector<int64_t> config_counts_;  // per training file, from its header
   std::unique_ptr<RankModel> model_;
   std::vector<nn::NamedParam> params_;
   std::optional<nn::Adam> opt_;
@@ -158,7 +162,7 @@ class Run {
   nn::LrSchedule sched_;
   double clip_ = 0;
   Progress progress_;
-  int64_t dp_configs_ = 0;  // the last step's configs over every rank
+  int64_t st_configs_step_ = 0;  // the last step's configs (over every rank)
   int64_t step_waits_ = 0, waited_steps_ = 0;  // the host's waits for the GPU within this process's steps
   Clock::time_point last_ckpt_;
   double last_score_ = NAN;
@@ -188,6 +192,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   prep_ = plan_.meta.prep;
   layout_ = recipe->kind == "layout";
   G_ = hp.integer("batch-graphs"), C_ = hp.integer("configs"), chunk_ = hp.integer("eval-chunk");
+  accumulate_ = int(hp.integer("accumulate"));
   segment_ = layout_ ? hp.integer("segment") : 0;
   memory_limit_.emplace(o.memory_limit);
   const uint64_t graph_budget =
@@ -228,7 +233,10 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     dp_->check_same_weights("at the start");
   }
 
-  train_src_.emplace(train_files_, prep_, graph_budget);
+  working_on_ = "reading the config counts of the training graphs";
+  const bool dedup = hp.str("dedup") == "on";
+  for (const DatasetFile& f : train_files_) config_counts_.push_back(file_configs(f, dedup));
+  train_src_.emplace(train_files_, prep_, graph_budget, dedup);
   valid_src_.emplace(valid_files_, prep_, graph_budget);
   n_ = int64_t(train_files_.size()), batches_ = (n_ + G_ - 1) / G_;
   total_steps_ = plan_.steps > 0 ? std::min(plan_.steps, plan_.epochs * batches_) : plan_.epochs * batches_;
@@ -293,27 +301,37 @@ void Run::save(const std::string& path, bool with_optimizer) {
 // unbroken one drew, and on a GPU the host can build batch bi + 1 on a second thread. In a data-parallel
 // job this rank builds its share (dist::shard) of the batch's graphs, each with what it would draw in
 // one process; a rank whose share is empty (a last batch of fewer graphs than ranks) gets no graphs.
-// Every graph of a batch gets the same number of configs: --configs, or the fewest any of the graphs
-// has (in a job of several ranks: the fewest among this rank's graphs).
-Batch Run::build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi) {
+// With --accumulate A the share is cut into A micro-batches (contiguous, the first ones one graph
+// larger), each run through forward and backward on its own. Every graph of a micro-batch gets the same
+// number of configs: --configs, or the fewest any graph of the whole batch has (read from the files'
+// headers up front, so every rank and micro-batch of a step agrees without loading the others' graphs).
+std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi) {
   const int64_t lo = bi * G_, hi = std::min(n_, (bi + 1) * G_);
   const dist::Range mine = dist::shard(hi - lo, world_.rank, world_.size);
-  if (mine.size() == 0) return Batch{};
-  std::vector<std::shared_ptr<const ModelGraph>> held;
-  std::vector<const ModelGraph*> graphs;
-  std::vector<Rng> rngs;
   int64_t cb = C_;
-  for (int64_t j = mine.begin; j < mine.end; ++j) {
-    held.push_back(train_src_->get(size_t(order[size_t(lo + j)])));
-    graphs.push_back(held.back().get());
-    rngs.push_back(graph_rng(plan_.seed, epoch, bi, j));
-    GNN_CHECK(held.back()->num_configs() >= 2 && !held.back()->target.empty(), held.back()->file.path,
-              ": a training graph needs runtimes and at least 2 configs");
-    cb = std::min(cb, held.back()->num_configs());
+  for (int64_t k = lo; k < hi; ++k) cb = std::min(cb, config_counts_[size_t(order[size_t(k)])]);
+  std::vector<Batch> micro;
+  for (int a = 0; a < accumulate_; ++a) {
+    const dist::Range part = dist::shard(mine.size(), a, accumulate_);
+    if (part.size() == 0) continue;
+    std::vector<std::shared_ptr<const ModelGraph>> held;
+    std::vector<const ModelGraph*> graphs;
+    std::vector<Rng> rngs;
+    for (int64_t j = mine.begin + part.begin; j < mine.begin + part.end; ++j) {
+      held.push_back(train_src_->get(size_t(order[size_t(lo + j)])));
+      graphs.push_back(held.back().get());
+      rngs.push_back(graph_rng(plan_.seed, epoch, bi, j));
+      GNN_CHECK(held.back()->num_configs() >= 2 && !held.back()->target.empty(), held.back()->file.path,
+                ": a training graph needs runtimes and at least 2 configs");
+      GNN_CHECK(held.back()->num_configs() >= cb, held.back()->file.path, ": holds ", held.back()->num_configs(),
+                " configs, its header said at least ", cb);
+    }
+    std::vector<std::vector<int64_t>> configs;
+    for (size_t g = 0; g < graphs.size(); ++g)
+      configs.push_back(sample_without_replacement(graphs[g]->num_configs(), cb, rngs[g]));
+    micro.push_back(make_batch(graphs, configs, segment_, rngs));
   }
-  std::vector<std::vector<int64_t>> configs;
-  for (size_t g = 0; g < graphs.size(); ++g) configs.push_back(sample_without_replacement(graphs[g]->num_configs(), cb, rngs[g]));
-  return make_batch(graphs, configs, segment_, rngs);
+  return micro;
 }
 
 std::string Run::batch_ids(const std::vector<int64_t>& order, int64_t bi) const {
@@ -323,33 +341,46 @@ std::string Run::batch_ids(const std::vector<int64_t>& order, int64_t bi) const 
 }
 
 // Forward, loss, backward and the optimiser; a non-finite loss or gradient stops the run, or with
-// --skip-nonfinite skips the batch (counted). In a data-parallel job the gradients are summed over the
-// ranks between the backward and the clipping (DataParallel), and every rank decides alike.
-void Run::step(const Batch& b, int64_t epoch, int64_t bi) {
+// --skip-nonfinite skips the batch (counted). The step's loss is the loss of its global batch: with
+// several micro-batches (--accumulate) or ranks, each part's loss terms are weighted by its share of the
+// counts they average over (loss_counts), the parts' gradients add up in the parameters (and, in a
+// data-parallel job, are summed over the ranks by DataParallel before the clipping), so the step is the
+// one-batch step up to rounding. One batch in one process runs unweighted, as it always has.
+void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
   model_->train();
   opt_->zero_grad();
-  std::vector<double> share;
-  if (dp_) {
-    const std::vector<double> local = loss_counts(plan_.hp, b);
-    const std::vector<double> global = dp_->sum_counts(local, st_.step + 1);
-    for (size_t t = 0; t < local.size(); ++t) share.push_back(global[t] > 0 ? local[t] / global[t] : 0.0);
+  const bool weighted = dp_ || micro.size() > 1;
+  std::vector<std::vector<double>> counts;
+  std::vector<double> global(2, 0.0);
+  for (const Batch& b : micro) {
+    counts.push_back(loss_counts(plan_.hp, b));
+    for (size_t t = 0; t < global.size(); ++t) global[t] += counts.back()[t];
   }
-  ag::Var pred;
+  if (dp_) global = dp_->sum_counts(global, st_.step + 1);
+  ag::Var pred;  // the last micro-batch's prediction (the one whose loss was not finite, if one was)
+  const Batch* last = nullptr;
   double lv = 0;
   bool finite = true;
-  if (b.graphs > 0) {
-    pred = model_->forward(b);
+  int64_t configs = 0;
+  for (size_t m = 0; m < micro.size() && finite; ++m) {
+    const Batch& b = micro[m];
+    configs += b.graphs * b.configs;
+    std::vector<double> share;
+    for (size_t t = 0; weighted && t < global.size(); ++t) share.push_back(global[t] > 0 ? counts[m][t] / global[t] : 0.0);
+    pred = model_->forward(b), last = &b;
     const ag::Var loss = batch_loss(plan_.hp, pred, b, share);
-    lv = loss.value().item();
-    finite = std::isfinite(lv);
+    const double part = loss.value().item();
+    finite = std::isfinite(part);
+    lv += part;
     if (finite) ag::backward(loss);
     else ag::clear_tape();
   }
   const bool local_finite = finite;
   std::vector<int> culprit_ranks;
+  st_configs_step_ = configs;
   if (dp_) {
-    const DataParallel::StepSums sums = dp_->reduce(lv, finite, b.graphs * b.configs, st_.step + 1);
-    lv = sums.loss, finite = sums.finite, dp_configs_ = sums.configs, culprit_ranks = sums.culprits;
+    const DataParallel::StepSums sums = dp_->reduce(lv, finite, configs, st_.step + 1);
+    lv = sums.loss, finite = sums.finite, st_configs_step_ = sums.configs, culprit_ranks = sums.culprits;
   }
   std::string what = "loss";
   if (finite) {
@@ -359,8 +390,8 @@ void Run::step(const Batch& b, int64_t epoch, int64_t bi) {
   }
   if (!finite) {
     std::string where;
-    if (pred.defined() && (!dp_ || !local_finite || what == "gradient")) {
-      where = "graph " + culprit(pred, b);
+    if (last && (!dp_ || !local_finite || what == "gradient")) {
+      where = "graph " + culprit(pred, *last);
     } else {  // another rank's loss: that rank's own message names its graph
       where = "the graphs of rank";
       for (int r : culprit_ranks) where += " " + std::to_string(r);
@@ -377,7 +408,7 @@ void Run::step(const Batch& b, int64_t epoch, int64_t bi) {
 }
 
 TrainResult Run::train() {
-  bool done = st_.step >= total_steps_ || st_.epoch >= plan_.epochs;
+  bool done = finished();
   const int64_t first_step = st_.step;
   const bool prefetch = o_.prefetch < 0 ? o_.device.is_cuda() : o_.prefetch > 0;
   last_ckpt_ = Clock::now();
@@ -387,17 +418,18 @@ TrainResult Run::train() {
     const std::vector<int64_t> order = sample_without_replacement(n_, n_, order_rng);
     const double epoch_seconds_before = st_.seconds;
     const int64_t epoch_configs_before = st_.configs, first_batch = st_.batch;
-    std::future<Batch> next;  // (destroyed before `order`, which it reads)
+    std::future<std::vector<Batch>> next;  // (destroyed before `order`, which it reads)
     for (int64_t bi = st_.batch; bi < batches_; ++bi) {
       working_on_ = detail::str_cat("step ", st_.step + 1, " (graphs", batch_ids(order, bi), ")");
       const auto t_step = Clock::now();
       const int64_t waits_before = cuda_host_waits();
-      const Batch b = (next.valid() ? next.get() : build_batch(e, order, bi)).to(o_.device);
+      std::vector<Batch> micro = next.valid() ? next.get() : build_batch(e, order, bi);
+      for (Batch& b : micro) b = b.to(o_.device);
       if (prefetch && bi + 1 < batches_ && st_.step + 1 < total_steps_)
         next = std::async(std::launch::async, [this, e, &order, bi] { return build_batch(e, order, bi + 1); });
-      step(b, e, bi);
+      step(micro, e, bi);
       if (o_.device.is_cuda()) step_waits_ += cuda_host_waits() - waits_before, waited_steps_ += 1;
-      st_.step += 1, st_.batch = bi + 1, st_.configs += dp_ ? dp_configs_ : b.graphs * b.configs;
+      st_.step += 1, st_.batch = bi + 1, st_.configs += st_configs_step_;
       st_.seconds += since(t_step);  // training time: batch building, forward, backward, step
       const double epoch_s = st_.seconds - epoch_seconds_before;
       const double cps = double(st_.configs - epoch_configs_before) / std::max(1e-9, epoch_s);
@@ -414,7 +446,11 @@ TrainResult Run::train() {
     }
     progress_.end_line();
     end_epoch(e, st_.seconds - epoch_seconds_before, st_.configs - epoch_configs_before);
-    done = st_.step >= total_steps_ || st_.epoch >= plan_.epochs;
+    done = finished();
+    if (stopped_early() && lead_ && !o_.quiet)
+      std::printf("stopping early: no better valid score in the last %lld epochs (--patience); the best was epoch "
+                  "%lld's, %.4f\n",
+                  (long long)plan_.hp.integer("patience"), (long long)st_.best_epoch, st_.best_score);
   }
   // A finished run given a new length, data or eval folder runs no step: record the change all the same.
   if (plan_.resuming && !plan_.notes.empty() && st_.step == first_step) save(model_path_, true);
@@ -481,6 +517,14 @@ void Run::fault() const {
   std::raise(SIGKILL);
 }
 
+// --patience P: the run ends once P epochs have passed without a better validation score (it needs a
+// valid split). Derived from the checkpoint's epoch and best epoch, so a resumed run stops where the
+// unbroken one did.
+bool Run::stopped_early() const {
+  const int64_t patience = plan_.hp.integer("patience");
+  return patience > 0 && !valid_files_.empty() && st_.epoch > 0 && st_.epoch - st_.best_epoch >= patience;
+}
+
 TrainResult Run::result() const {
   TrainResult r;
   r.epochs = st_.epoch, r.steps = st_.step, r.skipped = st_.skipped, r.best_score = st_.best_score;
@@ -492,6 +536,7 @@ TrainResult Run::result() const {
   j.set("steps", st_.step);
   j.set("skipped", st_.skipped);
   j.set("train_seconds", st_.seconds);
+  if (stopped_early()) j.set("stopped_early", true);
   if (std::isfinite(st_.best_score)) {
     j.set("best_valid_score", st_.best_score);
     j.set("best_epoch", st_.best_epoch);

@@ -65,7 +65,8 @@ TEST_CASE("distributed: 2 ranks follow 1 rank's loss curve, and two 2-rank runs 
     const std::string flags = std::string(" --model ") + model + " --data " + dataset() + " --epochs 3 --batch-graphs 4 " +
                               "--threads 1 --seed 5 " + (layout ? "--loss hinge --segment 200" : "--mse-weight 0.5");
     const std::string one = t.file(std::string(model) + "1"), two = t.file(std::string(model) + "2"),
-                      again = t.file(std::string(model) + "2b"), three = t.file(std::string(model) + "3");
+                      again = t.file(std::string(model) + "2b"), three = t.file(std::string(model) + "3"),
+                      parts = t.file(std::string(model) + "2a");
     auto r = run_gnn("train --out " + one + flags);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     r = run_gnn_mpi(2, "train --out " + two + flags);
@@ -78,20 +79,23 @@ TEST_CASE("distributed: 2 ranks follow 1 rank's loss curve, and two 2-rank runs 
     REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.err + r.out));
     r = run_gnn_mpi(3, "train --out " + three + flags);
     REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.err + r.out));
+    r = run_gnn_mpi(2, "train --out " + parts + flags + " --accumulate 2");  // 2 ranks x 2 micro-batches of 1 graph
+    REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.err + r.out));
 
     // Two runs of 2 ranks: the same bits (weights, Adam state, best checkpoint, metrics).
     CHECK(same_weights(two + "/model.npz", again + "/model.npz"));
     CHECK(same_weights(two + "/best.npz", again + "/best.npz"));
-    const auto m1 = metrics(one), m2 = metrics(two), m2b = metrics(again), m3 = metrics(three);
+    const auto m1 = metrics(one), m2 = metrics(two), m2b = metrics(again), m3 = metrics(three), m2a = metrics(parts);
     REQUIRE(m1.size() == 3);
     REQUIRE(m2.size() == 3);
     REQUIRE(m3.size() == 3);
+    REQUIRE(m2a.size() == 3);
     for (size_t e = 0; e < 3; ++e) {
       CHECK(m2[e]["train_loss"].as_number() == m2b[e]["train_loss"].as_number());
       CHECK(m2[e]["valid_score"].as_number() == m2b[e]["valid_score"].as_number());
       // The same global batches: the loss differs from one process's by the rounding of the sums over
       // ranks, amplified a little by Adam over 6 steps. Stated tolerance: 1e-4 relative.
-      for (const auto* m : {&m2, &m3}) {
+      for (const auto* m : {&m2, &m3, &m2a}) {
         const double a = m1[e]["train_loss"].as_number(), b = (*m)[e]["train_loss"].as_number();
         CHECK(std::fabs(a - b) <= 1e-4 * std::fabs(a));
       }
