@@ -99,7 +99,7 @@ Command demo_command() {
              {"out", "DIR", "keep the dataset and the runs here (default: a temporary directory, of which only the "
                             "report is kept)"}};
   c.details =
-      "Data: gnn synth writes tile kernels (30 nodes, 100 configs each) and layout programs (1000 nodes,\n"
+      "Data: gnn synth writes tile kernels (30 nodes, each of its tiles once, at most 100) and layout programs (1000 nodes,\n"
       "64 configs each) with runtimes from an analytic TPU-like cost model calibrated against the real samples\n"
       "(docs/synthetic.md). Models: tile-mlp and tile-earlyjoin-sage scored by 1 - slowdown@5 (the Kaggle tile\n"
       "score), layout-mlp and layout-resmodel by Kendall tau, on the test split (the generator keeps its\n"
@@ -134,7 +134,7 @@ Command demo_command() {
       auto t0 = std::chrono::steady_clock::now();
       synth::write_dataset(data.string(), t);
       synth::write_dataset(data.string(), l);
-      std::printf("  data     %lld tile kernels x 100 configs and %lld layout programs x 1000 nodes x 64 configs per "
+      std::printf("  data     %lld tile kernels x up to 100 configs and %lld layout programs x 1000 nodes x 64 configs per "
                   "split, in %.1f s (%s)\n\n",
                   (long long)tile_graphs, (long long)layout_graphs, seconds_since(t0), data.c_str());
       random_tile = random_ranking_score(data.string(), false);

@@ -297,6 +297,8 @@ std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t node
     out.emplace_back("node_splits", Tensor::from_vector(p.splits, Shape{1, int64_t(p.splits.size())}));
   } else {
     const Tensor cfg = random_tile_configs(p, configs, rng);
+    configs = cfg.size(0);  // the distinct tiles this kernel admits, at most --configs
+    runtime = Tensor::empty({configs}, DType::I64);
     for (int64_t c = 0; c < configs; ++c) {
       std::mt19937_64 noise(mix(seed ^ mix(uint64_t(c) + 1)));
       runtime.i64()[c] = int64_t(std::llround(tile_runtime(p, cfg.f32() + c * kTileConfigFeatures, m, &noise)));

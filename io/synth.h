@@ -74,7 +74,9 @@ double layout_runtime(const Program& p, const std::vector<int32_t>& config_nodes
 double tile_runtime(const Program& p, const float* cfg, const Machine& m, std::mt19937_64* noise_rng);
 
 // Random but valid configurations: layout [C, NC, 18] (entry 0 all -1, the compiler default);
-// tile [C, 24] (entry 0 the default tile, whose runtime is the normaliser).
+// tile [C', 24] (entry 0 the default tile, whose runtime is the normaliser), C' <= C distinct tiles: as an
+// autotuner proposes each tile once, a kernel whose shape admits few tiles gets few configs (at least 2:
+// a kernel with one tile lists it twice, as real single-tile kernels do).
 Tensor random_layout_configs(const Program& p, const std::vector<int32_t>& config_nodes, int64_t configs,
                              std::mt19937_64& rng);
 Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& rng);

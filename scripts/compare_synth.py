@@ -128,7 +128,7 @@ def within_hops(edge_index, nodes, sources, hops):
 
 
 def tile_stats(paths):
-    configs, nodes, targets, best = [], [], [], []
+    configs, distinct, nodes, targets, best = [], [], [], [], []
     degrees = np.zeros(4, dtype=np.int64)
     opcodes = np.zeros(OPCODE_BINS, dtype=np.int64)
     for path in paths:
@@ -137,6 +137,7 @@ def tile_stats(paths):
             y = z["config_runtime"].astype(np.float64) / z["config_runtime_normalizers"].astype(np.float64)
             n = opcode.shape[0]
             configs.append(y.shape[0])
+            distinct.append(y.shape[0] - duplicate_count(z["config_feat"]))
             nodes.append(n)
             degrees += degree_histogram(in_degrees(z["edge_index"], n))
             opcodes += np.bincount(opcode.astype(np.int64), minlength=OPCODE_BINS)[:OPCODE_BINS]
@@ -146,6 +147,8 @@ def tile_stats(paths):
     return {
         "kernels": len(paths),
         "configs": min_med_max(configs),
+        "distinct_configs": min_med_max(distinct),
+        "single_tile": float(np.mean([d == 1 for d in distinct])) if distinct else None,
         "nodes": min_med_max(nodes),
         **spread_stats(targets),
         "best_vs_default": min_med_max(best) if best else None,
@@ -233,6 +236,8 @@ def cell(stats, key, f):
 TILE_ROWS = [
     ("kernels", "kernels", num),
     ("configs per kernel (min / median / max)", "configs", triple),
+    ("distinct configs per kernel (min / median / max)", "distinct_configs", triple),
+    ("kernels whose configs are all one tile", "single_tile", pct),
     ("nodes per kernel (min / median / max)", "nodes", triple),
     ("runtime spread max/min per kernel (min / median / max)", "spread", triple),
     ("best config / default, min of runtime/normaliser (min / median / max)", "best_vs_default", triple),

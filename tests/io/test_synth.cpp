@@ -5,6 +5,7 @@
 #include <set>
 
 #include "io/npz.h"
+#include "io/preprocess.h"
 #include "io/synth.h"
 #include "io/tpugraphs.h"
 #include "testing.h"
@@ -143,6 +144,27 @@ TEST_CASE("synth: tile runtimes spread as the real kernels' do, and the default 
   CHECK(best_over_default[best_over_default.size() / 2] > 0.8);
 }
 
+TEST_CASE("synth: a tile kernel lists each of its tiles once, as many as its shape admits") {
+  // The real kernels list 2 to 579 configs, all distinct but for single-tile reshapes that list their
+  // one tile twice or three times. Before: every kernel had --configs rows, a quarter of them one tile
+  // repeated 200 times with only noise between the runtimes.
+  testing::TempDir tmp;
+  DatasetOptions o;
+  o.collection = "tile", o.graphs = 24, o.configs = 200, o.splits = {"train"}, o.seed = 2;
+  std::vector<int64_t> counts;
+  for (const std::string& path : write_dataset(tmp.file("t"), o)) {
+    const TpuGraph g = load_tpugraph(path);
+    const int64_t n = g.num_configs(), distinct = int64_t(distinct_configs(g).size());
+    CAPTURE(path);
+    CHECK(n >= 2);
+    CHECK(n <= 200);
+    CHECK((distinct == n || (n == 2 && distinct == 1)));
+    counts.push_back(n);
+  }
+  std::sort(counts.begin(), counts.end());
+  CHECK(counts.front() < counts.back());  // kernels differ in how many tiles they admit
+}
+
 TEST_CASE("cost model: a layout that disagrees with its neighbours pays for copies") {
   const Program p = dot_program();
   const std::vector<int32_t> cfg_nodes = {2};
@@ -211,7 +233,9 @@ assert l['node_config_feat'].shape == (5, l['node_config_ids'].shape[0], 18)
 assert set(np.unique(l['node_config_feat'])) <= set(range(-1, 6))
 assert l['config_runtime'].dtype == np.int64 and (l['config_runtime'] > 0).all()
 assert l['node_splits'].shape[0] == 1 and l['node_splits'][0, -1] == n
-assert t['config_feat'].shape == (5, 24) and (t['config_runtime_normalizers'] == t['config_runtime'][0]).all()
+assert 2 <= t['config_feat'].shape[0] <= 5 and t['config_feat'].shape[1] == 24
+assert t['config_runtime'].shape == t['config_runtime_normalizers'].shape == (t['config_feat'].shape[0],)
+assert (t['config_runtime_normalizers'] == t['config_runtime'][0]).all()
 print('numpy ok')
 )";
   CHECK(std::system((py + " " + tmp.file("check.py") + " " + layout + " " + tile).c_str()) == 0);
