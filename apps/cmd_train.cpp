@@ -202,7 +202,7 @@ Command eval_command() {
   c.flags = {{"run", "RUN", "the run directory of gnn train", "", true},
              {"data", "DIR", "the dataset", "", true},
              {"split", "NAME", "train | valid | test (test files have no runtimes)", "valid"},
-             {"checkpoint", "auto|best|last", "best.npz, model.npz, or best when it exists", "auto"},
+             {"checkpoint", "auto|best|last|swa", "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"},
              {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout metrics on them"},
              {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl)"},
              {"device", "cpu|cuda", "where to run", "cpu"},
@@ -244,7 +244,7 @@ Command predict_command() {
              {"data", "DIR", "the dataset", "", true},
              {"split", "NAME", "which split's files", "test"},
              {"out", "FILE", "the CSV to write (atomically)", "", true},
-             {"checkpoint", "auto|best|last", "best.npz, model.npz, or best when it exists", "auto"},
+             {"checkpoint", "auto|best|last|swa", "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"},
              {"device", "cpu|cuda", "where to run", "cpu"},
              {"threads", "T", "CPU threads (default: all)"},
              kCommTimeout};

@@ -297,6 +297,33 @@ std::vector<std::pair<std::string, Tensor>> Swa::average() const {
   return out;
 }
 
+void Swa::save(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
+  out.emplace_back(prefix + "count", Tensor::from_vector(std::vector<int64_t>{int64_t(snaps_.size())}));
+  for (size_t k = 0; k < snaps_.size(); ++k)
+    for (size_t i = 0; i < names_.size(); ++i) out.emplace_back(prefix + std::to_string(k) + "/" + names_[i], snaps_[k][i]);
+}
+
+void Swa::load(const std::string& prefix, const std::map<std::string, Tensor>& arrays, const std::vector<NamedParam>& params) {
+  snaps_.clear(), names_.clear();
+  const auto count = arrays.find(prefix + "count");
+  if (count == arrays.end()) return;  // a checkpoint from before SWA was on: no snapshots yet
+  GNN_CHECK(count->second.numel() == 1 && count->second.dtype() == DType::I64, prefix, "count: one i64 value expected");
+  for (const NamedParam& p : params) names_.push_back(p.name);
+  for (int64_t k = 0; k < count->second.i64()[0]; ++k) {
+    std::vector<Tensor> snap;
+    for (const NamedParam& p : params) {
+      const std::string key = prefix + std::to_string(k) + "/" + p.name;
+      const auto it = arrays.find(key);
+      GNN_CHECK(it != arrays.end(), "SWA: the checkpoint has no ", key);
+      GNN_CHECK(it->second.shape() == p.var.shape() && it->second.dtype() == DType::F64, "SWA: ", key, " is ",
+                it->second.desc(), ", the parameter ", p.var.value().desc());
+      snap.push_back(it->second);
+    }
+    snaps_.push_back(std::move(snap));
+  }
+  while (int64_t(snaps_.size()) > k_) snaps_.pop_front();
+}
+
 void Swa::apply(const std::vector<NamedParam>& params) const {
   const auto avg = average();
   GNN_CHECK(params.size() == avg.size(), "SWA: the parameter list changed");

@@ -103,6 +103,10 @@ class Swa {
   // Writes the average into the parameters.
   void apply(const std::vector<NamedParam>& params) const;
   int64_t count() const { return int64_t(snaps_.size()); }
+  // The snapshots as named f64 arrays (prefix + "count", prefix + "<i>/<parameter>", oldest first), for a
+  // checkpoint, and back (a resumed run averages what the unbroken one would).
+  void save(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
+  void load(const std::string& prefix, const std::map<std::string, Tensor>& arrays, const std::vector<NamedParam>& params);
 
  private:
   int64_t k_;

@@ -168,11 +168,16 @@ void append_line(const std::string& path, const std::string& line) {
 std::string run_checkpoint(const std::string& run, const std::string& which) {
   GNN_CHECK(fs::is_directory(run), "--run ", run, ": not a directory");
   const std::string best = (fs::path(run) / "best.npz").string(), last = (fs::path(run) / "model.npz").string();
+  if (which == "swa") {
+    const std::string swa = (fs::path(run) / "swa.npz").string();
+    GNN_CHECK(fs::exists(swa), "--checkpoint swa: ", swa, " does not exist (the run was trained without --swa?)");
+    return swa;
+  }
   if (which == "best") {
     GNN_CHECK(fs::exists(best), "--checkpoint best: ", best, " does not exist (the run had no valid split?)");
     return best;
   }
-  GNN_CHECK(which == "last" || which == "auto", "--checkpoint: expected best, last or auto, got '", which, "'");
+  GNN_CHECK(which == "last" || which == "auto", "--checkpoint: expected best, last, swa or auto, got '", which, "'");
   if (which == "auto" && fs::exists(best)) return best;
   GNN_CHECK(fs::exists(last), "--run ", run, ": no model.npz (not a gnn train run directory?)");
   return last;

@@ -134,6 +134,7 @@ class Run {
   void end_epoch(int64_t epoch, double seconds, int64_t configs);
   void save(const std::string& path, bool with_optimizer);
   void fault() const;
+  void end_epoch_swa(int64_t epoch, Json& line);
   bool stopped_early() const;
   bool finished() const { return st_.step >= total_steps_ || st_.epoch >= plan_.epochs || stopped_early(); }
   TrainResult result() const;
@@ -143,7 +144,7 @@ class Run {
   const dist::World& world_;
   const bool lead_;  // rank 0 (or the only process): writes the run directory and prints
   const fs::path dir_;
-  const std::string model_path_, best_path_, metrics_path_;
+  const std::string model_path_, best_path_, metrics_path_, swa_path_;
   RunPlan plan_;
   std::optional<ScopedMemoryLimit> memory_limit_;
   Preprocessing prep_;
@@ -156,6 +157,7 @@ class Run {
   std::vector<nn::NamedParam> params_;
   std::optional<nn::Adam> opt_;
   std::optional<DataParallel> dp_;  // with mpirun -np R > 1
+  std::optional<nn::Swa> swa_;      // --swa K
   State st_;
   std::optional<GraphSource> train_src_, valid_src_;
   int64_t n_ = 0, batches_ = 0, total_steps_ = 0;
@@ -177,6 +179,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
       model_path_((dir_ / "model.npz").string()),
       best_path_((dir_ / "best.npz").string()),
       metrics_path_((dir_ / "metrics.jsonl").string()),
+      swa_path_((dir_ / "swa.npz").string()),
       progress_(lead_ ? o.progress : 0) {
   if (o.out.empty()) bad_option("--out: no run directory given");
   if (o.epochs < 0) bad_option("--epochs must be at least 1");
@@ -198,7 +201,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   const uint64_t graph_budget =
       o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
   if (lead_)
-    for (const std::string& f : {model_path_, best_path_, metrics_path_}) remove_stale_temporaries(f);
+    for (const std::string& f : {model_path_, best_path_, metrics_path_, swa_path_}) remove_stale_temporaries(f);
 
   train_files_ = kind_files(plan_.data, recipe->kind, "train");
   valid_files_ = kind_files(plan_.data, recipe->kind, "valid");
@@ -226,6 +229,10 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     if (lead_) trim_metrics(metrics_path_, st_.epoch);
   } else if (lead_ && fs::exists(metrics_path_)) {
     fs::remove(metrics_path_);
+  }
+  if (hp.integer("swa") > 0) {
+    swa_.emplace(hp.integer("swa"));
+    if (plan_.resuming) swa_->load("swa/", plan_.meta.arrays, params_);
   }
   nn::move_parameters(*model_, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
   if (world_.size > 1) {
@@ -293,6 +300,7 @@ void Run::save(const std::string& path, bool with_optimizer) {
                                                                                  : fs::absolute(plan_.eval_indices).string())}};
   prep_.save(extra);
   st_.save(extra);
+  if (swa_ && path == model_path_) swa_->save("swa/", extra);
   save_checkpoint(path, params_, with_optimizer ? &*opt_ : nullptr, extra);
   stop_message();
 }
@@ -484,6 +492,7 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs) {
     st_.best_score = valid_score, st_.best_epoch = st_.epoch;
     save(best_path_, false);
   }
+  if (swa_) end_epoch_swa(e, line);
   if (dp_) {
     line.set("ranks", world_.size);
     line.set("allreduce_bytes_per_step", dp_->bytes_per_step());
@@ -502,6 +511,24 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs) {
     std::fflush(stdout);
   }
   if (o_.kill_after_steps > 0 && st_.step == o_.kill_after_steps) fault();
+}
+
+// --swa K: the epoch's weights join the last K epochs' snapshots; their average is written to
+// RUN/swa.npz and scored on the valid split (swa_valid_score), then training goes on from the epoch's
+// own weights. The snapshots travel in model.npz, so a resumed run averages what the unbroken one does.
+void Run::end_epoch_swa(int64_t e, Json& line) {
+  swa_->snapshot(params_);
+  std::vector<Tensor> own;
+  for (const nn::NamedParam& p : params_) own.push_back(p.var.value().clone());
+  swa_->apply(params_);
+  if (!valid_files_.empty()) {
+    model_->eval();
+    working_on_ = detail::str_cat("validation of the SWA weights after epoch ", e + 1);
+    line.set("swa_valid_score", evaluate(*model_, *valid_src_, chunk_, plan_.eval_indices).score);
+  }
+  line.set("swa_snapshots", swa_->count());
+  save(swa_path_, false);
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].var.set_value(own[i]);
 }
 
 // The test hooks --kill-after-steps / --stall-after-steps: this process (with --fault-rank, only that

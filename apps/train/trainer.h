@@ -73,7 +73,7 @@ struct LoadedModel {
   int64_t epoch = 0;
 };
 LoadedModel load_model(const std::string& checkpoint);
-// RUN/best.npz when it exists, else RUN/model.npz; `which` = best | last forces one.
+// RUN/best.npz when it exists, else RUN/model.npz; `which` = best | last | swa (RUN/swa.npz) forces one.
 std::string run_checkpoint(const std::string& run, const std::string& which);
 
 // Scores (lower = faster) for the listed configs of one graph, `chunk` configs per forward pass, on the

@@ -531,6 +531,45 @@ TEST_CASE("train: --dedup trains on each distinct config once, the fastest of it
   CHECK(fewest < 24);
 }
 
+TEST_CASE("train: --swa averages the last K epochs' weights into swa.npz, scored, resumed bit for bit") {
+  TempDir t;
+  const std::string base = " --model tile-mlp --data " + dataset() + " --batch-graphs 2 --swa 2";
+  const std::string whole = t.file("whole"), killed = t.file("killed");
+  auto r = run_gnn("train --out " + whole + base + " --epochs 4");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto lines = metric_lines(whole + "/metrics.jsonl");
+  REQUIRE(lines.size() == 4u);
+  for (size_t e = 0; e < 4; ++e) {
+    const Json j = Json::parse(lines[e]);
+    CHECK(j["swa_snapshots"].as_int() == std::min<int64_t>(int64_t(e) + 1, 2));
+    CHECK(std::isfinite(j["swa_valid_score"].as_number()));
+  }
+  // swa.npz holds the mean of epochs 3 and 4's weights: train the same run to 3 and to 4 epochs.
+  const std::string three = t.file("three");
+  r = run_gnn("train --out " + three + base + " --epochs 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto w3 = checkpoint_weights(three + "/model.npz"), w4 = checkpoint_weights(whole + "/model.npz");
+  const auto swa = checkpoint_weights(whole + "/swa.npz");
+  for (const auto& [k, v] : swa) {
+    CAPTURE(k);
+    REQUIRE(w3.count(k));
+    for (int64_t i = 0; i < v.numel(); ++i)
+      CHECK(v.f32()[i] == float((double(w3.at(k).f32()[i]) + double(w4.at(k).f32()[i])) / 2));
+  }
+  // Killed after epoch 3's checkpoint and resumed: the same snapshots, the same average.
+  r = run_gnn("train --out " + killed + base + " --epochs 4 --checkpoint-minutes 0 --kill-after-steps 9");
+  CHECK(r.exit_code != 0);
+  r = run_gnn("train --resume --out " + killed);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(same_bits(checkpoint_weights(whole + "/swa.npz"), checkpoint_weights(killed + "/swa.npz")));
+  CHECK(metric_lines(whole + "/metrics.jsonl") == metric_lines(killed + "/metrics.jsonl"));
+  // eval reads it with --checkpoint swa.
+  r = run_gnn("eval --run " + whole + " --data " + dataset() + " --checkpoint swa");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(Json::parse(last_line(r.out))["score"].as_number() ==
+        doctest::Approx(Json::parse(lines[3])["swa_valid_score"].as_number()).epsilon(1e-5));  // printed to 6 digits
+}
+
 TEST_CASE("train: building the next batch on a second thread during each step changes nothing") {
   for (const char* recipe : {"tile-earlyjoin-sage", "layout-resmodel"}) {
     CAPTURE(recipe);
