@@ -134,6 +134,7 @@ class Run {
   void end_epoch(int64_t epoch, double seconds, int64_t configs);
   void save(const std::string& path, bool with_optimizer);
   void fault() const;
+  void agree_on_plan() const;
   void end_epoch_swa(int64_t epoch, Json& line);
   bool stopped_early() const;
   bool finished() const { return st_.step >= total_steps_ || st_.epoch >= plan_.epochs || stopped_early(); }
@@ -188,6 +189,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
 
   // The recipe and its hyper-parameters: the command line's for a new run, the checkpoint's on resume.
   plan_ = plan_run(o, model_path_);
+  if (world_.size > 1) agree_on_plan();
   if (o.resume && !plan_.resuming && lead_)
     std::fprintf(stderr, "gnn train: --resume: %s does not exist yet; starting a new run\n", model_path_.c_str());
   const Recipe* recipe = plan_.recipe;
@@ -511,6 +513,33 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs) {
     std::fflush(stdout);
   }
   if (o_.kill_after_steps > 0 && st_.step == o_.kill_after_steps) fault();
+}
+
+// Every rank of a data-parallel job must start from the same plan: the same recipe, hyper-parameters,
+// seed and data, and the same checkpoint when resuming. A rank that sees another one (RUN or the data
+// on a filesystem it does not share, flags that differ) stops the job here, with both plans named,
+// instead of hanging in a collective the other ranks never reach.
+void Run::agree_on_plan() const {
+  const std::vector<std::pair<std::string, std::string>> fields = {
+      {"checkpoint", plan_.resuming ? model_path_ : "none (a new run)"},
+      {"recipe", plan_.recipe->name},
+      {"hyper-parameters", plan_.hp.json()},
+      {"seed", std::to_string(plan_.seed)},
+      {"data", fs::absolute(plan_.data).string()}};
+  std::string mine;
+  for (const auto& f : fields) mine += f.second + '\n';
+  const std::vector<std::string> all = dist::allgather(mine, "the check that every rank starts the same run");
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    size_t a = 0, b = 0;
+    for (const auto& [name, unused] : fields) {
+      const size_t ea = all[0].find('\n', a), eb = all[r].find('\n', b);
+      const std::string v0 = all[0].substr(a, ea - a), vr = all[r].substr(b, eb - b);
+      GNN_CHECK(v0 == vr, "rank ", r, "'s ", name, " is ", vr, ", rank 0's ", v0, ": every rank needs the same flags, "
+                "and RUN and --data on a filesystem every rank sees");
+      a = ea + 1, b = eb + 1;
+    }
+  }
 }
 
 // --swa K: the epoch's weights join the last K epochs' snapshots; their average is written to
