@@ -21,6 +21,8 @@
 #define GNN_WITH_NCCL 0
 #endif
 #if GNN_WITH_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only: the MPI-2 C++ bindings are gone from MPI 3 and warn under gcc 12
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 #if GNN_WITH_NCCL

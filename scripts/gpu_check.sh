@@ -10,6 +10,8 @@
 #   profile    one SAGE / GAT step at N = 100k, kernel by kernel, gnn's beside PyG's (bench/peers/cuda_profile.py, ncu)
 #   attention  graph self-attention (fused kernels) against torch's SDPA on padded graphs (bench/peers/cuda_attention.py)
 #   train      GCN/GAT/SAGE on Cora on the GPU; layout training configs/s on the GPU against the host
+#   dist       the data-parallel cases: the NCCL gradient sum on this GPU (one rank), and the mpirun
+#              cases when mpirun is installed (they skip, saying so, when it is not)
 # Usage: scripts/gpu_check.sh [PHASE ...]   (no phase: all, in the order above)
 # Environment: BUILD (build dir, default build), DATA (the shared data, default ../shared/data),
 # LOGS (a folder: each phase's output is also written to LOGS/PHASE.log), CMAKE_ARGS (extra configure
@@ -24,7 +26,7 @@ build=${BUILD:-build} data=${DATA:-../shared/data} logs=${LOGS:-} limit=${PHASE_
 gnn=$build/bin/gnn
 [ -d "$data" ] && data=$(cd "$data" && pwd)  # absolute: ctest runs each test in its own directory
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers profile attention train)
+[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers profile attention train dist)
 export build data gnn
 fail=0
 
@@ -49,6 +51,12 @@ phase_sanitize() {
 }
 
 phase_spmm() { python3 bench/peers/cuda_spmm.py --gnn "$gnn"; }
+
+phase_dist() {
+  "$gnn" info | grep -E "mpi_built|nccl_built|distributed"
+  "$build/bin/gnn_tests" -tc='distributed*' 2>&1 | grep -E "TEST CASE|SKIP|passed|failed" | tail -n 20
+  return "${PIPESTATUS[0]}"
+}
 
 phase_graphs() {
   local k n g r=0
