@@ -69,7 +69,8 @@ int64_t parse_memory_limit(const std::string& s) {
       if (cg >> v && !v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos)
         bytes = std::min<int64_t>(bytes, std::stoll(v));
     }
-    return bytes > 0 ? bytes / 10 * 9 : 0;
+    // under mpirun the ranks of a node share it
+    return bytes > 0 ? bytes / 10 * 9 / std::max(1, dist::world().local_size) : 0;
   }
   size_t end = 0;
   double v = -1;

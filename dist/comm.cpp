@@ -185,14 +185,22 @@ void init(int* argc, char*** argv) {
     std::exit(1);
   }
   g_mpi = true;
+  if (provided < MPI_THREAD_FUNNELED) {
+    std::fprintf(stderr, "gnn: this MPI library gives thread level %d, below MPI_THREAD_FUNNELED\n", provided);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(MPI_COMM_WORLD, &g_world.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &g_world.size);
   MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_world.rank, MPI_INFO_NULL, &local);
-  MPI_Comm_rank(local, &g_world.local_rank);
-  MPI_Comm_size(local, &g_world.local_size);
-  MPI_Comm_free(&local);
+  const bool ok = MPI_Comm_rank(MPI_COMM_WORLD, &g_world.rank) == MPI_SUCCESS &&
+                  MPI_Comm_size(MPI_COMM_WORLD, &g_world.size) == MPI_SUCCESS &&
+                  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_world.rank, MPI_INFO_NULL, &local) ==
+                      MPI_SUCCESS &&
+                  MPI_Comm_rank(local, &g_world.local_rank) == MPI_SUCCESS &&
+                  MPI_Comm_size(local, &g_world.local_size) == MPI_SUCCESS && MPI_Comm_free(&local) == MPI_SUCCESS;
+  if (!ok) {
+    std::fprintf(stderr, "gnn: MPI could not say this process's rank and node\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   if (g_world.size > 1) {
     set_stop_message("gnn: " + rank_prefix() + "stopped by the launcher (another rank ended first; its message, or "
                      "mpirun's, says why)\n");
@@ -311,6 +319,19 @@ void allreduce_sum(Tensor& t, const std::string& what) {
   else allreduce_sum(t.f64(), t.numel(), what);
 }
 
+void prepare_gpu(int device) {
+#if GNN_WITH_NCCL
+  if (g_world.size <= 1) return;
+  const int gpus = cuda_device_count();
+  GNN_CHECK(g_world.local_size <= gpus, rank_prefix(), g_world.local_size, " ranks share this node's ", gpus,
+            " GPU(s), and NCCL needs one GPU per rank: start at most ", gpus, " rank(s) per node (mpirun --map-by "
+            "ppr:", gpus, ":node), or train with --device cpu");
+  nccl_for(device);
+#else
+  (void)device;
+#endif
+}
+
 std::vector<std::string> allgather(const std::string& mine, const std::string& what) {
   if (g_world.size <= 1) return {mine};
 #if GNN_WITH_MPI
@@ -331,7 +352,7 @@ std::vector<std::string> allgather(const std::string& mine, const std::string& w
   }
   std::string all(size_t(total), '\0');
   MPI_Request req;
-  mpi_check(MPI_Iallgatherv(mine.data(), int(mine.size()), MPI_CHAR, all.data(), counts.data(), displs.data(), MPI_CHAR,
+  mpi_check(MPI_Iallgatherv(mine.data(), int(mine.size()), MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE,
                             MPI_COMM_WORLD, &req),
             "MPI_Iallgatherv", what);
   wait_request(req, what);
@@ -352,7 +373,7 @@ void broadcast(std::string& data, int root, const std::string& what) {
   data.resize(size_t(n));
   GNN_CHECK(n < double(int64_t(1) << 31), "dist::broadcast: ", what, ": more than 2 GiB");
   MPI_Request req;
-  mpi_check(MPI_Ibcast(data.data(), int(n), MPI_CHAR, root, MPI_COMM_WORLD, &req), "MPI_Ibcast", what);
+  mpi_check(MPI_Ibcast(data.data(), int(n), MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast", what);
   wait_request(req, what);
 #else
   (void)data, (void)root, (void)what;

@@ -61,6 +61,10 @@ void allreduce_sum(float* data, int64_t n, const std::string& what);
 // A host or GPU tensor (f32 or f64, contiguous), summed in place: on a GPU with NCCL through NCCL on the
 // device's stream, otherwise through the host with MPI.
 void allreduce_sum(Tensor& t, const std::string& what);
+// Before the first GPU sum: with NCCL and several ranks, checks that this node has a GPU per rank of
+// it (NCCL refuses two ranks on one GPU) and creates the communicator, so a problem shows at the start
+// rather than inside the first step. (Creating it is not under the timeout.) Nothing otherwise.
+void prepare_gpu(int device);
 // Every rank's string, in rank order, on every rank.
 std::vector<std::string> allgather(const std::string& mine, const std::string& what);
 // Rank `root`'s bytes on every rank (the others' `data` is replaced).

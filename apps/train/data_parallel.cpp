@@ -28,6 +28,7 @@ DataParallel::DataParallel(std::vector<nn::NamedParam> params) : params_(std::mo
     total_ += padded(p.var.value().numel());
   }
   bytes_per_step_ = total_ * 4 + int64_t(2 + params_.size() + size_t(dist::world().size)) * 8;
+  if (!params_.empty() && params_.front().var.device().is_cuda()) dist::prepare_gpu(params_.front().var.device().index);
 }
 
 std::vector<double> DataParallel::sum_counts(std::vector<double> local, int64_t step) {

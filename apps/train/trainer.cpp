@@ -282,10 +282,12 @@ Run::Run(const TrainOptions& o, std::string& working_on)
 void Run::save(const std::string& path, bool with_optimizer) {
   // What this rank says if mpirun stops it because another rank died (once the checkpoint is written).
   const auto stop_message = [&] {
+    // (rank 0 writes, on its own clock: only it knows which step the file holds)
     if (path == model_path_ && world_.size > 1)
       dist::set_stop_message(detail::str_cat("gnn train: ", dist::rank_prefix(), "stopped by the launcher (another "
                                              "rank ended first; its message, or mpirun's, says why); ", model_path_,
-                                             " holds step ", st_.step, ": --resume continues from there\n"));
+                                             lead_ ? detail::str_cat(" holds step ", st_.step) : " holds rank 0's last checkpoint",
+                                             ": --resume continues from there\n"));
   };
   if (!lead_) return stop_message();  // the ranks hold the same weights and state: rank 0 writes them
   working_on_ = detail::str_cat("writing ", path);
@@ -402,9 +404,11 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
     std::string where;
     if (last && (!dp_ || !local_finite || what == "gradient")) {
       where = "graph " + culprit(pred, *last);
-    } else {  // another rank's loss: that rank's own message names its graph
+    } else if (!culprit_ranks.empty()) {  // another rank's loss: that rank's own message names its graph
       where = "the graphs of rank";
       for (int r : culprit_ranks) where += " " + std::to_string(r);
+    } else {
+      where = "the other ranks' graphs (this rank had none this step)";
     }
     GNN_CHECK(o_.skip_nonfinite, "non-finite ", what, " at step ", st_.step + 1, " (epoch ", epoch + 1, ", batch ", bi + 1,
               ") from ", where, "; lower --lr, set --clip, or pass --skip-nonfinite to skip such batches");
@@ -525,7 +529,13 @@ void Run::agree_on_plan() const {
       {"recipe", plan_.recipe->name},
       {"hyper-parameters", plan_.hp.json()},
       {"seed", std::to_string(plan_.seed)},
-      {"data", fs::absolute(plan_.data).string()}};
+      {"data", fs::absolute(plan_.data).string()},
+      {"--epochs", std::to_string(plan_.epochs)},
+      {"--steps", std::to_string(plan_.steps)},
+      {"--max-graphs", std::to_string(plan_.max_graphs)},
+      {"--eval-indices", plan_.eval_indices},
+      {"--device", o_.device.is_cuda() ? "cuda" : "cpu"},
+      {"--skip-nonfinite", o_.skip_nonfinite ? "on" : "off"}};
   std::string mine;
   for (const auto& f : fields) mine += f.second + '\n';
   const std::vector<std::string> all = dist::allgather(mine, "the check that every rank starts the same run");
