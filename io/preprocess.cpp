@@ -145,7 +145,13 @@ ColumnTransform ColumnTransform::load(const std::string& prefix, const std::map<
 
 // ---- pruning -------------------------------------------------------------------------------------
 
-TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* kept_out) {
+HopDirection parse_hop_direction(const std::string& s) {
+  if (s == "both") return HopDirection::kBoth;
+  if (s == "consumers") return HopDirection::kConsumers;
+  GNN_FAIL("unknown hop direction '", s, "' (both, consumers)");
+}
+
+TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* kept_out, HopDirection dir) {
   if (!g.layout || k < 0) {
     if (kept_out) {
       kept_out->resize(size_t(g.num_nodes()));
@@ -160,13 +166,14 @@ TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* k
     const int64_t v = g.node_config_ids.i64()[i];
     depth[size_t(v)] = 0, frontier.push_back(int32_t(v));
   }
-  // Breadth-first over both directions: CSR rows hold a node's inputs, CSC rows its consumers.
+  // Breadth-first: CSR rows hold a node's inputs, CSC rows its consumers.
   const int32_t *rp = csr.csr_indptr.i32(), *ri = csr.csr_indices.i32();
   const int32_t *cp = csr.csc_indptr.i32(), *ci = csr.csc_indices.i32();
+  const bool inputs = dir == HopDirection::kBoth;
   for (int d = 1; d <= k && !frontier.empty(); ++d) {
     std::vector<int32_t> next;
     for (int32_t v : frontier) {
-      for (int32_t p = rp[v]; p < rp[v + 1]; ++p)
+      for (int32_t p = rp[v]; inputs && p < rp[v + 1]; ++p)
         if (depth[size_t(ri[p])] < 0) depth[size_t(ri[p])] = d, next.push_back(ri[p]);
       for (int32_t q = cp[v]; q < cp[v + 1]; ++q)
         if (depth[size_t(ci[q])] < 0) depth[size_t(ci[q])] = d, next.push_back(ci[q]);
@@ -265,7 +272,7 @@ uint64_t PreprocessedGraph::bytes() const {
 
 PreprocessedGraph preprocess(const TpuGraph& g, const PreprocessOptions& options) {
   PreprocessedGraph p;
-  p.graph = prune_to_configurable(g, options.khops, &p.original_node);
+  p.graph = prune_to_configurable(g, options.khops, &p.original_node, options.khops_direction);
   if (options.dedup_configs) {
     p.original_config = distinct_configs(p.graph);
     p.graph = select_configs(p.graph, p.original_config);

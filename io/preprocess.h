@@ -62,11 +62,16 @@ class ColumnTransform {
   std::vector<double> shift_, scale_;
 };
 
-// Keeps the nodes within k hops (either edge direction) of a configurable node; node ids keep their
-// order, so edges still point from higher to lower ids. Tile graphs have no configurable nodes and
-// come back unchanged; k < 0 means no pruning. `kept`, when given, receives the original id of each
-// kept node.
-TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* kept = nullptr);
+// Which edges a hop follows from a configurable node: either direction (kBoth), or only from a node to
+// the nodes that consume its output (kConsumers: the 6th place solution's 5-hop region, downstream).
+enum class HopDirection { kBoth, kConsumers };
+HopDirection parse_hop_direction(const std::string& s);  // "both" | "consumers"
+
+// Keeps the nodes within k hops of a configurable node, following `dir`; node ids keep their order, so
+// edges still point from higher to lower ids. Tile graphs have no configurable nodes and come back
+// unchanged; k < 0 means no pruning. `kept`, when given, receives the original id of each kept node.
+TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* kept = nullptr,
+                               HopDirection dir = HopDirection::kBoth);
 
 // Indices of the configs to keep: one per distinct config feature row, the one with the lowest
 // runtime (lowest index on ties, and when there are no runtimes), ascending.
@@ -77,6 +82,7 @@ struct PreprocessOptions {
   ColumnTransform node_transform;  // fitted on train
   int khops = -1;                  // -1: keep every node
   bool dedup_configs = false;
+  HopDirection khops_direction = HopDirection::kBoth;
 };
 
 struct PreprocessedGraph {

@@ -24,6 +24,23 @@ ResGcnLayer::ResGcnLayer(int64_t dim, Rng& rng, Act act) : lin_(dim, dim, rng, f
   bias = add_param("bias", Tensor::zeros({dim}, DType::F32));
 }
 
+LinearNormAct::LinearNormAct(int64_t in, int64_t out, Rng& rng, Act act, bool bias)
+    : lin_(in, out, rng, bias), act_(act) {
+  add_child("lin", &lin_);
+}
+
+ag::Var LinearNormAct::forward(const ag::Var& x, int64_t C, const Tensor& ptr) const {
+  const ag::Var y = ag::instance_norm(node_major(lin_.forward(per_config(x, C)), C), ag::Var(), ag::Var(), ptr);
+  return ag::activation(y, act_);
+}
+
+ConsumerSage::ConsumerSage(int64_t in, int64_t out, Rng& rng) : lin_(2 * in, out, rng) { add_child("lin", &lin_); }
+
+ag::Var ConsumerSage::forward(const Batch& b, const ag::Var& x, int64_t C) const {
+  const ag::Var agg = ag::spmm(b.consumers(), x, Reduce::kMean);  // C*D values per neighbour in one gather
+  return node_major(lin_.forward(ag::concat_cols({per_config(agg, C), per_config(x, C)})), C);
+}
+
 Tensor config_graph(const Batch& b) {
   Tensor t = Tensor::empty({b.graphs * b.configs}, DType::I32);
   for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = int32_t(i / b.configs);

@@ -37,6 +37,44 @@ class ResGcnLayer : public nn::Module {
   Act act_;
 };
 
+// ---- the 6th place's layers (recipe_layout_sage_6th.cpp, recipe_layout_gin_6th.cpp) ---------------
+// Its norm is torch's InstanceNorm1d without affine parameters, on [configs, nodes, D] over the nodes,
+// and on the pooled [configs, D] over the configs of the slate.
+// x [N, C*D] normalised over the nodes of each graph, per config and channel.
+inline ag::Var node_norm(const Batch& b, const ag::Var& x) { return ag::instance_norm(x, ag::Var(), ag::Var(), b.graph_ptr); }
+
+// act(norm(x W (+ b))) on config-batched rows x [R, C*in] -> [R, C*out], the norm over each group of
+// rows of `ptr` per config and channel: the node rows of each graph (graph_ptr, C configs), or the
+// pooled rows [G*C, in] of each graph's configs (group_ptr, C = 1).
+class LinearNormAct : public nn::Module {
+ public:
+  LinearNormAct(int64_t in, int64_t out, Rng& rng, Act act, bool bias = false);
+  ag::Var forward(const ag::Var& x, int64_t C, const Tensor& ptr) const;
+ private:
+  nn::Linear lin_;
+  Act act_;
+};
+
+// PyG's SAGEConv (mean) on [N, C*D], each node aggregating the nodes that consume it (Batch::consumers):
+// mean_{u consumes v} x_u W_l + b + x_v W_r, W_l over W_r in one [2D, out] weight. Returns [N, C*out].
+class ConsumerSage : public nn::Module {
+ public:
+  ConsumerSage(int64_t in, int64_t out, Rng& rng);
+  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
+ private:
+  nn::Linear lin_;
+};
+
+// The 6th place's data and training settings with the model widths (recipe_layout_sage_6th.cpp).
+std::vector<HParamSpec> hparams_6th(const char* hidden, const char* op_embed);
+
+// Dropout in training with masks drawn from the batch's noise_seed (and `salt`, one per site), so a
+// resumed run draws what the unbroken one drew.
+inline ag::Var batch_dropout(const Batch& b, const ag::Var& x, double p, bool training, uint64_t salt) {
+  Rng rng(b.noise_seed ^ (salt * 0x9E3779B97F4A7C15ull));
+  return ag::dropout(x, p, rng, training);
+}
+
 // The graph of each (graph, config) row: i32 [G*C] = 0,..,0 (C times), 1, ...
 Tensor config_graph(const Batch& b);
 // Graph-level rows [G, D] repeated for each config: [G*C, D].

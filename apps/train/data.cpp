@@ -16,6 +16,7 @@ namespace gnn::train {
 void Preprocessing::save(std::vector<std::pair<std::string, Tensor>>& out) const {
   out.emplace_back("prep/layout", i64_tensor(layout ? 1 : 0));
   out.emplace_back("prep/khops", i64_tensor(khops));
+  out.emplace_back("prep/khops_consumers", i64_tensor(hops == HopDirection::kConsumers ? 1 : 0));
   node.save("prep/node/", out);
   config.save("prep/config/", out);
 }
@@ -24,13 +25,16 @@ Preprocessing Preprocessing::load(const std::map<std::string, Tensor>& arrays, c
   Preprocessing p;
   p.layout = get_i64(arrays, "prep/layout", file) != 0;
   p.khops = int(get_i64(arrays, "prep/khops", file));
+  // Absent from models written before the direction existed: they followed both.
+  if (arrays.count("prep/khops_consumers") && get_i64(arrays, "prep/khops_consumers", file) != 0)
+    p.hops = HopDirection::kConsumers;
   p.node = ColumnTransform::load("prep/node/", arrays);
   p.config = ColumnTransform::load("prep/config/", arrays);
   return p;
 }
 
 Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layout, FeatureTransform node,
-                                FeatureTransform config, int khops) {
+                                FeatureTransform config, int khops, HopDirection hops) {
   GNN_CHECK(!train.empty(), "no training graphs to fit the preprocessing on");
   ColumnStats node_stats, config_stats;
   // In a data-parallel job each rank reads its share of the files and the statistics are merged in
@@ -38,7 +42,7 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
   const dist::World& w = dist::world();
   const dist::Range mine = dist::shard(int64_t(train.size()), w.rank, w.size);
   for (int64_t i = mine.begin; i < mine.end; ++i) {
-    const TpuGraph g = prune_to_configurable(load_tpugraph(train[size_t(i)].path), layout ? khops : -1);
+    const TpuGraph g = prune_to_configurable(load_tpugraph(train[size_t(i)].path), layout ? khops : -1, nullptr, hops);
     node_stats.add(g.node_feat);
     if (!layout) config_stats.add(g.config_feat);
   }
@@ -56,7 +60,7 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
     }
   }
   Preprocessing p;
-  p.layout = layout, p.khops = layout ? khops : -1;
+  p.layout = layout, p.khops = layout ? khops : -1, p.hops = hops;
   p.node = ColumnTransform(node, node_stats);
   if (!layout) p.config = ColumnTransform(config, config_stats);
   return p;
@@ -76,7 +80,7 @@ ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedu
   GNN_CHECK(raw.layout == p.layout, f.path, ": a ", raw.layout ? "layout" : "tile", " graph given to a ",
             p.layout ? "layout" : "tile", " model");
   PreprocessOptions o;
-  o.node_transform = p.node, o.khops = p.layout ? p.khops : -1, o.dedup_configs = dedup;
+  o.node_transform = p.node, o.khops = p.layout ? p.khops : -1, o.khops_direction = p.hops, o.dedup_configs = dedup;
   PreprocessedGraph pg = preprocess(raw, o);
   ModelGraph m;
   m.file = f;
@@ -147,6 +151,13 @@ const Batch::Gcn& Batch::gcn() const {
   return *gcn_;
 }
 
+const Graph& Batch::consumers() const {
+  if (!consumers_)
+    consumers_ = std::make_shared<const Graph>(
+        Graph::from_edge_index(edges, nodes, EdgeColumns::kSrcDst, "batch edges").on(graph.device()));
+  return *consumers_;
+}
+
 const nn::SharePlan& Batch::share_plan(int64_t steps) const {
   if (!share_ || share_->steps() != steps) {
     const Device dev = graph.device();
@@ -165,6 +176,7 @@ Batch Batch::to(Device device) const {
   b.host_graph_ = std::make_shared<const Graph>(graph);
   b.gcn_.reset();
   b.share_.reset();
+  b.consumers_.reset();
   b.keep_host_ = keep_grad;
   std::vector<Tensor*> arrays = b.graph.arrays();
   arrays.insert(arrays.end(), {&b.x, &b.config_feat, &b.node_config, &b.keep_grad});
@@ -212,6 +224,8 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
   b.node_graph = Tensor::empty({N}, DType::I32);
   std::vector<int64_t> src, dst;
   src.reserve(size_t(2 * E)), dst.reserve(size_t(2 * E));
+  b.edges = Tensor::empty({E, 2}, DType::I64);
+  int64_t* be = b.edges.i64();
   for (int64_t g = 0; g < G; ++g) {
     const ModelGraph& m = *graphs[size_t(g)];
     const int64_t off = ptr[size_t(g)], n = m.num_nodes();
@@ -220,6 +234,7 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
     std::fill(b.node_graph.i32() + off, b.node_graph.i32() + off + n, int32_t(g));
     const int64_t* e = m.edges.i64();
     for (int64_t i = 0; i < m.edges.size(0); ++i) {  // row [u, v]: u consumes v; messages both ways
+      *be++ = off + e[2 * i], *be++ = off + e[2 * i + 1];
       src.push_back(off + e[2 * i + 1]), dst.push_back(off + e[2 * i]);
       src.push_back(off + e[2 * i]), dst.push_back(off + e[2 * i + 1]);
     }

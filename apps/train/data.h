@@ -24,6 +24,7 @@ namespace gnn::train {
 struct Preprocessing {
   bool layout = false;
   int khops = -1;         // layout: prune to the k-hop region of the configurable nodes (-1: keep all)
+  HopDirection hops = HopDirection::kBoth;  // which edges a hop follows
   ColumnTransform node;   // node_feat [N, 140] -> [N, F]
   ColumnTransform config; // tile config_feat [C, 24] -> [C, B]; identity for layout (values in -1..5)
   int64_t node_features() const { return node.out_features(); }
@@ -32,7 +33,7 @@ struct Preprocessing {
   static Preprocessing load(const std::map<std::string, Tensor>& arrays, const std::string& file);
 };
 Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layout, FeatureTransform node,
-                                FeatureTransform config, int khops);
+                                FeatureTransform config, int khops, HopDirection hops = HopDirection::kBoth);
 
 // One graph ready for the models.
 struct ModelGraph {
@@ -75,6 +76,11 @@ struct Batch {
   Tensor graph_ptr;    // i64 [G+1] node rows of each graph
   Tensor node_graph;   // i32 [N] the graph of each node
   Graph graph;         // A + A^T: every edge both ways (the official SAGE aggregation)
+  Tensor edges;        // i64 [E, 2] rows [u, v] (u consumes v) in batch numbering, on the host
+  // The edges against the data's direction: row v lists the nodes that consume v's output, so an
+  // aggregation brings each node its consumers (the 6th place's SAGE and GIN layers, PyG's default flow
+  // on the files' edge_index). Built on first use, on the batch's device.
+  const Graph& consumers() const;
   // A + A^T + I with weight f32 [E'] = 1 / sqrt(deg(u) deg(v)) per CSR position: the GCN recipes'
   // graph, built on first use (the SAGE and MLP recipes never pay for it) and shared by every layer.
   struct Gcn {
@@ -93,6 +99,9 @@ struct Batch {
   Tensor target;       // f64 [G*C] (undefined without runtimes)
   Tensor group_ptr;    // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
   Tensor keep_grad;    // u8 [N] nodes whose gradient flows (segment training); undefined: all
+  // Seeds what a model draws in training (dropout masks): the trainer sets it from (seed, epoch, batch,
+  // first graph), so a resumed run draws what the unbroken one drew.
+  uint64_t noise_seed = 0;
 
   // The batch with its float inputs (x, config_feat, node_config), graphs and keep_grad (read by every
   // layer's keep_grad_rows) on `device`, in one transfer (Tensor::to_packed); the other index arrays
@@ -103,6 +112,7 @@ struct Batch {
  private:
   mutable std::shared_ptr<const Gcn> gcn_;
   mutable std::shared_ptr<const nn::SharePlan> share_;
+  mutable std::shared_ptr<const Graph> consumers_;
   Tensor keep_host_;  // set by to(): keep_grad's host copy
   std::shared_ptr<const Graph> host_graph_;  // set by to(): gcn() builds on the host, then moves
 };

@@ -31,10 +31,12 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
   const Device dev = params.empty() ? Device::cpu() : params.front().var.device();
   // Every chunk's prediction lands in one buffer on the model's device, read back once at the end: on a
   // GPU the host builds chunk k + 1 while the device runs chunk k, and waits for the device once per graph.
-  const int64_t n = int64_t(configs.size());
+  // Chunks of near-equal size (at most `chunk`): a model that normalises across the configs of a batch
+  // (layout-sage-6th's head) would otherwise score a last chunk of one config against nothing.
+  const int64_t n = int64_t(configs.size()), pieces = (n + chunk - 1) / chunk;
   Tensor all;
-  for (int64_t at = 0; at < n; at += chunk) {
-    const int64_t end = std::min(n, at + chunk);
+  for (int64_t k = 0; k < pieces; ++k) {
+    const int64_t at = n * k / pieces, end = n * (k + 1) / pieces;
     const std::vector<int64_t> part(configs.begin() + at, configs.begin() + end);
     const Batch b = make_batch({&g}, {part}).to(dev);
     const Tensor p = model.forward(b).value();

@@ -168,6 +168,8 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
   };
   if (layout) {
     h.push_back(integer_hp("khops", "-1", -1, kMany, "keep nodes within k hops of a configurable node (-1: every node)"));
+    h.push_back(choice_hp("khops-direction", "both", "both|consumers",
+                          "the edges a --khops hop follows: both directions, or from a node to its consumers"));
     h.push_back(integer_hp("segment", "5000", 0, kMany, "segment training: gradients through a random contiguous range "
                                                        "of this many nodes per graph (0: all)"));
   } else {
@@ -186,7 +188,8 @@ const std::vector<Recipe>& recipes() {
   static const std::vector<Recipe> all = {tile_mlp_recipe(),           tile_earlyjoin_sage_recipe(),
                                           tile_latejoin_sage_recipe(), tile_earlyjoin_resgcn_recipe(),
                                           tile_latejoin_resgcn_recipe(), layout_resmodel_recipe(),
-                                          layout_mlp_recipe()};
+                                          layout_mlp_recipe(),         layout_sage_6th_recipe(),
+                                          layout_gin_6th_recipe()};
   return all;
 }
 

@@ -61,6 +61,9 @@ struct Recipe {
   std::string kind;     // tile | layout
   std::string summary;  // one line: what it is and where it comes from
   std::vector<HParamSpec> hparams;  // the training ones (common_hparams) plus the model's own
+  // A config's score depends on the configs scored beside it in a batch (a norm or an attention across
+  // the config axis); graphs never affect each other.
+  bool configs_interact = false;
   std::function<std::unique_ptr<RankModel>(const HParams&, const ModelDims&, Rng&)> build;
   HParams defaults() const;
 };
@@ -80,5 +83,7 @@ Recipe tile_earlyjoin_resgcn_recipe();
 Recipe tile_latejoin_resgcn_recipe();
 Recipe layout_resmodel_recipe();
 Recipe layout_mlp_recipe();
+Recipe layout_sage_6th_recipe();
+Recipe layout_gin_6th_recipe();
 
 }  // namespace gnn::train

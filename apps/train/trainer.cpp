@@ -216,7 +216,8 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   if (!plan_.resuming) {
     prep_ = fit_preprocessing(train_files_, layout_, parse_feature_transform(hp.str("node-transform")),
                               layout_ ? FeatureTransform::kNone : parse_feature_transform(hp.str("config-transform")),
-                              layout_ ? int(hp.integer("khops")) : -1);
+                              layout_ ? int(hp.integer("khops")) : -1,
+                              layout_ ? parse_hop_direction(hp.str("khops-direction")) : HopDirection::kBoth);
     if (lead_) fs::create_directories(dir_);
   }
 
@@ -342,6 +343,7 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
     for (size_t g = 0; g < graphs.size(); ++g)
       configs.push_back(sample_without_replacement(graphs[g]->num_configs(), cb, rngs[g]));
     micro.push_back(make_batch(graphs, configs, segment_, rngs));
+    micro.back().noise_seed = graph_rng(plan_.seed, epoch, bi, mine.begin + part.begin).next() ^ 0x6e6f697365ull;
   }
   return micro;
 }

@@ -76,9 +76,10 @@ LoadedModel load_model(const std::string& checkpoint);
 // RUN/best.npz when it exists, else RUN/model.npz; `which` = best | last | swa (RUN/swa.npz) forces one.
 std::string run_checkpoint(const std::string& run, const std::string& which);
 
-// Scores (lower = faster) for the listed configs of one graph, `chunk` configs per forward pass, on the
-// device of the model's parameters (batches are moved there, the scores copied back). A
-// non-finite score (a diverged model) becomes the largest double, with a warning: it ranks last.
+// Scores (lower = faster) for the listed configs of one graph, in the fewest forward passes of at most
+// `chunk` configs, of near-equal size, on the device of the model's parameters (batches are moved
+// there, the scores copied back). A non-finite score (a diverged model) becomes the largest double,
+// with a warning: it ranks last.
 std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs,
                                     int64_t chunk);
 

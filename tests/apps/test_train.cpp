@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <set>
 
 #include "apps/scoring.h"
 #include "apps/train/trainer.h"
@@ -74,16 +75,29 @@ TEST_CASE("train: every recipe scores a config the same in a batch of C configs 
     for (int64_t& c : c1) c %= g1.num_configs();
     const Tensor both = model->forward(make_batch({&g0, &g1}, {c0, c1})).value();
     REQUIRE(both.numel() == 8);
-    for (int g = 0; g < 2; ++g)
+    for (int g = 0; g < 2; ++g) {
+      const ModelGraph& m = g ? g1 : g0;
+      // A recipe whose configs interact scores a graph's 4 configs alone as in the two-graph batch.
+      const Tensor graph_alone = model->forward(make_batch({&m}, {g ? c1 : c0})).value();
       for (int k = 0; k < 4; ++k) {
-        const ModelGraph& m = g ? g1 : g0;
         const int64_t c = (g ? c1 : c0)[size_t(k)];
-        const float alone = model->forward(make_batch({&m}, {{c}})).value().f32()[0];
+        const float alone = r.configs_interact ? graph_alone.f32()[k] : model->forward(make_batch({&m}, {{c}})).value().f32()[0];
         CHECK(both.f32()[g * 4 + k] == doctest::Approx(alone).epsilon(1e-5));
       }
-    // predict_configs in chunks equals one batch.
-    const std::vector<double> chunked = predict_configs(*model, g0, c0, 3);
-    for (int k = 0; k < 4; ++k) CHECK(chunked[size_t(k)] == doctest::Approx(both.f32()[k]).epsilon(1e-5));
+    }
+    // predict_configs in chunks of at most 3 equals one batch, or for interacting configs the batches of
+    // the chunks: 7 configs in 3 near-equal chunks, [0, 2), [2, 4), [4, 7).
+    std::vector<int64_t> seven;
+    for (int64_t k = 0; k < 7; ++k) seven.push_back((k * 3) % g0.num_configs());
+    const std::vector<double> chunked = predict_configs(*model, g0, seven, 3);
+    REQUIRE(chunked.size() == 7);
+    const std::vector<int64_t> bounds = r.configs_interact ? std::vector<int64_t>{0, 2, 4, 7} : std::vector<int64_t>{0, 7};
+    for (size_t p = 0; p + 1 < bounds.size(); ++p) {
+      const std::vector<int64_t> part(seven.begin() + bounds[p], seven.begin() + bounds[p + 1]);
+      const Tensor whole = model->forward(make_batch({&g0}, {part})).value();
+      for (int64_t k = 0; k < whole.numel(); ++k)
+        CHECK(chunked[size_t(bounds[p] + k)] == doctest::Approx(whole.f32()[k]).epsilon(1e-5));
+    }
   }
 }
 
@@ -213,6 +227,19 @@ TEST_CASE("train: batches share structure and hold the right targets, segments c
   CHECK(kept == 200);
   // With a segment as large as every graph, nothing is cut.
   CHECK_FALSE(make_batch({&a}, {{0, 1}}, a.num_nodes(), &rng).keep_grad.defined());
+  // consumers(): row v lists the nodes u of the rows [u, v] of its own graph's edges, in batch numbering.
+  const Graph& users = batch.consumers();
+  CHECK(users.num_edges == a.edges.size(0) + b.edges.size(0));
+  std::multiset<std::pair<int64_t, int64_t>> want, got;
+  for (const ModelGraph* m : {&a, &b})
+    for (int64_t i = 0; i < m->edges.size(0); ++i) {
+      const int64_t off = m == &a ? 0 : a.num_nodes();
+      want.insert({off + m->edges.i64()[2 * i + 1], off + m->edges.i64()[2 * i]});  // (row v, neighbour u)
+    }
+  for (int64_t v = 0; v < batch.nodes; ++v)
+    for (int32_t p = users.csr_indptr.i32()[v]; p < users.csr_indptr.i32()[v + 1]; ++p)
+      got.insert({v, int64_t(users.csr_indices.i32()[p])});
+  CHECK(got == want);
 }
 
 TEST_CASE("train: the CLI trains, resumes bit for bit after kill -9, and predict / eval / score agree") {
@@ -338,6 +365,8 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
       {"--model tile-mlp --clip -1", "--clip: expected a number >= 0"},
       {"--model tile-mlp --warmup -5", "--warmup: expected an integer >= 0"},
       {"--model layout-resmodel --khops -2", "--khops: expected an integer >= -1"},
+      {"--model layout-sage-6th --khops-direction up", "--khops-direction: expected one of both|consumers, got 'up'"},
+      {"--model layout-gin-6th --dropout 1", "--dropout: expected a number in [0, 0.95], got '1'"},
       {"--model tile-mlp --margin inf", "--margin: expected a number >= 0, got 'inf'"},
       {"--model tile-mlp --hidden 0", "--hidden: expected an integer in [1, 65536], got '0'"},
       {"--model layout-resmodel --layers 0", "--layers: expected an integer in [1, 64]"},
@@ -570,6 +599,36 @@ TEST_CASE("train: --swa averages the last K epochs' weights into swa.npz, scored
         doctest::Approx(Json::parse(lines[3])["swa_valid_score"].as_number()).epsilon(1e-5));  // printed to 6 digits
 }
 
+TEST_CASE("train: the 6th place recipes train on their downstream region and resume their dropout bit for bit") {
+  TempDir t;
+  for (const char* model : {"layout-sage-6th", "layout-gin-6th"}) {
+    CAPTURE(model);
+    const std::string base = std::string("train --model ") + model + " --data " + dataset() +
+                             " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 --accumulate 2 --swa 2 --out ";
+    const std::string a = t.file(std::string(model) + "_a"), b = t.file(std::string(model) + "_b");
+    auto r = run_gnn(base + a + " --epochs 3");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.out);
+    // Dropout draws from (seed, epoch, batch): a run stopped after 2 epochs and resumed draws what the
+    // unbroken one drew.
+    r = run_gnn(base + b + " --epochs 2");
+    REQUIRE(r.exit_code == 0);
+    r = run_gnn("train --resume --out " + b + " --epochs 3");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.out);
+    CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
+    CHECK(same_bits(checkpoint_weights(a + "/swa.npz"), checkpoint_weights(b + "/swa.npz")));
+    const LoadedModel m = load_model(a + "/model.npz");
+    CHECK(m.prep.khops == 5);
+    CHECK(m.prep.hops == HopDirection::kConsumers);
+    for (const std::string& line : metric_lines(a + "/metrics.jsonl")) CHECK(std::isfinite(Json::parse(line)["train_loss"].as_number()));
+    // The pruned graph keeps the configurable nodes and what consumes them within 5 hops, no more.
+    const auto files = kind_files(dataset(), "layout", "train");
+    const ModelGraph pruned = prepare_graph(files[0], m.prep);
+    const TpuGraph raw = load_tpugraph(files[0].path);
+    CHECK(pruned.num_nodes() == prune_to_configurable(raw, 5, nullptr, HopDirection::kConsumers).num_nodes());
+    CHECK(pruned.num_nodes() < raw.num_nodes());
+  }
+}
+
 TEST_CASE("train: building the next batch on a second thread during each step changes nothing") {
   for (const char* recipe : {"tile-earlyjoin-sage", "layout-resmodel"}) {
     CAPTURE(recipe);
@@ -601,9 +660,12 @@ TEST_CASE("train: every recipe trains on the GPU along the host's loss curve, an
       if (dev.is_cuda()) {
         const Json j = Json::parse(res.json);
         CHECK(j["peak_device_mb"].as_number() > 0);
-        // The host waits for the prediction (the loss runs on the host) and the gradient norm (the
-        // non-finite check), nothing else: every other wait would drain the queue of launched work.
-        CHECK(j["device_waits_per_step"].as_number() == 2.0);
+        // The host waits for each micro-batch's prediction (the loss runs on the host) and the gradient
+        // norm (the non-finite check), nothing else: every other wait would drain the queue of launched
+        // work. (The 6th place recipes take a step's graphs one at a time: 3 here.)
+        const HParams h = r.defaults();
+        const int64_t graphs = std::min<int64_t>(h.integer("batch-graphs"), int64_t(kind_files(dataset(), r.kind, "train").size()));
+        CHECK(j["device_waits_per_step"].as_number() == double(std::min<int64_t>(h.integer("accumulate"), graphs) + 1));
       }
       std::vector<double> losses;
       std::ifstream in(t.file(out + "/metrics.jsonl"));
@@ -625,7 +687,10 @@ TEST_CASE("train: every recipe trains on the GPU along the host's loss curve, an
     std::vector<int64_t> configs(size_t(g.num_configs()));
     std::iota(configs.begin(), configs.end(), 0);
     REQUIRE(configs.size() > 6);
-    const std::vector<double> whole = predict_configs(*m.model, g, configs, int64_t(configs.size())),
+    // (a recipe whose configs interact: the same chunks scored on the host)
+    LoadedModel host = load_model(t.file("gpu1/model.npz"));
+    const std::vector<double> whole = r.configs_interact ? predict_configs(*host.model, g, configs, 3)
+                                                         : predict_configs(*m.model, g, configs, int64_t(configs.size())),
                               chunked = predict_configs(*m.model, g, configs, 3);
     REQUIRE(chunked.size() == whole.size());
     for (size_t i = 0; i < whole.size(); ++i) CHECK(chunked[i] == doctest::Approx(whole[i]).epsilon(1e-4));

@@ -98,6 +98,20 @@ TEST_CASE("pruning: k hops around the configurable nodes, both directions") {
   CHECK(prune_to_configurable(g, -1).num_nodes() == 6);
 }
 
+TEST_CASE("pruning: k hops downstream only, from a node to its consumers") {
+  const TpuGraph g = chain();  // 2 is configurable; 3 consumes 2, 4 consumes 3; 1 and 0 are upstream
+  std::vector<int64_t> kept;
+  const TpuGraph p1 = prune_to_configurable(g, 1, &kept, HopDirection::kConsumers);
+  CHECK(kept == std::vector<int64_t>{2, 3});
+  CHECK(p1.edge_index.to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  CHECK(p1.node_config_ids.i64()[0] == 0);
+  prune_to_configurable(g, 5, &kept, HopDirection::kConsumers);
+  CHECK(kept == std::vector<int64_t>{2, 3, 4});  // nothing consumes 4
+  CHECK(parse_hop_direction("consumers") == HopDirection::kConsumers);
+  CHECK(parse_hop_direction("both") == HopDirection::kBoth);
+  CHECK_THROWS_AS(parse_hop_direction("up"), Error);
+}
+
 TEST_CASE("duplicate configs: one per distinct row, the fastest") {
   const TpuGraph g = chain();
   CHECK(distinct_configs(g) == std::vector<int64_t>{1, 2});  // 30 < 50 for {0, 2}; 40 < 45 for {1, 3}

@@ -1,0 +1,101 @@
+// layout-gin-6th: the 6th place's GIN variant of layout-sage-6th (hengck23, TPUGRAPHS.md section 6;
+// read from its public code, src/res-gin4-pair-hop5-layout/*). Data, loss and training as
+// layout-sage-6th (recipe_layout_sage_6th.cpp); the model:
+//
+//   early          Linear(256, no bias) -> norm -> GELU -> dropout 0.2
+//   layers (4)     x_l = MLP(x + sum of x over the nodes consuming it), eps fixed at 0 (PyG's GINConv
+//                  default); MLP = Linear(256) -> norm -> ELU -> Linear(256) -> norm -> ELU
+//   readout        mean pool of every layer's output, summed over the layers, per config
+//   late           Linear(256) -> norm -> GELU -> Linear(128) -> norm -> GELU -> Linear(1)
+// "norm" as in layout-sage-6th: instance norm without affine parameters, over the nodes per config in
+// the graph part, over the configs of the slate in the late part.
+//
+// Departures: those of layout-sage-6th, and one more. The original computes its fourth layer from the
+// second layer's output (x3 = gconv[3](x1)), which reads as a slip in a chain written out by hand; here
+// each layer takes the previous one's output.
+#include <vector>
+
+#include "apps/train/blocks.h"
+
+namespace gnn::train {
+
+namespace {
+
+class ConsumerGin : public nn::Module {
+ public:
+  ConsumerGin(int64_t dim, Rng& rng) : a_(dim, dim, rng, Act::kElu, true), b_(dim, dim, rng, Act::kElu, true) {
+    add_child("mlp.0", &a_);
+    add_child("mlp.1", &b_);
+  }
+  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const {
+    const ag::Var h = ag::add(x, ag::spmm(b.consumers(), x, Reduce::kSum));
+    return b_.forward(a_.forward(h, C, b.graph_ptr), C, b.graph_ptr);
+  }
+
+ private:
+  LinearNormAct a_, b_;
+};
+
+class LayoutGin6th : public RankModel {
+ public:
+  LayoutGin6th(const HParams& h, const ModelDims& d, Rng& rng)
+      : hidden_(h.integer("hidden")),
+        dropout_(h.num("dropout")),
+        emb_(kOpcodes, h.integer("op-embed"), rng),
+        early_(h.integer("op-embed") + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
+        late1_(hidden_, hidden_, rng, Act::kGelu),
+        late2_(hidden_, hidden_ / 2, rng, Act::kGelu),
+        predict_(hidden_ / 2, 1, rng) {
+    add_child("op_embedding", &emb_);
+    add_child("early", &early_);
+    for (int64_t l = 0; l < h.integer("layers"); ++l) {
+      layers_.push_back(std::make_unique<ConsumerGin>(hidden_, rng));
+      add_child("layers." + std::to_string(l), layers_.back().get());
+    }
+    add_child("late.0", &late1_);
+    add_child("late.1", &late2_);
+    add_child("predict", &predict_);
+  }
+
+  ag::Var forward(const Batch& b) override {
+    const int64_t C = b.configs;
+    ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
+    x = segment(b, batch_dropout(b, early_.forward(x, C, b.graph_ptr), dropout_, training(), 1));
+    ag::Var pooled;
+    for (const auto& l : layers_) {
+      x = segment(b, l->forward(b, x, C));
+      const ag::Var p = ag::pool(x, b.graph_ptr, Reduce::kMean);
+      pooled = pooled.defined() ? ag::add(pooled, p) : p;
+    }
+    ag::Var y = per_config(pooled, C);  // [G*C, hidden]
+    y = late2_.forward(late1_.forward(y, 1, b.group_ptr), 1, b.group_ptr);
+    return predict_.forward(y);
+  }
+
+ private:
+  int64_t hidden_;
+  double dropout_;
+  nn::Embedding emb_;
+  LinearNormAct early_;
+  std::vector<std::unique_ptr<ConsumerGin>> layers_;
+  LinearNormAct late1_, late2_;
+  nn::Linear predict_;
+};
+
+}  // namespace
+
+Recipe layout_gin_6th_recipe() {
+  Recipe r;
+  r.name = "layout-gin-6th";
+  r.kind = "layout";
+  r.summary = "6th place (Kaggle), GIN variant: 5-hop downstream region, 4 GIN layers with instance norm, "
+              "summed mean pools, pairwise logistic loss, SWA";
+  r.hparams = hparams_6th("256", "128");
+  r.configs_interact = true;  // the late norm over the configs of the slate
+  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
+    return std::make_unique<LayoutGin6th>(h, d, rng);
+  };
+  return r;
+}
+
+}  // namespace gnn::train

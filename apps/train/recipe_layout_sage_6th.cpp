@@ -1,0 +1,114 @@
+// layout-sage-6th: the 6th place layout model of the Kaggle "Fast or Slow" competition (hengck23,
+// TPUGRAPHS.md sections 5-6: validation tau 0.455 xla-default, 0.671 xla-random, 0.539 nlp-default,
+// 0.927 nlp-random; read from its public code, src/res-graphsage4-pair-hop5-layout/*).
+//
+//   graph          the configurable nodes and the nodes up to 5 hops downstream of them (consumers of
+//                  consumers...): --khops 5 --khops-direction consumers; each node aggregates the nodes
+//                  that consume its output (PyG's default flow on the files' edge_index)
+//   input          [opcode embedding (128) | standardised node features | layout config (18, zeros off
+//                  the configurable nodes)] per node and config
+//   early          Linear(256, no bias) -> norm -> GELU -> dropout 0.2 -> Linear(256) -> norm -> GELU
+//   layers (4)     x = GELU(norm(SAGE_mean(x) + x)), SAGE width 256
+//   readout        l2normalise(mean pool + max pool) per config
+//   late           Linear(256) -> norm -> GELU -> Linear(128) -> norm -> GELU -> Linear(1)
+// "norm" is an instance norm without affine parameters: over the nodes of the graph per config and
+// channel in the early part and the layers, over the configs of the slate per channel in the late part.
+// Pairwise logistic loss -log sigmoid(s_i - s_j) over the pairs t_i > t_j of a slate; 80 configs per
+// graph, gradients of 32 graphs per step (--accumulate 32, one graph at a time as the original);
+// AdamW lr 5e-4 with torch's default weight decay 0.01, constant; SWA of the last 10 checkpoints.
+//
+// Where this departs from the original, and why:
+// - The original draws each epoch's slates as a split of every graph's configs into groups of 80
+//   (every config once per epoch); here a step samples 80 configs per graph (the trainer's one way), so
+//   an epoch is one slate per graph: train more epochs for the same number of slates.
+// - Its opcode embedding renormalises looked-up rows to l2 norm 1 in place (max_norm=1); ours is a plain
+//   embedding (the early norm rescales its output either way).
+// - Its pairwise loss also counts tied pairs (pushing them one arbitrary way); ours skips ties.
+// - It trains in mixed precision (autocast); we train in f32.
+// - The late norm makes a config's score depend on the configs scored beside it, as in the original;
+//   eval and predict score a graph's configs in near-equal chunks of at most --eval-chunk (100, its
+//   validation slate).
+// - No config sharing (nn/config_share.h): the first norm mixes every node into each config's
+//   statistics, so every row depends on the config from the first layer on.
+#include <vector>
+
+#include "apps/train/blocks.h"
+
+namespace gnn::train {
+namespace {
+
+class LayoutSage6th : public RankModel {
+ public:
+  LayoutSage6th(const HParams& h, const ModelDims& d, Rng& rng)
+      : hidden_(h.integer("hidden")),
+        dropout_(h.num("dropout")),
+        emb_(kOpcodes, h.integer("op-embed"), rng),
+        early1_(h.integer("op-embed") + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
+        early2_(hidden_, hidden_, rng, Act::kGelu),
+        late1_(hidden_, hidden_, rng, Act::kGelu),
+        late2_(hidden_, hidden_ / 2, rng, Act::kGelu),
+        predict_(hidden_ / 2, 1, rng) {
+    add_child("op_embedding", &emb_);
+    add_child("early.0", &early1_);
+    add_child("early.1", &early2_);
+    for (int64_t l = 0; l < h.integer("layers"); ++l) {
+      layers_.push_back(std::make_unique<ConsumerSage>(hidden_, hidden_, rng));
+      add_child("layers." + std::to_string(l), layers_.back().get());
+    }
+    add_child("late.0", &late1_);
+    add_child("late.1", &late2_);
+    add_child("predict", &predict_);
+  }
+
+  ag::Var forward(const Batch& b) override {
+    const int64_t C = b.configs;
+    ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
+    x = early1_.forward(x, C, b.graph_ptr);
+    x = batch_dropout(b, x, dropout_, training(), 1);
+    x = segment(b, early2_.forward(x, C, b.graph_ptr));
+    for (const auto& l : layers_) x = segment(b, ag::gelu(node_norm(b, ag::add(l->forward(b, x, C), x))));
+    const ag::Var pooled = ag::add(ag::pool(x, b.graph_ptr, Reduce::kMean), ag::pool(x, b.graph_ptr, Reduce::kMax));
+    ag::Var y = ag::l2_normalize(per_config(pooled, C), 1e-4);  // [G*C, hidden]
+    y = late2_.forward(late1_.forward(y, 1, b.group_ptr), 1, b.group_ptr);
+    return predict_.forward(y);
+  }
+
+ private:
+  int64_t hidden_;
+  double dropout_;
+  nn::Embedding emb_;
+  LinearNormAct early1_, early2_;
+  std::vector<std::unique_ptr<ConsumerSage>> layers_;
+  LinearNormAct late1_, late2_;
+  nn::Linear predict_;
+};
+
+}  // namespace
+
+std::vector<HParamSpec> hparams_6th(const char* hidden, const char* op_embed) {
+  std::vector<HParamSpec> h = common_hparams(
+      true, {{"loss", "logistic"},  {"lr", "0.0005"},  {"weight-decay", "0.01"}, {"configs", "80"},
+             {"batch-graphs", "32"}, {"accumulate", "32"}, {"swa", "10"},          {"khops", "5"},
+             {"khops-direction", "consumers"}, {"node-transform", "standardize"}, {"segment", "0"}});
+  h.push_back(integer_hp("op-embed", op_embed, 1, 4096, "opcode embedding width"));
+  h.push_back(integer_hp("hidden", hidden, 2, 65536, "width of every layer (the last hidden layer has half)"));
+  h.push_back(integer_hp("layers", "4", 1, 64, "graph layers"));
+  h.push_back(number_hp("dropout", "0.2", 0, 0.95, "dropout after the first early layer (training only)"));
+  return h;
+}
+
+Recipe layout_sage_6th_recipe() {
+  Recipe r;
+  r.name = "layout-sage-6th";
+  r.kind = "layout";
+  r.summary = "6th place (Kaggle): 5-hop downstream region, 4 residual SAGE layers with instance norm, "
+              "mean + max pool, pairwise logistic loss, SWA";
+  r.hparams = hparams_6th("256", "128");
+  r.configs_interact = true;  // the late norm over the configs of the slate
+  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
+    return std::make_unique<LayoutSage6th>(h, d, rng);
+  };
+  return r;
+}
+
+}  // namespace gnn::train
