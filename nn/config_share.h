@@ -94,6 +94,7 @@ SharedRows aggregate(const SharePlan& plan, const Graph& a, const Tensor& a_weig
 // x at the next level (for a residual connection): its dep rows extended by the step's new rows.
 SharedRows advance(const SharePlan& plan, const SharedRows& x);
 SharedRows add(const SharedRows& a, const SharedRows& b);  // the same level
+SharedRows concat_cols(const SharedRows& a, const SharedRows& b);  // [F1] | [F2] per row and config, the same level
 // Gradient only through the rows where keep (u8 [N] on x's device, its host copy keep_host): segment
 // training. Undefined keep: x itself.
 SharedRows keep_grad_rows(const SharePlan& plan, const SharedRows& x, const Tensor& keep, const Tensor& keep_host);

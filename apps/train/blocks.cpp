@@ -41,6 +41,11 @@ ag::Var ConsumerSage::forward(const Batch& b, const ag::Var& x, int64_t C) const
   return node_major(lin_.forward(ag::concat_cols({per_config(agg, C), per_config(x, C)})), C);
 }
 
+nn::SharedRows ConsumerSage::forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const {
+  const nn::SharedRows agg = nn::aggregate(plan, b.consumers(), b.consumers_mean(), x);
+  return nn::map_rows(nn::concat_cols(agg, nn::advance(plan, x)), [&](const ag::Var& v) { return lin_.forward(v); });
+}
+
 Tensor config_graph(const Batch& b) {
   Tensor t = Tensor::empty({b.graphs * b.configs}, DType::I32);
   for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = int32_t(i / b.configs);
@@ -65,7 +70,10 @@ nn::SharedRows ResGcnLayer::forward(const Batch& b, const nn::SharePlan& plan, c
 }
 
 nn::SharedRows layout_input_shared(const nn::Embedding& opcode_embedding, const Batch& b) {
-  const ag::Var in = node_input(opcode_embedding, b);
+  return layout_input_shared(node_input(opcode_embedding, b), b);
+}
+
+nn::SharedRows layout_input_shared(const ag::Var& in, const Batch& b) {
   const int64_t B = b.node_config.size(1) / b.configs;
   const ag::Var zeros(Tensor::zeros({b.nodes, B}, DType::F32, b.x.device()));
   const ag::Var dep = ag::join_configs(ag::gather_rows(in, b.config_nodes),

@@ -61,6 +61,8 @@ class ConsumerSage : public nn::Module {
  public:
   ConsumerSage(int64_t in, int64_t out, Rng& rng);
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
+  // The same layer on config-shared rows: one step of b.consumers_plan(); returns the next level.
+  nn::SharedRows forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const;
  private:
   nn::Linear lin_;
 };
@@ -93,5 +95,7 @@ inline nn::SharedRows segment(const Batch& b, const nn::SharePlan& plan, const n
 // Layout inputs as config-shared rows at level 0 of `plan`: every node's [opcode embedding | node
 // features | 0] once, the configurable nodes' [... | config] per config.
 nn::SharedRows layout_input_shared(const nn::Embedding& opcode_embedding, const Batch& b);
+// The same from any node rows [N, A]: [node rows | 0] once, [node rows | config] per config.
+nn::SharedRows layout_input_shared(const ag::Var& node_rows, const Batch& b);
 
 }  // namespace gnn::train

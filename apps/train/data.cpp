@@ -151,11 +151,34 @@ const Batch::Gcn& Batch::gcn() const {
   return *gcn_;
 }
 
-const Graph& Batch::consumers() const {
-  if (!consumers_)
-    consumers_ = std::make_shared<const Graph>(
-        Graph::from_edge_index(edges, nodes, EdgeColumns::kSrcDst, "batch edges").on(graph.device()));
+const Batch::Consumers& Batch::consumers_data() const {
+  if (!consumers_) {
+    Consumers c;
+    c.host = Graph::from_edge_index(edges, nodes, EdgeColumns::kSrcDst, "batch edges");
+    c.host_mean = Tensor::empty({c.host.num_edges}, DType::F32);
+    const int32_t* rp = c.host.csr_indptr.i32();
+    for (int64_t v = 0; v < nodes; ++v)
+      for (int32_t p = rp[v]; p < rp[v + 1]; ++p) c.host_mean.f32()[p] = 1.0f / float(rp[v + 1] - rp[v]);
+    c.graph = c.host, c.mean = c.host_mean;
+    if (graph.device().is_cuda()) {
+      std::vector<Tensor*> arrays = c.graph.arrays();
+      arrays.push_back(&c.mean);
+      Tensor::move_packed(arrays, graph.device());  // one transfer
+    }
+    consumers_ = std::make_shared<const Consumers>(std::move(c));
+  }
   return *consumers_;
+}
+const Graph& Batch::consumers() const { return consumers_data().graph; }
+const Tensor& Batch::consumers_mean() const { return consumers_data().mean; }
+
+const nn::SharePlan& Batch::consumers_plan(int64_t steps) const {
+  if (!consumers_plan_ || consumers_plan_->steps() != steps) {
+    const Consumers& c = consumers_data();
+    nn::SharePlan p = nn::SharePlan::build(c.host, c.host_mean, config_nodes, graph_ptr, configs, steps);
+    consumers_plan_ = std::make_shared<const nn::SharePlan>(graph.device().is_cpu() ? std::move(p) : p.to(graph.device()));
+  }
+  return *consumers_plan_;
 }
 
 const nn::SharePlan& Batch::share_plan(int64_t steps) const {
@@ -177,6 +200,7 @@ Batch Batch::to(Device device) const {
   b.gcn_.reset();
   b.share_.reset();
   b.consumers_.reset();
+  b.consumers_plan_.reset();
   b.keep_host_ = keep_grad;
   std::vector<Tensor*> arrays = b.graph.arrays();
   arrays.insert(arrays.end(), {&b.x, &b.config_feat, &b.node_config, &b.keep_grad});

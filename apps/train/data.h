@@ -81,6 +81,9 @@ struct Batch {
   // aggregation brings each node its consumers (the 6th place's SAGE and GIN layers, PyG's default flow
   // on the files' edge_index). Built on first use, on the batch's device.
   const Graph& consumers() const;
+  const Tensor& consumers_mean() const;  // f32 [E] per CSR position of consumers(): 1 / the row's degree
+  // The config-sharing plan over consumers() (a mean aggregation) for `steps` layers; built on first use.
+  const nn::SharePlan& consumers_plan(int64_t steps) const;
   // A + A^T + I with weight f32 [E'] = 1 / sqrt(deg(u) deg(v)) per CSR position: the GCN recipes'
   // graph, built on first use (the SAGE and MLP recipes never pay for it) and shared by every layer.
   struct Gcn {
@@ -112,7 +115,13 @@ struct Batch {
  private:
   mutable std::shared_ptr<const Gcn> gcn_;
   mutable std::shared_ptr<const nn::SharePlan> share_;
-  mutable std::shared_ptr<const Graph> consumers_;
+  struct Consumers {
+    Graph host, graph;       // on the host; on the batch's device
+    Tensor host_mean, mean;  // likewise
+  };
+  const Consumers& consumers_data() const;
+  mutable std::shared_ptr<const Consumers> consumers_;
+  mutable std::shared_ptr<const nn::SharePlan> consumers_plan_;
   Tensor keep_host_;  // set by to(): keep_grad's host copy
   std::shared_ptr<const Graph> host_graph_;  // set by to(): gcn() builds on the host, then moves
 };

@@ -189,7 +189,7 @@ const std::vector<Recipe>& recipes() {
                                           tile_latejoin_sage_recipe(), tile_earlyjoin_resgcn_recipe(),
                                           tile_latejoin_resgcn_recipe(), layout_resmodel_recipe(),
                                           layout_mlp_recipe(),         layout_sage_6th_recipe(),
-                                          layout_gin_6th_recipe()};
+                                          layout_gin_6th_recipe(),     layout_sage_2nd_recipe()};
   return all;
 }
 

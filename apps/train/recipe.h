@@ -85,5 +85,6 @@ Recipe layout_resmodel_recipe();
 Recipe layout_mlp_recipe();
 Recipe layout_sage_6th_recipe();
 Recipe layout_gin_6th_recipe();
+Recipe layout_sage_2nd_recipe();
 
 }  // namespace gnn::train

@@ -141,9 +141,10 @@ void check_same_pass(const Pass& a, const Pass& b) {
   }
 }
 
-// layout-resmodel with --share on and off on `device`, on the same batches: the same loss, predictions
-// and gradients (1e-5).
-void check_config_sharing(Device device) {
+// A recipe with --share on and off on `device`, on the same batches, for each variant of its
+// hyper-parameters: the same loss, predictions and gradients (1e-5).
+void check_config_sharing(Device device, const std::string& recipe,
+                          const std::vector<std::map<std::string, std::string>>& variants) {
   const auto files = kind_files(dataset(), "layout", "train");
   REQUIRE(files.size() >= 2);
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
@@ -159,10 +160,13 @@ void check_config_sharing(Device device) {
       if (v != hub) e.push_back(v), e.push_back(hub);
     star.edges = Tensor::from_vector(e, Shape{int64_t(e.size() / 2), 2});
   }
-  const Recipe& r = find_recipe("layout-resmodel");
-  for (const int64_t layers : {1, 2, 4}) {
+  const Recipe& r = find_recipe(recipe);
+  CAPTURE(recipe);
+  for (const auto& variant : variants) {
     HParams on = r.defaults(), off = r.defaults();
-    on.values["layers"] = off.values["layers"] = std::to_string(layers);
+    std::string settings;
+    for (const auto& [name, value] : variant) on.values[name] = off.values[name] = value, settings += name + "=" + value + " ";
+    CAPTURE(settings);
     off.values["share"] = "off";
     Rng r1(7), r2(7);
     auto shared = r.build(on, {prep.node_features(), prep.config_features()}, r1);
@@ -177,7 +181,6 @@ void check_config_sharing(Device device) {
     for (const Case& c : {Case{"two graphs, 16 configs", {&g0, &g1}, 16, 0}, Case{"one graph, 1 config", {&g0}, 1, 0},
                           Case{"segments of 90 nodes", {&g0, &g1}, 16, 90}, Case{"no edges", {&isolated, &g1}, 16, 0},
                           Case{"every node one hop away", {&star}, 16, 0}}) {
-      CAPTURE(layers);
       const std::string what = c.what;
       CAPTURE(what);
       std::vector<std::vector<int64_t>> configs;
@@ -189,6 +192,8 @@ void check_config_sharing(Device device) {
       const Batch b = make_batch(c.graphs, configs, c.segment, &seg).to(device);
       REQUIRE(b.config_nodes.numel() > 0);
       check_same_pass(pass(*shared, b), pass(*plain, b));
+      if (recipe != "layout-resmodel") continue;
+      const int64_t layers = std::stoll(variant.at("layers"));
       const nn::SharePlan& plan = b.share_plan(layers);
       if (what == "every node one hop away") CHECK(plan.dependent_share(1) == 1.0);
       if (what == "no edges") CHECK(plan.dependent_rows(layers) < b.nodes);
@@ -199,12 +204,15 @@ void check_config_sharing(Device device) {
 }  // namespace
 
 TEST_CASE("train: config sharing gives the plain path's loss, gradients and predictions") {
-  check_config_sharing(Device::cpu());
+  check_config_sharing(Device::cpu(), "layout-resmodel", {{{"layers", "1"}}, {{"layers", "2"}}, {{"layers", "4"}}});
+  // (the 2nd place's SAGE stack over the consumers graph: 6 layers, and 8 with residuals)
+  check_config_sharing(Device::cpu(), "layout-sage-2nd", {{{"stack", "xla"}}, {{"stack", "nlp"}}});
 }
 
 TEST_CASE("train: config sharing on the GPU gives the plain path's loss, gradients and predictions") {
   GNN_SKIP_UNLESS_CUDA();
-  check_config_sharing(Device::cuda(0));
+  check_config_sharing(Device::cuda(0), "layout-resmodel", {{{"layers", "1"}}, {{"layers", "2"}}, {{"layers", "4"}}});
+  check_config_sharing(Device::cuda(0), "layout-sage-2nd", {{{"stack", "xla"}}});
 }
 
 TEST_CASE("train: batches share structure and hold the right targets, segments cut gradients outside them") {

@@ -1,0 +1,134 @@
+// layout-sage-2nd: the 2nd place layout model of the Kaggle "Fast or Slow" competition (Obs01ete,
+// kaggle_latenciaga; TPUGRAPHS.md section 6; read from its public code, src/model.py, src/main.py,
+// src/data.py).
+//
+//   graph          whole graphs; each node aggregates the nodes that consume its output (PyG's
+//                  default flow on the files' edge_index)
+//   input          [Linear(node features -> 20) | opcode embedding (12) | layout config (18, zeros off
+//                  the configurable nodes)] -> Linear(in) -> ReLU
+//   stack          SAGEConv (mean) layers, ReLU after each:
+//                    xla (the default): in 32, widths 64, 64, 128, 128, 256, 256, no residual
+//                    nlp:               in 64, widths 256 x 4, 512 x 4, residual where widths match
+//   readout        Linear(1) per node, summed over the graph's nodes, times 1e-3 (per config)
+// Pairwise margin loss over the pairs of a slate (the pairwise hinge here, margin 1); 10 graphs x 4
+// configs per step; Adam 1e-3.
+//
+// Config sharing (--share on, the default; nn/config_share.h): nothing in the model mixes the nodes of
+// a config but the aggregations and the final sum, so the input layer and every SAGE layer run once on
+// the rows no config reaches within that many hops (over the consumers graph) and per config only on
+// the rest; the same model and numbers as --share off.
+//
+// Where this departs from the original, and why:
+// - Node features: the original takes log1p(relu(x)) (negatives dropped); here the trainer's log1p
+//   transform, fitted on train (--node-transform log1p), feeds the same Linear(20).
+// - Loss: the original adds a MAPE term on runtimes in seconds to its margin loss on the matrix of
+//   prediction differences (margin 10 ms on xla, loss scaled by 1 / margin) so its predictions carry
+//   seconds for its ensemble; a ranking needs only the order, and the scaled margin loss is the hinge
+//   with margin 1 on predictions in units of the margin, which the output layer's scale absorbs. So:
+//   --loss hinge --margin 1, no regression term (--mse-weight adds one on log runtime if wanted).
+// - It samples 4 configs of a graph per micro-batch with replacement across steps from a list of the
+//   files repeated 100 times; here each step samples --configs per graph from --batch-graphs graphs.
+#include <vector>
+
+#include "apps/train/blocks.h"
+
+namespace gnn::train {
+namespace {
+
+struct Stack {
+  int64_t in;
+  std::vector<int64_t> widths;
+  bool residual;
+};
+Stack stack_of(const std::string& name) {
+  if (name == "nlp") return {64, {256, 256, 256, 256, 512, 512, 512, 512}, true};
+  return {32, {64, 64, 128, 128, 256, 256}, false};
+}
+
+class LayoutSage2nd : public RankModel {
+ public:
+  LayoutSage2nd(const HParams& h, const ModelDims& d, Rng& rng)
+      : share_(h.str("share") == "on"),
+        stack_(stack_of(h.str("stack"))),
+        feat_(d.node_features, 20, rng),
+        emb_(kOpcodes, 12, rng),
+        input_(20 + 12 + d.config_features, stack_.in, rng),
+        out_(stack_.widths.back(), 1, rng) {
+    add_child("node_feat_embedding", &feat_);
+    add_child("op_embedding", &emb_);
+    add_child("input", &input_);
+    int64_t in = stack_.in;
+    for (size_t l = 0; l < stack_.widths.size(); ++l) {
+      convs_.push_back(std::make_unique<ConsumerSage>(in, stack_.widths[l], rng));
+      add_child("convs." + std::to_string(l), convs_.back().get());
+      in = stack_.widths[l];
+    }
+    add_child("out", &out_);
+  }
+
+  ag::Var forward(const Batch& b) override {
+    if (share_ && b.config_nodes.numel() > 0) return forward_shared(b);
+    const int64_t C = b.configs;
+    ag::Var x = ag::join_configs(node_rows(b), ag::Var(b.node_config), C);
+    x = segment(b, node_major(input_.forward(per_config(x, C), Act::kRelu), C));
+    int64_t width = stack_.in;
+    for (size_t l = 0; l < convs_.size(); ++l) {
+      ag::Var y = convs_[l]->forward(b, x, C);
+      if (stack_.residual && stack_.widths[l] == width) y = ag::add(y, x);
+      x = segment(b, ag::relu(y));
+      width = stack_.widths[l];
+    }
+    const ag::Var per_node = node_major(out_.forward(per_config(x, C)), C);  // [N, C]
+    return ag::scale(per_config(ag::pool(per_node, b.graph_ptr, Reduce::kSum), C), 1e-3);
+  }
+
+ private:
+  ag::Var node_rows(const Batch& b) const { return ag::concat_cols({feat_.forward(ag::Var(b.x)), emb_.forward(b.opcode)}); }
+
+  ag::Var forward_shared(const Batch& b) {
+    const nn::SharePlan& plan = b.consumers_plan(int64_t(convs_.size()));
+    auto relu = [](const ag::Var& v) { return ag::relu(v); };
+    nn::SharedRows x = nn::map_rows(layout_input_shared(node_rows(b), b),
+                                    [&](const ag::Var& v) { return input_.forward(v, Act::kRelu); });
+    x = segment(b, plan, x);
+    int64_t width = stack_.in;
+    for (size_t l = 0; l < convs_.size(); ++l) {
+      nn::SharedRows y = convs_[l]->forward(b, plan, x);
+      if (stack_.residual && stack_.widths[l] == width) y = nn::add(y, nn::advance(plan, x));
+      x = segment(b, plan, nn::map_rows(y, relu));
+      width = stack_.widths[l];
+    }
+    const nn::SharedRows per_node = nn::map_rows(x, [&](const ag::Var& v) { return out_.forward(v); });
+    return ag::scale(nn::pool(plan, per_node, Reduce::kSum), 1e-3);
+  }
+
+  bool share_;
+  Stack stack_;
+  nn::Linear feat_;
+  nn::Embedding emb_;
+  nn::Linear input_;
+  std::vector<std::unique_ptr<ConsumerSage>> convs_;
+  nn::Linear out_;
+};
+
+}  // namespace
+
+Recipe layout_sage_2nd_recipe() {
+  Recipe r;
+  r.name = "layout-sage-2nd";
+  r.kind = "layout";
+  r.summary = "2nd place (Kaggle): whole graphs, deep SAGE stack (xla 6 layers to 256, nlp 8 to 512), per-node "
+              "scalar summed, pairwise margin loss; config sharing";
+  r.hparams = common_hparams(true, {{"loss", "hinge"}, {"margin", "1"}, {"batch-graphs", "10"}, {"configs", "4"},
+                                    {"node-transform", "log1p"}, {"segment", "0"}});
+  r.hparams.push_back(choice_hp("stack", "xla", "xla|nlp",
+                                "SAGE stack: xla (6 layers, 64 to 256, no residual) | nlp (8 layers, 256 and 512, residual)"));
+  r.hparams.push_back(choice_hp("share", "on", "on|off",
+                                "config sharing: compute rows no config reaches once (on) or per config (off); same results"));
+  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
+    return std::make_unique<LayoutSage2nd>(h, d, rng);
+  };
+  return r;
+}
+
+}  // namespace gnn::train
