@@ -196,6 +196,15 @@ Command train_command() {
   return c;
 }
 
+namespace {
+
+// --tta on eval and predict, else the run's own.
+int64_t tta_of(const Args& a, const train::LoadedModel& m) {
+  return a.has("tta") ? a.integer("tta", 1, 1000) : m.hparams.integer("tta");
+}
+
+}  // namespace
+
 Command eval_command() {
   Command c;
   c.name = "eval";
@@ -206,6 +215,7 @@ Command eval_command() {
              {"checkpoint", "auto|best|last|swa", "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"},
              {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout metrics on them"},
              {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl)"},
+             {"tta", "N", "score each config as the mean of N passes over the configs in random orders (default: the run's --tta)"},
              {"device", "cpu|cuda", "where to run", "cpu"},
              {"threads", "T", "CPU threads (default: all)"},
              kCommTimeout};
@@ -224,7 +234,7 @@ Command eval_command() {
       std::fprintf(stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs\n", m.path.c_str(), m.recipe->name.c_str(),
                    (long long)m.epoch, src.files().size(), a.str("split").c_str());
     const train::Evaluation ev =
-        train::evaluate(*m.model, src, m.hparams.integer("eval-chunk"), eval_dir);
+        train::evaluate(*m.model, src, m.hparams.integer("eval-chunk"), eval_dir, tta_of(a, m));
     const std::string per = a.has("per-graph") ? a.str("per-graph")
                                                : (std::filesystem::path(a.str("run")) / ("eval_" + a.str("split") + ".jsonl")).string();
     std::string text;
@@ -246,6 +256,7 @@ Command predict_command() {
              {"split", "NAME", "which split's files", "test"},
              {"out", "FILE", "the CSV to write (atomically)", "", true},
              {"checkpoint", "auto|best|last|swa", "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"},
+             {"tta", "N", "score each config as the mean of N passes over the configs in random orders (default: the run's --tta)"},
              {"device", "cpu|cuda", "where to run", "cpu"},
              {"threads", "T", "CPU threads (default: all)"},
              kCommTimeout};
@@ -267,7 +278,7 @@ Command predict_command() {
       std::iota(all.begin(), all.end(), 0);
       // Positions in `all` are the config indices themselves.
       std::vector<int64_t> configs =
-          train::ranking_order(train::predict_configs(*m.model, *g, all, m.hparams.integer("eval-chunk")), all);
+          train::ranking_order(train::predict_configs(*m.model, *g, all, m.hparams.integer("eval-chunk"), tta_of(a, m)), all);
       if (!g->file.collection.is_layout() && configs.size() > 5) configs.resize(5);
       csv += g->file.id() + ",";
       for (size_t k = 0; k < configs.size(); ++k) {

@@ -23,18 +23,24 @@ std::vector<DatasetFile> kind_files(const std::string& data, const std::string& 
   return out;
 }
 
-std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs,
-                                    int64_t chunk) {
-  GNN_CHECK(chunk >= 1, "--eval-chunk must be at least 1");
-  ag::NoGrad no_grad;
-  const auto params = model.parameters();
-  const Device dev = params.empty() ? Device::cpu() : params.front().var.device();
-  // Every chunk's prediction lands in one buffer on the model's device, read back once at the end: on a
-  // GPU the host builds chunk k + 1 while the device runs chunk k, and waits for the device once per graph.
-  // Chunks of near-equal size (at most `chunk`): a model that normalises across the configs of a batch
-  // (layout-sage-6th's head) would otherwise score a last chunk of one config against nothing.
+std::vector<int64_t> tta_order(int64_t n, int64_t t) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  if (t == 0) return order;
+  Rng rng(0x7474615f6f726465ull ^ (uint64_t(t) * 0x9E3779B97F4A7C15ull));  // fixed: eval is deterministic
+  for (int64_t i = n - 1; i > 0; --i) std::swap(order[size_t(i)], order[size_t(rng.below(uint64_t(i + 1)))]);
+  return order;
+}
+
+namespace {
+
+// One pass over `configs` in the fewest near-equal chunks of at most `chunk`, into `all` (on the model's
+// device, [n]) at the configs' positions.
+void predict_pass(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs, int64_t chunk, Device dev,
+                  Tensor& all) {
+  // Chunks of near-equal size: a model that normalises across the configs of a batch (layout-sage-6th's
+  // head) would otherwise score a last chunk of one config against nothing.
   const int64_t n = int64_t(configs.size()), pieces = (n + chunk - 1) / chunk;
-  Tensor all;
   for (int64_t k = 0; k < pieces; ++k) {
     const int64_t at = n * k / pieces, end = n * (k + 1) / pieces;
     const std::vector<int64_t> part(configs.begin() + at, configs.begin() + end);
@@ -43,7 +49,30 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
     if (!all.defined()) all = Tensor::empty(Shape{n}, p.dtype(), p.device());
     all.slice(at, end).copy_from(p);  // (which refuses a prediction of another size or dtype)
   }
-  std::vector<double> out = all.defined() ? all.on(Device::cpu()).astype(DType::F64).to_vector<double>() : std::vector<double>{};
+}
+
+}  // namespace
+
+std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs,
+                                    int64_t chunk, int64_t tta) {
+  GNN_CHECK(chunk >= 1, "--eval-chunk must be at least 1");
+  GNN_CHECK(tta >= 1, "--tta must be at least 1");
+  ag::NoGrad no_grad;
+  const auto params = model.parameters();
+  const Device dev = params.empty() ? Device::cpu() : params.front().var.device();
+  // Every chunk's prediction lands in one buffer on the model's device, read back once per pass: on a
+  // GPU the host builds chunk k + 1 while the device runs chunk k.
+  const int64_t n = int64_t(configs.size());
+  std::vector<double> out(static_cast<size_t>(n), 0.0);
+  for (int64_t t = 0; t < tta && n > 0; ++t) {
+    const std::vector<int64_t> order = tta_order(n, t);
+    std::vector<int64_t> permuted(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) permuted[size_t(i)] = configs[size_t(order[size_t(i)])];
+    Tensor all;
+    predict_pass(model, g, permuted, chunk, dev, all);
+    const std::vector<double> p = all.on(Device::cpu()).astype(DType::F64).to_vector<double>();
+    for (int64_t i = 0; i < n; ++i) out[size_t(order[size_t(i)])] += p[size_t(i)] / double(tta);  // un-permuted
+  }
   // A diverged model may predict NaN or Inf: those configs rank last (and the score shows it).
   int64_t bad = 0;
   for (double& v : out)
@@ -109,7 +138,7 @@ std::vector<std::pair<std::string, GraphScore>> gather_scores(const std::vector<
   return all;
 }
 
-Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir) {
+Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir, int64_t tta) {
   Evaluation ev;
   std::map<std::string, std::map<std::string, std::vector<int64_t>>> subsets;  // "xla_default" -> stem -> configs
   // In a data-parallel job each rank scores its share of the graphs; the scores are gathered in file order.
@@ -136,7 +165,7 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
       configs.resize(size_t(g->num_configs()));
       std::iota(configs.begin(), configs.end(), 0);
     }
-    const std::vector<double> p = predict_configs(model, *g, configs, chunk);
+    const std::vector<double> p = predict_configs(model, *g, configs, chunk, tta);
     std::vector<double> y;
     for (int64_t c : configs) y.push_back(g->target[size_t(c)]);
     // Scored as the ranking gnn predict writes (ties in p, as for repeated configs, broken by config

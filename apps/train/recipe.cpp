@@ -165,6 +165,9 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
                 "node features: official (drop constant, min-max) | log1p | standardize | none"),
       integer_hp("eval-chunk", layout ? "100" : "1000", 1, 1 << 20,
                  "configs per forward pass when scoring every config of a graph"),
+      integer_hp("tta", "1", 1, 1000,
+                 "eval and predict: each config's score averaged over this many passes, each over the configs in a "
+                 "random order (for models whose configs interact in a batch)"),
   };
   if (layout) {
     h.push_back(integer_hp("khops", "-1", -1, kMany, "keep nodes within k hops of a configurable node (-1: every node)"));

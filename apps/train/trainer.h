@@ -78,10 +78,14 @@ std::string run_checkpoint(const std::string& run, const std::string& which);
 
 // Scores (lower = faster) for the listed configs of one graph, in the fewest forward passes of at most
 // `chunk` configs, of near-equal size, on the device of the model's parameters (batches are moved
-// there, the scores copied back). A non-finite score (a diverged model) becomes the largest double,
-// with a warning: it ranks last.
+// there, the scores copied back). With tta > 1, the mean over tta passes, pass t over the configs in
+// the order tta_order(n, t) (pass 0 in the given order): for a model whose configs interact (a norm or
+// attention across the configs of a batch), a config's score then depends less on its chunk. A
+// non-finite score (a diverged model) becomes the largest double, with a warning: it ranks last.
 std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs,
-                                    int64_t chunk);
+                                    int64_t chunk, int64_t tta = 1);
+// Pass t's order of n configs: the identity for t = 0, else a permutation drawn from a fixed seed and t.
+std::vector<int64_t> tta_order(int64_t n, int64_t t);
 
 // The positions of `configs` in the ranking gnn predict writes: fastest (lowest p) first, ties broken by
 // config index, so eval scores exactly what a submission would. p[i] is the score of configs[i].
@@ -96,7 +100,8 @@ struct Evaluation {
 };
 // In a job of several ranks (mpirun) each rank scores its share of the graphs and every rank returns all
 // the scores, in file order.
-Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir);
+Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir,
+                    int64_t tta = 1);
 // Every rank's scores, in rank order, on every rank (a job of one: `mine`).
 std::vector<std::pair<std::string, GraphScore>> gather_scores(const std::vector<std::pair<std::string, GraphScore>>& mine,
                                                               const std::string& what);

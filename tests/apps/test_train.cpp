@@ -1,5 +1,6 @@
 // The training pipeline: config batching is exact, runs are deterministic and resume bit for bit after
 // kill -9, non-finite values stop (or are skipped), and predict / eval / score agree.
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstring>
@@ -98,6 +99,48 @@ TEST_CASE("train: every recipe scores a config the same in a batch of C configs 
       for (int64_t k = 0; k < whole.numel(); ++k)
         CHECK(chunked[size_t(bounds[p] + k)] == doctest::Approx(whole.f32()[k]).epsilon(1e-5));
     }
+  }
+}
+
+TEST_CASE("train: --tta averages passes over the configs in fixed random orders, un-permuted") {
+  const auto files = kind_files(dataset(), "layout", "train");
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
+  const ModelGraph g = prepare_graph(files[0], prep);
+  std::vector<int64_t> configs;
+  for (int64_t k = 0; k < 11; ++k) configs.push_back((k * 7) % g.num_configs());
+  const int64_t n = int64_t(configs.size());
+  std::vector<int64_t> identity(static_cast<size_t>(n));
+  std::iota(identity.begin(), identity.end(), 0);
+  CHECK(tta_order(n, 0) == identity);
+  std::vector<int64_t> sorted = tta_order(n, 1);
+  CHECK(sorted != identity);
+  CHECK(tta_order(n, 1) == sorted);  // fixed: eval is deterministic
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == identity);  // a permutation
+  for (const char* name : {"layout-sage-6th", "layout-resmodel"}) {
+    CAPTURE(name);
+    const Recipe& r = find_recipe(name);
+    HParams h = r.defaults();
+    h.values["hidden"] = "16";
+    Rng rng(3);
+    auto model = r.build(h, {prep.node_features(), prep.config_features()}, rng);
+    model->eval();
+    const std::vector<double> one = predict_configs(*model, g, configs, 4), three = predict_configs(*model, g, configs, 4, 3);
+    std::vector<double> want(size_t(n), 0.0);
+    for (int64_t t = 0; t < 3; ++t) {
+      const std::vector<int64_t> order = tta_order(n, t);
+      std::vector<int64_t> permuted;
+      for (int64_t i : order) permuted.push_back(configs[size_t(i)]);
+      const std::vector<double> p = predict_configs(*model, g, permuted, 4);
+      for (int64_t i = 0; i < n; ++i) want[size_t(order[size_t(i)])] += p[size_t(i)] / 3;
+    }
+    bool differs = false;
+    for (int64_t i = 0; i < n; ++i) {
+      CHECK(three[size_t(i)] == doctest::Approx(want[size_t(i)]).epsilon(1e-6));
+      differs = differs || std::fabs(three[size_t(i)] - one[size_t(i)]) > 1e-4 * (std::fabs(one[size_t(i)]) + 1e-3);
+    }
+    // Only a model whose configs interact scores a config differently in other company.
+    CHECK(differs == r.configs_interact);
   }
 }
 
