@@ -34,6 +34,17 @@ ag::Var LinearNormAct::forward(const ag::Var& x, int64_t C, const Tensor& ptr) c
   return ag::activation(y, act_);
 }
 
+SlateHead::SlateHead(int64_t dim, Rng& rng)
+    : a_(dim, dim, rng, Act::kGelu), b_(dim, dim / 2, rng, Act::kGelu), out_(dim / 2, 1, rng) {
+  add_child("late.0", &a_);
+  add_child("late.1", &b_);
+  add_child("predict", &out_);
+}
+
+ag::Var SlateHead::forward(const Batch& b, const ag::Var& pooled) const {
+  return out_.forward(b_.forward(a_.forward(pooled, 1, b.group_ptr), 1, b.group_ptr));
+}
+
 ConsumerSage::ConsumerSage(int64_t in, int64_t out, Rng& rng) : lin_(2 * in, out, rng) { add_child("lin", &lin_); }
 
 ag::Var ConsumerSage::forward(const Batch& b, const ag::Var& x, int64_t C) const {

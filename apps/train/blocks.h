@@ -55,6 +55,17 @@ class LinearNormAct : public nn::Module {
   Act act_;
 };
 
+// The 6th place's late part on pooled rows [G*C, D]: Linear(D) -> norm -> GELU -> Linear(D/2) -> norm
+// -> GELU -> Linear(1), the norms over the configs of each graph (group_ptr). Returns [G*C, 1].
+class SlateHead : public nn::Module {
+ public:
+  SlateHead(int64_t dim, Rng& rng);
+  ag::Var forward(const Batch& b, const ag::Var& pooled) const;
+ private:
+  LinearNormAct a_, b_;
+  nn::Linear out_;
+};
+
 // PyG's SAGEConv (mean) on [N, C*D], each node aggregating the nodes that consume it (Batch::consumers):
 // mean_{u consumes v} x_u W_l + b + x_v W_r, W_l over W_r in one [2D, out] weight. Returns [N, C*out].
 class ConsumerSage : public nn::Module {

@@ -43,18 +43,14 @@ class LayoutGin6th : public RankModel {
         dropout_(h.num("dropout")),
         emb_(kOpcodes, h.integer("op-embed"), rng),
         early_(h.integer("op-embed") + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
-        late1_(hidden_, hidden_, rng, Act::kGelu),
-        late2_(hidden_, hidden_ / 2, rng, Act::kGelu),
-        predict_(hidden_ / 2, 1, rng) {
+        head_(hidden_, rng) {
     add_child("op_embedding", &emb_);
     add_child("early", &early_);
     for (int64_t l = 0; l < h.integer("layers"); ++l) {
       layers_.push_back(std::make_unique<ConsumerGin>(hidden_, rng));
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
-    add_child("late.0", &late1_);
-    add_child("late.1", &late2_);
-    add_child("predict", &predict_);
+    add_child("head", &head_);
   }
 
   ag::Var forward(const Batch& b) override {
@@ -67,9 +63,7 @@ class LayoutGin6th : public RankModel {
       const ag::Var p = ag::pool(x, b.graph_ptr, Reduce::kMean);
       pooled = pooled.defined() ? ag::add(pooled, p) : p;
     }
-    ag::Var y = per_config(pooled, C);  // [G*C, hidden]
-    y = late2_.forward(late1_.forward(y, 1, b.group_ptr), 1, b.group_ptr);
-    return predict_.forward(y);
+    return head_.forward(b, per_config(pooled, C));  // pooled [G, C*hidden] -> [G*C, hidden]
   }
 
  private:
@@ -78,8 +72,7 @@ class LayoutGin6th : public RankModel {
   nn::Embedding emb_;
   LinearNormAct early_;
   std::vector<std::unique_ptr<ConsumerGin>> layers_;
-  LinearNormAct late1_, late2_;
-  nn::Linear predict_;
+  SlateHead head_;
 };
 
 }  // namespace

@@ -45,9 +45,7 @@ class LayoutSage6th : public RankModel {
         emb_(kOpcodes, h.integer("op-embed"), rng),
         early1_(h.integer("op-embed") + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
         early2_(hidden_, hidden_, rng, Act::kGelu),
-        late1_(hidden_, hidden_, rng, Act::kGelu),
-        late2_(hidden_, hidden_ / 2, rng, Act::kGelu),
-        predict_(hidden_ / 2, 1, rng) {
+        head_(hidden_, rng) {
     add_child("op_embedding", &emb_);
     add_child("early.0", &early1_);
     add_child("early.1", &early2_);
@@ -55,9 +53,7 @@ class LayoutSage6th : public RankModel {
       layers_.push_back(std::make_unique<ConsumerSage>(hidden_, hidden_, rng));
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
-    add_child("late.0", &late1_);
-    add_child("late.1", &late2_);
-    add_child("predict", &predict_);
+    add_child("head", &head_);
   }
 
   ag::Var forward(const Batch& b) override {
@@ -68,9 +64,7 @@ class LayoutSage6th : public RankModel {
     x = segment(b, early2_.forward(x, C, b.graph_ptr));
     for (const auto& l : layers_) x = segment(b, ag::gelu(node_norm(b, ag::add(l->forward(b, x, C), x))));
     const ag::Var pooled = ag::add(ag::pool(x, b.graph_ptr, Reduce::kMean), ag::pool(x, b.graph_ptr, Reduce::kMax));
-    ag::Var y = ag::l2_normalize(per_config(pooled, C), 1e-4);  // [G*C, hidden]
-    y = late2_.forward(late1_.forward(y, 1, b.group_ptr), 1, b.group_ptr);
-    return predict_.forward(y);
+    return head_.forward(b, ag::l2_normalize(per_config(pooled, C), 1e-4));  // [G*C, hidden]
   }
 
  private:
@@ -79,8 +73,7 @@ class LayoutSage6th : public RankModel {
   nn::Embedding emb_;
   LinearNormAct early1_, early2_;
   std::vector<std::unique_ptr<ConsumerSage>> layers_;
-  LinearNormAct late1_, late2_;
-  nn::Linear predict_;
+  SlateHead head_;
 };
 
 }  // namespace
