@@ -57,6 +57,37 @@ nn::SharedRows ConsumerSage::forward(const Batch& b, const nn::SharePlan& plan, 
   return nn::map_rows(nn::concat_cols(agg, nn::advance(plan, x)), [&](const ag::Var& v) { return lin_.forward(v); });
 }
 
+ChannelAttention::ChannelAttention(int64_t dim, int64_t reduction, Rng& rng)
+    : squeeze_(dim, std::max<int64_t>(1, dim / reduction), rng), excite_(std::max<int64_t>(1, dim / reduction), dim, rng) {
+  add_child("squeeze", &squeeze_);
+  add_child("excite", &excite_);
+}
+
+ag::Var ChannelAttention::forward(const ag::Var& x, int64_t C) const {
+  const ag::Var rows = per_config(x, C);
+  const ag::Var gate = excite_.forward(squeeze_.forward(rows, Act::kRelu), Act::kSigmoid);
+  return node_major(ag::mul(rows, gate), C);
+}
+
+Graph config_axis(int64_t rows, int64_t C, Device device) {
+  std::vector<int64_t> src(size_t(rows * C)), dst(src.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < C; ++c) src[size_t(r * C + c)] = c, dst[size_t(r * C + c)] = r;
+  // Rows past `rows` (when C > rows) have no entries and take no part.
+  const Graph g = Graph::from_edges(src.data(), dst.data(), int64_t(src.size()), std::max(rows, C), "config axis");
+  return g.on(device);
+}
+
+CrossConfigAttention::CrossConfigAttention(double b) {
+  beta = add_param("beta", Tensor::full(Shape{1}, b, DType::F32));
+}
+
+ag::Var CrossConfigAttention::forward(const Graph& axis, const ag::Var& x, int64_t C) const {
+  const ag::Var rows = per_config(x, C);  // [R*C, D], the C configs of a row next to each other
+  const ag::Var weight = ag::segment_softmax(axis, ag::scale_by(rows, beta));
+  return node_major(ag::concat_cols({rows, ag::mul(rows, weight)}), C);
+}
+
 Tensor config_graph(const Batch& b) {
   Tensor t = Tensor::empty({b.graphs * b.configs}, DType::I32);
   for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = int32_t(i / b.configs);

@@ -78,6 +78,31 @@ class ConsumerSage : public nn::Module {
   nn::Linear lin_;
 };
 
+// ---- the 1st place's layers (recipe_layout_tgraph.cpp) ------------------------------------------------
+// Squeeze-and-excitation over the channels of each (row, config): x * sigmoid(W2 relu(W1 x + b1) + b2),
+// W1 [D, D/reduction]. x [R, C*D] -> [R, C*D].
+class ChannelAttention : public nn::Module {
+ public:
+  ChannelAttention(int64_t dim, int64_t reduction, Rng& rng);
+  ag::Var forward(const ag::Var& x, int64_t C) const;
+ private:
+  nn::Linear squeeze_, excite_;
+};
+
+// The config axis of R config-batched rows as a graph: row r lists its C configs, CSR positions r*C + c,
+// so segment_softmax over per_config rows [R*C, D] normalises each (row, channel) across the configs.
+Graph config_axis(int64_t rows, int64_t C, Device device);
+
+// Cross-config attention on x [R, C*D]: [x | x * softmax_c(beta x)] per config, the softmax over the
+// configs of each (row, channel) (`axis` = config_axis(R, C)); beta a learned inverse temperature.
+// Returns [R, C*2D]: a config's rows now depend on every config beside it in the batch.
+class CrossConfigAttention : public nn::Module {
+ public:
+  explicit CrossConfigAttention(double beta);
+  ag::Var forward(const Graph& axis, const ag::Var& x, int64_t C) const;
+  ag::Var beta;
+};
+
 // The 6th place's data and training settings with the model widths (recipe_layout_sage_6th.cpp).
 std::vector<HParamSpec> hparams_6th(const char* hidden, const char* op_embed);
 

@@ -1,6 +1,7 @@
 #include "apps/train/data.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <set>
@@ -68,9 +69,27 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
 
 uint64_t ModelGraph::bytes() const {
   uint64_t b = target.size() * sizeof(double);
-  for (const Tensor* t : {&x, &opcode, &edges, &config, &config_nodes})
+  for (const Tensor* t : {&x, &opcode, &edges, &config, &config_nodes, &layout_dims})
     if (t->defined()) b += uint64_t(t->nbytes());
   return b;
+}
+
+Tensor layout_dim_categories(const Tensor& node_feat) {
+  constexpr int64_t kShape = 21, kLayout = 134, kDims = kNodeLayoutDims;
+  GNN_CHECK(node_feat.dim() == 2 && node_feat.size(1) >= kLayout + kDims && node_feat.dtype() == DType::F32,
+            "layout_dim_categories: node_feat must be f32 [N, 140], got ", node_feat.desc());
+  const int64_t N = node_feat.size(0), F = node_feat.size(1);
+  Tensor out = Tensor::zeros({N, kDims}, DType::I32);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* f = node_feat.f32() + n * F;
+    int64_t rank = 0;
+    while (rank < kDims && f[kShape + rank] > 0) ++rank;
+    for (int64_t k = 0; k < rank; ++k) {
+      const float v = f[kLayout + k];
+      if (v == std::floor(v) && v >= 0 && v <= 5) out.i32()[n * kDims + k] = int32_t(v) + 1;
+    }
+  }
+  return out;
 }
 
 ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedup) {
@@ -90,6 +109,7 @@ ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedu
   if (p.layout) {
     m.config = pg.graph.node_config_feat;
     m.config_nodes = pg.graph.node_config_ids;
+    m.layout_dims = layout_dim_categories(pg.graph.node_feat);
   } else {
     m.config = p.config.apply(pg.graph.config_feat);
   }
@@ -202,6 +222,7 @@ Batch Batch::to(Device device) const {
   b.consumers_.reset();
   b.consumers_plan_.reset();
   b.keep_host_ = keep_grad;
+  b.config_host_ = node_config;
   std::vector<Tensor*> arrays = b.graph.arrays();
   arrays.insert(arrays.end(), {&b.x, &b.config_feat, &b.node_config, &b.keep_grad});
   Tensor::move_packed(arrays, device);  // the batch's graph and features in one transfer
@@ -290,6 +311,10 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
       cptr.push_back(cptr.back() + nc);
     }
     b.config_ptr = Tensor::from_vector(cptr);
+    b.node_layout = Tensor::empty({N, kNodeLayoutDims}, DType::I32);
+    for (int64_t g = 0; g < G; ++g)
+      std::memcpy(b.node_layout.i32() + ptr[size_t(g)] * kNodeLayoutDims, graphs[size_t(g)]->layout_dims.i32(),
+                  size_t(graphs[size_t(g)]->layout_dims.nbytes()));
   }
   if (targets) {
     b.target = Tensor::empty({G * C}, DType::F64);

@@ -43,11 +43,19 @@ struct ModelGraph {
   Tensor edges;         // i64 [E, 2] rows [u, v]: u consumes v
   Tensor config;        // tile f32 [Cg, B] transformed; layout f32 [Cg, NC, 18]
   Tensor config_nodes;  // layout: i64 [NC] node ids of the configurable nodes
+  Tensor layout_dims;   // layout: i32 [N, 6] node_feat[134:140] as categories (layout_dim_categories)
   std::vector<double> target;  // per config, lower is faster; empty when the file has no runtimes
   int64_t num_nodes() const { return x.size(0); }
   int64_t num_configs() const { return config.size(0); }
   uint64_t bytes() const;
 };
+// The output layout of each node, node_feat[134:140] (minor-to-major dimension order, 0-padded in the
+// files), as categories of one embedding with the layout config values: 0 where the dimension is past
+// the node's rank (the -1 of a config; rank = the nonzero output dims in node_feat[21:27]), v + 1 for
+// a dimension index v in 0..5, 0 too for a value that is not one. i32 [N, 6] from raw node_feat [N, 140].
+constexpr int64_t kNodeLayoutDims = 6;
+Tensor layout_dim_categories(const Tensor& node_feat);
+
 // dedup: one config per distinct config-feature row, the fastest (training only: prediction and
 // scoring need every config index of the file).
 ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedup = false);
@@ -99,6 +107,8 @@ struct Batch {
   Tensor node_config;  // layout: f32 [N, C*18]
   Tensor config_nodes; // layout: i32 [K] the configurable nodes of every graph, in batch numbering
   Tensor config_ptr;   // layout: i64 [G+1] over config_nodes
+  Tensor node_layout;  // layout: i32 [N, 6] each node's layout_dim_categories, on the host
+  const Tensor& node_config_host() const { return config_host_.defined() ? config_host_ : node_config; }
   Tensor target;       // f64 [G*C] (undefined without runtimes)
   Tensor group_ptr;    // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
   Tensor keep_grad;    // u8 [N] nodes whose gradient flows (segment training); undefined: all
@@ -123,6 +133,7 @@ struct Batch {
   mutable std::shared_ptr<const Consumers> consumers_;
   mutable std::shared_ptr<const nn::SharePlan> consumers_plan_;
   Tensor keep_host_;  // set by to(): keep_grad's host copy
+  Tensor config_host_;  // set by to(): node_config's host copy (models that read config values as indices)
   std::shared_ptr<const Graph> host_graph_;  // set by to(): gcn() builds on the host, then moves
 };
 // configs[g]: the config indices of graphs[g] (all the same length). segment > 0 keeps, in each

@@ -167,7 +167,7 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
                  "configs per forward pass when scoring every config of a graph"),
       integer_hp("tta", "1", 1, 1000,
                  "eval and predict: each config's score averaged over this many passes, each over the configs in a "
-                 "random order (for models whose configs interact in a batch)"),
+                 "random order (for models whose configs interact in a batch); validation in training takes one"),
   };
   if (layout) {
     h.push_back(integer_hp("khops", "-1", -1, kMany, "keep nodes within k hops of a configurable node (-1: every node)"));
@@ -192,7 +192,8 @@ const std::vector<Recipe>& recipes() {
                                           tile_latejoin_sage_recipe(), tile_earlyjoin_resgcn_recipe(),
                                           tile_latejoin_resgcn_recipe(), layout_resmodel_recipe(),
                                           layout_mlp_recipe(),         layout_sage_6th_recipe(),
-                                          layout_gin_6th_recipe(),     layout_sage_2nd_recipe()};
+                                          layout_gin_6th_recipe(),     layout_sage_2nd_recipe(),
+                                          layout_tgraph_recipe()};
   return all;
 }
 

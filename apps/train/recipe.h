@@ -86,5 +86,6 @@ Recipe layout_mlp_recipe();
 Recipe layout_sage_6th_recipe();
 Recipe layout_gin_6th_recipe();
 Recipe layout_sage_2nd_recipe();
+Recipe layout_tgraph_recipe();
 
 }  // namespace gnn::train

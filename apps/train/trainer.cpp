@@ -150,7 +150,7 @@ class Run {
   std::optional<ScopedMemoryLimit> memory_limit_;
   Preprocessing prep_;
   bool layout_ = false;
-  int64_t G_ = 0, C_ = 0, chunk_ = 0, tta_ = 1, segment_ = 0;
+  int64_t G_ = 0, C_ = 0, chunk_ = 0, segment_ = 0;
   int accumulate_ = 1;
   std::vector<DatasetFile> train_files_, valid_files_;
   std::vector<int64_t> config_counts_;  // per training file, from its header
@@ -197,7 +197,6 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   prep_ = plan_.meta.prep;
   layout_ = recipe->kind == "layout";
   G_ = hp.integer("batch-graphs"), C_ = hp.integer("configs"), chunk_ = hp.integer("eval-chunk");
-  tta_ = hp.integer("tta");
   accumulate_ = int(hp.integer("accumulate"));
   segment_ = layout_ ? hp.integer("segment") : 0;
   memory_limit_.emplace(o.memory_limit);
@@ -489,7 +488,7 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs) {
     model_->eval();
     working_on_ = detail::str_cat("validation after epoch ", e + 1);
     const auto t_valid = Clock::now();
-    const Evaluation ev = evaluate(*model_, *valid_src_, chunk_, plan_.eval_indices, tta_);
+    const Evaluation ev = evaluate(*model_, *valid_src_, chunk_, plan_.eval_indices);  // one pass: --tta is eval's
     line.set("valid_seconds", since(t_valid));
     valid_score = ev.score;
     last_score_ = valid_score;
@@ -566,7 +565,7 @@ void Run::end_epoch_swa(int64_t e, Json& line) {
   if (!valid_files_.empty()) {
     model_->eval();
     working_on_ = detail::str_cat("validation of the SWA weights after epoch ", e + 1);
-    line.set("swa_valid_score", evaluate(*model_, *valid_src_, chunk_, plan_.eval_indices, tta_).score);
+    line.set("swa_valid_score", evaluate(*model_, *valid_src_, chunk_, plan_.eval_indices).score);
   }
   line.set("swa_snapshots", swa_->count());
   save(swa_path_, false);

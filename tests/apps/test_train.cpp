@@ -10,6 +10,7 @@
 #include <set>
 
 #include "apps/scoring.h"
+#include "apps/train/blocks.h"
 #include "apps/train/trainer.h"
 #include "io/json.h"
 #include "io/npz.h"
@@ -680,6 +681,109 @@ TEST_CASE("train: the 6th place recipes train on their downstream region and res
   }
 }
 
+TEST_CASE("train: cross-config attention weighs each node and channel by a softmax over the configs") {
+  // x [R = 2, C = 3 configs x D = 2]: y = [x | x * softmax_c(beta x)] per config, [R, C*4].
+  const int64_t R = 2, C = 3, D = 2;
+  std::vector<float> v = {0.5f, -1.0f, 2.0f, 0.25f, -0.5f, 1.5f, 3.0f, 0.0f, -2.0f, 1.0f, 0.75f, -0.25f};
+  Tensor x = Tensor::empty({R, C * D}, DType::F32);
+  std::copy(v.begin(), v.end(), x.f32());
+  CrossConfigAttention cross(1.5);
+  const Tensor y = cross.forward(config_axis(R, C, Device::cpu()), ag::Var(x), C).value();
+  REQUIRE(y.size(0) == R);
+  REQUIRE(y.size(1) == C * 2 * D);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t d = 0; d < D; ++d) {
+      double z = 0;
+      for (int64_t c = 0; c < C; ++c) z += std::exp(1.5 * v[size_t(r * C * D + c * D + d)]);
+      for (int64_t c = 0; c < C; ++c) {
+        const double xv = v[size_t(r * C * D + c * D + d)];
+        CHECK(y.f32()[r * C * 2 * D + c * 2 * D + d] == doctest::Approx(xv));
+        CHECK(y.f32()[r * C * 2 * D + c * 2 * D + D + d] == doctest::Approx(xv * std::exp(1.5 * xv) / z).epsilon(1e-5));
+      }
+    }
+  // More configs than rows: the axis graph has empty rows past R, and the softmax still spans C.
+  const Graph wide = config_axis(1, 4, Device::cpu());
+  CHECK(wide.num_edges == 4);
+  CHECK(wide.in_degree(0) == 4);
+}
+
+TEST_CASE("train: a node's own layout columns become categories, re-padded past its rank") {
+  Tensor f = Tensor::zeros({3, 140}, DType::F32);
+  float* a = f.f32();
+  a[21] = 4, a[22] = 8, a[134] = 1, a[135] = 0;                    // rank 2, minor-to-major {1, 0}
+  a[140 + 21] = 2, a[140 + 22] = 3, a[140 + 23] = 5, a[140 + 134] = 2, a[140 + 135] = 7.5f, a[140 + 136] = 0;  // rank 3
+  // node 2: a scalar (rank 0): every column is padding
+  const Tensor c = layout_dim_categories(f);
+  REQUIRE(c.size(1) == kNodeLayoutDims);
+  const std::vector<int32_t> want = {2, 1, 0, 0, 0, 0, 3, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  CHECK(std::vector<int32_t>(c.i32(), c.i32() + c.numel()) == want);
+  CHECK_THROWS_WITH_AS(layout_dim_categories(Tensor::zeros({3, 24}, DType::F32)), doctest::Contains("[N, 140]"), Error);
+}
+
+TEST_CASE("train: layout-tgraph compares the configs of a batch only with --cross-attn on") {
+  const auto files = kind_files(dataset(), "layout", "train");
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kStandardize, FeatureTransform::kNone, 1);
+  const ModelGraph g = prepare_graph(files[0], prep);
+  REQUIRE(g.num_configs() >= 4);
+  for (const char* cross : {"on", "off"}) {
+    CAPTURE(cross);
+    const Recipe& r = find_recipe("layout-tgraph");
+    HParams h = r.defaults();
+    h.values["hidden"] = "16", h.values["cross-attn"] = cross;
+    Rng rng(7);
+    auto model = r.build(h, {prep.node_features(), prep.config_features()}, rng);
+    model->eval();
+    ag::NoGrad ng;
+    // Config 0 scored beside 1 and 2, then beside 3 and 2: only the cross-config attention lets the
+    // neighbours change its score.
+    const float a = model->forward(make_batch({&g}, {{0, 1, 2}})).value().f32()[0];
+    const float b = model->forward(make_batch({&g}, {{0, 3, 2}})).value().f32()[0];
+    if (std::string(cross) == "on") CHECK(std::fabs(a - b) > 1e-6);
+    else CHECK(a == doctest::Approx(b).epsilon(1e-6));
+  }
+  // An odd width cannot hold the attention's two halves.
+  const Recipe& r = find_recipe("layout-tgraph");
+  HParams h = r.defaults();
+  h.values["hidden"] = "15";
+  Rng rng(7);
+  CHECK_THROWS_WITH_AS(r.build(h, {prep.node_features(), prep.config_features()}, rng),
+                       doctest::Contains("--hidden: must be even"), Error);
+}
+
+TEST_CASE("train: layout-tgraph trains on the configurable nodes and neighbours, resumes, evaluates with --tta") {
+  TempDir t;
+  const std::string base = "train --model layout-tgraph --data " + dataset() +
+                           " --hidden 16 --op-embed 8 --configs 8 --warmup 2 --out ";
+  const std::string a = t.file("a"), b = t.file("b");
+  auto r = run_gnn(base + a + " --epochs 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
+  // Dropout draws from (seed, epoch, batch) and the cosine schedule from the step: killed after 5 of its
+  // 9 steps and resumed, the run ends where the unbroken one did.
+  r = run_gnn(base + b + " --epochs 3 --checkpoint-minutes 0 --kill-after-steps 5");
+  CHECK(r.exit_code != 0);
+  r = run_gnn("train --resume --out " + b);
+  REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
+  CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
+  for (const std::string& line : metric_lines(a + "/metrics.jsonl")) CHECK(std::isfinite(Json::parse(line)["train_loss"].as_number()));
+  const LoadedModel m = load_model(a + "/model.npz");
+  CHECK(m.prep.khops == 1);
+  CHECK(m.prep.hops == HopDirection::kBoth);
+  const auto files = kind_files(dataset(), "layout", "train");
+  const TpuGraph raw = load_tpugraph(files[0].path);
+  CHECK(prepare_graph(files[0], m.prep).num_nodes() == prune_to_configurable(raw, 1, nullptr, HopDirection::kBoth).num_nodes());
+  // The learned temperature moved from its start.
+  const auto w = checkpoint_weights(a + "/model.npz");
+  bool moved = false;
+  for (const auto& [name, tensor] : w)
+    if (name.find("cross.beta") != std::string::npos) moved = moved || tensor.astype(DType::F64).f64()[0] != 2.0;
+  CHECK(moved);
+  r = run_gnn("eval --run " + a + " --data " + dataset() + " --tta 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const double tau = Json::parse(last_line(r.out))["score"].as_number();
+  CHECK(tau >= -1);
+  CHECK(tau <= 1);
+}
+
 TEST_CASE("train: building the next batch on a second thread during each step changes nothing") {
   for (const char* recipe : {"tile-earlyjoin-sage", "layout-resmodel"}) {
     CAPTURE(recipe);
@@ -780,4 +884,10 @@ TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
   const Json lj = Json::parse(last_line(r.out));
   CHECK(lj["kendall_tau"].as_number() >= -1);
   CHECK(lj["kendall_tau"].as_number() <= 1);
+  // The 1st place model on the real program: its 62 configurable nodes and their neighbours.
+  r = run_gnn("train --model layout-tgraph --hidden 32 --data " + layout + " --epochs 2 --out " + t.file("tgraph"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn("predict --run " + t.file("tgraph") + " --data " + layout + " --split valid --tta 2 --out " + t.file("tgraph.csv"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(read_submission(t.file("tgraph.csv")).size() == 1);
 }
