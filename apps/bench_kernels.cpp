@@ -7,6 +7,7 @@
 #include "autograd/dispatch.h"
 #include "io/npz.h"
 #include "kernels/gemm.h"
+#include "kernels/norm_embed.h"
 #include "kernels/activation.h"
 #include "kernels/sage.h"
 #include "kernels/segment_softmax.h"
@@ -227,6 +228,35 @@ KernelCase softmax_case(const KernelShape& s) {
   return k;
 }
 
+// instance-norm: the graph instance norm without affine parameters on x [N, C*F], graphs of
+// --graph-nodes rows (the 6th and 1st place recipes' norm, per graph, config and channel). GB/s counts
+// x read and y written (+ x and dy read, dx written); the kernel reads x two more times, from cache
+// when a graph's block of channels fits.
+KernelCase instance_norm_case(const KernelShape& s) {
+  const int64_t N = s.nodes, F = s.features * s.configs, S = std::max<int64_t>(1, s.graph_nodes);
+  std::vector<int64_t> ptr;
+  for (int64_t r = 0; r < N; r += S) ptr.push_back(r);
+  ptr.push_back(N);
+  const int64_t G = int64_t(ptr.size()) - 1;
+  auto gp = std::make_shared<std::vector<int64_t>>(std::move(ptr));
+  auto x = std::make_shared<Tensor>(random_tensor(N, F, 1));
+  auto dy = std::make_shared<Tensor>(random_tensor(N, F, 2));
+  auto y = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
+  auto dx = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
+  auto stats = std::make_shared<Tensor>(Tensor::empty({2, G, F}, DType::F32));
+  const bool bwd = s.backward;
+  KernelCase k;
+  k.step = [=] {
+    float* mean = stats->f32();
+    float* rstd = mean + G * F;
+    instance_norm_forward_cpu(y->f32(), mean, rstd, x->f32(), nullptr, nullptr, gp->data(), G, F, 1e-5f);
+    if (bwd) instance_norm_backward_cpu(dx->f32(), nullptr, nullptr, dy->f32(), x->f32(), mean, rstd, nullptr, gp->data(), G, F);
+  };
+  k.bytes = 4.0 * double(N) * F * (bwd ? 5 : 2);
+  k.flops = 8.0 * double(N) * F * (bwd ? 2.5 : 1);
+  return k;
+}
+
 // The traffic and flops of a GAT layer pass: forward reads x, writes h, reads h per edge (gather) and
 // per node, writes y; backward about twice that.
 void gat_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t H, int64_t D, bool bwd) {
@@ -398,12 +428,12 @@ KernelCase attention_case(const KernelShape& s) {
 
 std::vector<std::string> bench_kernel_names() {
   return {"gemm",       "spmm-sum",   "spmm-mean",        "spmm-max",       "segment-softmax",
-          "gat-layer",  "sage-layer", "sage-layer-fused", "graph-attention"};
+          "gat-layer",  "sage-layer", "sage-layer-fused", "graph-attention", "instance-norm"};
 }
 
 KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
-  if (s.cuda && name == "segment-softmax")
-    throw UsageError("gnn bench kernel: segment-softmax runs on the CPU only (--device cuda: gemm, spmm-sum, "
+  if (s.cuda && (name == "segment-softmax" || name == "instance-norm"))
+    throw UsageError("gnn bench kernel: " + name + " runs on the CPU only (--device cuda: gemm, spmm-sum, "
                      "spmm-mean, spmm-max, sage-layer, sage-layer-fused, gat-layer, graph-attention)");
   if (s.cuda && s.configs > 1 && (name == "sage-layer" || name == "gat-layer"))
     throw UsageError("gnn bench kernel: " + name + " on --device cuda does not take --configs");
@@ -419,6 +449,7 @@ KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
   if (name == "spmm-mean") return spmm_case(Reduce::kMean, s);
   if (name == "spmm-max") return spmm_case(Reduce::kMax, s);
   if (name == "segment-softmax") return softmax_case(s);
+  if (name == "instance-norm") return instance_norm_case(s);
   if (name == "gat-layer") return s.cuda ? gpu_layer_case(true, false, s) : gat_case(s);
   if (name == "sage-layer") return s.cuda ? gpu_layer_case(false, false, s) : sage_case(false, s);
   if (name == "sage-layer-fused") return s.cuda ? gpu_layer_case(false, true, s) : sage_case(true, s);

@@ -1,5 +1,6 @@
-// Instance norm: one task per graph running the reference's per-graph maths in float (so the two cannot
-// drift), with per-graph dgamma/dbeta partials summed in graph order afterwards. Embedding backward:
+// Instance norm: one task per graph and block of channels, each channel's sums over the rows in the
+// reference's order (so the two cannot drift), with per-graph dgamma/dbeta partials summed in graph
+// order afterwards. Embedding backward:
 // a counting sort of idx gives each table row its list of uses in index order; rows over threads.
 #include <algorithm>
 #include <cstring>
@@ -8,14 +9,37 @@
 
 namespace gnn {
 
+namespace {
+
+// Channels per task: a graph's rows are walked once per pass with the block's channels contiguous in
+// each row (the reference walks one channel at a time down the rows, a cache line per value), and a
+// graph of many channels spreads over the threads. Each channel's sums still run over the rows in
+// order, so the results are the reference's, bitwise, for any thread count.
+constexpr int64_t kNormBlock = 64;
+
+}  // namespace
+
 GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                                               const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F,
                                               float eps) {
+  const int64_t blocks = ceil_div<int64_t>(F, kNormBlock);
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t g = 0; g < G; ++g) {
-    const int64_t local[2] = {0, graph_ptr[g + 1] - graph_ptr[g]};
-    const int64_t b = graph_ptr[g];
-    instance_norm_forward_ref<float>(y + b * F, mean + g * F, rstd + g * F, x + b * F, gamma, beta, local, 1, F, eps);
+  for (int64_t t = 0; t < G * blocks; ++t) {
+    const int64_t g = t / blocks, f0 = (t % blocks) * kNormBlock, w = std::min(kNormBlock, F - f0);
+    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
+    float m[kNormBlock] = {}, v[kNormBlock] = {}, rs[kNormBlock];
+    for (int64_t i = b; i < e; ++i)
+      for (int64_t f = 0; f < w; ++f) m[f] += x[i * F + f0 + f];
+    for (int64_t f = 0; f < w; ++f) m[f] = n ? m[f] / float(n) : 0.0f;
+    for (int64_t i = b; i < e; ++i)
+      for (int64_t f = 0; f < w; ++f) v[f] += (x[i * F + f0 + f] - m[f]) * (x[i * F + f0 + f] - m[f]);
+    for (int64_t f = 0; f < w; ++f) {
+      rs[f] = 1.0f / std::sqrt((n ? v[f] / float(n) : 0.0f) + eps);
+      mean[g * F + f0 + f] = m[f], rstd[g * F + f0 + f] = rs[f];
+    }
+    for (int64_t i = b; i < e; ++i)
+      for (int64_t f = 0; f < w; ++f)
+        y[i * F + f0 + f] = (x[i * F + f0 + f] - m[f]) * rs[f] * (gamma ? gamma[f0 + f] : 1.0f) + (beta ? beta[f0 + f] : 0.0f);
   }
 }
 
@@ -23,12 +47,30 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
                                                const float* mean, const float* rstd, const float* gamma,
                                                const int64_t* graph_ptr, int64_t G, int64_t F) {
   std::vector<float> pg(static_cast<size_t>(G * F)), pb(static_cast<size_t>(G * F));
+  const int64_t blocks = ceil_div<int64_t>(F, kNormBlock);
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t g = 0; g < G; ++g) {
-    const int64_t local[2] = {0, graph_ptr[g + 1] - graph_ptr[g]};
-    const int64_t b = graph_ptr[g];
-    instance_norm_backward_ref<float>(dx + b * F, pg.data() + g * F, pb.data() + g * F, dy + b * F, x + b * F,
-                                      mean + g * F, rstd + g * F, gamma, local, 1, F);
+  for (int64_t t = 0; t < G * blocks; ++t) {
+    const int64_t g = t / blocks, f0 = (t % blocks) * kNormBlock, w = std::min(kNormBlock, F - f0);
+    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
+    const float* m = mean + g * F + f0;
+    const float* rs = rstd + g * F + f0;
+    float s1[kNormBlock] = {}, s2[kNormBlock] = {}, dg[kNormBlock] = {}, db[kNormBlock] = {}, gm[kNormBlock];
+    for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f;
+    for (int64_t i = b; i < e; ++i)
+      for (int64_t f = 0; f < w; ++f) {
+        const float xh = (x[i * F + f0 + f] - m[f]) * rs[f], d = dy[i * F + f0 + f];
+        s1[f] += d * gm[f], s2[f] += d * gm[f] * xh;
+        dg[f] += d * xh, db[f] += d;
+      }
+    for (int64_t f = 0; f < w; ++f) {
+      if (n) s1[f] /= float(n), s2[f] /= float(n);
+      pg[size_t(g * F + f0 + f)] = dg[f], pb[size_t(g * F + f0 + f)] = db[f];
+    }
+    for (int64_t i = b; i < e; ++i)
+      for (int64_t f = 0; f < w; ++f) {
+        const float xh = (x[i * F + f0 + f] - m[f]) * rs[f];
+        dx[i * F + f0 + f] = (dy[i * F + f0 + f] * gm[f] - s1[f] - xh * s2[f]) * rs[f];
+      }
   }
   for (int64_t f = 0; f < F; ++f) {
     float sg = 0.0f, sb = 0.0f;

@@ -212,7 +212,7 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
 
 TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") {
   for (const char* k : {"gemm", "spmm-sum", "spmm-mean", "spmm-max", "segment-softmax", "gat-layer", "sage-layer",
-                        "sage-layer-fused", "graph-attention"}) {
+                        "sage-layer-fused", "graph-attention", "instance-norm"}) {
     for (const char* bwd : {"", " --backward"}) {
       CAPTURE(k);
       CAPTURE(bwd);
