@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "dist/comm.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn::cli {
 

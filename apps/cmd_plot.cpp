@@ -13,7 +13,7 @@
 #include "apps/commands.h"
 #include "io/atomic_file.h"
 #include "io/json.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn::cli {
 

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "runtime/cuda.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 #ifndef GNN_WITH_MPI
 #define GNN_WITH_MPI 0
@@ -28,7 +28,7 @@
 #if GNN_WITH_NCCL
 #include <nccl.h>
 
-#include "runtime/cuda_check.h"
+#include "base/cuda_check.h"
 #endif
 
 namespace gnn::dist {

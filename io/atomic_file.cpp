@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn {
 

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn {
 

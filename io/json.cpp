@@ -6,7 +6,7 @@
 #include <cstring>
 #include <cctype>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn {
 

@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "io/zip.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/parallel.h"
 
 namespace gnn {

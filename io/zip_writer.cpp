@@ -4,7 +4,7 @@
 
 #include "io/atomic_file.h"
 #include "io/zip.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn {
 namespace {

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "kernels/common.h"
+#include "base/common.h"
 
 namespace gnn {
 

@@ -22,7 +22,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/common.h"
+#include "base/common.h"
 
 namespace gnn {
 

@@ -5,8 +5,8 @@
 #pragma once
 #include <algorithm>
 
-#include "kernels/common.h"
-#include "runtime/cuda_check.h"
+#include "base/common.h"
+#include "base/cuda_check.h"
 
 namespace gnn {
 

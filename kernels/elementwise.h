@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/common.h"
+#include "base/common.h"
 
 namespace gnn {
 

@@ -1,6 +1,6 @@
 // Fill n elements of elem_size bytes (1, 2, 4 or 8) with the bytes of one element: y[i] = value.
 #pragma once
-#include "kernels/common.h"
+#include "base/common.h"
 
 namespace gnn {
 

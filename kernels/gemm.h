@@ -5,7 +5,7 @@
 // Every C element is summed over k in the same order whatever the thread count: results are
 // bitwise identical for any number of threads.
 #pragma once
-#include "kernels/common.h"
+#include "base/common.h"
 
 namespace gnn {
 

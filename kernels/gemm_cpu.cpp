@@ -5,7 +5,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/gemm_blocked.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/gemm.h"
-#include "runtime/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace gnn {
 namespace {

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/common.h"
+#include "base/common.h"
 
 namespace gnn {
 

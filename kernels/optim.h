@@ -7,7 +7,7 @@
 #pragma once
 #include <cmath>
 
-#include "kernels/common.h"
+#include "base/common.h"
 
 namespace gnn {
 

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/common.h"
+#include "base/common.h"
 
 namespace gnn {
 

@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "kernels/common.h"
+#include "base/common.h"
 
 namespace gnn {
 

@@ -5,7 +5,7 @@
 #include <cusparse.h>
 
 #include "runtime/cuda.h"
-#include "runtime/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace gnn {
 namespace {

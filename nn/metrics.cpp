@@ -5,7 +5,7 @@
 #include <limits>
 #include <numeric>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn::nn {
 

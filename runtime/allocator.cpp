@@ -8,8 +8,8 @@
 #include <sys/mman.h>
 #endif
 
-#include "kernels/common.h"
-#include "runtime/error.h"
+#include "base/common.h"
+#include "base/error.h"
 
 namespace gnn {
 namespace {

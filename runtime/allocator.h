@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn {
 

@@ -2,8 +2,8 @@
 
 #include <bit>
 
-#include "kernels/common.h"
-#include "runtime/error.h"
+#include "base/common.h"
+#include "base/error.h"
 
 namespace gnn {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "runtime/caching_pool.h"
-#include "runtime/cuda_check.h"
+#include "base/cuda_check.h"
 
 namespace gnn {
 namespace {
@@ -116,14 +116,6 @@ Staging& staging() {
 }
 
 }  // namespace
-
-bool cuda_sync_after_launch() {
-  static const bool on = [] {
-    const char* v = std::getenv("GNN_SYNC");
-    return v != nullptr && std::string(v) != "0";
-  }();
-  return on;
-}
 
 int cuda_device_count() {
   static const int count = query_device_count();

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common.h"
+#include "base/common.h"
 #include "runtime/allocator.h"
 #include "runtime/dtype.h"
 

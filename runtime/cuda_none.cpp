@@ -1,7 +1,7 @@
 // runtime/cuda.h in a build without CUDA: nothing is available, and asking for a device says why.
 #include "runtime/cuda.h"
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn {
 namespace {

@@ -1,6 +1,6 @@
 #include "runtime/dtype.h"
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn {
 

@@ -1,6 +1,6 @@
 #include "runtime/parallel.h"
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 #ifdef GNN_WITH_OPENMP
 #include <omp.h>

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common.h"
+#include "base/common.h"
 #include "runtime/dtype.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "runtime/cuda.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/tensor.h"
 
 namespace gnn::testing {

@@ -10,7 +10,7 @@
 #include "dist/comm.h"
 #include "io/npz.h"
 #include "nn/graph_util.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn::train {
 

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "dist/comm.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn::train {
 

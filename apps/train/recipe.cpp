@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "io/json.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn::train {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "runtime/error.h"
+#include "base/error.h"
 
 namespace gnn {
 bool cuda_sync_after_launch();  // reads GNN_SYNC once

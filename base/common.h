@@ -1,5 +1,6 @@
-// What every kernel header needs: the Stream type (usable without the CUDA toolkit), kWithCuda, and
-// small integer helpers. Kernels take raw pointers and sizes; they never allocate.
+// What every layer may use (base/, below runtime and kernels): the Stream type (usable without the
+// CUDA toolkit), kWithCuda, the CPU clone attribute and small integer helpers. Kernels take raw
+// pointers and sizes; they never allocate.
 #pragma once
 #include <cstddef>
 #include <cstdint>
