@@ -190,7 +190,7 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
   r = run_gnn("demo --tile-graphs 3 --layout-graphs 2 --tile-epochs 2 --layout-epochs 1 --seeds 2 --out " + tmp.file("demo"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const Json d = Json::parse(last_line(r.out));
-  for (const char* m : {"tile-mlp", "tile-earlyjoin-sage", "layout-mlp", "layout-resmodel"}) {
+  for (const char* m : {"tile-mlp", "tile-earlyjoin-sage", "layout-mlp", "layout-resmodel", "layout-tgraph"}) {
     CHECK(d.contains(m));
     CHECK(d.contains(std::string(m) + "_sd"));
   }
@@ -198,6 +198,7 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
   CHECK(r.out.find("configs/s") != std::string::npos);
   CHECK(r.out.find("(a random ranking)") != std::string::npos);
   CHECK(r.out.find("reading: tile: tile-earlyjoin-sage ") != std::string::npos);
+  CHECK(r.out.find("; the 1st place: layout-tgraph ") != std::string::npos);
   std::ifstream report(tmp.file("demo/report.html"));
   const std::string html((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
   CHECK(html.find("layout-resmodel-seed2") != std::string::npos);
@@ -206,7 +207,7 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
                              tmp.file("demo2"));
   REQUIRE(again.exit_code == 0);
   const Json d2 = Json::parse(last_line(again.out));
-  for (const char* m : {"tile-mlp", "tile-earlyjoin-sage", "layout-mlp", "layout-resmodel"})
+  for (const char* m : {"tile-mlp", "tile-earlyjoin-sage", "layout-mlp", "layout-resmodel", "layout-tgraph"})
     CHECK(d2[m].as_number() == d[m].as_number());
 }
 
