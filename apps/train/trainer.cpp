@@ -218,12 +218,12 @@ Run::Run(const TrainOptions& o, std::string& working_on)
                               layout_ ? FeatureTransform::kNone : parse_feature_transform(hp.str("config-transform")),
                               layout_ ? int(hp.integer("khops")) : -1,
                               layout_ ? parse_hop_direction(hp.str("khops-direction")) : HopDirection::kBoth);
-    if (lead_) fs::create_directories(dir_);
   }
 
   working_on_ = "building the model and loading its checkpoint";
   Rng init_rng(plan_.seed);
-  model_ = recipe->build(hp, dims_of(prep_), init_rng);
+  model_ = recipe->build(hp, dims_of(prep_), init_rng);  // a recipe refusing its flags leaves no run behind
+  if (!plan_.resuming && lead_) fs::create_directories(dir_);
   params_ = model_->parameters();
   opt_.emplace(nn::one_group(params_, hp.num("weight-decay")), hp.num("lr"), /*decoupled=*/true);
   if (plan_.resuming) {
