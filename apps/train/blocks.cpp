@@ -34,8 +34,8 @@ ag::Var LinearNormAct::forward(const ag::Var& x, int64_t C, const Tensor& ptr) c
   return ag::activation(y, act_);
 }
 
-SlateHead::SlateHead(int64_t dim, Rng& rng)
-    : a_(dim, dim, rng, Act::kGelu), b_(dim, dim / 2, rng, Act::kGelu), out_(dim / 2, 1, rng) {
+SlateHead::SlateHead(int64_t in, int64_t dim, Rng& rng)
+    : a_(in, dim, rng, Act::kGelu), b_(dim, dim / 2, rng, Act::kGelu), out_(dim / 2, 1, rng) {
   add_child("late.0", &a_);
   add_child("late.1", &b_);
   add_child("predict", &out_);
@@ -43,6 +43,23 @@ SlateHead::SlateHead(int64_t dim, Rng& rng)
 
 ag::Var SlateHead::forward(const Batch& b, const ag::Var& pooled) const {
   return out_.forward(b_.forward(a_.forward(pooled, 1, b.group_ptr), 1, b.group_ptr));
+}
+
+ConsumerGat::ConsumerGat(int64_t in, int64_t heads, int64_t dim, Rng& rng) : heads_(heads), dim_(dim) {
+  weight_ = add_param("weight", nn::init_tensor(Shape{in, heads * dim}, nn::Init::kGlorot, in, heads * dim, rng));
+  att_src_ = add_param("att_src", nn::init_tensor(Shape{heads, dim}, nn::Init::kGlorot, heads, dim, rng));
+  att_dst_ = add_param("att_dst", nn::init_tensor(Shape{heads, dim}, nn::Init::kGlorot, heads, dim, rng));
+  bias_ = add_param("bias", nn::init_tensor(Shape{heads * dim}, nn::Init::kZeros, in, heads * dim, rng));
+}
+
+ag::Var ConsumerGat::forward(const Batch& b, const ag::Var& x, int64_t C) const {
+  const Graph& g = b.consumers_looped();
+  const ag::Var z = ag::matmul(per_config(x, C), weight_);  // [N*C, H*D]
+  // [N*C, H] -> [N, C*H]: config c's head h is head c*H + h of the graph ops
+  const ag::Var a_src = node_major(ag::head_dot(z, att_src_), C), a_dst = node_major(ag::head_dot(z, att_dst_), C);
+  const ag::Var alpha = ag::segment_softmax(g, ag::gat_scores(g, a_src, a_dst, 0.2));  // [E', C*H]
+  const ag::Var y = ag::spmm(g, node_major(z, C), Reduce::kSum, alpha);  // [N, C*H*D]
+  return node_major(ag::add_bias(per_config(y, C), bias_), C);
 }
 
 ConsumerSage::ConsumerSage(int64_t in, int64_t out, Rng& rng) : lin_(2 * in, out, rng) { add_child("lin", &lin_); }

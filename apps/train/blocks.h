@@ -55,15 +55,31 @@ class LinearNormAct : public nn::Module {
   Act act_;
 };
 
-// The 6th place's late part on pooled rows [G*C, D]: Linear(D) -> norm -> GELU -> Linear(D/2) -> norm
+// The 6th place's late part on pooled rows [G*C, in]: Linear(D) -> norm -> GELU -> Linear(D/2) -> norm
 // -> GELU -> Linear(1), the norms over the configs of each graph (group_ptr). Returns [G*C, 1].
 class SlateHead : public nn::Module {
  public:
-  SlateHead(int64_t dim, Rng& rng);
+  SlateHead(int64_t dim, Rng& rng) : SlateHead(dim, dim, rng) {}
+  SlateHead(int64_t in, int64_t dim, Rng& rng);
   ag::Var forward(const Batch& b, const ag::Var& pooled) const;
  private:
   LinearNormAct a_, b_;
   nn::Linear out_;
+};
+
+// GAT (Velickovic et al.) on config-batched rows [N, C*in], each node attending over the nodes that
+// consume it and itself (Batch::consumers_looped), H heads of width D concatenated, per config:
+//   z = x W [N, C*H*D];  s_p = leaky_relu(<a_src_h, z_u> + <a_dst_h, z_v>, 0.2) per config and head
+//   y_v = sum_p softmax_p(s) z_u + b   (the softmax over v's in-edges)
+// The C configs' H heads are C*H heads of the graph ops (gat_scores, segment_softmax, spmm), so one
+// gather serves every config. Returns [N, C*H*D].
+class ConsumerGat : public nn::Module {
+ public:
+  ConsumerGat(int64_t in, int64_t heads, int64_t dim, Rng& rng);
+  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
+ private:
+  int64_t heads_, dim_;
+  ag::Var weight_, att_src_, att_dst_, bias_;
 };
 
 // PyG's SAGEConv (mean) on [N, C*D], each node aggregating the nodes that consume it (Batch::consumers):

@@ -192,6 +192,15 @@ const Batch::Consumers& Batch::consumers_data() const {
 const Graph& Batch::consumers() const { return consumers_data().graph; }
 const Tensor& Batch::consumers_mean() const { return consumers_data().mean; }
 
+const Graph& Batch::consumers_looped() const {
+  if (!consumers_looped_) {
+    Graph g = nn::add_self_loops(consumers_data().host).graph;
+    if (graph.device().is_cuda()) Tensor::move_packed(g.arrays(), graph.device());
+    consumers_looped_ = std::make_shared<const Graph>(std::move(g));
+  }
+  return *consumers_looped_;
+}
+
 const nn::SharePlan& Batch::consumers_plan(int64_t steps) const {
   if (!consumers_plan_ || consumers_plan_->steps() != steps) {
     const Consumers& c = consumers_data();
@@ -221,6 +230,7 @@ Batch Batch::to(Device device) const {
   b.share_.reset();
   b.consumers_.reset();
   b.consumers_plan_.reset();
+  b.consumers_looped_.reset();
   b.keep_host_ = keep_grad;
   b.config_host_ = node_config;
   std::vector<Tensor*> arrays = b.graph.arrays();

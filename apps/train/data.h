@@ -90,6 +90,9 @@ struct Batch {
   // on the files' edge_index). Built on first use, on the batch's device.
   const Graph& consumers() const;
   const Tensor& consumers_mean() const;  // f32 [E] per CSR position of consumers(): 1 / the row's degree
+  // consumers() with one self-loop per node (any in the data dropped first, as PyG's GATConv does): the
+  // 6th place tile GAT's graph. Built on first use from the host copy, then moved in one transfer.
+  const Graph& consumers_looped() const;
   // The config-sharing plan over consumers() (a mean aggregation) for `steps` layers; built on first use.
   const nn::SharePlan& consumers_plan(int64_t steps) const;
   // A + A^T + I with weight f32 [E'] = 1 / sqrt(deg(u) deg(v)) per CSR position: the GCN recipes'
@@ -132,6 +135,7 @@ struct Batch {
   const Consumers& consumers_data() const;
   mutable std::shared_ptr<const Consumers> consumers_;
   mutable std::shared_ptr<const nn::SharePlan> consumers_plan_;
+  mutable std::shared_ptr<const Graph> consumers_looped_;
   Tensor keep_host_;  // set by to(): keep_grad's host copy
   Tensor config_host_;  // set by to(): node_config's host copy (models that read config values as indices)
   std::shared_ptr<const Graph> host_graph_;  // set by to(): gcn() builds on the host, then moves

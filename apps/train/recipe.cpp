@@ -190,7 +190,8 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
 const std::vector<Recipe>& recipes() {
   static const std::vector<Recipe> all = {tile_mlp_recipe(),           tile_earlyjoin_sage_recipe(),
                                           tile_latejoin_sage_recipe(), tile_earlyjoin_resgcn_recipe(),
-                                          tile_latejoin_resgcn_recipe(), layout_resmodel_recipe(),
+                                          tile_latejoin_resgcn_recipe(), tile_gat_6th_recipe(),
+                                          layout_resmodel_recipe(),
                                           layout_mlp_recipe(),         layout_sage_6th_recipe(),
                                           layout_gin_6th_recipe(),     layout_sage_2nd_recipe(),
                                           layout_tgraph_recipe()};

@@ -81,6 +81,7 @@ Recipe tile_earlyjoin_sage_recipe();
 Recipe tile_latejoin_sage_recipe();
 Recipe tile_earlyjoin_resgcn_recipe();
 Recipe tile_latejoin_resgcn_recipe();
+Recipe tile_gat_6th_recipe();
 Recipe layout_resmodel_recipe();
 Recipe layout_mlp_recipe();
 Recipe layout_sage_6th_recipe();

@@ -1,0 +1,115 @@
+// tile-gat-6th: the 6th place tile model of the Kaggle "Fast or Slow" competition (hengck23; TPUGRAPHS.md
+// sections 5-6: valid 1 - slowdown@5 = 0.975; read from its public code,
+// src/res-gatconv4-listmle-hop5-tile/model.py and src/res_gatconv4_tile_configuration.py).
+//
+//   input          [opcode embedding (128) | standardised node features] per node
+//   early          Linear(256, no bias) -> norm -> GELU -> Linear(256, no bias) -> norm -> GELU
+//   join (early)   [x | standardised config features] per node and config -> Linear(256) -> GELU
+//   layers (4)     x = GELU(norm(GAT(x) + x)), 4 heads of 64 concatenated, each node attending over the
+//                  nodes that consume it and itself (PyG's default flow on the files' edge_index)
+//   readout        mean pool + max pool over the kernel's nodes
+//   late           [standardised config features | pooled] -> Linear(256) -> norm -> GELU -> Linear(128)
+//                  -> norm -> GELU -> Linear(1)
+// "norm" is an instance norm without affine parameters: over the kernel's nodes per channel (and per
+// config once they have joined), over the configs of the slate per channel in the late part. ListMLE
+// over the configs of each kernel (temperature 1, no MSE term); 32 kernels x 64 configs per step; AdamW
+// lr 5e-4 with torch's default weight decay 0.01, constant.
+//
+// Where this departs from the original, and why:
+// - The published code joins the configs late (--join late here): the pooled graph embedding and the
+//   config features meet in the first late Linear, and the norm over the slate's configs that follows
+//   subtracts the part that is the same for every config, the graph's. So its score is a function of
+//   the config features alone and the graph layers get no gradient (checked here: zero up to rounding).
+//   The issue that asked for this recipe describes the model as early-joined, and a tile model that
+//   ignores its kernel is not what a user of a GNN engine wants, so --join early is the default. The
+//   configs cannot join at the input as in the official EarlyJoinSAGE: a config's features are the
+//   same on every node, and the first norm over the nodes would subtract them again. They join after
+//   the early part through a Linear and a GELU with no norm, whose nonlinearity keeps them.
+// - The code has the residual commented out and single-head GATv2 layers; we keep the residual and use
+//   4 heads of 64 (--heads), as the issue describes. --heads 1 is the code's single head.
+// - GATv2 scores a pair as a^T leaky_relu(W [x_u | x_v]); ours is GAT's leaky_relu(a_src^T W x_u +
+//   a_dst^T W x_v), the attention the engine's kernels compute (segment softmax, weighted SpMM).
+// - Its opcode embedding renormalises looked-up rows to l2 norm 1 (max_norm=1); ours is plain (the
+//   early norm rescales either way). Its standardisation statistics come from the train split, as ours.
+// - It trains 2.5 epochs over all tile kernels in mixed precision; we train in f32, epochs as asked.
+// - The late norm makes a config's score depend on the configs scored beside it, as in the original;
+//   eval and predict score a kernel's configs in near-equal chunks of at most --eval-chunk (100, its
+//   validation slate).
+#include <vector>
+
+#include "apps/train/blocks.h"
+
+namespace gnn::train {
+namespace {
+
+class TileGat6th : public RankModel {
+ public:
+  TileGat6th(const HParams& h, const ModelDims& d, Rng& rng)
+      : early_join_(h.str("join") == "early"),
+        emb_(kOpcodes, h.integer("op-embed"), rng),
+        early1_(h.integer("op-embed") + d.node_features, h.integer("hidden"), rng, Act::kGelu),
+        early2_(h.integer("hidden"), h.integer("hidden"), rng, Act::kGelu),
+        join_(h.integer("hidden") + d.config_features, h.integer("hidden"), rng),
+        head_(h.integer("hidden") + d.config_features, h.integer("hidden"), rng) {
+    const int64_t H = h.integer("hidden"), heads = h.integer("heads");
+    GNN_CHECK(H % heads == 0, "--hidden ", H, " must be a multiple of --heads ", heads, " (the heads are concatenated)");
+    add_child("op_embedding", &emb_);
+    add_child("early.0", &early1_);
+    add_child("early.1", &early2_);
+    if (early_join_) add_child("join", &join_);
+    for (int64_t l = 0; l < h.integer("layers"); ++l) {
+      layers_.push_back(std::make_unique<ConsumerGat>(H, heads, H / heads, rng));
+      add_child("layers." + std::to_string(l), layers_.back().get());
+    }
+    add_child("head", &head_);
+  }
+
+  ag::Var forward(const Batch& b) override {
+    const int64_t C = early_join_ ? b.configs : 1;  // late join: the graph part runs once for every config
+    ag::Var x = early2_.forward(early1_.forward(node_input(emb_, b), 1, b.graph_ptr), 1, b.graph_ptr);
+    if (early_join_) {  // [N, C*(hidden + B)] -> GELU(Linear) per node and config, no norm
+      x = ag::join_configs(x, tile_configs_on_nodes(b), C);
+      x = node_major(ag::gelu(join_.forward(per_config(x, C))), C);
+    }
+    for (const auto& l : layers_) x = ag::gelu(node_norm(b, ag::add(l->forward(b, x, C), x)));
+    ag::Var pooled = ag::add(ag::pool(x, b.graph_ptr, Reduce::kMean), ag::pool(x, b.graph_ptr, Reduce::kMax));
+    pooled = early_join_ ? per_config(pooled, C) : repeat_configs(b, pooled);  // [G*C, hidden]
+    return head_.forward(b, ag::concat_cols({ag::Var(b.config_feat), pooled}));
+  }
+
+ private:
+  bool early_join_;
+  nn::Embedding emb_;
+  LinearNormAct early1_, early2_;
+  nn::Linear join_;  // --join early only (built either way so the two share their other weights' draws)
+  std::vector<std::unique_ptr<ConsumerGat>> layers_;
+  SlateHead head_;
+};
+
+}  // namespace
+
+Recipe tile_gat_6th_recipe() {
+  Recipe r;
+  r.name = "tile-gat-6th";
+  r.kind = "tile";
+  r.summary = "6th place tile model (Kaggle): configs joined on every node, 4 residual GAT layers with instance "
+              "norm, mean + max pool, slate-normalised head, ListMLE";
+  r.hparams = common_hparams(false, {{"temperature", "1"}, {"mse-weight", "0"}, {"lr", "0.0005"},
+                                     {"weight-decay", "0.01"}, {"batch-graphs", "32"}, {"configs", "64"},
+                                     {"eval-chunk", "100"}, {"node-transform", "standardize"},
+                                     {"config-transform", "standardize"}});
+  r.hparams.push_back(integer_hp("op-embed", "128", 1, 4096, "opcode embedding width"));
+  r.hparams.push_back(integer_hp("hidden", "256", 2, 65536, "width of every layer (the last head layer has half)"));
+  r.hparams.push_back(integer_hp("layers", "4", 1, 64, "GAT layers"));
+  r.hparams.push_back(integer_hp("heads", "4", 1, 256, "attention heads per GAT layer (concatenated; divides --hidden)"));
+  r.hparams.push_back(choice_hp("join", "early", "early|late",
+                                "where the config features join: on every node before the GAT layers, or after the pool "
+                                "(the published code, whose slate norm then cancels the graph)"));
+  r.configs_interact = true;  // the late norm over the configs of the slate
+  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
+    return std::make_unique<TileGat6th>(h, d, rng);
+  };
+  return r;
+}
+
+}  // namespace gnn::train
