@@ -102,7 +102,7 @@ int bench_kernel(const Args& a, const std::string& name) {
     Json j = Json::object();
     j.set("name", name), j.set("median_ms", med), j.set("gbps", gbps), j.set("gflops", gflops);
     j.set("nodes", s.nodes), j.set("edges", s.edges), j.set("features", s.features), j.set("configs", s.configs);
-    if (name == "graph-attention" || name == "instance-norm") j.set("graph_nodes", s.graph_nodes);
+    if (name == "graph-attention" || name == "instance-norm" || name.starts_with("pool-")) j.set("graph_nodes", s.graph_nodes);
     j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
     j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph);
     std::printf("%s\n", j.dump().c_str());
@@ -127,7 +127,7 @@ Command bench_command() {
              {"edges", "E", "kernel: graph edges (TpuGraphs-like: mean in-degree 2, skewed, hubs)", "20000"},
              {"features", "F", "kernel: feature width", "128"},
              {"configs", "C", "kernel: configs batched node-major as N x (C*F)", "1"},
-             {"graph-nodes", "S", "kernel: graph-attention's and instance-norm's nodes per graph (the N nodes split into graphs of S)", "64"},
+             {"graph-nodes", "S", "kernel: graph-attention's, instance-norm's and pool-*'s nodes per graph (the N nodes split into graphs of S)", "64"},
              {"backward", "", "kernel: time forward + backward"},
              {"device", "cpu|cuda", "kernel: where to run (cuda: all but segment-softmax; timed by CUDA events)", "cpu"},
              {"spmm", "gnn|cusparse", "kernel: spmm-sum/mean on cuda through gnn's kernel or cuSPARSE", "gnn"},
@@ -139,8 +139,9 @@ Command bench_command() {
              {"json", "", "one JSON object: name, median_ms, gbps, gflops"}};
   c.details =
       "Kernels: gemm, spmm-sum, spmm-mean, spmm-max, segment-softmax, gat-layer, sage-layer,\n"
-      "sage-layer-fused, graph-attention, instance-norm. GB/s counts the bytes a pass must move (formulas\n"
-      "in apps/bench_kernels.cpp); compare with build/bin/gnn_bench's BM_floor_* copy bandwidth.\n"
+      "sage-layer-fused, graph-attention, instance-norm, pool-sum, pool-mean, pool-max, embedding. GB/s\n"
+      "counts the bytes a pass must move (formulas in apps/bench_kernels.cpp); compare with\n"
+      "build/bin/gnn_bench's BM_floor_* copy bandwidth.\n"
       "bench/peers/ times numpy, PyTorch and PyTorch Geometric on the same work.";
   c.run = [](const Args& a) {
     if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));

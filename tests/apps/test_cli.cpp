@@ -213,7 +213,8 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
 
 TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") {
   for (const char* k : {"gemm", "spmm-sum", "spmm-mean", "spmm-max", "segment-softmax", "gat-layer", "sage-layer",
-                        "sage-layer-fused", "graph-attention", "instance-norm"}) {
+                        "sage-layer-fused", "graph-attention", "instance-norm", "pool-sum", "pool-mean", "pool-max",
+                        "embedding"}) {
     for (const char* bwd : {"", " --backward"}) {
       CAPTURE(k);
       CAPTURE(bwd);
