@@ -45,7 +45,7 @@ ag::Var SlateHead::forward(const Batch& b, const ag::Var& pooled) const {
   return out_.forward(b_.forward(a_.forward(pooled, 1, b.group_ptr), 1, b.group_ptr));
 }
 
-ConsumerGat::ConsumerGat(int64_t in, int64_t heads, int64_t dim, Rng& rng) : heads_(heads), dim_(dim) {
+ConsumerGat::ConsumerGat(int64_t in, int64_t heads, int64_t dim, Rng& rng) {
   weight_ = add_param("weight", nn::init_tensor(Shape{in, heads * dim}, nn::Init::kGlorot, in, heads * dim, rng));
   att_src_ = add_param("att_src", nn::init_tensor(Shape{heads, dim}, nn::Init::kGlorot, heads, dim, rng));
   att_dst_ = add_param("att_dst", nn::init_tensor(Shape{heads, dim}, nn::Init::kGlorot, heads, dim, rng));

@@ -78,8 +78,7 @@ class ConsumerGat : public nn::Module {
   ConsumerGat(int64_t in, int64_t heads, int64_t dim, Rng& rng);
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
  private:
-  int64_t heads_, dim_;
-  ag::Var weight_, att_src_, att_dst_, bias_;
+  ag::Var weight_, att_src_, att_dst_, bias_;  // [in, H*D], [H, D], [H, D], [H*D]
 };
 
 // PyG's SAGEConv (mean) on [N, C*D], each node aggregating the nodes that consume it (Batch::consumers):

@@ -171,30 +171,37 @@ const Batch::Gcn& Batch::gcn() const {
   return *gcn_;
 }
 
-const Batch::Consumers& Batch::consumers_data() const {
-  if (!consumers_) {
+const Batch::Consumers& Batch::consumers_host() const {
+  if (!consumers_host_) {
     Consumers c;
-    c.host = Graph::from_edge_index(edges, nodes, EdgeColumns::kSrcDst, "batch edges");
-    c.host_mean = Tensor::empty({c.host.num_edges}, DType::F32);
-    const int32_t* rp = c.host.csr_indptr.i32();
+    c.graph = Graph::from_edge_index(edges, nodes, EdgeColumns::kSrcDst, "batch edges");
+    c.mean = Tensor::empty({c.graph.num_edges}, DType::F32);
+    const int32_t* rp = c.graph.csr_indptr.i32();
     for (int64_t v = 0; v < nodes; ++v)
-      for (int32_t p = rp[v]; p < rp[v + 1]; ++p) c.host_mean.f32()[p] = 1.0f / float(rp[v + 1] - rp[v]);
-    c.graph = c.host, c.mean = c.host_mean;
-    if (graph.device().is_cuda()) {
-      std::vector<Tensor*> arrays = c.graph.arrays();
-      arrays.push_back(&c.mean);
-      Tensor::move_packed(arrays, graph.device());  // one transfer
-    }
+      for (int32_t p = rp[v]; p < rp[v + 1]; ++p) c.mean.f32()[p] = 1.0f / float(rp[v + 1] - rp[v]);
+    consumers_host_ = std::make_shared<const Consumers>(std::move(c));
+  }
+  return *consumers_host_;
+}
+
+const Batch::Consumers& Batch::consumers_data() const {
+  if (graph.device().is_cpu()) return consumers_host();
+  if (!consumers_) {
+    Consumers c = consumers_host();
+    std::vector<Tensor*> arrays = c.graph.arrays();
+    arrays.push_back(&c.mean);
+    Tensor::move_packed(arrays, graph.device());  // one transfer
     consumers_ = std::make_shared<const Consumers>(std::move(c));
   }
   return *consumers_;
 }
+
 const Graph& Batch::consumers() const { return consumers_data().graph; }
 const Tensor& Batch::consumers_mean() const { return consumers_data().mean; }
 
 const Graph& Batch::consumers_looped() const {
   if (!consumers_looped_) {
-    Graph g = nn::add_self_loops(consumers_data().host).graph;
+    Graph g = nn::add_self_loops(consumers_host().graph).graph;  // the plain graph stays on the host
     if (graph.device().is_cuda()) Tensor::move_packed(g.arrays(), graph.device());
     consumers_looped_ = std::make_shared<const Graph>(std::move(g));
   }
@@ -203,8 +210,8 @@ const Graph& Batch::consumers_looped() const {
 
 const nn::SharePlan& Batch::consumers_plan(int64_t steps) const {
   if (!consumers_plan_ || consumers_plan_->steps() != steps) {
-    const Consumers& c = consumers_data();
-    nn::SharePlan p = nn::SharePlan::build(c.host, c.host_mean, config_nodes, graph_ptr, configs, steps);
+    const Consumers& c = consumers_host();
+    nn::SharePlan p = nn::SharePlan::build(c.graph, c.mean, config_nodes, graph_ptr, configs, steps);
     consumers_plan_ = std::make_shared<const nn::SharePlan>(graph.device().is_cpu() ? std::move(p) : p.to(graph.device()));
   }
   return *consumers_plan_;

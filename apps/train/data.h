@@ -129,11 +129,12 @@ struct Batch {
   mutable std::shared_ptr<const Gcn> gcn_;
   mutable std::shared_ptr<const nn::SharePlan> share_;
   struct Consumers {
-    Graph host, graph;       // on the host; on the batch's device
-    Tensor host_mean, mean;  // likewise
+    Graph graph;  // the batch's edges with each node's consumers as its in-neighbours
+    Tensor mean;  // f32 [E]: 1 / the row's degree
   };
-  const Consumers& consumers_data() const;
-  mutable std::shared_ptr<const Consumers> consumers_;
+  const Consumers& consumers_host() const;  // built on first use; never moved
+  const Consumers& consumers_data() const;  // consumers_host() on the batch's device (a copy on CUDA)
+  mutable std::shared_ptr<const Consumers> consumers_host_, consumers_;
   mutable std::shared_ptr<const nn::SharePlan> consumers_plan_;
   mutable std::shared_ptr<const Graph> consumers_looped_;
   Tensor keep_host_;  // set by to(): keep_grad's host copy
