@@ -19,7 +19,16 @@ ag::Var ConfigSage::forward(const Batch& b, const ag::Var& x, int64_t C) const {
   return node_major(y, C);
 }
 
-ResGcnLayer::ResGcnLayer(int64_t dim, Rng& rng, Act act) : lin_(dim, dim, rng, false, nn::Init::kGlorot), act_(act) {
+nn::SharedRows ConfigSage::forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const {
+  const nn::SharedRows agg = nn::aggregate(plan, b.graph, Tensor(), x);
+  return nn::map_rows(nn::concat_cols(agg, nn::advance(plan, x)), [&](const ag::Var& v) {
+    const ag::Var y = lin_.forward(v, act_);
+    return l2_ ? ag::l2_normalize(y) : y;
+  });
+}
+
+ResGcnLayer::ResGcnLayer(int64_t dim, Rng& rng, Act act, bool residual)
+    : lin_(dim, dim, rng, false, nn::Init::kGlorot), act_(act), residual_(residual) {
   add_child("lin", &lin_);
   bias = add_param("bias", Tensor::zeros({dim}, DType::F32));
 }
@@ -117,7 +126,7 @@ ag::Var ResGcnLayer::forward(const Batch& b, const ag::Var& x, int64_t C) const 
   const Batch::Gcn& gcn = b.gcn();
   ag::Var y = ag::spmm(gcn.graph, xw, Reduce::kSum, ag::Var(gcn.weight));
   y = node_major(ag::bias_act(per_config(y, C), bias, act_), C);
-  return ag::add(x, y);
+  return residual_ ? ag::add(x, y) : y;
 }
 
 nn::SharedRows ResGcnLayer::forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const {
@@ -125,7 +134,7 @@ nn::SharedRows ResGcnLayer::forward(const Batch& b, const nn::SharePlan& plan, c
   const Batch::Gcn& gcn = b.gcn();
   const nn::SharedRows y = nn::map_rows(nn::aggregate(plan, gcn.graph, gcn.weight, xw),
                                         [&](const ag::Var& v) { return ag::bias_act(v, bias, act_); });
-  return nn::add(nn::advance(plan, x), y);
+  return residual_ ? nn::add(nn::advance(plan, x), y) : y;
 }
 
 nn::SharedRows layout_input_shared(const nn::Embedding& opcode_embedding, const Batch& b) {

@@ -18,16 +18,19 @@ class ConfigSage : public nn::Module {
  public:
   ConfigSage(int64_t in, int64_t out, Rng& rng, Act act, bool l2_normalize);
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
+  // The same layer on config-shared rows: one step of b.graph_plan(); returns the next level.
+  nn::SharedRows forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const;
  private:
   nn::Linear lin_;
   Act act_;
   bool l2_;
 };
 
-// A residual GCN layer on [N, C*D]: x + act(D^-1/2 (A + A^T + I) D^-1/2 x W + b).
+// A residual GCN layer on [N, C*D]: x + act(D^-1/2 (A + A^T + I) D^-1/2 x W + b); without the x +
+// when residual is false (the seed papers' vanilla GNN).
 class ResGcnLayer : public nn::Module {
  public:
-  ResGcnLayer(int64_t dim, Rng& rng, Act act);
+  ResGcnLayer(int64_t dim, Rng& rng, Act act, bool residual = true);
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
   // The same layer on config-shared rows (nn/config_share.h): one plan step.
   nn::SharedRows forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const;
@@ -35,6 +38,7 @@ class ResGcnLayer : public nn::Module {
  private:
   nn::Linear lin_;  // no bias: the bias is added after the aggregation
   Act act_;
+  bool residual_;
 };
 
 // ---- the 6th place's layers (recipe_layout_sage_6th.cpp, recipe_layout_gin_6th.cpp) ---------------

@@ -217,6 +217,15 @@ const nn::SharePlan& Batch::consumers_plan(int64_t steps) const {
   return *consumers_plan_;
 }
 
+const nn::SharePlan& Batch::graph_plan(int64_t steps) const {
+  if (!graph_plan_ || graph_plan_->steps() != steps) {
+    const Device dev = graph.device();
+    nn::SharePlan p = nn::SharePlan::build(dev.is_cpu() ? graph : *host_graph_, Tensor(), config_nodes, graph_ptr, configs, steps);
+    graph_plan_ = std::make_shared<const nn::SharePlan>(dev.is_cpu() ? std::move(p) : p.to(dev));
+  }
+  return *graph_plan_;
+}
+
 const nn::SharePlan& Batch::share_plan(int64_t steps) const {
   if (!share_ || share_->steps() != steps) {
     const Device dev = graph.device();
@@ -237,6 +246,7 @@ Batch Batch::to(Device device) const {
   b.share_.reset();
   b.consumers_.reset();
   b.consumers_plan_.reset();
+  b.graph_plan_.reset();
   b.consumers_looped_.reset();
   b.keep_host_ = keep_grad;
   b.config_host_ = node_config;

@@ -95,6 +95,8 @@ struct Batch {
   const Graph& consumers_looped() const;
   // The config-sharing plan over consumers() (a mean aggregation) for `steps` layers; built on first use.
   const nn::SharePlan& consumers_plan(int64_t steps) const;
+  // The config-sharing plan over graph (A + A^T, weight 1: the official SAGE's sum) for `steps` layers.
+  const nn::SharePlan& graph_plan(int64_t steps) const;
   // A + A^T + I with weight f32 [E'] = 1 / sqrt(deg(u) deg(v)) per CSR position: the GCN recipes'
   // graph, built on first use (the SAGE and MLP recipes never pay for it) and shared by every layer.
   struct Gcn {
@@ -135,7 +137,7 @@ struct Batch {
   const Consumers& consumers_host() const;  // built on first use; never moved
   const Consumers& consumers_data() const;  // consumers_host() on the batch's device (a copy on CUDA)
   mutable std::shared_ptr<const Consumers> consumers_host_, consumers_;
-  mutable std::shared_ptr<const nn::SharePlan> consumers_plan_;
+  mutable std::shared_ptr<const nn::SharePlan> consumers_plan_, graph_plan_;
   mutable std::shared_ptr<const Graph> consumers_looped_;
   Tensor keep_host_;  // set by to(): keep_grad's host copy
   Tensor config_host_;  // set by to(): node_config's host copy (models that read config values as indices)

@@ -194,7 +194,7 @@ const std::vector<Recipe>& recipes() {
                                           layout_resmodel_recipe(),
                                           layout_mlp_recipe(),         layout_sage_6th_recipe(),
                                           layout_gin_6th_recipe(),     layout_sage_2nd_recipe(),
-                                          layout_tgraph_recipe()};
+                                          layout_tgraph_recipe(),      layout_seed_sage_recipe()};
   return all;
 }
 

@@ -88,5 +88,6 @@ Recipe layout_sage_6th_recipe();
 Recipe layout_gin_6th_recipe();
 Recipe layout_sage_2nd_recipe();
 Recipe layout_tgraph_recipe();
+Recipe layout_seed_sage_recipe();
 
 }  // namespace gnn::train

@@ -251,12 +251,15 @@ TEST_CASE("train: config sharing gives the plain path's loss, gradients and pred
   check_config_sharing(Device::cpu(), "layout-resmodel", {{{"layers", "1"}}, {{"layers", "2"}}, {{"layers", "4"}}});
   // (the 2nd place's SAGE stack over the consumers graph: 6 layers, and 8 with residuals)
   check_config_sharing(Device::cpu(), "layout-sage-2nd", {{{"stack", "xla"}}, {{"stack", "nlp"}}});
+  // (the seed report's GNNs: the official SAGE over A + A^T with its l2 norm, and the plain GCN)
+  check_config_sharing(Device::cpu(), "layout-seed-sage", {{{"conv", "sage"}}, {{"conv", "gcn"}, {"layers", "4"}}});
 }
 
 TEST_CASE("train: config sharing on the GPU gives the plain path's loss, gradients and predictions") {
   GNN_SKIP_UNLESS_CUDA();
   check_config_sharing(Device::cuda(0), "layout-resmodel", {{{"layers", "1"}}, {{"layers", "2"}}, {{"layers", "4"}}});
   check_config_sharing(Device::cuda(0), "layout-sage-2nd", {{{"stack", "xla"}}});
+  check_config_sharing(Device::cuda(0), "layout-seed-sage", {{{"conv", "sage"}}, {{"conv", "gcn"}}});
 }
 
 TEST_CASE("train: batches share structure and hold the right targets, segments cut gradients outside them") {
@@ -851,6 +854,48 @@ TEST_CASE("train: tile-gat-6th trains with either join, resumes bit for bit afte
   auto r = run_gnn(std::string("train --model tile-gat-6th --data ") + dataset() + " --hidden 30 --heads 4 --out " + t.file("bad"));
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("--hidden 30 must be a multiple of --heads 4") != std::string::npos);
+  CHECK(!std::filesystem::exists(t.file("bad")));
+}
+
+TEST_CASE("train: layout-seed-sage trains with either conv, resumes bit for bit after kill -9, predicts and evaluates") {
+  TempDir t;
+  for (const char* conv : {"sage", "gcn"}) {
+    CAPTURE(conv);
+    const std::string base = std::string("train --model layout-seed-sage --data ") + dataset() +
+                             " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 --segment 120 --conv " + conv + " --out ";
+    const std::string a = t.file(std::string(conv) + "_a"), b = t.file(std::string(conv) + "_b");
+    auto r = run_gnn(base + a + " --epochs 3");
+    REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
+    const double best = Json::parse(last_line(r.out))["best_valid_score"].as_number();
+    const auto lines = metric_lines(a + "/metrics.jsonl");
+    REQUIRE(lines.size() == 3u);
+    for (const std::string& line : lines) CHECK(std::isfinite(Json::parse(line)["train_loss"].as_number()));
+    // 3 layout graphs in 2 batches an epoch: killed after step 3 (mid-epoch 2) and resumed, it ends where
+    // the unbroken run did, segments included.
+    r = run_gnn(base + b + " --epochs 3 --checkpoint-minutes 0 --kill-after-steps 3");
+    CHECK(r.exit_code != 0);
+    r = run_gnn("train --resume --out " + b);
+    REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
+    CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
+    CHECK(metric_lines(a + "/metrics.jsonl") == lines);
+    CHECK(metric_lines(b + "/metrics.jsonl") == lines);
+    const std::string csv = t.file(std::string(conv) + ".csv");
+    r = run_gnn("predict --run " + a + " --data " + dataset() + " --split valid --out " + csv);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(!read_submission(csv).empty());
+    r = run_gnn("eval --run " + a + " --data " + dataset());
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(Json::parse(last_line(r.out))["score"].as_number() == doctest::Approx(best).epsilon(1e-6));
+  }
+  // The GCN has no SAGE layer's weights and the other way round: a run remembers its conv.
+  const auto sage = checkpoint_weights(t.file("sage_a/model.npz")), gcn = checkpoint_weights(t.file("gcn_a/model.npz"));
+  CHECK(sage.count("params/layers.0.lin.bias") == 1);  // SAGE: Linear([agg ; x]) with its bias
+  CHECK(sage.count("params/layers.0.bias") == 0);
+  CHECK(gcn.count("params/layers.0.bias") == 1);  // GCN: the bias after the aggregation
+  CHECK(gcn.count("params/layers.0.lin.bias") == 0);
+  auto r = run_gnn(std::string("train --model layout-seed-sage --data ") + dataset() + " --conv gat --out " + t.file("bad"));
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--conv") != std::string::npos);
   CHECK(!std::filesystem::exists(t.file("bad")));
 }
 
