@@ -137,6 +137,12 @@ nn::SharedRows ResGcnLayer::forward(const Batch& b, const nn::SharePlan& plan, c
   return residual_ ? nn::add(nn::advance(plan, x), y) : y;
 }
 
+ag::Var configurable_rows(const Batch& b, const nn::SharedRows& x) {
+  Tensor first = Tensor::empty({b.config_nodes.numel()}, DType::I32);
+  for (int64_t k = 0; k < first.numel(); ++k) first.i32()[k] = int32_t(k);
+  return ag::gather_rows(x.dep, first);
+}
+
 nn::SharedRows layout_input_shared(const nn::Embedding& opcode_embedding, const Batch& b) {
   return layout_input_shared(node_input(opcode_embedding, b), b);
 }

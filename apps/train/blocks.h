@@ -152,5 +152,8 @@ inline nn::SharedRows segment(const Batch& b, const nn::SharePlan& plan, const n
 nn::SharedRows layout_input_shared(const nn::Embedding& opcode_embedding, const Batch& b);
 // The same from any node rows [N, A]: [node rows | 0] once, [node rows | config] per config.
 nn::SharedRows layout_input_shared(const ag::Var& node_rows, const Batch& b);
+// The configurable nodes' rows of config-shared x, [K, C*F] in config_nodes order: a plan's D starts
+// with them, so they are x.dep's first K rows at every level.
+ag::Var configurable_rows(const Batch& b, const nn::SharedRows& x);
 
 }  // namespace gnn::train

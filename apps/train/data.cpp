@@ -237,6 +237,25 @@ const nn::SharePlan& Batch::share_plan(int64_t steps) const {
   return *share_;
 }
 
+void Batch::drop_edges(double p, uint64_t seed) {
+  GNN_CHECK(p >= 0 && p < 1, "Batch::drop_edges: p must lie in [0, 1), got ", p);
+  GNN_CHECK(graph.device().is_cpu() && !gcn_ && !share_ && !consumers_host_ && !consumers_looped_ && !graph_plan_ &&
+                !consumers_plan_,
+            "Batch::drop_edges: needs a host batch whose graphs nothing has built yet");
+  Rng rng(seed);
+  const int64_t E = edges.size(0);
+  const int64_t* e = edges.i64();
+  std::vector<int64_t> kept, src, dst;
+  for (int64_t i = 0; i < E; ++i) {
+    if (rng.uniform() < p) continue;
+    kept.push_back(e[2 * i]), kept.push_back(e[2 * i + 1]);
+    src.push_back(e[2 * i + 1]), dst.push_back(e[2 * i]);  // row [u, v]: u consumes v; messages both ways
+    src.push_back(e[2 * i]), dst.push_back(e[2 * i + 1]);
+  }
+  edges = Tensor::from_vector(kept, Shape{int64_t(kept.size() / 2), 2});
+  graph = Graph::from_edges(src.data(), dst.data(), int64_t(src.size()), nodes, "batch edges");
+}
+
 Batch Batch::to(Device device) const {
   if (graph.device() == device) return *this;
   GNN_CHECK(graph.device().is_cpu(), "Batch::to: the batch is already on ", graph.device().str());

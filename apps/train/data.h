@@ -121,6 +121,10 @@ struct Batch {
   // first graph), so a resumed run draws what the unbroken one drew.
   uint64_t noise_seed = 0;
 
+  // Edge dropout (training): each data edge, both of its directions together, is dropped with probability
+  // p, drawn from `seed`; edges and graph are rebuilt. A host batch whose graphs nothing has built yet.
+  void drop_edges(double p, uint64_t seed);
+
   // The batch with its float inputs (x, config_feat, node_config), graphs and keep_grad (read by every
   // layer's keep_grad_rows) on `device`, in one transfer (Tensor::to_packed); the other index arrays
   // (opcode, graph_ptr, node_graph, config_nodes, config_ptr) and the targets stay on the host, where the

@@ -89,5 +89,6 @@ Recipe layout_gin_6th_recipe();
 Recipe layout_sage_2nd_recipe();
 Recipe layout_tgraph_recipe();
 Recipe layout_seed_sage_recipe();
+Recipe layout_gnn_selfattn_recipe();
 
 }  // namespace gnn::train

@@ -61,10 +61,8 @@ class LayoutResModel : public RankModel {
     for (const auto& l : layers_) x = segment(b, plan, l->forward(b, plan, x));
     const ag::Var mean = nn::pool(plan, x, Reduce::kMean);
     const ag::Var sum = ag::l2_normalize(nn::pool(plan, x, Reduce::kSum));
-    Tensor first = Tensor::empty({b.config_nodes.numel()}, DType::I32);  // D starts with the configurable nodes
-    for (int64_t k = 0; k < first.numel(); ++k) first.i32()[k] = int32_t(k);
     const ag::Var configurable =
-        ag::l2_normalize(per_config(ag::pool(ag::gather_rows(x.dep, first), b.config_ptr, Reduce::kSum), C));
+        ag::l2_normalize(per_config(ag::pool(configurable_rows(b, x), b.config_ptr, Reduce::kSum), C));
     return postnet_.forward(ag::concat_cols({mean, sum, configurable}));
   }
 

@@ -151,6 +151,7 @@ class Run {
   Preprocessing prep_;
   bool layout_ = false;
   int64_t G_ = 0, C_ = 0, chunk_ = 0, segment_ = 0;
+  double edge_dropout_ = 0;
   int accumulate_ = 1;
   std::vector<DatasetFile> train_files_, valid_files_;
   std::vector<int64_t> config_counts_;  // per training file, from its header
@@ -199,6 +200,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   G_ = hp.integer("batch-graphs"), C_ = hp.integer("configs"), chunk_ = hp.integer("eval-chunk");
   accumulate_ = int(hp.integer("accumulate"));
   segment_ = layout_ ? hp.integer("segment") : 0;
+  edge_dropout_ = hp.num("edge-dropout");
   memory_limit_.emplace(o.memory_limit);
   const uint64_t graph_budget =
       o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
@@ -344,6 +346,7 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
       configs.push_back(sample_without_replacement(graphs[g]->num_configs(), cb, rngs[g]));
     micro.push_back(make_batch(graphs, configs, segment_, rngs));
     micro.back().noise_seed = graph_rng(plan_.seed, epoch, bi, mine.begin + part.begin).next() ^ 0x6e6f697365ull;
+    if (edge_dropout_ > 0) micro.back().drop_edges(edge_dropout_, micro.back().noise_seed ^ 0x65646765ull);
   }
   return micro;
 }

@@ -168,10 +168,10 @@ Pass pass(const RankModel& model_in, const Batch& b) {
   return p;
 }
 
-void check_same_pass(const Pass& a, const Pass& b) {
-  CHECK(a.loss == doctest::Approx(b.loss).epsilon(1e-5));
+void check_same_pass(const Pass& a, const Pass& b, double tol = 1e-5) {
+  CHECK(a.loss == doctest::Approx(b.loss).epsilon(tol));
   REQUIRE(a.pred.size() == b.pred.size());
-  for (size_t i = 0; i < a.pred.size(); ++i) CHECK(a.pred[i] == doctest::Approx(b.pred[i]).epsilon(1e-5));
+  for (size_t i = 0; i < a.pred.size(); ++i) CHECK(a.pred[i] == doctest::Approx(b.pred[i]).epsilon(tol));
   REQUIRE(a.grads.size() == b.grads.size());
   for (const auto& [name, ga] : a.grads) {
     CAPTURE(name);
@@ -181,14 +181,14 @@ void check_same_pass(const Pass& a, const Pass& b) {
     double scale = 0, diff = 0;  // relative to the gradient's largest entry
     for (int64_t i = 0; i < ga.numel(); ++i)
       scale = std::max(scale, double(std::fabs(ga.f32()[i]))), diff = std::max(diff, double(std::fabs(ga.f32()[i] - gb.f32()[i])));
-    CHECK(diff <= 1e-5 * std::max(scale, 1e-6));
+    CHECK(diff <= tol * std::max(scale, 1e-6));
   }
 }
 
 // A recipe with --share on and off on `device`, on the same batches, for each variant of its
-// hyper-parameters: the same loss, predictions and gradients (1e-5).
+// hyper-parameters: the same loss, predictions and gradients (relative tol, 1e-5 unless told).
 void check_config_sharing(Device device, const std::string& recipe,
-                          const std::vector<std::map<std::string, std::string>>& variants) {
+                          const std::vector<std::map<std::string, std::string>>& variants, double tol = 1e-5) {
   const auto files = kind_files(dataset(), "layout", "train");
   REQUIRE(files.size() >= 2);
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
@@ -235,7 +235,7 @@ void check_config_sharing(Device device, const std::string& recipe,
       Rng seg(3);
       const Batch b = make_batch(c.graphs, configs, c.segment, &seg).to(device);
       REQUIRE(b.config_nodes.numel() > 0);
-      check_same_pass(pass(*shared, b), pass(*plain, b));
+      check_same_pass(pass(*shared, b), pass(*plain, b), tol);
       if (recipe != "layout-resmodel") continue;
       const int64_t layers = std::stoll(variant.at("layers"));
       const nn::SharePlan& plan = b.share_plan(layers);
@@ -253,6 +253,7 @@ TEST_CASE("train: config sharing gives the plain path's loss, gradients and pred
   check_config_sharing(Device::cpu(), "layout-sage-2nd", {{{"stack", "xla"}}, {{"stack", "nlp"}}});
   // (the seed report's GNNs: the official SAGE over A + A^T with its l2 norm, and the plain GCN)
   check_config_sharing(Device::cpu(), "layout-seed-sage", {{{"conv", "sage"}}, {{"conv", "gcn"}, {"layers", "4"}}});
+  check_config_sharing(Device::cpu(), "layout-gnn-selfattn", {{{"layers", "2"}}});
 }
 
 TEST_CASE("train: config sharing on the GPU gives the plain path's loss, gradients and predictions") {
@@ -260,6 +261,40 @@ TEST_CASE("train: config sharing on the GPU gives the plain path's loss, gradien
   check_config_sharing(Device::cuda(0), "layout-resmodel", {{{"layers", "1"}}, {{"layers", "2"}}, {{"layers", "4"}}});
   check_config_sharing(Device::cuda(0), "layout-sage-2nd", {{{"stack", "xla"}}});
   check_config_sharing(Device::cuda(0), "layout-seed-sage", {{{"conv", "sage"}}, {{"conv", "gcn"}}});
+  // (the GPU's attention and sums round differently from the host's, and a softmax over the configurable
+  // nodes carries its inputs' last-bit differences into every gradient: 1.2e-5 of the largest entry seen)
+  check_config_sharing(Device::cuda(0), "layout-gnn-selfattn", {{{"layers", "2"}}}, 5e-5);
+}
+
+TEST_CASE("train: edge dropout drops each edge with its probability, both directions, the same for a seed") {
+  const auto files = kind_files(dataset(), "layout", "train");
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
+  const ModelGraph g0 = prepare_graph(files[0], prep), g1 = prepare_graph(files[1], prep);
+  const Batch whole = make_batch({&g0, &g1}, {{0, 1}, {0, 1}});
+  const int64_t E = whole.edges.size(0);
+  REQUIRE(E > 200);
+  auto dropped = [&](double p, uint64_t seed) {
+    Batch b = make_batch({&g0, &g1}, {{0, 1}, {0, 1}});
+    b.drop_edges(p, seed);
+    return b;
+  };
+  const Batch none = dropped(0, 1), half = dropped(0.5, 1), again = dropped(0.5, 1), other = dropped(0.5, 2);
+  CHECK(none.edges.to_vector<int64_t>() == whole.edges.to_vector<int64_t>());
+  CHECK(none.graph.num_edges == whole.graph.num_edges);
+  // About half kept (binomial sd sqrt(E/4)); the same seed the same edges, another seed others.
+  CHECK(std::abs(double(half.edges.size(0)) - 0.5 * double(E)) < 4 * std::sqrt(0.25 * double(E)));
+  CHECK(half.edges.to_vector<int64_t>() == again.edges.to_vector<int64_t>());
+  CHECK(half.edges.to_vector<int64_t>() != other.edges.to_vector<int64_t>());
+  // Every kept edge is one of the batch's, and the graph carries it both ways and nothing else.
+  std::set<std::pair<int64_t, int64_t>> all;
+  for (int64_t i = 0; i < E; ++i) all.insert({whole.edges.i64()[2 * i], whole.edges.i64()[2 * i + 1]});
+  for (int64_t i = 0; i < half.edges.size(0); ++i) CHECK(all.count({half.edges.i64()[2 * i], half.edges.i64()[2 * i + 1]}) == 1);
+  CHECK(half.graph.num_edges == 2 * half.edges.size(0));
+  // Graphs already built from the old edges would go stale: refused.
+  Batch built = make_batch({&g0, &g1}, {{0, 1}, {0, 1}});
+  (void)built.gcn();
+  CHECK_THROWS_WITH_AS(built.drop_edges(0.5, 1), doctest::Contains("nothing has built yet"), Error);
+  CHECK_THROWS_WITH_AS(built.drop_edges(1.0, 1), doctest::Contains("[0, 1)"), Error);
 }
 
 TEST_CASE("train: batches share structure and hold the right targets, segments cut gradients outside them") {
@@ -857,13 +892,18 @@ TEST_CASE("train: tile-gat-6th trains with either join, resumes bit for bit afte
   CHECK(!std::filesystem::exists(t.file("bad")));
 }
 
-TEST_CASE("train: layout-seed-sage trains with either conv, resumes bit for bit after kill -9, predicts and evaluates") {
+TEST_CASE("train: layout-seed-sage and layout-gnn-selfattn train, resume bit for bit after kill -9, predict, evaluate") {
   TempDir t;
-  for (const char* conv : {"sage", "gcn"}) {
-    CAPTURE(conv);
-    const std::string base = std::string("train --model layout-seed-sage --data ") + dataset() +
-                             " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 --segment 120 --conv " + conv + " --out ";
-    const std::string a = t.file(std::string(conv) + "_a"), b = t.file(std::string(conv) + "_b");
+  // (layout-gnn-selfattn drops 10% of the edges of every training batch by default: resumed, it drops
+  // the same ones)
+  for (const auto& [name, flags] : std::vector<std::pair<std::string, std::string>>{
+           {"sage", "--model layout-seed-sage --conv sage"},
+           {"gcn", "--model layout-seed-sage --conv gcn"},
+           {"selfattn", "--model layout-gnn-selfattn --heads 2"}}) {
+    CAPTURE(name);
+    const std::string base = "train " + flags + " --data " + dataset() +
+                             " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 --segment 120 --out ";
+    const std::string a = t.file(name + "_a"), b = t.file(name + "_b");
     auto r = run_gnn(base + a + " --epochs 3");
     REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
     const double best = Json::parse(last_line(r.out))["best_valid_score"].as_number();
@@ -879,7 +919,7 @@ TEST_CASE("train: layout-seed-sage trains with either conv, resumes bit for bit 
     CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
     CHECK(metric_lines(a + "/metrics.jsonl") == lines);
     CHECK(metric_lines(b + "/metrics.jsonl") == lines);
-    const std::string csv = t.file(std::string(conv) + ".csv");
+    const std::string csv = t.file(name + ".csv");
     r = run_gnn("predict --run " + a + " --data " + dataset() + " --split valid --out " + csv);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     CHECK(!read_submission(csv).empty());
@@ -887,13 +927,19 @@ TEST_CASE("train: layout-seed-sage trains with either conv, resumes bit for bit 
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     CHECK(Json::parse(last_line(r.out))["score"].as_number() == doctest::Approx(best).epsilon(1e-6));
   }
+  // Without edge dropout the self-attention model trains to other weights.
+  auto r = run_gnn("train --model layout-gnn-selfattn --heads 2 --data " + dataset() +
+                   " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 --segment 120 --epochs 3 --edge-dropout 0 --out " +
+                   t.file("selfattn_full"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(!same_bits(checkpoint_weights(t.file("selfattn_a/model.npz")), checkpoint_weights(t.file("selfattn_full/model.npz"))));
   // The GCN has no SAGE layer's weights and the other way round: a run remembers its conv.
   const auto sage = checkpoint_weights(t.file("sage_a/model.npz")), gcn = checkpoint_weights(t.file("gcn_a/model.npz"));
   CHECK(sage.count("params/layers.0.lin.bias") == 1);  // SAGE: Linear([agg ; x]) with its bias
   CHECK(sage.count("params/layers.0.bias") == 0);
   CHECK(gcn.count("params/layers.0.bias") == 1);  // GCN: the bias after the aggregation
   CHECK(gcn.count("params/layers.0.lin.bias") == 0);
-  auto r = run_gnn(std::string("train --model layout-seed-sage --data ") + dataset() + " --conv gat --out " + t.file("bad"));
+  r = run_gnn(std::string("train --model layout-seed-sage --data ") + dataset() + " --conv gat --out " + t.file("bad"));
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--conv") != std::string::npos);
   CHECK(!std::filesystem::exists(t.file("bad")));
