@@ -188,6 +188,11 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
   return h;
 }
 
+HParamSpec share_hp() {
+  return choice_hp("share", "on", "on|off",
+                   "config sharing: compute rows no config reaches once (on) or per config (off); same results");
+}
+
 const std::vector<Recipe>& recipes() {
   static const std::vector<Recipe> all = {tile_mlp_recipe(),           tile_earlyjoin_sage_recipe(),
                                           tile_latejoin_sage_recipe(), tile_earlyjoin_resgcn_recipe(),

@@ -71,6 +71,8 @@ struct Recipe {
 // Training hyper-parameters every recipe has, with the defaults a recipe overrides by name:
 //   r.hparams = common_hparams(true, {{"loss", "listmle"}, {"batch-graphs", "8"}});
 std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, std::string>& defaults = {});
+// --share on|off (default on) for a recipe with a config-shared path (nn/config_share.h).
+HParamSpec share_hp();
 
 const std::vector<Recipe>& recipes();
 const Recipe& find_recipe(const std::string& name);  // gnn::Error listing the names when unknown

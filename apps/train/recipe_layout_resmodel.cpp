@@ -85,8 +85,7 @@ Recipe layout_resmodel_recipe() {
   r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("hidden", "32", 1, 65536, "width of every layer"));
   r.hparams.push_back(integer_hp("layers", "2", 1, 64, "residual GCN layers"));
-  r.hparams.push_back(choice_hp("share", "on", "on|off",
-                                "config sharing: compute rows no config reaches once (on) or per config (off); same results"));
+  r.hparams.push_back(share_hp());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<LayoutResModel>(h, d, rng);
   };

@@ -123,8 +123,7 @@ Recipe layout_sage_2nd_recipe() {
                                     {"node-transform", "log1p"}, {"segment", "0"}});
   r.hparams.push_back(choice_hp("stack", "xla", "xla|nlp",
                                 "SAGE stack: xla (6 layers, 64 to 256, no residual) | nlp (8 layers, 256 and 512, residual)"));
-  r.hparams.push_back(choice_hp("share", "on", "on|off",
-                                "config sharing: compute rows no config reaches once (on) or per config (off); same results"));
+  r.hparams.push_back(share_hp());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<LayoutSage2nd>(h, d, rng);
   };
