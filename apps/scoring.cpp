@@ -106,6 +106,17 @@ GraphScore score_predictions(const std::string& id, bool layout, const std::vect
   return s;
 }
 
+double mean_relative_error(const std::vector<double>& log_p, const std::vector<double>& y) {
+  GNN_CHECK(log_p.size() == y.size() && !y.empty(), "mean_relative_error: ", log_p.size(), " predictions for ", y.size(),
+            " runtimes");
+  double sum = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    GNN_CHECK(y[i] > 0, "mean_relative_error: runtime ", i, " is ", y[i], " (must be positive)");
+    sum += std::fabs(std::exp(log_p[i] - std::log(y[i])) - 1);
+  }
+  return sum / double(y.size());
+}
+
 std::string graph_score_json(const GraphScore& s) {
   char buf[96];
   std::string out = "{\"id\": \"" + s.id + "\"";
@@ -153,12 +164,15 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
     }
     const bool layout = list.front()->layout;
     mean["score"] = layout ? mean["kendall_tau"] : mean["slowdown@5"];
+    bool mre = true;
+    for (const GraphScore* s : list) mre = mre && std::isfinite(s->mre), mean["mre"] += s->mre / double(list.size());
     score_sum += mean["score"];
     std::ostringstream o;
     o << "\"graphs\": " << list.size();
     for (const char* k : layout ? std::vector<const char*>{"kendall_tau", "opa", "slowdown@1", "slowdown@10", "slowdown@100", "score"}
                                 : std::vector<const char*>{"slowdown@1", "slowdown@5", "slowdown@10", "score"})
       o << ", \"" << k << "\": " << num(mean[k]);
+    if (mre) o << ", \"mre\": " << num(mean["mre"]);
     out << (first ? "" : ", ") << "\"" << c << "\": {" << o.str() << "}";
     if (by.size() == 1) top << o.str() << ", ";
     first = false;

@@ -4,6 +4,7 @@
 // Submission: header `ID,TopConfigs`; one row per graph `<collection>:<stem>,i1;i2;...` with config
 // indices predicted fastest first: 5 for tile (the competition's rule), every config for layout.
 #pragma once
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,7 +22,12 @@ struct GraphScore {
   bool layout = false;
   double kendall_tau = 0, opa = 0;
   std::map<int64_t, double> slowdown;  // K -> slowdown@K (best of the top K / best - 1)
+  // Mean relative error |exp(p) - y| / y of predictions read as log runtimes (a model trained with
+  // --loss mse or mape); NaN when the predictions are scores only.
+  double mre = std::numeric_limits<double>::quiet_NaN();
 };
+// The mean relative error of log-runtime predictions p against runtimes y (DNNPerf's MRE).
+double mean_relative_error(const std::vector<double>& log_p, const std::vector<double>& y);
 // ranking: config indices fastest first (each at most once; layout: all of them). eval_subset, when
 // not empty, restricts the layout metrics to those configs (the official validation subsets).
 GraphScore score_ranking(const std::string& id, bool layout, const std::vector<int64_t>& ranking,
@@ -39,7 +45,8 @@ double mean_score(const std::vector<std::pair<std::string, GraphScore>>& per_col
 std::vector<double> scored_runtimes(const DatasetFile& f);
 
 // Means per collection, in the Kaggle convention: slowdown@K reported as 1 - slowdown; tile score =
-// 1 - slowdown@5, layout score = Kendall tau. Returns the JSON object (one line).
+// 1 - slowdown@5, layout score = Kendall tau; "mre" too when every graph has one. Returns the JSON
+// object (one line).
 std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& per_collection);
 
 }  // namespace gnn

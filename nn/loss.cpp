@@ -141,6 +141,21 @@ Var mape_loss(const Var& pred, const Tensor& target) {
   return host_loss("mape_loss", pred, loss / double(p.size()), std::move(grad));
 }
 
+Var log_mape_loss(const Var& log_pred, const Tensor& target) {
+  check_pred("log_mape_loss", log_pred, target);
+  const std::vector<double> p = values(log_pred.value()), t = values(target);
+  GNN_CHECK(!p.empty(), "log_mape_loss: no values");
+  std::vector<double> grad(p.size());
+  double loss = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    GNN_CHECK(t[i] > 0, "log_mape_loss: target ", i, " is ", t[i], " (a runtime must be positive)");
+    // |exp(p) - t| / t = |r - 1| with r = exp(p - log t): no overflow for a prediction near its target
+    const double r = std::exp(p[i] - std::log(t[i]));
+    loss += std::fabs(r - 1), grad[i] = double((r > 1) - (r < 1)) * r / double(p.size());
+  }
+  return host_loss("log_mape_loss", log_pred, loss / double(p.size()), std::move(grad));
+}
+
 Var pairwise_hinge_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr, double margin) {
   return pairwise(
       "pairwise_hinge_loss", pred, target, group_ptr, [margin](double d) { return std::max(0.0, margin - d); },

@@ -4,6 +4,7 @@
 //   -log softmax(logits[r])[labels[r]]   (rows undefined: every row)
 // Regression on predictions p [n] against targets t [n] (host f32/f64):
 //   mse = mean (p - t)^2;  mape = mean |p - t| / |t|
+//   log_mape = mean |exp(p) - t| / t, t > 0: the relative error of p read as a log runtime (the MRE)
 // Ranking, over groups (the configs of one graph: group g owns entries group_ptr[g] .. group_ptr[g+1]-1,
 // group_ptr i64). Predictions are runtime-like: lower means faster.
 //   pairwise_hinge:    mean over pairs i, j of one group with t_i > t_j of max(0, margin - (p_i - p_j))
@@ -18,6 +19,7 @@ namespace gnn::nn {
 ag::Var cross_entropy(const ag::Var& logits, const Tensor& labels, const Tensor& rows = Tensor());
 ag::Var mse_loss(const ag::Var& pred, const Tensor& target);
 ag::Var mape_loss(const ag::Var& pred, const Tensor& target);
+ag::Var log_mape_loss(const ag::Var& log_pred, const Tensor& target);
 ag::Var pairwise_hinge_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr, double margin = 0.1);
 ag::Var pairwise_logistic_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr);
 ag::Var list_mle_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr, double temperature = 1.0);

@@ -95,12 +95,12 @@ std::vector<int64_t> ranking_order(const std::vector<double>& p, const std::vect
 namespace {
 
 // A score as one line of text, every number in hexadecimal floating point so it reads back exactly:
-// collection, id, layout, tau, opa, then K and slowdown@K pairs, tab-separated.
+// collection, id, layout, tau, opa, mre, then K and slowdown@K pairs, tab-separated.
 std::string pack_score(const std::pair<std::string, GraphScore>& cs) {
   const GraphScore& g = cs.second;
   std::string line = cs.first + "\t" + g.id + "\t" + (g.layout ? "1" : "0");
   char buf[64];
-  for (double v : {g.kendall_tau, g.opa}) std::snprintf(buf, sizeof buf, "\t%a", v), line += buf;
+  for (double v : {g.kendall_tau, g.opa, g.mre}) std::snprintf(buf, sizeof buf, "\t%a", v), line += buf;
   for (const auto& [k, v] : g.slowdown) std::snprintf(buf, sizeof buf, "\t%lld\t%a", (long long)k, v), line += buf;
   return line + "\n";
 }
@@ -113,11 +113,12 @@ std::pair<std::string, GraphScore> unpack_score(const std::string& line) {
     if (tab == std::string::npos) break;
     at = tab + 1;
   }
-  GNN_CHECK(f.size() >= 5 && f.size() % 2 == 1, "evaluate: a malformed score from another rank: ", line);
+  GNN_CHECK(f.size() >= 6 && f.size() % 2 == 0, "evaluate: a malformed score from another rank: ", line);
   GraphScore g;
   g.id = f[1], g.layout = f[2] == "1";
   g.kendall_tau = std::strtod(f[3].c_str(), nullptr), g.opa = std::strtod(f[4].c_str(), nullptr);
-  for (size_t k = 5; k + 1 < f.size(); k += 2) g.slowdown[std::stoll(f[k])] = std::strtod(f[k + 1].c_str(), nullptr);
+  g.mre = std::strtod(f[5].c_str(), nullptr);  // (%a writes NaN as nan, which strtod reads)
+  for (size_t k = 6; k + 1 < f.size(); k += 2) g.slowdown[std::stoll(f[k])] = std::strtod(f[k + 1].c_str(), nullptr);
   return {f[0], g};
 }
 
@@ -138,7 +139,10 @@ std::vector<std::pair<std::string, GraphScore>> gather_scores(const std::vector<
   return all;
 }
 
-Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir, int64_t tta) {
+bool predicts_log_runtime(const HParams& h) { return h.str("loss") == "mse" || h.str("loss") == "mape"; }
+
+Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir, int64_t tta,
+                    bool log_runtime) {
   Evaluation ev;
   std::map<std::string, std::map<std::string, std::vector<int64_t>>> subsets;  // "xla_default" -> stem -> configs
   // In a data-parallel job each rank scores its share of the graphs; the scores are gathered in file order.
@@ -174,6 +178,7 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
     std::vector<double> rank(p.size());
     for (size_t r = 0; r < order.size(); ++r) rank[size_t(order[r])] = double(r);
     ev.scores.emplace_back(f.collection.str(), score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));
+    if (log_runtime) ev.scores.back().second.mre = mean_relative_error(p, y);
   }
   ev.scores = gather_scores(ev.scores, "the scores of the validation graphs");
   GNN_CHECK(!ev.scores.empty(), "evaluate: no graphs");

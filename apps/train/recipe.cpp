@@ -156,8 +156,9 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
       integer_hp("accumulate", "1", 1, 1 << 20,
                  "micro-batches per step: the step's graphs go through forward and backward in this many groups "
                  "and their gradients add up (the same step, up to rounding, in less memory)"),
-      choice_hp("loss", "listmle", "listmle|hinge|logistic|mse",
-                "listmle | hinge | logistic | mse (ranking losses over the configs of each graph)"),
+      choice_hp("loss", "listmle", "listmle|hinge|logistic|mse|mape",
+                "listmle | hinge | logistic (ranking losses over the configs of each graph) | mse | mape "
+                "(regressions of the prediction as log runtime; eval then reports the mean relative error)"),
       number_hp("temperature", "1", 0, kInf, "ListMLE temperature", /*min_open=*/true),
       number_hp("margin", "0.1", 0, kInf, "pairwise hinge margin"),
       number_hp("mse-weight", "0", 0, kInf, "weight of an added MSE term between the prediction and log(target)"),

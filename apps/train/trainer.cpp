@@ -88,10 +88,11 @@ ag::Var batch_loss(const HParams& h, const ag::Var& device_pred, const Batch& b,
   else if (kind == "hinge") loss = nn::pairwise_hinge_loss(pred, b.target, b.group_ptr, h.num("margin"));
   else if (kind == "logistic") loss = nn::pairwise_logistic_loss(pred, b.target, b.group_ptr);
   else if (kind == "mse") loss = nn::mse_loss(pred, log_target);
-  else GNN_FAIL("--loss: unknown loss '", kind, "' (listmle, hinge, logistic, mse)");
+  else if (kind == "mape") loss = nn::log_mape_loss(pred, b.target);
+  else GNN_FAIL("--loss: unknown loss '", kind, "' (listmle, hinge, logistic, mse, mape)");
   if (!share.empty()) loss = ag::scale(loss, share[0]);
   const double w = h.num("mse-weight");
-  if (w > 0 && kind != "mse")
+  if (w > 0 && kind != "mse")  // (with mape: both regressions, as DNNPerf trains)
     loss = ag::add(loss, ag::scale(nn::mse_loss(pred, log_target), share.empty() ? w : w * share[1]));
   return loss;
 }

@@ -945,6 +945,48 @@ TEST_CASE("train: layout-seed-sage and layout-gnn-selfattn train, resume bit for
   CHECK(!std::filesystem::exists(t.file("bad")));
 }
 
+TEST_CASE("train: eval reports the mean relative error of log-runtime predictions (--loss mse, mape)") {
+  // |exp(p) - y| / y by hand: 3 against 2, 0.5 against 0.5, 4 against 10
+  CHECK(mean_relative_error({std::log(3.0), std::log(0.5), std::log(4.0)}, {2.0, 0.5, 10.0}) ==
+        doctest::Approx((0.5 + 0.0 + 0.6) / 3));
+  CHECK_THROWS_WITH_AS(mean_relative_error({0.0}, {-1.0}), doctest::Contains("must be positive"), Error);
+  // evaluate() with log_runtime: each graph's MRE is that of its predictions, and the summary their mean.
+  const auto files = kind_files(dataset(), "layout", "valid");
+  REQUIRE(files.size() >= 2);
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
+  const Recipe& r = find_recipe("layout-mlp");
+  Rng rng(3);
+  auto model = r.build(r.defaults(), {prep.node_features(), prep.config_features()}, rng);
+  model->eval();
+  GraphSource src(files, prep, uint64_t(1) << 30);
+  const Evaluation ev = evaluate(*model, src, 100, "", 1, /*log_runtime=*/true);
+  REQUIRE(ev.scores.size() == files.size());
+  double mean = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto g = src.get(i);
+    std::vector<int64_t> all(size_t(g->num_configs()));
+    std::iota(all.begin(), all.end(), 0);
+    const double want = mean_relative_error(predict_configs(*model, *g, all, 100), g->target);
+    CHECK(ev.scores[i].second.mre == doctest::Approx(want).epsilon(1e-12));
+    mean += want / double(files.size());
+  }
+  CHECK(Json::parse(ev.json)["mre"].as_number() == doctest::Approx(mean).epsilon(1e-5));
+  CHECK(evaluate(*model, src, 100, "").json.find("mre") == std::string::npos);  // scores only: no MRE
+  // The CLI: a run trained with --loss mape (or mse) is evaluated with its MRE, a ranking run without.
+  TempDir t;
+  for (const char* loss : {"mape", "listmle"}) {
+    const std::string run = t.file(loss);
+    auto c = run_gnn(std::string("train --model layout-mlp --data ") + dataset() +
+                     " --configs 8 --batch-graphs 2 --epochs 2 --loss " + loss + " --out " + run);
+    REQUIRE_MESSAGE(c.exit_code == 0, std::string(c.out + c.err));
+    c = run_gnn("eval --run " + run + " --data " + dataset());
+    REQUIRE_MESSAGE(c.exit_code == 0, c.err);
+    const Json j = Json::parse(last_line(c.out));
+    if (std::string(loss) == "mape") CHECK(j["mre"].as_number() >= 0);
+    else CHECK(last_line(c.out).find("mre") == std::string::npos);
+  }
+}
+
 TEST_CASE("train: a node's own layout columns become categories, re-padded past its rank") {
   Tensor f = Tensor::zeros({3, 140}, DType::F32);
   float* a = f.f32();

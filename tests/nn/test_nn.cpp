@@ -189,6 +189,18 @@ TEST_CASE("nn: losses, hand-worked values and finite differences") {
   ag::Var p = rand_var({5}, 3);
   testing::check_grads({p}, [&] { return nn::mse_loss(p, t); });
   testing::check_grads({p}, [&] { return nn::mape_loss(p, t); });
+  {
+    // log_mape by hand: |exp(p) - t| / t on positive runtimes
+    const Tensor rt = Tensor::from_vector<double>({2.0, 0.5, 10.0});
+    ag::Var lp(Tensor::from_vector<double>({std::log(3.0), std::log(0.5), std::log(4.0)}), true);
+    CHECK(nn::log_mape_loss(lp, rt).value().item() == doctest::Approx((0.5 + 0.0 + 0.6) / 3));
+    ag::clear_tape();
+    ag::Var q = rand_var({3}, 5);
+    testing::check_grads({q}, [&] { return nn::log_mape_loss(q, rt); });
+    CHECK_THROWS_WITH_AS(nn::log_mape_loss(q, Tensor::from_vector<double>({1.0, 0.0, 2.0})),
+                         doctest::Contains("target 1 is 0"), Error);
+    ag::clear_tape();
+  }
   testing::check_grads({p}, [&] { return nn::pairwise_hinge_loss(p, t, gp, 0.5); });
   testing::check_grads({p}, [&] { return nn::pairwise_logistic_loss(p, t, gp); });
   testing::check_grads({p}, [&] { return nn::list_mle_loss(p, t, gp, 10.0); });
