@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Trains layout recipes on the same generated data with several seeds and scores each on the test split
-# (the generator keeps test runtimes), so recipes are compared on data none of them trained on.
+# Trains recipes on the same generated data with several seeds and scores each on the test split (the
+# generator keeps test runtimes), so recipes are compared on data none of them trained on. Layout
+# recipes are scored by Kendall tau, tile recipes by 1 - slowdown@5 (eval's "score").
 #
 #   scripts/compare_recipes.sh DATA "RECIPE [FLAGS...]" ["RECIPE [FLAGS...]" ...]
 #
-# DATA is a dataset folder with a layout collection, e.g. the one `gnn demo --out D` keeps in D/data.
+# DATA is a dataset folder with the recipes' collection, e.g. the one `gnn demo --out D` keeps in D/data.
 # Environment: SEEDS (default "1 2 3"), EPOCHS (default 30), COMMON (flags given to every run; default
 # the demo's layout settings: log1p node features, lr 0.003, 2 graphs per step), OUT (default a temporary
-# folder), GNN (default build/bin/gnn). Prints one line per recipe: mean +- sample sd of the test Kendall
-# tau over the seeds, each seed's tau, and the training seconds.
+# folder), GNN (default build/bin/gnn). Prints one line per recipe: mean +- sample sd of the test score
+# over the seeds, each seed's score, and the training seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 gnn=${GNN:-$root/build/bin/gnn}
@@ -19,7 +20,7 @@ seeds=${SEEDS:-1 2 3}
 epochs=${EPOCHS:-30}
 common=${COMMON:---node-transform log1p --lr 0.003 --batch-graphs 2}
 out=${OUT:-$(mktemp -d)}
-printf '%-60s %-18s %-26s %s\n' "recipe and flags" "test tau" "per seed" "train s"
+printf '%-60s %-18s %-26s %s\n' "recipe and flags" "test score" "per seed" "train s"
 for spec in "$@"; do
   read -r -a words <<<"$spec"
   model=${words[0]}
@@ -33,7 +34,7 @@ for spec in "$@"; do
       $common "${words[@]:1}" | tail -n 1)
     secs=$(python3 -c "import json,sys; print($secs + json.loads(sys.argv[1])['train_seconds'])" "$line")
     tau=$("$gnn" eval --run "$run" --data "$data" --split test 2>/dev/null | tail -n 1 |
-      python3 -c "import json,sys; print('%.3f' % json.loads(sys.stdin.read())['kendall_tau'])")
+      python3 -c "import json,sys; print('%.3f' % json.loads(sys.stdin.read())['score'])")
     taus+=("$tau")
   done
   python3 - "$spec" "$secs" "${taus[@]}" <<'EOF'
