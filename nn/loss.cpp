@@ -114,46 +114,47 @@ Var cross_entropy(const Var& logits, const Tensor& labels, const Tensor& rows) {
   });
 }
 
-Var mse_loss(const Var& pred, const Tensor& target) {
-  check_pred("mse_loss", pred, target);
+namespace {
+
+// mean_i f(p_i, t_i) over predictions and targets; f returns {its value, its derivative in p_i}.
+template <class F>
+Var elementwise_loss(const char* name, const Var& pred, const Tensor& target, F f) {
+  check_pred(name, pred, target);
   const std::vector<double> p = values(pred.value()), t = values(target);
-  GNN_CHECK(!p.empty(), "mse_loss: no values");
+  GNN_CHECK(!p.empty(), name, ": no values");
   std::vector<double> grad(p.size());
   double loss = 0;
   for (size_t i = 0; i < p.size(); ++i) {
-    const double d = p[i] - t[i];
-    loss += d * d, grad[i] = 2 * d / double(p.size());
+    const auto [v, d] = f(p[i], t[i], i);
+    loss += v, grad[i] = d / double(p.size());
   }
-  return host_loss("mse_loss", pred, loss / double(p.size()), std::move(grad));
+  return host_loss(name, pred, loss / double(p.size()), std::move(grad));
+}
+
+double sign(double x) { return double((x > 0) - (x < 0)); }
+
+}  // namespace
+
+Var mse_loss(const Var& pred, const Tensor& target) {
+  return elementwise_loss("mse_loss", pred, target, [](double p, double t, size_t) {
+    return std::pair{(p - t) * (p - t), 2 * (p - t)};
+  });
 }
 
 Var mape_loss(const Var& pred, const Tensor& target) {
-  check_pred("mape_loss", pred, target);
-  const std::vector<double> p = values(pred.value()), t = values(target);
-  GNN_CHECK(!p.empty(), "mape_loss: no values");
-  std::vector<double> grad(p.size());
-  double loss = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    GNN_CHECK(t[i] != 0, "mape_loss: target ", i, " is 0 (relative error undefined)");
-    const double d = p[i] - t[i], s = (d > 0) - (d < 0);
-    loss += std::fabs(d) / std::fabs(t[i]), grad[i] = s / std::fabs(t[i]) / double(p.size());
-  }
-  return host_loss("mape_loss", pred, loss / double(p.size()), std::move(grad));
+  return elementwise_loss("mape_loss", pred, target, [](double p, double t, size_t i) {
+    GNN_CHECK(t != 0, "mape_loss: target ", i, " is 0 (relative error undefined)");
+    return std::pair{std::fabs(p - t) / std::fabs(t), sign(p - t) / std::fabs(t)};
+  });
 }
 
 Var log_mape_loss(const Var& log_pred, const Tensor& target) {
-  check_pred("log_mape_loss", log_pred, target);
-  const std::vector<double> p = values(log_pred.value()), t = values(target);
-  GNN_CHECK(!p.empty(), "log_mape_loss: no values");
-  std::vector<double> grad(p.size());
-  double loss = 0;
-  for (size_t i = 0; i < p.size(); ++i) {
-    GNN_CHECK(t[i] > 0, "log_mape_loss: target ", i, " is ", t[i], " (a runtime must be positive)");
+  return elementwise_loss("log_mape_loss", log_pred, target, [](double p, double t, size_t i) {
+    GNN_CHECK(t > 0, "log_mape_loss: target ", i, " is ", t, " (a runtime must be positive)");
     // |exp(p) - t| / t = |r - 1| with r = exp(p - log t): no overflow for a prediction near its target
-    const double r = std::exp(p[i] - std::log(t[i]));
-    loss += std::fabs(r - 1), grad[i] = double((r > 1) - (r < 1)) * r / double(p.size());
-  }
-  return host_loss("log_mape_loss", log_pred, loss / double(p.size()), std::move(grad));
+    const double r = std::exp(p - std::log(t));
+    return std::pair{std::fabs(r - 1), sign(r - 1) * r};
+  });
 }
 
 Var pairwise_hinge_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr, double margin) {
