@@ -1,9 +1,12 @@
 // Multi-head self-attention among the nodes of each graph of a disjoint union. q, k, v, y: [N, H*D];
 // graph g owns rows graph_ptr[g] .. graph_ptr[g+1]-1; head h owns columns h*D .. h*D+D-1.
 //
-// Full (per graph and head, n nodes):   S = Q K^T / sqrt(D),  P = softmax_rows(S),  Y = P V
+// Full (per graph and head, n nodes):   S = Q K^T / sqrt(D) + B,  P = softmax_rows(S),  Y = P V
 //   dV = P^T dY;  dP = dY V^T;  dS = P * (dP - rowsum(P * dP));  dQ = dS K / sqrt(D);  dK = dS^T Q / sqrt(D)
 //   Memory n^2 per head at a time; P is recomputed in the backward rather than kept for every graph.
+//   B is an optional constant additive bias [n, n] per graph, the same for every head (0 without one):
+//   log w_ij turns the softmax's exp(s_ij) into w_ij exp(s_ij), a soft mask (the Harvard seed report's
+//   attention weighs non-adjacent nodes 0.1). It takes the per-block path on the GPU too.
 // Linear (Katharopoulos et al. 2020), phi(x) = elu(x) + 1 > 0:
 //   A = phi(Q), B = phi(K), KV = B^T V [D, D], z = B^T 1 [D];  Y = (A KV) / (A z)  (row-wise division)
 //   with u = dY / den and c = -rowsum(dY * Y) / den:
@@ -32,6 +35,7 @@ struct Block {  // one graph and head: pointers to its first element, row stride
   const T* k;
   const T* v;
   int64_t n, D, ld;
+  const T* bias = nullptr;  // [n, n] or none
 };
 
 // Where `on` lives: the float kernels (CUDA or CPU), or the double references.
@@ -91,6 +95,7 @@ template <class T>
 void full_probs(const Tensor& on, const Block<T>& b, T* S, T* P) {
   const T scale = T(1) / std::sqrt(T(b.D));
   gemm_on<T>(on, false, true, b.n, b.n, b.D, scale, b.q, b.ld, b.k, b.ld, T(0), S, b.n);
+  if (b.bias) add_on<T>(on, S, S, b.bias, b.n * b.n);
   softmax_on<T>(on, P, S, b.n, b.n);
 }
 
@@ -193,7 +198,8 @@ Var flash_attention(const Var& q, const Var& k, const Var& v, const Tensor& grap
 
 }  // namespace
 
-Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& graph_ptr, int64_t heads, bool linear) {
+Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& graph_ptr, int64_t heads, bool linear,
+                    const Tensor& bias_in) {
   check_arg_on("graph_attention", "q", q, 2, q.dtype(), q.device());
   check_arg_on("graph_attention", "k", k, 2, q.dtype(), q.device());
   check_arg_on("graph_attention", "v", v, 2, q.dtype(), q.device());
@@ -203,13 +209,28 @@ Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& grap
   GNN_CHECK(heads >= 1 && W % heads == 0, "graph_attention: ", W, " columns do not split into ", heads, " heads");
   check_graph_ptr("graph_attention", graph_ptr, N);
   const int64_t D = W / heads, G = graph_ptr.size(0) - 1;
+  // The bias's blocks: graph g's [n_g, n_g] at bias_off[g].
+  std::vector<int64_t> bias_off{0};
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t n = graph_ptr.i64()[g + 1] - graph_ptr.i64()[g];
+    bias_off.push_back(bias_off.back() + n * n);
+  }
+  Tensor bias;
+  if (bias_in.defined()) {
+    GNN_CHECK(!linear, "graph_attention: a bias needs the full attention, not the linear one");
+    GNN_CHECK(bias_in.dtype() == q.dtype() && bias_in.dim() == 1 && bias_in.size(0) == bias_off.back(),
+              "graph_attention: bias must be ", dtype_name(q.dtype()), " [", bias_off.back(),
+              "] (each graph's n x n block in turn), got ", bias_in.desc());
+    bias = bias_in.device() == q.device() ? bias_in : bias_in.to(q.device());
+  }
   return dispatch_dev("graph_attention", q.value(), [&](auto t) {
     using T = decltype(t);
-    if (q.value().is_cuda() && !linear && D <= kFlashMaxD) return flash_attention(q, k, v, graph_ptr, heads);
+    if (q.value().is_cuda() && !linear && D <= kFlashMaxD && !bias.defined())
+      return flash_attention(q, k, v, graph_ptr, heads);
     auto block = [=](int64_t g, int64_t h) {
       const int64_t r = graph_ptr.i64()[g], off = r * W + h * D;
       return Block<T>{ptr<T>(q.value()) + off, ptr<T>(k.value()) + off, ptr<T>(v.value()) + off,
-                      graph_ptr.i64()[g + 1] - r, D, W};
+                      graph_ptr.i64()[g + 1] - r, D, W, bias.defined() ? ptr<T>(bias) + bias_off[size_t(g)] : nullptr};
     };
     Tensor y = empty_like(q.value(), q.shape());
     for (int64_t g = 0; g < G; ++g)

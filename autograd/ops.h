@@ -87,6 +87,9 @@ Var sage_fused(const Graph& g, const Var& x, const Var& W, const Var& b, Act act
 // ---- self-attention over the nodes of each graph (op_attention.cpp) ----------------------------------
 // q, k, v [N, H*D]; graph_ptr i64 [G+1]. Full: softmax(q k^T / sqrt(D)) v within each graph and head.
 // Linear: phi(q) (phi(k)^T v) / (phi(q) phi(k)^T 1) with phi = elu + 1, linear in the graph's size.
-Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& graph_ptr, int64_t heads, bool linear);
+// bias (full only; a constant): added to every head's scores before the softmax, each graph's [n, n]
+// block in turn, flat [sum n_g^2] of q's dtype (on the host or q's device).
+Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& graph_ptr, int64_t heads, bool linear,
+                    const Tensor& bias = Tensor());
 
 }  // namespace gnn::ag

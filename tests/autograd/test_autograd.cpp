@@ -283,6 +283,21 @@ TEST_CASE("autograd: self-attention over graphs, full and linear") {
   double want = 0;
   for (int j = 0; j < 4; ++j) want += w[j] / z * V[size_t(j * 6 + 2)];
   CHECK(y.value().to_vector<double>()[1 * 6 + 2] == doctest::Approx(want).epsilon(1e-12));
+  // With a bias: each graph's [n, n] block added to every head's scores, so exp(s_ij) becomes
+  // w_ij exp(s_ij) for bias log w_ij (node 1 of graph 0 weighs node 3 by 0.1, graph 2's 5 x 5 block 0).
+  std::vector<double> bias(16 + 0 + 25, 0.0);
+  bias[1 * 4 + 3] = std::log(0.1);
+  bias[16 + 7] = -0.7;
+  const Tensor bt = Tensor::from_vector(bias);
+  check_grads({q, k, v}, [&] { return probe(ag::graph_attention(q, k, v, gp, 2, false, bt)); });
+  ag::Var yb = ag::graph_attention(q, k, v, gp, 2, false, bt);
+  w[3] *= 0.1, z = w[0] + w[1] + w[2] + w[3], want = 0;
+  for (int j = 0; j < 4; ++j) want += w[j] / z * V[size_t(j * 6 + 2)];
+  CHECK(yb.value().to_vector<double>()[1 * 6 + 2] == doctest::Approx(want).epsilon(1e-12));
+  CHECK(yb.value().to_vector<double>()[0] == doctest::Approx(y.value().to_vector<double>()[0]).epsilon(1e-12));
+  CHECK_THROWS_WITH_AS(ag::graph_attention(q, k, v, gp, 2, false, Tensor::from_vector(std::vector<double>(40))),
+                       doctest::Contains("bias must be f64 [41]"), Error);
+  CHECK_THROWS_WITH_AS(ag::graph_attention(q, k, v, gp, 2, true, bt), doctest::Contains("not the linear one"), Error);
   ag::clear_tape();
 }
 

@@ -200,6 +200,13 @@ TEST_CASE("cuda ops: graph self-attention, full and linear, with empty and singl
       });
     }
   }
+  // A score bias (the blocks of 0, 0, 1, 64 and 230 nodes) takes the per-block path whatever the width.
+  std::vector<float> bias;
+  for (int64_t n : {5, 0, 1, 64, 230})
+    for (int64_t i = 0; i < n * n; ++i) bias.push_back(i % 7 == 3 ? std::log(0.1f) : 0.f);
+  const Tensor bt = Tensor::from_vector(bias);
+  check_op("graph_attention with a bias", {rand({300, 12}, 54), rand({300, 12}, 55), rand({300, 12}, 56)},
+           [gp, bt](auto& x, auto&) { return ag::graph_attention(x[0], x[1], x[2], gp, 3, false, bt); });
 }
 
 TEST_CASE("cuda ops: the ranking losses take GPU predictions and return their gradient there") {
