@@ -69,7 +69,7 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
 
 uint64_t ModelGraph::bytes() const {
   uint64_t b = target.size() * sizeof(double);
-  for (const Tensor* t : {&x, &opcode, &edges, &config, &config_nodes, &layout_dims})
+  for (const Tensor* t : {&x, &opcode, &edges, &config, &config_nodes, &layout_dims, &violation})
     if (t->defined()) b += uint64_t(t->nbytes());
   return b;
 }
@@ -92,6 +92,85 @@ Tensor layout_dim_categories(const Tensor& node_feat) {
   return out;
 }
 
+Tensor violation_ratios(const Tensor& node_feat, const Tensor& config_ids, const Tensor& config_feat) {
+  constexpr int64_t kShape = 21, kLayout = 134, kDims = kNodeLayoutDims, B = kLayoutConfigFeatures;
+  GNN_CHECK(node_feat.dim() == 2 && node_feat.size(1) >= kLayout + kDims && node_feat.dtype() == DType::F32,
+            "violation_ratios: node_feat must be f32 [N, 140], got ", node_feat.desc());
+  const int64_t N = node_feat.size(0), F = node_feat.size(1), NC = config_ids.numel();
+  GNN_CHECK(config_feat.dim() == 3 && config_feat.size(1) == NC && config_feat.size(2) == B &&
+                config_feat.dtype() == DType::F32 && config_ids.dtype() == DType::I64,
+            "violation_ratios: config_feat must be f32 [C, ", NC, ", 18] and config_ids i64, got ", config_feat.desc(),
+            " and ", config_ids.desc());
+  const int64_t C = config_feat.size(0);
+  // Per configurable node: its rank, its dims' sizes, and the node's own minor-most dimension.
+  std::vector<int64_t> rank(size_t(NC), 0), own(size_t(NC), 0);
+  std::vector<float> dims(size_t(NC * kDims), 0.f), largest(size_t(NC), 0.f);
+  for (int64_t j = 0; j < NC; ++j) {
+    const int64_t v = config_ids.i64()[j];
+    GNN_CHECK(v >= 0 && v < N, "violation_ratios: configurable node ", v, " of ", N);
+    const float* f = node_feat.f32() + v * F;
+    int64_t& r = rank[size_t(j)];
+    while (r < kDims && f[kShape + r] > 0) dims[size_t(j * kDims + r)] = f[kShape + r], ++r;
+    for (int64_t d = 0; d < r; ++d) largest[size_t(j)] = std::max(largest[size_t(j)], dims[size_t(j * kDims + d)]);
+    const float m = f[kLayout];
+    own[size_t(j)] = m >= 0 && m < float(r) ? int64_t(m) : r - 1;
+  }
+  Tensor out = Tensor::zeros({C}, DType::F32);
+  for (int64_t c = 0; c < C && NC > 0; ++c) {
+    int64_t violations = 0;
+    for (int64_t j = 0; j < NC; ++j) {
+      if (rank[size_t(j)] == 0) continue;
+      const float m = config_feat.f32()[(c * NC + j) * B];
+      const int64_t minor = m >= 0 && m < float(rank[size_t(j)]) ? int64_t(m) : own[size_t(j)];
+      violations += dims[size_t(j * kDims + minor)] < largest[size_t(j)];
+    }
+    out.f32()[c] = float(double(violations) / double(NC));
+  }
+  return out;
+}
+
+ModelGraph sample_nodes(const ModelGraph& m, int64_t k, Rng& rng) {
+  const int64_t N = m.num_nodes();
+  if (N <= k) return m;
+  std::vector<uint8_t> keep(size_t(N), 0);
+  int64_t kept = 0;
+  if (m.config_nodes.defined())
+    for (int64_t j = 0; j < m.config_nodes.numel(); ++j) kept += !keep[size_t(m.config_nodes.i64()[j])], keep[size_t(m.config_nodes.i64()[j])] = 1;
+  std::vector<int64_t> others;
+  for (int64_t v = 0; v < N; ++v)
+    if (!keep[size_t(v)]) others.push_back(v);
+  for (int64_t i : sample_without_replacement(int64_t(others.size()), std::max<int64_t>(0, k - kept), rng))
+    keep[size_t(others[size_t(i)])] = 1;
+  std::vector<int64_t> id(size_t(N), -1), rows;
+  for (int64_t v = 0; v < N; ++v)
+    if (keep[size_t(v)]) id[size_t(v)] = int64_t(rows.size()), rows.push_back(v);
+  const int64_t n = int64_t(rows.size());
+  auto take_rows = [&](const Tensor& t) {  // t's rows `rows`, in order
+    if (!t.defined()) return t;
+    std::vector<int64_t> s = t.shape().vec();
+    s[0] = n;
+    Tensor o = Tensor::empty(Shape(s), t.dtype());
+    const size_t row = t.nbytes() / size_t(N);
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(static_cast<char*>(o.data()) + size_t(i) * row, static_cast<const char*>(t.data()) + size_t(rows[size_t(i)]) * row, row);
+    return o;
+  };
+  ModelGraph s = m;
+  s.x = take_rows(m.x), s.opcode = take_rows(m.opcode), s.layout_dims = take_rows(m.layout_dims);
+  std::vector<int64_t> e;
+  for (int64_t i = 0; i < m.edges.size(0); ++i) {
+    const int64_t u = id[size_t(m.edges.i64()[2 * i])], v = id[size_t(m.edges.i64()[2 * i + 1])];
+    if (u >= 0 && v >= 0) e.push_back(u), e.push_back(v);
+  }
+  s.edges = Tensor::from_vector(e, Shape{int64_t(e.size() / 2), 2});
+  if (m.config_nodes.defined()) {
+    std::vector<int64_t> cn;
+    for (int64_t j = 0; j < m.config_nodes.numel(); ++j) cn.push_back(id[size_t(m.config_nodes.i64()[j])]);
+    s.config_nodes = Tensor::from_vector(cn);
+  }
+  return s;
+}
+
 ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedup) {
   LoadOptions lo;
   lo.require_runtimes = false;  // test files have none; scoring asks for them where it needs them
@@ -110,6 +189,7 @@ ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedu
     m.config = pg.graph.node_config_feat;
     m.config_nodes = pg.graph.node_config_ids;
     m.layout_dims = layout_dim_categories(pg.graph.node_feat);
+    m.violation = violation_ratios(pg.graph.node_feat, m.config_nodes, m.config);
   } else {
     m.config = p.config.apply(pg.graph.config_feat);
   }
@@ -270,7 +350,7 @@ Batch Batch::to(Device device) const {
   b.keep_host_ = keep_grad;
   b.config_host_ = node_config;
   std::vector<Tensor*> arrays = b.graph.arrays();
-  arrays.insert(arrays.end(), {&b.x, &b.config_feat, &b.node_config, &b.keep_grad});
+  arrays.insert(arrays.end(), {&b.x, &b.config_feat, &b.node_config, &b.violation, &b.keep_grad});
   Tensor::move_packed(arrays, device);  // the batch's graph and features in one transfer
   return b;
 }
@@ -357,6 +437,10 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
       cptr.push_back(cptr.back() + nc);
     }
     b.config_ptr = Tensor::from_vector(cptr);
+    b.violation = Tensor::empty({G * C, 1}, DType::F32);
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t c = 0; c < C; ++c)
+        b.violation.f32()[g * C + c] = graphs[size_t(g)]->violation.f32()[configs[size_t(g)][size_t(c)]];
     b.node_layout = Tensor::empty({N, kNodeLayoutDims}, DType::I32);
     for (int64_t g = 0; g < G; ++g)
       std::memcpy(b.node_layout.i32() + ptr[size_t(g)] * kNodeLayoutDims, graphs[size_t(g)]->layout_dims.i32(),

@@ -44,6 +44,7 @@ struct ModelGraph {
   Tensor config;        // tile f32 [Cg, B] transformed; layout f32 [Cg, NC, 18]
   Tensor config_nodes;  // layout: i64 [NC] node ids of the configurable nodes
   Tensor layout_dims;   // layout: i32 [N, 6] node_feat[134:140] as categories (layout_dim_categories)
+  Tensor violation;     // layout: f32 [Cg] each config's violation_ratios
   std::vector<double> target;  // per config, lower is faster; empty when the file has no runtimes
   int64_t num_nodes() const { return x.size(0); }
   int64_t num_configs() const { return config.size(0); }
@@ -55,6 +56,19 @@ struct ModelGraph {
 // a dimension index v in 0..5, 0 too for a value that is not one. i32 [N, 6] from raw node_feat [N, 140].
 constexpr int64_t kNodeLayoutDims = 6;
 Tensor layout_dim_categories(const Tensor& node_feat);
+
+// The Harvard seed report's "violation ratio" of each layout config: the share of the configurable nodes
+// whose largest output dimension is not minor-most in that config's output layout. Node config_ids[j]'s
+// output dims are node_feat[21:27] (raw; rank = the leading nonzero ones), the config's minor-most
+// dimension config_feat[c, j, 0]; -1 there (the compiler's choice) reads as the node's own layout,
+// node_feat[134]. A tie for the largest is no violation, nor is a rank-0 node. f32 [C] from raw
+// node_feat [N, 140], config_ids i64 [NC], config_feat f32 [C, NC, 18]; 0 for a graph without NC.
+Tensor violation_ratios(const Tensor& node_feat, const Tensor& config_ids, const Tensor& config_feat);
+
+// A random k-node induced subgraph of m (training's --sample-nodes): every configurable node, then other
+// nodes drawn uniformly without replacement up to k in all, kept in their order; the edges between kept
+// nodes; configs, targets and violation ratios unchanged. m itself when it has at most k nodes.
+ModelGraph sample_nodes(const ModelGraph& m, int64_t k, Rng& rng);
 
 // dedup: one config per distinct config-feature row, the fastest (training only: prediction and
 // scoring need every config index of the file).
@@ -113,6 +127,7 @@ struct Batch {
   Tensor config_nodes; // layout: i32 [K] the configurable nodes of every graph, in batch numbering
   Tensor config_ptr;   // layout: i64 [G+1] over config_nodes
   Tensor node_layout;  // layout: i32 [N, 6] each node's layout_dim_categories, on the host
+  Tensor violation;    // layout: f32 [G*C, 1] each (graph, config)'s violation ratio, graph-major
   const Tensor& node_config_host() const { return config_host_.defined() ? config_host_ : node_config; }
   Tensor target;       // f64 [G*C] (undefined without runtimes)
   Tensor group_ptr;    // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
@@ -125,7 +140,7 @@ struct Batch {
   // p, drawn from `seed`; edges and graph are rebuilt. A host batch whose graphs nothing has built yet.
   void drop_edges(double p, uint64_t seed);
 
-  // The batch with its float inputs (x, config_feat, node_config), graphs and keep_grad (read by every
+  // The batch with its float inputs (x, config_feat, node_config, violation), graphs and keep_grad (read by every
   // layer's keep_grad_rows) on `device`, in one transfer (Tensor::to_packed); the other index arrays
   // (opcode, graph_ptr, node_graph, config_nodes, config_ptr) and the targets stay on the host, where the
   // ops check them (and copy what their kernels read). Itself for the host.

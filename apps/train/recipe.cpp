@@ -163,6 +163,9 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
       number_hp("margin", "0.1", 0, kInf, "pairwise hinge margin"),
       number_hp("mse-weight", "0", 0, kInf, "weight of an added MSE term between the prediction and log(target)"),
       number_hp("edge-dropout", "0", 0, 0.95, "drop each edge of a training batch with this probability, per step"),
+      integer_hp("sample-nodes", "0", 0, kMany,
+                 "train each step on a random induced subgraph of this many nodes per graph, every configurable "
+                 "node kept (0: whole graphs); eval and predict take whole graphs"),
       choice_hp("node-transform", "official", "official|log1p|standardize|none",
                 "node features: official (drop constant, min-max) | log1p | standardize | none"),
       integer_hp("eval-chunk", layout ? "100" : "1000", 1, 1 << 20,
@@ -202,7 +205,7 @@ const std::vector<Recipe>& recipes() {
                                           layout_mlp_recipe(),         layout_sage_6th_recipe(),
                                           layout_gin_6th_recipe(),     layout_sage_2nd_recipe(),
                                           layout_tgraph_recipe(),      layout_seed_sage_recipe(),
-                                          layout_gnn_selfattn_recipe()};
+                                          layout_gnn_selfattn_recipe(), layout_attn_violation_recipe()};
   return all;
 }
 

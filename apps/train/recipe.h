@@ -92,5 +92,6 @@ Recipe layout_sage_2nd_recipe();
 Recipe layout_tgraph_recipe();
 Recipe layout_seed_sage_recipe();
 Recipe layout_gnn_selfattn_recipe();
+Recipe layout_attn_violation_recipe();
 
 }  // namespace gnn::train

@@ -153,6 +153,7 @@ class Run {
   bool layout_ = false;
   int64_t G_ = 0, C_ = 0, chunk_ = 0, segment_ = 0;
   double edge_dropout_ = 0;
+  int64_t sample_nodes_ = 0;
   int accumulate_ = 1;
   std::vector<DatasetFile> train_files_, valid_files_;
   std::vector<int64_t> config_counts_;  // per training file, from its header
@@ -202,6 +203,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   accumulate_ = int(hp.integer("accumulate"));
   segment_ = layout_ ? hp.integer("segment") : 0;
   edge_dropout_ = hp.num("edge-dropout");
+  sample_nodes_ = hp.integer("sample-nodes");
   memory_limit_.emplace(o.memory_limit);
   const uint64_t graph_budget =
       o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
@@ -341,6 +343,11 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
                 ": a training graph needs runtimes and at least 2 configs");
       GNN_CHECK(held.back()->num_configs() >= cb, held.back()->file.path, ": holds ", held.back()->num_configs(),
                 " configs, its header said at least ", cb);
+      if (sample_nodes_ > 0 && held.back()->num_nodes() > sample_nodes_) {  // its own draw: rngs[] stays as it was
+        Rng r(Rng(rngs.back()).next() ^ 0x73616d706c65ull);
+        held.back() = std::make_shared<const ModelGraph>(sample_nodes(*held.back(), sample_nodes_, r));
+        graphs.back() = held.back().get();
+      }
     }
     std::vector<std::vector<int64_t>> configs;
     for (size_t g = 0; g < graphs.size(); ++g)

@@ -1000,6 +1000,114 @@ TEST_CASE("train: a node's own layout columns become categories, re-padded past 
   CHECK_THROWS_WITH_AS(layout_dim_categories(Tensor::zeros({3, 24}, DType::F32)), doctest::Contains("[N, 140]"), Error);
 }
 
+TEST_CASE("train: the violation ratio counts configurable nodes whose largest dimension is not minor-most") {
+  Tensor f = Tensor::zeros({4, 140}, DType::F32);
+  float* a = f.f32();
+  a[21] = 4, a[22] = 8, a[134] = 0, a[135] = 1;     // node 0: dims {4, 8}, own layout minor-most 0 (not 1)
+  a[140 + 21] = 6, a[140 + 22] = 6, a[140 + 134] = 1;  // node 1: a tie, either dimension is the largest
+  a[280 + 21] = 9, a[280 + 134] = 0;                // node 2: rank 1, never a violation
+  // node 3: a scalar (rank 0), not configurable
+  const Tensor ids = Tensor::from_vector(std::vector<int64_t>{0, 1, 2});
+  Tensor cf = Tensor::full(Shape{3, 3, 18}, -1.0, DType::F32);  // config 0: the compiler's layouts
+  cf.f32()[(1 * 3 + 0) * 18] = 1;                                // config 1: node 0 minor-most 1 (its largest)
+  cf.f32()[(2 * 3 + 0) * 18] = 0, cf.f32()[(2 * 3 + 1) * 18] = 0;  // config 2: node 0 on 0; node 1 either way
+  const Tensor v = violation_ratios(f, ids, cf);
+  REQUIRE(v.numel() == 3);
+  CHECK(v.f32()[0] == doctest::Approx(1.0 / 3));  // node 0's own layout puts the 4 minor-most
+  CHECK(v.f32()[1] == 0.f);
+  CHECK(v.f32()[2] == doctest::Approx(1.0 / 3));
+  CHECK_THROWS_WITH_AS(violation_ratios(f, ids, Tensor::zeros({3, 2, 18}, DType::F32)), doctest::Contains("[C, 3, 18]"),
+                       Error);
+  // Every prepared layout graph carries one ratio per config, in [0, 1], and batches hand them out.
+  const auto files = kind_files(dataset(), "layout", "train");
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
+  const ModelGraph g = prepare_graph(files[0], prep);
+  REQUIRE(g.violation.numel() == g.num_configs());
+  for (int64_t c = 0; c < g.num_configs(); ++c) CHECK((g.violation.f32()[c] >= 0 && g.violation.f32()[c] <= 1));
+  const Batch b = make_batch({&g, &g}, {{2, 0}, {1, 2}});
+  REQUIRE(b.violation.numel() == 4);
+  CHECK(b.violation.f32()[0] == g.violation.f32()[2]);
+  CHECK(b.violation.f32()[3] == g.violation.f32()[2]);
+}
+
+TEST_CASE("train: sample_nodes keeps every configurable node and the edges among the kept nodes") {
+  const auto files = kind_files(dataset(), "layout", "train");
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
+  ModelGraph g = prepare_graph(files[0], prep);
+  const int64_t F = g.x.size(1), K = g.config_nodes.numel(), k = K + 20;
+  g.x = g.x.clone();
+  for (int64_t v = 0; v < g.num_nodes(); ++v) g.x.f32()[v * F] = float(v);  // each row names its node
+  REQUIRE(g.num_nodes() > k);
+  Rng rng(7), again(7);
+  const ModelGraph s = sample_nodes(g, k, rng);
+  CHECK(s.num_nodes() == k);
+  const ModelGraph s2 = sample_nodes(g, k, again);  // the generator decides
+  CHECK(std::memcmp(s.x.data(), s2.x.data(), size_t(s.x.nbytes())) == 0);
+  CHECK(s.num_configs() == g.num_configs());
+  CHECK(s.target == g.target);
+  // Kept nodes in their order, each row and opcode its source node's; then the edges.
+  std::vector<int64_t> src;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t v = int64_t(s.x.f32()[i * F]);
+    CHECK((src.empty() || v > src.back()));
+    CHECK(std::memcmp(g.x.f32() + v * F, s.x.f32() + i * F, size_t(F) * 4) == 0);
+    CHECK(s.opcode.i32()[i] == g.opcode.i32()[v]);
+    src.push_back(v);
+  }
+  for (int64_t j = 0; j < K; ++j) CHECK(src[size_t(s.config_nodes.i64()[j])] == g.config_nodes.i64()[j]);
+  std::set<std::pair<int64_t, int64_t>> want, got;
+  for (int64_t e = 0; e < g.edges.size(0); ++e) want.emplace(g.edges.i64()[2 * e], g.edges.i64()[2 * e + 1]);
+  for (int64_t e = 0; e < s.edges.size(0); ++e) {
+    const auto edge = std::pair{src[size_t(s.edges.i64()[2 * e])], src[size_t(s.edges.i64()[2 * e + 1])]};
+    CHECK(want.count(edge) == 1);
+    got.insert(edge);
+  }
+  int64_t among = 0;  // every edge between kept nodes survives
+  std::set<int64_t> kept(src.begin(), src.end());
+  for (const auto& [u, v] : want) among += kept.count(u) && kept.count(v);
+  CHECK(int64_t(got.size()) == among);
+  CHECK(sample_nodes(g, g.num_nodes(), rng).num_nodes() == g.num_nodes());
+}
+
+TEST_CASE("train: layout-attn-violation trains, resumes bit for bit after kill -9, predicts, evaluates") {
+  TempDir t;
+  const std::string base = "train --model layout-attn-violation --data " + dataset() +
+                           " --heads 2 --head-dim 8 --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 "
+                           "--attn-window 100 --out ";
+  const std::string a = t.file("a"), b = t.file("b");
+  auto r = run_gnn(base + a + " --epochs 3 --sample-nodes 150");
+  REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
+  const double best = Json::parse(last_line(r.out))["best_valid_score"].as_number();
+  const auto lines = metric_lines(a + "/metrics.jsonl");
+  REQUIRE(lines.size() == 3u);
+  for (const std::string& line : lines) CHECK(std::isfinite(Json::parse(line)["train_loss"].as_number()));
+  r = run_gnn(base + b + " --epochs 3 --sample-nodes 150 --checkpoint-minutes 0 --kill-after-steps 3");
+  CHECK(r.exit_code != 0);
+  r = run_gnn("train --resume --out " + b);
+  REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
+  CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
+  CHECK(metric_lines(b + "/metrics.jsonl") == lines);
+  const std::string csv = t.file("p.csv");
+  r = run_gnn("predict --run " + a + " --data " + dataset() + " --split valid --out " + csv);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(!read_submission(csv).empty());
+  r = run_gnn("eval --run " + a + " --data " + dataset());
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(Json::parse(last_line(r.out))["score"].as_number() == doctest::Approx(best).epsilon(1e-6));
+  // The ablation: without the ratio the head has one input fewer; without sampling other weights.
+  r = run_gnn(base + t.file("off") + " --epochs 1 --violation off");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(checkpoint_weights(a + "/model.npz").at("params/head.layers.0.weight").size(0) == 17);
+  CHECK(checkpoint_weights(t.file("off/model.npz")).at("params/head.layers.0.weight").size(0) == 16);
+  r = run_gnn(base + t.file("whole") + " --epochs 3 --sample-nodes 0");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(!same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(t.file("whole/model.npz"))));
+  r = run_gnn(base + t.file("bad") + " --soft-weight 0");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--soft-weight") != std::string::npos);
+  CHECK(!std::filesystem::exists(t.file("bad")));
+}
+
 TEST_CASE("train: layout-tgraph compares the configs of a batch only with --cross-attn on") {
   const auto files = kind_files(dataset(), "layout", "train");
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kStandardize, FeatureTransform::kNone, 1);
