@@ -254,6 +254,9 @@ TEST_CASE("train: config sharing gives the plain path's loss, gradients and pred
   // (the seed report's GNNs: the official SAGE over A + A^T with its l2 norm, and the plain GCN)
   check_config_sharing(Device::cpu(), "layout-seed-sage", {{{"conv", "sage"}}, {{"conv", "gcn"}, {"layers", "4"}}});
   check_config_sharing(Device::cpu(), "layout-gnn-selfattn", {{{"layers", "2"}}});
+  // (the attention in front of the GNN reads node rows only; windows of 100 cut the 300-node graphs)
+  check_config_sharing(Device::cpu(), "layout-attn-violation",
+                       {{{"heads", "2"}, {"head-dim", "8"}, {"attn-window", "100"}}, {{"violation", "off"}, {"layers", "1"}}});
 }
 
 TEST_CASE("train: config sharing on the GPU gives the plain path's loss, gradients and predictions") {
@@ -264,6 +267,7 @@ TEST_CASE("train: config sharing on the GPU gives the plain path's loss, gradien
   // (the GPU's attention and sums round differently from the host's, and a softmax over the configurable
   // nodes carries its inputs' last-bit differences into every gradient: 1.2e-5 of the largest entry seen)
   check_config_sharing(Device::cuda(0), "layout-gnn-selfattn", {{{"layers", "2"}}}, 5e-5);
+  check_config_sharing(Device::cuda(0), "layout-attn-violation", {{{"heads", "2"}, {"head-dim", "8"}, {"attn-window", "100"}}});
 }
 
 TEST_CASE("train: edge dropout drops each edge with its probability, both directions, the same for a seed") {
