@@ -234,7 +234,8 @@ Command eval_command() {
       std::fprintf(stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs\n", m.path.c_str(), m.recipe->name.c_str(),
                    (long long)m.epoch, src.files().size(), a.str("split").c_str());
     const train::Evaluation ev =
-        train::evaluate(*m.model, src, m.hparams.integer("eval-chunk"), eval_dir, tta_of(a, m), train::predicts_log_runtime(m.hparams));
+        train::evaluate(*m.model, src, m.hparams.integer("eval-chunk"), eval_dir, tta_of(a, m),
+                        train::predicts_log_runtime(m.hparams), m.prep.log_offset);
     const std::string per = a.has("per-graph") ? a.str("per-graph")
                                                : (std::filesystem::path(a.str("run")) / ("eval_" + a.str("split") + ".jsonl")).string();
     std::string text;

@@ -20,6 +20,7 @@ void Preprocessing::save(std::vector<std::pair<std::string, Tensor>>& out) const
   out.emplace_back("prep/khops_consumers", i64_tensor(hops == HopDirection::kConsumers ? 1 : 0));
   node.save("prep/node/", out);
   config.save("prep/config/", out);
+  out.emplace_back("prep/log_offset", f64_tensor(log_offset));
 }
 
 Preprocessing Preprocessing::load(const std::map<std::string, Tensor>& arrays, const std::string& file) {
@@ -31,6 +32,7 @@ Preprocessing Preprocessing::load(const std::map<std::string, Tensor>& arrays, c
     p.hops = HopDirection::kConsumers;
   p.node = ColumnTransform::load("prep/node/", arrays);
   p.config = ColumnTransform::load("prep/config/", arrays);
+  if (arrays.count("prep/log_offset")) p.log_offset = get_f64(arrays, "prep/log_offset", file);
   return p;
 }
 
@@ -38,6 +40,7 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
                                 FeatureTransform config, int khops, HopDirection hops) {
   GNN_CHECK(!train.empty(), "no training graphs to fit the preprocessing on");
   ColumnStats node_stats, config_stats;
+  double log_sum = 0, log_n = 0;  // over every config with a runtime
   // In a data-parallel job each rank reads its share of the files and the statistics are merged in
   // rank order, so every rank fits the same transform.
   const dist::World& w = dist::world();
@@ -46,30 +49,36 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
     const TpuGraph g = prune_to_configurable(load_tpugraph(train[size_t(i)].path), layout ? khops : -1, nullptr, hops);
     node_stats.add(g.node_feat);
     if (!layout) config_stats.add(g.config_feat);
+    if (g.has_runtimes())
+      for (int64_t c = 0; c < g.num_configs(); ++c) log_sum += std::log(g.target(c)), log_n += 1;
   }
   if (w.size > 1) {
     std::vector<double> packed = node_stats.pack(), cp = config_stats.pack();
     packed.insert(packed.end(), cp.begin(), cp.end());
+    packed.insert(packed.end(), {log_sum, log_n});
     const std::string mine_bytes(reinterpret_cast<const char*>(packed.data()), packed.size() * sizeof(double));
     node_stats = config_stats = ColumnStats();
+    log_sum = log_n = 0;
     for (const std::string& theirs : dist::allgather(mine_bytes, "the preprocessing statistics")) {
       std::vector<double> v(theirs.size() / sizeof(double));
       std::memcpy(v.data(), theirs.data(), v.size() * sizeof(double));
       const size_t split = 2 + 4 * size_t(v.at(1));
       node_stats.merge(ColumnStats::unpack({v.begin(), v.begin() + std::ptrdiff_t(split)}));
-      config_stats.merge(ColumnStats::unpack({v.begin() + std::ptrdiff_t(split), v.end()}));
+      config_stats.merge(ColumnStats::unpack({v.begin() + std::ptrdiff_t(split), v.end() - 2}));
+      log_sum += v[v.size() - 2], log_n += v.back();
     }
   }
   Preprocessing p;
   p.layout = layout, p.khops = layout ? khops : -1, p.hops = hops;
   p.node = ColumnTransform(node, node_stats);
   if (!layout) p.config = ColumnTransform(config, config_stats);
+  p.log_offset = log_n > 0 ? log_sum / log_n : 0.0;
   return p;
 }
 
 uint64_t ModelGraph::bytes() const {
   uint64_t b = target.size() * sizeof(double);
-  for (const Tensor* t : {&x, &opcode, &edges, &config, &config_nodes, &layout_dims, &violation})
+  for (const Tensor* t : {&x, &opcode, &edges, &config, &config_nodes, &layout_dims, &violation, &producer})
     if (t->defined()) b += uint64_t(t->nbytes());
   return b;
 }
@@ -129,6 +138,23 @@ Tensor violation_ratios(const Tensor& node_feat, const Tensor& config_ids, const
   return out;
 }
 
+Tensor producer_features(const Tensor& node_feat) {
+  constexpr int64_t kShape = 21, kShapeEnd = 29, kType = 2, kTypeEnd = 21;
+  GNN_CHECK(node_feat.dim() == 2 && node_feat.size(1) >= kShapeEnd && node_feat.dtype() == DType::F32,
+            "producer_features: node_feat must be f32 [N, 140], got ", node_feat.desc());
+  const int64_t N = node_feat.size(0), F = node_feat.size(1), P = kProducerFeatures;
+  static_assert(kProducerFeatures == (kShapeEnd - kShape) + (kTypeEnd - kType));
+  Tensor out = Tensor::empty({N, P}, DType::F32);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* f = node_feat.f32() + n * F;
+    float* o = out.f32() + n * P;
+    for (int64_t j = kShape; j < kShapeEnd; ++j)
+      *o++ = float(std::clamp(std::log1p(std::max(double(f[j]), 0.0)) / 24.0, 0.0, 1.0));
+    for (int64_t j = kType; j < kTypeEnd; ++j) *o++ = f[j];
+  }
+  return out;
+}
+
 ModelGraph sample_nodes(const ModelGraph& m, int64_t k, Rng& rng) {
   const int64_t N = m.num_nodes();
   if (N <= k) return m;
@@ -157,6 +183,7 @@ ModelGraph sample_nodes(const ModelGraph& m, int64_t k, Rng& rng) {
   };
   ModelGraph s = m;
   s.x = take_rows(m.x), s.opcode = take_rows(m.opcode), s.layout_dims = take_rows(m.layout_dims);
+  s.producer = take_rows(m.producer);
   std::vector<int64_t> e;
   for (int64_t i = 0; i < m.edges.size(0); ++i) {
     const int64_t u = id[size_t(m.edges.i64()[2 * i])], v = id[size_t(m.edges.i64()[2 * i + 1])];
@@ -185,6 +212,7 @@ ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedu
   m.x = pg.features;
   m.opcode = pg.graph.node_opcode;
   m.edges = pg.graph.edge_index;
+  m.producer = producer_features(pg.graph.node_feat);
   if (p.layout) {
     m.config = pg.graph.node_config_feat;
     m.config_nodes = pg.graph.node_config_ids;
@@ -391,6 +419,7 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
   b.nodes = N;
   b.graph_ptr = Tensor::from_vector(ptr);
   b.x = Tensor::empty({N, F}, DType::F32);
+  b.producer = Tensor::empty({N, kProducerFeatures}, DType::F32);
   b.opcode = Tensor::empty({N}, DType::I32);
   b.node_graph = Tensor::empty({N}, DType::I32);
   std::vector<int64_t> src, dst;
@@ -401,6 +430,7 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
     const ModelGraph& m = *graphs[size_t(g)];
     const int64_t off = ptr[size_t(g)], n = m.num_nodes();
     std::memcpy(b.x.f32() + off * F, m.x.f32(), size_t(n * F) * sizeof(float));
+    std::memcpy(b.producer.f32() + off * kProducerFeatures, m.producer.f32(), size_t(m.producer.nbytes()));
     std::memcpy(b.opcode.i32() + off, m.opcode.i32(), size_t(n) * sizeof(int32_t));
     std::fill(b.node_graph.i32() + off, b.node_graph.i32() + off + n, int32_t(g));
     const int64_t* e = m.edges.i64();

@@ -27,6 +27,9 @@ struct Preprocessing {
   HopDirection hops = HopDirection::kBoth;  // which edges a hop follows
   ColumnTransform node;   // node_feat [N, 140] -> [N, F]
   ColumnTransform config; // tile config_feat [C, 24] -> [C, B]; identity for layout (values in -1..5)
+  // The mean log runtime of the training configs: a regression (--loss mse | mape) fits model output +
+  // log_offset to log runtime, so an untrained model starts at the data's scale (0 in older models).
+  double log_offset = 0;
   int64_t node_features() const { return node.out_features(); }
   int64_t config_features() const { return layout ? kLayoutConfigFeatures : config.out_features(); }
   void save(std::vector<std::pair<std::string, Tensor>>& out) const;
@@ -45,6 +48,7 @@ struct ModelGraph {
   Tensor config_nodes;  // layout: i64 [NC] node ids of the configurable nodes
   Tensor layout_dims;   // layout: i32 [N, 6] node_feat[134:140] as categories (layout_dim_categories)
   Tensor violation;     // layout: f32 [Cg] each config's violation_ratios
+  Tensor producer;      // f32 [N, kProducerFeatures] producer_features: what an edge takes from its producer
   std::vector<double> target;  // per config, lower is faster; empty when the file has no runtimes
   int64_t num_nodes() const { return x.size(0); }
   int64_t num_configs() const { return config.size(0); }
@@ -64,6 +68,13 @@ Tensor layout_dim_categories(const Tensor& node_feat);
 // node_feat[134]. A tie for the largest is no violation, nor is a rank-0 node. f32 [C] from raw
 // node_feat [N, 140], config_ids i64 [NC], config_feat f32 [C, NC, 18]; 0 for a graph without NC.
 Tensor violation_ratios(const Tensor& node_feat, const Tensor& config_ids, const Tensor& config_feat);
+
+// The features an edge takes from the node that produces its tensor (DNNPerf's edge features, for
+// TpuGraphs): the output shape node_feat[21:29] (6 dims, sum, product) as log1p(v) / 24 clamped to
+// [0, 1] (a fixed min-max: products reach 3e8, log1p 19.5), then the element type one-hot
+// node_feat[2:21]. f32 [N, 27] from raw node_feat [N, 140].
+constexpr int64_t kProducerFeatures = 27;
+Tensor producer_features(const Tensor& node_feat);
 
 // A random k-node induced subgraph of m (training's --sample-nodes): every configurable node, then other
 // nodes drawn uniformly without replacement up to k in all, kept in their order; the edges between kept
@@ -128,6 +139,7 @@ struct Batch {
   Tensor config_ptr;   // layout: i64 [G+1] over config_nodes
   Tensor node_layout;  // layout: i32 [N, 6] each node's layout_dim_categories, on the host
   Tensor violation;    // layout: f32 [G*C, 1] each (graph, config)'s violation ratio, graph-major
+  Tensor producer;     // f32 [N, 27] each node's producer_features, on the host (read there per batch)
   const Tensor& node_config_host() const { return config_host_.defined() ? config_host_ : node_config; }
   Tensor target;       // f64 [G*C] (undefined without runtimes)
   Tensor group_ptr;    // i64 [G+1] = 0, C, 2C, ... (the ranking groups)

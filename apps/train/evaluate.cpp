@@ -142,7 +142,7 @@ std::vector<std::pair<std::string, GraphScore>> gather_scores(const std::vector<
 bool predicts_log_runtime(const HParams& h) { return h.str("loss") == "mse" || h.str("loss") == "mape"; }
 
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir, int64_t tta,
-                    bool log_runtime) {
+                    bool log_runtime, double log_offset) {
   Evaluation ev;
   std::map<std::string, std::map<std::string, std::vector<int64_t>>> subsets;  // "xla_default" -> stem -> configs
   // In a data-parallel job each rank scores its share of the graphs; the scores are gathered in file order.
@@ -178,7 +178,11 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
     std::vector<double> rank(p.size());
     for (size_t r = 0; r < order.size(); ++r) rank[size_t(order[r])] = double(r);
     ev.scores.emplace_back(f.collection.str(), score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));
-    if (log_runtime) ev.scores.back().second.mre = mean_relative_error(p, y);
+    if (log_runtime) {
+      std::vector<double> log_pred(p);
+      for (double& v : log_pred) v += log_offset;
+      ev.scores.back().second.mre = mean_relative_error(log_pred, y);
+    }
   }
   ev.scores = gather_scores(ev.scores, "the scores of the validation graphs");
   GNN_CHECK(!ev.scores.empty(), "evaluate: no graphs");

@@ -93,5 +93,6 @@ Recipe layout_tgraph_recipe();
 Recipe layout_seed_sage_recipe();
 Recipe layout_gnn_selfattn_recipe();
 Recipe layout_attn_violation_recipe();
+Recipe dnnperf_anee_recipe();
 
 }  // namespace gnn::train

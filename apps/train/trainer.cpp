@@ -78,22 +78,25 @@ std::vector<double> loss_counts(const HParams& h, const Batch& b) {
 }
 
 // `share[t]`: this rank's weight of term t (its count over the global count); empty: one process.
-ag::Var batch_loss(const HParams& h, const ag::Var& device_pred, const Batch& b, const std::vector<double>& share = {}) {
+// The regressions read the prediction plus log_offset (Preprocessing::log_offset) as the log runtime.
+ag::Var batch_loss(const HParams& h, const ag::Var& device_pred, const Batch& b, double log_offset,
+                   const std::vector<double>& share = {}) {
   const std::string& kind = h.str("loss");
   const ag::Var pred = ag::to_device(device_pred, Device::cpu());
+  const ag::Var log_pred = ag::add_bias(pred, ag::Var(Tensor::full(Shape{1}, log_offset, pred.dtype())));
   Tensor log_target = Tensor::empty(b.target.shape(), DType::F64);
   for (int64_t i = 0; i < b.target.numel(); ++i) log_target.f64()[i] = std::log(b.target.f64()[i]);
   ag::Var loss;
   if (kind == "listmle") loss = nn::list_mle_loss(pred, b.target, b.group_ptr, h.num("temperature"));
   else if (kind == "hinge") loss = nn::pairwise_hinge_loss(pred, b.target, b.group_ptr, h.num("margin"));
   else if (kind == "logistic") loss = nn::pairwise_logistic_loss(pred, b.target, b.group_ptr);
-  else if (kind == "mse") loss = nn::mse_loss(pred, log_target);
-  else if (kind == "mape") loss = nn::log_mape_loss(pred, b.target);
+  else if (kind == "mse") loss = nn::mse_loss(log_pred, log_target);
+  else if (kind == "mape") loss = nn::log_mape_loss(log_pred, b.target);
   else GNN_FAIL("--loss: unknown loss '", kind, "' (listmle, hinge, logistic, mse, mape)");
   if (!share.empty()) loss = ag::scale(loss, share[0]);
   const double w = h.num("mse-weight");
   if (w > 0 && kind != "mse")  // (with mape: both regressions, as DNNPerf trains)
-    loss = ag::add(loss, ag::scale(nn::mse_loss(pred, log_target), share.empty() ? w : w * share[1]));
+    loss = ag::add(loss, ag::scale(nn::mse_loss(log_pred, log_target), share.empty() ? w : w * share[1]));
   return loss;
 }
 
@@ -393,7 +396,7 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
     std::vector<double> share;
     for (size_t t = 0; weighted && t < global.size(); ++t) share.push_back(global[t] > 0 ? counts[m][t] / global[t] : 0.0);
     pred = model_->forward(b), last = &b;
-    const ag::Var loss = batch_loss(plan_.hp, pred, b, share);
+    const ag::Var loss = batch_loss(plan_.hp, pred, b, prep_.log_offset, share);
     const double part = loss.value().item();
     finite = std::isfinite(part);
     lv += part;
@@ -499,7 +502,8 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs) {
     model_->eval();
     working_on_ = detail::str_cat("validation after epoch ", e + 1);
     const auto t_valid = Clock::now();
-    const Evaluation ev = evaluate(*model_, *valid_src_, chunk_, plan_.eval_indices);  // one pass: --tta is eval's
+    const Evaluation ev = evaluate(*model_, *valid_src_, chunk_, plan_.eval_indices, 1, predicts_log_runtime(plan_.hp),
+                                   prep_.log_offset);  // one pass: --tta is eval's
     line.set("valid_seconds", since(t_valid));
     valid_score = ev.score;
     last_score_ = valid_score;

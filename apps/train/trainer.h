@@ -100,10 +100,11 @@ struct Evaluation {
 };
 // In a job of several ranks (mpirun) each rank scores its share of the graphs and every rank returns all
 // the scores, in file order.
-// log_runtime: the model predicts log runtimes (trained with --loss mse or mape, see predicts_log_runtime):
-// each graph's score also carries its mean relative error.
+// log_runtime: the model predicts log runtimes (trained with --loss mse or mape, see predicts_log_runtime),
+// as its output plus log_offset (the run's Preprocessing::log_offset): each graph's score also carries
+// its mean relative error.
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir,
-                    int64_t tta = 1, bool log_runtime = false);
+                    int64_t tta = 1, bool log_runtime = false, double log_offset = 0);
 bool predicts_log_runtime(const HParams& h);  // --loss mse or mape
 // Every rank's scores, in rank order, on every rank (a job of one: `mine`).
 std::vector<std::pair<std::string, GraphScore>> gather_scores(const std::vector<std::pair<std::string, GraphScore>>& mine,

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "apps/scoring.h"
 #include "apps/train/blocks.h"
@@ -976,6 +977,23 @@ TEST_CASE("train: eval reports the mean relative error of log-runtime prediction
   }
   CHECK(Json::parse(ev.json)["mre"].as_number() == doctest::Approx(mean).epsilon(1e-5));
   CHECK(evaluate(*model, src, 100, "").json.find("mre") == std::string::npos);  // scores only: no MRE
+  // The preprocessing keeps the mean log runtime of its graphs' configs, and eval reads the model's
+  // output plus that offset as the log runtime.
+  double log_sum = 0, log_n = 0;
+  for (size_t i = 0; i < files.size(); ++i)
+    for (double y : src.get(i)->target) log_sum += std::log(y), log_n += 1;
+  CHECK(prep.log_offset == doctest::Approx(log_sum / log_n).epsilon(1e-12));
+  CHECK(prep.log_offset > 1);  // generated runtimes are far from 1: an offset of 0 would start far off
+  std::vector<std::pair<std::string, Tensor>> saved;
+  prep.save(saved);
+  CHECK(Preprocessing::load({saved.begin(), saved.end()}, "prep").log_offset == prep.log_offset);
+  const Evaluation shifted = evaluate(*model, src, 100, "", 1, true, prep.log_offset);
+  const auto g0 = src.get(0);
+  std::vector<int64_t> all0(size_t(g0->num_configs()));
+  std::iota(all0.begin(), all0.end(), 0);
+  std::vector<double> p0 = predict_configs(*model, *g0, all0, 100);
+  for (double& v : p0) v += prep.log_offset;
+  CHECK(shifted.scores[0].second.mre == doctest::Approx(mean_relative_error(p0, g0->target)).epsilon(1e-12));
   // The CLI: a run trained with --loss mape (or mse) is evaluated with its MRE, a ranking run without.
   TempDir t;
   for (const char* loss : {"mape", "listmle"}) {
@@ -1110,6 +1128,53 @@ TEST_CASE("train: layout-attn-violation trains, resumes bit for bit after kill -
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--soft-weight") != std::string::npos);
   CHECK(!std::filesystem::exists(t.file("bad")));
+}
+
+TEST_CASE("train: producer features scale the output shape into [0, 1] and keep the element type") {
+  Tensor f = Tensor::zeros({2, 140}, DType::F32);
+  f.f32()[21] = 8, f.f32()[22] = 128, f.f32()[27] = 136, f.f32()[28] = 1024, f.f32()[2 + 11] = 1;  // f32 [8, 128]
+  f.f32()[140 + 28] = 1e30f;  // past the bound: clamped
+  const Tensor p = producer_features(f);
+  REQUIRE(p.size(1) == kProducerFeatures);
+  CHECK(p.f32()[0] == doctest::Approx(std::log1p(8.0) / 24));
+  CHECK(p.f32()[7] == doctest::Approx(std::log1p(1024.0) / 24));
+  CHECK(p.f32()[8 + 11] == 1.f);
+  CHECK(p.f32()[kProducerFeatures + 7] == 1.f);
+  CHECK_THROWS_WITH_AS(producer_features(Tensor::zeros({2, 20}, DType::F32)), doctest::Contains("[N, 140]"), Error);
+}
+
+TEST_CASE("train: dnnperf-anee regresses log runtime, resumes bit for bit, and reports its MRE") {
+  TempDir t;
+  const std::string base = "train --model dnnperf-anee --data " + dataset() +
+                           " --hidden 16 --edge-dim 8 --op-embed 8 --configs 8 --batch-graphs 2 --segment 120 --out ";
+  const std::string a = t.file("a"), b = t.file("b");
+  auto r = run_gnn(base + a + " --epochs 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
+  const auto lines = metric_lines(a + "/metrics.jsonl");
+  REQUIRE(lines.size() == 3u);
+  // The output is read as log runtime minus the training set's mean: an untrained model is off by about
+  // the spread of the log runtimes, not by their mean (the squared offset) as it would be without.
+  const double offset = fit_preprocessing(kind_files(dataset(), "layout", "train"), true, FeatureTransform::kOfficial,
+                                          FeatureTransform::kNone, -1).log_offset;
+  REQUIRE(offset > 4);
+  for (const std::string& line : lines) CHECK(Json::parse(line)["train_loss"].as_number() < offset * offset / 4);
+  CHECK(Json::parse(lines[0])["valid"]["mre"].as_number() >= 0);  // validation reports it each epoch
+  r = run_gnn(base + b + " --epochs 3 --checkpoint-minutes 0 --kill-after-steps 3");
+  CHECK(r.exit_code != 0);
+  r = run_gnn("train --resume --out " + b);
+  REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
+  CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
+  CHECK(metric_lines(b + "/metrics.jsonl") == lines);
+  r = run_gnn("eval --run " + a + " --data " + dataset());
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const Json j = Json::parse(last_line(r.out));
+  CHECK(j["mre"].as_number() >= 0);
+  CHECK(std::isfinite(j["mre"].as_number()));
+  r = run_gnn("predict --run " + a + " --data " + dataset() + " --split valid --out " + t.file("p.csv"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(!read_submission(t.file("p.csv")).empty());
+  r = run_gnn(base + t.file("mape") + " --epochs 1 --loss mape --mse-weight 1");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
 }
 
 TEST_CASE("train: layout-tgraph compares the configs of a batch only with --cross-attn on") {
@@ -1289,4 +1354,19 @@ TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
   r = run_gnn("predict --run " + t.file("tgraph") + " --data " + layout + " --split valid --tta 2 --out " + t.file("tgraph.csv"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   CHECK(read_submission(t.file("tgraph.csv")).size() == 1);
+  // The seed documents' models and the 6th place tile GAT train and predict on the real samples too.
+  for (const auto& [name, flags, data] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"seed-sage", "--model layout-seed-sage", layout},
+           {"selfattn", "--model layout-gnn-selfattn", layout},
+           {"violation", "--model layout-attn-violation --heads 4 --head-dim 8", layout},
+           {"anee", "--model dnnperf-anee", layout},
+           {"gat", "--model tile-gat-6th --hidden 32", tile}}) {
+    CAPTURE(name);
+    r = run_gnn("train " + flags + " --data " + data + " --epochs 1 --out " + t.file(name));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(std::isfinite(Json::parse(last_line(r.out))["best_valid_score"].as_number()));
+    r = run_gnn("predict --run " + t.file(name) + " --data " + data + " --split valid --out " + t.file(name + ".csv"));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(read_submission(t.file(name + ".csv")).size() == (data == tile ? 15u : 1u));
+  }
 }
