@@ -8,8 +8,10 @@
 # DATA is a dataset folder with the recipes' collection, e.g. the one `gnn demo --out D` keeps in D/data.
 # Environment: SEEDS (default "1 2 3"), EPOCHS (default 30), COMMON (flags given to every run; default
 # the demo's layout settings: log1p node features, lr 0.003, 2 graphs per step), OUT (default a temporary
-# folder), GNN (default build/bin/gnn). Prints one line per recipe: mean +- sample sd of the test score
-# over the seeds, each seed's score, and the training seconds.
+# folder), GNN (default build/bin/gnn), METRIC (the field of eval's summary to report, default score;
+# mre for regressions), CHECKPOINT (eval's --checkpoint, default auto: the best valid tau; last for the
+# final weights). Prints one line per recipe: mean +- sample sd of the test metric over the seeds, each
+# seed's value, and the training seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 gnn=${GNN:-$root/build/bin/gnn}
@@ -20,7 +22,9 @@ seeds=${SEEDS:-1 2 3}
 epochs=${EPOCHS:-30}
 common=${COMMON:---node-transform log1p --lr 0.003 --batch-graphs 2}
 out=${OUT:-$(mktemp -d)}
-printf '%-60s %-18s %-26s %s\n' "recipe and flags" "test score" "per seed" "train s"
+metric=${METRIC:-score}
+checkpoint=${CHECKPOINT:-auto}
+printf '%-60s %-18s %-26s %s\n' "recipe and flags" "test $metric" "per seed" "train s"
 for spec in "$@"; do
   read -r -a words <<<"$spec"
   model=${words[0]}
@@ -33,8 +37,8 @@ for spec in "$@"; do
     line=$("$gnn" train --model "$model" --data "$data" --out "$run" --epochs "$epochs" --seed "$s" --progress lines \
       $common "${words[@]:1}" | tail -n 1)
     secs=$(python3 -c "import json,sys; print($secs + json.loads(sys.argv[1])['train_seconds'])" "$line")
-    tau=$("$gnn" eval --run "$run" --data "$data" --split test 2>/dev/null | tail -n 1 |
-      python3 -c "import json,sys; print('%.3f' % json.loads(sys.stdin.read())['score'])")
+    tau=$("$gnn" eval --run "$run" --checkpoint "$checkpoint" --data "$data" --split test 2>/dev/null | tail -n 1 |
+      python3 -c "import json,sys; print('%.3f' % json.loads(sys.stdin.read())[sys.argv[1]])" "$metric")
     taus+=("$tau")
   done
   python3 - "$spec" "$secs" "${taus[@]}" <<'EOF'
