@@ -99,6 +99,20 @@ SharePlan SharePlan::build(const Graph& a, const Tensor& a_weight, const Tensor&
   make_block(psrc, pdst, pw, int64_t(order.size()), G, "config sharing: pooling D", &plan.pool_dep_,
              &plan.pool_dep_mean_);
   make_block(qsrc, qdst, qw, N, G, "config sharing: pooling shared", &plan.pool_shared_, &plan.pool_shared_mean_);
+  // Max: row g*C + c takes the larger of config c's max over graph g's D rows (source g*C + c) and the
+  // max over its shared rows (source G*C + g*C + c), each only where the graph has such rows.
+  std::vector<char> has_dep(size_t(G), 0), has_shared(size_t(G), 0);
+  for (int64_t d : pdst) has_dep[size_t(d)] = 1;
+  for (int64_t d : qdst) has_shared[size_t(d)] = 1;
+  std::vector<int64_t> msrc, mdst;
+  std::vector<float> mw;
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t c = 0; c < configs; ++c) {
+      if (has_dep[size_t(g)]) msrc.push_back(g * configs + c), mdst.push_back(g * configs + c), mw.push_back(1);
+      if (has_shared[size_t(g)]) msrc.push_back((G + g) * configs + c), mdst.push_back(g * configs + c), mw.push_back(1);
+    }
+  make_block(msrc, mdst, mw, 2 * G * configs, G * configs, "config sharing: max pooling", &plan.pool_max_,
+             &plan.pool_max_w_);
   return plan;
 }
 
@@ -112,6 +126,7 @@ SharePlan SharePlan::to(Device device) const {
   for (Step& s : p.steps_) add_graph(s.from_dep, s.from_dep_w), add_graph(s.from_shared, s.from_shared_w);
   add_graph(p.pool_dep_, p.pool_dep_mean_);
   add_graph(p.pool_shared_, p.pool_shared_mean_);
+  add_graph(p.pool_max_, p.pool_max_w_);
   Tensor::move_packed(arrays, device);
   return p;
 }
@@ -168,7 +183,13 @@ SharedRows keep_grad_rows(const SharePlan& plan, const SharedRows& x, const Tens
 
 ag::Var pool(const SharePlan& plan, const SharedRows& x, Reduce op) {
   GNN_CHECK(x.level == plan.steps(), "config sharing: pooling reads level ", plan.steps(), ", got level ", x.level);
-  GNN_CHECK(op == Reduce::kSum || op == Reduce::kMean, "config sharing: pool takes sum or mean");
+  const int64_t C = x.configs, G = plan.graphs();
+  if (op == Reduce::kMax) {  // per config: the max over its D rows, then against the shared rows' max
+    const ag::Var dep = ag::reshape(ag::spmm(plan.pool_dep(), x.dep, Reduce::kMax), G * C, x.dep.size(1) / C);
+    const ag::Var shared =
+        ag::reshape(repeat_cols(ag::spmm(plan.pool_shared(), x.shared, Reduce::kMax), C), G * C, x.shared.size(1));
+    return ag::spmm(plan.pool_max(), ag::concat_rows({dep, shared}), Reduce::kMax);
+  }
   const bool mean = op == Reduce::kMean;
   const ag::Var wd = mean ? ag::Var(plan.pool_dep_mean()) : ag::Var();
   const ag::Var ws = mean ? ag::Var(plan.pool_shared_mean()) : ag::Var();

@@ -19,7 +19,8 @@
 //                        the configs (aggregate; returns level l+1)
 //   residual             x at level l seen at level l+1: dep gains the new rows, copied from shared
 //                        for every config (advance)
-//   pooling per graph    the dependent rows of each config plus the shared rows outside D, once (pool)
+//   pooling per graph    the dependent rows of each config plus the shared rows outside D, once; max as the
+//                        larger of the two maxima (pool)
 // The backward of each is the autograd of these ops: the gradient of a shared row is the sum over
 // configs of what its broadcasts received.
 #pragma once
@@ -60,14 +61,16 @@ class SharePlan {
   const Graph& pool_shared() const { return pool_shared_; }  // N -> G, the rows outside D_L only
   const Tensor& pool_dep_mean() const { return pool_dep_mean_; }
   const Tensor& pool_shared_mean() const { return pool_shared_mean_; }
+  // Max readout: [G*C] rows from the [2*G*C] stacked maxima over D (per config) and over the shared rows.
+  const Graph& pool_max() const { return pool_max_; }
 
  private:
   int64_t nodes_ = 0, configs_ = 0, graphs_ = 0;
   std::vector<Step> steps_;
   std::vector<int64_t> dep_rows_;
   std::vector<Tensor> dep_ids_;
-  Graph pool_dep_, pool_shared_;
-  Tensor pool_dep_mean_, pool_shared_mean_;
+  Graph pool_dep_, pool_shared_, pool_max_;
+  Tensor pool_dep_mean_, pool_shared_mean_, pool_max_w_;
 };
 
 struct SharedRows {
@@ -98,7 +101,10 @@ SharedRows concat_cols(const SharedRows& a, const SharedRows& b);  // [F1] | [F2
 // Gradient only through the rows where keep (u8 [N] on x's device, its host copy keep_host): segment
 // training. Undefined keep: x itself.
 SharedRows keep_grad_rows(const SharePlan& plan, const SharedRows& x, const Tensor& keep, const Tensor& keep_host);
-// Per graph and config at the plan's last level: [G*C, F], graph-major (row g*C + c). op: kSum or kMean.
+// Per graph and config at the plan's last level: [G*C, F], graph-major (row g*C + c). op: kSum, kMean
+// or kMax (the larger of each config's max over D and the max over the shared rows outside D, each an
+// spmm max, so the gradient goes to the argmax row; on an exact tie the row chosen may differ from a
+// plain pool's).
 ag::Var pool(const SharePlan& plan, const SharedRows& x, Reduce op);
 // The plain config-batched activation [N, C*F] of x (tests, and layers that need every row).
 ag::Var expand(const SharePlan& plan, const SharedRows& x);

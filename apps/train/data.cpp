@@ -155,18 +155,13 @@ Tensor producer_features(const Tensor& node_feat) {
   return out;
 }
 
-ModelGraph sample_nodes(const ModelGraph& m, int64_t k, Rng& rng) {
+namespace {
+
+// The subgraph of m induced by the nodes where keep[v] is set, in their order: their rows, the edges
+// between them, and the configurable nodes among them (a layout config's columns of the others dropped);
+// configs, targets and violation ratios unchanged.
+ModelGraph induced_subgraph(const ModelGraph& m, const std::vector<uint8_t>& keep) {
   const int64_t N = m.num_nodes();
-  if (N <= k) return m;
-  std::vector<uint8_t> keep(size_t(N), 0);
-  int64_t kept = 0;
-  if (m.config_nodes.defined())
-    for (int64_t j = 0; j < m.config_nodes.numel(); ++j) kept += !keep[size_t(m.config_nodes.i64()[j])], keep[size_t(m.config_nodes.i64()[j])] = 1;
-  std::vector<int64_t> others;
-  for (int64_t v = 0; v < N; ++v)
-    if (!keep[size_t(v)]) others.push_back(v);
-  for (int64_t i : sample_without_replacement(int64_t(others.size()), std::max<int64_t>(0, k - kept), rng))
-    keep[size_t(others[size_t(i)])] = 1;
   std::vector<int64_t> id(size_t(N), -1), rows;
   for (int64_t v = 0; v < N; ++v)
     if (keep[size_t(v)]) id[size_t(v)] = int64_t(rows.size()), rows.push_back(v);
@@ -191,11 +186,56 @@ ModelGraph sample_nodes(const ModelGraph& m, int64_t k, Rng& rng) {
   }
   s.edges = Tensor::from_vector(e, Shape{int64_t(e.size() / 2), 2});
   if (m.config_nodes.defined()) {
-    std::vector<int64_t> cn;
-    for (int64_t j = 0; j < m.config_nodes.numel(); ++j) cn.push_back(id[size_t(m.config_nodes.i64()[j])]);
+    const int64_t NC = m.config_nodes.numel();
+    std::vector<int64_t> cn, kept;  // the new ids, and the positions j they had
+    for (int64_t j = 0; j < NC; ++j)
+      if (id[size_t(m.config_nodes.i64()[j])] >= 0) cn.push_back(id[size_t(m.config_nodes.i64()[j])]), kept.push_back(j);
     s.config_nodes = Tensor::from_vector(cn);
+    if (int64_t(kept.size()) < NC) {  // config [Cg, NC, 18] -> [Cg, NC', 18]
+      const int64_t Cg = m.config.size(0), B = m.config.size(2), K = int64_t(kept.size());
+      s.config = Tensor::empty({Cg, K, B}, DType::F32);
+      for (int64_t c = 0; c < Cg; ++c)
+        for (int64_t k = 0; k < K; ++k)
+          std::memcpy(s.config.f32() + (c * K + k) * B, m.config.f32() + (c * NC + kept[size_t(k)]) * B,
+                      size_t(B) * sizeof(float));
+    }
   }
   return s;
+}
+
+}  // namespace
+
+ModelGraph sample_nodes(const ModelGraph& m, int64_t k, Rng& rng) {
+  const int64_t N = m.num_nodes();
+  if (N <= k) return m;
+  std::vector<uint8_t> keep(size_t(N), 0);
+  int64_t kept = 0;
+  if (m.config_nodes.defined())
+    for (int64_t j = 0; j < m.config_nodes.numel(); ++j) kept += !keep[size_t(m.config_nodes.i64()[j])], keep[size_t(m.config_nodes.i64()[j])] = 1;
+  std::vector<int64_t> others;
+  for (int64_t v = 0; v < N; ++v)
+    if (!keep[size_t(v)]) others.push_back(v);
+  for (int64_t i : sample_without_replacement(int64_t(others.size()), std::max<int64_t>(0, k - kept), rng))
+    keep[size_t(others[size_t(i)])] = 1;
+  return induced_subgraph(m, keep);
+}
+
+ModelGraph node_range(const ModelGraph& m, int64_t begin, int64_t end) {
+  const int64_t N = m.num_nodes();
+  GNN_CHECK(0 <= begin && begin < end && end <= N, "node_range: [", begin, ", ", end, ") of ", N, " nodes");
+  if (begin == 0 && end == N) return m;
+  std::vector<uint8_t> keep(size_t(N), 0);
+  std::fill(keep.begin() + begin, keep.begin() + end, uint8_t(1));
+  return induced_subgraph(m, keep);
+}
+
+std::vector<int64_t> gst_segments(int64_t n, int64_t size) {
+  GNN_CHECK(n > 0 && size > 0, "gst_segments: ", n, " nodes in segments of ", size);
+  const int64_t parts = n / size + 1, step = n / parts + 1;
+  std::vector<int64_t> ptr;
+  for (int64_t v = 0; v < n; v += step) ptr.push_back(v);
+  ptr.push_back(n);
+  return ptr;
 }
 
 ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedup) {
@@ -383,6 +423,72 @@ Batch Batch::to(Device device) const {
   return b;
 }
 
+Batch Batch::split(const std::vector<int64_t>& seg_ptr) const {
+  GNN_CHECK(node_config.defined(), "Batch::split: a layout batch only");
+  const int64_t S = int64_t(seg_ptr.size()) - 1, G = graphs, C = configs;
+  GNN_CHECK(S >= G && seg_ptr.front() == 0 && seg_ptr.back() == nodes, "Batch::split: ", S,
+            " segments do not cover the ", nodes, " nodes of ", G, " graphs");
+  for (int64_t s = 0; s < S; ++s)
+    GNN_CHECK(seg_ptr[size_t(s)] < seg_ptr[size_t(s) + 1], "Batch::split: segment ", s, " is empty");
+  std::vector<int32_t> seg_of(static_cast<size_t>(nodes));
+  for (int64_t s = 0; s < S; ++s) std::fill(seg_of.begin() + seg_ptr[size_t(s)], seg_of.begin() + seg_ptr[size_t(s) + 1], int32_t(s));
+  Batch out;
+  out.graphs = S, out.configs = C, out.nodes = nodes;
+  out.x = x, out.opcode = opcode, out.node_config = node_config, out.node_layout = node_layout, out.producer = producer;
+  out.noise_seed = noise_seed;
+  out.graph_ptr = Tensor::from_vector(seg_ptr);
+  out.node_graph = Tensor::from_vector(seg_of);
+  std::vector<int64_t> first(static_cast<size_t>(G));  // each graph's first segment
+  for (int64_t g = 0, s = 0; g < G; ++g) {
+    while (seg_ptr[size_t(s)] < graph_ptr.i64()[g]) ++s;
+    GNN_CHECK(seg_ptr[size_t(s)] == graph_ptr.i64()[g], "Batch::split: graph ", g, " starts inside a segment");
+    first[size_t(g)] = s;
+  }
+  std::vector<int64_t> gp(static_cast<size_t>(S + 1)), kept;
+  std::vector<int64_t> src, dst;
+  for (int64_t s = 0; s <= S; ++s) gp[size_t(s)] = s * C;
+  out.group_ptr = Tensor::from_vector(gp);
+  for (int64_t s = 0, g = 0; s < S; ++s) {
+    while (g + 1 < G && first[size_t(g) + 1] <= s) ++g;
+    out.ids.push_back(ids[size_t(g)] + "#" + std::to_string(s - first[size_t(g)]));
+  }
+  const int64_t* e = edges.i64();
+  for (int64_t i = 0; i < edges.size(0); ++i) {
+    const int64_t u = e[2 * i], v = e[2 * i + 1];
+    if (seg_of[size_t(u)] != seg_of[size_t(v)]) continue;
+    kept.push_back(u), kept.push_back(v);
+    src.push_back(v), dst.push_back(u), src.push_back(u), dst.push_back(v);  // both ways, as assemble
+  }
+  out.edges = Tensor::from_vector(kept, Shape{int64_t(kept.size() / 2), 2});
+  Graph host = Graph::from_edges(src.data(), dst.data(), int64_t(src.size()), nodes, "segment edges");
+  // The configurable nodes by segment (stable), and the config rows of each segment from its graph's.
+  const int64_t K = config_nodes.numel();
+  std::vector<int32_t> cn(static_cast<size_t>(K));
+  std::vector<int64_t> cptr(static_cast<size_t>(S + 1), 0);
+  for (int64_t k = 0; k < K; ++k) cptr[size_t(seg_of[size_t(config_nodes.i32()[k])]) + 1] += 1;
+  for (int64_t s = 0; s < S; ++s) cptr[size_t(s) + 1] += cptr[size_t(s)];
+  std::vector<int64_t> fill(cptr.begin(), cptr.end() - 1);
+  for (int64_t k = 0; k < K; ++k) cn[size_t(fill[size_t(seg_of[size_t(config_nodes.i32()[k])])]++)] = config_nodes.i32()[k];
+  out.config_nodes = Tensor::from_vector(cn);
+  out.config_ptr = Tensor::from_vector(cptr);
+  if (violation.defined()) {
+    const Tensor v = violation.on(Device::cpu());
+    Tensor sv = Tensor::empty({S * C, 1}, DType::F32);
+    for (int64_t s = 0, g = 0; s < S; ++s) {
+      while (g + 1 < G && first[size_t(g) + 1] <= s) ++g;
+      std::memcpy(sv.f32() + s * C, v.f32() + g * C, size_t(C) * sizeof(float));
+    }
+    out.violation = sv.to(violation.device());
+  }
+  out.config_host_ = node_config_host();
+  if (graph.device().is_cuda()) {
+    out.host_graph_ = std::make_shared<const Graph>(host);
+    Tensor::move_packed(host.arrays(), graph.device());  // one transfer
+  }
+  out.graph = std::move(host);
+  return out;
+}
+
 namespace {
 
 // below(g, n): graph g's draw from [0, n) for its segment's start.
@@ -482,6 +588,9 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
       for (int64_t c = 0; c < C; ++c)
         b.target.f64()[g * C + c] = graphs[size_t(g)]->target[size_t(configs[size_t(g)][size_t(c)])];
   }
+  b.config_ids = Tensor::empty({G * C}, DType::I64);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t c = 0; c < C; ++c) b.config_ids.i64()[g * C + c] = configs[size_t(g)][size_t(c)];
   std::vector<int64_t> gp(static_cast<size_t>(G + 1));
   for (int64_t g = 0; g <= G; ++g) gp[size_t(g)] = g * C;
   b.group_ptr = Tensor::from_vector(gp);

@@ -80,6 +80,13 @@ Tensor producer_features(const Tensor& node_feat);
 // nodes drawn uniformly without replacement up to k in all, kept in their order; the edges between kept
 // nodes; configs, targets and violation ratios unchanged. m itself when it has at most k nodes.
 ModelGraph sample_nodes(const ModelGraph& m, int64_t k, Rng& rng);
+// The subgraph induced by nodes [begin, end) of m: their rows, the edges between them, the configurable
+// nodes among them (with their columns of each layout config); configs and targets unchanged.
+ModelGraph node_range(const ModelGraph& m, int64_t begin, int64_t end);
+// Graph Segment Training's cut of n nodes into segments of at most `size` (Cao et al. 2023; kaidic/GST,
+// tpu_graphs.py): P = n / size + 1 parts, starting every n / P + 1 nodes, the last one shorter. The
+// segment boundaries, i64 values [0, ..., n] (P + 1 of them, or fewer when the step overshoots).
+std::vector<int64_t> gst_segments(int64_t n, int64_t size);
 
 // dedup: one config per distinct config-feature row, the fastest (training only: prediction and
 // scoring need every config index of the file).
@@ -144,9 +151,19 @@ struct Batch {
   Tensor target;       // f64 [G*C] (undefined without runtimes)
   Tensor group_ptr;    // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
   Tensor keep_grad;    // u8 [N] nodes whose gradient flows (segment training); undefined: all
+  Tensor config_ids;   // i64 [G*C] each (graph, config)'s config index in its graph, on the host
+  // Graph Segment Training: graph g of a training batch is segment part[g] of parts[g] of its file's graph
+  // (Run::build_batch, Recipe::train_part); empty when the graphs are whole.
+  std::vector<int64_t> part, parts;
   // Seeds what a model draws in training (dropout masks): the trainer sets it from (seed, epoch, batch,
   // first graph), so a resumed run draws what the unbroken one drew.
   uint64_t noise_seed = 0;
+
+  // The batch with its graphs cut into segments, each now a graph of its own: seg_ptr i64 values
+  // [0, ..., N], every graph boundary among them. Rows, features and configs stay (the same tensors, on the
+  // same device); edges between segments are dropped, the configurable nodes regrouped by segment, each
+  // segment's violation ratios are its graph's; no targets (a forward pass, not a loss). Layout only.
+  Batch split(const std::vector<int64_t>& seg_ptr) const;
 
   // Edge dropout (training): each data edge, both of its directions together, is dropped with probability
   // p, drawn from `seed`; edges and graph are rebuilt. A host batch whose graphs nothing has built yet.

@@ -206,7 +206,7 @@ const std::vector<Recipe>& recipes() {
                                           layout_gin_6th_recipe(),     layout_sage_2nd_recipe(),
                                           layout_tgraph_recipe(),      layout_seed_sage_recipe(),
                                           layout_gnn_selfattn_recipe(), layout_attn_violation_recipe(),
-                                          dnnperf_anee_recipe()};
+                                          dnnperf_anee_recipe(),       layout_gst_recipe()};
   return all;
 }
 

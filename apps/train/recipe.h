@@ -18,6 +18,18 @@ namespace gnn::train {
 class RankModel : public nn::Module {
  public:
   virtual ag::Var forward(const Batch& b) = 0;
+  // What a resumed run needs beyond the parameters (layout-gst's table of segment scores): arrays under
+  // "state/" in model.npz, written with every checkpoint and read back on --resume. None by default.
+  virtual void save_state(std::vector<std::pair<std::string, Tensor>>& out) const { (void)out; }
+  virtual void load_state(const std::map<std::string, Tensor>& arrays, const std::string& file) {
+    (void)arrays, (void)file;
+  }
+};
+
+// The part of a training graph a step trains on (Graph Segment Training: one segment per graph and step):
+// nodes [begin, end), segment `index` of `count`.
+struct GraphPart {
+  int64_t index = 0, count = 1, begin = 0, end = 0;
 };
 
 // Hyper-parameters by flag name ("lr", "hidden"), as text: what `gnn train --NAME V` sets and what
@@ -65,6 +77,10 @@ struct Recipe {
   // the config axis); graphs never affect each other.
   bool configs_interact = false;
   std::function<std::unique_ptr<RankModel>(const HParams&, const ModelDims&, Rng&)> build;
+  // Set for a recipe that trains on parts of graphs: the part of an n-node training graph a step takes,
+  // drawn from rng. The trainer then builds each training graph of a batch as that part alone (node_range)
+  // and records which part it is (Batch::part, Batch::parts); evaluation still sees whole graphs.
+  std::function<GraphPart(const HParams&, int64_t nodes, Rng&)> train_part;
   HParams defaults() const;
 };
 
@@ -94,5 +110,6 @@ Recipe layout_seed_sage_recipe();
 Recipe layout_gnn_selfattn_recipe();
 Recipe layout_attn_violation_recipe();
 Recipe dnnperf_anee_recipe();
+Recipe layout_gst_recipe();
 
 }  // namespace gnn::train

@@ -200,6 +200,9 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     std::fprintf(stderr, "gnn train: --resume: %s does not exist yet; starting a new run\n", model_path_.c_str());
   const Recipe* recipe = plan_.recipe;
   const HParams& hp = plan_.hp;
+  if (recipe->train_part && world_.size > 1)
+    bad_option(detail::str_cat("--model ", recipe->name, ": its table of segment scores lives in one process; run it "
+                               "without mpirun (or with -np 1)"));
   prep_ = plan_.meta.prep;
   layout_ = recipe->kind == "layout";
   G_ = hp.integer("batch-graphs"), C_ = hp.integer("configs"), chunk_ = hp.integer("eval-chunk");
@@ -237,6 +240,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   if (plan_.resuming) {
     load_checkpoint(model_path_, params_, &*opt_);
     st_.load(plan_.meta.arrays, model_path_);
+    model_->load_state(plan_.meta.arrays, model_path_);
     if (lead_) trim_metrics(metrics_path_, st_.epoch);
   } else if (lead_ && fs::exists(metrics_path_)) {
     fs::remove(metrics_path_);
@@ -313,6 +317,7 @@ void Run::save(const std::string& path, bool with_optimizer) {
                                                                                  : fs::absolute(plan_.eval_indices).string())}};
   prep_.save(extra);
   st_.save(extra);
+  model_->save_state(extra);
   if (swa_ && path == model_path_) swa_->save("swa/", extra);
   save_checkpoint(path, params_, with_optimizer ? &*opt_ : nullptr, extra);
   stop_message();
@@ -338,6 +343,7 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
     std::vector<std::shared_ptr<const ModelGraph>> held;
     std::vector<const ModelGraph*> graphs;
     std::vector<Rng> rngs;
+    std::vector<GraphPart> parts;
     for (int64_t j = mine.begin + part.begin; j < mine.begin + part.end; ++j) {
       held.push_back(train_src_->get(size_t(order[size_t(lo + j)])));
       graphs.push_back(held.back().get());
@@ -351,11 +357,18 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
         held.back() = std::make_shared<const ModelGraph>(sample_nodes(*held.back(), sample_nodes_, r));
         graphs.back() = held.back().get();
       }
+      if (plan_.recipe->train_part) {  // likewise
+        Rng r(Rng(rngs.back()).next() ^ 0x70617274ull);
+        parts.push_back(plan_.recipe->train_part(plan_.hp, held.back()->num_nodes(), r));
+        held.back() = std::make_shared<const ModelGraph>(node_range(*held.back(), parts.back().begin, parts.back().end));
+        graphs.back() = held.back().get();
+      }
     }
     std::vector<std::vector<int64_t>> configs;
     for (size_t g = 0; g < graphs.size(); ++g)
       configs.push_back(sample_without_replacement(graphs[g]->num_configs(), cb, rngs[g]));
     micro.push_back(make_batch(graphs, configs, segment_, rngs));
+    for (const GraphPart& p : parts) micro.back().part.push_back(p.index), micro.back().parts.push_back(p.count);
     micro.back().noise_seed = graph_rng(plan_.seed, epoch, bi, mine.begin + part.begin).next() ^ 0x6e6f697365ull;
     if (edge_dropout_ > 0) micro.back().drop_edges(edge_dropout_, micro.back().noise_seed ^ 0x65646765ull);
   }

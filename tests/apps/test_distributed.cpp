@@ -172,6 +172,15 @@ TEST_CASE("distributed: an error on one rank ends the job with that rank's messa
   CHECK_MESSAGE(r.err.find(std::filesystem::path(bad).filename().string()) != std::string::npos, r.err);
 }
 
+TEST_CASE("distributed: layout-gst, whose segment table lives in one process, is refused over 2 ranks") {
+  SKIP_UNLESS_MPI();
+  TempDir t;
+  const auto r = run_gnn_mpi(2, "train --model layout-gst --data " + dataset() + " --out " + t.file("run") + " --threads 1");
+  CHECK(r.exit_code != 0);
+  CHECK_MESSAGE(r.err.find("--model layout-gst: its table of segment scores lives in one process") != std::string::npos, r.err);
+  CHECK_FALSE(std::filesystem::exists(t.file("run")));
+}
+
 TEST_CASE("distributed: ranks started with different flags stop at once, naming the flag") {
   SKIP_UNLESS_MPI();
   TempDir t;

@@ -258,6 +258,13 @@ TEST_CASE("train: config sharing gives the plain path's loss, gradients and pred
   // (the attention in front of the GNN reads node rows only; windows of 100 cut the 300-node graphs)
   check_config_sharing(Device::cpu(), "layout-attn-violation",
                        {{{"heads", "2"}, {"head-dim", "8"}, {"attn-window", "100"}}, {{"violation", "off"}, {"layers", "1"}}});
+  // (GST: the 300-node graphs whole, and cut into 4 segments, some without a configurable node; its max
+  // pool is the larger of the dependent and the shared rows' maxima; no dropout, whose masks differ. The
+  // opcode embedding's scale w_op has one gradient, a sum over every node, config and channel that cancels
+  // to 6e-6 here, where the two paths' summation orders differ by 1.2e-10: 2e-5 of it.)
+  check_config_sharing(Device::cpu(), "layout-gst",
+                       {{{"dropout", "0"}, {"hidden", "32"}}, {{"dropout", "0"}, {"hidden", "32"}, {"segment-nodes", "100"}, {"layers", "1"}}},
+                       5e-5);
 }
 
 TEST_CASE("train: config sharing on the GPU gives the plain path's loss, gradients and predictions") {
@@ -269,6 +276,99 @@ TEST_CASE("train: config sharing on the GPU gives the plain path's loss, gradien
   // nodes carries its inputs' last-bit differences into every gradient: 1.2e-5 of the largest entry seen)
   check_config_sharing(Device::cuda(0), "layout-gnn-selfattn", {{{"layers", "2"}}}, 5e-5);
   check_config_sharing(Device::cuda(0), "layout-attn-violation", {{{"heads", "2"}, {"head-dim", "8"}, {"attn-window", "100"}}});
+  check_config_sharing(Device::cuda(0), "layout-gst", {{{"dropout", "0"}, {"hidden", "32"}, {"segment-nodes", "100"}}}, 5e-5);
+}
+
+TEST_CASE("train: GST cuts graphs as the published code, and a graph's score is the sum of its segments'") {
+  CHECK(gst_segments(2500, 1000) == std::vector<int64_t>{0, 834, 1668, 2500});
+  CHECK(gst_segments(300, 100) == std::vector<int64_t>{0, 76, 152, 228, 300});
+  CHECK(gst_segments(999, 1000) == std::vector<int64_t>{0, 999});
+  CHECK(gst_segments(1000, 1000) == std::vector<int64_t>{0, 501, 1000});
+  CHECK(gst_segments(10, 3) == std::vector<int64_t>{0, 3, 6, 9, 10});
+  const auto files = kind_files(dataset(), "layout", "train");
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kStandardize, FeatureTransform::kNone, -1);
+  const ModelGraph g0 = prepare_graph(files[0], prep), g1 = prepare_graph(files[1], prep);
+  const Recipe& r = find_recipe("layout-gst");
+  HParams h = r.defaults();
+  h.values["hidden"] = "32", h.values["segment-nodes"] = "100", h.values["dropout"] = "0";
+  Rng rng(3);
+  auto model = r.build(h, {prep.node_features(), prep.config_features()}, rng);
+  const std::vector<int64_t> configs = {0, 5, 2, 7};
+  const std::vector<int64_t> cut = gst_segments(g0.num_nodes(), 100);
+  REQUIRE(cut.size() == 5u);
+  std::vector<ModelGraph> segs;
+  int64_t config_nodes = 0;
+  for (size_t k = 0; k + 1 < cut.size(); ++k) {
+    segs.push_back(node_range(g0, cut[k], cut[k + 1]));
+    config_nodes += segs.back().config_nodes.numel();
+    CHECK(segs.back().num_nodes() == cut[k + 1] - cut[k]);
+    CHECK(segs.back().config.size(1) == segs.back().config_nodes.numel());
+  }
+  CHECK(config_nodes == g0.config_nodes.numel());  // each configurable node in one segment, its columns with it
+  {
+    model->eval();
+    ag::NoGrad ng;
+    const Tensor whole = model->forward(make_batch({&g1, &g0}, {configs, configs})).value();
+    std::vector<double> sum(4, 0.0);
+    for (const ModelGraph& sg : segs) {
+      const Tensor s = model->forward(make_batch({&sg}, {configs})).value();
+      for (int k = 0; k < 4; ++k) sum[size_t(k)] += s.f32()[k];
+    }
+    for (int k = 0; k < 4; ++k) CHECK(whole.f32()[4 + k] == doctest::Approx(sum[size_t(k)]).epsilon(1e-5));
+  }
+  // Training on segment 1 of 4, then segment 2: the first step has no history (its score is the fresh one
+  // times 1 + 3p), the second adds each of segment 1's stored scores where its draw keeps it.
+  h.values["stale-dropout"] = "0";
+  Rng rng2(3);
+  auto trained = r.build(h, {prep.node_features(), prep.config_features()}, rng2);
+  trained->train();
+  auto part_batch = [&](int64_t k) {
+    Batch b = make_batch({&segs[size_t(k)]}, {configs});
+    b.ids = {g0.file.id()}, b.part = {k}, b.parts = {4};
+    return b;
+  };
+  ag::NoGrad ng;
+  const Tensor fresh1 = trained->forward(part_batch(1)).value().clone();
+  trained->eval();
+  const Tensor alone1 = trained->forward(make_batch({&segs[1]}, {configs})).value();
+  const Tensor alone2 = trained->forward(make_batch({&segs[2]}, {configs})).value();
+  trained->train();
+  const Tensor second = trained->forward(part_batch(2)).value();
+  for (int k = 0; k < 4; ++k) {
+    CHECK(fresh1.f32()[k] == doctest::Approx(alone1.f32()[k]).epsilon(1e-6));
+    CHECK(second.f32()[k] == doctest::Approx(alone2.f32()[k] + alone1.f32()[k]).epsilon(1e-5));
+  }
+  // With p = 0.5: 2.5 times the fresh score, plus segment 1's score or not, per config.
+  h.values["stale-dropout"] = "0.5";
+  Rng rng3(3);
+  auto half = r.build(h, {prep.node_features(), prep.config_features()}, rng3);
+  half->forward(part_batch(1));
+  int kept = 0;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    Batch b = part_batch(2);
+    b.noise_seed = seed;
+    const Tensor p = half->forward(b).value();
+    for (int k = 0; k < 4; ++k) {
+      const double rest = p.f32()[k] - 2.5 * alone2.f32()[k];
+      const bool with = std::fabs(rest - alone1.f32()[k]) < 1e-4 * (1 + std::fabs(alone1.f32()[k]));
+      CHECK((with || std::fabs(rest) < 1e-4 * (1 + std::fabs(alone2.f32()[k]))));
+      kept += with;
+    }
+  }
+  CHECK(kept > 4);  // of 32 draws of p = 0.5
+  CHECK(kept < 28);
+  // The table travels with the checkpoint: saved, loaded into a fresh model, saved again, the same.
+  std::vector<std::pair<std::string, Tensor>> state, again;
+  half->save_state(state);
+  std::map<std::string, Tensor> arrays(state.begin(), state.end());
+  Rng rng4(3);
+  auto loaded = r.build(h, {prep.node_features(), prep.config_features()}, rng4);
+  loaded->load_state(arrays, "test");
+  loaded->save_state(again);
+  REQUIRE(again.size() == state.size());
+  for (size_t i = 0; i < state.size(); ++i) CHECK(same_bits({{"a", state[i].second}}, {{"a", again[i].second}}));
+  CHECK(state[1].second.numel() == 1);       // one graph
+  CHECK(state[2].second.numel() >= 8 * 4);  // its configs up to 7, 4 segments each
 }
 
 TEST_CASE("train: edge dropout drops each edge with its probability, both directions, the same for a seed") {
@@ -906,7 +1006,8 @@ TEST_CASE("train: the seed documents' recipes train, resume bit for bit after ki
            {"gcn", "--model layout-seed-sage --conv gcn"},
            {"selfattn", "--model layout-gnn-selfattn --heads 2"},
            {"violation", "--model layout-attn-violation --heads 2 --head-dim 8 --attn-window 100 --sample-nodes 150"},
-           {"anee", "--model dnnperf-anee --edge-dim 8"}}) {
+           {"anee", "--model dnnperf-anee --edge-dim 8"},
+           {"gst", "--model layout-gst --segment-nodes 100 --lr 0.001"}}) {
     CAPTURE(name);
     const std::string base = "train " + flags + " --data " + dataset() +
                              " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 --segment 120 --out ";
@@ -1322,6 +1423,7 @@ TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
            {"selfattn", "--model layout-gnn-selfattn", layout},
            {"violation", "--model layout-attn-violation --heads 4 --head-dim 8", layout},
            {"anee", "--model dnnperf-anee", layout},
+           {"gst", "--model layout-gst --hidden 64", layout},
            {"gat", "--model tile-gat-6th --hidden 32", tile}}) {
     CAPTURE(name);
     r = run_gnn("train " + flags + " --data " + data + " --epochs 1 --out " + t.file(name));
