@@ -150,8 +150,8 @@ nn::SharedRows layout_input_shared(const nn::Embedding& opcode_embedding, const 
 nn::SharedRows layout_input_shared(const ag::Var& in, const Batch& b) {
   const int64_t B = b.node_config.size(1) / b.configs;
   const ag::Var zeros(Tensor::zeros({b.nodes, B}, DType::F32, b.x.device()));
-  const ag::Var dep = ag::join_configs(ag::gather_rows(in, b.config_nodes),
-                                       ag::gather_rows(ag::Var(b.node_config), b.config_nodes), b.configs);
+  const Tensor& seeds = b.plan_seeds.defined() ? b.plan_seeds : b.config_nodes;  // a plan's D_0
+  const ag::Var dep = ag::join_configs(ag::gather_rows(in, seeds), ag::gather_rows(ag::Var(b.node_config), seeds), b.configs);
   return {ag::concat_cols({in, zeros}), dep, 0, b.configs};
 }
 

@@ -359,7 +359,8 @@ const Graph& Batch::consumers_looped() const {
 const nn::SharePlan& Batch::consumers_plan(int64_t steps) const {
   if (!consumers_plan_ || consumers_plan_->steps() != steps) {
     const Consumers& c = consumers_host();
-    nn::SharePlan p = nn::SharePlan::build(c.graph, c.mean, config_nodes, graph_ptr, configs, steps);
+    nn::SharePlan p = nn::SharePlan::build(c.graph, c.mean, plan_seeds.defined() ? plan_seeds : config_nodes, graph_ptr,
+                                           configs, steps);
     consumers_plan_ = std::make_shared<const nn::SharePlan>(graph.device().is_cpu() ? std::move(p) : p.to(graph.device()));
   }
   return *consumers_plan_;
@@ -368,7 +369,8 @@ const nn::SharePlan& Batch::consumers_plan(int64_t steps) const {
 const nn::SharePlan& Batch::graph_plan(int64_t steps) const {
   if (!graph_plan_ || graph_plan_->steps() != steps) {
     const Device dev = graph.device();
-    nn::SharePlan p = nn::SharePlan::build(dev.is_cpu() ? graph : *host_graph_, Tensor(), config_nodes, graph_ptr, configs, steps);
+    nn::SharePlan p = nn::SharePlan::build(dev.is_cpu() ? graph : *host_graph_, Tensor(),
+                                           plan_seeds.defined() ? plan_seeds : config_nodes, graph_ptr, configs, steps);
     graph_plan_ = std::make_shared<const nn::SharePlan>(dev.is_cpu() ? std::move(p) : p.to(dev));
   }
   return *graph_plan_;
@@ -377,9 +379,9 @@ const nn::SharePlan& Batch::graph_plan(int64_t steps) const {
 const nn::SharePlan& Batch::share_plan(int64_t steps) const {
   if (!share_ || share_->steps() != steps) {
     const Device dev = graph.device();
-    const Graph a = dev.is_cpu() ? gcn().graph : nn::add_self_loops(*host_graph_).graph;
-    const Tensor w = dev.is_cpu() ? gcn().weight : nn::gcn_norm(a);
-    nn::SharePlan p = nn::SharePlan::build(a, w, config_nodes, graph_ptr, configs, steps);
+    const Graph a = dev.is_cpu() ? gcn().graph : gcn_host_ ? gcn_host_->graph : nn::add_self_loops(*host_graph_).graph;
+    const Tensor w = dev.is_cpu() ? gcn().weight : gcn_host_ ? gcn_host_->weight : nn::gcn_norm(a);
+    nn::SharePlan p = nn::SharePlan::build(a, w, plan_seeds.defined() ? plan_seeds : config_nodes, graph_ptr, configs, steps);
     share_ = std::make_shared<const nn::SharePlan>(dev.is_cpu() ? std::move(p) : p.to(dev));
   }
   return *share_;
@@ -421,6 +423,119 @@ Batch Batch::to(Device device) const {
   arrays.insert(arrays.end(), {&b.x, &b.config_feat, &b.node_config, &b.violation, &b.keep_grad});
   Tensor::move_packed(arrays, device);  // the batch's graph and features in one transfer
   return b;
+}
+
+Batch Batch::segment_view(SegmentRows* rows) const {
+  GNN_CHECK(keep_grad.defined() && node_config.defined(), "Batch::segment_view: a layout batch with a segment");
+  const Device dev = graph.device();
+  const Tensor& keep = keep_grad_host();
+  // The whole batch's GCN graph on the host, with its weights.
+  Gcn full;
+  if (dev.is_cpu()) full = gcn();
+  else if (gcn_host_) full = *gcn_host_;
+  else full.graph = nn::add_self_loops(*host_graph_).graph, full.weight = nn::gcn_norm(full.graph);
+  const int32_t* rp = full.graph.csr_indptr.i32();
+  const int32_t* ri = full.graph.csr_indices.i32();
+  // Each row's place: -1 outside, else its row in the view (each graph's S rows, then its H rows).
+  std::vector<int64_t> at(static_cast<size_t>(nodes), -1), view_ptr{0}, take;  // take: the view's batch rows
+  std::vector<int32_t> halo, halo_view;
+  std::vector<char> in_halo(static_cast<size_t>(nodes), 0);
+  rows->sizes.clear();
+  for (int64_t g = 0; g < graphs; ++g) {
+    const int64_t lo = graph_ptr.i64()[g], hi = graph_ptr.i64()[g + 1];
+    rows->sizes.push_back(hi - lo);
+    for (int64_t v = lo; v < hi; ++v)
+      if (keep.u8()[v]) at[size_t(v)] = int64_t(take.size()), take.push_back(v);
+    std::vector<int32_t> h;
+    for (int64_t v = lo; v < hi; ++v)
+      if (keep.u8()[v])
+        for (int32_t p = rp[v]; p < rp[v + 1]; ++p)
+          if (!keep.u8()[ri[p]] && !in_halo[size_t(ri[p])]) in_halo[size_t(ri[p])] = 1, h.push_back(ri[p]);
+    std::sort(h.begin(), h.end());
+    for (int32_t u : h) at[size_t(u)] = int64_t(take.size()), halo.push_back(u), halo_view.push_back(int32_t(take.size())), take.push_back(u);
+    view_ptr.push_back(int64_t(take.size()));
+  }
+  const int64_t n = int64_t(take.size());
+  rows->halo = Tensor::from_vector(halo);
+  rows->halo_view = Tensor::from_vector(halo_view);
+  rows->outside = Tensor::empty({nodes}, DType::U8);
+  for (int64_t v = 0; v < nodes; ++v) rows->outside.u8()[v] = at[size_t(v)] < 0;
+
+  Batch out;
+  out.graphs = graphs, out.configs = configs, out.nodes = n, out.ids = ids;
+  out.graph_ptr = Tensor::from_vector(view_ptr);
+  out.node_graph = Tensor::empty({n}, DType::I32);
+  for (int64_t g = 0; g < graphs; ++g)
+    std::fill(out.node_graph.i32() + view_ptr[size_t(g)], out.node_graph.i32() + view_ptr[size_t(g) + 1], int32_t(g));
+  const Tensor take_t = Tensor::from_vector(std::vector<int32_t>(take.begin(), take.end()));
+  auto rows_of = [&](const Tensor& t) {  // t's rows `take`, on t's device
+    if (!t.defined()) return t;
+    if (t.device().is_cuda()) {
+      ag::NoGrad ng;
+      return ag::gather_rows(ag::Var(t), take_t).value();
+    }
+    std::vector<int64_t> shape = t.shape().vec();
+    shape[0] = n;
+    Tensor o = Tensor::empty(Shape(shape), t.dtype());
+    const size_t row = t.nbytes() / size_t(std::max<int64_t>(1, t.size(0)));
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(static_cast<char*>(o.data()) + size_t(i) * row, static_cast<const char*>(t.data()) + size_t(take[size_t(i)]) * row, row);
+    return o;
+  };
+  out.x = rows_of(x), out.node_config = rows_of(node_config);
+  out.opcode = rows_of(opcode), out.node_layout = rows_of(node_layout), out.producer = rows_of(producer);
+  out.violation = violation, out.target = target, out.group_ptr = group_ptr, out.config_ids = config_ids;
+  out.part = part, out.parts = parts, out.noise_seed = noise_seed;
+  out.config_host_ = rows_of(node_config_host());
+  // The GCN entries into S rows, at their whole-batch weights (CSR order, as make_block), and the data
+  // edges among the view's rows (both ways) for its plain graph.
+  std::vector<int64_t> src, dst, gsrc, gdst, e;
+  std::vector<float> w;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t v = take[size_t(r)];
+    if (!keep.u8()[v]) continue;
+    for (int32_t p = rp[v]; p < rp[v + 1]; ++p) {
+      src.push_back(at[size_t(ri[p])]), dst.push_back(r), w.push_back(full.weight.f32()[p]);
+      if (ri[p] != v) gsrc.push_back(at[size_t(ri[p])]), gdst.push_back(r);
+    }
+  }
+  const int64_t* be = edges.i64();
+  for (int64_t i = 0; i < edges.size(0); ++i)
+    if (at[size_t(be[2 * i])] >= 0 && at[size_t(be[2 * i + 1])] >= 0) e.push_back(at[size_t(be[2 * i])]), e.push_back(at[size_t(be[2 * i + 1])]);
+  out.edges = Tensor::from_vector(e, Shape{int64_t(e.size() / 2), 2});
+  Gcn vg;
+  vg.graph = Graph::from_edges(src.data(), dst.data(), int64_t(src.size()), n, "segment view");
+  vg.weight = Tensor::empty({vg.graph.num_edges}, DType::F32);
+  for (int64_t p = 0; p < vg.graph.num_edges; ++p) vg.weight.f32()[p] = w[size_t(vg.graph.csr_eid.i32()[p])];
+  Graph plain = Graph::from_edges(gsrc.data(), gdst.data(), int64_t(gsrc.size()), n, "segment view");
+  // The configurable nodes of the view, in the batch's order; then H's other rows as plan seeds.
+  std::vector<int32_t> cn, seeds;
+  std::vector<int64_t> cptr{0};
+  std::vector<char> seeded(static_cast<size_t>(n), 0);
+  for (int64_t g = 0; g < graphs; ++g) {
+    for (int64_t k = config_ptr.i64()[g]; k < config_ptr.i64()[g + 1]; ++k) {
+      const int64_t r = at[size_t(config_nodes.i32()[k])];
+      if (r >= 0) cn.push_back(int32_t(r)), seeded[size_t(r)] = 1;
+    }
+    cptr.push_back(int64_t(cn.size()));
+  }
+  seeds = cn;
+  for (int32_t r : halo_view)
+    if (!seeded[size_t(r)]) seeds.push_back(r);
+  out.config_nodes = Tensor::from_vector(cn);
+  out.config_ptr = Tensor::from_vector(cptr);
+  out.plan_seeds = Tensor::from_vector(seeds);
+  if (dev.is_cuda()) {
+    out.gcn_host_ = std::make_shared<const Gcn>(vg);
+    out.host_graph_ = std::make_shared<const Graph>(plain);
+    std::vector<Tensor*> arrays = vg.graph.arrays();
+    arrays.push_back(&vg.weight);
+    for (Tensor* t : plain.arrays()) arrays.push_back(t);
+    Tensor::move_packed(arrays, dev);  // one transfer
+  }
+  out.gcn_ = std::make_shared<const Gcn>(std::move(vg));
+  out.graph = std::move(plain);
+  return out;
 }
 
 Batch Batch::split(const std::vector<int64_t>& seg_ptr) const {

@@ -151,6 +151,7 @@ struct Batch {
   Tensor target;       // f64 [G*C] (undefined without runtimes)
   Tensor group_ptr;    // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
   Tensor keep_grad;    // u8 [N] nodes whose gradient flows (segment training); undefined: all
+  Tensor plan_seeds;   // i32: what seeds the config-sharing plans, config_nodes first; undefined: config_nodes
   Tensor config_ids;   // i64 [G*C] each (graph, config)'s config index in its graph, on the host
   // Graph Segment Training: graph g of a training batch is segment part[g] of parts[g] of its file's graph
   // (Run::build_batch, Recipe::train_part); empty when the graphs are whole.
@@ -165,6 +166,21 @@ struct Batch {
   // segment's violation ratios are its graph's; no targets (a forward pass, not a loss). Layout only.
   Batch split(const std::vector<int64_t>& seg_ptr) const;
 
+  // Segment training that computes only what its backward reads (SegmentPass, blocks.h): the batch
+  // restricted to its segment rows S (keep_grad) and their neighbours H in the GCN graph A + A^T + I, each
+  // graph's S rows then its H rows. Its GCN graph holds the entries into S rows at their whole-batch
+  // weights, so an S row aggregates exactly what it does in the batch, and none into H rows, whose values a
+  // model takes from the whole batch at every layer. The configurable nodes among S and H keep their configs;
+  // H's other rows seed the config-sharing plans after them (their values differ per config). For GCN models:
+  // the view's SAGE graphs (graph, consumers) hold only the data edges among its rows.
+  struct SegmentRows {
+    Tensor halo;          // i32 [|H|] the batch rows of H, in the view's order
+    Tensor halo_view;     // i32 [|H|] their rows in the view
+    Tensor outside;       // u8 [N] the batch rows outside S and H
+    std::vector<int64_t> sizes;  // each graph's node count in the batch
+  };
+  Batch segment_view(SegmentRows* rows) const;
+
   // Edge dropout (training): each data edge, both of its directions together, is dropped with probability
   // p, drawn from `seed`; edges and graph are rebuilt. A host batch whose graphs nothing has built yet.
   void drop_edges(double p, uint64_t seed);
@@ -177,6 +193,7 @@ struct Batch {
 
  private:
   mutable std::shared_ptr<const Gcn> gcn_;
+  std::shared_ptr<const Gcn> gcn_host_;  // set by segment_view on a device batch: its host GCN graph
   mutable std::shared_ptr<const nn::SharePlan> share_;
   struct Consumers {
     Graph graph;  // the batch's edges with each node's consumers as its in-neighbours

@@ -12,11 +12,15 @@
 // the rows no config reaches within that many hops and per config only on the rest; the same model,
 // the same numbers as --share off, which runs every row per config.
 // Segment training: in each graph larger than --segment nodes a random contiguous range of that many
-// nodes is kept for the backward; the forward runs on the whole graph and the other nodes pass no
-// gradient (every layer's output is cut there).
+// nodes is kept for the backward; the other nodes pass no gradient (every layer's output is cut there).
+// By default (--segment-backward rows) the tape holds only the segment's rows and their neighbours:
+// one untaped pass over the whole batch keeps what the segment reads, then the segment alone is taped
+// (apps/train/segment_pass.h); --segment-backward mask runs forward and backward on every row, the
+// gradient masked, as tpu_graphs does. The same gradient either way.
 #include <vector>
 
 #include "apps/train/blocks.h"
+#include "apps/train/segment_pass.h"
 
 namespace gnn::train {
 namespace {
@@ -25,6 +29,7 @@ class LayoutResModel : public RankModel {
  public:
   LayoutResModel(const HParams& h, const ModelDims& d, Rng& rng)
       : share_(h.str("share") == "on"),
+        rows_(h.str("segment-backward") == "rows"),
         emb_(kOpcodes, h.integer("op-embed"), rng),
         prenet_({h.integer("op-embed") + d.node_features + d.config_features, h.integer("hidden"), h.integer("hidden")},
                 Act::kLeakyRelu, rng),
@@ -39,34 +44,56 @@ class LayoutResModel : public RankModel {
   }
 
   ag::Var forward(const Batch& b) override {
-    if (share_ && b.config_nodes.numel() > 0) return forward_shared(b);
-    const int64_t C = b.configs;
-    ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
-    x = segment(b, node_major(prenet_.forward(per_config(x, C), Act::kLeakyRelu), C));
-    for (const auto& l : layers_) x = segment(b, l->forward(b, x, C));
-    const ag::Var mean = per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C);
-    const ag::Var sum = ag::l2_normalize(per_config(ag::pool(x, b.graph_ptr, Reduce::kSum), C));
-    const ag::Var configurable =
-        ag::l2_normalize(per_config(ag::pool(ag::gather_rows(x, b.config_nodes), b.config_ptr, Reduce::kSum), C));
-    return postnet_.forward(ag::concat_cols({mean, sum, configurable}));
+    if (!rows_ || !b.keep_grad.defined() || !ag::grad_enabled()) return run(b, nullptr);
+    SegmentPass seg(b);  // --segment-backward rows: the whole batch untaped, then the segment view taped
+    {
+      ag::NoGrad untaped;
+      run(b, &seg);
+    }
+    seg.replay();
+    return run(seg.view(), &seg);
   }
 
  private:
-  ag::Var forward_shared(const Batch& b) {
+  // The model on b; with a SegmentPass, the pass's layer outputs and readout sums stand in for the cuts
+  // and pools of segment training (segment_pass.h).
+  ag::Var run(const Batch& b, SegmentPass* seg) {
+    if (share_ && b.config_nodes.numel() > 0) return run_shared(b, seg);
     const int64_t C = b.configs;
-    const nn::SharePlan& plan = b.share_plan(int64_t(layers_.size()));
-    nn::SharedRows x = nn::map_rows(layout_input_shared(emb_, b),
-                                    [&](const ag::Var& v) { return prenet_.forward(v, Act::kLeakyRelu); });
-    x = segment(b, plan, x);
-    for (const auto& l : layers_) x = segment(b, plan, l->forward(b, plan, x));
-    const ag::Var mean = nn::pool(plan, x, Reduce::kMean);
-    const ag::Var sum = ag::l2_normalize(nn::pool(plan, x, Reduce::kSum));
-    const ag::Var configurable =
-        ag::l2_normalize(per_config(ag::pool(configurable_rows(b, x), b.config_ptr, Reduce::kSum), C));
-    return postnet_.forward(ag::concat_cols({mean, sum, configurable}));
+    auto cut = [&](const ag::Var& x) { return seg ? seg->cut(x) : segment(b, x); };
+    ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
+    x = cut(node_major(prenet_.forward(per_config(x, C), Act::kLeakyRelu), C));
+    for (const auto& l : layers_) x = cut(l->forward(b, x, C));
+    if (seg) {
+      const ag::Var sum = seg->sum(b, x);
+      return readout(seg->mean(sum), sum, seg->configurable_sum(b, x));
+    }
+    return readout(per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C), per_config(ag::pool(x, b.graph_ptr, Reduce::kSum), C),
+                   per_config(ag::pool(ag::gather_rows(x, b.config_nodes), b.config_ptr, Reduce::kSum), C));
   }
 
-  bool share_;
+  ag::Var run_shared(const Batch& b, SegmentPass* seg) {
+    const int64_t C = b.configs;
+    const nn::SharePlan& plan = b.share_plan(int64_t(layers_.size()));
+    auto cut = [&](const nn::SharedRows& x) { return seg ? seg->cut(plan, x) : segment(b, plan, x); };
+    nn::SharedRows x = nn::map_rows(layout_input_shared(emb_, b),
+                                    [&](const ag::Var& v) { return prenet_.forward(v, Act::kLeakyRelu); });
+    x = cut(x);
+    for (const auto& l : layers_) x = cut(l->forward(b, plan, x));
+    if (seg) {
+      const ag::Var sum = seg->sum(b, plan, x);
+      return readout(seg->mean(sum), sum, seg->configurable_sum(b, x));
+    }
+    return readout(nn::pool(plan, x, Reduce::kMean), nn::pool(plan, x, Reduce::kSum),
+                   per_config(ag::pool(configurable_rows(b, x), b.config_ptr, Reduce::kSum), C));
+  }
+
+  // [mean | l2norm(sum) | l2norm(sum over the configurable nodes)] per (graph, config) -> postnet
+  ag::Var readout(const ag::Var& mean, const ag::Var& sum, const ag::Var& configurable) {
+    return postnet_.forward(ag::concat_cols({mean, ag::l2_normalize(sum), ag::l2_normalize(configurable)}));
+  }
+
+  bool share_, rows_;
   nn::Embedding emb_;
   nn::MLP prenet_;
   std::vector<std::unique_ptr<ResGcnLayer>> layers_;
@@ -86,6 +113,10 @@ Recipe layout_resmodel_recipe() {
   r.hparams.push_back(integer_hp("hidden", "32", 1, 65536, "width of every layer"));
   r.hparams.push_back(integer_hp("layers", "2", 1, 64, "residual GCN layers"));
   r.hparams.push_back(share_hp());
+  r.hparams.push_back(choice_hp("segment-backward", "rows", "rows|mask",
+                                "with --segment: rows (the tape holds the segment and its neighbours alone) | mask "
+                                "(forward and backward on every row, the gradient masked outside the segment); the "
+                                "same gradient"));
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<LayoutResModel>(h, d, rng);
   };
