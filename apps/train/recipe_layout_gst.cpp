@@ -6,7 +6,7 @@
 //
 //   segments       each graph cut into P = n / 1000 + 1 contiguous node ranges (gst_segments, data.h); a
 //                  segment is encoded alone, on its induced subgraph: the edges between segments are dropped
-//   per segment    [node features (standardised) | opcode embedding (128) * w_op | config (18) * w_cfg]
+//   per segment    [node features (standardised) | opcode embedding (128, norm 1) * w_op | config (18) * w_cfg]
 //   and config     -> Linear(128) -> Linear(256) -> dropout 0.1 -> PReLU
 //                  -> 3 x SAGEConv(256, mean over the consumers of each node), nothing between them
 //                  -> max pool + mean pool -> l2-normalise -> Linear(256) -> dropout -> PReLU -> Linear(1)
@@ -20,7 +20,9 @@
 //
 // Where this departs from the published code, and why:
 // - PReLU is leaky_relu with the fixed slope 0.25, PReLU's initial value: the engine has no learned slope.
-// - The opcode embedding has no max_norm (torch renormalises looked-up rows to norm 1 in place).
+// - The opcode embedding's max_norm=1 (torch renormalises a looked-up row to norm 1 in place when it is
+//   longer) is an l2 normalisation of the looked-up rows: the same forward while a row's norm is at least
+//   1 (N(0, 1) rows of 128 start near 11), the gradient projected onto the sphere instead of the weights'.
 // - The SAGE layers are the published ones: GraphGym's bare SAGEConv wrappers, which apply no activation,
 //   although the config names PReLU (it is used in the pre- and post-layers only).
 // - Defaults follow configs/tpugraphs.yaml (32 graphs x 32 configs, Adam 1e-4) except the length: the
@@ -126,7 +128,8 @@ class LayoutGst : public RankModel {
   // One score per (graph, config) of b, each graph scored as one segment: [G*C, 1].
   ag::Var segment_scores(const Batch& b) {
     const int64_t C = b.configs, L = int64_t(layers_.size());
-    const ag::Var rows = ag::concat_cols({ag::Var(b.x), ag::scale_by(emb_.forward(b.opcode), op_weight_)});
+    const ag::Var op = ag::l2_normalize(emb_.forward(b.opcode));  // max_norm = 1 (header)
+    const ag::Var rows = ag::concat_cols({ag::Var(b.x), ag::scale_by(op, op_weight_)});
     ag::Var pooled;
     if (share_ && b.config_nodes.numel() > 0) {
       const nn::SharePlan& plan = b.consumers_plan(L);
