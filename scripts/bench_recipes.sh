@@ -3,10 +3,11 @@
 # of whole training steps (config sampling, batch assembly, forward, loss, backward, optimiser) and the
 # peak of live tensors and of the process's resident memory.
 #
-#   usage: scripts/bench_recipes.sh [NODES] [EPOCHS] [THREADS] [RECIPES...]
+#   usage: scripts/bench_recipes.sh [NODES] [EPOCHS] [THREADS] ["RECIPE [FLAGS...]"...]
 #
-# The data: `gnn synth` writes 2 train programs of NODES nodes (default 10000) with 128 configs each
-# and the real configurable share (2%); there is no valid split, so nothing but training is timed.
+# The data: `gnn synth` writes GRAPHS (default 2) train programs of NODES nodes (default 10000) with 128
+# configs each and the real configurable share (2%); there is no valid split, so nothing but training is
+# timed. A recipe may carry flags ("layout-resmodel --segment 5000"), given to its run after its defaults.
 # Each recipe trains EPOCHS epochs (default 4) with its own defaults (a recipe whose default batch holds
 # more graphs than 2 gets 2); configs/s is the median over the epochs after the first, from
 # RUN/metrics.jsonl. Memory: peak_tensor_mb (gnn's peak of live tensors) and the peak RSS that
@@ -25,16 +26,18 @@ if [ ${#recipes[@]} -eq 0 ]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$gnn" synth --collection layout --out "$tmp/data" --split train --graphs 2 --nodes "$nodes" --configs 128 \
+"$gnn" synth --collection layout --out "$tmp/data" --split train --graphs "${GRAPHS:-2}" --nodes "$nodes" --configs 128 \
   --seed 41 >/dev/null
 timer=()
 [ -x /usr/bin/time ] && timer=(/usr/bin/time -f %M -o "$tmp/rss")
 printf '%-18s %12s %16s %12s %8s\n' "recipe" "configs/s" "peak tensors MB" "peak RSS MB" "train s"
-for r in "${recipes[@]}"; do
-  run=$tmp/run-$r
+for spec in "${recipes[@]}"; do
+  read -r -a words <<<"$spec"
+  r=$spec
+  run=$tmp/run-$(echo "$spec" | tr -c 'A-Za-z0-9.-' '_')
   rm -f "$tmp/rss"
-  line=$("${timer[@]}" "$gnn" train --model "$r" --data "$tmp/data" --out "$run" --epochs "$epochs" --seed 1 \
-    --threads "$threads" --progress lines | tail -n 1)
+  line=$("${timer[@]}" "$gnn" train --model "${words[0]}" --data "$tmp/data" --out "$run" --epochs "$epochs" --seed 1 \
+    --threads "$threads" --progress lines "${words[@]:1}" | tail -n 1)
   rss=-
   [ -f "$tmp/rss" ] && rss=$(($(tail -n 1 "$tmp/rss") / 1024))
   python3 - "$r" "$run/metrics.jsonl" "$line" "$rss" <<'EOF'
