@@ -197,6 +197,12 @@ HParamSpec share_hp() {
                    "config sharing: compute rows no config reaches once (on) or per config (off); same results");
 }
 
+HParamSpec segment_backward_hp() {
+  return choice_hp("segment-backward", "rows", "rows|mask",
+                   "with --segment: rows (the tape holds the segment and its neighbours alone) | mask (forward and "
+                   "backward on every row, the gradient masked outside the segment); the same gradient");
+}
+
 const std::vector<Recipe>& recipes() {
   static const std::vector<Recipe> all = {tile_mlp_recipe(),           tile_earlyjoin_sage_recipe(),
                                           tile_latejoin_sage_recipe(), tile_earlyjoin_resgcn_recipe(),

@@ -89,6 +89,9 @@ struct Recipe {
 std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, std::string>& defaults = {});
 // --share on|off (default on) for a recipe with a config-shared path (nn/config_share.h).
 HParamSpec share_hp();
+// --segment-backward rows|mask (default rows) for a recipe whose segment training can tape the
+// segment's rows alone (apps/train/segment_pass.h).
+HParamSpec segment_backward_hp();
 
 const std::vector<Recipe>& recipes();
 const Recipe& find_recipe(const std::string& name);  // gnn::Error listing the names when unknown

@@ -44,14 +44,7 @@ class LayoutResModel : public RankModel {
   }
 
   ag::Var forward(const Batch& b) override {
-    if (!rows_ || !b.keep_grad.defined() || !ag::grad_enabled()) return run(b, nullptr);
-    SegmentPass seg(b);  // --segment-backward rows: the whole batch untaped, then the segment view taped
-    {
-      ag::NoGrad untaped;
-      run(b, &seg);
-    }
-    seg.replay();
-    return run(seg.view(), &seg);
+    return forward_segment_rows(b, rows_, [&](const Batch& on, SegmentPass* seg) { return run(on, seg); });
   }
 
  private:
@@ -113,10 +106,7 @@ Recipe layout_resmodel_recipe() {
   r.hparams.push_back(integer_hp("hidden", "32", 1, 65536, "width of every layer"));
   r.hparams.push_back(integer_hp("layers", "2", 1, 64, "residual GCN layers"));
   r.hparams.push_back(share_hp());
-  r.hparams.push_back(choice_hp("segment-backward", "rows", "rows|mask",
-                                "with --segment: rows (the tape holds the segment and its neighbours alone) | mask "
-                                "(forward and backward on every row, the gradient masked outside the segment); the "
-                                "same gradient"));
+  r.hparams.push_back(segment_backward_hp());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<LayoutResModel>(h, d, rng);
   };

@@ -9,7 +9,8 @@
 //                  gcn:  x = leaky_relu(D^-1/2 (A + A^T + I) D^-1/2 x W + b)   (a vanilla GCN)
 //   readout        mean pool per config -> MLP [64, 64, 1] (leaky_relu)
 // ListMLE over the configs of each graph; 8 graphs x 16 configs; Adam 1e-3; segment training as the
-// official layout baseline (gradients through 5000 contiguous nodes of larger graphs).
+// official layout baseline (gradients through 5000 contiguous nodes of larger graphs), on the tape the
+// segment's rows alone (--segment-backward rows, apps/train/segment_pass.h).
 //
 // Where this comes from, and what is ours:
 // - The report itself and its code could not be found in public (searched by its title, its numbers
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "apps/train/blocks.h"
+#include "apps/train/segment_pass.h"
 
 namespace gnn::train {
 namespace {
@@ -38,6 +40,7 @@ class LayoutSeedSage : public RankModel {
   LayoutSeedSage(const HParams& h, const ModelDims& d, Rng& rng)
       : share_(h.str("share") == "on"),
         sage_(h.str("conv") == "sage"),
+        rows_(h.str("segment-backward") == "rows"),
         emb_(kOpcodes, h.integer("op-embed"), rng),
         input_(h.integer("op-embed") + d.node_features + d.config_features, h.integer("hidden"), rng),
         head_({h.integer("hidden"), h.integer("hidden"), h.integer("hidden"), 1}, Act::kLeakyRelu, rng) {
@@ -57,28 +60,36 @@ class LayoutSeedSage : public RankModel {
   }
 
   ag::Var forward(const Batch& b) override {
-    if (share_ && b.config_nodes.numel() > 0) return forward_shared(b);
-    const int64_t C = b.configs;
-    ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
-    x = segment(b, node_major(input_.forward(per_config(x, C), Act::kLeakyRelu), C));
-    for (const auto& l : sage_layers_) x = segment(b, l->forward(b, x, C));
-    for (const auto& l : gcn_layers_) x = segment(b, l->forward(b, x, C));
-    return head_.forward(per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C));
+    return forward_segment_rows(b, rows_, [&](const Batch& on, SegmentPass* seg) { return run(on, seg); });
   }
 
  private:
-  ag::Var forward_shared(const Batch& b) {
-    const int64_t L = int64_t(sage_layers_.size() + gcn_layers_.size());
-    const nn::SharePlan& plan = sage_ ? b.graph_plan(L) : b.share_plan(L);
-    nn::SharedRows x = nn::map_rows(layout_input_shared(emb_, b),
-                                    [&](const ag::Var& v) { return input_.forward(v, Act::kLeakyRelu); });
-    x = segment(b, plan, x);
-    for (const auto& l : sage_layers_) x = segment(b, plan, l->forward(b, plan, x));
-    for (const auto& l : gcn_layers_) x = segment(b, plan, l->forward(b, plan, x));
-    return head_.forward(nn::pool(plan, x, Reduce::kMean));
+  // The model on b; with a SegmentPass, the pass's cuts and sums stand in for segment training's
+  // (segment_pass.h).
+  ag::Var run(const Batch& b, SegmentPass* seg) {
+    if (share_ && b.config_nodes.numel() > 0) return run_shared(b, seg);
+    const int64_t C = b.configs;
+    auto cut = [&](const ag::Var& x) { return seg ? seg->cut(x) : segment(b, x); };
+    ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
+    x = cut(node_major(input_.forward(per_config(x, C), Act::kLeakyRelu), C));
+    for (const auto& l : sage_layers_) x = cut(l->forward(b, x, C));
+    for (const auto& l : gcn_layers_) x = cut(l->forward(b, x, C));
+    return head_.forward(seg ? seg->mean(seg->sum(b, x)) : per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C));
   }
 
-  bool share_, sage_;
+  ag::Var run_shared(const Batch& b, SegmentPass* seg) {
+    const int64_t L = int64_t(sage_layers_.size() + gcn_layers_.size());
+    const nn::SharePlan& plan = sage_ ? b.graph_plan(L) : b.share_plan(L);
+    auto cut = [&](const nn::SharedRows& x) { return seg ? seg->cut(plan, x) : segment(b, plan, x); };
+    nn::SharedRows x = nn::map_rows(layout_input_shared(emb_, b),
+                                    [&](const ag::Var& v) { return input_.forward(v, Act::kLeakyRelu); });
+    x = cut(x);
+    for (const auto& l : sage_layers_) x = cut(l->forward(b, plan, x));
+    for (const auto& l : gcn_layers_) x = cut(l->forward(b, plan, x));
+    return head_.forward(seg ? seg->mean(seg->sum(b, plan, x)) : nn::pool(plan, x, Reduce::kMean));
+  }
+
+  bool share_, sage_, rows_;
   nn::Embedding emb_;
   nn::Linear input_;
   std::vector<std::unique_ptr<ConfigSage>> sage_layers_;
@@ -101,6 +112,7 @@ Recipe layout_seed_sage_recipe() {
   r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "width of every layer"));
   r.hparams.push_back(integer_hp("layers", "3", 1, 64, "graph layers"));
   r.hparams.push_back(share_hp());
+  r.hparams.push_back(segment_backward_hp());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<LayoutSeedSage>(h, d, rng);
   };

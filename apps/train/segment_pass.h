@@ -50,4 +50,20 @@ class SegmentPass {
   std::vector<Tensor> kept_;  // pass 1's values, in call order
 };
 
+// A model's forward with segment training through the segment's rows: run(b, nullptr) when b has no
+// segment, gradients are off, or `rows` is false (--segment-backward mask: the cuts of blocks.h); else
+// run(b, &pass) untaped, then run(pass.view(), &pass) taped, whose result it returns. `run` stands the
+// pass's cut in for each layer output's cut and its sums for the readout's pools.
+template <class Run>
+ag::Var forward_segment_rows(const Batch& b, bool rows, Run&& run) {
+  if (!rows || !b.keep_grad.defined() || !ag::grad_enabled()) return run(b, nullptr);
+  SegmentPass pass(b);
+  {
+    ag::NoGrad untaped;
+    run(b, &pass);
+  }
+  pass.replay();
+  return run(pass.view(), &pass);
+}
+
 }  // namespace gnn::train
