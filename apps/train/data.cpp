@@ -157,6 +157,23 @@ Tensor producer_features(const Tensor& node_feat) {
 
 namespace {
 
+// t's rows `rows`, in that order (any dtype; a device tensor's rows are gathered there, f32 only).
+Tensor rows_at(const Tensor& t, const std::vector<int64_t>& rows) {
+  if (!t.defined()) return t;
+  const int64_t n = int64_t(rows.size());
+  if (t.device().is_cuda()) {
+    ag::NoGrad ng;
+    return ag::gather_rows(ag::Var(t), Tensor::from_vector(std::vector<int32_t>(rows.begin(), rows.end()))).value();
+  }
+  std::vector<int64_t> shape = t.shape().vec();
+  const size_t row = t.nbytes() / size_t(std::max<int64_t>(1, shape[0]));
+  shape[0] = n;
+  Tensor o = Tensor::empty(Shape(shape), t.dtype());
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(static_cast<char*>(o.data()) + size_t(i) * row, static_cast<const char*>(t.data()) + size_t(rows[size_t(i)]) * row, row);
+  return o;
+}
+
 // The subgraph of m induced by the nodes where keep[v] is set, in their order: their rows, the edges
 // between them, and the configurable nodes among them (a layout config's columns of the others dropped);
 // configs, targets and violation ratios unchanged.
@@ -165,20 +182,9 @@ ModelGraph induced_subgraph(const ModelGraph& m, const std::vector<uint8_t>& kee
   std::vector<int64_t> id(size_t(N), -1), rows;
   for (int64_t v = 0; v < N; ++v)
     if (keep[size_t(v)]) id[size_t(v)] = int64_t(rows.size()), rows.push_back(v);
-  const int64_t n = int64_t(rows.size());
-  auto take_rows = [&](const Tensor& t) {  // t's rows `rows`, in order
-    if (!t.defined()) return t;
-    std::vector<int64_t> s = t.shape().vec();
-    s[0] = n;
-    Tensor o = Tensor::empty(Shape(s), t.dtype());
-    const size_t row = t.nbytes() / size_t(N);
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(static_cast<char*>(o.data()) + size_t(i) * row, static_cast<const char*>(t.data()) + size_t(rows[size_t(i)]) * row, row);
-    return o;
-  };
   ModelGraph s = m;
-  s.x = take_rows(m.x), s.opcode = take_rows(m.opcode), s.layout_dims = take_rows(m.layout_dims);
-  s.producer = take_rows(m.producer);
+  s.x = rows_at(m.x, rows), s.opcode = rows_at(m.opcode, rows), s.layout_dims = rows_at(m.layout_dims, rows);
+  s.producer = rows_at(m.producer, rows);
   std::vector<int64_t> e;
   for (int64_t i = 0; i < m.edges.size(0); ++i) {
     const int64_t u = id[size_t(m.edges.i64()[2 * i])], v = id[size_t(m.edges.i64()[2 * i + 1])];
@@ -425,106 +431,114 @@ Batch Batch::to(Device device) const {
   return b;
 }
 
+namespace {
+
+// Which batch rows a segment view holds: each graph's segment rows S (keep), then their neighbours H in
+// `a` (the GCN graph) outside S, ascending. at[v]: v's row in the view, -1 outside it.
+struct ViewRows {
+  std::vector<int64_t> at, take, ptr{0};  // take[r]: the batch row of view row r; ptr: per graph
+  std::vector<int32_t> halo, halo_view;   // H's batch rows, and their rows in the view
+};
+ViewRows view_rows(const Tensor& keep, const Tensor& graph_ptr, const Graph& a, int64_t nodes) {
+  const int32_t* rp = a.csr_indptr.i32();
+  const int32_t* ri = a.csr_indices.i32();
+  ViewRows v;
+  v.at.assign(static_cast<size_t>(nodes), -1);
+  std::vector<char> seen(static_cast<size_t>(nodes), 0);
+  for (int64_t g = 0; g + 1 < graph_ptr.numel(); ++g) {
+    const int64_t lo = graph_ptr.i64()[g], hi = graph_ptr.i64()[g + 1];
+    std::vector<int32_t> h;
+    for (int64_t u = lo; u < hi; ++u) {
+      if (!keep.u8()[u]) continue;
+      v.at[size_t(u)] = int64_t(v.take.size()), v.take.push_back(u);
+      for (int32_t p = rp[u]; p < rp[u + 1]; ++p)
+        if (!keep.u8()[ri[p]] && !seen[size_t(ri[p])]) seen[size_t(ri[p])] = 1, h.push_back(ri[p]);
+    }
+    std::sort(h.begin(), h.end());
+    for (int32_t u : h) {
+      v.at[size_t(u)] = int64_t(v.take.size());
+      v.halo.push_back(u), v.halo_view.push_back(int32_t(v.take.size())), v.take.push_back(u);
+    }
+    v.ptr.push_back(int64_t(v.take.size()));
+  }
+  return v;
+}
+
+// The view's graphs: the entries of `full` (GCN, with weights) into its S rows, at their weights, and
+// the same entries without the self-loops as its plain graph (A + A^T, weight 1).
+std::pair<Batch::Gcn, Graph> view_graphs(const Batch::Gcn& full, const ViewRows& v, const Tensor& keep) {
+  const int32_t* rp = full.graph.csr_indptr.i32();
+  const int32_t* ri = full.graph.csr_indices.i32();
+  const int64_t n = int64_t(v.take.size());
+  std::vector<int64_t> src, dst, psrc, pdst;
+  std::vector<float> w;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t u = v.take[size_t(r)];
+    if (!keep.u8()[u]) continue;
+    for (int32_t p = rp[u]; p < rp[u + 1]; ++p) {
+      src.push_back(v.at[size_t(ri[p])]), dst.push_back(r), w.push_back(full.weight.f32()[p]);
+      if (ri[p] != u) psrc.push_back(v.at[size_t(ri[p])]), pdst.push_back(r);
+    }
+  }
+  Batch::Gcn g;
+  g.graph = Graph::from_edges(src.data(), dst.data(), int64_t(src.size()), n, "segment view");
+  g.weight = Tensor::empty({g.graph.num_edges}, DType::F32);  // in CSR order: position p holds edge csr_eid[p]
+  for (int64_t p = 0; p < g.graph.num_edges; ++p) g.weight.f32()[p] = w[size_t(g.graph.csr_eid.i32()[p])];
+  return {std::move(g), Graph::from_edges(psrc.data(), pdst.data(), int64_t(psrc.size()), n, "segment view")};
+}
+
+}  // namespace
+
 Batch Batch::segment_view(SegmentRows* rows) const {
   GNN_CHECK(keep_grad.defined() && node_config.defined(), "Batch::segment_view: a layout batch with a segment");
   const Device dev = graph.device();
   const Tensor& keep = keep_grad_host();
-  // The whole batch's GCN graph on the host, with its weights.
-  Gcn full;
+  Gcn full;  // the whole batch's GCN graph on the host, with its weights
   if (dev.is_cpu()) full = gcn();
   else if (gcn_host_) full = *gcn_host_;
   else full.graph = nn::add_self_loops(*host_graph_).graph, full.weight = nn::gcn_norm(full.graph);
-  const int32_t* rp = full.graph.csr_indptr.i32();
-  const int32_t* ri = full.graph.csr_indices.i32();
-  // Each row's place: -1 outside, else its row in the view (each graph's S rows, then its H rows).
-  std::vector<int64_t> at(static_cast<size_t>(nodes), -1), view_ptr{0}, take;  // take: the view's batch rows
-  std::vector<int32_t> halo, halo_view;
-  std::vector<char> in_halo(static_cast<size_t>(nodes), 0);
-  rows->sizes.clear();
-  for (int64_t g = 0; g < graphs; ++g) {
-    const int64_t lo = graph_ptr.i64()[g], hi = graph_ptr.i64()[g + 1];
-    rows->sizes.push_back(hi - lo);
-    for (int64_t v = lo; v < hi; ++v)
-      if (keep.u8()[v]) at[size_t(v)] = int64_t(take.size()), take.push_back(v);
-    std::vector<int32_t> h;
-    for (int64_t v = lo; v < hi; ++v)
-      if (keep.u8()[v])
-        for (int32_t p = rp[v]; p < rp[v + 1]; ++p)
-          if (!keep.u8()[ri[p]] && !in_halo[size_t(ri[p])]) in_halo[size_t(ri[p])] = 1, h.push_back(ri[p]);
-    std::sort(h.begin(), h.end());
-    for (int32_t u : h) at[size_t(u)] = int64_t(take.size()), halo.push_back(u), halo_view.push_back(int32_t(take.size())), take.push_back(u);
-    view_ptr.push_back(int64_t(take.size()));
-  }
-  const int64_t n = int64_t(take.size());
-  rows->halo = Tensor::from_vector(halo);
-  rows->halo_view = Tensor::from_vector(halo_view);
+  const ViewRows v = view_rows(keep, graph_ptr, full.graph, nodes);
+  const int64_t n = int64_t(v.take.size());
+  rows->halo = Tensor::from_vector(v.halo);
+  rows->halo_view = Tensor::from_vector(v.halo_view);
   rows->outside = Tensor::empty({nodes}, DType::U8);
-  for (int64_t v = 0; v < nodes; ++v) rows->outside.u8()[v] = at[size_t(v)] < 0;
+  for (int64_t u = 0; u < nodes; ++u) rows->outside.u8()[u] = v.at[size_t(u)] < 0;
+  rows->sizes.clear();
+  for (int64_t g = 0; g < graphs; ++g) rows->sizes.push_back(graph_ptr.i64()[g + 1] - graph_ptr.i64()[g]);
 
   Batch out;
   out.graphs = graphs, out.configs = configs, out.nodes = n, out.ids = ids;
-  out.graph_ptr = Tensor::from_vector(view_ptr);
+  out.graph_ptr = Tensor::from_vector(v.ptr);
   out.node_graph = Tensor::empty({n}, DType::I32);
   for (int64_t g = 0; g < graphs; ++g)
-    std::fill(out.node_graph.i32() + view_ptr[size_t(g)], out.node_graph.i32() + view_ptr[size_t(g) + 1], int32_t(g));
-  const Tensor take_t = Tensor::from_vector(std::vector<int32_t>(take.begin(), take.end()));
-  auto rows_of = [&](const Tensor& t) {  // t's rows `take`, on t's device
-    if (!t.defined()) return t;
-    if (t.device().is_cuda()) {
-      ag::NoGrad ng;
-      return ag::gather_rows(ag::Var(t), take_t).value();
-    }
-    std::vector<int64_t> shape = t.shape().vec();
-    shape[0] = n;
-    Tensor o = Tensor::empty(Shape(shape), t.dtype());
-    const size_t row = t.nbytes() / size_t(std::max<int64_t>(1, t.size(0)));
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(static_cast<char*>(o.data()) + size_t(i) * row, static_cast<const char*>(t.data()) + size_t(take[size_t(i)]) * row, row);
-    return o;
-  };
-  out.x = rows_of(x), out.node_config = rows_of(node_config);
-  out.opcode = rows_of(opcode), out.node_layout = rows_of(node_layout), out.producer = rows_of(producer);
+    std::fill(out.node_graph.i32() + v.ptr[size_t(g)], out.node_graph.i32() + v.ptr[size_t(g) + 1], int32_t(g));
+  out.x = rows_at(x, v.take), out.node_config = rows_at(node_config, v.take), out.opcode = rows_at(opcode, v.take);
+  out.node_layout = rows_at(node_layout, v.take), out.producer = rows_at(producer, v.take);
+  out.config_host_ = rows_at(node_config_host(), v.take);
   out.violation = violation, out.target = target, out.group_ptr = group_ptr, out.config_ids = config_ids;
   out.part = part, out.parts = parts, out.noise_seed = noise_seed;
-  out.config_host_ = rows_of(node_config_host());
-  // The GCN entries into S rows, at their whole-batch weights (CSR order, as make_block), and the data
-  // edges among the view's rows (both ways) for its plain graph.
-  std::vector<int64_t> src, dst, gsrc, gdst, e;
-  std::vector<float> w;
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t v = take[size_t(r)];
-    if (!keep.u8()[v]) continue;
-    for (int32_t p = rp[v]; p < rp[v + 1]; ++p) {
-      src.push_back(at[size_t(ri[p])]), dst.push_back(r), w.push_back(full.weight.f32()[p]);
-      if (ri[p] != v) gsrc.push_back(at[size_t(ri[p])]), gdst.push_back(r);
-    }
+  std::vector<int64_t> e;  // the data edges among the view's rows (its consumers graph)
+  for (int64_t i = 0; i < edges.size(0); ++i) {
+    const int64_t a = v.at[size_t(edges.i64()[2 * i])], b = v.at[size_t(edges.i64()[2 * i + 1])];
+    if (a >= 0 && b >= 0) e.push_back(a), e.push_back(b);
   }
-  const int64_t* be = edges.i64();
-  for (int64_t i = 0; i < edges.size(0); ++i)
-    if (at[size_t(be[2 * i])] >= 0 && at[size_t(be[2 * i + 1])] >= 0) e.push_back(at[size_t(be[2 * i])]), e.push_back(at[size_t(be[2 * i + 1])]);
   out.edges = Tensor::from_vector(e, Shape{int64_t(e.size() / 2), 2});
-  Gcn vg;
-  vg.graph = Graph::from_edges(src.data(), dst.data(), int64_t(src.size()), n, "segment view");
-  vg.weight = Tensor::empty({vg.graph.num_edges}, DType::F32);
-  for (int64_t p = 0; p < vg.graph.num_edges; ++p) vg.weight.f32()[p] = w[size_t(vg.graph.csr_eid.i32()[p])];
-  Graph plain = Graph::from_edges(gsrc.data(), gdst.data(), int64_t(gsrc.size()), n, "segment view");
-  // The configurable nodes of the view, in the batch's order; then H's other rows as plan seeds.
-  std::vector<int32_t> cn, seeds;
+  // The configurable nodes of the view, in the batch's order; then H's other rows seed its plans.
+  std::vector<int32_t> cn;
   std::vector<int64_t> cptr{0};
-  std::vector<char> seeded(static_cast<size_t>(n), 0);
   for (int64_t g = 0; g < graphs; ++g) {
-    for (int64_t k = config_ptr.i64()[g]; k < config_ptr.i64()[g + 1]; ++k) {
-      const int64_t r = at[size_t(config_nodes.i32()[k])];
-      if (r >= 0) cn.push_back(int32_t(r)), seeded[size_t(r)] = 1;
-    }
+    for (int64_t k = config_ptr.i64()[g]; k < config_ptr.i64()[g + 1]; ++k)
+      if (v.at[size_t(config_nodes.i32()[k])] >= 0) cn.push_back(int32_t(v.at[size_t(config_nodes.i32()[k])]));
     cptr.push_back(int64_t(cn.size()));
   }
-  seeds = cn;
-  for (int32_t r : halo_view)
+  std::vector<int32_t> seeds = cn;
+  std::vector<char> seeded(static_cast<size_t>(n), 0);
+  for (int32_t r : cn) seeded[size_t(r)] = 1;
+  for (int32_t r : v.halo_view)
     if (!seeded[size_t(r)]) seeds.push_back(r);
-  out.config_nodes = Tensor::from_vector(cn);
-  out.config_ptr = Tensor::from_vector(cptr);
+  out.config_nodes = Tensor::from_vector(cn), out.config_ptr = Tensor::from_vector(cptr);
   out.plan_seeds = Tensor::from_vector(seeds);
+  auto [vg, plain] = view_graphs(full, v, keep);
   if (dev.is_cuda()) {
     out.gcn_host_ = std::make_shared<const Gcn>(vg);
     out.host_graph_ = std::make_shared<const Graph>(plain);
