@@ -10,7 +10,6 @@
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "kernels/elementwise.h"
-#include "kernels/norm_embed.h"
 
 namespace gnn::ag {
 

@@ -1,11 +1,11 @@
-// Row gather y[i] = table[index[i]] and its scatter-add backward (kernels/norm_embed.h), also used as
+// Row gather y[i] = table[index[i]] and its scatter-add backward (kernels/embedding.h), also used as
 // gather_rows. The indices are checked here, at the op boundary, on the host; the kernels trust them.
 // On a GPU the index is copied there for the forward, and the backward's ordered inverse of it and its
 // chunk table (built on the host, where the index is) for the gradient: no atomics, the same bits as
 // the CPU.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
-#include "kernels/norm_embed.h"
+#include "kernels/embedding.h"
 
 namespace gnn::ag {
 

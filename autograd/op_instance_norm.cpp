@@ -1,8 +1,8 @@
-// Graph instance norm: per graph of a disjoint union and per channel (kernels/norm_embed.h). On a GPU
+// Graph instance norm: per graph of a disjoint union and per channel (kernels/instance_norm.h). On a GPU
 // the graph_ptr (checked on the host) is copied there for the kernels.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
-#include "kernels/norm_embed.h"
+#include "kernels/instance_norm.h"
 
 namespace gnn::ag {
 

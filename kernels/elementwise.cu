@@ -9,7 +9,8 @@
 #include "kernels/activation.h"
 #include "kernels/cuda_launch.cuh"
 #include "kernels/elementwise.h"
-#include "kernels/norm_embed.h"
+#include "kernels/embedding.h"
+#include "kernels/instance_norm.h"
 #include "kernels/pooling.h"
 
 namespace gnn {

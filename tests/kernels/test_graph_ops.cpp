@@ -2,7 +2,8 @@
 #include <cmath>
 
 #include "graph_cases.h"
-#include "kernels/norm_embed.h"
+#include "kernels/embedding.h"
+#include "kernels/instance_norm.h"
 #include "kernels/pooling.h"
 #include "kernels/rowwise.h"
 #include "kernels/segment_softmax.h"

@@ -1,14 +1,11 @@
-// Graph instance norm and embeddings.
-//   instance norm: per graph g (node rows graph_ptr[g] .. graph_ptr[g+1]-1) and channel f,
-//     y = (x - mean_g) / sqrt(var_g + eps) * gamma[f] + beta[f]   (gamma, beta [F] or null)
-//     dxhat = dy * gamma;  dx = (dxhat - mean_g(dxhat) - xhat * mean_g(dxhat * xhat)) * rstd_g
-//     dgamma = sum over nodes of dy * xhat, dbeta = sum of dy (per graph, then graphs in order)
-//   embedding: y[i, :] = table[idx[i], :];  dtable[k, :] = sum_{i: idx[i] = k} dy[i, :], summed in i order
-//              (in chunks of 64 uses, see embedding_inverse)
-//     through a counting-sort inverse of idx (no atomics: bitwise stable for any thread count)
+// Graph instance norm: per graph g (node rows graph_ptr[g] .. graph_ptr[g+1]-1) and channel f,
+//   y = (x - mean_g) / sqrt(var_g + eps) * gamma[f] + beta[f]   (gamma, beta [F] or null)
+//   dxhat = dy * gamma;  dx = (dxhat - mean_g(dxhat) - xhat * mean_g(dxhat * xhat)) * rstd_g
+//   dgamma = sum over nodes of dy * xhat, dbeta = sum of dy (per graph, then graphs in order)
+// x, y, dx [N, F]; mean, rstd [G, F] (kept by the forward for the backward). A graph with no rows
+// gives mean 0 and rstd 1/sqrt(eps).
 #pragma once
 #include <cmath>
-#include <vector>
 
 #include "base/common.h"
 
@@ -59,19 +56,6 @@ void instance_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T
   }
 }
 
-template <class T>
-void embedding_forward_ref(T* y, const T* table, const int32_t* idx, int64_t n, int64_t F) {
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t f = 0; f < F; ++f) y[i * F + f] = table[int64_t(idx[i]) * F + f];
-}
-
-template <class T>
-void embedding_backward_ref(T* dtable, const T* dy, const int32_t* idx, int64_t n, int64_t K, int64_t F) {
-  for (int64_t k = 0; k < K * F; ++k) dtable[k] = 0;
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t f = 0; f < F; ++f) dtable[int64_t(idx[i]) * F + f] += dy[i * F + f];
-}
-
 void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* gamma,
                                const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, float eps);
 void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
@@ -86,25 +70,5 @@ void instance_norm_forward_cuda(float* y, float* mean, float* rstd, const float*
 void instance_norm_backward_cuda(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                                  const float* mean, const float* rstd, const float* gamma, const int64_t* graph_ptr,
                                  int64_t G, int64_t F, float* workspace, Stream stream);
-// idx values must lie in [0, K): callers check at the op boundary.
-void embedding_forward_cpu(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F);
-void embedding_forward_cuda(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F, Stream stream);
-void embedding_backward_cpu(float* dtable, const float* dy, const int32_t* idx, int64_t n, int64_t K, int64_t F);
-// The inverse of idx as a CSR: the uses of row k are uses[ptr[k] .. ptr[k+1]), in increasing i
-// (a stable counting sort). ptr has K + 1 entries, uses n. Both backward kernels sum in that order, in
-// chunks of kEmbedChunk uses: each chunk summed in order, then the row's chunks in order. An opcode
-// embedding has a hundred rows and some of them tens of thousands of uses; the chunks let the GPU spread
-// such a row over many threads, and the CPU adds in the same order, so both give the same bits.
-// chunk_ptr (K + 1 entries, may be null): row k's chunks are chunk_ptr[k] .. chunk_ptr[k+1]; returns
-// the number of chunks.
-inline constexpr int64_t kEmbedChunk = 64;
-int64_t embedding_inverse(const int32_t* idx, int64_t n, int64_t K, int64_t* ptr, int64_t* uses,
-                          int64_t* chunk_ptr = nullptr);
-// CUDA: one thread per (chunk, f) sums a chunk into workspace [chunks, F], then one per (k, f) adds
-// row k's chunks (ptr, uses and chunk_ptr on the device, from embedding_inverse): no atomics, the same
-// bits as the CPU.
-void embedding_backward_cuda(float* dtable, const float* dy, const int64_t* ptr, const int64_t* uses,
-                             const int64_t* chunk_ptr, int64_t chunks, int64_t K, int64_t F, float* workspace,
-                             Stream stream);
 
 }  // namespace gnn
