@@ -25,7 +25,7 @@ endfunction()
 
 set(_emu_sources ${GNN_HOST_SOURCES} emu/cuda_emu.cpp emu/nccl_emu.cpp)
 set(_emu_generated)
-foreach(f ${GNN_CUDA_SOURCES} kernels/cuda_launch.cuh)
+foreach(f ${GNN_CUDA_SOURCES} ${GNN_CUDA_HEADERS})
   if(f MATCHES "\\.(cu|cuh)$")
     gnn_emu_rewrite(${f} out)
     list(APPEND _emu_generated ${out})
@@ -35,7 +35,7 @@ foreach(f ${GNN_CUDA_SOURCES} kernels/cuda_launch.cuh)
 endforeach()
 
 add_library(gnn_core_emu STATIC ${_emu_sources} ${_emu_generated})
-# the rewritten cuda_launch.cuh before the original; the emulator's cuda_runtime.h, cublas_v2.h, cusparse.h
+# the rewritten .cuh headers before the originals; the emulator's cuda_runtime.h, cublas_v2.h, cusparse.h
 target_include_directories(gnn_core_emu BEFORE PRIVATE ${_emu_out})
 target_include_directories(gnn_core_emu PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/emu/include)
 gnn_core_settings(gnn_core_emu)
