@@ -1,11 +1,11 @@
 // Inverted dropout: y = x * m / (1 - p), m ~ Bernoulli(1 - p) per element; dx = dy * m / (1 - p).
-// The mask is a counter-based hash of (one draw of the caller's Rng, element index) (kernels/elementwise.h):
+// The mask is a counter-based hash of (one draw of the caller's Rng, element index) (kernels/dropout.h):
 // a seed fixes every mask of a run, the host and the GPU draw the same masks, and the backward recomputes
 // the mask from the same draw instead of keeping n values. Not training, or p = 0: y is x itself (no
 // copy, nothing recorded).
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
-#include "kernels/elementwise.h"
+#include "kernels/dropout.h"
 
 namespace gnn::ag {
 

@@ -1,9 +1,10 @@
-// The host dropout map (kernels/elementwise.h: a 32-bit hash of seed and index per element, no mask
+// The host dropout map (kernels/dropout.h: a 32-bit hash of seed and index per element, no mask
 // kept) beside one multiply pass over the same arrays (mul_to: the memory floor of y = x * mask).
 #include <benchmark/benchmark.h>
 
 #include <vector>
 
+#include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 
 using namespace gnn;

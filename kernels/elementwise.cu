@@ -1,4 +1,4 @@
-// Elementwise arithmetic, column sums, dropout and the column plumbing of the autograd ops on the GPU
+// Elementwise arithmetic, column sums and the column plumbing of the autograd ops on the GPU
 // (kernels/elementwise.h): a thread per element in a grid-stride loop, except the column sums (8 warps
 // per 32 columns and row slice, kernels/column_sum.cuh), head_dot (a few lanes per row and head) and sum
 // (one block, a fixed tree).
@@ -89,11 +89,6 @@ __global__ void head_dot_bwd_kernel(float* dx, float* prod, const float* dy, con
 __global__ void mask_rows_kernel(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W) {
   GNN_GRID_STRIDE(t, R * W)
     dx[t] = __ldg(keep + t / W) ? __ldg(dy + t) : 0.0f;
-}
-
-__global__ void dropout_kernel(float* y, const float* x, int64_t n, uint32_t key, uint32_t threshold, float scale) {
-  GNN_GRID_STRIDE(i, n)
-    y[i] = __ldg(x + i) * (dropout_drops(key, i, threshold) ? 0.0f : scale);
 }
 
 // One block: thread t sums x[t], x[t + 1024], ..., then a fixed tree over the 1024 partials.
@@ -187,11 +182,6 @@ void join_configs_cuda(float* y, const float* x, const float* c, int64_t N, int6
 
 void mask_rows_cuda(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W, Stream stream) {
   GNN_LAUNCH_N("mask_rows_cuda", R * W, mask_rows_kernel, dx, dy, keep, R, W);
-}
-
-void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale,
-                        Stream stream) {
-  GNN_LAUNCH_N("dropout_apply_cuda", n, dropout_kernel, y, x, n, dropout_key(seed), threshold, scale);
 }
 
 void sum_cuda(float* out, const float* x, int64_t n, Stream stream) {

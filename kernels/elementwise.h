@@ -1,7 +1,9 @@
 // Elementwise arithmetic on n values, the glue between the graph kernels: y = a*x + b*y, products,
-// broadcasts of a row vector over rows, column sums. Templates, so the autograd ops run them in float
-// (the fast path) and in double (gradient checks). Memory-bound: one pass, OpenMP above 64k values.
-// Column sums add per fixed chunk of rows, then chunks in order: bitwise stable for any thread count.
+// broadcasts of a row vector over rows, column sums, sums; and the CUDA side of the autograd ops'
+// column plumbing. The host versions are templates, so the autograd ops run them in float (the fast
+// path) and in double (gradient checks): each is its own reference, and there is no _cpu.cpp.
+// Memory-bound: one pass, OpenMP above 64k values. Column sums add per fixed chunk of rows, then
+// chunks in order: bitwise stable for any thread count. CUDA versions: kernels/elementwise.cu.
 #pragma once
 #include <algorithm>
 #include <vector>
@@ -53,33 +55,6 @@ void column_sum(T* out, const T* x, int64_t R, int64_t F, bool accumulate = fals
   }
 }
 
-// Dropout from a counter-based hash: element i is zeroed when the top 24 bits of h(i) fall below
-// `threshold` (p * 2^24) and scaled by `scale` (1 / (1 - p)) otherwise, y = x * (0 or scale) as a mask
-// product would (a NaN stays NaN). h is a 32-bit mixer (lowbias32, C. Wellons) of i plus a key from
-// the seed: a decision depends only on (seed, i), so the host and the GPU draw the same mask in any
-// order and with any thread count, and the backward (the same map applied to dy) recomputes the mask
-// instead of keeping it. 32-bit arithmetic keeps the host loop vectorised (x86 has no packed 64-bit
-// multiply before AVX-512): at n = 16M on the 2-core dev machine, 11.4 ms (gnn_bench BM_dropout_apply;
-// one multiply pass y = x * m, BM_floor_multiply: 6.9 ms), where the previous op, xoshiro streams drawn
-// into a mask and then multiplied, took 30.5-31.5 ms, and a 64-bit splitmix hash per element 40.5 ms.
-GNN_HD inline uint32_t dropout_key(uint64_t seed) { return uint32_t(seed) ^ (uint32_t(seed >> 32) * 0x85ebca6bu); }
-GNN_HD inline bool dropout_drops(uint32_t key, int64_t i, uint32_t threshold) {
-  uint32_t h = uint32_t(i) + key + uint32_t(uint64_t(i) >> 32) * 0x9e3779b9u;
-  h ^= h >> 16;
-  h *= 0x7feb352du;
-  h ^= h >> 15;
-  h *= 0x846ca68bu;
-  h ^= h >> 16;
-  return (h >> 8) < threshold;
-}
-
-template <class T>
-void dropout_apply(T* y, const T* x, int64_t n, uint64_t seed, uint32_t threshold, T scale) {
-  const uint32_t key = dropout_key(seed);
-#pragma omp parallel for simd if (n > kElementwiseGrain)
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * (dropout_drops(key, i, threshold) ? T(0) : scale);
-}
-
 // CUDA versions, f32 on `stream`: y = a + sb b, y = a * b, y[r, f] = x[r, f] + row[f], and
 // out[f] (+)= sum_r x[r, f] (8 warps per 32 columns and row slice, each summing a fixed stride of rows,
 // the partials combined in warp order, then in slice order: the same bits on every run).
@@ -118,8 +93,6 @@ void mask_rows_cuda(float* dx, const float* dy, const uint8_t* keep, int64_t R, 
 void join_configs_cuda(float* y, const float* x, const float* c, int64_t N, int64_t A, int64_t B, int64_t C,
                        Stream stream);
 void sum_cuda(float* out, const float* x, int64_t n, Stream stream);
-void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale,
-                        Stream stream);
 
 template <class T>
 T sum_all(const T* x, int64_t n) {  // in fixed chunks, then in order: bitwise stable

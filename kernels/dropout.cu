@@ -1,0 +1,24 @@
+// Dropout on the GPU (kernels/dropout.h): a thread per element, each deciding from (seed, i) alone with
+// the host's hash, so the GPU draws the host's mask bit for bit and nothing is stored between the
+// forward and the backward.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda_launch.cuh"
+#include "kernels/dropout.h"
+
+namespace gnn {
+namespace {
+
+__global__ void dropout_kernel(float* y, const float* x, int64_t n, uint32_t key, uint32_t threshold, float scale) {
+  GNN_GRID_STRIDE(i, n)
+    y[i] = __ldg(x + i) * (dropout_drops(key, i, threshold) ? 0.0f : scale);
+}
+
+}  // namespace
+
+void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale,
+                        Stream stream) {
+  GNN_LAUNCH_N("dropout_apply_cuda", n, dropout_kernel, y, x, n, dropout_key(seed), threshold, scale);
+}
+
+}  // namespace gnn
