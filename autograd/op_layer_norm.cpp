@@ -1,8 +1,8 @@
-// Layer norm over each row's F values with optional gamma, beta [F] (kernels/rowwise.h); the CUDA
+// Layer norm over each row's F values with optional gamma, beta [F] (kernels/layer_norm.h); the CUDA
 // kernels for inputs on a GPU.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
-#include "kernels/rowwise.h"
+#include "kernels/layer_norm.h"
 
 namespace gnn::ag {
 

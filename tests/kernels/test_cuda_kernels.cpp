@@ -12,6 +12,7 @@
 #include "kernels/gemm.h"
 #include "kernels/embedding.h"
 #include "kernels/instance_norm.h"
+#include "kernels/layer_norm.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/pooling.h"

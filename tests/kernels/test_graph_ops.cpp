@@ -4,6 +4,7 @@
 #include "graph_cases.h"
 #include "kernels/embedding.h"
 #include "kernels/instance_norm.h"
+#include "kernels/layer_norm.h"
 #include "kernels/pooling.h"
 #include "kernels/rowwise.h"
 #include "kernels/segment_softmax.h"

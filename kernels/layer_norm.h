@@ -1,0 +1,66 @@
+// Layer norm over each row of x [R, F]:
+//   y = (x - mean) / sqrt(var + eps) * gamma + beta  (gamma, beta [F] or null)
+//   dxhat = dy * gamma;  dx = (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) / sqrt(var + eps)
+//   dgamma = sum_r dy * xhat, dbeta = sum_r dy   (per fixed row chunk, then in order)
+// mean, rstd [R] are kept by the forward for the backward.
+#pragma once
+#include <algorithm>
+#include <cmath>
+
+#include "base/common.h"
+
+namespace gnn {
+
+template <class T>
+void layer_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta, int64_t R, int64_t F,
+                            T eps) {
+  for (int64_t r = 0; r < R; ++r) {
+    T m = 0, v = 0;
+    for (int64_t f = 0; f < F; ++f) m += x[r * F + f];
+    m /= T(F);
+    for (int64_t f = 0; f < F; ++f) v += (x[r * F + f] - m) * (x[r * F + f] - m);
+    const T rs = T(1) / std::sqrt(v / T(F) + eps);
+    mean[r] = m, rstd[r] = rs;
+    for (int64_t f = 0; f < F; ++f)
+      y[r * F + f] = (x[r * F + f] - m) * rs * (gamma ? gamma[f] : T(1)) + (beta ? beta[f] : T(0));
+  }
+}
+
+template <class T>
+void layer_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean, const T* rstd,
+                             const T* gamma, int64_t R, int64_t F) {
+  if (dgamma)
+    for (int64_t f = 0; f < F; ++f) dgamma[f] = 0;
+  if (dbeta)
+    for (int64_t f = 0; f < F; ++f) dbeta[f] = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    T a = 0, b = 0;
+    for (int64_t f = 0; f < F; ++f) {
+      const T xh = (x[r * F + f] - mean[r]) * rstd[r], g = dy[r * F + f] * (gamma ? gamma[f] : T(1));
+      a += g, b += g * xh;
+      if (dgamma) dgamma[f] += dy[r * F + f] * xh;
+      if (dbeta) dbeta[f] += dy[r * F + f];
+    }
+    a /= T(F), b /= T(F);
+    for (int64_t f = 0; f < F; ++f) {
+      const T xh = (x[r * F + f] - mean[r]) * rstd[r], g = dy[r * F + f] * (gamma ? gamma[f] : T(1));
+      dx[r * F + f] = (g - a - xh * b) * rstd[r];
+    }
+  }
+}
+
+void layer_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                            int64_t R, int64_t F, float eps);
+void layer_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                             const float* mean, const float* rstd, const float* gamma, int64_t R, int64_t F);
+// CUDA layer norm: a warp per row; dgamma and dbeta are column sums (in a fixed order) of dy * xhat,
+// staged in workspace [R, F], and of dy. workspace: layer_norm_backward_workspace_cuda(R, F) floats
+// (may be null when dgamma and dbeta both are).
+int64_t layer_norm_backward_workspace_cuda(int64_t R, int64_t F);
+void layer_norm_forward_cuda(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                             int64_t R, int64_t F, float eps, Stream stream);
+void layer_norm_backward_cuda(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                              const float* mean, const float* rstd, const float* gamma, int64_t R, int64_t F,
+                              float* workspace, Stream stream);
+
+}  // namespace gnn
