@@ -1,10 +1,22 @@
+// Activations (kernels/activation.h): hand-worked values, the CPU kernels against the double
+// reference, each derivative against finite differences, the CUDA kernels (and bias_act, the dense
+// layer's epilogue) against the reference, and the autograd op on the GPU against the host.
 #include <cmath>
 
+#include "autograd/device_check.h"
+#include "device_buffers.h"
 #include "graph_cases.h"
 #include "kernels/activation.h"
+#include "kernels/elementwise.h"
+#include "runtime/cuda.h"
 #include "testing.h"
 
 using namespace gnn;
+using testing::nan_gpu;
+using testing::on_gpu;
+using testing::same_bits;
+using testing::check_op;
+using testing::rand;
 
 namespace {
 const Act kAll[] = {Act::kNone, Act::kRelu, Act::kLeakyRelu, Act::kElu, Act::kGelu, Act::kSigmoid, Act::kTanh};
@@ -44,4 +56,77 @@ TEST_CASE("activations: fast CPU matches the reference, derivatives match finite
       CHECK(act_derivative(a, v, 0.2) == doctest::Approx(fd).epsilon(1e-6));
     }
   }
+}
+
+TEST_CASE("cuda activations match their references") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  const int64_t n = 100003;
+  const auto x = testing::random_values<float>(size_t(n), 1, -4.0f, 4.0f), dy = testing::random_values<float>(size_t(n), 2);
+  const Tensor gx = on_gpu(x), gdy = on_gpu(dy);
+  for (Act a : {Act::kNone, Act::kRelu, Act::kLeakyRelu, Act::kElu, Act::kGelu, Act::kSigmoid, Act::kTanh}) {
+    CAPTURE(act_name(a));
+    std::vector<double> yd(static_cast<size_t>(n)), dxd(static_cast<size_t>(n));
+    const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end());
+    act_forward_ref<double>(yd.data(), xd.data(), n, a, 0.1);
+    act_backward_ref<double>(dxd.data(), dyd.data(), xd.data(), n, a, 0.1);
+    Tensor y = nan_gpu(n), dx = nan_gpu(n);
+    act_forward_cuda(y.f32(), gx.f32(), n, a, 0.1f, s);
+    act_backward_cuda(dx.f32(), gdy.f32(), gx.f32(), n, a, 0.1f, s);
+    GNN_CHECK_CLOSE(y.to_vector<float>(), yd);
+    GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
+  }
+#endif
+}
+
+TEST_CASE("cuda activations: bias_act, the dense layer's epilogue, matches the double reference") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  // R x F with R wider than a block's 8 warps of rows and F not a multiple of 32; F = 1 and a 1-row case;
+  // the bias gradient's column sums over one slice (R <= 64), a few and the most slices (256, with a
+  // short last one)
+  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {7, 3}, {64, 5}, {65, 40}, {1000, 33}, {3, 1000}, {20000, 7}, {100003, 32}}) {
+    CAPTURE(R);
+    CAPTURE(F);
+    const int64_t n = R * F;
+    const auto a = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f);
+    const auto row = testing::random_values<float>(size_t(F), 3), dy = testing::random_values<float>(size_t(n), 4);
+    const Tensor ga = on_gpu(a), grow = on_gpu(row), gdy = on_gpu(dy);
+    std::vector<double> bias(static_cast<size_t>(n));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t f = 0; f < F; ++f) bias[size_t(r * F + f)] = double(a[size_t(r * F + f)]) + double(row[size_t(f)]);
+    const int64_t nws = column_sum_workspace_cuda(R, F);
+    Tensor ws = nan_gpu(std::max<int64_t>(nws, 1));
+    float* wsp = nws ? ws.f32() : nullptr;
+    const std::vector<double> ad(a.begin(), a.end()), dyd(dy.begin(), dy.end());
+    // the dense layer's epilogue: y = act(a + row) (z keeps a + row), dx = dy act'(a + row), db = sums of dx
+    const std::vector<double> rowd(row.begin(), row.end());
+    for (Act act : {Act::kLeakyRelu, Act::kGelu}) {
+      CAPTURE(act_name(act));
+      std::vector<double> yd(static_cast<size_t>(n)), dxd(static_cast<size_t>(n)), dbd(static_cast<size_t>(F));
+      bias_act_forward_ref<double>(yd.data(), ad.data(), rowd.data(), R, F, act, 0.1);
+      bias_act_backward_ref<double>(dxd.data(), dbd.data(), dyd.data(), ad.data(), rowd.data(), R, F, act, 0.1);
+      Tensor yb = nan_gpu(n), zb = nan_gpu(n), dxb = nan_gpu(n), dxn = nan_gpu(n), db = nan_gpu(F);
+      bias_act_forward_cuda(yb.f32(), zb.f32(), ga.f32(), grow.f32(), R, F, act, 0.1f, s);
+      bias_act_backward_cuda(dxb.f32(), db.f32(), gdy.f32(), ga.f32(), grow.f32(), R, F, act, 0.1f, wsp, s);
+      bias_act_backward_cuda(dxn.f32(), nullptr, gdy.f32(), ga.f32(), grow.f32(), R, F, act, 0.1f, nullptr, s);
+      GNN_CHECK_CLOSE(yb.to_vector<float>(), yd, 1e-4, 1e-4);
+      GNN_CHECK_CLOSE(zb.to_vector<float>(), bias, 1e-4, 1e-4);
+      GNN_CHECK_CLOSE(dxb.to_vector<float>(), dxd, 1e-4, 1e-4);
+      GNN_CHECK_CLOSE(db.to_vector<float>(), dbd, 1e-4, 1e-4);
+      CHECK(same_bits(dxn.to_vector<float>(), dxb.to_vector<float>()));  // without db: the same dx
+    }
+  }
+#endif
+}
+
+TEST_CASE("cuda ops: bias_act matches the host, value and gradient") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor a = rand({37, 24}, 1), bias = rand({24}, 3);
+  for (Act act : {Act::kNone, Act::kLeakyRelu, Act::kGelu})  // 37 rows: one slice; 9000: column sums in slices
+    for (const Tensor& x : {a, rand({9000, 24}, 14)})
+      check_op("bias_act", {x, bias}, [act](auto& v, auto&) { return ag::bias_act(v[0], v[1], act, 0.1); });
 }

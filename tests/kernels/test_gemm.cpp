@@ -1,11 +1,16 @@
+// Dense GEMM (kernels/gemm.h): each CPU micro-kernel and cuBLAS against the double reference, every
+// transpose, alpha and beta, empty dimensions, and the same bits for any thread count.
 #include <cmath>
 
+#include "device_buffers.h"
 #include "gemm_check.h"
 #include "kernels/gemm.h"
+#include "runtime/cuda.h"
 #include "runtime/parallel.h"
 #include "testing.h"
 
 using namespace gnn;
+using testing::on_gpu;
 
 namespace {
 
@@ -98,4 +103,24 @@ TEST_CASE("gemm: row-major A read in place gives the same bits as transposed A p
       CHECK(c1 == c2);
     }
   }
+}
+
+TEST_CASE("cuda gemm: cuBLAS FP32 matches the double reference for every transpose, alpha and beta") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  set_gemm_tf32(false);
+  // The device run copies the host buffers over, multiplies, and copies C back.
+  const testing::GemmRun on_device = [](bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+    const auto upload = [](const float* p, int64_t n) { return on_gpu(std::vector<float>(p, p + n)); };
+    Tensor gA = upload(A, (ta ? K : M) * lda), gB = upload(B, (tb ? N : K) * ldb), gC = upload(C, M * ldc);
+    gemm_cuda(ta, tb, M, N, K, alpha, gA.f32(), lda, gB.f32(), ldb, beta, gC.f32(), ldc, cuda_stream(0));
+    const auto got = gC.to_vector<float>();
+    std::copy(got.begin(), got.end(), C);
+  };
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {7, 13, 5}, {257, 129, 65}, {1000, 64, 300}})
+        for (float beta : {0.0f, 0.5f}) testing::check_gemm_case("cublas", on_device, ta, tb, M, N, K, 1.5f, beta, 3);
+#endif
 }

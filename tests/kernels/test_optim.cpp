@@ -1,15 +1,31 @@
 // The many-tensor optimiser passes (kernels/optim.h) on the host against the per-tensor references:
-// tensors on both sides of a chunk border and empty ones, f32 and f64, any thread count.
+// tensors on both sides of a chunk border and empty ones, f32 and f64, any thread count; and on the GPU
+// against the host passes.
 #include <cmath>
+#include <cstring>
 
+#include "device_buffers.h"
 #include "kernels/graph_cases.h"
 #include "kernels/optim.h"
+#include "runtime/cuda.h"
 #include "runtime/parallel.h"
 #include "testing.h"
 
 using namespace gnn;
+using testing::nan_gpu;
+using testing::on_gpu;
+using testing::same_bits;
 
 namespace {
+
+// A many-tensor entry list copied to the device as bytes.
+template <class E>
+Tensor list_on_gpu(std::vector<E>& list) {
+  plan_chunks(list.data(), int64_t(list.size()));
+  std::vector<uint8_t> bytes(list.size() * sizeof(E));
+  std::memcpy(bytes.data(), list.data(), bytes.size());
+  return on_gpu(bytes);
+}
 
 // Sizes around the chunk border, an empty tensor between two others, and one of several chunks.
 const std::vector<int64_t> kSizes = {0, 1, kMultiChunk - 1, kMultiChunk, 0, kMultiChunk + 1, 3, 3 * kMultiChunk + 17};
@@ -120,4 +136,86 @@ TEST_CASE("plan_chunks of an empty list and of empty tensors only is zero chunks
   std::vector<ScaleTensor<float>> empty(3, ScaleTensor<float>{nullptr, nullptr, 0, -1});
   CHECK(plan_chunks(empty.data(), 3) == 0);
   scale_multi_cpu(empty.data(), 3, 0, 2.0);  // nothing to do, nothing touched
+}
+
+TEST_CASE("cuda many-tensor Adam, SGD, sums of squares and scaling match the host passes") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  // sizes on both sides of the chunk border, empty tensors between others, one of several chunks
+  const std::vector<int64_t> sizes = {0, 1, kMultiChunk - 1, kMultiChunk, 0, kMultiChunk + 1, 3, 3 * kMultiChunk + 17};
+  const int64_t K = int64_t(sizes.size());
+  std::vector<std::vector<float>> w, g;
+  std::vector<std::vector<double>> m, v;
+  std::vector<Tensor> gw, gg, gm, gv;
+  for (int64_t k = 0; k < K; ++k) {
+    w.push_back(testing::random_values<float>(size_t(sizes[k]), 10 + uint32_t(k)));
+    g.push_back(testing::random_values<float>(size_t(sizes[k]), 30 + uint32_t(k)));
+    m.emplace_back(size_t(sizes[k]), 0.0), v.emplace_back(size_t(sizes[k]), 0.0);
+    gw.push_back(on_gpu(w[k])), gg.push_back(on_gpu(g[k])), gm.push_back(on_gpu(m[k])), gv.push_back(on_gpu(v[k]));
+  }
+  for (int t = 1; t <= 3; ++t) {  // Adam on even tensors, AdamW on odd ones, each with its own step count
+    std::vector<AdamTensor<float>> list, host;
+    for (int64_t k = 0; k < K; ++k) {
+      const int tk = t + int(k);
+      const AdamStep st{1e-2, 0.9, 0.999, 1e-8, 1e-3 * double(k), 1 - std::pow(0.9, tk), 1 - std::pow(0.999, tk), k % 2 == 1};
+      list.push_back({gw[k].f32(), gg[k].f32(), gm[k].f64(), gv[k].f64(), sizes[k], -1, st});
+      host.push_back({w[k].data(), g[k].data(), m[k].data(), v[k].data(), sizes[k], -1, st});
+    }
+    const Tensor dl = list_on_gpu(list);
+    adam_multi_cuda(static_cast<const AdamTensor<float>*>(dl.data()), K, plan_chunks(list.data(), K), s);
+    adam_multi_cpu(host.data(), K, plan_chunks(host.data(), K));
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    CAPTURE(k);
+    GNN_CHECK_CLOSE(gw[k].to_vector<float>(), w[k], 1e-6, 1e-6);
+    GNN_CHECK_CLOSE(gm[k].to_vector<double>(), m[k], 1e-12, 1e-9);
+    GNN_CHECK_CLOSE(gv[k].to_vector<double>(), v[k], 1e-12, 1e-9);
+  }
+  for (int t = 1; t <= 2; ++t) {  // SGD, momentum buffers on even tensors only
+    std::vector<SgdTensor<float>> list, host;
+    for (int64_t k = 0; k < K; ++k) {
+      const SgdStep st{0.1, 0.9, 1e-4, t == 1};
+      list.push_back({gw[k].f32(), gg[k].f32(), k % 2 ? nullptr : gm[k].f64(), sizes[k], -1, st});
+      host.push_back({w[k].data(), g[k].data(), k % 2 ? nullptr : m[k].data(), sizes[k], -1, st});
+    }
+    const Tensor dl = list_on_gpu(list);
+    sgd_multi_cuda(static_cast<const SgdTensor<float>*>(dl.data()), K, plan_chunks(list.data(), K), s);
+    sgd_multi_cpu(host.data(), K, plan_chunks(host.data(), K));
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    CAPTURE(k);
+    GNN_CHECK_CLOSE(gw[k].to_vector<float>(), w[k], 1e-6, 1e-6);
+    GNN_CHECK_CLOSE(gm[k].to_vector<double>(), m[k], 1e-12, 1e-9);
+  }
+  {  // per-chunk sums of squares (NaN-filled), twice for the same bits; then scaling, odd tensors in place
+    std::vector<SumSquaresTensor<float>> list, host;
+    for (int64_t k = 0; k < K; ++k) list.push_back({gg[k].f32(), sizes[k], -1}), host.push_back({g[k].data(), sizes[k], -1});
+    const int64_t chunks = plan_chunks(host.data(), K);
+    const Tensor dl = list_on_gpu(list);
+    std::vector<double> want(static_cast<size_t>(chunks));
+    sum_squares_multi_cpu(want.data(), host.data(), K, chunks);
+    std::vector<std::vector<double>> runs;
+    for (int r = 0; r < 2; ++r) {
+      Tensor part = Tensor::full({chunks}, NAN, DType::F64, Device::cuda(0));
+      sum_squares_multi_cuda(part.f64(), static_cast<const SumSquaresTensor<float>*>(dl.data()), K, chunks, s);
+      runs.push_back(part.to_vector<double>());
+    }
+    GNN_CHECK_CLOSE(runs[0], want, 1e-13, 1e-12);
+    CHECK(runs[0] == runs[1]);
+    std::vector<ScaleTensor<float>> scale;
+    std::vector<Tensor> out;
+    for (int64_t k = 0; k < K; ++k) {
+      out.push_back(k % 2 ? gg[k] : nan_gpu(sizes[k]));
+      scale.push_back({out.back().f32(), gg[k].f32(), sizes[k], -1});
+    }
+    const Tensor sl = list_on_gpu(scale);
+    scale_multi_cuda(static_cast<const ScaleTensor<float>*>(sl.data()), K, plan_chunks(scale.data(), K), -0.3, s);
+    for (int64_t k = 0; k < K; ++k) {
+      std::vector<float> want_k(g[k].size());
+      for (size_t i = 0; i < want_k.size(); ++i) want_k[i] = float(double(g[k][i]) * -0.3);
+      CHECK(out[k].to_vector<float>() == want_k);  // one double product rounded to float: exact
+    }
+  }
+#endif
 }

@@ -1,12 +1,24 @@
+// The fused SAGE layer (kernels/sage.h): equal to its composition, its reference backward against
+// finite differences, the same bits on any thread count, the CUDA kernels against the double
+// reference, and the autograd op on the GPU against the host.
 #include <cmath>
+#include <cstring>
 
+#include "autograd/device_check.h"
+#include "device_buffers.h"
 #include "graph_cases.h"
 #include "kernels/sage.h"
+#include "runtime/cuda.h"
 #include "runtime/parallel.h"
 #include "testing.h"
 
 using namespace gnn;
 using testing::csr_view;
+using testing::nan_gpu;
+using testing::on_gpu;
+using testing::same_bits;
+using testing::check_op;
+using testing::rand;
 
 TEST_CASE("sage: the fused layer equals the composed one (mean gather, concat, GEMM, bias, activation)") {
   for (const auto& c : testing::standard_graph_cases(5)) {
@@ -114,4 +126,82 @@ TEST_CASE("sage: fused forward and backward are bitwise identical for any thread
   }
   set_num_threads(saved);
   CHECK(out[0] == out[1]);
+}
+
+TEST_CASE("cuda fused sage: forward (training and inference) and backward match the double reference") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  for (const auto& c : testing::standard_graph_cases(5)) {
+    CAPTURE(c.name);
+    const Graph dg = c.graph.to(Device::cuda(0));
+    const CsrView hv = testing::csr_view(c.graph), dv = ag::csr_view(dg);
+    const int64_t N = c.graph.num_nodes;
+    for (auto [F, O] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 8}, {33, 17}, {128, 64}}) {
+      for (Act act : {Act::kNone, Act::kRelu, Act::kGelu}) {
+        for (bool bias : {false, true}) {
+          CAPTURE(F);
+          CAPTURE(O);
+          CAPTURE(act_name(act));
+          CAPTURE(bias);
+          const auto x = testing::random_values<float>(size_t(N * F), 1);
+          const auto W = testing::random_values<float>(size_t(2 * F * O), 2, -0.5f, 0.5f);
+          const auto b = testing::random_values<float>(size_t(O), 3);
+          const auto dy = testing::random_values<float>(size_t(N * O), 4);
+          const std::vector<double> xd(x.begin(), x.end()), Wd(W.begin(), W.end()), bd(b.begin(), b.end()),
+              dyd(dy.begin(), dy.end());
+          std::vector<double> yd(size_t(N * O)), zd(size_t(N * O)), dxd(size_t(N * F)), dWd(size_t(2 * F * O)),
+              dbd(static_cast<size_t>(O));
+          sage_forward_ref<double>(yd.data(), zd.data(), xd.data(), hv, Wd.data(), bias ? bd.data() : nullptr, F, O,
+                                   act, 0.01);
+          sage_backward_ref<double>(dxd.data(), dWd.data(), bias ? dbd.data() : nullptr, dyd.data(), zd.data(),
+                                    xd.data(), hv, Wd.data(), F, O, act, 0.01);
+          const Tensor gx = on_gpu(x), gW = on_gpu(W), gb = on_gpu(b), gdy = on_gpu(dy);
+          const float* bp = bias ? gb.f32() : nullptr;
+          Tensor y = nan_gpu(N * O), z = nan_gpu(N * O), h = nan_gpu(N * 2 * F), dx = nan_gpu(N * F),
+                 dW = nan_gpu(2 * F * O), db = nan_gpu(O), ws = nan_gpu(sage_backward_workspace_cuda(N, F, O));
+          sage_forward_cuda(y.f32(), z.f32(), h.f32(), nullptr, gx.f32(), dv, gW.f32(), bp, F, O, act, 0.01f, s);
+          sage_backward_cuda(dx.f32(), dW.f32(), bias ? db.f32() : nullptr, gdy.f32(), z.f32(), h.f32(), dv, gW.f32(),
+                             F, O, act, 0.01f, ws.f32(), s);
+          const std::vector<float> yv = y.to_vector<float>();
+          GNN_CHECK_CLOSE(yv, yd, 1e-4, 1e-4);
+          GNN_CHECK_CLOSE(z.to_vector<float>(), zd, 1e-4, 1e-4);
+          GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd, 1e-4, 1e-4);
+          GNN_CHECK_CLOSE(dW.to_vector<float>(), dWd, 1e-3, 1e-3);  // sums over all N rows
+          if (bias) GNN_CHECK_CLOSE(db.to_vector<float>(), dbd, 1e-3, 1e-3);
+          // inference: no z or h, the same y bits
+          Tensor y_only = nan_gpu(N * O), scratch = nan_gpu(N * 2 * F);
+          sage_forward_cuda(y_only.f32(), nullptr, nullptr, scratch.f32(), gx.f32(), dv, gW.f32(), bp, F, O, act, 0.01f,
+                            s);
+          CHECK(same_bits(y_only.to_vector<float>(), yv));
+        }
+      }
+    }
+  }
+#endif
+}
+
+TEST_CASE("cuda ops: fused SAGE (training and inference) matches the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Graph g = testing::random_graph(300, 2400, 35, true);
+  const Tensor x = rand({300, 24}, 36), W = rand({48, 20}, 37), b = rand({20}, 38);
+  for (Act act : {Act::kRelu, Act::kGelu, Act::kNone}) {
+    CAPTURE(act_name(act));
+    check_op("sage_fused", {x, W, b}, [act](auto& v, const Graph& g) { return ag::sage_fused(g, v[0], v[1], v[2], act); },
+             g);
+  }
+  check_op("sage_fused without bias", {x, W},
+           [](auto& v, const Graph& g) { return ag::sage_fused(g, v[0], v[1], ag::Var(), Act::kLeakyRelu, 0.2); }, g);
+  // inference (no gradient recorded) gives the training forward's bits
+  const Device gpu = Device::cuda(0);
+  const Graph dg = g.to(gpu);
+  const ag::Var xd(x.to(gpu)), Wp = ag::Var::param(W.to(gpu)), bp = ag::Var::param(b.to(gpu));
+  const std::vector<float> train_y = ag::sage_fused(dg, xd, Wp, bp, Act::kRelu).value().to_vector<float>();
+  ag::clear_tape();
+  std::vector<float> infer_y;
+  {
+    ag::NoGrad off;
+    infer_y = ag::sage_fused(dg, xd, Wp, bp, Act::kRelu).value().to_vector<float>();
+  }
+  CHECK(std::memcmp(train_y.data(), infer_y.data(), train_y.size() * sizeof(float)) == 0);
 }

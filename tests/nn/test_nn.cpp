@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "apps/checkpoint.h"
+#include "autograd/device_check.h"
 #include "autograd/gradcheck.h"
 #include "nn/conv.h"
 #include "nn/loss.h"
@@ -14,7 +15,9 @@
 namespace gnn {
 namespace {
 
+using testing::check_op;
 using testing::probe;
+using testing::rand;
 using testing::rand_var;
 
 // The derivative of f along one random direction over all params (and inputs), against
@@ -215,6 +218,28 @@ TEST_CASE("nn: losses, hand-worked values and finite differences") {
                        Error);
   CHECK_THROWS_WITH_AS(nn::list_mle_loss(p, t, Tensor::from_vector<int64_t>({0, 4})), doctest::Contains("group_ptr"), Error);
   ag::clear_tape();
+}
+
+TEST_CASE("cuda ops: the ranking losses take GPU predictions and return their gradient there") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor target = Tensor::from_vector(testing::random_values<double>(40, 41, 1.0, 10.0));
+  const Tensor groups = Tensor::from_vector(std::vector<int64_t>{0, 10, 20, 30, 40});
+  check_op("list_mle_loss", {rand({40, 1}, 42)}, [target, groups](auto& v, auto&) {
+    return ag::reshape(nn::list_mle_loss(v[0], target, groups, 10.0), 1, 1);
+  });
+  check_op("mse_loss", {rand({40, 1}, 43)},
+           [target](auto& v, auto&) { return ag::reshape(nn::mse_loss(v[0], target), 1, 1); });
+  // As the trainer runs them: on the host copy of the prediction, the loss a host value
+  const ag::Var pred = ag::Var::param(rand({40, 1}, 44).to(Device::cuda(0)));
+  const ag::Var loss = nn::list_mle_loss(ag::to_device(pred, Device::cpu()), target, groups, 10.0);
+  CHECK(loss.device() == Device::cpu());
+  ag::backward(loss);
+  REQUIRE(pred.has_grad());
+  CHECK(pred.grad().device() == Device::cuda(0));
+  const ag::Var host_pred = ag::Var::param(pred.value().to(Device::cpu()));
+  ag::backward(nn::list_mle_loss(host_pred, target, groups, 10.0));
+  const std::vector<float> got = pred.grad().to_vector<float>(), want = host_pred.grad().to_vector<float>();
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == want[i]);
 }
 
 TEST_CASE("nn: Adam, AdamW and SGD match their update rules step by step") {

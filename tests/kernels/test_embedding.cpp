@@ -1,0 +1,89 @@
+// Embedding lookups (kernels/embedding.h): the gather exact, the scatter-add backward against the
+// double reference and the same bits on any thread count, on the CPU and on the GPU.
+#include <cmath>
+#include <random>
+
+#include "device_buffers.h"
+#include "graph_cases.h"
+#include "kernels/embedding.h"
+#include "runtime/cuda.h"
+#include "runtime/parallel.h"
+#include "testing.h"
+
+using namespace gnn;
+using testing::nan_gpu;
+using testing::on_gpu;
+using testing::same_bits;
+
+namespace {
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+}  // namespace
+
+TEST_CASE("embedding: gather and a deterministic scatter-add backward") {
+  const int64_t K = 121, F = 33, n = 5000;  // the opcode embedding's size
+  const auto table = testing::random_values<float>(static_cast<size_t>(K * F), 1);
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::mt19937 rng(3);
+  for (auto& i : idx) i = rng() % 4 == 0 ? 63 : int32_t(rng() % K);  // one popular row, some unused
+  const auto dy = testing::random_values<float>(static_cast<size_t>(n * F), 2);
+  std::vector<float> y(static_cast<size_t>(n * F), NAN);
+  embedding_forward_cpu(y.data(), table.data(), idx.data(), n, F);
+  std::vector<double> yd(static_cast<size_t>(n * F)), dtd(static_cast<size_t>(K * F));
+  embedding_forward_ref<double>(yd.data(), to_double(table).data(), idx.data(), n, F);
+  CHECK(testing::compare(y, yd, 0, 0).index < 0);  // data movement: exact
+  embedding_backward_ref<double>(dtd.data(), to_double(dy).data(), idx.data(), n, K, F);
+  std::vector<float> out[2];
+  const int saved = num_threads();
+  for (int run = 0; run < 2; ++run) {
+    set_num_threads(run == 0 ? 1 : std::max(2, saved));
+    std::vector<float> dt(static_cast<size_t>(K * F), NAN);
+    embedding_backward_cpu(dt.data(), dy.data(), idx.data(), n, K, F);
+    GNN_CHECK_CLOSE(dt, dtd, 1e-4, 1e-4);
+    out[run] = dt;
+  }
+  set_num_threads(saved);
+  CHECK(out[0] == out[1]);
+}
+
+TEST_CASE("cuda embedding: the gather is exact, the ordered backward matches the reference and the CPU's bits") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  // embedding rows
+  {
+    const auto table = testing::random_values<float>(size_t(50 * 33), 5);
+    std::vector<int32_t> idx(1000);
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 7919) % 50);
+    std::vector<float> want(idx.size() * 33);
+    embedding_forward_ref<float>(want.data(), table.data(), idx.data(), int64_t(idx.size()), 33);
+    Tensor emb = nan_gpu(int64_t(want.size()));
+    embedding_forward_cuda(emb.f32(), on_gpu(table).f32(), on_gpu(idx).i32(), int64_t(idx.size()), 33, s);
+    CHECK(emb.to_vector<float>() == want);  // a gather: exact
+  }
+  // embedding backward: repeated and unused rows, summed in index order (the CPU kernel's bits); then a
+  // hub row with most of the uses (over a hundred chunks) next to rows of one chunk and of two
+  for (int pattern : {0, 1}) {
+    CAPTURE(pattern);
+    const int64_t K = 50, Fe = 33, ne = pattern == 0 ? 1000 : 9000;
+    std::vector<int32_t> idx(static_cast<size_t>(ne));
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 7919) % 47);  // rows 47..49 unused
+    if (pattern == 1)
+      for (size_t i = 0; i < idx.size(); ++i) idx[i] = i < 64 ? 5 : i % 5 == 0 ? int32_t(i % 47) : 3;
+    const auto edy = testing::random_values<float>(size_t(ne * Fe), 9);
+    const std::vector<double> edyd(edy.begin(), edy.end());
+    std::vector<double> dtd(static_cast<size_t>(K * Fe));
+    embedding_backward_ref<double>(dtd.data(), edyd.data(), idx.data(), ne, K, Fe);
+    std::vector<int64_t> ptr(static_cast<size_t>(K + 1)), uses(static_cast<size_t>(ne)), cptr(static_cast<size_t>(K + 1));
+    const int64_t chunks = embedding_inverse(idx.data(), ne, K, ptr.data(), uses.data(), cptr.data());
+    CHECK(chunks == cptr[size_t(K)]);
+    if (pattern == 1) CHECK(cptr[4] - cptr[3] > 100);  // row 3's uses span many chunks
+    Tensor dt = nan_gpu(K * Fe), ws = nan_gpu(chunks * Fe);
+    embedding_backward_cuda(dt.f32(), on_gpu(edy).f32(), on_gpu(ptr).i64(), on_gpu(uses).i64(), on_gpu(cptr).i64(),
+                            chunks, K, Fe, ws.f32(), s);
+    GNN_CHECK_CLOSE(dt.to_vector<float>(), dtd, 1e-4, 1e-4);
+    std::vector<float> cpu(static_cast<size_t>(K * Fe));
+    embedding_backward_cpu(cpu.data(), edy.data(), idx.data(), ne, K, Fe);
+    CHECK(same_bits(dt.to_vector<float>(), cpu));
+  }
+#endif
+}

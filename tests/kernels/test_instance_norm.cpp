@@ -1,0 +1,140 @@
+// Graph instance norm (kernels/instance_norm.h): the CPU kernels against the double reference (empty
+// graphs included) and bit for bit against the float one, its backward against finite differences, the
+// CUDA kernels against the reference, and the autograd op on the GPU against the host.
+#include <cmath>
+
+#include "autograd/device_check.h"
+#include "device_buffers.h"
+#include "graph_cases.h"
+#include "kernels/instance_norm.h"
+#include "runtime/cuda.h"
+#include "testing.h"
+
+using namespace gnn;
+using testing::check_gradient;
+using testing::dot;
+using testing::nan_gpu;
+using testing::on_gpu;
+using testing::same_bits;
+using testing::check_op;
+using testing::rand;
+
+namespace {
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+}  // namespace
+
+TEST_CASE("graph instance norm: reference, finite differences, empty graphs") {
+  const std::vector<int64_t> gp = {0, 3, 3, 10, 11};  // graphs of 3, 0, 7 and 1 nodes
+  const int64_t G = 4, N = 11, F = 5;
+  const auto xs = testing::random_values<float>(static_cast<size_t>(N * F), 1, -2.0f, 2.0f);
+  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f), bt = testing::random_values<float>(static_cast<size_t>(F), 3);
+  const auto dy = testing::random_values<float>(static_cast<size_t>(N * F), 4);
+  std::vector<double> yd(static_cast<size_t>(N * F)), md(static_cast<size_t>(G * F)), rd(static_cast<size_t>(G * F)), dxd(static_cast<size_t>(N * F)), dgd(static_cast<size_t>(F)),
+      dbd(static_cast<size_t>(F));
+  instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), to_double(xs).data(), to_double(gm).data(),
+                                    to_double(bt).data(), gp.data(), G, F, 1e-5);
+  instance_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), to_double(dy).data(), to_double(xs).data(),
+                                     md.data(), rd.data(), to_double(gm).data(), gp.data(), G, F);
+  std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN), r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN),
+      dg(static_cast<size_t>(F), NAN), db(static_cast<size_t>(F), NAN);
+  instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), gm.data(), bt.data(), gp.data(), G, F, 1e-5f);
+  instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), gm.data(),
+                             gp.data(), G, F);
+  GNN_CHECK_CLOSE(y, yd);
+  GNN_CHECK_CLOSE(dx, dxd, 1e-4, 1e-4);
+  GNN_CHECK_CLOSE(dg, dgd);
+  GNN_CHECK_CLOSE(db, dbd);
+  CHECK(y[10 * F] == doctest::Approx(bt[0]));  // a one-node graph normalises to beta
+  auto xd = to_double(xs), gd = to_double(gm), bd = to_double(bt);
+  const auto gout = to_double(dy);
+  auto loss = [&] {
+    std::vector<double> yy(static_cast<size_t>(N * F)), mm(static_cast<size_t>(G * F)), rr(static_cast<size_t>(G * F));
+    instance_norm_forward_ref<double>(yy.data(), mm.data(), rr.data(), xd.data(), gd.data(), bd.data(), gp.data(), G, F,
+                                      1e-5);
+    return dot(yy, gout);
+  };
+  check_gradient(xd, dxd, loss);
+  check_gradient(gd, dgd, loss);
+  check_gradient(bd, dbd, loss);
+}
+
+TEST_CASE("graph instance norm: the blocked CPU kernel is the float reference, bit for bit, over many channels") {
+  // 150 channels: two full blocks of 64 and a part; graphs of 40, 0 and 7 rows.
+  const std::vector<int64_t> gp = {0, 40, 40, 47};
+  const int64_t G = 3, N = 47, F = 150;
+  const auto xs = testing::random_values<float>(static_cast<size_t>(N * F), 5, -3.0f, 3.0f);
+  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 6, 0.5f, 1.5f), bt = testing::random_values<float>(static_cast<size_t>(F), 7);
+  const auto dy = testing::random_values<float>(static_cast<size_t>(N * F), 8);
+  for (const bool affine : {true, false}) {
+    CAPTURE(affine);
+    const float* g = affine ? gm.data() : nullptr;
+    const float* b = affine ? bt.data() : nullptr;
+    std::vector<float> yr(static_cast<size_t>(N * F)), mr(static_cast<size_t>(G * F)), rr(static_cast<size_t>(G * F)),
+        dxr(static_cast<size_t>(N * F)), dgr(static_cast<size_t>(F)), dbr(static_cast<size_t>(F));
+    instance_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), g, b, gp.data(), G, F, 1e-5f);
+    instance_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), mr.data(), rr.data(), g,
+                                      gp.data(), G, F);
+    std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN), r(static_cast<size_t>(G * F), NAN),
+        dx(static_cast<size_t>(N * F), NAN), dg(static_cast<size_t>(F), NAN), db(static_cast<size_t>(F), NAN);
+    instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), g, b, gp.data(), G, F, 1e-5f);
+    instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), g, gp.data(), G, F);
+    CHECK(y == yr);
+    CHECK(m == mr);
+    CHECK(r == rr);
+    CHECK(dx == dxr);
+    // dgamma, dbeta: per-graph partials summed in graph order (the reference sums on across graphs)
+    for (int64_t f = 0; f < F; ++f) {
+      CHECK(dg[size_t(f)] == doctest::Approx(dgr[size_t(f)]).epsilon(1e-5));
+      CHECK(db[size_t(f)] == doctest::Approx(dbr[size_t(f)]).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("cuda graph instance norm matches the double reference (empty, single-node and 5000-node graphs)") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  const std::vector<int64_t> ptr = {0, 0, 1, 5001, 5038};
+  const int64_t N = ptr.back(), G = int64_t(ptr.size()) - 1;
+  const Tensor gptr = on_gpu(ptr);
+  for (int64_t F : {1, 33, 130}) {
+    for (bool affine : {false, true}) {
+      CAPTURE(F);
+      CAPTURE(affine);
+      const auto x = testing::random_values<float>(size_t(N * F), 1, -2.0f, 3.0f);
+      const auto dy = testing::random_values<float>(size_t(N * F), 2);
+      const auto gamma = testing::random_values<float>(size_t(F), 3, 0.5f, 1.5f), beta = testing::random_values<float>(size_t(F), 4);
+      const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), gd(gamma.begin(), gamma.end()),
+          bd(beta.begin(), beta.end());
+      std::vector<double> yd(size_t(N * F)), md(size_t(G * F)), rd(size_t(G * F)), dxd(size_t(N * F)), dgd(static_cast<size_t>(F)),
+          dbd(static_cast<size_t>(F));
+      instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), xd.data(), affine ? gd.data() : nullptr,
+                                        affine ? bd.data() : nullptr, ptr.data(), G, F, 1e-5);
+      instance_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), dyd.data(), xd.data(), md.data(), rd.data(),
+                                         affine ? gd.data() : nullptr, ptr.data(), G, F);
+      const Tensor gx = on_gpu(x), gdy = on_gpu(dy), gg = on_gpu(gamma), gb = on_gpu(beta);
+      Tensor y = nan_gpu(N * F), mean = nan_gpu(G * F), rstd = nan_gpu(G * F), dx = nan_gpu(N * F), dg = nan_gpu(F),
+             db = nan_gpu(F), ws = nan_gpu(2 * G * F);
+      const float* gp = affine ? gg.f32() : nullptr;
+      instance_norm_forward_cuda(y.f32(), mean.f32(), rstd.f32(), gx.f32(), gp, affine ? gb.f32() : nullptr, gptr.i64(),
+                                 G, F, 1e-5f, s);
+      instance_norm_backward_cuda(dx.f32(), dg.f32(), db.f32(), gdy.f32(), gx.f32(), mean.f32(), rstd.f32(), gp,
+                                  gptr.i64(), G, F, ws.f32(), s);
+      GNN_CHECK_CLOSE(y.to_vector<float>(), yd, 1e-4, 1e-4);
+      GNN_CHECK_CLOSE(mean.to_vector<float>(), md);
+      GNN_CHECK_CLOSE(rstd.to_vector<float>(), rd, 1e-3, 1e-4);  // the empty graph's 1/sqrt(eps) = 316
+      GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd, 1e-3, 1e-3);
+      GNN_CHECK_CLOSE(dg.to_vector<float>(), dgd, 1e-3, 1e-4);
+      GNN_CHECK_CLOSE(db.to_vector<float>(), dbd, 1e-3, 1e-4);
+    }
+  }
+#endif
+}
+
+TEST_CASE("cuda ops: instance norm per graph, with an empty graph, matches the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 9, 9, 40, 41, 70});  // graph 1 empty
+  const Tensor x = rand({70, 40}, 11), gamma = rand({40}, 12), beta = rand({40}, 13);
+  check_op("instance_norm", {x, gamma, beta},
+           [gp](auto& v, auto&) { return ag::instance_norm(v[0], v[1], v[2], gp, 1e-5); });
+}

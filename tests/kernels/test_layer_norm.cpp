@@ -1,0 +1,106 @@
+// Layer norm (kernels/layer_norm.h): the CPU kernels against the double reference on any thread
+// count, its backward against finite differences, the CUDA kernels against the reference, and the
+// autograd op on the GPU against the host.
+#include <cmath>
+
+#include "autograd/device_check.h"
+#include "device_buffers.h"
+#include "graph_cases.h"
+#include "kernels/layer_norm.h"
+#include "runtime/cuda.h"
+#include "runtime/parallel.h"
+#include "testing.h"
+
+using namespace gnn;
+using testing::check_gradient;
+using testing::dot;
+using testing::nan_gpu;
+using testing::on_gpu;
+using testing::same_bits;
+using testing::check_op;
+using testing::rand;
+
+namespace {
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+}  // namespace
+
+TEST_CASE("layer norm: reference, finite differences, thread-count determinism") {
+  const int64_t R = 1000, F = 37;
+  const auto xs = testing::random_values<float>(static_cast<size_t>(R * F), 1, -2.0f, 2.0f);
+  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f), bt = testing::random_values<float>(static_cast<size_t>(F), 3);
+  const auto dy = testing::random_values<float>(static_cast<size_t>(R * F), 4);
+  std::vector<double> yd(static_cast<size_t>(R * F)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)), dxd(static_cast<size_t>(R * F)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
+  layer_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), to_double(xs).data(), to_double(gm).data(),
+                                 to_double(bt).data(), R, F, 1e-5);
+  layer_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), to_double(dy).data(), to_double(xs).data(),
+                                  md.data(), rd.data(), to_double(gm).data(), R, F);
+  std::vector<float> out[2];
+  const int saved = num_threads();
+  for (int run = 0; run < 2; ++run) {
+    set_num_threads(run == 0 ? 1 : std::max(2, saved));
+    std::vector<float> y(static_cast<size_t>(R * F), NAN), m(static_cast<size_t>(R), NAN), r(static_cast<size_t>(R), NAN), dx(static_cast<size_t>(R * F), NAN),
+        dg(static_cast<size_t>(F), NAN), db(static_cast<size_t>(F), NAN);
+    layer_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), gm.data(), bt.data(), R, F, 1e-5f);
+    layer_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), gm.data(), R, F);
+    GNN_CHECK_CLOSE(y, yd);
+    GNN_CHECK_CLOSE(dx, dxd, 1e-4, 1e-4);
+    GNN_CHECK_CLOSE(dg, dgd, 1e-3, 1e-3);
+    GNN_CHECK_CLOSE(db, dbd, 1e-3, 1e-3);
+    out[run] = dx;
+    out[run].insert(out[run].end(), dg.begin(), dg.end());
+  }
+  set_num_threads(saved);
+  CHECK(out[0] == out[1]);
+  auto xd = testing::random_values<double>(15, 5);
+  auto gd = testing::random_values<double>(5, 6, 0.5, 1.5), bd = testing::random_values<double>(5, 7);
+  const auto gout = testing::random_values<double>(15, 8);
+  std::vector<double> y(15), m(3), r(3), dx(15), dg(5), db(5);
+  layer_norm_forward_ref<double>(y.data(), m.data(), r.data(), xd.data(), gd.data(), bd.data(), 3, 5, 1e-5);
+  layer_norm_backward_ref<double>(dx.data(), dg.data(), db.data(), gout.data(), xd.data(), m.data(), r.data(), gd.data(), 3, 5);
+  auto loss = [&] {
+    std::vector<double> yy(15), mm(3), rr(3);
+    layer_norm_forward_ref<double>(yy.data(), mm.data(), rr.data(), xd.data(), gd.data(), bd.data(), 3, 5, 1e-5);
+    return dot(yy, gout);
+  };
+  check_gradient(xd, dx, loss);
+  check_gradient(gd, dg, loss);
+  check_gradient(bd, db, loss);
+}
+
+TEST_CASE("cuda layer norm matches the double reference") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {1000, 33}, {3, 1000}, {30000, 20}}) {
+    CAPTURE(R);
+    CAPTURE(F);
+    const int64_t n = R * F;
+    const auto x = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f), dy = testing::random_values<float>(size_t(n), 2);
+    const auto gamma = testing::random_values<float>(size_t(F), 3), beta = testing::random_values<float>(size_t(F), 4);
+    const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), gd(gamma.begin(), gamma.end()),
+        bd(beta.begin(), beta.end());
+    std::vector<double> yd(static_cast<size_t>(n)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)), dxd(static_cast<size_t>(n)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
+    layer_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), xd.data(), gd.data(), bd.data(), R, F, 1e-5);
+    layer_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), dyd.data(), xd.data(), md.data(), rd.data(),
+                                    gd.data(), R, F);
+    Tensor y = nan_gpu(n), m = nan_gpu(R), r = nan_gpu(R), dx = nan_gpu(n), dg = nan_gpu(F), db = nan_gpu(F),
+           ws = nan_gpu(layer_norm_backward_workspace_cuda(R, F));
+    const Tensor gx = on_gpu(x), gdy = on_gpu(dy), gg = on_gpu(gamma), gb = on_gpu(beta);
+    layer_norm_forward_cuda(y.f32(), m.f32(), r.f32(), gx.f32(), gg.f32(), gb.f32(), R, F, 1e-5f, s);
+    layer_norm_backward_cuda(dx.f32(), dg.f32(), db.f32(), gdy.f32(), gx.f32(), m.f32(), r.f32(), gg.f32(), R, F,
+                             ws.f32(), s);
+    GNN_CHECK_CLOSE(y.to_vector<float>(), yd, 1e-4, 1e-4);
+    GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd, 1e-3, 1e-3);
+    GNN_CHECK_CLOSE(dg.to_vector<float>(), dgd, 1e-3, 1e-3);
+    GNN_CHECK_CLOSE(db.to_vector<float>(), dbd, 1e-4, 1e-4);
+  }
+#endif
+}
+
+TEST_CASE("cuda ops: layer norm matches the host, value and gradient") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor a = rand({37, 24}, 1), bias = rand({24}, 3);
+  check_op("layer_norm", {a, bias, rand({24}, 10)},
+           [](auto& v, auto&) { return ag::layer_norm(v[0], v[1], v[2], 1e-5); });
+  check_op("layer_norm without affine", {a}, [](auto& v, auto&) { return ag::layer_norm(v[0], ag::Var(), ag::Var()); });
+}

@@ -1,0 +1,109 @@
+// Graph readout, sum / mean / max per graph (kernels/pooling.h): hand-worked values, the CPU kernels
+// against the double reference and its backward against finite differences, the CUDA kernels against
+// the reference (empty, single-node and 5000-node graphs), and the autograd op on the GPU against the host.
+#include <cmath>
+
+#include "autograd/device_check.h"
+#include "device_buffers.h"
+#include "graph_cases.h"
+#include "kernels/pooling.h"
+#include "runtime/cuda.h"
+#include "testing.h"
+
+using namespace gnn;
+using testing::check_gradient;
+using testing::dot;
+using testing::nan_gpu;
+using testing::on_gpu;
+using testing::same_bits;
+using testing::check_op;
+using testing::rand;
+
+namespace {
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+}  // namespace
+
+TEST_CASE("pooling: hand-worked, reference, finite differences") {
+  const int64_t ptr[] = {0, 2, 2, 3};  // graphs of 2, 0 and 1 nodes
+  const float x[] = {1, 5, 3, 2, 7, 7};  // 3 nodes x 2 features
+  float y[6];
+  int32_t arg[6];
+  pool_forward_cpu(y, nullptr, x, ptr, 3, 2, Reduce::kSum);
+  CHECK(std::vector<float>(y, y + 6) == std::vector<float>{4, 7, 0, 0, 7, 7});
+  pool_forward_cpu(y, arg, x, ptr, 3, 2, Reduce::kMax);
+  CHECK(std::vector<float>(y, y + 6) == std::vector<float>{3, 5, 0, 0, 7, 7});
+  CHECK(std::vector<int32_t>(arg, arg + 6) == std::vector<int32_t>{1, 0, -1, -1, 2, 2});
+
+  const std::vector<int64_t> gp = {0, 0, 1, 9, 40, 41, 300};
+  const int64_t G = 6, N = 300;
+  for (int64_t F : {1, 3, 33, 128}) {
+    const auto xs = testing::random_values<float>(static_cast<size_t>(N * F), 1);
+    const auto dy = testing::random_values<float>(static_cast<size_t>(G * F), 2);
+    for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+      CAPTURE(F);
+      CAPTURE(reduce_name(op));
+      std::vector<double> yd(static_cast<size_t>(G * F)), dxd(static_cast<size_t>(N * F));
+      std::vector<int32_t> argd(static_cast<size_t>(G * F)), args(static_cast<size_t>(G * F), 77);
+      pool_forward_ref<double>(yd.data(), argd.data(), to_double(xs).data(), gp.data(), G, F, op);
+      pool_backward_ref<double>(dxd.data(), to_double(dy).data(), argd.data(), gp.data(), G, F, op);
+      std::vector<float> ys(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN);
+      pool_forward_cpu(ys.data(), args.data(), xs.data(), gp.data(), G, F, op);
+      pool_backward_cpu(dx.data(), dy.data(), args.data(), gp.data(), G, F, op);
+      GNN_CHECK_CLOSE(ys, yd);
+      GNN_CHECK_CLOSE(dx, dxd);
+      if (op == Reduce::kMax) CHECK(args == argd);
+    }
+  }
+  auto xd = testing::random_values<double>(static_cast<size_t>(N * 2), 3);
+  const auto gout = testing::random_values<double>(static_cast<size_t>(G * 2), 4);
+  for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+    std::vector<double> y(static_cast<size_t>(G * 2)), dx(static_cast<size_t>(N * 2));
+    std::vector<int32_t> a(static_cast<size_t>(G * 2));
+    pool_forward_ref<double>(y.data(), a.data(), xd.data(), gp.data(), G, 2, op);
+    pool_backward_ref<double>(dx.data(), gout.data(), a.data(), gp.data(), G, 2, op);
+    check_gradient(xd, dx, [&] {
+      std::vector<double> yy(static_cast<size_t>(G * 2));
+      std::vector<int32_t> aa(static_cast<size_t>(G * 2));
+      pool_forward_ref<double>(yy.data(), aa.data(), xd.data(), gp.data(), G, 2, op);
+      return dot(yy, gout);
+    });
+  }
+}
+
+TEST_CASE("cuda pooling matches the double reference (empty, single-node and 5000-node graphs)") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  // graphs of 0, 1, 5000 (wider than any block) and 37 nodes; F = 1, 33, 130
+  const std::vector<int64_t> ptr = {0, 0, 1, 5001, 5038};
+  const int64_t N = ptr.back(), G = int64_t(ptr.size()) - 1;
+  const Tensor gptr = on_gpu(ptr);
+  for (int64_t F : {1, 33, 130}) {
+    const auto px = testing::random_values<float>(size_t(N * F), 3), pdy = testing::random_values<float>(size_t(G * F), 4);
+    const std::vector<double> pxd(px.begin(), px.end()), pdyd(pdy.begin(), pdy.end());
+    const Tensor gpx = on_gpu(px), gpdy = on_gpu(pdy);
+    for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+      CAPTURE(F);
+      CAPTURE(reduce_name(op));
+      std::vector<double> yd(size_t(G * F)), dxd(size_t(N * F));
+      std::vector<int32_t> argd(size_t(G * F), -7);
+      pool_forward_ref<double>(yd.data(), argd.data(), pxd.data(), ptr.data(), G, F, op);
+      pool_backward_ref<double>(dxd.data(), pdyd.data(), argd.data(), ptr.data(), G, F, op);
+      Tensor y = nan_gpu(G * F), dx = nan_gpu(N * F), arg = Tensor::full({G * F}, -7, DType::I32, Device::cuda(0));
+      pool_forward_cuda(y.f32(), arg.i32(), gpx.f32(), gptr.i64(), G, F, op, s);
+      pool_backward_cuda(dx.f32(), gpdy.f32(), arg.i32(), gptr.i64(), N, G, F, op, s);
+      GNN_CHECK_CLOSE(y.to_vector<float>(), yd);
+      if (op == Reduce::kMax) CHECK(arg.to_vector<int32_t>() == argd);
+      GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
+    }
+  }
+#endif
+}
+
+TEST_CASE("cuda ops: pooling per graph, with an empty graph, matches the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 9, 9, 40, 41, 70});  // graph 1 empty
+  const Tensor x = rand({70, 40}, 11);
+  for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax})
+    check_op("pool", {x}, [gp, op](auto& v, auto&) { return ag::pool(v[0], gp, op); });
+}

@@ -1,0 +1,86 @@
+// Row-wise softmax, log-softmax and l2-normalise (kernels/rowwise.h): hand-worked values, the CPU
+// kernels against the double reference and its backward against finite differences, and the CUDA
+// kernels against the reference.
+#include <cmath>
+
+#include "device_buffers.h"
+#include "graph_cases.h"
+#include "kernels/rowwise.h"
+#include "runtime/cuda.h"
+#include "testing.h"
+
+using namespace gnn;
+using testing::check_gradient;
+using testing::dot;
+using testing::nan_gpu;
+using testing::on_gpu;
+using testing::same_bits;
+
+namespace {
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+}  // namespace
+
+TEST_CASE("row-wise softmax, log-softmax, l2-normalise: reference and finite differences") {
+  const float x[] = {0, std::log(3.0f), 3, 4};
+  float y[4];
+  rowwise_forward_cpu(y, x, 2, 2, RowOp::kSoftmax, 0);
+  CHECK(y[0] == doctest::Approx(0.25));
+  rowwise_forward_cpu(y, x, 2, 2, RowOp::kL2Normalize, 1e-12f);
+  CHECK(y[2] == doctest::Approx(0.6));
+  CHECK(y[3] == doctest::Approx(0.8));
+  for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax, RowOp::kL2Normalize}) {
+    for (int64_t F : {1, 3, 8, 33, 257}) {
+      CAPTURE(int(op));
+      CAPTURE(F);
+      const int64_t R = 50;
+      const auto xs = testing::random_values<float>(static_cast<size_t>(R * F), 1, -3.0f, 3.0f);
+      const auto dy = testing::random_values<float>(static_cast<size_t>(R * F), 2);
+      std::vector<double> yd(static_cast<size_t>(R * F)), dxd(static_cast<size_t>(R * F));
+      rowwise_forward_ref<double>(yd.data(), to_double(xs).data(), R, F, op, 1e-12);
+      rowwise_backward_ref<double>(dxd.data(), yd.data(), to_double(dy).data(), to_double(xs).data(), R, F, op, 1e-12);
+      std::vector<float> ys(static_cast<size_t>(R * F), NAN), dx(static_cast<size_t>(R * F), NAN);
+      rowwise_forward_cpu(ys.data(), xs.data(), R, F, op, 1e-12f);
+      rowwise_backward_cpu(dx.data(), ys.data(), dy.data(), xs.data(), R, F, op, 1e-12f);
+      GNN_CHECK_CLOSE(ys, yd);
+      GNN_CHECK_CLOSE(dx, dxd);
+    }
+    auto xd = testing::random_values<double>(12, 3);
+    const auto gout = testing::random_values<double>(12, 4);
+    std::vector<double> y2(12), dx2(12);
+    rowwise_forward_ref<double>(y2.data(), xd.data(), 3, 4, op, 1e-12);
+    rowwise_backward_ref<double>(dx2.data(), y2.data(), gout.data(), xd.data(), 3, 4, op, 1e-12);
+    check_gradient(xd, dx2, [&] {
+      std::vector<double> yy(12);
+      rowwise_forward_ref<double>(yy.data(), xd.data(), 3, 4, op, 1e-12);
+      return dot(yy, gout);
+    });
+  }
+}
+
+TEST_CASE("cuda row-wise softmax, log-softmax and l2-normalise match the double reference") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  // R x F with R wider than a block's 8 warps of rows and F not a multiple of 32; F = 1 and a 1-row case
+  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {7, 3}, {64, 5}, {65, 40}, {1000, 33}, {3, 1000}, {20000, 7}, {100003, 32}}) {
+    CAPTURE(R);
+    CAPTURE(F);
+    const int64_t n = R * F;
+    const auto a = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f), dy = testing::random_values<float>(size_t(n), 4);
+    const Tensor ga = on_gpu(a), gdy = on_gpu(dy);
+    const std::vector<double> ad(a.begin(), a.end()), dyd(dy.begin(), dy.end());
+    for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax, RowOp::kL2Normalize}) {
+      CAPTURE(int(op));
+      std::vector<double> yd(static_cast<size_t>(n)), dxd(static_cast<size_t>(n));
+      rowwise_forward_ref<double>(yd.data(), ad.data(), R, F, op, 1e-12);
+      rowwise_backward_ref<double>(dxd.data(), yd.data(), dyd.data(), ad.data(), R, F, op, 1e-12);
+      Tensor y = nan_gpu(n), dx = nan_gpu(n);
+      rowwise_forward_cuda(y.f32(), ga.f32(), R, F, op, 1e-12f, s);
+      rowwise_backward_cuda(dx.f32(), y.f32(), gdy.f32(), ga.f32(), R, F, op, 1e-12f, s);
+      GNN_CHECK_CLOSE(y.to_vector<float>(), yd);
+      GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd, 1e-4, 1e-4);
+    }
+  }
+#endif
+}

@@ -1,0 +1,147 @@
+// Segment softmax and the GAT edge scores it normalises (kernels/segment_softmax.h): the reference by
+// hand and against finite differences, the CPU kernels against it, the CUDA kernels against it on the
+// standard graph cases (hubs included), and the autograd ops on the GPU against the host.
+#include <cmath>
+
+#include "autograd/device_check.h"
+#include "device_buffers.h"
+#include "graph_cases.h"
+#include "kernels/segment_softmax.h"
+#include "runtime/cuda.h"
+#include "testing.h"
+
+using namespace gnn;
+using testing::check_gradient;
+using testing::csr_view;
+using testing::dot;
+using testing::nan_gpu;
+using testing::on_gpu;
+using testing::same_bits;
+using testing::check_op;
+using testing::rand;
+
+namespace {
+std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+}  // namespace
+
+TEST_CASE("segment softmax: hand-worked, reference, finite differences") {
+  const int32_t indptr[] = {0, 0, 2, 3};  // an empty segment, two edges, one edge
+  const float x[] = {0.0f, std::log(3.0f), 5.0f};
+  float y[3] = {NAN, NAN, NAN};
+  segment_softmax_forward_cpu(y, x, indptr, 3, 1);
+  CHECK(y[0] == doctest::Approx(0.25));
+  CHECK(y[1] == doctest::Approx(0.75));
+  CHECK(y[2] == 1.0f);
+
+  for (const auto& c : testing::standard_graph_cases(2)) {
+    CAPTURE(c.name);
+    const int64_t E = c.graph.num_edges, S = c.graph.num_nodes;
+    for (int64_t H : {1, 4, 9}) {
+      CAPTURE(H);
+      const auto xs = testing::random_values<float>(static_cast<size_t>(E * H), 1, -3.0f, 3.0f);
+      const auto dy = testing::random_values<float>(static_cast<size_t>(E * H), 2);
+      std::vector<double> yd(static_cast<size_t>(E * H)), dxd(static_cast<size_t>(E * H));
+      segment_softmax_forward_ref<double>(yd.data(), to_double(xs).data(), c.graph.csr_indptr.i32(), S, H);
+      segment_softmax_backward_ref<double>(dxd.data(), yd.data(), to_double(dy).data(), c.graph.csr_indptr.i32(), S, H);
+      std::vector<float> ys(static_cast<size_t>(E * H), NAN), dx(static_cast<size_t>(E * H), NAN);
+      segment_softmax_forward_cpu(ys.data(), xs.data(), c.graph.csr_indptr.i32(), S, H);
+      segment_softmax_backward_cpu(dx.data(), ys.data(), dy.data(), c.graph.csr_indptr.i32(), S, H);
+      GNN_CHECK_CLOSE(ys, yd);
+      GNN_CHECK_CLOSE(dx, dxd);
+    }
+  }
+  const Graph g = testing::random_graph(5, 12, 4);
+  auto xd = testing::random_values<double>(24, 5);
+  const auto gout = testing::random_values<double>(24, 6);
+  std::vector<double> yd(24), dxd(24);
+  segment_softmax_forward_ref<double>(yd.data(), xd.data(), g.csr_indptr.i32(), 5, 2);
+  segment_softmax_backward_ref<double>(dxd.data(), yd.data(), gout.data(), g.csr_indptr.i32(), 5, 2);
+  check_gradient(xd, dxd, [&] {
+    std::vector<double> y(24);
+    segment_softmax_forward_ref<double>(y.data(), xd.data(), g.csr_indptr.i32(), 5, 2);
+    return dot(y, gout);
+  });
+}
+
+TEST_CASE("GAT scores: reference, finite differences, thread-count determinism") {
+  for (const auto& c : testing::standard_graph_cases(4)) {
+    CAPTURE(c.name);
+    const CsrView v = csr_view(c.graph);
+    const int64_t N = c.graph.num_nodes, E = c.graph.num_edges, H = 3;
+    const auto as = testing::random_values<float>(static_cast<size_t>(N * H), 1), ad = testing::random_values<float>(static_cast<size_t>(N * H), 2);
+    const auto ds = testing::random_values<float>(static_cast<size_t>(E * H), 3);
+    std::vector<double> sd(static_cast<size_t>(E * H)), dasd(static_cast<size_t>(N * H)), dadd(static_cast<size_t>(N * H));
+    gat_scores_forward_ref<double>(sd.data(), to_double(as).data(), to_double(ad).data(), v, H, 0.2);
+    gat_scores_backward_ref<double>(dasd.data(), dadd.data(), to_double(ds).data(), to_double(as).data(),
+                                    to_double(ad).data(), v, H, 0.2);
+    std::vector<float> s(static_cast<size_t>(E * H), NAN), das(static_cast<size_t>(N * H), NAN), dad(static_cast<size_t>(N * H), NAN);
+    gat_scores_forward_cpu(s.data(), as.data(), ad.data(), v, H, 0.2f);
+    gat_scores_backward_cpu(das.data(), dad.data(), ds.data(), as.data(), ad.data(), v, H, 0.2f);
+    GNN_CHECK_CLOSE(s, sd);
+    GNN_CHECK_CLOSE(das, dasd, 1e-4, 1e-4);
+    GNN_CHECK_CLOSE(dad, dadd, 1e-4, 1e-4);
+  }
+  const Graph g = testing::random_graph(6, 14, 7);
+  const CsrView v = csr_view(g);
+  auto as = testing::random_values<double>(12, 1), ad = testing::random_values<double>(12, 2);
+  const auto gout = testing::random_values<double>(28, 3);
+  std::vector<double> das(12), dad(12);
+  gat_scores_backward_ref<double>(das.data(), dad.data(), gout.data(), as.data(), ad.data(), v, 2, 0.2);
+  auto loss = [&] {
+    std::vector<double> s(28);
+    gat_scores_forward_ref<double>(s.data(), as.data(), ad.data(), v, 2, 0.2);
+    return dot(s, gout);
+  };
+  check_gradient(as, das, loss);
+  check_gradient(ad, dad, loss);
+}
+
+TEST_CASE("cuda segment softmax and GAT scores match the double reference, hubs included") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  for (const auto& c : testing::standard_graph_cases(5)) {
+    CAPTURE(c.name);
+    const Graph dg = c.graph.to(Device::cuda(0));
+    const CsrView hv = testing::csr_view(c.graph), dv = ag::csr_view(dg);
+    const int64_t N = c.graph.num_nodes, E = c.graph.num_edges;
+    // 1, 4, 8, 32: the grouped kernels (8 or 32 lanes per row); 3: one warp per (row, head)
+    for (int64_t H : {1, 3, 4, 8, 32}) {
+      CAPTURE(H);
+      const auto x = testing::random_values<float>(size_t(E * H), 1, -3.0f, 3.0f);
+      const auto dy = testing::random_values<float>(size_t(E * H), 2);
+      const auto as = testing::random_values<float>(size_t(N * H), 3), ad = testing::random_values<float>(size_t(N * H), 4);
+      const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), asd(as.begin(), as.end()),
+          add(ad.begin(), ad.end());
+      std::vector<double> yd(size_t(E * H)), dxd(size_t(E * H)), sd(size_t(E * H)), dasd(size_t(N * H)), dadd(size_t(N * H));
+      segment_softmax_forward_ref<double>(yd.data(), xd.data(), hv.indptr, N, H);
+      segment_softmax_backward_ref<double>(dxd.data(), yd.data(), dyd.data(), hv.indptr, N, H);
+      gat_scores_forward_ref<double>(sd.data(), asd.data(), add.data(), hv, H, 0.2);
+      gat_scores_backward_ref<double>(dasd.data(), dadd.data(), dyd.data(), asd.data(), add.data(), hv, H, 0.2);
+      const Tensor gx = on_gpu(x), gdy = on_gpu(dy), gas = on_gpu(as), gad = on_gpu(ad);
+      Tensor y = nan_gpu(E * H), dx = nan_gpu(E * H), sc = nan_gpu(E * H), das = nan_gpu(N * H), dad = nan_gpu(N * H);
+      segment_softmax_forward_cuda(y.f32(), gx.f32(), dv.indptr, N, H, s);
+      // the backward reads the reference's y (as float) so the two compare the same function
+      const Tensor gy = on_gpu(std::vector<float>(yd.begin(), yd.end()));
+      segment_softmax_backward_cuda(dx.f32(), gy.f32(), gdy.f32(), dv.indptr, N, H, s);
+      gat_scores_forward_cuda(sc.f32(), gas.f32(), gad.f32(), dv, H, 0.2f, s);
+      gat_scores_backward_cuda(das.f32(), dad.f32(), gdy.f32(), gas.f32(), gad.f32(), dv, H, 0.2f, s);
+      GNN_CHECK_CLOSE(y.to_vector<float>(), yd);
+      GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
+      GNN_CHECK_CLOSE(sc.to_vector<float>(), sd);
+      GNN_CHECK_CLOSE(das.to_vector<float>(), dasd, 1e-4, 1e-4);
+      GNN_CHECK_CLOSE(dad.to_vector<float>(), dadd, 1e-4, 1e-4);
+    }
+  }
+#endif
+}
+
+TEST_CASE("cuda ops: GAT scores and the segment softmax match the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Graph g = testing::random_graph(300, 2400, 31, true);
+  const int64_t H = 4;
+  const Tensor as = rand({300, H}, 32), ad = rand({300, H}, 33);
+  check_op("gat_scores", {as, ad}, [](auto& v, const Graph& g) { return ag::gat_scores(g, v[0], v[1], 0.2); }, g);
+  check_op("segment_softmax", {rand({2400, H}, 34)}, [](auto& v, const Graph& g) { return ag::segment_softmax(g, v[0]); },
+           g);
+}
