@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include "autograd/dispatch.h"
+#include "autograd/checks.h"
 #include "autograd/ops.h"
 
 namespace gnn::nn {

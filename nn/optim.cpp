@@ -4,7 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "autograd/dispatch.h"
+#include "autograd/checks.h"
 #include "kernels/optim.h"
 #include "runtime/cuda.h"
 
