@@ -4,7 +4,7 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/fill.h"
+#include "runtime/fill.h"
 #include "runtime/allocator.h"
 #include "runtime/cuda.h"
 

@@ -37,10 +37,7 @@ ALLOWED["base"] = {"base"}
 PRIVATE = {"autograd/dispatch.h": {"autograd", "tests"}}  # header -> the folders that may include it
 
 KNOWN = {
-    ("runtime/tensor.cpp", "kernels/fill.h"): "Tensor::full calls the fill kernel",
     ("kernels/spmm_cusparse.cpp", "runtime/cuda.h"): "allocates its work buffer",
-    ("nn/loss.cpp", "autograd/dispatch.h"): "the losses dispatch on dtype like an op",
-    ("nn/optim.cpp", "autograd/dispatch.h"): "the optimisers dispatch on dtype like an op",
     ("bench/bench_kernels.cpp", "apps/bench_kernels.h"): "the kernel registry lives in apps/",
     ("apps/bench_kernels.cpp", "autograd/dispatch.h"): "the registry times ops through their dispatch",
 }

@@ -1,14 +1,15 @@
 // One thread per element, grid-stride; the value travels by kernel argument, not by a copy.
+#include <algorithm>
 #include <cstring>
 
-#include "kernels/fill.h"
-#include "kernels/cuda_launch.cuh"
+#include "runtime/fill.h"
+#include "base/cuda_check.h"
 
 namespace gnn {
 
 template <class T>
 __global__ void fill_kernel(T* y, T value, int64_t n) {
-  GNN_GRID_STRIDE(i, n)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = value;
 }
 
@@ -16,7 +17,9 @@ template <class T>
 static void launch_fill(void* y, const void* value, int64_t n, Stream stream) {
   T v;
   std::memcpy(&v, value, sizeof(T));
-  fill_kernel<T><<<grid_for(n, "fill_cuda"), kThreads, 0, stream>>>(static_cast<T*>(y), v, n);
+  constexpr int64_t kThreads = 256;  // grid-stride, at most 2^20 blocks
+  const unsigned blocks = unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 20));
+  fill_kernel<T><<<blocks, kThreads, 0, stream>>>(static_cast<T*>(y), v, n);
   GNN_CUDA_LAUNCH_CHECK("fill_kernel");
 }
 

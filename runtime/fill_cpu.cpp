@@ -1,6 +1,6 @@
 #include <cstring>
 
-#include "kernels/fill.h"
+#include "runtime/fill.h"
 
 namespace gnn {
 

@@ -1,4 +1,6 @@
-// Fill n elements of elem_size bytes (1, 2, 4 or 8) with the bytes of one element: y[i] = value.
+// Fill n elements of elem_size bytes (1, 2, 4 or 8) with the bytes of one element: y[i] = value. The
+// memory primitive behind Tensor::full and Tensor::fill_, beside the allocator and the copies: runtime
+// owns it, so the tensor does not reach up into kernels/.
 #pragma once
 #include "base/common.h"
 
