@@ -1,10 +1,6 @@
 // Gradient checks for the tape: analytic gradients from ag::backward against central differences,
-// everything in double.
-//
-// Tolerances. With h = 1e-6 in double the central difference has truncation error ~h^2 |f'''| ~ 1e-12
-// and rounding error ~1e-16 |f| / h ~ 1e-10 for |f| ~ 1: we allow atol 1e-6 + rtol 1e-5, three to
-// four orders above both and far below any real mistake (a dropped term is O(1)). Inputs are random
-// in [-1, 1], which keeps them away from the kinks of relu / max / leaky_relu with probability ~1.
+// everything in double, with the step and tolerance of fd_check.h (kFdTape). Inputs are random in
+// [-1, 1], which keeps them away from the kinks of relu / max / leaky_relu with probability ~1.
 #pragma once
 #include <doctest/doctest.h>
 
@@ -15,8 +11,6 @@
 #include "kernels/graph_cases.h"
 
 namespace gnn::testing {
-
-inline constexpr double kFdStep = 1e-6, kFdAtol = 1e-6, kFdRtol = 1e-5;
 
 // A leaf f64 Var of random values in [lo, hi].
 inline ag::Var rand_var(const Shape& shape, uint32_t seed, double lo = -1, double hi = 1, bool grad = true) {
@@ -42,20 +36,11 @@ inline void check_grads(const std::vector<ag::Var>& inputs, const std::function<
     double* x = v.value().f64();
     const int64_t n = v.value().numel(), stride = std::max<int64_t>(1, n / max_elems);
     for (int64_t i = 0; i < n; i += stride) {
-      const double keep = x[i];
-      double lp, lm;
-      {
-        ag::NoGrad ng;
-        x[i] = keep + kFdStep;
-        lp = f().value().item();
-        x[i] = keep - kFdStep;
-        lm = f().value().item();
-        x[i] = keep;
-      }
-      const double fd = (lp - lm) / (2 * kFdStep);
+      ag::NoGrad ng;
+      const double fd = central_difference(x[i], [&] { return f().value().item(); });
       CAPTURE(k);
       CAPTURE(i);
-      CHECK(std::fabs(grad[size_t(i)] - fd) <= kFdAtol + kFdRtol * std::fabs(fd));
+      GNN_CHECK_FD(grad[size_t(i)], fd, kFdTape);
     }
   }
 }

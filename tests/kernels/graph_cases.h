@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "autograd/dispatch.h"
+#include "fd_check.h"
 #include "kernels/spmm.h"
 #include "runtime/graph.h"
 
@@ -77,22 +78,6 @@ Mismatch compare(const std::vector<A>& got, const std::vector<B>& want, double a
     if (!(err <= 0) && m.index < 0) m = {err, int64_t(i), g, w};
   }
   return m;
-}
-
-// Central differences of a scalar loss for every element of `param`, against the analytic gradient
-// (double, eps 1e-6; inputs must be away from kinks and ties).
-template <class Loss>
-void check_gradient(std::vector<double>& param, const std::vector<double>& grad, Loss loss, double eps = 1e-6) {
-  for (size_t i = 0; i < param.size(); ++i) {
-    const double keep = param[i];
-    param[i] = keep + eps;
-    const double lp = loss();
-    param[i] = keep - eps;
-    const double lm = loss();
-    param[i] = keep;
-    CAPTURE(i);
-    CHECK(grad[i] == doctest::Approx((lp - lm) / (2 * eps)).epsilon(1e-3).scale(1e-2));
-  }
 }
 
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {

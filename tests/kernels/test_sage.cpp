@@ -89,18 +89,9 @@ TEST_CASE("sage: the reference backward matches central finite differences (doub
     sage_forward_ref<double>(y.data(), z.data(), x.data(), v, W.data(), b.data(), F, O, act, 0.01);
     sage_backward_ref<double>(dx.data(), dW.data(), db.data(), gout.data(), z.data(), x.data(), v, W.data(), F, O, act,
                               0.01);
-    const double eps = 1e-6;
-    for (auto [param, grad] : {std::pair{&x, &dx}, std::pair{&W, &dW}, std::pair{&b, &db}}) {
-      for (size_t i = 0; i < param->size(); ++i) {
-        const double keep = (*param)[i];
-        (*param)[i] = keep + eps;
-        const double lp = loss();
-        (*param)[i] = keep - eps;
-        const double lm = loss();
-        (*param)[i] = keep;
-        CHECK((*grad)[i] == doctest::Approx((lp - lm) / (2 * eps)).epsilon(1e-3).scale(1e-2));
-      }
-    }
+    testing::check_gradient(x, dx, loss);
+    testing::check_gradient(W, dW, loss);
+    testing::check_gradient(b, db, loss);
   }
 }
 

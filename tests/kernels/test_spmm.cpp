@@ -104,17 +104,8 @@ TEST_CASE("spmm: the reference backward matches central finite differences (doub
     spmm_forward_ref<double>(y.data(), arg.data(), x.data(), w.data(), v, F, F, F, op);
     spmm_backward_x_ref<double>(dx.data(), gout.data(), arg.data(), w.data(), v, F, F, F, op);
     spmm_backward_w_ref<double>(dw.data(), gout.data(), x.data(), arg.data(), v, F, F, F, op);
-    const double eps = 1e-6;
-    for (size_t i = 0; i < x.size(); ++i) {
-      auto xp = x, xm = x;
-      xp[i] += eps, xm[i] -= eps;
-      CHECK(dx[i] == doctest::Approx((loss(xp, w) - loss(xm, w)) / (2 * eps)).epsilon(1e-3).scale(1e-2));
-    }
-    for (size_t i = 0; i < w.size(); ++i) {
-      auto wp = w, wm = w;
-      wp[i] += eps, wm[i] -= eps;
-      CHECK(dw[i] == doctest::Approx((loss(x, wp) - loss(x, wm)) / (2 * eps)).epsilon(1e-3).scale(1e-2));
-    }
+    testing::check_gradient(x, dx, [&] { return loss(x, w); });
+    testing::check_gradient(w, dw, [&] { return loss(x, w); });
   }
 }
 

@@ -47,7 +47,7 @@ void check_directional(const std::vector<ag::Var>& vars, const std::function<ag:
   const double lm = f().value().item();
   shift(h);
   const double numeric = (lp - lm) / (2 * h);
-  CHECK(std::fabs(analytic - numeric) <= testing::kFdAtol + testing::kFdRtol * std::fabs(numeric));
+  GNN_CHECK_FD(analytic, numeric, testing::kFdTape);
 }
 
 std::vector<ag::Var> params_of(const nn::Module& m) {
