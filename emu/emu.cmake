@@ -23,7 +23,9 @@ function(gnn_emu_rewrite rel out_var)
   set(${out_var} ${out} PARENT_SCOPE)
 endfunction()
 
-set(_emu_sources ${GNN_HOST_SOURCES} emu/cuda_emu.cpp emu/nccl_emu.cpp)
+# The emulator itself: the CUDA runtime, cuBLAS and cuSPARSE (emu/emu_state.h says which part is where).
+set(_emu_sources ${GNN_HOST_SOURCES} emu/runtime_api.cpp emu/memory.cpp emu/streams.cpp emu/engine.cpp
+    emu/cublas.cpp emu/cusparse.cpp emu/nccl_emu.cpp)
 set(_emu_generated)
 foreach(f ${GNN_CUDA_SOURCES} ${GNN_CUDA_HEADERS})
   if(f MATCHES "\\.(cu|cuh)$")
