@@ -125,7 +125,7 @@ KernelCase gemm_case(const KernelShape& s) {
     auto mm = [cuda](bool ta, bool tb, int64_t m, int64_t n, int64_t kk, const float* A, const float* B, float* C) {
       if (!cuda) return gemm_cpu(ta, tb, m, n, kk, 1.0f, A, ta ? m : kk, B, tb ? kk : n, 0.0f, C, n);
 #ifdef GNN_WITH_CUDA
-      gemm_cuda(ta, tb, m, n, kk, 1.0f, A, ta ? m : kk, B, tb ? kk : n, 0.0f, C, n, cuda_stream(0));
+      gemm_cuda(ta, tb, m, n, kk, 1.0f, A, ta ? m : kk, B, tb ? kk : n, 0.0f, C, n, cuda_blas(0), cuda_stream(0));
 #endif
     };
     mm(false, false, M, F, F, a->f32(), b->f32(), c->f32());

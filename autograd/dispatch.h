@@ -9,6 +9,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/spmm.h"
+#include "runtime/cuda.h"
 #include "runtime/graph.h"
 
 namespace gnn::ag {
@@ -26,7 +27,8 @@ template <class T>
 void gemm_on(const Tensor& on, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
              const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
   if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return gemm_cuda(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, on.stream());
+    if (on.is_cuda())
+      return gemm_cuda(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cuda_blas(on.device().index), on.stream());
   gemm_t<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 template <class T>

@@ -33,7 +33,8 @@ Var sage_fused(const Graph& graph, const Var& x, const Var& W, const Var& b, Act
         const Tensor scratch = training ? Tensor() : empty_like(x.value(), Shape{N, 2 * F});
         sage_forward_cuda(ptr<T>(y), training ? ptr<T>(z) : nullptr, training ? ptr<T>(h) : nullptr,
                           training ? nullptr : ptr<T>(scratch), ptr<T>(x.value()), g, ptr<T>(W.value()),
-                          ptr_or_null<T>(b), F, O, act, T(slope), x.value().stream());
+                          ptr_or_null<T>(b), F, O, act, T(slope), cuda_blas(x.value().device().index),
+                          x.value().stream());
       }
     } else if constexpr (std::is_same_v<T, float>) {
       sage_forward_cpu(ptr<T>(y), training ? ptr<T>(z) : nullptr, training ? ptr<T>(h) : nullptr, ptr<T>(x.value()), g,
@@ -51,7 +52,7 @@ Var sage_fused(const Graph& graph, const Var& x, const Var& W, const Var& b, Act
         if constexpr (std::is_same_v<T, float> && kWithCuda) {
           const Tensor ws = empty_like(dy, Shape{sage_backward_workspace_cuda(N, F, O)});
           sage_backward_cuda(ptr<T>(dx), ptr<T>(dW), dbp, ptr<T>(dy), ptr<T>(z), ptr<T>(h), g, ptr<T>(W.value()), F, O,
-                             act, T(slope), ptr<T>(ws), dy.stream());
+                             act, T(slope), ptr<T>(ws), cuda_blas(dy.device().index), dy.stream());
         }
       } else if constexpr (std::is_same_v<T, float>) {
         const Tensor ws = Tensor::empty(Shape{sage_backward_workspace(N, F, O)}, DType::F32);

@@ -1,5 +1,5 @@
-// What every layer may use (base/, below runtime and kernels): the Stream type (usable without the
-// CUDA toolkit), kWithCuda, the CPU clone attribute and small integer helpers. Kernels take raw
+// What every layer may use (base/, below runtime and kernels): the Stream and BlasHandle types (usable
+// without the CUDA toolkit), kWithCuda, the CPU clone attribute and small integer helpers. Kernels take raw
 // pointers and sizes; they never allocate.
 #pragma once
 #include <cstddef>
@@ -10,6 +10,15 @@ struct CUstream_st;  // cudaStream_t is CUstream_st*; declaring it keeps this he
 namespace gnn {
 
 using Stream = CUstream_st*;
+
+// A cuBLAS handle and the device workspace its calls run in, for one device. runtime creates and owns
+// them (runtime/cuda.h: cuda_blas); the kernels that call cuBLAS take them as an argument, so no kernel
+// keeps a handle or allocates. Opaque pointers keep this header free of cuBLAS's.
+struct BlasHandle {
+  void* handle = nullptr;     // cublasHandle_t
+  void* workspace = nullptr;  // bound with cublasSetWorkspace before every call
+  size_t workspace_bytes = 0;
+};
 
 #ifdef GNN_WITH_CUDA
 inline constexpr bool kWithCuda = true;

@@ -41,11 +41,11 @@ void gemm_cpu_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t M, int64_t N,
                   const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                   bool parallel = true);
 
-// cuBLAS SGEMM on `stream` (the row-major product is the column-major one with A and B swapped). FP32
+// cuBLAS SGEMM on `stream` through `blas` (runtime's handle for the stream's device; the row-major product is the column-major one with A and B swapped). FP32
 // by default; with TF32 on (set_gemm_tf32, or GNN_TF32=1 in the environment) the tensor cores round
 // the inputs to 10 mantissa bits. Results are the same bits for the same shapes on the same GPU.
 void gemm_cuda(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Stream stream);
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const BlasHandle& blas, Stream stream);
 void set_gemm_tf32(bool on);
 bool gemm_tf32();
 

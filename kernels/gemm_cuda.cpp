@@ -1,14 +1,12 @@
-// Dense GEMM on the GPU through cuBLAS (kernels/gemm.h): one handle and workspace per device, bound to
-// the stream of each call. Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the call passes
+// Dense GEMM on the GPU through cuBLAS (kernels/gemm.h), on the handle and workspace runtime keeps for
+// the device (runtime/cuda.h: cuda_blas), bound to the stream of each call. Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the call passes
 // B first and swaps M and N; the transposes and leading dimensions carry over unchanged.
 #include <cublas_v2.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <limits>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "kernels/gemm.h"
 #include "base/cuda_check.h"
@@ -37,29 +35,6 @@ const char* cublas_name(cublasStatus_t s) {
     GNN_CHECK(st_ == CUBLAS_STATUS_SUCCESS, cublas_name(st_), " (", int(st_), ") in ", #expr); \
   } while (0)
 
-// One handle per device with a workspace of its own, allocated once with the handle: cublasSetStream
-// puts a handle back on cuBLAS's default workspace pool, which can allocate when a call is captured
-// into a CUDA graph (and grows with every capture), so each call binds this workspace again. All
-// products of a device run on its one stream, so they never use the workspace at the same time.
-struct Handle {
-  cublasHandle_t h = nullptr;
-  void* workspace = nullptr;
-};
-constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLAS's recommendation for Hopper; ample before it
-
-Handle handle_for_current_device() {
-  static std::mutex mu;
-  static std::vector<Handle> handles;  // never destroyed: the driver may be gone at exit
-  int dev = 0;
-  GNN_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  if (handles.size() <= size_t(dev)) handles.resize(size_t(dev) + 1);
-  Handle& h = handles[size_t(dev)];
-  if (!h.workspace) GNN_CUDA_CHECK(cudaMalloc(&h.workspace, kWorkspaceBytes));
-  if (!h.h) GNN_CUBLAS_CHECK(cublasCreate(&h.h));
-  return h;
-}
-
 }  // namespace
 
 void set_gemm_tf32(bool on) { g_tf32 = on ? 1 : 0; }
@@ -73,15 +48,18 @@ bool gemm_tf32() {
 }
 
 void gemm_cuda(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, Stream stream) {
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const BlasHandle& blas, Stream stream) {
   if (M == 0 || N == 0) return;
   constexpr int64_t kMax = std::numeric_limits<int>::max();
   GNN_CHECK(M <= kMax && N <= kMax && K <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
             "gemm_cuda: dimensions beyond int range (M ", M, ", N ", N, ", K ", K, ")");
-  const Handle handle = handle_for_current_device();
-  cublasHandle_t h = handle.h;
+  GNN_CHECK(blas.handle != nullptr, "gemm_cuda: no cuBLAS handle (runtime's cuda_blas(device) gives it)");
+  const auto h = static_cast<cublasHandle_t>(blas.handle);
+  // cublasSetStream puts a handle back on cuBLAS's default workspace pool, which can allocate when a
+  // call is captured into a CUDA graph (and grows with every capture), so each call binds runtime's
+  // workspace again. All products of a device run on its one stream, never on the workspace at once.
   GNN_CUBLAS_CHECK(cublasSetStream(h, stream));
-  GNN_CUBLAS_CHECK(cublasSetWorkspace(h, handle.workspace, kWorkspaceBytes));
+  GNN_CUBLAS_CHECK(cublasSetWorkspace(h, blas.workspace, blas.workspace_bytes));
   GNN_CUBLAS_CHECK(cublasSetMathMode(h, gemm_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   if (K == 0) alpha = 0;  // C = beta C; cuBLAS handles K = 0 as that
   GNN_CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, int(N),

@@ -17,7 +17,8 @@
 namespace gnn {
 
 void sage_forward_cuda(float* y, float* z, float* h, float* scratch, const float* x, const CsrView& g, const float* W,
-                       const float* b, int64_t F, int64_t O, Act act, float slope, Stream stream) {
+                       const float* b, int64_t F, int64_t O, Act act, float slope, const BlasHandle& blas,
+                       Stream stream) {
   GNN_CHECK((z == nullptr) == (h == nullptr), "sage_forward_cuda: z and h are both kept (training) or neither");
   const int64_t N = g.num_rows;
   if (N == 0 || O == 0) return;
@@ -26,7 +27,7 @@ void sage_forward_cuda(float* y, float* z, float* h, float* scratch, const float
   spmm_forward_cuda(hb, nullptr, x, nullptr, g, F, F, 2 * F, Reduce::kMean, stream);
   copy_block_cuda(hb, 2 * F, F, x, F, 0, N, F, stream);
   float* zb = z ? z : y;
-  gemm_cuda(false, false, N, O, 2 * F, 1.0f, hb, 2 * F, W, O, 0.0f, zb, O, stream);
+  gemm_cuda(false, false, N, O, 2 * F, 1.0f, hb, 2 * F, W, O, 0.0f, zb, O, blas, stream);
   bias_act_forward_cuda(y, z, zb, b, N, O, act, slope, stream);
 }
 
@@ -36,14 +37,14 @@ int64_t sage_backward_workspace_cuda(int64_t N, int64_t F, int64_t O) {
 
 void sage_backward_cuda(float* dx, float* dW, float* db, const float* dy, const float* z, const float* h,
                         const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope,
-                        float* workspace, Stream stream) {
+                        float* workspace, const BlasHandle& blas, Stream stream) {
   const int64_t N = g.num_rows;
   float* dz = workspace;      // [N, O]
   float* dagg = dz + N * O;   // [N, F], then db's column-sum partials
   bias_act_backward_cuda(dz, db, dy, z, nullptr, N, O, act, slope, dagg + N * F, stream);  // db from the same pass
-  gemm_cuda(true, false, 2 * F, O, N, 1.0f, h, 2 * F, dz, O, 0.0f, dW, O, stream);  // dW = h^T dz
-  gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W + F * O, O, 0.0f, dx, F, stream);  // dx = dz W_root^T
-  gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W, O, 0.0f, dagg, F, stream);        // dagg = dz W_agg^T
+  gemm_cuda(true, false, 2 * F, O, N, 1.0f, h, 2 * F, dz, O, 0.0f, dW, O, blas, stream);  // dW = h^T dz
+  gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W + F * O, O, 0.0f, dx, F, blas, stream);  // dx = dz W_root^T
+  gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W, O, 0.0f, dagg, F, blas, stream);        // dagg = dz W_agg^T
   spmm_backward_x_cuda(dx, dagg, nullptr, nullptr, g, F, F, F, Reduce::kMean, /*accumulate=*/true, stream);
 }
 

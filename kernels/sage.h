@@ -69,14 +69,16 @@ int64_t sage_backward_workspace(int64_t N, int64_t F, int64_t O);
 void sage_backward_cpu(float* dx, float* dW, float* db, const float* dy, const float* z, const float* h,
                        const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope, float* workspace);
 
-// The same on the GPU (kernels/sage.cu), every pointer on the device, work on `stream`. Training passes
+// The same on the GPU (kernels/sage.cu), every pointer on the device, work on `stream`, the GEMMs
+// through `blas` (runtime's cuBLAS handle for the device). Training passes
 // z and h (kept for the backward); inference passes neither and `scratch` of N * 2F floats for h.
 // The backward's workspace: sage_backward_workspace_cuda(N, F, O) floats.
 void sage_forward_cuda(float* y, float* z, float* h, float* scratch, const float* x, const CsrView& g, const float* W,
-                       const float* b, int64_t F, int64_t O, Act act, float slope, Stream stream);
+                       const float* b, int64_t F, int64_t O, Act act, float slope, const BlasHandle& blas,
+                       Stream stream);
 int64_t sage_backward_workspace_cuda(int64_t N, int64_t F, int64_t O);
 void sage_backward_cuda(float* dx, float* dW, float* db, const float* dy, const float* z, const float* h,
                         const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope,
-                        float* workspace, Stream stream);
+                        float* workspace, const BlasHandle& blas, Stream stream);
 
 }  // namespace gnn

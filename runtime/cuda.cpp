@@ -1,6 +1,8 @@
 // The CUDA runtime: device discovery, a caching allocator and a compute stream per device, copies.
 #include "runtime/cuda.h"
 
+#include <cublas_v2.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -21,6 +23,7 @@ struct DeviceState {
   std::unique_ptr<PoolSet> pool;  // the caching pool, and the private pools of CUDA graphs
   cudaStream_t stream = nullptr;
   std::atomic<bool> capturing{false};  // a CudaGraph capture is open on the stream
+  BlasHandle blas;                     // cuda_blas: created on first use, never destroyed
 };
 
 std::mutex g_mu;
@@ -150,6 +153,22 @@ MemoryStats cuda_graph_memory_stats(int device) { return state(device).pool->pri
 void cuda_empty_cache(int device) { state(device).pool->main().empty_cache(); }
 void cuda_reset_peak(int device) { state(device).pool->main().reset_peak(); }
 Stream cuda_stream(int device) { return state(device).stream; }
+
+BlasHandle cuda_blas(int device) {
+  DeviceState& s = state(device);
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (s.blas.handle) return s.blas;
+  constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+  GNN_CUDA_CHECK(cudaSetDevice(device));
+  void* workspace = nullptr;
+  GNN_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+  cublasHandle_t h = nullptr;
+  const cublasStatus_t st = cublasCreate(&h);
+  if (st != CUBLAS_STATUS_SUCCESS) cudaFree(workspace);
+  GNN_CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasCreate failed on CUDA device ", device, " (cuBLAS status ", int(st), ")");
+  s.blas = {h, workspace, kWorkspaceBytes};
+  return s.blas;
+}
 
 void cuda_synchronize(int device) {
   ++g_host_waits;

@@ -26,6 +26,10 @@ void cuda_empty_cache(int device);
 void cuda_reset_peak(int device);
 
 Stream cuda_stream(int device);
+// The device's cuBLAS handle and its workspace (32 MiB, cuBLAS's recommendation for Hopper), created on
+// first use and kept for the process (the driver may be gone at exit). Kernels that call cuBLAS take
+// it as an argument (kernels/gemm.h). Call it once outside any CUDA graph capture before capturing.
+BlasHandle cuda_blas(int device);
 void cuda_synchronize(int device);
 // Copies between any two devices (host included); returns after the copy is complete, except within one
 // device, where it is queued on that device's stream like a kernel.

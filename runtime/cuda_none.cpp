@@ -18,6 +18,7 @@ MemoryStats cuda_graph_memory_stats(int) { no_cuda(); }
 void cuda_empty_cache(int) { no_cuda(); }
 void cuda_reset_peak(int) { no_cuda(); }
 Stream cuda_stream(int) { no_cuda(); }
+BlasHandle cuda_blas(int) { no_cuda(); }
 void cuda_synchronize(int) { no_cuda(); }
 void cuda_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
 void cuda_upload(void*, int, const void*, size_t) { no_cuda(); }

@@ -114,7 +114,7 @@ TEST_CASE("cuda gemm: cuBLAS FP32 matches the double reference for every transpo
                                         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
     const auto upload = [](const float* p, int64_t n) { return on_gpu(std::vector<float>(p, p + n)); };
     Tensor gA = upload(A, (ta ? K : M) * lda), gB = upload(B, (tb ? N : K) * ldb), gC = upload(C, M * ldc);
-    gemm_cuda(ta, tb, M, N, K, alpha, gA.f32(), lda, gB.f32(), ldb, beta, gC.f32(), ldc, cuda_stream(0));
+    gemm_cuda(ta, tb, M, N, K, alpha, gA.f32(), lda, gB.f32(), ldb, beta, gC.f32(), ldc, cuda_blas(0), cuda_stream(0));
     const auto got = gC.to_vector<float>();
     std::copy(got.begin(), got.end(), C);
   };

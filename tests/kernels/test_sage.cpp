@@ -151,9 +151,9 @@ TEST_CASE("cuda fused sage: forward (training and inference) and backward match 
           const float* bp = bias ? gb.f32() : nullptr;
           Tensor y = nan_gpu(N * O), z = nan_gpu(N * O), h = nan_gpu(N * 2 * F), dx = nan_gpu(N * F),
                  dW = nan_gpu(2 * F * O), db = nan_gpu(O), ws = nan_gpu(sage_backward_workspace_cuda(N, F, O));
-          sage_forward_cuda(y.f32(), z.f32(), h.f32(), nullptr, gx.f32(), dv, gW.f32(), bp, F, O, act, 0.01f, s);
+          sage_forward_cuda(y.f32(), z.f32(), h.f32(), nullptr, gx.f32(), dv, gW.f32(), bp, F, O, act, 0.01f, cuda_blas(0), s);
           sage_backward_cuda(dx.f32(), dW.f32(), bias ? db.f32() : nullptr, gdy.f32(), z.f32(), h.f32(), dv, gW.f32(),
-                             F, O, act, 0.01f, ws.f32(), s);
+                             F, O, act, 0.01f, ws.f32(), cuda_blas(0), s);
           const std::vector<float> yv = y.to_vector<float>();
           GNN_CHECK_CLOSE(yv, yd, 1e-4, 1e-4);
           GNN_CHECK_CLOSE(z.to_vector<float>(), zd, 1e-4, 1e-4);
@@ -163,7 +163,7 @@ TEST_CASE("cuda fused sage: forward (training and inference) and backward match 
           // inference: no z or h, the same y bits
           Tensor y_only = nan_gpu(N * O), scratch = nan_gpu(N * 2 * F);
           sage_forward_cuda(y_only.f32(), nullptr, nullptr, scratch.f32(), gx.f32(), dv, gW.f32(), bp, F, O, act, 0.01f,
-                            s);
+                            cuda_blas(0), s);
           CHECK(same_bits(y_only.to_vector<float>(), yv));
         }
       }
