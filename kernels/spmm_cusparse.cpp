@@ -4,7 +4,6 @@
 
 #include <cusparse.h>
 
-#include "runtime/cuda.h"
 #include "base/cuda_check.h"
 
 namespace gnn {
@@ -26,36 +25,51 @@ struct CusparseSpmm::Impl {
   cusparseConstSpMatDescr_t a = nullptr;
   cusparseConstDnMatDescr_t b = nullptr;
   cusparseDnMatDescr_t c = nullptr;
-  void* buffer = nullptr;
-  int device = 0;
+  void* buffer = nullptr;  // the caller's
   const float alpha = 1.0f, beta = 0.0f;
+  // Not the constructor: when a call here throws, the destructor still frees what was made.
+  void init(const CsrView& g, const float* values, float* y, const float* x, int64_t F, int64_t ldx, int64_t ldy,
+            Stream stream) {
+    GNN_CHECK(values != nullptr, "CusparseSpmm: the CSR needs one value per entry");
+    GNN_CUSPARSE_CHECK(cusparseCreate(&handle));
+    GNN_CUSPARSE_CHECK(cusparseSetStream(handle, stream));
+    GNN_CUSPARSE_CHECK(cusparseCreateConstCsr(&a, g.num_rows, g.num_cols, g.num_edges, g.indptr, g.indices, values,
+                                              CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO,
+                                              CUDA_R_32F));
+    GNN_CUSPARSE_CHECK(cusparseCreateConstDnMat(&b, g.num_cols, F, ldx, x, CUDA_R_32F, CUSPARSE_ORDER_ROW));
+    GNN_CUSPARSE_CHECK(cusparseCreateDnMat(&c, g.num_rows, F, ldy, y, CUDA_R_32F, CUSPARSE_ORDER_ROW));
+  }
   ~Impl() {
-    if (buffer) cuda_free(buffer, device);
     if (c) cusparseDestroyDnMat(c);
     if (b) cusparseDestroyDnMat(b);
     if (a) cusparseDestroySpMat(a);
     if (handle) cusparseDestroy(handle);
   }
+  size_t buffer_size() const {
+    size_t bytes = 0;
+    GNN_CUSPARSE_CHECK(cusparseSpMM_bufferSize(handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
+                                               CUSPARSE_OPERATION_NON_TRANSPOSE, &alpha, a, b, &beta, c, CUDA_R_32F,
+                                               kAlg, &bytes));
+    return bytes;
+  }
 };
 
+// The query builds the descriptors a second time; it is setup, never timed.
+size_t CusparseSpmm::workspace_bytes(const CsrView& g, const float* values, float* y, const float* x, int64_t F,
+                                     int64_t ldx, int64_t ldy) {
+  Impl m;
+  m.init(g, values, y, x, F, ldx, ldy, Stream{});
+  return m.buffer_size();
+}
+
 CusparseSpmm::CusparseSpmm(const CsrView& g, const float* values, float* y, const float* x, int64_t F, int64_t ldx,
-                           int64_t ldy, Stream stream)
+                           int64_t ldy, void* work, Stream stream)
     : impl_(std::make_unique<Impl>()) {
-  GNN_CHECK(values != nullptr, "CusparseSpmm: the CSR needs one value per entry");
   Impl& m = *impl_;
-  GNN_CUDA_CHECK(cudaGetDevice(&m.device));
-  GNN_CUSPARSE_CHECK(cusparseCreate(&m.handle));
-  GNN_CUSPARSE_CHECK(cusparseSetStream(m.handle, stream));
-  GNN_CUSPARSE_CHECK(cusparseCreateConstCsr(&m.a, g.num_rows, g.num_cols, g.num_edges, g.indptr, g.indices, values,
-                                            CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO,
-                                            CUDA_R_32F));
-  GNN_CUSPARSE_CHECK(cusparseCreateConstDnMat(&m.b, g.num_cols, F, ldx, x, CUDA_R_32F, CUSPARSE_ORDER_ROW));
-  GNN_CUSPARSE_CHECK(cusparseCreateDnMat(&m.c, g.num_rows, F, ldy, y, CUDA_R_32F, CUSPARSE_ORDER_ROW));
-  size_t bytes = 0;
-  GNN_CUSPARSE_CHECK(cusparseSpMM_bufferSize(m.handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                             CUSPARSE_OPERATION_NON_TRANSPOSE, &m.alpha, m.a, m.b, &m.beta, m.c,
-                                             CUDA_R_32F, kAlg, &bytes));
-  if (bytes > 0) m.buffer = cuda_alloc(bytes, m.device);
+  m.init(g, values, y, x, F, ldx, ldy, stream);
+  GNN_CHECK(work != nullptr || m.buffer_size() == 0, "CusparseSpmm: no work buffer given, cuSPARSE needs ",
+            m.buffer_size(), " bytes (CusparseSpmm::workspace_bytes)");
+  m.buffer = work;
   GNN_CUSPARSE_CHECK(cusparseSpMM_preprocess(m.handle, CUSPARSE_OPERATION_NON_TRANSPOSE,
                                              CUSPARSE_OPERATION_NON_TRANSPOSE, &m.alpha, m.a, m.b, &m.beta, m.c,
                                              CUDA_R_32F, kAlg, m.buffer));

@@ -1,9 +1,11 @@
 // cuSPARSE SpMM, the comparison backend for `gnn bench kernel spmm-sum|spmm-mean --device cuda
 // --spmm cusparse`: y = A x for the CSR A of a graph (rows = destinations) with one value per entry
 // (1 for sum, 1/deg(v) for mean, or edge weights); x [num_cols, F] and y [num_rows, F] row-major with
-// row strides ldx and ldy. The descriptors, the work buffer and cuSPARSE's preprocessing are set up
-// once at construction, so run() times the product alone. Built only with CUDA.
+// row strides ldx and ldy. The descriptors and cuSPARSE's preprocessing are set up once at
+// construction, so run() times the product alone. The work buffer is the caller's: workspace_bytes()
+// says how big, and it must outlive the object (kernels allocate nothing). Built only with CUDA.
 #pragma once
+#include <cstddef>
 #include <memory>
 
 #include "kernels/spmm.h"
@@ -12,8 +14,12 @@ namespace gnn {
 
 class CusparseSpmm {
  public:
+  // The bytes of work buffer cuSPARSE asks for this product (may be 0).
+  static size_t workspace_bytes(const CsrView& g, const float* values, float* y, const float* x, int64_t F,
+                                int64_t ldx, int64_t ldy);
+  // work: workspace_bytes(...) bytes on the current device (null when that is 0).
   CusparseSpmm(const CsrView& g, const float* values, float* y, const float* x, int64_t F, int64_t ldx, int64_t ldy,
-               Stream stream);
+               void* work, Stream stream);
   ~CusparseSpmm();
   CusparseSpmm(const CusparseSpmm&) = delete;
   CusparseSpmm& operator=(const CusparseSpmm&) = delete;

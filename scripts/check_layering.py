@@ -37,7 +37,6 @@ ALLOWED["base"] = {"base"}
 PRIVATE = {"autograd/dispatch.h": {"autograd", "tests"}}  # header -> the folders that may include it
 
 KNOWN = {
-    ("kernels/spmm_cusparse.cpp", "runtime/cuda.h"): "allocates its work buffer",
     ("bench/bench_kernels.cpp", "apps/bench_kernels.h"): "the kernel registry lives in apps/",
     ("apps/bench_kernels.cpp", "autograd/dispatch.h"): "the registry times ops through their dispatch",
 }
