@@ -5,10 +5,12 @@
 #include <functional>
 #include <memory>
 #include <cstdio>
+#include <string>
 #include <type_traits>
+#include <vector>
 
-#include "apps/bench_kernels.h"
 #include "apps/commands.h"
+#include "bench/registry.h"
 #include "io/json.h"
 #include "io/npz.h"
 #include "runtime/cuda.h"
@@ -81,7 +83,12 @@ int bench_kernel(const Args& a, const std::string& name) {
   if (device != "cpu" && device != "cuda") throw UsageError("gnn bench kernel: --device must be cpu or cuda, got '" + device + "'");
   if (spmm != "gnn" && spmm != "cusparse") throw UsageError("gnn bench kernel: --spmm must be gnn or cusparse, got '" + spmm + "'");
   s.cuda = device == "cuda", s.cusparse = spmm == "cusparse", s.cuda_graph = a.on("cuda-graph");
-  const KernelCase k = make_kernel_case(name, s);
+  KernelCase k;
+  try {
+    k = make_kernel_case(name, s);
+  } catch (const KernelUsageError& e) {
+    throw UsageError(e.what());
+  }
   std::unique_ptr<CudaGraph> graph;
   if (s.cuda_graph) {
     if (!s.cuda || !k.graph_safe)
@@ -116,6 +123,18 @@ int bench_kernel(const Args& a, const std::string& name) {
   return 0;
 }
 
+// "Kernels: gemm, spmm-sum, ..." from the registry, wrapped as the rest of the help.
+std::string kernel_list() {
+  std::string out = "Kernels:", line = out;
+  const std::vector<std::string> names = bench_kernel_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string word = names[i] + (i + 1 < names.size() ? "," : ".");
+    if (line.size() + 1 + word.size() > 100) out += "\n" + word, line = word;
+    else out += " " + word, line += " " + word;
+  }
+  return out;
+}
+
 }  // namespace
 
 Command bench_command() {
@@ -137,12 +156,10 @@ Command bench_command() {
              {"repeat", "N", "timed runs after the warm-up (at least 20 for kernels)", "20"},
              {"threads", "T", "CPU threads (default: all)"},
              {"json", "", "one JSON object: name, median_ms, gbps, gflops"}};
-  c.details =
-      "Kernels: gemm, spmm-sum, spmm-mean, spmm-max, segment-softmax, gat-layer, sage-layer,\n"
-      "sage-layer-fused, graph-attention, instance-norm, pool-sum, pool-mean, pool-max, embedding. GB/s\n"
-      "counts the bytes a pass must move (formulas in apps/bench_kernels.cpp); compare with\n"
-      "build/bin/gnn_bench's BM_floor_* copy bandwidth.\n"
-      "bench/peers/ times numpy, PyTorch and PyTorch Geometric on the same work.";
+  c.details = kernel_list() +
+              "\nGB/s counts the bytes a pass must move (formulas beside each case in bench/registry_*.cpp);\n"
+              "compare with build/bin/gnn_bench's BM_floor_* copy bandwidth.\n"
+              "bench/peers/ times numpy, PyTorch and PyTorch Geometric on the same work.";
   c.run = [](const Args& a) {
     if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
     const std::string what = a.positional(0);

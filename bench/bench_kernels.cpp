@@ -1,10 +1,10 @@
 // Every kernel and layer of `gnn bench kernel` on TpuGraphs-like shapes: N = 10k with E = 20k and
 // N = 100k with E = 200k; F = 64, 128, 256; and 16 configs batched node-major (C*F = 16*128). Bytes and
-// flops come from the same formulas as the CLI (apps/bench_kernels.cpp); read their GB/s and GFLOP/s
+// flops come from the same formulas as the CLI (bench/registry_*.cpp); read their GB/s and GFLOP/s
 // against BM_floor_* from the same run.
 #include <benchmark/benchmark.h>
 
-#include "apps/bench_kernels.h"
+#include "bench/registry.h"
 
 using namespace gnn::cli;
 
@@ -27,7 +27,7 @@ static void register_all() {
       b->ArgNames({"N", "F", "C"})->Unit(benchmark::kMillisecond)->UseRealTime();
       for (int64_t n : {10'000, 100'000})
         for (int64_t f : {64, 128, 256}) b->Args({n, f, 1});
-      if (name.find("layer") == std::string::npos) b->Args({10'000, 128, 16});  // layers: one config per row
+      if (bench_kernel_takes_configs(name)) b->Args({10'000, 128, 16});  // some layers: one config per row
     }
   }
 }

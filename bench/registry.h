@@ -1,9 +1,11 @@
-// The kernels and layers `gnn bench kernel NAME` can time: each sets up its inputs on a random graph
-// with TpuGraphs-like degrees and returns one timed step plus the bytes it must move and the flops it
-// must do (the formulas are in bench_kernels.cpp beside each case).
+// The kernels and layers `gnn bench kernel NAME` and gnn_bench (bench/bench_kernels.cpp) time: each
+// sets up its inputs on a random graph with TpuGraphs-like degrees and returns one timed step plus the
+// bytes it must move and the flops it must do (the formulas sit beside each case, bench/registry_*.cpp).
+// The list of cases is the table in bench/registry.cpp.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,7 +29,15 @@ struct KernelCase {
   bool graph_safe = false;     // the step only queues device work (no host copies or syncs): --cuda-graph can capture it
 };
 
+// A name or shape no case takes (an unknown kernel, --configs on a layer that takes one config per
+// row, --device cuda for a CPU-only case): `gnn bench kernel` reports it as a usage error (exit 2).
+class KernelUsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 std::vector<std::string> bench_kernel_names();
-KernelCase make_kernel_case(const std::string& name, const KernelShape& shape);  // throws on an unknown name
+bool bench_kernel_takes_configs(const std::string& name);  // on the CPU: x node-major [N, C*F]
+KernelCase make_kernel_case(const std::string& name, const KernelShape& shape);  // throws KernelUsageError
 
 }  // namespace gnn::cli

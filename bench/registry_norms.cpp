@@ -1,0 +1,121 @@
+// Registry cases (bench/registry.h) for the per-graph and per-row kernels around the message passing:
+// instance norm, pooling (the readout) and the embedding lookup.
+#include <memory>
+#include <vector>
+
+#include "bench/registry_cases.h"
+#include "kernels/embedding.h"
+#include "kernels/instance_norm.h"
+#include "kernels/pooling.h"
+#include "runtime/cuda.h"
+
+namespace gnn::cli {
+
+// instance-norm: the graph instance norm without affine parameters on x [N, C*F], graphs of
+// --graph-nodes rows (the 6th and 1st place recipes' norm, per graph, config and channel). GB/s counts
+// x read and y written (+ x and dy read, dx written); the kernel reads x two more times, from cache
+// when a graph's block of channels fits.
+KernelCase instance_norm_case(const KernelShape& s) {
+  const int64_t N = s.nodes, F = s.features * s.configs;
+  auto gp = graph_ranges(N, s.graph_nodes);
+  const int64_t G = int64_t(gp->size()) - 1;
+  auto x = std::make_shared<Tensor>(random_tensor(N, F, 1));
+  auto dy = std::make_shared<Tensor>(random_tensor(N, F, 2));
+  auto y = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
+  auto dx = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
+  auto stats = std::make_shared<Tensor>(Tensor::empty({2, G, F}, DType::F32));
+  const bool bwd = s.backward;
+  KernelCase k;
+  k.step = [=] {
+    float* mean = stats->f32();
+    float* rstd = mean + G * F;
+    instance_norm_forward_cpu(y->f32(), mean, rstd, x->f32(), nullptr, nullptr, gp->data(), G, F, 1e-5f);
+    if (bwd) instance_norm_backward_cpu(dx->f32(), nullptr, nullptr, dy->f32(), x->f32(), mean, rstd, nullptr, gp->data(), G, F);
+  };
+  k.bytes = 4.0 * double(N) * F * (bwd ? 5 : 2);
+  k.flops = 8.0 * double(N) * F * (bwd ? 2.5 : 1);
+  return k;
+}
+
+// pool-{sum,mean,max}: the readout y[g] = reduce over graph g's rows of x, x [N, C*F] in graphs of
+// --graph-nodes rows, y [G, C*F]; --backward broadcasts dy back (max: to the argmax rows).
+KernelCase pool_case(Reduce op, const KernelShape& s) {
+  const int64_t N = s.nodes, F = s.features * s.configs;
+  auto gp = graph_ranges(N, s.graph_nodes);
+  const int64_t G = int64_t(gp->size()) - 1;
+  const Device dev = device_of(s);
+  auto x = std::make_shared<Tensor>(random_tensor(N, F, 1).to(dev));
+  auto y = std::make_shared<Tensor>(Tensor::empty({G, F}, DType::F32, dev));
+  auto dx = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32, dev));
+  auto arg = std::make_shared<Tensor>(Tensor::empty({op == Reduce::kMax ? G : 0, F}, DType::I32, dev));
+  // The CUDA kernels read graph_ptr on the device.
+  auto gpd = std::make_shared<Tensor>(Tensor::from_vector(*gp).to(dev));
+  const bool bwd = s.backward, cuda = s.cuda;
+  KernelCase k;
+  k.graph_safe = cuda;
+  k.step = [=] {
+    int32_t* am = op == Reduce::kMax ? arg->i32() : nullptr;
+    if (!cuda) {
+      pool_forward_cpu(y->f32(), am, x->f32(), gp->data(), G, F, op);
+      if (bwd) pool_backward_cpu(dx->f32(), y->f32(), am, gp->data(), G, F, op);
+      return;
+    }
+#ifdef GNN_WITH_CUDA
+    pool_forward_cuda(y->f32(), am, x->f32(), gpd->i64(), G, F, op, cuda_stream(0));
+    if (bwd) pool_backward_cuda(dx->f32(), y->f32(), am, gpd->i64(), N, G, F, op, cuda_stream(0));
+#endif
+  };
+  // forward: read x, write y (+ argmax); backward: read dy (+ argmax) per graph, write dx
+  const double am = op == Reduce::kMax ? 4.0 * G * F : 0;
+  k.bytes = 4.0 * (double(N) * F + double(G) * F) + am + (bwd ? 4.0 * (double(N) * F + double(G) * F) + am : 0);
+  k.flops = double(N) * F * (bwd ? 2 : 1);
+  return k;
+}
+
+// embedding: y[i] = table[idx[i]] for N lookups into a 128-row table of width C*F, the opcodes drawn
+// skewed as in TpuGraphs (a few opcodes own most nodes); --backward sums dy into dtable per row in the
+// fixed order of embedding_inverse (on the GPU the inverse is built once, outside the timed step, as
+// the op would per batch on the host).
+KernelCase embedding_case(const KernelShape& s) {
+  const int64_t N = s.nodes, F = s.features * s.configs, K = 128;
+  const Device dev = device_of(s);
+  Tensor idx = Tensor::empty({N}, DType::I32);
+  uint64_t r = s.seed * 0x9e3779b97f4a7c15ull + 1;
+  for (int64_t i = 0; i < N; ++i) {
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    const uint64_t u = r % 1000;
+    idx.i32()[i] = int32_t(u < 600 ? u % 8 : u % uint64_t(K));  // 60% of the uses on 8 rows
+  }
+  Tensor ptr = Tensor::empty({K + 1}, DType::I64), uses = Tensor::empty({N}, DType::I64),
+         chunk_ptr = Tensor::empty({K + 1}, DType::I64);
+  const int64_t chunks = embedding_inverse(idx.i32(), N, K, ptr.i64(), uses.i64(), chunk_ptr.i64());
+  auto inv = std::make_shared<std::vector<Tensor>>(std::vector<Tensor>{ptr.to(dev), uses.to(dev), chunk_ptr.to(dev)});
+  auto id = std::make_shared<Tensor>(idx.to(dev));
+  auto table = std::make_shared<Tensor>(random_tensor(K, F, 1).to(dev));
+  auto dtable = std::make_shared<Tensor>(Tensor::empty({K, F}, DType::F32, dev));
+  auto y = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32, dev));
+  auto ws = std::make_shared<Tensor>(Tensor::empty({chunks, F}, DType::F32, dev));
+  const bool bwd = s.backward, cuda = s.cuda;
+  KernelCase k;
+  k.graph_safe = cuda;
+  k.step = [=] {
+    if (!cuda) {
+      embedding_forward_cpu(y->f32(), table->f32(), id->i32(), N, F);
+      if (bwd) embedding_backward_cpu(dtable->f32(), y->f32(), id->i32(), N, K, F);
+      return;
+    }
+#ifdef GNN_WITH_CUDA
+    embedding_forward_cuda(y->f32(), table->f32(), id->i32(), N, F, cuda_stream(0));
+    if (bwd)
+      embedding_backward_cuda(dtable->f32(), y->f32(), (*inv)[0].i64(), (*inv)[1].i64(), (*inv)[2].i64(), chunks, K, F,
+                              ws->f32(), cuda_stream(0));
+#endif
+  };
+  // forward: read idx and one table row per lookup (the table stays in cache: count it once), write y;
+  // backward: read dy and the inverse, write dtable
+  k.bytes = 4.0 * (double(N) + double(K) * F + double(N) * F) + (bwd ? 4.0 * double(N) * F + 8.0 * N + 4.0 * K * F : 0);
+  k.flops = bwd ? double(N) * F : 0.0;  // a lookup is a copy: GFLOP/s reads 0 forward
+  return k;
+}
+
+}  // namespace gnn::cli
