@@ -148,7 +148,7 @@ Command bench_command() {
              {"configs", "C", "kernel: configs batched node-major as N x (C*F)", "1"},
              {"graph-nodes", "S", "kernel: graph-attention's, instance-norm's and pool-*'s nodes per graph (the N nodes split into graphs of S)", "64"},
              {"backward", "", "kernel: time forward + backward"},
-             {"device", "cpu|cuda", "kernel: where to run (cuda: all but segment-softmax; timed by CUDA events)", "cpu"},
+             {"device", "cpu|cuda", "kernel: where to run (cuda: all but segment-softmax and instance-norm; timed by CUDA events)", "cpu"},
              {"spmm", "gnn|cusparse", "kernel: spmm-sum/mean on cuda through gnn's kernel or cuSPARSE", "gnn"},
              {"cuda-graph", "", "kernel: on cuda, time replays of the step captured once as a CUDA graph (gemm, spmm-*, the layers)"},
              {"save-graph", "FILE", "kernel: also write the graph (edge_index) as npz, for peer scripts"},

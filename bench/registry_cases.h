@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "bench/registry.h"
+#include "kernels/rowwise.h"
 #include "kernels/spmm.h"
 #include "runtime/graph.h"
 #include "runtime/tensor.h"
@@ -35,6 +36,8 @@ KernelCase gat_case(const KernelShape& s);                                // reg
 KernelCase softmax_case(const KernelShape& s);                            // registry_gat.cpp
 KernelCase attention_case(const KernelShape& s);                          // registry_attention.cpp
 KernelCase instance_norm_case(const KernelShape& s);                      // registry_norms.cpp
+KernelCase layer_norm_case(const KernelShape& s);                         // registry_norms.cpp
+KernelCase rowwise_case(RowOp op, const KernelShape& s);                  // registry_norms.cpp
 KernelCase pool_case(Reduce op, const KernelShape& s);                    // registry_norms.cpp
 KernelCase embedding_case(const KernelShape& s);                          // registry_norms.cpp
 

@@ -1,12 +1,15 @@
 // Registry cases (bench/registry.h) for the per-graph and per-row kernels around the message passing:
-// instance norm, pooling (the readout) and the embedding lookup.
+// instance norm, layer norm, the row-wise softmax / log-softmax / l2 normalisation, pooling (the
+// readout) and the embedding lookup.
 #include <memory>
 #include <vector>
 
 #include "bench/registry_cases.h"
 #include "kernels/embedding.h"
 #include "kernels/instance_norm.h"
+#include "kernels/layer_norm.h"
 #include "kernels/pooling.h"
+#include "kernels/rowwise.h"
 #include "runtime/cuda.h"
 
 namespace gnn::cli {
@@ -34,6 +37,84 @@ KernelCase instance_norm_case(const KernelShape& s) {
   };
   k.bytes = 4.0 * double(N) * F * (bwd ? 5 : 2);
   k.flops = 8.0 * double(N) * F * (bwd ? 2.5 : 1);
+  return k;
+}
+
+// layer-norm: y = (x - mean) / sqrt(var + eps) * gamma + beta over each row of F, on the N*C rows of
+// node-major x [N, C*F] (each config normalised alone, as the recipes' LayerNorm does), gamma and beta
+// [F]; --backward adds dx, dgamma and dbeta from dy. Least traffic: read x, write y and mean, rstd [R]
+// (+ read dy, x, mean, rstd, write dx); gamma, beta and their gradients are [F] and not counted.
+// Flops per element: 8 forward (the sum; sub, mul, add for the variance; sub, mul, mul, add for y),
+// 13 more backward (xhat 2, dy * gamma 1, the two row sums 3, dgamma and dbeta 3, dx 4).
+KernelCase layer_norm_case(const KernelShape& s) {
+  const int64_t R = s.nodes * s.configs, F = s.features;
+  const Device dev = device_of(s);
+  auto x = std::make_shared<Tensor>(random_tensor(R, F, 1).to(dev));
+  auto dy = std::make_shared<Tensor>(random_tensor(R, F, 2).to(dev));
+  auto gamma = std::make_shared<Tensor>(random_tensor(1, F, 3).to(dev));
+  auto beta = std::make_shared<Tensor>(random_tensor(1, F, 4).to(dev));
+  auto y = std::make_shared<Tensor>(Tensor::empty({R, F}, DType::F32, dev));
+  auto dx = std::make_shared<Tensor>(Tensor::empty({R, F}, DType::F32, dev));
+  auto stats = std::make_shared<Tensor>(Tensor::empty({2, R}, DType::F32, dev));
+  auto dgb = std::make_shared<Tensor>(Tensor::empty({2, F}, DType::F32, dev));
+  int64_t ws_floats = 0;
+#ifdef GNN_WITH_CUDA
+  if (s.cuda) ws_floats = layer_norm_backward_workspace_cuda(R, F);
+#endif
+  auto ws = std::make_shared<Tensor>(Tensor::empty({ws_floats}, DType::F32, dev));
+  const bool bwd = s.backward, cuda = s.cuda;
+  KernelCase k;
+  k.graph_safe = cuda;
+  k.step = [=] {
+    float *mean = stats->f32(), *rstd = mean + R, *dgamma = dgb->f32(), *dbeta = dgamma + F;
+    if (!cuda) {
+      layer_norm_forward_cpu(y->f32(), mean, rstd, x->f32(), gamma->f32(), beta->f32(), R, F, 1e-5f);
+      if (bwd) layer_norm_backward_cpu(dx->f32(), dgamma, dbeta, dy->f32(), x->f32(), mean, rstd, gamma->f32(), R, F);
+      return;
+    }
+#ifdef GNN_WITH_CUDA
+    layer_norm_forward_cuda(y->f32(), mean, rstd, x->f32(), gamma->f32(), beta->f32(), R, F, 1e-5f, cuda_stream(0));
+    if (bwd)
+      layer_norm_backward_cuda(dx->f32(), dgamma, dbeta, dy->f32(), x->f32(), mean, rstd, gamma->f32(), R, F, ws->f32(),
+                               cuda_stream(0));
+#endif
+  };
+  k.bytes = 4.0 * (2.0 * R * F + 2.0 * R) + (bwd ? 4.0 * (3.0 * R * F + 2.0 * R) : 0);
+  k.flops = double(R) * F * (bwd ? 21 : 8);
+  return k;
+}
+
+// rowwise-softmax, rowwise-log-softmax, rowwise-l2-normalize (kernels/rowwise.h) over each row of F, on
+// the N*C rows of node-major x [N, C*F]. Least traffic: read x, write y; --backward reads y and dy (and
+// x for l2-normalize) and writes dx. Flops per element, forward: softmax 5 (max; sub, exp; sum; divide),
+// log-softmax 5 (max; sub, exp; sum; sub), l2-normalize 3 (square, sum; divide); backward: softmax 4
+// (the dot 2; sub, mul), log-softmax 4 (sum; exp, mul, sub), l2-normalize 7 (the two sums 4; mul,
+// sub, divide).
+KernelCase rowwise_case(RowOp op, const KernelShape& s) {
+  const int64_t R = s.nodes * s.configs, F = s.features;
+  const Device dev = device_of(s);
+  auto x = std::make_shared<Tensor>(random_tensor(R, F, 1).to(dev));
+  auto dy = std::make_shared<Tensor>(random_tensor(R, F, 2).to(dev));
+  auto y = std::make_shared<Tensor>(Tensor::empty({R, F}, DType::F32, dev));
+  auto dx = std::make_shared<Tensor>(Tensor::empty({R, F}, DType::F32, dev));
+  const bool bwd = s.backward, cuda = s.cuda;
+  const float eps = 1e-12f;
+  KernelCase k;
+  k.graph_safe = cuda;
+  k.step = [=] {
+    if (!cuda) {
+      rowwise_forward_cpu(y->f32(), x->f32(), R, F, op, eps);
+      if (bwd) rowwise_backward_cpu(dx->f32(), y->f32(), dy->f32(), x->f32(), R, F, op, eps);
+      return;
+    }
+#ifdef GNN_WITH_CUDA
+    rowwise_forward_cuda(y->f32(), x->f32(), R, F, op, eps, cuda_stream(0));
+    if (bwd) rowwise_backward_cuda(dx->f32(), y->f32(), dy->f32(), x->f32(), R, F, op, eps, cuda_stream(0));
+#endif
+  };
+  const bool l2 = op == RowOp::kL2Normalize;
+  k.bytes = 4.0 * R * F * (2 + (bwd ? (l2 ? 4 : 3) : 0));
+  k.flops = double(R) * F * ((l2 ? 3 : 5) + (bwd ? (l2 ? 7 : 4) : 0));
   return k;
 }
 

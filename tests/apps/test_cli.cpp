@@ -213,7 +213,8 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
 
 TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") {
   for (const char* k : {"gemm", "spmm-sum", "spmm-mean", "spmm-max", "segment-softmax", "gat-layer", "sage-layer",
-                        "sage-layer-fused", "graph-attention", "instance-norm", "pool-sum", "pool-mean", "pool-max",
+                        "sage-layer-fused", "graph-attention", "instance-norm", "layer-norm", "rowwise-softmax",
+                        "rowwise-log-softmax", "rowwise-l2-normalize", "pool-sum", "pool-mean", "pool-max",
                         "embedding"}) {
     for (const char* bwd : {"", " --backward"}) {
       CAPTURE(k);
@@ -277,7 +278,8 @@ TEST_CASE("cli: bench kernel on the GPU: gnn's SpMM, cuSPARSE's, cuBLAS GEMM and
                           "gemm --backward", "sage-layer", "sage-layer --backward", "sage-layer-fused --backward",
                           "gat-layer --backward", "spmm-mean --backward --cuda-graph", "gemm --cuda-graph",
                           "sage-layer --backward --cuda-graph", "sage-layer-fused --backward --cuda-graph",
-                          "gat-layer --backward --cuda-graph", "gat-layer --cuda-graph"}) {
+                          "gat-layer --backward --cuda-graph", "gat-layer --cuda-graph", "layer-norm --backward",
+                          "rowwise-softmax --backward", "rowwise-l2-normalize --backward --cuda-graph"}) {
     CAPTURE(cmd);
     auto r = run_gnn(std::string("bench kernel ") + cmd + " --device cuda --nodes 1000 --edges 2000 --features 64 --json");
     REQUIRE(r.exit_code == 0);
