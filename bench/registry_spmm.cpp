@@ -23,9 +23,10 @@ std::function<void()> cusparse_step(Reduce op, const std::shared_ptr<GraphData>&
       values[size_t(p)] = op == Reduce::kMean ? 1.0f / float(indptr[size_t(v + 1)] - indptr[size_t(v)]) : 1.0f;
   auto vals = std::make_shared<Tensor>(Tensor::from_vector(values).to(Device::cuda(0)));
   // cuSPARSE's work buffer, ours to own (kernels allocate nothing)
-  const size_t bytes = CusparseSpmm::workspace_bytes(d->v, vals->f32(), y->f32(), x->f32(), F, F, F);
+  void* handle = cuda_sparse(0);
+  const size_t bytes = CusparseSpmm::workspace_bytes(handle, d->v, vals->f32(), y->f32(), x->f32(), F, F, F);
   auto work = std::make_shared<Tensor>(Tensor::empty({int64_t(bytes)}, DType::U8, Device::cuda(0)));
-  auto sp = std::make_shared<CusparseSpmm>(d->v, vals->f32(), y->f32(), x->f32(), F, F, F,
+  auto sp = std::make_shared<CusparseSpmm>(handle, d->v, vals->f32(), y->f32(), x->f32(), F, F, F,
                                            bytes > 0 ? work->data() : nullptr, cuda_stream(0));
   return [sp, work, vals, d, x, y] { sp->run(); };
 }

@@ -2,6 +2,7 @@
 #include "runtime/cuda.h"
 
 #include <cublas_v2.h>
+#include <cusparse.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +25,7 @@ struct DeviceState {
   cudaStream_t stream = nullptr;
   std::atomic<bool> capturing{false};  // a CudaGraph capture is open on the stream
   BlasHandle blas;                     // cuda_blas: created on first use, never destroyed
+  void* sparse = nullptr;              // cuda_sparse: the same
 };
 
 std::mutex g_mu;
@@ -168,6 +170,19 @@ BlasHandle cuda_blas(int device) {
   GNN_CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasCreate failed on CUDA device ", device, " (cuBLAS status ", int(st), ")");
   s.blas = {h, workspace, kWorkspaceBytes};
   return s.blas;
+}
+
+void* cuda_sparse(int device) {
+  DeviceState& s = state(device);
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (s.sparse) return s.sparse;
+  GNN_CUDA_CHECK(cudaSetDevice(device));
+  cusparseHandle_t h = nullptr;
+  const cusparseStatus_t st = cusparseCreate(&h);
+  GNN_CHECK(st == CUSPARSE_STATUS_SUCCESS, "cusparseCreate failed on CUDA device ", device, " (", cusparseGetErrorString(st),
+            ")");
+  s.sparse = h;
+  return s.sparse;
 }
 
 void cuda_synchronize(int device) {

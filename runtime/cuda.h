@@ -30,6 +30,9 @@ Stream cuda_stream(int device);
 // first use and kept for the process (the driver may be gone at exit). Kernels that call cuBLAS take
 // it as an argument (kernels/gemm.h). Call it once outside any CUDA graph capture before capturing.
 BlasHandle cuda_blas(int device);
+// The device's cuSPARSE handle (a cusparseHandle_t), created on first use and kept for the process;
+// callers bind it to their stream (kernels/spmm_cusparse.h).
+void* cuda_sparse(int device);
 void cuda_synchronize(int device);
 // Copies between any two devices (host included); returns after the copy is complete, except within one
 // device, where it is queued on that device's stream like a kernel.

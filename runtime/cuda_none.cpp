@@ -19,6 +19,7 @@ void cuda_empty_cache(int) { no_cuda(); }
 void cuda_reset_peak(int) { no_cuda(); }
 Stream cuda_stream(int) { no_cuda(); }
 BlasHandle cuda_blas(int) { no_cuda(); }
+void* cuda_sparse(int) { no_cuda(); }
 void cuda_synchronize(int) { no_cuda(); }
 void cuda_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
 void cuda_upload(void*, int, const void*, size_t) { no_cuda(); }
