@@ -36,7 +36,8 @@ std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std
   std::map<std::string, Tensor> optim, rest;
   for (auto& [k, t] : all) {
     if (k.rfind("optim/", 0) == 0) optim[k.substr(6)] = t;
-    else if (k.rfind("params/", 0) == 0) GNN_FAIL(path, ": checkpoint parameter '", k.substr(7), "' is not in the model");
+    else if (k.rfind("params/", 0) == 0)
+      GNN_FAIL(path, ": checkpoint parameter '", k.substr(7), "' is not in the model");
     else rest[k] = t;
   }
   if (opt) {
@@ -53,9 +54,7 @@ std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std
   return rest;
 }
 
-Tensor text_tensor(const std::string& s) {
-  return Tensor::from_vector(std::vector<uint8_t>(s.begin(), s.end()));
-}
+Tensor text_tensor(const std::string& s) { return Tensor::from_vector(std::vector<uint8_t>(s.begin(), s.end())); }
 std::string tensor_text(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file) {
   auto it = a.find(key);
   GNN_CHECK(it != a.end() && it->second.dtype() == DType::U8 && it->second.dim() == 1, file, ": '", key,
@@ -76,6 +75,5 @@ double get_f64(const std::map<std::string, Tensor>& a, const std::string& key, c
             "' is missing or not one float64");
   return it->second.f64()[0];
 }
-
 
 }  // namespace gnn

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "dist/comm.h"
 #include "base/error.h"
+#include "dist/comm.h"
 
 namespace gnn::cli {
 
@@ -119,10 +119,11 @@ std::string command_help(const Command& cmd) {
 
 namespace {
 std::string overview(const std::vector<Command>& commands) {
-  std::string s =
-      "gnn " GNN_VERSION ": a from-scratch C++20 / CUDA graph-neural-network engine\n\n"
-      "usage: gnn COMMAND [ARGS] [--FLAGS]\n\ncommands:\n";
-  for (const Command& c : commands) s += "  " + c.name + std::string(12 - std::min<size_t>(c.name.size(), 11), ' ') + c.summary + "\n";
+  std::string s = "gnn " GNN_VERSION
+                  ": a from-scratch C++20 / CUDA graph-neural-network engine\n\n"
+                  "usage: gnn COMMAND [ARGS] [--FLAGS]\n\ncommands:\n";
+  for (const Command& c : commands)
+    s += "  " + c.name + std::string(12 - std::min<size_t>(c.name.size(), 11), ' ') + c.summary + "\n";
   s += "\n`gnn COMMAND --help` lists every flag of a command. `gnn --version` prints the version.\n";
   return s;
 }

@@ -12,8 +12,8 @@
 namespace gnn::cli {
 
 struct Flag {
-  std::string name;           // without the dashes: "nodes"
-  std::string metavar;        // "N"; empty for a switch
+  std::string name;  // without the dashes: "nodes"
+  std::string metavar;  // "N"; empty for a switch
   std::string help;
   std::string default_value;  // used when the flag is absent; "" with required=false means optional
   bool required = false;
@@ -31,9 +31,9 @@ class UsageError : public std::runtime_error {
 
 class Args {
  public:
-  bool has(const std::string& flag) const;               // given on the command line (or a default exists)
-  bool on(const std::string& flag) const;                // a switch that was given
-  std::string str(const std::string& flag) const;        // value or default; UsageError when neither
+  bool has(const std::string& flag) const;  // given on the command line (or a default exists)
+  bool on(const std::string& flag) const;  // a switch that was given
+  std::string str(const std::string& flag) const;  // value or default; UsageError when neither
   int64_t integer(const std::string& flag, int64_t min, int64_t max) const;
   double number(const std::string& flag) const;
   std::vector<std::string> list(const std::string& flag) const;  // comma-separated

@@ -2,9 +2,9 @@
 //   gnn bench npz FILE: load every array (or --keys) of an .npz, as np.load(f)[k] does for each key.
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <memory>
-#include <cstdio>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -61,10 +61,11 @@ int bench_npz(const Args& a, const std::string& path) {
     j.set("file", path), j.set("raw_bytes", raw), j.set("threads", num_threads()), j.set("repeat", repeat);
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("npz-load %s: %zu arrays, %.1f MB raw, median %.2f ms over %d runs (min %.2f, max %.2f), %.2f GB/s, "
-                "%d threads\n",
-                path.c_str(), keys.size(), double(raw) / 1e6, med, repeat, *std::min_element(ms.begin(), ms.end()),
-                *std::max_element(ms.begin(), ms.end()), gbps, num_threads());
+    std::printf(
+        "npz-load %s: %zu arrays, %.1f MB raw, median %.2f ms over %d runs (min %.2f, max %.2f), %.2f GB/s, "
+        "%d threads\n",
+        path.c_str(), keys.size(), double(raw) / 1e6, med, repeat, *std::min_element(ms.begin(), ms.end()),
+        *std::max_element(ms.begin(), ms.end()), gbps, num_threads());
   }
   return 0;
 }
@@ -80,8 +81,10 @@ int bench_kernel(const Args& a, const std::string& name) {
   if (a.has("save-graph")) s.save_graph = a.str("save-graph");
   const int repeat = int(a.integer("repeat", 20, 100000));
   const std::string device = a.str("device"), spmm = a.str("spmm");
-  if (device != "cpu" && device != "cuda") throw UsageError("gnn bench kernel: --device must be cpu or cuda, got '" + device + "'");
-  if (spmm != "gnn" && spmm != "cusparse") throw UsageError("gnn bench kernel: --spmm must be gnn or cusparse, got '" + spmm + "'");
+  if (device != "cpu" && device != "cuda")
+    throw UsageError("gnn bench kernel: --device must be cpu or cuda, got '" + device + "'");
+  if (spmm != "gnn" && spmm != "cusparse")
+    throw UsageError("gnn bench kernel: --spmm must be gnn or cusparse, got '" + spmm + "'");
   s.cuda = device == "cuda", s.cusparse = spmm == "cusparse", s.cuda_graph = a.on("cuda-graph");
   KernelCase k;
   try {
@@ -92,11 +95,13 @@ int bench_kernel(const Args& a, const std::string& name) {
   std::unique_ptr<CudaGraph> graph;
   if (s.cuda_graph) {
     if (!s.cuda || !k.graph_safe)
-      throw UsageError("gnn bench kernel: --cuda-graph captures gemm, spmm-* (gnn's kernels) and the layers on "
-                       "--device cuda only; " + name +
-                       (s.cuda ? " is not capturable (cuSPARSE's SpMM, and graph-attention, which uploads a tile table each "
-                                "step, are timed as launched)"
-                              : " was asked for on the CPU"));
+      throw UsageError(
+          "gnn bench kernel: --cuda-graph captures gemm, spmm-* (gnn's kernels) and the layers on "
+          "--device cuda only; " +
+          name +
+          (s.cuda ? " is not capturable (cuSPARSE's SpMM, and graph-attention, which uploads a tile table each "
+                    "step, are timed as launched)"
+                  : " was asked for on the CPU"));
     k.step();  // once eagerly: cuBLAS and the layers' caches set themselves up outside the capture
     graph = std::make_unique<CudaGraph>(0, k.step);
   }
@@ -109,16 +114,18 @@ int bench_kernel(const Args& a, const std::string& name) {
     Json j = Json::object();
     j.set("name", name), j.set("median_ms", med), j.set("gbps", gbps), j.set("gflops", gflops);
     j.set("nodes", s.nodes), j.set("edges", s.edges), j.set("features", s.features), j.set("configs", s.configs);
-    if (name == "graph-attention" || name == "instance-norm" || name.starts_with("pool-")) j.set("graph_nodes", s.graph_nodes);
+    if (name == "graph-attention" || name == "instance-norm" || name.starts_with("pool-"))
+      j.set("graph_nodes", s.graph_nodes);
     j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
     j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph);
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s%s N=%lld E=%lld F=%lld C=%lld: median %.3f ms over %d runs (min %.3f), %.2f GB/s, %.2f GFLOP/s, "
-                "%d threads\n",
-                name.c_str(), s.backward ? " (forward + backward)" : "", (long long)s.nodes, (long long)s.edges,
-                (long long)s.features, (long long)s.configs, med, repeat, *std::min_element(ms.begin(), ms.end()), gbps,
-                gflops, num_threads());
+    std::printf(
+        "%s%s N=%lld E=%lld F=%lld C=%lld: median %.3f ms over %d runs (min %.3f), %.2f GB/s, %.2f GFLOP/s, "
+        "%d threads\n",
+        name.c_str(), s.backward ? " (forward + backward)" : "", (long long)s.nodes, (long long)s.edges,
+        (long long)s.features, (long long)s.configs, med, repeat, *std::min_element(ms.begin(), ms.end()), gbps, gflops,
+        num_threads());
   }
   return 0;
 }
@@ -142,20 +149,25 @@ Command bench_command() {
   c.name = "bench";
   c.summary = "time a kernel (`kernel NAME`) or npz loading (`npz FILE`): median of repeated runs";
   c.positionals = {{"WHAT", "kernel or npz"}, {"TARGET", "the kernel's name, or the archive to load"}};
-  c.flags = {{"nodes", "N", "kernel: graph nodes", "10000"},
-             {"edges", "E", "kernel: graph edges (TpuGraphs-like: mean in-degree 2, skewed, hubs)", "20000"},
-             {"features", "F", "kernel: feature width", "128"},
-             {"configs", "C", "kernel: configs batched node-major as N x (C*F)", "1"},
-             {"graph-nodes", "S", "kernel: graph-attention's, instance-norm's and pool-*'s nodes per graph (the N nodes split into graphs of S)", "64"},
-             {"backward", "", "kernel: time forward + backward"},
-             {"device", "cpu|cuda", "kernel: where to run (cuda: all but segment-softmax and instance-norm; timed by CUDA events)", "cpu"},
-             {"spmm", "gnn|cusparse", "kernel: spmm-sum/mean on cuda through gnn's kernel or cuSPARSE", "gnn"},
-             {"cuda-graph", "", "kernel: on cuda, time replays of the step captured once as a CUDA graph (gemm, spmm-*, the layers)"},
-             {"save-graph", "FILE", "kernel: also write the graph (edge_index) as npz, for peer scripts"},
-             {"keys", "K1,K2", "npz: load only these arrays"},
-             {"repeat", "N", "timed runs after the warm-up (at least 20 for kernels)", "20"},
-             {"threads", "T", "CPU threads (default: all)"},
-             {"json", "", "one JSON object: name, median_ms, gbps, gflops"}};
+  c.flags = {
+      {"nodes", "N", "kernel: graph nodes", "10000"},
+      {"edges", "E", "kernel: graph edges (TpuGraphs-like: mean in-degree 2, skewed, hubs)", "20000"},
+      {"features", "F", "kernel: feature width", "128"},
+      {"configs", "C", "kernel: configs batched node-major as N x (C*F)", "1"},
+      {"graph-nodes", "S",
+       "kernel: graph-attention's, instance-norm's and pool-*'s nodes per graph (the N nodes split into graphs of S)",
+       "64"},
+      {"backward", "", "kernel: time forward + backward"},
+      {"device", "cpu|cuda",
+       "kernel: where to run (cuda: all but segment-softmax and instance-norm; timed by CUDA events)", "cpu"},
+      {"spmm", "gnn|cusparse", "kernel: spmm-sum/mean on cuda through gnn's kernel or cuSPARSE", "gnn"},
+      {"cuda-graph", "",
+       "kernel: on cuda, time replays of the step captured once as a CUDA graph (gemm, spmm-*, the layers)"},
+      {"save-graph", "FILE", "kernel: also write the graph (edge_index) as npz, for peer scripts"},
+      {"keys", "K1,K2", "npz: load only these arrays"},
+      {"repeat", "N", "timed runs after the warm-up (at least 20 for kernels)", "20"},
+      {"threads", "T", "CPU threads (default: all)"},
+      {"json", "", "one JSON object: name, median_ms, gbps, gflops"}};
   c.details = kernel_list() +
               "\nGB/s counts the bytes a pass must move (formulas beside each case in bench/registry_*.cpp);\n"
               "compare with build/bin/gnn_bench's BM_floor_* copy bandwidth.\n"

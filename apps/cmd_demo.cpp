@@ -79,9 +79,9 @@ std::string compare(const Entry& model, const Entry& baseline) {
   const double d = mean(model.scores) - mean(baseline.scores);
   const double spread = std::max(stddev(model.scores), stddev(baseline.scores));
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%s %s %s by %+.3f (%s)", model.model.c_str(),
-                d > 0 ? "beats" : "does not beat", baseline.model.c_str(), d,
-                model.scores.size() < 2 ? "one seed each: no spread to judge by"
+  std::snprintf(buf, sizeof buf, "%s %s %s by %+.3f (%s)", model.model.c_str(), d > 0 ? "beats" : "does not beat",
+                baseline.model.c_str(), d,
+                model.scores.size() < 2     ? "one seed each: no spread to judge by"
                 : std::fabs(d) > 2 * spread ? "more than twice the seeds' spread"
                                             : "within twice the seeds' spread: not a clear difference");
   return buf;
@@ -92,7 +92,9 @@ std::string compare(const Entry& model, const Entry& baseline) {
 Command demo_command() {
   Command c;
   c.name = "demo";
-  c.summary = "the README's main job: generate tile + layout data, train the official baselines, their MLPs and the 1st place model, compare";
+  c.summary =
+      "the README's main job: generate tile + layout data, train the official baselines, their MLPs and the 1st place "
+      "model, compare";
   c.flags = {{"tile-graphs", "N", "tile graphs per split", "40"},
              {"layout-graphs", "N", "layout graphs per split", "16"},
              {"tile-epochs", "E", "epochs for the tile models", "20"},
@@ -100,10 +102,12 @@ Command demo_command() {
              {"seeds", "K", "training seeds per model (the spread of the scores is over these)", "3"},
              {"seed", "S", "seed for the data and the first training seed", "1"},
              {"threads", "T", "CPU threads (default: all)"},
-             {"out", "DIR", "keep the dataset and the runs here (default: a temporary directory, of which only the "
-                            "report is kept)"}};
+             {"out", "DIR",
+              "keep the dataset and the runs here (default: a temporary directory, of which only the "
+              "report is kept)"}};
   c.details =
-      "Data: gnn synth writes tile kernels (30 nodes, each of its tiles once, at most 100) and layout programs (1000 nodes,\n"
+      "Data: gnn synth writes tile kernels (30 nodes, each of its tiles once, at most 100) and layout programs (1000 "
+      "nodes,\n"
       "64 configs each) with runtimes from an analytic TPU-like cost model calibrated against the real samples\n"
       "(docs/synthetic.md). Models: tile-mlp and tile-earlyjoin-sage scored by 1 - slowdown@5 (the Kaggle tile\n"
       "score), layout-mlp, layout-resmodel and layout-tgraph (the 1st place model, width 64 here instead of\n"
@@ -117,8 +121,10 @@ Command demo_command() {
       "with every score.";
   c.run = [](const Args& a) {
     if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
-    const int64_t tile_graphs = a.integer("tile-graphs", 2, 100'000), layout_graphs = a.integer("layout-graphs", 2, 10'000);
-    const int64_t tile_epochs = a.integer("tile-epochs", 1, 100'000), layout_epochs = a.integer("layout-epochs", 1, 100'000);
+    const int64_t tile_graphs = a.integer("tile-graphs", 2, 100'000),
+                  layout_graphs = a.integer("layout-graphs", 2, 10'000);
+    const int64_t tile_epochs = a.integer("tile-epochs", 1, 100'000),
+                  layout_epochs = a.integer("layout-epochs", 1, 100'000);
     const int64_t seeds = a.integer("seeds", 1, 100);
     const uint64_t seed = uint64_t(a.integer("seed", 0, INT64_MAX));
     namespace fs = std::filesystem;
@@ -139,17 +145,19 @@ Command demo_command() {
       auto t0 = std::chrono::steady_clock::now();
       synth::write_dataset(data.string(), t);
       synth::write_dataset(data.string(), l);
-      std::printf("  data     %lld tile kernels x up to 100 configs and %lld layout programs x 1000 nodes x 64 configs per "
-                  "split, in %.1f s (%s)\n\n",
-                  (long long)tile_graphs, (long long)layout_graphs, seconds_since(t0), data.c_str());
+      std::printf(
+          "  data     %lld tile kernels x up to 100 configs and %lld layout programs x 1000 nodes x 64 configs per "
+          "split, in %.1f s (%s)\n\n",
+          (long long)tile_graphs, (long long)layout_graphs, seconds_since(t0), data.c_str());
       random_tile = random_ranking_score(data.string(), false);
       random_layout = random_ranking_score(data.string(), true);
       struct Job {
         const char* model;
         int64_t epochs;
       };
-      for (const Job& j : {Job{"tile-mlp", tile_epochs}, Job{"tile-earlyjoin-sage", tile_epochs}, Job{"layout-mlp", layout_epochs},
-                           Job{"layout-resmodel", layout_epochs}, Job{"layout-tgraph", layout_epochs}}) {
+      for (const Job& j :
+           {Job{"tile-mlp", tile_epochs}, Job{"tile-earlyjoin-sage", tile_epochs}, Job{"layout-mlp", layout_epochs},
+            Job{"layout-resmodel", layout_epochs}, Job{"layout-tgraph", layout_epochs}}) {
         const bool layout = std::string(j.model).rfind("layout", 0) == 0;
         Entry e{j.model, layout ? "Kendall tau" : "1 - slowdown@5"};
         std::printf("  training %-20s %3lld epochs, seeds", j.model, (long long)j.epochs);
@@ -168,7 +176,8 @@ Command demo_command() {
           const train::LoadedModel m = train::load_model(train::run_checkpoint(o.out, "auto"));
           train::GraphSource test(train::kind_files(data.string(), layout ? "layout" : "tile", "test"), m.prep,
                                   uint64_t(1) << 30);
-          e.scores.push_back(train::evaluate(*m.model, test, m.hparams.integer("eval-chunk"), "", m.hparams.integer("tta")).score);
+          e.scores.push_back(
+              train::evaluate(*m.model, test, m.hparams.integer("eval-chunk"), "", m.hparams.integer("tta")).score);
           e.train_s += r.seconds, e.configs += r.configs, e.steps += r.steps;
           curves.push_back(read_plot_run(o.out));
           std::printf(" %.3f", e.scores.back());
@@ -198,14 +207,16 @@ Command demo_command() {
     std::printf("\n  reading: tile: %s; layout: %s; the 1st place: %s.\n", compare(table[1], table[0]).c_str(),
                 compare(table[3], table[2]).c_str(), compare(table[4], table[3]).c_str());
     std::printf("  (the TpuGraphs paper, on the real data: tile EarlyJoinSAGE 0.96 against an MLP's 0.29)\n");
-    std::printf("  (layout-tgraph, the 1st place Kaggle model, runs at width %d here instead of 256; on 60 generated programs\n"
-                "   of 1-5k nodes it beats layout-resmodel, 0.204 against 0.123 test tau: docs/benchmarks.md)\n",
-                kDemoTgraphWidth);
+    std::printf(
+        "  (layout-tgraph, the 1st place Kaggle model, runs at width %d here instead of 256; on 60 generated programs\n"
+        "   of 1-5k nodes it beats layout-resmodel, 0.204 against 0.123 test tau: docs/benchmarks.md)\n",
+        kDemoTgraphWidth);
     const MemoryStats mem = host_memory_stats();
     std::printf("  host memory peak %.1f MB; %.1f s in all\n", double(mem.peak_bytes) / 1e6, seconds_since(t_all));
     const fs::path report = dir / "report.html";
-    write_file_atomic(report.string(), plot_html("gnn demo: every run's curves", curves,
-                                                 "Validation scores: tile runs 1 - slowdown@5, layout runs Kendall tau."));
+    write_file_atomic(report.string(),
+                      plot_html("gnn demo: every run's curves", curves,
+                                "Validation scores: tile runs 1 - slowdown@5, layout runs Kendall tau."));
     if (keep) {
       std::printf("  dataset and runs kept in %s; the curves of every run: %s\n", dir.c_str(), report.c_str());
     } else {

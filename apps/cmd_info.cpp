@@ -41,9 +41,8 @@ Command info_command() {
       std::printf("%s\n", j.dump().c_str());
       return 0;
     }
-    for (const auto& [k, v] : j.items()) std::printf("%-22s %s\n", k.c_str(), v.type() == Json::Type::String
-                                                                                   ? v.as_string().c_str()
-                                                                                   : v.dump().c_str());
+    for (const auto& [k, v] : j.items())
+      std::printf("%-22s %s\n", k.c_str(), v.type() == Json::Type::String ? v.as_string().c_str() : v.dump().c_str());
     return 0;
   };
   return c;

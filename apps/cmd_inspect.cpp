@@ -28,12 +28,24 @@ void accumulate(const T* p, int64_t n, Stats& s) {
 Stats stats_of(const Tensor& t) {
   Stats s;
   switch (t.dtype()) {
-    case DType::F32: accumulate(t.f32(), t.numel(), s); break;
-    case DType::F64: accumulate(t.f64(), t.numel(), s); break;
-    case DType::I32: accumulate(t.i32(), t.numel(), s); break;
-    case DType::I64: accumulate(t.i64(), t.numel(), s); break;
-    case DType::U8: accumulate(t.u8(), t.numel(), s); break;
-    case DType::Bool: accumulate(t.b8(), t.numel(), s); break;
+    case DType::F32:
+      accumulate(t.f32(), t.numel(), s);
+      break;
+    case DType::F64:
+      accumulate(t.f64(), t.numel(), s);
+      break;
+    case DType::I32:
+      accumulate(t.i32(), t.numel(), s);
+      break;
+    case DType::I64:
+      accumulate(t.i64(), t.numel(), s);
+      break;
+    case DType::U8:
+      accumulate(t.u8(), t.numel(), s);
+      break;
+    case DType::Bool:
+      accumulate(t.b8(), t.numel(), s);
+      break;
   }
   return s;
 }
@@ -56,8 +68,9 @@ Json tpugraphs_summary(const NpzReader& npz) {
   j.set("nodes", dims("node_feat").empty() ? int64_t(0) : dims("node_feat")[0]);
   j.set("edges", dims("edge_index").empty() ? int64_t(0) : dims("edge_index")[0]);
   j.set("configs", npz.info("config_runtime").header.numel());
-  if (layout) j.set("configurable_nodes", npz.contains("node_config_ids") ? npz.info("node_config_ids").header.numel()
-                                                                          : int64_t(0));
+  if (layout)
+    j.set("configurable_nodes",
+          npz.contains("node_config_ids") ? npz.info("node_config_ids").header.numel() : int64_t(0));
   const Stats rt = stats_of(npz.load("config_runtime"));
   if (npz.info("config_runtime").header.numel() > 0) {
     j.set("runtime_min", rt.min);
@@ -183,8 +196,9 @@ Command inspect_command() {
       const NpyHeader& h = info.header;
       const Stats s = stats_of(npz.load(key));
       if (!json) {
-        table += format_row(key, h.descr, h.shape_str(), h.fortran_order ? "F" : "C", zip_method_name(info.entry.method),
-                            std::to_string(info.entry.compressed_size), std::to_string(info.entry.uncompressed_size));
+        table +=
+            format_row(key, h.descr, h.shape_str(), h.fortran_order ? "F" : "C", zip_method_name(info.entry.method),
+                       std::to_string(info.entry.compressed_size), std::to_string(info.entry.uncompressed_size));
         continue;
       }
       Json e = Json::object();

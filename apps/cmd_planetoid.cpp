@@ -12,21 +12,24 @@ Command planetoid_command() {
   Command c;
   c.name = "planetoid";
   c.summary = "train GCN / GAT / GraphSAGE node classification on a Planetoid split (Cora, CiteSeer)";
-  c.flags = {{"data", "FILE", "the split as .npz (x_indptr, x_indices, x_data, x_shape, edge_index, labels, idx_*)", "", true},
-             {"model", "gcn|gat|sage", "the architecture", "gcn"},
-             {"epochs", "N", "full-batch epochs", "200"},
-             {"seed", "S", "seed for initialisation and dropout", "0"},
-             {"lr", "X", "learning rate (default: 0.01 gcn/sage, 0.005 gat)"},
-             {"weight-decay", "X", "L2 weight decay (default 5e-4; the first layer only for gcn, as PyG)"},
-             {"dropout", "P", "dropout on inputs, hidden units and GAT attention (default 0.5, gat 0.6)"},
-             {"value-dropout", "P", "gat: dropout on each layer's transformed features before aggregation (default: --dropout, as the GAT authors' code; 0 is PyG's GATConv)"},
-             {"hidden", "N", "hidden units (per head for gat; default 16, gat 8)"},
-             {"heads", "N", "GAT heads in the first layer", "8"},
-             {"patience", "N", "GAT-paper early stopping with this patience (0: fixed --epochs, best val accuracy)", "0"},
-             {"device", "cpu|cuda", "where to train (cuda: GPU 0)", "cpu"},
-             {"threads", "T", "CPU threads (default: all)"},
-             {"verbose", "", "print every epoch"},
-             {"json", "", "print the result as one JSON object on the last line"}};
+  c.flags = {
+      {"data", "FILE", "the split as .npz (x_indptr, x_indices, x_data, x_shape, edge_index, labels, idx_*)", "", true},
+      {"model", "gcn|gat|sage", "the architecture", "gcn"},
+      {"epochs", "N", "full-batch epochs", "200"},
+      {"seed", "S", "seed for initialisation and dropout", "0"},
+      {"lr", "X", "learning rate (default: 0.01 gcn/sage, 0.005 gat)"},
+      {"weight-decay", "X", "L2 weight decay (default 5e-4; the first layer only for gcn, as PyG)"},
+      {"dropout", "P", "dropout on inputs, hidden units and GAT attention (default 0.5, gat 0.6)"},
+      {"value-dropout", "P",
+       "gat: dropout on each layer's transformed features before aggregation (default: --dropout, as the GAT authors' "
+       "code; 0 is PyG's GATConv)"},
+      {"hidden", "N", "hidden units (per head for gat; default 16, gat 8)"},
+      {"heads", "N", "GAT heads in the first layer", "8"},
+      {"patience", "N", "GAT-paper early stopping with this patience (0: fixed --epochs, best val accuracy)", "0"},
+      {"device", "cpu|cuda", "where to train (cuda: GPU 0)", "cpu"},
+      {"threads", "T", "CPU threads (default: all)"},
+      {"verbose", "", "print every epoch"},
+      {"json", "", "print the result as one JSON object on the last line"}};
   c.details =
       "Published set-ups (Kipf & Welling 2017; Velickovic et al. 2018): 2-layer GCN, 16 hidden, dropout 0.5,\n"
       "lr 0.01, weight decay 5e-4, 200 epochs: 81.5% on Cora, 70.3% on CiteSeer. GAT 8 heads x 8 hidden,\n"
@@ -76,7 +79,8 @@ Command planetoid_command() {
                 r.seconds);
     if (a.on("json"))
       std::printf(
-          "{\"model\": \"%s\", \"data\": \"%s\", \"seed\": %llu, \"epochs\": %lld, \"epochs_run\": %lld, \"best_epoch\": %lld, "
+          "{\"model\": \"%s\", \"data\": \"%s\", \"seed\": %llu, \"epochs\": %lld, \"epochs_run\": %lld, "
+          "\"best_epoch\": %lld, "
           "\"train_accuracy\": %.6f, \"val_accuracy\": %.6f, \"test_accuracy\": %.6f, \"seconds\": %.3f}\n",
           o.model.c_str(), d.path.c_str(), (unsigned long long)o.seed, (long long)o.epochs, (long long)r.epochs_run,
           (long long)r.best_epoch, r.train_acc, r.val_acc, r.test_acc, r.seconds);

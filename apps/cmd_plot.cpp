@@ -2,8 +2,6 @@
 // scripts, no network): training loss, validation score and throughput per epoch, one line per run on
 // the same axes, with integer epoch ticks. One run writes RUN/report.html; several write --out (default
 // report.html in the first run's parent folder, where gnn demo keeps its runs).
-#include "apps/plot.h"
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,9 +9,10 @@
 #include <sstream>
 
 #include "apps/commands.h"
+#include "apps/plot.h"
+#include "base/error.h"
 #include "io/atomic_file.h"
 #include "io/json.h"
-#include "base/error.h"
 
 namespace gnn::cli {
 
@@ -61,7 +60,8 @@ std::string svg(const std::string& title, const std::vector<PlotSeries>& runs) {
   for (double x = std::ceil(x0 / step) * step; x <= x1; x += step) {
     std::snprintf(buf, sizeof buf, "%lld", (long long)std::llround(x));
     o << "<text x='" << px(x) << "' y='" << H - B + 16 << "' text-anchor='middle'>" << buf << "</text>";
-    o << "<line x1='" << px(x) << "' x2='" << px(x) << "' y1='" << H - B << "' y2='" << H - B + 4 << "' stroke='#999'/>";
+    o << "<line x1='" << px(x) << "' x2='" << px(x) << "' y1='" << H - B << "' y2='" << H - B + 4
+      << "' stroke='#999'/>";
   }
   o << "<text x='" << (L + W - R) / 2 << "' y='" << H - 4 << "' text-anchor='middle'>epoch</text>";
   for (size_t r = 0; r < runs.size(); ++r) {
@@ -93,7 +93,8 @@ PlotRun read_plot_run(const std::string& run) {
     const Json j = Json::parse(line, metrics.string() + " line " + std::to_string(ln));
     const double e = j["epoch"].as_number();
     auto add = [&](PlotSeries& s, const char* key) {
-      if (j.contains(key) && !j[key].is_null() && std::isfinite(j[key].as_number())) s.points.push_back({e, j[key].as_number()});
+      if (j.contains(key) && !j[key].is_null() && std::isfinite(j[key].as_number()))
+        s.points.push_back({e, j[key].as_number()});
     };
     add(r.loss, "train_loss"), add(r.valid, "valid_score"), add(r.speed, "configs_per_s");
     ++r.epochs;
@@ -124,17 +125,18 @@ Command plot_command() {
   c.summary = "an HTML report of training runs: loss, validation score and throughput curves, runs on the same axes";
   c.positionals = {{"RUN", "the run directory of gnn train"}};
   c.repeat_last = true;
-  c.flags = {{"out", "FILE", "where to write the report (default: RUN/report.html for one run, report.html in the "
-                             "first run's parent folder for several)"}};
+  c.flags = {{"out", "FILE",
+              "where to write the report (default: RUN/report.html for one run, report.html in the "
+              "first run's parent folder for several)"}};
   c.run = [](const Args& a) {
     namespace fs = std::filesystem;
     std::vector<PlotRun> runs;
     for (const std::string& run : a.positionals()) runs.push_back(read_plot_run(run));
     fs::path first = fs::path(a.positional(0)).lexically_normal();
     if (!first.has_filename()) first = first.parent_path();  // runs/a/ is the run runs/a
-    const std::string out = a.has("out")            ? a.str("out")
-                            : runs.size() == 1      ? (first / "report.html").string()
-                                                    : (first.parent_path() / "report.html").string();
+    const std::string out = a.has("out")       ? a.str("out")
+                            : runs.size() == 1 ? (first / "report.html").string()
+                                               : (first.parent_path() / "report.html").string();
     write_file_atomic(out, plot_html(runs.size() == 1 ? "gnn run " + a.positional(0) : "gnn runs", runs, ""));
     std::printf("wrote %s (%zu run%s)\n", out.c_str(), runs.size(), runs.size() == 1 ? "" : "s");
     return 0;

@@ -14,8 +14,9 @@ Command score_command() {
   c.flags = {{"submission", "FILE", "CSV with header ID,TopConfigs (the competition's format)", "", true},
              {"data", "DIR", "the dataset (release root, npz/, or a collection folder)", "", true},
              {"split", "NAME", "which split's files to score", "valid"},
-             {"eval-indices", "DIR", "folder of the official eval_indices JSON files (xla_default.json, ...): "
-                                     "layout metrics on those config subsets"},
+             {"eval-indices", "DIR",
+              "folder of the official eval_indices JSON files (xla_default.json, ...): "
+              "layout metrics on those config subsets"},
              {"per-graph", "FILE", "also write one JSON line per graph there"}};
   c.details =
       "Tile: slowdown@K = best runtime among the first K listed / best runtime - 1, reported as 1 - slowdown\n"

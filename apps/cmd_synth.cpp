@@ -18,8 +18,10 @@ Command synth_command() {
              {"nodes-max", "N", "draw each graph's node count log-uniformly in [--nodes, N]"},
              {"configs", "C", "configs per graph (default 200 for tile, 100 for layout)"},
              {"configs-max", "C", "draw each graph's config count uniformly in [--configs, C]"},
-             {"configurable-share", "F", "layout: the share of nodes that are configurable (reshape, dot, "
-                                         "convolution; real files 2-7%)", "0.02"},
+             {"configurable-share", "F",
+              "layout: the share of nodes that are configurable (reshape, dot, "
+              "convolution; real files 2-7%)",
+              "0.02"},
              {"seed", "S", "generator seed: the same seed writes the same bytes", "0"},
              {"split", "LIST", "splits to write", "train,valid,test"},
              {"stored", "", "store members instead of deflating them (the official files are deflated)"}};

@@ -34,12 +34,15 @@ Device parse_device(const Args& a) {
 void set_threads(const Args& a) {
   if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
   const double t = a.number("comm-timeout");
-  if (!(t > 0) || std::isinf(t)) throw UsageError("--comm-timeout must be a positive number of seconds, got " + a.str("comm-timeout"));
+  if (!(t > 0) || std::isinf(t))
+    throw UsageError("--comm-timeout must be a positive number of seconds, got " + a.str("comm-timeout"));
   dist::set_timeout(t);
 }
 
-const Flag kCommTimeout = {"comm-timeout", "S", "under mpirun: how long a rank waits for the others in a collective "
-                                                "before it stops the job (a rank died or hangs)", "300"};
+const Flag kCommTimeout = {"comm-timeout", "S",
+                           "under mpirun: how long a rank waits for the others in a collective "
+                           "before it stops the job (a rank died or hangs)",
+                           "300"};
 
 // The model of --run (--checkpoint) and the --data files of --split its recipe's kind reads.
 struct RunOnSplit {
@@ -80,9 +83,14 @@ int64_t parse_memory_limit(const std::string& s) {
     end = 0;
   }
   const std::string suffix = end ? s.substr(end) : "";
-  const double scale = suffix.empty() ? 1 : suffix == "K" ? 0x1p10 : suffix == "M" ? 0x1p20 : suffix == "G" ? 0x1p30 : -1;
+  const double scale = suffix.empty()  ? 1
+                       : suffix == "K" ? 0x1p10
+                       : suffix == "M" ? 0x1p20
+                       : suffix == "G" ? 0x1p30
+                                       : -1;
   if (end == 0 || scale < 0 || !(v >= 0) || v * scale > 9e18)
-    throw UsageError("gnn train: --memory-limit: expected bytes (with an optional K, M or G), 0 or auto, got '" + s + "'");
+    throw UsageError("gnn train: --memory-limit: expected bytes (with an optional K, M or G), 0 or auto, got '" + s +
+                     "'");
   return int64_t(v * scale);
 }
 
@@ -117,15 +125,19 @@ Command train_command() {
              {"data", "DIR", "the dataset (release root, npz/, or a collection folder); on --resume, the run's own"},
              {"out", "RUN", "the run directory (created; refused if it holds a run, unless --resume)", "", true},
              {"epochs", "E", "epochs (see below for what one covers; default 10, on --resume the run's own)"},
-             {"steps", "N", "stop after N optimiser steps in all (whichever of --epochs and --steps ends first; "
-                            "0: no limit)"},
+             {"steps", "N",
+              "stop after N optimiser steps in all (whichever of --epochs and --steps ends first; "
+              "0: no limit)"},
              {"seed", "S", "seed for initialisation, graph order and config sampling (default 1)"},
-             {"memory-limit", "BYTES", "stop with the step's graphs named when tensors would pass this many bytes "
-                                       "(K/M/G suffixes; 0: no limit; auto: 90% of the memory this process may use)", "auto"},
+             {"memory-limit", "BYTES",
+              "stop with the step's graphs named when tensors would pass this many bytes "
+              "(K/M/G suffixes; 0: no limit; auto: 90% of the memory this process may use)",
+              "auto"},
              {"device", "cpu|cuda", "where to train", "cpu"},
              {"threads", "T", "CPU threads (default: all)"},
-             {"resume", "", "continue the run in RUN from its last checkpoint (starts one if there is none); "
-                            "--epochs or --steps given again extend or shorten it"},
+             {"resume", "",
+              "continue the run in RUN from its last checkpoint (starts one if there is none); "
+              "--epochs or --steps given again extend or shorten it"},
              {"skip-nonfinite", "", "skip a batch whose loss or gradient is NaN/Inf (counted) instead of stopping"},
              {"checkpoint-minutes", "M", "also checkpoint mid-epoch every M minutes (0: every step)", "10"},
              {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout validation on them"},
@@ -175,12 +187,14 @@ Command train_command() {
     if (a.has("max-graphs")) o.max_graphs = a.integer("max-graphs", 1, INT64_MAX);
     if (a.has("kill-after-steps")) o.kill_after_steps = a.integer("kill-after-steps", 1, INT64_MAX);
     if (a.has("stall-after-steps")) {
-      if (a.has("kill-after-steps")) throw UsageError("gnn train: --kill-after-steps and --stall-after-steps: pick one");
+      if (a.has("kill-after-steps"))
+        throw UsageError("gnn train: --kill-after-steps and --stall-after-steps: pick one");
       o.kill_after_steps = a.integer("stall-after-steps", 1, INT64_MAX), o.stall = true;
     }
     if (a.has("fault-rank")) o.fault_rank = int(a.integer("fault-rank", 0, dist::world().size - 1));
     const std::string p = a.str("progress");
-    if (p != "auto" && p != "bar" && p != "lines") throw UsageError("--progress: expected auto, bar or lines, got '" + p + "'");
+    if (p != "auto" && p != "bar" && p != "lines")
+      throw UsageError("--progress: expected auto, bar or lines, got '" + p + "'");
     o.progress = p == "auto" ? -1 : p == "bar" ? 1 : 0;
     for (const train::HParamSpec& h : all_hparams())
       if (a.has(h.name)) o.hparams[h.name] = a.str(h.name);
@@ -209,16 +223,18 @@ Command eval_command() {
   Command c;
   c.name = "eval";
   c.summary = "score a trained run on a split with known runtimes (the competition metrics)";
-  c.flags = {{"run", "RUN", "the run directory of gnn train", "", true},
-             {"data", "DIR", "the dataset", "", true},
-             {"split", "NAME", "train | valid | test (test files have no runtimes)", "valid"},
-             {"checkpoint", "auto|best|last|swa", "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"},
-             {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout metrics on them"},
-             {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl)"},
-             {"tta", "N", "score each config as the mean of N passes over the configs in random orders (default: the run's --tta)"},
-             {"device", "cpu|cuda", "where to run", "cpu"},
-             {"threads", "T", "CPU threads (default: all)"},
-             kCommTimeout};
+  c.flags = {
+      {"run", "RUN", "the run directory of gnn train", "", true},
+      {"data", "DIR", "the dataset", "", true},
+      {"split", "NAME", "train | valid | test (test files have no runtimes)", "valid"},
+      {"checkpoint", "auto|best|last|swa", "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"},
+      {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout metrics on them"},
+      {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl)"},
+      {"tta", "N",
+       "score each config as the mean of N passes over the configs in random orders (default: the run's --tta)"},
+      {"device", "cpu|cuda", "where to run", "cpu"},
+      {"threads", "T", "CPU threads (default: all)"},
+      kCommTimeout};
   c.details =
       "Every config of each graph is scored (a layout graph on its eval_indices subset with --eval-indices).\n"
       "Tile: slowdown@1/5/10 as 1 - slowdown (the Kaggle convention) over the full predicted order, score =\n"
@@ -233,11 +249,11 @@ Command eval_command() {
     if (lead)
       std::fprintf(stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs\n", m.path.c_str(), m.recipe->name.c_str(),
                    (long long)m.epoch, src.files().size(), a.str("split").c_str());
-    const train::Evaluation ev =
-        train::evaluate(*m.model, src, m.hparams.integer("eval-chunk"), eval_dir, tta_of(a, m),
-                        train::predicts_log_runtime(m.hparams), m.prep.log_offset);
-    const std::string per = a.has("per-graph") ? a.str("per-graph")
-                                               : (std::filesystem::path(a.str("run")) / ("eval_" + a.str("split") + ".jsonl")).string();
+    const train::Evaluation ev = train::evaluate(*m.model, src, m.hparams.integer("eval-chunk"), eval_dir, tta_of(a, m),
+                                                 train::predicts_log_runtime(m.hparams), m.prep.log_offset);
+    const std::string per =
+        a.has("per-graph") ? a.str("per-graph")
+                           : (std::filesystem::path(a.str("run")) / ("eval_" + a.str("split") + ".jsonl")).string();
     std::string text;
     for (const auto& [coll, s] : ev.scores) text += graph_score_json(s) + "\n";
     if (!lead) return 0;
@@ -252,15 +268,17 @@ Command predict_command() {
   Command c;
   c.name = "predict";
   c.summary = "write the competition's submission CSV for a split (test by default)";
-  c.flags = {{"run", "RUN", "the run directory of gnn train", "", true},
-             {"data", "DIR", "the dataset", "", true},
-             {"split", "NAME", "which split's files", "test"},
-             {"out", "FILE", "the CSV to write (atomically)", "", true},
-             {"checkpoint", "auto|best|last|swa", "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"},
-             {"tta", "N", "score each config as the mean of N passes over the configs in random orders (default: the run's --tta)"},
-             {"device", "cpu|cuda", "where to run", "cpu"},
-             {"threads", "T", "CPU threads (default: all)"},
-             kCommTimeout};
+  c.flags = {
+      {"run", "RUN", "the run directory of gnn train", "", true},
+      {"data", "DIR", "the dataset", "", true},
+      {"split", "NAME", "which split's files", "test"},
+      {"out", "FILE", "the CSV to write (atomically)", "", true},
+      {"checkpoint", "auto|best|last|swa", "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"},
+      {"tta", "N",
+       "score each config as the mean of N passes over the configs in random orders (default: the run's --tta)"},
+      {"device", "cpu|cuda", "where to run", "cpu"},
+      {"threads", "T", "CPU threads (default: all)"},
+      kCommTimeout};
   c.details =
       "Format as the competition's sample_submission.csv: header ID,TopConfigs; one row per graph\n"
       "<collection>:<file stem>; tile rows the 5 predicted-fastest config indices, layout rows every config\n"
@@ -278,8 +296,8 @@ Command predict_command() {
       std::vector<int64_t> all(size_t(g->num_configs()));
       std::iota(all.begin(), all.end(), 0);
       // Positions in `all` are the config indices themselves.
-      std::vector<int64_t> configs =
-          train::ranking_order(train::predict_configs(*m.model, *g, all, m.hparams.integer("eval-chunk"), tta_of(a, m)), all);
+      std::vector<int64_t> configs = train::ranking_order(
+          train::predict_configs(*m.model, *g, all, m.hparams.integer("eval-chunk"), tta_of(a, m)), all);
       if (!g->file.collection.is_layout() && configs.size() > 5) configs.resize(5);
       csv += g->file.id() + ",";
       for (size_t k = 0; k < configs.size(); ++k) {
@@ -304,7 +322,8 @@ Command models_command() {
   c.name = "models";
   c.summary = "the training recipes, one line each";
   c.run = [](const Args&) {
-    for (const train::Recipe& r : train::recipes()) std::printf("%-22s %-6s %s\n", r.name.c_str(), r.kind.c_str(), r.summary.c_str());
+    for (const train::Recipe& r : train::recipes())
+      std::printf("%-22s %-6s %s\n", r.name.c_str(), r.kind.c_str(), r.summary.c_str());
     return 0;
   };
   return c;

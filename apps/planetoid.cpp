@@ -96,7 +96,8 @@ PlanetoidData load_planetoid(const std::string& path) {
   d.train = node_ids(a, path, "idx_train", N);
   d.val = node_ids(a, path, "idx_val", N);
   d.test = node_ids(a, path, "idx_test", N);
-  for (const auto& [key, ids] : {std::pair{"idx_train", d.train}, std::pair{"idx_val", d.val}, std::pair{"idx_test", d.test}})
+  for (const auto& [key, ids] :
+       {std::pair{"idx_train", d.train}, std::pair{"idx_val", d.val}, std::pair{"idx_test", d.test}})
     for (int32_t v : ids.to_vector<int32_t>())
       GNN_CHECK(lab[size_t(v)] >= 0, path, ": '", key, "' lists node ", v, ", which has no label (-1)");
   return d;
@@ -227,8 +228,12 @@ PlanetoidResult train_planetoid(const PlanetoidData& d, const PlanetoidOptions& 
       logits = logits.on(Device::cpu());  // one copy serves the loss and the accuracies
       val_loss = nn::cross_entropy(ag::Var(logits), d.labels, d.val).value().item();
     }
-    const PlanetoidEpoch e{epoch, lv, accuracy(logits, d.labels, d.train), accuracy(logits, d.labels, d.val),
-                           accuracy(logits, d.labels, d.test), val_loss};
+    const PlanetoidEpoch e{epoch,
+                           lv,
+                           accuracy(logits, d.labels, d.train),
+                           accuracy(logits, d.labels, d.val),
+                           accuracy(logits, d.labels, d.test),
+                           val_loss};
     res.epochs_run = epoch;
     if (on_epoch) on_epoch(e);
     if (o.patience <= 0) {

@@ -14,8 +14,8 @@ namespace gnn {
 
 struct PlanetoidData {
   std::string path;
-  Tensor x;       // f32 [N, F], rows summing to 1 (or 0)
-  Graph graph;    // symmetric, no duplicate edges, no self-loops (the layers add them)
+  Tensor x;  // f32 [N, F], rows summing to 1 (or 0)
+  Graph graph;  // symmetric, no duplicate edges, no self-loops (the layers add them)
   Tensor labels;  // i32 [N]; -1 for an unlabelled node (CiteSeer's 15 isolated ones), never in a split
   Tensor train, val, test;  // i32 node ids
   int64_t classes = 0;

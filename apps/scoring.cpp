@@ -16,7 +16,8 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
   std::string line;
   std::getline(in, line);
   if (!line.empty() && line.back() == '\r') line.pop_back();
-  GNN_CHECK(line == "ID,TopConfigs", path, ": line 1 must be the header 'ID,TopConfigs', got '", line.substr(0, 60), "'");
+  GNN_CHECK(line == "ID,TopConfigs", path, ": line 1 must be the header 'ID,TopConfigs', got '", line.substr(0, 60),
+            "'");
   std::map<std::string, std::vector<int64_t>> rows;
   for (int64_t ln = 2; std::getline(in, line); ++ln) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -107,8 +108,8 @@ GraphScore score_predictions(const std::string& id, bool layout, const std::vect
 }
 
 double mean_relative_error(const std::vector<double>& log_p, const std::vector<double>& y) {
-  GNN_CHECK(log_p.size() == y.size() && !y.empty(), "mean_relative_error: ", log_p.size(), " predictions for ", y.size(),
-            " runtimes");
+  GNN_CHECK(log_p.size() == y.size() && !y.empty(), "mean_relative_error: ", log_p.size(), " predictions for ",
+            y.size(), " runtimes");
   double sum = 0;
   for (size_t i = 0; i < y.size(); ++i) {
     GNN_CHECK(y[i] > 0, "mean_relative_error: runtime ", i, " is ", y[i], " (must be positive)");
@@ -159,7 +160,8 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
   for (const auto& [c, list] : by) {
     std::map<std::string, double> mean;
     for (const GraphScore* s : list) {
-      if (s->layout) mean["kendall_tau"] += s->kendall_tau / double(list.size()), mean["opa"] += s->opa / double(list.size());
+      if (s->layout)
+        mean["kendall_tau"] += s->kendall_tau / double(list.size()), mean["opa"] += s->opa / double(list.size());
       for (const auto& [k, v] : s->slowdown) mean["slowdown@" + std::to_string(k)] += (1 - v) / double(list.size());
     }
     const bool layout = list.front()->layout;
@@ -169,8 +171,9 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
     score_sum += mean["score"];
     std::ostringstream o;
     o << "\"graphs\": " << list.size();
-    for (const char* k : layout ? std::vector<const char*>{"kendall_tau", "opa", "slowdown@1", "slowdown@10", "slowdown@100", "score"}
-                                : std::vector<const char*>{"slowdown@1", "slowdown@5", "slowdown@10", "score"})
+    for (const char* k :
+         layout ? std::vector<const char*>{"kendall_tau", "opa", "slowdown@1", "slowdown@10", "slowdown@100", "score"}
+                : std::vector<const char*>{"slowdown@1", "slowdown@5", "slowdown@10", "score"})
       o << ", \"" << k << "\": " << num(mean[k]);
     if (mre) o << ", \"mre\": " << num(mean["mre"]);
     out << (first ? "" : ", ") << "\"" << c << "\": {" << o.str() << "}";

@@ -42,8 +42,12 @@ void check_affine(const char* op, const Var& gamma, const Var& beta, int64_t F, 
 Tensor empty_like(const Tensor& like, const Shape& shape);
 
 template <class T>
-T* ptr(const Tensor& t) { return t.data_as<T>(); }
+T* ptr(const Tensor& t) {
+  return t.data_as<T>();
+}
 template <class T>
-const T* ptr_or_null(const Var& v) { return v.defined() ? v.value().data_as<T>() : nullptr; }
+const T* ptr_or_null(const Var& v) {
+  return v.defined() ? v.value().data_as<T>() : nullptr;
+}
 
 }  // namespace gnn::ag

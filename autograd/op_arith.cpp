@@ -50,8 +50,8 @@ void check_affine(const char* op, const Var& gamma, const Var& beta, int64_t F, 
 Tensor empty_like(const Tensor& like, const Shape& shape) { return Tensor::empty(shape, like.dtype(), like.device()); }
 
 CsrView csr_view(const Graph& g) {
-  return {g.num_nodes, g.num_sources(), g.csr_indptr.i32(), g.csr_indices.i32(), g.csc_indptr.i32(),
-          g.csc_indices.i32(), g.csc_to_csr.i32(), g.num_edges};
+  return {g.num_nodes,        g.num_sources(),     g.csr_indptr.i32(), g.csr_indices.i32(),
+          g.csc_indptr.i32(), g.csc_indices.i32(), g.csc_to_csr.i32(), g.num_edges};
 }
 
 namespace {

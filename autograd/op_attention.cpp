@@ -59,12 +59,12 @@ void softmax_backward_on(const Tensor& on, T* dx, const T* y, const T* dy, int64
     rowwise_backward_ref<T>(dx, y, dy, y, R, F, RowOp::kSoftmax, T(0));
   }
 }
-#define GNN_ROW_MAP_ON(name, params, args)                                     \
-  template <class T>                                                           \
-  void name##_on(const Tensor& on, params) {                                   \
-    if constexpr (std::is_same_v<T, float> && kWithCuda)                       \
-      if (on.is_cuda()) return name##_cuda(args, on.stream());                 \
-    name<T>(args);                                                             \
+#define GNN_ROW_MAP_ON(name, params, args)                     \
+  template <class T>                                           \
+  void name##_on(const Tensor& on, params) {                   \
+    if constexpr (std::is_same_v<T, float> && kWithCuda)       \
+      if (on.is_cuda()) return name##_cuda(args, on.stream()); \
+    name<T>(args);                                             \
   }
 #define GNN_P(...) __VA_ARGS__
 GNN_ROW_MAP_ON(phi_rows, GNN_P(T* a, const T* q, int64_t n, int64_t D, int64_t ld), GNN_P(a, q, n, D, ld))
@@ -159,12 +159,12 @@ void linear_backward(const Tensor& on, const Block<T>& b, const T* dy, T* dq, T*
   T *dKV = sc.take(D * D), *dz = sc.take(D), *c = sc.take(n);
   linear_forward<T>(on, b, y, D, s);
   coef_rows_on<T>(on, u, c, dy, b.ld, y, s.den, n, D);
-  gemm_on<T>(on, false, true, n, D, D, T(1), u, D, s.KV, D, T(0), dA, D);   // dA = u KV^T
-  gemm_on<T>(on, false, false, n, D, 1, T(1), c, 1, s.z, D, T(1), dA, D);   //    + c z^T
-  gemm_on<T>(on, true, false, D, D, n, T(1), s.A, D, u, D, T(0), dKV, D);   // dKV = A^T u
-  gemm_on<T>(on, true, false, D, 1, n, T(1), s.A, D, c, 1, T(0), dz, 1);    // dz = A^T c
+  gemm_on<T>(on, false, true, n, D, D, T(1), u, D, s.KV, D, T(0), dA, D);  // dA = u KV^T
+  gemm_on<T>(on, false, false, n, D, 1, T(1), c, 1, s.z, D, T(1), dA, D);  //    + c z^T
+  gemm_on<T>(on, true, false, D, D, n, T(1), s.A, D, u, D, T(0), dKV, D);  // dKV = A^T u
+  gemm_on<T>(on, true, false, D, 1, n, T(1), s.A, D, c, 1, T(0), dz, 1);  // dz = A^T c
   gemm_on<T>(on, false, true, n, D, D, T(1), b.v, b.ld, dKV, D, T(0), dB, D);  // dB = V dKV^T
-  add_row_on<T>(on, dB, dB, dz, n, D);                                          //    + 1 dz^T
+  add_row_on<T>(on, dB, dB, dz, n, D);  //    + 1 dz^T
   gemm_on<T>(on, false, false, n, D, D, T(1), s.B, D, dKV, D, T(0), dv, b.ld);  // dV = B dKV
   dphi_rows_on<T>(on, dq, b.ld, dA, b.q, n, D);
   dphi_rows_on<T>(on, dk, b.ld, dB, b.k, n, D);
@@ -229,8 +229,13 @@ Var graph_attention(const Var& q, const Var& k, const Var& v, const Tensor& grap
       return flash_attention(q, k, v, graph_ptr, heads);
     auto block = [=](int64_t g, int64_t h) {
       const int64_t r = graph_ptr.i64()[g], off = r * W + h * D;
-      return Block<T>{ptr<T>(q.value()) + off, ptr<T>(k.value()) + off, ptr<T>(v.value()) + off,
-                      graph_ptr.i64()[g + 1] - r, D, W, bias.defined() ? ptr<T>(bias) + bias_off[size_t(g)] : nullptr};
+      return Block<T>{ptr<T>(q.value()) + off,
+                      ptr<T>(k.value()) + off,
+                      ptr<T>(v.value()) + off,
+                      graph_ptr.i64()[g + 1] - r,
+                      D,
+                      W,
+                      bias.defined() ? ptr<T>(bias) + bias_off[size_t(g)] : nullptr};
     };
     Tensor y = empty_like(q.value(), q.shape());
     for (int64_t g = 0; g < G; ++g)

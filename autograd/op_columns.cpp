@@ -66,7 +66,8 @@ Var concat_rows(const std::vector<Var>& xs) { return concat("concat_rows", xs, t
 Var slice_cols(const Var& x, int64_t begin, int64_t end) {
   check_arg_on("slice_cols", "x", x, 2, x.dtype(), x.device());
   const int64_t R = x.size(0), W = x.size(1);
-  GNN_CHECK(0 <= begin && begin <= end && end <= W, "slice_cols: columns [", begin, ", ", end, ") of ", x.value().desc());
+  GNN_CHECK(0 <= begin && begin <= end && end <= W, "slice_cols: columns [", begin, ", ", end, ") of ",
+            x.value().desc());
   return dispatch_dev("slice_cols", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{R, end - begin});

@@ -31,8 +31,8 @@ Var join_configs(const Var& x, const Var& c, int64_t configs) {
   check_arg_on("join_configs", "x", x, 2, x.dtype(), x.device());
   check_arg_on("join_configs", "c", c, 2, x.dtype(), x.device());
   const int64_t N = x.size(0), A = x.size(1), C = configs;
-  GNN_CHECK(C >= 1 && c.size(0) == N && c.size(1) % C == 0, "join_configs: c ", c.value().desc(),
-            " is not [", N, ", ", C, " * B] for x ", x.value().desc());
+  GNN_CHECK(C >= 1 && c.size(0) == N && c.size(1) % C == 0, "join_configs: c ", c.value().desc(), " is not [", N, ", ",
+            C, " * B] for x ", x.value().desc());
   const int64_t B = c.size(1) / C, W = C * (A + B);
   return dispatch_dev("join_configs", x.value(), [&](auto t) {
     using T = decltype(t);

@@ -16,7 +16,8 @@ Var embedding(const Var& table, const Tensor& index) {
   const int64_t K = table.size(0), F = table.size(1), n = index.size(0);
   const int32_t* idx = index.i32();
   for (int64_t i = 0; i < n; ++i)
-    GNN_CHECK(idx[i] >= 0 && idx[i] < K, "embedding: index[", i, "] = ", idx[i], " is outside the table's ", K, " rows");
+    GNN_CHECK(idx[i] >= 0 && idx[i] < K, "embedding: index[", i, "] = ", idx[i], " is outside the table's ", K,
+              " rows");
   return dispatch_dev("embedding", table.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(table.value(), Shape{n, F});

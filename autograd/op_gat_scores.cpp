@@ -13,8 +13,8 @@ Var gat_scores(const Graph& graph, const Var& a_src, const Var& a_dst, double sl
   check_arg_on("gat_scores", "a_dst", a_dst, 2, a_src.dtype(), dev);
   check_graph_device("gat_scores", graph, dev);
   const int64_t N = graph.num_nodes, H = a_src.size(1);
-  GNN_CHECK(a_src.shape() == Shape({N, H}) && a_dst.shape() == Shape({N, H}), "gat_scores: a_src ",
-            a_src.shape().str(), " and a_dst ", a_dst.shape().str(), " must both be [N, H] with N = ", N);
+  GNN_CHECK(a_src.shape() == Shape({N, H}) && a_dst.shape() == Shape({N, H}), "gat_scores: a_src ", a_src.shape().str(),
+            " and a_dst ", a_dst.shape().str(), " must both be [N, H] with N = ", N);
   return dispatch_dev("gat_scores", a_src.value(), [&](auto t) {
     using T = decltype(t);
     const CsrView g = csr_view(graph);

@@ -40,14 +40,14 @@ Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor&
       if (dy.is_cuda()) {
         Tensor ws = empty_like(dy, Shape{2, G, F});  // per-graph dgamma, dbeta terms, summed in graph order
         if constexpr (std::is_same_v<T, float> && kWithCuda)
-          instance_norm_backward_cuda(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean),
-                                      ptr<T>(rstd), ptr_or_null<T>(gamma), gp, G, F, ptr<T>(ws), dy.stream());
+          instance_norm_backward_cuda(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean), ptr<T>(rstd),
+                                      ptr_or_null<T>(gamma), gp, G, F, ptr<T>(ws), dy.stream());
       } else if constexpr (std::is_same_v<T, float>) {
         instance_norm_backward_cpu(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean), ptr<T>(rstd),
                                    ptr_or_null<T>(gamma), gp, G, F);
       } else {
-        instance_norm_backward_ref<T>(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean),
-                                      ptr<T>(rstd), ptr_or_null<T>(gamma), gp, G, F);
+        instance_norm_backward_ref<T>(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean), ptr<T>(rstd),
+                                      ptr_or_null<T>(gamma), gp, G, F);
       }
       accumulate(x, dx);
       if (dg.defined()) accumulate(gamma, dg);

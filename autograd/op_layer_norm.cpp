@@ -12,7 +12,8 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   check_affine("layer_norm", gamma, beta, F, x.dtype(), x.device());
   return dispatch_dev("layer_norm", x.value(), [&](auto t) {
     using T = decltype(t);
-    Tensor y = empty_like(x.value(), x.shape()), mean = empty_like(x.value(), Shape{R}), rstd = empty_like(x.value(), Shape{R});
+    Tensor y = empty_like(x.value(), x.shape()), mean = empty_like(x.value(), Shape{R}),
+           rstd = empty_like(x.value(), Shape{R});
     const T *xp = ptr<T>(x.value()), *gp = ptr_or_null<T>(gamma), *bp = ptr_or_null<T>(beta);
     if (y.is_cuda()) {
       if constexpr (std::is_same_v<T, float> && kWithCuda)
@@ -32,9 +33,8 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
       if (dy.is_cuda()) {
         if constexpr (std::is_same_v<T, float> && kWithCuda) {
           // dy * xhat, summed over rows, and the column sums' partials
-          const Tensor ws = dg.defined() || db.defined()
-                                ? empty_like(dy, Shape{layer_norm_backward_workspace_cuda(R, F)})
-                                : Tensor();
+          const Tensor ws =
+              dg.defined() || db.defined() ? empty_like(dy, Shape{layer_norm_backward_workspace_cuda(R, F)}) : Tensor();
           layer_norm_backward_cuda(ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F,
                                    ws.defined() ? ptr<T>(ws) : nullptr, dy.stream());
         }

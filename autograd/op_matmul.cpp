@@ -16,7 +16,7 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
     using T = decltype(t);
     Tensor y = empty_like(a.value(), Shape{M, N});
     gemm_on<T>(y, trans_a, trans_b, M, N, K, T(1), ptr<T>(a.value()), a.size(1), ptr<T>(b.value()), b.size(1), T(0),
-              ptr<T>(y), N);
+               ptr<T>(y), N);
     return record("matmul", y, {a, b}, [=](const Tensor& dy) {
       const T* g = ptr<T>(dy);
       if (a.requires_grad()) {

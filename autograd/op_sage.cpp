@@ -56,11 +56,11 @@ Var sage_fused(const Graph& graph, const Var& x, const Var& W, const Var& b, Act
         }
       } else if constexpr (std::is_same_v<T, float>) {
         const Tensor ws = Tensor::empty(Shape{sage_backward_workspace(N, F, O)}, DType::F32);
-        sage_backward_cpu(ptr<T>(dx), ptr<T>(dW), dbp, ptr<T>(dy), ptr<T>(z), ptr<T>(h), g, ptr<T>(W.value()), F, O, act,
-                          T(slope), ptr<T>(ws));
+        sage_backward_cpu(ptr<T>(dx), ptr<T>(dW), dbp, ptr<T>(dy), ptr<T>(z), ptr<T>(h), g, ptr<T>(W.value()), F, O,
+                          act, T(slope), ptr<T>(ws));
       } else {
-        sage_backward_ref<T>(ptr<T>(dx), ptr<T>(dW), dbp, ptr<T>(dy), ptr<T>(z), ptr<T>(x.value()), g, ptr<T>(W.value()),
-                             F, O, act, T(slope));
+        sage_backward_ref<T>(ptr<T>(dx), ptr<T>(dW), dbp, ptr<T>(dy), ptr<T>(z), ptr<T>(x.value()), g,
+                             ptr<T>(W.value()), F, O, act, T(slope));
       }
       accumulate(x, dx);
       accumulate(W, dW);

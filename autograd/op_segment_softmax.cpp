@@ -10,8 +10,8 @@ namespace gnn::ag {
 Var segment_softmax(const Graph& graph, const Var& scores) {
   check_arg_on("segment_softmax", "scores", scores, 2, scores.dtype(), scores.device());
   check_graph_device("segment_softmax", graph, scores.device());
-  GNN_CHECK(scores.size(0) == graph.num_edges, "segment_softmax: scores has ", scores.size(0),
-            " rows for a graph of ", graph.num_edges, " edges");
+  GNN_CHECK(scores.size(0) == graph.num_edges, "segment_softmax: scores has ", scores.size(0), " rows for a graph of ",
+            graph.num_edges, " edges");
   const int64_t S = graph.num_nodes, H = scores.size(1);
   return dispatch_dev("segment_softmax", scores.value(), [&](auto t) {
     using T = decltype(t);

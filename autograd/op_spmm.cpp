@@ -59,8 +59,8 @@ Var spmm_heads(const Graph& graph, const Var& x, Reduce op, const Var& edge_weig
   const int64_t E = graph.num_edges, F = x.size(1) / H;
   Tensor y = empty_like(x.value(), x.shape());
   if constexpr (kWithCuda)
-    spmm_heads_forward_cuda(ptr<float>(y), ptr<float>(x.value()), ptr<float>(edge_weight.value()), csr_view(graph), H, F,
-                            op, y.stream());
+    spmm_heads_forward_cuda(ptr<float>(y), ptr<float>(x.value()), ptr<float>(edge_weight.value()), csr_view(graph), H,
+                            F, op, y.stream());
   return record("spmm", y, {x, edge_weight}, [=](const Tensor& dy) {
     const CsrView g = csr_view(graph);
     if (x.requires_grad()) {
@@ -92,7 +92,8 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
   if (edge_weight.defined()) {
     check_arg_on("spmm", "edge_weight", edge_weight, -1, x.dtype(), dev);
     const Tensor& w = edge_weight.value();
-    GNN_CHECK(w.dim() <= 2 && w.size(0) == E, "spmm: edge_weight must be [E] or [E, H] with E = ", E, ", got ", w.desc());
+    GNN_CHECK(w.dim() <= 2 && w.size(0) == E, "spmm: edge_weight must be [E] or [E, H] with E = ", E, ", got ",
+              w.desc());
     H = w.dim() == 2 ? w.size(1) : 1;
     GNN_CHECK(H >= 1 && W % H == 0, "spmm: x has ", W, " columns, which do not split into ", H, " heads");
   }
@@ -101,8 +102,9 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
     using T = decltype(t);
     if (x.value().is_cuda() && H > 1 && op != Reduce::kMax) return spmm_heads(graph, x, op, edge_weight, H);
     const CsrView g = csr_view(graph);
-    Tensor wt = edge_weight.defined() ? (H > 1 ? transpose<T>(edge_weight.value().reshape({E, H})) : edge_weight.value())
-                                      : Tensor();
+    Tensor wt = edge_weight.defined()
+                    ? (H > 1 ? transpose<T>(edge_weight.value().reshape({E, H})) : edge_weight.value())
+                    : Tensor();
     Tensor argmax = op == Reduce::kMax ? Tensor::empty(Shape{H, N, F}, DType::I32, dev) : Tensor();
     Tensor y = empty_like(x.value(), Shape{N, W});
     auto wh = [wt, E](int64_t h) { return wt.defined() ? ptr<T>(wt) + h * E : nullptr; };
@@ -112,7 +114,8 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
       const CsrView g = csr_view(graph);
       if (x.requires_grad()) {
         Tensor dx = empty_like(dy, x.shape());
-        for (int64_t h = 0; h < H; ++h) bwd_x<T>(dy, ptr<T>(dx) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op);
+        for (int64_t h = 0; h < H; ++h)
+          bwd_x<T>(dy, ptr<T>(dx) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op);
         accumulate(x, dx);
       }
       if (edge_weight.requires_grad()) {

@@ -2,8 +2,8 @@
 // kernel call, and the backward right below it. Values are f32 (the fast _cpu kernels) or f64 (the
 // _ref templates, which gradient checks use); every op also runs on CUDA f32 tensors (the _cuda kernels
 // and cuBLAS on the device's stream), all its tensor operands and the graph on one device, index arrays
-// (graph_ptr, gather indices, masks) on the host. Graph ops take the Graph whose CSR rows are destination nodes (runtime/graph.h) and
-// per-edge values in CSR order.
+// (graph_ptr, gather indices, masks) on the host. Graph ops take the Graph whose CSR rows are destination nodes
+// (runtime/graph.h) and per-edge values in CSR order.
 #pragma once
 #include <vector>
 
@@ -16,14 +16,14 @@
 namespace gnn::ag {
 
 // ---- arithmetic (op_arith.cpp) --------------------------------------------------------------------
-Var add(const Var& a, const Var& b);           // same shapes
+Var add(const Var& a, const Var& b);  // same shapes
 Var sub(const Var& a, const Var& b);
-Var mul(const Var& a, const Var& b);           // elementwise
-Var scale(const Var& x, double s);             // s x
-Var scale_by(const Var& x, const Var& s);      // s x, s one element (GIN's learnable 1 + eps)
-Var add_bias(const Var& x, const Var& b);      // x [R, F] + b [F]
-Var sum(const Var& x);                         // one element
-Var mean(const Var& x);                        // one element
+Var mul(const Var& a, const Var& b);  // elementwise
+Var scale(const Var& x, double s);  // s x
+Var scale_by(const Var& x, const Var& s);  // s x, s one element (GIN's learnable 1 + eps)
+Var add_bias(const Var& x, const Var& b);  // x [R, F] + b [F]
+Var sum(const Var& x);  // one element
+Var mean(const Var& x);  // one element
 
 // ---- matmul (op_matmul.cpp): op(a) op(b), 2-d ---------------------------------------------------------
 Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
@@ -41,20 +41,20 @@ inline Var gelu(const Var& x) { return activation(x, Act::kGelu); }
 Var dropout(const Var& x, double p, Rng& rng, bool training);
 
 // ---- columns (op_columns.cpp) -----------------------------------------------------------------------
-Var concat_cols(const std::vector<Var>& xs);              // [R, F1 + F2 + ...]
-Var concat_rows(const std::vector<Var>& xs);              // [R1 + R2 + ..., F]
+Var concat_cols(const std::vector<Var>& xs);  // [R, F1 + F2 + ...]
+Var concat_rows(const std::vector<Var>& xs);  // [R1 + R2 + ..., F]
 Var slice_cols(const Var& x, int64_t begin, int64_t end);  // columns [begin, end)
-Var head_mean(const Var& x, int64_t heads);                // [R, H*F] -> [R, F], mean over heads
-Var gather_rows(const Var& x, const Tensor& index);        // y[i] = x[index[i]]; index i32, any order
-Var head_dot(const Var& x, const Var& a);                  // x [R, H*D], a [H, D] -> y[r, h] = <x[r, h*D:], a[h]>
+Var head_mean(const Var& x, int64_t heads);  // [R, H*F] -> [R, F], mean over heads
+Var gather_rows(const Var& x, const Tensor& index);  // y[i] = x[index[i]]; index i32, any order
+Var head_dot(const Var& x, const Var& a);  // x [R, H*D], a [H, D] -> y[r, h] = <x[r, h*D:], a[h]>
 
 // ---- devices (op_copy.cpp) -----------------------------------------------------------------------------
 Var to_device(const Var& x, Device device);  // x itself when it is there; dx is copied back to x's device
 
 // ---- config-batched layout (op_configs.cpp): [N, C*F] node-major, see the file's comment ------------
-Var reshape(const Var& x, int64_t rows, int64_t cols);            // a view; [N, C*F] <-> [N*C, F]
-Var join_configs(const Var& x, const Var& c, int64_t configs);    // x [N, A], c [N, C*B] -> [N, C*(A+B)]
-Var keep_grad_rows(const Var& x, const Tensor& keep);             // identity; gradient only where keep (u8 [R])
+Var reshape(const Var& x, int64_t rows, int64_t cols);  // a view; [N, C*F] <-> [N*C, F]
+Var join_configs(const Var& x, const Var& c, int64_t configs);  // x [N, A], c [N, C*B] -> [N, C*(A+B)]
+Var keep_grad_rows(const Var& x, const Tensor& keep);  // identity; gradient only where keep (u8 [R])
 
 // ---- graph aggregation (op_spmm.cpp) ------------------------------------------------------------------
 // y = reduce over each node's in-edges of w[p] * x[src(p)]. edge_weight: undefined (all 1), [E], or

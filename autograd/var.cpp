@@ -106,8 +106,9 @@ void run_backward(const Var& y, const Tensor& seed) {
   if (y.node()->recorded) {
     bool found = false;
     for (const Entry& e : t_tape) found = found || e.output == y.node();
-    GNN_CHECK(found, "backward: the loss's history was consumed by an earlier backward (or cleared); add the "
-                     "losses and call backward once");
+    GNN_CHECK(found,
+              "backward: the loss's history was consumed by an earlier backward (or cleared); add the "
+              "losses and call backward once");
   }
   std::vector<Entry> tape;
   tape.swap(t_tape);  // cleared even when a backward closure throws
@@ -116,8 +117,8 @@ void run_backward(const Var& y, const Tensor& seed) {
   for (size_t i = tape.size(); i-- > 0;) {
     Entry& e = tape[i];
     if (e.output->grad.defined()) e.backward(e.output->grad);
-    e.backward = nullptr;        // frees what the closure saved as soon as it has run
-    e.output->grad = Tensor();   // an intermediate's gradient is spent once its entry has run
+    e.backward = nullptr;  // frees what the closure saved as soon as it has run
+    e.output->grad = Tensor();  // an intermediate's gradient is spent once its entry has run
   }
 }
 

@@ -47,8 +47,8 @@ class Var {
   DType dtype() const { return value().dtype(); }
   Device device() const { return value().device(); }
 
-  void zero_grad() const;                  // drops the gradient (the next one starts fresh)
-  void set_value(Tensor value) const;      // replaces the value in place (casting parameters, loading)
+  void zero_grad() const;  // drops the gradient (the next one starts fresh)
+  void set_value(Tensor value) const;  // replaces the value in place (casting parameters, loading)
   void set_grad(Tensor grad) const;
   Var detach() const { return Var(value(), false); }
 

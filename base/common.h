@@ -15,7 +15,7 @@ using Stream = CUstream_st*;
 // them (runtime/cuda.h: cuda_blas); the kernels that call cuBLAS take them as an argument, so no kernel
 // keeps a handle or allocates. Opaque pointers keep this header free of cuBLAS's.
 struct BlasHandle {
-  void* handle = nullptr;     // cublasHandle_t
+  void* handle = nullptr;  // cublasHandle_t
   void* workspace = nullptr;  // bound with cublasSetWorkspace before every call
   size_t workspace_bytes = 0;
 };
@@ -45,9 +45,13 @@ inline constexpr bool kWithCuda = false;
 #endif
 
 template <class T>
-constexpr T ceil_div(T a, T b) { return (a + b - 1) / b; }
+constexpr T ceil_div(T a, T b) {
+  return (a + b - 1) / b;
+}
 
 template <class T>
-constexpr T round_up(T a, T b) { return ceil_div(a, b) * b; }
+constexpr T round_up(T a, T b) {
+  return ceil_div(a, b) * b;
+}
 
 }  // namespace gnn

@@ -32,7 +32,8 @@ std::string str_cat(const Args&... args) {
 }  // namespace gnn
 
 #define GNN_FAIL(...) ::gnn::detail::throw_error(__FILE__, __LINE__, ::gnn::detail::str_cat(__VA_ARGS__))
-#define GNN_CHECK(cond, ...)                      \
-  do {                                            \
-    if (!(cond)) [[unlikely]] GNN_FAIL(__VA_ARGS__); \
+#define GNN_CHECK(cond, ...)  \
+  do {                        \
+    if (!(cond)) [[unlikely]] \
+      GNN_FAIL(__VA_ARGS__);  \
   } while (0)

@@ -16,7 +16,8 @@ static void BM_dropout_apply(benchmark::State& state) {
     dropout_apply<float>(y.data(), x.data(), n, 42, uint32_t(0.3 * (1 << 24)), 1.0f / 0.7f);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(8.0 * double(n) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(8.0 * double(n) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_dropout_apply)->Arg(int64_t(1) << 24)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -27,6 +28,7 @@ static void BM_floor_multiply(benchmark::State& state) {
     mul_to<float>(y.data(), x.data(), m.data(), n);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["GB/s"] = benchmark::Counter(12.0 * double(n) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(12.0 * double(n) * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_floor_multiply)->Arg(int64_t(1) << 24)->Unit(benchmark::kMillisecond)->UseRealTime();

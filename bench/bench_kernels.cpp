@@ -16,7 +16,8 @@ static void BM_kernel(benchmark::State& state, const std::string& name, bool bac
   k.step();  // warm-up
   for (auto _ : state) k.step();
   state.counters["GB/s"] = benchmark::Counter(k.bytes * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(k.flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(k.flops * double(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
 }
 
 static void register_all() {

@@ -28,7 +28,8 @@ std::string make_archive(bool compress) {
   for (int64_t i = 0; i < 2 * E; ++i) ei.i64()[i] = int64_t(rng() % N);
   for (int64_t i = 0; i < cfg.numel(); ++i) cfg.f32()[i] = float(int(rng() % 7) - 1);
   for (int64_t i = 0; i < C; ++i) rt.i64()[i] = 100000 + int64_t(rng() % 1000000);
-  save_npz(path, {{"node_feat", feat}, {"edge_index", ei}, {"node_config_feat", cfg}, {"config_runtime", rt}}, compress);
+  save_npz(path, {{"node_feat", feat}, {"edge_index", ei}, {"node_config_feat", cfg}, {"config_runtime", rt}},
+           compress);
   return path;
 }
 

@@ -24,7 +24,7 @@ GraphData::GraphData(const KernelShape& s) : g(tpugraphs_like_graph(s.nodes, s.e
   }
   if (s.cuda) g = g.to(Device::cuda(0));
   // the view the autograd ops build for their kernels
-  v = CsrView{g.num_nodes,         g.num_sources(),        g.csr_indptr.i32(), g.csr_indices.i32(),
+  v = CsrView{g.num_nodes,        g.num_sources(),     g.csr_indptr.i32(), g.csr_indices.i32(),
               g.csc_indptr.i32(), g.csc_indices.i32(), g.csc_to_csr.i32(), g.num_edges};
 }
 
@@ -50,7 +50,7 @@ namespace {
 // The cases, in the order `gnn bench kernel`'s error and gnn_bench list them.
 struct Entry {
   const char* name;
-  bool cuda;     // has a --device cuda version
+  bool cuda;  // has a --device cuda version
   bool configs;  // takes --configs C > 1 (the layers marked false take one config per row)
   KernelCase (*make)(const KernelShape&);
 };
@@ -113,7 +113,8 @@ KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
   // Configs share a layer's weights: its GEMMs cover (N*C) x F. The fused SAGE kernel and the GAT
   // case take one config per row, so they refuse rather than time a (C*F)-wide dense layer.
   if (s.configs > 1 && !e.configs)
-    throw KernelUsageError("gnn bench kernel: " + name + " does not take --configs (sage-layer does: the composed "
+    throw KernelUsageError("gnn bench kernel: " + name +
+                           " does not take --configs (sage-layer does: the composed "
                            "kernels on the node-major N x (C*F) layout)");
   return e.make(s);
 }

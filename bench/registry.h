@@ -15,7 +15,7 @@ struct KernelShape {
   int64_t nodes = 10000, edges = 20000, features = 128, configs = 1;
   int64_t graph_nodes = 64;  // graph-attention: nodes per graph
   bool backward = false;
-  bool cuda = false;      // run the _cuda kernels on device 0 (spmm-*, gemm)
+  bool cuda = false;  // run the _cuda kernels on device 0 (spmm-*, gemm)
   bool cusparse = false;  // with cuda: spmm-sum / spmm-mean through cuSPARSE instead of gnn's kernel
   bool cuda_graph = false;  // with cuda: time replays of the step captured as a CUDA graph
   uint64_t seed = 1;
@@ -24,9 +24,9 @@ struct KernelShape {
 
 struct KernelCase {
   std::function<void()> step;  // one forward (and backward with --backward) pass
-  double bytes = 0;            // the least a pass must move through memory
+  double bytes = 0;  // the least a pass must move through memory
   double flops = 0;
-  bool graph_safe = false;     // the step only queues device work (no host copies or syncs): --cuda-graph can capture it
+  bool graph_safe = false;  // the step only queues device work (no host copies or syncs): --cuda-graph can capture it
 };
 
 // A name or shape no case takes (an unknown kernel, --configs on a layer that takes one config per

@@ -28,17 +28,17 @@ std::shared_ptr<std::vector<int64_t>> graph_ranges(int64_t N, int64_t S);
 void sage_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t O, int64_t C, bool bwd);
 void gat_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t H, int64_t D, bool bwd);
 
-KernelCase gemm_case(const KernelShape& s);                               // registry_gemm.cpp
-KernelCase spmm_case(Reduce op, const KernelShape& s);                    // registry_spmm.cpp
-KernelCase sage_case(bool fused, const KernelShape& s);                   // registry_sage.cpp
-KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s);    // registry_sage.cpp
-KernelCase gat_case(const KernelShape& s);                                // registry_gat.cpp
-KernelCase softmax_case(const KernelShape& s);                            // registry_gat.cpp
-KernelCase attention_case(const KernelShape& s);                          // registry_attention.cpp
-KernelCase instance_norm_case(const KernelShape& s);                      // registry_norms.cpp
-KernelCase layer_norm_case(const KernelShape& s);                         // registry_norms.cpp
-KernelCase rowwise_case(RowOp op, const KernelShape& s);                  // registry_norms.cpp
-KernelCase pool_case(Reduce op, const KernelShape& s);                    // registry_norms.cpp
-KernelCase embedding_case(const KernelShape& s);                          // registry_norms.cpp
+KernelCase gemm_case(const KernelShape& s);  // registry_gemm.cpp
+KernelCase spmm_case(Reduce op, const KernelShape& s);  // registry_spmm.cpp
+KernelCase sage_case(bool fused, const KernelShape& s);  // registry_sage.cpp
+KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s);  // registry_sage.cpp
+KernelCase gat_case(const KernelShape& s);  // registry_gat.cpp
+KernelCase softmax_case(const KernelShape& s);  // registry_gat.cpp
+KernelCase attention_case(const KernelShape& s);  // registry_attention.cpp
+KernelCase instance_norm_case(const KernelShape& s);  // registry_norms.cpp
+KernelCase layer_norm_case(const KernelShape& s);  // registry_norms.cpp
+KernelCase rowwise_case(RowOp op, const KernelShape& s);  // registry_norms.cpp
+KernelCase pool_case(Reduce op, const KernelShape& s);  // registry_norms.cpp
+KernelCase embedding_case(const KernelShape& s);  // registry_norms.cpp
 
 }  // namespace gnn::cli

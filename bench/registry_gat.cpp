@@ -67,7 +67,8 @@ KernelCase gat_case(const KernelShape& s) {
     for (int64_t i = 0; i < N; ++i)
       for (int64_t hh = 0; hh < H; ++hh) {
         float a = 0.0f, c = 0.0f;
-        for (int64_t j = 0; j < D; ++j) a += h[i * HD + hh * D + j] * ws[hh * D + j], c += h[i * HD + hh * D + j] * wd[hh * D + j];
+        for (int64_t j = 0; j < D; ++j)
+          a += h[i * HD + hh * D + j] * ws[hh * D + j], c += h[i * HD + hh * D + j] * wd[hh * D + j];
         as[i * H + hh] = a, ad[i * H + hh] = c;
       }
     gat_scores_forward_cpu(B.sc.f32(), as, ad, d->v, H, 0.2f);
@@ -75,7 +76,8 @@ KernelCase gat_case(const KernelShape& s) {
     for (int64_t e = 0; e < E; ++e)
       for (int64_t hh = 0; hh < H; ++hh) B.alpha_t.f32()[hh * E + e] = B.alpha.f32()[e * H + hh];
     for (int64_t hh = 0; hh < H; ++hh)
-      spmm_forward_cpu(B.y.f32() + hh * D, nullptr, h + hh * D, B.alpha_t.f32() + hh * E, d->v, D, HD, HD, Reduce::kSum);
+      spmm_forward_cpu(B.y.f32() + hh * D, nullptr, h + hh * D, B.alpha_t.f32() + hh * E, d->v, D, HD, HD,
+                       Reduce::kSum);
     if (!bwd) return;
     const float* dy = B.y.f32();  // the output stands in for the incoming gradient
     for (int64_t hh = 0; hh < H; ++hh) {
@@ -92,7 +94,8 @@ KernelCase gat_case(const KernelShape& s) {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; ++i)
       for (int64_t hh = 0; hh < H; ++hh)
-        for (int64_t j = 0; j < D; ++j) dh[i * HD + hh * D + j] += das[i * H + hh] * ws[hh * D + j] + dad[i * H + hh] * wd[hh * D + j];
+        for (int64_t j = 0; j < D; ++j)
+          dh[i * HD + hh * D + j] += das[i * H + hh] * ws[hh * D + j] + dad[i * H + hh] * wd[hh * D + j];
     gemm_cpu(true, false, F, HD, N, 1.0f, B.x.f32(), F, dh, HD, 0.0f, B.dW.f32(), HD);
     gemm_cpu(false, true, N, F, HD, 1.0f, dh, HD, B.W.f32(), HD, 0.0f, B.dx.f32(), F);
   };

@@ -33,7 +33,9 @@ KernelCase instance_norm_case(const KernelShape& s) {
     float* mean = stats->f32();
     float* rstd = mean + G * F;
     instance_norm_forward_cpu(y->f32(), mean, rstd, x->f32(), nullptr, nullptr, gp->data(), G, F, 1e-5f);
-    if (bwd) instance_norm_backward_cpu(dx->f32(), nullptr, nullptr, dy->f32(), x->f32(), mean, rstd, nullptr, gp->data(), G, F);
+    if (bwd)
+      instance_norm_backward_cpu(dx->f32(), nullptr, nullptr, dy->f32(), x->f32(), mean, rstd, nullptr, gp->data(), G,
+                                 F);
   };
   k.bytes = 4.0 * double(N) * F * (bwd ? 5 : 2);
   k.flops = 8.0 * double(N) * F * (bwd ? 2.5 : 1);

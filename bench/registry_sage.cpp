@@ -50,8 +50,8 @@ KernelCase sage_case(bool fused, const KernelShape& s) {
   KernelCase k;
   if (fused) {
     k.step = [=] {
-      sage_forward_cpu(y->f32(), bwd ? z->f32() : nullptr, bwd ? h->f32() : nullptr, x->f32(), d->v, W->f32(),
-                       b->f32(), F, O, Act::kRelu, 0.0f);
+      sage_forward_cpu(y->f32(), bwd ? z->f32() : nullptr, bwd ? h->f32() : nullptr, x->f32(), d->v, W->f32(), b->f32(),
+                       F, O, Act::kRelu, 0.0f);
       if (bwd)  // y stands in for the incoming gradient
         sage_backward_cpu(dx->f32(), dW->f32(), db->f32(), y->f32(), z->f32(), h->f32(), d->v, W->f32(), F, O,
                           Act::kRelu, 0.0f, ws->f32());
@@ -103,7 +103,8 @@ KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s) {
   };
   auto L = std::make_shared<Layer>();
   if (gat) {
-    L->gat = std::make_unique<nn::GATConv>(F, D, L->rng, nn::GatOptions{.heads = H, .add_self_loops = false, .bias = false});
+    L->gat =
+        std::make_unique<nn::GATConv>(F, D, L->rng, nn::GatOptions{.heads = H, .add_self_loops = false, .bias = false});
     nn::move_parameters(*L->gat, dev);
     L->params = L->gat->parameters();
   } else {

@@ -47,7 +47,8 @@ KernelCase spmm_case(Reduce op, const KernelShape& s) {
   const bool bwd = s.backward;
   if (s.cusparse) {
     if (op == Reduce::kMax || bwd || !s.cuda)
-      throw KernelUsageError("gnn bench kernel: --spmm cusparse times spmm-sum and spmm-mean forward on --device cuda only");
+      throw KernelUsageError(
+          "gnn bench kernel: --spmm cusparse times spmm-sum and spmm-mean forward on --device cuda only");
 #ifdef GNN_WITH_CUDA
     k.step = cusparse_step(op, d, x, y, F);
 #endif
@@ -68,9 +69,11 @@ KernelCase spmm_case(Reduce op, const KernelShape& s) {
     };
   }
   // forward: read one x row per edge, write y, read indptr and indices (+ write argmax for max)
-  const double fwd = 4.0 * (double(E) * F + double(N) * F + double(N + 1) + double(E)) + (op == Reduce::kMax ? 4.0 * N * F : 0);
+  const double fwd =
+      4.0 * (double(E) * F + double(N) * F + double(N + 1) + double(E)) + (op == Reduce::kMax ? 4.0 * N * F : 0);
   // backward: read one dy row per edge, write dx, read the CSC (+ argmax rows per edge for max)
-  const double bwdb = 4.0 * (double(E) * F + double(N) * F + double(N + 1) + 2.0 * E) + (op == Reduce::kMax ? 4.0 * E * F : 0);
+  const double bwdb =
+      4.0 * (double(E) * F + double(N) * F + double(N + 1) + 2.0 * E) + (op == Reduce::kMax ? 4.0 * E * F : 0);
   k.bytes = fwd + (bwd ? bwdb : 0);
   k.flops = double(E) * F * (bwd ? 2 : 1);
   return k;

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <thread>
 
-#include "runtime/cuda.h"
 #include "base/error.h"
+#include "runtime/cuda.h"
 
 #ifndef GNN_WITH_MPI
 #define GNN_WITH_MPI 0
@@ -191,18 +191,19 @@ void init(int* argc, char*** argv) {
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm local;
-  const bool ok = MPI_Comm_rank(MPI_COMM_WORLD, &g_world.rank) == MPI_SUCCESS &&
-                  MPI_Comm_size(MPI_COMM_WORLD, &g_world.size) == MPI_SUCCESS &&
-                  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_world.rank, MPI_INFO_NULL, &local) ==
-                      MPI_SUCCESS &&
-                  MPI_Comm_rank(local, &g_world.local_rank) == MPI_SUCCESS &&
-                  MPI_Comm_size(local, &g_world.local_size) == MPI_SUCCESS && MPI_Comm_free(&local) == MPI_SUCCESS;
+  const bool ok =
+      MPI_Comm_rank(MPI_COMM_WORLD, &g_world.rank) == MPI_SUCCESS &&
+      MPI_Comm_size(MPI_COMM_WORLD, &g_world.size) == MPI_SUCCESS &&
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_world.rank, MPI_INFO_NULL, &local) == MPI_SUCCESS &&
+      MPI_Comm_rank(local, &g_world.local_rank) == MPI_SUCCESS &&
+      MPI_Comm_size(local, &g_world.local_size) == MPI_SUCCESS && MPI_Comm_free(&local) == MPI_SUCCESS;
   if (!ok) {
     std::fprintf(stderr, "gnn: MPI could not say this process's rank and node\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   if (g_world.size > 1) {
-    set_stop_message("gnn: " + rank_prefix() + "stopped by the launcher (another rank ended first; its message, or "
+    set_stop_message("gnn: " + rank_prefix() +
+                     "stopped by the launcher (another rank ended first; its message, or "
                      "mpirun's, says why)\n");
     std::signal(SIGTERM, on_terminate);
   }
@@ -324,8 +325,10 @@ void prepare_gpu(int device) {
   if (g_world.size <= 1) return;
   const int gpus = cuda_device_count();
   GNN_CHECK(g_world.local_size <= gpus, rank_prefix(), g_world.local_size, " ranks share this node's ", gpus,
-            " GPU(s), and NCCL needs one GPU per rank: start at most ", gpus, " rank(s) per node (mpirun --map-by "
-            "ppr:", gpus, ":node), or train with --device cpu");
+            " GPU(s), and NCCL needs one GPU per rank: start at most ", gpus,
+            " rank(s) per node (mpirun --map-by "
+            "ppr:",
+            gpus, ":node), or train with --device cpu");
   nccl_for(device);
 #else
   (void)device;
@@ -392,7 +395,8 @@ void barrier(const std::string& what) {
 }
 
 Range shard(int64_t n, int rank, int size) {
-  GNN_CHECK(size >= 1 && rank >= 0 && rank < size && n >= 0, "dist::shard: rank ", rank, " of ", size, ", ", n, " items");
+  GNN_CHECK(size >= 1 && rank >= 0 && rank < size && n >= 0, "dist::shard: rank ", rank, " of ", size, ", ", n,
+            " items");
   const int64_t base = n / size, extra = n % size;
   Range r;
   r.begin = rank * base + std::min<int64_t>(rank, extra);

@@ -26,8 +26,8 @@
 namespace gnn::dist {
 
 struct World {
-  int rank = 0, size = 1;             // this process among all of the job
-  int local_rank = 0, local_size = 1; // among the job's processes on this machine (GPU choice)
+  int rank = 0, size = 1;  // this process among all of the job
+  int local_rank = 0, local_size = 1;  // among the job's processes on this machine (GPU choice)
 };
 
 // Joins the MPI job when an MPI launcher (Open MPI, PMIx, MPICH's Hydra) started this process, else
@@ -43,7 +43,7 @@ std::string backends();
 bool built_with_mpi();
 bool built_with_nccl();
 
-double timeout();                 // seconds a collective waits for the other ranks (default 300)
+double timeout();  // seconds a collective waits for the other ranks (default 300)
 void set_timeout(double seconds);
 
 // What this rank prints if the launcher stops it (mpirun sends SIGTERM to the others when a rank dies,

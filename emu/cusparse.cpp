@@ -24,10 +24,14 @@ struct cusparseDnMatEmu {
 
 const char* cusparseGetErrorString(cusparseStatus_t s) {
   switch (s) {
-    case CUSPARSE_STATUS_SUCCESS: return "CUSPARSE_STATUS_SUCCESS";
-    case CUSPARSE_STATUS_INVALID_VALUE: return "CUSPARSE_STATUS_INVALID_VALUE";
-    case CUSPARSE_STATUS_NOT_SUPPORTED: return "CUSPARSE_STATUS_NOT_SUPPORTED";
-    default: return "cuSPARSE error";
+    case CUSPARSE_STATUS_SUCCESS:
+      return "CUSPARSE_STATUS_SUCCESS";
+    case CUSPARSE_STATUS_INVALID_VALUE:
+      return "CUSPARSE_STATUS_INVALID_VALUE";
+    case CUSPARSE_STATUS_NOT_SUPPORTED:
+      return "CUSPARSE_STATUS_NOT_SUPPORTED";
+    default:
+      return "cuSPARSE error";
   }
 }
 cusparseStatus_t cusparseCreate(cusparseHandle_t* h) {
@@ -48,7 +52,11 @@ cusparseStatus_t cusparseCreateConstCsr(cusparseConstSpMatDescr_t* d, int64_t ro
                                         cudaDataType vt) {
   if (rt != CUSPARSE_INDEX_32I || ct != CUSPARSE_INDEX_32I || base != CUSPARSE_INDEX_BASE_ZERO || vt != CUDA_R_32F)
     return CUSPARSE_STATUS_NOT_SUPPORTED;
-  *d = new cusparseSpMatEmu{rows, cols, nnz, static_cast<const int32_t*>(indptr), static_cast<const int32_t*>(indices),
+  *d = new cusparseSpMatEmu{rows,
+                            cols,
+                            nnz,
+                            static_cast<const int32_t*>(indptr),
+                            static_cast<const int32_t*>(indices),
                             static_cast<const float*>(values)};
   return CUSPARSE_STATUS_SUCCESS;
 }

@@ -61,7 +61,7 @@ size_t page_bytes();
 
 struct Region {
   size_t bytes = 0, mapped = 0;  // mapped: the pages handed out plus one guard page
-  int device = -1;               // -1: page-locked host memory
+  int device = -1;  // -1: page-locked host memory
 };
 extern std::map<uintptr_t, Region>& g_regions;  // by start address
 extern size_t g_device_bytes;

@@ -111,9 +111,9 @@ extern "C" [[noreturn]] void gnn_emu_fiber_main() {
 void* init_stack(Engine& e, unsigned slot) {
   char* top = e.stacks + (size_t(slot) + 1) * Engine::kStack;
   auto* sp = reinterpret_cast<uint64_t*>(top);
-  *--sp = 0;                                                  // gnn_emu_fiber_main's (absent) return address
-  *--sp = reinterpret_cast<uint64_t>(&gnn_emu_fiber_main);    // where the switch returns to
-  for (int r = 0; r < 6; ++r) *--sp = 0;                      // rbp rbx r12 r13 r14 r15
+  *--sp = 0;  // gnn_emu_fiber_main's (absent) return address
+  *--sp = reinterpret_cast<uint64_t>(&gnn_emu_fiber_main);  // where the switch returns to
+  for (int r = 0; r < 6; ++r) *--sp = 0;  // rbp rbx r12 r13 r14 r15
   return sp;
 }
 
@@ -137,11 +137,16 @@ void suspend(Fiber& f) {
 
 const char* op_name(WarpOp op) {
   switch (op) {
-    case WarpOp::kSync: return "__syncwarp";
-    case WarpOp::kShflXor: return "__shfl_xor_sync";
-    case WarpOp::kShflDown: return "__shfl_down_sync";
-    case WarpOp::kShflUp: return "__shfl_up_sync";
-    case WarpOp::kShflIdx: return "__shfl_sync";
+    case WarpOp::kSync:
+      return "__syncwarp";
+    case WarpOp::kShflXor:
+      return "__shfl_xor_sync";
+    case WarpOp::kShflDown:
+      return "__shfl_down_sync";
+    case WarpOp::kShflUp:
+      return "__shfl_up_sync";
+    case WarpOp::kShflIdx:
+      return "__shfl_sync";
   }
   return "?";
 }
@@ -177,7 +182,8 @@ bool resolve_warps(Engine& e, unsigned n) {
                               op_name(ref->op), ref->mask, l));
     }
     if (lanes < 32 && (ref->mask >> lanes) != 0)
-      block_fault(*ref, fmt("%s with mask %08x names lanes beyond the block's %u threads", op_name(ref->op), ref->mask, n));
+      block_fault(*ref,
+                  fmt("%s with mask %08x names lanes beyond the block's %u threads", op_name(ref->op), ref->mask, n));
     const int width = ref->width;
     if (width <= 0 || width > 32 || (width & (width - 1)) != 0)
       block_fault(*ref, fmt("%s with width %d (a power of two up to 32)", op_name(ref->op), width));
@@ -187,11 +193,20 @@ bool resolve_warps(Engine& e, unsigned n) {
       const int base = int(l) & ~(width - 1);
       int src = int(l);
       switch (f.op) {
-        case WarpOp::kSync: break;
-        case WarpOp::kShflXor: src = int(l) ^ f.arg; break;
-        case WarpOp::kShflDown: src = int(l) + f.arg; break;
-        case WarpOp::kShflUp: src = int(l) - f.arg; break;
-        case WarpOp::kShflIdx: src = base + (f.arg & (width - 1)); break;
+        case WarpOp::kSync:
+          break;
+        case WarpOp::kShflXor:
+          src = int(l) ^ f.arg;
+          break;
+        case WarpOp::kShflDown:
+          src = int(l) + f.arg;
+          break;
+        case WarpOp::kShflUp:
+          src = int(l) - f.arg;
+          break;
+        case WarpOp::kShflIdx:
+          src = base + (f.arg & (width - 1));
+          break;
       }
       if (src < base || src >= base + width) src = int(l);  // outside the lane's segment: its own value
       if (!((ref->mask >> src) & 1u))
@@ -247,7 +262,10 @@ void run_block(Engine& e, dim3 grid, dim3 block, uint3 bidx) {
       if (f.state != Fiber::kAtBarrier) continue;
       any |= f.pred != 0, all &= f.pred != 0, count += f.pred != 0;
     }
-    const int result = first->vote == Vote::kOr ? any : first->vote == Vote::kAnd ? all : first->vote == Vote::kCount ? count : 0;
+    const int result = first->vote == Vote::kOr      ? any
+                       : first->vote == Vote::kAnd   ? all
+                       : first->vote == Vote::kCount ? count
+                                                     : 0;
     for (unsigned i = 0; i < n; ++i) {
       Fiber& f = e.fibers[i];
       if (f.state != Fiber::kAtBarrier) continue;
@@ -279,7 +297,8 @@ void run_grid(const char* name, dim3 grid, dim3 block, const std::function<void(
     g_stats.waits += e.waits - w0;
   }
   g_kernel = outer;
-  g_stats.launches += 1, g_stats.blocks += uint64_t(blocks), g_stats.threads += uint64_t(blocks) * block.x * block.y * block.z;
+  g_stats.launches += 1, g_stats.blocks += uint64_t(blocks),
+      g_stats.threads += uint64_t(blocks) * block.x * block.y * block.z;
   g_stats.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 

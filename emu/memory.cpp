@@ -70,12 +70,13 @@ void on_segv(int sig, siginfo_t* si, void*) {
                       g_kernel ? g_kernel : "?", t.block_idx.x, t.block_idx.y, t.block_idx.z, t.thread_idx.x,
                       t.thread_idx.y, t.thread_idx.z, addr);
   } else if (g_window > 0) {
-    n = std::snprintf(msg, sizeof msg, "gnn CUDA emulator: a device copy or library call touched %p, outside every "
-                      "live allocation\n", addr);
+    n = std::snprintf(msg, sizeof msg,
+                      "gnn CUDA emulator: a device copy or library call touched %p, outside every "
+                      "live allocation\n",
+                      addr);
   }
   if (n > 0) {
-    if (write(2, msg, size_t(std::min(n, int(sizeof msg) - 1))) < 0) {
-    }
+    if (write(2, msg, size_t(std::min(n, int(sizeof msg) - 1))) < 0) {}
     _exit(kFaultStatus);
   }
   signal(sig, SIG_DFL);  // not ours: the default action when the access is retried

@@ -114,37 +114,63 @@ cudaError_t cudaPeekAtLastError() { return t_last_error; }
 
 const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorIllegalState: return "cudaErrorIllegalState";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
-    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
-    case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
-    case cudaErrorUnknown: return "cudaErrorUnknown";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorIllegalState:
+      return "cudaErrorIllegalState";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress:
+      return "cudaErrorIllegalAddress";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureWrongThread:
+      return "cudaErrorStreamCaptureWrongThread";
+    case cudaErrorUnknown:
+      return "cudaErrorUnknown";
   }
   return "cudaErrorUnknown";
 }
 const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
-    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
-    case cudaErrorStreamCaptureWrongThread: return "attempt to terminate a thread-local capture sequence from another thread";
-    case cudaErrorUnknown: return "unknown error";
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorNotReady:
+      return "device not ready";
+    case cudaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
+    case cudaErrorUnknown:
+      return "unknown error";
   }
   return "unknown error";
 }
@@ -175,8 +201,8 @@ cudaError_t free_region(void* p, bool device, const char* call) {
   if (capture_forbids(call)) return fail(cudaErrorStreamCaptureUnsupported);
   auto it = g_regions.find(reinterpret_cast<uintptr_t>(p));
   if (it == g_regions.end() || (it->second.device >= 0) != device)
-    return fail(cudaErrorInvalidValue, fmt("%s(%p): not the start of a live %s allocation", call, p,
-                                           device ? "device" : "page-locked"));
+    return fail(cudaErrorInvalidValue,
+                fmt("%s(%p): not the start of a live %s allocation", call, p, device ? "device" : "page-locked"));
   ++g_stats.host_waits;
   run_all();  // freeing synchronises
   if (device) g_device_bytes -= it->second.bytes;
@@ -220,11 +246,20 @@ cudaError_t check_copy(void* dst, size_t dst_span, const void* src, size_t src_s
   const bool dst_dev = *wd == Where::kDevice, src_dev = *ws == Where::kDevice;
   bool ok = true;
   switch (kind) {
-    case cudaMemcpyHostToDevice: ok = dst_dev && !src_dev; break;
-    case cudaMemcpyDeviceToHost: ok = !dst_dev && src_dev; break;
-    case cudaMemcpyDeviceToDevice: ok = dst_dev && src_dev; break;
-    case cudaMemcpyHostToHost: ok = !dst_dev && !src_dev; break;
-    case cudaMemcpyDefault: break;
+    case cudaMemcpyHostToDevice:
+      ok = dst_dev && !src_dev;
+      break;
+    case cudaMemcpyDeviceToHost:
+      ok = !dst_dev && src_dev;
+      break;
+    case cudaMemcpyDeviceToDevice:
+      ok = dst_dev && src_dev;
+      break;
+    case cudaMemcpyHostToHost:
+      ok = !dst_dev && !src_dev;
+      break;
+    case cudaMemcpyDefault:
+      break;
   }
   if (!ok)
     return fail(cudaErrorInvalidValue,

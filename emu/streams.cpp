@@ -63,7 +63,9 @@ struct CallCounts {
     if (!on) return;
     std::vector<std::pair<uint64_t, std::string>> v;
     for (const auto& [name, count] : n) v.emplace_back(count, name);
-    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first != b.first ? a.first > b.first : a.second < b.second; });
+    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
     std::fprintf(stderr, "gnn CUDA emulator: device work queued, per call (%zu names):\n", v.size());
     for (const auto& [count, name] : v) std::fprintf(stderr, "%10llu  %s\n", (unsigned long long)count, name.c_str());
   }
@@ -77,19 +79,22 @@ void count_call(const char* what) { g_calls.add(what); }
 Stats g_stats;  // after g_calls: destroyed before it, so the summary prints above the call list
 Stats::~Stats() {
   if (const char* v = std::getenv("GNN_CUDA_EMU_STATS"); v && *v && std::string(v) != "0")
-    std::fprintf(stderr, "gnn CUDA emulator: %llu kernel launches, %llu blocks, %llu threads, %llu barrier and warp "
-                 "waits, %llu host waits for the device, %.2f s in kernels\n", (unsigned long long)launches,
-                 (unsigned long long)blocks, (unsigned long long)threads, (unsigned long long)waits.load(),
-                 (unsigned long long)host_waits, seconds);
+    std::fprintf(stderr,
+                 "gnn CUDA emulator: %llu kernel launches, %llu blocks, %llu threads, %llu barrier and warp "
+                 "waits, %llu host waits for the device, %.2f s in kernels\n",
+                 (unsigned long long)launches, (unsigned long long)blocks, (unsigned long long)threads,
+                 (unsigned long long)waits.load(), (unsigned long long)host_waits, seconds);
 }
 
 cudaError_t enqueue(cudaStream_t s, const char* what, std::function<void()> op) {
   if (s == nullptr)
-    die(fmt("%s on the legacy default stream: gnn queues all device work on its device's stream (runtime/cuda.h); "
+    die(
+        fmt("%s on the legacy default stream: gnn queues all device work on its device's stream (runtime/cuda.h); "
             "work on stream 0 is not ordered with it",
             what));
   if (s->device != t_device)
-    return fail(cudaErrorInvalidResourceHandle, fmt("%s on a stream of cuda:%d while cuda:%d is current", what, s->device, t_device));
+    return fail(cudaErrorInvalidResourceHandle,
+                fmt("%s on a stream of cuda:%d while cuda:%d is current", what, s->device, t_device));
   g_calls.add(what);
   if (s->capturing) {
     s->captured.push_back(std::move(op));

@@ -19,15 +19,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       try {
         auto in = zip.open_member(e);
         (void)read_npy(*in);
-      } catch (const Error&) {
-      }
+      } catch (const Error&) {}
     }
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   try {
     RangeStream in(src, 0, src->size());
     (void)read_npy(in);
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return 0;
 }

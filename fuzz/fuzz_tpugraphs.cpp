@@ -25,8 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (g.node_opcode.i32()[i] < 0 || g.node_opcode.i32()[i] >= kOpcodes) __builtin_trap();
       if (g.has_runtimes())
         for (int64_t c = 0; c < g.num_configs(); ++c) (void)g.target(c);
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
   }
   return 0;
 }

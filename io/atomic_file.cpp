@@ -37,8 +37,8 @@ void AtomicFile::write(const void* data, size_t n) {
 }
 
 void AtomicFile::write_at(uint64_t offset, const void* data, size_t n) {
-  GNN_CHECK(fd_ >= 0 && offset + n <= size_, path_, ": patch of bytes ", offset, "..", offset + n, " outside ",
-            size_, " written");
+  GNN_CHECK(fd_ >= 0 && offset + n <= size_, path_, ": patch of bytes ", offset, "..", offset + n, " outside ", size_,
+            " written");
   GNN_CHECK(::pwrite(fd_, data, n, off_t(offset)) == ssize_t(n), path_, ": write failed (", std::strerror(errno), ")");
 }
 

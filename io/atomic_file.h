@@ -14,7 +14,7 @@ class AtomicFile {
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
-  void write(const void* data, size_t n);                      // appends
+  void write(const void* data, size_t n);  // appends
   void write_at(uint64_t offset, const void* data, size_t n);  // patches bytes already written
   uint64_t size() const { return size_; }
   void commit();

@@ -12,8 +12,8 @@
 namespace gnn {
 
 void ByteSource::check_range(uint64_t offset, size_t n) const {
-  GNN_CHECK(offset <= size() && n <= size() - offset, name(), ": truncated (needs bytes ", offset, "..",
-            offset + n, " of a ", size(), "-byte file)");
+  GNN_CHECK(offset <= size() && n <= size() - offset, name(), ": truncated (needs bytes ", offset, "..", offset + n,
+            " of a ", size(), "-byte file)");
 }
 
 FileSource::FileSource(const std::string& path) : ByteSource(path) {
@@ -38,8 +38,8 @@ void FileSource::read_at(uint64_t offset, void* dst, size_t n) const {
   while (n > 0) {
     const ssize_t got = ::pread(fd_, p, std::min<size_t>(n, size_t(1) << 30), off_t(offset));
     if (got < 0 && errno == EINTR) continue;
-    GNN_CHECK(got > 0, name(), ": read failed at byte ", offset, got < 0 ? std::string(" (") + std::strerror(errno) + ")"
-                                                                      : std::string(" (file shrank while reading)"));
+    GNN_CHECK(got > 0, name(), ": read failed at byte ", offset,
+              got < 0 ? std::string(" (") + std::strerror(errno) + ")" : std::string(" (file shrank while reading)"));
     p += got, offset += uint64_t(got), n -= size_t(got);
   }
 }
@@ -53,7 +53,6 @@ std::shared_ptr<ByteSource> open_file(const std::string& path) { return std::mak
 
 }  // namespace gnn
 
-
 namespace gnn {
 
 void RangeStream::read(void* dst, size_t n) {
@@ -62,8 +61,6 @@ void RangeStream::read(void* dst, size_t n) {
   pos_ += n;
 }
 
-void RangeStream::finish() {
-  GNN_CHECK(pos_ == length_, where(), ": ", length_ - pos_, " unexpected trailing bytes");
-}
+void RangeStream::finish() { GNN_CHECK(pos_ == length_, where(), ": ", length_ - pos_, " unexpected trailing bytes"); }
 
 }  // namespace gnn

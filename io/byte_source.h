@@ -57,10 +57,10 @@ namespace gnn {
 class ByteStream {
  public:
   virtual ~ByteStream() = default;
-  virtual uint64_t total() const = 0;           // bytes the stream holds in all
-  virtual void read(void* dst, size_t n) = 0;   // exactly n more bytes, or throws
-  virtual void finish() = 0;                    // throws unless every byte was read and verified
-  virtual const std::string& where() const = 0; // "file.npz: member 'x.npy'", for messages
+  virtual uint64_t total() const = 0;  // bytes the stream holds in all
+  virtual void read(void* dst, size_t n) = 0;  // exactly n more bytes, or throws
+  virtual void finish() = 0;  // throws unless every byte was read and verified
+  virtual const std::string& where() const = 0;  // "file.npz: member 'x.npy'", for messages
 };
 
 class RangeStream final : public ByteStream {

@@ -1,10 +1,10 @@
 #include "io/json.h"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <cctype>
 
 #include "base/error.h"
 
@@ -70,11 +70,21 @@ void dump_string(std::string& out, const std::string& s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (c < 0x20) {
           char b[8];
@@ -91,8 +101,12 @@ void dump_string(std::string& out, const std::string& s) {
 
 void Json::dump_to(std::string& out) const {
   switch (type_) {
-    case Type::Null: out += "null"; break;
-    case Type::Bool: out += bool_ ? "true" : "false"; break;
+    case Type::Null:
+      out += "null";
+      break;
+    case Type::Bool:
+      out += bool_ ? "true" : "false";
+      break;
     case Type::Number: {
       if (is_int_) {
         out += std::to_string(int_);
@@ -105,7 +119,9 @@ void Json::dump_to(std::string& out) const {
       }
       break;
     }
-    case Type::String: dump_string(out, str_); break;
+    case Type::String:
+      dump_string(out, str_);
+      break;
     case Type::Array:
       out += '[';
       for (size_t i = 0; i < arr_.size(); ++i) {
@@ -200,11 +216,21 @@ class JsonParser {
       if (c == '\\') {
         if (++i_ == s_.size()) break;
         switch (s_[i_]) {
-          case 'n': c = '\n'; break;
-          case 't': c = '\t'; break;
-          case 'r': c = '\r'; break;
-          case 'b': c = '\b'; break;
-          case 'f': c = '\f'; break;
+          case 'n':
+            c = '\n';
+            break;
+          case 't':
+            c = '\t';
+            break;
+          case 'r':
+            c = '\r';
+            break;
+          case 'b':
+            c = '\b';
+            break;
+          case 'f':
+            c = '\f';
+            break;
           case 'u': {
             unsigned v = 0;
             if (i_ + 4 >= s_.size() || std::from_chars(&s_[i_ + 1], &s_[i_ + 5], v, 16).ptr != &s_[i_ + 5])
@@ -219,7 +245,8 @@ class JsonParser {
             }
             continue;
           }
-          default: c = s_[i_];
+          default:
+            c = s_[i_];
         }
       }
       out += c;

@@ -21,13 +21,21 @@ class Json {
   Json(uint64_t v) : Json(int64_t(v)) {}
   Json(const char* v) : type_(Type::String), str_(v) {}
   Json(std::string v) : type_(Type::String), str_(std::move(v)) {}
-  static Json array() { Json j; j.type_ = Type::Array; return j; }
-  static Json object() { Json j; j.type_ = Type::Object; return j; }
+  static Json array() {
+    Json j;
+    j.type_ = Type::Array;
+    return j;
+  }
+  static Json object() {
+    Json j;
+    j.type_ = Type::Object;
+    return j;
+  }
 
   Type type() const { return type_; }
   bool is_null() const { return type_ == Type::Null; }
-  Json& push_back(Json v);                       // arrays
-  Json& set(const std::string& key, Json v);     // objects: replaces an existing key in place
+  Json& push_back(Json v);  // arrays
+  Json& set(const std::string& key, Json v);  // objects: replaces an existing key in place
   bool contains(const std::string& key) const;
   const Json& operator[](const std::string& key) const;  // throws gnn::Error naming the key
   const Json& operator[](size_t i) const;

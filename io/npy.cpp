@@ -2,11 +2,11 @@
 
 #include <bit>
 #include <cctype>
-#include <string_view>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string_view>
 
 #include "io/atomic_file.h"
 
@@ -46,7 +46,8 @@ class HeaderLexer {
     fail("unexpected character '", c, "'");
   }
 
-  template <class... A> [[noreturn]] void fail(const A&... a) const {
+  template <class... A>
+  [[noreturn]] void fail(const A&... a) const {
     GNN_FAIL(where_, ": bad .npy header (", a..., " at offset ", i_, ")");
   }
 
@@ -143,7 +144,8 @@ void parse_dict(NpyHeader& h, std::string_view text, const std::string& where) {
   }
   if (lex.next().kind != Token::kEnd) lex.fail("text after the closing '}'");
   if (!seen_descr || !seen_order || !seen_shape) lex.fail("missing key (needs descr, fortran_order and shape)");
-  if (h.shape.size() > size_t(kMaxDims)) lex.fail("array has ", h.shape.size(), " dims; at most ", kMaxDims, " supported");
+  if (h.shape.size() > size_t(kMaxDims))
+    lex.fail("array has ", h.shape.size(), " dims; at most ", kMaxDims, " supported");
   // Overflow-safe element count: the product must fit comfortably in 62 bits.
   int64_t n = 1;
   for (int64_t d : h.shape) {
@@ -156,10 +158,14 @@ void parse_dict(NpyHeader& h, std::string_view text, const std::string& where) {
 
 DType NpyHeader::dtype() const {
   switch (kind) {
-    case 'b': return DType::Bool;
-    case 'u': return itemsize == 1 ? DType::U8 : itemsize == 2 ? DType::I32 : DType::I64;
-    case 'i': return itemsize <= 4 ? DType::I32 : DType::I64;
-    default: return itemsize <= 4 ? DType::F32 : DType::F64;
+    case 'b':
+      return DType::Bool;
+    case 'u':
+      return itemsize == 1 ? DType::U8 : itemsize == 2 ? DType::I32 : DType::I64;
+    case 'i':
+      return itemsize <= 4 ? DType::I32 : DType::I64;
+    default:
+      return itemsize <= 4 ? DType::F32 : DType::F64;
   }
 }
 
@@ -192,8 +198,8 @@ NpyHeader read_npy_header(ByteStream& in) {
   if (len_bytes == 4) hlen |= uint64_t(pre[10]) << 16 | uint64_t(pre[11]) << 24;
   GNN_CHECK(hlen <= kMaxHeaderLen, where, ": .npy header length ", hlen, " is over the ", kMaxHeaderLen, " limit");
   h.header_bytes = 8 + uint64_t(len_bytes) + hlen;
-  GNN_CHECK(h.header_bytes <= in.total(), where, ": .npy header (", hlen, " bytes) runs past the end (",
-            in.total(), " bytes)");
+  GNN_CHECK(h.header_bytes <= in.total(), where, ": .npy header (", hlen, " bytes) runs past the end (", in.total(),
+            " bytes)");
   std::string text(hlen, '\0');
   in.read(text.data(), hlen);
   parse_dict(h, text, where);
@@ -216,16 +222,28 @@ float half_to_float(uint16_t h) {
   } else {  // subnormal half: renormalise
     int e = -1;
     uint32_t m = mant;
-    do { ++e, m <<= 1; } while ((m & 0x400) == 0);
+    do {
+      ++e, m <<= 1;
+    } while ((m & 0x400) == 0);
     bits = sign | (uint32_t(112 - e) << 23) | ((m & 0x3FF) << 13);
   }
   return std::bit_cast<float>(bits);
 }
 
-template <int N> struct UintOf;
-template <> struct UintOf<2> { using type = uint16_t; };
-template <> struct UintOf<4> { using type = uint32_t; };
-template <> struct UintOf<8> { using type = uint64_t; };
+template <int N>
+struct UintOf;
+template <>
+struct UintOf<2> {
+  using type = uint16_t;
+};
+template <>
+struct UintOf<4> {
+  using type = uint32_t;
+};
+template <>
+struct UintOf<8> {
+  using type = uint64_t;
+};
 
 // One element of type T from possibly unaligned, possibly byte-swapped bytes (swapped as raw bits).
 template <class T>
@@ -250,7 +268,9 @@ void convert(const NpyHeader& h, const uint8_t* raw, void* out, int64_t n, int64
     for (int64_t i = 0; i < n; ++i) dst[i] = f(raw + i * k);
   };
   switch (h.kind) {
-    case 'b': each(static_cast<bool*>(out), [](const uint8_t* p) { return *p != 0; }); break;
+    case 'b':
+      each(static_cast<bool*>(out), [](const uint8_t* p) { return *p != 0; });
+      break;
     case 'u':
       if (k == 1) each(static_cast<uint8_t*>(out), [](const uint8_t* p) { return *p; });
       if (k == 2) each(static_cast<int32_t*>(out), [&](const uint8_t* p) { return int32_t(load_raw<uint16_t>(p, s)); });
@@ -272,7 +292,8 @@ void convert(const NpyHeader& h, const uint8_t* raw, void* out, int64_t n, int64
       if (k == 8) each(static_cast<int64_t*>(out), [&](const uint8_t* p) { return load_raw<int64_t>(p, s); });
       break;
     default:
-      if (k == 2) each(static_cast<float*>(out), [&](const uint8_t* p) { return half_to_float(load_raw<uint16_t>(p, s)); });
+      if (k == 2)
+        each(static_cast<float*>(out), [&](const uint8_t* p) { return half_to_float(load_raw<uint16_t>(p, s)); });
       if (k == 4) each(static_cast<float*>(out), [&](const uint8_t* p) { return load_raw<float>(p, s); });
       if (k == 8) each(static_cast<double*>(out), [&](const uint8_t* p) { return load_raw<double>(p, s); });
       break;
@@ -308,8 +329,8 @@ Tensor read_npy(ByteStream& in, NpyHeader* header_out) {
   Tensor t = Tensor::empty(Shape(h.shape), dt);
   // Straight into the tensor unless bytes must change: byte order, widening, bool normalisation, or
   // the range check of u8 -> i64.
-  const bool direct = !h.byte_swap && int(dtype_size(dt)) == h.itemsize && h.kind != 'b' &&
-                      !(h.kind == 'u' && h.itemsize > 1);
+  const bool direct =
+      !h.byte_swap && int(dtype_size(dt)) == h.itemsize && h.kind != 'b' && !(h.kind == 'u' && h.itemsize > 1);
   const bool reorder = h.fortran_order && h.shape.size() > 1;
   const int64_t n = h.numel();
   Tensor linear = reorder ? Tensor::empty(Shape(h.shape), dt) : t;  // C-typed data in the file's order
@@ -335,12 +356,24 @@ Tensor read_npy(ByteStream& in, NpyHeader* header_out) {
 std::string npy_header(DType dtype, const Shape& shape) {
   const char* descr = nullptr;
   switch (dtype) {
-    case DType::F32: descr = "<f4"; break;
-    case DType::F64: descr = "<f8"; break;
-    case DType::I32: descr = "<i4"; break;
-    case DType::I64: descr = "<i8"; break;
-    case DType::U8: descr = "|u1"; break;
-    case DType::Bool: descr = "|b1"; break;
+    case DType::F32:
+      descr = "<f4";
+      break;
+    case DType::F64:
+      descr = "<f8";
+      break;
+    case DType::I32:
+      descr = "<i4";
+      break;
+    case DType::I64:
+      descr = "<i8";
+      break;
+    case DType::U8:
+      descr = "|u1";
+      break;
+    case DType::Bool:
+      descr = "|b1";
+      break;
   }
   static_assert(std::endian::native == std::endian::little, "the writer emits little-endian data");
   std::string dict = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': (";

@@ -19,15 +19,15 @@ namespace gnn {
 
 struct NpyHeader {
   int version_major = 1;
-  std::string descr;        // as written, e.g. "<f4"
-  char kind = 'f';          // b, u, i, f
-  int itemsize = 4;         // bytes per element in the file
-  bool byte_swap = false;   // file byte order differs from this machine's
+  std::string descr;  // as written, e.g. "<f4"
+  char kind = 'f';  // b, u, i, f
+  int itemsize = 4;  // bytes per element in the file
+  bool byte_swap = false;  // file byte order differs from this machine's
   bool fortran_order = false;
   std::vector<int64_t> shape;
   uint64_t header_bytes = 0;  // magic + version + length field + dict: where the data starts
 
-  DType dtype() const;      // what it loads as
+  DType dtype() const;  // what it loads as
   int64_t numel() const;
   uint64_t data_bytes() const { return uint64_t(numel()) * uint64_t(itemsize); }
   std::string shape_str() const;  // "(372, 140)"

@@ -69,10 +69,8 @@ std::map<std::string, Tensor> NpzReader::load_keys(const std::vector<std::string
   };
   std::vector<size_t> small;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (entries[i]->uncompressed_size >= kBig)
-      load_one(i);
-    else
-      small.push_back(i);
+    if (entries[i]->uncompressed_size >= kBig) load_one(i);
+    else small.push_back(i);
   }
 #pragma omp parallel for schedule(dynamic, 1) if (small.size() > 1)
   for (int64_t j = 0; j < int64_t(small.size()); ++j) load_one(small[size_t(j)]);

@@ -13,9 +13,9 @@
 namespace gnn {
 
 struct NpzArrayInfo {
-  std::string key;     // member name without ".npy"
-  ZipEntry entry;      // method, sizes, CRC
-  NpyHeader header;    // file dtype, shape, order
+  std::string key;  // member name without ".npy"
+  ZipEntry entry;  // method, sizes, CRC
+  NpyHeader header;  // file dtype, shape, order
 };
 
 class NpzReader {

@@ -18,10 +18,14 @@ FeatureTransform parse_feature_transform(const std::string& name) {
 
 const char* feature_transform_name(FeatureTransform t) {
   switch (t) {
-    case FeatureTransform::kNone: return "none";
-    case FeatureTransform::kOfficial: return "official";
-    case FeatureTransform::kLog1p: return "log1p";
-    case FeatureTransform::kStandardize: return "standardize";
+    case FeatureTransform::kNone:
+      return "none";
+    case FeatureTransform::kOfficial:
+      return "official";
+    case FeatureTransform::kLog1p:
+      return "log1p";
+    case FeatureTransform::kStandardize:
+      return "standardize";
   }
   return "?";
 }
@@ -73,13 +77,14 @@ ColumnStats ColumnStats::unpack(const std::vector<double>& p) {
   s.rows_ = int64_t(p[0]);
   const size_t F = size_t(p[1]);
   std::vector<double>* parts[] = {&s.min_, &s.max_, &s.sum_, &s.sumsq_};
-  for (size_t k = 0; k < 4; ++k) parts[k]->assign(p.begin() + 2 + std::ptrdiff_t(k * F), p.begin() + 2 + std::ptrdiff_t((k + 1) * F));
+  for (size_t k = 0; k < 4; ++k)
+    parts[k]->assign(p.begin() + 2 + std::ptrdiff_t(k * F), p.begin() + 2 + std::ptrdiff_t((k + 1) * F));
   return s;
 }
 
 ColumnTransform::ColumnTransform(FeatureTransform kind, const ColumnStats& s) : kind_(kind), in_(s.columns()) {
-  GNN_CHECK(s.rows() > 0 || kind == FeatureTransform::kNone || kind == FeatureTransform::kLog1p,
-            "cannot fit the '", feature_transform_name(kind), "' transform on no training rows");
+  GNN_CHECK(s.rows() > 0 || kind == FeatureTransform::kNone || kind == FeatureTransform::kLog1p, "cannot fit the '",
+            feature_transform_name(kind), "' transform on no training rows");
   for (int64_t j = 0; j < in_; ++j) {
     const size_t c = size_t(j);
     double shift = 0, scale = 1;
@@ -189,7 +194,8 @@ TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* k
   out.node_feat = Tensor::empty({m, kNodeFeatures}, DType::F32);
   out.node_opcode = Tensor::empty({m}, DType::I32);
   for (int64_t i = 0; i < m; ++i) {
-    std::copy_n(g.node_feat.f32() + kept[size_t(i)] * kNodeFeatures, kNodeFeatures, out.node_feat.f32() + i * kNodeFeatures);
+    std::copy_n(g.node_feat.f32() + kept[size_t(i)] * kNodeFeatures, kNodeFeatures,
+                out.node_feat.f32() + i * kNodeFeatures);
     out.node_opcode.i32()[i] = g.node_opcode.i32()[kept[size_t(i)]];
   }
   std::vector<int64_t> edges;
@@ -264,8 +270,8 @@ TpuGraph select_configs(const TpuGraph& g, const std::vector<int64_t>& configs) 
 
 uint64_t PreprocessedGraph::bytes() const {
   uint64_t b = graph.bytes() + features.nbytes();
-  for (const Tensor* t : {&csr.csr_indptr, &csr.csr_indices, &csr.csr_eid, &csr.csc_indptr, &csr.csc_indices,
-                          &csr.csc_to_csr})
+  for (const Tensor* t :
+       {&csr.csr_indptr, &csr.csr_indices, &csr.csr_eid, &csr.csc_indptr, &csr.csc_indices, &csr.csc_to_csr})
     b += t->nbytes();
   return b + (original_config.size() + original_node.size()) * sizeof(int64_t);
 }
@@ -281,8 +287,8 @@ PreprocessedGraph preprocess(const TpuGraph& g, const PreprocessOptions& options
     for (int64_t c = 0; c < g.num_configs(); ++c) p.original_config[size_t(c)] = c;
   }
   p.features = options.node_transform.apply(p.graph.node_feat);
-  p.csr = Graph::from_edge_index(p.graph.edge_index, p.graph.num_nodes(), EdgeColumns::kDstSrc,
-                                 g.path + ": edge_index");
+  p.csr =
+      Graph::from_edge_index(p.graph.edge_index, p.graph.num_nodes(), EdgeColumns::kDstSrc, g.path + ": edge_index");
   return p;
 }
 

@@ -80,17 +80,17 @@ TpuGraph select_configs(const TpuGraph& g, const std::vector<int64_t>& configs);
 
 struct PreprocessOptions {
   ColumnTransform node_transform;  // fitted on train
-  int khops = -1;                  // -1: keep every node
+  int khops = -1;  // -1: keep every node
   bool dedup_configs = false;
   HopDirection khops_direction = HopDirection::kBoth;
 };
 
 struct PreprocessedGraph {
-  TpuGraph graph;                     // pruned, deduplicated; raw features
-  Tensor features;                    // node features after the transform, f32 [N, F]
-  Graph csr;                          // messages flow v -> u for each row [u, v]
+  TpuGraph graph;  // pruned, deduplicated; raw features
+  Tensor features;  // node features after the transform, f32 [N, F]
+  Graph csr;  // messages flow v -> u for each row [u, v]
   std::vector<int64_t> original_config;  // kept config -> its index in the file
-  std::vector<int64_t> original_node;    // kept node -> its index in the file
+  std::vector<int64_t> original_node;  // kept node -> its index in the file
   uint64_t bytes() const;
 };
 
@@ -100,9 +100,9 @@ PreprocessedGraph preprocess(const TpuGraph& g, const PreprocessOptions& options
 class PreprocessCache {
  public:
   PreprocessCache(PreprocessOptions options, uint64_t budget_bytes, LoadOptions load = {})
-      : cache_(budget_bytes,
-               [options, load](const std::string& p) { return preprocess(load_tpugraph(p, load), options); },
-               [](const PreprocessedGraph& g) { return g.bytes(); }) {}
+      : cache_(
+            budget_bytes, [options, load](const std::string& p) { return preprocess(load_tpugraph(p, load), options); },
+            [](const PreprocessedGraph& g) { return g.bytes(); }) {}
   std::shared_ptr<const PreprocessedGraph> get(const std::string& path) { return cache_.get(path); }
   int64_t builds() const { return cache_.builds(); }
   size_t resident() const { return cache_.resident(); }

@@ -26,10 +26,20 @@ double uniform01(std::mt19937_64& rng) { return double(rng() >> 11) * 0x1p-53; }
 // convolution, 1:2:1) take `configurable_steps` of the steps; the others share the rest in fixed
 // proportions. A step whose operand does not fit its kind (a transpose of a vector) becomes a unary
 // elementwise op, never another kind, so the configurable share is what was asked for.
-enum StepKind { kUnaryStep, kBinaryStep, kFusionStep, kBroadcastStep, kReduceStep, kTransposeStep, kReshapeStep,
-                kDotStep, kConvolutionStep, kStepKinds };
+enum StepKind {
+  kUnaryStep,
+  kBinaryStep,
+  kFusionStep,
+  kBroadcastStep,
+  kReduceStep,
+  kTransposeStep,
+  kReshapeStep,
+  kDotStep,
+  kConvolutionStep,
+  kStepKinds
+};
 constexpr double kOtherWeights[kReshapeStep] = {25, 28, 16, 8, 10, 9};  // unary .. transpose
-constexpr double kConfigurableWeights[3] = {1, 2, 1};                   // reshape, dot, convolution
+constexpr double kConfigurableWeights[3] = {1, 2, 1};  // reshape, dot, convolution
 
 class Builder {
  public:
@@ -115,10 +125,8 @@ class Builder {
         const int i = int(rng_() % uint64_t(A.rank - 1));
         n.rank = A.rank - 1;
         for (int s = 0, d = 0; s < A.rank; ++s) {
-          if (s == i + 1)
-            n.dims[d - 1] *= A.dims[s];  // dims i and i + 1 become one
-          else
-            n.dims[d++] = A.dims[s];
+          if (s == i + 1) n.dims[d - 1] *= A.dims[s];  // dims i and i + 1 become one
+          else n.dims[d++] = A.dims[s];
         }
       } else if (A.dims[A.rank - 1] % 2 == 0) {
         n.op = kReshape;
@@ -233,7 +241,8 @@ Tensor node_features(const Program& p) {
     f[2 + nd.etype] = 1;
     seq(f + 21, nd.dims, nd.rank, 6);
     f[30] = float(nd.param_number);
-    for (int k = 0; k < 6; ++k) f[31 + k] = float(nd.attr[k]) * (nd.op == kReduce || nd.op == kTranspose || nd.op == kBroadcast);
+    for (int k = 0; k < 6; ++k)
+      f[31 + k] = float(nd.attr[k]) * (nd.op == kReduce || nd.op == kTranspose || nd.op == kBroadcast);
     // Window: size, stride, padding low, high, dilation, base dilation; products of empty lists are 1.
     const bool conv = nd.op == kConvolution;
     const int wk = conv ? 2 : 0;
@@ -319,7 +328,8 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
   const int64_t nodes = o.nodes > 0 ? o.nodes : default_nodes(layout);
   const int64_t configs = o.configs > 0 ? o.configs : default_configs(layout);
   GNN_CHECK(o.nodes_max == 0 || o.nodes_max >= nodes, "--nodes-max ", o.nodes_max, " is below --nodes ", nodes);
-  GNN_CHECK(o.configs_max == 0 || o.configs_max >= configs, "--configs-max ", o.configs_max, " is below --configs ", configs);
+  GNN_CHECK(o.configs_max == 0 || o.configs_max >= configs, "--configs-max ", o.configs_max, " is below --configs ",
+            configs);
   GNN_CHECK(o.configurable_share > 0 && o.configurable_share <= 0.4, "--configurable-share must be in (0, 0.4], got ",
             o.configurable_share);
   const fs::path root = fs::path(dir) / "npz" / (layout ? fs::path("layout/xla/default") : fs::path("tile/xla"));
@@ -338,9 +348,11 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
       // Sizes drawn from their own stream, so a dataset of fixed sizes keeps the bytes it had.
       std::mt19937_64 size_rng(mix(split_seed ^ mix(uint64_t(i) + 0x5eed)));
       const double u = uniform01(size_rng);
-      const int64_t n = o.nodes_max > nodes ? int64_t(std::llround(double(nodes) * std::pow(double(o.nodes_max) / double(nodes), u)))
-                                            : nodes;
-      const int64_t c = o.configs_max > configs ? configs + int64_t(size_rng() % uint64_t(o.configs_max - configs + 1)) : configs;
+      const int64_t n = o.nodes_max > nodes
+                            ? int64_t(std::llround(double(nodes) * std::pow(double(o.nodes_max) / double(nodes), u)))
+                            : nodes;
+      const int64_t c =
+          o.configs_max > configs ? configs + int64_t(size_rng() % uint64_t(o.configs_max - configs + 1)) : configs;
       for (const auto& [key, t] : make_graph(layout, n, c, mix(split_seed + uint64_t(i)), true, o.configurable_share))
         w.add(key, t);
       w.close();

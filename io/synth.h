@@ -15,8 +15,21 @@ namespace gnn::synth {
 // HLO opcode ids: the five TPUGRAPHS.md names (convolution 26, dot 34, fusion 41, parameter 63,
 // reshape 75); the others are fixed stand-ins below 121.
 enum Op : int32_t {
-  kAdd = 2, kBroadcast = 12, kConvolution = 26, kConstant = 30, kConvert = 31, kDot = 34, kExp = 38, kFusion = 41,
-  kMaximum = 56, kMultiply = 58, kParameter = 63, kReshape = 75, kReduce = 77, kSubtract = 92, kTanh = 97,
+  kAdd = 2,
+  kBroadcast = 12,
+  kConvolution = 26,
+  kConstant = 30,
+  kConvert = 31,
+  kDot = 34,
+  kExp = 38,
+  kFusion = 41,
+  kMaximum = 56,
+  kMultiply = 58,
+  kParameter = 63,
+  kReshape = 75,
+  kReduce = 77,
+  kSubtract = 92,
+  kTanh = 97,
   kTranspose = 98,
 };
 bool is_configurable(int32_t op);  // convolution, dot, reshape
@@ -28,17 +41,17 @@ struct Node {
   int32_t etype = kF32;
   int32_t rank = 0;
   int64_t dims[6] = {0, 0, 0, 0, 0, 0};
-  std::vector<int32_t> inputs;   // operand node ids, all lower than this node's id
+  std::vector<int32_t> inputs;  // operand node ids, all lower than this node's id
   int32_t attr[6] = {0, 0, 0, 0, 0, 0};  // reduce: reduced dim; transpose: the permutation; conv: window
   int32_t param_number = 0;
-  int32_t stride = 1;            // convolution
+  int32_t stride = 1;  // convolution
   bool root = false;
   int64_t numel() const;
 };
 
 struct Program {
   std::vector<Node> nodes;
-  std::vector<int64_t> splits;   // computation boundaries, 0 .. n
+  std::vector<int64_t> splits;  // computation boundaries, 0 .. n
 };
 
 // An HLO-like program of about `nodes` nodes in computations of 20-400 nodes. `fused` makes one small
@@ -57,19 +70,19 @@ Tensor node_features(const Program& p);
 // ---- cost model ----------------------------------------------------------------------------------
 
 struct Machine {
-  double flops_per_ns = 1.0e5;      // 100 TFLOP/s
-  double bytes_per_ns = 1.0e3;      // 1 TB/s
-  double op_overhead_ns = 200;      // per HLO op
-  double tile_overhead_ns = 100;    // per tile iteration (the smallest tiles run 7-29x slower than the best
-                                    // on the real kernels in ../shared/data; docs/synthetic.md)
-  double vmem_bytes = 16 << 20;     // a tile's working set must fit, or it spills
-  double noise = 0.01;              // sigma of the log-normal measurement noise
+  double flops_per_ns = 1.0e5;  // 100 TFLOP/s
+  double bytes_per_ns = 1.0e3;  // 1 TB/s
+  double op_overhead_ns = 200;  // per HLO op
+  double tile_overhead_ns = 100;  // per tile iteration (the smallest tiles run 7-29x slower than the best
+                                  // on the real kernels in ../shared/data; docs/synthetic.md)
+  double vmem_bytes = 16 << 20;  // a tile's working set must fit, or it spills
+  double noise = 0.01;  // sigma of the log-normal measurement noise
 };
 
 // Layout runtime of one configuration: cfg is [NC, 18] for the configurable nodes in `config_nodes`
 // (ascending ids). noise_rng null: the noiseless cost.
-double layout_runtime(const Program& p, const std::vector<int32_t>& config_nodes, const float* cfg,
-                      const Machine& m, std::mt19937_64* noise_rng);
+double layout_runtime(const Program& p, const std::vector<int32_t>& config_nodes, const float* cfg, const Machine& m,
+                      std::mt19937_64* noise_rng);
 // Tile runtime of one configuration (24 features as in the files).
 double tile_runtime(const Program& p, const float* cfg, const Machine& m, std::mt19937_64* noise_rng);
 
@@ -88,15 +101,15 @@ inline int64_t default_configs(bool layout) { return layout ? 100 : 200; }
 
 struct DatasetOptions {
   std::string collection = "tile";  // tile | layout
-  int64_t graphs = 8;               // per split
-  int64_t nodes = 0;                // per graph (0: 30 for tile, 2000 for layout)
-  int64_t nodes_max = 0;            // > nodes: each graph's size drawn log-uniformly in [nodes, nodes_max]
-  int64_t configs = 0;              // per graph (0: 200 for tile, 100 for layout)
-  int64_t configs_max = 0;          // > configs: each graph's config count drawn uniformly in [configs, configs_max]
+  int64_t graphs = 8;  // per split
+  int64_t nodes = 0;  // per graph (0: 30 for tile, 2000 for layout)
+  int64_t nodes_max = 0;  // > nodes: each graph's size drawn log-uniformly in [nodes, nodes_max]
+  int64_t configs = 0;  // per graph (0: 200 for tile, 100 for layout)
+  int64_t configs_max = 0;  // > configs: each graph's config count drawn uniformly in [configs, configs_max]
   double configurable_share = kConfigurableShare;  // layout: the share of configurable nodes aimed at
   uint64_t seed = 0;
   std::vector<std::string> splits = {"train", "valid", "test"};
-  bool compress = true;             // deflated like the official files (level 1)
+  bool compress = true;  // deflated like the official files (level 1)
 };
 
 // One graph as arrays in the file schema (what the writer stores), e.g. for tests.

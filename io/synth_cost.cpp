@@ -67,9 +67,12 @@ double flops(const Program& p, const Node& n) {
     case kConstant:
     case kReshape:
     case kTranspose:
-    case kBroadcast: return 0;
-    case kReduce: return double(p.nodes[size_t(n.inputs[0])].numel());
-    default: return double(n.numel());
+    case kBroadcast:
+      return 0;
+    case kReduce:
+      return double(p.nodes[size_t(n.inputs[0])].numel());
+    default:
+      return double(n.numel());
   }
 }
 
@@ -130,7 +133,9 @@ double layout_runtime(const Program& p, const std::vector<int32_t>& config_nodes
       const Node& in = p.nodes[size_t(nd.inputs[k])];
       bytes += padded_bytes(in, need[k]);
       if (!(need[k] == out[size_t(nd.inputs[k])]))  // a layout change on this edge: a transpose
-        total += m.op_overhead_ns + 2.0 * std::max(padded_bytes(in, need[k]), padded_bytes(in, out[size_t(nd.inputs[k])])) / m.bytes_per_ns;
+        total +=
+            m.op_overhead_ns +
+            2.0 * std::max(padded_bytes(in, need[k]), padded_bytes(in, out[size_t(nd.inputs[k])])) / m.bytes_per_ns;
     }
     // The MXU wants the contracted dim minor-most: dot's K, convolution's input features (dim 3).
     double inefficiency = 1;
@@ -156,7 +161,7 @@ struct TileShape {
   int rank = 0;
   int64_t dims[6] = {1, 1, 1, 1, 1, 1};
   int64_t reduction = 0;  // K of a dot in the kernel, 0 if none
-  double flops = 0;       // the whole kernel's
+  double flops = 0;  // the whole kernel's
   double in_bytes_per_element = 0;  // bytes of kernel inputs per output element
   int ebytes = 4;
 };
@@ -170,7 +175,8 @@ TileShape tile_shape(const Program& p) {
   double in_bytes = 0;
   for (const Node& n : p.nodes) {
     s.flops += flops(p, n);
-    if (n.op == kDot) s.reduction = std::max(s.reduction, p.nodes[size_t(n.inputs[0])].dims[p.nodes[size_t(n.inputs[0])].rank - 1]);
+    if (n.op == kDot)
+      s.reduction = std::max(s.reduction, p.nodes[size_t(n.inputs[0])].dims[p.nodes[size_t(n.inputs[0])].rank - 1]);
     if (n.op == kParameter) in_bytes += double(n.numel()) * esize(n.etype);
   }
   s.in_bytes_per_element = in_bytes / double(std::max<int64_t>(root.numel(), 1));

@@ -38,10 +38,8 @@ std::map<std::string, NpyHeader> check_headers(const NpzReader& npz, bool requir
   GNN_CHECK(layout || npz.contains("config_feat"), path,
             ": not a TpuGraphs file (neither 'config_feat' (tile) nor 'node_config_feat' (layout))");
   std::vector<Schema> schema(std::begin(kCommon), std::end(kCommon));
-  if (layout)
-    schema.insert(schema.end(), std::begin(kLayout), std::end(kLayout));
-  else
-    schema.insert(schema.end(), std::begin(kTile), std::end(kTile));
+  if (layout) schema.insert(schema.end(), std::begin(kLayout), std::end(kLayout));
+  else schema.insert(schema.end(), std::begin(kTile), std::end(kTile));
   if (require_runtimes || npz.contains(kRuntime.key)) schema.push_back(kRuntime);
   std::map<std::string, NpyHeader> h;
   for (const Schema& s : schema) {
@@ -49,7 +47,10 @@ std::map<std::string, NpyHeader> check_headers(const NpzReader& npz, bool requir
               " file needs it)");
     const NpyHeader hd = npz.info(s.key).header;
     GNN_CHECK(std::strchr(s.kinds, hd.kind) != nullptr && hd.kind != 'b', where(path, s.key), ": dtype '", hd.descr,
-              "' is not ", std::string(s.kinds) == "f" ? "a float type" : std::string(s.kinds) == "iu" ? "an integer type" : "numeric");
+              "' is not ",
+              std::string(s.kinds) == "f"    ? "a float type"
+              : std::string(s.kinds) == "iu" ? "an integer type"
+                                             : "numeric");
     GNN_CHECK(int(hd.shape.size()) == s.ndim, where(path, s.key), ": expected ", s.ndim, " dims, got shape ",
               hd.shape_str());
     h[s.key] = hd;
@@ -59,7 +60,8 @@ std::map<std::string, NpyHeader> check_headers(const NpzReader& npz, bool requir
     GNN_CHECK(h[key].shape[size_t(dim)] == want, where(path, key), ": shape ", h[key].shape_str(), " does not match ",
               what, " (", want, ")");
   };
-  GNN_CHECK(n >= 1, where(path, "node_feat"), ": shape ", h["node_feat"].shape_str(), " has no nodes (a graph needs at least one)");
+  GNN_CHECK(n >= 1, where(path, "node_feat"), ": shape ", h["node_feat"].shape_str(),
+            " has no nodes (a graph needs at least one)");
   expect("node_feat", 1, kNodeFeatures, "the 140 node features");
   expect("node_opcode", 0, n, "the node count of node_feat");
   expect("edge_index", 1, 2, "rows [u, v]");
@@ -140,8 +142,8 @@ TpuGraph load_checked(const NpzReader& npz, const LoadOptions& options) {
     std::vector<char> seen(size_t(n), 0);
     for (int64_t k = 0; k < g.node_config_ids.numel(); ++k) {
       const int64_t id = g.node_config_ids.i64()[k];
-      GNN_CHECK(id >= 0 && id < n, where(path, "node_config_ids"), ": entry ", k, " is node ", id,
-                ", outside [0, ", n, ")");
+      GNN_CHECK(id >= 0 && id < n, where(path, "node_config_ids"), ": entry ", k, " is node ", id, ", outside [0, ", n,
+                ")");
       GNN_CHECK(!seen[size_t(id)], where(path, "node_config_ids"), ": node ", id, " is listed twice");
       seen[size_t(id)] = 1;
     }
@@ -151,8 +153,8 @@ TpuGraph load_checked(const NpzReader& npz, const LoadOptions& options) {
                 " is ", f[i], ", not a layout dimension in {-1, 0, ..., 5}");
     const int64_t* sp = g.node_splits.i64();
     for (int64_t i = 0; i < g.node_splits.numel(); ++i)
-      GNN_CHECK(sp[i] >= 0 && sp[i] <= n && (i == 0 || sp[i] >= sp[i - 1]), where(path, "node_splits"),
-                ": entry ", i, " (", sp[i], ") is not a non-decreasing node index in [0, ", n, "]");
+      GNN_CHECK(sp[i] >= 0 && sp[i] <= n && (i == 0 || sp[i] >= sp[i - 1]), where(path, "node_splits"), ": entry ", i,
+                " (", sp[i], ") is not a non-decreasing node index in [0, ", n, "]");
   } else {
     g.config_feat = arrays["config_feat"].astype(DType::F32);
     check_finite(g.config_feat, path, "config_feat");
@@ -248,8 +250,7 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
     if (is_split(folder.filename().string())) only_split = folder.filename().string(), folder = folder.parent_path();
     const std::string a = folder.parent_path().parent_path().filename().string();
     const std::string b = folder.parent_path().filename().string(), c = folder.filename().string();
-    if (b == "tile" && c == "xla")
-      collections.push_back({{"tile", "xla", ""}, folder});
+    if (b == "tile" && c == "xla") collections.push_back({{"tile", "xla", ""}, folder});
     else if (a == "layout" && (b == "xla" || b == "nlp") && (c == "default" || c == "random"))
       collections.push_back({{"layout", b, c}, folder});
     else if (b == "layout" && (c == "xla" || c == "nlp"))  // a flat folder of one source, search unknown
@@ -262,8 +263,8 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
   for (const auto& [id, folder] : collections) {
     // A collection folder holding .npz files and no split folders (as ../shared/data ships the real
     // samples): its files serve as every split asked for.
-    const bool flat = only_split.empty() && !fs::is_directory(folder / "train") && !fs::is_directory(folder / "valid") &&
-                      !fs::is_directory(folder / "test");
+    const bool flat = only_split.empty() && !fs::is_directory(folder / "train") &&
+                      !fs::is_directory(folder / "valid") && !fs::is_directory(folder / "test");
     for (const std::string& split : options.splits) {
       if (!only_split.empty() && split != only_split) continue;
       const fs::path where = flat ? folder : folder / split;

@@ -24,7 +24,7 @@ inline constexpr int64_t kOpcodes = 121;  // HLO opcode ids 0..120 (TPUGRAPHS.md
 
 // "tile:xla", "layout:xla:default", "layout:nlp:random": the prefix of a submission ID.
 struct CollectionId {
-  std::string kind;    // tile | layout
+  std::string kind;  // tile | layout
   std::string source;  // xla | nlp
   std::string search;  // default | random; empty for tile
   std::string str() const { return kind + ":" + source + (search.empty() ? "" : ":" + search); }
@@ -37,9 +37,9 @@ struct TpuGraph {
   std::string stem;  // its name without .npz: the graph's ID
   bool layout = false;
   Tensor node_feat, node_opcode, edge_index;
-  Tensor config_feat, config_runtime_normalizers;           // tile
-  Tensor node_config_ids, node_config_feat, node_splits;    // layout
-  Tensor config_runtime;                                    // undefined when the file has none (test split)
+  Tensor config_feat, config_runtime_normalizers;  // tile
+  Tensor node_config_ids, node_config_feat, node_splits;  // layout
+  Tensor config_runtime;  // undefined when the file has none (test split)
 
   int64_t num_nodes() const { return node_feat.size(0); }
   int64_t num_edges() const { return edge_index.size(0); }
@@ -96,8 +96,9 @@ std::map<std::string, std::vector<int64_t>> load_eval_indices(const std::string&
 class GraphStore {
  public:
   explicit GraphStore(uint64_t budget_bytes, LoadOptions options = {})
-      : cache_(budget_bytes, [options](const std::string& p) { return load_tpugraph(p, options); },
-               [](const TpuGraph& g) { return uint64_t(g.bytes()); }) {}
+      : cache_(
+            budget_bytes, [options](const std::string& p) { return load_tpugraph(p, options); },
+            [](const TpuGraph& g) { return uint64_t(g.bytes()); }) {}
   std::shared_ptr<const TpuGraph> get(const std::string& path) { return cache_.get(path); }
   uint64_t resident_bytes() const { return cache_.resident_bytes(); }
   size_t resident_graphs() const { return cache_.resident(); }

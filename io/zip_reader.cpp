@@ -7,8 +7,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "io/zip.h"
 #include "base/error.h"
+#include "io/zip.h"
 #include "runtime/parallel.h"
 
 namespace gnn {
@@ -80,10 +80,8 @@ class MemberStream final : public ByteStream {
     GNN_CHECK(n <= e_.uncompressed_size - pos_, where_, ": read of ", n, " bytes past the member's end (",
               e_.uncompressed_size, " bytes)");
     if (n == 0) return;
-    if (e_.method == uint16_t(ZipMethod::kStored))
-      read_stored(static_cast<uint8_t*>(dst), n);
-    else
-      inflate_checked(static_cast<uint8_t*>(dst), n);
+    if (e_.method == uint16_t(ZipMethod::kStored)) read_stored(static_cast<uint8_t*>(dst), n);
+    else inflate_checked(static_cast<uint8_t*>(dst), n);
     pos_ += n;
   }
 
@@ -172,8 +170,8 @@ class MemberStream final : public ByteStream {
   // Inflates exactly n bytes into dst. With probe_end, dst is scratch and the only acceptable result
   // is the end of the stream with nothing more produced.
   void inflate_into(uint8_t* dst, size_t n, bool probe_end = false) {
-    const std::string too_long = where_ + ": inflates to more than its declared " +
-                                 std::to_string(e_.uncompressed_size) + " bytes";
+    const std::string too_long =
+        where_ + ": inflates to more than its declared " + std::to_string(e_.uncompressed_size) + " bytes";
     while (n > 0) {
       if (z_.avail_in == 0 && in_pos_ < e_.compressed_size) {
         const size_t take = size_t(std::min<uint64_t>(in_.size(), e_.compressed_size - in_pos_));
@@ -218,9 +216,12 @@ class MemberStream final : public ByteStream {
 
 const char* zip_method_name(uint16_t method) {
   switch (method) {
-    case 0: return "stored";
-    case 8: return "deflated";
-    default: return "unsupported";
+    case 0:
+      return "stored";
+    case 8:
+      return "deflated";
+    default:
+      return "unsupported";
   }
 }
 
@@ -331,8 +332,8 @@ void ZipReader::resolve_local_header(ZipEntry& e, uint64_t data_limit) const {
   src_->read_at(e.local_header_offset + kLocalSize, var.data(), var.size());
   GNN_CHECK(std::string(var.begin(), var.begin() + nlen) == e.name, where,
             ": local header names it differently (inconsistent central/local headers)");
-  GNN_CHECK(le16(h + 8) == e.method, where, ": local header says method ", le16(h + 8), ", central says ",
-            e.method, " (inconsistent central/local headers)");
+  GNN_CHECK(le16(h + 8) == e.method, where, ": local header says method ", le16(h + 8), ", central says ", e.method,
+            " (inconsistent central/local headers)");
   if ((le16(h + 6) & 0x8) == 0) {  // no data descriptor: the local header carries CRC and sizes too
     uint64_t usize = le32(h + 22), csize = le32(h + 18);
     size_t z64_len = 0;

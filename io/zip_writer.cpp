@@ -2,9 +2,9 @@
 // with the CRC and sizes; the central directory and end records at close().
 #include <zlib.h>
 
+#include "base/error.h"
 #include "io/atomic_file.h"
 #include "io/zip.h"
-#include "base/error.h"
 
 namespace gnn {
 namespace {
@@ -42,10 +42,8 @@ void ZipWriter::flush_buffer() {
 void ZipWriter::put(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
   if (buf_.size() + n > buf_.capacity()) flush_buffer();
-  if (n >= buf_.capacity())
-    file_->write(p, n);
-  else
-    buf_.insert(buf_.end(), p, p + n);
+  if (n >= buf_.capacity()) file_->write(p, n);
+  else buf_.insert(buf_.end(), p, p + n);
   offset_ += n;
 }
 
@@ -54,7 +52,8 @@ void ZipWriter::begin_member(const std::string& name, ZipMethod method, int leve
   GNN_CHECK(!cur_, path(), ": begin_member('", name, "') before the previous member ended");
   GNN_CHECK(!name.empty() && name.size() < 0xFFFF, path(), ": bad member name '", name, "'");
   for (const ZipEntry& done : done_)
-    GNN_CHECK(done.name != name, path(), ": member '", name, "' written twice (readers would disagree on which to read)");
+    GNN_CHECK(done.name != name, path(), ": member '", name,
+              "' written twice (readers would disagree on which to read)");
   cur_ = std::make_unique<Pending>();
   ZipEntry& e = cur_->entry;
   e.name = name;
@@ -68,11 +67,11 @@ void ZipWriter::begin_member(const std::string& name, ZipMethod method, int leve
   std::vector<uint8_t> h;
   put32(h, 0x04034b50);
   put16(h, 45);  // version needed: 4.5, ZIP64
-  put16(h, 0);   // flags
+  put16(h, 0);  // flags
   put16(h, e.method);
   put16(h, kDosTime);
   put16(h, kDosDate);
-  put32(h, 0);    // CRC, patched by end_member
+  put32(h, 0);  // CRC, patched by end_member
   put32(h, k32);  // sizes live in the ZIP64 extra
   put32(h, k32);
   put16(h, uint16_t(name.size()));

@@ -14,13 +14,13 @@ namespace {
 template <Act A>
 __global__ void act_fwd_kernel(float* y, const float* x, int64_t n, float slope) {
   GNN_GRID_STRIDE(i, n)
-    y[i] = act_value(A, __ldg(x + i), slope);
+  y[i] = act_value(A, __ldg(x + i), slope);
 }
 
 template <Act A>
 __global__ void act_bwd_kernel(float* dx, const float* dy, const float* x, int64_t n, float slope) {
   GNN_GRID_STRIDE(i, n)
-    dx[i] = __ldg(dy + i) * act_derivative(A, __ldg(x + i), slope);
+  dx[i] = __ldg(dy + i) * act_derivative(A, __ldg(x + i), slope);
 }
 
 template <Act A>
@@ -59,7 +59,9 @@ __global__ void bias_act_bwd_kernel(float* dx, const float* dy, const float* x, 
 
 void act_forward_cuda(float* y, const float* x, int64_t n, Act a, float slope, Stream stream) {
   if (n == 0) return;
-  dispatch_act(a, [&](auto A) { act_fwd_kernel<decltype(A)::value><<<grid_for(n, "act_forward_cuda"), kThreads, 0, stream>>>(y, x, n, slope); });
+  dispatch_act(a, [&](auto A) {
+    act_fwd_kernel<decltype(A)::value><<<grid_for(n, "act_forward_cuda"), kThreads, 0, stream>>>(y, x, n, slope);
+  });
   GNN_CUDA_LAUNCH_CHECK("act_forward_cuda");
 }
 
@@ -85,11 +87,13 @@ void bias_act_backward_cuda(float* dx, float* db, const float* dy, const float* 
                             Act a, float slope, float* workspace, Stream stream) {
   dispatch_act(a, [&](auto A) {
     using Grad = BiasActGrad<decltype(A)::value>;
-    if (db) return column_sum_launch("bias_act_backward_cuda", db, Grad{dx, dy, x, b, F, slope}, R, F, false, workspace,
-                                     stream);
+    if (db)
+      return column_sum_launch("bias_act_backward_cuda", db, Grad{dx, dy, x, b, F, slope}, R, F, false, workspace,
+                               stream);
     if (R * F == 0) return;
     constexpr Act kA = decltype(A)::value;
-    bias_act_bwd_kernel<kA><<<grid_for(R * F, "bias_act_backward_cuda"), kThreads, 0, stream>>>(dx, dy, x, b, R, F, slope);
+    bias_act_bwd_kernel<kA>
+        <<<grid_for(R * F, "bias_act_backward_cuda"), kThreads, 0, stream>>>(dx, dy, x, b, R, F, slope);
     GNN_CUDA_LAUNCH_CHECK("bias_act_backward_cuda");
   });
 }

@@ -19,22 +19,32 @@ Act parse_act(const char* name);  // throws gnn::Error on an unknown name
 template <class T>
 GNN_HD inline T act_value(Act a, T x, T slope) {
   switch (a) {
-    case Act::kRelu: return x > T(0) ? x : T(0);
-    case Act::kLeakyRelu: return x > T(0) ? x : slope * x;
-    case Act::kElu: return x > T(0) ? x : std::expm1(x);
-    case Act::kGelu: return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
-    case Act::kSigmoid: return T(1) / (T(1) + std::exp(-x));
-    case Act::kTanh: return std::tanh(x);
-    default: return x;
+    case Act::kRelu:
+      return x > T(0) ? x : T(0);
+    case Act::kLeakyRelu:
+      return x > T(0) ? x : slope * x;
+    case Act::kElu:
+      return x > T(0) ? x : std::expm1(x);
+    case Act::kGelu:
+      return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    case Act::kSigmoid:
+      return T(1) / (T(1) + std::exp(-x));
+    case Act::kTanh:
+      return std::tanh(x);
+    default:
+      return x;
   }
 }
 
 template <class T>
 GNN_HD inline T act_derivative(Act a, T x, T slope) {
   switch (a) {
-    case Act::kRelu: return x > T(0) ? T(1) : T(0);
-    case Act::kLeakyRelu: return x > T(0) ? T(1) : slope;
-    case Act::kElu: return x > T(0) ? T(1) : std::exp(x);
+    case Act::kRelu:
+      return x > T(0) ? T(1) : T(0);
+    case Act::kLeakyRelu:
+      return x > T(0) ? T(1) : slope;
+    case Act::kElu:
+      return x > T(0) ? T(1) : std::exp(x);
     case Act::kGelu: {
       const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
       return cdf + x * T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);
@@ -47,7 +57,8 @@ GNN_HD inline T act_derivative(Act a, T x, T slope) {
       const T t = std::tanh(x);
       return T(1) - t * t;
     }
-    default: return T(1);
+    default:
+      return T(1);
   }
 }
 
@@ -56,13 +67,20 @@ GNN_HD inline T act_derivative(Act a, T x, T slope) {
 template <class Fn>
 decltype(auto) dispatch_act(Act a, Fn&& fn) {
   switch (a) {
-    case Act::kRelu: return fn(std::integral_constant<Act, Act::kRelu>{});
-    case Act::kLeakyRelu: return fn(std::integral_constant<Act, Act::kLeakyRelu>{});
-    case Act::kElu: return fn(std::integral_constant<Act, Act::kElu>{});
-    case Act::kGelu: return fn(std::integral_constant<Act, Act::kGelu>{});
-    case Act::kSigmoid: return fn(std::integral_constant<Act, Act::kSigmoid>{});
-    case Act::kTanh: return fn(std::integral_constant<Act, Act::kTanh>{});
-    default: return fn(std::integral_constant<Act, Act::kNone>{});
+    case Act::kRelu:
+      return fn(std::integral_constant<Act, Act::kRelu>{});
+    case Act::kLeakyRelu:
+      return fn(std::integral_constant<Act, Act::kLeakyRelu>{});
+    case Act::kElu:
+      return fn(std::integral_constant<Act, Act::kElu>{});
+    case Act::kGelu:
+      return fn(std::integral_constant<Act, Act::kGelu>{});
+    case Act::kSigmoid:
+      return fn(std::integral_constant<Act, Act::kSigmoid>{});
+    case Act::kTanh:
+      return fn(std::integral_constant<Act, Act::kTanh>{});
+    default:
+      return fn(std::integral_constant<Act, Act::kNone>{});
   }
 }
 

@@ -1,22 +1,28 @@
 // Activations over all threads; one switch per call, not per element, so each loop is a plain map.
-#include "kernels/activation.h"
-
 #include <cstring>
 
-#include "kernels/elementwise.h"
 #include "base/error.h"
+#include "kernels/activation.h"
+#include "kernels/elementwise.h"
 
 namespace gnn {
 
 const char* act_name(Act a) {
   switch (a) {
-    case Act::kRelu: return "relu";
-    case Act::kLeakyRelu: return "leaky_relu";
-    case Act::kElu: return "elu";
-    case Act::kGelu: return "gelu";
-    case Act::kSigmoid: return "sigmoid";
-    case Act::kTanh: return "tanh";
-    default: return "none";
+    case Act::kRelu:
+      return "relu";
+    case Act::kLeakyRelu:
+      return "leaky_relu";
+    case Act::kElu:
+      return "elu";
+    case Act::kGelu:
+      return "gelu";
+    case Act::kSigmoid:
+      return "sigmoid";
+    case Act::kTanh:
+      return "tanh";
+    default:
+      return "none";
   }
 }
 
@@ -41,8 +47,8 @@ GNN_CPU_CLONES void act_backward_cpu(float* __restrict dx, const float* __restri
   });
 }
 
-GNN_CPU_CLONES void bias_act_forward_cpu(float* y, const float* x, const float* b, int64_t R, int64_t F,
-                                         Act a, float slope) {
+GNN_CPU_CLONES void bias_act_forward_cpu(float* y, const float* x, const float* b, int64_t R, int64_t F, Act a,
+                                         float slope) {
   dispatch_act(a, [&](auto A) {
 #pragma omp parallel for schedule(static) if (R * F > 32768)
     for (int64_t r = 0; r < R; ++r)

@@ -25,8 +25,8 @@ __global__ void dphi_kernel(float* dq, int64_t ld, const float* da, const float*
 }
 
 // A warp per row: lanes stride over D, the dot combined in a fixed butterfly.
-__global__ void coef_kernel(float* u, float* c, const float* dy, int64_t ld, const float* y, const float* den, int64_t n,
-                            int64_t D) {
+__global__ void coef_kernel(float* u, float* c, const float* dy, int64_t ld, const float* y, const float* den,
+                            int64_t n, int64_t D) {
   const int64_t i = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32;
   const int lane = int(threadIdx.x % 32);
   if (i >= n) return;  // whole warps leave together
@@ -103,9 +103,9 @@ __device__ __forceinline__ void flash_store(float* out, const float (&acc)[kFlas
 }
 
 template <int DC>
-__global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(float* y, float* lse, const float* q, const float* k,
-                                                                  const float* v, const int64_t* tiles, int64_t H,
-                                                                  int64_t D, float scale) {
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_fwd_kernel(float* y, float* lse, const float* q, const float* k, const float* v, const int64_t* tiles,
+                     int64_t H, int64_t D, float scale) {
   constexpr int DP = 32 * DC, R = kFlashRows;
   alignas(16) __shared__ float Qs[32][DP];
   __shared__ float Ks[32][DP + 1];
@@ -147,11 +147,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(float* y, floa
 // dq_i = scale * sum_j dS_ij k_j with dS_ij = P_ij (<dy_i, v_j> - delta_i), P_ij = exp(s_ij - lse_i);
 // delta_i = <dy_i, y_i> is computed here and written for the dk/dv kernel.
 template <int DC>
-__global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(float* dq, float* delta, const float* dy,
-                                                                     const float* y, const float* lse, const float* q,
-                                                                     const float* k, const float* v,
-                                                                     const int64_t* tiles, int64_t H, int64_t D,
-                                                                     float scale) {
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_bwd_dq_kernel(float* dq, float* delta, const float* dy, const float* y, const float* lse, const float* q,
+                        const float* k, const float* v, const int64_t* tiles, int64_t H, int64_t D, float scale) {
   constexpr int DP = 32 * DC, R = kFlashRows;
   alignas(16) __shared__ float Qs[32][DP];
   alignas(16) __shared__ float dOs[32][DP];
@@ -197,11 +195,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_bwd_dq_kernel(float* dq, 
 // dv_j = sum_i P_ij dy_i, dk_j = scale * sum_i dS_ij q_i: a block per key tile, the graph's queries
 // streamed 32 at a time, lane i taking query i.
 template <int DC>
-__global__ void __launch_bounds__(kFlashThreads) flash_bwd_dkv_kernel(float* dk, float* dv, const float* delta,
-                                                                      const float* dy, const float* lse,
-                                                                      const float* q, const float* k, const float* v,
-                                                                      const int64_t* tiles, int64_t H, int64_t D,
-                                                                      float scale) {
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_bwd_dkv_kernel(float* dk, float* dv, const float* delta, const float* dy, const float* lse, const float* q,
+                         const float* k, const float* v, const int64_t* tiles, int64_t H, int64_t D, float scale) {
   constexpr int DP = 32 * DC, R = kFlashRows;
   alignas(16) __shared__ float Ks[32][DP];
   alignas(16) __shared__ float Vs[32][DP];

@@ -27,9 +27,13 @@
 namespace gnn {
 
 template <class T>
-GNN_HD inline T attn_phi(T x) { return x > T(0) ? x + T(1) : std::exp(x); }
+GNN_HD inline T attn_phi(T x) {
+  return x > T(0) ? x + T(1) : std::exp(x);
+}
 template <class T>
-GNN_HD inline T attn_dphi(T x) { return x > T(0) ? T(1) : std::exp(x); }
+GNN_HD inline T attn_dphi(T x) {
+  return x > T(0) ? T(1) : std::exp(x);
+}
 
 template <class T>
 void phi_rows(T* a, const T* q, int64_t n, int64_t D, int64_t ld) {
@@ -71,7 +75,8 @@ inline constexpr int64_t kFlashTile = 32, kFlashMaxD = 64;
 inline std::vector<int64_t> flash_tiles(const int64_t* graph_ptr, int64_t G) {
   std::vector<int64_t> t;
   for (int64_t g = 0; g < G; ++g)
-    for (int64_t r = graph_ptr[g]; r < graph_ptr[g + 1]; r += kFlashTile) t.insert(t.end(), {r, graph_ptr[g], graph_ptr[g + 1]});
+    for (int64_t r = graph_ptr[g]; r < graph_ptr[g + 1]; r += kFlashTile)
+      t.insert(t.end(), {r, graph_ptr[g], graph_ptr[g + 1]});
   return t;
 }
 

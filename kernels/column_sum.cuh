@@ -30,8 +30,8 @@ __device__ float warp_rows_sum(int64_t b, int64_t e, int w, Fn fn) {
 // the block's 8 warps each take a fixed stride of the slice (warp_rows_sum), and the warps' partials
 // combine in warp order. fn is called once per element, so it may also store what it computes.
 template <class Fn>
-__global__ void __launch_bounds__(kRowWarps * 32) column_sum_kernel(float* out, Fn fn, int64_t R, int64_t F,
-                                                                    int64_t slice_rows, bool accumulate) {
+__global__ void __launch_bounds__(kRowWarps * 32)
+    column_sum_kernel(float* out, Fn fn, int64_t R, int64_t F, int64_t slice_rows, bool accumulate) {
   __shared__ float part[kRowWarps][32];
   const int w = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
   const int64_t f = int64_t(blockIdx.x) * 32 + lane;
@@ -70,11 +70,11 @@ void column_sum_launch(const char* name, float* out, Fn fn, int64_t R, int64_t F
     column_sum_kernel<Fn><<<dim3(tiles, 1), kRowWarps * 32, 0, stream>>>(out, fn, R, F, rows, accumulate);
   } else {  // each slice's partial sums, then the partials summed in slice order
     GNN_CHECK(workspace, name, ": ", R, " rows need a workspace of column_sum_workspace_cuda floats");
-    column_sum_kernel<Fn><<<dim3(tiles, unsigned(slices)), kRowWarps * 32, 0, stream>>>(workspace, fn, R, F, rows,
-                                                                                  false);
+    column_sum_kernel<Fn>
+        <<<dim3(tiles, unsigned(slices)), kRowWarps * 32, 0, stream>>>(workspace, fn, R, F, rows, false);
     GNN_CUDA_LAUNCH_CHECK(name);
-    column_sum_kernel<LoadRows><<<dim3(tiles, 1), kRowWarps * 32, 0, stream>>>(out, LoadRows{workspace, F}, slices, F,
-                                                                              slices, accumulate);
+    column_sum_kernel<LoadRows>
+        <<<dim3(tiles, 1), kRowWarps * 32, 0, stream>>>(out, LoadRows{workspace, F}, slices, F, slices, accumulate);
   }
   GNN_CUDA_LAUNCH_CHECK(name);
 }

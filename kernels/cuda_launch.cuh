@@ -57,9 +57,9 @@ __device__ __forceinline__ int64_t segment_of(const T* ptr, int64_t segments, in
 
 // In a function with a `stream` in scope: return at once for n = 0, else launch kernel over n
 // elements on that stream and check the launch.
-#define GNN_LAUNCH_N(name, n, kernel, ...)                                \
-  do {                                                                   \
-    if ((n) == 0) return;                                                \
+#define GNN_LAUNCH_N(name, n, kernel, ...)                                           \
+  do {                                                                               \
+    if ((n) == 0) return;                                                            \
     kernel<<<::gnn::grid_for((n), name), ::gnn::kThreads, 0, stream>>>(__VA_ARGS__); \
-    GNN_CUDA_LAUNCH_CHECK(name);                                         \
+    GNN_CUDA_LAUNCH_CHECK(name);                                                     \
   } while (0)

@@ -11,7 +11,7 @@ namespace {
 
 __global__ void dropout_kernel(float* y, const float* x, int64_t n, uint32_t key, uint32_t threshold, float scale) {
   GNN_GRID_STRIDE(i, n)
-    y[i] = __ldg(x + i) * (dropout_drops(key, i, threshold) ? 0.0f : scale);
+  y[i] = __ldg(x + i) * (dropout_drops(key, i, threshold) ? 0.0f : scale);
 }
 
 }  // namespace

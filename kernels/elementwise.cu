@@ -13,28 +13,28 @@ namespace {
 
 __global__ void add_kernel(float* y, const float* a, const float* b, int64_t n, float sb) {
   GNN_GRID_STRIDE(i, n)
-    y[i] = a[i] + sb * b[i];
+  y[i] = a[i] + sb * b[i];
 }
 
 __global__ void mul_kernel(float* y, const float* a, const float* b, int64_t n) {
   GNN_GRID_STRIDE(i, n)
-    y[i] = a[i] * b[i];
+  y[i] = a[i] * b[i];
 }
 
 __global__ void add_row_kernel(float* y, const float* x, const float* row, int64_t R, int64_t F) {
   GNN_GRID_STRIDE(i, R * F)
-    y[i] = x[i] + __ldg(row + i % F);
+  y[i] = x[i] + __ldg(row + i % F);
 }
 
 __global__ void transpose_kernel(float* y, const float* x, int64_t R, int64_t C) {
   GNN_GRID_STRIDE(i, R * C)
-    y[(i % C) * R + i / C] = x[i];  // reads coalesced; [E, H] weights have few columns
+  y[(i % C) * R + i / C] = x[i];  // reads coalesced; [E, H] weights have few columns
 }
 
 __global__ void scale_kernel(float* y, const float* x, float s, const float* by, int64_t n) {
   if (by) s *= __ldg(by);
   GNN_GRID_STRIDE(i, n)
-    y[i] = s * x[i];
+  y[i] = s * x[i];
 }
 
 __global__ void block_sum_kernel(float* y, const float* x, int64_t R, int64_t w, int64_t K, int64_t ld, int64_t stride,
@@ -58,13 +58,13 @@ __global__ void join_configs_kernel(float* y, const float* x, const float* c, in
 
 __global__ void head_broadcast_kernel(float* y, const float* x, int64_t R, int64_t H, int64_t F, float s) {
   GNN_GRID_STRIDE(t, R * H * F)
-    y[t] = s * __ldg(x + (t / (H * F)) * F + t % F);
+  y[t] = s * __ldg(x + (t / (H * F)) * F + t % F);
 }
 
 // y[r, h] = x[r, h, :] . a[h, :]: G lanes per (row, head) (G a power of two, at most 8), so a warp
 // reads 32 / G rows' head blocks in runs of G consecutive floats; the lanes combine in a butterfly.
-__global__ void __launch_bounds__(kThreads) head_dot_kernel(float* y, const float* x, const float* a, int64_t R,
-                                                            int64_t H, int64_t D, int G) {
+__global__ void __launch_bounds__(kThreads)
+    head_dot_kernel(float* y, const float* x, const float* a, int64_t R, int64_t H, int64_t D, int G) {
   const int64_t t = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / G;  // the (row, head) item
   const int lane = int(threadIdx.x) % G;
   float acc = 0.0f;
@@ -88,7 +88,7 @@ __global__ void head_dot_bwd_kernel(float* dx, float* prod, const float* dy, con
 
 __global__ void mask_rows_kernel(float* dx, const float* dy, const uint8_t* keep, int64_t R, int64_t W) {
   GNN_GRID_STRIDE(t, R * W)
-    dx[t] = __ldg(keep + t / W) ? __ldg(dy + t) : 0.0f;
+  dx[t] = __ldg(keep + t / W) ? __ldg(dy + t) : 0.0f;
 }
 
 // One block: thread t sums x[t], x[t + 1024], ..., then a fixed tree over the 1024 partials.

@@ -12,7 +12,7 @@ namespace {
 
 __global__ void embedding_kernel(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F) {
   GNN_GRID_STRIDE(i, n * F)
-    y[i] = __ldg(table + int64_t(__ldg(idx + i / F)) * F + i % F);
+  y[i] = __ldg(table + int64_t(__ldg(idx + i / F)) * F + i % F);
 }
 
 // ws[c, f] = the sum over chunk c's uses (of row k, c - chunk_ptr[k] kEmbedChunk-use steps into

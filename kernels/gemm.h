@@ -10,8 +10,8 @@
 namespace gnn {
 
 template <class T>
-void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
-              const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+              int64_t ldb, T beta, T* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       T acc = 0;
@@ -33,17 +33,17 @@ void gemm_cpu_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 enum class GemmIsa { kGeneric, kAvx2, kAvx512 };
-GemmIsa gemm_isa();                     // what gemm_cpu uses here
-bool gemm_isa_supported(GemmIsa isa);   // whether this CPU can run it
+GemmIsa gemm_isa();  // what gemm_cpu uses here
+bool gemm_isa_supported(GemmIsa isa);  // whether this CPU can run it
 const char* gemm_isa_name(GemmIsa isa);
 // One ISA explicitly (tests, benchmarks); the ISA must be supported.
-void gemm_cpu_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                  bool parallel = true);
+void gemm_cpu_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true);
 
-// cuBLAS SGEMM on `stream` through `blas` (runtime's handle for the stream's device; the row-major product is the column-major one with A and B swapped). FP32
-// by default; with TF32 on (set_gemm_tf32, or GNN_TF32=1 in the environment) the tensor cores round
-// the inputs to 10 mantissa bits. Results are the same bits for the same shapes on the same GPU.
+// cuBLAS SGEMM on `stream` through `blas` (runtime's handle for the stream's device; the row-major product is the
+// column-major one with A and B swapped). FP32 by default; with TF32 on (set_gemm_tf32, or GNN_TF32=1 in the
+// environment) the tensor cores round the inputs to 10 mantissa bits. Results are the same bits for the same shapes on
+// the same GPU.
 void gemm_cuda(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const BlasHandle& blas, Stream stream);
 void set_gemm_tf32(bool on);

@@ -71,8 +71,8 @@ struct Blocked {
   // A partial tile (rows < MR or cols < NR): computed into a scratch tile, then the valid part.
   // Direct needs all MR rows of A to exist (rows == MR).
   template <bool Direct = false>
-  static void micro_edge(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t rows,
-                         int64_t cols, float alpha, float beta, int64_t lda = 0) {
+  static void micro_edge(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t rows, int64_t cols,
+                         float alpha, float beta, int64_t lda = 0) {
     alignas(64) float tile[MR * NR];
     micro<Direct>(kc, a, b, tile, NR, 1.0f, 0.0f, lda);
     for (int64_t i = 0; i < rows; ++i)
@@ -215,14 +215,10 @@ struct Blocked {
               const int64_t rows = std::min<int64_t>(MR, mc - r);
               float* c = C + (i0 + r) * ldc + j0;
               const float* a = A + (i0 + r) * lda + k0;
-              if (direct && rows == MR && cols == NR)
-                micro<true>(kc, a, b, c, ldc, alpha, beta_k, lda);
-              else if (direct && rows == MR)
-                micro_edge<true>(kc, a, b, c, ldc, rows, cols, alpha, beta_k, lda);
-              else if (rows == MR && cols == NR)
-                micro(kc, ap + r * kc, b, c, ldc, alpha, beta_k);
-              else
-                micro_edge(kc, ap + r * kc, b, c, ldc, rows, cols, alpha, beta_k);
+              if (direct && rows == MR && cols == NR) micro<true>(kc, a, b, c, ldc, alpha, beta_k, lda);
+              else if (direct && rows == MR) micro_edge<true>(kc, a, b, c, ldc, rows, cols, alpha, beta_k, lda);
+              else if (rows == MR && cols == NR) micro(kc, ap + r * kc, b, c, ldc, alpha, beta_k);
+              else micro_edge(kc, ap + r * kc, b, c, ldc, rows, cols, alpha, beta_k);
             }
           }
         }

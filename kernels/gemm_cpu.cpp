@@ -3,9 +3,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/error.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_blocked.h"
-#include "base/error.h"
 
 namespace gnn {
 
@@ -51,9 +51,12 @@ GemmIsa detect() {
 
 const char* gemm_isa_name(GemmIsa isa) {
   switch (isa) {
-    case GemmIsa::kAvx512: return "avx512";
-    case GemmIsa::kAvx2: return "avx2";
-    default: return "generic";
+    case GemmIsa::kAvx512:
+      return "avx512";
+    case GemmIsa::kAvx2:
+      return "avx2";
+    default:
+      return "generic";
   }
 }
 
@@ -77,8 +80,10 @@ void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K
   GNN_CHECK(gemm_isa_supported(isa), "gemm: this CPU cannot run the ", gemm_isa_name(isa), " kernel");
   switch (isa) {
 #if defined(__x86_64__)
-    case GemmIsa::kAvx512: return gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
-    case GemmIsa::kAvx2: return gemm_avx2(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
+    case GemmIsa::kAvx512:
+      return gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
+    case GemmIsa::kAvx2:
+      return gemm_avx2(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
 #endif
     default:
       return gemm_detail::Blocked<Generic, 4, 4>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);

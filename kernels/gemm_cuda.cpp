@@ -1,6 +1,7 @@
 // Dense GEMM on the GPU through cuBLAS (kernels/gemm.h), on the handle and workspace runtime keeps for
-// the device (runtime/cuda.h: cuda_blas), bound to the stream of each call. Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the call passes
-// B first and swaps M and N; the transposes and leading dimensions carry over unchanged.
+// the device (runtime/cuda.h: cuda_blas), bound to the stream of each call. Row-major C = op(A) op(B) is column-major
+// C^T = op(B)^T op(A)^T, so the call passes B first and swaps M and N; the transposes and leading dimensions carry over
+// unchanged.
 #include <cublas_v2.h>
 
 #include <atomic>
@@ -8,8 +9,8 @@
 #include <limits>
 #include <string>
 
-#include "kernels/gemm.h"
 #include "base/cuda_check.h"
+#include "kernels/gemm.h"
 
 namespace gnn {
 namespace {
@@ -18,20 +19,28 @@ std::atomic<int> g_tf32{-1};  // -1: not yet read from GNN_TF32
 
 const char* cublas_name(cublasStatus_t s) {
   switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "cuBLAS error";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "cuBLAS error";
   }
 }
 
-#define GNN_CUBLAS_CHECK(expr)                                                                  \
-  do {                                                                                          \
-    const cublasStatus_t st_ = (expr);                                                          \
+#define GNN_CUBLAS_CHECK(expr)                                                                 \
+  do {                                                                                         \
+    const cublasStatus_t st_ = (expr);                                                         \
     GNN_CHECK(st_ == CUBLAS_STATUS_SUCCESS, cublas_name(st_), " (", int(st_), ") in ", #expr); \
   } while (0)
 

@@ -26,14 +26,17 @@ __device__ float block_rows_sum(int64_t b, int64_t e, bool valid, Fn fn) {
   return total;
 }
 
-__global__ void __launch_bounds__(kRowWarps * 32) inorm_fwd_kernel(float* y, float* mean, float* rstd, const float* x,
-                                                                   const float* gamma, const float* beta,
-                                                                   const int64_t* graph_ptr, int64_t F, float eps) {
+__global__ void __launch_bounds__(kRowWarps * 32)
+    inorm_fwd_kernel(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
+                     const int64_t* graph_ptr, int64_t F, float eps) {
   const int64_t g = blockIdx.y, f = int64_t(blockIdx.x) * 32 + threadIdx.x % 32;
   const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
   const bool valid = f < F;
   const float m = n ? block_rows_sum(b, e, valid, [&](int64_t i) { return x[i * F + f]; }) / float(n) : 0.0f;
-  const float var = block_rows_sum(b, e, valid, [&](int64_t i) { const float d = x[i * F + f] - m; return d * d; });
+  const float var = block_rows_sum(b, e, valid, [&](int64_t i) {
+    const float d = x[i * F + f] - m;
+    return d * d;
+  });
   const float rs = 1.0f / sqrtf((n ? var / float(n) : 0.0f) + eps);
   if (!valid) return;
   if (threadIdx.x < 32) mean[g * F + f] = m, rstd[g * F + f] = rs;
@@ -42,10 +45,9 @@ __global__ void __launch_bounds__(kRowWarps * 32) inorm_fwd_kernel(float* y, flo
 }
 
 // Per graph: dx, and this graph's dgamma / dbeta terms into ws[0][g][f], ws[1][g][f].
-__global__ void __launch_bounds__(kRowWarps * 32) inorm_bwd_kernel(float* dx, float* ws, const float* dy, const float* x,
-                                                                   const float* mean, const float* rstd,
-                                                                   const float* gamma, const int64_t* graph_ptr,
-                                                                   int64_t G, int64_t F) {
+__global__ void __launch_bounds__(kRowWarps * 32)
+    inorm_bwd_kernel(float* dx, float* ws, const float* dy, const float* x, const float* mean, const float* rstd,
+                     const float* gamma, const int64_t* graph_ptr, int64_t G, int64_t F) {
   const int64_t g = blockIdx.y, f = int64_t(blockIdx.x) * 32 + threadIdx.x % 32;
   const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
   const bool valid = f < F;
@@ -90,7 +92,8 @@ void instance_norm_backward_cuda(float* dx, float* dgamma, float* dbeta, const f
   inorm_bwd_kernel<<<grid, kRowWarps * 32, 0, stream>>>(dx, workspace, dy, x, mean, rstd, gamma, graph_ptr, G, F);
   GNN_CUDA_LAUNCH_CHECK("instance_norm_backward_cuda");
   if (dgamma || dbeta) {
-    inorm_params_kernel<<<unsigned(ceil_div<int64_t>(F, kThreads)), kThreads, 0, stream>>>(dgamma, dbeta, workspace, G, F);
+    inorm_params_kernel<<<unsigned(ceil_div<int64_t>(F, kThreads)), kThreads, 0, stream>>>(dgamma, dbeta, workspace, G,
+                                                                                           F);
     GNN_CUDA_LAUNCH_CHECK("instance_norm_backward_cuda (gamma, beta)");
   }
 }

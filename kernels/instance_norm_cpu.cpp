@@ -38,7 +38,8 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
     }
     for (int64_t i = b; i < e; ++i)
       for (int64_t f = 0; f < w; ++f)
-        y[i * F + f0 + f] = (x[i * F + f0 + f] - m[f]) * rs[f] * (gamma ? gamma[f0 + f] : 1.0f) + (beta ? beta[f0 + f] : 0.0f);
+        y[i * F + f0 + f] =
+            (x[i * F + f0 + f] - m[f]) * rs[f] * (gamma ? gamma[f0 + f] : 1.0f) + (beta ? beta[f0 + f] : 0.0f);
   }
 }
 

@@ -65,8 +65,8 @@ void layer_norm_backward_cuda(float* dx, float* dgamma, float* dbeta, const floa
                               float* workspace, Stream stream) {
   if (F == 0) return;
   if (R > 0) {
-    layer_norm_bwd_kernel<<<blocks_for(R, kWarpsPerBlock, "layer_norm_backward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(
-        dx, dgamma ? workspace : nullptr, dy, x, mean, rstd, gamma, R, F);
+    layer_norm_bwd_kernel<<<blocks_for(R, kWarpsPerBlock, "layer_norm_backward_cuda"), kWarpsPerBlock * 32, 0,
+                            stream>>>(dx, dgamma ? workspace : nullptr, dy, x, mean, rstd, gamma, R, F);
     GNN_CUDA_LAUNCH_CHECK("layer_norm_backward_cuda");
   }
   float* partials = workspace + R * F;
@@ -74,8 +74,6 @@ void layer_norm_backward_cuda(float* dx, float* dgamma, float* dbeta, const floa
   if (dbeta) column_sum_cuda(dbeta, dy, R, F, false, partials, stream);  // after dgamma's on the stream
 }
 
-int64_t layer_norm_backward_workspace_cuda(int64_t R, int64_t F) {
-  return R * F + column_sum_workspace_cuda(R, F);
-}
+int64_t layer_norm_backward_workspace_cuda(int64_t R, int64_t F) { return R * F + column_sum_workspace_cuda(R, F); }
 
 }  // namespace gnn

@@ -51,8 +51,8 @@ void layer_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x
 
 void layer_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
                             int64_t R, int64_t F, float eps);
-void layer_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                             const float* mean, const float* rstd, const float* gamma, int64_t R, int64_t F);
+void layer_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* mean,
+                             const float* rstd, const float* gamma, int64_t R, int64_t F);
 // CUDA layer norm: a warp per row; dgamma and dbeta are column sums (in a fixed order) of dy * xhat,
 // staged in workspace [R, F], and of dy. workspace: layer_norm_backward_workspace_cuda(R, F) floats
 // (may be null when dgamma and dbeta both are).

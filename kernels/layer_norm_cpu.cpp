@@ -1,9 +1,9 @@
 // Layer norm on the CPU: rows over threads, each row the reference's own maths (called in float), so
 // the two cannot drift; dgamma and dbeta sum per fixed chunk of rows and then in chunk order, so the
 // bits do not depend on the thread count.
-#include "kernels/layer_norm.h"
-
 #include <vector>
+
+#include "kernels/layer_norm.h"
 
 namespace gnn {
 

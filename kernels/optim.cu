@@ -31,13 +31,14 @@ __global__ void __launch_bounds__(kThreads) sgd_multi_kernel(const SgdTensor<flo
   });
 }
 
-__global__ void __launch_bounds__(kThreads) scale_multi_kernel(const ScaleTensor<float>* list, int64_t count, double s) {
+__global__ void __launch_bounds__(kThreads)
+    scale_multi_kernel(const ScaleTensor<float>* list, int64_t count, double s) {
   chunk_elements(list, count, [s](const ScaleTensor<float>& e, int64_t i) { e.y[i] = float(double(e.x[i]) * s); });
 }
 
 // Thread t sums elements t, t + 256, ... of the chunk; a fixed tree combines the 256 partials.
-__global__ void __launch_bounds__(kThreads) sum_squares_multi_kernel(double* partial,
-                                                                     const SumSquaresTensor<float>* list, int64_t count) {
+__global__ void __launch_bounds__(kThreads)
+    sum_squares_multi_kernel(double* partial, const SumSquaresTensor<float>* list, int64_t count) {
   __shared__ double part[kThreads];
   double acc = 0;
   chunk_elements(list, count, [&acc](const SumSquaresTensor<float>& e, int64_t i) {

@@ -48,7 +48,6 @@ void sgd_update_ref(T* w, const T* grad, double* buf, int64_t n, const SgdStep& 
   for (int64_t i = 0; i < n; ++i) w[i] = T(sgd_element(double(w[i]), double(grad[i]), buf ? buf + i : nullptr, s));
 }
 
-
 // ---- Many tensors in one pass --------------------------------------------------------------------------
 // A model has tens of parameters, most of them small (a bias is 128 floats): one launch per parameter
 // makes an optimiser step, the gradient norm and its clipping launch-bound on a GPU. So each pass takes

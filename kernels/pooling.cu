@@ -11,8 +11,8 @@
 namespace gnn {
 namespace {
 
-__global__ void __launch_bounds__(kRowWarps * 32) pool_fwd_kernel(float* y, int32_t* argmax, const float* x,
-                                                                  const int64_t* graph_ptr, int64_t F, Reduce op) {
+__global__ void __launch_bounds__(kRowWarps * 32)
+    pool_fwd_kernel(float* y, int32_t* argmax, const float* x, const int64_t* graph_ptr, int64_t F, Reduce op) {
   __shared__ float part[kRowWarps][32];
   __shared__ int32_t part_arg[kRowWarps][32];
   const int64_t g = blockIdx.y, f = int64_t(blockIdx.x) * 32 + threadIdx.x % 32;
@@ -69,7 +69,8 @@ void pool_forward_cuda(float* y, int32_t* argmax, const float* x, const int64_t*
 void pool_backward_cuda(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t N,
                         int64_t G, int64_t F, Reduce op, Stream stream) {
   if (N * F == 0) return;
-  pool_bwd_kernel<<<grid_for(N * F, "pool_backward_cuda"), kThreads, 0, stream>>>(dx, dy, argmax, graph_ptr, N, G, F, op);
+  pool_bwd_kernel<<<grid_for(N * F, "pool_backward_cuda"), kThreads, 0, stream>>>(dx, dy, argmax, graph_ptr, N, G, F,
+                                                                                  op);
   GNN_CUDA_LAUNCH_CHECK("pool_backward_cuda");
 }
 

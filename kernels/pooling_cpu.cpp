@@ -37,8 +37,9 @@ GNN_CPU_CLONES void pool_forward_cpu(float* __restrict y, int32_t* __restrict ar
   }
 }
 
-GNN_CPU_CLONES void pool_backward_cpu(float* __restrict dx, const float* __restrict dy, const int32_t* __restrict argmax,
-                                      const int64_t* graph_ptr, int64_t G, int64_t F, Reduce op) {
+GNN_CPU_CLONES void pool_backward_cpu(float* __restrict dx, const float* __restrict dy,
+                                      const int32_t* __restrict argmax, const int64_t* graph_ptr, int64_t G, int64_t F,
+                                      Reduce op) {
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t g = 0; g < G; ++g) {
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];

@@ -31,8 +31,7 @@ __global__ void rowwise_fwd_kernel(float* y, const float* x, int64_t R, int64_t 
   for (int64_t f = lane; f < F; f += 32) sum += expf(xr[f] - m);
   sum = warp_sum(sum);
   const float lse = logf(sum);
-  for (int64_t f = lane; f < F; f += 32)
-    yr[f] = op == RowOp::kSoftmax ? expf(xr[f] - m) / sum : xr[f] - m - lse;
+  for (int64_t f = lane; f < F; f += 32) yr[f] = op == RowOp::kSoftmax ? expf(xr[f] - m) / sum : xr[f] - m - lse;
 }
 
 __global__ void rowwise_bwd_kernel(float* dx, const float* y, const float* dy, const float* x, int64_t R, int64_t F,
@@ -65,15 +64,16 @@ __global__ void rowwise_bwd_kernel(float* dx, const float* y, const float* dy, c
 
 void rowwise_forward_cuda(float* y, const float* x, int64_t R, int64_t F, RowOp op, float eps, Stream stream) {
   if (R == 0 || F == 0) return;
-  rowwise_fwd_kernel<<<blocks_for(R, kWarpsPerBlock, "rowwise_forward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(y, x, R, F, op, eps);
+  rowwise_fwd_kernel<<<blocks_for(R, kWarpsPerBlock, "rowwise_forward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(
+      y, x, R, F, op, eps);
   GNN_CUDA_LAUNCH_CHECK("rowwise_forward_cuda");
 }
 
 void rowwise_backward_cuda(float* dx, const float* y, const float* dy, const float* x, int64_t R, int64_t F, RowOp op,
                            float eps, Stream stream) {
   if (R == 0 || F == 0) return;
-  rowwise_bwd_kernel<<<blocks_for(R, kWarpsPerBlock, "rowwise_backward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(dx, y, dy, x, R, F,
-                                                                                                  op, eps);
+  rowwise_bwd_kernel<<<blocks_for(R, kWarpsPerBlock, "rowwise_backward_cuda"), kWarpsPerBlock * 32, 0, stream>>>(
+      dx, y, dy, x, R, F, op, eps);
   GNN_CUDA_LAUNCH_CHECK("rowwise_backward_cuda");
 }
 

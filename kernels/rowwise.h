@@ -30,7 +30,8 @@ void rowwise_forward_ref(T* y, const T* x, int64_t R, int64_t F, RowOp op, T eps
     for (int64_t f = 1; f < F; ++f) m = std::max(m, xr[f]);
     T sum = 0;
     for (int64_t f = 0; f < F; ++f) sum += std::exp(xr[f] - m);
-    for (int64_t f = 0; f < F; ++f) yr[f] = op == RowOp::kSoftmax ? std::exp(xr[f] - m) / sum : xr[f] - m - std::log(sum);
+    for (int64_t f = 0; f < F; ++f)
+      yr[f] = op == RowOp::kSoftmax ? std::exp(xr[f] - m) / sum : xr[f] - m - std::log(sum);
   }
 }
 

@@ -36,15 +36,15 @@ int64_t sage_backward_workspace_cuda(int64_t N, int64_t F, int64_t O) {
 }
 
 void sage_backward_cuda(float* dx, float* dW, float* db, const float* dy, const float* z, const float* h,
-                        const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope,
-                        float* workspace, const BlasHandle& blas, Stream stream) {
+                        const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope, float* workspace,
+                        const BlasHandle& blas, Stream stream) {
   const int64_t N = g.num_rows;
-  float* dz = workspace;      // [N, O]
-  float* dagg = dz + N * O;   // [N, F], then db's column-sum partials
+  float* dz = workspace;  // [N, O]
+  float* dagg = dz + N * O;  // [N, F], then db's column-sum partials
   bias_act_backward_cuda(dz, db, dy, z, nullptr, N, O, act, slope, dagg + N * F, stream);  // db from the same pass
   gemm_cuda(true, false, 2 * F, O, N, 1.0f, h, 2 * F, dz, O, 0.0f, dW, O, blas, stream);  // dW = h^T dz
   gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W + F * O, O, 0.0f, dx, F, blas, stream);  // dx = dz W_root^T
-  gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W, O, 0.0f, dagg, F, blas, stream);        // dagg = dz W_agg^T
+  gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W, O, 0.0f, dagg, F, blas, stream);  // dagg = dz W_agg^T
   spmm_backward_x_cuda(dx, dagg, nullptr, nullptr, g, F, F, F, Reduce::kMean, /*accumulate=*/true, stream);
 }
 

@@ -78,7 +78,7 @@ void sage_forward_cuda(float* y, float* z, float* h, float* scratch, const float
                        Stream stream);
 int64_t sage_backward_workspace_cuda(int64_t N, int64_t F, int64_t O);
 void sage_backward_cuda(float* dx, float* dW, float* db, const float* dy, const float* z, const float* h,
-                        const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope,
-                        float* workspace, const BlasHandle& blas, Stream stream);
+                        const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope, float* workspace,
+                        const BlasHandle& blas, Stream stream);
 
 }  // namespace gnn

@@ -98,9 +98,9 @@ GNN_CPU_CLONES void sage_backward_cpu(float* dx, float* dW, float* db, const flo
                                       float* workspace) {
   const int64_t N = g.num_rows;
   const int64_t chunks = std::max<int64_t>(1, std::min(kChunks, N));
-  float* dz = workspace;                 // [N, O]
-  float* dagg = dz + N * O;              // [N, F]
-  float* db_part = dagg + N * F;         // [chunks, O]
+  float* dz = workspace;  // [N, O]
+  float* dagg = dz + N * O;  // [N, F]
+  float* db_part = dagg + N * F;  // [chunks, O]
   std::fill(db_part, db_part + chunks * O, 0.0f);
   // dz = dy * act'(z), with db summed per fixed chunk of rows.
 #pragma omp parallel for schedule(dynamic, 1)
@@ -116,8 +116,8 @@ GNN_CPU_CLONES void sage_backward_cpu(float* dx, float* dW, float* db, const flo
     }
   gemm_cpu(true, false, 2 * F, O, N, 1.0f, h, 2 * F, dz, O, 0.0f, dW, O);  // dW = h^T dz
   // dh = dz W^T = [dagg | droot] as two products, so the root half lands in dx without a copy.
-  gemm_cpu(false, true, N, F, O, 1.0f, dz, O, W + F * O, O, 0.0f, dx, F);   // dx = dz W_root^T
-  gemm_cpu(false, true, N, F, O, 1.0f, dz, O, W, O, 0.0f, dagg, F);         // dagg = dz W_agg^T
+  gemm_cpu(false, true, N, F, O, 1.0f, dz, O, W + F * O, O, 0.0f, dx, F);  // dx = dz W_root^T
+  gemm_cpu(false, true, N, F, O, 1.0f, dz, O, W, O, 0.0f, dagg, F);  // dagg = dz W_agg^T
   // the aggregate part, gathered back to the sources and added
   spmm_backward_x_cpu(dx, dagg, nullptr, nullptr, g, F, F, F, Reduce::kMean, /*accumulate=*/true);
 }

@@ -69,8 +69,8 @@ __device__ __forceinline__ void softmax_span(float* y, const float* x, int64_t f
 }
 
 template <class Combine>
-__device__ __forceinline__ void softmax_bwd_span(float* dx, const float* y, const float* dy, int64_t first,
-                                                 int64_t end, int64_t step, Combine comb) {
+__device__ __forceinline__ void softmax_bwd_span(float* dx, const float* y, const float* dy, int64_t first, int64_t end,
+                                                 int64_t step, Combine comb) {
   float dot = 0.0f;
   for (int64_t j = first; j < end; j += step) dot += __ldg(y + j) * __ldg(dy + j);
   dot = comb(dot, false);
@@ -118,11 +118,14 @@ __device__ __forceinline__ void grouped_segments(int64_t S, int H, int L, float*
   }
 }
 
-__global__ void __launch_bounds__(kThreads) softmax_fwd_group_kernel(float* y, const float* x, const int32_t* indptr,
-                                                                     int64_t S, int H, int L) {
+__global__ void __launch_bounds__(kThreads)
+    softmax_fwd_group_kernel(float* y, const float* x, const int32_t* indptr, int64_t S, int H, int L) {
   __shared__ float part[kThreads + 32];
   grouped_segments(
-      S, H, L, part, [&](int64_t r) { return Bounds{indptr[r], indptr[r + 1]}; },
+      S, H, L, part,
+      [&](int64_t r) {
+        return Bounds{indptr[r], indptr[r + 1]};
+      },
       [&](int64_t, int64_t, int64_t first, int64_t end, int64_t step, bool, auto comb) {
         softmax_span(y, x, first, end, step, comb);
       });
@@ -132,16 +135,19 @@ __global__ void __launch_bounds__(kThreads) softmax_bwd_group_kernel(float* dx, 
                                                                      const int32_t* indptr, int64_t S, int H, int L) {
   __shared__ float part[kThreads + 32];
   grouped_segments(
-      S, H, L, part, [&](int64_t r) { return Bounds{indptr[r], indptr[r + 1]}; },
+      S, H, L, part,
+      [&](int64_t r) {
+        return Bounds{indptr[r], indptr[r + 1]};
+      },
       [&](int64_t, int64_t, int64_t first, int64_t end, int64_t step, bool, auto comb) {
         softmax_bwd_span(dx, y, dy, first, end, step, comb);
       });
 }
 
 // da_dst over the CSR rows (segments 0 .. R-1), then da_src over the CSC rows (R .. R + C - 1), grouped.
-__global__ void __launch_bounds__(kThreads) gat_scores_bwd_group_kernel(float* da_src, float* da_dst, const float* ds,
-                                                                        const float* a_src, const float* a_dst,
-                                                                        CsrView g, int H, int L, float slope) {
+__global__ void __launch_bounds__(kThreads)
+    gat_scores_bwd_group_kernel(float* da_src, float* da_dst, const float* ds, const float* a_src, const float* a_dst,
+                                CsrView g, int H, int L, float slope) {
   __shared__ float part[kThreads + 32];
   const int64_t R = g.num_rows;
   int shift = 0;
@@ -170,8 +176,8 @@ struct WarpCombine {
   __device__ float operator()(float v, bool max) const { return max ? warp_max(v) : warp_sum(v); }
 };
 
-__global__ void __launch_bounds__(kThreads) softmax_fwd_kernel(float* y, const float* x, const int32_t* indptr,
-                                                               int64_t S, int64_t H) {
+__global__ void __launch_bounds__(kThreads)
+    softmax_fwd_kernel(float* y, const float* x, const int32_t* indptr, int64_t S, int64_t H) {
   const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = int(threadIdx.x % 32);
   if (w >= S * H) return;
@@ -179,8 +185,8 @@ __global__ void __launch_bounds__(kThreads) softmax_fwd_kernel(float* y, const f
   softmax_span(y, x, (int64_t(indptr[s]) + lane) * H + h, int64_t(indptr[s + 1]) * H, 32 * H, WarpCombine{});
 }
 
-__global__ void __launch_bounds__(kThreads) softmax_bwd_kernel(float* dx, const float* y, const float* dy,
-                                                               const int32_t* indptr, int64_t S, int64_t H) {
+__global__ void __launch_bounds__(kThreads)
+    softmax_bwd_kernel(float* dx, const float* y, const float* dy, const int32_t* indptr, int64_t S, int64_t H) {
   const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = int(threadIdx.x % 32);
   if (w >= S * H) return;
@@ -188,8 +194,8 @@ __global__ void __launch_bounds__(kThreads) softmax_bwd_kernel(float* dx, const 
   softmax_bwd_span(dx, y, dy, (int64_t(indptr[s]) + lane) * H + h, int64_t(indptr[s + 1]) * H, 32 * H, WarpCombine{});
 }
 
-__global__ void __launch_bounds__(kThreads) gat_scores_fwd_kernel(float* s, const float* a_src, const float* a_dst,
-                                                                  CsrView g, int64_t H, float slope) {
+__global__ void __launch_bounds__(kThreads)
+    gat_scores_fwd_kernel(float* s, const float* a_src, const float* a_dst, CsrView g, int64_t H, float slope) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= g.num_edges * H) return;
   const int64_t p = i / H, h = i % H, v = segment_of(g.indptr, g.num_rows, p);
@@ -198,9 +204,9 @@ __global__ void __launch_bounds__(kThreads) gat_scores_fwd_kernel(float* s, cons
 }
 
 // da_dst[v, h] = sum over CSR row v, da_src[u, h] = sum over CSC row u, of ds * leaky_relu'(pre).
-__global__ void __launch_bounds__(kThreads) gat_scores_bwd_kernel(float* da_src, float* da_dst, const float* ds,
-                                                                  const float* a_src, const float* a_dst, CsrView g,
-                                                                  int64_t H, float slope) {
+__global__ void __launch_bounds__(kThreads)
+    gat_scores_bwd_kernel(float* da_src, float* da_dst, const float* ds, const float* a_src, const float* a_dst,
+                          CsrView g, int64_t H, float slope) {
   const int64_t w = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = int(threadIdx.x % 32);
   const int64_t dst_items = g.num_rows * H;
@@ -223,7 +229,8 @@ namespace {
 int group_lanes(int64_t H) { return H <= 32 && (H & (H - 1)) == 0 ? int(std::max<int64_t>(8, H)) : 0; }
 }  // namespace
 
-void segment_softmax_forward_cuda(float* y, const float* x, const int32_t* indptr, int64_t S, int64_t H, Stream stream) {
+void segment_softmax_forward_cuda(float* y, const float* x, const int32_t* indptr, int64_t S, int64_t H,
+                                  Stream stream) {
   if (S * H == 0) return;
   if (const int L = group_lanes(H)) {
     softmax_fwd_group_kernel<<<blocks_for(S, kThreads / L, "segment_softmax_forward_cuda"), kThreads, 0, stream>>>(
@@ -231,7 +238,8 @@ void segment_softmax_forward_cuda(float* y, const float* x, const int32_t* indpt
     GNN_CUDA_LAUNCH_CHECK("segment_softmax_forward_cuda");
     return;
   }
-  softmax_fwd_kernel<<<blocks_for(S * H, kWarps, "segment_softmax_forward_cuda"), kThreads, 0, stream>>>(y, x, indptr, S, H);
+  softmax_fwd_kernel<<<blocks_for(S * H, kWarps, "segment_softmax_forward_cuda"), kThreads, 0, stream>>>(y, x, indptr,
+                                                                                                         S, H);
   GNN_CUDA_LAUNCH_CHECK("segment_softmax_forward_cuda");
 }
 
@@ -245,7 +253,7 @@ void segment_softmax_backward_cuda(float* dx, const float* y, const float* dy, c
     return;
   }
   softmax_bwd_kernel<<<blocks_for(S * H, kWarps, "segment_softmax_backward_cuda"), kThreads, 0, stream>>>(dx, y, dy,
-                                                                                                         indptr, S, H);
+                                                                                                          indptr, S, H);
   GNN_CUDA_LAUNCH_CHECK("segment_softmax_backward_cuda");
 }
 

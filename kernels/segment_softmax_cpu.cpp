@@ -1,8 +1,8 @@
 // Segment softmax and GAT scores on the CPU: rows (segments) in dynamic blocks, heads in the inner
 // loop; the backward of the source scores walks the CSC, so every sum has one owner and one order.
-#include "kernels/segment_softmax.h"
-
 #include <vector>
+
+#include "kernels/segment_softmax.h"
 
 namespace gnn {
 namespace {

@@ -28,14 +28,14 @@ constexpr int kHubEntries = 256;
 enum class Mode { kFwd, kFwdMax, kBwd, kBwdMax };
 
 struct GatherArgs {
-  int64_t rows = 0;               // output rows
-  const int32_t* ptr = nullptr;   // [rows + 1]: entries of each output row (CSR indptr, or CSC indptr)
-  const int32_t* idx = nullptr;   // [E]: the input row each entry reads (CSR indices, or CSC indices)
+  int64_t rows = 0;  // output rows
+  const int32_t* ptr = nullptr;  // [rows + 1]: entries of each output row (CSR indptr, or CSC indptr)
+  const int32_t* idx = nullptr;  // [E]: the input row each entry reads (CSR indices, or CSC indices)
   const int32_t* to_csr = nullptr;  // backward: the CSR position of each CSC entry
   const int32_t* indptr = nullptr;  // the CSR indptr (degrees for mean)
-  const float* w = nullptr;       // per CSR position ([E], or [E, heads]), or null
-  const float* in = nullptr;      // x (forward) or dy (backward)
-  float* out = nullptr;           // y (forward) or dx (backward)
+  const float* w = nullptr;  // per CSR position ([E], or [E, heads]), or null
+  const float* in = nullptr;  // x (forward) or dy (backward)
+  float* out = nullptr;  // y (forward) or dx (backward)
   int32_t* argmax_out = nullptr;  // forward max: [rows, F]
   const int32_t* argmax_in = nullptr;  // backward max: [N, F]
   int64_t F = 0, ld_in = 0, ld_out = 0;
@@ -90,7 +90,9 @@ __device__ __forceinline__ void add_entry(const GatherArgs& a, int32_t q, int64_
 }
 
 // The head of the columns from col on (0 with one head).
-__device__ __forceinline__ int64_t head_of(const GatherArgs& a, int64_t col) { return a.heads > 1 ? col / a.head_cols : 0; }
+__device__ __forceinline__ int64_t head_of(const GatherArgs& a, int64_t col) {
+  return a.heads > 1 ? col / a.head_cols : 0;
+}
 
 template <int V, Mode M>
 __device__ __forceinline__ void init(float* acc, int32_t* arg) {
@@ -193,8 +195,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 template <Mode M>
 void launch_gather(GatherArgs a, Stream stream, const char* name) {
   if (a.rows == 0 || a.F == 0) return;
-  const bool vec4 = a.F % 4 == 0 && (a.heads == 1 || a.head_cols % 4 == 0) && a.ld_in % 4 == 0 &&
-                    a.ld_out % 4 == 0 && aligned16(a.in) && aligned16(a.out);
+  const bool vec4 = a.F % 4 == 0 && (a.heads == 1 || a.head_cols % 4 == 0) && a.ld_in % 4 == 0 && a.ld_out % 4 == 0 &&
+                    aligned16(a.in) && aligned16(a.out);
   const int V = vec4 ? 4 : 1;
   const int64_t need = ceil_div<int64_t>(a.F, V);
   int L = 1;
@@ -212,9 +214,9 @@ void launch_gather(GatherArgs a, Stream stream, const char* name) {
 // v = csc_indices[q] and source indices[p], two dependent loads where a binary search for v in indptr
 // would take log2(N) (17 at N = 100k: ncu timed that version at 204 us for E = 200k, H = 4 on an H100).
 // Each dw[p, h] is written once, and the warp's shuffle reduction has a fixed order.
-__global__ void __launch_bounds__(kThreads) edge_dot_kernel(float* dw, const float* dy, const float* x,
-                                                           const int32_t* argmax, CsrView g, int64_t F, int64_t ldx,
-                                                           int64_t ldy, Reduce op, int64_t H) {
+__global__ void __launch_bounds__(kThreads)
+    edge_dot_kernel(float* dw, const float* dy, const float* x, const int32_t* argmax, CsrView g, int64_t F,
+                    int64_t ldx, int64_t ldy, Reduce op, int64_t H) {
   const int64_t q = (int64_t(blockIdx.x) * kThreads + threadIdx.x) / 32;
   const int lane = int(threadIdx.x % 32);
   if (q >= g.num_edges) return;
@@ -267,7 +269,7 @@ void spmm_backward_w_cuda(float* dw, const float* dy, const float* x, const int3
   const int64_t E = g.num_edges;
   if (E == 0) return;
   edge_dot_kernel<<<blocks_for(E * 32, kThreads, "spmm_backward_w_cuda"), kThreads, 0, stream>>>(dw, dy, x, argmax, g,
-                                                                                                  F, ldx, ldy, op, 1);
+                                                                                                 F, ldx, ldy, op, 1);
   GNN_CUDA_LAUNCH_CHECK("spmm_backward_w_cuda");
 }
 

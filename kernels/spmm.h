@@ -27,12 +27,12 @@ const char* reduce_name(Reduce r);
 struct CsrView {
   int64_t num_rows = 0;  // destination nodes
   int64_t num_cols = 0;  // source nodes (rows of x)
-  const int32_t* indptr = nullptr;      // [num_rows + 1]
-  const int32_t* indices = nullptr;     // [E] source of each entry
+  const int32_t* indptr = nullptr;  // [num_rows + 1]
+  const int32_t* indices = nullptr;  // [E] source of each entry
   const int32_t* csc_indptr = nullptr;  // [num_cols + 1]
-  const int32_t* csc_indices = nullptr; // [E] destination of each CSC entry
+  const int32_t* csc_indices = nullptr;  // [E] destination of each CSC entry
   const int32_t* csc_to_csr = nullptr;  // [E]
-  int64_t num_edges = 0;                // E (what a GPU launch over the edges is sized by)
+  int64_t num_edges = 0;  // E (what a GPU launch over the edges is sized by)
 };
 
 template <class T>
@@ -94,10 +94,10 @@ void spmm_backward_w_ref(T* dw, const T* dy, const T* x, const int32_t* argmax, 
 void spmm_forward_cpu(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
                       int64_t ldx, int64_t ldy, Reduce op);
 // accumulate: dx += the gradient instead of dx = (fused layers add it to their own part)
-void spmm_backward_x_cpu(float* dx, const float* dy, const int32_t* argmax, const float* w, const CsrView& g,
-                         int64_t F, int64_t ldx, int64_t ldy, Reduce op, bool accumulate = false);
-void spmm_backward_w_cpu(float* dw, const float* dy, const float* x, const int32_t* argmax, const CsrView& g,
-                         int64_t F, int64_t ldx, int64_t ldy, Reduce op);
+void spmm_backward_x_cpu(float* dx, const float* dy, const int32_t* argmax, const float* w, const CsrView& g, int64_t F,
+                         int64_t ldx, int64_t ldy, Reduce op, bool accumulate = false);
+void spmm_backward_w_cpu(float* dw, const float* dy, const float* x, const int32_t* argmax, const CsrView& g, int64_t F,
+                         int64_t ldx, int64_t ldy, Reduce op);
 
 void spmm_forward_cuda(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
                        int64_t ldx, int64_t ldy, Reduce op, Stream stream);

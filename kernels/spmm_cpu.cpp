@@ -9,9 +9,12 @@ namespace gnn {
 
 const char* reduce_name(Reduce r) {
   switch (r) {
-    case Reduce::kSum: return "sum";
-    case Reduce::kMean: return "mean";
-    default: return "max";
+    case Reduce::kSum:
+      return "sum";
+    case Reduce::kMean:
+      return "mean";
+    default:
+      return "max";
   }
 }
 
@@ -24,7 +27,8 @@ inline void prefetch_row(const float* p, int64_t F) {
 }  // namespace
 
 GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict argmax, const float* __restrict x,
-                      const float* __restrict w, const CsrView& g, int64_t F, int64_t ldx, int64_t ldy, Reduce op) {
+                                     const float* __restrict w, const CsrView& g, int64_t F, int64_t ldx, int64_t ldy,
+                                     Reduce op) {
   const int64_t S = g.num_rows;
 #pragma omp parallel for schedule(dynamic, kRowsPerTask)
   for (int64_t v = 0; v < S; ++v) {
@@ -76,9 +80,9 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
   }
 }
 
-GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __restrict dy, const int32_t* __restrict argmax,
-                         const float* __restrict w, const CsrView& g, int64_t F, int64_t ldx, int64_t ldy, Reduce op,
-                         bool accumulate) {
+GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __restrict dy,
+                                        const int32_t* __restrict argmax, const float* __restrict w, const CsrView& g,
+                                        int64_t F, int64_t ldx, int64_t ldy, Reduce op, bool accumulate) {
   const int64_t U = g.num_cols;
 #pragma omp parallel for schedule(dynamic, kRowsPerTask)
   for (int64_t u = 0; u < U; ++u) {
@@ -101,8 +105,8 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
 }
 
 GNN_CPU_CLONES void spmm_backward_w_cpu(float* __restrict dw, const float* __restrict dy, const float* __restrict x,
-                         const int32_t* __restrict argmax, const CsrView& g, int64_t F, int64_t ldx, int64_t ldy,
-                         Reduce op) {
+                                        const int32_t* __restrict argmax, const CsrView& g, int64_t F, int64_t ldx,
+                                        int64_t ldy, Reduce op) {
   const int64_t S = g.num_rows;
 #pragma omp parallel for schedule(dynamic, kRowsPerTask)
   for (int64_t v = 0; v < S; ++v) {

@@ -9,11 +9,10 @@
 namespace gnn {
 namespace {
 
-#define GNN_CUSPARSE_CHECK(expr)                                                                  \
-  do {                                                                                            \
-    const cusparseStatus_t st_ = (expr);                                                          \
-    GNN_CHECK(st_ == CUSPARSE_STATUS_SUCCESS, cusparseGetErrorString(st_), " (", int(st_), ") in ", \
-              #expr);                                                                             \
+#define GNN_CUSPARSE_CHECK(expr)                                                                            \
+  do {                                                                                                      \
+    const cusparseStatus_t st_ = (expr);                                                                    \
+    GNN_CHECK(st_ == CUSPARSE_STATUS_SUCCESS, cusparseGetErrorString(st_), " (", int(st_), ") in ", #expr); \
   } while (0)
 
 constexpr cusparseSpMMAlg_t kAlg = CUSPARSE_SPMM_CSR_ALG2;

@@ -16,13 +16,13 @@ namespace gnn {
 class CusparseSpmm {
  public:
   // The bytes of work buffer cuSPARSE asks for this product (may be 0).
-  static size_t workspace_bytes(void* sparse_handle, const CsrView& g, const float* values, float* y, const float* x, int64_t F,
-                                int64_t ldx, int64_t ldy);
+  static size_t workspace_bytes(void* sparse_handle, const CsrView& g, const float* values, float* y, const float* x,
+                                int64_t F, int64_t ldx, int64_t ldy);
   // work: workspace_bytes(...) bytes on the current device (null when that is 0).
   // sparse_handle: a cusparseHandle_t (runtime/cuda.h: cuda_sparse(device)); it is bound to `stream`
   // at construction and before every run().
-  CusparseSpmm(void* sparse_handle, const CsrView& g, const float* values, float* y, const float* x, int64_t F, int64_t ldx, int64_t ldy,
-               void* work, Stream stream);
+  CusparseSpmm(void* sparse_handle, const CsrView& g, const float* values, float* y, const float* x, int64_t F,
+               int64_t ldx, int64_t ldy, void* work, Stream stream);
   ~CusparseSpmm();
   CusparseSpmm(const CusparseSpmm&) = delete;
   CusparseSpmm& operator=(const CusparseSpmm&) = delete;

@@ -27,7 +27,8 @@ SharePlan SharePlan::build(const Graph& a, const Tensor& a_weight, const Tensor&
   GNN_CHECK(a.device().is_cpu() && seeds.device().is_cpu() && graph_ptr.device().is_cpu(),
             "SharePlan::build: the graph, seeds and graph_ptr must be on the host");
   GNN_CHECK(a.num_sources() == a.num_nodes, "SharePlan::build: the aggregation graph must have one node set");
-  GNN_CHECK(seeds.dtype() == DType::I32 && seeds.dim() == 1, "SharePlan::build: seeds must be i32 [K], got ", seeds.desc());
+  GNN_CHECK(seeds.dtype() == DType::I32 && seeds.dim() == 1, "SharePlan::build: seeds must be i32 [K], got ",
+            seeds.desc());
   GNN_CHECK(graph_ptr.dtype() == DType::I64 && graph_ptr.dim() == 1 && graph_ptr.size(0) >= 1,
             "SharePlan::build: graph_ptr must be i64 [G+1], got ", graph_ptr.desc());
   GNN_CHECK(!a_weight.defined() || (a_weight.dtype() == DType::F32 && a_weight.numel() == a.num_edges),
@@ -44,7 +45,7 @@ SharePlan SharePlan::build(const Graph& a, const Tensor& a_weight, const Tensor&
   const int32_t* ci = a.csc_indices.i32();
   auto weight_at = [&](int32_t p) { return a_weight.defined() ? a_weight.f32()[p] : 1.0f; };
 
-  std::vector<int32_t> order;       // D in plan order
+  std::vector<int32_t> order;  // D in plan order
   std::vector<int32_t> pos(static_cast<size_t>(N), -1);  // a node's row in D, -1 outside
   for (int64_t k = 0; k < seeds.numel(); ++k) {
     const int32_t v = seeds.i32()[k];
@@ -75,11 +76,13 @@ SharePlan SharePlan::build(const Graph& a, const Tensor& a_weight, const Tensor&
       const int32_t v = order[size_t(r)];
       for (int32_t p = rp[v]; p < rp[v + 1]; ++p) {
         const int32_t u = ri[p];
-        if (pos[size_t(u)] >= 0 && pos[size_t(u)] < before) dsrc.push_back(pos[size_t(u)]), ddst.push_back(r), dw.push_back(weight_at(p));
+        if (pos[size_t(u)] >= 0 && pos[size_t(u)] < before)
+          dsrc.push_back(pos[size_t(u)]), ddst.push_back(r), dw.push_back(weight_at(p));
         else ssrc.push_back(u), sdst.push_back(r), sw.push_back(weight_at(p));
       }
     }
-    make_block(dsrc, ddst, dw, before, int64_t(order.size()), "config sharing: rows from D", &s.from_dep, &s.from_dep_w);
+    make_block(dsrc, ddst, dw, before, int64_t(order.size()), "config sharing: rows from D", &s.from_dep,
+               &s.from_dep_w);
     make_block(ssrc, sdst, sw, N, int64_t(order.size()), "config sharing: rows from shared", &s.from_shared,
                &s.from_shared_w);
     plan.steps_.push_back(std::move(s));
@@ -89,7 +92,9 @@ SharePlan SharePlan::build(const Graph& a, const Tensor& a_weight, const Tensor&
   std::vector<int64_t> graph_of(static_cast<size_t>(N));
   for (int64_t g = 0; g < G; ++g)
     for (int64_t v = graph_ptr.i64()[g]; v < graph_ptr.i64()[g + 1]; ++v) graph_of[size_t(v)] = g;
-  auto inv_size = [&](int64_t g) { return 1.0f / float(std::max<int64_t>(1, graph_ptr.i64()[g + 1] - graph_ptr.i64()[g])); };
+  auto inv_size = [&](int64_t g) {
+    return 1.0f / float(std::max<int64_t>(1, graph_ptr.i64()[g + 1] - graph_ptr.i64()[g]));
+  };
   std::vector<int64_t> psrc, pdst, qsrc, qdst;
   std::vector<float> pw, qw;
   for (int32_t r = 0; r < int32_t(order.size()); ++r)
@@ -109,7 +114,8 @@ SharePlan SharePlan::build(const Graph& a, const Tensor& a_weight, const Tensor&
   for (int64_t g = 0; g < G; ++g)
     for (int64_t c = 0; c < configs; ++c) {
       if (has_dep[size_t(g)]) msrc.push_back(g * configs + c), mdst.push_back(g * configs + c), mw.push_back(1);
-      if (has_shared[size_t(g)]) msrc.push_back((G + g) * configs + c), mdst.push_back(g * configs + c), mw.push_back(1);
+      if (has_shared[size_t(g)])
+        msrc.push_back((G + g) * configs + c), mdst.push_back(g * configs + c), mw.push_back(1);
     }
   make_block(msrc, mdst, mw, 2 * G * configs, G * configs, "config sharing: max pooling", &plan.pool_max_,
              &plan.pool_max_w_);
@@ -146,8 +152,9 @@ SharedRows aggregate(const SharePlan& plan, const Graph& a, const Tensor& a_weig
   const SharePlan::Step& s = plan.step(x.level);
   const ag::Var w = a_weight.defined() ? ag::Var(a_weight) : ag::Var();
   const ag::Var shared = ag::spmm(a, x.shared, Reduce::kSum, w);
-  ag::Var dep = ag::add(ag::spmm(s.from_dep, x.dep, Reduce::kSum, ag::Var(s.from_dep_w)),
-                        repeat_cols(ag::spmm(s.from_shared, x.shared, Reduce::kSum, ag::Var(s.from_shared_w)), x.configs));
+  ag::Var dep =
+      ag::add(ag::spmm(s.from_dep, x.dep, Reduce::kSum, ag::Var(s.from_dep_w)),
+              repeat_cols(ag::spmm(s.from_shared, x.shared, Reduce::kSum, ag::Var(s.from_shared_w)), x.configs));
   return {shared, dep, x.level + 1, x.configs};
 }
 
@@ -169,7 +176,8 @@ SharedRows concat_cols(const SharedRows& a, const SharedRows& b) {
             b.level);
   const int64_t C = a.configs, n = a.dep.size(0);
   // dep is node-major: join per config ([n*C, Fa] | [n*C, Fb]), then back to [n, C*(Fa+Fb)].
-  const ag::Var dep = ag::concat_cols({ag::reshape(a.dep, n * C, a.dep.size(1) / C), ag::reshape(b.dep, n * C, b.dep.size(1) / C)});
+  const ag::Var dep =
+      ag::concat_cols({ag::reshape(a.dep, n * C, a.dep.size(1) / C), ag::reshape(b.dep, n * C, b.dep.size(1) / C)});
   return {ag::concat_cols({a.shared, b.shared}), ag::reshape(dep, n, dep.size(1) * C), a.level, C};
 }
 

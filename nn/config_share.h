@@ -41,10 +41,10 @@ class SharePlan {
   SharePlan to(Device device) const;  // the graphs and weights there, in one transfer
 
   struct Step {
-    Tensor new_rows;      // i32 [n] on the host: the nodes that join D at this step, in their D order
-    Graph from_dep;       // bipartite |D_l| -> |D_(l+1)|: the entries of A whose source is in D_l
-    Tensor from_dep_w;    // f32, its weights
-    Graph from_shared;    // bipartite N -> |D_(l+1)|: the entries whose source is not in D_l
+    Tensor new_rows;  // i32 [n] on the host: the nodes that join D at this step, in their D order
+    Graph from_dep;  // bipartite |D_l| -> |D_(l+1)|: the entries of A whose source is in D_l
+    Tensor from_dep_w;  // f32, its weights
+    Graph from_shared;  // bipartite N -> |D_(l+1)|: the entries whose source is not in D_l
     Tensor from_shared_w;
   };
   int64_t nodes() const { return nodes_; }
@@ -54,10 +54,12 @@ class SharePlan {
   const Step& step(int64_t l) const { return steps_.at(size_t(l)); }
   int64_t dependent_rows(int64_t level) const { return dep_rows_.at(size_t(level)); }  // |D_level|
   const Tensor& dependent_ids(int64_t level) const { return dep_ids_.at(size_t(level)); }  // i32 [|D_level|], host
-  double dependent_share(int64_t level) const { return double(dependent_rows(level)) / double(std::max<int64_t>(nodes_, 1)); }
+  double dependent_share(int64_t level) const {
+    return double(dependent_rows(level)) / double(std::max<int64_t>(nodes_, 1));
+  }
 
   // Readout at the last level: graph g's rows with weight 1 / n_g (mean) or 1 (sum, no weight).
-  const Graph& pool_dep() const { return pool_dep_; }        // |D_L| -> G
+  const Graph& pool_dep() const { return pool_dep_; }  // |D_L| -> G
   const Graph& pool_shared() const { return pool_shared_; }  // N -> G, the rows outside D_L only
   const Tensor& pool_dep_mean() const { return pool_dep_mean_; }
   const Tensor& pool_shared_mean() const { return pool_shared_mean_; }
@@ -74,8 +76,8 @@ class SharePlan {
 };
 
 struct SharedRows {
-  ag::Var shared;     // [N, F]
-  ag::Var dep;        // [|D_level|, C*F]
+  ag::Var shared;  // [N, F]
+  ag::Var dep;  // [|D_level|, C*F]
   int64_t level = 0;  // the plan level the rows belong to
   int64_t configs = 1;
 };

@@ -19,7 +19,7 @@ struct SageOptions {
   bool bias = true;
   Act act = Act::kNone;  // applied before the residual is added
   double slope = 0.01;
-  bool fused = true;     // false: always the composed path (tests compare the two)
+  bool fused = true;  // false: always the composed path (tests compare the two)
 };
 class SAGEConv : public Module {
  public:
@@ -88,8 +88,8 @@ class GATConv : public Module {
   int64_t out_;
   GatOptions opt_;
   struct Prepared {
-    LoopedGraph looped;       // the graph on the input graph's device
-    Graph host_looped;        // the same on the host (the edge-feature path reads it there)
+    LoopedGraph looped;  // the graph on the input graph's device
+    Graph host_looped;  // the same on the host (the edge-feature path reads it there)
     Tensor csr_src, csr_dst;  // i32 [E']: the endpoints of each CSR position (the edge-feature path)
   };
   Rng rng_;

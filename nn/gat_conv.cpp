@@ -11,7 +11,8 @@ GATConv::GATConv(int64_t in, int64_t out, Rng& rng, GatOptions opt) : out_(out),
   att_src = add_param("att_src", init_tensor(Shape{H, out}, Init::kGlorot, H, out, rng));
   att_dst = add_param("att_dst", init_tensor(Shape{H, out}, Init::kGlorot, H, out, rng));
   if (opt.edge_dim > 0) {
-    edge_weight = add_param("edge_weight", init_tensor(Shape{opt.edge_dim, H * out}, Init::kGlorot, opt.edge_dim, H * out, rng));
+    edge_weight =
+        add_param("edge_weight", init_tensor(Shape{opt.edge_dim, H * out}, Init::kGlorot, opt.edge_dim, H * out, rng));
     att_edge = add_param("att_edge", init_tensor(Shape{H, out}, Init::kGlorot, H, out, rng));
   }
   if (opt.bias) bias = add_param("bias", init_tensor(Shape{opt.concat ? H * out : out}, Init::kZeros, in, out, rng));

@@ -36,7 +36,8 @@ Tensor gcn_norm(const Graph& g) {
   Tensor w = Tensor::empty(Shape{g.num_edges}, DType::F32);
   float* wp = w.f32();
   for (int64_t v = 0; v < N; ++v)
-    for (int32_t p = indptr[v]; p < indptr[v + 1]; ++p) wp[p] = float(inv_sqrt[size_t(indices[p])] * inv_sqrt[size_t(v)]);
+    for (int32_t p = indptr[v]; p < indptr[v + 1]; ++p)
+      wp[p] = float(inv_sqrt[size_t(indices[p])] * inv_sqrt[size_t(v)]);
   return w;
 }
 

@@ -16,8 +16,7 @@ Linear::Linear(int64_t in, int64_t out, Rng& rng, bool with_bias, Init init) : i
 ag::Var Linear::forward(const ag::Var& x) const { return forward(x, Act::kNone); }
 
 ag::Var Linear::forward(const ag::Var& x, Act act, double slope) const {
-  GNN_CHECK(x.value().dim() == 2 && x.size(1) == in_, "Linear: expected [*, ", in_, "] input, got ",
-            x.value().desc());
+  GNN_CHECK(x.value().dim() == 2 && x.size(1) == in_, "Linear: expected [*, ", in_, "] input, got ", x.value().desc());
   const ag::Var y = ag::matmul(x, weight);
   if (bias.defined()) return ag::bias_act(y, bias, act, slope);
   return act == Act::kNone ? y : ag::activation(y, act, slope);

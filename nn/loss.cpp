@@ -196,8 +196,8 @@ Var list_mle_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr
     for (int64_t r = 0; r < n; ++r) {
       loss += std::log(D[size_t(r)]) + m - u[size_t(r)];
       inv_cum += 1.0 / D[size_t(r)];
-      const double du = -1.0 + std::exp(u[size_t(r)] - m) * inv_cum;   // dL/du_r
-      grad[size_t(order[size_t(r)])] = -du / temperature;              // du/dp = -1 / T
+      const double du = -1.0 + std::exp(u[size_t(r)] - m) * inv_cum;  // dL/du_r
+      grad[size_t(order[size_t(r)])] = -du / temperature;  // du/dp = -1 / T
     }
   }
   GNN_CHECK(used > 0, "list_mle_loss: every group is empty");

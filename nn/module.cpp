@@ -10,13 +10,21 @@ Tensor init_tensor(const Shape& shape, Init init, int64_t fan_in, int64_t fan_ou
   const int64_t n = t.numel();
   double a = 0;
   switch (init) {
-    case Init::kZeros: t.fill_(0); return t;
-    case Init::kOnes: t.fill_(1); return t;
+    case Init::kZeros:
+      t.fill_(0);
+      return t;
+    case Init::kOnes:
+      t.fill_(1);
+      return t;
     case Init::kNormal:
       for (int64_t i = 0; i < n; ++i) p[i] = float(rng.normal());
       return t;
-    case Init::kGlorot: a = std::sqrt(6.0 / double(std::max<int64_t>(1, fan_in + fan_out))); break;
-    case Init::kKaiming: a = 1.0 / std::sqrt(double(std::max<int64_t>(1, fan_in))); break;
+    case Init::kGlorot:
+      a = std::sqrt(6.0 / double(std::max<int64_t>(1, fan_in + fan_out)));
+      break;
+    case Init::kKaiming:
+      a = 1.0 / std::sqrt(double(std::max<int64_t>(1, fan_in)));
+      break;
   }
   for (int64_t i = 0; i < n; ++i) p[i] = float(rng.uniform(-a, a));
   return t;

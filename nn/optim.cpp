@@ -54,8 +54,10 @@ struct MultiPass {
   // cuda(device_list, count, chunks, device) for each GPU's list, the list copied to that device.
   template <class Host, class Cuda>
   void run(Host&& host, Cuda&& cuda) {
-    if (!host32.empty()) host(host32.data(), int64_t(host32.size()), plan_chunks(host32.data(), int64_t(host32.size())));
-    if (!host64.empty()) host(host64.data(), int64_t(host64.size()), plan_chunks(host64.data(), int64_t(host64.size())));
+    if (!host32.empty())
+      host(host32.data(), int64_t(host32.size()), plan_chunks(host32.data(), int64_t(host32.size())));
+    if (!host64.empty())
+      host(host64.data(), int64_t(host64.size()), plan_chunks(host64.data(), int64_t(host64.size())));
     for (auto& [dev, list] : gpu) {
       const int64_t count = int64_t(list.size()), chunks = plan_chunks(list.data(), count);
       static_assert(std::is_trivially_copyable_v<E<float>>);
@@ -116,13 +118,15 @@ namespace {
 Tensor state_tensor(const std::map<std::string, Tensor>& s, const std::string& key, int64_t n) {
   auto it = s.find(key);
   GNN_CHECK(it != s.end(), "optimizer state: '", key, "' is missing");
-  GNN_CHECK(it->second.numel() == n, "optimizer state: '", key, "' has ", it->second.numel(), " values, the parameter ", n);
+  GNN_CHECK(it->second.numel() == n, "optimizer state: '", key, "' has ", it->second.numel(), " values, the parameter ",
+            n);
   return it->second.astype(DType::F64).reshape({n}).clone();
 }
 
 }  // namespace
 
-SGD::SGD(std::vector<ParamGroup> groups, double lr, double momentum) : Optimizer(std::move(groups), lr), momentum_(momentum) {}
+SGD::SGD(std::vector<ParamGroup> groups, double lr, double momentum)
+    : Optimizer(std::move(groups), lr), momentum_(momentum) {}
 
 void SGD::step() {
   MultiPass<SgdTensor> pass;
@@ -257,13 +261,15 @@ double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm) {
 double LrSchedule::at(int64_t step) const {
   if (warmup > 0 && step < warmup) return base * double(step + 1) / double(warmup);
   switch (kind) {
-    case Kind::kStep: return base * std::pow(gamma, double(step / std::max<int64_t>(1, step_size)));
+    case Kind::kStep:
+      return base * std::pow(gamma, double(step / std::max<int64_t>(1, step_size)));
     case Kind::kCosine: {
       const double span = double(std::max<int64_t>(1, total - warmup));
       const double x = std::min(1.0, double(step - warmup) / span);
       return min_lr + 0.5 * (base - min_lr) * (1 + std::cos(3.14159265358979323846 * x));
     }
-    default: return base;
+    default:
+      return base;
   }
 }
 
@@ -300,10 +306,12 @@ std::vector<std::pair<std::string, Tensor>> Swa::average() const {
 void Swa::save(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
   out.emplace_back(prefix + "count", Tensor::from_vector(std::vector<int64_t>{int64_t(snaps_.size())}));
   for (size_t k = 0; k < snaps_.size(); ++k)
-    for (size_t i = 0; i < names_.size(); ++i) out.emplace_back(prefix + std::to_string(k) + "/" + names_[i], snaps_[k][i]);
+    for (size_t i = 0; i < names_.size(); ++i)
+      out.emplace_back(prefix + std::to_string(k) + "/" + names_[i], snaps_[k][i]);
 }
 
-void Swa::load(const std::string& prefix, const std::map<std::string, Tensor>& arrays, const std::vector<NamedParam>& params) {
+void Swa::load(const std::string& prefix, const std::map<std::string, Tensor>& arrays,
+               const std::vector<NamedParam>& params) {
   snaps_.clear(), names_.clear();
   const auto count = arrays.find(prefix + "count");
   if (count == arrays.end()) return;  // a checkpoint from before SWA was on: no snapshots yet

@@ -84,10 +84,10 @@ struct LrSchedule {
   enum class Kind { kConstant, kStep, kCosine };
   Kind kind = Kind::kConstant;
   double base = 1e-3;
-  int64_t warmup = 0;        // linear from base / warmup up to base over the first `warmup` steps
+  int64_t warmup = 0;  // linear from base / warmup up to base over the first `warmup` steps
   int64_t step_size = 1000;  // kStep: multiply by gamma every step_size steps
   double gamma = 0.1;
-  int64_t total = 1;         // kCosine: from base down to min_lr at step `total`
+  int64_t total = 1;  // kCosine: from base down to min_lr at step `total`
   double min_lr = 0;
   double at(int64_t step) const;
 };
@@ -106,7 +106,8 @@ class Swa {
   // The snapshots as named f64 arrays (prefix + "count", prefix + "<i>/<parameter>", oldest first), for a
   // checkpoint, and back (a resumed run averages what the unbroken one would).
   void save(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
-  void load(const std::string& prefix, const std::map<std::string, Tensor>& arrays, const std::vector<NamedParam>& params);
+  void load(const std::string& prefix, const std::map<std::string, Tensor>& arrays,
+            const std::vector<NamedParam>& params);
 
  private:
   int64_t k_;

@@ -10,12 +10,12 @@
 namespace gnn {
 
 struct MemoryStats {
-  int64_t current_bytes = 0;      // in use by live buffers
-  int64_t peak_bytes = 0;         // high-water mark of current_bytes since start or reset_peak
-  int64_t live_allocations = 0;   // buffers alive now
+  int64_t current_bytes = 0;  // in use by live buffers
+  int64_t peak_bytes = 0;  // high-water mark of current_bytes since start or reset_peak
+  int64_t live_allocations = 0;  // buffers alive now
   int64_t total_allocations = 0;  // buffers ever handed out
-  int64_t reserved_bytes = 0;     // held from the system: in use plus cached (equals current on the host)
-  int64_t cached_bytes = 0;       // freed blocks kept for reuse (always 0 on the host)
+  int64_t reserved_bytes = 0;  // held from the system: in use plus cached (equals current on the host)
+  int64_t cached_bytes = 0;  // freed blocks kept for reuse (always 0 on the host)
 };
 
 inline constexpr size_t kHostAlignment = 64;

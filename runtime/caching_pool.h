@@ -31,7 +31,7 @@ class CachingPool {
   CachingPool& operator=(const CachingPool&) = delete;
 
   void* allocate(size_t bytes);  // nullptr for 0 bytes; throws gnn::Error when memory runs out
-  void deallocate(void* p);      // p must come from allocate
+  void deallocate(void* p);  // p must come from allocate
   void empty_cache();
   MemoryStats stats() const;
   void reset_peak();
@@ -45,8 +45,8 @@ class CachingPool {
   RawAlloc raw_alloc_;
   RawFree raw_free_;
   mutable std::mutex mu_;
-  std::unordered_map<void*, size_t> live_;      // block -> its class size
-  std::map<size_t, std::vector<void*>> free_;   // class size -> cached blocks
+  std::unordered_map<void*, size_t> live_;  // block -> its class size
+  std::map<size_t, std::vector<void*>> free_;  // class size -> cached blocks
   MemoryStats stats_;
 };
 
@@ -81,9 +81,9 @@ class PoolSet {
   CachingPool::RawFree raw_free_;
   CachingPool main_;
   mutable std::mutex mu_;
-  std::shared_ptr<Private> open_;                                     // the capture in progress
+  std::shared_ptr<Private> open_;  // the capture in progress
   std::unordered_map<void*, std::shared_ptr<Private>> private_live_;  // private block -> its pool
-  std::vector<std::weak_ptr<Private>> privates_;                      // for private_stats
+  std::vector<std::weak_ptr<Private>> privates_;  // for private_stats
 };
 
 }  // namespace gnn

@@ -14,8 +14,8 @@
 #include <mutex>
 #include <vector>
 
-#include "runtime/caching_pool.h"
 #include "base/cuda_check.h"
+#include "runtime/caching_pool.h"
 
 namespace gnn {
 namespace {
@@ -24,8 +24,8 @@ struct DeviceState {
   std::unique_ptr<PoolSet> pool;  // the caching pool, and the private pools of CUDA graphs
   cudaStream_t stream = nullptr;
   std::atomic<bool> capturing{false};  // a CudaGraph capture is open on the stream
-  BlasHandle blas;                     // cuda_blas: created on first use, never destroyed
-  void* sparse = nullptr;              // cuda_sparse: the same
+  BlasHandle blas;  // cuda_blas: created on first use, never destroyed
+  void* sparse = nullptr;  // cuda_sparse: the same
 };
 
 std::mutex g_mu;
@@ -167,7 +167,8 @@ BlasHandle cuda_blas(int device) {
   cublasHandle_t h = nullptr;
   const cublasStatus_t st = cublasCreate(&h);
   if (st != CUBLAS_STATUS_SUCCESS) cudaFree(workspace);
-  GNN_CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasCreate failed on CUDA device ", device, " (cuBLAS status ", int(st), ")");
+  GNN_CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasCreate failed on CUDA device ", device, " (cuBLAS status ", int(st),
+            ")");
   s.blas = {h, workspace, kWorkspaceBytes};
   return s.blas;
 }
@@ -179,8 +180,8 @@ void* cuda_sparse(int device) {
   GNN_CUDA_CHECK(cudaSetDevice(device));
   cusparseHandle_t h = nullptr;
   const cusparseStatus_t st = cusparseCreate(&h);
-  GNN_CHECK(st == CUSPARSE_STATUS_SUCCESS, "cusparseCreate failed on CUDA device ", device, " (", cusparseGetErrorString(st),
-            ")");
+  GNN_CHECK(st == CUSPARSE_STATUS_SUCCESS, "cusparseCreate failed on CUDA device ", device, " (",
+            cusparseGetErrorString(st), ")");
   s.sparse = h;
   return s.sparse;
 }

@@ -14,9 +14,9 @@
 
 namespace gnn {
 
-bool cuda_available();             // built with CUDA and at least one device usable
-std::string cuda_status();         // one line: the devices, or why CUDA cannot be used
-int cuda_device_count();           // 0 when unavailable
+bool cuda_available();  // built with CUDA and at least one device usable
+std::string cuda_status();  // one line: the devices, or why CUDA cannot be used
+int cuda_device_count();  // 0 when unavailable
 
 // The caching allocator (runtime/caching_pool.h) of each device.
 void* cuda_alloc(size_t bytes, int device);

@@ -1,7 +1,6 @@
 // runtime/cuda.h in a build without CUDA: nothing is available, and asking for a device says why.
-#include "runtime/cuda.h"
-
 #include "base/error.h"
+#include "runtime/cuda.h"
 
 namespace gnn {
 namespace {

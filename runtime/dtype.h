@@ -12,13 +12,32 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "f32", "f64", "i32", "i64", "u8", "bool"
 bool dtype_is_float(DType t);
 
-template <class T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::F32; }
-template <> constexpr DType dtype_of<double>() { return DType::F64; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::I32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::I64; }
-template <> constexpr DType dtype_of<uint8_t>() { return DType::U8; }
-template <> constexpr DType dtype_of<bool>() { return DType::Bool; }
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::F32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::F64;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::I32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::I64;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::U8;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return DType::Bool;
+}
 
 enum class DeviceType : uint8_t { CPU, CUDA };
 

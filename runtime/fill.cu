@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/fill.h"
 #include "base/cuda_check.h"
+#include "runtime/fill.h"
 
 namespace gnn {
 
@@ -26,11 +26,20 @@ static void launch_fill(void* y, const void* value, int64_t n, Stream stream) {
 void fill_cuda(void* y, const void* value, size_t elem_size, int64_t n, Stream stream) {
   if (n == 0) return;
   switch (elem_size) {
-    case 1: launch_fill<uint8_t>(y, value, n, stream); break;
-    case 2: launch_fill<uint16_t>(y, value, n, stream); break;
-    case 4: launch_fill<uint32_t>(y, value, n, stream); break;
-    case 8: launch_fill<uint64_t>(y, value, n, stream); break;
-    default: GNN_FAIL("fill_cuda: element size ", elem_size, " not supported");
+    case 1:
+      launch_fill<uint8_t>(y, value, n, stream);
+      break;
+    case 2:
+      launch_fill<uint16_t>(y, value, n, stream);
+      break;
+    case 4:
+      launch_fill<uint32_t>(y, value, n, stream);
+      break;
+    case 8:
+      launch_fill<uint64_t>(y, value, n, stream);
+      break;
+    default:
+      GNN_FAIL("fill_cuda: element size ", elem_size, " not supported");
   }
 }
 

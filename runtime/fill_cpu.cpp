@@ -17,11 +17,20 @@ void fill_typed(void* y, const void* value, int64_t n) {
 
 void fill_cpu(void* y, const void* value, size_t elem_size, int64_t n) {
   switch (elem_size) {
-    case 1: fill_typed<uint8_t>(y, value, n); break;
-    case 2: fill_typed<uint16_t>(y, value, n); break;
-    case 4: fill_typed<uint32_t>(y, value, n); break;
-    case 8: fill_typed<uint64_t>(y, value, n); break;
-    default: break;  // callers pass dtype sizes only
+    case 1:
+      fill_typed<uint8_t>(y, value, n);
+      break;
+    case 2:
+      fill_typed<uint16_t>(y, value, n);
+      break;
+    case 4:
+      fill_typed<uint32_t>(y, value, n);
+      break;
+    case 8:
+      fill_typed<uint64_t>(y, value, n);
+      break;
+    default:
+      break;  // callers pass dtype sizes only
   }
 }
 

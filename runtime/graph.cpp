@@ -17,8 +17,8 @@ Graph Graph::from_bipartite_edges(const int64_t* src, const int64_t* dst, int64_
   GNN_CHECK(N >= 0 && N < kMax && S >= 0 && S < kMax, what, ": ", std::max(N, S), " nodes does not fit int32 indices");
   GNN_CHECK(E >= 0 && E < kMax, what, ": ", E, " edges does not fit int32 indices");
   for (int64_t e = 0; e < E; ++e) {
-    GNN_CHECK(src[e] >= 0 && src[e] < S && dst[e] >= 0 && dst[e] < N, what, ": edge ", e, " (", src[e], " -> ",
-              dst[e], ") has a node id outside [0, ", S, ") -> [0, ", N, ")");
+    GNN_CHECK(src[e] >= 0 && src[e] < S && dst[e] >= 0 && dst[e] < N, what, ": edge ", e, " (", src[e], " -> ", dst[e],
+              ") has a node id outside [0, ", S, ") -> [0, ", N, ")");
   }
   Graph g;
   g.num_nodes = N;

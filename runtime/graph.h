@@ -20,7 +20,7 @@ enum class EdgeColumns { kSrcDst, kDstSrc };
 struct Graph {
   int64_t num_nodes = 0;  // destination nodes (CSR rows, rows of an aggregation's output)
   int64_t num_edges = 0;
-  int64_t num_src = -1;   // a bipartite graph's source nodes (rows of x); -1: the same nodes, num_nodes
+  int64_t num_src = -1;  // a bipartite graph's source nodes (rows of x); -1: the same nodes, num_nodes
   int64_t num_sources() const { return num_src < 0 ? num_nodes : num_src; }
   Tensor csr_indptr, csr_indices, csr_eid;
   Tensor csc_indptr, csc_indices, csc_to_csr;
@@ -39,7 +39,9 @@ struct Graph {
 
   Device device() const { return csr_indptr.device(); }
   Graph to(Device device) const;  // the six arrays in one transfer (Tensor::to_packed)
-  std::vector<Tensor*> arrays() { return {&csr_indptr, &csr_indices, &csr_eid, &csc_indptr, &csc_indices, &csc_to_csr}; }
+  std::vector<Tensor*> arrays() {
+    return {&csr_indptr, &csr_indices, &csr_eid, &csc_indptr, &csc_indices, &csc_to_csr};
+  }
   Graph on(Device device) const { return this->device() == device ? *this : to(device); }  // no copy when there
   // Host-only conveniences (tests, preprocessing).
   int64_t in_degree(int64_t v) const;

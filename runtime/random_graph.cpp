@@ -16,8 +16,8 @@ Graph tpugraphs_like_graph(int64_t N, int64_t E, uint64_t seed) {
     const int64_t d = int64_t(rng() % uint64_t(N));
     dst[size_t(e)] = d;
     // 2% of edges come from a hub, the rest from within 64 nodes of the destination.
-    src[size_t(e)] = u(rng) < 0.02 ? int64_t(rng() % uint64_t(hubs))
-                                   : std::clamp<int64_t>(d - 1 - int64_t(rng() % 64), 0, N - 1);
+    src[size_t(e)] =
+        u(rng) < 0.02 ? int64_t(rng() % uint64_t(hubs)) : std::clamp<int64_t>(d - 1 - int64_t(rng() % 64), 0, N - 1);
   }
   return Graph::from_edges(src.data(), dst.data(), E, N, "random graph");
 }

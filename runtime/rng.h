@@ -25,7 +25,7 @@ class Rng {
   }
   double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
-  uint64_t below(uint64_t n) { return n ? next() % n : 0; }   // [0, n); the modulo bias is < n / 2^64
+  uint64_t below(uint64_t n) { return n ? next() % n : 0; }  // [0, n); the modulo bias is < n / 2^64
   double normal() {  // Box-Muller
     const double u1 = 1.0 - uniform(), u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);

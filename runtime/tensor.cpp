@@ -4,9 +4,9 @@
 #include <cstring>
 #include <limits>
 
-#include "runtime/fill.h"
 #include "runtime/allocator.h"
 #include "runtime/cuda.h"
+#include "runtime/fill.h"
 
 namespace gnn {
 
@@ -21,8 +21,8 @@ void Shape::assign(It first, It last) {
   int64_t total = 1;
   for (int i = 0; i < n_; ++i) {
     GNN_CHECK(d_[i] >= 0, "negative dimension ", d_[i], " in shape ", str());
-    GNN_CHECK(d_[i] == 0 || total <= std::numeric_limits<int64_t>::max() / 16 / d_[i],
-              "shape ", str(), " has too many elements");
+    GNN_CHECK(d_[i] == 0 || total <= std::numeric_limits<int64_t>::max() / 16 / d_[i], "shape ", str(),
+              " has too many elements");
     total *= d_[i];
   }
 }
@@ -51,10 +51,8 @@ Storage::Storage(size_t bytes_, Device device_) : bytes(bytes_), device(device_)
 }
 
 Storage::~Storage() {
-  if (device.is_cuda())
-    cuda_free(ptr, device.index);
-  else
-    host_free(ptr, bytes);
+  if (device.is_cuda()) cuda_free(ptr, device.index);
+  else host_free(ptr, bytes);
 }
 
 // ---- Tensor --------------------------------------------------------------------------------------
@@ -77,13 +75,11 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device
 
 template <class T>
 Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Device device) {
-  GNN_CHECK(int64_t(values.size()) == shape.numel(), "from_vector: ", values.size(), " values for shape ",
-            shape.str());
+  GNN_CHECK(int64_t(values.size()) == shape.numel(), "from_vector: ", values.size(), " values for shape ", shape.str());
   Tensor host = empty(shape, dtype_of<T>());
   if constexpr (std::is_same_v<T, bool>)  // std::vector<bool> is packed
     for (size_t i = 0; i < values.size(); ++i) host.b8()[i] = values[i];
-  else if (!values.empty())
-    std::memcpy(host.data(), values.data(), host.nbytes());
+  else if (!values.empty()) std::memcpy(host.data(), values.data(), host.nbytes());
   return host.on(device);
 }
 
@@ -102,8 +98,7 @@ std::string Tensor::desc() const {
 
 Tensor Tensor::slice(int64_t begin, int64_t end) const {
   GNN_CHECK(defined() && dim() >= 1, "slice needs a tensor with at least one dim, got ", desc());
-  GNN_CHECK(0 <= begin && begin <= end && end <= shape_[0], "slice [", begin, ", ", end, ") out of range for ",
-            desc());
+  GNN_CHECK(0 <= begin && begin <= end && end <= shape_[0], "slice [", begin, ", ", end, ") out of range for ", desc());
   std::vector<int64_t> dims = shape_.vec();
   const size_t row_bytes = size_t(numel() / std::max<int64_t>(dims[0], 1)) * dtype_size(dtype_);
   dims[0] = end - begin;
@@ -132,8 +127,8 @@ Tensor Tensor::reshape(std::vector<int64_t> dims) const {
   }
   Tensor t = *this;
   t.shape_ = Shape(dims);
-  GNN_CHECK(t.numel() == numel(), "cannot reshape ", desc(), " to ", t.shape_.str(), ": ", numel(), " vs ",
-            t.numel(), " elements");
+  GNN_CHECK(t.numel() == numel(), "cannot reshape ", desc(), " to ", t.shape_.str(), ": ", numel(), " vs ", t.numel(),
+            " elements");
   return t;
 }
 
@@ -183,12 +178,10 @@ void Tensor::copy_from(const Tensor& src) {
   GNN_CHECK(defined() && src.defined(), "copy_from: undefined tensor (", desc(), " <- ", src.desc(), ")");
   GNN_CHECK(dtype_ == src.dtype_ && numel() == src.numel(), "copy_from: ", src.desc(), " does not fit ", desc());
   if (nbytes() == 0 || data() == src.data()) return;
-  if (device().is_cpu() && src.device().is_cpu())
-    std::memcpy(data(), src.data(), nbytes());
+  if (device().is_cpu() && src.device().is_cpu()) std::memcpy(data(), src.data(), nbytes());
   else if (device().is_cuda() && src.device().is_cpu())
     cuda_upload(data(), device().index, src.data(), nbytes());  // queued on the stream; the host goes on
-  else
-    cuda_copy(data(), device(), src.data(), src.device(), nbytes());
+  else cuda_copy(data(), device(), src.data(), src.device(), nbytes());
 }
 
 namespace {
@@ -197,12 +190,24 @@ std::array<unsigned char, 8> element_bytes(double value, DType dtype) {
   std::array<unsigned char, 8> b{};
   auto put = [&](auto v) { std::memcpy(b.data(), &v, sizeof(v)); };
   switch (dtype) {
-    case DType::F32: put(float(value)); break;
-    case DType::F64: put(value); break;
-    case DType::I32: put(int32_t(value)); break;
-    case DType::I64: put(int64_t(value)); break;
-    case DType::U8: put(uint8_t(value)); break;
-    case DType::Bool: put(uint8_t(value != 0.0)); break;
+    case DType::F32:
+      put(float(value));
+      break;
+    case DType::F64:
+      put(value);
+      break;
+    case DType::I32:
+      put(int32_t(value));
+      break;
+    case DType::I64:
+      put(int64_t(value));
+      break;
+    case DType::U8:
+      put(uint8_t(value));
+      break;
+    case DType::Bool:
+      put(uint8_t(value != 0.0));
+      break;
   }
   return b;
 }
@@ -222,22 +227,32 @@ namespace {
 template <class Out, class In>
 void convert_elements(Out* out, const In* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<Out, bool>)
-      out[i] = in[i] != In(0);
-    else
-      out[i] = static_cast<Out>(in[i]);
+    if constexpr (std::is_same_v<Out, bool>) out[i] = in[i] != In(0);
+    else out[i] = static_cast<Out>(in[i]);
   }
 }
 
 template <class Out>
 void convert_from(Out* out, const Tensor& in) {
   switch (in.dtype()) {
-    case DType::F32: convert_elements(out, in.f32(), in.numel()); break;
-    case DType::F64: convert_elements(out, in.f64(), in.numel()); break;
-    case DType::I32: convert_elements(out, in.i32(), in.numel()); break;
-    case DType::I64: convert_elements(out, in.i64(), in.numel()); break;
-    case DType::U8: convert_elements(out, in.u8(), in.numel()); break;
-    case DType::Bool: convert_elements(out, in.b8(), in.numel()); break;
+    case DType::F32:
+      convert_elements(out, in.f32(), in.numel());
+      break;
+    case DType::F64:
+      convert_elements(out, in.f64(), in.numel());
+      break;
+    case DType::I32:
+      convert_elements(out, in.i32(), in.numel());
+      break;
+    case DType::I64:
+      convert_elements(out, in.i64(), in.numel());
+      break;
+    case DType::U8:
+      convert_elements(out, in.u8(), in.numel());
+      break;
+    case DType::Bool:
+      convert_elements(out, in.b8(), in.numel());
+      break;
   }
 }
 }  // namespace
@@ -248,12 +263,24 @@ Tensor Tensor::astype(DType dtype) const {
   GNN_CHECK(device().is_cpu(), "astype(", dtype_name(dtype), ") needs a host tensor, got ", desc());
   Tensor out = empty(shape_, dtype);
   switch (dtype) {
-    case DType::F32: convert_from(out.f32(), *this); break;
-    case DType::F64: convert_from(out.f64(), *this); break;
-    case DType::I32: convert_from(out.i32(), *this); break;
-    case DType::I64: convert_from(out.i64(), *this); break;
-    case DType::U8: convert_from(out.u8(), *this); break;
-    case DType::Bool: convert_from(out.b8(), *this); break;
+    case DType::F32:
+      convert_from(out.f32(), *this);
+      break;
+    case DType::F64:
+      convert_from(out.f64(), *this);
+      break;
+    case DType::I32:
+      convert_from(out.i32(), *this);
+      break;
+    case DType::I64:
+      convert_from(out.i64(), *this);
+      break;
+    case DType::U8:
+      convert_from(out.u8(), *this);
+      break;
+    case DType::Bool:
+      convert_from(out.b8(), *this);
+      break;
   }
   return out;
 }
@@ -269,22 +296,28 @@ double Tensor::item() const {
   GNN_CHECK(defined() && numel() == 1, "item() needs a one-element tensor, got ", desc());
   const Tensor h = on(Device::cpu());
   switch (dtype_) {
-    case DType::F32: return *h.f32();
-    case DType::F64: return *h.f64();
-    case DType::I32: return *h.i32();
-    case DType::I64: return double(*h.i64());
-    case DType::U8: return *h.u8();
-    case DType::Bool: return *h.b8();
+    case DType::F32:
+      return *h.f32();
+    case DType::F64:
+      return *h.f64();
+    case DType::I32:
+      return *h.i32();
+    case DType::I64:
+      return double(*h.i64());
+    case DType::U8:
+      return *h.u8();
+    case DType::Bool:
+      return *h.b8();
   }
   return 0;
 }
 
 void check_tensor(const Tensor& t, const char* what, DType dtype, int ndim) {
-  GNN_CHECK(t.defined() && t.dtype() == dtype && t.dim() == ndim, what, " must be ", dtype_name(dtype), " with ",
-            ndim, " dims, got ", t.desc());
+  GNN_CHECK(t.defined() && t.dtype() == dtype && t.dim() == ndim, what, " must be ", dtype_name(dtype), " with ", ndim,
+            " dims, got ", t.desc());
 }
 
-#define GNN_INSTANTIATE(T)                                                                   \
+#define GNN_INSTANTIATE(T)                                                             \
   template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, Device); \
   template std::vector<T> Tensor::to_vector<T>() const;
 GNN_INSTANTIATE(float)

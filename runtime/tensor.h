@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "base/common.h"
-#include "runtime/dtype.h"
 #include "base/error.h"
+#include "runtime/dtype.h"
 
 namespace gnn {
 
@@ -35,7 +35,8 @@ class Shape {
   }
 
  private:
-  template <class It> void assign(It first, It last);
+  template <class It>
+  void assign(It first, It last);
   std::array<int64_t, kMaxDims> d_{};
   int n_ = 0;
 };
@@ -79,7 +80,8 @@ class Tensor {
 
   // Raw data. The typed accessors check the dtype and name the tensor when it is wrong.
   void* data() const { return storage_ ? static_cast<char*>(storage_->ptr) + offset_ : nullptr; }
-  template <class T> T* data_as() const {
+  template <class T>
+  T* data_as() const {
     GNN_CHECK(dtype_ == dtype_of<T>(), "expected a ", dtype_name(dtype_of<T>()), " tensor, got ", desc());
     return static_cast<T*>(data());
   }
@@ -109,7 +111,8 @@ class Tensor {
   void copy_from(const Tensor& src);
   void fill_(double value);
   Tensor astype(DType dtype) const;  // a converted copy (host tensors); the same tensor when dtype matches
-  template <class T> std::vector<T> to_vector() const;  // copies to the host
+  template <class T>
+  std::vector<T> to_vector() const;  // copies to the host
   double item() const;  // the single element of a one-element tensor, as double
 
  private:

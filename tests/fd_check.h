@@ -20,7 +20,7 @@ inline constexpr double kFdStep = 1e-6;
 struct FdTolerance {
   double atol, rtol;
 };
-inline constexpr FdTolerance kFdTape{1e-6, 1e-5};    // the autograd tape and nn layers, in double
+inline constexpr FdTolerance kFdTape{1e-6, 1e-5};  // the autograd tape and nn layers, in double
 inline constexpr FdTolerance kFdKernel{1e-5, 1e-3};  // a kernel's double reference backward
 inline constexpr FdTolerance kFdScalar{1e-6, 1e-6};  // a closed-form derivative of one variable
 
@@ -40,11 +40,11 @@ inline bool fd_agrees(double analytic, double numeric, FdTolerance tol) {
   return std::fabs(analytic - numeric) <= tol.atol + tol.rtol * std::fabs(numeric);
 }
 
-#define GNN_CHECK_FD(ANALYTIC_, NUMERIC_, TOL_)                                                         \
-  do {                                                                                                  \
-    const double gnn_a_ = (ANALYTIC_), gnn_n_ = (NUMERIC_);                                             \
-    CHECK_MESSAGE(::gnn::testing::fd_agrees(gnn_a_, gnn_n_, TOL_),                                      \
-                  "analytic " << gnn_a_ << " against central difference " << gnn_n_);                    \
+#define GNN_CHECK_FD(ANALYTIC_, NUMERIC_, TOL_)                                       \
+  do {                                                                                \
+    const double gnn_a_ = (ANALYTIC_), gnn_n_ = (NUMERIC_);                           \
+    CHECK_MESSAGE(::gnn::testing::fd_agrees(gnn_a_, gnn_n_, TOL_),                    \
+                  "analytic " << gnn_a_ << " against central difference " << gnn_n_); \
   } while (0)
 
 // Every element of `param` against the analytic gradient `grad` of the scalar loss(), which reads param.

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cuda.h"
 #include "base/error.h"
+#include "runtime/cuda.h"
 #include "runtime/tensor.h"
 
 namespace gnn::testing {
@@ -34,12 +34,12 @@ inline void skip(const std::string& why) {
   std::fflush(stdout);
 }
 
-#define GNN_SKIP_UNLESS_CUDA()                                                     \
-  do {                                                                             \
-    if (!::gnn::cuda_available()) {                                                \
+#define GNN_SKIP_UNLESS_CUDA()                                                    \
+  do {                                                                            \
+    if (!::gnn::cuda_available()) {                                               \
       ::gnn::testing::skip("needs a CUDA device (" + ::gnn::cuda_status() + ")"); \
-      return;                                                                      \
-    }                                                                              \
+      return;                                                                     \
+    }                                                                             \
   } while (0)
 
 // A fresh directory under the system temp dir, removed with everything in it at scope exit.

@@ -84,7 +84,8 @@ nn::SharedRows ConsumerSage::forward(const Batch& b, const nn::SharePlan& plan, 
 }
 
 ChannelAttention::ChannelAttention(int64_t dim, int64_t reduction, Rng& rng)
-    : squeeze_(dim, std::max<int64_t>(1, dim / reduction), rng), excite_(std::max<int64_t>(1, dim / reduction), dim, rng) {
+    : squeeze_(dim, std::max<int64_t>(1, dim / reduction), rng),
+      excite_(std::max<int64_t>(1, dim / reduction), dim, rng) {
   add_child("squeeze", &squeeze_);
   add_child("excite", &excite_);
 }
@@ -151,7 +152,8 @@ nn::SharedRows layout_input_shared(const ag::Var& in, const Batch& b) {
   const int64_t B = b.node_config.size(1) / b.configs;
   const ag::Var zeros(Tensor::zeros({b.nodes, B}, DType::F32, b.x.device()));
   const Tensor& seeds = b.plan_seeds.defined() ? b.plan_seeds : b.config_nodes;  // a plan's D_0
-  const ag::Var dep = ag::join_configs(ag::gather_rows(in, seeds), ag::gather_rows(ag::Var(b.node_config), seeds), b.configs);
+  const ag::Var dep =
+      ag::join_configs(ag::gather_rows(in, seeds), ag::gather_rows(ag::Var(b.node_config), seeds), b.configs);
   return {ag::concat_cols({in, zeros}), dep, 0, b.configs};
 }
 

@@ -20,6 +20,7 @@ class ConfigSage : public nn::Module {
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
   // The same layer on config-shared rows: one step of b.graph_plan(); returns the next level.
   nn::SharedRows forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const;
+
  private:
   nn::Linear lin_;
   Act act_;
@@ -35,6 +36,7 @@ class ResGcnLayer : public nn::Module {
   // The same layer on config-shared rows (nn/config_share.h): one plan step.
   nn::SharedRows forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const;
   ag::Var bias;
+
  private:
   nn::Linear lin_;  // no bias: the bias is added after the aggregation
   Act act_;
@@ -45,7 +47,9 @@ class ResGcnLayer : public nn::Module {
 // Its norm is torch's InstanceNorm1d without affine parameters, on [configs, nodes, D] over the nodes,
 // and on the pooled [configs, D] over the configs of the slate.
 // x [N, C*D] normalised over the nodes of each graph, per config and channel.
-inline ag::Var node_norm(const Batch& b, const ag::Var& x) { return ag::instance_norm(x, ag::Var(), ag::Var(), b.graph_ptr); }
+inline ag::Var node_norm(const Batch& b, const ag::Var& x) {
+  return ag::instance_norm(x, ag::Var(), ag::Var(), b.graph_ptr);
+}
 
 // act(norm(x W (+ b))) on config-batched rows x [R, C*in] -> [R, C*out], the norm over each group of
 // rows of `ptr` per config and channel: the node rows of each graph (graph_ptr, C configs), or the
@@ -54,6 +58,7 @@ class LinearNormAct : public nn::Module {
  public:
   LinearNormAct(int64_t in, int64_t out, Rng& rng, Act act, bool bias = false);
   ag::Var forward(const ag::Var& x, int64_t C, const Tensor& ptr) const;
+
  private:
   nn::Linear lin_;
   Act act_;
@@ -66,6 +71,7 @@ class SlateHead : public nn::Module {
   SlateHead(int64_t dim, Rng& rng) : SlateHead(dim, dim, rng) {}
   SlateHead(int64_t in, int64_t dim, Rng& rng);
   ag::Var forward(const Batch& b, const ag::Var& pooled) const;
+
  private:
   LinearNormAct a_, b_;
   nn::Linear out_;
@@ -81,6 +87,7 @@ class ConsumerGat : public nn::Module {
  public:
   ConsumerGat(int64_t in, int64_t heads, int64_t dim, Rng& rng);
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
+
  private:
   ag::Var weight_, att_src_, att_dst_, bias_;  // [in, H*D], [H, D], [H, D], [H*D]
 };
@@ -93,6 +100,7 @@ class ConsumerSage : public nn::Module {
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
   // The same layer on config-shared rows: one step of b.consumers_plan(); returns the next level.
   nn::SharedRows forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const;
+
  private:
   nn::Linear lin_;
 };
@@ -104,6 +112,7 @@ class ChannelAttention : public nn::Module {
  public:
   ChannelAttention(int64_t dim, int64_t reduction, Rng& rng);
   ag::Var forward(const ag::Var& x, int64_t C) const;
+
  private:
   nn::Linear squeeze_, excite_;
 };
@@ -135,14 +144,18 @@ inline ag::Var batch_dropout(const Batch& b, const ag::Var& x, double p, bool tr
 // The graph of each (graph, config) row: i32 [G*C] = 0,..,0 (C times), 1, ...
 Tensor config_graph(const Batch& b);
 // Graph-level rows [G, D] repeated for each config: [G*C, D].
-inline ag::Var repeat_configs(const Batch& b, const ag::Var& pooled) { return ag::gather_rows(pooled, config_graph(b)); }
+inline ag::Var repeat_configs(const Batch& b, const ag::Var& pooled) {
+  return ag::gather_rows(pooled, config_graph(b));
+}
 // Tile config features moved onto every node of their graph: [N, C*B].
 inline ag::Var tile_configs_on_nodes(const Batch& b) {
   return ag::gather_rows(ag::Var(b.config_feat.reshape({b.graphs, -1})), b.node_graph);
 }
 
 // Gradient only through the batch's segment nodes (layout segment training); identity otherwise.
-inline ag::Var segment(const Batch& b, const ag::Var& x) { return b.keep_grad.defined() ? ag::keep_grad_rows(x, b.keep_grad) : x; }
+inline ag::Var segment(const Batch& b, const ag::Var& x) {
+  return b.keep_grad.defined() ? ag::keep_grad_rows(x, b.keep_grad) : x;
+}
 inline nn::SharedRows segment(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) {
   return nn::keep_grad_rows(plan, x, b.keep_grad, b.keep_grad_host());
 }

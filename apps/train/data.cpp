@@ -7,10 +7,10 @@
 #include <set>
 
 #include "apps/checkpoint.h"
+#include "base/error.h"
 #include "dist/comm.h"
 #include "io/npz.h"
 #include "nn/graph_util.h"
-#include "base/error.h"
 
 namespace gnn::train {
 
@@ -170,7 +170,8 @@ Tensor rows_at(const Tensor& t, const std::vector<int64_t>& rows) {
   shape[0] = n;
   Tensor o = Tensor::empty(Shape(shape), t.dtype());
   for (int64_t i = 0; i < n; ++i)
-    std::memcpy(static_cast<char*>(o.data()) + size_t(i) * row, static_cast<const char*>(t.data()) + size_t(rows[size_t(i)]) * row, row);
+    std::memcpy(static_cast<char*>(o.data()) + size_t(i) * row,
+                static_cast<const char*>(t.data()) + size_t(rows[size_t(i)]) * row, row);
   return o;
 }
 
@@ -195,7 +196,8 @@ ModelGraph induced_subgraph(const ModelGraph& m, const std::vector<uint8_t>& kee
     const int64_t NC = m.config_nodes.numel();
     std::vector<int64_t> cn, kept;  // the new ids, and the positions j they had
     for (int64_t j = 0; j < NC; ++j)
-      if (id[size_t(m.config_nodes.i64()[j])] >= 0) cn.push_back(id[size_t(m.config_nodes.i64()[j])]), kept.push_back(j);
+      if (id[size_t(m.config_nodes.i64()[j])] >= 0)
+        cn.push_back(id[size_t(m.config_nodes.i64()[j])]), kept.push_back(j);
     s.config_nodes = Tensor::from_vector(cn);
     if (int64_t(kept.size()) < NC) {  // config [Cg, NC, 18] -> [Cg, NC', 18]
       const int64_t Cg = m.config.size(0), B = m.config.size(2), K = int64_t(kept.size());
@@ -217,7 +219,8 @@ ModelGraph sample_nodes(const ModelGraph& m, int64_t k, Rng& rng) {
   std::vector<uint8_t> keep(size_t(N), 0);
   int64_t kept = 0;
   if (m.config_nodes.defined())
-    for (int64_t j = 0; j < m.config_nodes.numel(); ++j) kept += !keep[size_t(m.config_nodes.i64()[j])], keep[size_t(m.config_nodes.i64()[j])] = 1;
+    for (int64_t j = 0; j < m.config_nodes.numel(); ++j)
+      kept += !keep[size_t(m.config_nodes.i64()[j])], keep[size_t(m.config_nodes.i64()[j])] = 1;
   std::vector<int64_t> others;
   for (int64_t v = 0; v < N; ++v)
     if (!keep[size_t(v)]) others.push_back(v);
@@ -291,9 +294,10 @@ GraphSource::GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uin
     : files_(std::move(files)),
       prep_(std::move(prep)),
       dedup_(dedup),
-      cache_(budget_bytes,
-             [this](const std::string& key) { return prepare_graph(files_[std::stoul(key)], prep_, dedup_); },
-             [](const ModelGraph& g) { return g.bytes(); }) {}
+      cache_(
+          budget_bytes,
+          [this](const std::string& key) { return prepare_graph(files_[std::stoul(key)], prep_, dedup_); },
+          [](const ModelGraph& g) { return g.bytes(); }) {}
 
 std::shared_ptr<const ModelGraph> GraphSource::get(size_t i) {
   GNN_CHECK(i < files_.size(), "GraphSource: graph ", i, " of ", files_.size());
@@ -367,7 +371,8 @@ const nn::SharePlan& Batch::consumers_plan(int64_t steps) const {
     const Consumers& c = consumers_host();
     nn::SharePlan p = nn::SharePlan::build(c.graph, c.mean, plan_seeds.defined() ? plan_seeds : config_nodes, graph_ptr,
                                            configs, steps);
-    consumers_plan_ = std::make_shared<const nn::SharePlan>(graph.device().is_cpu() ? std::move(p) : p.to(graph.device()));
+    consumers_plan_ =
+        std::make_shared<const nn::SharePlan>(graph.device().is_cpu() ? std::move(p) : p.to(graph.device()));
   }
   return *consumers_plan_;
 }
@@ -387,7 +392,8 @@ const nn::SharePlan& Batch::share_plan(int64_t steps) const {
     const Device dev = graph.device();
     const Graph a = dev.is_cpu() ? gcn().graph : gcn_host_ ? gcn_host_->graph : nn::add_self_loops(*host_graph_).graph;
     const Tensor w = dev.is_cpu() ? gcn().weight : gcn_host_ ? gcn_host_->weight : nn::gcn_norm(a);
-    nn::SharePlan p = nn::SharePlan::build(a, w, plan_seeds.defined() ? plan_seeds : config_nodes, graph_ptr, configs, steps);
+    nn::SharePlan p =
+        nn::SharePlan::build(a, w, plan_seeds.defined() ? plan_seeds : config_nodes, graph_ptr, configs, steps);
     share_ = std::make_shared<const nn::SharePlan>(dev.is_cpu() ? std::move(p) : p.to(dev));
   }
   return *share_;
@@ -437,7 +443,7 @@ namespace {
 // `a` (the GCN graph) outside S, ascending. at[v]: v's row in the view, -1 outside it.
 struct ViewRows {
   std::vector<int64_t> at, take, ptr{0};  // take[r]: the batch row of view row r; ptr: per graph
-  std::vector<int32_t> halo, halo_view;   // H's batch rows, and their rows in the view
+  std::vector<int32_t> halo, halo_view;  // H's batch rows, and their rows in the view
 };
 ViewRows view_rows(const Tensor& keep, const Tensor& graph_ptr, const Graph& a, int64_t nodes) {
   const int32_t* rp = a.csr_indptr.i32();
@@ -560,7 +566,8 @@ Batch Batch::split(const std::vector<int64_t>& seg_ptr) const {
   for (int64_t s = 0; s < S; ++s)
     GNN_CHECK(seg_ptr[size_t(s)] < seg_ptr[size_t(s) + 1], "Batch::split: segment ", s, " is empty");
   std::vector<int32_t> seg_of(static_cast<size_t>(nodes));
-  for (int64_t s = 0; s < S; ++s) std::fill(seg_of.begin() + seg_ptr[size_t(s)], seg_of.begin() + seg_ptr[size_t(s) + 1], int32_t(s));
+  for (int64_t s = 0; s < S; ++s)
+    std::fill(seg_of.begin() + seg_ptr[size_t(s)], seg_of.begin() + seg_ptr[size_t(s) + 1], int32_t(s));
   Batch out;
   out.graphs = S, out.configs = C, out.nodes = nodes;
   out.x = x, out.opcode = opcode, out.node_config = node_config, out.node_layout = node_layout, out.producer = producer;
@@ -597,7 +604,8 @@ Batch Batch::split(const std::vector<int64_t>& seg_ptr) const {
   for (int64_t k = 0; k < K; ++k) cptr[size_t(seg_of[size_t(config_nodes.i32()[k])]) + 1] += 1;
   for (int64_t s = 0; s < S; ++s) cptr[size_t(s) + 1] += cptr[size_t(s)];
   std::vector<int64_t> fill(cptr.begin(), cptr.end() - 1);
-  for (int64_t k = 0; k < K; ++k) cn[size_t(fill[size_t(seg_of[size_t(config_nodes.i32()[k])])]++)] = config_nodes.i32()[k];
+  for (int64_t k = 0; k < K; ++k)
+    cn[size_t(fill[size_t(seg_of[size_t(config_nodes.i32()[k])])]++)] = config_nodes.i32()[k];
   out.config_nodes = Tensor::from_vector(cn);
   out.config_ptr = Tensor::from_vector(cptr);
   if (violation.defined()) {
@@ -682,8 +690,8 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
     b.config_feat = Tensor::empty({G * C, B}, DType::F32);
     for (int64_t g = 0; g < G; ++g)
       for (int64_t c = 0; c < C; ++c)
-        std::memcpy(b.config_feat.f32() + (g * C + c) * B, graphs[size_t(g)]->config.f32() + configs[size_t(g)][size_t(c)] * B,
-                    size_t(B) * sizeof(float));
+        std::memcpy(b.config_feat.f32() + (g * C + c) * B,
+                    graphs[size_t(g)]->config.f32() + configs[size_t(g)][size_t(c)] * B, size_t(B) * sizeof(float));
   } else {
     const int64_t D = kLayoutConfigFeatures;
     b.node_config = Tensor::zeros({N, C * D}, DType::F32);
@@ -732,7 +740,8 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
       for (int64_t g = 0; g < G; ++g) {
         const int64_t n = ptr[size_t(g) + 1] - ptr[size_t(g)];
         const int64_t lo = n > segment ? below(g, n - segment + 1) : 0;
-        std::fill(b.keep_grad.u8() + ptr[size_t(g)] + lo, b.keep_grad.u8() + ptr[size_t(g)] + lo + std::min(n, segment), 1);
+        std::fill(b.keep_grad.u8() + ptr[size_t(g)] + lo, b.keep_grad.u8() + ptr[size_t(g)] + lo + std::min(n, segment),
+                  1);
       }
     }
   }
@@ -743,7 +752,8 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
 
 Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,
                  int64_t segment, Rng* rng) {
-  return assemble(graphs, configs, segment, rng != nullptr, [&](int64_t, int64_t n) { return int64_t(rng->below(uint64_t(n))); });
+  return assemble(graphs, configs, segment, rng != nullptr,
+                  [&](int64_t, int64_t n) { return int64_t(rng->below(uint64_t(n))); });
 }
 
 Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,

@@ -23,10 +23,10 @@ namespace gnn::train {
 // Fitted on the training graphs, stored in model.npz under prep/, applied to every split.
 struct Preprocessing {
   bool layout = false;
-  int khops = -1;         // layout: prune to the k-hop region of the configurable nodes (-1: keep all)
+  int khops = -1;  // layout: prune to the k-hop region of the configurable nodes (-1: keep all)
   HopDirection hops = HopDirection::kBoth;  // which edges a hop follows
-  ColumnTransform node;   // node_feat [N, 140] -> [N, F]
-  ColumnTransform config; // tile config_feat [C, 24] -> [C, B]; identity for layout (values in -1..5)
+  ColumnTransform node;  // node_feat [N, 140] -> [N, F]
+  ColumnTransform config;  // tile config_feat [C, 24] -> [C, B]; identity for layout (values in -1..5)
   // The mean log runtime of the training configs: a regression (--loss mse | mape) fits model output +
   // log_offset to log runtime, so an untrained model starts at the data's scale (0 in older models).
   double log_offset = 0;
@@ -41,14 +41,14 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
 // One graph ready for the models.
 struct ModelGraph {
   DatasetFile file;
-  Tensor x;             // f32 [N, F] transformed node features
-  Tensor opcode;        // i32 [N]
-  Tensor edges;         // i64 [E, 2] rows [u, v]: u consumes v
-  Tensor config;        // tile f32 [Cg, B] transformed; layout f32 [Cg, NC, 18]
+  Tensor x;  // f32 [N, F] transformed node features
+  Tensor opcode;  // i32 [N]
+  Tensor edges;  // i64 [E, 2] rows [u, v]: u consumes v
+  Tensor config;  // tile f32 [Cg, B] transformed; layout f32 [Cg, NC, 18]
   Tensor config_nodes;  // layout: i64 [NC] node ids of the configurable nodes
-  Tensor layout_dims;   // layout: i32 [N, 6] node_feat[134:140] as categories (layout_dim_categories)
-  Tensor violation;     // layout: f32 [Cg] each config's violation_ratios
-  Tensor producer;      // f32 [N, kProducerFeatures] producer_features: what an edge takes from its producer
+  Tensor layout_dims;  // layout: i32 [N, 6] node_feat[134:140] as categories (layout_dim_categories)
+  Tensor violation;  // layout: f32 [Cg] each config's violation_ratios
+  Tensor producer;  // f32 [N, kProducerFeatures] producer_features: what an edge takes from its producer
   std::vector<double> target;  // per config, lower is faster; empty when the file has no runtimes
   int64_t num_nodes() const { return x.size(0); }
   int64_t num_configs() const { return config.size(0); }
@@ -101,6 +101,7 @@ class GraphSource {
   GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uint64_t budget_bytes, bool dedup = false);
   const std::vector<DatasetFile>& files() const { return files_; }
   std::shared_ptr<const ModelGraph> get(size_t i);
+
  private:
   std::vector<DatasetFile> files_;
   Preprocessing prep_;
@@ -110,13 +111,13 @@ class GraphSource {
 
 struct Batch {
   int64_t graphs = 0, configs = 0, nodes = 0;  // G, C (the same for every graph), N
-  std::vector<std::string> ids;                // per graph, as in a submission
-  Tensor x;            // f32 [N, F]
-  Tensor opcode;       // i32 [N]
-  Tensor graph_ptr;    // i64 [G+1] node rows of each graph
-  Tensor node_graph;   // i32 [N] the graph of each node
-  Graph graph;         // A + A^T: every edge both ways (the official SAGE aggregation)
-  Tensor edges;        // i64 [E, 2] rows [u, v] (u consumes v) in batch numbering, on the host
+  std::vector<std::string> ids;  // per graph, as in a submission
+  Tensor x;  // f32 [N, F]
+  Tensor opcode;  // i32 [N]
+  Tensor graph_ptr;  // i64 [G+1] node rows of each graph
+  Tensor node_graph;  // i32 [N] the graph of each node
+  Graph graph;  // A + A^T: every edge both ways (the official SAGE aggregation)
+  Tensor edges;  // i64 [E, 2] rows [u, v] (u consumes v) in batch numbering, on the host
   // The edges against the data's direction: row v lists the nodes that consume v's output, so an
   // aggregation brings each node its consumers (the 6th place's SAGE and GIN layers, PyG's default flow
   // on the files' edge_index). Built on first use, on the batch's device.
@@ -142,17 +143,17 @@ struct Batch {
   const Tensor& keep_grad_host() const { return keep_host_.defined() ? keep_host_ : keep_grad; }  // on the host
   Tensor config_feat;  // tile: f32 [G*C, B], graph-major
   Tensor node_config;  // layout: f32 [N, C*18]
-  Tensor config_nodes; // layout: i32 [K] the configurable nodes of every graph, in batch numbering
-  Tensor config_ptr;   // layout: i64 [G+1] over config_nodes
+  Tensor config_nodes;  // layout: i32 [K] the configurable nodes of every graph, in batch numbering
+  Tensor config_ptr;  // layout: i64 [G+1] over config_nodes
   Tensor node_layout;  // layout: i32 [N, 6] each node's layout_dim_categories, on the host
-  Tensor violation;    // layout: f32 [G*C, 1] each (graph, config)'s violation ratio, graph-major
-  Tensor producer;     // f32 [N, 27] each node's producer_features, on the host (read there per batch)
+  Tensor violation;  // layout: f32 [G*C, 1] each (graph, config)'s violation ratio, graph-major
+  Tensor producer;  // f32 [N, 27] each node's producer_features, on the host (read there per batch)
   const Tensor& node_config_host() const { return config_host_.defined() ? config_host_ : node_config; }
-  Tensor target;       // f64 [G*C] (undefined without runtimes)
-  Tensor group_ptr;    // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
-  Tensor keep_grad;    // u8 [N] nodes whose gradient flows (segment training); undefined: all
-  Tensor plan_seeds;   // i32: what seeds the config-sharing plans, config_nodes first; undefined: config_nodes
-  Tensor config_ids;   // i64 [G*C] each (graph, config)'s config index in its graph, on the host
+  Tensor target;  // f64 [G*C] (undefined without runtimes)
+  Tensor group_ptr;  // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
+  Tensor keep_grad;  // u8 [N] nodes whose gradient flows (segment training); undefined: all
+  Tensor plan_seeds;  // i32: what seeds the config-sharing plans, config_nodes first; undefined: config_nodes
+  Tensor config_ids;  // i64 [G*C] each (graph, config)'s config index in its graph, on the host
   // Graph Segment Training: graph g of a training batch is segment part[g] of parts[g] of its file's graph
   // (Run::build_batch, Recipe::train_part); empty when the graphs are whole.
   std::vector<int64_t> part, parts;
@@ -174,9 +175,9 @@ struct Batch {
   // H's other rows seed the config-sharing plans after them (their values differ per config). For GCN models:
   // the view's SAGE graphs (graph, consumers) hold only the data edges among its rows.
   struct SegmentRows {
-    Tensor halo;          // i32 [|H|] the batch rows of H, in the view's order
-    Tensor halo_view;     // i32 [|H|] their rows in the view
-    Tensor outside;       // u8 [N] the batch rows outside S and H
+    Tensor halo;  // i32 [|H|] the batch rows of H, in the view's order
+    Tensor halo_view;  // i32 [|H|] their rows in the view
+    Tensor outside;  // u8 [N] the batch rows outside S and H
     std::vector<int64_t> sizes;  // each graph's node count in the batch
   };
   Batch segment_view(SegmentRows* rows) const;

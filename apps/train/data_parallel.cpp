@@ -3,8 +3,8 @@
 #include <chrono>
 #include <cstring>
 
-#include "dist/comm.h"
 #include "base/error.h"
+#include "dist/comm.h"
 
 namespace gnn::train {
 
@@ -23,8 +23,10 @@ DataParallel::DataParallel(std::vector<nn::NamedParam> params) : params_(std::mo
   for (const nn::NamedParam& p : params_) {
     GNN_CHECK(p.var.dtype() == DType::F32, "data-parallel training sums f32 gradients; parameter ", p.name, " is ",
               dtype_name(p.var.dtype()));
-    GNN_CHECK(p.var.device() == params_.front().var.device(), "data-parallel training needs every parameter on one "
-              "device; ", p.name, " is on ", p.var.device().str());
+    GNN_CHECK(p.var.device() == params_.front().var.device(),
+              "data-parallel training needs every parameter on one "
+              "device; ",
+              p.name, " is on ", p.var.device().str());
     total_ += padded(p.var.value().numel());
   }
   bytes_per_step_ = total_ * 4 + int64_t(2 + params_.size() + size_t(dist::world().size)) * 8;
@@ -66,7 +68,8 @@ DataParallel::StepSums DataParallel::reduce(double local_loss, bool local_finite
   for (size_t i = 0; i < P; ++i) {
     const Tensor& v = params_[i].var.value();
     const int64_t n = v.numel();
-    if (sums[2 + i] > 0 && params_[i].var.has_grad()) flat.slice(at, at + n).copy_from(params_[i].var.grad().reshape({n}));
+    if (sums[2 + i] > 0 && params_[i].var.has_grad())
+      flat.slice(at, at + n).copy_from(params_[i].var.grad().reshape({n}));
     at += padded(n);
   }
   const auto t_grad = Clock::now();

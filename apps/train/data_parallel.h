@@ -26,9 +26,9 @@ class DataParallel {
   std::vector<double> sum_counts(std::vector<double> local, int64_t step);
 
   struct StepSums {
-    double loss = 0;          // the global batch's loss (each rank's weighted share, summed)
-    bool finite = true;       // every rank's loss was finite
-    int64_t configs = 0;      // (graph, config) pairs of the global batch
+    double loss = 0;  // the global batch's loss (each rank's weighted share, summed)
+    bool finite = true;  // every rank's loss was finite
+    int64_t configs = 0;  // (graph, config) pairs of the global batch
     std::vector<int> culprits;  // ranks whose loss was not finite
   };
   // After the backward: the step's sums, then (all finite) the gradients summed into every rank's params.

@@ -77,7 +77,9 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
   int64_t bad = 0;
   for (double& v : out)
     if (!std::isfinite(v)) v = std::numeric_limits<double>::max(), ++bad;
-  if (bad) std::fprintf(stderr, "gnn: warning: %s: %lld predictions are not finite; ranked last\n", g.file.id().c_str(), (long long)bad);
+  if (bad)
+    std::fprintf(stderr, "gnn: warning: %s: %lld predictions are not finite; ranked last\n", g.file.id().c_str(),
+                 (long long)bad);
   return out;
 }
 
@@ -124,8 +126,8 @@ std::pair<std::string, GraphScore> unpack_score(const std::string& line) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, GraphScore>> gather_scores(const std::vector<std::pair<std::string, GraphScore>>& mine,
-                                                              const std::string& what) {
+std::vector<std::pair<std::string, GraphScore>> gather_scores(
+    const std::vector<std::pair<std::string, GraphScore>>& mine, const std::string& what) {
   if (!dist::distributed()) return mine;
   std::string text;
   for (const auto& cs : mine) text += pack_score(cs);
@@ -163,8 +165,8 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
       if (it != subsets[key].end()) configs = it->second;
     }
     for (int64_t c : configs)
-      GNN_CHECK(c >= 0 && c < g->num_configs(), eval_indices_dir, ": eval index ", c, " for ", f.stem, " is outside its ",
-                g->num_configs(), " configs");
+      GNN_CHECK(c >= 0 && c < g->num_configs(), eval_indices_dir, ": eval index ", c, " for ", f.stem,
+                " is outside its ", g->num_configs(), " configs");
     if (configs.empty()) {
       configs.resize(size_t(g->num_configs()));
       std::iota(configs.begin(), configs.end(), 0);
@@ -177,7 +179,8 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
     const std::vector<int64_t> order = ranking_order(p, configs);
     std::vector<double> rank(p.size());
     for (size_t r = 0; r < order.size(); ++r) rank[size_t(order[r])] = double(r);
-    ev.scores.emplace_back(f.collection.str(), score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));
+    ev.scores.emplace_back(f.collection.str(),
+                           score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));
     if (log_runtime) {
       std::vector<double> log_pred(p);
       for (double& v : log_pred) v += log_offset;

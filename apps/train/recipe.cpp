@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "io/json.h"
 #include "base/error.h"
+#include "io/json.h"
 
 namespace gnn::train {
 
@@ -113,7 +113,8 @@ std::string HParamSpec::valid() const {
 std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h, const std::string& recipe) {
   for (const auto& [name, value] : h.values) {
     auto it = find_spec(specs, name);
-    if (it == specs.end()) return "--" + name + ": not a hyper-parameter of " + recipe + " (gnn train --help lists each recipe's)";
+    if (it == specs.end())
+      return "--" + name + ": not a hyper-parameter of " + recipe + " (gnn train --help lists each recipe's)";
     const HParamSpec& s = *it;
     bool ok = false;
     if (s.type == HParamSpec::Type::kChoice) {
@@ -175,11 +176,13 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
                  "random order (for models whose configs interact in a batch); validation in training takes one"),
   };
   if (layout) {
-    h.push_back(integer_hp("khops", "-1", -1, kMany, "keep nodes within k hops of a configurable node (-1: every node)"));
+    h.push_back(
+        integer_hp("khops", "-1", -1, kMany, "keep nodes within k hops of a configurable node (-1: every node)"));
     h.push_back(choice_hp("khops-direction", "both", "both|consumers",
                           "the edges a --khops hop follows: both directions, or from a node to its consumers"));
-    h.push_back(integer_hp("segment", "5000", 0, kMany, "segment training: gradients through a random contiguous range "
-                                                       "of this many nodes per graph (0: all)"));
+    h.push_back(integer_hp("segment", "5000", 0, kMany,
+                           "segment training: gradients through a random contiguous range "
+                           "of this many nodes per graph (0: all)"));
   } else {
     h.push_back(choice_hp("config-transform", "official", "official|log1p|standardize|none",
                           "tile config features: official | log1p | standardize | none"));
@@ -204,15 +207,23 @@ HParamSpec segment_backward_hp() {
 }
 
 const std::vector<Recipe>& recipes() {
-  static const std::vector<Recipe> all = {tile_mlp_recipe(),           tile_earlyjoin_sage_recipe(),
-                                          tile_latejoin_sage_recipe(), tile_earlyjoin_resgcn_recipe(),
-                                          tile_latejoin_resgcn_recipe(), tile_gat_6th_recipe(),
+  static const std::vector<Recipe> all = {tile_mlp_recipe(),
+                                          tile_earlyjoin_sage_recipe(),
+                                          tile_latejoin_sage_recipe(),
+                                          tile_earlyjoin_resgcn_recipe(),
+                                          tile_latejoin_resgcn_recipe(),
+                                          tile_gat_6th_recipe(),
                                           layout_resmodel_recipe(),
-                                          layout_mlp_recipe(),         layout_sage_6th_recipe(),
-                                          layout_gin_6th_recipe(),     layout_sage_2nd_recipe(),
-                                          layout_tgraph_recipe(),      layout_seed_sage_recipe(),
-                                          layout_gnn_selfattn_recipe(), layout_attn_violation_recipe(),
-                                          dnnperf_anee_recipe(),       layout_gst_recipe()};
+                                          layout_mlp_recipe(),
+                                          layout_sage_6th_recipe(),
+                                          layout_gin_6th_recipe(),
+                                          layout_sage_2nd_recipe(),
+                                          layout_tgraph_recipe(),
+                                          layout_seed_sage_recipe(),
+                                          layout_gnn_selfattn_recipe(),
+                                          layout_attn_violation_recipe(),
+                                          dnnperf_anee_recipe(),
+                                          layout_gst_recipe()};
   return all;
 }
 

@@ -56,7 +56,8 @@ struct HParamSpec {
   std::string choices;
   std::string valid() const;  // "a number > 0", "an integer in [1, 4096]", "one of constant|cosine"
 };
-HParamSpec number_hp(std::string name, std::string def, double min, double max, std::string help, bool min_open = false);
+HParamSpec number_hp(std::string name, std::string def, double min, double max, std::string help,
+                     bool min_open = false);
 HParamSpec integer_hp(std::string name, std::string def, int64_t min, int64_t max, std::string help);
 HParamSpec choice_hp(std::string name, std::string def, std::string choices, std::string help);
 
@@ -69,8 +70,8 @@ struct ModelDims {
 };
 
 struct Recipe {
-  std::string name;     // tile-earlyjoin-sage
-  std::string kind;     // tile | layout
+  std::string name;  // tile-earlyjoin-sage
+  std::string kind;  // tile | layout
   std::string summary;  // one line: what it is and where it comes from
   std::vector<HParamSpec> hparams;  // the training ones (common_hparams) plus the model's own
   // A config's score depends on the configs scored beside it in a batch (a norm or an attention across

@@ -50,10 +50,10 @@ namespace {
 // row once per config.
 struct EdgeView {
   Graph graph, identity;
-  Tensor features;   // f32 [E, 29] in CSR order, on the batch's device
-  Tensor edge_ptr;   // i64 [G+1] on the host
-  Tensor per_config; // i32 [E*C]: p*C + c -> p
-  Tensor size;       // f32 [G*C, 2] log(1 + nodes), log(1 + edges) of each (graph, config)'s graph
+  Tensor features;  // f32 [E, 29] in CSR order, on the batch's device
+  Tensor edge_ptr;  // i64 [G+1] on the host
+  Tensor per_config;  // i32 [E*C]: p*C + c -> p
+  Tensor size;  // f32 [G*C, 2] log(1 + nodes), log(1 + edges) of each (graph, config)'s graph
 };
 
 EdgeView edge_view(const Batch& b) {
@@ -86,7 +86,8 @@ EdgeView edge_view(const Batch& b) {
   v.size = Tensor::empty({b.graphs * C, 2}, DType::F32);
   for (int64_t k = 0; k < b.graphs * C; ++k) {
     const int64_t g = k / C, n = b.graph_ptr.i64()[g + 1] - b.graph_ptr.i64()[g];
-    v.size.f32()[2 * k] = float(std::log1p(double(n))), v.size.f32()[2 * k + 1] = float(std::log1p(double(ptr[size_t(g) + 1] - ptr[size_t(g)])));
+    v.size.f32()[2 * k] = float(std::log1p(double(n))),
+                     v.size.f32()[2 * k + 1] = float(std::log1p(double(ptr[size_t(g) + 1] - ptr[size_t(g)])));
   }
   if (dev.is_cuda()) {
     std::vector<Tensor*> arrays = v.graph.arrays();
@@ -101,8 +102,11 @@ EdgeView edge_view(const Batch& b) {
 class AneeRound : public nn::Module {
  public:
   AneeRound(int64_t dim, int64_t edge_dim, Rng& rng)
-      : node_(dim, dim, rng), edge_(edge_dim, edge_dim, rng, /*bias=*/false), a_src_(dim, 1, rng, false),
-        a_dst_(dim, 1, rng, false), w_m_(edge_dim, 1, rng, false) {
+      : node_(dim, dim, rng),
+        edge_(edge_dim, edge_dim, rng, /*bias=*/false),
+        a_src_(dim, 1, rng, false),
+        a_dst_(dim, 1, rng, false),
+        w_m_(edge_dim, 1, rng, false) {
     add_child("node", &node_), add_child("edge", &edge_), add_child("a_src", &a_src_), add_child("a_dst", &a_dst_);
     add_child("message", &w_m_);
   }
@@ -111,7 +115,7 @@ class AneeRound : public nn::Module {
     // s [E, C] in CSR order: gat_scores with slope 1 is the plain sum a_src . hbar_v + a_dst . hbar_u
     const ag::Var s = ag::gat_scores(v.graph, node_major(a_src_.forward(per_config(hbar, C)), C),
                                      node_major(a_dst_.forward(per_config(hbar, C)), C), 1.0);
-    const ag::Var We = node_major(edge_.forward(per_config(e, C)), C);                 // [E, C*De]
+    const ag::Var We = node_major(edge_.forward(per_config(e, C)), C);  // [E, C*De]
     const ag::Var e_next = ag::activation(ag::spmm(v.identity, We, Reduce::kSum, s), Act::kSigmoid);
     const ag::Var alpha = ag::segment_softmax(v.graph, node_major(w_m_.forward(per_config(e_next, C)), C));
     const ag::Var h_next = ag::add(hbar, ag::activation(ag::spmm(v.graph, hbar, Reduce::kSum, alpha), Act::kLeakyRelu));
@@ -167,8 +171,9 @@ Recipe dnnperf_anee_recipe() {
   Recipe r;
   r.name = "dnnperf-anee";
   r.kind = "layout";
-  r.summary = "DNNPerf's attention-based node-edge encoder: edge-feature attention with edge updates, a regression "
-              "of log runtime (--loss mse | mape), judged by mean relative error";
+  r.summary =
+      "DNNPerf's attention-based node-edge encoder: edge-feature attention with edge updates, a regression "
+      "of log runtime (--loss mse | mape), judged by mean relative error";
   r.hparams = common_hparams(true, {{"loss", "mse"}});
   r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "node embedding width"));

@@ -78,8 +78,13 @@ Tensor soft_adjacency(const Batch& b, const Tensor& windows, double weight) {
 class SoftAdjacencyAttention : public nn::Module {
  public:
   SoftAdjacencyAttention(int64_t heads, int64_t dim, double weight, int64_t window, Rng& rng)
-      : heads_(heads), window_(window), weight_(weight), q_(heads * dim, heads * dim, rng),
-        k_(heads * dim, heads * dim, rng, /*bias=*/false), v_(heads * dim, heads * dim, rng), o_(heads * dim, heads * dim, rng) {
+      : heads_(heads),
+        window_(window),
+        weight_(weight),
+        q_(heads * dim, heads * dim, rng),
+        k_(heads * dim, heads * dim, rng, /*bias=*/false),
+        v_(heads * dim, heads * dim, rng),
+        o_(heads * dim, heads * dim, rng) {
     // (no key bias: q . (k + b) shifts every score of a query by q . b, which the softmax cancels)
     add_child("q", &q_), add_child("k", &k_), add_child("v", &v_), add_child("o", &o_);
   }
@@ -154,8 +159,9 @@ Recipe layout_attn_violation_recipe() {
   Recipe r;
   r.name = "layout-attn-violation";
   r.kind = "layout";
-  r.summary = "Harvard seed report's model: soft-adjacency attention (16x32) before a residual GCN, violation "
-              "ratio in the readout, 1000-node samples; config sharing";
+  r.summary =
+      "Harvard seed report's model: soft-adjacency attention (16x32) before a residual GCN, violation "
+      "ratio in the readout, 1000-node samples; config sharing";
   r.hparams = common_hparams(true, {{"sample-nodes", "1000"}});
   r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("heads", "16", 1, 1024, "attention heads"));

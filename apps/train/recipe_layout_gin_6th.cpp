@@ -81,8 +81,9 @@ Recipe layout_gin_6th_recipe() {
   Recipe r;
   r.name = "layout-gin-6th";
   r.kind = "layout";
-  r.summary = "6th place (Kaggle), GIN variant: 5-hop downstream region, 4 GIN layers with instance norm, "
-              "summed mean pools, pairwise logistic loss, SWA";
+  r.summary =
+      "6th place (Kaggle), GIN variant: 5-hop downstream region, 4 GIN layers with instance norm, "
+      "summed mean pools, pairwise logistic loss, SWA";
   r.hparams = hparams_6th("256", "128");
   r.configs_interact = true;  // the late norm over the configs of the slate
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {

@@ -107,8 +107,9 @@ Recipe layout_gnn_selfattn_recipe() {
   Recipe r;
   r.name = "layout-gnn-selfattn";
   r.kind = "layout";
-  r.summary = "seed slides' model: residual GCN, self-attention among the configurable nodes, ListMLE, random "
-              "edge dropout; config sharing";
+  r.summary =
+      "seed slides' model: residual GCN, self-attention among the configurable nodes, ListMLE, random "
+      "edge dropout; config sharing";
   r.hparams = common_hparams(true, {{"edge-dropout", "0.1"}});
   r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "width of every layer"));

@@ -98,7 +98,8 @@ class LayoutGst : public RankModel {
     for (const auto& [id, t] : table_) ids += id + "\n", sizes.push_back(int64_t(t.size())), total += int64_t(t.size());
     Tensor values = Tensor::empty({total}, DType::F32);
     int64_t at = 0;
-    for (const auto& [id, t] : table_) std::memcpy(values.f32() + at, t.data(), t.size() * sizeof(float)), at += int64_t(t.size());
+    for (const auto& [id, t] : table_)
+      std::memcpy(values.f32() + at, t.data(), t.size() * sizeof(float)), at += int64_t(t.size());
     out.emplace_back("state/gst/ids", text_tensor(ids));
     out.emplace_back("state/gst/sizes", Tensor::from_vector(sizes));
     out.emplace_back("state/gst/values", values);
@@ -133,7 +134,8 @@ class LayoutGst : public RankModel {
     ag::Var pooled;
     if (share_ && b.config_nodes.numel() > 0) {
       const nn::SharePlan& plan = b.consumers_plan(L);
-      nn::SharedRows x = nn::map_rows(layout_input_shared(rows, b), [&](const ag::Var& v) { return input_layers(b, v); });
+      nn::SharedRows x =
+          nn::map_rows(layout_input_shared(rows, b), [&](const ag::Var& v) { return input_layers(b, v); });
       for (const auto& l : layers_) x = l->forward(b, plan, x);
       pooled = ag::add(nn::pool(plan, x, Reduce::kMax), nn::pool(plan, x, Reduce::kMean));
     } else {
@@ -150,8 +152,8 @@ class LayoutGst : public RankModel {
   ag::Var input_layers(const Batch& b, const ag::Var& v) const {
     const int64_t R = v.size(0), B = v.size(1) - node_width_;
     const ag::Var ones(Tensor::full(Shape{node_width_}, 1.0, DType::F32, v.device()));
-    const ag::Var scale = ag::reshape(ag::concat_rows({ag::reshape(ones, node_width_, 1), ag::reshape(config_weight_, B, 1)}),
-                                      1, node_width_ + B);
+    const ag::Var scale = ag::reshape(
+        ag::concat_rows({ag::reshape(ones, node_width_, 1), ag::reshape(config_weight_, B, 1)}), 1, node_width_ + B);
     const ag::Var scaled = ag::mul(v, ag::gather_rows(scale, Tensor::zeros({R}, DType::I32)));
     const ag::Var h = pre_.forward(input_.forward(scaled));
     return ag::activation(batch_dropout(b, h, dropout_, training(), 1), Act::kLeakyRelu, kPreluSlope);
@@ -183,7 +185,8 @@ class LayoutGst : public RankModel {
     }
     for (int64_t g = 0; g < G; ++g) {
       std::vector<float>& t = table_[b.ids[size_t(g)]];
-      for (int64_t c = 0; c < C; ++c) t[size_t(b.config_ids.i64()[g * C + c] * b.parts[size_t(g)] + b.part[size_t(g)])] = f[g * C + c];
+      for (int64_t c = 0; c < C; ++c)
+        t[size_t(b.config_ids.i64()[g * C + c] * b.parts[size_t(g)] + b.part[size_t(g)])] = f[g * C + c];
     }
     return ag::add(ag::mul(fresh, ag::Var(mult)), ag::Var(stale));
   }
@@ -205,8 +208,9 @@ Recipe layout_gst_recipe() {
   Recipe r;
   r.name = "layout-gst";
   r.kind = "layout";
-  r.summary = "Graph Segment Training (GST): 1000-node segments encoded alone, one trained per graph and step, "
-              "the others' scores from a table with stale dropout; SAGE x3 (256), pairwise hinge; config sharing";
+  r.summary =
+      "Graph Segment Training (GST): 1000-node segments encoded alone, one trained per graph and step, "
+      "the others' scores from a table with stale dropout; SAGE x3 (256), pairwise hinge; config sharing";
   r.hparams = common_hparams(true, {{"loss", "hinge"},
                                     {"margin", "0.1"},
                                     {"batch-graphs", "32"},
@@ -214,8 +218,9 @@ Recipe layout_gst_recipe() {
                                     {"lr", "0.0001"},
                                     {"node-transform", "standardize"},
                                     {"segment", "0"}});
-  r.hparams.push_back(integer_hp("segment-nodes", "1000", 1, INT64_MAX, "GST segment size: a graph of n nodes is cut "
-                                                                        "into n / this + 1 contiguous segments"));
+  r.hparams.push_back(integer_hp("segment-nodes", "1000", 1, INT64_MAX,
+                                 "GST segment size: a graph of n nodes is cut "
+                                 "into n / this + 1 contiguous segments"));
   r.hparams.push_back(number_hp("stale-dropout", "0.5", 0, 0.95, "probability that a stale segment score is dropped"));
   r.hparams.push_back(integer_hp("op-embed", "128", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("input-dim", "128", 1, 65536, "width of the input Linear"));

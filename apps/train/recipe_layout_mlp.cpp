@@ -20,7 +20,8 @@ class LayoutMlp : public RankModel {
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     const ag::Var h = node_input(emb_, b);
-    const ag::Var graph = ag::concat_cols({ag::pool(h, b.graph_ptr, Reduce::kMean), ag::pool(h, b.graph_ptr, Reduce::kMax)});
+    const ag::Var graph =
+        ag::concat_cols({ag::pool(h, b.graph_ptr, Reduce::kMean), ag::pool(h, b.graph_ptr, Reduce::kMax)});
     const ag::Var cfg = ag::gather_rows(ag::Var(b.node_config), b.config_nodes);  // [K, C*18]
     const ag::Var layouts = ag::concat_cols({per_config(ag::pool(cfg, b.config_ptr, Reduce::kMean), C),
                                              per_config(ag::pool(cfg, b.config_ptr, Reduce::kMax), C)});
@@ -38,8 +39,9 @@ Recipe layout_mlp_recipe() {
   Recipe r;
   r.name = "layout-mlp";
   r.kind = "layout";
-  r.summary = "layout MLP baseline: pooled node features + pooled layout features -> MLP (no message passing; "
-              "the seed papers' vanilla MLP)";
+  r.summary =
+      "layout MLP baseline: pooled node features + pooled layout features -> MLP (no message passing; "
+      "the seed papers' vanilla MLP)";
   r.hparams = common_hparams(true);
   r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "MLP width"));

@@ -61,7 +61,8 @@ class LayoutResModel : public RankModel {
       const ag::Var sum = seg->sum(b, x);
       return readout(seg->mean(sum), sum, seg->configurable_sum(b, x));
     }
-    return readout(per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C), per_config(ag::pool(x, b.graph_ptr, Reduce::kSum), C),
+    return readout(per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C),
+                   per_config(ag::pool(x, b.graph_ptr, Reduce::kSum), C),
                    per_config(ag::pool(ag::gather_rows(x, b.config_nodes), b.config_ptr, Reduce::kSum), C));
   }
 
@@ -99,8 +100,9 @@ Recipe layout_resmodel_recipe() {
   Recipe r;
   r.name = "layout-resmodel";
   r.kind = "layout";
-  r.summary = "official layout baseline ResModel: residual GCN, mean + sum + configurable-node readout, ListMLE, "
-              "segment training (tpu_graphs)";
+  r.summary =
+      "official layout baseline ResModel: residual GCN, mean + sum + configurable-node readout, ListMLE, "
+      "segment training (tpu_graphs)";
   r.hparams = common_hparams(true);
   r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("hidden", "32", 1, 65536, "width of every layer"));

@@ -83,7 +83,9 @@ class LayoutSage2nd : public RankModel {
   }
 
  private:
-  ag::Var node_rows(const Batch& b) const { return ag::concat_cols({feat_.forward(ag::Var(b.x)), emb_.forward(b.opcode)}); }
+  ag::Var node_rows(const Batch& b) const {
+    return ag::concat_cols({feat_.forward(ag::Var(b.x)), emb_.forward(b.opcode)});
+  }
 
   ag::Var forward_shared(const Batch& b) {
     const nn::SharePlan& plan = b.consumers_plan(int64_t(convs_.size()));
@@ -117,12 +119,18 @@ Recipe layout_sage_2nd_recipe() {
   Recipe r;
   r.name = "layout-sage-2nd";
   r.kind = "layout";
-  r.summary = "2nd place (Kaggle): whole graphs, deep SAGE stack (xla 6 layers to 256, nlp 8 to 512), per-node "
-              "scalar summed, pairwise margin loss; config sharing";
-  r.hparams = common_hparams(true, {{"loss", "hinge"}, {"margin", "1"}, {"batch-graphs", "10"}, {"configs", "4"},
-                                    {"node-transform", "log1p"}, {"segment", "0"}});
-  r.hparams.push_back(choice_hp("stack", "xla", "xla|nlp",
-                                "SAGE stack: xla (6 layers, 64 to 256, no residual) | nlp (8 layers, 256 and 512, residual)"));
+  r.summary =
+      "2nd place (Kaggle): whole graphs, deep SAGE stack (xla 6 layers to 256, nlp 8 to 512), per-node "
+      "scalar summed, pairwise margin loss; config sharing";
+  r.hparams = common_hparams(true, {{"loss", "hinge"},
+                                    {"margin", "1"},
+                                    {"batch-graphs", "10"},
+                                    {"configs", "4"},
+                                    {"node-transform", "log1p"},
+                                    {"segment", "0"}});
+  r.hparams.push_back(
+      choice_hp("stack", "xla", "xla|nlp",
+                "SAGE stack: xla (6 layers, 64 to 256, no residual) | nlp (8 layers, 256 and 512, residual)"));
   r.hparams.push_back(share_hp());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<LayoutSage2nd>(h, d, rng);

@@ -79,10 +79,17 @@ class LayoutSage6th : public RankModel {
 }  // namespace
 
 std::vector<HParamSpec> hparams_6th(const char* hidden, const char* op_embed) {
-  std::vector<HParamSpec> h = common_hparams(
-      true, {{"loss", "logistic"},  {"lr", "0.0005"},  {"weight-decay", "0.01"}, {"configs", "80"},
-             {"batch-graphs", "32"}, {"accumulate", "32"}, {"swa", "10"},          {"khops", "5"},
-             {"khops-direction", "consumers"}, {"node-transform", "standardize"}, {"segment", "0"}});
+  std::vector<HParamSpec> h = common_hparams(true, {{"loss", "logistic"},
+                                                    {"lr", "0.0005"},
+                                                    {"weight-decay", "0.01"},
+                                                    {"configs", "80"},
+                                                    {"batch-graphs", "32"},
+                                                    {"accumulate", "32"},
+                                                    {"swa", "10"},
+                                                    {"khops", "5"},
+                                                    {"khops-direction", "consumers"},
+                                                    {"node-transform", "standardize"},
+                                                    {"segment", "0"}});
   h.push_back(integer_hp("op-embed", op_embed, 1, 4096, "opcode embedding width"));
   h.push_back(integer_hp("hidden", hidden, 2, 65536, "width of every layer (the last hidden layer has half)"));
   h.push_back(integer_hp("layers", "4", 1, 64, "graph layers"));
@@ -94,8 +101,9 @@ Recipe layout_sage_6th_recipe() {
   Recipe r;
   r.name = "layout-sage-6th";
   r.kind = "layout";
-  r.summary = "6th place (Kaggle): 5-hop downstream region, 4 residual SAGE layers with instance norm, "
-              "mean + max pool, pairwise logistic loss, SWA";
+  r.summary =
+      "6th place (Kaggle): 5-hop downstream region, 4 residual SAGE layers with instance norm, "
+      "mean + max pool, pairwise logistic loss, SWA";
   r.hparams = hparams_6th("256", "128");
   r.configs_interact = true;  // the late norm over the configs of the slate
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {

@@ -103,8 +103,9 @@ Recipe layout_seed_sage_recipe() {
   Recipe r;
   r.name = "layout-seed-sage";
   r.kind = "layout";
-  r.summary = "seed report's GNNs beside the vanilla MLP (layout-mlp): 3 official-SAGE (--conv sage) or GCN "
-              "(--conv gcn) layers, mean pool, ListMLE; config sharing";
+  r.summary =
+      "seed report's GNNs beside the vanilla MLP (layout-mlp): 3 official-SAGE (--conv sage) or GCN "
+      "(--conv gcn) layers, mean pool, ListMLE; config sharing";
   r.hparams = common_hparams(true);
   r.hparams.push_back(choice_hp("conv", "sage", "sage|gcn",
                                 "graph layer: sage (official SAGE, (A + A^T) sum, l2-normalised) | gcn (vanilla GCN)"));

@@ -53,7 +53,7 @@
 namespace gnn::train {
 namespace {
 
-constexpr int64_t kConfigValues = 8;       // -1..5, and 7 for "not a configurable node"
+constexpr int64_t kConfigValues = 8;  // -1..5, and 7 for "not a configurable node"
 constexpr int32_t kNotConfigurable = 7;
 
 // The categorical index of every layout config value in the batch: i32 [N*C*18], row-major over
@@ -87,6 +87,7 @@ class Attend : public nn::Module {
     const ag::Var y = se_.forward(x, C);
     return on_ ? cross_.forward(axis, y, C) : y;
   }
+
  private:
   ChannelAttention se_;
   CrossConfigAttention cross_;
@@ -105,6 +106,7 @@ class InputBlock : public nn::Module {
     const ag::Var y = node_norm(b, node_major(lin_.forward(per_config(x, C)), C));
     return ag::gelu(attend_.forward(axis, y, C));
   }
+
  private:
   nn::Linear lin_;
   Attend attend_;
@@ -113,7 +115,8 @@ class InputBlock : public nn::Module {
 // norm -> SAGE -> SE -> cross -> + x -> GELU -> dropout on [N, C*D].
 class SageBlock : public nn::Module {
  public:
-  SageBlock(int64_t dim, bool cross, Rng& rng) : sage_(dim, cross ? dim / 2 : dim, rng), attend_(cross ? dim / 2 : dim, cross, rng) {
+  SageBlock(int64_t dim, bool cross, Rng& rng)
+      : sage_(dim, cross ? dim / 2 : dim, rng), attend_(cross ? dim / 2 : dim, cross, rng) {
     add_child("sage", &sage_);
     add_child("attend", &attend_);
   }
@@ -121,6 +124,7 @@ class SageBlock : public nn::Module {
     const ag::Var y = attend_.forward(axis, sage_.forward(b, node_norm(b, x), C), C);
     return ag::gelu(ag::add(y, x));
   }
+
  private:
   ConsumerSage sage_;
   Attend attend_;
@@ -139,8 +143,10 @@ class LayoutTgraph : public RankModel {
              cross_, rng),
         in2_(hidden_, hidden_, cross_, rng),
         out_(hidden_, 1, rng) {
-    GNN_CHECK(!cross_ || hidden_ % 2 == 0, "--hidden: must be even with --cross-attn on (the attention's "
-              "concatenation doubles half the width), got ", hidden_);
+    GNN_CHECK(!cross_ || hidden_ % 2 == 0,
+              "--hidden: must be even with --cross-attn on (the attention's "
+              "concatenation doubles half the width), got ",
+              hidden_);
     add_child("op_embedding", &op_emb_);
     add_child("config_embedding", &config_emb_);
     add_child("input.0", &in1_);
@@ -155,14 +161,16 @@ class LayoutTgraph : public RankModel {
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     const Graph axis = config_axis(b.nodes, C, b.x.device());
-    const ag::Var config = ag::reshape(config_emb_.forward(config_categories(b)), b.nodes,
-                                       C * kLayoutConfigFeatures * config_embed_);
-    const ag::Var own = ag::reshape(config_emb_.forward(b.node_layout.reshape({-1})), b.nodes, kNodeLayoutDims * config_embed_);
+    const ag::Var config =
+        ag::reshape(config_emb_.forward(config_categories(b)), b.nodes, C * kLayoutConfigFeatures * config_embed_);
+    const ag::Var own =
+        ag::reshape(config_emb_.forward(b.node_layout.reshape({-1})), b.nodes, kNodeLayoutDims * config_embed_);
     ag::Var x = ag::join_configs(ag::concat_cols({node_input(op_emb_, b), own}), config, C);  // [N, C*(op + F + 24E)]
     x = segment(b, in1_.forward(b, axis, x, C));
     x = segment(b, in2_.forward(b, axis, x, C));
     uint64_t salt = 1;
-    for (const auto& block : blocks_) x = segment(b, batch_dropout(b, block->forward(b, axis, x, C), dropout_, training(), salt++));
+    for (const auto& block : blocks_)
+      x = segment(b, batch_dropout(b, block->forward(b, axis, x, C), dropout_, training(), salt++));
     return out_.forward(per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C));  // [G*C, 1]
   }
 
@@ -182,13 +190,25 @@ Recipe layout_tgraph_recipe() {
   Recipe r;
   r.name = "layout-tgraph";
   r.kind = "layout";
-  r.summary = "1st place (Kaggle, TGraph): configurable nodes and neighbours, categorical config embedding, "
-              "SAGE blocks with channel and cross-config attention, pairwise hinge";
-  r.hparams = common_hparams(
-      true, {{"loss", "hinge"},       {"margin", "1"},        {"lr", "0.001"},     {"weight-decay", "0.00001"},
-             {"schedule", "cosine"},  {"warmup", "50"},       {"clip", "1"},       {"batch-graphs", "1"},
-             {"configs", "64"},       {"dedup", "on"},        {"khops", "1"},      {"khops-direction", "both"},
-             {"node-transform", "standardize"}, {"segment", "0"}, {"eval-chunk", "128"}, {"tta", "10"}});
+  r.summary =
+      "1st place (Kaggle, TGraph): configurable nodes and neighbours, categorical config embedding, "
+      "SAGE blocks with channel and cross-config attention, pairwise hinge";
+  r.hparams = common_hparams(true, {{"loss", "hinge"},
+                                    {"margin", "1"},
+                                    {"lr", "0.001"},
+                                    {"weight-decay", "0.00001"},
+                                    {"schedule", "cosine"},
+                                    {"warmup", "50"},
+                                    {"clip", "1"},
+                                    {"batch-graphs", "1"},
+                                    {"configs", "64"},
+                                    {"dedup", "on"},
+                                    {"khops", "1"},
+                                    {"khops-direction", "both"},
+                                    {"node-transform", "standardize"},
+                                    {"segment", "0"},
+                                    {"eval-chunk", "128"},
+                                    {"tta", "10"}});
   r.hparams.push_back(integer_hp("hidden", "256", 2, 65536, "width of every block"));
   r.hparams.push_back(integer_hp("layers", "2", 1, 64, "SAGE blocks"));
   r.hparams.push_back(integer_hp("op-embed", "16", 1, 4096, "opcode embedding width"));

@@ -52,7 +52,8 @@ class TileGat6th : public RankModel {
         join_(h.integer("hidden") + d.config_features, h.integer("hidden"), rng),
         head_(h.integer("hidden") + d.config_features, h.integer("hidden"), rng) {
     const int64_t H = h.integer("hidden"), heads = h.integer("heads");
-    GNN_CHECK(H % heads == 0, "--hidden ", H, " must be a multiple of --heads ", heads, " (the heads are concatenated)");
+    GNN_CHECK(H % heads == 0, "--hidden ", H, " must be a multiple of --heads ", heads,
+              " (the heads are concatenated)");
     add_child("op_embedding", &emb_);
     add_child("early.0", &early1_);
     add_child("early.1", &early2_);
@@ -92,19 +93,27 @@ Recipe tile_gat_6th_recipe() {
   Recipe r;
   r.name = "tile-gat-6th";
   r.kind = "tile";
-  r.summary = "6th place tile model (Kaggle): configs joined on every node, 4 residual GAT layers with instance "
-              "norm, mean + max pool, slate-normalised head, ListMLE";
-  r.hparams = common_hparams(false, {{"temperature", "1"}, {"mse-weight", "0"}, {"lr", "0.0005"},
-                                     {"weight-decay", "0.01"}, {"batch-graphs", "32"}, {"configs", "64"},
-                                     {"eval-chunk", "100"}, {"node-transform", "standardize"},
+  r.summary =
+      "6th place tile model (Kaggle): configs joined on every node, 4 residual GAT layers with instance "
+      "norm, mean + max pool, slate-normalised head, ListMLE";
+  r.hparams = common_hparams(false, {{"temperature", "1"},
+                                     {"mse-weight", "0"},
+                                     {"lr", "0.0005"},
+                                     {"weight-decay", "0.01"},
+                                     {"batch-graphs", "32"},
+                                     {"configs", "64"},
+                                     {"eval-chunk", "100"},
+                                     {"node-transform", "standardize"},
                                      {"config-transform", "standardize"}});
   r.hparams.push_back(integer_hp("op-embed", "128", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("hidden", "256", 2, 65536, "width of every layer (the last head layer has half)"));
   r.hparams.push_back(integer_hp("layers", "4", 1, 64, "GAT layers"));
-  r.hparams.push_back(integer_hp("heads", "4", 1, 256, "attention heads per GAT layer (concatenated; divides --hidden)"));
-  r.hparams.push_back(choice_hp("join", "early", "early|late",
-                                "where the config features join: on every node before the GAT layers, or after the pool "
-                                "(the published code, whose slate norm then cancels the graph)"));
+  r.hparams.push_back(
+      integer_hp("heads", "4", 1, 256, "attention heads per GAT layer (concatenated; divides --hidden)"));
+  r.hparams.push_back(
+      choice_hp("join", "early", "early|late",
+                "where the config features join: on every node before the GAT layers, or after the pool "
+                "(the published code, whose slate norm then cancels the graph)"));
   r.configs_interact = true;  // the late norm over the configs of the slate
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<TileGat6th>(h, d, rng);

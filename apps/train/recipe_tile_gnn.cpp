@@ -34,7 +34,8 @@ class TileGnn : public RankModel {
       add_child("prenet", prenet_.get());
     }
     for (int64_t l = 0; l < layers; ++l) {
-      if (conv == Conv::kSage) sage_.push_back(std::make_unique<ConfigSage>(l == 0 ? in : H, H, rng, Act::kLeakyRelu, true));
+      if (conv == Conv::kSage)
+        sage_.push_back(std::make_unique<ConfigSage>(l == 0 ? in : H, H, rng, Act::kLeakyRelu, true));
       else gcn_.push_back(std::make_unique<ResGcnLayer>(H, rng, Act::kLeakyRelu));
       add_child("layers." + std::to_string(l), conv == Conv::kSage ? static_cast<nn::Module*>(sage_.back().get())
                                                                    : static_cast<nn::Module*>(gcn_.back().get()));
@@ -69,8 +70,8 @@ Recipe tile_gnn(const char* name, const char* summary, Conv conv, bool early) {
   r.name = name;
   r.kind = "tile";
   r.summary = summary;
-  r.hparams = common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"},
-                                     {"configs", "10"}});
+  r.hparams =
+      common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"}, {"configs", "10"}});
   r.hparams.push_back(integer_hp("op-embed", "64", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "GNN and head width"));
   r.hparams.push_back(integer_hp("layers", "3", 1, 64, "GNN layers"));

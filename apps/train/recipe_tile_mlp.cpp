@@ -19,7 +19,8 @@ class TileMlp : public RankModel {
   }
   ag::Var forward(const Batch& b) override {
     const ag::Var h = node_input(emb_, b);
-    const ag::Var pooled = ag::concat_cols({ag::pool(h, b.graph_ptr, Reduce::kMean), ag::pool(h, b.graph_ptr, Reduce::kMax)});
+    const ag::Var pooled =
+        ag::concat_cols({ag::pool(h, b.graph_ptr, Reduce::kMean), ag::pool(h, b.graph_ptr, Reduce::kMax)});
     return mlp_.forward(ag::concat_cols({repeat_configs(b, pooled), ag::Var(b.config_feat)}));
   }
 
@@ -35,8 +36,8 @@ Recipe tile_mlp_recipe() {
   r.name = "tile-mlp";
   r.kind = "tile";
   r.summary = "official tile MLP baseline: pooled node features + config features -> MLP [64,64,1] (tpu_graphs)";
-  r.hparams = common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"},
-                                     {"configs", "10"}});
+  r.hparams =
+      common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"}, {"configs", "10"}});
   r.hparams.push_back(integer_hp("op-embed", "64", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "MLP width"));
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {

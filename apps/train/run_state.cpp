@@ -24,7 +24,8 @@ Meta read_meta(const std::string& path) {
   Meta m;
   m.arrays = r.load_keys(keys);
   const int64_t format = get_i64(m.arrays, "meta/format", path);
-  GNN_CHECK(format == kCheckpointFormat, path, ": checkpoint format ", format, ", this build reads ", kCheckpointFormat);
+  GNN_CHECK(format == kCheckpointFormat, path, ": checkpoint format ", format, ", this build reads ",
+            kCheckpointFormat);
   m.recipe = &find_recipe(tensor_text(m.arrays, "meta/recipe", path));
   m.hparams = HParams::from_json(tensor_text(m.arrays, "meta/hparams", path), path + ": meta/hparams");
   // A checkpoint written before a hyper-parameter existed (--share) runs with that one's default.
@@ -36,23 +37,29 @@ Meta read_meta(const std::string& path) {
 ModelDims dims_of(const Preprocessing& p) { return {p.node_features(), p.config_features()}; }
 
 void State::save(std::vector<std::pair<std::string, Tensor>>& out) const {
-  for (auto [k, v] : {std::pair<const char*, int64_t>{"epoch", epoch}, {"batch", batch}, {"step", step},
-                      {"skipped", skipped}, {"loss_n", loss_n}, {"configs", configs}, {"best_epoch", best_epoch}})
+  for (auto [k, v] : {std::pair<const char*, int64_t>{"epoch", epoch},
+                      {"batch", batch},
+                      {"step", step},
+                      {"skipped", skipped},
+                      {"loss_n", loss_n},
+                      {"configs", configs},
+                      {"best_epoch", best_epoch}})
     out.emplace_back(std::string("state/") + k, i64_tensor(v));
-  for (auto [k, v] : {std::pair<const char*, double>{"loss_sum", loss_sum}, {"seconds", seconds}, {"best_score", best_score}})
+  for (auto [k, v] :
+       {std::pair<const char*, double>{"loss_sum", loss_sum}, {"seconds", seconds}, {"best_score", best_score}})
     out.emplace_back(std::string("state/") + k, f64_tensor(v));
 }
 
 void State::load(const std::map<std::string, Tensor>& a, const std::string& f) {
   epoch = get_i64(a, "state/epoch", f), batch = get_i64(a, "state/batch", f), step = get_i64(a, "state/step", f);
-  skipped = get_i64(a, "state/skipped", f), loss_n = get_i64(a, "state/loss_n", f), configs = get_i64(a, "state/configs", f);
+  skipped = get_i64(a, "state/skipped", f), loss_n = get_i64(a, "state/loss_n", f),
+  configs = get_i64(a, "state/configs", f);
   best_epoch = get_i64(a, "state/best_epoch", f);
   loss_sum = get_f64(a, "state/loss_sum", f), seconds = get_f64(a, "state/seconds", f);
   best_score = get_f64(a, "state/best_score", f);
 }
 
 namespace {
-
 
 std::string stored_text(const Meta& m, const std::string& key) {
   return m.arrays.count(key) ? tensor_text(m.arrays, key, "checkpoint") : "";
@@ -85,14 +92,17 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
   p.recipe = p.meta.recipe, p.hp = p.meta.hparams;
   const std::string& run = o.out;
   if (!o.recipe.empty() && o.recipe != p.recipe->name)
-    bad_option("--model ", o.recipe, ": the run in ", run, " trains ", p.recipe->name, "; a resumed run keeps its recipe");
+    bad_option("--model ", o.recipe, ": the run in ", run, " trains ", p.recipe->name,
+               "; a resumed run keeps its recipe");
   for (const auto& [k, v] : o.hparams)
     if (!p.hp.values.count(k) || p.hp.values.at(k) != v)
       bad_option("--", k, " ", v, ": the run in ", run, " was started with ",
-                 p.hp.values.count(k) ? p.hp.values.at(k) : "no such flag", "; a resumed run keeps its hyper-parameters");
+                 p.hp.values.count(k) ? p.hp.values.at(k) : "no such flag",
+                 "; a resumed run keeps its hyper-parameters");
   p.seed = uint64_t(get_i64(p.meta.arrays, "meta/seed", model_path));
   if (o.seed && *o.seed != p.seed)
-    bad_option("--seed ", *o.seed, ": the run in ", run, " was started with seed ", p.seed, "; a resumed run keeps its seed");
+    bad_option("--seed ", *o.seed, ": the run in ", run, " was started with seed ", p.seed,
+               "; a resumed run keeps its seed");
   // Checkpoints written before these were recorded lack them: the command line's values are taken.
   const bool recorded = p.meta.arrays.count("meta/epochs") > 0;
   const std::string older = " (not recorded: the checkpoint was written by an older gnn)";
@@ -133,8 +143,7 @@ RunPlan plan_run(const TrainOptions& o, const std::string& model_path) {
   RunPlan p = o.resume && fs::exists(model_path) ? plan_resumed_run(o, model_path) : plan_new_run(o);
   if (std::string e = check_hparams(p.recipe->hparams, p.hp, p.recipe->name); !e.empty()) bad_option(e);
   const std::string recorded = p.resuming ? " (recorded in the run's model.npz; pass it again to change it)" : "";
-  if (!fs::exists(p.data))
-    bad_option("--data ", p.data, ": no such file or directory", o.data.empty() ? recorded : "");
+  if (!fs::exists(p.data)) bad_option("--data ", p.data, ": no such file or directory", o.data.empty() ? recorded : "");
   if (!p.eval_indices.empty() && !fs::is_directory(p.eval_indices))
     bad_option("--eval-indices ", p.eval_indices, ": not a directory", o.eval_indices.empty() ? recorded : "");
   if (o.memory_limit < 0) bad_option("--memory-limit: must be >= 0 bytes, got ", o.memory_limit);

@@ -8,7 +8,8 @@ namespace {
 // Sums of listed source rows into their graphs: source src[i] adds to graph dst[i].
 Graph readout_block(const std::vector<int64_t>& src, const std::vector<int64_t>& dst, int64_t sources, int64_t graphs,
                     Device device) {
-  Graph g = Graph::from_bipartite_edges(src.data(), dst.data(), int64_t(src.size()), sources, graphs, "segment readout");
+  Graph g =
+      Graph::from_bipartite_edges(src.data(), dst.data(), int64_t(src.size()), sources, graphs, "segment readout");
   if (device.is_cuda()) Tensor::move_packed(g.arrays(), device);
   return g;
 }
@@ -106,14 +107,16 @@ ag::Var SegmentPass::sum(const Batch& b, const nn::SharePlan& plan, const nn::Sh
   }
   const Graph gd = readout_block(dsrc, ddst, ids.numel(), graphs_, x.dep.device());
   const Graph gs = readout_block(ssrc, sdst, b.nodes, graphs_, x.dep.device());
-  const ag::Var y = ag::add(ag::spmm(gd, x.dep, Reduce::kSum), nn::repeat_cols(ag::spmm(gs, x.shared, Reduce::kSum), C));
+  const ag::Var y =
+      ag::add(ag::spmm(gd, x.dep, Reduce::kSum), nn::repeat_cols(ag::spmm(gs, x.shared, Reduce::kSum), C));
   return keep_or_add(ag::Var(), by_config(y, C));
 }
 
 ag::Var SegmentPass::configurable_sum(const Batch& b, const ag::Var& x) {
   const int64_t C = configs_;
   if (replaying_)
-    return keep_or_add(by_config(ag::pool(ag::gather_rows(x, b.config_nodes), b.config_ptr, Reduce::kSum), C), ag::Var());
+    return keep_or_add(by_config(ag::pool(ag::gather_rows(x, b.config_nodes), b.config_ptr, Reduce::kSum), C),
+                       ag::Var());
   std::vector<int64_t> src, dst;
   for (int64_t k = 0; k < b.config_nodes.numel(); ++k) {
     const int32_t v = b.config_nodes.i32()[k];

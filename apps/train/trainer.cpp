@@ -164,7 +164,7 @@ class Run {
   std::vector<nn::NamedParam> params_;
   std::optional<nn::Adam> opt_;
   std::optional<DataParallel> dp_;  // with mpirun -np R > 1
-  std::optional<nn::Swa> swa_;      // --swa K
+  std::optional<nn::Swa> swa_;  // --swa K
   State st_;
   std::optional<GraphSource> train_src_, valid_src_;
   int64_t n_ = 0, batches_ = 0, total_steps_ = 0;
@@ -201,7 +201,8 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   const Recipe* recipe = plan_.recipe;
   const HParams& hp = plan_.hp;
   if (recipe->train_part && world_.size > 1)
-    bad_option(detail::str_cat("--model ", recipe->name, ": its table of segment scores lives in one process; run it "
+    bad_option(detail::str_cat("--model ", recipe->name,
+                               ": its table of segment scores lives in one process; run it "
                                "without mpirun (or with -np 1)"));
   prep_ = plan_.meta.prep;
   layout_ = recipe->kind == "layout";
@@ -267,15 +268,18 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   clip_ = hp.num("clip");
 
   const bool talk = lead_ && !o.quiet;
-  if (talk) std::printf("gnn train: %s on %lld train / %lld valid %s graphs; %lld graphs x %lld configs per step, %lld steps "
-              "per epoch%s\n",
-              recipe->name.c_str(), (long long)n_, (long long)valid_files_.size(), recipe->kind.c_str(), (long long)G_,
-              (long long)C_, (long long)batches_, plan_.resuming ? " (resumed)" : "");
+  if (talk)
+    std::printf(
+        "gnn train: %s on %lld train / %lld valid %s graphs; %lld graphs x %lld configs per step, %lld steps "
+        "per epoch%s\n",
+        recipe->name.c_str(), (long long)n_, (long long)valid_files_.size(), recipe->kind.c_str(), (long long)G_,
+        (long long)C_, (long long)batches_, plan_.resuming ? " (resumed)" : "");
   if (talk && world_.size > 1)
-    std::printf("data-parallel over %d ranks (%s): each builds its share of the %lld graphs of a step; %.2f MB "
-                "summed per step\n",
-                world_.size, dist::built_with_nccl() && o.device.is_cuda() ? "NCCL" : "MPI", (long long)G_,
-                double(dp_->bytes_per_step()) / 1e6);
+    std::printf(
+        "data-parallel over %d ranks (%s): each builds its share of the %lld graphs of a step; %.2f MB "
+        "summed per step\n",
+        world_.size, dist::built_with_nccl() && o.device.is_cuda() ? "NCCL" : "MPI", (long long)G_,
+        double(dp_->bytes_per_step()) / 1e6);
   if (plan_.resuming && talk)
     std::printf("resuming at epoch %lld, batch %lld of %lld (after step %lld)\n", (long long)st_.epoch + 1,
                 (long long)st_.batch + 1, (long long)batches_, (long long)st_.step);
@@ -285,9 +289,10 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     const auto it = plan_.meta.arrays.find("meta/ranks");
     const int64_t before = it == plan_.meta.arrays.end() ? 1 : get_i64(plan_.meta.arrays, "meta/ranks", model_path_);
     if (before != world_.size)
-      std::printf("resuming a run of %lld rank(s) with %d: the global batches are the same (each rank builds a share "
-                  "of them), the sums over ranks round differently\n",
-                  (long long)before, world_.size);
+      std::printf(
+          "resuming a run of %lld rank(s) with %d: the global batches are the same (each rank builds a share "
+          "of them), the sums over ranks round differently\n",
+          (long long)before, world_.size);
   }
   std::fflush(stdout);
 }
@@ -297,24 +302,26 @@ void Run::save(const std::string& path, bool with_optimizer) {
   const auto stop_message = [&] {
     // (rank 0 writes, on its own clock: only it knows which step the file holds)
     if (path == model_path_ && world_.size > 1)
-      dist::set_stop_message(detail::str_cat("gnn train: ", dist::rank_prefix(), "stopped by the launcher (another "
-                                             "rank ended first; its message, or mpirun's, says why); ", model_path_,
-                                             lead_ ? detail::str_cat(" holds step ", st_.step) : " holds rank 0's last checkpoint",
-                                             ": --resume continues from there\n"));
+      dist::set_stop_message(detail::str_cat(
+          "gnn train: ", dist::rank_prefix(),
+          "stopped by the launcher (another "
+          "rank ended first; its message, or mpirun's, says why); ",
+          model_path_, lead_ ? detail::str_cat(" holds step ", st_.step) : " holds rank 0's last checkpoint",
+          ": --resume continues from there\n"));
   };
   if (!lead_) return stop_message();  // the ranks hold the same weights and state: rank 0 writes them
   working_on_ = detail::str_cat("writing ", path);
-  std::vector<std::pair<std::string, Tensor>> extra = {{"meta/format", i64_tensor(kCheckpointFormat)},
-                                                       {"meta/recipe", text_tensor(plan_.recipe->name)},
-                                                       {"meta/hparams", text_tensor(plan_.hp.json())},
-                                                       {"meta/seed", i64_tensor(int64_t(plan_.seed))},
-                                                       {"meta/data", text_tensor(fs::absolute(plan_.data).string())},
-                                                       {"meta/epochs", i64_tensor(plan_.epochs)},
-                                                       {"meta/steps", i64_tensor(plan_.steps)},
-                                                       {"meta/max_graphs", i64_tensor(plan_.max_graphs)},
-                                                       {"meta/ranks", i64_tensor(world_.size)},
-                                                       {"meta/eval_indices", text_tensor(plan_.eval_indices.empty() ? ""
-                                                                                 : fs::absolute(plan_.eval_indices).string())}};
+  std::vector<std::pair<std::string, Tensor>> extra = {
+      {"meta/format", i64_tensor(kCheckpointFormat)},
+      {"meta/recipe", text_tensor(plan_.recipe->name)},
+      {"meta/hparams", text_tensor(plan_.hp.json())},
+      {"meta/seed", i64_tensor(int64_t(plan_.seed))},
+      {"meta/data", text_tensor(fs::absolute(plan_.data).string())},
+      {"meta/epochs", i64_tensor(plan_.epochs)},
+      {"meta/steps", i64_tensor(plan_.steps)},
+      {"meta/max_graphs", i64_tensor(plan_.max_graphs)},
+      {"meta/ranks", i64_tensor(world_.size)},
+      {"meta/eval_indices", text_tensor(plan_.eval_indices.empty() ? "" : fs::absolute(plan_.eval_indices).string())}};
   prep_.save(extra);
   st_.save(extra);
   model_->save_state(extra);
@@ -360,7 +367,8 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
       if (plan_.recipe->train_part) {  // likewise
         Rng r(Rng(rngs.back()).next() ^ 0x70617274ull);
         parts.push_back(plan_.recipe->train_part(plan_.hp, held.back()->num_nodes(), r));
-        held.back() = std::make_shared<const ModelGraph>(node_range(*held.back(), parts.back().begin, parts.back().end));
+        held.back() =
+            std::make_shared<const ModelGraph>(node_range(*held.back(), parts.back().begin, parts.back().end));
         graphs.back() = held.back().get();
       }
     }
@@ -377,7 +385,8 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
 
 std::string Run::batch_ids(const std::vector<int64_t>& order, int64_t bi) const {
   std::string ids;
-  for (int64_t k = bi * G_; k < std::min(n_, (bi + 1) * G_); ++k) ids.append(" ").append(train_files_[size_t(order[size_t(k)])].id());
+  for (int64_t k = bi * G_; k < std::min(n_, (bi + 1) * G_); ++k)
+    ids.append(" ").append(train_files_[size_t(order[size_t(k)])].id());
   return ids;
 }
 
@@ -407,7 +416,8 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
     const Batch& b = micro[m];
     configs += b.graphs * b.configs;
     std::vector<double> share;
-    for (size_t t = 0; weighted && t < global.size(); ++t) share.push_back(global[t] > 0 ? counts[m][t] / global[t] : 0.0);
+    for (size_t t = 0; weighted && t < global.size(); ++t)
+      share.push_back(global[t] > 0 ? counts[m][t] / global[t] : 0.0);
     pred = model_->forward(b), last = &b;
     const ag::Var loss = batch_loss(plan_.hp, pred, b, prep_.log_offset, share);
     const double part = loss.value().item();
@@ -439,8 +449,8 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
     } else {
       where = "the other ranks' graphs (this rank had none this step)";
     }
-    GNN_CHECK(o_.skip_nonfinite, "non-finite ", what, " at step ", st_.step + 1, " (epoch ", epoch + 1, ", batch ", bi + 1,
-              ") from ", where, "; lower --lr, set --clip, or pass --skip-nonfinite to skip such batches");
+    GNN_CHECK(o_.skip_nonfinite, "non-finite ", what, " at step ", st_.step + 1, " (epoch ", epoch + 1, ", batch ",
+              bi + 1, ") from ", where, "; lower --lr, set --clip, or pass --skip-nonfinite to skip such batches");
     opt_->zero_grad();
     st_.skipped += 1;
   } else {
@@ -491,9 +501,10 @@ TrainResult Run::train() {
     end_epoch(e, st_.seconds - epoch_seconds_before, st_.configs - epoch_configs_before);
     done = finished();
     if (stopped_early() && lead_ && !o_.quiet)
-      std::printf("stopping early: no better valid score in the last %lld epochs (--patience); the best was epoch "
-                  "%lld's, %.4f\n",
-                  (long long)plan_.hp.integer("patience"), (long long)st_.best_epoch, st_.best_score);
+      std::printf(
+          "stopping early: no better valid score in the last %lld epochs (--patience); the best was epoch "
+          "%lld's, %.4f\n",
+          (long long)plan_.hp.integer("patience"), (long long)st_.best_epoch, st_.best_score);
   }
   // A finished run given a new length, data or eval folder runs no step: record the change all the same.
   if (plan_.resuming && !plan_.notes.empty() && st_.step == first_step) save(model_path_, true);
@@ -575,7 +586,8 @@ void Run::agree_on_plan() const {
     for (const auto& [name, unused] : fields) {
       const size_t ea = all[0].find('\n', a), eb = all[r].find('\n', b);
       const std::string v0 = all[0].substr(a, ea - a), vr = all[r].substr(b, eb - b);
-      GNN_CHECK(v0 == vr, "rank ", r, "'s ", name, " is ", vr, ", rank 0's ", v0, ": every rank needs the same flags, "
+      GNN_CHECK(v0 == vr, "rank ", r, "'s ", name, " is ", vr, ", rank 0's ", v0,
+                ": every rank needs the same flags, "
                 "and RUN and --data on a filesystem every rank sees");
       a = ea + 1, b = eb + 1;
     }
@@ -662,8 +674,9 @@ TrainResult run_training(const TrainOptions& o) {
     Run run(o, working_on);
     return run.train();
   } catch (const MemoryLimitError& e) {
-    GNN_FAIL(working_on, " does not fit in the memory limit of ", e.limit, " bytes (--memory-limit): it needs more than ",
-             e.in_use + e.requested, " bytes of tensors (", e.requested, " asked for with ", e.in_use,
+    GNN_FAIL(working_on, " does not fit in the memory limit of ", e.limit,
+             " bytes (--memory-limit): it needs more than ", e.in_use + e.requested, " bytes of tensors (", e.requested,
+             " asked for with ", e.in_use,
              " in use); raise --memory-limit, or start a new run with lower --configs or --batch-graphs (layout: or "
              "--segment)");
   }

@@ -11,8 +11,8 @@
 // takes exactly the steps the unbroken run would have taken (tested bit for bit).
 #pragma once
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,24 +26,24 @@ namespace gnn::train {
 // is taken for epochs and steps (extending or shortening the run, said in the output) and the data folder
 // (the run's preprocessing is kept), and refused for the recipe, its hyper-parameters and the seed.
 struct TrainOptions {
-  std::string recipe;                       // empty with resume: the run's own
-  std::string data, out, eval_indices;      // eval_indices: folder of the official JSON files, optional
+  std::string recipe;  // empty with resume: the run's own
+  std::string data, out, eval_indices;  // eval_indices: folder of the official JSON files, optional
   std::map<std::string, std::string> hparams;  // set on the command line
-  int64_t epochs = 0;                       // 0: 10 for a new run
-  int64_t steps = 0;                        // > 0: stop after this many optimiser steps; < 0: no limit,
-                                            // even on a resumed run that had one
-  std::optional<uint64_t> seed;             // none: 1 for a new run
-  int64_t memory_limit = 0;                 // > 0: host tensor bytes allowed (a batch past it stops, named)
+  int64_t epochs = 0;  // 0: 10 for a new run
+  int64_t steps = 0;  // > 0: stop after this many optimiser steps; < 0: no limit,
+                      // even on a resumed run that had one
+  std::optional<uint64_t> seed;  // none: 1 for a new run
+  int64_t memory_limit = 0;  // > 0: host tensor bytes allowed (a batch past it stops, named)
   bool resume = false;
   bool skip_nonfinite = false;
-  double checkpoint_minutes = 10;           // 0: after every step
-  int progress = -1;                        // 1 bar, 0 plain lines, -1 bar when stderr is a terminal
-  int64_t kill_after_steps = 0;             // tests: SIGKILL this process after that step's checkpoint
-  bool stall = false;                       // tests: at that step, hang (sleep) instead of dying
-  int fault_rank = -1;                      // tests: the rank of a data-parallel job that dies or hangs (-1: all)
-  int64_t max_graphs = 0;                   // > 0: use only the first N train and valid graphs
-  bool quiet = false;                       // no per-epoch lines on stdout (metrics.jsonl still written)
-  Device device = Device::cpu();            // where the model and each batch's features live
+  double checkpoint_minutes = 10;  // 0: after every step
+  int progress = -1;  // 1 bar, 0 plain lines, -1 bar when stderr is a terminal
+  int64_t kill_after_steps = 0;  // tests: SIGKILL this process after that step's checkpoint
+  bool stall = false;  // tests: at that step, hang (sleep) instead of dying
+  int fault_rank = -1;  // tests: the rank of a data-parallel job that dies or hangs (-1: all)
+  int64_t max_graphs = 0;  // > 0: use only the first N train and valid graphs
+  bool quiet = false;  // no per-epoch lines on stdout (metrics.jsonl still written)
+  Device device = Device::cpu();  // where the model and each batch's features live
   // Build the next batch on a second thread during each step: -1 on a GPU only (on the host the step
   // itself uses every core), 0 never, 1 always. The batches, and so the run, are the same either way.
   int prefetch = -1;
@@ -58,7 +58,7 @@ class OptionError : public Error {
 
 struct TrainResult {
   int64_t epochs = 0, steps = 0, skipped = 0, configs = 0;  // configs: (graph, config) pairs trained on
-  double best_score = 0, last_score = 0, seconds = 0;       // seconds: training time, validation excluded
+  double best_score = 0, last_score = 0, seconds = 0;  // seconds: training time, validation excluded
   std::string json;  // the summary printed as the last line
 };
 TrainResult run_training(const TrainOptions& options);
@@ -95,8 +95,8 @@ std::vector<int64_t> ranking_order(const std::vector<double>& p, const std::vect
 // when the folder has one for them).
 struct Evaluation {
   std::vector<std::pair<std::string, GraphScore>> scores;  // (collection, score), file order
-  double score = 0;                                        // mean_score
-  std::string json;                                        // summary_json
+  double score = 0;  // mean_score
+  std::string json;  // summary_json
 };
 // In a job of several ranks (mpirun) each rank scores its share of the graphs and every rank returns all
 // the scores, in file order.
@@ -107,8 +107,8 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
                     int64_t tta = 1, bool log_runtime = false, double log_offset = 0);
 bool predicts_log_runtime(const HParams& h);  // --loss mse or mape
 // Every rank's scores, in rank order, on every rank (a job of one: `mine`).
-std::vector<std::pair<std::string, GraphScore>> gather_scores(const std::vector<std::pair<std::string, GraphScore>>& mine,
-                                                              const std::string& what);
+std::vector<std::pair<std::string, GraphScore>> gather_scores(
+    const std::vector<std::pair<std::string, GraphScore>>& mine, const std::string& what);
 
 // The model's files of one kind from a dataset tree (tile or layout collections), of one split.
 std::vector<DatasetFile> kind_files(const std::string& data, const std::string& kind, const std::string& split);

@@ -109,7 +109,8 @@ cudaError_t cudaFree(void* p);
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void* p);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                               cudaMemcpyKind kind, cudaStream_t stream = nullptr);
 
@@ -177,12 +178,13 @@ struct Launch {
     std::vector<const void*> pointers;
     std::apply([&](const auto&... v) { (collect_pointer(pointers, v), ...); }, args);
     auto* k = kernel;
-    launch_kernel(name, grid, block, smem, stream,
-                  [k, args] {
-                    auto mine = args;  // each thread its own copy of the parameters
-                    std::apply(k, mine);
-                  },
-                  std::move(pointers));
+    launch_kernel(
+        name, grid, block, smem, stream,
+        [k, args] {
+          auto mine = args;  // each thread its own copy of the parameters
+          std::apply(k, mine);
+        },
+        std::move(pointers));
   }
 };
 
@@ -226,7 +228,9 @@ inline void __syncthreads() { ::gnn_emu::block_barrier(::gnn_emu::Vote::kNone, 0
 inline int __syncthreads_or(int p) { return ::gnn_emu::block_barrier(::gnn_emu::Vote::kOr, p); }
 inline int __syncthreads_and(int p) { return ::gnn_emu::block_barrier(::gnn_emu::Vote::kAnd, p); }
 inline int __syncthreads_count(int p) { return ::gnn_emu::block_barrier(::gnn_emu::Vote::kCount, p); }
-inline void __syncwarp(unsigned mask = 0xffffffffu) { ::gnn_emu::warp_collective(::gnn_emu::WarpOp::kSync, mask, 0, 0, 32); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  ::gnn_emu::warp_collective(::gnn_emu::WarpOp::kSync, mask, 0, 0, 32);
+}
 template <class T>
 inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   return ::gnn_emu::from_bits<T>(

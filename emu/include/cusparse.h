@@ -1,9 +1,9 @@
 // gnn.cpp's CUDA emulator (emu/README.md): the cuSPARSE generic SpMM calls gnn makes (CSR times a
 // row-major dense matrix), run on the host.
 #pragma once
-#include <cstdint>
-
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 enum cudaDataType { CUDA_R_32F = 0, CUDA_R_64F = 1 };
 
@@ -28,7 +28,12 @@ enum cusparseIndexType_t { CUSPARSE_INDEX_16U = 1, CUSPARSE_INDEX_32I = 2, CUSPA
 enum cusparseIndexBase_t { CUSPARSE_INDEX_BASE_ZERO = 0, CUSPARSE_INDEX_BASE_ONE = 1 };
 enum cusparseOrder_t { CUSPARSE_ORDER_COL = 1, CUSPARSE_ORDER_ROW = 2 };
 enum cusparseOperation_t { CUSPARSE_OPERATION_NON_TRANSPOSE = 0, CUSPARSE_OPERATION_TRANSPOSE = 1 };
-enum cusparseSpMMAlg_t { CUSPARSE_SPMM_ALG_DEFAULT = 0, CUSPARSE_SPMM_CSR_ALG1 = 4, CUSPARSE_SPMM_CSR_ALG2 = 6, CUSPARSE_SPMM_CSR_ALG3 = 12 };
+enum cusparseSpMMAlg_t {
+  CUSPARSE_SPMM_ALG_DEFAULT = 0,
+  CUSPARSE_SPMM_CSR_ALG1 = 4,
+  CUSPARSE_SPMM_CSR_ALG2 = 6,
+  CUSPARSE_SPMM_CSR_ALG3 = 12
+};
 
 const char* cusparseGetErrorString(cusparseStatus_t status);
 cusparseStatus_t cusparseCreate(cusparseHandle_t* handle);

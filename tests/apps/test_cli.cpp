@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+
 #include "io/json.h"
 #include "runtime/cuda.h"
 #include "testing.h"
@@ -22,7 +23,9 @@ size_t lines(const std::string& s) { return size_t(std::count(s.begin(), s.end()
 TEST_CASE("cli: help, version, and usage errors exit 2 with one line") {
   auto r = run_gnn("--help");
   CHECK(r.exit_code == 0);
-  for (const char* cmd : {"demo", "train", "eval", "predict", "score", "models", "plot", "synth", "inspect", "bench", "info"}) CHECK(r.out.find(std::string("  ") + cmd) != std::string::npos);
+  for (const char* cmd :
+       {"demo", "train", "eval", "predict", "score", "models", "plot", "synth", "inspect", "bench", "info"})
+    CHECK(r.out.find(std::string("  ") + cmd) != std::string::npos);
   r = run_gnn("--version");
   CHECK(r.exit_code == 0);
   CHECK(r.out.rfind("gnn ", 0) == 0);
@@ -102,10 +105,10 @@ TEST_CASE("cli: inspect recognises TpuGraphs files") {
 TEST_CASE("cli: inspect FILE reads and checks everything before it prints, as inspect DIR does") {
   // A member whose CRC-32 does not match, a TpuGraphs file with an opcode past the table, one with no
   // nodes: one error line naming the file, exit 1, and no table printed before it.
-  for (const auto& [name, want] : std::vector<std::pair<std::string, std::string>>{
-           {"crc_mismatch.npz", "CRC-32 mismatch"},
-           {"opcode_121.npz", "opcode 121, outside the HLO opcode ids"},
-           {"zero_nodes.npz", "has no nodes"}}) {
+  for (const auto& [name, want] :
+       std::vector<std::pair<std::string, std::string>>{{"crc_mismatch.npz", "CRC-32 mismatch"},
+                                                        {"opcode_121.npz", "opcode 121, outside the HLO opcode ids"},
+                                                        {"zero_nodes.npz", "has no nodes"}}) {
     const std::string path = testing::source_path("tests/data/fuzz_regressions/" + name);
     for (const char* flags : {"", "--json "}) {
       CAPTURE(name);
@@ -178,8 +181,9 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
   const Json j = Json::parse(last_line(r.out));
   CHECK(j["groups"].size() == 5);  // layout train/valid/test, tile train/valid
   CHECK(j["skipped_files"].as_int() == 0);
-  for (const char* bad : {"synth --out x", "synth --collection graph --out x", "synth --collection tile --out x --split dev",
-                          "synth --collection tile --out x --graphs 0"}) {
+  for (const char* bad :
+       {"synth --out x", "synth --collection graph --out x", "synth --collection tile --out x --split dev",
+        "synth --collection tile --out x --graphs 0"}) {
     CAPTURE(bad);
     r = run_gnn(bad);
     CHECK(r.exit_code == 2);
@@ -187,7 +191,8 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
   }
   // The demo at a tiny size: every model trains with two seeds, and the table (mean and spread, the
   // random ranking's score), the reading, the report of every run's curves and the JSON line come out.
-  r = run_gnn("demo --tile-graphs 3 --layout-graphs 2 --tile-epochs 2 --layout-epochs 1 --seeds 2 --out " + tmp.file("demo"));
+  r = run_gnn("demo --tile-graphs 3 --layout-graphs 2 --tile-epochs 2 --layout-epochs 1 --seeds 2 --out " +
+              tmp.file("demo"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const Json d = Json::parse(last_line(r.out));
   for (const char* m : {"tile-mlp", "tile-earlyjoin-sage", "layout-mlp", "layout-resmodel", "layout-tgraph"}) {
@@ -203,8 +208,8 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
   const std::string html((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
   CHECK(html.find("layout-resmodel-seed2") != std::string::npos);
   // The same seed gives the same numbers.
-  const auto again = run_gnn("demo --tile-graphs 3 --layout-graphs 2 --tile-epochs 2 --layout-epochs 1 --seeds 2 --out " +
-                             tmp.file("demo2"));
+  const auto again = run_gnn(
+      "demo --tile-graphs 3 --layout-graphs 2 --tile-epochs 2 --layout-epochs 1 --seeds 2 --out " + tmp.file("demo2"));
   REQUIRE(again.exit_code == 0);
   const Json d2 = Json::parse(last_line(again.out));
   for (const char* m : {"tile-mlp", "tile-earlyjoin-sage", "layout-mlp", "layout-resmodel", "layout-tgraph"})
@@ -212,14 +217,15 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
 }
 
 TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") {
-  for (const char* k : {"gemm", "spmm-sum", "spmm-mean", "spmm-max", "segment-softmax", "gat-layer", "sage-layer",
-                        "sage-layer-fused", "graph-attention", "instance-norm", "layer-norm", "rowwise-softmax",
-                        "rowwise-log-softmax", "rowwise-l2-normalize", "pool-sum", "pool-mean", "pool-max",
-                        "embedding"}) {
+  for (const char* k :
+       {"gemm", "spmm-sum", "spmm-mean", "spmm-max", "segment-softmax", "gat-layer", "sage-layer", "sage-layer-fused",
+        "graph-attention", "instance-norm", "layer-norm", "rowwise-softmax", "rowwise-log-softmax",
+        "rowwise-l2-normalize", "pool-sum", "pool-mean", "pool-max", "embedding"}) {
     for (const char* bwd : {"", " --backward"}) {
       CAPTURE(k);
       CAPTURE(bwd);
-      auto r = run_gnn(std::string("bench kernel ") + k + " --nodes 300 --edges 600 --features 16 --repeat 20 --json" + bwd);
+      auto r =
+          run_gnn(std::string("bench kernel ") + k + " --nodes 300 --edges 600 --features 16 --repeat 20 --json" + bwd);
       REQUIRE(r.exit_code == 0);
       const Json j = Json::parse(last_line(r.out));
       CHECK(j["name"].as_string() == k);
@@ -274,14 +280,15 @@ TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") 
 
 TEST_CASE("cli: bench kernel on the GPU: gnn's SpMM, cuSPARSE's, cuBLAS GEMM and the SAGE and GAT layers") {
   GNN_SKIP_UNLESS_CUDA();
-  for (const char* cmd : {"spmm-mean --backward", "spmm-max", "spmm-sum --spmm cusparse", "spmm-mean --spmm cusparse",
-                          "gemm --backward", "sage-layer", "sage-layer --backward", "sage-layer-fused --backward",
-                          "gat-layer --backward", "spmm-mean --backward --cuda-graph", "gemm --cuda-graph",
-                          "sage-layer --backward --cuda-graph", "sage-layer-fused --backward --cuda-graph",
-                          "gat-layer --backward --cuda-graph", "gat-layer --cuda-graph", "layer-norm --backward",
-                          "rowwise-softmax --backward", "rowwise-l2-normalize --backward --cuda-graph"}) {
+  for (const char* cmd :
+       {"spmm-mean --backward", "spmm-max", "spmm-sum --spmm cusparse", "spmm-mean --spmm cusparse", "gemm --backward",
+        "sage-layer", "sage-layer --backward", "sage-layer-fused --backward", "gat-layer --backward",
+        "spmm-mean --backward --cuda-graph", "gemm --cuda-graph", "sage-layer --backward --cuda-graph",
+        "sage-layer-fused --backward --cuda-graph", "gat-layer --backward --cuda-graph", "gat-layer --cuda-graph",
+        "layer-norm --backward", "rowwise-softmax --backward", "rowwise-l2-normalize --backward --cuda-graph"}) {
     CAPTURE(cmd);
-    auto r = run_gnn(std::string("bench kernel ") + cmd + " --device cuda --nodes 1000 --edges 2000 --features 64 --json");
+    auto r =
+        run_gnn(std::string("bench kernel ") + cmd + " --device cuda --nodes 1000 --edges 2000 --features 64 --json");
     REQUIRE(r.exit_code == 0);
     const Json j = Json::parse(last_line(r.out));
     CHECK(j["device"].as_string() == "cuda");
@@ -295,7 +302,8 @@ TEST_CASE("cli: bench kernel on the GPU: gnn's SpMM, cuSPARSE's, cuBLAS GEMM and
   }
   // cuSPARSE's SpMM and graph-attention are not captured
   for (const char* cmd : {"spmm-mean --spmm cusparse", "graph-attention"}) {
-    auto r = run_gnn(std::string("bench kernel ") + cmd + " --device cuda --cuda-graph --nodes 300 --edges 600 --features 16");
+    auto r = run_gnn(std::string("bench kernel ") + cmd +
+                     " --device cuda --cuda-graph --nodes 300 --edges 600 --features 16");
     CHECK(r.exit_code == 2);
     CHECK(r.err.find("is not capturable") != std::string::npos);
   }

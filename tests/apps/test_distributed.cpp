@@ -64,8 +64,9 @@ TEST_CASE("distributed: 2 ranks follow 1 rank's loss curve, and two 2-rank runs 
   for (const char* model : {"tile-mlp", "layout-resmodel"}) {
     CAPTURE(model);
     const bool layout = std::string(model).rfind("layout", 0) == 0;
-    const std::string flags = std::string(" --model ") + model + " --data " + dataset() + " --epochs 3 --batch-graphs 4 " +
-                              "--threads 1 --seed 5 " + (layout ? "--loss hinge --segment 200" : "--mse-weight 0.5");
+    const std::string flags = std::string(" --model ") + model + " --data " + dataset() +
+                              " --epochs 3 --batch-graphs 4 " + "--threads 1 --seed 5 " +
+                              (layout ? "--loss hinge --segment 200" : "--mse-weight 0.5");
     const std::string one = t.file(std::string(model) + "1"), two = t.file(std::string(model) + "2"),
                       again = t.file(std::string(model) + "2b"), three = t.file(std::string(model) + "3"),
                       parts = t.file(std::string(model) + "2a");
@@ -175,9 +176,11 @@ TEST_CASE("distributed: an error on one rank ends the job with that rank's messa
 TEST_CASE("distributed: layout-gst, whose segment table lives in one process, is refused over 2 ranks") {
   SKIP_UNLESS_MPI();
   TempDir t;
-  const auto r = run_gnn_mpi(2, "train --model layout-gst --data " + dataset() + " --out " + t.file("run") + " --threads 1");
+  const auto r =
+      run_gnn_mpi(2, "train --model layout-gst --data " + dataset() + " --out " + t.file("run") + " --threads 1");
   CHECK(r.exit_code != 0);
-  CHECK_MESSAGE(r.err.find("--model layout-gst: its table of segment scores lives in one process") != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find("--model layout-gst: its table of segment scores lives in one process") != std::string::npos,
+                r.err);
   CHECK_FALSE(std::filesystem::exists(t.file("run")));
 }
 
@@ -191,8 +194,8 @@ TEST_CASE("distributed: ranks started with different flags stop at once, naming 
   std::filesystem::permissions(wrap, std::filesystem::perms::owner_all);
   const std::string root = ::geteuid() == 0 ? "--allow-run-as-root " : "";
   const std::string cmd = "timeout 120 mpirun " + root + "--oversubscribe -np 2 " + wrap + " train --model tile-mlp " +
-                          "--data " + dataset() + " --out " + t.file("run") + " --threads 1 >" + t.file("out") +
-                          " 2>" + t.file("err");
+                          "--data " + dataset() + " --out " + t.file("run") + " --threads 1 >" + t.file("out") + " 2>" +
+                          t.file("err");
   const int status = std::system(cmd.c_str());
   CHECK(status != 0);
   std::ifstream in(t.file("err"));

@@ -37,17 +37,18 @@ Json last_json(std::string out) {
 
 TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout splits") {
   testing::TempDir dir;
-  REQUIRE(testing::run_gnn("synth --collection tile --out " + dir.file("d") + " --graphs 3 --configs 40 --split valid").exit_code == 0);
+  REQUIRE(testing::run_gnn("synth --collection tile --out " + dir.file("d") + " --graphs 3 --configs 40 --split valid")
+              .exit_code == 0);
   REQUIRE(testing::run_gnn("synth --collection layout --out " + dir.file("d") +
-                                 " --graphs 2 --nodes 60 --configs 30 --split valid --configurable-share 0.1")
+                           " --graphs 2 --nodes 60 --configs 30 --split valid --configurable-share 0.1")
               .exit_code == 0);
   WalkOptions wo;
   wo.splits = {"valid"};
   const auto files = walk_dataset(dir.file("d"), wo);
   REQUIRE(files.size() == 5);
   write_submission(dir.file("best.csv"), files, false);
-  auto r = testing::run_gnn("score --submission " + dir.file("best.csv") + " --data " + dir.file("d") + " --per-graph " +
-                            dir.file("per.jsonl"));
+  auto r = testing::run_gnn("score --submission " + dir.file("best.csv") + " --data " + dir.file("d") +
+                            " --per-graph " + dir.file("per.jsonl"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   Json j = last_json(r.out);
   CHECK(j["collections"]["tile:xla"]["score"].as_number() == 1.0);
@@ -58,7 +59,8 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
   std::ifstream per(dir.file("per.jsonl"));
   CHECK(std::count(std::istreambuf_iterator<char>(per), {}, '\n') == 5);
   write_submission(dir.file("worst.csv"), files, true);
-  r = testing::run_gnn("score --submission " + dir.file("worst.csv") + " --data " + dir.file("d") + "/npz/layout/xla/default");
+  r = testing::run_gnn("score --submission " + dir.file("worst.csv") + " --data " + dir.file("d") +
+                       "/npz/layout/xla/default");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   j = last_json(r.out);
   CHECK(j["kendall_tau"].as_number() < -0.9);  // runtimes may tie, so exactly -1 is not promised
@@ -79,7 +81,8 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
   }
   CHECK_THROWS_WITH_AS(score_ranking("layout:xla:default:g", true, {0, 1}, {1.0, 2.0, 3.0}),
                        doctest::Contains("must list all 3 configs"), Error);
-  CHECK_THROWS_WITH_AS(score_ranking("tile:xla:g", false, {0, 0}, {1.0, 2.0}), doctest::Contains("listed twice"), Error);
+  CHECK_THROWS_WITH_AS(score_ranking("tile:xla:g", false, {0, 0}, {1.0, 2.0}), doctest::Contains("listed twice"),
+                       Error);
 }
 
 }  // namespace

@@ -85,7 +85,8 @@ TEST_CASE("train: every recipe scores a config the same in a batch of C configs 
       const Tensor graph_alone = model->forward(make_batch({&m}, {g ? c1 : c0})).value();
       for (int k = 0; k < 4; ++k) {
         const int64_t c = (g ? c1 : c0)[size_t(k)];
-        const float alone = r.configs_interact ? graph_alone.f32()[k] : model->forward(make_batch({&m}, {{c}})).value().f32()[0];
+        const float alone =
+            r.configs_interact ? graph_alone.f32()[k] : model->forward(make_batch({&m}, {{c}})).value().f32()[0];
         CHECK(both.f32()[g * 4 + k] == doctest::Approx(alone).epsilon(1e-5));
       }
     }
@@ -95,7 +96,8 @@ TEST_CASE("train: every recipe scores a config the same in a batch of C configs 
     for (int64_t k = 0; k < 7; ++k) seven.push_back((k * 3) % g0.num_configs());
     const std::vector<double> chunked = predict_configs(*model, g0, seven, 3);
     REQUIRE(chunked.size() == 7);
-    const std::vector<int64_t> bounds = r.configs_interact ? std::vector<int64_t>{0, 2, 4, 7} : std::vector<int64_t>{0, 7};
+    const std::vector<int64_t> bounds =
+        r.configs_interact ? std::vector<int64_t>{0, 2, 4, 7} : std::vector<int64_t>{0, 7};
     for (size_t p = 0; p + 1 < bounds.size(); ++p) {
       const std::vector<int64_t> part(seven.begin() + bounds[p], seven.begin() + bounds[p + 1]);
       const Tensor whole = model->forward(make_batch({&g0}, {part})).value();
@@ -128,7 +130,8 @@ TEST_CASE("train: --tta averages passes over the configs in fixed random orders,
     Rng rng(3);
     auto model = r.build(h, {prep.node_features(), prep.config_features()}, rng);
     model->eval();
-    const std::vector<double> one = predict_configs(*model, g, configs, 4), three = predict_configs(*model, g, configs, 4, 3);
+    const std::vector<double> one = predict_configs(*model, g, configs, 4),
+                              three = predict_configs(*model, g, configs, 4, 3);
     std::vector<double> want(size_t(n), 0.0);
     for (int64_t t = 0; t < 3; ++t) {
       const std::vector<int64_t> order = tta_order(n, t);
@@ -182,7 +185,8 @@ void check_same_pass(const Pass& a, const Pass& b, double tol = 1e-5) {
     if (!ga.defined()) continue;
     double scale = 0, diff = 0;  // relative to the gradient's largest entry
     for (int64_t i = 0; i < ga.numel(); ++i)
-      scale = std::max(scale, double(std::fabs(ga.f32()[i]))), diff = std::max(diff, double(std::fabs(ga.f32()[i] - gb.f32()[i])));
+      scale = std::max(scale, double(std::fabs(ga.f32()[i]))),
+      diff = std::max(diff, double(std::fabs(ga.f32()[i] - gb.f32()[i])));
     CHECK(diff <= tol * std::max(scale, 1e-6));
   }
 }
@@ -211,7 +215,8 @@ void check_config_sharing(Device device, const std::string& recipe,
   for (const auto& variant : variants) {
     HParams on = r.defaults(), off = r.defaults();
     std::string settings;
-    for (const auto& [name, value] : variant) on.values[name] = off.values[name] = value, settings += name + "=" + value + " ";
+    for (const auto& [name, value] : variant)
+      on.values[name] = off.values[name] = value, settings += name + "=" + value + " ";
     CAPTURE(settings);
     off.values["share"] = "off";
     Rng r1(7), r2(7);
@@ -232,7 +237,8 @@ void check_config_sharing(Device device, const std::string& recipe,
       std::vector<std::vector<int64_t>> configs;
       for (size_t g = 0; g < c.graphs.size(); ++g) {
         configs.emplace_back();
-        for (int64_t k = 0; k < c.configs; ++k) configs.back().push_back((k * 5 + int64_t(g)) % c.graphs[g]->num_configs());
+        for (int64_t k = 0; k < c.configs; ++k)
+          configs.back().push_back((k * 5 + int64_t(g)) % c.graphs[g]->num_configs());
       }
       Rng seg(3);
       const Batch b = make_batch(c.graphs, configs, c.segment, &seg).to(device);
@@ -257,14 +263,16 @@ TEST_CASE("train: config sharing gives the plain path's loss, gradients and pred
   check_config_sharing(Device::cpu(), "layout-seed-sage", {{{"conv", "sage"}}, {{"conv", "gcn"}, {"layers", "4"}}});
   check_config_sharing(Device::cpu(), "layout-gnn-selfattn", {{{"layers", "2"}}});
   // (the attention in front of the GNN reads node rows only; windows of 100 cut the 300-node graphs)
-  check_config_sharing(Device::cpu(), "layout-attn-violation",
-                       {{{"heads", "2"}, {"head-dim", "8"}, {"attn-window", "100"}}, {{"violation", "off"}, {"layers", "1"}}});
+  check_config_sharing(
+      Device::cpu(), "layout-attn-violation",
+      {{{"heads", "2"}, {"head-dim", "8"}, {"attn-window", "100"}}, {{"violation", "off"}, {"layers", "1"}}});
   // (GST: the 300-node graphs whole, and cut into 4 segments, some without a configurable node; its max
   // pool is the larger of the dependent and the shared rows' maxima; no dropout, whose masks differ. The
   // opcode embedding's scale w_op has one gradient, a sum over every node, config and channel that cancels
   // to 6e-6 here, where the two paths' summation orders differ by 1.2e-10: 2e-5 of it.)
   check_config_sharing(Device::cpu(), "layout-gst",
-                       {{{"dropout", "0"}, {"hidden", "32"}}, {{"dropout", "0"}, {"hidden", "32"}, {"segment-nodes", "100"}, {"layers", "1"}}},
+                       {{{"dropout", "0"}, {"hidden", "32"}},
+                        {{"dropout", "0"}, {"hidden", "32"}, {"segment-nodes", "100"}, {"layers", "1"}}},
                        5e-5);
 }
 
@@ -276,7 +284,8 @@ namespace {
 double check_segment_rows(Device device, const std::string& recipe, const std::map<std::string, std::string>& flags) {
   const auto files = kind_files(dataset(), "layout", "train");
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
-  const ModelGraph g0 = prepare_graph(files[0], prep), g1 = prepare_graph(files[1], prep), g2 = prepare_graph(files[2], prep);
+  const ModelGraph g0 = prepare_graph(files[0], prep), g1 = prepare_graph(files[1], prep),
+                   g2 = prepare_graph(files[2], prep);
   ModelGraph small = node_range(g2, 0, 80);  // under the segment: every row of it trains
   const Recipe& r = find_recipe(recipe);
   HParams rows = r.defaults();
@@ -356,8 +365,10 @@ TEST_CASE("train: config sharing on the GPU gives the plain path's loss, gradien
   // (the GPU's attention and sums round differently from the host's, and a softmax over the configurable
   // nodes carries its inputs' last-bit differences into every gradient: 1.2e-5 of the largest entry seen)
   check_config_sharing(Device::cuda(0), "layout-gnn-selfattn", {{{"layers", "2"}}}, 5e-5);
-  check_config_sharing(Device::cuda(0), "layout-attn-violation", {{{"heads", "2"}, {"head-dim", "8"}, {"attn-window", "100"}}});
-  check_config_sharing(Device::cuda(0), "layout-gst", {{{"dropout", "0"}, {"hidden", "32"}, {"segment-nodes", "100"}}}, 5e-5);
+  check_config_sharing(Device::cuda(0), "layout-attn-violation",
+                       {{{"heads", "2"}, {"head-dim", "8"}, {"attn-window", "100"}}});
+  check_config_sharing(Device::cuda(0), "layout-gst", {{{"dropout", "0"}, {"hidden", "32"}, {"segment-nodes", "100"}}},
+                       5e-5);
 }
 
 TEST_CASE("train: GST cuts graphs as the published code, and a graph's score is the sum of its segments'") {
@@ -367,7 +378,8 @@ TEST_CASE("train: GST cuts graphs as the published code, and a graph's score is 
   CHECK(gst_segments(1000, 1000) == std::vector<int64_t>{0, 501, 1000});
   CHECK(gst_segments(10, 3) == std::vector<int64_t>{0, 3, 6, 9, 10});
   const auto files = kind_files(dataset(), "layout", "train");
-  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kStandardize, FeatureTransform::kNone, -1);
+  const Preprocessing prep =
+      fit_preprocessing(files, true, FeatureTransform::kStandardize, FeatureTransform::kNone, -1);
   const ModelGraph g0 = prepare_graph(files[0], prep), g1 = prepare_graph(files[1], prep);
   const Recipe& r = find_recipe("layout-gst");
   HParams h = r.defaults();
@@ -448,7 +460,7 @@ TEST_CASE("train: GST cuts graphs as the published code, and a graph's score is 
   loaded->save_state(again);
   REQUIRE(again.size() == state.size());
   for (size_t i = 0; i < state.size(); ++i) CHECK(same_bits({{"a", state[i].second}}, {{"a", again[i].second}}));
-  CHECK(state[1].second.numel() == 1);       // one graph
+  CHECK(state[1].second.numel() == 1);  // one graph
   CHECK(state[2].second.numel() >= 8 * 4);  // its configs up to 7, 4 segments each
 }
 
@@ -474,7 +486,8 @@ TEST_CASE("train: edge dropout drops each edge with its probability, both direct
   // Every kept edge is one of the batch's, and the graph carries it both ways and nothing else.
   std::set<std::pair<int64_t, int64_t>> all;
   for (int64_t i = 0; i < E; ++i) all.insert({whole.edges.i64()[2 * i], whole.edges.i64()[2 * i + 1]});
-  for (int64_t i = 0; i < half.edges.size(0); ++i) CHECK(all.count({half.edges.i64()[2 * i], half.edges.i64()[2 * i + 1]}) == 1);
+  for (int64_t i = 0; i < half.edges.size(0); ++i)
+    CHECK(all.count({half.edges.i64()[2 * i], half.edges.i64()[2 * i + 1]}) == 1);
   CHECK(half.graph.num_edges == 2 * half.edges.size(0));
   // Graphs already built from the old edges would go stale: refused.
   Batch built = make_batch({&g0, &g1}, {{0, 1}, {0, 1}});
@@ -540,8 +553,8 @@ TEST_CASE("train: the CLI trains, resumes bit for bit after kill -9, and predict
     CHECK(metric_lines(b + "/metrics.jsonl").size() == (layout ? 2u : 1u));
     r = run_gnn(std::string("train --resume --out ") + b + " " + base);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    CHECK(r.out.find(layout ? "resuming at epoch 3, batch 1 of 2 (after step 4)" : "resuming at epoch 2, batch 2 of 3 (after step 4)") !=
-          std::string::npos);
+    CHECK(r.out.find(layout ? "resuming at epoch 3, batch 1 of 2 (after step 4)"
+                            : "resuming at epoch 2, batch 2 of 3 (after step 4)") != std::string::npos);
     CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
     CHECK(same_bits(checkpoint_weights(a + "/best.npz"), checkpoint_weights(b + "/best.npz")));
     CHECK(metric_lines(a + "/metrics.jsonl") == metric_lines(b + "/metrics.jsonl"));
@@ -585,7 +598,8 @@ TEST_CASE("train: the CLI trains, resumes bit for bit after kill -9, and predict
 
 TEST_CASE("train: a non-finite loss stops with the step and graph named, or is skipped and counted") {
   TempDir t;
-  const std::string base = "train --model tile-mlp --data " + dataset() + " --epochs 2 --batch-graphs 2 --lr 1e30 --progress lines";
+  const std::string base =
+      "train --model tile-mlp --data " + dataset() + " --epochs 2 --batch-graphs 2 --lr 1e30 --progress lines";
   auto r = run_gnn(base + " --out " + t.file("a"));
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("non-finite") != std::string::npos);
@@ -611,7 +625,8 @@ TEST_CASE("train: bad flags and runs are refused with one line naming them") {
            {"train --resume --lr 0.5 --out " + run + d, "a resumed run keeps its hyper-parameters", 2},
            {"train --resume --model tile-earlyjoin-sage --out " + run + d, "a resumed run keeps its recipe", 2},
            {"train --resume --seed 9 --out " + run, "a resumed run keeps its seed", 2},
-           {"train --model tile-mlp --segment 10 --out " + t.file("y") + d, "--segment: not a hyper-parameter of tile-mlp", 2},
+           {"train --model tile-mlp --segment 10 --out " + t.file("y") + d,
+            "--segment: not a hyper-parameter of tile-mlp", 2},
            {"train --model tile-mlp --device tpu --out " + t.file("z") + d, "--device", 2},
            {"train --model tile-mlp --configs 1 --out " + t.file("w") + d, "--configs: expected an integer in [2, ", 2},
            {"train --model tile-mlp --lr fast --out " + t.file("v") + d, "--lr: expected a number", 2},
@@ -649,7 +664,8 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
       {"--model tile-mlp --batch-graphs 99999999999999999999", "--batch-graphs: expected an integer"},
       {"--model tile-mlp --loss hinge2", "--loss: expected one of listmle|hinge|logistic|mse"},
       {"--model tile-mlp --schedule linear", "--schedule: expected one of constant|cosine"},
-      {"--model layout-resmodel --eval-indices " + t.file("no_such_folder"), "--eval-indices " + t.file("no_such_folder") + ": not a directory"},
+      {"--model layout-resmodel --eval-indices " + t.file("no_such_folder"),
+       "--eval-indices " + t.file("no_such_folder") + ": not a directory"},
       {"--model tile-mlp --memory-limit lots", "--memory-limit: expected bytes"},
       {"--model tile-mlp --checkpoint-minutes inf", "--checkpoint-minutes must be >= 0"},
   };
@@ -690,7 +706,8 @@ TEST_CASE("train: a resumed run keeps its data, epochs and seed, extends when to
   // Asked for more epochs, the finished run goes on and says so.
   r = run_gnn("train --resume --out " + run + " --epochs 5");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  CHECK(r.out.find("resuming with --epochs 5: the run was started with 3; it now ends after epoch 5") != std::string::npos);
+  CHECK(r.out.find("resuming with --epochs 5: the run was started with 3; it now ends after epoch 5") !=
+        std::string::npos);
   CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 5);
   CHECK(metric_lines(run + "/metrics.jsonl").size() == 5u);
   // And the next plain resume keeps the new length: nothing left to do.
@@ -707,7 +724,8 @@ TEST_CASE("train: a checkpoint from before the run's settings were recorded resu
   {  // model.npz as an older gnn wrote it: no meta/data, epochs, steps, max_graphs, eval_indices
     std::vector<std::pair<std::string, Tensor>> kept;
     for (auto& [k, v] : NpzReader(run + "/model.npz").load_all())
-      if (k != "meta/data" && k != "meta/epochs" && k != "meta/steps" && k != "meta/max_graphs" && k != "meta/eval_indices")
+      if (k != "meta/data" && k != "meta/epochs" && k != "meta/steps" && k != "meta/max_graphs" &&
+          k != "meta/eval_indices")
         kept.emplace_back(k, v);
     save_npz(run + "/model.npz", kept);
   }
@@ -730,7 +748,8 @@ TEST_CASE("train: a dataset holding a graph with no nodes stops naming the file"
   for (const auto& f : std::filesystem::directory_iterator(dataset() + "/npz/tile/xla/train"))
     std::filesystem::copy_file(f.path(), split + "/" + f.path().filename().string());
   std::filesystem::copy_file(testing::source_path("tests/data/fuzz_regressions/zero_nodes.npz"), split + "/empty.npz");
-  const auto r = run_gnn("train --model tile-mlp --epochs 1 --progress lines --data " + t.file("data") + " --out " + t.file("run"));
+  const auto r = run_gnn("train --model tile-mlp --epochs 1 --progress lines --data " + t.file("data") + " --out " +
+                         t.file("run"));
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("empty.npz: array 'node_feat': shape (0, 140) has no nodes") != std::string::npos);
   CHECK(!std::filesystem::exists(t.file("run/model.npz")));
@@ -758,7 +777,8 @@ TEST_CASE("train: --accumulate takes the one-batch step in parts, in less memory
   for (const char* model : {"tile-mlp", "layout-resmodel"}) {
     CAPTURE(model);
     const bool layout = std::string(model).rfind("layout", 0) == 0;
-    const std::string base = std::string(" --model ") + model + " --data " + dataset() + " --epochs 3 --batch-graphs 3 " +
+    const std::string base = std::string(" --model ") + model + " --data " + dataset() +
+                             " --epochs 3 --batch-graphs 3 " +
                              (layout ? "--loss hinge --segment 150" : "--mse-weight 0.5");
     std::vector<std::vector<Json>> curves;
     std::vector<double> peak;
@@ -895,7 +915,8 @@ TEST_CASE("train: the 6th place recipes train on their downstream region and res
     const LoadedModel m = load_model(a + "/model.npz");
     CHECK(m.prep.khops == 5);
     CHECK(m.prep.hops == HopDirection::kConsumers);
-    for (const std::string& line : metric_lines(a + "/metrics.jsonl")) CHECK(std::isfinite(Json::parse(line)["train_loss"].as_number()));
+    for (const std::string& line : metric_lines(a + "/metrics.jsonl"))
+      CHECK(std::isfinite(Json::parse(line)["train_loss"].as_number()));
     // The pruned graph keeps the configurable nodes and what consumes them within 5 hops, no more.
     const auto files = kind_files(dataset(), "layout", "train");
     const ModelGraph pruned = prepare_graph(files[0], m.prep);
@@ -936,7 +957,8 @@ TEST_CASE("train: the 6th place tile GAT attends per config and head over each n
   // z = x W, s = leaky_relu(<a_src_h, z_u> + <a_dst_h, z_v>, 0.2) over u in v's row of the looped
   // consumers graph, y_v = sum softmax(s) z_u + b.
   const auto files = kind_files(dataset(), "tile", "train");
-  const Preprocessing prep = fit_preprocessing(files, false, FeatureTransform::kStandardize, FeatureTransform::kStandardize, -1);
+  const Preprocessing prep =
+      fit_preprocessing(files, false, FeatureTransform::kStandardize, FeatureTransform::kStandardize, -1);
   const ModelGraph mg = prepare_graph(files[0], prep);
   const Batch b = make_batch({&mg}, {{0, 1}});
   const int64_t N = b.nodes, C = 2, H = 2, D = 3, in = 4;
@@ -951,13 +973,15 @@ TEST_CASE("train: the 6th place tile GAT attends per config and head over each n
   REQUIRE(y.size(1) == C * H * D);
   std::map<std::string, Tensor> p;
   for (const nn::NamedParam& np : gat.parameters()) p[np.name] = np.var.value();
-  const float *W = p.at("weight").f32(), *as = p.at("att_src").f32(), *ad = p.at("att_dst").f32(), *bias = p.at("bias").f32();
+  const float *W = p.at("weight").f32(), *as = p.at("att_src").f32(), *ad = p.at("att_dst").f32(),
+              *bias = p.at("bias").f32();
   const int32_t *rp = g.csr_indptr.i32(), *col = g.csr_indices.i32();
   for (int64_t c = 0; c < C; ++c) {
     std::vector<double> z(size_t(N * H * D), 0.0);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t o = 0; o < H * D; ++o)
-        for (int64_t k = 0; k < in; ++k) z[size_t(n * H * D + o)] += double(x.f32()[n * C * in + c * in + k]) * W[k * H * D + o];
+        for (int64_t k = 0; k < in; ++k)
+          z[size_t(n * H * D + o)] += double(x.f32()[n * C * in + c * in + k]) * W[k * H * D + o];
     auto score = [&](int64_t n, const float* a, int64_t h) {
       double t = 0;
       for (int64_t d = 0; d < D; ++d) t += z[size_t(n * H * D + h * D + d)] * a[h * D + d];
@@ -975,7 +999,8 @@ TEST_CASE("train: the 6th place tile GAT attends per config and head over each n
         for (double& e : s) sum += (e = std::exp(e - top));
         for (int64_t d = 0; d < D; ++d) {
           double want = bias[h * D + d];
-          for (int32_t q = rp[v]; q < rp[v + 1]; ++q) want += s[size_t(q - rp[v])] / sum * z[size_t(col[q] * H * D + h * D + d)];
+          for (int32_t q = rp[v]; q < rp[v + 1]; ++q)
+            want += s[size_t(q - rp[v])] / sum * z[size_t(col[q] * H * D + h * D + d)];
           CHECK(y.f32()[v * C * H * D + c * H * D + h * D + d] == doctest::Approx(want).epsilon(1e-4));
         }
       }
@@ -985,7 +1010,8 @@ TEST_CASE("train: the 6th place tile GAT attends per config and head over each n
 TEST_CASE("train: tile-gat-6th gives the host's loss, predictions and gradients on the GPU, either join") {
   GNN_SKIP_UNLESS_CUDA();
   const auto files = kind_files(dataset(), "tile", "train");
-  const Preprocessing prep = fit_preprocessing(files, false, FeatureTransform::kStandardize, FeatureTransform::kStandardize, -1);
+  const Preprocessing prep =
+      fit_preprocessing(files, false, FeatureTransform::kStandardize, FeatureTransform::kStandardize, -1);
   // (kernels with 4 configs or more: the late norm over a slate of 2 maps every score to -1 or 1 and
   // leaves only rounding in the gradients)
   std::vector<ModelGraph> gs, two;
@@ -1048,12 +1074,14 @@ TEST_CASE("train: tile-gat-6th trains with either join, resumes bit for bit afte
   for (const char* join : {"late", "early"}) {
     CAPTURE(join);
     const std::string base = std::string("train --model tile-gat-6th --data ") + dataset() +
-                             " --hidden 16 --heads 2 --op-embed 8 --configs 8 --batch-graphs 2 --join " + join + " --out ";
+                             " --hidden 16 --heads 2 --op-embed 8 --configs 8 --batch-graphs 2 --join " + join +
+                             " --out ";
     const std::string a = t.file(std::string(join) + "_a"), b = t.file(std::string(join) + "_b");
     auto r = run_gnn(base + a + " --epochs 3");
     REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
     const double best = Json::parse(last_line(r.out))["best_valid_score"].as_number();
-    for (const std::string& line : metric_lines(a + "/metrics.jsonl")) CHECK(std::isfinite(Json::parse(line)["train_loss"].as_number()));
+    for (const std::string& line : metric_lines(a + "/metrics.jsonl"))
+      CHECK(std::isfinite(Json::parse(line)["train_loss"].as_number()));
     // 6 kernels in 3 batches an epoch: killed after step 4 (mid-epoch 2) and resumed, it ends where the
     // unbroken run did.
     r = run_gnn(base + b + " --epochs 3 --checkpoint-minutes 0 --kill-after-steps 4");
@@ -1072,7 +1100,8 @@ TEST_CASE("train: tile-gat-6th trains with either join, resumes bit for bit afte
     CHECK(Json::parse(last_line(r.out))["score"].as_number() == doctest::Approx(best).epsilon(1e-6));
   }
   // Concatenated heads must divide the width.
-  auto r = run_gnn(std::string("train --model tile-gat-6th --data ") + dataset() + " --hidden 30 --heads 4 --out " + t.file("bad"));
+  auto r = run_gnn(std::string("train --model tile-gat-6th --data ") + dataset() + " --hidden 30 --heads 4 --out " +
+                   t.file("bad"));
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("--hidden 30 must be a multiple of --heads 4") != std::string::npos);
   CHECK(!std::filesystem::exists(t.file("bad")));
@@ -1127,7 +1156,8 @@ TEST_CASE("train: the seed documents' recipes train, resume bit for bit after ki
   CHECK(checkpoint_weights(t.file("violation_off/model.npz")).at("params/head.layers.0.weight").size(0) == 16);
   v = run_gnn(violation + t.file("violation_whole") + " --sample-nodes 0");
   REQUIRE_MESSAGE(v.exit_code == 0, v.err);
-  CHECK(!same_bits(checkpoint_weights(t.file("violation_a/model.npz")), checkpoint_weights(t.file("violation_whole/model.npz"))));
+  CHECK(!same_bits(checkpoint_weights(t.file("violation_a/model.npz")),
+                   checkpoint_weights(t.file("violation_whole/model.npz"))));
   v = run_gnn(violation + t.file("bad") + " --soft-weight 0");
   CHECK(v.exit_code == 2);
   CHECK(v.err.find("--soft-weight") != std::string::npos);
@@ -1136,7 +1166,8 @@ TEST_CASE("train: the seed documents' recipes train, resume bit for bit after ki
   // untrained model is off by about the spread of the log runtimes, not by their mean (the squared offset)
   // as it would be without; validation and eval report its MRE.
   const double offset = fit_preprocessing(kind_files(dataset(), "layout", "train"), true, FeatureTransform::kOfficial,
-                                          FeatureTransform::kNone, -1).log_offset;
+                                          FeatureTransform::kNone, -1)
+                            .log_offset;
   REQUIRE(offset > 4);
   for (const std::string& line : metric_lines(t.file("anee_a/metrics.jsonl"))) {
     CHECK(Json::parse(line)["train_loss"].as_number() < offset * offset / 4);
@@ -1146,15 +1177,18 @@ TEST_CASE("train: the seed documents' recipes train, resume bit for bit after ki
   REQUIRE_MESSAGE(v.exit_code == 0, v.err);
   CHECK(std::isfinite(Json::parse(last_line(v.out))["mre"].as_number()));
   v = run_gnn("train --model dnnperf-anee --data " + dataset() +
-              " --hidden 16 --edge-dim 8 --op-embed 8 --configs 8 --batch-graphs 2 --epochs 1 --loss mape --mse-weight 1 --out " +
+              " --hidden 16 --edge-dim 8 --op-embed 8 --configs 8 --batch-graphs 2 --epochs 1 --loss mape --mse-weight "
+              "1 --out " +
               t.file("anee_mape"));
   REQUIRE_MESSAGE(v.exit_code == 0, v.err);
   // Without edge dropout the self-attention model trains to other weights.
-  auto r = run_gnn("train --model layout-gnn-selfattn --heads 2 --data " + dataset() +
-                   " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 --segment 120 --epochs 3 --edge-dropout 0 --out " +
-                   t.file("selfattn_full"));
+  auto r = run_gnn(
+      "train --model layout-gnn-selfattn --heads 2 --data " + dataset() +
+      " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 --segment 120 --epochs 3 --edge-dropout 0 --out " +
+      t.file("selfattn_full"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  CHECK(!same_bits(checkpoint_weights(t.file("selfattn_a/model.npz")), checkpoint_weights(t.file("selfattn_full/model.npz"))));
+  CHECK(!same_bits(checkpoint_weights(t.file("selfattn_a/model.npz")),
+                   checkpoint_weights(t.file("selfattn_full/model.npz"))));
   // The GCN has no SAGE layer's weights and the other way round: a run remembers its conv.
   const auto sage = checkpoint_weights(t.file("sage_a/model.npz")), gcn = checkpoint_weights(t.file("gcn_a/model.npz"));
   CHECK(sage.count("params/layers.0.lin.bias") == 1);  // SAGE: Linear([agg ; x]) with its bias
@@ -1229,7 +1263,7 @@ TEST_CASE("train: eval reports the mean relative error of log-runtime prediction
 TEST_CASE("train: a node's own layout columns become categories, re-padded past its rank") {
   Tensor f = Tensor::zeros({3, 140}, DType::F32);
   float* a = f.f32();
-  a[21] = 4, a[22] = 8, a[134] = 1, a[135] = 0;                    // rank 2, minor-to-major {1, 0}
+  a[21] = 4, a[22] = 8, a[134] = 1, a[135] = 0;  // rank 2, minor-to-major {1, 0}
   a[140 + 21] = 2, a[140 + 22] = 3, a[140 + 23] = 5, a[140 + 134] = 2, a[140 + 135] = 7.5f, a[140 + 136] = 0;  // rank 3
   // node 2: a scalar (rank 0): every column is padding
   const Tensor c = layout_dim_categories(f);
@@ -1242,13 +1276,13 @@ TEST_CASE("train: a node's own layout columns become categories, re-padded past 
 TEST_CASE("train: the violation ratio counts configurable nodes whose largest dimension is not minor-most") {
   Tensor f = Tensor::zeros({4, 140}, DType::F32);
   float* a = f.f32();
-  a[21] = 4, a[22] = 8, a[134] = 0, a[135] = 1;     // node 0: dims {4, 8}, own layout minor-most 0 (not 1)
+  a[21] = 4, a[22] = 8, a[134] = 0, a[135] = 1;  // node 0: dims {4, 8}, own layout minor-most 0 (not 1)
   a[140 + 21] = 6, a[140 + 22] = 6, a[140 + 134] = 1;  // node 1: a tie, either dimension is the largest
-  a[280 + 21] = 9, a[280 + 134] = 0;                // node 2: rank 1, never a violation
+  a[280 + 21] = 9, a[280 + 134] = 0;  // node 2: rank 1, never a violation
   // node 3: a scalar (rank 0), not configurable
   const Tensor ids = Tensor::from_vector(std::vector<int64_t>{0, 1, 2});
   Tensor cf = Tensor::full(Shape{3, 3, 18}, -1.0, DType::F32);  // config 0: the compiler's layouts
-  cf.f32()[(1 * 3 + 0) * 18] = 1;                                // config 1: node 0 minor-most 1 (its largest)
+  cf.f32()[(1 * 3 + 0) * 18] = 1;  // config 1: node 0 minor-most 1 (its largest)
   cf.f32()[(2 * 3 + 0) * 18] = 0, cf.f32()[(2 * 3 + 1) * 18] = 0;  // config 2: node 0 on 0; node 1 either way
   const Tensor v = violation_ratios(f, ids, cf);
   REQUIRE(v.numel() == 3);
@@ -1353,8 +1387,8 @@ TEST_CASE("train: layout-tgraph compares the configs of a batch only with --cros
 
 TEST_CASE("train: layout-tgraph trains on the configurable nodes and neighbours, resumes, evaluates with --tta") {
   TempDir t;
-  const std::string base = "train --model layout-tgraph --data " + dataset() +
-                           " --hidden 16 --op-embed 8 --configs 8 --warmup 2 --out ";
+  const std::string base =
+      "train --model layout-tgraph --data " + dataset() + " --hidden 16 --op-embed 8 --configs 8 --warmup 2 --out ";
   const std::string a = t.file("a"), b = t.file("b");
   auto r = run_gnn(base + a + " --epochs 3");
   REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
@@ -1365,13 +1399,15 @@ TEST_CASE("train: layout-tgraph trains on the configurable nodes and neighbours,
   r = run_gnn("train --resume --out " + b);
   REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
   CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
-  for (const std::string& line : metric_lines(a + "/metrics.jsonl")) CHECK(std::isfinite(Json::parse(line)["train_loss"].as_number()));
+  for (const std::string& line : metric_lines(a + "/metrics.jsonl"))
+    CHECK(std::isfinite(Json::parse(line)["train_loss"].as_number()));
   const LoadedModel m = load_model(a + "/model.npz");
   CHECK(m.prep.khops == 1);
   CHECK(m.prep.hops == HopDirection::kBoth);
   const auto files = kind_files(dataset(), "layout", "train");
   const TpuGraph raw = load_tpugraph(files[0].path);
-  CHECK(prepare_graph(files[0], m.prep).num_nodes() == prune_to_configurable(raw, 1, nullptr, HopDirection::kBoth).num_nodes());
+  CHECK(prepare_graph(files[0], m.prep).num_nodes() ==
+        prune_to_configurable(raw, 1, nullptr, HopDirection::kBoth).num_nodes());
   // The learned temperature moved from its start.
   const auto w = checkpoint_weights(a + "/model.npz");
   bool moved = false;
@@ -1420,7 +1456,8 @@ TEST_CASE("train: every recipe trains on the GPU along the host's loss curve, an
         // norm (the non-finite check), nothing else: every other wait would drain the queue of launched
         // work. (The 6th place recipes take a step's graphs one at a time: 3 here.)
         const HParams h = r.defaults();
-        const int64_t graphs = std::min<int64_t>(h.integer("batch-graphs"), int64_t(kind_files(dataset(), r.kind, "train").size()));
+        const int64_t graphs =
+            std::min<int64_t>(h.integer("batch-graphs"), int64_t(kind_files(dataset(), r.kind, "train").size()));
         CHECK(j["device_waits_per_step"].as_number() == double(std::min<int64_t>(h.integer("accumulate"), graphs) + 1));
       }
       std::vector<double> losses;
@@ -1458,8 +1495,9 @@ TEST_CASE("train: every recipe trains on the GPU along the host's loss curve, an
     REQUIRE(configs.size() > 6);
     // (a recipe whose configs interact: the same chunks scored on the host)
     LoadedModel host = load_model(t.file("gpu1/model.npz"));
-    const std::vector<double> whole = r.configs_interact ? predict_configs(*host.model, g, configs, 3)
-                                                         : predict_configs(*m.model, g, configs, int64_t(configs.size())),
+    const std::vector<double> whole = r.configs_interact
+                                          ? predict_configs(*host.model, g, configs, 3)
+                                          : predict_configs(*m.model, g, configs, int64_t(configs.size())),
                               chunked = predict_configs(*m.model, g, configs, 3);
     REQUIRE(chunked.size() == whole.size());
     for (size_t i = 0; i < whole.size(); ++i) CHECK(chunked[i] == doctest::Approx(whole[i]).epsilon(1e-4));
@@ -1475,7 +1513,8 @@ TEST_CASE("train: every recipe trains on the GPU along the host's loss curve, an
 }
 
 TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
-  const std::string tile = testing::shared_data("tpugraphs/tile/xla"), layout = testing::shared_data("tpugraphs/layout/xla");
+  const std::string tile = testing::shared_data("tpugraphs/tile/xla"),
+                    layout = testing::shared_data("tpugraphs/layout/xla");
   if (!std::filesystem::is_directory(tile) || !std::filesystem::is_directory(layout)) {
     testing::skip("../shared/data/tpugraphs is not here");
     return;
@@ -1483,7 +1522,8 @@ TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
   TempDir t;
   // The samples sit in flat folders: their files serve as train and valid alike (a smoke test of the
   // real schema, not a generalisation result).
-  auto r = run_gnn("train --model tile-earlyjoin-sage --data " + tile + " --epochs 2 --progress lines --out " + t.file("tile"));
+  auto r = run_gnn("train --model tile-earlyjoin-sage --data " + tile + " --epochs 2 --progress lines --out " +
+                   t.file("tile"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const Json tj = Json::parse(last_line(r.out));
   CHECK(tj["steps"].as_int() == 4);  // 15 kernels, 10 per step
@@ -1491,7 +1531,8 @@ TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
   r = run_gnn("predict --run " + t.file("tile") + " --data " + tile + " --split valid --out " + t.file("tile.csv"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   CHECK(read_submission(t.file("tile.csv")).count("tile:xla:fusion.191") == 1);
-  r = run_gnn("train --model layout-resmodel --data " + layout + " --epochs 2 --progress lines --out " + t.file("layout"));
+  r = run_gnn("train --model layout-resmodel --data " + layout + " --epochs 2 --progress lines --out " +
+              t.file("layout"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   r = run_gnn("eval --run " + t.file("layout") + " --data " + layout);
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
@@ -1501,7 +1542,8 @@ TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
   // The 1st place model on the real program: its 62 configurable nodes and their neighbours.
   r = run_gnn("train --model layout-tgraph --hidden 32 --data " + layout + " --epochs 2 --out " + t.file("tgraph"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  r = run_gnn("predict --run " + t.file("tgraph") + " --data " + layout + " --split valid --tta 2 --out " + t.file("tgraph.csv"));
+  r = run_gnn("predict --run " + t.file("tgraph") + " --data " + layout + " --split valid --tta 2 --out " +
+              t.file("tgraph.csv"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   CHECK(read_submission(t.file("tgraph.csv")).size() == 1);
   // The seed documents' models and the 6th place tile GAT train and predict on the real samples too.

@@ -25,7 +25,8 @@ inline ag::Var probe(const ag::Var& y, uint32_t seed = 99) {
 }
 
 // Checks d f / d v for every element of every input (at most max_elems per input, spread evenly).
-inline void check_grads(const std::vector<ag::Var>& inputs, const std::function<ag::Var()>& f, int64_t max_elems = 200) {
+inline void check_grads(const std::vector<ag::Var>& inputs, const std::function<ag::Var()>& f,
+                        int64_t max_elems = 200) {
   for (const ag::Var& v : inputs) v.zero_grad();
   ag::Var loss = f();
   ag::backward(loss);

@@ -110,8 +110,8 @@ TEST_CASE("autograd: bias_act gives the same bits as activation(add_bias) on the
     for (size_t i = 0; i < fused.size(); ++i) CHECK(fused[i] == composed[i]);
   }
   ag::Var x = rand_var({4, 3}, 1), b = rand_var({4}, 2);
-  CHECK_THROWS_WITH_AS(ag::bias_act(x, b, Act::kRelu), doctest::Contains("bias_act: b has 4 values for x with 3 columns"),
-                       Error);
+  CHECK_THROWS_WITH_AS(ag::bias_act(x, b, Act::kRelu),
+                       doctest::Contains("bias_act: b has 4 values for x with 3 columns"), Error);
 }
 
 TEST_CASE("autograd: dropout keeps the expected fraction, scales by 1/(1-p), and routes gradients through its mask") {
@@ -148,7 +148,8 @@ TEST_CASE("autograd: column ops, head mean, head dot, gathers") {
   check_grads({w, att}, [&] { return probe(ag::head_dot(w, att)); });
   const Tensor idx = Tensor::from_vector<int32_t>({4, 0, 4, 2, 2, 2, 1});
   check_grads({a}, [&] { return probe(ag::gather_rows(a, idx)); });
-  CHECK_THROWS_WITH_AS(ag::embedding(a, Tensor::from_vector<int32_t>({5})), doctest::Contains("outside the table"), Error);
+  CHECK_THROWS_WITH_AS(ag::embedding(a, Tensor::from_vector<int32_t>({5})), doctest::Contains("outside the table"),
+                       Error);
   CHECK_THROWS_WITH_AS(ag::slice_cols(w, 4, 7), doctest::Contains("slice_cols"), Error);
   const ag::Var same = ag::to_device(a, Device::cpu());  // already there: a itself, nothing recorded
   CHECK(same.node() == a.node());
@@ -203,7 +204,8 @@ TEST_CASE("autograd: spmm sum/mean/max, with per-edge and per-head weights") {
   CHECK_THROWS_WITH_AS(ag::spmm(bi, rand_var({4, 3}, 1), Reduce::kSum), doctest::Contains("7 source nodes"), Error);
   CHECK_THROWS_WITH_AS(ag::segment_softmax(bi, rand_var({7, 1}, 1)), doctest::Contains("one node set"), Error);
   const Graph g = small_graph(3);
-  CHECK_THROWS_WITH_AS(ag::spmm(g, rand_var({8, 4}, 1), Reduce::kSum), doctest::Contains("for a graph of 9 nodes"), Error);
+  CHECK_THROWS_WITH_AS(ag::spmm(g, rand_var({8, 4}, 1), Reduce::kSum), doctest::Contains("for a graph of 9 nodes"),
+                       Error);
   CHECK_THROWS_WITH_AS(ag::spmm(g, rand_var({9, 5}, 1), Reduce::kSum, rand_var({20, 2}, 2)),
                        doctest::Contains("do not split into 2 heads"), Error);
 }
@@ -231,7 +233,8 @@ TEST_CASE("autograd: row-wise ops, layer norm, instance norm, pooling") {
     CAPTURE(reduce_name(op));
     check_grads({x}, [&] { return probe(ag::pool(x, gp, op)); });
   }
-  CHECK_THROWS_WITH_AS(ag::pool(x, Tensor::from_vector<int64_t>({0, 8}), Reduce::kSum), doctest::Contains("graph_ptr"), Error);
+  CHECK_THROWS_WITH_AS(ag::pool(x, Tensor::from_vector<int64_t>({0, 8}), Reduce::kSum), doctest::Contains("graph_ptr"),
+                       Error);
 }
 
 TEST_CASE("autograd: fused SAGE equals its composition, values and gradients, in double and in float") {
@@ -308,7 +311,8 @@ TEST_CASE("autograd: float ops run the fast kernels and agree with the double pa
     ag::Var xs(x.value().astype(dt), true), Ws(W.value().astype(dt), true);
     ag::Var y = ag::log_softmax(ag::spmm(g, ag::relu(ag::matmul(xs, Ws)), Reduce::kMean));
     ag::backward(ag::sum(ag::mul(y, y)));
-    return std::pair{y.value().astype(DType::F64).to_vector<double>(), Ws.grad().astype(DType::F64).to_vector<double>()};
+    return std::pair{y.value().astype(DType::F64).to_vector<double>(),
+                     Ws.grad().astype(DType::F64).to_vector<double>()};
   };
   const auto [y32, g32] = run(DType::F32);
   const auto [y64, g64] = run(DType::F64);

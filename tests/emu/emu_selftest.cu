@@ -1,6 +1,6 @@
 // The CUDA emulator's own checks (emu/README.md), one mode per run: `ok` computes with barriers, shuffles,
-// shared memory, async copies and a graph and says "emulator self-test ok" (or FAILED: what); every other mode commits one fault the
-// emulator must stop with its message (tests/CMakeLists.txt matches each message). Built only against the
+// shared memory, async copies and a graph and says "emulator self-test ok" (or FAILED: what); every other mode commits
+// one fault the emulator must stop with its message (tests/CMakeLists.txt matches each message). Built only against the
 // emulator: on a GPU these faults are undefined behaviour, not messages.
 #include <cuda_runtime.h>
 
@@ -43,7 +43,9 @@ __global__ void rotate_kernel(int* out) {
   out[threadIdx.x] = v[(threadIdx.x + 1) % blockDim.x];
 }
 
-__global__ void vote_kernel(int* out) { out[threadIdx.x] = __syncthreads_or(threadIdx.x == 77) + 2 * __syncthreads_count(threadIdx.x % 2); }
+__global__ void vote_kernel(int* out) {
+  out[threadIdx.x] = __syncthreads_or(threadIdx.x == 77) + 2 * __syncthreads_count(threadIdx.x % 2);
+}
 
 __global__ void shuffle_after_exit_kernel(float* out) {
   if (threadIdx.x == 5) return;

@@ -130,12 +130,14 @@ TEST_CASE("bad input: .npy headers inside a member") {
       {npy_bytes("{'descr': '<f4', 'shape': (2,), }", 8), "missing key"},
       {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'extra': 1}", 8), "unexpected key 'extra'"},
       {npy_bytes("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}", 8), "duplicate key"},
-      {npy_bytes("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", 16), "object arrays (pickles) are refused"},
+      {npy_bytes("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", 16),
+       "object arrays (pickles) are refused"},
       {npy_bytes("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", 16), "unsupported dtype '<c8'"},
       {npy_bytes("{'descr': '<U3', 'fortran_order': False, 'shape': (2,), }", 24), "unsupported dtype '<U3'"},
       {npy_bytes("{'descr': '<M8[ns]', 'fortran_order': False, 'shape': (2,), }", 16), "unsupported dtype"},
       {npy_bytes("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 8), "structured dtypes"},
-      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20), "needs 24 data bytes but 20 follow"},
+      {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20),
+       "needs 24 data bytes but 20 follow"},
       {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", 24), "unexpected character '-'"},
       {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1), }", 4), "at most 6 supported"},
       {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999), }", 0), "too large"},
@@ -164,7 +166,8 @@ TEST_CASE("bad input: two members of one name, or two members for one array, are
     return tmp.file(file);
   };
   auto two = testing::read_bytes(one_byte_members("two.npz", {"a.npy", "b.npy"}));
-  for (size_t at = 0; (at = size_t(std::search(two.begin() + long(at), two.end(), "b.npy", "b.npy" + 5) - two.begin())) < two.size();)
+  for (size_t at = 0;
+       (at = size_t(std::search(two.begin() + long(at), two.end(), "b.npy", "b.npy" + 5) - two.begin())) < two.size();)
     two[at] = 'a';  // rename b.npy to a.npy in its local header and its central entry
   CHECK(load_error(two).find("bad.npz: member 'a.npy' appears twice (central directory entries 0 and 1)") == 0);
   CHECK_THROWS_WITH_AS(NpzReader(one_byte_members("both.npz", {"a.npy", "a"})),
@@ -173,7 +176,8 @@ TEST_CASE("bad input: two members of one name, or two members for one array, are
   ZipWriter w(tmp.file("w.npz"));
   w.begin_member("a.npy", ZipMethod::kStored);
   w.end_member();
-  CHECK_THROWS_WITH_AS(w.begin_member("a.npy", ZipMethod::kStored), doctest::Contains("member 'a.npy' written twice"), Error);
+  CHECK_THROWS_WITH_AS(w.begin_member("a.npy", ZipMethod::kStored), doctest::Contains("member 'a.npy' written twice"),
+                       Error);
 }
 
 TEST_CASE("bad input: missing members name what the archive has") {
@@ -210,7 +214,8 @@ TEST_CASE("bad input: a member that inflates to more or less than declared") {
     auto b = archive_with("x.bin", std::string(1000, 'a'), true);
     const size_t cd = find(b, "PK\x01\x02");
     const uint32_t usize = uint32_t(1000 + delta);
-    for (int k = 0; k < 4; ++k) b[cd + 24 + k] = uint8_t(usize >> (8 * k)), b[30 + 5 + 4 + k] = uint8_t(usize >> (8 * k));
+    for (int k = 0; k < 4; ++k)
+      b[cd + 24 + k] = uint8_t(usize >> (8 * k)), b[30 + 5 + 4 + k] = uint8_t(usize >> (8 * k));
     try {
       const ZipReader z(std::make_shared<MemorySource>("bad.npz", b));
       auto in = z.open_member(z.entries()[0]);
@@ -254,7 +259,8 @@ TEST_CASE("bad input: every regression input is refused with its message") {
   }
   std::set<std::string> files;
   for (const auto& f : fs::directory_iterator(dir))
-    if (f.path().extension() != ".md" && f.path().filename() != "expected.tsv") files.insert(f.path().filename().string());
+    if (f.path().extension() != ".md" && f.path().filename() != "expected.tsv")
+      files.insert(f.path().filename().string());
   REQUIRE(!files.empty());  // an empty folder checks nothing
   for (const auto& [name, _] : expected) CHECK_MESSAGE(files.count(name), name << " is listed but missing");
   for (const std::string& name : files) {
@@ -275,8 +281,7 @@ TEST_CASE("bad input: every regression input is refused with its message") {
     RangeStream in(src, 0, src->size());
     try {
       (void)read_npy(in);
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
   }
   MESSAGE(files.size() << " regression inputs");
 }

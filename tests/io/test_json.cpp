@@ -15,8 +15,9 @@ TEST_CASE("json: dump keeps insertion order and exact numbers") {
   a.push_back(1), a.push_back(true), a.push_back(Json()), a.push_back("q\"\n");
   j.set("list", a);
   j.set("name", "replaced");
-  CHECK(j.dump() ==
-        R"({"name": "replaced", "median_ms": 0.125, "count": 9007199254740992, "nan": null, "list": [1, true, null, "q\"\n"]})");
+  CHECK(
+      j.dump() ==
+      R"({"name": "replaced", "median_ms": 0.125, "count": 9007199254740992, "nan": null, "list": [1, true, null, "q\"\n"]})");
   CHECK(Json(0.1).dump() == "0.1");
 }
 

@@ -69,9 +69,9 @@ TEST_CASE("npy: byte order and widening") {
   Tensor b = parse(make_npy("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }", {0, 1, 2}));
   CHECK(b.b8()[2] == true);
   // <u8 above 2^63-1 does not fit i64
-  CHECK_THROWS_WITH_AS(parse(make_npy("{'descr': '<u8', 'fortran_order': False, 'shape': (1,), }",
-                                      {0, 0, 0, 0, 0, 0, 0, 0x80})),
-                       doctest::Contains("element 0 (9223372036854775808) of a u8 array does not fit i64"), Error);
+  CHECK_THROWS_WITH_AS(
+      parse(make_npy("{'descr': '<u8', 'fortran_order': False, 'shape': (1,), }", {0, 0, 0, 0, 0, 0, 0, 0x80})),
+      doctest::Contains("element 0 (9223372036854775808) of a u8 array does not fit i64"), Error);
 }
 
 TEST_CASE("npy: fortran order comes back in C order") {

@@ -13,12 +13,18 @@ namespace {
 
 double element(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::F32: return t.f32()[i];
-    case DType::F64: return t.f64()[i];
-    case DType::I32: return t.i32()[i];
-    case DType::I64: return double(t.i64()[i]);
-    case DType::U8: return t.u8()[i];
-    case DType::Bool: return t.b8()[i];
+    case DType::F32:
+      return t.f32()[i];
+    case DType::F64:
+      return t.f64()[i];
+    case DType::I32:
+      return t.i32()[i];
+    case DType::I64:
+      return double(t.i64()[i]);
+    case DType::U8:
+      return t.u8()[i];
+    case DType::Bool:
+      return t.b8()[i];
   }
   return NAN;
 }
@@ -26,10 +32,14 @@ double element(const Tensor& t, int64_t i) {
 // The fixture formula; `code` is the numpy type code after the key's "a_" ("f4", "u8", ...).
 double expected(const std::string& code, int64_t i) {
   switch (code[0]) {
-    case 'b': return i % 3 == 0;
-    case 'u': return code == "u8" && i == 1 ? 9223372036854775807.0 : double(i % 250);
-    case 'i': return double(i % 13 - 6);
-    default: return double(i - 3) * 0.25;
+    case 'b':
+      return i % 3 == 0;
+    case 'u':
+      return code == "u8" && i == 1 ? 9223372036854775807.0 : double(i % 250);
+    case 'i':
+      return double(i % 13 - 6);
+    default:
+      return double(i - 3) * 0.25;
   }
 }
 
@@ -66,7 +76,8 @@ void check_arrays(const std::map<std::string, Tensor>& arrays) {
 }  // namespace
 
 TEST_CASE("npz fixtures: every variant numpy and zipfile write") {
-  for (const char* name : {"stored.npz", "deflated.npz", "bigendian.npz", "zip64.npz", "comment.npz", "descriptor.npz"}) {
+  for (const char* name :
+       {"stored.npz", "deflated.npz", "bigendian.npz", "zip64.npz", "comment.npz", "descriptor.npz"}) {
     CAPTURE(name);
     const NpzReader npz(testing::fixture(name));
     CHECK(npz.keys().size() == 16);
@@ -139,7 +150,8 @@ TEST_CASE("npz writer: round trip, stored and deflated, and numpy reads it back 
       CHECK(testing::same_bytes(b, t));
     }
     CHECK(npz.info("node_feat").entry.method == uint16_t(compress ? ZipMethod::kDeflated : ZipMethod::kStored));
-    if (compress) CHECK(npz.info("node_feat").entry.compressed_size < npz.info("node_feat").entry.uncompressed_size / 2);
+    if (compress)
+      CHECK(npz.info("node_feat").entry.compressed_size < npz.info("node_feat").entry.uncompressed_size / 2);
   }
   // The same content twice gives the same bytes (fixed timestamps): generated datasets are reproducible.
   save_npz(tmp.file("again.npz"), arrays, true);

@@ -14,12 +14,24 @@ double sum(const Tensor& t) {
   double s = 0;
   for (int64_t i = 0; i < t.numel(); ++i) {
     switch (t.dtype()) {
-      case DType::F32: s += t.f32()[i]; break;
-      case DType::F64: s += t.f64()[i]; break;
-      case DType::I32: s += t.i32()[i]; break;
-      case DType::I64: s += double(t.i64()[i]); break;
-      case DType::U8: s += t.u8()[i]; break;
-      case DType::Bool: s += t.b8()[i]; break;
+      case DType::F32:
+        s += t.f32()[i];
+        break;
+      case DType::F64:
+        s += t.f64()[i];
+        break;
+      case DType::I32:
+        s += t.i32()[i];
+        break;
+      case DType::I64:
+        s += double(t.i64()[i]);
+        break;
+      case DType::U8:
+        s += t.u8()[i];
+        break;
+      case DType::Bool:
+        s += t.b8()[i];
+        break;
     }
   }
   return s;

@@ -75,7 +75,8 @@ TEST_CASE("synth: graphs look like HLO programs") {
       ++edges;
     }
   }
-  for (int32_t op : {kParameter, kConstant, kAdd, kFusion, kBroadcast, kReduce, kDot, kConvolution, kReshape, kTranspose})
+  for (int32_t op :
+       {kParameter, kConstant, kAdd, kFusion, kBroadcast, kReduce, kDot, kConvolution, kReshape, kTranspose})
     CHECK(ops[op] > 0);
   // The share asked for (2%, as the real program in ../shared/data), within sampling noise.
   CHECK(double(configurable) / double(n) > 0.012);
@@ -93,9 +94,9 @@ TEST_CASE("synth: graphs look like HLO programs") {
     CHECK(r[2 + nd.etype] == 1);
     CHECK(r[28] == doctest::Approx(double(nd.numel())));  // product of the output dims
     if (nd.op == kConvolution) {
-      CHECK(r[37] == float(nd.attr[0]));        // window size
+      CHECK(r[37] == float(nd.attr[0]));  // window size
       CHECK(r[44] == float(nd.attr[0] * nd.attr[1]));  // its product
-      CHECK(r[107] == 1);                       // feature group count
+      CHECK(r[107] == 1);  // feature group count
     } else {
       CHECK(r[44] == 1);  // the product of an empty list is 1
     }
@@ -170,10 +171,10 @@ TEST_CASE("cost model: a layout that disagrees with its neighbours pays for copi
   const std::vector<int32_t> cfg_nodes = {2};
   const Machine m;
   auto cost = [&](const std::vector<float>& g) { return layout_runtime(p, cfg_nodes, g.data(), m, nullptr); };
-  const double base = cost(std::vector<float>(18, -1));                       // every layout default
-  const double same = cost(layout_config({1, 0}, {1, 0}, {1, 0}));           // spelled out, same as default
-  const double in_t = cost(layout_config({}, {0, 1}, {}));                   // x must be transposed first
-  const double out_t = cost(layout_config({0, 1}, {}, {}));                  // the add's other input must follow
+  const double base = cost(std::vector<float>(18, -1));  // every layout default
+  const double same = cost(layout_config({1, 0}, {1, 0}, {1, 0}));  // spelled out, same as default
+  const double in_t = cost(layout_config({}, {0, 1}, {}));  // x must be transposed first
+  const double out_t = cost(layout_config({0, 1}, {}, {}));  // the add's other input must follow
   CHECK(same == doctest::Approx(base));
   CHECK(in_t > base * 1.05);
   CHECK(out_t > base * 1.05);
@@ -209,8 +210,8 @@ TEST_CASE("cost model: tiles that fit the (8, 128) tiling and the shape run fast
     cfg[8] = float(a), cfg[9] = float(b);
     return tile_runtime(p, cfg.data(), m, nullptr);
   };
-  CHECK(tile(8, 128) < tile(8, 100));   // 100 wastes the padded lanes and needs more iterations
-  CHECK(tile(64, 512) < tile(1, 1));    // per-iteration overhead dominates tiny tiles
+  CHECK(tile(8, 128) < tile(8, 100));  // 100 wastes the padded lanes and needs more iterations
+  CHECK(tile(64, 512) < tile(1, 1));  // per-iteration overhead dominates tiny tiles
   CHECK(tile(8, 1024) < tile(8, 129));  // 129 pads to 256 and covers 1024 in 8 steps, not 8 of 128-lane use
 }
 

@@ -58,13 +58,20 @@ TEST_CASE("tpugraphs: every schema violation names the file, the array and the p
        "array 'edge_index': dtype '<f4' is not an integer type"},
       {true, [](Arrays& a) { array(a, "node_opcode") = array(a, "node_opcode").slice(0, 5); },
        "array 'node_opcode': shape (5,) does not match the node count"},
-      {true, [](Arrays& a) { array(a, "node_feat") = Tensor::zeros({array(a, "node_feat").size(0), 139}, DType::F32); },
+      {true,
+       [](Arrays& a) {
+         array(a, "node_feat") = Tensor::zeros({array(a, "node_feat").size(0), 139}, DType::F32);
+       },
        "does not match the 140 node features"},
       {true, [](Arrays& a) { array(a, "config_runtime") = array(a, "config_runtime").slice(0, 7); },
        "array 'config_runtime': shape (7,) does not match the configs"},
-      {false, [](Arrays& a) { array(a, "config_runtime_normalizers") = array(a, "config_runtime_normalizers").slice(0, 2); },
+      {false,
+       [](Arrays& a) { array(a, "config_runtime_normalizers") = array(a, "config_runtime_normalizers").slice(0, 2); },
        "does not match the configs of config_feat"},
-      {true, [](Arrays& a) { array(a, "node_config_feat") = array(a, "node_config_feat").reshape({8, -1, 9}); },
+      {true,
+       [](Arrays& a) {
+         array(a, "node_config_feat") = array(a, "node_config_feat").reshape({8, -1, 9});
+       },
        "array 'node_config_feat': shape"},
       {true, [](Arrays& a) { array(a, "edge_index").i64()[5] = 100000; }, "array 'edge_index': edge 2 ("},
       {true, [](Arrays& a) { array(a, "edge_index").i64()[0] = -1; }, "has a node id outside"},
@@ -77,20 +84,33 @@ TEST_CASE("tpugraphs: every schema violation names the file, the array and the p
       {false, [](Arrays& a) { array(a, "config_runtime_normalizers").i64()[1] = -3; }, "config 1 has -3 (must be > 0)"},
       {true, [](Arrays& a) { array(a, "node_feat").f32()[141] = NAN; }, "array 'node_feat': element 141 is nan"},
       {false, [](Arrays& a) { array(a, "config_feat").f32()[2] = INFINITY; }, "array 'config_feat': element 2 is inf"},
-      {true, [](Arrays& a) { array(a, "node_opcode") = array(a, "node_opcode").astype(DType::I32); array(a, "node_opcode").i32()[0] = 300; },
+      {true,
+       [](Arrays& a) {
+         array(a, "node_opcode") = array(a, "node_opcode").astype(DType::I32);
+         array(a, "node_opcode").i32()[0] = 300;
+       },
        "node 0 has opcode 300"},
       {true, [](Arrays& a) { array(a, "node_splits").i64()[1] = 1 << 20; }, "array 'node_splits': entry 1"},
       // One past the HLO opcode ids: it would index past the models' 121-row embedding tables.
-      {false, [](Arrays& a) { array(a, "node_opcode") = array(a, "node_opcode").astype(DType::I32); array(a, "node_opcode").i32()[3] = 121; },
+      {false,
+       [](Arrays& a) {
+         array(a, "node_opcode") = array(a, "node_opcode").astype(DType::I32);
+         array(a, "node_opcode").i32()[3] = 121;
+       },
        "array 'node_opcode': node 3 has opcode 121, outside the HLO opcode ids [0, 121)"},
-      {false, [](Arrays& a) {
-         array(a, "node_feat") = Tensor::zeros({0, 140}, DType::F32), array(a, "node_opcode") = Tensor::zeros({0}, DType::U8);
+      {false,
+       [](Arrays& a) {
+         array(a, "node_feat") = Tensor::zeros({0, 140}, DType::F32),
+                  array(a, "node_opcode") = Tensor::zeros({0}, DType::U8);
          array(a, "edge_index") = Tensor::zeros({0, 2}, DType::I64);
        },
        "array 'node_feat': shape (0, 140) has no nodes"},
-      {true, [](Arrays& a) {
-         array(a, "node_feat") = Tensor::zeros({0, 140}, DType::F32), array(a, "node_opcode") = Tensor::zeros({0}, DType::U8);
-         array(a, "edge_index") = Tensor::zeros({0, 2}, DType::I64), array(a, "node_config_ids") = Tensor::zeros({0}, DType::I64);
+      {true,
+       [](Arrays& a) {
+         array(a, "node_feat") = Tensor::zeros({0, 140}, DType::F32),
+                  array(a, "node_opcode") = Tensor::zeros({0}, DType::U8);
+         array(a, "edge_index") = Tensor::zeros({0, 2}, DType::I64),
+                  array(a, "node_config_ids") = Tensor::zeros({0}, DType::I64);
          array(a, "node_config_feat") = Tensor::zeros({8, 0, 18}, DType::F32);
          array(a, "node_splits") = Tensor::zeros({1, 0}, DType::I64);
        },
@@ -136,7 +156,8 @@ TEST_CASE("tpugraphs: the real files load and validate, and targets follow the s
     CAPTURE(f.path().string());
     const TpuGraph g = load_tpugraph(f.path().string());
     CHECK(g.num_configs() > 0);
-    if (!g.layout) CHECK(g.target(0) == doctest::Approx(g.config_runtime.f64()[0] / g.config_runtime_normalizers.f64()[0]));
+    if (!g.layout)
+      CHECK(g.target(0) == doctest::Approx(g.config_runtime.f64()[0] / g.config_runtime_normalizers.f64()[0]));
     ++n;
   }
   CHECK(n == 16);

@@ -74,7 +74,8 @@ TEST_CASE("zip writer: nothing appears until close, and an abandoned writer leav
 }
 
 TEST_CASE("zip: members over 4 GiB (set GNN_TEST_LARGE=1: writes and reads 4.3 GB)") {
-  if (!std::getenv("GNN_TEST_LARGE")) return testing::skip("GNN_TEST_LARGE is not set (needs ~9 GB of disk and memory)");
+  if (!std::getenv("GNN_TEST_LARGE"))
+    return testing::skip("GNN_TEST_LARGE is not set (needs ~9 GB of disk and memory)");
   testing::TempDir tmp;
   const int64_t n = (int64_t(1) << 32) / 4 + 1000;  // just over 4 GiB of f32
   Tensor t = Tensor::empty({n}, DType::F32);

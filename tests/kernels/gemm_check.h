@@ -27,8 +27,10 @@ inline void check_gemm_case(const char* name, const GemmRun& run, bool ta, bool 
   CAPTURE(K);
   CAPTURE(beta);
   const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-  const auto A = random_values<float>(static_cast<size_t>((ta ? K : M) * lda), 1), B = random_values<float>(static_cast<size_t>((tb ? N : K) * ldb), 2);
-  std::vector<float> C = beta == 0 ? std::vector<float>(static_cast<size_t>(M * ldc), NAN) : random_values<float>(static_cast<size_t>(M * ldc), 3);
+  const auto A = random_values<float>(static_cast<size_t>((ta ? K : M) * lda), 1),
+             B = random_values<float>(static_cast<size_t>((tb ? N : K) * ldb), 2);
+  std::vector<float> C = beta == 0 ? std::vector<float>(static_cast<size_t>(M * ldc), NAN)
+                                   : random_values<float>(static_cast<size_t>(M * ldc), 3);
   const std::vector<float> C0 = C;
   std::vector<double> Ad(A.begin(), A.end()), Bd(B.begin(), B.end()), Cd(C.begin(), C.end());
   gemm_ref<double>(ta, tb, M, N, K, alpha, Ad.data(), lda, Bd.data(), ldb, beta, Cd.data(), ldc);

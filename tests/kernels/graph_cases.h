@@ -28,7 +28,8 @@ inline Graph random_graph(int64_t n, int64_t e, uint32_t seed, bool power_law = 
     src[size_t(i)] = int64_t(rng() % uint32_t(n));
     // power law: destination ids drawn as n * u^3 pile up on the low ids
     const double u = std::uniform_real_distribution<double>(0, 1)(rng);
-    dst[size_t(i)] = power_law ? std::min<int64_t>(n - 1, int64_t(double(n) * u * u * u)) : int64_t(rng() % uint32_t(n));
+    dst[size_t(i)] =
+        power_law ? std::min<int64_t>(n - 1, int64_t(double(n) * u * u * u)) : int64_t(rng() % uint32_t(n));
   }
   return Graph::from_edges(src.data(), dst.data(), e, n);
 }
@@ -80,17 +81,19 @@ Mismatch compare(const std::vector<A>& got, const std::vector<B>& want, double a
   return m;
 }
 
+inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
   return s;
 }
 
-#define GNN_CHECK_CLOSE(GOT_, WANT_, ...)                                                                     \
-  do {                                                                                                        \
+#define GNN_CHECK_CLOSE(GOT_, WANT_, ...)                                                                    \
+  do {                                                                                                       \
     const auto gnn_m_ = ::gnn::testing::compare(GOT_, WANT_, ##__VA_ARGS__);                                 \
-    CHECK_MESSAGE(gnn_m_.index < 0, "first bad index " << gnn_m_.index << ": got " << gnn_m_.got << ", want " \
-                                                       << gnn_m_.want);                                       \
+    CHECK_MESSAGE(gnn_m_.index < 0,                                                                          \
+                  "first bad index " << gnn_m_.index << ": got " << gnn_m_.got << ", want " << gnn_m_.want); \
   } while (0)
 
 }  // namespace gnn::testing

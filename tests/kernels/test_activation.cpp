@@ -12,11 +12,11 @@
 #include "testing.h"
 
 using namespace gnn;
+using testing::check_op;
 using testing::nan_gpu;
 using testing::on_gpu;
-using testing::same_bits;
-using testing::check_op;
 using testing::rand;
+using testing::same_bits;
 
 namespace {
 const Act kAll[] = {Act::kNone, Act::kRelu, Act::kLeakyRelu, Act::kElu, Act::kGelu, Act::kSigmoid, Act::kTanh};
@@ -63,7 +63,8 @@ TEST_CASE("cuda activations match their references") {
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
   const int64_t n = 100003;
-  const auto x = testing::random_values<float>(size_t(n), 1, -4.0f, 4.0f), dy = testing::random_values<float>(size_t(n), 2);
+  const auto x = testing::random_values<float>(size_t(n), 1, -4.0f, 4.0f),
+             dy = testing::random_values<float>(size_t(n), 2);
   const Tensor gx = on_gpu(x), gdy = on_gpu(dy);
   for (Act a : {Act::kNone, Act::kRelu, Act::kLeakyRelu, Act::kElu, Act::kGelu, Act::kSigmoid, Act::kTanh}) {
     CAPTURE(act_name(a));
@@ -84,11 +85,8 @@ TEST_CASE("cuda activations: bias_act, the dense layer's epilogue, matches the d
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  // R x F with R wider than a block's 8 warps of rows and F not a multiple of 32; F = 1 and a 1-row case;
-  // the bias gradient's column sums over one slice (R <= 64), a few and the most slices (256, with a
-  // short last one)
-  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 1}, {7, 3}, {64, 5}, {65, 40}, {1000, 33}, {3, 1000}, {20000, 7}, {100003, 32}}) {
+  // the row shapes of device_buffers.h (the bias gradient's column sums over 1, a few and 256 slices)
+  for (auto [R, F] : testing::kRowShapes) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;

@@ -10,11 +10,11 @@
 #include "testing.h"
 
 using namespace gnn;
+using testing::check_op;
 using testing::nan_gpu;
 using testing::on_gpu;
-using testing::same_bits;
-using testing::check_op;
 using testing::rand;
+using testing::same_bits;
 
 TEST_CASE("cuda dropout draws the host's mask, bit for bit") {
   GNN_SKIP_UNLESS_CUDA();

@@ -12,24 +12,23 @@
 #include "testing.h"
 
 using namespace gnn;
+using testing::check_op;
 using testing::nan_gpu;
 using testing::on_gpu;
-using testing::same_bits;
-using testing::check_op;
 using testing::rand;
+using testing::same_bits;
 
 TEST_CASE("cuda elementwise maps, column sums and transpose match their references") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  // R x F with R wider than a block's 8 warps of rows and F not a multiple of 32; F = 1 and a 1-row case;
-  // column sums over one slice (R <= 64), a few and the most slices (256, with a short last one)
-  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 1}, {7, 3}, {64, 5}, {65, 40}, {1000, 33}, {3, 1000}, {20000, 7}, {100003, 32}}) {
+  // the row shapes of device_buffers.h (column sums over 1, a few and 256 slices)
+  for (auto [R, F] : testing::kRowShapes) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
-    const auto a = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f), b = testing::random_values<float>(size_t(n), 2);
+    const auto a = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f),
+               b = testing::random_values<float>(size_t(n), 2);
     const auto row = testing::random_values<float>(size_t(F), 3);
     const Tensor ga = on_gpu(a), gb = on_gpu(b), grow = on_gpu(row);
     std::vector<double> sum(static_cast<size_t>(n)), prod(static_cast<size_t>(n)), bias(static_cast<size_t>(n)),
@@ -75,7 +74,8 @@ TEST_CASE("cuda elementwise: sum, mask_rows, scale, the head ops and copy_block 
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
-    const auto x = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f), dy = testing::random_values<float>(size_t(n), 2);
+    const auto x = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f),
+               dy = testing::random_values<float>(size_t(n), 2);
     const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end());
     const Tensor gx = on_gpu(x), gdy = on_gpu(dy);
     // sum: one fixed order
@@ -88,7 +88,8 @@ TEST_CASE("cuda elementwise: sum, mask_rows, scale, the head ops and copy_block 
     std::vector<uint8_t> keep(static_cast<size_t>(R));
     for (size_t i = 0; i < keep.size(); ++i) keep[i] = uint8_t(i % 3 == 0);
     std::vector<double> masked(static_cast<size_t>(n)), scaled(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) masked[size_t(i)] = keep[size_t(i / F)] ? dyd[size_t(i)] : 0.0, scaled[size_t(i)] = -2.5 * xd[size_t(i)];
+    for (int64_t i = 0; i < n; ++i)
+      masked[size_t(i)] = keep[size_t(i / F)] ? dyd[size_t(i)] : 0.0, scaled[size_t(i)] = -2.5 * xd[size_t(i)];
     Tensor mk = nan_gpu(n), sc = nan_gpu(n);
     mask_rows_cuda(mk.f32(), gdy.f32(), on_gpu(keep).data_as<uint8_t>(), R, F, s);
     scale_cuda(sc.f32(), gx.f32(), -2.5f, n, s);
@@ -100,7 +101,8 @@ TEST_CASE("cuda elementwise: sum, mask_rows, scale, the head ops and copy_block 
   const auto x = testing::random_values<float>(size_t(R * W), 5), a = testing::random_values<float>(size_t(W), 6);
   const auto g = testing::random_values<float>(size_t(R * H), 7), gm = testing::random_values<float>(size_t(R * D), 8);
   std::vector<double> dot(size_t(R * H), 0.0), mean(size_t(R * D), 0.0);
-  std::vector<double> dxd(static_cast<size_t>(R * W)), prod(static_cast<size_t>(R * W)), bcast(static_cast<size_t>(R * W));
+  std::vector<double> dxd(static_cast<size_t>(R * W)), prod(static_cast<size_t>(R * W)),
+      bcast(static_cast<size_t>(R * W));
   for (int64_t r = 0; r < R; ++r)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t d = 0; d < D; ++d) {

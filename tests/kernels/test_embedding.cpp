@@ -14,10 +14,7 @@ using namespace gnn;
 using testing::nan_gpu;
 using testing::on_gpu;
 using testing::same_bits;
-
-namespace {
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-}  // namespace
+using testing::to_double;
 
 TEST_CASE("embedding: gather and a deterministic scatter-add backward") {
   const int64_t K = 121, F = 33, n = 5000;  // the opcode embedding's size
@@ -73,7 +70,8 @@ TEST_CASE("cuda embedding: the gather is exact, the ordered backward matches the
     const std::vector<double> edyd(edy.begin(), edy.end());
     std::vector<double> dtd(static_cast<size_t>(K * Fe));
     embedding_backward_ref<double>(dtd.data(), edyd.data(), idx.data(), ne, K, Fe);
-    std::vector<int64_t> ptr(static_cast<size_t>(K + 1)), uses(static_cast<size_t>(ne)), cptr(static_cast<size_t>(K + 1));
+    std::vector<int64_t> ptr(static_cast<size_t>(K + 1)), uses(static_cast<size_t>(ne)),
+        cptr(static_cast<size_t>(K + 1));
     const int64_t chunks = embedding_inverse(idx.data(), ne, K, ptr.data(), uses.data(), cptr.data());
     CHECK(chunks == cptr[size_t(K)]);
     if (pattern == 1) CHECK(cptr[4] - cptr[3] > 100);  // row 3's uses span many chunks

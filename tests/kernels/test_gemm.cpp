@@ -17,8 +17,8 @@ namespace {
 // One ISA on op(A) op(B) against the double reference (tests/kernels/gemm_check.h).
 void check_case(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, float beta,
                 int64_t pad = 0) {
-  testing::check_gemm_case(gemm_isa_name(isa), [isa](auto... args) { gemm_cpu_isa(isa, args...); }, ta, tb, M, N, K,
-                           alpha, beta, pad);
+  testing::check_gemm_case(
+      gemm_isa_name(isa), [isa](auto... args) { gemm_cpu_isa(isa, args...); }, ta, tb, M, N, K, alpha, beta, pad);
 }
 
 }  // namespace
@@ -35,15 +35,21 @@ TEST_CASE("gemm: hand-worked 2x2") {
 // Edges around the micro-tiles (4x16, 6x16, 12x32) and the K block (256), transposes, alpha, beta,
 // many row blocks, and a long K that is split into chunks.
 void check_isa(GemmIsa isa) {
-  for (auto [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {1, 1, 1}, {5, 7, 3}, {6, 16, 8}, {13, 33, 17}, {97, 64, 128}, {12, 32, 257}, {200, 129, 300}, {64, 257, 33}}) {
+  for (auto [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1},
+                                                                           {5, 7, 3},
+                                                                           {6, 16, 8},
+                                                                           {13, 33, 17},
+                                                                           {97, 64, 128},
+                                                                           {12, 32, 257},
+                                                                           {200, 129, 300},
+                                                                           {64, 257, 33}}) {
     for (bool ta : {false, true})
       for (bool tb : {false, true}) check_case(isa, ta, tb, M, N, K, 1.0f, 0.0f);
     check_case(isa, false, false, M, N, K, -0.5f, 0.75f);
     check_case(isa, true, true, M, N, K, 2.0f, 1.0f, /*pad=*/3);
   }
   check_case(isa, false, false, 3000, 128, 128, 1.0f, 0.0f);  // many row blocks across threads
-  check_case(isa, true, false, 70, 33, 9000, 1.0f, 0.0f);      // a long K: split into chunks
+  check_case(isa, true, false, 70, 33, 9000, 1.0f, 0.0f);  // a long K: split into chunks
   check_case(isa, true, true, 256, 20, 5000, 0.5f, 2.0f, 2);
   check_case(isa, true, false, 100, 40, 7000, 1.5f, -1.0f, 3);  // split K, all of A packed, a partial panel
 }
@@ -72,10 +78,11 @@ TEST_CASE("gemm: empty dimensions") {
 
 TEST_CASE("gemm: bitwise identical for any thread count") {
   // row blocks shared out, and a weight gradient's shape (transposed A, long K cut into chunks)
-  for (auto [ta, M, N, K] : std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{{false, 1000, 96, 300},
-                                                                                       {true, 256, 128, 10000}}) {
+  for (auto [ta, M, N, K] :
+       std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{{false, 1000, 96, 300}, {true, 256, 128, 10000}}) {
     CAPTURE(ta);
-    const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 4), B = testing::random_values<float>(static_cast<size_t>(K * N), 5);
+    const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 4),
+               B = testing::random_values<float>(static_cast<size_t>(K * N), 5);
     std::vector<float> C1(static_cast<size_t>(M * N)), C2(static_cast<size_t>(M * N));
     const int saved = num_threads();
     set_num_threads(1);
@@ -94,7 +101,8 @@ TEST_CASE("gemm: row-major A read in place gives the same bits as transposed A p
     if (!gemm_isa_supported(isa)) continue;
     CAPTURE(gemm_isa_name(isa));
     for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1000, 128, 256}, {97, 33, 300}, {13, 7, 5}}) {
-      const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 7), B = testing::random_values<float>(static_cast<size_t>(K * N), 8);
+      const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 7),
+                 B = testing::random_values<float>(static_cast<size_t>(K * N), 8);
       std::vector<float> At(A.size()), c1(static_cast<size_t>(M * N)), c2(static_cast<size_t>(M * N));
       for (int64_t i = 0; i < M; ++i)
         for (int64_t p = 0; p < K; ++p) At[size_t(p * M + i)] = A[size_t(i * K + p)];
@@ -120,7 +128,8 @@ TEST_CASE("cuda gemm: cuBLAS FP32 matches the double reference for every transpo
   };
   for (bool ta : {false, true})
     for (bool tb : {false, true})
-      for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {7, 13, 5}, {257, 129, 65}, {1000, 64, 300}})
+      for (auto [M, N, K] :
+           {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {7, 13, 5}, {257, 129, 65}, {1000, 64, 300}})
         for (float beta : {0.0f, 0.5f}) testing::check_gemm_case("cublas", on_device, ta, tb, M, N, K, 1.5f, beta, 3);
 #endif
 }

@@ -12,31 +12,30 @@
 
 using namespace gnn;
 using testing::check_gradient;
+using testing::check_op;
 using testing::dot;
 using testing::nan_gpu;
 using testing::on_gpu;
-using testing::same_bits;
-using testing::check_op;
 using testing::rand;
-
-namespace {
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-}  // namespace
+using testing::same_bits;
+using testing::to_double;
 
 TEST_CASE("graph instance norm: reference, finite differences, empty graphs") {
   const std::vector<int64_t> gp = {0, 3, 3, 10, 11};  // graphs of 3, 0, 7 and 1 nodes
   const int64_t G = 4, N = 11, F = 5;
   const auto xs = testing::random_values<float>(static_cast<size_t>(N * F), 1, -2.0f, 2.0f);
-  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f), bt = testing::random_values<float>(static_cast<size_t>(F), 3);
+  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f),
+             bt = testing::random_values<float>(static_cast<size_t>(F), 3);
   const auto dy = testing::random_values<float>(static_cast<size_t>(N * F), 4);
-  std::vector<double> yd(static_cast<size_t>(N * F)), md(static_cast<size_t>(G * F)), rd(static_cast<size_t>(G * F)), dxd(static_cast<size_t>(N * F)), dgd(static_cast<size_t>(F)),
-      dbd(static_cast<size_t>(F));
+  std::vector<double> yd(static_cast<size_t>(N * F)), md(static_cast<size_t>(G * F)), rd(static_cast<size_t>(G * F)),
+      dxd(static_cast<size_t>(N * F)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
   instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), to_double(xs).data(), to_double(gm).data(),
                                     to_double(bt).data(), gp.data(), G, F, 1e-5);
   instance_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), to_double(dy).data(), to_double(xs).data(),
                                      md.data(), rd.data(), to_double(gm).data(), gp.data(), G, F);
-  std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN), r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN),
-      dg(static_cast<size_t>(F), NAN), db(static_cast<size_t>(F), NAN);
+  std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN),
+      r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN), dg(static_cast<size_t>(F), NAN),
+      db(static_cast<size_t>(F), NAN);
   instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), gm.data(), bt.data(), gp.data(), G, F, 1e-5f);
   instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), gm.data(),
                              gp.data(), G, F);
@@ -63,7 +62,8 @@ TEST_CASE("graph instance norm: the blocked CPU kernel is the float reference, b
   const std::vector<int64_t> gp = {0, 40, 40, 47};
   const int64_t G = 3, N = 47, F = 150;
   const auto xs = testing::random_values<float>(static_cast<size_t>(N * F), 5, -3.0f, 3.0f);
-  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 6, 0.5f, 1.5f), bt = testing::random_values<float>(static_cast<size_t>(F), 7);
+  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 6, 0.5f, 1.5f),
+             bt = testing::random_values<float>(static_cast<size_t>(F), 7);
   const auto dy = testing::random_values<float>(static_cast<size_t>(N * F), 8);
   for (const bool affine : {true, false}) {
     CAPTURE(affine);
@@ -74,10 +74,12 @@ TEST_CASE("graph instance norm: the blocked CPU kernel is the float reference, b
     instance_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), g, b, gp.data(), G, F, 1e-5f);
     instance_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), mr.data(), rr.data(), g,
                                       gp.data(), G, F);
-    std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN), r(static_cast<size_t>(G * F), NAN),
-        dx(static_cast<size_t>(N * F), NAN), dg(static_cast<size_t>(F), NAN), db(static_cast<size_t>(F), NAN);
+    std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN),
+        r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN), dg(static_cast<size_t>(F), NAN),
+        db(static_cast<size_t>(F), NAN);
     instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), g, b, gp.data(), G, F, 1e-5f);
-    instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), g, gp.data(), G, F);
+    instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), g, gp.data(),
+                               G, F);
     CHECK(y == yr);
     CHECK(m == mr);
     CHECK(r == rr);
@@ -103,15 +105,16 @@ TEST_CASE("cuda graph instance norm matches the double reference (empty, single-
       CAPTURE(affine);
       const auto x = testing::random_values<float>(size_t(N * F), 1, -2.0f, 3.0f);
       const auto dy = testing::random_values<float>(size_t(N * F), 2);
-      const auto gamma = testing::random_values<float>(size_t(F), 3, 0.5f, 1.5f), beta = testing::random_values<float>(size_t(F), 4);
+      const auto gamma = testing::random_values<float>(size_t(F), 3, 0.5f, 1.5f),
+                 beta = testing::random_values<float>(size_t(F), 4);
       const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), gd(gamma.begin(), gamma.end()),
           bd(beta.begin(), beta.end());
-      std::vector<double> yd(size_t(N * F)), md(size_t(G * F)), rd(size_t(G * F)), dxd(size_t(N * F)), dgd(static_cast<size_t>(F)),
-          dbd(static_cast<size_t>(F));
+      std::vector<double> yd(size_t(N * F)), md(size_t(G * F)), rd(size_t(G * F)), dxd(size_t(N * F)),
+          dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
       instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), xd.data(), affine ? gd.data() : nullptr,
                                         affine ? bd.data() : nullptr, ptr.data(), G, F, 1e-5);
-      instance_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), dyd.data(), xd.data(), md.data(), rd.data(),
-                                         affine ? gd.data() : nullptr, ptr.data(), G, F);
+      instance_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), dyd.data(), xd.data(), md.data(),
+                                         rd.data(), affine ? gd.data() : nullptr, ptr.data(), G, F);
       const Tensor gx = on_gpu(x), gdy = on_gpu(dy), gg = on_gpu(gamma), gb = on_gpu(beta);
       Tensor y = nan_gpu(N * F), mean = nan_gpu(G * F), rstd = nan_gpu(G * F), dx = nan_gpu(N * F), dg = nan_gpu(F),
              db = nan_gpu(F), ws = nan_gpu(2 * G * F);

@@ -13,23 +13,22 @@
 
 using namespace gnn;
 using testing::check_gradient;
+using testing::check_op;
 using testing::dot;
 using testing::nan_gpu;
 using testing::on_gpu;
-using testing::same_bits;
-using testing::check_op;
 using testing::rand;
-
-namespace {
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-}  // namespace
+using testing::same_bits;
+using testing::to_double;
 
 TEST_CASE("layer norm: reference, finite differences, thread-count determinism") {
   const int64_t R = 1000, F = 37;
   const auto xs = testing::random_values<float>(static_cast<size_t>(R * F), 1, -2.0f, 2.0f);
-  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f), bt = testing::random_values<float>(static_cast<size_t>(F), 3);
+  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f),
+             bt = testing::random_values<float>(static_cast<size_t>(F), 3);
   const auto dy = testing::random_values<float>(static_cast<size_t>(R * F), 4);
-  std::vector<double> yd(static_cast<size_t>(R * F)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)), dxd(static_cast<size_t>(R * F)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
+  std::vector<double> yd(static_cast<size_t>(R * F)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)),
+      dxd(static_cast<size_t>(R * F)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
   layer_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), to_double(xs).data(), to_double(gm).data(),
                                  to_double(bt).data(), R, F, 1e-5);
   layer_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), to_double(dy).data(), to_double(xs).data(),
@@ -38,8 +37,9 @@ TEST_CASE("layer norm: reference, finite differences, thread-count determinism")
   const int saved = num_threads();
   for (int run = 0; run < 2; ++run) {
     set_num_threads(run == 0 ? 1 : std::max(2, saved));
-    std::vector<float> y(static_cast<size_t>(R * F), NAN), m(static_cast<size_t>(R), NAN), r(static_cast<size_t>(R), NAN), dx(static_cast<size_t>(R * F), NAN),
-        dg(static_cast<size_t>(F), NAN), db(static_cast<size_t>(F), NAN);
+    std::vector<float> y(static_cast<size_t>(R * F), NAN), m(static_cast<size_t>(R), NAN),
+        r(static_cast<size_t>(R), NAN), dx(static_cast<size_t>(R * F), NAN), dg(static_cast<size_t>(F), NAN),
+        db(static_cast<size_t>(F), NAN);
     layer_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), gm.data(), bt.data(), R, F, 1e-5f);
     layer_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), gm.data(), R, F);
     GNN_CHECK_CLOSE(y, yd);
@@ -56,7 +56,8 @@ TEST_CASE("layer norm: reference, finite differences, thread-count determinism")
   const auto gout = testing::random_values<double>(15, 8);
   std::vector<double> y(15), m(3), r(3), dx(15), dg(5), db(5);
   layer_norm_forward_ref<double>(y.data(), m.data(), r.data(), xd.data(), gd.data(), bd.data(), 3, 5, 1e-5);
-  layer_norm_backward_ref<double>(dx.data(), dg.data(), db.data(), gout.data(), xd.data(), m.data(), r.data(), gd.data(), 3, 5);
+  layer_norm_backward_ref<double>(dx.data(), dg.data(), db.data(), gout.data(), xd.data(), m.data(), r.data(),
+                                  gd.data(), 3, 5);
   auto loss = [&] {
     std::vector<double> yy(15), mm(3), rr(3);
     layer_norm_forward_ref<double>(yy.data(), mm.data(), rr.data(), xd.data(), gd.data(), bd.data(), 3, 5, 1e-5);
@@ -75,11 +76,13 @@ TEST_CASE("cuda layer norm matches the double reference") {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
-    const auto x = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f), dy = testing::random_values<float>(size_t(n), 2);
+    const auto x = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f),
+               dy = testing::random_values<float>(size_t(n), 2);
     const auto gamma = testing::random_values<float>(size_t(F), 3), beta = testing::random_values<float>(size_t(F), 4);
     const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), gd(gamma.begin(), gamma.end()),
         bd(beta.begin(), beta.end());
-    std::vector<double> yd(static_cast<size_t>(n)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)), dxd(static_cast<size_t>(n)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
+    std::vector<double> yd(static_cast<size_t>(n)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)),
+        dxd(static_cast<size_t>(n)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
     layer_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), xd.data(), gd.data(), bd.data(), R, F, 1e-5);
     layer_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), dyd.data(), xd.data(), md.data(), rd.data(),
                                     gd.data(), R, F);

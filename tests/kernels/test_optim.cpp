@@ -33,7 +33,8 @@ const std::vector<int64_t> kSizes = {0, 1, kMultiChunk - 1, kMultiChunk, 0, kMul
 template <class T>
 std::vector<std::vector<T>> values_per_size(uint32_t seed) {
   std::vector<std::vector<T>> out;
-  for (size_t k = 0; k < kSizes.size(); ++k) out.push_back(testing::random_values<T>(size_t(kSizes[k]), seed + uint32_t(k)));
+  for (size_t k = 0; k < kSizes.size(); ++k)
+    out.push_back(testing::random_values<T>(size_t(kSizes[k]), seed + uint32_t(k)));
   return out;
 }
 
@@ -53,7 +54,8 @@ void check_passes() {
       std::vector<AdamTensor<T>> list;
       for (int64_t k = 0; k < K; ++k) {
         const int tk = t + int(k);
-        const AdamStep s{1e-2, 0.9, 0.999, 1e-8, 1e-3 * double(k), 1 - std::pow(0.9, tk), 1 - std::pow(0.999, tk), k % 2 == 1};
+        const AdamStep s{1e-2,      0.9, 0.999, 1e-8, 1e-3 * double(k), 1 - std::pow(0.9, tk), 1 - std::pow(0.999, tk),
+                         k % 2 == 1};
         adam_update_ref(w_ref[k].data(), g[k].data(), m_ref[k].data(), v_ref[k].data(), kSizes[k], s);
         list.push_back({w[k].data(), g[k].data(), m[k].data(), v[k].data(), kSizes[k], -1, s});
       }
@@ -158,7 +160,8 @@ TEST_CASE("cuda many-tensor Adam, SGD, sums of squares and scaling match the hos
     std::vector<AdamTensor<float>> list, host;
     for (int64_t k = 0; k < K; ++k) {
       const int tk = t + int(k);
-      const AdamStep st{1e-2, 0.9, 0.999, 1e-8, 1e-3 * double(k), 1 - std::pow(0.9, tk), 1 - std::pow(0.999, tk), k % 2 == 1};
+      const AdamStep st{1e-2,      0.9, 0.999, 1e-8, 1e-3 * double(k), 1 - std::pow(0.9, tk), 1 - std::pow(0.999, tk),
+                        k % 2 == 1};
       list.push_back({gw[k].f32(), gg[k].f32(), gm[k].f64(), gv[k].f64(), sizes[k], -1, st});
       host.push_back({w[k].data(), g[k].data(), m[k].data(), v[k].data(), sizes[k], -1, st});
     }
@@ -190,7 +193,8 @@ TEST_CASE("cuda many-tensor Adam, SGD, sums of squares and scaling match the hos
   }
   {  // per-chunk sums of squares (NaN-filled), twice for the same bits; then scaling, odd tensors in place
     std::vector<SumSquaresTensor<float>> list, host;
-    for (int64_t k = 0; k < K; ++k) list.push_back({gg[k].f32(), sizes[k], -1}), host.push_back({g[k].data(), sizes[k], -1});
+    for (int64_t k = 0; k < K; ++k)
+      list.push_back({gg[k].f32(), sizes[k], -1}), host.push_back({g[k].data(), sizes[k], -1});
     const int64_t chunks = plan_chunks(host.data(), K);
     const Tensor dl = list_on_gpu(list);
     std::vector<double> want(static_cast<size_t>(chunks));

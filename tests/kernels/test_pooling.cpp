@@ -12,16 +12,13 @@
 
 using namespace gnn;
 using testing::check_gradient;
+using testing::check_op;
 using testing::dot;
 using testing::nan_gpu;
 using testing::on_gpu;
-using testing::same_bits;
-using testing::check_op;
 using testing::rand;
-
-namespace {
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-}  // namespace
+using testing::same_bits;
+using testing::to_double;
 
 TEST_CASE("pooling: hand-worked, reference, finite differences") {
   const int64_t ptr[] = {0, 2, 2, 3};  // graphs of 2, 0 and 1 nodes
@@ -79,7 +76,8 @@ TEST_CASE("cuda pooling matches the double reference (empty, single-node and 500
   const int64_t N = ptr.back(), G = int64_t(ptr.size()) - 1;
   const Tensor gptr = on_gpu(ptr);
   for (int64_t F : {1, 33, 130}) {
-    const auto px = testing::random_values<float>(size_t(N * F), 3), pdy = testing::random_values<float>(size_t(G * F), 4);
+    const auto px = testing::random_values<float>(size_t(N * F), 3),
+               pdy = testing::random_values<float>(size_t(G * F), 4);
     const std::vector<double> pxd(px.begin(), px.end()), pdyd(pdy.begin(), pdy.end());
     const Tensor gpx = on_gpu(px), gpdy = on_gpu(pdy);
     for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {

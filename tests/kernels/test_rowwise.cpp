@@ -15,10 +15,7 @@ using testing::dot;
 using testing::nan_gpu;
 using testing::on_gpu;
 using testing::same_bits;
-
-namespace {
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-}  // namespace
+using testing::to_double;
 
 TEST_CASE("row-wise softmax, log-softmax, l2-normalise: reference and finite differences") {
   const float x[] = {0, std::log(3.0f), 3, 4};
@@ -61,13 +58,13 @@ TEST_CASE("cuda row-wise softmax, log-softmax and l2-normalise match the double 
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  // R x F with R wider than a block's 8 warps of rows and F not a multiple of 32; F = 1 and a 1-row case
-  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 1}, {7, 3}, {64, 5}, {65, 40}, {1000, 33}, {3, 1000}, {20000, 7}, {100003, 32}}) {
+  // the row shapes of device_buffers.h
+  for (auto [R, F] : testing::kRowShapes) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
-    const auto a = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f), dy = testing::random_values<float>(size_t(n), 4);
+    const auto a = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f),
+               dy = testing::random_values<float>(size_t(n), 4);
     const Tensor ga = on_gpu(a), gdy = on_gpu(dy);
     const std::vector<double> ad(a.begin(), a.end()), dyd(dy.begin(), dy.end());
     for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax, RowOp::kL2Normalize}) {

@@ -13,12 +13,12 @@
 #include "testing.h"
 
 using namespace gnn;
+using testing::check_op;
 using testing::csr_view;
 using testing::nan_gpu;
 using testing::on_gpu;
-using testing::same_bits;
-using testing::check_op;
 using testing::rand;
+using testing::same_bits;
 
 TEST_CASE("sage: the fused layer equals the composed one (mean gather, concat, GEMM, bias, activation)") {
   for (const auto& c : testing::standard_graph_cases(5)) {
@@ -39,14 +39,15 @@ TEST_CASE("sage: the fused layer equals the composed one (mean gather, concat, G
           const auto dy = testing::random_values<float>(static_cast<size_t>(N * O), 4);
           const std::vector<double> xd(x.begin(), x.end()), Wd(W.begin(), W.end()), bd(b.begin(), b.end()),
               dyd(dy.begin(), dy.end());
-          std::vector<double> yd(static_cast<size_t>(N * O)), zd(static_cast<size_t>(N * O)), dxd(static_cast<size_t>(N * F)), dWd(static_cast<size_t>(2 * F * O)),
-              dbd(static_cast<size_t>(O));
+          std::vector<double> yd(static_cast<size_t>(N * O)), zd(static_cast<size_t>(N * O)),
+              dxd(static_cast<size_t>(N * F)), dWd(static_cast<size_t>(2 * F * O)), dbd(static_cast<size_t>(O));
           sage_forward_ref<double>(yd.data(), zd.data(), xd.data(), v, Wd.data(), bias ? bd.data() : nullptr, F, O, act,
                                    0.01);
           sage_backward_ref<double>(dxd.data(), dWd.data(), bias ? dbd.data() : nullptr, dyd.data(), zd.data(),
                                     xd.data(), v, Wd.data(), F, O, act, 0.01);
-          std::vector<float> y(static_cast<size_t>(N * O), NAN), z(static_cast<size_t>(N * O), NAN), dx(static_cast<size_t>(N * F), NAN),
-              dW(static_cast<size_t>(2 * F * O), NAN), db(static_cast<size_t>(O), NAN), h(static_cast<size_t>(N * 2 * F), NAN);
+          std::vector<float> y(static_cast<size_t>(N * O), NAN), z(static_cast<size_t>(N * O), NAN),
+              dx(static_cast<size_t>(N * F), NAN), dW(static_cast<size_t>(2 * F * O), NAN),
+              db(static_cast<size_t>(O), NAN), h(static_cast<size_t>(N * 2 * F), NAN);
           sage_forward_cpu(y.data(), z.data(), h.data(), x.data(), v, W.data(), bias ? b.data() : nullptr, F, O, act,
                            0.01f);
           GNN_CHECK_CLOSE(y, yd);
@@ -85,7 +86,8 @@ TEST_CASE("sage: the reference backward matches central finite differences (doub
       for (size_t i = 0; i < y.size(); ++i) l += y[i] * gout[i];
       return l;
     };
-    std::vector<double> y(static_cast<size_t>(N * O)), z(static_cast<size_t>(N * O)), dx(static_cast<size_t>(N * F)), dW(static_cast<size_t>(2 * F * O)), db(static_cast<size_t>(O));
+    std::vector<double> y(static_cast<size_t>(N * O)), z(static_cast<size_t>(N * O)), dx(static_cast<size_t>(N * F)),
+        dW(static_cast<size_t>(2 * F * O)), db(static_cast<size_t>(O));
     sage_forward_ref<double>(y.data(), z.data(), x.data(), v, W.data(), b.data(), F, O, act, 0.01);
     sage_backward_ref<double>(dx.data(), dW.data(), db.data(), gout.data(), z.data(), x.data(), v, W.data(), F, O, act,
                               0.01);
@@ -106,12 +108,13 @@ TEST_CASE("sage: fused forward and backward are bitwise identical for any thread
   std::vector<float> out[2];
   for (int run = 0; run < 2; ++run) {
     set_num_threads(run == 0 ? 1 : std::max(2, saved));
-    std::vector<float> y(static_cast<size_t>(N * O)), z(static_cast<size_t>(N * O)), dx(static_cast<size_t>(N * F)), dW(static_cast<size_t>(2 * F * O)), db(static_cast<size_t>(O));
+    std::vector<float> y(static_cast<size_t>(N * O)), z(static_cast<size_t>(N * O)), dx(static_cast<size_t>(N * F)),
+        dW(static_cast<size_t>(2 * F * O)), db(static_cast<size_t>(O));
     std::vector<float> h(static_cast<size_t>(N * 2 * F));
     sage_forward_cpu(y.data(), z.data(), h.data(), x.data(), v, W.data(), b.data(), F, O, Act::kRelu, 0.0f);
     std::vector<float> ws(static_cast<size_t>(sage_backward_workspace(N, F, O)));
-    sage_backward_cpu(dx.data(), dW.data(), db.data(), y.data(), z.data(), h.data(), v, W.data(), F, O, Act::kRelu, 0.0f,
-                      ws.data());
+    sage_backward_cpu(dx.data(), dW.data(), db.data(), y.data(), z.data(), h.data(), v, W.data(), F, O, Act::kRelu,
+                      0.0f, ws.data());
     out[run] = y;
     for (const auto* part : {&dx, &dW, &db}) out[run].insert(out[run].end(), part->begin(), part->end());
   }
@@ -151,7 +154,8 @@ TEST_CASE("cuda fused sage: forward (training and inference) and backward match 
           const float* bp = bias ? gb.f32() : nullptr;
           Tensor y = nan_gpu(N * O), z = nan_gpu(N * O), h = nan_gpu(N * 2 * F), dx = nan_gpu(N * F),
                  dW = nan_gpu(2 * F * O), db = nan_gpu(O), ws = nan_gpu(sage_backward_workspace_cuda(N, F, O));
-          sage_forward_cuda(y.f32(), z.f32(), h.f32(), nullptr, gx.f32(), dv, gW.f32(), bp, F, O, act, 0.01f, cuda_blas(0), s);
+          sage_forward_cuda(y.f32(), z.f32(), h.f32(), nullptr, gx.f32(), dv, gW.f32(), bp, F, O, act, 0.01f,
+                            cuda_blas(0), s);
           sage_backward_cuda(dx.f32(), dW.f32(), bias ? db.f32() : nullptr, gdy.f32(), z.f32(), h.f32(), dv, gW.f32(),
                              F, O, act, 0.01f, ws.f32(), cuda_blas(0), s);
           const std::vector<float> yv = y.to_vector<float>();
@@ -178,11 +182,13 @@ TEST_CASE("cuda ops: fused SAGE (training and inference) matches the host") {
   const Tensor x = rand({300, 24}, 36), W = rand({48, 20}, 37), b = rand({20}, 38);
   for (Act act : {Act::kRelu, Act::kGelu, Act::kNone}) {
     CAPTURE(act_name(act));
-    check_op("sage_fused", {x, W, b}, [act](auto& v, const Graph& g) { return ag::sage_fused(g, v[0], v[1], v[2], act); },
-             g);
+    check_op(
+        "sage_fused", {x, W, b}, [act](auto& v, const Graph& g) { return ag::sage_fused(g, v[0], v[1], v[2], act); },
+        g);
   }
-  check_op("sage_fused without bias", {x, W},
-           [](auto& v, const Graph& g) { return ag::sage_fused(g, v[0], v[1], ag::Var(), Act::kLeakyRelu, 0.2); }, g);
+  check_op(
+      "sage_fused without bias", {x, W},
+      [](auto& v, const Graph& g) { return ag::sage_fused(g, v[0], v[1], ag::Var(), Act::kLeakyRelu, 0.2); }, g);
   // inference (no gradient recorded) gives the training forward's bits
   const Device gpu = Device::cuda(0);
   const Graph dg = g.to(gpu);

@@ -12,17 +12,14 @@
 
 using namespace gnn;
 using testing::check_gradient;
+using testing::check_op;
 using testing::csr_view;
 using testing::dot;
 using testing::nan_gpu;
 using testing::on_gpu;
-using testing::same_bits;
-using testing::check_op;
 using testing::rand;
-
-namespace {
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
-}  // namespace
+using testing::same_bits;
+using testing::to_double;
 
 TEST_CASE("segment softmax: hand-worked, reference, finite differences") {
   const int32_t indptr[] = {0, 0, 2, 3};  // an empty segment, two edges, one edge
@@ -68,13 +65,16 @@ TEST_CASE("GAT scores: reference, finite differences, thread-count determinism")
     CAPTURE(c.name);
     const CsrView v = csr_view(c.graph);
     const int64_t N = c.graph.num_nodes, E = c.graph.num_edges, H = 3;
-    const auto as = testing::random_values<float>(static_cast<size_t>(N * H), 1), ad = testing::random_values<float>(static_cast<size_t>(N * H), 2);
+    const auto as = testing::random_values<float>(static_cast<size_t>(N * H), 1),
+               ad = testing::random_values<float>(static_cast<size_t>(N * H), 2);
     const auto ds = testing::random_values<float>(static_cast<size_t>(E * H), 3);
-    std::vector<double> sd(static_cast<size_t>(E * H)), dasd(static_cast<size_t>(N * H)), dadd(static_cast<size_t>(N * H));
+    std::vector<double> sd(static_cast<size_t>(E * H)), dasd(static_cast<size_t>(N * H)),
+        dadd(static_cast<size_t>(N * H));
     gat_scores_forward_ref<double>(sd.data(), to_double(as).data(), to_double(ad).data(), v, H, 0.2);
     gat_scores_backward_ref<double>(dasd.data(), dadd.data(), to_double(ds).data(), to_double(as).data(),
                                     to_double(ad).data(), v, H, 0.2);
-    std::vector<float> s(static_cast<size_t>(E * H), NAN), das(static_cast<size_t>(N * H), NAN), dad(static_cast<size_t>(N * H), NAN);
+    std::vector<float> s(static_cast<size_t>(E * H), NAN), das(static_cast<size_t>(N * H), NAN),
+        dad(static_cast<size_t>(N * H), NAN);
     gat_scores_forward_cpu(s.data(), as.data(), ad.data(), v, H, 0.2f);
     gat_scores_backward_cpu(das.data(), dad.data(), ds.data(), as.data(), ad.data(), v, H, 0.2f);
     GNN_CHECK_CLOSE(s, sd);
@@ -110,10 +110,12 @@ TEST_CASE("cuda segment softmax and GAT scores match the double reference, hubs 
       CAPTURE(H);
       const auto x = testing::random_values<float>(size_t(E * H), 1, -3.0f, 3.0f);
       const auto dy = testing::random_values<float>(size_t(E * H), 2);
-      const auto as = testing::random_values<float>(size_t(N * H), 3), ad = testing::random_values<float>(size_t(N * H), 4);
+      const auto as = testing::random_values<float>(size_t(N * H), 3),
+                 ad = testing::random_values<float>(size_t(N * H), 4);
       const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), asd(as.begin(), as.end()),
           add(ad.begin(), ad.end());
-      std::vector<double> yd(size_t(E * H)), dxd(size_t(E * H)), sd(size_t(E * H)), dasd(size_t(N * H)), dadd(size_t(N * H));
+      std::vector<double> yd(size_t(E * H)), dxd(size_t(E * H)), sd(size_t(E * H)), dasd(size_t(N * H)),
+          dadd(size_t(N * H));
       segment_softmax_forward_ref<double>(yd.data(), xd.data(), hv.indptr, N, H);
       segment_softmax_backward_ref<double>(dxd.data(), yd.data(), dyd.data(), hv.indptr, N, H);
       gat_scores_forward_ref<double>(sd.data(), asd.data(), add.data(), hv, H, 0.2);
@@ -141,7 +143,9 @@ TEST_CASE("cuda ops: GAT scores and the segment softmax match the host") {
   const Graph g = testing::random_graph(300, 2400, 31, true);
   const int64_t H = 4;
   const Tensor as = rand({300, H}, 32), ad = rand({300, H}, 33);
-  check_op("gat_scores", {as, ad}, [](auto& v, const Graph& g) { return ag::gat_scores(g, v[0], v[1], 0.2); }, g);
-  check_op("segment_softmax", {rand({2400, H}, 34)}, [](auto& v, const Graph& g) { return ag::segment_softmax(g, v[0]); },
-           g);
+  check_op(
+      "gat_scores", {as, ad}, [](auto& v, const Graph& g) { return ag::gat_scores(g, v[0], v[1], 0.2); }, g);
+  check_op(
+      "segment_softmax", {rand({2400, H}, 34)}, [](auto& v, const Graph& g) { return ag::segment_softmax(g, v[0]); },
+      g);
 }

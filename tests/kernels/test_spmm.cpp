@@ -13,12 +13,12 @@
 #include "testing.h"
 
 using namespace gnn;
+using testing::check_op;
 using testing::csr_view;
 using testing::nan_gpu;
 using testing::on_gpu;
-using testing::same_bits;
-using testing::check_op;
 using testing::rand;
+using testing::same_bits;
 
 TEST_CASE("spmm: hand-worked 4-node graph (an isolated node and a self-loop)") {
   // edges 0->1, 2->1, 1->2, 2->2 (self-loop); node 3 has no edges. F = 2.
@@ -57,8 +57,10 @@ TEST_CASE("spmm: fast CPU matches the double reference on the standard cases") {
         for (bool weighted : {false, true}) {
           CAPTURE(reduce_name(op));
           CAPTURE(weighted);
-          std::vector<float> y(static_cast<size_t>(N * ld), NAN), dx(static_cast<size_t>(N * ld), NAN), dw(static_cast<size_t>(E), NAN);
-          std::vector<double> yd(static_cast<size_t>(N * ld), 0), dxd(static_cast<size_t>(N * ld), 0), dwd(static_cast<size_t>(E), 0);
+          std::vector<float> y(static_cast<size_t>(N * ld), NAN), dx(static_cast<size_t>(N * ld), NAN),
+              dw(static_cast<size_t>(E), NAN);
+          std::vector<double> yd(static_cast<size_t>(N * ld), 0), dxd(static_cast<size_t>(N * ld), 0),
+              dwd(static_cast<size_t>(E), 0);
           std::vector<int32_t> arg(static_cast<size_t>(N * F), -7), argd(static_cast<size_t>(N * F), -7);
           const float* wp = weighted ? w.data() : nullptr;
           const double* wpd = weighted ? wd.data() : nullptr;
@@ -182,7 +184,8 @@ TEST_CASE("cuda spmm: forward and both backwards match the double reference on t
               for (int64_t f = F; f < ld; ++f) {  // padding columns are not outputs: they keep their NaN / value
                 CHECK(std::isnan(yh[size_t(r * ld + f)]));
                 CHECK(dxah[size_t(r * ld + f)] == dx0[size_t(r * ld + f)]);
-                yh[size_t(r * ld + f)] = dxh[size_t(r * ld + f)] = 0, dxah[size_t(r * ld + f)] = dx0[size_t(r * ld + f)];
+                yh[size_t(r * ld + f)] = dxh[size_t(r * ld + f)] = 0,
+                                   dxah[size_t(r * ld + f)] = dx0[size_t(r * ld + f)];
               }
             GNN_CHECK_CLOSE(yh, yd, atol);
             if (op == Reduce::kMax) CHECK(arg.to_vector<int32_t>() == argd);  // the first maximum, as the reference
@@ -218,8 +221,9 @@ TEST_CASE("cuda ops: spmm with per-head weights [E, H] (GAT's aggregation) match
       CAPTURE(H);
       CAPTURE(F);
       for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax})
-        check_op("spmm per head", {rand({N, H * F}, 62), rand({E, H}, 63)},
-                 [op](auto& v, const Graph& g) { return ag::spmm(g, v[0], op, v[1]); }, c.graph);
+        check_op(
+            "spmm per head", {rand({N, H * F}, 62), rand({E, H}, 63)},
+            [op](auto& v, const Graph& g) { return ag::spmm(g, v[0], op, v[1]); }, c.graph);
     }
   }
 }
@@ -230,6 +234,7 @@ TEST_CASE("cuda ops: spmm on a bipartite graph (config sharing's row blocks) mat
   for (int64_t e = 0; e < 3000; ++e) src.push_back((e * 7919) % 480), dst.push_back((e * 104729) % 110);
   const Graph g = Graph::from_bipartite_edges(src.data(), dst.data(), int64_t(src.size()), 500, 120);
   for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax})
-    check_op("bipartite spmm", {rand({500, 48}, 64), rand({3000}, 65)},
-             [op](auto& v, const Graph& g) { return ag::spmm(g, v[0], op, v[1]); }, g);
+    check_op(
+        "bipartite spmm", {rand({500, 48}, 64), rand({3000}, 65)},
+        [op](auto& v, const Graph& g) { return ag::spmm(g, v[0], op, v[1]); }, g);
 }

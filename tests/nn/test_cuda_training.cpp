@@ -125,7 +125,8 @@ TEST_CASE("cuda training: gradient clipping, gradient scaling, Adam and SGD over
   };
   auto set_grads = [&](const std::vector<nn::NamedParam>& ps, int step) {
     for (size_t k = 0; k < ps.size(); ++k) {
-      const auto g = testing::random_values<float>(size_t(sizes[k]), 90 + uint32_t(k) + 10 * uint32_t(step), -3.0f, 3.0f);
+      const auto g =
+          testing::random_values<float>(size_t(sizes[k]), 90 + uint32_t(k) + 10 * uint32_t(step), -3.0f, 3.0f);
       ps[k].var.set_grad(Tensor::from_vector(g).to(ps[k].var.device()));
     }
   };
@@ -169,6 +170,6 @@ TEST_CASE("cuda training: gradient clipping, gradient scaling, Adam and SGD over
   // A GPU parameter with its gradient on the host is named
   std::vector<nn::NamedParam> bad = make(Device::cuda(0));
   bad[2].var.set_grad(Tensor::zeros(Shape{sizes[2]}, DType::F32));
-  CHECK_THROWS_WITH_AS(nn::clip_grad_norm(bad, 1.0), doctest::Contains("p2 on the GPU must be f32 with its gradient there"),
-                       Error);
+  CHECK_THROWS_WITH_AS(nn::clip_grad_norm(bad, 1.0),
+                       doctest::Contains("p2 on the GPU must be f32 with its gradient there"), Error);
 }

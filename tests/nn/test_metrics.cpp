@@ -16,7 +16,8 @@ TEST_CASE("metrics: Kendall tau-b equals scipy.stats.kendalltau, ties included")
   int cases = 0;
   for (int i = 0; a.count("x_" + std::to_string(i)); ++i, ++cases) {
     CAPTURE(i);
-    const auto x = a.at("x_" + std::to_string(i)).to_vector<double>(), y = a.at("y_" + std::to_string(i)).to_vector<double>();
+    const auto x = a.at("x_" + std::to_string(i)).to_vector<double>(),
+               y = a.at("y_" + std::to_string(i)).to_vector<double>();
     const double want = a.at("tau_" + std::to_string(i)).item();
     const double got = nn::kendall_tau_b(x.data(), y.data(), int64_t(x.size()));
     if (std::isnan(want)) CHECK(std::isnan(got));

@@ -69,7 +69,8 @@ TEST_CASE("nn: parameters are named by path and seeded") {
   CHECK(pa[0].name == "layers.0.weight");
   CHECK(pa[3].name == "layers.1.bias");
   CHECK(a.num_parameters() == 4 * 8 + 8 + 8 * 3 + 3);
-  for (size_t i = 0; i < pa.size(); ++i) CHECK(pa[i].var.value().to_vector<float>() == pb[i].var.value().to_vector<float>());
+  for (size_t i = 0; i < pa.size(); ++i)
+    CHECK(pa[i].var.value().to_vector<float>() == pb[i].var.value().to_vector<float>());
   // Glorot bounds: every weight within sqrt(6 / (fan_in + fan_out)).
   Rng r(3);
   nn::GCNConv g(100, 50, r);
@@ -84,7 +85,8 @@ TEST_CASE("nn: dense layers, directional gradient checks in double") {
   nn::LayerNorm ln(4);
   nn::GraphInstanceNorm in(4);
   nn::Embedding emb(5, 3, rng);
-  for (nn::Module* m : std::initializer_list<nn::Module*>{&lin, &mlp, &ln, &in, &emb}) nn::cast_parameters(*m, DType::F64);
+  for (nn::Module* m : std::initializer_list<nn::Module*>{&lin, &mlp, &ln, &in, &emb})
+    nn::cast_parameters(*m, DType::F64);
   const Tensor gp = Tensor::from_vector<int64_t>({0, 2, 6});
   check_directional(with(params_of(lin), x), [&] { return probe(lin.forward(x)); });
   check_directional(with(params_of(mlp), x), [&] { return probe(mlp.forward(x)); });
@@ -177,15 +179,17 @@ TEST_CASE("nn: losses, hand-worked values and finite differences") {
   {
     ag::Var p(Tensor::from_vector<double>({0.5, -0.2}), true);
     const double la = std::log(std::exp(0.2) + std::exp(-0.5)) - 0.2;  // first pick b
-    CHECK(nn::list_mle_loss(p, Tensor::from_vector<double>({2, 1}), Tensor::from_vector<int64_t>({0, 2})).value().item() ==
-          doctest::Approx(la));
+    CHECK(nn::list_mle_loss(p, Tensor::from_vector<double>({2, 1}), Tensor::from_vector<int64_t>({0, 2}))
+              .value()
+              .item() == doctest::Approx(la));
     ag::clear_tape();
   }
   // Pairwise hinge by hand: pairs (i slower than j): (0,1), (0,2), (2,1) in group 0; (3,4) in group 1
   {
     ag::Var p(Tensor::from_vector<double>({0.0, 0.05, 0.3, 1.0, 0.0}), true);
     const double want = (std::max(0.0, 0.1 - (0.0 - 0.05)) + std::max(0.0, 0.1 - (0.0 - 0.3)) +
-                         std::max(0.0, 0.1 - (0.3 - 0.05)) + std::max(0.0, 0.1 - 1.0)) / 4;
+                         std::max(0.0, 0.1 - (0.3 - 0.05)) + std::max(0.0, 0.1 - 1.0)) /
+                        4;
     CHECK(nn::pairwise_hinge_loss(p, t, gp, 0.1).value().item() == doctest::Approx(want));
     ag::clear_tape();
   }
@@ -209,14 +213,18 @@ TEST_CASE("nn: losses, hand-worked values and finite differences") {
   testing::check_grads({p}, [&] { return nn::list_mle_loss(p, t, gp, 10.0); });
   ag::Var logits = rand_var({6, 4}, 4);
   const Tensor labels = Tensor::from_vector<int32_t>({0, 3, 1, 1, 2, 0});
-  testing::check_grads({logits}, [&] { return nn::cross_entropy(logits, labels, Tensor::from_vector<int32_t>({1, 4, 5})); });
-  CHECK(nn::cross_entropy(ag::Var(Tensor::zeros(Shape{2, 4}, DType::F64)), Tensor::from_vector<int32_t>({0, 1})).value().item() ==
-        doctest::Approx(std::log(4.0)));
+  testing::check_grads({logits}, [&] {
+    return nn::cross_entropy(logits, labels, Tensor::from_vector<int32_t>({1, 4, 5}));
+  });
+  CHECK(nn::cross_entropy(ag::Var(Tensor::zeros(Shape{2, 4}, DType::F64)), Tensor::from_vector<int32_t>({0, 1}))
+            .value()
+            .item() == doctest::Approx(std::log(4.0)));
   CHECK_THROWS_WITH_AS(nn::cross_entropy(logits, Tensor::from_vector<int32_t>({0, 9, 1, 1, 2, 0})),
                        doctest::Contains("label 9 of row 1"), Error);
   CHECK_THROWS_WITH_AS(nn::mse_loss(p, Tensor::from_vector<double>({1, 2, NAN, 4, 5})), doctest::Contains("non-finite"),
                        Error);
-  CHECK_THROWS_WITH_AS(nn::list_mle_loss(p, t, Tensor::from_vector<int64_t>({0, 4})), doctest::Contains("group_ptr"), Error);
+  CHECK_THROWS_WITH_AS(nn::list_mle_loss(p, t, Tensor::from_vector<int64_t>({0, 4})), doctest::Contains("group_ptr"),
+                       Error);
   ag::clear_tape();
 }
 
@@ -304,7 +312,8 @@ TEST_CASE("nn: clipping, schedules, SWA") {
   CHECK(a.var.value().to_vector<float>() == std::vector<float>{3.f, 3.f});  // the last two: (2 + 4) / 2
 }
 
-TEST_CASE("nn: clip_grad_norm over f32 and f64 parameters of several chunks is the serial norm, then scales each gradient") {
+TEST_CASE(
+    "nn: clip_grad_norm over f32 and f64 parameters of several chunks is the serial norm, then scales each gradient") {
   std::vector<nn::NamedParam> ps;
   std::vector<std::vector<double>> grads;
   double ss = 0;
@@ -339,8 +348,10 @@ TEST_CASE("nn: clip_grad_norm over f32 and f64 parameters of several chunks is t
 TEST_CASE("nn: two accumulated half-batches step exactly like one full batch") {
   const Graph g = testing::random_graph(20, 60, 8);
   const ag::Var x(Tensor::from_vector(testing::random_values<double>(20 * 4, 1), Shape{20, 4}));
-  const Tensor labels = Tensor::from_vector<int32_t>(std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1});
-  const Tensor first = Tensor::from_vector<int32_t>({0, 1, 2, 3, 4}), second = Tensor::from_vector<int32_t>({5, 6, 7, 8, 9});
+  const Tensor labels =
+      Tensor::from_vector<int32_t>(std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1});
+  const Tensor first = Tensor::from_vector<int32_t>({0, 1, 2, 3, 4}),
+               second = Tensor::from_vector<int32_t>({5, 6, 7, 8, 9});
   const Tensor both = Tensor::from_vector<int32_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
   std::vector<std::vector<double>> after;
   for (bool accumulate : {false, true}) {
@@ -370,10 +381,10 @@ TEST_CASE("nn: GATConv value dropout acts in training only, reproducibly from th
     return m.forward(g, x).value().to_vector<float>();
   };
   CHECK(out(0.5, false) == out(0.0, false));  // eval: no dropout anywhere
-  CHECK(out(0.0, true) == out(0.0, false));   // no attention dropout either: training is eval
+  CHECK(out(0.0, true) == out(0.0, false));  // no attention dropout either: training is eval
   const auto a = out(0.5, true), b = out(0.5, true);
-  CHECK(a == b);                              // the seed fixes the mask
-  CHECK(a != out(0.0, true));                 // and the mask changes the output
+  CHECK(a == b);  // the seed fixes the mask
+  CHECK(a != out(0.0, true));  // and the mask changes the output
   int changed = 0;
   const auto e = out(0.0, true);
   for (size_t i = 0; i < a.size(); ++i) changed += a[i] != e[i];
@@ -411,8 +422,8 @@ TEST_CASE("nn: checkpoints round-trip parameters and optimiser state, a resumed 
   Rng r3(1);
   nn::GATConv c(5, 3, r3, {.heads = 2});
   const auto before = c.weight.value().to_vector<float>();
-  CHECK_THROWS_WITH_AS(load_checkpoint(dir.file("ck.npz"), c.parameters(), nullptr), doctest::Contains("parameter 'weight'"),
-                       Error);
+  CHECK_THROWS_WITH_AS(load_checkpoint(dir.file("ck.npz"), c.parameters(), nullptr),
+                       doctest::Contains("parameter 'weight'"), Error);
   CHECK(c.weight.value().to_vector<float>() == before);
   // numpy reads it by name
   const std::string py = testing::python_with_numpy();

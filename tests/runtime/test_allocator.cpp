@@ -147,7 +147,7 @@ TEST_CASE("pool set: a capture allocates from its own pool, reuses within it, an
   void* b = d.pools.allocate(1000);
   CHECK(b == a);  // freed within the capture: handed out again within it, as every replay will do
   void* kept = d.pools.allocate(5000);  // an output the captured work leaves behind
-  d.pools.deallocate(before);           // a main block freed during the capture: held back, not cached
+  d.pools.deallocate(before);  // a main block freed during the capture: held back, not cached
   CHECK(d.pools.main().stats().cached_bytes == 1024);
   d.pools.deallocate(b);
   d.pools.end_private();

@@ -12,8 +12,7 @@ namespace {
 std::vector<int32_t> vec(const Tensor& t) { return t.to_vector<int32_t>(); }
 
 // The naive reference: for each destination, its (source, edge id) pairs in input order.
-void check_against_naive(const Graph& g, const std::vector<int64_t>& src, const std::vector<int64_t>& dst,
-                         int64_t N) {
+void check_against_naive(const Graph& g, const std::vector<int64_t>& src, const std::vector<int64_t>& dst, int64_t N) {
   const auto rp = vec(g.csr_indptr), ri = vec(g.csr_indices), re = vec(g.csr_eid);
   const auto cp = vec(g.csc_indptr), ci = vec(g.csc_indices), cc = vec(g.csc_to_csr);
   REQUIRE(rp.size() == size_t(N + 1));
@@ -129,8 +128,8 @@ TEST_CASE("graph: edge_index in both column orders, and bad ids") {
   const Tensor wrong = Tensor::from_vector<float>({1, 0}, Shape{1, 2});
   CHECK_THROWS_WITH_AS(Graph::from_edge_index(wrong, 3, EdgeColumns::kSrcDst),
                        doctest::Contains("must be i32 or i64 with shape [E, 2]"), Error);
-  CHECK_THROWS_WITH_AS(Graph::from_edges(nullptr, nullptr, 0, int64_t(1) << 33), doctest::Contains("nodes does not fit"),
-                       Error);
+  CHECK_THROWS_WITH_AS(Graph::from_edges(nullptr, nullptr, 0, int64_t(1) << 33),
+                       doctest::Contains("nodes does not fit"), Error);
 }
 
 TEST_CASE("graph: copy to the device and back") {

@@ -227,13 +227,16 @@ TEST_CASE("cuda graph: captured kernels replay on the stream, and an upload insi
   g.replay();
   CHECK(y.to_vector<float>() == std::vector<float>{1, 2, 3, 4});
   const Tensor host = Tensor::from_vector(std::vector<float>{5, 6, 7, 8});
-  CHECK_THROWS_WITH_AS(CudaGraph(0, [&] { y.copy_from(host); }), doctest::Contains("inside a CUDA graph capture"), Error);
+  CHECK_THROWS_WITH_AS(CudaGraph(0, [&] { y.copy_from(host); }), doctest::Contains("inside a CUDA graph capture"),
+                       Error);
   // the stream is usable after a failed capture
   y.copy_from(host);
   CHECK(y.to_vector<float>() == std::vector<float>{5, 6, 7, 8});
 }
 
-TEST_CASE("cuda graph: a captured step allocates from the graph's own pool, whose blocks outlive the capture and go with the graph") {
+TEST_CASE(
+    "cuda graph: a captured step allocates from the graph's own pool, whose blocks outlive the capture and go with the "
+    "graph") {
   GNN_SKIP_UNLESS_CUDA();
   const Device gpu = Device::cuda(0);
   Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}).to(gpu);
