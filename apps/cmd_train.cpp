@@ -214,7 +214,7 @@ namespace {
 
 // --tta on eval and predict, else the run's own.
 int64_t tta_of(const Args& a, const train::LoadedModel& m) {
-  return a.has("tta") ? a.integer("tta", 1, 1000) : m.hparams.integer("tta");
+  return a.has("tta") ? a.integer("tta", 1, 1000) : m.train.tta;
 }
 
 }  // namespace
@@ -249,8 +249,8 @@ Command eval_command() {
     if (lead)
       std::fprintf(stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs\n", m.path.c_str(), m.recipe->name.c_str(),
                    (long long)m.epoch, src.files().size(), a.str("split").c_str());
-    const train::Evaluation ev = train::evaluate(*m.model, src, m.hparams.integer("eval-chunk"), eval_dir, tta_of(a, m),
-                                                 train::predicts_log_runtime(m.hparams), m.prep.log_offset);
+    const train::Evaluation ev = train::evaluate(*m.model, src, m.train.eval_chunk, eval_dir, tta_of(a, m),
+                                                 m.train.regression(), m.prep.log_offset);
     const std::string per =
         a.has("per-graph") ? a.str("per-graph")
                            : (std::filesystem::path(a.str("run")) / ("eval_" + a.str("split") + ".jsonl")).string();
@@ -296,8 +296,8 @@ Command predict_command() {
       std::vector<int64_t> all(size_t(g->num_configs()));
       std::iota(all.begin(), all.end(), 0);
       // Positions in `all` are the config indices themselves.
-      std::vector<int64_t> configs = train::ranking_order(
-          train::predict_configs(*m.model, *g, all, m.hparams.integer("eval-chunk"), tta_of(a, m)), all);
+      std::vector<int64_t> configs =
+          train::ranking_order(train::predict_configs(*m.model, *g, all, m.train.eval_chunk, tta_of(a, m)), all);
       if (!g->file.collection.is_layout() && configs.size() > 5) configs.resize(5);
       csv += g->file.id() + ",";
       for (size_t k = 0; k < configs.size(); ++k) {

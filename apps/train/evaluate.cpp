@@ -141,8 +141,6 @@ std::vector<std::pair<std::string, GraphScore>> gather_scores(
   return all;
 }
 
-bool predicts_log_runtime(const HParams& h) { return h.str("loss") == "mse" || h.str("loss") == "mape"; }
-
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir, int64_t tta,
                     bool log_runtime, double log_offset) {
   Evaluation ev;

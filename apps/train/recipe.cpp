@@ -71,6 +71,32 @@ HParams HParams::from_json(const std::string& text, const std::string& what) {
   return h;
 }
 
+TrainHParams TrainHParams::read(const HParams& h, bool layout) {
+  TrainHParams t;
+  const std::string& loss = h.str("loss");
+  if (loss == "listmle") t.loss = Loss::kListMle;
+  else if (loss == "hinge") t.loss = Loss::kHinge;
+  else if (loss == "logistic") t.loss = Loss::kLogistic;
+  else if (loss == "mse") t.loss = Loss::kMse;
+  else if (loss == "mape") t.loss = Loss::kMape;
+  else GNN_FAIL("--loss: unknown loss '", loss, "' (listmle, hinge, logistic, mse, mape)");
+  t.lr = h.num("lr"), t.weight_decay = h.num("weight-decay"), t.clip = h.num("clip");
+  t.schedule = nn::parse_schedule(h.str("schedule")), t.warmup = h.integer("warmup");
+  t.temperature = h.num("temperature"), t.margin = h.num("margin"), t.mse_weight = h.num("mse-weight");
+  t.batch_graphs = h.integer("batch-graphs"), t.configs = h.integer("configs");
+  t.accumulate = h.integer("accumulate"), t.eval_chunk = h.integer("eval-chunk"), t.tta = h.integer("tta");
+  t.swa = h.integer("swa"), t.patience = h.integer("patience"), t.dedup = h.str("dedup") == "on";
+  t.edge_dropout = h.num("edge-dropout"), t.sample_nodes = h.integer("sample-nodes");
+  t.node_transform = parse_feature_transform(h.str("node-transform"));
+  if (layout) {
+    t.khops = h.integer("khops"), t.segment = h.integer("segment");
+    t.khops_direction = parse_hop_direction(h.str("khops-direction"));
+  } else {
+    t.config_transform = parse_feature_transform(h.str("config-transform"));
+  }
+  return t;
+}
+
 HParams Recipe::defaults() const {
   HParams h;
   for (const HParamSpec& s : hparams) h.values[s.name] = s.default_value;

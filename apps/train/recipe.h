@@ -11,6 +11,7 @@
 #include "apps/train/data.h"
 #include "autograd/ops.h"
 #include "nn/module.h"
+#include "nn/optim.h"
 
 namespace gnn::train {
 
@@ -64,6 +65,31 @@ HParamSpec choice_hp(std::string name, std::string def, std::string choices, std
 // "" when every value of `h` parses and lies in its spec's range, else one line naming the flag:
 // "--lr: expected a number > 0, got '-1'". Names in `h` without a spec are refused too.
 std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h, const std::string& recipe);
+
+// The training hyper-parameters every recipe has (common_hparams), typed. Read once from the checked
+// HParams (check_hparams first), so the trainer, eval and predict read fields, not names; a recipe's own
+// model hyper-parameters stay in HParams, read by its build function.
+struct TrainHParams {
+  enum class Loss { kListMle, kHinge, kLogistic, kMse, kMape };
+  Loss loss = Loss::kListMle;
+  double lr = 1e-3, weight_decay = 0, clip = 0;  // clip 0: none
+  nn::LrSchedule::Kind schedule = nn::LrSchedule::Kind::kConstant;
+  int64_t warmup = 0;
+  double temperature = 1, margin = 0.1, mse_weight = 0;  // listmle, hinge, the added MSE term
+  int64_t batch_graphs = 8, configs = 16, accumulate = 1, eval_chunk = 100, tta = 1;
+  int64_t swa = 0, patience = 0;  // 0: off
+  bool dedup = false;
+  double edge_dropout = 0;
+  int64_t sample_nodes = 0;  // 0: whole graphs
+  FeatureTransform node_transform = FeatureTransform::kOfficial;
+  FeatureTransform config_transform = FeatureTransform::kNone;  // tile only; kNone for layout
+  int64_t khops = -1, segment = 0;  // layout only: -1 every node, 0 no segment
+  HopDirection khops_direction = HopDirection::kBoth;
+
+  // --loss mse | mape: the model predicts log runtimes (its output plus Preprocessing::log_offset).
+  bool regression() const { return loss == Loss::kMse || loss == Loss::kMape; }
+  static TrainHParams read(const HParams& h, bool layout);
+};
 
 struct ModelDims {
   int64_t node_features = 0, config_features = 0;

@@ -197,6 +197,7 @@ LoadedModel load_model(const std::string& checkpoint) {
   LoadedModel out;
   out.recipe = m.recipe;
   out.hparams = m.hparams;
+  out.train = TrainHParams::read(m.hparams, m.recipe->kind == "layout");
   out.prep = m.prep;
   Rng rng(0);
   out.model = m.recipe->build(m.hparams, dims_of(m.prep), rng);

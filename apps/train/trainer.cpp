@@ -60,14 +60,14 @@ Rng graph_rng(uint64_t seed, int64_t epoch, int64_t batch, int64_t j) {
 // The loss is a weighted sum of terms, each a mean over the batch of its own count: the ranking term
 // over groups (listmle) or ordered pairs (hinge, logistic), the MSE term over predictions. A rank of a
 // data-parallel job weights each of its means by its share of the global count (DataParallel).
-std::vector<double> loss_counts(const HParams& h, const Batch& b) {
+std::vector<double> loss_counts(TrainHParams::Loss kind, const Batch& b) {
+  using Loss = TrainHParams::Loss;
   if (b.graphs == 0) return {0.0, 0.0};
-  const std::string& kind = h.str("loss");
   const double predictions = double(b.graphs * b.configs);
   double first = predictions;
-  if (kind == "listmle") {
+  if (kind == Loss::kListMle) {
     first = double(b.graphs);
-  } else if (kind == "hinge" || kind == "logistic") {
+  } else if (kind == Loss::kHinge || kind == Loss::kLogistic) {
     first = 0;
     const double* t = b.target.f64();
     for (int64_t g = 0; g < b.graphs; ++g)
@@ -79,23 +79,34 @@ std::vector<double> loss_counts(const HParams& h, const Batch& b) {
 
 // `share[t]`: this rank's weight of term t (its count over the global count); empty: one process.
 // The regressions read the prediction plus log_offset (Preprocessing::log_offset) as the log runtime.
-ag::Var batch_loss(const HParams& h, const ag::Var& device_pred, const Batch& b, double log_offset,
+ag::Var batch_loss(const TrainHParams& h, const ag::Var& device_pred, const Batch& b, double log_offset,
                    const std::vector<double>& share = {}) {
-  const std::string& kind = h.str("loss");
+  using Loss = TrainHParams::Loss;
   const ag::Var pred = ag::to_device(device_pred, Device::cpu());
   const ag::Var log_pred = ag::add_bias(pred, ag::Var(Tensor::full(Shape{1}, log_offset, pred.dtype())));
   Tensor log_target = Tensor::empty(b.target.shape(), DType::F64);
   for (int64_t i = 0; i < b.target.numel(); ++i) log_target.f64()[i] = std::log(b.target.f64()[i]);
   ag::Var loss;
-  if (kind == "listmle") loss = nn::list_mle_loss(pred, b.target, b.group_ptr, h.num("temperature"));
-  else if (kind == "hinge") loss = nn::pairwise_hinge_loss(pred, b.target, b.group_ptr, h.num("margin"));
-  else if (kind == "logistic") loss = nn::pairwise_logistic_loss(pred, b.target, b.group_ptr);
-  else if (kind == "mse") loss = nn::mse_loss(log_pred, log_target);
-  else if (kind == "mape") loss = nn::log_mape_loss(log_pred, b.target);
-  else GNN_FAIL("--loss: unknown loss '", kind, "' (listmle, hinge, logistic, mse, mape)");
+  switch (h.loss) {
+    case Loss::kListMle:
+      loss = nn::list_mle_loss(pred, b.target, b.group_ptr, h.temperature);
+      break;
+    case Loss::kHinge:
+      loss = nn::pairwise_hinge_loss(pred, b.target, b.group_ptr, h.margin);
+      break;
+    case Loss::kLogistic:
+      loss = nn::pairwise_logistic_loss(pred, b.target, b.group_ptr);
+      break;
+    case Loss::kMse:
+      loss = nn::mse_loss(log_pred, log_target);
+      break;
+    case Loss::kMape:
+      loss = nn::log_mape_loss(log_pred, b.target);
+      break;
+  }
   if (!share.empty()) loss = ag::scale(loss, share[0]);
-  const double w = h.num("mse-weight");
-  if (w > 0 && kind != "mse")  // (with mape: both regressions, as DNNPerf trains)
+  const double w = h.mse_weight;
+  if (w > 0 && h.loss != Loss::kMse)  // (with mape: both regressions, as DNNPerf trains)
     loss = ag::add(loss, ag::scale(nn::mse_loss(log_pred, log_target), share.empty() ? w : w * share[1]));
   return loss;
 }
@@ -151,6 +162,7 @@ class Run {
   const fs::path dir_;
   const std::string model_path_, best_path_, metrics_path_, swa_path_;
   RunPlan plan_;
+  TrainHParams tp_;  // plan_.hp's training hyper-parameters, typed
   std::optional<ScopedMemoryLimit> memory_limit_;
   Preprocessing prep_;
   bool layout_ = false;
@@ -200,17 +212,18 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     std::fprintf(stderr, "gnn train: --resume: %s does not exist yet; starting a new run\n", model_path_.c_str());
   const Recipe* recipe = plan_.recipe;
   const HParams& hp = plan_.hp;
+  tp_ = TrainHParams::read(hp, recipe->kind == "layout");
   if (recipe->train_part && world_.size > 1)
     bad_option(detail::str_cat("--model ", recipe->name,
                                ": its table of segment scores lives in one process; run it "
                                "without mpirun (or with -np 1)"));
   prep_ = plan_.meta.prep;
   layout_ = recipe->kind == "layout";
-  G_ = hp.integer("batch-graphs"), C_ = hp.integer("configs"), chunk_ = hp.integer("eval-chunk");
-  accumulate_ = int(hp.integer("accumulate"));
-  segment_ = layout_ ? hp.integer("segment") : 0;
-  edge_dropout_ = hp.num("edge-dropout");
-  sample_nodes_ = hp.integer("sample-nodes");
+  G_ = tp_.batch_graphs, C_ = tp_.configs, chunk_ = tp_.eval_chunk;
+  accumulate_ = int(tp_.accumulate);
+  segment_ = tp_.segment;
+  edge_dropout_ = tp_.edge_dropout;
+  sample_nodes_ = tp_.sample_nodes;
   memory_limit_.emplace(o.memory_limit);
   const uint64_t graph_budget =
       o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
@@ -226,10 +239,8 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   GNN_CHECK(!train_files_.empty(), "--data ", plan_.data, ": no ", recipe->kind, " train files for ", recipe->name);
   working_on_ = "loading and preprocessing the training graphs";
   if (!plan_.resuming) {
-    prep_ = fit_preprocessing(train_files_, layout_, parse_feature_transform(hp.str("node-transform")),
-                              layout_ ? FeatureTransform::kNone : parse_feature_transform(hp.str("config-transform")),
-                              layout_ ? int(hp.integer("khops")) : -1,
-                              layout_ ? parse_hop_direction(hp.str("khops-direction")) : HopDirection::kBoth);
+    prep_ = fit_preprocessing(train_files_, layout_, tp_.node_transform, tp_.config_transform, int(tp_.khops),
+                              tp_.khops_direction);
   }
 
   working_on_ = "building the model and loading its checkpoint";
@@ -237,7 +248,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   model_ = recipe->build(hp, dims_of(prep_), init_rng);  // a recipe refusing its flags leaves no run behind
   if (!plan_.resuming && lead_) fs::create_directories(dir_);
   params_ = model_->parameters();
-  opt_.emplace(nn::one_group(params_, hp.num("weight-decay")), hp.num("lr"), /*decoupled=*/true);
+  opt_.emplace(nn::one_group(params_, tp_.weight_decay), tp_.lr, /*decoupled=*/true);
   if (plan_.resuming) {
     load_checkpoint(model_path_, params_, &*opt_);
     st_.load(plan_.meta.arrays, model_path_);
@@ -246,8 +257,8 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   } else if (lead_ && fs::exists(metrics_path_)) {
     fs::remove(metrics_path_);
   }
-  if (hp.integer("swa") > 0) {
-    swa_.emplace(hp.integer("swa"));
+  if (tp_.swa > 0) {
+    swa_.emplace(tp_.swa);
     if (plan_.resuming) swa_->load("swa/", plan_.meta.arrays, params_);
   }
   nn::move_parameters(*model_, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
@@ -257,15 +268,14 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   }
 
   working_on_ = "reading the config counts of the training graphs";
-  const bool dedup = hp.str("dedup") == "on";
+  const bool dedup = tp_.dedup;
   for (const DatasetFile& f : train_files_) config_counts_.push_back(file_configs(f, dedup));
   train_src_.emplace(train_files_, prep_, graph_budget, dedup);
   valid_src_.emplace(valid_files_, prep_, graph_budget);
   n_ = int64_t(train_files_.size()), batches_ = (n_ + G_ - 1) / G_;
   total_steps_ = plan_.steps > 0 ? std::min(plan_.steps, plan_.epochs * batches_) : plan_.epochs * batches_;
-  sched_.kind = nn::parse_schedule(hp.str("schedule"));  // constant | cosine (the hyper-parameter admits these)
-  sched_.base = hp.num("lr"), sched_.warmup = hp.integer("warmup"), sched_.total = total_steps_;
-  clip_ = hp.num("clip");
+  sched_.kind = tp_.schedule, sched_.base = tp_.lr, sched_.warmup = tp_.warmup, sched_.total = total_steps_;
+  clip_ = tp_.clip;
 
   const bool talk = lead_ && !o.quiet;
   if (talk)
@@ -403,7 +413,7 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
   std::vector<std::vector<double>> counts;
   std::vector<double> global(2, 0.0);
   for (const Batch& b : micro) {
-    counts.push_back(loss_counts(plan_.hp, b));
+    counts.push_back(loss_counts(tp_.loss, b));
     for (size_t t = 0; t < global.size(); ++t) global[t] += counts.back()[t];
   }
   if (dp_) global = dp_->sum_counts(global, st_.step + 1);
@@ -419,7 +429,7 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
     for (size_t t = 0; weighted && t < global.size(); ++t)
       share.push_back(global[t] > 0 ? counts[m][t] / global[t] : 0.0);
     pred = model_->forward(b), last = &b;
-    const ag::Var loss = batch_loss(plan_.hp, pred, b, prep_.log_offset, share);
+    const ag::Var loss = batch_loss(tp_, pred, b, prep_.log_offset, share);
     const double part = loss.value().item();
     finite = std::isfinite(part);
     lv += part;
@@ -504,7 +514,7 @@ TrainResult Run::train() {
       std::printf(
           "stopping early: no better valid score in the last %lld epochs (--patience); the best was epoch "
           "%lld's, %.4f\n",
-          (long long)plan_.hp.integer("patience"), (long long)st_.best_epoch, st_.best_score);
+          (long long)tp_.patience, (long long)st_.best_epoch, st_.best_score);
   }
   // A finished run given a new length, data or eval folder runs no step: record the change all the same.
   if (plan_.resuming && !plan_.notes.empty() && st_.step == first_step) save(model_path_, true);
@@ -526,7 +536,7 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs) {
     model_->eval();
     working_on_ = detail::str_cat("validation after epoch ", e + 1);
     const auto t_valid = Clock::now();
-    const Evaluation ev = evaluate(*model_, *valid_src_, chunk_, plan_.eval_indices, 1, predicts_log_runtime(plan_.hp),
+    const Evaluation ev = evaluate(*model_, *valid_src_, chunk_, plan_.eval_indices, 1, tp_.regression(),
                                    prep_.log_offset);  // one pass: --tta is eval's
     line.set("valid_seconds", since(t_valid));
     valid_score = ev.score;
@@ -629,7 +639,7 @@ void Run::fault() const {
 // valid split). Derived from the checkpoint's epoch and best epoch, so a resumed run stops where the
 // unbroken one did.
 bool Run::stopped_early() const {
-  const int64_t patience = plan_.hp.integer("patience");
+  const int64_t patience = tp_.patience;
   return patience > 0 && !valid_files_.empty() && st_.epoch > 0 && st_.epoch - st_.best_epoch >= patience;
 }
 

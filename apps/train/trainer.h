@@ -67,6 +67,7 @@ TrainResult run_training(const TrainOptions& options);
 struct LoadedModel {
   const Recipe* recipe = nullptr;
   HParams hparams;
+  TrainHParams train;  // hparams' training ones, typed (eval-chunk, tta, loss)
   Preprocessing prep;
   std::unique_ptr<RankModel> model;
   std::string path;
@@ -100,12 +101,11 @@ struct Evaluation {
 };
 // In a job of several ranks (mpirun) each rank scores its share of the graphs and every rank returns all
 // the scores, in file order.
-// log_runtime: the model predicts log runtimes (trained with --loss mse or mape, see predicts_log_runtime),
+// log_runtime: the model predicts log runtimes (trained with --loss mse or mape, TrainHParams::regression),
 // as its output plus log_offset (the run's Preprocessing::log_offset): each graph's score also carries
 // its mean relative error.
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir,
                     int64_t tta = 1, bool log_runtime = false, double log_offset = 0);
-bool predicts_log_runtime(const HParams& h);  // --loss mse or mape
 // Every rank's scores, in rank order, on every rank (a job of one: `mine`).
 std::vector<std::pair<std::string, GraphScore>> gather_scores(
     const std::vector<std::pair<std::string, GraphScore>>& mine, const std::string& what);

@@ -689,6 +689,39 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
   }
 }
 
+TEST_CASE("train: the training hyper-parameters read once into typed fields, every recipe's defaults too") {
+  for (const train::Recipe& r : train::recipes()) {
+    CAPTURE(r.name);
+    const train::HParams h = r.defaults();
+    CHECK(train::check_hparams(r.hparams, h, r.name).empty());
+    const train::TrainHParams t = train::TrainHParams::read(h, r.kind == "layout");
+    CHECK(t.lr == h.num("lr"));
+    CHECK(t.batch_graphs == h.integer("batch-graphs"));
+    CHECK(t.configs == h.integer("configs"));
+    CHECK(t.regression() == (h.str("loss") == "mse" || h.str("loss") == "mape"));
+    const bool layout = r.kind == "layout";
+    CHECK(t.segment == (layout ? h.integer("segment") : 0));
+    CHECK(t.khops == (layout ? h.integer("khops") : -1));
+  }
+  train::HParams h = train::find_recipe("layout-resmodel").defaults();
+  h.values["loss"] = "mape", h.values["schedule"] = "cosine", h.values["khops"] = "3";
+  h.values["khops-direction"] = "consumers", h.values["dedup"] = "on", h.values["node-transform"] = "log1p";
+  train::TrainHParams t = train::TrainHParams::read(h, true);
+  CHECK(t.loss == train::TrainHParams::Loss::kMape);
+  CHECK(t.regression());
+  CHECK(t.schedule == nn::LrSchedule::Kind::kCosine);
+  CHECK((t.khops == 3 && t.khops_direction == HopDirection::kConsumers && t.dedup));
+  CHECK(t.node_transform == FeatureTransform::kLog1p);
+  CHECK(t.config_transform == FeatureTransform::kNone);  // layout configs are not transformed
+  h = train::find_recipe("tile-mlp").defaults();
+  h.values["config-transform"] = "standardize", h.values["loss"] = "hinge", h.values["margin"] = "0.25";
+  t = train::TrainHParams::read(h, false);
+  CHECK((t.loss == train::TrainHParams::Loss::kHinge && t.margin == 0.25 && !t.regression()));
+  CHECK(t.config_transform == FeatureTransform::kStandardize);
+  h.values["loss"] = "l1";  // what check_hparams refuses first: read names the flag all the same
+  CHECK_THROWS_WITH(train::TrainHParams::read(h, false), doctest::Contains("--loss: unknown loss 'l1'"));
+}
+
 TEST_CASE("train: a resumed run keeps its data, epochs and seed, extends when told, and clears killed writes") {
   TempDir t;
   const std::string run = t.file("run");
