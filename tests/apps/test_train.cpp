@@ -1140,20 +1140,26 @@ TEST_CASE("train: tile-gat-6th trains with either join, resumes bit for bit afte
   CHECK(!std::filesystem::exists(t.file("bad")));
 }
 
-TEST_CASE("train: the seed documents' recipes train, resume bit for bit after kill -9, predict, evaluate") {
+TEST_CASE("train: the seed documents' and top solutions' recipes resume bit for bit after kill -9, predict, eval") {
   TempDir t;
   // (layout-gnn-selfattn drops 10% of the edges of every training batch by default, layout-attn-violation
-  // samples 150 of each graph's 300 nodes per step here: resumed, they draw the same)
+  // samples 150 of each graph's 300 nodes per step here, the 6th place's recipes draw dropout masks:
+  // resumed, they draw the same)
+  const std::string small = " --hidden 16 --op-embed 8";
   for (const auto& [name, flags] : std::vector<std::pair<std::string, std::string>>{
-           {"sage", "--model layout-seed-sage --conv sage"},
-           {"gcn", "--model layout-seed-sage --conv gcn"},
-           {"selfattn", "--model layout-gnn-selfattn --heads 2"},
-           {"violation", "--model layout-attn-violation --heads 2 --head-dim 8 --attn-window 100 --sample-nodes 150"},
-           {"anee", "--model dnnperf-anee --edge-dim 8"},
-           {"gst", "--model layout-gst --segment-nodes 100 --lr 0.001"}}) {
+           {"sage", "--model layout-seed-sage --conv sage" + small},
+           {"gcn", "--model layout-seed-sage --conv gcn" + small},
+           {"selfattn", "--model layout-gnn-selfattn --heads 2" + small},
+           {"violation",
+            "--model layout-attn-violation --heads 2 --head-dim 8 --attn-window 100 --sample-nodes 150" + small},
+           {"anee", "--model dnnperf-anee --edge-dim 8" + small},
+           {"gst", "--model layout-gst --segment-nodes 100 --lr 0.001" + small},
+           {"sage6th", "--model layout-sage-6th --accumulate 2 --swa 2" + small},
+           {"gin6th", "--model layout-gin-6th --accumulate 2" + small},
+           {"sage2nd", "--model layout-sage-2nd"}}) {
     CAPTURE(name);
-    const std::string base = "train " + flags + " --data " + dataset() +
-                             " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 --segment 120 --out ";
+    const std::string base =
+        "train " + flags + " --data " + dataset() + " --configs 8 --batch-graphs 2 --segment 120 --out ";
     const std::string a = t.file(name + "_a"), b = t.file(name + "_b");
     auto r = run_gnn(base + a + " --epochs 3");
     REQUIRE_MESSAGE(r.exit_code == 0, std::string(r.out + r.err));
