@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# A/B of two builds' CPU kernels: `gnn bench kernel` of each build, in turn, round after round, so a
+# drift of the machine's speed hits both alike; prints each case's median over the rounds (each
+# round's figure is already the median of --repeat runs) and the ratio new / old.
+#
+#   scripts/bench_ab.sh OLD_GNN NEW_GNN [ROUNDS]      e.g. /tmp/before/build/bin/gnn build/bin/gnn 3
+#
+# CASES (one per line: a kernel name, then its flags) may be set to time others; the default is every
+# kernel both builds know, forward and forward + backward, on the default 10k-node graph (F = 128),
+# and the node-major batched ones at 16 configs.
+set -euo pipefail
+old=${1:?usage: bench_ab.sh OLD_GNN NEW_GNN [ROUNDS]}
+new=${2:?usage: bench_ab.sh OLD_GNN NEW_GNN [ROUNDS]}
+rounds=${3:-3}
+threads=${THREADS:-2}
+default_cases=$(
+  for k in gemm spmm-sum spmm-mean spmm-max segment-softmax gat-layer sage-layer sage-layer-fused graph-attention; do
+    echo "$k"
+    echo "$k --backward"
+  done
+  echo "gemm --configs 16 --features 32"
+  echo "spmm-mean --configs 16 --features 32"
+  echo "spmm-mean --configs 16 --features 32 --backward"
+  echo "sage-layer --configs 16 --features 32 --backward"
+)
+CASES=${CASES:-$default_cases}
+
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+ms() { "$@" --threads "$threads" --json | sed -n 's/.*"median_ms": *\([0-9.eE+-]*\).*/\1/p'; }
+
+printf '%-58s %10s %10s %9s\n' "case ($threads threads, median of $rounds rounds)" "old ms" "new ms" "new/old"
+while IFS= read -r c; do
+  [ -z "$c" ] && continue
+  a=() b=()
+  for ((r = 0; r < rounds; r++)); do
+    # shellcheck disable=SC2086  # the case's flags split into words
+    a+=("$(ms "$old" bench kernel $c)")
+    # shellcheck disable=SC2086
+    b+=("$(ms "$new" bench kernel $c)")
+  done
+  ma=$(printf '%s\n' "${a[@]}" | median)
+  mb=$(printf '%s\n' "${b[@]}" | median)
+  printf '%-58s %10.3f %10.3f %9.2f\n' "$c" "$ma" "$mb" "$(awk -v a="$ma" -v b="$mb" 'BEGIN {print b / a}')"
+done <<<"$CASES"
