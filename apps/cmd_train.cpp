@@ -217,24 +217,33 @@ int64_t tta_of(const Args& a, const train::LoadedModel& m) {
   return a.has("tta") ? a.integer("tta", 1, 1000) : m.train.tta;
 }
 
+// The flags eval and predict share: which run and checkpoint, the data, how to score, where to run.
+const Flag kRunFlag{"run", "RUN", "the run directory of gnn train", "", true};
+const Flag kDataFlag{"data", "DIR", "the dataset", "", true};
+const Flag kCheckpointFlag{"checkpoint", "auto|best|last|swa",
+                           "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"};
+const Flag kTtaFlag{"tta", "N",
+                    "score each config as the mean of N passes over the configs in random orders (default: the "
+                    "run's --tta)"};
+const Flag kDeviceFlag{"device", "cpu|cuda", "where to run", "cpu"};
+const Flag kThreadsFlag{"threads", "T", "CPU threads (default: all)"};
+
 }  // namespace
 
 Command eval_command() {
   Command c;
   c.name = "eval";
   c.summary = "score a trained run on a split with known runtimes (the competition metrics)";
-  c.flags = {
-      {"run", "RUN", "the run directory of gnn train", "", true},
-      {"data", "DIR", "the dataset", "", true},
-      {"split", "NAME", "train | valid | test (test files have no runtimes)", "valid"},
-      {"checkpoint", "auto|best|last|swa", "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"},
-      {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout metrics on them"},
-      {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl)"},
-      {"tta", "N",
-       "score each config as the mean of N passes over the configs in random orders (default: the run's --tta)"},
-      {"device", "cpu|cuda", "where to run", "cpu"},
-      {"threads", "T", "CPU threads (default: all)"},
-      kCommTimeout};
+  c.flags = {kRunFlag,
+             kDataFlag,
+             {"split", "NAME", "train | valid | test (test files have no runtimes)", "valid"},
+             kCheckpointFlag,
+             {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout metrics on them"},
+             {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl)"},
+             kTtaFlag,
+             kDeviceFlag,
+             kThreadsFlag,
+             kCommTimeout};
   c.details =
       "Every config of each graph is scored (a layout graph on its eval_indices subset with --eval-indices).\n"
       "Tile: slowdown@1/5/10 as 1 - slowdown (the Kaggle convention) over the full predicted order, score =\n"
@@ -268,17 +277,15 @@ Command predict_command() {
   Command c;
   c.name = "predict";
   c.summary = "write the competition's submission CSV for a split (test by default)";
-  c.flags = {
-      {"run", "RUN", "the run directory of gnn train", "", true},
-      {"data", "DIR", "the dataset", "", true},
-      {"split", "NAME", "which split's files", "test"},
-      {"out", "FILE", "the CSV to write (atomically)", "", true},
-      {"checkpoint", "auto|best|last|swa", "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"},
-      {"tta", "N",
-       "score each config as the mean of N passes over the configs in random orders (default: the run's --tta)"},
-      {"device", "cpu|cuda", "where to run", "cpu"},
-      {"threads", "T", "CPU threads (default: all)"},
-      kCommTimeout};
+  c.flags = {kRunFlag,
+             kDataFlag,
+             {"split", "NAME", "which split's files", "test"},
+             {"out", "FILE", "the CSV to write (atomically)", "", true},
+             kCheckpointFlag,
+             kTtaFlag,
+             kDeviceFlag,
+             kThreadsFlag,
+             kCommTimeout};
   c.details =
       "Format as the competition's sample_submission.csv: header ID,TopConfigs; one row per graph\n"
       "<collection>:<file stem>; tile rows the 5 predicted-fastest config indices, layout rows every config\n"
