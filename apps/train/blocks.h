@@ -160,6 +160,15 @@ inline nn::SharedRows segment(const Batch& b, const nn::SharePlan& plan, const n
   return nn::keep_grad_rows(plan, x, b.keep_grad, b.keep_grad_host());
 }
 
+// The plain path's first layer of a layout model: [node rows | config] for every (node, config) through
+// a row-wise f (a dense layer), node-major [N, C*D]. (The config-shared path's is
+// nn::map_rows(layout_input_shared(node_rows, b), f).)
+template <class F>
+ag::Var layout_input(const ag::Var& node_rows, const Batch& b, F&& f) {
+  const int64_t C = b.configs;
+  return node_major(f(per_config(ag::join_configs(node_rows, ag::Var(b.node_config), C), C)), C);
+}
+
 // Layout inputs as config-shared rows at level 0 of `plan`: every node's [opcode embedding | node
 // features | 0] once, the configurable nodes' [... | config] per config.
 nn::SharedRows layout_input_shared(const nn::Embedding& opcode_embedding, const Batch& b);

@@ -146,8 +146,8 @@ class DnnPerfAnee : public RankModel {
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     const EdgeView v = edge_view(b);
-    ag::Var h = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
-    h = segment(b, node_major(node_in_.forward(per_config(h, C), Act::kLeakyRelu), C));
+    ag::Var h = segment(b, layout_input(node_input(emb_, b), b,
+                                        [&](const ag::Var& v) { return node_in_.forward(v, Act::kLeakyRelu); }));
     ag::Var e = node_major(ag::gather_rows(edge_in_.forward(ag::Var(v.features)), v.per_config), C);  // [E, C*De]
     for (const auto& r : rounds_) {
       auto [hn, en] = r->forward(v, h, e, C);

@@ -70,16 +70,15 @@ class LayoutGnnSelfAttn : public RankModel {
 
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
+    auto input = [&](const ag::Var& v) { return input_.forward(v, Act::kLeakyRelu); };
     if (share_ && b.config_nodes.numel() > 0) {
       const nn::SharePlan& plan = b.share_plan(int64_t(layers_.size()));
-      nn::SharedRows x = nn::map_rows(layout_input_shared(emb_, b),
-                                      [&](const ag::Var& v) { return input_.forward(v, Act::kLeakyRelu); });
+      nn::SharedRows x = nn::map_rows(layout_input_shared(emb_, b), input);
       x = segment(b, plan, x);
       for (const auto& l : layers_) x = segment(b, plan, l->forward(b, plan, x));
       return readout(b, nn::pool(plan, x, Reduce::kMean), configurable_rows(b, x));
     }
-    ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
-    x = segment(b, node_major(input_.forward(per_config(x, C), Act::kLeakyRelu), C));
+    ag::Var x = segment(b, layout_input(node_input(emb_, b), b, input));
     for (const auto& l : layers_) x = segment(b, l->forward(b, x, C));
     return readout(b, per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C), ag::gather_rows(x, b.config_nodes));
   }

@@ -54,8 +54,7 @@ class LayoutResModel : public RankModel {
     if (share_ && b.config_nodes.numel() > 0) return run_shared(b, seg);
     const int64_t C = b.configs;
     auto cut = [&](const ag::Var& x) { return seg ? seg->cut(x) : segment(b, x); };
-    ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
-    x = cut(node_major(prenet_.forward(per_config(x, C), Act::kLeakyRelu), C));
+    ag::Var x = cut(layout_input(node_input(emb_, b), b, [&](const ag::Var& v) { return prenet(v); }));
     for (const auto& l : layers_) x = cut(l->forward(b, x, C));
     if (seg) {
       const ag::Var sum = seg->sum(b, x);
@@ -70,9 +69,7 @@ class LayoutResModel : public RankModel {
     const int64_t C = b.configs;
     const nn::SharePlan& plan = b.share_plan(int64_t(layers_.size()));
     auto cut = [&](const nn::SharedRows& x) { return seg ? seg->cut(plan, x) : segment(b, plan, x); };
-    nn::SharedRows x = nn::map_rows(layout_input_shared(emb_, b),
-                                    [&](const ag::Var& v) { return prenet_.forward(v, Act::kLeakyRelu); });
-    x = cut(x);
+    nn::SharedRows x = cut(nn::map_rows(layout_input_shared(emb_, b), [&](const ag::Var& v) { return prenet(v); }));
     for (const auto& l : layers_) x = cut(l->forward(b, plan, x));
     if (seg) {
       const ag::Var sum = seg->sum(b, plan, x);
@@ -81,6 +78,8 @@ class LayoutResModel : public RankModel {
     return readout(nn::pool(plan, x, Reduce::kMean), nn::pool(plan, x, Reduce::kSum),
                    per_config(ag::pool(configurable_rows(b, x), b.config_ptr, Reduce::kSum), C));
   }
+
+  ag::Var prenet(const ag::Var& x) { return prenet_.forward(x, Act::kLeakyRelu); }
 
   // [mean | l2norm(sum) | l2norm(sum over the configurable nodes)] per (graph, config) -> postnet
   ag::Var readout(const ag::Var& mean, const ag::Var& sum, const ag::Var& configurable) {

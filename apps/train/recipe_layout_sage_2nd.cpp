@@ -69,8 +69,8 @@ class LayoutSage2nd : public RankModel {
   ag::Var forward(const Batch& b) override {
     if (share_ && b.config_nodes.numel() > 0) return forward_shared(b);
     const int64_t C = b.configs;
-    ag::Var x = ag::join_configs(node_rows(b), ag::Var(b.node_config), C);
-    x = segment(b, node_major(input_.forward(per_config(x, C), Act::kRelu), C));
+    ag::Var x =
+        segment(b, layout_input(node_rows(b), b, [&](const ag::Var& v) { return input_.forward(v, Act::kRelu); }));
     int64_t width = stack_.in;
     for (size_t l = 0; l < convs_.size(); ++l) {
       ag::Var y = convs_[l]->forward(b, x, C);

@@ -70,8 +70,7 @@ class LayoutSeedSage : public RankModel {
     if (share_ && b.config_nodes.numel() > 0) return run_shared(b, seg);
     const int64_t C = b.configs;
     auto cut = [&](const ag::Var& x) { return seg ? seg->cut(x) : segment(b, x); };
-    ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
-    x = cut(node_major(input_.forward(per_config(x, C), Act::kLeakyRelu), C));
+    ag::Var x = cut(layout_input(node_input(emb_, b), b, [&](const ag::Var& v) { return input(v); }));
     for (const auto& l : sage_layers_) x = cut(l->forward(b, x, C));
     for (const auto& l : gcn_layers_) x = cut(l->forward(b, x, C));
     return head_.forward(seg ? seg->mean(seg->sum(b, x)) : per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C));
@@ -81,13 +80,13 @@ class LayoutSeedSage : public RankModel {
     const int64_t L = int64_t(sage_layers_.size() + gcn_layers_.size());
     const nn::SharePlan& plan = sage_ ? b.graph_plan(L) : b.share_plan(L);
     auto cut = [&](const nn::SharedRows& x) { return seg ? seg->cut(plan, x) : segment(b, plan, x); };
-    nn::SharedRows x = nn::map_rows(layout_input_shared(emb_, b),
-                                    [&](const ag::Var& v) { return input_.forward(v, Act::kLeakyRelu); });
-    x = cut(x);
+    nn::SharedRows x = cut(nn::map_rows(layout_input_shared(emb_, b), [&](const ag::Var& v) { return input(v); }));
     for (const auto& l : sage_layers_) x = cut(l->forward(b, plan, x));
     for (const auto& l : gcn_layers_) x = cut(l->forward(b, plan, x));
     return head_.forward(seg ? seg->mean(seg->sum(b, plan, x)) : nn::pool(plan, x, Reduce::kMean));
   }
+
+  ag::Var input(const ag::Var& x) { return input_.forward(x, Act::kLeakyRelu); }
 
   bool share_, sage_, rows_;
   nn::Embedding emb_;
