@@ -17,6 +17,10 @@ Tensor on_gpu(const std::vector<T>& v) {
 
 inline Tensor nan_gpu(int64_t n) { return Tensor::full({n}, NAN, DType::F32, Device::cuda(0)); }
 
+// R x F shapes for the elementwise CUDA kernels: one element, a few, a wide and a tall row block.
+inline const std::vector<std::pair<int64_t, int64_t>> kElementShapes = {
+    {1, 1}, {7, 3}, {1000, 33}, {3, 1000}, {30000, 20}};
+
 // R x F shapes for the row-wise CUDA kernels: R wider than a block's 8 warps of rows, F not a multiple
 // of 32, F = 1 and a 1-row case, and R <= 64, a few and the most column-sum slices (256, the last short).
 inline const std::vector<std::pair<int64_t, int64_t>> kRowShapes = {{1, 1},     {7, 3},    {64, 5},    {65, 40},

@@ -12,11 +12,7 @@
 #include "testing.h"
 
 using namespace gnn;
-using testing::check_op;
-using testing::nan_gpu;
-using testing::on_gpu;
-using testing::rand;
-using testing::same_bits;
+using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 namespace {
 const Act kAll[] = {Act::kNone, Act::kRelu, Act::kLeakyRelu, Act::kElu, Act::kGelu, Act::kSigmoid, Act::kTanh};

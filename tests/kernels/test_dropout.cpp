@@ -10,17 +10,13 @@
 #include "testing.h"
 
 using namespace gnn;
-using testing::check_op;
-using testing::nan_gpu;
-using testing::on_gpu;
-using testing::rand;
-using testing::same_bits;
+using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 TEST_CASE("cuda dropout draws the host's mask, bit for bit") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {1000, 33}, {3, 1000}, {30000, 20}}) {
+  for (auto [R, F] : testing::kElementShapes) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;

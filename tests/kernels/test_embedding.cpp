@@ -11,10 +11,7 @@
 #include "testing.h"
 
 using namespace gnn;
-using testing::nan_gpu;
-using testing::on_gpu;
-using testing::same_bits;
-using testing::to_double;
+using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 TEST_CASE("embedding: gather and a deterministic scatter-add backward") {
   const int64_t K = 121, F = 33, n = 5000;  // the opcode embedding's size

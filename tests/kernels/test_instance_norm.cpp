@@ -11,14 +11,7 @@
 #include "testing.h"
 
 using namespace gnn;
-using testing::check_gradient;
-using testing::check_op;
-using testing::dot;
-using testing::nan_gpu;
-using testing::on_gpu;
-using testing::rand;
-using testing::same_bits;
-using testing::to_double;
+using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 TEST_CASE("graph instance norm: reference, finite differences, empty graphs") {
   const std::vector<int64_t> gp = {0, 3, 3, 10, 11};  // graphs of 3, 0, 7 and 1 nodes

@@ -12,14 +12,7 @@
 #include "testing.h"
 
 using namespace gnn;
-using testing::check_gradient;
-using testing::check_op;
-using testing::dot;
-using testing::nan_gpu;
-using testing::on_gpu;
-using testing::rand;
-using testing::same_bits;
-using testing::to_double;
+using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 TEST_CASE("layer norm: reference, finite differences, thread-count determinism") {
   const int64_t R = 1000, F = 37;
@@ -72,7 +65,7 @@ TEST_CASE("cuda layer norm matches the double reference") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  for (auto [R, F] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {7, 3}, {1000, 33}, {3, 1000}, {30000, 20}}) {
+  for (auto [R, F] : testing::kElementShapes) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;

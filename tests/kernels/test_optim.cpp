@@ -12,9 +12,7 @@
 #include "testing.h"
 
 using namespace gnn;
-using testing::nan_gpu;
-using testing::on_gpu;
-using testing::same_bits;
+using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 namespace {
 

@@ -11,14 +11,7 @@
 #include "testing.h"
 
 using namespace gnn;
-using testing::check_gradient;
-using testing::check_op;
-using testing::dot;
-using testing::nan_gpu;
-using testing::on_gpu;
-using testing::rand;
-using testing::same_bits;
-using testing::to_double;
+using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 TEST_CASE("pooling: hand-worked, reference, finite differences") {
   const int64_t ptr[] = {0, 2, 2, 3};  // graphs of 2, 0 and 1 nodes

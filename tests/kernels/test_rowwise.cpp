@@ -10,12 +10,7 @@
 #include "testing.h"
 
 using namespace gnn;
-using testing::check_gradient;
-using testing::dot;
-using testing::nan_gpu;
-using testing::on_gpu;
-using testing::same_bits;
-using testing::to_double;
+using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 TEST_CASE("row-wise softmax, log-softmax, l2-normalise: reference and finite differences") {
   const float x[] = {0, std::log(3.0f), 3, 4};

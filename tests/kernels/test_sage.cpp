@@ -13,12 +13,7 @@
 #include "testing.h"
 
 using namespace gnn;
-using testing::check_op;
-using testing::csr_view;
-using testing::nan_gpu;
-using testing::on_gpu;
-using testing::rand;
-using testing::same_bits;
+using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 TEST_CASE("sage: the fused layer equals the composed one (mean gather, concat, GEMM, bias, activation)") {
   for (const auto& c : testing::standard_graph_cases(5)) {

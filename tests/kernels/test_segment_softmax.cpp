@@ -11,15 +11,7 @@
 #include "testing.h"
 
 using namespace gnn;
-using testing::check_gradient;
-using testing::check_op;
-using testing::csr_view;
-using testing::dot;
-using testing::nan_gpu;
-using testing::on_gpu;
-using testing::rand;
-using testing::same_bits;
-using testing::to_double;
+using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 TEST_CASE("segment softmax: hand-worked, reference, finite differences") {
   const int32_t indptr[] = {0, 0, 2, 3};  // an empty segment, two edges, one edge

@@ -13,12 +13,7 @@
 #include "testing.h"
 
 using namespace gnn;
-using testing::check_op;
-using testing::csr_view;
-using testing::nan_gpu;
-using testing::on_gpu;
-using testing::rand;
-using testing::same_bits;
+using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 TEST_CASE("spmm: hand-worked 4-node graph (an isolated node and a self-loop)") {
   // edges 0->1, 2->1, 1->2, 2->2 (self-loop); node 3 has no edges. F = 2.
