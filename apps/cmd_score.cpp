@@ -11,7 +11,10 @@ Command score_command() {
   Command c;
   c.name = "score";
   c.summary = "score a submission CSV against a split whose runtimes are known (the competition metrics)";
-  c.flags = {{"submission", "FILE", "CSV with header ID,TopConfigs (the competition's format)", "", true},
+  c.flags = {{"submission", "FILE", "CSV with header ID,TopConfigs (the competition's format)"},
+             {"runtimes", "FILE",
+              "instead of --submission: predicted runtimes, header ID,Config,Runtime (gnn predict --runtimes), "
+              "scored as their ranking and by the mean relative error"},
              {"data", "DIR", "the dataset (release root, npz/, or a collection folder)", "", true},
              {"split", "NAME", "which split's files to score", "valid"},
              {"eval-indices", "DIR",
@@ -23,10 +26,19 @@ Command score_command() {
       "(the Kaggle convention); a tile row lists 5 configs, so @10 counts those 5. score = slowdown@5.\n"
       "Layout: Kendall tau-b (as scipy) between the listed order and the runtimes, OPA, slowdown@1/10/100;\n"
       "score = Kendall tau. Every graph of the split must have a row. The last line of stdout is one JSON\n"
-      "object; with several collections it holds each one's means and their mean score.";
+      "object; with several collections it holds each one's means and their mean score.\n"
+      "With --runtimes every config of a graph is ranked by its predicted runtime, and \"mre\" is the mean\n"
+      "relative error |predicted - measured| / measured (DNNPerf's MRE; tile runtimes over their normalisers).";
   c.run = [](const Args& a) {
     const std::string eval_dir = eval_indices_flag(a);
-    const auto rows = read_submission(a.str("submission"));
+    if (a.has("submission") == a.has("runtimes"))
+      throw UsageError("gnn score: give one of --submission FILE or --runtimes FILE");
+    const bool by_runtime = a.has("runtimes");
+    const std::string input = a.str(by_runtime ? "runtimes" : "submission");
+    std::map<std::string, std::vector<int64_t>> rows;  // --submission: id -> configs, fastest first
+    std::map<std::string, std::map<int64_t, double>> predicted;  // --runtimes: id -> config -> runtime
+    if (by_runtime) predicted = read_runtimes(input);
+    else rows = read_submission(input);
     WalkOptions wo;
     wo.splits = {a.str("split")};
     const auto files = walk_dataset(a.str("data"), wo);
@@ -36,8 +48,8 @@ Command score_command() {
     FILE* per = a.has("per-graph") ? std::fopen(a.str("per-graph").c_str(), "w") : nullptr;
     GNN_CHECK(!a.has("per-graph") || per, a.str("per-graph"), ": cannot write");
     for (const DatasetFile& f : files) {
-      auto it = rows.find(f.id());
-      GNN_CHECK(it != rows.end(), a.str("submission"), ": no row for ", f.id());
+      const bool found = by_runtime ? predicted.count(f.id()) > 0 : rows.count(f.id()) > 0;
+      GNN_CHECK(found, input, ": no row for ", f.id());
       std::vector<int64_t> subset;
       if (f.collection.is_layout() && !eval_dir.empty()) {
         const std::string key = f.collection.source + "_" + f.collection.search;
@@ -48,7 +60,10 @@ Command score_command() {
         auto e = eval[key].find(f.stem);
         if (e != eval[key].end()) subset = e->second;
       }
-      const GraphScore s = score_ranking(f.id(), f.collection.is_layout(), it->second, scored_runtimes(f), subset);
+      const bool layout = f.collection.is_layout();
+      const GraphScore s = by_runtime
+                               ? score_runtimes(f.id(), layout, predicted.at(f.id()), scored_runtimes(f), subset, input)
+                               : score_ranking(f.id(), layout, rows.at(f.id()), scored_runtimes(f), subset);
       if (per) std::fprintf(per, "%s\n", graph_score_json(s).c_str());
       scores.emplace_back(f.collection.str(), s);
     }

@@ -217,6 +217,13 @@ int64_t tta_of(const Args& a, const train::LoadedModel& m) {
   return a.has("tta") ? a.integer("tta", 1, 1000) : m.train.tta;
 }
 
+// A predicted runtime as text that reads back to the same double.
+std::string fmt_runtime(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 // The flags eval and predict share: which run and checkpoint, the data, how to score, where to run.
 const Flag kRunFlag{"run", "RUN", "the run directory of gnn train", "", true};
 const Flag kDataFlag{"data", "DIR", "the dataset", "", true};
@@ -281,6 +288,9 @@ Command predict_command() {
              kDataFlag,
              {"split", "NAME", "which split's files", "test"},
              {"out", "FILE", "the CSV to write (atomically)", "", true},
+             {"runtimes", "FILE",
+              "also write each config's predicted runtime, header ID,Config,Runtime (a run trained with --loss mse "
+              "or mape; gnn score --runtimes scores it)"},
              kCheckpointFlag,
              kTtaFlag,
              kDeviceFlag,
@@ -293,18 +303,24 @@ Command predict_command() {
   c.run = [](const Args& a) {
     const RunOnSplit run = open_run(a);
     const train::LoadedModel& m = run.model;
+    if (a.has("runtimes") && !m.train.regression())
+      throw UsageError("--runtimes: " + m.path + " ranks configs (--loss " + m.hparams.str("loss") +
+                       ") and predicts no runtimes; train with --loss mse or mape");
     train::GraphSource& src = *run.graphs;
     // Under mpirun each rank predicts its share of the graphs and rank 0 writes every row, in file order.
     const dist::World& w = dist::world();
     const dist::Range mine = dist::shard(int64_t(src.files().size()), w.rank, w.size);
-    std::string csv;
+    std::string csv, runtimes;
     for (size_t i = size_t(mine.begin); i < size_t(mine.end); ++i) {
       const auto g = src.get(i);
       std::vector<int64_t> all(size_t(g->num_configs()));
       std::iota(all.begin(), all.end(), 0);
       // Positions in `all` are the config indices themselves.
-      std::vector<int64_t> configs =
-          train::ranking_order(train::predict_configs(*m.model, *g, all, m.train.eval_chunk, tta_of(a, m)), all);
+      const std::vector<double> p = train::predict_configs(*m.model, *g, all, m.train.eval_chunk, tta_of(a, m));
+      if (a.has("runtimes"))  // the model's output plus the run's offset is the log runtime
+        for (size_t k = 0; k < p.size(); ++k)
+          runtimes += detail::str_cat(g->file.id(), ",", k, ",", fmt_runtime(std::exp(p[k] + m.prep.log_offset)), "\n");
+      std::vector<int64_t> configs = train::ranking_order(p, all);
       if (!g->file.collection.is_layout() && configs.size() > 5) configs.resize(5);
       csv += g->file.id() + ",";
       for (size_t k = 0; k < configs.size(); ++k) {
@@ -315,8 +331,15 @@ Command predict_command() {
     }
     std::string all = "ID,TopConfigs\n";
     for (const std::string& part : dist::allgather(csv, "the predicted rows")) all += part;
+    const std::vector<std::string> runtime_parts =
+        a.has("runtimes") ? dist::allgather(runtimes, "the predicted runtimes") : std::vector<std::string>{};
     if (w.rank != 0) return 0;
     write_file_atomic(a.str("out"), all);
+    if (a.has("runtimes")) {
+      std::string text = "ID,Config,Runtime\n";
+      for (const std::string& part : runtime_parts) text += part;
+      write_file_atomic(a.str("runtimes"), text);
+    }
     std::printf("wrote %s: %zu rows (%s, %s)\n", a.str("out").c_str(), src.files().size(), m.recipe->name.c_str(),
                 m.path.c_str());
     return 0;

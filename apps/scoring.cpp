@@ -45,6 +45,60 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
   return rows;
 }
 
+std::map<std::string, std::map<int64_t, double>> read_runtimes(const std::string& path) {
+  std::ifstream in(path);
+  GNN_CHECK(in.good(), path, ": cannot open the predicted runtimes");
+  std::string line;
+  std::getline(in, line);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  GNN_CHECK(line == "ID,Config,Runtime", path, ": line 1 must be the header 'ID,Config,Runtime', got '",
+            line.substr(0, 60), "'");
+  std::map<std::string, std::map<int64_t, double>> rows;
+  for (int64_t ln = 2; std::getline(in, line); ++ln) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const size_t c1 = line.find(','), c2 = c1 == std::string::npos ? c1 : line.find(',', c1 + 1);
+    GNN_CHECK(c2 != std::string::npos && c1 > 0, path, ": line ", ln, " is not 'ID,config,runtime'");
+    const std::string id = line.substr(0, c1), config = line.substr(c1 + 1, c2 - c1 - 1), rt = line.substr(c2 + 1);
+    size_t used_c = 0, used_r = 0;
+    long long k = -1;
+    double v = NAN;
+    try {
+      k = std::stoll(config, &used_c);
+      v = std::stod(rt, &used_r);
+    } catch (const std::exception&) {}
+    GNN_CHECK(!config.empty() && used_c == config.size() && k >= 0, path, ": line ", ln, " (", id, "): '", config,
+              "' is not a config index");
+    GNN_CHECK(!rt.empty() && used_r == rt.size() && std::isfinite(v) && v > 0, path, ": line ", ln, " (", id,
+              ", config ", k, "): '", rt, "' is not a runtime (a finite number > 0)");
+    GNN_CHECK(rows[id].emplace(k, v).second, path, ": line ", ln, ": ", id, " config ", k, " appears twice");
+  }
+  return rows;
+}
+
+GraphScore score_runtimes(const std::string& id, bool layout, const std::map<int64_t, double>& predicted,
+                          const std::vector<double>& y, const std::vector<int64_t>& eval_subset,
+                          const std::string& file) {
+  const int64_t n = int64_t(y.size());
+  for (int64_t i = 0; i < n; ++i)
+    GNN_CHECK(predicted.count(i), file, ": ", id, " has no predicted runtime for config ", i, " (of ", n, ")");
+  GNN_CHECK(predicted.empty() || predicted.rbegin()->first < n, file, ": ", id, " has a prediction for config ",
+            predicted.rbegin()->first, ", but only ", n, " configs");
+  // Ranked as a submission of them would be (fastest first, ties by config index), so the metrics are
+  // those of the CSV that gnn predict writes beside the runtimes.
+  std::vector<int64_t> ranking(size_t(n), 0);
+  for (int64_t i = 0; i < n; ++i) ranking[size_t(i)] = i;
+  std::stable_sort(ranking.begin(), ranking.end(),
+                   [&](int64_t u, int64_t v) { return predicted.at(u) < predicted.at(v); });
+  GraphScore s = score_ranking(id, layout, ranking, y, eval_subset);
+  std::vector<double> log_p, yy;
+  for (int64_t i = 0; i < n; ++i)
+    if (eval_subset.empty() || std::find(eval_subset.begin(), eval_subset.end(), i) != eval_subset.end())
+      log_p.push_back(std::log(predicted.at(i))), yy.push_back(y[size_t(i)]);
+  s.mre = mean_relative_error(log_p, yy);
+  return s;
+}
+
 std::vector<double> scored_runtimes(const DatasetFile& f) {
   NpzReader r(f.path);
   GNN_CHECK(r.contains("config_runtime"), f.path, ": no config_runtime (a test file cannot be scored)");

@@ -37,6 +37,18 @@ GraphScore score_ranking(const std::string& id, bool layout, const std::vector<i
 // counts at most the first `listed` configs of the predicted order (a tile submission lists 5).
 GraphScore score_predictions(const std::string& id, bool layout, const std::vector<double>& p,
                              const std::vector<double>& y, int64_t listed);
+// Predicted runtimes, as `gnn predict --runtimes` writes them: header `ID,Config,Runtime`, one row per
+// (graph, config), the runtime a regression model predicts (trained with --loss mse or mape). Returns
+// id -> config -> runtime; each runtime finite and > 0, each (id, config) once, or one error naming the
+// file and line.
+std::map<std::string, std::map<int64_t, double>> read_runtimes(const std::string& path);
+// One graph from its predicted runtimes (every config of it, as read_runtimes returns them) against
+// the measured ones y: the ranking a submission of them would list (fastest first, ties by config
+// index), scored as score_ranking does, and the mean relative error over the same configs (eval_subset,
+// when not empty). `file` names the CSV in errors.
+GraphScore score_runtimes(const std::string& id, bool layout, const std::map<int64_t, double>& predicted,
+                          const std::vector<double>& y, const std::vector<int64_t>& eval_subset,
+                          const std::string& file);
 // One line of JSON: id, kendall_tau and opa (layout), slowdown@K as 1 - slowdown.
 std::string graph_score_json(const GraphScore& s);
 // The mean over collections of each collection's mean score (tile 1 - slowdown@5, layout tau).

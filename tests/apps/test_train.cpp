@@ -1296,6 +1296,64 @@ TEST_CASE("train: eval reports the mean relative error of log-runtime prediction
     const Json j = Json::parse(last_line(c.out));
     if (std::string(loss) == "mape") CHECK(j["mre"].as_number() >= 0);
     else CHECK(last_line(c.out).find("mre") == std::string::npos);
+    // predict --runtimes writes each config's predicted runtime for a regression, and score --runtimes
+    // gives eval's MRE and tau from that file alone; a ranking run predicts no runtimes (exit 2).
+    const std::string csv = t.file(std::string(loss) + ".csv"), rts = t.file(std::string(loss) + "_rt.csv");
+    c = run_gnn("predict --run " + run + " --data " + dataset() + " --split valid --out " + csv + " --runtimes " + rts);
+    if (std::string(loss) != "mape") {
+      CHECK(c.exit_code == 2);
+      CHECK(c.err.find("--runtimes: ") != std::string::npos);
+      CHECK(c.err.find("--loss listmle") != std::string::npos);
+      CHECK(!std::filesystem::exists(rts));
+      continue;
+    }
+    REQUIRE_MESSAGE(c.exit_code == 0, c.err);
+    const std::string layout_data = dataset() + "/npz/layout/xla/default";
+    c = run_gnn("score --runtimes " + rts + " --data " + layout_data);
+    REQUIRE_MESSAGE(c.exit_code == 0, c.err);
+    const Json s = Json::parse(last_line(c.out));
+    CHECK(s["mre"].as_number() == doctest::Approx(j["mre"].as_number()).epsilon(1e-9));
+    CHECK(s["kendall_tau"].as_number() == doctest::Approx(j["kendall_tau"].as_number()).epsilon(1e-9));
+    c = run_gnn("score --submission " + csv + " --data " + layout_data);  // the ranking agrees with the file
+    REQUIRE_MESSAGE(c.exit_code == 0, c.err);
+    CHECK(Json::parse(last_line(c.out))["kendall_tau"].as_number() ==
+          doctest::Approx(s["kendall_tau"].as_number()).epsilon(1e-9));
+    // A file that is not complete, or not runtimes, is refused with its line named.
+    std::vector<std::string> lines;
+    {
+      std::ifstream in(rts);
+      for (std::string l; std::getline(in, l);) lines.push_back(l);
+    }
+    REQUIRE(lines.size() > 3);
+    const std::string first_id = lines[1].substr(0, lines[1].find(','));
+    auto write = [&](const std::vector<std::string>& ls) {
+      std::ofstream out(t.file("bad_rt.csv"));
+      for (const std::string& l : ls) out << l << "\n";
+    };
+    std::vector<std::string> cut = lines;
+    cut.erase(cut.begin() + 1);
+    write(cut);
+    c = run_gnn("score --runtimes " + t.file("bad_rt.csv") + " --data " + layout_data);
+    CHECK(c.exit_code == 1);
+    CHECK(c.err.find(first_id + " has no predicted runtime for config 0") != std::string::npos);
+    for (const auto& [row, want] : std::vector<std::pair<std::string, std::string>>{
+             {first_id + ",0,-3", "line 2 (" + first_id + ", config 0): '-3' is not a runtime"},
+             {first_id + ",0,nan", "'nan' is not a runtime"},
+             {first_id + ",x,1", "'x' is not a config index"},
+             {first_id + ",1", "line 2 is not 'ID,config,runtime'"},
+             {lines[2], "line 3: " + first_id + " config 1 appears twice"}}) {
+      CAPTURE(row);
+      std::vector<std::string> bad = lines;
+      bad[1] = row;
+      write(bad);
+      c = run_gnn("score --runtimes " + t.file("bad_rt.csv") + " --data " + layout_data);
+      CHECK(c.exit_code == 1);
+      CHECK(c.err.find(want) != std::string::npos);
+      CHECK(std::count(c.err.begin(), c.err.end(), '\n') == 1);
+    }
+    c = run_gnn("score --runtimes " + rts + " --submission " + csv + " --data " + dataset());
+    CHECK(c.exit_code == 2);
+    CHECK(c.err.find("one of --submission FILE or --runtimes FILE") != std::string::npos);
   }
 }
 
