@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Holds out configs of TpuGraphs files: a dataset tree whose valid and test graphs are the same graphs
+with configs none of the training ones share, to judge a model on configs it did not train on when the
+real data at hand is one layout program and 15 tile kernels (../shared/data).
+
+    /usr/bin/python3 scripts/split_configs.py OUT FILE.npz [FILE.npz ...] [--holdout 0.2] [--seed 0]
+
+Writes OUT/npz/layout/xla/default/train/<stem>.npz (a tile file: OUT/npz/tile/xla/train/<stem>.npz)
+with a random (1 - holdout) of each file's configs
+and valid/<stem>.npz and test/<stem>.npz with the rest (the same held-out configs in both: score with
+`gnn eval --checkpoint last`, so no epoch is picked on them). Every other array is copied unchanged.
+Needs numpy (a fixture script: the engine reads and writes npz itself).
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+# The arrays indexed by config on their first axis, per kind of file.
+CONFIG_ARRAYS = {
+    "layout": ("node_config_feat", "config_runtime"),
+    "tile": ("config_feat", "config_runtime", "config_runtime_normalizers"),
+}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--holdout", type=float, default=0.2, help="share of each program's configs held out")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    if not 0 < a.holdout < 1:
+        sys.exit(f"split_configs.py: --holdout must lie in (0, 1), got {a.holdout}")
+    rng = np.random.default_rng(a.seed)
+    roots = {"layout": os.path.join(a.out, "npz", "layout", "xla", "default"),
+             "tile": os.path.join(a.out, "npz", "tile", "xla")}
+    for f in a.files:
+        with np.load(f) as z:
+            arrays = {k: z[k] for k in z.files}
+        kind = "layout" if "node_config_feat" in arrays else "tile"
+        missing = [k for k in CONFIG_ARRAYS[kind] if k not in arrays]
+        if missing:
+            sys.exit(f"split_configs.py: {f}: not a layout or tile file (no {', '.join(missing)})")
+        root = roots[kind]
+        n = len(arrays["config_runtime"])
+        held = max(1, int(round(n * a.holdout)))
+        if n - held < 2:
+            print(f"{f}: skipped, {n} configs leave fewer than 2 to train on")
+            continue
+        order = rng.permutation(n)
+        parts = {"train": np.sort(order[held:]), "valid": np.sort(order[:held])}
+        parts["test"] = parts["valid"]
+        stem = os.path.splitext(os.path.basename(f))[0]
+        for split, idx in parts.items():
+            out = {k: (v[idx] if k in CONFIG_ARRAYS[kind] else v) for k, v in arrays.items()}
+            os.makedirs(os.path.join(root, split), exist_ok=True)
+            np.savez_compressed(os.path.join(root, split, stem + ".npz"), **out)
+        print(f"{stem}: {n - held} train configs, {held} held out")
+
+
+if __name__ == "__main__":
+    main()
