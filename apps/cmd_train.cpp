@@ -299,10 +299,14 @@ Command predict_command() {
   c.details =
       "Format as the competition's sample_submission.csv: header ID,TopConfigs; one row per graph\n"
       "<collection>:<file stem>; tile rows the 5 predicted-fastest config indices, layout rows every config\n"
-      "index, fastest first (ties by index), separated by ';'. Rows in the order the files are walked.";
+      "index, fastest first (ties by index), separated by ';'. Rows in the order the files are walked.\n"
+      "--runtimes FILE also writes, for a run trained with --loss mse or mape, one row per (graph, config):\n"
+      "ID,Config,Runtime, the predicted runtime (exp of the model's log runtime); gnn score --runtimes scores it.";
   c.run = [](const Args& a) {
     const RunOnSplit run = open_run(a);
     const train::LoadedModel& m = run.model;
+    if (a.has("runtimes") && std::filesystem::absolute(a.str("runtimes")) == std::filesystem::absolute(a.str("out")))
+      throw UsageError("--runtimes: " + a.str("runtimes") + " is the --out file too; give them different paths");
     if (a.has("runtimes") && !m.train.regression())
       throw UsageError("--runtimes: " + m.path + " ranks configs (--loss " + m.hparams.str("loss") +
                        ") and predicts no runtimes; train with --loss mse or mape");
@@ -317,9 +321,13 @@ Command predict_command() {
       std::iota(all.begin(), all.end(), 0);
       // Positions in `all` are the config indices themselves.
       const std::vector<double> p = train::predict_configs(*m.model, *g, all, m.train.eval_chunk, tta_of(a, m));
-      if (a.has("runtimes"))  // the model's output plus the run's offset is the log runtime
-        for (size_t k = 0; k < p.size(); ++k)
-          runtimes += detail::str_cat(g->file.id(), ",", k, ",", fmt_runtime(std::exp(p[k] + m.prep.log_offset)), "\n");
+      for (size_t k = 0; a.has("runtimes") && k < p.size(); ++k) {
+        const double rt = std::exp(p[k] + m.prep.log_offset);  // the output plus the run's offset: log runtime
+        GNN_CHECK(std::isfinite(rt) && rt > 0, "--runtimes: ", g->file.id(), " config ", k,
+                  ": the model predicts no finite runtime (log runtime ", p[k] + m.prep.log_offset,
+                  "); the run has diverged");
+        runtimes += detail::str_cat(g->file.id(), ",", k, ",", fmt_runtime(rt), "\n");
+      }
       std::vector<int64_t> configs = train::ranking_order(p, all);
       if (!g->file.collection.is_layout() && configs.size() > 5) configs.resize(5);
       csv += g->file.id() + ",";

@@ -44,8 +44,8 @@ GraphScore score_predictions(const std::string& id, bool layout, const std::vect
 std::map<std::string, std::map<int64_t, double>> read_runtimes(const std::string& path);
 // One graph from its predicted runtimes (every config of it, as read_runtimes returns them) against
 // the measured ones y: the ranking a submission of them would list (fastest first, ties by config
-// index), scored as score_ranking does, and the mean relative error over the same configs (eval_subset,
-// when not empty). `file` names the CSV in errors.
+// index; a tile kernel's first 5), scored as score_ranking does, and the mean relative error over the
+// configs eval scores (eval_subset when not empty, else all). `file` names the CSV in errors.
 GraphScore score_runtimes(const std::string& id, bool layout, const std::map<int64_t, double>& predicted,
                           const std::vector<double>& y, const std::vector<int64_t>& eval_subset,
                           const std::string& file);

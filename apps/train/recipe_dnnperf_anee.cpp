@@ -147,7 +147,7 @@ class DnnPerfAnee : public RankModel {
     const int64_t C = b.configs;
     const EdgeView v = edge_view(b);
     ag::Var h = segment(b, layout_input(node_input(emb_, b), b,
-                                        [&](const ag::Var& v) { return node_in_.forward(v, Act::kLeakyRelu); }));
+                                        [&](const ag::Var& rows) { return node_in_.forward(rows, Act::kLeakyRelu); }));
     ag::Var e = node_major(ag::gather_rows(edge_in_.forward(ag::Var(v.features)), v.per_config), C);  // [E, C*De]
     for (const auto& r : rounds_) {
       auto [hn, en] = r->forward(v, h, e, C);

@@ -703,14 +703,42 @@ TEST_CASE("train: the training hyper-parameters read once into typed fields, eve
     CHECK(t.segment == (layout ? h.integer("segment") : 0));
     CHECK(t.khops == (layout ? h.integer("khops") : -1));
   }
+  // Every field from its own flag: each set to a value no other field has.
   train::HParams h = train::find_recipe("layout-resmodel").defaults();
-  h.values["loss"] = "mape", h.values["schedule"] = "cosine", h.values["khops"] = "3";
-  h.values["khops-direction"] = "consumers", h.values["dedup"] = "on", h.values["node-transform"] = "log1p";
+  for (const auto& [k, v] : std::map<std::string, std::string>{{"loss", "mape"},
+                                                               {"lr", "0.02"},
+                                                               {"weight-decay", "0.03"},
+                                                               {"clip", "0.5"},
+                                                               {"schedule", "cosine"},
+                                                               {"warmup", "7"},
+                                                               {"temperature", "2.5"},
+                                                               {"margin", "0.3"},
+                                                               {"mse-weight", "0.4"},
+                                                               {"batch-graphs", "5"},
+                                                               {"configs", "11"},
+                                                               {"accumulate", "3"},
+                                                               {"eval-chunk", "17"},
+                                                               {"tta", "4"},
+                                                               {"swa", "6"},
+                                                               {"patience", "9"},
+                                                               {"dedup", "on"},
+                                                               {"edge-dropout", "0.15"},
+                                                               {"sample-nodes", "123"},
+                                                               {"node-transform", "log1p"},
+                                                               {"khops", "13"},
+                                                               {"segment", "77"},
+                                                               {"khops-direction", "consumers"}})
+    h.values[k] = v;
+  REQUIRE(train::check_hparams(train::find_recipe("layout-resmodel").hparams, h, "layout-resmodel").empty());
   train::TrainHParams t = train::TrainHParams::read(h, true);
   CHECK(t.loss == train::TrainHParams::Loss::kMape);
   CHECK(t.regression());
+  CHECK((t.lr == 0.02 && t.weight_decay == 0.03 && t.clip == 0.5 && t.warmup == 7));
   CHECK(t.schedule == nn::LrSchedule::Kind::kCosine);
-  CHECK((t.khops == 3 && t.khops_direction == HopDirection::kConsumers && t.dedup));
+  CHECK((t.temperature == 2.5 && t.margin == 0.3 && t.mse_weight == 0.4));
+  CHECK((t.batch_graphs == 5 && t.configs == 11 && t.accumulate == 3 && t.eval_chunk == 17 && t.tta == 4));
+  CHECK((t.swa == 6 && t.patience == 9 && t.dedup && t.edge_dropout == 0.15 && t.sample_nodes == 123));
+  CHECK((t.khops == 13 && t.segment == 77 && t.khops_direction == HopDirection::kConsumers));
   CHECK(t.node_transform == FeatureTransform::kLog1p);
   CHECK(t.config_transform == FeatureTransform::kNone);  // layout configs are not transformed
   h = train::find_recipe("tile-mlp").defaults();
@@ -1308,6 +1336,9 @@ TEST_CASE("train: eval reports the mean relative error of log-runtime prediction
       continue;
     }
     REQUIRE_MESSAGE(c.exit_code == 0, c.err);
+    auto same = run_gnn("predict --run " + run + " --data " + dataset() + " --out " + csv + " --runtimes " + csv);
+    CHECK(same.exit_code == 2);  // one path for both would leave one of the two files
+    CHECK(same.err.find("is the --out file too") != std::string::npos);
     const std::string layout_data = dataset() + "/npz/layout/xla/default";
     c = run_gnn("score --runtimes " + rts + " --data " + layout_data);
     REQUIRE_MESSAGE(c.exit_code == 0, c.err);
