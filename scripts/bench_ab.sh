@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# A/B of two builds' CPU kernels: `gnn bench kernel` of each build, in turn, round after round, so a
-# drift of the machine's speed hits both alike; prints each case's median over the rounds (each
-# round's figure is already the median of --repeat runs) and the ratio new / old.
+# A/B of two builds' CPU kernels: `gnn bench kernel` of each build, in turn, round after round (the
+# order flips every round), so a drift of the machine's speed hits both alike; prints each case's median
+# over the rounds (each round's figure is already the median of --repeat runs) and the ratio new / old.
 #
 #   scripts/bench_ab.sh OLD_GNN NEW_GNN [ROUNDS]      e.g. /tmp/before/build/bin/gnn build/bin/gnn 3
 #
-# CASES (one per line: a kernel name, then its flags) may be set to time others; the default is every
-# kernel both builds know, forward and forward + backward, on the default 10k-node graph (F = 128),
-# and the node-major batched ones at 16 configs.
+# CASES (one per line: a kernel name, then its flags) may be set to time others; the default is the
+# nine kernels the registry had before the renovation (98b8ccb), forward and forward + backward, on the
+# default 10k-node graph (F = 128), and the node-major batched ones at 16 configs. A case one build
+# cannot run prints n/a. THREADS (default 2) is --threads for both.
 set -euo pipefail
 old=${1:?usage: bench_ab.sh OLD_GNN NEW_GNN [ROUNDS]}
 new=${2:?usage: bench_ab.sh OLD_GNN NEW_GNN [ROUNDS]}
@@ -26,7 +27,7 @@ default_cases=$(
 CASES=${CASES:-$default_cases}
 
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-ms() { "$@" --threads "$threads" --json | sed -n 's/.*"median_ms": *\([0-9.eE+-]*\).*/\1/p'; }
+ms() { { "$@" --threads "$threads" --json 2>/dev/null || true; } | sed -n 's/.*"median_ms": *\([0-9.eE+-]*\).*/\1/p'; }
 
 printf '%-58s %10s %10s %9s\n' "case ($threads threads, median of $rounds rounds)" "old ms" "new ms" "new/old"
 while IFS= read -r c; do
@@ -34,10 +35,16 @@ while IFS= read -r c; do
   a=() b=()
   for ((r = 0; r < rounds; r++)); do
     # shellcheck disable=SC2086  # the case's flags split into words
-    a+=("$(ms "$old" bench kernel $c)")
-    # shellcheck disable=SC2086
-    b+=("$(ms "$new" bench kernel $c)")
+    if ((r % 2 == 0)); then
+      a+=("$(ms "$old" bench kernel $c)") b+=("$(ms "$new" bench kernel $c)")
+    else
+      b+=("$(ms "$new" bench kernel $c)") a+=("$(ms "$old" bench kernel $c)")
+    fi
   done
+  if [[ " ${a[*]} ${b[*]} " == *"  "* || -z "${a[0]}" || -z "${b[0]}" ]]; then
+    printf '%-58s %10s %10s %9s\n' "$c" n/a n/a n/a
+    continue
+  fi
   ma=$(printf '%s\n' "${a[@]}" | median)
   mb=$(printf '%s\n' "${b[@]}" | median)
   printf '%-58s %10.3f %10.3f %9.2f\n' "$c" "$ma" "$mb" "$(awk -v a="$ma" -v b="$mb" 'BEGIN {print b / a}')"

@@ -5,7 +5,8 @@ real data at hand is one layout program and 15 tile kernels (../shared/data).
 
     /usr/bin/python3 scripts/split_configs.py OUT FILE.npz [FILE.npz ...] [--holdout 0.2] [--seed 0]
 
-Writes OUT/npz/layout/xla/default/train/<stem>.npz (a tile file: OUT/npz/tile/xla/train/<stem>.npz)
+Writes OUT/npz/layout/xla/default/train/<stem>.npz (a tile file: OUT/npz/tile/xla/train/<stem>.npz;
+every layout file goes to xla/default, whatever collection it came from)
 with a random (1 - holdout) of each file's configs
 and valid/<stem>.npz and test/<stem>.npz with the rest (the same held-out configs in both: score with
 `gnn eval --checkpoint last`, so no epoch is picked on them). Every other array is copied unchanged.
@@ -36,6 +37,7 @@ def main():
     rng = np.random.default_rng(a.seed)
     roots = {"layout": os.path.join(a.out, "npz", "layout", "xla", "default"),
              "tile": os.path.join(a.out, "npz", "tile", "xla")}
+    seen = {}
     for f in a.files:
         with np.load(f) as z:
             arrays = {k: z[k] for k in z.files}
@@ -45,14 +47,17 @@ def main():
             sys.exit(f"split_configs.py: {f}: not a layout or tile file (no {', '.join(missing)})")
         root = roots[kind]
         n = len(arrays["config_runtime"])
-        held = max(1, int(round(n * a.holdout)))
+        held = max(2, int(round(n * a.holdout)))  # a ranking needs 2 configs
         if n - held < 2:
-            print(f"{f}: skipped, {n} configs leave fewer than 2 to train on")
+            print(f"{f}: skipped, {n} configs leave fewer than 2 to train on and 2 to hold out")
             continue
         order = rng.permutation(n)
         parts = {"train": np.sort(order[held:]), "valid": np.sort(order[:held])}
         parts["test"] = parts["valid"]
         stem = os.path.splitext(os.path.basename(f))[0]
+        if stem in seen:
+            sys.exit(f"split_configs.py: {f}: a file named {stem} came already ({seen[stem]}); one per name")
+        seen[stem] = f
         for split, idx in parts.items():
             out = {k: (v[idx] if k in CONFIG_ARRAYS[kind] else v) for k, v in arrays.items()}
             os.makedirs(os.path.join(root, split), exist_ok=True)
