@@ -328,7 +328,7 @@ Command predict_command() {
                   "); the run has diverged");
         runtimes += detail::str_cat(g->file.id(), ",", k, ",", fmt_runtime(rt), "\n");
       }
-      std::vector<int64_t> configs = train::ranking_order(p, all);
+      std::vector<int64_t> configs = ranking_order(p, all);
       if (!g->file.collection.is_layout() && configs.size() > 5) configs.resize(5);
       csv += g->file.id() + ",";
       for (size_t k = 0; k < configs.size(); ++k) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include "io/npz.h"
@@ -10,18 +11,29 @@
 
 namespace gnn {
 
-std::map<std::string, std::vector<int64_t>> read_submission(const std::string& path) {
+namespace {
+
+// The rows of a CSV whose first line must be `header`: row(line number, text) for each non-empty line
+// after it, a Windows line end removed. `what` names the file's content in the error that it cannot open.
+template <class Row>
+void read_csv_lines(const std::string& path, const char* what, const std::string& header, Row row) {
   std::ifstream in(path);
-  GNN_CHECK(in.good(), path, ": cannot open the submission");
+  GNN_CHECK(in.good(), path, ": cannot open ", what);
   std::string line;
   std::getline(in, line);
   if (!line.empty() && line.back() == '\r') line.pop_back();
-  GNN_CHECK(line == "ID,TopConfigs", path, ": line 1 must be the header 'ID,TopConfigs', got '", line.substr(0, 60),
-            "'");
-  std::map<std::string, std::vector<int64_t>> rows;
+  GNN_CHECK(line == header, path, ": line 1 must be the header '", header, "', got '", line.substr(0, 60), "'");
   for (int64_t ln = 2; std::getline(in, line); ++ln) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
+    if (!line.empty()) row(ln, line);
+  }
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<int64_t>> read_submission(const std::string& path) {
+  std::map<std::string, std::vector<int64_t>> rows;
+  read_csv_lines(path, "the submission", "ID,TopConfigs", [&](int64_t ln, const std::string& line) {
     const size_t comma = line.find(',');
     GNN_CHECK(comma != std::string::npos && comma > 0, path, ": line ", ln, " is not 'ID,i1;i2;...'");
     const std::string id = line.substr(0, comma);
@@ -41,22 +53,13 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
     }
     GNN_CHECK(!list.empty(), path, ": line ", ln, " (", id, ") lists no configs");
     GNN_CHECK(rows.emplace(id, std::move(list)).second, path, ": line ", ln, ": ID ", id, " appears twice");
-  }
+  });
   return rows;
 }
 
 std::map<std::string, std::map<int64_t, double>> read_runtimes(const std::string& path) {
-  std::ifstream in(path);
-  GNN_CHECK(in.good(), path, ": cannot open the predicted runtimes");
-  std::string line;
-  std::getline(in, line);
-  if (!line.empty() && line.back() == '\r') line.pop_back();
-  GNN_CHECK(line == "ID,Config,Runtime", path, ": line 1 must be the header 'ID,Config,Runtime', got '",
-            line.substr(0, 60), "'");
   std::map<std::string, std::map<int64_t, double>> rows;
-  for (int64_t ln = 2; std::getline(in, line); ++ln) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
+  read_csv_lines(path, "the predicted runtimes", "ID,Config,Runtime", [&](int64_t ln, const std::string& line) {
     const size_t c1 = line.find(','), c2 = c1 == std::string::npos ? c1 : line.find(',', c1 + 1);
     GNN_CHECK(c2 != std::string::npos && c1 > 0, path, ": line ", ln, " is not 'ID,config,runtime'");
     const std::string id = line.substr(0, c1), config = line.substr(c1 + 1, c2 - c1 - 1), rt = line.substr(c2 + 1);
@@ -72,8 +75,20 @@ std::map<std::string, std::map<int64_t, double>> read_runtimes(const std::string
     GNN_CHECK(!rt.empty() && used_r == rt.size() && std::isfinite(v) && v > 0, path, ": line ", ln, " (", id,
               ", config ", k, "): '", rt, "' is not a runtime (a finite number > 0)");
     GNN_CHECK(rows[id].emplace(k, v).second, path, ": line ", ln, ": ", id, " config ", k, " appears twice");
-  }
+  });
   return rows;
+}
+
+std::vector<int64_t> ranking_order(const std::vector<double>& p, const std::vector<int64_t>& configs) {
+  GNN_CHECK(p.size() == configs.size(), "ranking_order: ", p.size(), " scores for ", configs.size(), " configs");
+  std::vector<int64_t> order(p.size());
+  std::iota(order.begin(), order.end(), 0);
+  // No NaN reaches here (predict_configs makes a non-finite score the largest double, read_runtimes
+  // refuses one), so this is a strict weak order.
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return p[size_t(a)] < p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && configs[size_t(a)] < configs[size_t(b)]);
+  });
+  return order;
 }
 
 GraphScore score_runtimes(const std::string& id, bool layout, const std::map<int64_t, double>& predicted,
@@ -85,19 +100,17 @@ GraphScore score_runtimes(const std::string& id, bool layout, const std::map<int
   GNN_CHECK(predicted.empty() || predicted.rbegin()->first < n, file, ": ", id, " has a prediction for config ",
             predicted.rbegin()->first, ", but only ", n, " configs");
   std::vector<double> p(static_cast<size_t>(n));
+  std::vector<int64_t> configs(static_cast<size_t>(n));
   for (const auto& [k, v] : predicted) p[size_t(k)] = v;
-  // Ranked as a submission of them would list (fastest first, ties by config index; 5 configs of a tile
-  // kernel), so the metrics are those of the CSV that gnn predict writes beside the runtimes.
-  std::vector<int64_t> ranking(size_t(n), 0);
-  for (int64_t i = 0; i < n; ++i) ranking[size_t(i)] = i;
-  std::stable_sort(ranking.begin(), ranking.end(), [&](int64_t u, int64_t v) { return p[size_t(u)] < p[size_t(v)]; });
+  std::iota(configs.begin(), configs.end(), 0);
+  // Ranked as a submission of them would list (5 configs of a tile kernel), so the metrics are those of
+  // the CSV that gnn predict writes beside the runtimes.
+  std::vector<int64_t> ranking = ranking_order(p, configs);
   if (!layout && ranking.size() > 5) ranking.resize(5);
   GraphScore s = score_ranking(id, layout, ranking, y, eval_subset);
   // The MRE over the configs eval scores: the subset as listed (as evaluate() takes it), else all.
   std::vector<double> log_p, yy;
-  for (int64_t i = 0; i < n; ++i)
-    if (eval_subset.empty()) log_p.push_back(std::log(p[size_t(i)])), yy.push_back(y[size_t(i)]);
-  for (int64_t c : eval_subset) {
+  for (int64_t c : eval_subset.empty() ? configs : eval_subset) {
     GNN_CHECK(c >= 0 && c < n, id, ": eval_indices config ", c, " is out of range (", n, " configs)");
     log_p.push_back(std::log(p[size_t(c)])), yy.push_back(y[size_t(c)]);
   }

@@ -37,6 +37,10 @@ GraphScore score_ranking(const std::string& id, bool layout, const std::vector<i
 // counts at most the first `listed` configs of the predicted order (a tile submission lists 5).
 GraphScore score_predictions(const std::string& id, bool layout, const std::vector<double>& p,
                              const std::vector<double>& y, int64_t listed);
+// The positions of `configs` in the ranking gnn predict writes: fastest (lowest p) first, ties broken by
+// config index, so eval scores exactly what a submission would. p[i] is the score of configs[i].
+std::vector<int64_t> ranking_order(const std::vector<double>& p, const std::vector<int64_t>& configs);
+
 // Predicted runtimes, as `gnn predict --runtimes` writes them: header `ID,Config,Runtime`, one row per
 // (graph, config), the runtime a regression model predicts (trained with --loss mse or mape). Returns
 // id -> config -> runtime; each runtime finite and > 0, each (id, config) once, or one error naming the

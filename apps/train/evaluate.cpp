@@ -83,17 +83,6 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
   return out;
 }
 
-std::vector<int64_t> ranking_order(const std::vector<double>& p, const std::vector<int64_t>& configs) {
-  GNN_CHECK(p.size() == configs.size(), "ranking_order: ", p.size(), " scores for ", configs.size(), " configs");
-  std::vector<int64_t> order(p.size());
-  std::iota(order.begin(), order.end(), 0);
-  // predict_configs has made non-finite scores the largest double, so this is a strict weak order.
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return p[size_t(a)] < p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && configs[size_t(a)] < configs[size_t(b)]);
-  });
-  return order;
-}
-
 namespace {
 
 // A score as one line of text, every number in hexadecimal floating point so it reads back exactly:

@@ -88,10 +88,6 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
 // Pass t's order of n configs: the identity for t = 0, else a permutation drawn from a fixed seed and t.
 std::vector<int64_t> tta_order(int64_t n, int64_t t);
 
-// The positions of `configs` in the ranking gnn predict writes: fastest (lowest p) first, ties broken by
-// config index, so eval scores exactly what a submission would. p[i] is the score of configs[i].
-std::vector<int64_t> ranking_order(const std::vector<double>& p, const std::vector<int64_t>& configs);
-
 // Every graph of `src` scored with the competition metrics (layout graphs on their eval_indices subset
 // when the folder has one for them).
 struct Evaluation {
