@@ -166,10 +166,6 @@ class Run {
   std::optional<ScopedMemoryLimit> memory_limit_;
   Preprocessing prep_;
   bool layout_ = false;
-  int64_t G_ = 0, C_ = 0, chunk_ = 0, segment_ = 0;
-  double edge_dropout_ = 0;
-  int64_t sample_nodes_ = 0;
-  int accumulate_ = 1;
   std::vector<DatasetFile> train_files_, valid_files_;
   std::vector<int64_t> config_counts_;  // per training file, from its header
   std::unique_ptr<RankModel> model_;
@@ -181,7 +177,6 @@ class Run {
   std::optional<GraphSource> train_src_, valid_src_;
   int64_t n_ = 0, batches_ = 0, total_steps_ = 0;
   nn::LrSchedule sched_;
-  double clip_ = 0;
   Progress progress_;
   int64_t st_configs_step_ = 0;  // the last step's configs (over every rank)
   int64_t step_waits_ = 0, waited_steps_ = 0;  // the host's waits for the GPU within this process's steps
@@ -219,11 +214,6 @@ Run::Run(const TrainOptions& o, std::string& working_on)
                                "without mpirun (or with -np 1)"));
   prep_ = plan_.meta.prep;
   layout_ = recipe->kind == "layout";
-  G_ = tp_.batch_graphs, C_ = tp_.configs, chunk_ = tp_.eval_chunk;
-  accumulate_ = int(tp_.accumulate);
-  segment_ = tp_.segment;
-  edge_dropout_ = tp_.edge_dropout;
-  sample_nodes_ = tp_.sample_nodes;
   memory_limit_.emplace(o.memory_limit);
   const uint64_t graph_budget =
       o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
@@ -272,23 +262,22 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   for (const DatasetFile& f : train_files_) config_counts_.push_back(file_configs(f, dedup));
   train_src_.emplace(train_files_, prep_, graph_budget, dedup);
   valid_src_.emplace(valid_files_, prep_, graph_budget);
-  n_ = int64_t(train_files_.size()), batches_ = (n_ + G_ - 1) / G_;
+  n_ = int64_t(train_files_.size()), batches_ = (n_ + tp_.batch_graphs - 1) / tp_.batch_graphs;
   total_steps_ = plan_.steps > 0 ? std::min(plan_.steps, plan_.epochs * batches_) : plan_.epochs * batches_;
   sched_.kind = tp_.schedule, sched_.base = tp_.lr, sched_.warmup = tp_.warmup, sched_.total = total_steps_;
-  clip_ = tp_.clip;
 
   const bool talk = lead_ && !o.quiet;
   if (talk)
     std::printf(
         "gnn train: %s on %lld train / %lld valid %s graphs; %lld graphs x %lld configs per step, %lld steps "
         "per epoch%s\n",
-        recipe->name.c_str(), (long long)n_, (long long)valid_files_.size(), recipe->kind.c_str(), (long long)G_,
-        (long long)C_, (long long)batches_, plan_.resuming ? " (resumed)" : "");
+        recipe->name.c_str(), (long long)n_, (long long)valid_files_.size(), recipe->kind.c_str(),
+        (long long)tp_.batch_graphs, (long long)tp_.configs, (long long)batches_, plan_.resuming ? " (resumed)" : "");
   if (talk && world_.size > 1)
     std::printf(
         "data-parallel over %d ranks (%s): each builds its share of the %lld graphs of a step; %.2f MB "
         "summed per step\n",
-        world_.size, dist::built_with_nccl() && o.device.is_cuda() ? "NCCL" : "MPI", (long long)G_,
+        world_.size, dist::built_with_nccl() && o.device.is_cuda() ? "NCCL" : "MPI", (long long)tp_.batch_graphs,
         double(dp_->bytes_per_step()) / 1e6);
   if (plan_.resuming && talk)
     std::printf("resuming at epoch %lld, batch %lld of %lld (after step %lld)\n", (long long)st_.epoch + 1,
@@ -349,13 +338,14 @@ void Run::save(const std::string& path, bool with_optimizer) {
 // number of configs: --configs, or the fewest any graph of the whole batch has (read from the files'
 // headers up front, so every rank and micro-batch of a step agrees without loading the others' graphs).
 std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi) {
-  const int64_t lo = bi * G_, hi = std::min(n_, (bi + 1) * G_);
+  const int64_t lo = bi * tp_.batch_graphs, hi = std::min(n_, (bi + 1) * tp_.batch_graphs);
   const dist::Range mine = dist::shard(hi - lo, world_.rank, world_.size);
-  int64_t cb = C_;
+  int64_t cb = tp_.configs;
   for (int64_t k = lo; k < hi; ++k) cb = std::min(cb, config_counts_[size_t(order[size_t(k)])]);
   std::vector<Batch> micro;
-  for (int a = 0; a < accumulate_; ++a) {
-    const dist::Range part = dist::shard(mine.size(), a, accumulate_);
+  const int parts = int(tp_.accumulate);  // (its spec caps it at 2^20)
+  for (int a = 0; a < parts; ++a) {
+    const dist::Range part = dist::shard(mine.size(), a, parts);
     if (part.size() == 0) continue;
     std::vector<std::shared_ptr<const ModelGraph>> held;
     std::vector<const ModelGraph*> graphs;
@@ -369,9 +359,10 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
                 ": a training graph needs runtimes and at least 2 configs");
       GNN_CHECK(held.back()->num_configs() >= cb, held.back()->file.path, ": holds ", held.back()->num_configs(),
                 " configs, its header said at least ", cb);
-      if (sample_nodes_ > 0 && held.back()->num_nodes() > sample_nodes_) {  // its own draw: rngs[] stays as it was
+      if (tp_.sample_nodes > 0 &&
+          held.back()->num_nodes() > tp_.sample_nodes) {  // its own draw: rngs[] stays as it was
         Rng r(Rng(rngs.back()).next() ^ 0x73616d706c65ull);
-        held.back() = std::make_shared<const ModelGraph>(sample_nodes(*held.back(), sample_nodes_, r));
+        held.back() = std::make_shared<const ModelGraph>(sample_nodes(*held.back(), tp_.sample_nodes, r));
         graphs.back() = held.back().get();
       }
       if (plan_.recipe->train_part) {  // likewise
@@ -385,17 +376,17 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
     std::vector<std::vector<int64_t>> configs;
     for (size_t g = 0; g < graphs.size(); ++g)
       configs.push_back(sample_without_replacement(graphs[g]->num_configs(), cb, rngs[g]));
-    micro.push_back(make_batch(graphs, configs, segment_, rngs));
+    micro.push_back(make_batch(graphs, configs, tp_.segment, rngs));
     for (const GraphPart& p : parts) micro.back().part.push_back(p.index), micro.back().parts.push_back(p.count);
     micro.back().noise_seed = graph_rng(plan_.seed, epoch, bi, mine.begin + part.begin).next() ^ 0x6e6f697365ull;
-    if (edge_dropout_ > 0) micro.back().drop_edges(edge_dropout_, micro.back().noise_seed ^ 0x65646765ull);
+    if (tp_.edge_dropout > 0) micro.back().drop_edges(tp_.edge_dropout, micro.back().noise_seed ^ 0x65646765ull);
   }
   return micro;
 }
 
 std::string Run::batch_ids(const std::vector<int64_t>& order, int64_t bi) const {
   std::string ids;
-  for (int64_t k = bi * G_; k < std::min(n_, (bi + 1) * G_); ++k)
+  for (int64_t k = bi * tp_.batch_graphs; k < std::min(n_, (bi + 1) * tp_.batch_graphs); ++k)
     ids.append(" ").append(train_files_[size_t(order[size_t(k)])].id());
   return ids;
 }
@@ -445,7 +436,7 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
   }
   std::string what = "loss";
   if (finite) {
-    const double norm = nn::clip_grad_norm(params_, clip_ > 0 ? clip_ : INFINITY);
+    const double norm = nn::clip_grad_norm(params_, tp_.clip > 0 ? tp_.clip : INFINITY);
     finite = std::isfinite(norm);
     what = "gradient";
   }
@@ -536,7 +527,7 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs) {
     model_->eval();
     working_on_ = detail::str_cat("validation after epoch ", e + 1);
     const auto t_valid = Clock::now();
-    const Evaluation ev = evaluate(*model_, *valid_src_, chunk_, plan_.eval_indices, 1, tp_.regression(),
+    const Evaluation ev = evaluate(*model_, *valid_src_, tp_.eval_chunk, plan_.eval_indices, 1, tp_.regression(),
                                    prep_.log_offset);  // one pass: --tta is eval's
     line.set("valid_seconds", since(t_valid));
     valid_score = ev.score;
@@ -615,7 +606,7 @@ void Run::end_epoch_swa(int64_t e, Json& line) {
   if (!valid_files_.empty()) {
     model_->eval();
     working_on_ = detail::str_cat("validation of the SWA weights after epoch ", e + 1);
-    line.set("swa_valid_score", evaluate(*model_, *valid_src_, chunk_, plan_.eval_indices).score);
+    line.set("swa_valid_score", evaluate(*model_, *valid_src_, tp_.eval_chunk, plan_.eval_indices).score);
   }
   line.set("swa_snapshots", swa_->count());
   save(swa_path_, false);
