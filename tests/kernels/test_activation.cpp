@@ -31,10 +31,10 @@ TEST_CASE("activations: hand-worked values") {
 
 TEST_CASE("activations: fast CPU matches the reference, derivatives match finite differences") {
   const int64_t n = 100003;
-  auto x = testing::random_values<float>(static_cast<size_t>(n), 1, -4.0f, 4.0f);
+  auto x = random_values<float>(static_cast<size_t>(n), 1, -4.0f, 4.0f);
   for (int64_t i = 0; i < n; ++i)
     if (std::fabs(x[size_t(i)]) < 1e-3f) x[size_t(i)] = 0.5f;  // keep away from the kinks at 0
-  const auto dy = testing::random_values<float>(static_cast<size_t>(n), 2);
+  const auto dy = random_values<float>(static_cast<size_t>(n), 2);
   const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end());
   for (Act a : kAll) {
     CAPTURE(act_name(a));
@@ -48,8 +48,7 @@ TEST_CASE("activations: fast CPU matches the reference, derivatives match finite
     GNN_CHECK_CLOSE(dx, dxd);
     for (double v : {-2.5, -0.7, 0.3, 1.9}) {
       double p = v;
-      GNN_CHECK_FD(act_derivative(a, v, 0.2), testing::central_difference(p, [&] { return act_value(a, p, 0.2); }),
-                   testing::kFdScalar);
+      GNN_CHECK_FD(act_derivative(a, v, 0.2), central_difference(p, [&] { return act_value(a, p, 0.2); }), kFdScalar);
     }
   }
 }
@@ -59,8 +58,7 @@ TEST_CASE("cuda activations match their references") {
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
   const int64_t n = 100003;
-  const auto x = testing::random_values<float>(size_t(n), 1, -4.0f, 4.0f),
-             dy = testing::random_values<float>(size_t(n), 2);
+  const auto x = random_values<float>(size_t(n), 1, -4.0f, 4.0f), dy = random_values<float>(size_t(n), 2);
   const Tensor gx = on_gpu(x), gdy = on_gpu(dy);
   for (Act a : {Act::kNone, Act::kRelu, Act::kLeakyRelu, Act::kElu, Act::kGelu, Act::kSigmoid, Act::kTanh}) {
     CAPTURE(act_name(a));
@@ -82,12 +80,12 @@ TEST_CASE("cuda activations: bias_act, the dense layer's epilogue, matches the d
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
   // the row shapes of device_buffers.h (the bias gradient's column sums over 1, a few and 256 slices)
-  for (auto [R, F] : testing::kRowShapes) {
+  for (auto [R, F] : kRowShapes) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
-    const auto a = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f);
-    const auto row = testing::random_values<float>(size_t(F), 3), dy = testing::random_values<float>(size_t(n), 4);
+    const auto a = random_values<float>(size_t(n), 1, -3.0f, 3.0f);
+    const auto row = random_values<float>(size_t(F), 3), dy = random_values<float>(size_t(n), 4);
     const Tensor ga = on_gpu(a), grow = on_gpu(row), gdy = on_gpu(dy);
     std::vector<double> bias(static_cast<size_t>(n));
     for (int64_t r = 0; r < R; ++r)

@@ -16,11 +16,11 @@ TEST_CASE("cuda dropout draws the host's mask, bit for bit") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  for (auto [R, F] : testing::kElementShapes) {
+  for (auto [R, F] : kElementShapes) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
-    const auto x = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f);
+    const auto x = random_values<float>(size_t(n), 1, -3.0f, 3.0f);
     const Tensor gx = on_gpu(x);
     std::vector<float> dropped(static_cast<size_t>(n));
     dropout_apply<float>(dropped.data(), x.data(), n, 0x1234abcdull, uint32_t(0.3 * (1 << 24)), 1.0f / 0.7f);

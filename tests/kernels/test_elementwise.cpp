@@ -19,13 +19,12 @@ TEST_CASE("cuda elementwise maps, column sums and transpose match their referenc
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
   // the row shapes of device_buffers.h (column sums over 1, a few and 256 slices)
-  for (auto [R, F] : testing::kRowShapes) {
+  for (auto [R, F] : kRowShapes) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
-    const auto a = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f),
-               b = testing::random_values<float>(size_t(n), 2);
-    const auto row = testing::random_values<float>(size_t(F), 3);
+    const auto a = random_values<float>(size_t(n), 1, -3.0f, 3.0f), b = random_values<float>(size_t(n), 2);
+    const auto row = random_values<float>(size_t(F), 3);
     const Tensor ga = on_gpu(a), gb = on_gpu(b), grow = on_gpu(row);
     std::vector<double> sum(static_cast<size_t>(n)), prod(static_cast<size_t>(n)), bias(static_cast<size_t>(n)),
         cols(static_cast<size_t>(F), 0.0), tr(static_cast<size_t>(n));
@@ -66,12 +65,11 @@ TEST_CASE("cuda elementwise: sum, mask_rows, scale, the head ops and copy_block 
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  for (auto [R, F] : testing::kElementShapes) {
+  for (auto [R, F] : kElementShapes) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
-    const auto x = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f),
-               dy = testing::random_values<float>(size_t(n), 2);
+    const auto x = random_values<float>(size_t(n), 1, -3.0f, 3.0f), dy = random_values<float>(size_t(n), 2);
     const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end());
     const Tensor gx = on_gpu(x), gdy = on_gpu(dy);
     // sum: one fixed order
@@ -94,8 +92,8 @@ TEST_CASE("cuda elementwise: sum, mask_rows, scale, the head ops and copy_block 
   }
   // heads: x [R, H*D]; head_dot, its backward, block_sum (the head mean) and head_broadcast
   const int64_t R = 517, H = 3, D = 19, W = H * D;
-  const auto x = testing::random_values<float>(size_t(R * W), 5), a = testing::random_values<float>(size_t(W), 6);
-  const auto g = testing::random_values<float>(size_t(R * H), 7), gm = testing::random_values<float>(size_t(R * D), 8);
+  const auto x = random_values<float>(size_t(R * W), 5), a = random_values<float>(size_t(W), 6);
+  const auto g = random_values<float>(size_t(R * H), 7), gm = random_values<float>(size_t(R * D), 8);
   std::vector<double> dot(size_t(R * H), 0.0), mean(size_t(R * D), 0.0);
   std::vector<double> dxd(static_cast<size_t>(R * W)), prod(static_cast<size_t>(R * W)),
       bcast(static_cast<size_t>(R * W));

@@ -15,11 +15,11 @@ using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and
 
 TEST_CASE("embedding: gather and a deterministic scatter-add backward") {
   const int64_t K = 121, F = 33, n = 5000;  // the opcode embedding's size
-  const auto table = testing::random_values<float>(static_cast<size_t>(K * F), 1);
+  const auto table = random_values<float>(static_cast<size_t>(K * F), 1);
   std::vector<int32_t> idx(static_cast<size_t>(n));
   std::mt19937 rng(3);
   for (auto& i : idx) i = rng() % 4 == 0 ? 63 : int32_t(rng() % K);  // one popular row, some unused
-  const auto dy = testing::random_values<float>(static_cast<size_t>(n * F), 2);
+  const auto dy = random_values<float>(static_cast<size_t>(n * F), 2);
   std::vector<float> y(static_cast<size_t>(n * F), NAN);
   embedding_forward_cpu(y.data(), table.data(), idx.data(), n, F);
   std::vector<double> yd(static_cast<size_t>(n * F)), dtd(static_cast<size_t>(K * F));
@@ -45,7 +45,7 @@ TEST_CASE("cuda embedding: the gather is exact, the ordered backward matches the
   const Stream s = cuda_stream(0);
   // embedding rows
   {
-    const auto table = testing::random_values<float>(size_t(50 * 33), 5);
+    const auto table = random_values<float>(size_t(50 * 33), 5);
     std::vector<int32_t> idx(1000);
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 7919) % 50);
     std::vector<float> want(idx.size() * 33);
@@ -63,7 +63,7 @@ TEST_CASE("cuda embedding: the gather is exact, the ordered backward matches the
     for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t((i * 7919) % 47);  // rows 47..49 unused
     if (pattern == 1)
       for (size_t i = 0; i < idx.size(); ++i) idx[i] = i < 64 ? 5 : i % 5 == 0 ? int32_t(i % 47) : 3;
-    const auto edy = testing::random_values<float>(size_t(ne * Fe), 9);
+    const auto edy = random_values<float>(size_t(ne * Fe), 9);
     const std::vector<double> edyd(edy.begin(), edy.end());
     std::vector<double> dtd(static_cast<size_t>(K * Fe));
     embedding_backward_ref<double>(dtd.data(), edyd.data(), idx.data(), ne, K, Fe);

@@ -16,10 +16,10 @@ using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and
 TEST_CASE("graph instance norm: reference, finite differences, empty graphs") {
   const std::vector<int64_t> gp = {0, 3, 3, 10, 11};  // graphs of 3, 0, 7 and 1 nodes
   const int64_t G = 4, N = 11, F = 5;
-  const auto xs = testing::random_values<float>(static_cast<size_t>(N * F), 1, -2.0f, 2.0f);
-  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f),
-             bt = testing::random_values<float>(static_cast<size_t>(F), 3);
-  const auto dy = testing::random_values<float>(static_cast<size_t>(N * F), 4);
+  const auto xs = random_values<float>(static_cast<size_t>(N * F), 1, -2.0f, 2.0f);
+  const auto gm = random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f),
+             bt = random_values<float>(static_cast<size_t>(F), 3);
+  const auto dy = random_values<float>(static_cast<size_t>(N * F), 4);
   std::vector<double> yd(static_cast<size_t>(N * F)), md(static_cast<size_t>(G * F)), rd(static_cast<size_t>(G * F)),
       dxd(static_cast<size_t>(N * F)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
   instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), to_double(xs).data(), to_double(gm).data(),
@@ -54,10 +54,10 @@ TEST_CASE("graph instance norm: the blocked CPU kernel is the float reference, b
   // 150 channels: two full blocks of 64 and a part; graphs of 40, 0 and 7 rows.
   const std::vector<int64_t> gp = {0, 40, 40, 47};
   const int64_t G = 3, N = 47, F = 150;
-  const auto xs = testing::random_values<float>(static_cast<size_t>(N * F), 5, -3.0f, 3.0f);
-  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 6, 0.5f, 1.5f),
-             bt = testing::random_values<float>(static_cast<size_t>(F), 7);
-  const auto dy = testing::random_values<float>(static_cast<size_t>(N * F), 8);
+  const auto xs = random_values<float>(static_cast<size_t>(N * F), 5, -3.0f, 3.0f);
+  const auto gm = random_values<float>(static_cast<size_t>(F), 6, 0.5f, 1.5f),
+             bt = random_values<float>(static_cast<size_t>(F), 7);
+  const auto dy = random_values<float>(static_cast<size_t>(N * F), 8);
   for (const bool affine : {true, false}) {
     CAPTURE(affine);
     const float* g = affine ? gm.data() : nullptr;
@@ -96,10 +96,9 @@ TEST_CASE("cuda graph instance norm matches the double reference (empty, single-
     for (bool affine : {false, true}) {
       CAPTURE(F);
       CAPTURE(affine);
-      const auto x = testing::random_values<float>(size_t(N * F), 1, -2.0f, 3.0f);
-      const auto dy = testing::random_values<float>(size_t(N * F), 2);
-      const auto gamma = testing::random_values<float>(size_t(F), 3, 0.5f, 1.5f),
-                 beta = testing::random_values<float>(size_t(F), 4);
+      const auto x = random_values<float>(size_t(N * F), 1, -2.0f, 3.0f);
+      const auto dy = random_values<float>(size_t(N * F), 2);
+      const auto gamma = random_values<float>(size_t(F), 3, 0.5f, 1.5f), beta = random_values<float>(size_t(F), 4);
       const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), gd(gamma.begin(), gamma.end()),
           bd(beta.begin(), beta.end());
       std::vector<double> yd(size_t(N * F)), md(size_t(G * F)), rd(size_t(G * F)), dxd(size_t(N * F)),

@@ -16,10 +16,10 @@ using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and
 
 TEST_CASE("layer norm: reference, finite differences, thread-count determinism") {
   const int64_t R = 1000, F = 37;
-  const auto xs = testing::random_values<float>(static_cast<size_t>(R * F), 1, -2.0f, 2.0f);
-  const auto gm = testing::random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f),
-             bt = testing::random_values<float>(static_cast<size_t>(F), 3);
-  const auto dy = testing::random_values<float>(static_cast<size_t>(R * F), 4);
+  const auto xs = random_values<float>(static_cast<size_t>(R * F), 1, -2.0f, 2.0f);
+  const auto gm = random_values<float>(static_cast<size_t>(F), 2, 0.5f, 1.5f),
+             bt = random_values<float>(static_cast<size_t>(F), 3);
+  const auto dy = random_values<float>(static_cast<size_t>(R * F), 4);
   std::vector<double> yd(static_cast<size_t>(R * F)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)),
       dxd(static_cast<size_t>(R * F)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
   layer_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), to_double(xs).data(), to_double(gm).data(),
@@ -44,9 +44,9 @@ TEST_CASE("layer norm: reference, finite differences, thread-count determinism")
   }
   set_num_threads(saved);
   CHECK(out[0] == out[1]);
-  auto xd = testing::random_values<double>(15, 5);
-  auto gd = testing::random_values<double>(5, 6, 0.5, 1.5), bd = testing::random_values<double>(5, 7);
-  const auto gout = testing::random_values<double>(15, 8);
+  auto xd = random_values<double>(15, 5);
+  auto gd = random_values<double>(5, 6, 0.5, 1.5), bd = random_values<double>(5, 7);
+  const auto gout = random_values<double>(15, 8);
   std::vector<double> y(15), m(3), r(3), dx(15), dg(5), db(5);
   layer_norm_forward_ref<double>(y.data(), m.data(), r.data(), xd.data(), gd.data(), bd.data(), 3, 5, 1e-5);
   layer_norm_backward_ref<double>(dx.data(), dg.data(), db.data(), gout.data(), xd.data(), m.data(), r.data(),
@@ -65,13 +65,12 @@ TEST_CASE("cuda layer norm matches the double reference") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  for (auto [R, F] : testing::kElementShapes) {
+  for (auto [R, F] : kElementShapes) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
-    const auto x = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f),
-               dy = testing::random_values<float>(size_t(n), 2);
-    const auto gamma = testing::random_values<float>(size_t(F), 3), beta = testing::random_values<float>(size_t(F), 4);
+    const auto x = random_values<float>(size_t(n), 1, -3.0f, 3.0f), dy = random_values<float>(size_t(n), 2);
+    const auto gamma = random_values<float>(size_t(F), 3), beta = random_values<float>(size_t(F), 4);
     const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), gd(gamma.begin(), gamma.end()),
         bd(beta.begin(), beta.end());
     std::vector<double> yd(static_cast<size_t>(n)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)),

@@ -31,8 +31,7 @@ const std::vector<int64_t> kSizes = {0, 1, kMultiChunk - 1, kMultiChunk, 0, kMul
 template <class T>
 std::vector<std::vector<T>> values_per_size(uint32_t seed) {
   std::vector<std::vector<T>> out;
-  for (size_t k = 0; k < kSizes.size(); ++k)
-    out.push_back(testing::random_values<T>(size_t(kSizes[k]), seed + uint32_t(k)));
+  for (size_t k = 0; k < kSizes.size(); ++k) out.push_back(random_values<T>(size_t(kSizes[k]), seed + uint32_t(k)));
   return out;
 }
 
@@ -149,8 +148,8 @@ TEST_CASE("cuda many-tensor Adam, SGD, sums of squares and scaling match the hos
   std::vector<std::vector<double>> m, v;
   std::vector<Tensor> gw, gg, gm, gv;
   for (int64_t k = 0; k < K; ++k) {
-    w.push_back(testing::random_values<float>(size_t(sizes[k]), 10 + uint32_t(k)));
-    g.push_back(testing::random_values<float>(size_t(sizes[k]), 30 + uint32_t(k)));
+    w.push_back(random_values<float>(size_t(sizes[k]), 10 + uint32_t(k)));
+    g.push_back(random_values<float>(size_t(sizes[k]), 30 + uint32_t(k)));
     m.emplace_back(size_t(sizes[k]), 0.0), v.emplace_back(size_t(sizes[k]), 0.0);
     gw.push_back(on_gpu(w[k])), gg.push_back(on_gpu(g[k])), gm.push_back(on_gpu(m[k])), gv.push_back(on_gpu(v[k]));
   }

@@ -27,8 +27,8 @@ TEST_CASE("pooling: hand-worked, reference, finite differences") {
   const std::vector<int64_t> gp = {0, 0, 1, 9, 40, 41, 300};
   const int64_t G = 6, N = 300;
   for (int64_t F : {1, 3, 33, 128}) {
-    const auto xs = testing::random_values<float>(static_cast<size_t>(N * F), 1);
-    const auto dy = testing::random_values<float>(static_cast<size_t>(G * F), 2);
+    const auto xs = random_values<float>(static_cast<size_t>(N * F), 1);
+    const auto dy = random_values<float>(static_cast<size_t>(G * F), 2);
     for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
       CAPTURE(F);
       CAPTURE(reduce_name(op));
@@ -44,8 +44,8 @@ TEST_CASE("pooling: hand-worked, reference, finite differences") {
       if (op == Reduce::kMax) CHECK(args == argd);
     }
   }
-  auto xd = testing::random_values<double>(static_cast<size_t>(N * 2), 3);
-  const auto gout = testing::random_values<double>(static_cast<size_t>(G * 2), 4);
+  auto xd = random_values<double>(static_cast<size_t>(N * 2), 3);
+  const auto gout = random_values<double>(static_cast<size_t>(G * 2), 4);
   for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
     std::vector<double> y(static_cast<size_t>(G * 2)), dx(static_cast<size_t>(N * 2));
     std::vector<int32_t> a(static_cast<size_t>(G * 2));
@@ -69,8 +69,7 @@ TEST_CASE("cuda pooling matches the double reference (empty, single-node and 500
   const int64_t N = ptr.back(), G = int64_t(ptr.size()) - 1;
   const Tensor gptr = on_gpu(ptr);
   for (int64_t F : {1, 33, 130}) {
-    const auto px = testing::random_values<float>(size_t(N * F), 3),
-               pdy = testing::random_values<float>(size_t(G * F), 4);
+    const auto px = random_values<float>(size_t(N * F), 3), pdy = random_values<float>(size_t(G * F), 4);
     const std::vector<double> pxd(px.begin(), px.end()), pdyd(pdy.begin(), pdy.end());
     const Tensor gpx = on_gpu(px), gpdy = on_gpu(pdy);
     for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {

@@ -25,8 +25,8 @@ TEST_CASE("row-wise softmax, log-softmax, l2-normalise: reference and finite dif
       CAPTURE(int(op));
       CAPTURE(F);
       const int64_t R = 50;
-      const auto xs = testing::random_values<float>(static_cast<size_t>(R * F), 1, -3.0f, 3.0f);
-      const auto dy = testing::random_values<float>(static_cast<size_t>(R * F), 2);
+      const auto xs = random_values<float>(static_cast<size_t>(R * F), 1, -3.0f, 3.0f);
+      const auto dy = random_values<float>(static_cast<size_t>(R * F), 2);
       std::vector<double> yd(static_cast<size_t>(R * F)), dxd(static_cast<size_t>(R * F));
       rowwise_forward_ref<double>(yd.data(), to_double(xs).data(), R, F, op, 1e-12);
       rowwise_backward_ref<double>(dxd.data(), yd.data(), to_double(dy).data(), to_double(xs).data(), R, F, op, 1e-12);
@@ -36,8 +36,8 @@ TEST_CASE("row-wise softmax, log-softmax, l2-normalise: reference and finite dif
       GNN_CHECK_CLOSE(ys, yd);
       GNN_CHECK_CLOSE(dx, dxd);
     }
-    auto xd = testing::random_values<double>(12, 3);
-    const auto gout = testing::random_values<double>(12, 4);
+    auto xd = random_values<double>(12, 3);
+    const auto gout = random_values<double>(12, 4);
     std::vector<double> y2(12), dx2(12);
     rowwise_forward_ref<double>(y2.data(), xd.data(), 3, 4, op, 1e-12);
     rowwise_backward_ref<double>(dx2.data(), y2.data(), gout.data(), xd.data(), 3, 4, op, 1e-12);
@@ -54,12 +54,11 @@ TEST_CASE("cuda row-wise softmax, log-softmax and l2-normalise match the double 
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
   // the row shapes of device_buffers.h
-  for (auto [R, F] : testing::kRowShapes) {
+  for (auto [R, F] : kRowShapes) {
     CAPTURE(R);
     CAPTURE(F);
     const int64_t n = R * F;
-    const auto a = testing::random_values<float>(size_t(n), 1, -3.0f, 3.0f),
-               dy = testing::random_values<float>(size_t(n), 4);
+    const auto a = random_values<float>(size_t(n), 1, -3.0f, 3.0f), dy = random_values<float>(size_t(n), 4);
     const Tensor ga = on_gpu(a), gdy = on_gpu(dy);
     const std::vector<double> ad(a.begin(), a.end()), dyd(dy.begin(), dy.end());
     for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax, RowOp::kL2Normalize}) {

@@ -16,7 +16,7 @@ using namespace gnn;
 using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
 TEST_CASE("sage: the fused layer equals the composed one (mean gather, concat, GEMM, bias, activation)") {
-  for (const auto& c : testing::standard_graph_cases(5)) {
+  for (const auto& c : standard_graph_cases(5)) {
     CAPTURE(c.name);
     const CsrView v = csr_view(c.graph);
     const int64_t N = c.graph.num_nodes;
@@ -28,10 +28,10 @@ TEST_CASE("sage: the fused layer equals the composed one (mean gather, concat, G
           CAPTURE(O);
           CAPTURE(act_name(act));
           CAPTURE(bias);
-          const auto x = testing::random_values<float>(static_cast<size_t>(N * F), 1);
-          const auto W = testing::random_values<float>(static_cast<size_t>(2 * F * O), 2, -0.5f, 0.5f);
-          const auto b = testing::random_values<float>(static_cast<size_t>(O), 3);
-          const auto dy = testing::random_values<float>(static_cast<size_t>(N * O), 4);
+          const auto x = random_values<float>(static_cast<size_t>(N * F), 1);
+          const auto W = random_values<float>(static_cast<size_t>(2 * F * O), 2, -0.5f, 0.5f);
+          const auto b = random_values<float>(static_cast<size_t>(O), 3);
+          const auto dy = random_values<float>(static_cast<size_t>(N * O), 4);
           const std::vector<double> xd(x.begin(), x.end()), Wd(W.begin(), W.end()), bd(b.begin(), b.end()),
               dyd(dy.begin(), dy.end());
           std::vector<double> yd(static_cast<size_t>(N * O)), zd(static_cast<size_t>(N * O)),
@@ -65,13 +65,13 @@ TEST_CASE("sage: the fused layer equals the composed one (mean gather, concat, G
 }
 
 TEST_CASE("sage: the reference backward matches central finite differences (double)") {
-  const Graph g = testing::random_graph(6, 12, 3);
+  const Graph g = random_graph(6, 12, 3);
   const CsrView v = csr_view(g);
   const int64_t N = 6, F = 3, O = 2;
-  auto x = testing::random_values<double>(static_cast<size_t>(N * F), 1);
-  auto W = testing::random_values<double>(static_cast<size_t>(2 * F * O), 2);
-  auto b = testing::random_values<double>(static_cast<size_t>(O), 3);
-  const auto gout = testing::random_values<double>(static_cast<size_t>(N * O), 4);
+  auto x = random_values<double>(static_cast<size_t>(N * F), 1);
+  auto W = random_values<double>(static_cast<size_t>(2 * F * O), 2);
+  auto b = random_values<double>(static_cast<size_t>(O), 3);
+  const auto gout = random_values<double>(static_cast<size_t>(N * O), 4);
   for (Act act : {Act::kGelu, Act::kTanh, Act::kElu}) {
     CAPTURE(act_name(act));
     auto loss = [&]() {
@@ -86,19 +86,19 @@ TEST_CASE("sage: the reference backward matches central finite differences (doub
     sage_forward_ref<double>(y.data(), z.data(), x.data(), v, W.data(), b.data(), F, O, act, 0.01);
     sage_backward_ref<double>(dx.data(), dW.data(), db.data(), gout.data(), z.data(), x.data(), v, W.data(), F, O, act,
                               0.01);
-    testing::check_gradient(x, dx, loss);
-    testing::check_gradient(W, dW, loss);
-    testing::check_gradient(b, db, loss);
+    check_gradient(x, dx, loss);
+    check_gradient(W, dW, loss);
+    check_gradient(b, db, loss);
   }
 }
 
 TEST_CASE("sage: fused forward and backward are bitwise identical for any thread count") {
-  const Graph g = testing::random_graph(3000, 6000, 8, true);
+  const Graph g = random_graph(3000, 6000, 8, true);
   const CsrView v = csr_view(g);
   const int64_t N = 3000, F = 48, O = 40;
-  const auto x = testing::random_values<float>(static_cast<size_t>(N * F), 1);
-  const auto W = testing::random_values<float>(static_cast<size_t>(2 * F * O), 2);
-  const auto b = testing::random_values<float>(static_cast<size_t>(O), 3);
+  const auto x = random_values<float>(static_cast<size_t>(N * F), 1);
+  const auto W = random_values<float>(static_cast<size_t>(2 * F * O), 2);
+  const auto b = random_values<float>(static_cast<size_t>(O), 3);
   const int saved = num_threads();
   std::vector<float> out[2];
   for (int run = 0; run < 2; ++run) {
@@ -121,10 +121,10 @@ TEST_CASE("cuda fused sage: forward (training and inference) and backward match 
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  for (const auto& c : testing::standard_graph_cases(5)) {
+  for (const auto& c : standard_graph_cases(5)) {
     CAPTURE(c.name);
     const Graph dg = c.graph.to(Device::cuda(0));
-    const CsrView hv = testing::csr_view(c.graph), dv = ag::csr_view(dg);
+    const CsrView hv = csr_view(c.graph), dv = ag::csr_view(dg);
     const int64_t N = c.graph.num_nodes;
     for (auto [F, O] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 8}, {33, 17}, {128, 64}}) {
       for (Act act : {Act::kNone, Act::kRelu, Act::kGelu}) {
@@ -133,10 +133,10 @@ TEST_CASE("cuda fused sage: forward (training and inference) and backward match 
           CAPTURE(O);
           CAPTURE(act_name(act));
           CAPTURE(bias);
-          const auto x = testing::random_values<float>(size_t(N * F), 1);
-          const auto W = testing::random_values<float>(size_t(2 * F * O), 2, -0.5f, 0.5f);
-          const auto b = testing::random_values<float>(size_t(O), 3);
-          const auto dy = testing::random_values<float>(size_t(N * O), 4);
+          const auto x = random_values<float>(size_t(N * F), 1);
+          const auto W = random_values<float>(size_t(2 * F * O), 2, -0.5f, 0.5f);
+          const auto b = random_values<float>(size_t(O), 3);
+          const auto dy = random_values<float>(size_t(N * O), 4);
           const std::vector<double> xd(x.begin(), x.end()), Wd(W.begin(), W.end()), bd(b.begin(), b.end()),
               dyd(dy.begin(), dy.end());
           std::vector<double> yd(size_t(N * O)), zd(size_t(N * O)), dxd(size_t(N * F)), dWd(size_t(2 * F * O)),
@@ -173,7 +173,7 @@ TEST_CASE("cuda fused sage: forward (training and inference) and backward match 
 
 TEST_CASE("cuda ops: fused SAGE (training and inference) matches the host") {
   GNN_SKIP_UNLESS_CUDA();
-  const Graph g = testing::random_graph(300, 2400, 35, true);
+  const Graph g = random_graph(300, 2400, 35, true);
   const Tensor x = rand({300, 24}, 36), W = rand({48, 20}, 37), b = rand({20}, 38);
   for (Act act : {Act::kRelu, Act::kGelu, Act::kNone}) {
     CAPTURE(act_name(act));

@@ -22,13 +22,13 @@ TEST_CASE("segment softmax: hand-worked, reference, finite differences") {
   CHECK(y[1] == doctest::Approx(0.75));
   CHECK(y[2] == 1.0f);
 
-  for (const auto& c : testing::standard_graph_cases(2)) {
+  for (const auto& c : standard_graph_cases(2)) {
     CAPTURE(c.name);
     const int64_t E = c.graph.num_edges, S = c.graph.num_nodes;
     for (int64_t H : {1, 4, 9}) {
       CAPTURE(H);
-      const auto xs = testing::random_values<float>(static_cast<size_t>(E * H), 1, -3.0f, 3.0f);
-      const auto dy = testing::random_values<float>(static_cast<size_t>(E * H), 2);
+      const auto xs = random_values<float>(static_cast<size_t>(E * H), 1, -3.0f, 3.0f);
+      const auto dy = random_values<float>(static_cast<size_t>(E * H), 2);
       std::vector<double> yd(static_cast<size_t>(E * H)), dxd(static_cast<size_t>(E * H));
       segment_softmax_forward_ref<double>(yd.data(), to_double(xs).data(), c.graph.csr_indptr.i32(), S, H);
       segment_softmax_backward_ref<double>(dxd.data(), yd.data(), to_double(dy).data(), c.graph.csr_indptr.i32(), S, H);
@@ -39,9 +39,9 @@ TEST_CASE("segment softmax: hand-worked, reference, finite differences") {
       GNN_CHECK_CLOSE(dx, dxd);
     }
   }
-  const Graph g = testing::random_graph(5, 12, 4);
-  auto xd = testing::random_values<double>(24, 5);
-  const auto gout = testing::random_values<double>(24, 6);
+  const Graph g = random_graph(5, 12, 4);
+  auto xd = random_values<double>(24, 5);
+  const auto gout = random_values<double>(24, 6);
   std::vector<double> yd(24), dxd(24);
   segment_softmax_forward_ref<double>(yd.data(), xd.data(), g.csr_indptr.i32(), 5, 2);
   segment_softmax_backward_ref<double>(dxd.data(), yd.data(), gout.data(), g.csr_indptr.i32(), 5, 2);
@@ -53,13 +53,13 @@ TEST_CASE("segment softmax: hand-worked, reference, finite differences") {
 }
 
 TEST_CASE("GAT scores: reference, finite differences, thread-count determinism") {
-  for (const auto& c : testing::standard_graph_cases(4)) {
+  for (const auto& c : standard_graph_cases(4)) {
     CAPTURE(c.name);
     const CsrView v = csr_view(c.graph);
     const int64_t N = c.graph.num_nodes, E = c.graph.num_edges, H = 3;
-    const auto as = testing::random_values<float>(static_cast<size_t>(N * H), 1),
-               ad = testing::random_values<float>(static_cast<size_t>(N * H), 2);
-    const auto ds = testing::random_values<float>(static_cast<size_t>(E * H), 3);
+    const auto as = random_values<float>(static_cast<size_t>(N * H), 1),
+               ad = random_values<float>(static_cast<size_t>(N * H), 2);
+    const auto ds = random_values<float>(static_cast<size_t>(E * H), 3);
     std::vector<double> sd(static_cast<size_t>(E * H)), dasd(static_cast<size_t>(N * H)),
         dadd(static_cast<size_t>(N * H));
     gat_scores_forward_ref<double>(sd.data(), to_double(as).data(), to_double(ad).data(), v, H, 0.2);
@@ -73,10 +73,10 @@ TEST_CASE("GAT scores: reference, finite differences, thread-count determinism")
     GNN_CHECK_CLOSE(das, dasd, 1e-4, 1e-4);
     GNN_CHECK_CLOSE(dad, dadd, 1e-4, 1e-4);
   }
-  const Graph g = testing::random_graph(6, 14, 7);
+  const Graph g = random_graph(6, 14, 7);
   const CsrView v = csr_view(g);
-  auto as = testing::random_values<double>(12, 1), ad = testing::random_values<double>(12, 2);
-  const auto gout = testing::random_values<double>(28, 3);
+  auto as = random_values<double>(12, 1), ad = random_values<double>(12, 2);
+  const auto gout = random_values<double>(28, 3);
   std::vector<double> das(12), dad(12);
   gat_scores_backward_ref<double>(das.data(), dad.data(), gout.data(), as.data(), ad.data(), v, 2, 0.2);
   auto loss = [&] {
@@ -92,18 +92,17 @@ TEST_CASE("cuda segment softmax and GAT scores match the double reference, hubs 
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  for (const auto& c : testing::standard_graph_cases(5)) {
+  for (const auto& c : standard_graph_cases(5)) {
     CAPTURE(c.name);
     const Graph dg = c.graph.to(Device::cuda(0));
-    const CsrView hv = testing::csr_view(c.graph), dv = ag::csr_view(dg);
+    const CsrView hv = csr_view(c.graph), dv = ag::csr_view(dg);
     const int64_t N = c.graph.num_nodes, E = c.graph.num_edges;
     // 1, 4, 8, 32: the grouped kernels (8 or 32 lanes per row); 3: one warp per (row, head)
     for (int64_t H : {1, 3, 4, 8, 32}) {
       CAPTURE(H);
-      const auto x = testing::random_values<float>(size_t(E * H), 1, -3.0f, 3.0f);
-      const auto dy = testing::random_values<float>(size_t(E * H), 2);
-      const auto as = testing::random_values<float>(size_t(N * H), 3),
-                 ad = testing::random_values<float>(size_t(N * H), 4);
+      const auto x = random_values<float>(size_t(E * H), 1, -3.0f, 3.0f);
+      const auto dy = random_values<float>(size_t(E * H), 2);
+      const auto as = random_values<float>(size_t(N * H), 3), ad = random_values<float>(size_t(N * H), 4);
       const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), asd(as.begin(), as.end()),
           add(ad.begin(), ad.end());
       std::vector<double> yd(size_t(E * H)), dxd(size_t(E * H)), sd(size_t(E * H)), dasd(size_t(N * H)),
@@ -132,7 +131,7 @@ TEST_CASE("cuda segment softmax and GAT scores match the double reference, hubs 
 
 TEST_CASE("cuda ops: GAT scores and the segment softmax match the host") {
   GNN_SKIP_UNLESS_CUDA();
-  const Graph g = testing::random_graph(300, 2400, 31, true);
+  const Graph g = random_graph(300, 2400, 31, true);
   const int64_t H = 4;
   const Tensor as = rand({300, H}, 32), ad = rand({300, H}, 33);
   check_op(

@@ -36,7 +36,7 @@ TEST_CASE("spmm: hand-worked 4-node graph (an isolated node and a self-loop)") {
 }
 
 TEST_CASE("spmm: fast CPU matches the double reference on the standard cases") {
-  for (const auto& c : testing::standard_graph_cases(3)) {
+  for (const auto& c : standard_graph_cases(3)) {
     CAPTURE(c.name);
     const CsrView v = csr_view(c.graph);
     const int64_t N = c.graph.num_nodes, E = c.graph.num_edges;
@@ -44,9 +44,9 @@ TEST_CASE("spmm: fast CPU matches the double reference on the standard cases") {
       if (c.name == "hub_10k" && F > 33) continue;  // keeps the suite fast; the hub's size is in its edges
       CAPTURE(F);
       const int64_t ld = F + (F % 2);  // a row stride wider than F, as for a slice of a wider tensor
-      const auto x = testing::random_values<float>(static_cast<size_t>(N * ld), 1);
-      const auto w = testing::random_values<float>(static_cast<size_t>(E), 2, 0.5f, 2.0f);
-      const auto dy = testing::random_values<float>(static_cast<size_t>(N * ld), 3);
+      const auto x = random_values<float>(static_cast<size_t>(N * ld), 1);
+      const auto w = random_values<float>(static_cast<size_t>(E), 2, 0.5f, 2.0f);
+      const auto dy = random_values<float>(static_cast<size_t>(N * ld), 3);
       const std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), dyd(dy.begin(), dy.end());
       for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
         for (bool weighted : {false, true}) {
@@ -80,12 +80,12 @@ TEST_CASE("spmm: fast CPU matches the double reference on the standard cases") {
 }
 
 TEST_CASE("spmm: the reference backward matches central finite differences (double)") {
-  const Graph g = testing::random_graph(7, 16, 11);
+  const Graph g = random_graph(7, 16, 11);
   const CsrView v = csr_view(g);
   const int64_t N = 7, E = 16, F = 3;
-  auto x = testing::random_values<double>(static_cast<size_t>(N * F), 4);  // distinct values: no ties for max
-  auto w = testing::random_values<double>(static_cast<size_t>(E), 5, 0.5, 1.5);
-  const auto gout = testing::random_values<double>(static_cast<size_t>(N * F), 6);
+  auto x = random_values<double>(static_cast<size_t>(N * F), 4);  // distinct values: no ties for max
+  auto w = random_values<double>(static_cast<size_t>(E), 5, 0.5, 1.5);
+  const auto gout = random_values<double>(static_cast<size_t>(N * F), 6);
   for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
     CAPTURE(reduce_name(op));
     auto loss = [&](const std::vector<double>& xs, const std::vector<double>& ws) {
@@ -101,17 +101,17 @@ TEST_CASE("spmm: the reference backward matches central finite differences (doub
     spmm_forward_ref<double>(y.data(), arg.data(), x.data(), w.data(), v, F, F, F, op);
     spmm_backward_x_ref<double>(dx.data(), gout.data(), arg.data(), w.data(), v, F, F, F, op);
     spmm_backward_w_ref<double>(dw.data(), gout.data(), x.data(), arg.data(), v, F, F, F, op);
-    testing::check_gradient(x, dx, [&] { return loss(x, w); });
-    testing::check_gradient(w, dw, [&] { return loss(x, w); });
+    check_gradient(x, dx, [&] { return loss(x, w); });
+    check_gradient(w, dw, [&] { return loss(x, w); });
   }
 }
 
 TEST_CASE("spmm: forward and backward are bitwise identical for any thread count") {
-  const Graph g = testing::random_graph(5000, 20000, 9, true);
+  const Graph g = random_graph(5000, 20000, 9, true);
   const CsrView v = csr_view(g);
   const int64_t F = 40;
-  const auto x = testing::random_values<float>(static_cast<size_t>(5000 * F), 1);
-  const auto w = testing::random_values<float>(20000, 2);
+  const auto x = random_values<float>(static_cast<size_t>(5000 * F), 1);
+  const auto w = random_values<float>(20000, 2);
   const int saved = num_threads();
   std::vector<float> out[2];
   for (int run = 0; run < 2; ++run) {
@@ -132,10 +132,10 @@ TEST_CASE("cuda spmm: forward and both backwards match the double reference on t
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
   const Stream s = cuda_stream(0);
-  for (const auto& c : testing::standard_graph_cases(3)) {
+  for (const auto& c : standard_graph_cases(3)) {
     CAPTURE(c.name);
     const Graph dg = c.graph.to(Device::cuda(0));
-    const CsrView hv = testing::csr_view(c.graph), dv = ag::csr_view(dg);
+    const CsrView hv = csr_view(c.graph), dv = ag::csr_view(dg);
     const int64_t N = c.graph.num_nodes, E = c.graph.num_edges;
     // A row's float sum of d products carries rounding of about sqrt(d) ulps of its partial sums: the
     // hub rows (10^4 entries) need a wider absolute tolerance than the default 1e-5.
@@ -147,10 +147,10 @@ TEST_CASE("cuda spmm: forward and both backwards match the double reference on t
       if (F == 2048 && c.name != "power_law_1000" && c.name != "random_65" && c.name != "hub_10k") continue;
       CAPTURE(F);
       const int64_t ld = F + (F % 2);  // odd F: a row stride wider than F, which takes the scalar path
-      const auto x = testing::random_values<float>(size_t(N * ld), 1);
-      const auto w = testing::random_values<float>(size_t(E), 2, 0.5f, 2.0f);
-      const auto dy = testing::random_values<float>(size_t(N * ld), 3);
-      const auto dx0 = testing::random_values<float>(size_t(N * ld), 4);
+      const auto x = random_values<float>(size_t(N * ld), 1);
+      const auto w = random_values<float>(size_t(E), 2, 0.5f, 2.0f);
+      const auto dy = random_values<float>(size_t(N * ld), 3);
+      const auto dx0 = random_values<float>(size_t(N * ld), 4);
       const std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), dyd(dy.begin(), dy.end());
       const Tensor gx = on_gpu(x), gw = on_gpu(w), gdy = on_gpu(dy);
       for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
@@ -208,7 +208,7 @@ TEST_CASE("cuda ops: spmm with per-head weights [E, H] (GAT's aggregation) match
   GNN_SKIP_UNLESS_CUDA();
   // sum and mean run every head in one launch on the GPU (4 columns a vector when a head's width allows),
   // max one launch per head; the hub's 10k entries take the split-row path
-  for (const testing::GraphCase& c : testing::standard_graph_cases(61)) {
+  for (const GraphCase& c : standard_graph_cases(61)) {
     CAPTURE(c.name);
     const int64_t N = c.graph.num_nodes, E = c.graph.num_edges;
     if (N == 0) continue;  // run_op keeps a graph of no nodes on the host
