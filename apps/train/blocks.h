@@ -141,6 +141,12 @@ inline ag::Var batch_dropout(const Batch& b, const ag::Var& x, double p, bool tr
   return ag::dropout(x, p, rng, training);
 }
 
+// Dropout on config-batched rows x [N, C*F] with one mask per (node, channel), the same for the C
+// configs. The ranking losses compare the configs of a graph; a mask drawn per config (plain dropout on
+// x) makes them differ by its noise on every node, while the config itself changes a few percent of the
+// nodes, so the pairwise differences the loss sees are mostly the masks' (recipe_layout_sage_6th.cpp).
+ag::Var config_shared_dropout(const Batch& b, const ag::Var& x, int64_t C, double p, bool training, uint64_t salt);
+
 // The graph of each (graph, config) row: i32 [G*C] = 0,..,0 (C times), 1, ...
 Tensor config_graph(const Batch& b);
 // Graph-level rows [G, D] repeated for each config: [G*C, D].

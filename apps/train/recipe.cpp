@@ -226,6 +226,12 @@ HParamSpec share_hp() {
                    "config sharing: compute rows no config reaches once (on) or per config (off); same results");
 }
 
+HParamSpec dropout_mask_hp(const char* def) {
+  return choice_hp("dropout-mask", def, "shared|config",
+                   "shared: one dropout mask per node and channel for all the configs of a graph | config: a mask "
+                   "per config");
+}
+
 HParamSpec segment_backward_hp() {
   return choice_hp("segment-backward", "rows", "rows|mask",
                    "with --segment: rows (the tape holds the segment and its neighbours alone) | mask (forward and "

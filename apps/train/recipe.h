@@ -116,6 +116,10 @@ struct Recipe {
 std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, std::string>& defaults = {});
 // --share on|off (default on) for a recipe with a config-shared path (nn/config_share.h).
 HParamSpec share_hp();
+// --dropout-mask shared|config (default `def`) for a layout recipe whose dropout acts on config-batched
+// rows: one mask per node and channel for every config of a graph, or one per config
+// (config_shared_dropout in blocks.h says why the shared one suits ranking losses).
+HParamSpec dropout_mask_hp(const char* def);
 // --segment-backward rows|mask (default rows) for a recipe whose segment training can tape the
 // segment's rows alone (apps/train/segment_pass.h).
 HParamSpec segment_backward_hp();

@@ -10,9 +10,9 @@
 // "norm" as in layout-sage-6th: instance norm without affine parameters, over the nodes per config in
 // the graph part, over the configs of the slate in the late part.
 //
-// Departures: those of layout-sage-6th, and one more. The original computes its fourth layer from the
-// second layer's output (x3 = gconv[3](x1)), which reads as a slip in a chain written out by hand; here
-// each layer takes the previous one's output.
+// Departures: those of layout-sage-6th (the dropout mask shared by a graph's configs among them), and
+// one more. The original computes its fourth layer from the second layer's output (x3 = gconv[3](x1)),
+// which reads as a slip in a chain written out by hand; here each layer takes the previous one's output.
 #include <vector>
 
 #include "apps/train/blocks.h"
@@ -41,6 +41,7 @@ class LayoutGin6th : public RankModel {
   LayoutGin6th(const HParams& h, const ModelDims& d, Rng& rng)
       : hidden_(h.integer("hidden")),
         dropout_(h.num("dropout")),
+        shared_mask_(h.str("dropout-mask") == "shared"),
         emb_(kOpcodes, h.integer("op-embed"), rng),
         early_(h.integer("op-embed") + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
         head_(hidden_, rng) {
@@ -56,7 +57,9 @@ class LayoutGin6th : public RankModel {
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
-    x = segment(b, batch_dropout(b, early_.forward(x, C, b.graph_ptr), dropout_, training(), 1));
+    x = early_.forward(x, C, b.graph_ptr);
+    x = segment(b, shared_mask_ ? config_shared_dropout(b, x, C, dropout_, training(), 1)
+                                : batch_dropout(b, x, dropout_, training(), 1));
     ag::Var pooled;
     for (const auto& l : layers_) {
       x = segment(b, l->forward(b, x, C));
@@ -69,6 +72,7 @@ class LayoutGin6th : public RankModel {
  private:
   int64_t hidden_;
   double dropout_;
+  bool shared_mask_;
   nn::Embedding emb_;
   LinearNormAct early_;
   std::vector<std::unique_ptr<ConsumerGin>> layers_;

@@ -28,6 +28,13 @@
 // - The late norm makes a config's score depend on the configs scored beside it, as in the original;
 //   eval and predict score a graph's configs in near-equal chunks of at most --eval-chunk (100, its
 //   validation slate).
+// - Its dropout draws a mask per config ([C, N, F] through nn.Dropout); ours by default draws one mask
+//   per node and channel for all the configs of a graph (--dropout-mask shared; `config` is the
+//   original's). The pairwise loss compares configs of one graph: per-config masks make every node's
+//   rows differ between two configs, while the config itself changes the rows of the few configurable
+//   nodes and their consumers, so most of the difference the loss sees is the masks' noise. Measured
+//   on 60 generated programs (docs/benchmarks.md): the shared mask, like no dropout at all, learns
+//   where per-config masks stall near tau 0.
 // - No config sharing (nn/config_share.h): the first norm mixes every node into each config's
 //   statistics, so every row depends on the config from the first layer on.
 #include <vector>
@@ -42,6 +49,7 @@ class LayoutSage6th : public RankModel {
   LayoutSage6th(const HParams& h, const ModelDims& d, Rng& rng)
       : hidden_(h.integer("hidden")),
         dropout_(h.num("dropout")),
+        shared_mask_(h.str("dropout-mask") == "shared"),
         emb_(kOpcodes, h.integer("op-embed"), rng),
         early1_(h.integer("op-embed") + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
         early2_(hidden_, hidden_, rng, Act::kGelu),
@@ -60,7 +68,8 @@ class LayoutSage6th : public RankModel {
     const int64_t C = b.configs;
     ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
     x = early1_.forward(x, C, b.graph_ptr);
-    x = batch_dropout(b, x, dropout_, training(), 1);
+    x = shared_mask_ ? config_shared_dropout(b, x, C, dropout_, training(), 1)
+                     : batch_dropout(b, x, dropout_, training(), 1);
     x = segment(b, early2_.forward(x, C, b.graph_ptr));
     for (const auto& l : layers_) x = segment(b, ag::gelu(node_norm(b, ag::add(l->forward(b, x, C), x))));
     const ag::Var pooled = ag::add(ag::pool(x, b.graph_ptr, Reduce::kMean), ag::pool(x, b.graph_ptr, Reduce::kMax));
@@ -70,6 +79,7 @@ class LayoutSage6th : public RankModel {
  private:
   int64_t hidden_;
   double dropout_;
+  bool shared_mask_;
   nn::Embedding emb_;
   LinearNormAct early1_, early2_;
   std::vector<std::unique_ptr<ConsumerSage>> layers_;
@@ -94,6 +104,7 @@ std::vector<HParamSpec> hparams_6th(const char* hidden, const char* op_embed) {
   h.push_back(integer_hp("hidden", hidden, 2, 65536, "width of every layer (the last hidden layer has half)"));
   h.push_back(integer_hp("layers", "4", 1, 64, "graph layers"));
   h.push_back(number_hp("dropout", "0.2", 0, 0.95, "dropout after the first early layer (training only)"));
+  h.push_back(dropout_mask_hp("shared"));
   return h;
 }
 

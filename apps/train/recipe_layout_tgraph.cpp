@@ -136,6 +136,7 @@ class LayoutTgraph : public RankModel {
       : hidden_(h.integer("hidden")),
         config_embed_(h.integer("config-embed")),
         dropout_(h.num("dropout")),
+        shared_mask_(h.str("dropout-mask") == "shared"),
         cross_(h.str("cross-attn") == "on"),
         op_emb_(kOpcodes, h.integer("op-embed"), rng),
         config_emb_(kConfigValues, config_embed_, rng),
@@ -169,14 +170,19 @@ class LayoutTgraph : public RankModel {
     x = segment(b, in1_.forward(b, axis, x, C));
     x = segment(b, in2_.forward(b, axis, x, C));
     uint64_t salt = 1;
-    for (const auto& block : blocks_)
-      x = segment(b, batch_dropout(b, block->forward(b, axis, x, C), dropout_, training(), salt++));
+    for (const auto& block : blocks_) {
+      x = block->forward(b, axis, x, C);
+      x = segment(b, shared_mask_ ? config_shared_dropout(b, x, C, dropout_, training(), salt)
+                                  : batch_dropout(b, x, dropout_, training(), salt));
+      salt += 1;
+    }
     return out_.forward(per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C));  // [G*C, 1]
   }
 
  private:
   int64_t hidden_, config_embed_;
   double dropout_;
+  bool shared_mask_;
   bool cross_;
   nn::Embedding op_emb_, config_emb_;
   InputBlock in1_, in2_;
@@ -214,6 +220,7 @@ Recipe layout_tgraph_recipe() {
   r.hparams.push_back(integer_hp("op-embed", "16", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("config-embed", "4", 1, 1024, "embedding width of each layout config value"));
   r.hparams.push_back(number_hp("dropout", "0.2", 0, 0.95, "dropout after each SAGE block (training only)"));
+  r.hparams.push_back(dropout_mask_hp("config"));
   r.hparams.push_back(choice_hp("cross-attn", "on", "on|off",
                                 "cross-config attention in every block (the original: on for the default "
                                 "collections, off for random)"));

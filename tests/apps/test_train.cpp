@@ -496,6 +496,44 @@ TEST_CASE("train: edge dropout drops each edge with its probability, both direct
   CHECK_THROWS_WITH_AS(built.drop_edges(1.0, 1), doctest::Contains("[0, 1)"), Error);
 }
 
+TEST_CASE("train: a config-shared dropout mask drops the same nodes and channels in every config") {
+  const int64_t N = 60, C = 4, F = 8;
+  const double p = 0.25;
+  Batch b;
+  b.noise_seed = 11;
+  Tensor xv = Tensor::empty(Shape{N, C * F}, DType::F32);
+  for (int64_t i = 0; i < xv.numel(); ++i) xv.f32()[i] = 0.5f + 0.1f * float(i % 7);  // none zero
+  const ag::Var x(xv, true);
+  auto mask_of = [&](const ag::Var& y) {  // y / x per element
+    const Tensor yv = y.value(), xv = x.value();
+    std::vector<double> m(size_t(N * C * F));
+    for (int64_t i = 0; i < N * C * F; ++i) m[size_t(i)] = double(yv.f32()[i]) / double(xv.f32()[i]);
+    return m;
+  };
+  const ag::Var y = config_shared_dropout(b, x, C, p, true, 1);
+  const std::vector<double> m = mask_of(y);
+  int64_t dropped = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t f = 0; f < F; ++f) {
+      const double first = m[size_t(n * C * F + f)];
+      CHECK((std::abs(first) < 1e-6 || std::abs(first - 1 / (1 - p)) < 1e-5));
+      dropped += std::abs(first) < 1e-6 ? 1 : 0;
+      for (int64_t c = 1; c < C; ++c) CHECK(std::abs(m[size_t(n * C * F + c * F + f)] - first) < 1e-5);
+    }
+  // About p of the N*F (node, channel) pairs dropped (binomial sd sqrt(N F p (1 - p))).
+  CHECK(std::abs(double(dropped) - p * double(N * F)) < 4 * std::sqrt(double(N * F) * p * (1 - p)));
+  // The gradient passes where the mask keeps, scaled as the forward.
+  ag::backward(ag::sum(y));
+  const Tensor dx = x.grad().to(Device::cpu());
+  for (int64_t i = 0; i < N * C * F; ++i) CHECK(std::abs(double(dx.f32()[i]) - m[size_t(i)]) < 1e-5);
+  // The batch's seed and the site's salt draw the mask; evaluation and p = 0 leave x alone.
+  CHECK(mask_of(config_shared_dropout(b, x, C, p, true, 1)) == m);
+  CHECK(mask_of(config_shared_dropout(b, x, C, p, true, 2)) != m);
+  CHECK(config_shared_dropout(b, x, C, p, false, 1).value().data() == x.value().data());
+  CHECK(config_shared_dropout(b, x, C, 0, true, 1).value().data() == x.value().data());
+  CHECK_THROWS_WITH_AS(config_shared_dropout(b, x, 3, p, true, 1), doctest::Contains("not 3 configs"), Error);
+}
+
 TEST_CASE("train: batches share structure and hold the right targets, segments cut gradients outside them") {
   const auto files = kind_files(dataset(), "layout", "train");
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
