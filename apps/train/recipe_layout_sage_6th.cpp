@@ -34,8 +34,9 @@
 //   rows differ between two configs, while the config itself changes the rows of the few configurable
 //   nodes and their consumers, so most of the difference the loss sees is the masks' noise. Measured
 //   on 60 generated programs (docs/benchmarks.md): the shared mask, like no dropout at all, learns
-//   where per-config masks stall near tau 0 (test tau 0.199 against 0.091, GIN 0.225 against 0.148);
-//   on the demo's 16 small programs it is no better (SAGE 0.225 against 0.216, GIN 0.192 against 0.235).
+//   where with per-config masks some seeds stall near tau 0 (test tau 0.199 against 0.091; GIN 0.225
+//   against 0.148); on the demo's 16 small programs it is no better (SAGE 0.225 against 0.216, GIN
+//   0.192 against 0.235). A run from before the flag resumes with `config` (run_state.cpp).
 // - No config sharing (nn/config_share.h): the first norm mixes every node into each config's
 //   statistics, so every row depends on the config from the first layer on.
 #include <vector>

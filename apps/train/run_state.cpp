@@ -28,8 +28,14 @@ Meta read_meta(const std::string& path) {
             kCheckpointFormat);
   m.recipe = &find_recipe(tensor_text(m.arrays, "meta/recipe", path));
   m.hparams = HParams::from_json(tensor_text(m.arrays, "meta/hparams", path), path + ": meta/hparams");
-  // A checkpoint written before a hyper-parameter existed (--share) runs with that one's default.
-  for (const auto& [name, value] : m.recipe->defaults().values) m.hparams.values.emplace(name, value);
+  // A checkpoint written before a hyper-parameter existed runs with the value that matches what it ran
+  // (--dropout-mask: a mask per config, as every recipe drew before the flag), else the recipe's default
+  // (--share, which changes nothing of the results).
+  static const std::map<std::string, std::string> kBeforeTheFlag = {{"dropout-mask", "config"}};
+  for (const auto& [name, value] : m.recipe->defaults().values) {
+    const auto before = kBeforeTheFlag.find(name);
+    m.hparams.values.emplace(name, before == kBeforeTheFlag.end() ? value : before->second);
+  }
   m.prep = Preprocessing::load(m.arrays, path);
   return m;
 }

@@ -343,9 +343,9 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
   int64_t cb = tp_.configs;
   for (int64_t k = lo; k < hi; ++k) cb = std::min(cb, config_counts_[size_t(order[size_t(k)])]);
   std::vector<Batch> micro;
-  const int parts = int(tp_.accumulate);  // (its spec caps it at 2^20)
-  for (int a = 0; a < parts; ++a) {
-    const dist::Range part = dist::shard(mine.size(), a, parts);
+  const int micro_batches = int(tp_.accumulate);  // (its spec caps it at 2^20)
+  for (int a = 0; a < micro_batches; ++a) {
+    const dist::Range part = dist::shard(mine.size(), a, micro_batches);
     if (part.size() == 0) continue;
     std::vector<std::shared_ptr<const ModelGraph>> held;
     std::vector<const ModelGraph*> graphs;

@@ -10,8 +10,10 @@
 #include <set>
 #include <tuple>
 
+#include "apps/checkpoint.h"
 #include "apps/scoring.h"
 #include "apps/train/blocks.h"
+#include "apps/train/run_state.h"
 #include "apps/train/segment_pass.h"
 #include "apps/train/trainer.h"
 #include "io/json.h"
@@ -527,8 +529,12 @@ TEST_CASE("train: a config-shared dropout mask drops the same nodes and channels
   const Tensor dx = x.grad().to(Device::cpu());
   for (int64_t i = 0; i < N * C * F; ++i) CHECK(std::abs(double(dx.f32()[i]) - m[size_t(i)]) < 1e-5);
   // The batch's seed and the site's salt draw the mask; evaluation and p = 0 leave x alone.
+  ag::NoGrad no_tape;
+  Batch other = b;
+  other.noise_seed = 12;
   CHECK(mask_of(config_shared_dropout(b, x, C, p, true, 1)) == m);
   CHECK(mask_of(config_shared_dropout(b, x, C, p, true, 2)) != m);
+  CHECK(mask_of(config_shared_dropout(other, x, C, p, true, 1)) != m);
   CHECK(config_shared_dropout(b, x, C, p, false, 1).value().data() == x.value().data());
   CHECK(config_shared_dropout(b, x, C, 0, true, 1).value().data() == x.value().data());
   CHECK_THROWS_WITH_AS(config_shared_dropout(b, x, 3, p, true, 1), doctest::Contains("not 3 configs"), Error);
@@ -1022,6 +1028,27 @@ TEST_CASE("train: the 6th place recipes train on their downstream region and res
     const TpuGraph raw = load_tpugraph(files[0].path);
     CHECK(pruned.num_nodes() == prune_to_configurable(raw, 5, nullptr, HopDirection::kConsumers).num_nodes());
     CHECK(pruned.num_nodes() < raw.num_nodes());
+    // A checkpoint from before --dropout-mask drew a mask per config: it resumes with that, not the
+    // new default.
+    CHECK(read_meta(a + "/model.npz").hparams.str("dropout-mask") == "shared");
+    std::vector<std::pair<std::string, Tensor>> older;
+    for (auto& [k, v] : NpzReader(a + "/model.npz").load_all()) {
+      if (k != "meta/hparams") {
+        older.emplace_back(k, v);
+        continue;
+      }
+      std::string json = tensor_text({{k, v}}, k, a);
+      const size_t at = json.find("\"dropout-mask\"");
+      REQUIRE(at != std::string::npos);
+      const size_t end = json.find_first_of(",}", json.find(':', at) + 1);
+      if (json[end] == ',') json.erase(at, end - at + 1);
+      else json.erase(at - 1, end - at + 1);  // the last key: its leading comma goes
+      older.emplace_back(k, text_tensor(json));
+    }
+    save_npz(a + "/model.npz", older);
+    CHECK(read_meta(a + "/model.npz").hparams.str("dropout-mask") == "config");
+    r = run_gnn("train --resume --out " + a + " --epochs 4 --dropout-mask config");
+    CHECK_MESSAGE(r.exit_code == 0, r.err);
   }
 }
 
