@@ -146,6 +146,16 @@ inline ag::Var batch_dropout(const Batch& b, const ag::Var& x, double p, bool tr
 // x) makes them differ by its noise on every node, while the config itself changes a few percent of the
 // nodes, so the pairwise differences the loss sees are mostly the masks' (recipe_layout_sage_6th.cpp).
 ag::Var config_shared_dropout(const Batch& b, const ag::Var& x, int64_t C, double p, bool training, uint64_t salt);
+// A layout recipe's dropout on config-batched rows, as its "dropout" and "dropout-mask" hyper-parameters
+// say (dropout_mask_hp): one mask for all the configs of a graph, or one per config.
+struct ConfigDropout {
+  explicit ConfigDropout(const HParams& h) : p(h.num("dropout")), shared(h.str("dropout-mask") == "shared") {}
+  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C, bool training, uint64_t salt) const {
+    return shared ? config_shared_dropout(b, x, C, p, training, salt) : batch_dropout(b, x, p, training, salt);
+  }
+  double p;
+  bool shared;
+};
 
 // The graph of each (graph, config) row: i32 [G*C] = 0,..,0 (C times), 1, ...
 Tensor config_graph(const Batch& b);

@@ -40,8 +40,7 @@ class LayoutGin6th : public RankModel {
  public:
   LayoutGin6th(const HParams& h, const ModelDims& d, Rng& rng)
       : hidden_(h.integer("hidden")),
-        dropout_(h.num("dropout")),
-        shared_mask_(h.str("dropout-mask") == "shared"),
+        dropout_(h),
         emb_(kOpcodes, h.integer("op-embed"), rng),
         early_(h.integer("op-embed") + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
         head_(hidden_, rng) {
@@ -58,8 +57,7 @@ class LayoutGin6th : public RankModel {
     const int64_t C = b.configs;
     ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
     x = early_.forward(x, C, b.graph_ptr);
-    x = segment(b, shared_mask_ ? config_shared_dropout(b, x, C, dropout_, training(), 1)
-                                : batch_dropout(b, x, dropout_, training(), 1));
+    x = segment(b, dropout_.forward(b, x, C, training(), 1));
     ag::Var pooled;
     for (const auto& l : layers_) {
       x = segment(b, l->forward(b, x, C));
@@ -71,8 +69,7 @@ class LayoutGin6th : public RankModel {
 
  private:
   int64_t hidden_;
-  double dropout_;
-  bool shared_mask_;
+  ConfigDropout dropout_;
   nn::Embedding emb_;
   LinearNormAct early_;
   std::vector<std::unique_ptr<ConsumerGin>> layers_;

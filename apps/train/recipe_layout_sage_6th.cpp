@@ -50,8 +50,7 @@ class LayoutSage6th : public RankModel {
  public:
   LayoutSage6th(const HParams& h, const ModelDims& d, Rng& rng)
       : hidden_(h.integer("hidden")),
-        dropout_(h.num("dropout")),
-        shared_mask_(h.str("dropout-mask") == "shared"),
+        dropout_(h),
         emb_(kOpcodes, h.integer("op-embed"), rng),
         early1_(h.integer("op-embed") + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
         early2_(hidden_, hidden_, rng, Act::kGelu),
@@ -70,8 +69,7 @@ class LayoutSage6th : public RankModel {
     const int64_t C = b.configs;
     ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
     x = early1_.forward(x, C, b.graph_ptr);
-    x = shared_mask_ ? config_shared_dropout(b, x, C, dropout_, training(), 1)
-                     : batch_dropout(b, x, dropout_, training(), 1);
+    x = dropout_.forward(b, x, C, training(), 1);
     x = segment(b, early2_.forward(x, C, b.graph_ptr));
     for (const auto& l : layers_) x = segment(b, ag::gelu(node_norm(b, ag::add(l->forward(b, x, C), x))));
     const ag::Var pooled = ag::add(ag::pool(x, b.graph_ptr, Reduce::kMean), ag::pool(x, b.graph_ptr, Reduce::kMax));
@@ -80,8 +78,7 @@ class LayoutSage6th : public RankModel {
 
  private:
   int64_t hidden_;
-  double dropout_;
-  bool shared_mask_;
+  ConfigDropout dropout_;
   nn::Embedding emb_;
   LinearNormAct early1_, early2_;
   std::vector<std::unique_ptr<ConsumerSage>> layers_;

@@ -135,8 +135,7 @@ class LayoutTgraph : public RankModel {
   LayoutTgraph(const HParams& h, const ModelDims& d, Rng& rng)
       : hidden_(h.integer("hidden")),
         config_embed_(h.integer("config-embed")),
-        dropout_(h.num("dropout")),
-        shared_mask_(h.str("dropout-mask") == "shared"),
+        dropout_(h),
         cross_(h.str("cross-attn") == "on"),
         op_emb_(kOpcodes, h.integer("op-embed"), rng),
         config_emb_(kConfigValues, config_embed_, rng),
@@ -172,8 +171,7 @@ class LayoutTgraph : public RankModel {
     uint64_t salt = 1;
     for (const auto& block : blocks_) {
       x = block->forward(b, axis, x, C);
-      x = segment(b, shared_mask_ ? config_shared_dropout(b, x, C, dropout_, training(), salt)
-                                  : batch_dropout(b, x, dropout_, training(), salt));
+      x = segment(b, dropout_.forward(b, x, C, training(), salt));
       salt += 1;
     }
     return out_.forward(per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C));  // [G*C, 1]
@@ -181,8 +179,7 @@ class LayoutTgraph : public RankModel {
 
  private:
   int64_t hidden_, config_embed_;
-  double dropout_;
-  bool shared_mask_;
+  ConfigDropout dropout_;
   bool cross_;
   nn::Embedding op_emb_, config_emb_;
   InputBlock in1_, in2_;
