@@ -1,7 +1,12 @@
-// tile-mlp: the official tile MLP baseline (tpu_graphs, "MLP on pooled features"; TPUGRAPHS.md
-// section 5 reports 1 - slowdown@5 = 0.29 on the real validation split). No message passing: the
-// mean and max of [opcode embedding | node features] over the kernel, joined with each config's
-// features, into an MLP.
+// tile-mlp: the official tile MLP baseline (tpu_graphs, tpu_graphs/baselines/tiles/models.py, class MLP;
+// TPUGRAPHS.md section 5 reports 1 - slowdown@5 = 0.29 on the real validation split). No message
+// passing: [opcode embedding (32) | node features] pooled over the kernel, joined with each config's
+// features, into an MLP [64, 64, 1] with leaky ReLU.
+//
+// --pool sum is the original's readout (its `reduction` default): the sum over the kernel's nodes, so the
+// pooled input grows with the kernel's size. --pool mean-max (mean and max side by side) is a stronger
+// variant that this recipe used as its only readout until 2026-11-26; a checkpoint from before the flag
+// resumes with it.
 #include "apps/train/blocks.h"
 
 namespace gnn::train {
@@ -10,8 +15,9 @@ namespace {
 class TileMlp : public RankModel {
  public:
   TileMlp(const HParams& h, const ModelDims& d, Rng& rng)
-      : emb_(kOpcodes, h.integer("op-embed"), rng),
-        mlp_({2 * (h.integer("op-embed") + d.node_features) + d.config_features, h.integer("hidden"),
+      : sum_(h.str("pool") == "sum"),
+        emb_(kOpcodes, h.integer("op-embed"), rng),
+        mlp_({(sum_ ? 1 : 2) * (h.integer("op-embed") + d.node_features) + d.config_features, h.integer("hidden"),
               h.integer("hidden"), 1},
              Act::kLeakyRelu, rng) {
     add_child("op_embedding", &emb_);
@@ -20,11 +26,13 @@ class TileMlp : public RankModel {
   ag::Var forward(const Batch& b) override {
     const ag::Var h = node_input(emb_, b);
     const ag::Var pooled =
-        ag::concat_cols({ag::pool(h, b.graph_ptr, Reduce::kMean), ag::pool(h, b.graph_ptr, Reduce::kMax)});
+        sum_ ? ag::pool(h, b.graph_ptr, Reduce::kSum)
+             : ag::concat_cols({ag::pool(h, b.graph_ptr, Reduce::kMean), ag::pool(h, b.graph_ptr, Reduce::kMax)});
     return mlp_.forward(ag::concat_cols({repeat_configs(b, pooled), ag::Var(b.config_feat)}));
   }
 
  private:
+  bool sum_;
   nn::Embedding emb_;
   nn::MLP mlp_;
 };
@@ -35,11 +43,15 @@ Recipe tile_mlp_recipe() {
   Recipe r;
   r.name = "tile-mlp";
   r.kind = "tile";
-  r.summary = "official tile MLP baseline: pooled node features + config features -> MLP [64,64,1] (tpu_graphs)";
+  r.summary =
+      "official tile MLP baseline: node features summed over the kernel + config features -> MLP [64,64,1] "
+      "(tpu_graphs)";
   r.hparams =
       common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"}, {"configs", "10"}});
-  r.hparams.push_back(integer_hp("op-embed", "64", 1, 4096, "opcode embedding width"));
+  r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
   r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "MLP width"));
+  r.hparams.push_back(choice_hp("pool", "sum", "sum|mean-max",
+                                "readout over the kernel's nodes: sum (the original's) or mean and max side by side"));
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<TileMlp>(h, d, rng);
   };

@@ -29,9 +29,10 @@ Meta read_meta(const std::string& path) {
   m.recipe = &find_recipe(tensor_text(m.arrays, "meta/recipe", path));
   m.hparams = HParams::from_json(tensor_text(m.arrays, "meta/hparams", path), path + ": meta/hparams");
   // A checkpoint written before a hyper-parameter existed runs with the value that matches what it ran
-  // (--dropout-mask: a mask per config, as every recipe drew before the flag), else the recipe's default
-  // (--share, which changes nothing of the results).
-  static const std::map<std::string, std::string> kBeforeTheFlag = {{"dropout-mask", "config"}};
+  // (--dropout-mask: a mask per config, as every recipe drew before the flag; tile-mlp's --pool: mean and
+  // max, its only readout before the flag), else the recipe's default (--share, which changes nothing of
+  // the results).
+  static const std::map<std::string, std::string> kBeforeTheFlag = {{"dropout-mask", "config"}, {"pool", "mean-max"}};
   for (const auto& [name, value] : m.recipe->defaults().values) {
     const auto before = kBeforeTheFlag.find(name);
     m.hparams.values.emplace(name, before == kBeforeTheFlag.end() ? value : before->second);

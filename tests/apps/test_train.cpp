@@ -1000,6 +1000,54 @@ TEST_CASE("train: --swa averages the last K epochs' weights into swa.npz, scored
         doctest::Approx(Json::parse(lines[3])["swa_valid_score"].as_number()).epsilon(1e-5));  // printed to 6 digits
 }
 
+namespace {
+// Rewrites a checkpoint as one written before hyper-parameter `name` existed: its key leaves meta/hparams.
+void drop_hparam(const std::string& checkpoint, const std::string& name) {
+  std::vector<std::pair<std::string, Tensor>> older;
+  for (auto& [k, v] : NpzReader(checkpoint).load_all()) {
+    if (k != "meta/hparams") {
+      older.emplace_back(k, v);
+      continue;
+    }
+    std::string json = tensor_text({{k, v}}, k, checkpoint);
+    const size_t at = json.find("\"" + name + "\"");
+    REQUIRE(at != std::string::npos);
+    const size_t end = json.find_first_of(",}", json.find(':', at) + 1);
+    if (json[end] == ',') json.erase(at, end - at + 1);
+    else json.erase(at - 1, end - at + 1);  // the last key: its leading comma goes
+    older.emplace_back(k, text_tensor(json));
+  }
+  save_npz(checkpoint, older);
+}
+}  // namespace
+
+TEST_CASE("train: tile-mlp sums over the kernel as the original; a run from before --pool keeps mean and max") {
+  TempDir t;
+  const std::string base = "train --model tile-mlp --data " + dataset() + " --batch-graphs 2 --out ";
+  auto r = run_gnn(base + t.file("sum") + " --epochs 1");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const Meta sum = read_meta(t.file("sum") + "/model.npz");
+  CHECK(sum.hparams.str("pool") == "sum");
+  CHECK(sum.hparams.integer("op-embed") == 32);
+  // The first layer (64 wide) reads [pooled opcode embedding | pooled node features | config features]:
+  // the mean-max readout doubles the pooled part.
+  const auto first_layer = [](const std::string& run) {
+    for (const auto& [k, v] : checkpoint_weights(run + "/model.npz"))
+      if (k.find("mlp") != std::string::npos && k.find("weight") != std::string::npos) return v.numel() / 64;
+    return int64_t(-1);
+  };
+  const std::string old = t.file("mean_max");
+  r = run_gnn(base + old + " --epochs 1 --pool mean-max --op-embed 64");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const int64_t pooled = 32 + dims_of(sum.prep).node_features;
+  CHECK(first_layer(t.file("sum")) == pooled + dims_of(sum.prep).config_features);
+  CHECK(first_layer(old) == 2 * (pooled + 32) + dims_of(sum.prep).config_features);
+  drop_hparam(old + "/model.npz", "pool");
+  CHECK(read_meta(old + "/model.npz").hparams.str("pool") == "mean-max");
+  r = run_gnn("train --resume --out " + old + " --epochs 2");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+}
+
 TEST_CASE("train: the 6th place recipes train on their downstream region and resume their dropout bit for bit") {
   TempDir t;
   for (const char* model : {"layout-sage-6th", "layout-gin-6th"}) {
@@ -1031,21 +1079,7 @@ TEST_CASE("train: the 6th place recipes train on their downstream region and res
     // A checkpoint from before --dropout-mask drew a mask per config: it resumes with that, not the
     // new default.
     CHECK(read_meta(a + "/model.npz").hparams.str("dropout-mask") == "shared");
-    std::vector<std::pair<std::string, Tensor>> older;
-    for (auto& [k, v] : NpzReader(a + "/model.npz").load_all()) {
-      if (k != "meta/hparams") {
-        older.emplace_back(k, v);
-        continue;
-      }
-      std::string json = tensor_text({{k, v}}, k, a);
-      const size_t at = json.find("\"dropout-mask\"");
-      REQUIRE(at != std::string::npos);
-      const size_t end = json.find_first_of(",}", json.find(':', at) + 1);
-      if (json[end] == ',') json.erase(at, end - at + 1);
-      else json.erase(at - 1, end - at + 1);  // the last key: its leading comma goes
-      older.emplace_back(k, text_tensor(json));
-    }
-    save_npz(a + "/model.npz", older);
+    drop_hparam(a + "/model.npz", "dropout-mask");
     CHECK(read_meta(a + "/model.npz").hparams.str("dropout-mask") == "config");
     r = run_gnn("train --resume --out " + a + " --epochs 4 --dropout-mask config");
     CHECK_MESSAGE(r.exit_code == 0, r.err);
