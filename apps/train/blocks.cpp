@@ -47,12 +47,11 @@ ag::Var config_shared_dropout(const Batch& b, const ag::Var& x, int64_t C, doubl
   if (!training || p == 0) return x;
   const int64_t N = x.size(0), F = x.size(1) / C;
   GNN_CHECK(F * C == x.size(1), "config_shared_dropout: ", x.size(1), " columns are not ", C, " configs");
-  // The mask: dropout of ones [N, F] (0 or 1 / (1 - p)), its row n repeated for the rows n*C + c of
-  // per_config(x).
+  // The mask: dropout of ones [N, F] (0 or 1 / (1 - p)), its row n repeated for each config's F columns
+  // of row n (join_configs with nothing per config broadcasts it, one pass, no index).
   const ag::Var mask = batch_dropout(b, ag::Var(Tensor::full(Shape{N, F}, 1.0, x.dtype(), x.device())), p, true, salt);
-  Tensor rows = Tensor::empty(Shape{N * C}, DType::I32);
-  for (int64_t r = 0; r < N * C; ++r) rows.i32()[r] = int32_t(r / C);
-  return node_major(ag::mul(per_config(x, C), ag::gather_rows(mask, rows)), C);
+  const ag::Var nothing(Tensor::empty(Shape{N, 0}, x.dtype(), x.device()));
+  return ag::mul(x, ag::join_configs(mask, nothing, C));
 }
 
 SlateHead::SlateHead(int64_t in, int64_t dim, Rng& rng)
