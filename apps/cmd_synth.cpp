@@ -18,12 +18,18 @@ Command synth_command() {
              {"nodes-max", "N", "draw each graph's node count log-uniformly in [--nodes, N]"},
              {"configs", "C", "configs per graph (default 200 for tile, 100 for layout)"},
              {"configs-max", "C", "draw each graph's config count uniformly in [--configs, C]"},
+             {"min-configs", "C",
+              "tile: replace a kernel that admits fewer distinct tiles than C by another, so every kernel ranks at "
+              "least C configs (the real release's kernels list up to a few thousand)"},
              {"configurable-share", "F",
               "layout: the share of nodes that are configurable (reshape, dot, "
               "convolution; real files 2-7%)",
               "0.02"},
              {"seed", "S", "generator seed: the same seed writes the same bytes", "0"},
-             {"split", "LIST", "splits to write", "train,valid,test"},
+             {"split", "LIST",
+              "splits to write; each is seeded by --seed and its place in LIST, so splits written by separate "
+              "calls need different --seed values",
+              "train,valid,test"},
              {"stored", "", "store members instead of deflating them (the official files are deflated)"}};
   c.details =
       "Programs are HLO-like DAGs (parameters, constants, elementwise chains, fusions, broadcasts, reduces,\n"
@@ -42,6 +48,11 @@ Command synth_command() {
       o.nodes_max = a.integer("nodes-max", o.nodes ? o.nodes : synth::default_nodes(layout), 10'000'000);
     if (a.has("configs-max"))
       o.configs_max = a.integer("configs-max", o.configs ? o.configs : synth::default_configs(layout), 1'000'000);
+    if (a.has("min-configs")) {
+      if (layout)
+        throw UsageError("gnn synth: --min-configs is for --collection tile (a layout program lists --configs)");
+      o.min_configs = a.integer("min-configs", 1, o.configs ? o.configs : synth::default_configs(layout));
+    }
     o.configurable_share = a.number("configurable-share");
     if (!(o.configurable_share > 0 && o.configurable_share <= 0.4))
       throw UsageError("gnn synth: --configurable-share must be in (0, 0.4], got " + a.str("configurable-share"));

@@ -330,6 +330,8 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
   GNN_CHECK(o.nodes_max == 0 || o.nodes_max >= nodes, "--nodes-max ", o.nodes_max, " is below --nodes ", nodes);
   GNN_CHECK(o.configs_max == 0 || o.configs_max >= configs, "--configs-max ", o.configs_max, " is below --configs ",
             configs);
+  GNN_CHECK(o.min_configs <= configs, "--min-configs ", o.min_configs, " is above --configs ", configs,
+            " (a kernel lists at most --configs tiles)");
   GNN_CHECK(o.configurable_share > 0 && o.configurable_share <= 0.4, "--configurable-share must be in (0, 0.4], got ",
             o.configurable_share);
   const fs::path root = fs::path(dir) / "npz" / (layout ? fs::path("layout/xla/default") : fs::path("tile/xla"));
@@ -339,6 +341,7 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
     GNN_CHECK(split == "train" || split == "valid" || split == "test", "unknown split '", split,
               "' (train, valid, test)");
     fs::create_directories(root / split);
+    // Seeded by the split's place in the list: splits written by separate calls need their own --seed.
     const uint64_t split_seed = mix(o.seed * 1000003 + s + (layout ? 7 : 0));
     for (int64_t i = 0; i < o.graphs; ++i) {
       char name[64];
@@ -353,8 +356,18 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
                             : nodes;
       const int64_t c =
           o.configs_max > configs ? configs + int64_t(size_rng() % uint64_t(o.configs_max - configs + 1)) : configs;
-      for (const auto& [key, t] : make_graph(layout, n, c, mix(split_seed + uint64_t(i)), true, o.configurable_share))
-        w.add(key, t);
+      // Attempt 0 keeps the seed a dataset without --min-configs has, so those keep their bytes.
+      std::vector<std::pair<std::string, Tensor>> arrays;
+      for (uint64_t attempt = 0;; ++attempt) {
+        const uint64_t seed = mix(split_seed + uint64_t(i)) ^ (attempt ? mix(attempt * 0x9e3779b97f4a7c15ULL) : 0);
+        arrays = make_graph(layout, n, c, seed, true, o.configurable_share);
+        const auto cfg =
+            std::find_if(arrays.begin(), arrays.end(), [](const auto& a) { return a.first == "config_feat"; });
+        if (layout || cfg->second.size(0) >= o.min_configs) break;
+        GNN_CHECK(attempt < 10'000, "--min-configs ", o.min_configs, ": no kernel of ", n,
+                  " nodes in 10000 draws admits that many distinct tiles (at most --configs ", c, ")");
+      }
+      for (const auto& [key, t] : arrays) w.add(key, t);
       w.close();
       paths.push_back(path);
     }

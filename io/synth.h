@@ -106,6 +106,9 @@ struct DatasetOptions {
   int64_t nodes_max = 0;  // > nodes: each graph's size drawn log-uniformly in [nodes, nodes_max]
   int64_t configs = 0;  // per graph (0: 200 for tile, 100 for layout)
   int64_t configs_max = 0;  // > configs: each graph's config count drawn uniformly in [configs, configs_max]
+  // tile: a kernel that admits fewer distinct tiles than this is replaced by another (drawn from the next
+  // seed), so every kernel lists at least min_configs configs. 0: every kernel is kept.
+  int64_t min_configs = 0;
   double configurable_share = kConfigurableShare;  // layout: the share of configurable nodes aimed at
   uint64_t seed = 0;
   std::vector<std::string> splits = {"train", "valid", "test"};

@@ -205,10 +205,33 @@ TileBytes tile_traffic(const TileShape& s, const int64_t* t, int64_t tk) {
   return {tile_bytes(t, s.rank, s.ebytes), elems * s.in_bytes_per_element * k_share * 1.3};
 }
 
-// Grows the default tile from the hardware tile while the double-buffered working set fits in half of
-// VMEM: each round doubles the first of the K tile, then the dims from the minor-most out, that can
-// still grow.
+// The noiseless runtime of tile t (one size per dim of the root) with K tile tk (0: no dot).
+double tile_cost(const TileShape& s, const int64_t* t, int64_t tk, const Machine& m) {
+  double iterations = 1, tile_elems = 1, total_out = 1;
+  for (int i = 0; i < s.rank; ++i) {
+    iterations *= double((s.dims[i] + t[i] - 1) / t[i]);
+    tile_elems *= double(t[i]), total_out *= double(s.dims[i]);
+  }
+  if (tk > 0) iterations *= double((s.reduction + tk - 1) / tk);
+  const TileBytes traffic = tile_traffic(s, t, tk);
+  const double flops_tile = s.flops / total_out * tile_elems * (tk > 0 ? double(tk) / double(s.reduction) : 1.0);
+  const double spill = traffic.working_set() > m.vmem_bytes ? 3.0 : 1.0;
+  const double per_iteration =
+      m.tile_overhead_ns + std::max(flops_tile / m.flops_per_ns, spill * (traffic.out + traffic.in) / m.bytes_per_ns);
+  // The loop is software-pipelined (double buffered): the first tile's load and the last tile's store
+  // overlap nothing, so a tile too large for the loop to pipeline pays its traffic twice.
+  const double fill_drain = (traffic.out + traffic.in) / m.bytes_per_ns;
+  return m.op_overhead_ns + iterations * per_iteration + fill_drain;
+}
+
+// The compiler's default: grown from the hardware tile while the double-buffered working set fits in
+// half of VMEM, each round doubling the first of the K tile, then the dims from the minor-most out, that
+// can still grow; of the tiles on that path, the one the cost model rates fastest (the compiler's own
+// model sees the pipeline too). Tiles off the path (divisors, other shapes) can still beat it.
 void default_tile(const TileShape& s, const Machine& m, int64_t* t, int64_t* tk) {
+  int64_t best[6], best_k = *tk;
+  std::copy(t, t + 6, best);
+  double best_cost = tile_cost(s, t, *tk, m);
   for (bool grew = true; grew;) {
     grew = false;
     for (int i = s.rank; i >= 0 && !grew; --i) {  // i == rank: the K tile
@@ -220,7 +243,10 @@ void default_tile(const TileShape& s, const Machine& m, int64_t* t, int64_t* tk)
       if (b.working_set() <= m.vmem_bytes / 2) grew = true;
       else v /= 2;
     }
+    if (const double c = tile_cost(s, t, *tk, m); grew && c < best_cost)
+      best_cost = c, best_k = *tk, std::copy(t, t + 6, best);
   }
+  std::copy(best, best + 6, t), *tk = best_k;
 }
 
 void put_seq(float* f, const int64_t* v, int k) {  // 6 values (0-padded), sum, product
@@ -235,23 +261,9 @@ void put_seq(float* f, const int64_t* v, int k) {  // 6 values (0-padded), sum, 
 double tile_runtime(const Program& p, const float* cfg, const Machine& m, std::mt19937_64* noise_rng) {
   const TileShape s = tile_shape(p);
   int64_t t[6] = {1, 1, 1, 1, 1, 1};
-  double iterations = 1, tile_elems = 1;
-  for (int i = 0; i < s.rank; ++i) {
-    t[i] = std::max<int64_t>(1, int64_t(cfg[8 + i]));  // output_bounds
-    iterations *= double((s.dims[i] + t[i] - 1) / t[i]);
-    tile_elems *= double(t[i]);
-  }
+  for (int i = 0; i < s.rank; ++i) t[i] = std::max<int64_t>(1, int64_t(cfg[8 + i]));  // output_bounds
   const int64_t tk = s.reduction > 0 ? std::max<int64_t>(1, int64_t(cfg[s.rank])) : 0;  // kernel_bounds' extra dim
-  if (tk > 0) iterations *= double((s.reduction + tk - 1) / tk);
-  const TileBytes traffic = tile_traffic(s, t, tk);
-  const double out_bytes = traffic.out, in_bytes = traffic.in;
-  double total_out = 1;
-  for (int i = 0; i < s.rank; ++i) total_out *= double(s.dims[i]);
-  const double flops_tile = s.flops / total_out * tile_elems * (tk > 0 ? double(tk) / double(s.reduction) : 1.0);
-  const double spill = traffic.working_set() > m.vmem_bytes ? 3.0 : 1.0;
-  const double per_iteration =
-      m.tile_overhead_ns + std::max(flops_tile / m.flops_per_ns, spill * (out_bytes + in_bytes) / m.bytes_per_ns);
-  return (m.op_overhead_ns + iterations * per_iteration) * noise_factor(noise_rng, m.noise);
+  return tile_cost(s, t, tk, m) * noise_factor(noise_rng, m.noise);
 }
 
 // Tile sizes are drawn in units of the hardware tile ((8, 128) on the two minor dims, the MXU's 128 on
@@ -268,7 +280,18 @@ Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& r
     int64_t cap = 1;
     while (cap * unit < dim) cap *= 2;
     const int steps = int(std::log2(double(cap))) + 1;
-    return rng() % 6 == 0 ? dim : std::min(dim, unit << (rng() % uint64_t(steps)));
+    if (rng() % 6 == 0) return dim;
+    if (rng() % 2 == 0) return std::min(dim, unit << (rng() % uint64_t(steps)));
+    // A divisor of the dim's hardware units: the compiler also proposes tiles that split a dim evenly.
+    const int64_t units = (dim + unit - 1) / unit;
+    std::vector<int64_t> divisors;
+    for (int64_t k = 1; k * k <= units; ++k)
+      if (units % k == 0) {
+        divisors.push_back(k);
+        if (k * k != units) divisors.push_back(units / k);
+      }
+    std::sort(divisors.begin(), divisors.end());
+    return std::min(dim, unit * divisors[rng() % divisors.size()]);
   };
   auto hardware_tile = [&](int64_t* t, int64_t* tk) {
     for (int i = 0; i < s.rank; ++i) t[i] = unit_of(i);

@@ -213,6 +213,38 @@ TEST_CASE("cost model: tiles that fit the (8, 128) tiling and the shape run fast
   CHECK(tile(8, 128) < tile(8, 100));  // 100 wastes the padded lanes and needs more iterations
   CHECK(tile(64, 512) < tile(1, 1));  // per-iteration overhead dominates tiny tiles
   CHECK(tile(8, 1024) < tile(8, 129));  // 129 pads to 256 and covers 1024 in 8 steps, not 8 of 128-lane use
+  // The loop is pipelined: one tile's load and one tile's store overlap nothing, so the whole tensor as
+  // one tile (nothing to overlap) is slower than two halves, while small tiles pay their overheads.
+  CHECK(tile(32, 1024) < tile(64, 1024));
+  CHECK(tile(32, 1024) < tile(8, 128));
+}
+
+TEST_CASE("synth: --min-configs replaces kernels with too few tiles and keeps the others' bytes") {
+  testing::TempDir tmp;
+  DatasetOptions o;
+  o.collection = "tile", o.graphs = 12, o.configs = 100, o.nodes = 4, o.nodes_max = 60, o.splits = {"train"};
+  o.seed = 3;
+  auto read_all = [](const std::vector<std::string>& paths) {
+    std::vector<std::vector<uint8_t>> bytes;
+    for (const std::string& p : paths) bytes.push_back(testing::read_bytes(p));
+    return bytes;
+  };
+  const auto plain = read_all(write_dataset(tmp.file("plain"), o));
+  o.min_configs = 2;  // every kernel lists 2 or more: nothing is replaced
+  CHECK(read_all(write_dataset(tmp.file("two"), o)) == plain);
+  o.min_configs = 40;
+  int64_t replaced = 0;
+  const auto paths = write_dataset(tmp.file("many"), o);
+  const auto many = read_all(paths);
+  for (size_t i = 0; i < paths.size(); ++i) {
+    CHECK(load_tpugraph(paths[i]).num_configs() >= 40);
+    replaced += many[i] != plain[i];
+  }
+  CHECK(replaced > 0);  // 4-60 node kernels: most admit fewer than 40 tiles
+  CHECK(replaced < int64_t(paths.size()));
+  o.min_configs = 101;
+  CHECK_THROWS_WITH_AS(write_dataset(tmp.file("x"), o), doctest::Contains("--min-configs 101 is above --configs 100"),
+                       gnn::Error);
 }
 
 TEST_CASE("synth: numpy reads the generated files") {
