@@ -145,6 +145,10 @@ class Run {
  private:
   std::vector<Batch> build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi);
   std::string batch_ids(const std::vector<int64_t>& order, int64_t bi) const;
+  // Batch bi's positions [first, second) in the epoch's order.
+  std::pair<int64_t, int64_t> batch_range(int64_t bi) const {
+    return {bi * tp_.batch_graphs, std::min(n_, (bi + 1) * tp_.batch_graphs)};
+  }
   void step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi);
   void end_epoch(int64_t epoch, double seconds, int64_t configs);
   void save(const std::string& path, bool with_optimizer);
@@ -338,7 +342,7 @@ void Run::save(const std::string& path, bool with_optimizer) {
 // number of configs: --configs, or the fewest any graph of the whole batch has (read from the files'
 // headers up front, so every rank and micro-batch of a step agrees without loading the others' graphs).
 std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi) {
-  const int64_t lo = bi * tp_.batch_graphs, hi = std::min(n_, (bi + 1) * tp_.batch_graphs);
+  const auto [lo, hi] = batch_range(bi);
   const dist::Range mine = dist::shard(hi - lo, world_.rank, world_.size);
   int64_t cb = tp_.configs;
   for (int64_t k = lo; k < hi; ++k) cb = std::min(cb, config_counts_[size_t(order[size_t(k)])]);
@@ -386,8 +390,8 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
 
 std::string Run::batch_ids(const std::vector<int64_t>& order, int64_t bi) const {
   std::string ids;
-  for (int64_t k = bi * tp_.batch_graphs; k < std::min(n_, (bi + 1) * tp_.batch_graphs); ++k)
-    ids.append(" ").append(train_files_[size_t(order[size_t(k)])].id());
+  const auto [lo, hi] = batch_range(bi);
+  for (int64_t k = lo; k < hi; ++k) ids.append(" ").append(train_files_[size_t(order[size_t(k)])].id());
   return ids;
 }
 
