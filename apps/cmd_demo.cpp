@@ -107,20 +107,19 @@ Command demo_command() {
        "keep the dataset and the runs here (default: a temporary directory, of which only the "
        "report is kept)"}};
   c.details =
-      "Data: gnn synth writes tile kernels (4-60 nodes, each admitting 40 to 100 distinct tiles, as the release's\n"
-      "larger kernels do: with fewer, a top 5 covers most of a kernel and every ranking scores near 1) and layout\n"
-      "programs (1000 nodes, 64 configs each) with runtimes from an analytic TPU-like cost model calibrated\n"
-      "against the real samples (docs/synthetic.md). Models: tile-mlp and tile-earlyjoin-sage scored by 1 - slowdown@5 "
-      "(the Kaggle tile\n"
-      "score), layout-mlp, layout-resmodel and layout-tgraph (the 1st place model, width 64 here instead of\n"
-      "256) by Kendall tau, on the test split (the generator keeps its\n"
-      "runtimes) with the weights of the epoch that scored best on the valid split, each trained with --seeds\n"
-      "seeds on the same data. A random ranking's score on the same split is printed beside them: the floor a\n"
-      "model must clear. The synthetic features are heavy-tailed products, so the demo trains with sign-log1p\n"
-      "features (--node-transform log1p, --config-transform log1p), lr 0.003, and 2 graphs\n"
-      "per step on layout (16 programs make 8 steps an epoch); everything else is each recipe's default.\n"
-      "The curves of every run go into one report (report.html). The last line of stdout is one JSON object\n"
-      "with every score.";
+      "Data: gnn synth writes tile kernels (4-60 nodes, each admitting 40 to 100 distinct tiles, as the\n"
+      "release's larger kernels do: with fewer, a top 5 covers most of a kernel and every ranking scores\n"
+      "near 1) and layout programs (1000 nodes, 64 configs each) with runtimes from an analytic TPU-like\n"
+      "cost model calibrated against the real samples (docs/synthetic.md). Models: tile-mlp and\n"
+      "tile-earlyjoin-sage scored by 1 - slowdown@5 (the Kaggle tile score), layout-mlp, layout-resmodel\n"
+      "and layout-tgraph (the 1st place model, width 64 here instead of 256) by Kendall tau, on the test\n"
+      "split (the generator keeps its runtimes) with the weights of the epoch that scored best on the valid\n"
+      "split, each trained with --seeds seeds on the same data. A random ranking's score on the same split\n"
+      "is printed beside them: the floor a model must clear. The synthetic features are heavy-tailed\n"
+      "products, so the demo trains with sign-log1p features (--node-transform log1p, --config-transform\n"
+      "log1p), lr 0.003, and 2 graphs per step on layout (16 programs make 8 steps an epoch); everything\n"
+      "else is each recipe's default. The curves of every run go into one report (report.html). The last\n"
+      "line of stdout is one JSON object with every score.";
   c.run = [](const Args& a) {
     if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
     const int64_t tile_graphs = a.integer("tile-graphs", 2, 100'000),
@@ -152,9 +151,8 @@ Command demo_command() {
       synth::write_dataset(data.string(), t);
       synth::write_dataset(data.string(), l);
       std::printf(
-          "  data     %lld / %lld / %lld tile kernels x 40-100 configs (train / valid / test) and %lld layout programs "
-          "x "
-          "1000 nodes x 64 configs per split, in %.1f s (%s)\n\n",
+          "  data     %lld / %lld / %lld tile kernels x 40-100 configs (train / valid / test) and %lld layout "
+          "programs x 1000 nodes x 64 configs per split, in %.1f s (%s)\n\n",
           (long long)tile_graphs, (long long)t.graphs, (long long)t.graphs, (long long)layout_graphs, seconds_since(t0),
           data.c_str());
       random_tile = random_ranking_score(data.string(), false);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "io/npz.h"
 
@@ -320,6 +321,16 @@ std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t node
   return out;
 }
 
+namespace {
+// Distinct rows of a 2-d f32 tensor: a kernel's distinct tiles (a single-tile kernel lists its tile twice).
+int64_t distinct_rows(const Tensor& t) {
+  const int64_t w = t.size(1);
+  std::set<std::vector<float>> rows;
+  for (int64_t r = 0; r < t.size(0); ++r) rows.emplace(t.f32() + r * w, t.f32() + (r + 1) * w);
+  return int64_t(rows.size());
+}
+}  // namespace
+
 std::vector<std::string> write_dataset(const std::string& dir, const DatasetOptions& o) {
   namespace fs = std::filesystem;
   GNN_CHECK(o.collection == "tile" || o.collection == "layout", "--collection must be tile or layout, got '",
@@ -347,7 +358,6 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
       char name[64];
       std::snprintf(name, sizeof name, "synth_%s_%04lld.npz", split.c_str(), (long long)i);
       const std::string path = (root / split / name).string();
-      NpzWriter w(path, o.compress, /*level=*/1);  // level 1: a 100k-node layout graph writes in seconds
       // Sizes drawn from their own stream, so a dataset of fixed sizes keeps the bytes it had.
       std::mt19937_64 size_rng(mix(split_seed ^ mix(uint64_t(i) + 0x5eed)));
       const double u = uniform01(size_rng);
@@ -357,16 +367,19 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
       const int64_t c =
           o.configs_max > configs ? configs + int64_t(size_rng() % uint64_t(o.configs_max - configs + 1)) : configs;
       // Attempt 0 keeps the seed a dataset without --min-configs has, so those keep their bytes.
+      constexpr uint64_t kDraws = 10'000;
       std::vector<std::pair<std::string, Tensor>> arrays;
       for (uint64_t attempt = 0;; ++attempt) {
+        GNN_CHECK(attempt < kDraws, "--min-configs ", o.min_configs, ": no kernel of ", n, " nodes in ", kDraws,
+                  " draws admits that many distinct tiles (at most --configs ", c, ")");
         const uint64_t seed = mix(split_seed + uint64_t(i)) ^ (attempt ? mix(attempt * 0x9e3779b97f4a7c15ULL) : 0);
         arrays = make_graph(layout, n, c, seed, true, o.configurable_share);
+        if (layout || o.min_configs <= 1) break;
         const auto cfg =
             std::find_if(arrays.begin(), arrays.end(), [](const auto& a) { return a.first == "config_feat"; });
-        if (layout || cfg->second.size(0) >= o.min_configs) break;
-        GNN_CHECK(attempt < 10'000, "--min-configs ", o.min_configs, ": no kernel of ", n,
-                  " nodes in 10000 draws admits that many distinct tiles (at most --configs ", c, ")");
+        if (distinct_rows(cfg->second) >= o.min_configs) break;
       }
+      NpzWriter w(path, o.compress, /*level=*/1);  // level 1: a 100k-node layout graph writes in seconds
       for (const auto& [key, t] : arrays) w.add(key, t);
       w.close();
       paths.push_back(path);

@@ -267,16 +267,18 @@ double tile_runtime(const Program& p, const float* cfg, const Machine& m, std::m
 }
 
 // Tile sizes are drawn in units of the hardware tile ((8, 128) on the two minor dims, the MXU's 128 on
-// the contracted dim), doubling up to the dim, or the whole dim (which may pad): no config splits work
-// finer than the hardware does, as the real compiler's candidates do not. The default (config 0) is the
-// largest such tile whose double-buffered working set fits half of VMEM, as the compiler's heuristic
-// picks a good tile: real defaults are within 0.88x of the best measured config (../shared/data).
+// the contracted dim): a power of two of units up to the dim, a divisor of the dim's unit count, or the
+// whole dim (which may pad). No config splits work finer than the hardware does, as the real compiler's
+// candidates do not. The default (config 0) is default_tile's: the cheapest tile on the compiler's
+// doubling path, as the compiler's heuristic picks a good tile: real defaults are within 0.88x of the
+// best measured config (../shared/data).
 Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& rng) {
   const TileShape s = tile_shape(p);
   const Machine m;
   Tensor out = Tensor::zeros({configs, kTileConfigFeatures}, DType::F32);
   auto unit_of = [&](int i) { return std::min<int64_t>(s.dims[i], i == s.rank - 1 ? 128 : i == s.rank - 2 ? 8 : 1); };
-  auto draw = [&](int64_t dim, int64_t unit) {  // unit * 2^k below dim, or the whole dim one time in six
+  // The whole dim one time in six; else, as often, unit * 2^k up to the dim or unit * a divisor of its units.
+  auto draw = [&](int64_t dim, int64_t unit) {
     int64_t cap = 1;
     while (cap * unit < dim) cap *= 2;
     const int steps = int(std::log2(double(cap))) + 1;

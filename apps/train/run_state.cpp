@@ -32,9 +32,12 @@ Meta read_meta(const std::string& path) {
   // (--dropout-mask: a mask per config, as every recipe drew before the flag; tile-mlp's --pool: mean and
   // max, its only readout before the flag), else the recipe's default (--share, which changes nothing of
   // the results).
-  static const std::map<std::string, std::string> kBeforeTheFlag = {{"dropout-mask", "config"}, {"pool", "mean-max"}};
+  // Keyed by recipe ("" for every recipe) and flag, so another recipe's flag of the same name is untouched.
+  static const std::map<std::pair<std::string, std::string>, std::string> kBeforeTheFlag = {
+      {{"", "dropout-mask"}, "config"}, {{"tile-mlp", "pool"}, "mean-max"}};
   for (const auto& [name, value] : m.recipe->defaults().values) {
-    const auto before = kBeforeTheFlag.find(name);
+    auto before = kBeforeTheFlag.find({m.recipe->name, name});
+    if (before == kBeforeTheFlag.end()) before = kBeforeTheFlag.find({"", name});
     m.hparams.values.emplace(name, before == kBeforeTheFlag.end() ? value : before->second);
   }
   m.prep = Preprocessing::load(m.arrays, path);

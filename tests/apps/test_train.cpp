@@ -1032,9 +1032,7 @@ TEST_CASE("train: tile-mlp sums over the kernel as the original; a run from befo
   // The first layer (64 wide) reads [pooled opcode embedding | pooled node features | config features]:
   // the mean-max readout doubles the pooled part.
   const auto first_layer = [](const std::string& run) {
-    for (const auto& [k, v] : checkpoint_weights(run + "/model.npz"))
-      if (k.find("mlp") != std::string::npos && k.find("weight") != std::string::npos) return v.numel() / 64;
-    return int64_t(-1);
+    return NpzReader(run + "/model.npz").load("params/mlp.layers.0.weight").numel() / 64;
   };
   const std::string old = t.file("mean_max");
   r = run_gnn(base + old + " --epochs 1 --pool mean-max --op-embed 64");

@@ -216,7 +216,22 @@ TEST_CASE("cost model: tiles that fit the (8, 128) tiling and the shape run fast
   // The loop is pipelined: one tile's load and one tile's store overlap nothing, so the whole tensor as
   // one tile (nothing to overlap) is slower than two halves, while small tiles pay their overheads.
   CHECK(tile(32, 1024) < tile(64, 1024));
-  CHECK(tile(32, 1024) < tile(8, 128));
+  // The default (config 0) is the cheapest tile on the compiler's doubling path from (8, 128): here
+  // (32, 1024), not the largest that fits, (64, 1024).
+  std::mt19937_64 rng(1);
+  const Tensor cfg = random_tile_configs(p, 50, rng);
+  CHECK(cfg.f32()[8] == 32);
+  CHECK(cfg.f32()[9] == 1024);
+  // Tiles that split a dim evenly are drawn beside powers of two: 768 lanes are 6 units of 128, so
+  // 384 (3 units) is a candidate of a [24, 768] kernel.
+  Program q;
+  q.nodes = {make(kParameter, {24, 768}), make(kTanh, {24, 768}, {0})};
+  q.nodes.back().root = true;
+  q.splits = {0, 2};
+  const Tensor qc = random_tile_configs(q, 100, rng);
+  bool three_units = false;
+  for (int64_t c = 0; c < qc.size(0); ++c) three_units |= qc.f32()[c * 24 + 9] == 384;
+  CHECK(three_units);
 }
 
 TEST_CASE("synth: --min-configs replaces kernels with too few tiles and keeps the others' bytes") {
@@ -230,8 +245,12 @@ TEST_CASE("synth: --min-configs replaces kernels with too few tiles and keeps th
     return bytes;
   };
   const auto plain = read_all(write_dataset(tmp.file("plain"), o));
-  o.min_configs = 2;  // every kernel lists 2 or more: nothing is replaced
-  CHECK(read_all(write_dataset(tmp.file("two"), o)) == plain);
+  o.min_configs = 1;  // every kernel admits a tile: nothing is replaced
+  CHECK(read_all(write_dataset(tmp.file("one"), o)) == plain);
+  // A kernel of one tile lists it twice, as the real single-tile reshapes do: it counts as one.
+  o.min_configs = 2;
+  for (const std::string& path : write_dataset(tmp.file("two"), o))
+    CHECK(distinct_configs(load_tpugraph(path)).size() >= 2);
   o.min_configs = 40;
   int64_t replaced = 0;
   const auto paths = write_dataset(tmp.file("many"), o);
