@@ -165,6 +165,13 @@ TEST_CASE("autograd: config-batched plumbing: reshape, join_configs, keep_grad_r
   CHECK(y.value().f64()[1 * 12 + 2 * 4 + 3] == c.value().f64()[1 * 6 + 2 * 2 + 1]);  // its c column 1
   ag::clear_tape();
   check_grads({x, c}, [&] { return probe(ag::join_configs(x, c, 3)); });
+  // Nothing per config: x repeated once per config, its gradient summed over them.
+  const ag::Var nothing(Tensor::empty(Shape{4, 0}, DType::F64));
+  const ag::Var r = ag::join_configs(x, nothing, 3);
+  REQUIRE(r.shape() == Shape{4, 6});
+  CHECK(r.value().f64()[2 * 6 + 1 * 2 + 1] == x.value().f64()[2 * 2 + 1]);  // node 2, config 1, column 1
+  ag::clear_tape();
+  check_grads({x}, [&] { return probe(ag::join_configs(x, nothing, 3)); });
   check_grads({c}, [&] { return probe(ag::reshape(ag::mul(c, c), 12, 2)); });
   const Tensor keep = Tensor::from_vector<uint8_t>({1, 0, 0, 1});
   // A stop-gradient is not a derivative, so no finite differences: kept rows get exactly dy, cut rows 0.

@@ -154,6 +154,10 @@ TEST_CASE("cuda ops: arithmetic, reductions and column plumbing match the host, 
   check_op("reshape", {a}, [](auto& v, auto&) { return ag::reshape(ag::scale(v[0], 2.0), 37 * 3, 8); });
   check_op("join_configs", {rand({37, 7}, 8), rand({37, 4 * 5}, 9)},
            [](auto& v, auto&) { return ag::join_configs(v[0], v[1], 4); });
+  // Nothing per config: x repeated for each config (config_shared_dropout broadcasts its mask so).
+  check_op("join_configs, nothing per config", {rand({37, 7}, 8)}, [](auto& v, auto&) {
+    return ag::join_configs(v[0], ag::Var(Tensor::empty(Shape{37, 0}, DType::F32, v[0].device())), 4);
+  });
   std::vector<uint8_t> keep(37);
   for (size_t i = 0; i < keep.size(); ++i) keep[i] = uint8_t(i % 3 != 1);
   const Tensor kt = Tensor::from_vector(keep);
