@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <set>
 
 #include "io/npz.h"
 
@@ -272,7 +271,8 @@ Tensor node_features(const Program& p) {
 // ---- datasets ------------------------------------------------------------------------------------
 
 std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t nodes, int64_t configs, uint64_t seed,
-                                                       bool with_runtimes, double configurable_share) {
+                                                       bool with_runtimes, double configurable_share,
+                                                       int64_t min_configs) {
   std::mt19937_64 rng(mix(seed));
   const double steps = layout ? configurable_steps_for(configurable_share) : kTileConfigurableSteps;
   const Program p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng, steps);
@@ -306,7 +306,9 @@ std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t node
     if (with_runtimes) out.emplace_back("config_runtime", runtime);
     out.emplace_back("node_splits", Tensor::from_vector(p.splits, Shape{1, int64_t(p.splits.size())}));
   } else {
-    const Tensor cfg = random_tile_configs(p, configs, rng);
+    int64_t distinct = 0;
+    const Tensor cfg = random_tile_configs(p, configs, rng, &distinct);
+    if (distinct < min_configs) return {};
     configs = cfg.size(0);  // the distinct tiles this kernel admits, at most --configs
     runtime = Tensor::empty({configs}, DType::I64);
     for (int64_t c = 0; c < configs; ++c) {
@@ -320,16 +322,6 @@ std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t node
   }
   return out;
 }
-
-namespace {
-// Distinct rows of a 2-d f32 tensor: a kernel's distinct tiles (a single-tile kernel lists its tile twice).
-int64_t distinct_rows(const Tensor& t) {
-  const int64_t w = t.size(1);
-  std::set<std::vector<float>> rows;
-  for (int64_t r = 0; r < t.size(0); ++r) rows.emplace(t.f32() + r * w, t.f32() + (r + 1) * w);
-  return int64_t(rows.size());
-}
-}  // namespace
 
 std::vector<std::string> write_dataset(const std::string& dir, const DatasetOptions& o) {
   namespace fs = std::filesystem;
@@ -373,11 +365,8 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
         GNN_CHECK(attempt < kDraws, "--min-configs ", o.min_configs, ": no kernel of ", n, " nodes in ", kDraws,
                   " draws admits that many distinct tiles (at most --configs ", c, ")");
         const uint64_t seed = mix(split_seed + uint64_t(i)) ^ (attempt ? mix(attempt * 0x9e3779b97f4a7c15ULL) : 0);
-        arrays = make_graph(layout, n, c, seed, true, o.configurable_share);
-        if (layout || o.min_configs <= 1) break;
-        const auto cfg =
-            std::find_if(arrays.begin(), arrays.end(), [](const auto& a) { return a.first == "config_feat"; });
-        if (distinct_rows(cfg->second) >= o.min_configs) break;
+        arrays = make_graph(layout, n, c, seed, true, o.configurable_share, layout ? 0 : o.min_configs);
+        if (!arrays.empty()) break;
       }
       NpzWriter w(path, o.compress, /*level=*/1);  // level 1: a 100k-node layout graph writes in seconds
       for (const auto& [key, t] : arrays) w.add(key, t);

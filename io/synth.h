@@ -89,10 +89,11 @@ double tile_runtime(const Program& p, const float* cfg, const Machine& m, std::m
 // Random but valid configurations: layout [C, NC, 18] (entry 0 all -1, the compiler default);
 // tile [C', 24] (entry 0 the default tile, whose runtime is the normaliser), C' <= C distinct tiles: as an
 // autotuner proposes each tile once, a kernel whose shape admits few tiles gets few configs (at least 2:
-// a kernel with one tile lists it twice, as real single-tile kernels do).
+// a kernel with one tile lists it twice, as real single-tile kernels do). *distinct, when given, gets the
+// number of distinct tiles (1 for such a kernel).
 Tensor random_layout_configs(const Program& p, const std::vector<int32_t>& config_nodes, int64_t configs,
                              std::mt19937_64& rng);
-Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& rng);
+Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& rng, int64_t* distinct = nullptr);
 
 // ---- datasets ------------------------------------------------------------------------------------
 
@@ -115,10 +116,12 @@ struct DatasetOptions {
   bool compress = true;  // deflated like the official files (level 1)
 };
 
-// One graph as arrays in the file schema (what the writer stores), e.g. for tests.
+// One graph as arrays in the file schema (what the writer stores), e.g. for tests. A tile kernel that
+// admits fewer than min_configs distinct tiles gives no arrays (found before any runtime is computed).
 std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t nodes, int64_t configs, uint64_t seed,
                                                        bool with_runtimes = true,
-                                                       double configurable_share = kConfigurableShare);
+                                                       double configurable_share = kConfigurableShare,
+                                                       int64_t min_configs = 0);
 // Writes DIR/npz/tile/xla/{split}/*.npz or DIR/npz/layout/xla/default/{split}/*.npz; returns the paths.
 std::vector<std::string> write_dataset(const std::string& dir, const DatasetOptions& options);
 

@@ -272,28 +272,35 @@ double tile_runtime(const Program& p, const float* cfg, const Machine& m, std::m
 // candidates do not. The default (config 0) is default_tile's: the cheapest tile on the compiler's
 // doubling path, as the compiler's heuristic picks a good tile: real defaults are within 0.88x of the
 // best measured config (../shared/data).
-Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& rng) {
+Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& rng, int64_t* distinct) {
   const TileShape s = tile_shape(p);
   const Machine m;
   Tensor out = Tensor::zeros({configs, kTileConfigFeatures}, DType::F32);
   auto unit_of = [&](int i) { return std::min<int64_t>(s.dims[i], i == s.rank - 1 ? 128 : i == s.rank - 2 ? 8 : 1); };
+  // The divisors of each dim's hardware units (the reduction's last), listed once per kernel: the
+  // compiler also proposes tiles that split a dim evenly.
+  std::vector<std::vector<int64_t>> divisors(size_t(s.rank) + 1);
+  auto list_divisors = [](int64_t dim, int64_t unit) {
+    const int64_t units = (dim + unit - 1) / unit;
+    std::vector<int64_t> d;
+    for (int64_t k = 1; k * k <= units; ++k)
+      if (units % k == 0) {
+        d.push_back(k);
+        if (k * k != units) d.push_back(units / k);
+      }
+    std::sort(d.begin(), d.end());
+    return d;
+  };
+  for (int i = 0; i < s.rank; ++i) divisors[size_t(i)] = list_divisors(s.dims[i], unit_of(i));
+  if (s.reduction > 0) divisors[size_t(s.rank)] = list_divisors(s.reduction, std::min<int64_t>(s.reduction, 128));
   // The whole dim one time in six; else, as often, unit * 2^k up to the dim or unit * a divisor of its units.
-  auto draw = [&](int64_t dim, int64_t unit) {
+  auto draw = [&](int64_t dim, int64_t unit, const std::vector<int64_t>& divs) {
     int64_t cap = 1;
     while (cap * unit < dim) cap *= 2;
     const int steps = int(std::log2(double(cap))) + 1;
     if (rng() % 6 == 0) return dim;
     if (rng() % 2 == 0) return std::min(dim, unit << (rng() % uint64_t(steps)));
-    // A divisor of the dim's hardware units: the compiler also proposes tiles that split a dim evenly.
-    const int64_t units = (dim + unit - 1) / unit;
-    std::vector<int64_t> divisors;
-    for (int64_t k = 1; k * k <= units; ++k)
-      if (units % k == 0) {
-        divisors.push_back(k);
-        if (k * k != units) divisors.push_back(units / k);
-      }
-    std::sort(divisors.begin(), divisors.end());
-    return std::min(dim, unit * divisors[rng() % divisors.size()]);
+    return std::min(dim, unit * divs[rng() % divs.size()]);
   };
   auto hardware_tile = [&](int64_t* t, int64_t* tk) {
     for (int i = 0; i < s.rank; ++i) t[i] = unit_of(i);
@@ -312,8 +319,8 @@ Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& r
       // The compiler refuses a tile whose double-buffered working set does not fit VMEM, so the real
       // files hold none: draw again (17 draws at most, then the hardware tile).
       for (int attempt = 0;; ++attempt) {
-        for (int i = 0; i < s.rank; ++i) t[i] = draw(s.dims[i], unit_of(i));
-        if (s.reduction > 0) tk = draw(s.reduction, std::min<int64_t>(s.reduction, 128));
+        for (int i = 0; i < s.rank; ++i) t[i] = draw(s.dims[i], unit_of(i), divisors[size_t(i)]);
+        if (s.reduction > 0) tk = draw(s.reduction, std::min<int64_t>(s.reduction, 128), divisors[size_t(s.rank)]);
         if (tile_traffic(s, t, tk).working_set() <= m.vmem_bytes) break;
         if (attempt == 16) {
           hardware_tile(t, &tk);
@@ -336,6 +343,7 @@ Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& r
     put_seq(f + 16, t, s.rank);
     ++c;
   }
+  if (distinct) *distinct = c;
   if (c == 1) {  // one tile only: listed twice
     std::copy_n(out.f32(), kTileConfigFeatures, out.f32() + kTileConfigFeatures);
     c = 2;

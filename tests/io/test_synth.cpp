@@ -166,6 +166,21 @@ TEST_CASE("synth: a tile kernel lists each of its tiles once, as many as its sha
   CHECK(counts.front() < counts.back());  // kernels differ in how many tiles they admit
 }
 
+TEST_CASE("synth: make_graph refuses a kernel of fewer distinct tiles than min_configs, and only such") {
+  testing::TempDir tmp;
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    const auto arrays = make_graph(false, 30, 200, seed);
+    save_npz(tmp.file("k.npz"), arrays);
+    const int64_t distinct = int64_t(distinct_configs(load_tpugraph(tmp.file("k.npz"))).size());
+    CAPTURE(seed);
+    CAPTURE(distinct);
+    const auto kept = make_graph(false, 30, 200, seed, true, kConfigurableShare, distinct);
+    REQUIRE(kept.size() == arrays.size());
+    for (size_t i = 0; i < kept.size(); ++i) CHECK(testing::same_bytes(kept[i].second, arrays[i].second));
+    CHECK(make_graph(false, 30, 200, seed, true, kConfigurableShare, distinct + 1).empty());
+  }
+}
+
 TEST_CASE("cost model: a layout that disagrees with its neighbours pays for copies") {
   const Program p = dot_program();
   const std::vector<int32_t> cfg_nodes = {2};
