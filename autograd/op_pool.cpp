@@ -1,6 +1,6 @@
 // Readout per graph of a disjoint union: sum, mean or max over each graph's node rows
-// (kernels/pooling.h). Max keeps the argmax row for the backward. On a GPU the graph_ptr (checked on
-// the host) is copied there for the kernels.
+// (kernels/pooling.h), and log-sum-exp, whose backward reads x and y. Max keeps the argmax row for the backward. On a
+// GPU the graph_ptr (checked on the host) is copied there for the kernels.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "kernels/pooling.h"
@@ -35,6 +35,38 @@ Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
         pool_backward_cpu(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), G, F, op);
       } else {
         pool_backward_ref<T>(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), G, F, op);
+      }
+      accumulate(x, dx);
+    });
+  });
+}
+
+Var pool_logsumexp(const Var& x, const Tensor& graph_ptr) {
+  check_arg_on("pool_logsumexp", "x", x, 2, x.dtype(), x.device());
+  check_graph_ptr("pool_logsumexp", graph_ptr, x.size(0));
+  const int64_t G = graph_ptr.size(0) - 1, F = x.size(1), N = x.size(0);
+  return dispatch_dev("pool_logsumexp", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), Shape{G, F});
+    const Tensor gptr = graph_ptr.on(x.device());
+    if (y.is_cuda()) {
+      if constexpr (std::is_same_v<T, float> && kWithCuda)
+        pool_logsumexp_forward_cuda(ptr<T>(y), ptr<T>(x.value()), gptr.i64(), G, F, y.stream());
+    } else if constexpr (std::is_same_v<T, float>) {
+      pool_logsumexp_forward_cpu(ptr<T>(y), ptr<T>(x.value()), gptr.i64(), G, F);
+    } else {
+      pool_logsumexp_forward_ref<T>(ptr<T>(y), ptr<T>(x.value()), gptr.i64(), G, F);
+    }
+    return record("pool_logsumexp", y, {x}, [x, y, gptr, N, G, F](const Tensor& dy) {
+      Tensor dx = empty_like(dy, x.shape());
+      const T *xp = ptr<T>(x.value()), *yp = ptr<T>(y);
+      if (dy.is_cuda()) {
+        if constexpr (std::is_same_v<T, float> && kWithCuda)
+          pool_logsumexp_backward_cuda(ptr<T>(dx), ptr<T>(dy), xp, yp, gptr.i64(), N, G, F, dy.stream());
+      } else if constexpr (std::is_same_v<T, float>) {
+        pool_logsumexp_backward_cpu(ptr<T>(dx), ptr<T>(dy), xp, yp, gptr.i64(), G, F);
+      } else {
+        pool_logsumexp_backward_ref<T>(ptr<T>(dx), ptr<T>(dy), xp, yp, gptr.i64(), G, F);
       }
       accumulate(x, dx);
     });

@@ -80,6 +80,8 @@ Var embedding(const Var& table, const Tensor& index);  // index i32 in [0, rows 
 
 // ---- readout (op_pool.cpp): per graph of a disjoint union ---------------------------------------------
 Var pool(const Var& x, const Tensor& graph_ptr, Reduce op);
+// log sum exp over each graph's rows, per column (kernels/pooling.h): a sum of per-node costs in log space.
+Var pool_logsumexp(const Var& x, const Tensor& graph_ptr);
 
 // ---- fused SAGE (op_sage.cpp): act([mean_{j->i} x_j | x_i] W + b), W [2F, O] ----------------------------
 Var sage_fused(const Graph& g, const Var& x, const Var& W, const Var& b, Act act, double slope = 0.01);

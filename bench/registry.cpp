@@ -76,6 +76,7 @@ const Entry kCases[] = {
     {"pool-sum", true, true, [](const KernelShape& s) { return pool_case(Reduce::kSum, s); }},
     {"pool-mean", true, true, [](const KernelShape& s) { return pool_case(Reduce::kMean, s); }},
     {"pool-max", true, true, [](const KernelShape& s) { return pool_case(Reduce::kMax, s); }},
+    {"pool-logsumexp", true, true, [](const KernelShape& s) { return pool_case(Reduce::kSum, s, true); }},
     {"embedding", true, true, embedding_case},
 };
 

@@ -38,7 +38,7 @@ KernelCase attention_case(const KernelShape& s);  // registry_attention.cpp
 KernelCase instance_norm_case(const KernelShape& s);  // registry_norms.cpp
 KernelCase layer_norm_case(const KernelShape& s);  // registry_norms.cpp
 KernelCase rowwise_case(RowOp op, const KernelShape& s);  // registry_norms.cpp
-KernelCase pool_case(Reduce op, const KernelShape& s);  // registry_norms.cpp
+KernelCase pool_case(Reduce op, const KernelShape& s, bool logsumexp = false);  // registry_norms.cpp
 KernelCase embedding_case(const KernelShape& s);  // registry_norms.cpp
 
 }  // namespace gnn::cli

@@ -120,9 +120,10 @@ KernelCase rowwise_case(RowOp op, const KernelShape& s) {
   return k;
 }
 
-// pool-{sum,mean,max}: the readout y[g] = reduce over graph g's rows of x, x [N, C*F] in graphs of
-// --graph-nodes rows, y [G, C*F]; --backward broadcasts dy back (max: to the argmax rows).
-KernelCase pool_case(Reduce op, const KernelShape& s) {
+// pool-{sum,mean,max,logsumexp}: the readout y[g] = reduce over graph g's rows of x, x [N, C*F] in graphs
+// of --graph-nodes rows, y [G, C*F]; --backward broadcasts dy back (max: to the argmax rows; logsumexp:
+// times exp(x - y), reading x and y again).
+KernelCase pool_case(Reduce op, const KernelShape& s, bool logsumexp) {
   const int64_t N = s.nodes, F = s.features * s.configs;
   auto gp = graph_ranges(N, s.graph_nodes);
   const int64_t G = int64_t(gp->size()) - 1;
@@ -130,28 +131,42 @@ KernelCase pool_case(Reduce op, const KernelShape& s) {
   auto x = std::make_shared<Tensor>(random_tensor(N, F, 1).to(dev));
   auto y = std::make_shared<Tensor>(Tensor::empty({G, F}, DType::F32, dev));
   auto dx = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32, dev));
-  auto arg = std::make_shared<Tensor>(Tensor::empty({op == Reduce::kMax ? G : 0, F}, DType::I32, dev));
+  const bool max = op == Reduce::kMax && !logsumexp;
+  auto arg = std::make_shared<Tensor>(Tensor::empty({max ? G : 0, F}, DType::I32, dev));
   // The CUDA kernels read graph_ptr on the device.
   auto gpd = std::make_shared<Tensor>(Tensor::from_vector(*gp).to(dev));
   const bool bwd = s.backward, cuda = s.cuda;
   KernelCase k;
   k.graph_safe = cuda;
   k.step = [=] {
-    int32_t* am = op == Reduce::kMax ? arg->i32() : nullptr;
+    int32_t* am = max ? arg->i32() : nullptr;
+    if (!cuda && logsumexp) {
+      pool_logsumexp_forward_cpu(y->f32(), x->f32(), gp->data(), G, F);
+      if (bwd) pool_logsumexp_backward_cpu(dx->f32(), y->f32(), x->f32(), y->f32(), gp->data(), G, F);
+      return;
+    }
     if (!cuda) {
       pool_forward_cpu(y->f32(), am, x->f32(), gp->data(), G, F, op);
       if (bwd) pool_backward_cpu(dx->f32(), y->f32(), am, gp->data(), G, F, op);
       return;
     }
 #ifdef GNN_WITH_CUDA
+    if (logsumexp) {
+      pool_logsumexp_forward_cuda(y->f32(), x->f32(), gpd->i64(), G, F, cuda_stream(0));
+      if (bwd)
+        pool_logsumexp_backward_cuda(dx->f32(), y->f32(), x->f32(), y->f32(), gpd->i64(), N, G, F, cuda_stream(0));
+      return;
+    }
     pool_forward_cuda(y->f32(), am, x->f32(), gpd->i64(), G, F, op, cuda_stream(0));
     if (bwd) pool_backward_cuda(dx->f32(), y->f32(), am, gpd->i64(), N, G, F, op, cuda_stream(0));
 #endif
   };
-  // forward: read x, write y (+ argmax); backward: read dy (+ argmax) per graph, write dx
-  const double am = op == Reduce::kMax ? 4.0 * G * F : 0;
-  k.bytes = 4.0 * (double(N) * F + double(G) * F) + am + (bwd ? 4.0 * (double(N) * F + double(G) * F) + am : 0);
-  k.flops = double(N) * F * (bwd ? 2 : 1);
+  // forward: read x, write y (+ argmax); backward: read dy (+ argmax) per graph, write dx (logsumexp: x
+  // read twice forward, and x and y again backward)
+  const double am = max ? 4.0 * G * F : 0, xg = double(N) * F + double(G) * F;
+  k.bytes = logsumexp ? 4.0 * (xg + double(N) * F) + (bwd ? 4.0 * (xg + double(N) * F + double(G) * F) : 0)
+                      : 4.0 * xg + am + (bwd ? 4.0 * xg + am : 0);
+  k.flops = double(N) * F * (logsumexp ? (bwd ? 5 : 3) : (bwd ? 2 : 1));
   return k;
 }
 

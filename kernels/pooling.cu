@@ -1,7 +1,7 @@
 // Graph readout on the GPU (kernels/pooling.h). Forward: a block of 8 warps per (graph, 32 features)
 // strides over the graph's rows (kernels/column_sum.cuh) and combines the warps' partial results in
 // warp order, the same bits every run. Backward: a thread per element of dx, its graph found by binary
-// search in graph_ptr.
+// search in graph_ptr. The log-sum-exp readout takes the same shapes.
 #include <cuda_runtime.h>
 
 #include "kernels/column_sum.cuh"
@@ -55,7 +55,54 @@ __global__ void pool_bwd_kernel(float* dx, const float* dy, const int32_t* argma
   }
 }
 
+__global__ void __launch_bounds__(kRowWarps * 32)
+    pool_lse_fwd_kernel(float* y, const float* x, const int64_t* graph_ptr, int64_t F) {
+  __shared__ float part[kRowWarps][32];
+  const int64_t g = blockIdx.y, f = int64_t(blockIdx.x) * 32 + threadIdx.x % 32;
+  const int w = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
+  const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
+  float m = -INFINITY;
+  if (f < F)
+    for (int64_t i = b + w; i < e; i += kRowWarps) m = fmaxf(m, __ldg(x + i * F + f));
+  part[w][lane] = m;
+  __syncthreads();
+  m = part[0][lane];
+  for (int h = 1; h < kRowWarps; ++h) m = fmaxf(m, part[h][lane]);  // every warp, the column's max
+  __syncthreads();
+  float s = f < F ? warp_rows_sum(b, e, w, [&](int64_t i) { return expf(__ldg(x + i * F + f) - m); }) : 0.0f;
+  part[w][lane] = s;
+  __syncthreads();
+  if (w != 0 || f >= F) return;
+  for (int h = 1; h < kRowWarps; ++h) s += part[h][lane];
+  y[g * F + f] = e > b ? m + logf(s) : 0.0f;
+}
+
+__global__ void pool_lse_bwd_kernel(float* dx, const float* dy, const float* x, const float* y,
+                                    const int64_t* graph_ptr, int64_t N, int64_t G, int64_t F) {
+  GNN_GRID_STRIDE(t, N * F) {
+    const int64_t f = t % F, lo = segment_of(graph_ptr, G, t / F);  // row t / F's graph
+    dx[t] = __ldg(dy + lo * F + f) * expf(__ldg(x + t) - __ldg(y + lo * F + f));
+  }
+}
+
 }  // namespace
+
+void pool_logsumexp_forward_cuda(float* y, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F,
+                                 Stream stream) {
+  if (G * F == 0) return;
+  GNN_CHECK(G < 65536, "pool_logsumexp_forward_cuda: ", G, " graphs in one batch (at most 65535)");
+  const dim3 grid(unsigned(ceil_div<int64_t>(F, 32)), unsigned(G));
+  pool_lse_fwd_kernel<<<grid, kRowWarps * 32, 0, stream>>>(y, x, graph_ptr, F);
+  GNN_CUDA_LAUNCH_CHECK("pool_logsumexp_forward_cuda");
+}
+
+void pool_logsumexp_backward_cuda(float* dx, const float* dy, const float* x, const float* y, const int64_t* graph_ptr,
+                                  int64_t N, int64_t G, int64_t F, Stream stream) {
+  if (N * F == 0) return;
+  pool_lse_bwd_kernel<<<grid_for(N * F, "pool_logsumexp_backward_cuda"), kThreads, 0, stream>>>(dx, dy, x, y, graph_ptr,
+                                                                                                N, G, F);
+  GNN_CUDA_LAUNCH_CHECK("pool_logsumexp_backward_cuda");
+}
 
 void pool_forward_cuda(float* y, int32_t* argmax, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F,
                        Reduce op, Stream stream) {

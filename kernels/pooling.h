@@ -4,6 +4,8 @@
 // Backward: each node row belongs to one graph, so dx is a broadcast (sum, mean) or a scatter to the
 // argmax row (max): no sums across threads.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "kernels/spmm.h"
@@ -43,6 +45,30 @@ void pool_backward_ref(T* dx, const T* dy, const int32_t* argmax, const int64_t*
   }
 }
 
+// Log-sum-exp readout: y[g, f] = log sum_i exp(x[i, f]) over graph g's rows, computed as
+// m + log sum_i exp(x[i, f] - m) with m the rows' max (0 for a graph with no rows). A runtime that is a
+// sum of positive per-node costs, each predicted as a log cost x[i], is y in log space.
+// Backward: dx[i, f] = dy[g, f] exp(x[i, f] - y[g, f]), the softmax of the graph's rows.
+template <class T>
+void pool_logsumexp_forward_ref(T* y, const T* x, const int64_t* graph_ptr, int64_t G, int64_t F) {
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t f = 0; f < F; ++f) {
+      const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
+      T m = -std::numeric_limits<T>::infinity(), s = T(0);
+      for (int64_t i = b; i < e; ++i) m = std::max(m, x[i * F + f]);
+      for (int64_t i = b; i < e; ++i) s += std::exp(x[i * F + f] - m);
+      y[g * F + f] = e > b ? m + std::log(s) : T(0);
+    }
+}
+
+template <class T>
+void pool_logsumexp_backward_ref(T* dx, const T* dy, const T* x, const T* y, const int64_t* graph_ptr, int64_t G,
+                                 int64_t F) {
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t i = graph_ptr[g]; i < graph_ptr[g + 1]; ++i)
+      for (int64_t f = 0; f < F; ++f) dx[i * F + f] = dy[g * F + f] * std::exp(x[i * F + f] - y[g * F + f]);
+}
+
 void pool_forward_cpu(float* y, int32_t* argmax, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F,
                       Reduce op);
 void pool_backward_cpu(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t G,
@@ -54,5 +80,14 @@ void pool_forward_cuda(float* y, int32_t* argmax, const float* x, const int64_t*
                        Reduce op, Stream stream);
 void pool_backward_cuda(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t N,
                         int64_t G, int64_t F, Reduce op, Stream stream);
+void pool_logsumexp_forward_cpu(float* y, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F);
+void pool_logsumexp_backward_cpu(float* dx, const float* dy, const float* x, const float* y, const int64_t* graph_ptr,
+                                 int64_t G, int64_t F);
+// CUDA: as the other readouts, a block of 8 warps per (graph, 32 features): the warps' maxima, then the
+// warps' sums of exp(x - max), each combined in warp order.
+void pool_logsumexp_forward_cuda(float* y, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F,
+                                 Stream stream);
+void pool_logsumexp_backward_cuda(float* dx, const float* dy, const float* x, const float* y, const int64_t* graph_ptr,
+                                  int64_t N, int64_t G, int64_t F, Stream stream);
 
 }  // namespace gnn

@@ -1,4 +1,8 @@
 // Graph readout on the CPU: one task per graph, features in the inner loop.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "kernels/pooling.h"
 
 namespace gnn {
@@ -50,6 +54,35 @@ GNN_CPU_CLONES void pool_backward_cpu(float* __restrict dx, const float* __restr
         dx[i * F + f] = op == Reduce::kMax ? float(argmax[g * F + f] == int32_t(i)) * d : scale * d;
       }
   }
+}
+
+GNN_CPU_CLONES void pool_logsumexp_forward_cpu(float* __restrict y, const float* __restrict x, const int64_t* graph_ptr,
+                                               int64_t G, int64_t F) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t g = 0; g < G; ++g) {
+    float* yr = y + g * F;
+    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
+    if (b == e) {
+      for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f;
+      continue;
+    }
+    std::vector<float> m(x + b * F, x + (b + 1) * F);
+    for (int64_t i = b + 1; i < e; ++i)
+      for (int64_t f = 0; f < F; ++f) m[size_t(f)] = std::max(m[size_t(f)], x[i * F + f]);
+    for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f;
+    for (int64_t i = b; i < e; ++i)
+      for (int64_t f = 0; f < F; ++f) yr[f] += std::exp(x[i * F + f] - m[size_t(f)]);
+    for (int64_t f = 0; f < F; ++f) yr[f] = m[size_t(f)] + std::log(yr[f]);
+  }
+}
+
+GNN_CPU_CLONES void pool_logsumexp_backward_cpu(float* __restrict dx, const float* __restrict dy,
+                                                const float* __restrict x, const float* __restrict y,
+                                                const int64_t* graph_ptr, int64_t G, int64_t F) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t i = graph_ptr[g]; i < graph_ptr[g + 1]; ++i)
+      for (int64_t f = 0; f < F; ++f) dx[i * F + f] = dy[g * F + f] * std::exp(x[i * F + f] - y[g * F + f]);
 }
 
 }  // namespace gnn

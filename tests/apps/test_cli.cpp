@@ -220,7 +220,7 @@ TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") 
   for (const char* k :
        {"gemm", "spmm-sum", "spmm-mean", "spmm-max", "segment-softmax", "gat-layer", "sage-layer", "sage-layer-fused",
         "graph-attention", "instance-norm", "layer-norm", "rowwise-softmax", "rowwise-log-softmax",
-        "rowwise-l2-normalize", "pool-sum", "pool-mean", "pool-max", "embedding"}) {
+        "rowwise-l2-normalize", "pool-sum", "pool-mean", "pool-max", "pool-logsumexp", "embedding"}) {
     for (const char* bwd : {"", " --backward"}) {
       CAPTURE(k);
       CAPTURE(bwd);

@@ -1,4 +1,4 @@
-// Graph readout, sum / mean / max per graph (kernels/pooling.h): hand-worked values, the CPU kernels
+// Graph readout, sum / mean / max / log-sum-exp per graph (kernels/pooling.h): hand-worked values, the CPU kernels
 // against the double reference and its backward against finite differences, the CUDA kernels against
 // the reference (empty, single-node and 5000-node graphs), and the autograd op on the GPU against the host.
 #include <cmath>
@@ -60,6 +60,43 @@ TEST_CASE("pooling: hand-worked, reference, finite differences") {
   }
 }
 
+TEST_CASE("pooling: log-sum-exp, hand-worked, reference, finite differences") {
+  const int64_t ptr[] = {0, 2, 2, 3};  // graphs of 2, 0 and 1 nodes
+  const float x[] = {0, 1000, 0, 999, -3, 7};  // 3 nodes x 2 features; exp(1000) overflows without the max
+  float y[6];
+  pool_logsumexp_forward_cpu(y, x, ptr, 3, 2);
+  CHECK(y[0] == doctest::Approx(std::log(2.0)));
+  CHECK(y[1] == doctest::Approx(1000 + std::log1p(std::exp(-1.0))));
+  CHECK(std::vector<float>(y + 2, y + 6) == std::vector<float>{0, 0, -3, 7});
+
+  const std::vector<int64_t> gp = {0, 0, 1, 9, 40, 41, 300};
+  const int64_t G = 6, N = 300;
+  for (int64_t F : {1, 3, 33, 128}) {
+    CAPTURE(F);
+    const auto xs = random_values<float>(static_cast<size_t>(N * F), 1);
+    const auto dy = random_values<float>(static_cast<size_t>(G * F), 2);
+    std::vector<double> yd(static_cast<size_t>(G * F)), dxd(static_cast<size_t>(N * F));
+    pool_logsumexp_forward_ref<double>(yd.data(), to_double(xs).data(), gp.data(), G, F);
+    pool_logsumexp_backward_ref<double>(dxd.data(), to_double(dy).data(), to_double(xs).data(), yd.data(), gp.data(), G,
+                                        F);
+    std::vector<float> ys(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN);
+    pool_logsumexp_forward_cpu(ys.data(), xs.data(), gp.data(), G, F);
+    pool_logsumexp_backward_cpu(dx.data(), dy.data(), xs.data(), ys.data(), gp.data(), G, F);
+    GNN_CHECK_CLOSE(ys, yd);
+    GNN_CHECK_CLOSE(dx, dxd);
+  }
+  auto xd = random_values<double>(static_cast<size_t>(N * 2), 3);
+  const auto gout = random_values<double>(static_cast<size_t>(G * 2), 4);
+  std::vector<double> yv(static_cast<size_t>(G * 2)), dx(static_cast<size_t>(N * 2));
+  pool_logsumexp_forward_ref<double>(yv.data(), xd.data(), gp.data(), G, 2);
+  pool_logsumexp_backward_ref<double>(dx.data(), gout.data(), xd.data(), yv.data(), gp.data(), G, 2);
+  check_gradient(xd, dx, [&] {
+    std::vector<double> yy(static_cast<size_t>(G * 2));
+    pool_logsumexp_forward_ref<double>(yy.data(), xd.data(), gp.data(), G, 2);
+    return dot(yy, gout);
+  });
+}
+
 TEST_CASE("cuda pooling matches the double reference (empty, single-node and 5000-node graphs)") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
@@ -86,6 +123,14 @@ TEST_CASE("cuda pooling matches the double reference (empty, single-node and 500
       if (op == Reduce::kMax) CHECK(arg.to_vector<int32_t>() == argd);
       GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
     }
+    std::vector<double> yd(size_t(G * F)), dxd(size_t(N * F));
+    pool_logsumexp_forward_ref<double>(yd.data(), pxd.data(), ptr.data(), G, F);
+    pool_logsumexp_backward_ref<double>(dxd.data(), pdyd.data(), pxd.data(), yd.data(), ptr.data(), G, F);
+    Tensor y = nan_gpu(G * F), dx = nan_gpu(N * F);
+    pool_logsumexp_forward_cuda(y.f32(), gpx.f32(), gptr.i64(), G, F, s);
+    pool_logsumexp_backward_cuda(dx.f32(), gpdy.f32(), gpx.f32(), y.f32(), gptr.i64(), N, G, F, s);
+    GNN_CHECK_CLOSE(y.to_vector<float>(), yd);
+    GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
   }
 #endif
 }
@@ -96,4 +141,5 @@ TEST_CASE("cuda ops: pooling per graph, with an empty graph, matches the host") 
   const Tensor x = rand({70, 40}, 11);
   for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax})
     check_op("pool", {x}, [gp, op](auto& v, auto&) { return ag::pool(v[0], gp, op); });
+  check_op("pool_logsumexp", {x}, [gp](auto& v, auto&) { return ag::pool_logsumexp(v[0], gp); });
 }
