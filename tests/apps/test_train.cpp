@@ -1345,6 +1345,19 @@ TEST_CASE("train: the seed documents' and top solutions' recipes resume bit for 
               "1 --out " +
               t.file("anee_mape"));
   REQUIRE_MESSAGE(v.exit_code == 0, v.err);
+  // The per-node cost readout is the default; --readout mean has no cost MLP, and a run from before the
+  // flag (whose only readout was the means) resumes as one.
+  CHECK(checkpoint_weights(t.file("anee_a/model.npz")).count("params/node_cost.layers.0.weight") == 1);
+  const std::string anee_mean = t.file("anee_mean");
+  v = run_gnn("train --model dnnperf-anee --data " + dataset() +
+              " --hidden 16 --edge-dim 8 --op-embed 8 --configs 8 --batch-graphs 2 --epochs 1 --readout mean --out " +
+              anee_mean);
+  REQUIRE_MESSAGE(v.exit_code == 0, v.err);
+  CHECK(checkpoint_weights(anee_mean + "/model.npz").count("params/node_cost.layers.0.weight") == 0);
+  drop_hparam(anee_mean + "/model.npz", "readout");
+  CHECK(read_meta(anee_mean + "/model.npz").hparams.str("readout") == "mean");
+  v = run_gnn("train --resume --out " + anee_mean + " --epochs 2");
+  CHECK_MESSAGE(v.exit_code == 0, v.err);
   // Without edge dropout the self-attention model trains to other weights.
   auto r = run_gnn(
       "train --model layout-gnn-selfattn --heads 2 --data " + dataset() +
