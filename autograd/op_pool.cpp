@@ -1,15 +1,20 @@
-// Readout per graph of a disjoint union: sum, mean or max over each graph's node rows
-// (kernels/pooling.h), and log-sum-exp, whose backward reads x and y. Max keeps the argmax row for the backward. On a
-// GPU the graph_ptr (checked on the host) is copied there for the kernels.
+// Readout per graph of a disjoint union: sum, mean or max over each graph's node rows, and log-sum-exp
+// (kernels/pooling.h). Max keeps the argmax row for the backward; log-sum-exp's backward reads x and y.
+// On a GPU the graph_ptr (checked on the host) is copied there for the kernels.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "kernels/pooling.h"
 
 namespace gnn::ag {
+namespace {
+void check_pool(const char* op, const Var& x, const Tensor& graph_ptr) {
+  check_arg_on(op, "x", x, 2, x.dtype(), x.device());
+  check_graph_ptr(op, graph_ptr, x.size(0));
+}
+}  // namespace
 
 Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
-  check_arg_on("pool", "x", x, 2, x.dtype(), x.device());
-  check_graph_ptr("pool", graph_ptr, x.size(0));
+  check_pool("pool", x, graph_ptr);
   const int64_t G = graph_ptr.size(0) - 1, F = x.size(1), N = x.size(0);
   return dispatch_dev("pool", x.value(), [&](auto t) {
     using T = decltype(t);
@@ -42,13 +47,12 @@ Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
 }
 
 Var pool_logsumexp(const Var& x, const Tensor& graph_ptr) {
-  check_arg_on("pool_logsumexp", "x", x, 2, x.dtype(), x.device());
-  check_graph_ptr("pool_logsumexp", graph_ptr, x.size(0));
-  const int64_t G = graph_ptr.size(0) - 1, F = x.size(1), N = x.size(0);
+  check_pool("pool_logsumexp", x, graph_ptr);
+  const int64_t N = x.size(0), F = x.size(1), G = graph_ptr.size(0) - 1;
   return dispatch_dev("pool_logsumexp", x.value(), [&](auto t) {
     using T = decltype(t);
-    Tensor y = empty_like(x.value(), Shape{G, F});
     const Tensor gptr = graph_ptr.on(x.device());
+    Tensor y = empty_like(x.value(), Shape{G, F});
     if (y.is_cuda()) {
       if constexpr (std::is_same_v<T, float> && kWithCuda)
         pool_logsumexp_forward_cuda(ptr<T>(y), ptr<T>(x.value()), gptr.i64(), G, F, y.stream());

@@ -60,19 +60,13 @@ GNN_CPU_CLONES void pool_logsumexp_forward_cpu(float* __restrict y, const float*
                                                int64_t G, int64_t F) {
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t g = 0; g < G; ++g) {
-    float* yr = y + g * F;
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
-    if (b == e) {
-      for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f;
-      continue;
-    }
-    std::vector<float> m(x + b * F, x + (b + 1) * F);
-    for (int64_t i = b + 1; i < e; ++i)
-      for (int64_t f = 0; f < F; ++f) m[size_t(f)] = std::max(m[size_t(f)], x[i * F + f]);
-    for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f;
+    std::vector<float> m(size_t(F), -INFINITY), sum(size_t(F), 0.0f);
     for (int64_t i = b; i < e; ++i)
-      for (int64_t f = 0; f < F; ++f) yr[f] += std::exp(x[i * F + f] - m[size_t(f)]);
-    for (int64_t f = 0; f < F; ++f) yr[f] = m[size_t(f)] + std::log(yr[f]);
+      for (int64_t f = 0; f < F; ++f) m[size_t(f)] = std::max(m[size_t(f)], x[i * F + f]);
+    for (int64_t i = b; i < e; ++i)
+      for (int64_t f = 0; f < F; ++f) sum[size_t(f)] += std::exp(x[i * F + f] - m[size_t(f)]);
+    for (int64_t f = 0; f < F; ++f) y[g * F + f] = e > b ? m[size_t(f)] + std::log(sum[size_t(f)]) : 0.0f;
   }
 }
 
