@@ -33,8 +33,8 @@
 //   its largest, which a mean of embeddings hides (generated programs of one size look alike on average).
 //   log-sum-exp of a per-node log cost is that sum in log space (the 2nd place's per-node cost summed,
 //   here in runtime rather than score space); minus log(nodes) it starts near 0, where the offset target
-//   is. Measured on 400 generated programs of 200-600 nodes (docs/benchmarks.md, three seeds): test MRE
-//   0.553 +- 0.106 against 0.665 +- 0.073 with the means alone, lower on every seed; on 40 programs
+//   is. Measured on 400 generated programs of 200-600 nodes (docs/benchmarks.md, five seeds): test MRE
+//   0.555 +- 0.127 against 0.743 +- 0.134 with the means alone, lower on every seed; on 40 programs
 //   neither learns the programs' scale.
 // - The softmax normalises over the in-edges of each node (GAT's choice); the transcription leaves the
 //   set open.
