@@ -117,7 +117,8 @@ struct DatasetOptions {
 };
 
 // One graph as arrays in the file schema (what the writer stores), e.g. for tests. A tile kernel that
-// admits fewer than min_configs distinct tiles gives no arrays (found before any runtime is computed).
+// admits fewer than min_configs distinct tiles gives no arrays (found before any runtime is computed);
+// a layout program ignores min_configs (it lists `configs` configs).
 std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t nodes, int64_t configs, uint64_t seed,
                                                        bool with_runtimes = true,
                                                        double configurable_share = kConfigurableShare,

@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   __syncthreads();
   if (w != 0 || f >= F) return;
   for (int h = 1; h < kRowWarps; ++h) s += part[h][lane];
-  y[g * F + f] = e > b ? m + logf(s) : 0.0f;
+  y[g * F + f] = e == b ? 0.0f : fabsf(m) == INFINITY ? m : m + logf(s);
 }
 
 __global__ void pool_lse_bwd_kernel(float* dx, const float* dy, const float* x, const float* y,

@@ -1,8 +1,9 @@
 // Readout per graph of a disjoint union: graph g owns node rows graph_ptr[g] .. graph_ptr[g+1]-1.
 //   sum / mean / max over those rows, per feature; max keeps argmax (the node row; -1 and y = 0 for a
 //   graph with no nodes). x [N, F], y [G, F].
-// Backward: each node row belongs to one graph, so dx is a broadcast (sum, mean) or a scatter to the
-// argmax row (max): no sums across threads.
+//   log-sum-exp (below) per feature too.
+// Backward: each node row belongs to one graph, so dx is a broadcast (sum, mean), a scatter to the
+// argmax row (max) or dy times the row's softmax weight (log-sum-exp): no sums across threads.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -46,7 +47,8 @@ void pool_backward_ref(T* dx, const T* dy, const int32_t* argmax, const int64_t*
 }
 
 // Log-sum-exp readout: y[g, f] = log sum_i exp(x[i, f]) over graph g's rows, computed as
-// m + log sum_i exp(x[i, f] - m) with m the rows' max (0 for a graph with no rows). A runtime that is a
+// m + log sum_i exp(x[i, f] - m) with m the rows' max (0 for a graph with no rows; m itself when m is
+// infinite, as torch.logsumexp: -inf for a column of -inf, +inf when a row is +inf). A runtime that is a
 // sum of positive per-node costs, each predicted as a log cost x[i], is y in log space.
 // Backward: dx[i, f] = dy[g, f] exp(x[i, f] - y[g, f]), the softmax of the graph's rows.
 template <class T>
@@ -57,7 +59,7 @@ void pool_logsumexp_forward_ref(T* y, const T* x, const int64_t* graph_ptr, int6
       T m = -std::numeric_limits<T>::infinity(), s = T(0);
       for (int64_t i = b; i < e; ++i) m = std::max(m, x[i * F + f]);
       for (int64_t i = b; i < e; ++i) s += std::exp(x[i * F + f] - m);
-      y[g * F + f] = e > b ? m + std::log(s) : T(0);
+      y[g * F + f] = e == b ? T(0) : std::isinf(m) ? m : m + std::log(s);
     }
 }
 

@@ -66,7 +66,10 @@ GNN_CPU_CLONES void pool_logsumexp_forward_cpu(float* __restrict y, const float*
       for (int64_t f = 0; f < F; ++f) m[size_t(f)] = std::max(m[size_t(f)], x[i * F + f]);
     for (int64_t i = b; i < e; ++i)
       for (int64_t f = 0; f < F; ++f) sum[size_t(f)] += std::exp(x[i * F + f] - m[size_t(f)]);
-    for (int64_t f = 0; f < F; ++f) y[g * F + f] = e > b ? m[size_t(f)] + std::log(sum[size_t(f)]) : 0.0f;
+    for (int64_t f = 0; f < F; ++f) {
+      const float mf = m[size_t(f)];
+      y[g * F + f] = e == b ? 0.0f : std::isinf(mf) ? mf : mf + std::log(sum[size_t(f)]);
+    }
   }
 }
 

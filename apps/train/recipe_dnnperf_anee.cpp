@@ -175,8 +175,7 @@ class DnnPerfAnee : public RankModel {
     const ag::Var pred = head_.forward(ag::concat_cols({nodes, edges, ag::Var(v.size)}));
     if (!cost_) return pred;
     // --readout cost: plus the log of the mean over the graph's nodes of exp(cost(h_v)), per config
-    const int64_t N = h.size(0);
-    const ag::Var cost = ag::reshape(cost_->forward(per_config(h, C)), N, C);  // [N, C]
+    const ag::Var cost = node_major(cost_->forward(per_config(h, C)), C);  // [N, C]
     const ag::Var lme = ag::sub(per_config(ag::pool_logsumexp(cost, b.graph_ptr), C), ag::Var(v.log_nodes));
     return ag::add(pred, lme);
   }

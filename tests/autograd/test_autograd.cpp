@@ -241,6 +241,8 @@ TEST_CASE("autograd: row-wise ops, layer norm, instance norm, pooling") {
     check_grads({x}, [&] { return probe(ag::pool(x, gp, op)); });
   }
   check_grads({x}, [&] { return probe(ag::pool_logsumexp(x, gp)); });
+  CHECK_THROWS_WITH_AS(ag::pool_logsumexp(x, Tensor::from_vector<int64_t>({0, 8})), doctest::Contains("graph_ptr"),
+                       Error);
   CHECK_THROWS_WITH_AS(ag::pool(x, Tensor::from_vector<int64_t>({0, 8}), Reduce::kSum), doctest::Contains("graph_ptr"),
                        Error);
 }

@@ -68,6 +68,16 @@ TEST_CASE("pooling: log-sum-exp, hand-worked, reference, finite differences") {
   CHECK(y[0] == doctest::Approx(std::log(2.0)));
   CHECK(y[1] == doctest::Approx(1000 + std::log1p(std::exp(-1.0))));
   CHECK(std::vector<float>(y + 2, y + 6) == std::vector<float>{0, 0, -3, 7});
+  // Infinite maxima give themselves, as torch.logsumexp: a column of -inf, and a row of +inf.
+  const float xi[] = {-INFINITY, 1, -INFINITY, INFINITY, 2, 3};
+  pool_logsumexp_forward_cpu(y, xi, ptr, 3, 2);
+  CHECK(y[0] == -INFINITY);
+  CHECK(y[1] == INFINITY);
+  double yd_inf[6];
+  const double xid[] = {-INFINITY, 1, -INFINITY, INFINITY, 2, 3};
+  pool_logsumexp_forward_ref<double>(yd_inf, xid, ptr, 3, 2);
+  CHECK(yd_inf[0] == -INFINITY);
+  CHECK(yd_inf[1] == INFINITY);
 
   const std::vector<int64_t> gp = {0, 0, 1, 9, 40, 41, 300};
   const int64_t G = 6, N = 300;
@@ -123,12 +133,17 @@ TEST_CASE("cuda pooling matches the double reference (empty, single-node and 500
       if (op == Reduce::kMax) CHECK(arg.to_vector<int32_t>() == argd);
       GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
     }
+    // Log-sum-exp on inputs near 100, whose exp overflows f32 without the shift by the max.
+    std::vector<float> big(px);
+    for (float& v : big) v += 100.0f;
+    const std::vector<double> bigd(big.begin(), big.end());
+    const Tensor gbig = on_gpu(big);
     std::vector<double> yd(size_t(G * F)), dxd(size_t(N * F));
-    pool_logsumexp_forward_ref<double>(yd.data(), pxd.data(), ptr.data(), G, F);
-    pool_logsumexp_backward_ref<double>(dxd.data(), pdyd.data(), pxd.data(), yd.data(), ptr.data(), G, F);
+    pool_logsumexp_forward_ref<double>(yd.data(), bigd.data(), ptr.data(), G, F);
+    pool_logsumexp_backward_ref<double>(dxd.data(), pdyd.data(), bigd.data(), yd.data(), ptr.data(), G, F);
     Tensor y = nan_gpu(G * F), dx = nan_gpu(N * F);
-    pool_logsumexp_forward_cuda(y.f32(), gpx.f32(), gptr.i64(), G, F, s);
-    pool_logsumexp_backward_cuda(dx.f32(), gpdy.f32(), gpx.f32(), y.f32(), gptr.i64(), N, G, F, s);
+    pool_logsumexp_forward_cuda(y.f32(), gbig.f32(), gptr.i64(), G, F, s);
+    pool_logsumexp_backward_cuda(dx.f32(), gpdy.f32(), gbig.f32(), y.f32(), gptr.i64(), N, G, F, s);
     GNN_CHECK_CLOSE(y.to_vector<float>(), yd);
     GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
   }
