@@ -24,6 +24,8 @@ struct DeviceState {
   std::unique_ptr<PoolSet> pool;  // the caching pool, and the private pools of CUDA graphs
   cudaStream_t stream = nullptr;
   std::atomic<bool> capturing{false};  // a CudaGraph capture is open on the stream
+  bool snapshot_uploads = false;  // that capture takes uploads as snapshots (CudaGraph::Uploads::kSnapshot)
+  std::vector<void*> snapshots;  // the blocks of those snapshots, handed to the graph when it closes
   BlasHandle blas;  // cuda_blas: created on first use, never destroyed
   void* sparse = nullptr;  // cuda_sparse: the same
 };
@@ -206,6 +208,37 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
   }
 }
 
+namespace {
+
+// An upload inside a snapshot capture: the bytes go into a page-locked block the graph will own, and the
+// captured copy reads that block on every replay. The block comes from the staging pool with the capture
+// relaxed (cudaHostAlloc is not a stream operation).
+void snapshot_upload(DeviceState& ds, void* dst, const std::vector<UploadPiece>& pieces, size_t end) {
+  Staging& st = staging();
+  char* block = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    block = static_cast<char*>(st.pool.allocate(end));
+    cudaThreadExchangeStreamCaptureMode(&mode);
+  }
+  ds.snapshots.push_back(block);  // the graph returns it to the pool (or the failed capture does)
+  for (const UploadPiece& p : pieces)
+    if (p.bytes) std::memcpy(block + p.offset, p.src, p.bytes);
+  GNN_CUDA_CHECK(cudaMemcpyAsync(dst, block, end, cudaMemcpyHostToDevice, ds.stream));
+}
+
+void release_snapshots(std::vector<void*>& blocks) {
+  if (blocks.empty()) return;
+  Staging& st = staging();
+  std::lock_guard<std::mutex> lock(st.mu);
+  for (void* b : blocks) st.pool.deallocate(b);
+  blocks.clear();
+}
+
+}  // namespace
+
 void cuda_upload(void* dst, int device, const void* src, size_t bytes) {
   cuda_upload(dst, device, std::vector<UploadPiece>{{0, src, bytes}});
 }
@@ -215,9 +248,14 @@ void cuda_upload(void* dst, int device, const std::vector<UploadPiece>& pieces) 
   for (const UploadPiece& p : pieces) end = std::max(end, p.bytes ? p.offset + p.bytes : 0);
   if (end == 0) return;
   DeviceState& ds = state(device);
-  GNN_CHECK(!ds.capturing.load(), "cuda:", device, ": a host-to-device copy inside a CUDA graph capture; copy the ",
-            "inputs before capturing the step (runtime/cuda.h, CudaGraph)");
   constexpr size_t kMaxStaged = size_t(64) << 20;
+  if (ds.capturing.load()) {
+    GNN_CHECK(ds.snapshot_uploads, "cuda:", device, ": a host-to-device copy inside a CUDA graph capture; copy the ",
+              "inputs before capturing the step (runtime/cuda.h, CudaGraph)");
+    GNN_CHECK(end <= kMaxStaged, "cuda:", device, ": a host-to-device copy of ", end, " bytes inside a CUDA graph ",
+              "capture, over the 64 MiB a snapshot may hold; copy it before capturing");
+    return snapshot_upload(ds, dst, pieces, end);
+  }
   if (end > kMaxStaged) {  // straight from the sources, each piece with its own (synchronous) copy
     for (const UploadPiece& p : pieces)
       cuda_copy(static_cast<char*>(dst) + p.offset, Device::cuda(device), p.src, Device::cpu(), p.bytes);
@@ -244,7 +282,7 @@ void cuda_upload(void* dst, int device, const std::vector<UploadPiece>& pieces) 
   GNN_CUDA_CHECK(cudaEventRecord(done, stream));
 }
 
-CudaGraph::CudaGraph(int device, const std::function<void()>& fn) : device_(device) {
+CudaGraph::CudaGraph(int device, const std::function<void()>& fn, Uploads uploads) : device_(device) {
   DeviceState& s = state(device);
   GNN_CUDA_CHECK(cudaSetDevice(device));
   pool_ = s.pool->begin_private();  // throws if another capture is open on the device
@@ -252,6 +290,7 @@ CudaGraph::CudaGraph(int device, const std::function<void()>& fn) : device_(devi
     s.pool->end_private();
     GNN_CUDA_CHECK(e);
   }
+  s.snapshot_uploads = uploads == Uploads::kSnapshot;
   s.capturing = true;
   std::exception_ptr failed;
   try {
@@ -260,12 +299,15 @@ CudaGraph::CudaGraph(int device, const std::function<void()>& fn) : device_(devi
     failed = std::current_exception();
   }
   s.capturing = false;
+  s.snapshot_uploads = false;
+  snapshots_.swap(s.snapshots);
   s.pool->end_private();  // the graph keeps its pool (pool_) for its lifetime
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(s.stream, &graph);  // closed on every path: the stream stays usable
   if (failed || end != cudaSuccess) {
     if (graph) cudaGraphDestroy(graph);
     cudaGetLastError();
+    release_snapshots(snapshots_);  // nothing captured ran: no copy reads them
     if (failed) std::rethrow_exception(failed);
     GNN_FAIL("cuda:", device, ": CUDA graph capture failed (", cudaGetErrorString(end),
              "): the captured work must only queue kernels and device copies on the stream");
@@ -273,6 +315,7 @@ CudaGraph::CudaGraph(int device, const std::function<void()>& fn) : device_(devi
   cudaGraphExec_t exec = nullptr;
   const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) release_snapshots(snapshots_);
   GNN_CUDA_CHECK(inst);
   exec_ = exec;
 }
@@ -283,6 +326,7 @@ CudaGraph::~CudaGraph() {
     cudaStreamSynchronize(state(device_).stream);  // no replay in flight when its private memory is released
     cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   }
+  release_snapshots(snapshots_);  // (after the wait above: no replay reads them any more)
 }
 
 void CudaGraph::replay() {

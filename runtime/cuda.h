@@ -61,9 +61,17 @@ void cuda_upload(void* dst, int device, const std::vector<UploadPiece>& pieces);
 // until then too. Tensors fn creates and keeps (outputs, gradients) live in that pool: each replay
 // writes them again, as with PyTorch's static graph outputs. Pointers and shapes are fixed at capture.
 // Run fn once before capturing it, so that libraries (cuBLAS) and caches set themselves up outside it.
+// With Uploads::kSnapshot, fn may copy host data up (cuda_upload, Tensor::copy_from, Tensor::to): each
+// such copy is captured from a page-locked snapshot of the host bytes taken at capture, which the graph
+// keeps, so every replay copies what the host held then, not what it holds at replay. That suits index
+// arrays that are the same on every replay (a model's graph structure, checked by the caller, as
+// apps/train/step_graph.h does); per-step data must be copied into the graph's inputs before replay.
+// Snapshots are limited to 64 MiB per copy (a larger one is refused).
 class CudaGraph {
  public:
-  CudaGraph(int device, const std::function<void()>& fn);  // throws, with the stream left usable, on failure
+  enum class Uploads { kRefuse, kSnapshot };
+  // throws, with the stream left usable, on failure
+  CudaGraph(int device, const std::function<void()>& fn, Uploads uploads = Uploads::kRefuse);
   ~CudaGraph();
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
@@ -72,6 +80,7 @@ class CudaGraph {
   int device_;
   void* exec_ = nullptr;  // cudaGraphExec_t
   std::shared_ptr<void> pool_;  // the private memory pool of the capture
+  std::vector<void*> snapshots_;  // page-locked blocks the captured uploads copy from (Uploads::kSnapshot)
 };
 // The private pools of the device's live CUDA graphs, summed (cuda_memory_stats covers the main pool).
 MemoryStats cuda_graph_memory_stats(int device);

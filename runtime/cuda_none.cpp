@@ -25,7 +25,7 @@ void cuda_upload(void*, int, const void*, size_t) { no_cuda(); }
 void cuda_upload(void*, int, const std::vector<UploadPiece>&) { no_cuda(); }
 MemoryStats cuda_pinned_stats() { no_cuda(); }
 int64_t cuda_host_waits() { return 0; }  // never waited: there is no device
-CudaGraph::CudaGraph(int, const std::function<void()>&) : device_(0) { no_cuda(); }
+CudaGraph::CudaGraph(int, const std::function<void()>&, Uploads) : device_(0) { no_cuda(); }
 CudaGraph::~CudaGraph() = default;
 void CudaGraph::replay() { no_cuda(); }
 double cuda_time_ms(int, const std::function<void()>&) { no_cuda(); }

@@ -207,7 +207,7 @@ TEST_CASE("tensor: to_packed moves several host tensors in one transfer, each al
   }
 }
 
-TEST_CASE("cuda graph: captured kernels replay on the stream, and an upload inside a capture is refused") {
+TEST_CASE("cuda graph: captured kernels replay on the stream; an upload inside a capture is refused, or snapshot") {
   GNN_SKIP_UNLESS_CUDA();
   const Device gpu = Device::cuda(0);
   const Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}).to(gpu);
@@ -230,6 +230,38 @@ TEST_CASE("cuda graph: captured kernels replay on the stream, and an upload insi
   CHECK_THROWS_WITH_AS(CudaGraph(0, [&] { y.copy_from(host); }), doctest::Contains("inside a CUDA graph capture"),
                        Error);
   // the stream is usable after a failed capture
+  y.copy_from(host);
+  CHECK(y.to_vector<float>() == std::vector<float>{5, 6, 7, 8});
+  // With snapshots, the capture keeps the host bytes it saw: each replay copies them, whatever the host
+  // array holds by then, and an upload made inside the step (an index array) is captured too.
+  std::vector<float> values{1, 1, 2, 2};
+  Tensor z = Tensor::full({4}, 0.0, DType::F32, gpu);
+  {
+    CudaGraph snap(
+        0,
+        [&] {
+          y.copy_from(Tensor::from_vector(values));
+          z.copy_from(Tensor::from_vector(values).to(gpu));
+        },
+        CudaGraph::Uploads::kSnapshot);
+    values.assign(4, -1.0f);  // changed after the capture: no replay sees it
+    y.fill_(0.0), z.fill_(0.0);
+    snap.replay();
+    CHECK(y.to_vector<float>() == std::vector<float>{1, 1, 2, 2});
+    CHECK(z.to_vector<float>() == std::vector<float>{1, 1, 2, 2});
+    CHECK(cuda_pinned_stats().current_bytes >= 16);  // the graph holds its snapshots
+  }
+  cuda_synchronize(0);
+  // a copy that fails inside a snapshot capture leaves the stream usable, and ordinary uploads refused again
+  CHECK_THROWS_WITH_AS(CudaGraph(
+                           0,
+                           [&] {
+                             y.copy_from(Tensor::from_vector(std::vector<float>{1, 2, 3}));
+                           },
+                           CudaGraph::Uploads::kSnapshot),
+                       doctest::Contains("does not fit"), Error);
+  CHECK_THROWS_WITH_AS(CudaGraph(0, [&] { y.copy_from(host); }), doctest::Contains("inside a CUDA graph capture"),
+                       Error);
   y.copy_from(host);
   CHECK(y.to_vector<float>() == std::vector<float>{5, 6, 7, 8});
 }
