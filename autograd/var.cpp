@@ -127,4 +127,12 @@ void run_backward(const Var& y, const Tensor& seed) {
 size_t tape_size() { return t_tape.size(); }
 void clear_tape() { t_tape.clear(); }
 
+TapeScope::TapeScope() {
+  auto outer = std::make_shared<std::vector<Entry>>();
+  outer->swap(t_tape);
+  saved_ = outer;
+}
+
+TapeScope::~TapeScope() { static_cast<std::vector<Entry>*>(saved_.get())->swap(t_tape); }
+
 }  // namespace gnn::ag

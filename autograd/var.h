@@ -93,4 +93,19 @@ void backward(const Var& y, const Tensor& dy);
 size_t tape_size();
 void clear_tape();
 
+// A scope with a tape of its own: the thread's entries are set aside on entry and put back on exit (this
+// scope's own entries, if any are left, are dropped). A loss computed and back-propagated inside it
+// leaves a forward recorded before it untouched, for a later backward(y, dy) from that forward's output
+// (apps/train/step_graph.cpp: a host loss between a captured forward and a captured backward).
+class TapeScope {
+ public:
+  TapeScope();
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  std::shared_ptr<void> saved_;
+};
+
 }  // namespace gnn::ag

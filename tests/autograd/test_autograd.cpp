@@ -71,6 +71,32 @@ TEST_CASE("autograd: backward from an output with a seed gradient equals backwar
   ag::clear_tape();
 }
 
+TEST_CASE("autograd: a tape scope back-propagates a loss of its own and leaves the forward before it for later") {
+  const ag::Var a = rand_var({5, 4}, 1), b = rand_var({4, 3}, 2);
+  const Tensor dy = rand_var({5, 3}, 3, -1, 1, false).value();
+  ag::backward(ag::sum(ag::mul(ag::relu(ag::matmul(a, b)), ag::Var(dy))));
+  const std::vector<double> ga = a.grad().to_vector<double>(), gb = b.grad().to_vector<double>();
+  a.zero_grad(), b.zero_grad();
+  // the forward, then a loss of a detached copy of its output in a scope (the host loss of a GPU step)
+  const ag::Var y = ag::relu(ag::matmul(a, b));
+  const size_t forward_entries = ag::tape_size();
+  Tensor seed;
+  {
+    ag::TapeScope scope;
+    CHECK(ag::tape_size() == 0);
+    const ag::Var leaf(y.value().clone(), true);
+    ag::backward(ag::sum(ag::mul(leaf, ag::Var(dy))));
+    seed = leaf.grad();
+    CHECK(!a.has_grad());  // the scope's backward never reached the forward
+    ag::mul(leaf, leaf);  // left on the scope's tape: dropped with it
+  }
+  CHECK(ag::tape_size() == forward_entries);
+  ag::backward(y, seed);
+  CHECK(a.grad().to_vector<double>() == ga);
+  CHECK(b.grad().to_vector<double>() == gb);
+  CHECK(ag::tape_size() == 0);
+}
+
 TEST_CASE("autograd: arithmetic, matmul in all four transposes, activations") {
   ag::Var a = rand_var({4, 3}, 1), b = rand_var({4, 3}, 2), bias = rand_var({3}, 3), s = rand_var({1}, 4);
   check_grads({a, b}, [&] { return probe(ag::add(a, b)); });
