@@ -134,6 +134,11 @@ Command train_command() {
               "(K/M/G suffixes; 0: no limit; auto: 90% of the memory this process may use)",
               "auto"},
              {"device", "cpu|cuda", "where to train", "cpu"},
+             {"cuda-graphs", "N",
+              "with --device cuda: capture the forward and backward of up to N repeating batches (same graphs, "
+              "fresh configs) as CUDA graphs and replay later steps from them; one process, whole graphs, a "
+              "recipe whose training draws no dropout (a refusal names those that can) (0: off)",
+              "0"},
              {"threads", "T", "CPU threads (default: all)"},
              {"resume", "",
               "continue the run in RUN from its last checkpoint (starts one if there is none); "
@@ -178,6 +183,8 @@ Command train_command() {
     if (a.has("steps")) o.steps = a.integer("steps", 0, INT64_MAX);
     if (a.has("steps") && o.steps == 0) o.steps = -1;  // 0: no step limit (on --resume: remove the run's)
     if (a.on("seed")) o.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
+    o.cuda_graphs = a.integer("cuda-graphs", 0, 1024);
+    if (o.cuda_graphs > 0 && !o.device.is_cuda()) throw UsageError("gnn train: --cuda-graphs needs --device cuda");
     o.memory_limit = parse_memory_limit(a.str("memory-limit"));
     o.resume = a.on("resume"), o.skip_nonfinite = a.on("skip-nonfinite");
     o.checkpoint_minutes = a.number("checkpoint-minutes");

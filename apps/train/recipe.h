@@ -19,6 +19,11 @@ namespace gnn::train {
 class RankModel : public nn::Module {
  public:
   virtual ag::Var forward(const Batch& b) = 0;
+  // Whether a training forward may be captured as a CUDA graph and replayed (apps/train/step_graph.h):
+  // it reads the batch only through its sizes, index arrays and float inputs, never through what
+  // changes from step to step without changing those (config_ids, node_config_host(), noise_seed,
+  // target), and draws nothing. False unless a recipe says so.
+  virtual bool replayable() const { return false; }
   // What a resumed run needs beyond the parameters (layout-gst's table of segment scores): arrays under
   // "state/" in model.npz, written with every checkpoint and read back on --resume. None by default.
   virtual void save_state(std::vector<std::pair<std::string, Tensor>>& out) const { (void)out; }

@@ -160,6 +160,8 @@ class DnnPerfAnee : public RankModel {
     if (cost_) add_child("node_cost", cost_.get());
   }
 
+  bool replayable() const override { return true; }
+
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     const EdgeView v = edge_view(b);

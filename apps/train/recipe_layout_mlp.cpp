@@ -17,6 +17,8 @@ class LayoutMlp : public RankModel {
     add_child("op_embedding", &emb_);
     add_child("mlp", &mlp_);
   }
+  bool replayable() const override { return true; }
+
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     const ag::Var h = node_input(emb_, b);

@@ -43,6 +43,8 @@ class LayoutResModel : public RankModel {
     add_child("postnet", &postnet_);
   }
 
+  bool replayable() const override { return true; }
+
   ag::Var forward(const Batch& b) override {
     return forward_segment_rows(b, rows_, [&](const Batch& on, SegmentPass* seg) { return run(on, seg); });
   }

@@ -59,6 +59,8 @@ class LayoutSeedSage : public RankModel {
     add_child("head", &head_);
   }
 
+  bool replayable() const override { return true; }
+
   ag::Var forward(const Batch& b) override {
     return forward_segment_rows(b, rows_, [&](const Batch& on, SegmentPass* seg) { return run(on, seg); });
   }

@@ -43,6 +43,8 @@ class TileGnn : public RankModel {
     add_child("head", &head_);
   }
 
+  bool replayable() const override { return true; }
+
   ag::Var forward(const Batch& b) override {
     const int64_t C = early_ ? b.configs : 1;  // late join: the graph part runs once for all configs
     ag::Var x = node_input(emb_, b);

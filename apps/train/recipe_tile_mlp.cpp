@@ -23,6 +23,8 @@ class TileMlp : public RankModel {
     add_child("op_embedding", &emb_);
     add_child("mlp", &mlp_);
   }
+  bool replayable() const override { return true; }
+
   ag::Var forward(const Batch& b) override {
     const ag::Var h = node_input(emb_, b);
     const ag::Var pooled =

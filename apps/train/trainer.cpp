@@ -18,6 +18,7 @@
 #include "apps/train/data_parallel.h"
 #include "apps/train/progress.h"
 #include "apps/train/run_state.h"
+#include "apps/train/step_graph.h"
 #include "autograd/ops.h"
 #include "dist/comm.h"
 #include "io/atomic_file.h"
@@ -150,6 +151,7 @@ class Run {
     return {bi * tp_.batch_graphs, std::min(n_, (bi + 1) * tp_.batch_graphs)};
   }
   void step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi);
+  void check_cuda_graphs(const std::string& recipe) const;
   void end_epoch(int64_t epoch, double seconds, int64_t configs);
   void save(const std::string& path, bool with_optimizer);
   void fault() const;
@@ -177,6 +179,7 @@ class Run {
   std::optional<nn::Adam> opt_;
   std::optional<DataParallel> dp_;  // with mpirun -np R > 1
   std::optional<nn::Swa> swa_;  // --swa K
+  std::unique_ptr<StepGraphs> graphs_;  // --cuda-graphs N
   State st_;
   std::optional<GraphSource> train_src_, valid_src_;
   int64_t n_ = 0, batches_ = 0, total_steps_ = 0;
@@ -240,6 +243,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   working_on_ = "building the model and loading its checkpoint";
   Rng init_rng(plan_.seed);
   model_ = recipe->build(hp, dims_of(prep_), init_rng);  // a recipe refusing its flags leaves no run behind
+  if (o.cuda_graphs > 0) check_cuda_graphs(recipe->name);
   if (!plan_.resuming && lead_) fs::create_directories(dir_);
   params_ = model_->parameters();
   opt_.emplace(nn::one_group(params_, tp_.weight_decay), tp_.lr, /*decoupled=*/true);
@@ -256,6 +260,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     if (plan_.resuming) swa_->load("swa/", plan_.meta.arrays, params_);
   }
   nn::move_parameters(*model_, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
+  if (o.cuda_graphs > 0) graphs_ = std::make_unique<StepGraphs>(o.cuda_graphs, o.device);
   if (world_.size > 1) {
     dp_.emplace(params_);
     dp_->check_same_weights("at the start");
@@ -401,6 +406,26 @@ std::string Run::batch_ids(const std::vector<int64_t>& order, int64_t bi) const 
 // counts they average over (loss_counts), the parts' gradients add up in the parameters (and, in a
 // data-parallel job, are summed over the ranks by DataParallel before the clipping), so the step is the
 // one-batch step up to rounding. One batch in one process runs unweighted, as it always has.
+// --cuda-graphs: what cannot be replayed is refused before the run starts (a batch that never repeats
+// would only pay for keeping its structure).
+void Run::check_cuda_graphs(const std::string& recipe) const {
+  auto refuse = [&](const std::string& why) { throw OptionError("--cuda-graphs: " + why); };
+  if (!model_->replayable()) {
+    std::string can;
+    for (const Recipe& r : recipes()) {
+      Rng rng(1);
+      if (r.kind == plan_.recipe->kind && r.build(r.defaults(), dims_of(prep_), rng)->replayable())
+        can += (can.empty() ? "" : ", ") + r.name;
+    }
+    refuse(recipe + "'s training forward cannot be replayed from a CUDA graph (it draws dropout or noise, or reads " +
+           "per-step values on the host); these can: " + can);
+  }
+  if (tp_.accumulate > 1) refuse("not with --accumulate > 1 (one batch per step is replayed)");
+  if (world_.size > 1) refuse("one process only (not in a data-parallel job)");
+  if (tp_.edge_dropout > 0) refuse("not with --edge-dropout (the graph changes every step)");
+  if (tp_.sample_nodes > 0) refuse("not with --sample-nodes (the graph changes every step)");
+}
+
 void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
   model_->train();
   opt_->zero_grad();
@@ -417,12 +442,23 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
   double lv = 0;
   bool finite = true;
   int64_t configs = 0;
+  Batch on_device;  // with --cuda-graphs, the batch of an eager step (micro holds the host batch)
   for (size_t m = 0; m < micro.size() && finite; ++m) {
-    const Batch& b = micro[m];
-    configs += b.graphs * b.configs;
+    configs += micro[m].graphs * micro[m].configs;
     std::vector<double> share;
     for (size_t t = 0; weighted && t < global.size(); ++t)
       share.push_back(global[t] > 0 ? counts[m][t] / global[t] : 0.0);
+    if (graphs_) {
+      StepGraphs::Step from_graphs;
+      const auto loss = [&](const ag::Var& p) { return batch_loss(tp_, p, micro[m], prep_.log_offset, share); };
+      if (graphs_->run(*model_, params_, micro[m], loss, from_graphs, on_device)) {
+        pred = from_graphs.pred, last = &micro[m];
+        finite = std::isfinite(from_graphs.loss);
+        lv += from_graphs.loss;
+        continue;
+      }
+    }
+    const Batch& b = graphs_ ? on_device : micro[m];
     pred = model_->forward(b), last = &b;
     const ag::Var loss = batch_loss(tp_, pred, b, prep_.log_offset, share);
     const double part = loss.value().item();
@@ -482,7 +518,8 @@ TrainResult Run::train() {
       const auto t_step = Clock::now();
       const int64_t waits_before = cuda_host_waits();
       std::vector<Batch> micro = next.valid() ? next.get() : build_batch(e, order, bi);
-      for (Batch& b : micro) b = b.to(o_.device);
+      if (!graphs_)  // (StepGraphs moves the batch, or copies it into the graphs' own)
+        for (Batch& b : micro) b = b.to(o_.device);
       if (prefetch && bi + 1 < batches_ && st_.step + 1 < total_steps_)
         next = std::async(std::launch::async, [this, e, &order, bi] { return build_batch(e, order, bi + 1); });
       step(micro, e, bi);
@@ -666,6 +703,13 @@ TrainResult Run::result() const {
     j.set("device", o_.device.str());
     j.set("peak_device_mb", double(cuda_memory_stats(o_.device.index).peak_bytes) / 1e6);
     if (waited_steps_) j.set("device_waits_per_step", double(step_waits_) / double(waited_steps_));
+    if (graphs_) {
+      j.set("cuda_graph_steps", graphs_->replayed());
+      j.set("cuda_graphs_captured", graphs_->captured());
+      j.set("cuda_graph_failures", graphs_->failed());
+      // (what the graphs' own pools hold: their activations and gradients, outside peak_device_mb's pool)
+      j.set("cuda_graphs_mb", double(cuda_graph_memory_stats(o_.device.index).reserved_bytes) / 1e6);
+    }
   }
   r.json = j.dump();
   return r;

@@ -47,6 +47,9 @@ struct TrainOptions {
   // Build the next batch on a second thread during each step: -1 on a GPU only (on the host the step
   // itself uses every core), 0 never, 1 always. The batches, and so the run, are the same either way.
   int prefetch = -1;
+  // > 0 with a GPU: capture the forward and backward of up to this many repeating batch structures as
+  // CUDA graphs and replay steps from them (apps/train/step_graph.h); 0: every step eagerly.
+  int64_t cuda_graphs = 0;
 };
 
 // A flag value or combination that cannot be meant (out of range, conflicting with the resumed run):

@@ -1801,3 +1801,99 @@ TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
     CHECK(read_submission(t.file(name + ".csv")).size() == (data == tile ? 15u : 1u));
   }
 }
+
+TEST_CASE("train: CUDA graphs of the training step give the eager GPU run's bits, with two waits a step") {
+  GNN_SKIP_UNLESS_CUDA();
+  const int64_t epochs = 4;
+  struct Variant {
+    std::string recipe;
+    std::map<std::string, std::string> hparams;
+  };
+  // Every recipe that says its forward can be replayed, and layout-resmodel without config sharing.
+  std::vector<Variant> variants{{"layout-resmodel", {{"share", "off"}}}};
+  for (const Recipe& r : recipes()) {
+    Rng rng(1);
+    const Preprocessing prep = fit_preprocessing(kind_files(dataset(), r.kind, "train"), r.kind == "layout",
+                                                 FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
+    if (r.build(r.defaults(), {prep.node_features(), prep.config_features()}, rng)->replayable())
+      variants.push_back({r.name, {}});
+  }
+  CHECK(variants.size() >= 9);  // resmodel twice, layout-mlp, seed-sage, dnnperf-anee, and the tile GNNs and MLP
+  for (const Variant& v : variants) {
+    CAPTURE(v.recipe);
+    CAPTURE(v.hparams.size());
+    const std::string kind = find_recipe(v.recipe).kind;
+    const int64_t n = int64_t(kind_files(dataset(), kind, "train").size());
+    REQUIRE(n >= 2);
+    TempDir t;
+    auto train = [&](const std::string& out, int64_t graphs) {
+      TrainOptions o;
+      o.recipe = v.recipe, o.data = dataset(), o.out = t.file(out), o.epochs = epochs, o.quiet = true, o.progress = 0;
+      o.device = Device::cuda(0), o.cuda_graphs = graphs;
+      o.hparams = v.hparams;
+      o.hparams["batch-graphs"] = "1", o.hparams["configs"] = "8";  // one graph a step, 8 fresh configs each time
+      return Json::parse(run_training(o).json);
+    };
+    const Json eager = train("eager", 0), graphs = train("graphs", 8);
+    // Each graph's structure runs eagerly at its first two sights, is captured at its third (that step
+    // runs from the new graphs) and replayed after: every step from epoch 3 on.
+    CHECK(graphs["cuda_graphs_captured"].as_number() == double(n));
+    CHECK(graphs["cuda_graph_steps"].as_number() == double(n * (epochs - 2)));
+    CHECK(graphs["cuda_graph_failures"].as_number() == 0);
+    CHECK(graphs["device_waits_per_step"].as_number() <= 2.0);  // the prediction and the gradient norm
+    CHECK(graphs["device_waits_per_step"].as_number() <= eager["device_waits_per_step"].as_number());
+    // The same kernels on the same inputs in the same order: the same weights, Adam state and metrics.
+    CHECK(same_bits(checkpoint_weights(t.file("eager/model.npz")), checkpoint_weights(t.file("graphs/model.npz"))));
+    CHECK(metric_lines(t.file("eager/metrics.jsonl")) == metric_lines(t.file("graphs/metrics.jsonl")));
+    if (v.recipe != "layout-resmodel" || !v.hparams.empty()) continue;
+    // With room for one structure, the first graph seen is captured and the others run eagerly, still
+    // the same bits.
+    const Json one = train("one", 1);
+    CHECK(one["cuda_graphs_captured"].as_number() == 1);
+    CHECK(one["cuda_graph_steps"].as_number() == double(epochs - 2));
+    CHECK(same_bits(checkpoint_weights(t.file("eager/model.npz")), checkpoint_weights(t.file("one/model.npz"))));
+  }
+  // A diverged run (--lr 1e20: the weights overflow after the first steps) skips the same batches with
+  // graphs as without: a structure whose loss is not finite at its capture is captured again later.
+  {
+    TempDir t;
+    auto diverge = [&](const std::string& out, int64_t graphs) {
+      TrainOptions o;
+      o.recipe = "layout-resmodel", o.data = dataset(), o.out = t.file(out), o.epochs = epochs, o.quiet = true;
+      o.progress = 0, o.device = Device::cuda(0), o.cuda_graphs = graphs, o.skip_nonfinite = true;
+      o.hparams = {{"batch-graphs", "1"}, {"configs", "8"}, {"lr", "1e20"}};
+      return Json::parse(run_training(o).json);
+    };
+    const Json eager = diverge("eager", 0), graphs = diverge("graphs", 8);
+    CHECK(eager["skipped"].as_number() > 0);
+    CHECK(graphs["skipped"].as_number() == eager["skipped"].as_number());
+    CHECK(graphs["cuda_graph_failures"].as_number() == 0);
+    CHECK(same_bits(checkpoint_weights(t.file("eager/model.npz")), checkpoint_weights(t.file("graphs/model.npz"))));
+    CHECK(ag::tape_size() == 0);
+  }
+  // What cannot be replayed is refused by name before a run is created.
+  TempDir t;
+  auto refused = [&](const std::string& recipe, const std::map<std::string, std::string>& h) {
+    TrainOptions o;
+    o.recipe = recipe, o.data = dataset(), o.out = t.file("refused"), o.epochs = 1, o.quiet = true, o.progress = 0;
+    o.device = Device::cuda(0), o.cuda_graphs = 2, o.hparams = h;
+    try {
+      run_training(o);
+    } catch (const OptionError& e) {
+      CHECK(!std::filesystem::exists(t.file("refused")));
+      return e.message();
+    }
+    return std::string("(no error)");
+  };
+  const std::string why = refused("layout-sage-2nd", {});
+  CHECK(why.find("--cuda-graphs: layout-sage-2nd's training forward") == 0);
+  CHECK(why.find("these can: layout-resmodel, layout-mlp") != std::string::npos);
+  CHECK(refused("layout-resmodel", {{"edge-dropout", "0.1"}}).find("not with --edge-dropout") != std::string::npos);
+  CHECK(refused("layout-resmodel", {{"accumulate", "2"}}).find("not with --accumulate") != std::string::npos);
+}
+
+TEST_CASE("train: --cuda-graphs asks for a GPU") {
+  const auto r = run_gnn("train --model layout-resmodel --data " + dataset() + " --out /nonexistent/x --cuda-graphs 2");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--cuda-graphs needs --device cuda") != std::string::npos);
+}

@@ -1,0 +1,209 @@
+#include "apps/train/step_graph.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace gnn::train {
+
+namespace {
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  if (!a.defined()) return true;
+  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+constexpr Tensor Batch::*kInputs[] = {&Batch::x, &Batch::config_feat, &Batch::node_config, &Batch::violation};
+constexpr Tensor Batch::*kIndexArrays[] = {
+    &Batch::opcode,     &Batch::graph_ptr,   &Batch::node_graph, &Batch::edges,      &Batch::config_nodes,
+    &Batch::config_ptr, &Batch::node_layout, &Batch::producer,   &Batch::plan_seeds, &Batch::keep_grad};
+
+}  // namespace
+
+// What a captured forward reads from the host: a batch's sizes and index arrays (kept, and compared byte
+// for byte), and the shapes of its float inputs (kInputs: their values are copied in every step).
+struct StepGraphs::Structure {
+  Batch index;  // the batch with its float inputs and targets dropped
+  std::vector<std::pair<Shape, DType>> inputs;  // per kInputs entry (an empty shape and U8: undefined)
+
+  explicit Structure(const Batch& b) : index(b) {
+    for (auto field : kInputs) {
+      const Tensor& t = b.*field;
+      inputs.emplace_back(t.defined() ? t.shape() : Shape{}, t.defined() ? t.dtype() : DType::U8);
+      index.*field = Tensor();
+    }
+    index.target = Tensor();
+  }
+  bool matches(const Batch& b) const {
+    if (index.graphs != b.graphs || index.configs != b.configs || index.nodes != b.nodes || index.ids != b.ids ||
+        index.part != b.part || index.parts != b.parts)
+      return false;
+    for (auto field : kIndexArrays)
+      if (!same_bytes(index.*field, b.*field)) return false;
+    for (size_t i = 0; i < std::size(kInputs); ++i) {
+      const Tensor& t = b.*kInputs[i];
+      if ((t.defined() ? t.shape() : Shape{}) != inputs[i].first ||
+          (t.defined() ? t.dtype() : DType::U8) != inputs[i].second)
+        return false;
+    }
+    return true;
+  }
+};
+
+namespace {
+
+// The loss of a host copy of the prediction and, when it is finite, its gradient there, on a tape of its
+// own (the captured forward's entries wait on the thread's tape for the backward's capture).
+bool host_loss(const StepGraphs::LossFn& loss, const Tensor& pred, double& value, Tensor& dpred) {
+  ag::TapeScope scope;
+  const ag::Var leaf(pred, true);
+  const ag::Var l = loss(leaf);
+  value = l.value().item();
+  if (!std::isfinite(value)) return false;
+  ag::backward(l);
+  dpred = leaf.has_grad() ? leaf.grad() : Tensor::zeros(pred.shape(), pred.dtype());
+  return true;
+}
+
+}  // namespace
+
+struct StepGraphs::Entry {
+  explicit Entry(const Batch& host) : structure(host) {}
+  Structure structure;  // of the batch as first seen
+  Batch dev;  // the graphs' device batch (from the second sight)
+  bool has_dev = false, broken = false;
+  std::unique_ptr<CudaGraph> forward, backward;
+  ag::Var pred;  // the forward's output, rewritten by each replay
+  Tensor dpred;  // the backward's seed, copied up each step
+  std::vector<Tensor> grads;  // per parameter: the gradient the backward writes (undefined: none)
+  std::vector<const void*> values;  // per parameter: where its value was at capture
+
+  void drop() {
+    backward.reset();
+    grads.clear(), values.clear();
+    pred = ag::Var();
+    dpred = Tensor();
+    forward.reset();
+  }
+};
+
+StepGraphs::StepGraphs(int64_t capacity, Device device) : capacity_(capacity), device_(device) {
+  GNN_CHECK(capacity >= 1 && device.is_cuda(), "StepGraphs: needs a GPU and room for a graph, got ", capacity, " on ",
+            device.str());
+}
+
+StepGraphs::~StepGraphs() = default;
+
+StepGraphs::Entry* StepGraphs::find(const Batch& host) {
+  for (auto& e : entries_)
+    if (e->structure.matches(host)) return e.get();
+  return nullptr;
+}
+
+StepGraphs::Entry* StepGraphs::add(const Batch& host) {
+  if (int64_t(entries_.size()) >= capacity_) return nullptr;  // the first N structures are kept
+  entries_.push_back(std::make_unique<Entry>(host));
+  return entries_.back().get();
+}
+
+bool StepGraphs::run(RankModel& model, const std::vector<nn::NamedParam>& params, const Batch& host, const LossFn& loss,
+                     Step& out, Batch& device_batch) {
+  Entry* e = host.keep_grad.defined() || !model.replayable() ? nullptr : find(host);
+  if (!e || e->broken) {
+    if (!e && !host.keep_grad.defined() && model.replayable()) add(host);
+    device_batch = host.to(device_);
+    return false;
+  }
+  if (!e->has_dev) {  // the second sight: eagerly, on the batch the graphs will read
+    e->dev = host.to(device_), e->has_dev = true;
+    device_batch = e->dev;
+    return false;
+  }
+  for (auto field : kInputs) {
+    Tensor to = e->dev.*field;
+    if (to.defined()) to.copy_from(host.*field);  // queued behind the last replay that read it
+  }
+  bool moved = e->values.size() != params.size();
+  for (size_t i = 0; i < params.size() && !moved; ++i) moved = params[i].var.value().data() != e->values[i];
+  if (e->forward && moved) e->drop();  // a parameter was replaced (loaded, cast): capture again
+  if (e->forward) {
+    replay(*e, params, loss, out);
+    return true;
+  }
+  if (capture(*e, model, params, loss, out)) return true;  // (the step ran from the new graphs)
+  device_batch = e->dev;
+  return false;
+}
+
+// Captures e's forward, replays it, computes the loss on the host, then captures and replays the
+// backward from the forward's tape. On a failed capture e is marked broken and false returned: the step
+// runs eagerly (nothing of it has touched the parameters or their gradients).
+bool StepGraphs::capture(Entry& e, RankModel& model, const std::vector<nn::NamedParam>& params, const LossFn& loss,
+                         Step& out) {
+  out = Step{};
+  auto fail = [&] {
+    ag::clear_tape();
+    for (const nn::NamedParam& p : params) p.var.zero_grad();
+    e.drop();
+    e.broken = true;
+    failed_ += 1;
+    return false;
+  };
+  try {
+    e.forward = std::make_unique<CudaGraph>(
+        device_.index, [&] { e.pred = model.forward(e.dev); }, CudaGraph::Uploads::kSnapshot);
+  } catch (const Error&) {
+    return fail();
+  }
+  // From here the captured forward's entries wait on the thread's tape for the backward's capture: an
+  // error on the way (a loss that refuses its input) clears them with the half-made graphs.
+  try {
+    e.forward->replay();
+    const Tensor pred = e.pred.value().on(Device::cpu());
+    Tensor dpred;
+    out.pred = ag::Var(pred);
+    if (!host_loss(loss, pred, out.loss, dpred)) {  // no backward to capture: try again at the next sight
+      ag::clear_tape();
+      e.drop();
+      return true;
+    }
+    e.dpred = Tensor::empty(pred.shape(), pred.dtype(), device_);
+    e.dpred.copy_from(dpred);
+  } catch (...) {
+    ag::clear_tape();
+    e.drop();
+    throw;
+  }
+  for (const nn::NamedParam& p : params) p.var.zero_grad();
+  try {
+    e.backward = std::make_unique<CudaGraph>(
+        device_.index, [&] { ag::backward(e.pred, e.dpred); }, CudaGraph::Uploads::kSnapshot);
+  } catch (const Error&) {
+    return fail();
+  }
+  for (const nn::NamedParam& p : params) {
+    e.grads.push_back(p.var.has_grad() ? p.var.grad() : Tensor());
+    e.values.push_back(p.var.value().data());
+  }
+  captured_ += 1, replayed_ += 1;
+  e.backward->replay();
+  return true;
+}
+
+void StepGraphs::replay(Entry& e, const std::vector<nn::NamedParam>& params, const LossFn& loss, Step& out) {
+  out = Step{};
+  e.forward->replay();
+  const Tensor pred = e.pred.value().on(Device::cpu());  // the step's first wait for the device
+  out.pred = ag::Var(pred);
+  Tensor dpred;
+  replayed_ += 1;
+  if (!host_loss(loss, pred, out.loss, dpred)) return;  // the caller stops or skips the batch
+  e.dpred.copy_from(dpred);
+  e.backward->replay();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (e.grads[i].defined()) params[i].var.set_grad(e.grads[i]);
+    else params[i].var.zero_grad();
+  }
+}
+
+}  // namespace gnn::train
