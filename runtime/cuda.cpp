@@ -218,10 +218,12 @@ void snapshot_upload(DeviceState& ds, void* dst, const std::vector<UploadPiece>&
   char* block = nullptr;
   {
     std::lock_guard<std::mutex> lock(st.mu);
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
+    struct Relaxed {  // the thread's capture mode, put back however allocate leaves
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      Relaxed() { cudaThreadExchangeStreamCaptureMode(&mode); }
+      ~Relaxed() { cudaThreadExchangeStreamCaptureMode(&mode); }
+    } relaxed;
     block = static_cast<char*>(st.pool.allocate(end));
-    cudaThreadExchangeStreamCaptureMode(&mode);
   }
   ds.snapshots.push_back(block);  // the graph returns it to the pool (or the failed capture does)
   for (const UploadPiece& p : pieces)

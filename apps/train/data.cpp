@@ -437,6 +437,17 @@ Batch Batch::to(Device device) const {
   return b;
 }
 
+void Batch::copy_inputs_from(const Batch& host) {
+  GNN_CHECK(host.graph.device().is_cpu() && !graph.device().is_cpu(),
+            "Batch::copy_inputs_from: from a host batch into a device batch, got ", host.graph.device().str(), " into ",
+            graph.device().str());
+  for (auto field : {&Batch::x, &Batch::config_feat, &Batch::node_config, &Batch::violation}) {
+    GNN_CHECK((this->*field).defined() == (host.*field).defined(), "Batch::copy_inputs_from: a different structure");
+    if ((this->*field).defined()) Tensor(this->*field).copy_from(host.*field);
+  }
+  config_host_ = host.node_config;
+}
+
 namespace {
 
 // Which batch rows a segment view holds: each graph's segment rows S (keep), then their neighbours H in

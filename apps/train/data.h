@@ -191,6 +191,10 @@ struct Batch {
   // (opcode, graph_ptr, node_graph, config_nodes, config_ptr) and the targets stay on the host, where the
   // ops check them (and copy what their kernels read). Itself for the host.
   Batch to(Device device) const;
+  // On a device batch made by to() from a batch of the same structure: host's float inputs (x,
+  // config_feat, node_config, violation) copied into this batch's buffers (queued uploads, in place: a
+  // CUDA graph reading them sees the new values), and host's node_config kept as the host copy.
+  void copy_inputs_from(const Batch& host);
 
  private:
   mutable std::shared_ptr<const Gcn> gcn_;

@@ -106,61 +106,71 @@ StepGraphs::Entry* StepGraphs::add(const Batch& host) {
   return entries_.back().get();
 }
 
-bool StepGraphs::run(RankModel& model, const std::vector<nn::NamedParam>& params, const Batch& host, const LossFn& loss,
-                     Step& out, Batch& device_batch) {
-  Entry* e = host.keep_grad.defined() || !model.replayable() ? nullptr : find(host);
+const Batch* StepGraphs::run(RankModel& model, const std::vector<nn::NamedParam>& params, const Batch& host,
+                             const LossFn& loss, Step& out) {
+  const bool can = !host.keep_grad.defined() && model.replayable();
+  Entry* e = can ? find(host) : nullptr;
+  if (!e && can) add(host);
   if (!e || e->broken) {
-    if (!e && !host.keep_grad.defined() && model.replayable()) add(host);
-    device_batch = host.to(device_);
-    return false;
+    scratch_ = host.to(device_);
+    return &scratch_;
   }
-  if (!e->has_dev) {  // the second sight: eagerly, on the batch the graphs will read
+  if (!e->has_dev) {  // the second sight: eagerly, on the entry's batch, which keeps what the step caches on it
     e->dev = host.to(device_), e->has_dev = true;
-    device_batch = e->dev;
-    return false;
+    return &e->dev;
   }
-  for (auto field : kInputs) {
-    Tensor to = e->dev.*field;
-    if (to.defined()) to.copy_from(host.*field);  // queued behind the last replay that read it
-  }
+  e->dev.copy_inputs_from(host);  // queued behind the last replay that read them
   bool moved = e->values.size() != params.size();
   for (size_t i = 0; i < params.size() && !moved; ++i) moved = params[i].var.value().data() != e->values[i];
   if (e->forward && moved) e->drop();  // a parameter was replaced (loaded, cast): capture again
   if (e->forward) {
     replay(*e, params, loss, out);
-    return true;
+    return nullptr;
   }
-  if (capture(*e, model, params, loss, out)) return true;  // (the step ran from the new graphs)
-  device_batch = e->dev;
-  return false;
+  if (capture(*e, model, params, loss, out)) return nullptr;  // (the step ran from the new graphs)
+  scratch_ = host.to(device_);  // (not the entry's batch: the failed capture may have cached on it)
+  return &scratch_;
 }
 
 // Captures e's forward, replays it, computes the loss on the host, then captures and replays the
-// backward from the forward's tape. On a failed capture e is marked broken and false returned: the step
-// runs eagerly (nothing of it has touched the parameters or their gradients).
+// backward from the forward's tape. On a failed capture (a gnn::Error: an op that waits for the device)
+// e is marked broken, its device batch released, and false returned: the step then runs eagerly, as
+// nothing of it has touched the parameters or their gradients. Any other exception is passed on after
+// the same clean-up.
 bool StepGraphs::capture(Entry& e, RankModel& model, const std::vector<nn::NamedParam>& params, const LossFn& loss,
                          Step& out) {
   out = Step{};
-  auto fail = [&] {
-    ag::clear_tape();
+  auto clean_up = [&] {
+    ag::clear_tape();  // (the captured forward's entries)
     for (const nn::NamedParam& p : params) p.var.zero_grad();
     e.drop();
+    e.dev = Batch(), e.has_dev = false;
     e.broken = true;
     failed_ += 1;
-    return false;
   };
-  try {
-    e.forward = std::make_unique<CudaGraph>(
-        device_.index, [&] { e.pred = model.forward(e.dev); }, CudaGraph::Uploads::kSnapshot);
-  } catch (const Error&) {
-    return fail();
-  }
+  auto attempt = [&](const std::function<void()>& fn) {
+    try {
+      fn();
+      return true;
+    } catch (const Error&) {
+      clean_up();
+      return false;
+    } catch (...) {
+      clean_up();
+      throw;
+    }
+  };
+  if (!attempt([&] {
+        e.forward = std::make_unique<CudaGraph>(
+            device_.index, [&] { e.pred = model.forward(e.dev); }, CudaGraph::Uploads::kSnapshot);
+      }))
+    return false;
   // From here the captured forward's entries wait on the thread's tape for the backward's capture: an
   // error on the way (a loss that refuses its input) clears them with the half-made graphs.
+  Tensor dpred;
   try {
     e.forward->replay();
     const Tensor pred = e.pred.value().on(Device::cpu());
-    Tensor dpred;
     out.pred = ag::Var(pred);
     if (!host_loss(loss, pred, out.loss, dpred)) {  // no backward to capture: try again at the next sight
       ag::clear_tape();
@@ -175,12 +185,11 @@ bool StepGraphs::capture(Entry& e, RankModel& model, const std::vector<nn::Named
     throw;
   }
   for (const nn::NamedParam& p : params) p.var.zero_grad();
-  try {
-    e.backward = std::make_unique<CudaGraph>(
-        device_.index, [&] { ag::backward(e.pred, e.dpred); }, CudaGraph::Uploads::kSnapshot);
-  } catch (const Error&) {
-    return fail();
-  }
+  if (!attempt([&] {
+        e.backward = std::make_unique<CudaGraph>(
+            device_.index, [&] { ag::backward(e.pred, e.dpred); }, CudaGraph::Uploads::kSnapshot);
+      }))
+    return false;
   for (const nn::NamedParam& p : params) {
     e.grads.push_back(p.var.has_grad() ? p.var.grad() : Tensor());
     e.values.push_back(p.var.value().data());

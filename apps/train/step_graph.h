@@ -50,11 +50,12 @@ class StepGraphs {
   };
   // The host loss of a host prediction: what the eager step computes from the device prediction.
   using LossFn = std::function<ag::Var(const ag::Var& pred)>;
-  // One step's forward, loss and (when the loss is finite) backward of `host` from graphs: true with
-  // `out` filled and the parameters' gradients set. False when this step must run eagerly, on `device_batch`
-  // (the entry's own device batch, or host moved to the device).
-  bool run(RankModel& model, const std::vector<nn::NamedParam>& params, const Batch& host, const LossFn& loss,
-           Step& out, Batch& device_batch);
+  // One step's forward, loss and (when the loss is finite) backward of `host` from graphs: nullptr, with
+  // `out` filled and the parameters' gradients set. Otherwise the step runs eagerly on the device batch
+  // returned (the entry's own, so that what the step builds and caches on it stays for the capture, or
+  // host moved to the device), valid until the next call.
+  const Batch* run(RankModel& model, const std::vector<nn::NamedParam>& params, const Batch& host, const LossFn& loss,
+                   Step& out);
 
   int64_t captured() const { return captured_; }  // forward and backward pairs captured
   int64_t replayed() const { return replayed_; }  // steps run from graphs
@@ -71,6 +72,7 @@ class StepGraphs {
   int64_t capacity_;
   Device device_;
   std::vector<std::unique_ptr<Entry>> entries_;  // oldest first
+  Batch scratch_;  // the device batch of an eager step outside the entries
   int64_t captured_ = 0, replayed_ = 0, failed_ = 0;
 };
 

@@ -420,6 +420,8 @@ void Run::check_cuda_graphs(const std::string& recipe) const {
     refuse(recipe + "'s training forward cannot be replayed from a CUDA graph (it draws dropout or noise, or reads " +
            "per-step values on the host); these can: " + can);
   }
+  if (tp_.batch_graphs > 1 && train_files_.size() > 1)
+    refuse("needs --batch-graphs 1 (a batch of several graphs changes with each epoch's order: it does not repeat)");
   if (tp_.accumulate > 1) refuse("not with --accumulate > 1 (one batch per step is replayed)");
   if (world_.size > 1) refuse("one process only (not in a data-parallel job)");
   if (tp_.edge_dropout > 0) refuse("not with --edge-dropout (the graph changes every step)");
@@ -442,23 +444,24 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
   double lv = 0;
   bool finite = true;
   int64_t configs = 0;
-  Batch on_device;  // with --cuda-graphs, the batch of an eager step (micro holds the host batch)
   for (size_t m = 0; m < micro.size() && finite; ++m) {
     configs += micro[m].graphs * micro[m].configs;
     std::vector<double> share;
     for (size_t t = 0; weighted && t < global.size(); ++t)
       share.push_back(global[t] > 0 ? counts[m][t] / global[t] : 0.0);
+    const Batch* eager = &micro[m];  // with --cuda-graphs micro holds the host batch
     if (graphs_) {
       StepGraphs::Step from_graphs;
       const auto loss = [&](const ag::Var& p) { return batch_loss(tp_, p, micro[m], prep_.log_offset, share); };
-      if (graphs_->run(*model_, params_, micro[m], loss, from_graphs, on_device)) {
+      eager = graphs_->run(*model_, params_, micro[m], loss, from_graphs);
+      if (!eager) {
         pred = from_graphs.pred, last = &micro[m];
         finite = std::isfinite(from_graphs.loss);
         lv += from_graphs.loss;
         continue;
       }
     }
-    const Batch& b = graphs_ ? on_device : micro[m];
+    const Batch& b = *eager;
     pred = model_->forward(b), last = &b;
     const ag::Var loss = batch_loss(tp_, pred, b, prep_.log_offset, share);
     const double part = loss.value().item();
