@@ -14,6 +14,11 @@
 # peak_tensor_mb; a peer's peak RSS less its RSS before the first step). gnn runs
 # --batch-graphs 1 --segment 0 (the whole graph), --share on and off. PYTHON (default python3)
 # runs the peers; a peer whose import fails is shown as "-".
+# DEVICE=cuda runs everything on GPU 0: gnn with --device cuda, once more with --cuda-graphs 1 (the
+# step replayed from CUDA graphs: "gnn-graphs"), the peers with --device cuda (each step synchronised);
+# "step MB" is then device memory in MB of 1e6 bytes (gnn: peak_device_mb; gnn-graphs: that plus
+# cuda_graphs_mb, its graphs' own pools, an upper bound as the eager warm-up steps' peak and the graphs
+# did not hold memory at once; the peers: torch.cuda.max_memory_allocated).
 set -euo pipefail
 file=${1:?usage: scripts/bench_layout_step.sh FILE.npz CONFIGS [STEPS] [RUNS] [THREADS]}
 configs=${2:?configs per step}
@@ -21,6 +26,8 @@ steps=${3:-20}
 runs=${4:-3}
 threads=${5:-2}
 py=${PYTHON:-python3}
+device=${DEVICE:-cpu}
+case $device in cpu | cuda) ;; *) echo "bench_layout_step.sh: DEVICE must be cpu or cuda, got '$device'" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")/.." && pwd)
 gnn=${GNN:-$here/build/bin/gnn}
 [ -f "$file" ] || { echo "bench_layout_step.sh: no such file: $file" >&2; exit 1; }
@@ -44,7 +51,9 @@ run() {  # name command...: appends "configs_per_s peak_rss_mb step_mb" to $tmp/
       cps=$(grep -o '"configs_per_s": [0-9.e+-]*' "$tmp/out" | tail -1 | awk '{print $2}')
     fi
     local step
-    step=$(grep -o '"\(peak_tensor_mb\|step_mb\)": [0-9.e+-]*' "$tmp/out" | tail -1 | awk '{printf "%.0f", $2}')
+    local mem='peak_tensor_mb\|step_mb'
+    [ "$device" = cuda ] && mem='peak_device_mb\|cuda_graphs_mb\|step_mb'  # (gnn-graphs: both pools, summed)
+    step=$(tail -1 "$tmp/out" | grep -o "\"\($mem\)\": [0-9.e+-]*" | awk '{s += $2} END {if (NR) printf "%.0f", s}')
     echo "$cps $(($(tail -1 "$tmp/rss") / 1024)) ${step:--}" >>"$tmp/$name"
   else
     echo "- - -" >>"$tmp/$name"
@@ -52,24 +61,29 @@ run() {  # name command...: appends "configs_per_s peak_rss_mb step_mb" to $tmp/
   fi
 }
 
+gnn_runs=(gnn-share-on gnn-share-off)
+[ "$device" = cuda ] && gnn_runs+=(gnn-graphs)
 for ((r = 0; r < runs; ++r)); do
-  for share in on off; do
+  for name in "${gnn_runs[@]}"; do
     rm -rf "$tmp/run"
-    run "gnn-share-$share" "$gnn" train --model layout-resmodel --data "$tmp/data" --out "$tmp/run" --epochs "$steps" \
-      --batch-graphs 1 --configs "$configs" --segment 0 --share "$share" --threads "$threads" --progress lines
+    extra=(--share "${name#gnn-share-}")
+    [ "$name" = gnn-graphs ] && extra=(--share on --cuda-graphs 1)
+    run "$name" "$gnn" train --model layout-resmodel --data "$tmp/data" --out "$tmp/run" --epochs "$steps" \
+      --batch-graphs 1 --configs "$configs" --segment 0 "${extra[@]}" --device "$device" --threads "$threads" \
+      --progress lines
   done
   rm -rf "$tmp/run"
   for impl in torch pyg; do
     run "$impl" "$py" "$here/bench/peers/layout_step.py" --data "$tmp/data" --configs "$configs" --steps "$steps" \
-      --threads "$threads" --impl "$impl"
+      --threads "$threads" --impl "$impl" --device "$device"
   done
 done
 
 nodes=$("$gnn" inspect "$file" --json 2>/dev/null | grep -o '"nodes": [0-9]*' | head -1 | awk '{print $2}')
-echo "layout-resmodel step, $(basename "$file") (${nodes:-?} nodes), $configs configs/step, $steps steps, $threads threads, median of $runs"
+echo "layout-resmodel step, $(basename "$file") (${nodes:-?} nodes), $configs configs/step, $steps steps, $threads threads, $device, median of $runs"
 printf "%-16s %12s %12s %10s %10s\n" impl configs/s "vs torch" "peak RSS" "step MB"
 torch_cps=$(cut -d' ' -f1 "$tmp/torch" | median)
-for name in gnn-share-on gnn-share-off torch pyg; do
+for name in "${gnn_runs[@]}" torch pyg; do
   cps=$(cut -d' ' -f1 "$tmp/$name" | median)
   mb=$(cut -d' ' -f2 "$tmp/$name" | median)
   step=$(cut -d' ' -f3 "$tmp/$name" | median)

@@ -10,6 +10,9 @@
 #   profile    one SAGE / GAT step at N = 100k, kernel by kernel, gnn's beside PyG's (bench/peers/cuda_profile.py, ncu)
 #   attention  graph self-attention (fused kernels) against torch's SDPA on padded graphs (bench/peers/cuda_attention.py)
 #   train      GCN/GAT/SAGE on Cora on the GPU; layout training configs/s on the GPU against the host
+#   layout     the layout-resmodel step on the GPU (shared, plain, replayed from CUDA graphs) against its
+#              PyTorch and PyG peers on the same GPU (scripts/bench_layout_step.sh with DEVICE=cuda): the
+#              real program and a 10k-node generated one, 16 and 64 configs per step
 #   dist       the data-parallel cases: the NCCL gradient sum on this GPU (one rank), and the mpirun
 #              cases when mpirun is installed (they skip, saying so, when it is not)
 # Usage: scripts/gpu_check.sh [PHASE ...]   (no phase: all, in the order above)
@@ -26,7 +29,7 @@ build=${BUILD:-build} data=${DATA:-../shared/data} logs=${LOGS:-} limit=${PHASE_
 gnn=$build/bin/gnn
 [ -d "$data" ] && data=$(cd "$data" && pwd)  # absolute: ctest runs each test in its own directory
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers profile attention train dist)
+[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers profile attention train layout dist)
 export build data gnn
 fail=0
 
@@ -102,10 +105,25 @@ phase_train() {
   return "$r"
 }
 
+phase_layout() {
+  local f c r=0 tmp
+  tmp=$(mktemp -d)
+  "$gnn" synth --collection layout --out "$tmp/gen" --graphs 1 --split train --nodes 10000 --configs 200 \
+    --configurable-share 0.025 --seed 21 >/dev/null || r=1
+  for f in "$data/tpugraphs/layout/xla/module_tuning_data_layout.npz" "$tmp"/gen/npz/layout/*/*/train/*.npz; do
+    [ -f "$f" ] || { echo "layout: skipped, no $f"; continue; }
+    for c in 16 64; do
+      DEVICE=cuda GNN="$gnn" scripts/bench_layout_step.sh "$f" "$c" 20 3 || r=1
+    done
+  done
+  rm -rf "$tmp"
+  return "$r"
+}
+
 [ -n "$logs" ] && mkdir -p "$logs"
 for p in "${phases[@]}"; do
   if ! declare -F "phase_$p" >/dev/null; then
-    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers profile attention train)" >&2
+    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers profile attention train layout dist)" >&2
     exit 2
   fi
   printf '\n=== %s (%s)\n' "$p" "$(date -u +%H:%M:%S)"

@@ -22,7 +22,12 @@ Prints one JSON line: impl, nodes, configs, steps, configs_per_s (configs over t
 the first), configs_per_s_all (over every step, the first included), step_ms_median,
 peak_rss_mb (the process's, from getrusage: importing torch alone takes hundreds of MB) and step_mb
 (that peak less the resident memory just before the first step: what the steps added).
+With --device cuda the model, the graph and each step's inputs live on the GPU (configs and runtimes
+sampled on the host and copied up each step, as gnn does), each step ends with torch.cuda.synchronize()
+so its time is the device's too, and step_mb is torch.cuda.max_memory_allocated() over the steps in
+MB of 1e6 bytes, as gnn's peak_device_mb (the model, the graph and Adam's state included, as in gnn's).
 Usage: layout_step.py --data DIR --configs C [--steps S] [--threads T] [--impl torch|pyg] [--seed S]
+                      [--device cpu|cuda]
 """
 import argparse
 import glob
@@ -92,7 +97,7 @@ class ResModel(torch.nn.Module):
     def inputs(self, feat, opcode, cfg_ids, cfg):  # cfg [C, K, 18] -> [N, C, E+F+18]
         n, c = feat.shape[0], cfg.shape[0]
         h = torch.cat([self.emb(opcode), feat], -1)
-        xc = torch.zeros(n, c, 18)
+        xc = torch.zeros(n, c, 18, device=feat.device)
         xc[cfg_ids] = cfg.transpose(0, 1)
         return torch.cat([h.unsqueeze(1).expand(n, c, h.shape[1]), xc], -1)
 
@@ -135,7 +140,11 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--impl", choices=["torch", "pyg"], default="torch")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = p.parse_args()
+    if a.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("layout_step.py --device cuda: torch sees no GPU")
+    dev = torch.device(a.device)
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -148,7 +157,8 @@ def main():
     runtime_all = z["config_runtime"].astype(np.float64)
     n = feat.shape[0]
     a_csr, (src, dst, w) = gcn_adjacency(z["edge_index"], n)
-    model = ResModel(feat.shape[1])
+    feat, opcode, cfg_ids, a_csr, src, dst, w = (t.to(dev) for t in (feat, opcode, cfg_ids, a_csr, src, dst, w))
+    model = ResModel(feat.shape[1]).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     conv, edge_index = None, None
     if a.impl == "pyg":
@@ -159,12 +169,15 @@ def main():
         conv = SimpleConv(aggr="sum")
         edge_index = torch.stack([src, dst])  # PyG: row 0 the source, row 1 the target
     before_mb = rss_mb()
+    if a.device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     times = []
     for step in range(a.steps):
         t0 = time.perf_counter()
         pick = rng.choice(cfg_all.shape[0], size=min(a.configs, cfg_all.shape[0]), replace=False)
-        cfg = torch.from_numpy(cfg_all[pick])
-        runtime = torch.from_numpy(runtime_all[pick])
+        cfg = torch.from_numpy(cfg_all[pick]).to(dev)
+        runtime = torch.from_numpy(runtime_all[pick]).to(dev)
         opt.zero_grad()
         if a.impl == "torch":
             pred = model.forward_torch(feat, opcode, cfg_ids, cfg, a_csr)
@@ -173,14 +186,17 @@ def main():
         loss = list_mle(pred, runtime)
         loss.backward()
         opt.step()
+        if a.device == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     c = min(a.configs, cfg_all.shape[0])
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"impl": a.impl, "file": path, "nodes": n, "configs": c, "steps": a.steps,
+    step_mb = torch.cuda.max_memory_allocated() / 1e6 if a.device == "cuda" else max(0.0, peak_mb - before_mb)
+    print(json.dumps({"impl": a.impl, "device": a.device, "file": path, "nodes": n, "configs": c, "steps": a.steps,
                       "configs_per_s_all": c * a.steps / sum(times),
                       "step_ms_median": 1000 * statistics.median(times[1:] or times),
                       "configs_per_s": c / statistics.median(times[1:] or times),
-                      "peak_rss_mb": peak_mb, "step_mb": max(0.0, peak_mb - before_mb)}))
+                      "peak_rss_mb": peak_mb, "step_mb": step_mb}))
 
 
 if __name__ == "__main__":
