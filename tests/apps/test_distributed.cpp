@@ -227,7 +227,7 @@ TEST_CASE("distributed: eval and predict over 3 ranks write what one process wri
   }
 }
 
-TEST_CASE("distributed: gnn info names the backends; a job of one rank sums nothing") {
+TEST_CASE("distributed: gnn info names the backends, and a job of one rank sums nothing") {
   const auto r = run_gnn("info --json");
   REQUIRE(r.exit_code == 0);
   const Json j = Json::parse(last_json(r.out));

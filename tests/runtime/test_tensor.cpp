@@ -207,7 +207,7 @@ TEST_CASE("tensor: to_packed moves several host tensors in one transfer, each al
   }
 }
 
-TEST_CASE("cuda graph: captured kernels replay on the stream; an upload inside a capture is refused, or snapshot") {
+TEST_CASE("cuda graph: captured kernels replay on the stream, and an upload inside a capture is refused or snapshot") {
   GNN_SKIP_UNLESS_CUDA();
   const Device gpu = Device::cuda(0);
   const Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}).to(gpu);
