@@ -135,7 +135,8 @@ Command train_command() {
               "auto"},
              {"device", "cpu|cuda", "where to train", "cpu"},
              {"cuda-graphs", "N",
-              "with --device cuda and --batch-graphs 1: capture the forward and backward of up to N graphs' steps "
+              "with --device cuda (and --batch-graphs 1 on several graphs): capture the forward and backward of up to "
+              "N graphs' steps "
               "(fresh configs each time) as CUDA graphs and replay later steps from them; one process, whole "
               "graphs, a recipe whose training draws no dropout (a refusal names those that can) (0: off)",
               "0"},

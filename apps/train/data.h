@@ -193,7 +193,8 @@ struct Batch {
   Batch to(Device device) const;
   // On a device batch made by to() from a batch of the same structure: host's float inputs (x,
   // config_feat, node_config, violation) copied into this batch's buffers (queued uploads, in place: a
-  // CUDA graph reading them sees the new values), and host's node_config kept as the host copy.
+  // CUDA graph reading them sees the new values), and host's node_config kept as the host copy. The
+  // targets, config_ids and noise_seed stay the first batch's (StepGraphs reads them from host).
   void copy_inputs_from(const Batch& host);
 
  private:

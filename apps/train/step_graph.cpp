@@ -76,7 +76,7 @@ struct StepGraphs::Entry {
   ag::Var pred;  // the forward's output, rewritten by each replay
   Tensor dpred;  // the backward's seed, copied up each step
   std::vector<Tensor> grads;  // per parameter: the gradient the backward writes (undefined: none)
-  std::vector<const void*> values;  // per parameter: where its value was at capture
+  std::vector<Tensor> values;  // per parameter: its value at capture (held: its address is not reused)
 
   void drop() {
     backward.reset();
@@ -108,6 +108,7 @@ StepGraphs::Entry* StepGraphs::add(const Batch& host) {
 
 const Batch* StepGraphs::run(RankModel& model, const std::vector<nn::NamedParam>& params, const Batch& host,
                              const LossFn& loss, Step& out) {
+  scratch_ = Batch();  // (the last eager step's batch: freed before this step's is made)
   const bool can = !host.keep_grad.defined() && model.replayable();
   Entry* e = can ? find(host) : nullptr;
   if (!e && can) add(host);
@@ -121,7 +122,7 @@ const Batch* StepGraphs::run(RankModel& model, const std::vector<nn::NamedParam>
   }
   e->dev.copy_inputs_from(host);  // queued behind the last replay that read them
   bool moved = e->values.size() != params.size();
-  for (size_t i = 0; i < params.size() && !moved; ++i) moved = params[i].var.value().data() != e->values[i];
+  for (size_t i = 0; i < params.size() && !moved; ++i) moved = params[i].var.value().data() != e->values[i].data();
   if (e->forward && moved) e->drop();  // a parameter was replaced (loaded, cast): capture again
   if (e->forward) {
     replay(*e, params, loss, out);
@@ -192,7 +193,7 @@ bool StepGraphs::capture(Entry& e, RankModel& model, const std::vector<nn::Named
     return false;
   for (const nn::NamedParam& p : params) {
     e.grads.push_back(p.var.has_grad() ? p.var.grad() : Tensor());
-    e.values.push_back(p.var.value().data());
+    e.values.push_back(p.var.value());
   }
   captured_ += 1, replayed_ += 1;
   e.backward->replay();

@@ -421,7 +421,9 @@ void Run::check_cuda_graphs(const std::string& recipe) const {
            "per-step values on the host); these can: " + can);
   }
   if (tp_.batch_graphs > 1 && train_files_.size() > 1)
-    refuse("needs --batch-graphs 1 (a batch of several graphs changes with each epoch's order: it does not repeat)");
+    refuse(
+        "needs --batch-graphs 1 with more than one training graph (a batch of several graphs changes with "
+        "each epoch's order: it does not repeat)");
   if (tp_.accumulate > 1) refuse("not with --accumulate > 1 (one batch per step is replayed)");
   if (world_.size > 1) refuse("one process only (not in a data-parallel job)");
   if (tp_.edge_dropout > 0) refuse("not with --edge-dropout (the graph changes every step)");
