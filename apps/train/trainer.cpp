@@ -400,12 +400,6 @@ std::string Run::batch_ids(const std::vector<int64_t>& order, int64_t bi) const 
   return ids;
 }
 
-// Forward, loss, backward and the optimiser; a non-finite loss or gradient stops the run, or with
-// --skip-nonfinite skips the batch (counted). The step's loss is the loss of its global batch: with
-// several micro-batches (--accumulate) or ranks, each part's loss terms are weighted by its share of the
-// counts they average over (loss_counts), the parts' gradients add up in the parameters (and, in a
-// data-parallel job, are summed over the ranks by DataParallel before the clipping), so the step is the
-// one-batch step up to rounding. One batch in one process runs unweighted, as it always has.
 // --cuda-graphs: what cannot be replayed is refused before the run starts (a batch that never repeats
 // would only pay for keeping its structure).
 void Run::check_cuda_graphs(const std::string& recipe) const {
@@ -430,6 +424,12 @@ void Run::check_cuda_graphs(const std::string& recipe) const {
   if (tp_.sample_nodes > 0) refuse("not with --sample-nodes (the graph changes every step)");
 }
 
+// Forward, loss, backward and the optimiser; a non-finite loss or gradient stops the run, or with
+// --skip-nonfinite skips the batch (counted). The step's loss is the loss of its global batch: with
+// several micro-batches (--accumulate) or ranks, each part's loss terms are weighted by its share of the
+// counts they average over (loss_counts), the parts' gradients add up in the parameters (and, in a
+// data-parallel job, are summed over the ranks by DataParallel before the clipping), so the step is the
+// one-batch step up to rounding. One batch in one process runs unweighted, as it always has.
 void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
   model_->train();
   opt_->zero_grad();
