@@ -432,7 +432,8 @@ Batch Batch::to(Device device) const {
   b.keep_host_ = keep_grad;
   b.config_host_ = node_config;
   std::vector<Tensor*> arrays = b.graph.arrays();
-  arrays.insert(arrays.end(), {&b.x, &b.config_feat, &b.node_config, &b.violation, &b.keep_grad});
+  for (auto field : kBatchInputs) arrays.push_back(&(b.*field));
+  arrays.push_back(&b.keep_grad);
   Tensor::move_packed(arrays, device);  // the batch's graph and features in one transfer
   return b;
 }
@@ -441,7 +442,7 @@ void Batch::copy_inputs_from(const Batch& host) {
   GNN_CHECK(host.graph.device().is_cpu() && !graph.device().is_cpu(),
             "Batch::copy_inputs_from: from a host batch into a device batch, got ", host.graph.device().str(), " into ",
             graph.device().str());
-  for (auto field : {&Batch::x, &Batch::config_feat, &Batch::node_config, &Batch::violation}) {
+  for (auto field : kBatchInputs) {
     GNN_CHECK((this->*field).defined() == (host.*field).defined(), "Batch::copy_inputs_from: a different structure");
     if ((this->*field).defined()) Tensor(this->*field).copy_from(host.*field);
   }

@@ -214,6 +214,11 @@ struct Batch {
   Tensor config_host_;  // set by to(): node_config's host copy (models that read config values as indices)
   std::shared_ptr<const Graph> host_graph_;  // set by to(): gcn() builds on the host, then moves
 };
+// A batch's float inputs: the values a step reads that may change while its structure repeats. to()
+// moves them, copy_inputs_from() copies them, StepGraphs compares only their shapes. One list, so that a
+// field added here reaches all three.
+inline constexpr Tensor Batch::*kBatchInputs[] = {&Batch::x, &Batch::config_feat, &Batch::node_config,
+                                                  &Batch::violation};
 // configs[g]: the config indices of graphs[g] (all the same length). segment > 0 keeps, in each
 // graph larger than it, a random contiguous range of that many nodes for the backward (rng decides).
 Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,

@@ -13,7 +13,6 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
-constexpr Tensor Batch::*kInputs[] = {&Batch::x, &Batch::config_feat, &Batch::node_config, &Batch::violation};
 constexpr Tensor Batch::*kIndexArrays[] = {
     &Batch::opcode,     &Batch::graph_ptr,   &Batch::node_graph, &Batch::edges,      &Batch::config_nodes,
     &Batch::config_ptr, &Batch::node_layout, &Batch::producer,   &Batch::plan_seeds, &Batch::keep_grad};
@@ -21,13 +20,13 @@ constexpr Tensor Batch::*kIndexArrays[] = {
 }  // namespace
 
 // What a captured forward reads from the host: a batch's sizes and index arrays (kept, and compared byte
-// for byte), and the shapes of its float inputs (kInputs: their values are copied in every step).
+// for byte), and the shapes of its float inputs (kBatchInputs: their values are copied in every step).
 struct StepGraphs::Structure {
   Batch index;  // the batch with its float inputs and targets dropped
-  std::vector<std::pair<Shape, DType>> inputs;  // per kInputs entry (an empty shape and U8: undefined)
+  std::vector<std::pair<Shape, DType>> inputs;  // per kBatchInputs entry (an empty shape and U8: undefined)
 
   explicit Structure(const Batch& b) : index(b) {
-    for (auto field : kInputs) {
+    for (auto field : kBatchInputs) {
       const Tensor& t = b.*field;
       inputs.emplace_back(t.defined() ? t.shape() : Shape{}, t.defined() ? t.dtype() : DType::U8);
       index.*field = Tensor();
@@ -40,8 +39,8 @@ struct StepGraphs::Structure {
       return false;
     for (auto field : kIndexArrays)
       if (!same_bytes(index.*field, b.*field)) return false;
-    for (size_t i = 0; i < std::size(kInputs); ++i) {
-      const Tensor& t = b.*kInputs[i];
+    for (size_t i = 0; i < std::size(kBatchInputs); ++i) {
+      const Tensor& t = b.*kBatchInputs[i];
       if ((t.defined() ? t.shape() : Shape{}) != inputs[i].first ||
           (t.defined() ? t.dtype() : DType::U8) != inputs[i].second)
         return false;

@@ -1898,22 +1898,30 @@ TEST_CASE("train: CUDA graphs of the training step give the eager GPU run's bits
 
 namespace {
 
-// layout-resmodel, with a wait for the device in its forward (as an op that reads a value back would
-// have): no capture can hold it.
+// layout-resmodel with a wait for the device (as an op that reads a value back would have) in its forward
+// or, through an identity op on its output, in its backward: no capture can hold it.
 class SyncingModel : public RankModel {
  public:
-  explicit SyncingModel(std::unique_ptr<RankModel> inner) : inner_(std::move(inner)) {
+  enum class Where { kForward, kBackward };
+  SyncingModel(std::unique_ptr<RankModel> inner, Where where) : inner_(std::move(inner)), where_(where) {
     add_child("inner", inner_.get());
   }
   bool replayable() const override { return true; }
   ag::Var forward(const Batch& b) override {
     const ag::Var y = inner_->forward(b);
-    (void)y.value().on(Device::cpu());
-    return y;
+    if (where_ == Where::kForward) {
+      (void)y.value().on(Device::cpu());
+      return y;
+    }
+    return ag::record("wait_in_backward", y.value(), {y}, [y](const Tensor& dy) {
+      (void)dy.on(Device::cpu());
+      ag::accumulate(y, dy);
+    });
   }
 
  private:
   std::unique_ptr<RankModel> inner_;
+  Where where_;
 };
 
 }  // namespace
@@ -1925,11 +1933,14 @@ TEST_CASE("train: CUDA graph steps give the eager step's gradients, and a failed
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
   const ModelGraph g0 = prepare_graph(files[0], prep);
   const Recipe& r = find_recipe("layout-resmodel");
-  for (const bool syncing : {false, true}) {
-    CAPTURE(syncing);
+  for (const int waits : {0, 1, 2}) {  // none; in the forward; in the backward
+    CAPTURE(waits);
+    const bool syncing = waits != 0;
     Rng rng(5);
     std::unique_ptr<RankModel> model = r.build(r.defaults(), {prep.node_features(), prep.config_features()}, rng);
-    if (syncing) model = std::make_unique<SyncingModel>(std::move(model));
+    if (syncing)
+      model = std::make_unique<SyncingModel>(
+          std::move(model), waits == 1 ? SyncingModel::Where::kForward : SyncingModel::Where::kBackward);
     nn::move_parameters(*model, gpu);
     model->train();
     const std::vector<nn::NamedParam> params = model->parameters();
