@@ -19,7 +19,7 @@ size_t CachingPool::size_class(size_t bytes) {
   return round_up<size_t>(bytes, size_t(1) << (k - 2));
 }
 
-void* CachingPool::allocate(size_t bytes) {
+void* CachingPool::allocate(size_t bytes, OnOom on_oom) {
   if (bytes == 0) return nullptr;
   const size_t cls = size_class(bytes);
   std::lock_guard<std::mutex> lock(mu_);
@@ -31,12 +31,13 @@ void* CachingPool::allocate(size_t bytes) {
     stats_.cached_bytes -= int64_t(cls);
   } else {
     p = raw_alloc_(cls);
-    if (p == nullptr) {  // release everything cached and try once more
+    if (p == nullptr && on_oom == OnOom::kReleaseAndRetry) {  // release everything cached and try once more
       release_cached_locked();
       p = raw_alloc_(cls);
     }
     GNN_CHECK(p != nullptr, name_, ": out of memory allocating ", bytes, " bytes (", stats_.current_bytes,
-              " in use, peak ", stats_.peak_bytes, ")");
+              " in use, peak ", stats_.peak_bytes,
+              on_oom == OnOom::kFail ? ", inside a CUDA graph capture, which keeps its cache)" : ")");
     stats_.reserved_bytes += int64_t(cls);
   }
   live_.emplace(p, cls);
@@ -125,7 +126,7 @@ void* PoolSet::allocate(size_t bytes) {
     open = open_;
   }
   if (!open) return main_.allocate(bytes);
-  void* p = open->pool.allocate(bytes);
+  void* p = open->pool.allocate(bytes, CachingPool::OnOom::kFail);  // its cached blocks are the graph's
   if (p) {
     std::lock_guard<std::mutex> lock(mu_);
     private_live_[p] = open;

@@ -5,7 +5,9 @@
 //
 // Size classes: multiples of 512 B up to 1 MiB, then four classes per power of two (2^k * {1, 1.25,
 // 1.5, 1.75}), so a block wastes at most 25% (and at most 511 B below 1 MiB).
-// When the raw allocator fails, the cache is released and the request retried once.
+// When the raw allocator fails, the cache is released and the request retried once, unless the caller
+// asks for OnOom::kFail (a CUDA graph capture in progress: freeing memory there could take blocks its
+// captured work uses, and cudaFree / cudaFreeHost may wait for the device, which a capture cannot hold).
 // Blocks are not tagged with streams: the engine runs all work of a device on one stream.
 #pragma once
 #include <functional>
@@ -30,7 +32,9 @@ class CachingPool {
   CachingPool(const CachingPool&) = delete;
   CachingPool& operator=(const CachingPool&) = delete;
 
-  void* allocate(size_t bytes);  // nullptr for 0 bytes; throws gnn::Error when memory runs out
+  enum class OnOom { kReleaseAndRetry, kFail };
+  // nullptr for 0 bytes; throws gnn::Error when memory runs out
+  void* allocate(size_t bytes, OnOom on_oom = OnOom::kReleaseAndRetry);
   void deallocate(void* p);  // p must come from allocate
   void empty_cache();
   MemoryStats stats() const;
@@ -57,7 +61,8 @@ class CachingPool {
 // is handed out again within the same capture (replays follow the same order). A main-pool block
 // freed during the capture is held back until the graph is gone: captured work may still read or
 // write it on replay. The private pool lives while its graph (the handle begin_private returns) or any
-// of its blocks does; then its memory is released.
+// of its blocks does; then its memory is released. It never releases its cached blocks before that (they
+// are the addresses of the captured work): an allocation that does not fit fails the capture instead.
 class PoolSet {
  public:
   PoolSet(std::string name, CachingPool::RawAlloc raw_alloc, CachingPool::RawFree raw_free);

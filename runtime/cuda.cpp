@@ -212,7 +212,8 @@ namespace {
 
 // An upload inside a snapshot capture: the bytes go into a page-locked block the graph will own, and the
 // captured copy reads that block on every replay. The block comes from the staging pool with the capture
-// relaxed (cudaHostAlloc is not a stream operation).
+// relaxed (cudaHostAlloc is not a stream operation). When page-locked memory runs out, the capture fails
+// (and the step runs eagerly) rather than free the pool's cached blocks: cudaFreeHost may wait for the device.
 void snapshot_upload(DeviceState& ds, void* dst, const std::vector<UploadPiece>& pieces, size_t end) {
   Staging& st = staging();
   char* block = nullptr;
@@ -223,7 +224,7 @@ void snapshot_upload(DeviceState& ds, void* dst, const std::vector<UploadPiece>&
       Relaxed() { cudaThreadExchangeStreamCaptureMode(&mode); }
       ~Relaxed() { cudaThreadExchangeStreamCaptureMode(&mode); }
     } relaxed;
-    block = static_cast<char*>(st.pool.allocate(end));
+    block = static_cast<char*>(st.pool.allocate(end, CachingPool::OnOom::kFail));
   }
   ds.snapshots.push_back(block);  // the graph returns it to the pool (or the failed capture does)
   for (const UploadPiece& p : pieces)

@@ -120,14 +120,17 @@ TEST_CASE("cuda allocator: caching and statistics on the device") {
 struct FakePoolSet {
   std::set<void*> live;
   int64_t raw_allocs = 0, raw_frees = 0;
+  int64_t capacity = int64_t(1) << 40, used = 0;
+  std::map<void*, size_t> sizes;
   PoolSet pools{"fake",
                 [this](size_t n) -> void* {
+                  if (used + int64_t(n) > capacity) return nullptr;
                   void* p = ::operator new(n);
-                  live.insert(p), ++raw_allocs;
+                  live.insert(p), sizes[p] = n, used += int64_t(n), ++raw_allocs;
                   return p;
                 },
                 [this](void* p) {
-                  live.erase(p), ++raw_frees;
+                  live.erase(p), used -= int64_t(sizes[p]), sizes.erase(p), ++raw_frees;
                   ::operator delete(p);
                 }};
 };
@@ -181,4 +184,26 @@ TEST_CASE("pool set: a capture whose graph is dropped at once releases everythin
   CHECK(d.raw_frees == 1);
   CHECK(d.live.empty());
   CHECK_THROWS_WITH_AS(d.pools.deallocate(reinterpret_cast<void*>(0x10)), doctest::Contains("did not allocate"), Error);
+}
+
+TEST_CASE("pool set: out of memory inside a capture fails it and frees nothing the graph uses") {
+  FakePoolSet d;
+  d.capacity = 8192;
+  void* m = d.pools.allocate(2048);
+  d.pools.deallocate(m);  // main caches 2 KiB: outside a capture, released to make room
+  std::shared_ptr<void> graph = d.pools.begin_private();
+  void* a = d.pools.allocate(4096);  // captured work writes a, then frees it: a's address is in the graph
+  d.pools.deallocate(a);
+  CHECK_THROWS_WITH_AS(d.pools.allocate(3000), doctest::Contains("inside a CUDA graph capture"), Error);
+  CHECK(d.raw_frees == 0);  // neither a (the graph's) nor main's cached block was freed mid-capture
+  CHECK(d.live.count(a) == 1);
+  d.pools.end_private();
+  graph.reset();  // the failed capture's graph goes: its pool returns its memory
+  CHECK(d.raw_frees == 1);
+  void* b = d.pools.allocate(7000);  // eager again: main releases its cache and retries
+  CHECK(b != nullptr);
+  CHECK(d.raw_frees == 2);
+  d.pools.deallocate(b);
+  d.pools.main().empty_cache();
+  CHECK(d.live.empty());
 }
