@@ -58,15 +58,18 @@ void cuda_upload(void* dst, int device, const std::vector<UploadPiece>& pieces);
 // synchronisation. fn may allocate: while it is captured, device allocations come from a pool private to
 // the graph (runtime/caching_pool.h, PoolSet), whose blocks stay reserved for the graph's replays until
 // the graph is destroyed, and buffers from before the capture that fn frees are held back from reuse
-// until then too. Tensors fn creates and keeps (outputs, gradients) live in that pool: each replay
-// writes them again, as with PyTorch's static graph outputs. Pointers and shapes are fixed at capture.
-// Run fn once before capturing it, so that libraries (cuBLAS) and caches set themselves up outside it.
+// until then too. An allocation that does not fit throws (the pool frees none of the graph's blocks to
+// make room), and so does the capture. Tensors fn creates and keeps (outputs, gradients) live in that
+// pool: each replay writes them again, as with PyTorch's static graph outputs. Pointers and shapes are
+// fixed at capture. Run fn once before capturing it, so that libraries (cuBLAS) and caches set themselves
+// up outside it.
 // With Uploads::kSnapshot, fn may copy host data up (cuda_upload, Tensor::copy_from, Tensor::to): each
 // such copy is captured from a page-locked snapshot of the host bytes taken at capture, which the graph
 // keeps, so every replay copies what the host held then, not what it holds at replay. That suits index
 // arrays that are the same on every replay (a model's graph structure, checked by the caller, as
 // apps/train/step_graph.h does); per-step data must be copied into the graph's inputs before replay.
-// Snapshots are limited to 64 MiB per copy (a larger one is refused).
+// Snapshots are limited to 64 MiB per copy (a larger one is refused); when page-locked memory runs out,
+// the capture fails.
 class CudaGraph {
  public:
   enum class Uploads { kRefuse, kSnapshot };

@@ -186,15 +186,15 @@ struct Batch {
   // p, drawn from `seed`; edges and graph are rebuilt. A host batch whose graphs nothing has built yet.
   void drop_edges(double p, uint64_t seed);
 
-  // The batch with its float inputs (x, config_feat, node_config, violation), graphs and keep_grad (read by every
-  // layer's keep_grad_rows) on `device`, in one transfer (Tensor::to_packed); the other index arrays
-  // (opcode, graph_ptr, node_graph, config_nodes, config_ptr) and the targets stay on the host, where the
-  // ops check them (and copy what their kernels read). Itself for the host.
+  // The batch with its float inputs (kBatchInputs), graphs and keep_grad (read by every layer's
+  // keep_grad_rows) on `device`, in one transfer (Tensor::to_packed); the other index arrays (opcode,
+  // graph_ptr, node_graph, config_nodes, config_ptr) and the targets stay on the host, where the ops
+  // check them (and copy what their kernels read). Itself for the host.
   Batch to(Device device) const;
-  // On a device batch made by to() from a batch of the same structure: host's float inputs (x,
-  // config_feat, node_config, violation) copied into this batch's buffers (queued uploads, in place: a
-  // CUDA graph reading them sees the new values), and host's node_config kept as the host copy. The
-  // targets, config_ids and noise_seed stay the first batch's (StepGraphs reads them from host).
+  // On a device batch made by to() from a batch of the same structure: host's float inputs (kBatchInputs)
+  // copied into this batch's buffers (queued uploads, in place: a CUDA graph reading them sees the new
+  // values), and host's node_config kept as the host copy. The targets, config_ids and noise_seed stay
+  // the first batch's (StepGraphs reads them from host).
   void copy_inputs_from(const Batch& host);
 
  private:
@@ -216,7 +216,9 @@ struct Batch {
 };
 // A batch's float inputs: the values a step reads that may change while its structure repeats. to()
 // moves them, copy_inputs_from() copies them, StepGraphs compares only their shapes. One list, so that a
-// field added here reaches all three.
+// field added here reaches all three. A new field a model reads goes here or into StepGraphs' index
+// arrays (apps/train/step_graph.cpp), which it compares byte for byte: in neither, a replay would read
+// the value it was captured with.
 inline constexpr Tensor Batch::*kBatchInputs[] = {&Batch::x, &Batch::config_feat, &Batch::node_config,
                                                   &Batch::violation};
 // configs[g]: the config indices of graphs[g] (all the same length). segment > 0 keeps, in each

@@ -1899,12 +1899,15 @@ TEST_CASE("train: CUDA graphs of the training step give the eager GPU run's bits
 namespace {
 
 // layout-resmodel with a wait for the device (as an op that reads a value back would have) in its forward
-// or, through an identity op on its output, in its backward: no capture can hold it.
+// or, through an identity op on its output, in its backward: no capture can hold it. In the backward, a
+// scale s after the wait has its gradient accumulated inside the capture before the wait stops it: the
+// fallback must drop that gradient (never computed: its kernels were captured, not run).
 class SyncingModel : public RankModel {
  public:
   enum class Where { kForward, kBackward };
   SyncingModel(std::unique_ptr<RankModel> inner, Where where) : inner_(std::move(inner)), where_(where) {
     add_child("inner", inner_.get());
+    if (where_ == Where::kBackward) s_ = add_param("s", Tensor::full({1}, 1.5, DType::F32));
   }
   bool replayable() const override { return true; }
   ag::Var forward(const Batch& b) override {
@@ -1913,15 +1916,17 @@ class SyncingModel : public RankModel {
       (void)y.value().on(Device::cpu());
       return y;
     }
-    return ag::record("wait_in_backward", y.value(), {y}, [y](const Tensor& dy) {
+    const ag::Var waits = ag::record("wait_in_backward", y.value(), {y}, [y](const Tensor& dy) {
       (void)dy.on(Device::cpu());
       ag::accumulate(y, dy);
     });
+    return ag::scale_by(waits, s_);
   }
 
  private:
   std::unique_ptr<RankModel> inner_;
   Where where_;
+  ag::Var s_;
 };
 
 }  // namespace
@@ -1977,6 +1982,8 @@ TEST_CASE("train: CUDA graph steps give the eager step's gradients, and a failed
       // the first two sights run eagerly; the third captures (and runs from the graphs), unless the
       // capture fails: then that step and every later one runs eagerly
       CHECK((eager == nullptr) == (!syncing && sight >= 3));
+      if (eager)  // what a failed capture accumulated (s's gradient, never computed) is gone
+        for (const nn::NamedParam& p : params) CHECK(!p.var.has_grad());
       if (eager) eager_step(*eager, host);
       CHECK(ag::tape_size() == 0);
       CHECK(grads() == expected);

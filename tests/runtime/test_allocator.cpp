@@ -195,7 +195,7 @@ TEST_CASE("pool set: out of memory inside a capture fails it and frees nothing t
   void* a = d.pools.allocate(4096);  // captured work writes a, then frees it: a's address is in the graph
   d.pools.deallocate(a);
   CHECK_THROWS_WITH_AS(d.pools.allocate(3000), doctest::Contains("inside a CUDA graph capture"), Error);
-  CHECK(d.raw_frees == 0);  // neither a (the graph's) nor main's cached block was freed mid-capture
+  CHECK(d.raw_frees == 0);  // a, the graph's block, was not freed mid-capture
   CHECK(d.live.count(a) == 1);
   d.pools.end_private();
   graph.reset();  // the failed capture's graph goes: its pool returns its memory
