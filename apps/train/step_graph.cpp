@@ -22,13 +22,16 @@ constexpr Tensor Batch::*kIndexArrays[] = {
 // What a captured forward reads from the host: a batch's sizes and index arrays (kept, and compared byte
 // for byte), and the shapes of its float inputs (kBatchInputs: their values are copied in every step).
 struct StepGraphs::Structure {
+  using Signature = std::pair<Shape, DType>;  // of a float input (an empty shape and U8: undefined)
   Batch index;  // the batch with its float inputs and targets dropped
-  std::vector<std::pair<Shape, DType>> inputs;  // per kBatchInputs entry (an empty shape and U8: undefined)
+  std::vector<Signature> inputs;  // per kBatchInputs entry
 
+  static Signature signature(const Tensor& t) {
+    return t.defined() ? Signature{t.shape(), t.dtype()} : Signature{Shape{}, DType::U8};
+  }
   explicit Structure(const Batch& b) : index(b) {
     for (auto field : kBatchInputs) {
-      const Tensor& t = b.*field;
-      inputs.emplace_back(t.defined() ? t.shape() : Shape{}, t.defined() ? t.dtype() : DType::U8);
+      inputs.push_back(signature(b.*field));
       index.*field = Tensor();
     }
     index.target = Tensor();
@@ -39,12 +42,8 @@ struct StepGraphs::Structure {
       return false;
     for (auto field : kIndexArrays)
       if (!same_bytes(index.*field, b.*field)) return false;
-    for (size_t i = 0; i < std::size(kBatchInputs); ++i) {
-      const Tensor& t = b.*kBatchInputs[i];
-      if ((t.defined() ? t.shape() : Shape{}) != inputs[i].first ||
-          (t.defined() ? t.dtype() : DType::U8) != inputs[i].second)
-        return false;
-    }
+    for (size_t i = 0; i < std::size(kBatchInputs); ++i)
+      if (signature(b.*kBatchInputs[i]) != inputs[i]) return false;
     return true;
   }
 };

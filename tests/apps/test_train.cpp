@@ -1982,9 +1982,11 @@ TEST_CASE("train: CUDA graph steps give the eager step's gradients, and a failed
       // the first two sights run eagerly; the third captures (and runs from the graphs), unless the
       // capture fails: then that step and every later one runs eagerly
       CHECK((eager == nullptr) == (!syncing && sight >= 3));
-      if (eager)  // what a failed capture accumulated (s's gradient, never computed) is gone
+      if (eager) {
+        // what a failed capture accumulated (s's gradient, never computed) is gone
         for (const nn::NamedParam& p : params) CHECK(!p.var.has_grad());
-      if (eager) eager_step(*eager, host);
+        eager_step(*eager, host);
+      }
       CHECK(ag::tape_size() == 0);
       CHECK(grads() == expected);
     }

@@ -29,22 +29,26 @@ TEST_CASE("host allocator: current and peak bytes follow tensors") {
 }
 
 // A raw allocator that counts calls and can be told to fail, standing in for cudaMalloc.
-struct FakeDevice {
+struct FakeMemory {
   std::set<void*> live;
   int64_t raw_allocs = 0, raw_frees = 0;
   int64_t capacity = int64_t(1) << 40, used = 0;
   std::map<void*, size_t> sizes;
-  CachingPool pool{"fake",
-                   [this](size_t n) -> void* {
-                     if (used + int64_t(n) > capacity) return nullptr;
-                     void* p = ::operator new(n);
-                     live.insert(p), sizes[p] = n, used += int64_t(n), ++raw_allocs;
-                     return p;
-                   },
-                   [this](void* p) {
-                     live.erase(p), used -= int64_t(sizes[p]), sizes.erase(p), ++raw_frees;
-                     ::operator delete(p);
-                   }};
+  void* alloc(size_t n) {
+    if (used + int64_t(n) > capacity) return nullptr;
+    void* p = ::operator new(n);
+    live.insert(p), sizes[p] = n, used += int64_t(n), ++raw_allocs;
+    return p;
+  }
+  void free(void* p) {
+    live.erase(p), used -= int64_t(sizes[p]), sizes.erase(p), ++raw_frees;
+    ::operator delete(p);
+  }
+};
+
+// A caching pool over it.
+struct FakeDevice : FakeMemory {
+  CachingPool pool{"fake", [this](size_t n) { return alloc(n); }, [this](void* p) { free(p); }};
 };
 
 TEST_CASE("caching pool: size classes") {
@@ -117,22 +121,8 @@ TEST_CASE("cuda allocator: caching and statistics on the device") {
 }
 
 // The same fake device under a PoolSet: the main pool and the private pools of CUDA graph captures.
-struct FakePoolSet {
-  std::set<void*> live;
-  int64_t raw_allocs = 0, raw_frees = 0;
-  int64_t capacity = int64_t(1) << 40, used = 0;
-  std::map<void*, size_t> sizes;
-  PoolSet pools{"fake",
-                [this](size_t n) -> void* {
-                  if (used + int64_t(n) > capacity) return nullptr;
-                  void* p = ::operator new(n);
-                  live.insert(p), sizes[p] = n, used += int64_t(n), ++raw_allocs;
-                  return p;
-                },
-                [this](void* p) {
-                  live.erase(p), used -= int64_t(sizes[p]), sizes.erase(p), ++raw_frees;
-                  ::operator delete(p);
-                }};
+struct FakePoolSet : FakeMemory {
+  PoolSet pools{"fake", [this](size_t n) { return alloc(n); }, [this](void* p) { free(p); }};
 };
 
 TEST_CASE("pool set: a capture allocates from its own pool, reuses within it, and releases it with the last owner") {
