@@ -69,7 +69,7 @@ Var add_scaled(const char* op, const Var& a, const Var& b, double sb) {
     using T = decltype(t);
     Tensor y = empty_like(a.value(), a.shape());
     add_on<T>(y, ptr<T>(y), ptr<T>(a.value()), ptr<T>(b.value()), y.numel(), T(sb));
-    return record(op, y, {a, b}, [a, b, sb](const Tensor& dy) {
+    return record(op, y, {a, b}, [a = GradRef(a), b = GradRef(b), sb](const Tensor& dy) {
       accumulate(a, dy);
       if (!b.requires_grad()) return;
       Tensor db = empty_like(dy, dy.shape());
@@ -107,7 +107,7 @@ Var scale(const Var& x, double s) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape());
     scale_on<T>(y, ptr<T>(y), ptr<T>(x.value()), T(s), y.numel());
-    return record("scale", y, {x}, [x, s](const Tensor& dy) {
+    return record("scale", y, {x}, [x = GradRef(x), s](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
       scale_on<T>(dy, ptr<T>(dx), ptr<T>(dy), T(s), dy.numel());
       accumulate(x, dx);
@@ -178,7 +178,7 @@ Var add_bias(const Var& x, const Var& b) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape());
     add_row_on<T>(y, ptr<T>(y), ptr<T>(x.value()), ptr<T>(b.value()), R, F);
-    return record("add_bias", y, {x, b}, [x, b, R, F](const Tensor& dy) {
+    return record("add_bias", y, {x, b}, [x = GradRef(x), b = GradRef(b), R, F](const Tensor& dy) {
       accumulate(x, dy);
       if (!b.requires_grad()) return;
       Tensor db = empty_like(dy, b.shape());
@@ -199,7 +199,7 @@ Var reduce_all(const char* op, const Var& x, bool mean) {
     const T k = mean ? T(1) / T(n) : T(1);
     Tensor y = empty_like(x.value(), Shape{});
     sum_into_on<T>(y, y, ptr<T>(x.value()), n, k);
-    return record(op, y, {x}, [x, k, n](const Tensor& dy) {
+    return record(op, y, {x}, [x = GradRef(x), k, n](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       broadcast_on<T>(dy, ptr<T>(dx), ptr<T>(dy), n, k);
       accumulate(x, dx);

@@ -46,9 +46,9 @@ Var concat(const char* op, const std::vector<Var>& xs, bool rows) {
       copy(y, ptr<T>(y), ptr<T>(x.value()), off, x.size(grow), true);
       off += x.size(grow);
     }
-    return record(op, y, xs, [xs, grow, copy](const Tensor& dy) {
+    return record(op, y, xs, [xs = std::vector<GradRef>(xs.begin(), xs.end()), grow, copy](const Tensor& dy) {
       for (int64_t i = 0, off = 0; i < int64_t(xs.size()); off += xs[size_t(i)].size(grow), ++i) {
-        const Var& x = xs[size_t(i)];
+        const GradRef& x = xs[size_t(i)];
         if (!x.requires_grad()) continue;
         Tensor dx = empty_like(dy, x.shape());
         copy(dy, ptr<T>(dy), ptr<T>(dx), off, x.size(grow), false);
@@ -72,7 +72,7 @@ Var slice_cols(const Var& x, int64_t begin, int64_t end) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{R, end - begin});
     copy_block_on<T>(y, ptr<T>(y), end - begin, 0, ptr<T>(x.value()), W, begin, R, end - begin);
-    return record("slice_cols", y, {x}, [x, R, W, begin, end](const Tensor& dy) {
+    return record("slice_cols", y, {x}, [x = GradRef(x), R, W, begin, end](const Tensor& dy) {
       Tensor dx = Tensor::zeros(x.shape(), x.dtype(), x.device());
       copy_block_on<T>(dy, ptr<T>(dx), W, begin, ptr<T>(dy), end - begin, 0, R, end - begin);
       accumulate(x, dx);
@@ -102,7 +102,7 @@ Var head_mean(const Var& x, int64_t heads) {
           yp[r * F + f] = acc / T(heads);
         }
     }
-    return record("head_mean", y, {x}, [x, R, W, F, heads](const Tensor& dy) {
+    return record("head_mean", y, {x}, [x = GradRef(x), R, W, F, heads](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       const T* g = ptr<T>(dy);
       T* d = ptr<T>(dx);

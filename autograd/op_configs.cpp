@@ -24,7 +24,7 @@ Var reshape(const Var& x, int64_t rows, int64_t cols) {
   const Shape from = x.shape();
   // A view shares storage; the tape never writes a value after recording it, so sharing is safe.
   return record("reshape", x.value().reshape({rows, cols}), {x},
-                [x, from](const Tensor& dy) { accumulate(x, dy.reshape(from.vec())); });
+                [x = GradRef(x), from](const Tensor& dy) { accumulate(x, dy.reshape(from.vec())); });
 }
 
 Var join_configs(const Var& x, const Var& c, int64_t configs) {
@@ -46,7 +46,7 @@ Var join_configs(const Var& x, const Var& c, int64_t configs) {
       for (int64_t k = 0; k < C; ++k) copy_block_on<T>(y, ptr<T>(y), W, k * (A + B), ptr<T>(x.value()), A, 0, N, A);
       copy_block_on<T>(y, ptr<T>(y), A + B, A, ptr<T>(c.value()), B, 0, N * C, B);
     }
-    return record("join_configs", y, {x, c}, [x, c, N, A, B, C, W](const Tensor& dy) {
+    return record("join_configs", y, {x, c}, [x = GradRef(x), c = GradRef(c), N, A, B, C, W](const Tensor& dy) {
       const T* g = ptr<T>(dy);
       if (x.requires_grad()) {  // dx[n, j] = sum_k dy[n, k*(A+B) + j], k in order
         Tensor dx = empty_like(dy, Shape{N, A});
@@ -82,7 +82,7 @@ Var keep_grad_rows(const Var& x, const Tensor& keep) {
   const int64_t R = x.size(0), W = x.value().numel() / std::max<int64_t>(R, 1);
   return dispatch_dev("keep_grad_rows", x.value(), [&](auto t) {
     using T = decltype(t);
-    return record("keep_grad_rows", x.value(), {x}, [x, keep, R, W](const Tensor& dy) {
+    return record("keep_grad_rows", x.value(), {x}, [x = GradRef(x), keep, R, W](const Tensor& dy) {
       if (!x.requires_grad()) return;
       Tensor dx = empty_like(dy, x.shape());
       const T* g = ptr<T>(dy);

@@ -11,7 +11,8 @@ namespace gnn::ag {
 Var to_device(const Var& x, Device device) {
   GNN_CHECK(x.defined(), "to_device: x is an undefined Var");
   if (x.device() == device) return x;
-  return record("to_device", x.value().to(device), {x}, [x](const Tensor& dy) { accumulate(x, dy.to(x.device())); });
+  return record("to_device", x.value().to(device), {x},
+                [x = GradRef(x)](const Tensor& dy) { accumulate(x, dy.to(x.device())); });
 }
 
 }  // namespace gnn::ag

@@ -31,7 +31,7 @@ Var dropout(const Var& x, double p, Rng& rng, bool training) {
     const T scale = T(1) / T(1 - p);
     Tensor y = empty_like(x.value(), x.shape());
     apply_on<T>(y, ptr<T>(y), ptr<T>(x.value()), y.numel(), seed, threshold, scale);
-    return record("dropout", y, {x}, [x, seed, threshold, scale](const Tensor& dy) {
+    return record("dropout", y, {x}, [x = GradRef(x), seed, threshold, scale](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
       apply_on<T>(dx, ptr<T>(dx), ptr<T>(dy), dy.numel(), seed, threshold, scale);
       accumulate(x, dx);

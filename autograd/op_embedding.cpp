@@ -30,7 +30,7 @@ Var embedding(const Var& table, const Tensor& index) {
     } else {
       embedding_forward_ref<T>(ptr<T>(y), ptr<T>(table.value()), idx, n, F);
     }
-    return record("embedding", y, {table}, [table, index, n, K, F](const Tensor& dy) {
+    return record("embedding", y, {table}, [table = GradRef(table), index, n, K, F](const Tensor& dy) {
       Tensor dt = empty_like(dy, table.shape());
       if (dy.is_cuda()) {
         Tensor p = Tensor::empty(Shape{K + 1}, DType::I64), uses = Tensor::empty(Shape{n}, DType::I64),

@@ -17,22 +17,22 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
     Tensor y = empty_like(a.value(), Shape{M, N});
     gemm_on<T>(y, trans_a, trans_b, M, N, K, T(1), ptr<T>(a.value()), a.size(1), ptr<T>(b.value()), b.size(1), T(0),
                ptr<T>(y), N);
-    return record("matmul", y, {a, b}, [=](const Tensor& dy) {
+    // Each value is read only for the other's gradient.
+    const Tensor av = b.requires_grad() ? a.value() : Tensor(), bv = a.requires_grad() ? b.value() : Tensor();
+    return record("matmul", y, {a, b}, [=, a = GradRef(a), b = GradRef(b)](const Tensor& dy) {
       const T* g = ptr<T>(dy);
       if (a.requires_grad()) {
         Tensor da = empty_like(dy, a.shape());
         // a [M, K]: da = dy op(b)^T;   a stored [K, M]: da = op(b) dy^T
-        if (!trans_a)
-          gemm_on<T>(dy, false, !trans_b, M, K, N, T(1), g, N, ptr<T>(b.value()), b.size(1), T(0), ptr<T>(da), K);
-        else gemm_on<T>(dy, trans_b, true, K, M, N, T(1), ptr<T>(b.value()), b.size(1), g, N, T(0), ptr<T>(da), M);
+        if (!trans_a) gemm_on<T>(dy, false, !trans_b, M, K, N, T(1), g, N, ptr<T>(bv), b.size(1), T(0), ptr<T>(da), K);
+        else gemm_on<T>(dy, trans_b, true, K, M, N, T(1), ptr<T>(bv), b.size(1), g, N, T(0), ptr<T>(da), M);
         accumulate(a, da);
       }
       if (b.requires_grad()) {
         Tensor db = empty_like(dy, b.shape());
         // b [K, N]: db = op(a)^T dy;   b stored [N, K]: db = dy^T op(a)
-        if (!trans_b)
-          gemm_on<T>(dy, !trans_a, false, K, N, M, T(1), ptr<T>(a.value()), a.size(1), g, N, T(0), ptr<T>(db), N);
-        else gemm_on<T>(dy, true, trans_a, N, K, M, T(1), g, N, ptr<T>(a.value()), a.size(1), T(0), ptr<T>(db), K);
+        if (!trans_b) gemm_on<T>(dy, !trans_a, false, K, N, M, T(1), ptr<T>(av), a.size(1), g, N, T(0), ptr<T>(db), N);
+        else gemm_on<T>(dy, true, trans_a, N, K, M, T(1), g, N, ptr<T>(av), a.size(1), T(0), ptr<T>(db), K);
         accumulate(b, db);
       }
     });

@@ -30,7 +30,7 @@ Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
     } else {
       pool_forward_ref<T>(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op);
     }
-    return record("pool", y, {x}, [x, gptr, argmax, N, G, F, op](const Tensor& dy) {
+    return record("pool", y, {x}, [x = GradRef(x), gptr, argmax, N, G, F, op](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       const int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
       if (dy.is_cuda()) {

@@ -61,7 +61,9 @@ Var spmm_heads(const Graph& graph, const Var& x, Reduce op, const Var& edge_weig
   if constexpr (kWithCuda)
     spmm_heads_forward_cuda(ptr<float>(y), ptr<float>(x.value()), ptr<float>(edge_weight.value()), csr_view(graph), H,
                             F, op, y.stream());
-  return record("spmm", y, {x, edge_weight}, [=](const Tensor& dy) {
+  // The closure reads x's value only for the weights' gradient.
+  const Tensor xv = edge_weight.requires_grad() ? x.value() : Tensor();
+  return record("spmm", y, {x, edge_weight}, [=, x = GradRef(x)](const Tensor& dy) {
     const CsrView g = csr_view(graph);
     if (x.requires_grad()) {
       Tensor dx = empty_like(dy, x.shape());
@@ -73,7 +75,7 @@ Var spmm_heads(const Graph& graph, const Var& x, Reduce op, const Var& edge_weig
     if (edge_weight.requires_grad()) {
       Tensor dw = empty_like(dy, Shape{E, H});
       if constexpr (kWithCuda)
-        spmm_heads_backward_w_cuda(ptr<float>(dw), ptr<float>(dy), ptr<float>(x.value()), g, H, F, op, dy.stream());
+        spmm_heads_backward_w_cuda(ptr<float>(dw), ptr<float>(dy), ptr<float>(xv), g, H, F, op, dy.stream());
       accumulate(edge_weight, dw);
     }
   });
@@ -110,7 +112,8 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
     auto wh = [wt, E](int64_t h) { return wt.defined() ? ptr<T>(wt) + h * E : nullptr; };
     auto amh = [argmax, N, F](int64_t h) { return argmax.defined() ? argmax.i32() + h * N * F : nullptr; };
     for (int64_t h = 0; h < H; ++h) fwd<T>(y, ptr<T>(y) + h * F, amh(h), ptr<T>(x.value()) + h * F, wh(h), g, F, W, op);
-    return record("spmm", y, {x, edge_weight}, [=](const Tensor& dy) {
+    const Tensor xv = edge_weight.requires_grad() ? x.value() : Tensor();  // read for dw only
+    return record("spmm", y, {x, edge_weight}, [=, x = GradRef(x)](const Tensor& dy) {
       const CsrView g = csr_view(graph);
       if (x.requires_grad()) {
         Tensor dx = empty_like(dy, x.shape());
@@ -121,7 +124,7 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
       if (edge_weight.requires_grad()) {
         Tensor dwt = empty_like(dy, Shape{H, E});
         for (int64_t h = 0; h < H; ++h)
-          bwd_w<T>(dy, ptr<T>(dwt) + h * E, ptr<T>(dy) + h * F, ptr<T>(x.value()) + h * F, amh(h), g, F, W, op);
+          bwd_w<T>(dy, ptr<T>(dwt) + h * E, ptr<T>(dy) + h * F, ptr<T>(xv) + h * F, amh(h), g, F, W, op);
         accumulate(edge_weight, (H > 1 ? transpose<T>(dwt) : dwt).reshape(edge_weight.shape().vec()));
       }
     });

@@ -8,7 +8,7 @@ namespace {
 
 struct Entry {
   const char* op;
-  std::shared_ptr<Node> output;
+  std::shared_ptr<Node> output;  // its gradient slot: the value is not held here
   BackwardFn backward;
 };
 
@@ -19,13 +19,14 @@ thread_local bool t_grad_enabled = true;
 
 Var::Var(Tensor value, bool requires_grad) : node_(std::make_shared<Node>()) {
   GNN_CHECK(value.defined(), "Var: the value is an undefined tensor");
-  node_->value = std::move(value);
   node_->requires_grad = requires_grad;
+  node_->shape = value.shape(), node_->dtype = value.dtype(), node_->device = value.device();
+  value_ = std::make_shared<Tensor>(std::move(value));
 }
 
 const Tensor& Var::value() const {
   GNN_CHECK(node_, "use of an undefined Var");
-  return node_->value;
+  return *value_;
 }
 
 const Tensor& Var::grad() const {
@@ -39,7 +40,9 @@ void Var::zero_grad() const {
 
 void Var::set_value(Tensor value) const {
   GNN_CHECK(node_, "use of an undefined Var");
-  node_->value = std::move(value);
+  GNN_CHECK(value.defined(), "Var::set_value: an undefined tensor");
+  node_->shape = value.shape(), node_->dtype = value.dtype(), node_->device = value.device();
+  *value_ = std::move(value);
 }
 
 void Var::set_grad(Tensor grad) const {
@@ -63,11 +66,11 @@ Var record(const char* op, Tensor value, const std::vector<Var>& inputs, Backwar
   return out;
 }
 
-void accumulate(const Var& v, Tensor g) {
+void accumulate(const GradRef& v, Tensor g) {
   if (!v.requires_grad()) return;
   Node& n = *v.node();
-  GNN_CHECK(g.shape() == n.value.shape() && g.dtype() == n.value.dtype() && g.device() == n.value.device(), "gradient ",
-            g.desc(), " does not match its value ", n.value.desc());
+  GNN_CHECK(g.shape() == n.shape && g.dtype() == n.dtype && g.device() == n.device, "gradient ", g.desc(),
+            " does not match its value ", dtype_name(n.dtype), n.shape.str(), " on ", n.device.str());
   if (!n.grad.defined()) {
     n.grad = std::move(g);
     return;

@@ -2,11 +2,17 @@
 //
 // A Var is a handle to a value (a Tensor) and, once backward has reached it, its gradient. Every op
 // that sees an input requiring a gradient records one entry on the current thread's tape, in call
-// order: the output, the inputs, and a closure that reads the output's gradient and adds to the
+// order: the output's gradient slot and a closure that reads the output's gradient and adds to the
 // inputs'. backward(loss) seeds d loss = 1 and runs the entries from last to first, so each output's
 // gradient is complete before its entry runs; a value used twice gets both contributions added.
 // Then the tape is cleared (the closures drop the activations they saved) and only leaves (Vars made
 // by the caller, such as parameters) keep their gradients.
+//
+// Saved values, as in PyTorch: the tape holds gradient slots (Node), never values. A value lives while
+// a Var handle to it does, or a closure that reads it in the backward (it captures the Var, or the
+// Tensor). A closure that only sends gradients to an input captures its GradRef, which holds the slot
+// and not the value, so an intermediate nobody reads again is freed as soon as the forward drops it:
+// a GCN layer keeps its activation's input and its output, not the five tensors in between.
 //
 //   Var w = Var::param(Tensor::zeros({3, 2}, DType::F32));   // requires_grad
 //   Var loss = ag::sum(ag::matmul(x, w));
@@ -24,11 +30,14 @@
 
 namespace gnn::ag {
 
+// The gradient side of a Var: what the tape and the closures' GradRefs hold (no value).
 struct Node {
-  Tensor value;
   Tensor grad;  // undefined until a gradient arrives
   bool requires_grad = false;
   bool recorded = false;  // the output of a tape entry (not a leaf)
+  Shape shape;  // the value's, which a gradient must match
+  DType dtype = DType::F32;
+  Device device;
 };
 
 class Var {
@@ -52,6 +61,24 @@ class Var {
   void set_grad(Tensor grad) const;
   Var detach() const { return Var(value(), false); }
 
+  const std::shared_ptr<Node>& node() const { return node_; }
+
+ private:
+  std::shared_ptr<Node> node_;
+  std::shared_ptr<Tensor> value_;  // shared by the Var's copies, so set_value reaches them all
+};
+
+// Where an input's gradient goes, without its value: what a backward closure captures of an input
+// it does not read (a Var converts). The value may be gone by the time the closure runs.
+class GradRef {
+ public:
+  GradRef() = default;
+  GradRef(const Var& v) : node_(v.node()) {}  // NOLINT(google-explicit-constructor): a Var is one
+  bool requires_grad() const { return node_ && node_->requires_grad; }
+  const Shape& shape() const { return node_->shape; }
+  DType dtype() const { return node_->dtype; }
+  Device device() const { return node_->device; }
+  int64_t size(int d) const { return node_->shape[d]; }
   const std::shared_ptr<Node>& node() const { return node_; }
 
  private:
@@ -80,7 +107,7 @@ Var record(const char* op, Tensor value, const std::vector<Var>& inputs, Backwar
 // Adds g to v's gradient: takes g when v has none yet, else replaces it by a new sum (a gradient
 // tensor is never written after it is handed over, so g may be shared).
 // Does nothing when v does not require a gradient.
-void accumulate(const Var& v, Tensor g);
+void accumulate(const GradRef& v, Tensor g);
 
 // Runs the tape backward from a one-element loss, then clears it. The whole tape is consumed: with
 // several losses, add them and call backward once (a second backward on a loss whose history is

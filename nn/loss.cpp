@@ -29,7 +29,7 @@ void check_pred(const char* op, const Var& pred, const Tensor& target) {
 // A loss computed on the host in double: L and dL/dp for every prediction.
 Var host_loss(const char* op, const Var& pred, double loss, std::vector<double> grad) {
   Tensor value = Tensor::full(Shape{}, loss, pred.dtype(), pred.device());
-  return ag::record(op, value, {pred}, [pred, grad = std::move(grad)](const Tensor& dy) {
+  return ag::record(op, value, {pred}, [pred = ag::GradRef(pred), grad = std::move(grad)](const Tensor& dy) {
     const double s = dy.item();
     Tensor g = Tensor::empty(pred.shape(), DType::F64);
     for (size_t i = 0; i < grad.size(); ++i) g.f64()[i] = grad[i] * s;

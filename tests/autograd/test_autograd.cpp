@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "autograd/gradcheck.h"
+#include "runtime/allocator.h"
 #include "runtime/rng.h"
 
 namespace gnn {
@@ -26,6 +27,29 @@ TEST_CASE("autograd: a hand-worked chain, and a value used twice accumulates bot
   CHECK(x.grad().item() == 9.0);
   x.zero_grad();
   CHECK_FALSE(x.has_grad());
+}
+
+TEST_CASE("autograd: the tape holds no values: what no backward reads is freed with its last Var") {
+  const int64_t n = 1 << 16, bytes = n * int64_t(sizeof(float));  // each intermediate: 256 KiB
+  const ag::Var w = ag::Var::param(Tensor::full(Shape{n}, 1.0, DType::F32));
+  const int64_t before = host_memory_stats().current_bytes;
+  ag::Var loss;
+  {
+    const ag::Var a = ag::add(w, w);  // add and scale read no value backward; mul reads its inputs
+    const ag::Var b = ag::scale(ag::reshape(a, 1, n), 3.0);
+    loss = ag::sum(ag::mul(b, b));
+  }
+  // a and mul's output are gone, b stays (mul's closure reads it): one intermediate, not three.
+  const int64_t held = host_memory_stats().current_bytes - before;
+  CHECK(held >= bytes);
+  CHECK(held < 2 * bytes);
+  CHECK(loss.value().item() == doctest::Approx(36.0 * double(n)));
+  ag::backward(loss);  // d/dw sum((6 w)^2) = 72 w
+  const Tensor g = w.grad();
+  CHECK(g.f32()[0] == 72.0f);
+  CHECK(g.f32()[n - 1] == 72.0f);
+  // The closures are spent: only w's gradient (and the 0-d loss) is left.
+  CHECK(host_memory_stats().current_bytes - before < bytes + 4096);
 }
 
 TEST_CASE("autograd: no-grad records nothing, detach cuts the history, bad losses are refused") {
