@@ -78,7 +78,11 @@ class GradRef {
   const Shape& shape() const { return node_->shape; }
   DType dtype() const { return node_->dtype; }
   Device device() const { return node_->device; }
-  int64_t size(int d) const { return node_->shape[d]; }
+  int64_t size(int d) const {  // as Tensor::size: negative d counts from the end
+    const int n = node_->shape.ndim();
+    GNN_CHECK(d >= -n && d < n, "GradRef::size: dim ", d, " of a ", n, "-d value");
+    return node_->shape[d < 0 ? d + n : d];
+  }
   const std::shared_ptr<Node>& node() const { return node_; }
 
  private:
