@@ -1,9 +1,21 @@
 // A file written under a temporary name beside its destination and renamed into place by commit(),
 // after fsync: readers see the old file or the whole new one, never half of it. Destroying an
 // uncommitted AtomicFile removes the temporary.
+//
+// What the path names decides how it is written (the rule every output of gnn follows):
+//   - nothing yet, or a regular file: the temporary and the rename, as above;
+//   - a symlink to a regular file: followed; the file it names is replaced the same way and the link
+//     stays a link (a symlink to nothing is refused: gnn does not guess where its target should be);
+//   - this process's standard output or error, by whatever name (/dev/stdout, /proc/self/fd/1, the
+//     file the shell redirected it to): written through that descriptor, after what was printed;
+//   - anything else that is neither a regular file nor a directory (a device such as /dev/null, a
+//     FIFO, a terminal): written straight to, once, at commit(), never replaced; a FIFO with no reader
+//     is refused rather than waited on;
+//   - a directory: refused.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gnn {
 
@@ -21,13 +33,20 @@ class AtomicFile {
   const std::string& path() const { return path_; }
 
  private:
-  std::string path_, tmp_path_;
+  std::string path_, target_, tmp_path_;  // target_: the regular file that the rename replaces
   int fd_ = -1;
+  bool direct_ = false;  // a device, a FIFO or a standard stream: the bytes are held here, written at commit()
+  std::string held_;
   uint64_t size_ = 0;
 };
 
 // Writes `text` to path through an AtomicFile: the old file or the whole new one, never half.
 void write_file_atomic(const std::string& path, const std::string& text);
+
+// The rule's other half: an output may not be a file the same command reads. Returns the first of
+// `inputs` that `out` names (the same path spelled otherwise, through a symlink, or a hard link to the
+// same file), or "" when it names none.
+std::string output_names_input(const std::string& out, const std::vector<std::string>& inputs);
 
 // Removes the temporaries `path.tmp-PID` that a killed writer left beside `path` (a process killed with
 // SIGKILL runs no destructor), those of live processes excepted. Returns how many it removed. "Live" is

@@ -26,7 +26,7 @@ class ByteSource {
 
 class FileSource final : public ByteSource {
  public:
-  explicit FileSource(const std::string& path);  // throws gnn::Error naming path and errno's text
+  explicit FileSource(const std::string& path);  // throws gnn::Error naming path and what is wrong
   ~FileSource() override;
   uint64_t size() const override { return size_; }
   void read_at(uint64_t offset, void* dst, size_t n) const override;
@@ -46,7 +46,12 @@ class MemorySource final : public ByteSource {
   std::vector<uint8_t> bytes_;
 };
 
+// Every file the engine reads goes through FileSource: a path that is not a regular file (a FIFO, a
+// device, a directory) is refused with one line naming what it is, without blocking on it.
 std::shared_ptr<ByteSource> open_file(const std::string& path);
+
+// The whole of a small regular file (JSON side files, CSVs, metrics.jsonl) as text.
+std::string read_text_file(const std::string& path, uint64_t max_bytes = uint64_t(1) << 32);
 
 }  // namespace gnn
 

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
@@ -47,6 +48,10 @@ size_t Json::size() const { return type_ == Type::Array ? arr_.size() : type_ ==
 double Json::as_number() const {
   GNN_CHECK(type_ == Type::Number, "JSON: expected a number");
   return num_;
+}
+
+bool Json::is_integer() const {
+  return type_ == Type::Number && (is_int_ || (std::floor(num_) == num_ && std::fabs(num_) < 9.007e15));
 }
 
 int64_t Json::as_int() const {
@@ -161,7 +166,7 @@ class JsonParser {
   }
 
  private:
-  [[noreturn]] void fail(const char* what) { GNN_FAIL(where_, ": bad JSON at byte ", i_, " (", what, ")"); }
+  [[noreturn]] void fail(const std::string& what) { GNN_FAIL(where_, ": bad JSON at byte ", i_, " (", what, ")"); }
   void ws() {
     while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t' || s_[i_] == '\r')) ++i_;
   }
@@ -265,12 +270,21 @@ class JsonParser {
     }
     const char* first = s_.data() + b;
     const char* last = s_.data() + i_;
-    if (integral) {
+    // from_chars reports a value out of range with ec and leaves v untouched: without the ec check
+    // 9223372036854775808 would read as 0. An integer past int64 is read as the double it rounds to
+    // (valid JSON), which as_int() and is_integer() then refuse: no index or count is read from it.
+    if (integral && last != first) {
       int64_t v = 0;
-      if (std::from_chars(first, last, v).ptr == last && last != first) return Json(v);
+      const auto r = std::from_chars(first, last, v);
+      if (r.ptr == last && r.ec == std::errc() && !(v == 0 && *first == '-')) return Json(v);  // ("-0": a double)
     }
     double d = 0;
-    if (last == first || std::from_chars(first, last, d).ptr != last) fail("bad number");
+    const auto r = last == first ? std::from_chars_result{first, std::errc::invalid_argument} : std::from_chars(first, last, d);
+    if (r.ptr != last || r.ec == std::errc::invalid_argument) fail("bad number");
+    if (r.ec == std::errc::result_out_of_range) {  // too large, or so small it becomes subnormal or 0
+      d = std::strtod(std::string(first, last).c_str(), nullptr);
+      if (!std::isfinite(d)) fail("number " + std::string(first, last) + " is out of the range of a double");
+    }
     return Json(d);
   }
 

@@ -45,6 +45,7 @@ class Json {
 
   double as_number() const;
   int64_t as_int() const;  // numbers that hold an exact integer
+  bool is_integer() const;  // as_int() would succeed
   bool as_bool() const;
   const std::string& as_string() const;
 

@@ -343,6 +343,12 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
     const std::string& split = o.splits[s];
     GNN_CHECK(split == "train" || split == "valid" || split == "test", "unknown split '", split,
               "' (train, valid, test)");
+    // Graphs already there would mix with these (a smaller --graphs leaves the old ones past its end):
+    // a split is written whole, into a folder without graphs.
+    if (fs::is_directory(root / split))
+      for (const auto& e : fs::directory_iterator(root / split))
+        GNN_CHECK(e.path().extension() != ".npz", (root / split).string(), " already holds graphs (",
+                  e.path().filename().string(), "); write a new dataset into an empty --out, or remove them first");
     fs::create_directories(root / split);
     // Seeded by the split's place in the list: splits written by separate calls need their own --seed.
     const uint64_t split_seed = mix(o.seed * 1000003 + s + (layout ? 7 : 0));

@@ -344,7 +344,7 @@ Tensor random_tile_configs(const Program& p, int64_t configs, std::mt19937_64& r
     ++c;
   }
   if (distinct) *distinct = c;
-  if (c == 1) {  // one tile only: listed twice
+  if (c == 1 && configs >= 2) {  // one tile only: listed twice (with room for the second row)
     std::copy_n(out.f32(), kTileConfigFeatures, out.f32() + kTileConfigFeatures);
     c = 2;
   }

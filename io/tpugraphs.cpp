@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "io/byte_source.h"
 #include "io/json.h"
 #include "io/npz.h"
 #include "runtime/allocator.h"
@@ -275,7 +276,13 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
       std::sort(paths.begin(), paths.end());
       for (const fs::path& p : paths) {
         try {
-          check_tpugraph_header(p.string(), split != "test");
+          const NpzReader npz(p.string());
+          check_headers(npz, split != "test");
+          // The folder says which kind the file is; a file of the other kind there would fail later,
+          // inside preprocessing, with no file named.
+          const bool layout = is_layout_file(npz);
+          GNN_CHECK(layout == id.is_layout(), p.string(), ": a ", layout ? "layout" : "tile", " file (its arrays say so) in ",
+                    "the ", id.kind, " collection folder ", where.string());
         } catch (const Error& e) {
           if (!options.skip_bad) throw;
           std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
@@ -289,19 +296,25 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
 }
 
 std::map<std::string, std::vector<int64_t>> load_eval_indices(const std::string& path) {
-  std::ifstream f(path);
-  GNN_CHECK(f.good(), path, ": cannot open");
-  std::stringstream text;
-  text << f.rdbuf();
-  const Json j = Json::parse(text.str(), path);
+  return parse_eval_indices(read_text_file(path, uint64_t(1) << 30), path);
+}
+
+std::map<std::string, std::vector<int64_t>> parse_eval_indices(std::string_view text, const std::string& path) {
+  const Json j = Json::parse(text, path);
   GNN_CHECK(j.type() == Json::Type::Object, path, ": expected an object of graph name -> config indices");
   std::map<std::string, std::vector<int64_t>> out;
   for (const auto& [stem, list] : j.items()) {
     GNN_CHECK(list.type() == Json::Type::Array, path, ": '", stem, "' is not a list of config indices");
+    // An empty list would silently score every config; repeated indices and graphs of other splits are
+    // kept, since the official files hold both (xla_random.json repeats configs; each file names the
+    // graphs of every split).
+    GNN_CHECK(list.size() > 0, path, ": '", stem, "' lists no config index");
     std::vector<int64_t>& v = out[stem];
-    for (const Json& x : list.elements()) {
-      GNN_CHECK(x.type() == Json::Type::Number && x.as_number() >= 0, path, ": '", stem,
-                "' holds something other than a config index: ", x.dump());
+    for (size_t i = 0; i < list.size(); ++i) {
+      const Json& x = list[i];
+      GNN_CHECK(x.is_integer() && x.as_int() >= 0, path, ": '", stem,
+                "' holds something other than a config index (an integer >= 0) at entry ", i, ": ",
+                x.dump().substr(0, 40));
       v.push_back(x.as_int());
     }
   }

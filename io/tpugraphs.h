@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "io/lru_cache.h"
@@ -86,8 +87,10 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir, const WalkOptions&
 // Checks keys, dtypes and shapes of a TpuGraphs file without reading array data.
 void check_tpugraph_header(const std::string& path, bool require_runtimes);
 
-// Official eval_indices JSON: graph stem -> the config indices to evaluate.
+// Official eval_indices JSON: graph stem -> the config indices to evaluate (each list non-empty, each
+// index an integer >= 0; repeats kept, as the official files hold them). `where` names the text in errors.
 std::map<std::string, std::vector<int64_t>> load_eval_indices(const std::string& path);
+std::map<std::string, std::vector<int64_t>> parse_eval_indices(std::string_view text, const std::string& where);
 
 // ---- lazy loading under a memory budget -----------------------------------------------------------
 

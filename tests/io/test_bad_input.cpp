@@ -1,5 +1,7 @@
 // Every class of broken input gives one gnn::Error naming the file, the member and the problem:
 // never a crash, a hang or an unbounded allocation.
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -186,6 +188,17 @@ TEST_CASE("bad input: missing members name what the archive has") {
   CHECK_THROWS_WITH_AS(NpzReader("/nonexistent/dir/x.npz"), doctest::Contains("/nonexistent/dir/x.npz: cannot open"),
                        Error);
   CHECK_THROWS_WITH_AS(NpzReader("/tmp"), doctest::Contains("/tmp: not a regular file"), Error);
+}
+
+TEST_CASE("bad input: a FIFO or a device where a file is read is refused without waiting for a writer") {
+  // (Opened for reading, a FIFO blocks until someone writes: the reader must not open it that way.)
+  testing::TempDir tmp;
+  REQUIRE(::mkfifo(tmp.file("x.npz").c_str(), 0644) == 0);
+  CHECK_THROWS_WITH_AS(NpzReader(tmp.file("x.npz")), doctest::Contains("x.npz: not a regular file (a FIFO)"), Error);
+  CHECK_THROWS_WITH_AS(load_tpugraph(tmp.file("x.npz")), doctest::Contains("not a regular file (a FIFO)"), Error);
+  CHECK_THROWS_WITH_AS(load_eval_indices(tmp.file("x.npz")), doctest::Contains("not a regular file (a FIFO)"), Error);
+  CHECK_THROWS_WITH_AS(NpzReader("/dev/null"), doctest::Contains("/dev/null: not a regular file (a character device)"),
+                       Error);
 }
 
 TEST_CASE("bad input: zip bombs are refused before anything is allocated") {

@@ -1,6 +1,8 @@
 #include <cmath>
 
+#include "io/atomic_file.h"
 #include "io/json.h"
+#include "io/tpugraphs.h"
 #include "testing.h"
 
 using namespace gnn;
@@ -40,4 +42,30 @@ TEST_CASE("json: malformed input names the source and the byte") {
   }
   std::string deep(1000, '[');
   CHECK_THROWS_WITH_AS(Json::parse(deep), doctest::Contains("nested too deeply"), Error);
+}
+
+TEST_CASE("json: an integer past int64 is no index (it read as 0 before), and eval_indices entries are checked") {
+  CHECK(Json::parse("9223372036854775807").as_int() == INT64_MAX);
+  CHECK(Json::parse("-9223372036854775808").as_int() == INT64_MIN);
+  for (const char* text : {"9223372036854775808", "18446744073709551617", "-9223372036854775809"}) {
+    CAPTURE(text);
+    const Json j = Json::parse(text, "x.json");  // valid JSON: a number, but no integer gnn can index with
+    CHECK_THROWS_WITH_AS(j.as_int(), doctest::Contains("expected an integer"), Error);
+    CHECK(std::fabs(j.as_number()) > 9.2e18);
+  }
+  CHECK_THROWS_WITH_AS(Json::parse("[1e999]", "x.json"), doctest::Contains("out of the range of a double"), Error);
+  CHECK(Json::parse("1e-320").as_number() > 0);  // subnormal: kept
+  CHECK(Json::parse("1e-400").as_number() == 0);  // below every double: 0, as strtod reads it
+  testing::TempDir t;
+  write_file_atomic(t.file("e.json"), "{\"g\": [1, 9223372036854775808]}");
+  CHECK_THROWS_WITH_AS(load_eval_indices(t.file("e.json")),
+                       doctest::Contains("e.json: 'g' holds something other than a config index (an integer >= 0) at entry 1: 9223372036854775808"), Error);
+  write_file_atomic(t.file("e.json"), "{\"g\": [1, 1.5]}");
+  CHECK_THROWS_WITH_AS(load_eval_indices(t.file("e.json")),
+                       doctest::Contains("e.json: 'g' holds something other than a config index (an integer >= 0) at entry 1: 1.5"), Error);
+  write_file_atomic(t.file("e.json"), "{\"g\": []}");
+  CHECK_THROWS_WITH_AS(load_eval_indices(t.file("e.json")), doctest::Contains("'g' lists no config index"), Error);
+  // Repeats are kept: the official xla_random.json holds them.
+  write_file_atomic(t.file("e.json"), "{\"g\": [3, 3, 0]}");
+  CHECK(load_eval_indices(t.file("e.json")).at("g") == std::vector<int64_t>{3, 3, 0});
 }
