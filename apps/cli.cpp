@@ -5,9 +5,39 @@
 #include <iostream>
 
 #include "base/error.h"
+#include "io/atomic_file.h"
 #include "dist/comm.h"
 
 namespace gnn::cli {
+
+namespace {
+
+// An error line stays one line of text whatever a flag or a file name held: control bytes (a NUL, a
+// newline, an escape sequence) are shown as \xNN.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      out += c;
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void check_output(const std::string& flag, const std::string& out, const std::vector<std::string>& inputs) {
+  const std::string same = output_names_input(out, inputs);
+  if (!same.empty())
+    throw UsageError("--" + flag + " " + out + ": is " + same +
+                     ", a file this command reads (or of the run it reads); writing it would destroy it: choose "
+                     "another path");
+}
 
 bool Args::has(const std::string& flag) const { return values_.count(flag) || defaults_.count(flag); }
 bool Args::on(const std::string& flag) const { return values_.count(flag) > 0; }
@@ -162,10 +192,12 @@ int run(const std::vector<Command>& commands, int argc, char** argv) {
   try {
     return cmd->run(parse_args(*cmd, args));
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s%s\n", dist::rank_prefix().c_str(), e.what());
+    const std::string m = printable(e.what());
+    std::fprintf(stderr, "%s%s%s\n", dist::rank_prefix().c_str(),
+                 m.rfind("gnn ", 0) == 0 ? "" : ("gnn " + cmd->name + ": ").c_str(), m.c_str());
     return 2;
   } catch (const Error& e) {
-    std::fprintf(stderr, "%serror: %s\n", who.c_str(), e.what());
+    std::fprintf(stderr, "%serror: %s\n", who.c_str(), printable(e.what()).c_str());
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "%serror: out of memory\n", who.c_str());

@@ -29,6 +29,11 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Refuses (UsageError) an output flag's path when it names one of `inputs`, the files the command reads
+// or the files of a run it reads (train::run_files): writing there would destroy them, as
+// `gnn predict --out RUN/model.npz` would. Another spelling, a symlink or a hard link counts as the same.
+void check_output(const std::string& flag, const std::string& out, const std::vector<std::string>& inputs);
+
 class Args {
  public:
   bool has(const std::string& flag) const;  // given on the command line (or a default exists)

@@ -10,8 +10,10 @@
 
 #include "apps/commands.h"
 #include "apps/plot.h"
+#include "apps/train/trainer.h"
 #include "base/error.h"
 #include "io/atomic_file.h"
+#include "io/byte_source.h"
 #include "io/json.h"
 
 namespace gnn::cli {
@@ -86,7 +88,7 @@ PlotRun read_plot_run(const std::string& run) {
   if (!dir.has_filename()) dir = dir.parent_path();
   for (char ch : dir.filename().string())  // the legend is HTML
     r.name += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : std::string(1, ch);
-  std::ifstream in(metrics);
+  std::istringstream in(read_text_file(metrics.string()));
   std::string line;
   for (int64_t ln = 1; std::getline(in, line); ++ln) {
     if (line.empty()) continue;
@@ -137,6 +139,7 @@ Command plot_command() {
     const std::string out = a.has("out")       ? a.str("out")
                             : runs.size() == 1 ? (first / "report.html").string()
                                                : (first.parent_path() / "report.html").string();
+    for (const std::string& run : a.positionals()) check_output("out", out, train::run_files(run));
     write_file_atomic(out, plot_html(runs.size() == 1 ? "gnn run " + a.positional(0) : "gnn runs", runs, ""));
     std::printf("wrote %s (%zu run%s)\n", out.c_str(), runs.size(), runs.size() == 1 ? "" : "s");
     return 0;

@@ -1,9 +1,11 @@
 // gnn score: the competition score of a submission CSV against files whose runtimes are known.
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "apps/commands.h"
 #include "apps/scoring.h"
+#include "io/atomic_file.h"
 
 namespace gnn::cli {
 
@@ -45,8 +47,8 @@ Command score_command() {
     GNN_CHECK(!files.empty(), a.str("data"), ": no ", a.str("split"), " files to score");
     std::map<std::string, std::map<std::string, std::vector<int64_t>>> eval;  // "xla_default" -> stem -> configs
     std::vector<std::pair<std::string, GraphScore>> scores;
-    FILE* per = a.has("per-graph") ? std::fopen(a.str("per-graph").c_str(), "w") : nullptr;
-    GNN_CHECK(!a.has("per-graph") || per, a.str("per-graph"), ": cannot write");
+    if (a.has("per-graph")) check_output("per-graph", a.str("per-graph"), {input});
+    std::string per;
     for (const DatasetFile& f : files) {
       const bool found = by_runtime ? predicted.count(f.id()) > 0 : rows.count(f.id()) > 0;
       GNN_CHECK(found, input, ": no row for ", f.id());
@@ -64,10 +66,28 @@ Command score_command() {
       const GraphScore s = by_runtime
                                ? score_runtimes(f.id(), layout, predicted.at(f.id()), scored_runtimes(f), subset, input)
                                : score_ranking(f.id(), layout, rows.at(f.id()), scored_runtimes(f), subset);
-      if (per) std::fprintf(per, "%s\n", graph_score_json(s).c_str());
+      per += graph_score_json(s) + "\n";
       scores.emplace_back(f.collection.str(), s);
     }
-    if (per) std::fclose(per);
+    // A row that names no graph of the split is a mistake (a wrong split, a renamed file, a typo):
+    // refused when its collection is scored here. Rows of collections that --data does not hold at all
+    // (a whole-competition submission scored on one collection) are said and left out.
+    std::set<std::string> ids, collections;
+    for (const DatasetFile& f : files) ids.insert(f.id()), collections.insert(f.collection.str());
+    std::vector<std::string> stray, elsewhere;
+    auto sort_row = [&](const std::string& id) {
+      if (ids.count(id)) return;
+      const size_t colon = id.rfind(':');
+      (colon != std::string::npos && collections.count(id.substr(0, colon)) ? stray : elsewhere).push_back(id);
+    };
+    for (const auto& row : rows) sort_row(row.first);
+    for (const auto& row : predicted) sort_row(row.first);
+    GNN_CHECK(stray.empty(), input, ": ", stray.size(), " row(s) name no ", a.str("split"), " graph of ", a.str("data"),
+              ", the first '", stray[0].substr(0, 120), "' (a row of another split, or a misspelt ID?)");
+    if (!elsewhere.empty())
+      std::fprintf(stderr, "gnn score: %zu row(s) of collections with no %s files in %s are not scored (the first: %s)\n",
+                   elsewhere.size(), a.str("split").c_str(), a.str("data").c_str(), elsewhere[0].substr(0, 120).c_str());
+    if (a.has("per-graph")) write_file_atomic(a.str("per-graph"), per);
     std::printf("scored %zu graphs of split %s\n", scores.size(), a.str("split").c_str());
     std::printf("%s\n", summary_json(scores).c_str());
     return 0;

@@ -58,6 +58,7 @@ Command synth_command() {
       throw UsageError("gnn synth: --configurable-share must be in (0, 0.4], got " + a.str("configurable-share"));
     o.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
     o.splits = a.list("split");
+    if (o.splits.empty()) throw UsageError("gnn synth: --split lists no split (train, valid, test)");
     for (const std::string& s : o.splits)
       if (s != "train" && s != "valid" && s != "test")
         throw UsageError("gnn synth: --split takes train, valid, test; got '" + s + "'");

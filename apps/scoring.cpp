@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "io/byte_source.h"
 #include "io/npz.h"
 #include "nn/metrics.h"
 
@@ -17,8 +18,13 @@ namespace {
 // after it, a Windows line end removed. `what` names the file's content in the error that it cannot open.
 template <class Row>
 void read_csv_lines(const std::string& path, const char* what, const std::string& header, Row row) {
-  std::ifstream in(path);
-  GNN_CHECK(in.good(), path, ": cannot open ", what);
+  std::string text;
+  try {
+    text = read_text_file(path);
+  } catch (const Error& e) {
+    GNN_FAIL(e.message(), " (", what, ")");
+  }
+  std::istringstream in(text);
   std::string line;
   std::getline(in, line);
   if (!line.empty() && line.back() == '\r') line.pop_back();

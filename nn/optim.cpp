@@ -120,7 +120,12 @@ Tensor state_tensor(const std::map<std::string, Tensor>& s, const std::string& k
   GNN_CHECK(it != s.end(), "optimizer state: '", key, "' is missing");
   GNN_CHECK(it->second.numel() == n, "optimizer state: '", key, "' has ", it->second.numel(), " values, the parameter ",
             n);
-  return it->second.astype(DType::F64).reshape({n}).clone();
+  GNN_CHECK(it->second.dtype() == DType::F64 || it->second.dtype() == DType::F32 || it->second.dtype() == DType::I64,
+            "optimizer state: '", key, "' is ", dtype_name(it->second.dtype()), ", not a number type it writes");
+  Tensor t = it->second.astype(DType::F64).reshape({n}).clone();
+  for (int64_t i = 0; i < n; ++i)
+    GNN_CHECK(std::isfinite(t.f64()[i]), "optimizer state: '", key, "' holds a non-finite value at ", i);
+  return t;
 }
 
 }  // namespace
@@ -202,7 +207,8 @@ void Adam::step() {
 }
 
 std::vector<std::pair<std::string, Tensor>> Adam::state() const {
-  std::vector<std::pair<std::string, Tensor>> out{{"step", Tensor::full(Shape{}, double(steps_), DType::I64)}};
+  std::vector<std::pair<std::string, Tensor>> out{{"step", Tensor::full(Shape{}, double(steps_), DType::I64)},
+                                                  {"moments", Tensor::full(Shape{}, double(m_.size()), DType::I64)}};
   for (const auto& [name, m] : m_) {
     out.emplace_back(name + ".exp_avg", m.to(Device::cpu()));  // host copies for checkpoints
     out.emplace_back(name + ".exp_avg_sq", v_.at(name).to(Device::cpu()));
@@ -212,16 +218,33 @@ std::vector<std::pair<std::string, Tensor>> Adam::state() const {
 }
 
 void Adam::load_state(const std::map<std::string, Tensor>& s) {
-  // Everything is read and checked first: a bad state leaves the optimiser as it was.
-  const int64_t steps = int64_t(state_tensor(s, "step", 1).f64()[0]);
+  // Everything is read and checked first: a bad state leaves the optimiser as it was. A parameter's
+  // three arrays come together or not at all (never stepped); "moments" counts the parameters that
+  // have them, so a checkpoint that lost one whole set is refused rather than restarting its moments.
+  const double step_value = state_tensor(s, "step", 1).f64()[0];
+  GNN_CHECK(step_value >= 0 && step_value < 9e15 && step_value == std::floor(step_value),
+            "optimizer state: 'step' is ", step_value, ", not a step count");
+  const int64_t steps = int64_t(step_value);
   std::map<std::string, Tensor> m, v;
   std::map<std::string, int64_t> t;
   for (const NamedParam& p : all_params()) {
-    if (!s.count(p.name + ".exp_avg")) continue;  // never stepped: no state yet
+    const int present = int(s.count(p.name + ".exp_avg")) + int(s.count(p.name + ".exp_avg_sq")) +
+                        int(s.count(p.name + ".step"));
+    if (present == 0) continue;  // never stepped: no state yet
     const int64_t n = p.var.value().numel();
     m[p.name] = state_tensor(s, p.name + ".exp_avg", n);
     v[p.name] = state_tensor(s, p.name + ".exp_avg_sq", n);
-    t[p.name] = int64_t(state_tensor(s, p.name + ".step", 1).f64()[0]);
+    for (int64_t i = 0; i < n; ++i)
+      GNN_CHECK(v[p.name].f64()[i] >= 0, "optimizer state: '", p.name, ".exp_avg_sq' holds a negative value at ", i);
+    const double ts = state_tensor(s, p.name + ".step", 1).f64()[0];
+    GNN_CHECK(ts >= 1 && ts <= double(steps) && ts == std::floor(ts), "optimizer state: '", p.name, ".step' is ", ts,
+              ", outside 1..", steps, " (the optimiser's steps)");
+    t[p.name] = int64_t(ts);
+  }
+  if (s.count("moments")) {
+    const double moments = state_tensor(s, "moments", 1).f64()[0];
+    GNN_CHECK(moments == double(m.size()), "optimizer state: 'moments' says ", moments,
+              " parameters have Adam moments, the checkpoint holds them for ", m.size());
   }
   steps_ = steps;
   m_.swap(m), v_.swap(v), t_.swap(t);

@@ -37,6 +37,10 @@ CommandResult run_shell(const std::string& prefix, const std::string& args) {
 
 CommandResult run_gnn(const std::string& args) { return run_shell("", args); }
 
+CommandResult run_gnn_limited(const std::string& args, int limit_s) {
+  return run_shell("timeout " + std::to_string(limit_s) + " ", args);
+}
+
 CommandResult run_gnn_mpi(int ranks, const std::string& args, const std::string& env, int limit_s) {
   const std::string root = ::geteuid() == 0 ? "--allow-run-as-root " : "";
   return run_shell(env + " timeout " + std::to_string(limit_s) + " mpirun " + root + "--oversubscribe -np " +

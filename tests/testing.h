@@ -90,6 +90,9 @@ struct CommandResult {
 // Runs `gnn ARGS` (the CLI built beside the tests) and captures stdout, stderr and the exit code.
 CommandResult run_gnn(const std::string& args);
 
+// The same, killed after `limit_s` seconds (exit code 124): for what must not hang.
+CommandResult run_gnn_limited(const std::string& args, int limit_s);
+
 // Runs `mpirun -np RANKS gnn ARGS` (oversubscribed, as root where the tests run as root), killed after
 // `limit_s` seconds (exit code 124) so that a hang fails the test instead of stopping the suite.
 CommandResult run_gnn_mpi(int ranks, const std::string& args, const std::string& env = "", int limit_s = 180);

@@ -1,6 +1,7 @@
 #include "apps/train/recipe.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -20,17 +21,15 @@ const std::string& HParams::str(const std::string& name) const {
 
 namespace {
 
-// The whole of s as a finite number / an integer in range of int64; false when it is not one.
+// The whole of s as a finite number / an integer in range of int64; false when it is not one. Plain
+// decimal only, as the CLI's flags: no sign '+', no leading space, no hex ("0x10"), no inf or nan.
 bool parse_number(const std::string& s, double* v) {
-  char* end = nullptr;
-  *v = std::strtod(s.c_str(), &end);
-  return !s.empty() && *end == '\0' && std::isfinite(*v);
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size() && std::isfinite(*v);
 }
 bool parse_integer(const std::string& s, int64_t* v) {
-  char* end = nullptr;
-  errno = 0;
-  *v = std::strtoll(s.c_str(), &end, 10);
-  return !s.empty() && *end == '\0' && errno == 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
 
 template <class Specs>
@@ -129,7 +128,7 @@ std::string HParamSpec::valid() const {
     return std::string(buf);
   };
   const std::string what = type == Type::kInteger ? "an integer" : "a number";
-  const bool low = min > -1e300, high = max < 9e18;  // INT64_MAX and 1e300 mean unbounded
+  const bool low = min > -1e300, high = max < 9e18;  // INT64_MAX and HUGE_VAL mean unbounded
   if (low && high) return what + " in " + (min_open ? "(" : "[") + num(min) + ", " + num(max) + "]";
   if (low) return what + (min_open ? " > " : " >= ") + num(min);
   if (high) return what + " <= " + num(max);
@@ -162,7 +161,7 @@ std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h
 }
 
 std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, std::string>& defaults) {
-  constexpr double kInf = 1e300;
+  constexpr double kInf = HUGE_VAL;  // no upper bound: any finite number
   constexpr int64_t kMany = INT64_MAX;  // no upper bound
   std::vector<HParamSpec> h = {
       number_hp("lr", "0.001", 0, kInf, "Adam learning rate", /*min_open=*/true),

@@ -2,6 +2,7 @@
 // them). Each lives in one readable file (apps/train/recipe_<name>.cpp) and registers itself in
 // recipes() (recipe.cpp). Defaults follow ../shared/TPUGRAPHS.md section 6.
 #pragma once
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,7 +58,7 @@ struct HParamSpec {
   enum class Type { kNumber, kInteger, kChoice };
   std::string name, default_value, help;
   Type type = Type::kNumber;
-  double min = -1e300, max = 1e300;
+  double min = -HUGE_VAL, max = HUGE_VAL;  // unbounded: any finite number
   bool min_open = false;
   std::string choices;
   std::string valid() const;  // "a number > 0", "an integer in [1, 4096]", "one of constant|cosine"

@@ -1,13 +1,19 @@
 #include "apps/train/run_state.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 
 #include "apps/checkpoint.h"
 #include "io/atomic_file.h"
+#include "io/byte_source.h"
 #include "io/json.h"
 #include "io/npz.h"
 
@@ -23,6 +29,17 @@ Meta read_meta(const std::string& path) {
     if (k.rfind("params/", 0) != 0 && k.rfind("optim/", 0) != 0) keys.push_back(k);
   Meta m;
   m.arrays = r.load_keys(keys);
+  // Every floating-point array a checkpoint holds (preprocessing, state, SWA snapshots, a recipe's own
+  // state) is finite when gnn writes it; one that is not was damaged, and would turn into NaN scores.
+  for (const auto& [key, t] : m.arrays) {
+    if (t.dtype() != DType::F32 && t.dtype() != DType::F64) continue;
+    const Tensor d = t.astype(DType::F64);
+    for (int64_t i = 0; i < d.numel(); ++i) {
+      const double v = d.f64()[i];
+      GNN_CHECK(std::isfinite(v) || (key == "state/best_score" && v == -INFINITY), path, ": '", key,
+                "' holds a non-finite value (", v, ") at ", i, "; the checkpoint is damaged");
+    }
+  }
   const int64_t format = get_i64(m.arrays, "meta/format", path);
   GNN_CHECK(format == kCheckpointFormat, path, ": checkpoint format ", format, ", this build reads ",
             kCheckpointFormat);
@@ -67,6 +84,18 @@ void State::load(const std::map<std::string, Tensor>& a, const std::string& f) {
   best_epoch = get_i64(a, "state/best_epoch", f);
   loss_sum = get_f64(a, "state/loss_sum", f), seconds = get_f64(a, "state/seconds", f);
   best_score = get_f64(a, "state/best_score", f);
+  // Written by gnn these hold; anything else was damaged, and would train a run that is not the one saved.
+  auto in_range = [&](const char* key, int64_t v, int64_t lo, int64_t hi) {
+    GNN_CHECK(v >= lo && v <= hi, f, ": 'state/", key, "' is ", v, ", not in ", lo, "..",
+              hi == INT64_MAX ? std::string("") : std::to_string(hi), "; the checkpoint is damaged");
+  };
+  in_range("epoch", epoch, 0, INT64_MAX), in_range("step", step, 0, INT64_MAX), in_range("batch", batch, 0, step);
+  in_range("skipped", skipped, 0, step), in_range("loss_n", loss_n, 0, step), in_range("configs", configs, 0, INT64_MAX);
+  in_range("best_epoch", best_epoch, 0, epoch);
+  GNN_CHECK(std::isfinite(loss_sum) && std::isfinite(seconds) && seconds >= 0, f,
+            ": 'state/loss_sum' or 'state/seconds' is not a finite time or sum; the checkpoint is damaged");
+  GNN_CHECK(std::isfinite(best_score) == (best_epoch > 0), f, ": 'state/best_score' ", best_score,
+            " does not match 'state/best_epoch' ", best_epoch, "; the checkpoint is damaged");
 }
 
 namespace {
@@ -160,28 +189,78 @@ RunPlan plan_run(const TrainOptions& o, const std::string& model_path) {
   return p;
 }
 
-void trim_metrics(const std::string& path, int64_t epochs) {
-  if (!fs::exists(path)) return;
-  std::ifstream in(path);
+std::vector<std::string> run_files(const std::string& run) {
+  std::vector<std::string> out;
+  for (const char* f : {"model.npz", "best.npz", "swa.npz", "metrics.jsonl", "lock"})
+    out.push_back((fs::path(run) / f).string());
+  return out;
+}
+
+RunLock::RunLock(const std::string& run) {
+  const std::string path = (fs::path(run) / "lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  GNN_CHECK(fd_ >= 0, "--out ", run, ": cannot create its lock file ", path, " (", std::strerror(errno), ")");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t got = ::pread(fd_, buf, sizeof buf - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    GNN_CHECK(err == EWOULDBLOCK, "--out ", run, ": cannot lock ", path, " (", std::strerror(err), ")");
+    std::string pid = got > 0 ? std::string(buf, size_t(got)) : "";
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    GNN_FAIL("--out ", run, ": another gnn train", pid.empty() ? "" : " (pid " + pid + ")",
+             " is writing this run; wait for it to end, or choose another directory");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size()))
+    std::fprintf(stderr, "gnn train: warning: cannot record this process's pid in %s (%s)\n", path.c_str(),
+                 std::strerror(errno));
+}
+
+RunLock::~RunLock() {
+  if (fd_ >= 0) ::close(fd_);  // (closing drops the lock)
+}
+
+void trim_metrics(const std::string& path, int64_t epochs, bool keep_partial) {
+  if (!fs::exists(path)) {
+    if (epochs > 0)
+      std::fprintf(stderr, "gnn train: warning: %s is missing; the log of the %lld epochs before the checkpoint is lost\n",
+                   path.c_str(), (long long)epochs);
+    return;
+  }
+  const std::string text = read_text_file(path);
+  std::istringstream in(text);
   std::string keep, line;
+  int64_t unreadable = 0, kept = 0;
   while (std::getline(in, line)) {
     try {
       const Json j = Json::parse(line, path);
-      if (j["epoch"].as_int() <= epochs) keep += line + "\n";
+      const int64_t e = j["epoch"].as_int();
+      const bool partial = j.contains("partial_epoch");
+      if ((e <= epochs && !partial) || (keep_partial && partial && e == epochs + 1)) keep += line + "\n", kept += !partial;
     } catch (const Error&) {
-      // a line cut short by the interruption: dropped
+      // A last line cut short by the interruption is dropped as expected; a bad line before it is said.
+      unreadable += in.peek() != std::char_traits<char>::eof() || text.back() == '\n';
     }
   }
+  if (unreadable > 0 || kept < epochs)
+    std::fprintf(stderr,
+                 "gnn train: warning: %s holds %lld readable line(s) of the %lld epochs before the checkpoint%s; "
+                 "the rest of its history is lost\n",
+                 path.c_str(), (long long)kept, (long long)epochs,
+                 unreadable ? detail::str_cat(" and ", unreadable, " unreadable one(s), dropped").c_str() : "");
   write_file_atomic(path, keep);
 }
 
 void append_line(const std::string& path, const std::string& line) {
   FILE* f = std::fopen(path.c_str(), "a");
-  GNN_CHECK(f, path, ": cannot append");
-  std::fprintf(f, "%s\n", line.c_str());
-  std::fflush(f);
-  ::fsync(::fileno(f));
+  GNN_CHECK(f, path, ": cannot append (", std::strerror(errno), ")");
+  // A full disk shows here, not as a silently missing line.
+  const bool ok = std::fprintf(f, "%s\n", line.c_str()) >= 0 && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int err = errno;
   std::fclose(f);
+  GNN_CHECK(ok, path, ": cannot append (", std::strerror(err), ")");
 }
 
 std::string run_checkpoint(const std::string& run, const std::string& which) {

@@ -53,9 +53,26 @@ template <class... Parts>
   throw OptionError(detail::str_cat(parts...));
 }
 
+// An advisory lock on a run directory (flock on RUN/lock, which holds the writer's pid), held for the
+// life of this object by the one process that writes the run. A second writer is refused with the
+// first one's pid; the kernel drops the lock of a process that dies, even of SIGKILL, so the next
+// writer takes a stale lock over by itself.
+class RunLock {
+ public:
+  explicit RunLock(const std::string& run);
+  ~RunLock();
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // metrics.jsonl without the lines of epochs after `epochs` (a resumed run writes them again) and
-// without a torn last line.
-void trim_metrics(const std::string& path, int64_t epochs);
+// without a torn last line; with keep_partial, a --steps stop's partial line of epoch `epochs` + 1 stays
+// (the run is finished: nothing will write it again). A missing file, unreadable lines before the last
+// and missing epochs are said on stderr: the history is gone, the training goes on from the checkpoint.
+void trim_metrics(const std::string& path, int64_t epochs, bool keep_partial);
 void append_line(const std::string& path, const std::string& line);  // flushed and synced
 
 }  // namespace gnn::train

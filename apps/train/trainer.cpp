@@ -122,6 +122,23 @@ std::string culprit(const ag::Var& pred, const Batch& b) {
   return all;
 }
 
+// The first parameter holding a NaN or an infinity, or "". An update can overflow where the loss and
+// the gradient were finite (a huge --lr), and such weights must never reach a checkpoint.
+std::string nonfinite_param(const std::vector<nn::NamedParam>& params) {
+  for (const nn::NamedParam& p : params) {
+    const Tensor v = p.var.value().on(Device::cpu());
+    bool ok = true;
+    if (v.dtype() == DType::F32) {
+      for (int64_t i = 0; i < v.numel(); ++i) ok &= std::isfinite(v.f32()[i]);
+    } else {
+      const Tensor d = v.astype(DType::F64);
+      for (int64_t i = 0; i < d.numel(); ++i) ok &= std::isfinite(d.f64()[i]);
+    }
+    if (!ok) return p.name;
+  }
+  return "";
+}
+
 // Sets the host memory limit for a scope and puts the previous one back.
 class ScopedMemoryLimit {
  public:
@@ -152,9 +169,10 @@ class Run {
   }
   void step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi);
   void check_cuda_graphs(const std::string& recipe) const;
-  void end_epoch(int64_t epoch, double seconds, int64_t configs);
+  void end_epoch(int64_t epoch, double seconds, int64_t configs, bool partial);
   void save(const std::string& path, bool with_optimizer);
   void fault() const;
+  void check_finite(const std::string& when) const;
   void agree_on_plan() const;
   void end_epoch_swa(int64_t epoch, Json& line);
   bool stopped_early() const;
@@ -167,6 +185,7 @@ class Run {
   const bool lead_;  // rank 0 (or the only process): writes the run directory and prints
   const fs::path dir_;
   const std::string model_path_, best_path_, metrics_path_, swa_path_;
+  std::optional<RunLock> lock_;  // the lead process's, while it may write the run directory
   RunPlan plan_;
   TrainHParams tp_;  // plan_.hp's training hyper-parameters, typed
   std::optional<ScopedMemoryLimit> memory_limit_;
@@ -204,6 +223,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
       progress_(lead_ ? o.progress : 0) {
   if (o.out.empty()) bad_option("--out: no run directory given");
   if (o.epochs < 0) bad_option("--epochs must be at least 1");
+  if (lead_ && fs::is_directory(dir_)) lock_.emplace(o.out);  // before anything of the run is read or written
   GNN_CHECK(o.resume || !fs::exists(model_path_), "--out ", o.out,
             ": already holds a run (model.npz); pass --resume to continue it, or choose another directory");
 
@@ -245,13 +265,17 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   model_ = recipe->build(hp, dims_of(prep_), init_rng);  // a recipe refusing its flags leaves no run behind
   if (o.cuda_graphs > 0) check_cuda_graphs(recipe->name);
   if (!plan_.resuming && lead_) fs::create_directories(dir_);
+  if (lead_ && !lock_) {  // a new directory: another new run may have made it and written a run there
+    lock_.emplace(o.out);
+    GNN_CHECK(!fs::exists(model_path_), "--out ", o.out,
+              ": another gnn train started a run here meanwhile; choose another directory");
+  }
   params_ = model_->parameters();
   opt_.emplace(nn::one_group(params_, tp_.weight_decay), tp_.lr, /*decoupled=*/true);
   if (plan_.resuming) {
     load_checkpoint(model_path_, params_, &*opt_);
     st_.load(plan_.meta.arrays, model_path_);
     model_->load_state(plan_.meta.arrays, model_path_);
-    if (lead_) trim_metrics(metrics_path_, st_.epoch);
   } else if (lead_ && fs::exists(metrics_path_)) {
     fs::remove(metrics_path_);
   }
@@ -273,6 +297,9 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   valid_src_.emplace(valid_files_, prep_, graph_budget);
   n_ = int64_t(train_files_.size()), batches_ = (n_ + tp_.batch_graphs - 1) / tp_.batch_graphs;
   total_steps_ = plan_.steps > 0 ? std::min(plan_.steps, plan_.epochs * batches_) : plan_.epochs * batches_;
+  GNN_CHECK(st_.batch < batches_, model_path_, ": 'state/batch' ", st_.batch, " is past the ", batches_,
+            " batches of an epoch of this run (damaged, or --data now holds fewer training graphs)");
+  if (plan_.resuming && lead_) trim_metrics(metrics_path_, st_.epoch, /*keep_partial=*/finished());
   sched_.kind = tp_.schedule, sched_.base = tp_.lr, sched_.warmup = tp_.warmup, sched_.total = total_steps_;
 
   const bool talk = lead_ && !o.quiet;
@@ -318,6 +345,7 @@ void Run::save(const std::string& path, bool with_optimizer) {
           ": --resume continues from there\n"));
   };
   if (!lead_) return stop_message();  // the ranks hold the same weights and state: rank 0 writes them
+  check_finite("at step " + std::to_string(st_.step) + ", before writing " + path);
   working_on_ = detail::str_cat("writing ", path);
   std::vector<std::pair<std::string, Tensor>> extra = {
       {"meta/format", i64_tensor(kCheckpointFormat)},
@@ -503,6 +531,8 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
     opt_->set_lr(sched_.at(st_.step));
     opt_->step();
     st_.loss_sum += lv, st_.loss_n += 1;
+    // (on a GPU the weights are checked before each write instead: a check per step would wait for them)
+    if (!o_.device.is_cuda()) check_finite("after the update of step " + std::to_string(st_.step + 1));
   }
 }
 
@@ -545,7 +575,7 @@ TrainResult Run::train() {
       if (st_.step >= total_steps_) break;
     }
     progress_.end_line();
-    end_epoch(e, st_.seconds - epoch_seconds_before, st_.configs - epoch_configs_before);
+    end_epoch(e, st_.seconds - epoch_seconds_before, st_.configs - epoch_configs_before, st_.batch < batches_);
     done = finished();
     if (stopped_early() && lead_ && !o_.quiet)
       std::printf(
@@ -558,10 +588,15 @@ TrainResult Run::train() {
   return result();
 }
 
-// The end of an epoch (or of the step budget): validate, log, checkpoint.
-void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs) {
+// The end of an epoch: validate, log, checkpoint. `partial`: the step budget (--steps) ended the run
+// mid-epoch. The weights are validated and logged all the same (the line says "partial_epoch" and how
+// many batches ran), but the epoch stays open: the checkpoint holds the next batch, so a resume with a
+// larger budget trains the rest of the epoch as the unbroken run does, and drops the partial line
+// (trim_metrics) before it logs the whole epoch. A partial validation picks no best epoch.
+void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool partial) {
   Json line = Json::object();
   line.set("epoch", e + 1);
+  if (partial) line.set("partial_epoch", true), line.set("batches", st_.batch);
   line.set("step", st_.step);
   line.set("train_loss", st_.loss_n ? st_.loss_sum / double(st_.loss_n) : NAN);
   line.set("lr", opt_->lr());
@@ -581,12 +616,14 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs) {
     line.set("valid_score", valid_score);
     line.set("valid", Json::parse(ev.json, "valid metrics"));
   }
-  st_.epoch = e + 1, st_.batch = 0, st_.loss_sum = 0, st_.loss_n = 0;
-  if (std::isfinite(valid_score) && valid_score > st_.best_score) {
-    st_.best_score = valid_score, st_.best_epoch = st_.epoch;
-    save(best_path_, false);
+  if (!partial) {
+    st_.epoch = e + 1, st_.batch = 0, st_.loss_sum = 0, st_.loss_n = 0;
+    if (std::isfinite(valid_score) && valid_score > st_.best_score) {
+      st_.best_score = valid_score, st_.best_epoch = st_.epoch;
+      save(best_path_, false);
+    }
+    if (swa_) end_epoch_swa(e, line);
   }
-  if (swa_) end_epoch_swa(e, line);
   if (dp_) {
     line.set("ranks", world_.size);
     line.set("allreduce_bytes_per_step", dp_->bytes_per_step());
@@ -598,8 +635,10 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs) {
   save(model_path_, true);
   last_ckpt_ = Clock::now();
   if (!o_.quiet && lead_) {
-    std::printf("epoch %lld/%lld  step %lld  train_loss %.5f", (long long)st_.epoch, (long long)plan_.epochs,
-                (long long)st_.step, line["train_loss"].is_null() ? NAN : line["train_loss"].as_number());
+    const std::string stop =
+        partial ? detail::str_cat(" (stopped by --steps after batch ", st_.batch, " of ", batches_, ")") : "";
+    std::printf("epoch %lld/%lld%s  step %lld  train_loss %.5f", (long long)(e + 1), (long long)plan_.epochs,
+                stop.c_str(), (long long)st_.step, line["train_loss"].is_null() ? NAN : line["train_loss"].as_number());
     if (std::isfinite(valid_score)) std::printf("  valid_score %.4f", valid_score);
     std::printf("  %.0f configs/s  %.1f s\n", line["configs_per_s"].as_number(), epoch_s);
     std::fflush(stdout);
@@ -657,6 +696,16 @@ void Run::end_epoch_swa(int64_t e, Json& line) {
   line.set("swa_snapshots", swa_->count());
   save(swa_path_, false);
   for (size_t i = 0; i < params_.size(); ++i) params_[i].var.set_value(own[i]);
+}
+
+// Non-finite weights stop the run before anything is written, whatever --skip-nonfinite says: the step
+// that made them is already applied (to the weights and to Adam's moments) and cannot be skipped.
+void Run::check_finite(const std::string& when) const {
+  const std::string bad = nonfinite_param(params_);
+  GNN_CHECK(bad.empty(), "non-finite weights ", when, ": parameter '", bad,
+            "' holds a NaN or an infinity (the optimiser's update overflowed); ",
+            fs::exists(model_path_) ? model_path_ + " keeps its last finite checkpoint" : "no checkpoint was written",
+            "; lower --lr or set --clip");
 }
 
 // The test hooks --kill-after-steps / --stall-after-steps: this process (with --fault-rank, only that

@@ -66,6 +66,10 @@ struct TrainResult {
 };
 TrainResult run_training(const TrainOptions& options);
 
+// The files of a run directory that gnn train writes and reads back (model.npz, best.npz, swa.npz,
+// metrics.jsonl, lock). No output of eval, predict or plot may name one: it would destroy the run.
+std::vector<std::string> run_files(const std::string& run);
+
 // A model rebuilt from a checkpoint (model.npz or best.npz): everything eval and predict need.
 struct LoadedModel {
   const Recipe* recipe = nullptr;

@@ -1,0 +1,414 @@
+// Everything around the data files: special files where a file is read, output paths that are links
+// or devices, outputs that would destroy the run a command reads, two writers of one run, weights that
+// stop being finite, checkpoints whose fields lie, a --steps stop inside an epoch, and the side files
+// (eval_indices, submissions). Each case runs the CLI as a user would, so a hang is a time-out (exit
+// 124) and a crash an exit code, never the suite's own end.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+#include <functional>
+#include <sstream>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "io/atomic_file.h"
+#include "io/json.h"
+#include "io/npz.h"
+#include "io/tpugraphs.h"
+#include "testing.h"
+
+using namespace gnn;
+using testing::run_gnn;
+using testing::run_gnn_limited;
+using testing::TempDir;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+std::string last_line(const std::string& s) {
+  const size_t end = s.find_last_not_of('\n');
+  if (end == std::string::npos) return "";
+  const size_t begin = s.rfind('\n', end);
+  return s.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// Six tile kernels per split (three batches of two per epoch) and two layout programs per split.
+struct Data {
+  TempDir dir;
+  std::string root = testing::tile_and_layout(dir.file("data"), {6, 0, 30, 4}, {2, 60, 12, 5});
+};
+const std::string& data() {
+  static Data d;
+  return d.root;
+}
+
+// A trained tile-mlp run (2 epochs) in dir/name, its model.npz and best.npz in place.
+std::string trained_run(const TempDir& t, const std::string& name, const std::string& extra = "") {
+  const std::string run = t.file(name);
+  const auto r = run_gnn("train --model tile-mlp --data " + data() + " --out " + run + " --epochs 2 --batch-graphs 2 " +
+                         "--progress lines " + extra);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("run files: a FIFO where a file is read is refused at once, never waited on") {
+  TempDir t;
+  const std::string fifo = t.file("x.npz");
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  auto r = run_gnn_limited("inspect " + fifo, 20);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.err, fifo + ": not a regular file (a FIFO)"));
+
+  // A FIFO named model.npz in a run being resumed.
+  const std::string run = trained_run(t, "run");
+  fs::remove(run + "/model.npz");
+  REQUIRE(::mkfifo((run + "/model.npz").c_str(), 0644) == 0);
+  r = run_gnn_limited("train --out " + run + " --resume --epochs 3", 20);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.err, "model.npz: not a regular file (a FIFO)"));
+
+  // A FIFO .npz in a split folder.
+  fs::copy(data(), t.file("data"), fs::copy_options::recursive);
+  REQUIRE(::mkfifo(t.file("data/npz/tile/xla/train/zz.npz").c_str(), 0644) == 0);
+  r = run_gnn_limited("train --model tile-mlp --data " + t.file("data") + " --out " + t.file("r2") + " --epochs 1", 20);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.err, "zz.npz: not a regular file (a FIFO)"));
+  // eval_indices and a submission that are FIFOs
+  REQUIRE(fs::create_directory(t.file("ei")));
+  REQUIRE(::mkfifo(t.file("ei/xla_default.json").c_str(), 0644) == 0);
+  REQUIRE(::mkfifo(t.file("sub.csv").c_str(), 0644) == 0);
+  r = run_gnn_limited("score --submission " + t.file("sub.csv") + " --data " + data(), 20);
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.err, "sub.csv: not a regular file (a FIFO)"));
+  CHECK_THROWS_WITH_AS(load_eval_indices(t.file("ei/xla_default.json")), doctest::Contains("not a regular file (a FIFO)"), Error);
+}
+
+TEST_CASE("run files: gnn synth --configs 1 writes one-config graphs without corrupting the heap") {
+  TempDir t;
+  for (const char* kind : {"tile", "layout"}) {
+    CAPTURE(kind);
+    const std::string out = t.file(kind);
+    auto r = run_gnn_limited(std::string("synth --collection ") + kind + " --out " + out +
+                                 " --graphs 1 --nodes 20 --configs 1 --seed 4",
+                             60);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const auto files = walk_dataset(out);
+    REQUIRE(files.size() == 3);
+    CHECK(load_tpugraph(files[0].path).num_configs() == 1);
+    // Training needs two configs to rank: one line naming the file.
+    r = run_gnn(std::string("train --model ") + kind + "-mlp --data " + out + " --out " + t.file(std::string("r") + kind));
+    CHECK(r.exit_code == 1);
+    CHECK(contains(r.err, "synth_train_0000.npz: a training graph needs runtimes and at least 2 configs"));
+  }
+}
+
+TEST_CASE("run files: an output that is a symlink or a special file is written through, never replaced") {
+  TempDir t;
+  // A symlink to a regular file: the file is replaced, the link stays a link.
+  write_file_atomic(t.file("real.txt"), "old");
+  fs::create_symlink("real.txt", t.file("link.txt"));
+  write_file_atomic(t.file("link.txt"), "new");
+  CHECK(fs::is_symlink(t.file("link.txt")));
+  CHECK(slurp(t.file("real.txt")) == "new");
+  // A FIFO with a reader: the bytes go down it and it stays a FIFO.
+  const std::string fifo = t.file("out.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(reader >= 0);
+  write_file_atomic(fifo, "through the pipe");
+  char buf[64] = {};
+  const ssize_t got = ::read(reader, buf, sizeof buf);
+  ::close(reader);
+  CHECK(std::string(buf, size_t(std::max<ssize_t>(got, 0))) == "through the pipe");
+  struct stat st {};
+  REQUIRE(::lstat(fifo.c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+  // A FIFO with no reader is refused at once; a symlink to nothing and a directory are refused.
+  CHECK_THROWS_WITH_AS(write_file_atomic(fifo, "x"), doctest::Contains("a FIFO with no reader"), Error);
+  fs::create_symlink("missing.txt", t.file("dangling.txt"));
+  CHECK_THROWS_WITH_AS(write_file_atomic(t.file("dangling.txt"), "x"), doctest::Contains("which does not exist"),
+                       Error);
+  CHECK_FALSE(fs::exists(t.file("missing.txt")));
+  CHECK_THROWS_WITH_AS(write_file_atomic(t.file(""), "x"), doctest::Contains("is a directory"), Error);
+  // The CLI's outputs go through the same writer.
+  const std::string run = trained_run(t, "run");
+  fs::create_symlink("real.csv", t.file("sub.csv"));
+  write_file_atomic(t.file("real.csv"), "");
+  auto r = run_gnn("predict --run " + run + " --data " + data() + " --out " + t.file("sub.csv"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(fs::is_symlink(t.file("sub.csv")));
+  CHECK(slurp(t.file("real.csv")).rfind("ID,TopConfigs\n", 0) == 0);
+  // The process's own stdout by path, as /dev/stdout names it (here a file the test reads): written
+  // through. (/proc/self/fd/1 rather than /dev/stdout itself, so that a regression renames nothing
+  // over this machine's /dev.)
+  r = run_gnn("predict --run " + run + " --data " + data() + " --out /proc/self/fd/1");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.rfind("ID,TopConfigs\ntile:xla:", 0) == 0);
+}
+
+TEST_CASE("run files: no output may name a file of the run it reads") {
+  TempDir t;
+  const std::string run = trained_run(t, "run");
+  const std::vector<uint8_t> model = testing::read_bytes(run + "/model.npz"), best = testing::read_bytes(run + "/best.npz");
+  fs::create_hard_link(run + "/model.npz", t.file("hard.npz"));
+  fs::create_symlink(run + "/best.npz", t.file("soft.npz"));
+  const std::string on = " --run " + run + " --data " + data();
+  for (const std::string& args :
+       {"predict" + on + " --out " + run + "/model.npz", "predict" + on + " --out " + run + "/./best.npz",
+        "predict" + on + " --out " + t.file("hard.npz"), "predict" + on + " --out " + t.file("soft.npz"),
+        "predict" + on + " --out " + t.file("x.csv") + " --runtimes " + run + "/model.npz",
+        "eval" + on + " --per-graph " + run + "/best.npz", "eval" + on + " --per-graph " + run + "/metrics.jsonl",
+        "plot " + run + " --out " + run + "/model.npz"}) {
+    CAPTURE(args);
+    const auto r = run_gnn(args);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, "a file this command reads"));
+  }
+  CHECK(testing::read_bytes(run + "/model.npz") == model);
+  CHECK(testing::read_bytes(run + "/best.npz") == best);
+  // A score's per-graph file may not be the submission it reads.
+  auto r = run_gnn("predict" + on + " --split valid --out " + t.file("sub.csv"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn("score --submission " + t.file("sub.csv") + " --data " + data() + " --per-graph " + t.file("sub.csv"));
+  CHECK(r.exit_code == 2);
+  CHECK(slurp(t.file("sub.csv")).rfind("ID,TopConfigs\n", 0) == 0);
+  // The run still resumes.
+  r = run_gnn("train --out " + run + " --resume --epochs 3");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+}
+
+TEST_CASE("run files: a second writer of a run is refused with the first one's pid, and a killed one's lock is taken over") {
+  TempDir t;
+  const std::string run = t.file("run");
+  const std::string train = std::string(GNN_CLI_PATH) + " train --model tile-mlp --data " + data() + " --out " + run +
+                            " --epochs 3 --batch-graphs 2 --progress lines";
+  // The first writer checkpoints step 1 and then stops answering, holding the run (timeout ends it
+  // should this test stop early).
+  REQUIRE(std::system(("timeout 300 " + train + " --checkpoint-minutes 0 --stall-after-steps 1 >/dev/null 2>&1 &").c_str()) ==
+          0);
+  std::string pid;
+  for (int i = 0; i < 600 && pid.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const std::string text = slurp(run + "/lock");
+    if (!text.empty() && text.back() == '\n') pid = text.substr(0, text.size() - 1);
+  }
+  REQUIRE(!pid.empty());
+  for (const char* second : {"", " --resume"}) {
+    CAPTURE(second);
+    const auto r = run_gnn("train --model tile-mlp --data " + data() + " --out " + run + " --epochs 3" + second);
+    CHECK(r.exit_code == 1);
+    CHECK(contains(r.err, "another gnn train (pid " + pid + ") is writing this run"));
+  }
+  // Killed with SIGKILL, it leaves its lock file behind; the kernel dropped the lock, so a resume goes on.
+  REQUIRE(::kill(pid_t(std::stol(pid)), SIGKILL) == 0);
+  for (int i = 0; i < 200 && ::kill(pid_t(std::stol(pid)), 0) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(fs::exists(run + "/lock"));
+  const auto r = run_gnn("train --out " + run + " --resume --progress lines");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 3);
+}
+
+TEST_CASE("run files: weights that stop being finite stop the run before anything is written") {
+  TempDir t;
+  for (const char* extra : {"", " --skip-nonfinite"}) {
+    CAPTURE(extra);
+    const std::string run = t.file(std::string("run") + (extra[0] ? "_skip" : ""));
+    const auto r = run_gnn("train --model tile-mlp --data " + data() + " --out " + run + " --epochs 2 --lr 1e300" + extra);
+    CHECK(r.exit_code == 1);
+    CHECK(contains(r.err, "non-finite weights after the update of step 1: parameter '"));
+    CHECK_FALSE(fs::exists(run + "/model.npz"));
+    CHECK_FALSE(fs::exists(run + "/best.npz"));
+  }
+}
+
+namespace {
+
+// A copy of a run whose model.npz had `edit` applied to its arrays.
+std::string damaged_run(const TempDir& t, const std::string& from, const std::string& name,
+                        const std::function<void(std::map<std::string, Tensor>&)>& edit) {
+  const std::string run = t.file(name);
+  fs::copy(from, run, fs::copy_options::recursive);
+  fs::remove(run + "/lock");
+  std::map<std::string, Tensor> a = NpzReader(run + "/model.npz").load_all();
+  edit(a);
+  save_npz(run + "/model.npz", {a.begin(), a.end()});
+  return run;
+}
+
+std::string first_key(const std::map<std::string, Tensor>& a, const std::string& prefix, const std::string& suffix) {
+  for (const auto& [k, v] : a)
+    if (k.rfind(prefix, 0) == 0 && k.size() >= suffix.size() &&
+        k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return k;
+  FAIL("no key ", prefix, "...", suffix);
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("run files: every checkpoint field is validated before a resume, eval or predict trusts it") {
+  TempDir t;
+  const std::string good = trained_run(t, "good");
+  using Arrays = std::map<std::string, Tensor>;
+  const std::vector<std::tuple<std::string, std::function<void(Arrays&)>, std::string>> cases = {
+      {"negative epoch", [](Arrays& a) { a["state/epoch"] = Tensor::from_vector(std::vector<int64_t>{-4}); },
+       "'state/epoch' is -4"},
+      {"batch past the epoch", [](Arrays& a) { a["state/batch"] = Tensor::from_vector(std::vector<int64_t>{3}); },
+       "'state/batch' 3 is past the 3 batches"},
+      {"a missing Adam moment", [](Arrays& a) { a.erase(first_key(a, "optim/", ".exp_avg")); }, ".exp_avg' is missing"},
+      {"a parameter's whole Adam state missing",
+       [](Arrays& a) {
+         const std::string k = first_key(a, "optim/", ".exp_avg");
+         const std::string p = k.substr(0, k.size() - 8);
+         a.erase(p + ".exp_avg"), a.erase(p + ".exp_avg_sq"), a.erase(p + ".step");
+       },
+       "'moments' says"},
+      {"a negative second moment",
+       [](Arrays& a) {
+         Tensor& v = a[first_key(a, "optim/", ".exp_avg_sq")];
+         v = v.astype(DType::F64).clone();
+         v.f64()[0] = -1;
+       },
+       "holds a negative value"},
+      {"NaN in the preprocessing", [](Arrays& a) { a["prep/log_offset"] = Tensor::from_vector(std::vector<double>{NAN}); },
+       "'prep/log_offset' holds a non-finite value"},
+      {"a best score without a best epoch",
+       [](Arrays& a) { a["state/best_epoch"] = Tensor::from_vector(std::vector<int64_t>{0}); },
+       "'state/best_score'"},
+  };
+  for (const auto& [what, edit, message] : cases) {
+    CAPTURE(what);
+    const std::string run = damaged_run(t, good, "bad", edit);
+    const std::vector<uint8_t> before = testing::read_bytes(run + "/model.npz");
+    const std::string metrics = slurp(run + "/metrics.jsonl");
+    const auto r = run_gnn("train --out " + run + " --resume --epochs 4");
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(contains(r.err, run + "/model.npz: "), r.err);
+    CHECK_MESSAGE(contains(r.err, message), r.err);
+    CHECK(testing::read_bytes(run + "/model.npz") == before);
+    CHECK(slurp(run + "/metrics.jsonl") == metrics);
+    fs::remove_all(run);
+  }
+  // predict reads the preprocessing too: NaN there is refused, not written out as scores.
+  const std::string run = damaged_run(t, good, "nanprep", [](Arrays& a) {
+    a["prep/log_offset"] = Tensor::from_vector(std::vector<double>{NAN});
+  });
+  const auto r = run_gnn("predict --run " + run + " --checkpoint last --data " + data() + " --out " + t.file("p.csv"));
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.err, "holds a non-finite value"));
+  CHECK_FALSE(fs::exists(t.file("p.csv")));
+}
+
+TEST_CASE("run files: a run stopped by --steps mid-epoch resumes inside the epoch, as the unbroken run") {
+  TempDir t;
+  const std::string base = "train --model tile-mlp --data " + data() + " --batch-graphs 2 --progress lines --out ";
+  auto r = run_gnn(base + t.file("a") + " --epochs 3 --steps 4");  // 3 batches an epoch: stops after epoch 2's first
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string partial = slurp(t.file("a/metrics.jsonl"));
+  CHECK(contains(partial, "\"partial_epoch\": true"));
+  r = run_gnn("train --out " + t.file("a") + " --resume --steps 0");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn(base + t.file("b") + " --epochs 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(testing::same_bits(testing::checkpoint_weights(t.file("a/model.npz")),
+                           testing::checkpoint_weights(t.file("b/model.npz"))));
+  // The resumed run's log is the unbroken run's: the partial line gave way to the whole epoch's.
+  auto lines = [&](const std::string& path) {
+    std::vector<std::string> out;
+    std::istringstream in(slurp(path));
+    for (std::string line; std::getline(in, line);) {
+      const Json j = Json::parse(line);
+      out.push_back(std::to_string(j["epoch"].as_int()) + " " + std::to_string(j["step"].as_int()) + " " +
+                    j["train_loss"].dump() + " " + j["valid_score"].dump() + (j.contains("partial_epoch") ? " partial" : ""));
+    }
+    return out;
+  };
+  CHECK(lines(t.file("a/metrics.jsonl")) == lines(t.file("b/metrics.jsonl")));
+  CHECK(lines(t.file("a/metrics.jsonl")).size() == 3);
+}
+
+TEST_CASE("run files: a submission row that names no graph of the split is refused") {
+  TempDir t;
+  const std::string run = trained_run(t, "run");
+  auto r = run_gnn("predict --run " + run + " --data " + data() + " --split valid --out " + t.file("sub.csv"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string sub = slurp(t.file("sub.csv"));
+  write_file_atomic(t.file("stray.csv"), sub + "tile:xla:synth_test_0000,1;0;2;3;4\n");
+  r = run_gnn("score --submission " + t.file("stray.csv") + " --data " + data() + "/npz/tile/xla");
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.err, "1 row(s) name no valid graph of " + data() + "/npz/tile/xla, the first 'tile:xla:synth_test_0000'"));
+  // A row of a collection the data does not hold (here a layout row scored on the tile folder) is said.
+  write_file_atomic(t.file("other.csv"), sub + "layout:xla:default:synth_valid_0000,1;0\n");
+  r = run_gnn("score --submission " + t.file("other.csv") + " --data " + data() + "/npz/tile/xla");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(contains(r.err, "1 row(s) of collections with no valid files"));
+}
+
+TEST_CASE("run files: error lines name the file, the graph and the flag") {
+  TempDir t;
+  // A layout file in a tile collection folder.
+  fs::copy(data(), t.file("data"), fs::copy_options::recursive);
+  fs::copy_file(t.file("data/npz/layout/xla/default/train/synth_train_0000.npz"),
+                t.file("data/npz/tile/xla/train/zz.npz"));
+  auto r = run_gnn("train --model tile-mlp --data " + t.file("data") + " --out " + t.file("r"));
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.err, "zz.npz: a layout file (its arrays say so) in the tile collection folder"));
+  // A float in eval_indices names the file and the graph (the layout run validates on them).
+  fs::remove(t.file("data/npz/tile/xla/train/zz.npz"));
+  REQUIRE(fs::create_directory(t.file("ei")));
+  write_file_atomic(t.file("ei/xla_default.json"), "{\"synth_valid_0000\": [0, 2.5]}");
+  r = run_gnn("train --model layout-mlp --data " + data() + " --out " + t.file("l") + " --epochs 1 --eval-indices " +
+              t.file("ei"));
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.err, "xla_default.json: 'synth_valid_0000' holds something other than a config index (an integer >= 0) at entry 1"));
+  // Numbers: any finite --lr is a number > 0 (1e308 too); a sign, hex or spaces are not plain numbers.
+  r = run_gnn("train --model tile-mlp --data " + data() + " --out " + t.file("h") + " --lr 1e308");
+  CHECK_FALSE(contains(r.err, "expected a number"));
+  for (const char* v : {"+1", "0x10", "' 1'", "inf"}) {
+    CAPTURE(v);
+    r = run_gnn("train --model tile-mlp --data " + data() + " --out " + t.file("h2") + " --lr " + v);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, "--lr: expected a number > 0"));
+  }
+  // A control byte in a flag is shown escaped: the error stays one line.
+  r = run_gnn("train --model \"$(printf 'a\\001b\\nc')\" --data " + data() + " --out " + t.file("h3"));
+  CHECK(r.exit_code != 0);
+  CHECK(contains(r.err, "a\\x01b\\x0ac"));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+TEST_CASE("run files: eval scores a run whose directory it cannot write, and synth does not mix datasets") {
+  TempDir t;
+  const std::string run = trained_run(t, "run");
+  fs::create_directory(run + "/eval_valid.jsonl");  // the default per-graph file cannot be written
+  auto r = run_gnn("eval --run " + run + " --data " + data());
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(contains(r.err, "warning: the per-graph scores are not written"));
+  CHECK(Json::parse(last_line(r.out)).contains("score"));
+  r = run_gnn("eval --run " + run + " --data " + data() + " --per-graph " + run + "/eval_valid.jsonl");
+  CHECK(r.exit_code == 1);
+  // gnn synth into a split folder that holds graphs is refused; an empty --split list too.
+  r = run_gnn("synth --collection tile --out " + t.file("d") + " --graphs 3 --seed 1");
+  REQUIRE(r.exit_code == 0);
+  r = run_gnn("synth --collection tile --out " + t.file("d") + " --graphs 2 --seed 2");
+  CHECK(r.exit_code == 1);
+  CHECK(contains(r.err, "already holds graphs"));
+  CHECK(walk_dataset(t.file("d")).size() == 9);
+  r = run_gnn("synth --collection tile --out " + t.file("e") + " --split ''");
+  CHECK(r.exit_code == 2);
+}
