@@ -129,22 +129,31 @@ void ColumnTransform::save(const std::string& prefix, std::vector<std::pair<std:
 }
 
 ColumnTransform ColumnTransform::load(const std::string& prefix, const std::map<std::string, Tensor>& a) {
-  auto get = [&](const char* k) -> const Tensor& {
+  // Each array as save() writes it (dtype, one dimension), checked before any value is converted: a
+  // damaged checkpoint is refused by name, never cast out of range.
+  auto get = [&](const char* k, DType dtype, int64_t numel) -> const Tensor& {
     auto it = a.find(prefix + k);
     GNN_CHECK(it != a.end(), "checkpoint has no '", prefix, k, "'");
+    GNN_CHECK(it->second.dtype() == dtype && it->second.dim() == 1 && (numel < 0 || it->second.numel() == numel),
+              "checkpoint: '", prefix, k, "' is ", it->second.desc(), ", not the ", dtype_name(dtype), " vector it writes");
     return it->second;
   };
   ColumnTransform t;
-  const int32_t kind = int32_t(get("kind").item());
+  const int32_t kind = get("kind", DType::I32, 1).i32()[0];
   GNN_CHECK(kind >= 0 && kind <= int32_t(FeatureTransform::kStandardize), "checkpoint: bad transform kind ", kind);
   t.kind_ = FeatureTransform(kind);
-  t.in_ = int64_t(get("in_features").item());
-  t.keep_ = get("keep").astype(DType::I32).to_vector<int32_t>();
-  t.shift_ = get("shift").astype(DType::F64).to_vector<double>();
-  t.scale_ = get("scale").astype(DType::F64).to_vector<double>();
+  t.in_ = get("in_features", DType::I64, 1).i64()[0];
+  // (-1: a transform never fitted, as a layout run's config transform)
+  GNN_CHECK(t.in_ >= -1 && t.in_ <= (int64_t(1) << 31), "checkpoint: '", prefix, "in_features' is ", t.in_);
+  t.keep_ = get("keep", DType::I32, -1).to_vector<int32_t>();
+  t.shift_ = get("shift", DType::F64, -1).to_vector<double>();
+  t.scale_ = get("scale", DType::F64, -1).to_vector<double>();
   GNN_CHECK(t.keep_.size() == t.shift_.size() && t.keep_.size() == t.scale_.size(), "checkpoint: transform '", prefix,
             "' has keep/shift/scale of different lengths");
   for (int32_t j : t.keep_) GNN_CHECK(j >= 0 && j < t.in_, "checkpoint: transform '", prefix, "' keeps column ", j);
+  for (size_t j = 0; j < t.shift_.size(); ++j)
+    GNN_CHECK(std::isfinite(t.shift_[j]) && std::isfinite(t.scale_[j]), "checkpoint: transform '", prefix,
+              "' has a non-finite shift or scale at ", j);
   return t;
 }
 

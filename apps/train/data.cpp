@@ -26,7 +26,9 @@ void Preprocessing::save(std::vector<std::pair<std::string, Tensor>>& out) const
 Preprocessing Preprocessing::load(const std::map<std::string, Tensor>& arrays, const std::string& file) {
   Preprocessing p;
   p.layout = get_i64(arrays, "prep/layout", file) != 0;
-  p.khops = int(get_i64(arrays, "prep/khops", file));
+  const int64_t khops = get_i64(arrays, "prep/khops", file);
+  GNN_CHECK(khops >= -1 && khops <= 1'000'000, file, ": 'prep/khops' is ", khops, ", not a hop count");
+  p.khops = int(khops);
   // Absent from models written before the direction existed: they followed both.
   if (arrays.count("prep/khops_consumers") && get_i64(arrays, "prep/khops_consumers", file) != 0)
     p.hops = HopDirection::kConsumers;

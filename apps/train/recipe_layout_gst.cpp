@@ -109,6 +109,8 @@ class LayoutGst : public RankModel {
     table_.clear();
     if (!arrays.count("state/gst/ids")) return;  // a checkpoint written before any step
     const std::string ids = tensor_text(arrays, "state/gst/ids", file);
+    GNN_CHECK(arrays.count("state/gst/sizes") && arrays.count("state/gst/values"), file,
+              ": state/gst/ids without state/gst/sizes and state/gst/values");
     const Tensor& sizes = arrays.at("state/gst/sizes");
     const Tensor& values = arrays.at("state/gst/values");
     GNN_CHECK(sizes.dtype() == DType::I64 && values.dtype() == DType::F32, file,
@@ -116,7 +118,9 @@ class LayoutGst : public RankModel {
     int64_t at = 0, k = 0;
     for (size_t begin = 0; begin < ids.size(); ++k) {
       const size_t end = ids.find('\n', begin);
-      GNN_CHECK(end != std::string::npos && k < sizes.numel() && at + sizes.i64()[k] <= values.numel(), file,
+      GNN_CHECK(end != std::string::npos && k < sizes.numel() && sizes.i64()[k] >= 0 &&
+                    sizes.i64()[k] <= values.numel() - at,
+                file,
                 ": the segment table (state/gst/*) is inconsistent");
       std::vector<float>& t = table_[ids.substr(begin, end - begin)];
       t.assign(values.f32() + at, values.f32() + at + sizes.i64()[k]);
