@@ -13,6 +13,14 @@ void save_checkpoint(const std::string& path, const std::vector<nn::NamedParam>&
     arrays.emplace_back("params/" + p.name, p.var.value().on(Device::cpu()));  // a GPU model: host copies
   if (opt)
     for (auto& [k, t] : opt->state()) arrays.emplace_back("optim/" + k, t);
+  // load_checkpoint refuses a non-finite weight or optimiser value: such a file is not written at all.
+  for (const auto& [key, t] : arrays) {
+    if (t.dtype() != DType::F32 && t.dtype() != DType::F64) continue;
+    const Tensor d = t.astype(DType::F64);
+    for (int64_t i = 0; i < d.numel(); ++i)
+      GNN_CHECK(std::isfinite(d.f64()[i]), path, ": not written: '", key, "' holds a non-finite value (",
+                d.f64()[i], ") at ", i, ", which no checkpoint may hold");
+  }
   for (const auto& e : extra) arrays.push_back(e);
   save_npz(path, arrays);
 }

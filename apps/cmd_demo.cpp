@@ -145,6 +145,7 @@ Command demo_command() {
       synth::DatasetOptions l;
       l.collection = "layout", l.graphs = layout_graphs, l.nodes = 1000, l.configs = 64, l.seed = seed + 1;
       auto t0 = std::chrono::steady_clock::now();
+      fs::remove_all(data);  // the demo's own data, made anew (gnn synth refuses to mix it with an old one)
       synth::write_dataset(data.string(), t);
       // Its own seed: a split's graphs follow from the seed and the split's place in the list.
       t.graphs = std::max<int64_t>(2, tile_graphs / 8), t.splits = {"valid", "test"}, t.seed = seed + 1;

@@ -93,6 +93,7 @@ PlotRun read_plot_run(const std::string& run) {
   for (int64_t ln = 1; std::getline(in, line); ++ln) {
     if (line.empty()) continue;
     const Json j = Json::parse(line, metrics.string() + " line " + std::to_string(ln));
+    if (j.contains("partial_epoch")) continue;  // a --steps stop inside an epoch: not an epoch's point
     const double e = j["epoch"].as_number();
     auto add = [&](PlotSeries& s, const char* key) {
       if (j.contains(key) && !j[key].is_null() && std::isfinite(j[key].as_number()))

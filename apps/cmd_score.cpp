@@ -45,9 +45,13 @@ Command score_command() {
     wo.splits = {a.str("split")};
     const auto files = walk_dataset(a.str("data"), wo);
     GNN_CHECK(!files.empty(), a.str("data"), ": no ", a.str("split"), " files to score");
+    if (a.has("per-graph")) {  // not the submission, nor a graph it is scored on
+      std::vector<std::string> inputs = {input};
+      for (const DatasetFile& f : files) inputs.push_back(f.path);
+      check_output("per-graph", a.str("per-graph"), inputs);
+    }
     std::map<std::string, std::map<std::string, std::vector<int64_t>>> eval;  // "xla_default" -> stem -> configs
     std::vector<std::pair<std::string, GraphScore>> scores;
-    if (a.has("per-graph")) check_output("per-graph", a.str("per-graph"), {input});
     std::string per;
     for (const DatasetFile& f : files) {
       const bool found = by_runtime ? predicted.count(f.id()) > 0 : rows.count(f.id()) > 0;

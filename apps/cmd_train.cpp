@@ -61,6 +61,17 @@ RunOnSplit open_run(const Args& a) {
   return r;
 }
 
+// What eval and predict read, which no output of theirs may name: the run's files, the graphs and the
+// eval_indices files.
+std::vector<std::string> inputs_of(const Args& a, const RunOnSplit& run) {
+  std::vector<std::string> in = train::run_files(a.str("run"));
+  for (const DatasetFile& f : run.graphs->files()) in.push_back(f.path);
+  std::error_code ec;
+  if (a.has("eval-indices") && std::filesystem::is_directory(a.str("eval-indices"), ec))
+    for (const auto& e : std::filesystem::directory_iterator(a.str("eval-indices"), ec)) in.push_back(e.path().string());
+  return in;
+}
+
 // --memory-limit: bytes with an optional K/M/G suffix (powers of 1024), 0 for none, or auto: 90% of the
 // smaller of the machine's memory and the cgroup's limit, so a batch that cannot fit stops with a message
 // instead of the kernel's OOM kill.
@@ -266,8 +277,8 @@ Command eval_command() {
       "stdout is one JSON object.";
   c.run = [](const Args& a) {
     const std::string eval_dir = eval_indices_flag(a);
-    if (a.has("per-graph")) check_output("per-graph", a.str("per-graph"), train::run_files(a.str("run")));
     const RunOnSplit run = open_run(a);
+    if (a.has("per-graph")) check_output("per-graph", a.str("per-graph"), inputs_of(a, run));
     const train::LoadedModel& m = run.model;
     train::GraphSource& src = *run.graphs;
     const bool lead = dist::world().rank == 0;
@@ -319,11 +330,11 @@ Command predict_command() {
       "--runtimes FILE also writes, for a run trained with --loss mse or mape, one row per (graph, config):\n"
       "ID,Config,Runtime, the predicted runtime (exp of the model's log runtime); gnn score --runtimes scores it.";
   c.run = [](const Args& a) {
-    check_output("out", a.str("out"), train::run_files(a.str("run")));
-    if (a.has("runtimes")) check_output("runtimes", a.str("runtimes"), train::run_files(a.str("run")));
     const RunOnSplit run = open_run(a);
     const train::LoadedModel& m = run.model;
-    if (a.has("runtimes") && std::filesystem::absolute(a.str("runtimes")) == std::filesystem::absolute(a.str("out")))
+    check_output("out", a.str("out"), inputs_of(a, run));
+    if (a.has("runtimes")) check_output("runtimes", a.str("runtimes"), inputs_of(a, run));
+    if (a.has("runtimes") && !output_names_input(a.str("runtimes"), {a.str("out")}).empty())
       throw UsageError("--runtimes: " + a.str("runtimes") + " is the --out file too; give them different paths");
     if (a.has("runtimes") && !m.train.regression())
       throw UsageError("--runtimes: " + m.path + " ranks configs (--loss " + m.hparams.str("loss") +

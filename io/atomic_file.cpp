@@ -1,6 +1,7 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -71,7 +72,8 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   }
   if (direct_) {
     // O_NONBLOCK: a FIFO with no reader fails with ENXIO instead of blocking; cleared at commit().
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    opened_ = true;
     GNN_CHECK(fd_ >= 0, path_, ": cannot open for writing (",
               errno == ENXIO ? "a FIFO with no reader" : std::strerror(errno), ")");
     return;
@@ -121,15 +123,30 @@ void AtomicFile::write_at(uint64_t offset, const void* data, size_t n) {
 void AtomicFile::commit() {
   GNN_CHECK(fd_ >= 0, path_, ": committed twice");
   if (direct_) {
-    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+    // (only a descriptor opened here: a dup of stdout shares its flags with whoever else holds it)
+    if (opened_) ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
     const int fd = fd_;
     fd_ = -1;
+    // A pipe or FIFO whose reader has gone answers EPIPE, an error line, rather than SIGPIPE killing
+    // the process: the signal is blocked for this write, and one it raised is taken back.
+    sigset_t pipe_only, before;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_only, &before);
+    const auto restore = [&] {
+      const timespec none{0, 0};
+      while (::sigtimedwait(&pipe_only, nullptr, &none) > 0) {
+      }
+      ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    };
     try {
       write_all(fd, path_, held_.data(), held_.size());
     } catch (...) {
+      restore();
       ::close(fd);
       throw;
     }
+    restore();
     GNN_CHECK(::close(fd) == 0 || errno == EINTR, path_, ": write failed (", std::strerror(errno), ")");
     held_.clear();
     return;

@@ -35,6 +35,7 @@ class AtomicFile {
  private:
   std::string path_, target_, tmp_path_;  // target_: the regular file that the rename replaces
   int fd_ = -1;
+  bool opened_ = false;  // fd_ was opened here (not a dup of stdout or stderr)
   bool direct_ = false;  // a device, a FIFO or a standard stream: the bytes are held here, written at commit()
   std::string held_;
   uint64_t size_ = 0;

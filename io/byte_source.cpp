@@ -33,7 +33,7 @@ const char* file_kind(mode_t m) {
 FileSource::FileSource(const std::string& path) : ByteSource(path) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. The regular-file check
   // comes from fstat of the descriptor opened, so a path swapped between a check and the open is seen.
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   GNN_CHECK(fd_ >= 0, path, ": cannot open (", std::strerror(errno), ")");
   struct stat st {};
   if (::fstat(fd_, &st) != 0) {

@@ -33,6 +33,7 @@
 // Config sharing (--share on, the default; nn/config_share.h): only the aggregations and the pools mix a
 // segment's rows, so the input layers and the convs run once on the rows no config reaches and per config
 // on the rest, and the max pool is the larger of the two parts' maxima; the same numbers as --share off.
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -189,8 +190,9 @@ class LayoutGst : public RankModel {
     }
     for (int64_t g = 0; g < G; ++g) {
       std::vector<float>& t = table_[b.ids[size_t(g)]];
-      for (int64_t c = 0; c < C; ++c)
-        t[size_t(b.config_ids.i64()[g * C + c] * b.parts[size_t(g)] + b.part[size_t(g)])] = f[g * C + c];
+      for (int64_t c = 0; c < C; ++c)  // (a non-finite score, of a batch --skip-nonfinite skips, is not kept)
+        if (std::isfinite(f[g * C + c]))
+          t[size_t(b.config_ids.i64()[g * C + c] * b.parts[size_t(g)] + b.part[size_t(g)])] = f[g * C + c];
     }
     return ag::add(ag::mul(fresh, ag::Var(mult)), ag::Var(stale));
   }

@@ -4,7 +4,9 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 
 #include <cstdio>
@@ -21,6 +23,19 @@ namespace gnn::train {
 
 namespace fs = std::filesystem;
 
+std::string nonfinite_array(const std::vector<std::pair<std::string, Tensor>>& arrays) {
+  for (const auto& [key, t] : arrays) {
+    if (t.dtype() != DType::F32 && t.dtype() != DType::F64) continue;
+    const Tensor d = t.astype(DType::F64);
+    for (int64_t i = 0; i < d.numel(); ++i) {
+      const double v = d.f64()[i];
+      if (!std::isfinite(v) && !(key == "state/best_score" && v == -INFINITY))
+        return detail::str_cat("'", key, "' holds a non-finite value (", v, ") at ", i);
+    }
+  }
+  return "";
+}
+
 Meta read_meta(const std::string& path) {
   GNN_CHECK(fs::exists(path), path, ": no such checkpoint");
   NpzReader r(path);
@@ -30,21 +45,26 @@ Meta read_meta(const std::string& path) {
   Meta m;
   m.arrays = r.load_keys(keys);
   // Every floating-point array a checkpoint holds (preprocessing, state, SWA snapshots, a recipe's own
-  // state) is finite when gnn writes it; one that is not was damaged, and would turn into NaN scores.
-  for (const auto& [key, t] : m.arrays) {
-    if (t.dtype() != DType::F32 && t.dtype() != DType::F64) continue;
-    const Tensor d = t.astype(DType::F64);
-    for (int64_t i = 0; i < d.numel(); ++i) {
-      const double v = d.f64()[i];
-      GNN_CHECK(std::isfinite(v) || (key == "state/best_score" && v == -INFINITY), path, ": '", key,
-                "' holds a non-finite value (", v, ") at ", i, "; the checkpoint is damaged");
-    }
-  }
+  // state) is finite when gnn writes it (Run::save checks); one that is not was damaged, and would turn
+  // into NaN scores.
+  const std::string bad = nonfinite_array({m.arrays.begin(), m.arrays.end()});
+  GNN_CHECK(bad.empty(), path, ": ", bad, "; the checkpoint is damaged");
   const int64_t format = get_i64(m.arrays, "meta/format", path);
   GNN_CHECK(format == kCheckpointFormat, path, ": checkpoint format ", format, ", this build reads ",
             kCheckpointFormat);
   m.recipe = &find_recipe(tensor_text(m.arrays, "meta/recipe", path));
   m.hparams = HParams::from_json(tensor_text(m.arrays, "meta/hparams", path), path + ": meta/hparams");
+  // Numbers as older gnn stored them from the command line (strtod read "+0.01" and " 1"): read as they
+  // were then; the flags themselves are plain decimal now.
+  for (auto& [name, value] : m.hparams.values) {
+    std::string t = value;
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.erase(0, 1);
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+    if (!t.empty() && t[0] == '+') t.erase(0, 1);
+    double d = 0;
+    if (t != value && !t.empty() && std::from_chars(t.data(), t.data() + t.size(), d).ptr == t.data() + t.size())
+      value = t;
+  }
   // A checkpoint written before a hyper-parameter existed runs with the value that matches what it ran
   // (--dropout-mask: a mask per config, as every recipe drew before the flag; tile-mlp's --pool: mean and
   // max, its only readout before the flag; dnnperf-anee's --readout: mean, likewise), else the recipe's
@@ -198,22 +218,29 @@ std::vector<std::string> run_files(const std::string& run) {
 
 RunLock::RunLock(const std::string& run) {
   const std::string path = (fs::path(run) / "lock").string();
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd_ < 0 && errno == EACCES) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // another user's
   GNN_CHECK(fd_ >= 0, "--out ", run, ": cannot create its lock file ", path, " (", std::strerror(errno), ")");
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
+    if (err != EWOULDBLOCK) {  // a filesystem without flock (some Lustre, NFS and FUSE mounts): as before locks
+      std::fprintf(stderr,
+                   "gnn train: warning: %s cannot be locked here (%s); nothing stops a second writer of this run\n",
+                   path.c_str(), std::strerror(err));
+      return;
+    }
     char buf[32] = {};
     const ssize_t got = ::pread(fd_, buf, sizeof buf - 1, 0);
     ::close(fd_);
     fd_ = -1;
-    GNN_CHECK(err == EWOULDBLOCK, "--out ", run, ": cannot lock ", path, " (", std::strerror(err), ")");
     std::string pid = got > 0 ? std::string(buf, size_t(got)) : "";
     while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
     GNN_FAIL("--out ", run, ": another gnn train", pid.empty() ? "" : " (pid " + pid + ")",
              " is writing this run; wait for it to end, or choose another directory");
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size()))
+  if ((::fcntl(fd_, F_GETFL) & O_ACCMODE) == O_RDWR &&
+      (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != ssize_t(pid.size())))
     std::fprintf(stderr, "gnn train: warning: cannot record this process's pid in %s (%s)\n", path.c_str(),
                  std::strerror(errno));
 }

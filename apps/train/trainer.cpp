@@ -223,7 +223,9 @@ Run::Run(const TrainOptions& o, std::string& working_on)
       progress_(lead_ ? o.progress : 0) {
   if (o.out.empty()) bad_option("--out: no run directory given");
   if (o.epochs < 0) bad_option("--epochs must be at least 1");
-  if (lead_ && fs::is_directory(dir_)) lock_.emplace(o.out);  // before anything of the run is read or written
+  // A run to resume is locked before anything of it is read; a new one once its recipe accepted the flags,
+  // before its first write (a refusal leaves nothing behind, not even the lock file).
+  if (lead_ && fs::exists(model_path_)) lock_.emplace(o.out);
   GNN_CHECK(o.resume || !fs::exists(model_path_), "--out ", o.out,
             ": already holds a run (model.npz); pass --resume to continue it, or choose another directory");
 
@@ -265,7 +267,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   model_ = recipe->build(hp, dims_of(prep_), init_rng);  // a recipe refusing its flags leaves no run behind
   if (o.cuda_graphs > 0) check_cuda_graphs(recipe->name);
   if (!plan_.resuming && lead_) fs::create_directories(dir_);
-  if (lead_ && !lock_) {  // a new directory: another new run may have made it and written a run there
+  if (lead_ && !lock_) {  // a new run: another one may have started here meanwhile and written a run
     lock_.emplace(o.out);
     GNN_CHECK(!fs::exists(model_path_), "--out ", o.out,
               ": another gnn train started a run here meanwhile; choose another directory");
@@ -362,6 +364,9 @@ void Run::save(const std::string& path, bool with_optimizer) {
   st_.save(extra);
   model_->save_state(extra);
   if (swa_ && path == model_path_) swa_->save("swa/", extra);
+  const std::string bad = nonfinite_array(extra);
+  GNN_CHECK(bad.empty(), "at step ", st_.step, ", before writing ", path, ": ", bad,
+            "; a checkpoint holding it could not be read back, so none is written");
   save_checkpoint(path, params_, with_optimizer ? &*opt_ : nullptr, extra);
   stop_message();
 }

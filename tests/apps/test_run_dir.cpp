@@ -172,6 +172,7 @@ TEST_CASE("run files: no output may name a file of the run it reads") {
         "predict" + on + " --out " + t.file("hard.npz"), "predict" + on + " --out " + t.file("soft.npz"),
         "predict" + on + " --out " + t.file("x.csv") + " --runtimes " + run + "/model.npz",
         "eval" + on + " --per-graph " + run + "/best.npz", "eval" + on + " --per-graph " + run + "/metrics.jsonl",
+        "predict" + on + " --out " + data() + "/npz/tile/xla/test/synth_test_0000.npz",
         "plot " + run + " --out " + run + "/model.npz"}) {
     CAPTURE(args);
     const auto r = run_gnn(args);
@@ -207,6 +208,17 @@ TEST_CASE("run files: a second writer of a run is refused with the first one's p
     if (!text.empty() && text.back() == '\n') pid = text.substr(0, text.size() - 1);
   }
   REQUIRE(!pid.empty());
+  // Killed at whatever point this test stops, should it stop early.
+  struct Kill {
+    pid_t pid;
+    ~Kill() {
+      if (pid > 0) ::kill(pid, SIGKILL);
+    }
+  } kill_first{pid_t(std::stol(pid))};
+  // It holds the lock from before its first step; wait for step 1's checkpoint, which the resume reads.
+  for (int i = 0; i < 600 && !fs::exists(run + "/model.npz"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(fs::exists(run + "/model.npz"));
   for (const char* second : {"", " --resume"}) {
     CAPTURE(second);
     const auto r = run_gnn("train --model tile-mlp --data " + data() + " --out " + run + " --epochs 3" + second);
@@ -214,7 +226,8 @@ TEST_CASE("run files: a second writer of a run is refused with the first one's p
     CHECK(contains(r.err, "another gnn train (pid " + pid + ") is writing this run"));
   }
   // Killed with SIGKILL, it leaves its lock file behind; the kernel dropped the lock, so a resume goes on.
-  REQUIRE(::kill(pid_t(std::stol(pid)), SIGKILL) == 0);
+  REQUIRE(::kill(kill_first.pid, SIGKILL) == 0);
+  kill_first.pid = 0;
   for (int i = 0; i < 200 && ::kill(pid_t(std::stol(pid)), 0) == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK(fs::exists(run + "/lock"));
@@ -321,6 +334,10 @@ TEST_CASE("run files: a run stopped by --steps mid-epoch resumes inside the epoc
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const std::string partial = slurp(t.file("a/metrics.jsonl"));
   CHECK(contains(partial, "\"partial_epoch\": true"));
+  // Resumed within its budget it has nothing to train, and its log stays as it was.
+  r = run_gnn("train --out " + t.file("a") + " --resume");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(slurp(t.file("a/metrics.jsonl")) == partial);
   r = run_gnn("train --out " + t.file("a") + " --resume --steps 0");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   r = run_gnn(base + t.file("b") + " --epochs 3");
