@@ -14,13 +14,8 @@ void save_checkpoint(const std::string& path, const std::vector<nn::NamedParam>&
   if (opt)
     for (auto& [k, t] : opt->state()) arrays.emplace_back("optim/" + k, t);
   // load_checkpoint refuses a non-finite weight or optimiser value: such a file is not written at all.
-  for (const auto& [key, t] : arrays) {
-    if (t.dtype() != DType::F32 && t.dtype() != DType::F64) continue;
-    const Tensor d = t.astype(DType::F64);
-    for (int64_t i = 0; i < d.numel(); ++i)
-      GNN_CHECK(std::isfinite(d.f64()[i]), path, ": not written: '", key, "' holds a non-finite value (",
-                d.f64()[i], ") at ", i, ", which no checkpoint may hold");
-  }
+  const std::string bad = first_nonfinite(arrays);
+  GNN_CHECK(bad.empty(), path, ": not written: ", bad, ", which no checkpoint may hold");
   for (const auto& e : extra) arrays.push_back(e);
   save_npz(path, arrays);
 }
@@ -60,6 +55,23 @@ std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std
     params[i].var.zero_grad();
   }
   return rest;
+}
+
+std::string first_nonfinite(const std::vector<std::pair<std::string, Tensor>>& arrays,
+                            const std::string& may_be_minus_inf) {
+  const auto scan = [&](const std::string& key, const auto* x, int64_t n) -> std::string {
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[i]) && !(key == may_be_minus_inf && x[i] == -INFINITY))
+        return detail::str_cat("'", key, "' holds a non-finite value (", double(x[i]), ") at ", i);
+    return "";
+  };
+  for (const auto& [key, t] : arrays) {
+    const std::string bad = t.dtype() == DType::F32   ? scan(key, t.f32(), t.numel())
+                            : t.dtype() == DType::F64 ? scan(key, t.f64(), t.numel())
+                                                      : "";
+    if (!bad.empty()) return bad;
+  }
+  return "";
 }
 
 Tensor text_tensor(const std::string& s) { return Tensor::from_vector(std::vector<uint8_t>(s.begin(), s.end())); }

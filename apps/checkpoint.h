@@ -23,6 +23,12 @@ void save_checkpoint(const std::string& path, const std::vector<nn::NamedParam>&
 std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std::vector<nn::NamedParam>& params,
                                               nn::Optimizer* opt);
 
+// The first float array of `arrays` (host tensors) holding a NaN or an infinity, as "'key' holds a
+// non-finite value (v) at i", or "". `may_be_minus_inf` names a key allowed -inf (state/best_score
+// before any best epoch). The one check checkpoints are written and read under.
+std::string first_nonfinite(const std::vector<std::pair<std::string, Tensor>>& arrays,
+                            const std::string& may_be_minus_inf = "");
+
 // The caller's extra arrays: text and one-value arrays, and getters that name the file and the key
 // when one is missing or of another type.
 Tensor text_tensor(const std::string& s);

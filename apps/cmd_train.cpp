@@ -332,8 +332,9 @@ Command predict_command() {
   c.run = [](const Args& a) {
     const RunOnSplit run = open_run(a);
     const train::LoadedModel& m = run.model;
-    check_output("out", a.str("out"), inputs_of(a, run));
-    if (a.has("runtimes")) check_output("runtimes", a.str("runtimes"), inputs_of(a, run));
+    const std::vector<std::string> inputs = inputs_of(a, run);
+    check_output("out", a.str("out"), inputs);
+    if (a.has("runtimes")) check_output("runtimes", a.str("runtimes"), inputs);
     if (a.has("runtimes") && !output_names_input(a.str("runtimes"), {a.str("out")}).empty())
       throw UsageError("--runtimes: " + a.str("runtimes") + " is the --out file too; give them different paths");
     if (a.has("runtimes") && !m.train.regression())

@@ -171,11 +171,10 @@ std::string output_names_input(const std::string& out, const std::vector<std::st
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path o = fs::weakly_canonical(out, ec);
+  const bool out_exists = fs::exists(out, ec);
   for (const std::string& in : inputs) {
-    std::error_code e1, e2;
-    if (fs::exists(out, e1) && fs::exists(in, e2) && fs::equivalent(out, in, ec)) return in;
-    std::error_code e3;
-    if (!o.empty() && o == fs::weakly_canonical(in, e3)) return in;
+    if (out_exists && fs::exists(in, ec) && fs::equivalent(out, in, ec)) return in;  // links, hard links too
+    if (!o.empty() && o == fs::weakly_canonical(in, ec)) return in;  // another spelling, or not made yet
   }
   return "";
 }

@@ -55,8 +55,7 @@ bool Json::is_integer() const {
 }
 
 int64_t Json::as_int() const {
-  GNN_CHECK(type_ == Type::Number && (is_int_ || (std::floor(num_) == num_ && std::fabs(num_) < 9.007e15)),
-            "JSON: expected an integer");
+  GNN_CHECK(is_integer(), "JSON: expected an integer");
   return is_int_ ? int_ : int64_t(num_);
 }
 
@@ -278,8 +277,9 @@ class JsonParser {
       const auto r = std::from_chars(first, last, v);
       if (r.ptr == last && r.ec == std::errc() && !(v == 0 && *first == '-')) return Json(v);  // ("-0": a double)
     }
+    if (last == first) fail("bad number");
     double d = 0;
-    const auto r = last == first ? std::from_chars_result{first, std::errc::invalid_argument} : std::from_chars(first, last, d);
+    const auto r = std::from_chars(first, last, d);
     if (r.ptr != last || r.ec == std::errc::invalid_argument) fail("bad number");
     if (r.ec == std::errc::result_out_of_range) {  // too large, or so small it becomes subnormal or 0
       d = std::strtod(std::string(first, last).c_str(), nullptr);

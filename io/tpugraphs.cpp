@@ -89,8 +89,10 @@ void check_finite(const Tensor& t, const std::string& path, const char* key) {
 
 }  // namespace
 
-void check_tpugraph_header(const std::string& path, bool require_runtimes) {
-  check_headers(NpzReader(path), require_runtimes);
+bool check_tpugraph_header(const std::string& path, bool require_runtimes) {
+  const NpzReader npz(path);
+  check_headers(npz, require_runtimes);
+  return is_layout_file(npz);
 }
 
 size_t TpuGraph::bytes() const {
@@ -276,11 +278,9 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
       std::sort(paths.begin(), paths.end());
       for (const fs::path& p : paths) {
         try {
-          const NpzReader npz(p.string());
-          check_headers(npz, split != "test");
           // The folder says which kind the file is; a file of the other kind there would fail later,
           // inside preprocessing, with no file named.
-          const bool layout = is_layout_file(npz);
+          const bool layout = check_tpugraph_header(p.string(), split != "test");
           GNN_CHECK(layout == id.is_layout(), p.string(), ": a ", layout ? "layout" : "tile", " file (its arrays say so) in ",
                     "the ", id.kind, " collection folder ", where.string());
         } catch (const Error& e) {

@@ -84,8 +84,9 @@ struct WalkOptions {
 // its headers (keys, dtypes, shapes), which reads no array data; values are checked on load.
 std::vector<DatasetFile> walk_dataset(const std::string& dir, const WalkOptions& options = {});
 
-// Checks keys, dtypes and shapes of a TpuGraphs file without reading array data.
-void check_tpugraph_header(const std::string& path, bool require_runtimes);
+// Checks keys, dtypes and shapes of a TpuGraphs file without reading array data; true for a layout
+// file, false for a tile one.
+bool check_tpugraph_header(const std::string& path, bool require_runtimes);
 
 // Official eval_indices JSON: graph stem -> the config indices to evaluate (each list non-empty, each
 // index an integer >= 0; repeats kept, as the official files hold them). `where` names the text in errors.

@@ -23,19 +23,6 @@ namespace gnn::train {
 
 namespace fs = std::filesystem;
 
-std::string nonfinite_array(const std::vector<std::pair<std::string, Tensor>>& arrays) {
-  for (const auto& [key, t] : arrays) {
-    if (t.dtype() != DType::F32 && t.dtype() != DType::F64) continue;
-    const Tensor d = t.astype(DType::F64);
-    for (int64_t i = 0; i < d.numel(); ++i) {
-      const double v = d.f64()[i];
-      if (!std::isfinite(v) && !(key == "state/best_score" && v == -INFINITY))
-        return detail::str_cat("'", key, "' holds a non-finite value (", v, ") at ", i);
-    }
-  }
-  return "";
-}
-
 Meta read_meta(const std::string& path) {
   GNN_CHECK(fs::exists(path), path, ": no such checkpoint");
   NpzReader r(path);
@@ -47,7 +34,7 @@ Meta read_meta(const std::string& path) {
   // Every floating-point array a checkpoint holds (preprocessing, state, SWA snapshots, a recipe's own
   // state) is finite when gnn writes it (Run::save checks); one that is not was damaged, and would turn
   // into NaN scores.
-  const std::string bad = nonfinite_array({m.arrays.begin(), m.arrays.end()});
+  const std::string bad = first_nonfinite({m.arrays.begin(), m.arrays.end()}, "state/best_score");
   GNN_CHECK(bad.empty(), path, ": ", bad, "; the checkpoint is damaged");
   const int64_t format = get_i64(m.arrays, "meta/format", path);
   GNN_CHECK(format == kCheckpointFormat, path, ": checkpoint format ", format, ", this build reads ",

@@ -22,9 +22,6 @@ struct Meta {
   std::map<std::string, Tensor> arrays;  // the non-parameter arrays
 };
 Meta read_meta(const std::string& path);
-// "'key' holds a non-finite value (v) at i" for the first float array with a NaN or an infinity
-// (state/best_score may be -inf: no best yet), or "". The writer and the reader check the same.
-std::string nonfinite_array(const std::vector<std::pair<std::string, Tensor>>& arrays);
 ModelDims dims_of(const Preprocessing& p);
 
 // Where training stands: saved in every checkpoint, so a resumed run continues the counters.

@@ -122,23 +122,6 @@ std::string culprit(const ag::Var& pred, const Batch& b) {
   return all;
 }
 
-// The first parameter holding a NaN or an infinity, or "". An update can overflow where the loss and
-// the gradient were finite (a huge --lr), and such weights must never reach a checkpoint.
-std::string nonfinite_param(const std::vector<nn::NamedParam>& params) {
-  for (const nn::NamedParam& p : params) {
-    const Tensor v = p.var.value().on(Device::cpu());
-    bool ok = true;
-    if (v.dtype() == DType::F32) {
-      for (int64_t i = 0; i < v.numel(); ++i) ok &= std::isfinite(v.f32()[i]);
-    } else {
-      const Tensor d = v.astype(DType::F64);
-      for (int64_t i = 0; i < d.numel(); ++i) ok &= std::isfinite(d.f64()[i]);
-    }
-    if (!ok) return p.name;
-  }
-  return "";
-}
-
 // Sets the host memory limit for a scope and puts the previous one back.
 class ScopedMemoryLimit {
  public:
@@ -172,7 +155,7 @@ class Run {
   void end_epoch(int64_t epoch, double seconds, int64_t configs, bool partial);
   void save(const std::string& path, bool with_optimizer);
   void fault() const;
-  void check_finite(const std::string& when) const;
+  void check_finite(int64_t step) const;
   void agree_on_plan() const;
   void end_epoch_swa(int64_t epoch, Json& line);
   bool stopped_early() const;
@@ -347,7 +330,6 @@ void Run::save(const std::string& path, bool with_optimizer) {
           ": --resume continues from there\n"));
   };
   if (!lead_) return stop_message();  // the ranks hold the same weights and state: rank 0 writes them
-  check_finite("at step " + std::to_string(st_.step) + ", before writing " + path);
   working_on_ = detail::str_cat("writing ", path);
   std::vector<std::pair<std::string, Tensor>> extra = {
       {"meta/format", i64_tensor(kCheckpointFormat)},
@@ -364,7 +346,8 @@ void Run::save(const std::string& path, bool with_optimizer) {
   st_.save(extra);
   model_->save_state(extra);
   if (swa_ && path == model_path_) swa_->save("swa/", extra);
-  const std::string bad = nonfinite_array(extra);
+  // (save_checkpoint makes the same check of the weights and the optimiser's state)
+  const std::string bad = first_nonfinite(extra, "state/best_score");
   GNN_CHECK(bad.empty(), "at step ", st_.step, ", before writing ", path, ": ", bad,
             "; a checkpoint holding it could not be read back, so none is written");
   save_checkpoint(path, params_, with_optimizer ? &*opt_ : nullptr, extra);
@@ -536,8 +519,8 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
     opt_->set_lr(sched_.at(st_.step));
     opt_->step();
     st_.loss_sum += lv, st_.loss_n += 1;
-    // (on a GPU the weights are checked before each write instead: a check per step would wait for them)
-    if (!o_.device.is_cuda()) check_finite("after the update of step " + std::to_string(st_.step + 1));
+    // (on a GPU save_checkpoint checks the weights before each write instead: a check per step would wait)
+    if (!o_.device.is_cuda()) check_finite(st_.step + 1);
   }
 }
 
@@ -703,12 +686,15 @@ void Run::end_epoch_swa(int64_t e, Json& line) {
   for (size_t i = 0; i < params_.size(); ++i) params_[i].var.set_value(own[i]);
 }
 
-// Non-finite weights stop the run before anything is written, whatever --skip-nonfinite says: the step
-// that made them is already applied (to the weights and to Adam's moments) and cannot be skipped.
-void Run::check_finite(const std::string& when) const {
-  const std::string bad = nonfinite_param(params_);
-  GNN_CHECK(bad.empty(), "non-finite weights ", when, ": parameter '", bad,
-            "' holds a NaN or an infinity (the optimiser's update overflowed); ",
+// Weights (on the host) that an update made non-finite stop the run before anything is written, whatever
+// --skip-nonfinite says: the step is already applied (to the weights and to Adam's moments) and cannot be
+// skipped. The loss and the gradient were finite: a huge --lr overflowed the update.
+void Run::check_finite(int64_t step) const {
+  std::vector<std::pair<std::string, Tensor>> weights;
+  for (const nn::NamedParam& p : params_) weights.emplace_back(p.name, p.var.value());
+  const std::string bad = first_nonfinite(weights);
+  GNN_CHECK(bad.empty(), "non-finite weights after the update of step ", step, ": parameter ", bad,
+            " (the optimiser's update overflowed); ",
             fs::exists(model_path_) ? model_path_ + " keeps its last finite checkpoint" : "no checkpoint was written",
             "; lower --lr or set --clip");
 }
