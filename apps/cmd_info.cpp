@@ -31,6 +31,9 @@ Command info_command() {
     j.set("distributed", dist::backends());
     j.set("host_current_bytes", host.current_bytes);
     j.set("host_peak_bytes", host.peak_bytes);
+    j.set("host_reserved_bytes", host.reserved_bytes);
+    j.set("host_cached_bytes", host.cached_bytes);
+    j.set("host_reused_allocations", host.reused_allocations);
     if (cuda_available()) {
       const MemoryStats dev = cuda_memory_stats(0);
       j.set("cuda0_current_bytes", dev.current_bytes);

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <string_view>
 
 #ifdef __linux__
 #include <sys/mman.h>
@@ -10,15 +11,37 @@
 
 #include "base/common.h"
 #include "base/error.h"
+#include "runtime/host_cache.h"
 
 namespace gnn {
 namespace {
-std::atomic<int64_t> g_current{0}, g_peak{0}, g_live{0}, g_total{0}, g_limit{0};
-}
+std::atomic<int64_t> g_current{0}, g_peak{0}, g_live{0}, g_total{0}, g_limit{0}, g_small{0};
 
 // Large buffers sit on 2 MiB boundaries and ask for transparent huge pages, as numpy does: on a VM
 // first-touching 1 GiB of 4 KiB pages took 0.72-0.82 s here, against 0.14 s with huge pages.
 constexpr size_t kHugeThreshold = size_t(4) << 20, kHugePage = size_t(2) << 20;
+
+void* system_alloc(size_t bytes) {
+  const bool huge = bytes >= kHugeThreshold;
+  const size_t align = huge ? kHugePage : kHostAlignment;
+  void* p = std::aligned_alloc(align, round_up(bytes, align));
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (p && huge) madvise(p, round_up(bytes, align), MADV_HUGEPAGE);  // advice only: failure changes nothing
+#endif
+  return p;
+}
+
+// Blocks of 1 MiB and up go through the cache (runtime/host_cache.h) unless GNN_HOST_CACHE=0, read
+// once, turns it off for the process (an A/B of the same build). Never destroyed: tensors in static
+// storage may be freed after main returns.
+HostCache* host_cache() {
+  static HostCache* cache = [] {
+    const char* env = std::getenv("GNN_HOST_CACHE");
+    return env && std::string_view(env) == "0" ? nullptr : new HostCache(system_alloc, [](void* p) { std::free(p); });
+  }();
+  return cache;
+}
+}  // namespace
 
 void* host_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -33,16 +56,13 @@ void* host_alloc(size_t bytes) {
                                            " in use would pass the memory limit of ", limit, " bytes"),
                            "runtime/allocator.cpp", int64_t(bytes), in_use, limit);
   }
-  const bool huge = bytes >= kHugeThreshold;
-  const size_t align = huge ? kHugePage : kHostAlignment;
-  void* p = std::aligned_alloc(align, round_up(bytes, align));
+  HostCache* cache = bytes >= HostCache::kMinBytes ? host_cache() : nullptr;
+  void* p = cache ? cache->take(bytes, g_limit.load()) : system_alloc(bytes);
   if (p == nullptr) {
     g_current.fetch_sub(int64_t(bytes));
     GNN_FAIL("host allocation of ", bytes, " bytes failed (", now - int64_t(bytes), " bytes in use)");
   }
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (huge) madvise(p, round_up(bytes, align), MADV_HUGEPAGE);  // advice only: failure changes nothing
-#endif
+  if (!cache) g_small.fetch_add(int64_t(bytes));
   int64_t peak = g_peak.load();
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {}
   g_live.fetch_add(1);
@@ -52,18 +72,34 @@ void* host_alloc(size_t bytes) {
 
 void host_free(void* p, size_t bytes) {
   if (p == nullptr) return;
-  std::free(p);
+  if (HostCache* cache = bytes >= HostCache::kMinBytes ? host_cache() : nullptr) {
+    cache->give(p);
+  } else {
+    std::free(p);
+    g_small.fetch_sub(int64_t(bytes));
+  }
   g_current.fetch_sub(int64_t(bytes));
   g_live.fetch_sub(1);
 }
 
 MemoryStats host_memory_stats() {
   MemoryStats s;
-  s.current_bytes = s.reserved_bytes = g_current.load();
+  s.current_bytes = g_current.load();
+  s.reserved_bytes = g_small.load();
+  if (const HostCache* cache = host_cache()) {
+    const HostCacheStats c = cache->stats();
+    s.reserved_bytes += c.reserved_bytes;
+    s.cached_bytes = c.cached_bytes;
+    s.reused_allocations = c.reused;
+  }
   s.peak_bytes = g_peak.load();
   s.live_allocations = g_live.load();
   s.total_allocations = g_total.load();
   return s;
+}
+
+void host_empty_cache() {
+  if (HostCache* cache = host_cache()) cache->release();
 }
 
 void host_reset_peak() { g_peak.store(g_current.load()); }

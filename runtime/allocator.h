@@ -1,5 +1,6 @@
 // Memory accounting: 64-byte aligned host allocations with current/peak statistics, and the shape
-// of the statistics the CUDA caching allocator reports (runtime/cuda.h).
+// of the statistics the CUDA caching allocator reports (runtime/cuda.h). Host blocks of 1 MiB and up
+// come from a cache of freed blocks (runtime/host_cache.h) so a step does not fault its pages in again.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,8 +15,9 @@ struct MemoryStats {
   int64_t peak_bytes = 0;  // high-water mark of current_bytes since start or reset_peak
   int64_t live_allocations = 0;  // buffers alive now
   int64_t total_allocations = 0;  // buffers ever handed out
-  int64_t reserved_bytes = 0;  // held from the system: in use plus cached (equals current on the host)
-  int64_t cached_bytes = 0;  // freed blocks kept for reuse (always 0 on the host)
+  int64_t reserved_bytes = 0;  // held from the system: in use plus cached, whole size classes
+  int64_t cached_bytes = 0;  // freed blocks kept for reuse
+  int64_t reused_allocations = 0;  // served from the cache (host: blocks of 1 MiB and up, runtime/host_cache.h)
 };
 
 inline constexpr size_t kHostAlignment = 64;
@@ -26,6 +28,7 @@ void* host_alloc(size_t bytes);
 void host_free(void* p, size_t bytes);
 MemoryStats host_memory_stats();
 void host_reset_peak();
+void host_empty_cache();  // cached host blocks back to the system
 
 // A ceiling on the bytes host_alloc hands out (0: none). Tensors alone count, not other containers, so a
 // process should leave itself some room under the machine's memory. Returns the previous limit.

@@ -39,6 +39,15 @@ constexpr uint64_t kGraphBudget = uint64_t(4) << 30;  // prepared graphs kept in
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The process's host memory so far: the high-water mark of tensor bytes, the bytes held from the system
+// (in use and cached, runtime/host_cache.h) and the allocations the cache served without new pages.
+void set_host_memory(Json& j) {
+  const MemoryStats m = host_memory_stats();
+  j.set("peak_tensor_mb", double(m.peak_bytes) / 1e6);
+  j.set("host_reserved_mb", double(m.reserved_bytes) / 1e6);
+  j.set("host_reused_allocations", m.reused_allocations);
+}
+
 // Seeds for one (epoch, batch): the order of graphs of an epoch and everything sampled in a batch
 // depend on these alone, so a resumed run draws exactly what the unbroken run drew.
 uint64_t stream_seed(uint64_t seed, int64_t epoch, int64_t batch) {
@@ -591,6 +600,7 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
   line.set("configs_per_s", double(epoch_configs) / std::max(1e-9, epoch_s));
   line.set("train_seconds", epoch_s);
   line.set("skipped", st_.skipped);
+  set_host_memory(line);
   double valid_score = NAN;
   if (!valid_files_.empty()) {
     model_->eval();
@@ -743,7 +753,7 @@ TrainResult Run::result() const {
     j.set("sync_seconds_per_step", dp_->sync_seconds_per_step());
     j.set("grad_sum_seconds_per_step", dp_->grad_seconds_per_step());
   }
-  j.set("peak_tensor_mb", double(host_memory_stats().peak_bytes) / 1e6);
+  set_host_memory(j);
   if (o_.device.is_cuda()) {
     j.set("device", o_.device.str());
     j.set("peak_device_mb", double(cuda_memory_stats(o_.device.index).peak_bytes) / 1e6);

@@ -47,7 +47,7 @@ std::string last_line(const std::string& s) {
   return s.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
 }
 
-// metrics.jsonl lines without the timing fields.
+// metrics.jsonl lines without the timing and host memory fields.
 std::vector<std::string> metric_lines(const std::string& path) {
   std::ifstream in(path);
   std::vector<std::string> out;
@@ -55,7 +55,9 @@ std::vector<std::string> metric_lines(const std::string& path) {
     const Json j = Json::parse(line);
     Json k = Json::object();
     for (const auto& [key, v] : j.items())
-      if (key.find("seconds") == std::string::npos && key != "configs_per_s") k.set(key, v);
+      if (key.find("seconds") == std::string::npos && key != "configs_per_s" && key.rfind("host_", 0) != 0 &&
+          key != "peak_tensor_mb")  // (timings and the process's memory: not the run's to repeat)
+        k.set(key, v);
     out.push_back(k.dump());
   }
   return out;

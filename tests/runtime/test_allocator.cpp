@@ -3,6 +3,7 @@
 #include <set>
 
 #include "runtime/caching_pool.h"
+#include "runtime/host_cache.h"
 #include "runtime/tensor.h"
 #include "testing.h"
 
@@ -106,6 +107,105 @@ TEST_CASE("caching pool: out of memory releases the cache and retries, then fail
   CHECK_THROWS_WITH_AS(dev.pool.allocate(4000), doctest::Contains("fake: out of memory allocating 4000 bytes"), Error);
   CHECK_THROWS_WITH_AS(dev.pool.deallocate(&dev), doctest::Contains("did not allocate"), Error);
   dev.pool.deallocate(b);
+}
+
+// The host's block cache over the same fake memory.
+struct FakeHost : FakeMemory {
+  HostCache cache{[this](size_t n) { return alloc(n); }, [this](void* p) { free(p); }};
+};
+constexpr size_t kMiB = size_t(1) << 20;
+
+TEST_CASE("host cache: a freed block comes back for the same shape, and a near one") {
+  FakeHost h;
+  void* a = h.cache.take(3 * kMiB, 0);
+  h.cache.give(a);
+  CHECK(h.cache.stats().cached_bytes == int64_t(3 * kMiB));
+  CHECK(h.cache.take(3 * kMiB, 0) == a);  // the same pages again: no new block
+  CHECK(h.raw_allocs == 1);
+  h.cache.give(a);
+  void* b = h.cache.take(2 * kMiB, 0);  // class 2 MiB: a 3 MiB block is within twice that
+  CHECK(b == a);
+  h.cache.give(b);
+  // class 1.125 MiB: 3 MiB is more than twice that, so a new block; holding both would pass the peak in
+  // use (3 MiB), so the cached one goes back to the system first
+  void* c = h.cache.take(kMiB + 1, 0);
+  CHECK(h.raw_allocs == 2);
+  CHECK(h.raw_frees == 1);
+  const HostCacheStats s = h.cache.stats();
+  CHECK(s.reused == 2);
+  CHECK(s.fresh == 2);
+  CHECK(s.released == 1);
+  CHECK(s.reserved_bytes == int64_t(HostCache::size_class(kMiB + 1)));
+  h.cache.give(c);
+  h.cache.release();
+  CHECK(h.live.empty());
+  CHECK(h.cache.stats().reserved_bytes == 0);
+}
+
+TEST_CASE("host cache: the bytes held stay under the peak in use, and under a limit") {
+  FakeHost h;
+  void* a = h.cache.take(8 * kMiB, 0);
+  void* b = h.cache.take(8 * kMiB, 0);
+  h.cache.give(a);
+  h.cache.give(b);  // 16 MiB cached; the peak in use was 16 MiB
+  void* c = h.cache.take(20 * kMiB, 0);  // fits neither: the oldest cached block (a) goes, then b
+  HostCacheStats s = h.cache.stats();
+  CHECK(s.released == 2);
+  CHECK(s.reserved_bytes == int64_t(20 * kMiB));
+  CHECK(h.live.size() == 1);
+  h.cache.give(c);
+  void* d = h.cache.take(kMiB, 0);  // c (20 MiB) is too large to serve it, and holding both passes the peak
+  s = h.cache.stats();
+  CHECK(s.released == 3);
+  CHECK(s.reserved_bytes == int64_t(kMiB));
+  void* e = h.cache.take(8 * kMiB, 0);  // d is in use and 9 MiB is under the peak: nothing to release
+  CHECK(h.cache.stats().released == 3);
+  h.cache.give(d);
+  h.cache.give(e);
+  // under a limit of 11.5 MiB a 3 MiB request (which neither cached block serves) releases the oldest
+  // cached block, d: the 8 MiB of e and the request then fit
+  void* f = h.cache.take(3 * kMiB, int64_t(23 * kMiB / 2));
+  s = h.cache.stats();
+  CHECK(s.released == 4);
+  CHECK(s.reserved_bytes == int64_t(11 * kMiB));
+  CHECK(s.cached_bytes == int64_t(8 * kMiB));
+  h.cache.give(f);
+}
+
+TEST_CASE("host cache: a system refusal releases the cache and tries once more") {
+  FakeHost h;
+  void* a = h.cache.take(8 * kMiB, 0);
+  void* b = h.cache.take(8 * kMiB, 0);
+  h.cache.give(a);
+  h.cache.give(b);  // 16 MiB cached, the peak in use
+  h.capacity = int64_t(9 * kMiB);  // the system now has less than that
+  void* c = h.cache.take(2 * kMiB, 0);  // a goes to make room under the peak; the system refuses with b held
+  CHECK(c != nullptr);
+  CHECK(h.cache.stats().released == 2);
+  CHECK(h.cache.stats().cached_bytes == 0);
+  CHECK(h.cache.take(8 * kMiB, 0) == nullptr);  // nothing cached and nothing left: refused
+  h.cache.give(c);
+}
+
+TEST_CASE("host allocator: tensors of 1 MiB and up reuse freed blocks, and the statistics say so") {
+  host_empty_cache();
+  const MemoryStats before = host_memory_stats();
+  const void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({1 << 20}, DType::F32);  // 4 MiB
+    first = t.data();
+  }
+  const MemoryStats mid = host_memory_stats();
+  CHECK(mid.current_bytes == before.current_bytes);  // in use: as before
+  CHECK(mid.cached_bytes >= int64_t(4 * kMiB));
+  CHECK(mid.reserved_bytes >= mid.current_bytes + mid.cached_bytes);
+  {
+    Tensor t = Tensor::empty({1 << 20}, DType::F32);
+    CHECK(t.data() == first);
+  }
+  CHECK(host_memory_stats().reused_allocations == mid.reused_allocations + 1);
+  host_empty_cache();
+  CHECK(host_memory_stats().cached_bytes == 0);
 }
 
 TEST_CASE("cuda allocator: caching and statistics on the device") {
