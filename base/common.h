@@ -37,6 +37,14 @@ inline constexpr bool kWithCuda = false;
 #define GNN_CPU_CLONES
 #endif
 
+// Forces a call to be inlined: used on the lambdas a GNN_CPU_CLONES function calls per element, which
+// must become part of each clone's body to be compiled for its ISA.
+#if defined(__GNUC__)
+#define GNN_INLINE __attribute__((always_inline))
+#else
+#define GNN_INLINE
+#endif
+
 // Scalar definitions shared by host and device code (activation formulas): __host__ __device__ under nvcc.
 #ifdef __CUDACC__
 #define GNN_HD __host__ __device__

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "base/common.h"
+#include "kernels/math_fn.h"
 
 namespace gnn {
 
@@ -24,13 +25,13 @@ GNN_HD inline T act_value(Act a, T x, T slope) {
     case Act::kLeakyRelu:
       return x > T(0) ? x : slope * x;
     case Act::kElu:
-      return x > T(0) ? x : std::expm1(x);
+      return x > T(0) ? x : math_expm1(x);
     case Act::kGelu:
-      return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+      return T(0.5) * x * (T(1) + math_erf(x * T(0.70710678118654752440)));
     case Act::kSigmoid:
-      return T(1) / (T(1) + std::exp(-x));
+      return math_sigmoid(x);
     case Act::kTanh:
-      return std::tanh(x);
+      return math_tanh(x);
     default:
       return x;
   }
@@ -44,17 +45,17 @@ GNN_HD inline T act_derivative(Act a, T x, T slope) {
     case Act::kLeakyRelu:
       return x > T(0) ? T(1) : slope;
     case Act::kElu:
-      return x > T(0) ? T(1) : std::exp(x);
+      return x > T(0) ? T(1) : math_exp(x);
     case Act::kGelu: {
-      const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
-      return cdf + x * T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);
+      const T cdf = T(0.5) * (T(1) + math_erf(x * T(0.70710678118654752440)));
+      return cdf + x * T(0.39894228040143267794) * math_exp(T(-0.5) * x * x);
     }
     case Act::kSigmoid: {
-      const T s = T(1) / (T(1) + std::exp(-x));
+      const T s = math_sigmoid(x);
       return s * (T(1) - s);
     }
     case Act::kTanh: {
-      const T t = std::tanh(x);
+      const T t = math_tanh(x);
       return T(1) - t * t;
     }
     default:
@@ -65,7 +66,7 @@ GNN_HD inline T act_derivative(Act a, T x, T slope) {
 // Calls fn(std::integral_constant<Act, a>{}) so loops over elements see the activation as a constant:
 // one switch per call instead of one per element, and the loop vectorises.
 template <class Fn>
-decltype(auto) dispatch_act(Act a, Fn&& fn) {
+[[gnu::always_inline]] inline decltype(auto) dispatch_act(Act a, Fn&& fn) {
   switch (a) {
     case Act::kRelu:
       return fn(std::integral_constant<Act, Act::kRelu>{});

@@ -1,8 +1,10 @@
 // Activations over all threads; one switch per call, not per element, so each loop is a plain map.
+#include <algorithm>
 #include <cstring>
 
 #include "base/error.h"
 #include "kernels/activation.h"
+#include "kernels/cpu_parts.h"
 #include "kernels/elementwise.h"
 
 namespace gnn {
@@ -32,38 +34,60 @@ Act parse_act(const char* name) {
   GNN_FAIL("unknown activation '", name, "' (none, relu, leaky_relu, elu, gelu, sigmoid, tanh)");
 }
 
-GNN_CPU_CLONES void act_forward_cpu(float* __restrict y, const float* __restrict x, int64_t n, Act a, float slope) {
-  dispatch_act(a, [&](auto A) {
-#pragma omp parallel for schedule(static) if (n > 32768)
+namespace {
+
+// Each thread's part runs through a cloned function (kernels/cpu_parts.h says why).
+GNN_CPU_CLONES void act_forward_part(float* __restrict y, const float* __restrict x, int64_t n, Act a, float slope) {
+  dispatch_act(a, [&](auto A) GNN_INLINE {
     for (int64_t i = 0; i < n; ++i) y[i] = act_value(decltype(A)::value, x[i], slope);
   });
 }
 
-GNN_CPU_CLONES void act_backward_cpu(float* __restrict dx, const float* __restrict dy, const float* __restrict x,
-                                     int64_t n, Act a, float slope) {
-  dispatch_act(a, [&](auto A) {
-#pragma omp parallel for schedule(static) if (n > 32768)
+GNN_CPU_CLONES void act_backward_part(float* __restrict dx, const float* __restrict dy, const float* __restrict x,
+                                      int64_t n, Act a, float slope) {
+  dispatch_act(a, [&](auto A) GNN_INLINE {
     for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * act_derivative(decltype(A)::value, x[i], slope);
   });
 }
 
-GNN_CPU_CLONES void bias_act_forward_cpu(float* y, const float* x, const float* b, int64_t R, int64_t F, Act a,
-                                         float slope) {
-  dispatch_act(a, [&](auto A) {
-#pragma omp parallel for schedule(static) if (R * F > 32768)
+// rows [0, R) of a [R, F] block, bias b (or none) added before the activation
+GNN_CPU_CLONES void bias_act_forward_part(float* __restrict y, const float* __restrict x, const float* __restrict b,
+                                          int64_t R, int64_t F, Act a, float slope) {
+  dispatch_act(a, [&](auto A) GNN_INLINE {
     for (int64_t r = 0; r < R; ++r)
       for (int64_t f = 0; f < F; ++f)
         y[r * F + f] = act_value(decltype(A)::value, x[r * F + f] + (b ? b[f] : 0.0f), slope);
   });
 }
 
-void bias_act_backward_cpu(float* dx, float* db, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
-                           Act a, float slope) {
-  dispatch_act(a, [&](auto A) {
-#pragma omp parallel for schedule(static) if (R * F > 32768)
+GNN_CPU_CLONES void bias_act_backward_part(float* __restrict dx, const float* __restrict dy, const float* __restrict x,
+                                           const float* __restrict b, int64_t R, int64_t F, Act a, float slope) {
+  dispatch_act(a, [&](auto A) GNN_INLINE {
     for (int64_t r = 0; r < R; ++r)
       for (int64_t f = 0; f < F; ++f)
         dx[r * F + f] = dy[r * F + f] * act_derivative(decltype(A)::value, x[r * F + f] + (b ? b[f] : 0.0f), slope);
+  });
+}
+
+}  // namespace
+
+void act_forward_cpu(float* y, const float* x, int64_t n, Act a, float slope) {
+  over_threads(n, 32768, [&](int64_t b, int64_t e) { act_forward_part(y + b, x + b, e - b, a, slope); });
+}
+
+void act_backward_cpu(float* dx, const float* dy, const float* x, int64_t n, Act a, float slope) {
+  over_threads(n, 32768, [&](int64_t b, int64_t e) { act_backward_part(dx + b, dy + b, x + b, e - b, a, slope); });
+}
+
+void bias_act_forward_cpu(float* y, const float* x, const float* b, int64_t R, int64_t F, Act a, float slope) {
+  over_threads(R, 32768 / std::max<int64_t>(F, 1),
+               [&](int64_t r0, int64_t r1) { bias_act_forward_part(y + r0 * F, x + r0 * F, b, r1 - r0, F, a, slope); });
+}
+
+void bias_act_backward_cpu(float* dx, float* db, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
+                           Act a, float slope) {
+  over_threads(R, 32768 / std::max<int64_t>(F, 1), [&](int64_t r0, int64_t r1) {
+    bias_act_backward_part(dx + r0 * F, dy + r0 * F, x + r0 * F, b, r1 - r0, F, a, slope);
   });
   if (db) column_sum<float>(db, dx, R, F);  // chunks of rows in a fixed order
 }

@@ -23,16 +23,17 @@
 #include <vector>
 
 #include "base/common.h"
+#include "kernels/math_fn.h"
 
 namespace gnn {
 
 template <class T>
 GNN_HD inline T attn_phi(T x) {
-  return x > T(0) ? x + T(1) : std::exp(x);
+  return x > T(0) ? x + T(1) : math_exp(x);
 }
 template <class T>
 GNN_HD inline T attn_dphi(T x) {
-  return x > T(0) ? T(1) : std::exp(x);
+  return x > T(0) ? T(1) : math_exp(x);
 }
 
 template <class T>

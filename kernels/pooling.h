@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/math_fn.h"
 #include "kernels/spmm.h"
 
 namespace gnn {
@@ -58,8 +59,8 @@ void pool_logsumexp_forward_ref(T* y, const T* x, const int64_t* graph_ptr, int6
       const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
       T m = -std::numeric_limits<T>::infinity(), s = T(0);
       for (int64_t i = b; i < e; ++i) m = std::max(m, x[i * F + f]);
-      for (int64_t i = b; i < e; ++i) s += std::exp(x[i * F + f] - m);
-      y[g * F + f] = e == b ? T(0) : std::isinf(m) ? m : m + std::log(s);
+      for (int64_t i = b; i < e; ++i) s += math_exp(x[i * F + f] - m);
+      y[g * F + f] = e == b ? T(0) : std::isinf(m) ? m : m + math_log(s);
     }
 }
 
@@ -68,7 +69,7 @@ void pool_logsumexp_backward_ref(T* dx, const T* dy, const T* x, const T* y, con
                                  int64_t F) {
   for (int64_t g = 0; g < G; ++g)
     for (int64_t i = graph_ptr[g]; i < graph_ptr[g + 1]; ++i)
-      for (int64_t f = 0; f < F; ++f) dx[i * F + f] = dy[g * F + f] * std::exp(x[i * F + f] - y[g * F + f]);
+      for (int64_t f = 0; f < F; ++f) dx[i * F + f] = dy[g * F + f] * math_exp(x[i * F + f] - y[g * F + f]);
 }
 
 void pool_forward_cpu(float* y, int32_t* argmax, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F,

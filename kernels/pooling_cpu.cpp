@@ -65,10 +65,10 @@ GNN_CPU_CLONES void pool_logsumexp_forward_cpu(float* __restrict y, const float*
     for (int64_t i = b; i < e; ++i)
       for (int64_t f = 0; f < F; ++f) m[size_t(f)] = std::max(m[size_t(f)], x[i * F + f]);
     for (int64_t i = b; i < e; ++i)
-      for (int64_t f = 0; f < F; ++f) sum[size_t(f)] += std::exp(x[i * F + f] - m[size_t(f)]);
+      for (int64_t f = 0; f < F; ++f) sum[size_t(f)] += vm::exp(x[i * F + f] - m[size_t(f)]);
     for (int64_t f = 0; f < F; ++f) {
       const float mf = m[size_t(f)];
-      y[g * F + f] = e == b ? 0.0f : std::isinf(mf) ? mf : mf + std::log(sum[size_t(f)]);
+      y[g * F + f] = e == b ? 0.0f : std::isinf(mf) ? mf : mf + vm::log(sum[size_t(f)]);
     }
   }
 }
@@ -79,7 +79,7 @@ GNN_CPU_CLONES void pool_logsumexp_backward_cpu(float* __restrict dx, const floa
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t g = 0; g < G; ++g)
     for (int64_t i = graph_ptr[g]; i < graph_ptr[g + 1]; ++i)
-      for (int64_t f = 0; f < F; ++f) dx[i * F + f] = dy[g * F + f] * std::exp(x[i * F + f] - y[g * F + f]);
+      for (int64_t f = 0; f < F; ++f) dx[i * F + f] = dy[g * F + f] * vm::exp(x[i * F + f] - y[g * F + f]);
 }
 
 }  // namespace gnn

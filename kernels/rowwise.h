@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "base/common.h"
+#include "kernels/math_fn.h"
 
 namespace gnn {
 
@@ -29,9 +30,9 @@ void rowwise_forward_ref(T* y, const T* x, int64_t R, int64_t F, RowOp op, T eps
     T m = xr[0];
     for (int64_t f = 1; f < F; ++f) m = std::max(m, xr[f]);
     T sum = 0;
-    for (int64_t f = 0; f < F; ++f) sum += std::exp(xr[f] - m);
+    for (int64_t f = 0; f < F; ++f) sum += math_exp(xr[f] - m);
     for (int64_t f = 0; f < F; ++f)
-      yr[f] = op == RowOp::kSoftmax ? std::exp(xr[f] - m) / sum : xr[f] - m - std::log(sum);
+      yr[f] = op == RowOp::kSoftmax ? math_exp(xr[f] - m) / sum : xr[f] - m - math_log(sum);
   }
 }
 
@@ -47,7 +48,7 @@ void rowwise_backward_ref(T* dx, const T* y, const T* dy, const T* x, int64_t R,
     } else if (op == RowOp::kLogSoftmax) {
       T sum = 0;
       for (int64_t f = 0; f < F; ++f) sum += gr[f];
-      for (int64_t f = 0; f < F; ++f) dr[f] = gr[f] - std::exp(yr[f]) * sum;
+      for (int64_t f = 0; f < F; ++f) dr[f] = gr[f] - math_exp(yr[f]) * sum;
     } else {
       T ss = 0, dot = 0;
       for (int64_t f = 0; f < F; ++f) ss += xr[f] * xr[f], dot += yr[f] * gr[f];

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/math_fn.h"
 #include "kernels/spmm.h"
 
 namespace gnn {
@@ -22,7 +23,7 @@ void segment_softmax_forward_ref(T* y, const T* x, const int32_t* indptr, int64_
       T m = -std::numeric_limits<T>::infinity();
       for (int32_t e = indptr[s]; e < indptr[s + 1]; ++e) m = std::max(m, x[e * H + h]);
       T sum = 0;
-      for (int32_t e = indptr[s]; e < indptr[s + 1]; ++e) sum += (y[e * H + h] = std::exp(x[e * H + h] - m));
+      for (int32_t e = indptr[s]; e < indptr[s + 1]; ++e) sum += (y[e * H + h] = math_exp(x[e * H + h] - m));
       for (int32_t e = indptr[s]; e < indptr[s + 1]; ++e) y[e * H + h] /= sum;
     }
   }

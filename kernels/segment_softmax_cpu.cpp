@@ -23,7 +23,7 @@ GNN_CPU_CLONES void segment_softmax_forward_cpu(float* __restrict y, const float
         for (int64_t h = 0; h < H; ++h) m[size_t(h)] = std::max(m[size_t(h)], x[int64_t(p) * H + h]);
       for (int32_t p = b; p < e; ++p)
         for (int64_t h = 0; h < H; ++h) {
-          const float v = std::exp(x[int64_t(p) * H + h] - m[size_t(h)]);
+          const float v = vm::exp(x[int64_t(p) * H + h] - m[size_t(h)]);
           y[int64_t(p) * H + h] = v;
           sum[size_t(h)] += v;
         }
