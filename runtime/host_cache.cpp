@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 
+#include "base/error.h"
+
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #define GNN_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
@@ -16,7 +18,9 @@ namespace gnn {
 
 size_t HostCache::size_class(size_t bytes) {
   const int k = std::bit_width(bytes) - 1;  // 2^k <= bytes < 2^(k+1)
-  return k < 3 ? bytes : (bytes + (size_t(1) << (k - 3)) - 1) & ~((size_t(1) << (k - 3)) - 1);
+  size_t step = k < 3 ? 1 : size_t(1) << (k - 3);
+  if (bytes >= kHugeBytes) step = std::max(step, kHugePage);  // what the system allocation rounds to anyway
+  return (bytes + step - 1) / step * step;
 }
 
 void* HostCache::take(size_t bytes, int64_t limit) {
@@ -58,7 +62,8 @@ void HostCache::give(void* p) {
   if (p == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = live_.find(p);
-  if (it == live_.end()) return;  // host_alloc checks ownership before calling
+  // a second free of the same block (or a foreign pointer): caching it would hand it to two owners
+  GNN_CHECK(it != live_.end(), "host memory: freeing a block of 1 MiB or more that is not in use (freed twice?)");
   const size_t size = it->second;
   live_.erase(it);
   live_bytes_ -= int64_t(size);

@@ -7,11 +7,11 @@
 // A request takes the smallest cached block of its size class or larger, up to twice the class, else
 // a fresh one (eight classes per power of two). Bounded without a flag: before a fresh
 // block is taken, cached blocks are released, oldest first, until the bytes held (in use plus cached)
-// fit under the larger of the high-water mark of the bytes in use and what the request needs, and under
-// the limit when one is set. So the cache never makes the process hold more than its own peak of
-// blocks in use, and a process whose shapes change (graphs of other sizes, evaluation after training)
-// trades its stale blocks for new ones. A raw allocation that fails releases the whole cache and is
-// tried once more.
+// fit under the larger of the high-water mark of the blocks in use (at their full sizes: a block up to
+// twice its class may serve a request) and what the request needs, and under the limit when one is
+// set. So the cache never makes the process hold more than its own peak of blocks in use, and a process whose shapes
+// change (graphs of other sizes, evaluation after training) trades its stale blocks for new ones. A raw allocation that
+// fails releases the whole cache and is tried once more.
 //
 // Under AddressSanitizer a cached block is poisoned and a block handed out is unpoisoned only up to the
 // bytes asked for, so a use after free and an overrun into a block's slack are still reported.
@@ -40,6 +40,9 @@ class HostCache {
   using RawAlloc = std::function<void*(size_t)>;  // nullptr when the system refuses
   using RawFree = std::function<void(void*)>;
   static constexpr size_t kMinBytes = size_t(1) << 20;
+  // blocks from 4 MiB on sit on 2 MiB boundaries for transparent huge pages (runtime/allocator.cpp), so
+  // their classes are whole multiples of 2 MiB: the bytes counted are the bytes held
+  static constexpr size_t kHugeBytes = size_t(4) << 20, kHugePage = size_t(2) << 20;
 
   HostCache(RawAlloc raw_alloc, RawFree raw_free) : raw_alloc_(std::move(raw_alloc)), raw_free_(std::move(raw_free)) {}
   ~HostCache() { release(); }
@@ -49,11 +52,12 @@ class HostCache {
   // A block of at least `bytes` (>= 1), or nullptr when the system refuses even with the cache released.
   // `limit` > 0: the bytes held stay under it where releasing cached blocks can make them.
   void* take(size_t bytes, int64_t limit);
-  void give(void* p);  // p from take
+  void give(void* p);  // p from take and in use: anything else is refused (a double free)
   void release();  // every cached block back to the system
   HostCacheStats stats() const;
 
-  // eight classes per power of two: a block is at most 12.5% larger than asked
+  // eight classes per power of two (whole 2 MiB from 4 MiB on): a block is at most 12.5% larger than
+  // asked, or 2 MiB
   static size_t size_class(size_t bytes);
 
  private:

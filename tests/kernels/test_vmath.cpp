@@ -1,6 +1,7 @@
 // kernels/vmath.h against the f64 functions: the error in ULPs over the float range (every 4099th bit
-// pattern of both signs, and every 997th float of [-8, 8]), the special values, and the
-// same bits from a vectorised loop as from scalar calls.
+// pattern of both signs, every 997th float of [-8, 8], every float near the formulas' switch points), the
+// special values, and the same bits from a vectorised loop as from scalar calls.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -98,8 +99,8 @@ double ulp_error(float y, double r) {
   const float rf = float(r);
   if (std::isinf(rf) || std::isinf(y)) return rf == y ? 0 : INFINITY;
   if (std::isnan(y)) return INFINITY;
-  const double ulp =
-      std::fabs(rf) < std::numeric_limits<float>::min() ? std::ldexp(1.0, -149) : std::ldexp(1.0, std::ilogb(rf) - 23);
+  // the spacing of the floats in r's own binade (not rf's: r just below 2^k may round up to it)
+  const double ulp = r == 0 ? std::ldexp(1.0, -149) : std::ldexp(1.0, std::max(std::ilogb(r), -126) - 23);
   return std::fabs(double(y) - r) / ulp;
 }
 
@@ -108,6 +109,15 @@ std::vector<float> sample_floats() {
   for (uint64_t b = 0; b < (uint64_t(1) << 32); b += 4099) xs.push_back(std::bit_cast<float>(uint32_t(b)));
   for (uint32_t b = 0; b <= std::bit_cast<uint32_t>(8.0f); b += 997)  // every 997th float of [-8, 8]
     xs.push_back(std::bit_cast<float>(b)), xs.push_back(-std::bit_cast<float>(b));
+  // every float within 256 of each place where a formula switches or a result leaves the normal range
+  for (float at : {0.0f, 0.625f, 1.0f, 4.0f, 0.34657359f, 16.98f, 17.68f, 88.7228394f, 87.3365447f, 103.972084f,
+                   1.17549435e-38f, 0.70710678f, 1.41421356f, 2.0f}) {
+    for (float s : {at, -at}) {
+      float x = s;
+      for (int i = 0; i < 256; ++i) x = std::nextafter(x, -INFINITY);
+      for (int i = 0; i < 512; ++i, x = std::nextafter(x, INFINITY)) xs.push_back(x);
+    }
+  }
   return xs;
 }
 
@@ -193,6 +203,9 @@ TEST_CASE("vmath: special values") {
 }
 
 TEST_CASE("vmath: a vectorised loop gives the bits of scalar calls") {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (!__builtin_cpu_supports("avx2")) MESSAGE("this CPU has no AVX2: the loop runs as the baseline clone");
+#endif
   const std::vector<float> xs = sample_floats();
   std::vector<float> ys(xs.size());
   for (Fn f : kAll) {
