@@ -68,7 +68,8 @@ std::vector<std::string> inputs_of(const Args& a, const RunOnSplit& run) {
   for (const DatasetFile& f : run.graphs->files()) in.push_back(f.path);
   std::error_code ec;
   if (a.has("eval-indices") && std::filesystem::is_directory(a.str("eval-indices"), ec))
-    for (const auto& e : std::filesystem::directory_iterator(a.str("eval-indices"), ec)) in.push_back(e.path().string());
+    for (const auto& e : std::filesystem::directory_iterator(a.str("eval-indices"), ec))
+      in.push_back(e.path().string());
   return in;
 }
 
@@ -160,6 +161,9 @@ Command train_command() {
              {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout validation on them"},
              {"max-graphs", "N", "use only the first N train and N valid graphs"},
              {"progress", "auto|bar|lines", "a progress bar (on a terminal by default) or plain lines", "auto"},
+             {"profile", "",
+              "time each step's phases (batch, forward, loss, backward, update) and ops, with the step's GEMM "
+              "floor at this machine's measured peak: a table at the end and \"profile\" in the summary"},
              kCommTimeout,
              {"kill-after-steps", "N", "testing: kill -9 this process right after step N's checkpoint"},
              {"stall-after-steps", "N", "testing: this process stops answering (sleeps) after step N"},
@@ -197,6 +201,9 @@ Command train_command() {
     if (a.on("seed")) o.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
     o.cuda_graphs = a.integer("cuda-graphs", 0, 1024);
     if (o.cuda_graphs > 0 && !o.device.is_cuda()) throw UsageError("gnn train: --cuda-graphs needs --device cuda");
+    o.profile = a.on("profile");
+    if (o.profile && o.cuda_graphs > 0)
+      throw UsageError("gnn train: --profile times the ops one by one; a step replayed from CUDA graphs has none");
     o.memory_limit = parse_memory_limit(a.str("memory-limit"));
     o.resume = a.on("resume"), o.skip_nonfinite = a.on("skip-nonfinite");
     o.checkpoint_minutes = a.number("checkpoint-minutes");

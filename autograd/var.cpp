@@ -1,5 +1,7 @@
 #include "autograd/var.h"
 
+#include <chrono>
+
 #include "kernels/elementwise.h"
 
 namespace gnn::ag {
@@ -14,6 +16,18 @@ struct Entry {
 
 thread_local std::vector<Entry> t_tape;
 thread_local bool t_grad_enabled = true;
+
+using ProfileClock = std::chrono::steady_clock;
+struct Profile {
+  bool on = false;
+  ProfileClock::time_point last;
+  std::map<std::string, OpTime> ops;
+};
+thread_local Profile t_profile;
+
+double seconds_between(ProfileClock::time_point a, ProfileClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 }  // namespace
 
@@ -54,7 +68,26 @@ bool grad_enabled() { return t_grad_enabled; }
 NoGrad::NoGrad() : prev_(t_grad_enabled) { t_grad_enabled = false; }
 NoGrad::~NoGrad() { t_grad_enabled = prev_; }
 
+void set_op_profiling(bool on) {
+  t_profile.on = on;
+  t_profile.last = ProfileClock::now();
+}
+
+void profile_mark() { t_profile.last = ProfileClock::now(); }
+
+std::map<std::string, OpTime> take_op_profile() {
+  std::map<std::string, OpTime> out;
+  out.swap(t_profile.ops);
+  return out;
+}
+
 Var record(const char* op, Tensor value, const std::vector<Var>& inputs, BackwardFn backward) {
+  if (t_profile.on) {
+    const auto now = ProfileClock::now();
+    OpTime& t = t_profile.ops[op];
+    t.forward_s += seconds_between(t_profile.last, now), t.calls += 1;
+    t_profile.last = now;
+  }
   bool needs = false;
   if (t_grad_enabled)
     for (const Var& v : inputs) needs = needs || v.requires_grad();
@@ -119,7 +152,11 @@ void run_backward(const Var& y, const Tensor& seed) {
   NoGrad no_grad;  // closures compute with ops' kernels directly; nothing they do is recorded
   for (size_t i = tape.size(); i-- > 0;) {
     Entry& e = tape[i];
-    if (e.output->grad.defined()) e.backward(e.output->grad);
+    if (e.output->grad.defined()) {
+      const auto t0 = t_profile.on ? ProfileClock::now() : ProfileClock::time_point{};
+      e.backward(e.output->grad);
+      if (t_profile.on) t_profile.ops[e.op].backward_s += seconds_between(t0, ProfileClock::now());
+    }
     e.backward = nullptr;  // frees what the closure saved as soon as it has run
     e.output->grad = Tensor();  // an intermediate's gradient is spent once its entry has run
   }

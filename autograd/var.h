@@ -22,6 +22,7 @@
 // with no history.
 #pragma once
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -123,6 +124,18 @@ void backward(const Var& y, const Tensor& dy);
 // How many entries are recorded on this thread; clear_tape() drops them (a forward with no backward).
 size_t tape_size();
 void clear_tape();
+
+// Time per op for gnn train --profile, on this thread, while on. An op's forward is the time from the
+// previous op's record (or profile_mark) to its own: its kernels and whatever the caller did between
+// the two (so call profile_mark before a forward). Its backward is its closure's time. Host time: a
+// CUDA op's kernels are queued, not waited for.
+struct OpTime {
+  double forward_s = 0, backward_s = 0;
+  int64_t calls = 0;  // forwards recorded
+};
+void set_op_profiling(bool on);
+void profile_mark();
+std::map<std::string, OpTime> take_op_profile();  // what was gathered since the last take; clears it
 
 // A scope with a tape of its own: the thread's entries are set aside on entry and put back on exit (this
 // scope's own entries, if any are left, are dropped). A loss computed and back-propagated inside it

@@ -32,6 +32,10 @@ void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
 void gemm_cpu_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// Floating-point operations (2 M N K) of every CPU GEMM since the process started: what gnn train
+// --profile divides by the measured GEMM peak for a step's floor.
+int64_t gemm_cpu_flops();
+
 enum class GemmIsa { kGeneric, kAvx2, kAvx512 };
 GemmIsa gemm_isa();  // what gemm_cpu uses here
 bool gemm_isa_supported(GemmIsa isa);  // whether this CPU can run it

@@ -1,5 +1,6 @@
 // SGEMM dispatch: the widest micro-kernel this CPU runs (or the one GNN_GEMM_ISA names), and a
 // portable one on GCC vector extensions for CPUs with neither AVX2 nor AVX-512.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -75,9 +76,16 @@ GemmIsa gemm_isa() {
   return isa;
 }
 
+namespace {
+std::atomic<int64_t> g_gemm_flops{0};
+}
+
+int64_t gemm_cpu_flops() { return g_gemm_flops.load(std::memory_order_relaxed); }
+
 void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel) {
   GNN_CHECK(gemm_isa_supported(isa), "gemm: this CPU cannot run the ", gemm_isa_name(isa), " kernel");
+  g_gemm_flops.fetch_add(2 * M * N * K, std::memory_order_relaxed);
   switch (isa) {
 #if defined(__x86_64__)
     case GemmIsa::kAvx512:

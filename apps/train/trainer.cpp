@@ -16,6 +16,7 @@
 
 #include "apps/checkpoint.h"
 #include "apps/train/data_parallel.h"
+#include "apps/train/profile.h"
 #include "apps/train/progress.h"
 #include "apps/train/run_state.h"
 #include "apps/train/step_graph.h"
@@ -200,6 +201,7 @@ class Run {
   int64_t step_waits_ = 0, waited_steps_ = 0;  // the host's waits for the GPU within this process's steps
   Clock::time_point last_ckpt_;
   double last_score_ = NAN;
+  std::unique_ptr<StepProfile> profile_;  // --profile
 };
 
 Run::Run(const TrainOptions& o, std::string& working_on)
@@ -213,6 +215,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
       metrics_path_((dir_ / "metrics.jsonl").string()),
       swa_path_((dir_ / "swa.npz").string()),
       progress_(lead_ ? o.progress : 0) {
+  if (o.profile) profile_ = std::make_unique<StepProfile>();
   if (o.out.empty()) bad_option("--out: no run directory given");
   if (o.epochs < 0) bad_option("--epochs must be at least 1");
   // A run to resume is locked before anything of it is read; a new one once its recipe accepted the flags,
@@ -456,6 +459,12 @@ void Run::check_cuda_graphs(const std::string& recipe) const {
 // data-parallel job, are summed over the ranks by DataParallel before the clipping), so the step is the
 // one-batch step up to rounding. One batch in one process runs unweighted, as it always has.
 void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
+  auto t = Clock::now();
+  const auto lap = [&](const char* phase) {  // --profile: the time since the last lap
+    if (!profile_) return;
+    profile_->phase(phase, since(t));
+    t = Clock::now();
+  };
   model_->train();
   opt_->zero_grad();
   const bool weighted = dp_ || micro.size() > 1;
@@ -489,14 +498,20 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
       }
     }
     const Batch& b = *eager;
+    lap("prepare");  // zeroing the gradients, the loss counts (and before a later micro-batch: nothing)
+    ag::profile_mark();
     pred = model_->forward(b), last = &b;
+    lap("forward");
     const ag::Var loss = batch_loss(tp_, pred, b, prep_.log_offset, share);
     const double part = loss.value().item();
+    lap("loss");
     finite = std::isfinite(part);
     lv += part;
     if (finite) ag::backward(loss);
     else ag::clear_tape();
+    lap("backward");
   }
+
   const bool local_finite = finite;
   std::vector<int> culprit_ranks;
   st_configs_step_ = configs;
@@ -531,6 +546,7 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
     // (on a GPU save_checkpoint checks the weights before each write instead: a check per step would wait)
     if (!o_.device.is_cuda()) check_finite(st_.step + 1);
   }
+  lap("update");
 }
 
 TrainResult Run::train() {
@@ -549,15 +565,18 @@ TrainResult Run::train() {
       working_on_ = detail::str_cat("step ", st_.step + 1, " (graphs", batch_ids(order, bi), ")");
       const auto t_step = Clock::now();
       const int64_t waits_before = cuda_host_waits();
+      if (profile_) profile_->begin_step();
       std::vector<Batch> micro = next.valid() ? next.get() : build_batch(e, order, bi);
       if (!graphs_)  // (StepGraphs moves the batch, or copies it into the graphs' own)
         for (Batch& b : micro) b = b.to(o_.device);
+      if (profile_) profile_->phase("batch", since(t_step));
       if (prefetch && bi + 1 < batches_ && st_.step + 1 < total_steps_)
         next = std::async(std::launch::async, [this, e, &order, bi] { return build_batch(e, order, bi + 1); });
       step(micro, e, bi);
       if (o_.device.is_cuda()) step_waits_ += cuda_host_waits() - waits_before, waited_steps_ += 1;
       st_.step += 1, st_.batch = bi + 1, st_.configs += st_configs_step_;
       st_.seconds += since(t_step);  // training time: batch building, forward, backward, step
+      if (profile_) profile_->end_step(since(t_step));
       const double epoch_s = st_.seconds - epoch_seconds_before;
       const double cps = double(st_.configs - epoch_configs_before) / std::max(1e-9, epoch_s);
       const double steps_left = double(std::min(total_steps_ - st_.step, (plan_.epochs - e) * batches_ - (bi + 1)));
@@ -580,6 +599,7 @@ TrainResult Run::train() {
           "%lld's, %.4f\n",
           (long long)tp_.patience, (long long)st_.best_epoch, st_.best_score);
   }
+  if (profile_ && lead_ && !o_.quiet) std::fputs(profile_->table().c_str(), stdout);
   // A finished run given a new length, data or eval folder runs no step: record the change all the same.
   if (plan_.resuming && !plan_.notes.empty() && st_.step == first_step) save(model_path_, true);
   return result();
@@ -754,6 +774,7 @@ TrainResult Run::result() const {
     j.set("grad_sum_seconds_per_step", dp_->grad_seconds_per_step());
   }
   set_host_memory(j);
+  if (profile_) j.set("profile", profile_->json());
   if (o_.device.is_cuda()) {
     j.set("device", o_.device.str());
     j.set("peak_device_mb", double(cuda_memory_stats(o_.device.index).peak_bytes) / 1e6);

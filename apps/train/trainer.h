@@ -43,6 +43,7 @@ struct TrainOptions {
   int fault_rank = -1;  // tests: the rank of a data-parallel job that dies or hangs (-1: all)
   int64_t max_graphs = 0;  // > 0: use only the first N train and valid graphs
   bool quiet = false;  // no per-epoch lines on stdout (metrics.jsonl still written)
+  bool profile = false;  // time each step's phases and ops (apps/train/profile.h)
   Device device = Device::cpu();  // where the model and each batch's features live
   // Build the next batch on a second thread during each step: -1 on a GPU only (on the host the step
   // itself uses every core), 0 never, 1 always. The batches, and so the run, are the same either way.
