@@ -10,10 +10,15 @@
 //   keep_grad_rows: y = x;  dx[r] = dy[r] where keep[r] != 0, else 0
 //                   (segment training: forward on the whole graph, gradients only through a segment);
 //                   keep on the host or on x's device (then nothing is copied per call)
+//   config_attention: x [N, C*D], beta [1] -> y [N, C*2D], per (n, c): [x | x * softmax_c(beta x)];
+//                   forward and backward in kernels/config_attention.h (host only: on a GPU the
+//                   attention is composed of scale_by, segment_softmax, mul and concat_cols)
 #include <cstring>
+#include <type_traits>
 
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
+#include "kernels/config_attention.h"
 
 namespace gnn::ag {
 
@@ -69,6 +74,31 @@ Var join_configs(const Var& x, const Var& c, int64_t configs) {
         copy_block_on<T>(dy, ptr<T>(dc), B, 0, g, A + B, A, N * C, B);
         accumulate(c, dc);
       }
+    });
+  });
+}
+
+Var config_attention(const Var& x, const Var& beta, int64_t configs) {
+  check_arg_on("config_attention", "x", x, 2, x.dtype(), x.device());
+  check_arg_on("config_attention", "beta", beta, 1, x.dtype(), x.device());
+  GNN_CHECK(beta.value().numel() == 1, "config_attention: beta must have one element, got ", beta.value().desc());
+  GNN_CHECK(configs >= 1 && x.size(1) % configs == 0, "config_attention: ", x.value().desc(),
+            " is not [N, C*D] for C = ", configs);
+  const int64_t R = x.size(0), C = configs, D = x.size(1) / configs;
+  return dispatch_real("config_attention", x.value(), [&](auto t) {
+    using T = decltype(t);
+    const T b = T(beta.value().item());
+    Tensor y = empty_like(x.value(), Shape{R, C * 2 * D}), w = empty_like(x.value(), Shape{R, C * D});
+    if constexpr (std::is_same_v<T, float>) config_attention_forward_cpu(y.f32(), w.f32(), x.value().f32(), R, C, D, b);
+    else config_attention_forward_ref<T>(ptr<T>(y), ptr<T>(w), ptr<T>(x.value()), R, C, D, b);
+    return record("config_attention", y, {x, beta}, [x, beta = GradRef(beta), w, R, C, D, b](const Tensor& dy) {
+      Tensor dx = empty_like(dy, x.shape());
+      T db;
+      if constexpr (std::is_same_v<T, float>)
+        db = config_attention_backward_cpu(dx.f32(), dy.f32(), x.value().f32(), w.f32(), R, C, D, b);
+      else db = config_attention_backward_ref<T>(ptr<T>(dx), ptr<T>(dy), ptr<T>(x.value()), ptr<T>(w), R, C, D, b);
+      accumulate(x, dx);
+      accumulate(beta, Tensor::full(beta.shape(), double(db), dy.dtype()));
     });
   });
 }

@@ -1,8 +1,10 @@
 // Splitting a CPU kernel's range over the OpenMP threads so that each part runs in a GNN_CPU_CLONES
-// function. target_clones compiles a function's own body for each ISA, not the lambdas or OpenMP
-// regions outlined from it (those stay baseline SSE2): a loop written inside `#pragma omp parallel for`
-// in a cloned function, or in a lambda it calls, never runs as AVX2. So the threads split [0, n) here
-// and each calls a cloned function on its contiguous part (the same parts as schedule(static)).
+// function. target_clones compiles a function's own body for each ISA (and the OpenMP regions outlined
+// from that body get clones of their own), but not a lambda it calls: a lambda is a function of its own,
+// compiled for the baseline ISA (SSE2), with any OpenMP region inside it. So a per-element loop written
+// in a lambda (dispatch_act's, say) either is inlined into the clone (GNN_INLINE) or runs in a part
+// function that is cloned itself: over_threads splits [0, n) into the threads' contiguous parts (as
+// schedule(static) would) and each thread calls a cloned function on its part.
 #pragma once
 #include <cstdint>
 

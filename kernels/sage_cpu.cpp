@@ -78,7 +78,7 @@ GNN_CPU_CLONES void sage_forward_cpu(float* y, float* z, float* h, const float* 
       float* zb = (z ? z : y) + i0 * O;
       gemm_cpu_serial(false, false, rows, O, 2 * F, 1.0f, hb, 2 * F, W, O, 0.0f, zb, O);
       float* yb = y + i0 * O;
-      dispatch_act(act, [&](auto A) {  // bias and activation while the block is in cache
+      dispatch_act(act, [&](auto A) GNN_INLINE {  // bias and activation while the block is in cache
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t o = 0; o < O; ++o) {
             const float v = zb[r * O + o] + (b ? b[o] : 0.0f);
@@ -106,7 +106,8 @@ GNN_CPU_CLONES void sage_backward_cpu(float* dx, float* dW, float* db, const flo
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t r0 = c * N / chunks, r1 = (c + 1) * N / chunks;
-    dispatch_act(act, [&](auto A) { dz_rows<decltype(A)::value>(dz, db_part + c * O, dy, z, r0, r1, O, slope); });
+    dispatch_act(act,
+                 [&](auto A) GNN_INLINE { dz_rows<decltype(A)::value>(dz, db_part + c * O, dy, z, r0, r1, O, slope); });
   }
   if (db)
     for (int64_t o = 0; o < O; ++o) {

@@ -121,6 +121,8 @@ CrossConfigAttention::CrossConfigAttention(double b) {
 }
 
 ag::Var CrossConfigAttention::forward(const Graph& axis, const ag::Var& x, int64_t C) const {
+  // On the host one fused op (the same forward bits; kernels/config_attention.h); on a GPU the four ops.
+  if (!x.value().is_cuda()) return ag::config_attention(x, beta, C);
   const ag::Var rows = per_config(x, C);  // [R*C, D], the C configs of a row next to each other
   const ag::Var weight = ag::segment_softmax(axis, ag::scale_by(rows, beta));
   return node_major(ag::concat_cols({rows, ag::mul(rows, weight)}), C);

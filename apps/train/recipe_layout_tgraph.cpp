@@ -18,7 +18,7 @@
 // channel (torch's InstanceNorm1d). "SE" is a squeeze-and-excitation gate over the channels (bottleneck
 // 8x, ReLU, sigmoid). "cross" is the cross-config attention: [x | x * softmax over the configs of the
 // batch (x / T)], per node and channel, with T learned; the linear or SAGE before it outputs half the
-// width so the concatenation has the full width. SAGE is PyG's SAGEConv (mean) on the files'
+// width so the concatenation has the full width (on the host one fused op, ag::config_attention). SAGE is PyG's SAGEConv (mean) on the files'
 // edge_index, each node aggregating the nodes that consume it.
 // Pairwise hinge loss max(0, 1 - (s_i - s_j)) over the pairs t_i > t_j of a slate; 1 graph x 64
 // configs per step; AdamW lr 1e-3, weight decay 1e-5, cosine with warm-up, gradient norm clipped to 1.

@@ -1,0 +1,90 @@
+// ag::config_attention (kernels/config_attention.h) against the four ops it fuses (scale_by,
+// segment_softmax over each row's configs, mul, concat_cols), by finite differences in f64, and in
+// float: the forward's bits, and the gradients within float rounding.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <vector>
+
+#include "autograd/gradcheck.h"
+#include "autograd/ops.h"
+#include "testing.h"
+
+using namespace gnn;
+using testing::check_grads;
+using testing::probe;
+using testing::rand_var;
+
+namespace {
+
+// The C configs of each of R rows as one segment of the [R*C, D] view.
+Graph config_segments(int64_t R, int64_t C) {
+  std::vector<int64_t> src(size_t(R * C)), dst(src.size());
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) src[size_t(r * C + c)] = c, dst[size_t(r * C + c)] = r;
+  return Graph::from_edges(src.data(), dst.data(), int64_t(src.size()), std::max(R, C), "config axis");
+}
+
+ag::Var composed(const ag::Var& x, const ag::Var& beta, int64_t C) {
+  const int64_t R = x.size(0), D = x.size(1) / C;
+  const ag::Var rows = ag::reshape(x, R * C, D);
+  const ag::Var w = ag::segment_softmax(config_segments(R, C), ag::scale_by(rows, beta));
+  return ag::reshape(ag::concat_cols({rows, ag::mul(rows, w)}), R, C * 2 * D);
+}
+
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+}  // namespace
+
+TEST_CASE("config attention: gradients by finite differences, and the composed ops' values (f64)") {
+  for (auto [R, C, D] : {std::array<int64_t, 3>{5, 3, 4}, {1, 1, 3}, {7, 8, 2}}) {
+    INFO("R = ", R, ", C = ", C, ", D = ", D);
+    const ag::Var x = rand_var({R, C * D}, 11), beta = rand_var({1}, 12, 0.5, 2.5);
+    check_grads({x, beta}, [&] { return probe(ag::config_attention(x, beta, C)); });
+    const ag::Var y = ag::config_attention(x, beta, C), z = composed(x, beta, C);
+    const std::vector<double> a = values(y.value()), b = values(z.value());
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-13));
+  }
+}
+
+TEST_CASE("config attention: in float, the composed ops' forward bits and their gradients within rounding") {
+  const int64_t R = 301, C = 16, D = 24;
+  const Tensor xs = Tensor::from_vector(testing::random_values<float>(size_t(R * C * D), 5, -3.0f, 3.0f), Shape{R, C * D});
+  const ag::Var x1 = ag::Var::param(xs.clone()), b1 = ag::Var::param(Tensor::full(Shape{1}, 1.7, DType::F32));
+  const ag::Var x2 = ag::Var::param(xs.clone()), b2 = ag::Var::param(Tensor::full(Shape{1}, 1.7, DType::F32));
+  // (one forward and backward at a time: a backward consumes the whole tape)
+  const ag::Var y1 = ag::config_attention(x1, b1, C);
+  const std::vector<float> f1 = y1.value().to_vector<float>();
+  const Tensor dy = Tensor::from_vector(testing::random_values<float>(f1.size(), 6), y1.shape());
+  ag::backward(y1, dy);
+  const ag::Var y2 = composed(x2, b2, C);
+  const std::vector<float> f2 = y2.value().to_vector<float>();
+  ag::backward(y2, dy);
+  REQUIRE(f1.size() == f2.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < f1.size(); ++i) differ += f1[i] != f2[i];
+  CHECK(differ == 0);
+  const std::vector<float> g1 = x1.grad().to_vector<float>(), g2 = x2.grad().to_vector<float>();
+  double worst = 0, scale = 0;  // the largest difference against the mean gradient's size
+  for (size_t i = 0; i < g1.size(); ++i)
+    worst = std::max(worst, double(std::fabs(g1[i] - g2[i]))), scale += std::fabs(g2[i]);
+  scale /= double(g2.size());
+  CHECK(worst <= 1e-4 * scale);
+  const double db1 = b1.grad().item(), db2 = b2.grad().item();
+  CHECK(db1 == doctest::Approx(db2).epsilon(1e-4));
+  // the threads' chunks change nothing: the same op again gives the same bits
+  const ag::Var x3 = ag::Var::param(xs.clone()), b3 = ag::Var::param(Tensor::full(Shape{1}, 1.7, DType::F32));
+  ag::backward(ag::config_attention(x3, b3, C), dy);
+  CHECK(b3.grad().item() == db1);
+  const std::vector<float> g3 = x3.grad().to_vector<float>();
+  CHECK(std::equal(g1.begin(), g1.end(), g3.begin()));
+}
+
+TEST_CASE("config attention: shapes that do not fit are refused naming the argument") {
+  const ag::Var x = rand_var({4, 12}, 1), beta = rand_var({1}, 2);
+  CHECK_THROWS_WITH_AS(ag::config_attention(x, beta, 5), doctest::Contains("is not [N, C*D] for C = 5"), Error);
+  CHECK_THROWS_WITH_AS(ag::config_attention(x, rand_var({2}, 3), 3), doctest::Contains("beta must have one element"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ag::config_attention(x, beta, 0), doctest::Contains("for C = 0"), Error);
+}
