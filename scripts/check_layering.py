@@ -8,6 +8,7 @@ A folder may include itself and what its arrows reach (docs/design.md, "Layers")
     apps -> nn -> autograd -> runtime, kernels;  apps -> io -> runtime;  apps -> dist -> runtime
     apps -> bench (the kernel registry `gnn bench kernel` times) -> the library (not apps)
     runtime, kernels -> base;  fuzz -> io, runtime, and apps (the checkpoint reader builds models);
+    python (the nanobind module) -> runtime, kernels, io;
     tests -> anything
 base (errors, the stream type, the CUDA check) includes nothing of the project; every folder may
 include it. kernels and io know nothing of each other or of anything above them; runtime includes
@@ -32,6 +33,7 @@ ALLOWED = {
     "bench": {"bench", "nn", "autograd", "runtime", "kernels", "io"},
     "fuzz": {"fuzz", "io", "runtime", "apps", "nn"},
     "emu": {"emu"},
+    "python": {"python", "runtime", "kernels", "io"},  # the nanobind module: the raw kernels, graphs, files
 }
 for _folder in ALLOWED:
     ALLOWED[_folder].add("base")  # errors, the stream type and the CUDA check: below everything

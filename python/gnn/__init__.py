@@ -1,0 +1,240 @@
+"""gnn.cpp's kernels from Python.
+
+The functions here take NumPy arrays or PyTorch tensors (anything that speaks DLPack), read them where
+they lie, and return new arrays of the input's own kind, written by the kernels in place: a NumPy caller
+gets NumPy arrays back, a torch caller torch tensors, and nothing is copied on the way in or out. Every
+array is float32 (features), int32 (CSR pointers, argmax) or int64 (graph pointers), C-contiguous and in
+host memory; anything else raises a TypeError or ValueError naming the argument. The kernels run on
+``num_threads()`` OpenMP threads with the GIL released and give the same bits on every run and thread
+count (no atomics in any backward). The forward functions also take ``out=``, an array to write the
+result into (in place, returned as is).
+
+Per-edge arrays (edge weights, attention scores) are in the graph's CSR order: ``values[graph.eid]``
+reorders per-edge values given in ``edge_index`` order.
+
+``gnn.torch`` (imported on its own, needs torch) wraps these as autograd functions and as PyG-style
+layers: ``SAGEConv``, ``GCNConv``, ``GATConv``, ``GINConv``.
+"""
+
+from __future__ import annotations
+
+import numpy as _np
+
+from . import _gnn
+from ._gnn import Error, Graph, load_npz, load_tpugraph, num_threads, set_num_threads
+
+__version__ = _gnn.__version__
+__all__ = [
+    "Error", "Graph", "load_npz", "load_tpugraph", "num_threads", "set_num_threads",
+    "spmm", "spmm_backward", "segment_softmax", "segment_softmax_backward", "gat_scores",
+    "gat_scores_backward", "sage", "sage_backward", "pool", "pool_backward", "instance_norm",
+    "instance_norm_backward", "layer_norm", "layer_norm_backward",
+]
+
+
+def _is_torch(a) -> bool:
+    return type(a).__module__.startswith("torch")
+
+
+def _raw(a):
+    """What the extension reads: torch tensors lose their autograd history (DLPack refuses them)."""
+    if a is not None and _is_torch(a) and a.requires_grad:
+        return a.detach()
+    return a
+
+
+_TORCH_DTYPES = {}
+
+
+def _new(like, shape, dtype: str = "float32"):
+    """An uninitialised array of like's framework and device."""
+    if _is_torch(like):
+        if not _TORCH_DTYPES:
+            import torch
+            _TORCH_DTYPES.update(float32=torch.float32, int32=torch.int32, int64=torch.int64)
+        return like.new_empty(shape, dtype=_TORCH_DTYPES[dtype])
+    return _np.empty(shape, dtype=dtype)
+
+
+def _dims(a, name: str, ndim: int):
+    shape = getattr(a, "shape", None)
+    if shape is None:
+        raise TypeError(f"{name} must be an array (NumPy, torch, or DLPack), got {type(a).__name__}")
+    if _is_torch(a) and not a.is_cpu:
+        raise TypeError(f"{name} is on {a.device}; this build of gnn runs its kernels on CPU arrays only")
+    if len(shape) != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(shape)}")
+    return shape
+
+
+def _out(out, name: str = "out"):
+    """A caller's output array, checked to be writable (nanobind's own refusal would not name it)."""
+    if isinstance(out, _np.ndarray) and not out.flags.writeable:
+        raise TypeError(f"{name} is read-only; pass a writable array")
+    return out
+
+
+def _heads(edge_weight) -> int:
+    if edge_weight is None:
+        return 1
+    shape = getattr(edge_weight, "shape", ())
+    return int(shape[1]) if len(shape) == 2 else 1
+
+
+def spmm(graph: Graph, x, reduce: str = "sum", edge_weight=None, return_argmax: bool = False, out=None):
+    """Aggregates x [num_src_nodes, F] over the graph's edges into [num_nodes, F].
+
+    reduce: 'sum', 'mean' or 'max' (an empty row gives 0). edge_weight: (E,) or (E, H) in CSR order,
+    multiplying each message (H heads split F into H blocks, one weight column each). With
+    return_argmax, also returns the int32 (H, num_nodes, F / H) CSR position each max came from (-1:
+    none), which spmm_backward needs for 'max'. out: an array to write into (returned as is).
+    """
+    _, F = _dims(x, "x", 2)
+    H = _heads(edge_weight)
+    out = _new(x, (graph.num_nodes, F)) if out is None else _out(out)
+    argmax = _new(x, (H, graph.num_nodes, F // H), "int32") if reduce == "max" else None
+    _gnn.spmm_forward(graph, _raw(x), _raw(edge_weight), reduce, out, argmax)
+    return (out, argmax) if return_argmax else out
+
+
+def spmm_backward(graph: Graph, grad_out, reduce: str = "sum", edge_weight=None, argmax=None, x=None,
+                  need_x_grad: bool = True, need_weight_grad: bool = False):
+    """Gradients of spmm with respect to x and (need_weight_grad, which needs x) edge_weight.
+
+    Each grad_x row is a sum over the node's outgoing edges in a fixed order (the CSC), never an
+    atomic add: the same bits on every run. Returns (grad_x or None, grad_weight or None).
+    """
+    _, F = _dims(grad_out, "grad_out", 2)
+    grad_x = _new(grad_out, (graph.num_src_nodes, F)) if need_x_grad else None
+    grad_w = _new(grad_out, tuple(edge_weight.shape)) if need_weight_grad and edge_weight is not None else None
+    if need_weight_grad and edge_weight is None:
+        raise ValueError("need_weight_grad: the forward had no edge_weight")
+    _gnn.spmm_backward(graph, _raw(grad_out), _raw(edge_weight), reduce, _raw(argmax), _raw(x), grad_x, grad_w)
+    return grad_x, grad_w
+
+
+def segment_softmax(x, indptr, out=None):
+    """Softmax of x [E, H] over each segment of rows indptr[s] .. indptr[s+1] (int32), per column."""
+    E, H = _dims(x, "x", 2)
+    out = _new(x, (E, H)) if out is None else _out(out)
+    _gnn.segment_softmax_forward(_raw(x), indptr, out)
+    return out
+
+
+def segment_softmax_backward(y, grad_out, indptr):
+    """The gradient of segment_softmax from its output y."""
+    E, H = _dims(y, "y", 2)
+    grad_x = _new(y, (E, H))
+    _gnn.segment_softmax_backward(_raw(y), _raw(grad_out), indptr, grad_x)
+    return grad_x
+
+
+def gat_scores(graph: Graph, a_src, a_dst, negative_slope: float = 0.2, out=None):
+    """GAT's raw scores, in CSR order: s[p, h] = leaky_relu(a_src[j, h] + a_dst[i, h]) for edge p: j -> i."""
+    _, H = _dims(a_src, "a_src", 2)
+    out = _new(a_src, (graph.num_edges, H)) if out is None else _out(out)
+    _gnn.gat_scores_forward(graph, _raw(a_src), _raw(a_dst), float(negative_slope), out)
+    return out
+
+
+def gat_scores_backward(graph: Graph, grad_out, a_src, a_dst, negative_slope: float = 0.2):
+    """Gradients of gat_scores: (grad_a_src, grad_a_dst), each a fixed-order sum over a node's edges."""
+    N, H = _dims(a_src, "a_src", 2)
+    grad_src, grad_dst = _new(a_src, (N, H)), _new(a_src, (N, H))
+    _gnn.gat_scores_backward(graph, _raw(grad_out), _raw(a_src), _raw(a_dst), float(negative_slope), grad_src,
+                             grad_dst)
+    return grad_src, grad_dst
+
+
+def sage(graph: Graph, x, weight, bias=None, activation: str = "none", negative_slope: float = 0.01,
+         training: bool = False, out=None):
+    """The fused GraphSAGE layer: act([mean_{j->i} x_j | x_i] @ weight + bias).
+
+    weight: [2F, O], rows 0..F-1 act on the mean of the neighbours, F..2F-1 on the node itself.
+    activation: none, relu, leaky_relu, elu, gelu, sigmoid or tanh. With training, returns (y, z, h):
+    the pre-activation z and the joined input h that sage_backward reads; else y alone.
+    """
+    N, F = _dims(x, "x", 2)
+    _, O = _dims(weight, "weight", 2)
+    out = _new(x, (N, O)) if out is None else _out(out)
+    z = _new(x, (N, O)) if training else None
+    h = _new(x, (N, 2 * F)) if training else None
+    _gnn.sage_forward(graph, _raw(x), _raw(weight), _raw(bias), activation, float(negative_slope), out, z, h)
+    return (out, z, h) if training else out
+
+
+def sage_backward(graph: Graph, grad_out, z, h, weight, activation: str = "none", negative_slope: float = 0.01,
+                  need_bias_grad: bool = True):
+    """Gradients of sage: (grad_x, grad_weight, grad_bias or None), from the forward's z and h."""
+    F2, O = _dims(weight, "weight", 2)
+    grad_x = _new(grad_out, (graph.num_nodes, F2 // 2))
+    grad_w = _new(grad_out, (F2, O))
+    grad_b = _new(grad_out, (O,)) if need_bias_grad else None
+    _gnn.sage_backward(graph, _raw(grad_out), _raw(z), _raw(h), _raw(weight), activation, float(negative_slope),
+                       grad_x, grad_w, grad_b)
+    return grad_x, grad_w, grad_b
+
+
+def pool(x, ptr, reduce: str = "sum", return_argmax: bool = False, out=None):
+    """Readout of x [N, F] per graph (rows ptr[g] .. ptr[g+1], int64) into [G, F].
+
+    reduce: 'sum', 'mean', 'max' or 'logsumexp'. With return_argmax and 'max', also the int32 [G, F]
+    row each max came from (pool_backward needs it).
+    """
+    _, F = _dims(x, "x", 2)
+    G = _dims(ptr, "ptr", 1)[0] - 1
+    out = _new(x, (max(G, 0), F)) if out is None else _out(out)
+    argmax = _new(x, (max(G, 0), F), "int32") if reduce == "max" else None
+    _gnn.pool_forward(_raw(x), ptr, reduce, out, argmax)
+    return (out, argmax) if return_argmax else out
+
+
+def pool_backward(grad_out, ptr, num_rows: int, reduce: str = "sum", argmax=None, x=None, y=None):
+    """The gradient of pool with respect to x [num_rows, F]; 'max' needs argmax, 'logsumexp' x and y."""
+    _, F = _dims(grad_out, "grad_out", 2)
+    grad_x = _new(grad_out, (int(num_rows), F))
+    _gnn.pool_backward(_raw(grad_out), ptr, reduce, _raw(argmax), _raw(x), _raw(y), grad_x)
+    return grad_x
+
+
+def instance_norm(x, ptr, weight=None, bias=None, eps: float = 1e-5, out=None):
+    """Per graph and channel normalisation of x [N, F] (graphs: rows ptr[g] .. ptr[g+1], int64).
+
+    Returns (y, mean, rstd), mean and rstd [G, F] for instance_norm_backward.
+    """
+    N, F = _dims(x, "x", 2)
+    G = _dims(ptr, "ptr", 1)[0] - 1
+    out = _new(x, (N, F)) if out is None else _out(out)
+    mean, rstd = _new(x, (max(G, 0), F)), _new(x, (max(G, 0), F))
+    _gnn.instance_norm_forward(_raw(x), ptr, _raw(weight), _raw(bias), float(eps), out, mean, rstd)
+    return out, mean, rstd
+
+
+def instance_norm_backward(grad_out, x, ptr, mean, rstd, weight=None, need_affine_grad: bool = True):
+    """Gradients of instance_norm: (grad_x, grad_weight, grad_bias); the last two None unless asked."""
+    N, F = _dims(x, "x", 2)
+    grad_x = _new(x, (N, F))
+    grad_w = _new(x, (F,)) if need_affine_grad else None
+    grad_b = _new(x, (F,)) if need_affine_grad else None
+    _gnn.instance_norm_backward(_raw(grad_out), _raw(x), ptr, _raw(mean), _raw(rstd), _raw(weight), grad_x, grad_w,
+                                grad_b)
+    return grad_x, grad_w, grad_b
+
+
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, out=None):
+    """Per row normalisation of x [R, F]. Returns (y, mean, rstd), mean and rstd [R]."""
+    R, F = _dims(x, "x", 2)
+    out = _new(x, (R, F)) if out is None else _out(out)
+    mean, rstd = _new(x, (R,)), _new(x, (R,))
+    _gnn.layer_norm_forward(_raw(x), _raw(weight), _raw(bias), float(eps), out, mean, rstd)
+    return out, mean, rstd
+
+
+def layer_norm_backward(grad_out, x, mean, rstd, weight=None, need_affine_grad: bool = True):
+    """Gradients of layer_norm: (grad_x, grad_weight, grad_bias); the last two None unless asked."""
+    R, F = _dims(x, "x", 2)
+    grad_x = _new(x, (R, F))
+    grad_w = _new(x, (F,)) if need_affine_grad else None
+    grad_b = _new(x, (F,)) if need_affine_grad else None
+    _gnn.layer_norm_backward(_raw(grad_out), _raw(x), _raw(mean), _raw(rstd), _raw(weight), grad_x, grad_w, grad_b)
+    return grad_x, grad_w, grad_b

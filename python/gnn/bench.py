@@ -1,0 +1,207 @@
+"""gnn's kernels and layers against PyTorch Geometric and plain torch, on a graph you give.
+
+    python -m gnn.bench [--edge-index FILE.npz | --planetoid FILE.npz | --pyg CLASS:NAME --root DIR]
+                        [--nodes N --edges E] [--features F] [--hidden H] [--heads K] [--threads T]
+                        [--repeat R] [--only spmm,sage,...] [--overhead] [--json]
+
+The graph: an npz with `edge_index` ([2, E] or [E, 2], optional `num_nodes`); the project's Planetoid
+files (../shared/data/planetoid/cora_planetoid.npz, made undirected as PyG's Planetoid); a PyG dataset
+class already on disk (`--pyg Planetoid:Cora --root ~/data`; PyG may try to download what is missing);
+or, by default, a random graph. Every case runs forward + backward with the same inputs and, for layers,
+the same parameters (PyG's state_dict loaded into gnn's layer), on `--threads` threads for gnn and torch
+alike; times are medians of --repeat runs after 3 warm-up runs. One line per case:
+
+    case  N  E  F  gnn ms  peer ms  peer  peer/gnn
+
+`--overhead` times what a Python call costs around the C++ kernel on a small graph (N = 1000).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import gnn
+
+try:
+    import torch
+except ImportError:  # the benchmark says so and stops; the module itself does not need torch
+    torch = None
+
+
+def median_ms(fn, repeat: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    runs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        runs.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(runs)
+
+
+def load_edges(args):
+    """(edge_index int64 [2, E], num_nodes, description)."""
+    if args.edge_index:
+        z = np.load(args.edge_index)
+        ei = z["edge_index"]
+        ei = ei.T if ei.shape[0] != 2 and ei.ndim == 2 and ei.shape[1] == 2 else ei
+        n = int(np.asarray(z["num_nodes"]).reshape(-1)[0]) if "num_nodes" in z.files else int(ei.max()) + 1
+        return np.ascontiguousarray(ei.astype(np.int64)), n, args.edge_index
+    if args.planetoid:
+        z = np.load(args.planetoid)
+        ei = z["edge_index"].astype(np.int64).T
+        ei = np.concatenate([ei, ei[::-1]], 1)  # undirected, both directions, as PyG's Planetoid
+        return np.ascontiguousarray(ei), int(z["x_shape"][0]), args.planetoid
+    if args.pyg:
+        import torch_geometric.datasets as ds
+        cls, _, name = args.pyg.partition(":")
+        data = (getattr(ds, cls)(args.root, name) if name else getattr(ds, cls)(args.root))[0]
+        return data.edge_index.numpy().astype(np.int64), int(data.num_nodes), f"PyG {args.pyg}"
+    rng = np.random.default_rng(args.seed)
+    ei = rng.integers(0, args.nodes, size=(2, args.edges), dtype=np.int64)
+    return ei, args.nodes, f"random graph, seed {args.seed}"
+
+
+def fwd_bwd(fn, *tensors):
+    def run():
+        for t in tensors:
+            t.grad = None
+        out = fn()
+        out.backward(torch.ones_like(out))
+    return run
+
+
+def cases(args, ei_np, n):
+    """(case, gnn step, [(peer name, peer step), ...]) for each case asked for."""
+    import gnn.torch as gt
+    try:
+        import torch_geometric.nn as pyg_nn
+        from torch_geometric.utils import scatter as pyg_scatter
+    except ImportError:
+        pyg_nn = pyg_scatter = None
+    torch.manual_seed(args.seed)
+    ei = torch.from_numpy(ei_np)
+    F, Hd, K = args.features, args.hidden, args.heads
+    x = torch.randn(n, F, requires_grad=True)
+    graph = gt.graph_of(ei, n)
+    src, dst = ei[0], ei[1]
+    out = []
+    for reduce in ("sum", "mean", "max"):
+        peers = [("torch index ops", fwd_bwd(lambda r=reduce: torch.zeros(n, F).index_reduce_(
+            0, dst, x[src], "amax" if r == "max" else r, include_self=False) if r != "sum" else
+            torch.zeros(n, F).index_add_(0, dst, x[src]), x))]
+        if pyg_scatter is not None:
+            peers.insert(0, ("PyG scatter", fwd_bwd(lambda r=reduce: pyg_scatter(x[src], dst, 0, n, r), x)))
+        out.append((f"spmm-{reduce}", fwd_bwd(lambda r=reduce: gt.spmm(graph, x, r), x), peers))
+    layers = {
+        "sage": (lambda: gt.SAGEConv(F, Hd), lambda: pyg_nn.SAGEConv(F, Hd)),
+        "gcn": (lambda: gt.GCNConv(F, Hd), lambda: pyg_nn.GCNConv(F, Hd)),
+        "gin": (lambda: gt.GINConv(torch.nn.Sequential(torch.nn.Linear(F, Hd), torch.nn.ReLU(), torch.nn.Linear(Hd, Hd))),
+                lambda: pyg_nn.GINConv(torch.nn.Sequential(torch.nn.Linear(F, Hd), torch.nn.ReLU(),
+                                                           torch.nn.Linear(Hd, Hd)))),
+        "gat": (lambda: gt.GATConv(F, Hd // K, heads=K), lambda: pyg_nn.GATConv(F, Hd // K, heads=K)),
+    }
+    for name, (ours, theirs) in layers.items():
+        m = ours()
+        peers = []
+        if pyg_nn is not None:
+            p = theirs()
+            p.load_state_dict(m.state_dict())
+            peers.append(("PyG", fwd_bwd(lambda p=p: p(x, ei), x, *p.parameters())))
+        label = f"{name} layer" + (f" ({K} heads)" if name == "gat" else "")
+        out.append((label, fwd_bwd(lambda m=m: m(x, ei), x, *m.parameters()), peers))
+    return [c for c in out if not args.only or any(c[0].startswith(o) for o in args.only)]
+
+
+def overhead(args):
+    """Per-call cost of gnn.spmm from Python, of the raw binding, and of the C++ call alone, N = 1000."""
+    rng = np.random.default_rng(args.seed)
+    n = 1000
+    g = gnn.Graph(rng.integers(0, n, size=(2, 4 * n), dtype=np.int64), num_nodes=n)
+    rows = []
+    for F in (1, 16, 64):
+        x = rng.standard_normal((n, F)).astype(np.float32)
+        xt = torch.from_numpy(x.copy())
+        out = np.empty((n, F), np.float32)
+        calls = max(args.repeat * 100, 2000)
+        cpp = min(gnn._gnn._time_spmm_forward(g, x, "sum", out, calls) for _ in range(5)) * 1e6
+
+        def per_call(fn):
+            fn()
+            best = float("inf")
+            for _ in range(5):
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                best = min(best, (time.perf_counter() - t0) / calls * 1e6)
+            return best
+        raw = per_call(lambda: gnn._gnn.spmm_forward(g, x, None, "sum", out, None))
+        numpy_call = per_call(lambda: gnn.spmm(g, x, "sum"))
+        torch_call = per_call(lambda: gnn.spmm(g, xt, "sum"))
+        rows.append((F, cpp, raw, numpy_call, torch_call))
+    print(f"Python call overhead, gnn.spmm sum, N={n} E={4 * n}, {gnn.num_threads()} threads, best of 5 loops (us per call)")
+    print(f"{'F':>4} {'C++ call':>10} {'binding':>10} {'gnn.spmm numpy':>15} {'gnn.spmm torch':>15}"
+          f" {'overhead numpy':>15} {'overhead torch':>15}")
+    for F, cpp, raw, npc, tc in rows:
+        print(f"{F:>4} {cpp:>10.2f} {raw:>10.2f} {npc:>15.2f} {tc:>15.2f} {npc - cpp:>15.2f} {tc - cpp:>15.2f}")
+        if args.json:
+            print(json.dumps({"name": "overhead", "features": F, "cpp_us": cpp, "binding_us": raw, "numpy_us": npc,
+                              "torch_us": tc}))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gnn.bench", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--edge-index", metavar="FILE", help="npz with edge_index [2, E] or [E, 2] (and num_nodes)")
+    src.add_argument("--planetoid", metavar="FILE", help="a Planetoid npz as ../shared/data/planetoid holds")
+    src.add_argument("--pyg", metavar="CLASS:NAME", help="a torch_geometric.datasets class (and name) on disk")
+    ap.add_argument("--root", default=".", help="--pyg: the dataset's root directory")
+    ap.add_argument("--nodes", type=int, default=10000, help="random graph: nodes (default 10000)")
+    ap.add_argument("--edges", type=int, default=100000, help="random graph: edges (default 100000)")
+    ap.add_argument("--features", type=int, default=64, help="input features (default 64)")
+    ap.add_argument("--hidden", type=int, default=64, help="layer outputs (default 64)")
+    ap.add_argument("--heads", type=int, default=4, help="GAT heads (default 4; hidden is split among them)")
+    ap.add_argument("--threads", type=int, default=2, help="threads for gnn and torch (default 2)")
+    ap.add_argument("--repeat", type=int, default=20, help="timed runs per case (default 20)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", type=lambda s: s.split(","), help="cases whose names start with these")
+    ap.add_argument("--overhead", action="store_true", help="time the Python call around the kernel instead")
+    ap.add_argument("--json", action="store_true", help="also one JSON object per case")
+    args = ap.parse_args(argv)
+    if args.threads < 1 or args.repeat < 1 or args.hidden % args.heads:
+        ap.error("--threads and --repeat must be >= 1, and --hidden a multiple of --heads")
+    if torch is None:
+        print("python -m gnn.bench needs torch (apt install python3-torch, or pip install torch)", file=sys.stderr)
+        return 2
+    gnn.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    if args.overhead:
+        overhead(args)
+        return 0
+    ei, n, what = load_edges(args)
+    print(f"graph: {what}, N={n} E={ei.shape[1]}; F={args.features} hidden={args.hidden}; forward + backward; "
+          f"{args.threads} threads; median of {args.repeat} runs after 3 warm-up runs; torch {torch.__version__}")
+    print(f"{'case':<22} {'gnn ms':>9} {'peer ms':>9}  {'peer':<16} {'peer/gnn':>8}")
+    for name, ours, peers in cases(args, ei, n):
+        t_ours = median_ms(ours, args.repeat)
+        if not peers:
+            print(f"{name:<22} {t_ours:>9.3f} {'-':>9}  {'(none installed)':<16} {'-':>8}")
+        for peer, step in peers:
+            time.sleep(0.2)  # torch's worker threads spin a while after their last parallel region
+            t_peer = median_ms(step, args.repeat)
+            print(f"{name:<22} {t_ours:>9.3f} {t_peer:>9.3f}  {peer:<16} {t_peer / t_ours:>8.2f}")
+            if args.json:
+                print(json.dumps({"name": name, "gnn_ms": t_ours, "peer": peer, "peer_ms": t_peer, "nodes": n,
+                                  "edges": int(ei.shape[1]), "features": args.features, "threads": args.threads}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,454 @@
+"""gnn's kernels as torch autograd functions and PyG-style layers.
+
+The layers take PyG's constructor arguments and ``forward(x, edge_index)``, and hold their parameters
+under PyG's names, so a PyG model swaps a layer by changing an import and a PyG state_dict loads as is:
+
+    from gnn.torch import SAGEConv          # instead of: from torch_geometric.nn import SAGEConv
+
+What differs from PyG, by design: CPU float32 tensors only (this build's kernels run on the host); the
+backward sums in a fixed order (no atomics), so gradients have the same bits on every run and thread
+count; the CSR/CSC graph built from ``edge_index`` is kept and reused while the same ``edge_index``
+tensor (same storage and version) comes back, as it does every step of full-graph training. Anything
+the kernels do not cover (GAT edge features, bipartite inputs, SAGE's lstm aggregation) raises
+NotImplementedError rather than computing something else.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+import gnn as _g
+from gnn import Graph
+
+__all__ = ["Graph", "graph_of", "spmm", "sage", "gat_scores", "segment_softmax", "pool", "instance_norm",
+           "layer_norm", "SAGEConv", "GCNConv", "GATConv", "GINConv"]
+
+
+# ---- graphs ---------------------------------------------------------------------------------------
+
+def graph_of(edge_index, num_nodes: Optional[int] = None) -> Graph:
+    """A gnn.Graph from a PyG edge_index [2, E] (row 0 sources, row 1 targets); a Graph passes through."""
+    if isinstance(edge_index, Graph):
+        return edge_index
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(f"edge_index must be a torch.Tensor or gnn.Graph, got {type(edge_index).__name__}")
+    return Graph(edge_index.detach().cpu(), num_nodes=num_nodes)
+
+
+class _GraphCache:
+    """The last graph built from an edge_index, and what was derived from it, reused while the same
+    tensor (storage, shape, in-place version) and node count come back."""
+
+    def __init__(self):
+        self.key = None
+        self.value = None
+
+    def get(self, edge_index: Tensor, num_nodes: int, build):
+        key = (edge_index.data_ptr(), tuple(edge_index.shape), edge_index.stride(), edge_index._version, num_nodes,
+               edge_index.dtype)
+        if key != self.key:
+            self.value, self.key = build(), key
+        return self.value
+
+
+def _check_x(x: Tensor, name: str = "x") -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.device.type != "cpu":
+        raise TypeError(f"{name} is on {x.device}; this build of gnn runs its kernels on CPU tensors only")
+    if x.dtype != torch.float32:
+        raise TypeError(f"{name} must be float32, got {x.dtype}")
+
+
+# ---- autograd functions ---------------------------------------------------------------------------
+
+class _SpMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, graph, x, edge_weight, reduce):
+        out, argmax = _g.spmm(graph, x.contiguous(), reduce, None if edge_weight is None else edge_weight.contiguous(),
+                              return_argmax=True)
+        ctx.graph, ctx.reduce = graph, reduce
+        ctx.save_for_backward(x if edge_weight is not None and edge_weight.requires_grad else None, edge_weight,
+                              argmax)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, edge_weight, argmax = ctx.saved_tensors
+        need_x, need_w = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        gx, gw = _g.spmm_backward(ctx.graph, grad_out.contiguous(), ctx.reduce,
+                                  None if edge_weight is None else edge_weight.contiguous(), argmax,
+                                  None if x is None else x.contiguous(), need_x_grad=need_x, need_weight_grad=need_w)
+        return None, gx, gw, None
+
+
+def spmm(graph: Graph, x: Tensor, reduce: str = "sum", edge_weight: Optional[Tensor] = None) -> Tensor:
+    """Differentiable gnn.spmm (x and edge_weight get gradients; edge_weight in CSR order)."""
+    _check_x(x)
+    return _SpMM.apply(graph, x, edge_weight, reduce)
+
+
+class _SAGE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, graph, x, weight, bias, activation, negative_slope):
+        training = x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+        res = _g.sage(graph, x.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(),
+                      activation, negative_slope, training=training)
+        if not training:
+            return res
+        out, z, h = res
+        ctx.graph, ctx.activation, ctx.negative_slope, ctx.has_bias = graph, activation, negative_slope, bias is not None
+        ctx.save_for_backward(z, h, weight)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        z, h, weight = ctx.saved_tensors
+        gx, gw, gb = _g.sage_backward(ctx.graph, grad_out.contiguous(), z, h, weight.contiguous(), ctx.activation,
+                                      ctx.negative_slope, need_bias_grad=ctx.has_bias)
+        return None, gx, gw, gb, None, None
+
+
+def sage(graph: Graph, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, activation: str = "none",
+         negative_slope: float = 0.01) -> Tensor:
+    """Differentiable fused SAGE layer: act([mean_{j->i} x_j | x_i] @ weight + bias), weight [2F, O]."""
+    _check_x(x)
+    _check_x(weight, "weight")
+    return _SAGE.apply(graph, x, weight, bias, activation, float(negative_slope))
+
+
+class _GatScores(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, graph, a_src, a_dst, negative_slope):
+        a_src, a_dst = a_src.contiguous(), a_dst.contiguous()
+        ctx.graph, ctx.negative_slope = graph, negative_slope
+        ctx.save_for_backward(a_src, a_dst)
+        return _g.gat_scores(graph, a_src, a_dst, negative_slope)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        a_src, a_dst = ctx.saved_tensors
+        gs, gd = _g.gat_scores_backward(ctx.graph, grad_out.contiguous(), a_src, a_dst, ctx.negative_slope)
+        return None, gs, gd, None
+
+
+def gat_scores(graph: Graph, a_src: Tensor, a_dst: Tensor, negative_slope: float = 0.2) -> Tensor:
+    """Differentiable GAT scores [E, H] in CSR order: leaky_relu(a_src[j] + a_dst[i]) for each edge j -> i."""
+    _check_x(a_src, "a_src")
+    _check_x(a_dst, "a_dst")
+    return _GatScores.apply(graph, a_src, a_dst, float(negative_slope))
+
+
+class _SegmentSoftmax(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, indptr):
+        y = _g.segment_softmax(x.contiguous(), indptr)
+        ctx.indptr = indptr
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (y,) = ctx.saved_tensors
+        return _g.segment_softmax_backward(y, grad_out.contiguous(), ctx.indptr), None
+
+
+def segment_softmax(x: Tensor, indptr) -> Tensor:
+    """Differentiable softmax of x [E, H] over the row segments indptr (int32; a graph's .indptr)."""
+    _check_x(x)
+    return _SegmentSoftmax.apply(x, indptr)
+
+
+class _Pool(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, ptr, reduce):
+        x = x.contiguous()
+        y, argmax = _g.pool(x, ptr, reduce, return_argmax=True)
+        ctx.ptr, ctx.reduce, ctx.rows = ptr, reduce, x.shape[0]
+        ctx.save_for_backward(argmax, x if reduce == "logsumexp" else None, y if reduce == "logsumexp" else None)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        argmax, x, y = ctx.saved_tensors
+        return _g.pool_backward(grad_out.contiguous(), ctx.ptr, ctx.rows, ctx.reduce, argmax, x, y), None, None
+
+
+def pool(x: Tensor, ptr: Tensor, reduce: str = "sum") -> Tensor:
+    """Differentiable readout per graph: ptr (int64 [G+1]) as PyG's Batch.ptr; sum, mean, max or logsumexp."""
+    _check_x(x)
+    return _Pool.apply(x, ptr, reduce)
+
+
+class _InstanceNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, ptr, weight, bias, eps):
+        x = x.contiguous()
+        y, mean, rstd = _g.instance_norm(x, ptr, weight, bias, eps)
+        ctx.ptr, ctx.affine = ptr, weight is not None
+        ctx.save_for_backward(x, mean, rstd, weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, mean, rstd, weight = ctx.saved_tensors
+        gx, gw, gb = _g.instance_norm_backward(grad_out.contiguous(), x, ctx.ptr, mean, rstd, weight,
+                                               need_affine_grad=ctx.affine)
+        return gx, None, gw, gb, None
+
+
+def instance_norm(x: Tensor, ptr: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+                  eps: float = 1e-5) -> Tensor:
+    """Differentiable per-graph, per-channel normalisation (PyG's InstanceNorm without running stats)."""
+    _check_x(x)
+    if (weight is None) != (bias is None):
+        raise ValueError("weight and bias: pass both or neither")
+    return _InstanceNorm.apply(x, ptr, weight, bias, float(eps))
+
+
+class _LayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        x = x.contiguous()
+        y, mean, rstd = _g.layer_norm(x, weight, bias, eps)
+        ctx.affine = weight is not None
+        ctx.save_for_backward(x, mean, rstd, weight)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, mean, rstd, weight = ctx.saved_tensors
+        gx, gw, gb = _g.layer_norm_backward(grad_out.contiguous(), x, mean, rstd, weight, need_affine_grad=ctx.affine)
+        return gx, gw, gb, None
+
+
+def layer_norm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+               eps: float = 1e-5) -> Tensor:
+    """Differentiable row normalisation of x [R, F] (torch.nn.functional.layer_norm over the last dim)."""
+    _check_x(x)
+    if (weight is None) != (bias is None):
+        raise ValueError("weight and bias: pass both or neither")
+    return _LayerNorm.apply(x, weight, bias, float(eps))
+
+
+# ---- layers ---------------------------------------------------------------------------------------
+
+def _glorot(t: Tensor) -> None:
+    bound = math.sqrt(6.0 / (t.size(-2) + t.size(-1)))
+    with torch.no_grad():
+        t.uniform_(-bound, bound)
+
+
+def _num_nodes(x: Tensor, edge_index) -> int:
+    return x.shape[0] if not isinstance(edge_index, Graph) else edge_index.num_nodes
+
+
+class SAGEConv(nn.Module):
+    """GraphSAGE (PyG's SAGEConv): out_i = lin_l(aggr_{j -> i} x_j) + lin_r(x_i).
+
+    aggr 'mean' with root_weight runs gnn's fused layer (one GEMM over [mean | x]); 'sum' and 'max'
+    aggregate with gnn.spmm and then apply the two linear maps. normalize l2-normalises the output.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, aggr: str = "mean", normalize: bool = False,
+                 root_weight: bool = True, project: bool = False, bias: bool = True):
+        super().__init__()
+        if not isinstance(in_channels, int):
+            raise NotImplementedError("SAGEConv: bipartite (tuple) in_channels are not supported")
+        if aggr not in ("mean", "sum", "add", "max"):
+            raise NotImplementedError(f"SAGEConv: aggr must be mean, sum or max, got {aggr!r}")
+        if project:
+            raise NotImplementedError("SAGEConv: project=True is not supported")
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.aggr, self.normalize, self.root_weight = "sum" if aggr == "add" else aggr, normalize, root_weight
+        self.lin_l = nn.Linear(in_channels, out_channels, bias=bias)
+        self.lin_r = nn.Linear(in_channels, out_channels, bias=False) if root_weight else None
+        self._cache = _GraphCache()
+
+    def reset_parameters(self) -> None:
+        self.lin_l.reset_parameters()
+        if self.lin_r is not None:
+            self.lin_r.reset_parameters()
+
+    def forward(self, x: Tensor, edge_index) -> Tensor:
+        _check_x(x)
+        graph = edge_index if isinstance(edge_index, Graph) else self._cache.get(
+            edge_index, x.shape[0], lambda: graph_of(edge_index, x.shape[0]))
+        if self.aggr == "mean" and self.root_weight:
+            weight = torch.cat([self.lin_l.weight.t(), self.lin_r.weight.t()], 0)
+            out = sage(graph, x, weight, self.lin_l.bias)
+        else:
+            out = self.lin_l(spmm(graph, x, self.aggr))
+            if self.root_weight:
+                out = out + self.lin_r(x)
+        if self.normalize:
+            out = nn.functional.normalize(out, p=2.0, dim=-1)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"
+
+
+def _add_remaining_self_loops(edge_index: Tensor, num_nodes: int, fill: float):
+    """One self-loop per node, as PyG's add_remaining_self_loops: existing loops (and their repeats)
+    become one of weight 1, nodes without one get a loop of weight `fill`; the loops go last."""
+    loops = edge_index[0] == edge_index[1]
+    w_loop = torch.full((num_nodes,), float(fill))
+    w_loop[edge_index[0][loops]] = 1.0
+    keep = edge_index[:, ~loops]
+    node = torch.arange(num_nodes, dtype=edge_index.dtype)
+    ei = torch.cat([keep, torch.stack([node, node])], 1)
+    return ei, torch.cat([torch.ones(keep.shape[1]), w_loop])
+
+
+class GCNConv(nn.Module):
+    """Kipf and Welling's GCN (PyG's GCNConv): out = D^-1/2 (A + I) D^-1/2 (x W^T) + bias.
+
+    Each node gets one self-loop (existing loops, repeats included, become one of weight 1; a new one
+    weighs 1, or 2 with improved), as PyG's add_remaining_self_loops; the symmetric
+    normalisation uses in-degrees at the targets, as PyG's gcn_norm with flow source_to_target. The
+    graph and its edge weights are kept while the same edge_index comes back (PyG's cached=True does
+    this once for good).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, improved: bool = False, cached: bool = False,
+                 add_self_loops: Optional[bool] = None, normalize: bool = True, bias: bool = True):
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.improved, self.cached, self.normalize = improved, cached, normalize
+        self.add_self_loops = True if add_self_loops is None else add_self_loops
+        self.lin = nn.Module()
+        self.lin.weight = nn.Parameter(torch.empty(out_channels, in_channels))
+        self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
+        self._cache = _GraphCache()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _glorot(self.lin.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def _prepare(self, edge_index: Tensor, num_nodes: int):
+        ei = edge_index.detach().cpu().long()
+        w = torch.ones(ei.shape[1])
+        if self.add_self_loops:
+            ei, w = _add_remaining_self_loops(ei, num_nodes, 2.0 if self.improved else 1.0)
+        graph = Graph(ei, num_nodes=num_nodes)
+        eid = torch.from_numpy(graph.eid.astype("int64"))
+        w = w[eid]  # CSR order
+        if self.normalize:
+            row_of = torch.repeat_interleave(torch.arange(num_nodes),
+                                            torch.from_numpy(graph.indptr.astype("int64")).diff())
+            deg = torch.zeros(num_nodes).index_add_(0, row_of, w)
+            dinv = deg.pow(-0.5)
+            dinv[torch.isinf(dinv)] = 0
+            src = torch.from_numpy(graph.indices.astype("int64"))
+            w = dinv[src] * w * dinv[row_of]
+        return graph, w.contiguous()
+
+    def forward(self, x: Tensor, edge_index, edge_weight: Optional[Tensor] = None) -> Tensor:
+        _check_x(x)
+        if edge_weight is not None:
+            raise NotImplementedError("GCNConv: edge_weight is not supported; pass edge_index alone")
+        if isinstance(edge_index, Graph):
+            raise TypeError("GCNConv: pass edge_index (the layer adds self-loops and normalises)")
+        graph, w = self._cache.get(edge_index, x.shape[0], lambda: self._prepare(edge_index, x.shape[0]))
+        out = spmm(graph, x @ self.lin.weight.t(), "sum", w)
+        return out + self.bias if self.bias is not None else out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels})"
+
+
+class GINConv(nn.Module):
+    """The graph isomorphism layer (PyG's GINConv): out = nn((1 + eps) x + sum_{j -> i} x_j)."""
+
+    def __init__(self, nn: torch.nn.Module, eps: float = 0.0, train_eps: bool = False):
+        super().__init__()
+        self.nn = nn
+        self.initial_eps = eps
+        if train_eps:
+            self.eps = torch.nn.Parameter(torch.tensor([float(eps)]))
+        else:
+            self.register_buffer("eps", torch.tensor([float(eps)]))
+        self._cache = _GraphCache()
+
+    def reset_parameters(self) -> None:
+        for m in self.nn.modules():
+            if m is not self.nn and hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+        self.eps.data.fill_(self.initial_eps)
+
+    def forward(self, x: Tensor, edge_index) -> Tensor:
+        _check_x(x)
+        graph = edge_index if isinstance(edge_index, Graph) else self._cache.get(
+            edge_index, x.shape[0], lambda: graph_of(edge_index, x.shape[0]))
+        return self.nn(spmm(graph, x, "sum") + (1 + self.eps) * x)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(nn={self.nn})"
+
+
+class GATConv(nn.Module):
+    """Graph attention (PyG's GATConv, Velickovic et al.): per head h,
+    alpha_ij = softmax_j(leaky_relu(a_src . W x_j + a_dst . W x_i)), out_i = sum_j alpha_ij W x_j,
+    heads concatenated (concat) or averaged, plus bias. Existing self-loops are replaced by one per node
+    (add_self_loops), dropout applies to alpha in training. Scores, softmax and aggregation are gnn's
+    kernels; edge features (edge_dim) are not supported.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True,
+                 negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True,
+                 edge_dim: Optional[int] = None, fill_value="mean", bias: bool = True):
+        super().__init__()
+        if not isinstance(in_channels, int):
+            raise NotImplementedError("GATConv: bipartite (tuple) in_channels are not supported")
+        if edge_dim is not None:
+            raise NotImplementedError("GATConv: edge features (edge_dim) are not supported")
+        self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
+        self.negative_slope, self.dropout, self.add_self_loops = negative_slope, dropout, add_self_loops
+        self.lin = nn.Module()
+        self.lin.weight = nn.Parameter(torch.empty(heads * out_channels, in_channels))
+        self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
+        self.bias = nn.Parameter(torch.empty(heads * out_channels if concat else out_channels)) if bias else None
+        self._cache = _GraphCache()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _glorot(self.lin.weight)
+        _glorot(self.att_src)
+        _glorot(self.att_dst)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def _prepare(self, edge_index: Tensor, num_nodes: int) -> Graph:
+        ei = edge_index.detach().cpu().long()
+        if self.add_self_loops:
+            ei = ei[:, ei[0] != ei[1]]
+            loop = torch.arange(num_nodes)
+            ei = torch.cat([ei, torch.stack([loop, loop])], 1)
+        return Graph(ei, num_nodes=num_nodes)
+
+    def forward(self, x: Tensor, edge_index) -> Tensor:
+        _check_x(x)
+        N, H, C = x.shape[0], self.heads, self.out_channels
+        graph = edge_index if isinstance(edge_index, Graph) else self._cache.get(
+            edge_index, N, lambda: self._prepare(edge_index, N))
+        xw = x @ self.lin.weight.t()  # [N, H*C]
+        xh = xw.view(N, H, C)
+        a_src = (xh * self.att_src).sum(-1)
+        a_dst = (xh * self.att_dst).sum(-1)
+        alpha = segment_softmax(gat_scores(graph, a_src, a_dst, self.negative_slope),
+                                graph.indptr)
+        alpha = nn.functional.dropout(alpha, p=self.dropout, training=self.training)
+        out = spmm(graph, xw, "sum", alpha)
+        out = out if self.concat else out.view(N, H, C).mean(1)
+        return out + self.bias if self.bias is not None else out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

@@ -1,0 +1,178 @@
+"""The module's edges: graphs, files, bad arguments (one clear exception naming the argument, never a
+crash), zero-copy views, and reference counts over many calls."""
+import gc
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gnn
+from conftest import GNN_CLI, SHARED, random_graph, torch
+
+
+def test_graph_matches_a_sort_of_the_edges():
+    ei = random_graph(30, 200, seed=5)
+    g = gnn.Graph(ei, num_nodes=30)
+    assert (g.num_nodes, g.num_src_nodes, g.num_edges, g.is_bipartite) == (30, 30, 200, False)
+    order = np.argsort(ei[1], kind="stable")  # CSR: by target, input order within a row
+    np.testing.assert_array_equal(g.eid, order)
+    np.testing.assert_array_equal(g.indices, ei[0][order])
+    np.testing.assert_array_equal(g.indptr, np.concatenate([[0], np.cumsum(np.bincount(ei[1], minlength=30))]))
+    csc = np.argsort(ei[0][order], kind="stable")
+    np.testing.assert_array_equal(g.csc_to_csr, csc)
+    np.testing.assert_array_equal(g.csc_indices, ei[1][order][csc])
+    # int32 indices, a transposed (non-contiguous) view and a torch tensor build the same graph.
+    for other in (ei.astype(np.int32), np.asfortranarray(ei), torch.as_tensor(ei)):
+        np.testing.assert_array_equal(gnn.Graph(other, num_nodes=30).indices, g.indices)
+    assert repr(g) == "gnn.Graph(num_nodes=30, num_edges=200)"
+
+
+def test_graph_arrays_are_read_only_views_that_keep_the_graph_alive():
+    g = gnn.Graph(random_graph(10, 40, seed=6))
+    a, b = g.indptr, g.indptr
+    assert a.__array_interface__["data"][0] == b.__array_interface__["data"][0]  # no copy per access
+    assert not a.flags.writeable
+    expect = a.copy()
+    del g
+    gc.collect()
+    np.testing.assert_array_equal(a, expect)  # the array holds the graph
+
+
+def test_bipartite_graph():
+    ei = np.array([[0, 4, 4, 2], [0, 0, 1, 1]])
+    g = gnn.Graph(ei, num_nodes=2, num_src_nodes=5)
+    assert (g.num_nodes, g.num_src_nodes, g.is_bipartite) == (2, 5, True)
+    x = np.arange(10, dtype=np.float32).reshape(5, 2)
+    np.testing.assert_array_equal(gnn.spmm(g, x), [[8, 10], [12, 14]])
+
+
+def read_only(a):
+    a.setflags(write=False)
+    return a
+
+
+@pytest.mark.parametrize("call, kind, match", [
+    (lambda g, x: gnn.Graph(np.zeros((3, 4), np.int64)), ValueError, r"edge_index must have shape \(2, E\)"),
+    (lambda g, x: gnn.Graph(np.zeros((2, 4), np.float32)), TypeError, "edge_index must be int64 or int32"),
+    (lambda g, x: gnn.Graph(np.array([[0, 1], [1, 9]]), num_nodes=4), gnn.Error, "outside"),
+    (lambda g, x: gnn.Graph(np.array([[0, -1], [1, 0]])), gnn.Error, "outside"),
+    (lambda g, x: gnn.spmm(g, x.astype(np.float64)), TypeError, "x must be float32, got float64"),
+    (lambda g, x: gnn.spmm(g, x[:5]), ValueError, r"x must have shape \(8, 3\), got \(5, 3\)"),
+    (lambda g, x: gnn.spmm(g, np.asfortranarray(x)), ValueError, "x is not C-contiguous"),
+    (lambda g, x: gnn.spmm(g, x, "min"), ValueError, "reduce must be 'sum', 'mean' or 'max'"),
+    (lambda g, x: gnn.spmm(g, x, "sum", np.ones(3, np.float32)), ValueError, r"edge_weight must have shape"),
+    (lambda g, x: gnn.spmm(g, x, "sum", np.ones((g.num_edges, 2), np.float32)), ValueError, "do not split into 2"),
+    (lambda g, x: gnn.spmm(g, x, out=np.zeros((8, 3), np.float32)[:, :2]), ValueError, "out must have shape"),
+    (lambda g, x: gnn.spmm(g, x, out=np.zeros((8, 3), np.float32)[::-1]), ValueError, "out is not C-contiguous"),
+    (lambda g, x: gnn.spmm(g, x, out=np.broadcast_to(np.float32(0), (8, 3))), TypeError, "out is read-only"),
+    (lambda g, x: gnn.spmm(g, x, out=read_only(np.zeros((8, 3), np.float32))), TypeError, "out is read-only"),
+    (lambda g, x: gnn.spmm(g, [[1.0]]), TypeError, "x must be an array"),
+    (lambda g, x: gnn.sage(g, x, np.ones((5, 2), np.float32)), ValueError, r"weight must have shape \(6, 2\)"),
+    (lambda g, x: gnn.sage(g, x, np.ones((6, 2), np.float32), activation="swish"), ValueError, "activation must be"),
+    (lambda g, x: gnn.segment_softmax(x, np.array([0, 3, 9], np.int32)), ValueError, "indptr must start at 0 and end"),
+    (lambda g, x: gnn.segment_softmax(x, np.array([0, 6, 3, 8], np.int32)), ValueError, "indptr must not decrease"),
+    (lambda g, x: gnn.segment_softmax(x, np.array([0, 8], np.int64)), TypeError, "indptr must be int32"),
+    (lambda g, x: gnn.pool(x, np.array([0, 9], np.int64)), ValueError, "ptr must start at 0 and end"),
+    (lambda g, x: gnn.layer_norm(x, eps=0.0), ValueError, "eps must be > 0"),
+    (lambda g, x: gnn.layer_norm(x, np.ones(4, np.float32)), ValueError, r"weight must have shape \(3,\)"),
+    (lambda g, x: gnn.spmm(g, torch.zeros(8, 3, device="meta")), TypeError, "x is on meta"),
+    (lambda g, x: gnn.set_num_threads(0), gnn.Error, ""),
+    (lambda g, x: gnn.load_npz("/nonexistent/file.npz"), gnn.Error, "/nonexistent/file.npz"),
+])
+def test_bad_arguments_raise_one_clear_error(call, kind, match):
+    g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=8)
+    x = np.ones((8, 3), np.float32)
+    with pytest.raises(kind, match=match):
+        call(g, x)
+
+
+def test_no_reference_leaks_over_many_calls():
+    g = gnn.Graph(random_graph(100, 500, seed=7), num_nodes=100)
+    x = np.random.default_rng(0).standard_normal((100, 4)).astype(np.float32)
+    xt = torch.from_numpy(x.copy()).requires_grad_()
+    import gnn.torch as gt
+    conv = gt.SAGEConv(4, 4)
+    ei = torch.as_tensor(random_graph(100, 500, seed=7))
+
+    def calls():
+        y = gnn.spmm(g, x, "max", return_argmax=True)
+        gnn.spmm_backward(g, y[0], "max", argmax=y[1])
+        gnn.sage(g, x, np.ones((8, 4), np.float32), training=True)
+        conv(xt, ei).sum().backward()
+
+    for _ in range(100):  # warm-up: caches, lazily created objects
+        calls()
+    gc.collect()
+    refs = (sys.getrefcount(g), sys.getrefcount(x), sys.getrefcount(xt))
+    objects = len(gc.get_objects())
+    for _ in range(10_000):
+        calls()
+    gc.collect()
+    assert (sys.getrefcount(g), sys.getrefcount(x), sys.getrefcount(xt)) == refs
+    assert len(gc.get_objects()) - objects < 100
+
+
+def test_load_npz_reads_what_numpy_writes(tmp_path):
+    rng = np.random.default_rng(8)
+    arrays = {"f": rng.standard_normal((50, 7)).astype(np.float32), "d": rng.standard_normal(9),
+              "i": rng.integers(-5, 5, (4, 3)).astype(np.int32), "l": np.arange(11, dtype=np.int64),
+              "u": rng.integers(0, 255, 17).astype(np.uint8), "b": rng.random(5) > 0.5,
+              "fortran": np.asfortranarray(rng.standard_normal((6, 4)).astype(np.float32))}
+    for save in (np.savez, np.savez_compressed):
+        path = tmp_path / f"{save.__name__}.npz"
+        save(path, **arrays)
+        got = gnn.load_npz(str(path))
+        assert set(got) == set(arrays)
+        for k, v in arrays.items():
+            np.testing.assert_array_equal(got[k], v)
+        assert set(gnn.load_npz(str(path), keys=["f", "l"])) == {"f", "l"}
+    with pytest.raises(gnn.Error, match="nope"):
+        gnn.load_npz(str(tmp_path / "savez.npz"), keys=["nope"])
+    corrupt = tmp_path / "corrupt.npz"
+    data = bytearray((tmp_path / "savez.npz").read_bytes())
+    data[200] ^= 0xFF  # inside the first member's data: its CRC-32 no longer matches
+    corrupt.write_bytes(bytes(data))
+    with pytest.raises(gnn.Error, match="corrupt.npz"):
+        gnn.load_npz(str(corrupt))
+
+
+def test_load_tpugraph_validates_a_generated_file(tmp_path):
+    if not GNN_CLI.exists():
+        pytest.skip(f"{GNN_CLI} is not built (cmake --build build --target gnn_cli)")
+    subprocess.run([str(GNN_CLI), "synth", "--collection", "layout", "--graphs", "1", "--nodes", "200",
+                    "--configs", "20", "--split", "train", "--out", str(tmp_path)], check=True,
+                   stdout=subprocess.DEVNULL)
+    path = next((tmp_path / "npz").rglob("*.npz"))
+    d = gnn.load_tpugraph(str(path))
+    ref = np.load(path)
+    for k in ("node_feat", "node_opcode", "edge_index", "node_config_ids", "node_config_feat", "config_runtime"):
+        np.testing.assert_array_equal(d[k].reshape(ref[k].shape), ref[k].astype(d[k].dtype))
+    broken = tmp_path / "broken.npz"
+    np.savez(broken, **{k: ref[k] for k in ref.files if k != "node_opcode"})
+    with pytest.raises(gnn.Error, match="node_opcode"):
+        gnn.load_tpugraph(str(broken))
+
+
+def test_load_tpugraph_on_real_files():
+    files = sorted((SHARED / "tpugraphs" / "tile" / "xla").glob("*.npz"))
+    if not files:
+        pytest.skip(f"{SHARED / 'tpugraphs'} is absent (../shared/data holds real TpuGraphs files)")
+    d = gnn.load_tpugraph(str(files[0]))
+    ref = np.load(files[0])
+    np.testing.assert_array_equal(d["config_feat"], ref["config_feat"].astype(np.float32))
+
+
+def test_cora_sage_layer_matches_plain_torch(cora):
+    import gnn.torch as gt
+    d = gnn.load_npz(str(cora))
+    ei = torch.as_tensor(d["edge_index"].astype(np.int64)).t()
+    ei = torch.cat([ei, ei.flip(0)], 1)  # undirected, as PyG's Planetoid
+    n = int(d["x_shape"][0])
+    torch.manual_seed(0)
+    x = torch.randn(n, 16, requires_grad=True)
+    conv = gt.SAGEConv(16, 8)
+    y = conv(x, ei)
+    agg = torch.zeros(n, 16).index_add(0, ei[1], x[ei[0]])
+    deg = torch.zeros(n).index_add(0, ei[1], torch.ones(ei.shape[1])).clamp(min=1)
+    torch.testing.assert_close(y, conv.lin_l(agg / deg[:, None]) + conv.lin_r(x), rtol=1e-4, atol=1e-5)
