@@ -5,8 +5,8 @@
 #include <iostream>
 
 #include "base/error.h"
-#include "io/atomic_file.h"
 #include "dist/comm.h"
+#include "io/atomic_file.h"
 
 namespace gnn::cli {
 
@@ -69,6 +69,11 @@ double Args::number(const std::string& flag) const {
   return v;
 }
 
+std::vector<std::string> Args::all(const std::string& flag) const {
+  if (auto it = repeated_.find(flag); it != repeated_.end()) return it->second;
+  return has(flag) ? std::vector<std::string>{str(flag)} : std::vector<std::string>{};
+}
+
 std::vector<std::string> Args::list(const std::string& flag) const {
   std::vector<std::string> out;
   const std::string s = str(flag);
@@ -104,8 +109,9 @@ Args parse_args(const Command& cmd, const std::vector<std::string>& argv) {
         if (i + 1 == argv.size()) throw UsageError(usage + "--" + name + " needs a value (" + f->metavar + ")");
         value = argv[++i];
       }
-      if (a.values_.count(name)) throw UsageError(usage + "--" + name + " given twice");
-      a.values_[name] = value;
+      if (a.values_.count(name) && !f->repeatable) throw UsageError(usage + "--" + name + " given twice");
+      if (f->repeatable) a.repeated_[name].push_back(value);
+      if (!a.values_.count(name)) a.values_[name] = value;
     } else if (s.size() > 1 && s[0] == '-' && !(std::isdigit(static_cast<unsigned char>(s[1])))) {
       throw UsageError(usage + "unknown option '" + s + "' (flags are --name)");
     } else {
@@ -131,7 +137,7 @@ std::string command_help(const Command& cmd) {
   if (cmd.repeat_last && !cmd.positionals.empty()) s += " [" + cmd.positionals.back().name + "...]";
   for (const Flag& f : cmd.flags) {
     const std::string one = "--" + f.name + (f.metavar.empty() ? "" : " " + f.metavar);
-    s += f.required ? " " + one : " [" + one + "]";
+    s += (f.required ? " " + one : " [" + one + "]") + (f.repeatable ? "..." : "");
   }
   s += "\n\n" + cmd.summary + "\n";
   if (!cmd.positionals.empty() || !cmd.flags.empty()) s += "\n";

@@ -17,6 +17,7 @@ struct Flag {
   std::string help;
   std::string default_value;  // used when the flag is absent; "" with required=false means optional
   bool required = false;
+  bool repeatable = false;  // may be given more than once (gnn eval --run A --run B); Args::all reads them
 };
 
 struct Positional {
@@ -42,6 +43,7 @@ class Args {
   int64_t integer(const std::string& flag, int64_t min, int64_t max) const;
   double number(const std::string& flag) const;
   std::vector<std::string> list(const std::string& flag) const;  // comma-separated
+  std::vector<std::string> all(const std::string& flag) const;  // a repeatable flag's values, in order
   const std::string& positional(size_t i) const { return positionals_.at(i); }
   const std::vector<std::string>& positionals() const { return positionals_; }
 
@@ -50,6 +52,7 @@ class Args {
   std::string command_;
   std::map<std::string, std::string> values_;
   std::map<std::string, std::string> defaults_;
+  std::map<std::string, std::vector<std::string>> repeated_;
   std::vector<std::string> positionals_;
 };
 

@@ -44,28 +44,82 @@ const Flag kCommTimeout = {"comm-timeout", "S",
                            "before it stops the job (a rank died or hangs)",
                            "300"};
 
-// The model of --run (--checkpoint) and the --data files of --split its recipe's kind reads.
+// The runs of --run (repeatable) and of --runs FILE (one run directory per line; blank lines and lines
+// starting with # skipped), in that order.
+std::vector<std::string> run_dirs(const Args& a) {
+  std::vector<std::string> dirs = a.all("run");
+  if (a.has("runs")) {
+    std::ifstream f(a.str("runs"));
+    if (!f) throw UsageError("--runs " + a.str("runs") + ": cannot be read");
+    for (std::string line; std::getline(f, line);) {
+      const size_t b = line.find_first_not_of(" \t"), e = line.find_last_not_of(" \t\r");
+      if (b != std::string::npos && line[b] != '#') dirs.push_back(line.substr(b, e - b + 1));
+    }
+    if (dirs.size() == a.all("run").size()) throw UsageError("--runs " + a.str("runs") + ": lists no run");
+  }
+  if (dirs.empty()) throw UsageError("missing --run RUN (or --runs FILE)");
+  return dirs;
+}
+
+// The models of the runs (--checkpoint of each) and, per run, the --data files of --split its recipe's
+// kind reads, preprocessed as that run was trained. Several runs are an ensemble: the same kind, scored
+// per graph and combined (--ensemble).
 struct RunOnSplit {
+  std::string dir;
   train::LoadedModel model;
   std::unique_ptr<train::GraphSource> graphs;
 };
-RunOnSplit open_run(const Args& a) {
+std::vector<RunOnSplit> open_runs(const Args& a) {
   const Device device = parse_device(a);
   set_threads(a);
-  RunOnSplit r;
-  r.model = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")));
-  nn::move_parameters(*r.model.model, device);
-  auto files = train::kind_files(a.str("data"), r.model.recipe->kind, a.str("split"));
-  GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", r.model.recipe->kind, " ", a.str("split"), " files");
-  r.graphs = std::make_unique<train::GraphSource>(std::move(files), r.model.prep, uint64_t(2) << 30);
-  return r;
+  try {
+    train::parse_combine(a.str("ensemble"));  // a typo fails before any loading, as a usage error
+  } catch (const Error& e) {
+    throw UsageError(e.message());
+  }
+  std::vector<RunOnSplit> runs;
+  for (const std::string& dir : run_dirs(a)) {
+    RunOnSplit r;
+    r.dir = dir;
+    r.model = train::load_model(train::run_checkpoint(dir, a.str("checkpoint")));
+    if (!runs.empty() && r.model.recipe->kind != runs[0].model.recipe->kind)
+      throw UsageError("--run " + dir + ": a " + r.model.recipe->kind + " model (" + r.model.recipe->name +
+                       ") cannot join an ensemble of " + runs[0].model.recipe->kind + " models (" + runs[0].dir + ")");
+    nn::move_parameters(*r.model.model, device);
+    auto files = train::kind_files(a.str("data"), r.model.recipe->kind, a.str("split"));
+    GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", r.model.recipe->kind, " ", a.str("split"), " files");
+    r.graphs = std::make_unique<train::GraphSource>(std::move(files), r.model.prep, uint64_t(2) << 30);
+    runs.push_back(std::move(r));
+  }
+  return runs;
 }
 
-// What eval and predict read, which no output of theirs may name: the run's files, the graphs and the
+int64_t tta_of(const Args& a, const train::LoadedModel& m);
+
+// The ensemble's scores of file i's listed configs: each run's own prediction (its preprocessing of the
+// graph, its --eval-chunk and --tta), combined; one run's scores as they are.
+train::ConfigScorer ensemble_scorer(const Args& a, const std::vector<RunOnSplit>& runs) {
+  const train::Combine how = runs.size() > 1 ? train::parse_combine(a.str("ensemble")) : train::Combine::kMeanZ;
+  return [&a, &runs, how](size_t i, const train::ModelGraph& g, const std::vector<int64_t>& configs) {
+    std::vector<std::vector<double>> members;
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const train::LoadedModel& m = runs[k].model;
+      const auto own = k ? runs[k].graphs->get(i) : nullptr;  // run 0's graph is g
+      members.push_back(train::predict_configs(*m.model, own ? *own : g, configs, m.train.eval_chunk, tta_of(a, m)));
+    }
+    return train::combine_scores(members, how);
+  };
+}
+
+// What eval and predict read, which no output of theirs may name: the runs' files, the graphs and the
 // eval_indices files.
-std::vector<std::string> inputs_of(const Args& a, const RunOnSplit& run) {
-  std::vector<std::string> in = train::run_files(a.str("run"));
-  for (const DatasetFile& f : run.graphs->files()) in.push_back(f.path);
+std::vector<std::string> inputs_of(const Args& a, const std::vector<RunOnSplit>& runs) {
+  std::vector<std::string> in;
+  for (const RunOnSplit& r : runs) {
+    for (std::string& f : train::run_files(r.dir)) in.push_back(std::move(f));
+    for (const DatasetFile& f : r.graphs->files()) in.push_back(f.path);
+  }
+  if (a.has("runs")) in.push_back(a.str("runs"));
   std::error_code ec;
   if (a.has("eval-indices") && std::filesystem::is_directory(a.str("eval-indices"), ec))
     for (const auto& e : std::filesystem::directory_iterator(a.str("eval-indices"), ec))
@@ -251,7 +305,14 @@ std::string fmt_runtime(double v) {
 }
 
 // The flags eval and predict share: which run and checkpoint, the data, how to score, where to run.
-const Flag kRunFlag{"run", "RUN", "the run directory of gnn train", "", true};
+const Flag kRunFlag{
+    "run", "RUN", "the run directory of gnn train; given more than once, an ensemble of the runs (--ensemble)",
+    "",    false, true};
+const Flag kRunsFlag{"runs", "FILE", "a file listing run directories, one per line: more members of the ensemble"};
+const Flag kEnsembleFlag{"ensemble", "mean-z|mean-rank",
+                         "how several runs' scores of a graph's configs combine: the mean of each run's scores "
+                         "standardised over the graph's configs, or the mean of their ranks",
+                         "mean-z"};
 const Flag kDataFlag{"data", "DIR", "the dataset", "", true};
 const Flag kCheckpointFlag{"checkpoint", "auto|best|last|swa",
                            "best.npz, model.npz, swa.npz (--swa), or best when it exists", "auto"};
@@ -268,11 +329,13 @@ Command eval_command() {
   c.name = "eval";
   c.summary = "score a trained run on a split with known runtimes (the competition metrics)";
   c.flags = {kRunFlag,
+             kRunsFlag,
+             kEnsembleFlag,
              kDataFlag,
              {"split", "NAME", "train | valid | test (test files have no runtimes)", "valid"},
              kCheckpointFlag,
              {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout metrics on them"},
-             {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl)"},
+             {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl; an ensemble: none)"},
              kTtaFlag,
              kDeviceFlag,
              kThreadsFlag,
@@ -281,25 +344,43 @@ Command eval_command() {
       "Every config of each graph is scored (a layout graph on its eval_indices subset with --eval-indices).\n"
       "Tile: slowdown@1/5/10 as 1 - slowdown (the Kaggle convention) over the full predicted order, score =\n"
       "slowdown@5. Layout: Kendall tau-b (as scipy), OPA, slowdown@1/10/100; score = tau. The last line of\n"
-      "stdout is one JSON object.";
+      "stdout is one JSON object.\n"
+      "Several runs (--run A --run B, --runs FILE) are scored as an ensemble, as the top solutions submitted:\n"
+      "each run scores every config with its own preprocessing, --eval-chunk and --tta, and per graph the\n"
+      "runs' scores are standardised and averaged (--ensemble mean-z) or their ranks averaged (mean-rank).";
   c.run = [](const Args& a) {
     const std::string eval_dir = eval_indices_flag(a);
-    const RunOnSplit run = open_run(a);
-    if (a.has("per-graph")) check_output("per-graph", a.str("per-graph"), inputs_of(a, run));
-    const train::LoadedModel& m = run.model;
-    train::GraphSource& src = *run.graphs;
+    const std::vector<RunOnSplit> runs = open_runs(a);
+    if (a.has("per-graph")) check_output("per-graph", a.str("per-graph"), inputs_of(a, runs));
+    const train::LoadedModel& m = runs[0].model;
+    train::GraphSource& src = *runs[0].graphs;
     const bool lead = dist::world().rank == 0;
     if (lead)
-      std::fprintf(stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs\n", m.path.c_str(), m.recipe->name.c_str(),
-                   (long long)m.epoch, src.files().size(), a.str("split").c_str());
-    const train::Evaluation ev = train::evaluate(*m.model, src, m.train.eval_chunk, eval_dir, tta_of(a, m),
-                                                 m.train.regression(), m.prep.log_offset);
+      for (const RunOnSplit& r : runs)
+        std::fprintf(
+            stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs%s\n", r.model.path.c_str(),
+            r.model.recipe->name.c_str(), (long long)r.model.epoch, src.files().size(), a.str("split").c_str(),
+            runs.size() > 1
+                ? (", one of " + std::to_string(runs.size()) + " (--ensemble " + a.str("ensemble") + ")").c_str()
+                : "");
+    // One run as it always was (its regression runs also get the mean relative error); an ensemble's
+    // combined scores are no runtimes.
+    const train::Evaluation ev = runs.size() == 1
+                                     ? train::evaluate(*m.model, src, m.train.eval_chunk, eval_dir, tta_of(a, m),
+                                                       m.train.regression(), m.prep.log_offset)
+                                     : train::evaluate(ensemble_scorer(a, runs), src, eval_dir);
     const std::string per =
-        a.has("per-graph") ? a.str("per-graph")
-                           : (std::filesystem::path(a.str("run")) / ("eval_" + a.str("split") + ".jsonl")).string();
+        a.has("per-graph")
+            ? a.str("per-graph")
+            : (runs.size() == 1 ? (std::filesystem::path(runs[0].dir) / ("eval_" + a.str("split") + ".jsonl")).string()
+                                : std::string());
     std::string text;
     for (const auto& [coll, s] : ev.scores) text += graph_score_json(s) + "\n";
     if (!lead) return 0;
+    if (per.empty()) {
+      std::printf("%s\n", ev.json.c_str());
+      return 0;
+    }
     try {
       write_file_atomic(per, text);
     } catch (const Error& e) {
@@ -319,6 +400,8 @@ Command predict_command() {
   c.name = "predict";
   c.summary = "write the competition's submission CSV for a split (test by default)";
   c.flags = {kRunFlag,
+             kRunsFlag,
+             kEnsembleFlag,
              kDataFlag,
              {"split", "NAME", "which split's files", "test"},
              {"out", "FILE", "the CSV to write (atomically)", "", true},
@@ -335,19 +418,23 @@ Command predict_command() {
       "<collection>:<file stem>; tile rows the 5 predicted-fastest config indices, layout rows every config\n"
       "index, fastest first (ties by index), separated by ';'. Rows in the order the files are walked.\n"
       "--runtimes FILE also writes, for a run trained with --loss mse or mape, one row per (graph, config):\n"
-      "ID,Config,Runtime, the predicted runtime (exp of the model's log runtime); gnn score --runtimes scores it.";
+      "ID,Config,Runtime, the predicted runtime (exp of the model's log runtime); gnn score --runtimes scores it.\n"
+      "Several runs (--run A --run B, --runs FILE) predict as an ensemble (see gnn eval --help).";
   c.run = [](const Args& a) {
-    const RunOnSplit run = open_run(a);
-    const train::LoadedModel& m = run.model;
-    const std::vector<std::string> inputs = inputs_of(a, run);
+    const std::vector<RunOnSplit> runs = open_runs(a);
+    const train::LoadedModel& m = runs[0].model;
+    const std::vector<std::string> inputs = inputs_of(a, runs);
     check_output("out", a.str("out"), inputs);
     if (a.has("runtimes")) check_output("runtimes", a.str("runtimes"), inputs);
     if (a.has("runtimes") && !output_names_input(a.str("runtimes"), {a.str("out")}).empty())
       throw UsageError("--runtimes: " + a.str("runtimes") + " is the --out file too; give them different paths");
+    if (a.has("runtimes") && runs.size() > 1)
+      throw UsageError("--runtimes: an ensemble's combined scores are no runtimes; predict them with one --run");
     if (a.has("runtimes") && !m.train.regression())
       throw UsageError("--runtimes: " + m.path + " ranks configs (--loss " + m.hparams.str("loss") +
                        ") and predicts no runtimes; train with --loss mse or mape");
-    train::GraphSource& src = *run.graphs;
+    train::GraphSource& src = *runs[0].graphs;
+    const train::ConfigScorer score = ensemble_scorer(a, runs);
     // Under mpirun each rank predicts its share of the graphs and rank 0 writes every row, in file order.
     const dist::World& w = dist::world();
     const dist::Range mine = dist::shard(int64_t(src.files().size()), w.rank, w.size);
@@ -357,7 +444,7 @@ Command predict_command() {
       std::vector<int64_t> all(size_t(g->num_configs()));
       std::iota(all.begin(), all.end(), 0);
       // Positions in `all` are the config indices themselves.
-      const std::vector<double> p = train::predict_configs(*m.model, *g, all, m.train.eval_chunk, tta_of(a, m));
+      const std::vector<double> p = score(i, *g, all);
       for (size_t k = 0; a.has("runtimes") && k < p.size(); ++k) {
         const double rt = std::exp(p[k] + m.prep.log_offset);  // the output plus the run's offset: log runtime
         GNN_CHECK(std::isfinite(rt) && rt > 0, "--runtimes: ", g->file.id(), " config ", k,
@@ -385,8 +472,12 @@ Command predict_command() {
       for (const std::string& part : runtime_parts) text += part;
       write_file_atomic(a.str("runtimes"), text);
     }
-    std::printf("wrote %s: %zu rows (%s, %s)\n", a.str("out").c_str(), src.files().size(), m.recipe->name.c_str(),
-                m.path.c_str());
+    if (runs.size() == 1)
+      std::printf("wrote %s: %zu rows (%s, %s)\n", a.str("out").c_str(), src.files().size(), m.recipe->name.c_str(),
+                  m.path.c_str());
+    else
+      std::printf("wrote %s: %zu rows (an ensemble of %zu runs, --ensemble %s)\n", a.str("out").c_str(),
+                  src.files().size(), runs.size(), a.str("ensemble").c_str());
     return 0;
   };
   return c;

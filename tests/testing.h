@@ -28,6 +28,14 @@ inline std::string shared_data(const std::string& rel) {
   return std::string(env ? env : GNN_SHARED_DATA_DIR) + "/" + rel;
 }
 
+// The last line of a command's output (trailing newlines ignored): where gnn prints its JSON summary.
+inline std::string last_line(const std::string& s) {
+  const size_t end = s.find_last_not_of('\n');
+  if (end == std::string::npos) return "";
+  const size_t begin = s.rfind('\n', end), first = begin == std::string::npos ? 0 : begin + 1;
+  return s.substr(first, end - first + 1);
+}
+
 // Prints why a test does nothing here; the caller returns right after.
 inline void skip(const std::string& why) {
   std::printf("SKIP: %s\n", why.c_str());

@@ -1,6 +1,7 @@
 // gnn eval and predict's side of the pipeline: a run's files of one kind, the scores of configs, the
 // ranking a submission holds, and the competition metrics over a split.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -130,8 +131,54 @@ std::vector<std::pair<std::string, GraphScore>> gather_scores(
   return all;
 }
 
+Combine parse_combine(const std::string& name) {
+  if (name == "mean-z") return Combine::kMeanZ;
+  if (name == "mean-rank") return Combine::kMeanRank;
+  GNN_FAIL("--ensemble: expected mean-z or mean-rank, got '", name, "'");
+}
+
+std::vector<double> combine_scores(const std::vector<std::vector<double>>& members, Combine how) {
+  GNN_CHECK(!members.empty(), "combine_scores: no members");
+  if (members.size() == 1) return members[0];
+  const size_t n = members[0].size();
+  std::vector<double> out(n, 0.0);
+  constexpr double kNotFinite = std::numeric_limits<double>::max();  // predict_configs' mark
+  for (const std::vector<double>& p : members) {
+    GNN_CHECK(p.size() == n, "combine_scores: a member scored ", p.size(), " configs, another ", n);
+    std::vector<double> v(n);
+    if (how == Combine::kMeanRank) {
+      std::vector<int64_t> pos(n);
+      std::iota(pos.begin(), pos.end(), 0);
+      const std::vector<int64_t> order = ranking_order(p, pos);
+      for (size_t r = 0; r < n; ++r) v[size_t(order[r])] = double(r);
+    } else {
+      double sum = 0, sq = 0, top = -HUGE_VAL;
+      size_t k = 0;
+      for (double x : p)
+        if (x != kNotFinite) sum += x, ++k;
+      const double mean = k ? sum / double(k) : 0;
+      for (double x : p)
+        if (x != kNotFinite) sq += (x - mean) * (x - mean);
+      const double sd = k ? std::sqrt(sq / double(k)) : 0;
+      for (size_t i = 0; i < n; ++i)
+        if (p[i] != kNotFinite) v[i] = sd > 0 ? (p[i] - mean) / sd : 0, top = std::max(top, v[i]);
+      for (size_t i = 0; i < n; ++i)
+        if (p[i] == kNotFinite) v[i] = (k ? top : 0) + 1;
+    }
+    for (size_t i = 0; i < n; ++i) out[i] += v[i] / double(members.size());
+  }
+  return out;
+}
+
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir, int64_t tta,
                     bool log_runtime, double log_offset) {
+  return evaluate([&](size_t, const ModelGraph& g,
+                      const std::vector<int64_t>& configs) { return predict_configs(model, g, configs, chunk, tta); },
+                  src, eval_indices_dir, log_runtime, log_offset);
+}
+
+Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::string& eval_indices_dir, bool log_runtime,
+                    double log_offset) {
   Evaluation ev;
   std::map<std::string, std::map<std::string, std::vector<int64_t>>> subsets;  // "xla_default" -> stem -> configs
   // In a data-parallel job each rank scores its share of the graphs; the scores are gathered in file order.
@@ -158,7 +205,7 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
       configs.resize(size_t(g->num_configs()));
       std::iota(configs.begin(), configs.end(), 0);
     }
-    const std::vector<double> p = predict_configs(model, *g, configs, chunk, tta);
+    const std::vector<double> p = scorer(i, *g, configs);
     std::vector<double> y;
     for (int64_t c : configs) y.push_back(g->target[size_t(c)]);
     // Scored as the ranking gnn predict writes (ties in p, as for repeated configs, broken by config

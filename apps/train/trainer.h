@@ -10,6 +10,7 @@
 // choice (graph order, sampled configs, segments) is drawn from (seed, epoch, batch), so the resumed run
 // takes exactly the steps the unbroken run would have taken (tested bit for bit).
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -110,6 +111,21 @@ struct Evaluation {
 // its mean relative error.
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir,
                     int64_t tta = 1, bool log_runtime = false, double log_offset = 0);
+// The same with the scores of file i's listed configs (lower = faster) from `scorer`: an ensemble's.
+using ConfigScorer =
+    std::function<std::vector<double>(size_t file, const ModelGraph& g, const std::vector<int64_t>& configs)>;
+Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::string& eval_indices_dir,
+                    bool log_runtime = false, double log_offset = 0);
+
+// Ensembles (gnn eval / predict --run A --run B): how the members' scores of one graph's configs become
+// one. kMeanZ standardises each member's scores over the graph's configs (mean 0, standard deviation 1;
+// all equal: all 0) and averages them; kMeanRank averages each member's ranks (0 = predicted fastest,
+// ties by config position). A prediction that is not finite (predict_configs ranks it last with the
+// largest double) counts as one more than the member's largest finite z, or takes its rank. One member:
+// its scores unchanged.
+enum class Combine { kMeanZ, kMeanRank };
+Combine parse_combine(const std::string& name);  // mean-z | mean-rank; gnn::Error otherwise
+std::vector<double> combine_scores(const std::vector<std::vector<double>>& members, Combine how);
 // Every rank's scores, in rank order, on every rank (a job of one: `mine`).
 std::vector<std::pair<std::string, GraphScore>> gather_scores(
     const std::vector<std::pair<std::string, GraphScore>>& mine, const std::string& what);

@@ -8,15 +8,10 @@
 #include "testing.h"
 
 using namespace gnn;
+using testing::last_line;
 using testing::run_gnn;
 
 namespace {
-std::string last_line(const std::string& s) {
-  const size_t end = s.find_last_not_of('\n');
-  if (end == std::string::npos) return "";
-  const size_t begin = s.rfind('\n', end);
-  return s.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
-}
 size_t lines(const std::string& s) { return size_t(std::count(s.begin(), s.end(), '\n')); }
 }  // namespace
 

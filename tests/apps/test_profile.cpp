@@ -6,18 +6,9 @@
 #include "testing.h"
 
 using namespace gnn;
+using testing::last_line;
 using testing::run_gnn;
 using testing::TempDir;
-
-namespace {
-
-std::string last_line(const std::string& s) {
-  const size_t end = s.find_last_not_of('\n');
-  const size_t begin = s.rfind('\n', end);
-  return s.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
-}
-
-}  // namespace
 
 TEST_CASE("train --profile: phases and ops add up to the step, the GEMM floor is under it, weights unchanged") {
   TempDir t;

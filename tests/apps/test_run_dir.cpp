@@ -9,10 +9,10 @@
 
 #include <cmath>
 #include <csignal>
-#include <functional>
-#include <sstream>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <sstream>
 #include <thread>
 
 #include "io/atomic_file.h"
@@ -22,6 +22,7 @@
 #include "testing.h"
 
 using namespace gnn;
+using testing::last_line;
 using testing::run_gnn;
 using testing::run_gnn_limited;
 using testing::TempDir;
@@ -31,13 +32,6 @@ namespace fs = std::filesystem;
 namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-std::string last_line(const std::string& s) {
-  const size_t end = s.find_last_not_of('\n');
-  if (end == std::string::npos) return "";
-  const size_t begin = s.rfind('\n', end);
-  return s.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
@@ -94,7 +88,8 @@ TEST_CASE("run files: a FIFO where a file is read is refused at once, never wait
   r = run_gnn_limited("score --submission " + t.file("sub.csv") + " --data " + data(), 20);
   CHECK(r.exit_code == 1);
   CHECK(contains(r.err, "sub.csv: not a regular file (a FIFO)"));
-  CHECK_THROWS_WITH_AS(load_eval_indices(t.file("ei/xla_default.json")), doctest::Contains("not a regular file (a FIFO)"), Error);
+  CHECK_THROWS_WITH_AS(load_eval_indices(t.file("ei/xla_default.json")),
+                       doctest::Contains("not a regular file (a FIFO)"), Error);
 }
 
 TEST_CASE("run files: gnn synth --configs 1 writes one-config graphs without corrupting the heap") {
@@ -102,15 +97,16 @@ TEST_CASE("run files: gnn synth --configs 1 writes one-config graphs without cor
   for (const char* kind : {"tile", "layout"}) {
     CAPTURE(kind);
     const std::string out = t.file(kind);
-    auto r = run_gnn_limited(std::string("synth --collection ") + kind + " --out " + out +
-                                 " --graphs 1 --nodes 20 --configs 1 --seed 4",
-                             60);
+    auto r = run_gnn_limited(
+        std::string("synth --collection ") + kind + " --out " + out + " --graphs 1 --nodes 20 --configs 1 --seed 4",
+        60);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     const auto files = walk_dataset(out);
     REQUIRE(files.size() == 3);
     CHECK(load_tpugraph(files[0].path).num_configs() == 1);
     // Training needs two configs to rank: one line naming the file.
-    r = run_gnn(std::string("train --model ") + kind + "-mlp --data " + out + " --out " + t.file(std::string("r") + kind));
+    r = run_gnn(std::string("train --model ") + kind + "-mlp --data " + out + " --out " +
+                t.file(std::string("r") + kind));
     CHECK(r.exit_code == 1);
     CHECK(contains(r.err, "synth_train_0000.npz: a training graph needs runtimes and at least 2 configs"));
   }
@@ -163,7 +159,8 @@ TEST_CASE("run files: an output that is a symlink or a special file is written t
 TEST_CASE("run files: no output may name a file of the run it reads") {
   TempDir t;
   const std::string run = trained_run(t, "run");
-  const std::vector<uint8_t> model = testing::read_bytes(run + "/model.npz"), best = testing::read_bytes(run + "/best.npz");
+  const std::vector<uint8_t> model = testing::read_bytes(run + "/model.npz"),
+                             best = testing::read_bytes(run + "/best.npz");
   fs::create_hard_link(run + "/model.npz", t.file("hard.npz"));
   fs::create_symlink(run + "/best.npz", t.file("soft.npz"));
   const std::string on = " --run " + run + " --data " + data();
@@ -192,14 +189,16 @@ TEST_CASE("run files: no output may name a file of the run it reads") {
   CHECK_MESSAGE(r.exit_code == 0, r.err);
 }
 
-TEST_CASE("run files: a second writer of a run is refused with the first one's pid, and a killed one's lock is taken over") {
+TEST_CASE(
+    "run files: a second writer of a run is refused with the first one's pid, and a killed one's lock is taken over") {
   TempDir t;
   const std::string run = t.file("run");
   const std::string train = std::string(GNN_CLI_PATH) + " train --model tile-mlp --data " + data() + " --out " + run +
                             " --epochs 3 --batch-graphs 2 --progress lines";
   // The first writer checkpoints step 1 and then stops answering, holding the run (timeout ends it
   // should this test stop early).
-  REQUIRE(std::system(("timeout 300 " + train + " --checkpoint-minutes 0 --stall-after-steps 1 >/dev/null 2>&1 &").c_str()) ==
+  REQUIRE(std::system(
+              ("timeout 300 " + train + " --checkpoint-minutes 0 --stall-after-steps 1 >/dev/null 2>&1 &").c_str()) ==
           0);
   std::string pid;
   for (int i = 0; i < 600 && pid.empty(); ++i) {
@@ -241,7 +240,8 @@ TEST_CASE("run files: weights that stop being finite stop the run before anythin
   for (const char* extra : {"", " --skip-nonfinite"}) {
     CAPTURE(extra);
     const std::string run = t.file(std::string("run") + (extra[0] ? "_skip" : ""));
-    const auto r = run_gnn("train --model tile-mlp --data " + data() + " --out " + run + " --epochs 2 --lr 1e300" + extra);
+    const auto r =
+        run_gnn("train --model tile-mlp --data " + data() + " --out " + run + " --epochs 2 --lr 1e300" + extra);
     CHECK(r.exit_code == 1);
     CHECK(contains(r.err, "non-finite weights after the update of step 1: parameter '"));
     CHECK_FALSE(fs::exists(run + "/model.npz"));
@@ -298,11 +298,11 @@ TEST_CASE("run files: every checkpoint field is validated before a resume, eval 
          v.f64()[0] = -1;
        },
        "holds a negative value"},
-      {"NaN in the preprocessing", [](Arrays& a) { a["prep/log_offset"] = Tensor::from_vector(std::vector<double>{NAN}); },
+      {"NaN in the preprocessing",
+       [](Arrays& a) { a["prep/log_offset"] = Tensor::from_vector(std::vector<double>{NAN}); },
        "'prep/log_offset' holds a non-finite value"},
       {"a best score without a best epoch",
-       [](Arrays& a) { a["state/best_epoch"] = Tensor::from_vector(std::vector<int64_t>{0}); },
-       "'state/best_score'"},
+       [](Arrays& a) { a["state/best_epoch"] = Tensor::from_vector(std::vector<int64_t>{0}); }, "'state/best_score'"},
   };
   for (const auto& [what, edit, message] : cases) {
     CAPTURE(what);
@@ -318,9 +318,8 @@ TEST_CASE("run files: every checkpoint field is validated before a resume, eval 
     fs::remove_all(run);
   }
   // predict reads the preprocessing too: NaN there is refused, not written out as scores.
-  const std::string run = damaged_run(t, good, "nanprep", [](Arrays& a) {
-    a["prep/log_offset"] = Tensor::from_vector(std::vector<double>{NAN});
-  });
+  const std::string run = damaged_run(
+      t, good, "nanprep", [](Arrays& a) { a["prep/log_offset"] = Tensor::from_vector(std::vector<double>{NAN}); });
   const auto r = run_gnn("predict --run " + run + " --checkpoint last --data " + data() + " --out " + t.file("p.csv"));
   CHECK(r.exit_code == 1);
   CHECK(contains(r.err, "holds a non-finite value"));
@@ -351,7 +350,8 @@ TEST_CASE("run files: a run stopped by --steps mid-epoch resumes inside the epoc
     for (std::string line; std::getline(in, line);) {
       const Json j = Json::parse(line);
       out.push_back(std::to_string(j["epoch"].as_int()) + " " + std::to_string(j["step"].as_int()) + " " +
-                    j["train_loss"].dump() + " " + j["valid_score"].dump() + (j.contains("partial_epoch") ? " partial" : ""));
+                    j["train_loss"].dump() + " " + j["valid_score"].dump() +
+                    (j.contains("partial_epoch") ? " partial" : ""));
     }
     return out;
   };
@@ -368,7 +368,8 @@ TEST_CASE("run files: a submission row that names no graph of the split is refus
   write_file_atomic(t.file("stray.csv"), sub + "tile:xla:synth_test_0000,1;0;2;3;4\n");
   r = run_gnn("score --submission " + t.file("stray.csv") + " --data " + data() + "/npz/tile/xla");
   CHECK(r.exit_code == 1);
-  CHECK(contains(r.err, "1 row(s) name no valid graph of " + data() + "/npz/tile/xla, the first 'tile:xla:synth_test_0000'"));
+  CHECK(contains(r.err,
+                 "1 row(s) name no valid graph of " + data() + "/npz/tile/xla, the first 'tile:xla:synth_test_0000'"));
   // A row of a collection the data does not hold (here a layout row scored on the tile folder) is said.
   write_file_atomic(t.file("other.csv"), sub + "layout:xla:default:synth_valid_0000,1;0\n");
   r = run_gnn("score --submission " + t.file("other.csv") + " --data " + data() + "/npz/tile/xla");
@@ -392,7 +393,9 @@ TEST_CASE("run files: error lines name the file, the graph and the flag") {
   r = run_gnn("train --model layout-mlp --data " + data() + " --out " + t.file("l") + " --epochs 1 --eval-indices " +
               t.file("ei"));
   CHECK(r.exit_code == 1);
-  CHECK(contains(r.err, "xla_default.json: 'synth_valid_0000' holds something other than a config index (an integer >= 0) at entry 1"));
+  CHECK(contains(
+      r.err,
+      "xla_default.json: 'synth_valid_0000' holds something other than a config index (an integer >= 0) at entry 1"));
   // Numbers: any finite --lr is a number > 0 (1e308 too); a sign, hex or spaces are not plain numbers.
   r = run_gnn("train --model tile-mlp --data " + data() + " --out " + t.file("h") + " --lr 1e308");
   CHECK_FALSE(contains(r.err, "expected a number"));

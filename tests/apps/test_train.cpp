@@ -25,6 +25,7 @@
 #include "testing.h"
 
 using namespace gnn;
+using testing::last_line;
 using namespace gnn::train;
 using testing::checkpoint_weights;
 using testing::run_gnn;
@@ -39,12 +40,6 @@ const std::string& dataset() {
   static TempDir dir;
   static const std::string root = tile_and_layout(dir.file("data"), {6, 0, 40, 3}, {3, 300, 24, 4});
   return root;
-}
-
-std::string last_line(const std::string& s) {
-  const size_t end = s.find_last_not_of('\n');
-  const size_t begin = s.rfind('\n', end);
-  return s.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
 }
 
 // metrics.jsonl lines without the timing and host memory fields.

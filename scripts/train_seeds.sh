@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Trains the same recipe once per seed, the members of an ensemble, and lists the runs for gnn eval and
+# gnn predict (--runs FILE):
+#
+#   scripts/train_seeds.sh OUT 1,2,3 --model layout-tgraph --data DIR [more gnn train flags]
+#   build/bin/gnn eval --runs OUT/runs.txt --data DIR
+#   build/bin/gnn predict --runs OUT/runs.txt --data DIR --out submission.csv
+#
+# Seed S trains into OUT/seed-S. A run that is already there is resumed with the same flags (a finished
+# one returns at once), so the script run again after a kill goes on where it stopped. GNN names the
+# binary (default build/bin/gnn).
+set -euo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: scripts/train_seeds.sh OUT SEEDS [gnn train flags]   (SEEDS: comma-separated, e.g. 1,2,3)" >&2
+  exit 2
+fi
+out=$1 seeds=$2
+shift 2
+gnn=${GNN:-build/bin/gnn}
+IFS=',' read -r -a list <<< "$seeds"
+for s in "${list[@]}"; do
+  if ! [[ $s =~ ^[0-9]+$ ]]; then
+    echo "scripts/train_seeds.sh: seed '$s' is not a non-negative integer" >&2
+    exit 2
+  fi
+done
+mkdir -p "$out"
+runs=()
+for s in "${list[@]}"; do
+  run="$out/seed-$s"
+  resume=()
+  [ -f "$run/model.npz" ] && resume=(--resume)
+  echo "== seed $s: $run" >&2
+  "$gnn" train "$@" --seed "$s" --out "$run" "${resume[@]}"
+  runs+=("$run")
+done
+printf '%s\n' "${runs[@]}" > "$out/runs.txt.tmp"
+mv "$out/runs.txt.tmp" "$out/runs.txt"
+echo "wrote $out/runs.txt: ${#runs[@]} runs; gnn eval --runs $out/runs.txt --data DIR scores the ensemble" >&2
