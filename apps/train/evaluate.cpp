@@ -171,14 +171,29 @@ std::vector<double> combine_scores(const std::vector<std::vector<double>>& membe
 }
 
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir, int64_t tta,
-                    bool log_runtime, double log_offset) {
+                    bool log_runtime, double log_offset, int64_t max_configs) {
   return evaluate([&](size_t, const ModelGraph& g,
                       const std::vector<int64_t>& configs) { return predict_configs(model, g, configs, chunk, tta); },
-                  src, eval_indices_dir, log_runtime, log_offset);
+                  src, eval_indices_dir, log_runtime, log_offset, max_configs);
 }
 
+namespace {
+
+// max_configs of a graph's n configs, ascending: a draw seeded by the graph's id alone, so every
+// validation of every run scores the same subset.
+std::vector<int64_t> config_subset(const std::string& id, int64_t n, int64_t max_configs) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the id
+  for (unsigned char c : id) h = (h ^ c) * 0x100000001b3ull;
+  Rng rng(h);
+  std::vector<int64_t> pick = sample_without_replacement(n, max_configs, rng);
+  std::sort(pick.begin(), pick.end());
+  return pick;
+}
+
+}  // namespace
+
 Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::string& eval_indices_dir, bool log_runtime,
-                    double log_offset) {
+                    double log_offset, int64_t max_configs) {
   Evaluation ev;
   std::map<std::string, std::map<std::string, std::vector<int64_t>>> subsets;  // "xla_default" -> stem -> configs
   // In a data-parallel job each rank scores its share of the graphs; the scores are gathered in file order.
@@ -201,6 +216,8 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
     for (int64_t c : configs)
       GNN_CHECK(c >= 0 && c < g->num_configs(), eval_indices_dir, ": eval index ", c, " for ", f.stem,
                 " is outside its ", g->num_configs(), " configs");
+    if (configs.empty() && max_configs > 0 && g->num_configs() > max_configs)
+      configs = config_subset(f.id(), g->num_configs(), max_configs);
     if (configs.empty()) {
       configs.resize(size_t(g->num_configs()));
       std::iota(configs.begin(), configs.end(), 0);

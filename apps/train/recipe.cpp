@@ -1,8 +1,8 @@
 #include "apps/train/recipe.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -85,6 +85,7 @@ TrainHParams TrainHParams::read(const HParams& h, bool layout) {
   t.batch_graphs = h.integer("batch-graphs"), t.configs = h.integer("configs");
   t.accumulate = h.integer("accumulate"), t.eval_chunk = h.integer("eval-chunk"), t.tta = h.integer("tta");
   t.swa = h.integer("swa"), t.patience = h.integer("patience"), t.dedup = h.str("dedup") == "on";
+  t.val_every = h.integer("val-every"), t.val_configs = h.integer("val-configs");
   t.edge_dropout = h.num("edge-dropout"), t.sample_nodes = h.integer("sample-nodes");
   t.node_transform = parse_feature_transform(h.str("node-transform"));
   if (layout) {
@@ -179,6 +180,12 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
                  "epoch (0: off; gnn eval/predict --checkpoint swa)"),
       integer_hp("patience", "0", 0, kMany,
                  "stop after this many epochs without a better validation score (0: never; needs a valid split)"),
+      integer_hp("val-every", "0", 0, kMany,
+                 "validate only at the end of an epoch that reaches a multiple of this many steps, and after the "
+                 "last (0: every epoch); with a few large graphs an epoch is a step or two"),
+      integer_hp("val-configs", "0", 0, kMany,
+                 "validation scores each valid graph on at most this many configs, the same random subset every "
+                 "time (0: all; an --eval-indices subset comes first); gnn eval scores them all"),
       integer_hp("accumulate", "1", 1, 1 << 20,
                  "micro-batches per step: the step's graphs go through forward and backward in this many groups "
                  "and their gradients add up (the same step, up to rounding, in less memory)"),

@@ -169,6 +169,7 @@ class Run {
   void agree_on_plan() const;
   void end_epoch_swa(int64_t epoch, Json& line);
   bool stopped_early() const;
+  bool validating_ = false;  // whether the epoch being ended validates (--val-every)
   bool finished() const { return st_.step >= total_steps_ || st_.epoch >= plan_.epochs || stopped_early(); }
   TrainResult result() const;
 
@@ -621,13 +622,19 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
   line.set("train_seconds", epoch_s);
   line.set("skipped", st_.skipped);
   set_host_memory(line);
+  // --val-every N: an epoch validates when its steps reach a multiple of N, when it is the run's last or
+  // cut short by --steps; decided from the step count alone, so a resumed run validates where the
+  // unbroken one does.
+  const int64_t n = tp_.val_every, first = st_.step - st_.batch;
+  const bool last = partial || st_.step >= total_steps_ || e + 1 >= plan_.epochs;
+  validating_ = !valid_files_.empty() && (n <= 0 || last || st_.step / n > first / n);
   double valid_score = NAN;
-  if (!valid_files_.empty()) {
+  if (validating_) {
     model_->eval();
     working_on_ = detail::str_cat("validation after epoch ", e + 1);
     const auto t_valid = Clock::now();
     const Evaluation ev = evaluate(*model_, *valid_src_, tp_.eval_chunk, plan_.eval_indices, 1, tp_.regression(),
-                                   prep_.log_offset);  // one pass: --tta is eval's
+                                   prep_.log_offset, tp_.val_configs);  // one pass: --tta is eval's
     line.set("valid_seconds", since(t_valid));
     valid_score = ev.score;
     last_score_ = valid_score;
@@ -706,10 +713,11 @@ void Run::end_epoch_swa(int64_t e, Json& line) {
   std::vector<Tensor> own;
   for (const nn::NamedParam& p : params_) own.push_back(p.var.value().clone());
   swa_->apply(params_);
-  if (!valid_files_.empty()) {
+  if (validating_) {
     model_->eval();
     working_on_ = detail::str_cat("validation of the SWA weights after epoch ", e + 1);
-    line.set("swa_valid_score", evaluate(*model_, *valid_src_, tp_.eval_chunk, plan_.eval_indices).score);
+    line.set("swa_valid_score",
+             evaluate(*model_, *valid_src_, tp_.eval_chunk, plan_.eval_indices, 1, false, 0, tp_.val_configs).score);
   }
   line.set("swa_snapshots", swa_->count());
   save(swa_path_, false);

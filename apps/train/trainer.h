@@ -109,13 +109,15 @@ struct Evaluation {
 // log_runtime: the model predicts log runtimes (trained with --loss mse or mape, TrainHParams::regression),
 // as its output plus log_offset (the run's Preprocessing::log_offset): each graph's score also carries
 // its mean relative error.
+// max_configs > 0: a graph with more configs (and no eval_indices subset) is scored on that many, a
+// subset drawn once from its id (the same every call; training's --val-configs).
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir,
-                    int64_t tta = 1, bool log_runtime = false, double log_offset = 0);
+                    int64_t tta = 1, bool log_runtime = false, double log_offset = 0, int64_t max_configs = 0);
 // The same with the scores of file i's listed configs (lower = faster) from `scorer`: an ensemble's.
 using ConfigScorer =
     std::function<std::vector<double>(size_t file, const ModelGraph& g, const std::vector<int64_t>& configs)>;
 Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::string& eval_indices_dir,
-                    bool log_runtime = false, double log_offset = 0);
+                    bool log_runtime = false, double log_offset = 0, int64_t max_configs = 0);
 
 // Ensembles (gnn eval / predict --run A --run B): how the members' scores of one graph's configs become
 // one. kMeanZ standardises each member's scores over the graph's configs (mean 0, standard deviation 1;

@@ -74,7 +74,7 @@ Prints one JSON line, as layout_step.py: model, file, nodes (of the prepared gra
 configs, steps, configs_per_s (configs over the median step after the first), configs_per_s_all (over
 every step, the first included), step_ms_median, batch_ms_median, configs_per_s_model, peak_rss_mb (the
 process's, from getrusage) and step_mb (that peak less the resident memory just before the first step),
-threads, torch and torch_geometric versions and the originals' commit. Their own prints go to stderr.
+step_ms (every step's time, batch included), threads, torch and torch_geometric versions and the originals' commit. Their own prints go to stderr.
 """
 import argparse
 import contextlib
@@ -322,6 +322,7 @@ def main():
                       "batch_ms_median": 1000 * batch_s,
                       "configs_per_s_model": c / model_s,
                       "peak_rss_mb": peak_mb, "step_mb": max(0.0, peak_mb - before_mb),
+                      "step_ms": [round(1000 * t, 1) for t in times],
                       "threads": a.threads, "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
                       "originals_commit": run.commit}))
 
