@@ -6,10 +6,12 @@ This file holds none of their code: it imports their modules from the checkouts 
 run time (importlib, from the files' paths) and drives them the way their training loops do. Get them:
 
     mkdir -p ORIG && cd ORIG
-    git clone https://github.com/thanhhau097/google_fast_or_slow                # 1st place (read at 626c463dfb02abd739616773ca74f34e38635c71)
-    git clone https://github.com/hengck23/solution-predict-ai-model-runtime     # 6th place (read at c9c5194b308931af8076c063afef84766e3ad19e)
-    (optionally `git -C NAME checkout COMMIT` for the commits above; the JSON line reports the commit it ran)
-    pip install torch torch_geometric pandas scikit-learn tqdm    # the 1st place's dataset.py needs pandas, sklearn, tqdm
+    git clone https://github.com/thanhhau097/google_fast_or_slow             # 1st place
+    git clone https://github.com/hengck23/solution-predict-ai-model-runtime  # 6th place
+    git -C google_fast_or_slow checkout 626c463dfb02abd739616773ca74f34e38635c71                # the commits read
+    git -C solution-predict-ai-model-runtime checkout c9c5194b308931af8076c063afef84766e3ad19e  # (their HEADs)
+    pip install torch torch_geometric pandas scikit-learn tqdm  # the 1st place's dataset.py needs pandas, sklearn
+The JSON line reports the commit it ran (originals_commit).
 
 Usage: winners.py --originals ORIG --data FILE.npz --model tgraph|sage6|gin6 [--configs C] [--steps S]
                   [--threads T] [--seed S]
@@ -70,11 +72,13 @@ Departures from their runs, and why:
   seeded from --seed; a file with fewer configs than --configs takes them all (the 1st place's own rule; for
   the 6th place the subsample size is cut to the number of configs, where its code would yield an empty group).
 
-Prints one JSON line, as layout_step.py: model, file, nodes (of the prepared graph), nodes_file, edges,
-configs, steps, configs_per_s (configs over the median step after the first), configs_per_s_all (over
-every step, the first included), step_ms_median, batch_ms_median, configs_per_s_model, peak_rss_mb (the
-process's, from getrusage) and step_mb (that peak less the resident memory just before the first step),
-step_ms (every step's time, batch included), threads, torch and torch_geometric versions and the originals' commit. Their own prints go to stderr.
+Prints one JSON line, as layout_step.py: model, file, nodes and edges (of the prepared graph), nodes_file,
+configs (per step), configs_available (after the 1st place's dedup), steps, configs_per_s (configs over the
+median step after the first), configs_per_s_all (over every step, the first included), step_ms_median,
+batch_ms_median, configs_per_s_model, peak_rss_mb (the process's, from getrusage: torch alone takes
+hundreds of MB) and step_mb (that peak less the resident memory just before the first step), step_ms
+(every step, batch included), threads, the torch and torch_geometric versions and the originals' commit.
+Their own prints (settings, progress) go to stderr.
 """
 import argparse
 import contextlib

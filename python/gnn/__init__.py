@@ -7,7 +7,9 @@ array is float32 (features), int32 (CSR pointers, argmax) or int64 (graph pointe
 host memory; anything else raises a TypeError or ValueError naming the argument. The kernels run on
 ``num_threads()`` OpenMP threads with the GIL released and give the same bits on every run and thread
 count (no atomics in any backward). The forward functions also take ``out=``, an array to write the
-result into (in place, returned as is).
+result into (in place, returned as is): writable, not requiring grad, sharing no memory with an input.
+These functions are the raw kernels: a torch tensor that requires grad is read, but the result is not
+part of autograd (``gnn.torch`` has the differentiable versions).
 
 Per-edge arrays (edge weights, attention scores) are in the graph's CSR order: ``values[graph.eid]``
 reorders per-edge values given in ``edge_index`` order.
@@ -67,10 +69,29 @@ def _dims(a, name: str, ndim: int):
     return shape
 
 
-def _out(out, name: str = "out"):
-    """A caller's output array, checked to be writable (nanobind's own refusal would not name it)."""
+def _span(a):
+    """The [start, end) bytes of an array's memory, or None for what is not a host array."""
+    if isinstance(a, _np.ndarray):
+        lo, hi = _np.lib.array_utils.byte_bounds(a) if hasattr(_np.lib, "array_utils") else _np.byte_bounds(a)
+        return lo, hi
+    if _is_torch(a):
+        start = a.data_ptr()
+        return start, start + a.numel() * a.element_size()
+    return None
+
+
+def _out(out, *inputs, name: str = "out"):
+    """A caller's output array, checked before the kernel writes it: writable, outside autograd, and
+    sharing no memory with the inputs (the kernels read and write in one pass)."""
     if isinstance(out, _np.ndarray) and not out.flags.writeable:
         raise TypeError(f"{name} is read-only; pass a writable array")
+    if _is_torch(out) and out.requires_grad:
+        raise TypeError(f"{name} requires grad: gnn writes it outside autograd (use gnn.torch for gradients)")
+    span = _span(out)
+    for a in inputs:
+        other = None if a is None else _span(a)
+        if span and other and span[0] < other[1] and other[0] < span[1] and span[0] != span[1]:
+            raise ValueError(f"{name} overlaps an input; pass a separate array")
     return out
 
 
@@ -78,7 +99,10 @@ def _heads(edge_weight) -> int:
     if edge_weight is None:
         return 1
     shape = getattr(edge_weight, "shape", ())
-    return int(shape[1]) if len(shape) == 2 else 1
+    heads = int(shape[1]) if len(shape) == 2 else 1
+    if heads < 1:
+        raise ValueError(f"edge_weight must have shape (E,) or (E, H) with H >= 1, got {tuple(shape)}")
+    return heads
 
 
 def spmm(graph: Graph, x, reduce: str = "sum", edge_weight=None, return_argmax: bool = False, out=None):
@@ -91,7 +115,7 @@ def spmm(graph: Graph, x, reduce: str = "sum", edge_weight=None, return_argmax: 
     """
     _, F = _dims(x, "x", 2)
     H = _heads(edge_weight)
-    out = _new(x, (graph.num_nodes, F)) if out is None else _out(out)
+    out = _new(x, (graph.num_nodes, F)) if out is None else _out(out, x, edge_weight)
     argmax = _new(x, (H, graph.num_nodes, F // H), "int32") if reduce == "max" else None
     _gnn.spmm_forward(graph, _raw(x), _raw(edge_weight), reduce, out, argmax)
     return (out, argmax) if return_argmax else out
@@ -116,7 +140,7 @@ def spmm_backward(graph: Graph, grad_out, reduce: str = "sum", edge_weight=None,
 def segment_softmax(x, indptr, out=None):
     """Softmax of x [E, H] over each segment of rows indptr[s] .. indptr[s+1] (int32), per column."""
     E, H = _dims(x, "x", 2)
-    out = _new(x, (E, H)) if out is None else _out(out)
+    out = _new(x, (E, H)) if out is None else _out(out, x)
     _gnn.segment_softmax_forward(_raw(x), indptr, out)
     return out
 
@@ -132,7 +156,7 @@ def segment_softmax_backward(y, grad_out, indptr):
 def gat_scores(graph: Graph, a_src, a_dst, negative_slope: float = 0.2, out=None):
     """GAT's raw scores, in CSR order: s[p, h] = leaky_relu(a_src[j, h] + a_dst[i, h]) for edge p: j -> i."""
     _, H = _dims(a_src, "a_src", 2)
-    out = _new(a_src, (graph.num_edges, H)) if out is None else _out(out)
+    out = _new(a_src, (graph.num_edges, H)) if out is None else _out(out, a_src, a_dst)
     _gnn.gat_scores_forward(graph, _raw(a_src), _raw(a_dst), float(negative_slope), out)
     return out
 
@@ -156,7 +180,7 @@ def sage(graph: Graph, x, weight, bias=None, activation: str = "none", negative_
     """
     N, F = _dims(x, "x", 2)
     _, O = _dims(weight, "weight", 2)
-    out = _new(x, (N, O)) if out is None else _out(out)
+    out = _new(x, (N, O)) if out is None else _out(out, x, weight, bias)
     z = _new(x, (N, O)) if training else None
     h = _new(x, (N, 2 * F)) if training else None
     _gnn.sage_forward(graph, _raw(x), _raw(weight), _raw(bias), activation, float(negative_slope), out, z, h)
@@ -183,7 +207,7 @@ def pool(x, ptr, reduce: str = "sum", return_argmax: bool = False, out=None):
     """
     _, F = _dims(x, "x", 2)
     G = _dims(ptr, "ptr", 1)[0] - 1
-    out = _new(x, (max(G, 0), F)) if out is None else _out(out)
+    out = _new(x, (max(G, 0), F)) if out is None else _out(out, x)
     argmax = _new(x, (max(G, 0), F), "int32") if reduce == "max" else None
     _gnn.pool_forward(_raw(x), ptr, reduce, out, argmax)
     return (out, argmax) if return_argmax else out
@@ -204,7 +228,7 @@ def instance_norm(x, ptr, weight=None, bias=None, eps: float = 1e-5, out=None):
     """
     N, F = _dims(x, "x", 2)
     G = _dims(ptr, "ptr", 1)[0] - 1
-    out = _new(x, (N, F)) if out is None else _out(out)
+    out = _new(x, (N, F)) if out is None else _out(out, x, weight, bias)
     mean, rstd = _new(x, (max(G, 0), F)), _new(x, (max(G, 0), F))
     _gnn.instance_norm_forward(_raw(x), ptr, _raw(weight), _raw(bias), float(eps), out, mean, rstd)
     return out, mean, rstd
@@ -224,7 +248,7 @@ def instance_norm_backward(grad_out, x, ptr, mean, rstd, weight=None, need_affin
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, out=None):
     """Per row normalisation of x [R, F]. Returns (y, mean, rstd), mean and rstd [R]."""
     R, F = _dims(x, "x", 2)
-    out = _new(x, (R, F)) if out is None else _out(out)
+    out = _new(x, (R, F)) if out is None else _out(out, x, weight, bias)
     mean, rstd = _new(x, (R,)), _new(x, (R,))
     _gnn.layer_norm_forward(_raw(x), _raw(weight), _raw(bias), float(eps), out, mean, rstd)
     return out, mean, rstd

@@ -20,6 +20,7 @@ from typing import Optional
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 import gnn as _g
 from gnn import Graph
@@ -41,18 +42,31 @@ def graph_of(edge_index, num_nodes: Optional[int] = None) -> Graph:
 
 class _GraphCache:
     """The last graph built from an edge_index, and what was derived from it, reused while the same
-    tensor (storage, shape, in-place version) and node count come back."""
+    tensor object comes back unchanged (torch's in-place version counter) with the same node count.
+    The tensor is held, so its memory cannot be reused by another edge_index meanwhile. Copies and
+    pickles of a layer (deepcopy, torch.save) leave the cache behind: it is rebuilt on first use."""
 
     def __init__(self):
-        self.key = None
-        self.value = None
+        self.clear()
+
+    def clear(self):
+        self.ref = self.version = self.num_nodes = self.value = None
 
     def get(self, edge_index: Tensor, num_nodes: int, build):
-        key = (edge_index.data_ptr(), tuple(edge_index.shape), edge_index.stride(), edge_index._version, num_nodes,
-               edge_index.dtype)
-        if key != self.key:
-            self.value, self.key = build(), key
+        if not (self.ref is edge_index and self.version == edge_index._version and self.num_nodes == num_nodes):
+            self.clear()
+            self.value = build()
+            self.ref, self.version, self.num_nodes = edge_index, edge_index._version, num_nodes
         return self.value
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.clear()
+
+    def __deepcopy__(self, memo):
+        return _GraphCache()
 
 
 def _check_x(x: Tensor, name: str = "x") -> None:
@@ -77,6 +91,7 @@ class _SpMM(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         x, edge_weight, argmax = ctx.saved_tensors
         need_x, need_w = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
@@ -106,6 +121,7 @@ class _SAGE(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         z, h, weight = ctx.saved_tensors
         gx, gw, gb = _g.sage_backward(ctx.graph, grad_out.contiguous(), z, h, weight.contiguous(), ctx.activation,
@@ -130,6 +146,7 @@ class _GatScores(torch.autograd.Function):
         return _g.gat_scores(graph, a_src, a_dst, negative_slope)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         a_src, a_dst = ctx.saved_tensors
         gs, gd = _g.gat_scores_backward(ctx.graph, grad_out.contiguous(), a_src, a_dst, ctx.negative_slope)
@@ -152,6 +169,7 @@ class _SegmentSoftmax(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         (y,) = ctx.saved_tensors
         return _g.segment_softmax_backward(y, grad_out.contiguous(), ctx.indptr), None
@@ -173,6 +191,7 @@ class _Pool(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         argmax, x, y = ctx.saved_tensors
         return _g.pool_backward(grad_out.contiguous(), ctx.ptr, ctx.rows, ctx.reduce, argmax, x, y), None, None
@@ -194,6 +213,7 @@ class _InstanceNorm(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         x, mean, rstd, weight = ctx.saved_tensors
         gx, gw, gb = _g.instance_norm_backward(grad_out.contiguous(), x, ctx.ptr, mean, rstd, weight,
@@ -220,6 +240,7 @@ class _LayerNorm(torch.autograd.Function):
         return y
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         x, mean, rstd, weight = ctx.saved_tensors
         gx, gw, gb = _g.layer_norm_backward(grad_out.contiguous(), x, mean, rstd, weight, need_affine_grad=ctx.affine)
@@ -241,10 +262,6 @@ def _glorot(t: Tensor) -> None:
     bound = math.sqrt(6.0 / (t.size(-2) + t.size(-1)))
     with torch.no_grad():
         t.uniform_(-bound, bound)
-
-
-def _num_nodes(x: Tensor, edge_index) -> int:
-    return x.shape[0] if not isinstance(edge_index, Graph) else edge_index.num_nodes
 
 
 class SAGEConv(nn.Module):
@@ -293,34 +310,40 @@ class SAGEConv(nn.Module):
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"
 
 
-def _add_remaining_self_loops(edge_index: Tensor, num_nodes: int, fill: float):
-    """One self-loop per node, as PyG's add_remaining_self_loops: existing loops (and their repeats)
-    become one of weight 1, nodes without one get a loop of weight `fill`; the loops go last."""
+def _remaining_self_loops(edge_index: Tensor, num_nodes: int):
+    """PyG's add_remaining_self_loops on the edges: existing loops removed, one loop per node appended.
+    Returns the new edge_index and, per node, the position of its last existing loop (-1: none), whose
+    weight the new loop takes."""
     loops = edge_index[0] == edge_index[1]
-    w_loop = torch.full((num_nodes,), float(fill))
-    w_loop[edge_index[0][loops]] = 1.0
-    keep = edge_index[:, ~loops]
+    last = torch.full((num_nodes,), -1, dtype=torch.long)
+    pos = torch.nonzero(loops).flatten()
+    last[edge_index[0][pos]] = pos  # (positions ascend: the last loop of a node wins, as in PyG)
     node = torch.arange(num_nodes, dtype=edge_index.dtype)
-    ei = torch.cat([keep, torch.stack([node, node])], 1)
-    return ei, torch.cat([torch.ones(keep.shape[1]), w_loop])
+    return torch.cat([edge_index[:, ~loops], torch.stack([node, node])], 1), ~loops, last
 
 
 class GCNConv(nn.Module):
     """Kipf and Welling's GCN (PyG's GCNConv): out = D^-1/2 (A + I) D^-1/2 (x W^T) + bias.
 
-    Each node gets one self-loop (existing loops, repeats included, become one of weight 1; a new one
-    weighs 1, or 2 with improved), as PyG's add_remaining_self_loops; the symmetric
-    normalisation uses in-degrees at the targets, as PyG's gcn_norm with flow source_to_target. The
-    graph and its edge weights are kept while the same edge_index comes back (PyG's cached=True does
-    this once for good).
+    As PyG 2.8 computes it: with add_self_loops (by default, when normalize), existing self-loops are
+    replaced by one loop per node (add_remaining_self_loops) that keeps the weight of the node's last
+    loop, or takes 1 (2 with improved) when it had none; without edge weights every loop weighs 1, even
+    with improved (PyG fills the loops' weight only when weights are given). Degrees are in-degrees at the
+    targets (flow source_to_target). Self-loops without normalize are refused, as in PyG. One departure:
+    of a node's repeated self-loops only the one whose weight is used gets a gradient (PyG's index
+    assignment hands it to each of them). The graph, and
+    without edge_weight its normalised weights, are kept while the same edge_index comes back.
     """
 
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False, cached: bool = False,
                  add_self_loops: Optional[bool] = None, normalize: bool = True, bias: bool = True):
         super().__init__()
+        add_self_loops = normalize if add_self_loops is None else add_self_loops
+        if add_self_loops and not normalize:
+            raise ValueError("GCNConv does not support adding self-loops to the graph when no normalization is "
+                             "applied (as PyG)")
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.improved, self.cached, self.normalize = improved, cached, normalize
-        self.add_self_loops = True if add_self_loops is None else add_self_loops
+        self.improved, self.cached, self.normalize, self.add_self_loops = improved, cached, normalize, add_self_loops
         self.lin = nn.Module()
         self.lin.weight = nn.Parameter(torch.empty(out_channels, in_channels))
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
@@ -332,31 +355,44 @@ class GCNConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def _prepare(self, edge_index: Tensor, num_nodes: int):
+    def _graph(self, edge_index: Tensor, num_nodes: int):
+        """(graph, CSR order as input edge ids, kept-edge mask, last loop per node, weights without
+        edge_weight in CSR order)."""
         ei = edge_index.detach().cpu().long()
-        w = torch.ones(ei.shape[1])
+        keep = last = None
         if self.add_self_loops:
-            ei, w = _add_remaining_self_loops(ei, num_nodes, 2.0 if self.improved else 1.0)
+            ei, keep, last = _remaining_self_loops(ei, num_nodes)
         graph = Graph(ei, num_nodes=num_nodes)
         eid = torch.from_numpy(graph.eid.astype("int64"))
+        return graph, eid, keep, last, self._norm(graph, eid, torch.ones(ei.shape[1]))
+
+    def _norm(self, graph: Graph, eid: Tensor, w: Tensor) -> Tensor:
         w = w[eid]  # CSR order
         if self.normalize:
-            row_of = torch.repeat_interleave(torch.arange(num_nodes),
-                                            torch.from_numpy(graph.indptr.astype("int64")).diff())
-            deg = torch.zeros(num_nodes).index_add_(0, row_of, w)
+            n = graph.num_nodes
+            row_of = torch.repeat_interleave(torch.arange(n), torch.from_numpy(graph.indptr.astype("int64")).diff())
+            deg = torch.zeros(n, dtype=w.dtype).index_add(0, row_of, w)
             dinv = deg.pow(-0.5)
-            dinv[torch.isinf(dinv)] = 0
-            src = torch.from_numpy(graph.indices.astype("int64"))
-            w = dinv[src] * w * dinv[row_of]
-        return graph, w.contiguous()
+            dinv = torch.where(torch.isinf(dinv), torch.zeros_like(dinv), dinv)
+            w = dinv[torch.from_numpy(graph.indices.astype("int64"))] * w * dinv[row_of]
+        return w.contiguous()
 
     def forward(self, x: Tensor, edge_index, edge_weight: Optional[Tensor] = None) -> Tensor:
         _check_x(x)
-        if edge_weight is not None:
-            raise NotImplementedError("GCNConv: edge_weight is not supported; pass edge_index alone")
         if isinstance(edge_index, Graph):
             raise TypeError("GCNConv: pass edge_index (the layer adds self-loops and normalises)")
-        graph, w = self._cache.get(edge_index, x.shape[0], lambda: self._prepare(edge_index, x.shape[0]))
+        graph, eid, keep, last, w = self._cache.get(edge_index, x.shape[0],
+                                                    lambda: self._graph(edge_index, x.shape[0]))
+        if edge_weight is not None:
+            _check_x(edge_weight, "edge_weight")
+            if edge_weight.shape != (edge_index.shape[1],):
+                raise ValueError(f"edge_weight must have shape ({edge_index.shape[1]},), got {tuple(edge_weight.shape)}")
+            ew = edge_weight
+            if self.add_self_loops:
+                fill = torch.full((x.shape[0],), 2.0 if self.improved else 1.0)
+                loop_w = torch.where(last >= 0, edge_weight[last.clamp(min=0)], fill)
+                ew = torch.cat([edge_weight[keep], loop_w])
+            w = self._norm(graph, eid, ew)
         out = spmm(graph, x @ self.lin.weight.t(), "sum", w)
         return out + self.bias if self.bias is not None else out
 
@@ -437,8 +473,9 @@ class GATConv(nn.Module):
     def forward(self, x: Tensor, edge_index) -> Tensor:
         _check_x(x)
         N, H, C = x.shape[0], self.heads, self.out_channels
-        graph = edge_index if isinstance(edge_index, Graph) else self._cache.get(
-            edge_index, N, lambda: self._prepare(edge_index, N))
+        if isinstance(edge_index, Graph):
+            raise TypeError("GATConv: pass edge_index (the layer replaces self-loops by one per node)")
+        graph = self._cache.get(edge_index, N, lambda: self._prepare(edge_index, N))
         xw = x @ self.lin.weight.t()  # [N, H*C]
         xh = xw.view(N, H, C)
         a_src = (xh * self.att_src).sum(-1)

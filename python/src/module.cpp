@@ -19,6 +19,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/error.h"
@@ -95,7 +96,8 @@ T* checked(const A& a, const char* name, std::initializer_list<int64_t> shape) {
     throw nb::value_error((std::string(name) + " must have shape " + w + ", got " + shape_str(got)).c_str());
   }
   int64_t expect = 1;
-  for (size_t i = got.size(); i-- > 0;) {
+  const bool empty = std::find(got.begin(), got.end(), 0) != got.end();  // any strides will do: nothing is read
+  for (size_t i = got.size(); !empty && i-- > 0;) {
     if (got[i] != 1 && a.stride(i) != expect)
       throw nb::value_error((std::string(name) + " is not C-contiguous (shape " + shape_str(got) +
                              "); pass a contiguous array (numpy.ascontiguousarray, tensor.contiguous())")
@@ -215,7 +217,7 @@ nb::object to_numpy(Tensor t) {
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
   std::vector<size_t> shape;
   for (int64_t d : keep->shape().vec()) shape.push_back(size_t(d));
-  nb::dlpack::dtype dt;
+  nb::dlpack::dtype dt = nb::dtype<float>();
   switch (keep->dtype()) {
     case DType::F32:
       dt = nb::dtype<float>();
@@ -268,6 +270,13 @@ int64_t weight_heads(const OptIn& w, int64_t E, int64_t W) {
   return H;
 }
 
+// Edge weights [E] or [E, H] (H may be 1), as weight_heads read them.
+const float* checked_weight(const OptIn& w, int64_t E, int64_t H) {
+  if (!w) return nullptr;
+  return w->ndim() == 2 ? checked<const float>(*w, "edge_weight", {E, H})
+                        : checked<const float>(*w, "edge_weight", {E});
+}
+
 void spmm_forward(const PyGraph& graph, const In& x, const OptIn& edge_weight, const std::string& reduce, Out out,
                   OptOut argmax) {
   const Reduce op = parse_reduce(reduce);
@@ -275,9 +284,7 @@ void spmm_forward(const PyGraph& graph, const In& x, const OptIn& edge_weight, c
   const int64_t W = dim_of(x, "x", 2, 1);
   const float* xp = checked<const float>(x, "x", {S, W});
   const int64_t H = weight_heads(edge_weight, E, W), F = W / H;
-  const float* wp = edge_weight ? (H > 1 ? checked<const float>(*edge_weight, "edge_weight", {E, H})
-                                         : checked<const float>(*edge_weight, "edge_weight", {-1}))
-                                : nullptr;
+  const float* wp = checked_weight(edge_weight, E, H);
   float* yp = checked<float>(out, "out", {N, W});
   if (op == Reduce::kMax && !argmax) throw nb::value_error("argmax: reduce='max' needs an int32 array (H, N, F)");
   int32_t* ap = op == Reduce::kMax ? checked<int32_t>(*argmax, "argmax", {H, N, F}) : nullptr;
@@ -296,9 +303,7 @@ void spmm_backward(const PyGraph& graph, const In& grad_out, const OptIn& edge_w
   const int64_t W = dim_of(grad_out, "grad_out", 2, 1);
   const float* dy = checked<const float>(grad_out, "grad_out", {N, W});
   const int64_t H = weight_heads(edge_weight, E, W), F = W / H;
-  const float* wp = edge_weight ? (H > 1 ? checked<const float>(*edge_weight, "edge_weight", {E, H})
-                                         : checked<const float>(*edge_weight, "edge_weight", {-1}))
-                                : nullptr;
+  const float* wp = checked_weight(edge_weight, E, H);
   if (op == Reduce::kMax && !argmax) throw nb::value_error("argmax: reduce='max' needs the forward's argmax");
   const int32_t* ap = op == Reduce::kMax ? checked<const int32_t>(*argmax, "argmax", {H, N, F}) : nullptr;
   float* dx = checked_opt<float>(grad_x, "grad_x", {S, W});
@@ -307,7 +312,8 @@ void spmm_backward(const PyGraph& graph, const In& grad_out, const OptIn& edge_w
   if (grad_weight) {
     if (!edge_weight) throw nb::value_error("grad_weight: the forward had no edge_weight");
     if (!x) throw nb::value_error("x: grad_weight needs the forward's input x");
-    dw = H > 1 ? checked<float>(*grad_weight, "grad_weight", {E, H}) : checked<float>(*grad_weight, "grad_weight", {E});
+    dw = edge_weight->ndim() == 2 ? checked<float>(*grad_weight, "grad_weight", {E, H})
+                                  : checked<float>(*grad_weight, "grad_weight", {E});
     xp = checked<const float>(*x, "x", {S, W});
   }
   nb::gil_scoped_release release;
@@ -584,7 +590,7 @@ nb::dict load_tpugraph_py(const std::string& path, bool require_runtimes) {
 NB_MODULE(_gnn, m) {
   using namespace gnn::py;
   m.doc() = "gnn.cpp's kernels, graph and npz reader (the raw layer; use the functions in gnn)";
-  static nb::exception<gnn::Error> error(m, "Error", PyExc_RuntimeError);
+  nb::exception<gnn::Error>(m, "Error", PyExc_RuntimeError);
   // Graphs held by torch's autograd nodes or a layer's cache may outlive the module at interpreter exit,
   // which nanobind would report as leaks; the pytest suite checks reference counts itself.
   nb::set_leak_warnings(false);
@@ -593,8 +599,20 @@ NB_MODULE(_gnn, m) {
 
   m.def("num_threads", &gnn::num_threads, "The number of CPU threads the kernels use.");
   m.def(
-      "set_num_threads", [](int n) { gnn::set_num_threads(n); }, "n"_a,
-      "Sets the number of CPU threads the kernels use (n >= 1).");
+      "set_num_threads",
+      [](int n) {
+        // OpenMP would try to start that many threads at the next kernel: a typo must not kill the process.
+        const int most = std::max(1, int(std::thread::hardware_concurrency())) * 8;
+        if (n < 1 || n > most)
+          throw nb::value_error(
+              ("n must be in [1, " + std::to_string(most) + "] (8 per hardware thread), got " + std::to_string(n))
+                  .c_str());
+        gnn::set_num_threads(n);
+      },
+      "n"_a,
+      "Sets the number of CPU threads the kernels use, 1 to 8 per hardware thread. This is OpenMP's setting\n"
+      "(omp_set_num_threads) for the calling thread: where torch shares the process's OpenMP runtime,\n"
+      "torch.set_num_threads changes it too, and the other way round.");
 
   nb::class_<PyGraph>(m, "Graph",
                       "A directed graph in CSR (rows: targets, listing their sources) and CSC form, built by a\n"

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 import gnn
-from conftest import directional_fd, random_graph, ref_spmm, torch
+from conftest import NEED_TORCH, directional_fd, random_graph, ref_spmm
+
+torch = pytest.importorskip("torch", reason=NEED_TORCH)
 
 N, E, F = 40, 220, 6
 
