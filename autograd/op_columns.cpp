@@ -80,6 +80,22 @@ Var slice_cols(const Var& x, int64_t begin, int64_t end) {
   });
 }
 
+Var slice_rows(const Var& x, int64_t begin, int64_t end) {
+  check_arg_on("slice_rows", "x", x, 2, x.dtype(), x.device());
+  const int64_t R = x.size(0), W = x.size(1);
+  GNN_CHECK(0 <= begin && begin <= end && end <= R, "slice_rows: rows [", begin, ", ", end, ") of ", x.value().desc());
+  return dispatch_dev("slice_rows", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), Shape{end - begin, W});
+    copy_block_on<T>(y, ptr<T>(y), W, 0, ptr<T>(x.value()) + begin * W, W, 0, end - begin, W);
+    return record("slice_rows", y, {x}, [x = GradRef(x), W, begin, end](const Tensor& dy) {
+      Tensor dx = Tensor::zeros(x.shape(), x.dtype(), x.device());
+      copy_block_on<T>(dy, ptr<T>(dx) + begin * W, W, 0, ptr<T>(dy), W, 0, end - begin, W);
+      accumulate(x, dx);
+    });
+  });
+}
+
 Var head_mean(const Var& x, int64_t heads) {
   check_arg_on("head_mean", "x", x, 2, x.dtype(), x.device());
   const int64_t R = x.size(0), W = x.size(1);

@@ -44,6 +44,7 @@ Var dropout(const Var& x, double p, Rng& rng, bool training);
 Var concat_cols(const std::vector<Var>& xs);  // [R, F1 + F2 + ...]
 Var concat_rows(const std::vector<Var>& xs);  // [R1 + R2 + ..., F]
 Var slice_cols(const Var& x, int64_t begin, int64_t end);  // columns [begin, end)
+Var slice_rows(const Var& x, int64_t begin, int64_t end);  // rows [begin, end)
 Var head_mean(const Var& x, int64_t heads);  // [R, H*F] -> [R, F], mean over heads
 Var gather_rows(const Var& x, const Tensor& index);  // y[i] = x[index[i]]; index i32, any order
 Var head_dot(const Var& x, const Var& a);  // x [R, H*D], a [H, D] -> y[r, h] = <x[r, h*D:], a[h]>

@@ -22,6 +22,21 @@ ag::Var Linear::forward(const ag::Var& x, Act act, double slope) const {
   return act == Act::kNone ? y : ag::activation(y, act, slope);
 }
 
+ag::Var Linear::forward_joined(const ag::Var& node, const ag::Var& config, int64_t C) const {
+  const int64_t N = node.size(0), A = node.size(1);
+  GNN_CHECK(C >= 1 && config.size(0) == N && config.size(1) % C == 0 && A + config.size(1) / C == in_,
+            "Linear::forward_joined: node ", node.value().desc(), " and config ", config.value().desc(), " for ", C,
+            " configs do not join into ", in_, " inputs");
+  const int64_t B = config.size(1) / C;
+  const ag::Var nothing(Tensor::empty(Shape{N, 0}, node.dtype(), node.device()));
+  if (B == 0) return ag::join_configs(forward(node), nothing, C);
+  // Node part [N, out], repeated for every config; config part [N*C, out] in node-major order.
+  const ag::Var per_node = ag::matmul(node, ag::slice_rows(weight, 0, A));
+  ag::Var y = ag::matmul(ag::reshape(config, N * C, B), ag::slice_rows(weight, A, in_));
+  if (bias.defined()) y = ag::add_bias(y, bias);
+  return ag::add(ag::join_configs(per_node, nothing, C), ag::reshape(y, N, C * out_));
+}
+
 Embedding::Embedding(int64_t num, int64_t dim, Rng& rng) {
   GNN_CHECK(num >= 1 && dim >= 1, "Embedding: sizes must be positive, got ", num, " x ", dim);
   weight = add_param("weight", init_tensor(Shape{num, dim}, Init::kNormal, num, dim, rng));

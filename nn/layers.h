@@ -17,6 +17,11 @@ class Linear : public Module {
   ag::Var forward(const ag::Var& x) const;
   // act(x W + b), the bias and activation in one epilogue (ag::bias_act)
   ag::Var forward(const ag::Var& x, Act act, double slope = 0.01) const;
+  // The layer on per_config(join_configs(node, config, C)) without building the join: node [N, A] times
+  // the weight's first A rows once per node, config [N, C*B] times the other B rows per config, the two
+  // added for each config (and the bias). Returns node-major [N, C*out]; equal to the joined product up to
+  // the order of the sums (the node part's and the config part's are added last).
+  ag::Var forward_joined(const ag::Var& node, const ag::Var& config, int64_t C) const;
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   ag::Var weight, bias;  // bias undefined without one

@@ -39,8 +39,15 @@ LinearNormAct::LinearNormAct(int64_t in, int64_t out, Rng& rng, Act act, bool bi
 }
 
 ag::Var LinearNormAct::forward(const ag::Var& x, int64_t C, const Tensor& ptr) const {
-  const ag::Var y = ag::instance_norm(node_major(lin_.forward(per_config(x, C)), C), ag::Var(), ag::Var(), ptr);
-  return ag::activation(y, act_);
+  return norm_act(node_major(lin_.forward(per_config(x, C)), C), ptr);
+}
+
+ag::Var LinearNormAct::forward_joined(const ag::Var& node, const ag::Var& config, int64_t C, const Tensor& ptr) const {
+  return norm_act(lin_.forward_joined(node, config, C), ptr);
+}
+
+ag::Var LinearNormAct::norm_act(const ag::Var& y, const Tensor& ptr) const {
+  return ag::activation(ag::instance_norm(y, ag::Var(), ag::Var(), ptr), act_);
 }
 
 ag::Var config_shared_dropout(const Batch& b, const ag::Var& x, int64_t C, double p, bool training, uint64_t salt) {

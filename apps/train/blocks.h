@@ -58,8 +58,11 @@ class LinearNormAct : public nn::Module {
  public:
   LinearNormAct(int64_t in, int64_t out, Rng& rng, Act act, bool bias = false);
   ag::Var forward(const ag::Var& x, int64_t C, const Tensor& ptr) const;
+  // The same on join_configs(node, config, C), the join never built (nn::Linear::forward_joined).
+  ag::Var forward_joined(const ag::Var& node, const ag::Var& config, int64_t C, const Tensor& ptr) const;
 
  private:
+  ag::Var norm_act(const ag::Var& y, const Tensor& ptr) const;
   nn::Linear lin_;
   Act act_;
 };

@@ -55,8 +55,8 @@ class LayoutGin6th : public RankModel {
 
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
-    ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
-    x = early_.forward(x, C, b.graph_ptr);
+    // The early layer on [node input | config] without the join: the node part's product once per node.
+    ag::Var x = early_.forward_joined(node_input(emb_, b), ag::Var(b.node_config), C, b.graph_ptr);
     x = segment(b, dropout_.forward(b, x, C, training(), 1));
     ag::Var pooled;
     for (const auto& l : layers_) {

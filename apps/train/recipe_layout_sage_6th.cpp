@@ -67,8 +67,8 @@ class LayoutSage6th : public RankModel {
 
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
-    ag::Var x = ag::join_configs(node_input(emb_, b), ag::Var(b.node_config), C);
-    x = early1_.forward(x, C, b.graph_ptr);
+    // early1 on [node input | config] without the join: the node part's product once per node.
+    ag::Var x = early1_.forward_joined(node_input(emb_, b), ag::Var(b.node_config), C, b.graph_ptr);
     x = dropout_.forward(b, x, C, training(), 1);
     x = segment(b, early2_.forward(x, C, b.graph_ptr));
     for (const auto& l : layers_) x = segment(b, ag::gelu(node_norm(b, ag::add(l->forward(b, x, C), x))));

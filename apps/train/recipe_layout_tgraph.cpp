@@ -18,13 +18,12 @@
 // channel (torch's InstanceNorm1d). "SE" is a squeeze-and-excitation gate over the channels (bottleneck
 // 8x, ReLU, sigmoid). "cross" is the cross-config attention: [x | x * softmax over the configs of the
 // batch (x / T)], per node and channel, with T learned; the linear or SAGE before it outputs half the
-// width so the concatenation has the full width (on the host one fused op, ag::config_attention). SAGE is PyG's SAGEConv (mean) on the files'
-// edge_index, each node aggregating the nodes that consume it.
-// Pairwise hinge loss max(0, 1 - (s_i - s_j)) over the pairs t_i > t_j of a slate; 1 graph x 64
-// configs per step; AdamW lr 1e-3, weight decay 1e-5, cosine with warm-up, gradient norm clipped to 1.
-// The write-up averages each config's score over 10 random orders of the configs at inference, since
-// the cross-config attention makes a score depend on its batch: --tta 10 by default, which eval and
-// predict use (validation in training takes one pass, as the original's).
+// width so the concatenation has the full width (on the host one fused op, ag::config_attention). SAGE is PyG's
+// SAGEConv (mean) on the files' edge_index, each node aggregating the nodes that consume it. Pairwise hinge loss max(0,
+// 1 - (s_i - s_j)) over the pairs t_i > t_j of a slate; 1 graph x 64 configs per step; AdamW lr 1e-3, weight decay
+// 1e-5, cosine with warm-up, gradient norm clipped to 1. The write-up averages each config's score over 10 random
+// orders of the configs at inference, since the cross-config attention makes a score depend on its batch: --tta 10 by
+// default, which eval and predict use (validation in training takes one pass, as the original's).
 //
 // Where this departs from the original, and why:
 // - The original re-extracted node_feat from the HLO with -1 padding to embed node_feat[134:140] (the
@@ -103,11 +102,18 @@ class InputBlock : public nn::Module {
     add_child("attend", &attend_);
   }
   ag::Var forward(const Batch& b, const Graph& axis, const ag::Var& x, int64_t C) const {
-    const ag::Var y = node_norm(b, node_major(lin_.forward(per_config(x, C)), C));
-    return ag::gelu(attend_.forward(axis, y, C));
+    return finish(b, axis, node_major(lin_.forward(per_config(x, C)), C), C);
+  }
+  // The same on join_configs(node, config, C), the join never built (nn::Linear::forward_joined).
+  ag::Var forward_joined(const Batch& b, const Graph& axis, const ag::Var& node, const ag::Var& config,
+                         int64_t C) const {
+    return finish(b, axis, lin_.forward_joined(node, config, C), C);
   }
 
  private:
+  ag::Var finish(const Batch& b, const Graph& axis, const ag::Var& y, int64_t C) const {
+    return ag::gelu(attend_.forward(axis, node_norm(b, y), C));
+  }
   nn::Linear lin_;
   Attend attend_;
 };
@@ -165,8 +171,9 @@ class LayoutTgraph : public RankModel {
         ag::reshape(config_emb_.forward(config_categories(b)), b.nodes, C * kLayoutConfigFeatures * config_embed_);
     const ag::Var own =
         ag::reshape(config_emb_.forward(b.node_layout.reshape({-1})), b.nodes, kNodeLayoutDims * config_embed_);
-    ag::Var x = ag::join_configs(ag::concat_cols({node_input(op_emb_, b), own}), config, C);  // [N, C*(op + F + 24E)]
-    x = segment(b, in1_.forward(b, axis, x, C));
+    // The first block on [op + F + 24E | C * 18E] per node: the node part's product once per node, the
+    // [N, C*(op + F + 24E)] join never built.
+    ag::Var x = segment(b, in1_.forward_joined(b, axis, ag::concat_cols({node_input(op_emb_, b), own}), config, C));
     x = segment(b, in2_.forward(b, axis, x, C));
     uint64_t salt = 1;
     for (const auto& block : blocks_) {

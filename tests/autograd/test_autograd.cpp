@@ -194,6 +194,9 @@ TEST_CASE("autograd: column ops, head mean, head dot, gathers") {
   CHECK(ag::concat_rows({a, c}).value().f64()[5 * 3 + 4] == c.value().f64()[4]);  // row 5 is c's row 0
   CHECK_THROWS_WITH_AS(ag::concat_rows({a, b}), doctest::Contains("concat_rows: input 1 has 2 columns"), Error);
   check_grads({w}, [&] { return probe(ag::slice_cols(w, 1, 4)); });
+  check_grads({w}, [&] { return probe(ag::slice_rows(w, 1, 4)); });
+  CHECK(ag::slice_rows(w, 2, 3).value().f64()[4] == w.value().f64()[2 * 6 + 4]);
+  CHECK_THROWS_WITH_AS(ag::slice_rows(w, 3, 6), doctest::Contains("slice_rows"), Error);
   check_grads({w}, [&] { return probe(ag::head_mean(w, 3)); });
   check_grads({w, att}, [&] { return probe(ag::head_dot(w, att)); });
   const Tensor idx = Tensor::from_vector<int32_t>({4, 0, 4, 2, 2, 2, 1});

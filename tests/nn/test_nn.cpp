@@ -96,6 +96,33 @@ TEST_CASE("nn: dense layers, directional gradient checks in double") {
   check_directional(params_of(emb), [&] { return probe(emb.forward(idx)); });
 }
 
+TEST_CASE("nn: a dense layer on joined node and config parts equals it on the join, which it never builds") {
+  Rng rng(9);
+  const int64_t N = 5, A = 4, B = 3, C = 3;
+  ag::Var node = rand_var({N, A}, 11), config = rand_var({N, C * B}, 12);
+  for (bool bias : {true, false}) {
+    CAPTURE(bias);
+    nn::Linear lin(A + B, 6, rng, bias);
+    nn::cast_parameters(lin, DType::F64);
+    const auto joined = [&] {
+      return ag::reshape(lin.forward(ag::reshape(ag::join_configs(node, config, C), N * C, A + B)), N, C * 6);
+    };
+    const Tensor want = joined().value(), got = lin.forward_joined(node, config, C).value();
+    REQUIRE(got.shape() == want.shape());
+    for (int64_t i = 0; i < want.numel(); ++i) CHECK(got.f64()[i] == doctest::Approx(want.f64()[i]).epsilon(1e-12));
+    check_directional(with(with(params_of(lin), node), config),
+                      [&] { return probe(lin.forward_joined(node, config, C)); });
+  }
+  // No config columns: the node part alone, repeated per config.
+  nn::Linear lin(A, 2, rng);
+  nn::cast_parameters(lin, DType::F64);
+  const ag::Var none(Tensor::empty(Shape{N, 0}, DType::F64));
+  const Tensor y = lin.forward_joined(node, none, C).value(), one = lin.forward(node).value();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) CHECK(y.f64()[n * C * 2 + c * 2 + 1] == one.f64()[n * 2 + 1]);
+  CHECK_THROWS_WITH_AS(lin.forward_joined(node, config, C), doctest::Contains("do not join"), Error);
+}
+
 TEST_CASE("nn: graph layers, directional gradient checks in double") {
   const Graph g = testing::random_graph(12, 40, 3);
   Rng rng(11);
