@@ -68,9 +68,10 @@ Departures from their runs, and why:
   empty stub module named seaborn is put in sys.modules before the import (SHIM, marked below).
 - 1st place: it trained on its re-extracted files (node_feat[:, 134:140] padded with -1); this runs on
   the files given (padded with 0): same shapes, same cost.
-- The step's config sampling: the 1st place's random.sample and the 6th's np.random subsample groups are
-  seeded from --seed; a file with fewer configs than --configs takes them all (the 1st place's own rule; for
-  the 6th place the subsample size is cut to the number of configs, where its code would yield an empty group).
+- The step's config sampling (the 1st place's random.sample; the 6th's np.random.shuffle of its groups and
+  the torch.randperm standing in for its RandomSampler) is seeded from --seed; a file with fewer configs than
+  --configs takes them all (the 1st place's own rule; for the 6th place the subsample size is cut to the
+  number of configs, where its code would yield an empty group).
 
 Prints one JSON line, as layout_step.py: model, file, nodes and edges (of the prepared graph), nodes_file,
 configs (per step), configs_available (after the 1st place's dedup), steps, configs_per_s (configs over the
@@ -302,7 +303,8 @@ def main():
     before_mb = rss_mb()
     times, batch_times, model_times = [], [], []
     for _ in range(a.steps):
-        run.epoch()
+        with quiet():
+            run.epoch()
         t0 = time.perf_counter()
         batch = run.batch()
         t1 = time.perf_counter()
