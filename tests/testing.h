@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -34,6 +35,14 @@ inline std::string last_line(const std::string& s) {
   if (end == std::string::npos) return "";
   const size_t begin = s.rfind('\n', end), first = begin == std::string::npos ? 0 : begin + 1;
   return s.substr(first, end - first + 1);
+}
+
+// A text file's lines, without their newlines.
+inline std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(f, line);) out.push_back(line);
+  return out;
 }
 
 // Prints why a test does nothing here; the caller returns right after.

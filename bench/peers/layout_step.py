@@ -42,6 +42,9 @@ import warnings
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import rss_mb  # noqa: E402
+
 try:
     import torch
 except ImportError:
@@ -116,14 +119,6 @@ class ResModel(torch.nn.Module):
             agg = conv(lin(x).reshape(n, c * f), edge_index, edge_weight).reshape(n, c, f)
             x = x + torch.nn.functional.leaky_relu(agg + b, 0.01)
         return self.readout(x, cfg_ids)
-
-
-def rss_mb():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def list_mle(pred, runtime):  # lower runtime ranks first

@@ -66,3 +66,12 @@ def gpu_pyg_args():
     args = ap.parse_args()
     print(f"torch {torch.__version__}, PyG {torch_geometric.__version__}, {torch.cuda.get_device_name()}")
     return args
+
+
+def rss_mb():
+    """The process's resident memory now, in MiB (VmRSS)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0

@@ -100,6 +100,9 @@ import warnings
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import rss_mb  # noqa: E402
+
 try:
     import torch
 except ImportError:
@@ -108,14 +111,6 @@ except ImportError:
 REPO_1ST = "google_fast_or_slow"
 REPO_6TH = "solution-predict-ai-model-runtime"
 DIR_6TH = {"sage6": "src/res-graphsage4-pair-hop5-layout", "gin6": "src/res-gin4-pair-hop5-layout"}
-
-
-def rss_mb():
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def load_module(name, path):

@@ -20,17 +20,10 @@ using testing::TempDir;
 
 namespace {
 
-std::vector<std::string> csv_rows(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<std::string> rows;
-  for (std::string line; std::getline(f, line);) rows.push_back(line);
-  return rows;
-}
-
 // gnn predict --runtimes: graph id -> config -> predicted runtime.
 std::map<std::string, std::map<int64_t, double>> runtimes(const std::string& path) {
   std::map<std::string, std::map<int64_t, double>> out;
-  const std::vector<std::string> rows = csv_rows(path);
+  const std::vector<std::string> rows = testing::read_lines(path);
   for (size_t i = 1; i < rows.size(); ++i) {
     const size_t a = rows[i].rfind(','), b = rows[i].rfind(',', a - 1);
     out[rows[i].substr(0, b)][std::stoll(rows[i].substr(b + 1, a - b - 1))] = std::stod(rows[i].substr(a + 1));
@@ -110,7 +103,7 @@ TEST_CASE("ensemble: eval and predict over several runs combine the runs' own sc
       run_gnn("predict --run " + runs[0] + " --runs " + t.file("runs.txt") + on + " --out " + t.file("ensemble.csv"));
   REQUIRE_MESSAGE(ens.exit_code == 0, ens.err);
   CHECK(ens.out.find("an ensemble of 3 runs") != std::string::npos);
-  const std::vector<std::string> rows = csv_rows(t.file("ensemble.csv"));
+  const std::vector<std::string> rows = testing::read_lines(t.file("ensemble.csv"));
   REQUIRE(rows.size() == per_graph.size() + 1);
   int differs_from_a_member = 0;
   for (size_t i = 1; i < rows.size(); ++i) {
@@ -124,7 +117,7 @@ TEST_CASE("ensemble: eval and predict over several runs combine the runs' own sc
     for (size_t k = 0; k < order.size(); ++k) want.append(k ? ";" : "").append(std::to_string(order[k]));
     CHECK(rows[i] == want);
     for (size_t k = 0; k < runs.size(); ++k)
-      differs_from_a_member += csv_rows(t.file(member_file("one", k)))[i] != rows[i];
+      differs_from_a_member += testing::read_lines(t.file(member_file("one", k)))[i] != rows[i];
   }
   CHECK(differs_from_a_member > 0);  // the members disagree, so the combination is not any one of them
   // The ensemble's eval scores the same combination: one JSON line, and no per-graph file in a run.

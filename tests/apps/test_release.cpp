@@ -18,17 +18,10 @@ using testing::TempDir;
 
 namespace {
 
-std::vector<std::string> lines_of(const std::string& path) {
-  std::ifstream f(path);
-  std::vector<std::string> out;
-  for (std::string line; std::getline(f, line);) out.push_back(line);
-  return out;
-}
-
 // The IDs of the competition's sample submission (every official test graph).
 std::set<std::string> official_ids() {
   std::set<std::string> ids;
-  for (const std::string& row : lines_of(testing::shared_data("tpugraphs/sample_submission.csv")))
+  for (const std::string& row : testing::read_lines(testing::shared_data("tpugraphs/sample_submission.csv")))
     ids.insert(row.substr(0, row.find(',')));
   return ids;
 }
@@ -63,7 +56,7 @@ TEST_CASE("release: train, validate and predict real programs of the official tr
     const std::string csv = t.file(c.model + ".csv");
     r = run_gnn("predict --run " + run + " --data " + c.data + " --out " + csv);
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    const std::vector<std::string> rows = lines_of(csv);
+    const std::vector<std::string> rows = testing::read_lines(csv);
     REQUIRE(rows.size() == 2);  // the header and the split's one test program
     CHECK(rows[0] == "ID,TopConfigs");
     const std::string id = rows[1].substr(0, rows[1].find(','));
