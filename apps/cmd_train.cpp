@@ -88,7 +88,9 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
     nn::move_parameters(*r.model.model, device);
     auto files = train::kind_files(a.str("data"), r.model.recipe->kind, a.str("split"));
     GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", r.model.recipe->kind, " ", a.str("split"), " files");
-    r.graphs = std::make_unique<train::GraphSource>(std::move(files), r.model.prep, uint64_t(2) << 30);
+    // Eval and predict read each graph once: a member past the first keeps no more than the graph at hand.
+    r.graphs = std::make_unique<train::GraphSource>(std::move(files), r.model.prep,
+                                                    runs.empty() ? uint64_t(2) << 30 : uint64_t(0));
     runs.push_back(std::move(r));
   }
   return runs;
@@ -105,9 +107,11 @@ train::ConfigScorer ensemble_scorer(const Args& a, const std::vector<RunOnSplit>
     for (size_t k = 0; k < runs.size(); ++k) {
       const train::LoadedModel& m = runs[k].model;
       const auto own = k ? runs[k].graphs->get(i) : nullptr;  // run 0's graph is g
+      GNN_CHECK(!own || (own->file.path == g.file.path && own->num_configs() == g.num_configs()), "--run ", runs[k].dir,
+                ": its graph ", i, " is ", own ? own->file.path : "", ", run ", runs[0].dir, "'s ", g.file.path);
       members.push_back(train::predict_configs(*m.model, own ? *own : g, configs, m.train.eval_chunk, tta_of(a, m)));
     }
-    return train::combine_scores(members, how);
+    return train::combine_scores(members, how, configs);
   };
 }
 

@@ -6,9 +6,10 @@
 #   build/bin/gnn eval --runs OUT/runs.txt --data DIR
 #   build/bin/gnn predict --runs OUT/runs.txt --data DIR --out submission.csv
 #
-# Seed S trains into OUT/seed-S. A run that is already there is resumed with the same flags (a finished
-# one returns at once), so the script run again after a kill goes on where it stopped. GNN names the
-# binary (default build/bin/gnn).
+# Seed S trains into OUT/seed-S, always with --resume: a run that is already there goes on with the same
+# flags (a finished one returns at once), a new one starts, so the script run again after a kill goes on
+# where it stopped. runs.txt lists the runs by absolute path. GNN names the binary (default: the
+# checkout's build/bin/gnn).
 set -euo pipefail
 if [ $# -lt 2 ]; then
   echo "usage: scripts/train_seeds.sh OUT SEEDS [gnn train flags]   (SEEDS: comma-separated, e.g. 1,2,3)" >&2
@@ -16,22 +17,31 @@ if [ $# -lt 2 ]; then
 fi
 out=$1 seeds=$2
 shift 2
-gnn=${GNN:-build/bin/gnn}
+gnn=${GNN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin/gnn}
 IFS=',' read -r -a list <<< "$seeds"
+if [ ${#list[@]} -eq 0 ]; then
+  echo "scripts/train_seeds.sh: no seeds in '$seeds'" >&2
+  exit 2
+fi
+seen=","
 for s in "${list[@]}"; do
   if ! [[ $s =~ ^[0-9]+$ ]]; then
     echo "scripts/train_seeds.sh: seed '$s' is not a non-negative integer" >&2
     exit 2
   fi
+  if [[ $seen == *",$s,"* ]]; then
+    echo "scripts/train_seeds.sh: seed $s is listed twice (it would count twice in the ensemble)" >&2
+    exit 2
+  fi
+  seen="$seen$s,"
 done
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 runs=()
 for s in "${list[@]}"; do
   run="$out/seed-$s"
-  resume=()
-  [ -f "$run/model.npz" ] && resume=(--resume)
   echo "== seed $s: $run" >&2
-  "$gnn" train "$@" --seed "$s" --out "$run" "${resume[@]}"
+  "$gnn" train "$@" --seed "$s" --out "$run" --resume
   runs+=("$run")
 done
 printf '%s\n' "${runs[@]}" > "$out/runs.txt.tmp"

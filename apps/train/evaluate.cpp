@@ -137,7 +137,8 @@ Combine parse_combine(const std::string& name) {
   GNN_FAIL("--ensemble: expected mean-z or mean-rank, got '", name, "'");
 }
 
-std::vector<double> combine_scores(const std::vector<std::vector<double>>& members, Combine how) {
+std::vector<double> combine_scores(const std::vector<std::vector<double>>& members, Combine how,
+                                   const std::vector<int64_t>& configs) {
   GNN_CHECK(!members.empty(), "combine_scores: no members");
   if (members.size() == 1) return members[0];
   const size_t n = members[0].size();
@@ -147,9 +148,10 @@ std::vector<double> combine_scores(const std::vector<std::vector<double>>& membe
     GNN_CHECK(p.size() == n, "combine_scores: a member scored ", p.size(), " configs, another ", n);
     std::vector<double> v(n);
     if (how == Combine::kMeanRank) {
-      std::vector<int64_t> pos(n);
-      std::iota(pos.begin(), pos.end(), 0);
-      const std::vector<int64_t> order = ranking_order(p, pos);
+      std::vector<int64_t> index(configs);
+      if (index.empty()) index.resize(n), std::iota(index.begin(), index.end(), 0);
+      GNN_CHECK(index.size() == n, "combine_scores: ", index.size(), " config indices for ", n, " scores");
+      const std::vector<int64_t> order = ranking_order(p, index);
       for (size_t r = 0; r < n; ++r) v[size_t(order[r])] = double(r);
     } else {
       double sum = 0, sq = 0, top = -HUGE_VAL;

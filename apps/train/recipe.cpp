@@ -128,7 +128,7 @@ std::string HParamSpec::valid() const {
     std::snprintf(buf, sizeof buf, "%.15g", v);
     return std::string(buf);
   };
-  const std::string what = type == Type::kInteger ? "an integer" : "a number";
+  const std::string what = (zero_ok ? "0 or " : "") + std::string(type == Type::kInteger ? "an integer" : "a number");
   const bool low = min > -1e300, high = max < 9e18;  // INT64_MAX and HUGE_VAL mean unbounded
   if (low && high) return what + " in " + (min_open ? "(" : "[") + num(min) + ", " + num(max) + "]";
   if (low) return what + (min_open ? " > " : " >= ") + num(min);
@@ -151,15 +151,29 @@ std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h
       }
     } else if (s.type == HParamSpec::Type::kInteger) {
       int64_t v = 0;
-      ok = parse_integer(value, &v) && double(v) >= s.min && double(v) <= s.max;
+      ok = parse_integer(value, &v) && ((s.zero_ok && v == 0) || (double(v) >= s.min && double(v) <= s.max));
     } else {
       double v = 0;
-      ok = parse_number(value, &v) && (s.min_open ? v > s.min : v >= s.min) && v <= s.max;
+      ok = parse_number(value, &v) && ((s.zero_ok && v == 0) || ((s.min_open ? v > s.min : v >= s.min) && v <= s.max));
     }
     if (!ok) return "--" + name + ": expected " + s.valid() + ", got '" + value + "'";
   }
   return "";
 }
+
+namespace {
+
+// Kendall tau needs two configs: 0 (every config) or at least 2.
+HParamSpec val_configs_hp() {
+  HParamSpec s = integer_hp("val-configs", "0", 2, INT64_MAX,
+                            "validation scores each valid graph on at most this many configs, the same random "
+                            "subset every time (0: all; an --eval-indices subset comes first); gnn eval scores "
+                            "them all");
+  s.zero_ok = true;
+  return s;
+}
+
+}  // namespace
 
 std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, std::string>& defaults) {
   constexpr double kInf = HUGE_VAL;  // no upper bound: any finite number
@@ -179,13 +193,12 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
                  "stochastic weight averaging of the last K epochs' weights: RUN/swa.npz, scored on valid each "
                  "epoch (0: off; gnn eval/predict --checkpoint swa)"),
       integer_hp("patience", "0", 0, kMany,
-                 "stop after this many epochs without a better validation score (0: never; needs a valid split)"),
+                 "stop after this many validations without a better score (every epoch validates unless "
+                 "--val-every; 0: never; needs a valid split)"),
       integer_hp("val-every", "0", 0, kMany,
                  "validate only at the end of an epoch that reaches a multiple of this many steps, and after the "
                  "last (0: every epoch); with a few large graphs an epoch is a step or two"),
-      integer_hp("val-configs", "0", 0, kMany,
-                 "validation scores each valid graph on at most this many configs, the same random subset every "
-                 "time (0: all; an --eval-indices subset comes first); gnn eval scores them all"),
+      val_configs_hp(),
       integer_hp("accumulate", "1", 1, 1 << 20,
                  "micro-batches per step: the step's graphs go through forward and backward in this many groups "
                  "and their gradients add up (the same step, up to rounding, in less memory)"),

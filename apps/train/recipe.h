@@ -60,6 +60,7 @@ struct HParamSpec {
   Type type = Type::kNumber;
   double min = -HUGE_VAL, max = HUGE_VAL;  // unbounded: any finite number
   bool min_open = false;
+  bool zero_ok = false;  // an integer or number that may also be 0 (off) below its range
   std::string choices;
   std::string valid() const;  // "a number > 0", "an integer in [1, 4096]", "one of constant|cosine"
 };

@@ -7,9 +7,8 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
-#include <cstring>
-
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -97,7 +96,8 @@ void State::load(const std::map<std::string, Tensor>& a, const std::string& f) {
               hi == INT64_MAX ? std::string("") : std::to_string(hi), "; the checkpoint is damaged");
   };
   in_range("epoch", epoch, 0, INT64_MAX), in_range("step", step, 0, INT64_MAX), in_range("batch", batch, 0, step);
-  in_range("skipped", skipped, 0, step), in_range("loss_n", loss_n, 0, step), in_range("configs", configs, 0, INT64_MAX);
+  in_range("skipped", skipped, 0, step), in_range("loss_n", loss_n, 0, step),
+      in_range("configs", configs, 0, INT64_MAX);
   in_range("best_epoch", best_epoch, 0, epoch);
   GNN_CHECK(std::isfinite(loss_sum) && std::isfinite(seconds) && seconds >= 0, f,
             ": 'state/loss_sum' or 'state/seconds' is not a finite time or sum; the checkpoint is damaged");
@@ -140,11 +140,19 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
   if (!o.recipe.empty() && o.recipe != p.recipe->name)
     bad_option("--model ", o.recipe, ": the run in ", run, " trains ", p.recipe->name,
                "; a resumed run keeps its recipe");
-  for (const auto& [k, v] : o.hparams)
-    if (!p.hp.values.count(k) || p.hp.values.at(k) != v)
-      bad_option("--", k, " ", v, ": the run in ", run, " was started with ",
-                 p.hp.values.count(k) ? p.hp.values.at(k) : "no such flag",
-                 "; a resumed run keeps its hyper-parameters");
+  for (const auto& [k, v] : o.hparams) {
+    const std::string was = p.hp.values.count(k) ? p.hp.values.at(k) : "";
+    if (was == v) continue;
+    // How often and on how many configs to validate changes no step: a resumed run may take new ones.
+    if (k == "val-every" || k == "val-configs") {
+      p.notes.push_back("--" + k + " " + v + ": the run was started with " + (was.empty() ? "0" : was) +
+                        "; validation follows the new value from here");
+      p.hp.values[k] = v;
+      continue;
+    }
+    bad_option("--", k, " ", v, ": the run in ", run, " was started with ", was.empty() ? "no such flag" : was,
+               "; a resumed run keeps its hyper-parameters");
+  }
   p.seed = uint64_t(get_i64(p.meta.arrays, "meta/seed", model_path));
   if (o.seed && *o.seed != p.seed)
     bad_option("--seed ", *o.seed, ": the run in ", run, " was started with seed ", p.seed,
@@ -239,7 +247,8 @@ RunLock::~RunLock() {
 void trim_metrics(const std::string& path, int64_t epochs, bool keep_partial) {
   if (!fs::exists(path)) {
     if (epochs > 0)
-      std::fprintf(stderr, "gnn train: warning: %s is missing; the log of the %lld epochs before the checkpoint is lost\n",
+      std::fprintf(stderr,
+                   "gnn train: warning: %s is missing; the log of the %lld epochs before the checkpoint is lost\n",
                    path.c_str(), (long long)epochs);
     return;
   }
@@ -252,7 +261,8 @@ void trim_metrics(const std::string& path, int64_t epochs, bool keep_partial) {
       const Json j = Json::parse(line, path);
       const int64_t e = j["epoch"].as_int();
       const bool partial = j.contains("partial_epoch");
-      if ((e <= epochs && !partial) || (keep_partial && partial && e == epochs + 1)) keep += line + "\n", kept += !partial;
+      if ((e <= epochs && !partial) || (keep_partial && partial && e == epochs + 1))
+        keep += line + "\n", kept += !partial;
     } catch (const Error&) {
       // A last line cut short by the interruption is dropped as expected; a bad line before it is said.
       unreadable += in.peek() != std::char_traits<char>::eof() || text.back() == '\n';

@@ -596,9 +596,10 @@ TrainResult Run::train() {
     done = finished();
     if (stopped_early() && lead_ && !o_.quiet)
       std::printf(
-          "stopping early: no better valid score in the last %lld epochs (--patience); the best was epoch "
+          "stopping early: no better valid score in the last %lld %s (--patience); the best was epoch "
           "%lld's, %.4f\n",
-          (long long)tp_.patience, (long long)st_.best_epoch, st_.best_score);
+          (long long)tp_.patience, tp_.val_every > 0 ? "validations" : "epochs", (long long)st_.best_epoch,
+          st_.best_score);
   }
   if (profile_ && lead_ && !o_.quiet) std::fputs(profile_->table().c_str(), stdout);
   // A finished run given a new length, data or eval folder runs no step: record the change all the same.
@@ -750,12 +751,16 @@ void Run::fault() const {
   std::raise(SIGKILL);
 }
 
-// --patience P: the run ends once P epochs have passed without a better validation score (it needs a
-// valid split). Derived from the checkpoint's epoch and best epoch, so a resumed run stops where the
-// unbroken one did.
+// --patience P: the run ends once P validations have passed without a better score (it needs a valid
+// split). Every epoch validates without --val-every, so P epochs. With --val-every N, the validating
+// epochs among (best, now] are those that reach a multiple of N steps: all of them when an epoch has N
+// steps or more, else one per multiple of N. Derived from the checkpoint's epoch and best epoch, so a
+// resumed run stops where the unbroken one did; a stop falls on an epoch that validated.
 bool Run::stopped_early() const {
-  const int64_t patience = tp_.patience;
-  return patience > 0 && !valid_files_.empty() && st_.epoch > 0 && st_.epoch - st_.best_epoch >= patience;
+  const int64_t patience = tp_.patience, n = tp_.val_every, b = batches_;
+  if (patience <= 0 || valid_files_.empty() || st_.epoch <= 0) return false;
+  const int64_t since = n <= 0 || b >= n ? st_.epoch - st_.best_epoch : st_.epoch * b / n - st_.best_epoch * b / n;
+  return since >= patience;
 }
 
 TrainResult Run::result() const {

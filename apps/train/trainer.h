@@ -4,7 +4,7 @@
 //   model.npz      the latest checkpoint: weights, Adam state, the recipe's name and hyper-parameters,
 //                  the preprocessing statistics and where training stands (epoch, batch, step). Written
 //                  after every epoch and every --checkpoint-minutes, atomically (temporary + rename).
-//   best.npz       the weights of the epoch with the best validation score (when there is a valid split)
+//   best.npz       the weights of the validated epoch with the best score (when there is a valid split)
 //   metrics.jsonl  one JSON object per finished epoch
 // A resumed run (--resume) restarts from model.npz at the batch after the one it recorded. Every random
 // choice (graph order, sampled configs, segments) is drawn from (seed, epoch, batch), so the resumed run
@@ -122,12 +122,14 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
 // Ensembles (gnn eval / predict --run A --run B): how the members' scores of one graph's configs become
 // one. kMeanZ standardises each member's scores over the graph's configs (mean 0, standard deviation 1;
 // all equal: all 0) and averages them; kMeanRank averages each member's ranks (0 = predicted fastest,
-// ties by config position). A prediction that is not finite (predict_configs ranks it last with the
+// ties by config index as a submission's ranking: `configs` holds the scored configs' indices, empty for
+// 0, 1, 2, ...). A prediction that is not finite (predict_configs ranks it last with the
 // largest double) counts as one more than the member's largest finite z, or takes its rank. One member:
 // its scores unchanged.
 enum class Combine { kMeanZ, kMeanRank };
 Combine parse_combine(const std::string& name);  // mean-z | mean-rank; gnn::Error otherwise
-std::vector<double> combine_scores(const std::vector<std::vector<double>>& members, Combine how);
+std::vector<double> combine_scores(const std::vector<std::vector<double>>& members, Combine how,
+                                   const std::vector<int64_t>& configs = {});
 // Every rank's scores, in rank order, on every rank (a job of one: `mine`).
 std::vector<std::pair<std::string, GraphScore>> gather_scores(
     const std::vector<std::pair<std::string, GraphScore>>& mine, const std::string& what);

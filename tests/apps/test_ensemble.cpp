@@ -9,6 +9,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "apps/cli.h"
 #include "apps/train/trainer.h"
 #include "io/json.h"
 #include "testing.h"
@@ -123,7 +124,28 @@ TEST_CASE("ensemble: eval and predict over several runs combine the runs' own sc
   // The ensemble's eval scores the same combination: one JSON line, and no per-graph file in a run.
   const auto ev = run_gnn("eval --run " + runs[0] + " --run " + runs[1] + " --run " + runs[2] + on);
   REQUIRE_MESSAGE(ev.exit_code == 0, ev.err);
-  CHECK(Json::parse(last_line(ev.out))["graphs"].as_number() == double(per_graph.size()));
+  const Json ej = Json::parse(last_line(ev.out));
+  CHECK(ej["graphs"].as_number() == double(per_graph.size()));
+  // ... the metrics of the submission the same ensemble writes.
+  const auto sc = run_gnn("score --submission " + t.file("ensemble.csv") + " --data " + data +
+                          "/npz/layout/xla/default --split valid");
+  REQUIRE_MESSAGE(sc.exit_code == 0, sc.err);
+  CHECK(Json::parse(last_line(sc.out))["kendall_tau"].as_number() == ej["kendall_tau"].as_number());
+}
+
+TEST_CASE("ensemble: a repeatable flag keeps every value in order, any other flag twice is refused") {
+  cli::Command c;
+  c.name = "x";
+  c.flags = {{"run", "RUN", "", "", false, true}, {"data", "DIR", ""}};
+  const cli::Args a = cli::parse_args(c, {"--run=A", "--data", "D", "--run", "B", "--run=C"});
+  CHECK(a.all("run") == std::vector<std::string>{"A", "B", "C"});
+  CHECK(a.str("run") == "A");
+  CHECK(a.all("data") == std::vector<std::string>{"D"});
+  CHECK_THROWS_WITH_AS(cli::parse_args(c, {"--data", "D", "--data", "E"}), doctest::Contains("--data given twice"),
+                       cli::UsageError);
+  // A mean-rank ensemble ranks ties by config index, as a submission does, whatever the order scored.
+  CHECK(train::combine_scores({{1, 1, 0}, {1, 1, 0}}, train::Combine::kMeanRank, {7, 3, 5}) ==
+        std::vector<double>{2, 1, 0});
 }
 
 TEST_CASE("ensemble: what cannot be combined is refused before anything is scored") {
@@ -174,5 +196,7 @@ TEST_CASE("ensemble: scripts/train_seeds.sh trains a run per seed, resumes what 
   CHECK(testing::same_bits(w4, testing::checkpoint_weights(t.file("ens/seed-4/model.npz"))));
   const auto r = run_gnn("eval --runs " + t.file("ens/runs.txt") + " --data " + data);
   CHECK_MESSAGE(r.exit_code == 0, r.err);
-  CHECK(std::system((script + " " + t.file("bad") + " 1,x --model layout-mlp > /dev/null 2>&1").c_str()) != 0);
+  for (const char* seeds : {"1,x", "2,2", ","})
+    CHECK(std::system((script + " " + t.file("bad") + " " + seeds + " --model layout-mlp > /dev/null 2>&1").c_str()) !=
+          0);
 }

@@ -2,6 +2,7 @@
 // (and the last), the same epochs after a kill and a resume; --val-configs K scores each valid graph on
 // the same K configs every time.
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -79,8 +80,43 @@ TEST_CASE("validation: --val-configs scores every valid graph on the same few co
   r = run_gnn("train --out " + t.file("none") + " --model layout-mlp --data " + data + " --epochs 3 --progress lines");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   CHECK(validated(t.file("all")) == validated(t.file("none")));
-  // The subset is fixed: a second run with the same seed sees the same scores.
-  r = run_gnn("train --out " + t.file("two-again") + base + "2");
+  // The subset is fixed: with weights that do not move (--lr 1e-12) every validation scores the same
+  // configs, so the same score; a subset drawn anew each time would move it.
+  r = run_gnn("train --out " + t.file("still") + " --model layout-mlp --data " + data +
+              " --epochs 6 --progress lines --lr 1e-12 --val-configs 2");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  CHECK(validated(t.file("two")) == validated(t.file("two-again")));
+  const auto still = validated(t.file("still"));
+  REQUIRE(still.size() == 6);
+  for (const auto& [epoch, score] : still) CHECK(score == still[0].second);
+  // Kendall tau needs two configs: 1 is refused before anything is written.
+  r = run_gnn("train --out " + t.file("one") + base + "1");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--val-configs: expected 0 or an integer >= 2") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(t.file("one")));
+}
+
+TEST_CASE("validation: --patience counts validations under --val-every, and a resumed run may validate anew") {
+  TempDir t;
+  const std::string data = testing::tile_and_layout(t.file("data"), {2, 0, 10, 7}, {3, 80, 12, 9});
+  // One step an epoch; weights that do not move, so no validation after the first beats it.
+  const std::string run = t.file("run");
+  auto r = run_gnn("train --model layout-mlp --data " + data + " --out " + run +
+                   " --epochs 40 --lr 1e-12 --val-every 3 --patience 2 --progress lines");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const Json j = Json::parse(testing::last_line(r.out));
+  CHECK(j["stopped_early"].as_bool());
+  const auto seen = validated(run);
+  REQUIRE(!seen.empty());
+  const int64_t last = seen.back().first;
+  CHECK(last % 3 == 0);  // it stops on an epoch that validated ...
+  CHECK(std::isfinite(seen.back().second));
+  CHECK(last >= 6);  // ... two validations after the best at the earliest, never before one
+  CHECK(last <= 9);
+  CHECK(r.out.find("in the last 2 validations (--patience)") != std::string::npos);
+  // How often to validate may change on resume (no training step depends on it); other settings may not.
+  r = run_gnn("train --resume --out " + run + " --epochs 42 --val-every 1 --patience 2");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.find("--val-every 1: the run was started with 3") != std::string::npos);
+  r = run_gnn("train --resume --out " + run + " --lr 0.1");
+  CHECK(r.exit_code == 2);
 }

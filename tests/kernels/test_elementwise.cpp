@@ -145,6 +145,7 @@ TEST_CASE("cuda ops: arithmetic, reductions and column plumbing match the host, 
   check_op("concat_cols", {a, rand({37, 5}, 6)}, [](auto& v, auto&) { return ag::concat_cols({v[0], v[1], v[0]}); });
   check_op("concat_rows", {a, rand({5, 24}, 6)}, [](auto& v, auto&) { return ag::concat_rows({v[0], v[1], v[0]}); });
   check_op("slice_cols", {a}, [](auto& v, auto&) { return ag::slice_cols(v[0], 3, 17); });
+  check_op("slice_rows", {a}, [](auto& v, auto&) { return ag::slice_rows(v[0], 3, 17); });
   check_op("head_mean", {a}, [](auto& v, auto&) { return ag::head_mean(v[0], 3); });
   check_op("head_dot", {a, rand({4, 6}, 7)}, [](auto& v, auto&) { return ag::head_dot(v[0], v[1]); });
   std::vector<int32_t> idx;
