@@ -702,7 +702,8 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
   if (!layout) {
     const int64_t B = graphs[0]->config.size(1);
     b.config_feat = Tensor::empty({G * C, B}, DType::F32);
-    for (int64_t g = 0; g < G; ++g)
+    // B is 0 where preprocessing kept no config column (every one constant over the train split).
+    for (int64_t g = 0; g < G && B > 0; ++g)
       for (int64_t c = 0; c < C; ++c)
         std::memcpy(b.config_feat.f32() + (g * C + c) * B,
                     graphs[size_t(g)]->config.f32() + configs[size_t(g)][size_t(c)] * B, size_t(B) * sizeof(float));

@@ -858,6 +858,26 @@ TEST_CASE("train: a dataset holding a graph with no nodes stops naming the file"
   CHECK(!std::filesystem::exists(t.file("run/model.npz")));
 }
 
+// The real release's tile train split (one kernel of 2 configs) has every config column constant, so
+// preprocessing keeps none: batches then carry [G*C, 0] config features.
+TEST_CASE("train: tile configs whose every feature is constant train on zero config columns") {
+  TempDir t;
+  for (const char* split : {"train", "valid"}) {
+    const std::string dir = t.file(std::string("data/npz/tile/xla/") + split);
+    std::filesystem::create_directories(dir);
+    for (const auto& f : std::filesystem::directory_iterator(dataset() + "/npz/tile/xla/" + split)) {
+      std::map<std::string, Tensor> a = NpzReader(f.path().string()).load_all();
+      Tensor& cfg = a.at("config_feat");
+      for (int64_t i = 0; i < cfg.numel(); ++i) cfg.f32()[i] = float(i % cfg.size(1));  // constant per column
+      save_npz(dir + "/" + f.path().filename().string(), {a.begin(), a.end()});
+    }
+  }
+  const auto r = run_gnn("train --model tile-mlp --epochs 2 --configs 2 --progress lines --data " + t.file("data") +
+                         " --out " + t.file("run"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(std::isfinite(Json::parse(last_line(r.out))["best_valid_score"].as_number()));
+}
+
 TEST_CASE("train: a batch that does not fit in --memory-limit stops with its graphs and the bytes named") {
   TempDir t;
   const std::string base = "train --model layout-resmodel --data " + dataset() + " --epochs 1 --progress lines --out ";
