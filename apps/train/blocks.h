@@ -134,8 +134,15 @@ class CrossConfigAttention : public nn::Module {
   ag::Var beta;
 };
 
-// The 6th place's data and training settings with the model widths (recipe_layout_sage_6th.cpp).
-std::vector<HParamSpec> hparams_6th(const char* hidden, const char* op_embed);
+// The 6th place's model hyper-parameters, the same for its SAGE and GIN (recipe_layout_sage_6th.cpp), and
+// its data and training settings with them.
+struct Params6th {
+  int64_t op_embed = 0, hidden = 0, layers = 0;
+  double dropout = 0;
+  bool dropout_shared = false;  // --dropout-mask shared
+};
+const HParamTable<Params6th>& params_6th();
+std::vector<HParamSpec> hparams_6th();
 
 // Dropout in training with masks drawn from the batch's noise_seed (and `salt`, one per site), so a
 // resumed run draws what the unbroken one drew.
@@ -149,10 +156,10 @@ inline ag::Var batch_dropout(const Batch& b, const ag::Var& x, double p, bool tr
 // x) makes them differ by its noise on every node, while the config itself changes a few percent of the
 // nodes, so the pairwise differences the loss sees are mostly the masks' (recipe_layout_sage_6th.cpp).
 ag::Var config_shared_dropout(const Batch& b, const ag::Var& x, int64_t C, double p, bool training, uint64_t salt);
-// A layout recipe's dropout on config-batched rows, as its "dropout" and "dropout-mask" hyper-parameters
-// say (dropout_mask_hp): one mask for all the configs of a graph, or one per config.
+// A layout recipe's dropout on config-batched rows with probability p, as its --dropout-mask says
+// (dropout_mask_hp): one mask for all the configs of a graph (shared), or one per config.
 struct ConfigDropout {
-  explicit ConfigDropout(const HParams& h) : p(h.num("dropout")), shared(h.str("dropout-mask") == "shared") {}
+  ConfigDropout(double p, bool shared) : p(p), shared(shared) {}
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C, bool training, uint64_t salt) const {
     return shared ? config_shared_dropout(b, x, C, p, training, salt) : batch_dropout(b, x, p, training, salt);
   }

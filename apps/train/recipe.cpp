@@ -70,33 +70,6 @@ HParams HParams::from_json(const std::string& text, const std::string& what) {
   return h;
 }
 
-TrainHParams TrainHParams::read(const HParams& h, bool layout) {
-  TrainHParams t;
-  const std::string& loss = h.str("loss");
-  if (loss == "listmle") t.loss = Loss::kListMle;
-  else if (loss == "hinge") t.loss = Loss::kHinge;
-  else if (loss == "logistic") t.loss = Loss::kLogistic;
-  else if (loss == "mse") t.loss = Loss::kMse;
-  else if (loss == "mape") t.loss = Loss::kMape;
-  else GNN_FAIL("--loss: unknown loss '", loss, "' (listmle, hinge, logistic, mse, mape)");
-  t.lr = h.num("lr"), t.weight_decay = h.num("weight-decay"), t.clip = h.num("clip");
-  t.schedule = nn::parse_schedule(h.str("schedule")), t.warmup = h.integer("warmup");
-  t.temperature = h.num("temperature"), t.margin = h.num("margin"), t.mse_weight = h.num("mse-weight");
-  t.batch_graphs = h.integer("batch-graphs"), t.configs = h.integer("configs");
-  t.accumulate = h.integer("accumulate"), t.eval_chunk = h.integer("eval-chunk"), t.tta = h.integer("tta");
-  t.swa = h.integer("swa"), t.patience = h.integer("patience"), t.dedup = h.str("dedup") == "on";
-  t.val_every = h.integer("val-every"), t.val_configs = h.integer("val-configs");
-  t.edge_dropout = h.num("edge-dropout"), t.sample_nodes = h.integer("sample-nodes");
-  t.node_transform = parse_feature_transform(h.str("node-transform"));
-  if (layout) {
-    t.khops = h.integer("khops"), t.segment = h.integer("segment");
-    t.khops_direction = parse_hop_direction(h.str("khops-direction"));
-  } else {
-    t.config_transform = parse_feature_transform(h.str("config-transform"));
-  }
-  return t;
-}
-
 HParams Recipe::defaults() const {
   HParams h;
   for (const HParamSpec& s : hparams) h.values[s.name] = s.default_value;
@@ -163,6 +136,22 @@ std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h
 
 namespace {
 
+TrainHParams::Loss parse_loss(const std::string& loss) {
+  using Loss = TrainHParams::Loss;
+  if (loss == "listmle") return Loss::kListMle;
+  if (loss == "hinge") return Loss::kHinge;
+  if (loss == "logistic") return Loss::kLogistic;
+  if (loss == "mse") return Loss::kMse;
+  if (loss == "mape") return Loss::kMape;
+  GNN_FAIL("--loss: unknown loss '", loss, "' (listmle, hinge, logistic, mse, mape)");
+}
+
+// How often and on how many configs to validate change no step: a resumed run may take new values.
+HParamSpec validation_hp(HParamSpec s) {
+  s.resume_may_change = true;
+  return s;
+}
+
 // Kendall tau needs two configs: 0 (every config) or at least 2.
 HParamSpec val_configs_hp() {
   HParamSpec s = integer_hp("val-configs", "0", 2, INT64_MAX,
@@ -170,68 +159,104 @@ HParamSpec val_configs_hp() {
                             "subset every time (0: all; an --eval-indices subset comes first); gnn eval scores "
                             "them all");
   s.zero_ok = true;
-  return s;
+  return validation_hp(s);
+}
+
+// The training hyper-parameters every recipe has, in the order `gnn train --help` lists them.
+HParamTable<TrainHParams> train_table(bool layout) {
+  using T = TrainHParams;
+  constexpr double kInf = HUGE_VAL;  // no upper bound: any finite number
+  constexpr int64_t kMany = INT64_MAX;  // no upper bound
+  HParamTable<T> t;
+  t.add(&T::lr, number_hp("lr", "0.001", 0, kInf, "Adam learning rate", /*min_open=*/true))
+      .add(&T::weight_decay, number_hp("weight-decay", "0", 0, kInf, "AdamW decoupled weight decay"))
+      .add(&T::schedule,
+           choice_hp("schedule", "constant", "constant|cosine",
+                     "learning-rate schedule: constant | cosine (to 0 over the run, after --warmup)"),
+           nn::parse_schedule)
+      .add(&T::warmup, integer_hp("warmup", "0", 0, kMany, "linear warm-up steps"))
+      .add(&T::clip, number_hp("clip", "0", 0, kInf, "clip the gradient's l2 norm to this (0: no clipping)"))
+      .add(&T::batch_graphs, integer_hp("batch-graphs", "8", 1, 1 << 20, "graphs per optimiser step"))
+      .add(&T::configs,
+           integer_hp("configs", "16", 2, 1 << 20, "configs sampled per graph and step (fewer when a graph has fewer)"))
+      .add(&T::dedup,
+           choice_hp("dedup", "off", "off|on",
+                     "train on one config per distinct config (the fastest of its copies); eval and predict keep all"),
+           "on")
+      .add(&T::swa, integer_hp("swa", "0", 0, kMany,
+                               "stochastic weight averaging of the last K epochs' weights: RUN/swa.npz, scored on "
+                               "valid each epoch (0: off; gnn eval/predict --checkpoint swa)"))
+      .add(&T::patience, integer_hp("patience", "0", 0, kMany,
+                                    "stop after this many validations without a better score (every epoch validates "
+                                    "unless --val-every; 0: never; needs a valid split)"))
+      .add(&T::val_every,
+           validation_hp(integer_hp("val-every", "0", 0, kMany,
+                                    "validate only at the end of an epoch that reaches a multiple of this many steps, "
+                                    "and after the last (0: every epoch); with a few large graphs an epoch is a step "
+                                    "or two")))
+      .add(&T::val_configs, val_configs_hp())
+      .add(&T::accumulate,
+           integer_hp("accumulate", "1", 1, 1 << 20,
+                      "micro-batches per step: the step's graphs go through forward and backward in this many groups "
+                      "and their gradients add up (the same step, up to rounding, in less memory)"))
+      .add(&T::loss,
+           choice_hp("loss", "listmle", "listmle|hinge|logistic|mse|mape",
+                     "listmle | hinge | logistic (ranking losses over the configs of each graph) | mse | mape "
+                     "(regressions of the prediction as log runtime; eval then reports the mean relative error)"),
+           parse_loss)
+      .add(&T::temperature, number_hp("temperature", "1", 0, kInf, "ListMLE temperature", /*min_open=*/true))
+      .add(&T::margin, number_hp("margin", "0.1", 0, kInf, "pairwise hinge margin"))
+      .add(&T::mse_weight,
+           number_hp("mse-weight", "0", 0, kInf, "weight of an added MSE term between the prediction and log(target)"))
+      .add(&T::edge_dropout, number_hp("edge-dropout", "0", 0, 0.95,
+                                       "drop each edge of a training batch with this probability, per step"))
+      .add(&T::sample_nodes,
+           integer_hp("sample-nodes", "0", 0, kMany,
+                      "train each step on a random induced subgraph of this many nodes per graph, every configurable "
+                      "node kept (0: whole graphs); eval and predict take whole graphs"))
+      .add(&T::node_transform,
+           choice_hp("node-transform", "official", "official|log1p|standardize|none",
+                     "node features: official (drop constant, min-max) | log1p | standardize | none"),
+           parse_feature_transform)
+      .add(&T::eval_chunk, integer_hp("eval-chunk", layout ? "100" : "1000", 1, 1 << 20,
+                                      "configs per forward pass when scoring every config of a graph"))
+      .add(&T::tta, integer_hp("tta", "1", 1, 1000,
+                               "eval and predict: each config's score averaged over this many passes, each over the "
+                               "configs in a random order (for models whose configs interact in a batch); "
+                               "validation in training takes one"));
+  if (layout) {
+    t.add(&T::khops,
+          integer_hp("khops", "-1", -1, kMany, "keep nodes within k hops of a configurable node (-1: every node)"))
+        .add(&T::khops_direction,
+             choice_hp("khops-direction", "both", "both|consumers",
+                       "the edges a --khops hop follows: both directions, or from a node to its consumers"),
+             parse_hop_direction)
+        .add(&T::segment, integer_hp("segment", "5000", 0, kMany,
+                                     "segment training: gradients through a random contiguous range "
+                                     "of this many nodes per graph (0: all)"));
+  } else {
+    t.add(&T::config_transform,
+          choice_hp("config-transform", "official", "official|log1p|standardize|none",
+                    "tile config features: official | log1p | standardize | none"),
+          parse_feature_transform);
+  }
+  return t;
 }
 
 }  // namespace
 
+TrainHParams TrainHParams::read(const HParams& h, bool layout) {
+  static const HParamTable<TrainHParams> tile = train_table(false), layout_table = train_table(true);
+  return (layout ? layout_table : tile).read(h);
+}
+
+std::vector<HParamSpec> concat_specs(std::vector<HParamSpec> a, const std::vector<HParamSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, std::string>& defaults) {
-  constexpr double kInf = HUGE_VAL;  // no upper bound: any finite number
-  constexpr int64_t kMany = INT64_MAX;  // no upper bound
-  std::vector<HParamSpec> h = {
-      number_hp("lr", "0.001", 0, kInf, "Adam learning rate", /*min_open=*/true),
-      number_hp("weight-decay", "0", 0, kInf, "AdamW decoupled weight decay"),
-      choice_hp("schedule", "constant", "constant|cosine",
-                "learning-rate schedule: constant | cosine (to 0 over the run, after --warmup)"),
-      integer_hp("warmup", "0", 0, kMany, "linear warm-up steps"),
-      number_hp("clip", "0", 0, kInf, "clip the gradient's l2 norm to this (0: no clipping)"),
-      integer_hp("batch-graphs", "8", 1, 1 << 20, "graphs per optimiser step"),
-      integer_hp("configs", "16", 2, 1 << 20, "configs sampled per graph and step (fewer when a graph has fewer)"),
-      choice_hp("dedup", "off", "off|on",
-                "train on one config per distinct config (the fastest of its copies); eval and predict keep all"),
-      integer_hp("swa", "0", 0, kMany,
-                 "stochastic weight averaging of the last K epochs' weights: RUN/swa.npz, scored on valid each "
-                 "epoch (0: off; gnn eval/predict --checkpoint swa)"),
-      integer_hp("patience", "0", 0, kMany,
-                 "stop after this many validations without a better score (every epoch validates unless "
-                 "--val-every; 0: never; needs a valid split)"),
-      integer_hp("val-every", "0", 0, kMany,
-                 "validate only at the end of an epoch that reaches a multiple of this many steps, and after the "
-                 "last (0: every epoch); with a few large graphs an epoch is a step or two"),
-      val_configs_hp(),
-      integer_hp("accumulate", "1", 1, 1 << 20,
-                 "micro-batches per step: the step's graphs go through forward and backward in this many groups "
-                 "and their gradients add up (the same step, up to rounding, in less memory)"),
-      choice_hp("loss", "listmle", "listmle|hinge|logistic|mse|mape",
-                "listmle | hinge | logistic (ranking losses over the configs of each graph) | mse | mape "
-                "(regressions of the prediction as log runtime; eval then reports the mean relative error)"),
-      number_hp("temperature", "1", 0, kInf, "ListMLE temperature", /*min_open=*/true),
-      number_hp("margin", "0.1", 0, kInf, "pairwise hinge margin"),
-      number_hp("mse-weight", "0", 0, kInf, "weight of an added MSE term between the prediction and log(target)"),
-      number_hp("edge-dropout", "0", 0, 0.95, "drop each edge of a training batch with this probability, per step"),
-      integer_hp("sample-nodes", "0", 0, kMany,
-                 "train each step on a random induced subgraph of this many nodes per graph, every configurable "
-                 "node kept (0: whole graphs); eval and predict take whole graphs"),
-      choice_hp("node-transform", "official", "official|log1p|standardize|none",
-                "node features: official (drop constant, min-max) | log1p | standardize | none"),
-      integer_hp("eval-chunk", layout ? "100" : "1000", 1, 1 << 20,
-                 "configs per forward pass when scoring every config of a graph"),
-      integer_hp("tta", "1", 1, 1000,
-                 "eval and predict: each config's score averaged over this many passes, each over the configs in a "
-                 "random order (for models whose configs interact in a batch); validation in training takes one"),
-  };
-  if (layout) {
-    h.push_back(
-        integer_hp("khops", "-1", -1, kMany, "keep nodes within k hops of a configurable node (-1: every node)"));
-    h.push_back(choice_hp("khops-direction", "both", "both|consumers",
-                          "the edges a --khops hop follows: both directions, or from a node to its consumers"));
-    h.push_back(integer_hp("segment", "5000", 0, kMany,
-                           "segment training: gradients through a random contiguous range "
-                           "of this many nodes per graph (0: all)"));
-  } else {
-    h.push_back(choice_hp("config-transform", "official", "official|log1p|standardize|none",
-                          "tile config features: official | log1p | standardize | none"));
-  }
+  std::vector<HParamSpec> h = train_table(layout).specs();
   for (const auto& [name, value] : defaults) {
     auto it = find_spec(h, name);
     GNN_CHECK(it != h.end(), "common_hparams: no hyper-parameter '", name, "' to set a default for");

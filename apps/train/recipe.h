@@ -11,6 +11,7 @@
 
 #include "apps/train/data.h"
 #include "autograd/ops.h"
+#include "base/error.h"
 #include "nn/module.h"
 #include "nn/optim.h"
 
@@ -61,6 +62,7 @@ struct HParamSpec {
   double min = -HUGE_VAL, max = HUGE_VAL;  // unbounded: any finite number
   bool min_open = false;
   bool zero_ok = false;  // an integer or number that may also be 0 (off) below its range
+  bool resume_may_change = false;  // a resumed run may take a new value (how often to validate, not what)
   std::string choices;
   std::string valid() const;  // "a number > 0", "an integer in [1, 4096]", "one of constant|cosine"
 };
@@ -69,13 +71,73 @@ HParamSpec number_hp(std::string name, std::string def, double min, double max, 
 HParamSpec integer_hp(std::string name, std::string def, int64_t min, int64_t max, std::string help);
 HParamSpec choice_hp(std::string name, std::string def, std::string choices, std::string help);
 
+// A struct of hyper-parameters P, described once: each row is a flag's spec (name, default, range, help)
+// and the field of P it fills. specs() is what check_hparams, `gnn train --help`, model.npz and a resumed
+// run's defaults work from; read() fills a P from checked HParams, so a model reads fields, never names.
+// A row's field type must match its spec (an integer spec fills an int64_t, a number a double, a choice a
+// string, a bool that is true for one of its values, or an enum through a parse function): a table that
+// does not is refused when it is built.
+//   struct Dims { int64_t hidden = 0; bool shared = false; };
+//   HParamTable<Dims> t;
+//   t.add(&Dims::hidden, integer_hp("hidden", "256", 2, 65536, "width"))
+//       .add(&Dims::shared, dropout_mask_hp("shared"), "shared");
+template <class P>
+class HParamTable {
+ public:
+  HParamTable& add(int64_t P::*field, HParamSpec s) {
+    return row(std::move(s), HParamSpec::Type::kInteger,
+               [field](P& p, const HParams& h, const std::string& n) { p.*field = h.integer(n); });
+  }
+  HParamTable& add(double P::*field, HParamSpec s) {
+    return row(std::move(s), HParamSpec::Type::kNumber,
+               [field](P& p, const HParams& h, const std::string& n) { p.*field = h.num(n); });
+  }
+  HParamTable& add(std::string P::*field, HParamSpec s) {
+    return row(std::move(s), HParamSpec::Type::kChoice,
+               [field](P& p, const HParams& h, const std::string& n) { p.*field = h.str(n); });
+  }
+  // A choice as a bool: true when the value is `when` ("on", "shared", "early").
+  HParamTable& add(bool P::*field, HParamSpec s, std::string when) {
+    GNN_CHECK(("|" + s.choices + "|").find("|" + when + "|") != std::string::npos, "HParamTable: --", s.name,
+              " has no value '", when, "'");
+    return row(std::move(s), HParamSpec::Type::kChoice,
+               [field, when](P& p, const HParams& h, const std::string& n) { p.*field = h.str(n) == when; });
+  }
+  // A choice read into an enum (or any type) by `parse`, which fails naming the flag on a value it lacks.
+  template <class E>
+  HParamTable& add(E P::*field, HParamSpec s, E (*parse)(const std::string&)) {
+    return row(std::move(s), HParamSpec::Type::kChoice,
+               [field, parse](P& p, const HParams& h, const std::string& n) { p.*field = parse(h.str(n)); });
+  }
+
+  const std::vector<HParamSpec>& specs() const { return specs_; }
+  P read(const HParams& h) const {
+    P p{};
+    for (size_t i = 0; i < specs_.size(); ++i) fill_[i](p, h, specs_[i].name);
+    return p;
+  }
+
+ private:
+  using Fill = std::function<void(P&, const HParams&, const std::string&)>;
+  HParamTable& row(HParamSpec s, HParamSpec::Type type, Fill fill) {
+    GNN_CHECK(s.type == type, "HParamTable: --", s.name, "'s spec and field are of different types");
+    specs_.push_back(std::move(s)), fill_.push_back(std::move(fill));
+    return *this;
+  }
+  std::vector<HParamSpec> specs_;
+  std::vector<Fill> fill_;
+};
+
+// The specs of `a` followed by those of `b`: a recipe's common training flags and its model's own.
+std::vector<HParamSpec> concat_specs(std::vector<HParamSpec> a, const std::vector<HParamSpec>& b);
+
 // "" when every value of `h` parses and lies in its spec's range, else one line naming the flag:
 // "--lr: expected a number > 0, got '-1'". Names in `h` without a spec are refused too.
 std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h, const std::string& recipe);
 
-// The training hyper-parameters every recipe has (common_hparams), typed. Read once from the checked
-// HParams (check_hparams first), so the trainer, eval and predict read fields, not names; a recipe's own
-// model hyper-parameters stay in HParams, read by its build function.
+// The training hyper-parameters every recipe has (common_hparams), typed, from one HParamTable (recipe.cpp).
+// Read once from the checked HParams (check_hparams first), so the trainer, eval and predict read fields,
+// not names; a recipe's own model hyper-parameters are its own struct and table, read by its build function.
 struct TrainHParams {
   enum class Loss { kListMle, kHinge, kLogistic, kMse, kMape };
   Loss loss = Loss::kListMle;
@@ -119,8 +181,8 @@ struct Recipe {
   HParams defaults() const;
 };
 
-// Training hyper-parameters every recipe has, with the defaults a recipe overrides by name:
-//   r.hparams = common_hparams(true, {{"loss", "listmle"}, {"batch-graphs", "8"}});
+// Training hyper-parameters every recipe has, with the defaults a recipe overrides by name, and its model's:
+//   r.hparams = concat_specs(common_hparams(true, {{"loss", "listmle"}}), params().specs());
 std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, std::string>& defaults = {});
 // --share on|off (default on) for a recipe with a config-shared path (nn/config_share.h).
 HParamSpec share_hp();

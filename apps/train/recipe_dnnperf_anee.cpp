@@ -53,6 +53,28 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  int64_t op_embed = 0, hidden = 0, edge_dim = 0, layers = 0;
+  bool readout_cost = false;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::op_embed, integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"))
+          .add(&P::hidden, integer_hp("hidden", "64", 1, 65536, "node embedding width"))
+          .add(&P::edge_dim, integer_hp("edge-dim", "32", 1, 65536, "edge embedding width"))
+          .add(&P::layers, integer_hp("layers", "3", 1, 64, "ANEE rounds"))
+          .add(&P::readout_cost,
+               choice_hp("readout", "cost", "mean|cost",
+                         "mean: the head reads mean node and edge embeddings and the sizes; cost: plus the log "
+                         "of the mean over the nodes of exp(a per-node cost MLP), a runtime summed over ops"),
+               "cost");
+  return t;
+}
+
 // The batch's data edges as a graph of in-edges from producer to consumer, the edge features in its
 // CSR order, the CSR range of each graph's edges, the identity graph over the edges (spmm with
 // per-config weights on it scales each edge's config blocks), and the index that repeats each edge's
@@ -140,20 +162,19 @@ class AneeRound : public nn::Module {
 
 class DnnPerfAnee : public RankModel {
  public:
-  DnnPerfAnee(const HParams& h, const ModelDims& d, Rng& rng)
-      : emb_(kOpcodes, h.integer("op-embed"), rng),
-        node_in_(h.integer("op-embed") + d.node_features + d.config_features, h.integer("hidden"), rng),
-        edge_in_(kProducerFeatures + 2, h.integer("edge-dim"), rng),
-        head_({h.integer("hidden") + h.integer("edge-dim") + 2, h.integer("hidden"), 1}, Act::kLeakyRelu, rng),
-        cost_(h.str("readout") == "cost"
-                  ? std::make_unique<nn::MLP>(std::vector<int64_t>{h.integer("hidden"), h.integer("hidden"), 1},
-                                              Act::kLeakyRelu, rng)
+  DnnPerfAnee(const Params& h, const ModelDims& d, Rng& rng)
+      : emb_(kOpcodes, h.op_embed, rng),
+        node_in_(h.op_embed + d.node_features + d.config_features, h.hidden, rng),
+        edge_in_(kProducerFeatures + 2, h.edge_dim, rng),
+        head_({h.hidden + h.edge_dim + 2, h.hidden, 1}, Act::kLeakyRelu, rng),
+        cost_(h.readout_cost
+                  ? std::make_unique<nn::MLP>(std::vector<int64_t>{h.hidden, h.hidden, 1}, Act::kLeakyRelu, rng)
                   : nullptr) {
     add_child("op_embedding", &emb_);
     add_child("node_input", &node_in_);
     add_child("edge_input", &edge_in_);
-    for (int64_t l = 0; l < h.integer("layers"); ++l) {
-      rounds_.push_back(std::make_unique<AneeRound>(h.integer("hidden"), h.integer("edge-dim"), rng));
+    for (int64_t l = 0; l < h.layers; ++l) {
+      rounds_.push_back(std::make_unique<AneeRound>(h.hidden, h.edge_dim, rng));
       add_child("rounds." + std::to_string(l), rounds_.back().get());
     }
     add_child("head", &head_);
@@ -199,16 +220,9 @@ Recipe dnnperf_anee_recipe() {
   r.summary =
       "DNNPerf's attention-based node-edge encoder: edge-feature attention with edge updates, a regression "
       "of log runtime (--loss mse | mape), judged by mean relative error";
-  r.hparams = common_hparams(true, {{"loss", "mse"}});
-  r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
-  r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "node embedding width"));
-  r.hparams.push_back(integer_hp("edge-dim", "32", 1, 65536, "edge embedding width"));
-  r.hparams.push_back(integer_hp("layers", "3", 1, 64, "ANEE rounds"));
-  r.hparams.push_back(choice_hp("readout", "cost", "mean|cost",
-                                "mean: the head reads mean node and edge embeddings and the sizes; cost: plus the log "
-                                "of the mean over the nodes of exp(a per-node cost MLP), a runtime summed over ops"));
+  r.hparams = concat_specs(common_hparams(true, {{"loss", "mse"}}), params().specs());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<DnnPerfAnee>(h, d, rng);
+    return std::make_unique<DnnPerfAnee>(params().read(h), d, rng);
   };
   return r;
 }

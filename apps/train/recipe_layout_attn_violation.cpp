@@ -40,6 +40,32 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  int64_t op_embed = 0, heads = 0, head_dim = 0, attn_window = 0, hidden = 0, layers = 0;
+  double soft_weight = 0;
+  bool violation = false, share = false;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::op_embed, integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"))
+          .add(&P::heads, integer_hp("heads", "16", 1, 1024, "attention heads"))
+          .add(&P::head_dim, integer_hp("head-dim", "32", 1, 4096, "width of each attention head"))
+          .add(&P::soft_weight, number_hp("soft-weight", "0.1", 0, 1,
+                                          "attention weight of non-adjacent nodes (adjacent: 1)", /*min_open=*/true))
+          .add(&P::attn_window,
+               integer_hp("attn-window", "1000", 1, 1 << 20, "attention within windows of this many nodes"))
+          .add(&P::hidden, integer_hp("hidden", "64", 1, 65536, "width of the GNN layers"))
+          .add(&P::layers, integer_hp("layers", "3", 1, 64, "residual GCN layers"))
+          .add(&P::violation,
+               choice_hp("violation", "on", "on|off", "append each config's violation ratio to the readout"), "on")
+          .add(&P::share, share_hp(), "on");
+  return t;
+}
+
 // Windows of at most `window` consecutive nodes of each graph, near-equal in size: i64 [W+1].
 Tensor attention_windows(const Batch& b, int64_t window) {
   std::vector<int64_t> ptr{0};
@@ -103,20 +129,20 @@ class SoftAdjacencyAttention : public nn::Module {
 
 class LayoutAttnViolation : public RankModel {
  public:
-  LayoutAttnViolation(const HParams& h, const ModelDims& d, Rng& rng)
-      : share_(h.str("share") == "on"),
-        violation_(h.str("violation") == "on"),
-        emb_(kOpcodes, h.integer("op-embed"), rng),
-        node_in_(h.integer("op-embed") + d.node_features, h.integer("heads") * h.integer("head-dim"), rng),
-        attn_(h.integer("heads"), h.integer("head-dim"), h.num("soft-weight"), h.integer("attn-window"), rng),
-        gnn_in_(h.integer("heads") * h.integer("head-dim") + d.config_features, h.integer("hidden"), rng),
-        head_({h.integer("hidden") + (violation_ ? 1 : 0), h.integer("hidden"), 1}, Act::kLeakyRelu, rng) {
+  LayoutAttnViolation(const Params& h, const ModelDims& d, Rng& rng)
+      : share_(h.share),
+        violation_(h.violation),
+        emb_(kOpcodes, h.op_embed, rng),
+        node_in_(h.op_embed + d.node_features, h.heads * h.head_dim, rng),
+        attn_(h.heads, h.head_dim, h.soft_weight, h.attn_window, rng),
+        gnn_in_(h.heads * h.head_dim + d.config_features, h.hidden, rng),
+        head_({h.hidden + (violation_ ? 1 : 0), h.hidden, 1}, Act::kLeakyRelu, rng) {
     add_child("op_embedding", &emb_);
     add_child("node_input", &node_in_);
     add_child("attention", &attn_);
     add_child("gnn_input", &gnn_in_);
-    for (int64_t l = 0; l < h.integer("layers"); ++l) {
-      layers_.push_back(std::make_unique<ResGcnLayer>(h.integer("hidden"), rng, Act::kLeakyRelu));
+    for (int64_t l = 0; l < h.layers; ++l) {
+      layers_.push_back(std::make_unique<ResGcnLayer>(h.hidden, rng, Act::kLeakyRelu));
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
     add_child("head", &head_);
@@ -162,19 +188,9 @@ Recipe layout_attn_violation_recipe() {
   r.summary =
       "Harvard seed report's model: soft-adjacency attention (16x32) before a residual GCN, violation "
       "ratio in the readout, 1000-node samples; config sharing";
-  r.hparams = common_hparams(true, {{"sample-nodes", "1000"}});
-  r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
-  r.hparams.push_back(integer_hp("heads", "16", 1, 1024, "attention heads"));
-  r.hparams.push_back(integer_hp("head-dim", "32", 1, 4096, "width of each attention head"));
-  r.hparams.push_back(number_hp("soft-weight", "0.1", 0, 1, "attention weight of non-adjacent nodes (adjacent: 1)",
-                                /*min_open=*/true));
-  r.hparams.push_back(integer_hp("attn-window", "1000", 1, 1 << 20, "attention within windows of this many nodes"));
-  r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "width of the GNN layers"));
-  r.hparams.push_back(integer_hp("layers", "3", 1, 64, "residual GCN layers"));
-  r.hparams.push_back(choice_hp("violation", "on", "on|off", "append each config's violation ratio to the readout"));
-  r.hparams.push_back(share_hp());
+  r.hparams = concat_specs(common_hparams(true, {{"sample-nodes", "1000"}}), params().specs());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutAttnViolation>(h, d, rng);
+    return std::make_unique<LayoutAttnViolation>(params().read(h), d, rng);
   };
   return r;
 }

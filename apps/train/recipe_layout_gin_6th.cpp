@@ -38,15 +38,15 @@ class ConsumerGin : public nn::Module {
 
 class LayoutGin6th : public RankModel {
  public:
-  LayoutGin6th(const HParams& h, const ModelDims& d, Rng& rng)
-      : hidden_(h.integer("hidden")),
-        dropout_(h),
-        emb_(kOpcodes, h.integer("op-embed"), rng),
-        early_(h.integer("op-embed") + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
+  LayoutGin6th(const Params6th& h, const ModelDims& d, Rng& rng)
+      : hidden_(h.hidden),
+        dropout_(h.dropout, h.dropout_shared),
+        emb_(kOpcodes, h.op_embed, rng),
+        early_(h.op_embed + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
         head_(hidden_, rng) {
     add_child("op_embedding", &emb_);
     add_child("early", &early_);
-    for (int64_t l = 0; l < h.integer("layers"); ++l) {
+    for (int64_t l = 0; l < h.layers; ++l) {
       layers_.push_back(std::make_unique<ConsumerGin>(hidden_, rng));
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
@@ -85,10 +85,10 @@ Recipe layout_gin_6th_recipe() {
   r.summary =
       "6th place (Kaggle), GIN variant: 5-hop downstream region, 4 GIN layers with instance norm, "
       "summed mean pools, pairwise logistic loss, SWA";
-  r.hparams = hparams_6th("256", "128");
+  r.hparams = hparams_6th();
   r.configs_interact = true;  // the late norm over the configs of the slate
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutGin6th>(h, d, rng);
+    return std::make_unique<LayoutGin6th>(params_6th().read(h), d, rng);
   };
   return r;
 }

@@ -27,6 +27,24 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  int64_t op_embed = 0, hidden = 0, layers = 0, heads = 0;
+  bool share = false;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::op_embed, integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"))
+          .add(&P::hidden, integer_hp("hidden", "64", 1, 65536, "width of every layer"))
+          .add(&P::layers, integer_hp("layers", "3", 1, 64, "residual GCN layers"))
+          .add(&P::heads, integer_hp("heads", "4", 1, 1024, "attention heads (they split --hidden)"))
+          .add(&P::share, share_hp(), "on");
+  return t;
+}
+
 // Self-attention among the K configurable nodes of each graph, for each of C configs: x [K, C*D] with
 // graph g's nodes at rows config_ptr[g] .. config_ptr[g+1]. Config c's head h is head c*H + h of
 // ag::graph_attention, so one call covers every config. Returns x + O(attn(Q x, K x, V x)), [K, C*D].
@@ -52,16 +70,16 @@ class ConfigNodeAttention : public nn::Module {
 
 class LayoutGnnSelfAttn : public RankModel {
  public:
-  LayoutGnnSelfAttn(const HParams& h, const ModelDims& d, Rng& rng)
-      : share_(h.str("share") == "on"),
-        emb_(kOpcodes, h.integer("op-embed"), rng),
-        input_(h.integer("op-embed") + d.node_features + d.config_features, h.integer("hidden"), rng),
-        attn_(h.integer("hidden"), h.integer("heads"), rng),
-        head_({2 * h.integer("hidden"), h.integer("hidden"), 1}, Act::kLeakyRelu, rng) {
+  LayoutGnnSelfAttn(const Params& h, const ModelDims& d, Rng& rng)
+      : share_(h.share),
+        emb_(kOpcodes, h.op_embed, rng),
+        input_(h.op_embed + d.node_features + d.config_features, h.hidden, rng),
+        attn_(h.hidden, h.heads, rng),
+        head_({2 * h.hidden, h.hidden, 1}, Act::kLeakyRelu, rng) {
     add_child("op_embedding", &emb_);
     add_child("input", &input_);
-    for (int64_t l = 0; l < h.integer("layers"); ++l) {
-      layers_.push_back(std::make_unique<ResGcnLayer>(h.integer("hidden"), rng, Act::kLeakyRelu));
+    for (int64_t l = 0; l < h.layers; ++l) {
+      layers_.push_back(std::make_unique<ResGcnLayer>(h.hidden, rng, Act::kLeakyRelu));
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
     add_child("attention", &attn_);
@@ -109,14 +127,9 @@ Recipe layout_gnn_selfattn_recipe() {
   r.summary =
       "seed slides' model: residual GCN, self-attention among the configurable nodes, ListMLE, random "
       "edge dropout; config sharing";
-  r.hparams = common_hparams(true, {{"edge-dropout", "0.1"}});
-  r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
-  r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "width of every layer"));
-  r.hparams.push_back(integer_hp("layers", "3", 1, 64, "residual GCN layers"));
-  r.hparams.push_back(integer_hp("heads", "4", 1, 1024, "attention heads (they split --hidden)"));
-  r.hparams.push_back(share_hp());
+  r.hparams = concat_specs(common_hparams(true, {{"edge-dropout", "0.1"}}), params().specs());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutGnnSelfAttn>(h, d, rng);
+    return std::make_unique<LayoutGnnSelfAttn>(params().read(h), d, rng);
   };
   return r;
 }

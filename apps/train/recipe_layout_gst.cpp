@@ -44,28 +44,53 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  int64_t segment_nodes = 0, op_embed = 0, input_dim = 0, hidden = 0, layers = 0;
+  double stale_dropout = 0, dropout = 0;
+  bool share = false;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::segment_nodes, integer_hp("segment-nodes", "1000", 1, INT64_MAX,
+                                             "GST segment size: a graph of n nodes is cut "
+                                             "into n / this + 1 contiguous segments"))
+          .add(&P::stale_dropout,
+               number_hp("stale-dropout", "0.5", 0, 0.95, "probability that a stale segment score is dropped"))
+          .add(&P::op_embed, integer_hp("op-embed", "128", 1, 4096, "opcode embedding width"))
+          .add(&P::input_dim, integer_hp("input-dim", "128", 1, 65536, "width of the input Linear"))
+          .add(&P::hidden, integer_hp("hidden", "256", 1, 65536, "width of the SAGE layers and the head"))
+          .add(&P::layers, integer_hp("layers", "3", 1, 64, "SAGE layers"))
+          .add(&P::dropout, number_hp("dropout", "0.1", 0, 0.95, "dropout after the input and head Linear layers"))
+          .add(&P::share, share_hp(), "on");
+  return t;
+}
+
 constexpr double kPreluSlope = 0.25;
 
 class LayoutGst : public RankModel {
  public:
-  LayoutGst(const HParams& h, const ModelDims& d, Rng& rng)
-      : share_(h.str("share") == "on"),
-        segment_nodes_(h.integer("segment-nodes")),
-        stale_dropout_(h.num("stale-dropout")),
-        dropout_(h.num("dropout")),
-        emb_(kOpcodes, h.integer("op-embed"), rng),
-        input_(d.node_features + h.integer("op-embed") + d.config_features, h.integer("input-dim"), rng),
-        pre_(h.integer("input-dim"), h.integer("hidden"), rng),
-        post_(h.integer("hidden"), h.integer("hidden"), rng),
-        out_(h.integer("hidden"), 1, rng) {
-    node_width_ = d.node_features + h.integer("op-embed");
+  LayoutGst(const Params& h, const ModelDims& d, Rng& rng)
+      : share_(h.share),
+        segment_nodes_(h.segment_nodes),
+        stale_dropout_(h.stale_dropout),
+        dropout_(h.dropout),
+        emb_(kOpcodes, h.op_embed, rng),
+        input_(d.node_features + h.op_embed + d.config_features, h.input_dim, rng),
+        pre_(h.input_dim, h.hidden, rng),
+        post_(h.hidden, h.hidden, rng),
+        out_(h.hidden, 1, rng) {
+    node_width_ = d.node_features + h.op_embed;
     op_weight_ = add_param("op_weight", Tensor::full(Shape{1}, 100.0, DType::F32));
     config_weight_ = add_param("config_weight", Tensor::full(Shape{d.config_features}, 100.0, DType::F32));
     add_child("op_embedding", &emb_);
     add_child("input", &input_);
     add_child("pre", &pre_);
-    for (int64_t l = 0; l < h.integer("layers"); ++l) {
-      layers_.push_back(std::make_unique<ConsumerSage>(h.integer("hidden"), h.integer("hidden"), rng));
+    for (int64_t l = 0; l < h.layers; ++l) {
+      layers_.push_back(std::make_unique<ConsumerSage>(h.hidden, h.hidden, rng));
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
     add_child("post", &post_);
@@ -119,10 +144,9 @@ class LayoutGst : public RankModel {
     int64_t at = 0, k = 0;
     for (size_t begin = 0; begin < ids.size(); ++k) {
       const size_t end = ids.find('\n', begin);
-      GNN_CHECK(end != std::string::npos && k < sizes.numel() && sizes.i64()[k] >= 0 &&
-                    sizes.i64()[k] <= values.numel() - at,
-                file,
-                ": the segment table (state/gst/*) is inconsistent");
+      GNN_CHECK(
+          end != std::string::npos && k < sizes.numel() && sizes.i64()[k] >= 0 && sizes.i64()[k] <= values.numel() - at,
+          file, ": the segment table (state/gst/*) is inconsistent");
       std::vector<float>& t = table_[ids.substr(begin, end - begin)];
       t.assign(values.f32() + at, values.f32() + at + sizes.i64()[k]);
       at += sizes.i64()[k], begin = end + 1;
@@ -217,28 +241,19 @@ Recipe layout_gst_recipe() {
   r.summary =
       "Graph Segment Training (GST): 1000-node segments encoded alone, one trained per graph and step, "
       "the others' scores from a table with stale dropout; SAGE x3 (256), pairwise hinge; config sharing";
-  r.hparams = common_hparams(true, {{"loss", "hinge"},
-                                    {"margin", "0.1"},
-                                    {"batch-graphs", "32"},
-                                    {"configs", "32"},
-                                    {"lr", "0.0001"},
-                                    {"node-transform", "standardize"},
-                                    {"segment", "0"}});
-  r.hparams.push_back(integer_hp("segment-nodes", "1000", 1, INT64_MAX,
-                                 "GST segment size: a graph of n nodes is cut "
-                                 "into n / this + 1 contiguous segments"));
-  r.hparams.push_back(number_hp("stale-dropout", "0.5", 0, 0.95, "probability that a stale segment score is dropped"));
-  r.hparams.push_back(integer_hp("op-embed", "128", 1, 4096, "opcode embedding width"));
-  r.hparams.push_back(integer_hp("input-dim", "128", 1, 65536, "width of the input Linear"));
-  r.hparams.push_back(integer_hp("hidden", "256", 1, 65536, "width of the SAGE layers and the head"));
-  r.hparams.push_back(integer_hp("layers", "3", 1, 64, "SAGE layers"));
-  r.hparams.push_back(number_hp("dropout", "0.1", 0, 0.95, "dropout after the input and head Linear layers"));
-  r.hparams.push_back(share_hp());
+  r.hparams = concat_specs(common_hparams(true, {{"loss", "hinge"},
+                                                 {"margin", "0.1"},
+                                                 {"batch-graphs", "32"},
+                                                 {"configs", "32"},
+                                                 {"lr", "0.0001"},
+                                                 {"node-transform", "standardize"},
+                                                 {"segment", "0"}}),
+                           params().specs());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutGst>(h, d, rng);
+    return std::make_unique<LayoutGst>(params().read(h), d, rng);
   };
   r.train_part = [](const HParams& h, int64_t nodes, Rng& rng) {
-    const std::vector<int64_t> cut = gst_segments(nodes, h.integer("segment-nodes"));
+    const std::vector<int64_t> cut = gst_segments(nodes, params().read(h).segment_nodes);
     GraphPart p;
     p.count = int64_t(cut.size()) - 1;
     p.index = int64_t(rng.below(uint64_t(p.count)));

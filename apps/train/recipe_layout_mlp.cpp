@@ -7,13 +7,26 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  int64_t op_embed = 0, hidden = 0;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::op_embed, integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"))
+          .add(&P::hidden, integer_hp("hidden", "64", 1, 65536, "MLP width"));
+  return t;
+}
+
 class LayoutMlp : public RankModel {
  public:
-  LayoutMlp(const HParams& h, const ModelDims& d, Rng& rng)
-      : emb_(kOpcodes, h.integer("op-embed"), rng),
-        mlp_({2 * (h.integer("op-embed") + d.node_features) + 2 * d.config_features, h.integer("hidden"),
-              h.integer("hidden"), 1},
-             Act::kLeakyRelu, rng) {
+  LayoutMlp(const Params& h, const ModelDims& d, Rng& rng)
+      : emb_(kOpcodes, h.op_embed, rng),
+        mlp_({2 * (h.op_embed + d.node_features) + 2 * d.config_features, h.hidden, h.hidden, 1}, Act::kLeakyRelu,
+             rng) {
     add_child("op_embedding", &emb_);
     add_child("mlp", &mlp_);
   }
@@ -44,11 +57,9 @@ Recipe layout_mlp_recipe() {
   r.summary =
       "layout MLP baseline: pooled node features + pooled layout features -> MLP (no message passing; "
       "the seed papers' vanilla MLP)";
-  r.hparams = common_hparams(true);
-  r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
-  r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "MLP width"));
+  r.hparams = concat_specs(common_hparams(true), params().specs());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutMlp>(h, d, rng);
+    return std::make_unique<LayoutMlp>(params().read(h), d, rng);
   };
   return r;
 }

@@ -25,19 +25,36 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  int64_t op_embed = 0, hidden = 0, layers = 0;
+  bool share = false, segment_rows = false;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::op_embed, integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"))
+          .add(&P::hidden, integer_hp("hidden", "32", 1, 65536, "width of every layer"))
+          .add(&P::layers, integer_hp("layers", "2", 1, 64, "residual GCN layers"))
+          .add(&P::share, share_hp(), "on")
+          .add(&P::segment_rows, segment_backward_hp(), "rows");
+  return t;
+}
+
 class LayoutResModel : public RankModel {
  public:
-  LayoutResModel(const HParams& h, const ModelDims& d, Rng& rng)
-      : share_(h.str("share") == "on"),
-        rows_(h.str("segment-backward") == "rows"),
-        emb_(kOpcodes, h.integer("op-embed"), rng),
-        prenet_({h.integer("op-embed") + d.node_features + d.config_features, h.integer("hidden"), h.integer("hidden")},
-                Act::kLeakyRelu, rng),
-        postnet_({3 * h.integer("hidden"), h.integer("hidden"), 1}, Act::kLeakyRelu, rng) {
+  LayoutResModel(const Params& h, const ModelDims& d, Rng& rng)
+      : share_(h.share),
+        rows_(h.segment_rows),
+        emb_(kOpcodes, h.op_embed, rng),
+        prenet_({h.op_embed + d.node_features + d.config_features, h.hidden, h.hidden}, Act::kLeakyRelu, rng),
+        postnet_({3 * h.hidden, h.hidden, 1}, Act::kLeakyRelu, rng) {
     add_child("op_embedding", &emb_);
     add_child("prenet", &prenet_);
-    for (int64_t l = 0; l < h.integer("layers"); ++l) {
-      layers_.push_back(std::make_unique<ResGcnLayer>(h.integer("hidden"), rng, Act::kLeakyRelu));
+    for (int64_t l = 0; l < h.layers; ++l) {
+      layers_.push_back(std::make_unique<ResGcnLayer>(h.hidden, rng, Act::kLeakyRelu));
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
     add_child("postnet", &postnet_);
@@ -104,14 +121,9 @@ Recipe layout_resmodel_recipe() {
   r.summary =
       "official layout baseline ResModel: residual GCN, mean + sum + configurable-node readout, ListMLE, "
       "segment training (tpu_graphs)";
-  r.hparams = common_hparams(true);
-  r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
-  r.hparams.push_back(integer_hp("hidden", "32", 1, 65536, "width of every layer"));
-  r.hparams.push_back(integer_hp("layers", "2", 1, 64, "residual GCN layers"));
-  r.hparams.push_back(share_hp());
-  r.hparams.push_back(segment_backward_hp());
+  r.hparams = concat_specs(common_hparams(true), params().specs());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutResModel>(h, d, rng);
+    return std::make_unique<LayoutResModel>(params().read(h), d, rng);
   };
   return r;
 }

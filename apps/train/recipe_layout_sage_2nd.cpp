@@ -35,6 +35,23 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  bool share = false;
+  std::string stack;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::stack,
+               choice_hp("stack", "xla", "xla|nlp",
+                         "SAGE stack: xla (6 layers, 64 to 256, no residual) | nlp (8 layers, 256 and 512, residual)"))
+          .add(&P::share, share_hp(), "on");
+  return t;
+}
+
 struct Stack {
   int64_t in;
   std::vector<int64_t> widths;
@@ -47,9 +64,9 @@ Stack stack_of(const std::string& name) {
 
 class LayoutSage2nd : public RankModel {
  public:
-  LayoutSage2nd(const HParams& h, const ModelDims& d, Rng& rng)
-      : share_(h.str("share") == "on"),
-        stack_(stack_of(h.str("stack"))),
+  LayoutSage2nd(const Params& h, const ModelDims& d, Rng& rng)
+      : share_(h.share),
+        stack_(stack_of(h.stack)),
         feat_(d.node_features, 20, rng),
         emb_(kOpcodes, 12, rng),
         input_(20 + 12 + d.config_features, stack_.in, rng),
@@ -122,18 +139,15 @@ Recipe layout_sage_2nd_recipe() {
   r.summary =
       "2nd place (Kaggle): whole graphs, deep SAGE stack (xla 6 layers to 256, nlp 8 to 512), per-node "
       "scalar summed, pairwise margin loss; config sharing";
-  r.hparams = common_hparams(true, {{"loss", "hinge"},
-                                    {"margin", "1"},
-                                    {"batch-graphs", "10"},
-                                    {"configs", "4"},
-                                    {"node-transform", "log1p"},
-                                    {"segment", "0"}});
-  r.hparams.push_back(
-      choice_hp("stack", "xla", "xla|nlp",
-                "SAGE stack: xla (6 layers, 64 to 256, no residual) | nlp (8 layers, 256 and 512, residual)"));
-  r.hparams.push_back(share_hp());
+  r.hparams = concat_specs(common_hparams(true, {{"loss", "hinge"},
+                                                 {"margin", "1"},
+                                                 {"batch-graphs", "10"},
+                                                 {"configs", "4"},
+                                                 {"node-transform", "log1p"},
+                                                 {"segment", "0"}}),
+                           params().specs());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutSage2nd>(h, d, rng);
+    return std::make_unique<LayoutSage2nd>(params().read(h), d, rng);
   };
   return r;
 }

@@ -48,17 +48,17 @@ namespace {
 
 class LayoutSage6th : public RankModel {
  public:
-  LayoutSage6th(const HParams& h, const ModelDims& d, Rng& rng)
-      : hidden_(h.integer("hidden")),
-        dropout_(h),
-        emb_(kOpcodes, h.integer("op-embed"), rng),
-        early1_(h.integer("op-embed") + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
+  LayoutSage6th(const Params6th& h, const ModelDims& d, Rng& rng)
+      : hidden_(h.hidden),
+        dropout_(h.dropout, h.dropout_shared),
+        emb_(kOpcodes, h.op_embed, rng),
+        early1_(h.op_embed + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
         early2_(hidden_, hidden_, rng, Act::kGelu),
         head_(hidden_, rng) {
     add_child("op_embedding", &emb_);
     add_child("early.0", &early1_);
     add_child("early.1", &early2_);
-    for (int64_t l = 0; l < h.integer("layers"); ++l) {
+    for (int64_t l = 0; l < h.layers; ++l) {
       layers_.push_back(std::make_unique<ConsumerSage>(hidden_, hidden_, rng));
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
@@ -87,24 +87,32 @@ class LayoutSage6th : public RankModel {
 
 }  // namespace
 
-std::vector<HParamSpec> hparams_6th(const char* hidden, const char* op_embed) {
-  std::vector<HParamSpec> h = common_hparams(true, {{"loss", "logistic"},
-                                                    {"lr", "0.0005"},
-                                                    {"weight-decay", "0.01"},
-                                                    {"configs", "80"},
-                                                    {"batch-graphs", "32"},
-                                                    {"accumulate", "32"},
-                                                    {"swa", "10"},
-                                                    {"khops", "5"},
-                                                    {"khops-direction", "consumers"},
-                                                    {"node-transform", "standardize"},
-                                                    {"segment", "0"}});
-  h.push_back(integer_hp("op-embed", op_embed, 1, 4096, "opcode embedding width"));
-  h.push_back(integer_hp("hidden", hidden, 2, 65536, "width of every layer (the last hidden layer has half)"));
-  h.push_back(integer_hp("layers", "4", 1, 64, "graph layers"));
-  h.push_back(number_hp("dropout", "0.2", 0, 0.95, "dropout after the first early layer (training only)"));
-  h.push_back(dropout_mask_hp("shared"));
-  return h;
+const HParamTable<Params6th>& params_6th() {
+  using P = Params6th;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::op_embed, integer_hp("op-embed", "128", 1, 4096, "opcode embedding width"))
+          .add(&P::hidden,
+               integer_hp("hidden", "256", 2, 65536, "width of every layer (the last hidden layer has half)"))
+          .add(&P::layers, integer_hp("layers", "4", 1, 64, "graph layers"))
+          .add(&P::dropout, number_hp("dropout", "0.2", 0, 0.95, "dropout after the first early layer (training only)"))
+          .add(&P::dropout_shared, dropout_mask_hp("shared"), "shared");
+  return t;
+}
+
+std::vector<HParamSpec> hparams_6th() {
+  return concat_specs(common_hparams(true, {{"loss", "logistic"},
+                                            {"lr", "0.0005"},
+                                            {"weight-decay", "0.01"},
+                                            {"configs", "80"},
+                                            {"batch-graphs", "32"},
+                                            {"accumulate", "32"},
+                                            {"swa", "10"},
+                                            {"khops", "5"},
+                                            {"khops-direction", "consumers"},
+                                            {"node-transform", "standardize"},
+                                            {"segment", "0"}}),
+                      params_6th().specs());
 }
 
 Recipe layout_sage_6th_recipe() {
@@ -114,10 +122,10 @@ Recipe layout_sage_6th_recipe() {
   r.summary =
       "6th place (Kaggle): 5-hop downstream region, 4 residual SAGE layers with instance norm, "
       "mean + max pool, pairwise logistic loss, SWA";
-  r.hparams = hparams_6th("256", "128");
+  r.hparams = hparams_6th();
   r.configs_interact = true;  // the late norm over the configs of the slate
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutSage6th>(h, d, rng);
+    return std::make_unique<LayoutSage6th>(params_6th().read(h), d, rng);
   };
   return r;
 }

@@ -35,19 +35,41 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  int64_t op_embed = 0, hidden = 0, layers = 0;
+  bool conv_sage = false, share = false, segment_rows = false;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::conv_sage,
+               choice_hp("conv", "sage", "sage|gcn",
+                         "graph layer: sage (official SAGE, (A + A^T) sum, l2-normalised) | gcn (vanilla GCN)"),
+               "sage")
+          .add(&P::op_embed, integer_hp("op-embed", "64", 1, 4096, "opcode embedding width"))
+          .add(&P::hidden, integer_hp("hidden", "64", 1, 65536, "width of every layer"))
+          .add(&P::layers, integer_hp("layers", "3", 1, 64, "graph layers"))
+          .add(&P::share, share_hp(), "on")
+          .add(&P::segment_rows, segment_backward_hp(), "rows");
+  return t;
+}
+
 class LayoutSeedSage : public RankModel {
  public:
-  LayoutSeedSage(const HParams& h, const ModelDims& d, Rng& rng)
-      : share_(h.str("share") == "on"),
-        sage_(h.str("conv") == "sage"),
-        rows_(h.str("segment-backward") == "rows"),
-        emb_(kOpcodes, h.integer("op-embed"), rng),
-        input_(h.integer("op-embed") + d.node_features + d.config_features, h.integer("hidden"), rng),
-        head_({h.integer("hidden"), h.integer("hidden"), h.integer("hidden"), 1}, Act::kLeakyRelu, rng) {
+  LayoutSeedSage(const Params& h, const ModelDims& d, Rng& rng)
+      : share_(h.share),
+        sage_(h.conv_sage),
+        rows_(h.segment_rows),
+        emb_(kOpcodes, h.op_embed, rng),
+        input_(h.op_embed + d.node_features + d.config_features, h.hidden, rng),
+        head_({h.hidden, h.hidden, h.hidden, 1}, Act::kLeakyRelu, rng) {
     add_child("op_embedding", &emb_);
     add_child("input", &input_);
-    const int64_t w = h.integer("hidden");
-    for (int64_t l = 0; l < h.integer("layers"); ++l) {
+    const int64_t w = h.hidden;
+    for (int64_t l = 0; l < h.layers; ++l) {
       if (sage_) {
         sage_layers_.push_back(std::make_unique<ConfigSage>(w, w, rng, Act::kLeakyRelu, /*l2_normalize=*/true));
         add_child("layers." + std::to_string(l), sage_layers_.back().get());
@@ -107,16 +129,9 @@ Recipe layout_seed_sage_recipe() {
   r.summary =
       "seed report's GNNs beside the vanilla MLP (layout-mlp): 3 official-SAGE (--conv sage) or GCN "
       "(--conv gcn) layers, mean pool, ListMLE; config sharing";
-  r.hparams = common_hparams(true);
-  r.hparams.push_back(choice_hp("conv", "sage", "sage|gcn",
-                                "graph layer: sage (official SAGE, (A + A^T) sum, l2-normalised) | gcn (vanilla GCN)"));
-  r.hparams.push_back(integer_hp("op-embed", "64", 1, 4096, "opcode embedding width"));
-  r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "width of every layer"));
-  r.hparams.push_back(integer_hp("layers", "3", 1, 64, "graph layers"));
-  r.hparams.push_back(share_hp());
-  r.hparams.push_back(segment_backward_hp());
+  r.hparams = concat_specs(common_hparams(true), params().specs());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutSeedSage>(h, d, rng);
+    return std::make_unique<LayoutSeedSage>(params().read(h), d, rng);
   };
   return r;
 }

@@ -52,6 +52,32 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  int64_t hidden = 0, layers = 0, op_embed = 0, config_embed = 0;
+  double dropout = 0;
+  bool dropout_shared = false, cross_attn = false;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::hidden, integer_hp("hidden", "256", 2, 65536, "width of every block"))
+          .add(&P::layers, integer_hp("layers", "2", 1, 64, "SAGE blocks"))
+          .add(&P::op_embed, integer_hp("op-embed", "16", 1, 4096, "opcode embedding width"))
+          .add(&P::config_embed,
+               integer_hp("config-embed", "4", 1, 1024, "embedding width of each layout config value"))
+          .add(&P::dropout, number_hp("dropout", "0.2", 0, 0.95, "dropout after each SAGE block (training only)"))
+          .add(&P::dropout_shared, dropout_mask_hp("config"), "shared")
+          .add(&P::cross_attn,
+               choice_hp("cross-attn", "on", "on|off",
+                         "cross-config attention in every block (the original: on for the default "
+                         "collections, off for random)"),
+               "on");
+  return t;
+}
+
 constexpr int64_t kConfigValues = 8;  // -1..5, and 7 for "not a configurable node"
 constexpr int32_t kNotConfigurable = 7;
 
@@ -138,15 +164,15 @@ class SageBlock : public nn::Module {
 
 class LayoutTgraph : public RankModel {
  public:
-  LayoutTgraph(const HParams& h, const ModelDims& d, Rng& rng)
-      : hidden_(h.integer("hidden")),
-        config_embed_(h.integer("config-embed")),
-        dropout_(h),
-        cross_(h.str("cross-attn") == "on"),
-        op_emb_(kOpcodes, h.integer("op-embed"), rng),
+  LayoutTgraph(const Params& h, const ModelDims& d, Rng& rng)
+      : hidden_(h.hidden),
+        config_embed_(h.config_embed),
+        dropout_(h.dropout, h.dropout_shared),
+        cross_(h.cross_attn),
+        op_emb_(kOpcodes, h.op_embed, rng),
         config_emb_(kConfigValues, config_embed_, rng),
-        in1_(h.integer("op-embed") + d.node_features + (kNodeLayoutDims + d.config_features) * config_embed_, hidden_,
-             cross_, rng),
+        in1_(h.op_embed + d.node_features + (kNodeLayoutDims + d.config_features) * config_embed_, hidden_, cross_,
+             rng),
         in2_(hidden_, hidden_, cross_, rng),
         out_(hidden_, 1, rng) {
     GNN_CHECK(!cross_ || hidden_ % 2 == 0,
@@ -157,7 +183,7 @@ class LayoutTgraph : public RankModel {
     add_child("config_embedding", &config_emb_);
     add_child("input.0", &in1_);
     add_child("input.1", &in2_);
-    for (int64_t l = 0; l < h.integer("layers"); ++l) {
+    for (int64_t l = 0; l < h.layers; ++l) {
       blocks_.push_back(std::make_unique<SageBlock>(hidden_, cross_, rng));
       add_child("blocks." + std::to_string(l), blocks_.back().get());
     }
@@ -203,34 +229,26 @@ Recipe layout_tgraph_recipe() {
   r.summary =
       "1st place (Kaggle, TGraph): configurable nodes and neighbours, categorical config embedding, "
       "SAGE blocks with channel and cross-config attention, pairwise hinge";
-  r.hparams = common_hparams(true, {{"loss", "hinge"},
-                                    {"margin", "1"},
-                                    {"lr", "0.001"},
-                                    {"weight-decay", "0.00001"},
-                                    {"schedule", "cosine"},
-                                    {"warmup", "50"},
-                                    {"clip", "1"},
-                                    {"batch-graphs", "1"},
-                                    {"configs", "64"},
-                                    {"dedup", "on"},
-                                    {"khops", "1"},
-                                    {"khops-direction", "both"},
-                                    {"node-transform", "standardize"},
-                                    {"segment", "0"},
-                                    {"eval-chunk", "128"},
-                                    {"tta", "10"}});
-  r.hparams.push_back(integer_hp("hidden", "256", 2, 65536, "width of every block"));
-  r.hparams.push_back(integer_hp("layers", "2", 1, 64, "SAGE blocks"));
-  r.hparams.push_back(integer_hp("op-embed", "16", 1, 4096, "opcode embedding width"));
-  r.hparams.push_back(integer_hp("config-embed", "4", 1, 1024, "embedding width of each layout config value"));
-  r.hparams.push_back(number_hp("dropout", "0.2", 0, 0.95, "dropout after each SAGE block (training only)"));
-  r.hparams.push_back(dropout_mask_hp("config"));
-  r.hparams.push_back(choice_hp("cross-attn", "on", "on|off",
-                                "cross-config attention in every block (the original: on for the default "
-                                "collections, off for random)"));
+  r.hparams = concat_specs(common_hparams(true, {{"loss", "hinge"},
+                                                 {"margin", "1"},
+                                                 {"lr", "0.001"},
+                                                 {"weight-decay", "0.00001"},
+                                                 {"schedule", "cosine"},
+                                                 {"warmup", "50"},
+                                                 {"clip", "1"},
+                                                 {"batch-graphs", "1"},
+                                                 {"configs", "64"},
+                                                 {"dedup", "on"},
+                                                 {"khops", "1"},
+                                                 {"khops-direction", "both"},
+                                                 {"node-transform", "standardize"},
+                                                 {"segment", "0"},
+                                                 {"eval-chunk", "128"},
+                                                 {"tta", "10"}}),
+                           params().specs());
   r.configs_interact = true;  // the cross-config attention
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutTgraph>(h, d, rng);
+    return std::make_unique<LayoutTgraph>(params().read(h), d, rng);
   };
   return r;
 }

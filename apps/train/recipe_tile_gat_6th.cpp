@@ -42,23 +42,46 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  int64_t op_embed = 0, hidden = 0, layers = 0, heads = 0;
+  bool join_early = false;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::op_embed, integer_hp("op-embed", "128", 1, 4096, "opcode embedding width"))
+          .add(&P::hidden, integer_hp("hidden", "256", 2, 65536, "width of every layer (the last head layer has half)"))
+          .add(&P::layers, integer_hp("layers", "4", 1, 64, "GAT layers"))
+          .add(&P::heads,
+               integer_hp("heads", "4", 1, 256, "attention heads per GAT layer (concatenated; divides --hidden)"))
+          .add(&P::join_early,
+               choice_hp("join", "early", "early|late",
+                         "where the config features join: on every node before the GAT layers, or after the pool "
+                         "(the published code, whose slate norm then cancels the graph)"),
+               "early");
+  return t;
+}
+
 class TileGat6th : public RankModel {
  public:
-  TileGat6th(const HParams& h, const ModelDims& d, Rng& rng)
-      : early_join_(h.str("join") == "early"),
-        emb_(kOpcodes, h.integer("op-embed"), rng),
-        early1_(h.integer("op-embed") + d.node_features, h.integer("hidden"), rng, Act::kGelu),
-        early2_(h.integer("hidden"), h.integer("hidden"), rng, Act::kGelu),
-        join_(h.integer("hidden") + d.config_features, h.integer("hidden"), rng),
-        head_(h.integer("hidden") + d.config_features, h.integer("hidden"), rng) {
-    const int64_t H = h.integer("hidden"), heads = h.integer("heads");
+  TileGat6th(const Params& h, const ModelDims& d, Rng& rng)
+      : early_join_(h.join_early),
+        emb_(kOpcodes, h.op_embed, rng),
+        early1_(h.op_embed + d.node_features, h.hidden, rng, Act::kGelu),
+        early2_(h.hidden, h.hidden, rng, Act::kGelu),
+        join_(h.hidden + d.config_features, h.hidden, rng),
+        head_(h.hidden + d.config_features, h.hidden, rng) {
+    const int64_t H = h.hidden, heads = h.heads;
     GNN_CHECK(H % heads == 0, "--hidden ", H, " must be a multiple of --heads ", heads,
               " (the heads are concatenated)");
     add_child("op_embedding", &emb_);
     add_child("early.0", &early1_);
     add_child("early.1", &early2_);
     if (early_join_) add_child("join", &join_);
-    for (int64_t l = 0; l < h.integer("layers"); ++l) {
+    for (int64_t l = 0; l < h.layers; ++l) {
       layers_.push_back(std::make_unique<ConsumerGat>(H, heads, H / heads, rng));
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
@@ -98,27 +121,19 @@ Recipe tile_gat_6th_recipe() {
   r.summary =
       "6th place tile model (Kaggle): configs joined on every node, 4 residual GAT layers with instance "
       "norm, mean + max pool, slate-normalised head, ListMLE";
-  r.hparams = common_hparams(false, {{"temperature", "1"},
-                                     {"mse-weight", "0"},
-                                     {"lr", "0.0005"},
-                                     {"weight-decay", "0.01"},
-                                     {"batch-graphs", "32"},
-                                     {"configs", "64"},
-                                     {"eval-chunk", "100"},
-                                     {"node-transform", "standardize"},
-                                     {"config-transform", "standardize"}});
-  r.hparams.push_back(integer_hp("op-embed", "128", 1, 4096, "opcode embedding width"));
-  r.hparams.push_back(integer_hp("hidden", "256", 2, 65536, "width of every layer (the last head layer has half)"));
-  r.hparams.push_back(integer_hp("layers", "4", 1, 64, "GAT layers"));
-  r.hparams.push_back(
-      integer_hp("heads", "4", 1, 256, "attention heads per GAT layer (concatenated; divides --hidden)"));
-  r.hparams.push_back(
-      choice_hp("join", "early", "early|late",
-                "where the config features join: on every node before the GAT layers, or after the pool "
-                "(the published code, whose slate norm then cancels the graph)"));
+  r.hparams = concat_specs(common_hparams(false, {{"temperature", "1"},
+                                                  {"mse-weight", "0"},
+                                                  {"lr", "0.0005"},
+                                                  {"weight-decay", "0.01"},
+                                                  {"batch-graphs", "32"},
+                                                  {"configs", "64"},
+                                                  {"eval-chunk", "100"},
+                                                  {"node-transform", "standardize"},
+                                                  {"config-transform", "standardize"}}),
+                           params().specs());
   r.configs_interact = true;  // the late norm over the configs of the slate
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<TileGat6th>(h, d, rng);
+    return std::make_unique<TileGat6th>(params().read(h), d, rng);
   };
   return r;
 }

@@ -16,18 +16,32 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  int64_t op_embed = 0, hidden = 0, layers = 0;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::op_embed, integer_hp("op-embed", "64", 1, 4096, "opcode embedding width"))
+          .add(&P::hidden, integer_hp("hidden", "64", 1, 65536, "GNN and head width"))
+          .add(&P::layers, integer_hp("layers", "3", 1, 64, "GNN layers"));
+  return t;
+}
+
 enum class Conv { kSage, kResGcn };
 
 class TileGnn : public RankModel {
  public:
-  TileGnn(const HParams& h, const ModelDims& d, Rng& rng, Conv conv, bool early)
+  TileGnn(const Params& h, const ModelDims& d, Rng& rng, Conv conv, bool early)
       : conv_(conv),
         early_(early),
-        emb_(kOpcodes, h.integer("op-embed"), rng),
-        head_({h.integer("hidden") + (early ? 0 : d.config_features), h.integer("hidden"), h.integer("hidden"), 1},
-              Act::kLeakyRelu, rng) {
-    const int64_t H = h.integer("hidden"), layers = h.integer("layers");
-    const int64_t in = h.integer("op-embed") + d.node_features + (early ? d.config_features : 0);
+        emb_(kOpcodes, h.op_embed, rng),
+        head_({h.hidden + (early ? 0 : d.config_features), h.hidden, h.hidden, 1}, Act::kLeakyRelu, rng) {
+    const int64_t H = h.hidden, layers = h.layers;
+    const int64_t in = h.op_embed + d.node_features + (early ? d.config_features : 0);
     add_child("op_embedding", &emb_);
     if (conv == Conv::kResGcn) {
       prenet_ = std::make_unique<nn::Linear>(in, H, rng);
@@ -72,13 +86,11 @@ Recipe tile_gnn(const char* name, const char* summary, Conv conv, bool early) {
   r.name = name;
   r.kind = "tile";
   r.summary = summary;
-  r.hparams =
-      common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"}, {"configs", "10"}});
-  r.hparams.push_back(integer_hp("op-embed", "64", 1, 4096, "opcode embedding width"));
-  r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "GNN and head width"));
-  r.hparams.push_back(integer_hp("layers", "3", 1, 64, "GNN layers"));
+  r.hparams = concat_specs(
+      common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"}, {"configs", "10"}}),
+      params().specs());
   r.build = [conv, early](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<TileGnn>(h, d, rng, conv, early);
+    return std::make_unique<TileGnn>(params().read(h), d, rng, conv, early);
   };
   return r;
 }

@@ -12,13 +12,31 @@
 namespace gnn::train {
 namespace {
 
+// The model's own hyper-parameters (--help lists them with the training ones).
+struct Params {
+  int64_t op_embed = 0, hidden = 0;
+  bool pool_sum = false;
+};
+
+const HParamTable<Params>& params() {
+  using P = Params;
+  static const HParamTable<P> t =
+      HParamTable<P>()
+          .add(&P::op_embed, integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"))
+          .add(&P::hidden, integer_hp("hidden", "64", 1, 65536, "MLP width"))
+          .add(&P::pool_sum,
+               choice_hp("pool", "sum", "sum|mean-max",
+                         "readout over the kernel's nodes: sum (the original's) or mean and max side by side"),
+               "sum");
+  return t;
+}
+
 class TileMlp : public RankModel {
  public:
-  TileMlp(const HParams& h, const ModelDims& d, Rng& rng)
-      : sum_(h.str("pool") == "sum"),
-        emb_(kOpcodes, h.integer("op-embed"), rng),
-        mlp_({(sum_ ? 1 : 2) * (h.integer("op-embed") + d.node_features) + d.config_features, h.integer("hidden"),
-              h.integer("hidden"), 1},
+  TileMlp(const Params& h, const ModelDims& d, Rng& rng)
+      : sum_(h.pool_sum),
+        emb_(kOpcodes, h.op_embed, rng),
+        mlp_({(sum_ ? 1 : 2) * (h.op_embed + d.node_features) + d.config_features, h.hidden, h.hidden, 1},
              Act::kLeakyRelu, rng) {
     add_child("op_embedding", &emb_);
     add_child("mlp", &mlp_);
@@ -48,14 +66,11 @@ Recipe tile_mlp_recipe() {
   r.summary =
       "official tile MLP baseline: node features summed over the kernel + config features -> MLP [64,64,1] "
       "(tpu_graphs)";
-  r.hparams =
-      common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"}, {"configs", "10"}});
-  r.hparams.push_back(integer_hp("op-embed", "32", 1, 4096, "opcode embedding width"));
-  r.hparams.push_back(integer_hp("hidden", "64", 1, 65536, "MLP width"));
-  r.hparams.push_back(choice_hp("pool", "sum", "sum|mean-max",
-                                "readout over the kernel's nodes: sum (the original's) or mean and max side by side"));
+  r.hparams = concat_specs(
+      common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"}, {"configs", "10"}}),
+      params().specs());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<TileMlp>(h, d, rng);
+    return std::make_unique<TileMlp>(params().read(h), d, rng);
   };
   return r;
 }

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -143,8 +144,9 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
   for (const auto& [k, v] : o.hparams) {
     const std::string was = p.hp.values.count(k) ? p.hp.values.at(k) : "";
     if (was == v) continue;
-    // How often and on how many configs to validate changes no step: a resumed run may take new ones.
-    if (k == "val-every" || k == "val-configs") {
+    const auto spec = std::find_if(p.recipe->hparams.begin(), p.recipe->hparams.end(),
+                                   [&](const HParamSpec& s) { return s.name == k; });
+    if (spec != p.recipe->hparams.end() && spec->resume_may_change) {
       p.notes.push_back("--" + k + " " + v + ": the run was started with " + (was.empty() ? "0" : was) +
                         "; validation follows the new value from here");
       p.hp.values[k] = v;

@@ -792,6 +792,44 @@ TEST_CASE("train: the training hyper-parameters read once into typed fields, eve
   CHECK_THROWS_WITH(train::TrainHParams::read(h, false), doctest::Contains("--loss: unknown loss 'l1'"));
 }
 
+TEST_CASE("train: a hyper-parameter table gives the specs and fills its struct's fields, typed") {
+  enum class Kind { kA, kB };
+  struct P {
+    int64_t width = 0;
+    double rate = 0;
+    bool shared = false;
+    std::string stack;
+    Kind kind = Kind::kA;
+  };
+  Kind (*parse_kind)(const std::string&) = [](const std::string& v) { return v == "b" ? Kind::kB : Kind::kA; };
+  const auto table = train::HParamTable<P>()
+                         .add(&P::width, train::integer_hp("width", "8", 1, 64, "w"))
+                         .add(&P::rate, train::number_hp("rate", "0.5", 0, 1, "r"))
+                         .add(&P::shared, train::dropout_mask_hp("config"), "shared")
+                         .add(&P::stack, train::choice_hp("stack", "xla", "xla|nlp", "s"))
+                         .add(&P::kind, train::choice_hp("kind", "a", "a|b", "k"), parse_kind);
+  REQUIRE(table.specs().size() == 5u);
+  CHECK(table.specs()[2].name == "dropout-mask");
+  train::HParams h;
+  for (const train::HParamSpec& s : table.specs()) h.values[s.name] = s.default_value;
+  P p = table.read(h);
+  CHECK((p.width == 8 && p.rate == 0.5 && !p.shared && p.stack == "xla" && p.kind == Kind::kA));
+  h.values = {{"width", "33"}, {"rate", "0.25"}, {"dropout-mask", "shared"}, {"stack", "nlp"}, {"kind", "b"}};
+  REQUIRE(train::check_hparams(table.specs(), h, "test").empty());
+  p = table.read(h);
+  CHECK((p.width == 33 && p.rate == 0.25 && p.shared && p.stack == "nlp" && p.kind == Kind::kB));
+  // A row whose field does not match its spec, or a bool for a value the choice lacks, is refused.
+  CHECK_THROWS_WITH(train::HParamTable<P>().add(&P::rate, train::integer_hp("rate", "1", 0, 9, "")),
+                    doctest::Contains("--rate's spec and field are of different types"));
+  CHECK_THROWS_WITH(train::HParamTable<P>().add(&P::shared, train::choice_hp("mask", "on", "on|off", ""), "yes"),
+                    doctest::Contains("--mask has no value 'yes'"));
+  // Every recipe's own table reads its defaults (the models build from them in the other cases); only the
+  // validation flags may change on resume.
+  for (const train::Recipe& r : train::recipes())
+    for (const train::HParamSpec& s : r.hparams)
+      CHECK_MESSAGE(s.resume_may_change == (s.name == "val-every" || s.name == "val-configs"), r.name, " --", s.name);
+}
+
 TEST_CASE("train: a resumed run keeps its data, epochs and seed, extends when told, and clears killed writes") {
   TempDir t;
   const std::string run = t.file("run");
