@@ -43,7 +43,7 @@ class ResGcnLayer : public nn::Module {
   bool residual_;
 };
 
-// ---- the 6th place's layers (recipe_layout_sage_6th.cpp, recipe_layout_gin_6th.cpp) ---------------
+// ---- the 6th place's layers (recipes/layout_sage_6th.cpp, recipes/layout_gin_6th.cpp) ---------------
 // Its norm is torch's InstanceNorm1d without affine parameters, on [configs, nodes, D] over the nodes,
 // and on the pooled [configs, D] over the configs of the slate.
 // x [N, C*D] normalised over the nodes of each graph, per config and channel.
@@ -108,7 +108,7 @@ class ConsumerSage : public nn::Module {
   nn::Linear lin_;
 };
 
-// ---- the 1st place's layers (recipe_layout_tgraph.cpp) ------------------------------------------------
+// ---- the 1st place's layers (recipes/layout_tgraph.cpp) ------------------------------------------------
 // Squeeze-and-excitation over the channels of each (row, config): x * sigmoid(W2 relu(W1 x + b1) + b2),
 // W1 [D, D/reduction]. x [R, C*D] -> [R, C*D].
 class ChannelAttention : public nn::Module {
@@ -134,7 +134,7 @@ class CrossConfigAttention : public nn::Module {
   ag::Var beta;
 };
 
-// The 6th place's model hyper-parameters, the same for its SAGE and GIN (recipe_layout_sage_6th.cpp), and
+// The 6th place's model hyper-parameters, the same for its SAGE and GIN (recipes/layout_sage_6th.cpp), and
 // its data and training settings with them.
 struct Params6th {
   int64_t op_embed = 0, hidden = 0, layers = 0;
@@ -154,7 +154,7 @@ inline ag::Var batch_dropout(const Batch& b, const ag::Var& x, double p, bool tr
 // Dropout on config-batched rows x [N, C*F] with one mask per (node, channel), the same for the C
 // configs. The ranking losses compare the configs of a graph; a mask drawn per config (plain dropout on
 // x) makes them differ by its noise on every node, while the config itself changes a few percent of the
-// nodes, so the pairwise differences the loss sees are mostly the masks' (recipe_layout_sage_6th.cpp).
+// nodes, so the pairwise differences the loss sees are mostly the masks' (recipes/layout_sage_6th.cpp).
 ag::Var config_shared_dropout(const Batch& b, const ag::Var& x, int64_t C, double p, bool training, uint64_t salt);
 // A layout recipe's dropout on config-batched rows with probability p, as its --dropout-mask says
 // (dropout_mask_hp): one mask for all the configs of a graph (shared), or one per config.

@@ -282,24 +282,35 @@ HParamSpec segment_backward_hp() {
                    "backward on every row, the gradient masked outside the segment); the same gradient");
 }
 
+// Every recipe, one line each, in the order `gnn models` lists them: X(name) is the function
+// `Recipe name_recipe()` that a file of apps/train/recipes/ defines.
+#define GNN_RECIPES(X)      \
+  X(tile_mlp)               \
+  X(tile_earlyjoin_sage)    \
+  X(tile_latejoin_sage)     \
+  X(tile_earlyjoin_resgcn)  \
+  X(tile_latejoin_resgcn)   \
+  X(tile_gat_6th)           \
+  X(layout_resmodel)        \
+  X(layout_mlp)             \
+  X(layout_sage_6th)        \
+  X(layout_gin_6th)         \
+  X(layout_sage_2nd)        \
+  X(layout_tgraph)          \
+  X(layout_seed_sage)       \
+  X(layout_gnn_selfattn)    \
+  X(layout_attn_violation)  \
+  X(dnnperf_anee)           \
+  X(layout_gst)
+
+#define GNN_DECLARE_RECIPE(name) Recipe name##_recipe();
+GNN_RECIPES(GNN_DECLARE_RECIPE)
+#undef GNN_DECLARE_RECIPE
+
 const std::vector<Recipe>& recipes() {
-  static const std::vector<Recipe> all = {tile_mlp_recipe(),
-                                          tile_earlyjoin_sage_recipe(),
-                                          tile_latejoin_sage_recipe(),
-                                          tile_earlyjoin_resgcn_recipe(),
-                                          tile_latejoin_resgcn_recipe(),
-                                          tile_gat_6th_recipe(),
-                                          layout_resmodel_recipe(),
-                                          layout_mlp_recipe(),
-                                          layout_sage_6th_recipe(),
-                                          layout_gin_6th_recipe(),
-                                          layout_sage_2nd_recipe(),
-                                          layout_tgraph_recipe(),
-                                          layout_seed_sage_recipe(),
-                                          layout_gnn_selfattn_recipe(),
-                                          layout_attn_violation_recipe(),
-                                          dnnperf_anee_recipe(),
-                                          layout_gst_recipe()};
+#define GNN_LIST_RECIPE(name) name##_recipe(),
+  static const std::vector<Recipe> all = {GNN_RECIPES(GNN_LIST_RECIPE)};
+#undef GNN_LIST_RECIPE
   return all;
 }
 

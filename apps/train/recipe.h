@@ -1,6 +1,6 @@
 // Recipes: a model, its loss and its training hyper-parameters under one name (`gnn models` lists
-// them). Each lives in one readable file (apps/train/recipe_<name>.cpp) and registers itself in
-// recipes() (recipe.cpp). Defaults follow ../shared/TPUGRAPHS.md section 6.
+// them). Each lives in one readable file (apps/train/recipes/<name>.cpp) and is registered by one line
+// of recipe.cpp's list. Defaults follow ../shared/TPUGRAPHS.md section 6.
 #pragma once
 #include <cmath>
 #include <functional>
@@ -196,24 +196,5 @@ HParamSpec segment_backward_hp();
 
 const std::vector<Recipe>& recipes();
 const Recipe& find_recipe(const std::string& name);  // gnn::Error listing the names when unknown
-
-// Registration, one per recipe file.
-Recipe tile_mlp_recipe();
-Recipe tile_earlyjoin_sage_recipe();
-Recipe tile_latejoin_sage_recipe();
-Recipe tile_earlyjoin_resgcn_recipe();
-Recipe tile_latejoin_resgcn_recipe();
-Recipe tile_gat_6th_recipe();
-Recipe layout_resmodel_recipe();
-Recipe layout_mlp_recipe();
-Recipe layout_sage_6th_recipe();
-Recipe layout_gin_6th_recipe();
-Recipe layout_sage_2nd_recipe();
-Recipe layout_tgraph_recipe();
-Recipe layout_seed_sage_recipe();
-Recipe layout_gnn_selfattn_recipe();
-Recipe layout_attn_violation_recipe();
-Recipe dnnperf_anee_recipe();
-Recipe layout_gst_recipe();
 
 }  // namespace gnn::train

@@ -2,7 +2,7 @@
 """The layout-resmodel training step written the way a PyTorch (or PyG) user would, to time against
 `gnn train --model layout-resmodel` on the same files (docs/benchmarks.md, "Layout training step").
 
-The model is gnn's layout-resmodel (apps/train/recipe_layout_resmodel.cpp; the official tpu_graphs
+The model is gnn's layout-resmodel (apps/train/recipes/layout_resmodel.cpp; the official tpu_graphs
 ResModel): [opcode embedding (32) | node features | layout config (18, zeros off the configurable
 nodes)] per node and config -> MLP [32, 32] -> 2 x (x + leaky_relu(A_hat (x W) + b)) with
 A_hat = D^-1/2 (A + A^T + I) D^-1/2 -> [mean pool | l2norm(sum pool) | l2norm(sum over configurable

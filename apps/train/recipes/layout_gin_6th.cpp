@@ -1,6 +1,6 @@
 // layout-gin-6th: the 6th place's GIN variant of layout-sage-6th (hengck23, TPUGRAPHS.md section 6;
 // read from its public code, src/res-gin4-pair-hop5-layout/*). Data, loss and training as
-// layout-sage-6th (recipe_layout_sage_6th.cpp); the model:
+// layout-sage-6th (recipes/layout_sage_6th.cpp); the model:
 //
 //   early          Linear(256, no bias) -> norm -> GELU -> dropout 0.2
 //   layers (4)     x_l = MLP(x + sum of x over the nodes consuming it), eps fixed at 0 (PyG's GINConv
