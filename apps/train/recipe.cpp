@@ -298,6 +298,7 @@ HParamSpec segment_backward_hp() {
   X(layout_sage_6th) \
   X(layout_gin_6th) \
   X(layout_sage_2nd) \
+  X(layout_sage_5th) \
   X(layout_tgraph) \
   X(layout_seed_sage) \
   X(layout_gnn_selfattn) \

@@ -1337,7 +1337,8 @@ TEST_CASE("train: the seed documents' and top solutions' recipes resume bit for 
            {"gst", "--model layout-gst --segment-nodes 100 --lr 0.001" + small},
            {"sage6th", "--model layout-sage-6th --accumulate 2 --swa 2" + small},
            {"gin6th", "--model layout-gin-6th --accumulate 2" + small},
-           {"sage2nd", "--model layout-sage-2nd"}}) {
+           {"sage2nd", "--model layout-sage-2nd"},
+           {"sage5th", "--model layout-sage-5th --hidden 16 --op-embed 8"}}) {
     CAPTURE(name);
     const std::string base =
         "train " + flags + " --data " + dataset() + " --configs 8 --batch-graphs 2 --segment 120 --out ";
@@ -1713,6 +1714,96 @@ TEST_CASE("train: layout-tgraph trains on the configurable nodes and neighbours,
   const double tau = Json::parse(last_line(r.out))["score"].as_number();
   CHECK(tau >= -1);
   CHECK(tau <= 1);
+}
+
+TEST_CASE("train: layout-sage-5th is the 5th place's GNN, SAGE over consumers and operands, recomputed by hand") {
+  const Recipe& r = find_recipe("layout-sage-5th");
+  const auto files = kind_files(dataset(), "layout", "train");
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
+  const ModelGraph g = prepare_graph(files[0], prep);
+  HParams h = r.defaults();
+  h.values["hidden"] = "6", h.values["op-embed"] = "3", h.values["layers"] = "2";
+  REQUIRE(check_hparams(r.hparams, h, r.name).empty());
+  Rng rng(11);
+  auto model = r.build(h, {prep.node_features(), prep.config_features()}, rng);
+  model->eval();
+  ag::NoGrad ng;
+  const Batch b = make_batch({&g}, {{1, 4, 0}});
+  const Tensor got = model->forward(b).value();
+  REQUIRE(got.numel() == 3);
+
+  std::map<std::string, Tensor> w;
+  for (const nn::NamedParam& p : model->parameters()) w[p.name] = p.var.value();
+  REQUIRE(w.size() == 1 + 2 + 2 * 2 * 3 + 2);  // embedding, pre, 2 x 2 SAGEs (lin_l weight + bias, lin_r), out
+  const int64_t N = b.nodes, F = b.x.size(1), C = 3, D = kLayoutConfigFeatures, H = 6;
+  // y = x W + b (W [in, out]) on double rows.
+  auto dense = [&](const std::string& name, const std::vector<double>& x, bool bias) {
+    const Tensor& W = w.at(name + ".weight");
+    const int64_t in = W.size(0), out = W.size(1);
+    REQUIRE(int64_t(x.size()) == in);
+    std::vector<double> y(size_t(out), 0);
+    for (int64_t o = 0; o < out; ++o) {
+      if (bias) y[size_t(o)] = w.at(name + ".bias").f32()[o];
+      for (int64_t i = 0; i < in; ++i) y[size_t(o)] += x[size_t(i)] * W.f32()[i * out + o];
+    }
+    return y;
+  };
+  std::set<int64_t> configurable;
+  for (int64_t k = 0; k < b.config_nodes.numel(); ++k) configurable.insert(b.config_nodes.i32()[k]);
+  REQUIRE(!configurable.empty());
+  REQUIRE(int64_t(configurable.size()) < N);  // both kinds of rows are exercised
+  const int64_t* e = b.edges.i64();  // [u, v]: u consumes v
+  for (int64_t c = 0; c < C; ++c) {
+    std::vector<std::vector<double>> x(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) {
+      const float* emb = w.at("op_embedding.weight").f32() + b.opcode.i32()[n] * 3;
+      std::vector<double> in(emb, emb + 3);  // [opcode embedding | node features | 18 layout values]
+      in.insert(in.end(), b.x.f32() + n * F, b.x.f32() + (n + 1) * F);
+      for (int64_t j = 0; j < D; ++j)
+        in.push_back(configurable.count(n) ? b.node_config.f32()[n * C * D + c * D + j]
+                                           : double(b.node_layout.i32()[n * kNodeLayoutDims + j % 6] - 1));
+      x[size_t(n)] = dense("pre", in, true);
+      for (double& v : x[size_t(n)]) v = std::max(v, 0.0);
+    }
+    for (int l = 0; l < 2; ++l) {
+      std::vector<std::vector<double>> next(static_cast<size_t>(N));
+      for (int64_t n = 0; n < N; ++n) {
+        std::vector<double> consumers(size_t(H), 0), operands(size_t(H), 0);
+        int64_t nc = 0, np = 0;
+        for (int64_t i = 0; i < b.edges.size(0); ++i) {
+          const int64_t u = e[2 * i], v = e[2 * i + 1];
+          if (v == n) nc += 1;
+          if (u == n) np += 1;
+          for (int64_t k = 0; k < H; ++k) {
+            if (v == n) consumers[size_t(k)] += x[size_t(u)][size_t(k)];
+            if (u == n) operands[size_t(k)] += x[size_t(v)][size_t(k)];
+          }
+        }
+        for (int64_t k = 0; k < H; ++k) {
+          consumers[size_t(k)] /= double(std::max<int64_t>(nc, 1));
+          operands[size_t(k)] /= double(std::max<int64_t>(np, 1));
+        }
+        auto lin = [l](std::string conv, const char* side) {  // "convs.0.lin_l" (append: GCC 12's -Wrestrict)
+          return conv.append(".").append(std::to_string(l)).append(".").append(side);
+        };
+        std::vector<double> a = dense(lin("convs", "lin_l"), consumers, true),
+                            ar = dense(lin("convs", "lin_r"), x[size_t(n)], false),
+                            p = dense(lin("rev_convs", "lin_l"), operands, true),
+                            pr = dense(lin("rev_convs", "lin_r"), x[size_t(n)], false);
+        for (size_t k = 0; k < a.size(); ++k) next[size_t(n)].push_back(std::max(a[k] + ar[k], 0.0));
+        for (size_t k = 0; k < p.size(); ++k) next[size_t(n)].push_back(std::max(p[k] + pr[k], 0.0));
+      }
+      x = next;
+    }
+    std::vector<double> pooled(size_t(H), 0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < H; ++k) pooled[size_t(k)] += x[size_t(n)][size_t(k)];
+    CHECK(got.f32()[c] == doctest::Approx(dense("out", pooled, true)[0]).epsilon(1e-4));
+  }
+  // Each direction has its weights: an odd --hidden has no even split.
+  h.values["hidden"] = "7";
+  CHECK_THROWS_WITH(r.build(h, {prep.node_features(), prep.config_features()}, rng),
+                    doctest::Contains("--hidden: must be even"));
 }
 
 TEST_CASE("train: building the next batch on a second thread during each step changes nothing") {
