@@ -167,9 +167,8 @@ class Run {
   void fault() const;
   void check_finite(int64_t step) const;
   void agree_on_plan() const;
-  void end_epoch_swa(int64_t epoch, Json& line);
+  void end_epoch_swa(int64_t epoch, bool validating, Json& line);
   bool stopped_early() const;
-  bool validating_ = false;  // whether the epoch being ended validates (--val-every)
   bool finished() const { return st_.step >= total_steps_ || st_.epoch >= plan_.epochs || stopped_early(); }
   TrainResult result() const;
 
@@ -628,9 +627,9 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
   // unbroken one does.
   const int64_t n = tp_.val_every, first = st_.step - st_.batch;
   const bool last = partial || st_.step >= total_steps_ || e + 1 >= plan_.epochs;
-  validating_ = !valid_files_.empty() && (n <= 0 || last || st_.step / n > first / n);
+  const bool validating = !valid_files_.empty() && (n <= 0 || last || st_.step / n > first / n);
   double valid_score = NAN;
-  if (validating_) {
+  if (validating) {
     model_->eval();
     working_on_ = detail::str_cat("validation after epoch ", e + 1);
     const auto t_valid = Clock::now();
@@ -648,7 +647,7 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
       st_.best_score = valid_score, st_.best_epoch = st_.epoch;
       save(best_path_, false);
     }
-    if (swa_) end_epoch_swa(e, line);
+    if (swa_) end_epoch_swa(e, validating, line);
   }
   if (dp_) {
     line.set("ranks", world_.size);
@@ -709,12 +708,12 @@ void Run::agree_on_plan() const {
 // --swa K: the epoch's weights join the last K epochs' snapshots; their average is written to
 // RUN/swa.npz and scored on the valid split (swa_valid_score), then training goes on from the epoch's
 // own weights. The snapshots travel in model.npz, so a resumed run averages what the unbroken one does.
-void Run::end_epoch_swa(int64_t e, Json& line) {
+void Run::end_epoch_swa(int64_t e, bool validating, Json& line) {
   swa_->snapshot(params_);
   std::vector<Tensor> own;
   for (const nn::NamedParam& p : params_) own.push_back(p.var.value().clone());
   swa_->apply(params_);
-  if (validating_) {
+  if (validating) {
     model_->eval();
     working_on_ = detail::str_cat("validation of the SWA weights after epoch ", e + 1);
     line.set("swa_valid_score",
