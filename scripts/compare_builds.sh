@@ -27,7 +27,8 @@ trap 'rm -rf "$work"' EXIT
 "$new" synth --collection tile --out "$work/data" --graphs 6 --nodes 40 --configs 30 --seed 3 \
   --split train,valid >/dev/null
 recipes=("$@")
-[ ${#recipes[@]} -gt 0 ] || mapfile -t recipes < <("$new" models | awk '/^(tile|layout|dnnperf)-/ {print $1}')
+# (every recipe the old binary has: one added since has nothing to compare with)
+[ ${#recipes[@]} -gt 0 ] || mapfile -t recipes < <("$old" models | awk '/^(tile|layout|dnnperf)-/ {print $1}')
 
 differ=0
 for r in "${recipes[@]}"; do

@@ -306,8 +306,7 @@ TEST_CASE("train: a hyper-parameter table gives the specs and fills its struct's
                     doctest::Contains("--rate's spec and field are of different types"));
   CHECK_THROWS_WITH(train::HParamTable<P>().add(&P::shared, train::choice_hp("mask", "on", "on|off", ""), "yes"),
                     doctest::Contains("--mask has no value 'yes'"));
-  // Every recipe's own table reads its defaults (the models build from them in the other cases); only the
-  // validation flags may change on resume.
+  // Only the validation flags may change on resume, in every recipe.
   for (const train::Recipe& r : train::recipes())
     for (const train::HParamSpec& s : r.hparams)
       CHECK_MESSAGE(s.resume_may_change == (s.name == "val-every" || s.name == "val-configs"), r.name, " --", s.name);
@@ -380,7 +379,8 @@ TEST_CASE("train: a dataset holding a graph with no nodes stops naming the file"
 }
 
 // The real release's tile train split (one kernel of 2 configs) has every config column constant, so
-// preprocessing keeps none: batches then carry [G*C, 0] config features.
+// preprocessing keeps none: batches then carry [G*C, 0] config features. (The null memcpy this once made
+// shows under scripts/sanitize.sh's UBSan; every build checks that such a run trains and validates.)
 TEST_CASE("train: tile configs whose every feature is constant train on zero config columns") {
   TempDir t;
   for (const char* split : {"train", "valid"}) {

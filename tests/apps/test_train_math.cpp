@@ -591,7 +591,7 @@ TEST_CASE("train: layout-sage-5th is the 5th place's GNN, SAGE over consumers an
 
   std::map<std::string, Tensor> w;
   for (const nn::NamedParam& p : model->parameters()) w[p.name] = p.var.value();
-  REQUIRE(w.size() == 1 + 2 + 2 * 2 * 3 + 2);  // embedding, pre, 2 x 2 SAGEs (lin_l weight + bias, lin_r), out
+  REQUIRE(w.size() == 1 + 2 + 2 * 2 * 3 + 2);  // embedding, pre_linear, 2 x 2 SAGEs (lin_l weight + bias, lin_r), head
   const int64_t N = b.nodes, F = b.x.size(1), C = 3, D = kLayoutConfigFeatures, H = 6;
   // y = x W + b (W [in, out]) on double rows.
   auto dense = [&](const std::string& name, const std::vector<double>& x, bool bias) {
@@ -613,13 +613,13 @@ TEST_CASE("train: layout-sage-5th is the 5th place's GNN, SAGE over consumers an
   for (int64_t c = 0; c < C; ++c) {
     std::vector<std::vector<double>> x(static_cast<size_t>(N));
     for (int64_t n = 0; n < N; ++n) {
-      const float* emb = w.at("op_embedding.weight").f32() + b.opcode.i32()[n] * 3;
+      const float* emb = w.at("opcode_embed.weight").f32() + b.opcode.i32()[n] * 3;
       std::vector<double> in(emb, emb + 3);  // [opcode embedding | node features | 18 layout values]
       in.insert(in.end(), b.x.f32() + n * F, b.x.f32() + (n + 1) * F);
       for (int64_t j = 0; j < D; ++j)
         in.push_back(configurable.count(n) ? b.node_config.f32()[n * C * D + c * D + j]
                                            : double(b.node_layout.i32()[n * kNodeLayoutDims + j % 6] - 1));
-      x[size_t(n)] = dense("pre", in, true);
+      x[size_t(n)] = dense("pre_linear", in, true);
       for (double& v : x[size_t(n)]) v = std::max(v, 0.0);
     }
     for (int l = 0; l < 2; ++l) {
@@ -655,7 +655,7 @@ TEST_CASE("train: layout-sage-5th is the 5th place's GNN, SAGE over consumers an
     std::vector<double> pooled(size_t(H), 0);
     for (int64_t n = 0; n < N; ++n)
       for (int64_t k = 0; k < H; ++k) pooled[size_t(k)] += x[size_t(n)][size_t(k)];
-    CHECK(got.f32()[c] == doctest::Approx(dense("out", pooled, true)[0]).epsilon(1e-4));
+    CHECK(got.f32()[c] == doctest::Approx(dense("head", pooled, true)[0]).epsilon(1e-4));
   }
   // Each direction has its weights: an odd --hidden has no even split.
   h.values["hidden"] = "7";

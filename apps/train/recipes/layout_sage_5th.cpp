@@ -1,6 +1,7 @@
 // layout-sage-5th: the 5th place layout model of the Kaggle "Fast or Slow" competition (TPUGRAPHS.md
-// section 5's table; read from its public code, knshnb/kaggle-tpu-graph-5th-place at 3f2dfb8: src/nn.py
-// `GNN`, src/dataset.py, scripts/train.py, config/default.yaml). One model for every layout collection:
+// section 6's list of repositories; read from its public code, knshnb/kaggle-tpu-graph-5th-place at
+// 3f2dfb8: src/nn.py `GNN`, src/dataset.py, scripts/train.py, config/default.yaml). One model for every
+// layout collection:
 //
 //   graph          whole graphs (no k-hop region, no segments)
 //   input          [opcode embedding (64) | node features | 18 layout values] per node and config: the
@@ -13,13 +14,18 @@
 //   readout        sum pool over the nodes per config -> Linear(1)
 // Pairwise hinge max(0, 1 - (s_i - s_j)) over the pairs t_i > t_j of a graph's configs; 4 graphs x 8
 // configs per step; AdamW lr 1e-4, weight decay 0.01, cosine to 0 without warm-up, gradient norm clipped
-// to 1; DropEdge in training.
+// to 1; DropEdge in training. Parameters carry the original's names (opcode_embed, pre_linear, convs,
+// rev_convs, head). Its inference runs chunks of 8 configs; --eval-chunk 16 here keeps a large program's
+// [N, C*384] activations in memory.
 //
 // Where this departs from the original, and why:
-// - Node features: the original scales 53 hand-picked columns to [-1, 1] by fixed ranges (log(x + 1 -
-//   min) for some, unscaled), spreads the dimension numbers into one-hot rows and drops 13 columns; here
-//   the files' 140 columns go through --node-transform (official: constant columns dropped, min-max on
+// - Node features: the original scales 53 columns to [-1, 1] by fixed ranges (log(x + 1 - min) for
+//   some, left unscaled), scales 54 per-dimension columns the same way, spreads the 14 dimension-number
+//   columns into one-hot rows per dimension (6 x 23 inputs with the 54) and drops 13 columns; here the
+//   files' 140 columns go through --node-transform (official: constant columns dropped, min-max on
 //   train), the transform the project's other recipes share.
+// - Opcodes: the original merges the element-wise unary opcodes into one embedding row; here each opcode
+//   has its own.
 // - The own-layout values of a node that is not configurable are the files' node_feat[134:140] with -1
 //   past the node's rank (Batch::node_layout); the original turns every 0 into -1, a genuine minor-most
 //   dimension 0 included. Its 18 always-zero tile columns (a tile slot of its joint model) are left out:
@@ -29,9 +35,11 @@
 //   a mean over the pairs that count. Runtimes of different programs are not what a ranking compares.
 // - DropEdge: the original draws its probability from U(0, 0.15) for each forward pass; ours drops each
 //   edge with --edge-dropout 0.075 (that mean), both directions, per step.
-// - It trains one model on the four layout collections and tile/xla together, 8 epochs over configs drawn
-//   sqrt(n * max n) per graph and epoch; here a run trains on the --data collection, configs drawn per step.
-// - No config sharing (nn/config_share.h) and no CUDA graph replay: the plain path only.
+// - It trains one model on the four layout collections and tile/xla together, two passes over configs
+//   drawn sqrt(n * max n) per graph and pass; here a run trains on the --data collection, configs drawn
+//   per step.
+// - No config sharing (nn/config_share.h) and no CUDA graph replay: the plain path only. --segment (0 by
+//   default, as the original trains whole graphs) cuts gradients outside the segment as elsewhere.
 #include <algorithm>
 #include <vector>
 
@@ -96,28 +104,28 @@ class LayoutSage5th : public RankModel {
         pre_(d.node_features + h.op_embed + kLayoutConfigFeatures, h.hidden, rng),
         out_(h.hidden, 1, rng) {
     GNN_CHECK(h.hidden % 2 == 0, "--hidden: must be even (each direction's SAGE gives half), got ", h.hidden);
-    add_child("op_embedding", &emb_);
-    add_child("pre", &pre_);
+    add_child("opcode_embed", &emb_);
+    add_child("pre_linear", &pre_);
     for (int64_t l = 0; l < h.layers; ++l) {
       consumers_.push_back(std::make_unique<Sage>(h.hidden, h.hidden / 2, rng));
       producers_.push_back(std::make_unique<Sage>(h.hidden, h.hidden / 2, rng));
       add_child("convs." + std::to_string(l), consumers_.back().get());
       add_child("rev_convs." + std::to_string(l), producers_.back().get());
     }
-    add_child("out", &out_);
+    add_child("head", &out_);
   }
 
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     // A node's operands: the batch's edges [u, v] (u consumes v) read from u to v.
-    Graph producers = Graph::from_edge_index(b.edges, b.nodes, EdgeColumns::kDstSrc, "batch edges");
-    if (b.graph.device().is_cuda()) producers = producers.to(b.graph.device());
+    const Graph producers =
+        Graph::from_edge_index(b.edges, b.nodes, EdgeColumns::kDstSrc, "batch edges").on(b.graph.device());
     // pre on [opcode | node features | 18 values] without the join: the node part once per node.
-    ag::Var x = ag::relu(pre_.forward_joined(node_input(emb_, b), ag::Var(layout_values(b)), C));
+    ag::Var x = segment(b, ag::relu(pre_.forward_joined(node_input(emb_, b), ag::Var(layout_values(b)), C)));
     for (size_t l = 0; l < consumers_.size(); ++l) {
       const ag::Var both =
           ag::concat_cols({consumers_[l]->forward(b.consumers(), x, C), producers_[l]->forward(producers, x, C)});
-      x = node_major(ag::relu(both), C);
+      x = segment(b, node_major(ag::relu(both), C));
     }
     return out_.forward(per_config(ag::pool(x, b.graph_ptr, Reduce::kSum), C));  // [G*C, 1]
   }
@@ -146,7 +154,8 @@ Recipe layout_sage_5th_recipe() {
                                                  {"batch-graphs", "4"},
                                                  {"configs", "8"},
                                                  {"edge-dropout", "0.075"},
-                                                 {"segment", "0"}}),
+                                                 {"segment", "0"},
+                                                 {"eval-chunk", "16"}}),
                            params().specs());
   r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
     return std::make_unique<LayoutSage5th>(params().read(h), d, rng);
