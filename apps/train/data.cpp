@@ -315,97 +315,109 @@ std::vector<int64_t> sample_without_replacement(int64_t n, int64_t k, Rng& rng) 
   return idx;
 }
 
-const Batch::Gcn& Batch::gcn() const {
-  if (!gcn_) {
-    const Device dev = graph.device();
-    Gcn g;
-    g.graph = nn::add_self_loops(dev.is_cpu() ? graph : *host_graph_).graph;
-    g.weight = nn::gcn_norm(g.graph);
-    if (dev.is_cuda()) {
-      std::vector<Tensor*> arrays = g.graph.arrays();
-      arrays.push_back(&g.weight);
-      Tensor::move_packed(arrays, dev);  // one transfer
-    }
-    gcn_ = std::make_shared<const Gcn>(std::move(g));
-  }
-  return *gcn_;
+namespace {
+
+// The accessor of a structure the batch was not prepared with: what to declare.
+[[noreturn]] void not_prepared(const char* what, const char* need) {
+  GNN_FAIL("Batch::", what, ": the batch was not prepared with it: the model's needs() must ask for ", need,
+           " (Batch::prepared)");
 }
 
-const Batch::Consumers& Batch::consumers_host() const {
-  if (!consumers_host_) {
+const nn::SharePlan& plan_of(const std::shared_ptr<const nn::SharePlan>& p, int64_t steps, const char* what) {
+  if (!p) not_prepared(what, what);
+  GNN_CHECK(p->steps() == steps, "Batch::", what, ": prepared for ", p->steps(), " layers, asked for ", steps);
+  return *p;
+}
+
+Batch::Gcn build_gcn(const Graph& graph) {
+  Batch::Gcn g;
+  g.graph = nn::add_self_loops(graph).graph;
+  g.weight = nn::gcn_norm(g.graph);
+  return g;
+}
+
+}  // namespace
+
+const Batch::Gcn& Batch::gcn() const {
+  if (!gcn_) not_prepared("gcn", "gcn");
+  return *gcn_;
+}
+const Graph& Batch::consumers() const {
+  if (!consumers_) not_prepared("consumers", "consumers");
+  return consumers_->graph;
+}
+const Tensor& Batch::consumers_mean() const {
+  if (!consumers_) not_prepared("consumers_mean", "consumers");
+  return consumers_->mean;
+}
+const Graph& Batch::consumers_looped() const {
+  if (!consumers_looped_) not_prepared("consumers_looped", "consumers_looped");
+  return *consumers_looped_;
+}
+const Graph& Batch::producers() const {
+  if (!producers_) not_prepared("producers", "producers");
+  return *producers_;
+}
+const nn::SharePlan& Batch::consumers_plan(int64_t steps) const {
+  return plan_of(consumers_plan_, steps, "consumers_plan");
+}
+const nn::SharePlan& Batch::graph_plan(int64_t steps) const { return plan_of(graph_plan_, steps, "graph_plan"); }
+const nn::SharePlan& Batch::share_plan(int64_t steps) const { return plan_of(share_, steps, "share_plan"); }
+
+bool Batch::prepared_any() const {
+  return gcn_ || consumers_ || consumers_looped_ || producers_ || share_ || consumers_plan_ || graph_plan_;
+}
+
+Batch Batch::prepared(const BatchNeeds& n) const {
+  GNN_CHECK(graph.device().is_cpu(), "Batch::prepared: a host batch (prepare it, then move it with to()), got one on ",
+            graph.device().str());
+  Batch b = *this;
+  b.needs_ = n;
+  const Tensor& seeds = plan_seeds.defined() ? plan_seeds : config_nodes;
+  // A plan only where it has configurable nodes to share from (the models take their plain path elsewhere).
+  const bool plans = config_nodes.defined() && config_nodes.numel() > 0;
+  BatchNeeds built = n;
+  if (!plans) built.share_plan = built.consumers_plan = built.graph_plan = 0;
+  if (n.gcn && !b.gcn_) b.gcn_ = std::make_shared<const Gcn>(build_gcn(graph));
+  if (built.share_plan > 0 && (!b.share_ || b.share_->steps() != built.share_plan)) {
+    const Gcn a = b.gcn_ ? *b.gcn_ : build_gcn(graph);  // (kept only when the model reads it)
+    b.share_ = std::make_shared<const nn::SharePlan>(
+        nn::SharePlan::build(a.graph, a.weight, seeds, graph_ptr, configs, built.share_plan));
+  }
+  if ((n.consumers || n.consumers_looped || built.consumers_plan > 0) && !b.consumers_) {
     Consumers c;
     c.graph = Graph::from_edge_index(edges, nodes, EdgeColumns::kSrcDst, "batch edges");
     c.mean = Tensor::empty({c.graph.num_edges}, DType::F32);
     const int32_t* rp = c.graph.csr_indptr.i32();
     for (int64_t v = 0; v < nodes; ++v)
       for (int32_t p = rp[v]; p < rp[v + 1]; ++p) c.mean.f32()[p] = 1.0f / float(rp[v + 1] - rp[v]);
-    consumers_host_ = std::make_shared<const Consumers>(std::move(c));
+    b.consumers_ = std::make_shared<const Consumers>(std::move(c));
   }
-  return *consumers_host_;
-}
-
-const Batch::Consumers& Batch::consumers_data() const {
-  if (graph.device().is_cpu()) return consumers_host();
-  if (!consumers_) {
-    Consumers c = consumers_host();
-    std::vector<Tensor*> arrays = c.graph.arrays();
-    arrays.push_back(&c.mean);
-    Tensor::move_packed(arrays, graph.device());  // one transfer
-    consumers_ = std::make_shared<const Consumers>(std::move(c));
-  }
-  return *consumers_;
-}
-
-const Graph& Batch::consumers() const { return consumers_data().graph; }
-const Tensor& Batch::consumers_mean() const { return consumers_data().mean; }
-
-const Graph& Batch::consumers_looped() const {
-  if (!consumers_looped_) {
-    Graph g = nn::add_self_loops(consumers_host().graph).graph;  // the plain graph stays on the host
-    if (graph.device().is_cuda()) Tensor::move_packed(g.arrays(), graph.device());
-    consumers_looped_ = std::make_shared<const Graph>(std::move(g));
-  }
-  return *consumers_looped_;
-}
-
-const nn::SharePlan& Batch::consumers_plan(int64_t steps) const {
-  if (!consumers_plan_ || consumers_plan_->steps() != steps) {
-    const Consumers& c = consumers_host();
-    nn::SharePlan p = nn::SharePlan::build(c.graph, c.mean, plan_seeds.defined() ? plan_seeds : config_nodes, graph_ptr,
-                                           configs, steps);
-    consumers_plan_ =
-        std::make_shared<const nn::SharePlan>(graph.device().is_cpu() ? std::move(p) : p.to(graph.device()));
-  }
-  return *consumers_plan_;
-}
-
-const nn::SharePlan& Batch::graph_plan(int64_t steps) const {
-  if (!graph_plan_ || graph_plan_->steps() != steps) {
-    const Device dev = graph.device();
-    nn::SharePlan p = nn::SharePlan::build(dev.is_cpu() ? graph : *host_graph_, Tensor(),
-                                           plan_seeds.defined() ? plan_seeds : config_nodes, graph_ptr, configs, steps);
-    graph_plan_ = std::make_shared<const nn::SharePlan>(dev.is_cpu() ? std::move(p) : p.to(dev));
-  }
-  return *graph_plan_;
-}
-
-const nn::SharePlan& Batch::share_plan(int64_t steps) const {
-  if (!share_ || share_->steps() != steps) {
-    const Device dev = graph.device();
-    const Graph a = dev.is_cpu() ? gcn().graph : gcn_host_ ? gcn_host_->graph : nn::add_self_loops(*host_graph_).graph;
-    const Tensor w = dev.is_cpu() ? gcn().weight : gcn_host_ ? gcn_host_->weight : nn::gcn_norm(a);
-    nn::SharePlan p =
-        nn::SharePlan::build(a, w, plan_seeds.defined() ? plan_seeds : config_nodes, graph_ptr, configs, steps);
-    share_ = std::make_shared<const nn::SharePlan>(dev.is_cpu() ? std::move(p) : p.to(dev));
-  }
-  return *share_;
+  if (n.consumers_looped && !b.consumers_looped_)
+    b.consumers_looped_ = std::make_shared<const Graph>(nn::add_self_loops(b.consumers_->graph).graph);
+  if (built.consumers_plan > 0 && (!b.consumers_plan_ || b.consumers_plan_->steps() != built.consumers_plan))
+    b.consumers_plan_ = std::make_shared<const nn::SharePlan>(
+        nn::SharePlan::build(b.consumers_->graph, b.consumers_->mean, seeds, graph_ptr, configs, built.consumers_plan));
+  if (built.graph_plan > 0 && (!b.graph_plan_ || b.graph_plan_->steps() != built.graph_plan))
+    b.graph_plan_ = std::make_shared<const nn::SharePlan>(
+        nn::SharePlan::build(graph, Tensor(), seeds, graph_ptr, configs, built.graph_plan));
+  if (n.producers && !b.producers_)
+    b.producers_ =
+        std::make_shared<const Graph>(Graph::from_edge_index(edges, nodes, EdgeColumns::kDstSrc, "batch edges"));
+  // What a model did not ask for is not carried along (a structure kept from before, when not asked for).
+  if (!n.gcn) b.gcn_.reset();
+  if (!n.consumers && !n.consumers_looped && !built.consumers_plan) b.consumers_.reset();
+  if (!n.consumers_looped) b.consumers_looped_.reset();
+  if (!n.producers) b.producers_.reset();
+  if (!built.share_plan) b.share_.reset();
+  if (!built.consumers_plan) b.consumers_plan_.reset();
+  if (!built.graph_plan) b.graph_plan_.reset();
+  return b;
 }
 
 void Batch::drop_edges(double p, uint64_t seed) {
   GNN_CHECK(p >= 0 && p < 1, "Batch::drop_edges: p must lie in [0, 1), got ", p);
-  GNN_CHECK(graph.device().is_cpu() && !gcn_ && !share_ && !consumers_host_ && !consumers_looped_ && !graph_plan_ &&
-                !consumers_plan_,
-            "Batch::drop_edges: needs a host batch whose graphs nothing has built yet");
+  GNN_CHECK(graph.device().is_cpu() && !prepared_any(), "Batch::drop_edges: needs a host batch not prepared yet");
   Rng rng(seed);
   const int64_t E = edges.size(0);
   const int64_t* e = edges.i64();
@@ -424,19 +436,24 @@ Batch Batch::to(Device device) const {
   if (graph.device() == device) return *this;
   GNN_CHECK(graph.device().is_cpu(), "Batch::to: the batch is already on ", graph.device().str());
   Batch b = *this;
-  b.host_graph_ = std::make_shared<const Graph>(graph);
-  b.gcn_.reset();
-  b.share_.reset();
-  b.consumers_.reset();
-  b.consumers_plan_.reset();
-  b.graph_plan_.reset();
-  b.consumers_looped_.reset();
-  b.keep_host_ = keep_grad;
-  b.config_host_ = node_config;
+  b.host_ = std::make_shared<const Batch>(*this);
   std::vector<Tensor*> arrays = b.graph.arrays();
   for (auto field : kBatchInputs) arrays.push_back(&(b.*field));
   arrays.push_back(&b.keep_grad);
-  Tensor::move_packed(arrays, device);  // the batch's graph and features in one transfer
+  Gcn gcn = gcn_ ? *gcn_ : Gcn();
+  Consumers consumers = consumers_ ? *consumers_ : Consumers();
+  Graph looped = consumers_looped_ ? *consumers_looped_ : Graph(), producers = producers_ ? *producers_ : Graph();
+  for (Graph* g : {&gcn.graph, &consumers.graph, &looped, &producers})
+    for (Tensor* t : g->arrays()) arrays.push_back(t);
+  arrays.push_back(&gcn.weight), arrays.push_back(&consumers.mean);
+  std::erase_if(arrays, [](const Tensor* t) { return !t->defined(); });
+  Tensor::move_packed(arrays, device);  // the batch's graphs and features in one transfer
+  if (gcn_) b.gcn_ = std::make_shared<const Gcn>(std::move(gcn));
+  if (consumers_) b.consumers_ = std::make_shared<const Consumers>(std::move(consumers));
+  if (consumers_looped_) b.consumers_looped_ = std::make_shared<const Graph>(std::move(looped));
+  if (producers_) b.producers_ = std::make_shared<const Graph>(std::move(producers));
+  for (auto plan : {&Batch::share_, &Batch::consumers_plan_, &Batch::graph_plan_})
+    if (this->*plan) b.*plan = std::make_shared<const nn::SharePlan>((this->*plan)->to(device));
   return b;
 }
 
@@ -448,7 +465,7 @@ void Batch::copy_inputs_from(const Batch& host) {
     GNN_CHECK((this->*field).defined() == (host.*field).defined(), "Batch::copy_inputs_from: a different structure");
     if ((this->*field).defined()) Tensor(this->*field).copy_from(host.*field);
   }
-  config_host_ = host.node_config;
+  host_ = std::make_shared<const Batch>(host);
 }
 
 namespace {
@@ -511,12 +528,9 @@ std::pair<Batch::Gcn, Graph> view_graphs(const Batch::Gcn& full, const ViewRows&
 
 Batch Batch::segment_view(SegmentRows* rows) const {
   GNN_CHECK(keep_grad.defined() && node_config.defined(), "Batch::segment_view: a layout batch with a segment");
-  const Device dev = graph.device();
-  const Tensor& keep = keep_grad_host();
-  Gcn full;  // the whole batch's GCN graph on the host, with its weights
-  if (dev.is_cpu()) full = gcn();
-  else if (gcn_host_) full = *gcn_host_;
-  else full.graph = nn::add_self_loops(*host_graph_).graph, full.weight = nn::gcn_norm(full.graph);
+  if (host_) return host_->segment_view(rows).to(graph.device());  // built on the host, moved in one transfer
+  const Tensor& keep = keep_grad;
+  const Gcn full = gcn_ ? *gcn_ : build_gcn(graph);  // the whole batch's GCN graph, with its weights
   const ViewRows v = view_rows(keep, graph_ptr, full.graph, nodes);
   const int64_t n = int64_t(v.take.size());
   rows->halo = Tensor::from_vector(v.halo);
@@ -534,7 +548,6 @@ Batch Batch::segment_view(SegmentRows* rows) const {
     std::fill(out.node_graph.i32() + v.ptr[size_t(g)], out.node_graph.i32() + v.ptr[size_t(g) + 1], int32_t(g));
   out.x = rows_at(x, v.take), out.node_config = rows_at(node_config, v.take), out.opcode = rows_at(opcode, v.take);
   out.node_layout = rows_at(node_layout, v.take), out.producer = rows_at(producer, v.take);
-  out.config_host_ = rows_at(node_config_host(), v.take);
   out.violation = violation, out.target = target, out.group_ptr = group_ptr, out.config_ids = config_ids;
   out.part = part, out.parts = parts, out.noise_seed = noise_seed;
   std::vector<int64_t> e;  // the data edges among the view's rows (its consumers graph)
@@ -559,21 +572,14 @@ Batch Batch::segment_view(SegmentRows* rows) const {
   out.config_nodes = Tensor::from_vector(cn), out.config_ptr = Tensor::from_vector(cptr);
   out.plan_seeds = Tensor::from_vector(seeds);
   auto [vg, plain] = view_graphs(full, v, keep);
-  if (dev.is_cuda()) {
-    out.gcn_host_ = std::make_shared<const Gcn>(vg);
-    out.host_graph_ = std::make_shared<const Graph>(plain);
-    std::vector<Tensor*> arrays = vg.graph.arrays();
-    arrays.push_back(&vg.weight);
-    for (Tensor* t : plain.arrays()) arrays.push_back(t);
-    Tensor::move_packed(arrays, dev);  // one transfer
-  }
-  out.gcn_ = std::make_shared<const Gcn>(std::move(vg));
+  out.gcn_ = std::make_shared<const Gcn>(std::move(vg));  // (prepared() keeps it: it is the view's own)
   out.graph = std::move(plain);
-  return out;
+  return out.prepared(needs_);
 }
 
 Batch Batch::split(const std::vector<int64_t>& seg_ptr) const {
   GNN_CHECK(node_config.defined(), "Batch::split: a layout batch only");
+  if (host_) return host_->split(seg_ptr).to(graph.device());  // built on the host, moved in one transfer
   const int64_t S = int64_t(seg_ptr.size()) - 1, G = graphs, C = configs;
   GNN_CHECK(S >= G && seg_ptr.front() == 0 && seg_ptr.back() == nodes, "Batch::split: ", S,
             " segments do not cover the ", nodes, " nodes of ", G, " graphs");
@@ -623,21 +629,16 @@ Batch Batch::split(const std::vector<int64_t>& seg_ptr) const {
   out.config_nodes = Tensor::from_vector(cn);
   out.config_ptr = Tensor::from_vector(cptr);
   if (violation.defined()) {
-    const Tensor v = violation.on(Device::cpu());
+    const Tensor& v = violation;
     Tensor sv = Tensor::empty({S * C, 1}, DType::F32);
     for (int64_t s = 0, g = 0; s < S; ++s) {
       while (g + 1 < G && first[size_t(g) + 1] <= s) ++g;
       std::memcpy(sv.f32() + s * C, v.f32() + g * C, size_t(C) * sizeof(float));
     }
-    out.violation = sv.to(violation.device());
-  }
-  out.config_host_ = node_config_host();
-  if (graph.device().is_cuda()) {
-    out.host_graph_ = std::make_shared<const Graph>(host);
-    Tensor::move_packed(host.arrays(), graph.device());  // one transfer
+    out.violation = sv;
   }
   out.graph = std::move(host);
-  return out;
+  return out.prepared(needs_);
 }
 
 namespace {

@@ -109,6 +109,20 @@ class GraphSource {
   LruCache<ModelGraph> cache_;
 };
 
+// What a model reads from a batch beyond its tensors (RankModel::needs): each structure built once, on
+// the host, by Batch::prepared (on the trainer's prefetch thread when there is one), then moved with the
+// batch by to(). A prepared batch is not changed again: an accessor whose structure the batch was not
+// prepared with throws, naming it.
+struct BatchNeeds {
+  bool gcn = false;  // gcn()
+  bool consumers = false;  // consumers(), consumers_mean()
+  bool consumers_looped = false;  // consumers_looped()
+  bool producers = false;  // producers()
+  // The config-sharing plans, by layer count (0: none): over the GCN graph (share_plan), over
+  // consumers() (consumers_plan), over A + A^T (graph_plan).
+  int64_t share_plan = 0, consumers_plan = 0, graph_plan = 0;
+};
+
 struct Batch {
   int64_t graphs = 0, configs = 0, nodes = 0;  // G, C (the same for every graph), N
   std::vector<std::string> ids;  // per graph, as in a submission
@@ -118,29 +132,40 @@ struct Batch {
   Tensor node_graph;  // i32 [N] the graph of each node
   Graph graph;  // A + A^T: every edge both ways (the official SAGE aggregation)
   Tensor edges;  // i64 [E, 2] rows [u, v] (u consumes v) in batch numbering, on the host
+
+  // The structures below are built by prepared() when a model's needs() asks for them, on the host, and
+  // are on the batch's device after to().
+  //
   // The edges against the data's direction: row v lists the nodes that consume v's output, so an
   // aggregation brings each node its consumers (the 6th place's SAGE and GIN layers, PyG's default flow
-  // on the files' edge_index). Built on first use, on the batch's device.
+  // on the files' edge_index).
   const Graph& consumers() const;
   const Tensor& consumers_mean() const;  // f32 [E] per CSR position of consumers(): 1 / the row's degree
   // consumers() with one self-loop per node (any in the data dropped first, as PyG's GATConv does): the
-  // 6th place tile GAT's graph. Built on first use from the host copy, then moved in one transfer.
+  // 6th place tile GAT's graph.
   const Graph& consumers_looped() const;
-  // The config-sharing plan over consumers() (a mean aggregation) for `steps` layers; built on first use.
+  // The data's direction: row u lists the nodes whose output u consumes, its operands (the 5th place's
+  // reverse SAGE).
+  const Graph& producers() const;
+  // The config-sharing plan over consumers() (a mean aggregation) for `steps` layers.
   const nn::SharePlan& consumers_plan(int64_t steps) const;
   // The config-sharing plan over graph (A + A^T, weight 1: the official SAGE's sum) for `steps` layers.
   const nn::SharePlan& graph_plan(int64_t steps) const;
   // A + A^T + I with weight f32 [E'] = 1 / sqrt(deg(u) deg(v)) per CSR position: the GCN recipes'
-  // graph, built on first use (the SAGE and MLP recipes never pay for it) and shared by every layer.
+  // graph (the SAGE and MLP recipes never pay for it), shared by every layer.
   struct Gcn {
     Graph graph;
     Tensor weight;
   };
   const Gcn& gcn() const;
   // The config-sharing plan (nn/config_share.h) of the GCN graph from the configurable nodes over
-  // `steps` layers, on the batch's device; built on first use and kept (layout batches).
+  // `steps` layers (layout batches).
   const nn::SharePlan& share_plan(int64_t steps) const;
-  const Tensor& keep_grad_host() const { return keep_host_.defined() ? keep_host_ : keep_grad; }  // on the host
+  // This batch with what `needs` asks for built (those it holds already are kept). A host batch.
+  Batch prepared(const BatchNeeds& needs) const;
+  // What prepared() was given: split() and segment_view() prepare the batches they make the same.
+  const BatchNeeds& needs() const { return needs_; }
+  const Tensor& keep_grad_host() const { return host_ ? host_->keep_grad : keep_grad; }  // on the host
   Tensor config_feat;  // tile: f32 [G*C, B], graph-major
   Tensor node_config;  // layout: f32 [N, C*18]
   Tensor config_nodes;  // layout: i32 [K] the configurable nodes of every graph, in batch numbering
@@ -148,7 +173,7 @@ struct Batch {
   Tensor node_layout;  // layout: i32 [N, 6] each node's layout_dim_categories, on the host
   Tensor violation;  // layout: f32 [G*C, 1] each (graph, config)'s violation ratio, graph-major
   Tensor producer;  // f32 [N, 27] each node's producer_features, on the host (read there per batch)
-  const Tensor& node_config_host() const { return config_host_.defined() ? config_host_ : node_config; }
+  const Tensor& node_config_host() const { return host_ ? host_->node_config : node_config; }
   Tensor target;  // f64 [G*C] (undefined without runtimes)
   Tensor group_ptr;  // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
   Tensor keep_grad;  // u8 [N] nodes whose gradient flows (segment training); undefined: all
@@ -162,9 +187,10 @@ struct Batch {
   uint64_t noise_seed = 0;
 
   // The batch with its graphs cut into segments, each now a graph of its own: seg_ptr i64 values
-  // [0, ..., N], every graph boundary among them. Rows, features and configs stay (the same tensors, on the
+  // [0, ..., N], every graph boundary among them. Rows, features and configs stay (the same values, on the
   // same device); edges between segments are dropped, the configurable nodes regrouped by segment, each
   // segment's violation ratios are its graph's; no targets (a forward pass, not a loss). Layout only.
+  // Prepared with this batch's needs().
   Batch split(const std::vector<int64_t>& seg_ptr) const;
 
   // Segment training that computes only what its backward reads (SegmentPass, blocks.h): the batch
@@ -180,39 +206,36 @@ struct Batch {
     Tensor outside;  // u8 [N] the batch rows outside S and H
     std::vector<int64_t> sizes;  // each graph's node count in the batch
   };
-  Batch segment_view(SegmentRows* rows) const;
+  Batch segment_view(SegmentRows* rows) const;  // prepared with this batch's needs()
 
   // Edge dropout (training): each data edge, both of its directions together, is dropped with probability
-  // p, drawn from `seed`; edges and graph are rebuilt. A host batch whose graphs nothing has built yet.
+  // p, drawn from `seed`; edges and graph are rebuilt. A host batch not prepared yet.
   void drop_edges(double p, uint64_t seed);
 
-  // The batch with its float inputs (kBatchInputs), graphs and keep_grad (read by every layer's
-  // keep_grad_rows) on `device`, in one transfer (Tensor::to_packed); the other index arrays (opcode,
-  // graph_ptr, node_graph, config_nodes, config_ptr) and the targets stay on the host, where the ops
-  // check them (and copy what their kernels read). Itself for the host.
+  // The batch with its float inputs (kBatchInputs), graphs (the prepared ones too) and keep_grad (read by
+  // every layer's keep_grad_rows) on `device`, in one transfer (Tensor::to_packed), its plans after; the
+  // other index arrays (opcode, graph_ptr, node_graph, config_nodes, config_ptr) and the targets stay on
+  // the host, where the ops check them (and copy what their kernels read). It keeps the host batch
+  // (keep_grad_host(), node_config_host(), split(), segment_view()). Itself for the host.
   Batch to(Device device) const;
   // On a device batch made by to() from a batch of the same structure: host's float inputs (kBatchInputs)
   // copied into this batch's buffers (queued uploads, in place: a CUDA graph reading them sees the new
   // values), and host's node_config kept as the host copy. The targets, config_ids and noise_seed stay
-  // the first batch's (StepGraphs reads them from host).
+  // the first batch's (StepGraphs reads them from host), and so do the prepared structures.
   void copy_inputs_from(const Batch& host);
 
  private:
-  mutable std::shared_ptr<const Gcn> gcn_;
-  std::shared_ptr<const Gcn> gcn_host_;  // set by segment_view on a device batch: its host GCN graph
-  mutable std::shared_ptr<const nn::SharePlan> share_;
+  BatchNeeds needs_;
+  std::shared_ptr<const Gcn> gcn_;
   struct Consumers {
     Graph graph;  // the batch's edges with each node's consumers as its in-neighbours
     Tensor mean;  // f32 [E]: 1 / the row's degree
   };
-  const Consumers& consumers_host() const;  // built on first use; never moved
-  const Consumers& consumers_data() const;  // consumers_host() on the batch's device (a copy on CUDA)
-  mutable std::shared_ptr<const Consumers> consumers_host_, consumers_;
-  mutable std::shared_ptr<const nn::SharePlan> consumers_plan_, graph_plan_;
-  mutable std::shared_ptr<const Graph> consumers_looped_;
-  Tensor keep_host_;  // set by to(): keep_grad's host copy
-  Tensor config_host_;  // set by to(): node_config's host copy (models that read config values as indices)
-  std::shared_ptr<const Graph> host_graph_;  // set by to(): gcn() builds on the host, then moves
+  std::shared_ptr<const Consumers> consumers_;
+  std::shared_ptr<const Graph> consumers_looped_, producers_;
+  std::shared_ptr<const nn::SharePlan> share_, consumers_plan_, graph_plan_;
+  std::shared_ptr<const Batch> host_;  // set by to(): the host batch this one was moved from
+  bool prepared_any() const;
 };
 // A batch's float inputs: the values a step reads that may change while its structure repeats. to()
 // moves them, copy_inputs_from() copies them, StepGraphs compares only their shapes. One list, so that a

@@ -45,7 +45,7 @@ void predict_pass(RankModel& model, const ModelGraph& g, const std::vector<int64
   for (int64_t k = 0; k < pieces; ++k) {
     const int64_t at = n * k / pieces, end = n * (k + 1) / pieces;
     const std::vector<int64_t> part(configs.begin() + at, configs.begin() + end);
-    const Batch b = make_batch({&g}, {part}).to(dev);
+    const Batch b = make_batch({&g}, {part}).prepared(model.needs()).to(dev);
     const Tensor p = model.forward(b).value();
     if (!all.defined()) all = Tensor::empty(Shape{n}, p.dtype(), p.device());
     all.slice(at, end).copy_from(p);  // (which refuses a prediction of another size or dtype)

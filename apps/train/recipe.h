@@ -21,6 +21,9 @@ namespace gnn::train {
 class RankModel : public nn::Module {
  public:
   virtual ag::Var forward(const Batch& b) = 0;
+  // What forward reads from a batch beyond its tensors (graphs, config-sharing plans): whoever makes a
+  // batch for this model builds them once with Batch::prepared(needs()). None by default.
+  virtual BatchNeeds needs() const { return {}; }
   // Whether a training forward may be captured as a CUDA graph and replayed (apps/train/step_graph.h):
   // it reads the batch only through its sizes, index arrays and float inputs, never through what
   // changes from step to step without changing those (config_ids, node_config_host(), noise_seed,

@@ -417,6 +417,7 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
     for (const GraphPart& p : parts) micro.back().part.push_back(p.index), micro.back().parts.push_back(p.count);
     micro.back().noise_seed = graph_rng(plan_.seed, epoch, bi, mine.begin + part.begin).next() ^ 0x6e6f697365ull;
     if (tp_.edge_dropout > 0) micro.back().drop_edges(tp_.edge_dropout, micro.back().noise_seed ^ 0x65646765ull);
+    micro.back() = micro.back().prepared(model_->needs());  // (on the prefetch thread when there is one)
   }
   return micro;
 }

@@ -49,6 +49,7 @@ class SyncingModel : public RankModel {
     if (where_ == Where::kBackward) s_ = add_param("s", Tensor::full({1}, 1.5, DType::F32));
   }
   bool replayable() const override { return true; }
+  BatchNeeds needs() const override { return inner_->needs(); }
   ag::Var forward(const Batch& b) override {
     const ag::Var y = inner_->forward(b);
     if (where_ == Where::kForward) {
@@ -106,7 +107,7 @@ TEST_CASE("train: tile-gat-6th gives the host's loss, predictions and gradients 
     if (file_configs(f) == 2) two.push_back(prepare_graph(f, prep));
   }
   REQUIRE(gs.size() == 2);
-  const Batch b = make_batch({&gs[0], &gs[1]}, {{0, 1, 2, 3}, {3, 1, 0, 2}});
+  const Batch b = make_batch({&gs[0], &gs[1]}, {{0, 1, 2, 3}, {3, 1, 0, 2}}).prepared({.consumers_looped = true});
   for (const char* join : {"late", "early"}) {
     CAPTURE(join);
     const Recipe& r = find_recipe("tile-gat-6th");
@@ -120,7 +121,7 @@ TEST_CASE("train: tile-gat-6th gives the host's loss, predictions and gradients 
       std::vector<const ModelGraph*> ptrs;
       std::vector<std::vector<int64_t>> cfgs;
       for (const ModelGraph& m : two) ptrs.push_back(&m), cfgs.push_back({0, 1});
-      const Batch b2 = make_batch(ptrs, cfgs);
+      const Batch b2 = make_batch(ptrs, cfgs).prepared(host->needs());
       const Pass a2 = pass(*host, b2), c2 = pass(*gpu, b2.to(Device::cuda(0)));
       // (a slate of 2 normalises to -1 and 1 whatever the inputs, or to 0 and 0 for a tile listed twice)
       CHECK(a2.loss == doctest::Approx(c2.loss).epsilon(1e-5));
@@ -350,7 +351,7 @@ TEST_CASE("train: CUDA graph steps give the eager step's gradients, and a failed
     auto batch = [&](int64_t shift) {  // one structure, different configs
       std::vector<int64_t> c;
       for (int64_t k = 0; k < 8; ++k) c.push_back((k * 3 + shift) % g0.num_configs());
-      return make_batch({&g0}, {c});
+      return make_batch({&g0}, {c}).prepared(model->needs());
     };
     auto loss_of = [](const Batch& host) {
       return [&host](const ag::Var& p) { return nn::list_mle_loss(p, host.target, host.group_ptr); };

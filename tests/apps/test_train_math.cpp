@@ -52,16 +52,17 @@ TEST_CASE("train: every recipe scores a config the same in a batch of C configs 
     std::vector<int64_t> c0 = {3, 0, 7, 1}, c1 = {2, 5, 4, 6};
     for (int64_t& c : c0) c %= g0.num_configs();
     for (int64_t& c : c1) c %= g1.num_configs();
-    const Tensor both = model->forward(make_batch({&g0, &g1}, {c0, c1})).value();
+    const Tensor both = model->forward(make_batch({&g0, &g1}, {c0, c1}).prepared(model->needs())).value();
     REQUIRE(both.numel() == 8);
     for (int g = 0; g < 2; ++g) {
       const ModelGraph& m = g ? g1 : g0;
       // A recipe whose configs interact scores a graph's 4 configs alone as in the two-graph batch.
-      const Tensor graph_alone = model->forward(make_batch({&m}, {g ? c1 : c0})).value();
+      const Tensor graph_alone = model->forward(make_batch({&m}, {g ? c1 : c0}).prepared(model->needs())).value();
       for (int k = 0; k < 4; ++k) {
         const int64_t c = (g ? c1 : c0)[size_t(k)];
-        const float alone =
-            r.configs_interact ? graph_alone.f32()[k] : model->forward(make_batch({&m}, {{c}})).value().f32()[0];
+        const float alone = r.configs_interact
+                                ? graph_alone.f32()[k]
+                                : model->forward(make_batch({&m}, {{c}}).prepared(model->needs())).value().f32()[0];
         CHECK(both.f32()[g * 4 + k] == doctest::Approx(alone).epsilon(1e-5));
       }
     }
@@ -75,7 +76,7 @@ TEST_CASE("train: every recipe scores a config the same in a batch of C configs 
         r.configs_interact ? std::vector<int64_t>{0, 2, 4, 7} : std::vector<int64_t>{0, 7};
     for (size_t p = 0; p + 1 < bounds.size(); ++p) {
       const std::vector<int64_t> part(seven.begin() + bounds[p], seven.begin() + bounds[p + 1]);
-      const Tensor whole = model->forward(make_batch({&g0}, {part})).value();
+      const Tensor whole = model->forward(make_batch({&g0}, {part}).prepared(model->needs())).value();
       for (int64_t k = 0; k < whole.numel(); ++k)
         CHECK(chunked[size_t(bounds[p] + k)] == doctest::Approx(whole.f32()[k]).epsilon(1e-5));
     }
@@ -195,10 +196,10 @@ TEST_CASE("train: GST cuts graphs as the published code, and a graph's score is 
   {
     model->eval();
     ag::NoGrad ng;
-    const Tensor whole = model->forward(make_batch({&g1, &g0}, {configs, configs})).value();
+    const Tensor whole = model->forward(make_batch({&g1, &g0}, {configs, configs}).prepared(model->needs())).value();
     std::vector<double> sum(4, 0.0);
     for (const ModelGraph& sg : segs) {
-      const Tensor s = model->forward(make_batch({&sg}, {configs})).value();
+      const Tensor s = model->forward(make_batch({&sg}, {configs}).prepared(model->needs())).value();
       for (int k = 0; k < 4; ++k) sum[size_t(k)] += s.f32()[k];
     }
     for (int k = 0; k < 4; ++k) CHECK(whole.f32()[4 + k] == doctest::Approx(sum[size_t(k)]).epsilon(1e-5));
@@ -212,13 +213,13 @@ TEST_CASE("train: GST cuts graphs as the published code, and a graph's score is 
   auto part_batch = [&](int64_t k) {
     Batch b = make_batch({&segs[size_t(k)]}, {configs});
     b.ids = {g0.file.id()}, b.part = {k}, b.parts = {4};
-    return b;
+    return b.prepared(trained->needs());
   };
   ag::NoGrad ng;
   const Tensor fresh1 = trained->forward(part_batch(1)).value().clone();
   trained->eval();
-  const Tensor alone1 = trained->forward(make_batch({&segs[1]}, {configs})).value();
-  const Tensor alone2 = trained->forward(make_batch({&segs[2]}, {configs})).value();
+  const Tensor alone1 = trained->forward(make_batch({&segs[1]}, {configs}).prepared(trained->needs())).value();
+  const Tensor alone2 = trained->forward(make_batch({&segs[2]}, {configs}).prepared(trained->needs())).value();
   trained->train();
   const Tensor second = trained->forward(part_batch(2)).value();
   for (int k = 0; k < 4; ++k) {
@@ -284,9 +285,8 @@ TEST_CASE("train: edge dropout drops each edge with its probability, both direct
     CHECK(all.count({half.edges.i64()[2 * i], half.edges.i64()[2 * i + 1]}) == 1);
   CHECK(half.graph.num_edges == 2 * half.edges.size(0));
   // Graphs already built from the old edges would go stale: refused.
-  Batch built = make_batch({&g0, &g1}, {{0, 1}, {0, 1}});
-  (void)built.gcn();
-  CHECK_THROWS_WITH_AS(built.drop_edges(0.5, 1), doctest::Contains("nothing has built yet"), Error);
+  Batch built = make_batch({&g0, &g1}, {{0, 1}, {0, 1}}).prepared({.gcn = true});
+  CHECK_THROWS_WITH_AS(built.drop_edges(0.5, 1), doctest::Contains("not prepared yet"), Error);
   CHECK_THROWS_WITH_AS(built.drop_edges(1.0, 1), doctest::Contains("[0, 1)"), Error);
 }
 
@@ -337,7 +337,8 @@ TEST_CASE("train: batches share structure and hold the right targets, segments c
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
   const ModelGraph a = prepare_graph(files[0], prep), b = prepare_graph(files[1], prep);
   Rng rng(1);
-  const Batch batch = make_batch({&a, &b}, {{1, 2}, {0, 3}}, 100, &rng);
+  const Batch batch =
+      make_batch({&a, &b}, {{1, 2}, {0, 3}}, 100, &rng).prepared({.consumers = true, .producers = true});
   CHECK(batch.nodes == a.num_nodes() + b.num_nodes());
   CHECK(batch.graph.num_edges == 2 * (a.edges.size(0) + b.edges.size(0)));
   CHECK(batch.target.f64()[0] == a.target[1]);
@@ -365,6 +366,22 @@ TEST_CASE("train: batches share structure and hold the right targets, segments c
     for (int32_t p = users.csr_indptr.i32()[v]; p < users.csr_indptr.i32()[v + 1]; ++p)
       got.insert({v, int64_t(users.csr_indices.i32()[p])});
   CHECK(got == want);
+  // producers(): the other way, row u lists the nodes v of the rows [u, v].
+  const Graph& operands = batch.producers();
+  std::multiset<std::pair<int64_t, int64_t>> reversed, ops;
+  for (const auto& [v, u] : want) reversed.insert({u, v});
+  for (int64_t u = 0; u < batch.nodes; ++u)
+    for (int32_t p = operands.csr_indptr.i32()[u]; p < operands.csr_indptr.i32()[u + 1]; ++p)
+      ops.insert({u, int64_t(operands.csr_indices.i32()[p])});
+  CHECK(ops == reversed);
+  // What the batch was not prepared with, it refuses, naming what the model must ask for.
+  CHECK_THROWS_WITH_AS(batch.gcn(), doctest::Contains("needs() must ask for gcn"), Error);
+  CHECK_THROWS_WITH_AS(batch.consumers_looped(), doctest::Contains("ask for consumers_looped"), Error);
+  CHECK_THROWS_WITH_AS(batch.share_plan(2), doctest::Contains("ask for share_plan"), Error);
+  const Batch planned = make_batch({&a, &b}, {{1, 2}, {0, 3}}).prepared({.share_plan = 2});
+  CHECK(planned.share_plan(2).steps() == 2);
+  CHECK_THROWS_WITH_AS(planned.share_plan(3), doctest::Contains("prepared for 2 layers, asked for 3"), Error);
+  CHECK_THROWS_WITH_AS(planned.gcn(), doctest::Contains("ask for gcn"), Error);  // (the plan's graph is not kept)
 }
 
 TEST_CASE("train: cross-config attention weighs each node and channel by a softmax over the configs") {
@@ -401,7 +418,7 @@ TEST_CASE("train: the 6th place tile GAT attends per config and head over each n
   const Preprocessing prep =
       fit_preprocessing(files, false, FeatureTransform::kStandardize, FeatureTransform::kStandardize, -1);
   const ModelGraph mg = prepare_graph(files[0], prep);
-  const Batch b = make_batch({&mg}, {{0, 1}});
+  const Batch b = make_batch({&mg}, {{0, 1}}).prepared({.consumers = true, .consumers_looped = true});
   const int64_t N = b.nodes, C = 2, H = 2, D = 3, in = 4;
   const Graph& g = b.consumers_looped();
   CHECK(g.num_edges == b.consumers().num_edges + N);  // generated kernels have no self-loops of their own
@@ -559,8 +576,8 @@ TEST_CASE("train: layout-tgraph compares the configs of a batch only with --cros
     ag::NoGrad ng;
     // Config 0 scored beside 1 and 2, then beside 3 and 2: only the cross-config attention lets the
     // neighbours change its score.
-    const float a = model->forward(make_batch({&g}, {{0, 1, 2}})).value().f32()[0];
-    const float b = model->forward(make_batch({&g}, {{0, 3, 2}})).value().f32()[0];
+    const float a = model->forward(make_batch({&g}, {{0, 1, 2}}).prepared(model->needs())).value().f32()[0];
+    const float b = model->forward(make_batch({&g}, {{0, 3, 2}}).prepared(model->needs())).value().f32()[0];
     if (std::string(cross) == "on") CHECK(std::fabs(a - b) > 1e-6);
     else CHECK(a == doctest::Approx(b).epsilon(1e-6));
   }
@@ -585,7 +602,7 @@ TEST_CASE("train: layout-sage-5th is the 5th place's GNN, SAGE over consumers an
   auto model = r.build(h, {prep.node_features(), prep.config_features()}, rng);
   model->eval();
   ag::NoGrad ng;
-  const Batch b = make_batch({&g}, {{1, 4, 0}});
+  const Batch b = make_batch({&g}, {{1, 4, 0}}).prepared(model->needs());
   const Tensor got = model->forward(b).value();
   REQUIRE(got.numel() == 3);
 

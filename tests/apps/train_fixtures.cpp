@@ -141,7 +141,7 @@ void check_config_sharing(Device device, const std::string& recipe,
           configs.back().push_back((k * 5 + int64_t(g)) % c.graphs[g]->num_configs());
       }
       Rng seg(3);
-      const Batch b = make_batch(c.graphs, configs, c.segment, &seg).to(device);
+      const Batch b = make_batch(c.graphs, configs, c.segment, &seg).prepared(shared->needs()).to(device);
       REQUIRE(b.config_nodes.numel() > 0);
       check_same_pass(pass(*shared, b), pass(*plain, b), tol);
       if (recipe != "layout-resmodel") continue;
@@ -176,7 +176,7 @@ double check_segment_rows(Device device, const std::string& recipe, const std::m
   for (int64_t g = 0; g < 3; ++g)
     for (int64_t k = 0; k < 16; ++k) configs[size_t(g)].push_back((k * 3 + g) % 24);
   Rng seg(4);
-  const Batch b = make_batch({&g0, &small, &g1}, configs, 90, &seg).to(device);
+  const Batch b = make_batch({&g0, &small, &g1}, configs, 90, &seg).prepared(a->needs()).to(device);
   REQUIRE(b.keep_grad.defined());
   check_same_pass(pass(*a, b), pass(*m, b));
   // What each holds on the tape after its forward, over what was live before.

@@ -148,6 +148,8 @@ class LayoutAttnViolation : public RankModel {
     add_child("head", &head_);
   }
 
+  BatchNeeds needs() const override { return {.gcn = true, .share_plan = share_ ? int64_t(layers_.size()) : 0}; }
+
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     const ag::Var z = segment(b, attn_.forward(b, node_in_.forward(node_input(emb_, b), Act::kLeakyRelu)));

@@ -86,6 +86,8 @@ class LayoutGnnSelfAttn : public RankModel {
     add_child("head", &head_);
   }
 
+  BatchNeeds needs() const override { return {.gcn = true, .share_plan = share_ ? int64_t(layers_.size()) : 0}; }
+
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     auto input = [&](const ag::Var& v) { return input_.forward(v, Act::kLeakyRelu); };

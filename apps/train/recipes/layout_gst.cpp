@@ -97,6 +97,10 @@ class LayoutGst : public RankModel {
     add_child("out", &out_);
   }
 
+  BatchNeeds needs() const override {
+    return {.consumers = true, .consumers_plan = share_ ? int64_t(layers_.size()) : 0};
+  }
+
   ag::Var forward(const Batch& b) override {
     if (!b.part.empty()) {
       const ag::Var fresh = segment_scores(b);

@@ -62,6 +62,8 @@ class LayoutResModel : public RankModel {
 
   bool replayable() const override { return true; }
 
+  BatchNeeds needs() const override { return {.gcn = true, .share_plan = share_ ? int64_t(layers_.size()) : 0}; }
+
   ag::Var forward(const Batch& b) override {
     return forward_segment_rows(b, rows_, [&](const Batch& on, SegmentPass* seg) { return run(on, seg); });
   }

@@ -83,6 +83,10 @@ class LayoutSage2nd : public RankModel {
     add_child("out", &out_);
   }
 
+  BatchNeeds needs() const override {
+    return {.consumers = true, .consumers_plan = share_ ? int64_t(convs_.size()) : 0};
+  }
+
   ag::Var forward(const Batch& b) override {
     if (share_ && b.config_nodes.numel() > 0) return forward_shared(b);
     const int64_t C = b.configs;

@@ -115,16 +115,15 @@ class LayoutSage5th : public RankModel {
     add_child("head", &out_);
   }
 
+  BatchNeeds needs() const override { return {.consumers = true, .producers = true}; }
+
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
-    // A node's operands: the batch's edges [u, v] (u consumes v) read from u to v.
-    const Graph producers =
-        Graph::from_edge_index(b.edges, b.nodes, EdgeColumns::kDstSrc, "batch edges").on(b.graph.device());
     // pre on [opcode | node features | 18 values] without the join: the node part once per node.
     ag::Var x = segment(b, ag::relu(pre_.forward_joined(node_input(emb_, b), ag::Var(layout_values(b)), C)));
     for (size_t l = 0; l < consumers_.size(); ++l) {
       const ag::Var both =
-          ag::concat_cols({consumers_[l]->forward(b.consumers(), x, C), producers_[l]->forward(producers, x, C)});
+          ag::concat_cols({consumers_[l]->forward(b.consumers(), x, C), producers_[l]->forward(b.producers(), x, C)});
       x = segment(b, node_major(ag::relu(both), C));
     }
     return out_.forward(per_config(ag::pool(x, b.graph_ptr, Reduce::kSum), C));  // [G*C, 1]

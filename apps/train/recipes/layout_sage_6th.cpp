@@ -65,6 +65,8 @@ class LayoutSage6th : public RankModel {
     add_child("head", &head_);
   }
 
+  BatchNeeds needs() const override { return {.consumers = true}; }
+
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     // early1 on [node input | config] without the join: the node part's product once per node.

@@ -83,6 +83,11 @@ class LayoutSeedSage : public RankModel {
 
   bool replayable() const override { return true; }
 
+  BatchNeeds needs() const override {
+    const int64_t L = share_ ? int64_t(sage_layers_.size() + gcn_layers_.size()) : 0;
+    return {.gcn = !gcn_layers_.empty(), .share_plan = sage_ ? 0 : L, .graph_plan = sage_ ? L : 0};
+  }
+
   ag::Var forward(const Batch& b) override {
     return forward_segment_rows(b, rows_, [&](const Batch& on, SegmentPass* seg) { return run(on, seg); });
   }

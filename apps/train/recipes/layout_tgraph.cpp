@@ -190,6 +190,8 @@ class LayoutTgraph : public RankModel {
     add_child("predict", &out_);
   }
 
+  BatchNeeds needs() const override { return {.consumers = true}; }
+
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     const Graph axis = config_axis(b.nodes, C, b.x.device());

@@ -90,6 +90,8 @@ class TileGat6th : public RankModel {
 
   bool replayable() const override { return true; }
 
+  BatchNeeds needs() const override { return {.consumers_looped = true}; }
+
   ag::Var forward(const Batch& b) override {
     const int64_t C = early_join_ ? b.configs : 1;  // late join: the graph part runs once for every config
     ag::Var x = early2_.forward(early1_.forward(node_input(emb_, b), 1, b.graph_ptr), 1, b.graph_ptr);

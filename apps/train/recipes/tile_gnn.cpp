@@ -59,6 +59,8 @@ class TileGnn : public RankModel {
 
   bool replayable() const override { return true; }
 
+  BatchNeeds needs() const override { return {.gcn = !gcn_.empty()}; }
+
   ag::Var forward(const Batch& b) override {
     const int64_t C = early_ ? b.configs : 1;  // late join: the graph part runs once for all configs
     ag::Var x = node_input(emb_, b);
