@@ -32,11 +32,6 @@ bool parse_integer(const std::string& s, int64_t* v) {
   return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
 
-template <class Specs>
-auto find_spec(Specs& specs, const std::string& name) {
-  return std::find_if(specs.begin(), specs.end(), [&](const HParamSpec& s) { return s.name == name; });
-}
-
 }  // namespace
 
 double HParams::num(const std::string& name) const {
@@ -111,8 +106,8 @@ std::string HParamSpec::valid() const {
 
 std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h, const std::string& recipe) {
   for (const auto& [name, value] : h.values) {
-    auto it = find_spec(specs, name);
-    if (it == specs.end())
+    const HParamSpec* it = find_spec(specs, name);
+    if (!it)
       return "--" + name + ": not a hyper-parameter of " + recipe + " (gnn train --help lists each recipe's)";
     const HParamSpec& s = *it;
     bool ok = false;
@@ -148,7 +143,7 @@ TrainHParams::Loss parse_loss(const std::string& loss) {
 
 // How often and on how many configs to validate change no step: a resumed run may take new values.
 HParamSpec validation_hp(HParamSpec s) {
-  s.resume_may_change = true;
+  s.resume_change = "validation follows the new value from here";
   return s;
 }
 
@@ -258,8 +253,8 @@ std::vector<HParamSpec> concat_specs(std::vector<HParamSpec> a, const std::vecto
 std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, std::string>& defaults) {
   std::vector<HParamSpec> h = train_table(layout).specs();
   for (const auto& [name, value] : defaults) {
-    auto it = find_spec(h, name);
-    GNN_CHECK(it != h.end(), "common_hparams: no hyper-parameter '", name, "' to set a default for");
+    HParamSpec* it = find_spec(h, name);
+    GNN_CHECK(it, "common_hparams: no hyper-parameter '", name, "' to set a default for");
     it->default_value = value;
   }
   return h;

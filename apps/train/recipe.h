@@ -65,10 +65,19 @@ struct HParamSpec {
   double min = -HUGE_VAL, max = HUGE_VAL;  // unbounded: any finite number
   bool min_open = false;
   bool zero_ok = false;  // an integer or number that may also be 0 (off) below its range
-  bool resume_may_change = false;  // a resumed run may take a new value (how often to validate, not what)
+  // Non-empty: a resumed run may take a new value (how often to validate, not what), and this says what
+  // follows from it in the resume's note ("validation follows the new value from here").
+  std::string resume_change;
   std::string choices;
   std::string valid() const;  // "a number > 0", "an integer in [1, 4096]", "one of constant|cosine"
 };
+// The spec named `name` in `specs` (a vector of HParamSpec, const or not), or nullptr.
+template <class Specs>
+auto find_spec(Specs& specs, const std::string& name) -> decltype(&*specs.begin()) {
+  for (auto& s : specs)
+    if (s.name == name) return &s;
+  return nullptr;
+}
 HParamSpec number_hp(std::string name, std::string def, double min, double max, std::string help,
                      bool min_open = false);
 HParamSpec integer_hp(std::string name, std::string def, int64_t min, int64_t max, std::string help);
@@ -196,6 +205,15 @@ HParamSpec dropout_mask_hp(const char* def);
 // --segment-backward rows|mask (default rows) for a recipe whose segment training can tape the
 // segment's rows alone (apps/train/segment_pass.h).
 HParamSpec segment_backward_hp();
+
+// A recipe's build function for a model made from its Params (read from `table`), ModelDims and Rng&:
+//   r.build = build_with<LayoutSage5th>(params());
+template <class Model, class P>
+auto build_with(const HParamTable<P>& table) {
+  return [&table](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
+    return std::make_unique<Model>(table.read(h), d, rng);
+  };
+}
 
 const std::vector<Recipe>& recipes();
 const Recipe& find_recipe(const std::string& name);  // gnn::Error listing the names when unknown

@@ -144,12 +144,10 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
   for (const auto& [k, v] : o.hparams) {
     const std::string was = p.hp.values.count(k) ? p.hp.values.at(k) : "";
     if (was == v) continue;
-    const std::string& name = k;  // (a lambda may not capture a structured binding before C++20's clang 16)
-    const auto spec = std::find_if(p.recipe->hparams.begin(), p.recipe->hparams.end(),
-                                   [&](const HParamSpec& s) { return s.name == name; });
-    if (spec != p.recipe->hparams.end() && spec->resume_may_change) {
-      p.notes.push_back("--" + k + " " + v + ": the run was started with " + (was.empty() ? "0" : was) +
-                        "; validation follows the new value from here");
+    const HParamSpec* spec = find_spec(p.recipe->hparams, k);
+    if (spec && !spec->resume_change.empty()) {
+      p.notes.push_back("--" + k + " " + v + ": the run was started with " + (was.empty() ? "0" : was) + "; " +
+                        spec->resume_change);
       p.hp.values[k] = v;
       continue;
     }

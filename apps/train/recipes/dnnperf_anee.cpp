@@ -221,9 +221,7 @@ Recipe dnnperf_anee_recipe() {
       "DNNPerf's attention-based node-edge encoder: edge-feature attention with edge updates, a regression "
       "of log runtime (--loss mse | mape), judged by mean relative error";
   r.hparams = concat_specs(common_hparams(true, {{"loss", "mse"}}), params().specs());
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<DnnPerfAnee>(params().read(h), d, rng);
-  };
+  r.build = build_with<DnnPerfAnee>(params());
   return r;
 }
 

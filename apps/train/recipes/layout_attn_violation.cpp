@@ -191,9 +191,7 @@ Recipe layout_attn_violation_recipe() {
       "Harvard seed report's model: soft-adjacency attention (16x32) before a residual GCN, violation "
       "ratio in the readout, 1000-node samples; config sharing";
   r.hparams = concat_specs(common_hparams(true, {{"sample-nodes", "1000"}}), params().specs());
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutAttnViolation>(params().read(h), d, rng);
-  };
+  r.build = build_with<LayoutAttnViolation>(params());
   return r;
 }
 

@@ -89,9 +89,7 @@ Recipe layout_gin_6th_recipe() {
       "summed mean pools, pairwise logistic loss, SWA";
   r.hparams = hparams_6th();
   r.configs_interact = true;  // the late norm over the configs of the slate
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutGin6th>(params_6th().read(h), d, rng);
-  };
+  r.build = build_with<LayoutGin6th>(params_6th());
   return r;
 }
 

@@ -130,9 +130,7 @@ Recipe layout_gnn_selfattn_recipe() {
       "seed slides' model: residual GCN, self-attention among the configurable nodes, ListMLE, random "
       "edge dropout; config sharing";
   r.hparams = concat_specs(common_hparams(true, {{"edge-dropout", "0.1"}}), params().specs());
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutGnnSelfAttn>(params().read(h), d, rng);
-  };
+  r.build = build_with<LayoutGnnSelfAttn>(params());
   return r;
 }
 

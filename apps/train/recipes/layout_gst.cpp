@@ -253,9 +253,7 @@ Recipe layout_gst_recipe() {
                                                  {"node-transform", "standardize"},
                                                  {"segment", "0"}}),
                            params().specs());
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutGst>(params().read(h), d, rng);
-  };
+  r.build = build_with<LayoutGst>(params());
   r.train_part = [](const HParams& h, int64_t nodes, Rng& rng) {
     const std::vector<int64_t> cut = gst_segments(nodes, params().read(h).segment_nodes);
     GraphPart p;

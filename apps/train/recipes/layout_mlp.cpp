@@ -58,9 +58,7 @@ Recipe layout_mlp_recipe() {
       "layout MLP baseline: pooled node features + pooled layout features -> MLP (no message passing; "
       "the seed papers' vanilla MLP)";
   r.hparams = concat_specs(common_hparams(true), params().specs());
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutMlp>(params().read(h), d, rng);
-  };
+  r.build = build_with<LayoutMlp>(params());
   return r;
 }
 

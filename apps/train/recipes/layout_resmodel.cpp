@@ -124,9 +124,7 @@ Recipe layout_resmodel_recipe() {
       "official layout baseline ResModel: residual GCN, mean + sum + configurable-node readout, ListMLE, "
       "segment training (tpu_graphs)";
   r.hparams = concat_specs(common_hparams(true), params().specs());
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutResModel>(params().read(h), d, rng);
-  };
+  r.build = build_with<LayoutResModel>(params());
   return r;
 }
 

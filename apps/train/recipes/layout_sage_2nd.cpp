@@ -150,9 +150,7 @@ Recipe layout_sage_2nd_recipe() {
                                                  {"node-transform", "log1p"},
                                                  {"segment", "0"}}),
                            params().specs());
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutSage2nd>(params().read(h), d, rng);
-  };
+  r.build = build_with<LayoutSage2nd>(params());
   return r;
 }
 

@@ -156,9 +156,7 @@ Recipe layout_sage_5th_recipe() {
                                                  {"segment", "0"},
                                                  {"eval-chunk", "16"}}),
                            params().specs());
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutSage5th>(params().read(h), d, rng);
-  };
+  r.build = build_with<LayoutSage5th>(params());
   return r;
 }
 

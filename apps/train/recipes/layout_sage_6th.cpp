@@ -126,9 +126,7 @@ Recipe layout_sage_6th_recipe() {
       "mean + max pool, pairwise logistic loss, SWA";
   r.hparams = hparams_6th();
   r.configs_interact = true;  // the late norm over the configs of the slate
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutSage6th>(params_6th().read(h), d, rng);
-  };
+  r.build = build_with<LayoutSage6th>(params_6th());
   return r;
 }
 

@@ -135,9 +135,7 @@ Recipe layout_seed_sage_recipe() {
       "seed report's GNNs beside the vanilla MLP (layout-mlp): 3 official-SAGE (--conv sage) or GCN "
       "(--conv gcn) layers, mean pool, ListMLE; config sharing";
   r.hparams = concat_specs(common_hparams(true), params().specs());
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutSeedSage>(params().read(h), d, rng);
-  };
+  r.build = build_with<LayoutSeedSage>(params());
   return r;
 }
 

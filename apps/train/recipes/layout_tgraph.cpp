@@ -249,9 +249,7 @@ Recipe layout_tgraph_recipe() {
                                                  {"tta", "10"}}),
                            params().specs());
   r.configs_interact = true;  // the cross-config attention
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<LayoutTgraph>(params().read(h), d, rng);
-  };
+  r.build = build_with<LayoutTgraph>(params());
   return r;
 }
 

@@ -134,9 +134,7 @@ Recipe tile_gat_6th_recipe() {
                                                   {"config-transform", "standardize"}}),
                            params().specs());
   r.configs_interact = true;  // the late norm over the configs of the slate
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<TileGat6th>(params().read(h), d, rng);
-  };
+  r.build = build_with<TileGat6th>(params());
   return r;
 }
 

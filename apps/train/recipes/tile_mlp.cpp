@@ -69,9 +69,7 @@ Recipe tile_mlp_recipe() {
   r.hparams = concat_specs(
       common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"}, {"configs", "10"}}),
       params().specs());
-  r.build = [](const HParams& h, const ModelDims& d, Rng& rng) -> std::unique_ptr<RankModel> {
-    return std::make_unique<TileMlp>(params().read(h), d, rng);
-  };
+  r.build = build_with<TileMlp>(params());
   return r;
 }
 
