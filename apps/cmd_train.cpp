@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +14,8 @@
 #include "apps/train/trainer.h"
 #include "dist/comm.h"
 #include "io/atomic_file.h"
+#include "io/json.h"
+#include "io/npz.h"
 #include "runtime/cuda.h"
 #include "runtime/parallel.h"
 
@@ -482,6 +485,92 @@ Command predict_command() {
     else
       std::printf("wrote %s: %zu rows (an ensemble of %zu runs, --ensemble %s)\n", a.str("out").c_str(),
                   src.files().size(), runs.size(), a.str("ensemble").c_str());
+    return 0;
+  };
+  return c;
+}
+
+Command pass_command() {
+  Command c;
+  c.name = "pass";
+  c.summary = "one forward and backward of a run's model on one graph's configs, written with its inputs";
+  c.flags = {{"run", "RUN", "the run directory of gnn train", "", true},
+             kDataFlag,
+             {"split", "NAME", "which split's files (needs runtimes: train or valid)", "train"},
+             {"graph", "ID", "the graph: its file stem or <collection>:<stem> (default: the split's first)"},
+             {"configs", "I,J,...", "the config indices of the batch, in order", "0,1,2,3,4,5,6,7"},
+             {"out", "FILE", "the .npz to write (atomically)", "", true},
+             {"train", "", "in training mode (dropout on, with the masks of noise seed 0) instead of eval mode"},
+             kCheckpointFlag,
+             kDeviceFlag,
+             kThreadsFlag,
+             kCommTimeout};
+  c.details =
+      "Writes what a training step computes on one batch, without the optimiser, so that another\n"
+      "implementation of the model (the original authors' code: scripts/check_vs_original.py) can be fed the\n"
+      "same batch and compared: score [C, 1] (lower = faster), loss (the run's --loss on this batch),\n"
+      "grad/NAME and param/NAME for every parameter, and the batch's inputs under batch/ (x, opcode, edges\n"
+      "rows [u, v] where u consumes v, graph_ptr, target, config_ids; layout: node_config [N, C*18],\n"
+      "config_nodes, node_layout, violation; tile: config_feat), preprocessed as the run was trained.\n"
+      "The last line of stdout is one JSON object (recipe, graph, configs, loss).";
+  c.run = [](const Args& a) {
+    const Device device = parse_device(a);
+    set_threads(a);
+    train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")));
+    nn::move_parameters(*m.model, device);
+    const auto files = train::kind_files(a.str("data"), m.recipe->kind, a.str("split"));
+    if (files.empty())
+      throw UsageError("--data " + a.str("data") + ": no " + m.recipe->kind + " " + a.str("split") + " files");
+    size_t at = 0;
+    if (a.has("graph")) {
+      const std::string want = a.str("graph");
+      while (at < files.size() && files[at].id() != want && files[at].stem != want) ++at;
+      if (at == files.size())
+        throw UsageError("--graph " + want + ": no such " + m.recipe->kind + " " + a.str("split") + " file in " +
+                         a.str("data"));
+    }
+    std::vector<int64_t> configs;
+    for (const std::string& v : a.list("configs")) {
+      int64_t k = 0;
+      const auto r = std::from_chars(v.data(), v.data() + v.size(), k);
+      if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || k < 0)
+        throw UsageError("--configs: '" + v + "' is not a config index");
+      configs.push_back(k);
+    }
+    check_output("out", a.str("out"), [&] {
+      std::vector<std::string> in = train::run_files(a.str("run"));
+      in.push_back(files[at].path);
+      return in;
+    }());
+    const train::ModelGraph g = train::prepare_graph(files[at], m.prep);
+    const train::ModelPass p = train::model_pass(m, g, configs, a.on("train"));
+    std::vector<std::pair<std::string, Tensor>> out = {{"score", p.score},
+                                                       {"loss", Tensor::full(Shape{1}, p.loss, DType::F64)}};
+    for (const auto& [name, t] : p.grads) out.emplace_back("grad/" + name, t);
+    for (const nn::NamedParam& np : m.model->parameters())
+      out.emplace_back("param/" + np.name, np.var.value().on(Device::cpu()));
+    const train::Batch& b = p.batch;
+    for (const auto& [name, t] : std::vector<std::pair<std::string, Tensor>>{{"x", b.x},
+                                                                             {"opcode", b.opcode},
+                                                                             {"edges", b.edges},
+                                                                             {"graph_ptr", b.graph_ptr},
+                                                                             {"target", b.target},
+                                                                             {"config_ids", b.config_ids},
+                                                                             {"node_config", b.node_config},
+                                                                             {"config_nodes", b.config_nodes},
+                                                                             {"node_layout", b.node_layout},
+                                                                             {"violation", b.violation},
+                                                                             {"config_feat", b.config_feat}})
+      if (t.defined()) out.emplace_back("batch/" + name, t);
+    save_npz(a.str("out"), out);
+    Json j = Json::object();
+    j.set("recipe", m.recipe->name);
+    j.set("graph", g.file.id());
+    j.set("configs", int64_t(configs.size()));
+    j.set("loss", p.loss);
+    j.set("mode", a.on("train") ? "train" : "eval");
+    j.set("out", a.str("out"));
+    std::printf("%s\n", j.dump().c_str());
     return 0;
   };
   return c;

@@ -16,6 +16,7 @@ Command score_command();
 Command train_command();
 Command eval_command();
 Command predict_command();
+Command pass_command();
 Command models_command();
 Command plot_command();
 

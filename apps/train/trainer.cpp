@@ -806,6 +806,31 @@ TrainResult Run::result() const {
 
 }  // namespace
 
+ModelPass model_pass(const LoadedModel& m, const ModelGraph& g, const std::vector<int64_t>& configs, bool training) {
+  GNN_CHECK(!g.target.empty(), g.file.path, ": has no runtimes, so no loss to take gradients of");
+  GNN_CHECK(!configs.empty(), g.file.path, ": no configs to score");
+  for (int64_t c : configs)
+    GNN_CHECK(c >= 0 && c < g.num_configs(), g.file.path, ": config ", c, " is not in [0, ", g.num_configs(), ")");
+  RankModel& model = *m.model;
+  const auto params = model.parameters();
+  const Device dev = params.empty() ? Device::cpu() : params.front().var.device();
+  ModelPass out;
+  out.batch = make_batch({&g}, {configs}).prepared(model.needs());
+  training ? model.train() : model.eval();
+  model.zero_grad();
+  const ag::Var pred = model.forward(out.batch.to(dev));
+  const ag::Var loss = batch_loss(m.train, pred, out.batch, m.prep.log_offset);
+  ag::backward(loss);
+  out.score = pred.value().on(Device::cpu());
+  out.loss = loss.value().item();
+  for (const nn::NamedParam& p : params)
+    out.grads.emplace_back(
+        p.name, p.var.has_grad() ? p.var.grad().on(Device::cpu()) : Tensor::zeros(p.var.shape(), p.var.dtype()));
+  model.zero_grad();
+  model.eval();
+  return out;
+}
+
 TrainResult run_training(const TrainOptions& o) {
   std::string working_on = "starting the run";
   try {

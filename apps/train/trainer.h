@@ -94,6 +94,17 @@ std::string run_checkpoint(const std::string& run, const std::string& which);
 // non-finite score (a diverged model) becomes the largest double, with a warning: it ranks last.
 std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs,
                                     int64_t chunk, int64_t tta = 1);
+// One forward and backward of a loaded model on one graph's configs, as a training step computes them
+// (the run's loss on this batch) with no optimiser step: what `gnn pass` writes, so that another
+// implementation of the model (the original authors' code) can be fed the same batch and compared. In
+// eval mode (no dropout) unless `training`, then with the masks of noise seed 0. Needs runtimes.
+struct ModelPass {
+  Batch batch;  // on the host
+  Tensor score;  // f32 [C, 1] (lower = faster)
+  double loss = 0;
+  std::vector<std::pair<std::string, Tensor>> grads;  // per parameter, by name, on the host
+};
+ModelPass model_pass(const LoadedModel& m, const ModelGraph& g, const std::vector<int64_t>& configs, bool training);
 // Pass t's order of n configs: the identity for t = 0, else a permutation drawn from a fixed seed and t.
 std::vector<int64_t> tta_order(int64_t n, int64_t t);
 

@@ -928,6 +928,78 @@ TEST_CASE("train: building the next batch on a second thread during each step ch
   }
 }
 
+TEST_CASE("gnn pass: a run's scores, loss and gradients on one batch, with the batch, and bad flags named") {
+  TempDir t;
+  const std::string run = t.file("run"), out = t.file("pass.npz");
+  // layout-sage-6th: GELU and instance norms, smooth, so finite differences check its gradients.
+  auto r = run_gnn("train --model layout-sage-6th --data " + dataset() +
+                   " --epochs 1 --configs 4 --hidden 16 --op-embed 4 --layers 2 --threads 2 --progress lines --out " +
+                   run);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const auto files = kind_files(dataset(), "layout", "train");
+  r = run_gnn("pass --run " + run + " --data " + dataset() + " --graph " + files[1].stem +
+              " --configs 5,0,3,1 --threads 2 --out " + out);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const Json j = Json::parse(last_line(r.out));
+  CHECK(j["graph"].as_string() == files[1].id());
+  CHECK(j["mode"].as_string() == "eval");
+  const auto z = NpzReader(out).load_all();
+  const LoadedModel m = load_model(run + "/best.npz");
+  const ModelGraph g = prepare_graph(files[1], m.prep);
+  const std::vector<int64_t> configs = {5, 0, 3, 1};
+  // The batch is the graph's, preprocessed as the run was; the scores are predict's.
+  CHECK(z.at("batch/x").to_vector<float>() == g.x.to_vector<float>());
+  CHECK(z.at("batch/config_ids").to_vector<int64_t>() == configs);
+  const std::vector<double> predicted = predict_configs(*m.model, g, configs, 64);
+  const Tensor& score = z.at("score");
+  REQUIRE(score.numel() == 4);
+  for (int64_t k = 0; k < 4; ++k) CHECK(score.f32()[k] == doctest::Approx(predicted[size_t(k)]).epsilon(1e-6));
+  // The loss is the run's of those scores; each gradient the loss's finite difference.
+  const Tensor target = z.at("batch/target"), groups = Tensor::from_vector(std::vector<int64_t>{0, 4});
+  auto loss_of = [&](const std::vector<double>& s) {
+    Tensor p = Tensor::empty({4, 1}, DType::F32);
+    for (int64_t k = 0; k < 4; ++k) p.f32()[k] = float(s[size_t(k)]);
+    REQUIRE(m.train.loss == TrainHParams::Loss::kLogistic);  // the 6th place's ordered-pair loss
+    return nn::pairwise_logistic_loss(ag::Var(p), target, groups).value().item();
+  };
+  const double loss = z.at("loss").f64()[0];
+  CHECK(loss == doctest::Approx(loss_of(predicted)).epsilon(1e-6));
+  int checked = 0;
+  for (const nn::NamedParam& p : m.model->parameters()) {
+    const Tensor& grad = z.at("grad/" + p.name);
+    REQUIRE(grad.shape() == p.var.shape());
+    CHECK(z.at("param/" + p.name).to_vector<float>() == p.var.value().to_vector<float>());
+    int64_t at = 0;  // the entry with the largest gradient
+    for (int64_t i = 0; i < grad.numel(); ++i)
+      if (std::fabs(grad.f32()[i]) > std::fabs(grad.f32()[at])) at = i;
+    if (std::fabs(grad.f32()[at]) < 1e-2) continue;
+    float* w = Tensor(p.var.value()).f32() + at;
+    const float w0 = *w, h = 1e-3f;
+    *w = w0 + h;
+    const double up = loss_of(predict_configs(*m.model, g, configs, 64));
+    *w = w0 - h;
+    const double down = loss_of(predict_configs(*m.model, g, configs, 64));
+    *w = w0;
+    CAPTURE(p.name);
+    CHECK(grad.f32()[at] == doctest::Approx((up - down) / (2.0 * h)).epsilon(0.05));
+    checked += 1;
+  }
+  CHECK(checked >= 4);
+  // Bad flags: one line naming the flag.
+  r = run_gnn("pass --run " + run + " --data " + dataset() + " --graph nosuch --out " + out);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--graph nosuch: no such layout train file") != std::string::npos);
+  r = run_gnn("pass --run " + run + " --data " + dataset() + " --configs 1,x --out " + out);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--configs: 'x' is not a config index") != std::string::npos);
+  r = run_gnn("pass --run " + run + " --data " + dataset() + " --configs 1,100000 --out " + out);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("config 100000 is not in [0, ") != std::string::npos);
+  r = run_gnn("pass --run " + run + " --data " + dataset() + " --out " + run + "/model.npz");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--out") != std::string::npos);
+}
+
 TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
   const std::string tile = testing::shared_data("tpugraphs/tile/xla"),
                     layout = testing::shared_data("tpugraphs/layout/xla");
