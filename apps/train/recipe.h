@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "apps/train/data.h"
@@ -122,6 +123,17 @@ class HParamTable {
                [field, parse](P& p, const HParams& h, const std::string& n) { p.*field = parse(h.str(n)); });
   }
 
+  // Every row of a base struct's table, for a P derived from B: a recipe that adds flags to another's.
+  template <class B>
+  HParamTable& extend(const HParamTable<B>& base) {
+    static_assert(std::is_base_of_v<B, P>, "HParamTable::extend: P must derive from the base table's struct");
+    for (size_t i = 0; i < base.specs_.size(); ++i) {
+      specs_.push_back(base.specs_[i]);
+      fill_.push_back([f = base.fill_[i]](P& p, const HParams& h, const std::string& n) { f(p, h, n); });
+    }
+    return *this;
+  }
+
   const std::vector<HParamSpec>& specs() const { return specs_; }
   P read(const HParams& h) const {
     P p{};
@@ -130,6 +142,8 @@ class HParamTable {
   }
 
  private:
+  template <class>
+  friend class HParamTable;
   using Fill = std::function<void(P&, const HParams&, const std::string&)>;
   HParamTable& row(HParamSpec s, HParamSpec::Type type, Fill fill) {
     GNN_CHECK(s.type == type, "HParamTable: --", s.name, "'s spec and field are of different types");

@@ -301,6 +301,16 @@ TEST_CASE("train: a hyper-parameter table gives the specs and fills its struct's
   REQUIRE(train::check_hparams(table.specs(), h, "test").empty());
   p = table.read(h);
   CHECK((p.width == 33 && p.rate == 0.25 && p.shared && p.stack == "nlp" && p.kind == Kind::kB));
+  // A derived struct's table extends the base's: every base row first, filling the base's fields.
+  struct Q : P {
+    int64_t depth = 0;
+  };
+  const auto more = train::HParamTable<Q>().extend(table).add(&Q::depth, train::integer_hp("depth", "2", 1, 9, "d"));
+  REQUIRE(more.specs().size() == 6u);
+  CHECK(more.specs()[5].name == "depth");
+  h.values["depth"] = "7";
+  const Q q = more.read(h);
+  CHECK((q.width == 33 && q.rate == 0.25 && q.shared && q.stack == "nlp" && q.kind == Kind::kB && q.depth == 7));
   // A row whose field does not match its spec, or a bool for a value the choice lacks, is refused.
   CHECK_THROWS_WITH(train::HParamTable<P>().add(&P::rate, train::integer_hp("rate", "1", 0, 9, "")),
                     doctest::Contains("--rate's spec and field are of different types"));
@@ -309,7 +319,8 @@ TEST_CASE("train: a hyper-parameter table gives the specs and fills its struct's
   // Only the validation flags may change on resume, in every recipe.
   for (const train::Recipe& r : train::recipes())
     for (const train::HParamSpec& s : r.hparams)
-      CHECK_MESSAGE(!s.resume_change.empty() == (s.name == "val-every" || s.name == "val-configs"), r.name, " --", s.name);
+      CHECK_MESSAGE(!s.resume_change.empty() == (s.name == "val-every" || s.name == "val-configs"), r.name, " --",
+                    s.name);
 }
 
 TEST_CASE("train: a resumed run keeps its data, epochs and seed, extends when told, and clears killed writes") {
@@ -932,9 +943,9 @@ TEST_CASE("gnn pass: a run's scores, loss and gradients on one batch, with the b
   TempDir t;
   const std::string run = t.file("run"), out = t.file("pass.npz");
   // layout-sage-6th: GELU and instance norms, smooth, so finite differences check its gradients.
-  auto r = run_gnn("train --model layout-sage-6th --data " + dataset() +
-                   " --epochs 1 --configs 4 --hidden 16 --op-embed 4 --layers 2 --threads 2 --progress lines --out " +
-                   run);
+  auto r =
+      run_gnn("train --model layout-sage-6th --data " + dataset() +
+              " --epochs 1 --configs 4 --hidden 16 --op-embed 4 --layers 2 --threads 2 --progress lines --out " + run);
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const auto files = kind_files(dataset(), "layout", "train");
   r = run_gnn("pass --run " + run + " --data " + dataset() + " --graph " + files[1].stem +

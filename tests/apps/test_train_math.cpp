@@ -126,6 +126,49 @@ TEST_CASE("train: --tta averages passes over the configs in fixed random orders,
   }
 }
 
+TEST_CASE("train: layout-gin-6th --layer4-input second feeds the fourth layer the second's output") {
+  // With the published x3 = gconv[3](x1), layers 2 and 3 both read layer 1's output and the readout sums
+  // their pools, so swapping their weights leaves every score; with each layer reading the previous
+  // one's output (third, the default) it does not.
+  const auto files = kind_files(dataset(), "layout", "train");
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kStandardize, FeatureTransform::kNone, 5,
+                                               HopDirection::kConsumers);
+  const ModelGraph g = prepare_graph(files[0], prep);
+  const Recipe& r = find_recipe("layout-gin-6th");
+  for (const char* input : {"second", "third"}) {
+    CAPTURE(input);
+    HParams h = r.defaults();
+    h.values["hidden"] = "16", h.values["op-embed"] = "4", h.values["layer4-input"] = input;
+    REQUIRE(check_hparams(r.hparams, h, r.name).empty());
+    Rng rng(7);
+    auto model = r.build(h, {prep.node_features(), prep.config_features()}, rng);
+    model->eval();
+    const std::vector<int64_t> configs = {0, 1, 2, 3, 4, 5};
+    const std::vector<double> before = predict_configs(*model, g, configs, 64);
+    std::map<std::string, ag::Var> p;
+    for (const nn::NamedParam& np : model->parameters()) p.emplace(np.name, np.var);
+    for (const auto& [name, var] : p) {
+      if (name.rfind("layers.2.", 0) != 0) continue;
+      ag::Var other = p.at("layers.3." + name.substr(9));
+      const Tensor v2 = var.value().clone();
+      Tensor(var.value()).copy_from(other.value());
+      Tensor(other.value()).copy_from(v2);
+    }
+    const std::vector<double> after = predict_configs(*model, g, configs, 64);
+    double most = 0;
+    for (size_t k = 0; k < configs.size(); ++k) {
+      if (std::string(input) == "second") CHECK(after[k] == doctest::Approx(before[k]).epsilon(1e-5));
+      most = std::max(most, std::fabs(after[k] - before[k]));
+    }
+    if (std::string(input) == "third") CHECK(most > 1e-3);
+  }
+  HParams three = r.defaults();
+  three.values["layers"] = "3", three.values["layer4-input"] = "second";
+  Rng rng(1);
+  CHECK_THROWS_WITH_AS(r.build(three, {prep.node_features(), prep.config_features()}, rng),
+                       doctest::Contains("--layer4-input second: needs --layers 4, got 3"), Error);
+}
+
 TEST_CASE("train: config sharing gives the plain path's loss, gradients and predictions") {
   check_config_sharing(Device::cpu(), "layout-resmodel", {{{"layers", "1"}}, {{"layers", "2"}}, {{"layers", "4"}}});
   // (the 2nd place's SAGE stack over the consumers graph: 6 layers, and 8 with residuals)
