@@ -21,7 +21,10 @@ What it does:
      it, both against the original run in f64 (in_f64): how far the original's own f32 result is from
      exact on this batch, the scale of rounding that a second f32 implementation may differ by.
 
---model sage6: the 6th place's layout SAGE (hengck23/solution-predict-ai-model-runtime,
+--model tgraph: the 1st place's LayoutModel (thanhhau097/google_fast_or_slow) against gnn's layout-tgraph
+  --node-layout embedded (class Tgraph says how the inputs and weights map).
+
+--model sage6 / gin6: the 6th place's layout SAGE / GIN (hengck23/solution-predict-ai-model-runtime,
   src/res-graphsage4-pair-hop5-layout/model.py, Net.infer_one; loss myloss.py F_ordered_pair_loss) against
   gnn's layout-sage-6th. To feed both the same inputs:
   - node_feat: our preprocessed x; the original's in-forward standardisation (x - mean) / (std + 1e-4) is
@@ -54,7 +57,7 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
-from winners import DIR_6TH, REPO_6TH, commit_of, load_module, quiet  # noqa: E402
+from winners import DIR_6TH, REPO_1ST, REPO_6TH, commit_of, load_module, quiet  # noqa: E402
 
 import torch  # noqa: E402  (winners.py has refused a Python without it)
 
@@ -179,7 +182,132 @@ class Gin6(Sixth):
         return {f"layers.{l}.mlp.{k}.lin.{w}": [f"gconv.{l}.nn.{3 * k}.{w}"] for k in (0, 1) for w in ("weight", "bias")}
 
 
-MODELS = {"sage6": Sage6, "gin6": Gin6}
+class Tgraph:
+    """gnn's layout-tgraph --node-layout embedded against the 1st place's LayoutModel (model.py, with the
+    arguments its train_xla_default.sh passes; loss.py PairwiseHingeLoss as engine.py calls it).
+
+    Its forward takes configs [C, K, 18] (values -1..5), node features [N, 134] already standardised (its
+    dataset's StandardScaler runs before the model, so ours are fed as they are), the node's own layout
+    [N, 6] (ours are categories v + 1, 0 past the rank: minus 1), opcodes, edge_index [2, E] and the
+    configurable node ids. Its hinge is a mean over all C^2 pairs, ours over the pairs that count (a
+    listed departure): its loss is taken times C^2 / P for the comparison.
+
+    Weight map: embedding_op = op_embedding rows 0..119 (its table has 120); embedding_layout_cfg row 0
+    (not configurable) = config_embedding row 7, rows 1..7 (values -1..5) = rows 0..6; linear.linear reads
+    [x | configs | own layout | opcode], ours input.0.lin the rows [opcode 0:16 | x 16:150 | own 150:174 |
+    configs 174:246]; linear2 = input.1.lin; {linear, linear2, convs.l}.attn.linear1/2 = the blocks'
+    attend.se.squeeze/excite; cross_attn.temperature = 1 / attend.cross.beta (so dL/dbeta = -T^2 dL/dT);
+    convs.l.conv.lin_l (neighbour mean, with the bias) over lin_r (the node) = blocks.l.sage.lin;
+    classifier = predict."""
+
+    name, recipe = "tgraph", "layout-tgraph"
+    train_flags = ["--node-layout", "embedded"]
+    OP, X, OWN, CFG = (0, 16), (16, 150), (150, 174), (174, 246)  # our input.0.lin.weight rows
+
+    def __init__(self, originals, work):
+        self.root = os.path.join(originals, REPO_1ST)
+        with quiet(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model_mod = load_module("gfos_model", os.path.join(self.root, "model.py"))
+            self.loss_mod = load_module("gfos_loss", os.path.join(self.root, "loss.py"))
+            self.net = model_mod.LayoutModel(hidden_channels=[256, 256], graph_in=256, graph_out=256,
+                                             hidden_dim=256, dropout=0.2, gat_droprate=0.2, op_embedding_dim=16,
+                                             layout_embedding_dim=4, norm="instance", use_cross_attn=True)
+        self.net.eval()
+
+    def blocks(self):
+        """(the original's module, ours) for each block with squeeze-excitation and cross attention."""
+        return [("linear", "input.0"), ("linear2", "input.1")] + \
+               [(f"convs.{l}", f"blocks.{l}") for l in range(len(self.net.convs))]
+
+    def rows(self, r):
+        return slice(*getattr(self, r))
+
+    def load(self, z):
+        sd = dict(self.net.named_parameters())
+        P = lambda n: z["param/" + n]  # noqa: E731
+
+        def put(name, a):
+            a = np.array(a, np.float32, order="C")
+            if tuple(a.shape) != tuple(sd[name].shape):
+                sys.exit(f"check_vs_original: {a.shape} does not fit {name} {tuple(sd[name].shape)}: train the run "
+                         "at the original's widths (the recipe's defaults) with --node-layout embedded")
+            sd[name].copy_(torch.from_numpy(a))
+
+        if int(z["batch/opcode"].max()) >= 120:
+            sys.exit("check_vs_original: an opcode of 120 in the batch: the original's table has 120 rows")
+        with torch.no_grad():
+            put("embedding_op.weight", P("op_embedding.weight")[:120])
+            ce = P("config_embedding.weight")
+            put("embedding_layout_cfg.weight", np.concatenate([ce[7:8], ce[0:7]], 0))
+            w = P("input.0.lin.weight")
+            put("linear.linear.weight", np.concatenate([w[self.rows(r)] for r in ("X", "CFG", "OWN", "OP")], 0).T)
+            put("linear.linear.bias", P("input.0.lin.bias"))
+            put("linear2.linear.weight", P("input.1.lin.weight").T)
+            put("linear2.linear.bias", P("input.1.lin.bias"))
+            for o, u in self.blocks():
+                for k, ours in (("linear1", "squeeze"), ("linear2", "excite")):
+                    put(f"{o}.attn.{k}.weight", P(f"{u}.attend.se.{ours}.weight").T)
+                    put(f"{o}.attn.{k}.bias", P(f"{u}.attend.se.{ours}.bias"))
+                put(f"{o}.cross_attn.temperature", (1.0 / P(f"{u}.attend.cross.beta").astype(np.float64)).reshape(()))
+            for l in range(len(self.net.convs)):
+                w = P(f"blocks.{l}.sage.lin.weight")
+                put(f"convs.{l}.conv.lin_l.weight", w[: w.shape[0] // 2].T)
+                put(f"convs.{l}.conv.lin_r.weight", w[w.shape[0] // 2:].T)
+                put(f"convs.{l}.conv.lin_l.bias", P(f"blocks.{l}.sage.lin.bias"))
+            put("classifier.weight", P("predict.weight").T)
+            put("classifier.bias", P("predict.bias"))
+
+    def forward(self, z):
+        x = z["batch/x"]
+        if x.shape[1] != 140:
+            sys.exit(f"check_vs_original: the run's node features are {x.shape[1]} wide; the original reads 134")
+        cn = z["batch/config_nodes"].astype(np.int64)
+        C = z["score"].shape[0]
+        cfg = z["batch/node_config"][cn].reshape(len(cn), C, 18).transpose(1, 0, 2)
+        dt = self.net.classifier.weight.dtype
+        return self.net(torch.from_numpy(cfg.astype(np.int64).copy()),
+                        torch.from_numpy(np.ascontiguousarray(x[:, :134])).to(dt),
+                        torch.from_numpy(z["batch/node_layout"].astype(np.int64) - 1),
+                        torch.from_numpy(z["batch/opcode"].astype(np.int64)),
+                        torch.from_numpy(z["batch/edges"].T.astype(np.int64).copy()), torch.from_numpy(cn))
+
+    def loss(self, score, z):
+        t = z["batch/target"]
+        y = score.reshape(1, -1)
+        loss = self.loss_mod.PairwiseHingeLoss()(y, torch.from_numpy(t).reshape(1, -1),
+                                                 n=torch.tensor([y.shape[1]])).mean()
+        return loss * (len(t) ** 2 / int((t[:, None] > t[None, :]).sum()))  # over the counted pairs, as ours
+
+    def grads(self, z):
+        sd = dict(self.net.named_parameters())
+        g = {k: (v.grad if v.grad is not None else torch.zeros_like(v)).double().numpy() for k, v in sd.items()}
+        op = np.zeros(z["param/op_embedding.weight"].shape)
+        op[:120] = g["embedding_op.weight"]
+        ce = g["embedding_layout_cfg.weight"]
+        out = {"op_embedding.weight": op, "config_embedding.weight": np.concatenate([ce[1:8], ce[0:1]], 0)}
+        first, w = g["linear.linear.weight"].T, np.zeros(z["param/input.0.lin.weight"].shape)
+        at = 0
+        for r in ("X", "CFG", "OWN", "OP"):
+            n = self.rows(r).stop - self.rows(r).start
+            w[self.rows(r)], at = first[at:at + n], at + n
+        out["input.0.lin.weight"], out["input.0.lin.bias"] = w, g["linear.linear.bias"]
+        out["input.1.lin.weight"], out["input.1.lin.bias"] = g["linear2.linear.weight"].T, g["linear2.linear.bias"]
+        for o, u in self.blocks():
+            for k, ours in (("linear1", "squeeze"), ("linear2", "excite")):
+                out[f"{u}.attend.se.{ours}.weight"] = g[f"{o}.attn.{k}.weight"].T
+                out[f"{u}.attend.se.{ours}.bias"] = g[f"{o}.attn.{k}.bias"]
+            T = float(sd[f"{o}.cross_attn.temperature"].detach())
+            out[f"{u}.attend.cross.beta"] = np.array([-T * T * float(g[f"{o}.cross_attn.temperature"])])
+        for l in range(len(self.net.convs)):
+            out[f"blocks.{l}.sage.lin.weight"] = np.concatenate([g[f"convs.{l}.conv.lin_l.weight"].T,
+                                                                 g[f"convs.{l}.conv.lin_r.weight"].T], 0)
+            out[f"blocks.{l}.sage.lin.bias"] = g[f"convs.{l}.conv.lin_l.bias"]
+        out["predict.weight"], out["predict.bias"] = g["classifier.weight"].T, g["classifier.bias"]
+        return out
+
+
+MODELS = {"sage6": Sage6, "gin6": Gin6, "tgraph": Tgraph}
 
 
 @contextlib.contextmanager
@@ -221,6 +349,7 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--keep", help="keep the run and the pass here instead of a temporary folder")
     a = ap.parse_args()
+    warnings.simplefilter("ignore")  # (the originals' own deprecation and shape notices)
     torch.set_num_threads(2)
     work = a.keep or tempfile.mkdtemp(prefix="check_vs_original_")
     os.makedirs(work, exist_ok=True)

@@ -169,6 +169,42 @@ TEST_CASE("train: layout-gin-6th --layer4-input second feeds the fourth layer th
                        doctest::Contains("--layer4-input second: needs --layers 4, got 3"), Error);
 }
 
+TEST_CASE("train: layout-tgraph --node-layout embedded reads the node's own layout through the embedding alone") {
+  // node_feat[134:140] reach the model twice by default: embedded, and as standardised features. With
+  // --node-layout embedded (the original) the feature columns are not read: changing them changes no score.
+  const auto files = kind_files(dataset(), "layout", "train");
+  const Preprocessing prep =
+      fit_preprocessing(files, true, FeatureTransform::kStandardize, FeatureTransform::kNone, 1, HopDirection::kBoth);
+  ModelGraph g = prepare_graph(files[0], prep);
+  const Recipe& r = find_recipe("layout-tgraph");
+  for (const char* layout : {"embedded", "both"}) {
+    CAPTURE(layout);
+    HParams h = r.defaults();
+    h.values["hidden"] = "16", h.values["node-layout"] = layout;
+    REQUIRE(check_hparams(r.hparams, h, r.name).empty());
+    Rng rng(5);
+    auto model = r.build(h, {prep.node_features(), prep.config_features()}, rng);
+    model->eval();
+    const std::vector<int64_t> configs = {0, 1, 2, 3};
+    const std::vector<double> before = predict_configs(*model, g, configs, 64);
+    ModelGraph moved = g;
+    moved.x = g.x.clone();
+    for (int64_t v = 0; v < moved.num_nodes(); ++v)
+      for (int64_t j = 134; j < 140; ++j)
+        moved.x.f32()[v * 140 + j] += 0.5f * float(v % 3);  // (the norm removes a shift)
+    const std::vector<double> after = predict_configs(*model, moved, configs, 64);
+    double most = 0;
+    for (size_t k = 0; k < configs.size(); ++k) most = std::max(most, std::fabs(after[k] - before[k]));
+    if (std::string(layout) == "embedded") CHECK(most == 0);
+    else CHECK(most > 1e-4);
+  }
+  HParams h = r.defaults();
+  h.values["node-layout"] = "embedded";
+  Rng rng(5);
+  CHECK_THROWS_WITH_AS(r.build(h, {prep.node_features() - 3, prep.config_features()}, rng),
+                       doctest::Contains("--node-layout embedded: drops node_feat[134:140]"), Error);
+}
+
 TEST_CASE("train: config sharing gives the plain path's loss, gradients and predictions") {
   check_config_sharing(Device::cpu(), "layout-resmodel", {{{"layers", "1"}}, {{"layers", "2"}}, {{"layers", "4"}}});
   // (the 2nd place's SAGE stack over the consumers graph: 6 layers, and 8 with residuals)
