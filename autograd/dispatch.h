@@ -14,46 +14,92 @@
 
 namespace gnn::ag {
 
+// ---- one dispatch ------------------------------------------------------------------------------------
+// A kernel of kernels/ comes in three versions: NAME_ref<T> (the reference; in f64 it is the autograd
+// path the gradient checks run), NAME_cpu (float, OpenMP + SIMD) and NAME_cuda (float, queued on a
+// stream). An op describes each kernel it calls once, as a Kernel, and run<T> is the one place that
+// chooses: the CUDA version for a tensor `on` a GPU (f32 only), the CPU version for float on the host,
+// else the reference. The CUDA version also receives `on` (for a workspace on its device, or its
+// stream); GNN_KERNEL(NAME) describes the usual triple, whose CUDA version takes the same arguments
+// and the stream last. A kernel whose versions differ otherwise spells out its lambdas:
+//   constexpr Kernel bias_act_forward_k{"bias_act_forward", [](auto... a) { bias_act_forward_ref(a...); },
+//                                       [](auto... a) { bias_act_forward_cpu(a...); },
+//                                       [](const Tensor& on, auto y, auto... a) { ... }};
+template <class Ref, class Cpu, class Cuda>
+struct Kernel {
+  const char* name;
+  Ref ref;
+  Cpu cpu;
+  Cuda cuda;
+};
+template <class Ref, class Cpu, class Cuda>
+Kernel(const char*, Ref, Cpu, Cuda) -> Kernel<Ref, Cpu, Cuda>;
+
+#define GNN_KERNEL(NAME)                                                                 \
+  ::gnn::ag::Kernel {                                                                    \
+#NAME, [](auto... a) { NAME##_ref(a...); }, [](auto... a) { NAME##_cpu(a...); },       \
+        [](const ::gnn::Tensor& on, auto... a) { NAME##_cuda(a..., on.stream()); } \
+  }
+
+template <class T, class K, class... A>
+void run(const K& k, const Tensor& on, A... a) {
+  if (on.is_cuda()) {
+    if constexpr (std::is_same_v<T, float> && kWithCuda) k.cuda(on, a...);
+    else GNN_FAIL(k.name, ": no CUDA version for this dtype or build (", on.device().str(), ")");
+  } else if constexpr (std::is_same_v<T, float>) {
+    k.cpu(a...);
+  } else {
+    k.ref(a...);
+  }
+}
+
+// A kernel whose host version is one template for every T (float and double alike) beside its CUDA
+// version NAME_cuda(..., stream).
+#define GNN_HOST_KERNEL(HOST, CUDA)                                                                                 \
+  ::gnn::ag::Kernel {                                                                                               \
+#HOST, [](auto... a) { HOST(a...); }, [](auto... a) { HOST(a...); }, [](const ::gnn::Tensor& on,                \
+                                                                            auto... a) { CUDA(a..., on.stream()); } \
+  }
+
+// The products and maps the op files share, where `on` lives: cuBLAS and the CUDA kernels on its stream
+// for a CUDA tensor, the host versions otherwise.
+inline constexpr Kernel gemm_k{
+    "gemm", [](auto... a) { gemm_ref(a...); }, [](auto... a) { gemm_cpu(a...); },
+    [](const Tensor& on, auto... a) { gemm_cuda(a..., cuda_blas(on.device().index), on.stream()); }};
+inline constexpr Kernel mul_k = GNN_HOST_KERNEL(mul_to, mul_cuda);
+inline constexpr Kernel add_k = GNN_HOST_KERNEL(add_to, add_cuda);
+inline constexpr Kernel add_row_k = GNN_HOST_KERNEL(add_row, add_row_cuda);
+inline constexpr Kernel scale_k{"scale", [](auto* y, auto* x, auto s, int64_t n) { axpby(y, s, x, decltype(s)(0), n); },
+                                [](auto* y, auto* x, auto s, int64_t n) { axpby(y, s, x, decltype(s)(0), n); },
+                                [](const Tensor& on, auto... a) { scale_cuda(a..., on.stream()); }};
+
+// Host-only callers (the f64 paths among them): the CPU GEMM for float, the reference otherwise.
 template <class T>
 void gemm_t(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
             int64_t ldb, T beta, T* C, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>) gemm_cpu(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else gemm_ref<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-
-// The same products and maps where `on` lives: cuBLAS and the CUDA kernels on its stream for a CUDA
-// tensor (T is float there: dispatch_dev), the host versions otherwise.
 template <class T>
 void gemm_on(const Tensor& on, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
              const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda())
-      return gemm_cuda(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, cuda_blas(on.device().index), on.stream());
-  gemm_t<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  run<T>(gemm_k, on, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 template <class T>
 void mul_on(const Tensor& on, T* y, const T* a, const T* b, int64_t n) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return mul_cuda(y, a, b, n, on.stream());
-  mul_to<T>(y, a, b, n);
+  run<T>(mul_k, on, y, a, b, n);
 }
 template <class T>
 void add_on(const Tensor& on, T* y, const T* a, const T* b, int64_t n, T sb = T(1)) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return add_cuda(y, a, b, n, sb, on.stream());
-  add_to<T>(y, a, b, n, sb);
+  run<T>(add_k, on, y, a, b, n, sb);
 }
 template <class T>
 void add_row_on(const Tensor& on, T* y, const T* x, const T* row, int64_t R, int64_t F) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return add_row_cuda(y, x, row, R, F, on.stream());
-  add_row<T>(y, x, row, R, F);
+  run<T>(add_row_k, on, y, x, row, R, F);
 }
 template <class T>
 void scale_on(const Tensor& on, T* y, const T* x, T s, int64_t n) {  // y = s x
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return scale_cuda(y, x, s, n, on.stream());
-  axpby<T>(y, s, x, T(0), n);
+  run<T>(scale_k, on, y, x, s, n);
 }
 // The slice partials column_sum_cuda (and bias_act_backward_cuda's db) needs on `on`'s GPU, undefined
 // when R is one slice. Freeing it right after the launches is safe: later work on the stream comes after.
@@ -63,36 +109,42 @@ Tensor column_sum_workspace_on(const Tensor& on, int64_t R, int64_t F) {
   const int64_t n = column_sum_workspace_cuda(R, F);
   return n ? empty_like(on, Shape{n}) : Tensor();
 }
+inline constexpr Kernel column_sum_k{
+    "column_sum", [](auto... a) { column_sum(a...); }, [](auto... a) { column_sum(a...); },
+    [](const Tensor& on, float* out, const float* x, int64_t R, int64_t F) {
+      const Tensor ws = column_sum_workspace_on(on, R, F);
+      column_sum_cuda(out, x, R, F, false, ws.defined() ? ws.f32() : nullptr, on.stream());
+    }};
 template <class T>
 void column_sum_on(const Tensor& on, T* out, const T* x, int64_t R, int64_t F) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) {
-      const Tensor ws = column_sum_workspace_on(on, R, F);
-      return column_sum_cuda(out, x, R, F, false, ws.defined() ? ws.f32() : nullptr, on.stream());
-    }
-  column_sum<T>(out, x, R, F);
+  run<T>(column_sum_k, on, out, x, R, F);
 }
 
 // out[0] = k * (the sum of x's n values), written where `on` lives (on a GPU nothing waits for it).
+inline constexpr auto sum_into_host = [](const Tensor& out, auto* x, int64_t n, auto k) {
+  ptr<decltype(k)>(out)[0] = sum_all(x, n) * k;
+};
+inline constexpr Kernel sum_into_k{"sum_into", sum_into_host, sum_into_host,
+                                   [](const Tensor& on, const Tensor& out, const float* x, int64_t n, float k) {
+                                     sum_cuda(out.f32(), x, n, on.stream());
+                                     if (k != 1.0f) scale_cuda(out.f32(), out.f32(), k, 1, on.stream());
+                                   }};
 template <class T>
 void sum_into_on(const Tensor& on, const Tensor& out, const T* x, int64_t n, T k = T(1)) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) {
-      sum_cuda(out.f32(), x, n, on.stream());
-      if (k != 1.0f) scale_cuda(out.f32(), out.f32(), k, 1, on.stream());
-      return;
-    }
-  ptr<T>(out)[0] = sum_all<T>(x, n) * k;
+  run<T>(sum_into_k, on, out, x, n, k);
 }
 // Copies an [R, w] block between row-major matrices of widths wd and ws at column offsets od, os.
 template <class T>
-void copy_block_on(const Tensor& on, T* dst, int64_t wd, int64_t od, const T* src, int64_t ws, int64_t os, int64_t R,
-                   int64_t w) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return copy_block_cuda(dst, wd, od, src, ws, os, R, w, on.stream());
+void copy_block(T* dst, int64_t wd, int64_t od, const T* src, int64_t ws, int64_t os, int64_t R, int64_t w) {
 #pragma omp parallel for if (R * w > (1 << 16))
   for (int64_t r = 0; r < R; ++r)
     for (int64_t j = 0; j < w; ++j) dst[r * wd + od + j] = src[r * ws + os + j];
+}
+inline constexpr Kernel copy_block_k = GNN_HOST_KERNEL(copy_block, copy_block_cuda);
+template <class T>
+void copy_block_on(const Tensor& on, T* dst, int64_t wd, int64_t od, const T* src, int64_t ws, int64_t os, int64_t R,
+                   int64_t w) {
+  run<T>(copy_block_k, on, dst, wd, od, src, ws, os, R, w);
 }
 
 CsrView csr_view(const Graph& g);

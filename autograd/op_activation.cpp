@@ -4,30 +4,33 @@
 #include "autograd/ops.h"
 
 namespace gnn::ag {
+namespace {
+
+constexpr Kernel act_forward_k = GNN_KERNEL(act_forward);
+constexpr Kernel act_backward_k = GNN_KERNEL(act_backward);
+// The CUDA forward can also keep x + b (nullptr here); its backward sums db through a workspace.
+constexpr Kernel bias_act_forward_k{
+    "bias_act_forward", [](auto... a) { bias_act_forward_ref(a...); }, [](auto... a) { bias_act_forward_cpu(a...); },
+    [](const Tensor& on, auto* y, auto... a) { bias_act_forward_cuda(y, nullptr, a..., on.stream()); }};
+constexpr Kernel bias_act_backward_k{
+    "bias_act_backward", [](auto... a) { bias_act_backward_ref(a...); }, [](auto... a) { bias_act_backward_cpu(a...); },
+    [](const Tensor& on, float* dx, float* db, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
+       Act act, float slope) {
+      const Tensor ws = db ? column_sum_workspace_on(on, R, F) : Tensor();
+      bias_act_backward_cuda(dx, db, dy, x, b, R, F, act, slope, ws.defined() ? ws.f32() : nullptr, on.stream());
+    }};
+
+}  // namespace
 
 Var activation(const Var& x, Act act, double slope) {
   check_arg_on("activation", "x", x, -1, x.dtype(), x.device());
   return dispatch_dev("activation", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape());
-    if (y.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        act_forward_cuda(ptr<T>(y), ptr<T>(x.value()), y.numel(), act, T(slope), y.stream());
-    } else if constexpr (std::is_same_v<T, float>) {
-      act_forward_cpu(ptr<T>(y), ptr<T>(x.value()), y.numel(), act, T(slope));
-    } else {
-      act_forward_ref<T>(ptr<T>(y), ptr<T>(x.value()), y.numel(), act, T(slope));
-    }
+    run<T>(act_forward_k, y, ptr<T>(y), ptr<T>(x.value()), y.numel(), act, T(slope));
     return record("activation", y, {x}, [x, act, slope](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
-      if (dx.is_cuda()) {
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          act_backward_cuda(ptr<T>(dx), ptr<T>(dy), ptr<T>(x.value()), dx.numel(), act, T(slope), dx.stream());
-      } else if constexpr (std::is_same_v<T, float>) {
-        act_backward_cpu(ptr<T>(dx), ptr<T>(dy), ptr<T>(x.value()), dx.numel(), act, T(slope));
-      } else {
-        act_backward_ref<T>(ptr<T>(dx), ptr<T>(dy), ptr<T>(x.value()), dx.numel(), act, T(slope));
-      }
+      run<T>(act_backward_k, dx, ptr<T>(dx), ptr<T>(dy), ptr<T>(x.value()), dx.numel(), act, T(slope));
       accumulate(x, dx);
     });
   });
@@ -43,30 +46,13 @@ Var bias_act(const Var& x, const Var& b, Act act, double slope) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape());
     const T *xp = ptr<T>(x.value()), *bp = ptr<T>(b.value());
-    if (y.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        bias_act_forward_cuda(ptr<T>(y), nullptr, xp, bp, R, F, act, T(slope), y.stream());
-    } else if constexpr (std::is_same_v<T, float>) {
-      bias_act_forward_cpu(ptr<T>(y), xp, bp, R, F, act, T(slope));
-    } else {
-      bias_act_forward_ref<T>(ptr<T>(y), xp, bp, R, F, act, T(slope));
-    }
+    run<T>(bias_act_forward_k, y, ptr<T>(y), xp, bp, R, F, act, T(slope));
     return record("bias_act", y, {x, b}, [x, b, act, slope, R, F](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       Tensor db = b.requires_grad() ? empty_like(dy, b.shape()) : Tensor();
       T* dbp = db.defined() ? ptr<T>(db) : nullptr;
       const T *g = ptr<T>(dy), *xp = ptr<T>(x.value()), *bp = ptr<T>(b.value());
-      if (dx.is_cuda()) {
-        if constexpr (std::is_same_v<T, float> && kWithCuda) {
-          const Tensor ws = dbp ? column_sum_workspace_on(dy, R, F) : Tensor();
-          bias_act_backward_cuda(ptr<T>(dx), dbp, g, xp, bp, R, F, act, T(slope), ws.defined() ? ptr<T>(ws) : nullptr,
-                                 dx.stream());
-        }
-      } else if constexpr (std::is_same_v<T, float>) {
-        bias_act_backward_cpu(ptr<T>(dx), dbp, g, xp, bp, R, F, act, T(slope));
-      } else {
-        bias_act_backward_ref<T>(ptr<T>(dx), dbp, g, xp, bp, R, F, act, T(slope));
-      }
+      run<T>(bias_act_backward_k, dx, ptr<T>(dx), dbp, g, xp, bp, R, F, act, T(slope));
       if (x.requires_grad()) accumulate(x, dx);
       if (db.defined()) accumulate(b, db);
     });

@@ -119,11 +119,16 @@ namespace {
 
 // y = s x for a one-element tensor s where it lives: read on the host, or by the kernel on a GPU (the
 // value never comes back, so nothing waits for the device).
+constexpr auto scale_by_host = [](auto* y, auto* x, const Tensor& s, int64_t n) {
+  axpby(y, decltype (*y + 0)(s.item()), x, decltype (*y + 0)(0), n);
+};
+constexpr Kernel scale_by_k{"scale_by", scale_by_host, scale_by_host,
+                            [](const Tensor& on, float* y, const float* x, const Tensor& s, int64_t n) {
+                              scale_cuda(y, x, 1.0f, n, on.stream(), s.f32());
+                            }};
 template <class T>
 void scale_by_on(const Tensor& on, T* y, const T* x, const Tensor& s, int64_t n) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return scale_cuda(y, x, 1.0f, n, on.stream(), s.f32());
-  scale_on<T>(on, y, x, T(s.item()), n);
+  run<T>(scale_by_k, on, y, x, s, n);
 }
 
 // out[0] = <a, b>, written where `on` lives.
@@ -135,11 +140,14 @@ void dot_into_on(const Tensor& on, const Tensor& out, const T* a, const T* b, in
 }
 
 // y[i] = k * x[0] for i < n (the backward of a reduction to one value; x is read where it lives).
+constexpr auto broadcast_host = [](auto* y, auto* x, int64_t n, auto k) { std::fill(y, y + n, x[0] * k); };
+constexpr Kernel broadcast_k{"broadcast", broadcast_host, broadcast_host,
+                             [](const Tensor& on, float* y, const float* x, int64_t n, float k) {
+                               head_broadcast_cuda(y, x, 1, n, 1, k, on.stream());
+                             }};
 template <class T>
 void broadcast_on(const Tensor& on, T* y, const T* x, int64_t n, T k) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return head_broadcast_cuda(y, x, 1, n, 1, k, on.stream());
-  std::fill(y, y + n, x[0] * k);
+  run<T>(broadcast_k, on, y, x, n, k);
 }
 
 }  // namespace

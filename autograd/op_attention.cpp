@@ -39,32 +39,20 @@ struct Block {  // one graph and head: pointers to its first element, row stride
 };
 
 // Where `on` lives: the float kernels (CUDA or CPU), or the double references.
+constexpr Kernel rowwise_forward_k = GNN_KERNEL(rowwise_forward);
+constexpr Kernel rowwise_backward_k = GNN_KERNEL(rowwise_backward);
 template <class T>
 void softmax_on(const Tensor& on, T* y, const T* x, int64_t R, int64_t F) {
-  if constexpr (std::is_same_v<T, float>) {
-    if constexpr (kWithCuda)
-      if (on.is_cuda()) return rowwise_forward_cuda(y, x, R, F, RowOp::kSoftmax, 0.f, on.stream());
-    rowwise_forward_cpu(y, x, R, F, RowOp::kSoftmax, 0.f);
-  } else {
-    rowwise_forward_ref<T>(y, x, R, F, RowOp::kSoftmax, T(0));
-  }
+  run<T>(rowwise_forward_k, on, y, x, R, F, RowOp::kSoftmax, T(0));
 }
 template <class T>
 void softmax_backward_on(const Tensor& on, T* dx, const T* y, const T* dy, int64_t R, int64_t F) {
-  if constexpr (std::is_same_v<T, float>) {
-    if constexpr (kWithCuda)
-      if (on.is_cuda()) return rowwise_backward_cuda(dx, y, dy, y, R, F, RowOp::kSoftmax, 0.f, on.stream());
-    rowwise_backward_cpu(dx, y, dy, y, R, F, RowOp::kSoftmax, 0.f);
-  } else {
-    rowwise_backward_ref<T>(dx, y, dy, y, R, F, RowOp::kSoftmax, T(0));
-  }
+  run<T>(rowwise_backward_k, on, dx, y, dy, y, R, F, RowOp::kSoftmax, T(0));
 }
-#define GNN_ROW_MAP_ON(name, params, args)                     \
-  template <class T>                                           \
-  void name##_on(const Tensor& on, params) {                   \
-    if constexpr (std::is_same_v<T, float> && kWithCuda)       \
-      if (on.is_cuda()) return name##_cuda(args, on.stream()); \
-    name<T>(args);                                             \
+#define GNN_ROW_MAP_ON(name, params, args)                \
+  template <class T>                                      \
+  void name##_on(const Tensor& on, params) {              \
+    run<T>(GNN_HOST_KERNEL(name, name##_cuda), on, args); \
   }
 #define GNN_P(...) __VA_ARGS__
 GNN_ROW_MAP_ON(phi_rows, GNN_P(T* a, const T* q, int64_t n, int64_t D, int64_t ld), GNN_P(a, q, n, D, ld))

@@ -96,6 +96,67 @@ Var slice_rows(const Var& x, int64_t begin, int64_t end) {
   });
 }
 
+namespace {
+
+// y[r, f] = mean over the heads of x[r, h*F + f];  its backward dx[r, h*F + f] = dy[r, f] / heads.
+template <class T>
+void head_mean_host(T* y, const T* x, int64_t R, int64_t F, int64_t heads) {
+  const int64_t W = F * heads;
+#pragma omp parallel for if (R * W > (1 << 16))
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t f = 0; f < F; ++f) {
+      T acc = 0;
+      for (int64_t h = 0; h < heads; ++h) acc += x[r * W + h * F + f];
+      y[r * F + f] = acc / T(heads);
+    }
+}
+template <class T>
+void head_mean_backward_host(T* dx, const T* dy, int64_t R, int64_t F, int64_t heads) {
+  const int64_t W = F * heads;
+#pragma omp parallel for if (R * W > (1 << 16))
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t f = 0; f < F; ++f) dx[r * W + h * F + f] = dy[r * F + f] / T(heads);
+}
+// y[r, h] = <x[r, h*D:], a[h]>;  dx[r, h*D + d] = dy[r, h] a[h, d], prod[r, h*D + d] = dy[r, h] x[r, h*D + d]
+// (da is prod's column sums), each written when asked for (non-null).
+template <class T>
+void head_dot_host(T* y, const T* x, const T* a, int64_t R, int64_t H, int64_t D) {
+  const int64_t W = H * D;
+#pragma omp parallel for if (R * W > (1 << 16))
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t h = 0; h < H; ++h) {
+      T acc = 0;
+      for (int64_t d = 0; d < D; ++d) acc += x[r * W + h * D + d] * a[h * D + d];
+      y[r * H + h] = acc;
+    }
+}
+template <class T>
+void head_dot_backward_host(T* dx, T* prod, const T* dy, const T* x, const T* a, int64_t R, int64_t H, int64_t D) {
+  const int64_t W = H * D;
+#pragma omp parallel for if (R * W > (1 << 16))
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t k = 0; k < W; ++k) {
+      if (dx) dx[r * W + k] = dy[r * H + k / D] * a[k];  // a is [H, D]: a[h, d] = a[h*D + d] = a[k]
+      if (prod) prod[r * W + k] = dy[r * H + k / D] * x[r * W + k];
+    }
+}
+constexpr Kernel head_mean_k{"head_mean", [](auto... a) { head_mean_host(a...); },
+                             [](auto... a) { head_mean_host(a...); },
+                             [](const Tensor& on, float* y, const float* x, int64_t R, int64_t F, int64_t heads) {
+                               block_sum_cuda(y, x, R, F, heads, F * heads, F, 1.0f / float(heads), on.stream());
+                             }};
+constexpr Kernel head_mean_backward_k{
+    "head_mean_backward", [](auto... a) { head_mean_backward_host(a...); },
+    [](auto... a) { head_mean_backward_host(a...); },
+    [](const Tensor& on, float* dx, const float* dy, int64_t R, int64_t F, int64_t heads) {
+      head_broadcast_cuda(dx, dy, R, heads, F, 1.0f / float(heads), on.stream());
+    }};
+constexpr Kernel head_dot_k = GNN_HOST_KERNEL(head_dot_host, head_dot_cuda);
+constexpr Kernel head_dot_backward_k = GNN_HOST_KERNEL(head_dot_backward_host, head_dot_backward_cuda);
+
+}  // namespace
+
 Var head_mean(const Var& x, int64_t heads) {
   check_arg_on("head_mean", "x", x, 2, x.dtype(), x.device());
   const int64_t R = x.size(0), W = x.size(1);
@@ -104,33 +165,10 @@ Var head_mean(const Var& x, int64_t heads) {
   return dispatch_dev("head_mean", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{R, F});
-    const T* xp = ptr<T>(x.value());
-    T* yp = ptr<T>(y);
-    if (y.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        block_sum_cuda(yp, xp, R, F, heads, W, F, 1.0f / float(heads), y.stream());
-    } else {
-#pragma omp parallel for if (R * W > (1 << 16))
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t f = 0; f < F; ++f) {
-          T acc = 0;
-          for (int64_t h = 0; h < heads; ++h) acc += xp[r * W + h * F + f];
-          yp[r * F + f] = acc / T(heads);
-        }
-    }
-    return record("head_mean", y, {x}, [x = GradRef(x), R, W, F, heads](const Tensor& dy) {
+    run<T>(head_mean_k, y, ptr<T>(y), ptr<T>(x.value()), R, F, heads);
+    return record("head_mean", y, {x}, [x = GradRef(x), R, F, heads](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
-      const T* g = ptr<T>(dy);
-      T* d = ptr<T>(dx);
-      if (dy.is_cuda()) {
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          head_broadcast_cuda(d, g, R, heads, F, 1.0f / float(heads), dy.stream());
-      } else {
-#pragma omp parallel for if (R * W > (1 << 16))
-        for (int64_t r = 0; r < R; ++r)
-          for (int64_t h = 0; h < heads; ++h)
-            for (int64_t f = 0; f < F; ++f) d[r * W + h * F + f] = g[r * F + f] / T(heads);
-      }
+      run<T>(head_mean_backward_k, dy, ptr<T>(dx), ptr<T>(dy), R, F, heads);
       accumulate(x, dx);
     });
   });
@@ -145,18 +183,7 @@ Var head_dot(const Var& x, const Var& a) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{R, H});
     const T *xp = ptr<T>(x.value()), *ap = ptr<T>(a.value());
-    T* yp = ptr<T>(y);
-    if (y.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda) head_dot_cuda(yp, xp, ap, R, H, D, y.stream());
-    } else {
-#pragma omp parallel for if (R * W > (1 << 16))
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t h = 0; h < H; ++h) {
-          T acc = 0;
-          for (int64_t d = 0; d < D; ++d) acc += xp[r * W + h * D + d] * ap[h * D + d];
-          yp[r * H + h] = acc;
-        }
-    }
+    run<T>(head_dot_k, y, ptr<T>(y), xp, ap, R, H, D);
     return record("head_dot", y, {x, a}, [x, a, R, H, D, W](const Tensor& dy) {
       const T *g = ptr<T>(dy), *xp = ptr<T>(x.value()), *ap = ptr<T>(a.value());
       // dx[r, h*D + d] = dy[r, h] a[h, d];  da = column sums of prod[r, h*D + d] = dy[r, h] x[r, h*D + d]
@@ -164,17 +191,7 @@ Var head_dot(const Var& x, const Var& a) {
       Tensor prod = a.requires_grad() ? empty_like(dy, x.shape()) : Tensor();
       T* d = dx.defined() ? ptr<T>(dx) : nullptr;
       T* p = prod.defined() ? ptr<T>(prod) : nullptr;
-      if (dy.is_cuda()) {
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          head_dot_backward_cuda(d, p, g, xp, ap, R, H, D, dy.stream());
-      } else {
-#pragma omp parallel for if (R * W > (1 << 16))
-        for (int64_t r = 0; r < R; ++r)
-          for (int64_t k = 0; k < W; ++k) {
-            if (d) d[r * W + k] = g[r * H + k / D] * ap[k];  // a is [H, D]: a[h, d] = ap[h*D + d] = ap[k]
-            if (p) p[r * W + k] = g[r * H + k / D] * xp[r * W + k];
-          }
-      }
+      run<T>(head_dot_backward_k, dy, d, p, g, xp, ap, R, H, D);
       if (dx.defined()) accumulate(x, dx);
       if (prod.defined()) {
         Tensor da = empty_like(dy, a.shape());

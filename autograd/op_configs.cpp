@@ -32,6 +32,52 @@ Var reshape(const Var& x, int64_t rows, int64_t cols) {
                 [x = GradRef(x), from](const Tensor& dy) { accumulate(x, dy.reshape(from.vec())); });
 }
 
+namespace {
+
+// join_configs: y viewed as [N*C, A+B]: x's row n fills the first A columns of rows n*C .. n*C+C-1, and c
+// viewed as [N*C, B] the last B columns of every row. Its backward for x: dx[n, j] = sum_k dy[n, k*(A+B) + j],
+// k in order.
+template <class T>
+void join_configs_host(T* y, const T* x, const T* c, int64_t N, int64_t A, int64_t B, int64_t C) {
+  const int64_t W = C * (A + B);
+  for (int64_t k = 0; k < C; ++k) copy_block(y, W, k * (A + B), x, A, 0, N, A);
+  copy_block(y, A + B, A, c, B, 0, N * C, B);
+}
+template <class T>
+void join_configs_dx_host(T* dx, const T* dy, int64_t N, int64_t A, int64_t B, int64_t C) {
+  const int64_t W = C * (A + B);
+#pragma omp parallel for if (N * W > (1 << 16))
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t j = 0; j < A; ++j) dx[n * A + j] = 0;
+    for (int64_t k = 0; k < C; ++k)
+      for (int64_t j = 0; j < A; ++j) dx[n * A + j] += dy[n * W + k * (A + B) + j];
+  }
+}
+// keep_grad_rows' backward: dx = dy on the rows kept, 0 elsewhere (keep: u8 [R], on the host or the GPU).
+template <class T>
+void mask_rows_host(T* dx, const T* dy, const Tensor& keep, int64_t R, int64_t W) {
+  const uint8_t* k = keep.data_as<uint8_t>();
+#pragma omp parallel for if (R * W > (1 << 16))
+  for (int64_t r = 0; r < R; ++r) {
+    if (k[r]) std::memcpy(dx + r * W, dy + r * W, size_t(W) * sizeof(T));
+    else std::memset(dx + r * W, 0, size_t(W) * sizeof(T));
+  }
+}
+constexpr Kernel join_configs_k = GNN_HOST_KERNEL(join_configs_host, join_configs_cuda);
+constexpr Kernel join_configs_dx_k{
+    "join_configs_dx", [](auto... a) { join_configs_dx_host(a...); }, [](auto... a) { join_configs_dx_host(a...); },
+    [](const Tensor& on, float* dx, const float* dy, int64_t N, int64_t A, int64_t B, int64_t C) {
+      block_sum_cuda(dx, dy, N, A, C, C * (A + B), A + B, 1.0f, on.stream());
+    }};
+constexpr Kernel mask_rows_k{
+    "mask_rows", [](auto... a) { mask_rows_host(a...); }, [](auto... a) { mask_rows_host(a...); },
+    [](const Tensor& on, float* dx, const float* dy, const Tensor& keep, int64_t R, int64_t W) {
+      const Tensor k = keep.on(on.device());  // a batch moved by Batch::to has it there already
+      mask_rows_cuda(dx, dy, k.data_as<uint8_t>(), R, W, on.stream());
+    }};
+
+}  // namespace
+
 Var join_configs(const Var& x, const Var& c, int64_t configs) {
   check_arg_on("join_configs", "x", x, 2, x.dtype(), x.device());
   check_arg_on("join_configs", "c", c, 2, x.dtype(), x.device());
@@ -42,31 +88,12 @@ Var join_configs(const Var& x, const Var& c, int64_t configs) {
   return dispatch_dev("join_configs", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{N, W});
-    // y viewed as [N*C, A+B]: x's row n fills the first A columns of rows n*C .. n*C+C-1, and c viewed
-    // as [N*C, B] fills the last B columns of every row.
-    if (y.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        join_configs_cuda(ptr<T>(y), ptr<T>(x.value()), ptr<T>(c.value()), N, A, B, C, y.stream());
-    } else {
-      for (int64_t k = 0; k < C; ++k) copy_block_on<T>(y, ptr<T>(y), W, k * (A + B), ptr<T>(x.value()), A, 0, N, A);
-      copy_block_on<T>(y, ptr<T>(y), A + B, A, ptr<T>(c.value()), B, 0, N * C, B);
-    }
+    run<T>(join_configs_k, y, ptr<T>(y), ptr<T>(x.value()), ptr<T>(c.value()), N, A, B, C);
     return record("join_configs", y, {x, c}, [x = GradRef(x), c = GradRef(c), N, A, B, C, W](const Tensor& dy) {
       const T* g = ptr<T>(dy);
-      if (x.requires_grad()) {  // dx[n, j] = sum_k dy[n, k*(A+B) + j], k in order
+      if (x.requires_grad()) {
         Tensor dx = empty_like(dy, Shape{N, A});
-        T* p = ptr<T>(dx);
-        if (dy.is_cuda()) {
-          if constexpr (std::is_same_v<T, float> && kWithCuda)
-            block_sum_cuda(p, g, N, A, C, W, A + B, 1.0f, dy.stream());
-        } else {
-#pragma omp parallel for if (N * W > (1 << 16))
-          for (int64_t n = 0; n < N; ++n) {
-            for (int64_t j = 0; j < A; ++j) p[n * A + j] = 0;
-            for (int64_t k = 0; k < C; ++k)
-              for (int64_t j = 0; j < A; ++j) p[n * A + j] += g[n * W + k * (A + B) + j];
-          }
-        }
+        run<T>(join_configs_dx_k, dy, ptr<T>(dx), g, N, A, B, C);
         accumulate(x, dx);
       }
       if (c.requires_grad()) {
@@ -115,20 +142,7 @@ Var keep_grad_rows(const Var& x, const Tensor& keep) {
     return record("keep_grad_rows", x.value(), {x}, [x = GradRef(x), keep, R, W](const Tensor& dy) {
       if (!x.requires_grad()) return;
       Tensor dx = empty_like(dy, x.shape());
-      const T* g = ptr<T>(dy);
-      T* p = ptr<T>(dx);
-      if (dy.is_cuda()) {
-        const Tensor k = keep.on(dy.device());  // a batch moved by Batch::to has it there already
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          mask_rows_cuda(p, g, k.data_as<uint8_t>(), R, W, dy.stream());
-      } else {
-        const uint8_t* k = keep.data_as<uint8_t>();
-#pragma omp parallel for if (R * W > (1 << 16))
-        for (int64_t r = 0; r < R; ++r) {
-          if (k[r]) std::memcpy(p + r * W, g + r * W, size_t(W) * sizeof(T));
-          else std::memset(p + r * W, 0, size_t(W) * sizeof(T));
-        }
-      }
+      run<T>(mask_rows_k, dy, ptr<T>(dx), ptr<T>(dy), keep, R, W);
       accumulate(x, dx);
     });
   });

@@ -11,11 +11,10 @@ namespace gnn::ag {
 
 namespace {
 
+constexpr Kernel dropout_apply_k = GNN_HOST_KERNEL(dropout_apply, dropout_apply_cuda);
 template <class T>
 void apply_on(const Tensor& on, T* y, const T* x, int64_t n, uint64_t seed, uint32_t threshold, T scale) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return dropout_apply_cuda(y, x, n, seed, threshold, scale, on.stream());
-  dropout_apply<T>(y, x, n, seed, threshold, scale);
+  run<T>(dropout_apply_k, on, y, x, n, seed, threshold, scale);
 }
 
 }  // namespace

@@ -8,6 +8,35 @@
 #include "kernels/embedding.h"
 
 namespace gnn::ag {
+namespace {
+
+// The index stays on the host, where the op checks it: the CUDA forward reads a device copy, the CUDA
+// backward an ordered inverse of it built on the host (no atomics, the CPU's bits).
+constexpr Kernel embedding_forward_k{
+    "embedding_forward",
+    [](auto* y, auto* table, const Tensor& index, int64_t n, int64_t F) {
+      embedding_forward_ref(y, table, index.i32(), n, F);
+    },
+    [](float* y, const float* table, const Tensor& index, int64_t n, int64_t F) {
+      embedding_forward_cpu(y, table, index.i32(), n, F);
+    },
+    [](const Tensor& on, float* y, const float* table, const Tensor& index, int64_t n, int64_t F) {
+      const Tensor di = index.to(on.device());
+      embedding_forward_cuda(y, table, di.i32(), n, F, on.stream());
+    }};
+constexpr Kernel embedding_backward_k{
+    "embedding_backward", [](auto... a) { embedding_backward_ref(a...); },
+    [](auto... a) { embedding_backward_cpu(a...); },
+    [](const Tensor& on, float* dtable, const float* dy, const int32_t* index, int64_t n, int64_t K, int64_t F) {
+      Tensor p = Tensor::empty(Shape{K + 1}, DType::I64), uses = Tensor::empty(Shape{n}, DType::I64),
+             chunk_ptr = Tensor::empty(Shape{K + 1}, DType::I64);
+      const int64_t chunks = embedding_inverse(index, n, K, p.i64(), uses.i64(), chunk_ptr.i64());
+      const std::vector<Tensor> d = Tensor::to_packed({p, uses, chunk_ptr}, on.device());  // one transfer
+      const Tensor ws = empty_like(on, Shape{chunks * F});  // the chunks' sums
+      embedding_backward_cuda(dtable, dy, d[0].i64(), d[1].i64(), d[2].i64(), chunks, K, F, ws.f32(), on.stream());
+    }};
+
+}  // namespace
 
 Var embedding(const Var& table, const Tensor& index) {
   check_arg_on("embedding", "table", table, 2, table.dtype(), table.device());
@@ -21,31 +50,10 @@ Var embedding(const Var& table, const Tensor& index) {
   return dispatch_dev("embedding", table.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(table.value(), Shape{n, F});
-    if (y.is_cuda()) {
-      const Tensor di = index.to(y.device());
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        embedding_forward_cuda(ptr<T>(y), ptr<T>(table.value()), di.i32(), n, F, y.stream());
-    } else if constexpr (std::is_same_v<T, float>) {
-      embedding_forward_cpu(ptr<T>(y), ptr<T>(table.value()), idx, n, F);
-    } else {
-      embedding_forward_ref<T>(ptr<T>(y), ptr<T>(table.value()), idx, n, F);
-    }
+    run<T>(embedding_forward_k, y, ptr<T>(y), ptr<T>(table.value()), index, n, F);
     return record("embedding", y, {table}, [table = GradRef(table), index, n, K, F](const Tensor& dy) {
       Tensor dt = empty_like(dy, table.shape());
-      if (dy.is_cuda()) {
-        Tensor p = Tensor::empty(Shape{K + 1}, DType::I64), uses = Tensor::empty(Shape{n}, DType::I64),
-               chunk_ptr = Tensor::empty(Shape{K + 1}, DType::I64);
-        const int64_t chunks = embedding_inverse(index.i32(), n, K, p.i64(), uses.i64(), chunk_ptr.i64());
-        const std::vector<Tensor> d = Tensor::to_packed({p, uses, chunk_ptr}, dy.device());  // one transfer
-        const Tensor ws = empty_like(dy, Shape{chunks * F});  // the chunks' sums
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          embedding_backward_cuda(ptr<T>(dt), ptr<T>(dy), d[0].i64(), d[1].i64(), d[2].i64(), chunks, K, F, ptr<T>(ws),
-                                  dy.stream());
-      } else if constexpr (std::is_same_v<T, float>) {
-        embedding_backward_cpu(ptr<T>(dt), ptr<T>(dy), index.i32(), n, K, F);
-      } else {
-        embedding_backward_ref<T>(ptr<T>(dt), ptr<T>(dy), index.i32(), n, K, F);
-      }
+      run<T>(embedding_backward_k, dy, ptr<T>(dt), ptr<T>(dy), index.i32(), n, K, F);
       accumulate(table, dt);
     });
   });

@@ -6,6 +6,12 @@
 #include "kernels/segment_softmax.h"
 
 namespace gnn::ag {
+namespace {
+
+constexpr Kernel gat_scores_forward_k = GNN_KERNEL(gat_scores_forward);
+constexpr Kernel gat_scores_backward_k = GNN_KERNEL(gat_scores_backward);
+
+}  // namespace
 
 Var gat_scores(const Graph& graph, const Var& a_src, const Var& a_dst, double slope) {
   const Device dev = a_src.device();
@@ -20,26 +26,12 @@ Var gat_scores(const Graph& graph, const Var& a_src, const Var& a_dst, double sl
     const CsrView g = csr_view(graph);
     Tensor s = empty_like(a_src.value(), Shape{graph.num_edges, H});
     const T *as = ptr<T>(a_src.value()), *ad = ptr<T>(a_dst.value());
-    if (s.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        gat_scores_forward_cuda(ptr<T>(s), as, ad, g, H, T(slope), s.stream());
-    } else if constexpr (std::is_same_v<T, float>) {
-      gat_scores_forward_cpu(ptr<T>(s), as, ad, g, H, T(slope));
-    } else {
-      gat_scores_forward_ref<T>(ptr<T>(s), as, ad, g, H, T(slope));
-    }
+    run<T>(gat_scores_forward_k, s, ptr<T>(s), as, ad, g, H, T(slope));
     return record("gat_scores", s, {a_src, a_dst}, [=](const Tensor& ds) {
       const CsrView g = csr_view(graph);
       Tensor da_src = empty_like(ds, a_src.shape()), da_dst = empty_like(ds, a_dst.shape());
       const T *as = ptr<T>(a_src.value()), *ad = ptr<T>(a_dst.value());
-      if (ds.is_cuda()) {
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          gat_scores_backward_cuda(ptr<T>(da_src), ptr<T>(da_dst), ptr<T>(ds), as, ad, g, H, T(slope), ds.stream());
-      } else if constexpr (std::is_same_v<T, float>) {
-        gat_scores_backward_cpu(ptr<T>(da_src), ptr<T>(da_dst), ptr<T>(ds), as, ad, g, H, T(slope));
-      } else {
-        gat_scores_backward_ref<T>(ptr<T>(da_src), ptr<T>(da_dst), ptr<T>(ds), as, ad, g, H, T(slope));
-      }
+      run<T>(gat_scores_backward_k, ds, ptr<T>(da_src), ptr<T>(da_dst), ptr<T>(ds), as, ad, g, H, T(slope));
       accumulate(a_src, da_src);
       accumulate(a_dst, da_dst);
     });

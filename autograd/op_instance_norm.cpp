@@ -5,6 +5,20 @@
 #include "kernels/instance_norm.h"
 
 namespace gnn::ag {
+namespace {
+
+constexpr Kernel instance_norm_forward_k = GNN_KERNEL(instance_norm_forward);
+// The CUDA backward sums dgamma and dbeta per graph in a workspace, then in graph order.
+constexpr Kernel instance_norm_backward_k{
+    "instance_norm_backward", [](auto... a) { instance_norm_backward_ref(a...); },
+    [](auto... a) { instance_norm_backward_cpu(a...); },
+    [](const Tensor& on, float* dx, float* dg, float* db, const float* dy, const float* x, const float* mean,
+       const float* rstd, const float* gamma, const int64_t* gp, int64_t G, int64_t F) {
+      const Tensor ws = empty_like(on, Shape{2, G, F});
+      instance_norm_backward_cuda(dx, dg, db, dy, x, mean, rstd, gamma, gp, G, F, ws.f32(), on.stream());
+    }};
+
+}  // namespace
 
 Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor& graph_ptr, double eps) {
   const Device dev = x.device();
@@ -19,17 +33,8 @@ Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor&
            rstd = empty_like(x.value(), Shape{G, F});
     const Tensor gptr = graph_ptr.on(x.device());  // checked on the host, read by the kernels
     const int64_t* gp = gptr.i64();
-    if (y.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        instance_norm_forward_cuda(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
-                                   ptr_or_null<T>(beta), gp, G, F, T(eps), y.stream());
-    } else if constexpr (std::is_same_v<T, float>) {
-      instance_norm_forward_cpu(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
-                                ptr_or_null<T>(beta), gp, G, F, T(eps));
-    } else {
-      instance_norm_forward_ref<T>(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
-                                   ptr_or_null<T>(beta), gp, G, F, T(eps));
-    }
+    run<T>(instance_norm_forward_k, y, ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()), ptr_or_null<T>(gamma),
+           ptr_or_null<T>(beta), gp, G, F, T(eps));
     return record("instance_norm", y, {x, gamma, beta}, [=](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       Tensor dg = gamma.defined() ? empty_like(dy, gamma.shape()) : Tensor();
@@ -37,18 +42,8 @@ Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor&
       T* dgp = dg.defined() ? ptr<T>(dg) : nullptr;
       T* dbp = db.defined() ? ptr<T>(db) : nullptr;
       const int64_t* gp = gptr.i64();
-      if (dy.is_cuda()) {
-        Tensor ws = empty_like(dy, Shape{2, G, F});  // per-graph dgamma, dbeta terms, summed in graph order
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          instance_norm_backward_cuda(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean), ptr<T>(rstd),
-                                      ptr_or_null<T>(gamma), gp, G, F, ptr<T>(ws), dy.stream());
-      } else if constexpr (std::is_same_v<T, float>) {
-        instance_norm_backward_cpu(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean), ptr<T>(rstd),
-                                   ptr_or_null<T>(gamma), gp, G, F);
-      } else {
-        instance_norm_backward_ref<T>(ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean), ptr<T>(rstd),
-                                      ptr_or_null<T>(gamma), gp, G, F);
-      }
+      run<T>(instance_norm_backward_k, dy, ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()), ptr<T>(mean),
+             ptr<T>(rstd), ptr_or_null<T>(gamma), gp, G, F);
       accumulate(x, dx);
       if (dg.defined()) accumulate(gamma, dg);
       if (db.defined()) accumulate(beta, db);

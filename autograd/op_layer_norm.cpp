@@ -5,6 +5,21 @@
 #include "kernels/layer_norm.h"
 
 namespace gnn::ag {
+namespace {
+
+constexpr Kernel layer_norm_forward_k = GNN_KERNEL(layer_norm_forward);
+// The CUDA backward sums dgamma and dbeta through a workspace of partials (when either is asked for).
+constexpr Kernel layer_norm_backward_k{
+    "layer_norm_backward", [](auto... a) { layer_norm_backward_ref(a...); },
+    [](auto... a) { layer_norm_backward_cpu(a...); },
+    [](const Tensor& on, float* dx, float* dg, float* db, const float* dy, const float* x, const float* mean,
+       const float* rstd, const float* gamma, int64_t R, int64_t F) {
+      const Tensor ws = dg || db ? empty_like(on, Shape{layer_norm_backward_workspace_cuda(R, F)}) : Tensor();
+      layer_norm_backward_cuda(dx, dg, db, dy, x, mean, rstd, gamma, R, F, ws.defined() ? ws.f32() : nullptr,
+                               on.stream());
+    }};
+
+}  // namespace
 
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   check_arg_on("layer_norm", "x", x, 2, x.dtype(), x.device());
@@ -15,14 +30,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
     Tensor y = empty_like(x.value(), x.shape()), mean = empty_like(x.value(), Shape{R}),
            rstd = empty_like(x.value(), Shape{R});
     const T *xp = ptr<T>(x.value()), *gp = ptr_or_null<T>(gamma), *bp = ptr_or_null<T>(beta);
-    if (y.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        layer_norm_forward_cuda(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), xp, gp, bp, R, F, T(eps), y.stream());
-    } else if constexpr (std::is_same_v<T, float>) {
-      layer_norm_forward_cpu(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), xp, gp, bp, R, F, T(eps));
-    } else {
-      layer_norm_forward_ref<T>(ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), xp, gp, bp, R, F, T(eps));
-    }
+    run<T>(layer_norm_forward_k, y, ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), xp, gp, bp, R, F, T(eps));
     return record("layer_norm", y, {x, gamma, beta}, [=](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       Tensor dg = gamma.defined() ? empty_like(dy, gamma.shape()) : Tensor();
@@ -30,19 +38,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
       T* dgp = dg.defined() ? ptr<T>(dg) : nullptr;
       T* dbp = db.defined() ? ptr<T>(db) : nullptr;
       const T *xp = ptr<T>(x.value()), *gp = ptr_or_null<T>(gamma);
-      if (dy.is_cuda()) {
-        if constexpr (std::is_same_v<T, float> && kWithCuda) {
-          // dy * xhat, summed over rows, and the column sums' partials
-          const Tensor ws =
-              dg.defined() || db.defined() ? empty_like(dy, Shape{layer_norm_backward_workspace_cuda(R, F)}) : Tensor();
-          layer_norm_backward_cuda(ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F,
-                                   ws.defined() ? ptr<T>(ws) : nullptr, dy.stream());
-        }
-      } else if constexpr (std::is_same_v<T, float>) {
-        layer_norm_backward_cpu(ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F);
-      } else {
-        layer_norm_backward_ref<T>(ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F);
-      }
+      run<T>(layer_norm_backward_k, dy, ptr<T>(dx), dgp, dbp, ptr<T>(dy), xp, ptr<T>(mean), ptr<T>(rstd), gp, R, F);
       accumulate(x, dx);
       if (dg.defined()) accumulate(gamma, dg);
       if (db.defined()) accumulate(beta, db);

@@ -7,6 +7,25 @@
 
 namespace gnn::ag {
 namespace {
+
+constexpr Kernel pool_forward_k = GNN_KERNEL(pool_forward);
+constexpr Kernel pool_logsumexp_forward_k = GNN_KERNEL(pool_logsumexp_forward);
+// The CUDA backwards also take the row count N, after graph_ptr; the host ones do not.
+constexpr Kernel pool_backward_k{
+    "pool_backward",
+    [](auto dx, auto dy, auto am, auto gp, int64_t, auto... a) { pool_backward_ref(dx, dy, am, gp, a...); },
+    [](auto dx, auto dy, auto am, auto gp, int64_t, auto... a) { pool_backward_cpu(dx, dy, am, gp, a...); },
+    [](const Tensor& on, auto... a) { pool_backward_cuda(a..., on.stream()); }};
+constexpr Kernel pool_logsumexp_backward_k{
+    "pool_logsumexp_backward",
+    [](auto dx, auto dy, auto x, auto y, auto gp, int64_t, auto... a) {
+      pool_logsumexp_backward_ref(dx, dy, x, y, gp, a...);
+    },
+    [](auto dx, auto dy, auto x, auto y, auto gp, int64_t, auto... a) {
+      pool_logsumexp_backward_cpu(dx, dy, x, y, gp, a...);
+    },
+    [](const Tensor& on, auto... a) { pool_logsumexp_backward_cuda(a..., on.stream()); }};
+
 void check_pool(const char* op, const Var& x, const Tensor& graph_ptr) {
   check_arg_on(op, "x", x, 2, x.dtype(), x.device());
   check_graph_ptr(op, graph_ptr, x.size(0));
@@ -22,25 +41,11 @@ Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
     Tensor argmax = op == Reduce::kMax ? Tensor::empty(Shape{G, F}, DType::I32, x.device()) : Tensor();
     const Tensor gptr = graph_ptr.on(x.device());  // checked on the host, read by the kernels
     int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
-    if (y.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        pool_forward_cuda(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op, y.stream());
-    } else if constexpr (std::is_same_v<T, float>) {
-      pool_forward_cpu(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op);
-    } else {
-      pool_forward_ref<T>(ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op);
-    }
+    run<T>(pool_forward_k, y, ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op);
     return record("pool", y, {x}, [x = GradRef(x), gptr, argmax, N, G, F, op](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       const int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
-      if (dy.is_cuda()) {
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          pool_backward_cuda(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), N, G, F, op, dy.stream());
-      } else if constexpr (std::is_same_v<T, float>) {
-        pool_backward_cpu(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), G, F, op);
-      } else {
-        pool_backward_ref<T>(ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), G, F, op);
-      }
+      run<T>(pool_backward_k, dy, ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), N, G, F, op);
       accumulate(x, dx);
     });
   });
@@ -53,25 +58,11 @@ Var pool_logsumexp(const Var& x, const Tensor& graph_ptr) {
     using T = decltype(t);
     const Tensor gptr = graph_ptr.on(x.device());
     Tensor y = empty_like(x.value(), Shape{G, F});
-    if (y.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        pool_logsumexp_forward_cuda(ptr<T>(y), ptr<T>(x.value()), gptr.i64(), G, F, y.stream());
-    } else if constexpr (std::is_same_v<T, float>) {
-      pool_logsumexp_forward_cpu(ptr<T>(y), ptr<T>(x.value()), gptr.i64(), G, F);
-    } else {
-      pool_logsumexp_forward_ref<T>(ptr<T>(y), ptr<T>(x.value()), gptr.i64(), G, F);
-    }
+    run<T>(pool_logsumexp_forward_k, y, ptr<T>(y), ptr<T>(x.value()), gptr.i64(), G, F);
     return record("pool_logsumexp", y, {x}, [x, y, gptr, N, G, F](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape());
       const T *xp = ptr<T>(x.value()), *yp = ptr<T>(y);
-      if (dy.is_cuda()) {
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          pool_logsumexp_backward_cuda(ptr<T>(dx), ptr<T>(dy), xp, yp, gptr.i64(), N, G, F, dy.stream());
-      } else if constexpr (std::is_same_v<T, float>) {
-        pool_logsumexp_backward_cpu(ptr<T>(dx), ptr<T>(dy), xp, yp, gptr.i64(), G, F);
-      } else {
-        pool_logsumexp_backward_ref<T>(ptr<T>(dx), ptr<T>(dy), xp, yp, gptr.i64(), G, F);
-      }
+      run<T>(pool_logsumexp_backward_k, dy, ptr<T>(dx), ptr<T>(dy), xp, yp, gptr.i64(), N, G, F);
       accumulate(x, dx);
     });
   });

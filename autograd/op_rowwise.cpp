@@ -5,6 +5,12 @@
 #include "kernels/rowwise.h"
 
 namespace gnn::ag {
+namespace {
+
+constexpr Kernel rowwise_forward_k = GNN_KERNEL(rowwise_forward);
+constexpr Kernel rowwise_backward_k = GNN_KERNEL(rowwise_backward);
+
+}  // namespace
 
 namespace {
 
@@ -14,24 +20,10 @@ Var rowwise(const char* name, const Var& x, RowOp op, double eps) {
   return dispatch_dev(name, x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape());
-    if (y.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        rowwise_forward_cuda(ptr<T>(y), ptr<T>(x.value()), R, F, op, T(eps), y.stream());
-    } else if constexpr (std::is_same_v<T, float>) {
-      rowwise_forward_cpu(ptr<T>(y), ptr<T>(x.value()), R, F, op, T(eps));
-    } else {
-      rowwise_forward_ref<T>(ptr<T>(y), ptr<T>(x.value()), R, F, op, T(eps));
-    }
+    run<T>(rowwise_forward_k, y, ptr<T>(y), ptr<T>(x.value()), R, F, op, T(eps));
     return record(name, y, {x}, [x, y, R, F, op, eps](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
-      if (dx.is_cuda()) {
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          rowwise_backward_cuda(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), ptr<T>(x.value()), R, F, op, T(eps), dx.stream());
-      } else if constexpr (std::is_same_v<T, float>) {
-        rowwise_backward_cpu(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), ptr<T>(x.value()), R, F, op, T(eps));
-      } else {
-        rowwise_backward_ref<T>(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), ptr<T>(x.value()), R, F, op, T(eps));
-      }
+      run<T>(rowwise_backward_k, dx, ptr<T>(dx), ptr<T>(y), ptr<T>(dy), ptr<T>(x.value()), R, F, op, T(eps));
       accumulate(x, dx);
     });
   });

@@ -7,6 +7,40 @@
 #include "kernels/sage.h"
 
 namespace gnn::ag {
+namespace {
+
+// Forward: (y, z, h, x, g, W, b, F, O, act, slope); z and h null when nothing will run the backward (the
+// reference always writes z and keeps no h). The CUDA version aggregates into scratch when h is null.
+constexpr Kernel sage_forward_k{
+    "sage_forward",
+    [](auto* y, auto* z, auto*, auto* x, const CsrView& g, auto... a) { sage_forward_ref(y, z, x, g, a...); },
+    [](auto... a) { sage_forward_cpu(a...); },
+    [](const Tensor& on, float* y, float* z, float* h, const float* x, const CsrView& g, const float* W, const float* b,
+       int64_t F, int64_t O, Act act, float slope) {
+      const Tensor scratch = h ? Tensor() : empty_like(on, Shape{g.num_rows, 2 * F});
+      sage_forward_cuda(y, z, h, h ? nullptr : scratch.f32(), x, g, W, b, F, O, act, slope,
+                        cuda_blas(on.device().index), on.stream());
+    }};
+// Backward: (dx, dW, db, dy, z, h, x, g, W, F, O, act, slope); the fast versions read h = [agg | x], the
+// reference x itself, and they take a workspace of their own.
+constexpr Kernel sage_backward_k{
+    "sage_backward",
+    [](auto* dx, auto* dW, auto* db, auto* dy, auto* z, auto*, auto* x, const CsrView& g, auto... a) {
+      sage_backward_ref(dx, dW, db, dy, z, x, g, a...);
+    },
+    [](float* dx, float* dW, float* db, const float* dy, const float* z, const float* h, const float*, const CsrView& g,
+       const float* W, int64_t F, int64_t O, Act act, float slope) {
+      const Tensor ws = Tensor::empty(Shape{sage_backward_workspace(g.num_rows, F, O)}, DType::F32);
+      sage_backward_cpu(dx, dW, db, dy, z, h, g, W, F, O, act, slope, ws.f32());
+    },
+    [](const Tensor& on, float* dx, float* dW, float* db, const float* dy, const float* z, const float* h, const float*,
+       const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope) {
+      const Tensor ws = empty_like(on, Shape{sage_backward_workspace_cuda(g.num_rows, F, O)});
+      sage_backward_cuda(dx, dW, db, dy, z, h, g, W, F, O, act, slope, ws.f32(), cuda_blas(on.device().index),
+                         on.stream());
+    }};
+
+}  // namespace
 
 Var sage_fused(const Graph& graph, const Var& x, const Var& W, const Var& b, Act act, double slope) {
   check_arg_on("sage_fused", "x", x, 2, x.dtype(), x.device());
@@ -28,40 +62,15 @@ Var sage_fused(const Graph& graph, const Var& x, const Var& W, const Var& b, Act
     // z (pre-activation) is kept for the backward; the double reference always writes it
     Tensor z = training || !std::is_same_v<T, float> ? empty_like(x.value(), Shape{N, O}) : Tensor();
     Tensor h = training ? empty_like(x.value(), Shape{N, 2 * F}) : Tensor();
-    if (x.value().is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda) {
-        const Tensor scratch = training ? Tensor() : empty_like(x.value(), Shape{N, 2 * F});
-        sage_forward_cuda(ptr<T>(y), training ? ptr<T>(z) : nullptr, training ? ptr<T>(h) : nullptr,
-                          training ? nullptr : ptr<T>(scratch), ptr<T>(x.value()), g, ptr<T>(W.value()),
-                          ptr_or_null<T>(b), F, O, act, T(slope), cuda_blas(x.value().device().index),
-                          x.value().stream());
-      }
-    } else if constexpr (std::is_same_v<T, float>) {
-      sage_forward_cpu(ptr<T>(y), training ? ptr<T>(z) : nullptr, training ? ptr<T>(h) : nullptr, ptr<T>(x.value()), g,
-                       ptr<T>(W.value()), ptr_or_null<T>(b), F, O, act, T(slope));
-    } else {
-      sage_forward_ref<T>(ptr<T>(y), ptr<T>(z), ptr<T>(x.value()), g, ptr<T>(W.value()), ptr_or_null<T>(b), F, O, act,
-                          T(slope));
-    }
+    run<T>(sage_forward_k, y, ptr<T>(y), z.defined() ? ptr<T>(z) : nullptr, h.defined() ? ptr<T>(h) : nullptr,
+           ptr<T>(x.value()), g, ptr<T>(W.value()), ptr_or_null<T>(b), F, O, act, T(slope));
     return record("sage_fused", y, {x, W, b}, [=](const Tensor& dy) {
       const CsrView g = csr_view(graph);
       Tensor dx = empty_like(dy, x.shape()), dW = empty_like(dy, W.shape());
       Tensor db = b.defined() ? empty_like(dy, b.shape()) : Tensor();
       T* dbp = db.defined() ? ptr<T>(db) : nullptr;
-      if (dy.is_cuda()) {
-        if constexpr (std::is_same_v<T, float> && kWithCuda) {
-          const Tensor ws = empty_like(dy, Shape{sage_backward_workspace_cuda(N, F, O)});
-          sage_backward_cuda(ptr<T>(dx), ptr<T>(dW), dbp, ptr<T>(dy), ptr<T>(z), ptr<T>(h), g, ptr<T>(W.value()), F, O,
-                             act, T(slope), ptr<T>(ws), cuda_blas(dy.device().index), dy.stream());
-        }
-      } else if constexpr (std::is_same_v<T, float>) {
-        const Tensor ws = Tensor::empty(Shape{sage_backward_workspace(N, F, O)}, DType::F32);
-        sage_backward_cpu(ptr<T>(dx), ptr<T>(dW), dbp, ptr<T>(dy), ptr<T>(z), ptr<T>(h), g, ptr<T>(W.value()), F, O,
-                          act, T(slope), ptr<T>(ws));
-      } else {
-        sage_backward_ref<T>(ptr<T>(dx), ptr<T>(dW), dbp, ptr<T>(dy), ptr<T>(z), ptr<T>(x.value()), g,
-                             ptr<T>(W.value()), F, O, act, T(slope));
-      }
+      run<T>(sage_backward_k, dy, ptr<T>(dx), ptr<T>(dW), dbp, ptr<T>(dy), ptr<T>(z), h.defined() ? ptr<T>(h) : nullptr,
+             ptr<T>(x.value()), g, ptr<T>(W.value()), F, O, act, T(slope));
       accumulate(x, dx);
       accumulate(W, dW);
       if (db.defined()) accumulate(b, db);

@@ -6,6 +6,12 @@
 #include "kernels/segment_softmax.h"
 
 namespace gnn::ag {
+namespace {
+
+constexpr Kernel segment_softmax_forward_k = GNN_KERNEL(segment_softmax_forward);
+constexpr Kernel segment_softmax_backward_k = GNN_KERNEL(segment_softmax_backward);
+
+}  // namespace
 
 Var segment_softmax(const Graph& graph, const Var& scores) {
   check_arg_on("segment_softmax", "scores", scores, 2, scores.dtype(), scores.device());
@@ -17,25 +23,11 @@ Var segment_softmax(const Graph& graph, const Var& scores) {
     using T = decltype(t);
     Tensor y = empty_like(scores.value(), scores.shape());
     const int32_t* indptr = graph.csr_indptr.i32();
-    if (y.is_cuda()) {
-      if constexpr (std::is_same_v<T, float> && kWithCuda)
-        segment_softmax_forward_cuda(ptr<T>(y), ptr<T>(scores.value()), indptr, S, H, y.stream());
-    } else if constexpr (std::is_same_v<T, float>) {
-      segment_softmax_forward_cpu(ptr<T>(y), ptr<T>(scores.value()), indptr, S, H);
-    } else {
-      segment_softmax_forward_ref<T>(ptr<T>(y), ptr<T>(scores.value()), indptr, S, H);
-    }
+    run<T>(segment_softmax_forward_k, y, ptr<T>(y), ptr<T>(scores.value()), indptr, S, H);
     return record("segment_softmax", y, {scores}, [scores, y, graph, S, H](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
       const int32_t* indptr = graph.csr_indptr.i32();
-      if (dy.is_cuda()) {
-        if constexpr (std::is_same_v<T, float> && kWithCuda)
-          segment_softmax_backward_cuda(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), indptr, S, H, dy.stream());
-      } else if constexpr (std::is_same_v<T, float>) {
-        segment_softmax_backward_cpu(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), indptr, S, H);
-      } else {
-        segment_softmax_backward_ref<T>(ptr<T>(dx), ptr<T>(y), ptr<T>(dy), indptr, S, H);
-      }
+      run<T>(segment_softmax_backward_k, dy, ptr<T>(dx), ptr<T>(y), ptr<T>(dy), indptr, S, H);
       accumulate(scores, dx);
     });
   });

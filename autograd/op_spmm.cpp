@@ -12,45 +12,40 @@ namespace gnn::ag {
 
 namespace {
 
-// Each runs where `on` lives (CUDA: T is float, dispatch_dev).
+// Each runs where `on` lives (CUDA: T is float, dispatch_dev); ld is both row strides.
+constexpr Kernel spmm_forward_k = GNN_KERNEL(spmm_forward);
+constexpr Kernel spmm_backward_w_k = GNN_KERNEL(spmm_backward_w);
+// The CUDA backward for x can also accumulate into dx (false: it writes it, as the host versions do).
+constexpr Kernel spmm_backward_x_k{"spmm_backward_x", [](auto... a) { spmm_backward_x_ref(a...); },
+                                   [](auto... a) { spmm_backward_x_cpu(a...); },
+                                   [](const Tensor& on, auto... a) { spmm_backward_x_cuda(a..., false, on.stream()); }};
 template <class T>
 void fwd(const Tensor& on, T* y, int32_t* am, const T* x, const T* w, const CsrView& g, int64_t F, int64_t ld,
          Reduce op) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return spmm_forward_cuda(y, am, x, w, g, F, ld, ld, op, on.stream());
-  if constexpr (std::is_same_v<T, float>) spmm_forward_cpu(y, am, x, w, g, F, ld, ld, op);
-  else spmm_forward_ref<T>(y, am, x, w, g, F, ld, ld, op);
+  run<T>(spmm_forward_k, on, y, am, x, w, g, F, ld, ld, op);
 }
 template <class T>
 void bwd_x(const Tensor& on, T* dx, const T* dy, const int32_t* am, const T* w, const CsrView& g, int64_t F, int64_t ld,
            Reduce op) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return spmm_backward_x_cuda(dx, dy, am, w, g, F, ld, ld, op, false, on.stream());
-  if constexpr (std::is_same_v<T, float>) spmm_backward_x_cpu(dx, dy, am, w, g, F, ld, ld, op);
-  else spmm_backward_x_ref<T>(dx, dy, am, w, g, F, ld, ld, op);
+  run<T>(spmm_backward_x_k, on, dx, dy, am, w, g, F, ld, ld, op);
 }
 template <class T>
 void bwd_w(const Tensor& on, T* dw, const T* dy, const T* x, const int32_t* am, const CsrView& g, int64_t F, int64_t ld,
            Reduce op) {
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (on.is_cuda()) return spmm_backward_w_cuda(dw, dy, x, am, g, F, ld, ld, op, on.stream());
-  if constexpr (std::is_same_v<T, float>) spmm_backward_w_cpu(dw, dy, x, am, g, F, ld, ld, op);
-  else spmm_backward_w_ref<T>(dw, dy, x, am, g, F, ld, ld, op);
+  run<T>(spmm_backward_w_k, on, dw, dy, x, am, g, F, ld, ld, op);
 }
 
+constexpr auto transpose_host = [](auto* d, auto* s, int64_t R, int64_t C) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) d[c * R + r] = s[r * C + c];
+};
+constexpr Kernel transpose_k{"transpose", transpose_host, transpose_host,
+                             [](const Tensor& on, auto... a) { transpose_cuda(a..., on.stream()); }};
 template <class T>
 Tensor transpose(const Tensor& a) {  // [R, C] -> [C, R]
   const int64_t R = a.size(0), C = a.size(1);
   Tensor t = empty_like(a, Shape{C, R});
-  if constexpr (std::is_same_v<T, float> && kWithCuda)
-    if (a.is_cuda()) {
-      transpose_cuda(ptr<T>(t), ptr<T>(a), R, C, a.stream());
-      return t;
-    }
-  const T* s = ptr<T>(a);
-  T* d = ptr<T>(t);
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) d[c * R + r] = s[r * C + c];
+  run<T>(transpose_k, a, ptr<T>(t), ptr<T>(a), R, C);
   return t;
 }
 
