@@ -62,63 +62,96 @@ Rng graph_rng(uint64_t seed, int64_t epoch, int64_t batch, int64_t j) {
   return Rng(stream_seed(seed, epoch, batch) ^ (uint64_t(j + 1) * 0xD6E8FEB86659FD93ull));
 }
 
+// The loss of a step is a table of terms, each a mean over the batch of its own count: the ranking term
+// over groups (listmle) or ordered pairs (hinge, logistic), or a regression over predictions; and the
+// MSE term (--mse-weight) over predictions. A micro-batch of --accumulate, or a rank of a data-parallel
+// job, weights each term by its share of the global count (Run::step), so the parts add up to the
+// loss of the whole batch.
 // The ranking losses see only the order of the targets; the MSE term (and the mse loss) fits the
 // prediction to log(target), which keeps it on the scale the ranking losses use whatever the spread of
-// the runtimes (synthetic and real tile targets span 1 to 10^4 times the default config's).
+// the runtimes (synthetic and real tile targets span 1 to 10^4 times the default config's). The
+// regressions read the prediction plus log_offset (Preprocessing::log_offset) as the log runtime.
 // The losses run on the host in double (nn/loss.cpp). A GPU prediction comes back once, here, and the
 // loss stays on the host: the step reads its value and seeds the backward without waiting for the
 // device again, and the gradient goes back to the device in one queued upload.
-// The loss is a weighted sum of terms, each a mean over the batch of its own count: the ranking term
-// over groups (listmle) or ordered pairs (hinge, logistic), the MSE term over predictions. A rank of a
-// data-parallel job weights each of its means by its share of the global count (DataParallel).
-std::vector<double> loss_counts(TrainHParams::Loss kind, const Batch& b) {
-  using Loss = TrainHParams::Loss;
-  if (b.graphs == 0) return {0.0, 0.0};
-  const double predictions = double(b.graphs * b.configs);
-  double first = predictions;
-  if (kind == Loss::kListMle) {
-    first = double(b.graphs);
-  } else if (kind == Loss::kHinge || kind == Loss::kLogistic) {
-    first = 0;
-    const double* t = b.target.f64();
-    for (int64_t g = 0; g < b.graphs; ++g)
-      for (int64_t i = g * b.configs; i < (g + 1) * b.configs; ++i)
-        for (int64_t j = g * b.configs; j < (g + 1) * b.configs; ++j) first += t[i] > t[j] ? 1 : 0;
-  }
-  return {first, predictions};
+struct LossInputs {
+  const ag::Var& pred;  // on the host
+  const ag::Var& log_pred;  // pred + log_offset
+  const Tensor& log_target;
+  const Batch& b;
+};
+struct LossTerm {
+  const char* name;
+  double weight;
+  double (*count)(const Batch& b);  // what the term is a mean over
+  std::function<ag::Var(const LossInputs&)> value;
+};
+double predictions(const Batch& b) { return double(b.graphs * b.configs); }
+double ordered_pairs(const Batch& b) {  // pairs (i, j) of a graph's configs with t_i > t_j
+  double n = 0;
+  const double* t = b.target.f64();
+  for (int64_t g = 0; g < b.graphs; ++g)
+    for (int64_t i = g * b.configs; i < (g + 1) * b.configs; ++i)
+      for (int64_t j = g * b.configs; j < (g + 1) * b.configs; ++j) n += t[i] > t[j] ? 1 : 0;
+  return n;
 }
 
-// `share[t]`: this rank's weight of term t (its count over the global count); empty: one process.
-// The regressions read the prediction plus log_offset (Preprocessing::log_offset) as the log runtime.
-ag::Var batch_loss(const TrainHParams& h, const ag::Var& device_pred, const Batch& b, double log_offset,
-                   const std::vector<double>& share = {}) {
+std::vector<LossTerm> loss_terms(const TrainHParams& h) {
   using Loss = TrainHParams::Loss;
+  LossTerm main;
+  switch (h.loss) {
+    case Loss::kListMle:
+      main = {"listmle", 1, [](const Batch& b) { return double(b.graphs); },
+              [T = h.temperature](const LossInputs& in) {
+                return nn::list_mle_loss(in.pred, in.b.target, in.b.group_ptr, T);
+              }};
+      break;
+    case Loss::kHinge:
+      main = {"hinge", 1, ordered_pairs, [m = h.margin](const LossInputs& in) {
+                return nn::pairwise_hinge_loss(in.pred, in.b.target, in.b.group_ptr, m);
+              }};
+      break;
+    case Loss::kLogistic:
+      main = {"logistic", 1, ordered_pairs,
+              [](const LossInputs& in) { return nn::pairwise_logistic_loss(in.pred, in.b.target, in.b.group_ptr); }};
+      break;
+    case Loss::kMse:
+      main = {"mse", 1, predictions, [](const LossInputs& in) { return nn::mse_loss(in.log_pred, in.log_target); }};
+      break;
+    case Loss::kMape:
+      main = {"mape", 1, predictions, [](const LossInputs& in) { return nn::log_mape_loss(in.log_pred, in.b.target); }};
+      break;
+  }
+  // (with mape: both regressions, as DNNPerf trains; the mse loss has no second MSE term)
+  const double w = h.loss == Loss::kMse ? 0 : h.mse_weight;
+  return {main,
+          {"mse-term", w, predictions, [](const LossInputs& in) { return nn::mse_loss(in.log_pred, in.log_target); }}};
+}
+
+// Each term's count in b (0 for an empty batch).
+std::vector<double> loss_counts(const std::vector<LossTerm>& terms, const Batch& b) {
+  std::vector<double> c;
+  for (const LossTerm& t : terms) c.push_back(b.graphs == 0 ? 0.0 : t.count(b));
+  return c;
+}
+
+// The weighted sum of the terms on b; `share[t]`: this part's weight of term t (its count over the global
+// count), empty for a whole batch in one process.
+ag::Var batch_loss(const std::vector<LossTerm>& terms, const ag::Var& device_pred, const Batch& b, double log_offset,
+                   const std::vector<double>& share = {}) {
   const ag::Var pred = ag::to_device(device_pred, Device::cpu());
   const ag::Var log_pred = ag::add_bias(pred, ag::Var(Tensor::full(Shape{1}, log_offset, pred.dtype())));
   Tensor log_target = Tensor::empty(b.target.shape(), DType::F64);
   for (int64_t i = 0; i < b.target.numel(); ++i) log_target.f64()[i] = std::log(b.target.f64()[i]);
+  const LossInputs in{pred, log_pred, log_target, b};
   ag::Var loss;
-  switch (h.loss) {
-    case Loss::kListMle:
-      loss = nn::list_mle_loss(pred, b.target, b.group_ptr, h.temperature);
-      break;
-    case Loss::kHinge:
-      loss = nn::pairwise_hinge_loss(pred, b.target, b.group_ptr, h.margin);
-      break;
-    case Loss::kLogistic:
-      loss = nn::pairwise_logistic_loss(pred, b.target, b.group_ptr);
-      break;
-    case Loss::kMse:
-      loss = nn::mse_loss(log_pred, log_target);
-      break;
-    case Loss::kMape:
-      loss = nn::log_mape_loss(log_pred, b.target);
-      break;
+  for (size_t t = 0; t < terms.size(); ++t) {
+    if (terms[t].weight <= 0) continue;
+    ag::Var v = terms[t].value(in);
+    const double k = terms[t].weight * (share.empty() ? 1.0 : share[t]);
+    if (k != 1.0) v = ag::scale(v, k);
+    loss = loss.defined() ? ag::add(loss, v) : v;
   }
-  if (!share.empty()) loss = ag::scale(loss, share[0]);
-  const double w = h.mse_weight;
-  if (w > 0 && h.loss != Loss::kMse)  // (with mape: both regressions, as DNNPerf trains)
-    loss = ag::add(loss, ag::scale(nn::mse_loss(log_pred, log_target), share.empty() ? w : w * share[1]));
   return loss;
 }
 
@@ -161,6 +194,15 @@ class Run {
     return {bi * tp_.batch_graphs, std::min(n_, (bi + 1) * tp_.batch_graphs)};
   }
   void step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi);
+  struct MicroStep {
+    ag::Var pred;  // its prediction
+    const Batch* batch = nullptr;  // the batch it ran on (the host's, or its device copy)
+    double loss = 0;
+    bool finite = true;
+  };
+  std::vector<std::vector<double>> loss_shares(const std::vector<Batch>& micro);  // (a collective in a job)
+  MicroStep micro_step(const Batch& host, const std::vector<double>& share, class Laps& lap);
+  void apply(double loss, const MicroStep& last, int64_t configs, int64_t epoch, int64_t bi);
   void check_cuda_graphs(const std::string& recipe) const;
   void end_epoch(int64_t epoch, double seconds, int64_t configs, bool partial);
   void save(const std::string& path, bool with_optimizer);
@@ -181,6 +223,7 @@ class Run {
   std::optional<RunLock> lock_;  // the lead process's, while it may write the run directory
   RunPlan plan_;
   TrainHParams tp_;  // plan_.hp's training hyper-parameters, typed
+  std::vector<LossTerm> losses_;  // loss_terms(tp_)
   std::optional<ScopedMemoryLimit> memory_limit_;
   Preprocessing prep_;
   bool layout_ = false;
@@ -232,6 +275,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   const Recipe* recipe = plan_.recipe;
   const HParams& hp = plan_.hp;
   tp_ = TrainHParams::read(hp, recipe->kind == "layout");
+  losses_ = loss_terms(tp_);
   if (recipe->train_part && world_.size > 1)
     bad_option(detail::str_cat("--model ", recipe->name,
                                ": its table of segment scores lives in one process; run it "
@@ -453,72 +497,102 @@ void Run::check_cuda_graphs(const std::string& recipe) const {
   if (tp_.sample_nodes > 0) refuse("not with --sample-nodes (the graph changes every step)");
 }
 
+// --profile's phases of a step: each lap records the time since the previous one under its name.
+class Laps {
+ public:
+  explicit Laps(StepProfile* p) : profile_(p), t_(Clock::now()) {}
+  void operator()(const char* phase) {
+    if (!profile_) return;
+    profile_->phase(phase, since(t_));
+    t_ = Clock::now();
+  }
+
+ private:
+  StepProfile* profile_;
+  Clock::time_point t_;
+};
+
 // Forward, loss, backward and the optimiser; a non-finite loss or gradient stops the run, or with
 // --skip-nonfinite skips the batch (counted). The step's loss is the loss of its global batch: with
 // several micro-batches (--accumulate) or ranks, each part's loss terms are weighted by its share of the
 // counts they average over (loss_counts), the parts' gradients add up in the parameters (and, in a
 // data-parallel job, are summed over the ranks by DataParallel before the clipping), so the step is the
 // one-batch step up to rounding. One batch in one process runs unweighted, as it always has.
+//   counts -> each micro-batch (micro_step) -> reduce over the ranks -> clip -> apply (or skip)
 void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
-  auto t = Clock::now();
-  const auto lap = [&](const char* phase) {  // --profile: the time since the last lap
-    if (!profile_) return;
-    profile_->phase(phase, since(t));
-    t = Clock::now();
-  };
+  Laps lap(profile_.get());
   model_->train();
   opt_->zero_grad();
-  const bool weighted = dp_ || micro.size() > 1;
-  std::vector<std::vector<double>> counts;
-  std::vector<double> global(2, 0.0);
+  const std::vector<std::vector<double>> shares = loss_shares(micro);
+  MicroStep last;
+  double loss = 0;
+  int64_t configs = 0;
+  for (size_t m = 0; m < micro.size(); ++m) {
+    configs += micro[m].graphs * micro[m].configs;
+    last = micro_step(micro[m], shares[m], lap);
+    loss += last.loss;
+    if (!last.finite) break;
+  }
+  apply(loss, last, configs, epoch, bi);
+  lap("update");
+}
+
+// Each micro-batch's weight of each loss term: its count over the step's global count (the ranks' sum);
+// empty for one batch in one process.
+std::vector<std::vector<double>> Run::loss_shares(const std::vector<Batch>& micro) {
+  std::vector<std::vector<double>> counts, shares(micro.size());
+  std::vector<double> global(losses_.size(), 0.0);
   for (const Batch& b : micro) {
-    counts.push_back(loss_counts(tp_.loss, b));
+    counts.push_back(loss_counts(losses_, b));
     for (size_t t = 0; t < global.size(); ++t) global[t] += counts.back()[t];
   }
   if (dp_) global = dp_->sum_counts(global, st_.step + 1);
-  ag::Var pred;  // the last micro-batch's prediction (the one whose loss was not finite, if one was)
-  const Batch* last = nullptr;
-  double lv = 0;
-  bool finite = true;
-  int64_t configs = 0;
-  for (size_t m = 0; m < micro.size() && finite; ++m) {
-    configs += micro[m].graphs * micro[m].configs;
-    std::vector<double> share;
-    for (size_t t = 0; weighted && t < global.size(); ++t)
-      share.push_back(global[t] > 0 ? counts[m][t] / global[t] : 0.0);
-    const Batch* eager = &micro[m];  // with --cuda-graphs micro holds the host batch
-    if (graphs_) {
-      StepGraphs::Step from_graphs;
-      const auto loss = [&](const ag::Var& p) { return batch_loss(tp_, p, micro[m], prep_.log_offset, share); };
-      eager = graphs_->run(*model_, params_, micro[m], loss, from_graphs);
-      if (!eager) {
-        pred = from_graphs.pred, last = &micro[m];
-        finite = std::isfinite(from_graphs.loss);
-        lv += from_graphs.loss;
-        continue;
-      }
-    }
-    const Batch& b = *eager;
-    lap("prepare");  // zeroing the gradients, the loss counts (and before a later micro-batch: nothing)
-    ag::profile_mark();
-    pred = model_->forward(b), last = &b;
-    lap("forward");
-    const ag::Var loss = batch_loss(tp_, pred, b, prep_.log_offset, share);
-    const double part = loss.value().item();
-    lap("loss");
-    finite = std::isfinite(part);
-    lv += part;
-    if (finite) ag::backward(loss);
-    else ag::clear_tape();
-    lap("backward");
-  }
+  if (!dp_ && micro.size() <= 1) return shares;
+  for (size_t m = 0; m < micro.size(); ++m)
+    for (size_t t = 0; t < global.size(); ++t) shares[m].push_back(global[t] > 0 ? counts[m][t] / global[t] : 0.0);
+  return shares;
+}
 
+// One micro-batch's forward, loss and backward: replayed from CUDA graphs where StepGraphs holds its
+// structure (--cuda-graphs), eagerly otherwise, including where StepGraphs hands the batch back (a
+// structure not captured yet, or a capture that failed). A non-finite loss leaves no gradient.
+Run::MicroStep Run::micro_step(const Batch& host, const std::vector<double>& share, Laps& lap) {
+  MicroStep r;
+  const auto loss_of = [&](const ag::Var& p) { return batch_loss(losses_, p, host, prep_.log_offset, share); };
+  const Batch* eager = &host;  // with --cuda-graphs the batch is the host's
+  if (graphs_) {
+    StepGraphs::Step from_graphs;
+    eager = graphs_->run(*model_, params_, host, loss_of, from_graphs);
+    if (!eager) {
+      r.pred = from_graphs.pred, r.batch = &host, r.loss = from_graphs.loss, r.finite = std::isfinite(r.loss);
+      return r;
+    }
+  }
+  lap("prepare");  // zeroing the gradients, the loss counts (and before a later micro-batch: nothing)
+  ag::profile_mark();
+  r.pred = model_->forward(*eager), r.batch = eager;
+  lap("forward");
+  const ag::Var loss = batch_loss(losses_, r.pred, *eager, prep_.log_offset, share);
+  r.loss = loss.value().item();
+  lap("loss");
+  r.finite = std::isfinite(r.loss);
+  if (r.finite) ag::backward(loss);
+  else ag::clear_tape();
+  lap("backward");
+  return r;
+}
+
+// The end of a step: the loss, finiteness and configs summed over the ranks, the gradient clipped, and
+// the optimiser's update; or, for a non-finite loss or gradient, the stop naming its graph (or the skip).
+// `last`: the last micro-batch run (the one whose loss was not finite, if one was).
+void Run::apply(double loss, const MicroStep& last, int64_t configs, int64_t epoch, int64_t bi) {
+  bool finite = last.finite;
   const bool local_finite = finite;
   std::vector<int> culprit_ranks;
   st_configs_step_ = configs;
   if (dp_) {
-    const DataParallel::StepSums sums = dp_->reduce(lv, finite, configs, st_.step + 1);
-    lv = sums.loss, finite = sums.finite, st_configs_step_ = sums.configs, culprit_ranks = sums.culprits;
+    const DataParallel::StepSums sums = dp_->reduce(loss, finite, configs, st_.step + 1);
+    loss = sums.loss, finite = sums.finite, st_configs_step_ = sums.configs, culprit_ranks = sums.culprits;
   }
   std::string what = "loss";
   if (finite) {
@@ -528,8 +602,8 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
   }
   if (!finite) {
     std::string where;
-    if (last && (!dp_ || !local_finite || what == "gradient")) {
-      where = "graph " + culprit(pred, *last);
+    if (last.batch && (!dp_ || !local_finite || what == "gradient")) {
+      where = "graph " + culprit(last.pred, *last.batch);
     } else if (!culprit_ranks.empty()) {  // another rank's loss: that rank's own message names its graph
       where = "the graphs of rank";
       for (int r : culprit_ranks) where += " " + std::to_string(r);
@@ -543,11 +617,10 @@ void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
   } else {
     opt_->set_lr(sched_.at(st_.step));
     opt_->step();
-    st_.loss_sum += lv, st_.loss_n += 1;
+    st_.loss_sum += loss, st_.loss_n += 1;
     // (on a GPU save_checkpoint checks the weights before each write instead: a check per step would wait)
     if (!o_.device.is_cuda()) check_finite(st_.step + 1);
   }
-  lap("update");
 }
 
 TrainResult Run::train() {
@@ -819,7 +892,7 @@ ModelPass model_pass(const LoadedModel& m, const ModelGraph& g, const std::vecto
   training ? model.train() : model.eval();
   model.zero_grad();
   const ag::Var pred = model.forward(out.batch.to(dev));
-  const ag::Var loss = batch_loss(m.train, pred, out.batch, m.prep.log_offset);
+  const ag::Var loss = batch_loss(loss_terms(m.train), pred, out.batch, m.prep.log_offset);
   ag::backward(loss);
   out.score = pred.value().on(Device::cpu());
   out.loss = loss.value().item();
