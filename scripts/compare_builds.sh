@@ -5,6 +5,8 @@
 #
 #   scripts/compare_builds.sh OLD_GNN NEW_GNN [EPOCHS=3] [RECIPE ...]   (default: every recipe)
 #
+# A RECIPE may carry flags, given to both runs after the common ones: "layout-resmodel --share off".
+#
 # Both binaries train on one small generated dataset (layout and tile, 2 threads), the same seed and
 # flags. Prints one line per recipe (same bits / the arrays that differ and by how much, relative) and
 # exits 1 when any differs. Needs Python with NumPy (${PYTHON:-python3}).
@@ -32,17 +34,20 @@ recipes=("$@")
 
 differ=0
 for r in "${recipes[@]}"; do
+  read -r name flags <<<"$r"
+  run=$(echo "$r" | tr -c 'a-zA-Z0-9.-' '_')
   for side in old new; do
     bin=$old
     [ $side = new ] && bin=$new
-    if ! "$bin" train --model "$r" --data "$work/data" --out "$work/$r.$side" --epochs "$epochs" --seed 7 \
-      --threads 2 --progress lines >"$work/$r.$side.log" 2>&1; then
-      echo "$r: the $side binary failed:" && tail -3 "$work/$r.$side.log"
+    # shellcheck disable=SC2086  # (the recipe's flags, split on purpose)
+    if ! "$bin" train --model "$name" --data "$work/data" --out "$work/$run.$side" --epochs "$epochs" --seed 7 \
+      --threads 2 --progress lines $flags >"$work/$run.$side.log" 2>&1; then
+      echo "$r: the $side binary failed:" && tail -3 "$work/$run.$side.log"
       differ=1
       continue 2
     fi
   done
-  if ! "$py" - "$work/$r.old/model.npz" "$work/$r.new/model.npz" "$r" <<'EOF'; then differ=1; fi
+  if ! "$py" - "$work/$run.old/model.npz" "$work/$run.new/model.npz" "$r" <<'EOF'; then differ=1; fi
 import sys
 import numpy as np
 a, b, name = np.load(sys.argv[1]), np.load(sys.argv[2]), sys.argv[3]

@@ -1,6 +1,7 @@
 // Building blocks the recipes share, on config-batched activations [N, C*D] (data.h).
 #pragma once
 #include "apps/train/recipe.h"
+#include "apps/train/segment_pass.h"
 #include "nn/layers.h"
 
 namespace gnn::train {
@@ -203,5 +204,82 @@ nn::SharedRows layout_input_shared(const ag::Var& node_rows, const Batch& b);
 // The configurable nodes' rows of config-shared x, [K, C*F] in config_nodes order: a plan's D starts
 // with them, so they are x.dep's first K rows at every level.
 ag::Var configurable_rows(const Batch& b, const nn::SharedRows& x);
+
+// ---- one model, two paths ------------------------------------------------------------------------
+// A layout model is written once, as a template over a path: PlainPath runs it on config-batched rows
+// [N, C*D], SharedPath on config-shared rows (nn/config_share.h: each row no config reaches computed
+// once). The two are the same function (check_config_sharing in the tests holds them to it); a model
+// picks the shared one when --share is on and the batch has configurable nodes. With a SegmentPass
+// (segment_pass.h), cut and the sums are the pass's.
+//   template <class Path> ag::Var run(const Path& p) {
+//     auto x = p.cut(p.input(node_input(emb_, p.b), prenet));
+//     for (const auto& l : layers_) x = p.cut(p.layer(*l, x));
+//     return head_.forward(p.pool(x, Reduce::kMean));
+//   }
+struct PlainPath {
+  using Rows = ag::Var;
+  const Batch& b;
+  SegmentPass* seg = nullptr;
+  int64_t configs() const { return b.configs; }
+  // [node rows | config] for every (node, config) through a row-wise f (layout_input).
+  template <class F>
+  Rows input(const ag::Var& node_rows, F&& f) const {
+    return layout_input(node_rows, b, f);
+  }
+  template <class F>
+  Rows map(const Rows& x, F&& f) const {  // f on each (row, config)'s [D] row
+    return node_major(f(per_config(x, b.configs)), b.configs);
+  }
+  template <class F>
+  Rows each(const Rows& x, F&& f) const {  // f elementwise
+    return f(x);
+  }
+  template <class Layer>
+  Rows layer(const Layer& l, const Rows& x) const {
+    return l.forward(b, x, b.configs);
+  }
+  Rows residual(const Rows& y, const Rows& x) const { return ag::add(y, x); }  // y + x
+  Rows cut(const Rows& x) const { return seg ? seg->cut(x) : segment(b, x); }
+  ag::Var pool(const Rows& x, Reduce op) const { return per_config(ag::pool(x, b.graph_ptr, op), b.configs); }
+  ag::Var sum(const Rows& x) const { return seg ? seg->sum(b, x) : pool(x, Reduce::kSum); }  // [G*C, D]
+  ag::Var configurable(const Rows& x) const { return ag::gather_rows(x, b.config_nodes); }  // [K, C*D]
+  ag::Var configurable_sum(const Rows& x) const {  // [G*C, D] over each graph's configurable nodes
+    return seg ? seg->configurable_sum(b, x)
+               : per_config(ag::pool(configurable(x), b.config_ptr, Reduce::kSum), b.configs);
+  }
+};
+
+struct SharedPath {
+  using Rows = nn::SharedRows;
+  const Batch& b;
+  const nn::SharePlan& plan;
+  SegmentPass* seg = nullptr;
+  int64_t configs() const { return b.configs; }
+  template <class F>
+  Rows input(const ag::Var& node_rows, F&& f) const {
+    return nn::map_rows(layout_input_shared(node_rows, b), f);
+  }
+  template <class F>
+  Rows map(const Rows& x, F&& f) const {
+    return nn::map_rows(x, f);
+  }
+  template <class F>
+  Rows each(const Rows& x, F&& f) const {
+    return nn::map_rows(x, f);
+  }
+  template <class Layer>
+  Rows layer(const Layer& l, const Rows& x) const {
+    return l.forward(b, plan, x);
+  }
+  Rows residual(const Rows& y, const Rows& x) const { return nn::add(y, nn::advance(plan, x)); }
+  Rows cut(const Rows& x) const { return seg ? seg->cut(plan, x) : segment(b, plan, x); }
+  ag::Var pool(const Rows& x, Reduce op) const { return nn::pool(plan, x, op); }
+  ag::Var sum(const Rows& x) const { return seg ? seg->sum(b, plan, x) : pool(x, Reduce::kSum); }
+  ag::Var configurable(const Rows& x) const { return configurable_rows(b, x); }
+  ag::Var configurable_sum(const Rows& x) const {
+    return seg ? seg->configurable_sum(b, x)
+               : per_config(ag::pool(configurable(x), b.config_ptr, Reduce::kSum), b.configs);
+  }
+};
 
 }  // namespace gnn::train

@@ -151,23 +151,20 @@ class LayoutAttnViolation : public RankModel {
   BatchNeeds needs() const override { return {.gcn = true, .share_plan = share_ ? int64_t(layers_.size()) : 0}; }
 
   ag::Var forward(const Batch& b) override {
-    const int64_t C = b.configs;
     const ag::Var z = segment(b, attn_.forward(b, node_in_.forward(node_input(emb_, b), Act::kLeakyRelu)));
-    if (share_ && b.config_nodes.numel() > 0) {
-      const nn::SharePlan& plan = b.share_plan(int64_t(layers_.size()));
-      nn::SharedRows x = nn::map_rows(layout_input_shared(z, b),
-                                      [&](const ag::Var& v) { return gnn_in_.forward(v, Act::kLeakyRelu); });
-      x = segment(b, plan, x);
-      for (const auto& l : layers_) x = segment(b, plan, l->forward(b, plan, x));
-      return readout(b, nn::pool(plan, x, Reduce::kMean));
-    }
-    ag::Var x = ag::join_configs(z, ag::Var(b.node_config), C);
-    x = segment(b, node_major(gnn_in_.forward(per_config(x, C), Act::kLeakyRelu), C));
-    for (const auto& l : layers_) x = segment(b, l->forward(b, x, C));
-    return readout(b, per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C));
+    if (share_ && b.config_nodes.numel() > 0) return run(SharedPath{b, b.share_plan(int64_t(layers_.size()))}, z);
+    return run(PlainPath{b}, z);
   }
 
  private:
+  // The GNN on the attended node rows z [N, hidden].
+  template <class Path>
+  ag::Var run(const Path& p, const ag::Var& z) {
+    auto x = p.cut(p.input(z, [&](const ag::Var& v) { return gnn_in_.forward(v, Act::kLeakyRelu); }));
+    for (const auto& l : layers_) x = p.cut(p.layer(*l, x));
+    return readout(p.b, p.pool(x, Reduce::kMean));
+  }
+
   ag::Var readout(const Batch& b, const ag::Var& mean) {  // mean [G*C, hidden]
     return head_.forward(violation_ ? ag::concat_cols({mean, ag::Var(b.violation)}) : mean);
   }

@@ -89,21 +89,19 @@ class LayoutGnnSelfAttn : public RankModel {
   BatchNeeds needs() const override { return {.gcn = true, .share_plan = share_ ? int64_t(layers_.size()) : 0}; }
 
   ag::Var forward(const Batch& b) override {
-    const int64_t C = b.configs;
-    auto input = [&](const ag::Var& v) { return input_.forward(v, Act::kLeakyRelu); };
-    if (share_ && b.config_nodes.numel() > 0) {
-      const nn::SharePlan& plan = b.share_plan(int64_t(layers_.size()));
-      nn::SharedRows x = nn::map_rows(layout_input_shared(emb_, b), input);
-      x = segment(b, plan, x);
-      for (const auto& l : layers_) x = segment(b, plan, l->forward(b, plan, x));
-      return readout(b, nn::pool(plan, x, Reduce::kMean), configurable_rows(b, x));
-    }
-    ag::Var x = segment(b, layout_input(node_input(emb_, b), b, input));
-    for (const auto& l : layers_) x = segment(b, l->forward(b, x, C));
-    return readout(b, per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C), ag::gather_rows(x, b.config_nodes));
+    if (share_ && b.config_nodes.numel() > 0) return run(SharedPath{b, b.share_plan(int64_t(layers_.size()))});
+    return run(PlainPath{b});
   }
 
  private:
+  template <class Path>
+  ag::Var run(const Path& p) {
+    auto x =
+        p.cut(p.input(node_input(emb_, p.b), [&](const ag::Var& v) { return input_.forward(v, Act::kLeakyRelu); }));
+    for (const auto& l : layers_) x = p.cut(p.layer(*l, x));
+    return readout(p.b, p.pool(x, Reduce::kMean), p.configurable(x));
+  }
+
   // mean [G*C, D]; configurable [K, C*D], the GNN's rows of the configurable nodes.
   ag::Var readout(const Batch& b, const ag::Var& mean, const ag::Var& configurable) {
     const int64_t C = b.configs;

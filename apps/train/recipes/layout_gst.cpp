@@ -161,24 +161,22 @@ class LayoutGst : public RankModel {
  private:
   // One score per (graph, config) of b, each graph scored as one segment: [G*C, 1].
   ag::Var segment_scores(const Batch& b) {
-    const int64_t C = b.configs, L = int64_t(layers_.size());
     const ag::Var op = ag::l2_normalize(emb_.forward(b.opcode));  // max_norm = 1 (header)
     const ag::Var rows = ag::concat_cols({ag::Var(b.x), ag::scale_by(op, op_weight_)});
-    ag::Var pooled;
-    if (share_ && b.config_nodes.numel() > 0) {
-      const nn::SharePlan& plan = b.consumers_plan(L);
-      nn::SharedRows x =
-          nn::map_rows(layout_input_shared(rows, b), [&](const ag::Var& v) { return input_layers(b, v); });
-      for (const auto& l : layers_) x = l->forward(b, plan, x);
-      pooled = ag::add(nn::pool(plan, x, Reduce::kMax), nn::pool(plan, x, Reduce::kMean));
-    } else {
-      ag::Var x = node_major(input_layers(b, per_config(ag::join_configs(rows, ag::Var(b.node_config), C), C)), C);
-      for (const auto& l : layers_) x = l->forward(b, x, C);
-      pooled = per_config(ag::add(ag::pool(x, b.graph_ptr, Reduce::kMax), ag::pool(x, b.graph_ptr, Reduce::kMean)), C);
-    }
+    const ag::Var pooled = share_ && b.config_nodes.numel() > 0
+                               ? pool(SharedPath{b, b.consumers_plan(int64_t(layers_.size()))}, rows)
+                               : pool(PlainPath{b}, rows);
     const ag::Var h = ag::activation(batch_dropout(b, post_.forward(ag::l2_normalize(pooled)), dropout_, training(), 2),
                                      Act::kLeakyRelu, kPreluSlope);
     return out_.forward(h);
+  }
+
+  // The SAGE layers on [node rows | config], max + mean pooled: [G*C, hidden].
+  template <class Path>
+  ag::Var pool(const Path& p, const ag::Var& rows) {
+    auto x = p.input(rows, [&](const ag::Var& v) { return input_layers(p.b, v); });
+    for (const auto& l : layers_) x = p.layer(*l, x);
+    return ag::add(p.pool(x, Reduce::kMax), p.pool(x, Reduce::kMean));
   }
 
   // [node rows | config] per row -> the scaled config columns -> Linear -> Linear -> dropout -> PReLU.

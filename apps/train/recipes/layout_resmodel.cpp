@@ -69,35 +69,22 @@ class LayoutResModel : public RankModel {
   }
 
  private:
-  // The model on b; with a SegmentPass, the pass's layer outputs and readout sums stand in for the cuts
-  // and pools of segment training (segment_pass.h).
+  // The model on b, config-shared when it can be; with a SegmentPass, the pass's layer outputs and readout
+  // sums stand in for the cuts and pools of segment training (segment_pass.h).
   ag::Var run(const Batch& b, SegmentPass* seg) {
-    if (share_ && b.config_nodes.numel() > 0) return run_shared(b, seg);
-    const int64_t C = b.configs;
-    auto cut = [&](const ag::Var& x) { return seg ? seg->cut(x) : segment(b, x); };
-    ag::Var x = cut(layout_input(node_input(emb_, b), b, [&](const ag::Var& v) { return prenet(v); }));
-    for (const auto& l : layers_) x = cut(l->forward(b, x, C));
-    if (seg) {
-      const ag::Var sum = seg->sum(b, x);
-      return readout(seg->mean(sum), sum, seg->configurable_sum(b, x));
-    }
-    return readout(per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C),
-                   per_config(ag::pool(x, b.graph_ptr, Reduce::kSum), C),
-                   per_config(ag::pool(ag::gather_rows(x, b.config_nodes), b.config_ptr, Reduce::kSum), C));
+    if (share_ && b.config_nodes.numel() > 0) return run(SharedPath{b, b.share_plan(int64_t(layers_.size())), seg});
+    return run(PlainPath{b, seg});
   }
 
-  ag::Var run_shared(const Batch& b, SegmentPass* seg) {
-    const int64_t C = b.configs;
-    const nn::SharePlan& plan = b.share_plan(int64_t(layers_.size()));
-    auto cut = [&](const nn::SharedRows& x) { return seg ? seg->cut(plan, x) : segment(b, plan, x); };
-    nn::SharedRows x = cut(nn::map_rows(layout_input_shared(emb_, b), [&](const ag::Var& v) { return prenet(v); }));
-    for (const auto& l : layers_) x = cut(l->forward(b, plan, x));
-    if (seg) {
-      const ag::Var sum = seg->sum(b, plan, x);
-      return readout(seg->mean(sum), sum, seg->configurable_sum(b, x));
+  template <class Path>
+  ag::Var run(const Path& p) {
+    auto x = p.cut(p.input(node_input(emb_, p.b), [&](const ag::Var& v) { return prenet(v); }));
+    for (const auto& l : layers_) x = p.cut(p.layer(*l, x));
+    if (p.seg) {
+      const ag::Var sum = p.sum(x);
+      return readout(p.seg->mean(sum), sum, p.configurable_sum(x));
     }
-    return readout(nn::pool(plan, x, Reduce::kMean), nn::pool(plan, x, Reduce::kSum),
-                   per_config(ag::pool(configurable_rows(b, x), b.config_ptr, Reduce::kSum), C));
+    return readout(p.pool(x, Reduce::kMean), p.pool(x, Reduce::kSum), p.configurable_sum(x));
   }
 
   ag::Var prenet(const ag::Var& x) { return prenet_.forward(x, Act::kLeakyRelu); }

@@ -88,41 +88,27 @@ class LayoutSage2nd : public RankModel {
   }
 
   ag::Var forward(const Batch& b) override {
-    if (share_ && b.config_nodes.numel() > 0) return forward_shared(b);
-    const int64_t C = b.configs;
-    ag::Var x =
-        segment(b, layout_input(node_rows(b), b, [&](const ag::Var& v) { return input_.forward(v, Act::kRelu); }));
-    int64_t width = stack_.in;
-    for (size_t l = 0; l < convs_.size(); ++l) {
-      ag::Var y = convs_[l]->forward(b, x, C);
-      if (stack_.residual && stack_.widths[l] == width) y = ag::add(y, x);
-      x = segment(b, ag::relu(y));
-      width = stack_.widths[l];
-    }
-    const ag::Var per_node = node_major(out_.forward(per_config(x, C)), C);  // [N, C]
-    return ag::scale(per_config(ag::pool(per_node, b.graph_ptr, Reduce::kSum), C), 1e-3);
+    if (share_ && b.config_nodes.numel() > 0) return run(SharedPath{b, b.consumers_plan(int64_t(convs_.size()))});
+    return run(PlainPath{b});
   }
 
  private:
-  ag::Var node_rows(const Batch& b) const {
-    return ag::concat_cols({feat_.forward(ag::Var(b.x)), emb_.forward(b.opcode)});
-  }
-
-  ag::Var forward_shared(const Batch& b) {
-    const nn::SharePlan& plan = b.consumers_plan(int64_t(convs_.size()));
-    auto relu = [](const ag::Var& v) { return ag::relu(v); };
-    nn::SharedRows x = nn::map_rows(layout_input_shared(node_rows(b), b),
-                                    [&](const ag::Var& v) { return input_.forward(v, Act::kRelu); });
-    x = segment(b, plan, x);
+  template <class Path>
+  ag::Var run(const Path& p) {
+    auto x = p.cut(p.input(node_rows(p.b), [&](const ag::Var& v) { return input_.forward(v, Act::kRelu); }));
     int64_t width = stack_.in;
     for (size_t l = 0; l < convs_.size(); ++l) {
-      nn::SharedRows y = convs_[l]->forward(b, plan, x);
-      if (stack_.residual && stack_.widths[l] == width) y = nn::add(y, nn::advance(plan, x));
-      x = segment(b, plan, nn::map_rows(y, relu));
+      auto y = p.layer(*convs_[l], x);
+      if (stack_.residual && stack_.widths[l] == width) y = p.residual(y, x);
+      x = p.cut(p.each(y, [](const ag::Var& v) { return ag::relu(v); }));
       width = stack_.widths[l];
     }
-    const nn::SharedRows per_node = nn::map_rows(x, [&](const ag::Var& v) { return out_.forward(v); });
-    return ag::scale(nn::pool(plan, per_node, Reduce::kSum), 1e-3);
+    const auto per_node = p.map(x, [&](const ag::Var& v) { return out_.forward(v); });  // [N, C] plain
+    return ag::scale(p.pool(per_node, Reduce::kSum), 1e-3);
+  }
+
+  ag::Var node_rows(const Batch& b) const {
+    return ag::concat_cols({feat_.forward(ag::Var(b.x)), emb_.forward(b.opcode)});
   }
 
   bool share_;

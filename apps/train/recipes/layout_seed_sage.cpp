@@ -93,26 +93,20 @@ class LayoutSeedSage : public RankModel {
   }
 
  private:
-  // The model on b; with a SegmentPass, the pass's cuts and sums stand in for segment training's
-  // (segment_pass.h).
+  // The model on b, config-shared when it can be; with a SegmentPass, the pass's cuts and sums stand in
+  // for segment training's (segment_pass.h).
   ag::Var run(const Batch& b, SegmentPass* seg) {
-    if (share_ && b.config_nodes.numel() > 0) return run_shared(b, seg);
-    const int64_t C = b.configs;
-    auto cut = [&](const ag::Var& x) { return seg ? seg->cut(x) : segment(b, x); };
-    ag::Var x = cut(layout_input(node_input(emb_, b), b, [&](const ag::Var& v) { return input(v); }));
-    for (const auto& l : sage_layers_) x = cut(l->forward(b, x, C));
-    for (const auto& l : gcn_layers_) x = cut(l->forward(b, x, C));
-    return head_.forward(seg ? seg->mean(seg->sum(b, x)) : per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C));
+    const int64_t L = int64_t(sage_layers_.size() + gcn_layers_.size());
+    if (share_ && b.config_nodes.numel() > 0) return run(SharedPath{b, sage_ ? b.graph_plan(L) : b.share_plan(L), seg});
+    return run(PlainPath{b, seg});
   }
 
-  ag::Var run_shared(const Batch& b, SegmentPass* seg) {
-    const int64_t L = int64_t(sage_layers_.size() + gcn_layers_.size());
-    const nn::SharePlan& plan = sage_ ? b.graph_plan(L) : b.share_plan(L);
-    auto cut = [&](const nn::SharedRows& x) { return seg ? seg->cut(plan, x) : segment(b, plan, x); };
-    nn::SharedRows x = cut(nn::map_rows(layout_input_shared(emb_, b), [&](const ag::Var& v) { return input(v); }));
-    for (const auto& l : sage_layers_) x = cut(l->forward(b, plan, x));
-    for (const auto& l : gcn_layers_) x = cut(l->forward(b, plan, x));
-    return head_.forward(seg ? seg->mean(seg->sum(b, plan, x)) : nn::pool(plan, x, Reduce::kMean));
+  template <class Path>
+  ag::Var run(const Path& p) {
+    auto x = p.cut(p.input(node_input(emb_, p.b), [&](const ag::Var& v) { return input(v); }));
+    for (const auto& l : sage_layers_) x = p.cut(p.layer(*l, x));
+    for (const auto& l : gcn_layers_) x = p.cut(p.layer(*l, x));
+    return head_.forward(p.seg ? p.seg->mean(p.sum(x)) : p.pool(x, Reduce::kMean));
   }
 
   ag::Var input(const ag::Var& x) { return input_.forward(x, Act::kLeakyRelu); }
