@@ -406,7 +406,7 @@ Batch Batch::prepared(const BatchNeeds& n) const {
         std::make_shared<const Graph>(Graph::from_edge_index(edges, nodes, EdgeColumns::kDstSrc, "batch edges"));
   // What a model did not ask for is not carried along (a structure kept from before, when not asked for).
   if (!n.gcn) b.gcn_.reset();
-  if (!n.consumers && !n.consumers_looped && !built.consumers_plan) b.consumers_.reset();
+  if (!n.consumers && !built.consumers_plan) b.consumers_.reset();  // (consumers_looped alone: not moved)
   if (!n.consumers_looped) b.consumers_looped_.reset();
   if (!n.producers) b.producers_.reset();
   if (!built.share_plan) b.share_.reset();

@@ -220,8 +220,10 @@ struct Batch {
   Batch to(Device device) const;
   // On a device batch made by to() from a batch of the same structure: host's float inputs (kBatchInputs)
   // copied into this batch's buffers (queued uploads, in place: a CUDA graph reading them sees the new
-  // values), and host's node_config kept as the host copy. The targets, config_ids and noise_seed stay
-  // the first batch's (StepGraphs reads them from host), and so do the prepared structures.
+  // values), and host kept as the host batch. The targets, config_ids and noise_seed stay the first
+  // batch's (StepGraphs reads them from host), and so do the prepared structures. split() and
+  // segment_view() build from the host batch and upload what they make: a replayed forward must not call
+  // them (StepGraphs takes no batch with a segment, and layout-gst is not replayable).
   void copy_inputs_from(const Batch& host);
 
  private:

@@ -127,7 +127,7 @@ const Batch* StepGraphs::run(RankModel& model, const std::vector<nn::NamedParam>
     return nullptr;
   }
   if (capture(*e, model, params, loss, out)) return nullptr;  // (the step ran from the new graphs)
-  scratch_ = host.to(device_);  // (not the entry's batch: the failed capture may have cached on it)
+  scratch_ = host.to(device_);  // (not the entry's batch, whose buffers the failed capture may have written)
   return &scratch_;
 }
 

@@ -19,7 +19,7 @@
 // Uploads a captured forward makes from the host (index arrays an op copies up per call) are snapshots
 // (runtime/cuda.h, CudaGraph::Uploads::kSnapshot), right because that structure is the same on every
 // replay. A batch is captured on its third sight: the first runs eagerly, the second eagerly on the
-// entry's own device batch (which builds its cached plans outside any capture), the third captures. The
+// entry's own device batch (its graphs and plans came prepared with the host batch), the third captures. The
 // first N structures seen are kept (each holds its device batch and its graphs' memory); batches of any
 // other structure run eagerly. (Evicting instead would thrash when more than N structures take turns.)
 // Only a model that says its forward reads nothing else (RankModel::replayable: no dropout or noise, no
@@ -52,8 +52,8 @@ class StepGraphs {
   using LossFn = std::function<ag::Var(const ag::Var& pred)>;
   // One step's forward, loss and (when the loss is finite) backward of `host` from graphs: nullptr, with
   // `out` filled and the parameters' gradients set. Otherwise the step runs eagerly on the device batch
-  // returned (the entry's own, so that what the step builds and caches on it stays for the capture, or
-  // host moved to the device), valid until the next call.
+  // returned (the entry's own, whose buffers the capture will read, or host moved to the device), valid
+  // until the next call.
   const Batch* run(RankModel& model, const std::vector<nn::NamedParam>& params, const Batch& host, const LossFn& loss,
                    Step& out);
 

@@ -94,9 +94,10 @@ std::string run_checkpoint(const std::string& run, const std::string& which);
 // non-finite score (a diverged model) becomes the largest double, with a warning: it ranks last.
 std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs,
                                     int64_t chunk, int64_t tta = 1);
-// One forward and backward of a loaded model on one graph's configs, as a training step computes them
-// (the run's loss on this batch) with no optimiser step: what `gnn pass` writes, so that another
-// implementation of the model (the original authors' code) can be fed the same batch and compared. In
+// One forward and backward of a loaded model on one graph's configs, with the run's loss on this batch
+// and no optimiser step: what `gnn pass` writes, so that another implementation of the model (the
+// original authors' code) can be fed the same batch and compared. The batch is the whole graph, as eval
+// sees it: no --segment, --sample-nodes, --edge-dropout or GST part, as a training step may have. In
 // eval mode (no dropout) unless `training`, then with the masks of noise seed 0. Needs runtimes.
 struct ModelPass {
   Batch batch;  // on the host
