@@ -69,6 +69,18 @@ def gnn(binary, *args):
     return r.stdout
 
 
+def layout_inputs(z):
+    """A gnn pass npz's node features [N, 140], configurable node ids [K] and their configs [C, K, 18]
+    (ours are node-major, [N, C*18], zeros off the configurable nodes)."""
+    x = z["batch/x"]
+    if x.shape[1] != 140:
+        sys.exit(f"check_vs_original: the run's node features are {x.shape[1]} wide; the originals read the "
+                 "140 columns (a --node-transform that keeps them all)")
+    cn = z["batch/config_nodes"].astype(np.int64)
+    C = z["score"].shape[0]
+    return x, cn, z["batch/node_config"][cn].reshape(len(cn), C, 18).transpose(1, 0, 2)
+
+
 class Sixth:
     """The 6th place's layout Net (SAGE or GIN, src/<dir>/model.py) against the gnn recipe of the same name.
     A subclass says which directory, recipe and training flags, and maps the parameters: layers(l) lists,
@@ -128,12 +140,7 @@ class Sixth:
                     sys.exit(f"check_vs_original: {ours} has {a.shape[0]} rows, {names} take {at}")
 
     def forward(self, z):
-        x = z["batch/x"]
-        if x.shape[1] != 140:
-            sys.exit(f"check_vs_original: the run's node features are {x.shape[1]} wide; the original reads 140")
-        cn = z["batch/config_nodes"].astype(np.int64)
-        C = z["score"].shape[0]
-        cfg = z["batch/node_config"][cn].reshape(len(cn), C, 18).transpose(1, 0, 2)
+        x, cn, cfg = layout_inputs(z)
         dt = next(self.net.parameters()).dtype
         r = {"node_feat": torch.from_numpy(x).to(dt),
              "node_opcode": torch.from_numpy(z["batch/opcode"].astype(np.int64)),
@@ -259,12 +266,7 @@ class Tgraph:
             put("classifier.bias", P("predict.bias"))
 
     def forward(self, z):
-        x = z["batch/x"]
-        if x.shape[1] != 140:
-            sys.exit(f"check_vs_original: the run's node features are {x.shape[1]} wide; the original reads 134")
-        cn = z["batch/config_nodes"].astype(np.int64)
-        C = z["score"].shape[0]
-        cfg = z["batch/node_config"][cn].reshape(len(cn), C, 18).transpose(1, 0, 2)
+        x, cn, cfg = layout_inputs(z)
         dt = self.net.classifier.weight.dtype
         return self.net(torch.from_numpy(cfg.astype(np.int64).copy()),
                         torch.from_numpy(np.ascontiguousarray(x[:, :134])).to(dt),
