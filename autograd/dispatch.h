@@ -69,17 +69,10 @@ inline constexpr Kernel gemm_k{
 inline constexpr Kernel mul_k = GNN_HOST_KERNEL(mul_to, mul_cuda);
 inline constexpr Kernel add_k = GNN_HOST_KERNEL(add_to, add_cuda);
 inline constexpr Kernel add_row_k = GNN_HOST_KERNEL(add_row, add_row_cuda);
-inline constexpr Kernel scale_k{"scale", [](auto* y, auto* x, auto s, int64_t n) { axpby(y, s, x, decltype(s)(0), n); },
-                                [](auto* y, auto* x, auto s, int64_t n) { axpby(y, s, x, decltype(s)(0), n); },
+inline constexpr auto scale_host = [](auto* y, auto* x, auto s, int64_t n) { axpby(y, s, x, decltype(s)(0), n); };
+inline constexpr Kernel scale_k{"scale", scale_host, scale_host,
                                 [](const Tensor& on, auto... a) { scale_cuda(a..., on.stream()); }};
 
-// Host-only callers (the f64 paths among them): the CPU GEMM for float, the reference otherwise.
-template <class T>
-void gemm_t(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
-            int64_t ldb, T beta, T* C, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>) gemm_cpu(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  else gemm_ref<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
 template <class T>
 void gemm_on(const Tensor& on, bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
              const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
