@@ -13,23 +13,31 @@
 #   layout     the layout-resmodel step on the GPU (shared, plain, replayed from CUDA graphs) against its
 #              PyTorch and PyG peers on the same GPU (scripts/bench_layout_step.sh with DEVICE=cuda): the
 #              real program and a 10k-node generated one, 16 and 64 configs per step
+#   winners    the winners' layout models on the GPU: layout-tgraph, layout-sage-6th and layout-gin-6th
+#              against their own code (bench/peers/winners.py, fp32 and the precision each trained with),
+#              on the real unet3d program and a 10k-node generated one (scripts/bench_winners.sh, DEVICE=cuda);
+#              needs ORIGINALS, the folder holding the two clones (winners.py's docstring), else it skips
 #   dist       the data-parallel cases: the NCCL gradient sum on this GPU (one rank), and the mpirun
 #              cases when mpirun is installed (they skip, saying so, when it is not)
 # Usage: scripts/gpu_check.sh [PHASE ...]   (no phase: all, in the order above)
 # Environment: BUILD (build dir, default build), DATA (the shared data, default ../shared/data),
 # LOGS (a folder: each phase's output is also written to LOGS/PHASE.log), CMAKE_ARGS (extra configure
-# arguments, e.g. -DZLIB_INCLUDE_DIR=...), PHASE_TIMEOUT (seconds per phase, default 900).
+# arguments, e.g. -DZLIB_INCLUDE_DIR=...), PHASE_TIMEOUT (seconds per phase, default 900), SANITIZE_TOOLS
+# (default "memcheck racecheck"), ORIGINALS (for the winners phase, default /tmp/originals), TEST_REGEX and
+# TEST_JOBS (the tests phase: only the ctest tests whose names match, e.g. "GPU|cuda"; jobs, default 4).
 # Python, PyTorch and PyG are used by the peer scripts only, for comparison.
 # Phase times on an H100 with 16 cores (sm_90 only): build 45 s, the GPU test cases alone 44 s, memcheck
 # 40 s, racecheck 6 to 8 min (the fused SAGE reference case alone about 2 min), spmm 35 s, graphs 10 s,
-# layers 60 s, attention 35 s, train 35 s. Ubuntu's newer GCC builds the tree as it is.
+# layers 60 s, attention 35 s, train 35 s. Ubuntu's newer GCC builds the tree as it is. On 2026-11-27 (H100):
+# tests with TEST_REGEX="GPU|cuda" TEST_JOBS=8 107 s, memcheck alone 38 s, winners 106 s, train 15 s, layout
+# more than 225 s (its generated program was cut off there).
 # shellcheck disable=SC2317  # the phase functions run through bash -c
 set -uo pipefail
 build=${BUILD:-build} data=${DATA:-../shared/data} logs=${LOGS:-} limit=${PHASE_TIMEOUT:-900}
 gnn=$build/bin/gnn
 [ -d "$data" ] && data=$(cd "$data" && pwd)  # absolute: ctest runs each test in its own directory
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers profile attention train layout dist)
+[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers profile attention train layout winners dist)
 export build data gnn
 fail=0
 
@@ -42,12 +50,13 @@ phase_build() {
 }
 
 phase_tests() {
-  GNN_SHARED_DATA=$data ctest --test-dir "$build" -j4 --output-on-failure
+  # shellcheck disable=SC2086
+  GNN_SHARED_DATA=$data ctest --test-dir "$build" -j"${TEST_JOBS:-4}" --output-on-failure ${TEST_REGEX:+-R "$TEST_REGEX"}
 }
 
 phase_sanitize() {
   local tool r=0
-  for tool in memcheck racecheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     GNN_SHARED_DATA=$data compute-sanitizer --tool "$tool" --error-exitcode 1 "$build/bin/gnn_tests" -tc='cuda*' || r=1
   done
   return "$r"
@@ -120,10 +129,29 @@ phase_layout() {
   return "$r"
 }
 
+phase_winners() {
+  local orig=${ORIGINALS:-/tmp/originals} f m r=0 tmp
+  if [ ! -d "$orig/google_fast_or_slow" ] || [ ! -d "$orig/solution-predict-ai-model-runtime" ]; then
+    echo "winners: skipped, no clones of the originals under $orig (bench/peers/winners.py says how)"
+    return 0
+  fi
+  tmp=$(mktemp -d)
+  "$gnn" synth --collection layout --out "$tmp/gen" --graphs 1 --split train --nodes 10000 --configs 200 \
+    --configurable-share 0.025 --seed 21 >/dev/null || r=1
+  for f in "$data/tpugraphs-release/npz/layout/xla/default/train/unet3d.npz" "$tmp"/gen/npz/layout/*/*/train/*.npz; do
+    [ -f "$f" ] || { echo "winners: skipped, no $f"; continue; }
+    for m in tgraph sage6 gin6; do
+      DEVICE=cuda GNN="$gnn" ORIGINALS="$orig" THREADS=${THREADS:-8} scripts/bench_winners.sh "$f" "$m" 12 || r=1
+    done
+  done
+  rm -rf "$tmp"
+  return "$r"
+}
+
 [ -n "$logs" ] && mkdir -p "$logs"
 for p in "${phases[@]}"; do
   if ! declare -F "phase_$p" >/dev/null; then
-    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers profile attention train layout dist)" >&2
+    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers profile attention train layout winners dist)" >&2
     exit 2
   fi
   printf '\n=== %s (%s)\n' "$p" "$(date -u +%H:%M:%S)"

@@ -14,7 +14,16 @@ run time (importlib, from the files' paths) and drives them the way their traini
 The JSON line reports the commit it ran (originals_commit).
 
 Usage: winners.py --originals ORIG --data FILE.npz --model tgraph|sage6|gin6 [--configs C] [--steps S]
-                  [--threads T] [--seed S]
+                  [--threads T] [--seed S] [--device cpu|cuda] [--amp none|bf16|fp16[,...]]
+
+--device cuda --amp A runs their step on the GPU the way their training did: the 1st place's HF Trainer
+with --bf16 (the forward and the loss under torch.autocast(bfloat16); backward, clipping and AdamW outside
+it), the 6th place's trainer.py (inputs .cuda(non_blocking=True), the forward and loss under fp16
+autocast, GradScaler's scale / step / update, torch.clear_autocast_cache()). --amp takes a comma list
+(none,bf16): each precision is timed in turn on the same model and optimiser, which go on training from
+where the previous one stopped, and prints its own JSON line; none is fp32. On the GPU every step ends
+with torch.cuda.synchronize(), and peak_gpu_mb is torch.cuda.max_memory_allocated over the precision's
+steps.
 
 --model tgraph (1st place, google_fast_or_slow, as train_xla_default.sh runs it)
   preprocessing, once: data/data_compression.py's prune_graph (the configurable nodes and every node on an
@@ -48,10 +57,10 @@ Usage: winners.py --originals ORIG --data FILE.npz --model tgraph|sage6|gin6 [--
     [N], edge_index [2, E], node_config_ids [K], config_runtime [C].
 
 Departures from their runs, and why:
-- fp32 on the CPU (torch.set_num_threads(--threads)). The 1st place trained with --bf16 (HF Trainer's
+- On the CPU: fp32 (torch.set_num_threads(--threads)). The 1st place trained with --bf16 (HF Trainer's
   autocast) on an RTX 4090; the 6th with torch.cuda.amp.autocast (fp16) and a GradScaler on a Quadro RTX
-  8000. Here the GradScaler's scale/unscale is left out (it is a no-op without CUDA) and the step is a
-  plain optimizer.step().
+  8000. On the CPU the GradScaler is left out (it is a no-op without CUDA) and the step is a plain
+  optimizer.step(); --device cuda --amp bf16 / fp16 puts their precision back.
 - Their loaders run the dataset's __getitem__ in DataLoader workers (1st: 8, 6th: 4), overlapping the GPU;
   here it runs in the timed step, in the main process. batch_ms_median reports that part, and
   configs_per_s_model the rate without it (what overlapped workers would leave).
@@ -184,6 +193,7 @@ class First:
         self.total_configs = len(data["config_runtime"])
         self.configs = min(a.configs, self.total_configs)
         self.commit = commit_of(root)
+        self.model.to(a.device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=1e-5)
         warm = math.ceil(0.05 * a.steps)
 
@@ -202,15 +212,21 @@ class First:
     def batch(self):
         return self.ds_mod.layout_collate_fn([self.dataset[0]])
 
-    def step(self, inputs):
-        out = self.model(inputs["node_config_feat"], inputs["node_feat"], inputs["node_layout_feat"],
-                         inputs["node_opcode"], inputs["edge_index"], inputs["node_config_ids"])
-        # engine.py's pairwise_hinge_loss (engine.py itself needs transformers 4.34: see the docstring)
-        y_pred, y_true = out.unsqueeze(0), inputs["target"].unsqueeze(0)
-        loss = self.loss_mod.PairwiseHingeLoss()(y_pred, y_true, n=torch.tensor([y_pred.shape[1]])).mean()
-        loss.backward()
+    def step(self, inputs, prec):
+        # Trainer._prepare_inputs: every tensor to the device
+        inputs = {k: v.to(prec.device) if torch.is_tensor(v) else v for k, v in inputs.items()}
+        with prec.autocast():  # Trainer.compute_loss_context_manager (--bf16)
+            out = self.model(inputs["node_config_feat"], inputs["node_feat"], inputs["node_layout_feat"],
+                             inputs["node_opcode"], inputs["edge_index"], inputs["node_config_ids"])
+            # engine.py's pairwise_hinge_loss (engine.py itself needs transformers 4.34: see the docstring)
+            y_pred, y_true = out.unsqueeze(0), inputs["target"].unsqueeze(0)
+            n = torch.tensor([y_pred.shape[1]], device=y_pred.device)
+            loss = self.loss_mod.PairwiseHingeLoss()(y_pred, y_true, n=n).mean()
+        prec.scaler.scale(loss).backward()
+        prec.scaler.unscale_(self.opt)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.opt.step()
+        prec.scaler.step(self.opt)
+        prec.scaler.update()
         self.sched.step()
         self.model.zero_grad()
         return loss.detach()
@@ -237,7 +253,7 @@ class Sixth:
             self.configs = min(a.configs, self.total_configs)
             self.dataset = self.ds_mod.LayoutDataset(
                 data, subsample_param=dict(size=self.configs, is_random=True, is_droplast=True))
-            self.net = model_mod.Net({"pickle_file": pickle_file})
+            self.net = model_mod.Net({"pickle_file": pickle_file}).to(a.device)
         self.nodes_file = len(np.load(a.data)["node_opcode"])
         self.nodes = int(data[0]["num_node"])
         self.edges = int(data[0]["edge_index"].shape[1])
@@ -253,22 +269,46 @@ class Sixth:
     def batch(self):
         return self.ds_mod.null_collate([self.dataset[int(self.order.pop())]])
 
-    def step(self, batch):
+    def step(self, batch, prec):
         self.net.train()
         self.net.output_type = ["loss", "infer"]
         self.opt.zero_grad()
         B = len(batch)
-        for b in range(B):  # trainer.py's inner loop; .cuda() and autocast left out (CPU, fp32)
-            r = {k: batch[b][k] for k in ["edge_index", "node_feat", "node_opcode", "node_config_feat",
-                                          "node_config_ids", "config_runtime"]}
-            output = self.net([r])
-            opa_acc = output["opa_acc"].mean() / B
-            rank_loss = output["rank_loss"].mean() / B
-            opa_acc.item()
-            loss = rank_loss.item()
-            rank_loss.backward()
-        self.opt.step()
+        for b in range(B):  # trainer.py's inner loop
+            r = {k: batch[b][k].to(prec.device, non_blocking=True)
+                 for k in ["edge_index", "node_feat", "node_opcode", "node_config_feat", "node_config_ids",
+                           "config_runtime"]}
+            with prec.autocast():
+                output = self.net([r])
+                opa_acc = output["opa_acc"].mean() / B
+                rank_loss = output["rank_loss"].mean() / B
+                opa_acc.item()
+                loss = rank_loss.item()
+            prec.scaler.scale(rank_loss).backward()
+        prec.scaler.step(self.opt)
+        prec.scaler.update()
+        if prec.device == "cuda":
+            torch.clear_autocast_cache()
         return loss
+
+
+class Precision:
+    """How a step runs: the device, an autocast context (none: fp32) and a GradScaler (live for fp16 on
+    the GPU only; a disabled one passes scale / unscale_ / step / update straight through)."""
+
+    def __init__(self, device, amp):
+        self.device, self.amp = device, amp
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+        self.scaler = torch.amp.GradScaler(device, enabled=(amp == "fp16" and device == "cuda"))
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device, dtype=self.dtype)
+
+    def sync(self):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
 
 
 def main():
@@ -280,7 +320,14 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--amp", default="none", help="comma list of none, bf16, fp16 (autocast dtypes)")
     a = p.parse_args()
+    amps = a.amp.split(",")
+    if any(m not in ("none", "bf16", "fp16") for m in amps) or len(set(amps)) != len(amps):
+        sys.exit(f"winners.py: --amp {a.amp!r}: give a comma list of distinct none, bf16, fp16")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("winners.py: --device cuda, but torch sees no GPU")
     if a.configs is None:
         a.configs = 64 if a.model == "tgraph" else 80
     if a.configs < 2 or a.steps < 1:
@@ -296,36 +343,50 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     before_mb = rss_mb()
-    times, batch_times, model_times = [], [], []
-    for _ in range(a.steps):
-        with quiet():
-            run.epoch()
-        t0 = time.perf_counter()
-        batch = run.batch()
-        t1 = time.perf_counter()
-        with quiet():
-            run.step(batch)
-        t2 = time.perf_counter()
-        times.append(t2 - t0)
-        batch_times.append(t1 - t0)
-        model_times.append(t2 - t1)
+    for amp in amps:
+        prec = Precision(a.device, amp)
+        if a.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        times, batch_times, model_times = [], [], []
+        for _ in range(a.steps):
+            with quiet():
+                run.epoch()
+            t0 = time.perf_counter()
+            batch = run.batch()
+            t1 = time.perf_counter()
+            with quiet():
+                run.step(batch, prec)
+            prec.sync()
+            t2 = time.perf_counter()
+            times.append(t2 - t0)
+            batch_times.append(t1 - t0)
+            model_times.append(t2 - t1)
+        report(a, run, amp, times, batch_times, model_times, before_mb)
+
+
+def report(a, run, amp, times, batch_times, model_times, before_mb):
     c = run.configs
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     step_s = statistics.median(times[1:] or times)
     batch_s = statistics.median(batch_times[1:] or batch_times)
     model_s = statistics.median(model_times[1:] or model_times)
     import torch_geometric
-    print(json.dumps({"model": a.model, "file": a.data, "nodes": run.nodes, "nodes_file": run.nodes_file,
-                      "edges": run.edges, "configs": c, "configs_available": run.total_configs, "steps": a.steps,
-                      "configs_per_s_all": c * a.steps / sum(times),
-                      "step_ms_median": 1000 * step_s,
-                      "configs_per_s": c / step_s,
-                      "batch_ms_median": 1000 * batch_s,
-                      "configs_per_s_model": c / model_s,
-                      "peak_rss_mb": peak_mb, "step_mb": max(0.0, peak_mb - before_mb),
-                      "step_ms": [round(1000 * t, 1) for t in times],
-                      "threads": a.threads, "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
-                      "originals_commit": run.commit}))
+    row = {"model": a.model, "file": a.data, "nodes": run.nodes, "nodes_file": run.nodes_file,
+           "edges": run.edges, "configs": c, "configs_available": run.total_configs, "steps": a.steps,
+           "device": a.device, "amp": amp,
+           "configs_per_s_all": c * a.steps / sum(times),
+           "step_ms_median": 1000 * step_s,
+           "configs_per_s": c / step_s,
+           "batch_ms_median": 1000 * batch_s,
+           "configs_per_s_model": c / model_s,
+           "peak_rss_mb": peak_mb, "step_mb": max(0.0, peak_mb - before_mb),
+           "step_ms": [round(1000 * t, 1) for t in times],
+           "threads": a.threads, "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+           "originals_commit": run.commit}
+    if a.device == "cuda":
+        row["gpu"] = torch.cuda.get_device_name()
+        row["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

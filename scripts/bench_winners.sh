@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The winners' layout models, gnn's recipe against their own code (bench/peers/winners.py), on one file, in
+# the same run: configs/s of whole training steps, one graph per optimiser step, and peak memory.
+#
+#   usage: scripts/bench_winners.sh FILE.npz tgraph|sage6|gin6 [STEPS]
+#
+# gnn: `gnn train --model layout-tgraph|layout-sage-6th|layout-gin-6th --batch-graphs 1 --accumulate 1
+# --configs C --epochs STEPS` on a tree holding FILE alone as its train split (one graph, so an epoch is one
+# step); configs/s is the median over the epochs after the first, from RUN/metrics.jsonl. Theirs: winners.py
+# with as many steps, the median after the first. C is 64 for tgraph, 80 for the 6th place's models.
+# Environment: DEVICE (cpu | cuda, default cpu), THREADS (default 2), ORIGINALS (the folder holding the two
+# clones, default /tmp/originals), PYTHON (one with torch and PyG, default python3), GNN (default
+# build/bin/gnn), AMP (the originals' precisions, a comma list for winners.py --amp; default none on the
+# CPU; on the GPU none plus the one they trained with: bf16 for tgraph, fp16 for the 6th place).
+# Prints one line per run: who, precision, configs/s, step ms, peak memory.
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n 4p "$0" >&2; exit 2; }
+file=$1 model=$2 steps=${3:-12}
+here=$(cd "$(dirname "$0")/.." && pwd)
+gnn=${GNN:-$here/build/bin/gnn} py=${PYTHON:-python3} dev=${DEVICE:-cpu} threads=${THREADS:-2}
+orig=${ORIGINALS:-/tmp/originals}
+case $model in
+  tgraph) recipe=layout-tgraph configs=64 theirs=bf16 ;;
+  sage6) recipe=layout-sage-6th configs=80 theirs=fp16 ;;
+  gin6) recipe=layout-gin-6th configs=80 theirs=fp16 ;;
+  *) echo "bench_winners.sh: model '$model': give tgraph, sage6 or gin6" >&2; exit 2 ;;
+esac
+[ -f "$file" ] || { echo "bench_winners.sh: $file: no such file" >&2; exit 2; }
+[ -x "$gnn" ] || { echo "bench_winners.sh: build gnn first ($gnn)" >&2; exit 2; }
+amp=${AMP:-none}
+[ "$dev" = cuda ] && amp=${AMP:-none,$theirs}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/data/npz/layout/xla/default/train"
+ln -s "$(cd "$(dirname "$file")" && pwd)/$(basename "$file")" "$tmp/data/npz/layout/xla/default/train/"
+"$gnn" train --model "$recipe" --data "$tmp/data" --out "$tmp/run" --batch-graphs 1 --accumulate 1 \
+  --configs "$configs" --epochs "$steps" --threads "$threads" --device "$dev" --progress lines >"$tmp/gnn.log"
+"$py" - "$tmp/run/metrics.jsonl" "$(tail -n 1 "$tmp/gnn.log")" "$recipe" "$(basename "$file")" <<'EOF'
+import json, statistics, sys
+metrics, last, recipe, name = sys.argv[1:5]
+rows = [json.loads(l) for l in open(metrics) if l.strip()]
+rates = [r["configs_per_s"] for r in rows if "configs_per_s" in r]
+rate = statistics.median(rates[1:] or rates)
+end = json.loads(last)
+mem = (f"peak device tensors {end['peak_device_mb']:.0f} MB" if "peak_device_mb" in end
+       else f"peak tensors {end['peak_tensor_mb']:.0f} MB")
+print(f"{name:28s} gnn {recipe:16s} fp32   {rate:9.1f} configs/s  {mem}")
+EOF
+cat >"$tmp/row.py" <<'EOF'
+import json, sys
+for line in sys.stdin:
+    r = json.loads(line)
+    where = "GPU" if "peak_gpu_mb" in r else "RSS"
+    mem = r.get("peak_gpu_mb", r["peak_rss_mb"])
+    print(f"{sys.argv[1]:28s} theirs {r['model']:13s} {r['amp']:6s} {r['configs_per_s']:9.1f} configs/s  "
+          f"step {r['step_ms_median']:.1f} ms (batch {r['batch_ms_median']:.1f})  peak {mem:.0f} MB ({where})")
+EOF
+"$py" "$here/bench/peers/winners.py" --originals "$orig" --data "$file" --model "$model" --steps "$steps" \
+  --threads "$threads" --device "$dev" --amp "$amp" 2>"$tmp/theirs.log" | "$py" "$tmp/row.py" "$(basename "$file")" ||
+  { tail -n 20 "$tmp/theirs.log" >&2; exit 1; }
