@@ -579,7 +579,16 @@ Batch Batch::segment_view(SegmentRows* rows) const {
 
 Batch Batch::split(const std::vector<int64_t>& seg_ptr) const {
   GNN_CHECK(node_config.defined(), "Batch::split: a layout batch only");
-  if (host_) return host_->split(seg_ptr).to(graph.device());  // built on the host, moved in one transfer
+  if (host_) {
+    // Built on the host; rows, features and configs stay, so the device copies of x and node_config are
+    // this batch's own, and only what split() makes (graphs, plans, violation) goes up, in one transfer.
+    Batch h = host_->split(seg_ptr), shell = h;
+    shell.x = Tensor(), shell.node_config = Tensor();
+    Batch d = shell.to(graph.device());
+    d.x = x, d.node_config = node_config;
+    d.host_ = std::make_shared<const Batch>(std::move(h));
+    return d;
+  }
   const int64_t S = int64_t(seg_ptr.size()) - 1, G = graphs, C = configs;
   GNN_CHECK(S >= G && seg_ptr.front() == 0 && seg_ptr.back() == nodes, "Batch::split: ", S,
             " segments do not cover the ", nodes, " nodes of ", G, " graphs");

@@ -190,7 +190,8 @@ struct Batch {
   // [0, ..., N], every graph boundary among them. Rows, features and configs stay (the same values, on the
   // same device); edges between segments are dropped, the configurable nodes regrouped by segment, each
   // segment's violation ratios are its graph's; no targets (a forward pass, not a loss). Layout only.
-  // Prepared with this batch's needs().
+  // Prepared with this batch's needs(). Of a device batch: built from the host batch, sharing this
+  // batch's device x and node_config (not uploaded again).
   Batch split(const std::vector<int64_t>& seg_ptr) const;
 
   // Segment training that computes only what its backward reads (SegmentPass, blocks.h): the batch
@@ -222,8 +223,8 @@ struct Batch {
   // copied into this batch's buffers (queued uploads, in place: a CUDA graph reading them sees the new
   // values), and host kept as the host batch. The targets, config_ids and noise_seed stay the first
   // batch's (StepGraphs reads them from host), and so do the prepared structures. split() and
-  // segment_view() build from the host batch and upload what they make: a replayed forward must not call
-  // them (StepGraphs takes no batch with a segment, and layout-gst is not replayable).
+  // segment_view() build from the host batch and upload what they make (split() shares x and node_config):
+  // a replayed forward must not call them (StepGraphs takes no batch with a segment, and layout-gst is not replayable).
   void copy_inputs_from(const Batch& host);
 
  private:

@@ -400,3 +400,34 @@ TEST_CASE("train: --cuda-graphs asks for a GPU") {
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--cuda-graphs needs --device cuda") != std::string::npos);
 }
+
+TEST_CASE("train: split() of a GPU batch shares its x and node_config and is the host split moved") {
+  GNN_SKIP_UNLESS_CUDA();
+  const auto files = kind_files(dataset(), "layout", "train");
+  REQUIRE(!files.empty());
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
+  const ModelGraph g = prepare_graph(files[0], prep);
+  BatchNeeds needs;
+  needs.gcn = true, needs.share_plan = 2;
+  const Batch host = make_batch({&g}, {{0, 1, 2}}).prepared(needs);
+  const Batch dev = host.to(Device::cuda(0));
+  const std::vector<int64_t> seg = {0, host.nodes / 3, host.nodes};
+  Batch a = dev.split(seg), b = host.split(seg).to(Device::cuda(0));
+  CHECK(a.x.data() == dev.x.data());  // not uploaded again
+  CHECK(a.node_config.data() == dev.node_config.data());
+  CHECK(a.x.is_cuda());
+  CHECK((a.graphs == 2 && a.nodes == host.nodes && a.ids == b.ids));
+  const auto host_bits = [](const Tensor& t) {
+    const Tensor h = t.on(Device::cpu());
+    const auto* p = static_cast<const unsigned char*>(h.data());
+    return std::vector<unsigned char>(p, p + h.numel() * int64_t(dtype_size(h.dtype())));
+  };
+  const std::vector<Tensor*> ga = a.graph.arrays(), gb = b.graph.arrays();
+  REQUIRE(ga.size() == gb.size());
+  for (size_t i = 0; i < ga.size(); ++i) CHECK(host_bits(*ga[i]) == host_bits(*gb[i]));
+  for (auto field : {&Batch::x, &Batch::node_config, &Batch::violation, &Batch::config_nodes, &Batch::config_ptr,
+                     &Batch::graph_ptr, &Batch::edges})
+    if ((a.*field).defined() || (b.*field).defined()) CHECK(host_bits(a.*field) == host_bits(b.*field));
+  CHECK(host_bits(a.gcn().weight) == host_bits(b.gcn().weight));
+  CHECK(host_bits(a.node_config_host()) == host_bits(host.node_config));
+}
