@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "kernels/elementwise.h"
+#include "runtime/cuda.h"
 
 namespace gnn::ag {
 
@@ -83,6 +84,7 @@ std::map<std::string, OpTime> take_op_profile() {
 
 Var record(const char* op, Tensor value, const std::vector<Var>& inputs, BackwardFn backward) {
   if (t_profile.on) {
+    if (value.is_cuda()) cuda_synchronize(value.device().index);  // the op's kernels, not their launches
     const auto now = ProfileClock::now();
     OpTime& t = t_profile.ops[op];
     t.forward_s += seconds_between(t_profile.last, now), t.calls += 1;
@@ -155,7 +157,10 @@ void run_backward(const Var& y, const Tensor& seed) {
     if (e.output->grad.defined()) {
       const auto t0 = t_profile.on ? ProfileClock::now() : ProfileClock::time_point{};
       e.backward(e.output->grad);
-      if (t_profile.on) t_profile.ops[e.op].backward_s += seconds_between(t0, ProfileClock::now());
+      if (t_profile.on) {
+        if (e.output->device.is_cuda()) cuda_synchronize(e.output->device.index);
+        t_profile.ops[e.op].backward_s += seconds_between(t0, ProfileClock::now());
+      }
     }
     e.backward = nullptr;  // frees what the closure saved as soon as it has run
     e.output->grad = Tensor();  // an intermediate's gradient is spent once its entry has run

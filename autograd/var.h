@@ -127,8 +127,9 @@ void clear_tape();
 
 // Time per op for gnn train --profile, on this thread, while on. An op's forward is the time from the
 // previous op's record (or profile_mark) to its own: its kernels and whatever the caller did between
-// the two (so call profile_mark before a forward). Its backward is its closure's time. Host time: a
-// CUDA op's kernels are queued, not waited for.
+// the two (so call profile_mark before a forward). Its backward is its closure's time. A CUDA op is
+// waited for (its device synchronised) before its time is read, so its time is its kernels' and not
+// their launches': a profiled GPU step runs slower than an unprofiled one, with a host wait per op.
 struct OpTime {
   double forward_s = 0, backward_s = 0;
   int64_t calls = 0;  // forwards recorded

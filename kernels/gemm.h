@@ -35,6 +35,9 @@ void gemm_cpu_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 // Floating-point operations (2 M N K) of every CPU GEMM since the process started: what gnn train
 // --profile divides by the measured GEMM peak for a step's floor.
 int64_t gemm_cpu_flops();
+// The same for the GPU's GEMMs (gemm_cuda counts each call as it queues it).
+int64_t gemm_cuda_flops();
+void count_gemm_cuda_flops(int64_t flops);
 
 enum class GemmIsa { kGeneric, kAvx2, kAvx512 };
 GemmIsa gemm_isa();  // what gemm_cpu uses here

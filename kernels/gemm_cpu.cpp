@@ -77,10 +77,12 @@ GemmIsa gemm_isa() {
 }
 
 namespace {
-std::atomic<int64_t> g_gemm_flops{0};
+std::atomic<int64_t> g_gemm_flops{0}, g_gemm_cuda_flops{0};
 }
 
 int64_t gemm_cpu_flops() { return g_gemm_flops.load(std::memory_order_relaxed); }
+int64_t gemm_cuda_flops() { return g_gemm_cuda_flops.load(std::memory_order_relaxed); }
+void count_gemm_cuda_flops(int64_t flops) { g_gemm_cuda_flops.fetch_add(flops, std::memory_order_relaxed); }
 
 void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel) {

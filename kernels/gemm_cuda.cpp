@@ -71,6 +71,7 @@ void gemm_cuda(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   GNN_CUBLAS_CHECK(cublasSetWorkspace(h, blas.workspace, blas.workspace_bytes));
   GNN_CUBLAS_CHECK(cublasSetMathMode(h, gemm_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   if (K == 0) alpha = 0;  // C = beta C; cuBLAS handles K = 0 as that
+  count_gemm_cuda_flops(2 * M * N * K);
   GNN_CUBLAS_CHECK(cublasSgemm(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, int(N),
                                int(M), int(K), &alpha, B, int(ldb), A, int(lda), &beta, C, int(ldc)));
 }

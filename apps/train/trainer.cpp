@@ -258,7 +258,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
       metrics_path_((dir_ / "metrics.jsonl").string()),
       swa_path_((dir_ / "swa.npz").string()),
       progress_(lead_ ? o.progress : 0) {
-  if (o.profile) profile_ = std::make_unique<StepProfile>();
+  if (o.profile) profile_ = std::make_unique<StepProfile>(o.device);
   if (o.out.empty()) bad_option("--out: no run directory given");
   if (o.epochs < 0) bad_option("--epochs must be at least 1");
   // A run to resume is locked before anything of it is read; a new one once its recipe accepted the flags,
@@ -503,6 +503,7 @@ class Laps {
   explicit Laps(StepProfile* p) : profile_(p), t_(Clock::now()) {}
   void operator()(const char* phase) {
     if (!profile_) return;
+    profile_->wait();
     profile_->phase(phase, since(t_));
     t_ = Clock::now();
   }
@@ -643,14 +644,14 @@ TrainResult Run::train() {
       std::vector<Batch> micro = next.valid() ? next.get() : build_batch(e, order, bi);
       if (!graphs_)  // (StepGraphs moves the batch, or copies it into the graphs' own)
         for (Batch& b : micro) b = b.to(o_.device);
-      if (profile_) profile_->phase("batch", since(t_step));
+      if (profile_) profile_->wait(), profile_->phase("batch", since(t_step));
       if (prefetch && bi + 1 < batches_ && st_.step + 1 < total_steps_)
         next = std::async(std::launch::async, [this, e, &order, bi] { return build_batch(e, order, bi + 1); });
       step(micro, e, bi);
       if (o_.device.is_cuda()) step_waits_ += cuda_host_waits() - waits_before, waited_steps_ += 1;
       st_.step += 1, st_.batch = bi + 1, st_.configs += st_configs_step_;
       st_.seconds += since(t_step);  // training time: batch building, forward, backward, step
-      if (profile_) profile_->end_step(since(t_step));
+      if (profile_) profile_->wait(), profile_->end_step(since(t_step));
       const double epoch_s = st_.seconds - epoch_seconds_before;
       const double cps = double(st_.configs - epoch_configs_before) / std::max(1e-9, epoch_s);
       const double steps_left = double(std::min(total_steps_ - st_.step, (plan_.epochs - e) * batches_ - (bi + 1)));

@@ -60,3 +60,34 @@ TEST_CASE("train --profile: a run that resumes a finished one has no step to sho
   CHECK(r.out.find("profile: no step ran in this process") != std::string::npos);
   CHECK(Json::parse(last_line(r.out), "summary")["profile"]["steps"].as_number() == 0);
 }
+
+TEST_CASE("train --profile on the GPU: ops waited for, phases add up, cuBLAS FLOPs and the device's peak") {
+  GNN_SKIP_UNLESS_CUDA();
+  TempDir t;
+  const std::string data = testing::tile_and_layout(t.file("data"), {2, 0, 8, 4}, {2, 200, 16, 5});
+  const std::string common = " --model layout-tgraph --data " + data +
+                             " --epochs 3 --configs 8 --hidden 32 --threads 2 --progress lines --device cuda";
+  const auto plain = run_gnn("train" + common + " --out " + t.file("plain"));
+  REQUIRE_MESSAGE(plain.exit_code == 0, plain.err);
+  const auto r = run_gnn("train" + common + " --out " + t.file("profiled") + " --profile");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.find("(on cuda:0: each op waited for") != std::string::npos);
+  CHECK(r.out.find("the GPU's cuBLAS SGEMM peak") != std::string::npos);
+  const Json p = Json::parse(last_line(r.out), "summary")["profile"];
+  CHECK(p["device"].as_string() == "cuda:0");
+  const double step = p["step_ms"].as_number();
+  REQUIRE(step > 0);
+  double phases = 0;
+  for (const auto& [name, v] : p["phases_ms"].items()) phases += v.as_number();
+  CHECK(phases <= step * 1.001);
+  CHECK(phases >= step * 0.8);
+  double backward = 0;
+  for (const auto& [name, v] : p["ops"].items()) backward += v["backward_ms"].as_number();
+  CHECK(backward <= p["phases_ms"]["backward"].as_number() * 1.001);
+  CHECK(p["gemm_gflop"].as_number() > 0);  // cuBLAS's products counted, not the host's (none here)
+  CHECK(p["gemm_peak_gflops"].as_number() > 0);
+  CHECK(p["gemm_peak_size"].as_number() >= 256);
+  CHECK(p["gemm_floor_ms"].as_number() < step);
+  CHECK(testing::same_bits(testing::checkpoint_weights(t.file("plain/model.npz")),
+                           testing::checkpoint_weights(t.file("profiled/model.npz"))));
+}
