@@ -11,7 +11,8 @@
 # Environment: DEVICE (cpu | cuda, default cpu), THREADS (default 2), ORIGINALS (the folder holding the two
 # clones, default /tmp/originals), PYTHON (one with torch and PyG, default python3), GNN (default
 # build/bin/gnn), AMP (the originals' precisions, a comma list for winners.py --amp; default none on the
-# CPU; on the GPU none plus the one they trained with: bf16 for tgraph, fp16 for the 6th place).
+# CPU; on the GPU none plus the one they trained with: bf16 for tgraph, fp16 for the 6th place), PROFILE
+# (1: after the timed runs, gnn's step again under `gnn train --profile`, 4 steps, and its table).
 # Prints one line per run: who, precision, configs/s, step ms, peak memory.
 set -euo pipefail
 [ $# -ge 2 ] || { sed -n 4p "$0" >&2; exit 2; }
@@ -55,6 +56,11 @@ for line in sys.stdin:
     print(f"{sys.argv[1]:28s} theirs {r['model']:13s} {r['amp']:6s} {r['configs_per_s']:9.1f} configs/s  "
           f"step {r['step_ms_median']:.1f} ms (batch {r['batch_ms_median']:.1f})  peak {mem:.0f} MB ({where})")
 EOF
+if [ "${PROFILE:-0}" = 1 ]; then
+  "$gnn" train --model "$recipe" --data "$tmp/data" --out "$tmp/prof" --batch-graphs 1 --accumulate 1 \
+    --configs "$configs" --epochs 4 --threads "$threads" --device "$dev" --progress lines --profile |
+    sed -n '/^profile:/,/GEMM:/p'
+fi
 "$py" "$here/bench/peers/winners.py" --originals "$orig" --data "$file" --model "$model" --steps "$steps" \
   --threads "$threads" --device "$dev" --amp "$amp" 2>"$tmp/theirs.log" | "$py" "$tmp/row.py" "$(basename "$file")" ||
   { tail -n 20 "$tmp/theirs.log" >&2; exit 1; }

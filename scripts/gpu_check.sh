@@ -15,7 +15,8 @@
 #              real program and a 10k-node generated one, 16 and 64 configs per step
 #   winners    the winners' layout models on the GPU: layout-tgraph, layout-sage-6th and layout-gin-6th
 #              against their own code (bench/peers/winners.py, fp32 and the precision each trained with),
-#              on the real unet3d program and a 10k-node generated one (scripts/bench_winners.sh, DEVICE=cuda);
+#              on the real unet3d program and a 10k-node generated one (scripts/bench_winners.sh, DEVICE=cuda),
+#              each gnn step then profiled op by op (PROFILE=0 leaves that out);
 #              needs ORIGINALS, the folder holding the two clones (winners.py's docstring), else it skips
 #   dist       the data-parallel cases: the NCCL gradient sum on this GPU (one rank), and the mpirun
 #              cases when mpirun is installed (they skip, saying so, when it is not)
@@ -141,7 +142,8 @@ phase_winners() {
   for f in "$data/tpugraphs-release/npz/layout/xla/default/train/unet3d.npz" "$tmp"/gen/npz/layout/*/*/train/*.npz; do
     [ -f "$f" ] || { echo "winners: skipped, no $f"; continue; }
     for m in tgraph sage6 gin6; do
-      DEVICE=cuda GNN="$gnn" ORIGINALS="$orig" THREADS=${THREADS:-8} scripts/bench_winners.sh "$f" "$m" 12 || r=1
+      DEVICE=cuda GNN="$gnn" ORIGINALS="$orig" THREADS=${THREADS:-8} PROFILE=${PROFILE:-1} \
+        scripts/bench_winners.sh "$f" "$m" 12 || r=1
     done
   done
   rm -rf "$tmp"
