@@ -581,7 +581,8 @@ Batch Batch::split(const std::vector<int64_t>& seg_ptr) const {
   GNN_CHECK(node_config.defined(), "Batch::split: a layout batch only");
   if (host_) {
     // Built on the host; rows, features and configs stay, so the device copies of x and node_config are
-    // this batch's own, and only what split() makes (graphs, plans, violation) goes up, in one transfer.
+    // this batch's own, and only what split() makes goes up (graphs and violation in one transfer, then
+    // the plans).
     Batch h = host_->split(seg_ptr), shell = h;
     shell.x = Tensor(), shell.node_config = Tensor();
     Batch d = shell.to(graph.device());

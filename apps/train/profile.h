@@ -2,8 +2,8 @@
 // loss, backward, the update: clipping, optimiser, finiteness check) and, inside the forward and
 // backward, per op (autograd/var.h's op timing), as milliseconds a step and shares of the step; and the
 // step's floor: the FLOPs of its GEMMs at this machine's GEMM peak, measured in the same process at
-// the end (a square SGEMM on the run's threads, best of 5; on a GPU, cuBLAS's SGEMM on the device at the
-// largest of 256, 1024 and 4096 that it reaches, best of 3, timed by CUDA events). The first step of the
+// the end (a square SGEMM on the run's threads, best of 5; on a GPU, cuBLAS's SGEMM on the device, the
+// best rate of sizes 256, 1024 and 4096, best of 3 each, timed by CUDA events). The first step of the
 // process is left out (its pages, caches and lazy set-up are cold), unless it is the only one. On a GPU
 // every op and phase is waited for before its time is read (autograd/var.h), so the times are the
 // kernels' and the step runs slower than an unprofiled one: read the shares.

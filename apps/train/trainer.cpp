@@ -245,6 +245,8 @@ class Run {
   Clock::time_point last_ckpt_;
   double last_score_ = NAN;
   std::unique_ptr<StepProfile> profile_;  // --profile
+  // The device pool's peak, read when training ends: the profile's GEMM-peak measurement allocates after.
+  int64_t device_peak_bytes_ = -1;
 };
 
 Run::Run(const TrainOptions& o, std::string& working_on)
@@ -325,6 +327,8 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     if (plan_.resuming) swa_->load("swa/", plan_.meta.arrays, params_);
   }
   nn::move_parameters(*model_, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
+  GNN_CHECK(!(o.profile && o.cuda_graphs > 0),
+            "train: --profile waits for each op, which a step replayed from CUDA graphs cannot do");
   if (o.cuda_graphs > 0) graphs_ = std::make_unique<StepGraphs>(o.cuda_graphs, o.device);
   if (world_.size > 1) {
     dp_.emplace(params_);
@@ -675,6 +679,7 @@ TrainResult Run::train() {
           (long long)tp_.patience, tp_.val_every > 0 ? "validations" : "epochs", (long long)st_.best_epoch,
           st_.best_score);
   }
+  if (o_.device.is_cuda()) device_peak_bytes_ = cuda_memory_stats(o_.device.index).peak_bytes;
   if (profile_ && lead_ && !o_.quiet) std::fputs(profile_->table().c_str(), stdout);
   // A finished run given a new length, data or eval folder runs no step: record the change all the same.
   if (plan_.resuming && !plan_.notes.empty() && st_.step == first_step) save(model_path_, true);
@@ -861,11 +866,15 @@ TrainResult Run::result() const {
     j.set("grad_sum_seconds_per_step", dp_->grad_seconds_per_step());
   }
   set_host_memory(j);
+  const int64_t device_peak = !o_.device.is_cuda()      ? 0
+                              : device_peak_bytes_ >= 0 ? device_peak_bytes_
+                                                        : cuda_memory_stats(o_.device.index).peak_bytes;
   if (profile_) j.set("profile", profile_->json());
   if (o_.device.is_cuda()) {
     j.set("device", o_.device.str());
-    j.set("peak_device_mb", double(cuda_memory_stats(o_.device.index).peak_bytes) / 1e6);
-    if (waited_steps_) j.set("device_waits_per_step", double(step_waits_) / double(waited_steps_));
+    j.set("peak_device_mb", double(device_peak) / 1e6);
+    // (left out under --profile, which waits for every op itself)
+    if (waited_steps_ && !profile_) j.set("device_waits_per_step", double(step_waits_) / double(waited_steps_));
     if (graphs_) {
       j.set("cuda_graph_steps", graphs_->replayed());
       j.set("cuda_graphs_captured", graphs_->captured());
