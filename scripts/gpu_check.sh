@@ -30,8 +30,8 @@
 # Phase times on an H100 with 16 cores (sm_90 only): build 45 s, the GPU test cases alone 44 s, memcheck
 # 40 s, racecheck 6 to 8 min (the fused SAGE reference case alone about 2 min), spmm 35 s, graphs 10 s,
 # layers 60 s, attention 35 s, train 35 s. Ubuntu's newer GCC builds the tree as it is. On 2026-11-27 (H100):
-# tests with TEST_REGEX="GPU|cuda" TEST_JOBS=8 107 s, memcheck alone 38 s, winners 106 s, train 15 s, layout
-# more than 225 s (its generated program was cut off there).
+# tests with TEST_REGEX="GPU|cuda" TEST_JOBS=8 106 s, memcheck alone 38 s, winners 106 s (without PROFILE's
+# six profiled runs, added after), train 15 s, layout more than 225 s (its generated program was cut off).
 # shellcheck disable=SC2317  # the phase functions run through bash -c
 set -uo pipefail
 build=${BUILD:-build} data=${DATA:-../shared/data} logs=${LOGS:-} limit=${PHASE_TIMEOUT:-900}

@@ -17,8 +17,8 @@ Usage: winners.py --originals ORIG --data FILE.npz --model tgraph|sage6|gin6 [--
                   [--threads T] [--seed S] [--device cpu|cuda] [--amp none|bf16|fp16[,...]]
 
 --device cuda --amp A runs their step on the GPU the way their training did: the 1st place's HF Trainer
-with --bf16 (the forward and the loss under torch.autocast(bfloat16); backward, clipping and AdamW outside
-it), the 6th place's trainer.py (inputs .cuda(non_blocking=True), the forward and loss under fp16
+with --bf16 (accelerate wraps the model's forward in torch.autocast(bfloat16) and hands its outputs back
+as fp32, so the loss, backward, clipping and AdamW run outside it), the 6th place's trainer.py (inputs .cuda(non_blocking=True), the forward and loss under fp16
 autocast, GradScaler's scale / step / update, torch.clear_autocast_cache()). --amp takes a comma list
 (none,bf16): each precision is timed in turn on the same model and optimiser, which go on training from
 where the previous one stopped, and prints its own JSON line; none is fp32. On the GPU every step ends
@@ -215,13 +215,14 @@ class First:
     def step(self, inputs, prec):
         # Trainer._prepare_inputs: every tensor to the device
         inputs = {k: v.to(prec.device) if torch.is_tensor(v) else v for k, v in inputs.items()}
-        with prec.autocast():  # Trainer.compute_loss_context_manager (--bf16)
+        with prec.autocast():  # --bf16: accelerate's autocast around the model's forward ...
             out = self.model(inputs["node_config_feat"], inputs["node_feat"], inputs["node_layout_feat"],
                              inputs["node_opcode"], inputs["edge_index"], inputs["node_config_ids"])
-            # engine.py's pairwise_hinge_loss (engine.py itself needs transformers 4.34: see the docstring)
-            y_pred, y_true = out.unsqueeze(0), inputs["target"].unsqueeze(0)
-            n = torch.tensor([y_pred.shape[1]], device=y_pred.device)
-            loss = self.loss_mod.PairwiseHingeLoss()(y_pred, y_true, n=n).mean()
+        out = out.float()  # ... and its outputs converted back to fp32
+        # engine.py's pairwise_hinge_loss (engine.py itself needs transformers 4.34: see the docstring)
+        y_pred, y_true = out.unsqueeze(0), inputs["target"].unsqueeze(0)
+        n = torch.tensor([y_pred.shape[1]], device=y_pred.device)
+        loss = self.loss_mod.PairwiseHingeLoss()(y_pred, y_true, n=n).mean()
         prec.scaler.scale(loss).backward()
         prec.scaler.unscale_(self.opt)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
