@@ -47,48 +47,30 @@ std::shared_ptr<std::vector<int64_t>> graph_ranges(int64_t N, int64_t S) {
 
 namespace {
 
-// The cases, in the order `gnn bench kernel`'s error and gnn_bench list them.
-struct Entry {
-  const char* name;
-  bool cuda;  // has a --device cuda version
-  bool configs;  // takes --configs C > 1 (the layers marked false take one config per row)
-  KernelCase (*make)(const KernelShape&);
-};
+// Every family of cases, one line each, in the order `gnn bench kernel`'s error and gnn_bench list them.
+#define GNN_BENCH_FAMILIES(X) X(gemm) X(spmm) X(gat) X(sage) X(attention) X(norms)
 
-const Entry kCases[] = {
-    {"gemm", true, true, gemm_case},
-    {"spmm-sum", true, true, [](const KernelShape& s) { return spmm_case(Reduce::kSum, s); }},
-    {"spmm-mean", true, true, [](const KernelShape& s) { return spmm_case(Reduce::kMean, s); }},
-    {"spmm-max", true, true, [](const KernelShape& s) { return spmm_case(Reduce::kMax, s); }},
-    {"segment-softmax", false, true, softmax_case},
-    {"gat-layer", true, false,
-     [](const KernelShape& s) { return s.cuda ? gpu_layer_case(true, false, s) : gat_case(s); }},
-    {"sage-layer", true, true,
-     [](const KernelShape& s) { return s.cuda ? gpu_layer_case(false, false, s) : sage_case(false, s); }},
-    {"sage-layer-fused", true, false,
-     [](const KernelShape& s) { return s.cuda ? gpu_layer_case(false, true, s) : sage_case(true, s); }},
-    {"graph-attention", true, false, attention_case},
-    {"instance-norm", false, true, instance_norm_case},
-    {"layer-norm", true, true, layer_norm_case},
-    {"rowwise-softmax", true, true, [](const KernelShape& s) { return rowwise_case(RowOp::kSoftmax, s); }},
-    {"rowwise-log-softmax", true, true, [](const KernelShape& s) { return rowwise_case(RowOp::kLogSoftmax, s); }},
-    {"rowwise-l2-normalize", true, true, [](const KernelShape& s) { return rowwise_case(RowOp::kL2Normalize, s); }},
-    {"pool-sum", true, true, [](const KernelShape& s) { return pool_case(Reduce::kSum, s); }},
-    {"pool-mean", true, true, [](const KernelShape& s) { return pool_case(Reduce::kMean, s); }},
-    {"pool-max", true, true, [](const KernelShape& s) { return pool_case(Reduce::kMax, s); }},
-    {"pool-logsumexp", true, true, [](const KernelShape& s) { return pool_case(Reduce::kSum, s, true); }},
-    {"embedding", true, true, embedding_case},
-};
+const std::vector<KernelEntry>& all_cases() {
+  static const std::vector<KernelEntry> all = [] {
+    std::vector<KernelEntry> v;
+#define GNN_ADD_FAMILY(f) \
+  for (const KernelEntry& e : f##_kernels()) v.push_back(e);
+    GNN_BENCH_FAMILIES(GNN_ADD_FAMILY)
+#undef GNN_ADD_FAMILY
+    return v;
+  }();
+  return all;
+}
 
 std::string joined(bool cuda_only) {
   std::string all;
-  for (const Entry& e : kCases)
+  for (const KernelEntry& e : all_cases())
     if (e.cuda || !cuda_only) all += (all.empty() ? "" : ", ") + std::string(e.name);
   return all;
 }
 
-const Entry& find_case(const std::string& name) {
-  for (const Entry& e : kCases)
+const KernelEntry& find_case(const std::string& name) {
+  for (const KernelEntry& e : all_cases())
     if (name == e.name) return e;
   throw KernelUsageError("gnn bench kernel: unknown kernel '" + name + "' (available: " + joined(false) + ")");
 }
@@ -97,14 +79,14 @@ const Entry& find_case(const std::string& name) {
 
 std::vector<std::string> bench_kernel_names() {
   std::vector<std::string> names;
-  for (const Entry& e : kCases) names.push_back(e.name);
+  for (const KernelEntry& e : all_cases()) names.push_back(e.name);
   return names;
 }
 
 bool bench_kernel_takes_configs(const std::string& name) { return find_case(name).configs; }
 
 KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
-  const Entry& e = find_case(name);
+  const KernelEntry& e = find_case(name);
   if (s.cuda && !e.cuda)
     throw KernelUsageError("gnn bench kernel: " + name + " runs on the CPU only (--device cuda: " + joined(true) + ")");
   if (s.cuda && s.configs > 1 && (name == "sage-layer" || name == "gat-layer"))

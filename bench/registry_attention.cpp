@@ -11,6 +11,8 @@
 
 namespace gnn::cli {
 
+namespace {
+
 // graph-attention: full self-attention among the nodes of each graph (ag::graph_attention: 4 heads of
 // F/4, softmax), the N nodes split into graphs of --graph-nodes S (the last shorter), from given q, k, v
 // as PyTorch's scaled_dot_product_attention takes them. On the GPU, heads of at most 64 columns run the
@@ -56,6 +58,14 @@ KernelCase attention_case(const KernelShape& s) {
   k.bytes = 4.0 * double(N) * double(F) * (bwd ? 12.0 : 4.0);
   k.flops = (bwd ? 12.0 : 4.0) * double(F) * pairs;
   return k;
+}
+
+}  // namespace
+
+std::vector<KernelEntry> attention_kernels() {
+  return {
+      {"graph-attention", true, false, attention_case},
+  };
 }
 
 }  // namespace gnn::cli

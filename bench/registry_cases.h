@@ -1,5 +1,6 @@
 // What the case files of the kernel registry share (bench/registry.h): the graph and the inputs a case
-// sets up, and one factory per case, which bench/registry.cpp lists in its table.
+// sets up, and each family file's list of its cases. A new case is an entry in its family's list; a new
+// family is a file and one line of GNN_BENCH_FAMILIES (bench/registry.cpp).
 #pragma once
 #include <memory>
 #include <vector>
@@ -28,17 +29,23 @@ std::shared_ptr<std::vector<int64_t>> graph_ranges(int64_t N, int64_t S);
 void sage_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t O, int64_t C, bool bwd);
 void gat_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t H, int64_t D, bool bwd);
 
-KernelCase gemm_case(const KernelShape& s);  // registry_gemm.cpp
-KernelCase spmm_case(Reduce op, const KernelShape& s);  // registry_spmm.cpp
-KernelCase sage_case(bool fused, const KernelShape& s);  // registry_sage.cpp
-KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s);  // registry_sage.cpp
-KernelCase gat_case(const KernelShape& s);  // registry_gat.cpp
-KernelCase softmax_case(const KernelShape& s);  // registry_gat.cpp
-KernelCase attention_case(const KernelShape& s);  // registry_attention.cpp
-KernelCase instance_norm_case(const KernelShape& s);  // registry_norms.cpp
-KernelCase layer_norm_case(const KernelShape& s);  // registry_norms.cpp
-KernelCase rowwise_case(RowOp op, const KernelShape& s);  // registry_norms.cpp
-KernelCase pool_case(Reduce op, const KernelShape& s, bool logsumexp = false);  // registry_norms.cpp
-KernelCase embedding_case(const KernelShape& s);  // registry_norms.cpp
+// One case of the table: its name, whether it has a --device cuda version, whether it takes --configs
+// C > 1 (the layers marked false take one config per row), and how it sets itself up.
+struct KernelEntry {
+  const char* name;
+  bool cuda;
+  bool configs;
+  KernelCase (*make)(const KernelShape&);
+};
+
+KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s);  // registry_sage.cpp, gat-layer's GPU half
+
+// Each family file's cases, in the order `gnn bench kernel` lists them.
+std::vector<KernelEntry> gemm_kernels();  // registry_gemm.cpp
+std::vector<KernelEntry> spmm_kernels();  // registry_spmm.cpp
+std::vector<KernelEntry> gat_kernels();  // registry_gat.cpp
+std::vector<KernelEntry> sage_kernels();  // registry_sage.cpp
+std::vector<KernelEntry> attention_kernels();  // registry_attention.cpp
+std::vector<KernelEntry> norms_kernels();  // registry_norms.cpp
 
 }  // namespace gnn::cli

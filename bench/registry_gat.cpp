@@ -10,6 +10,17 @@
 
 namespace gnn::cli {
 
+// The traffic and flops of a GAT layer pass: forward reads x, writes h, reads h per edge (gather) and
+// per node, writes y; backward about twice that.
+void gat_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t H, int64_t D, bool bwd) {
+  const int64_t HD = H * D;
+  const double fwd = 4.0 * (double(N) * F + 2.0 * N * HD + double(E) * HD + 6.0 * E * H);
+  k.bytes = fwd * (bwd ? 3 : 1);
+  k.flops = (2.0 * N * F * HD + 2.0 * E * HD) * (bwd ? 3 : 1);
+}
+
+namespace {
+
 // segment-softmax: softmax over each node's in-edges of one score per edge and head; --configs sets
 // the number of heads H: x, y [E, H].
 KernelCase softmax_case(const KernelShape& s) {
@@ -27,15 +38,6 @@ KernelCase softmax_case(const KernelShape& s) {
   k.bytes = 4.0 * (2.0 * E * H + double(N + 1)) * (bwd ? 2.5 : 1);  // read x, write y (+ read y, dy, write dx)
   k.flops = 4.0 * double(E) * H * (bwd ? 2 : 1);
   return k;
-}
-
-// The traffic and flops of a GAT layer pass: forward reads x, writes h, reads h per edge (gather) and
-// per node, writes y; backward about twice that.
-void gat_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t H, int64_t D, bool bwd) {
-  const int64_t HD = H * D;
-  const double fwd = 4.0 * (double(N) * F + 2.0 * N * HD + double(E) * HD + 6.0 * E * H);
-  k.bytes = fwd * (bwd ? 3 : 1);
-  k.flops = (2.0 * N * F * HD + 2.0 * E * HD) * (bwd ? 3 : 1);
 }
 
 // gat-layer: 4 heads of F/4 (concat), h = x W; a_src/a_dst = per-head dots with the attention
@@ -101,6 +103,16 @@ KernelCase gat_case(const KernelShape& s) {
   };
   gat_traffic(k, N, E, F, H, D, bwd);
   return k;
+}
+
+}  // namespace
+
+std::vector<KernelEntry> gat_kernels() {
+  return {
+      {"segment-softmax", false, true, softmax_case},
+      {"gat-layer", true, false,
+       [](const KernelShape& s) { return s.cuda ? gpu_layer_case(true, false, s) : gat_case(s); }},
+  };
 }
 
 }  // namespace gnn::cli

@@ -7,6 +7,8 @@
 
 namespace gnn::cli {
 
+namespace {
+
 // gemm: [N*C, F] x [F, F], the dense half of a layer on config-batched activations; with --backward
 // also dA = dC B^T and dB = A^T dC.
 KernelCase gemm_case(const KernelShape& s) {
@@ -36,6 +38,14 @@ KernelCase gemm_case(const KernelShape& s) {
   k.bytes = 4.0 * (2.0 * M * F + F * F) * (bwd ? 3 : 1);  // read A, write C (B is tiny); 3 products with backward
   k.flops = 2.0 * double(M) * F * F * (bwd ? 3 : 1);
   return k;
+}
+
+}  // namespace
+
+std::vector<KernelEntry> gemm_kernels() {
+  return {
+      {"gemm", true, true, gemm_case},
+  };
 }
 
 }  // namespace gnn::cli

@@ -14,6 +14,8 @@
 
 namespace gnn::cli {
 
+namespace {
+
 // instance-norm: the graph instance norm without affine parameters on x [N, C*F], graphs of
 // --graph-nodes rows (the 6th and 1st place recipes' norm, per graph, config and channel). GB/s counts
 // x read and y written (+ x and dy read, dx written); the kernel reads x two more times, from cache
@@ -123,7 +125,7 @@ KernelCase rowwise_case(RowOp op, const KernelShape& s) {
 // pool-{sum,mean,max,logsumexp}: the readout y[g] = reduce over graph g's rows of x, x [N, C*F] in graphs
 // of --graph-nodes rows, y [G, C*F]; --backward broadcasts dy back (max: to the argmax rows; logsumexp:
 // times exp(x - y), reading x and y again).
-KernelCase pool_case(Reduce op, const KernelShape& s, bool logsumexp) {
+KernelCase pool_case(Reduce op, const KernelShape& s, bool logsumexp = false) {
   const int64_t N = s.nodes, F = s.features * s.configs;
   auto gp = graph_ranges(N, s.graph_nodes);
   const int64_t G = int64_t(gp->size()) - 1;
@@ -214,6 +216,23 @@ KernelCase embedding_case(const KernelShape& s) {
   k.bytes = 4.0 * (double(N) + double(K) * F + double(N) * F) + (bwd ? 4.0 * double(N) * F + 8.0 * N + 4.0 * K * F : 0);
   k.flops = bwd ? double(N) * F : 0.0;  // a lookup is a copy: GFLOP/s reads 0 forward
   return k;
+}
+
+}  // namespace
+
+std::vector<KernelEntry> norms_kernels() {
+  return {
+      {"instance-norm", false, true, instance_norm_case},
+      {"layer-norm", true, true, layer_norm_case},
+      {"rowwise-softmax", true, true, [](const KernelShape& s) { return rowwise_case(RowOp::kSoftmax, s); }},
+      {"rowwise-log-softmax", true, true, [](const KernelShape& s) { return rowwise_case(RowOp::kLogSoftmax, s); }},
+      {"rowwise-l2-normalize", true, true, [](const KernelShape& s) { return rowwise_case(RowOp::kL2Normalize, s); }},
+      {"pool-sum", true, true, [](const KernelShape& s) { return pool_case(Reduce::kSum, s); }},
+      {"pool-mean", true, true, [](const KernelShape& s) { return pool_case(Reduce::kMean, s); }},
+      {"pool-max", true, true, [](const KernelShape& s) { return pool_case(Reduce::kMax, s); }},
+      {"pool-logsumexp", true, true, [](const KernelShape& s) { return pool_case(Reduce::kSum, s, true); }},
+      {"embedding", true, true, embedding_case},
+  };
 }
 
 }  // namespace gnn::cli

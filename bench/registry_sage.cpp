@@ -25,6 +25,8 @@ void sage_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t O, int
   k.flops = 2.0 * M * (2 * F) * O * (bwd ? 3 : 1) + double(E) * CF * (bwd ? 2 : 1);  // GEMMs + gathers
 }
 
+namespace {
+
 // sage-layer / sage-layer-fused: y = relu([mean_{j->i} x_j | x_i] W + b), W [2F, F].
 // The composed layer runs the separate kernels (spmm mean, two GEMMs, bias + relu); the fused one
 // builds [agg | x] per row block and multiplies once (kernels/sage.h). --backward adds dx, dW, db.
@@ -85,6 +87,8 @@ KernelCase sage_case(bool fused, const KernelShape& s) {
   return k;
 }
 
+}  // namespace
+
 // On the GPU, sage-layer(-fused) and gat-layer time the engine's layers through the autograd, as a user
 // runs them (nn::SAGEConv composed or fused, relu; nn::GATConv with 4 heads of F/4 concatenated, no self-loops, no
 // bias), on the same graph and shapes as the CPU cases and PyG's peers: forward, and with --backward
@@ -133,6 +137,15 @@ KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s) {
   if (gat) gat_traffic(k, N, E, F, H, D, bwd);
   else sage_traffic(k, N, E, F, F, 1, bwd);
   return k;
+}
+
+std::vector<KernelEntry> sage_kernels() {
+  return {
+      {"sage-layer", true, true,
+       [](const KernelShape& s) { return s.cuda ? gpu_layer_case(false, false, s) : sage_case(false, s); }},
+      {"sage-layer-fused", true, false,
+       [](const KernelShape& s) { return s.cuda ? gpu_layer_case(false, true, s) : sage_case(true, s); }},
+  };
 }
 
 }  // namespace gnn::cli

@@ -32,8 +32,6 @@ std::function<void()> cusparse_step(Reduce op, const std::shared_ptr<GraphData>&
 }
 #endif
 
-}  // namespace
-
 // spmm-{sum,mean,max}: y = reduce over in-edges of x, x and y [N, C*F].
 KernelCase spmm_case(Reduce op, const KernelShape& s) {
   auto d = std::make_shared<GraphData>(s);
@@ -77,6 +75,16 @@ KernelCase spmm_case(Reduce op, const KernelShape& s) {
   k.bytes = fwd + (bwd ? bwdb : 0);
   k.flops = double(E) * F * (bwd ? 2 : 1);
   return k;
+}
+
+}  // namespace
+
+std::vector<KernelEntry> spmm_kernels() {
+  return {
+      {"spmm-sum", true, true, [](const KernelShape& s) { return spmm_case(Reduce::kSum, s); }},
+      {"spmm-mean", true, true, [](const KernelShape& s) { return spmm_case(Reduce::kMean, s); }},
+      {"spmm-max", true, true, [](const KernelShape& s) { return spmm_case(Reduce::kMax, s); }},
+  };
 }
 
 }  // namespace gnn::cli

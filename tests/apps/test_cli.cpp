@@ -2,7 +2,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <string>
+#include <vector>
 
+#include "bench/registry.h"
 #include "io/json.h"
 #include "runtime/cuda.h"
 #include "testing.h"
@@ -211,11 +215,11 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
     CHECK(d2[m].as_number() == d[m].as_number());
 }
 
-TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") {
-  for (const char* k :
-       {"gemm", "spmm-sum", "spmm-mean", "spmm-max", "segment-softmax", "gat-layer", "sage-layer", "sage-layer-fused",
-        "graph-attention", "instance-norm", "layer-norm", "rowwise-softmax", "rowwise-log-softmax",
-        "rowwise-l2-normalize", "pool-sum", "pool-mean", "pool-max", "pool-logsumexp", "embedding"}) {
+TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON keys") {
+  const std::vector<std::string> names = cli::bench_kernel_names();  // bench/registry.cpp's families
+  REQUIRE(names.size() >= 19);
+  CHECK(std::set<std::string>(names.begin(), names.end()).size() == names.size());
+  for (const std::string& k : names) {
     for (const char* bwd : {"", " --backward"}) {
       CAPTURE(k);
       CAPTURE(bwd);
@@ -227,12 +231,13 @@ TEST_CASE("cli: bench kernel runs every named kernel and prints the JSON keys") 
       CHECK(j["median_ms"].as_number() > 0);
       CHECK(j["gbps"].as_number() > 0);
       // (an embedding lookup is a copy: no flops forward)
-      if (std::string(k) == "embedding" && !*bwd) CHECK(j["gflops"].as_number() == 0);
+      if (k == "embedding" && !*bwd) CHECK(j["gflops"].as_number() == 0);
       else CHECK(j["gflops"].as_number() > 0);
     }
   }
   auto r = run_gnn("bench kernel nope");
   CHECK(r.exit_code == 2);
+  for (const std::string& k : names) CHECK(r.err.find(k) != std::string::npos);  // the error lists them all
   CHECK(r.err.find("available: gemm") != std::string::npos);
   r = run_gnn("bench kernel gemm --repeat 5");
   CHECK(r.exit_code == 2);  // at least 20 runs
