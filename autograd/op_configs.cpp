@@ -10,9 +10,9 @@
 //   keep_grad_rows: y = x;  dx[r] = dy[r] where keep[r] != 0, else 0
 //                   (segment training: forward on the whole graph, gradients only through a segment);
 //                   keep on the host or on x's device (then nothing is copied per call)
-//   config_attention: x [N, C*D], beta [1] -> y [N, C*2D], per (n, c): [x | x * softmax_c(beta x)];
-//                   forward and backward in kernels/config_attention.h (host only: on a GPU the
-//                   attention is composed of scale_by, segment_softmax, mul and concat_cols)
+//   config_attention: x [N, C*D], beta [1] -> y [N, C*2D], per (n, c): act([x | x * softmax_c(beta x)]
+//                   + residual); forward and backward in kernels/config_attention.h (reference, CPU, CUDA)
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -105,28 +105,49 @@ Var join_configs(const Var& x, const Var& c, int64_t configs) {
   });
 }
 
-Var config_attention(const Var& x, const Var& beta, int64_t configs) {
+constexpr Kernel config_attention_forward_k = GNN_KERNEL(config_attention_forward);
+constexpr Kernel config_attention_backward_k{
+    "config_attention_backward", [](auto... a) { config_attention_backward_ref(a...); },
+    [](auto... a) { config_attention_backward_cpu(a...); },
+    [](const Tensor& on, float* dx, float* dres, float* dbeta, const float* dy, const float* x, const float* w,
+       const float* res, int64_t R, int64_t C, int64_t D, const float* beta, Act act) {
+      const Tensor ws = empty_like(on, Shape{std::max<int64_t>(1, config_attention_workspace_cuda(R, D))});
+      config_attention_backward_cuda(dx, dres, dbeta, dy, x, w, res, R, C, D, beta, act, ws.f32(), on.stream());
+    }};
+
+Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& residual, Act act) {
   check_arg_on("config_attention", "x", x, 2, x.dtype(), x.device());
   check_arg_on("config_attention", "beta", beta, 1, x.dtype(), x.device());
   GNN_CHECK(beta.value().numel() == 1, "config_attention: beta must have one element, got ", beta.value().desc());
   GNN_CHECK(configs >= 1 && x.size(1) % configs == 0, "config_attention: ", x.value().desc(),
             " is not [N, C*D] for C = ", configs);
   const int64_t R = x.size(0), C = configs, D = x.size(1) / configs;
-  return dispatch_real("config_attention", x.value(), [&](auto t) {
+  if (residual.defined()) {
+    check_arg_on("config_attention", "residual", residual, 2, x.dtype(), x.device());
+    GNN_CHECK(residual.size(0) == R && residual.size(1) == C * 2 * D, "config_attention: residual ",
+              residual.value().desc(), " is not the output's [", R, ", ", C * 2 * D, "]");
+  }
+  return dispatch_dev("config_attention", x.value(), [&](auto t) {
     using T = decltype(t);
-    const T b = T(beta.value().item());
-    Tensor y = empty_like(x.value(), Shape{R, C * 2 * D}), w = empty_like(x.value(), Shape{R, C * D});
-    if constexpr (std::is_same_v<T, float>) config_attention_forward_cpu(y.f32(), w.f32(), x.value().f32(), R, C, D, b);
-    else config_attention_forward_ref<T>(ptr<T>(y), ptr<T>(w), ptr<T>(x.value()), R, C, D, b);
-    return record("config_attention", y, {x, beta}, [x, beta = GradRef(beta), w, R, C, D, b](const Tensor& dy) {
-      Tensor dx = empty_like(dy, x.shape());
-      T db;
-      if constexpr (std::is_same_v<T, float>)
-        db = config_attention_backward_cpu(dx.f32(), dy.f32(), x.value().f32(), w.f32(), R, C, D, b);
-      else db = config_attention_backward_ref<T>(ptr<T>(dx), ptr<T>(dy), ptr<T>(x.value()), ptr<T>(w), R, C, D, b);
-      accumulate(x, dx);
-      accumulate(beta, Tensor::full(beta.shape(), double(db), dy.dtype()));
-    });
+    const Tensor xv = x.value(), bv = beta.value();
+    const Tensor rv = residual.defined() ? residual.value() : Tensor();
+    Tensor y = empty_like(xv, Shape{R, C * 2 * D}), w = empty_like(xv, Shape{R, C * D});
+    const T* res = rv.defined() ? ptr<T>(rv) : nullptr;
+    run<T>(config_attention_forward_k, xv, ptr<T>(y), ptr<T>(w), ptr<T>(xv), res, R, C, D, ptr<T>(bv), act);
+    // The backward reads the residual only to recompute the activation's input.
+    const Tensor keep_res = act != Act::kNone ? rv : Tensor();
+    return record("config_attention", y, {x, beta, residual},
+                  [xv, bv, w, keep_res, x = GradRef(x), beta = GradRef(beta), residual = GradRef(residual), R, C, D,
+                   act](const Tensor& dy) {
+                    Tensor dx = empty_like(dy, xv.shape()), db = empty_like(dy, bv.shape());
+                    Tensor dres = residual.requires_grad() ? empty_like(dy, dy.shape()) : Tensor();
+                    run<T>(config_attention_backward_k, dy, ptr<T>(dx), dres.defined() ? ptr<T>(dres) : nullptr,
+                           ptr<T>(db), ptr<T>(dy), ptr<T>(xv), ptr<T>(w),
+                           keep_res.defined() ? ptr<T>(keep_res) : nullptr, R, C, D, ptr<T>(bv), act);
+                    accumulate(x, dx);
+                    accumulate(beta, db);
+                    if (dres.defined()) accumulate(residual, dres);
+                  });
   });
 }
 

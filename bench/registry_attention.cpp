@@ -1,5 +1,5 @@
-// Registry case (bench/registry.h) for full self-attention within each graph (graph-attention),
-// timed through the autograd op as a user runs it.
+// Registry cases (bench/registry.h) for full self-attention within each graph (graph-attention) and the
+// 1st place's cross-config attention (config-attention), timed through the autograd ops as a user runs them.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -60,11 +60,47 @@ KernelCase attention_case(const KernelShape& s) {
   return k;
 }
 
+// config-attention: the 1st place's cross-config attention with its block's residual and GELU
+// (ag::config_attention), x [N, C*F] -> y = GELU([x | x softmax_c(beta x)] + residual) [N, C*2F], C =
+// --configs. Least traffic: forward reads x and the residual, writes y and the softmax w (6 N C F
+// floats); the backward reads dy, x, w and the residual, writes dx and d residual (9 N C F). Operations,
+// an exp or erf counted as one: 10 per (node, config, channel) forward, 24 backward.
+KernelCase config_attention_case(const KernelShape& s) {
+  const Device dev = device_of(s);
+  const int64_t N = s.nodes, C = s.configs, F = s.features;
+  struct State {
+    ag::Var x, beta, res;
+    Tensor dy;
+  };
+  auto st = std::make_shared<State>();
+  st->x = ag::Var::param(random_tensor(N, C * F, 1).to(dev));
+  st->beta = ag::Var::param(Tensor::full(Shape{1}, 2.0, DType::F32).to(dev));
+  st->res = ag::Var::param(random_tensor(N, C * 2 * F, 2).to(dev));
+  st->dy = random_tensor(N, C * 2 * F, 3).to(dev);
+  const bool bwd = s.backward;
+  KernelCase k;
+  k.step = [st, bwd, C] {
+    auto forward = [&] { return ag::config_attention(st->x, st->beta, C, st->res, Act::kGelu); };
+    if (!bwd) {
+      ag::NoGrad no_tape;
+      forward();
+      return;
+    }
+    ag::backward(forward(), st->dy);
+    for (ag::Var* v : {&st->x, &st->beta, &st->res}) v->zero_grad();
+  };
+  const double elems = double(N) * double(C) * double(F);
+  k.bytes = 4.0 * elems * (bwd ? 15.0 : 6.0);
+  k.flops = elems * (bwd ? 34.0 : 10.0);
+  return k;
+}
+
 }  // namespace
 
 std::vector<KernelEntry> attention_kernels() {
   return {
       {"graph-attention", true, false, attention_case},
+      {"config-attention", true, true, config_attention_case},
   };
 }
 

@@ -1,18 +1,23 @@
 // Cross-config attention, fused (the 1st place layout model's CrossConfigAttention, TPUGRAPHS.md
-// section 6): over x [R, C, D] (row r's C configs next to each other, D channels each),
-//   w[r, c, d] = softmax over c of (beta x[r, c, d]);   y[r, c, :] = [x[r, c, :] | x[r, c, :] w[r, c, :]]
-// so y is [R, C, 2D], in one pass instead of a scale, a segment softmax, a product and a concatenation
-// (four passes over [R*C, D] and one over [R*C, 2D]). The softmax is computed as segment_softmax's: the
-// maximum first, exp(s - max) summed over c in order, then multiplied by 1 / sum, so y has its bits.
-// Backward, with g = the second half of dy and a = g x:
-//   dx = (first half of dy) + g w + beta w (a - sum_c a w)
+// section 6), with the block's residual and activation after it: over x [R, C, D] (row r's C configs
+// next to each other, D channels each),
+//   w[r, c, d] = softmax over c of (beta x[r, c, d]);   z[r, c, :] = [x[r, c, :] | x[r, c, :] w[r, c, :]]
+//   y = act(z + res)   (res [R, C, 2D] optional; act kNone leaves z + res)
+// so y is [R, C, 2D], in one pass instead of a scale, a segment softmax, a product, a concatenation, an
+// addition and an activation (six passes). The softmax is computed as segment_softmax's: the maximum
+// first, exp(s - max) summed over c in order, then multiplied by 1 / sum, and the activation is
+// act_value, so y has the composed ops' bits. Backward, with dz = dy act'(z + res) (z recomputed from
+// x and w, never stored), g = the second half of dz and a = g x:
+//   dres = dz;   dx = (first half of dz) + g w + beta w (a - sum_c a w)
 //   dbeta = sum over r, c, d of a w (x - sum_c w x)
-// w [R, C, D] is kept by the forward for the backward. dbeta is summed per row, then over rows in
-// fixed chunks, in double: the same bits for any thread count.
+// w [R, C, D] is kept by the forward for the backward. beta is read through a pointer (on the GPU it
+// stays on the device). On the host dbeta is summed per row, then over rows in fixed chunks, in double;
+// on the GPU per (row, channel), then in one block in a fixed order: the same bits for any thread count.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "kernels/math_fn.h"
 
 namespace gnn {
@@ -39,6 +44,35 @@ inline void config_attention_row(T* y, T* w, const T* x, int64_t C, int64_t D, T
     }
 }
 
+// z + res then act, in place over one row's y [C*2D] (res may be null). `a` is an Act, or a
+// std::integral_constant<Act, ...> (dispatch_act) so that the CPU loops see a constant and vectorise.
+template <class T, class A>
+inline void config_attention_epilogue(T* __restrict y, const T* __restrict res, int64_t n, A a) {
+  if (res)
+    for (int64_t i = 0; i < n; ++i) y[i] = act_value<T>(a, y[i] + res[i], T(0));
+  else if (Act(a) != Act::kNone)
+    for (int64_t i = 0; i < n; ++i) y[i] = act_value<T>(a, y[i], T(0));
+}
+
+// One row's dz [C*2D] = dy act'(z + res), z = [x | x w] recomputed. One statement per loop, so that
+// each vectorises (two activations' worth of erf and exp in one loop body does not).
+template <class T, class A>
+inline void config_attention_dz(T* dz, const T* dy, const T* x, const T* w, const T* res, int64_t C, int64_t D, A a) {
+  for (int64_t c = 0; c < C; ++c) {
+    T *__restrict g1 = dz + c * 2 * D, *__restrict g2 = g1 + D;
+    const T *__restrict d1 = dy + c * 2 * D, *__restrict d2 = d1 + D;
+    const T *__restrict xc = x + c * D, *__restrict wc = w + c * D;
+    if (res) {
+      const T *__restrict r1 = res + c * 2 * D, *__restrict r2 = r1 + D;
+      for (int64_t d = 0; d < D; ++d) g1[d] = d1[d] * act_derivative<T>(a, xc[d] + r1[d], T(0));
+      for (int64_t d = 0; d < D; ++d) g2[d] = d2[d] * act_derivative<T>(a, xc[d] * wc[d] + r2[d], T(0));
+    } else {
+      for (int64_t d = 0; d < D; ++d) g1[d] = d1[d] * act_derivative<T>(a, xc[d], T(0));
+      for (int64_t d = 0; d < D; ++d) g2[d] = d2[d] * act_derivative<T>(a, xc[d] * wc[d], T(0));
+    }
+  }
+}
+
 // One row's backward: dx [C, D]; returns the row's part of dbeta. aw, wx: D scratch values each.
 template <class T>
 inline double config_attention_row_backward(T* dx, const T* dy, const T* x, const T* w, int64_t C, int64_t D, T beta,
@@ -60,26 +94,66 @@ inline double config_attention_row_backward(T* dx, const T* dy, const T* x, cons
   return dbeta;
 }
 
+// One row's forward and backward with the epilogue: the row functions above, dz into dres's row when
+// the residual wants its gradient, else into scratch (C*2D values); dy itself when there is nothing to undo.
+template <class T, class A>
+inline void config_attention_row_act(T* y, T* w, const T* x, const T* res, int64_t C, int64_t D, T beta, A a, T* m,
+                                     T* sum) {
+  config_attention_row(y, w, x, C, D, beta, m, sum);
+  config_attention_epilogue(y, res, C * 2 * D, a);
+}
+template <class T, class A>
+inline double config_attention_row_backward_act(T* dx, T* dres, const T* dy, const T* x, const T* w, const T* res,
+                                                int64_t C, int64_t D, T beta, A a, T* scratch, T* aw, T* wx) {
+  const T* dz = dy;
+  if (Act(a) != Act::kNone) {
+    T* to = dres ? dres : scratch;
+    config_attention_dz(to, dy, x, w, res, C, D, a);
+    dz = to;
+  } else if (dres) {
+    for (int64_t i = 0; i < C * 2 * D; ++i) dres[i] = dy[i];
+  }
+  return config_attention_row_backward(dx, dz, x, w, C, D, beta, aw, wx);
+}
+
+// res and dres may be null (dres: when the residual wants its gradient); the backward reads res only
+// under an activation.
 template <class T>
-void config_attention_forward_ref(T* y, T* w, const T* x, int64_t R, int64_t C, int64_t D, T beta) {
+void config_attention_forward_ref(T* y, T* w, const T* x, const T* res, int64_t R, int64_t C, int64_t D, const T* beta,
+                                  Act a) {
   std::vector<T> m(static_cast<size_t>(D)), sum(static_cast<size_t>(D));
   for (int64_t r = 0; r < R; ++r)
-    config_attention_row(y + r * C * 2 * D, w + r * C * D, x + r * C * D, C, D, beta, m.data(), sum.data());
+    config_attention_row_act(y + r * C * 2 * D, w + r * C * D, x + r * C * D, res ? res + r * C * 2 * D : nullptr, C, D,
+                             *beta, a, m.data(), sum.data());
 }
 
 template <class T>
-T config_attention_backward_ref(T* dx, const T* dy, const T* x, const T* w, int64_t R, int64_t C, int64_t D, T beta) {
-  std::vector<T> aw(static_cast<size_t>(D)), wx(static_cast<size_t>(D));
-  double dbeta = 0;
-  for (int64_t r = 0; r < R; ++r)
-    dbeta += config_attention_row_backward(dx + r * C * D, dy + r * C * 2 * D, x + r * C * D, w + r * C * D, C, D, beta,
-                                           aw.data(), wx.data());
-  return T(dbeta);
+void config_attention_backward_ref(T* dx, T* dres, T* dbeta, const T* dy, const T* x, const T* w, const T* res,
+                                   int64_t R, int64_t C, int64_t D, const T* beta, Act a) {
+  std::vector<T> aw(static_cast<size_t>(D)), wx(static_cast<size_t>(D)), scratch(static_cast<size_t>(C * 2 * D));
+  double db = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t o = r * C * 2 * D;
+    db += config_attention_row_backward_act(dx + r * C * D, dres ? dres + o : nullptr, dy + o, x + r * C * D,
+                                            w + r * C * D, res ? res + o : nullptr, C, D, *beta, a, scratch.data(),
+                                            aw.data(), wx.data());
+  }
+  *dbeta = T(db);
 }
 
 // The same over all threads (rows in fixed chunks; dbeta summed over the chunks in order).
-void config_attention_forward_cpu(float* y, float* w, const float* x, int64_t R, int64_t C, int64_t D, float beta);
-float config_attention_backward_cpu(float* dx, const float* dy, const float* x, const float* w, int64_t R, int64_t C,
-                                    int64_t D, float beta);
+void config_attention_forward_cpu(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C, int64_t D,
+                                  const float* beta, Act a);
+void config_attention_backward_cpu(float* dx, float* dres, float* dbeta, const float* dy, const float* x,
+                                   const float* w, const float* res, int64_t R, int64_t C, int64_t D, const float* beta,
+                                   Act a);
+// On a GPU: one thread per (row, channel). The backward's workspace: config_attention_workspace_cuda(R,
+// D) floats (each (row, channel)'s part of dbeta, then summed in one block).
+int64_t config_attention_workspace_cuda(int64_t R, int64_t D);
+void config_attention_forward_cuda(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C,
+                                   int64_t D, const float* beta, Act a, Stream stream);
+void config_attention_backward_cuda(float* dx, float* dres, float* dbeta, const float* dy, const float* x,
+                                    const float* w, const float* res, int64_t R, int64_t C, int64_t D,
+                                    const float* beta, Act a, float* workspace, Stream stream);
 
 }  // namespace gnn

@@ -1,5 +1,5 @@
 // Cross-config attention on the CPU: rows over threads in fixed chunks, each row's loops over the D
-// channels vectorised in the AVX2 clone (the row functions inline into it).
+// channels vectorised in the AVX2 clone (the row functions, and dispatch_act's lambdas, inline into it).
 #include <algorithm>
 #include <vector>
 
@@ -12,36 +12,48 @@ namespace {
 constexpr int64_t kChunks = 64;  // fixed partial sums of dbeta, whatever the thread count
 }
 
-GNN_CPU_CLONES void config_attention_forward_cpu(float* y, float* w, const float* x, int64_t R, int64_t C, int64_t D,
-                                                 float beta) {
+GNN_CPU_CLONES void config_attention_forward_cpu(float* y, float* w, const float* x, const float* res, int64_t R,
+                                                 int64_t C, int64_t D, const float* beta, Act a) {
+  const float b = *beta;
 #pragma omp parallel
   {
     std::vector<float> m(static_cast<size_t>(D)), sum(static_cast<size_t>(D));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < R; ++r)
-      config_attention_row(y + r * C * 2 * D, w + r * C * D, x + r * C * D, C, D, beta, m.data(), sum.data());
+      dispatch_act(a, [&](auto A) GNN_INLINE {  // the activation a constant in each row's loops
+        config_attention_row_act(y + r * C * 2 * D, w + r * C * D, x + r * C * D, res ? res + r * C * 2 * D : nullptr,
+                                 C, D, b, A, m.data(), sum.data());
+      });
   }
 }
 
-GNN_CPU_CLONES float config_attention_backward_cpu(float* dx, const float* dy, const float* x, const float* w,
-                                                   int64_t R, int64_t C, int64_t D, float beta) {
+GNN_CPU_CLONES void config_attention_backward_cpu(float* dx, float* dres, float* dbeta, const float* dy, const float* x,
+                                                  const float* w, const float* res, int64_t R, int64_t C, int64_t D,
+                                                  const float* beta, Act a) {
+  const float b = *beta;
   const int64_t chunks = std::min<int64_t>(kChunks, std::max<int64_t>(R, 1));
   std::vector<double> part(size_t(chunks), 0.0);
 #pragma omp parallel
   {
     std::vector<float> aw(static_cast<size_t>(D)), wx(static_cast<size_t>(D));
+    std::vector<float> scratch(static_cast<size_t>(a != Act::kNone && !dres ? C * 2 * D : 0));
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < chunks; ++k) {
       double s = 0;
-      for (int64_t r = k * R / chunks; r < (k + 1) * R / chunks; ++r)
-        s += config_attention_row_backward(dx + r * C * D, dy + r * C * 2 * D, x + r * C * D, w + r * C * D, C, D, beta,
-                                           aw.data(), wx.data());
+      for (int64_t r = k * R / chunks; r < (k + 1) * R / chunks; ++r) {
+        const int64_t o = r * C * 2 * D;
+        dispatch_act(a, [&](auto A) GNN_INLINE {
+          s += config_attention_row_backward_act(dx + r * C * D, dres ? dres + o : nullptr, dy + o, x + r * C * D,
+                                                 w + r * C * D, res ? res + o : nullptr, C, D, b, A, scratch.data(),
+                                                 aw.data(), wx.data());
+        });
+      }
       part[size_t(k)] = s;
     }
   }
-  double dbeta = 0;
-  for (double p : part) dbeta += p;
-  return float(dbeta);
+  double db = 0;
+  for (double p : part) db += p;
+  *dbeta = float(db);
 }
 
 }  // namespace gnn

@@ -1,13 +1,16 @@
-// ag::config_attention (kernels/config_attention.h) against the four ops it fuses (scale_by,
-// segment_softmax over each row's configs, mul, concat_cols), by finite differences in f64, and in
-// float: the forward's bits, and the gradients within float rounding.
+// ag::config_attention (kernels/config_attention.h) against the ops it fuses (scale_by, segment_softmax
+// over each row's configs, mul, concat_cols, and with its epilogue add and activation), by finite
+// differences in f64, and in float: the forward's bits, and the gradients within float rounding; on a
+// GPU (or the emulator) against the host.
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
 
+#include "autograd/device_check.h"
 #include "autograd/gradcheck.h"
 #include "autograd/ops.h"
+#include "runtime/cuda.h"
 #include "testing.h"
 
 using namespace gnn;
@@ -31,6 +34,10 @@ ag::Var composed(const ag::Var& x, const ag::Var& beta, int64_t C) {
   const ag::Var w = ag::segment_softmax(config_segments(R, C), ag::scale_by(rows, beta));
   return ag::reshape(ag::concat_cols({rows, ag::mul(rows, w)}), R, C * 2 * D);
 }
+// The same with the epilogue: act(attention + residual).
+ag::Var composed(const ag::Var& x, const ag::Var& beta, int64_t C, const ag::Var& res, Act act) {
+  return ag::activation(ag::add(composed(x, beta, C), res), act);
+}
 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
@@ -45,12 +52,23 @@ TEST_CASE("config attention: gradients by finite differences, and the composed o
     const std::vector<double> a = values(y.value()), b = values(z.value());
     REQUIRE(a.size() == b.size());
     for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-13));
+    // with a residual and an activation after it, each activation the blocks use
+    const ag::Var res = rand_var({R, C * 2 * D}, 13);
+    for (Act act : {Act::kNone, Act::kGelu, Act::kRelu, Act::kTanh}) {
+      INFO("act ", act_name(act));
+      check_grads({x, beta, res}, [&] { return probe(ag::config_attention(x, beta, C, res, act)); });
+      const std::vector<double> f = values(ag::config_attention(x, beta, C, res, act).value());
+      const std::vector<double> g = values(composed(x, beta, C, res, act).value());
+      for (size_t i = 0; i < f.size(); ++i) CHECK(f[i] == doctest::Approx(g[i]).epsilon(1e-13));
+    }
+    check_grads({x, beta}, [&] { return probe(ag::config_attention(x, beta, C, ag::Var(), Act::kGelu)); });
   }
 }
 
 TEST_CASE("config attention: in float, the composed ops' forward bits and their gradients within rounding") {
   const int64_t R = 301, C = 16, D = 24;
-  const Tensor xs = Tensor::from_vector(testing::random_values<float>(size_t(R * C * D), 5, -3.0f, 3.0f), Shape{R, C * D});
+  const Tensor xs =
+      Tensor::from_vector(testing::random_values<float>(size_t(R * C * D), 5, -3.0f, 3.0f), Shape{R, C * D});
   const ag::Var x1 = ag::Var::param(xs.clone()), b1 = ag::Var::param(Tensor::full(Shape{1}, 1.7, DType::F32));
   const ag::Var x2 = ag::Var::param(xs.clone()), b2 = ag::Var::param(Tensor::full(Shape{1}, 1.7, DType::F32));
   // (one forward and backward at a time: a backward consumes the whole tape)
@@ -81,10 +99,57 @@ TEST_CASE("config attention: in float, the composed ops' forward bits and their 
   CHECK(std::equal(g1.begin(), g1.end(), g3.begin()));
 }
 
+TEST_CASE("config attention: with the residual and GELU fused, the composed ops' forward bits in float") {
+  const int64_t R = 97, C = 16, D = 24;
+  const Tensor xs =
+      Tensor::from_vector(testing::random_values<float>(size_t(R * C * D), 7, -3.0f, 3.0f), Shape{R, C * D});
+  const Tensor rs = testing::rand(Shape{R, C * 2 * D}, 8);
+  auto run = [&](bool fused) {
+    const ag::Var x = ag::Var::param(xs.clone()), b = ag::Var::param(Tensor::full(Shape{1}, 1.3, DType::F32));
+    const ag::Var r = ag::Var::param(rs.clone());
+    const ag::Var y = fused ? ag::config_attention(x, b, C, r, Act::kGelu) : composed(x, b, C, r, Act::kGelu);
+    const Tensor dy = testing::rand(y.shape(), 9);
+    const std::vector<float> out = y.value().to_vector<float>();
+    ag::backward(y, dy);
+    return std::array<std::vector<float>, 4>{out, x.grad().to_vector<float>(), r.grad().to_vector<float>(),
+                                             b.grad().to_vector<float>()};
+  };
+  const auto f = run(true), c = run(false);
+  CHECK(f[0] == c[0]);  // the forward's bits
+  CHECK(f[2] == c[2]);  // d residual = dy GELU'(z): the bits of the activation's backward
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < f[1].size(); ++i)
+    worst = std::max(worst, double(std::fabs(f[1][i] - c[1][i]))), scale += std::fabs(c[1][i]);
+  CHECK(worst <= 1e-4 * scale / double(f[1].size()));
+  CHECK(f[3][0] == doctest::Approx(c[3][0]).epsilon(1e-4));
+  CHECK(run(true) == f);  // the same bits again
+}
+
+TEST_CASE("cuda ops: config attention, alone and with the residual and GELU, against the host") {
+  if (!cuda_available()) {
+    MESSAGE("SKIP: no CUDA device (" << cuda_status() << ")");
+    return;
+  }
+  const int64_t R = 37, C = 8, D = 12;
+  const Tensor x = testing::rand(Shape{R, C * D}, 1), beta = Tensor::full(Shape{1}, 1.4, DType::F32);
+  const Tensor res = testing::rand(Shape{R, C * 2 * D}, 2);
+  testing::check_op("config_attention", {x, beta},
+                    [&](const std::vector<ag::Var>& v, const Graph&) { return ag::config_attention(v[0], v[1], C); });
+  testing::check_op("config_attention + residual + gelu", {x, beta, res},
+                    [&](const std::vector<ag::Var>& v, const Graph&) {
+                      return ag::config_attention(v[0], v[1], C, v[2], Act::kGelu);
+                    });
+  testing::check_op("config_attention + gelu", {x, beta}, [&](const std::vector<ag::Var>& v, const Graph&) {
+    return ag::config_attention(v[0], v[1], C, ag::Var(), Act::kGelu);
+  });
+}
+
 TEST_CASE("config attention: shapes that do not fit are refused naming the argument") {
   const ag::Var x = rand_var({4, 12}, 1), beta = rand_var({1}, 2);
   CHECK_THROWS_WITH_AS(ag::config_attention(x, beta, 5), doctest::Contains("is not [N, C*D] for C = 5"), Error);
   CHECK_THROWS_WITH_AS(ag::config_attention(x, rand_var({2}, 3), 3), doctest::Contains("beta must have one element"),
                        Error);
   CHECK_THROWS_WITH_AS(ag::config_attention(x, beta, 0), doctest::Contains("for C = 0"), Error);
+  CHECK_THROWS_WITH_AS(ag::config_attention(x, beta, 3, rand_var({4, 12}, 4)),
+                       doctest::Contains("residual f64[4, 12] on cpu is not the output's [4, 24]"), Error);
 }
