@@ -114,25 +114,12 @@ ag::Var ChannelAttention::forward(const ag::Var& x, int64_t C) const {
   return node_major(ag::mul(rows, gate), C);
 }
 
-Graph config_axis(int64_t rows, int64_t C, Device device) {
-  std::vector<int64_t> src(size_t(rows * C)), dst(src.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < C; ++c) src[size_t(r * C + c)] = c, dst[size_t(r * C + c)] = r;
-  // Rows past `rows` (when C > rows) have no entries and take no part.
-  const Graph g = Graph::from_edges(src.data(), dst.data(), int64_t(src.size()), std::max(rows, C), "config axis");
-  return g.on(device);
-}
-
 CrossConfigAttention::CrossConfigAttention(double b) {
   beta = add_param("beta", Tensor::full(Shape{1}, b, DType::F32));
 }
 
-ag::Var CrossConfigAttention::forward(const Graph& axis, const ag::Var& x, int64_t C) const {
-  // On the host one fused op (the same forward bits; kernels/config_attention.h); on a GPU the four ops.
-  if (!x.value().is_cuda()) return ag::config_attention(x, beta, C);
-  const ag::Var rows = per_config(x, C);  // [R*C, D], the C configs of a row next to each other
-  const ag::Var weight = ag::segment_softmax(axis, ag::scale_by(rows, beta));
-  return node_major(ag::concat_cols({rows, ag::mul(rows, weight)}), C);
+ag::Var CrossConfigAttention::forward(const ag::Var& x, int64_t C, const ag::Var& residual, Act act) const {
+  return ag::config_attention(x, beta, C, residual, act);
 }
 
 Tensor config_graph(const Batch& b) {

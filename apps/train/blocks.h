@@ -121,17 +121,14 @@ class ChannelAttention : public nn::Module {
   nn::Linear squeeze_, excite_;
 };
 
-// The config axis of R config-batched rows as a graph: row r lists its C configs, CSR positions r*C + c,
-// so segment_softmax over per_config rows [R*C, D] normalises each (row, channel) across the configs.
-Graph config_axis(int64_t rows, int64_t C, Device device);
-
 // Cross-config attention on x [R, C*D]: [x | x * softmax_c(beta x)] per config, the softmax over the
-// configs of each (row, channel) (`axis` = config_axis(R, C)); beta a learned inverse temperature.
-// Returns [R, C*2D]: a config's rows now depend on every config beside it in the batch.
+// configs of each (row, channel); beta a learned inverse temperature. Returns act(that + residual)
+// [R, C*2D] (residual optional), one fused op (ag::config_attention): a config's rows now depend on
+// every config beside it in the batch.
 class CrossConfigAttention : public nn::Module {
  public:
   explicit CrossConfigAttention(double beta);
-  ag::Var forward(const Graph& axis, const ag::Var& x, int64_t C) const;
+  ag::Var forward(const ag::Var& x, int64_t C, const ag::Var& residual = ag::Var(), Act act = Act::kNone) const;
   ag::Var beta;
 };
 

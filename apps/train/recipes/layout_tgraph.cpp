@@ -18,7 +18,8 @@
 // channel (torch's InstanceNorm1d). "SE" is a squeeze-and-excitation gate over the channels (bottleneck
 // 8x, ReLU, sigmoid). "cross" is the cross-config attention: [x | x * softmax over the configs of the
 // batch (x / T)], per node and channel, with T learned; the linear or SAGE before it outputs half the
-// width so the concatenation has the full width (on the host one fused op, ag::config_attention). SAGE is PyG's
+// width so the concatenation has the full width (one fused op with the GELU and residual after it,
+// ag::config_attention). SAGE is PyG's
 // SAGEConv (mean) on the files' edge_index, each node aggregating the nodes that consume it. Pairwise hinge loss max(0,
 // 1 - (s_i - s_j)) over the pairs t_i > t_j of a slate; 1 graph x 64 configs per step; AdamW lr 1e-3, weight decay
 // 1e-5, cosine with warm-up, gradient norm clipped to 1. The write-up averages each config's score over 10 random
@@ -120,16 +121,18 @@ Tensor config_categories(const Batch& b) {
   return idx;
 }
 
-// SE, then (if on) the cross-config attention that doubles the width.
+// SE, then (if on) the cross-config attention that doubles the width, then GELU(that + residual)
+// (residual optional): with the attention on, one fused op after the SE.
 class Attend : public nn::Module {
  public:
   Attend(int64_t dim, bool cross, Rng& rng) : se_(dim, 8, rng), cross_(2.0), on_(cross) {
     add_child("se", &se_);
     if (on_) add_child("cross", &cross_);
   }
-  ag::Var forward(const Graph& axis, const ag::Var& x, int64_t C) const {
+  ag::Var forward(const ag::Var& x, int64_t C, const ag::Var& residual = ag::Var()) const {
     const ag::Var y = se_.forward(x, C);
-    return on_ ? cross_.forward(axis, y, C) : y;
+    if (on_) return cross_.forward(y, C, residual, Act::kGelu);
+    return ag::gelu(residual.defined() ? ag::add(y, residual) : y);
   }
 
  private:
@@ -146,19 +149,16 @@ class InputBlock : public nn::Module {
     add_child("lin", &lin_);
     add_child("attend", &attend_);
   }
-  ag::Var forward(const Batch& b, const Graph& axis, const ag::Var& x, int64_t C) const {
-    return finish(b, axis, node_major(lin_.forward(per_config(x, C)), C), C);
+  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const {
+    return finish(b, node_major(lin_.forward(per_config(x, C)), C), C);
   }
   // The same on join_configs(node, config, C), the join never built (nn::Linear::forward_joined).
-  ag::Var forward_joined(const Batch& b, const Graph& axis, const ag::Var& node, const ag::Var& config,
-                         int64_t C) const {
-    return finish(b, axis, lin_.forward_joined(node, config, C), C);
+  ag::Var forward_joined(const Batch& b, const ag::Var& node, const ag::Var& config, int64_t C) const {
+    return finish(b, lin_.forward_joined(node, config, C), C);
   }
 
  private:
-  ag::Var finish(const Batch& b, const Graph& axis, const ag::Var& y, int64_t C) const {
-    return ag::gelu(attend_.forward(axis, node_norm(b, y), C));
-  }
+  ag::Var finish(const Batch& b, const ag::Var& y, int64_t C) const { return attend_.forward(node_norm(b, y), C); }
   nn::Linear lin_;
   Attend attend_;
 };
@@ -171,9 +171,8 @@ class SageBlock : public nn::Module {
     add_child("sage", &sage_);
     add_child("attend", &attend_);
   }
-  ag::Var forward(const Batch& b, const Graph& axis, const ag::Var& x, int64_t C) const {
-    const ag::Var y = attend_.forward(axis, sage_.forward(b, node_norm(b, x), C), C);
-    return ag::gelu(ag::add(y, x));
+  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const {
+    return attend_.forward(sage_.forward(b, node_norm(b, x), C), C, x);
   }
 
  private:
@@ -216,7 +215,6 @@ class LayoutTgraph : public RankModel {
 
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
-    const Graph axis = config_axis(b.nodes, C, b.x.device());
     const ag::Var config =
         ag::reshape(config_emb_.forward(config_categories(b)), b.nodes, C * kLayoutConfigFeatures * config_embed_);
     const ag::Var own =
@@ -224,12 +222,12 @@ class LayoutTgraph : public RankModel {
     // The first block on [op + F + 24E | C * 18E] per node: the node part's product once per node, the
     // [N, C*(op + F + 24E)] join never built.
     const ag::Var features = features_ == b.x.size(1) ? ag::Var(b.x) : ag::slice_cols(ag::Var(b.x), 0, features_);
-    ag::Var x = segment(
-        b, in1_.forward_joined(b, axis, ag::concat_cols({op_emb_.forward(b.opcode), features, own}), config, C));
-    x = segment(b, in2_.forward(b, axis, x, C));
+    ag::Var x =
+        segment(b, in1_.forward_joined(b, ag::concat_cols({op_emb_.forward(b.opcode), features, own}), config, C));
+    x = segment(b, in2_.forward(b, x, C));
     uint64_t salt = 1;
     for (const auto& block : blocks_) {
-      x = block->forward(b, axis, x, C);
+      x = block->forward(b, x, C);
       x = segment(b, dropout_.forward(b, x, C, training(), salt));
       salt += 1;
     }
