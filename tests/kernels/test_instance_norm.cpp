@@ -2,6 +2,8 @@
 // graphs included) and bit for bit against the float one, its backward against finite differences, the
 // CUDA kernels against the reference, and the autograd op on the GPU against the host.
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "autograd/device_check.h"
 #include "device_buffers.h"
@@ -51,36 +53,41 @@ TEST_CASE("graph instance norm: reference, finite differences, empty graphs") {
 }
 
 TEST_CASE("graph instance norm: the blocked CPU kernel is the float reference, bit for bit, over many channels") {
-  // 150 channels: two full blocks of 64 and a part; graphs of 40, 0 and 7 rows.
-  const std::vector<int64_t> gp = {0, 40, 40, 47};
-  const int64_t G = 3, N = 47, F = 150;
-  const auto xs = random_values<float>(static_cast<size_t>(N * F), 5, -3.0f, 3.0f);
-  const auto gm = random_values<float>(static_cast<size_t>(F), 6, 0.5f, 1.5f),
-             bt = random_values<float>(static_cast<size_t>(F), 7);
-  const auto dy = random_values<float>(static_cast<size_t>(N * F), 8);
-  for (const bool affine : {true, false}) {
-    CAPTURE(affine);
-    const float* g = affine ? gm.data() : nullptr;
-    const float* b = affine ? bt.data() : nullptr;
-    std::vector<float> yr(static_cast<size_t>(N * F)), mr(static_cast<size_t>(G * F)), rr(static_cast<size_t>(G * F)),
-        dxr(static_cast<size_t>(N * F)), dgr(static_cast<size_t>(F)), dbr(static_cast<size_t>(F));
-    instance_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), g, b, gp.data(), G, F, 1e-5f);
-    instance_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), mr.data(), rr.data(), g,
-                                      gp.data(), G, F);
-    std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN),
-        r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN), dg(static_cast<size_t>(F), NAN),
-        db(static_cast<size_t>(F), NAN);
-    instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), g, b, gp.data(), G, F, 1e-5f);
-    instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), g, gp.data(),
-                               G, F);
-    CHECK(y == yr);
-    CHECK(m == mr);
-    CHECK(r == rr);
-    CHECK(dx == dxr);
-    // dgamma, dbeta: per-graph partials summed in graph order (the reference sums on across graphs)
-    for (int64_t f = 0; f < F; ++f) {
-      CHECK(dg[size_t(f)] == doctest::Approx(dgr[size_t(f)]).epsilon(1e-5));
-      CHECK(db[size_t(f)] == doctest::Approx(dbr[size_t(f)]).epsilon(1e-5));
+  // The kernel's blocks of channels shrink as a graph's rows grow (kernels/instance_norm_cpu.cpp): 150
+  // channels over graphs of 40, 0 and 7 rows (one block); 2,100 over 10 rows (1024, 1024 and 52); 200
+  // over one graph of 3,000 rows (128 and 72).
+  for (const auto& [gp, F] :
+       {std::pair<std::vector<int64_t>, int64_t>{{0, 40, 40, 47}, 150}, {{0, 10}, 2100}, {{0, 3000}, 200}}) {
+    const int64_t G = int64_t(gp.size()) - 1, N = gp.back();
+    CAPTURE(F);
+    const auto xs = random_values<float>(static_cast<size_t>(N * F), 5, -3.0f, 3.0f);
+    const auto gm = random_values<float>(static_cast<size_t>(F), 6, 0.5f, 1.5f),
+               bt = random_values<float>(static_cast<size_t>(F), 7);
+    const auto dy = random_values<float>(static_cast<size_t>(N * F), 8);
+    for (const bool affine : {true, false}) {
+      CAPTURE(affine);
+      const float* g = affine ? gm.data() : nullptr;
+      const float* b = affine ? bt.data() : nullptr;
+      std::vector<float> yr(static_cast<size_t>(N * F)), mr(static_cast<size_t>(G * F)), rr(static_cast<size_t>(G * F)),
+          dxr(static_cast<size_t>(N * F)), dgr(static_cast<size_t>(F)), dbr(static_cast<size_t>(F));
+      instance_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), g, b, gp.data(), G, F, 1e-5f);
+      instance_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), mr.data(), rr.data(),
+                                        g, gp.data(), G, F);
+      std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN),
+          r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN), dg(static_cast<size_t>(F), NAN),
+          db(static_cast<size_t>(F), NAN);
+      instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), g, b, gp.data(), G, F, 1e-5f);
+      instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), g,
+                                 gp.data(), G, F);
+      CHECK(y == yr);
+      CHECK(m == mr);
+      CHECK(r == rr);
+      CHECK(dx == dxr);
+      // dgamma, dbeta: per-graph partials summed in graph order (the reference sums on across graphs)
+      for (int64_t f = 0; f < F; ++f) {
+        CHECK(dg[size_t(f)] == doctest::Approx(dgr[size_t(f)]).epsilon(1e-5));
+        CHECK(db[size_t(f)] == doctest::Approx(dbr[size_t(f)]).epsilon(1e-5));
+      }
     }
   }
 }
