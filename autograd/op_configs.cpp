@@ -122,6 +122,7 @@ Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& 
   GNN_CHECK(configs >= 1 && x.size(1) % configs == 0, "config_attention: ", x.value().desc(),
             " is not [N, C*D] for C = ", configs);
   const int64_t R = x.size(0), C = configs, D = x.size(1) / configs;
+  GNN_CHECK(act != Act::kLeakyRelu, "config_attention: the fused activation takes no slope; apply leaky_relu after it");
   if (residual.defined()) {
     check_arg_on("config_attention", "residual", residual, 2, x.dtype(), x.device());
     GNN_CHECK(residual.size(0) == R && residual.size(1) == C * 2 * D, "config_attention: residual ",

@@ -79,8 +79,10 @@ Var l2_normalize(const Var& x, double eps = 1e-12);
 
 // ---- norms and embeddings (op_layer_norm.cpp, op_instance_norm.cpp, op_embedding.cpp) ---------------
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps = 1e-5);  // gamma, beta may be undefined
-// Per graph and channel; graph_ptr i64 [G+1] over the rows of x.
-Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor& graph_ptr, double eps = 1e-5);
+// Per graph and channel; graph_ptr i64 [G+1] over the rows of x. act(instance_norm(x + residual)) in one pass
+// each way when residual (x's shape) or act is given, without keeping the sum or the norm's output.
+Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor& graph_ptr, double eps = 1e-5,
+                  const Var& residual = Var(), Act act = Act::kNone);
 Var embedding(const Var& table, const Tensor& index);  // index i32 in [0, rows of table)
 
 // ---- readout (op_pool.cpp): per graph of a disjoint union ---------------------------------------------

@@ -19,28 +19,33 @@ namespace {
 // instance-norm: the graph instance norm without affine parameters on x [N, C*F], graphs of
 // --graph-nodes rows (the 6th and 1st place recipes' norm, per graph, config and channel). GB/s counts
 // x read and y written (+ x and dy read, dx written); the kernel reads x two more times, from cache
-// when a graph's block of channels fits.
-KernelCase instance_norm_case(const KernelShape& s) {
+// when a graph's block of channels fits. instance-norm-residual-gelu: GELU(norm(x + res)), the 6th
+// place's layer end, in one pass each way: res read too (forward and backward), 12 flops more per
+// value forward (the sum, GELU's erf counted as one and its 4 others), 16 more backward.
+KernelCase instance_norm_case(const KernelShape& s, bool fused) {
   const int64_t N = s.nodes, F = s.features * s.configs;
   auto gp = graph_ranges(N, s.graph_nodes);
   const int64_t G = int64_t(gp->size()) - 1;
   auto x = std::make_shared<Tensor>(random_tensor(N, F, 1));
+  auto res = std::make_shared<Tensor>(fused ? random_tensor(N, F, 3) : Tensor());
   auto dy = std::make_shared<Tensor>(random_tensor(N, F, 2));
   auto y = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
   auto dx = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32));
   auto stats = std::make_shared<Tensor>(Tensor::empty({2, G, F}, DType::F32));
   const bool bwd = s.backward;
+  const Act act = fused ? Act::kGelu : Act::kNone;
   KernelCase k;
   k.step = [=] {
     float* mean = stats->f32();
     float* rstd = mean + G * F;
-    instance_norm_forward_cpu(y->f32(), mean, rstd, x->f32(), nullptr, nullptr, gp->data(), G, F, 1e-5f);
+    const float* r = fused ? res->f32() : nullptr;
+    instance_norm_forward_cpu(y->f32(), mean, rstd, x->f32(), r, nullptr, nullptr, gp->data(), G, F, 1e-5f, act);
     if (bwd)
-      instance_norm_backward_cpu(dx->f32(), nullptr, nullptr, dy->f32(), x->f32(), mean, rstd, nullptr, gp->data(), G,
-                                 F);
+      instance_norm_backward_cpu(dx->f32(), nullptr, nullptr, dy->f32(), x->f32(), r, mean, rstd, nullptr, nullptr,
+                                 gp->data(), G, F, act);
   };
-  k.bytes = 4.0 * double(N) * F * (bwd ? 5 : 2);
-  k.flops = 8.0 * double(N) * F * (bwd ? 2.5 : 1);
+  k.bytes = 4.0 * double(N) * F * (bwd ? 5 : 2) + (fused ? 4.0 * double(N) * F * (bwd ? 2 : 1) : 0.0);
+  k.flops = 8.0 * double(N) * F * (bwd ? 2.5 : 1) + (fused ? double(N) * F * (bwd ? 28 : 12) : 0.0);
   return k;
 }
 
@@ -222,7 +227,8 @@ KernelCase embedding_case(const KernelShape& s) {
 
 std::vector<KernelEntry> norms_kernels() {
   return {
-      {"instance-norm", false, true, instance_norm_case},
+      {"instance-norm", false, true, [](const KernelShape& s) { return instance_norm_case(s, false); }},
+      {"instance-norm-residual-gelu", false, true, [](const KernelShape& s) { return instance_norm_case(s, true); }},
       {"layer-norm", true, true, layer_norm_case},
       {"rowwise-softmax", true, true, [](const KernelShape& s) { return rowwise_case(RowOp::kSoftmax, s); }},
       {"rowwise-log-softmax", true, true, [](const KernelShape& s) { return rowwise_case(RowOp::kLogSoftmax, s); }},

@@ -1,7 +1,7 @@
-// Graph instance norm on the GPU (kernels/instance_norm.h): a block of 8 warps per (graph, 32 channels)
-// strides over the graph's rows (kernels/column_sum.cuh) for the mean, the variance and the backward's
-// two sums, each combined over the warps in order (the same bits every run). dgamma and dbeta are
-// summed per graph into a workspace [2, G, F], then over graphs in order by a second launch.
+// Graph instance norm (with its residual and activation) on the GPU (kernels/instance_norm.h): a block of 8 warps per
+// (graph, 32 channels) strides over the graph's rows (kernels/column_sum.cuh) for the mean, the variance and the
+// backward's two sums, each combined over the warps in order (the same bits every run). dgamma and dbeta are summed per
+// graph into a workspace [2, G, F], then over graphs in order by a second launch.
 #include <cuda_runtime.h>
 
 #include "kernels/column_sum.cuh"
@@ -27,39 +27,46 @@ __device__ float block_rows_sum(int64_t b, int64_t e, bool valid, Fn fn) {
 }
 
 __global__ void __launch_bounds__(kRowWarps * 32)
-    inorm_fwd_kernel(float* y, float* mean, float* rstd, const float* x, const float* gamma, const float* beta,
-                     const int64_t* graph_ptr, int64_t F, float eps) {
+    inorm_fwd_kernel(float* y, float* mean, float* rstd, const float* x, const float* res, const float* gamma,
+                     const float* beta, const int64_t* graph_ptr, int64_t F, float eps, Act act) {
   const int64_t g = blockIdx.y, f = int64_t(blockIdx.x) * 32 + threadIdx.x % 32;
   const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
   const bool valid = f < F;
-  const float m = n ? block_rows_sum(b, e, valid, [&](int64_t i) { return x[i * F + f]; }) / float(n) : 0.0f;
+  auto s = [&](int64_t i) { return res ? x[i * F + f] + res[i * F + f] : x[i * F + f]; };
+  const float m = n ? block_rows_sum(b, e, valid, [&](int64_t i) { return s(i); }) / float(n) : 0.0f;
   const float var = block_rows_sum(b, e, valid, [&](int64_t i) {
-    const float d = x[i * F + f] - m;
+    const float d = s(i) - m;
     return d * d;
   });
   const float rs = 1.0f / sqrtf((n ? var / float(n) : 0.0f) + eps);
   if (!valid) return;
   if (threadIdx.x < 32) mean[g * F + f] = m, rstd[g * F + f] = rs;
   const float gm = gamma ? gamma[f] : 1.0f, bt = beta ? beta[f] : 0.0f;
-  for (int64_t i = b + threadIdx.x / 32; i < e; i += kRowWarps) y[i * F + f] = (x[i * F + f] - m) * rs * gm + bt;
+  for (int64_t i = b + threadIdx.x / 32; i < e; i += kRowWarps)
+    y[i * F + f] = act_value(act, (s(i) - m) * rs * gm + bt, 0.0f);
 }
 
-// Per graph: dx, and this graph's dgamma / dbeta terms into ws[0][g][f], ws[1][g][f].
+// Per graph: dx, and this graph's dgamma / dbeta terms into ws[0][g][f], ws[1][g][f]. dz recomputed
+// in each of the three walks rather than stored.
 __global__ void __launch_bounds__(kRowWarps * 32)
-    inorm_bwd_kernel(float* dx, float* ws, const float* dy, const float* x, const float* mean, const float* rstd,
-                     const float* gamma, const int64_t* graph_ptr, int64_t G, int64_t F) {
+    inorm_bwd_kernel(float* dx, float* ws, const float* dy, const float* x, const float* res, const float* mean,
+                     const float* rstd, const float* gamma, const float* beta, const int64_t* graph_ptr, int64_t G,
+                     int64_t F, Act act) {
   const int64_t g = blockIdx.y, f = int64_t(blockIdx.x) * 32 + threadIdx.x % 32;
   const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
   const bool valid = f < F;
   const float m = valid ? mean[g * F + f] : 0.0f, rs = valid ? rstd[g * F + f] : 0.0f;
-  const float gm = valid && gamma ? gamma[f] : 1.0f;
-  const float sdy = block_rows_sum(b, e, valid, [&](int64_t i) { return dy[i * F + f]; });
-  const float sdyx = block_rows_sum(b, e, valid, [&](int64_t i) { return dy[i * F + f] * (x[i * F + f] - m) * rs; });
+  const float gm = valid && gamma ? gamma[f] : 1.0f, bt = valid && beta ? beta[f] : 0.0f;
+  auto xh = [&](int64_t i) { return ((res ? x[i * F + f] + res[i * F + f] : x[i * F + f]) - m) * rs; };
+  auto dz = [&](int64_t i) {
+    return act == Act::kNone ? dy[i * F + f] : dy[i * F + f] * act_derivative(act, xh(i) * gm + bt, 0.0f);
+  };
+  const float sdy = block_rows_sum(b, e, valid, [&](int64_t i) { return dz(i); });
+  const float sdyx = block_rows_sum(b, e, valid, [&](int64_t i) { return dz(i) * xh(i); });
   if (!valid) return;
   if (threadIdx.x < 32) ws[g * F + f] = sdyx, ws[(G + g) * F + f] = sdy;
   const float s1 = n ? sdy * gm / float(n) : 0.0f, s2 = n ? sdyx * gm / float(n) : 0.0f;
-  for (int64_t i = b + threadIdx.x / 32; i < e; i += kRowWarps)
-    dx[i * F + f] = (dy[i * F + f] * gm - s1 - (x[i * F + f] - m) * rs * s2) * rs;
+  for (int64_t i = b + threadIdx.x / 32; i < e; i += kRowWarps) dx[i * F + f] = (dz(i) * gm - s1 - xh(i) * s2) * rs;
 }
 
 __global__ void inorm_params_kernel(float* dgamma, float* dbeta, const float* ws, int64_t G, int64_t F) {
@@ -73,23 +80,25 @@ __global__ void inorm_params_kernel(float* dgamma, float* dbeta, const float* ws
 
 }  // namespace
 
-void instance_norm_forward_cuda(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                                const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, float eps,
-                                Stream stream) {
+void instance_norm_forward_cuda(float* y, float* mean, float* rstd, const float* x, const float* res,
+                                const float* gamma, const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F,
+                                float eps, Act act, Stream stream) {
   if (G * F == 0) return;
   GNN_CHECK(G < 65536, "instance_norm_forward_cuda: ", G, " graphs in one batch (at most 65535)");
   const dim3 grid(unsigned(ceil_div<int64_t>(F, 32)), unsigned(G));
-  inorm_fwd_kernel<<<grid, kRowWarps * 32, 0, stream>>>(y, mean, rstd, x, gamma, beta, graph_ptr, F, eps);
+  inorm_fwd_kernel<<<grid, kRowWarps * 32, 0, stream>>>(y, mean, rstd, x, res, gamma, beta, graph_ptr, F, eps, act);
   GNN_CUDA_LAUNCH_CHECK("instance_norm_forward_cuda");
 }
 
 void instance_norm_backward_cuda(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                                 const float* mean, const float* rstd, const float* gamma, const int64_t* graph_ptr,
-                                 int64_t G, int64_t F, float* workspace, Stream stream) {
+                                 const float* res, const float* mean, const float* rstd, const float* gamma,
+                                 const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, Act act,
+                                 float* workspace, Stream stream) {
   if (G * F == 0) return;
   GNN_CHECK(G < 65536, "instance_norm_backward_cuda: ", G, " graphs in one batch (at most 65535)");
   const dim3 grid(unsigned(ceil_div<int64_t>(F, 32)), unsigned(G));
-  inorm_bwd_kernel<<<grid, kRowWarps * 32, 0, stream>>>(dx, workspace, dy, x, mean, rstd, gamma, graph_ptr, G, F);
+  inorm_bwd_kernel<<<grid, kRowWarps * 32, 0, stream>>>(dx, workspace, dy, x, res, mean, rstd, gamma, beta, graph_ptr,
+                                                        G, F, act);
   GNN_CUDA_LAUNCH_CHECK("instance_norm_backward_cuda");
   if (dgamma || dbeta) {
     inorm_params_kernel<<<unsigned(ceil_div<int64_t>(F, kThreads)), kThreads, 0, stream>>>(dgamma, dbeta, workspace, G,

@@ -1,37 +1,46 @@
-// Graph instance norm: per graph g (node rows graph_ptr[g] .. graph_ptr[g+1]-1) and channel f,
-//   y = (x - mean_g) / sqrt(var_g + eps) * gamma[f] + beta[f]   (gamma, beta [F] or null)
-//   dxhat = dy * gamma;  dx = (dxhat - mean_g(dxhat) - xhat * mean_g(dxhat * xhat)) * rstd_g
-//   dgamma = sum over nodes of dy * xhat, dbeta = sum of dy (per graph, then graphs in order)
+// Graph instance norm, with an optional residual before it and an activation after it: per graph g
+// (node rows graph_ptr[g] .. graph_ptr[g+1]-1) and channel f, with s = x + res (res [N, F] or null),
+//   z = (s - mean_g) / sqrt(var_g + eps) * gamma[f] + beta[f]   (gamma, beta [F] or null);   y = act(z)
+//   dz = dy * act'(z) (z recomputed, never stored);   dxhat = dz * gamma
+//   ds = (dxhat - mean_g(dxhat) - xhat * mean_g(dxhat * xhat)) * rstd_g   (dx = dres = ds)
+//   dgamma = sum over nodes of dz * xhat, dbeta = sum of dz (per graph, then graphs in order)
 // x, y, dx [N, F]; mean, rstd [G, F] (kept by the forward for the backward). A graph with no rows
-// gives mean 0 and rstd 1/sqrt(eps).
+// gives mean 0 and rstd 1/sqrt(eps). Without res and act it is the plain norm, with its bits; with them,
+// the bits of add, norm and activation composed (GNN layers' GELU(norm(f(x) + x)) in one pass each way).
 #pragma once
 #include <cmath>
 
 #include "base/common.h"
+#include "kernels/activation.h"
 
 namespace gnn {
 
 template <class T>
-void instance_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta,
-                               const int64_t* graph_ptr, int64_t G, int64_t F, T eps) {
+void instance_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* res, const T* gamma, const T* beta,
+                               const int64_t* graph_ptr, int64_t G, int64_t F, T eps, Act act) {
+  auto s = [&](int64_t i) { return res ? x[i] + res[i] : x[i]; };
   for (int64_t g = 0; g < G; ++g) {
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
     for (int64_t f = 0; f < F; ++f) {
       T m = 0, v = 0;
-      for (int64_t i = b; i < e; ++i) m += x[i * F + f];
+      for (int64_t i = b; i < e; ++i) m += s(i * F + f);
       m = n ? m / T(n) : T(0);
-      for (int64_t i = b; i < e; ++i) v += (x[i * F + f] - m) * (x[i * F + f] - m);
+      for (int64_t i = b; i < e; ++i) v += (s(i * F + f) - m) * (s(i * F + f) - m);
       const T rs = T(1) / std::sqrt((n ? v / T(n) : T(0)) + eps);
       mean[g * F + f] = m, rstd[g * F + f] = rs;
       for (int64_t i = b; i < e; ++i)
-        y[i * F + f] = (x[i * F + f] - m) * rs * (gamma ? gamma[f] : T(1)) + (beta ? beta[f] : T(0));
+        y[i * F + f] =
+            act_value(act, (s(i * F + f) - m) * rs * (gamma ? gamma[f] : T(1)) + (beta ? beta[f] : T(0)), T(0));
     }
   }
 }
 
+// dx doubles as the store of dz between the two passes.
 template <class T>
-void instance_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean, const T* rstd,
-                                const T* gamma, const int64_t* graph_ptr, int64_t G, int64_t F) {
+void instance_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* res, const T* mean,
+                                const T* rstd, const T* gamma, const T* beta, const int64_t* graph_ptr, int64_t G,
+                                int64_t F, Act act) {
+  auto s = [&](int64_t i) { return res ? x[i] + res[i] : x[i]; };
   for (int64_t f = 0; f < F; ++f) {
     if (dgamma) dgamma[f] = 0;
     if (dbeta) dbeta[f] = 0;
@@ -39,36 +48,39 @@ void instance_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T
   for (int64_t g = 0; g < G; ++g) {
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
     for (int64_t f = 0; f < F; ++f) {
-      const T m = mean[g * F + f], rs = rstd[g * F + f], gm = gamma ? gamma[f] : T(1);
+      const T m = mean[g * F + f], rs = rstd[g * F + f], gm = gamma ? gamma[f] : T(1), bt = beta ? beta[f] : T(0);
       T s1 = 0, s2 = 0;
       for (int64_t i = b; i < e; ++i) {
-        const T xh = (x[i * F + f] - m) * rs, d = dy[i * F + f];
+        const T xh = (s(i * F + f) - m) * rs;
+        const T d = act == Act::kNone ? dy[i * F + f] : dy[i * F + f] * act_derivative(act, xh * gm + bt, T(0));
+        dx[i * F + f] = d;
         s1 += d * gm, s2 += d * gm * xh;
         if (dgamma) dgamma[f] += d * xh;
         if (dbeta) dbeta[f] += d;
       }
       if (n) s1 /= T(n), s2 /= T(n);
       for (int64_t i = b; i < e; ++i) {
-        const T xh = (x[i * F + f] - m) * rs;
-        dx[i * F + f] = (dy[i * F + f] * gm - s1 - xh * s2) * rs;
+        const T xh = (s(i * F + f) - m) * rs;
+        dx[i * F + f] = (dx[i * F + f] * gm - s1 - xh * s2) * rs;
       }
     }
   }
 }
 
-void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                               const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, float eps);
+void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* res, const float* gamma,
+                               const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, float eps, Act act);
 void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                                const float* mean, const float* rstd, const float* gamma, const int64_t* graph_ptr,
-                                int64_t G, int64_t F);
+                                const float* res, const float* mean, const float* rstd, const float* gamma,
+                                const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, Act act);
 // CUDA: a block of 8 warps per (graph, 32 channels) strides over the graph's rows; the warps' partial
 // sums are combined in warp order (the same bits every run). dgamma and dbeta are summed per graph
 // into workspace [2, G, F] and then over graphs in order, as the CPU does.
-void instance_norm_forward_cuda(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                                const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, float eps,
-                                Stream stream);
+void instance_norm_forward_cuda(float* y, float* mean, float* rstd, const float* x, const float* res,
+                                const float* gamma, const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F,
+                                float eps, Act act, Stream stream);
 void instance_norm_backward_cuda(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                                 const float* mean, const float* rstd, const float* gamma, const int64_t* graph_ptr,
-                                 int64_t G, int64_t F, float* workspace, Stream stream);
+                                 const float* res, const float* mean, const float* rstd, const float* gamma,
+                                 const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, Act act,
+                                 float* workspace, Stream stream);
 
 }  // namespace gnn

@@ -38,34 +38,51 @@ int64_t norm_block(const int64_t* graph_ptr, int64_t G, int64_t F) {
 
 }  // namespace
 
-GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* gamma,
-                                              const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F,
-                                              float eps) {
+// Row i's block of s = x + res: x's own row without a residual, else the sum in buf.
+GNN_INLINE inline const float* s_row(const float* x, const float* res, int64_t o, int64_t w, float* buf) {
+  if (!res) return x + o;
+  for (int64_t f = 0; f < w; ++f) buf[f] = x[o + f] + res[o + f];
+  return buf;
+}
+
+GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* res,
+                                              const float* gamma, const float* beta, const int64_t* graph_ptr,
+                                              int64_t G, int64_t F, float eps, Act act) {
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {
     const int64_t g = t / blocks, f0 = (t % blocks) * B, w = std::min(B, F - f0);
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
-    float m[kNormBlock] = {}, v[kNormBlock] = {}, rs[kNormBlock];
-    for (int64_t i = b; i < e; ++i)
-      for (int64_t f = 0; f < w; ++f) m[f] += x[i * F + f0 + f];
+    float m[kNormBlock] = {}, v[kNormBlock] = {}, rs[kNormBlock], gm[kNormBlock], bt[kNormBlock], buf[kNormBlock];
+    for (int64_t i = b; i < e; ++i) {
+      const float* xs = s_row(x, res, i * F + f0, w, buf);
+      for (int64_t f = 0; f < w; ++f) m[f] += xs[f];
+    }
     for (int64_t f = 0; f < w; ++f) m[f] = n ? m[f] / float(n) : 0.0f;
-    for (int64_t i = b; i < e; ++i)
-      for (int64_t f = 0; f < w; ++f) v[f] += (x[i * F + f0 + f] - m[f]) * (x[i * F + f0 + f] - m[f]);
+    for (int64_t i = b; i < e; ++i) {
+      const float* xs = s_row(x, res, i * F + f0, w, buf);
+      for (int64_t f = 0; f < w; ++f) v[f] += (xs[f] - m[f]) * (xs[f] - m[f]);
+    }
     for (int64_t f = 0; f < w; ++f) {
       rs[f] = 1.0f / std::sqrt((n ? v[f] / float(n) : 0.0f) + eps);
       mean[g * F + f0 + f] = m[f], rstd[g * F + f0 + f] = rs[f];
     }
-    for (int64_t i = b; i < e; ++i)
-      for (int64_t f = 0; f < w; ++f)
-        y[i * F + f0 + f] =
-            (x[i * F + f0 + f] - m[f]) * rs[f] * (gamma ? gamma[f0 + f] : 1.0f) + (beta ? beta[f0 + f] : 0.0f);
+    for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;
+    dispatch_act(act, [&](auto A) GNN_INLINE {  // the activation a constant in the loop, which vectorises
+      for (int64_t i = b; i < e; ++i) {
+        const float* __restrict xs = s_row(x, res, i * F + f0, w, buf);
+        float* __restrict yr = y + i * F + f0;
+        for (int64_t f = 0; f < w; ++f) yr[f] = act_value<float>(A, (xs[f] - m[f]) * rs[f] * gm[f] + bt[f], 0.0f);
+      }
+    });
   }
 }
 
+// dx holds dz = dy act'(z) between the passes when there is an activation.
 GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                                               const float* mean, const float* rstd, const float* gamma,
-                                               const int64_t* graph_ptr, int64_t G, int64_t F) {
+                                               const float* res, const float* mean, const float* rstd,
+                                               const float* gamma, const float* beta, const int64_t* graph_ptr,
+                                               int64_t G, int64_t F, Act act) {
   std::vector<float> pg(static_cast<size_t>(G * F)), pb(static_cast<size_t>(G * F));
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -74,23 +91,39 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
     const float* m = mean + g * F + f0;
     const float* rs = rstd + g * F + f0;
-    float s1[kNormBlock] = {}, s2[kNormBlock] = {}, dg[kNormBlock] = {}, db[kNormBlock] = {}, gm[kNormBlock];
-    for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f;
-    for (int64_t i = b; i < e; ++i)
+    float s1[kNormBlock] = {}, s2[kNormBlock] = {}, dg[kNormBlock] = {}, db[kNormBlock] = {}, gm[kNormBlock],
+          bt[kNormBlock], buf[kNormBlock];
+    for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;
+    const float* dz = act == Act::kNone ? dy : dx;  // where each row's dz is read from
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t o = i * F + f0;
+      const float* xs = s_row(x, res, o, w, buf);
+      if (act != Act::kNone)
+        dispatch_act(act, [&](auto A) GNN_INLINE {
+          float* __restrict d = dx + o;
+          const float* __restrict g1 = dy + o;
+          for (int64_t f = 0; f < w; ++f)
+            d[f] = g1[f] * act_derivative<float>(A, (xs[f] - m[f]) * rs[f] * gm[f] + bt[f], 0.0f);
+        });
+      const float* d = dz + o;
       for (int64_t f = 0; f < w; ++f) {
-        const float xh = (x[i * F + f0 + f] - m[f]) * rs[f], d = dy[i * F + f0 + f];
-        s1[f] += d * gm[f], s2[f] += d * gm[f] * xh;
-        dg[f] += d * xh, db[f] += d;
+        const float xh = (xs[f] - m[f]) * rs[f];
+        s1[f] += d[f] * gm[f], s2[f] += d[f] * gm[f] * xh;
+        dg[f] += d[f] * xh, db[f] += d[f];
       }
+    }
     for (int64_t f = 0; f < w; ++f) {
       if (n) s1[f] /= float(n), s2[f] /= float(n);
       pg[size_t(g * F + f0 + f)] = dg[f], pb[size_t(g * F + f0 + f)] = db[f];
     }
-    for (int64_t i = b; i < e; ++i)
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t o = i * F + f0;
+      const float* xs = s_row(x, res, o, w, buf);
       for (int64_t f = 0; f < w; ++f) {
-        const float xh = (x[i * F + f0 + f] - m[f]) * rs[f];
-        dx[i * F + f0 + f] = (dy[i * F + f0 + f] * gm[f] - s1[f] - xh * s2[f]) * rs[f];
+        const float xh = (xs[f] - m[f]) * rs[f];
+        dx[o + f] = (dz[o + f] * gm[f] - s1[f] - xh * s2[f]) * rs[f];
       }
+    }
   }
   for (int64_t f = 0; f < F; ++f) {
     float sg = 0.0f, sb = 0.0f;

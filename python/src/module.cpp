@@ -500,7 +500,7 @@ void instance_norm_forward(const In& x, const In& ptr, const OptIn& weight, cons
   float* rp = checked<float>(rstd, "rstd", {G, F});
   if (!(eps > 0)) throw nb::value_error(("eps must be > 0, got " + std::to_string(eps)).c_str());
   nb::gil_scoped_release release;
-  instance_norm_forward_cpu(yp, mp, rp, xp, gamma, beta, p, G, F, eps);
+  instance_norm_forward_cpu(yp, mp, rp, xp, nullptr, gamma, beta, p, G, F, eps, Act::kNone);
 }
 
 void instance_norm_backward(const In& grad_out, const In& x, const In& ptr, const In& mean, const In& rstd,
@@ -518,7 +518,7 @@ void instance_norm_backward(const In& grad_out, const In& x, const In& ptr, cons
   float* dg = grad_weight ? checked<float>(*grad_weight, "grad_weight", {F}) : scratch_g.data();
   float* db = grad_bias ? checked<float>(*grad_bias, "grad_bias", {F}) : scratch_b.data();
   nb::gil_scoped_release release;
-  instance_norm_backward_cpu(dx, dg, db, dy, xp, mp, rp, gamma, p, G, F);
+  instance_norm_backward_cpu(dx, dg, db, dy, xp, nullptr, mp, rp, gamma, nullptr, p, G, F, Act::kNone);
 }
 
 void layer_norm_forward(const In& x, const OptIn& weight, const OptIn& bias, float eps, Out out, Out mean, Out rstd) {

@@ -1,11 +1,14 @@
 // Graph instance norm (kernels/instance_norm.h): the CPU kernels against the double reference (empty
 // graphs included) and bit for bit against the float one, its backward against finite differences, the
-// CUDA kernels against the reference, and the autograd op on the GPU against the host.
+// CUDA kernels against the reference, and the autograd op on the GPU against the host; with a residual
+// and an activation, by finite differences and against the composed ops.
+#include <array>
 #include <cmath>
 #include <utility>
 #include <vector>
 
 #include "autograd/device_check.h"
+#include "autograd/gradcheck.h"
 #include "device_buffers.h"
 #include "graph_cases.h"
 #include "kernels/instance_norm.h"
@@ -24,16 +27,18 @@ TEST_CASE("graph instance norm: reference, finite differences, empty graphs") {
   const auto dy = random_values<float>(static_cast<size_t>(N * F), 4);
   std::vector<double> yd(static_cast<size_t>(N * F)), md(static_cast<size_t>(G * F)), rd(static_cast<size_t>(G * F)),
       dxd(static_cast<size_t>(N * F)), dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
-  instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), to_double(xs).data(), to_double(gm).data(),
-                                    to_double(bt).data(), gp.data(), G, F, 1e-5);
+  instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), to_double(xs).data(), nullptr,
+                                    to_double(gm).data(), to_double(bt).data(), gp.data(), G, F, 1e-5, Act::kNone);
   instance_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), to_double(dy).data(), to_double(xs).data(),
-                                     md.data(), rd.data(), to_double(gm).data(), gp.data(), G, F);
+                                     nullptr, md.data(), rd.data(), to_double(gm).data(), nullptr, gp.data(), G, F,
+                                     Act::kNone);
   std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN),
       r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN), dg(static_cast<size_t>(F), NAN),
       db(static_cast<size_t>(F), NAN);
-  instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), gm.data(), bt.data(), gp.data(), G, F, 1e-5f);
-  instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), gm.data(),
-                             gp.data(), G, F);
+  instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), nullptr, gm.data(), bt.data(), gp.data(), G, F,
+                            1e-5f, Act::kNone);
+  instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), nullptr, m.data(), r.data(),
+                             gm.data(), nullptr, gp.data(), G, F, Act::kNone);
   GNN_CHECK_CLOSE(y, yd);
   GNN_CHECK_CLOSE(dx, dxd, 1e-4, 1e-4);
   GNN_CHECK_CLOSE(dg, dgd);
@@ -43,8 +48,8 @@ TEST_CASE("graph instance norm: reference, finite differences, empty graphs") {
   const auto gout = to_double(dy);
   auto loss = [&] {
     std::vector<double> yy(static_cast<size_t>(N * F)), mm(static_cast<size_t>(G * F)), rr(static_cast<size_t>(G * F));
-    instance_norm_forward_ref<double>(yy.data(), mm.data(), rr.data(), xd.data(), gd.data(), bd.data(), gp.data(), G, F,
-                                      1e-5);
+    instance_norm_forward_ref<double>(yy.data(), mm.data(), rr.data(), xd.data(), nullptr, gd.data(), bd.data(),
+                                      gp.data(), G, F, 1e-5, Act::kNone);
     return dot(yy, gout);
   };
   check_gradient(xd, dxd, loss);
@@ -70,15 +75,17 @@ TEST_CASE("graph instance norm: the blocked CPU kernel is the float reference, b
       const float* b = affine ? bt.data() : nullptr;
       std::vector<float> yr(static_cast<size_t>(N * F)), mr(static_cast<size_t>(G * F)), rr(static_cast<size_t>(G * F)),
           dxr(static_cast<size_t>(N * F)), dgr(static_cast<size_t>(F)), dbr(static_cast<size_t>(F));
-      instance_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), g, b, gp.data(), G, F, 1e-5f);
-      instance_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), mr.data(), rr.data(),
-                                        g, gp.data(), G, F);
+      instance_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), nullptr, g, b, gp.data(), G, F,
+                                       1e-5f, Act::kNone);
+      instance_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), nullptr, mr.data(),
+                                        rr.data(), g, nullptr, gp.data(), G, F, Act::kNone);
       std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN),
           r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN), dg(static_cast<size_t>(F), NAN),
           db(static_cast<size_t>(F), NAN);
-      instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), g, b, gp.data(), G, F, 1e-5f);
-      instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), g,
-                                 gp.data(), G, F);
+      instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), nullptr, g, b, gp.data(), G, F, 1e-5f,
+                                Act::kNone);
+      instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), nullptr, m.data(), r.data(), g,
+                                 nullptr, gp.data(), G, F, Act::kNone);
       CHECK(y == yr);
       CHECK(m == mr);
       CHECK(r == rr);
@@ -110,18 +117,20 @@ TEST_CASE("cuda graph instance norm matches the double reference (empty, single-
           bd(beta.begin(), beta.end());
       std::vector<double> yd(size_t(N * F)), md(size_t(G * F)), rd(size_t(G * F)), dxd(size_t(N * F)),
           dgd(static_cast<size_t>(F)), dbd(static_cast<size_t>(F));
-      instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), xd.data(), affine ? gd.data() : nullptr,
-                                        affine ? bd.data() : nullptr, ptr.data(), G, F, 1e-5);
-      instance_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), dyd.data(), xd.data(), md.data(),
-                                         rd.data(), affine ? gd.data() : nullptr, ptr.data(), G, F);
+      instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), xd.data(), nullptr,
+                                        affine ? gd.data() : nullptr, affine ? bd.data() : nullptr, ptr.data(), G, F,
+                                        1e-5, Act::kNone);
+      instance_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), dyd.data(), xd.data(), nullptr, md.data(),
+                                         rd.data(), affine ? gd.data() : nullptr, nullptr, ptr.data(), G, F,
+                                         Act::kNone);
       const Tensor gx = on_gpu(x), gdy = on_gpu(dy), gg = on_gpu(gamma), gb = on_gpu(beta);
       Tensor y = nan_gpu(N * F), mean = nan_gpu(G * F), rstd = nan_gpu(G * F), dx = nan_gpu(N * F), dg = nan_gpu(F),
              db = nan_gpu(F), ws = nan_gpu(2 * G * F);
       const float* gp = affine ? gg.f32() : nullptr;
-      instance_norm_forward_cuda(y.f32(), mean.f32(), rstd.f32(), gx.f32(), gp, affine ? gb.f32() : nullptr, gptr.i64(),
-                                 G, F, 1e-5f, s);
-      instance_norm_backward_cuda(dx.f32(), dg.f32(), db.f32(), gdy.f32(), gx.f32(), mean.f32(), rstd.f32(), gp,
-                                  gptr.i64(), G, F, ws.f32(), s);
+      instance_norm_forward_cuda(y.f32(), mean.f32(), rstd.f32(), gx.f32(), nullptr, gp, affine ? gb.f32() : nullptr,
+                                 gptr.i64(), G, F, 1e-5f, Act::kNone, s);
+      instance_norm_backward_cuda(dx.f32(), dg.f32(), db.f32(), gdy.f32(), gx.f32(), nullptr, mean.f32(), rstd.f32(),
+                                  gp, nullptr, gptr.i64(), G, F, Act::kNone, ws.f32(), s);
       GNN_CHECK_CLOSE(y.to_vector<float>(), yd, 1e-4, 1e-4);
       GNN_CHECK_CLOSE(mean.to_vector<float>(), md);
       GNN_CHECK_CLOSE(rstd.to_vector<float>(), rd, 1e-3, 1e-4);  // the empty graph's 1/sqrt(eps) = 316
@@ -139,4 +148,46 @@ TEST_CASE("cuda ops: instance norm per graph, with an empty graph, matches the h
   const Tensor x = rand({70, 40}, 11), gamma = rand({40}, 12), beta = rand({40}, 13);
   check_op("instance_norm", {x, gamma, beta},
            [gp](auto& v, auto&) { return ag::instance_norm(v[0], v[1], v[2], gp, 1e-5); });
+}
+
+TEST_CASE("instance norm with a residual and an activation: finite differences, and the composed ops' bits") {
+  const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 6, 6, 13});  // graph 1 empty
+  // f64: every input's gradient by finite differences, affine or not, for the activations the recipes use
+  const ag::Var x = rand_var({13, 5}, 21), res = rand_var({13, 5}, 22), gm = rand_var({5}, 23, 0.5, 1.5),
+                bt = rand_var({5}, 24);
+  for (Act act : {Act::kNone, Act::kGelu, Act::kRelu, Act::kElu}) {
+    CAPTURE(act_name(act));
+    check_grads({x, res, gm, bt}, [&] { return probe(ag::instance_norm(x, gm, bt, gp, 1e-5, res, act)); });
+    check_grads({x}, [&] { return probe(ag::instance_norm(x, ag::Var(), ag::Var(), gp, 1e-5, ag::Var(), act)); });
+  }
+  // float, no affine parameters (as the recipes call it), blocks of channels over many configs: the
+  // forward's bits and every gradient's bits of gelu(instance_norm(add(x, res)))
+  const Tensor gp2 = Tensor::from_vector(std::vector<int64_t>{0, 300, 301, 700});
+  const Tensor xs = rand({700, 1100}, 25), rs = rand({700, 1100}, 26), dy = rand({700, 1100}, 27);
+  auto run = [&](bool fused) {
+    const ag::Var a = ag::Var::param(xs.clone()), b = ag::Var::param(rs.clone());
+    const ag::Var y = fused ? ag::instance_norm(a, ag::Var(), ag::Var(), gp2, 1e-5, b, Act::kGelu)
+                            : ag::gelu(ag::instance_norm(ag::add(a, b), ag::Var(), ag::Var(), gp2));
+    const std::vector<float> out = y.value().to_vector<float>();
+    ag::backward(y, dy);
+    return std::array<std::vector<float>, 3>{out, a.grad().to_vector<float>(), b.grad().to_vector<float>()};
+  };
+  const auto f = run(true), c = run(false);
+  CHECK(f[0] == c[0]);
+  CHECK(f[1] == c[1]);
+  CHECK(f[2] == c[2]);
+  // a residual of another shape is refused, naming it
+  CHECK_THROWS_WITH_AS(ag::instance_norm(x, ag::Var(), ag::Var(), gp, 1e-5, rand_var({13, 4}, 1)),
+                       doctest::Contains("residual f64[13, 4] on cpu is not x's [13, 5]"), Error);
+}
+
+TEST_CASE("cuda ops: instance norm with a residual and GELU matches the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 9, 9, 40, 41, 70});  // graph 1 empty
+  const Tensor x = rand({70, 40}, 31), res = rand({70, 40}, 32), gamma = rand({40}, 33), beta = rand({40}, 34);
+  check_op("instance_norm + residual + gelu", {x, res, gamma, beta},
+           [gp](auto& v, auto&) { return ag::instance_norm(v[0], v[2], v[3], gp, 1e-5, v[1], Act::kGelu); });
+  check_op("instance_norm + gelu", {x}, [gp](auto& v, auto&) {
+    return ag::instance_norm(v[0], ag::Var(), ag::Var(), gp, 1e-5, ag::Var(), Act::kGelu);
+  });
 }
