@@ -47,7 +47,8 @@ ag::Var LinearNormAct::forward_joined(const ag::Var& node, const ag::Var& config
 }
 
 ag::Var LinearNormAct::norm_act(const ag::Var& y, const Tensor& ptr) const {
-  return ag::activation(ag::instance_norm(y, ag::Var(), ag::Var(), ptr), act_);
+  if (act_ == Act::kLeakyRelu) return ag::activation(ag::instance_norm(y, ag::Var(), ag::Var(), ptr), act_);
+  return ag::instance_norm(y, ag::Var(), ag::Var(), ptr, 1e-5, ag::Var(), act_);  // one op each way
 }
 
 ag::Var config_shared_dropout(const Batch& b, const ag::Var& x, int64_t C, double p, bool training, uint64_t salt) {

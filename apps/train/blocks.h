@@ -51,6 +51,10 @@ class ResGcnLayer : public nn::Module {
 inline ag::Var node_norm(const Batch& b, const ag::Var& x) {
   return ag::instance_norm(x, ag::Var(), ag::Var(), b.graph_ptr);
 }
+// act(node_norm(x + residual)) in one op each way (the 6th place's layer end, GELU(norm(f(x) + x))).
+inline ag::Var node_norm_act(const Batch& b, const ag::Var& x, const ag::Var& residual, Act act) {
+  return ag::instance_norm(x, ag::Var(), ag::Var(), b.graph_ptr, 1e-5, residual, act);
+}
 
 // act(norm(x W (+ b))) on config-batched rows x [R, C*in] -> [R, C*out], the norm over each group of
 // rows of `ptr` per config and channel: the node rows of each graph (graph_ptr, C configs), or the

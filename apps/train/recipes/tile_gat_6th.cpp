@@ -99,7 +99,7 @@ class TileGat6th : public RankModel {
       x = ag::join_configs(x, tile_configs_on_nodes(b), C);
       x = node_major(ag::gelu(join_.forward(per_config(x, C))), C);
     }
-    for (const auto& l : layers_) x = ag::gelu(node_norm(b, ag::add(l->forward(b, x, C), x)));
+    for (const auto& l : layers_) x = node_norm_act(b, l->forward(b, x, C), x, Act::kGelu);
     ag::Var pooled = ag::add(ag::pool(x, b.graph_ptr, Reduce::kMean), ag::pool(x, b.graph_ptr, Reduce::kMax));
     pooled = early_join_ ? per_config(pooled, C) : repeat_configs(b, pooled);  // [G*C, hidden]
     return head_.forward(b, ag::concat_cols({ag::Var(b.config_feat), pooled}));
