@@ -1,5 +1,6 @@
 // y = act(x);  dx = dy * act'(x)  (kernels/activation.h), on the host or the GPU
 // y = act(x + b);  dx = dy * act'(x + b), db = column sums of dx  (bias_act: a dense layer's epilogue)
+// y = x * sigmoid(z + b);  dx = dy s, dz = dy x s (1 - s), db = column sums of dz  (gate: the SE block's product)
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 
@@ -19,6 +20,9 @@ constexpr Kernel bias_act_backward_k{
       const Tensor ws = db ? column_sum_workspace_on(on, R, F) : Tensor();
       bias_act_backward_cuda(dx, db, dy, x, b, R, F, act, slope, ws.defined() ? ws.f32() : nullptr, on.stream());
     }};
+
+constexpr Kernel gate_forward_k = GNN_KERNEL(gate_forward);
+constexpr Kernel gate_backward_k = GNN_KERNEL(gate_backward);
 
 }  // namespace
 
@@ -55,6 +59,34 @@ Var bias_act(const Var& x, const Var& b, Act act, double slope) {
       run<T>(bias_act_backward_k, dx, ptr<T>(dx), dbp, g, xp, bp, R, F, act, T(slope));
       if (x.requires_grad()) accumulate(x, dx);
       if (db.defined()) accumulate(b, db);
+    });
+  });
+}
+
+Var gate(const Var& x, const Var& z, const Var& b) {
+  check_arg_on("gate", "x", x, 2, x.dtype(), x.device());
+  check_arg_on("gate", "z", z, 2, x.dtype(), x.device());
+  GNN_CHECK(z.shape() == x.shape(), "gate: z ", z.value().desc(), " is not x's ", x.shape().str());
+  const int64_t R = x.size(0), F = x.size(1);
+  if (b.defined()) {
+    check_arg_on("gate", "b", b, 1, x.dtype(), x.device());
+    GNN_CHECK(b.size(0) == F, "gate: b has ", b.size(0), " values for x with ", F, " columns");
+  }
+  return dispatch_dev("gate", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), x.shape());
+    run<T>(gate_forward_k, y, ptr<T>(y), ptr<T>(x.value()), ptr<T>(z.value()), ptr_or_null<T>(b), R, F);
+    return record("gate", y, {x, z, b}, [x, z, b, R, F](const Tensor& dy) {
+      Tensor dx = empty_like(dy, x.shape()), dz = empty_like(dy, z.shape());
+      run<T>(gate_backward_k, dy, ptr<T>(dx), ptr<T>(dz), ptr<T>(dy), ptr<T>(x.value()), ptr<T>(z.value()),
+             ptr_or_null<T>(b), R, F);
+      accumulate(x, dx);
+      if (b.requires_grad()) {
+        Tensor db = empty_like(dy, b.shape());
+        column_sum_on<T>(dy, ptr<T>(db), ptr<T>(dz), R, F);
+        accumulate(b, db);
+      }
+      accumulate(z, dz);
     });
   });
 }

@@ -33,6 +33,9 @@ Var activation(const Var& x, Act act, double slope = 0.01);
 // act(x + b), x [R, F], b [F]: a dense layer's epilogue in one pass (one kernel forward; backward dx and
 // db from one pass). Equal to activation(add_bias(x, b), act) without keeping x + b; Act::kNone is add_bias.
 Var bias_act(const Var& x, const Var& b, Act act, double slope = 0.01);
+// x * sigmoid(z + b) (x, z [R, F]; b [F] or undefined) in one pass each way: mul(x, bias_act(z, b, sigmoid)),
+// the squeeze-and-excitation gate, with its bits.
+Var gate(const Var& x, const Var& z, const Var& b);
 inline Var relu(const Var& x) { return activation(x, Act::kRelu); }
 inline Var elu(const Var& x) { return activation(x, Act::kElu); }
 inline Var gelu(const Var& x) { return activation(x, Act::kGelu); }

@@ -1,9 +1,11 @@
 // Registry cases (bench/registry.h) for the per-graph and per-row kernels around the message passing:
 // instance norm, layer norm, the row-wise softmax / log-softmax / l2 normalisation, pooling (the
-// readout) and the embedding lookup.
+// readout), the embedding lookup and the squeeze-and-excitation gate.
 #include <memory>
 #include <vector>
 
+#include "autograd/ops.h"
+#include "autograd/var.h"
 #include "bench/registry_cases.h"
 #include "kernels/embedding.h"
 #include "kernels/instance_norm.h"
@@ -46,6 +48,37 @@ KernelCase instance_norm_case(const KernelShape& s, bool fused) {
   };
   k.bytes = 4.0 * double(N) * F * (bwd ? 5 : 2) + (fused ? 4.0 * double(N) * F * (bwd ? 2 : 1) : 0.0);
   k.flops = 8.0 * double(N) * F * (bwd ? 2.5 : 1) + (fused ? double(N) * F * (bwd ? 28 : 12) : 0.0);
+  return k;
+}
+
+// gate: the squeeze-and-excitation gate's product y = x * sigmoid(z + b) on [N*C, F] (ag::gate, the 1st
+// place's ChannelAttention), --device cuda too. Least traffic: x and z read, y written (+ dy, x, z read,
+// dx and dz written). Operations, the exp counted as one: 5 per value forward, 8 more backward.
+KernelCase gate_case(const KernelShape& s) {
+  const Device dev = device_of(s);
+  const int64_t R = s.nodes * s.configs, F = s.features;
+  struct State {
+    ag::Var x, z, b;
+    Tensor dy;
+  };
+  auto st = std::make_shared<State>();
+  st->x = ag::Var::param(random_tensor(R, F, 1).to(dev));
+  st->z = ag::Var::param(random_tensor(R, F, 2).to(dev));
+  st->b = ag::Var::param(random_tensor(1, F, 3).reshape({F}).to(dev));
+  st->dy = random_tensor(R, F, 4).to(dev);
+  const bool bwd = s.backward;
+  KernelCase k;
+  k.step = [st, bwd] {
+    if (!bwd) {
+      ag::NoGrad no_tape;
+      ag::gate(st->x, st->z, st->b);
+      return;
+    }
+    ag::backward(ag::gate(st->x, st->z, st->b), st->dy);
+    for (ag::Var* v : {&st->x, &st->z, &st->b}) v->zero_grad();
+  };
+  k.bytes = 4.0 * double(R) * double(F) * (bwd ? 8.0 : 3.0);
+  k.flops = double(R) * double(F) * (bwd ? 13.0 : 5.0);
   return k;
 }
 
@@ -238,6 +271,7 @@ std::vector<KernelEntry> norms_kernels() {
       {"pool-max", true, true, [](const KernelShape& s) { return pool_case(Reduce::kMax, s); }},
       {"pool-logsumexp", true, true, [](const KernelShape& s) { return pool_case(Reduce::kSum, s, true); }},
       {"embedding", true, true, embedding_case},
+      {"gate", true, true, gate_case},
   };
 }
 

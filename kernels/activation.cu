@@ -55,7 +55,30 @@ __global__ void bias_act_bwd_kernel(float* dx, const float* dy, const float* x, 
   GNN_GRID_STRIDE(i, R * F) g(i / F, i % F);
 }
 
+__global__ void gate_fwd_kernel(float* y, const float* x, const float* z, const float* b, int64_t R, int64_t F) {
+  GNN_GRID_STRIDE(i, R * F)
+  y[i] = __ldg(x + i) * act_value(Act::kSigmoid, __ldg(z + i) + (b ? __ldg(b + i % F) : 0.0f), 0.0f);
+}
+
+__global__ void gate_bwd_kernel(float* dx, float* dz, const float* dy, const float* x, const float* z, const float* b,
+                                int64_t R, int64_t F) {
+  GNN_GRID_STRIDE(i, R * F) {
+    const float v = __ldg(z + i) + (b ? __ldg(b + i % F) : 0.0f), g = __ldg(dy + i);
+    dx[i] = g * act_value(Act::kSigmoid, v, 0.0f);
+    dz[i] = g * __ldg(x + i) * act_derivative(Act::kSigmoid, v, 0.0f);
+  }
+}
+
 }  // namespace
+
+void gate_forward_cuda(float* y, const float* x, const float* z, const float* b, int64_t R, int64_t F, Stream stream) {
+  GNN_LAUNCH_N("gate_forward_cuda", R * F, gate_fwd_kernel, y, x, z, b, R, F);
+}
+
+void gate_backward_cuda(float* dx, float* dz, const float* dy, const float* x, const float* z, const float* b,
+                        int64_t R, int64_t F, Stream stream) {
+  GNN_LAUNCH_N("gate_backward_cuda", R * F, gate_bwd_kernel, dx, dz, dy, x, z, b, R, F);
+}
 
 void act_forward_cuda(float* y, const float* x, int64_t n, Act a, float slope, Stream stream) {
   if (n == 0) return;

@@ -113,6 +113,26 @@ void bias_act_backward_ref(T* dx, T* db, const T* dy, const T* x, const T* b, in
     }
 }
 
+// The squeeze-and-excitation gate's product, y = x * sigmoid(z + b) over [R, F] (b [F] or null), in one pass
+// instead of bias_act's and mul's two; the backward recomputes s = sigmoid(z + b):
+//   dx = dy s;   dz = dy x s (1 - s)   (db, the column sums of dz, is the op's)
+template <class T>
+void gate_forward_ref(T* y, const T* x, const T* z, const T* b, int64_t R, int64_t F) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t f = 0; f < F; ++f)
+      y[r * F + f] = x[r * F + f] * act_value(Act::kSigmoid, z[r * F + f] + (b ? b[f] : T(0)), T(0));
+}
+template <class T>
+void gate_backward_ref(T* dx, T* dz, const T* dy, const T* x, const T* z, const T* b, int64_t R, int64_t F) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t f = 0; f < F; ++f) {
+      const int64_t i = r * F + f;
+      const T v = z[i] + (b ? b[f] : T(0));
+      dx[i] = dy[i] * act_value(Act::kSigmoid, v, T(0));
+      dz[i] = dy[i] * x[i] * act_derivative(Act::kSigmoid, v, T(0));
+    }
+}
+
 void act_forward_cpu(float* y, const float* x, int64_t n, Act a, float slope);
 void act_backward_cpu(float* dx, const float* dy, const float* x, int64_t n, Act a, float slope);
 void act_forward_cuda(float* y, const float* x, int64_t n, Act a, float slope, Stream stream);
@@ -124,6 +144,12 @@ void bias_act_backward_cpu(float* dx, float* db, const float* dy, const float* x
                            Act a, float slope);
 void bias_act_forward_cuda(float* y, float* z, const float* x, const float* b, int64_t R, int64_t F, Act a, float slope,
                            Stream stream);
+void gate_forward_cpu(float* y, const float* x, const float* z, const float* b, int64_t R, int64_t F);
+void gate_backward_cpu(float* dx, float* dz, const float* dy, const float* x, const float* z, const float* b, int64_t R,
+                       int64_t F);
+void gate_forward_cuda(float* y, const float* x, const float* z, const float* b, int64_t R, int64_t F, Stream stream);
+void gate_backward_cuda(float* dx, float* dz, const float* dy, const float* x, const float* z, const float* b,
+                        int64_t R, int64_t F, Stream stream);
 void bias_act_backward_cuda(float* dx, float* db, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
                             Act a, float slope, float* workspace, Stream stream);
 

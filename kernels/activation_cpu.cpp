@@ -69,7 +69,39 @@ GNN_CPU_CLONES void bias_act_backward_part(float* __restrict dx, const float* __
   });
 }
 
+GNN_CPU_CLONES void gate_forward_part(float* __restrict y, const float* __restrict x, const float* __restrict z,
+                                      const float* __restrict b, int64_t R, int64_t F) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t f = 0; f < F; ++f)
+      y[r * F + f] = x[r * F + f] * act_value(Act::kSigmoid, z[r * F + f] + (b ? b[f] : 0.0f), 0.0f);
+}
+
+// One statement per loop, so that each vectorises.
+GNN_CPU_CLONES void gate_backward_part(float* __restrict dx, float* __restrict dz, const float* __restrict dy,
+                                       const float* __restrict x, const float* __restrict z, const float* __restrict b,
+                                       int64_t R, int64_t F) {
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t o = r * F;
+    for (int64_t f = 0; f < F; ++f)
+      dx[o + f] = dy[o + f] * act_value(Act::kSigmoid, z[o + f] + (b ? b[f] : 0.0f), 0.0f);
+    for (int64_t f = 0; f < F; ++f)
+      dz[o + f] = dy[o + f] * x[o + f] * act_derivative(Act::kSigmoid, z[o + f] + (b ? b[f] : 0.0f), 0.0f);
+  }
+}
+
 }  // namespace
+
+void gate_forward_cpu(float* y, const float* x, const float* z, const float* b, int64_t R, int64_t F) {
+  over_threads(R, 32768 / std::max<int64_t>(F, 1),
+               [&](int64_t r0, int64_t r1) { gate_forward_part(y + r0 * F, x + r0 * F, z + r0 * F, b, r1 - r0, F); });
+}
+
+void gate_backward_cpu(float* dx, float* dz, const float* dy, const float* x, const float* z, const float* b, int64_t R,
+                       int64_t F) {
+  over_threads(R, 32768 / std::max<int64_t>(F, 1), [&](int64_t r0, int64_t r1) {
+    gate_backward_part(dx + r0 * F, dz + r0 * F, dy + r0 * F, x + r0 * F, z + r0 * F, b, r1 - r0, F);
+  });
+}
 
 void act_forward_cpu(float* y, const float* x, int64_t n, Act a, float slope) {
   over_threads(n, 32768, [&](int64_t b, int64_t e) { act_forward_part(y + b, x + b, e - b, a, slope); });

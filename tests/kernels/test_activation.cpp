@@ -1,9 +1,13 @@
 // Activations (kernels/activation.h): hand-worked values, the CPU kernels against the double
 // reference, each derivative against finite differences, the CUDA kernels (and bias_act, the dense
-// layer's epilogue) against the reference, and the autograd op on the GPU against the host.
+// layer's epilogue) against the reference, and the autograd op on the GPU against the host; the SE gate
+// (x * sigmoid(z + b)) against the composed ops, by finite differences, and on the GPU.
+#include <array>
 #include <cmath>
+#include <vector>
 
 #include "autograd/device_check.h"
+#include "autograd/gradcheck.h"
 #include "device_buffers.h"
 #include "graph_cases.h"
 #include "kernels/activation.h"
@@ -121,4 +125,46 @@ TEST_CASE("cuda ops: bias_act matches the host, value and gradient") {
   for (Act act : {Act::kNone, Act::kLeakyRelu, Act::kGelu})  // 37 rows: one slice; 9000: column sums in slices
     for (const Tensor& x : {a, rand({9000, 24}, 14)})
       check_op("bias_act", {x, bias}, [act](auto& v, auto&) { return ag::bias_act(v[0], v[1], act, 0.1); });
+}
+
+TEST_CASE("gate: the composed ops' bits, finite differences, the CPU kernel against the reference") {
+  // f64, through the op: every input's gradient, with the bias and without
+  const ag::Var x = rand_var({9, 6}, 41), z = rand_var({9, 6}, 42, -3, 3), b = rand_var({6}, 43);
+  check_grads({x, z, b}, [&] { return probe(ag::gate(x, z, b)); });
+  check_grads({x, z}, [&] { return probe(ag::gate(x, z, ag::Var())); });
+  // float: mul(x, bias_act(z, b, sigmoid)), forward and every gradient, bit for bit
+  const Tensor xs = rand({301, 128}, 44), zs = rand({301, 128}, 45), bs = rand({128}, 46), dy = rand({301, 128}, 47);
+  auto run = [&](bool fused) {
+    const ag::Var a = ag::Var::param(xs.clone()), c = ag::Var::param(zs.clone()), d = ag::Var::param(bs.clone());
+    const ag::Var y = fused ? ag::gate(a, c, d) : ag::mul(a, ag::bias_act(c, d, Act::kSigmoid));
+    const std::vector<float> out = y.value().to_vector<float>();
+    ag::backward(y, dy);
+    return std::array<std::vector<float>, 4>{out, a.grad().to_vector<float>(), c.grad().to_vector<float>(),
+                                             d.grad().to_vector<float>()};
+  };
+  const auto f = run(true), c = run(false);
+  for (size_t k = 0; k < f.size(); ++k) CHECK(f[k] == c[k]);
+  // the CPU kernel against the float reference on a shape with a tail
+  const int64_t R = 77, F = 19;
+  const auto xv = random_values<float>(size_t(R * F), 48), zv = random_values<float>(size_t(R * F), 49, -4.0f, 4.0f),
+             bv = random_values<float>(size_t(F), 50), gv = random_values<float>(size_t(R * F), 51);
+  std::vector<float> yr(size_t(R * F)), y(yr.size()), dxr(yr.size()), dx(yr.size()), dzr(yr.size()), dz(yr.size());
+  gate_forward_ref<float>(yr.data(), xv.data(), zv.data(), bv.data(), R, F);
+  gate_forward_cpu(y.data(), xv.data(), zv.data(), bv.data(), R, F);
+  gate_backward_ref<float>(dxr.data(), dzr.data(), gv.data(), xv.data(), zv.data(), bv.data(), R, F);
+  gate_backward_cpu(dx.data(), dz.data(), gv.data(), xv.data(), zv.data(), bv.data(), R, F);
+  CHECK(y == yr);
+  CHECK(dx == dxr);
+  CHECK(dz == dzr);
+  // shapes that do not fit are refused, naming the argument
+  CHECK_THROWS_WITH_AS(ag::gate(x, rand_var({9, 5}, 1), b), doctest::Contains("gate: z f64[9, 5] on cpu is not x's"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ag::gate(x, z, rand_var({5}, 1)), doctest::Contains("gate: b has 5 values"), Error);
+}
+
+TEST_CASE("cuda ops: gate matches the host, value and gradient") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor x = rand({37, 24}, 61), z = rand({37, 24}, 62), b = rand({24}, 63);
+  check_op("gate", {x, z, b}, [](auto& v, auto&) { return ag::gate(v[0], v[1], v[2]); });
+  check_op("gate without a bias", {x, z}, [](auto& v, auto&) { return ag::gate(v[0], v[1], ag::Var()); });
 }
