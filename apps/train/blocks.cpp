@@ -111,8 +111,9 @@ ChannelAttention::ChannelAttention(int64_t dim, int64_t reduction, Rng& rng)
 
 ag::Var ChannelAttention::forward(const ag::Var& x, int64_t C) const {
   const ag::Var rows = per_config(x, C);
-  const ag::Var gate = excite_.forward(squeeze_.forward(rows, Act::kRelu), Act::kSigmoid);
-  return node_major(ag::mul(rows, gate), C);
+  // rows * sigmoid(excite(squeeze)), the excitation's bias, sigmoid and product in one op (ag::gate)
+  const ag::Var z = ag::matmul(squeeze_.forward(rows, Act::kRelu), excite_.weight);
+  return node_major(ag::gate(rows, z, excite_.bias), C);
 }
 
 CrossConfigAttention::CrossConfigAttention(double b) {
