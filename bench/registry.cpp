@@ -1,4 +1,4 @@
-// The kernel registry (bench/registry.h): the table of cases, the checks every case shares, and the
+// The kernel registry (bench/registry.h): the list of families, the checks every case shares, and the
 // graph and inputs the cases set up. The cases themselves: bench/registry_<family>.cpp.
 #include "bench/registry.h"
 

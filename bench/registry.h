@@ -1,7 +1,7 @@
 // The kernels and layers `gnn bench kernel NAME` and gnn_bench (bench/bench_kernels.cpp) time: each
 // sets up its inputs on a random graph with TpuGraphs-like degrees and returns one timed step plus the
 // bytes it must move and the flops it must do (the formulas sit beside each case, bench/registry_*.cpp).
-// The list of cases is the table in bench/registry.cpp.
+// Each bench/registry_<family>.cpp lists its own cases; bench/registry.cpp lists the families.
 #pragma once
 #include <cstdint>
 #include <functional>
