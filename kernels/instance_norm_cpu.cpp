@@ -53,7 +53,8 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
   for (int64_t t = 0; t < G * blocks; ++t) {
     const int64_t g = t / blocks, f0 = (t % blocks) * B, w = std::min(B, F - f0);
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
-    float m[kNormBlock] = {}, v[kNormBlock] = {}, rs[kNormBlock], gm[kNormBlock], bt[kNormBlock], buf[kNormBlock];
+    float m[kNormBlock], v[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock], buf[kNormBlock];
+    for (int64_t f = 0; f < w; ++f) m[f] = 0.0f, v[f] = 0.0f;  // only the block's w (zeroing 1024 costs small graphs)
     for (int64_t i = b; i < e; ++i) {
       const float* xs = s_row(x, res, i * F + f0, w, buf);
       for (int64_t f = 0; f < w; ++f) m[f] += xs[f];
@@ -91,8 +92,9 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
     const float* m = mean + g * F + f0;
     const float* rs = rstd + g * F + f0;
-    float s1[kNormBlock] = {}, s2[kNormBlock] = {}, dg[kNormBlock] = {}, db[kNormBlock] = {}, gm[kNormBlock],
-          bt[kNormBlock], buf[kNormBlock];
+    float s1[kNormBlock], s2[kNormBlock], dg[kNormBlock], db[kNormBlock], gm[kNormBlock], bt[kNormBlock],
+        buf[kNormBlock];
+    for (int64_t f = 0; f < w; ++f) s1[f] = 0.0f, s2[f] = 0.0f, dg[f] = 0.0f, db[f] = 0.0f;
     for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;
     const float* dz = act == Act::kNone ? dy : dx;  // where each row's dz is read from
     for (int64_t i = b; i < e; ++i) {

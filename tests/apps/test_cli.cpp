@@ -237,8 +237,17 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
   }
   auto r = run_gnn("bench kernel nope");
   CHECK(r.exit_code == 2);
-  for (const std::string& k : names) CHECK(r.err.find(k) != std::string::npos);  // the error lists them all
-  CHECK(r.err.find("available: gemm") != std::string::npos);
+  // the error lists them all: "(available: a, b, c)"
+  const size_t from = r.err.find("(available: "), to = r.err.find(')', from);
+  REQUIRE(from != std::string::npos);
+  REQUIRE(to != std::string::npos);
+  std::set<std::string> listed;
+  for (size_t p = from + 12; p < to;) {
+    const size_t q = std::min(r.err.find(", ", p), to);
+    listed.insert(r.err.substr(p, q - p));
+    p = q + 2;
+  }
+  CHECK(listed == std::set<std::string>(names.begin(), names.end()));
   r = run_gnn("bench kernel gemm --repeat 5");
   CHECK(r.exit_code == 2);  // at least 20 runs
   r = run_gnn("bench kernel gemm --device gpu");

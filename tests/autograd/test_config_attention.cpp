@@ -123,6 +123,22 @@ TEST_CASE("config attention: with the residual and GELU fused, the composed ops'
   CHECK(worst <= 1e-4 * scale / double(f[1].size()));
   CHECK(f[3][0] == doctest::Approx(c[3][0]).epsilon(1e-4));
   CHECK(run(true) == f);  // the same bits again
+  // without a residual (layout-tgraph's input blocks: the CPU backward's scratch row holds dz)
+  auto plain = [&](bool fused) {
+    const ag::Var x = ag::Var::param(xs.clone()), b = ag::Var::param(Tensor::full(Shape{1}, 1.3, DType::F32));
+    const ag::Var y = fused ? ag::config_attention(x, b, C, ag::Var(), Act::kGelu) : ag::gelu(composed(x, b, C));
+    const Tensor dy = testing::rand(y.shape(), 10);
+    const std::vector<float> out = y.value().to_vector<float>();
+    ag::backward(y, dy);
+    return std::array<std::vector<float>, 3>{out, x.grad().to_vector<float>(), b.grad().to_vector<float>()};
+  };
+  const auto p = plain(true), q = plain(false);
+  CHECK(p[0] == q[0]);
+  double worst2 = 0, scale2 = 0;
+  for (size_t i = 0; i < p[1].size(); ++i)
+    worst2 = std::max(worst2, double(std::fabs(p[1][i] - q[1][i]))), scale2 += std::fabs(q[1][i]);
+  CHECK(worst2 <= 1e-4 * scale2 / double(p[1].size()));
+  CHECK(p[2][0] == doctest::Approx(q[2][0]).epsilon(1e-4));
 }
 
 TEST_CASE("cuda ops: config attention, alone and with the residual and GELU, against the host") {
@@ -150,6 +166,8 @@ TEST_CASE("config attention: shapes that do not fit are refused naming the argum
   CHECK_THROWS_WITH_AS(ag::config_attention(x, rand_var({2}, 3), 3), doctest::Contains("beta must have one element"),
                        Error);
   CHECK_THROWS_WITH_AS(ag::config_attention(x, beta, 0), doctest::Contains("for C = 0"), Error);
+  CHECK_THROWS_WITH_AS(ag::config_attention(x, beta, 3, ag::Var(), Act::kLeakyRelu),
+                       doctest::Contains("takes no slope"), Error);
   CHECK_THROWS_WITH_AS(ag::config_attention(x, beta, 3, rand_var({4, 12}, 4)),
                        doctest::Contains("residual f64[4, 12] on cpu is not the output's [4, 24]"), Error);
 }

@@ -13,6 +13,7 @@
 #include "graph_cases.h"
 #include "kernels/instance_norm.h"
 #include "runtime/cuda.h"
+#include "runtime/parallel.h"
 #include "testing.h"
 
 using namespace gnn;
@@ -58,45 +59,53 @@ TEST_CASE("graph instance norm: reference, finite differences, empty graphs") {
 }
 
 TEST_CASE("graph instance norm: the blocked CPU kernel is the float reference, bit for bit, over many channels") {
-  // The kernel's blocks of channels shrink as a graph's rows grow (kernels/instance_norm_cpu.cpp): 150
-  // channels over graphs of 40, 0 and 7 rows (one block); 2,100 over 10 rows (1024, 1024 and 52); 200
-  // over one graph of 3,000 rows (128 and 72).
-  for (const auto& [gp, F] :
-       {std::pair<std::vector<int64_t>, int64_t>{{0, 40, 40, 47}, 150}, {{0, 10}, 2100}, {{0, 3000}, 200}}) {
-    const int64_t G = int64_t(gp.size()) - 1, N = gp.back();
-    CAPTURE(F);
-    const auto xs = random_values<float>(static_cast<size_t>(N * F), 5, -3.0f, 3.0f);
-    const auto gm = random_values<float>(static_cast<size_t>(F), 6, 0.5f, 1.5f),
-               bt = random_values<float>(static_cast<size_t>(F), 7);
-    const auto dy = random_values<float>(static_cast<size_t>(N * F), 8);
-    for (const bool affine : {true, false}) {
-      CAPTURE(affine);
-      const float* g = affine ? gm.data() : nullptr;
-      const float* b = affine ? bt.data() : nullptr;
-      std::vector<float> yr(static_cast<size_t>(N * F)), mr(static_cast<size_t>(G * F)), rr(static_cast<size_t>(G * F)),
-          dxr(static_cast<size_t>(N * F)), dgr(static_cast<size_t>(F)), dbr(static_cast<size_t>(F));
-      instance_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), nullptr, g, b, gp.data(), G, F,
-                                       1e-5f, Act::kNone);
-      instance_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), nullptr, mr.data(),
-                                        rr.data(), g, nullptr, gp.data(), G, F, Act::kNone);
-      std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN),
-          r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN), dg(static_cast<size_t>(F), NAN),
-          db(static_cast<size_t>(F), NAN);
-      instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), nullptr, g, b, gp.data(), G, F, 1e-5f,
-                                Act::kNone);
-      instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), nullptr, m.data(), r.data(), g,
-                                 nullptr, gp.data(), G, F, Act::kNone);
-      CHECK(y == yr);
-      CHECK(m == mr);
-      CHECK(r == rr);
-      CHECK(dx == dxr);
-      // dgamma, dbeta: per-graph partials summed in graph order (the reference sums on across graphs)
-      for (int64_t f = 0; f < F; ++f) {
-        CHECK(dg[size_t(f)] == doctest::Approx(dgr[size_t(f)]).epsilon(1e-5));
-        CHECK(db[size_t(f)] == doctest::Approx(dbr[size_t(f)]).epsilon(1e-5));
+  // The kernel's blocks of channels shrink as a graph's rows grow, and as threads need tasks
+  // (kernels/instance_norm_cpu.cpp): with one thread, 150 channels over graphs of 40, 0 and 7 rows are one
+  // block; 2,100 over 10 rows are 1024, 1024 and 52; 200 over one graph of 3,000 rows 128 and 72; with 16
+  // threads the blocks narrow to 128 and 64. Every width gives the reference's bits.
+  const int saved = num_threads();
+  for (const int threads : {1, 2, 16}) {
+    set_num_threads(threads);
+    CAPTURE(threads);
+    for (const auto& [gp, F] :
+         {std::pair<std::vector<int64_t>, int64_t>{{0, 40, 40, 47}, 150}, {{0, 10}, 2100}, {{0, 3000}, 200}}) {
+      const int64_t G = int64_t(gp.size()) - 1, N = gp.back();
+      CAPTURE(F);
+      const auto xs = random_values<float>(static_cast<size_t>(N * F), 5, -3.0f, 3.0f);
+      const auto gm = random_values<float>(static_cast<size_t>(F), 6, 0.5f, 1.5f),
+                 bt = random_values<float>(static_cast<size_t>(F), 7);
+      const auto dy = random_values<float>(static_cast<size_t>(N * F), 8);
+      for (const bool affine : {true, false}) {
+        CAPTURE(affine);
+        const float* g = affine ? gm.data() : nullptr;
+        const float* b = affine ? bt.data() : nullptr;
+        std::vector<float> yr(static_cast<size_t>(N * F)), mr(static_cast<size_t>(G * F)),
+            rr(static_cast<size_t>(G * F)), dxr(static_cast<size_t>(N * F)), dgr(static_cast<size_t>(F)),
+            dbr(static_cast<size_t>(F));
+        instance_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), nullptr, g, b, gp.data(), G, F,
+                                         1e-5f, Act::kNone);
+        instance_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), nullptr, mr.data(),
+                                          rr.data(), g, nullptr, gp.data(), G, F, Act::kNone);
+        std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN),
+            r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN), dg(static_cast<size_t>(F), NAN),
+            db(static_cast<size_t>(F), NAN);
+        instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), nullptr, g, b, gp.data(), G, F, 1e-5f,
+                                  Act::kNone);
+        instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), nullptr, m.data(), r.data(),
+                                   g, nullptr, gp.data(), G, F, Act::kNone);
+        CHECK(y == yr);
+        CHECK(m == mr);
+        CHECK(r == rr);
+        CHECK(dx == dxr);
+        // dgamma, dbeta: per-graph partials summed in graph order (the reference sums on across graphs)
+        for (int64_t f = 0; f < F; ++f) {
+          CHECK(dg[size_t(f)] == doctest::Approx(dgr[size_t(f)]).epsilon(1e-5));
+          CHECK(db[size_t(f)] == doctest::Approx(dbr[size_t(f)]).epsilon(1e-5));
+        }
       }
     }
   }
+  set_num_threads(saved);
 }
 
 TEST_CASE("cuda graph instance norm matches the double reference (empty, single-node and 5000-node graphs)") {
@@ -179,6 +188,8 @@ TEST_CASE("instance norm with a residual and an activation: finite differences, 
   // a residual of another shape is refused, naming it
   CHECK_THROWS_WITH_AS(ag::instance_norm(x, ag::Var(), ag::Var(), gp, 1e-5, rand_var({13, 4}, 1)),
                        doctest::Contains("residual f64[13, 4] on cpu is not x's [13, 5]"), Error);
+  CHECK_THROWS_WITH_AS(ag::instance_norm(x, ag::Var(), ag::Var(), gp, 1e-5, res, Act::kLeakyRelu),
+                       doctest::Contains("takes no slope"), Error);
 }
 
 TEST_CASE("cuda ops: instance norm with a residual and GELU matches the host") {
