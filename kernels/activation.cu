@@ -63,9 +63,10 @@ __global__ void gate_fwd_kernel(float* y, const float* x, const float* z, const 
 __global__ void gate_bwd_kernel(float* dx, float* dz, const float* dy, const float* x, const float* z, const float* b,
                                 int64_t R, int64_t F) {
   GNN_GRID_STRIDE(i, R * F) {
-    const float v = __ldg(z + i) + (b ? __ldg(b + i % F) : 0.0f), g = __ldg(dy + i);
-    dx[i] = g * act_value(Act::kSigmoid, v, 0.0f);
-    dz[i] = g * __ldg(x + i) * act_derivative(Act::kSigmoid, v, 0.0f);
+    // the sigmoid once: s (1 - s) is act_derivative's formula
+    const float g = __ldg(dy + i), s = act_value(Act::kSigmoid, __ldg(z + i) + (b ? __ldg(b + i % F) : 0.0f), 0.0f);
+    dx[i] = g * s;
+    dz[i] = g * __ldg(x + i) * (s * (1.0f - s));
   }
 }
 

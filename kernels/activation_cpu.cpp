@@ -76,16 +76,17 @@ GNN_CPU_CLONES void gate_forward_part(float* __restrict y, const float* __restri
       y[r * F + f] = x[r * F + f] * act_value(Act::kSigmoid, z[r * F + f] + (b ? b[f] : 0.0f), 0.0f);
 }
 
-// One statement per loop, so that each vectorises.
+// The sigmoid once per value: s' = s (1 - s) is act_derivative's formula, so the bits are its.
 GNN_CPU_CLONES void gate_backward_part(float* __restrict dx, float* __restrict dz, const float* __restrict dy,
                                        const float* __restrict x, const float* __restrict z, const float* __restrict b,
                                        int64_t R, int64_t F) {
   for (int64_t r = 0; r < R; ++r) {
     const int64_t o = r * F;
-    for (int64_t f = 0; f < F; ++f)
-      dx[o + f] = dy[o + f] * act_value(Act::kSigmoid, z[o + f] + (b ? b[f] : 0.0f), 0.0f);
-    for (int64_t f = 0; f < F; ++f)
-      dz[o + f] = dy[o + f] * x[o + f] * act_derivative(Act::kSigmoid, z[o + f] + (b ? b[f] : 0.0f), 0.0f);
+    for (int64_t f = 0; f < F; ++f) {
+      const float s = act_value(Act::kSigmoid, z[o + f] + (b ? b[f] : 0.0f), 0.0f);
+      dx[o + f] = dy[o + f] * s;
+      dz[o + f] = dy[o + f] * x[o + f] * (s * (1.0f - s));
+    }
   }
 }
 
