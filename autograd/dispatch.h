@@ -66,6 +66,15 @@ void run(const K& k, const Tensor& on, A... a) {
 inline constexpr Kernel gemm_k{
     "gemm", [](auto... a) { gemm_ref(a...); }, [](auto... a) { gemm_cpu(a...); },
     [](const Tensor& on, auto... a) { gemm_cuda(a..., cuda_blas(on.device().index), on.stream()); }};
+// C [M, N] = op(A) op(B) + bias (ldc N): on the host the bias in the GEMM's store; on a GPU cuBLAS and
+// then the bias row.
+inline constexpr Kernel gemm_bias_k{
+    "gemm_bias", [](auto... a) { gemm_bias_ref(a...); }, [](auto... a) { gemm_bias_cpu(a...); },
+    [](const Tensor& on, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+       int64_t ldb, const float* bias, float* C, int64_t ldc) {
+      gemm_cuda(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, cuda_blas(on.device().index), on.stream());
+      add_row_cuda(C, C, bias, M, N, on.stream());
+    }};
 inline constexpr Kernel mul_k = GNN_HOST_KERNEL(mul_to, mul_cuda);
 inline constexpr Kernel add_k = GNN_HOST_KERNEL(add_to, add_cuda);
 inline constexpr Kernel add_row_k = GNN_HOST_KERNEL(add_row, add_row_cuda);

@@ -1,9 +1,36 @@
 // y = op(a) op(b), op = transpose or not (host, or cuBLAS for CUDA tensors).
 //   da = dy op(b)^T (or its transpose when a is transposed), db = op(a)^T dy (likewise).
+// y = a w + bias (matmul_bias): the same, and dbias = column sums of dy; on the host the bias is added in
+// the GEMM's store, the bits of matmul and then add_bias in one pass over y.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 
 namespace gnn::ag {
+
+namespace {
+
+// The gradients of y = op(a) op(b) from dy, into a and b (each only when it wants one).
+template <class T>
+void matmul_backward(const Tensor& dy, const GradRef& a, const GradRef& b, const Tensor& av, const Tensor& bv,
+                     bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
+  const T* g = ptr<T>(dy);
+  if (a.requires_grad()) {
+    Tensor da = empty_like(dy, a.shape());
+    // a [M, K]: da = dy op(b)^T;   a stored [K, M]: da = op(b) dy^T
+    if (!trans_a) gemm_on<T>(dy, false, !trans_b, M, K, N, T(1), g, N, ptr<T>(bv), bv.size(1), T(0), ptr<T>(da), K);
+    else gemm_on<T>(dy, trans_b, true, K, M, N, T(1), ptr<T>(bv), bv.size(1), g, N, T(0), ptr<T>(da), M);
+    accumulate(a, da);
+  }
+  if (b.requires_grad()) {
+    Tensor db = empty_like(dy, b.shape());
+    // b [K, N]: db = op(a)^T dy;   b stored [N, K]: db = dy^T op(a)
+    if (!trans_b) gemm_on<T>(dy, !trans_a, false, K, N, M, T(1), ptr<T>(av), av.size(1), g, N, T(0), ptr<T>(db), N);
+    else gemm_on<T>(dy, true, trans_a, N, K, M, T(1), g, N, ptr<T>(av), av.size(1), T(0), ptr<T>(db), K);
+    accumulate(b, db);
+  }
+}
+
+}  // namespace
 
 Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
   check_arg_on("matmul", "a", a, 2, a.dtype(), a.value().device());
@@ -20,22 +47,34 @@ Var matmul(const Var& a, const Var& b, bool trans_a, bool trans_b) {
     // Each value is read only for the other's gradient.
     const Tensor av = b.requires_grad() ? a.value() : Tensor(), bv = a.requires_grad() ? b.value() : Tensor();
     return record("matmul", y, {a, b}, [=, a = GradRef(a), b = GradRef(b)](const Tensor& dy) {
-      const T* g = ptr<T>(dy);
-      if (a.requires_grad()) {
-        Tensor da = empty_like(dy, a.shape());
-        // a [M, K]: da = dy op(b)^T;   a stored [K, M]: da = op(b) dy^T
-        if (!trans_a) gemm_on<T>(dy, false, !trans_b, M, K, N, T(1), g, N, ptr<T>(bv), b.size(1), T(0), ptr<T>(da), K);
-        else gemm_on<T>(dy, trans_b, true, K, M, N, T(1), ptr<T>(bv), b.size(1), g, N, T(0), ptr<T>(da), M);
-        accumulate(a, da);
-      }
-      if (b.requires_grad()) {
-        Tensor db = empty_like(dy, b.shape());
-        // b [K, N]: db = op(a)^T dy;   b stored [N, K]: db = dy^T op(a)
-        if (!trans_b) gemm_on<T>(dy, !trans_a, false, K, N, M, T(1), ptr<T>(av), a.size(1), g, N, T(0), ptr<T>(db), N);
-        else gemm_on<T>(dy, true, trans_a, N, K, M, T(1), g, N, ptr<T>(av), a.size(1), T(0), ptr<T>(db), K);
-        accumulate(b, db);
-      }
+      matmul_backward<T>(dy, a, b, av, bv, trans_a, trans_b, M, N, K);
     });
+  });
+}
+
+Var matmul_bias(const Var& a, const Var& w, const Var& bias) {
+  const Device dev = a.value().device();
+  check_arg_on("matmul_bias", "a", a, 2, a.dtype(), dev);
+  check_arg_on("matmul_bias", "w", w, 2, a.dtype(), dev);
+  check_arg_on("matmul_bias", "bias", bias, 1, a.dtype(), dev);
+  const int64_t M = a.size(0), K = a.size(1), N = w.size(1);
+  GNN_CHECK(w.size(0) == K, "matmul_bias: inner sizes differ: a ", a.shape().str(), " times w ", w.shape().str());
+  GNN_CHECK(bias.size(0) == N, "matmul_bias: bias has ", bias.size(0), " values for ", N, " output columns");
+  return dispatch_dev("matmul", a.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(a.value(), Shape{M, N});
+    run<T>(gemm_bias_k, y, false, false, M, N, K, ptr<T>(a.value()), K, ptr<T>(w.value()), N, ptr<T>(bias.value()),
+           ptr<T>(y), N);
+    const Tensor av = w.requires_grad() ? a.value() : Tensor(), wv = a.requires_grad() ? w.value() : Tensor();
+    return record("matmul", y, {a, w, bias},
+                  [=, a = GradRef(a), w = GradRef(w), bias = GradRef(bias)](const Tensor& dy) {
+                    if (bias.requires_grad()) {  // add_bias's backward
+                      Tensor db = empty_like(dy, bias.shape());
+                      column_sum_on<T>(db, ptr<T>(db), ptr<T>(dy), M, N);
+                      accumulate(bias, db);
+                    }
+                    matmul_backward<T>(dy, a, w, av, wv, false, false, M, N, K);
+                  });
   });
 }
 

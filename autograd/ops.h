@@ -27,6 +27,8 @@ Var mean(const Var& x);  // one element
 
 // ---- matmul (op_matmul.cpp): op(a) op(b), 2-d ---------------------------------------------------------
 Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
+// a w + bias (bias [N] on every row): matmul then add_bias in one op, the same bits, one pass over y.
+Var matmul_bias(const Var& a, const Var& w, const Var& bias);
 
 // ---- activation (op_activation.cpp) ------------------------------------------------------------------
 Var activation(const Var& x, Act act, double slope = 0.01);

@@ -1,7 +1,9 @@
-// Registry case (bench/registry.h) for the dense GEMM: the blocked CPU kernel, or cuBLAS on the GPU.
+// Registry cases (bench/registry.h) for the dense GEMM: the blocked CPU kernel, or cuBLAS on the GPU; and
+// the GEMM with a bias row (a dense layer without activation, ag::matmul_bias).
 #include <memory>
 
 #include "bench/registry_cases.h"
+#include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "runtime/cuda.h"
 
@@ -11,7 +13,9 @@ namespace {
 
 // gemm: [N*C, F] x [F, F], the dense half of a layer on config-batched activations; with --backward
 // also dA = dC B^T and dB = A^T dC.
-KernelCase gemm_case(const KernelShape& s) {
+// gemm-bias: the same with a bias added to every row of C, in the GEMM's store on the CPU (cuBLAS and then the
+// row on the GPU). Against gemm, the time the bias costs; it was one more read and write of C.
+KernelCase gemm_case(const KernelShape& s, bool with_bias) {
   const int64_t M = s.nodes * s.configs, F = s.features;
   const Device dev = device_of(s);
   auto a = std::make_shared<Tensor>(random_tensor(M, F, 1).to(dev));
@@ -19,6 +23,7 @@ KernelCase gemm_case(const KernelShape& s) {
   auto c = std::make_shared<Tensor>(Tensor::empty({M, F}, DType::F32, dev));
   auto da = std::make_shared<Tensor>(Tensor::empty({M, F}, DType::F32, dev));
   auto db = std::make_shared<Tensor>(Tensor::empty({F, F}, DType::F32, dev));
+  auto bias = std::make_shared<Tensor>(random_tensor(1, F, 3).reshape({F}).to(dev));
   const bool bwd = s.backward, cuda = s.cuda;
   KernelCase k;
   k.step = [=] {
@@ -28,7 +33,16 @@ KernelCase gemm_case(const KernelShape& s) {
       gemm_cuda(ta, tb, m, n, kk, 1.0f, A, ta ? m : kk, B, tb ? kk : n, 0.0f, C, n, cuda_blas(0), cuda_stream(0));
 #endif
     };
-    mm(false, false, M, F, F, a->f32(), b->f32(), c->f32());
+    if (!with_bias) {
+      mm(false, false, M, F, F, a->f32(), b->f32(), c->f32());
+    } else if (!cuda) {
+      gemm_bias_cpu(false, false, M, F, F, a->f32(), F, b->f32(), F, bias->f32(), c->f32(), F);
+    } else {
+      mm(false, false, M, F, F, a->f32(), b->f32(), c->f32());
+#ifdef GNN_WITH_CUDA
+      add_row_cuda(c->f32(), c->f32(), bias->f32(), M, F, cuda_stream(0));
+#endif
+    }
     if (bwd) {
       mm(false, true, M, F, F, c->f32(), b->f32(), da->f32());
       mm(true, false, F, F, M, a->f32(), c->f32(), db->f32());
@@ -44,7 +58,8 @@ KernelCase gemm_case(const KernelShape& s) {
 
 std::vector<KernelEntry> gemm_kernels() {
   return {
-      {"gemm", true, true, gemm_case},
+      {"gemm", true, true, [](const KernelShape& s) { return gemm_case(s, false); }},
+      {"gemm-bias", true, true, [](const KernelShape& s) { return gemm_case(s, true); }},
   };
 }
 

@@ -28,6 +28,19 @@ void gemm_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alp
 void gemm_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// C = op(A) op(B) + bias (bias [N], added to every row): the product's bits and then the addition's,
+// in one pass over C (the addition in the micro-kernel's store of the last k block), where a separate
+// add_bias read and wrote C again.
+template <class T>
+void gemm_bias_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+                   int64_t ldb, const T* bias, T* C, int64_t ldc) {
+  gemm_ref<T>(trans_a, trans_b, M, N, K, T(1), A, lda, B, ldb, T(0), C, ldc);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] += bias[j];
+}
+void gemm_bias_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc);
+
 // The same on the calling thread only, for fused kernels that already run one block per thread.
 void gemm_cpu_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
@@ -44,8 +57,10 @@ GemmIsa gemm_isa();  // what gemm_cpu uses here
 bool gemm_isa_supported(GemmIsa isa);  // whether this CPU can run it
 const char* gemm_isa_name(GemmIsa isa);
 // One ISA explicitly (tests, benchmarks); the ISA must be supported.
+// bias: null, or N values added to every finished row (alpha must be 1).
 void gemm_cpu_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true);
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true,
+                  const float* bias = nullptr);
 
 // cuBLAS SGEMM on `stream` through `blas` (runtime's handle for the stream's device; the row-major product is the
 // column-major one with A and B swapped). FP32 by default; with TF32 on (set_gemm_tf32, or GNN_TF32=1 in the

@@ -42,9 +42,11 @@ struct Blocked {
   // (a[p * MR + i]). Direct: a points at row-major A itself (a[i * lda + p]), which skips packing A:
   // the MR rows are MR sequential streams the prefetchers follow, and the same values are summed in
   // the same order, so both give the same bits.
+  // With bias (the last k block of a product with a bias, alpha 1): c + bias[j] after the store's value,
+  // the same bits as the product followed by a separate addition of the bias row.
   template <bool Direct = false>
   static inline void micro(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
-                           float alpha, float beta, int64_t lda = 0) {
+                           float alpha, float beta, int64_t lda = 0, const float* bias = nullptr) {
     typename V::T acc[MR][NV];
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NV; ++j) acc[i][j] = V::zero();
@@ -59,25 +61,35 @@ struct Blocked {
     const typename V::T va = V::set1(alpha);
     if (beta == 0.0f) {
       for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NV; ++j) V::store(c + i * ldc + j * W, V::mul(va, acc[i][j]));
+        for (int j = 0; j < NV; ++j) acc[i][j] = V::mul(va, acc[i][j]);
     } else {
       const typename V::T vb = V::set1(beta);
       for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NV; ++j)
-          V::store(c + i * ldc + j * W, V::fma(vb, V::load(c + i * ldc + j * W), V::mul(va, acc[i][j])));
+        for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(vb, V::load(c + i * ldc + j * W), V::mul(va, acc[i][j]));
     }
+    if (bias) {  // fma(1, v, b) is v + b rounded once: the addition's bits
+      const typename V::T one = V::set1(1.0f);
+      for (int j = 0; j < NV; ++j) {
+        const typename V::T bj = V::load(bias + j * W);
+        for (int i = 0; i < MR; ++i) acc[i][j] = V::fma(one, acc[i][j], bj);
+      }
+    }
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NV; ++j) V::store(c + i * ldc + j * W, acc[i][j]);
   }
 
   // A partial tile (rows < MR or cols < NR): computed into a scratch tile, then the valid part.
   // Direct needs all MR rows of A to exist (rows == MR).
   template <bool Direct = false>
   static void micro_edge(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t rows, int64_t cols,
-                         float alpha, float beta, int64_t lda = 0) {
+                         float alpha, float beta, int64_t lda = 0, const float* bias = nullptr) {
     alignas(64) float tile[MR * NR];
     micro<Direct>(kc, a, b, tile, NR, 1.0f, 0.0f, lda);
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j)
-        c[i * ldc + j] = beta == 0.0f ? alpha * tile[i * NR + j] : alpha * tile[i * NR + j] + beta * c[i * ldc + j];
+      for (int64_t j = 0; j < cols; ++j) {
+        const float v = beta == 0.0f ? alpha * tile[i * NR + j] : alpha * tile[i * NR + j] + beta * c[i * ldc + j];
+        c[i * ldc + j] = bias ? v + bias[j] : v;  // alpha is 1 with a bias: nothing to contract into the add
+      }
   }
 
   // op(B)[k0:k0+kc, :] into panels of NR columns, zero-padded: bp[panel][p][j]. Row-major B is walked
@@ -145,7 +157,7 @@ struct Blocked {
   // C, and the partials are added in chunk order, so the thread count never changes the bits.
   // dW = h^T dz at N = 10k, 2F = 256, O = 128: 64 -> 126 GFLOP/s.
   static void run_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
     const int64_t len = std::max<int64_t>(1024, (K + 15) / 16 + kKC - 1) / kKC * kKC;
     const int64_t chunks = (K + len - 1) / len;
     float* part = scratch(kPartials, chunks * M * N);  // the calling thread's; the chunks' threads write it
@@ -170,25 +182,35 @@ struct Blocked {
         for (int64_t j = 0; j < N; ++j) ci[j] = alpha * s[j];
       else
         for (int64_t j = 0; j < N; ++j) ci[j] = alpha * s[j] + beta * ci[j];
+      if (bias)
+        for (int64_t j = 0; j < N; ++j) ci[j] += bias[j];
     }
   }
 
+  // bias (null, or N values, with alpha 1): C = op(A) op(B) + beta C + bias, the bias added to each
+  // finished value, so the bits are those of the product and then the addition.
   static void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true) {
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true,
+                  const float* bias = nullptr) {
     if (M == 0 || N == 0) return;
     if (K == 0 || alpha == 0.0f) {  // C = beta * C (beta 0 writes zeros, never reading C)
       for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+        for (int64_t j = 0; j < N; ++j) {
+          const float v = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+          C[i * ldc + j] = bias ? v + bias[j] : v;
+        }
       return;
     }
     const int64_t panels = (N + NR - 1) / NR;
     const int64_t mc_max = (kMC + MR - 1) / MR * MR;
     const int64_t blocks = (M + mc_max - 1) / mc_max;
-    if (parallel && blocks <= 4 && K >= 4096) return run_split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (parallel && blocks <= 4 && K >= 4096)
+      return run_split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
     float* bp = scratch(kPackB, panels * std::min(K, kKC) * NR);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0);
       const float beta_k = k0 == 0 ? beta : 1.0f;  // later k blocks accumulate
+      const float* bias_k = k0 + kc == K ? bias : nullptr;  // onto the finished sums only
       pack_b(tb, B, ldb, k0, kc, N, bp, parallel);
       // Serial with transposed A (split-K's chunks: a weight gradient h^T dz), all of op(A)'s rows are
       // packed at once, so A[k0:k0+kc, :] is read as one sequential stream; block by block it was read
@@ -215,10 +237,11 @@ struct Blocked {
               const int64_t rows = std::min<int64_t>(MR, mc - r);
               float* c = C + (i0 + r) * ldc + j0;
               const float* a = A + (i0 + r) * lda + k0;
-              if (direct && rows == MR && cols == NR) micro<true>(kc, a, b, c, ldc, alpha, beta_k, lda);
-              else if (direct && rows == MR) micro_edge<true>(kc, a, b, c, ldc, rows, cols, alpha, beta_k, lda);
-              else if (rows == MR && cols == NR) micro(kc, ap + r * kc, b, c, ldc, alpha, beta_k);
-              else micro_edge(kc, ap + r * kc, b, c, ldc, rows, cols, alpha, beta_k);
+              const float* bj = bias_k ? bias_k + j0 : nullptr;
+              if (direct && rows == MR && cols == NR) micro<true>(kc, a, b, c, ldc, alpha, beta_k, lda, bj);
+              else if (direct && rows == MR) micro_edge<true>(kc, a, b, c, ldc, rows, cols, alpha, beta_k, lda, bj);
+              else if (rows == MR && cols == NR) micro(kc, ap + r * kc, b, c, ldc, alpha, beta_k, 0, bj);
+              else micro_edge(kc, ap + r * kc, b, c, ldc, rows, cols, alpha, beta_k, 0, bj);
             }
           }
         }

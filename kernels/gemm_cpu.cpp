@@ -11,9 +11,9 @@
 namespace gnn {
 
 void gemm_avx2(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-               float*, int64_t, bool);
+               float*, int64_t, bool, const float*);
 void gemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                 float*, int64_t, bool);
+                 float*, int64_t, bool, const float*);
 
 namespace {
 
@@ -85,24 +85,32 @@ int64_t gemm_cuda_flops() { return g_gemm_cuda_flops.load(std::memory_order_rela
 void count_gemm_cuda_flops(int64_t flops) { g_gemm_cuda_flops.fetch_add(flops, std::memory_order_relaxed); }
 
 void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel) {
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel,
+                  const float* bias) {
   GNN_CHECK(gemm_isa_supported(isa), "gemm: this CPU cannot run the ", gemm_isa_name(isa), " kernel");
+  GNN_CHECK(!bias || alpha == 1.0f, "gemm: a bias needs alpha 1, got ", alpha);
   g_gemm_flops.fetch_add(2 * M * N * K, std::memory_order_relaxed);
   switch (isa) {
 #if defined(__x86_64__)
     case GemmIsa::kAvx512:
-      return gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
+      return gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias);
     case GemmIsa::kAvx2:
-      return gemm_avx2(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
+      return gemm_avx2(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias);
 #endif
     default:
-      return gemm_detail::Blocked<Generic, 4, 4>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
+      return gemm_detail::Blocked<Generic, 4, 4>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel,
+                                                      bias);
   }
 }
 
 void gemm_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_bias_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                   int64_t ldb, const float* bias, float* C, int64_t ldc) {
+  gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, /*parallel=*/true, bias);
 }
 
 }  // namespace gnn

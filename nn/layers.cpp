@@ -17,6 +17,7 @@ ag::Var Linear::forward(const ag::Var& x) const { return forward(x, Act::kNone);
 
 ag::Var Linear::forward(const ag::Var& x, Act act, double slope) const {
   GNN_CHECK(x.value().dim() == 2 && x.size(1) == in_, "Linear: expected [*, ", in_, "] input, got ", x.value().desc());
+  if (bias.defined() && act == Act::kNone) return ag::matmul_bias(x, weight, bias);  // the bias in the GEMM's store
   const ag::Var y = ag::matmul(x, weight);
   if (bias.defined()) return ag::bias_act(y, bias, act, slope);
   return act == Act::kNone ? y : ag::activation(y, act, slope);
@@ -32,8 +33,8 @@ ag::Var Linear::forward_joined(const ag::Var& node, const ag::Var& config, int64
   if (B == 0) return ag::join_configs(forward(node), nothing, C);
   // Node part [N, out], repeated for every config; config part [N*C, out] in node-major order.
   const ag::Var per_node = ag::matmul(node, ag::slice_rows(weight, 0, A));
-  ag::Var y = ag::matmul(ag::reshape(config, N * C, B), ag::slice_rows(weight, A, in_));
-  if (bias.defined()) y = ag::add_bias(y, bias);
+  const ag::Var cfg = ag::reshape(config, N * C, B), w_cfg = ag::slice_rows(weight, A, in_);
+  const ag::Var y = bias.defined() ? ag::matmul_bias(cfg, w_cfg, bias) : ag::matmul(cfg, w_cfg);
   return ag::add(ag::join_configs(per_node, nothing, C), ag::reshape(y, N, C * out_));
 }
 

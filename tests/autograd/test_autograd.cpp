@@ -164,6 +164,33 @@ TEST_CASE("autograd: bias_act gives the same bits as activation(add_bias) on the
                        doctest::Contains("bias_act: b has 4 values for x with 3 columns"), Error);
 }
 
+TEST_CASE("autograd: matmul_bias gives the bits of add_bias(matmul) on the host, value and gradients") {
+  // f64 (the reference kernels): finite differences for a, w and the bias
+  ag::Var a = rand_var({5, 4}, 21), w = rand_var({4, 3}, 22), bias = rand_var({3}, 23);
+  check_grads({a, w, bias}, [&] { return probe(ag::matmul_bias(a, w, bias)); });
+  // float: the fused store against the two ops, over one K block and three, full and edge tiles
+  for (auto [M, K, N] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{300, 40, 24}, {1000, 600, 130}}) {
+    CAPTURE(K);
+    const auto run = [&](bool fused) {
+      ag::Var x(Tensor::from_vector(testing::random_values<float>(size_t(M * K), 11), Shape{M, K}), true);
+      ag::Var W(Tensor::from_vector(testing::random_values<float>(size_t(K * N), 12), Shape{K, N}), true);
+      ag::Var b(Tensor::from_vector(testing::random_values<float>(size_t(N), 13)), true);
+      const ag::Var y = fused ? ag::matmul_bias(x, W, b) : ag::add_bias(ag::matmul(x, W), b);
+      ag::backward(y, Tensor::from_vector(testing::random_values<float>(size_t(M * N), 14), Shape{M, N}));
+      std::vector<std::vector<float>> out{y.value().to_vector<float>(), x.grad().to_vector<float>(),
+                                          W.grad().to_vector<float>(), b.grad().to_vector<float>()};
+      ag::clear_tape();
+      return out;
+    };
+    const auto fused = run(true), composed = run(false);
+    for (size_t i = 0; i < fused.size(); ++i) CHECK(fused[i] == composed[i]);
+  }
+  CHECK_THROWS_WITH_AS(ag::matmul_bias(a, w, rand_var({4}, 24)),
+                       doctest::Contains("matmul_bias: bias has 4 values for 3 output columns"), Error);
+  CHECK_THROWS_WITH_AS(ag::matmul_bias(a, rand_var({3, 3}, 25), bias),
+                       doctest::Contains("matmul_bias: inner sizes differ"), Error);
+}
+
 TEST_CASE("autograd: dropout keeps the expected fraction, scales by 1/(1-p), and routes gradients through its mask") {
   ag::Var x(Tensor::full(Shape{100000}, 1.0, DType::F32), true);
   Rng rng(7);

@@ -127,6 +127,13 @@ TEST_CASE("cuda ops: bias_act matches the host, value and gradient") {
       check_op("bias_act", {x, bias}, [act](auto& v, auto&) { return ag::bias_act(v[0], v[1], act, 0.1); });
 }
 
+TEST_CASE("cuda ops: matmul_bias matches the host, value and gradients") {
+  GNN_SKIP_UNLESS_CUDA();
+  for (int64_t K : {24, 300})  // one K block and two on the host
+    check_op("matmul_bias", {rand({37, K}, 1), rand({K, 20}, 2), rand({20}, 3)},
+             [](auto& v, auto&) { return ag::matmul_bias(v[0], v[1], v[2]); });
+}
+
 TEST_CASE("gate: the composed ops' bits, finite differences, the CPU kernel against the reference") {
   // f64, through the op: every input's gradient, with the bias and without
   const ag::Var x = rand_var({9, 6}, 41), z = rand_var({9, 6}, 42, -3, 3), b = rand_var({6}, 43);

@@ -113,6 +113,66 @@ TEST_CASE("gemm: row-major A read in place gives the same bits as transposed A p
   }
 }
 
+TEST_CASE("gemm: a bias added in the store gives the bits of the product and then the addition") {
+  // Every path the store takes: full and edge tiles, one and several K blocks (the bias only onto the
+  // last), A read in place and packed (transposed), a long K split into chunks, beta 0 and 1, K = 0,
+  // and one thread against several.
+  for (GemmIsa isa : {GemmIsa::kGeneric, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+    if (!gemm_isa_supported(isa)) continue;
+    CAPTURE(gemm_isa_name(isa));
+    for (auto [ta, M, N, K, beta] :
+         std::vector<std::tuple<bool, int64_t, int64_t, int64_t, float>>{{false, 1, 1, 1, 0.0f},
+                                                                         {false, 13, 33, 17, 0.0f},
+                                                                         {false, 1000, 128, 512, 0.0f},
+                                                                         {true, 97, 40, 300, 1.0f},
+                                                                         {false, 200, 129, 600, 1.0f},
+                                                                         {true, 70, 33, 9000, 0.0f},
+                                                                         {false, 5, 7, 0, 1.0f}}) {
+      CAPTURE(ta);
+      CAPTURE(M);
+      CAPTURE(N);
+      CAPTURE(K);
+      const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 11),
+                 B = testing::random_values<float>(static_cast<size_t>(K * N), 12),
+                 bias = testing::random_values<float>(static_cast<size_t>(N), 13),
+                 C0 = testing::random_values<float>(static_cast<size_t>(M * N), 14);
+      std::vector<float> want = C0, got = C0, got1 = C0;
+      gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, beta, want.data(), N);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) want[size_t(i * N + j)] += bias[size_t(j)];
+      gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, beta, got.data(), N, true,
+                   bias.data());
+      CHECK(got == want);
+      const int saved = num_threads();
+      set_num_threads(1);
+      gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, beta, got1.data(), N, true,
+                   bias.data());
+      set_num_threads(saved);
+      CHECK(got1 == want);
+    }
+  }
+  // gemm_bias_cpu (alpha 1, beta 0, C never read) against the reference's product and addition
+  const int64_t M = 300, N = 70, K = 260;
+  const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 15),
+             B = testing::random_values<float>(static_cast<size_t>(K * N), 16),
+             bias = testing::random_values<float>(static_cast<size_t>(N), 17);
+  std::vector<float> got(static_cast<size_t>(M * N), NAN), want(static_cast<size_t>(M * N));
+  gemm_bias_cpu(false, false, M, N, K, A.data(), K, B.data(), N, bias.data(), got.data(), N);
+  gemm_cpu(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, want.data(), N);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) want[size_t(i * N + j)] += bias[size_t(j)];
+  CHECK(got == want);
+  std::vector<double> Ad(A.begin(), A.end()), Bd(B.begin(), B.end()), bd(bias.begin(), bias.end()), Cd(got.size());
+  gemm_bias_ref<double>(false, false, M, N, K, Ad.data(), K, Bd.data(), N, bd.data(), Cd.data(), N);
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double(got[i]) - Cd[i]));
+  CHECK(worst < 1e-4);
+  float C[1];
+  CHECK_THROWS_WITH_AS(
+      gemm_cpu_isa(gemm_isa(), false, false, 1, 1, 1, 2.0f, A.data(), 1, B.data(), 1, 0.0f, C, 1, true, bias.data()),
+      doctest::Contains("a bias needs alpha 1"), gnn::Error);
+}
+
 TEST_CASE("cuda gemm: cuBLAS FP32 matches the double reference for every transpose, alpha and beta") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
