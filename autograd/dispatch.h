@@ -75,6 +75,22 @@ inline constexpr Kernel gemm_bias_k{
       gemm_cuda(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, cuda_blas(on.device().index), on.stream());
       add_row_cuda(C, C, bias, M, N, on.stream());
     }};
+// C = op([A1 | A2]) B (+ bias) as gemm_cat_ref (kernels/gemm.h); on a GPU two cuBLAS products, into C's
+// two row ranges (trans_a) or the second accumulated onto the first, and then the bias row (ldc N).
+inline constexpr Kernel gemm_cat_k{
+    "gemm_cat", [](auto... a) { gemm_cat_ref(a...); }, [](auto... a) { gemm_cat_cpu(a...); },
+    [](const Tensor& on, bool ta, int64_t M, int64_t N, int64_t K, const float* A1, int64_t lda1, const float* A2,
+       int64_t lda2, int64_t k1, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
+      const BlasHandle& blas = cuda_blas(on.device().index);
+      if (ta) {
+        gemm_cuda(true, false, k1, N, K, 1.0f, A1, lda1, B, ldb, 0.0f, C, ldc, blas, on.stream());
+        gemm_cuda(true, false, M - k1, N, K, 1.0f, A2, lda2, B, ldb, 0.0f, C + k1 * ldc, ldc, blas, on.stream());
+      } else {
+        gemm_cuda(false, false, M, N, k1, 1.0f, A1, lda1, B, ldb, 0.0f, C, ldc, blas, on.stream());
+        gemm_cuda(false, false, M, N, K - k1, 1.0f, A2, lda2, B + k1 * ldb, ldb, 1.0f, C, ldc, blas, on.stream());
+      }
+      if (bias) add_row_cuda(C, C, bias, M, N, on.stream());
+    }};
 inline constexpr Kernel mul_k = GNN_HOST_KERNEL(mul_to, mul_cuda);
 inline constexpr Kernel add_k = GNN_HOST_KERNEL(add_to, add_cuda);
 inline constexpr Kernel add_row_k = GNN_HOST_KERNEL(add_row, add_row_cuda);

@@ -2,6 +2,8 @@
 //   da = dy op(b)^T (or its transpose when a is transposed), db = op(a)^T dy (likewise).
 // y = a w + bias (matmul_bias): the same, and dbias = column sums of dy; on the host the bias is added in
 // the GEMM's store, the bits of matmul and then add_bias in one pass over y.
+// y = [a | b] w (+ bias) (matmul_cat): da = dy w_a^T, db = dy w_b^T straight into their gradients, dw = [a |
+// b]^T dy from the two parts in place; on the host the bits of concat_cols, matmul and add_bias.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 
@@ -74,6 +76,55 @@ Var matmul_bias(const Var& a, const Var& w, const Var& bias) {
                       accumulate(bias, db);
                     }
                     matmul_backward<T>(dy, a, w, av, wv, false, false, M, N, K);
+                  });
+  });
+}
+
+Var matmul_cat(const Var& a, const Var& b, const Var& w, const Var& bias) {
+  const Device dev = a.value().device();
+  check_arg_on("matmul_cat", "a", a, 2, a.dtype(), dev);
+  check_arg_on("matmul_cat", "b", b, 2, a.dtype(), dev);
+  check_arg_on("matmul_cat", "w", w, 2, a.dtype(), dev);
+  if (bias.defined()) check_arg_on("matmul_cat", "bias", bias, 1, a.dtype(), dev);
+  const int64_t M = a.size(0), K1 = a.size(1), K2 = b.size(1), N = w.size(1);
+  GNN_CHECK(b.size(0) == M, "matmul_cat: a ", a.shape().str(), " and b ", b.shape().str(), " differ in rows");
+  GNN_CHECK(w.size(0) == K1 + K2, "matmul_cat: w ", w.shape().str(), " does not take [a | b] of ", K1 + K2, " columns");
+  GNN_CHECK(!bias.defined() || bias.size(0) == N, "matmul_cat: bias has ", bias.size(0), " values for ", N,
+            " output columns");
+  return dispatch_dev("matmul", a.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(a.value(), Shape{M, N});
+    const T* bp = bias.defined() ? ptr<T>(bias.value()) : nullptr;
+    run<T>(gemm_cat_k, y, false, M, N, K1 + K2, ptr<T>(a.value()), K1, ptr<T>(b.value()), K2, K1, ptr<T>(w.value()), N,
+           bp, ptr<T>(y), N);
+    const bool want_w = w.requires_grad(), want_ab = a.requires_grad() || b.requires_grad();
+    const Tensor av = want_w ? a.value() : Tensor(), bv = want_w ? b.value() : Tensor();
+    const Tensor wv = want_ab ? w.value() : Tensor();
+    return record("matmul", y, bias.defined() ? std::vector<Var>{a, b, w, bias} : std::vector<Var>{a, b, w},
+                  [=, a = GradRef(a), b = GradRef(b), w = GradRef(w), bias = GradRef(bias)](const Tensor& dy) {
+                    const T* g = ptr<T>(dy);
+                    if (bias.requires_grad()) {  // add_bias's backward
+                      Tensor db = empty_like(dy, bias.shape());
+                      column_sum_on<T>(db, ptr<T>(db), g, M, N);
+                      accumulate(bias, db);
+                    }
+                    if (w.requires_grad()) {
+                      Tensor dw = empty_like(dy, w.shape());
+                      run<T>(gemm_cat_k, dy, true, K1 + K2, N, M, ptr<T>(av), K1, ptr<T>(bv), K2, K1, g, N,
+                             static_cast<const T*>(nullptr), ptr<T>(dw), N);
+                      accumulate(w, dw);
+                    }
+                    // d[a | b] = dy w^T, each part's columns straight into its own gradient
+                    if (a.requires_grad()) {
+                      Tensor da = empty_like(dy, a.shape());
+                      gemm_on<T>(dy, false, true, M, K1, N, T(1), g, N, ptr<T>(wv), N, T(0), ptr<T>(da), K1);
+                      accumulate(a, da);
+                    }
+                    if (b.requires_grad()) {
+                      Tensor db = empty_like(dy, b.shape());
+                      gemm_on<T>(dy, false, true, M, K2, N, T(1), g, N, ptr<T>(wv) + K1 * N, N, T(0), ptr<T>(db), K2);
+                      accumulate(b, db);
+                    }
                   });
   });
 }

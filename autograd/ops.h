@@ -29,6 +29,9 @@ Var mean(const Var& x);  // one element
 Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = false);
 // a w + bias (bias [N] on every row): matmul then add_bias in one op, the same bits, one pass over y.
 Var matmul_bias(const Var& a, const Var& w, const Var& bias);
+// [a | b] w (+ bias, which may be undefined): concat_cols, matmul and add_bias in one op, the same bits on the
+// host, the concatenation never built (a layer over [aggregate | root]).
+Var matmul_cat(const Var& a, const Var& b, const Var& w, const Var& bias = Var());
 
 // ---- activation (op_activation.cpp) ------------------------------------------------------------------
 Var activation(const Var& x, Act act, double slope = 0.01);

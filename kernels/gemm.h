@@ -41,6 +41,25 @@ void gemm_bias_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 void gemm_bias_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                    const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc);
 
+// C = op([A1 | A2]) B (+ bias, which may be null), the two parts side by side as GemmCat below: without
+// trans_a, op(A) = [A1 | A2] [M, K] with k1 columns from A1; with it, op(A) = [A1 | A2]^T [M, K] with k1
+// rows from A1 (each part stored [K, *]). The concatenation's bits (a layer over [aggregate | root]).
+template <class T>
+void gemm_cat_ref(bool trans_a, int64_t M, int64_t N, int64_t K, const T* A1, int64_t lda1, const T* A2, int64_t lda2,
+                  int64_t k1, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      T acc = 0;
+      for (int64_t p = 0; p < K; ++p) {
+        const int64_t s = trans_a ? p : i, t = trans_a ? i : p;  // the stored element (s, t)
+        acc += (t < k1 ? A1[s * lda1 + t] : A2[s * lda2 + t - k1]) * B[p * ldb + j];
+      }
+      C[i * ldc + j] = bias ? acc + bias[j] : acc;
+    }
+}
+void gemm_cat_cpu(bool trans_a, int64_t M, int64_t N, int64_t K, const float* A1, int64_t lda1, const float* A2,
+                  int64_t lda2, int64_t k1, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc);
+
 // The same on the calling thread only, for fused kernels that already run one block per thread.
 void gemm_cpu_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
@@ -57,10 +76,18 @@ GemmIsa gemm_isa();  // what gemm_cpu uses here
 bool gemm_isa_supported(GemmIsa isa);  // whether this CPU can run it
 const char* gemm_isa_name(GemmIsa isa);
 // One ISA explicitly (tests, benchmarks); the ISA must be supported.
-// bias: null, or N values added to every finished row (alpha must be 1).
+// A stored as two row-major matrices side by side, [A | a2]: stored columns 0..k1-1 are A's (row stride
+// lda), the rest a2's (row stride lda2), as if concatenated. Without trans_a they are op(A)'s first k1
+// columns of K; with it, op(A)'s first k1 rows of M. Without a2, A alone.
+struct GemmCat {
+  const float* a2 = nullptr;
+  int64_t lda2 = 0, k1 = 0;
+};
+// bias: null, or N values added to every finished row (alpha must be 1). cat: A is [A | cat.a2], each
+// value summed as from the concatenation, the same bits, without building it.
 void gemm_cpu_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true,
-                  const float* bias = nullptr);
+                  const float* bias = nullptr, GemmCat cat = {});
 
 // cuBLAS SGEMM on `stream` through `blas` (runtime's handle for the stream's device; the row-major product is the
 // column-major one with A and B swapped). FP32 by default; with TF32 on (set_gemm_tf32, or GNN_TF32=1 in the

@@ -19,6 +19,17 @@ namespace gnn::gemm_detail {
 
 constexpr int64_t kKC = 256, kMC = 96;
 
+// A stored as two row-major matrices side by side, [A | a2] (GemmCat, kernels/gemm.h): stored column t
+// is A's for t < k1, a2's column t - k1 after. Without a2, A alone.
+struct Cat {
+  const float* a2 = nullptr;
+  int64_t lda2 = 0, k1 = 0;
+  // stored element (s, t)
+  const float* at(const float* A, int64_t lda, int64_t s, int64_t t) const {
+    return t < k1 || !a2 ? A + s * lda + t : a2 + s * lda2 + (t - k1);
+  }
+};
+
 // Per-thread scratch that keeps its largest size, uninitialised: packed B, packed A and split-K
 // partials are needed on every call, and a fresh zero-filled vector each time (the 128 KiB of packed
 // B went through mmap) cost a memset and page faults: 3% of a fused SAGE layer's forward+backward.
@@ -125,28 +136,40 @@ struct Blocked {
 
   // op(A)[i0:i0+mc, k0:k0+kc] into panels of MR rows, zero-padded: ap[panel][p][i]. Transposed A is
   // walked along its rows (p outer) for the same reason as B.
-  static void pack_a(bool ta, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* ap) {
+  static void pack_a(bool ta, const float* A, int64_t lda, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float* ap,
+                     const Cat& cat = {}) {
     if (ta) {
       for (int64_t p = 0; p < kc; ++p) {
-        const float* src = A + (k0 + p) * lda + i0;
+        const float* s1 = A + (k0 + p) * lda;  // stored row k0 + p of each part
+        const float* s2 = cat.a2 ? cat.a2 + (k0 + p) * cat.lda2 : nullptr;
         for (int64_t r = 0; r < mc; r += MR) {
           float* dst = ap + r * kc + p * MR;
-          const int64_t rows = std::min<int64_t>(MR, mc - r);
-          for (int64_t i = 0; i < rows; ++i) dst[i] = src[r + i];
+          const int64_t rows = std::min<int64_t>(MR, mc - r), g = i0 + r;  // op(A) rows g.. = stored columns
+          if (!s2 || g + rows <= cat.k1) {
+            for (int64_t i = 0; i < rows; ++i) dst[i] = s1[g + i];
+          } else if (g >= cat.k1) {
+            for (int64_t i = 0; i < rows; ++i) dst[i] = s2[g - cat.k1 + i];
+          } else {  // a panel across the parts
+            for (int64_t i = 0; i < rows; ++i) dst[i] = g + i < cat.k1 ? s1[g + i] : s2[g + i - cat.k1];
+          }
           for (int64_t i = rows; i < MR; ++i) dst[i] = 0.0f;
         }
       }
       return;
     }
+    const bool across = cat.a2 && k0 < cat.k1 && k0 + kc > cat.k1, in_a2 = cat.a2 && k0 >= cat.k1;
     for (int64_t r = 0; r < mc; r += MR) {
       float* dst = ap + r * kc;
       const int64_t rows = std::min<int64_t>(MR, mc - r);
       for (int64_t i = 0; i < MR; ++i) {
-        if (i < rows) {
-          const float* src = A + (i0 + r + i) * lda + k0;
-          for (int64_t p = 0; p < kc; ++p) dst[p * MR + i] = src[p];
-        } else {
+        const int64_t row = i0 + r + i;
+        if (i >= rows) {
           for (int64_t p = 0; p < kc; ++p) dst[p * MR + i] = 0.0f;
+        } else if (across) {  // a k block across the parts
+          for (int64_t p = 0; p < kc; ++p) dst[p * MR + i] = *cat.at(A, lda, row, k0 + p);
+        } else {
+          const float* src = in_a2 ? cat.a2 + row * cat.lda2 + (k0 - cat.k1) : A + row * lda + k0;
+          for (int64_t p = 0; p < kc; ++p) dst[p * MR + i] = src[p];
         }
       }
     }
@@ -157,7 +180,8 @@ struct Blocked {
   // C, and the partials are added in chunk order, so the thread count never changes the bits.
   // dW = h^T dz at N = 10k, 2F = 256, O = 128: 64 -> 126 GFLOP/s.
   static void run_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+                          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
+                          const Cat& cat) {
     const int64_t len = std::max<int64_t>(1024, (K + 15) / 16 + kKC - 1) / kKC * kKC;
     const int64_t chunks = (K + len - 1) / len;
     float* part = scratch(kPartials, chunks * M * N);  // the calling thread's; the chunks' threads write it
@@ -166,7 +190,12 @@ struct Blocked {
       const int64_t k0 = c * len, kc = std::min(len, K - k0);
       const float* a = ta ? A + k0 * lda : A + k0;  // op(A)[:, k0:]
       const float* b = tb ? B + k0 : B + k0 * ldb;  // op(B)[k0:, :]
-      run(ta, tb, M, N, kc, 1.0f, a, lda, b, ldb, 0.0f, part + c * M * N, N, /*parallel=*/false);
+      int64_t la = lda;
+      Cat ck = cat;  // the chunk's two parts: rows k0.. of both (transposed), or columns k0.. of [A | a2]
+      if (cat.a2 && ta) ck.a2 = cat.a2 + k0 * cat.lda2;
+      else if (cat.a2 && k0 >= cat.k1) a = cat.a2 + (k0 - cat.k1), la = cat.lda2, ck = Cat{};
+      else if (cat.a2) ck.k1 = cat.k1 - k0;
+      run(ta, tb, M, N, kc, 1.0f, a, la, b, ldb, 0.0f, part + c * M * N, N, /*parallel=*/false, nullptr, ck);
     }
     // Summed into chunk 0's row along j (vectorised; one element at a time, the dependent adds over
     // the chunks took 0.5 ms of a 4.5 ms dW), in chunk order as before.
@@ -189,9 +218,10 @@ struct Blocked {
 
   // bias (null, or N values, with alpha 1): C = op(A) op(B) + beta C + bias, the bias added to each
   // finished value, so the bits are those of the product and then the addition.
+  // cat: A is [A | cat.a2] (Cat); each value is summed as from the one matrix they make.
   static void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true,
-                  const float* bias = nullptr) {
+                  const float* bias = nullptr, const Cat& cat = {}) {
     if (M == 0 || N == 0) return;
     if (K == 0 || alpha == 0.0f) {  // C = beta * C (beta 0 writes zeros, never reading C)
       for (int64_t i = 0; i < M; ++i)
@@ -205,7 +235,7 @@ struct Blocked {
     const int64_t mc_max = (kMC + MR - 1) / MR * MR;
     const int64_t blocks = (M + mc_max - 1) / mc_max;
     if (parallel && blocks <= 4 && K >= 4096)
-      return run_split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+      return run_split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat);
     float* bp = scratch(kPackB, panels * std::min(K, kKC) * NR);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0);
@@ -217,29 +247,32 @@ struct Blocked {
       // in 384-byte pieces of 1 KiB rows and the packing took a fifth of the product's time.
       const bool pack_all = ta && !parallel;
       float* ap_all = pack_all ? scratch(kPackA, blocks * mc_max * kc) : nullptr;
-      if (pack_all) pack_a(ta, A, lda, 0, M, k0, kc, ap_all);
+      if (pack_all) pack_a(ta, A, lda, 0, M, k0, kc, ap_all, cat);
+      // Row-major A is read in place by full MR-row panels, from the part that holds this k block (a block
+      // across both parts is packed); only a partial last panel (zero-padded) and transposed A are packed.
+      const bool in_a2 = cat.a2 && k0 >= cat.k1, across = cat.a2 && k0 < cat.k1 && k0 + kc > cat.k1;
+      const bool direct = !ta && !across;
+      const float* a_k = in_a2 ? cat.a2 + (k0 - cat.k1) : A + k0;  // row 0 of the block, read in place
+      const int64_t la = in_a2 ? cat.lda2 : lda;
 #pragma omp parallel if (parallel)
       {
         float* ap_thread = pack_all ? nullptr : scratch(kPackA, mc_max * kc);
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; ++blk) {
           const int64_t i0 = blk * mc_max, mc = std::min(mc_max, M - i0), full = mc / MR * MR;
-          // Row-major A is read in place by full MR-row panels; only a partial last panel (zero-padded)
-          // and transposed A are packed.
-          const bool direct = !ta;
           float* ap = pack_all ? ap_all + i0 * kc : ap_thread;
-          if (!pack_all && !direct) pack_a(ta, A, lda, i0, mc, k0, kc, ap);
-          else if (!pack_all && full < mc) pack_a(ta, A, lda, i0 + full, mc - full, k0, kc, ap + full * kc);
+          if (!pack_all && !direct) pack_a(ta, A, lda, i0, mc, k0, kc, ap, cat);
+          else if (!pack_all && full < mc) pack_a(ta, A, lda, i0 + full, mc - full, k0, kc, ap + full * kc, cat);
           for (int64_t q = 0; q < panels; ++q) {
             const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
             const float* b = bp + q * kc * NR;
             for (int64_t r = 0; r < mc; r += MR) {
               const int64_t rows = std::min<int64_t>(MR, mc - r);
               float* c = C + (i0 + r) * ldc + j0;
-              const float* a = A + (i0 + r) * lda + k0;
+              const float* a = a_k + (i0 + r) * la;
               const float* bj = bias_k ? bias_k + j0 : nullptr;
-              if (direct && rows == MR && cols == NR) micro<true>(kc, a, b, c, ldc, alpha, beta_k, lda, bj);
-              else if (direct && rows == MR) micro_edge<true>(kc, a, b, c, ldc, rows, cols, alpha, beta_k, lda, bj);
+              if (direct && rows == MR && cols == NR) micro<true>(kc, a, b, c, ldc, alpha, beta_k, la, bj);
+              else if (direct && rows == MR) micro_edge<true>(kc, a, b, c, ldc, rows, cols, alpha, beta_k, la, bj);
               else if (rows == MR && cols == NR) micro(kc, ap + r * kc, b, c, ldc, alpha, beta_k, 0, bj);
               else micro_edge(kc, ap + r * kc, b, c, ldc, rows, cols, alpha, beta_k, 0, bj);
             }

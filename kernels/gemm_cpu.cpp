@@ -11,9 +11,9 @@
 namespace gnn {
 
 void gemm_avx2(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-               float*, int64_t, bool, const float*);
+               float*, int64_t, bool, const float*, GemmCat);
 void gemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                 float*, int64_t, bool, const float*);
+                 float*, int64_t, bool, const float*, GemmCat);
 
 namespace {
 
@@ -86,26 +86,32 @@ void count_gemm_cuda_flops(int64_t flops) { g_gemm_cuda_flops.fetch_add(flops, s
 
 void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel,
-                  const float* bias) {
+                  const float* bias, GemmCat cat) {
   GNN_CHECK(gemm_isa_supported(isa), "gemm: this CPU cannot run the ", gemm_isa_name(isa), " kernel");
   GNN_CHECK(!bias || alpha == 1.0f, "gemm: a bias needs alpha 1, got ", alpha);
   g_gemm_flops.fetch_add(2 * M * N * K, std::memory_order_relaxed);
   switch (isa) {
 #if defined(__x86_64__)
     case GemmIsa::kAvx512:
-      return gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias);
+      return gemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
     case GemmIsa::kAvx2:
-      return gemm_avx2(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias);
+      return gemm_avx2(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
 #endif
     default:
       return gemm_detail::Blocked<Generic, 4, 4>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel,
-                                                      bias);
+                                                      bias, gemm_detail::Cat{cat.a2, cat.lda2, cat.k1});
   }
 }
 
 void gemm_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_cat_cpu(bool ta, int64_t M, int64_t N, int64_t K, const float* A1, int64_t lda1, const float* A2,
+                  int64_t lda2, int64_t k1, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
+  gemm_cpu_isa(gemm_isa(), ta, false, M, N, K, 1.0f, A1, lda1, B, ldb, 0.0f, C, ldc, /*parallel=*/true, bias,
+               GemmCat{A2, lda2, k1});
 }
 
 void gemm_bias_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,

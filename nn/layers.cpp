@@ -38,6 +38,14 @@ ag::Var Linear::forward_joined(const ag::Var& node, const ag::Var& config, int64
   return ag::add(ag::join_configs(per_node, nothing, C), ag::reshape(y, N, C * out_));
 }
 
+ag::Var Linear::forward_cat(const ag::Var& a, const ag::Var& b, Act act, double slope) const {
+  GNN_CHECK(a.value().dim() == 2 && b.value().dim() == 2 && a.size(1) + b.size(1) == in_, "Linear: expected [*, ", in_,
+            "] input as two parts, got ", a.value().desc(), " and ", b.value().desc());
+  if (act == Act::kNone) return ag::matmul_cat(a, b, weight, bias);
+  const ag::Var y = ag::matmul_cat(a, b, weight);
+  return bias.defined() ? ag::bias_act(y, bias, act, slope) : ag::activation(y, act, slope);
+}
+
 Embedding::Embedding(int64_t num, int64_t dim, Rng& rng) {
   GNN_CHECK(num >= 1 && dim >= 1, "Embedding: sizes must be positive, got ", num, " x ", dim);
   weight = add_param("weight", init_tensor(Shape{num, dim}, Init::kNormal, num, dim, rng));

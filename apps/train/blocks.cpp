@@ -14,7 +14,7 @@ ConfigSage::ConfigSage(int64_t in, int64_t out, Rng& rng, Act act, bool l2_norma
 ag::Var ConfigSage::forward(const Batch& b, const ag::Var& x, int64_t C) const {
   // Sum over both edge directions, C*D values per neighbour in one gather; then one GEMM over N*C rows.
   const ag::Var agg = ag::spmm(b.graph, x, Reduce::kSum);
-  ag::Var y = lin_.forward(ag::concat_cols({per_config(agg, C), per_config(x, C)}), act_);
+  ag::Var y = lin_.forward_cat(per_config(agg, C), per_config(x, C), act_);  // [agg | x] never built
   if (l2_) y = ag::l2_normalize(y);
   return node_major(y, C);
 }
@@ -94,7 +94,7 @@ ConsumerSage::ConsumerSage(int64_t in, int64_t out, Rng& rng) : lin_(2 * in, out
 
 ag::Var ConsumerSage::forward(const Batch& b, const ag::Var& x, int64_t C) const {
   const ag::Var agg = ag::spmm(b.consumers(), x, Reduce::kMean);  // C*D values per neighbour in one gather
-  return node_major(lin_.forward(ag::concat_cols({per_config(agg, C), per_config(x, C)})), C);
+  return node_major(lin_.forward_cat(per_config(agg, C), per_config(x, C)), C);  // [agg | x] never built
 }
 
 nn::SharedRows ConsumerSage::forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const {

@@ -191,6 +191,44 @@ TEST_CASE("autograd: matmul_bias gives the bits of add_bias(matmul) on the host,
                        doctest::Contains("matmul_bias: inner sizes differ"), Error);
 }
 
+TEST_CASE("autograd: matmul_cat gives the bits of matmul over concat_cols on the host, value and gradients") {
+  // f64: finite differences for both parts, the weight and the bias
+  ag::Var a = rand_var({5, 3}, 31), b = rand_var({5, 2}, 32), w = rand_var({5, 4}, 33), bias = rand_var({4}, 34);
+  check_grads({a, b, w, bias}, [&] { return probe(ag::matmul_cat(a, b, w, bias)); });
+  check_grads({a, b, w}, [&] { return probe(ag::matmul_cat(a, b, w)); });
+  // float: against concat_cols, matmul and add_bias; the split on a K block's edge and inside one
+  for (auto [M, K1, K2, N] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{{1000, 256, 256, 128}, {300, 40, 24, 20}}) {
+    CAPTURE(K1);
+    for (bool with_bias : {true, false}) {
+      const auto run = [&](bool fused) {
+        ag::Var x1(Tensor::from_vector(testing::random_values<float>(size_t(M * K1), 11), Shape{M, K1}), true);
+        ag::Var x2(Tensor::from_vector(testing::random_values<float>(size_t(M * K2), 12), Shape{M, K2}), true);
+        ag::Var W(Tensor::from_vector(testing::random_values<float>(size_t((K1 + K2) * N), 13), Shape{K1 + K2, N}),
+                  true);
+        ag::Var bv(Tensor::from_vector(testing::random_values<float>(size_t(N), 14)), true);
+        const ag::Var bb = with_bias ? bv : ag::Var();
+        ag::Var y;
+        if (fused) y = ag::matmul_cat(x1, x2, W, bb);
+        else y = ag::matmul(ag::concat_cols({x1, x2}), W);
+        if (!fused && with_bias) y = ag::add_bias(y, bv);
+        ag::backward(y, Tensor::from_vector(testing::random_values<float>(size_t(M * N), 15), Shape{M, N}));
+        std::vector<std::vector<float>> out{y.value().to_vector<float>(), x1.grad().to_vector<float>(),
+                                            x2.grad().to_vector<float>(), W.grad().to_vector<float>()};
+        if (with_bias) out.push_back(bv.grad().to_vector<float>());
+        ag::clear_tape();
+        return out;
+      };
+      const auto fused = run(true), composed = run(false);
+      for (size_t i = 0; i < fused.size(); ++i) CHECK(fused[i] == composed[i]);
+    }
+  }
+  CHECK_THROWS_WITH_AS(ag::matmul_cat(a, rand_var({4, 2}, 35), w),
+                       doctest::Contains("matmul_cat: a [5, 3] and b [4, 2] differ in rows"), Error);
+  CHECK_THROWS_WITH_AS(ag::matmul_cat(a, b, rand_var({6, 4}, 36)),
+                       doctest::Contains("does not take [a | b] of 5 columns"), Error);
+}
+
 TEST_CASE("autograd: dropout keeps the expected fraction, scales by 1/(1-p), and routes gradients through its mask") {
   ag::Var x(Tensor::full(Shape{100000}, 1.0, DType::F32), true);
   Rng rng(7);
