@@ -72,6 +72,7 @@ inline constexpr Kernel gemm_bias_k{
     "gemm_bias", [](auto... a) { gemm_bias_ref(a...); }, [](auto... a) { gemm_bias_cpu(a...); },
     [](const Tensor& on, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
        int64_t ldb, const float* bias, float* C, int64_t ldc) {
+      GNN_CHECK(ldc == N, "gemm_bias: the bias row needs a contiguous C, got ldc ", ldc, " for ", N, " columns");
       gemm_cuda(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, cuda_blas(on.device().index), on.stream());
       add_row_cuda(C, C, bias, M, N, on.stream());
     }};
@@ -81,13 +82,21 @@ inline constexpr Kernel gemm_cat_k{
     "gemm_cat", [](auto... a) { gemm_cat_ref(a...); }, [](auto... a) { gemm_cat_cpu(a...); },
     [](const Tensor& on, bool ta, int64_t M, int64_t N, int64_t K, const float* A1, int64_t lda1, const float* A2,
        int64_t lda2, int64_t k1, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
+      GNN_CHECK(!bias || ldc == N, "gemm_cat: the bias row needs a contiguous C, got ldc ", ldc, " for ", N,
+                " columns");
       const BlasHandle& blas = cuda_blas(on.device().index);
-      if (ta) {
+      if (ta) {  // C's rows from each part (an empty part has no rows: gemm_cuda returns at M = 0)
         gemm_cuda(true, false, k1, N, K, 1.0f, A1, lda1, B, ldb, 0.0f, C, ldc, blas, on.stream());
         gemm_cuda(true, false, M - k1, N, K, 1.0f, A2, lda2, B, ldb, 0.0f, C + k1 * ldc, ldc, blas, on.stream());
-      } else {
-        gemm_cuda(false, false, M, N, k1, 1.0f, A1, lda1, B, ldb, 0.0f, C, ldc, blas, on.stream());
-        gemm_cuda(false, false, M, N, K - k1, 1.0f, A2, lda2, B + k1 * ldb, ldb, 1.0f, C, ldc, blas, on.stream());
+      } else {  // the second part's product added onto the first's; a part of no columns is skipped (cuBLAS
+                // refuses its leading dimension of 0)
+        if (k1 > 0) gemm_cuda(false, false, M, N, k1, 1.0f, A1, lda1, B, ldb, 0.0f, C, ldc, blas, on.stream());
+        if (K > k1)
+          gemm_cuda(false, false, M, N, K - k1, 1.0f, A2, lda2, B + k1 * ldb, ldb, k1 > 0 ? 1.0f : 0.0f, C, ldc, blas,
+                    on.stream());
+        if (K == 0)
+          gemm_cuda(false, false, M, N, 0, 1.0f, A1, 1, B, std::max<int64_t>(ldb, 1), 0.0f, C, ldc, blas,
+                    on.stream());  // C = 0
       }
       if (bias) add_row_cuda(C, C, bias, M, N, on.stream());
     }};

@@ -62,13 +62,13 @@ Var matmul_bias(const Var& a, const Var& w, const Var& bias) {
   const int64_t M = a.size(0), K = a.size(1), N = w.size(1);
   GNN_CHECK(w.size(0) == K, "matmul_bias: inner sizes differ: a ", a.shape().str(), " times w ", w.shape().str());
   GNN_CHECK(bias.size(0) == N, "matmul_bias: bias has ", bias.size(0), " values for ", N, " output columns");
-  return dispatch_dev("matmul", a.value(), [&](auto t) {
+  return dispatch_dev("matmul_bias", a.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(a.value(), Shape{M, N});
     run<T>(gemm_bias_k, y, false, false, M, N, K, ptr<T>(a.value()), K, ptr<T>(w.value()), N, ptr<T>(bias.value()),
            ptr<T>(y), N);
     const Tensor av = w.requires_grad() ? a.value() : Tensor(), wv = a.requires_grad() ? w.value() : Tensor();
-    return record("matmul", y, {a, w, bias},
+    return record("matmul_bias", y, {a, w, bias},
                   [=, a = GradRef(a), w = GradRef(w), bias = GradRef(bias)](const Tensor& dy) {
                     if (bias.requires_grad()) {  // add_bias's backward
                       Tensor db = empty_like(dy, bias.shape());
@@ -91,7 +91,7 @@ Var matmul_cat(const Var& a, const Var& b, const Var& w, const Var& bias) {
   GNN_CHECK(w.size(0) == K1 + K2, "matmul_cat: w ", w.shape().str(), " does not take [a | b] of ", K1 + K2, " columns");
   GNN_CHECK(!bias.defined() || bias.size(0) == N, "matmul_cat: bias has ", bias.size(0), " values for ", N,
             " output columns");
-  return dispatch_dev("matmul", a.value(), [&](auto t) {
+  return dispatch_dev("matmul_cat", a.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(a.value(), Shape{M, N});
     const T* bp = bias.defined() ? ptr<T>(bias.value()) : nullptr;
@@ -100,7 +100,7 @@ Var matmul_cat(const Var& a, const Var& b, const Var& w, const Var& bias) {
     const bool want_w = w.requires_grad(), want_ab = a.requires_grad() || b.requires_grad();
     const Tensor av = want_w ? a.value() : Tensor(), bv = want_w ? b.value() : Tensor();
     const Tensor wv = want_ab ? w.value() : Tensor();
-    return record("matmul", y, bias.defined() ? std::vector<Var>{a, b, w, bias} : std::vector<Var>{a, b, w},
+    return record("matmul_cat", y, bias.defined() ? std::vector<Var>{a, b, w, bias} : std::vector<Var>{a, b, w},
                   [=, a = GradRef(a), b = GradRef(b), w = GradRef(w), bias = GradRef(bias)](const Tensor& dy) {
                     const T* g = ptr<T>(dy);
                     if (bias.requires_grad()) {  // add_bias's backward

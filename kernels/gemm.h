@@ -75,7 +75,6 @@ enum class GemmIsa { kGeneric, kAvx2, kAvx512 };
 GemmIsa gemm_isa();  // what gemm_cpu uses here
 bool gemm_isa_supported(GemmIsa isa);  // whether this CPU can run it
 const char* gemm_isa_name(GemmIsa isa);
-// One ISA explicitly (tests, benchmarks); the ISA must be supported.
 // A stored as two row-major matrices side by side, [A | a2]: stored columns 0..k1-1 are A's (row stride
 // lda), the rest a2's (row stride lda2), as if concatenated. Without trans_a they are op(A)'s first k1
 // columns of K; with it, op(A)'s first k1 rows of M. Without a2, A alone.
@@ -83,8 +82,9 @@ struct GemmCat {
   const float* a2 = nullptr;
   int64_t lda2 = 0, k1 = 0;
 };
-// bias: null, or N values added to every finished row (alpha must be 1). cat: A is [A | cat.a2], each
-// value summed as from the concatenation, the same bits, without building it.
+// One ISA explicitly (tests, benchmarks); the ISA must be supported. bias: null, or N values added to every
+// finished row (alpha must be 1, beta 0 or 1). cat: A is [A | cat.a2], each value summed as from the
+// concatenation, the same bits, without building it.
 void gemm_cpu_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true,
                   const float* bias = nullptr, GemmCat cat = {});

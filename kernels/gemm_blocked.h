@@ -188,13 +188,20 @@ struct Blocked {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t k0 = c * len, kc = std::min(len, K - k0);
-      const float* a = ta ? A + k0 * lda : A + k0;  // op(A)[:, k0:]
       const float* b = tb ? B + k0 : B + k0 * ldb;  // op(B)[k0:, :]
+      // op(A)[:, k0:]: rows k0.. of both parts (transposed), or columns k0.. of [A | a2], which may lie in a2
+      const float* a = nullptr;
       int64_t la = lda;
-      Cat ck = cat;  // the chunk's two parts: rows k0.. of both (transposed), or columns k0.. of [A | a2]
-      if (cat.a2 && ta) ck.a2 = cat.a2 + k0 * cat.lda2;
-      else if (cat.a2 && k0 >= cat.k1) a = cat.a2 + (k0 - cat.k1), la = cat.lda2, ck = Cat{};
-      else if (cat.a2) ck.k1 = cat.k1 - k0;
+      Cat ck = cat;
+      if (ta) {
+        a = A + k0 * lda;
+        if (cat.a2) ck.a2 = cat.a2 + k0 * cat.lda2;
+      } else if (cat.a2 && k0 >= cat.k1) {
+        a = cat.a2 + (k0 - cat.k1), la = cat.lda2, ck = Cat{};
+      } else {
+        a = A + k0;
+        ck.k1 = cat.k1 - k0;
+      }
       run(ta, tb, M, N, kc, 1.0f, a, la, b, ldb, 0.0f, part + c * M * N, N, /*parallel=*/false, nullptr, ck);
     }
     // Summed into chunk 0's row along j (vectorised; one element at a time, the dependent adds over
@@ -252,7 +259,7 @@ struct Blocked {
       // across both parts is packed); only a partial last panel (zero-padded) and transposed A are packed.
       const bool in_a2 = cat.a2 && k0 >= cat.k1, across = cat.a2 && k0 < cat.k1 && k0 + kc > cat.k1;
       const bool direct = !ta && !across;
-      const float* a_k = in_a2 ? cat.a2 + (k0 - cat.k1) : A + k0;  // row 0 of the block, read in place
+      const float* a_k = !direct ? nullptr : in_a2 ? cat.a2 + (k0 - cat.k1) : A + k0;  // row 0 of the block
       const int64_t la = in_a2 ? cat.lda2 : lda;
 #pragma omp parallel if (parallel)
       {
@@ -269,7 +276,7 @@ struct Blocked {
             for (int64_t r = 0; r < mc; r += MR) {
               const int64_t rows = std::min<int64_t>(MR, mc - r);
               float* c = C + (i0 + r) * ldc + j0;
-              const float* a = a_k + (i0 + r) * la;
+              const float* a = direct ? a_k + (i0 + r) * la : nullptr;
               const float* bj = bias_k ? bias_k + j0 : nullptr;
               if (direct && rows == MR && cols == NR) micro<true>(kc, a, b, c, ldc, alpha, beta_k, la, bj);
               else if (direct && rows == MR) micro_edge<true>(kc, a, b, c, ldc, rows, cols, alpha, beta_k, la, bj);

@@ -88,7 +88,11 @@ void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel,
                   const float* bias, GemmCat cat) {
   GNN_CHECK(gemm_isa_supported(isa), "gemm: this CPU cannot run the ", gemm_isa_name(isa), " kernel");
-  GNN_CHECK(!bias || alpha == 1.0f, "gemm: a bias needs alpha 1, got ", alpha);
+  GNN_CHECK(!bias || (alpha == 1.0f && (beta == 0.0f || beta == 1.0f)),
+            "gemm: a bias needs alpha 1 and beta 0 or 1, got ", alpha, " and ", beta);
+  const int64_t split = ta ? M : K;  // the stored columns [A | a2] make
+  GNN_CHECK(!cat.a2 || (cat.k1 >= 0 && cat.k1 <= split && cat.lda2 >= split - cat.k1), "gemm: the two parts of A (",
+            cat.k1, " columns and the rest, row stride ", cat.lda2, ") do not make ", split, " columns");
   g_gemm_flops.fetch_add(2 * M * N * K, std::memory_order_relaxed);
   switch (isa) {
 #if defined(__x86_64__)

@@ -23,7 +23,7 @@ class Linear : public Module {
   // the order of the sums (the node part's and the config part's are added last).
   ag::Var forward_joined(const ag::Var& node, const ag::Var& config, int64_t C) const;
   // The layer on concat_cols({a, b}) [R, in], the concatenation never built (ag::matmul_cat): [R, out],
-  // the same bits as forward(concat_cols({a, b}), act, slope).
+  // the same bits as forward(concat_cols({a, b}), act, slope) on the host (on a GPU, two cuBLAS products).
   ag::Var forward_cat(const ag::Var& a, const ag::Var& b, Act act = Act::kNone, double slope = 0.01) const;
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }

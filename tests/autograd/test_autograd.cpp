@@ -223,6 +223,20 @@ TEST_CASE("autograd: matmul_cat gives the bits of matmul over concat_cols on the
       for (size_t i = 0; i < fused.size(); ++i) CHECK(fused[i] == composed[i]);
     }
   }
+  // only some inputs wanting a gradient: a frozen weight, a part without one
+  for (int frozen = 0; frozen < 3; ++frozen) {
+    CAPTURE(frozen);
+    ag::Var x1 = rand_var({6, 3}, 41), x2 = rand_var({6, 2}, 42), W = rand_var({5, 4}, 43);
+    ag::Var c1 = frozen == 0 ? ag::Var(x1.value()) : x1, c2 = frozen == 1 ? ag::Var(x2.value()) : x2;
+    ag::Var cw = frozen == 2 ? ag::Var(W.value()) : W;
+    ag::backward(ag::sum(ag::matmul_cat(c1, c2, cw)));
+    ag::Var r1 = rand_var({6, 3}, 41), r2 = rand_var({6, 2}, 42), rw = rand_var({5, 4}, 43);
+    ag::backward(ag::sum(ag::matmul(ag::concat_cols({r1, r2}), rw)));
+    if (frozen != 0) CHECK(x1.grad().to_vector<double>() == r1.grad().to_vector<double>());
+    if (frozen != 1) CHECK(x2.grad().to_vector<double>() == r2.grad().to_vector<double>());
+    if (frozen != 2) CHECK(W.grad().to_vector<double>() == rw.grad().to_vector<double>());
+    ag::clear_tape();
+  }
   CHECK_THROWS_WITH_AS(ag::matmul_cat(a, rand_var({4, 2}, 35), w),
                        doctest::Contains("matmul_cat: a [5, 3] and b [4, 2] differ in rows"), Error);
   CHECK_THROWS_WITH_AS(ag::matmul_cat(a, b, rand_var({6, 4}, 36)),

@@ -132,7 +132,7 @@ TEST_CASE("cuda ops: matmul_bias and matmul_cat match the host, value and gradie
   for (int64_t K : {24, 300})  // one K block and two on the host
     check_op("matmul_bias", {rand({37, K}, 1), rand({K, 20}, 2), rand({20}, 3)},
              [](auto& v, auto&) { return ag::matmul_bias(v[0], v[1], v[2]); });
-  for (auto [K1, K2] : {std::pair<int64_t, int64_t>{24, 16}, {256, 40}}) {
+  for (auto [K1, K2] : {std::pair<int64_t, int64_t>{24, 16}, {256, 40}, {0, 12}, {12, 0}}) {  // a part may be empty
     check_op("matmul_cat", {rand({37, K1}, 4), rand({37, K2}, 5), rand({K1 + K2, 20}, 6), rand({20}, 7)},
              [](auto& v, auto&) { return ag::matmul_cat(v[0], v[1], v[2], v[3]); });
     check_op("matmul_cat without a bias", {rand({37, K1}, 4), rand({37, K2}, 5), rand({K1 + K2, 20}, 6)},

@@ -173,56 +173,66 @@ TEST_CASE("gemm: a bias added in the store gives the bits of the product and the
       doctest::Contains("a bias needs alpha 1"), gnn::Error);
 }
 
+// [A1 | A2] (R rows, K1 + K2 stored columns, row strides K1 + pad and K2 + 2 pad) through one ISA,
+// against the built concatenation through the same ISA: bits, with and without a bias, 1 thread and several.
+void check_cat(GemmIsa isa, bool ta, int64_t R, int64_t K1, int64_t K2, int64_t N, int64_t pad = 0) {
+  CAPTURE(ta);
+  CAPTURE(R);
+  CAPTURE(K1);
+  CAPTURE(K2);
+  CAPTURE(pad);
+  const int64_t W = K1 + K2, l1 = K1 + pad, l2 = K2 + 2 * pad;  // the concatenation [R, W]
+  const auto A1 = testing::random_values<float>(static_cast<size_t>(R * l1), 21),
+             A2 = testing::random_values<float>(static_cast<size_t>(R * l2 + 1), 22);  // never empty: a2 is set
+  std::vector<float> cat(static_cast<size_t>(R * W));
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t t = 0; t < K1; ++t) cat[size_t(r * W + t)] = A1[size_t(r * l1 + t)];
+    for (int64_t t = 0; t < K2; ++t) cat[size_t(r * W + K1 + t)] = A2[size_t(r * l2 + t)];
+  }
+  const int64_t M = ta ? W : R, K = ta ? R : W;  // op(A) [M, K]: [R, W] without trans_a, [W, R] with it
+  const auto B = testing::random_values<float>(static_cast<size_t>(K * N), 23),
+             bias = testing::random_values<float>(static_cast<size_t>(N), 24);
+  for (const float* bp : {static_cast<const float*>(nullptr), bias.data()}) {
+    std::vector<float> want(static_cast<size_t>(M * N)), got(want.size(), NAN), got1(want.size(), NAN);
+    gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, cat.data(), W, B.data(), N, 0.0f, want.data(), N, true, bp);
+    gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A1.data(), l1, B.data(), N, 0.0f, got.data(), N, true, bp,
+                 GemmCat{A2.data(), l2, K1});
+    CHECK(got == want);
+    const int saved = num_threads();
+    set_num_threads(1);
+    gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A1.data(), l1, B.data(), N, 0.0f, got1.data(), N, true, bp,
+                 GemmCat{A2.data(), l2, K1});
+    set_num_threads(saved);
+    CHECK(got1 == want);
+  }
+}
+
 TEST_CASE("gemm: A as two parts side by side gives the bits of their concatenation") {
-  // [A1 | A2] read in place against the built concatenation, every ISA: the split on a K block's edge
-  // (256), inside a block (packed), K1 or K2 empty or tiny, transposed (the split along op(A)'s rows,
-  // a weight gradient [A1 | A2]^T dy) with and without split K, a long K split into chunks across the
-  // parts, with a bias and without, one thread and several.
+  // Every ISA: the split on a K block's edge (256) and inside a block (packed), a part empty or tiny,
+  // strided parts, transposed (the split along op(A)'s rows: a weight gradient [A1 | A2]^T dy) with and
+  // without split K, with a part empty, and a long K cut into chunks inside either part or at the split.
   for (GemmIsa isa : {GemmIsa::kGeneric, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
     if (!gemm_isa_supported(isa)) continue;
     CAPTURE(gemm_isa_name(isa));
-    for (auto [ta, R, K1, K2, N] :
-         std::vector<std::tuple<bool, int64_t, int64_t, int64_t, int64_t>>{{false, 1000, 256, 256, 128},
-                                                                           {false, 301, 100, 60, 33},
-                                                                           {false, 97, 300, 7, 40},
-                                                                           {false, 13, 0, 20, 17},
-                                                                           {false, 13, 20, 0, 17},
-                                                                           {false, 50, 3000, 2500, 9},
-                                                                           {true, 1000, 256, 256, 128},
-                                                                           {true, 500, 64, 64, 64},
-                                                                           {true, 9000, 40, 30, 24},
-                                                                           {true, 77, 5, 200, 19}}) {
-      CAPTURE(ta);
-      CAPTURE(R);
-      CAPTURE(K1);
-      CAPTURE(K2);
-      const int64_t W = K1 + K2;  // the concatenation [R, W]
-      const auto A1 = testing::random_values<float>(static_cast<size_t>(R * K1), 21),
-                 A2 = testing::random_values<float>(static_cast<size_t>(R * K2), 22);
-      std::vector<float> cat(static_cast<size_t>(R * W));
-      for (int64_t r = 0; r < R; ++r) {
-        for (int64_t t = 0; t < K1; ++t) cat[size_t(r * W + t)] = A1[size_t(r * K1 + t)];
-        for (int64_t t = 0; t < K2; ++t) cat[size_t(r * W + K1 + t)] = A2[size_t(r * K2 + t)];
-      }
-      // op(A) [M, K]: [R, W] without trans_a, [W, R] with it
-      const int64_t M = ta ? W : R, K = ta ? R : W;
-      const auto B = testing::random_values<float>(static_cast<size_t>(K * N), 23),
-                 bias = testing::random_values<float>(static_cast<size_t>(N), 24);
-      for (const float* bp : {static_cast<const float*>(nullptr), bias.data()}) {
-        std::vector<float> want(static_cast<size_t>(M * N)), got(want.size(), NAN), got1(want.size(), NAN);
-        gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, cat.data(), W, B.data(), N, 0.0f, want.data(), N, true, bp);
-        gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A1.data(), K1, B.data(), N, 0.0f, got.data(), N, true, bp,
-                     GemmCat{A2.data(), K2, K1});
-        CHECK(got == want);
-        const int saved = num_threads();
-        set_num_threads(1);
-        gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A1.data(), K1, B.data(), N, 0.0f, got1.data(), N, true, bp,
-                     GemmCat{A2.data(), K2, K1});
-        set_num_threads(saved);
-        CHECK(got1 == want);
-      }
-    }
+    check_cat(isa, false, 1000, 256, 256, 128);
+    check_cat(isa, false, 301, 100, 60, 33, 3);
+    check_cat(isa, false, 97, 300, 7, 40, 1);
+    check_cat(isa, false, 13, 0, 20, 17);
+    check_cat(isa, false, 13, 20, 0, 17, 2);
+    check_cat(isa, false, 50, 3000, 2500, 9);  // split K, a chunk across the parts
+    check_cat(isa, false, 40, 1024, 4000, 9);  // split K, a chunk boundary at the split
+    check_cat(isa, true, 1000, 256, 256, 128);
+    check_cat(isa, true, 500, 64, 64, 64, 4);
+    check_cat(isa, true, 9000, 40, 30, 24);  // split K over the rows
+    check_cat(isa, true, 77, 5, 200, 19, 1);
+    check_cat(isa, true, 300, 0, 50, 8);
+    check_cat(isa, true, 300, 50, 0, 8);
   }
+  float C[1];
+  const float one[1] = {1.0f};
+  CHECK_THROWS_WITH_AS(gemm_cpu_isa(gemm_isa(), false, false, 1, 1, 3, 1.0f, one, 1, one, 1, 0.0f, C, 1, true, nullptr,
+                                    GemmCat{one, 1, 4}),
+                       doctest::Contains("do not make 3 columns"), gnn::Error);
   // gemm_cat_cpu against the double reference of the same formula
   const int64_t R = 200, K1 = 70, K2 = 50, N = 30;
   const auto A1 = testing::random_values<float>(static_cast<size_t>(R * K1), 25),
