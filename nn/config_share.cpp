@@ -171,16 +171,6 @@ SharedRows add(const SharedRows& a, const SharedRows& b) {
   return {ag::add(a.shared, b.shared), ag::add(a.dep, b.dep), a.level, a.configs};
 }
 
-SharedRows concat_cols(const SharedRows& a, const SharedRows& b) {
-  GNN_CHECK(a.level == b.level && a.configs == b.configs, "config sharing: joining rows of levels ", a.level, " and ",
-            b.level);
-  const int64_t C = a.configs, n = a.dep.size(0);
-  // dep is node-major: join per config ([n*C, Fa] | [n*C, Fb]), then back to [n, C*(Fa+Fb)].
-  const ag::Var dep =
-      ag::concat_cols({ag::reshape(a.dep, n * C, a.dep.size(1) / C), ag::reshape(b.dep, n * C, b.dep.size(1) / C)});
-  return {ag::concat_cols({a.shared, b.shared}), ag::reshape(dep, n, dep.size(1) * C), a.level, C};
-}
-
 SharedRows keep_grad_rows(const SharePlan& plan, const SharedRows& x, const Tensor& keep, const Tensor& keep_host) {
   if (!keep.defined()) return x;
   const Tensor& ids = plan.dependent_ids(x.level);

@@ -92,6 +92,16 @@ SharedRows map_rows(const SharedRows& x, F&& f) {
   const ag::Var d = f(ag::reshape(x.dep, x.dep.size(0) * C, x.dep.size(1) / C));
   return {f(x.shared), ag::reshape(d, d.size(0) / C, d.size(1) * C), x.level, C};
 }
+// f on the rows of x and y side by side, f([R, Fx], [R, Fy]) -> [R, F'] row by row (a dense layer over
+// [x | y] that never builds the join); x and y of the same level.
+template <class F>
+SharedRows map_rows(const SharedRows& x, const SharedRows& y, F&& f) {
+  GNN_CHECK(x.level == y.level && x.configs == y.configs, "config sharing: rows of levels ", x.level, " and ", y.level,
+            " side by side");
+  const int64_t C = x.configs, n = x.dep.size(0);
+  const ag::Var d = f(ag::reshape(x.dep, n * C, x.dep.size(1) / C), ag::reshape(y.dep, n * C, y.dep.size(1) / C));
+  return {f(x.shared, y.shared), ag::reshape(d, n, d.size(1) * C), x.level, C};
+}
 
 // One aggregation step y = A x (sum of w * x over each row's entries) of the plan's graph; `a` and
 // `a_weight` are that graph on x's device (the plan holds its row blocks). Returns level + 1.
@@ -99,7 +109,6 @@ SharedRows aggregate(const SharePlan& plan, const Graph& a, const Tensor& a_weig
 // x at the next level (for a residual connection): its dep rows extended by the step's new rows.
 SharedRows advance(const SharePlan& plan, const SharedRows& x);
 SharedRows add(const SharedRows& a, const SharedRows& b);  // the same level
-SharedRows concat_cols(const SharedRows& a, const SharedRows& b);  // [F1] | [F2] per row and config, the same level
 // Gradient only through the rows where keep (u8 [N] on x's device, its host copy keep_host): segment
 // training. Undefined keep: x itself.
 SharedRows keep_grad_rows(const SharePlan& plan, const SharedRows& x, const Tensor& keep, const Tensor& keep_host);

@@ -11,22 +11,6 @@ ConfigSage::ConfigSage(int64_t in, int64_t out, Rng& rng, Act act, bool l2_norma
   add_child("lin", &lin_);
 }
 
-ag::Var ConfigSage::forward(const Batch& b, const ag::Var& x, int64_t C) const {
-  // Sum over both edge directions, C*D values per neighbour in one gather; then one GEMM over N*C rows.
-  const ag::Var agg = ag::spmm(b.graph, x, Reduce::kSum);
-  ag::Var y = lin_.forward_cat(per_config(agg, C), per_config(x, C), act_);  // [agg | x] never built
-  if (l2_) y = ag::l2_normalize(y);
-  return node_major(y, C);
-}
-
-nn::SharedRows ConfigSage::forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const {
-  const nn::SharedRows agg = nn::aggregate(plan, b.graph, Tensor(), x);
-  return nn::map_rows(nn::concat_cols(agg, nn::advance(plan, x)), [&](const ag::Var& v) {
-    const ag::Var y = lin_.forward(v, act_);
-    return l2_ ? ag::l2_normalize(y) : y;
-  });
-}
-
 ResGcnLayer::ResGcnLayer(int64_t dim, Rng& rng, Act act, bool residual)
     : lin_(dim, dim, rng, false, nn::Init::kGlorot), act_(act), residual_(residual) {
   add_child("lin", &lin_);
@@ -92,16 +76,6 @@ ag::Var ConsumerGat::forward(const Batch& b, const ag::Var& x, int64_t C) const 
 
 ConsumerSage::ConsumerSage(int64_t in, int64_t out, Rng& rng) : lin_(2 * in, out, rng) { add_child("lin", &lin_); }
 
-ag::Var ConsumerSage::forward(const Batch& b, const ag::Var& x, int64_t C) const {
-  const ag::Var agg = ag::spmm(b.consumers(), x, Reduce::kMean);  // C*D values per neighbour in one gather
-  return node_major(lin_.forward_cat(per_config(agg, C), per_config(x, C)), C);  // [agg | x] never built
-}
-
-nn::SharedRows ConsumerSage::forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const {
-  const nn::SharedRows agg = nn::aggregate(plan, b.consumers(), b.consumers_mean(), x);
-  return nn::map_rows(nn::concat_cols(agg, nn::advance(plan, x)), [&](const ag::Var& v) { return lin_.forward(v); });
-}
-
 ChannelAttention::ChannelAttention(int64_t dim, int64_t reduction, Rng& rng)
     : squeeze_(dim, std::max<int64_t>(1, dim / reduction), rng),
       excite_(std::max<int64_t>(1, dim / reduction), dim, rng) {
@@ -128,23 +102,6 @@ Tensor config_graph(const Batch& b) {
   Tensor t = Tensor::empty({b.graphs * b.configs}, DType::I32);
   for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = int32_t(i / b.configs);
   return t;
-}
-
-ag::Var ResGcnLayer::forward(const Batch& b, const ag::Var& x, int64_t C) const {
-  // x W first (one GEMM over N*C rows), then the normalised aggregation on the [N, C*D] view.
-  const ag::Var xw = node_major(lin_.forward(per_config(x, C)), C);
-  const Batch::Gcn& gcn = b.gcn();
-  ag::Var y = ag::spmm(gcn.graph, xw, Reduce::kSum, ag::Var(gcn.weight));
-  y = node_major(ag::bias_act(per_config(y, C), bias, act_), C);
-  return residual_ ? ag::add(x, y) : y;
-}
-
-nn::SharedRows ResGcnLayer::forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const {
-  const nn::SharedRows xw = nn::map_rows(x, [&](const ag::Var& v) { return lin_.forward(v); });
-  const Batch::Gcn& gcn = b.gcn();
-  const nn::SharedRows y = nn::map_rows(nn::aggregate(plan, gcn.graph, gcn.weight, xw),
-                                        [&](const ag::Var& v) { return ag::bias_act(v, bias, act_); });
-  return residual_ ? nn::add(nn::advance(plan, x), y) : y;
 }
 
 ag::Var configurable_rows(const Batch& b, const nn::SharedRows& x) {

@@ -13,14 +13,157 @@ ag::Var node_input(const nn::Embedding& opcode_embedding, const Batch& b);
 inline ag::Var per_config(const ag::Var& x, int64_t C) { return ag::reshape(x, x.size(0) * C, x.size(1) / C); }
 inline ag::Var node_major(const ag::Var& x, int64_t C) { return ag::reshape(x, x.size(0) / C, x.size(1) * C); }
 
+// Gradient only through the batch's segment nodes (layout segment training); identity otherwise.
+inline ag::Var segment(const Batch& b, const ag::Var& x) {
+  return b.keep_grad.defined() ? ag::keep_grad_rows(x, b.keep_grad) : x;
+}
+inline nn::SharedRows segment(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) {
+  return nn::keep_grad_rows(plan, x, b.keep_grad, b.keep_grad_host());
+}
+
+// The plain path's first layer of a layout model: [node rows | config] for every (node, config) through
+// a row-wise f (a dense layer), node-major [N, C*D]. (The config-shared path's is
+// nn::map_rows(layout_input_shared(node_rows, b), f).)
+template <class F>
+ag::Var layout_input(const ag::Var& node_rows, const Batch& b, F&& f) {
+  const int64_t C = b.configs;
+  return node_major(f(per_config(ag::join_configs(node_rows, ag::Var(b.node_config), C), C)), C);
+}
+
+// Layout inputs as config-shared rows at level 0 of `plan`: every node's [opcode embedding | node
+// features | 0] once, the configurable nodes' [... | config] per config.
+nn::SharedRows layout_input_shared(const nn::Embedding& opcode_embedding, const Batch& b);
+// The same from any node rows [N, A]: [node rows | 0] once, [node rows | config] per config.
+nn::SharedRows layout_input_shared(const ag::Var& node_rows, const Batch& b);
+// The configurable nodes' rows of config-shared x, [K, C*F] in config_nodes order: a plan's D starts
+// with them, so they are x.dep's first K rows at every level.
+ag::Var configurable_rows(const Batch& b, const nn::SharedRows& x);
+
+// ---- one model, two paths ------------------------------------------------------------------------
+// A layout model is written once, as a template over a path: PlainPath runs it on config-batched rows
+// [N, C*D], SharedPath on config-shared rows (nn/config_share.h: each row no config reaches computed
+// once). The two are the same function (check_config_sharing in the tests holds them to it); a model
+// picks the shared one when --share is on and the batch has configurable nodes. With a SegmentPass
+// (segment_pass.h), cut and the sums are the pass's.
+//   template <class Path> ag::Var run(const Path& p) {
+//     auto x = p.cut(p.input(node_input(emb_, p.b), prenet));
+//     for (const auto& l : layers_) x = p.cut(p.layer(*l, x));
+//     return head_.forward(p.pool(x, Reduce::kMean));
+//   }
+struct PlainPath {
+  using Rows = ag::Var;
+  const Batch& b;
+  SegmentPass* seg = nullptr;
+  int64_t C = 0;  // the configs a row holds; 0: the batch's (a tile model's late join runs with 1)
+  int64_t configs() const { return C ? C : b.configs; }
+  // [node rows | config] for every (node, config) through a row-wise f (layout_input).
+  template <class F>
+  Rows input(const ag::Var& node_rows, F&& f) const {
+    return layout_input(node_rows, b, f);
+  }
+  template <class F>
+  Rows map(const Rows& x, F&& f) const {  // f on each (row, config)'s [D] row
+    return node_major(f(per_config(x, configs())), configs());
+  }
+  template <class F>
+  Rows map(const Rows& x, const Rows& y, F&& f) const {  // f on each (row, config)'s rows of x and y
+    return node_major(f(per_config(x, configs()), per_config(y, configs())), configs());
+  }
+  template <class F>
+  Rows each(const Rows& x, F&& f) const {  // f elementwise
+    return f(x);
+  }
+  template <class Layer>
+  Rows layer(const Layer& l, const Rows& x) const {
+    return l.forward(*this, x);
+  }
+  // One aggregation over g's in-edges, C*D values per neighbour in one gather: the sum of w * x (w per
+  // CSR position, undefined: 1), or with mean_w (1 / the row's degree per CSR position) the mean.
+  Rows aggregate(const Graph& g, const Tensor& w, const Rows& x) const {
+    return ag::spmm(g, x, Reduce::kSum, w.defined() ? ag::Var(w) : ag::Var());
+  }
+  Rows aggregate_mean(const Graph& g, const Tensor& mean_w, const Rows& x) const {
+    (void)mean_w;  // the mean reduction divides by the degree itself
+    return ag::spmm(g, x, Reduce::kMean);
+  }
+  Rows advance(const Rows& x) const { return x; }  // x beside an aggregation's result (a root term)
+  Rows residual(const Rows& y, const Rows& x) const { return ag::add(y, x); }  // y + x
+  Rows cut(const Rows& x) const { return seg ? seg->cut(x) : segment(b, x); }
+  ag::Var pool(const Rows& x, Reduce op) const { return per_config(ag::pool(x, b.graph_ptr, op), configs()); }
+  ag::Var sum(const Rows& x) const { return seg ? seg->sum(b, x) : pool(x, Reduce::kSum); }  // [G*C, D]
+  ag::Var configurable(const Rows& x) const { return ag::gather_rows(x, b.config_nodes); }  // [K, C*D]
+  ag::Var configurable_sum(const Rows& x) const {  // [G*C, D] over each graph's configurable nodes
+    return seg ? seg->configurable_sum(b, x)
+               : per_config(ag::pool(configurable(x), b.config_ptr, Reduce::kSum), configs());
+  }
+};
+
+struct SharedPath {
+  using Rows = nn::SharedRows;
+  const Batch& b;
+  const nn::SharePlan& plan;
+  SegmentPass* seg = nullptr;
+  int64_t configs() const { return b.configs; }
+  template <class F>
+  Rows input(const ag::Var& node_rows, F&& f) const {
+    return nn::map_rows(layout_input_shared(node_rows, b), f);
+  }
+  template <class F>
+  Rows map(const Rows& x, F&& f) const {
+    return nn::map_rows(x, f);
+  }
+  template <class F>
+  Rows map(const Rows& x, const Rows& y, F&& f) const {
+    return nn::map_rows(x, y, f);
+  }
+  template <class F>
+  Rows each(const Rows& x, F&& f) const {
+    return nn::map_rows(x, f);
+  }
+  template <class Layer>
+  Rows layer(const Layer& l, const Rows& x) const {
+    return l.forward(*this, x);
+  }
+  // One step of the plan (whose graph g is, on x's device); returns the next level. The mean is the
+  // sum weighted by mean_w.
+  Rows aggregate(const Graph& g, const Tensor& w, const Rows& x) const { return nn::aggregate(plan, g, w, x); }
+  Rows aggregate_mean(const Graph& g, const Tensor& mean_w, const Rows& x) const {
+    return nn::aggregate(plan, g, mean_w, x);
+  }
+  Rows advance(const Rows& x) const { return nn::advance(plan, x); }  // x at the next level
+  Rows residual(const Rows& y, const Rows& x) const { return nn::add(y, advance(x)); }
+  Rows cut(const Rows& x) const { return seg ? seg->cut(plan, x) : segment(b, plan, x); }
+  ag::Var pool(const Rows& x, Reduce op) const { return nn::pool(plan, x, op); }
+  ag::Var sum(const Rows& x) const { return seg ? seg->sum(b, plan, x) : pool(x, Reduce::kSum); }
+  ag::Var configurable(const Rows& x) const { return configurable_rows(b, x); }
+  ag::Var configurable_sum(const Rows& x) const {
+    return seg ? seg->configurable_sum(b, x)
+               : per_config(ag::pool(configurable(x), b.config_ptr, Reduce::kSum), b.configs);
+  }
+};
+
+// ---- layers on either path -----------------------------------------------------------------------
+// Each is one template forward(path, x): on a PlainPath x is config-batched [N, C*D]; on a SharedPath
+// it is config-shared rows, and a layer with an aggregation is one step of the path's plan (whose graph
+// must be the layer's: graph_plan for ConfigSage, share_plan for ResGcnLayer, consumers_plan for
+// ConsumerSage), returning the next level.
+
 // The official tile SAGE layer on config-batched x [N, C*D]: y = Dense([(A + A^T) x ; x]) per config,
 // then act and, if asked, row l2-normalisation. Returns [N, C*out].
 class ConfigSage : public nn::Module {
  public:
   ConfigSage(int64_t in, int64_t out, Rng& rng, Act act, bool l2_normalize);
-  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
-  // The same layer on config-shared rows: one step of b.graph_plan(); returns the next level.
-  nn::SharedRows forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const;
+  template <class Path>
+  typename Path::Rows forward(const Path& p, const typename Path::Rows& x) const {
+    // Sum over both edge directions; then one GEMM over the (row, config)s, [agg | x] never built. (The
+    // aggregation is recorded before the root's advance, in statements of their own.)
+    const auto agg = p.aggregate(p.b.graph, Tensor(), x);
+    const auto root = p.advance(x);
+    return p.map(agg, root, [&](const ag::Var& a, const ag::Var& r) {
+      const ag::Var y = lin_.forward_cat(a, r, act_);
+      return l2_ ? ag::l2_normalize(y) : y;
+    });
+  }
 
  private:
   nn::Linear lin_;
@@ -33,9 +176,15 @@ class ConfigSage : public nn::Module {
 class ResGcnLayer : public nn::Module {
  public:
   ResGcnLayer(int64_t dim, Rng& rng, Act act, bool residual = true);
-  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
-  // The same layer on config-shared rows (nn/config_share.h): one plan step.
-  nn::SharedRows forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const;
+  template <class Path>
+  typename Path::Rows forward(const Path& p, const typename Path::Rows& x) const {
+    // x W first (one GEMM over the (row, config)s), then the normalised aggregation, then bias and act.
+    const Batch::Gcn& gcn = p.b.gcn();
+    const auto xw = p.map(x, [&](const ag::Var& v) { return lin_.forward(v); });
+    const auto y =
+        p.map(p.aggregate(gcn.graph, gcn.weight, xw), [&](const ag::Var& v) { return ag::bias_act(v, bias, act_); });
+    return residual_ ? p.residual(y, x) : y;
+  }
   ag::Var bias;
 
  private:
@@ -105,9 +254,12 @@ class ConsumerGat : public nn::Module {
 class ConsumerSage : public nn::Module {
  public:
   ConsumerSage(int64_t in, int64_t out, Rng& rng);
-  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const;
-  // The same layer on config-shared rows: one step of b.consumers_plan(); returns the next level.
-  nn::SharedRows forward(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) const;
+  template <class Path>
+  typename Path::Rows forward(const Path& p, const typename Path::Rows& x) const {
+    const auto agg = p.aggregate_mean(p.b.consumers(), p.b.consumers_mean(), x);
+    const auto root = p.advance(x);
+    return p.map(agg, root, [&](const ag::Var& a, const ag::Var& r) { return lin_.forward_cat(a, r); });
+  }
 
  private:
   nn::Linear lin_;
@@ -179,108 +331,5 @@ inline ag::Var repeat_configs(const Batch& b, const ag::Var& pooled) {
 inline ag::Var tile_configs_on_nodes(const Batch& b) {
   return ag::gather_rows(ag::Var(b.config_feat.reshape({b.graphs, -1})), b.node_graph);
 }
-
-// Gradient only through the batch's segment nodes (layout segment training); identity otherwise.
-inline ag::Var segment(const Batch& b, const ag::Var& x) {
-  return b.keep_grad.defined() ? ag::keep_grad_rows(x, b.keep_grad) : x;
-}
-inline nn::SharedRows segment(const Batch& b, const nn::SharePlan& plan, const nn::SharedRows& x) {
-  return nn::keep_grad_rows(plan, x, b.keep_grad, b.keep_grad_host());
-}
-
-// The plain path's first layer of a layout model: [node rows | config] for every (node, config) through
-// a row-wise f (a dense layer), node-major [N, C*D]. (The config-shared path's is
-// nn::map_rows(layout_input_shared(node_rows, b), f).)
-template <class F>
-ag::Var layout_input(const ag::Var& node_rows, const Batch& b, F&& f) {
-  const int64_t C = b.configs;
-  return node_major(f(per_config(ag::join_configs(node_rows, ag::Var(b.node_config), C), C)), C);
-}
-
-// Layout inputs as config-shared rows at level 0 of `plan`: every node's [opcode embedding | node
-// features | 0] once, the configurable nodes' [... | config] per config.
-nn::SharedRows layout_input_shared(const nn::Embedding& opcode_embedding, const Batch& b);
-// The same from any node rows [N, A]: [node rows | 0] once, [node rows | config] per config.
-nn::SharedRows layout_input_shared(const ag::Var& node_rows, const Batch& b);
-// The configurable nodes' rows of config-shared x, [K, C*F] in config_nodes order: a plan's D starts
-// with them, so they are x.dep's first K rows at every level.
-ag::Var configurable_rows(const Batch& b, const nn::SharedRows& x);
-
-// ---- one model, two paths ------------------------------------------------------------------------
-// A layout model is written once, as a template over a path: PlainPath runs it on config-batched rows
-// [N, C*D], SharedPath on config-shared rows (nn/config_share.h: each row no config reaches computed
-// once). The two are the same function (check_config_sharing in the tests holds them to it); a model
-// picks the shared one when --share is on and the batch has configurable nodes. With a SegmentPass
-// (segment_pass.h), cut and the sums are the pass's.
-//   template <class Path> ag::Var run(const Path& p) {
-//     auto x = p.cut(p.input(node_input(emb_, p.b), prenet));
-//     for (const auto& l : layers_) x = p.cut(p.layer(*l, x));
-//     return head_.forward(p.pool(x, Reduce::kMean));
-//   }
-struct PlainPath {
-  using Rows = ag::Var;
-  const Batch& b;
-  SegmentPass* seg = nullptr;
-  int64_t configs() const { return b.configs; }
-  // [node rows | config] for every (node, config) through a row-wise f (layout_input).
-  template <class F>
-  Rows input(const ag::Var& node_rows, F&& f) const {
-    return layout_input(node_rows, b, f);
-  }
-  template <class F>
-  Rows map(const Rows& x, F&& f) const {  // f on each (row, config)'s [D] row
-    return node_major(f(per_config(x, b.configs)), b.configs);
-  }
-  template <class F>
-  Rows each(const Rows& x, F&& f) const {  // f elementwise
-    return f(x);
-  }
-  template <class Layer>
-  Rows layer(const Layer& l, const Rows& x) const {
-    return l.forward(b, x, b.configs);
-  }
-  Rows residual(const Rows& y, const Rows& x) const { return ag::add(y, x); }  // y + x
-  Rows cut(const Rows& x) const { return seg ? seg->cut(x) : segment(b, x); }
-  ag::Var pool(const Rows& x, Reduce op) const { return per_config(ag::pool(x, b.graph_ptr, op), b.configs); }
-  ag::Var sum(const Rows& x) const { return seg ? seg->sum(b, x) : pool(x, Reduce::kSum); }  // [G*C, D]
-  ag::Var configurable(const Rows& x) const { return ag::gather_rows(x, b.config_nodes); }  // [K, C*D]
-  ag::Var configurable_sum(const Rows& x) const {  // [G*C, D] over each graph's configurable nodes
-    return seg ? seg->configurable_sum(b, x)
-               : per_config(ag::pool(configurable(x), b.config_ptr, Reduce::kSum), b.configs);
-  }
-};
-
-struct SharedPath {
-  using Rows = nn::SharedRows;
-  const Batch& b;
-  const nn::SharePlan& plan;
-  SegmentPass* seg = nullptr;
-  int64_t configs() const { return b.configs; }
-  template <class F>
-  Rows input(const ag::Var& node_rows, F&& f) const {
-    return nn::map_rows(layout_input_shared(node_rows, b), f);
-  }
-  template <class F>
-  Rows map(const Rows& x, F&& f) const {
-    return nn::map_rows(x, f);
-  }
-  template <class F>
-  Rows each(const Rows& x, F&& f) const {
-    return nn::map_rows(x, f);
-  }
-  template <class Layer>
-  Rows layer(const Layer& l, const Rows& x) const {
-    return l.forward(b, plan, x);
-  }
-  Rows residual(const Rows& y, const Rows& x) const { return nn::add(y, nn::advance(plan, x)); }
-  Rows cut(const Rows& x) const { return seg ? seg->cut(plan, x) : segment(b, plan, x); }
-  ag::Var pool(const Rows& x, Reduce op) const { return nn::pool(plan, x, op); }
-  ag::Var sum(const Rows& x) const { return seg ? seg->sum(b, plan, x) : pool(x, Reduce::kSum); }
-  ag::Var configurable(const Rows& x) const { return configurable_rows(b, x); }
-  ag::Var configurable_sum(const Rows& x) const {
-    return seg ? seg->configurable_sum(b, x)
-               : per_config(ag::pool(configurable(x), b.config_ptr, Reduce::kSum), b.configs);
-  }
-};
 
 }  // namespace gnn::train

@@ -172,7 +172,7 @@ class SageBlock : public nn::Module {
     add_child("attend", &attend_);
   }
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const {
-    return attend_.forward(sage_.forward(b, node_norm(b, x), C), C, x);
+    return attend_.forward(sage_.forward(PlainPath{b, nullptr, C}, node_norm(b, x)), C, x);
   }
 
  private:

@@ -66,8 +66,9 @@ class TileGnn : public RankModel {
     ag::Var x = node_input(emb_, b);
     if (early_) x = ag::join_configs(x, tile_configs_on_nodes(b), C);
     if (prenet_) x = node_major(prenet_->forward(per_config(x, C), Act::kLeakyRelu), C);
-    for (const auto& l : sage_) x = l->forward(b, x, C);
-    for (const auto& l : gcn_) x = l->forward(b, x, C);
+    const PlainPath p{b, nullptr, C};
+    for (const auto& l : sage_) x = l->forward(p, x);
+    for (const auto& l : gcn_) x = l->forward(p, x);
     ag::Var pooled = ag::pool(x, b.graph_ptr, Reduce::kSum);  // [G, C*H]
     pooled = early_ ? per_config(pooled, C) : ag::concat_cols({repeat_configs(b, pooled), ag::Var(b.config_feat)});
     return head_.forward(pooled);
