@@ -182,7 +182,7 @@ Command demo_command() {
           // The epoch with the best valid score, scored on the test split (the generator keeps its runtimes).
           const train::LoadedModel m = train::load_model(train::run_checkpoint(o.out, "auto"));
           train::GraphSource test(train::kind_files(data.string(), layout ? "layout" : "tile", "test"), m.prep,
-                                  uint64_t(1) << 30);
+                                  uint64_t(1) << 30, false, m.model->needs().features);
           e.scores.push_back(train::evaluate(*m.model, test, m.train.eval_chunk, "", m.train.tta).score);
           e.train_s += r.seconds, e.configs += r.configs, e.steps += r.steps;
           curves.push_back(read_plot_run(o.out));

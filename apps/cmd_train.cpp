@@ -93,7 +93,8 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
     GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", r.model.recipe->kind, " ", a.str("split"), " files");
     // Eval and predict read each graph once: a member past the first keeps no more than the graph at hand.
     r.graphs = std::make_unique<train::GraphSource>(std::move(files), r.model.prep,
-                                                    runs.empty() ? uint64_t(2) << 30 : uint64_t(0));
+                                                    runs.empty() ? uint64_t(2) << 30 : uint64_t(0), false,
+                                                    r.model.model->needs().features);
     runs.push_back(std::move(r));
   }
   return runs;
@@ -511,7 +512,9 @@ Command pass_command() {
       "same batch and compared: score [C, 1] (lower = faster), loss (the run's --loss on this batch),\n"
       "grad/NAME and param/NAME for every parameter, and the batch's inputs under batch/ (x, opcode, edges\n"
       "rows [u, v] where u consumes v, graph_ptr, target, config_ids; layout: node_config [N, C*18],\n"
-      "config_nodes, node_layout, violation; tile: config_feat), preprocessed as the run was trained.\n"
+      "config_nodes; tile: config_feat; and the inputs only the recipe reads under their names: layout-tgraph's\n"
+      "node_layout, layout-attn-violation's violation, dnnperf-anee's producer), preprocessed as the run was\n"
+      "trained.\n"
       "The last line of stdout is one JSON object (recipe, graph, configs, loss).";
   c.run = [](const Args& a) {
     const Device device = parse_device(a);
@@ -542,7 +545,7 @@ Command pass_command() {
       in.push_back(files[at].path);
       return in;
     }());
-    const train::ModelGraph g = train::prepare_graph(files[at], m.prep);
+    const train::ModelGraph g = train::prepare_graph(files[at], m.prep, false, m.model->needs().features);
     const train::ModelPass p = train::model_pass(m, g, configs, a.on("train"));
     std::vector<std::pair<std::string, Tensor>> out = {{"score", p.score},
                                                        {"loss", Tensor::full(Shape{1}, p.loss, DType::F64)}};
@@ -558,10 +561,9 @@ Command pass_command() {
                                                                              {"config_ids", b.config_ids},
                                                                              {"node_config", b.node_config},
                                                                              {"config_nodes", b.config_nodes},
-                                                                             {"node_layout", b.node_layout},
-                                                                             {"violation", b.violation},
                                                                              {"config_feat", b.config_feat}})
       if (t.defined()) out.emplace_back("batch/" + name, t);
+    for (const auto& [f, t] : b.features.values) out.emplace_back(std::string("batch/") + f->name, t);
     save_npz(a.str("out"), out);
     Json j = Json::object();
     j.set("recipe", m.recipe->name);

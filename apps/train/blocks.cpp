@@ -1,6 +1,29 @@
 #include "apps/train/blocks.h"
 
+#include <cmath>
+
 namespace gnn::train {
+
+Tensor layout_dim_categories(const Tensor& node_feat) {
+  constexpr int64_t kShape = 21, kLayout = 134, kDims = kNodeLayoutDims;
+  GNN_CHECK(node_feat.dim() == 2 && node_feat.size(1) >= kLayout + kDims && node_feat.dtype() == DType::F32,
+            "layout_dim_categories: node_feat must be f32 [N, 140], got ", node_feat.desc());
+  const int64_t N = node_feat.size(0), F = node_feat.size(1);
+  Tensor out = Tensor::zeros({N, kDims}, DType::I32);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* f = node_feat.f32() + n * F;
+    int64_t rank = 0;
+    while (rank < kDims && f[kShape + rank] > 0) ++rank;
+    for (int64_t k = 0; k < rank; ++k) {
+      const float v = f[kLayout + k];
+      if (v == std::floor(v) && v >= 0 && v <= 5) out.i32()[n * kDims + k] = int32_t(v) + 1;
+    }
+  }
+  return out;
+}
+
+const GraphFeature kNodeLayout{"node_layout", GraphFeature::Rows::kPerNode, false,
+                               [](const TpuGraph& raw) { return layout_dim_categories(raw.node_feat); }};
 
 ag::Var node_input(const nn::Embedding& opcode_embedding, const Batch& b) {
   return ag::concat_cols({opcode_embedding.forward(b.opcode), ag::Var(b.x)});

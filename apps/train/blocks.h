@@ -6,6 +6,16 @@
 
 namespace gnn::train {
 
+// Each node's own output layout, node_feat[134:140] (minor-to-major dimension order, 0-padded in the
+// files), as categories of one embedding with the layout config values: 0 where the dimension is past
+// the node's rank (the -1 of a config; rank = the nonzero output dims in node_feat[21:27]), v + 1 for a
+// dimension index v in 0..5, 0 too for a value that is not one. i32 [N, 6] from raw node_feat [N, 140].
+constexpr int64_t kNodeLayoutDims = 6;
+Tensor layout_dim_categories(const Tensor& node_feat);
+// The same as a recipe-only input (GraphFeature, per node, on the host): layout-tgraph and layout-sage-5th
+// read it as b.feature(kNodeLayout).
+extern const GraphFeature kNodeLayout;
+
 // [opcode embedding | node features]: [N, E + F], the same for every config.
 ag::Var node_input(const nn::Embedding& opcode_embedding, const Batch& b);
 

@@ -80,81 +80,23 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
 
 uint64_t ModelGraph::bytes() const {
   uint64_t b = target.size() * sizeof(double);
-  for (const Tensor* t : {&x, &opcode, &edges, &config, &config_nodes, &layout_dims, &violation, &producer})
+  for (const Tensor* t : {&x, &opcode, &edges, &config, &config_nodes})
     if (t->defined()) b += uint64_t(t->nbytes());
+  for (const auto& [f, t] : features.values) b += uint64_t(t.nbytes());
   return b;
 }
 
-Tensor layout_dim_categories(const Tensor& node_feat) {
-  constexpr int64_t kShape = 21, kLayout = 134, kDims = kNodeLayoutDims;
-  GNN_CHECK(node_feat.dim() == 2 && node_feat.size(1) >= kLayout + kDims && node_feat.dtype() == DType::F32,
-            "layout_dim_categories: node_feat must be f32 [N, 140], got ", node_feat.desc());
-  const int64_t N = node_feat.size(0), F = node_feat.size(1);
-  Tensor out = Tensor::zeros({N, kDims}, DType::I32);
-  for (int64_t n = 0; n < N; ++n) {
-    const float* f = node_feat.f32() + n * F;
-    int64_t rank = 0;
-    while (rank < kDims && f[kShape + rank] > 0) ++rank;
-    for (int64_t k = 0; k < rank; ++k) {
-      const float v = f[kLayout + k];
-      if (v == std::floor(v) && v >= 0 && v <= 5) out.i32()[n * kDims + k] = int32_t(v) + 1;
-    }
-  }
-  return out;
+const Tensor* FeatureValues::find(const GraphFeature& f) const {
+  for (const auto& [g, t] : values)
+    if (g == &f) return &t;
+  return nullptr;
 }
 
-Tensor violation_ratios(const Tensor& node_feat, const Tensor& config_ids, const Tensor& config_feat) {
-  constexpr int64_t kShape = 21, kLayout = 134, kDims = kNodeLayoutDims, B = kLayoutConfigFeatures;
-  GNN_CHECK(node_feat.dim() == 2 && node_feat.size(1) >= kLayout + kDims && node_feat.dtype() == DType::F32,
-            "violation_ratios: node_feat must be f32 [N, 140], got ", node_feat.desc());
-  const int64_t N = node_feat.size(0), F = node_feat.size(1), NC = config_ids.numel();
-  GNN_CHECK(config_feat.dim() == 3 && config_feat.size(1) == NC && config_feat.size(2) == B &&
-                config_feat.dtype() == DType::F32 && config_ids.dtype() == DType::I64,
-            "violation_ratios: config_feat must be f32 [C, ", NC, ", 18] and config_ids i64, got ", config_feat.desc(),
-            " and ", config_ids.desc());
-  const int64_t C = config_feat.size(0);
-  // Per configurable node: its rank, its dims' sizes, and the node's own minor-most dimension.
-  std::vector<int64_t> rank(size_t(NC), 0), own(size_t(NC), 0);
-  std::vector<float> dims(size_t(NC * kDims), 0.f), largest(size_t(NC), 0.f);
-  for (int64_t j = 0; j < NC; ++j) {
-    const int64_t v = config_ids.i64()[j];
-    GNN_CHECK(v >= 0 && v < N, "violation_ratios: configurable node ", v, " of ", N);
-    const float* f = node_feat.f32() + v * F;
-    int64_t& r = rank[size_t(j)];
-    while (r < kDims && f[kShape + r] > 0) dims[size_t(j * kDims + r)] = f[kShape + r], ++r;
-    for (int64_t d = 0; d < r; ++d) largest[size_t(j)] = std::max(largest[size_t(j)], dims[size_t(j * kDims + d)]);
-    const float m = f[kLayout];
-    own[size_t(j)] = m >= 0 && m < float(r) ? int64_t(m) : r - 1;
-  }
-  Tensor out = Tensor::zeros({C}, DType::F32);
-  for (int64_t c = 0; c < C && NC > 0; ++c) {
-    int64_t violations = 0;
-    for (int64_t j = 0; j < NC; ++j) {
-      if (rank[size_t(j)] == 0) continue;
-      const float m = config_feat.f32()[(c * NC + j) * B];
-      const int64_t minor = m >= 0 && m < float(rank[size_t(j)]) ? int64_t(m) : own[size_t(j)];
-      violations += dims[size_t(j * kDims + minor)] < largest[size_t(j)];
-    }
-    out.f32()[c] = float(double(violations) / double(NC));
-  }
-  return out;
-}
-
-Tensor producer_features(const Tensor& node_feat) {
-  constexpr int64_t kShape = 21, kShapeEnd = 29, kType = 2, kTypeEnd = 21;
-  GNN_CHECK(node_feat.dim() == 2 && node_feat.size(1) >= kShapeEnd && node_feat.dtype() == DType::F32,
-            "producer_features: node_feat must be f32 [N, 140], got ", node_feat.desc());
-  const int64_t N = node_feat.size(0), F = node_feat.size(1), P = kProducerFeatures;
-  static_assert(kProducerFeatures == (kShapeEnd - kShape) + (kTypeEnd - kType));
-  Tensor out = Tensor::empty({N, P}, DType::F32);
-  for (int64_t n = 0; n < N; ++n) {
-    const float* f = node_feat.f32() + n * F;
-    float* o = out.f32() + n * P;
-    for (int64_t j = kShape; j < kShapeEnd; ++j)
-      *o++ = float(std::clamp(std::log1p(std::max(double(f[j]), 0.0)) / 24.0, 0.0, 1.0));
-    for (int64_t j = kType; j < kTypeEnd; ++j) *o++ = f[j];
-  }
-  return out;
+const Tensor& ModelGraph::feature(const GraphFeature& f) const {
+  const Tensor* t = features.find(f);
+  GNN_CHECK(t, "graph ", file.id(), ": no feature '", f.name,
+            "': it was prepared without it (prepare_graph's features, a model's needs().features)");
+  return *t;
 }
 
 namespace {
@@ -179,15 +121,16 @@ Tensor rows_at(const Tensor& t, const std::vector<int64_t>& rows) {
 
 // The subgraph of m induced by the nodes where keep[v] is set, in their order: their rows, the edges
 // between them, and the configurable nodes among them (a layout config's columns of the others dropped);
-// configs, targets and violation ratios unchanged.
+// configs, targets and per-config features unchanged.
 ModelGraph induced_subgraph(const ModelGraph& m, const std::vector<uint8_t>& keep) {
   const int64_t N = m.num_nodes();
   std::vector<int64_t> id(size_t(N), -1), rows;
   for (int64_t v = 0; v < N; ++v)
     if (keep[size_t(v)]) id[size_t(v)] = int64_t(rows.size()), rows.push_back(v);
   ModelGraph s = m;
-  s.x = rows_at(m.x, rows), s.opcode = rows_at(m.opcode, rows), s.layout_dims = rows_at(m.layout_dims, rows);
-  s.producer = rows_at(m.producer, rows);
+  s.x = rows_at(m.x, rows), s.opcode = rows_at(m.opcode, rows);
+  for (auto& [f, t] : s.features.values)
+    if (f->rows == GraphFeature::Rows::kPerNode) t = rows_at(t, rows);
   std::vector<int64_t> e;
   for (int64_t i = 0; i < m.edges.size(0); ++i) {
     const int64_t u = id[size_t(m.edges.i64()[2 * i])], v = id[size_t(m.edges.i64()[2 * i + 1])];
@@ -249,7 +192,8 @@ std::vector<int64_t> gst_segments(int64_t n, int64_t size) {
   return ptr;
 }
 
-ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedup) {
+ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedup,
+                         const std::vector<const GraphFeature*>& features) {
   LoadOptions lo;
   lo.require_runtimes = false;  // test files have none; scoring asks for them where it needs them
   const TpuGraph raw = load_tpugraph(f.path, lo);
@@ -263,14 +207,20 @@ ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedu
   m.x = pg.features;
   m.opcode = pg.graph.node_opcode;
   m.edges = pg.graph.edge_index;
-  m.producer = producer_features(pg.graph.node_feat);
   if (p.layout) {
     m.config = pg.graph.node_config_feat;
     m.config_nodes = pg.graph.node_config_ids;
-    m.layout_dims = layout_dim_categories(pg.graph.node_feat);
-    m.violation = violation_ratios(pg.graph.node_feat, m.config_nodes, m.config);
   } else {
     m.config = p.config.apply(pg.graph.config_feat);
+  }
+  for (const GraphFeature* gf : features) {
+    if (m.features.find(*gf)) continue;
+    Tensor t = gf->compute(pg.graph);
+    const int64_t rows = gf->rows == GraphFeature::Rows::kPerNode ? m.num_nodes() : m.num_configs();
+    GNN_CHECK(t.defined() && t.dim() >= 1 && t.size(0) == rows && (!gf->float_input || t.dtype() == DType::F32), f.path,
+              ": feature '", gf->name, "' must have ", rows, " rows", gf->float_input ? " of f32" : "", ", got ",
+              t.defined() ? t.desc() : std::string("none"));
+    m.features.values.emplace_back(gf, std::move(t));
   }
   if (pg.graph.has_runtimes()) {
     m.target.resize(size_t(m.num_configs()));
@@ -292,13 +242,15 @@ int64_t file_configs(const DatasetFile& f, bool dedup) {
   return int64_t(rows.size());
 }
 
-GraphSource::GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uint64_t budget_bytes, bool dedup)
+GraphSource::GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uint64_t budget_bytes, bool dedup,
+                         std::vector<const GraphFeature*> features)
     : files_(std::move(files)),
       prep_(std::move(prep)),
       dedup_(dedup),
+      features_(std::move(features)),
       cache_(
           budget_bytes,
-          [this](const std::string& key) { return prepare_graph(files_[std::stoul(key)], prep_, dedup_); },
+          [this](const std::string& key) { return prepare_graph(files_[std::stoul(key)], prep_, dedup_, features_); },
           [](const ModelGraph& g) { return g.bytes(); }) {}
 
 std::shared_ptr<const ModelGraph> GraphSource::get(size_t i) {
@@ -364,6 +316,27 @@ const nn::SharePlan& Batch::consumers_plan(int64_t steps) const {
 const nn::SharePlan& Batch::graph_plan(int64_t steps) const { return plan_of(graph_plan_, steps, "graph_plan"); }
 const nn::SharePlan& Batch::share_plan(int64_t steps) const { return plan_of(share_, steps, "share_plan"); }
 
+const Tensor& Batch::feature(const GraphFeature& f) const {
+  const Tensor* t = features.find(f);
+  if (!t)
+    GNN_FAIL("Batch::feature: the batch has no '", f.name,
+             "': the model's needs().features must name it, so that its graphs are prepared with it");
+  return *t;
+}
+
+std::vector<const Tensor*> Batch::float_inputs() const {
+  std::vector<const Tensor*> out = {&x, &config_feat, &node_config};
+  for (const auto& [f, t] : features.values)
+    if (f->float_input) out.push_back(&t);
+  return out;
+}
+std::vector<Tensor*> Batch::float_inputs() {
+  std::vector<Tensor*> out = {&x, &config_feat, &node_config};
+  for (auto& [f, t] : features.values)
+    if (f->float_input) out.push_back(&t);
+  return out;
+}
+
 bool Batch::prepared_any() const {
   return gcn_ || consumers_ || consumers_looped_ || producers_ || share_ || consumers_plan_ || graph_plan_;
 }
@@ -371,6 +344,7 @@ bool Batch::prepared_any() const {
 Batch Batch::prepared(const BatchNeeds& n) const {
   GNN_CHECK(graph.device().is_cpu(), "Batch::prepared: a host batch (prepare it, then move it with to()), got one on ",
             graph.device().str());
+  for (const GraphFeature* f : n.features) feature(*f);  // came with the graphs, or fails naming it
   Batch b = *this;
   b.needs_ = n;
   const Tensor& seeds = plan_seeds.defined() ? plan_seeds : config_nodes;
@@ -438,7 +412,7 @@ Batch Batch::to(Device device) const {
   Batch b = *this;
   b.host_ = std::make_shared<const Batch>(*this);
   std::vector<Tensor*> arrays = b.graph.arrays();
-  for (auto field : kBatchInputs) arrays.push_back(&(b.*field));
+  for (Tensor* t : b.float_inputs()) arrays.push_back(t);
   arrays.push_back(&b.keep_grad);
   Gcn gcn = gcn_ ? *gcn_ : Gcn();
   Consumers consumers = consumers_ ? *consumers_ : Consumers();
@@ -461,9 +435,12 @@ void Batch::copy_inputs_from(const Batch& host) {
   GNN_CHECK(host.graph.device().is_cpu() && !graph.device().is_cpu(),
             "Batch::copy_inputs_from: from a host batch into a device batch, got ", host.graph.device().str(), " into ",
             graph.device().str());
-  for (auto field : kBatchInputs) {
-    GNN_CHECK((this->*field).defined() == (host.*field).defined(), "Batch::copy_inputs_from: a different structure");
-    if ((this->*field).defined()) Tensor(this->*field).copy_from(host.*field);
+  const std::vector<Tensor*> mine = float_inputs();
+  const std::vector<const Tensor*> theirs = host.float_inputs();
+  GNN_CHECK(mine.size() == theirs.size(), "Batch::copy_inputs_from: a different structure");
+  for (size_t i = 0; i < mine.size(); ++i) {
+    GNN_CHECK(mine[i]->defined() == theirs[i]->defined(), "Batch::copy_inputs_from: a different structure");
+    if (mine[i]->defined()) Tensor(*mine[i]).copy_from(*theirs[i]);
   }
   host_ = std::make_shared<const Batch>(host);
 }
@@ -547,8 +524,10 @@ Batch Batch::segment_view(SegmentRows* rows) const {
   for (int64_t g = 0; g < graphs; ++g)
     std::fill(out.node_graph.i32() + v.ptr[size_t(g)], out.node_graph.i32() + v.ptr[size_t(g) + 1], int32_t(g));
   out.x = rows_at(x, v.take), out.node_config = rows_at(node_config, v.take), out.opcode = rows_at(opcode, v.take);
-  out.node_layout = rows_at(node_layout, v.take), out.producer = rows_at(producer, v.take);
-  out.violation = violation, out.target = target, out.group_ptr = group_ptr, out.config_ids = config_ids;
+  out.features = features;
+  for (auto& [f, t] : out.features.values)
+    if (f->rows == GraphFeature::Rows::kPerNode) t = rows_at(t, v.take);
+  out.target = target, out.group_ptr = group_ptr, out.config_ids = config_ids;
   out.part = part, out.parts = parts, out.noise_seed = noise_seed;
   std::vector<int64_t> e;  // the data edges among the view's rows (its consumers graph)
   for (int64_t i = 0; i < edges.size(0); ++i) {
@@ -580,13 +559,18 @@ Batch Batch::segment_view(SegmentRows* rows) const {
 Batch Batch::split(const std::vector<int64_t>& seg_ptr) const {
   GNN_CHECK(node_config.defined(), "Batch::split: a layout batch only");
   if (host_) {
-    // Built on the host; rows, features and configs stay, so the device copies of x and node_config are
-    // this batch's own, and only what split() makes goes up (graphs and violation in one transfer, then
-    // the plans).
+    // Built on the host; rows, features and configs stay, so the device copies of x, node_config and the
+    // per-node features are this batch's own, and only what split() makes goes up (graphs and per-config
+    // features in one transfer, then the plans).
     Batch h = host_->split(seg_ptr), shell = h;
     shell.x = Tensor(), shell.node_config = Tensor();
+    for (auto& [f, t] : shell.features.values)
+      if (f->rows == GraphFeature::Rows::kPerNode) t = Tensor();
     Batch d = shell.to(graph.device());
     d.x = x, d.node_config = node_config;
+    for (size_t i = 0; i < features.values.size(); ++i)
+      if (features.values[i].first->rows == GraphFeature::Rows::kPerNode)
+        d.features.values[i].second = features.values[i].second;
     d.host_ = std::make_shared<const Batch>(std::move(h));
     return d;
   }
@@ -600,7 +584,7 @@ Batch Batch::split(const std::vector<int64_t>& seg_ptr) const {
     std::fill(seg_of.begin() + seg_ptr[size_t(s)], seg_of.begin() + seg_ptr[size_t(s) + 1], int32_t(s));
   Batch out;
   out.graphs = S, out.configs = C, out.nodes = nodes;
-  out.x = x, out.opcode = opcode, out.node_config = node_config, out.node_layout = node_layout, out.producer = producer;
+  out.x = x, out.opcode = opcode, out.node_config = node_config, out.features = features;
   out.noise_seed = noise_seed;
   out.graph_ptr = Tensor::from_vector(seg_ptr);
   out.node_graph = Tensor::from_vector(seg_of);
@@ -638,14 +622,14 @@ Batch Batch::split(const std::vector<int64_t>& seg_ptr) const {
     cn[size_t(fill[size_t(seg_of[size_t(config_nodes.i32()[k])])]++)] = config_nodes.i32()[k];
   out.config_nodes = Tensor::from_vector(cn);
   out.config_ptr = Tensor::from_vector(cptr);
-  if (violation.defined()) {
-    const Tensor& v = violation;
-    Tensor sv = Tensor::empty({S * C, 1}, DType::F32);
+  for (auto& [f, t] : out.features.values) {  // a segment's config rows are its graph's
+    if (f->rows != GraphFeature::Rows::kPerConfig) continue;
+    std::vector<int64_t> rows;
     for (int64_t s = 0, g = 0; s < S; ++s) {
       while (g + 1 < G && first[size_t(g) + 1] <= s) ++g;
-      std::memcpy(sv.f32() + s * C, v.f32() + g * C, size_t(C) * sizeof(float));
+      for (int64_t c = 0; c < C; ++c) rows.push_back(g * C + c);
     }
-    out.violation = sv;
+    t = rows_at(t, rows);
   }
   out.graph = std::move(host);
   return out.prepared(needs_);
@@ -687,7 +671,6 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
   b.nodes = N;
   b.graph_ptr = Tensor::from_vector(ptr);
   b.x = Tensor::empty({N, F}, DType::F32);
-  b.producer = Tensor::empty({N, kProducerFeatures}, DType::F32);
   b.opcode = Tensor::empty({N}, DType::I32);
   b.node_graph = Tensor::empty({N}, DType::I32);
   std::vector<int64_t> src, dst;
@@ -698,7 +681,6 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
     const ModelGraph& m = *graphs[size_t(g)];
     const int64_t off = ptr[size_t(g)], n = m.num_nodes();
     std::memcpy(b.x.f32() + off * F, m.x.f32(), size_t(n * F) * sizeof(float));
-    std::memcpy(b.producer.f32() + off * kProducerFeatures, m.producer.f32(), size_t(m.producer.nbytes()));
     std::memcpy(b.opcode.i32() + off, m.opcode.i32(), size_t(n) * sizeof(int32_t));
     std::fill(b.node_graph.i32() + off, b.node_graph.i32() + off + n, int32_t(g));
     const int64_t* e = m.edges.i64();
@@ -736,14 +718,28 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
       cptr.push_back(cptr.back() + nc);
     }
     b.config_ptr = Tensor::from_vector(cptr);
-    b.violation = Tensor::empty({G * C, 1}, DType::F32);
-    for (int64_t g = 0; g < G; ++g)
-      for (int64_t c = 0; c < C; ++c)
-        b.violation.f32()[g * C + c] = graphs[size_t(g)]->violation.f32()[configs[size_t(g)][size_t(c)]];
-    b.node_layout = Tensor::empty({N, kNodeLayoutDims}, DType::I32);
-    for (int64_t g = 0; g < G; ++g)
-      std::memcpy(b.node_layout.i32() + ptr[size_t(g)] * kNodeLayoutDims, graphs[size_t(g)]->layout_dims.i32(),
-                  size_t(graphs[size_t(g)]->layout_dims.nbytes()));
+  }
+  // The recipe-only features, as the first graph lists them: per node stacked, per config gathered.
+  for (const auto& [f, first] : graphs[0]->features.values) {
+    std::vector<int64_t> shape = first.shape().vec();
+    shape[0] = f->rows == GraphFeature::Rows::kPerNode ? N : G * C;
+    Tensor t = Tensor::empty(Shape(shape), first.dtype());
+    const size_t row = size_t(first.nbytes()) / size_t(std::max<int64_t>(1, first.size(0)));
+    char* o = static_cast<char*>(t.data());
+    for (int64_t g = 0; g < G; ++g) {
+      const ModelGraph& m = *graphs[size_t(g)];
+      const Tensor& v = m.feature(*f);
+      GNN_CHECK(v.dtype() == first.dtype() && size_t(v.nbytes()) == row * size_t(v.size(0)), "make_batch: feature '",
+                f->name, "' of ", m.file.id(), " is ", v.desc(), ", graph 0's ", first.desc());
+      const char* src = static_cast<const char*>(v.data());
+      if (f->rows == GraphFeature::Rows::kPerNode) {
+        if (v.nbytes() > 0) std::memcpy(o + size_t(ptr[size_t(g)]) * row, src, size_t(v.nbytes()));
+      } else {
+        for (int64_t c = 0; c < C; ++c)
+          std::memcpy(o + size_t(g * C + c) * row, src + size_t(configs[size_t(g)][size_t(c)]) * row, row);
+      }
+    }
+    b.features.values.emplace_back(f, std::move(t));
   }
   if (targets) {
     b.target = Tensor::empty({G * C}, DType::F64);

@@ -38,6 +38,29 @@ struct Preprocessing {
 Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layout, FeatureTransform node,
                                 FeatureTransform config, int khops, HopDirection hops = HopDirection::kBoth);
 
+// An input that only the recipe defining it reads (layout-tgraph's node layouts, layout-attn-violation's
+// violation ratios, dnnperf-anee's producer features): defined in the recipe's file and named in its
+// BatchNeeds::features. Only then does prepare_graph compute it, once per graph from the graph's raw
+// features (after pruning, before any transform), and make_batch gather it into each batch:
+//   kPerNode    [N, ...]: row n is node n's, and follows the node through sampling, node ranges, segment
+//               views and splits;
+//   kPerConfig  [Cg, ...] per graph -> [G*C, ...] per batch, row g*C + c for graph g's c-th config; a
+//               split's segments take their graph's rows.
+// A float input (f32, read on the model's device) is moved by Batch::to and replaced by
+// copy_inputs_from, as x is; any other stays on the host, where the model reads it.
+struct GraphFeature {
+  enum class Rows { kPerNode, kPerConfig };
+  const char* name;  // in messages, and `gnn pass`'s batch/<name>
+  Rows rows;
+  bool float_input;
+  Tensor (*compute)(const TpuGraph& raw);
+};
+// A graph's or a batch's values of the features it was prepared with, in the order asked for.
+struct FeatureValues {
+  std::vector<std::pair<const GraphFeature*, Tensor>> values;
+  const Tensor* find(const GraphFeature& f) const;  // nullptr when absent
+};
+
 // One graph ready for the models.
 struct ModelGraph {
   DatasetFile file;
@@ -46,39 +69,16 @@ struct ModelGraph {
   Tensor edges;  // i64 [E, 2] rows [u, v]: u consumes v
   Tensor config;  // tile f32 [Cg, B] transformed; layout f32 [Cg, NC, 18]
   Tensor config_nodes;  // layout: i64 [NC] node ids of the configurable nodes
-  Tensor layout_dims;  // layout: i32 [N, 6] node_feat[134:140] as categories (layout_dim_categories)
-  Tensor violation;  // layout: f32 [Cg] each config's violation_ratios
-  Tensor producer;  // f32 [N, kProducerFeatures] producer_features: what an edge takes from its producer
+  FeatureValues features;  // the recipe-only inputs prepare_graph was asked for
+  const Tensor& feature(const GraphFeature& f) const;  // fails naming f when it was not asked for
   std::vector<double> target;  // per config, lower is faster; empty when the file has no runtimes
   int64_t num_nodes() const { return x.size(0); }
   int64_t num_configs() const { return config.size(0); }
   uint64_t bytes() const;
 };
-// The output layout of each node, node_feat[134:140] (minor-to-major dimension order, 0-padded in the
-// files), as categories of one embedding with the layout config values: 0 where the dimension is past
-// the node's rank (the -1 of a config; rank = the nonzero output dims in node_feat[21:27]), v + 1 for
-// a dimension index v in 0..5, 0 too for a value that is not one. i32 [N, 6] from raw node_feat [N, 140].
-constexpr int64_t kNodeLayoutDims = 6;
-Tensor layout_dim_categories(const Tensor& node_feat);
-
-// The Harvard seed report's "violation ratio" of each layout config: the share of the configurable nodes
-// whose largest output dimension is not minor-most in that config's output layout. Node config_ids[j]'s
-// output dims are node_feat[21:27] (raw; rank = the leading nonzero ones), the config's minor-most
-// dimension config_feat[c, j, 0]; -1 there (the compiler's choice) reads as the node's own layout,
-// node_feat[134]. A tie for the largest is no violation, nor is a rank-0 node. f32 [C] from raw
-// node_feat [N, 140], config_ids i64 [NC], config_feat f32 [C, NC, 18]; 0 for a graph without NC.
-Tensor violation_ratios(const Tensor& node_feat, const Tensor& config_ids, const Tensor& config_feat);
-
-// The features an edge takes from the node that produces its tensor (DNNPerf's edge features, for
-// TpuGraphs): the output shape node_feat[21:29] (6 dims, sum, product) as log1p(v) / 24 clamped to
-// [0, 1] (a fixed min-max: products reach 3e8, log1p 19.5), then the element type one-hot
-// node_feat[2:21]. f32 [N, 27] from raw node_feat [N, 140].
-constexpr int64_t kProducerFeatures = 27;
-Tensor producer_features(const Tensor& node_feat);
-
 // A random k-node induced subgraph of m (training's --sample-nodes): every configurable node, then other
 // nodes drawn uniformly without replacement up to k in all, kept in their order; the edges between kept
-// nodes; configs, targets and violation ratios unchanged. m itself when it has at most k nodes.
+// nodes; configs, targets and per-config features unchanged. m itself when it has at most k nodes.
 ModelGraph sample_nodes(const ModelGraph& m, int64_t k, Rng& rng);
 // The subgraph induced by nodes [begin, end) of m: their rows, the edges between them, the configurable
 // nodes among them (with their columns of each layout config); configs and targets unchanged.
@@ -89,8 +89,10 @@ ModelGraph node_range(const ModelGraph& m, int64_t begin, int64_t end);
 std::vector<int64_t> gst_segments(int64_t n, int64_t size);
 
 // dedup: one config per distinct config-feature row, the fastest (training only: prediction and
-// scoring need every config index of the file).
-ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedup = false);
+// scoring need every config index of the file). features: the recipe-only inputs to compute (a model's
+// needs().features).
+ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedup = false,
+                         const std::vector<const GraphFeature*>& features = {});
 // How many configs the file holds: from its npy header alone, or with dedup the distinct rows of its
 // config features (that array alone is read).
 int64_t file_configs(const DatasetFile& f, bool dedup = false);
@@ -98,7 +100,8 @@ int64_t file_configs(const DatasetFile& f, bool dedup = false);
 // Prepares each graph once and keeps the results under a memory budget.
 class GraphSource {
  public:
-  GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uint64_t budget_bytes, bool dedup = false);
+  GraphSource(std::vector<DatasetFile> files, Preprocessing prep, uint64_t budget_bytes, bool dedup = false,
+              std::vector<const GraphFeature*> features = {});
   const std::vector<DatasetFile>& files() const { return files_; }
   std::shared_ptr<const ModelGraph> get(size_t i);
 
@@ -106,6 +109,7 @@ class GraphSource {
   std::vector<DatasetFile> files_;
   Preprocessing prep_;
   bool dedup_ = false;
+  std::vector<const GraphFeature*> features_;
   LruCache<ModelGraph> cache_;
 };
 
@@ -121,6 +125,10 @@ struct BatchNeeds {
   // The config-sharing plans, by layer count (0: none): over the GCN graph (share_plan), over
   // consumers() (consumers_plan), over A + A^T (graph_plan).
   int64_t share_plan = 0, consumers_plan = 0, graph_plan = 0;
+  // The recipe-only inputs (GraphFeature) the model reads through Batch::feature. They come with the
+  // graphs (GraphSource and prepare_graph compute them, make_batch gathers them); prepared() checks that
+  // the batch holds each.
+  std::vector<const GraphFeature*> features;
 };
 
 struct Batch {
@@ -170,9 +178,10 @@ struct Batch {
   Tensor node_config;  // layout: f32 [N, C*18]
   Tensor config_nodes;  // layout: i32 [K] the configurable nodes of every graph, in batch numbering
   Tensor config_ptr;  // layout: i64 [G+1] over config_nodes
-  Tensor node_layout;  // layout: i32 [N, 6] each node's layout_dim_categories, on the host
-  Tensor violation;  // layout: f32 [G*C, 1] each (graph, config)'s violation ratio, graph-major
-  Tensor producer;  // f32 [N, 27] each node's producer_features, on the host (read there per batch)
+  // The recipe-only inputs of the batch's graphs, gathered (GraphFeature); a float input is on the
+  // batch's device after to(), any other on the host. feature() fails naming f when the batch lacks it.
+  FeatureValues features;
+  const Tensor& feature(const GraphFeature& f) const;
   const Tensor& node_config_host() const { return host_ ? host_->node_config : node_config; }
   Tensor target;  // f64 [G*C] (undefined without runtimes)
   Tensor group_ptr;  // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
@@ -189,7 +198,7 @@ struct Batch {
   // The batch with its graphs cut into segments, each now a graph of its own: seg_ptr i64 values
   // [0, ..., N], every graph boundary among them. Rows, features and configs stay (the same values, on the
   // same device); edges between segments are dropped, the configurable nodes regrouped by segment, each
-  // segment's violation ratios are its graph's; no targets (a forward pass, not a loss). Layout only.
+  // segment's per-config features are its graph's; no targets (a forward pass, not a loss). Layout only.
   // Prepared with this batch's needs(). Of a device batch: built from the host batch, sharing this
   // batch's device x and node_config (not uploaded again).
   Batch split(const std::vector<int64_t>& seg_ptr) const;
@@ -213,13 +222,21 @@ struct Batch {
   // p, drawn from `seed`; edges and graph are rebuilt. A host batch not prepared yet.
   void drop_edges(double p, uint64_t seed);
 
-  // The batch with its float inputs (kBatchInputs), graphs (the prepared ones too) and keep_grad (read by
+  // The batch's float inputs: the values a step reads that may change while its structure repeats: x,
+  // config_feat, node_config and the float-input features, the undefined ones too, in that order. to()
+  // moves them, copy_inputs_from() copies them, StepGraphs compares only their shapes. Every other array
+  // a model reads StepGraphs compares byte for byte (apps/train/step_graph.cpp): in neither, a replay
+  // would read the value it was captured with.
+  std::vector<const Tensor*> float_inputs() const;
+  std::vector<Tensor*> float_inputs();
+
+  // The batch with its float inputs (float_inputs()), graphs (the prepared ones too) and keep_grad (read by
   // every layer's keep_grad_rows) on `device`, in one transfer (Tensor::to_packed), its plans after; the
   // other index arrays (opcode, graph_ptr, node_graph, config_nodes, config_ptr) and the targets stay on
   // the host, where the ops check them (and copy what their kernels read). It keeps the host batch
   // (keep_grad_host(), node_config_host(), split(), segment_view()). Itself for the host.
   Batch to(Device device) const;
-  // On a device batch made by to() from a batch of the same structure: host's float inputs (kBatchInputs)
+  // On a device batch made by to() from a batch of the same structure: host's float inputs
   // copied into this batch's buffers (queued uploads, in place: a CUDA graph reading them sees the new
   // values), and host kept as the host batch. The targets, config_ids and noise_seed stay the first
   // batch's (StepGraphs reads them from host), and so do the prepared structures. split() and
@@ -240,13 +257,6 @@ struct Batch {
   std::shared_ptr<const Batch> host_;  // set by to(): the host batch this one was moved from
   bool prepared_any() const;
 };
-// A batch's float inputs: the values a step reads that may change while its structure repeats. to()
-// moves them, copy_inputs_from() copies them, StepGraphs compares only their shapes. One list, so that a
-// field added here reaches all three. A new field a model reads goes here or into StepGraphs' index
-// arrays (apps/train/step_graph.cpp), which it compares byte for byte: in neither, a replay would read
-// the value it was captured with.
-inline constexpr Tensor Batch::*kBatchInputs[] = {&Batch::x, &Batch::config_feat, &Batch::node_config,
-                                                  &Batch::violation};
 // configs[g]: the config indices of graphs[g] (all the same length). segment > 0 keeps, in each
 // graph larger than it, a random contiguous range of that many nodes for the backward (rng decides).
 Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector<std::vector<int64_t>>& configs,

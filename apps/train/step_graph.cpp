@@ -13,27 +13,26 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
-constexpr Tensor Batch::*kIndexArrays[] = {
-    &Batch::opcode,     &Batch::graph_ptr,   &Batch::node_graph, &Batch::edges,      &Batch::config_nodes,
-    &Batch::config_ptr, &Batch::node_layout, &Batch::producer,   &Batch::plan_seeds, &Batch::keep_grad};
+constexpr Tensor Batch::*kIndexArrays[] = {&Batch::opcode,     &Batch::graph_ptr,    &Batch::node_graph,
+                                           &Batch::edges,      &Batch::config_nodes, &Batch::config_ptr,
+                                           &Batch::plan_seeds, &Batch::keep_grad};
 
 }  // namespace
 
 // What a captured forward reads from the host: a batch's sizes and index arrays (kept, and compared byte
-// for byte), and the shapes of its float inputs (kBatchInputs: their values are copied in every step).
+// for byte, the features that are not float inputs too), and the shapes of its float inputs
+// (Batch::float_inputs: their values are copied in every step).
 struct StepGraphs::Structure {
   using Signature = std::pair<Shape, DType>;  // of a float input (an empty shape and U8: undefined)
   Batch index;  // the batch with its float inputs and targets dropped
-  std::vector<Signature> inputs;  // per kBatchInputs entry
+  std::vector<Signature> inputs;  // per float input
 
   static Signature signature(const Tensor& t) {
     return t.defined() ? Signature{t.shape(), t.dtype()} : Signature{Shape{}, DType::U8};
   }
   explicit Structure(const Batch& b) : index(b) {
-    for (auto field : kBatchInputs) {
-      inputs.push_back(signature(b.*field));
-      index.*field = Tensor();
-    }
+    for (const Tensor* t : b.float_inputs()) inputs.push_back(signature(*t));
+    for (Tensor* t : index.float_inputs()) *t = Tensor();
     index.target = Tensor();
   }
   bool matches(const Batch& b) const {
@@ -42,8 +41,16 @@ struct StepGraphs::Structure {
       return false;
     for (auto field : kIndexArrays)
       if (!same_bytes(index.*field, b.*field)) return false;
-    for (size_t i = 0; i < std::size(kBatchInputs); ++i)
-      if (signature(b.*kBatchInputs[i]) != inputs[i]) return false;
+    if (index.features.values.size() != b.features.values.size()) return false;
+    for (size_t i = 0; i < b.features.values.size(); ++i) {
+      const auto& [f, t] = b.features.values[i];
+      if (index.features.values[i].first != f || (!f->float_input && !same_bytes(index.features.values[i].second, t)))
+        return false;
+    }
+    const std::vector<const Tensor*> in = b.float_inputs();
+    if (in.size() != inputs.size()) return false;
+    for (size_t i = 0; i < in.size(); ++i)
+      if (signature(*in[i]) != inputs[i]) return false;
     return true;
   }
 };

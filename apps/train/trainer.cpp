@@ -338,8 +338,8 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   working_on_ = "reading the config counts of the training graphs";
   const bool dedup = tp_.dedup;
   for (const DatasetFile& f : train_files_) config_counts_.push_back(file_configs(f, dedup));
-  train_src_.emplace(train_files_, prep_, graph_budget, dedup);
-  valid_src_.emplace(valid_files_, prep_, graph_budget);
+  train_src_.emplace(train_files_, prep_, graph_budget, dedup, model_->needs().features);
+  valid_src_.emplace(valid_files_, prep_, graph_budget, false, model_->needs().features);
   n_ = int64_t(train_files_.size()), batches_ = (n_ + tp_.batch_graphs - 1) / tp_.batch_graphs;
   total_steps_ = plan_.steps > 0 ? std::min(plan_.steps, plan_.epochs * batches_) : plan_.epochs * batches_;
   GNN_CHECK(st_.batch < batches_, model_path_, ": 'state/batch' ", st_.batch, " is past the ", batches_,

@@ -214,7 +214,8 @@ TEST_CASE("train: every recipe trains on the GPU along the host's loss curve, an
     // one pass over every config.
     LoadedModel m = load_model(t.file("gpu1/model.npz"));
     nn::move_parameters(*m.model, Device::cuda(0));
-    const ModelGraph g = prepare_graph(kind_files(dataset(), r.kind, "train").at(0), m.prep);
+    const ModelGraph g =
+        prepare_graph(kind_files(dataset(), r.kind, "train").at(0), m.prep, false, m.model->needs().features);
     std::vector<int64_t> configs(size_t(g.num_configs()));
     std::iota(configs.begin(), configs.end(), 0);
     REQUIRE(configs.size() > 6);
@@ -406,10 +407,13 @@ TEST_CASE("train: split() of a GPU batch shares its x and node_config and is the
   const auto files = kind_files(dataset(), "layout", "train");
   REQUIRE(!files.empty());
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
-  const ModelGraph g = prepare_graph(files[0], prep);
+  // with a per-config float input (moved, split per segment) and a per-node host one (shared)
+  const ModelGraph g =
+      prepare_graph(files[0], prep, false, {&recipe_feature("layout-attn-violation", "violation"), &kNodeLayout});
   BatchNeeds needs;
   needs.gcn = true, needs.share_plan = 2;
   const Batch host = make_batch({&g}, {{0, 1, 2}}).prepared(needs);
+  REQUIRE(host.features.values.size() == 2);
   const Batch dev = host.to(Device::cuda(0));
   const std::vector<int64_t> seg = {0, host.nodes / 3, host.nodes};
   Batch a = dev.split(seg), b = host.split(seg).to(Device::cuda(0));
@@ -423,9 +427,14 @@ TEST_CASE("train: split() of a GPU batch shares its x and node_config and is the
   const std::vector<Tensor*> ga = a.graph.arrays(), gb = b.graph.arrays();
   REQUIRE(ga.size() == gb.size());
   for (size_t i = 0; i < ga.size(); ++i) CHECK(same(*ga[i], *gb[i]));
-  for (auto field : {&Batch::x, &Batch::node_config, &Batch::violation, &Batch::config_nodes, &Batch::config_ptr,
-                     &Batch::graph_ptr, &Batch::edges})
+  for (auto field :
+       {&Batch::x, &Batch::node_config, &Batch::config_nodes, &Batch::config_ptr, &Batch::graph_ptr, &Batch::edges})
     if ((a.*field).defined() || (b.*field).defined()) CHECK(same(a.*field, b.*field));
+  REQUIRE(a.features.values.size() == b.features.values.size());
+  for (size_t i = 0; i < a.features.values.size(); ++i) {
+    CHECK(a.features.values[i].first == b.features.values[i].first);
+    CHECK(same(a.features.values[i].second, b.features.values[i].second));
+  }
   CHECK(same(a.gcn().weight, b.gcn().weight));
   CHECK(same(a.node_config_host(), host.node_config));
 }

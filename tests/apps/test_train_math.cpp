@@ -43,9 +43,10 @@ TEST_CASE("train: every recipe scores a config the same in a batch of C configs 
     REQUIRE(files.size() >= 2);
     const Preprocessing prep = fit_preprocessing(files, layout, FeatureTransform::kOfficial,
                                                  layout ? FeatureTransform::kNone : FeatureTransform::kLog1p, -1);
-    const ModelGraph g0 = prepare_graph(files[0], prep), g1 = prepare_graph(files[1], prep);
     Rng rng(5);
     auto model = r.build(r.defaults(), {prep.node_features(), prep.config_features()}, rng);
+    const ModelGraph g0 = prepare_graph(files[0], prep, false, model->needs().features),
+                     g1 = prepare_graph(files[1], prep, false, model->needs().features);
     model->eval();
     ag::NoGrad ng;
     // (generated tile kernels hold as many configs as they have distinct tiles: 2 or more)
@@ -175,7 +176,7 @@ TEST_CASE("train: layout-tgraph --node-layout embedded reads the node's own layo
   const auto files = kind_files(dataset(), "layout", "train");
   const Preprocessing prep =
       fit_preprocessing(files, true, FeatureTransform::kStandardize, FeatureTransform::kNone, 1, HopDirection::kBoth);
-  ModelGraph g = prepare_graph(files[0], prep);
+  ModelGraph g = prepare_graph(files[0], prep, false, {&kNodeLayout});
   const Recipe& r = find_recipe("layout-tgraph");
   for (const char* layout : {"embedded", "both"}) {
     CAPTURE(layout);
@@ -567,23 +568,36 @@ TEST_CASE("train: the violation ratio counts configurable nodes whose largest di
   Tensor cf = Tensor::full(Shape{3, 3, 18}, -1.0, DType::F32);  // config 0: the compiler's layouts
   cf.f32()[(1 * 3 + 0) * 18] = 1;  // config 1: node 0 minor-most 1 (its largest)
   cf.f32()[(2 * 3 + 0) * 18] = 0, cf.f32()[(2 * 3 + 1) * 18] = 0;  // config 2: node 0 on 0; node 1 either way
-  const Tensor v = violation_ratios(f, ids, cf);
+  // The ratios are layout-attn-violation's own input (a GraphFeature its file defines).
+  const GraphFeature& violation = recipe_feature("layout-attn-violation", "violation");
+  CHECK(violation.rows == GraphFeature::Rows::kPerConfig);
+  TpuGraph raw;
+  raw.layout = true, raw.node_feat = f, raw.node_config_ids = ids, raw.node_config_feat = cf;
+  const Tensor v = violation.compute(raw);
   REQUIRE(v.numel() == 3);
   CHECK(v.f32()[0] == doctest::Approx(1.0 / 3));  // node 0's own layout puts the 4 minor-most
   CHECK(v.f32()[1] == 0.f);
   CHECK(v.f32()[2] == doctest::Approx(1.0 / 3));
-  CHECK_THROWS_WITH_AS(violation_ratios(f, ids, Tensor::zeros({3, 2, 18}, DType::F32)), doctest::Contains("[C, 3, 18]"),
-                       Error);
-  // Every prepared layout graph carries one ratio per config, in [0, 1], and batches hand them out.
+  raw.node_config_feat = Tensor::zeros({3, 2, 18}, DType::F32);
+  CHECK_THROWS_WITH_AS(violation.compute(raw), doctest::Contains("[C, 3, 18]"), Error);
+  // A graph prepared with it carries one ratio per config, in [0, 1], and batches hand them out per
+  // (graph, config); one prepared without it has none, and a batch of such graphs names it.
   const auto files = kind_files(dataset(), "layout", "train");
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
-  const ModelGraph g = prepare_graph(files[0], prep);
-  REQUIRE(g.violation.numel() == g.num_configs());
-  for (int64_t c = 0; c < g.num_configs(); ++c) CHECK((g.violation.f32()[c] >= 0 && g.violation.f32()[c] <= 1));
+  const ModelGraph g = prepare_graph(files[0], prep, false, {&violation});
+  const Tensor& gv = g.feature(violation);
+  REQUIRE(gv.numel() == g.num_configs());
+  for (int64_t c = 0; c < g.num_configs(); ++c) CHECK((gv.f32()[c] >= 0 && gv.f32()[c] <= 1));
   const Batch b = make_batch({&g, &g}, {{2, 0}, {1, 2}});
-  REQUIRE(b.violation.numel() == 4);
-  CHECK(b.violation.f32()[0] == g.violation.f32()[2]);
-  CHECK(b.violation.f32()[3] == g.violation.f32()[2]);
+  const Tensor& bv = b.feature(violation);
+  REQUIRE(bv.shape() == Shape{4, 1});
+  CHECK(bv.f32()[0] == gv.f32()[2]);
+  CHECK(bv.f32()[3] == gv.f32()[2]);
+  const ModelGraph bare = prepare_graph(files[0], prep);
+  CHECK(bare.features.values.empty());
+  CHECK_THROWS_WITH_AS(bare.feature(violation), doctest::Contains("no feature 'violation'"), Error);
+  const Batch nb = make_batch({&bare}, {{0, 1}});
+  CHECK_THROWS_WITH_AS(nb.prepared({.features = {&violation}}), doctest::Contains("no 'violation'"), Error);
 }
 
 TEST_CASE("train: sample_nodes keeps every configurable node and the edges among the kept nodes") {
@@ -629,19 +643,26 @@ TEST_CASE("train: producer features scale the output shape into [0, 1] and keep 
   Tensor f = Tensor::zeros({2, 140}, DType::F32);
   f.f32()[21] = 8, f.f32()[22] = 128, f.f32()[27] = 136, f.f32()[28] = 1024, f.f32()[2 + 11] = 1;  // f32 [8, 128]
   f.f32()[140 + 28] = 1e30f;  // past the bound: clamped
-  const Tensor p = producer_features(f);
-  REQUIRE(p.size(1) == kProducerFeatures);
+  // dnnperf-anee's own input (a GraphFeature its file defines), per node.
+  const GraphFeature& producer = recipe_feature("dnnperf-anee", "producer");
+  CHECK(producer.rows == GraphFeature::Rows::kPerNode);
+  TpuGraph raw;
+  raw.node_feat = f;
+  const Tensor p = producer.compute(raw);
+  const int64_t P = 27;
+  REQUIRE(p.shape() == Shape{2, P});
   CHECK(p.f32()[0] == doctest::Approx(std::log1p(8.0) / 24));
   CHECK(p.f32()[7] == doctest::Approx(std::log1p(1024.0) / 24));
   CHECK(p.f32()[8 + 11] == 1.f);
-  CHECK(p.f32()[kProducerFeatures + 7] == 1.f);
-  CHECK_THROWS_WITH_AS(producer_features(Tensor::zeros({2, 20}, DType::F32)), doctest::Contains("[N, 140]"), Error);
+  CHECK(p.f32()[P + 7] == 1.f);
+  raw.node_feat = Tensor::zeros({2, 20}, DType::F32);
+  CHECK_THROWS_WITH_AS(producer.compute(raw), doctest::Contains("[N, 140]"), Error);
 }
 
 TEST_CASE("train: layout-tgraph compares the configs of a batch only with --cross-attn on") {
   const auto files = kind_files(dataset(), "layout", "train");
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kStandardize, FeatureTransform::kNone, 1);
-  const ModelGraph g = prepare_graph(files[0], prep);
+  const ModelGraph g = prepare_graph(files[0], prep, false, {&kNodeLayout});
   REQUIRE(g.num_configs() >= 4);
   for (const char* cross : {"on", "off"}) {
     CAPTURE(cross);
@@ -672,7 +693,7 @@ TEST_CASE("train: layout-sage-5th is the 5th place's GNN, SAGE over consumers an
   const Recipe& r = find_recipe("layout-sage-5th");
   const auto files = kind_files(dataset(), "layout", "train");
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
-  const ModelGraph g = prepare_graph(files[0], prep);
+  const ModelGraph g = prepare_graph(files[0], prep, false, {&kNodeLayout});
   HParams h = r.defaults();
   h.values["hidden"] = "6", h.values["op-embed"] = "3", h.values["layers"] = "2";
   REQUIRE(check_hparams(r.hparams, h, r.name).empty());
@@ -713,7 +734,7 @@ TEST_CASE("train: layout-sage-5th is the 5th place's GNN, SAGE over consumers an
       in.insert(in.end(), b.x.f32() + n * F, b.x.f32() + (n + 1) * F);
       for (int64_t j = 0; j < D; ++j)
         in.push_back(configurable.count(n) ? b.node_config.f32()[n * C * D + c * D + j]
-                                           : double(b.node_layout.i32()[n * kNodeLayoutDims + j % 6] - 1));
+                                           : double(b.feature(kNodeLayout).i32()[n * kNodeLayoutDims + j % 6] - 1));
       x[size_t(n)] = dense("pre_linear", in, true);
       for (double& v : x[size_t(n)]) v = std::max(v, 0.0);
     }

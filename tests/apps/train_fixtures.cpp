@@ -91,6 +91,23 @@ void check_same_pass(const Pass& a, const Pass& b, double tol) {
   }
 }
 
+std::vector<const GraphFeature*> recipe_features(const std::string& recipe,
+                                                 const std::map<std::string, std::string>& flags) {
+  const Recipe& r = find_recipe(recipe);
+  HParams h = r.defaults();
+  for (const auto& [name, value] : flags) h.values[name] = value;
+  Rng rng(1);
+  const bool layout = r.kind == "layout";
+  return r.build(h, {kNodeFeatures, layout ? kLayoutConfigFeatures : kTileConfigFeatures}, rng)->needs().features;
+}
+
+const GraphFeature& recipe_feature(const std::string& recipe, const std::string& name) {
+  for (const GraphFeature* f : recipe_features(recipe))
+    if (f->name == name) return *f;
+  FAIL(recipe, " declares no feature ", name);
+  throw std::logic_error("unreachable");
+}
+
 // A recipe with --share on and off on `device`, on the same batches, for each variant of its
 // hyper-parameters: the same loss, predictions and gradients (relative tol, 1e-5 unless told).
 void check_config_sharing(Device device, const std::string& recipe,
@@ -98,7 +115,12 @@ void check_config_sharing(Device device, const std::string& recipe,
   const auto files = kind_files(dataset(), "layout", "train");
   REQUIRE(files.size() >= 2);
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
-  const ModelGraph g0 = prepare_graph(files[0], prep), g1 = prepare_graph(files[1], prep);
+  std::vector<const GraphFeature*> features;  // what any variant reads
+  for (const auto& variant : variants)
+    for (const GraphFeature* f : recipe_features(recipe, variant))
+      if (std::find(features.begin(), features.end(), f) == features.end()) features.push_back(f);
+  const ModelGraph g0 = prepare_graph(files[0], prep, false, features),
+                   g1 = prepare_graph(files[1], prep, false, features);
   // Two edge cases: no edges (only the configurable nodes depend on the config), and every node one
   // hop from a configurable node (every row depends on it after one layer).
   ModelGraph isolated = g0, star = g1;
@@ -159,8 +181,10 @@ void check_config_sharing(Device device, const std::string& recipe,
 double check_segment_rows(Device device, const std::string& recipe, const std::map<std::string, std::string>& flags) {
   const auto files = kind_files(dataset(), "layout", "train");
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
-  const ModelGraph g0 = prepare_graph(files[0], prep), g1 = prepare_graph(files[1], prep),
-                   g2 = prepare_graph(files[2], prep);
+  const std::vector<const GraphFeature*> features = recipe_features(recipe, flags);
+  const ModelGraph g0 = prepare_graph(files[0], prep, false, features),
+                   g1 = prepare_graph(files[1], prep, false, features),
+                   g2 = prepare_graph(files[2], prep, false, features);
   ModelGraph small = node_range(g2, 0, 80);  // under the segment: every row of it trains
   const Recipe& r = find_recipe(recipe);
   HParams rows = r.defaults();

@@ -13,6 +13,11 @@ using namespace gnn::train;
 
 // A small tile and layout dataset in the official tree, written once per test binary run.
 const std::string& dataset();
+// The recipe-only inputs a recipe's model reads at its defaults with `flags` (its needs().features), and
+// the one named `name` among them.
+std::vector<const GraphFeature*> recipe_features(const std::string& recipe,
+                                                 const std::map<std::string, std::string>& flags = {});
+const GraphFeature& recipe_feature(const std::string& recipe, const std::string& name);
 // metrics.jsonl lines without the timing and host memory fields.
 std::vector<std::string> metric_lines(const std::string& path);
 

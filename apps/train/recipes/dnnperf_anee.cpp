@@ -75,6 +75,32 @@ const HParamTable<Params>& params() {
   return t;
 }
 
+// The features an edge takes from the node that produces its tensor (DNNPerf's edge features, for
+// TpuGraphs): the output shape node_feat[21:29] (6 dims, sum, product) as log1p(v) / 24 clamped to
+// [0, 1] (a fixed min-max: products reach 3e8, log1p 19.5), then the element type one-hot
+// node_feat[2:21]. f32 [N, 27] from raw node_feat [N, 140].
+constexpr int64_t kProducerFeatures = 27;
+Tensor producer_features(const Tensor& node_feat) {
+  constexpr int64_t kShape = 21, kShapeEnd = 29, kType = 2, kTypeEnd = 21;
+  GNN_CHECK(node_feat.dim() == 2 && node_feat.size(1) >= kShapeEnd && node_feat.dtype() == DType::F32,
+            "producer_features: node_feat must be f32 [N, 140], got ", node_feat.desc());
+  const int64_t N = node_feat.size(0), F = node_feat.size(1), P = kProducerFeatures;
+  static_assert(kProducerFeatures == (kShapeEnd - kShape) + (kTypeEnd - kType));
+  Tensor out = Tensor::empty({N, P}, DType::F32);
+  for (int64_t n = 0; n < N; ++n) {
+    const float* f = node_feat.f32() + n * F;
+    float* o = out.f32() + n * P;
+    for (int64_t j = kShape; j < kShapeEnd; ++j)
+      *o++ = float(std::clamp(std::log1p(std::max(double(f[j]), 0.0)) / 24.0, 0.0, 1.0));
+    for (int64_t j = kType; j < kTypeEnd; ++j) *o++ = f[j];
+  }
+  return out;
+}
+
+// Per node, kept on the host, where the edge features are gathered per CSR position.
+const GraphFeature kProducer{"producer", GraphFeature::Rows::kPerNode, false,
+                             [](const TpuGraph& raw) { return producer_features(raw.node_feat); }};
+
 // The batch's data edges as a graph of in-edges from producer to consumer, the edge features in its
 // CSR order, the CSR range of each graph's edges, the identity graph over the edges (spmm with
 // per-config weights on it scales each edge's config blocks), and the index that repeats each edge's
@@ -96,7 +122,7 @@ EdgeView edge_view(const Batch& b) {
   const int32_t *rp = g.csr_indptr.i32(), *col = g.csr_indices.i32();
   std::vector<uint8_t> configurable(size_t(N), 0);
   for (int64_t k = 0; k < b.config_nodes.numel(); ++k) configurable[size_t(b.config_nodes.i32()[k])] = 1;
-  const Tensor producer = b.producer.on(Device::cpu());
+  const Tensor& producer = b.feature(kProducer);
   Tensor f = Tensor::empty({E, P + 2}, DType::F32);
   for (int64_t u = 0; u < N; ++u)
     for (int32_t p = rp[u]; p < rp[u + 1]; ++p) {
@@ -182,6 +208,8 @@ class DnnPerfAnee : public RankModel {
   }
 
   bool replayable() const override { return true; }
+
+  BatchNeeds needs() const override { return {.features = {&kProducer}}; }
 
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;

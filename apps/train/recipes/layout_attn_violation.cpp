@@ -16,10 +16,10 @@
 // induced subgraph of 1000 nodes per step (--sample-nodes, a trainer flag every recipe has; every
 // configurable node kept).
 //
-// The violation ratio of a config (apps/train/data.h, violation_ratios): the share of the graph's
-// configurable nodes whose largest output dimension is not the minor-most one of the config's output
-// layout. It is computed from the raw node features before any transform, once per config. --violation
-// off drops it (the report's ablation).
+// The violation ratio of a config (violation_ratios below, an input only this recipe reads): the share
+// of the graph's configurable nodes whose largest output dimension is not the minor-most one of the
+// config's output layout. It is computed from the raw node features before any transform, once per
+// config. --violation off drops it (the report's ablation).
 //
 // Where this departs from a literal reading, and why:
 // - The attention reads the node rows only, not the config: it runs once per graph, not per config (16
@@ -65,6 +65,54 @@ const HParamTable<Params>& params() {
           .add(&P::share, share_hp(), "on");
   return t;
 }
+
+// The Harvard seed report's "violation ratio" of each layout config: the share of the configurable nodes
+// whose largest output dimension is not minor-most in that config's output layout. Node config_ids[j]'s
+// output dims are node_feat[21:27] (raw; rank = the leading nonzero ones), the config's minor-most
+// dimension config_feat[c, j, 0]; -1 there (the compiler's choice) reads as the node's own layout,
+// node_feat[134]. A tie for the largest is no violation, nor is a rank-0 node. f32 [C, 1] from raw
+// node_feat [N, 140], config_ids i64 [NC], config_feat f32 [C, NC, 18]; 0 for a graph without NC.
+Tensor violation_ratios(const Tensor& node_feat, const Tensor& config_ids, const Tensor& config_feat) {
+  constexpr int64_t kShape = 21, kLayout = 134, kDims = kNodeLayoutDims, B = kLayoutConfigFeatures;
+  GNN_CHECK(node_feat.dim() == 2 && node_feat.size(1) >= kLayout + kDims && node_feat.dtype() == DType::F32,
+            "violation_ratios: node_feat must be f32 [N, 140], got ", node_feat.desc());
+  const int64_t N = node_feat.size(0), F = node_feat.size(1), NC = config_ids.numel();
+  GNN_CHECK(config_feat.dim() == 3 && config_feat.size(1) == NC && config_feat.size(2) == B &&
+                config_feat.dtype() == DType::F32 && config_ids.dtype() == DType::I64,
+            "violation_ratios: config_feat must be f32 [C, ", NC, ", 18] and config_ids i64, got ", config_feat.desc(),
+            " and ", config_ids.desc());
+  const int64_t C = config_feat.size(0);
+  // Per configurable node: its rank, its dims' sizes, and the node's own minor-most dimension.
+  std::vector<int64_t> rank(size_t(NC), 0), own(size_t(NC), 0);
+  std::vector<float> dims(size_t(NC * kDims), 0.f), largest(size_t(NC), 0.f);
+  for (int64_t j = 0; j < NC; ++j) {
+    const int64_t v = config_ids.i64()[j];
+    GNN_CHECK(v >= 0 && v < N, "violation_ratios: configurable node ", v, " of ", N);
+    const float* f = node_feat.f32() + v * F;
+    int64_t& r = rank[size_t(j)];
+    while (r < kDims && f[kShape + r] > 0) dims[size_t(j * kDims + r)] = f[kShape + r], ++r;
+    for (int64_t d = 0; d < r; ++d) largest[size_t(j)] = std::max(largest[size_t(j)], dims[size_t(j * kDims + d)]);
+    const float m = f[kLayout];
+    own[size_t(j)] = m >= 0 && m < float(r) ? int64_t(m) : r - 1;
+  }
+  Tensor out = Tensor::zeros({C, 1}, DType::F32);
+  for (int64_t c = 0; c < C && NC > 0; ++c) {
+    int64_t violations = 0;
+    for (int64_t j = 0; j < NC; ++j) {
+      if (rank[size_t(j)] == 0) continue;
+      const float m = config_feat.f32()[(c * NC + j) * B];
+      const int64_t minor = m >= 0 && m < float(rank[size_t(j)]) ? int64_t(m) : own[size_t(j)];
+      violations += dims[size_t(j * kDims + minor)] < largest[size_t(j)];
+    }
+    out.f32()[c] = float(double(violations) / double(NC));
+  }
+  return out;
+}
+
+// Per config, moved to the model's device with the batch: [G*C, 1] there.
+const GraphFeature kViolation{"violation", GraphFeature::Rows::kPerConfig, true, [](const TpuGraph& raw) {
+                                return violation_ratios(raw.node_feat, raw.node_config_ids, raw.node_config_feat);
+                              }};
 
 // Windows of at most `window` consecutive nodes of each graph, near-equal in size: i64 [W+1].
 Tensor attention_windows(const Batch& b, int64_t window) {
@@ -148,7 +196,11 @@ class LayoutAttnViolation : public RankModel {
     add_child("head", &head_);
   }
 
-  BatchNeeds needs() const override { return {.gcn = true, .share_plan = share_ ? int64_t(layers_.size()) : 0}; }
+  BatchNeeds needs() const override {
+    BatchNeeds n{.gcn = true, .share_plan = share_ ? int64_t(layers_.size()) : 0};
+    if (violation_) n.features = {&kViolation};
+    return n;
+  }
 
   ag::Var forward(const Batch& b) override {
     const ag::Var z = segment(b, attn_.forward(b, node_in_.forward(node_input(emb_, b), Act::kLeakyRelu)));
@@ -166,7 +218,7 @@ class LayoutAttnViolation : public RankModel {
   }
 
   ag::Var readout(const Batch& b, const ag::Var& mean) {  // mean [G*C, hidden]
-    return head_.forward(violation_ ? ag::concat_cols({mean, ag::Var(b.violation)}) : mean);
+    return head_.forward(violation_ ? ag::concat_cols({mean, ag::Var(b.feature(kViolation))}) : mean);
   }
 
   bool share_, violation_;

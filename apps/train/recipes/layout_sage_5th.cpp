@@ -27,7 +27,7 @@
 // - Opcodes: the original merges the element-wise unary opcodes into one embedding row; here each opcode
 //   has its own.
 // - The own-layout values of a node that is not configurable are the files' node_feat[134:140] with -1
-//   past the node's rank (Batch::node_layout); the original turns every 0 into -1, a genuine minor-most
+//   past the node's rank (kNodeLayout, blocks.h); the original turns every 0 into -1, a genuine minor-most
 //   dimension 0 included. Its 18 always-zero tile columns (a tile slot of its joint model) are left out:
 //   zero inputs add nothing.
 // - Its loss is half the hinge within each graph and half the hinge over every pair of the batch, graphs
@@ -73,7 +73,7 @@ Tensor layout_values(const Batch& b) {
   for (int64_t k = 0; k < b.config_nodes.numel(); ++k) configurable[size_t(b.config_nodes.i32()[k])] = 1;
   for (int64_t n = 0; n < b.nodes; ++n) {
     if (configurable[size_t(n)]) continue;
-    const int32_t* own = b.node_layout.i32() + n * L;  // categories: value + 1, 0 past the rank
+    const int32_t* own = b.feature(kNodeLayout).i32() + n * L;  // categories: value + 1, 0 past the rank
     float* row = v.f32() + n * C * D;
     for (int64_t j = 0; j < C * D; ++j) row[j] = float(own[j % L] - 1);
   }
@@ -115,7 +115,7 @@ class LayoutSage5th : public RankModel {
     add_child("head", &out_);
   }
 
-  BatchNeeds needs() const override { return {.consumers = true, .producers = true}; }
+  BatchNeeds needs() const override { return {.consumers = true, .producers = true, .features = {&kNodeLayout}}; }
 
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;

@@ -29,7 +29,7 @@
 // Where this departs from the original, and why:
 // - The original re-extracted node_feat from the HLO with -1 padding to embed node_feat[134:140] (the
 //   node's own minor-to-major layout) with the config table; we re-pad the files' columns instead,
-//   reading the node's rank from its output shape (Batch::node_layout, data.h). Those six columns also
+//   reading the node's rank from its output shape (kNodeLayout, blocks.h). Those six columns also
 //   stay among the standardised node features (the original drops them there; --node-layout embedded
 //   drops them too). With our weights after 1 epoch the scores of the two differ by 25% on unet3d (Kendall
 //   tau 0.72 between them), after 60 epochs by 2.75% (tau 0.93); which trains better is unmeasured.
@@ -211,14 +211,14 @@ class LayoutTgraph : public RankModel {
     add_child("predict", &out_);
   }
 
-  BatchNeeds needs() const override { return {.consumers = true}; }
+  BatchNeeds needs() const override { return {.consumers = true, .features = {&kNodeLayout}}; }
 
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     const ag::Var config =
         ag::reshape(config_emb_.forward(config_categories(b)), b.nodes, C * kLayoutConfigFeatures * config_embed_);
-    const ag::Var own =
-        ag::reshape(config_emb_.forward(b.node_layout.reshape({-1})), b.nodes, kNodeLayoutDims * config_embed_);
+    const ag::Var own = ag::reshape(config_emb_.forward(b.feature(kNodeLayout).reshape({-1})), b.nodes,
+                                    kNodeLayoutDims * config_embed_);
     // The first block on [op + F + 24E | C * 18E] per node: the node part's product once per node, the
     // [N, C*(op + F + 24E)] join never built.
     const ag::Var features = features_ == b.x.size(1) ? ag::Var(b.x) : ag::slice_cols(ag::Var(b.x), 0, features_);
