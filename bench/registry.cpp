@@ -48,7 +48,7 @@ std::shared_ptr<std::vector<int64_t>> graph_ranges(int64_t N, int64_t S) {
 namespace {
 
 // Every family of cases, one line each, in the order `gnn bench kernel`'s error and gnn_bench list them.
-#define GNN_BENCH_FAMILIES(X) X(gemm) X(spmm) X(gat) X(sage) X(attention) X(norms)
+#define GNN_BENCH_FAMILIES(X) X(gemm) X(spmm) X(gat) X(sage) X(attention) X(norms) X(ops)
 
 const std::vector<KernelEntry>& all_cases() {
   static const std::vector<KernelEntry> all = [] {

@@ -2,6 +2,7 @@
 // sets up, and each family file's list of its cases. A new case is an entry in its family's list; a new
 // family is a file and one line of GNN_BENCH_FAMILIES (bench/registry.cpp).
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -35,7 +36,7 @@ struct KernelEntry {
   const char* name;
   bool cuda;
   bool configs;
-  KernelCase (*make)(const KernelShape&);
+  std::function<KernelCase(const KernelShape&)> make;
 };
 
 KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s);  // registry_sage.cpp, gat-layer's GPU half
@@ -47,5 +48,6 @@ std::vector<KernelEntry> gat_kernels();  // registry_gat.cpp
 std::vector<KernelEntry> sage_kernels();  // registry_sage.cpp
 std::vector<KernelEntry> attention_kernels();  // registry_attention.cpp
 std::vector<KernelEntry> norms_kernels();  // registry_norms.cpp
+std::vector<KernelEntry> ops_kernels();  // registry_ops.cpp: every op case of bench/op_cases.h as op:NAME
 
 }  // namespace gnn::cli
