@@ -1,4 +1,5 @@
-// Inverted dropout: y = x * m / (1 - p), m ~ Bernoulli(1 - p) per element; dx = dy * m / (1 - p).
+// Inverted dropout: y = x * m / (1 - p), m ~ Bernoulli(1 - p) per element; dx = dy * m / (1 - p). And
+// dropout_configs, whose mask is the same for the C configs of a node-major row.
 // The mask is a counter-based hash of (one draw of the caller's Rng, element index) (kernels/dropout.h):
 // a seed fixes every mask of a run, the host and the GPU draw the same masks, and the backward recomputes
 // the mask from the same draw instead of keeping n values. Not training, or p = 0: y is x itself (no
@@ -17,6 +18,8 @@ void apply_on(const Tensor& on, T* y, const T* x, int64_t n, uint64_t seed, uint
   run<T>(dropout_apply_k, on, y, x, n, seed, threshold, scale);
 }
 
+constexpr Kernel dropout_configs_apply_k = GNN_HOST_KERNEL(dropout_configs_apply, dropout_configs_apply_cuda);
+
 }  // namespace
 
 Var dropout(const Var& x, double p, Rng& rng, bool training) {
@@ -33,6 +36,28 @@ Var dropout(const Var& x, double p, Rng& rng, bool training) {
     return record("dropout", y, {x}, [x = GradRef(x), seed, threshold, scale](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
       apply_on<T>(dx, ptr<T>(dx), ptr<T>(dy), dy.numel(), seed, threshold, scale);
+      accumulate(x, dx);
+    });
+  });
+}
+
+Var dropout_configs(const Var& x, double p, Rng& rng, bool training, int64_t configs) {
+  check_arg_on("dropout_configs", "x", x, -1, x.dtype(), x.device());
+  GNN_CHECK(p >= 0 && p < 1, "dropout_configs: p must lie in [0, 1), got ", p);
+  GNN_CHECK(configs >= 1 && x.size(1) % configs == 0, "dropout_configs: x ", x.shape().str(), " does not hold ",
+            configs, " configs side by side");
+  if (!training || p == 0) return x;
+  return dispatch_dev("dropout_configs", x.value(), [&](auto t) {
+    using T = decltype(t);
+    const uint64_t seed = rng.next();
+    const uint32_t threshold = uint32_t(p * double(1u << 24));
+    const T scale = T(1) / T(1 - p);
+    const int64_t R = x.size(0), C = configs, F = x.size(1) / configs;
+    Tensor y = empty_like(x.value(), x.shape());
+    run<T>(dropout_configs_apply_k, y, ptr<T>(y), ptr<T>(x.value()), R, C, F, seed, threshold, scale);
+    return record("dropout_configs", y, {x}, [x = GradRef(x), R, C, F, seed, threshold, scale](const Tensor& dy) {
+      Tensor dx = empty_like(dy, dy.shape());
+      run<T>(dropout_configs_apply_k, dx, ptr<T>(dx), ptr<T>(dy), R, C, F, seed, threshold, scale);
       accumulate(x, dx);
     });
   });

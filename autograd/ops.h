@@ -47,6 +47,9 @@ inline Var gelu(const Var& x) { return activation(x, Act::kGelu); }
 
 // ---- dropout (op_dropout.cpp): zero with probability p, scale the rest by 1 / (1 - p) ----------------
 Var dropout(const Var& x, double p, Rng& rng, bool training);
+// The same with one mask for the `configs` configs of node-major rows x [R, C*F]: the mask dropout draws over
+// [R, F] for the same draw of rng, repeated for each config (the 6th place's masks), never built.
+Var dropout_configs(const Var& x, double p, Rng& rng, bool training, int64_t configs);
 
 // ---- columns (op_columns.cpp) -----------------------------------------------------------------------
 Var concat_cols(const std::vector<Var>& xs);  // [R, F1 + F2 + ...]

@@ -123,6 +123,17 @@ const std::vector<OpCase> kCases = {
        Rng rng(17);  // the same mask at every call
        return ag::dropout(x[0], 0.3, rng, true);
      }},
+    {"dropout-configs",  // one mask for the C configs of a row
+     [](const OpSize& s) {
+       OpInputs in;
+       in.vars.push_back(values(s.nodes, width(s), s.seed));
+       in.configs = s.configs;
+       return in;
+     },
+     [](const Vars& x, const Graph&, const OpInputs& in) {
+       Rng rng(17);
+       return ag::dropout_configs(x[0], 0.3, rng, true, in.configs);
+     }},
     // ---- columns and rows ----
     {"concat-cols", [](const OpSize& s) { return rows_of(s, 2); },
      [](const Vars& x, const Graph&, const OpInputs&) {

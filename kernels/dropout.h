@@ -37,4 +37,23 @@ void dropout_apply(T* y, const T* x, int64_t n, uint64_t seed, uint32_t threshol
 void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale,
                         Stream stream);
 
+// Dropout with one mask for the C configs of config-batched rows x [R, C*F] (node-major): element
+// (r, c*F + f) is decided by index r*F + f, so the C configs of a row see the same mask, the one
+// dropout_apply draws over [R, F]. y = x * (0 or scale), the bits of x times that mask repeated C times.
+template <class T>
+void dropout_configs_apply(T* y, const T* x, int64_t R, int64_t C, int64_t F, uint64_t seed, uint32_t threshold,
+                           T scale) {
+  const uint32_t key = dropout_key(seed);
+#pragma omp parallel for if (R * C * F > kDropoutGrain)
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) {
+      T* yr = y + (r * C + c) * F;
+      const T* xr = x + (r * C + c) * F;
+#pragma omp simd
+      for (int64_t f = 0; f < F; ++f) yr[f] = xr[f] * (dropout_drops(key, r * F + f, threshold) ? T(0) : scale);
+    }
+}
+void dropout_configs_apply_cuda(float* y, const float* x, int64_t R, int64_t C, int64_t F, uint64_t seed,
+                                uint32_t threshold, float scale, Stream stream);
+
 }  // namespace gnn
