@@ -60,13 +60,11 @@ ag::Var LinearNormAct::norm_act(const ag::Var& y, const Tensor& ptr) const {
 
 ag::Var config_shared_dropout(const Batch& b, const ag::Var& x, int64_t C, double p, bool training, uint64_t salt) {
   if (!training || p == 0) return x;
-  const int64_t N = x.size(0), F = x.size(1) / C;
-  GNN_CHECK(F * C == x.size(1), "config_shared_dropout: ", x.size(1), " columns are not ", C, " configs");
-  // The mask: dropout of ones [N, F] (0 or 1 / (1 - p)), its row n repeated for each config's F columns
-  // of row n (join_configs with nothing per config broadcasts it, one pass, no index).
-  const ag::Var mask = batch_dropout(b, ag::Var(Tensor::full(Shape{N, F}, 1.0, x.dtype(), x.device())), p, true, salt);
-  const ag::Var nothing(Tensor::empty(Shape{N, 0}, x.dtype(), x.device()));
-  return ag::mul(x, ag::join_configs(mask, nothing, C));
+  GNN_CHECK(x.size(1) % C == 0, "config_shared_dropout: ", x.size(1), " columns are not ", C, " configs");
+  // The mask batch_dropout would draw over [N, F] for this salt, applied to each config's F columns of a
+  // row without building it (ag::dropout_configs).
+  Rng rng = batch_rng(b, salt);
+  return ag::dropout_configs(x, p, rng, true, C);
 }
 
 SlateHead::SlateHead(int64_t in, int64_t dim, Rng& rng)

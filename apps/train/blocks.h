@@ -310,8 +310,9 @@ std::vector<HParamSpec> hparams_6th();
 
 // Dropout in training with masks drawn from the batch's noise_seed (and `salt`, one per site), so a
 // resumed run draws what the unbroken one drew.
+inline Rng batch_rng(const Batch& b, uint64_t salt) { return Rng(b.noise_seed ^ (salt * 0x9E3779B97F4A7C15ull)); }
 inline ag::Var batch_dropout(const Batch& b, const ag::Var& x, double p, bool training, uint64_t salt) {
-  Rng rng(b.noise_seed ^ (salt * 0x9E3779B97F4A7C15ull));
+  Rng rng = batch_rng(b, salt);
   return ag::dropout(x, p, rng, training);
 }
 
