@@ -20,44 +20,52 @@ void apply_on(const Tensor& on, T* y, const T* x, int64_t n, uint64_t seed, uint
 
 constexpr Kernel dropout_configs_apply_k = GNN_HOST_KERNEL(dropout_configs_apply, dropout_configs_apply_cuda);
 
+// One draw of the caller's generator for p: the seed, threshold and scale a mask is made of.
+template <class T>
+struct Draw {
+  uint64_t seed;
+  uint32_t threshold;
+  T scale;
+  Draw(double p, Rng& rng) : seed(rng.next()), threshold(uint32_t(p * double(1u << 24))), scale(T(1) / T(1 - p)) {}
+};
+
+void check_dropout(const char* op, const Var& x, double p) {
+  check_arg_on(op, "x", x, -1, x.dtype(), x.device());
+  GNN_CHECK(p >= 0 && p < 1, op, ": p must lie in [0, 1), got ", p);
+}
+
 }  // namespace
 
 Var dropout(const Var& x, double p, Rng& rng, bool training) {
-  check_arg_on("dropout", "x", x, -1, x.dtype(), x.device());
-  GNN_CHECK(p >= 0 && p < 1, "dropout: p must lie in [0, 1), got ", p);
+  check_dropout("dropout", x, p);
   if (!training || p == 0) return x;
   return dispatch_dev("dropout", x.value(), [&](auto t) {
     using T = decltype(t);
-    const uint64_t seed = rng.next();
-    const uint32_t threshold = uint32_t(p * double(1u << 24));
-    const T scale = T(1) / T(1 - p);
+    const Draw<T> d(p, rng);
     Tensor y = empty_like(x.value(), x.shape());
-    apply_on<T>(y, ptr<T>(y), ptr<T>(x.value()), y.numel(), seed, threshold, scale);
-    return record("dropout", y, {x}, [x = GradRef(x), seed, threshold, scale](const Tensor& dy) {
+    apply_on<T>(y, ptr<T>(y), ptr<T>(x.value()), y.numel(), d.seed, d.threshold, d.scale);
+    return record("dropout", y, {x}, [x = GradRef(x), d](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
-      apply_on<T>(dx, ptr<T>(dx), ptr<T>(dy), dy.numel(), seed, threshold, scale);
+      apply_on<T>(dx, ptr<T>(dx), ptr<T>(dy), dy.numel(), d.seed, d.threshold, d.scale);
       accumulate(x, dx);
     });
   });
 }
 
 Var dropout_configs(const Var& x, double p, Rng& rng, bool training, int64_t configs) {
-  check_arg_on("dropout_configs", "x", x, -1, x.dtype(), x.device());
-  GNN_CHECK(p >= 0 && p < 1, "dropout_configs: p must lie in [0, 1), got ", p);
+  check_dropout("dropout_configs", x, p);
   GNN_CHECK(configs >= 1 && x.size(1) % configs == 0, "dropout_configs: x ", x.shape().str(), " does not hold ",
             configs, " configs side by side");
   if (!training || p == 0) return x;
   return dispatch_dev("dropout_configs", x.value(), [&](auto t) {
     using T = decltype(t);
-    const uint64_t seed = rng.next();
-    const uint32_t threshold = uint32_t(p * double(1u << 24));
-    const T scale = T(1) / T(1 - p);
+    const Draw<T> d(p, rng);
     const int64_t R = x.size(0), C = configs, F = x.size(1) / configs;
     Tensor y = empty_like(x.value(), x.shape());
-    run<T>(dropout_configs_apply_k, y, ptr<T>(y), ptr<T>(x.value()), R, C, F, seed, threshold, scale);
-    return record("dropout_configs", y, {x}, [x = GradRef(x), R, C, F, seed, threshold, scale](const Tensor& dy) {
+    run<T>(dropout_configs_apply_k, y, ptr<T>(y), ptr<T>(x.value()), R, C, F, d.seed, d.threshold, d.scale);
+    return record("dropout_configs", y, {x}, [x = GradRef(x), R, C, F, d](const Tensor& dy) {
       Tensor dx = empty_like(dy, dy.shape());
-      run<T>(dropout_configs_apply_k, dx, ptr<T>(dx), ptr<T>(dy), R, C, F, seed, threshold, scale);
+      run<T>(dropout_configs_apply_k, dx, ptr<T>(dx), ptr<T>(dy), R, C, F, d.seed, d.threshold, d.scale);
       accumulate(x, dx);
     });
   });

@@ -67,6 +67,13 @@ OpInputs matmul_inputs(const OpSize& s, bool ta, bool tb) {
 
 constexpr int64_t kHeads = 2;
 
+// q, k, v [N, H*F], H heads of F, attending within each graph.
+OpInputs attention_inputs(const OpSize& s) {
+  OpInputs in = per_graph(s, 0);
+  for (uint64_t i = 0; i < 3; ++i) in.vars.push_back(values(s.nodes, kHeads * s.features, s.seed + i));
+  return in;
+}
+
 #define GNN_ACT_CASE(NAME, ACT)                                                                     \
   OpCase {                                                                                          \
     "activation-" NAME, [](const OpSize& s) { return rows_of(s, 1); },                              \
@@ -75,6 +82,16 @@ constexpr int64_t kHeads = 2;
 
 const std::vector<OpCase> kCases = {
     // ---- arithmetic, products ----
+    {"add", [](const OpSize& s) { return rows_of(s, 2); },
+     [](const Vars& x, const Graph&, const OpInputs&) { return ag::add(x[0], x[1]); }},
+    {"sub", [](const OpSize& s) { return rows_of(s, 2); },
+     [](const Vars& x, const Graph&, const OpInputs&) { return ag::sub(x[0], x[1]); }},
+    {"scale", [](const OpSize& s) { return rows_of(s, 1); },
+     [](const Vars& x, const Graph&, const OpInputs&) { return ag::scale(x[0], -1.5); }},
+    {"sum", [](const OpSize& s) { return rows_of(s, 1); },
+     [](const Vars& x, const Graph&, const OpInputs&) { return ag::sum(x[0]); }},
+    {"mean", [](const OpSize& s) { return rows_of(s, 1); },
+     [](const Vars& x, const Graph&, const OpInputs&) { return ag::mean(x[0]); }},
     {"mul", [](const OpSize& s) { return rows_of(s, 2); },
      [](const Vars& x, const Graph&, const OpInputs&) { return ag::mul(x[0], x[1]); }},
     {"add-bias", [](const OpSize& s) { return rows_of(s, 1, 1); },
@@ -139,6 +156,14 @@ const std::vector<OpCase> kCases = {
      [](const Vars& x, const Graph&, const OpInputs&) {
        return ag::concat_cols({x[0], x[1]});
      }},
+    {"concat-rows", [](const OpSize& s) { return rows_of(s, 2); },
+     [](const Vars& x, const Graph&, const OpInputs&) {
+       return ag::concat_rows({x[0], x[1]});
+     }},
+    {"slice-cols", [](const OpSize& s) { return rows_of(s, 1); },
+     [](const Vars& x, const Graph&, const OpInputs&) { return ag::slice_cols(x[0], 1, x[0].size(1) - 1); }},
+    {"slice-rows", [](const OpSize& s) { return rows_of(s, 1); },
+     [](const Vars& x, const Graph&, const OpInputs&) { return ag::slice_rows(x[0], 2, x[0].size(0) - 3); }},
     {"gather-rows",  // every third row, reversed, some twice
      [](const OpSize& s) {
        OpInputs in = rows_of(s, 1);
@@ -246,24 +271,12 @@ const std::vector<OpCase> kCases = {
      [](const Vars& x, const Graph&, const OpInputs& in) { return ag::pool(x[0], in.index[0], Reduce::kMax); }},
     {"pool-logsumexp", [](const OpSize& s) { return per_graph(s); },
      [](const Vars& x, const Graph&, const OpInputs& in) { return ag::pool_logsumexp(x[0], in.index[0]); }},
-    {"graph-attention",  // q, k, v [N, H*F], H heads of F, within each graph
-     [](const OpSize& s) {
-       OpInputs in = per_graph(s, 0);
-       for (uint64_t i = 0; i < 3; ++i) in.vars.push_back(values(s.nodes, kHeads * s.features, s.seed + i));
-       return in;
-     },
-     [](const Vars& x, const Graph&, const OpInputs& in) {
-       return ag::graph_attention(x[0], x[1], x[2], in.index[0], kHeads, false);
-     }},
-    {"graph-attention-linear",
-     [](const OpSize& s) {
-       OpInputs in = per_graph(s, 0);
-       for (uint64_t i = 0; i < 3; ++i) in.vars.push_back(values(s.nodes, kHeads * s.features, s.seed + i));
-       return in;
-     },
-     [](const Vars& x, const Graph&, const OpInputs& in) {
-       return ag::graph_attention(x[0], x[1], x[2], in.index[0], kHeads, true);
-     }},
+    {"graph-attention", attention_inputs,
+     [](const Vars& x, const Graph&,
+        const OpInputs& in) { return ag::graph_attention(x[0], x[1], x[2], in.index[0], kHeads, false); }},
+    {"graph-attention-linear", attention_inputs,
+     [](const Vars& x, const Graph&,
+        const OpInputs& in) { return ag::graph_attention(x[0], x[1], x[2], in.index[0], kHeads, true); }},
     // ---- across the configs of a row ----
     {"config-attention",  // x [N, C*F], beta [1]
      [](const OpSize& s) {

@@ -37,7 +37,6 @@ struct OpCase {
   OpInputs (*make)(const OpSize&);
   // The op on `x` (the vars, cast and moved), `g` (the graph there) and the case's host index arrays.
   ag::Var (*apply)(const std::vector<ag::Var>& x, const Graph& g, const OpInputs& in);
-  double fd_tolerance = 1;  // a factor on the f64 finite-difference tolerance (kFdTape)
 };
 
 const std::vector<OpCase>& op_cases();
