@@ -512,9 +512,9 @@ Command pass_command() {
       "same batch and compared: score [C, 1] (lower = faster), loss (the run's --loss on this batch),\n"
       "grad/NAME and param/NAME for every parameter, and the batch's inputs under batch/ (x, opcode, edges\n"
       "rows [u, v] where u consumes v, graph_ptr, target, config_ids; layout: node_config [N, C*18],\n"
-      "config_nodes; tile: config_feat; and the inputs only the recipe reads under their names: layout-tgraph's\n"
-      "node_layout, layout-attn-violation's violation, dnnperf-anee's producer), preprocessed as the run was\n"
-      "trained.\n"
+      "config_nodes; tile: config_feat; and the inputs only the recipe reads under their names:\n"
+      "layout-tgraph's and layout-sage-5th's node_layout, layout-attn-violation's violation,\n"
+      "dnnperf-anee's producer), preprocessed as the run was trained.\n"
       "The last line of stdout is one JSON object (recipe, graph, configs, loss).";
   c.run = [](const Args& a) {
     const Device device = parse_device(a);

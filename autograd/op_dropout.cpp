@@ -54,8 +54,8 @@ Var dropout(const Var& x, double p, Rng& rng, bool training) {
 
 Var dropout_configs(const Var& x, double p, Rng& rng, bool training, int64_t configs) {
   check_dropout("dropout_configs", x, p);
-  GNN_CHECK(configs >= 1 && x.size(1) % configs == 0, "dropout_configs: x ", x.shape().str(), " does not hold ",
-            configs, " configs side by side");
+  GNN_CHECK(x.value().dim() == 2 && configs >= 1 && x.size(1) % configs == 0, "dropout_configs: x ", x.shape().str(),
+            " is not rows of ", configs, " configs side by side");
   if (!training || p == 0) return x;
   return dispatch_dev("dropout_configs", x.value(), [&](auto t) {
     using T = decltype(t);

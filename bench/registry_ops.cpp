@@ -56,7 +56,8 @@ KernelCase op_case(const OpCase& c, const KernelShape& s) {
 }  // namespace
 
 std::vector<KernelEntry> ops_kernels() {
-  static std::deque<std::string> names;  // the entries' names live as long as the process
+  // The entries' names live as long as the process. (Called once, from the registry's one-time list.)
+  static std::deque<std::string> names;
   std::vector<KernelEntry> v;
   for (const OpCase& c : op_cases()) {
     names.push_back(std::string("op:") + c.name);

@@ -69,6 +69,8 @@ struct PlainPath {
   // [node rows | config] for every (node, config) through a row-wise f (layout_input).
   template <class F>
   Rows input(const ag::Var& node_rows, F&& f) const {
+    GNN_CHECK(configs() == b.configs, "PlainPath::input: the layout input holds the batch's ", b.configs,
+              " configs, not ", configs());
     return layout_input(node_rows, b, f);
   }
   template <class F>

@@ -192,8 +192,28 @@ std::vector<int64_t> gst_segments(int64_t n, int64_t size) {
   return ptr;
 }
 
+namespace {
+
+// A feature's name is its array's under batch/ in `gnn pass`: one feature to a name, none of the batch's own.
+void check_feature_names(const std::vector<const GraphFeature*>& features) {
+  static const char* const kBatchArrays[] = {"x",          "opcode",      "edges",        "graph_ptr",  "target",
+                                             "config_ids", "node_config", "config_nodes", "config_feat"};
+  for (size_t i = 0; i < features.size(); ++i) {
+    GNN_CHECK(features[i] && features[i]->compute, "prepare_graph: feature ", i, " has no compute function");
+    for (const char* own : kBatchArrays)
+      GNN_CHECK(std::strcmp(features[i]->name, own) != 0, "prepare_graph: a feature may not be named '", own,
+                "', an array every batch has");
+    for (size_t j = 0; j < i; ++j)
+      GNN_CHECK(features[j] == features[i] || std::strcmp(features[j]->name, features[i]->name) != 0,
+                "prepare_graph: two features are named '", features[i]->name, "'");
+  }
+}
+
+}  // namespace
+
 ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedup,
                          const std::vector<const GraphFeature*>& features) {
+  check_feature_names(features);
   LoadOptions lo;
   lo.require_runtimes = false;  // test files have none; scoring asks for them where it needs them
   const TpuGraph raw = load_tpugraph(f.path, lo);
@@ -735,7 +755,7 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
       if (f->rows == GraphFeature::Rows::kPerNode) {
         if (v.nbytes() > 0) std::memcpy(o + size_t(ptr[size_t(g)]) * row, src, size_t(v.nbytes()));
       } else {
-        for (int64_t c = 0; c < C; ++c)
+        for (int64_t c = 0; c < C && row > 0; ++c)
           std::memcpy(o + size_t(g * C + c) * row, src + size_t(configs[size_t(g)][size_t(c)]) * row, row);
       }
     }

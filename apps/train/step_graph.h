@@ -4,7 +4,7 @@
 // two graph launches instead of one host launch per kernel.
 //
 // A step from graphs:
-//   copy the batch's float inputs (x, node_config, config_feat, violation) into the entry's device batch
+//   copy the batch's float inputs (Batch::float_inputs) into the entry's device batch
 //   replay the forward graph                 -> pred, at the address the capture gave it
 //   pred to the host (wait 1), the loss and its gradient dpred there (a tape scope of its own), f64 as
 //   in the eager step; dpred up into the entry's fixed buffer (queued)
@@ -15,7 +15,8 @@
 // so a run with graphs gives the same bits as one without (tested on the emulator).
 //
 // Which batches: a batch is known by its structure: graph ids, sizes, every index array (opcode, graph
-// ranges, edges, configurable nodes, layouts) compared byte for byte, and the shapes of its float inputs.
+// ranges, edges, configurable nodes, the recipe-only features that are not float inputs) compared byte for
+// byte, and the shapes of its float inputs.
 // Uploads a captured forward makes from the host (index arrays an op copies up per call) are snapshots
 // (runtime/cuda.h, CudaGraph::Uploads::kSnapshot), right because that structure is the same on every
 // replay. A batch is captured on its third sight: the first runs eagerly, the second eagerly on the

@@ -243,12 +243,14 @@ void check_recipes_on_gpu(int half) {
   }
 }
 
-TEST_CASE("train: every recipe trains on the GPU along the host's loss curve, and resumes there bit for bit (1st half)") {
+TEST_CASE(
+    "train: every recipe trains on the GPU along the host's loss curve, and resumes there bit for bit (1st half)") {
   GNN_SKIP_UNLESS_CUDA();
   check_recipes_on_gpu(0);
 }
 
-TEST_CASE("train: every recipe trains on the GPU along the host's loss curve, and resumes there bit for bit (2nd half)") {
+TEST_CASE(
+    "train: every recipe trains on the GPU along the host's loss curve, and resumes there bit for bit (2nd half)") {
   GNN_SKIP_UNLESS_CUDA();
   check_recipes_on_gpu(1);
 }
@@ -434,6 +436,10 @@ TEST_CASE("train: split() of a GPU batch shares its x and node_config and is the
   Batch a = dev.split(seg), b = host.split(seg).to(Device::cuda(0));
   CHECK(a.x.data() == dev.x.data());  // not uploaded again
   CHECK(a.node_config.data() == dev.node_config.data());
+  // the per-node feature is the device batch's own (here its host copy), the per-config one is the split's
+  REQUIRE(a.features.values.size() == 2);
+  CHECK(a.feature(kNodeLayout).data() == dev.feature(kNodeLayout).data());
+  CHECK(a.feature(recipe_feature("layout-attn-violation", "violation")).is_cuda());
   CHECK(a.x.is_cuda());
   CHECK((a.graphs == 2 && a.nodes == host.nodes && a.ids == b.ids));
   const auto same = [](const Tensor& x, const Tensor& y) {

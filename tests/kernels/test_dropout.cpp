@@ -39,3 +39,39 @@ TEST_CASE("cuda ops: dropout matches the host, value and gradient") {
     return ag::dropout(v[0], 0.3, r, true);
   });
 }
+
+// dropout_configs(x, p, Rng(s), true, C) on node-major rows [R, C*F] is x times the mask dropout draws over
+// [R, F] for the same draw, repeated for each config (the composition the 6th place recipes ran before,
+// join_configs of that mask): the same bits, value and gradient.
+void check_dropout_configs(Device dev) {
+  for (int64_t C : {1, 2, 3}) {
+    for (auto [R, F] : {std::pair<int64_t, int64_t>{37, 5}, {1, 1}, {300, 17}}) {
+      CAPTURE(C);
+      CAPTURE(R);
+      CAPTURE(F);
+      const Tensor xs = rand({R, C * F}, uint64_t(C + R)), dy = rand({R, C * F}, 9);
+      ag::Var x1 = ag::Var::param(xs.to(dev)), x2 = ag::Var::param(xs.to(dev));
+      Rng r1(11), r2(11);
+      const ag::Var fused = ag::dropout_configs(x1, 0.3, r1, true, C);
+      ag::backward(fused, dy.to(dev));
+      const ag::Var mask = ag::dropout(ag::Var(Tensor::full(Shape{R, F}, 1.0, DType::F32, dev)), 0.3, r2, true);
+      const ag::Var composed =
+          ag::mul(x2, ag::join_configs(mask, ag::Var(Tensor::empty(Shape{R, 0}, DType::F32, dev)), C));
+      ag::backward(composed, dy.to(dev));
+      CHECK(same_bits(fused.value().to_vector<float>(), composed.value().to_vector<float>()));
+      CHECK(same_bits(x1.grad().to_vector<float>(), x2.grad().to_vector<float>()));
+    }
+  }
+  Rng r(1);
+  CHECK_THROWS_WITH_AS(ag::dropout_configs(ag::Var(rand({4, 6}, 1).to(dev)), 0.3, r, true, 4),
+                       doctest::Contains("is not rows of 4 configs"), Error);
+}
+
+TEST_CASE("dropout_configs is dropout's mask over [R, F] repeated for each config, the same bits") {
+  check_dropout_configs(Device::cpu());
+}
+
+TEST_CASE("cuda ops: dropout_configs on the GPU is the repeated mask too, the same bits") {
+  GNN_SKIP_UNLESS_CUDA();
+  check_dropout_configs(Device::cuda(0));
+}
