@@ -20,6 +20,10 @@
 #              needs ORIGINALS, the folder holding the two clones (winners.py's docstring), else it skips
 #   dist       the data-parallel cases: the NCCL gradient sum on this GPU (one rank), and the mpirun
 #              cases when mpirun is installed (they skip, saying so, when it is not)
+#   loss       issue 48's open question, whether the loss should run on the device: a GPU step's phases
+#              from gnn train --profile (its "loss" phase is the prediction down, the f64 loss and its
+#              gradient up) for layout-tgraph, layout-resmodel, layout-sage-6th and a tile recipe, on
+#              generated data and the real unet3d program (DEVICE=cpu runs the same on the host)
 # Usage: scripts/gpu_check.sh [PHASE ...]   (no phase: all, in the order above)
 # Environment: BUILD (build dir, default build), DATA (the shared data, default ../shared/data),
 # LOGS (a folder: each phase's output is also written to LOGS/PHASE.log), CMAKE_ARGS (extra configure
@@ -38,7 +42,7 @@ build=${BUILD:-build} data=${DATA:-../shared/data} logs=${LOGS:-} limit=${PHASE_
 gnn=$build/bin/gnn
 [ -d "$data" ] && data=$(cd "$data" && pwd)  # absolute: ctest runs each test in its own directory
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers profile attention train layout winners dist)
+[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers profile attention train layout winners dist loss)
 export build data gnn
 fail=0
 
@@ -150,10 +154,35 @@ phase_winners() {
   return "$r"
 }
 
+phase_loss() {
+  local dev=${DEVICE:-cuda} m r=0 tmp unet="$data/tpugraphs-release/npz/layout/xla/default/train/unet3d.npz"
+  tmp=$(mktemp -d)
+  "$gnn" synth --collection layout --out "$tmp/gen" --graphs 8 --nodes 2000 --configs 200 --seed 1 >/dev/null || r=1
+  "$gnn" synth --collection tile --out "$tmp/gen" --graphs 16 --nodes 60 --configs 200 --seed 1 >/dev/null || r=1
+  if [ -f "$unet" ]; then
+    mkdir -p "$tmp/unet/npz/layout/xla/default/train" && ln -s "$unet" "$tmp/unet/npz/layout/xla/default/train/"
+  else
+    echo "loss: no $unet, generated data only"
+  fi
+  for m in "layout-tgraph --configs 64" "layout-resmodel" "layout-sage-6th" "tile-earlyjoin-sage"; do
+    for d in "$tmp/gen" "$tmp/unet"; do
+      [ -d "$d" ] || continue
+      [ "$d" = "$tmp/unet" ] && [ "${m%% *}" = tile-earlyjoin-sage ] && continue
+      echo "--- $m on ${d##*/} ($dev)"
+      # shellcheck disable=SC2086  # $m holds the model and its flags
+      "$gnn" train --model $m --data "$d" --out "$tmp/run" --epochs 6 --device "$dev" --profile --progress lines |
+        grep -E "^profile:|^  (batch|prepare|forward|loss|backward|update) " || r=1
+      rm -rf "$tmp/run"
+    done
+  done
+  rm -rf "$tmp"
+  return "$r"
+}
+
 [ -n "$logs" ] && mkdir -p "$logs"
 for p in "${phases[@]}"; do
   if ! declare -F "phase_$p" >/dev/null; then
-    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers profile attention train layout winners dist)" >&2
+    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers profile attention train layout winners dist loss)" >&2
     exit 2
   fi
   printf '\n=== %s (%s)\n' "$p" "$(date -u +%H:%M:%S)"
