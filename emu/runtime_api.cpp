@@ -216,6 +216,32 @@ cudaError_t cudaFree(void* p) {
   Lock lock(g_mu);
   return free_region(p, true, "cudaFree");
 }
+// The emulator maps the block at once (as cudaMalloc) and queues its unmapping on the stream: a kernel
+// queued before the free still finds it, one queued after it faults.
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
+  {
+    Lock lock(g_mu);
+    if (s == nullptr) die("cudaMallocAsync on the legacy default stream");
+    if (s->capturing) return fail(cudaErrorStreamCaptureUnsupported, "cudaMallocAsync inside a stream capture");
+  }
+  return cudaMalloc(p, bytes);
+}
+cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  Lock lock(g_mu);
+  if (!p) return cudaSuccess;
+  if (s == nullptr) die("cudaFreeAsync on the legacy default stream");
+  if (s->capturing) return fail(cudaErrorStreamCaptureUnsupported, "cudaFreeAsync inside a stream capture");
+  auto it = g_regions.find(reinterpret_cast<uintptr_t>(p));
+  if (it == g_regions.end() || it->second.device < 0)
+    return fail(cudaErrorInvalidValue, fmt("cudaFreeAsync(%p): not the start of a live device allocation", p));
+  return enqueue(s, "cudaFreeAsync", [p] {
+    auto r = g_regions.find(reinterpret_cast<uintptr_t>(p));
+    if (r == g_regions.end()) return;
+    g_device_bytes -= r->second.bytes;
+    munmap(p, r->second.mapped);
+    g_regions.erase(r);
+  });
+}
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
   Lock lock(g_mu);
   *p = nullptr;

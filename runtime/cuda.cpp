@@ -195,6 +195,88 @@ void cuda_synchronize(int device) {
 
 int64_t cuda_host_waits() { return g_host_waits.load(); }
 
+void cuda_set_device(int device) {
+  state(device);  // checks that it exists
+  GNN_CUDA_CHECK(cudaSetDevice(device));
+}
+
+void* cuda_alloc_async(size_t bytes, int device, Stream stream) {
+  if (bytes == 0) return nullptr;
+  cuda_set_device(device);
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocAsync(&p, bytes, stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    GNN_FAIL("CUDA device ", device, ": cudaMallocAsync of ", bytes, " bytes failed (", cudaGetErrorString(e), ")");
+  }
+  return p;
+}
+
+void cuda_free_async(void* p, int device, Stream stream) {
+  if (!p) return;
+  GNN_CUDA_CHECK(cudaSetDevice(device));
+  GNN_CUDA_CHECK(cudaFreeAsync(p, stream));
+}
+
+void cuda_copy_2d_on(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows, int device,
+                     Stream stream) {
+  if (width == 0 || rows == 0) return;
+  GNN_CUDA_CHECK(cudaSetDevice(device));
+  GNN_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, stream));
+}
+
+void cuda_download_on(void* dst, const void* src, size_t bytes, int device, Stream stream) {
+  if (bytes == 0) return;
+  cuda_set_device(device);
+  ++g_host_waits;
+  GNN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+  GNN_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void* cuda_malloc_unpooled(size_t bytes, int device) {
+  if (bytes == 0) return nullptr;
+  cuda_set_device(device);
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    GNN_FAIL("CUDA device ", device, ": cudaMalloc of ", bytes, " bytes failed (", cudaGetErrorString(e), ")");
+  }
+  return p;
+}
+
+void cuda_free_unpooled(void* p, int device) {
+  if (!p) return;
+  GNN_CUDA_CHECK(cudaSetDevice(device));
+  ++g_host_waits;
+  GNN_CUDA_CHECK(cudaFree(p));
+}
+
+Stream cuda_stream_create(int device) {
+  cuda_set_device(device);
+  cudaStream_t s = nullptr;
+  GNN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+void cuda_stream_destroy(Stream stream, int device) {
+  if (!stream) return;
+  GNN_CUDA_CHECK(cudaSetDevice(device));
+  GNN_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+void cuda_stream_synchronize(Stream stream, int device) {
+  cuda_set_device(device);
+  ++g_host_waits;
+  GNN_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void cuda_device_synchronize(int device) {
+  cuda_set_device(device);
+  ++g_host_waits;
+  GNN_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
   const int dev = dst_device.is_cuda() ? dst_device.index : src_device.index;

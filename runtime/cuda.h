@@ -88,6 +88,30 @@ class CudaGraph {
 // The private pools of the device's live CUDA graphs, summed (cuda_memory_stats covers the main pool).
 MemoryStats cuda_graph_memory_stats(int device);
 
+// Work on a stream gnn does not own: the Python module runs its kernels on the stream of the framework
+// that owns the arrays (torch's or CuPy's current stream) instead of the device's own stream, so that
+// they are ordered with the caller's work as the framework's own ops are.
+void cuda_set_device(int device);  // the calling thread's current device: where launches go
+// Stream-ordered memory (cudaMallocAsync's pool): usable by work queued on `stream` after the call, and
+// given back when `stream` reaches the free, so later work on that stream may reuse it.
+void* cuda_alloc_async(size_t bytes, int device, Stream stream);
+void cuda_free_async(void* p, int device, Stream stream);
+// Within the device, queued on `stream`: rows of `width` bytes, dpitch and spitch bytes apart.
+void cuda_copy_2d_on(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows, int device,
+                     Stream stream);
+// Device to host, queued on `stream` behind the work already there, and waited for.
+void cuda_download_on(void* dst, const void* src, size_t bytes, int device, Stream stream);
+// Memory outside gnn's pool, for arrays handed out to other libraries: cudaMalloc, and cudaFree (which
+// waits for the whole device first, so no stream can still be using the block).
+void* cuda_malloc_unpooled(size_t bytes, int device);
+void cuda_free_unpooled(void* p, int device);
+// A stream of the caller's own (non-blocking), for work that has no framework stream to run on.
+Stream cuda_stream_create(int device);
+void cuda_stream_destroy(Stream stream, int device);
+void cuda_stream_synchronize(Stream stream, int device);
+// Waits for the work of every stream of the device.
+void cuda_device_synchronize(int device);
+
 // How many times the host has waited for a device since the process started: copies to the host,
 // synchronisations, timed events, cudaFree. A GPU training step is fast when the host queues work
 // ahead of the device, and each wait drains that queue; gnn train reports the waits per step.

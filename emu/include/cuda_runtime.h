@@ -106,6 +106,9 @@ cudaError_t cudaDeviceSynchronize();
 
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);
+// Stream-ordered: the block is usable by work queued on the stream after the call; the free is queued.
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream);
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream);
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void* p);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
