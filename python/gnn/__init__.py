@@ -3,10 +3,12 @@
 The functions here take NumPy arrays or PyTorch tensors (anything that speaks DLPack), read them where
 they lie, and return new arrays of the input's own kind, written by the kernels in place: a NumPy caller
 gets NumPy arrays back, a torch caller torch tensors, and nothing is copied on the way in or out. Every
-array is float32 (features), int32 (CSR pointers, argmax) or int64 (graph pointers), C-contiguous and in
-host memory; anything else raises a TypeError or ValueError naming the argument. The kernels run on
-``num_threads()`` OpenMP threads with the GIL released and give the same bits on every run and thread
-count (no atomics in any backward). The forward functions also take ``out=``, an array to write the
+array is float32 (features), int32 (CSR pointers, argmax) or int64 (graph pointers), C-contiguous, and
+all of a call's arrays in host memory or all on one CUDA device; anything else raises a TypeError or
+ValueError naming the argument. On the host the kernels run on ``num_threads()`` OpenMP threads with the
+GIL released; on a CUDA device (a build with CUDA) they run on the caller's stream, torch's or CuPy's
+current one (``gnn.cuda`` says how). Either way they give the same bits on every run and thread count
+(no atomics in any backward). The forward functions also take ``out=``, an array to write the
 result into (in place, returned as is): writable, not requiring grad, sharing no memory with an input.
 These functions are the raw kernels: a torch tensor that requires grad is read, but the result is not
 part of autograd (``gnn.torch`` has the differentiable versions).
@@ -23,11 +25,12 @@ from __future__ import annotations
 import numpy as _np
 
 from . import _gnn
+from . import cuda
 from ._gnn import Error, Graph, load_npz, load_tpugraph, num_threads, set_num_threads
 
 __version__ = _gnn.__version__
 __all__ = [
-    "Error", "Graph", "load_npz", "load_tpugraph", "num_threads", "set_num_threads",
+    "Error", "Graph", "cuda", "load_npz", "load_tpugraph", "num_threads", "set_num_threads",
     "spmm", "spmm_backward", "segment_softmax", "segment_softmax_backward", "gat_scores",
     "gat_scores_backward", "sage", "sage_backward", "pool", "pool_backward", "instance_norm",
     "instance_norm_backward", "layer_norm", "layer_norm_backward",
@@ -38,11 +41,52 @@ def _is_torch(a) -> bool:
     return type(a).__module__.startswith("torch")
 
 
+def _is_cupy(a) -> bool:
+    return type(a).__module__.startswith("cupy")
+
+
 def _raw(a):
-    """What the extension reads: torch tensors lose their autograd history (DLPack refuses them)."""
-    if a is not None and _is_torch(a) and a.requires_grad:
-        return a.detach()
+    """What the extension reads: torch tensors lose their autograd history (DLPack refuses them), gnn's
+    own device arrays hand over their DLPack object."""
+    if a is None:
+        return a
+    if _is_torch(a):
+        return a.detach() if a.requires_grad else a
+    if isinstance(a, cuda.Array):
+        return a._nd
     return a
+
+
+def _cuda_device(a):
+    """The CUDA device index an array is on, or None for host memory (and anything else)."""
+    if isinstance(a, _np.ndarray):
+        return None
+    if _is_torch(a):
+        return a.device.index if a.is_cuda else None
+    if _is_cupy(a):
+        return a.device.id
+    if isinstance(a, cuda.Array):
+        return a.device
+    dev = getattr(a, "__dlpack_device__", None)
+    if dev is not None:
+        kind, index = dev()
+        return int(index) if int(kind) == 2 else None
+    return None
+
+
+def _stream(a) -> int:
+    """The stream a call on a's device runs on: torch's or CuPy's current one for their arrays, else
+    gnn.cuda's current one; 0 (unused) on the host."""
+    device = _cuda_device(a)
+    if device is None:
+        return 0
+    if _is_torch(a):
+        import torch
+        return torch.cuda.current_stream(device).cuda_stream
+    if _is_cupy(a):
+        import cupy
+        return cupy.cuda.get_current_stream().ptr
+    return cuda.current_stream()
 
 
 _TORCH_DTYPES = {}
@@ -55,28 +99,45 @@ def _new(like, shape, dtype: str = "float32"):
             import torch
             _TORCH_DTYPES.update(float32=torch.float32, int32=torch.int32, int64=torch.int64)
         return like.new_empty(shape, dtype=_TORCH_DTYPES[dtype])
+    if _is_cupy(like):
+        import cupy
+        with like.device:
+            return cupy.empty(shape, dtype=dtype)
+    device = _cuda_device(like)
+    if device is not None:
+        return cuda.empty(shape, dtype, device)
     return _np.empty(shape, dtype=dtype)
 
 
 def _dims(a, name: str, ndim: int):
     shape = getattr(a, "shape", None)
+    if shape is None and hasattr(a, "__dlpack__"):  # a producer with no shape attribute: ask DLPack
+        shape = _gnn._shape(a)
     if shape is None:
-        raise TypeError(f"{name} must be an array (NumPy, torch, or DLPack), got {type(a).__name__}")
-    if _is_torch(a) and not a.is_cpu:
-        raise TypeError(f"{name} is on {a.device}; this build of gnn runs its kernels on CPU arrays only")
+        raise TypeError(f"{name} must be an array (NumPy, torch, CuPy, or DLPack), got {type(a).__name__}")
+    if _is_torch(a) and a.device.type not in ("cpu", "cuda"):
+        raise TypeError(f"{name} is on {a.device}; gnn's kernels run on host memory and CUDA devices")
     if len(shape) != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(shape)}")
     return shape
 
 
 def _span(a):
-    """The [start, end) bytes of an array's memory, or None for what is not a host array."""
+    """The [start, end) bytes of an array's memory, or None where it cannot be told."""
     if isinstance(a, _np.ndarray):
         lo, hi = _np.lib.array_utils.byte_bounds(a) if hasattr(_np.lib, "array_utils") else _np.byte_bounds(a)
         return lo, hi
     if _is_torch(a):
         start = a.data_ptr()
         return start, start + a.numel() * a.element_size()
+    if _is_cupy(a):
+        return a.data.ptr, a.data.ptr + a.nbytes
+    if isinstance(a, cuda.Array):
+        start = a.data_ptr()
+        n = 1
+        for d in a.shape:
+            n *= d
+        return start, start + n * (8 if a.dtype == "int64" else 4)
     return None
 
 
@@ -117,7 +178,7 @@ def spmm(graph: Graph, x, reduce: str = "sum", edge_weight=None, return_argmax: 
     H = _heads(edge_weight)
     out = _new(x, (graph.num_nodes, F)) if out is None else _out(out, x, edge_weight)
     argmax = _new(x, (H, graph.num_nodes, F // H), "int32") if reduce == "max" else None
-    _gnn.spmm_forward(graph, _raw(x), _raw(edge_weight), reduce, out, argmax)
+    _gnn.spmm_forward(graph, _raw(x), _raw(edge_weight), reduce, _raw(out), _raw(argmax), _stream(x))
     return (out, argmax) if return_argmax else out
 
 
@@ -133,7 +194,8 @@ def spmm_backward(graph: Graph, grad_out, reduce: str = "sum", edge_weight=None,
     grad_w = _new(grad_out, tuple(edge_weight.shape)) if need_weight_grad and edge_weight is not None else None
     if need_weight_grad and edge_weight is None:
         raise ValueError("need_weight_grad: the forward had no edge_weight")
-    _gnn.spmm_backward(graph, _raw(grad_out), _raw(edge_weight), reduce, _raw(argmax), _raw(x), grad_x, grad_w)
+    _gnn.spmm_backward(graph, _raw(grad_out), _raw(edge_weight), reduce, _raw(argmax), _raw(x), _raw(grad_x),
+                       _raw(grad_w), _stream(grad_out))
     return grad_x, grad_w
 
 
@@ -141,7 +203,7 @@ def segment_softmax(x, indptr, out=None):
     """Softmax of x [E, H] over each segment of rows indptr[s] .. indptr[s+1] (int32), per column."""
     E, H = _dims(x, "x", 2)
     out = _new(x, (E, H)) if out is None else _out(out, x)
-    _gnn.segment_softmax_forward(_raw(x), indptr, out)
+    _gnn.segment_softmax_forward(_raw(x), _raw(indptr), _raw(out), _stream(x))
     return out
 
 
@@ -149,7 +211,7 @@ def segment_softmax_backward(y, grad_out, indptr):
     """The gradient of segment_softmax from its output y."""
     E, H = _dims(y, "y", 2)
     grad_x = _new(y, (E, H))
-    _gnn.segment_softmax_backward(_raw(y), _raw(grad_out), indptr, grad_x)
+    _gnn.segment_softmax_backward(_raw(y), _raw(grad_out), _raw(indptr), _raw(grad_x), _stream(y))
     return grad_x
 
 
@@ -157,7 +219,7 @@ def gat_scores(graph: Graph, a_src, a_dst, negative_slope: float = 0.2, out=None
     """GAT's raw scores, in CSR order: s[p, h] = leaky_relu(a_src[j, h] + a_dst[i, h]) for edge p: j -> i."""
     _, H = _dims(a_src, "a_src", 2)
     out = _new(a_src, (graph.num_edges, H)) if out is None else _out(out, a_src, a_dst)
-    _gnn.gat_scores_forward(graph, _raw(a_src), _raw(a_dst), float(negative_slope), out)
+    _gnn.gat_scores_forward(graph, _raw(a_src), _raw(a_dst), float(negative_slope), _raw(out), _stream(a_src))
     return out
 
 
@@ -165,8 +227,8 @@ def gat_scores_backward(graph: Graph, grad_out, a_src, a_dst, negative_slope: fl
     """Gradients of gat_scores: (grad_a_src, grad_a_dst), each a fixed-order sum over a node's edges."""
     N, H = _dims(a_src, "a_src", 2)
     grad_src, grad_dst = _new(a_src, (N, H)), _new(a_src, (N, H))
-    _gnn.gat_scores_backward(graph, _raw(grad_out), _raw(a_src), _raw(a_dst), float(negative_slope), grad_src,
-                             grad_dst)
+    _gnn.gat_scores_backward(graph, _raw(grad_out), _raw(a_src), _raw(a_dst), float(negative_slope), _raw(grad_src),
+                             _raw(grad_dst), _stream(a_src))
     return grad_src, grad_dst
 
 
@@ -183,7 +245,8 @@ def sage(graph: Graph, x, weight, bias=None, activation: str = "none", negative_
     out = _new(x, (N, O)) if out is None else _out(out, x, weight, bias)
     z = _new(x, (N, O)) if training else None
     h = _new(x, (N, 2 * F)) if training else None
-    _gnn.sage_forward(graph, _raw(x), _raw(weight), _raw(bias), activation, float(negative_slope), out, z, h)
+    _gnn.sage_forward(graph, _raw(x), _raw(weight), _raw(bias), activation, float(negative_slope), _raw(out), _raw(z),
+                      _raw(h), _stream(x))
     return (out, z, h) if training else out
 
 
@@ -195,7 +258,7 @@ def sage_backward(graph: Graph, grad_out, z, h, weight, activation: str = "none"
     grad_w = _new(grad_out, (F2, O))
     grad_b = _new(grad_out, (O,)) if need_bias_grad else None
     _gnn.sage_backward(graph, _raw(grad_out), _raw(z), _raw(h), _raw(weight), activation, float(negative_slope),
-                       grad_x, grad_w, grad_b)
+                       _raw(grad_x), _raw(grad_w), _raw(grad_b), _stream(grad_out))
     return grad_x, grad_w, grad_b
 
 
@@ -209,7 +272,7 @@ def pool(x, ptr, reduce: str = "sum", return_argmax: bool = False, out=None):
     G = _dims(ptr, "ptr", 1)[0] - 1
     out = _new(x, (max(G, 0), F)) if out is None else _out(out, x)
     argmax = _new(x, (max(G, 0), F), "int32") if reduce == "max" else None
-    _gnn.pool_forward(_raw(x), ptr, reduce, out, argmax)
+    _gnn.pool_forward(_raw(x), _raw(ptr), reduce, _raw(out), _raw(argmax), _stream(x))
     return (out, argmax) if return_argmax else out
 
 
@@ -217,7 +280,8 @@ def pool_backward(grad_out, ptr, num_rows: int, reduce: str = "sum", argmax=None
     """The gradient of pool with respect to x [num_rows, F]; 'max' needs argmax, 'logsumexp' x and y."""
     _, F = _dims(grad_out, "grad_out", 2)
     grad_x = _new(grad_out, (int(num_rows), F))
-    _gnn.pool_backward(_raw(grad_out), ptr, reduce, _raw(argmax), _raw(x), _raw(y), grad_x)
+    _gnn.pool_backward(_raw(grad_out), _raw(ptr), reduce, _raw(argmax), _raw(x), _raw(y), _raw(grad_x),
+                       _stream(grad_out))
     return grad_x
 
 
@@ -230,7 +294,8 @@ def instance_norm(x, ptr, weight=None, bias=None, eps: float = 1e-5, out=None):
     G = _dims(ptr, "ptr", 1)[0] - 1
     out = _new(x, (N, F)) if out is None else _out(out, x, weight, bias)
     mean, rstd = _new(x, (max(G, 0), F)), _new(x, (max(G, 0), F))
-    _gnn.instance_norm_forward(_raw(x), ptr, _raw(weight), _raw(bias), float(eps), out, mean, rstd)
+    _gnn.instance_norm_forward(_raw(x), _raw(ptr), _raw(weight), _raw(bias), float(eps), _raw(out), _raw(mean),
+                               _raw(rstd), _stream(x))
     return out, mean, rstd
 
 
@@ -240,8 +305,8 @@ def instance_norm_backward(grad_out, x, ptr, mean, rstd, weight=None, need_affin
     grad_x = _new(x, (N, F))
     grad_w = _new(x, (F,)) if need_affine_grad else None
     grad_b = _new(x, (F,)) if need_affine_grad else None
-    _gnn.instance_norm_backward(_raw(grad_out), _raw(x), ptr, _raw(mean), _raw(rstd), _raw(weight), grad_x, grad_w,
-                                grad_b)
+    _gnn.instance_norm_backward(_raw(grad_out), _raw(x), _raw(ptr), _raw(mean), _raw(rstd), _raw(weight),
+                                _raw(grad_x), _raw(grad_w), _raw(grad_b), _stream(x))
     return grad_x, grad_w, grad_b
 
 
@@ -250,7 +315,8 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, out=None):
     R, F = _dims(x, "x", 2)
     out = _new(x, (R, F)) if out is None else _out(out, x, weight, bias)
     mean, rstd = _new(x, (R,)), _new(x, (R,))
-    _gnn.layer_norm_forward(_raw(x), _raw(weight), _raw(bias), float(eps), out, mean, rstd)
+    _gnn.layer_norm_forward(_raw(x), _raw(weight), _raw(bias), float(eps), _raw(out), _raw(mean), _raw(rstd),
+                            _stream(x))
     return out, mean, rstd
 
 
@@ -260,5 +326,6 @@ def layer_norm_backward(grad_out, x, mean, rstd, weight=None, need_affine_grad: 
     grad_x = _new(x, (R, F))
     grad_w = _new(x, (F,)) if need_affine_grad else None
     grad_b = _new(x, (F,)) if need_affine_grad else None
-    _gnn.layer_norm_backward(_raw(grad_out), _raw(x), _raw(mean), _raw(rstd), _raw(weight), grad_x, grad_w, grad_b)
+    _gnn.layer_norm_backward(_raw(grad_out), _raw(x), _raw(mean), _raw(rstd), _raw(weight), _raw(grad_x),
+                             _raw(grad_w), _raw(grad_b), _stream(x))
     return grad_x, grad_w, grad_b

@@ -5,8 +5,8 @@ under PyG's names, so a PyG model swaps a layer by changing an import and a PyG 
 
     from gnn.torch import SAGEConv          # instead of: from torch_geometric.nn import SAGEConv
 
-What differs from PyG, by design: CPU float32 tensors only (this build's kernels run on the host); the
-backward sums in a fixed order (no atomics), so gradients have the same bits on every run and thread
+What differs from PyG, by design: float32 tensors only, on the CPU or (a build with CUDA) a CUDA device,
+where the kernels run on torch's current stream; the backward sums in a fixed order (no atomics), so gradients have the same bits on every run and thread
 count; the CSR/CSC graph built from ``edge_index`` is kept and reused while the same ``edge_index``
 tensor (same storage and version) comes back, as it does every step of full-graph training. Anything
 the kernels do not cover (GAT edge features, bipartite inputs, SAGE's lstm aggregation) raises
@@ -69,11 +69,23 @@ class _GraphCache:
         return _GraphCache()
 
 
+def _on(cache: dict, key: str, t: Tensor, device) -> Tensor:
+    """t on device, copied there once and kept in cache (a graph's derived arrays, reused every step)."""
+    if t.device == device:
+        return t
+    k = (key, str(device))
+    if k not in cache:
+        cache[k] = t.to(device)
+    return cache[k]
+
+
 def _check_x(x: Tensor, name: str = "x") -> None:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.device.type != "cpu":
-        raise TypeError(f"{name} is on {x.device}; this build of gnn runs its kernels on CPU tensors only")
+    if x.device.type not in ("cpu", "cuda"):
+        raise TypeError(f"{name} is on {x.device}; gnn's kernels run on CPU and CUDA tensors")
+    if x.is_cuda and not _g._gnn.with_cuda:
+        raise TypeError(f"{name} is on {x.device}, and this build of gnn has no CUDA (build it where nvcc is on PATH)")
     if x.dtype != torch.float32:
         raise TypeError(f"{name} must be float32, got {x.dtype}")
 
@@ -364,35 +376,41 @@ class GCNConv(nn.Module):
             ei, keep, last = _remaining_self_loops(ei, num_nodes)
         graph = Graph(ei, num_nodes=num_nodes)
         eid = torch.from_numpy(graph.eid.astype("int64"))
-        return graph, eid, keep, last, self._norm(graph, eid, torch.ones(ei.shape[1]))
+        n = graph.num_nodes
+        rows = {"eid": eid, "keep": keep, "last": last,
+                "row_of": torch.repeat_interleave(torch.arange(n), torch.from_numpy(graph.indptr.astype("int64")).diff()),
+                "src": torch.from_numpy(graph.indices.astype("int64"))}
+        return graph, rows, {}, self._norm(graph, rows, {}, torch.ones(ei.shape[1]))
 
-    def _norm(self, graph: Graph, eid: Tensor, w: Tensor) -> Tensor:
-        w = w[eid]  # CSR order
+    def _norm(self, graph: Graph, rows: dict, memo: dict, w: Tensor) -> Tensor:
+        """The edge weights w (input order, on any device) in CSR order, normalised."""
+        on = lambda key: _on(memo, key, rows[key], w.device)  # noqa: E731
+        w = w[on("eid")]  # CSR order
         if self.normalize:
-            n = graph.num_nodes
-            row_of = torch.repeat_interleave(torch.arange(n), torch.from_numpy(graph.indptr.astype("int64")).diff())
-            deg = torch.zeros(n, dtype=w.dtype).index_add(0, row_of, w)
+            row_of = on("row_of")
+            deg = torch.zeros(graph.num_nodes, dtype=w.dtype, device=w.device).index_add(0, row_of, w)
             dinv = deg.pow(-0.5)
             dinv = torch.where(torch.isinf(dinv), torch.zeros_like(dinv), dinv)
-            w = dinv[torch.from_numpy(graph.indices.astype("int64"))] * w * dinv[row_of]
+            w = dinv[on("src")] * w * dinv[row_of]
         return w.contiguous()
 
     def forward(self, x: Tensor, edge_index, edge_weight: Optional[Tensor] = None) -> Tensor:
         _check_x(x)
         if isinstance(edge_index, Graph):
             raise TypeError("GCNConv: pass edge_index (the layer adds self-loops and normalises)")
-        graph, eid, keep, last, w = self._cache.get(edge_index, x.shape[0],
-                                                    lambda: self._graph(edge_index, x.shape[0]))
+        graph, rows, memo, w = self._cache.get(edge_index, x.shape[0], lambda: self._graph(edge_index, x.shape[0]))
+        w = _on(memo, "w", w, x.device)
         if edge_weight is not None:
             _check_x(edge_weight, "edge_weight")
             if edge_weight.shape != (edge_index.shape[1],):
                 raise ValueError(f"edge_weight must have shape ({edge_index.shape[1]},), got {tuple(edge_weight.shape)}")
             ew = edge_weight
             if self.add_self_loops:
-                fill = torch.full((x.shape[0],), 2.0 if self.improved else 1.0)
+                last = _on(memo, "last", rows["last"], ew.device)
+                fill = torch.full((x.shape[0],), 2.0 if self.improved else 1.0, device=ew.device)
                 loop_w = torch.where(last >= 0, edge_weight[last.clamp(min=0)], fill)
-                ew = torch.cat([edge_weight[keep], loop_w])
-            w = self._norm(graph, eid, ew)
+                ew = torch.cat([edge_weight[_on(memo, "keep", rows["keep"], ew.device)], loop_w])
+            w = self._norm(graph, rows, memo, ew)
         out = spmm(graph, x @ self.lin.weight.t(), "sum", w)
         return out + self.bias if self.bias is not None else out
 
@@ -475,13 +493,17 @@ class GATConv(nn.Module):
         N, H, C = x.shape[0], self.heads, self.out_channels
         if isinstance(edge_index, Graph):
             raise TypeError("GATConv: pass edge_index (the layer replaces self-loops by one per node)")
-        graph = self._cache.get(edge_index, N, lambda: self._prepare(edge_index, N))
+        graph, memo = self._cache.get(edge_index, N, lambda: (self._prepare(edge_index, N), {}))
         xw = x @ self.lin.weight.t()  # [N, H*C]
         xh = xw.view(N, H, C)
         a_src = (xh * self.att_src).sum(-1)
         a_dst = (xh * self.att_dst).sum(-1)
-        alpha = segment_softmax(gat_scores(graph, a_src, a_dst, self.negative_slope),
-                                graph.indptr)
+        indptr = graph.indptr
+        if x.is_cuda:  # the graph's row pointers on x's device, copied once
+            indptr = memo.get(str(x.device))
+            if indptr is None:
+                indptr = memo[str(x.device)] = torch.tensor(graph.indptr, device=x.device)
+        alpha = segment_softmax(gat_scores(graph, a_src, a_dst, self.negative_slope), indptr)
         alpha = nn.functional.dropout(alpha, p=self.dropout, training=self.training)
         out = spmm(graph, xw, "sum", alpha)
         out = out if self.concat else out.view(N, H, C).mean(1)

@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -32,6 +34,7 @@
 #include "kernels/sage.h"
 #include "kernels/segment_softmax.h"
 #include "kernels/spmm.h"
+#include "runtime/cuda.h"
 #include "runtime/graph.h"
 #include "runtime/parallel.h"
 #include "runtime/tensor.h"
@@ -72,18 +75,50 @@ std::vector<int64_t> shape_of(const A& a) {
   return s;
 }
 
-// One argument's checks: dtype, host memory, C-contiguous, and the shape (-1: any size there).
+// Where a call's arrays live: host memory or one CUDA device. The first array checked fixes it and every
+// other array of the call must be there too; CUDA calls run on the caller's stream (python/README.md).
+struct Place {
+  int32_t type = 0;  // a DLPack device type; 0 until the first array is checked
+  int32_t id = 0;
+  bool cuda() const { return type == int32_t(nb::device::cuda::value); }
+  Device device() const { return cuda() ? Device::cuda(id) : Device::cpu(); }
+};
+
+std::string place_str(int32_t type, int32_t id) {
+  if (type == int32_t(nb::device::cpu::value)) return "host memory";
+  if (type == int32_t(nb::device::cuda::value)) return "cuda:" + std::to_string(id);
+  return "DLPack device type " + std::to_string(type) + " (" + std::to_string(id) + ")";
+}
+
+template <class A>
+void check_place(const A& a, const char* name, Place& at) {
+  const int32_t type = a.device_type(), id = a.device_id();
+  if (type != int32_t(nb::device::cpu::value) && type != int32_t(nb::device::cuda::value))
+    throw nb::type_error(
+        (std::string(name) + " is on " + place_str(type, id) + "; gnn's kernels run on host memory and on CUDA devices")
+            .c_str());
+  if (type == int32_t(nb::device::cuda::value) && !kWithCuda)
+    throw nb::type_error((std::string(name) + " is on " + place_str(type, id) +
+                          ", and this build of gnn's Python module has no CUDA (build it where nvcc is on PATH)")
+                             .c_str());
+  if (at.type == 0) {
+    at.type = type, at.id = id;
+  } else if (at.type != type || at.id != id) {
+    throw nb::value_error((std::string(name) + " is on " + place_str(type, id) + ", the call's other arrays on " +
+                           place_str(at.type, at.id) + "; pass them all on one device")
+                              .c_str());
+  }
+}
+
+// One argument's checks: dtype, place (host or the call's CUDA device), C-contiguous, and the shape (-1:
+// any size there).
 template <class T, class A>
-T* checked(const A& a, const char* name, std::initializer_list<int64_t> shape) {
+T* checked(Place& at, const A& a, const char* name, std::initializer_list<int64_t> shape) {
   if (a.dtype() != nb::dtype<std::remove_const_t<T>>())
     throw nb::type_error((std::string(name) + " must be " + dtype_str(nb::dtype<std::remove_const_t<T>>()) + ", got " +
                           dtype_str(a.dtype()))
                              .c_str());
-  if (a.device_type() != nb::device::cpu::value)
-    throw nb::type_error((std::string(name) + " is not in host memory (DLPack device type " +
-                          std::to_string(a.device_type()) +
-                          "); this build of gnn's Python module runs its kernels on CPU arrays only")
-                             .c_str());
+  check_place(a, name, at);
   const std::vector<int64_t> got = shape_of(a);
   bool ok = got.size() == shape.size();
   for (size_t i = 0; ok && i < got.size(); ++i) ok = shape.begin()[i] < 0 || shape.begin()[i] == got[i];
@@ -108,8 +143,8 @@ T* checked(const A& a, const char* name, std::initializer_list<int64_t> shape) {
 }
 
 template <class T, class A>
-T* checked_opt(const std::optional<A>& a, const char* name, std::initializer_list<int64_t> shape) {
-  return a ? checked<T>(*a, name, shape) : nullptr;
+T* checked_opt(Place& at, const std::optional<A>& a, const char* name, std::initializer_list<int64_t> shape) {
+  return a ? checked<T>(at, *a, name, shape) : nullptr;
 }
 
 // The size of dimension d of an argument whose rank is checked first.
@@ -120,6 +155,62 @@ int64_t dim_of(const A& a, const char* name, size_t ndim, size_t d) {
         (std::string(name) + " must have " + std::to_string(ndim) + " dimensions, got shape " + shape_str(shape_of(a)))
             .c_str());
   return int64_t(a.shape(d));
+}
+
+// ---- CUDA calls -----------------------------------------------------------------------------------
+// A call on a CUDA device runs its kernels on the caller's stream (the integer handle the Python layer
+// passes: torch's or CuPy's current stream), with that device current. Scratch memory is stream-ordered
+// on the same stream (cudaMallocAsync), so it is reused only behind the kernels that read it.
+// The CUDA branches sit under `if constexpr (kWithCuda)`: a CPU-only build has no CUDA kernels to call.
+
+struct OnDevice {
+  int device;
+  Stream stream;
+  OnDevice(const Place& at, uintptr_t handle) : device(at.id), stream(reinterpret_cast<Stream>(handle)) {
+    cuda_set_device(device);
+  }
+};
+
+// Floats of stream-ordered scratch, freed on the stream when the call's kernels are queued.
+class Scratch {
+ public:
+  Scratch(const OnDevice& on, int64_t floats) : on_(on) {
+    if (floats > 0) p_ = static_cast<float*>(cuda_alloc_async(size_t(floats) * sizeof(float), on.device, on.stream));
+  }
+  ~Scratch() {
+    try {
+      cuda_free_async(p_, on_.device, on_.stream);
+    } catch (...) {}
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  float* get() const { return p_; }
+
+ private:
+  OnDevice on_;
+  float* p_ = nullptr;
+};
+
+// The values of a small index array (pointers) on the host, to check them before a kernel reads by them:
+// the array itself in host memory, or a copy made on the caller's stream (one wait) on a device.
+template <class I>
+const I* host_values(const I* p, int64_t n, const Place& at, uintptr_t stream, std::vector<I>& copy) {
+  if (!at.cuda()) return p;
+  copy.resize(size_t(n));
+  nb::gil_scoped_release release;
+  cuda_download_on(copy.data(), p, size_t(n) * sizeof(I), at.id, reinterpret_cast<Stream>(stream));
+  return copy.data();
+}
+
+// The module's cuBLAS use: gnn's handle of the device, one call at a time (a handle's stream is set per
+// call), with a workspace of its own from the caller's stream (the one gnn binds belongs to gnn's stream).
+std::mutex g_blas_mu;
+constexpr int64_t kBlasWorkspaceFloats = int64_t(2) << 20;  // 8 MiB
+BlasHandle module_blas(int device, const Scratch& workspace) {
+  BlasHandle b = cuda_blas(device);
+  b.workspace = workspace.get();
+  b.workspace_bytes = size_t(kBlasWorkspaceFloats) * sizeof(float);
+  return b;
 }
 
 Reduce parse_reduce(const std::string& r, bool allow_logsumexp = false) {
@@ -144,7 +235,21 @@ Act parse_activation(const std::string& name) {
 
 struct PyGraph {
   Graph g;
-  CsrView view() const {
+  std::map<int, Graph> on_device;  // copies on CUDA devices, made on a call's first use there
+
+  PyGraph() = default;
+  PyGraph(const PyGraph&) = delete;
+  PyGraph& operator=(const PyGraph&) = delete;
+  ~PyGraph() {
+    // A caller's stream may still be reading a copy: wait for the device before the copy is freed.
+    for (const auto& [device, copy] : on_device) {
+      try {
+        cuda_device_synchronize(device);
+      } catch (...) {}
+    }
+  }
+
+  static CsrView view_of(const Graph& g) {
     CsrView v;
     v.num_rows = g.num_nodes;
     v.num_cols = g.num_sources();
@@ -155,6 +260,19 @@ struct PyGraph {
     v.csc_to_csr = g.csc_to_csr.i32();
     v.num_edges = g.num_edges;
     return v;
+  }
+  CsrView view() const { return view_of(g); }
+  // The graph where a call's arrays are: this one, or its copy on their CUDA device (uploaded on gnn's
+  // stream and waited for, once, so that any stream may read it). Called with the GIL held.
+  CsrView view(const Place& at) {
+    if (!at.cuda()) return view();
+    auto it = on_device.find(at.id);
+    if (it == on_device.end()) {
+      Graph copy = g.to(Device::cuda(at.id));
+      cuda_synchronize(at.id);
+      it = on_device.emplace(at.id, std::move(copy)).first;
+    }
+    return view_of(it->second);
   }
 };
 
@@ -271,55 +389,100 @@ int64_t weight_heads(const OptIn& w, int64_t E, int64_t W) {
 }
 
 // Edge weights [E] or [E, H] (H may be 1), as weight_heads read them.
-const float* checked_weight(const OptIn& w, int64_t E, int64_t H) {
+const float* checked_weight(Place& at, const OptIn& w, int64_t E, int64_t H) {
   if (!w) return nullptr;
-  return w->ndim() == 2 ? checked<const float>(*w, "edge_weight", {E, H})
-                        : checked<const float>(*w, "edge_weight", {E});
+  return w->ndim() == 2 ? checked<const float>(at, *w, "edge_weight", {E, H})
+                        : checked<const float>(at, *w, "edge_weight", {E});
 }
 
-void spmm_forward(const PyGraph& graph, const In& x, const OptIn& edge_weight, const std::string& reduce, Out out,
-                  OptOut argmax) {
+// On a device, per-head weights [E, H] as H columns of E in scratch (a strided copy on the call's stream).
+void device_weight_columns(float* cols, const float* w, int64_t E, int64_t H, const OnDevice& on) {
+  for (int64_t h = 0; h < H; ++h)
+    cuda_copy_2d_on(cols + h * E, sizeof(float), w + h, size_t(H) * sizeof(float), sizeof(float), size_t(E), on.device,
+                    on.stream);
+}
+
+void spmm_forward(PyGraph& graph, const In& x, const OptIn& edge_weight, const std::string& reduce, Out out,
+                  OptOut argmax, uintptr_t stream) {
   const Reduce op = parse_reduce(reduce);
   const int64_t N = graph.g.num_nodes, S = graph.g.num_sources(), E = graph.g.num_edges;
   const int64_t W = dim_of(x, "x", 2, 1);
-  const float* xp = checked<const float>(x, "x", {S, W});
+  Place at;
+  const float* xp = checked<const float>(at, x, "x", {S, W});
   const int64_t H = weight_heads(edge_weight, E, W), F = W / H;
-  const float* wp = checked_weight(edge_weight, E, H);
-  float* yp = checked<float>(out, "out", {N, W});
+  const float* wp = checked_weight(at, edge_weight, E, H);
+  float* yp = checked<float>(at, out, "out", {N, W});
   if (op == Reduce::kMax && !argmax) throw nb::value_error("argmax: reduce='max' needs an int32 array (H, N, F)");
-  int32_t* ap = op == Reduce::kMax ? checked<int32_t>(*argmax, "argmax", {H, N, F}) : nullptr;
+  int32_t* ap = op == Reduce::kMax ? checked<int32_t>(at, *argmax, "argmax", {H, N, F}) : nullptr;
+  const CsrView g = graph.view(at);
   nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) {
+      const OnDevice on(at, stream);
+      if (H > 1 && op != Reduce::kMax) return spmm_heads_forward_cuda(yp, xp, wp, g, H, F, op, on.stream);
+      const Scratch cols(on, H > 1 ? E * H : 0);
+      if (H > 1) device_weight_columns(cols.get(), wp, E, H, on);
+      for (int64_t h = 0; h < H; ++h)
+        spmm_forward_cuda(yp + h * F, ap ? ap + h * N * F : nullptr, xp + h * F, H > 1 ? cols.get() + h * E : wp, g, F,
+                          W, W, op, on.stream);
+      return;
+    }
+  }
   const std::vector<float> cols = H > 1 ? weight_columns(wp, E, H) : std::vector<float>();
-  const CsrView g = graph.view();
   for (int64_t h = 0; h < H; ++h)
     spmm_forward_cpu(yp + h * F, ap ? ap + h * N * F : nullptr, xp + h * F, H > 1 ? cols.data() + h * E : wp, g, F, W,
                      W, op);
 }
 
-void spmm_backward(const PyGraph& graph, const In& grad_out, const OptIn& edge_weight, const std::string& reduce,
-                   const OptIn& argmax, const OptIn& x, OptOut grad_x, OptOut grad_weight) {
+void spmm_backward(PyGraph& graph, const In& grad_out, const OptIn& edge_weight, const std::string& reduce,
+                   const OptIn& argmax, const OptIn& x, OptOut grad_x, OptOut grad_weight, uintptr_t stream) {
   const Reduce op = parse_reduce(reduce);
   const int64_t N = graph.g.num_nodes, S = graph.g.num_sources(), E = graph.g.num_edges;
   const int64_t W = dim_of(grad_out, "grad_out", 2, 1);
-  const float* dy = checked<const float>(grad_out, "grad_out", {N, W});
+  Place at;
+  const float* dy = checked<const float>(at, grad_out, "grad_out", {N, W});
   const int64_t H = weight_heads(edge_weight, E, W), F = W / H;
-  const float* wp = checked_weight(edge_weight, E, H);
+  const float* wp = checked_weight(at, edge_weight, E, H);
   if (op == Reduce::kMax && !argmax) throw nb::value_error("argmax: reduce='max' needs the forward's argmax");
-  const int32_t* ap = op == Reduce::kMax ? checked<const int32_t>(*argmax, "argmax", {H, N, F}) : nullptr;
-  float* dx = checked_opt<float>(grad_x, "grad_x", {S, W});
+  const int32_t* ap = op == Reduce::kMax ? checked<const int32_t>(at, *argmax, "argmax", {H, N, F}) : nullptr;
+  float* dx = checked_opt<float>(at, grad_x, "grad_x", {S, W});
   float* dw = nullptr;
   const float* xp = nullptr;
   if (grad_weight) {
     if (!edge_weight) throw nb::value_error("grad_weight: the forward had no edge_weight");
     if (!x) throw nb::value_error("x: grad_weight needs the forward's input x");
-    dw = edge_weight->ndim() == 2 ? checked<float>(*grad_weight, "grad_weight", {E, H})
-                                  : checked<float>(*grad_weight, "grad_weight", {E});
-    xp = checked<const float>(*x, "x", {S, W});
+    dw = edge_weight->ndim() == 2 ? checked<float>(at, *grad_weight, "grad_weight", {E, H})
+                                  : checked<float>(at, *grad_weight, "grad_weight", {E});
+    xp = checked<const float>(at, *x, "x", {S, W});
   }
+  const CsrView g = graph.view(at);
   nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) {
+      const OnDevice on(at, stream);
+      if (H > 1 && op != Reduce::kMax) {
+        if (dx) spmm_heads_backward_x_cuda(dx, dy, wp, g, H, F, op, on.stream);
+        if (dw) spmm_heads_backward_w_cuda(dw, dy, xp, g, H, F, op, on.stream);
+        return;
+      }
+      const Scratch cols(on, H > 1 ? E * H : 0), dcols(on, dw && H > 1 ? E * H : 0);
+      if (H > 1) device_weight_columns(cols.get(), wp, E, H, on);
+      for (int64_t h = 0; h < H; ++h) {
+        const float* wh = H > 1 ? cols.get() + h * E : wp;
+        const int32_t* ah = ap ? ap + h * N * F : nullptr;
+        if (dx) spmm_backward_x_cuda(dx + h * F, dy + h * F, ah, wh, g, F, W, W, op, false, on.stream);
+        if (dw)
+          spmm_backward_w_cuda(H > 1 ? dcols.get() + h * E : dw, dy + h * F, xp + h * F, ah, g, F, W, W, op, on.stream);
+      }
+      if (dw && H > 1)  // the columns back into [E, H]
+        for (int64_t h = 0; h < H; ++h)
+          cuda_copy_2d_on(dw + h, size_t(H) * sizeof(float), dcols.get() + h * E, sizeof(float), sizeof(float),
+                          size_t(E), on.device, on.stream);
+      return;
+    }
+  }
   const std::vector<float> cols = H > 1 ? weight_columns(wp, E, H) : std::vector<float>();
   std::vector<float> dcols(dw && H > 1 ? size_t(E * H) : 0);
-  const CsrView g = graph.view();
   for (int64_t h = 0; h < H; ++h) {
     const float* wh = H > 1 ? cols.data() + h * E : wp;
     const int32_t* ah = ap ? ap + h * N * F : nullptr;
@@ -332,23 +495,35 @@ void spmm_backward(const PyGraph& graph, const In& grad_out, const OptIn& edge_w
 }
 
 // Seconds per call of spmm_forward (its checks included) looped in C++: what a call costs with no Python
-// in the way, for `python -m gnn.bench --overhead`.
-double time_spmm_forward(const PyGraph& graph, const In& x, const std::string& reduce, Out out, int repeats) {
+// in the way, for `python -m gnn.bench --overhead`. On a device, the calls are queued and waited for once.
+double time_spmm_forward(PyGraph& graph, const In& x, const std::string& reduce, Out out, int repeats,
+                         uintptr_t stream) {
   if (reduce == "max") throw nb::value_error("reduce: time 'sum' or 'mean' (max needs an argmax array)");
   if (repeats < 1) throw nb::value_error("repeats must be >= 1");
-  spmm_forward(graph, x, std::nullopt, reduce, out, std::nullopt);
+  auto wait = [&] {
+    if (x.device_type() != nb::device::cuda::value) return;
+    nb::gil_scoped_release release;
+    cuda_stream_synchronize(reinterpret_cast<Stream>(stream), int(x.device_id()));
+  };
+  spmm_forward(graph, x, std::nullopt, reduce, out, std::nullopt, stream);
+  wait();
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < repeats; ++i) spmm_forward(graph, x, std::nullopt, reduce, out, std::nullopt);
+  for (int i = 0; i < repeats; ++i) spmm_forward(graph, x, std::nullopt, reduce, out, std::nullopt, stream);
+  wait();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / repeats;
 }
 
-const int32_t* checked_indptr(const In& indptr, int64_t& S) {
+const int32_t* checked_indptr(Place& at, const In& indptr, int64_t& S) {
   S = dim_of(indptr, "indptr", 1, 0) - 1;
   if (S < 0) throw nb::value_error("indptr must have at least one entry (0)");
-  return checked<const int32_t>(indptr, "indptr", {S + 1});
+  return checked<const int32_t>(at, indptr, "indptr", {S + 1});
 }
 
-void check_indptr_values(const int32_t* p, int64_t S, int64_t E, const char* rows) {
+// indptr's values (on the host, or copied from the call's device) must start at 0, end at E, not decrease.
+void check_indptr_values(const int32_t* ptr, int64_t S, int64_t E, const char* rows, const Place& at,
+                         uintptr_t stream) {
+  std::vector<int32_t> copy;
+  const int32_t* p = host_values(ptr, S + 1, at, stream, copy);
   if (p[0] != 0 || p[S] != E)
     throw nb::value_error(("indptr must start at 0 and end at the number of " + std::string(rows) + " (" +
                            std::to_string(E) + "), got " + std::to_string(p[0]) + " .. " + std::to_string(p[S]))
@@ -358,91 +533,138 @@ void check_indptr_values(const int32_t* p, int64_t S, int64_t E, const char* row
       throw nb::value_error(("indptr must not decrease; it does at position " + std::to_string(s + 1)).c_str());
 }
 
-void segment_softmax_forward(const In& x, const In& indptr, Out out) {
-  int64_t S;
-  const int32_t* ptr = checked_indptr(indptr, S);
+void segment_softmax_forward(const In& x, const In& indptr, Out out, uintptr_t stream) {
+  Place at;
   const int64_t E = dim_of(x, "x", 2, 0), H = int64_t(x.shape(1));
-  const float* xp = checked<const float>(x, "x", {E, H});
-  float* yp = checked<float>(out, "out", {E, H});
-  check_indptr_values(ptr, S, E, "rows of x");
+  const float* xp = checked<const float>(at, x, "x", {E, H});
+  int64_t S;
+  const int32_t* ptr = checked_indptr(at, indptr, S);
+  float* yp = checked<float>(at, out, "out", {E, H});
+  check_indptr_values(ptr, S, E, "rows of x", at, stream);
   nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) return segment_softmax_forward_cuda(yp, xp, ptr, S, H, OnDevice(at, stream).stream);
+  }
   segment_softmax_forward_cpu(yp, xp, ptr, S, H);
 }
 
-void segment_softmax_backward(const In& y, const In& grad_out, const In& indptr, Out grad_x) {
-  int64_t S;
-  const int32_t* ptr = checked_indptr(indptr, S);
+void segment_softmax_backward(const In& y, const In& grad_out, const In& indptr, Out grad_x, uintptr_t stream) {
+  Place at;
   const int64_t E = dim_of(y, "y", 2, 0), H = int64_t(y.shape(1));
-  const float* yp = checked<const float>(y, "y", {E, H});
-  const float* dy = checked<const float>(grad_out, "grad_out", {E, H});
-  float* dx = checked<float>(grad_x, "grad_x", {E, H});
-  check_indptr_values(ptr, S, E, "rows of y");
+  const float* yp = checked<const float>(at, y, "y", {E, H});
+  int64_t S;
+  const int32_t* ptr = checked_indptr(at, indptr, S);
+  const float* dy = checked<const float>(at, grad_out, "grad_out", {E, H});
+  float* dx = checked<float>(at, grad_x, "grad_x", {E, H});
+  check_indptr_values(ptr, S, E, "rows of y", at, stream);
   nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) return segment_softmax_backward_cuda(dx, yp, dy, ptr, S, H, OnDevice(at, stream).stream);
+  }
   segment_softmax_backward_cpu(dx, yp, dy, ptr, S, H);
 }
 
-void gat_scores_forward(const PyGraph& graph, const In& a_src, const In& a_dst, float negative_slope, Out out) {
+void gat_scores_forward(PyGraph& graph, const In& a_src, const In& a_dst, float negative_slope, Out out,
+                        uintptr_t stream) {
   const int64_t N = graph.g.num_nodes, E = graph.g.num_edges;
   if (graph.g.num_src >= 0) throw nb::value_error("graph: GAT scores need one node set, not a bipartite graph");
   const int64_t H = dim_of(a_src, "a_src", 2, 1);
-  const float* as = checked<const float>(a_src, "a_src", {N, H});
-  const float* ad = checked<const float>(a_dst, "a_dst", {N, H});
-  float* s = checked<float>(out, "out", {E, H});
+  Place at;
+  const float* as = checked<const float>(at, a_src, "a_src", {N, H});
+  const float* ad = checked<const float>(at, a_dst, "a_dst", {N, H});
+  float* s = checked<float>(at, out, "out", {E, H});
+  const CsrView g = graph.view(at);
   nb::gil_scoped_release release;
-  gat_scores_forward_cpu(s, as, ad, graph.view(), H, negative_slope);
+  if constexpr (kWithCuda) {
+    if (at.cuda()) return gat_scores_forward_cuda(s, as, ad, g, H, negative_slope, OnDevice(at, stream).stream);
+  }
+  gat_scores_forward_cpu(s, as, ad, g, H, negative_slope);
 }
 
-void gat_scores_backward(const PyGraph& graph, const In& grad_out, const In& a_src, const In& a_dst,
-                         float negative_slope, Out grad_src, Out grad_dst) {
+void gat_scores_backward(PyGraph& graph, const In& grad_out, const In& a_src, const In& a_dst, float negative_slope,
+                         Out grad_src, Out grad_dst, uintptr_t stream) {
   const int64_t N = graph.g.num_nodes, E = graph.g.num_edges;
   if (graph.g.num_src >= 0) throw nb::value_error("graph: GAT scores need one node set, not a bipartite graph");
   const int64_t H = dim_of(a_src, "a_src", 2, 1);
-  const float* ds = checked<const float>(grad_out, "grad_out", {E, H});
-  const float* as = checked<const float>(a_src, "a_src", {N, H});
-  const float* ad = checked<const float>(a_dst, "a_dst", {N, H});
-  float* dsrc = checked<float>(grad_src, "grad_src", {N, H});
-  float* ddst = checked<float>(grad_dst, "grad_dst", {N, H});
+  Place at;
+  const float* ds = checked<const float>(at, grad_out, "grad_out", {E, H});
+  const float* as = checked<const float>(at, a_src, "a_src", {N, H});
+  const float* ad = checked<const float>(at, a_dst, "a_dst", {N, H});
+  float* dsrc = checked<float>(at, grad_src, "grad_src", {N, H});
+  float* ddst = checked<float>(at, grad_dst, "grad_dst", {N, H});
+  const CsrView g = graph.view(at);
   nb::gil_scoped_release release;
-  gat_scores_backward_cpu(dsrc, ddst, ds, as, ad, graph.view(), H, negative_slope);
+  if constexpr (kWithCuda) {
+    if (at.cuda())
+      return gat_scores_backward_cuda(dsrc, ddst, ds, as, ad, g, H, negative_slope, OnDevice(at, stream).stream);
+  }
+  gat_scores_backward_cpu(dsrc, ddst, ds, as, ad, g, H, negative_slope);
 }
 
-void sage_forward(const PyGraph& graph, const In& x, const In& weight, const OptIn& bias, const std::string& activation,
-                  float negative_slope, Out out, OptOut z, OptOut h) {
+void sage_forward(PyGraph& graph, const In& x, const In& weight, const OptIn& bias, const std::string& activation,
+                  float negative_slope, Out out, OptOut z, OptOut h, uintptr_t stream) {
   const Act act = parse_activation(activation);
   if (graph.g.num_src >= 0) throw nb::value_error("graph: the SAGE layer needs one node set, not a bipartite graph");
   const int64_t N = graph.g.num_nodes, F = dim_of(x, "x", 2, 1), O = dim_of(weight, "weight", 2, 1);
-  const float* xp = checked<const float>(x, "x", {N, F});
-  const float* W = checked<const float>(weight, "weight", {2 * F, O});
-  const float* b = checked_opt<const float>(bias, "bias", {O});
-  float* yp = checked<float>(out, "out", {N, O});
+  Place at;
+  const float* xp = checked<const float>(at, x, "x", {N, F});
+  const float* W = checked<const float>(at, weight, "weight", {2 * F, O});
+  const float* b = checked_opt<const float>(at, bias, "bias", {O});
+  float* yp = checked<float>(at, out, "out", {N, O});
   if (bool(z) != bool(h)) throw nb::value_error("z and h: pass both (to train) or neither (inference)");
-  float* zp = checked_opt<float>(z, "z", {N, O});
-  float* hp = checked_opt<float>(h, "h", {N, 2 * F});
+  float* zp = checked_opt<float>(at, z, "z", {N, O});
+  float* hp = checked_opt<float>(at, h, "h", {N, 2 * F});
+  const CsrView g = graph.view(at);
   nb::gil_scoped_release release;
-  sage_forward_cpu(yp, zp, hp, xp, graph.view(), W, b, F, O, act, negative_slope);
+  if constexpr (kWithCuda) {
+    if (at.cuda()) {
+      const OnDevice on(at, stream);
+      const Scratch scratch(on, hp ? 0 : N * 2 * F), workspace(on, kBlasWorkspaceFloats);
+      std::lock_guard<std::mutex> lock(g_blas_mu);
+      return sage_forward_cuda(yp, zp, hp, scratch.get(), xp, g, W, b, F, O, act, negative_slope,
+                               module_blas(on.device, workspace), on.stream);
+    }
+  }
+  sage_forward_cpu(yp, zp, hp, xp, g, W, b, F, O, act, negative_slope);
 }
 
-void sage_backward(const PyGraph& graph, const In& grad_out, const In& z, const In& h, const In& weight,
-                   const std::string& activation, float negative_slope, Out grad_x, Out grad_weight, OptOut grad_bias) {
+void sage_backward(PyGraph& graph, const In& grad_out, const In& z, const In& h, const In& weight,
+                   const std::string& activation, float negative_slope, Out grad_x, Out grad_weight, OptOut grad_bias,
+                   uintptr_t stream) {
   const Act act = parse_activation(activation);
   if (graph.g.num_src >= 0) throw nb::value_error("graph: the SAGE layer needs one node set, not a bipartite graph");
   const int64_t N = graph.g.num_nodes, O = dim_of(weight, "weight", 2, 1), F = int64_t(weight.shape(0)) / 2;
-  const float* W = checked<const float>(weight, "weight", {2 * F, O});
-  const float* dy = checked<const float>(grad_out, "grad_out", {N, O});
-  const float* zp = checked<const float>(z, "z", {N, O});
-  const float* hp = checked<const float>(h, "h", {N, 2 * F});
-  float* dx = checked<float>(grad_x, "grad_x", {N, F});
-  float* dW = checked<float>(grad_weight, "grad_weight", {2 * F, O});
-  float* db = checked_opt<float>(grad_bias, "grad_bias", {O});
+  Place at;
+  const float* W = checked<const float>(at, weight, "weight", {2 * F, O});
+  const float* dy = checked<const float>(at, grad_out, "grad_out", {N, O});
+  const float* zp = checked<const float>(at, z, "z", {N, O});
+  const float* hp = checked<const float>(at, h, "h", {N, 2 * F});
+  float* dx = checked<float>(at, grad_x, "grad_x", {N, F});
+  float* dW = checked<float>(at, grad_weight, "grad_weight", {2 * F, O});
+  float* db = checked_opt<float>(at, grad_bias, "grad_bias", {O});
+  const CsrView g = graph.view(at);
   nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) {
+      const OnDevice on(at, stream);
+      const Scratch scratch(on, sage_backward_workspace_cuda(N, F, O)), workspace(on, kBlasWorkspaceFloats);
+      std::lock_guard<std::mutex> lock(g_blas_mu);
+      return sage_backward_cuda(dx, dW, db, dy, zp, hp, g, W, F, O, act, negative_slope, scratch.get(),
+                                module_blas(on.device, workspace), on.stream);
+    }
+  }
   std::vector<float> workspace(size_t(sage_backward_workspace(N, F, O)));
-  sage_backward_cpu(dx, dW, db, dy, zp, hp, graph.view(), W, F, O, act, negative_slope, workspace.data());
+  sage_backward_cpu(dx, dW, db, dy, zp, hp, g, W, F, O, act, negative_slope, workspace.data());
 }
 
-const int64_t* checked_ptr(const In& ptr, int64_t rows, int64_t& G) {
+// A graph pointer array [G + 1] (int64) over `rows` rows: checked, and its values (on the host, or copied
+// from the call's device) must start at 0, end at rows and not decrease.
+const int64_t* checked_ptr(Place& at, const In& ptr, int64_t rows, int64_t& G, uintptr_t stream) {
   G = dim_of(ptr, "ptr", 1, 0) - 1;
   if (G < 0) throw nb::value_error("ptr must have at least one entry (0)");
-  const int64_t* p = checked<const int64_t>(ptr, "ptr", {G + 1});
+  const int64_t* ptr_data = checked<const int64_t>(at, ptr, "ptr", {G + 1});
+  std::vector<int64_t> copy;
+  const int64_t* p = host_values(ptr_data, G + 1, at, stream, copy);
   if (p[0] != 0 || p[G] != rows)
     throw nb::value_error(("ptr must start at 0 and end at the number of rows of x (" + std::to_string(rows) +
                            "), got " + std::to_string(p[0]) + " .. " + std::to_string(p[G]))
@@ -450,104 +672,149 @@ const int64_t* checked_ptr(const In& ptr, int64_t rows, int64_t& G) {
   for (int64_t g = 0; g < G; ++g)
     if (p[g + 1] < p[g])
       throw nb::value_error(("ptr must not decrease; it does at position " + std::to_string(g + 1)).c_str());
-  return p;
+  return ptr_data;
 }
 
-void pool_forward(const In& x, const In& ptr, const std::string& reduce, Out out, OptOut argmax) {
+void pool_forward(const In& x, const In& ptr, const std::string& reduce, Out out, OptOut argmax, uintptr_t stream) {
   const bool lse = reduce == "logsumexp";
   const Reduce op = lse ? Reduce::kSum : parse_reduce(reduce, true);
   const int64_t N = dim_of(x, "x", 2, 0), F = int64_t(x.shape(1));
+  Place at;
   int64_t G;
-  const float* xp = checked<const float>(x, "x", {N, F});
-  const int64_t* p = checked_ptr(ptr, N, G);
-  float* yp = checked<float>(out, "out", {G, F});
+  const float* xp = checked<const float>(at, x, "x", {N, F});
+  const int64_t* p = checked_ptr(at, ptr, N, G, stream);
+  float* yp = checked<float>(at, out, "out", {G, F});
   if (op == Reduce::kMax && !lse && !argmax) throw nb::value_error("argmax: reduce='max' needs an int32 array (G, F)");
-  int32_t* ap = op == Reduce::kMax && !lse ? checked<int32_t>(*argmax, "argmax", {G, F}) : nullptr;
+  int32_t* ap = op == Reduce::kMax && !lse ? checked<int32_t>(at, *argmax, "argmax", {G, F}) : nullptr;
   nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) {
+      const OnDevice on(at, stream);
+      if (lse) return pool_logsumexp_forward_cuda(yp, xp, p, G, F, on.stream);
+      return pool_forward_cuda(yp, ap, xp, p, G, F, op, on.stream);
+    }
+  }
   if (lse) pool_logsumexp_forward_cpu(yp, xp, p, G, F);
   else pool_forward_cpu(yp, ap, xp, p, G, F, op);
 }
 
 void pool_backward(const In& grad_out, const In& ptr, const std::string& reduce, const OptIn& argmax, const OptIn& x,
-                   const OptIn& y, Out grad_x) {
+                   const OptIn& y, Out grad_x, uintptr_t stream) {
   const bool lse = reduce == "logsumexp";
   const Reduce op = lse ? Reduce::kSum : parse_reduce(reduce, true);
   const int64_t N = dim_of(grad_x, "grad_x", 2, 0), F = int64_t(grad_x.shape(1));
+  Place at;
   int64_t G;
-  const int64_t* p = checked_ptr(ptr, N, G);
-  const float* dy = checked<const float>(grad_out, "grad_out", {G, F});
-  float* dx = checked<float>(grad_x, "grad_x", {N, F});
+  float* dx = checked<float>(at, grad_x, "grad_x", {N, F});
+  const int64_t* p = checked_ptr(at, ptr, N, G, stream);
+  const float* dy = checked<const float>(at, grad_out, "grad_out", {G, F});
   if (lse && (!x || !y)) throw nb::value_error("x and y: reduce='logsumexp' needs the forward's input and output");
-  const float* xp = lse ? checked<const float>(*x, "x", {N, F}) : nullptr;
-  const float* yp = lse ? checked<const float>(*y, "y", {G, F}) : nullptr;
+  const float* xp = lse ? checked<const float>(at, *x, "x", {N, F}) : nullptr;
+  const float* yp = lse ? checked<const float>(at, *y, "y", {G, F}) : nullptr;
   if (op == Reduce::kMax && !lse && !argmax) throw nb::value_error("argmax: reduce='max' needs the forward's argmax");
-  const int32_t* ap = op == Reduce::kMax && !lse ? checked<const int32_t>(*argmax, "argmax", {G, F}) : nullptr;
+  const int32_t* ap = op == Reduce::kMax && !lse ? checked<const int32_t>(at, *argmax, "argmax", {G, F}) : nullptr;
   nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) {
+      const OnDevice on(at, stream);
+      if (lse) return pool_logsumexp_backward_cuda(dx, dy, xp, yp, p, N, G, F, on.stream);
+      return pool_backward_cuda(dx, dy, ap, p, N, G, F, op, on.stream);
+    }
+  }
   if (lse) pool_logsumexp_backward_cpu(dx, dy, xp, yp, p, G, F);
   else pool_backward_cpu(dx, dy, ap, p, G, F, op);
 }
 
 void instance_norm_forward(const In& x, const In& ptr, const OptIn& weight, const OptIn& bias, float eps, Out out,
-                           Out mean, Out rstd) {
+                           Out mean, Out rstd, uintptr_t stream) {
   const int64_t N = dim_of(x, "x", 2, 0), F = int64_t(x.shape(1));
+  Place at;
   int64_t G;
-  const float* xp = checked<const float>(x, "x", {N, F});
-  const int64_t* p = checked_ptr(ptr, N, G);
-  const float* gamma = checked_opt<const float>(weight, "weight", {F});
-  const float* beta = checked_opt<const float>(bias, "bias", {F});
-  float* yp = checked<float>(out, "out", {N, F});
-  float* mp = checked<float>(mean, "mean", {G, F});
-  float* rp = checked<float>(rstd, "rstd", {G, F});
+  const float* xp = checked<const float>(at, x, "x", {N, F});
+  const int64_t* p = checked_ptr(at, ptr, N, G, stream);
+  const float* gamma = checked_opt<const float>(at, weight, "weight", {F});
+  const float* beta = checked_opt<const float>(at, bias, "bias", {F});
+  float* yp = checked<float>(at, out, "out", {N, F});
+  float* mp = checked<float>(at, mean, "mean", {G, F});
+  float* rp = checked<float>(at, rstd, "rstd", {G, F});
   if (!(eps > 0)) throw nb::value_error(("eps must be > 0, got " + std::to_string(eps)).c_str());
   nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda())
+      return instance_norm_forward_cuda(yp, mp, rp, xp, nullptr, gamma, beta, p, G, F, eps, Act::kNone,
+                                        OnDevice(at, stream).stream);
+  }
   instance_norm_forward_cpu(yp, mp, rp, xp, nullptr, gamma, beta, p, G, F, eps, Act::kNone);
 }
 
 void instance_norm_backward(const In& grad_out, const In& x, const In& ptr, const In& mean, const In& rstd,
-                            const OptIn& weight, Out grad_x, OptOut grad_weight, OptOut grad_bias) {
+                            const OptIn& weight, Out grad_x, OptOut grad_weight, OptOut grad_bias, uintptr_t stream) {
   const int64_t N = dim_of(x, "x", 2, 0), F = int64_t(x.shape(1));
+  Place at;
   int64_t G;
-  const float* xp = checked<const float>(x, "x", {N, F});
-  const int64_t* p = checked_ptr(ptr, N, G);
-  const float* dy = checked<const float>(grad_out, "grad_out", {N, F});
-  const float* mp = checked<const float>(mean, "mean", {G, F});
-  const float* rp = checked<const float>(rstd, "rstd", {G, F});
-  const float* gamma = checked_opt<const float>(weight, "weight", {F});
-  float* dx = checked<float>(grad_x, "grad_x", {N, F});
-  std::vector<float> scratch_g(grad_weight ? 0 : size_t(F)), scratch_b(grad_bias ? 0 : size_t(F));
-  float* dg = grad_weight ? checked<float>(*grad_weight, "grad_weight", {F}) : scratch_g.data();
-  float* db = grad_bias ? checked<float>(*grad_bias, "grad_bias", {F}) : scratch_b.data();
+  const float* xp = checked<const float>(at, x, "x", {N, F});
+  const int64_t* p = checked_ptr(at, ptr, N, G, stream);
+  const float* dy = checked<const float>(at, grad_out, "grad_out", {N, F});
+  const float* mp = checked<const float>(at, mean, "mean", {G, F});
+  const float* rp = checked<const float>(at, rstd, "rstd", {G, F});
+  const float* gamma = checked_opt<const float>(at, weight, "weight", {F});
+  float* dx = checked<float>(at, grad_x, "grad_x", {N, F});
+  float* dg = checked_opt<float>(at, grad_weight, "grad_weight", {F});
+  float* db = checked_opt<float>(at, grad_bias, "grad_bias", {F});
   nb::gil_scoped_release release;
-  instance_norm_backward_cpu(dx, dg, db, dy, xp, nullptr, mp, rp, gamma, nullptr, p, G, F, Act::kNone);
+  if constexpr (kWithCuda) {
+    if (at.cuda()) {
+      const OnDevice on(at, stream);
+      const Scratch workspace(on, 2 * G * F);  // the per-graph terms, written whether or not asked for
+      return instance_norm_backward_cuda(dx, dg, db, dy, xp, nullptr, mp, rp, gamma, nullptr, p, G, F, Act::kNone,
+                                         workspace.get(), on.stream);
+    }
+  }
+  std::vector<float> scratch_g(dg ? 0 : size_t(F)), scratch_b(db ? 0 : size_t(F));
+  instance_norm_backward_cpu(dx, dg ? dg : scratch_g.data(), db ? db : scratch_b.data(), dy, xp, nullptr, mp, rp, gamma,
+                             nullptr, p, G, F, Act::kNone);
 }
 
-void layer_norm_forward(const In& x, const OptIn& weight, const OptIn& bias, float eps, Out out, Out mean, Out rstd) {
+void layer_norm_forward(const In& x, const OptIn& weight, const OptIn& bias, float eps, Out out, Out mean, Out rstd,
+                        uintptr_t stream) {
   const int64_t R = dim_of(x, "x", 2, 0), F = int64_t(x.shape(1));
-  const float* xp = checked<const float>(x, "x", {R, F});
-  const float* gamma = checked_opt<const float>(weight, "weight", {F});
-  const float* beta = checked_opt<const float>(bias, "bias", {F});
-  float* yp = checked<float>(out, "out", {R, F});
-  float* mp = checked<float>(mean, "mean", {R});
-  float* rp = checked<float>(rstd, "rstd", {R});
+  Place at;
+  const float* xp = checked<const float>(at, x, "x", {R, F});
+  const float* gamma = checked_opt<const float>(at, weight, "weight", {F});
+  const float* beta = checked_opt<const float>(at, bias, "bias", {F});
+  float* yp = checked<float>(at, out, "out", {R, F});
+  float* mp = checked<float>(at, mean, "mean", {R});
+  float* rp = checked<float>(at, rstd, "rstd", {R});
   if (!(eps > 0)) throw nb::value_error(("eps must be > 0, got " + std::to_string(eps)).c_str());
   nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) return layer_norm_forward_cuda(yp, mp, rp, xp, gamma, beta, R, F, eps, OnDevice(at, stream).stream);
+  }
   layer_norm_forward_cpu(yp, mp, rp, xp, gamma, beta, R, F, eps);
 }
 
 void layer_norm_backward(const In& grad_out, const In& x, const In& mean, const In& rstd, const OptIn& weight,
-                         Out grad_x, OptOut grad_weight, OptOut grad_bias) {
+                         Out grad_x, OptOut grad_weight, OptOut grad_bias, uintptr_t stream) {
   const int64_t R = dim_of(x, "x", 2, 0), F = int64_t(x.shape(1));
-  const float* xp = checked<const float>(x, "x", {R, F});
-  const float* dy = checked<const float>(grad_out, "grad_out", {R, F});
-  const float* mp = checked<const float>(mean, "mean", {R});
-  const float* rp = checked<const float>(rstd, "rstd", {R});
-  const float* gamma = checked_opt<const float>(weight, "weight", {F});
-  float* dx = checked<float>(grad_x, "grad_x", {R, F});
-  std::vector<float> scratch_g(grad_weight ? 0 : size_t(F)), scratch_b(grad_bias ? 0 : size_t(F));
-  float* dg = grad_weight ? checked<float>(*grad_weight, "grad_weight", {F}) : scratch_g.data();
-  float* db = grad_bias ? checked<float>(*grad_bias, "grad_bias", {F}) : scratch_b.data();
+  Place at;
+  const float* xp = checked<const float>(at, x, "x", {R, F});
+  const float* dy = checked<const float>(at, grad_out, "grad_out", {R, F});
+  const float* mp = checked<const float>(at, mean, "mean", {R});
+  const float* rp = checked<const float>(at, rstd, "rstd", {R});
+  const float* gamma = checked_opt<const float>(at, weight, "weight", {F});
+  float* dx = checked<float>(at, grad_x, "grad_x", {R, F});
+  float* dg = checked_opt<float>(at, grad_weight, "grad_weight", {F});
+  float* db = checked_opt<float>(at, grad_bias, "grad_bias", {F});
   nb::gil_scoped_release release;
-  layer_norm_backward_cpu(dx, dg, db, dy, xp, mp, rp, gamma, R, F);
+  if constexpr (kWithCuda) {
+    if (at.cuda()) {
+      const OnDevice on(at, stream);
+      const Scratch workspace(on, dg || db ? layer_norm_backward_workspace_cuda(R, F) : 0);
+      return layer_norm_backward_cuda(dx, dg, db, dy, xp, mp, rp, gamma, R, F, workspace.get(), on.stream);
+    }
+  }
+  std::vector<float> scratch_g(dg ? 0 : size_t(F)), scratch_b(db ? 0 : size_t(F));
+  layer_norm_backward_cpu(dx, dg ? dg : scratch_g.data(), db ? db : scratch_b.data(), dy, xp, mp, rp, gamma, R, F);
 }
 
 // ---- files ----------------------------------------------------------------------------------------
@@ -584,6 +851,87 @@ nb::dict load_tpugraph_py(const std::string& path, bool require_runtimes) {
   return tensors_to_dict(arrays);
 }
 
+// ---- device arrays (gnn.cuda) ---------------------------------------------------------------------
+// For arrays that no framework owns (and for tests where torch has no CUDA): device memory outside gnn's
+// pool, handed out through DLPack; freeing it waits for the device, so no stream can still be using it.
+
+nb::dlpack::dtype parse_dtype(const std::string& name) {
+  if (name == "float32") return nb::dtype<float>();
+  if (name == "int32") return nb::dtype<int32_t>();
+  if (name == "int64") return nb::dtype<int64_t>();
+  throw nb::value_error(("dtype must be 'float32', 'int32' or 'int64', got '" + name + "'").c_str());
+}
+
+using DeviceArray = nb::ndarray<nb::array_api>;  // an object with __dlpack__ and __dlpack_device__
+
+DeviceArray device_empty(const std::vector<int64_t>& shape, const std::string& dtype, int device) {
+  const nb::dlpack::dtype dt = parse_dtype(dtype);
+  size_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw nb::value_error(("shape must not be negative, got " + shape_str(shape)).c_str());
+    count *= size_t(d);
+  }
+  if (!cuda_available()) throw nb::type_error(("no CUDA device: " + cuda_status()).c_str());
+  if (device < 0 || device >= cuda_device_count())
+    throw nb::value_error(
+        ("device must be in [0, " + std::to_string(cuda_device_count()) + "), got " + std::to_string(device)).c_str());
+  void* p = cuda_malloc_unpooled(std::max<size_t>(count * dt.bits / 8, 1), device);
+  struct Block {
+    void* p;
+    int device;
+  };
+  nb::capsule owner(new Block{p, device}, [](void* b) noexcept {
+    auto* block = static_cast<Block*>(b);
+    try {
+      cuda_free_unpooled(block->p, block->device);
+    } catch (...) {}
+    delete block;
+  });
+  std::vector<size_t> dims(shape.begin(), shape.end());
+  return DeviceArray(p, dims.size(), dims.data(), owner, nullptr, dt, nb::device::cuda::value, device);
+}
+
+// Host array -> a new device array (copied and waited for, so it is there for any stream).
+DeviceArray device_from_host(const In& a, int device) {
+  if (a.device_type() != nb::device::cpu::value) throw nb::type_error("array: pass a host (NumPy) array");
+  const std::string dt = a.dtype() == nb::dtype<float>()     ? "float32"
+                         : a.dtype() == nb::dtype<int32_t>() ? "int32"
+                         : a.dtype() == nb::dtype<int64_t>() ? "int64"
+                                                             : "";
+  if (dt.empty())
+    throw nb::type_error(("array must be float32, int32 or int64, got " + std::string(dtype_str(a.dtype()))).c_str());
+  const std::vector<int64_t> shape = shape_of(a);
+  DeviceArray out = device_empty(shape, dt, device);
+  int64_t expect = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && shape[i] != 0 && a.stride(i) != expect)
+      throw nb::value_error("array is not C-contiguous; pass numpy.ascontiguousarray(array)");
+    expect *= shape[i];
+  }
+  nb::gil_scoped_release release;
+  cuda_copy(out.data(), Device::cuda(device), a.data(), Device::cpu(), a.nbytes());
+  return out;
+}
+
+// Device array -> a new NumPy array, copied behind the work queued on `stream` and waited for.
+nb::object device_to_host(const In& a, uintptr_t stream) {
+  if (a.device_type() != nb::device::cuda::value) throw nb::type_error("array is not on a CUDA device");
+  std::vector<size_t> dims;
+  for (size_t i = 0; i < a.ndim(); ++i) dims.push_back(a.shape(i));
+  int64_t expect = 1;
+  for (size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) > 1 && a.stride(i) != expect) throw nb::value_error("array is not C-contiguous");
+    expect *= int64_t(a.shape(i));
+  }
+  auto* buf = new std::vector<char>(std::max<size_t>(a.nbytes(), 1));
+  nb::capsule owner(buf, [](void* p) noexcept { delete static_cast<std::vector<char>*>(p); });
+  {
+    nb::gil_scoped_release release;
+    cuda_download_on(buf->data(), a.data(), a.nbytes(), int(a.device_id()), reinterpret_cast<Stream>(stream));
+  }
+  return nb::cast(nb::ndarray<nb::numpy>(buf->data(), dims.size(), dims.data(), owner, nullptr, a.dtype()));
+}
+
 }  // namespace
 }  // namespace gnn::py
 
@@ -596,6 +944,7 @@ NB_MODULE(_gnn, m) {
   nb::set_leak_warnings(false);
   m.attr("__version__") = GNN_VERSION;
   m.attr("with_openmp") = gnn::openmp_enabled();
+  m.attr("with_cuda") = gnn::kWithCuda;
 
   m.def("num_threads", &gnn::num_threads, "The number of CPU threads the kernels use.");
   m.def(
@@ -649,31 +998,57 @@ NB_MODULE(_gnn, m) {
                ", num_edges=" + std::to_string(g.g.num_edges) + ")";
       });
 
-  m.def("spmm_forward", &spmm_forward, "graph"_a, "x"_a, "edge_weight"_a.none(), "reduce"_a, "out"_a,
-        "argmax"_a.none());
+  m.def("spmm_forward", &spmm_forward, "graph"_a, "x"_a, "edge_weight"_a.none(), "reduce"_a, "out"_a, "argmax"_a.none(),
+        "stream"_a = 0);
   m.def("spmm_backward", &spmm_backward, "graph"_a, "grad_out"_a, "edge_weight"_a.none(), "reduce"_a, "argmax"_a.none(),
-        "x"_a.none(), "grad_x"_a.none(), "grad_weight"_a.none());
-  m.def("_time_spmm_forward", &time_spmm_forward, "graph"_a, "x"_a, "reduce"_a, "out"_a, "repeats"_a);
-  m.def("segment_softmax_forward", &segment_softmax_forward, "x"_a, "indptr"_a, "out"_a);
-  m.def("segment_softmax_backward", &segment_softmax_backward, "y"_a, "grad_out"_a, "indptr"_a, "grad_x"_a);
-  m.def("gat_scores_forward", &gat_scores_forward, "graph"_a, "a_src"_a, "a_dst"_a, "negative_slope"_a, "out"_a);
+        "x"_a.none(), "grad_x"_a.none(), "grad_weight"_a.none(), "stream"_a = 0);
+  m.def("_time_spmm_forward", &time_spmm_forward, "graph"_a, "x"_a, "reduce"_a, "out"_a, "repeats"_a, "stream"_a = 0);
+  m.def("segment_softmax_forward", &segment_softmax_forward, "x"_a, "indptr"_a, "out"_a, "stream"_a = 0);
+  m.def("segment_softmax_backward", &segment_softmax_backward, "y"_a, "grad_out"_a, "indptr"_a, "grad_x"_a,
+        "stream"_a = 0);
+  m.def("gat_scores_forward", &gat_scores_forward, "graph"_a, "a_src"_a, "a_dst"_a, "negative_slope"_a, "out"_a,
+        "stream"_a = 0);
   m.def("gat_scores_backward", &gat_scores_backward, "graph"_a, "grad_out"_a, "a_src"_a, "a_dst"_a, "negative_slope"_a,
-        "grad_src"_a, "grad_dst"_a);
+        "grad_src"_a, "grad_dst"_a, "stream"_a = 0);
   m.def("sage_forward", &sage_forward, "graph"_a, "x"_a, "weight"_a, "bias"_a.none(), "activation"_a,
-        "negative_slope"_a, "out"_a, "z"_a.none(), "h"_a.none());
+        "negative_slope"_a, "out"_a, "z"_a.none(), "h"_a.none(), "stream"_a = 0);
   m.def("sage_backward", &sage_backward, "graph"_a, "grad_out"_a, "z"_a, "h"_a, "weight"_a, "activation"_a,
-        "negative_slope"_a, "grad_x"_a, "grad_weight"_a, "grad_bias"_a.none());
-  m.def("pool_forward", &pool_forward, "x"_a, "ptr"_a, "reduce"_a, "out"_a, "argmax"_a.none());
+        "negative_slope"_a, "grad_x"_a, "grad_weight"_a, "grad_bias"_a.none(), "stream"_a = 0);
+  m.def("pool_forward", &pool_forward, "x"_a, "ptr"_a, "reduce"_a, "out"_a, "argmax"_a.none(), "stream"_a = 0);
   m.def("pool_backward", &pool_backward, "grad_out"_a, "ptr"_a, "reduce"_a, "argmax"_a.none(), "x"_a.none(),
-        "y"_a.none(), "grad_x"_a);
+        "y"_a.none(), "grad_x"_a, "stream"_a = 0);
   m.def("instance_norm_forward", &instance_norm_forward, "x"_a, "ptr"_a, "weight"_a.none(), "bias"_a.none(), "eps"_a,
-        "out"_a, "mean"_a, "rstd"_a);
+        "out"_a, "mean"_a, "rstd"_a, "stream"_a = 0);
   m.def("instance_norm_backward", &instance_norm_backward, "grad_out"_a, "x"_a, "ptr"_a, "mean"_a, "rstd"_a,
-        "weight"_a.none(), "grad_x"_a, "grad_weight"_a.none(), "grad_bias"_a.none());
+        "weight"_a.none(), "grad_x"_a, "grad_weight"_a.none(), "grad_bias"_a.none(), "stream"_a = 0);
   m.def("layer_norm_forward", &layer_norm_forward, "x"_a, "weight"_a.none(), "bias"_a.none(), "eps"_a, "out"_a,
-        "mean"_a, "rstd"_a);
+        "mean"_a, "rstd"_a, "stream"_a = 0);
   m.def("layer_norm_backward", &layer_norm_backward, "grad_out"_a, "x"_a, "mean"_a, "rstd"_a, "weight"_a.none(),
-        "grad_x"_a, "grad_weight"_a.none(), "grad_bias"_a.none());
+        "grad_x"_a, "grad_weight"_a.none(), "grad_bias"_a.none(), "stream"_a = 0);
+  m.def("cuda_available", &gnn::cuda_available, "Whether this build has CUDA and a device is usable.");
+  m.def("cuda_status", &gnn::cuda_status, "One line: the CUDA devices, or why CUDA cannot be used.");
+  m.def("cuda_device_count", &gnn::cuda_device_count);
+  m.def(
+      "_data_ptr", [](const In& a) { return reinterpret_cast<uintptr_t>(a.data()); }, "array"_a);
+  m.def(
+      "_shape", [](const In& a) { return shape_of(a); }, "array"_a);
+  m.def("_device_empty", &device_empty, "shape"_a, "dtype"_a, "device"_a);
+  m.def("_device_from_host", &device_from_host, "array"_a, "device"_a);
+  m.def("_device_to_host", &device_to_host, "array"_a, "stream"_a = 0);
+  m.def(
+      "_stream_create", [](int device) { return reinterpret_cast<uintptr_t>(gnn::cuda_stream_create(device)); },
+      "device"_a);
+  m.def(
+      "_stream_destroy",
+      [](uintptr_t s, int device) { gnn::cuda_stream_destroy(reinterpret_cast<gnn::Stream>(s), device); }, "handle"_a,
+      "device"_a);
+  m.def(
+      "_stream_synchronize",
+      [](uintptr_t s, int device) {
+        nb::gil_scoped_release release;
+        gnn::cuda_stream_synchronize(reinterpret_cast<gnn::Stream>(s), device);
+      },
+      "handle"_a, "device"_a);
   m.def("load_npz", &load_npz, "path"_a, "keys"_a = nb::none(),
         "Reads an .npz (members in parallel, CRC-checked) into a dict of NumPy arrays, no copy after reading.");
   m.def("load_tpugraph", &load_tpugraph_py, "path"_a, "require_runtimes"_a = true,

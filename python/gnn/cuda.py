@@ -1,0 +1,137 @@
+"""CUDA arrays and streams for gnn's kernels, where no framework provides them.
+
+gnn's functions take CUDA arrays from any library that speaks DLPack and run their kernels on the
+caller's stream, as the library's own ops do: torch's current stream for torch tensors
+(``torch.cuda.current_stream()``), CuPy's current stream for CuPy arrays, and for any other producer
+the stream of the innermost ``with gnn.cuda.Stream():`` block, else the legacy default stream (0). The
+results come back as arrays of the input's own library; for a producer gnn does not know they are
+``gnn.cuda.Array`` objects, which any library imports with its ``from_dlpack``.
+
+This module's own arrays and streams (``to_device``, ``empty``, ``Stream``) serve callers without torch
+or CuPy on the GPU, and gnn's tests. A call that takes pointer arrays (``indptr``, ``ptr``) on a device
+copies them to the host once to check them, so it waits for the caller's stream there.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional, Sequence
+
+from . import _gnn
+
+__all__ = ["is_available", "device_count", "status", "Array", "Stream", "current_stream", "empty", "to_device",
+           "to_numpy"]
+
+_DLPACK_CUDA = 2
+
+
+def is_available() -> bool:
+    """Whether this build of gnn has CUDA and a device is usable."""
+    return bool(_gnn.with_cuda) and _gnn.cuda_available()
+
+
+def device_count() -> int:
+    return _gnn.cuda_device_count() if _gnn.with_cuda else 0
+
+
+def status() -> str:
+    """One line: the CUDA devices, or why CUDA cannot be used."""
+    return _gnn.cuda_status()
+
+
+class Array:
+    """A C-contiguous array in CUDA device memory that gnn allocated, exchanged through DLPack.
+
+    ``shape``, ``dtype`` ('float32', 'int32', 'int64') and ``device`` describe it; ``data_ptr()`` is its
+    address; ``torch.from_dlpack(a)`` or ``cupy.from_dlpack(a)`` views it without a copy. Its memory is
+    freed when the last reference goes, after the device has finished all its work.
+    """
+
+    __slots__ = ("_nd", "shape", "dtype", "device", "__weakref__")
+
+    def __init__(self, nd, shape: Sequence[int], dtype: str, device: int):
+        self._nd, self.shape, self.dtype, self.device = nd, tuple(int(d) for d in shape), dtype, int(device)
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self._nd.__dlpack__()
+
+    def __dlpack_device__(self):
+        return (_DLPACK_CUDA, self.device)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def data_ptr(self) -> int:
+        return _gnn._data_ptr(self._nd)
+
+    def numpy(self):
+        """A host copy (waits for the current stream's work)."""
+        return to_numpy(self)
+
+    def __repr__(self) -> str:
+        return f"gnn.cuda.Array(shape={self.shape}, dtype={self.dtype}, device=cuda:{self.device})"
+
+
+_local = threading.local()
+
+
+def current_stream() -> int:
+    """The stream handle gnn runs on for arrays of no known framework: the innermost ``with Stream()``
+    block's, else 0 (the legacy default stream)."""
+    stack = getattr(_local, "streams", None)
+    return stack[-1] if stack else 0
+
+
+class Stream:
+    """A CUDA stream of gnn's (non-blocking), and a context in which gnn's calls on arrays of no known
+    framework run on it. ``handle`` is the cudaStream_t as an integer."""
+
+    def __init__(self, device: int = 0):
+        self.device = int(device)
+        self.handle = _gnn._stream_create(self.device)
+
+    def synchronize(self) -> None:
+        """Waits until the work queued on the stream is done."""
+        _gnn._stream_synchronize(self.handle, self.device)
+
+    def close(self) -> None:
+        if self.handle:
+            _gnn._stream_destroy(self.handle, self.device)
+            self.handle = 0
+
+    def __enter__(self) -> "Stream":
+        if not hasattr(_local, "streams"):
+            _local.streams = []
+        _local.streams.append(self.handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _local.streams.pop()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def empty(shape: Sequence[int], dtype: str = "float32", device: int = 0) -> Array:
+    """An uninitialised device array."""
+    shape = tuple(int(d) for d in shape)
+    return Array(_gnn._device_empty(list(shape), dtype, int(device)), shape, dtype, device)
+
+
+def to_device(array, device: int = 0) -> Array:
+    """A device copy of a host (NumPy) array of float32, int32 or int64; complete when this returns."""
+    import numpy as np
+
+    a = np.ascontiguousarray(array)
+    return Array(_gnn._device_from_host(a, int(device)), a.shape, str(a.dtype), device)
+
+
+def to_numpy(array, stream: Optional[int] = None):
+    """A NumPy copy of a device array, taken behind the work queued on ``stream`` (default: the current
+    one, as for gnn's calls) and waited for."""
+    nd = array._nd if isinstance(array, Array) else array
+    return _gnn._device_to_host(nd, current_stream() if stream is None else int(stream))

@@ -1,0 +1,249 @@
+"""gnn's functions on CUDA arrays: every kernel on device memory against its result on the host, run on
+the caller's stream, writing in place, the same bits twice, and one clear error for a call that mixes
+devices. On a machine without a GPU these run in the build against the CUDA emulator
+(build/python_emu, ctest "emu: python: ..."), which executes the same CUDA kernels on the host; the
+torch and CuPy cases need a real device and skip elsewhere, saying why."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import gnn
+from conftest import random_graph
+
+if not gnn.cuda.is_available() and os.environ.get("GNN_EXPECT_CUDA") == "1":
+    raise RuntimeError(f"GNN_EXPECT_CUDA=1, but gnn has no CUDA device: {gnn.cuda.status()} (from {gnn.__file__})")
+if not gnn.cuda.is_available():
+    pytest.skip(f"no CUDA device for gnn ({gnn.cuda.status()}); the emulator build runs these",
+                allow_module_level=True)
+
+N, E, F = 40, 220, 6
+dev, host = gnn.cuda.to_device, gnn.cuda.to_numpy
+
+
+@pytest.fixture(autouse=True)
+def stream():
+    """Every case runs on a stream of its own (the emulator refuses the legacy default stream)."""
+    with gnn.cuda.Stream() as s:
+        yield s
+    s.close()
+
+
+@pytest.fixture
+def graph():
+    return gnn.Graph(random_graph(N, E, seed=1), num_nodes=N)
+
+
+def close(device_array, expected, rtol=1e-5, atol=1e-6):
+    got = host(device_array)
+    assert got.dtype == np.asarray(expected).dtype and got.shape == np.asarray(expected).shape
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("heads", [0, 1, 3])
+def test_spmm_on_device_matches_host(graph, reduce, heads):
+    rng = np.random.default_rng(2)
+    W = F * max(heads, 1)
+    x = rng.standard_normal((N, W)).astype(np.float32)
+    w = None if heads == 0 else rng.uniform(0.5, 1.5, (E,) if heads == 1 else (E, heads)).astype(np.float32)
+    dy = rng.standard_normal((N, W)).astype(np.float32)
+    y, am = gnn.spmm(graph, x, reduce, w, return_argmax=True)
+    gx, gw = gnn.spmm_backward(graph, dy, reduce, w, am, x, need_weight_grad=w is not None)
+    dw = None if w is None else dev(w)
+    yd, amd = gnn.spmm(graph, dev(x), reduce, dw, return_argmax=True)
+    assert isinstance(yd, gnn.cuda.Array) and yd.shape == (N, W) and yd.device == 0
+    close(yd, y)
+    if reduce == "max":
+        np.testing.assert_array_equal(host(amd), am)
+    gxd, gwd = gnn.spmm_backward(graph, dev(dy), reduce, dw, amd, dev(x), need_weight_grad=w is not None)
+    close(gxd, gx)
+    if w is not None:
+        close(gwd, gw, rtol=1e-4, atol=1e-5)
+
+
+def test_segment_softmax_and_gat_scores_on_device(graph):
+    rng = np.random.default_rng(3)
+    H = 2
+    a_src, a_dst = (rng.standard_normal((N, H)).astype(np.float32) for _ in range(2))
+    s = gnn.gat_scores(graph, a_src, a_dst, 0.2)
+    sd = gnn.gat_scores(graph, dev(a_src), dev(a_dst), 0.2)
+    close(sd, s)
+    indptr = np.ascontiguousarray(graph.indptr)
+    y = gnn.segment_softmax(s, indptr)
+    yd = gnn.segment_softmax(sd, dev(indptr))
+    close(yd, y)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    close(gnn.segment_softmax_backward(yd, dev(dy), dev(indptr)), gnn.segment_softmax_backward(y, dy, indptr))
+    gs, gd = gnn.gat_scores_backward(graph, dy, a_src, a_dst, 0.2)
+    gsd, gdd = gnn.gat_scores_backward(graph, dev(dy), dev(a_src), dev(a_dst), 0.2)
+    close(gsd, gs)
+    close(gdd, gd)
+
+
+@pytest.mark.parametrize("activation", ["none", "relu", "gelu"])
+@pytest.mark.parametrize("training", [False, True])
+def test_sage_on_device(graph, activation, training):
+    rng = np.random.default_rng(4)
+    O = 5
+    x = rng.standard_normal((N, F)).astype(np.float32)
+    weight = rng.standard_normal((2 * F, O)).astype(np.float32) * 0.3
+    bias = rng.standard_normal(O).astype(np.float32)
+    out = gnn.sage(graph, x, weight, bias, activation, training=training)
+    outd = gnn.sage(graph, dev(x), dev(weight), dev(bias), activation, training=training)
+    if not training:
+        close(outd, out, rtol=1e-5, atol=1e-5)
+        return
+    (y, z, h), (yd, zd, hd) = out, outd
+    close(yd, y, atol=1e-5)
+    close(hd, h)
+    dy = rng.standard_normal((N, O)).astype(np.float32)
+    for got, want in zip(gnn.sage_backward(graph, dev(dy), zd, hd, dev(weight), activation),
+                         gnn.sage_backward(graph, dy, z, h, weight, activation)):
+        close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "logsumexp"])
+def test_pool_on_device(reduce):
+    rng = np.random.default_rng(5)
+    ptr = np.array([0, 7, 7, 30, 41], np.int64)  # an empty graph among them
+    x = rng.standard_normal((41, 9)).astype(np.float32)
+    y, am = gnn.pool(x, ptr, reduce, return_argmax=True)
+    yd, amd = gnn.pool(dev(x), dev(ptr), reduce, return_argmax=True)
+    close(yd, y)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    want = gnn.pool_backward(dy, ptr, 41, reduce, am, x, y)
+    got = gnn.pool_backward(dev(dy), dev(ptr), 41, reduce, amd, dev(x), yd)
+    close(got, want)
+
+
+@pytest.mark.parametrize("affine", [False, True])
+def test_norms_on_device(affine):
+    rng = np.random.default_rng(6)
+    ptr = np.array([0, 12, 12, 40], np.int64)
+    x = rng.standard_normal((40, 7)).astype(np.float32) * 3 + 1
+    wgt = rng.standard_normal(7).astype(np.float32) if affine else None
+    b = rng.standard_normal(7).astype(np.float32) if affine else None
+    dwgt, db = (None, None) if not affine else (dev(wgt), dev(b))
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    y, m, r = gnn.instance_norm(x, ptr, wgt, b)
+    yd, md, rd = gnn.instance_norm(dev(x), dev(ptr), dwgt, db)
+    for got, want in zip((yd, md, rd), (y, m, r)):
+        close(got, want, rtol=1e-5, atol=1e-5)
+    want = gnn.instance_norm_backward(dy, x, ptr, m, r, wgt, need_affine_grad=affine)
+    got = gnn.instance_norm_backward(dev(dy), dev(x), dev(ptr), md, rd, dwgt, need_affine_grad=affine)
+    for g_, w_ in zip(got, want):
+        assert (g_ is None) == (w_ is None)
+        if w_ is not None:
+            close(g_, w_, rtol=1e-4, atol=1e-5)
+    y, m, r = gnn.layer_norm(x, wgt, b)
+    yd, md, rd = gnn.layer_norm(dev(x), dwgt, db)
+    for got, want in zip((yd, md, rd), (y, m, r)):
+        close(got, want, rtol=1e-5, atol=1e-5)
+    want = gnn.layer_norm_backward(dy, x, m, r, wgt, need_affine_grad=affine)
+    got = gnn.layer_norm_backward(dev(dy), dev(x), md, rd, dwgt, need_affine_grad=affine)
+    for g_, w_ in zip(got, want):
+        if w_ is not None:
+            close(g_, w_, rtol=1e-4, atol=1e-5)
+
+
+def test_runs_on_the_callers_stream_and_writes_in_place(graph, stream):
+    """The output starts as NaN; the kernel is queued on the caller's stream, so a copy queued behind it
+    on that stream sees the result (the emulator runs a stream's work only when something waits for it)."""
+    x = np.random.default_rng(7).standard_normal((N, F)).astype(np.float32)
+    out = dev(np.full((N, F), np.nan, np.float32))
+    before = out.data_ptr()
+    assert gnn.spmm(graph, dev(x), "mean", out=out) is out
+    assert out.data_ptr() == before
+    close(out, gnn.spmm(graph, x, "mean"))
+    # a second stream: gnn runs there when it is the current one
+    other = gnn.cuda.Stream()
+    with other:
+        out2 = dev(np.full((N, F), np.nan, np.float32))
+        gnn.spmm(graph, dev(x), "sum", out=out2)
+        got = host(out2, stream=other.handle)
+    np.testing.assert_allclose(got, gnn.spmm(graph, x, "sum"), rtol=1e-5, atol=1e-6)
+    other.close()
+
+
+def test_any_dlpack_producer_on_a_device(graph):
+    """An array of a library gnn does not know (here the raw DLPack object under gnn.cuda.Array): read
+    where it lies, the result handed back as a gnn.cuda.Array."""
+    x = np.random.default_rng(8).standard_normal((N, F)).astype(np.float32)
+    raw = dev(x)._nd
+    assert not isinstance(raw, gnn.cuda.Array) and raw.__dlpack_device__() == (2, 0)
+    y = gnn.spmm(graph, raw, "sum")
+    assert isinstance(y, gnn.cuda.Array)
+    close(y, gnn.spmm(graph, x, "sum"))
+
+
+def test_same_bits_twice_on_device(graph):
+    x = dev(np.random.default_rng(9).standard_normal((N, 33)).astype(np.float32))
+    runs = []
+    for _ in range(2):
+        y = gnn.spmm(graph, x, "mean")
+        gx, _ = gnn.spmm_backward(graph, y, "mean")
+        runs.append((host(y).tobytes(), host(gx).tobytes()))
+    assert runs[0] == runs[1]
+
+
+def test_mixed_devices_and_bad_pointers_raise_one_clear_error(graph):
+    x = np.ones((N, F), np.float32)
+    with pytest.raises(ValueError, match="out is on host memory, the call's other arrays on cuda:0"):
+        gnn.spmm(graph, dev(x), "sum", out=np.empty((N, F), np.float32))
+    with pytest.raises(ValueError, match="edge_weight is on cuda:0, the call's other arrays on host memory"):
+        gnn.spmm(graph, x, "sum", dev(np.ones(E, np.float32)))
+    with pytest.raises(ValueError, match="indptr must start at 0"):
+        gnn.segment_softmax(dev(np.ones((5, 1), np.float32)), dev(np.array([1, 5], np.int32)))
+    with pytest.raises(ValueError, match="ptr must not decrease"):
+        gnn.pool(dev(np.ones((5, 2), np.float32)), dev(np.array([0, 4, 2, 5], np.int64)))
+    with pytest.raises(TypeError, match="x must be float32, got int32"):
+        gnn.spmm(graph, dev(np.ones((N, F), np.int32)), "sum")
+    with pytest.raises(ValueError, match="dtype must be 'float32', 'int32' or 'int64'"):
+        gnn.cuda.empty((2,), "float16")
+
+
+def test_no_reference_leaks_over_many_device_calls(graph):
+    x = dev(np.random.default_rng(10).standard_normal((N, 4)).astype(np.float32))
+    out = gnn.cuda.empty((N, 4))
+    refs = sys.getrefcount(x), sys.getrefcount(out), sys.getrefcount(graph)
+    for _ in range(2000):
+        gnn.spmm(graph, x, "sum", out=out)
+    assert (sys.getrefcount(x), sys.getrefcount(out), sys.getrefcount(graph)) == refs
+
+
+def test_torch_cuda_tensors(graph):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device here (a CPU build of torch, or no GPU)")
+    import gnn.torch as gt
+
+    rng = np.random.default_rng(11)
+    x = torch.as_tensor(rng.standard_normal((N, F)).astype(np.float32))
+    ei = torch.as_tensor(random_graph(N, E, seed=1))
+    for layer in (gt.SAGEConv(F, 5), gt.GCNConv(F, 5), gt.GATConv(F, 3, heads=2), gt.GINConv(torch.nn.Linear(F, 5))):
+        xc, xd = x.clone().requires_grad_(), x.cuda().requires_grad_()
+        on_gpu = __import__("copy").deepcopy(layer).cuda()
+        yc, yd = layer(xc, ei), on_gpu(xd, ei.cuda())
+        assert yd.is_cuda
+        np.testing.assert_allclose(yd.detach().cpu().numpy(), yc.detach().numpy(), rtol=1e-4, atol=1e-5)
+        yc.square().sum().backward()
+        yd.square().sum().backward()
+        np.testing.assert_allclose(xd.grad.cpu().numpy(), xc.grad.numpy(), rtol=1e-4, atol=1e-4)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):  # the caller's current stream is the one gnn runs on
+        y = gnn.spmm(graph, x.cuda(), "sum")
+    s.synchronize()
+    np.testing.assert_allclose(y.cpu().numpy(), gnn.spmm(graph, x.numpy(), "sum"), rtol=1e-5, atol=1e-6)
+
+
+def test_cupy_arrays(graph):
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    x = np.random.default_rng(12).standard_normal((N, F)).astype(np.float32)
+    xd = cupy.asarray(x)
+    y = gnn.spmm(graph, xd, "mean")
+    assert isinstance(y, cupy.ndarray)
+    np.testing.assert_allclose(cupy.asnumpy(y), gnn.spmm(graph, x, "mean"), rtol=1e-5, atol=1e-6)
+    out = cupy.empty_like(xd)
+    assert gnn.spmm(graph, xd, "mean", out=out) is out
