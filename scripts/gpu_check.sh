@@ -24,6 +24,10 @@
 #              from gnn train --profile (its "loss" phase is the prediction down, the f64 loss and its
 #              gradient up) for layout-tgraph, layout-resmodel, layout-sage-6th and a tile recipe, on
 #              generated data and the real unet3d program (DEVICE=cpu runs the same on the host)
+#   python     issue 50 on the GPU: the Python module's pytest suite with CUDA tensors and CuPy arrays
+#              (python/tests/test_cuda.py runs on the device, its torch and CuPy cases included), then
+#              gnn.torch's layers against PyG's on CUDA tensors (python -m gnn.bench --device cuda) on Cora
+#              and a random graph; needs nanobind in PYTHON (default python3) when the build was configured
 # Usage: scripts/gpu_check.sh [PHASE ...]   (no phase: all, in the order above)
 # Environment: BUILD (build dir, default build), DATA (the shared data, default ../shared/data),
 # LOGS (a folder: each phase's output is also written to LOGS/PHASE.log), CMAKE_ARGS (extra configure
@@ -42,7 +46,7 @@ build=${BUILD:-build} data=${DATA:-../shared/data} logs=${LOGS:-} limit=${PHASE_
 gnn=$build/bin/gnn
 [ -d "$data" ] && data=$(cd "$data" && pwd)  # absolute: ctest runs each test in its own directory
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers profile attention train layout winners dist loss)
+[ ${#phases[@]} -eq 0 ] && phases=(build tests sanitize spmm graphs layers profile attention train layout winners dist loss python)
 export build data gnn
 fail=0
 
@@ -179,10 +183,25 @@ phase_loss() {
   return "$r"
 }
 
+phase_python() {
+  local py=${PYTHON:-python3} r=0 cora="$data/planetoid/cora_planetoid.npz"
+  if [ ! -f "$build/python/gnn/__init__.py" ]; then
+    echo "python: $build/python has no module (configure with -DGNN_BUILD_PYTHON=ON and a Python with nanobind)"
+    return 1
+  fi
+  PYTHONPATH=$build/python "$py" -c "import gnn, torch; print('gnn', gnn.__version__, gnn.cuda.status(), '| torch', torch.__version__, torch.cuda.is_available())"
+  PYTHONPATH=$build/python "$py" -m pytest -q -rs -p no:cacheprovider python/tests || r=1
+  if [ -f "$cora" ]; then
+    PYTHONPATH=$build/python "$py" -m gnn.bench --device cuda --planetoid "$cora" --features 1433 --hidden 64 || r=1
+  fi
+  PYTHONPATH=$build/python "$py" -m gnn.bench --device cuda --nodes 100000 --edges 1000000 || r=1
+  return "$r"
+}
+
 [ -n "$logs" ] && mkdir -p "$logs"
 for p in "${phases[@]}"; do
   if ! declare -F "phase_$p" >/dev/null; then
-    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers profile attention train layout winners dist loss)" >&2
+    echo "gpu_check.sh: unknown phase '$p' (build tests sanitize spmm graphs layers profile attention train layout winners dist loss python)" >&2
     exit 2
   fi
   printf '\n=== %s (%s)\n' "$p" "$(date -u +%H:%M:%S)"

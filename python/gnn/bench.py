@@ -2,14 +2,15 @@
 
     python -m gnn.bench [--edge-index FILE.npz | --planetoid FILE.npz | --pyg CLASS:NAME --root DIR]
                         [--nodes N --edges E] [--features F] [--hidden H] [--heads K] [--threads T]
-                        [--repeat R] [--only spmm,sage,...] [--overhead] [--json]
+                        [--repeat R] [--only spmm,sage,...] [--device cpu|cuda] [--overhead] [--json]
 
 The graph: an npz with `edge_index` ([2, E] or [E, 2], optional `num_nodes`); the project's Planetoid
 files (../shared/data/planetoid/cora_planetoid.npz, made undirected as PyG's Planetoid); a PyG dataset
 class already on disk (`--pyg Planetoid:Cora --root ~/data`; PyG may try to download what is missing);
 or, by default, a random graph. Every case runs forward + backward with the same inputs and, for layers,
 the same parameters (PyG's state_dict loaded into gnn's layer), on `--threads` threads for gnn and torch
-alike; times are medians of --repeat runs after 3 warm-up runs. A header names the graph and the
+alike; times are medians of --repeat runs after 3 warm-up runs. `--device cuda` runs both sides on
+torch CUDA tensors (gnn's kernels on torch's current stream), each run ended by a synchronisation. A header names the graph and the
 sizes, then one line per case and peer:
 
     case  gnn ms  peer ms  peer  peer/gnn
@@ -35,13 +36,15 @@ except ImportError:  # the benchmark says so and stops; the module itself does n
     torch = None
 
 
-def median_ms(fn, repeat: int, warmup: int = 3) -> float:
+def median_ms(fn, repeat: int, warmup: int = 3, sync=lambda: None) -> float:
     for _ in range(warmup):
         fn()
+    sync()
     runs = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
+        sync()
         runs.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(runs)
 
@@ -87,16 +90,17 @@ def cases(args, ei_np, n):
     except ImportError:
         pyg_nn = pyg_scatter = None
     torch.manual_seed(args.seed)
-    ei = torch.from_numpy(ei_np)
+    dev = torch.device(args.device)
+    ei = torch.from_numpy(ei_np).to(dev)
     F, Hd, K = args.features, args.hidden, args.heads
-    x = torch.randn(n, F, requires_grad=True)
+    x = torch.randn(n, F).to(dev).requires_grad_()
     graph = gt.graph_of(ei, n)
     src, dst = ei[0], ei[1]
     out = []
     for reduce in ("sum", "mean", "max"):
-        peers = [("torch index ops", fwd_bwd(lambda r=reduce: torch.zeros(n, F).index_reduce_(
+        peers = [("torch index ops", fwd_bwd(lambda r=reduce: torch.zeros(n, F, device=dev).index_reduce_(
             0, dst, x[src], "amax" if r == "max" else r, include_self=False) if r != "sum" else
-            torch.zeros(n, F).index_add_(0, dst, x[src]), x))]
+            torch.zeros(n, F, device=dev).index_add_(0, dst, x[src]), x))]
         if pyg_scatter is not None:
             peers.insert(0, ("PyG scatter", fwd_bwd(lambda r=reduce: pyg_scatter(x[src], dst, 0, n, r), x)))
         out.append((f"spmm-{reduce}", fwd_bwd(lambda r=reduce: gt.spmm(graph, x, r), x), peers))
@@ -110,10 +114,10 @@ def cases(args, ei_np, n):
         "gat": (lambda: gt.GATConv(F, Hd // K, heads=K), lambda: pyg_nn.GATConv(F, Hd // K, heads=K)),
     }
     for name, (ours, theirs) in layers.items():
-        m = ours()
+        m = ours().to(dev)
         peers = []
         if pyg_nn is not None:
-            p = theirs()
+            p = theirs().to(dev)
             p.load_state_dict(m.state_dict())
             peers.append(("PyG", fwd_bwd(lambda p=p: p(x, ei), x, *p.parameters())))
         label = f"{name} layer" + (f" ({K} heads)" if name == "gat" else "")
@@ -174,6 +178,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=20, help="timed runs per case (default 20)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", type=lambda s: s.split(","), help="cases whose names start with these")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where both sides run (default cpu)")
     ap.add_argument("--overhead", action="store_true", help="time the Python call around the kernel instead")
     ap.add_argument("--json", action="store_true", help="also one JSON object per case")
     args = ap.parse_args(argv)
@@ -182,6 +187,13 @@ def main(argv=None) -> int:
     if torch is None:
         print("python -m gnn.bench needs torch (apt install python3-torch, or pip install torch)", file=sys.stderr)
         return 2
+    if args.device == "cuda" and not (torch.cuda.is_available() and gnn.cuda.is_available()):
+        print(f"--device cuda: torch sees {'a' if torch.cuda.is_available() else 'no'} CUDA device, gnn: "
+              f"{gnn.cuda.status()}", file=sys.stderr)
+        return 2
+    if args.device == "cuda" and args.overhead:
+        ap.error("--overhead times host calls; leave out --device cuda")
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     gnn.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
     if args.overhead:
@@ -189,18 +201,20 @@ def main(argv=None) -> int:
         return 0
     ei, n, what = load_edges(args)
     print(f"graph: {what}, N={n} E={ei.shape[1]}; F={args.features} hidden={args.hidden}; forward + backward; "
-          f"{args.threads} threads; median of {args.repeat} runs after 3 warm-up runs; torch {torch.__version__}")
+          f"{args.threads} threads; {args.device}; median of {args.repeat} runs after 3 warm-up runs; "
+          f"torch {torch.__version__}")
     print(f"{'case':<22} {'gnn ms':>9} {'peer ms':>9}  {'peer':<16} {'peer/gnn':>8}")
     for name, ours, peers in cases(args, ei, n):
-        t_ours = median_ms(ours, args.repeat)
+        t_ours = median_ms(ours, args.repeat, sync=sync)
         if not peers:
             print(f"{name:<22} {t_ours:>9.3f} {'-':>9}  {'(none installed)':<16} {'-':>8}")
         for peer, step in peers:
             time.sleep(0.2)  # torch's worker threads spin a while after their last parallel region
-            t_peer = median_ms(step, args.repeat)
+            t_peer = median_ms(step, args.repeat, sync=sync)
             print(f"{name:<22} {t_ours:>9.3f} {t_peer:>9.3f}  {peer:<16} {t_peer / t_ours:>8.2f}")
             if args.json:
-                print(json.dumps({"name": name, "gnn_ms": t_ours, "peer": peer, "peer_ms": t_peer, "nodes": n,
+                print(json.dumps({"name": name, "device": args.device, "gnn_ms": t_ours, "peer": peer,
+                                  "peer_ms": t_peer, "nodes": n,
                                   "edges": int(ei.shape[1]), "features": args.features, "threads": args.threads}))
     return 0
 
