@@ -242,6 +242,14 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
     g_regions.erase(r);
   });
 }
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  if (device < 0 || device >= device_count()) return fail(cudaErrorInvalidDevice);
+  *pool = reinterpret_cast<cudaMemPool_t>(uintptr_t(device) + 1);
+  return cudaSuccess;
+}
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr, void* value) {
+  return pool && value ? cudaSuccess : fail(cudaErrorInvalidValue);
+}
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
   Lock lock(g_mu);
   *p = nullptr;

@@ -28,6 +28,7 @@ struct DeviceState {
   std::vector<void*> snapshots;  // the blocks of those snapshots, handed to the graph when it closes
   BlasHandle blas;  // cuda_blas: created on first use, never destroyed
   void* sparse = nullptr;  // cuda_sparse: the same
+  std::once_flag async_pool_once;  // cuda_alloc_async: the default pool's release threshold raised
 };
 
 std::mutex g_mu;
@@ -200,9 +201,22 @@ void cuda_set_device(int device) {
   GNN_CUDA_CHECK(cudaSetDevice(device));
 }
 
+int cuda_current_device() {
+  int d = 0;
+  GNN_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
 void* cuda_alloc_async(size_t bytes, int device, Stream stream) {
   if (bytes == 0) return nullptr;
   cuda_set_device(device);
+  DeviceState& st = state(device);
+  std::call_once(st.async_pool_once, [device] {
+    cudaMemPool_t pool = nullptr;
+    uint64_t keep = UINT64_MAX;
+    GNN_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    GNN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  });
   void* p = nullptr;
   const cudaError_t e = cudaMallocAsync(&p, bytes, stream);
   if (e != cudaSuccess) {

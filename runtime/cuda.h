@@ -92,8 +92,11 @@ MemoryStats cuda_graph_memory_stats(int device);
 // that owns the arrays (torch's or CuPy's current stream) instead of the device's own stream, so that
 // they are ordered with the caller's work as the framework's own ops are.
 void cuda_set_device(int device);  // the calling thread's current device: where launches go
+int cuda_current_device();
 // Stream-ordered memory (cudaMallocAsync's pool): usable by work queued on `stream` after the call, and
-// given back when `stream` reaches the free, so later work on that stream may reuse it.
+// given back when `stream` reaches the free, so later work on that stream may reuse it. The device's
+// pool keeps what is freed (its release threshold raised on first use) rather than handing it back to
+// the driver at each synchronisation.
 void* cuda_alloc_async(size_t bytes, int device, Stream stream);
 void cuda_free_async(void* p, int device, Stream stream);
 // Within the device, queued on `stream`: rows of `width` bytes, dpitch and spitch bytes apart.

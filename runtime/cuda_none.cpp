@@ -25,6 +25,7 @@ void cuda_upload(void*, int, const void*, size_t) { no_cuda(); }
 void cuda_upload(void*, int, const std::vector<UploadPiece>&) { no_cuda(); }
 MemoryStats cuda_pinned_stats() { no_cuda(); }
 void cuda_set_device(int) { no_cuda(); }
+int cuda_current_device() { no_cuda(); }
 void* cuda_alloc_async(size_t, int, Stream) { no_cuda(); }
 void cuda_free_async(void*, int, Stream) { no_cuda(); }
 void cuda_copy_2d_on(void*, size_t, const void*, size_t, size_t, size_t, int, Stream) { no_cuda(); }

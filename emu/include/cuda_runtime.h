@@ -54,6 +54,9 @@ using cudaStream_t = CUstream_st*;
 using cudaEvent_t = CUevent_st*;
 using cudaGraph_t = CUgraph_st*;
 using cudaGraphExec_t = CUgraphExec_st*;
+struct CUmemPoolHandle_st;
+using cudaMemPool_t = CUmemPoolHandle_st*;
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 
 enum cudaError_t {
   cudaSuccess = 0,
@@ -109,6 +112,9 @@ cudaError_t cudaFree(void* p);
 // Stream-ordered: the block is usable by work queued on the stream after the call; the free is queued.
 cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream);
 cudaError_t cudaFreeAsync(void* p, cudaStream_t stream);
+// The stream-ordered allocator's pool: the emulator has one per device and nothing to tune in it.
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void* p);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);

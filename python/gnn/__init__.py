@@ -85,8 +85,9 @@ def _stream(a) -> int:
         return torch.cuda.current_stream(device).cuda_stream
     if _is_cupy(a):
         import cupy
-        return cupy.cuda.get_current_stream().ptr
-    return cuda.current_stream()
+        with a.device:  # CuPy's current stream is per device: the array's device's
+            return cupy.cuda.get_current_stream().ptr
+    return cuda.current_stream(device)
 
 
 _TORCH_DTYPES = {}
@@ -200,7 +201,11 @@ def spmm_backward(graph: Graph, grad_out, reduce: str = "sum", edge_weight=None,
 
 
 def segment_softmax(x, indptr, out=None):
-    """Softmax of x [E, H] over each segment of rows indptr[s] .. indptr[s+1] (int32), per column."""
+    """Softmax of x [E, H] over each segment of rows indptr[s] .. indptr[s+1] (int32), per column.
+
+    indptr may be a Graph: its CSR rows (checked when it was built, so a CUDA call copies nothing to the
+    host to check them). Any other indptr is checked first, which on a device waits for the stream once.
+    """
     E, H = _dims(x, "x", 2)
     out = _new(x, (E, H)) if out is None else _out(out, x)
     _gnn.segment_softmax_forward(_raw(x), _raw(indptr), _raw(out), _stream(x))
@@ -208,7 +213,7 @@ def segment_softmax(x, indptr, out=None):
 
 
 def segment_softmax_backward(y, grad_out, indptr):
-    """The gradient of segment_softmax from its output y."""
+    """The gradient of segment_softmax from its output y (indptr: an int32 array or a Graph)."""
     E, H = _dims(y, "y", 2)
     grad_x = _new(y, (E, H))
     _gnn.segment_softmax_backward(_raw(y), _raw(grad_out), _raw(indptr), _raw(grad_x), _stream(y))

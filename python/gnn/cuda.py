@@ -47,12 +47,16 @@ class Array:
     freed when the last reference goes, after the device has finished all its work.
     """
 
-    __slots__ = ("_nd", "shape", "dtype", "device", "__weakref__")
+    __slots__ = ("_nd", "shape", "dtype", "device", "_stream", "__weakref__")
 
-    def __init__(self, nd, shape: Sequence[int], dtype: str, device: int):
+    def __init__(self, nd, shape: Sequence[int], dtype: str, device: int, stream: int = 0):
         self._nd, self.shape, self.dtype, self.device = nd, tuple(int(d) for d in shape), dtype, int(device)
+        self._stream = int(stream)  # the stream gnn writes it on (0: written before it is handed out)
 
     def __dlpack__(self, stream=None, **kwargs):
+        # The consumer reads on a stream of its own: let the work gnn queued on this array's stream finish.
+        if self._stream and stream != self._stream:
+            _gnn._stream_synchronize(self._stream, self.device)
         return self._nd.__dlpack__()
 
     def __dlpack_device__(self):
@@ -76,11 +80,13 @@ class Array:
 _local = threading.local()
 
 
-def current_stream() -> int:
-    """The stream handle gnn runs on for arrays of no known framework: the innermost ``with Stream()``
-    block's, else 0 (the legacy default stream)."""
-    stack = getattr(_local, "streams", None)
-    return stack[-1] if stack else 0
+def current_stream(device: int = 0) -> int:
+    """The stream handle gnn runs on for arrays of no known framework on ``device``: the innermost
+    ``with Stream()`` block's for that device, else 0 (the legacy default stream)."""
+    for dev, handle in reversed(getattr(_local, "streams", ())):
+        if dev == device:
+            return handle
+    return 0
 
 
 class Stream:
@@ -103,7 +109,7 @@ class Stream:
     def __enter__(self) -> "Stream":
         if not hasattr(_local, "streams"):
             _local.streams = []
-        _local.streams.append(self.handle)
+        _local.streams.append((self.device, self.handle))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -117,9 +123,10 @@ class Stream:
 
 
 def empty(shape: Sequence[int], dtype: str = "float32", device: int = 0) -> Array:
-    """An uninitialised device array."""
+    """An uninitialised device array, to be written on the device's current stream (``current_stream``):
+    handed to another library through DLPack, it waits for that stream first."""
     shape = tuple(int(d) for d in shape)
-    return Array(_gnn._device_empty(list(shape), dtype, int(device)), shape, dtype, device)
+    return Array(_gnn._device_empty(list(shape), dtype, int(device)), shape, dtype, device, current_stream(device))
 
 
 def to_device(array, device: int = 0) -> Array:
@@ -134,4 +141,5 @@ def to_numpy(array, stream: Optional[int] = None):
     """A NumPy copy of a device array, taken behind the work queued on ``stream`` (default: the current
     one, as for gnn's calls) and waited for."""
     nd = array._nd if isinstance(array, Array) else array
-    return _gnn._device_to_host(nd, current_stream() if stream is None else int(stream))
+    device = array.device if isinstance(array, Array) else int(array.__dlpack_device__()[1])
+    return _gnn._device_to_host(nd, current_stream(device) if stream is None else int(stream))

@@ -188,7 +188,7 @@ class _SegmentSoftmax(torch.autograd.Function):
 
 
 def segment_softmax(x: Tensor, indptr) -> Tensor:
-    """Differentiable softmax of x [E, H] over the row segments indptr (int32; a graph's .indptr)."""
+    """Differentiable softmax of x [E, H] over the row segments indptr (int32), or a Graph's rows."""
     _check_x(x)
     return _SegmentSoftmax.apply(x, indptr)
 
@@ -388,7 +388,10 @@ class GCNConv(nn.Module):
         w = w[on("eid")]  # CSR order
         if self.normalize:
             row_of = on("row_of")
-            deg = torch.zeros(graph.num_nodes, dtype=w.dtype, device=w.device).index_add(0, row_of, w)
+            if w.is_cuda:  # index_add sums with atomics there: a fixed-order sum over each row instead
+                deg = spmm(graph, torch.ones(graph.num_src_nodes, 1, device=w.device), "sum", w)[:, 0]
+            else:
+                deg = torch.zeros(graph.num_nodes, dtype=w.dtype, device=w.device).index_add(0, row_of, w)
             dinv = deg.pow(-0.5)
             dinv = torch.where(torch.isinf(dinv), torch.zeros_like(dinv), dinv)
             w = dinv[on("src")] * w * dinv[row_of]
@@ -493,17 +496,13 @@ class GATConv(nn.Module):
         N, H, C = x.shape[0], self.heads, self.out_channels
         if isinstance(edge_index, Graph):
             raise TypeError("GATConv: pass edge_index (the layer replaces self-loops by one per node)")
-        graph, memo = self._cache.get(edge_index, N, lambda: (self._prepare(edge_index, N), {}))
+        graph = self._cache.get(edge_index, N, lambda: self._prepare(edge_index, N))
         xw = x @ self.lin.weight.t()  # [N, H*C]
         xh = xw.view(N, H, C)
         a_src = (xh * self.att_src).sum(-1)
         a_dst = (xh * self.att_dst).sum(-1)
-        indptr = graph.indptr
-        if x.is_cuda:  # the graph's row pointers on x's device, copied once
-            indptr = memo.get(str(x.device))
-            if indptr is None:
-                indptr = memo[str(x.device)] = torch.tensor(graph.indptr, device=x.device)
-        alpha = segment_softmax(gat_scores(graph, a_src, a_dst, self.negative_slope), indptr)
+        # over the graph's own rows: already checked, so a CUDA step copies nothing to the host
+        alpha = segment_softmax(gat_scores(graph, a_src, a_dst, self.negative_slope), graph)
         alpha = nn.functional.dropout(alpha, p=self.dropout, training=self.training)
         out = spmm(graph, xw, "sum", alpha)
         out = out if self.concat else out.view(N, H, C).mean(1)

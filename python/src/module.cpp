@@ -163,23 +163,40 @@ int64_t dim_of(const A& a, const char* name, size_t ndim, size_t d) {
 // on the same stream (cudaMallocAsync), so it is reused only behind the kernels that read it.
 // The CUDA branches sit under `if constexpr (kWithCuda)`: a CPU-only build has no CUDA kernels to call.
 
+// Makes a device current for the scope and puts the caller's current device back after it, so a torch
+// or CuPy caller whose arrays are on cuda:1 does not find its current device changed by the call.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) : previous_(cuda_current_device()) { cuda_set_device(device); }
+  ~DeviceScope() {
+    try {
+      cuda_set_device(previous_);
+    } catch (...) {}
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_;
+};
+
 struct OnDevice {
   int device;
   Stream stream;
-  OnDevice(const Place& at, uintptr_t handle) : device(at.id), stream(reinterpret_cast<Stream>(handle)) {
-    cuda_set_device(device);
-  }
+  DeviceScope scope;
+  OnDevice(const Place& at, uintptr_t handle)
+      : device(at.id), stream(reinterpret_cast<Stream>(handle)), scope(at.id) {}
 };
 
 // Floats of stream-ordered scratch, freed on the stream when the call's kernels are queued.
 class Scratch {
  public:
-  Scratch(const OnDevice& on, int64_t floats) : on_(on) {
-    if (floats > 0) p_ = static_cast<float*>(cuda_alloc_async(size_t(floats) * sizeof(float), on.device, on.stream));
+  Scratch(const OnDevice& on, int64_t floats) : device_(on.device), stream_(on.stream) {
+    if (floats > 0) p_ = static_cast<float*>(cuda_alloc_async(size_t(floats) * sizeof(float), device_, stream_));
   }
   ~Scratch() {
     try {
-      cuda_free_async(p_, on_.device, on_.stream);
+      cuda_free_async(p_, device_, stream_);
     } catch (...) {}
   }
   Scratch(const Scratch&) = delete;
@@ -187,7 +204,8 @@ class Scratch {
   float* get() const { return p_; }
 
  private:
-  OnDevice on_;
+  int device_;
+  Stream stream_;
   float* p_ = nullptr;
 };
 
@@ -198,6 +216,7 @@ const I* host_values(const I* p, int64_t n, const Place& at, uintptr_t stream, s
   if (!at.cuda()) return p;
   copy.resize(size_t(n));
   nb::gil_scoped_release release;
+  const DeviceScope scope(at.id);
   cuda_download_on(copy.data(), p, size_t(n) * sizeof(I), at.id, reinterpret_cast<Stream>(stream));
   return copy.data();
 }
@@ -242,8 +261,11 @@ struct PyGraph {
   PyGraph& operator=(const PyGraph&) = delete;
   ~PyGraph() {
     // A caller's stream may still be reading a copy: wait for the device before the copy is freed.
+    if (on_device.empty()) return;
+    nb::gil_scoped_release release;  // the wait must not stall the interpreter's other threads
     for (const auto& [device, copy] : on_device) {
       try {
+        const DeviceScope scope(device);
         cuda_device_synchronize(device);
       } catch (...) {}
     }
@@ -268,6 +290,7 @@ struct PyGraph {
     if (!at.cuda()) return view();
     auto it = on_device.find(at.id);
     if (it == on_device.end()) {
+      const DeviceScope scope(at.id);
       Graph copy = g.to(Device::cuda(at.id));
       cuda_synchronize(at.id);
       it = on_device.emplace(at.id, std::move(copy)).first;
@@ -503,6 +526,7 @@ double time_spmm_forward(PyGraph& graph, const In& x, const std::string& reduce,
   auto wait = [&] {
     if (x.device_type() != nb::device::cuda::value) return;
     nb::gil_scoped_release release;
+    const DeviceScope scope(int(x.device_id()));
     cuda_stream_synchronize(reinterpret_cast<Stream>(stream), int(x.device_id()));
   };
   spmm_forward(graph, x, std::nullopt, reduce, out, std::nullopt, stream);
@@ -557,6 +581,35 @@ void segment_softmax_backward(const In& y, const In& grad_out, const In& indptr,
   const float* dy = checked<const float>(at, grad_out, "grad_out", {E, H});
   float* dx = checked<float>(at, grad_x, "grad_x", {E, H});
   check_indptr_values(ptr, S, E, "rows of y", at, stream);
+  nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) return segment_softmax_backward_cuda(dx, yp, dy, ptr, S, H, OnDevice(at, stream).stream);
+  }
+  segment_softmax_backward_cpu(dx, yp, dy, ptr, S, H);
+}
+
+// The same over a Graph's own rows (its CSR row pointers, checked when it was built): no pointer array
+// to check, so no wait on a device.
+void segment_softmax_forward_graph(const In& x, PyGraph& graph, Out out, uintptr_t stream) {
+  Place at;
+  const int64_t E = graph.g.num_edges, S = graph.g.num_nodes, H = dim_of(x, "x", 2, 1);
+  const float* xp = checked<const float>(at, x, "x", {E, H});
+  float* yp = checked<float>(at, out, "out", {E, H});
+  const int32_t* ptr = graph.view(at).indptr;
+  nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) return segment_softmax_forward_cuda(yp, xp, ptr, S, H, OnDevice(at, stream).stream);
+  }
+  segment_softmax_forward_cpu(yp, xp, ptr, S, H);
+}
+
+void segment_softmax_backward_graph(const In& y, const In& grad_out, PyGraph& graph, Out grad_x, uintptr_t stream) {
+  Place at;
+  const int64_t E = graph.g.num_edges, S = graph.g.num_nodes, H = dim_of(y, "y", 2, 1);
+  const float* yp = checked<const float>(at, y, "y", {E, H});
+  const float* dy = checked<const float>(at, grad_out, "grad_out", {E, H});
+  float* dx = checked<float>(at, grad_x, "grad_x", {E, H});
+  const int32_t* ptr = graph.view(at).indptr;
   nb::gil_scoped_release release;
   if constexpr (kWithCuda) {
     if (at.cuda()) return segment_softmax_backward_cuda(dx, yp, dy, ptr, S, H, OnDevice(at, stream).stream);
@@ -875,14 +928,20 @@ DeviceArray device_empty(const std::vector<int64_t>& shape, const std::string& d
   if (device < 0 || device >= cuda_device_count())
     throw nb::value_error(
         ("device must be in [0, " + std::to_string(cuda_device_count()) + "), got " + std::to_string(device)).c_str());
-  void* p = cuda_malloc_unpooled(std::max<size_t>(count * dt.bits / 8, 1), device);
+  void* p = nullptr;
+  {
+    const DeviceScope scope(device);
+    p = cuda_malloc_unpooled(std::max<size_t>(count * dt.bits / 8, 1), device);
+  }
   struct Block {
     void* p;
     int device;
   };
   nb::capsule owner(new Block{p, device}, [](void* b) noexcept {
     auto* block = static_cast<Block*>(b);
+    nb::gil_scoped_release release;  // cudaFree waits for the device
     try {
+      const DeviceScope scope(block->device);
       cuda_free_unpooled(block->p, block->device);
     } catch (...) {}
     delete block;
@@ -909,6 +968,7 @@ DeviceArray device_from_host(const In& a, int device) {
     expect *= shape[i];
   }
   nb::gil_scoped_release release;
+  const DeviceScope scope(device);
   cuda_copy(out.data(), Device::cuda(device), a.data(), Device::cpu(), a.nbytes());
   return out;
 }
@@ -927,6 +987,7 @@ nb::object device_to_host(const In& a, uintptr_t stream) {
   nb::capsule owner(buf, [](void* p) noexcept { delete static_cast<std::vector<char>*>(p); });
   {
     nb::gil_scoped_release release;
+    const DeviceScope scope(int(a.device_id()));
     cuda_download_on(buf->data(), a.data(), a.nbytes(), int(a.device_id()), reinterpret_cast<Stream>(stream));
   }
   return nb::cast(nb::ndarray<nb::numpy>(buf->data(), dims.size(), dims.data(), owner, nullptr, a.dtype()));
@@ -1006,6 +1067,9 @@ NB_MODULE(_gnn, m) {
   m.def("segment_softmax_forward", &segment_softmax_forward, "x"_a, "indptr"_a, "out"_a, "stream"_a = 0);
   m.def("segment_softmax_backward", &segment_softmax_backward, "y"_a, "grad_out"_a, "indptr"_a, "grad_x"_a,
         "stream"_a = 0);
+  m.def("segment_softmax_forward", &segment_softmax_forward_graph, "x"_a, "indptr"_a, "out"_a, "stream"_a = 0);
+  m.def("segment_softmax_backward", &segment_softmax_backward_graph, "y"_a, "grad_out"_a, "indptr"_a, "grad_x"_a,
+        "stream"_a = 0);
   m.def("gat_scores_forward", &gat_scores_forward, "graph"_a, "a_src"_a, "a_dst"_a, "negative_slope"_a, "out"_a,
         "stream"_a = 0);
   m.def("gat_scores_backward", &gat_scores_backward, "graph"_a, "grad_out"_a, "a_src"_a, "a_dst"_a, "negative_slope"_a,
@@ -1036,16 +1100,25 @@ NB_MODULE(_gnn, m) {
   m.def("_device_from_host", &device_from_host, "array"_a, "device"_a);
   m.def("_device_to_host", &device_to_host, "array"_a, "stream"_a = 0);
   m.def(
-      "_stream_create", [](int device) { return reinterpret_cast<uintptr_t>(gnn::cuda_stream_create(device)); },
+      "_stream_create",
+      [](int device) {
+        const DeviceScope scope(device);
+        return reinterpret_cast<uintptr_t>(gnn::cuda_stream_create(device));
+      },
       "device"_a);
   m.def(
       "_stream_destroy",
-      [](uintptr_t s, int device) { gnn::cuda_stream_destroy(reinterpret_cast<gnn::Stream>(s), device); }, "handle"_a,
+      [](uintptr_t s, int device) {
+        const DeviceScope scope(device);
+        gnn::cuda_stream_destroy(reinterpret_cast<gnn::Stream>(s), device);
+      },
+      "handle"_a,
       "device"_a);
   m.def(
       "_stream_synchronize",
       [](uintptr_t s, int device) {
         nb::gil_scoped_release release;
+        const DeviceScope scope(device);
         gnn::cuda_stream_synchronize(reinterpret_cast<gnn::Stream>(s), device);
       },
       "handle"_a, "device"_a);

@@ -149,22 +149,45 @@ def test_norms_on_device(affine):
 
 
 def test_runs_on_the_callers_stream_and_writes_in_place(graph, stream):
-    """The output starts as NaN; the kernel is queued on the caller's stream, so a copy queued behind it
-    on that stream sees the result (the emulator runs a stream's work only when something waits for it)."""
+    """The output starts as NaN and the kernel is queued on the caller's stream. The emulator runs a
+    stream's work only when something waits for that stream (or frees memory, which waits for all of
+    them: every array here stays alive until the end), so a copy queued on another stream still sees
+    NaN, and one queued on the caller's stream sees the result."""
     x = np.random.default_rng(7).standard_normal((N, F)).astype(np.float32)
-    out = dev(np.full((N, F), np.nan, np.float32))
-    before = out.data_ptr()
-    assert gnn.spmm(graph, dev(x), "mean", out=out) is out
-    assert out.data_ptr() == before
-    close(out, gnn.spmm(graph, x, "mean"))
-    # a second stream: gnn runs there when it is the current one
+    xd = dev(x)
+    warm = gnn.spmm(graph, xd, "sum")  # the graph's first copy to the device (waited for), kept alive
+    assert warm.shape == (N, F)
     other = gnn.cuda.Stream()
     with other:
-        out2 = dev(np.full((N, F), np.nan, np.float32))
-        gnn.spmm(graph, dev(x), "sum", out=out2)
-        got = host(out2, stream=other.handle)
-    np.testing.assert_allclose(got, gnn.spmm(graph, x, "sum"), rtol=1e-5, atol=1e-6)
+        out = dev(np.full((N, F), np.nan, np.float32))
+        before = out.data_ptr()
+        assert gnn.spmm(graph, xd, "mean", out=out) is out
+        assert out.data_ptr() == before
+        assert np.isnan(host(out, stream=stream.handle)).all()  # not run: queued on `other`
+        got = host(out, stream=other.handle)
+    np.testing.assert_allclose(got, gnn.spmm(graph, x, "mean"), rtol=1e-5, atol=1e-6)
+    # with the fixture's stream current again, gnn runs there
+    out2 = dev(np.full((N, F), np.nan, np.float32))
+    gnn.spmm(graph, xd, "sum", out=out2)
+    assert np.isnan(host(out2, stream=other.handle)).all()
+    np.testing.assert_allclose(host(out2), gnn.spmm(graph, x, "sum"), rtol=1e-5, atol=1e-6)
+    # a gnn.cuda.Array handed out through DLPack waits for the stream it is written on
+    with other:
+        out3 = gnn.cuda.empty((N, F))
+        gnn.spmm(graph, xd, "sum", out=out3)
+    out3.__dlpack__(stream=None)
+    np.testing.assert_allclose(host(out3, stream=stream.handle), gnn.spmm(graph, x, "sum"), rtol=1e-5, atol=1e-6)
     other.close()
+
+
+def test_segment_softmax_over_a_graphs_rows(graph):
+    s = np.random.default_rng(13).standard_normal((E, 2)).astype(np.float32)
+    want = gnn.segment_softmax(s, np.ascontiguousarray(graph.indptr))
+    np.testing.assert_array_equal(gnn.segment_softmax(s, graph), want)
+    close(gnn.segment_softmax(dev(s), graph), want)
+    dy = np.ones_like(s)
+    close(gnn.segment_softmax_backward(dev(want), dev(dy), graph),
+          gnn.segment_softmax_backward(want, dy, np.ascontiguousarray(graph.indptr)))
 
 
 def test_any_dlpack_producer_on_a_device(graph):
@@ -232,8 +255,10 @@ def test_torch_cuda_tensors(graph):
         yd.square().sum().backward()
         np.testing.assert_allclose(xd.grad.cpu().numpy(), xc.grad.numpy(), rtol=1e-4, atol=1e-4)
     s = torch.cuda.Stream()
+    xd = x.cuda()
     with torch.cuda.stream(s):  # the caller's current stream is the one gnn runs on
-        y = gnn.spmm(graph, x.cuda(), "sum")
+        assert gnn._stream(xd) == s.cuda_stream
+        y = gnn.spmm(graph, xd, "sum")
     s.synchronize()
     np.testing.assert_allclose(y.cpu().numpy(), gnn.spmm(graph, x.numpy(), "sum"), rtol=1e-5, atol=1e-6)
 
@@ -247,3 +272,6 @@ def test_cupy_arrays(graph):
     np.testing.assert_allclose(cupy.asnumpy(y), gnn.spmm(graph, x, "mean"), rtol=1e-5, atol=1e-6)
     out = cupy.empty_like(xd)
     assert gnn.spmm(graph, xd, "mean", out=out) is out
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        assert gnn._stream(xd) == s.ptr
