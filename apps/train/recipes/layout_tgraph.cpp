@@ -32,7 +32,8 @@
 //   reading the node's rank from its output shape (kNodeLayout, blocks.h). Those six columns also
 //   stay among the standardised node features (the original drops them there; --node-layout embedded
 //   drops them too). With our weights after 1 epoch the scores of the two differ by 25% on unet3d (Kendall
-//   tau 0.72 between them), after 60 epochs by 2.75% (tau 0.93); which trains better is unmeasured.
+//   tau 0.72 between them), after 60 epochs by 2.75% (tau 0.93). Trained, the two rank unet3d's held-out
+//   configs alike: 0.814 +- 0.005 against 0.813 +- 0.002 at 400 steps, 3 seeds (docs/benchmarks.md).
 // - Its pruning keeps only the edges that touch a configurable node (data_compression.py prune_graph);
 //   ours keeps every edge between the kept nodes (the nodes are the same): unet3d's region has 172 edges
 //   here, 168 there. Given the same weights the scores move 15.6% after 1 epoch (tau 0.88), 3% after 60
