@@ -171,7 +171,8 @@ Var pairwise_logistic_loss(const Var& pred, const Tensor& target, const Tensor& 
       [](double d) { return -1.0 / (1.0 + std::exp(d)); });
 }
 
-Var list_mle_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr, double temperature) {
+Var list_mle_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr, double temperature,
+                  bool slowest_first) {
   check_pred("list_mle_loss", pred, target);
   GNN_CHECK(temperature > 0, "list_mle_loss: temperature must be positive, got ", temperature);
   const std::vector<double> p = values(pred.value()), t = values(target);
@@ -185,10 +186,13 @@ Var list_mle_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr
     ++used;
     std::vector<int64_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), b);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) { return t[size_t(i)] < t[size_t(j)]; });
+    std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) {
+      return slowest_first ? t[size_t(i)] > t[size_t(j)] : t[size_t(i)] < t[size_t(j)];
+    });
     std::vector<double> u(static_cast<size_t>(n));
     double m = -INFINITY;
-    for (int64_t r = 0; r < n; ++r) m = std::max(m, u[size_t(r)] = -p[size_t(order[size_t(r)])] / temperature);
+    const double s = slowest_first ? 1.0 : -1.0;  // u = s * pred / T
+    for (int64_t r = 0; r < n; ++r) m = std::max(m, u[size_t(r)] = s * p[size_t(order[size_t(r)])] / temperature);
     // suffix sums of exp(u - m): D_r = sum_{l >= r} exp(u_l - m)
     std::vector<double> D(static_cast<size_t>(n + 1), 0.0);
     for (int64_t r = n - 1; r >= 0; --r) D[size_t(r)] = D[size_t(r + 1)] + std::exp(u[size_t(r)] - m);
@@ -197,7 +201,7 @@ Var list_mle_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr
       loss += std::log(D[size_t(r)]) + m - u[size_t(r)];
       inv_cum += 1.0 / D[size_t(r)];
       const double du = -1.0 + std::exp(u[size_t(r)] - m) * inv_cum;  // dL/du_r
-      grad[size_t(order[size_t(r)])] = -du / temperature;  // du/dp = -1 / T
+      grad[size_t(order[size_t(r)])] = s * du / temperature;  // du/dp = s / T
     }
   }
   GNN_CHECK(used > 0, "list_mle_loss: every group is empty");

@@ -22,6 +22,11 @@ ag::Var mape_loss(const ag::Var& pred, const Tensor& target);
 ag::Var log_mape_loss(const ag::Var& log_pred, const Tensor& target);
 ag::Var pairwise_hinge_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr, double margin = 0.1);
 ag::Var pairwise_logistic_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr);
-ag::Var list_mle_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr, double temperature = 1.0);
+// ListMLE (Plackett-Luce) over each group's configs. Ours starts from the fastest: the likelihood of the
+// true order fastest first under utilities -pred / T. slowest_first starts from the slowest under +pred / T,
+// as allRank's listMLE with the runtime as relevance (the 6th place's tile model). The two are different
+// losses: a Plackett-Luce order and its reverse do not have the same likelihood.
+ag::Var list_mle_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr, double temperature = 1.0,
+                      bool slowest_first = false);
 
 }  // namespace gnn::nn

@@ -200,6 +200,12 @@ HParamTable<TrainHParams> train_table(bool layout) {
                      "(regressions of the prediction as log runtime; eval then reports the mean relative error)"),
            parse_loss)
       .add(&T::temperature, number_hp("temperature", "1", 0, kInf, "ListMLE temperature", /*min_open=*/true))
+      .add(&T::listmle_slowest_first,
+           choice_hp("listmle-order", "fastest", "fastest|slowest",
+                     "the order whose likelihood ListMLE maximises: fastest config first (utilities -score) | "
+                     "slowest first (utilities +score, allRank's listMLE with the runtime as relevance, as the 6th "
+                     "place's tile model trained)"),
+           "slowest")
       .add(&T::margin, number_hp("margin", "0.1", 0, kInf, "pairwise hinge margin"))
       .add(&T::mse_weight,
            number_hp("mse-weight", "0", 0, kInf, "weight of an added MSE term between the prediction and log(target)"))

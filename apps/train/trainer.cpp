@@ -81,9 +81,9 @@ struct LossInputs {
   const Batch& b;
 };
 struct LossTerm {
-  const char* name;
-  double weight;
-  double (*count)(const Batch& b);  // what the term is a mean over
+  const char* name = nullptr;
+  double weight = 0;
+  double (*count)(const Batch& b) = nullptr;  // what the term is a mean over
   std::function<ag::Var(const LossInputs&)> value;
 };
 double predictions(const Batch& b) { return double(b.graphs * b.configs); }
@@ -102,8 +102,8 @@ std::vector<LossTerm> loss_terms(const TrainHParams& h) {
   switch (h.loss) {
     case Loss::kListMle:
       main = {"listmle", 1, [](const Batch& b) { return double(b.graphs); },
-              [T = h.temperature](const LossInputs& in) {
-                return nn::list_mle_loss(in.pred, in.b.target, in.b.group_ptr, T);
+              [T = h.temperature, slowest = h.listmle_slowest_first](const LossInputs& in) {
+                return nn::list_mle_loss(in.pred, in.b.target, in.b.group_ptr, T, slowest);
               }};
       break;
     case Loss::kHinge:

@@ -211,6 +211,22 @@ TEST_CASE("nn: losses, hand-worked values and finite differences") {
               .item() == doctest::Approx(la));
     ag::clear_tape();
   }
+  // ListMLE from the slowest (allRank's order) by hand on one group of three: true order slowest first
+  // c (t=3), a (t=2), b (t=1); u = +p. It is not the fastest-first loss: Plackett-Luce of an order and
+  // of its reverse differ once a group has three.
+  {
+    ag::Var p(Tensor::from_vector<double>({0.5, -0.2, 0.1}), true);
+    const Tensor t3 = Tensor::from_vector<double>({2, 1, 3});
+    const Tensor g3 = Tensor::from_vector<int64_t>({0, 3});
+    const double e = std::log(std::exp(0.1) + std::exp(0.5) + std::exp(-0.2)) - 0.1 +  // first pick c
+                     std::log(std::exp(0.5) + std::exp(-0.2)) - 0.5;  // then a; b is the last
+    const double f = std::log(std::exp(0.2) + std::exp(-0.5) + std::exp(-0.1)) - 0.2 +  // fastest: b,
+                     std::log(std::exp(-0.5) + std::exp(-0.1)) + 0.5;  // then a; c is the last
+    CHECK(nn::list_mle_loss(p, t3, g3, 1.0, true).value().item() == doctest::Approx(e));
+    CHECK(nn::list_mle_loss(p, t3, g3).value().item() == doctest::Approx(f));
+    CHECK(std::abs(e - f) > 1e-3);
+    ag::clear_tape();
+  }
   // Pairwise hinge by hand: pairs (i slower than j): (0,1), (0,2), (2,1) in group 0; (3,4) in group 1
   {
     ag::Var p(Tensor::from_vector<double>({0.0, 0.05, 0.3, 1.0, 0.0}), true);
@@ -238,6 +254,7 @@ TEST_CASE("nn: losses, hand-worked values and finite differences") {
   testing::check_grads({p}, [&] { return nn::pairwise_hinge_loss(p, t, gp, 0.5); });
   testing::check_grads({p}, [&] { return nn::pairwise_logistic_loss(p, t, gp); });
   testing::check_grads({p}, [&] { return nn::list_mle_loss(p, t, gp, 10.0); });
+  testing::check_grads({p}, [&] { return nn::list_mle_loss(p, t, gp, 0.5, true); });
   ag::Var logits = rand_var({6, 4}, 4);
   const Tensor labels = Tensor::from_vector<int32_t>({0, 3, 1, 1, 2, 0});
   testing::check_grads({logits}, [&] {
