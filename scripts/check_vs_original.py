@@ -6,7 +6,7 @@ Run by hand, not in CI: it needs PyTorch, PyG and the originals' files, cloned f
 repositories (bench/peers/winners.py's docstring gives the commands and the commits read) and never
 committed. It imports their model files by path; it holds none of their code.
 
-    scripts/check_vs_original.py --originals ORIG --model sage6 [--gnn build/bin/gnn] [--data DIR]
+    scripts/check_vs_original.py --originals ORIG --model tgraph|sage6|gin6|tilegat6 [--gnn build/bin/gnn] [--data DIR]
                                  [--configs 8] [--epochs 1] [--keep DIR]
 
 What it does:
@@ -39,6 +39,11 @@ What it does:
   op_embedding.weight; early_mlp.0/4 = early.0/1.lin.weight^T; gconv.l.lin_l.weight = layers.l.lin.weight
   [:D]^T (the neighbour mean), gconv.l.lin_r.weight = [D:]^T (the node itself), gconv.l.lin_l.bias =
   layers.l.lin.bias; late_mlp.0/3 = head.late.0/1.lin.weight^T; predict = head.predict.
+
+--model tilegat6: the 6th place's tile Net (src/res-gatconv4-listmle-hop5-tile/model.py; loss myloss.py
+  F_listMLE) against gnn's tile-gat-6th --join late --heads 1 --listmle-order slowest, the published
+  function (class TileGat6 says why its GATv2 layers have no counterpart and how the rest maps). Its
+  default data is a generated tile set; a real kernel: --data a tree of the real tile files --graph STEM.
 
 Prints one line per array and a JSON summary as the last line; exits 1 when an array differs from the
 original's by more than --tol (default 1e-4) relative and from the original in f64 by more than 4x the
@@ -309,7 +314,100 @@ class Tgraph:
         return out
 
 
-MODELS = {"sage6": Sage6, "gin6": Gin6, "tgraph": Tgraph}
+class TileGat6:
+    """gnn's tile-gat-6th --join late --heads 1 --listmle-order slowest against the 6th place's tile Net
+    (src/res-gatconv4-listmle-hop5-tile/model.py, Net.infer_one; loss myloss.py F_listMLE).
+
+    The published model joins the configs late: its first late Linear reads [config | pooled graph], and
+    the norm over the slate's configs that follows subtracts the pooled part, the same for every config.
+    So its score is a function of the config features and the late weights alone; everything before the
+    pool (opcode embedding, early MLP, the four GATv2 layers) gets a gradient that is zero in exact
+    arithmetic. Its GATv2 layers (ours are GAT's) therefore have no counterpart to map: they keep a seeded
+    initialisation, and the comparison shows their gradients and ours to be rounding noise (~0 rows).
+
+    Inputs: node_feat our standardised x [N, 140], config_feat ours [C, 24]; the original's in-forward
+    standardisations (both nn.Parameters) made the identity (mean 0, std 1 - 1e-4) and left out, as for
+    sage6. Its opcode embedding's max_norm is turned off (a training departure, in the recipe's header).
+    Its listMLE sorts the runtimes descending and takes its scores as utilities: ours with
+    --listmle-order slowest. Its log(cumsum + 1e-10) is ours without the 1e-10.
+
+    Weight map: node_opcode_embed rows 0..120 = op_embedding (its table has 128); early_mlp.0/4 =
+    early.0/1.lin.weight^T; late_mlp.0/3 = head.late.0/1.lin.weight^T (rows [config 24 | pooled 256], as
+    its concatenation); predict = head.predict."""
+
+    name, recipe = "tilegat6", "tile-gat-6th"
+    DIR = "src/res-gatconv4-listmle-hop5-tile"
+    train_flags = ["--join", "late", "--heads", "1", "--listmle-order", "slowest", "--batch-graphs", "2"]
+    synth = ["--collection", "tile", "--graphs", "3", "--nodes", "60", "--configs", "40", "--seed", "3",
+             "--split", "train,valid"]
+
+    def __init__(self, originals, work):
+        self.root = os.path.join(originals, REPO_6TH)
+        src = os.path.join(self.root, self.DIR)
+        sys.path.insert(0, src)
+        with quiet(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            load_module("dataset", os.path.join(src, "dataset.py"))
+            self.loss_mod = load_module("myloss", os.path.join(src, "myloss.py"))
+            model_mod = load_module("hengck_model_tile", os.path.join(src, "model.py"))
+        stat = os.path.join(work, "identity_tile.stat.pickle")
+        with open(stat, "wb") as f:
+            pickle.dump({"node_feat_mean": np.zeros(140, np.float32), "node_feat_std": np.full(140, 1 - 1e-4, np.float32),
+                         "config_feat_mean": np.zeros(24, np.float32),
+                         "config_feat_std": np.full(24, 1 - 1e-4, np.float32)}, f)
+        torch.manual_seed(0)  # the GATv2 layers' initialisation (no counterpart in ours)
+        self.net = model_mod.Net({"pickle_file": stat})
+        self.net.node_opcode_embed.max_norm = None
+        for n in ("node_feat_mean", "node_feat_std", "config_feat_mean", "config_feat_std"):
+            getattr(self.net, n).requires_grad_(False)
+        self.net.eval()
+
+    PAIRS = {"early.0.lin.weight": "early_mlp.0.weight", "early.1.lin.weight": "early_mlp.4.weight",
+             "head.late.0.lin.weight": "late_mlp.0.weight", "head.late.1.lin.weight": "late_mlp.3.weight",
+             "head.predict.weight": "predict.weight", "head.predict.bias": "predict.bias"}
+
+    def load(self, z):
+        sd = dict(self.net.named_parameters())
+        with torch.no_grad():
+            e = z["param/op_embedding.weight"]
+            sd["node_opcode_embed.weight"].zero_()
+            sd["node_opcode_embed.weight"][: e.shape[0]] = torch.from_numpy(e)
+            for ours, theirs in self.PAIRS.items():
+                a = z["param/" + ours]
+                a = a.T if sd[theirs].dim() == 2 else a
+                if tuple(a.shape) != tuple(sd[theirs].shape):
+                    sys.exit(f"check_vs_original: {ours} {a.shape} does not fit {theirs} {tuple(sd[theirs].shape)}: "
+                             "train the run at the original's widths (the recipe's defaults) with --heads 1")
+                sd[theirs].copy_(torch.from_numpy(np.ascontiguousarray(a)))
+
+    def forward(self, z):
+        dt = next(self.net.parameters()).dtype
+        r = {"node_feat": torch.from_numpy(z["batch/x"]).to(dt),
+             "node_opcode": torch.from_numpy(z["batch/opcode"].astype(np.int64)),
+             "edge_index": torch.from_numpy(z["batch/edges"].T.astype(np.int64).copy()),
+             "config_feat": torch.from_numpy(z["batch/config_feat"]).to(dt)}
+        return self.net.infer_one(r)
+
+    def loss(self, score, z):
+        return self.loss_mod.F_listMLE(score.reshape(1, -1), torch.from_numpy(z["batch/target"]).reshape(1, -1))
+
+    def grads(self, z):
+        sd = dict(self.net.named_parameters())
+        g = {k: v.grad.double().numpy() for k, v in sd.items() if v.grad is not None}
+        out = {"op_embedding.weight": g["node_opcode_embed.weight"][: z["param/op_embedding.weight"].shape[0]]}
+        for ours, theirs in self.PAIRS.items():
+            out[ours] = g[theirs].T if g[theirs].ndim == 2 else g[theirs]
+        for k in z:  # our GAT layers: no counterpart, zero in exact arithmetic
+            if k.startswith("grad/layers."):
+                out[k[len("grad/"):]] = np.zeros_like(z[k], np.float64)
+        return out
+
+    def original_only(self):
+        """The original's parameters without a counterpart in ours, whose gradients must be ~0."""
+        return [n for n, _ in self.net.named_parameters() if n.startswith("gconv.")]
+
+
+MODELS = {"sage6": Sage6, "gin6": Gin6, "tgraph": Tgraph, "tilegat6": TileGat6}
 
 
 @contextlib.contextmanager
@@ -360,8 +458,9 @@ def main():
     if not data:
         data = os.path.join(work, "data")
         if not os.path.isdir(data):
-            gnn(a.gnn, "synth", "--collection", "layout", "--out", data, "--graphs", "3", "--nodes", "300",
-                "--configs", "40", "--seed", "3", "--split", "train,valid")
+            gnn(a.gnn, "synth", "--out", data, *getattr(m, "synth", ["--collection", "layout", "--graphs", "3",
+                                                                     "--nodes", "300", "--configs", "40", "--seed",
+                                                                     "3", "--split", "train,valid"]))
     run = os.path.join(work, "run")
     extra = a.train_flags.split()
     own = [f for i in range(0, len(m.train_flags), 2) if m.train_flags[i] not in extra
@@ -388,6 +487,9 @@ def main():
         loss.backward()
         out = {"score": score.detach().numpy().astype(np.float64), "loss": np.array([loss.item()])}
         out.update({"grad/" + k: v.copy() for k, v in m.grads(batch).items()})
+        sd = dict(m.net.named_parameters())
+        for n in getattr(m, "original_only", list)():
+            out["original/" + n] = sd[n].grad.double().numpy().copy()
         return out
 
     orig = original(z)
@@ -400,6 +502,10 @@ def main():
     top = max(float(np.abs(v).max()) for k, v in exact.items() if k.startswith("grad/") and v.size)
     rows = []
     for k, v in exact.items():
+        if k.startswith("original/"):  # no counterpart in ours: the original's own gradient, ~0
+            rows.append((k + " (~0)", rel(orig[k], np.zeros_like(v), top), rel(v, np.zeros_like(v), top),
+                         rel(orig[k], v, top)))
+            continue
         small = k.startswith("grad/") and float(np.abs(v).max()) < 1e-4 * top
         floor = top if small else 0.0
         ours = z[k].reshape(-1) if k == "score" else z[k]
