@@ -242,6 +242,7 @@ class Run {
   Progress progress_;
   int64_t st_configs_step_ = 0;  // the last step's configs (over every rank)
   int64_t step_waits_ = 0, waited_steps_ = 0;  // the host's waits for the GPU within this process's steps
+  int64_t waited_micro_ = 0;  // and the micro-batches those steps ran
   Clock::time_point last_ckpt_;
   double last_score_ = NAN;
   std::unique_ptr<StepProfile> profile_;  // --profile
@@ -419,14 +420,14 @@ void Run::save(const std::string& path, bool with_optimizer) {
 // job this rank builds its share (dist::shard) of the batch's graphs, each with what it would draw in
 // one process; a rank whose share is empty (a last batch of fewer graphs than ranks) gets no graphs.
 // With --accumulate A the share is cut into A micro-batches (contiguous, the first ones one graph
-// larger), each run through forward and backward on its own. Every graph of a micro-batch gets the same
-// number of configs: --configs, or the fewest any graph of the whole batch has (read from the files'
-// headers up front, so every rank and micro-batch of a step agrees without loading the others' graphs).
+// larger), each run through forward and backward on its own. Each graph ranks min(--configs, its own
+// count) configs, as the originals sample a kernel; a Batch holds one count for all its graphs, so the
+// graphs of a micro-batch that have fewer than --configs are cut again into micro-batches of one count
+// each (a batch of real tile kernels, which list from 2 to thousands of configs, would otherwise train
+// every kernel on the fewest any of them has). Where every graph has --configs, nothing is cut.
 std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi) {
   const auto [lo, hi] = batch_range(bi);
   const dist::Range mine = dist::shard(hi - lo, world_.rank, world_.size);
-  int64_t cb = tp_.configs;
-  for (int64_t k = lo; k < hi; ++k) cb = std::min(cb, config_counts_[size_t(order[size_t(k)])]);
   std::vector<Batch> micro;
   const int micro_batches = int(tp_.accumulate);  // (its spec caps it at 2^20)
   for (int a = 0; a < micro_batches; ++a) {
@@ -442,8 +443,9 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
       rngs.push_back(graph_rng(plan_.seed, epoch, bi, j));
       GNN_CHECK(held.back()->num_configs() >= 2 && !held.back()->target.empty(), held.back()->file.path,
                 ": a training graph needs runtimes and at least 2 configs");
-      GNN_CHECK(held.back()->num_configs() >= cb, held.back()->file.path, ": holds ", held.back()->num_configs(),
-                " configs, its header said at least ", cb);
+      const int64_t header = config_counts_[size_t(order[size_t(lo + j)])];
+      GNN_CHECK(held.back()->num_configs() >= std::min(tp_.configs, header), held.back()->file.path, ": holds ",
+                held.back()->num_configs(), " configs, its header said ", header);
       if (tp_.sample_nodes > 0 &&
           held.back()->num_nodes() > tp_.sample_nodes) {  // its own draw: rngs[] stays as it was
         Rng r(Rng(rngs.back()).next() ^ 0x73616d706c65ull);
@@ -458,14 +460,31 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
         graphs.back() = held.back().get();
       }
     }
-    std::vector<std::vector<int64_t>> configs;
-    for (size_t g = 0; g < graphs.size(); ++g)
-      configs.push_back(sample_without_replacement(graphs[g]->num_configs(), cb, rngs[g]));
-    micro.push_back(make_batch(graphs, configs, tp_.segment, rngs));
-    for (const GraphPart& p : parts) micro.back().part.push_back(p.index), micro.back().parts.push_back(p.count);
-    micro.back().noise_seed = graph_rng(plan_.seed, epoch, bi, mine.begin + part.begin).next() ^ 0x6e6f697365ull;
-    if (tp_.edge_dropout > 0) micro.back().drop_edges(tp_.edge_dropout, micro.back().noise_seed ^ 0x65646765ull);
-    micro.back() = micro.back().prepared(model_->needs());  // (on the prefetch thread when there is one)
+    // One micro-batch per count, in the order of each count's first graph (one count: the part itself).
+    std::vector<int64_t> counts;
+    std::vector<std::vector<size_t>> of_count;
+    for (size_t g = 0; g < graphs.size(); ++g) {
+      const int64_t c = std::min(tp_.configs, graphs[g]->num_configs());
+      const size_t at = size_t(std::find(counts.begin(), counts.end(), c) - counts.begin());
+      if (at == counts.size()) counts.push_back(c), of_count.emplace_back();
+      of_count[at].push_back(g);
+    }
+    for (size_t k = 0; k < counts.size(); ++k) {
+      std::vector<const ModelGraph*> gs;
+      std::vector<Rng> rs;
+      std::vector<std::vector<int64_t>> configs;
+      for (size_t g : of_count[k]) {
+        gs.push_back(graphs[g]), rs.push_back(rngs[g]);
+        configs.push_back(sample_without_replacement(graphs[g]->num_configs(), counts[k], rs.back()));
+      }
+      micro.push_back(make_batch(gs, configs, tp_.segment, rs));
+      for (size_t g : of_count[k])
+        if (!parts.empty()) micro.back().part.push_back(parts[g].index), micro.back().parts.push_back(parts[g].count);
+      const int64_t first = mine.begin + part.begin + int64_t(of_count[k][0]);
+      micro.back().noise_seed = graph_rng(plan_.seed, epoch, bi, first).next() ^ 0x6e6f697365ull;
+      if (tp_.edge_dropout > 0) micro.back().drop_edges(tp_.edge_dropout, micro.back().noise_seed ^ 0x65646765ull);
+      micro.back() = micro.back().prepared(model_->needs());  // (on the prefetch thread when there is one)
+    }
   }
   return micro;
 }
@@ -652,7 +671,8 @@ TrainResult Run::train() {
       if (prefetch && bi + 1 < batches_ && st_.step + 1 < total_steps_)
         next = std::async(std::launch::async, [this, e, &order, bi] { return build_batch(e, order, bi + 1); });
       step(micro, e, bi);
-      if (o_.device.is_cuda()) step_waits_ += cuda_host_waits() - waits_before, waited_steps_ += 1;
+      if (o_.device.is_cuda())
+        step_waits_ += cuda_host_waits() - waits_before, waited_steps_ += 1, waited_micro_ += int64_t(micro.size());
       st_.step += 1, st_.batch = bi + 1, st_.configs += st_configs_step_;
       st_.seconds += since(t_step);  // training time: batch building, forward, backward, step
       if (profile_) profile_->wait(), profile_->end_step(since(t_step));
@@ -874,7 +894,10 @@ TrainResult Run::result() const {
     j.set("device", o_.device.str());
     j.set("peak_device_mb", double(device_peak) / 1e6);
     // (left out under --profile, which waits for every op itself)
-    if (waited_steps_ && !profile_) j.set("device_waits_per_step", double(step_waits_) / double(waited_steps_));
+    if (waited_steps_ && !profile_) {
+      j.set("device_waits_per_step", double(step_waits_) / double(waited_steps_));
+      j.set("micro_batches_per_step", double(waited_micro_) / double(waited_steps_));
+    }
     if (graphs_) {
       j.set("cuda_graph_steps", graphs_->replayed());
       j.set("cuda_graphs_captured", graphs_->captured());

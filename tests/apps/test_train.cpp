@@ -458,6 +458,35 @@ TEST_CASE("train: --accumulate takes the one-batch step in parts, in less memory
   }
 }
 
+TEST_CASE("train: each graph ranks min(--configs, its own count) configs, whatever its batch's others hold") {
+  // Kernels of 3 to 40 configs (real tile kernels list from 2 to thousands), all in one batch of 8. Each
+  // trains min(20, its count), as the originals sample a kernel; before, all trained the fewest any held.
+  TempDir t;
+  const std::string data = t.file("d");
+  auto r = run_gnn("synth --collection tile --out " + data + " --graphs 8 --configs 3 --configs-max 40 --seed 4 "
+                   "--split train");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  int64_t want = 0, fewest = INT64_MAX;
+  std::set<int64_t> below;
+  for (const DatasetFile& f : kind_files(data, "tile", "train")) {
+    const int64_t n = file_configs(f);
+    want += std::min<int64_t>(20, n), fewest = std::min(fewest, n);
+    if (n < 20) below.insert(n);
+  }
+  REQUIRE(below.size() >= 2);  // two counts under --configs: two micro-batches of their own, and more
+  REQUIRE(want > 8 * fewest);
+  for (const char* accumulate : {"1", "3"}) {
+    CAPTURE(accumulate);
+    r = run_gnn("train --model tile-mlp --data " + data + " --out " + t.file(std::string("run") + accumulate) +
+                " --epochs 1 --batch-graphs 8 --configs 20 --accumulate " + accumulate);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const Json j = Json::parse(last_line(r.out));
+    REQUIRE(j["steps"].as_int() == 1);
+    const double configs = j["configs_per_s"].as_number() * j["train_seconds"].as_number();
+    CHECK(std::fabs(configs - double(want)) <= 1e-6 * double(want));
+  }
+}
+
 TEST_CASE("train: --patience stops after that many epochs without a better valid score, resumed runs too") {
   TempDir t;
   const std::string run = t.file("run");
@@ -504,7 +533,7 @@ TEST_CASE("train: --dedup trains on each distinct config once, the fastest of it
   const auto r = run_gnn("train --model layout-resmodel --data " + dataset() + " --out " + t.file("run") +
                          " --epochs 1 --dedup on --batch-graphs 3 --configs 24");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  // 3 graphs x the fewest distinct configs among them (fewer than the 24 each file holds)
+  // 3 graphs x at most 24 distinct configs each (fewer than the 24 each file holds)
   int64_t fewest = 24;
   for (const DatasetFile& f : files) fewest = std::min(fewest, file_configs(f, true));
   CHECK(Json::parse(last_line(r.out))["steps"].as_int() == 1);
