@@ -3,11 +3,16 @@
 # the same run: configs/s of whole training steps, one graph per optimiser step, and peak memory.
 #
 #   usage: scripts/bench_winners.sh FILE.npz tgraph|sage6|gin6 [STEPS]
+#          scripts/bench_winners.sh TILE_DIR tile6 [STEPS]
 #
 # gnn: `gnn train --model layout-tgraph|layout-sage-6th|layout-gin-6th --batch-graphs 1 --accumulate 1
 # --configs C --epochs STEPS` on a tree holding FILE alone as its train split (one graph, so an epoch is one
 # step); configs/s is the median over the epochs after the first, from RUN/metrics.jsonl. Theirs: winners.py
 # with as many steps, the median after the first. C is 64 for tgraph, 80 for the 6th place's models.
+# tile6: the 6th place's tile model on a folder of tile files (its train split): gnn's `tile-gat-6th --join
+# late --heads 1 --listmle-order slowest` (the published function), 32 kernels x 64 configs per step, for
+# STEPS epochs (an epoch is every kernel once), configs/s the median over the epochs after the first; theirs
+# STEPS steps of 32 kernels, the median after the first.
 # Environment: DEVICE (cpu | cuda, default cpu), THREADS (default 2), ORIGINALS (the folder holding the two
 # clones, default /tmp/originals), PYTHON (one with torch and PyG, default python3), GNN (default
 # build/bin/gnn), AMP (the originals' precisions, a comma list for winners.py --amp; default none on the
@@ -20,21 +25,32 @@ file=$1 model=$2 steps=${3:-12}
 here=$(cd "$(dirname "$0")/.." && pwd)
 gnn=${GNN:-$here/build/bin/gnn} py=${PYTHON:-python3} dev=${DEVICE:-cpu} threads=${THREADS:-2}
 orig=${ORIGINALS:-/tmp/originals}
+kind=layout flags=(--batch-graphs 1 --accumulate 1)
 case $model in
   tgraph) recipe=layout-tgraph configs=64 theirs=bf16 ;;
   sage6) recipe=layout-sage-6th configs=80 theirs=fp16 ;;
   gin6) recipe=layout-gin-6th configs=80 theirs=fp16 ;;
-  *) echo "bench_winners.sh: model '$model': give tgraph, sage6 or gin6" >&2; exit 2 ;;
+  tile6) recipe=tile-gat-6th configs=64 theirs=fp16 kind=tile
+    flags=(--batch-graphs 32 --accumulate 1 --join late --heads 1 --listmle-order slowest) ;;
+  *) echo "bench_winners.sh: model '$model': give tgraph, sage6, gin6 or tile6" >&2; exit 2 ;;
 esac
-[ -f "$file" ] || { echo "bench_winners.sh: $file: no such file" >&2; exit 2; }
+if [ $kind = tile ]; then
+  [ -d "$file" ] || { echo "bench_winners.sh: $file: no such folder of tile files" >&2; exit 2; }
+else
+  [ -f "$file" ] || { echo "bench_winners.sh: $file: no such file" >&2; exit 2; }
+fi
 [ -x "$gnn" ] || { echo "bench_winners.sh: build gnn first ($gnn)" >&2; exit 2; }
 amp=${AMP:-none}
 [ "$dev" = cuda ] && amp=${AMP:-none,$theirs}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/data/npz/layout/xla/default/train"
-ln -s "$(cd "$(dirname "$file")" && pwd)/$(basename "$file")" "$tmp/data/npz/layout/xla/default/train/"
-"$gnn" train --model "$recipe" --data "$tmp/data" --out "$tmp/run" --batch-graphs 1 --accumulate 1 \
+if [ $kind = tile ]; then
+  mkdir -p "$tmp/data/npz/tile/xla" && ln -s "$(cd "$file" && pwd)" "$tmp/data/npz/tile/xla/train"
+else
+  mkdir -p "$tmp/data/npz/layout/xla/default/train"
+  ln -s "$(cd "$(dirname "$file")" && pwd)/$(basename "$file")" "$tmp/data/npz/layout/xla/default/train/"
+fi
+"$gnn" train --model "$recipe" --data "$tmp/data" --out "$tmp/run" "${flags[@]}" \
   --configs "$configs" --epochs "$steps" --threads "$threads" --device "$dev" --progress lines >"$tmp/gnn.log"
 "$py" - "$tmp/run/metrics.jsonl" "$(tail -n 1 "$tmp/gnn.log")" "$recipe" "$(basename "$file")" <<'EOF'
 import json, statistics, sys
@@ -57,7 +73,7 @@ for line in sys.stdin:
           f"step {r['step_ms_median']:.1f} ms (batch {r['batch_ms_median']:.1f})  peak {mem:.0f} MB ({where})")
 EOF
 if [ "${PROFILE:-0}" = 1 ]; then
-  "$gnn" train --model "$recipe" --data "$tmp/data" --out "$tmp/prof" --batch-graphs 1 --accumulate 1 \
+  "$gnn" train --model "$recipe" --data "$tmp/data" --out "$tmp/prof" "${flags[@]}" \
     --configs "$configs" --epochs 4 --threads "$threads" --device "$dev" --progress lines --profile |
     sed -n '/^profile:/,/GEMM:/p'
 fi

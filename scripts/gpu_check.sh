@@ -13,7 +13,7 @@
 #   layout     the layout-resmodel step on the GPU (shared, plain, replayed from CUDA graphs) against its
 #              PyTorch and PyG peers on the same GPU (scripts/bench_layout_step.sh with DEVICE=cuda): the
 #              real program and a 10k-node generated one, 16 and 64 configs per step
-#   winners    the winners' layout models on the GPU: layout-tgraph, layout-sage-6th and layout-gin-6th
+#   winners    the winners' models on the GPU: layout-tgraph, layout-sage-6th, layout-gin-6th and tile-gat-6th
 #              against their own code (bench/peers/winners.py, fp32 and the precision each trained with),
 #              on the real unet3d program and a 10k-node generated one (scripts/bench_winners.sh, DEVICE=cuda),
 #              each gnn step then profiled op by op (PROFILE=0 leaves that out);
@@ -154,6 +154,11 @@ phase_winners() {
         scripts/bench_winners.sh "$f" "$m" 12 || r=1
     done
   done
+  # The 6th place's tile model on generated kernels of at least 64 configs (a full 32 x 64 step each side).
+  "$gnn" synth --collection tile --out "$tmp/tile" --graphs 400 --split train --nodes 4 --nodes-max 60 \
+    --configs 100 --min-configs 64 --seed 21 >/dev/null || r=1
+  DEVICE=cuda GNN="$gnn" ORIGINALS="$orig" THREADS=${THREADS:-8} \
+    scripts/bench_winners.sh "$tmp/tile/npz/tile/xla/train" tile6 6 || r=1
   rm -rf "$tmp"
   return "$r"
 }

@@ -14,6 +14,7 @@ run time (importlib, from the files' paths) and drives them the way their traini
 The JSON line reports the commit it ran (originals_commit).
 
 Usage: winners.py --originals ORIG --data FILE.npz --model tgraph|sage6|gin6 [--configs C] [--steps S]
+       winners.py --originals ORIG --data TILE_DIR --model tile6 [--kernels 32] [--configs 64] [--steps S]
                   [--threads T] [--seed S] [--device cpu|cuda] [--amp none|bf16|fp16[,...]]
 
 --device cuda --amp A runs their step on the GPU the way their training did: the 1st place's HF Trainer
@@ -55,6 +56,18 @@ steps.
     torch's default weight decay 0.01; no clipping, no schedule).
   The batch: one graph x C configs; node_config_feat [C, K, 18] f32, node_feat [N, 140] f32, node_opcode
     [N], edge_index [2, E], node_config_ids [K], config_runtime [C].
+
+--model tile6 (6th place, src/res-gatconv4-listmle-hop5-tile, as its trainer.py and
+    res_gatconv4_tile_configuration.py run it; --data a folder of tile .npz files, the train split)
+  preprocessing, once: dataset.py's run_make_mean_std_pickle_file and load_npz over the folder (edge pairs
+    sorted, tensors), TileDataset(subsample size C = 64, is_random, is_droplast), model.py's Net(cfg).
+  each step: --kernels (32) groups of a shuffled epoch of the dataset (reset_subsample when fewer remain)
+    -> per kernel: net([r]) in train mode (forward, F_listMLE, the accuracy metrics), rank_loss / B, .item(),
+    backward -> AdamW (lr 5e-4, weight decay 0.01). configs counts the configs of the step's groups (a
+    kernel with fewer than C configs gives them all), its mean over the steps.
+  gnn's peer: `gnn train --model tile-gat-6th --join late --heads 1 --batch-graphs 32 --configs 64`, the
+  same function (scripts/check_vs_original.py --model tilegat6); the default --join early runs the graph
+  layers once per config.
 
 Departures from their runs, and why:
 - On the CPU: fp32 (torch.set_num_threads(--threads)). The 1st place trained with --bf16 (HF Trainer's
@@ -120,6 +133,7 @@ except ImportError:
 REPO_1ST = "google_fast_or_slow"
 REPO_6TH = "solution-predict-ai-model-runtime"
 DIR_6TH = {"sage6": "src/res-graphsage4-pair-hop5-layout", "gin6": "src/res-gin4-pair-hop5-layout"}
+DIR_6TH_TILE = "src/res-gatconv4-listmle-hop5-tile"
 
 
 def load_module(name, path):
@@ -293,6 +307,69 @@ class Sixth:
         return loss
 
 
+class SixthTile:
+    """6th place tile model (src/res-gatconv4-listmle-hop5-tile): Net, their TileDataset and loss, as its
+    trainer.py runs them: 32 kernels per AdamW step, each kernel's forward, listMLE / B and backward in
+    turn, one subsample group of 64 configs per kernel and epoch."""
+
+    def __init__(self, a, tmp):
+        root = os.path.join(a.originals, REPO_6TH)
+        src = os.path.join(root, DIR_6TH_TILE)
+        sys.path.insert(0, src)
+        with quiet():
+            self.ds_mod = load_module("dataset", os.path.join(src, "dataset.py"))
+            load_module("myloss", os.path.join(src, "myloss.py"))
+            model_mod = load_module("hengck_model_tile", os.path.join(src, "model.py"))
+            pickle_file = os.path.join(tmp, "stat", "npz-tile-xla-train.stat.pickle")
+            self.ds_mod.run_make_mean_std_pickle_file(npz_dir=a.data, pickle_file=pickle_file)
+            data = self.ds_mod.load_npz(a.data)
+            self.dataset = self.ds_mod.TileDataset(
+                data, subsample_param=dict(size=a.configs, is_random=True, is_droplast=True))
+            self.net = model_mod.Net({"pickle_file": pickle_file}).to(a.device)
+        self.kernels = a.kernels
+        self.nodes = sum(int(d["num_node"]) for d in data)  # (the whole train split)
+        self.nodes_file = self.nodes
+        self.edges = sum(int(d["edge_index"].shape[1]) for d in data)
+        self.total_configs = sum(len(d["config_runtime"]) for d in data)
+        self.commit = commit_of(root)
+        self.opt = torch.optim.AdamW(filter(lambda p: p.requires_grad, self.net.parameters()), lr=5e-4)
+        self.order, self.step_configs = [], []
+
+    @property
+    def configs(self):  # configs per step: the mean over the steps run (a kernel may have fewer than 64)
+        return statistics.mean(self.step_configs) if self.step_configs else 0
+
+    def epoch(self):
+        if len(self.order) < self.kernels:  # trainer.py: reset_subsample() each epoch, shuffled, drop_last
+            self.dataset.reset_subsample()
+            self.order = list(torch.randperm(len(self.dataset)).numpy())
+
+    def batch(self):
+        b = self.ds_mod.null_collate([self.dataset[int(self.order.pop())] for _ in range(self.kernels)])
+        self.step_configs.append(sum(len(r["config_runtime"]) for r in b))
+        return b
+
+    def step(self, batch, prec):
+        self.net.train()
+        self.net.output_type = ["loss", "infer"]
+        self.opt.zero_grad()
+        B = len(batch)
+        for b in range(B):  # trainer.py's inner loop
+            r = {k: batch[b][k].to(prec.device, non_blocking=True) for k in self.ds_mod.tensor_key}
+            with prec.autocast():
+                output = self.net([r])
+                rank_loss = output["rank_loss"].mean() / B
+                loss = rank_loss.item()
+                output["opa_acc"].mean().item()
+                output["topk_acc"].mean().item()
+            prec.scaler.scale(rank_loss).backward()
+        prec.scaler.step(self.opt)
+        prec.scaler.update()
+        if prec.device == "cuda":
+            torch.clear_autocast_cache()
+        return loss
+
+
 class Precision:
     """How a step runs: the device, an autocast context (none: fp32) and a GradScaler (live for fp16 on
     the GPU only; a disabled one passes scale / unscale_ / step / update straight through)."""
@@ -315,9 +392,11 @@ class Precision:
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--originals", required=True, help=f"folder holding {REPO_1ST}/ and {REPO_6TH}/")
-    p.add_argument("--data", required=True, help="a TpuGraphs layout .npz file")
-    p.add_argument("--model", choices=["tgraph", "sage6", "gin6"], required=True)
-    p.add_argument("--configs", type=int, default=None, help="configs per step (64 for tgraph, 80 for the 6th)")
+    p.add_argument("--data", required=True, help="a TpuGraphs layout .npz file (tile6: a folder of tile files)")
+    p.add_argument("--model", choices=["tgraph", "sage6", "gin6", "tile6"], required=True)
+    p.add_argument("--configs", type=int, default=None,
+                   help="configs per step (64 for tgraph, 80 for the 6th; tile6: per kernel, 64)")
+    p.add_argument("--kernels", type=int, default=32, help="tile6: kernels per step (its train_batch_size)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
@@ -330,7 +409,7 @@ def main():
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("winners.py: --device cuda, but torch sees no GPU")
     if a.configs is None:
-        a.configs = 64 if a.model == "tgraph" else 80
+        a.configs = 64 if a.model in ("tgraph", "tile6") else 80
     if a.configs < 2 or a.steps < 1:
         sys.exit("winners.py: --configs must be >= 2 and --steps >= 1")
     warnings.filterwarnings("ignore")
@@ -340,7 +419,7 @@ def main():
     torch.manual_seed(a.seed)
     tmp = tempfile.mkdtemp(prefix="winners_")
     try:
-        run = First(a, tmp) if a.model == "tgraph" else Sixth(a, tmp)
+        run = {"tgraph": First, "tile6": SixthTile}.get(a.model, Sixth)(a, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     before_mb = rss_mb()
