@@ -196,6 +196,13 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 
 namespace {
+// The region's pages returned and its record dropped (device bytes counted down for a device block).
+void unmap_region(std::map<uintptr_t, Region>::iterator it) {
+  if (it->second.device >= 0) g_device_bytes -= it->second.bytes;
+  munmap(reinterpret_cast<void*>(it->first), it->second.mapped);
+  g_regions.erase(it);
+}
+
 cudaError_t free_region(void* p, bool device, const char* call) {
   if (!p) return cudaSuccess;
   if (capture_forbids(call)) return fail(cudaErrorStreamCaptureUnsupported);
@@ -205,9 +212,7 @@ cudaError_t free_region(void* p, bool device, const char* call) {
                 fmt("%s(%p): not the start of a live %s allocation", call, p, device ? "device" : "page-locked"));
   ++g_stats.host_waits;
   run_all();  // freeing synchronises
-  if (device) g_device_bytes -= it->second.bytes;
-  munmap(p, it->second.mapped);
-  g_regions.erase(it);
+  unmap_region(it);
   return cudaSuccess;
 }
 }  // namespace
@@ -236,10 +241,7 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
     return fail(cudaErrorInvalidValue, fmt("cudaFreeAsync(%p): not the start of a live device allocation", p));
   return enqueue(s, "cudaFreeAsync", [p] {
     auto r = g_regions.find(reinterpret_cast<uintptr_t>(p));
-    if (r == g_regions.end()) return;
-    g_device_bytes -= r->second.bytes;
-    munmap(p, r->second.mapped);
-    g_regions.erase(r);
+    if (r != g_regions.end()) unmap_region(r);
   });
 }
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {

@@ -207,6 +207,13 @@ int cuda_current_device() {
   return d;
 }
 
+// A failed allocation clears its error (it is not sticky: the device stays usable) and names what failed.
+static void allocated_or_fail(cudaError_t e, const char* call, size_t bytes, int device) {
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  GNN_FAIL("CUDA device ", device, ": ", call, " of ", bytes, " bytes failed (", cudaGetErrorString(e), ")");
+}
+
 void* cuda_alloc_async(size_t bytes, int device, Stream stream) {
   if (bytes == 0) return nullptr;
   cuda_set_device(device);
@@ -218,11 +225,7 @@ void* cuda_alloc_async(size_t bytes, int device, Stream stream) {
     GNN_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   });
   void* p = nullptr;
-  const cudaError_t e = cudaMallocAsync(&p, bytes, stream);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    GNN_FAIL("CUDA device ", device, ": cudaMallocAsync of ", bytes, " bytes failed (", cudaGetErrorString(e), ")");
-  }
+  allocated_or_fail(cudaMallocAsync(&p, bytes, stream), "cudaMallocAsync", bytes, device);
   return p;
 }
 
@@ -242,20 +245,15 @@ void cuda_copy_2d_on(void* dst, size_t dpitch, const void* src, size_t spitch, s
 void cuda_download_on(void* dst, const void* src, size_t bytes, int device, Stream stream) {
   if (bytes == 0) return;
   cuda_set_device(device);
-  ++g_host_waits;
   GNN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
-  GNN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cuda_stream_synchronize(stream, device);
 }
 
 void* cuda_malloc_unpooled(size_t bytes, int device) {
   if (bytes == 0) return nullptr;
   cuda_set_device(device);
   void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, bytes);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    GNN_FAIL("CUDA device ", device, ": cudaMalloc of ", bytes, " bytes failed (", cudaGetErrorString(e), ")");
-  }
+  allocated_or_fail(cudaMalloc(&p, bytes), "cudaMalloc", bytes, device);
   return p;
 }
 

@@ -110,6 +110,21 @@ void check_place(const A& a, const char* name, Place& at) {
   }
 }
 
+// An array's strides must be C order's (dimensions of size 1 aside; an empty array has nothing to read).
+template <class A>
+void check_contiguous(const A& a, const char* name) {
+  const std::vector<int64_t> got = shape_of(a);
+  if (std::find(got.begin(), got.end(), 0) != got.end()) return;
+  int64_t expect = 1;
+  for (size_t i = got.size(); i-- > 0;) {
+    if (got[i] != 1 && a.stride(i) != expect)
+      throw nb::value_error((std::string(name) + " is not C-contiguous (shape " + shape_str(got) +
+                             "); pass a contiguous array (numpy.ascontiguousarray, tensor.contiguous())")
+                                .c_str());
+    expect *= got[i];
+  }
+}
+
 // One argument's checks: dtype, place (host or the call's CUDA device), C-contiguous, and the shape (-1:
 // any size there).
 template <class T, class A>
@@ -130,15 +145,7 @@ T* checked(Place& at, const A& a, const char* name, std::initializer_list<int64_
     w += want.size() == 1 ? ",)" : ")";
     throw nb::value_error((std::string(name) + " must have shape " + w + ", got " + shape_str(got)).c_str());
   }
-  int64_t expect = 1;
-  const bool empty = std::find(got.begin(), got.end(), 0) != got.end();  // any strides will do: nothing is read
-  for (size_t i = got.size(); !empty && i-- > 0;) {
-    if (got[i] != 1 && a.stride(i) != expect)
-      throw nb::value_error((std::string(name) + " is not C-contiguous (shape " + shape_str(got) +
-                             "); pass a contiguous array (numpy.ascontiguousarray, tensor.contiguous())")
-                                .c_str());
-    expect *= got[i];
-  }
+  check_contiguous(a, name);
   return static_cast<T*>(const_cast<void*>(static_cast<const void*>(a.data())));
 }
 
@@ -543,18 +550,40 @@ const int32_t* checked_indptr(Place& at, const In& indptr, int64_t& S) {
   return checked<const int32_t>(at, indptr, "indptr", {S + 1});
 }
 
-// indptr's values (on the host, or copied from the call's device) must start at 0, end at E, not decrease.
-void check_indptr_values(const int32_t* ptr, int64_t S, int64_t E, const char* rows, const Place& at,
-                         uintptr_t stream) {
-  std::vector<int32_t> copy;
-  const int32_t* p = host_values(ptr, S + 1, at, stream, copy);
-  if (p[0] != 0 || p[S] != E)
-    throw nb::value_error(("indptr must start at 0 and end at the number of " + std::string(rows) + " (" +
-                           std::to_string(E) + "), got " + std::to_string(p[0]) + " .. " + std::to_string(p[S]))
+// A pointer array's values (on the host, or copied from the call's device) must start at 0, end at the
+// number of rows it splits, and not decrease: `indptr` (int32, over edges) or `ptr` (int64, over nodes).
+template <class I>
+void check_pointer_values(const I* ptr, int64_t S, int64_t rows, const char* name, const char* of, const Place& at,
+                          uintptr_t stream) {
+  std::vector<I> copy;
+  const I* p = host_values(ptr, S + 1, at, stream, copy);
+  if (p[0] != 0 || p[S] != rows)
+    throw nb::value_error((std::string(name) + " must start at 0 and end at the number of " + of + " (" +
+                           std::to_string(rows) + "), got " + std::to_string(p[0]) + " .. " + std::to_string(p[S]))
                               .c_str());
   for (int64_t s = 0; s < S; ++s)
     if (p[s + 1] < p[s])
-      throw nb::value_error(("indptr must not decrease; it does at position " + std::to_string(s + 1)).c_str());
+      throw nb::value_error((std::string(name) + " must not decrease; it does at position " + std::to_string(s + 1))
+                                .c_str());
+}
+
+// The kernels of segment_softmax on the call's place, once its arguments are checked.
+void softmax_forward_on(const Place& at, float* y, const float* x, const int32_t* ptr, int64_t S, int64_t H,
+                        uintptr_t stream) {
+  nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) return segment_softmax_forward_cuda(y, x, ptr, S, H, OnDevice(at, stream).stream);
+  }
+  segment_softmax_forward_cpu(y, x, ptr, S, H);
+}
+
+void softmax_backward_on(const Place& at, float* dx, const float* y, const float* dy, const int32_t* ptr, int64_t S,
+                         int64_t H, uintptr_t stream) {
+  nb::gil_scoped_release release;
+  if constexpr (kWithCuda) {
+    if (at.cuda()) return segment_softmax_backward_cuda(dx, y, dy, ptr, S, H, OnDevice(at, stream).stream);
+  }
+  segment_softmax_backward_cpu(dx, y, dy, ptr, S, H);
 }
 
 void segment_softmax_forward(const In& x, const In& indptr, Out out, uintptr_t stream) {
@@ -564,12 +593,8 @@ void segment_softmax_forward(const In& x, const In& indptr, Out out, uintptr_t s
   int64_t S;
   const int32_t* ptr = checked_indptr(at, indptr, S);
   float* yp = checked<float>(at, out, "out", {E, H});
-  check_indptr_values(ptr, S, E, "rows of x", at, stream);
-  nb::gil_scoped_release release;
-  if constexpr (kWithCuda) {
-    if (at.cuda()) return segment_softmax_forward_cuda(yp, xp, ptr, S, H, OnDevice(at, stream).stream);
-  }
-  segment_softmax_forward_cpu(yp, xp, ptr, S, H);
+  check_pointer_values(ptr, S, E, "indptr", "rows of x", at, stream);
+  softmax_forward_on(at, yp, xp, ptr, S, H, stream);
 }
 
 void segment_softmax_backward(const In& y, const In& grad_out, const In& indptr, Out grad_x, uintptr_t stream) {
@@ -580,12 +605,8 @@ void segment_softmax_backward(const In& y, const In& grad_out, const In& indptr,
   const int32_t* ptr = checked_indptr(at, indptr, S);
   const float* dy = checked<const float>(at, grad_out, "grad_out", {E, H});
   float* dx = checked<float>(at, grad_x, "grad_x", {E, H});
-  check_indptr_values(ptr, S, E, "rows of y", at, stream);
-  nb::gil_scoped_release release;
-  if constexpr (kWithCuda) {
-    if (at.cuda()) return segment_softmax_backward_cuda(dx, yp, dy, ptr, S, H, OnDevice(at, stream).stream);
-  }
-  segment_softmax_backward_cpu(dx, yp, dy, ptr, S, H);
+  check_pointer_values(ptr, S, E, "indptr", "rows of y", at, stream);
+  softmax_backward_on(at, dx, yp, dy, ptr, S, H, stream);
 }
 
 // The same over a Graph's own rows (its CSR row pointers, checked when it was built): no pointer array
@@ -595,12 +616,7 @@ void segment_softmax_forward_graph(const In& x, PyGraph& graph, Out out, uintptr
   const int64_t E = graph.g.num_edges, S = graph.g.num_nodes, H = dim_of(x, "x", 2, 1);
   const float* xp = checked<const float>(at, x, "x", {E, H});
   float* yp = checked<float>(at, out, "out", {E, H});
-  const int32_t* ptr = graph.view(at).indptr;
-  nb::gil_scoped_release release;
-  if constexpr (kWithCuda) {
-    if (at.cuda()) return segment_softmax_forward_cuda(yp, xp, ptr, S, H, OnDevice(at, stream).stream);
-  }
-  segment_softmax_forward_cpu(yp, xp, ptr, S, H);
+  softmax_forward_on(at, yp, xp, graph.view(at).indptr, S, H, stream);
 }
 
 void segment_softmax_backward_graph(const In& y, const In& grad_out, PyGraph& graph, Out grad_x, uintptr_t stream) {
@@ -609,12 +625,7 @@ void segment_softmax_backward_graph(const In& y, const In& grad_out, PyGraph& gr
   const float* yp = checked<const float>(at, y, "y", {E, H});
   const float* dy = checked<const float>(at, grad_out, "grad_out", {E, H});
   float* dx = checked<float>(at, grad_x, "grad_x", {E, H});
-  const int32_t* ptr = graph.view(at).indptr;
-  nb::gil_scoped_release release;
-  if constexpr (kWithCuda) {
-    if (at.cuda()) return segment_softmax_backward_cuda(dx, yp, dy, ptr, S, H, OnDevice(at, stream).stream);
-  }
-  segment_softmax_backward_cpu(dx, yp, dy, ptr, S, H);
+  softmax_backward_on(at, dx, yp, dy, graph.view(at).indptr, S, H, stream);
 }
 
 void gat_scores_forward(PyGraph& graph, const In& a_src, const In& a_dst, float negative_slope, Out out,
@@ -716,15 +727,7 @@ const int64_t* checked_ptr(Place& at, const In& ptr, int64_t rows, int64_t& G, u
   G = dim_of(ptr, "ptr", 1, 0) - 1;
   if (G < 0) throw nb::value_error("ptr must have at least one entry (0)");
   const int64_t* ptr_data = checked<const int64_t>(at, ptr, "ptr", {G + 1});
-  std::vector<int64_t> copy;
-  const int64_t* p = host_values(ptr_data, G + 1, at, stream, copy);
-  if (p[0] != 0 || p[G] != rows)
-    throw nb::value_error(("ptr must start at 0 and end at the number of rows of x (" + std::to_string(rows) +
-                           "), got " + std::to_string(p[0]) + " .. " + std::to_string(p[G]))
-                              .c_str());
-  for (int64_t g = 0; g < G; ++g)
-    if (p[g + 1] < p[g])
-      throw nb::value_error(("ptr must not decrease; it does at position " + std::to_string(g + 1)).c_str());
+  check_pointer_values(ptr_data, G, rows, "ptr", "rows of x", at, stream);
   return ptr_data;
 }
 
@@ -917,8 +920,7 @@ nb::dlpack::dtype parse_dtype(const std::string& name) {
 
 using DeviceArray = nb::ndarray<nb::array_api>;  // an object with __dlpack__ and __dlpack_device__
 
-DeviceArray device_empty(const std::vector<int64_t>& shape, const std::string& dtype, int device) {
-  const nb::dlpack::dtype dt = parse_dtype(dtype);
+DeviceArray device_empty_of(const std::vector<int64_t>& shape, nb::dlpack::dtype dt, int device) {
   size_t count = 1;
   for (int64_t d : shape) {
     if (d < 0) throw nb::value_error(("shape must not be negative, got " + shape_str(shape)).c_str());
@@ -950,23 +952,17 @@ DeviceArray device_empty(const std::vector<int64_t>& shape, const std::string& d
   return DeviceArray(p, dims.size(), dims.data(), owner, nullptr, dt, nb::device::cuda::value, device);
 }
 
+DeviceArray device_empty(const std::vector<int64_t>& shape, const std::string& dtype, int device) {
+  return device_empty_of(shape, parse_dtype(dtype), device);
+}
+
 // Host array -> a new device array (copied and waited for, so it is there for any stream).
 DeviceArray device_from_host(const In& a, int device) {
   if (a.device_type() != nb::device::cpu::value) throw nb::type_error("array: pass a host (NumPy) array");
-  const std::string dt = a.dtype() == nb::dtype<float>()     ? "float32"
-                         : a.dtype() == nb::dtype<int32_t>() ? "int32"
-                         : a.dtype() == nb::dtype<int64_t>() ? "int64"
-                                                             : "";
-  if (dt.empty())
+  if (a.dtype() != nb::dtype<float>() && a.dtype() != nb::dtype<int32_t>() && a.dtype() != nb::dtype<int64_t>())
     throw nb::type_error(("array must be float32, int32 or int64, got " + std::string(dtype_str(a.dtype()))).c_str());
-  const std::vector<int64_t> shape = shape_of(a);
-  DeviceArray out = device_empty(shape, dt, device);
-  int64_t expect = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] != 1 && shape[i] != 0 && a.stride(i) != expect)
-      throw nb::value_error("array is not C-contiguous; pass numpy.ascontiguousarray(array)");
-    expect *= shape[i];
-  }
+  check_contiguous(a, "array");
+  DeviceArray out = device_empty_of(shape_of(a), a.dtype(), device);
   nb::gil_scoped_release release;
   const DeviceScope scope(device);
   cuda_copy(out.data(), Device::cuda(device), a.data(), Device::cpu(), a.nbytes());
@@ -978,11 +974,7 @@ nb::object device_to_host(const In& a, uintptr_t stream) {
   if (a.device_type() != nb::device::cuda::value) throw nb::type_error("array is not on a CUDA device");
   std::vector<size_t> dims;
   for (size_t i = 0; i < a.ndim(); ++i) dims.push_back(a.shape(i));
-  int64_t expect = 1;
-  for (size_t i = a.ndim(); i-- > 0;) {
-    if (a.shape(i) > 1 && a.stride(i) != expect) throw nb::value_error("array is not C-contiguous");
-    expect *= int64_t(a.shape(i));
-  }
+  check_contiguous(a, "array");
   auto* buf = new std::vector<char>(std::max<size_t>(a.nbytes(), 1));
   nb::capsule owner(buf, [](void* p) noexcept { delete static_cast<std::vector<char>*>(p); });
   {
