@@ -284,20 +284,21 @@ class Sixth:
     def batch(self):
         return self.ds_mod.null_collate([self.dataset[int(self.order.pop())]])
 
+    KEYS = ["edge_index", "node_feat", "node_opcode", "node_config_feat", "node_config_ids", "config_runtime"]
+    METRICS = ["opa_acc"]  # what trainer.py's loop reads back with .item() besides the loss
+
     def step(self, batch, prec):
         self.net.train()
         self.net.output_type = ["loss", "infer"]
         self.opt.zero_grad()
         B = len(batch)
         for b in range(B):  # trainer.py's inner loop
-            r = {k: batch[b][k].to(prec.device, non_blocking=True)
-                 for k in ["edge_index", "node_feat", "node_opcode", "node_config_feat", "node_config_ids",
-                           "config_runtime"]}
+            r = {k: batch[b][k].to(prec.device, non_blocking=True) for k in self.KEYS}
             with prec.autocast():
                 output = self.net([r])
-                opa_acc = output["opa_acc"].mean() / B
                 rank_loss = output["rank_loss"].mean() / B
-                opa_acc.item()
+                for m in self.METRICS:
+                    (output[m].mean() / B).item()
                 loss = rank_loss.item()
             prec.scaler.scale(rank_loss).backward()
         prec.scaler.step(self.opt)
@@ -307,7 +308,7 @@ class Sixth:
         return loss
 
 
-class SixthTile:
+class SixthTile(Sixth):
     """6th place tile model (src/res-gatconv4-listmle-hop5-tile): Net, their TileDataset and loss, as its
     trainer.py runs them: 32 kernels per AdamW step, each kernel's forward, listMLE / B and backward in
     turn, one subsample group of 64 configs per kernel and epoch."""
@@ -334,6 +335,9 @@ class SixthTile:
         self.commit = commit_of(root)
         self.opt = torch.optim.AdamW(filter(lambda p: p.requires_grad, self.net.parameters()), lr=5e-4)
         self.order, self.step_configs = [], []
+        self.KEYS = self.ds_mod.tensor_key
+
+    METRICS = ["opa_acc", "topk_acc"]
 
     @property
     def configs(self):  # configs per step: the mean over the steps run (a kernel may have fewer than 64)
@@ -348,26 +352,6 @@ class SixthTile:
         b = self.ds_mod.null_collate([self.dataset[int(self.order.pop())] for _ in range(self.kernels)])
         self.step_configs.append(sum(len(r["config_runtime"]) for r in b))
         return b
-
-    def step(self, batch, prec):
-        self.net.train()
-        self.net.output_type = ["loss", "infer"]
-        self.opt.zero_grad()
-        B = len(batch)
-        for b in range(B):  # trainer.py's inner loop
-            r = {k: batch[b][k].to(prec.device, non_blocking=True) for k in self.ds_mod.tensor_key}
-            with prec.autocast():
-                output = self.net([r])
-                rank_loss = output["rank_loss"].mean() / B
-                loss = rank_loss.item()
-                output["opa_acc"].mean().item()
-                output["topk_acc"].mean().item()
-            prec.scaler.scale(rank_loss).backward()
-        prec.scaler.step(self.opt)
-        prec.scaler.update()
-        if prec.device == "cuda":
-            torch.clear_autocast_cache()
-        return loss
 
 
 class Precision:
