@@ -211,7 +211,10 @@ cudaError_t free_region(void* p, bool device, const char* call) {
     return fail(cudaErrorInvalidValue,
                 fmt("%s(%p): not the start of a live %s allocation", call, p, device ? "device" : "page-locked"));
   ++g_stats.host_waits;
-  run_all();  // freeing synchronises
+  run_all();  // freeing synchronises; the queued work may hold a cudaFreeAsync of p (a double free)
+  it = g_regions.find(reinterpret_cast<uintptr_t>(p));
+  if (it == g_regions.end())
+    return fail(cudaErrorInvalidValue, fmt("%s(%p): freed by a cudaFreeAsync queued before it", call, p));
   unmap_region(it);
   return cudaSuccess;
 }
@@ -240,8 +243,8 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
   if (it == g_regions.end() || it->second.device < 0)
     return fail(cudaErrorInvalidValue, fmt("cudaFreeAsync(%p): not the start of a live device allocation", p));
   return enqueue(s, "cudaFreeAsync", [p] {
-    auto r = g_regions.find(reinterpret_cast<uintptr_t>(p));
-    if (r != g_regions.end()) unmap_region(r);
+    auto r = g_regions.find(reinterpret_cast<uintptr_t>(p));  // (a device block: not one mapped there since)
+    if (r != g_regions.end() && r->second.device >= 0) unmap_region(r);
   });
 }
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {

@@ -138,6 +138,15 @@ int run_ok() {
   cudaThreadExchangeStreamCaptureMode(&mode);
   cudaStreamEndCapture(s, &g);
   cudaGetLastError();
+  // a block freed on a stream and then again by cudaFree (a double free) is an error, not a crash; the
+  // queued unmapping leaves alone a block mapped since at the same address (here: none is)
+  void* a = nullptr;
+  expect(cudaMallocAsync(&a, 256, s) == cudaSuccess, "cudaMallocAsync");
+  expect(cudaFreeAsync(a, s) == cudaSuccess, "cudaFreeAsync queues the unmapping");
+  expect(cudaFree(a) == cudaErrorInvalidValue, "cudaFree of a block a queued cudaFreeAsync freed");
+  cudaGetLastError();
+  expect(cudaFreeAsync(a, s) == cudaErrorInvalidValue, "cudaFreeAsync of a freed block");
+  cudaGetLastError();
   if (failures == 0) std::printf("emulator self-test ok\n");
   return failures == 0 ? 0 : 1;
 }
