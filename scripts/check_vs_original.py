@@ -329,7 +329,9 @@ class TileGat6:
     standardisations (both nn.Parameters) made the identity (mean 0, std 1 - 1e-4) and left out, as for
     sage6. Its opcode embedding's max_norm is turned off (a training departure, in the recipe's header).
     Its listMLE sorts the runtimes descending and takes its scores as utilities: ours with
-    --listmle-order slowest. Its log(cumsum + 1e-10) is ours without the 1e-10.
+    --listmle-order slowest. Its log(cumsum + 1e-10) is ours without the 1e-10. It is fed our targets
+    (the runtimes over their normalisers): the same order as its raw config_runtime wherever a kernel's
+    normaliser is one number for all its configs, as in the files read here.
 
     Weight map: node_opcode_embed rows 0..120 = op_embedding (its table has 128); early_mlp.0/4 =
     early.0/1.lin.weight^T; late_mlp.0/3 = head.late.0/1.lin.weight^T (rows [config 24 | pooled 256], as
@@ -439,7 +441,7 @@ def main():
     ap.add_argument("--model", required=True, choices=sorted(MODELS))
     ap.add_argument("--gnn", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin",
                                                   "gnn"))
-    ap.add_argument("--data", help="a dataset tree (default: a generated layout set)")
+    ap.add_argument("--data", help="a dataset tree (default: a generated set of the model's kind)")
     ap.add_argument("--graph", help="the training graph to compare on (gnn pass --graph; default: the first)")
     ap.add_argument("--configs", type=int, default=8, help="configs in the batch (at least 2; 8 or more keeps "
                                                            "the late norm over the configs well conditioned)")
@@ -475,11 +477,13 @@ def main():
     z = dict(np.load(out))
     t = z["batch/target"]
     if len(np.unique(t)) != len(t):
-        print("check_vs_original: warning: tied targets; the original's loss counts tied pairs, ours does not",
+        print("check_vs_original: warning: tied targets; the original's loss treats ties otherwise than ours (its "
+              "pairwise losses count tied pairs; its listMLE breaks ties by a random shuffle, ours by index)",
               file=sys.stderr)
     m.load(z)
 
     def original(batch):
+        torch.manual_seed(0)  # (the f32 and f64 runs draw alike: the tile listMLE's tie-breaking shuffle)
         for p in m.net.parameters():
             p.grad = None
         score = m.forward(batch)

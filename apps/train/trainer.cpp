@@ -228,7 +228,9 @@ class Run {
   Preprocessing prep_;
   bool layout_ = false;
   std::vector<DatasetFile> train_files_, valid_files_;
-  std::vector<int64_t> config_counts_;  // per training file, from its header
+  // Per training file, from its header: read up front, so a file that cannot be read stops the run before
+  // its first step; a loaded graph is checked against it.
+  std::vector<int64_t> config_counts_;
   std::unique_ptr<RankModel> model_;
   std::vector<nn::NamedParam> params_;
   std::optional<nn::Adam> opt_;
@@ -421,7 +423,7 @@ void Run::save(const std::string& path, bool with_optimizer) {
 // one process; a rank whose share is empty (a last batch of fewer graphs than ranks) gets no graphs.
 // With --accumulate A the share is cut into A micro-batches (contiguous, the first ones one graph
 // larger), each run through forward and backward on its own. Each graph ranks min(--configs, its own
-// count) configs, as the originals sample a kernel; a Batch holds one count for all its graphs, so the
+// count) configs, as the originals draw a kernel's slate; a Batch holds one count for all its graphs, so the
 // graphs of a micro-batch that have fewer than --configs are cut again into micro-batches of one count
 // each (a batch of real tile kernels, which list from 2 to thousands of configs, would otherwise train
 // every kernel on the fewest any of them has). Where every graph has --configs, nothing is cut.

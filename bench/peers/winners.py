@@ -61,8 +61,8 @@ steps.
     res_gatconv4_tile_configuration.py run it; --data a folder of tile .npz files, the train split)
   preprocessing, once: dataset.py's run_make_mean_std_pickle_file and load_npz over the folder (edge pairs
     sorted, tensors), TileDataset(subsample size C = 64, is_random, is_droplast), model.py's Net(cfg).
-  each step: --kernels (32) groups of a shuffled epoch of the dataset (reset_subsample when fewer remain)
-    -> per kernel: net([r]) in train mode (forward, F_listMLE, the accuracy metrics), rank_loss / B, .item(),
+  each step: --kernels (32) slates of a shuffled epoch of the dataset (reset_subsample when fewer remain;
+    a kernel of n >= 128 configs gives n // 64 slates of an epoch) -> per slate: net([r]) in train mode (forward, F_listMLE, the accuracy metrics), rank_loss / B, .item(),
     backward -> AdamW (lr 5e-4, weight decay 0.01). configs counts the configs of the step's groups (a
     kernel with fewer than C configs gives them all), its mean over the steps.
   gnn's peer: `gnn train --model tile-gat-6th --join late --heads 1 --batch-graphs 32 --configs 64`, the
@@ -310,8 +310,9 @@ class Sixth:
 
 class SixthTile(Sixth):
     """6th place tile model (src/res-gatconv4-listmle-hop5-tile): Net, their TileDataset and loss, as its
-    trainer.py runs them: 32 kernels per AdamW step, each kernel's forward, listMLE / B and backward in
-    turn, one subsample group of 64 configs per kernel and epoch."""
+    trainer.py runs them: 32 slates per AdamW step, each slate's forward, listMLE / B and backward in
+    turn; an epoch is every slate of every kernel (do_subsample_data: n // 64 slates of 64 configs for a
+    kernel of n >= 128, one of all n below 64)."""
 
     def __init__(self, a, tmp):
         root = os.path.join(a.originals, REPO_6TH)

@@ -533,11 +533,15 @@ TEST_CASE("train: --dedup trains on each distinct config once, the fastest of it
   const auto r = run_gnn("train --model layout-resmodel --data " + dataset() + " --out " + t.file("run") +
                          " --epochs 1 --dedup on --batch-graphs 3 --configs 24");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  // 3 graphs x at most 24 distinct configs each (fewer than the 24 each file holds)
-  int64_t fewest = 24;
-  for (const DatasetFile& f : files) fewest = std::min(fewest, file_configs(f, true));
-  CHECK(Json::parse(last_line(r.out))["steps"].as_int() == 1);
+  // 3 graphs x min(24, its distinct configs) each (some hold fewer than the 24 each file lists)
+  int64_t fewest = 24, want = 0;
+  for (const DatasetFile& f : files)
+    fewest = std::min(fewest, file_configs(f, true)), want += std::min<int64_t>(24, file_configs(f, true));
+  const Json j = Json::parse(last_line(r.out));
+  CHECK(j["steps"].as_int() == 1);
   CHECK(fewest < 24);
+  const double trained = j["configs_per_s"].as_number() * j["train_seconds"].as_number();
+  CHECK(std::fabs(trained - double(want)) <= 1e-6 * double(want));
 }
 
 TEST_CASE("train: --swa averages the last K epochs' weights into swa.npz, scored, resumed bit for bit") {

@@ -38,14 +38,17 @@
 //   ours by config index; its log(cumsum + 1e-10) is ours without the 1e-10.
 // - Its standardisation statistics are nn.Parameters, so AdamW trains (and decays) them; ours are fixed.
 // - It trains 2.5 epochs over all tile kernels in mixed precision; we train in f32, epochs as asked.
+// - Its epoch is every slate of 64 configs of every kernel (a kernel of n >= 128 configs gives n // 64
+//   of them, a smaller one one slate of all n); ours draws one slate of min(--configs, n) configs per
+//   kernel and epoch, so a kernel of many configs is seen once an epoch, not n // 64 times.
+// - The late norm makes a config's score depend on the configs scored beside it, as in the original;
+//   eval and predict score a kernel's configs in near-equal chunks of at most --eval-chunk (100, its
+//   validation slate).
 //
 // Checked against the original (scripts/check_vs_original.py --model tilegat6): with --join late --heads 1
 // --listmle-order slowest, given the same weights and batch, the scores, the loss and every late
 // gradient agree within 1e-4 relative, and both sides' graph gradients are rounding noise: the
 // published function does not depend on the GAT layers, so GAT against GATv2 does not enter it.
-// - The late norm makes a config's score depend on the configs scored beside it, as in the original;
-//   eval and predict score a kernel's configs in near-equal chunks of at most --eval-chunk (100, its
-//   validation slate).
 #include <vector>
 
 #include "apps/train/blocks.h"
