@@ -95,6 +95,11 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps = 1e-
 Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor& graph_ptr, double eps = 1e-5,
                   const Var& residual = Var(), Act act = Act::kNone);
 Var embedding(const Var& table, const Tensor& index);  // index i32 in [0, rows of table)
+// torch.nn.Embedding(max_norm=...)'s renormalisation, done before its lookup: every row of `table` that
+// `index` looks up whose l2 norm exceeds max_norm is scaled in place to max_norm / (norm + 1e-7) of
+// itself (kernels/embedding.h embedding_renorm). Not recorded: torch renorms under no_grad, so the
+// gradient reaches the renormalised rows as a plain lookup's does.
+void embedding_renorm_(const Var& table, const Tensor& index, double max_norm);
 
 // ---- readout (op_pool.cpp): per graph of a disjoint union ---------------------------------------------
 Var pool(const Var& x, const Tensor& graph_ptr, Reduce op);

@@ -39,6 +39,20 @@ __global__ void embedding_rows_kernel(float* dtable, const float* ws, const int6
   }
 }
 
+// embedding_renorm (kernels/embedding.h) with a thread per listed row: the host's arithmetic in its order.
+__global__ void embedding_renorm_kernel(float* table, const int32_t* rows, int64_t U, int64_t F, double max_norm) {
+  GNN_GRID_STRIDE(u, U) {
+    float* row = table + int64_t(__ldg(rows + u)) * F;
+    double ss = 0;
+    for (int64_t f = 0; f < F; ++f) ss = fma(double(row[f]), double(row[f]), ss);
+    const double norm = sqrt(ss);
+    if (norm > max_norm) {
+      const float scale = float(max_norm / (norm + 1e-7));
+      for (int64_t f = 0; f < F; ++f) row[f] *= scale;
+    }
+  }
+}
+
 }  // namespace
 
 void embedding_forward_cuda(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F, Stream stream) {
@@ -57,6 +71,11 @@ void embedding_backward_cuda(float* dtable, const float* dy, const int64_t* ptr,
     GNN_CUDA_LAUNCH_CHECK("embedding_backward_cuda");
   }
   GNN_LAUNCH_N("embedding_backward_cuda", K * F, embedding_rows_kernel, dtable, workspace, chunk_ptr, K, F);
+}
+
+void embedding_renorm_cuda(float* table, const int32_t* rows, int64_t U, int64_t F, double max_norm, Stream stream) {
+  if (U == 0) return;
+  GNN_LAUNCH_N("embedding_renorm_cuda", U, embedding_renorm_kernel, table, rows, U, F, max_norm);
 }
 
 }  // namespace gnn

@@ -4,6 +4,7 @@
 // The backward goes through a counting-sort inverse of idx (no atomics: bitwise stable for any thread
 // count, and the same bits on the CPU and the GPU). y, dy [n, F]; idx [n] in [0, K).
 #pragma once
+#include <cmath>
 #include <vector>
 
 #include "base/common.h"
@@ -22,6 +23,25 @@ void embedding_backward_ref(T* dtable, const T* dy, const int32_t* idx, int64_t 
   for (int64_t i = 0; i < n; ++i)
     for (int64_t f = 0; f < F; ++f) dtable[int64_t(idx[i]) * F + f] += dy[i * F + f];
 }
+
+// torch.nn.Embedding's max_norm, in place: each of the U table rows listed in `rows` whose l2 norm exceeds
+// max_norm is scaled by max_norm / (norm + 1e-7), as torch's embedding_renorm_ does before a lookup: the
+// scale rounded to T, then each value multiplied in T (torch's bits wherever its norm rounds as ours).
+// The norm is summed in f64 by fma in column order, so the host (one template for float and double)
+// and the GPU (a thread per row) give the same bits. rows: distinct, in [0, K).
+template <class T>
+void embedding_renorm(T* table, const int32_t* rows, int64_t U, int64_t F, double max_norm) {
+  for (int64_t u = 0; u < U; ++u) {
+    T* row = table + int64_t(rows[u]) * F;
+    double ss = 0;
+    for (int64_t f = 0; f < F; ++f) ss = std::fma(double(row[f]), double(row[f]), ss);
+    const double norm = std::sqrt(ss);
+    if (!(norm > max_norm)) continue;
+    const T scale = T(max_norm / (norm + 1e-7));
+    for (int64_t f = 0; f < F; ++f) row[f] *= scale;
+  }
+}
+void embedding_renorm_cuda(float* table, const int32_t* rows, int64_t U, int64_t F, double max_norm, Stream stream);
 
 // idx values must lie in [0, K): callers check at the op boundary.
 void embedding_forward_cpu(float* y, const float* table, const int32_t* idx, int64_t n, int64_t F);

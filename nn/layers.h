@@ -36,8 +36,15 @@ class Linear : public Module {
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim, Rng& rng);  // N(0, 1), as torch.nn.Embedding
-  ag::Var forward(const Tensor& index) const { return ag::embedding(weight, index); }
+  // With max_norm > 0, as torch.nn.Embedding(max_norm=...): the rows the index looks up are first
+  // renormalised in place to an l2 norm of at most max_norm (ag::embedding_renorm_), in training and
+  // in eval alike, so the weight itself changes.
+  ag::Var forward(const Tensor& index) const {
+    if (max_norm > 0) ag::embedding_renorm_(weight, index, max_norm);
+    return ag::embedding(weight, index);
+  }
   ag::Var weight;
+  double max_norm = 0;  // 0: a plain lookup
 };
 
 class Dropout : public Module {

@@ -39,6 +39,44 @@ TEST_CASE("embedding: gather and a deterministic scatter-add backward") {
   CHECK(out[0] == out[1]);
 }
 
+TEST_CASE("embedding_renorm: torch's max_norm, the listed rows above it scaled, the others untouched") {
+  const int64_t K = 6, F = 4;
+  std::vector<float> table = {3, 4, 0, 0,          // norm 5: scaled by 1 / (5 + 1e-7)
+                              0.5f, 0.5f, 0.5f, -0.5f,  // norm 1 exactly: not above max_norm, untouched
+                              0.1f, 0, 0, 0,       // below
+                              -8, 0, 6, 0,         // norm 10, not listed: untouched
+                              0, 0, 0, 0,          // zero
+                              1, 1, 1, 1};         // norm 2
+  REQUIRE(table.size() == size_t(K * F));
+  const std::vector<float> before = table;
+  const std::vector<int32_t> rows = {0, 1, 2, 4, 5};
+  embedding_renorm(table.data(), rows.data(), int64_t(rows.size()), F, 1.0);
+  // torch.nn.Embedding(max_norm=1) gives rows 0 and 5 these bits (torch 2.15): 3 * float(1 / (5 + 1e-7))
+  // is 0.6f, one ulp above 0.6 rounded from f64
+  const std::vector<float> row0 = {0.6f, 0.8f, 0, 0};
+  for (int64_t f = 0; f < F; ++f) {
+    CHECK(table[size_t(f)] == row0[size_t(f)]);
+    CHECK(table[size_t(5 * F + f)] == 0.4999999701976776f);
+  }
+  for (int64_t k : {1, 2, 3, 4})
+    for (int64_t f = 0; f < F; ++f) CHECK(table[size_t(k * F + f)] == before[size_t(k * F + f)]);
+  // The float kernel against the double one; max_norm other than 1.
+  const auto big = random_values<float>(size_t(121 * 33), 4);  // uniform rows, norms about 3.3
+  std::vector<int32_t> some;
+  for (int32_t k = 0; k < 121; k += 2) some.push_back(k);
+  std::vector<float> f32 = big;
+  std::vector<double> f64 = to_double(big);
+  embedding_renorm(f32.data(), some.data(), int64_t(some.size()), 33, 0.5);
+  embedding_renorm(f64.data(), some.data(), int64_t(some.size()), 33, 0.5);
+  GNN_CHECK_CLOSE(f32, f64, 1e-6, 1e-7);
+  CHECK(f32 != big);
+  for (int32_t k : some) {
+    double ss = 0;
+    for (int64_t f = 0; f < 33; ++f) ss += double(f32[size_t(k * 33 + f)]) * f32[size_t(k * 33 + f)];
+    CHECK(std::sqrt(ss) <= 0.5 + 1e-6);
+  }
+}
+
 TEST_CASE("cuda embedding: the gather is exact, the ordered backward matches the reference and the CPU's bits") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
@@ -79,6 +117,18 @@ TEST_CASE("cuda embedding: the gather is exact, the ordered backward matches the
     std::vector<float> cpu(static_cast<size_t>(K * Fe));
     embedding_backward_cpu(cpu.data(), edy.data(), idx.data(), ne, K, Fe);
     CHECK(same_bits(dt.to_vector<float>(), cpu));
+  }
+  // max_norm's renormalisation: the host's bits, the unlisted rows untouched
+  {
+    const auto table = random_values<float>(size_t(121 * 33), 6);
+    std::vector<int32_t> rows;
+    for (int32_t k = 1; k < 121; k += 3) rows.push_back(k);
+    std::vector<float> host = table;
+    embedding_renorm(host.data(), rows.data(), int64_t(rows.size()), 33, 1.0);
+    Tensor dev = on_gpu(table);
+    embedding_renorm_cuda(dev.f32(), on_gpu(rows).i32(), int64_t(rows.size()), 33, 1.0, s);
+    CHECK(same_bits(dev.to_vector<float>(), host));
+    CHECK(host != table);
   }
 #endif
 }

@@ -96,6 +96,48 @@ TEST_CASE("nn: dense layers, directional gradient checks in double") {
   check_directional(params_of(emb), [&] { return probe(emb.forward(idx)); });
 }
 
+TEST_CASE("nn: an Embedding with max_norm renormalises the rows it looks up in place, and its gradient is a lookup's") {
+  Rng rng(5);
+  nn::Embedding emb(6, 8, rng), plain(6, 8, rng);  // N(0, 1) rows of 8: norms about 2.8
+  emb.max_norm = 1;
+  const std::vector<float> before = emb.weight.value().to_vector<float>();
+  const Tensor idx = Tensor::from_vector<int32_t>({1, 4, 1, 0});
+  ag::Var y = emb.forward(idx);
+  const std::vector<float> after = emb.weight.value().to_vector<float>();
+  for (int64_t k = 0; k < 6; ++k) {
+    CAPTURE(k);
+    double n0 = 0, n1 = 0;
+    for (int64_t f = 0; f < 8; ++f) {
+      n0 += double(before[size_t(k * 8 + f)]) * before[size_t(k * 8 + f)];
+      n1 += double(after[size_t(k * 8 + f)]) * after[size_t(k * 8 + f)];
+    }
+    const bool looked_up = k == 0 || k == 1 || k == 4;
+    if (looked_up && std::sqrt(n0) > 1) {
+      CHECK(std::sqrt(n1) == doctest::Approx(std::sqrt(n0) / (std::sqrt(n0) + 1e-7)).epsilon(1e-6));
+    } else {
+      for (int64_t f = 0; f < 8; ++f) CHECK(after[size_t(k * 8 + f)] == before[size_t(k * 8 + f)]);
+    }
+  }
+  CHECK(after != before);
+  // The lookup reads the renormalised rows; a second lookup finds them within the norm and leaves them.
+  const std::vector<float> yv = y.value().to_vector<float>();
+  for (int64_t f = 0; f < 8; ++f) CHECK(yv[size_t(8 + f)] == after[size_t(4 * 8 + f)]);
+  emb.forward(idx);
+  CHECK(emb.weight.value().to_vector<float>() == after);
+  // The gradient is a plain lookup's (torch renorms under no_grad): the same as a table without max_norm
+  // holding the renormalised values.
+  Tensor plain_weight = plain.weight.value();  // a handle on the parameter's storage
+  plain_weight.copy_from(emb.weight.value());
+  const ag::Var r = ag::Var(Tensor::from_vector<float>(std::vector<float>(32, 0.5f), Shape{4, 8}));
+  ag::backward(ag::sum(ag::mul(emb.forward(idx), r)));
+  ag::backward(ag::sum(ag::mul(plain.forward(idx), r)));
+  CHECK(emb.weight.grad().to_vector<float>() == plain.weight.grad().to_vector<float>());
+  CHECK_THROWS_WITH_AS(ag::embedding_renorm_(emb.weight, Tensor::from_vector<int32_t>({6}), 1.0),
+                       doctest::Contains("index[0] = 6 is outside the table's 6 rows"), std::exception);
+  CHECK_THROWS_WITH_AS(ag::embedding_renorm_(emb.weight, idx, 0.0), doctest::Contains("max_norm must be positive"),
+                       std::exception);
+}
+
 TEST_CASE("nn: a dense layer on joined node and config parts equals it on the join, which it never builds") {
   Rng rng(9);
   const int64_t N = 5, A = 4, B = 3, C = 3;
