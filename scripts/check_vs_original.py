@@ -30,9 +30,10 @@ What it does:
   - node_feat: our preprocessed x; the original's in-forward standardisation (x - mean) / (std + 1e-4) is
     made the identity (mean 0, std 1 - 1e-4, which is 1 after the + 1e-4 in f32) and left out of the
     comparison, as are its MyNorm1d weights, which its forward never reads.
-  - its opcode embedding's max_norm=1 is turned off: it renormalises the looked-up rows of the weight in
-    place, so our weights would not be the ones it runs with (a training departure, listed in
-    recipes/layout_sage_6th.cpp).
+  - its opcode embedding's max_norm=1 renormalises the looked-up rows of the weight in place before the
+    lookup. It stays on when the run trains with --op-max-norm (our embedding then renormalises the same
+    rows the same way, in `gnn pass` too: --train-flags "--op-max-norm 1"); without it, it is turned off,
+    as our weights would not be the ones it runs with.
   - eval mode on both sides (no dropout); targets distinct, so that our pairwise logistic loss over the
     strict pairs is the original's mean over all pairs.
   Weight map (torch Linear stores [out, in], gnn [in, out]): node_opcode_embed.weight rows 0..120 =
@@ -327,7 +328,7 @@ class TileGat6:
 
     Inputs: node_feat our standardised x [N, 140], config_feat ours [C, 24]; the original's in-forward
     standardisations (both nn.Parameters) made the identity (mean 0, std 1 - 1e-4) and left out, as for
-    sage6. Its opcode embedding's max_norm is turned off (a training departure, in the recipe's header).
+    sage6. Its opcode embedding's max_norm is on with --train-flags "--op-max-norm 1", else off, as for sage6.
     Its listMLE sorts the runtimes descending and takes its scores as utilities: ours with
     --listmle-order slowest. Its log(cumsum + 1e-10) is ours without the 1e-10. It is fed our targets
     (the runtimes over their normalisers): the same order as its raw config_runtime wherever a kernel's
@@ -467,6 +468,10 @@ def main():
     extra = a.train_flags.split()
     own = [f for i in range(0, len(m.train_flags), 2) if m.train_flags[i] not in extra
            for f in m.train_flags[i:i + 2]]  # (--train-flags replaces the model's flag of the same name)
+    flags = own + extra
+    if "--op-max-norm" in flags and hasattr(m.net, "node_opcode_embed"):  # renormalised as the original: keep it
+        max_norm = float(flags[flags.index("--op-max-norm") + 1])
+        m.net.node_opcode_embed.max_norm = max_norm if max_norm > 0 else None
     if not os.path.exists(os.path.join(run, "model.npz")):
         gnn(a.gnn, "train", "--model", m.recipe, "--data", data, "--out", run, "--epochs", str(a.epochs),
             "--configs", str(a.configs), "--threads", "2", "--progress", "lines", *own, *extra)

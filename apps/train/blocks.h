@@ -306,6 +306,7 @@ struct Params6th {
   int64_t op_embed = 0, hidden = 0, layers = 0;
   double dropout = 0;
   bool dropout_shared = false;  // --dropout-mask shared
+  double op_max_norm = 0;       // --op-max-norm: the original's opcode embedding max_norm (1); 0 off
 };
 const HParamTable<Params6th>& params_6th();
 std::vector<HParamSpec> hparams_6th();

@@ -277,6 +277,15 @@ HParamSpec dropout_mask_hp(const char* def) {
                    "per config");
 }
 
+HParamSpec op_max_norm_hp() {
+  HParamSpec s = number_hp("op-max-norm", "0", 0, HUGE_VAL,
+                           "the opcode embedding's max_norm, as torch.nn.Embedding's: each row a batch looks up is "
+                           "first scaled in place to an l2 norm of at most this (the original's 1); 0: off",
+                           true);
+  s.zero_ok = true;
+  return s;
+}
+
 HParamSpec segment_backward_hp() {
   return choice_hp("segment-backward", "rows", "rows|mask",
                    "with --segment: rows (the tape holds the segment and its neighbours alone) | mask (forward and "

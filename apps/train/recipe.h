@@ -217,6 +217,9 @@ HParamSpec share_hp();
 // rows: one mask per node and channel for every config of a graph, or one per config
 // (config_shared_dropout in blocks.h says why the shared one suits ranking losses).
 HParamSpec dropout_mask_hp(const char* def);
+// --op-max-norm X (default 0, off) for a recipe whose original's opcode embedding has torch's max_norm:
+// the looked-up rows renormalised in place to an l2 norm of at most X (nn::Embedding::max_norm).
+HParamSpec op_max_norm_hp();
 // --segment-backward rows|mask (default rows) for a recipe whose segment training can tape the
 // segment's rows alone (apps/train/segment_pass.h).
 HParamSpec segment_backward_hp();

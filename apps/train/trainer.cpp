@@ -285,6 +285,9 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     bad_option(detail::str_cat("--model ", recipe->name,
                                ": its table of segment scores lives in one process; run it "
                                "without mpirun (or with -np 1)"));
+  if (world_.size > 1 && hp.values.count("op-max-norm") && hp.num("op-max-norm") > 0)
+    bad_option("--op-max-norm: each process would renormalise, in place, the embedding rows its own batches look "
+               "up, and the processes' weights would part; run it without mpirun (or with -np 1)");
   prep_ = plan_.meta.prep;
   layout_ = recipe->kind == "layout";
   memory_limit_.emplace(o.memory_limit);

@@ -184,6 +184,16 @@ TEST_CASE("distributed: layout-gst, whose segment table lives in one process, is
   CHECK_FALSE(std::filesystem::exists(t.file("run")));
 }
 
+TEST_CASE("distributed: --op-max-norm, which changes each process's weights in place, is refused over 2 ranks") {
+  SKIP_UNLESS_MPI();
+  TempDir t;
+  const auto r = run_gnn_mpi(2, "train --model layout-sage-6th --op-max-norm 1 --data " + dataset() + " --out " +
+                                    t.file("run") + " --threads 1");
+  CHECK(r.exit_code != 0);
+  CHECK_MESSAGE(r.err.find("--op-max-norm: each process would renormalise") != std::string::npos, r.err);
+  CHECK_FALSE(std::filesystem::exists(t.file("run")));
+}
+
 TEST_CASE("distributed: ranks started with different flags stop at once, naming the flag") {
   SKIP_UNLESS_MPI();
   TempDir t;

@@ -646,6 +646,58 @@ TEST_CASE("train: the 6th place recipes train on their downstream region and res
   }
 }
 
+TEST_CASE("train: --op-max-norm renormalises the opcode rows the batches look up, and resumes bit for bit") {
+  TempDir t;
+  for (const char* model : {"layout-sage-6th", "layout-gst"}) {
+    CAPTURE(model);
+    const std::string base = std::string("train --model ") + model + " --data " + dataset() +
+                             " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 --accumulate 2 --out ";
+    const std::string plain = t.file(std::string(model) + "_plain"), a = t.file(std::string(model) + "_a"),
+                      b = t.file(std::string(model) + "_b");
+    auto r = run_gnn(base + plain + " --epochs 3");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    r = run_gnn(base + a + " --epochs 3 --op-max-norm 1");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    r = run_gnn(base + b + " --epochs 2 --op-max-norm 1");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    r = run_gnn("train --resume --out " + b + " --epochs 3");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
+    CHECK(read_meta(a + "/model.npz").hparams.str("op-max-norm") == "1");
+    // Every opcode of the (pruned) training and validation graphs was looked up (validation renormalises
+    // too, as torch's eval does) and renormalised to norm 1, then moved by a few optimiser steps; the
+    // others got no gradient, so they moved as the plain run's did.
+    const LoadedModel m = load_model(a + "/model.npz");
+    std::vector<bool> used(size_t(kOpcodes), false);
+    for (const char* split : {"train", "valid"})
+      for (const DatasetFile& f : kind_files(dataset(), "layout", split)) {
+        const ModelGraph g = prepare_graph(f, m.prep);
+        for (int64_t i = 0; i < g.num_nodes(); ++i) used[size_t(g.opcode.i32()[i])] = true;
+      }
+    const std::string key = "params/op_embedding.weight";
+    const std::vector<float> w = checkpoint_weights(a + "/model.npz").at(key).to_vector<float>(),
+                             w0 = checkpoint_weights(plain + "/model.npz").at(key).to_vector<float>();
+    int64_t n_used = 0;
+    for (int64_t k = 0; k < kOpcodes; ++k) {
+      CAPTURE(k);
+      double ss = 0;
+      for (int64_t f = 0; f < 8; ++f) ss += double(w[size_t(k * 8 + f)]) * w[size_t(k * 8 + f)];
+      if (used[size_t(k)]) {
+        ++n_used;
+        CHECK(std::sqrt(ss) < 1.05);
+      } else {
+        for (int64_t f = 0; f < 8; ++f) CHECK(w[size_t(k * 8 + f)] == w0[size_t(k * 8 + f)]);
+      }
+    }
+    CHECK(n_used > 3);
+  }
+  const auto r = run_gnn("train --model layout-sage-6th --data " + dataset() + " --epochs 1 --op-max-norm -1 --out " +
+                         t.file("bad"));
+  CHECK(r.exit_code != 0);
+  CHECK_MESSAGE(r.err.find("--op-max-norm") != std::string::npos, r.err);
+  CHECK_FALSE(std::filesystem::exists(t.file("bad")));
+}
+
 TEST_CASE("train: tile-gat-6th trains with either join, resumes bit for bit after kill -9, predicts and evaluates") {
   TempDir t;
   for (const char* join : {"late", "early"}) {

@@ -68,6 +68,7 @@ class LayoutGin6th : public RankModel {
         early_(h.op_embed + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
         head_(hidden_, rng) {
     GNN_CHECK(!h.layer4_from_second || h.layers == 4, "--layer4-input second: needs --layers 4, got ", h.layers);
+    emb_.max_norm = h.op_max_norm;
     add_child("op_embedding", &emb_);
     add_child("early", &early_);
     for (int64_t l = 0; l < h.layers; ++l) {

@@ -21,8 +21,9 @@
 // Where this departs from the published code, and why:
 // - PReLU is leaky_relu with the fixed slope 0.25, PReLU's initial value: the engine has no learned slope.
 // - The opcode embedding's max_norm=1 (torch renormalises a looked-up row to norm 1 in place when it is
-//   longer) is an l2 normalisation of the looked-up rows: the same forward while a row's norm is at least
-//   1 (N(0, 1) rows of 128 start near 11), the gradient projected onto the sphere instead of the weights'.
+//   longer) is by default an l2 normalisation of the looked-up rows: the same forward while a row's norm
+//   is at least 1 (N(0, 1) rows of 128 start near 11), the gradient projected onto the sphere instead of
+//   the weights'. --op-max-norm 1 is torch's own (nn::Embedding::max_norm), rows shorter than 1 kept.
 // - The SAGE layers are the published ones: GraphGym's bare SAGEConv wrappers, which apply no activation,
 //   although the config names PReLU (it is used in the pre- and post-layers only).
 // - Defaults follow configs/tpugraphs.yaml (32 graphs x 32 configs, Adam 1e-4) except the length: the
@@ -47,7 +48,7 @@ namespace {
 // The model's own hyper-parameters (--help lists them with the training ones).
 struct Params {
   int64_t segment_nodes = 0, op_embed = 0, input_dim = 0, hidden = 0, layers = 0;
-  double stale_dropout = 0, dropout = 0;
+  double stale_dropout = 0, dropout = 0, op_max_norm = 0;
   bool share = false;
 };
 
@@ -65,7 +66,8 @@ const HParamTable<Params>& params() {
           .add(&P::hidden, integer_hp("hidden", "256", 1, 65536, "width of the SAGE layers and the head"))
           .add(&P::layers, integer_hp("layers", "3", 1, 64, "SAGE layers"))
           .add(&P::dropout, number_hp("dropout", "0.1", 0, 0.95, "dropout after the input and head Linear layers"))
-          .add(&P::share, share_hp(), "on");
+          .add(&P::share, share_hp(), "on")
+          .add(&P::op_max_norm, op_max_norm_hp());
   return t;
 }
 
@@ -86,6 +88,7 @@ class LayoutGst : public RankModel {
     node_width_ = d.node_features + h.op_embed;
     op_weight_ = add_param("op_weight", Tensor::full(Shape{1}, 100.0, DType::F32));
     config_weight_ = add_param("config_weight", Tensor::full(Shape{d.config_features}, 100.0, DType::F32));
+    emb_.max_norm = h.op_max_norm;  // 0: the l2 normalisation of the header
     add_child("op_embedding", &emb_);
     add_child("input", &input_);
     add_child("pre", &pre_);
@@ -161,7 +164,8 @@ class LayoutGst : public RankModel {
  private:
   // One score per (graph, config) of b, each graph scored as one segment: [G*C, 1].
   ag::Var segment_scores(const Batch& b) {
-    const ag::Var op = ag::l2_normalize(emb_.forward(b.opcode));  // max_norm = 1 (header)
+    const ag::Var op = emb_.max_norm > 0 ? emb_.forward(b.opcode)  // torch's max_norm, in place
+                                         : ag::l2_normalize(emb_.forward(b.opcode));  // (header)
     const ag::Var rows = ag::concat_cols({ag::Var(b.x), ag::scale_by(op, op_weight_)});
     const ag::Var pooled = share_ && b.config_nodes.numel() > 0
                                ? pool(SharedPath{b, b.consumers_plan(int64_t(layers_.size()))}, rows)

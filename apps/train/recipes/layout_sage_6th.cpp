@@ -21,9 +21,11 @@
 // - The original draws each epoch's slates as a split of every graph's configs into groups of 80
 //   (every config once per epoch); here a step samples 80 configs per graph (the trainer's one way), so
 //   an epoch is one slate per graph: train more epochs for the same number of slates.
-// - Its opcode embedding renormalises looked-up rows to l2 norm 1 in place (max_norm=1); ours is a plain
-//   embedding. The early norm removes the first layer's per-channel scale, but the embedding rows enter
-//   beside the node features, so their size still matters: a real difference in training, unmeasured.
+// - Its opcode embedding renormalises looked-up rows to l2 norm 1 in place (max_norm=1); ours is by
+//   default a plain embedding, and --op-max-norm 1 is the original's (validation renormalises too, as
+//   its eval does; refused over several ranks). The early norm removes the first layer's per-channel
+//   scale, but the embedding rows enter beside the node features, so their size matters: N(0, 1) rows
+//   of 128 have norms near 11 against 1. Measured on unet3d's held-out configs in docs/benchmarks.md.
 // - It standardises node features inside forward, (x - mean) / (std + 1e-4), with mean and std trained
 //   as parameters from statistics of the whole training graphs; ours are fixed, from the pruned graphs
 //   (--node-transform standardize), and a constant column becomes 0 instead of (x - mean) / 1e-4.
@@ -67,6 +69,7 @@ class LayoutSage6th : public RankModel {
         early1_(h.op_embed + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
         early2_(hidden_, hidden_, rng, Act::kGelu),
         head_(hidden_, rng) {
+    emb_.max_norm = h.op_max_norm;
     add_child("op_embedding", &emb_);
     add_child("early.0", &early1_);
     add_child("early.1", &early2_);
@@ -110,7 +113,8 @@ const HParamTable<Params6th>& params_6th() {
                integer_hp("hidden", "256", 2, 65536, "width of every layer (the last hidden layer has half)"))
           .add(&P::layers, integer_hp("layers", "4", 1, 64, "graph layers"))
           .add(&P::dropout, number_hp("dropout", "0.2", 0, 0.95, "dropout after the first early layer (training only)"))
-          .add(&P::dropout_shared, dropout_mask_hp("shared"), "shared");
+          .add(&P::dropout_shared, dropout_mask_hp("shared"), "shared")
+          .add(&P::op_max_norm, op_max_norm_hp());
   return t;
 }
 

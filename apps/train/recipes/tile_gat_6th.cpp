@@ -29,8 +29,8 @@
 //   4 heads of 64 (--heads), as the issue describes. --heads 1 is the code's single head.
 // - GATv2 scores a pair as a^T leaky_relu(W [x_u | x_v]); ours is GAT's leaky_relu(a_src^T W x_u +
 //   a_dst^T W x_v), the attention the engine's kernels compute (segment softmax, weighted SpMM).
-// - Its opcode embedding renormalises looked-up rows to l2 norm 1 (max_norm=1); ours is plain (the
-//   early norm rescales either way). Its standardisation statistics come from the train split, as ours.
+// - Its opcode embedding renormalises looked-up rows to l2 norm 1 (max_norm=1); ours is plain by default,
+//   --op-max-norm 1 is the original's. Its standardisation statistics come from the train split, as ours.
 // - Its listMLE (allRank's) maximises the likelihood of the order slowest first, scores as utilities;
 //   ours that of fastest first, minus scores as utilities. The two are different losses once a slate has
 //   three configs. --listmle-order slowest is theirs; on generated tile kernels the two train alike
@@ -60,6 +60,7 @@ namespace {
 struct Params {
   int64_t op_embed = 0, hidden = 0, layers = 0, heads = 0;
   bool join_early = false;
+  double op_max_norm = 0;  // --op-max-norm: the original's opcode embedding max_norm (1); 0 off
 };
 
 const HParamTable<Params>& params() {
@@ -75,7 +76,8 @@ const HParamTable<Params>& params() {
                choice_hp("join", "early", "early|late",
                          "where the config features join: on every node before the GAT layers, or after the pool "
                          "(the published code, whose slate norm then cancels the graph)"),
-               "early");
+               "early")
+          .add(&P::op_max_norm, op_max_norm_hp());
   return t;
 }
 
@@ -91,6 +93,7 @@ class TileGat6th : public RankModel {
     const int64_t H = h.hidden, heads = h.heads;
     GNN_CHECK(H % heads == 0, "--hidden ", H, " must be a multiple of --heads ", heads,
               " (the heads are concatenated)");
+    emb_.max_norm = h.op_max_norm;
     add_child("op_embedding", &emb_);
     add_child("early.0", &early1_);
     add_child("early.1", &early2_);
