@@ -165,7 +165,14 @@ HopDirection parse_hop_direction(const std::string& s) {
   GNN_FAIL("unknown hop direction '", s, "' (both, consumers)");
 }
 
-TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* kept_out, HopDirection dir) {
+RegionEdges parse_region_edges(const std::string& s) {
+  if (s == "all") return RegionEdges::kAll;
+  if (s == "configurable") return RegionEdges::kConfigurable;
+  GNN_FAIL("unknown region edges '", s, "' (all, configurable)");
+}
+
+TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* kept_out, HopDirection dir,
+                               RegionEdges which) {
   if (!g.layout || k < 0) {
     if (kept_out) {
       kept_out->resize(size_t(g.num_nodes()));
@@ -209,9 +216,12 @@ TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* k
   }
   std::vector<int64_t> edges;
   const int64_t* ei = g.edge_index.i64();
+  const bool configurable_end = which == RegionEdges::kConfigurable;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t u = new_id[size_t(ei[2 * e])], v = new_id[size_t(ei[2 * e + 1])];
-    if (u >= 0 && v >= 0) edges.push_back(u), edges.push_back(v);
+    if (u < 0 || v < 0) continue;
+    if (configurable_end && depth[size_t(ei[2 * e])] != 0 && depth[size_t(ei[2 * e + 1])] != 0) continue;
+    edges.push_back(u), edges.push_back(v);
   }
   out.edge_index = Tensor::from_vector(edges, Shape{int64_t(edges.size() / 2), 2});
   out.node_config_ids = Tensor::empty({g.node_config_ids.numel()}, DType::I64);
@@ -287,7 +297,7 @@ uint64_t PreprocessedGraph::bytes() const {
 
 PreprocessedGraph preprocess(const TpuGraph& g, const PreprocessOptions& options) {
   PreprocessedGraph p;
-  p.graph = prune_to_configurable(g, options.khops, &p.original_node, options.khops_direction);
+  p.graph = prune_to_configurable(g, options.khops, &p.original_node, options.khops_direction, options.khops_edges);
   if (options.dedup_configs) {
     p.original_config = distinct_configs(p.graph);
     p.graph = select_configs(p.graph, p.original_config);

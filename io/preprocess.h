@@ -66,12 +66,18 @@ class ColumnTransform {
 // the nodes that consume its output (kConsumers: the 6th place solution's 5-hop region, downstream).
 enum class HopDirection { kBoth, kConsumers };
 HopDirection parse_hop_direction(const std::string& s);  // "both" | "consumers"
+// Which edges among the kept nodes a pruned graph keeps: all of them, or only those with a configurable
+// end (kConfigurable: the 1st place solution's prune_graph, which drops the edges between two of the
+// configurable nodes' neighbours).
+enum class RegionEdges { kAll, kConfigurable };
+RegionEdges parse_region_edges(const std::string& s);  // "all" | "configurable"
 
-// Keeps the nodes within k hops of a configurable node, following `dir`; node ids keep their order, so
-// edges still point from higher to lower ids. Tile graphs have no configurable nodes and come back
-// unchanged; k < 0 means no pruning. `kept`, when given, receives the original id of each kept node.
+// Keeps the nodes within k hops of a configurable node, following `dir`, and the edges `edges` says;
+// node ids keep their order, so edges still point from higher to lower ids. Tile graphs have no
+// configurable nodes and come back unchanged; k < 0 means no pruning. `kept`, when given, receives the
+// original id of each kept node.
 TpuGraph prune_to_configurable(const TpuGraph& g, int k, std::vector<int64_t>* kept = nullptr,
-                               HopDirection dir = HopDirection::kBoth);
+                               HopDirection dir = HopDirection::kBoth, RegionEdges edges = RegionEdges::kAll);
 
 // Indices of the configs to keep: one per distinct config feature row, the one with the lowest
 // runtime (lowest index on ties, and when there are no runtimes), ascending.
@@ -83,6 +89,7 @@ struct PreprocessOptions {
   int khops = -1;  // -1: keep every node
   bool dedup_configs = false;
   HopDirection khops_direction = HopDirection::kBoth;
+  RegionEdges khops_edges = RegionEdges::kAll;
 };
 
 struct PreprocessedGraph {

@@ -18,6 +18,7 @@ void Preprocessing::save(std::vector<std::pair<std::string, Tensor>>& out) const
   out.emplace_back("prep/layout", i64_tensor(layout ? 1 : 0));
   out.emplace_back("prep/khops", i64_tensor(khops));
   out.emplace_back("prep/khops_consumers", i64_tensor(hops == HopDirection::kConsumers ? 1 : 0));
+  out.emplace_back("prep/khops_configurable_edges", i64_tensor(edges == RegionEdges::kConfigurable ? 1 : 0));
   node.save("prep/node/", out);
   config.save("prep/config/", out);
   out.emplace_back("prep/log_offset", f64_tensor(log_offset));
@@ -32,6 +33,9 @@ Preprocessing Preprocessing::load(const std::map<std::string, Tensor>& arrays, c
   // Absent from models written before the direction existed: they followed both.
   if (arrays.count("prep/khops_consumers") && get_i64(arrays, "prep/khops_consumers", file) != 0)
     p.hops = HopDirection::kConsumers;
+  // Absent from models written before the choice existed: they kept every edge.
+  if (arrays.count("prep/khops_configurable_edges") && get_i64(arrays, "prep/khops_configurable_edges", file) != 0)
+    p.edges = RegionEdges::kConfigurable;
   p.node = ColumnTransform::load("prep/node/", arrays);
   p.config = ColumnTransform::load("prep/config/", arrays);
   if (arrays.count("prep/log_offset")) p.log_offset = get_f64(arrays, "prep/log_offset", file);
@@ -39,7 +43,7 @@ Preprocessing Preprocessing::load(const std::map<std::string, Tensor>& arrays, c
 }
 
 Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layout, FeatureTransform node,
-                                FeatureTransform config, int khops, HopDirection hops) {
+                                FeatureTransform config, int khops, HopDirection hops, RegionEdges edges) {
   GNN_CHECK(!train.empty(), "no training graphs to fit the preprocessing on");
   ColumnStats node_stats, config_stats;
   double log_sum = 0, log_n = 0;  // over every config with a runtime
@@ -48,7 +52,8 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
   const dist::World& w = dist::world();
   const dist::Range mine = dist::shard(int64_t(train.size()), w.rank, w.size);
   for (int64_t i = mine.begin; i < mine.end; ++i) {
-    const TpuGraph g = prune_to_configurable(load_tpugraph(train[size_t(i)].path), layout ? khops : -1, nullptr, hops);
+    const TpuGraph g =
+        prune_to_configurable(load_tpugraph(train[size_t(i)].path), layout ? khops : -1, nullptr, hops, edges);
     node_stats.add(g.node_feat);
     if (!layout) config_stats.add(g.config_feat);
     if (g.has_runtimes())
@@ -71,7 +76,7 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
     }
   }
   Preprocessing p;
-  p.layout = layout, p.khops = layout ? khops : -1, p.hops = hops;
+  p.layout = layout, p.khops = layout ? khops : -1, p.hops = hops, p.edges = edges;
   p.node = ColumnTransform(node, node_stats);
   if (!layout) p.config = ColumnTransform(config, config_stats);
   p.log_offset = log_n > 0 ? log_sum / log_n : 0.0;
@@ -220,7 +225,8 @@ ModelGraph prepare_graph(const DatasetFile& f, const Preprocessing& p, bool dedu
   GNN_CHECK(raw.layout == p.layout, f.path, ": a ", raw.layout ? "layout" : "tile", " graph given to a ",
             p.layout ? "layout" : "tile", " model");
   PreprocessOptions o;
-  o.node_transform = p.node, o.khops = p.layout ? p.khops : -1, o.khops_direction = p.hops, o.dedup_configs = dedup;
+  o.node_transform = p.node, o.khops = p.layout ? p.khops : -1, o.khops_direction = p.hops, o.khops_edges = p.edges;
+  o.dedup_configs = dedup;
   PreprocessedGraph pg = preprocess(raw, o);
   ModelGraph m;
   m.file = f;

@@ -25,6 +25,7 @@ struct Preprocessing {
   bool layout = false;
   int khops = -1;  // layout: prune to the k-hop region of the configurable nodes (-1: keep all)
   HopDirection hops = HopDirection::kBoth;  // which edges a hop follows
+  RegionEdges edges = RegionEdges::kAll;    // which edges among the kept nodes stay
   ColumnTransform node;  // node_feat [N, 140] -> [N, F]
   ColumnTransform config;  // tile config_feat [C, 24] -> [C, B]; identity for layout (values in -1..5)
   // The mean log runtime of the training configs: a regression (--loss mse | mape) fits model output +
@@ -36,7 +37,8 @@ struct Preprocessing {
   static Preprocessing load(const std::map<std::string, Tensor>& arrays, const std::string& file);
 };
 Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layout, FeatureTransform node,
-                                FeatureTransform config, int khops, HopDirection hops = HopDirection::kBoth);
+                                FeatureTransform config, int khops, HopDirection hops = HopDirection::kBoth,
+                                RegionEdges edges = RegionEdges::kAll);
 
 // An input that only the recipe defining it reads (layout-tgraph's node layouts, layout-attn-violation's
 // violation ratios, dnnperf-anee's producer features): defined in the recipe's file and named in its

@@ -232,6 +232,11 @@ HParamTable<TrainHParams> train_table(bool layout) {
              choice_hp("khops-direction", "both", "both|consumers",
                        "the edges a --khops hop follows: both directions, or from a node to its consumers"),
              parse_hop_direction)
+        .add(&T::khops_edges,
+             choice_hp("khops-edges", "all", "all|configurable",
+                       "the edges a --khops region keeps: every edge between kept nodes, or only those with a "
+                       "configurable end (the 1st place's pruning)"),
+             parse_region_edges)
         .add(&T::segment, integer_hp("segment", "5000", 0, kMany,
                                      "segment training: gradients through a random contiguous range "
                                      "of this many nodes per graph (0: all)"));

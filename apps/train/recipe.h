@@ -182,6 +182,7 @@ struct TrainHParams {
   FeatureTransform config_transform = FeatureTransform::kNone;  // tile only; kNone for layout
   int64_t khops = -1, segment = 0;  // layout only: -1 every node, 0 no segment
   HopDirection khops_direction = HopDirection::kBoth;
+  RegionEdges khops_edges = RegionEdges::kAll;
 
   // --loss mse | mape: the model predicts log runtimes (its output plus Preprocessing::log_offset).
   bool regression() const { return loss == Loss::kMse || loss == Loss::kMape; }

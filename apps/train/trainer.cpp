@@ -306,7 +306,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   working_on_ = "loading and preprocessing the training graphs";
   if (!plan_.resuming) {
     prep_ = fit_preprocessing(train_files_, layout_, tp_.node_transform, tp_.config_transform, int(tp_.khops),
-                              tp_.khops_direction);
+                              tp_.khops_direction, tp_.khops_edges);
   }
 
   working_on_ = "building the model and loading its checkpoint";

@@ -989,10 +989,30 @@ TEST_CASE("train: layout-tgraph trains on the configurable nodes and neighbours,
   const LoadedModel m = load_model(a + "/model.npz");
   CHECK(m.prep.khops == 1);
   CHECK(m.prep.hops == HopDirection::kBoth);
+  CHECK(m.prep.edges == RegionEdges::kAll);
   const auto files = kind_files(dataset(), "layout", "train");
   const TpuGraph raw = load_tpugraph(files[0].path);
   CHECK(prepare_graph(files[0], m.prep).num_nodes() ==
         prune_to_configurable(raw, 1, nullptr, HopDirection::kBoth).num_nodes());
+  {  // --khops-edges configurable: the 1st place's pruning, stored with the model and used by eval
+    const std::string e = t.file("edges");
+    r = run_gnn(base + e + " --epochs 1 --khops-edges configurable");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const LoadedModel me = load_model(e + "/model.npz");
+    CHECK(me.prep.edges == RegionEdges::kConfigurable);
+    int64_t fewer = 0;
+    for (const DatasetFile& f : files) {
+      const TpuGraph g = load_tpugraph(f.path);
+      const TpuGraph want = prune_to_configurable(g, 1, nullptr, HopDirection::kBoth, RegionEdges::kConfigurable);
+      const ModelGraph got = prepare_graph(f, me.prep);
+      CHECK(got.edges.to_vector<int64_t>() == want.edge_index.to_vector<int64_t>());
+      CHECK(got.num_nodes() == prepare_graph(f, m.prep).num_nodes());
+      fewer += prepare_graph(f, m.prep).edges.size(0) - got.edges.size(0);
+    }
+    CHECK(fewer > 0);  // the generated programs have edges between two neighbours of configurable nodes
+    r = run_gnn("eval --run " + e + " --data " + dataset());
+    CHECK_MESSAGE(r.exit_code == 0, r.err);
+  }
   // The learned temperature moved from its start.
   const auto w = checkpoint_weights(a + "/model.npz");
   bool moved = false;

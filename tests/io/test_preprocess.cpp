@@ -112,6 +112,23 @@ TEST_CASE("pruning: k hops downstream only, from a node to its consumers") {
   CHECK_THROWS_AS(parse_hop_direction("up"), Error);
 }
 
+TEST_CASE("pruning: the region's edges, all or only those with a configurable end") {
+  const TpuGraph g = chain();  // 2 is configurable; edges 1->0, 2->1, 3->2, 4->3 (u consumes v), 5->0
+  std::vector<int64_t> kept;
+  const TpuGraph all = prune_to_configurable(g, 2, &kept, HopDirection::kBoth, RegionEdges::kAll);
+  CHECK(kept == std::vector<int64_t>{0, 1, 2, 3, 4});
+  CHECK(all.edge_index.to_vector<int64_t>() == std::vector<int64_t>{1, 0, 2, 1, 3, 2, 4, 3});
+  const TpuGraph touching = prune_to_configurable(g, 2, &kept, HopDirection::kBoth, RegionEdges::kConfigurable);
+  CHECK(kept == std::vector<int64_t>{0, 1, 2, 3, 4});  // the same nodes
+  CHECK(touching.edge_index.to_vector<int64_t>() == std::vector<int64_t>{2, 1, 3, 2});
+  // One hop: every kept edge touches the configurable node already.
+  CHECK(prune_to_configurable(g, 1, nullptr, HopDirection::kBoth, RegionEdges::kConfigurable).edge_index.to_vector<int64_t>() ==
+        prune_to_configurable(g, 1).edge_index.to_vector<int64_t>());
+  CHECK(parse_region_edges("configurable") == RegionEdges::kConfigurable);
+  CHECK(parse_region_edges("all") == RegionEdges::kAll);
+  CHECK_THROWS_WITH_AS(parse_region_edges("some"), doctest::Contains("unknown region edges 'some'"), Error);
+}
+
 TEST_CASE("duplicate configs: one per distinct row, the fastest") {
   const TpuGraph g = chain();
   CHECK(distinct_configs(g) == std::vector<int64_t>{1, 2});  // 30 < 50 for {0, 2}; 40 < 45 for {1, 3}
