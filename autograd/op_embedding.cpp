@@ -4,6 +4,7 @@
 // chunk table (built on the host, where the index is) for the gradient: no atomics, the same bits as
 // the CPU.
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "autograd/dispatch.h"
@@ -39,37 +40,40 @@ constexpr Kernel embedding_backward_k{
       embedding_backward_cuda(dtable, dy, d[0].i64(), d[1].i64(), d[2].i64(), chunks, K, F, ws.f32(), on.stream());
     }};
 
-// The rows stay listed on the host, where the index is; the CUDA version reads a device copy.
+// The rows stay listed on the host, where the index is; the CUDA version reads a device copy. The host
+// version is one template for float and double.
+constexpr auto embedding_renorm_host = [](auto* table, const Tensor& rows, int64_t U, int64_t F, double max_norm) {
+  embedding_renorm(table, rows.i32(), U, F, max_norm);
+};
 constexpr Kernel embedding_renorm_k{
-    "embedding_renorm",
-    [](auto* table, const Tensor& rows, int64_t U, int64_t F, double max_norm) {
-      embedding_renorm(table, rows.i32(), U, F, max_norm);
-    },
-    [](float* table, const Tensor& rows, int64_t U, int64_t F, double max_norm) {
-      embedding_renorm(table, rows.i32(), U, F, max_norm);
-    },
+    "embedding_renorm", embedding_renorm_host, embedding_renorm_host,
     [](const Tensor& on, float* table, const Tensor& rows, int64_t U, int64_t F, double max_norm) {
       const Tensor dr = rows.to(on.device());
       embedding_renorm_cuda(table, dr.i32(), U, F, max_norm, on.stream());
     }};
 
+// The checks a lookup's table and index get, for `op`: the table 2-d, the index i32 [n] on the host
+// (where it is checked), every entry one of the table's rows.
+void check_lookup(const char* op, const Var& table, const Tensor& index) {
+  check_arg_on(op, "table", table, 2, table.dtype(), table.device());
+  check_tensor(index, (std::string(op) + " index").c_str(), DType::I32, 1);
+  GNN_CHECK(!index.is_cuda(), op, ": the index must be on the host (it is checked there), got ", index.desc());
+  const int64_t K = table.size(0), n = index.size(0);
+  const int32_t* idx = index.i32();
+  for (int64_t i = 0; i < n; ++i)
+    GNN_CHECK(idx[i] >= 0 && idx[i] < K, op, ": index[", i, "] = ", idx[i], " is outside the table's ", K, " rows");
+}
+
 }  // namespace
 
 void embedding_renorm_(const Var& table, const Tensor& index, double max_norm) {
-  check_arg_on("embedding_renorm_", "table", table, 2, table.dtype(), table.device());
-  check_tensor(index, "embedding_renorm_ index", DType::I32, 1);
-  GNN_CHECK(!index.is_cuda(), "embedding_renorm_: the index must be on the host (it is checked there), got ",
-            index.desc());
+  check_lookup("embedding_renorm_", table, index);
   GNN_CHECK(std::isfinite(max_norm) && max_norm > 0, "embedding_renorm_: max_norm must be positive and finite, got ",
             max_norm);
   const int64_t K = table.size(0), F = table.size(1), n = index.size(0);
   const int32_t* idx = index.i32();
   std::vector<char> used(static_cast<size_t>(K), 0);
-  for (int64_t i = 0; i < n; ++i) {
-    GNN_CHECK(idx[i] >= 0 && idx[i] < K, "embedding_renorm_: index[", i, "] = ", idx[i], " is outside the table's ",
-              K, " rows");
-    used[size_t(idx[i])] = 1;
-  }
+  for (int64_t i = 0; i < n; ++i) used[size_t(idx[i])] = 1;
   std::vector<int32_t> rows;  // distinct, increasing, as torch sorts its indices first
   for (int64_t k = 0; k < K; ++k)
     if (used[size_t(k)]) rows.push_back(int32_t(k));
@@ -83,14 +87,8 @@ void embedding_renorm_(const Var& table, const Tensor& index, double max_norm) {
 }
 
 Var embedding(const Var& table, const Tensor& index) {
-  check_arg_on("embedding", "table", table, 2, table.dtype(), table.device());
-  check_tensor(index, "embedding index", DType::I32, 1);
-  GNN_CHECK(!index.is_cuda(), "embedding: the index must be on the host (it is checked there), got ", index.desc());
+  check_lookup("embedding", table, index);
   const int64_t K = table.size(0), F = table.size(1), n = index.size(0);
-  const int32_t* idx = index.i32();
-  for (int64_t i = 0; i < n; ++i)
-    GNN_CHECK(idx[i] >= 0 && idx[i] < K, "embedding: index[", i, "] = ", idx[i], " is outside the table's ", K,
-              " rows");
   return dispatch_dev("embedding", table.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(table.value(), Shape{n, F});

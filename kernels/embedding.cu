@@ -74,7 +74,6 @@ void embedding_backward_cuda(float* dtable, const float* dy, const int64_t* ptr,
 }
 
 void embedding_renorm_cuda(float* table, const int32_t* rows, int64_t U, int64_t F, double max_norm, Stream stream) {
-  if (U == 0) return;
   GNN_LAUNCH_N("embedding_renorm_cuda", U, embedding_renorm_kernel, table, rows, U, F, max_norm);
 }
 
