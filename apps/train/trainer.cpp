@@ -210,6 +210,8 @@ class Run {
   void check_finite(int64_t step) const;
   void agree_on_plan() const;
   void end_epoch_swa(int64_t epoch, bool validating, Json& line);
+  std::vector<Tensor> copy_weights() const;
+  void restore_weights(const std::vector<Tensor>& weights);
   bool stopped_early() const;
   bool finished() const { return st_.step >= total_steps_ || st_.epoch >= plan_.epochs || stopped_early(); }
   TrainResult result() const;
@@ -738,8 +740,13 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
     model_->eval();
     working_on_ = detail::str_cat("validation after epoch ", e + 1);
     const auto t_valid = Clock::now();
+    // A lookup with --op-max-norm renormalises embedding rows in place. The unbroken run does not
+    // validate where --steps cut this epoch short, so a partial validation hands the weights back as
+    // training left them, and a resume goes on from the same bits.
+    const std::vector<Tensor> own = partial ? copy_weights() : std::vector<Tensor>{};
     const Evaluation ev = evaluate(*model_, *valid_src_, tp_.eval_chunk, plan_.eval_indices, 1, tp_.regression(),
                                    prep_.log_offset, tp_.val_configs);  // one pass: --tta is eval's
+    if (partial) restore_weights(own);
     line.set("valid_seconds", since(t_valid));
     valid_score = ev.score;
     last_score_ = valid_score;
@@ -815,8 +822,7 @@ void Run::agree_on_plan() const {
 // own weights. The snapshots travel in model.npz, so a resumed run averages what the unbroken one does.
 void Run::end_epoch_swa(int64_t e, bool validating, Json& line) {
   swa_->snapshot(params_);
-  std::vector<Tensor> own;
-  for (const nn::NamedParam& p : params_) own.push_back(p.var.value().clone());
+  const std::vector<Tensor> own = copy_weights();
   swa_->apply(params_);
   if (validating) {
     model_->eval();
@@ -826,7 +832,18 @@ void Run::end_epoch_swa(int64_t e, bool validating, Json& line) {
   }
   line.set("swa_snapshots", swa_->count());
   save(swa_path_, false);
-  for (size_t i = 0; i < params_.size(); ++i) params_[i].var.set_value(own[i]);
+  restore_weights(own);
+}
+
+std::vector<Tensor> Run::copy_weights() const {
+  std::vector<Tensor> out;
+  for (const nn::NamedParam& p : params_) out.push_back(p.var.value().clone());
+  return out;
+}
+
+// Into the parameters' own storage, so CUDA graphs captured on it stay valid.
+void Run::restore_weights(const std::vector<Tensor>& weights) {
+  for (size_t i = 0; i < params_.size(); ++i) Tensor(params_[i].var.value()).copy_from(weights[i]);
 }
 
 // Weights (on the host) that an update made non-finite stop the run before anything is written, whatever
