@@ -510,9 +510,11 @@ Command pass_command() {
       "Writes what a training step computes on one batch, without the optimiser, so that another\n"
       "implementation of the model (the original authors' code: scripts/check_vs_original.py) can be fed the\n"
       "same batch and compared: score [C, 1] (lower = faster), loss (the run's --loss on this batch),\n"
-      "grad/NAME and param/NAME for every parameter, and the batch's inputs under batch/ (x, opcode, edges\n"
-      "rows [u, v] where u consumes v, graph_ptr, target, config_ids; layout: node_config [N, C*18],\n"
-      "config_nodes; tile: config_feat; and the inputs only the recipe reads under their names:\n"
+      "grad/NAME and param/NAME (the weights the forward starts from) for every parameter, param_after/NAME\n"
+      "for each the forward changed in place (--op-max-norm's opcode embedding rows), as it left them, and\n"
+      "the batch's inputs under batch/ (x, opcode, edges rows [u, v] where u consumes v, graph_ptr, target,\n"
+      "config_ids; layout: node_config [N, C*18], config_nodes; tile: config_feat; and the inputs only the\n"
+      "recipe reads under their names:\n"
       "layout-tgraph's and layout-sage-5th's node_layout, layout-attn-violation's violation,\n"
       "dnnperf-anee's producer), preprocessed as the run was trained.\n"
       "The last line of stdout is one JSON object (recipe, graph, configs, loss).";
@@ -550,8 +552,8 @@ Command pass_command() {
     std::vector<std::pair<std::string, Tensor>> out = {{"score", p.score},
                                                        {"loss", Tensor::full(Shape{1}, p.loss, DType::F64)}};
     for (const auto& [name, t] : p.grads) out.emplace_back("grad/" + name, t);
-    for (const nn::NamedParam& np : m.model->parameters())
-      out.emplace_back("param/" + np.name, np.var.value().on(Device::cpu()));
+    for (const auto& [name, t] : p.params) out.emplace_back("param/" + name, t);
+    for (const auto& [name, t] : p.changed) out.emplace_back("param_after/" + name, t);
     const train::Batch& b = p.batch;
     for (const auto& [name, t] : std::vector<std::pair<std::string, Tensor>>{{"x", b.x},
                                                                              {"opcode", b.opcode},

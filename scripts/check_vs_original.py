@@ -31,9 +31,11 @@ What it does:
     made the identity (mean 0, std 1 - 1e-4, which is 1 after the + 1e-4 in f32) and left out of the
     comparison, as are its MyNorm1d weights, which its forward never reads.
   - its opcode embedding's max_norm=1 renormalises the looked-up rows of the weight in place before the
-    lookup. It stays on when the run trains with --op-max-norm (our embedding then renormalises the same
-    rows the same way, in `gnn pass` too: --train-flags "--op-max-norm 1"); without it, it is turned off,
-    as our weights would not be the ones it runs with.
+    lookup. It is set to the run's own --op-max-norm (read from the run's meta/hparams; train with
+    --train-flags "--op-max-norm 1"), and off when the run has none. `gnn pass` writes the weights its
+    forward starts from (param/) and the rows its forward renormalised (param_after/); the original is
+    loaded from the former, before each of its f32 and f64 runs, and its table after its forward is
+    compared with the latter (param_after/op_embedding.weight).
   - eval mode on both sides (no dropout); targets distinct, so that our pairwise logistic loss over the
     strict pairs is the original's mean over all pairs.
   Weight map (torch Linear stores [out, in], gnn [in, out]): node_opcode_embed.weight rows 0..120 =
@@ -328,7 +330,7 @@ class TileGat6:
 
     Inputs: node_feat our standardised x [N, 140], config_feat ours [C, 24]; the original's in-forward
     standardisations (both nn.Parameters) made the identity (mean 0, std 1 - 1e-4) and left out, as for
-    sage6. Its opcode embedding's max_norm is on with --train-flags "--op-max-norm 1", else off, as for sage6.
+    sage6. Its opcode embedding's max_norm is the run's --op-max-norm, off without it, as for sage6.
     Its listMLE sorts the runtimes descending and takes its scores as utilities: ours with
     --listmle-order slowest. Its log(cumsum + 1e-10) is ours without the 1e-10. It is fed our targets
     (the runtimes over their normalisers): the same order as its raw config_runtime wherever a kernel's
@@ -475,13 +477,16 @@ def main():
     extra = a.train_flags.split()
     own = [f for i in range(0, len(m.train_flags), 2) if m.train_flags[i] not in extra
            for f in m.train_flags[i:i + 2]]  # (--train-flags replaces the model's flag of the same name)
-    flags = own + extra
-    if "--op-max-norm" in flags and hasattr(m.net, "node_opcode_embed"):  # renormalised as the original: keep it
-        max_norm = float(flags[flags.index("--op-max-norm") + 1])
-        m.net.node_opcode_embed.max_norm = max_norm if max_norm > 0 else None
     if not os.path.exists(os.path.join(run, "model.npz")):
         gnn(a.gnn, "train", "--model", m.recipe, "--data", data, "--out", run, "--epochs", str(a.epochs),
             "--configs", str(a.configs), "--threads", "2", "--progress", "lines", *own, *extra)
+    # The run's own max_norm (its meta/hparams, so a kept run is read as it was trained): the original
+    # renormalises as our run does, and not at all when it does not.
+    with np.load(os.path.join(run, "model.npz")) as ckpt:
+        hparams = json.loads(bytes(ckpt["meta/hparams"]).decode())
+    max_norm = float(hparams.get("op-max-norm", "0"))
+    if hasattr(m.net, "node_opcode_embed"):
+        m.net.node_opcode_embed.max_norm = max_norm if max_norm > 0 else None
     out = os.path.join(work, "pass.npz")
     info = json.loads(gnn(a.gnn, "pass", "--run", run, "--data", data, "--configs",
                           ",".join(str(c) for c in range(a.configs)), "--threads", "2", "--out", out,
@@ -499,9 +504,14 @@ def main():
         for p in m.net.parameters():
             p.grad = None
         score = m.forward(batch)
+        renormed = {}
+        if max_norm > 0 and hasattr(m.net, "node_opcode_embed"):  # the table as its forward left it
+            rows = batch["param/op_embedding.weight"].shape[0]
+            renormed["param_after/op_embedding.weight"] = \
+                m.net.node_opcode_embed.weight.detach().double().numpy()[:rows].copy()
         loss = m.loss(score, batch)
         loss.backward()
-        out = {"score": score.detach().numpy().astype(np.float64), "loss": np.array([loss.item()])}
+        out = {"score": score.detach().numpy().astype(np.float64), "loss": np.array([loss.item()]), **renormed}
         out.update({"grad/" + k: v.copy() for k, v in m.grads(batch).items()})
         sd = dict(m.net.named_parameters())
         for n in getattr(m, "original_only", list)():
@@ -509,8 +519,11 @@ def main():
         return out
 
     orig = original(z)
+    m.load(z)  # (the f32 forward renormalised rows in place: the f64 run starts from the same weights)
     with in_f64(m.net):
         exact = original(z)
+    if max_norm > 0 and "param_after/op_embedding.weight" not in z:  # our forward renormalised nothing
+        z["param_after/op_embedding.weight"] = z["param/op_embedding.weight"]
     # An array whose rows play different parts (the model's row_parts) is compared part by part.
     parts = getattr(m, "row_parts", lambda z: {})(z)
 

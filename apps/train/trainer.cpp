@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <future>
@@ -946,6 +947,7 @@ ModelPass model_pass(const LoadedModel& m, const ModelGraph& g, const std::vecto
   out.batch = make_batch({&g}, {configs}).prepared(model.needs());
   training ? model.train() : model.eval();
   model.zero_grad();
+  for (const nn::NamedParam& p : params) out.params.emplace_back(p.name, p.var.value().to(Device::cpu()));
   const ag::Var pred = model.forward(out.batch.to(dev));
   const ag::Var loss = batch_loss(loss_terms(m.train), pred, out.batch, m.prep.log_offset);
   ag::backward(loss);
@@ -954,6 +956,11 @@ ModelPass model_pass(const LoadedModel& m, const ModelGraph& g, const std::vecto
   for (const nn::NamedParam& p : params)
     out.grads.emplace_back(
         p.name, p.var.has_grad() ? p.var.grad().on(Device::cpu()) : Tensor::zeros(p.var.shape(), p.var.dtype()));
+  for (size_t i = 0; i < params.size(); ++i) {
+    Tensor now = params[i].var.value().on(Device::cpu());
+    const Tensor& was = out.params[i].second;
+    if (std::memcmp(now.data(), was.data(), was.nbytes()) != 0) out.changed.emplace_back(params[i].name, now);
+  }
   model.zero_grad();
   model.eval();
   return out;

@@ -104,6 +104,9 @@ struct ModelPass {
   Tensor score;  // f32 [C, 1] (lower = faster)
   double loss = 0;
   std::vector<std::pair<std::string, Tensor>> grads;  // per parameter, by name, on the host
+  // The weights the forward started from, per parameter on the host, and those the forward changed in
+  // place (--op-max-norm's embedding renorm), as it left them.
+  std::vector<std::pair<std::string, Tensor>> params, changed;
 };
 ModelPass model_pass(const LoadedModel& m, const ModelGraph& g, const std::vector<int64_t>& configs, bool training);
 // Pass t's order of n configs: the identity for t = 0, else a permutation drawn from a fixed seed and t.

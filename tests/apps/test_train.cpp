@@ -691,6 +691,44 @@ TEST_CASE("train: --op-max-norm renormalises the opcode rows the batches look up
     }
     CHECK(n_used > 3);
   }
+  {  // gnn pass writes the weights its forward starts from, and the rows the forward renormalised as it left
+     // them. One step at a large rate moves the rows it looked up off norm 1 (and its partial epoch's
+     // validation hands the weights back as the step left them), so the pass renormalises some.
+    const std::string run = t.file("pass_run"), out = t.file("pass.npz");
+    auto r = run_gnn("train --model layout-sage-6th --data " + dataset() +
+                     " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 1 --epochs 1 --steps 1 --lr 0.05" +
+                     " --op-max-norm 1 --out " + run);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    r = run_gnn("pass --run " + run + " --checkpoint last --data " + dataset() + " --configs 0,1,2,3 --out " + out);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    const auto z = NpzReader(out).load_all();
+    const auto w = checkpoint_weights(run + "/model.npz");
+    for (const auto& [name, value] : w)
+      if (name.rfind("params/", 0) == 0) CHECK(testing::same_bytes(z.at("param/" + name.substr(7)), value));
+    for (const auto& [name, value] : z)
+      if (name.rfind("param_after/", 0) == 0) CHECK(name == "param_after/op_embedding.weight");
+    REQUIRE(z.count("param_after/op_embedding.weight"));
+    const std::vector<float> before = z.at("param/op_embedding.weight").to_vector<float>(),
+                             after = z.at("param_after/op_embedding.weight").to_vector<float>();
+    int64_t renormed = 0;
+    for (int64_t k = 0; k < kOpcodes; ++k) {
+      CAPTURE(k);
+      double n0 = 0, n1 = 0;
+      bool same = true;
+      for (int64_t f = 0; f < 8; ++f) {
+        const float u = before[size_t(k * 8 + f)], v = after[size_t(k * 8 + f)];
+        n0 += double(u) * u, n1 += double(v) * v, same = same && u == v;
+      }
+      if (same) continue;
+      ++renormed;
+      CHECK(std::sqrt(n0) > 1);
+      CHECK(std::sqrt(n1) <= 1 + 1e-6);
+      for (int64_t f = 0; f < 8; ++f)
+        CHECK(after[size_t(k * 8 + f)] ==
+              doctest::Approx(before[size_t(k * 8 + f)] / (std::sqrt(n0) + 1e-7)).epsilon(1e-6));
+    }
+    CHECK(renormed > 0);
+  }
   const auto r = run_gnn("train --model layout-sage-6th --data " + dataset() + " --epochs 1 --op-max-norm -1 --out " +
                          t.file("bad"));
   CHECK(r.exit_code != 0);
