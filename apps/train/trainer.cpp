@@ -291,6 +291,14 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   if (world_.size > 1 && hp.values.count("op-max-norm") && hp.num("op-max-norm") > 0)
     bad_option("--op-max-norm: each process would renormalise, in place, the embedding rows its own batches look "
                "up, and the processes' weights would part; run it without mpirun (or with -np 1)");
+  // The region flags shape a --khops region and mean nothing without one: said, not ignored (a run
+  // saved before this check resumes as it was).
+  if (recipe->kind == "layout" && tp_.khops < 0 && !plan_.resuming) {
+    if (tp_.khops_edges != RegionEdges::kAll)
+      bad_option("--khops-edges: the edges a --khops region keeps; this run keeps every node (--khops -1)");
+    if (tp_.khops_direction != HopDirection::kBoth)
+      bad_option("--khops-direction: the edges a --khops hop follows; this run keeps every node (--khops -1)");
+  }
   prep_ = plan_.meta.prep;
   layout_ = recipe->kind == "layout";
   memory_limit_.emplace(o.memory_limit);

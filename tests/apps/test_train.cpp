@@ -182,6 +182,10 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
       {"--model tile-mlp --warmup -5", "--warmup: expected an integer >= 0"},
       {"--model layout-resmodel --khops -2", "--khops: expected an integer >= -1"},
       {"--model layout-sage-6th --khops-direction up", "--khops-direction: expected one of both|consumers, got 'up'"},
+      {"--model layout-tgraph --khops -1 --khops-edges configurable",  // region flags without a region
+       "--khops-edges: the edges a --khops region keeps; this run keeps every node (--khops -1)"},
+      {"--model layout-sage-6th --khops -1 --khops-direction consumers",
+       "--khops-direction: the edges a --khops hop follows; this run keeps every node (--khops -1)"},
       {"--model layout-gin-6th --dropout 1", "--dropout: expected a number in [0, 0.95], got '1'"},
       {"--model tile-mlp --margin inf", "--margin: expected a number >= 0, got 'inf'"},
       {"--model tile-mlp --hidden 0", "--hidden: expected an integer in [1, 65536], got '0'"},
