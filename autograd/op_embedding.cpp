@@ -43,7 +43,7 @@ constexpr Kernel embedding_backward_k{
 // The rows stay listed on the host, where the index is; the CUDA version reads a device copy. The host
 // version is one template for float and double.
 constexpr auto embedding_renorm_host = [](auto* table, const Tensor& rows, int64_t U, int64_t F, double max_norm) {
-  embedding_renorm(table, rows.i32(), U, F, max_norm);
+  embedding_renorm_ref(table, rows.i32(), U, F, max_norm);
 };
 constexpr Kernel embedding_renorm_k{
     "embedding_renorm", embedding_renorm_host, embedding_renorm_host,

@@ -97,7 +97,7 @@ Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor&
 Var embedding(const Var& table, const Tensor& index);  // index i32 in [0, rows of table)
 // torch.nn.Embedding(max_norm=...)'s renormalisation, done before its lookup: every row of `table` that
 // `index` looks up whose l2 norm exceeds max_norm is scaled in place to max_norm / (norm + 1e-7) of
-// itself (kernels/embedding.h embedding_renorm). Not recorded: torch renorms under no_grad, so the
+// itself (kernels/embedding.h embedding_renorm_ref). Not recorded: torch renorms under no_grad, so the
 // gradient reaches the renormalised rows as a plain lookup's does.
 void embedding_renorm_(const Var& table, const Tensor& index, double max_norm);
 

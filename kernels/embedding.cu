@@ -39,7 +39,7 @@ __global__ void embedding_rows_kernel(float* dtable, const float* ws, const int6
   }
 }
 
-// embedding_renorm (kernels/embedding.h) with a thread per listed row: the host's arithmetic in its order.
+// embedding_renorm_ref (kernels/embedding.h) with a thread per listed row: the host's arithmetic in its order.
 __global__ void embedding_renorm_kernel(float* table, const int32_t* rows, int64_t U, int64_t F, double max_norm) {
   GNN_GRID_STRIDE(u, U) {
     float* row = table + int64_t(__ldg(rows + u)) * F;

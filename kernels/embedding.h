@@ -30,7 +30,7 @@ void embedding_backward_ref(T* dtable, const T* dy, const int32_t* idx, int64_t 
 // The norm is summed in f64 by fma in column order, so the host (one template for float and double)
 // and the GPU (a thread per row) give the same bits. rows: distinct, in [0, K).
 template <class T>
-void embedding_renorm(T* table, const int32_t* rows, int64_t U, int64_t F, double max_norm) {
+void embedding_renorm_ref(T* table, const int32_t* rows, int64_t U, int64_t F, double max_norm) {
   for (int64_t u = 0; u < U; ++u) {
     T* row = table + int64_t(rows[u]) * F;
     double ss = 0;

@@ -38,7 +38,8 @@ class Embedding : public Module {
   Embedding(int64_t num, int64_t dim, Rng& rng);  // N(0, 1), as torch.nn.Embedding
   // With max_norm > 0, as torch.nn.Embedding(max_norm=...): the rows the index looks up are first
   // renormalised in place to an l2 norm of at most max_norm (ag::embedding_renorm_), in training and
-  // in eval alike, so the weight itself changes.
+  // in eval alike, so the weight itself changes. (const as every forward: the Var is a handle, and
+  // what it writes through is the parameter's storage, as an optimiser step does.)
   ag::Var forward(const Tensor& index) const {
     if (max_norm > 0) ag::embedding_renorm_(weight, index, max_norm);
     return ag::embedding(weight, index);

@@ -141,7 +141,9 @@ const Batch* StepGraphs::run(RankModel& model, const std::vector<nn::NamedParam>
 // Captures e's forward, replays it, computes the loss on the host, then captures and replays the
 // backward from the forward's tape. On a failed capture (a gnn::Error: an op that waits for the device)
 // e is marked broken, its device batch released, and false returned: the step then runs eagerly, as
-// nothing of it has touched the parameters or their gradients. Any other exception is passed on after
+// nothing of it has touched the parameters or their gradients, but for --op-max-norm's in-place
+// renormalisation of the embedding rows the forward looked up, which the eager step repeats (a row
+// already at the norm stays there, give or take one rounding). Any other exception is passed on after
 // the same clean-up.
 bool StepGraphs::capture(Entry& e, RankModel& model, const std::vector<nn::NamedParam>& params, const LossFn& loss,
                          Step& out) {

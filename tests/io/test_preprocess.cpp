@@ -121,7 +121,8 @@ TEST_CASE("pruning: the region's edges, all or only those with a configurable en
   const TpuGraph touching = prune_to_configurable(g, 2, &kept, HopDirection::kBoth, RegionEdges::kConfigurable);
   CHECK(kept == std::vector<int64_t>{0, 1, 2, 3, 4});  // the same nodes
   CHECK(touching.edge_index.to_vector<int64_t>() == std::vector<int64_t>{2, 1, 3, 2});
-  // One hop: every kept edge touches the configurable node already.
+  // One hop in this chain keeps nodes 1, 2, 3, and both their edges touch node 2. Not so in general: two
+  // neighbours of a configurable node joined by an edge keep that edge only under kAll.
   CHECK(prune_to_configurable(g, 1, nullptr, HopDirection::kBoth, RegionEdges::kConfigurable).edge_index.to_vector<int64_t>() ==
         prune_to_configurable(g, 1).edge_index.to_vector<int64_t>());
   CHECK(parse_region_edges("configurable") == RegionEdges::kConfigurable);

@@ -50,7 +50,7 @@ TEST_CASE("embedding_renorm: torch's max_norm, the listed rows above it scaled, 
   REQUIRE(table.size() == size_t(K * F));
   const std::vector<float> before = table;
   const std::vector<int32_t> rows = {0, 1, 2, 4, 5};
-  embedding_renorm(table.data(), rows.data(), int64_t(rows.size()), F, 1.0);
+  embedding_renorm_ref(table.data(), rows.data(), int64_t(rows.size()), F, 1.0);
   // torch.nn.Embedding(max_norm=1) gives rows 0 and 5 these bits (torch 2.15): 3 * float(1 / (5 + 1e-7))
   // is 0.6f, one ulp above 0.6 rounded from f64
   const std::vector<float> row0 = {0.6f, 0.8f, 0, 0};
@@ -66,8 +66,8 @@ TEST_CASE("embedding_renorm: torch's max_norm, the listed rows above it scaled, 
   for (int32_t k = 0; k < 121; k += 2) some.push_back(k);
   std::vector<float> f32 = big;
   std::vector<double> f64 = to_double(big);
-  embedding_renorm(f32.data(), some.data(), int64_t(some.size()), 33, 0.5);
-  embedding_renorm(f64.data(), some.data(), int64_t(some.size()), 33, 0.5);
+  embedding_renorm_ref(f32.data(), some.data(), int64_t(some.size()), 33, 0.5);
+  embedding_renorm_ref(f64.data(), some.data(), int64_t(some.size()), 33, 0.5);
   GNN_CHECK_CLOSE(f32, f64, 1e-6, 1e-7);
   CHECK(f32 != big);
   for (int32_t k : some) {
@@ -124,7 +124,7 @@ TEST_CASE("cuda embedding: the gather is exact, the ordered backward matches the
     std::vector<int32_t> rows;
     for (int32_t k = 1; k < 121; k += 3) rows.push_back(k);
     std::vector<float> host = table;
-    embedding_renorm(host.data(), rows.data(), int64_t(rows.size()), 33, 1.0);
+    embedding_renorm_ref(host.data(), rows.data(), int64_t(rows.size()), 33, 1.0);
     Tensor dev = on_gpu(table);
     embedding_renorm_cuda(dev.f32(), on_gpu(rows).i32(), int64_t(rows.size()), 33, 1.0, s);
     CHECK(same_bits(dev.to_vector<float>(), host));

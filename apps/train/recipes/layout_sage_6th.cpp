@@ -26,7 +26,7 @@
 //   its eval does; refused over several ranks). The early norm removes the first layer's per-channel
 //   scale, but the embedding rows enter beside the node features, so their size matters: N(0, 1) rows
 //   of 128 have norms near 11 against 1. On unet3d's held-out configs (400 steps, 3 seeds) the flag
-//   lifts SAGE from 0.714 +- 0.035 to 0.752 +- 0.035 and leaves GIN where it was (0.786 against 0.787).
+//   lifts SAGE from 0.714 +- 0.035 to 0.752 +- 0.035 and leaves GIN where it was (0.787 with it, 0.786 without).
 // - It standardises node features inside forward, (x - mean) / (std + 1e-4), with mean and std trained
 //   as parameters from statistics of the whole training graphs; ours are fixed, from the pruned graphs
 //   (--node-transform standardize), and a constant column becomes 0 instead of (x - mean) / 1e-4.
