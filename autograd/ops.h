@@ -101,6 +101,10 @@ Var embedding(const Var& table, const Tensor& index);  // index i32 in [0, rows 
 // gradient reaches the renormalised rows as a plain lookup's does.
 void embedding_renorm_(const Var& table, const Tensor& index, double max_norm);
 
+// ---- standardisation (op_standardize.cpp) --------------------------------------------------------------
+// y [R, F] = (x - mean) / (std + eps) per column, mean and std [F] trainable (kernels/standardize.h).
+Var standardize(const Var& x, const Var& mean, const Var& std, double eps);
+
 // ---- readout (op_pool.cpp): per graph of a disjoint union ---------------------------------------------
 Var pool(const Var& x, const Tensor& graph_ptr, Reduce op);
 // log sum exp over each graph's rows, per column (kernels/pooling.h): a sum of per-node costs in log space.

@@ -2,6 +2,7 @@
 // OpSize and applying its op. Rows are node-major [N, C*F] where the recipes run the op that way.
 #include "bench/op_cases.h"
 
+#include <cmath>
 #include <vector>
 
 #include "autograd/ops.h"
@@ -253,6 +254,14 @@ std::vector<OpCase> all_op_cases() {
        [](const Vars& x, const Graph&, const OpInputs&) { return ag::l2_normalize(x[0]); }},
       {"layer-norm", [](const OpSize& s) { return rows_of(s, 1, 2); },
        [](const Vars& x, const Graph&, const OpInputs&) { return ag::layer_norm(x[0], x[1], x[2]); }},
+      {"standardize",  // x, mean [F], std [F] in [0.5, 1.5)
+       [](const OpSize& s) {
+         OpInputs in = rows_of(s, 1, 2);
+         Tensor& sd = in.vars[2];
+         for (int64_t i = 0; i < sd.numel(); ++i) sd.f64()[i] = std::fabs(sd.f64()[i]) + 0.5;
+         return in;
+       },
+       [](const Vars& x, const Graph&, const OpInputs&) { return ag::standardize(x[0], x[1], x[2], 1e-4); }},
       // ---- per graph ----
       {"instance-norm",  // with gamma and beta [C*F]
        [](const OpSize& s) {

@@ -51,6 +51,17 @@ Embedding::Embedding(int64_t num, int64_t dim, Rng& rng) {
   weight = add_param("weight", init_tensor(Shape{num, dim}, Init::kNormal, num, dim, rng));
 }
 
+Standardize::Standardize(const std::vector<double>& m, const std::vector<double>& s, double eps) : eps(eps) {
+  GNN_CHECK(!m.empty() && m.size() == s.size(), "Standardize: ", m.size(), " means and ", s.size(),
+            " standard deviations; one of each per column");
+  for (size_t f = 0; f < m.size(); ++f)
+    GNN_CHECK(std::isfinite(m[f]) && std::isfinite(s[f]) && s[f] >= 0, "Standardize: column ", f, " has mean ", m[f],
+              " and std ", s[f], " (finite, std >= 0)");
+  const Shape shape{int64_t(m.size())};
+  mean = add_param("mean", Tensor::from_vector(std::vector<float>(m.begin(), m.end()), shape));
+  std = add_param("std", Tensor::from_vector(std::vector<float>(s.begin(), s.end()), shape));
+}
+
 MLP::MLP(const std::vector<int64_t>& dims, Act act, Rng& rng, double dropout, Init init)
     : act_(act), drop_(dropout, rng) {
   GNN_CHECK(dims.size() >= 2, "MLP: needs at least {in, out} sizes");

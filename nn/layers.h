@@ -48,6 +48,16 @@ class Embedding : public Module {
   double max_norm = 0;  // 0: a plain lookup
 };
 
+// (x - mean) / (std + eps) per column, with mean and std trainable (ag::standardize), started from the
+// given statistics: the 6th place TpuGraphs solution's in-forward standardisation of its features.
+class Standardize : public Module {
+ public:
+  Standardize(const std::vector<double>& mean, const std::vector<double>& std, double eps = 1e-4);
+  ag::Var forward(const ag::Var& x) const { return ag::standardize(x, mean, std, eps); }
+  ag::Var mean, std;
+  double eps;
+};
+
 class Dropout : public Module {
  public:
   Dropout(double p, Rng& rng) : p_(p), rng_(rng.split()) {}
