@@ -13,7 +13,8 @@ FeatureTransform parse_feature_transform(const std::string& name) {
   if (name == "official") return FeatureTransform::kOfficial;
   if (name == "log1p") return FeatureTransform::kLog1p;
   if (name == "standardize") return FeatureTransform::kStandardize;
-  GNN_FAIL("unknown feature transform '", name, "' (none, official, log1p, standardize)");
+  if (name == "trainable") return FeatureTransform::kTrainable;
+  GNN_FAIL("unknown feature transform '", name, "' (none, official, log1p, standardize, trainable)");
 }
 
 const char* feature_transform_name(FeatureTransform t) {
@@ -26,6 +27,8 @@ const char* feature_transform_name(FeatureTransform t) {
       return "log1p";
     case FeatureTransform::kStandardize:
       return "standardize";
+    case FeatureTransform::kTrainable:
+      return "trainable";
   }
   return "?";
 }
@@ -95,6 +98,9 @@ ColumnTransform::ColumnTransform(FeatureTransform kind, const ColumnStats& s) : 
       const double mean = s.sum_[c] / double(s.rows_);
       const double var = std::max(0.0, s.sumsq_[c] / double(s.rows_) - mean * mean);
       shift = mean, scale = var > 0 ? 1.0 / std::sqrt(var) : 0.0;
+    } else if (kind == FeatureTransform::kTrainable) {  // the statistics themselves, for the model
+      const double mean = s.sum_[c] / double(s.rows_);
+      shift = mean, scale = std::sqrt(std::max(0.0, s.sumsq_[c] / double(s.rows_) - mean * mean));
     }
     keep_.push_back(int32_t(j)), shift_.push_back(shift), scale_.push_back(scale);
   }
@@ -102,7 +108,10 @@ ColumnTransform::ColumnTransform(FeatureTransform kind, const ColumnStats& s) : 
 
 Tensor ColumnTransform::apply(const Tensor& x) const {
   check_tensor(x, "feature matrix", DType::F32, 2);
-  if (in_ < 0) return x.clone();
+  if (in_ < 0 || kind_ == FeatureTransform::kTrainable) {
+    GNN_CHECK(in_ < 0 || x.size(1) == in_, "feature transform fitted on ", in_, " columns, applied to ", x.size(1));
+    return x.clone();
+  }
   GNN_CHECK(x.size(1) == in_, "feature transform fitted on ", in_, " columns, applied to ", x.size(1));
   const int64_t rows = x.size(0), F = out_features();
   Tensor y = Tensor::empty({rows, F}, DType::F32);
@@ -140,7 +149,7 @@ ColumnTransform ColumnTransform::load(const std::string& prefix, const std::map<
   };
   ColumnTransform t;
   const int32_t kind = get("kind", DType::I32, 1).i32()[0];
-  GNN_CHECK(kind >= 0 && kind <= int32_t(FeatureTransform::kStandardize), "checkpoint: bad transform kind ", kind);
+  GNN_CHECK(kind >= 0 && kind <= int32_t(FeatureTransform::kTrainable), "checkpoint: bad transform kind ", kind);
   t.kind_ = FeatureTransform(kind);
   t.in_ = get("in_features", DType::I64, 1).i64()[0];
   // (-1: a transform never fitted, as a layout run's config transform)
@@ -154,6 +163,11 @@ ColumnTransform ColumnTransform::load(const std::string& prefix, const std::map<
   for (size_t j = 0; j < t.shift_.size(); ++j)
     GNN_CHECK(std::isfinite(t.shift_[j]) && std::isfinite(t.scale_[j]), "checkpoint: transform '", prefix,
               "' has a non-finite shift or scale at ", j);
+  if (t.kind_ == FeatureTransform::kTrainable) {  // the identity on every column
+    bool all = int64_t(t.keep_.size()) == t.in_;
+    for (size_t j = 0; all && j < t.keep_.size(); ++j) all = t.keep_[j] == int32_t(j);
+    GNN_CHECK(all, "checkpoint: transform '", prefix, "' is trainable but does not keep every column in order");
+  }
   return t;
 }
 

@@ -4,6 +4,9 @@
 //     official     drop columns constant on train, then (x - min) / (max - min) with train statistics
 //     log1p        sign(x) * log1p(|x|), no statistics
 //     standardize  (x - mean) / std with train statistics (constant columns become 0)
+//     trainable    no change here: the model standardises inside its forward, with a mean and std per
+//                  column that it trains, started from the train statistics kept here (shift = mean,
+//                  scale = population std; the 6th place solution's, over whole graphs)
 //   pruning to the k-hop neighbourhood of the configurable nodes (both edge directions; k = 0 keeps
 //   only the configurable nodes), duplicate-config removal (identical config features: the config
 //   with the lowest runtime stays), and the CSR/CSC graph.
@@ -19,8 +22,9 @@
 
 namespace gnn {
 
-enum class FeatureTransform { kNone, kOfficial, kLog1p, kStandardize };
-FeatureTransform parse_feature_transform(const std::string& name);  // none | official | log1p | standardize
+enum class FeatureTransform { kNone, kOfficial, kLog1p, kStandardize, kTrainable };
+// none | official | log1p | standardize | trainable
+FeatureTransform parse_feature_transform(const std::string& name);
 const char* feature_transform_name(FeatureTransform t);
 
 // Per-column statistics accumulated over training matrices (in double).
@@ -41,7 +45,8 @@ class ColumnStats {
   int64_t rows_ = 0;
 };
 
-// y[:, j] = (x[:, keep[j]] - shift[j]) * scale[j], after sign-log1p for kLog1p.
+// y[:, j] = (x[:, keep[j]] - shift[j]) * scale[j], after sign-log1p for kLog1p; for kTrainable y = x,
+// and shift / scale hold each column's mean / population std for the model to start from.
 class ColumnTransform {
  public:
   ColumnTransform() = default;  // the identity on any width
@@ -50,6 +55,8 @@ class ColumnTransform {
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return int64_t(keep_.size()); }
   Tensor apply(const Tensor& x) const;  // f32 [rows, in] -> f32 [rows, out]
+  const std::vector<double>& shift() const { return shift_; }
+  const std::vector<double>& scale() const { return scale_; }
 
   // As named tensors (prefix + "keep" / "shift" / "scale" / "kind"), for the model checkpoint.
   void save(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;

@@ -25,8 +25,24 @@ Tensor layout_dim_categories(const Tensor& node_feat) {
 const GraphFeature kNodeLayout{"node_layout", GraphFeature::Rows::kPerNode, false,
                                [](const TpuGraph& raw) { return layout_dim_categories(raw.node_feat); }};
 
-ag::Var node_input(const nn::Embedding& opcode_embedding, const Batch& b) {
-  return ag::concat_cols({opcode_embedding.forward(b.opcode), ag::Var(b.x)});
+ag::Var node_input(const nn::Embedding& opcode_embedding, const Batch& b, const nn::Standardize* norm) {
+  const ag::Var x = norm ? norm->forward(ag::Var(b.x)) : ag::Var(b.x);
+  return ag::concat_cols({opcode_embedding.forward(b.opcode), x});
+}
+
+std::unique_ptr<nn::Standardize> node_norm(const ModelDims& d) {
+  if (d.node_mean.empty()) return nullptr;
+  GNN_CHECK(int64_t(d.node_mean.size()) == d.node_features, "node_norm: ", d.node_mean.size(), " means for ",
+            d.node_features, " node features");
+  return std::make_unique<nn::Standardize>(d.node_mean, d.node_std, 1e-4);
+}
+
+void trainable_node_transform(std::vector<HParamSpec>& specs) {
+  HParamSpec* s = find_spec(specs, "node-transform");
+  GNN_CHECK(s, "trainable_node_transform: no node-transform flag");
+  s->choices += "|trainable";
+  s->help += " | trainable: (x - mean) / (std + 1e-4) inside the model, with a mean and std per column that it "
+             "trains, started from every node of the training graphs (the 6th place's)";
 }
 
 ConfigSage::ConfigSage(int64_t in, int64_t out, Rng& rng, Act act, bool l2_normalize)

@@ -17,7 +17,14 @@ Tensor layout_dim_categories(const Tensor& node_feat);
 extern const GraphFeature kNodeLayout;
 
 // [opcode embedding | node features]: [N, E + F], the same for every config.
-ag::Var node_input(const nn::Embedding& opcode_embedding, const Batch& b);
+// With `norm`, the node features go through it first (node_norm).
+ag::Var node_input(const nn::Embedding& opcode_embedding, const Batch& b, const nn::Standardize* norm = nullptr);
+// --node-transform trainable: the 6th place's in-forward standardisation of the node features, a mean
+// and a std per column trained with the model (nn::Standardize), started from the training statistics
+// in `d`; null under any other transform (the features then arrive transformed). A recipe that offers it
+// registers it as "node_norm" and adds "trainable" to its node-transform choices (trainable_node_transform).
+std::unique_ptr<nn::Standardize> node_norm(const ModelDims& d);
+void trainable_node_transform(std::vector<HParamSpec>& specs);
 
 // x [R, C*D] <-> [R*C, D]: one row per (row, config).
 inline ag::Var per_config(const ag::Var& x, int64_t C) { return ag::reshape(x, x.size(0) * C, x.size(1) / C); }

@@ -52,9 +52,11 @@ Preprocessing fit_preprocessing(const std::vector<DatasetFile>& train, bool layo
   const dist::World& w = dist::world();
   const dist::Range mine = dist::shard(int64_t(train.size()), w.rank, w.size);
   for (int64_t i = mine.begin; i < mine.end; ++i) {
-    const TpuGraph g =
-        prune_to_configurable(load_tpugraph(train[size_t(i)].path), layout ? khops : -1, nullptr, hops, edges);
-    node_stats.add(g.node_feat);
+    const TpuGraph raw = load_tpugraph(train[size_t(i)].path);
+    const TpuGraph g = prune_to_configurable(raw, layout ? khops : -1, nullptr, hops, edges);
+    // A trainable standardisation starts from the statistics of whole graphs, as the 6th place solution's
+    // (its pickle of every node of every training graph); the others see the graphs they transform.
+    node_stats.add(node == FeatureTransform::kTrainable ? raw.node_feat : g.node_feat);
     if (!layout) config_stats.add(g.config_feat);
     if (g.has_runtimes())
       for (int64_t c = 0; c < g.num_configs(); ++c) log_sum += std::log(g.target(c)), log_n += 1;

@@ -191,6 +191,9 @@ struct TrainHParams {
 
 struct ModelDims {
   int64_t node_features = 0, config_features = 0;
+  // --node-transform / --config-transform trainable: each column's mean and std on the training graphs,
+  // which the model's own standardisation (nn::Standardize) starts from; empty otherwise.
+  std::vector<double> node_mean, node_std, config_mean, config_std;
 };
 
 struct Recipe {

@@ -68,7 +68,12 @@ Meta read_meta(const std::string& path) {
   return m;
 }
 
-ModelDims dims_of(const Preprocessing& p) { return {p.node_features(), p.config_features()}; }
+ModelDims dims_of(const Preprocessing& p) {
+  ModelDims d{p.node_features(), p.config_features()};
+  if (p.node.kind() == FeatureTransform::kTrainable) d.node_mean = p.node.shift(), d.node_std = p.node.scale();
+  if (p.config.kind() == FeatureTransform::kTrainable) d.config_mean = p.config.shift(), d.config_std = p.config.scale();
+  return d;
+}
 
 void State::save(std::vector<std::pair<std::string, Tensor>>& out) const {
   for (auto [k, v] : {std::pair<const char*, int64_t>{"epoch", epoch},

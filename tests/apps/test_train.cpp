@@ -1086,6 +1086,62 @@ TEST_CASE("train: building the next batch on a second thread during each step ch
   }
 }
 
+TEST_CASE("train: --node-transform trainable standardises inside the model, from whole-graph statistics") {
+  TempDir t;
+  const auto files = kind_files(dataset(), "layout", "train");
+  ColumnStats whole, pruned;
+  for (const DatasetFile& f : files) {
+    const TpuGraph g = load_tpugraph(f.path);
+    whole.add(g.node_feat);
+    pruned.add(prune_to_configurable(g, 5, nullptr, HopDirection::kConsumers).node_feat);
+  }
+  const ColumnTransform want(FeatureTransform::kTrainable, whole), region(FeatureTransform::kTrainable, pruned);
+  CHECK(want.shift() != region.shift());  // the statistics are the whole graphs', not the 5-hop regions'
+  for (const char* model : {"layout-sage-6th", "layout-gin-6th"}) {
+    CAPTURE(model);
+    const std::string base = std::string("train --model ") + model + " --data " + dataset() +
+                             " --hidden 16 --op-embed 8 --configs 8 --batch-graphs 2 --accumulate 1" +
+                             " --node-transform trainable --out ";
+    const std::string a = t.file(std::string(model) + "_a"), b = t.file(std::string(model) + "_b");
+    auto r = run_gnn(base + a + " --epochs 2");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    r = run_gnn(base + b + " --epochs 1");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    r = run_gnn("train --resume --out " + b + " --epochs 2");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
+    const LoadedModel m = load_model(a + "/model.npz");
+    REQUIRE(m.prep.node.kind() == FeatureTransform::kTrainable);
+    CHECK(m.prep.node.shift() == want.shift());
+    CHECK(m.prep.node.scale() == want.scale());
+    // The data side leaves the (pruned) features as they are.
+    const TpuGraph raw = prune_to_configurable(load_tpugraph(files[0].path), 5, nullptr, HopDirection::kConsumers);
+    CHECK(prepare_graph(files[0], m.prep).x.to_vector<float>() == raw.node_feat.to_vector<float>());
+    // A new model starts from the statistics, and training moved them (their gradients reach them).
+    Rng rng(1);
+    const auto fresh = m.recipe->build(m.hparams, dims_of(m.prep), rng);
+    const auto w = checkpoint_weights(a + "/model.npz");
+    for (const nn::NamedParam& p : fresh->parameters()) {
+      if (p.name.rfind("node_norm.", 0) != 0) continue;
+      const std::vector<double>& stat = p.name == "node_norm.mean" ? want.shift() : want.scale();
+      const std::vector<float> start = p.var.value().to_vector<float>(),
+                               trained = w.at("params/" + p.name).to_vector<float>();
+      REQUIRE(start.size() == stat.size());
+      for (size_t j = 0; j < stat.size(); ++j) CHECK(start[j] == float(stat[j]));
+      CHECK(trained != start);
+    }
+    CHECK(w.count("params/node_norm.mean"));
+    r = run_gnn("eval --run " + a + " --data " + dataset());
+    CHECK_MESSAGE(r.exit_code == 0, r.err);
+  }
+  // A recipe whose model has no standardisation of its own refuses it.
+  const auto r = run_gnn("train --model layout-resmodel --data " + dataset() + " --node-transform trainable --out " +
+                         t.file("bad"));
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--node-transform: expected one of official|log1p|standardize|none, got 'trainable'") !=
+        std::string::npos);
+}
+
 TEST_CASE("gnn pass: a run's scores, loss and gradients on one batch, with the batch, and bad flags named") {
   TempDir t;
   const std::string run = t.file("run"), out = t.file("pass.npz");

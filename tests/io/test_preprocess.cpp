@@ -74,6 +74,26 @@ TEST_CASE("feature transforms: fitted on train, applied to anything, saved and r
   CHECK_THROWS_WITH_AS(parse_feature_transform("zscore"), doctest::Contains("unknown feature transform 'zscore'"),
                        Error);
   CHECK(ColumnTransform().apply(other).size(1) == 3);  // identity
+
+  // trainable: the features pass unchanged; shift and scale hold the mean and the population std.
+  const ColumnTransform trainable(FeatureTransform::kTrainable, stats);
+  CHECK(parse_feature_transform("trainable") == FeatureTransform::kTrainable);
+  CHECK(testing::same_bytes(trainable.apply(train), train));
+  CHECK(trainable.shift() == std::vector<double>{7, 1.5, 277.75});
+  CHECK(trainable.scale()[0] == 0);
+  CHECK(trainable.scale()[1] == doctest::Approx(std::sqrt(1.25)));
+  CHECK_THROWS_WITH_AS(trainable.apply(Tensor::zeros({2, 4}, DType::F32)), doctest::Contains("fitted on 3 columns"),
+                       Error);
+  saved.clear();
+  trainable.save("t.", saved);
+  arrays = std::map<std::string, Tensor>(saved.begin(), saved.end());
+  const ColumnTransform tback = ColumnTransform::load("t.", arrays);
+  CHECK(tback.kind() == FeatureTransform::kTrainable);
+  CHECK(tback.shift() == trainable.shift());
+  CHECK(tback.scale() == trainable.scale());
+  arrays["t.keep"] = Tensor::from_vector<int32_t>({0, 2, 1});  // a damaged checkpoint: not the identity
+  CHECK_THROWS_WITH_AS(ColumnTransform::load("t.", arrays), doctest::Contains("does not keep every column in order"),
+                       Error);
 }
 
 TEST_CASE("pruning: k hops around the configurable nodes, both directions") {

@@ -66,7 +66,8 @@ class LayoutGin6th : public RankModel {
         dropout_(h.dropout, h.dropout_shared),
         emb_(kOpcodes, h.op_embed, rng),
         early_(h.op_embed + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
-        head_(hidden_, rng) {
+        head_(hidden_, rng),
+        node_norm_(node_norm(d)) {
     GNN_CHECK(!h.layer4_from_second || h.layers == 4, "--layer4-input second: needs --layers 4, got ", h.layers);
     emb_.max_norm = h.op_max_norm;
     add_child("op_embedding", &emb_);
@@ -76,6 +77,7 @@ class LayoutGin6th : public RankModel {
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
     add_child("head", &head_);
+    if (node_norm_) add_child("node_norm", node_norm_.get());
   }
 
   BatchNeeds needs() const override { return {.consumers = true}; }
@@ -83,7 +85,7 @@ class LayoutGin6th : public RankModel {
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     // The early layer on [node input | config] without the join: the node part's product once per node.
-    ag::Var x = early_.forward_joined(node_input(emb_, b), ag::Var(b.node_config), C, b.graph_ptr);
+    ag::Var x = early_.forward_joined(node_input(emb_, b, node_norm_.get()), ag::Var(b.node_config), C, b.graph_ptr);
     x = segment(b, dropout_.forward(b, x, C, training(), 1));
     ag::Var pooled, second;
     for (size_t l = 0; l < layers_.size(); ++l) {
@@ -103,6 +105,7 @@ class LayoutGin6th : public RankModel {
   LinearNormAct early_;
   std::vector<std::unique_ptr<ConsumerGin>> layers_;
   SlateHead head_;
+  std::unique_ptr<nn::Standardize> node_norm_;  // --node-transform trainable
 };
 
 }  // namespace

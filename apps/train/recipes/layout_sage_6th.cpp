@@ -26,10 +26,17 @@
 //   its eval does; refused over several ranks). The early norm removes the first layer's per-channel
 //   scale, but the embedding rows enter beside the node features, so their size matters: N(0, 1) rows
 //   of 128 have norms near 11 against 1. On unet3d's held-out configs (400 steps, 3 seeds) the flag
-//   lifts SAGE from 0.714 +- 0.035 to 0.752 +- 0.035 and leaves GIN where it was (0.787 with it, 0.786 without).
+//   lifts SAGE from 0.714 +- 0.035 to 0.752 +- 0.035 and leaves GIN where it was (0.787 with it, 0.786
+//   without).
 // - It standardises node features inside forward, (x - mean) / (std + 1e-4), with mean and std trained
-//   as parameters from statistics of the whole training graphs; ours are fixed, from the pruned graphs
-//   (--node-transform standardize), and a constant column becomes 0 instead of (x - mean) / 1e-4.
+//   as parameters from statistics of every node of the whole training graphs. Ours are by default fixed,
+//   from the pruned graphs (--node-transform standardize), a constant column becoming 0; with
+//   --node-transform trainable (this recipe and layout-gin-6th) the model does the original's
+//   (nn::Standardize, "node_norm"), started from the whole graphs' statistics (population std, summed
+//   in f64 where the original sums in f32). Its early norm over the nodes cancels any shift of an input
+//   column, so the mean's gradient is zero in exact arithmetic, as is the std's on a column constant on
+//   the training graphs: both get rounding noise, which Adam turns into steps of about lr, in the
+//   original as here (a random walk, not the same bits).
 // - Its pairwise loss also counts tied pairs (pushing them one arbitrary way); ours skips ties.
 // - It trains in mixed precision (autocast); we train in f32.
 // - The late norm makes a config's score depend on the configs scored beside it, as in the original;
@@ -49,7 +56,8 @@
 //
 // Checked against the original's own Net.infer_one and F_ordered_pair_loss (scripts/check_vs_original.py
 // --model sage6, at its commit c9c5194): our weights loaded into it, its in-forward standardisation made
-// the identity and max_norm off, the same preprocessed batch (gnn pass), eval mode, distinct targets.
+// the identity (with --train-flags "--node-transform trainable": ours, compared too, docs/benchmarks.md)
+// and max_norm off, the same preprocessed batch (gnn pass), eval mode, distinct targets.
 // Scores, loss and every parameter gradient agree within 6e-5 relative in f32: on unet3d's 5-hop region
 // (663 nodes, 16 configs) 1.7e-5 for the scores, 5.8e-5 at most for a gradient; on a generated graph
 // 5.5e-6 and 2.2e-5. The SAGE biases' gradients are zero in exact arithmetic (each is added before a
@@ -69,7 +77,8 @@ class LayoutSage6th : public RankModel {
         emb_(kOpcodes, h.op_embed, rng),
         early1_(h.op_embed + d.node_features + d.config_features, hidden_, rng, Act::kGelu),
         early2_(hidden_, hidden_, rng, Act::kGelu),
-        head_(hidden_, rng) {
+        head_(hidden_, rng),
+        node_norm_(node_norm(d)) {
     emb_.max_norm = h.op_max_norm;
     add_child("op_embedding", &emb_);
     add_child("early.0", &early1_);
@@ -79,6 +88,7 @@ class LayoutSage6th : public RankModel {
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
     add_child("head", &head_);
+    if (node_norm_) add_child("node_norm", node_norm_.get());
   }
 
   BatchNeeds needs() const override { return {.consumers = true}; }
@@ -86,7 +96,7 @@ class LayoutSage6th : public RankModel {
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     // early1 on [node input | config] without the join: the node part's product once per node.
-    ag::Var x = early1_.forward_joined(node_input(emb_, b), ag::Var(b.node_config), C, b.graph_ptr);
+    ag::Var x = early1_.forward_joined(node_input(emb_, b, node_norm_.get()), ag::Var(b.node_config), C, b.graph_ptr);
     x = dropout_.forward(b, x, C, training(), 1);
     x = segment(b, early2_.forward(x, C, b.graph_ptr));
     for (const auto& l : layers_) x = segment(b, node_norm_act(b, l->forward(PlainPath{b}, x), x, Act::kGelu));
@@ -101,6 +111,7 @@ class LayoutSage6th : public RankModel {
   LinearNormAct early1_, early2_;
   std::vector<std::unique_ptr<ConsumerSage>> layers_;
   SlateHead head_;
+  std::unique_ptr<nn::Standardize> node_norm_;  // --node-transform trainable
 };
 
 }  // namespace
@@ -120,7 +131,7 @@ const HParamTable<Params6th>& params_6th() {
 }
 
 std::vector<HParamSpec> hparams_6th() {
-  return concat_specs(common_hparams(true, {{"loss", "logistic"},
+  std::vector<HParamSpec> h = concat_specs(common_hparams(true, {{"loss", "logistic"},
                                             {"lr", "0.0005"},
                                             {"weight-decay", "0.01"},
                                             {"configs", "80"},
@@ -132,6 +143,8 @@ std::vector<HParamSpec> hparams_6th() {
                                             {"node-transform", "standardize"},
                                             {"segment", "0"}}),
                       params_6th().specs());
+  trainable_node_transform(h);
+  return h;
 }
 
 Recipe layout_sage_6th_recipe() {
