@@ -77,6 +77,20 @@ def gnn(binary, *args):
     return r.stdout
 
 
+def trainable_parts(z, constant):
+    """--node-transform / --config-transform trainable: a norm after the first layer (over the nodes; over
+    the configs of the slate, for the tile configs) cancels a shift of any input column, so the mean's
+    gradient is zero in exact arithmetic (a ~0 array, as a bias before a norm), and so is the std's on a
+    column constant on the training graphs (its standardised value is one number on every row): those
+    columns are compared as a ~0 part of their own. constant: {std array: its columns constant on train}."""
+    parts = {}
+    for name, cols in constant.items():
+        if "param/" + name in z and len(cols):
+            varying = np.setdiff1d(np.arange(z["param/" + name].shape[0]), cols)
+            parts[name] = [("varying", varying), ("constant on train", cols)]
+    return parts
+
+
 def layout_inputs(z):
     """A gnn pass npz's node features [N, 140], configurable node ids [K] and their configs [C, K, 18]
     (ours are node-major, [N, C*18], zeros off the configurable nodes)."""
@@ -132,6 +146,13 @@ class Sixth:
             e = z["param/op_embedding.weight"]  # [121, D]: the original's table has 128 rows
             sd["node_opcode_embed.weight"].zero_()
             sd["node_opcode_embed.weight"][: e.shape[0]] = torch.from_numpy(e)
+            # --node-transform trainable: its in-forward standardisation is ours (node_norm), trained
+            # and compared; otherwise the identity made above, and left out.
+            trainable = "param/node_norm.mean" in z
+            for n, ours in (("node_feat_mean", "node_norm.mean"), ("node_feat_std", "node_norm.std")):
+                if trainable:
+                    sd[n].copy_(torch.from_numpy(z["param/" + ours]).reshape(1, -1))
+                sd[n].requires_grad_(trainable)
             for ours, names in self.pairs().items():
                 a, at = z["param/" + ours], 0
                 for n in names:
@@ -167,7 +188,14 @@ class Sixth:
         out = {"op_embedding.weight": g["node_opcode_embed.weight"][: z["param/op_embedding.weight"].shape[0]]}
         for ours, names in self.pairs().items():
             out[ours] = np.concatenate([g[n].T if g[n].ndim == 2 else g[n] for n in names], 0)
+        if "param/node_norm.mean" in z:
+            out["node_norm.mean"], out["node_norm.std"] = g["node_feat_mean"][0], g["node_feat_std"][0]
         return out
+
+    constant = {}  # set by main: trainable_parts
+
+    def row_parts(self, z):
+        return trainable_parts(z, self.constant)
 
 
 class Sage6(Sixth):
@@ -384,6 +412,14 @@ class TileGat6:
                     sys.exit(f"check_vs_original: {ours} {a.shape} does not fit {theirs} {tuple(sd[theirs].shape)}: "
                              "train the run at the original's widths (the recipe's defaults) with --heads 1")
                 sd[theirs].copy_(torch.from_numpy(np.ascontiguousarray(a)))
+            for theirs, ours in self.NORMS.items():  # --node/--config-transform trainable: ours, compared
+                trainable = "param/" + ours in z
+                if trainable:
+                    sd[theirs].copy_(torch.from_numpy(z["param/" + ours]).reshape(1, -1))
+                sd[theirs].requires_grad_(trainable)
+
+    NORMS = {"node_feat_mean": "node_norm.mean", "node_feat_std": "node_norm.std",
+             "config_feat_mean": "config_norm.mean", "config_feat_std": "config_norm.std"}
 
     def forward(self, z):
         dt = next(self.net.parameters()).dtype
@@ -402,6 +438,9 @@ class TileGat6:
         out = {"op_embedding.weight": g["node_opcode_embed.weight"][: z["param/op_embedding.weight"].shape[0]]}
         for ours, theirs in self.PAIRS.items():
             out[ours] = g[theirs].T if g[theirs].ndim == 2 else g[theirs]
+        for theirs, ours in self.NORMS.items():
+            if "param/" + ours in z:
+                out[ours] = g[theirs][0]
         for k in z:  # our GAT layers: no counterpart, zero in exact arithmetic
             if k.startswith("grad/layers."):
                 out[k[len("grad/"):]] = np.zeros_like(z[k], np.float64)
@@ -412,7 +451,10 @@ class TileGat6:
         pooled rows' gradient is zero in exact arithmetic (the slate norm cancels them), rounding noise on
         both sides, so it is judged as a ~0 array of its own."""
         width = z["batch/config_feat"].shape[1]
-        return {"head.late.0.lin.weight": [("config", 0, width), ("pooled", width, None)]}
+        return {"head.late.0.lin.weight": [("config", slice(0, width)), ("pooled", slice(width, None))],
+                **trainable_parts(z, self.constant)}
+
+    constant = {}  # set by main: trainable_parts
 
     def original_only(self):
         """The original's parameters without a counterpart in ours, whose gradients must be ~0."""
@@ -484,6 +526,8 @@ def main():
     # renormalises as our run does, and not at all when it does not.
     with np.load(os.path.join(run, "model.npz")) as ckpt:
         hparams = json.loads(bytes(ckpt["meta/hparams"]).decode())
+        m.constant = {f"{part}_norm.std": np.flatnonzero(ckpt[f"prep/{part}/scale"] == 0)  # (its std on train)
+                      for part in ("node", "config") if hparams.get(f"{part}-transform") == "trainable"}
     max_norm = float(hparams.get("op-max-norm", "0"))
     if hasattr(m.net, "node_opcode_embed"):
         m.net.node_opcode_embed.max_norm = max_norm if max_norm > 0 else None
@@ -530,8 +574,8 @@ def main():
     def split(d):
         out = {}
         for k, v in d.items():
-            for name, begin, end in parts.get(k[len("grad/"):], []) if k.startswith("grad/") else []:
-                out[f"{k}[{name}]"] = v[begin:end]
+            for name, rows in parts.get(k[len("grad/"):], []) if k.startswith("grad/") else []:
+                out[f"{k}[{name}]"] = v[rows]
             if not (k.startswith("grad/") and k[len("grad/"):] in parts):
                 out[k] = v
         return out

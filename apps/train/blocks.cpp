@@ -37,12 +37,19 @@ std::unique_ptr<nn::Standardize> node_norm(const ModelDims& d) {
   return std::make_unique<nn::Standardize>(d.node_mean, d.node_std, 1e-4);
 }
 
-void trainable_node_transform(std::vector<HParamSpec>& specs) {
-  HParamSpec* s = find_spec(specs, "node-transform");
-  GNN_CHECK(s, "trainable_node_transform: no node-transform flag");
+std::unique_ptr<nn::Standardize> config_norm(const ModelDims& d) {
+  if (d.config_mean.empty()) return nullptr;
+  GNN_CHECK(int64_t(d.config_mean.size()) == d.config_features, "config_norm: ", d.config_mean.size(),
+            " means for ", d.config_features, " config features");
+  return std::make_unique<nn::Standardize>(d.config_mean, d.config_std, 1e-4);
+}
+
+void offer_trainable(std::vector<HParamSpec>& specs, const std::string& flag) {
+  HParamSpec* s = find_spec(specs, flag);
+  GNN_CHECK(s, "offer_trainable: no ", flag, " flag");
   s->choices += "|trainable";
   s->help += " | trainable: (x - mean) / (std + 1e-4) inside the model, with a mean and std per column that it "
-             "trains, started from every node of the training graphs (the 6th place's)";
+             "trains, started from every row of the training graphs (the 6th place's)";
 }
 
 ConfigSage::ConfigSage(int64_t in, int64_t out, Rng& rng, Act act, bool l2_normalize)

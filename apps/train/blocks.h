@@ -19,12 +19,14 @@ extern const GraphFeature kNodeLayout;
 // [opcode embedding | node features]: [N, E + F], the same for every config.
 // With `norm`, the node features go through it first (node_norm).
 ag::Var node_input(const nn::Embedding& opcode_embedding, const Batch& b, const nn::Standardize* norm = nullptr);
-// --node-transform trainable: the 6th place's in-forward standardisation of the node features, a mean
-// and a std per column trained with the model (nn::Standardize), started from the training statistics
-// in `d`; null under any other transform (the features then arrive transformed). A recipe that offers it
-// registers it as "node_norm" and adds "trainable" to its node-transform choices (trainable_node_transform).
+// --node-transform / --config-transform trainable: the 6th place's in-forward standardisation of the
+// node (tile config) features, a mean and a std per column trained with the model (nn::Standardize),
+// started from the training statistics in `d`; null under any other transform (the features then arrive
+// transformed). A recipe that offers it registers it as "node_norm" ("config_norm") and adds "trainable"
+// to the flag's choices (offer_trainable).
 std::unique_ptr<nn::Standardize> node_norm(const ModelDims& d);
-void trainable_node_transform(std::vector<HParamSpec>& specs);
+std::unique_ptr<nn::Standardize> config_norm(const ModelDims& d);
+void offer_trainable(std::vector<HParamSpec>& specs, const std::string& flag);  // node- or config-transform
 
 // x [R, C*D] <-> [R*C, D]: one row per (row, config).
 inline ag::Var per_config(const ag::Var& x, int64_t C) { return ag::reshape(x, x.size(0) * C, x.size(1) / C); }
@@ -351,6 +353,10 @@ inline ag::Var repeat_configs(const Batch& b, const ag::Var& pooled) {
 // Tile config features moved onto every node of their graph: [N, C*B].
 inline ag::Var tile_configs_on_nodes(const Batch& b) {
   return ag::gather_rows(ag::Var(b.config_feat.reshape({b.graphs, -1})), b.node_graph);
+}
+// The same for config features the model computed from b.config_feat ([G*C, B], as it).
+inline ag::Var tile_configs_on_nodes(const Batch& b, const ag::Var& config) {
+  return ag::gather_rows(ag::reshape(config, b.graphs, config.size(0) / b.graphs * config.size(1)), b.node_graph);
 }
 
 }  // namespace gnn::train

@@ -1134,6 +1134,28 @@ TEST_CASE("train: --node-transform trainable standardises inside the model, from
     r = run_gnn("eval --run " + a + " --data " + dataset());
     CHECK_MESSAGE(r.exit_code == 0, r.err);
   }
+  {  // tile-gat-6th: the node features and the config features, each with its own
+    const std::string base = "train --model tile-gat-6th --data " + dataset() +
+                             " --hidden 16 --op-embed 8 --heads 2 --configs 8 --batch-graphs 4 --node-transform" +
+                             " trainable --config-transform trainable --out ";
+    auto r = run_gnn(base + t.file("tile_a") + " --epochs 2");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    r = run_gnn(base + t.file("tile_b") + " --epochs 1");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    r = run_gnn("train --resume --out " + t.file("tile_b") + " --epochs 2");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(same_bits(checkpoint_weights(t.file("tile_a/model.npz")), checkpoint_weights(t.file("tile_b/model.npz"))));
+    ColumnStats config;
+    for (const DatasetFile& f : kind_files(dataset(), "tile", "train")) config.add(load_tpugraph(f.path).config_feat);
+    const LoadedModel m = load_model(t.file("tile_a/model.npz"));
+    REQUIRE(m.prep.config.kind() == FeatureTransform::kTrainable);
+    CHECK(m.prep.config.shift() == ColumnTransform(FeatureTransform::kTrainable, config).shift());
+    const auto w = checkpoint_weights(t.file("tile_a/model.npz"));
+    for (const char* p : {"node_norm.mean", "node_norm.std", "config_norm.mean", "config_norm.std"})
+      CHECK(w.count(std::string("params/") + p));
+    r = run_gnn("eval --run " + t.file("tile_a") + " --data " + dataset());
+    CHECK_MESSAGE(r.exit_code == 0, r.err);
+  }
   // A recipe whose model has no standardisation of its own refuses it.
   const auto r = run_gnn("train --model layout-resmodel --data " + dataset() + " --node-transform trainable --out " +
                          t.file("bad"));

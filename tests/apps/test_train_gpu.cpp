@@ -101,16 +101,26 @@ TEST_CASE("train: --node-transform trainable gives the host's loss, predictions 
   const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kTrainable, FeatureTransform::kNone, 5,
                                                HopDirection::kConsumers);
   const ModelGraph g0 = prepare_graph(files[0], prep), g1 = prepare_graph(files[1], prep);
-  for (const char* model : {"layout-sage-6th", "layout-gin-6th"}) {
+  const auto tiles = kind_files(dataset(), "tile", "train");
+  const Preprocessing tprep = fit_preprocessing(tiles, false, FeatureTransform::kTrainable,
+                                                FeatureTransform::kTrainable, -1);
+  std::vector<ModelGraph> ts;  // (kernels with 4 configs or more, as in the tile-gat-6th test below)
+  for (const DatasetFile& f : tiles)
+    if (ts.size() < 2 && file_configs(f) >= 4) ts.push_back(prepare_graph(f, tprep));
+  REQUIRE(ts.size() == 2);
+  for (const char* model : {"layout-sage-6th", "layout-gin-6th", "tile-gat-6th"}) {
     CAPTURE(model);
     const Recipe& r = find_recipe(model);
+    const bool tile = r.kind == "tile";
     HParams h = r.defaults();
     h.values["hidden"] = "16", h.values["op-embed"] = "8", h.values["node-transform"] = "trainable";
+    if (tile) h.values["config-transform"] = "trainable", h.values["heads"] = "2", h.values["join"] = "early";
     Rng rng_cpu(3), rng_gpu(3);
-    auto host = r.build(h, dims_of(prep), rng_cpu);
-    auto gpu = r.build(h, dims_of(prep), rng_gpu);
+    auto host = r.build(h, dims_of(tile ? tprep : prep), rng_cpu);
+    auto gpu = r.build(h, dims_of(tile ? tprep : prep), rng_gpu);
     nn::move_parameters(*gpu, Device::cuda(0));
-    const Batch b = make_batch({&g0, &g1}, {{0, 1, 2, 3}, {3, 2, 1, 0}}).prepared(host->needs());
+    const Batch b = tile ? make_batch({&ts[0], &ts[1]}, {{0, 1, 2, 3}, {3, 1, 0, 2}}).prepared(host->needs())
+                         : make_batch({&g0, &g1}, {{0, 1, 2, 3}, {3, 2, 1, 0}}).prepared(host->needs());
     const Pass a = pass(*host, b), c = pass(*gpu, b.to(Device::cuda(0)));
     CHECK(a.loss == doctest::Approx(c.loss).epsilon(1e-5));
     REQUIRE(a.pred.size() == c.pred.size());

@@ -143,7 +143,7 @@ std::vector<HParamSpec> hparams_6th() {
                                             {"node-transform", "standardize"},
                                             {"segment", "0"}}),
                       params_6th().specs());
-  trainable_node_transform(h);
+  offer_trainable(h, "node-transform");
   return h;
 }
 

@@ -89,7 +89,9 @@ class TileGat6th : public RankModel {
         early1_(h.op_embed + d.node_features, h.hidden, rng, Act::kGelu),
         early2_(h.hidden, h.hidden, rng, Act::kGelu),
         join_(h.hidden + d.config_features, h.hidden, rng),
-        head_(h.hidden + d.config_features, h.hidden, rng) {
+        head_(h.hidden + d.config_features, h.hidden, rng),
+        node_norm_(node_norm(d)),
+        config_norm_(config_norm(d)) {
     const int64_t H = h.hidden, heads = h.heads;
     GNN_CHECK(H % heads == 0, "--hidden ", H, " must be a multiple of --heads ", heads,
               " (the heads are concatenated)");
@@ -103,6 +105,8 @@ class TileGat6th : public RankModel {
       add_child("layers." + std::to_string(l), layers_.back().get());
     }
     add_child("head", &head_);
+    if (node_norm_) add_child("node_norm", node_norm_.get());
+    if (config_norm_) add_child("config_norm", config_norm_.get());
   }
 
   bool replayable() const override { return true; }
@@ -111,15 +115,17 @@ class TileGat6th : public RankModel {
 
   ag::Var forward(const Batch& b) override {
     const int64_t C = early_join_ ? b.configs : 1;  // late join: the graph part runs once for every config
-    ag::Var x = early2_.forward(early1_.forward(node_input(emb_, b), 1, b.graph_ptr), 1, b.graph_ptr);
+    ag::Var x = early1_.forward(node_input(emb_, b, node_norm_.get()), 1, b.graph_ptr);
+    x = early2_.forward(x, 1, b.graph_ptr);
+    const ag::Var config = config_norm_ ? config_norm_->forward(ag::Var(b.config_feat)) : ag::Var(b.config_feat);
     if (early_join_) {  // [N, C*(hidden + B)] -> GELU(Linear) per node and config, no norm
-      x = ag::join_configs(x, tile_configs_on_nodes(b), C);
+      x = ag::join_configs(x, tile_configs_on_nodes(b, config), C);
       x = node_major(ag::gelu(join_.forward(per_config(x, C))), C);
     }
     for (const auto& l : layers_) x = node_norm_act(b, l->forward(b, x, C), x, Act::kGelu);
     ag::Var pooled = ag::add(ag::pool(x, b.graph_ptr, Reduce::kMean), ag::pool(x, b.graph_ptr, Reduce::kMax));
     pooled = early_join_ ? per_config(pooled, C) : repeat_configs(b, pooled);  // [G*C, hidden]
-    return head_.forward(b, ag::concat_cols({ag::Var(b.config_feat), pooled}));
+    return head_.forward(b, ag::concat_cols({config, pooled}));
   }
 
  private:
@@ -129,6 +135,7 @@ class TileGat6th : public RankModel {
   nn::Linear join_;  // --join early only (built either way so the two share their other weights' draws)
   std::vector<std::unique_ptr<ConsumerGat>> layers_;
   SlateHead head_;
+  std::unique_ptr<nn::Standardize> node_norm_, config_norm_;  // --node-/--config-transform trainable
 };
 
 }  // namespace
@@ -150,6 +157,8 @@ Recipe tile_gat_6th_recipe() {
                                                   {"node-transform", "standardize"},
                                                   {"config-transform", "standardize"}}),
                            params().specs());
+  offer_trainable(r.hparams, "node-transform");
+  offer_trainable(r.hparams, "config-transform");
   r.configs_interact = true;  // the late norm over the configs of the slate
   r.build = build_with<TileGat6th>(params());
   return r;
