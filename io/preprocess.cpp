@@ -99,8 +99,10 @@ ColumnTransform::ColumnTransform(FeatureTransform kind, const ColumnStats& s) : 
       const double var = std::max(0.0, s.sumsq_[c] / double(s.rows_) - mean * mean);
       shift = mean, scale = var > 0 ? 1.0 / std::sqrt(var) : 0.0;
     } else if (kind == FeatureTransform::kTrainable) {  // the statistics themselves, for the model
-      const double mean = s.sum_[c] / double(s.rows_);
-      shift = mean, scale = std::sqrt(std::max(0.0, s.sumsq_[c] / double(s.rows_) - mean * mean));
+      // (a constant column exactly: its value and 0, where the sums could leave a rounding)
+      const double mean = s.max_[c] == s.min_[c] ? s.min_[c] : s.sum_[c] / double(s.rows_);
+      const double var = s.max_[c] == s.min_[c] ? 0.0 : std::max(0.0, s.sumsq_[c] / double(s.rows_) - mean * mean);
+      shift = mean, scale = std::sqrt(var);
     }
     keep_.push_back(int32_t(j)), shift_.push_back(shift), scale_.push_back(scale);
   }

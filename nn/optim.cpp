@@ -358,8 +358,10 @@ void Swa::load(const std::string& prefix, const std::map<std::string, Tensor>& a
 void Swa::apply(const std::vector<NamedParam>& params) const {
   const auto avg = average();
   GNN_CHECK(params.size() == avg.size(), "SWA: the parameter list changed");
-  for (size_t i = 0; i < params.size(); ++i)  // the average is kept on the host; each parameter stays where it is
-    params[i].var.set_value(avg[i].second.astype(params[i].var.dtype()).on(params[i].var.device()));
+  // The average is kept on the host; it is copied into each parameter's own storage, where it is (so
+  // CUDA graphs captured on that storage stay valid).
+  for (size_t i = 0; i < params.size(); ++i)
+    Tensor(params[i].var.value()).copy_from(avg[i].second.astype(params[i].var.dtype()));
 }
 
 }  // namespace gnn::nn

@@ -526,8 +526,11 @@ def main():
     # renormalises as our run does, and not at all when it does not.
     with np.load(os.path.join(run, "model.npz")) as ckpt:
         hparams = json.loads(bytes(ckpt["meta/hparams"]).decode())
-        m.constant = {f"{part}_norm.std": np.flatnonzero(ckpt[f"prep/{part}/scale"] == 0)  # (its std on train)
-                      for part in ("node", "config") if hparams.get(f"{part}-transform") == "trainable"}
+        # (prep/PART/scale: each column's std on train. The tile configs meet a norm at once only under
+        # --join late; under --join early they pass a GELU first, and no column's gradient cancels.)
+        m.constant = {f"{part}_norm.std": np.flatnonzero(ckpt[f"prep/{part}/scale"] == 0)
+                      for part in ("node", "config") if hparams.get(f"{part}-transform") == "trainable"
+                      and (part == "node" or hparams.get("join") == "late")}
     max_norm = float(hparams.get("op-max-norm", "0"))
     if hasattr(m.net, "node_opcode_embed"):
         m.net.node_opcode_embed.max_norm = max_norm if max_norm > 0 else None

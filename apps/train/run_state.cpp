@@ -65,13 +65,25 @@ Meta read_meta(const std::string& path) {
     m.hparams.values.emplace(name, before == kBeforeTheFlag.end() ? value : before->second);
   }
   m.prep = Preprocessing::load(m.arrays, path);
+  // A trainable transform keeps its features for the model's own standardisation (its parameters): the
+  // preprocessing and the hyper-parameter must say the same, or the model would run on features nobody
+  // standardised (or standardise what was already transformed).
+  for (const auto& [flag, t] :
+       {std::pair{"node-transform", &m.prep.node}, std::pair{"config-transform", &m.prep.config}}) {
+    const auto it = m.hparams.values.find(flag);
+    if (it == m.hparams.values.end()) continue;
+    GNN_CHECK((it->second == "trainable") == (t->kind() == FeatureTransform::kTrainable), path, ": meta/hparams has ",
+              flag, " ", it->second, " but the stored preprocessing is ", feature_transform_name(t->kind()),
+              "; the checkpoint is damaged");
+  }
   return m;
 }
 
 ModelDims dims_of(const Preprocessing& p) {
   ModelDims d{p.node_features(), p.config_features()};
   if (p.node.kind() == FeatureTransform::kTrainable) d.node_mean = p.node.shift(), d.node_std = p.node.scale();
-  if (p.config.kind() == FeatureTransform::kTrainable) d.config_mean = p.config.shift(), d.config_std = p.config.scale();
+  if (p.config.kind() == FeatureTransform::kTrainable)
+    d.config_mean = p.config.shift(), d.config_std = p.config.scale();
   return d;
 }
 

@@ -293,10 +293,11 @@ Run::Run(const TrainOptions& o, std::string& working_on)
                "up, and the processes' weights would part; run it without mpirun (or with -np 1)");
   // The region flags shape a --khops region and mean nothing without one: said, not ignored (a run
   // saved before this check resumes as it was).
+  // (Only flags given on the command line: a recipe's own default direction is not the user's choice.)
   if (recipe->kind == "layout" && tp_.khops < 0 && !plan_.resuming) {
-    if (tp_.khops_edges != RegionEdges::kAll)
+    if (o.hparams.count("khops-edges"))
       bad_option("--khops-edges: the edges a --khops region keeps; this run keeps every node (--khops -1)");
-    if (tp_.khops_direction != HopDirection::kBoth)
+    if (o.hparams.count("khops-direction"))
       bad_option("--khops-direction: the edges a --khops hop follows; this run keeps every node (--khops -1)");
   }
   prep_ = plan_.meta.prep;
@@ -743,19 +744,21 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
   // unbroken one does.
   const int64_t n = tp_.val_every, first = st_.step - st_.batch;
   const bool last = partial || st_.step >= total_steps_ || e + 1 >= plan_.epochs;
-  const bool validating = !valid_files_.empty() && (n <= 0 || last || st_.step / n > first / n);
+  const bool cadence = !partial && (n <= 0 || st_.step / n > first / n);  // as the unbroken run would
+  const bool validating = !valid_files_.empty() && (cadence || last);
   double valid_score = NAN;
   if (validating) {
     model_->eval();
     working_on_ = detail::str_cat("validation after epoch ", e + 1);
     const auto t_valid = Clock::now();
-    // A lookup with --op-max-norm renormalises embedding rows in place. The unbroken run does not
-    // validate where --steps cut this epoch short, so a partial validation hands the weights back as
-    // training left them, and a resume goes on from the same bits.
-    const std::vector<Tensor> own = partial ? copy_weights() : std::vector<Tensor>{};
+    // A lookup with --op-max-norm renormalises embedding rows in place. A validation made only because
+    // this run ends here (--steps cut the epoch short or ended it, or the last of --epochs, which a
+    // resume may raise) is one that a longer unbroken run would not make (under --val-every): it hands
+    // the weights back as training left them, so a resume goes on from the same bits.
+    const std::vector<Tensor> own = cadence ? std::vector<Tensor>{} : copy_weights();
     const Evaluation ev = evaluate(*model_, *valid_src_, tp_.eval_chunk, plan_.eval_indices, 1, tp_.regression(),
                                    prep_.log_offset, tp_.val_configs);  // one pass: --tta is eval's
-    if (partial) restore_weights(own);
+    if (!cadence) restore_weights(own);
     line.set("valid_seconds", since(t_valid));
     valid_score = ev.score;
     last_score_ = valid_score;
@@ -965,7 +968,7 @@ ModelPass model_pass(const LoadedModel& m, const ModelGraph& g, const std::vecto
     out.grads.emplace_back(
         p.name, p.var.has_grad() ? p.var.grad().on(Device::cpu()) : Tensor::zeros(p.var.shape(), p.var.dtype()));
   for (size_t i = 0; i < params.size(); ++i) {
-    Tensor now = params[i].var.value().on(Device::cpu());
+    Tensor now = params[i].var.value().to(Device::cpu());  // (a copy, not the live host parameter)
     const Tensor& was = out.params[i].second;
     if (std::memcmp(now.data(), was.data(), was.nbytes()) != 0) out.changed.emplace_back(params[i].name, now);
   }

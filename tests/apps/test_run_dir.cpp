@@ -364,6 +364,30 @@ static void check_resume_inside_epoch(const std::string& model, const std::strin
   CHECK(lines(t.file("a/metrics.jsonl")).size() == 3);
 }
 
+TEST_CASE("run files: a run's last validation, which a longer run would not make, leaves its weights alone") {
+  // Under --val-every a run validates at its end; resumed with more epochs it goes on from the weights
+  // as training left them, as the unbroken longer run (which did not validate there) has them. With
+  // --op-max-norm the validation's lookups would otherwise have renormalised embedding rows in place.
+  TempDir t;
+  const std::string base = "train --model tile-gat-6th --op-max-norm 1 --hidden 16 --weight-decay 0.5 --data " +
+                           data() + " --batch-graphs 2 --val-every 100 --progress lines --out ";
+  for (const std::string& stop : {std::string(" --epochs 1"), std::string(" --epochs 4 --steps 3")}) {
+    CAPTURE(stop);
+    const std::string a = t.file("a"), b = t.file("b");
+    fs::remove_all(a), fs::remove_all(b);
+    auto r = run_gnn(base + a + " --epochs 4");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    r = run_gnn(base + b + stop);  // 3 batches an epoch: both stop at the end of epoch 1 (this data: the
+                                   // unbroken run's weights and the resumed one's parted before the fix)
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(contains(slurp(b + "/metrics.jsonl"), "valid_score"));
+    r = run_gnn("train --out " + b + " --resume --epochs 4 --steps 0");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(testing::same_bits(testing::checkpoint_weights(a + "/model.npz"),
+                             testing::checkpoint_weights(b + "/model.npz")));
+  }
+}
+
 TEST_CASE("run files: a run stopped by --steps mid-epoch resumes inside the epoch, as the unbroken run") {
   check_resume_inside_epoch("tile-mlp", "--batch-graphs 2 --steps 4");  // stops after epoch 2's first batch
   check_resume_inside_epoch("tile-gat-6th --op-max-norm 1 --hidden 16 --weight-decay 0.5",

@@ -207,6 +207,11 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK(!std::filesystem::exists(out));  // nothing created on disk
   }
+  {  // A recipe's own default direction (layout-sage-6th: consumers) is no flag: --khops -1 alone trains.
+    const auto ok = run_gnn("train --model layout-sage-6th --khops -1 --epochs 1 --hidden 8 --op-embed 4 --layers 1" +
+                            d + " --out " + t.file("whole"));
+    CHECK_MESSAGE(ok.exit_code == 0, ok.err);
+  }
   const auto r = run_gnn("train --model tile-mlp --out " + t.file("run") + " --data " + t.file("no_such_data"));
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("no_such_data: no such file or directory") != std::string::npos);
@@ -1133,6 +1138,18 @@ TEST_CASE("train: --node-transform trainable standardises inside the model, from
     CHECK(w.count("params/node_norm.mean"));
     r = run_gnn("eval --run " + a + " --data " + dataset());
     CHECK_MESSAGE(r.exit_code == 0, r.err);
+    // A checkpoint whose hyper-parameters and preprocessing disagree is refused, not run unstandardised.
+    std::map<std::string, Tensor> arrays = NpzReader(a + "/model.npz").load_all();
+    std::string hp = tensor_text(arrays, "meta/hparams", a);
+    const std::string from = "\"node-transform\": \"trainable\"";
+    REQUIRE(hp.find(from) != std::string::npos);
+    hp.replace(hp.find(from), from.size(), "\"node-transform\": \"standardize\"");
+    arrays["meta/hparams"] = text_tensor(hp);
+    save_npz(t.file("damaged.npz"), std::vector<std::pair<std::string, Tensor>>(arrays.begin(), arrays.end()));
+    CHECK_THROWS_WITH_AS(load_model(t.file("damaged.npz")),
+                         doctest::Contains("meta/hparams has node-transform standardize but the stored preprocessing "
+                                           "is trainable; the checkpoint is damaged"),
+                         Error);
   }
   {  // tile-gat-6th: the node features and the config features, each with its own
     const std::string base = "train --model tile-gat-6th --data " + dataset() +

@@ -37,9 +37,10 @@
 //   (docs/benchmarks.md, "The tile GAT against its original"). Its ties are broken by a random shuffle,
 //   ours by config index; its log(cumsum + 1e-10) is ours without the 1e-10.
 // - Its standardisation statistics are nn.Parameters, so AdamW trains (and decays) them; ours are fixed
-//   by default, and --node-transform trainable --config-transform trainable are its (nn::Standardize;
-//   with the slate norm after the config features, the config mean's gradient is zero in exact
-//   arithmetic, as is the node statistics' whole gradient under --join late).
+//   by default, and --node-transform trainable --config-transform trainable are its (nn::Standardize).
+//   Under --join late the slate norm follows the config features, so the config mean's gradient is
+//   zero in exact arithmetic, as is the node statistics' whole gradient; under --join early (the
+//   default) the configs pass a GELU first, and both carry a gradient.
 // - It trains 2.5 epochs over all tile kernels in mixed precision; we train in f32, epochs as asked.
 // - Its epoch is every slate of 64 configs of every kernel (a kernel of n >= 128 configs gives n // 64
 //   of them, a smaller one one slate of all n); ours draws one slate of min(--configs, n) configs per
