@@ -30,18 +30,22 @@ ag::Var node_input(const nn::Embedding& opcode_embedding, const Batch& b, const 
   return ag::concat_cols({opcode_embedding.forward(b.opcode), x});
 }
 
+namespace {
+// The standardisation of `features` columns started from mean and std; null when there are none.
+std::unique_ptr<nn::Standardize> trainable_norm(const char* what, const std::vector<double>& mean,
+                                                const std::vector<double>& std, int64_t features) {
+  if (mean.empty()) return nullptr;
+  GNN_CHECK(int64_t(mean.size()) == features, what, ": ", mean.size(), " means for ", features, " features");
+  return std::make_unique<nn::Standardize>(mean, std, 1e-4);
+}
+}  // namespace
+
 std::unique_ptr<nn::Standardize> node_norm(const ModelDims& d) {
-  if (d.node_mean.empty()) return nullptr;
-  GNN_CHECK(int64_t(d.node_mean.size()) == d.node_features, "node_norm: ", d.node_mean.size(), " means for ",
-            d.node_features, " node features");
-  return std::make_unique<nn::Standardize>(d.node_mean, d.node_std, 1e-4);
+  return trainable_norm("node_norm", d.node_mean, d.node_std, d.node_features);
 }
 
 std::unique_ptr<nn::Standardize> config_norm(const ModelDims& d) {
-  if (d.config_mean.empty()) return nullptr;
-  GNN_CHECK(int64_t(d.config_mean.size()) == d.config_features, "config_norm: ", d.config_mean.size(),
-            " means for ", d.config_features, " config features");
-  return std::make_unique<nn::Standardize>(d.config_mean, d.config_std, 1e-4);
+  return trainable_norm("config_norm", d.config_mean, d.config_std, d.config_features);
 }
 
 void offer_trainable(std::vector<HParamSpec>& specs, const std::string& flag) {
