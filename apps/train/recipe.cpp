@@ -174,6 +174,10 @@ HParamTable<TrainHParams> train_table(bool layout) {
       .add(&T::batch_graphs, integer_hp("batch-graphs", "8", 1, 1 << 20, "graphs per optimiser step"))
       .add(&T::configs,
            integer_hp("configs", "16", 2, 1 << 20, "configs sampled per graph and step (fewer when a graph has fewer)"))
+      .add(&T::graph_repeats,
+           integer_hp("graph-repeats", "1", 1, 1 << 16,
+                      "an epoch lists every training graph this many times, in random order, so a step may hold "
+                      "a graph more than once, each copy with its own configs (the 2nd place's oversampling)"))
       .add(&T::dedup,
            choice_hp("dedup", "off", "off|on",
                      "train on one config per distinct config (the fastest of its copies); eval and predict keep all"),

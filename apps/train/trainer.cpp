@@ -189,6 +189,10 @@ class Run {
 
  private:
   std::vector<Batch> build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi);
+  // The training file at position k of an epoch's order (which lists each file --graph-repeats times).
+  size_t file_at(const std::vector<int64_t>& order, int64_t k) const {
+    return size_t(order[size_t(k)]) % train_files_.size();
+  }
   std::string batch_ids(const std::vector<int64_t>& order, int64_t bi) const;
   // Batch bi's positions [first, second) in the epoch's order.
   std::pair<int64_t, int64_t> batch_range(int64_t bi) const {
@@ -358,7 +362,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   for (const DatasetFile& f : train_files_) config_counts_.push_back(file_configs(f, dedup));
   train_src_.emplace(train_files_, prep_, graph_budget, dedup, model_->needs().features);
   valid_src_.emplace(valid_files_, prep_, graph_budget, false, model_->needs().features);
-  n_ = int64_t(train_files_.size()), batches_ = (n_ + tp_.batch_graphs - 1) / tp_.batch_graphs;
+  n_ = int64_t(train_files_.size()) * tp_.graph_repeats, batches_ = (n_ + tp_.batch_graphs - 1) / tp_.batch_graphs;
   total_steps_ = plan_.steps > 0 ? std::min(plan_.steps, plan_.epochs * batches_) : plan_.epochs * batches_;
   GNN_CHECK(st_.batch < batches_, model_path_, ": 'state/batch' ", st_.batch, " is past the ", batches_,
             " batches of an epoch of this run (damaged, or --data now holds fewer training graphs)");
@@ -368,9 +372,10 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   const bool talk = lead_ && !o.quiet;
   if (talk)
     std::printf(
-        "gnn train: %s on %lld train / %lld valid %s graphs; %lld graphs x %lld configs per step, %lld steps "
+        "gnn train: %s on %lld train / %lld valid %s graphs%s; %lld graphs x %lld configs per step, %lld steps "
         "per epoch%s\n",
-        recipe->name.c_str(), (long long)n_, (long long)valid_files_.size(), recipe->kind.c_str(),
+        recipe->name.c_str(), (long long)train_files_.size(), (long long)valid_files_.size(), recipe->kind.c_str(),
+        tp_.graph_repeats > 1 ? detail::str_cat(", each ", tp_.graph_repeats, " times an epoch").c_str() : "",
         (long long)tp_.batch_graphs, (long long)tp_.configs, (long long)batches_, plan_.resuming ? " (resumed)" : "");
   if (talk && world_.size > 1)
     std::printf(
@@ -455,12 +460,12 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
     std::vector<Rng> rngs;
     std::vector<GraphPart> parts;
     for (int64_t j = mine.begin + part.begin; j < mine.begin + part.end; ++j) {
-      held.push_back(train_src_->get(size_t(order[size_t(lo + j)])));
+      held.push_back(train_src_->get(file_at(order, lo + j)));
       graphs.push_back(held.back().get());
       rngs.push_back(graph_rng(plan_.seed, epoch, bi, j));
       GNN_CHECK(held.back()->num_configs() >= 2 && !held.back()->target.empty(), held.back()->file.path,
                 ": a training graph needs runtimes and at least 2 configs");
-      const int64_t header = config_counts_[size_t(order[size_t(lo + j)])];
+      const int64_t header = config_counts_[file_at(order, lo + j)];
       GNN_CHECK(held.back()->num_configs() >= std::min(tp_.configs, header), held.back()->file.path, ": holds ",
                 held.back()->num_configs(), " configs, its header said ", header);
       if (tp_.sample_nodes > 0 &&
@@ -509,7 +514,7 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
 std::string Run::batch_ids(const std::vector<int64_t>& order, int64_t bi) const {
   std::string ids;
   const auto [lo, hi] = batch_range(bi);
-  for (int64_t k = lo; k < hi; ++k) ids.append(" ").append(train_files_[size_t(order[size_t(k)])].id());
+  for (int64_t k = lo; k < hi; ++k) ids.append(" ").append(train_files_[file_at(order, k)].id());
   return ids;
 }
 

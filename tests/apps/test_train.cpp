@@ -655,6 +655,44 @@ TEST_CASE("train: the 6th place recipes train on their downstream region and res
   }
 }
 
+TEST_CASE("train: --graph-repeats lists each graph R times an epoch, a step may hold one graph R times") {
+  TempDir t;
+  CHECK(find_recipe("layout-resmodel").defaults().integer("graph-repeats") == 1);
+  // One training graph listed 6 times, 3 slates a step: 2 steps an epoch, each of 3 copies x 4 configs.
+  const std::string base =
+      "train --model layout-sage-2nd --data " + dataset() + " --max-graphs 1 --configs 4 --batch-graphs 3 --out ";
+  const std::string a = t.file("a"), b = t.file("b"), once = t.file("once");
+  auto r = run_gnn(base + a + " --epochs 2 --graph-repeats 6");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.find("on 1 train / 1 valid layout graphs, each 6 times an epoch; 3 graphs x 4 configs per step, 2 "
+                   "steps per epoch") != std::string::npos);
+  CHECK(Json::parse(last_line(r.out))["steps"].as_number() == 4);
+  const auto configs_trained = [](const std::string& run) {
+    return get_i64(NpzReader(run + "/model.npz").load_all(), "state/configs", run);
+  };
+  CHECK(configs_trained(a) == 4 * 3 * 4);
+  // Listed once, the graph is one slate of a step, whatever --batch-graphs says.
+  r = run_gnn(base + once + " --epochs 2 --graph-repeats 1");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(configs_trained(once) == 2 * 4);
+  // Killed in the middle of epoch 2 and resumed, it ends where the unbroken run did.
+  r = run_gnn(base + b + " --epochs 2 --graph-repeats 6 --checkpoint-minutes 0 --kill-after-steps 3");
+  CHECK(r.exit_code != 0);
+  r = run_gnn("train --resume --out " + b);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
+  CHECK(metric_lines(a + "/metrics.jsonl") == metric_lines(b + "/metrics.jsonl"));
+  // A run from before the flag listed each graph once: it resumes so.
+  drop_hparam(once + "/model.npz", "graph-repeats");
+  CHECK(read_meta(once + "/model.npz").hparams.integer("graph-repeats") == 1);
+  r = run_gnn("train --resume --out " + once + " --epochs 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(configs_trained(once) == 3 * 4);
+  r = run_gnn(base + t.file("bad") + " --graph-repeats 0");
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("--graph-repeats") != std::string::npos);
+}
+
 TEST_CASE("train: --op-max-norm renormalises the opcode rows the batches look up, and resumes bit for bit") {
   TempDir t;
   for (const char* model : {"layout-sage-6th", "layout-gst"}) {
@@ -799,7 +837,7 @@ TEST_CASE("train: the seed documents' and top solutions' recipes resume bit for 
            {"gst", "--model layout-gst --segment-nodes 100 --lr 0.001" + small},
            {"sage6th", "--model layout-sage-6th --accumulate 2 --swa 2" + small},
            {"gin6th", "--model layout-gin-6th --accumulate 2" + small},
-           {"sage2nd", "--model layout-sage-2nd"},
+           {"sage2nd", "--model layout-sage-2nd --graph-repeats 1"},  // (its own test below repeats graphs)
            {"sage5th", "--model layout-sage-5th --hidden 16 --op-embed 8"}}) {
     CAPTURE(name);
     const std::string base =
