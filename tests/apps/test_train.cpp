@@ -657,6 +657,10 @@ TEST_CASE("train: the 6th place recipes train on their downstream region and res
 
 TEST_CASE("train: --graph-repeats lists each graph R times an epoch, a step may hold one graph R times") {
   TempDir t;
+  // The 2nd place's recipe draws its slates from the training graphs repeated 100 times, with margin 0.01.
+  const HParams d = find_recipe("layout-sage-2nd").defaults();
+  CHECK(d.integer("graph-repeats") == 100);
+  CHECK(d.str("margin") == "0.01");
   CHECK(find_recipe("layout-resmodel").defaults().integer("graph-repeats") == 1);
   // One training graph listed 6 times, 3 slates a step: 2 steps an epoch, each of 3 copies x 4 configs.
   const std::string base =
