@@ -241,6 +241,10 @@ HParamTable<TrainHParams> train_table(bool layout) {
                        "the edges a --khops region keeps: every edge between kept nodes, or only those with a "
                        "configurable end (the 1st place's pruning)"),
              parse_region_edges)
+        .add(&T::mape_weight,
+             number_hp("mape-weight", "0", 0, kInf,
+                       "weight of an added MAPE term between the prediction read as seconds and the runtime in "
+                       "seconds (the 2nd place's, beside its margin loss); with a ranking loss only"))
         .add(&T::segment, integer_hp("segment", "5000", 0, kMany,
                                      "segment training: gradients through a random contiguous range "
                                      "of this many nodes per graph (0: all)"));

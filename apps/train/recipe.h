@@ -171,6 +171,7 @@ struct TrainHParams {
   nn::LrSchedule::Kind schedule = nn::LrSchedule::Kind::kConstant;
   int64_t warmup = 0;
   double temperature = 1, margin = 0.1, mse_weight = 0;  // listmle, hinge, the added MSE term
+  double mape_weight = 0;  // layout only: the added MAPE term on the prediction read as seconds
   int64_t batch_graphs = 8, configs = 16, accumulate = 1, eval_chunk = 100, tta = 1;
   int64_t graph_repeats = 1;  // each training graph's entries in an epoch's list
   int64_t swa = 0, patience = 0;  // 0: off

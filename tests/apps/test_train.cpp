@@ -436,14 +436,14 @@ TEST_CASE("train: a batch that does not fit in --memory-limit stops with its gra
 
 TEST_CASE("train: --accumulate takes the one-batch step in parts, in less memory") {
   TempDir t;
-  // tile: ListMLE + an MSE term; layout: the pairwise hinge with segments. A batch of 3 graphs in 1, 2
-  // (2 + 1 graphs: unequal parts) and 3 micro-batches.
+  // tile: ListMLE + an MSE term; layout: the pairwise hinge + a MAPE term, with segments. A batch of 3
+  // graphs in 1, 2 (2 + 1 graphs: unequal parts) and 3 micro-batches.
   for (const char* model : {"tile-mlp", "layout-resmodel"}) {
     CAPTURE(model);
     const bool layout = std::string(model).rfind("layout", 0) == 0;
     const std::string base = std::string(" --model ") + model + " --data " + dataset() +
                              " --epochs 3 --batch-graphs 3 " +
-                             (layout ? "--loss hinge --segment 150" : "--mse-weight 0.5");
+                             (layout ? "--loss hinge --segment 150 --mape-weight 0.01" : "--mse-weight 0.5");
     std::vector<std::vector<Json>> curves;
     std::vector<double> peak;
     for (int a : {1, 2, 3}) {
@@ -695,6 +695,32 @@ TEST_CASE("train: --graph-repeats lists each graph R times an epoch, a step may 
   r = run_gnn(base + t.file("bad") + " --graph-repeats 0");
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("--graph-repeats") != std::string::npos);
+}
+
+TEST_CASE("train: --mape-weight adds the 2nd place's MAPE on seconds to a ranking loss, and only there") {
+  TempDir t;
+  const std::string base = "train --model layout-sage-2nd --data " + dataset() +
+                           " --max-graphs 1 --configs 4 --batch-graphs 2 --graph-repeats 2 --epochs 1 --out ";
+  // The first step's loss is taken before any update: the term adds w * mean |p - t| / t to it, t the
+  // runtime in seconds, so a larger w adds proportionally more.
+  std::vector<double> first;
+  for (const char* w : {"0", "1", "2"}) {
+    const auto r = run_gnn(base + t.file(std::string("w") + w) + " --mape-weight " + w + " --steps 1");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    first.push_back(Json::parse(metric_lines(t.file(std::string("w") + w) + "/metrics.jsonl")[0])["train_loss"]
+                        .as_number());
+  }
+  CHECK(first[1] > first[0]);
+  CHECK(first[2] - first[0] == doctest::Approx(2 * (first[1] - first[0])).epsilon(1e-6));
+  for (const char* loss : {"mse", "mape"}) {
+    const auto r = run_gnn(base + t.file(loss) + " --loss " + std::string(loss) + " --mape-weight 1");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--mape-weight: a MAPE term on the prediction read as seconds") != std::string::npos);
+    CHECK(!std::filesystem::exists(t.file(loss)));
+  }
+  // A tile recipe has no such flag (its runtimes are not in seconds).
+  const auto r = run_gnn("train --model tile-mlp --data " + dataset() + " --out " + t.file("tile") + " --mape-weight 1");
+  CHECK(r.exit_code == 2);
 }
 
 TEST_CASE("train: --op-max-norm renormalises the opcode rows the batches look up, and resumes bit for bit") {
