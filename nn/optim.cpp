@@ -286,6 +286,12 @@ double LrSchedule::at(int64_t step) const {
   switch (kind) {
     case Kind::kStep:
       return base * std::pow(gamma, double(step / std::max<int64_t>(1, step_size)));
+    case Kind::kMultiStep: {
+      double lr = base;
+      for (const double f : milestones)
+        if (step >= int64_t(double(total) * f)) lr *= gamma;
+      return lr;
+    }
     case Kind::kCosine: {
       const double span = double(std::max<int64_t>(1, total - warmup));
       const double x = std::min(1.0, double(step - warmup) / span);
@@ -300,7 +306,13 @@ LrSchedule::Kind parse_schedule(const std::string& name) {
   if (name == "constant") return LrSchedule::Kind::kConstant;
   if (name == "step") return LrSchedule::Kind::kStep;
   if (name == "cosine") return LrSchedule::Kind::kCosine;
-  GNN_FAIL("unknown learning-rate schedule '", name, "' (constant, step, cosine)");
+  if (name == "multistep") return LrSchedule::Kind::kMultiStep;
+  GNN_FAIL("unknown learning-rate schedule '", name, "' (constant, step, cosine, multistep)");
+}
+
+void set_multistep_defaults(LrSchedule& s) {
+  s.milestones = {0.6, 0.7, 0.8, 0.9};
+  s.gamma = 1 / std::sqrt(10.0);
 }
 
 void Swa::snapshot(const std::vector<NamedParam>& params) {

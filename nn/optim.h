@@ -81,17 +81,23 @@ double clip_grad_norm(const std::vector<NamedParam>& params, double max_norm);
 
 // The learning rate at optimiser step `step` (0-based).
 struct LrSchedule {
-  enum class Kind { kConstant, kStep, kCosine };
+  enum class Kind { kConstant, kStep, kCosine, kMultiStep };
   Kind kind = Kind::kConstant;
   double base = 1e-3;
   int64_t warmup = 0;  // linear from base / warmup up to base over the first `warmup` steps
   int64_t step_size = 1000;  // kStep: multiply by gamma every step_size steps
-  double gamma = 0.1;
+  double gamma = 0.1;  // kStep, kMultiStep
   int64_t total = 1;  // kCosine: from base down to min_lr at step `total`
   double min_lr = 0;
+  // kMultiStep: multiply by gamma from each step int(total * f) on, f in milestones (torch's MultiStepLR
+  // with milestones given as fractions of the run; the 2nd place's 0.6, 0.7, 0.8, 0.9 by 1/sqrt(10)).
+  std::vector<double> milestones;
   double at(int64_t step) const;
 };
-LrSchedule::Kind parse_schedule(const std::string& name);  // constant | step | cosine
+// constant | step | cosine | multistep (multistep: the 2nd place's milestones and gamma, set here)
+LrSchedule::Kind parse_schedule(const std::string& name);
+// kMultiStep's milestones and gamma as the 2nd place's trainer sets them.
+void set_multistep_defaults(LrSchedule& s);
 
 // Stochastic weight averaging over the last K snapshots.
 class Swa {

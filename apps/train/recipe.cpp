@@ -166,8 +166,9 @@ HParamTable<TrainHParams> train_table(bool layout) {
   t.add(&T::lr, number_hp("lr", "0.001", 0, kInf, "Adam learning rate", /*min_open=*/true))
       .add(&T::weight_decay, number_hp("weight-decay", "0", 0, kInf, "AdamW decoupled weight decay"))
       .add(&T::schedule,
-           choice_hp("schedule", "constant", "constant|cosine",
-                     "learning-rate schedule: constant | cosine (to 0 over the run, after --warmup)"),
+           choice_hp("schedule", "constant", "constant|cosine|multistep",
+                     "learning-rate schedule: constant | cosine (to 0 over the run, after --warmup) | multistep "
+                     "(times 1/sqrt(10) at 60, 70, 80 and 90% of the run's steps, the 2nd place's)"),
            nn::parse_schedule)
       .add(&T::warmup, integer_hp("warmup", "0", 0, kMany, "linear warm-up steps"))
       .add(&T::clip, number_hp("clip", "0", 0, kInf, "clip the gradient's l2 norm to this (0: no clipping)"))

@@ -378,6 +378,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
             " batches of an epoch of this run (damaged, or --data now holds fewer training graphs)");
   if (plan_.resuming && lead_) trim_metrics(metrics_path_, st_.epoch, /*keep_partial=*/finished());
   sched_.kind = tp_.schedule, sched_.base = tp_.lr, sched_.warmup = tp_.warmup, sched_.total = total_steps_;
+  if (sched_.kind == nn::LrSchedule::Kind::kMultiStep) nn::set_multistep_defaults(sched_);
 
   const bool talk = lead_ && !o.quiet;
   if (talk)

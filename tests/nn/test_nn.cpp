@@ -397,6 +397,16 @@ TEST_CASE("nn: clipping, schedules, SWA") {
   CHECK(st.at(4) == 1.0);
   CHECK(st.at(5) == 0.5);
   CHECK(st.at(12) == 0.25);
+  // The 2nd place's MultiStepLR over a run of 400 steps: x 1/sqrt(10) from steps 240, 280, 320 and 360 on.
+  nn::LrSchedule ms{.kind = nn::LrSchedule::Kind::kMultiStep, .base = 1.0, .total = 400};
+  nn::set_multistep_defaults(ms);
+  CHECK(ms.at(0) == 1.0);
+  CHECK(ms.at(239) == 1.0);
+  CHECK(ms.at(240) == doctest::Approx(1 / std::sqrt(10.0)));
+  CHECK(ms.at(319) == doctest::Approx(0.1));
+  CHECK(ms.at(359) == doctest::Approx(0.1 / std::sqrt(10.0)));
+  CHECK(ms.at(360) == doctest::Approx(0.01));
+  CHECK(ms.at(399) == doctest::Approx(0.01));
   nn::Swa swa(2);
   for (float v : {1.f, 2.f, 4.f}) {
     a.var.set_value(Tensor::full(Shape{2}, v, DType::F32));
