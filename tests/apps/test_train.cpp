@@ -697,6 +697,21 @@ TEST_CASE("train: --graph-repeats lists each graph R times an epoch, a step may 
   CHECK(r.err.find("--graph-repeats") != std::string::npos);
 }
 
+TEST_CASE("train: --schedule multistep divides the rate by sqrt(10) at 60, 70, 80 and 90% of the run") {
+  TempDir t;
+  CHECK(find_recipe("layout-sage-2nd").defaults().str("schedule") == "multistep");
+  const auto r = run_gnn("train --model layout-sage-2nd --data " + dataset() + " --out " + t.file("r") +
+                         " --max-graphs 1 --batch-graphs 1 --graph-repeats 1 --configs 4 --epochs 10 --lr 0.01");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  std::vector<double> lr;
+  for (const std::string& line : metric_lines(t.file("r") + "/metrics.jsonl"))
+    lr.push_back(Json::parse(line)["lr"].as_number());
+  REQUIRE(lr.size() == 10u);
+  // Steps 1-6 at 0.01; then from step index int(10 * f) on, one more factor each (torch's MultiStepLR).
+  for (size_t s = 0; s < 6; ++s) CHECK(lr[s] == doctest::Approx(0.01));
+  for (size_t s = 6; s < 10; ++s) CHECK(lr[s] == doctest::Approx(0.01 * std::pow(10.0, -0.5 * double(s - 5))));
+}
+
 TEST_CASE("train: --mape-weight adds the 2nd place's MAPE on seconds to a ranking loss, and only there") {
   TempDir t;
   const std::string base = "train --model layout-sage-2nd --data " + dataset() +

@@ -14,7 +14,8 @@
 // read as seconds, as the original's DiffMat loss on xla); 10 slates x 4 configs per step, drawn from a
 // list of the training graphs repeated 100 times (--graph-repeats 100: an epoch is 100 passes, as the
 // original's epoch counter steps by its oversampling factor), so a step holds 10 slates even when there
-// are fewer graphs, some of them the same graph with other configs; Adam 1e-3.
+// are fewer graphs, some of them the same graph with other configs; Adam 1e-3, times 1/sqrt(10) at 60,
+// 70, 80 and 90% of the run (--schedule multistep, its MultiStepLR over its 400,000 iterations).
 //
 // Config sharing (--share on, the default; nn/config_share.h): nothing in the model mixes the nodes of
 // a config but the aggregations and the final sum, so the input layer and every SAGE layer run once on
@@ -137,6 +138,7 @@ Recipe layout_sage_2nd_recipe() {
       "scalar summed, pairwise margin loss; config sharing";
   r.hparams = concat_specs(common_hparams(true, {{"loss", "hinge"},
                                                  {"margin", "0.01"},
+                                                 {"schedule", "multistep"},
                                                  {"batch-graphs", "10"},
                                                  {"graph-repeats", "100"},
                                                  {"configs", "4"},
