@@ -14,7 +14,9 @@
 // one more. The original computes its fourth layer from the second layer's output (x3 = gconv[3](x1)),
 // which reads as a slip in a chain written out by hand; here each layer takes the previous one's output
 // (--layer4-input third), and --layer4-input second computes the published function (the third layer's
-// output then only enters the readout).
+// output then only enters the readout). Its only configuration is xla:default's
+// (res_gin4_layout_configuration.py): slates of 32 configs, 32 a step, 7.5 epochs; the defaults here are
+// layout-sage-6th's (80 configs a slate): --configs 32 is its slate.
 //
 // Checked against the original's own Net.infer_one and F_ordered_pair_loss (scripts/check_vs_original.py
 // --model gin6, at its commit c9c5194), as layout-sage-6th is, with --layer4-input second: see

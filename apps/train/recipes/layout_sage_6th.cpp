@@ -20,7 +20,15 @@
 // Where this departs from the original, and why:
 // - The original draws each epoch's slates as a split of every graph's configs into groups of 80
 //   (every config once per epoch); here a step samples 80 configs per graph (the trainer's one way), so
-//   an epoch is one slate per graph: train more epochs for the same number of slates.
+//   an epoch is one slate per graph: train more epochs for the same number of slates. Its step takes 32
+//   slates of that list, so on a program of fewer than 32 slates' configs it holds several slates of the
+//   same program, where ours holds one (--graph-repeats N lists each graph N times, not measured).
+// - Its slates and budget differ per collection (res_graphsage4_layout_configuration.py): 80 configs
+//   for nlp (default 2.5 epochs, random 1.2), 32 for xla:default (2.2 epochs) and 100 for xla:random;
+//   its GIN was trained on xla:default alone, slates of 32, 7.5 epochs. The defaults here are its
+//   nlp:default ones. On unet3d (xla:default, 927 training configs) its SAGE step would hold 28 slates
+//   of 32 (--configs 32 --graph-repeats 28) and 2.2 epochs would be 2 steps; 400 of our steps draw 35
+//   times its training configs.
 // - Its opcode embedding renormalises looked-up rows to l2 norm 1 in place (max_norm=1); ours is by
 //   default a plain embedding, and --op-max-norm 1 is the original's (validation renormalises too, as
 //   its eval does; refused over several ranks). The early norm removes the first layer's per-channel
