@@ -65,9 +65,9 @@ Rng graph_rng(uint64_t seed, int64_t epoch, int64_t batch, int64_t j) {
 
 // The loss of a step is a table of terms, each a mean over the batch of its own count: the ranking term
 // over groups (listmle) or ordered pairs (hinge, logistic), or a regression over predictions; and the
-// MSE term (--mse-weight) and the MAPE term (--mape-weight, layout) over predictions. A micro-batch of --accumulate, or a rank of a data-parallel
-// job, weights each term by its share of the global count (Run::step), so the parts add up to the
-// loss of the whole batch.
+// MSE term (--mse-weight) and the MAPE term (--mape-weight, layout) over predictions. A micro-batch of
+// --accumulate, or a rank of a data-parallel job, weights each term by its share of the global count
+// (Run::step), so the parts add up to the loss of the whole batch.
 // The ranking losses see only the order of the targets; the MSE term (and the mse loss) fits the
 // prediction to log(target), which keeps it on the scale the ranking losses use whatever the spread of
 // the runtimes (synthetic and real tile targets span 1 to 10^4 times the default config's). The

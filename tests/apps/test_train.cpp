@@ -734,7 +734,8 @@ TEST_CASE("train: --mape-weight adds the 2nd place's MAPE on seconds to a rankin
     CHECK(!std::filesystem::exists(t.file(loss)));
   }
   // A tile recipe has no such flag (its runtimes are not in seconds).
-  const auto r = run_gnn("train --model tile-mlp --data " + dataset() + " --out " + t.file("tile") + " --mape-weight 1");
+  const auto r =
+      run_gnn("train --model tile-mlp --data " + dataset() + " --out " + t.file("tile") + " --mape-weight 1");
   CHECK(r.exit_code == 2);
 }
 
