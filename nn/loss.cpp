@@ -141,8 +141,9 @@ Var mse_loss(const Var& pred, const Tensor& target) {
   });
 }
 
-Var mape_loss(const Var& pred, const Tensor& target) {
-  return elementwise_loss("mape_loss", pred, target, [](double p, double t, size_t i) {
+Var mape_loss(const Var& pred, const Tensor& target, double target_scale) {
+  return elementwise_loss("mape_loss", pred, target, [target_scale](double p, double t, size_t i) {
+    t *= target_scale;
     GNN_CHECK(t != 0, "mape_loss: target ", i, " is 0 (relative error undefined)");
     return std::pair{std::fabs(p - t) / std::fabs(t), sign(p - t) / std::fabs(t)};
   });

@@ -18,7 +18,8 @@ namespace gnn::nn {
 
 ag::Var cross_entropy(const ag::Var& logits, const Tensor& labels, const Tensor& rows = Tensor());
 ag::Var mse_loss(const ag::Var& pred, const Tensor& target);
-ag::Var mape_loss(const ag::Var& pred, const Tensor& target);
+// mean |p - s t| / |s t|: the target read in other units (s = 1e-9: nanoseconds read as seconds)
+ag::Var mape_loss(const ag::Var& pred, const Tensor& target, double target_scale = 1);
 ag::Var log_mape_loss(const ag::Var& log_pred, const Tensor& target);
 ag::Var pairwise_hinge_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr, double margin = 0.1);
 ag::Var pairwise_logistic_loss(const ag::Var& pred, const Tensor& target, const Tensor& group_ptr);

@@ -310,9 +310,10 @@ LrSchedule::Kind parse_schedule(const std::string& name) {
   GNN_FAIL("unknown learning-rate schedule '", name, "' (constant, step, cosine, multistep)");
 }
 
-void set_multistep_defaults(LrSchedule& s) {
-  s.milestones = {0.6, 0.7, 0.8, 0.9};
-  s.gamma = 1 / std::sqrt(10.0);
+LrSchedule LrSchedule::of(Kind k, double base, int64_t warmup, int64_t total) {
+  LrSchedule s{.kind = k, .base = base, .warmup = warmup, .total = total};
+  if (k == Kind::kMultiStep) s.milestones = {0.6, 0.7, 0.8, 0.9}, s.gamma = 1 / std::sqrt(10.0);
+  return s;
 }
 
 void Swa::snapshot(const std::vector<NamedParam>& params) {

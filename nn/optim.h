@@ -93,11 +93,12 @@ struct LrSchedule {
   // with milestones given as fractions of the run; the 2nd place's 0.6, 0.7, 0.8, 0.9 by 1/sqrt(10)).
   std::vector<double> milestones;
   double at(int64_t step) const;
+  // A schedule of kind k with that kind's own defaults (kMultiStep: the 2nd place's milestones and
+  // gamma) and the given base rate, warmup and length.
+  static LrSchedule of(Kind k, double base, int64_t warmup, int64_t total);
 };
-// constant | step | cosine | multistep (multistep: the 2nd place's milestones and gamma, set here)
+// constant | step | cosine | multistep
 LrSchedule::Kind parse_schedule(const std::string& name);
-// kMultiStep's milestones and gamma as the 2nd place's trainer sets them.
-void set_multistep_defaults(LrSchedule& s);
 
 // Stochastic weight averaging over the last K snapshots.
 class Swa {

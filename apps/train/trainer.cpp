@@ -129,11 +129,8 @@ std::vector<LossTerm> loss_terms(const TrainHParams& h) {
   const double w = h.loss == Loss::kMse ? 0 : h.mse_weight;
   return {main,
           {"mse-term", w, predictions, [](const LossInputs& in) { return nn::mse_loss(in.log_pred, in.log_target); }},
-          {"mape-term", h.mape_weight, predictions, [](const LossInputs& in) {
-             Tensor seconds = Tensor::empty(in.b.target.shape(), DType::F64);
-             for (int64_t i = 0; i < seconds.numel(); ++i) seconds.f64()[i] = in.b.target.f64()[i] * 1e-9;
-             return nn::mape_loss(in.pred, seconds);
-           }}};
+          {"mape-term", h.mape_weight, predictions,
+           [](const LossInputs& in) { return nn::mape_loss(in.pred, in.b.target, /*nanoseconds to seconds*/ 1e-9); }}};
 }
 
 // Each term's count in b (0 for an empty batch).
@@ -377,8 +374,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   GNN_CHECK(st_.batch < batches_, model_path_, ": 'state/batch' ", st_.batch, " is past the ", batches_,
             " batches of an epoch of this run (damaged, or --data now holds fewer training graphs)");
   if (plan_.resuming && lead_) trim_metrics(metrics_path_, st_.epoch, /*keep_partial=*/finished());
-  sched_.kind = tp_.schedule, sched_.base = tp_.lr, sched_.warmup = tp_.warmup, sched_.total = total_steps_;
-  if (sched_.kind == nn::LrSchedule::Kind::kMultiStep) nn::set_multistep_defaults(sched_);
+  sched_ = nn::LrSchedule::of(tp_.schedule, tp_.lr, tp_.warmup, total_steps_);
 
   const bool talk = lead_ && !o.quiet;
   if (talk)

@@ -290,6 +290,13 @@ TEST_CASE("nn: losses, hand-worked values and finite differences") {
   testing::check_grads({p}, [&] { return nn::mse_loss(p, t); });
   testing::check_grads({p}, [&] { return nn::mape_loss(p, t); });
   {
+    // a target read in other units: |p - s t| / |s t|
+    const Tensor ns = Tensor::from_vector<double>({2e9, 5e8});
+    ag::Var q(Tensor::from_vector<double>({3.0, 0.25}), true);
+    CHECK(nn::mape_loss(q, ns, 1e-9).value().item() == doctest::Approx((0.5 + 0.5) / 2));
+    ag::clear_tape();
+  }
+  {
     // log_mape by hand: |exp(p) - t| / t on positive runtimes
     const Tensor rt = Tensor::from_vector<double>({2.0, 0.5, 10.0});
     ag::Var lp(Tensor::from_vector<double>({std::log(3.0), std::log(0.5), std::log(4.0)}), true);
@@ -398,8 +405,7 @@ TEST_CASE("nn: clipping, schedules, SWA") {
   CHECK(st.at(5) == 0.5);
   CHECK(st.at(12) == 0.25);
   // The 2nd place's MultiStepLR over a run of 400 steps: x 1/sqrt(10) from steps 240, 280, 320 and 360 on.
-  nn::LrSchedule ms{.kind = nn::LrSchedule::Kind::kMultiStep, .base = 1.0, .total = 400};
-  nn::set_multistep_defaults(ms);
+  const nn::LrSchedule ms = nn::LrSchedule::of(nn::LrSchedule::Kind::kMultiStep, 1.0, 0, 400);
   CHECK(ms.at(0) == 1.0);
   CHECK(ms.at(239) == 1.0);
   CHECK(ms.at(240) == doctest::Approx(1 / std::sqrt(10.0)));
