@@ -59,6 +59,10 @@ uint64_t stream_seed(uint64_t seed, int64_t epoch, int64_t batch) {
 
 // The generator of the graph at position j of batch `batch`: its configs and its segment are drawn from
 // it alone, so they do not depend on which rank of a data-parallel job builds it (or on R).
+// The longest epoch list (--graph-repeats x training graphs) a run accepts: its order takes 8 bytes a
+// graph, 512 MiB at this bound.
+constexpr int64_t kMaxEpochList = int64_t(1) << 26;
+
 Rng graph_rng(uint64_t seed, int64_t epoch, int64_t batch, int64_t j) {
   return Rng(stream_seed(seed, epoch, batch) ^ (uint64_t(j + 1) * 0xD6E8FEB86659FD93ull));
 }
@@ -299,12 +303,15 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   if (world_.size > 1 && hp.values.count("op-max-norm") && hp.num("op-max-norm") > 0)
     bad_option("--op-max-norm: each process would renormalise, in place, the embedding rows its own batches look "
                "up, and the processes' weights would part; run it without mpirun (or with -np 1)");
-  // The region flags shape a --khops region and mean nothing without one: said, not ignored (a run
-  // saved before this check resumes as it was).
-  // (Only flags given on the command line: a recipe's own default direction is not the user's choice.)
   if (tp_.mape_weight > 0 && tp_.regression())
     bad_option("--mape-weight: a MAPE term on the prediction read as seconds, beside a ranking loss; --loss " +
                hp.str("loss") + " already reads the prediction as a log runtime");
+  if (tp_.mape_weight > 0 && tp_.mse_weight > 0)
+    bad_option("--mape-weight with --mse-weight: the MAPE term reads the prediction as seconds and the MSE term "
+               "as a log runtime; give one of them");
+  // The region flags shape a --khops region and mean nothing without one: said, not ignored (a run
+  // saved before this check resumes as it was).
+  // (Only flags given on the command line: a recipe's own default direction is not the user's choice.)
   if (recipe->kind == "layout" && tp_.khops < 0 && !plan_.resuming) {
     if (o.hparams.count("khops-edges"))
       bad_option("--khops-edges: the edges a --khops region keeps; this run keeps every node (--khops -1)");
@@ -370,6 +377,10 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   train_src_.emplace(train_files_, prep_, graph_budget, dedup, model_->needs().features);
   valid_src_.emplace(valid_files_, prep_, graph_budget, false, model_->needs().features);
   n_ = int64_t(train_files_.size()) * tp_.graph_repeats, batches_ = (n_ + tp_.batch_graphs - 1) / tp_.batch_graphs;
+  if (n_ > kMaxEpochList)
+    bad_option(detail::str_cat("--graph-repeats ", tp_.graph_repeats, ": ", train_files_.size(),
+                               " training graphs listed that many times make an epoch of ", n_,
+                               " graphs, more than ", kMaxEpochList, "; lower it and raise --epochs"));
   total_steps_ = plan_.steps > 0 ? std::min(plan_.steps, plan_.epochs * batches_) : plan_.epochs * batches_;
   GNN_CHECK(st_.batch < batches_, model_path_, ": 'state/batch' ", st_.batch, " is past the ", batches_,
             " batches of an epoch of this run (damaged, or --data now holds fewer training graphs)");

@@ -695,6 +695,26 @@ TEST_CASE("train: --graph-repeats lists each graph R times an epoch, a step may 
   r = run_gnn(base + t.file("bad") + " --graph-repeats 0");
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("--graph-repeats") != std::string::npos);
+  // A resumed run keeps its list: changing R would move every later step's graphs.
+  r = run_gnn("train --resume --out " + a + " --epochs 3 --graph-repeats 3");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--graph-repeats 3: the run in") != std::string::npos);
+  CHECK(r.err.find("was started with 6; a resumed run keeps its hyper-parameters") != std::string::npos);
+  // Each copy in a step draws its own configs: the first step's loss (before any update) over two copies
+  // of the graph is not that of the first copy alone, as it would be were the second the first again
+  // (layout-sage-2nd has no dropout; the first copy draws what a step of one graph draws).
+  const auto first_loss = [&](const std::string& run, const std::string& flags) {
+    const auto q = run_gnn("train --model layout-sage-2nd --data " + dataset() + " --max-graphs 1 --configs 4" +
+                           flags + " --steps 1 --out " + run);
+    REQUIRE_MESSAGE(q.exit_code == 0, q.err);
+    return Json::parse(metric_lines(run + "/metrics.jsonl")[0])["train_loss"].as_number();
+  };
+  const double one = first_loss(t.file("one"), " --batch-graphs 1 --graph-repeats 1");
+  const double one_again = first_loss(t.file("one-again"), " --batch-graphs 1 --graph-repeats 1");
+  const double two = first_loss(t.file("two"), " --batch-graphs 2 --graph-repeats 2");
+  CHECK(one == one_again);
+  CHECK(std::isfinite(two));
+  CHECK(two != one);
 }
 
 TEST_CASE("train: --schedule multistep divides the rate by sqrt(10) at 60, 70, 80 and 90% of the run") {
@@ -732,6 +752,13 @@ TEST_CASE("train: --mape-weight adds the 2nd place's MAPE on seconds to a rankin
     CHECK(r.exit_code == 2);
     CHECK(r.err.find("--mape-weight: a MAPE term on the prediction read as seconds") != std::string::npos);
     CHECK(!std::filesystem::exists(t.file(loss)));
+  }
+  // Beside the MSE term it would read the prediction on two scales at once.
+  {
+    const auto q = run_gnn(base + t.file("both") + " --mape-weight 1 --mse-weight 1");
+    CHECK(q.exit_code == 2);
+    CHECK(q.err.find("--mape-weight with --mse-weight") != std::string::npos);
+    CHECK(!std::filesystem::exists(t.file("both")));
   }
   // A tile recipe has no such flag (its runtimes are not in seconds).
   const auto r =
@@ -883,7 +910,7 @@ TEST_CASE("train: the seed documents' and top solutions' recipes resume bit for 
            {"gst", "--model layout-gst --segment-nodes 100 --lr 0.001" + small},
            {"sage6th", "--model layout-sage-6th --accumulate 2 --swa 2" + small},
            {"gin6th", "--model layout-gin-6th --accumulate 2" + small},
-           {"sage2nd", "--model layout-sage-2nd --graph-repeats 1"},  // (its own test below repeats graphs)
+           {"sage2nd", "--model layout-sage-2nd --graph-repeats 1"},  // (its own test above repeats graphs)
            {"sage5th", "--model layout-sage-5th --hidden 16 --op-embed 8"}}) {
     CAPTURE(name);
     const std::string base =
