@@ -233,8 +233,9 @@ Command train_command() {
   for (const train::HParamSpec& h : all_hparams())
     c.flags.push_back({h.name, "V", h.help + "; " + h.valid() + " (default: the recipe's)"});
   std::string details =
-      "An epoch visits every training graph once, in a seeded random order, in batches of --batch-graphs\n"
-      "graphs; each graph contributes --configs configs drawn at random, different ones each epoch. A tile\n"
+      "An epoch visits every training graph once (--graph-repeats R times), in a seeded random order, in\n"
+      "batches of --batch-graphs graphs; each visit contributes --configs configs drawn at random, different\n"
+      "ones each epoch and each copy. A tile\n"
       "kernel has up to a few thousand configs and a layout graph up to 100k, so an epoch sees a sample\n"
       "of them; --epochs sets how many samples. Validation scores every config of each valid graph (layout:\n"
       "its eval_indices subset with --eval-indices). RUN/metrics.jsonl gets one line per epoch, RUN/model.npz\n"

@@ -8,8 +8,11 @@
 # The data: `gnn synth` writes GRAPHS (default 2) train programs of NODES nodes (default 10000) with 128
 # configs each and the real configurable share (2%); there is no valid split, so nothing but training is
 # timed. A recipe may carry flags ("layout-resmodel --segment 5000"), given to its run after its defaults.
-# Each recipe trains EPOCHS epochs (default 4) with its own defaults (a recipe whose default batch holds
-# more graphs than 2 gets 2); configs/s is the median over the epochs after the first, from
+# Each recipe trains EPOCHS epochs (default 4) with its own defaults; a step holds at most the graphs an
+# epoch lists (GRAPHS times --graph-repeats), so a recipe whose default batch holds more graphs than GRAPHS
+# gets GRAPHS, except layout-sage-2nd: its default lists each graph 100 times an epoch (its original's
+# oversampling), and it runs with --graph-repeats ceil(10 / GRAPHS) here, so an epoch is about one step of
+# its default 10 slates. configs/s is the median over the epochs after the first, from
 # RUN/metrics.jsonl. Memory: peak_tensor_mb (gnn's peak of live tensors) and the peak RSS that
 # /usr/bin/time reports, or "-" without it. RECIPES defaults to every layout recipe of `gnn models`.
 set -euo pipefail
@@ -34,10 +37,12 @@ printf '%-18s %12s %16s %12s %8s\n' "recipe" "configs/s" "peak tensors MB" "peak
 for spec in "${recipes[@]}"; do
   read -r -a words <<<"$spec"
   r=$spec
+  extra=()
+  [ "${words[0]}" = layout-sage-2nd ] && extra=(--graph-repeats $(((10 + ${GRAPHS:-2} - 1) / ${GRAPHS:-2})))
   run=$tmp/run-$(echo "$spec" | tr -c 'A-Za-z0-9.-' '_')
   rm -f "$tmp/rss"
   line=$("${timer[@]}" "$gnn" train --model "${words[0]}" --data "$tmp/data" --out "$run" --epochs "$epochs" --seed 1 \
-    --threads "$threads" --progress lines "${words[@]:1}" | tail -n 1)
+    --threads "$threads" --progress lines "${extra[@]}" "${words[@]:1}" | tail -n 1)
   rss=-
   [ -f "$tmp/rss" ] && rss=$(($(tail -n 1 "$tmp/rss") / 1024))
   python3 - "$r" "$run/metrics.jsonl" "$line" "$rss" <<'EOF'

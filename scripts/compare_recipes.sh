@@ -11,7 +11,9 @@
 # folder), GNN (default build/bin/gnn), METRIC (the field of eval's summary to report, default score;
 # mre for regressions), CHECKPOINT (eval's --checkpoint, default auto: the best valid tau; last for the
 # final weights). Prints one line per recipe: mean +- sample sd of the test metric over the seeds, each
-# seed's value, and the training seconds.
+# seed's value, and the training seconds. An epoch is each recipe's own: layout-sage-2nd lists every graph
+# 100 times an epoch by default (its original's oversampling), so give its spec --graph-repeats 1 (or
+# fewer epochs) to compare it epoch for epoch with the others.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 gnn=${GNN:-$root/build/bin/gnn}

@@ -15,7 +15,12 @@
 // list of the training graphs repeated 100 times (--graph-repeats 100: an epoch is 100 passes, as the
 // original's epoch counter steps by its oversampling factor), so a step holds 10 slates even when there
 // are fewer graphs, some of them the same graph with other configs; Adam 1e-3, times 1/sqrt(10) at 60,
-// 70, 80 and 90% of the run (--schedule multistep, its MultiStepLR over its 400,000 iterations).
+// 70, 80 and 90% of the run (--schedule multistep, its MultiStepLR over the run's iterations: 400,000 in
+// its write-up, whose snapshots came from the 400k-th; 200,000 by default and 100,000 in its layout job
+// files at the commit the write-up describes, ca55746).
+// An epoch here is 100 passes over the training graphs, so --epochs counts in those: on one program of
+// 10 slates a step, an epoch is 10 steps; with 1,000 programs, 10,000 steps (--graph-repeats 1 for an
+// epoch of one pass).
 //
 // Config sharing (--share on, the default; nn/config_share.h): nothing in the model mixes the nodes of
 // a config but the aggregations and the final sum, so the input layer and every SAGE layer run once on
