@@ -27,8 +27,8 @@
 //   for nlp (default 2.5 epochs, random 1.2), 32 for xla:default (2.2 epochs) and 100 for xla:random;
 //   its GIN was trained on xla:default alone, slates of 32, 7.5 epochs. The defaults here are its
 //   nlp:default ones. On unet3d (xla:default, 927 training configs) its SAGE step would hold 28 slates
-//   of 32 (--configs 32 --graph-repeats 28) and 2.2 epochs would be 2 steps; 400 of our steps draw 35
-//   times its training configs.
+//   of 32 (--configs 32 --graph-repeats 28) and 2.2 epochs would be 2 steps; 400 of our steps of 80
+//   configs draw 32,000, about 16 times its 2.2 epochs' 2,039.
 // - Its opcode embedding renormalises looked-up rows to l2 norm 1 in place (max_norm=1); ours is by
 //   default a plain embedding, and --op-max-norm 1 is the original's (validation renormalises too, as
 //   its eval does; refused over several ranks). The early norm removes the first layer's per-channel
