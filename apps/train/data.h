@@ -131,6 +131,10 @@ struct BatchNeeds {
   // graphs (GraphSource and prepare_graph compute them, make_batch gathers them); prepared() checks that
   // the batch holds each.
   std::vector<const GraphFeature*> features;
+  // The model scores each config of a graph on its own (nothing mixes configs but the final pooling per
+  // config): the trainer may run the copies of one graph in a step as one graph with their configs side
+  // by side, each copy's configs a ranking group (group_ptr), so shared rows run once (Run::build_batch).
+  bool merge_copies = false;
 };
 
 struct Batch {
@@ -186,7 +190,9 @@ struct Batch {
   const Tensor& feature(const GraphFeature& f) const;
   const Tensor& node_config_host() const { return host_ ? host_->node_config : node_config; }
   Tensor target;  // f64 [G*C] (undefined without runtimes)
-  Tensor group_ptr;  // i64 [G+1] = 0, C, 2C, ... (the ranking groups)
+  // i64 [G+1] = 0, C, 2C, ...: the ranking groups, each graph's configs; in a training batch of merged
+  // copies (BatchNeeds::merge_copies) each copy's configs, [G*R+1]
+  Tensor group_ptr;
   Tensor keep_grad;  // u8 [N] nodes whose gradient flows (segment training); undefined: all
   Tensor plan_seeds;  // i32: what seeds the config-sharing plans, config_nodes first; undefined: config_nodes
   Tensor config_ids;  // i64 [G*C] each (graph, config)'s config index in its graph, on the host

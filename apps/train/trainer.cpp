@@ -94,12 +94,14 @@ struct LossTerm {
   std::function<ag::Var(const LossInputs&)> value;
 };
 double predictions(const Batch& b) { return double(b.graphs * b.configs); }
-double ordered_pairs(const Batch& b) {  // pairs (i, j) of a graph's configs with t_i > t_j
+double groups(const Batch& b) { return double(b.group_ptr.numel() - 1); }
+double ordered_pairs(const Batch& b) {  // pairs (i, j) of a ranking group with t_i > t_j
   double n = 0;
   const double* t = b.target.f64();
-  for (int64_t g = 0; g < b.graphs; ++g)
-    for (int64_t i = g * b.configs; i < (g + 1) * b.configs; ++i)
-      for (int64_t j = g * b.configs; j < (g + 1) * b.configs; ++j) n += t[i] > t[j] ? 1 : 0;
+  const int64_t* gp = b.group_ptr.i64();
+  for (int64_t g = 0; g + 1 < b.group_ptr.numel(); ++g)
+    for (int64_t i = gp[g]; i < gp[g + 1]; ++i)
+      for (int64_t j = gp[g]; j < gp[g + 1]; ++j) n += t[i] > t[j] ? 1 : 0;
   return n;
 }
 
@@ -108,7 +110,7 @@ std::vector<LossTerm> loss_terms(const TrainHParams& h) {
   LossTerm main;
   switch (h.loss) {
     case Loss::kListMle:
-      main = {"listmle", 1, [](const Batch& b) { return double(b.graphs); },
+      main = {"listmle", 1, groups,
               [T = h.temperature, slowest = h.listmle_slowest_first](const LossInputs& in) {
                 return nn::list_mle_loss(in.pred, in.b.target, in.b.group_ptr, T, slowest);
               }};
@@ -135,6 +137,38 @@ std::vector<LossTerm> loss_terms(const TrainHParams& h) {
           {"mse-term", w, predictions, [](const LossInputs& in) { return nn::mse_loss(in.log_pred, in.log_target); }},
           {"mape-term", h.mape_weight, predictions,
            [](const LossInputs& in) { return nn::mape_loss(in.pred, in.b.target, /*nanoseconds to seconds*/ 1e-9); }}};
+}
+
+// Copies of one graph in a micro-batch (--graph-repeats) as one graph with the copies' configs side by
+// side, for a model that scores each config on its own (BatchNeeds::merge_copies): the rows no config
+// reaches then run once, not once a copy. Each copy's configs stay a ranking group of their own (Batch::
+// group_ptr, set by the caller), so the loss sums the same terms over the same slates; only the order of
+// the floating-point sums moves. Done only where every graph of the micro-batch appears equally often (a
+// Batch holds one count for all its graphs); the caller asks only when nothing else is drawn per copy
+// (segments, sampled nodes, dropped edges). Returns the copies per graph (1: left as it was). A merged
+// graph keeps its first copy's generator.
+int64_t merge_copies(const std::vector<size_t>& file, std::vector<const ModelGraph*>& gs,
+                     std::vector<std::vector<int64_t>>& configs, std::vector<Rng>& rs) {
+  std::vector<size_t> distinct;
+  std::vector<std::vector<size_t>> at;  // each distinct file's positions, in order
+  for (size_t g = 0; g < file.size(); ++g) {
+    const size_t d = size_t(std::find(distinct.begin(), distinct.end(), file[g]) - distinct.begin());
+    if (d == distinct.size()) distinct.push_back(file[g]), at.emplace_back();
+    at[d].push_back(g);
+  }
+  const size_t m = at[0].size();
+  if (m < 2) return 1;
+  for (const auto& a : at)
+    if (a.size() != m) return 1;
+  std::vector<const ModelGraph*> mgs;
+  std::vector<std::vector<int64_t>> mconfigs;
+  std::vector<Rng> mrs;
+  for (const auto& a : at) {
+    mgs.push_back(gs[a[0]]), mrs.push_back(rs[a[0]]), mconfigs.emplace_back();
+    for (size_t g : a) mconfigs.back().insert(mconfigs.back().end(), configs[g].begin(), configs[g].end());
+  }
+  gs = std::move(mgs), configs = std::move(mconfigs), rs = std::move(mrs);
+  return int64_t(m);
 }
 
 // Each term's count in b (0 for an empty batch).
@@ -255,6 +289,7 @@ class Run {
   State st_;
   std::optional<GraphSource> train_src_, valid_src_;
   int64_t n_ = 0, batches_ = 0, total_steps_ = 0;
+  bool merge_copies_ = false;  // a step's copies of a graph run as one graph (merge_copies)
   nn::LrSchedule sched_;
   Progress progress_;
   int64_t st_configs_step_ = 0;  // the last step's configs (over every rank)
@@ -386,6 +421,8 @@ Run::Run(const TrainOptions& o, std::string& working_on)
             " batches of an epoch of this run (damaged, or --data now holds fewer training graphs)");
   if (plan_.resuming && lead_) trim_metrics(metrics_path_, st_.epoch, /*keep_partial=*/finished());
   sched_ = nn::LrSchedule::of(tp_.schedule, tp_.lr, tp_.warmup, total_steps_);
+  merge_copies_ = tp_.graph_repeats > 1 && model_->needs().merge_copies && tp_.segment == 0 &&
+                  tp_.sample_nodes == 0 && tp_.edge_dropout == 0 && !recipe->train_part;
 
   const bool talk = lead_ && !o.quiet;
   if (talk)
@@ -393,7 +430,10 @@ Run::Run(const TrainOptions& o, std::string& working_on)
         "gnn train: %s on %lld train / %lld valid %s graphs%s; %lld graphs x %lld configs per step, %lld steps "
         "per epoch%s\n",
         recipe->name.c_str(), (long long)train_files_.size(), (long long)valid_files_.size(), recipe->kind.c_str(),
-        tp_.graph_repeats > 1 ? detail::str_cat(", each ", tp_.graph_repeats, " times an epoch").c_str() : "",
+        tp_.graph_repeats > 1 ? detail::str_cat(", each ", tp_.graph_repeats, " times an epoch",
+                                                merge_copies_ ? " (a step's copies of a graph run as one)" : "")
+                                      .c_str()
+                              : "",
         (long long)tp_.batch_graphs, (long long)tp_.configs, (long long)batches_, plan_.resuming ? " (resumed)" : "");
   if (talk && world_.size > 1)
     std::printf(
@@ -475,10 +515,12 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
     if (part.size() == 0) continue;
     std::vector<std::shared_ptr<const ModelGraph>> held;
     std::vector<const ModelGraph*> graphs;
+    std::vector<size_t> file;  // each graph's training file
     std::vector<Rng> rngs;
     std::vector<GraphPart> parts;
     for (int64_t j = mine.begin + part.begin; j < mine.begin + part.end; ++j) {
-      held.push_back(train_src_->get(file_at(order, lo + j)));
+      file.push_back(file_at(order, lo + j));
+      held.push_back(train_src_->get(file.back()));
       graphs.push_back(held.back().get());
       rngs.push_back(graph_rng(plan_.seed, epoch, bi, j));
       GNN_CHECK(held.back()->num_configs() >= 2 && !held.back()->target.empty(), held.back()->file.path,
@@ -513,11 +555,18 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
       std::vector<const ModelGraph*> gs;
       std::vector<Rng> rs;
       std::vector<std::vector<int64_t>> configs;
+      std::vector<size_t> fs;
       for (size_t g : of_count[k]) {
-        gs.push_back(graphs[g]), rs.push_back(rngs[g]);
+        gs.push_back(graphs[g]), rs.push_back(rngs[g]), fs.push_back(file[g]);
         configs.push_back(sample_without_replacement(graphs[g]->num_configs(), counts[k], rs.back()));
       }
+      const int64_t copies = merge_copies_ ? merge_copies(fs, gs, configs, rs) : 1;
       micro.push_back(make_batch(gs, configs, tp_.segment, rs));
+      if (copies > 1) {  // each copy's configs, a ranking group
+        std::vector<int64_t> gp;
+        for (int64_t i = 0; i <= int64_t(gs.size()) * copies; ++i) gp.push_back(i * counts[k]);
+        micro.back().group_ptr = Tensor::from_vector(gp);
+      }
       for (size_t g : of_count[k])
         if (!parts.empty()) micro.back().part.push_back(parts[g].index), micro.back().parts.push_back(parts[g].count);
       const int64_t first = mine.begin + part.begin + int64_t(of_count[k][0]);

@@ -668,8 +668,8 @@ TEST_CASE("train: --graph-repeats lists each graph R times an epoch, a step may 
   const std::string a = t.file("a"), b = t.file("b"), once = t.file("once");
   auto r = run_gnn(base + a + " --epochs 2 --graph-repeats 6");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  CHECK(r.out.find("on 1 train / 1 valid layout graphs, each 6 times an epoch; 3 graphs x 4 configs per step, 2 "
-                   "steps per epoch") != std::string::npos);
+  CHECK(r.out.find("on 1 train / 1 valid layout graphs, each 6 times an epoch (a step's copies of a graph run as "
+                   "one); 3 graphs x 4 configs per step, 2 steps per epoch") != std::string::npos);
   CHECK(Json::parse(last_line(r.out))["steps"].as_number() == 4);
   const auto configs_trained = [](const std::string& run) {
     return get_i64(NpzReader(run + "/model.npz").load_all(), "state/configs", run);
@@ -715,6 +715,44 @@ TEST_CASE("train: --graph-repeats lists each graph R times an epoch, a step may 
   CHECK(one == one_again);
   CHECK(std::isfinite(two));
   CHECK(two != one);
+}
+
+TEST_CASE("train: a step's copies of one graph run as one graph, each copy's configs a slate of its own") {
+  // layout-sage-2nd scores each config on its own, so with --share on the 4 copies of a step run as one
+  // graph of 16 configs in 4 ranking groups; --share off runs them as 4 graphs. The same slates, so the
+  // same losses and, after 4 steps, the same weights up to the order of the floating-point sums (which
+  // Adam can lift to about the rate where a gradient is zero but for rounding: a bias before the per-config
+  // sum adds the same to every config of a slate, and the hinge sees only differences).
+  TempDir t;
+  const std::string base = "train --model layout-sage-2nd --data " + dataset() +
+                           " --max-graphs 1 --configs 4 --batch-graphs 4 --graph-repeats 4 --epochs 4 --out ";
+  const auto on = run_gnn(base + t.file("on") + " --share on");
+  REQUIRE_MESSAGE(on.exit_code == 0, on.err);
+  CHECK(on.out.find("(a step's copies of a graph run as one)") != std::string::npos);
+  const auto off = run_gnn(base + t.file("off") + " --share off");
+  REQUIRE_MESSAGE(off.exit_code == 0, off.err);
+  CHECK(off.out.find("copies of a graph run as one") == std::string::npos);
+  const auto losses = [](const std::string& run) {
+    std::vector<double> l;
+    for (const std::string& line : metric_lines(run + "/metrics.jsonl"))
+      l.push_back(Json::parse(line)["train_loss"].as_number());
+    return l;
+  };
+  const std::vector<double> a = losses(t.file("on")), b = losses(t.file("off"));
+  REQUIRE(a.size() == 4u);  // one step an epoch
+  REQUIRE(b.size() == 4u);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-6));
+  const auto wa = checkpoint_weights(t.file("on") + "/model.npz"), wb = checkpoint_weights(t.file("off") + "/model.npz");
+  REQUIRE(wa.size() == wb.size());
+  for (const auto& [name, x] : wa) {
+    CAPTURE(name);
+    const std::vector<double> u = x.astype(DType::F64).to_vector<double>(),
+                              v = wb.at(name).astype(DType::F64).to_vector<double>();
+    REQUIRE(u.size() == v.size());
+    double worst = 0;
+    for (size_t i = 0; i < u.size(); ++i) worst = std::max(worst, std::fabs(u[i] - v[i]));
+    CHECK(worst < 1e-4);  // the rate is 1e-3
+  }
 }
 
 TEST_CASE("train: --schedule multistep divides the rate by sqrt(10) at 60, 70, 80 and 90% of the run") {

@@ -25,7 +25,9 @@
 // Config sharing (--share on, the default; nn/config_share.h): nothing in the model mixes the nodes of
 // a config but the aggregations and the final sum, so the input layer and every SAGE layer run once on
 // the rows no config reaches within that many hops (over the consumers graph) and per config only on
-// the rest; the same model and numbers as --share off.
+// the rest; the same model and numbers as --share off. It also runs a step's copies of one graph
+// (--graph-repeats) as one graph with their configs side by side, each copy's configs a slate of its own
+// (BatchNeeds::merge_copies): on unet3d's 10 copies of 4 configs a step, 1.8x the configs/s.
 //
 // Where this departs from the original, and why:
 // - Node features: the original takes log1p(relu(x)) (negatives dropped); here the trainer's log1p
@@ -99,7 +101,8 @@ class LayoutSage2nd : public RankModel {
   }
 
   BatchNeeds needs() const override {
-    return {.consumers = true, .consumers_plan = share_ ? int64_t(convs_.size()) : 0};
+    const int64_t layers = share_ ? int64_t(convs_.size()) : 0;
+    return {.consumers = true, .consumers_plan = layers, .merge_copies = share_};
   }
 
   ag::Var forward(const Batch& b) override {
