@@ -57,12 +57,12 @@ uint64_t stream_seed(uint64_t seed, int64_t epoch, int64_t batch) {
   return r.next();
 }
 
-// The generator of the graph at position j of batch `batch`: its configs and its segment are drawn from
-// it alone, so they do not depend on which rank of a data-parallel job builds it (or on R).
 // The longest epoch list (--graph-repeats x training graphs) a run accepts: its order takes 8 bytes a
 // graph, 512 MiB at this bound.
 constexpr int64_t kMaxEpochList = int64_t(1) << 26;
 
+// The generator of the graph at position j of batch `batch`: its configs and its segment are drawn from
+// it alone, so they do not depend on which rank of a data-parallel job builds it (or on R).
 Rng graph_rng(uint64_t seed, int64_t epoch, int64_t batch, int64_t j) {
   return Rng(stream_seed(seed, epoch, batch) ^ (uint64_t(j + 1) * 0xD6E8FEB86659FD93ull));
 }
@@ -145,8 +145,8 @@ std::vector<LossTerm> loss_terms(const TrainHParams& h) {
 // group_ptr, set by the caller), so the loss sums the same terms over the same slates; only the order of
 // the floating-point sums moves. Done only where every graph of the micro-batch appears equally often (a
 // Batch holds one count for all its graphs); the caller asks only when nothing else is drawn per copy
-// (segments, sampled nodes, dropped edges). Returns the copies per graph (1: left as it was). A merged
-// graph keeps its first copy's generator.
+// (segments, sampled nodes, dropped edges), and splits a micro-batch first (by_copies) so that it is so.
+// Returns the copies per graph (1: left as it was). A merged graph keeps its first copy's generator.
 int64_t merge_copies(const std::vector<size_t>& file, std::vector<const ModelGraph*>& gs,
                      std::vector<std::vector<int64_t>>& configs, std::vector<Rng>& rs) {
   std::vector<size_t> distinct;
@@ -169,6 +169,24 @@ int64_t merge_copies(const std::vector<size_t>& file, std::vector<const ModelGra
   }
   gs = std::move(mgs), configs = std::move(mconfigs), rs = std::move(mrs);
   return int64_t(m);
+}
+
+// The graphs of one count (positions into `file`) split into parts whose files appear equally often in
+// the part, in order of first appearance, so that merge_copies merges each part's copies (A A B: A A, then
+// B). Each part becomes a micro-batch of its own, weighted by its counts like any other.
+std::vector<std::vector<size_t>> by_copies(const std::vector<size_t>& positions, const std::vector<size_t>& file) {
+  std::vector<size_t> times(positions.size());
+  for (size_t i = 0; i < positions.size(); ++i)
+    times[i] = size_t(std::count_if(positions.begin(), positions.end(),
+                                    [&](size_t q) { return file[q] == file[positions[i]]; }));
+  std::vector<size_t> seen;
+  std::vector<std::vector<size_t>> parts;
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const size_t at = size_t(std::find(seen.begin(), seen.end(), times[i]) - seen.begin());
+    if (at == seen.size()) seen.push_back(times[i]), parts.emplace_back();
+    parts[at].push_back(positions[i]);
+  }
+  return parts;
 }
 
 // Each term's count in b (0 for an empty batch).
@@ -341,7 +359,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   if (tp_.mape_weight > 0 && tp_.regression())
     bad_option("--mape-weight: a MAPE term on the prediction read as seconds, beside a ranking loss; --loss " +
                hp.str("loss") + " already reads the prediction as a log runtime");
-  if (tp_.mape_weight > 0 && tp_.mse_weight > 0)
+  if (tp_.mape_weight > 0 && tp_.mse_weight > 0 && !plan_.resuming)  // (a run saved before resumes as it was)
     bad_option("--mape-weight with --mse-weight: the MAPE term reads the prediction as seconds and the MSE term "
                "as a log runtime; give one of them");
   // The region flags shape a --khops region and mean nothing without one: said, not ignored (a run
@@ -368,6 +386,11 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     if (int64_t(valid_files_.size()) > plan_.max_graphs) valid_files_.resize(size_t(plan_.max_graphs));
   }
   GNN_CHECK(!train_files_.empty(), "--data ", plan_.data, ": no ", recipe->kind, " train files for ", recipe->name);
+  if (int64_t(train_files_.size()) * tp_.graph_repeats > kMaxEpochList)  // (before the run directory exists)
+    bad_option(detail::str_cat("--graph-repeats ", tp_.graph_repeats, ": ", train_files_.size(),
+                               " training graphs listed that many times make an epoch of ",
+                               int64_t(train_files_.size()) * tp_.graph_repeats, " graphs, more than ", kMaxEpochList,
+                               "; lower it and raise --epochs"));
   working_on_ = "loading and preprocessing the training graphs";
   if (!plan_.resuming) {
     prep_ = fit_preprocessing(train_files_, layout_, tp_.node_transform, tp_.config_transform, int(tp_.khops),
@@ -412,10 +435,6 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   train_src_.emplace(train_files_, prep_, graph_budget, dedup, model_->needs().features);
   valid_src_.emplace(valid_files_, prep_, graph_budget, false, model_->needs().features);
   n_ = int64_t(train_files_.size()) * tp_.graph_repeats, batches_ = (n_ + tp_.batch_graphs - 1) / tp_.batch_graphs;
-  if (n_ > kMaxEpochList)
-    bad_option(detail::str_cat("--graph-repeats ", tp_.graph_repeats, ": ", train_files_.size(),
-                               " training graphs listed that many times make an epoch of ", n_,
-                               " graphs, more than ", kMaxEpochList, "; lower it and raise --epochs"));
   total_steps_ = plan_.steps > 0 ? std::min(plan_.steps, plan_.epochs * batches_) : plan_.epochs * batches_;
   GNN_CHECK(st_.batch < batches_, model_path_, ": 'state/batch' ", st_.batch, " is past the ", batches_,
             " batches of an epoch of this run (damaged, or --data now holds fewer training graphs)");
@@ -550,6 +569,13 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
       const size_t at = size_t(std::find(counts.begin(), counts.end(), c) - counts.begin());
       if (at == counts.size()) counts.push_back(c), of_count.emplace_back();
       of_count[at].push_back(g);
+    }
+    if (merge_copies_) {  // and each count's graphs by how often they appear, so that each part merges
+      std::vector<int64_t> c;
+      std::vector<std::vector<size_t>> of;
+      for (size_t k = 0; k < counts.size(); ++k)
+        for (std::vector<size_t>& p : by_copies(of_count[k], file)) c.push_back(counts[k]), of.push_back(std::move(p));
+      counts = std::move(c), of_count = std::move(of);
     }
     for (size_t k = 0; k < counts.size(); ++k) {
       std::vector<const ModelGraph*> gs;

@@ -714,7 +714,7 @@ TEST_CASE("train: --graph-repeats lists each graph R times an epoch, a step may 
   const double two = first_loss(t.file("two"), " --batch-graphs 2 --graph-repeats 2");
   CHECK(one == one_again);
   CHECK(std::isfinite(two));
-  CHECK(two != one);
+  CHECK(std::fabs(two - one) > 1e-6 * std::fabs(one));  // more than the order of the sums could move
 }
 
 TEST_CASE("train: a step's copies of one graph run as one graph, each copy's configs a slate of its own") {
@@ -723,12 +723,18 @@ TEST_CASE("train: a step's copies of one graph run as one graph, each copy's con
   // same losses and, after 4 steps, the same weights up to the order of the floating-point sums (which
   // Adam can lift to about the rate where a gradient is zero but for rounding: a bias before the per-config
   // sum adds the same to every config of a slate, and the hinge sees only differences).
+  // Two graphs listed twice, 3 a step: the first step holds one graph twice and the other once (A A B or
+  // A B B), and each part of equal copies runs as a micro-batch of its own.
+  for (const auto& [data, lines] : std::vector<std::pair<std::string, size_t>>{
+           {" --max-graphs 1 --graph-repeats 4 --batch-graphs 4 --epochs 4", 4},
+           {" --max-graphs 2 --graph-repeats 2 --batch-graphs 3 --epochs 2", 2}}) {
+  CAPTURE(data);
   TempDir t;
-  const std::string base = "train --model layout-sage-2nd --data " + dataset() +
-                           " --max-graphs 1 --configs 4 --batch-graphs 4 --graph-repeats 4 --epochs 4 --out ";
+  const std::string base = "train --model layout-sage-2nd --data " + dataset() + data + " --configs 4 --out ";
   const auto on = run_gnn(base + t.file("on") + " --share on");
   REQUIRE_MESSAGE(on.exit_code == 0, on.err);
   CHECK(on.out.find("(a step's copies of a graph run as one)") != std::string::npos);
+  CHECK(on.out.find(lines == 2 ? "on 2 train" : "on 1 train") != std::string::npos);
   const auto off = run_gnn(base + t.file("off") + " --share off");
   REQUIRE_MESSAGE(off.exit_code == 0, off.err);
   CHECK(off.out.find("copies of a graph run as one") == std::string::npos);
@@ -739,19 +745,21 @@ TEST_CASE("train: a step's copies of one graph run as one graph, each copy's con
     return l;
   };
   const std::vector<double> a = losses(t.file("on")), b = losses(t.file("off"));
-  REQUIRE(a.size() == 4u);  // one step an epoch
-  REQUIRE(b.size() == 4u);
+  REQUIRE(a.size() == lines);  // a line an epoch
+  REQUIRE(b.size() == lines);
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-6));
   const auto wa = checkpoint_weights(t.file("on") + "/model.npz"), wb = checkpoint_weights(t.file("off") + "/model.npz");
   REQUIRE(wa.size() == wb.size());
   for (const auto& [name, x] : wa) {
+    if (name.find("out.bias") != std::string::npos) continue;  // shift-invariant: its gradient is rounding
     CAPTURE(name);
     const std::vector<double> u = x.astype(DType::F64).to_vector<double>(),
                               v = wb.at(name).astype(DType::F64).to_vector<double>();
     REQUIRE(u.size() == v.size());
     double worst = 0;
     for (size_t i = 0; i < u.size(); ++i) worst = std::max(worst, std::fabs(u[i] - v[i]));
-    CHECK(worst < 1e-4);  // the rate is 1e-3
+    CHECK(worst < 1e-5);  // (the rate is 1e-3)
+  }
   }
 }
 
