@@ -241,8 +241,12 @@ struct Blocked {
     const int64_t panels = (N + NR - 1) / NR;
     const int64_t mc_max = (kMC + MR - 1) / MR * MR;
     const int64_t blocks = (M + mc_max - 1) / mc_max;
-    if (parallel && blocks <= 4 && K >= 4096)
-      return run_split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat);
+    // A long K against few rows of C is cut into chunks (run_split_k): always with at most 4 row blocks,
+    // and with more where K is at least 8 M and C small (a layer of [aggregate | root] 512 wide: dW = [a |
+    // b]^T dy over 64k rows had 250 k blocks of two parallel regions each, and A^T packed block by block
+    // in 384-byte pieces). The choice reads the shape only, never the thread count: the same bits anywhere.
+    const bool long_k = K >= 4096 && (blocks <= 4 || (K >= 8 * M && M * N <= (int64_t(1) << 19)));
+    if (parallel && long_k) return run_split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat);
     float* bp = scratch(kPackB, panels * std::min(K, kKC) * NR);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0);

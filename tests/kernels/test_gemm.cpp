@@ -52,6 +52,7 @@ void check_isa(GemmIsa isa) {
   check_case(isa, true, false, 70, 33, 9000, 1.0f, 0.0f);  // a long K: split into chunks
   check_case(isa, true, true, 256, 20, 5000, 0.5f, 2.0f, 2);
   check_case(isa, true, false, 100, 40, 7000, 1.5f, -1.0f, 3);  // split K, all of A packed, a partial panel
+  check_case(isa, true, false, 500, 40, 4500, 1.0f, 1.0f);  // split K with more than 4 row blocks (K >= 8 M)
 }
 
 TEST_CASE("gemm: the portable kernel matches the double reference") { check_isa(GemmIsa::kGeneric); }
@@ -79,7 +80,8 @@ TEST_CASE("gemm: empty dimensions") {
 TEST_CASE("gemm: bitwise identical for any thread count") {
   // row blocks shared out, and a weight gradient's shape (transposed A, long K cut into chunks)
   for (auto [ta, M, N, K] :
-       std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{{false, 1000, 96, 300}, {true, 256, 128, 10000}}) {
+       std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{
+           {false, 1000, 96, 300}, {true, 256, 128, 10000}, {true, 512, 256, 5000}}) {
     CAPTURE(ta);
     const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 4),
                B = testing::random_values<float>(static_cast<size_t>(K * N), 5);
@@ -224,6 +226,7 @@ TEST_CASE("gemm: A as two parts side by side gives the bits of their concatenati
     check_cat(isa, true, 1000, 256, 256, 128);
     check_cat(isa, true, 500, 64, 64, 64, 4);
     check_cat(isa, true, 9000, 40, 30, 24);  // split K over the rows
+    check_cat(isa, true, 6000, 300, 212, 40);  // split K with 512 rows of C, the parts split inside a panel
     check_cat(isa, true, 77, 5, 200, 19, 1);
     check_cat(isa, true, 300, 0, 50, 8);
     check_cat(isa, true, 300, 50, 0, 8);
