@@ -3,10 +3,9 @@
 // them into AVX2 or AVX-512 code inside GNN_CPU_CLONES functions, where glibc's expf / erff are scalar
 // calls (9% erff and 4% expf of a layout-tgraph step, 2026-11-26). Written here, not taken from
 // SLEEF (Debian's libsleef-dev): the same source is the scalar fallback and every vector width, and
-// the clones are "avx2" and the baseline, neither with FMA, so no multiply-add is contracted and all
-// of them round alike: a result does not depend on the machine's ISA (a clone with FMA would need
-// -ffp-contract=off to keep that; the test compares the vector loop with scalar calls). And no new
-// dependency.
+// the project compiles with -ffp-contract=off, so no multiply-add is contracted in any clone (AVX-512,
+// AVX2, the baseline) and all of them round alike: a result does not depend on the machine's ISA (the
+// test compares the vector loop with scalar calls). And no new dependency.
 //
 // Accuracy, measured against the f64 functions over the float range (tests/kernels/test_vmath.cpp,
 // which checks these bounds, denormals, +-0, +-inf and NaN included): exp, expm1, log, erf, tanh,
