@@ -37,6 +37,12 @@ void dropout_apply(T* y, const T* x, int64_t n, uint64_t seed, uint32_t threshol
 void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale,
                         Stream stream);
 
+// The same two maps on the host for float over the threads, each thread's part in an AVX2 / AVX-512
+// clone (kernels/dropout_cpu.cpp): the templates' bits.
+void dropout_apply_cpu(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale);
+void dropout_configs_apply_cpu(float* y, const float* x, int64_t R, int64_t C, int64_t F, uint64_t seed,
+                               uint32_t threshold, float scale);
+
 // Dropout with one mask for the C configs of config-batched rows x [R, C*F] (node-major): element
 // (r, c*F + f) is decided by index r*F + f, so the C configs of a row see the same mask, the one
 // dropout_apply draws over [R, F]. y = x * (0 or scale), the bits of x times that mask repeated C times.

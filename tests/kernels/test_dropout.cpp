@@ -1,6 +1,8 @@
 // Dropout (kernels/dropout.h): the GPU draws the host's mask bit for bit, and the autograd op on the
 // GPU matches the host. (The mask's statistics and the gradient's routing on the host:
 // tests/autograd/test_autograd.cpp.)
+#include <tuple>
+
 #include "autograd/device_check.h"
 #include "device_buffers.h"
 #include "graph_cases.h"
@@ -29,6 +31,34 @@ TEST_CASE("cuda dropout draws the host's mask, bit for bit") {
     CHECK(same_bits(dr.to_vector<float>(), dropped));
   }
 #endif
+}
+
+// The host's float versions (AVX2 / AVX-512 clones over the threads, kernels/dropout_cpu.cpp) against the
+// templates they replace: the same bits, over sizes below and above the threads' grain, odd widths included,
+// and F wider than dropout_configs_apply_cpu's 512-value pieces.
+TEST_CASE("the host's cloned dropout draws the templates' masks, bit for bit") {
+  const uint32_t threshold = uint32_t(0.3 * (1 << 24));
+  const float scale = 1.0f / 0.7f;
+  for (int64_t n : {int64_t(1), int64_t(37), int64_t(1000), kDropoutGrain + 13, 5 * kDropoutGrain + 1}) {
+    CAPTURE(n);
+    const auto x = random_values<float>(size_t(n), 2, -3.0f, 3.0f);
+    std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    dropout_apply<float>(want.data(), x.data(), n, 0x5eedull, threshold, scale);
+    dropout_apply_cpu(got.data(), x.data(), n, 0x5eedull, threshold, scale);
+    CHECK(same_bits(got, want));
+  }
+  for (auto [R, C, F] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 3, 5}, {300, 64, 17}, {9, 4, 1300},
+                         {2000, 64, 128}}) {
+    CAPTURE(R);
+    CAPTURE(C);
+    CAPTURE(F);
+    const int64_t n = R * C * F;
+    const auto x = random_values<float>(size_t(n), 3, -3.0f, 3.0f);
+    std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    dropout_configs_apply<float>(want.data(), x.data(), R, C, F, 0xabcull, threshold, scale);
+    dropout_configs_apply_cpu(got.data(), x.data(), R, C, F, 0xabcull, threshold, scale);
+    CHECK(same_bits(got, want));
+  }
 }
 
 TEST_CASE("cuda ops: dropout matches the host, value and gradient") {
