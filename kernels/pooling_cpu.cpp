@@ -1,4 +1,5 @@
-// Graph readout on the CPU: one task per graph, features in the inner loop.
+// Graph readout on the CPU: features in the inner loop; sum / mean / max over tasks of a graph and a block
+// of channels, log-sum-exp one task per graph.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -7,25 +8,33 @@
 
 namespace gnn {
 
+// One task per graph and block of kPoolBlock channels: a step of one big graph (the layout recipes' [N,
+// C*F] rows) spreads over the threads, where one task per graph ran it on one. Each channel still runs
+// over its graph's rows in order, so the bits do not depend on the block or the thread count.
+constexpr int64_t kPoolBlock = 256;
+
 GNN_CPU_CLONES void pool_forward_cpu(float* __restrict y, int32_t* __restrict argmax, const float* __restrict x,
                                      const int64_t* graph_ptr, int64_t G, int64_t F, Reduce op) {
+  const int64_t blocks = ceil_div<int64_t>(F, kPoolBlock);
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t g = 0; g < G; ++g) {
-    float* yr = y + g * F;
+  for (int64_t t = 0; t < G * blocks; ++t) {
+    const int64_t g = t / blocks, f0 = (t % blocks) * kPoolBlock, w = std::min(kPoolBlock, F - f0);
+    float* yr = y + g * F + f0;
+    const float* xr = x + f0;
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
     if (b == e) {
-      for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f;
+      for (int64_t f = 0; f < w; ++f) yr[f] = 0.0f;
       if (op == Reduce::kMax)
-        for (int64_t f = 0; f < F; ++f) argmax[g * F + f] = -1;
+        for (int64_t f = 0; f < w; ++f) argmax[g * F + f0 + f] = -1;
       continue;
     }
-    for (int64_t f = 0; f < F; ++f) yr[f] = x[b * F + f];
+    for (int64_t f = 0; f < w; ++f) yr[f] = xr[b * F + f];
     if (op == Reduce::kMax) {
-      int32_t* ar = argmax + g * F;
-      for (int64_t f = 0; f < F; ++f) ar[f] = int32_t(b);
+      int32_t* ar = argmax + g * F + f0;
+      for (int64_t f = 0; f < w; ++f) ar[f] = int32_t(b);
       for (int64_t i = b + 1; i < e; ++i)
-        for (int64_t f = 0; f < F; ++f) {
-          const float v = x[i * F + f];
+        for (int64_t f = 0; f < w; ++f) {
+          const float v = xr[i * F + f];
           const int32_t take = -int32_t(v > yr[f]);
           yr[f] = v > yr[f] ? v : yr[f];
           ar[f] = (ar[f] & ~take) | (int32_t(i) & take);
@@ -33,10 +42,10 @@ GNN_CPU_CLONES void pool_forward_cpu(float* __restrict y, int32_t* __restrict ar
       continue;
     }
     for (int64_t i = b + 1; i < e; ++i)
-      for (int64_t f = 0; f < F; ++f) yr[f] += x[i * F + f];
+      for (int64_t f = 0; f < w; ++f) yr[f] += xr[i * F + f];
     if (op == Reduce::kMean) {
       const float inv = 1.0f / float(e - b);
-      for (int64_t f = 0; f < F; ++f) yr[f] *= inv;
+      for (int64_t f = 0; f < w; ++f) yr[f] *= inv;
     }
   }
 }
@@ -44,15 +53,21 @@ GNN_CPU_CLONES void pool_forward_cpu(float* __restrict y, int32_t* __restrict ar
 GNN_CPU_CLONES void pool_backward_cpu(float* __restrict dx, const float* __restrict dy,
                                       const int32_t* __restrict argmax, const int64_t* graph_ptr, int64_t G, int64_t F,
                                       Reduce op) {
+  const int64_t blocks = ceil_div<int64_t>(F, kPoolBlock);
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t g = 0; g < G; ++g) {
+  for (int64_t t = 0; t < G * blocks; ++t) {
+    const int64_t g = t / blocks, f0 = (t % blocks) * kPoolBlock, w = std::min(kPoolBlock, F - f0);
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
-    const float scale = op == Reduce::kMean && e > b ? 1.0f / float(e - b) : 1.0f;
-    for (int64_t i = b; i < e; ++i)
-      for (int64_t f = 0; f < F; ++f) {
-        const float d = dy[g * F + f];
-        dx[i * F + f] = op == Reduce::kMax ? float(argmax[g * F + f] == int32_t(i)) * d : scale * d;
-      }
+    const float* d = dy + g * F + f0;
+    if (op == Reduce::kMax) {
+      const int32_t* ar = argmax + g * F + f0;
+      for (int64_t i = b; i < e; ++i)
+        for (int64_t f = 0; f < w; ++f) dx[i * F + f0 + f] = float(ar[f] == int32_t(i)) * d[f];
+    } else {
+      const float scale = op == Reduce::kMean && e > b ? 1.0f / float(e - b) : 1.0f;
+      for (int64_t i = b; i < e; ++i)
+        for (int64_t f = 0; f < w; ++f) dx[i * F + f0 + f] = scale * d[f];
+    }
   }
 }
 

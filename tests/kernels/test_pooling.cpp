@@ -8,6 +8,7 @@
 #include "graph_cases.h"
 #include "kernels/pooling.h"
 #include "runtime/cuda.h"
+#include "runtime/parallel.h"
 #include "testing.h"
 
 using namespace gnn;
@@ -26,7 +27,7 @@ TEST_CASE("pooling: hand-worked, reference, finite differences") {
 
   const std::vector<int64_t> gp = {0, 0, 1, 9, 40, 41, 300};
   const int64_t G = 6, N = 300;
-  for (int64_t F : {1, 3, 33, 128}) {
+  for (int64_t F : {1, 3, 33, 128, 600}) {
     const auto xs = random_values<float>(static_cast<size_t>(N * F), 1);
     const auto dy = random_values<float>(static_cast<size_t>(G * F), 2);
     for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
@@ -57,6 +58,38 @@ TEST_CASE("pooling: hand-worked, reference, finite differences") {
       pool_forward_ref<double>(yy.data(), aa.data(), xd.data(), gp.data(), G, 2, op);
       return dot(yy, gout);
     });
+  }
+}
+
+// One large graph over many channels, as a layout step pools [N, C*F]: the CPU kernels split it into blocks
+// of channels over the threads; against the reference, and the same bits with one thread and with several.
+TEST_CASE("pooling: one graph, many channels, over the threads") {
+  const std::vector<int64_t> gp = {0, 2000};
+  const int64_t N = 2000, F = 700;  // 3 blocks of channels, the last one partial
+  const auto xs = random_values<float>(static_cast<size_t>(N * F), 5);
+  const auto dy = random_values<float>(static_cast<size_t>(F), 6);
+  const int saved = num_threads();
+  for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+    CAPTURE(reduce_name(op));
+    std::vector<double> yd(static_cast<size_t>(F)), dxd(static_cast<size_t>(N * F));
+    std::vector<int32_t> argd(static_cast<size_t>(F));
+    pool_forward_ref<double>(yd.data(), argd.data(), to_double(xs).data(), gp.data(), 1, F, op);
+    pool_backward_ref<double>(dxd.data(), to_double(dy).data(), argd.data(), gp.data(), 1, F, op);
+    std::vector<float> ys[2], dxs[2];
+    for (int run = 0; run < 2; ++run) {
+      set_num_threads(run == 0 ? 1 : std::max(2, saved));
+      std::vector<float> y(static_cast<size_t>(F), NAN), dx(static_cast<size_t>(N * F), NAN);
+      std::vector<int32_t> arg(static_cast<size_t>(F), 77);
+      pool_forward_cpu(y.data(), arg.data(), xs.data(), gp.data(), 1, F, op);
+      pool_backward_cpu(dx.data(), dy.data(), arg.data(), gp.data(), 1, F, op);
+      GNN_CHECK_CLOSE(y, yd);
+      GNN_CHECK_CLOSE(dx, dxd);
+      if (op == Reduce::kMax) CHECK(arg == argd);
+      ys[run] = y, dxs[run] = dx;
+    }
+    set_num_threads(saved);
+    CHECK(same_bits(ys[0], ys[1]));
+    CHECK(same_bits(dxs[0], dxs[1]));
   }
 }
 
