@@ -12,19 +12,13 @@ namespace gnn::ag {
 
 namespace {
 
-// The templates are the references (f64), the cloned host versions run float.
-constexpr Kernel dropout_apply_k{"dropout_apply", [](auto... a) { dropout_apply(a...); },
-                                 [](auto... a) { dropout_apply_cpu(a...); },
-                                 [](const Tensor& on, auto... a) { dropout_apply_cuda(a..., on.stream()); }};
+constexpr Kernel dropout_apply_k = GNN_KERNEL(dropout_apply);
 template <class T>
 void apply_on(const Tensor& on, T* y, const T* x, int64_t n, uint64_t seed, uint32_t threshold, T scale) {
   run<T>(dropout_apply_k, on, y, x, n, seed, threshold, scale);
 }
 
-constexpr Kernel dropout_configs_apply_k{
-    "dropout_configs_apply", [](auto... a) { dropout_configs_apply(a...); },
-    [](auto... a) { dropout_configs_apply_cpu(a...); },
-    [](const Tensor& on, auto... a) { dropout_configs_apply_cuda(a..., on.stream()); }};
+constexpr Kernel dropout_configs_apply_k = GNN_KERNEL(dropout_configs_apply);
 
 // One draw of the caller's generator for p: the seed, threshold and scale a mask is made of.
 template <class T>

@@ -13,7 +13,7 @@ static void BM_dropout_apply(benchmark::State& state) {
   const int64_t n = state.range(0);
   std::vector<float> x(static_cast<size_t>(n), 1.0f), y(static_cast<size_t>(n));
   for (auto _ : state) {
-    dropout_apply<float>(y.data(), x.data(), n, 42, uint32_t(0.3 * (1 << 24)), 1.0f / 0.7f);
+    dropout_apply_cpu(y.data(), x.data(), n, 42, uint32_t(0.3 * (1 << 24)), 1.0f / 0.7f);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GB/s"] =

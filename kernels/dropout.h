@@ -8,6 +8,8 @@
 // multiply before AVX-512): at n = 16M on the 2-core dev machine, 11.4 ms (gnn_bench BM_dropout_apply;
 // one multiply pass y = x * m, BM_floor_multiply: 6.9 ms), where the previous op, xoshiro streams drawn
 // into a mask and then multiplied, took 30.5-31.5 ms, and a 64-bit splitmix hash per element 40.5 ms.
+// The templates (NAME_ref) are the references and the f64 path; float runs the cloned NAME_cpu
+// (kernels/dropout_cpu.cpp), whose AVX2 / AVX-512 lanes took it to 4.1 ms on the AVX-512 machine.
 #pragma once
 #include "base/common.h"
 
@@ -27,7 +29,7 @@ GNN_HD inline bool dropout_drops(uint32_t key, int64_t i, uint32_t threshold) {
 }
 
 template <class T>
-void dropout_apply(T* y, const T* x, int64_t n, uint64_t seed, uint32_t threshold, T scale) {
+void dropout_apply_ref(T* y, const T* x, int64_t n, uint64_t seed, uint32_t threshold, T scale) {
   const uint32_t key = dropout_key(seed);
 #pragma omp parallel for simd if (n > kDropoutGrain)
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * (dropout_drops(key, i, threshold) ? T(0) : scale);
@@ -38,16 +40,16 @@ void dropout_apply_cuda(float* y, const float* x, int64_t n, uint64_t seed, uint
                         Stream stream);
 
 // The same two maps on the host for float over the threads, each thread's part in an AVX2 / AVX-512
-// clone (kernels/dropout_cpu.cpp): the templates' bits.
+// clone (kernels/dropout_cpu.cpp): the references' bits.
 void dropout_apply_cpu(float* y, const float* x, int64_t n, uint64_t seed, uint32_t threshold, float scale);
 void dropout_configs_apply_cpu(float* y, const float* x, int64_t R, int64_t C, int64_t F, uint64_t seed,
                                uint32_t threshold, float scale);
 
 // Dropout with one mask for the C configs of config-batched rows x [R, C*F] (node-major): element
 // (r, c*F + f) is decided by index r*F + f, so the C configs of a row see the same mask, the one
-// dropout_apply draws over [R, F]. y = x * (0 or scale), the bits of x times that mask repeated C times.
+// dropout_apply_ref draws over [R, F]. y = x * (0 or scale), the bits of x times that mask repeated C times.
 template <class T>
-void dropout_configs_apply(T* y, const T* x, int64_t R, int64_t C, int64_t F, uint64_t seed, uint32_t threshold,
+void dropout_configs_apply_ref(T* y, const T* x, int64_t R, int64_t C, int64_t F, uint64_t seed, uint32_t threshold,
                            T scale) {
   const uint32_t key = dropout_key(seed);
 #pragma omp parallel for if (R * C * F > kDropoutGrain)

@@ -1,8 +1,8 @@
-// Dropout on the CPU: dropout_apply's and dropout_configs_apply's maps (kernels/dropout.h), each thread's
+// Dropout on the CPU: dropout_apply_ref's and dropout_configs_apply_ref's maps (kernels/dropout.h), each thread's
 // part in a GNN_CPU_CLONES function, so the hash's 32-bit multiplies run as AVX2 / AVX-512 lanes (the
 // baseline SSE2 has no packed 32-bit multiply). dropout_configs hashes a row's F mask values once and
-// applies them to its C configs, where the template hashes each of the C*F values. The same bits as the
-// templates: y = x * (0 or scale), with the same decision per element.
+// applies them to its C configs, where the reference hashes each of the C*F values. The same bits as the
+// references: y = x * (0 or scale), with the same decision per element.
 #include <algorithm>
 
 #include "base/common.h"

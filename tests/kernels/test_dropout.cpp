@@ -25,7 +25,7 @@ TEST_CASE("cuda dropout draws the host's mask, bit for bit") {
     const auto x = random_values<float>(size_t(n), 1, -3.0f, 3.0f);
     const Tensor gx = on_gpu(x);
     std::vector<float> dropped(static_cast<size_t>(n));
-    dropout_apply<float>(dropped.data(), x.data(), n, 0x1234abcdull, uint32_t(0.3 * (1 << 24)), 1.0f / 0.7f);
+    dropout_apply_ref<float>(dropped.data(), x.data(), n, 0x1234abcdull, uint32_t(0.3 * (1 << 24)), 1.0f / 0.7f);
     Tensor dr = nan_gpu(n);
     dropout_apply_cuda(dr.f32(), gx.f32(), n, 0x1234abcdull, uint32_t(0.3 * (1 << 24)), 1.0f / 0.7f, s);
     CHECK(same_bits(dr.to_vector<float>(), dropped));
@@ -34,16 +34,16 @@ TEST_CASE("cuda dropout draws the host's mask, bit for bit") {
 }
 
 // The host's float versions (AVX2 / AVX-512 clones over the threads, kernels/dropout_cpu.cpp) against the
-// templates they replace: the same bits, over sizes below and above the threads' grain, odd widths included,
+// references: the same bits, over sizes below and above the threads' grain, odd widths included,
 // and F wider than dropout_configs_apply_cpu's 512-value pieces.
-TEST_CASE("the host's cloned dropout draws the templates' masks, bit for bit") {
+TEST_CASE("the host's cloned dropout draws the references' masks, bit for bit") {
   const uint32_t threshold = uint32_t(0.3 * (1 << 24));
   const float scale = 1.0f / 0.7f;
   for (int64_t n : {int64_t(1), int64_t(37), int64_t(1000), kDropoutGrain + 13, 5 * kDropoutGrain + 1}) {
     CAPTURE(n);
     const auto x = random_values<float>(size_t(n), 2, -3.0f, 3.0f);
     std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
-    dropout_apply<float>(want.data(), x.data(), n, 0x5eedull, threshold, scale);
+    dropout_apply_ref<float>(want.data(), x.data(), n, 0x5eedull, threshold, scale);
     dropout_apply_cpu(got.data(), x.data(), n, 0x5eedull, threshold, scale);
     CHECK(same_bits(got, want));
   }
@@ -55,7 +55,7 @@ TEST_CASE("the host's cloned dropout draws the templates' masks, bit for bit") {
     const int64_t n = R * C * F;
     const auto x = random_values<float>(size_t(n), 3, -3.0f, 3.0f);
     std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
-    dropout_configs_apply<float>(want.data(), x.data(), R, C, F, 0xabcull, threshold, scale);
+    dropout_configs_apply_ref<float>(want.data(), x.data(), R, C, F, 0xabcull, threshold, scale);
     dropout_configs_apply_cpu(got.data(), x.data(), R, C, F, 0xabcull, threshold, scale);
     CHECK(same_bits(got, want));
   }
