@@ -23,7 +23,7 @@ struct Avx512 {
 void gemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
                  GemmCat cat) {
-  gemm_detail::Blocked<Avx512, 12, 2>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias,
+  gemm_detail::run_shaped<Avx512, 12, 2>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias,
                                            gemm_detail::Cat{cat.a2, cat.lda2, cat.k1});
 }
 

@@ -102,7 +102,7 @@ void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K
       return gemm_avx2(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
 #endif
     default:
-      return gemm_detail::Blocked<Generic, 4, 4>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel,
+      return gemm_detail::run_shaped<Generic, 4, 4>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel,
                                                       bias, gemm_detail::Cat{cat.a2, cat.lda2, cat.k1});
   }
 }

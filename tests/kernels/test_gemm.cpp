@@ -175,6 +175,58 @@ TEST_CASE("gemm: a bias added in the store gives the bits of the product and the
       doctest::Contains("a bias needs alpha 1"), gnn::Error);
 }
 
+TEST_CASE("gemm: narrow and short products take their own tiles with the wide tile's bits") {
+  // A product N <= one vector wide, or of M <= 16 rows, takes a tile of one vector's width or of 8 rows
+  // (gemm_detail::run_shaped). Each is checked against the same values inside a wider (N = 3 W) or
+  // taller (M = 40) product, which takes the wide tile: the shapes of a squeeze-and-excitation gate
+  // (x W1 at 128 -> W, dh = dz W2^T, dW1 = x^T dh over a long K, dW2 = h^T dz with M = 16), beta 0 and 1
+  // (an accumulated gradient), a bias, 1 thread and several.
+  for (GemmIsa isa : {GemmIsa::kGeneric, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+    if (!gemm_isa_supported(isa)) continue;
+    CAPTURE(gemm_isa_name(isa));
+    const int64_t W = isa == GemmIsa::kAvx512 ? 16 : isa == GemmIsa::kAvx2 ? 8 : 4;
+    for (auto [ta, tb, M, N, K, beta, with_bias] :
+         std::vector<std::tuple<bool, bool, int64_t, int64_t, int64_t, float, bool>>{
+             {false, false, 1000, W, 128, 0.0f, false},  // squeeze: x W1
+             {false, true, 1000, W, 128, 0.0f, false},  // dh = dz W2^T
+             {false, false, 997, W - 1, 300, 1.0f, true},  // narrower than a vector, two K blocks, a bias
+             {true, false, 128, W, 5000, 0.0f, false},  // dW1 = x^T dh: split K
+             {true, false, 16, 128, 5000, 0.0f, false},  // dW2 = h^T dz: 16 rows, split K
+             {true, false, 16, 128, 300, 1.0f, false},  // 16 rows, accumulated
+             {false, false, 13, 40, 64, 0.0f, true},  // 13 rows: one 8-row tile and an edge
+             {false, true, 5, W, 20, 1.0f, false}}) {  // both
+      CAPTURE(ta);
+      CAPTURE(tb);
+      CAPTURE(M);
+      CAPTURE(N);
+      CAPTURE(K);
+      // the wide product: N2 = 3W columns (the first N the narrow one's) and M2 = 40 rows (the first M)
+      const int64_t M2 = std::max<int64_t>(M, 40), N2 = std::max<int64_t>(N, 3 * W);
+      const auto A2 = testing::random_values<float>(static_cast<size_t>(M2 * K), 31),
+                 B2 = testing::random_values<float>(static_cast<size_t>(K * N2), 32),
+                 bias = testing::random_values<float>(static_cast<size_t>(N2), 33),
+                 C0 = testing::random_values<float>(static_cast<size_t>(M2 * N2), 34);
+      // op(A) [M, K] as the first M rows of op(A2): stored [M2, K] (lda K) or [K, M2] (lda M2)
+      const int64_t lda = ta ? M2 : K, ldb = tb ? K : N2;  // op(B) [K, N] as the first N columns of op(B2)
+      std::vector<float> wide = C0;
+      gemm_cpu_isa(isa, ta, tb, M2, N2, K, 1.0f, A2.data(), lda, B2.data(), ldb, beta, wide.data(), N2, true,
+                   with_bias ? bias.data() : nullptr);
+      for (int threads : {num_threads(), 1}) {
+        const int saved = num_threads();
+        set_num_threads(threads);
+        std::vector<float> got = C0;  // C [M, N] with row stride N2, inside C0
+        gemm_cpu_isa(isa, ta, tb, M, N, K, 1.0f, A2.data(), lda, B2.data(), ldb, beta, got.data(), N2, true,
+                     with_bias ? bias.data() : nullptr);
+        set_num_threads(saved);
+        bool same = true;
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) same = same && got[size_t(i * N2 + j)] == wide[size_t(i * N2 + j)];
+        CHECK(same);
+      }
+    }
+  }
+}
+
 // [A1 | A2] (R rows, K1 + K2 stored columns, row strides K1 + pad and K2 + 2 pad) through one ISA,
 // against the built concatenation through the same ISA: bits, with and without a bias, 1 thread and several.
 void check_cat(GemmIsa isa, bool ta, int64_t R, int64_t K1, int64_t K2, int64_t N, int64_t pad = 0) {
