@@ -1,4 +1,5 @@
-// SGEMM with AVX2 + FMA: a 6 x 16 micro-tile (12 accumulators, 2 B registers, 1 broadcast of 16).
+// SGEMM with AVX2 + FMA: a 6 x 16 micro-tile (12 accumulators, 2 B registers, 1 broadcast of 16), 6 x 8
+// for a product at most 8 wide (gemm_detail::run_shaped).
 // Compiled with -mavx2 -mfma (CMakeLists.txt); only called when the CPU has both.
 #include <immintrin.h>
 
@@ -24,7 +25,7 @@ void gemm_avx2(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
                GemmCat cat) {
   gemm_detail::run_shaped<Avx2, 6, 2>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias,
-                                        gemm_detail::Cat{cat.a2, cat.lda2, cat.k1});
+                                      gemm_detail::Cat{cat.a2, cat.lda2, cat.k1});
 }
 
 }  // namespace gnn

@@ -1,4 +1,5 @@
-// SGEMM with AVX-512F: a 12 x 32 micro-tile (24 accumulators of the 32 zmm registers). Compiled with
+// SGEMM with AVX-512F: a 12 x 32 micro-tile (24 accumulators of the 32 zmm registers), 12 x 16 for a
+// product at most 16 wide and 8 x 32 for one of at most 16 rows (gemm_detail::run_shaped). Compiled with
 // -mavx512f (CMakeLists.txt); only called when the CPU has it. Same driver as the AVX2 path.
 #include <immintrin.h>
 
@@ -24,7 +25,7 @@ void gemm_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
                  GemmCat cat) {
   gemm_detail::run_shaped<Avx512, 12, 2>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias,
-                                           gemm_detail::Cat{cat.a2, cat.lda2, cat.k1});
+                                         gemm_detail::Cat{cat.a2, cat.lda2, cat.k1});
 }
 
 }  // namespace gnn

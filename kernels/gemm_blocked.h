@@ -5,6 +5,7 @@
 //                                      transposed; row-major A is read in place (a partial last
 //                                      panel is still packed, zero-padded)
 //       for each NR panel, MR panel:   micro-kernel: an MR x NR tile of C in registers over kc
+// (run_shaped, at the end, picks the tile for a shape: narrow products take a narrower one.)
 // The TpuGraphs shapes are tall and skinny ((N*C) x F times F x F, F = 64..256): with KC = 256 the
 // whole of B is packed once and stays in L2 while A streams through.
 // V provides: using T (a register of W floats), W, zero(), load(p), bcast(p), fma(a, b, c), store(p, v),
@@ -305,7 +306,7 @@ template <class V, int MR, int NV>
 void run_shaped(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
                 const Cat& cat) {
-  static_assert((kMC + MR - 1) / MR * MR == (kMC + 7) / 8 * 8, "the narrow tiles must keep the row blocks");
+  static_assert(MR <= 8 || (kMC + MR - 1) / MR * MR == (kMC + 7) / 8 * 8, "the 8-row tile must keep the row blocks");
   const bool plain_store = alpha == 1.0f && (beta == 0.0f || beta == 1.0f);
   if constexpr (NV > 1)
     if (plain_store && N <= V::W)

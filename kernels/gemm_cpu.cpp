@@ -103,7 +103,7 @@ void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K
 #endif
     default:
       return gemm_detail::run_shaped<Generic, 4, 4>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel,
-                                                      bias, gemm_detail::Cat{cat.a2, cat.lda2, cat.k1});
+                                                    bias, gemm_detail::Cat{cat.a2, cat.lda2, cat.k1});
   }
 }
 

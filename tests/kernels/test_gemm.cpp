@@ -1,6 +1,7 @@
 // Dense GEMM (kernels/gemm.h): each CPU micro-kernel and cuBLAS against the double reference, every
 // transpose, alpha and beta, empty dimensions, and the same bits for any thread count.
 #include <cmath>
+#include <cstring>
 
 #include "device_buffers.h"
 #include "gemm_check.h"
@@ -32,8 +33,8 @@ TEST_CASE("gemm: hand-worked 2x2") {
   CHECK(std::vector<float>(C, C + 4) == std::vector<float>{19 + 2 * 26, 22 + 2 * 30, 43 + 2 * 38, 50 + 2 * 44});
 }
 
-// Edges around the micro-tiles (4x16, 6x16, 12x32) and the K block (256), transposes, alpha, beta,
-// many row blocks, and a long K that is split into chunks.
+// Edges around the micro-tiles (4x16, 6x16, 12x32, and the narrow ones of run_shaped) and the K block
+// (256), transposes, alpha, beta, many row blocks, and a long K that is split into chunks.
 void check_isa(GemmIsa isa) {
   for (auto [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1},
                                                                            {5, 7, 3},
@@ -194,7 +195,7 @@ TEST_CASE("gemm: narrow and short products take their own tiles with the wide ti
              {true, false, 16, 128, 5000, 0.0f, false},  // dW2 = h^T dz: 16 rows, split K
              {true, false, 16, 128, 300, 1.0f, false},  // 16 rows, accumulated
              {false, false, 13, 40, 64, 0.0f, true},  // 13 rows: one 8-row tile and an edge
-             {false, true, 5, W, 20, 1.0f, false}}) {  // both
+             {false, true, 5, W, 20, 1.0f, false}}) {  // few rows and narrow: the narrow tile wins
       CAPTURE(ta);
       CAPTURE(tb);
       CAPTURE(M);
@@ -218,10 +219,16 @@ TEST_CASE("gemm: narrow and short products take their own tiles with the wide ti
         gemm_cpu_isa(isa, ta, tb, M, N, K, 1.0f, A2.data(), lda, B2.data(), ldb, beta, got.data(), N2, true,
                      with_bias ? bias.data() : nullptr);
         set_num_threads(saved);
-        bool same = true;
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < N; ++j) same = same && got[size_t(i * N2 + j)] == wide[size_t(i * N2 + j)];
+        // bits (memcmp: -0 against +0 counts), and C0 untouched outside [M, N]
+        bool same = true, outside = true;
+        for (int64_t i = 0; i < M2; ++i)
+          for (int64_t j = 0; j < N2; ++j) {
+            const size_t k = size_t(i * N2 + j);
+            if (i < M && j < N) same = same && std::memcmp(&got[k], &wide[k], sizeof(float)) == 0;
+            else outside = outside && std::memcmp(&got[k], &C0[k], sizeof(float)) == 0;
+          }
         CHECK(same);
+        CHECK(outside);
       }
     }
   }
