@@ -50,7 +50,7 @@ void dropout_configs_apply_cpu(float* y, const float* x, int64_t R, int64_t C, i
 // dropout_apply_ref draws over [R, F]. y = x * (0 or scale), the bits of x times that mask repeated C times.
 template <class T>
 void dropout_configs_apply_ref(T* y, const T* x, int64_t R, int64_t C, int64_t F, uint64_t seed, uint32_t threshold,
-                           T scale) {
+                               T scale) {
   const uint32_t key = dropout_key(seed);
 #pragma omp parallel for if (R * C * F > kDropoutGrain)
   for (int64_t r = 0; r < R; ++r)
