@@ -38,7 +38,7 @@ void* HostCache::take(size_t bytes, int64_t limit) {
     ++s_.reused;
   } else {
     const int64_t need = live_bytes_ + int64_t(cls);
-    // an eighth above the peak (host_cache.h says why)
+    // an eighth of slack: a step's small blocks, freed before its large ones peak, stay cached beside them
     int64_t room = std::max(s_.peak_live_bytes + s_.peak_live_bytes / 8, need);
     if (limit > 0) room = std::min(room, std::max(limit, need));
     while (s_.cached_bytes > 0 && s_.reserved_bytes + int64_t(cls) > room) evict_oldest_locked();

@@ -11,11 +11,10 @@
 // sizes: a block up to twice its class may serve a request) and what the request needs, and under the
 // limit when one is set. So the cache never makes the process hold more than an eighth above its own
 // peak of blocks in use, and a process whose shapes change (graphs of other sizes, evaluation after
-// training) trades its stale blocks for new ones. The eighth is there because the most blocks of each
-// size live at once can add up to more than the most bytes live at once: without it a step whose small
-// blocks are free while its large ones peak gave a large block back for its small ones and faulted one
-// in again at the peak, every step (80 ms of layout-sage-6th's 1.6 s on unet3d). A raw allocation that
-// fails releases the whole cache and is tried once more.
+// training) trades its stale blocks for new ones. The eighth: a step may hold small blocks early and
+// large ones later, and keeping both cached takes more than the peak, which never had both in use;
+// small blocks of up to an eighth of the peak now stay (docs/benchmarks.md, the nineteenth session).
+// A raw allocation that fails releases the whole cache and is tried once more.
 //
 // Under AddressSanitizer a cached block is poisoned and a block handed out is unpoisoned only up to the
 // bytes asked for, so a use after free and an overrun into a block's slack are still reported.

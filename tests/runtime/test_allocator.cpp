@@ -128,8 +128,8 @@ TEST_CASE("host cache: a freed block comes back for the same shape, and a near o
   void* b = h.cache.take(2 * kMiB, 0);  // class 2 MiB: a 3 MiB block is within twice that
   CHECK(b == a);
   h.cache.give(b);
-  // class 1.125 MiB: 3 MiB is more than twice that, so a new block; holding both would pass an eighth
-  // above the peak in use (3 MiB), so the cached one goes back to the system first
+  // class 1.125 MiB: 3 MiB is more than twice that, so a new block; holding both (4.125 MiB) would pass
+  // an eighth above the peak in use (3.375 MiB), so the cached one goes back to the system first
   void* c = h.cache.take(kMiB + 1, 0);
   CHECK(h.raw_allocs == 2);
   CHECK(h.raw_frees == 1);
@@ -179,11 +179,11 @@ TEST_CASE("host cache: the bytes held stay within an eighth above the peak in us
   h.cache.give(f);
 }
 
-// A training step's pattern (layout-sage-6th's): a few small blocks live at the step's start and freed
-// before its large blocks peak. The most of each size live at once (2 small + 3 large) is more than the
+// A training step's pattern (layout-sage-6th's): a few small blocks live at the step's start and are
+// freed before its large blocks peak. The most of each size live at once (2 small + 3 large) is more than the
 // most live at once in all (3 large); with no slack above the peak, each step released a large block to
 // take its small ones fresh and took the large one fresh again at the peak.
-TEST_CASE("host cache: a repeated step stops taking fresh blocks after its first two") {
+TEST_CASE("host cache: a repeated step takes no fresh blocks after its first two steps") {
   FakeHost h;
   auto step = [&] {
     void* s1 = h.cache.take(kMiB, 0);
@@ -209,9 +209,9 @@ TEST_CASE("host cache: a system refusal releases the cache and tries once more")
   void* a = h.cache.take(8 * kMiB, 0);
   void* b = h.cache.take(8 * kMiB, 0);
   h.cache.give(a);
-  h.cache.give(b);  // 16 MiB cached, the peak in use
+  h.cache.give(b);  // 16 MiB cached, the peak in use (the bound 18 MiB)
   h.capacity = int64_t(9 * kMiB);  // the system now has less than that
-  void* c = h.cache.take(2 * kMiB, 0);  // a goes to make room under the peak; the system refuses with b held
+  void* c = h.cache.take(3 * kMiB, 0);  // a goes to make room under the bound; the system refuses with b held
   CHECK(c != nullptr);
   CHECK(h.cache.stats().released == 2);
   CHECK(h.cache.stats().cached_bytes == 0);
