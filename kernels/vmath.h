@@ -77,12 +77,15 @@ inline Reduced reduce_ln2(float x) {
   return {r, n, ni};
 }
 
+// e^r - 1 on the reduced argument |r| <= ln2 / 2: exp, expm1 and exp_normal_range all build on it.
+inline float expm1_reduced(float r) { return r + r * r * horner(kExpP, r); }
+
 // e^x for x in [-87, 88], where e^x and 2^n are normal floats: exp() without its clamps, its NaN test
 // and its split of 2^n into two factors (multiplying by a power of two is exact there, so the result
 // has exp()'s bits). For callers whose argument is bounded, such as erf's -x^2 with |x| in [1, 4].
 inline float exp_normal_range(float x) {
   const Reduced k = reduce_ln2(x);
-  const float p = 1.0f + (k.r + k.r * k.r * horner(kExpP, k.r));
+  const float p = 1.0f + expm1_reduced(k.r);
   return p * pow2(k.ni);
 }
 
@@ -93,7 +96,7 @@ inline float exp(float x) {
   using namespace detail;
   const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);  // NaN passes through
   const Reduced k = reduce_ln2(xc);
-  const float p = 1.0f + (k.r + k.r * k.r * horner(kExpP, k.r));
+  const float p = 1.0f + expm1_reduced(k.r);
   // 2^n in two factors, each a normal float for n in [-150, 128]: a denormal result is rounded once
   const int32_t n1 = k.ni >> 1, n2 = k.ni - n1;
   float y = p * pow2(n1) * pow2(n2);
@@ -108,7 +111,7 @@ inline float expm1(float x) {
   using namespace detail;
   const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
   const Reduced k = reduce_ln2(xc);
-  const float em1 = k.r + k.r * k.r * horner(kExpP, k.r);  // e^r - 1
+  const float em1 = expm1_reduced(k.r);
   const int32_t nc = k.ni < -24 ? -24 : (k.ni > 24 ? 24 : k.ni);
   const float near = (em1 + (1.0f - pow2(-nc))) * pow2(nc);
   const int32_t n1 = k.ni >> 1, n2 = k.ni - n1;
