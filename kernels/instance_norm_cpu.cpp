@@ -38,30 +38,29 @@ int64_t norm_block(const int64_t* graph_ptr, int64_t G, int64_t F) {
 
 }  // namespace
 
-// Row i's block of s = x + res: x's own row without a residual, else the sum in buf.
-GNN_INLINE inline const float* s_row(const float* x, const float* res, int64_t o, int64_t w, float* buf) {
-  if (!res) return x + o;
-  for (int64_t f = 0; f < w; ++f) buf[f] = x[o + f] + res[o + f];
-  return buf;
-}
-
+// With a residual the forward's first pass writes s = x + res into y, where the last pass overwrites it
+// in place: the second and third passes then read one stream, not two (each sum still s's float).
 GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* res,
                                               const float* gamma, const float* beta, const int64_t* graph_ptr,
                                               int64_t G, int64_t F, float eps, Act act) {
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
+  const float* s = res ? y : x;  // s = x + res from the first pass on
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {
     const int64_t g = t / blocks, f0 = (t % blocks) * B, w = std::min(B, F - f0);
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
-    float m[kNormBlock], v[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock], buf[kNormBlock];
+    float m[kNormBlock], v[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock];
     for (int64_t f = 0; f < w; ++f) m[f] = 0.0f, v[f] = 0.0f;  // only the block's w (zeroing 1024 costs small graphs)
     for (int64_t i = b; i < e; ++i) {
-      const float* xs = s_row(x, res, i * F + f0, w, buf);
-      for (int64_t f = 0; f < w; ++f) m[f] += xs[f];
+      const int64_t o = i * F + f0;
+      if (res)
+        for (int64_t f = 0; f < w; ++f) y[o + f] = x[o + f] + res[o + f], m[f] += y[o + f];
+      else
+        for (int64_t f = 0; f < w; ++f) m[f] += x[o + f];
     }
     for (int64_t f = 0; f < w; ++f) m[f] = n ? m[f] / float(n) : 0.0f;
     for (int64_t i = b; i < e; ++i) {
-      const float* xs = s_row(x, res, i * F + f0, w, buf);
+      const float* xs = s + i * F + f0;
       for (int64_t f = 0; f < w; ++f) v[f] += (xs[f] - m[f]) * (xs[f] - m[f]);
     }
     for (int64_t f = 0; f < w; ++f) {
@@ -71,12 +70,24 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
     for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;
     dispatch_act(act, [&](auto A) GNN_INLINE {  // the activation a constant in the loop, which vectorises
       for (int64_t i = b; i < e; ++i) {
-        const float* __restrict xs = s_row(x, res, i * F + f0, w, buf);
-        float* __restrict yr = y + i * F + f0;
+        const float* xs = s + i * F + f0;  // y's own row with a residual: read, then overwritten
+        float* yr = y + i * F + f0;
         for (int64_t f = 0; f < w; ++f) yr[f] = act_value<float>(A, (xs[f] - m[f]) * rs[f] * gm[f] + bt[f], 0.0f);
       }
     });
   }
+}
+
+// The block of s = x + res a backward task keeps between its passes (a graph's rows x the block's
+// channels), so that its second pass reads one stream from cache, not x and res again from memory. At
+// most 2 MiB a thread, which norm_block's widths fit up to 8,192 rows; a larger graph's block sums each
+// row again into a one-row buffer instead.
+constexpr int64_t kScratchFloats = (int64_t(2) << 20) / 4;
+
+static float* norm_scratch(int64_t n) {
+  thread_local std::vector<float> buf;
+  if (int64_t(buf.size()) < n) buf.resize(size_t(n));
+  return buf.data();
 }
 
 // dx holds dz = dy act'(z) between the passes when there is an activation.
@@ -93,13 +104,24 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
     const float* m = mean + g * F + f0;
     const float* rs = rstd + g * F + f0;
     float s1[kNormBlock], s2[kNormBlock], dg[kNormBlock], db[kNormBlock], gm[kNormBlock], bt[kNormBlock],
-        buf[kNormBlock];
+        row[kNormBlock];
     for (int64_t f = 0; f < w; ++f) s1[f] = 0.0f, s2[f] = 0.0f, dg[f] = 0.0f, db[f] = 0.0f;
     for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;
     const float* dz = act == Act::kNone ? dy : dx;  // where each row's dz is read from
+    // Row i's block of s: x's own without a residual; else summed into the kept block (the first pass)
+    // and read back from it (the second), or summed into row each time when the block is not kept.
+    float* kept = res && n * w <= kScratchFloats ? norm_scratch(n * w) : nullptr;
+    auto s_of = [&](int64_t i, bool first) -> const float* {
+      const int64_t o = i * F + f0;
+      if (!res) return x + o;
+      float* d = kept ? kept + (i - b) * w : row;
+      if (first || !kept)
+        for (int64_t f = 0; f < w; ++f) d[f] = x[o + f] + res[o + f];
+      return d;
+    };
     for (int64_t i = b; i < e; ++i) {
       const int64_t o = i * F + f0;
-      const float* xs = s_row(x, res, o, w, buf);
+      const float* xs = s_of(i, true);
       if (act != Act::kNone)
         dispatch_act(act, [&](auto A) GNN_INLINE {
           float* __restrict d = dx + o;
@@ -120,7 +142,7 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
     }
     for (int64_t i = b; i < e; ++i) {
       const int64_t o = i * F + f0;
-      const float* xs = s_row(x, res, o, w, buf);
+      const float* xs = s_of(i, false);
       for (int64_t f = 0; f < w; ++f) {
         const float xh = (xs[f] - m[f]) * rs[f];
         dx[o + f] = (dz[o + f] * gm[f] - s1[f] - xh * s2[f]) * rs[f];

@@ -58,41 +58,52 @@ TEST_CASE("graph instance norm: reference, finite differences, empty graphs") {
   check_gradient(bd, dbd, loss);
 }
 
-TEST_CASE("graph instance norm: the blocked CPU kernel is the float reference, bit for bit, over many channels") {
+TEST_CASE(
+    "graph instance norm: the blocked CPU kernel is the float reference, bit for bit, over many channels, with a "
+    "residual and GELU or not") {
   // The kernel's blocks of channels shrink as a graph's rows grow, and as threads need tasks
   // (kernels/instance_norm_cpu.cpp): with one thread, 150 channels over graphs of 40, 0 and 7 rows are one
   // block; 2,100 over 10 rows are 1024, 1024 and 52; 200 over one graph of 3,000 rows 128 and 72; with 16
-  // threads the blocks narrow to 128 and 64. Every width gives the reference's bits.
+  // threads the blocks narrow to 128 and 64; 64 over 9,000 rows are one block of 64, too large for the
+  // backward to keep its sums x + res between passes (2 MiB), so it sums them again. Every width, and
+  // both ways, give the reference's bits.
   const int saved = num_threads();
   for (const int threads : {1, 2, 16}) {
     set_num_threads(threads);
     CAPTURE(threads);
-    for (const auto& [gp, F] :
-         {std::pair<std::vector<int64_t>, int64_t>{{0, 40, 40, 47}, 150}, {{0, 10}, 2100}, {{0, 3000}, 200}}) {
+    for (const auto& [gp, F] : {std::pair<std::vector<int64_t>, int64_t>{{0, 40, 40, 47}, 150},
+                                {{0, 10}, 2100},
+                                {{0, 3000}, 200},
+                                {{0, 9000}, 64}}) {
       const int64_t G = int64_t(gp.size()) - 1, N = gp.back();
       CAPTURE(F);
       const auto xs = random_values<float>(static_cast<size_t>(N * F), 5, -3.0f, 3.0f);
       const auto gm = random_values<float>(static_cast<size_t>(F), 6, 0.5f, 1.5f),
                  bt = random_values<float>(static_cast<size_t>(F), 7);
       const auto dy = random_values<float>(static_cast<size_t>(N * F), 8);
-      for (const bool affine : {true, false}) {
+      const auto rv = random_values<float>(static_cast<size_t>(N * F), 9, -3.0f, 3.0f);
+      // affine or not; with a residual (which the forward sums into y and the backward keeps in a
+      // scratch block) and GELU after it, or neither
+      for (const auto& [affine, fused] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
         CAPTURE(affine);
+        CAPTURE(fused);
+        const float* res = fused ? rv.data() : nullptr;
+        const Act act = fused ? Act::kGelu : Act::kNone;
         const float* g = affine ? gm.data() : nullptr;
         const float* b = affine ? bt.data() : nullptr;
         std::vector<float> yr(static_cast<size_t>(N * F)), mr(static_cast<size_t>(G * F)),
             rr(static_cast<size_t>(G * F)), dxr(static_cast<size_t>(N * F)), dgr(static_cast<size_t>(F)),
             dbr(static_cast<size_t>(F));
-        instance_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), nullptr, g, b, gp.data(), G, F,
-                                         1e-5f, Act::kNone);
-        instance_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), nullptr, mr.data(),
-                                          rr.data(), g, nullptr, gp.data(), G, F, Act::kNone);
+        instance_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), res, g, b, gp.data(), G, F, 1e-5f,
+                                         act);
+        instance_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), res, mr.data(),
+                                          rr.data(), g, b, gp.data(), G, F, act);
         std::vector<float> y(static_cast<size_t>(N * F), NAN), m(static_cast<size_t>(G * F), NAN),
             r(static_cast<size_t>(G * F), NAN), dx(static_cast<size_t>(N * F), NAN), dg(static_cast<size_t>(F), NAN),
             db(static_cast<size_t>(F), NAN);
-        instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), nullptr, g, b, gp.data(), G, F, 1e-5f,
-                                  Act::kNone);
-        instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), nullptr, m.data(), r.data(),
-                                   g, nullptr, gp.data(), G, F, Act::kNone);
+        instance_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), res, g, b, gp.data(), G, F, 1e-5f, act);
+        instance_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), res, m.data(), r.data(), g, b,
+                                   gp.data(), G, F, act);
         CHECK(y == yr);
         CHECK(m == mr);
         CHECK(r == rr);
