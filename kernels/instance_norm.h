@@ -7,6 +7,7 @@
 // x, y, dx [N, F]; mean, rstd [G, F] (kept by the forward for the backward). A graph with no rows
 // gives mean 0 and rstd 1/sqrt(eps). Without res and act it is the plain norm, with its bits; with them,
 // the bits of add, norm and activation composed (GNN layers' GELU(norm(f(x) + x)) in one pass each way).
+// y may be x or res (in place); dx must not alias x or res (it holds dz between the backward's passes).
 #pragma once
 #include <cmath>
 

@@ -17,8 +17,9 @@ namespace {
 // Channels per task: a graph's rows are walked once per pass with the block's channels contiguous in
 // each row, and a graph of many channels spreads over the threads. Each channel's sums still run over
 // the rows in order, so the results are the reference's, bitwise, for any block and thread count.
-// A block is as wide as lets the largest graph's rows of it stay in a 2 MiB L2 between the passes (at
-// least 64, at most 1024 channels), narrower only when the threads would lack tasks. On config-batched
+// A block is as wide as lets the largest graph's rows of it fit 2 MiB between the passes (at least 64,
+// at most 1024 channels), narrower only when the threads would lack tasks. (Sized for a 2 MiB L2; on an
+// EPYC with 1 MiB, widths from 96 to 1024 ran alike, docs/benchmarks.md 2026-11-29.) On config-batched
 // rows ([921, 64*256]) 512 channels run the forward 2.2x and the backward 2.5x as fast as 64 did: a
 // row's block is then a run the prefetcher follows, where 64 channels were 256 bytes, each in another page.
 constexpr int64_t kNormBlock = 1024;
@@ -79,9 +80,11 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
 }
 
 // The block of s = x + res a backward task keeps between its passes (a graph's rows x the block's
-// channels), so that its second pass reads one stream from cache, not x and res again from memory. At
-// most 2 MiB a thread, which norm_block's widths fit up to 8,192 rows; a larger graph's block sums each
-// row again into a one-row buffer instead.
+// channels), so that its second pass reads one stream, not x and res again. With dz's block beside it
+// that is up to 4 MiB, in L3 rather than a 1 MiB L2 (AVX-512 EPYC): 6% off the fused norm's forward +
+// backward there (docs/benchmarks.md, 2026-11-30). At most 2 MiB a thread, kept for the process's life,
+// which norm_block's widths fit up to 8,192 rows; a larger graph's block sums each row again into a
+// one-row buffer instead.
 constexpr int64_t kScratchFloats = (int64_t(2) << 20) / 4;
 
 static float* norm_scratch(int64_t n) {

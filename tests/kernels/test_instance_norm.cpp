@@ -83,12 +83,14 @@ TEST_CASE(
       const auto dy = random_values<float>(static_cast<size_t>(N * F), 8);
       const auto rv = random_values<float>(static_cast<size_t>(N * F), 9, -3.0f, 3.0f);
       // affine or not; with a residual (which the forward sums into y and the backward keeps in a
-      // scratch block) and GELU after it, or neither
-      for (const auto& [affine, fused] : {std::pair{true, false}, {false, false}, {true, true}, {false, true}}) {
+      // scratch block) or not; GELU after it or not
+      for (int variant = 0; variant < 8; ++variant) {
+        const bool affine = variant & 1, with_res = variant & 2, gelu = variant & 4;
         CAPTURE(affine);
-        CAPTURE(fused);
-        const float* res = fused ? rv.data() : nullptr;
-        const Act act = fused ? Act::kGelu : Act::kNone;
+        CAPTURE(with_res);
+        CAPTURE(gelu);
+        const float* res = with_res ? rv.data() : nullptr;
+        const Act act = gelu ? Act::kGelu : Act::kNone;
         const float* g = affine ? gm.data() : nullptr;
         const float* b = affine ? bt.data() : nullptr;
         std::vector<float> yr(static_cast<size_t>(N * F)), mr(static_cast<size_t>(G * F)),
