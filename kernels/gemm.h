@@ -89,6 +89,22 @@ void gemm_cpu_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t M, int64_t N,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true,
                   const float* bias = nullptr, GemmCat cat = {});
 
+// Mixed precision on the CPU (kernels/gemm_bf16.cpp): with kBf16, gemm_cpu, gemm_bias_cpu, gemm_cat_cpu and
+// gemm_cpu_serial round op(A) and op(B) to bfloat16 (nearest, ties to even) and sum the exact products in f32
+// (AVX512-BF16's VDPBF16PS, twice the f32 kernel's multiply-adds per instruction; denormal inputs read as zero),
+// as torch's bf16 autocast and set_float32_matmul_precision("medium") do. kF32 (the default) is the f32 kernels.
+// The process-wide setting is gnn train's --matmul-precision; setting kBf16 where the CPU lacks AVX512-BF16 is
+// an error. Results are the same bits for any thread count, as in f32.
+enum class GemmPrecision { kF32, kBf16 };
+bool gemm_bf16_supported();  // this CPU has AVX512-BF16 (and AVX512-BW/VL)
+void set_gemm_cpu_precision(GemmPrecision p);
+GemmPrecision gemm_cpu_precision();
+const char* gemm_precision_name(GemmPrecision p);  // "f32" | "bf16"
+// The bf16 kernel explicitly (tests, benchmarks), with gemm_cpu_isa's arguments; needs gemm_bf16_supported().
+void gemm_cpu_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true,
+                   const float* bias = nullptr, GemmCat cat = {});
+
 // cuBLAS SGEMM on `stream` through `blas` (runtime's handle for the stream's device; the row-major product is the
 // column-major one with A and B swapped). FP32 by default; with TF32 on (set_gemm_tf32, or GNN_TF32=1 in the
 // environment) the tensor cores round the inputs to 10 mantissa bits. Results are the same bits for the same shapes on

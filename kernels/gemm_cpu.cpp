@@ -14,6 +14,8 @@ void gemm_avx2(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64
                float*, int64_t, bool, const float*, GemmCat);
 void gemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
                  float*, int64_t, bool, const float*, GemmCat);
+void gemm_bf16_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                      float*, int64_t, bool, const float*, GemmCat);
 
 namespace {
 
@@ -107,27 +109,75 @@ void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K
   }
 }
 
+bool gemm_bf16_supported() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+#else
+  return false;
+#endif
+}
+
+namespace {
+std::atomic<GemmPrecision> g_precision{GemmPrecision::kF32};
+}
+
+void set_gemm_cpu_precision(GemmPrecision p) {
+  GNN_CHECK(p == GemmPrecision::kF32 || gemm_bf16_supported(),
+            "matmul precision bf16: this CPU has no AVX512-BF16 (bf16 products need it); use f32");
+  g_precision.store(p, std::memory_order_relaxed);
+}
+GemmPrecision gemm_cpu_precision() { return g_precision.load(std::memory_order_relaxed); }
+const char* gemm_precision_name(GemmPrecision p) { return p == GemmPrecision::kBf16 ? "bf16" : "f32"; }
+
+void gemm_cpu_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
+                   GemmCat cat) {
+  GNN_CHECK(gemm_bf16_supported(), "gemm: this CPU cannot run the bf16 kernel (no AVX512-BF16)");
+  // K = 0 or alpha = 0 is C = beta C (+ bias), no product: the f32 driver's, the same values.
+  if (M == 0 || N == 0 || K == 0 || alpha == 0.0f)
+    return gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+  GNN_CHECK(!bias || (alpha == 1.0f && (beta == 0.0f || beta == 1.0f)),
+            "gemm: a bias needs alpha 1 and beta 0 or 1, got ", alpha, " and ", beta);
+  const int64_t split = ta ? M : K;
+  GNN_CHECK(!cat.a2 || (cat.k1 >= 0 && cat.k1 <= split && cat.lda2 >= split - cat.k1), "gemm: the two parts of A (",
+            cat.k1, " columns and the rest, row stride ", cat.lda2, ") do not make ", split, " columns");
+  g_gemm_flops.fetch_add(2 * M * N * K, std::memory_order_relaxed);
+#if defined(__x86_64__)
+  gemm_bf16_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+#endif
+}
+
+namespace {
+// Every product of the process goes through here: the precision setting, then the ISA.
+void gemm_dispatch(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel,
+                   const float* bias = nullptr, GemmCat cat = {}) {
+  if (gemm_cpu_precision() == GemmPrecision::kBf16)
+    return gemm_cpu_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+  gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+}
+}  // namespace
+
 void gemm_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  gemm_dispatch(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, /*parallel=*/true);
 }
 
 void gemm_cat_cpu(bool ta, int64_t M, int64_t N, int64_t K, const float* A1, int64_t lda1, const float* A2,
                   int64_t lda2, int64_t k1, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
-  gemm_cpu_isa(gemm_isa(), ta, false, M, N, K, 1.0f, A1, lda1, B, ldb, 0.0f, C, ldc, /*parallel=*/true, bias,
-               GemmCat{A2, lda2, k1});
+  gemm_dispatch(ta, false, M, N, K, 1.0f, A1, lda1, B, ldb, 0.0f, C, ldc, /*parallel=*/true, bias,
+                GemmCat{A2, lda2, k1});
 }
 
 void gemm_bias_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                    int64_t ldb, const float* bias, float* C, int64_t ldc) {
-  gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, /*parallel=*/true, bias);
+  gemm_dispatch(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, /*parallel=*/true, bias);
 }
 
-}  // namespace gnn
-
-namespace gnn {
 void gemm_cpu_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                      const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, /*parallel=*/false);
+  gemm_dispatch(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, /*parallel=*/false);
 }
+
 }  // namespace gnn

@@ -1,0 +1,291 @@
+// Mixed-precision GEMM on AVX512-BF16 (kernels/gemm.h, GemmPrecision::kBf16): op(A) and op(B) are
+// rounded to bfloat16 (nearest, ties to even) as they are packed, and VDPBF16PS sums each pair of
+// exact products into f32 accumulators: the tensor-core recipe of torch's bf16 autocast and of
+// torch.set_float32_matmul_precision("medium") on CPUs with AMX or AVX512-BF16, here with f32 outputs.
+// Twice the f32 micro-kernel's multiply-adds per instruction (a 12 x 32 tile of 24 accumulators, as the
+// f32 one, each instruction covering two k).
+//
+// The driver is gemm_blocked.h's, in bf16 pairs: for each KC block, op(B) is packed into 32-column
+// panels of k pairs (bp[panel][k/2][j], the two bf16 of one u32), shared by the threads; each thread
+// converts its MC block of op(A) (row-major A into rows of bf16, so a row's k pairs are adjacent; A^T
+// into k pairs over the rows) and runs the tiles. The row blocks and the split-K chunks are those of
+// the f32 driver (they read the shape only), so the bits do not depend on the thread count.
+// VDPBF16PS treats denormal inputs as zero and flushes denormal results (Intel SDM); an odd K is padded
+// with a zero pair element on both sides.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+
+#include "kernels/gemm.h"
+#include "kernels/gemm_blocked.h"
+
+namespace gnn {
+namespace {
+
+constexpr int MR = 12, W = 16;
+constexpr int64_t kKC = gemm_detail::kKC, kMC = gemm_detail::kMC;  // kMC: a multiple of MR and of 48
+
+enum Slot { kPackB, kPackA, kSlots };
+uint32_t* scratch(Slot slot, int64_t n) {  // per thread, keeps its largest size, uninitialised
+  thread_local std::unique_ptr<uint32_t[]> buf[kSlots];
+  thread_local int64_t cap[kSlots] = {};
+  if (cap[slot] < n) {
+    buf[slot].reset();
+    buf[slot].reset(new uint32_t[size_t(n)]);
+    cap[slot] = n;
+  }
+  return buf[slot].get();
+}
+
+__mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
+
+// n floats (n <= 16) to n bf16, zero-extended to u32 lanes (the low halves of pairs).
+__m512i bf16_lanes(const float* p, int64_t n) {
+  const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(first(n), p));
+  return _mm512_maskz_cvtepu16_epi32(__mmask16(0xffff), __m256i(h));  // maskz: GCC 12 warns on the unmasked form
+}
+
+// dst[t] = (bf16(r0[t]), bf16(r1[t])) for t < n, the first in the low half; r1 null: a zero pair element.
+void pairs_of_rows(const float* r0, const float* r1, int64_t n, uint32_t* dst) {
+  for (int64_t t = 0; t < n; t += W) {
+    const int64_t m = std::min<int64_t>(W, n - t);
+    __m512i v = bf16_lanes(r0 + t, m);
+    if (r1) v = _mm512_or_si512(v, _mm512_maskz_slli_epi32(__mmask16(0xffff), bf16_lanes(r1 + t, m), 16));
+    _mm512_mask_storeu_epi32(dst + t, first(m), v);
+  }
+}
+
+// dst[t] = bf16(src[t]) for t < n: consecutive k of one row, so dst read as u32 holds k pairs.
+void bf16_row(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t t = 0; t < n; t += W) {
+    const int64_t m = std::min<int64_t>(W, n - t);
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(first(m), src + t));
+    _mm256_mask_storeu_epi16(dst + t, first(m), __m256i(h));
+  }
+}
+
+template <int NV>
+struct Bf16Blocked {
+  static constexpr int NR = NV * W;
+
+  // An MR x NR tile over k2 pairs: a pair of row i at a[i * sa_i + p * sa_p] (one of the two strides is 1:
+  // Rows says which, so the addressing is the compiler's to hoist), b[p * NR + j]; then alpha, beta and
+  // bias as the f32 micro-kernel.
+  template <bool Rows>
+  static void micro(int64_t k2, const uint32_t* __restrict a, int64_t sa_i, int64_t sa_p, const uint32_t* __restrict b,
+                    float* c, int64_t ldc, float alpha, float beta, const float* bias) {
+    if constexpr (Rows) sa_p = 1;
+    else sa_i = 1;
+    __m512 acc[MR][NV];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < k2; ++p) {
+      __m512bh bv[NV];
+      for (int j = 0; j < NV; ++j) bv[j] = __m512bh(_mm512_loadu_si512(b + p * NR + j * W));
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh av = __m512bh(_mm512_set1_epi32(int(a[i * sa_i + p * sa_p])));
+        for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], av, bv[j]);
+      }
+    }
+    if (alpha != 1.0f)
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_mul_ps(_mm512_set1_ps(alpha), acc[i][j]);
+    if (beta != 0.0f)
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NV; ++j)
+          acc[i][j] = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_loadu_ps(c + i * ldc + j * W), acc[i][j]);
+    if (bias)
+      for (int j = 0; j < NV; ++j) {
+        const __m512 bj = _mm512_loadu_ps(bias + j * W);
+        for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_add_ps(acc[i][j], bj);
+      }
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NV; ++j) _mm512_storeu_ps(c + i * ldc + j * W, acc[i][j]);
+  }
+
+  template <bool Rows>
+  static void micro_edge(int64_t k2, const uint32_t* a, int64_t sa_i, int64_t sa_p, const uint32_t* b, float* c,
+                         int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta, const float* bias) {
+    alignas(64) float tile[MR * NR];
+    micro<Rows>(k2, a, sa_i, sa_p, b, tile, NR, 1.0f, 0.0f, nullptr);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const float v = beta == 0.0f ? alpha * tile[i * NR + j] : alpha * tile[i * NR + j] + beta * c[i * ldc + j];
+        c[i * ldc + j] = bias ? v + bias[j] : v;
+      }
+  }
+
+  // op(B)[k0:k0+kc, :] into panels bp[q][p][j] of k pairs, zero-padded to NR columns and to an even kc.
+  static void pack_b(bool tb, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t N, uint32_t* bp,
+                     bool parallel) {
+    const int64_t panels = (N + NR - 1) / NR, k2 = (kc + 1) / 2;
+    if (tb) {  // B stored [N, K]: each column j's k run converted, then spread over the pairs
+#pragma omp parallel for schedule(static) if (parallel && panels * kc > 4096)
+      for (int64_t q = 0; q < panels; ++q) {
+        uint32_t* dst = bp + q * k2 * NR;
+        alignas(64) uint16_t run[kKC + 2];
+        for (int64_t j = 0; j < NR; ++j) {
+          const int64_t col = q * NR + j;
+          if (col < N) bf16_row(B + col * ldb + k0, kc, run);
+          else std::fill(run, run + kc, uint16_t(0));
+          run[kc] = 0;
+          for (int64_t p = 0; p < k2; ++p) dst[p * NR + j] = uint32_t(run[2 * p]) | uint32_t(run[2 * p + 1]) << 16;
+        }
+      }
+      return;
+    }
+#pragma omp parallel for schedule(static) if (parallel && panels * kc > 4096)
+    for (int64_t p = 0; p < k2; ++p) {
+      const float* r0 = B + (k0 + 2 * p) * ldb;
+      const float* r1 = 2 * p + 1 < kc ? r0 + ldb : nullptr;
+      for (int64_t q = 0; q < panels; ++q) {
+        uint32_t* dst = bp + q * k2 * NR + p * NR;
+        const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
+        pairs_of_rows(r0 + j0, r1 ? r1 + j0 : nullptr, cols, dst);
+        std::fill(dst + cols, dst + NR, 0u);
+      }
+    }
+  }
+
+  // op(A)[i0:i0+mc, k0:k0+kc] of [A | a2] in bf16, the pair of row i at ap[i * sa_i + p * sa_p], the rows
+  // past mc up to a multiple of MR zero. Row-major A: rows of bf16 in k order (sa_i = k2 pairs, sa_p = 1).
+  // Transposed A: pairs of its stored rows k0 + 2p, k0 + 2p + 1 over the columns (sa_i = 1, sa_p = the
+  // block's padded height).
+  static void pack_a(bool ta, const float* A, int64_t lda, const gemm_detail::Cat& cat, int64_t i0, int64_t mc,
+                     int64_t k0, int64_t kc, uint32_t* ap, int64_t& sa_i, int64_t& sa_p) {
+    const int64_t k2 = (kc + 1) / 2, rows = (mc + 47) / 48 * 48;
+    if (ta) {
+      sa_i = 1, sa_p = rows;
+      // op(A) row t = stored column t: A's for t < k1, a2's (column t - k1) after
+      const int64_t k1 = cat.a2 ? cat.k1 : INT64_MAX, split = std::clamp(k1 - i0, int64_t(0), mc);
+      for (int64_t p = 0; p < k2; ++p) {
+        uint32_t* dst = ap + p * rows;
+        const int64_t s = k0 + 2 * p;
+        const bool two = 2 * p + 1 < kc;
+        if (split > 0) {
+          const float* r0 = A + s * lda + i0;
+          pairs_of_rows(r0, two ? r0 + lda : nullptr, split, dst);
+        }
+        if (split < mc) {
+          const float* r0 = cat.a2 + s * cat.lda2 + (i0 + split - k1);
+          pairs_of_rows(r0, two ? r0 + cat.lda2 : nullptr, mc - split, dst + split);
+        }
+        std::fill(dst + mc, dst + rows, 0u);
+      }
+      return;
+    }
+    sa_i = k2, sa_p = 1;
+    const int64_t k1 = cat.a2 ? cat.k1 : INT64_MAX, split = std::clamp(k1 - k0, int64_t(0), kc);
+    for (int64_t i = 0; i < rows; ++i) {
+      uint32_t* dst = ap + i * k2;
+      if (i >= mc) {
+        std::fill(dst, dst + k2, 0u);
+        continue;
+      }
+      uint16_t* h = reinterpret_cast<uint16_t*>(dst);  // a row of u32 pairs read as its bf16 halves
+      const int64_t row = i0 + i;
+      if (split > 0) bf16_row(A + row * lda + k0, split, h);
+      if (split < kc) bf16_row(cat.a2 + row * cat.lda2 + (k0 + split - k1), kc - split, h + split);
+      if (kc % 2) h[kc] = 0;
+    }
+  }
+
+  static void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
+                  const gemm_detail::Cat& cat) {
+    const int64_t panels = (N + NR - 1) / NR, blocks = (M + kMC - 1) / kMC;
+    // The f32 driver's split-K rule (gemm_blocked.h), so the same shapes split.
+    const bool long_k = K >= 4096 && (blocks <= 4 || (K >= 8 * M && M * N <= (int64_t(1) << 19)));
+    if (parallel && long_k) return run_split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat);
+    const int64_t k2_max = (std::min(K, kKC) + 1) / 2;
+    uint32_t* bp = scratch(kPackB, panels * k2_max * NR);
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t kc = std::min(kKC, K - k0), k2 = (kc + 1) / 2;
+      const float beta_k = k0 == 0 ? beta : 1.0f;
+      const float* bias_k = k0 + kc == K ? bias : nullptr;
+      pack_b(tb, B, ldb, k0, kc, N, bp, parallel);
+#pragma omp parallel if (parallel)
+      {
+        uint32_t* ap = scratch(kPackA, kMC * k2);
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          const int64_t i0 = blk * kMC, mc = std::min(kMC, M - i0);
+          int64_t sa_i = 0, sa_p = 0;
+          pack_a(ta, A, lda, cat, i0, mc, k0, kc, ap, sa_i, sa_p);
+          for (int64_t q = 0; q < panels; ++q) {
+            const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
+            const uint32_t* b = bp + q * k2 * NR;
+            const float* bj = bias_k ? bias_k + j0 : nullptr;
+            for (int64_t r = 0; r < mc; r += MR) {
+              const int64_t rows = std::min<int64_t>(MR, mc - r);
+              float* c = C + (i0 + r) * ldc + j0;
+              const uint32_t* a = ap + r * sa_i;
+              const bool full = rows == MR && cols == NR;
+              if (full && !ta) micro<true>(k2, a, sa_i, sa_p, b, c, ldc, alpha, beta_k, bj);
+              else if (full) micro<false>(k2, a, sa_i, sa_p, b, c, ldc, alpha, beta_k, bj);
+              else if (!ta) micro_edge<true>(k2, a, sa_i, sa_p, b, c, ldc, rows, cols, alpha, beta_k, bj);
+              else micro_edge<false>(k2, a, sa_i, sa_p, b, c, ldc, rows, cols, alpha, beta_k, bj);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // As gemm_blocked.h's run_split_k: K cut into chunks fixed by K alone, each multiplied serially into
+  // its own partial C, the partials added in chunk order.
+  static void run_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
+                          const gemm_detail::Cat& cat) {
+    const int64_t len = std::max<int64_t>(1024, (K + 15) / 16 + kKC - 1) / kKC * kKC;
+    const int64_t chunks = (K + len - 1) / len;
+    float* part = gemm_detail::scratch(gemm_detail::kPartials, chunks * M * N);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t k0 = c * len, kc = std::min(len, K - k0);
+      const float* b = tb ? B + k0 : B + k0 * ldb;
+      const float* a = nullptr;
+      int64_t la = lda;
+      gemm_detail::Cat ck = cat;
+      if (ta) {
+        a = A + k0 * lda;
+        if (cat.a2) ck.a2 = cat.a2 + k0 * cat.lda2;
+      } else if (cat.a2 && k0 >= cat.k1) {
+        a = cat.a2 + (k0 - cat.k1), la = cat.lda2, ck = gemm_detail::Cat{};
+      } else {
+        a = A + k0;
+        ck.k1 = cat.k1 - k0;
+      }
+      run(ta, tb, M, N, kc, 1.0f, a, la, b, ldb, 0.0f, part + c * M * N, N, /*parallel=*/false, nullptr, ck);
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < M; ++i) {
+      float* __restrict s = part + i * N;
+      for (int64_t c = 1; c < chunks; ++c) {
+        const float* __restrict pc = part + c * M * N + i * N;
+        for (int64_t j = 0; j < N; ++j) s[j] += pc[j];
+      }
+      float* __restrict ci = C + i * ldc;
+      if (beta == 0.0f)
+        for (int64_t j = 0; j < N; ++j) ci[j] = alpha * s[j];
+      else
+        for (int64_t j = 0; j < N; ++j) ci[j] = alpha * s[j] + beta * ci[j];
+      if (bias)
+        for (int64_t j = 0; j < N; ++j) ci[j] += bias[j];
+    }
+  }
+};
+
+}  // namespace
+
+void gemm_bf16_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                      const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
+                      GemmCat cat) {
+  const gemm_detail::Cat c{cat.a2, cat.lda2, cat.k1};
+  if (N <= W) return Bf16Blocked<1>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c);
+  Bf16Blocked<2>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c);
+}
+
+}  // namespace gnn

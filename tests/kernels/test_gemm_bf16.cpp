@@ -1,0 +1,153 @@
+// The CPU's mixed-precision GEMM (kernels/gemm_bf16.cpp, GemmPrecision::kBf16): op(A) and op(B) rounded to
+// bfloat16, products summed in f32. Checked against the double product of the rounded inputs (so the only
+// error left is the f32 summation's), on every layout the f32 driver takes: transposed or not, [A | a2],
+// a bias, alpha and beta, edge tiles, odd K, narrow N and split K; the same bits for any thread count; the
+// process-wide setting routes gemm_cpu through it; and a CPU without AVX512-BF16 refuses it by name.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gemm_check.h"
+#include "kernels/gemm.h"
+#include "runtime/parallel.h"
+#include "testing.h"
+
+namespace gnn {
+namespace {
+
+// bfloat16 nearest, ties to even, denormals to zero: what VCVTNEPS2BF16 gives for finite inputs.
+double bf16(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  if ((u & 0x7f800000u) == 0) return std::signbit(v) ? -0.0 : 0.0;
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+struct Case {
+  bool ta, tb, cat, bias;
+  int64_t M, N, K;
+  float alpha, beta;
+};
+
+void check_case(const Case& c) {
+  CAPTURE(c.ta);
+  CAPTURE(c.tb);
+  CAPTURE(c.cat);
+  CAPTURE(c.bias);
+  CAPTURE(c.M);
+  CAPTURE(c.N);
+  CAPTURE(c.K);
+  CAPTURE(c.alpha);
+  CAPTURE(c.beta);
+  const int64_t M = c.M, N = c.N, K = c.K, pad = 3;
+  // op(A) [M, K]: stored [M, K] or [K, M]; with cat, its split (columns of [A | a2], or rows of op(A) when
+  // transposed) at k1
+  const int64_t split = c.ta ? M : K, k1 = c.cat ? split / 3 + 1 : split;
+  const int64_t rows_s = c.ta ? K : M;  // stored rows
+  const int64_t lda = k1 + pad, lda2 = split - k1 + pad, ldb = (c.tb ? K : N) + pad, ldc = N + pad;
+  const auto A = testing::random_values<float>(size_t(rows_s * lda), 11),
+             A2 = testing::random_values<float>(size_t(rows_s * lda2), 12),
+             B = testing::random_values<float>(size_t((c.tb ? N : K) * ldb), 13),
+             bias = testing::random_values<float>(size_t(N), 14);
+  std::vector<float> C =
+      c.beta == 0 ? std::vector<float>(size_t(M * ldc), NAN) : testing::random_values<float>(size_t(M * ldc), 15);
+  const std::vector<float> C0 = C;
+  auto a_at = [&](int64_t i, int64_t p) {  // op(A)[i, p], rounded
+    const int64_t s = c.ta ? p : i, t = c.ta ? i : p;
+    return bf16(t < k1 ? A[size_t(s * lda + t)] : A2[size_t(s * lda2 + t - k1)]);
+  };
+  gemm_cpu_bf16(c.ta, c.tb, M, N, K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc, true,
+                c.bias ? bias.data() : nullptr, c.cat ? GemmCat{A2.data(), lda2, k1} : GemmCat{});
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = N; j < ldc; ++j) REQUIRE(std::memcmp(&C[size_t(i * ldc + j)], &C0[size_t(i * ldc + j)], 4) == 0);
+    for (int64_t j = 0; j < N; ++j) {
+      double want = 0, mag = 0;
+      for (int64_t p = 0; p < K; ++p) {
+        const double t = a_at(i, p) * bf16(c.tb ? B[size_t(j * ldb + p)] : B[size_t(p * ldb + j)]);
+        want += t, mag += std::fabs(t);
+      }
+      want *= c.alpha, mag *= std::fabs(c.alpha);
+      if (c.beta != 0)
+        want += double(c.beta) * C0[size_t(i * ldc + j)], mag += std::fabs(c.beta * C0[size_t(i * ldc + j)]);
+      if (c.bias) want += bias[size_t(j)], mag += std::fabs(bias[size_t(j)]);
+      // f32 sums of exact products: at most about K + 3 roundings of 2^-24 of the running magnitude
+      const double got = C[size_t(i * ldc + j)], tol = (double(K) + 4) * 0x1p-24 * mag + 1e-30;
+      if (!(std::fabs(got - want) <= tol)) {
+        CHECK_MESSAGE(false, "first bad element (" << i << ", " << j << "): got " << got << ", want " << want
+                                                   << ", tolerance " << tol);
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gemm bf16: the double product of the rounded inputs, on every layout") {
+  if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool cat : {false, true})
+        for (auto [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+                 {1, 1, 1}, {12, 32, 2}, {13, 33, 7}, {100, 70, 300}, {97, 16, 257}, {30, 5, 513}})
+          for (auto [alpha, beta] : std::vector<std::pair<float, float>>{{1.0f, 0.0f}, {0.5f, 1.0f}, {-2.0f, 0.25f}})
+            check_case({ta, tb, cat, false, M, N, K, alpha, beta});
+  // a bias (alpha 1, beta 0 or 1), and long K cut into chunks (split K) with and without [A | a2]
+  for (bool ta : {false, true})
+    for (float beta : {0.0f, 1.0f}) check_case({ta, false, ta, true, 50, 40, 70, 1.0f, beta});
+  for (bool cat : {false, true}) {
+    check_case({true, false, cat, false, 40, 24, 9000, 1.0f, 0.0f});
+    check_case({false, false, cat, true, 16, 48, 5001, 1.0f, 1.0f});
+  }
+}
+
+TEST_CASE("gemm bf16: bitwise identical for any thread count") {
+  if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
+  for (auto [ta, M, N, K] : std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{
+           {false, 1000, 96, 300}, {true, 256, 128, 10000}, {true, 512, 256, 5000}, {false, 700, 16, 129}}) {
+    CAPTURE(ta);
+    CAPTURE(M);
+    const auto A = testing::random_values<float>(size_t(M * K), 4), B = testing::random_values<float>(size_t(K * N), 5);
+    std::vector<float> C1(size_t(M * N)), C2(size_t(M * N));
+    const int saved = num_threads();
+    set_num_threads(1);
+    gemm_cpu_bf16(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C1.data(), N);
+    set_num_threads(std::max(3, saved));
+    gemm_cpu_bf16(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C2.data(), N);
+    set_num_threads(saved);
+    CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * 4) == 0);
+  }
+}
+
+TEST_CASE("gemm bf16: the precision setting routes every CPU product, and f32 is untouched") {
+  const int64_t M = 37, N = 50, K = 90;
+  const auto A = testing::random_values<float>(size_t(M * K), 6), B = testing::random_values<float>(size_t(K * N), 7),
+             bias = testing::random_values<float>(size_t(N), 8);
+  std::vector<float> f32(size_t(M * N)), mixed(size_t(M * N)), direct(size_t(M * N));
+  REQUIRE(gemm_cpu_precision() == GemmPrecision::kF32);  // the default
+  gemm_bias_cpu(false, false, M, N, K, A.data(), K, B.data(), N, bias.data(), f32.data(), N);
+  std::vector<float> want(size_t(M * N));
+  gemm_cpu_isa(gemm_isa(), false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, want.data(), N, true,
+               bias.data());
+  CHECK(std::memcmp(f32.data(), want.data(), want.size() * 4) == 0);
+  if (!gemm_bf16_supported()) {
+    CHECK_THROWS_WITH(set_gemm_cpu_precision(GemmPrecision::kBf16), doctest::Contains("this CPU has no AVX512-BF16"));
+    return testing::skip("this CPU has no AVX512-BF16");
+  }
+  set_gemm_cpu_precision(GemmPrecision::kBf16);
+  gemm_bias_cpu(false, false, M, N, K, A.data(), K, B.data(), N, bias.data(), mixed.data(), N);
+  set_gemm_cpu_precision(GemmPrecision::kF32);
+  gemm_cpu_bf16(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, direct.data(), N, true, bias.data());
+  CHECK(std::memcmp(mixed.data(), direct.data(), direct.size() * 4) == 0);
+  CHECK(std::memcmp(mixed.data(), f32.data(), f32.size() * 4) != 0);  // rounded inputs: other values
+  CHECK(std::string(gemm_precision_name(GemmPrecision::kBf16)) == "bf16");
+}
+
+}  // namespace gnn
