@@ -25,7 +25,8 @@ namespace gnn {
 namespace {
 
 constexpr int MR = 12, W = 16;
-constexpr int64_t kKC = gemm_detail::kKC, kMC = gemm_detail::kMC;  // kMC: a multiple of MR and of 48
+constexpr int64_t kKC = gemm_detail::kKC, kMC = gemm_detail::kMC;
+static_assert(kMC % 48 == 0, "pack_a pads a block's rows to a multiple of 48 (MR and the vector) within kMC");
 
 enum Slot { kPackB, kPackA, kSlots };
 uint32_t* scratch(Slot slot, int64_t n) {  // per thread, keeps its largest size, uninitialised

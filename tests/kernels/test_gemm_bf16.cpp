@@ -141,9 +141,14 @@ TEST_CASE("gemm bf16: the precision setting routes every CPU product, and f32 is
     CHECK_THROWS_WITH(set_gemm_cpu_precision(GemmPrecision::kBf16), doctest::Contains("this CPU has no AVX512-BF16"));
     return testing::skip("this CPU has no AVX512-BF16");
   }
-  set_gemm_cpu_precision(GemmPrecision::kBf16);
-  gemm_bias_cpu(false, false, M, N, K, A.data(), K, B.data(), N, bias.data(), mixed.data(), N);
-  set_gemm_cpu_precision(GemmPrecision::kF32);
+  {
+    struct Reset {  // the setting is the process's: f32 again for the next test, whatever happens
+      ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
+    } reset;
+    set_gemm_cpu_precision(GemmPrecision::kBf16);
+    gemm_bias_cpu(false, false, M, N, K, A.data(), K, B.data(), N, bias.data(), mixed.data(), N);
+  }
+  REQUIRE(gemm_cpu_precision() == GemmPrecision::kF32);
   gemm_cpu_bf16(false, false, M, N, K, 1.0f, A.data(), K, B.data(), N, 0.0f, direct.data(), N, true, bias.data());
   CHECK(std::memcmp(mixed.data(), direct.data(), direct.size() * 4) == 0);
   CHECK(std::memcmp(mixed.data(), f32.data(), f32.size() * 4) != 0);  // rounded inputs: other values
