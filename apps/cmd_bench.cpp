@@ -13,6 +13,7 @@
 #include "bench/registry.h"
 #include "io/json.h"
 #include "io/npz.h"
+#include "kernels/gemm.h"
 #include "runtime/cuda.h"
 #include "runtime/parallel.h"
 
@@ -118,6 +119,7 @@ int bench_kernel(const Args& a, const std::string& name) {
       j.set("graph_nodes", s.graph_nodes);
     j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
     j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph);
+    j.set("matmul_precision", gemm_precision_name(gemm_cpu_precision()));
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf(
@@ -167,6 +169,8 @@ Command bench_command() {
       {"keys", "K1,K2", "npz: load only these arrays"},
       {"repeat", "N", "timed runs after the warm-up (at least 20 for kernels)", "20"},
       {"threads", "T", "CPU threads (default: all)"},
+      {"matmul-precision", "f32|bf16",
+       "kernel: the CPU's matrix products, as gnn train's flag (bf16 needs AVX512-BF16)", "f32"},
       {"json", "", "one JSON object: name, median_ms, gbps, gflops"}};
   c.details = kernel_list() +
               "\nGB/s counts the bytes a pass must move (formulas beside each case in bench/registry_*.cpp);\n"
@@ -174,6 +178,14 @@ Command bench_command() {
               "bench/peers/ times numpy, PyTorch and PyTorch Geometric on the same work.";
   c.run = [](const Args& a) {
     if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
+    const std::string precision = a.str("matmul-precision");
+    if (precision != "f32" && precision != "bf16")
+      throw UsageError("--matmul-precision: expected f32 or bf16, got '" + precision + "'");
+    if (precision == "bf16" && !gemm_bf16_supported())
+      throw UsageError("--matmul-precision bf16: this CPU has no AVX512-BF16, which its products need");
+    set_gemm_cpu_precision(precision == "bf16" ? GemmPrecision::kBf16 : GemmPrecision::kF32);
+    if (precision == "bf16" && a.str("device") == "cuda")
+      throw UsageError("--matmul-precision bf16: sets the CPU's products; --device cuda runs cuBLAS's");
     const std::string what = a.positional(0);
     if (what == "npz") return bench_npz(a, a.positional(1));
     if (what == "kernel") return bench_kernel(a, a.positional(1));

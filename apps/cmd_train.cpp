@@ -84,10 +84,15 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
   for (const std::string& dir : run_dirs(a)) {
     RunOnSplit r;
     r.dir = dir;
-    r.model = train::load_model(train::run_checkpoint(dir, a.str("checkpoint")));
+    r.model = train::load_model(train::run_checkpoint(dir, a.str("checkpoint")), device);
     if (!runs.empty() && r.model.recipe->kind != runs[0].model.recipe->kind)
       throw UsageError("--run " + dir + ": a " + r.model.recipe->kind + " model (" + r.model.recipe->name +
                        ") cannot join an ensemble of " + runs[0].model.recipe->kind + " models (" + runs[0].dir + ")");
+    // on the CPU, one setting per process
+    if (!device.is_cuda() && !runs.empty() && r.model.train.matmul_bf16 != runs[0].model.train.matmul_bf16)
+      throw UsageError("--run " + dir + ": trained with --matmul-precision " +
+                       (r.model.train.matmul_bf16 ? "bf16" : "f32") + ", " + runs[0].dir + " with " +
+                       (runs[0].model.train.matmul_bf16 ? "bf16" : "f32") + "; an ensemble's runs share one precision");
     nn::move_parameters(*r.model.model, device);
     auto files = train::kind_files(a.str("data"), r.model.recipe->kind, a.str("split"));
     GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", r.model.recipe->kind, " ", a.str("split"), " files");
@@ -522,7 +527,7 @@ Command pass_command() {
   c.run = [](const Args& a) {
     const Device device = parse_device(a);
     set_threads(a);
-    train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")));
+    train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")), device);
     nn::move_parameters(*m.model, device);
     const auto files = train::kind_files(a.str("data"), m.recipe->kind, a.str("split"));
     if (files.empty())

@@ -18,6 +18,8 @@
 # build/bin/gnn), AMP (the originals' precisions, a comma list for winners.py --amp; default none on the
 # CPU; on the GPU none plus the one they trained with: bf16 for tgraph, fp16 for the 6th place), PROFILE
 # (1: after the timed runs, gnn's step again under `gnn train --profile`, 4 steps, and its table).
+# GNN_FLAGS: more flags for gnn's side, e.g. "--matmul-precision bf16" (with AMP=bf16, their forward under
+# torch's CPU bf16 autocast: each side in bf16 products).
 # ROUNDS (default 1): both sides that many times, alternating (this VM's speed drifts over minutes), then
 # each round's ratio and the medians.
 # Prints one line per run: who, precision, configs/s, step ms, peak memory.
@@ -53,20 +55,24 @@ else
   mkdir -p "$tmp/data/npz/layout/xla/default/train"
   ln -s "$(cd "$(dirname "$file")" && pwd)/$(basename "$file")" "$tmp/data/npz/layout/xla/default/train/"
 fi
+read -r -a extra <<<"${GNN_FLAGS:-}"
+precision=fp32
+[[ " ${GNN_FLAGS:-} " =~ " --matmul-precision"[=\ ]"bf16 " ]] && precision=bf16
 gnn_side() {
   rm -rf "$tmp/run"
-  "$gnn" train --model "$recipe" --data "$tmp/data" --out "$tmp/run" "${flags[@]}" \
+  "$gnn" train --model "$recipe" --data "$tmp/data" --out "$tmp/run" "${flags[@]}" "${extra[@]}" \
     --configs "$configs" --epochs "$steps" --threads "$threads" --device "$dev" --progress lines >"$tmp/gnn.log"
-  "$py" - "$tmp/run/metrics.jsonl" "$(tail -n 1 "$tmp/gnn.log")" "$recipe" "$(basename "$file")" "$tmp/gnn.rates" <<'EOF'
+  "$py" - "$tmp/run/metrics.jsonl" "$(tail -n 1 "$tmp/gnn.log")" "$recipe" "$(basename "$file")" "$tmp/gnn.rates" \
+    "$precision" <<'EOF'
 import json, statistics, sys
-metrics, last, recipe, name, rates_file = sys.argv[1:6]
+metrics, last, recipe, name, rates_file, precision = sys.argv[1:7]
 rows = [json.loads(l) for l in open(metrics) if l.strip()]
 rates = [r["configs_per_s"] for r in rows if "configs_per_s" in r]
 rate = statistics.median(rates[1:] or rates)
 end = json.loads(last)
 mem = (f"peak device tensors {end['peak_device_mb']:.0f} MB" if "peak_device_mb" in end
        else f"peak tensors {end['peak_tensor_mb']:.0f} MB")
-print(f"{name:28s} gnn {recipe:16s} fp32   {rate:9.1f} configs/s  {mem}")
+print(f"{name:28s} gnn {recipe:16s} {precision:6s} {rate:9.1f} configs/s  {mem}")
 open(rates_file, "a").write(f"{rate}\n")
 EOF
 }
@@ -105,7 +111,7 @@ print(f"gnn {statistics.median(gnn):.1f} : theirs ({sys.argv[3].split(',')[0]}) 
 EOF
 fi
 if [ "${PROFILE:-0}" = 1 ]; then
-  "$gnn" train --model "$recipe" --data "$tmp/data" --out "$tmp/prof" "${flags[@]}" \
+  "$gnn" train --model "$recipe" --data "$tmp/data" --out "$tmp/prof" "${flags[@]}" "${extra[@]}" \
     --configs "$configs" --epochs 4 --threads "$threads" --device "$dev" --progress lines --profile |
     sed -n '/^profile:/,/GEMM:/p'
 fi

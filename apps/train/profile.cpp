@@ -151,9 +151,10 @@ std::string StepProfile::table() const {
     row("  " + name, ms, extra);
   }
   std::snprintf(line, sizeof line,
-                "  GEMM: %.2f GFLOP a step; %s SGEMM peak now %.1f GFLOP/s (%lld^3): floor %.2f ms "
+                "  GEMM: %.2f GFLOP a step; %s %s peak now %.1f GFLOP/s (%lld^3): floor %.2f ms "
                 "a step (%.1f%% of it)\n",
                 j["gemm_gflop"].as_number(), device_.is_cuda() ? "the GPU's cuBLAS" : "this machine's",
+                !device_.is_cuda() && gemm_cpu_precision() == GemmPrecision::kBf16 ? "bf16 GEMM" : "SGEMM",
                 j["gemm_peak_gflops"].as_number(), (long long)peak_n_, j["gemm_floor_ms"].as_number(),
                 100 * j["gemm_floor_ms"].as_number() / step);
   out += line;

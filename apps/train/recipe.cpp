@@ -229,7 +229,14 @@ HParamTable<TrainHParams> train_table(bool layout) {
       .add(&T::tta, integer_hp("tta", "1", 1, 1000,
                                "eval and predict: each config's score averaged over this many passes, each over the "
                                "configs in a random order (for models whose configs interact in a batch); "
-                               "validation in training takes one"));
+                               "validation in training takes one"))
+      .add(&T::matmul_bf16,
+           choice_hp("matmul-precision", "f32", "f32|bf16",
+                     "the CPU's matrix products: f32 | bf16 (inputs rounded to bfloat16, products summed in f32: "
+                     "about twice the f32 rate on CPUs with AVX512-BF16, which it needs; the winners trained in "
+                     "bf16 or fp16 on GPUs). Eval and predict on the CPU compute as the run was trained; not with "
+                     "--device cuda (cuBLAS's products: GNN_TF32=1 for tensor cores)"),
+           "bf16");
   if (layout) {
     t.add(&T::khops,
           integer_hp("khops", "-1", -1, kMany, "keep nodes within k hops of a configurable node (-1: every node)"))

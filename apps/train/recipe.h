@@ -185,6 +185,7 @@ struct TrainHParams {
   int64_t khops = -1, segment = 0;  // layout only: -1 every node, 0 no segment
   HopDirection khops_direction = HopDirection::kBoth;
   RegionEdges khops_edges = RegionEdges::kAll;
+  bool matmul_bf16 = false;  // --matmul-precision bf16: the CPU's products from bf16 inputs (kernels/gemm.h)
 
   // --loss mse | mape: the model predicts log runtimes (its output plus Preprocessing::log_offset).
   bool regression() const { return loss == Loss::kMse || loss == Loss::kMape; }

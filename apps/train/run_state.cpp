@@ -18,6 +18,7 @@
 #include "io/byte_source.h"
 #include "io/json.h"
 #include "io/npz.h"
+#include "kernels/gemm.h"
 
 namespace gnn::train {
 
@@ -326,12 +327,18 @@ std::string run_checkpoint(const std::string& run, const std::string& which) {
   return last;
 }
 
-LoadedModel load_model(const std::string& checkpoint) {
+LoadedModel load_model(const std::string& checkpoint, Device device) {
   Meta m = read_meta(checkpoint);
   LoadedModel out;
   out.recipe = m.recipe;
   out.hparams = m.hparams;
   out.train = TrainHParams::read(m.hparams, m.recipe->kind == "layout");
+  if (!device.is_cuda()) {  // scored on the CPU with the products it trained with: the process-wide setting
+    GNN_CHECK(!out.train.matmul_bf16 || gemm_bf16_supported(), checkpoint,
+              ": trained with --matmul-precision bf16, whose products this CPU cannot compute (no AVX512-BF16); "
+              "score it on a GPU (--device cuda) or on a CPU that has it");
+    set_gemm_cpu_precision(out.train.matmul_bf16 ? GemmPrecision::kBf16 : GemmPrecision::kF32);
+  }
   out.prep = m.prep;
   Rng rng(0);
   out.model = m.recipe->build(m.hparams, dims_of(m.prep), rng);

@@ -25,6 +25,7 @@
 #include "dist/comm.h"
 #include "io/atomic_file.h"
 #include "io/json.h"
+#include "kernels/gemm.h"
 #include "nn/loss.h"
 #include "nn/optim.h"
 #include "runtime/allocator.h"
@@ -349,6 +350,12 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   const HParams& hp = plan_.hp;
   tp_ = TrainHParams::read(hp, recipe->kind == "layout");
   losses_ = loss_terms(tp_);
+  if (tp_.matmul_bf16 && o.device.is_cuda())
+    bad_option("--matmul-precision bf16: sets the CPU's products; on a GPU, GNN_TF32=1 gives cuBLAS's tensor-core "
+               "products");
+  if (tp_.matmul_bf16 && !gemm_bf16_supported())
+    bad_option("--matmul-precision bf16: this CPU has no AVX512-BF16, which its products need; use f32");
+  set_gemm_cpu_precision(tp_.matmul_bf16 ? GemmPrecision::kBf16 : GemmPrecision::kF32);
   if (recipe->train_part && world_.size > 1)
     bad_option(detail::str_cat("--model ", recipe->name,
                                ": its table of segment scores lives in one process; run it "

@@ -82,7 +82,9 @@ struct LoadedModel {
   std::string path;
   int64_t epoch = 0;
 };
-LoadedModel load_model(const std::string& checkpoint);
+// On the CPU (`device`, where the caller will run it) loading also sets the process's matrix products to
+// the run's --matmul-precision, so a model is scored as it was validated; a GPU's products are cuBLAS's.
+LoadedModel load_model(const std::string& checkpoint, Device device = Device::cpu());
 // RUN/best.npz when it exists, else RUN/model.npz; `which` = best | last | swa (RUN/swa.npz) forces one.
 std::string run_checkpoint(const std::string& run, const std::string& which);
 

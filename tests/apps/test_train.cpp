@@ -20,6 +20,7 @@
 #include "io/json.h"
 #include "io/npz.h"
 #include "io/synth.h"
+#include "kernels/gemm.h"
 #include "nn/loss.h"
 #include "runtime/cuda.h"
 #include "testing.h"
@@ -1228,6 +1229,47 @@ TEST_CASE("train: layout-tgraph trains on the configurable nodes and neighbours,
   const double tau = Json::parse(last_line(r.out))["score"].as_number();
   CHECK(tau >= -1);
   CHECK(tau <= 1);
+}
+
+TEST_CASE("train: --matmul-precision bf16 trains on bf16 products, resumes bit for bit, and eval computes so") {
+  TempDir t;
+  const std::string base = "train --model layout-tgraph --data " + dataset() +
+                           " --hidden 16 --op-embed 8 --configs 8 --warmup 2 --epochs 2 --out ";
+  const std::string f32 = t.file("f32"), a = t.file("a"), b = t.file("b");
+  if (!gemm_bf16_supported()) {
+    const auto r = run_gnn(base + a + " --matmul-precision bf16");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--matmul-precision bf16: this CPU has no AVX512-BF16") != std::string::npos);
+    return testing::skip("this CPU has no AVX512-BF16");
+  }
+  struct Reset {  // load_model sets the process's precision from the run: the next test gets f32 back
+    ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
+  } reset;
+  auto r = run_gnn(base + f32);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn(base + a + " --matmul-precision bf16");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  // Other products, so other weights; finite losses.
+  CHECK_FALSE(same_bits(checkpoint_weights(f32 + "/model.npz"), checkpoint_weights(a + "/model.npz")));
+  for (const std::string& line : metric_lines(a + "/metrics.jsonl"))
+    CHECK(std::isfinite(Json::parse(line)["train_loss"].as_number()));
+  // Killed after 3 of its 6 steps and resumed (the precision read back from the checkpoint), it ends where the
+  // unbroken run did.
+  r = run_gnn(base + b + " --matmul-precision bf16 --checkpoint-minutes 0 --kill-after-steps 3");
+  CHECK(r.exit_code != 0);
+  r = run_gnn("train --resume --out " + b);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(b + "/model.npz")));
+  // Loading a run sets the products it trained with; an ensemble's runs must agree.
+  CHECK(load_model(a + "/model.npz").train.matmul_bf16);
+  CHECK(gemm_cpu_precision() == GemmPrecision::kBf16);
+  CHECK_FALSE(load_model(f32 + "/model.npz").train.matmul_bf16);
+  CHECK(gemm_cpu_precision() == GemmPrecision::kF32);
+  r = run_gnn("eval --run " + a + " --data " + dataset() + " --tta 1");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn("eval --run " + a + " --run " + f32 + " --data " + dataset());
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("an ensemble's runs share one precision") != std::string::npos);
 }
 
 TEST_CASE("train: building the next batch on a second thread during each step changes nothing") {
