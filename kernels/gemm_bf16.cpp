@@ -197,9 +197,12 @@ struct Bf16Blocked {
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
                   const gemm_detail::Cat& cat) {
     const int64_t panels = (N + NR - 1) / NR, blocks = (M + kMC - 1) / kMC;
-    // The f32 driver's split-K rule (gemm_blocked.h), so the same shapes split.
-    const bool long_k = K >= 4096 && (blocks <= 4 || (K >= 8 * M && M * N <= (int64_t(1) << 19)));
-    if (parallel && long_k) return run_split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat);
+    if (parallel && gemm_detail::wants_split_k(M, N, K))  // the f32 driver's chunks (gemm_blocked.h)
+      return gemm_detail::split_k(
+          ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat,
+          [&](const float* a, int64_t la, const float* b, int64_t kc, float* part, const gemm_detail::Cat& ck) {
+            run(ta, tb, M, N, kc, 1.0f, a, la, b, ldb, 0.0f, part, N, /*parallel=*/false, nullptr, ck);
+          });
     const int64_t k2_max = (std::min(K, kKC) + 1) / 2;
     uint32_t* bp = scratch(kPackB, panels * k2_max * NR);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
@@ -232,49 +235,6 @@ struct Bf16Blocked {
           }
         }
       }
-    }
-  }
-
-  // As gemm_blocked.h's run_split_k: K cut into chunks fixed by K alone, each multiplied serially into
-  // its own partial C, the partials added in chunk order.
-  static void run_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
-                          const gemm_detail::Cat& cat) {
-    const int64_t len = std::max<int64_t>(1024, (K + 15) / 16 + kKC - 1) / kKC * kKC;
-    const int64_t chunks = (K + len - 1) / len;
-    float* part = gemm_detail::scratch(gemm_detail::kPartials, chunks * M * N);
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t k0 = c * len, kc = std::min(len, K - k0);
-      const float* b = tb ? B + k0 : B + k0 * ldb;
-      const float* a = nullptr;
-      int64_t la = lda;
-      gemm_detail::Cat ck = cat;
-      if (ta) {
-        a = A + k0 * lda;
-        if (cat.a2) ck.a2 = cat.a2 + k0 * cat.lda2;
-      } else if (cat.a2 && k0 >= cat.k1) {
-        a = cat.a2 + (k0 - cat.k1), la = cat.lda2, ck = gemm_detail::Cat{};
-      } else {
-        a = A + k0;
-        ck.k1 = cat.k1 - k0;
-      }
-      run(ta, tb, M, N, kc, 1.0f, a, la, b, ldb, 0.0f, part + c * M * N, N, /*parallel=*/false, nullptr, ck);
-    }
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < M; ++i) {
-      float* __restrict s = part + i * N;
-      for (int64_t c = 1; c < chunks; ++c) {
-        const float* __restrict pc = part + c * M * N + i * N;
-        for (int64_t j = 0; j < N; ++j) s[j] += pc[j];
-      }
-      float* __restrict ci = C + i * ldc;
-      if (beta == 0.0f)
-        for (int64_t j = 0; j < N; ++j) ci[j] = alpha * s[j];
-      else
-        for (int64_t j = 0; j < N; ++j) ci[j] = alpha * s[j] + beta * ci[j];
-      if (bias)
-        for (int64_t j = 0; j < N; ++j) ci[j] += bias[j];
     }
   }
 };

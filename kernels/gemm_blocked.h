@@ -46,9 +46,69 @@ inline float* scratch(Slot slot, int64_t n) {
   return buf[slot].get();
 }
 
+// Whether a product cuts K into chunks (split_k): always with at most 4 row blocks, and with more where K is
+// at least 8 M and C small (a layer of [aggregate | root] 512 wide: dW = [a | b]^T dy over 64k rows had
+// 250 k blocks of two parallel regions each, and A^T packed block by block in 384-byte pieces). The choice
+// reads the shape only, never the thread count: the same bits anywhere. Every driver (f32, bf16) uses it.
+inline bool wants_split_k(int64_t M, int64_t N, int64_t K) {
+  const int64_t blocks = (M + kMC - 1) / kMC;  // kMC is a multiple of every MR (96)
+  return K >= 4096 && (blocks <= 4 || (K >= 8 * M && M * N <= (int64_t(1) << 19)));
+}
+
+// A small C over a long K (a weight gradient, h^T dz over all nodes) has too few row blocks to share
+// out: K is cut instead, into chunks fixed by K alone, each multiplied serially into its own partial
+// C by run_chunk(a, lda, b, kc, partial, cat) (the driver's serial run on op(A)[:, k0:] and op(B)[k0:, :],
+// alpha 1, beta 0, no bias), and the partials are added in chunk order, so the thread count never
+// changes the bits. dW = h^T dz at N = 10k, 2F = 256, O = 128: 64 -> 126 GFLOP/s.
+template <class RunChunk>
+void split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+             const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias, const Cat& cat,
+             const RunChunk& run_chunk) {
+  const int64_t len = std::max<int64_t>(1024, (K + 15) / 16 + kKC - 1) / kKC * kKC;
+  const int64_t chunks = (K + len - 1) / len;
+  float* part = scratch(kPartials, chunks * M * N);  // the calling thread's; the chunks' threads write it
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t k0 = c * len, kc = std::min(len, K - k0);
+    const float* b = tb ? B + k0 : B + k0 * ldb;  // op(B)[k0:, :]
+    // op(A)[:, k0:]: rows k0.. of both parts (transposed), or columns k0.. of [A | a2], which may lie in a2
+    const float* a = nullptr;
+    int64_t la = lda;
+    Cat ck = cat;
+    if (ta) {
+      a = A + k0 * lda;
+      if (cat.a2) ck.a2 = cat.a2 + k0 * cat.lda2;
+    } else if (cat.a2 && k0 >= cat.k1) {
+      a = cat.a2 + (k0 - cat.k1), la = cat.lda2, ck = Cat{};
+    } else {
+      a = A + k0;
+      ck.k1 = cat.k1 - k0;
+    }
+    run_chunk(a, la, b, kc, part + c * M * N, ck);
+  }
+  // Summed into chunk 0's row along j (vectorised; one element at a time, the dependent adds over
+  // the chunks took 0.5 ms of a 4.5 ms dW), in chunk order as before.
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < M; ++i) {
+    float* __restrict s = part + i * N;
+    for (int64_t c = 1; c < chunks; ++c) {
+      const float* __restrict pc = part + c * M * N + i * N;
+      for (int64_t j = 0; j < N; ++j) s[j] += pc[j];
+    }
+    float* __restrict ci = C + i * ldc;
+    if (beta == 0.0f)
+      for (int64_t j = 0; j < N; ++j) ci[j] = alpha * s[j];
+    else
+      for (int64_t j = 0; j < N; ++j) ci[j] = alpha * s[j] + beta * ci[j];
+    if (bias)
+      for (int64_t j = 0; j < N; ++j) ci[j] += bias[j];
+  }
+}
+
 template <class V, int MR, int NV>
 struct Blocked {
   static constexpr int W = V::W, NR = NV * W;
+  static_assert(kMC % MR == 0, "row blocks of kMC rows, as wants_split_k counts them");
 
   // MR x NR tile: c = alpha * (a_panel . b_panel) + beta * c, over kc. Packed: a is an MR-row panel
   // (a[p * MR + i]). Direct: a points at row-major A itself (a[i * lda + p]), which skips packing A:
@@ -176,54 +236,6 @@ struct Blocked {
     }
   }
 
-  // A small C over a long K (a weight gradient, h^T dz over all nodes) has too few row blocks to share
-  // out: K is cut instead, into chunks fixed by K alone, each multiplied serially into its own partial
-  // C, and the partials are added in chunk order, so the thread count never changes the bits.
-  // dW = h^T dz at N = 10k, 2F = 256, O = 128: 64 -> 126 GFLOP/s.
-  static void run_split_k(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias,
-                          const Cat& cat) {
-    const int64_t len = std::max<int64_t>(1024, (K + 15) / 16 + kKC - 1) / kKC * kKC;
-    const int64_t chunks = (K + len - 1) / len;
-    float* part = scratch(kPartials, chunks * M * N);  // the calling thread's; the chunks' threads write it
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t k0 = c * len, kc = std::min(len, K - k0);
-      const float* b = tb ? B + k0 : B + k0 * ldb;  // op(B)[k0:, :]
-      // op(A)[:, k0:]: rows k0.. of both parts (transposed), or columns k0.. of [A | a2], which may lie in a2
-      const float* a = nullptr;
-      int64_t la = lda;
-      Cat ck = cat;
-      if (ta) {
-        a = A + k0 * lda;
-        if (cat.a2) ck.a2 = cat.a2 + k0 * cat.lda2;
-      } else if (cat.a2 && k0 >= cat.k1) {
-        a = cat.a2 + (k0 - cat.k1), la = cat.lda2, ck = Cat{};
-      } else {
-        a = A + k0;
-        ck.k1 = cat.k1 - k0;
-      }
-      run(ta, tb, M, N, kc, 1.0f, a, la, b, ldb, 0.0f, part + c * M * N, N, /*parallel=*/false, nullptr, ck);
-    }
-    // Summed into chunk 0's row along j (vectorised; one element at a time, the dependent adds over
-    // the chunks took 0.5 ms of a 4.5 ms dW), in chunk order as before.
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < M; ++i) {
-      float* __restrict s = part + i * N;
-      for (int64_t c = 1; c < chunks; ++c) {
-        const float* __restrict pc = part + c * M * N + i * N;
-        for (int64_t j = 0; j < N; ++j) s[j] += pc[j];
-      }
-      float* __restrict ci = C + i * ldc;
-      if (beta == 0.0f)
-        for (int64_t j = 0; j < N; ++j) ci[j] = alpha * s[j];
-      else
-        for (int64_t j = 0; j < N; ++j) ci[j] = alpha * s[j] + beta * ci[j];
-      if (bias)
-        for (int64_t j = 0; j < N; ++j) ci[j] += bias[j];
-    }
-  }
-
   // bias (null, or N values, with alpha 1): C = op(A) op(B) + beta C + bias, the bias added to each
   // finished value, so the bits are those of the product and then the addition.
   // cat: A is [A | cat.a2] (Cat); each value is summed as from the one matrix they make.
@@ -242,12 +254,11 @@ struct Blocked {
     const int64_t panels = (N + NR - 1) / NR;
     const int64_t mc_max = (kMC + MR - 1) / MR * MR;
     const int64_t blocks = (M + mc_max - 1) / mc_max;
-    // A long K against few rows of C is cut into chunks (run_split_k): always with at most 4 row blocks,
-    // and with more where K is at least 8 M and C small (a layer of [aggregate | root] 512 wide: dW = [a |
-    // b]^T dy over 64k rows had 250 k blocks of two parallel regions each, and A^T packed block by block
-    // in 384-byte pieces). The choice reads the shape only, never the thread count: the same bits anywhere.
-    const bool long_k = K >= 4096 && (blocks <= 4 || (K >= 8 * M && M * N <= (int64_t(1) << 19)));
-    if (parallel && long_k) return run_split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat);
+    if (parallel && wants_split_k(M, N, K))
+      return split_k(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat,
+                     [&](const float* a, int64_t la, const float* b, int64_t kc, float* part, const Cat& ck) {
+                       run(ta, tb, M, N, kc, 1.0f, a, la, b, ldb, 0.0f, part, N, /*parallel=*/false, nullptr, ck);
+                     });
     float* bp = scratch(kPackB, panels * std::min(K, kKC) * NR);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0);
