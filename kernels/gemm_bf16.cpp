@@ -185,11 +185,13 @@ struct Bf16Blocked {
         std::fill(dst, dst + k2, 0u);
         continue;
       }
-      uint16_t* h = reinterpret_cast<uint16_t*>(dst);  // a row of u32 pairs read as its bf16 halves
+      // the row's bf16 in k order, written by bf16_row's vector stores (which may alias any type), so its
+      // u32 pairs hold k pairs; the odd tail's upper half is cleared through the u32 itself
+      uint16_t* h = reinterpret_cast<uint16_t*>(dst);
       const int64_t row = i0 + i;
       if (split > 0) bf16_row(A + row * lda + k0, split, h);
       if (split < kc) bf16_row(cat.a2 + row * cat.lda2 + (k0 + split - k1), kc - split, h + split);
-      if (kc % 2) h[kc] = 0;
+      if (kc % 2) dst[kc / 2] &= 0xffffu;
     }
   }
 
