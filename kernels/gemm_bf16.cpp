@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <memory>
 
 #include "kernels/gemm.h"
 #include "kernels/gemm_blocked.h"
@@ -27,18 +26,6 @@ namespace {
 constexpr int MR = 12, W = 16;
 constexpr int64_t kKC = gemm_detail::kKC, kMC = gemm_detail::kMC;
 static_assert(kMC % 48 == 0, "pack_a pads a block's rows to a multiple of 48 (MR and the vector) within kMC");
-
-enum Slot { kPackB, kPackA, kSlots };
-uint32_t* scratch(Slot slot, int64_t n) {  // per thread, keeps its largest size, uninitialised
-  thread_local std::unique_ptr<uint32_t[]> buf[kSlots];
-  thread_local int64_t cap[kSlots] = {};
-  if (cap[slot] < n) {
-    buf[slot].reset();
-    buf[slot].reset(new uint32_t[size_t(n)]);
-    cap[slot] = n;
-  }
-  return buf[slot].get();
-}
 
 __mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
 
@@ -206,7 +193,7 @@ struct Bf16Blocked {
             run(ta, tb, M, N, kc, 1.0f, a, la, b, ldb, 0.0f, part, N, /*parallel=*/false, nullptr, ck);
           });
     const int64_t k2_max = (std::min(K, kKC) + 1) / 2;
-    uint32_t* bp = scratch(kPackB, panels * k2_max * NR);
+    uint32_t* bp = gemm_detail::scratch<uint32_t>(gemm_detail::kPackB, panels * k2_max * NR);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0), k2 = (kc + 1) / 2;
       const float beta_k = k0 == 0 ? beta : 1.0f;
@@ -214,7 +201,7 @@ struct Bf16Blocked {
       pack_b(tb, B, ldb, k0, kc, N, bp, parallel);
 #pragma omp parallel if (parallel)
       {
-        uint32_t* ap = scratch(kPackA, kMC * k2);
+        uint32_t* ap = gemm_detail::scratch<uint32_t>(gemm_detail::kPackA, kMC * k2);
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; ++blk) {
           const int64_t i0 = blk * kMC, mc = std::min(kMC, M - i0);

@@ -34,13 +34,15 @@ struct Cat {
 // Per-thread scratch that keeps its largest size, uninitialised: packed B, packed A and split-K
 // partials are needed on every call, and a fresh zero-filled vector each time (the 128 KiB of packed
 // B went through mmap) cost a memset and page faults: 3% of a fused SAGE layer's forward+backward.
+// T is the packed element (float; the bf16 kernel's u32 pairs), each with its own buffers.
 enum Slot { kPackB, kPackA, kPartials, kSlots };
-inline float* scratch(Slot slot, int64_t n) {
-  thread_local std::unique_ptr<float[]> buf[kSlots];
+template <class T = float>
+T* scratch(Slot slot, int64_t n) {
+  thread_local std::unique_ptr<T[]> buf[kSlots];
   thread_local int64_t cap[kSlots] = {};
   if (cap[slot] < n) {
     buf[slot].reset();
-    buf[slot].reset(new float[size_t(n)]);
+    buf[slot].reset(new T[size_t(n)]);
     cap[slot] = n;
   }
   return buf[slot].get();

@@ -86,16 +86,24 @@ int64_t gemm_cpu_flops() { return g_gemm_flops.load(std::memory_order_relaxed); 
 int64_t gemm_cuda_flops() { return g_gemm_cuda_flops.load(std::memory_order_relaxed); }
 void count_gemm_cuda_flops(int64_t flops) { g_gemm_cuda_flops.fetch_add(flops, std::memory_order_relaxed); }
 
-void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel,
-                  const float* bias, GemmCat cat) {
-  GNN_CHECK(gemm_isa_supported(isa), "gemm: this CPU cannot run the ", gemm_isa_name(isa), " kernel");
+namespace {
+// What every CPU kernel checks of its arguments, and the product's FLOPs counted.
+void check_and_count(bool ta, int64_t M, int64_t N, int64_t K, float alpha, float beta, const float* bias,
+                     GemmCat cat) {
   GNN_CHECK(!bias || (alpha == 1.0f && (beta == 0.0f || beta == 1.0f)),
             "gemm: a bias needs alpha 1 and beta 0 or 1, got ", alpha, " and ", beta);
   const int64_t split = ta ? M : K;  // the stored columns [A | a2] make
   GNN_CHECK(!cat.a2 || (cat.k1 >= 0 && cat.k1 <= split && cat.lda2 >= split - cat.k1), "gemm: the two parts of A (",
             cat.k1, " columns and the rest, row stride ", cat.lda2, ") do not make ", split, " columns");
   g_gemm_flops.fetch_add(2 * M * N * K, std::memory_order_relaxed);
+}
+}  // namespace
+
+void gemm_cpu_isa(GemmIsa isa, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel,
+                  const float* bias, GemmCat cat) {
+  GNN_CHECK(gemm_isa_supported(isa), "gemm: this CPU cannot run the ", gemm_isa_name(isa), " kernel");
+  check_and_count(ta, M, N, K, alpha, beta, bias, cat);
   switch (isa) {
 #if defined(__x86_64__)
     case GemmIsa::kAvx512:
@@ -137,12 +145,7 @@ void gemm_cpu_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alph
   // K = 0 or alpha = 0 is C = beta C (+ bias), no product: the f32 driver's, the same values.
   if (M == 0 || N == 0 || K == 0 || alpha == 0.0f)
     return gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
-  GNN_CHECK(!bias || (alpha == 1.0f && (beta == 0.0f || beta == 1.0f)),
-            "gemm: a bias needs alpha 1 and beta 0 or 1, got ", alpha, " and ", beta);
-  const int64_t split = ta ? M : K;
-  GNN_CHECK(!cat.a2 || (cat.k1 >= 0 && cat.k1 <= split && cat.lda2 >= split - cat.k1), "gemm: the two parts of A (",
-            cat.k1, " columns and the rest, row stride ", cat.lda2, ") do not make ", split, " columns");
-  g_gemm_flops.fetch_add(2 * M * N * K, std::memory_order_relaxed);
+  check_and_count(ta, M, N, K, alpha, beta, bias, cat);
 #if defined(__x86_64__)
   gemm_bf16_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
 #endif
