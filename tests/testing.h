@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "runtime/cuda.h"
+#include "runtime/parallel.h"
 #include "runtime/tensor.h"
 
 namespace gnn::testing {
@@ -58,6 +59,17 @@ inline void skip(const std::string& why) {
       return;                                                                     \
     }                                                                             \
   } while (0)
+
+// The thread count it found, set again when it leaves scope (after a failed REQUIRE too): tests that
+// compare one thread against several set the count freely in between.
+class ThreadsRestored {
+ public:
+  ThreadsRestored() : count(num_threads()) {}
+  ~ThreadsRestored() { set_num_threads(count); }
+  ThreadsRestored(const ThreadsRestored&) = delete;
+  ThreadsRestored& operator=(const ThreadsRestored&) = delete;
+  const int count;
+};
 
 // A fresh directory under the system temp dir, removed with everything in it at scope exit.
 class TempDir {

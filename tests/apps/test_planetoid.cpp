@@ -89,13 +89,12 @@ TEST_CASE("planetoid: the same seed gives the same run on 1 and 2 threads (GAT, 
   if (!std::filesystem::exists(path)) return testing::skip("no " + path + " (../shared/data is not beside this clone)");
   const PlanetoidData d = load_planetoid(path);
   std::vector<std::vector<double>> losses(2);
-  const int keep = num_threads();
+  const testing::ThreadsRestored keep;
   for (int t : {1, 2}) {
     set_num_threads(t);
     train_planetoid(d, {.model = "gat", .epochs = 5, .seed = 3},
                     [&](const PlanetoidEpoch& e) { losses[size_t(t - 1)].push_back(e.loss); });
   }
-  set_num_threads(keep);
   CHECK(losses[0] == losses[1]);
 }
 

@@ -27,15 +27,14 @@ TEST_CASE("embedding: gather and a deterministic scatter-add backward") {
   CHECK(testing::compare(y, yd, 0, 0).index < 0);  // data movement: exact
   embedding_backward_ref<double>(dtd.data(), to_double(dy).data(), idx.data(), n, K, F);
   std::vector<float> out[2];
-  const int saved = num_threads();
+  const testing::ThreadsRestored saved;
   for (int run = 0; run < 2; ++run) {
-    set_num_threads(run == 0 ? 1 : std::max(2, saved));
+    set_num_threads(run == 0 ? 1 : std::max(2, saved.count));
     std::vector<float> dt(static_cast<size_t>(K * F), NAN);
     embedding_backward_cpu(dt.data(), dy.data(), idx.data(), n, K, F);
     GNN_CHECK_CLOSE(dt, dtd, 1e-4, 1e-4);
     out[run] = dt;
   }
-  set_num_threads(saved);
   CHECK(out[0] == out[1]);
 }
 

@@ -86,12 +86,11 @@ TEST_CASE("gemm: bitwise identical for any thread count") {
     const auto A = testing::random_values<float>(static_cast<size_t>(M * K), 4),
                B = testing::random_values<float>(static_cast<size_t>(K * N), 5);
     std::vector<float> C1(static_cast<size_t>(M * N)), C2(static_cast<size_t>(M * N));
-    const int saved = num_threads();
+    const testing::ThreadsRestored saved;
     set_num_threads(1);
     gemm_cpu(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C1.data(), N);
-    set_num_threads(std::max(3, saved));
+    set_num_threads(std::max(3, saved.count));
     gemm_cpu(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C2.data(), N);
-    set_num_threads(saved);
     CHECK(C1 == C2);
   }
 }
@@ -145,11 +144,10 @@ TEST_CASE("gemm: a bias added in the store gives the bits of the product and the
       gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, beta, got.data(), N, true,
                    bias.data());
       CHECK(got == want);
-      const int saved = num_threads();
+      const testing::ThreadsRestored saved;
       set_num_threads(1);
       gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, beta, got1.data(), N, true,
                    bias.data());
-      set_num_threads(saved);
       CHECK(got1 == want);
     }
   }
@@ -212,12 +210,11 @@ TEST_CASE("gemm: narrow and short products take their own tiles with the wide ti
       gemm_cpu_isa(isa, ta, tb, M2, N2, K, 1.0f, A2.data(), lda, B2.data(), ldb, beta, wide.data(), N2, true,
                    with_bias ? bias.data() : nullptr);
       for (int threads : {num_threads(), 1}) {
-        const int saved = num_threads();
+        const testing::ThreadsRestored saved;
         set_num_threads(threads);
         std::vector<float> got = C0;  // C [M, N] with row stride N2, inside C0
         gemm_cpu_isa(isa, ta, tb, M, N, K, 1.0f, A2.data(), lda, B2.data(), ldb, beta, got.data(), N2, true,
                      with_bias ? bias.data() : nullptr);
-        set_num_threads(saved);
         // the wide product's bits inside [M, N] (-0 against +0 counts), C0 untouched outside it
         std::vector<float> want = C0;
         for (int64_t i = 0; i < M; ++i)
@@ -253,11 +250,10 @@ void check_cat(GemmIsa isa, bool ta, int64_t R, int64_t K1, int64_t K2, int64_t 
     gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A1.data(), l1, B.data(), N, 0.0f, got.data(), N, true, bp,
                  GemmCat{A2.data(), l2, K1});
     CHECK(got == want);
-    const int saved = num_threads();
+    const testing::ThreadsRestored saved;
     set_num_threads(1);
     gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A1.data(), l1, B.data(), N, 0.0f, got1.data(), N, true, bp,
                  GemmCat{A2.data(), l2, K1});
-    set_num_threads(saved);
     CHECK(got1 == want);
   }
 }

@@ -116,12 +116,11 @@ TEST_CASE("gemm bf16: bitwise identical for any thread count") {
     CAPTURE(M);
     const auto A = testing::random_values<float>(size_t(M * K), 4), B = testing::random_values<float>(size_t(K * N), 5);
     std::vector<float> C1(size_t(M * N)), C2(size_t(M * N));
-    const int saved = num_threads();
+    const testing::ThreadsRestored saved;
     set_num_threads(1);
     gemm_cpu_bf16(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C1.data(), N);
-    set_num_threads(std::max(3, saved));
+    set_num_threads(std::max(3, saved.count));
     gemm_cpu_bf16(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C2.data(), N);
-    set_num_threads(saved);
     CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * 4) == 0);
   }
 }

@@ -67,7 +67,7 @@ TEST_CASE(
   // threads the blocks narrow to 128 and 64; 64 over 9,000 rows are one block of 64, too large for the
   // backward to keep its sums x + res between passes (2 MiB), so it sums them again. Every width, and
   // both ways, give the reference's bits.
-  const int saved = num_threads();
+  const testing::ThreadsRestored saved;
   for (const int threads : {1, 2, 16}) {
     set_num_threads(threads);
     CAPTURE(threads);
@@ -118,7 +118,6 @@ TEST_CASE(
       }
     }
   }
-  set_num_threads(saved);
 }
 
 TEST_CASE("cuda graph instance norm matches the double reference (empty, single-node and 5000-node graphs)") {

@@ -27,9 +27,9 @@ TEST_CASE("layer norm: reference, finite differences, thread-count determinism")
   layer_norm_backward_ref<double>(dxd.data(), dgd.data(), dbd.data(), to_double(dy).data(), to_double(xs).data(),
                                   md.data(), rd.data(), to_double(gm).data(), R, F);
   std::vector<float> out[2];
-  const int saved = num_threads();
+  const testing::ThreadsRestored saved;
   for (int run = 0; run < 2; ++run) {
-    set_num_threads(run == 0 ? 1 : std::max(2, saved));
+    set_num_threads(run == 0 ? 1 : std::max(2, saved.count));
     std::vector<float> y(static_cast<size_t>(R * F), NAN), m(static_cast<size_t>(R), NAN),
         r(static_cast<size_t>(R), NAN), dx(static_cast<size_t>(R * F), NAN), dg(static_cast<size_t>(F), NAN),
         db(static_cast<size_t>(F), NAN);
@@ -42,7 +42,6 @@ TEST_CASE("layer norm: reference, finite differences, thread-count determinism")
     out[run] = dx;
     out[run].insert(out[run].end(), dg.begin(), dg.end());
   }
-  set_num_threads(saved);
   CHECK(out[0] == out[1]);
   auto xd = random_values<double>(15, 5);
   auto gd = random_values<double>(5, 6, 0.5, 1.5), bd = random_values<double>(5, 7);

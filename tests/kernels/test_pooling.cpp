@@ -68,7 +68,7 @@ TEST_CASE("pooling: one graph, many channels, over the threads") {
   const int64_t N = 2000, F = 700;  // 3 blocks of channels, the last one partial
   const auto xs = random_values<float>(static_cast<size_t>(N * F), 5);
   const auto dy = random_values<float>(static_cast<size_t>(F), 6);
-  const int saved = num_threads();
+  const testing::ThreadsRestored saved;
   for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
     CAPTURE(reduce_name(op));
     std::vector<double> yd(static_cast<size_t>(F)), dxd(static_cast<size_t>(N * F));
@@ -77,7 +77,7 @@ TEST_CASE("pooling: one graph, many channels, over the threads") {
     pool_backward_ref<double>(dxd.data(), to_double(dy).data(), argd.data(), gp.data(), 1, F, op);
     std::vector<float> ys[2], dxs[2];
     for (int run = 0; run < 2; ++run) {
-      set_num_threads(run == 0 ? 1 : std::max(2, saved));
+      set_num_threads(run == 0 ? 1 : std::max(2, saved.count));
       std::vector<float> y(static_cast<size_t>(F), NAN), dx(static_cast<size_t>(N * F), NAN);
       std::vector<int32_t> arg(static_cast<size_t>(F), 77);
       pool_forward_cpu(y.data(), arg.data(), xs.data(), gp.data(), 1, F, op);
@@ -87,7 +87,6 @@ TEST_CASE("pooling: one graph, many channels, over the threads") {
       if (op == Reduce::kMax) CHECK(arg == argd);
       ys[run] = y, dxs[run] = dx;
     }
-    set_num_threads(saved);
     CHECK(same_bits(ys[0], ys[1]));
     CHECK(same_bits(dxs[0], dxs[1]));
   }

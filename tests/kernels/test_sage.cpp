@@ -99,10 +99,10 @@ TEST_CASE("sage: fused forward and backward are bitwise identical for any thread
   const auto x = random_values<float>(static_cast<size_t>(N * F), 1);
   const auto W = random_values<float>(static_cast<size_t>(2 * F * O), 2);
   const auto b = random_values<float>(static_cast<size_t>(O), 3);
-  const int saved = num_threads();
+  const testing::ThreadsRestored saved;
   std::vector<float> out[2];
   for (int run = 0; run < 2; ++run) {
-    set_num_threads(run == 0 ? 1 : std::max(2, saved));
+    set_num_threads(run == 0 ? 1 : std::max(2, saved.count));
     std::vector<float> y(static_cast<size_t>(N * O)), z(static_cast<size_t>(N * O)), dx(static_cast<size_t>(N * F)),
         dW(static_cast<size_t>(2 * F * O)), db(static_cast<size_t>(O));
     std::vector<float> h(static_cast<size_t>(N * 2 * F));
@@ -113,7 +113,6 @@ TEST_CASE("sage: fused forward and backward are bitwise identical for any thread
     out[run] = y;
     for (const auto* part : {&dx, &dW, &db}) out[run].insert(out[run].end(), part->begin(), part->end());
   }
-  set_num_threads(saved);
   CHECK(out[0] == out[1]);
 }
 

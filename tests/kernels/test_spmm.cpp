@@ -112,10 +112,10 @@ TEST_CASE("spmm: forward and backward are bitwise identical for any thread count
   const int64_t F = 40;
   const auto x = random_values<float>(static_cast<size_t>(5000 * F), 1);
   const auto w = random_values<float>(20000, 2);
-  const int saved = num_threads();
+  const testing::ThreadsRestored saved;
   std::vector<float> out[2];
   for (int run = 0; run < 2; ++run) {
-    set_num_threads(run == 0 ? 1 : std::max(2, saved));
+    set_num_threads(run == 0 ? 1 : std::max(2, saved.count));
     std::vector<float> y(static_cast<size_t>(5000 * F)), dx(static_cast<size_t>(5000 * F)), dw(20000);
     spmm_forward_cpu(y.data(), nullptr, x.data(), w.data(), v, F, F, F, Reduce::kMean);
     spmm_backward_x_cpu(dx.data(), x.data(), nullptr, w.data(), v, F, F, F, Reduce::kMean);
@@ -124,7 +124,6 @@ TEST_CASE("spmm: forward and backward are bitwise identical for any thread count
     out[run].insert(out[run].end(), dx.begin(), dx.end());
     out[run].insert(out[run].end(), dw.begin(), dw.end());
   }
-  set_num_threads(saved);
   CHECK(out[0] == out[1]);
 }
 
