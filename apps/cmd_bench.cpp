@@ -181,11 +181,11 @@ Command bench_command() {
     const std::string precision = a.str("matmul-precision");
     if (precision != "f32" && precision != "bf16")
       throw UsageError("--matmul-precision: expected f32 or bf16, got '" + precision + "'");
+    if (precision == "bf16" && a.str("device") == "cuda")
+      throw UsageError("--matmul-precision bf16: sets the CPU's products; --device cuda runs cuBLAS's");
     if (precision == "bf16" && !gemm_bf16_supported())
       throw UsageError("--matmul-precision bf16: this CPU has no AVX512-BF16, which its products need");
     set_gemm_cpu_precision(precision == "bf16" ? GemmPrecision::kBf16 : GemmPrecision::kF32);
-    if (precision == "bf16" && a.str("device") == "cuda")
-      throw UsageError("--matmul-precision bf16: sets the CPU's products; --device cuda runs cuBLAS's");
     const std::string what = a.positional(0);
     if (what == "npz") return bench_npz(a, a.positional(1));
     if (what == "kernel") return bench_kernel(a, a.positional(1));
