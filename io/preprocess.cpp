@@ -8,13 +8,100 @@
 
 namespace gnn {
 
+namespace {
+
+// The 5th place solution's node feature reader (knshnb/kaggle-tpu-graph-5th-place at 3f2dfb8: src/dataset.py
+// FeatureReader; the ranges are src/constants.py's, {column, lo, hi, logged}). Each listed column is mapped
+// from its fixed range [lo, hi] onto [-1, 1], or, where it is long-tailed, read as log(x + 1 - lo) and left
+// unscaled; a group's plain columns come first, then its logged ones, each in the table's order. The
+// per-dimension group (nine properties of six dimensions, 54 values) is then cut into six rows of nine
+// (which, after that reordering, are not the six dimensions: the original's reshape), and each row d is
+// followed by the 14 convolution dimension numbers one-hot on d: 1 where the number equals d, never for
+// d = 0, which the original skips. So 53 + 6 * (9 + 14) = 191 columns;
+// the other element types and the six layout columns (134-139: the recipes read those raw) are dropped.
+// A value below a logged column's lo (none in the release) reads as lo, where the original's log would
+// be -inf or NaN; a dimension number outside 0-5, which the original's indexing would reject or wrap, is
+// an error.
+struct FifthColumn {
+  int32_t col;
+  double lo, hi;
+  bool log;
+};
+constexpr FifthColumn kFifthNormal[] = {
+    {0, 0, 1, false},      {3, 0, 1, false},         {6, 0, 1, false},          {7, 0, 1, false},
+    {10, 0, 1, false},     {13, 0, 1, false},        {15, 0, 1, false},         {18, 0, 1, false},
+    {20, 0, 1, false},     {27, 0, 184320000, true}, {28, 1, 2949120000, true}, {29, 0, 3503, true},
+    {30, 0, 35, false},    {43, 0, 1024, true},      {44, 1, 2097152, true},    {51, 0, 8, true},
+    {52, 1, 16, true},     {59, 0, 127, true},       {60, 0, 16, true},         {67, -2, 8, true},
+    {68, 0, 18, true},     {75, 0, 8, true},         {76, 1, 16, true},         {83, 0, 8, true},
+    {84, 1, 16, true},     {91, 0, 3, false},        {92, 0, 5, false},         {107, 0, 3840, true},
+    {108, 0, 3840, true},  {109, 0, 1024, true},     {110, 0, 119646, true},    {111, 0, 119646, true},
+    {112, 0, 1024, true},  {113, 0, 1, false},       {114, 0, 1, false},        {115, 0, 5, false},
+    {117, 0, 12375, true}, {118, 0, 196608, true},   {119, 0, 196614, true},    {120, 1, 805306400, true},
+    {121, 0, 12, true},    {122, 0, 2048, true},     {123, 0, 33784, true},     {124, 1, 25887744, true},
+    {125, 0, 1, false},    {126, 0, 64, true},       {127, -39, 448, true},     {128, 0, 1, false},
+    {129, 0, 3072, true},  {130, 0, 1023, true},     {131, -24, 33784, true},   {132, 0, 25887744, true},
+    {133, 0, 1, false}};
+constexpr FifthColumn kFifthDims[] = {
+    {21, 0, 184320000, true}, {22, 0, 184320000, true}, {23, 0, 184320000, true}, {24, 0, 184320000, true},
+    {25, 0, 184320000, true}, {26, 0, 184320000, true}, {31, 0, 5, false},        {32, 0, 5, false},
+    {33, 0, 5, false},        {34, 0, 5, false},        {35, 0, 5, false},        {36, 0, 5, false},
+    {37, 0, 512, true},       {38, 0, 512, true},       {39, 0, 512, true},       {40, 0, 512, true},
+    {41, 0, 512, true},       {42, 0, 512, true},       {45, 0, 4, false},        {46, 0, 4, false},
+    {47, 0, 4, false},        {48, 0, 4, false},        {49, 0, 4, false},        {50, 0, 4, false},
+    {53, 0, 127, true},       {54, 0, 127, true},       {55, 0, 127, true},       {56, 0, 127, true},
+    {57, 0, 127, true},       {58, 0, 127, true},       {61, -1, 4, false},       {62, -1, 4, false},
+    {63, -1, 4, false},       {64, -1, 4, false},       {65, -1, 4, false},       {66, -1, 4, false},
+    {69, 0, 4, false},        {70, 0, 4, false},        {71, 0, 4, false},        {72, 0, 4, false},
+    {73, 0, 4, false},        {74, 0, 4, false},        {77, 0, 4, false},        {78, 0, 4, false},
+    {79, 0, 4, false},        {80, 0, 4, false},        {81, 0, 4, false},        {82, 0, 4, false},
+    {85, 0, 1, false},        {86, 0, 1, false},        {87, 0, 1, false},        {88, 0, 1, false},
+    {89, 0, 1, false},        {90, 0, 1, false}};
+constexpr int32_t kFifthDimNumbers[] = {93, 94, 95, 96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106};
+constexpr int64_t kFifthIn = 140, kFifthRank = 6;
+enum FifthOp : uint8_t { kAffine, kLog, kOneHot };
+
+struct FifthMap {
+  std::vector<int32_t> keep;
+  std::vector<double> shift, scale;
+  std::vector<uint8_t> op;
+  void add(int32_t col, double shift_, double scale_, FifthOp o) {
+    keep.push_back(col), shift.push_back(shift_), scale.push_back(scale_), op.push_back(o);
+  }
+  // (x - lo) / (hi - lo) * 2 - 1 as (x - mid) * scale, or log(x - (lo - 1))
+  void add(const FifthColumn& c) {
+    if (c.log) add(c.col, c.lo - 1, 1, kLog);
+    else add(c.col, (c.lo + c.hi) / 2, 2 / (c.hi - c.lo), kAffine);
+  }
+};
+
+FifthMap fifth_place_map() {
+  FifthMap m;
+  for (bool logged : {false, true})
+    for (const FifthColumn& c : kFifthNormal)
+      if (c.log == logged) m.add(c);
+  std::vector<FifthColumn> dims;
+  for (bool logged : {false, true})
+    for (const FifthColumn& c : kFifthDims)
+      if (c.log == logged) dims.push_back(c);
+  const size_t per_row = dims.size() / kFifthRank;
+  for (int64_t d = 0; d < kFifthRank; ++d) {
+    for (size_t k = 0; k < per_row; ++k) m.add(dims[size_t(d) * per_row + k]);
+    for (int32_t col : kFifthDimNumbers) m.add(col, double(d), 1, kOneHot);
+  }
+  return m;
+}
+
+}  // namespace
+
 FeatureTransform parse_feature_transform(const std::string& name) {
   if (name == "none") return FeatureTransform::kNone;
   if (name == "official") return FeatureTransform::kOfficial;
   if (name == "log1p") return FeatureTransform::kLog1p;
   if (name == "standardize") return FeatureTransform::kStandardize;
   if (name == "trainable") return FeatureTransform::kTrainable;
-  GNN_FAIL("unknown feature transform '", name, "' (none, official, log1p, standardize, trainable)");
+  if (name == "5th") return FeatureTransform::kFifthPlace;
+  GNN_FAIL("unknown feature transform '", name, "' (none, official, log1p, standardize, trainable, 5th)");
 }
 
 const char* feature_transform_name(FeatureTransform t) {
@@ -29,6 +116,8 @@ const char* feature_transform_name(FeatureTransform t) {
       return "standardize";
     case FeatureTransform::kTrainable:
       return "trainable";
+    case FeatureTransform::kFifthPlace:
+      return "5th";
   }
   return "?";
 }
@@ -86,6 +175,14 @@ ColumnStats ColumnStats::unpack(const std::vector<double>& p) {
 }
 
 ColumnTransform::ColumnTransform(FeatureTransform kind, const ColumnStats& s) : kind_(kind), in_(s.columns()) {
+  if (kind == FeatureTransform::kFifthPlace) {  // fixed ranges: the statistics only say the width
+    GNN_CHECK(s.rows() == 0 || s.columns() == kFifthIn, "the '5th' feature transform reads TpuGraphs' ", kFifthIn,
+              " node feature columns; these rows have ", s.columns());
+    FifthMap m = fifth_place_map();
+    in_ = kFifthIn, keep_ = std::move(m.keep), shift_ = std::move(m.shift), scale_ = std::move(m.scale);
+    op_ = std::move(m.op);
+    return;
+  }
   GNN_CHECK(s.rows() > 0 || kind == FeatureTransform::kNone || kind == FeatureTransform::kLog1p, "cannot fit the '",
             feature_transform_name(kind), "' transform on no training rows");
   for (int64_t j = 0; j < in_; ++j) {
@@ -116,16 +213,32 @@ Tensor ColumnTransform::apply(const Tensor& x) const {
   }
   GNN_CHECK(x.size(1) == in_, "feature transform fitted on ", in_, " columns, applied to ", x.size(1));
   const int64_t rows = x.size(0), F = out_features();
-  Tensor y = Tensor::empty({rows, F}, DType::F32);
   const float* p = x.f32();
+  if (kind_ == FeatureTransform::kFifthPlace)
+    for (int32_t c : kFifthDimNumbers)
+      for (int64_t r = 0; r < rows; ++r) {
+        const float v = p[r * in_ + c];
+        GNN_CHECK(v > -1.0f && v < float(kFifthRank), "node feature column ", c,
+                  " (a convolution dimension number) is ", v, " in row ", r,
+                  ": the '5th' transform one-hot encodes dimension numbers 0-", kFifthRank - 1);
+      }
+  Tensor y = Tensor::empty({rows, F}, DType::F32);
   float* q = y.f32();
   const bool log = kind_ == FeatureTransform::kLog1p;
 #pragma omp parallel for schedule(static) if (rows * F > 100000)
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < F; ++j) {
       double v = p[r * in_ + keep_[size_t(j)]];
-      if (log) v = std::copysign(std::log1p(std::fabs(v)), v);
-      q[r * F + j] = float((v - shift_[size_t(j)]) * scale_[size_t(j)]);
+      const uint8_t op = op_.empty() ? uint8_t(kAffine) : op_[size_t(j)];
+      if (op == kLog) {  // log(x + 1 - lo), x below lo read as lo
+        q[r * F + j] = float(std::log(std::max(v - shift_[size_t(j)], 1.0)));
+      } else if (op == kOneHot) {  // the original's int32 cast truncates
+        const int64_t d = int64_t(v);
+        q[r * F + j] = d != 0 && double(d) == shift_[size_t(j)] ? 1.0f : 0.0f;
+      } else {
+        if (log) v = std::copysign(std::log1p(std::fabs(v)), v);
+        q[r * F + j] = float((v - shift_[size_t(j)]) * scale_[size_t(j)]);
+      }
     }
   }
   return y;
@@ -151,7 +264,7 @@ ColumnTransform ColumnTransform::load(const std::string& prefix, const std::map<
   };
   ColumnTransform t;
   const int32_t kind = get("kind", DType::I32, 1).i32()[0];
-  GNN_CHECK(kind >= 0 && kind <= int32_t(FeatureTransform::kTrainable), "checkpoint: bad transform kind ", kind);
+  GNN_CHECK(kind >= 0 && kind <= int32_t(FeatureTransform::kFifthPlace), "checkpoint: bad transform kind ", kind);
   t.kind_ = FeatureTransform(kind);
   t.in_ = get("in_features", DType::I64, 1).i64()[0];
   // (-1: a transform never fitted, as a layout run's config transform)
@@ -169,6 +282,12 @@ ColumnTransform ColumnTransform::load(const std::string& prefix, const std::map<
     bool all = int64_t(t.keep_.size()) == t.in_;
     for (size_t j = 0; all && j < t.keep_.size(); ++j) all = t.keep_[j] == int32_t(j);
     GNN_CHECK(all, "checkpoint: transform '", prefix, "' is trainable but does not keep every column in order");
+  }
+  if (t.kind_ == FeatureTransform::kFifthPlace) {  // the fixed map again, its ops with it
+    FifthMap m = fifth_place_map();
+    GNN_CHECK(t.in_ == kFifthIn && t.keep_ == m.keep && t.shift_ == m.shift && t.scale_ == m.scale,
+              "checkpoint: transform '", prefix, "' is the 5th place's reader but not its columns and ranges");
+    t.op_ = std::move(m.op);
   }
   return t;
 }

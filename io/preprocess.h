@@ -7,6 +7,9 @@
 //     trainable    no change here: the model standardises inside its forward, with a mean and std per
 //                  column that it trains, started from the train statistics kept here (shift = mean,
 //                  scale = population std; the 6th place solution's, over whole graphs)
+//     5th          the 5th place solution's reader of the 140 TpuGraphs columns, no statistics: fixed
+//                  ranges from its code, logs of the long-tailed columns, dimension numbers one-hot
+//                  (191 columns out; io/preprocess.cpp says which)
 //   pruning to the k-hop neighbourhood of the configurable nodes (both edge directions; k = 0 keeps
 //   only the configurable nodes), duplicate-config removal (identical config features: the config
 //   with the lowest runtime stays), and the CSR/CSC graph.
@@ -22,8 +25,9 @@
 
 namespace gnn {
 
-enum class FeatureTransform { kNone, kOfficial, kLog1p, kStandardize, kTrainable };
-// none | official | log1p | standardize | trainable
+// (the order is the checkpoint's: a new kind goes at the end)
+enum class FeatureTransform { kNone, kOfficial, kLog1p, kStandardize, kTrainable, kFifthPlace };
+// none | official | log1p | standardize | trainable | 5th
 FeatureTransform parse_feature_transform(const std::string& name);
 const char* feature_transform_name(FeatureTransform t);
 
@@ -46,7 +50,8 @@ class ColumnStats {
 };
 
 // y[:, j] = (x[:, keep[j]] - shift[j]) * scale[j], after sign-log1p for kLog1p; for kTrainable y = x,
-// and shift / scale hold each column's mean / population std for the model to start from.
+// and shift / scale hold each column's mean / population std for the model to start from. kFifthPlace
+// has an op per output column (io/preprocess.cpp): that affine map, log(x - shift), or a one-hot test.
 class ColumnTransform {
  public:
   ColumnTransform() = default;  // the identity on any width
@@ -67,6 +72,7 @@ class ColumnTransform {
   int64_t in_ = -1;  // -1: identity of any width
   std::vector<int32_t> keep_;
   std::vector<double> shift_, scale_;
+  std::vector<uint8_t> op_;  // kFifthPlace's, per output column (empty for the others)
 };
 
 // Which edges a hop follows from a configurable node: either direction (kBoth), or only from a node to

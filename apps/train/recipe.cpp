@@ -221,8 +221,9 @@ HParamTable<TrainHParams> train_table(bool layout) {
                       "train each step on a random induced subgraph of this many nodes per graph, every configurable "
                       "node kept (0: whole graphs); eval and predict take whole graphs"))
       .add(&T::node_transform,
-           choice_hp("node-transform", "official", "official|log1p|standardize|none",
-                     "node features: official (drop constant, min-max) | log1p | standardize | none"),
+           choice_hp("node-transform", "official", "official|log1p|standardize|none|5th",
+                     "node features: official (drop constant, min-max) | log1p | standardize | none | 5th (the 5th "
+                     "place's reader: fixed ranges, logs, dimension numbers one-hot)"),
            parse_feature_transform)
       .add(&T::eval_chunk, integer_hp("eval-chunk", layout ? "100" : "1000", 1, 1 << 20,
                                       "configs per forward pass when scoring every config of a graph"))

@@ -1376,8 +1376,25 @@ TEST_CASE("train: --node-transform trainable standardises inside the model, from
   const auto r = run_gnn("train --model layout-resmodel --data " + dataset() + " --node-transform trainable --out " +
                          t.file("bad"));
   CHECK(r.exit_code == 2);
-  CHECK(r.err.find("--node-transform: expected one of official|log1p|standardize|none, got 'trainable'") !=
+  CHECK(r.err.find("--node-transform: expected one of official|log1p|standardize|none|5th, got 'trainable'") !=
         std::string::npos);
+}
+
+TEST_CASE("train: --node-transform 5th gives the model the 5th place's 191 columns, and eval reads them back") {
+  TempDir t;
+  const std::string run = t.file("fifth");
+  auto r = run_gnn("train --model layout-sage-5th --data " + dataset() +
+                   " --hidden 16 --op-embed 8 --configs 4 --epochs 1 --node-transform 5th --out " + run);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const LoadedModel m = load_model(run + "/model.npz");
+  REQUIRE(m.prep.node.kind() == FeatureTransform::kFifthPlace);
+  CHECK(dims_of(m.prep).node_features == 191);
+  const DatasetFile f = kind_files(dataset(), "layout", "train")[0];
+  const Tensor x = prepare_graph(f, m.prep).x;
+  CHECK(x.size(1) == 191);
+  CHECK(testing::same_bytes(x, m.prep.node.apply(load_tpugraph(f.path).node_feat)));  // whole graphs: no pruning
+  r = run_gnn("eval --run " + run + " --data " + dataset());
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
 }
 
 TEST_CASE("gnn pass: a run's scores, loss and gradients on one batch, with the batch, and bad flags named") {

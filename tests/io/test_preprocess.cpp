@@ -96,6 +96,66 @@ TEST_CASE("feature transforms: fitted on train, applied to anything, saved and r
                        Error);
 }
 
+TEST_CASE("feature transforms: the 5th place's reader, fixed ranges, logs and one-hot dimension numbers") {
+  // Output order (io/preprocess.cpp): the 53 whole-node columns, plain ones first (0, 3, 6, 7, 10, 13, 15,
+  // 18, 20, 30, ...: 18 of them) then logged (27, 28, ...); then six rows of 23, each nine per-dimension
+  // values (the 36 plain ones 31-36, 45-50, ... first, then the logged 21-26, 37-42, 53-58) and the 14
+  // dimension numbers 93-106 one-hot on the row's index.
+  CHECK(parse_feature_transform("5th") == FeatureTransform::kFifthPlace);
+  Tensor x = Tensor::zeros({2, kNodeFeatures}, DType::F32);
+  auto at = [&](int64_t r, int64_t c) -> float& { return x.f32()[r * kNodeFeatures + c]; };
+  at(0, 0) = 1;  // is_root, [0, 1]: onto [-1, 1]
+  at(0, 30) = 7;  // parameter number, [0, 35]
+  at(0, 28) = 1e6f, at(1, 28) = 1;  // dimensions product, logged, lo 1: log(x + 1 - 1)
+  at(0, 67) = -2, at(1, 67) = -5;  // window padding high sum, logged, lo -2; -5 is below the table's range
+  at(0, 31) = 5;  // dimensions_0, [0, 5]
+  at(0, 21) = 127;  // shape dimension 0, logged, lo 0
+  at(0, 93) = 3, at(1, 93) = 0;  // input batch dimension: 3, and 0 (never set)
+  at(0, 106) = 2.7f;  // output feature dimension 2.7: the original's int cast reads 2
+  ColumnStats stats;
+  stats.add(x);
+  const ColumnTransform t(FeatureTransform::kFifthPlace, stats);
+  REQUIRE(t.out_features() == 191);
+  const Tensor y = t.apply(x);
+  auto out = [&](int64_t r, int64_t j) { return y.f32()[r * 191 + j]; };
+  CHECK(out(0, 0) == 1.0f);
+  CHECK(out(1, 0) == -1.0f);
+  CHECK(out(0, 9) == doctest::Approx(7.0 / 35 * 2 - 1));
+  CHECK(out(0, 19) == doctest::Approx(std::log(1e6)));
+  CHECK(out(1, 19) == 0.0f);
+  const int64_t pad_high = 18 + 9;  // col 67: the tenth logged whole-node column
+  CHECK(out(0, pad_high) == 0.0f);
+  CHECK(out(1, pad_high) == 0.0f);  // read as lo
+  CHECK(out(0, 53) == 1.0f);  // dimensions_0 at its hi
+  CHECK(out(1, 53) == -1.0f);
+  CHECK(out(0, 53 + 4 * 23) == doctest::Approx(std::log(128.0)));  // the logged dims start row 4
+  for (int64_t d = 0; d < 6; ++d) {
+    CAPTURE(d);
+    CHECK(out(0, 53 + 23 * d + 9) == (d == 3 ? 1.0f : 0.0f));
+    CHECK(out(1, 53 + 23 * d + 9) == 0.0f);
+    CHECK(out(0, 53 + 23 * d + 9 + 13) == (d == 2 ? 1.0f : 0.0f));
+  }
+  double ones = 0;
+  for (int64_t d = 0; d < 6; ++d)
+    for (int64_t j = 0; j < 14; ++j) ones += out(0, 53 + 23 * d + 9 + j) + out(1, 53 + 23 * d + 9 + j);
+  CHECK(ones == 2);
+
+  std::vector<std::pair<std::string, Tensor>> saved;
+  t.save("n.", saved);
+  std::map<std::string, Tensor> arrays(saved.begin(), saved.end());
+  CHECK(testing::same_bytes(ColumnTransform::load("n.", arrays).apply(x), y));
+  arrays["n.shift"].f64()[0] = 0.25;  // a damaged checkpoint
+  CHECK_THROWS_WITH_AS(ColumnTransform::load("n.", arrays), doctest::Contains("not its columns and ranges"), Error);
+
+  at(1, 95) = 6;
+  CHECK_THROWS_WITH_AS(t.apply(x), doctest::Contains("column 95 (a convolution dimension number) is 6 in row 1"),
+                       Error);
+  ColumnStats narrow;
+  narrow.add(Tensor::zeros({2, 139}, DType::F32));
+  CHECK_THROWS_WITH_AS(ColumnTransform(FeatureTransform::kFifthPlace, narrow),
+                       doctest::Contains("reads TpuGraphs' 140 node feature columns; these rows have 139"), Error);
+}
+
 TEST_CASE("pruning: k hops around the configurable nodes, both directions") {
   const TpuGraph g = chain();
   std::vector<int64_t> kept;

@@ -23,7 +23,8 @@
 //   some, left unscaled), scales 54 per-dimension columns the same way, spreads the 14 dimension-number
 //   columns into one-hot rows per dimension (6 x 23 inputs with the 54) and drops 13 columns; here the
 //   files' 140 columns go through --node-transform (official: constant columns dropped, min-max on
-//   train), the transform the project's other recipes share.
+//   train), the transform the project's other recipes share. --node-transform 5th computes the
+//   original's reader, the same 191 values in its order (io/preprocess.cpp).
 // - Opcodes: the original merges the element-wise unary opcodes into one embedding row; here each opcode
 //   has its own.
 // - The own-layout values of a node that is not configurable are the files' node_feat[134:140] with -1
