@@ -10,6 +10,8 @@ run time (importlib, from the files' paths) and drives them the way their traini
     git clone https://github.com/hengck23/solution-predict-ai-model-runtime  # 6th place
     git -C google_fast_or_slow checkout 626c463dfb02abd739616773ca74f34e38635c71                # the commits read
     git -C solution-predict-ai-model-runtime checkout c9c5194b308931af8076c063afef84766e3ad19e  # (their HEADs)
+    git clone https://github.com/knshnb/kaggle-tpu-graph-5th-place   # 5th place: scripts/check_vs_original.py only
+    git -C kaggle-tpu-graph-5th-place checkout 3f2dfb86836156a3ce86fecb64becc5baa632659  # (needs pyyaml too)
     pip install torch torch_geometric pandas scikit-learn tqdm  # the 1st place's dataset.py needs pandas, sklearn
 The JSON line reports the commit it ran (originals_commit).
 
@@ -131,6 +133,7 @@ except ImportError:
     sys.exit("winners.py needs PyTorch (pip install torch)")
 
 REPO_1ST = "google_fast_or_slow"
+REPO_5TH = "kaggle-tpu-graph-5th-place"  # (scripts/check_vs_original.py --model sage5; not timed here)
 REPO_6TH = "solution-predict-ai-model-runtime"
 DIR_6TH = {"sage6": "src/res-graphsage4-pair-hop5-layout", "gin6": "src/res-gin4-pair-hop5-layout"}
 DIR_6TH_TILE = "src/res-gatconv4-listmle-hop5-tile"
