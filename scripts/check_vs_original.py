@@ -45,10 +45,11 @@ What it does:
   layers.l.lin.bias; late_mlp.0/3 = head.late.0/1.lin.weight^T; predict = head.predict.
 
 --model sage5: the 5th place's GNN (knshnb/kaggle-tpu-graph-5th-place at 3f2dfb8, src/nn.py; its loss is
-  scripts/train.py's pairwise_hinge) against gnn's layout-sage-5th --node-transform 5th. Its dataset's
-  FeatureReader is run on the graph's own node_feat and compared with our preprocessed features
-  (array "features"); the model is then fed ours (class Sage5 says how). The original's dataset merges the
-  element-wise unary opcodes into one, a listed departure: the model is fed our opcodes. On a large real
+  scripts/train.py's pairwise_hinge) against gnn's layout-sage-5th with the original's inputs
+  (--node-transform 5th --opcode-groups unary --own-layout zeros), end to end: the original's own dataset
+  (src/dataset.py KaggleDataset) reads the graph's file and builds its batch of the same configs, its
+  inputs are compared with ours (arrays input/*: node columns, per-dimension columns, opcodes, layout
+  values), and its model runs on its own batch (class Sage5 says how the weights map). On a large real
   program a ReLU input may lie within f32 rounding of zero (unet3d, 2,774 nodes: one at -1.1e-7 in f64, on
   a node whose inputs do not depend on the config, so in every batch): gnn's f32 and the original's put it on
   different sides, and every gradient upstream of it differs by up to a few 1e-4. That is a kink, not a
@@ -473,14 +474,14 @@ class TileGat6:
 
 
 class Sage5:
-    """gnn's layout-sage-5th --node-transform 5th against the 5th place's GNN (src/nn.py, config/default.yaml's
-    settings: 64-wide opcodes, a 384-wide pre-linear, 3 layers, the last layer's output pooled).
+    """gnn's layout-sage-5th with the original's inputs (--node-transform 5th --opcode-groups unary
+    --own-layout zeros) against the 5th place's GNN (src/nn.py, config/default.yaml's settings: 64-wide
+    opcodes, a 384-wide pre-linear, 3 layers, the last layer's output pooled), which runs on the batch its
+    own dataset builds from the graph's file (extra() compares that batch's inputs with ours).
 
     Its forward reads [x (53 whole-node columns) | opcode | dim_feat (6 x 23) | layout (3 x 6) | tile
     (3 x 6, zeros for layout graphs)] per node and config; ours [opcode | x (191: the 53, then the 138) |
-    layout (18)]. The layout values are fed as ours are (a configurable node's config, any other node its
-    own layout three times, -1 past its rank; the original turns every 0 into -1 instead, a listed
-    departure). Its loss is half the hinge over each graph's pairs and half over the batch's, both means
+    layout (18)]. Its loss is half the hinge over each graph's pairs and half over the batch's, both means
     over all C^2 pairs; with one graph the two are one, and it is taken times C^2 / P for the comparison,
     as ours is a mean over the counted pairs.
 
@@ -490,7 +491,8 @@ class Sage5:
     mean, with the bias) and lin_r (the node) = ours, transposed; head = ours."""
 
     name, recipe = "sage5", "layout-sage-5th"
-    train_flags = ["--node-transform", "5th", "--batch-graphs", "1"]
+    train_flags = ["--node-transform", "5th", "--opcode-groups", "unary", "--own-layout", "zeros",
+                   "--batch-graphs", "1"]
     OURS = [(64, 117), (0, 64), (117, 255), (255, 273)]  # our pre_linear rows, in the original's column order
 
     def __init__(self, originals, work):
@@ -538,21 +540,34 @@ class Sage5:
                 w[:, at:at + hi - lo] = torch.from_numpy(np.ascontiguousarray(ours[lo:hi].T))
                 at += hi - lo
 
-    def batch(self, z):
+    def graph_file(self):
+        stem = self.graph.rsplit(":", 1)[-1]
+        found = [os.path.join(r, f) for r, _, fs in os.walk(self.data) for f in fs if f == stem + ".npz"]
+        if len(found) > 1:  # (a split of configs holds the program in train, valid and test: gnn pass read train)
+            found = [f for f in found if os.path.basename(os.path.dirname(f)) == "train"]
+        if len(found) != 1:
+            sys.exit(f"check_vs_original: {len(found)} files named {stem}.npz under {self.data}")
+        return found[0]
+
+    def their_batch(self, z):
+        """The original's dataset item for the same configs (first_config is a multiple of configs: its items
+        are consecutive slates of the file's configs), collated as its DataLoader does."""
         from torch_geometric.data import Batch
-        x, cn, cfg = layout_inputs(z, width=191)
+        C = z["score"].shape[0]
+        ids = z["batch/config_ids"].astype(np.int64)
+        if ids[0] % C or not np.array_equal(ids, np.arange(ids[0], ids[0] + C)):
+            sys.exit("check_vs_original: --model sage5 needs consecutive configs from a multiple of --configs "
+                     f"(the original's slates), got {ids.tolist()}")
+        cfg = self.config.Config(dict(self.cfg))
+        ds = self.dataset.KaggleDataset([self.graph_file()], C, cfg, None, config_from_npy=False)
+        return Batch.from_data_list([ds[int(ids[0] // C)]["data"]])
+
+    def batch(self, z):
+        b = self.their_batch(z)
         dt = next(self.net.parameters()).dtype
-        C, N = cfg.shape[0], x.shape[0]
-        own = z["batch/node_layout"].astype(np.float32) - 1  # categories v + 1, 0 past the rank
-        layout = np.repeat(np.repeat(own[:, None, None, :], 3, axis=2), C, axis=1)  # [N, C, 3, 6]
-        layout[cn] = cfg.reshape(C, len(cn), 3, 6).transpose(1, 0, 2, 3)
-        d = self.dataset.GraphData(
-            x=torch.from_numpy(x[:, :53].copy()).to(dt),
-            edge_index=torch.from_numpy(z["batch/edges"].T.astype(np.int64).copy()),
-            node_opcode=torch.from_numpy(z["batch/opcode"].astype(np.int64)),
-            dim_feat=torch.from_numpy(x[:, 53:].reshape(N, 6, 23).copy()).to(dt),
-            tile_feat=torch.zeros(1, C, 3, 6, dtype=dt), layout_feat=torch.from_numpy(layout).to(dt))
-        return Batch.from_data_list([d])
+        for k in ("x", "dim_feat", "tile_feat", "layout_feat"):
+            b[k] = b[k].to(dt)
+        return b
 
     def forward(self, z):
         return self.net(self.batch(z)).reshape(-1)
@@ -579,19 +594,24 @@ class Sage5:
         return out
 
     def extra(self, z, graph):
-        """Its FeatureReader on the graph's own node_feat, against our preprocessed x."""
-        stem = graph.rsplit(":", 1)[-1]
-        found = [os.path.join(r, f) for r, _, fs in os.walk(self.data) for f in fs if f == stem + ".npz"]
-        if len(found) > 1:  # (a split of configs holds the program in train, valid and test: gnn pass read train)
-            found = [f for f in found if os.path.basename(os.path.dirname(f)) == "train"]
-        if len(found) != 1:
-            sys.exit(f"check_vs_original: {len(found)} files named {stem}.npz under {self.data}")
-        with np.load(found[0]) as g:
-            feat = g["node_feat"].astype(np.float32)
-        normal, dims, _ = self.dataset.FeatureReader().read(feat.copy())
-        theirs = np.concatenate([normal, dims.reshape(len(feat), -1)], 1)
-        return {"features": (z["batch/x"], theirs)}
-
+        """The original's inputs for this batch against ours: its FeatureReader's columns against our
+        preprocessed x, its (merged) opcodes, and its layout values against what our recipe builds."""
+        x, cn, cfg = layout_inputs(z, width=191)
+        b = self.their_batch(z)
+        C, N = cfg.shape[0], x.shape[0]
+        own = z["batch/node_layout"].astype(np.float32) - 1  # categories v + 1, 0 past the rank
+        if self.hparams.get("own-layout") == "zeros":
+            own[own == 0] = -1
+        layout = np.repeat(np.repeat(own[:, None, None, :], 3, axis=2), C, axis=1)  # [N, C, 3, 6]
+        layout[cn] = cfg.reshape(C, len(cn), 3, 6).transpose(1, 0, 2, 3)
+        ops = z["batch/opcode"].astype(np.int64)
+        if self.hparams.get("opcode-groups") == "unary":
+            unary = self.dataset.opcode_groups["element-wise-unary"]
+            ops = np.where(np.isin(ops, unary), unary[0], ops)
+        return {"input/node columns": (x[:, :53], b.x.numpy()),
+                "input/per-dimension columns": (x[:, 53:].reshape(N, 6, 23), b.dim_feat.numpy()),
+                "input/opcodes": (ops, b.node_opcode.numpy()),
+                "input/layout values": (layout, b.layout_feat.numpy())}
 
 MODELS = {"sage5": Sage5, "sage6": Sage6, "gin6": Gin6, "tgraph": Tgraph, "tilegat6": TileGat6}
 
@@ -675,6 +695,7 @@ def main():
                           ",".join(str(c) for c in range(a.first_config, a.first_config + a.configs)), "--threads", "2", "--out", out,
                           *(["--graph", a.graph] if a.graph else [])).strip().splitlines()[-1])
     z = dict(np.load(out))
+    m.graph, m.hparams = info["graph"], hparams
     t = z["batch/target"]
     if len(np.unique(t)) != len(t):
         print("check_vs_original: warning: tied targets; the original's loss treats ties otherwise than ours (its "

@@ -1397,6 +1397,40 @@ TEST_CASE("train: --node-transform 5th gives the model the 5th place's 191 colum
   CHECK_MESSAGE(r.exit_code == 0, r.err);
 }
 
+TEST_CASE("layout-sage-5th: --opcode-groups unary shares abs's row, --own-layout zeros changes the inputs") {
+  TempDir t;
+  // Three runs from the same seed, the same data: each flag against neither. The pass writes every
+  // gradient: under unary, the rows of the 20 merged opcodes get none (their nodes read abs's row).
+  auto pass = [&](const std::string& name, const std::string& flags) {
+    const std::string run = t.file(name), out = t.file(name + ".npz");
+    auto r = run_gnn("train --model layout-sage-5th --data " + dataset() +
+                     " --hidden 16 --op-embed 8 --configs 4 --epochs 1 --seed 1 --progress lines --out " + run + flags);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    r = run_gnn("pass --run " + run + " --data " + dataset() + " --configs 0,1,2,3 --out " + out);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    return NpzReader(out).load_all();
+  };
+  const auto plain = pass("plain", ""), unary = pass("unary", " --opcode-groups unary"),
+             zeros = pass("zeros", " --own-layout zeros");
+  const int32_t merged[] = {15, 30, 91, 37, 38, 40, 49, 50, 51, 107, 53, 60, 118, 80, 94, 81, 103, 90, 120, 96};
+  auto row_norm = [](const Tensor& g, int32_t row) {
+    double s = 0;
+    for (int64_t j = 0; j < g.size(1); ++j) s += std::fabs(double(g.f32()[row * g.size(1) + j]));
+    return s;
+  };
+  double plain_merged = 0, unary_merged = 0;
+  for (int32_t op : merged) {
+    plain_merged += row_norm(plain.at("grad/opcode_embed.weight"), op);
+    unary_merged += row_norm(unary.at("grad/opcode_embed.weight"), op);
+  }
+  CHECK(plain_merged > 0);  // the graphs hold some of them
+  CHECK(unary_merged == 0);
+  CHECK(row_norm(unary.at("grad/opcode_embed.weight"), 1) > 0);
+  // The generated graphs hold nodes whose own layout has a 0 within the rank: their inputs change.
+  CHECK(zeros.at("score").to_vector<float>() != plain.at("score").to_vector<float>());
+  CHECK(plain.at("batch/x").to_vector<float>() == zeros.at("batch/x").to_vector<float>());
+}
+
 TEST_CASE("gnn pass: a run's scores, loss and gradients on one batch, with the batch, and bad flags named") {
   TempDir t;
   const std::string run = t.file("run"), out = t.file("pass.npz");

@@ -25,12 +25,12 @@
 //   files' 140 columns go through --node-transform (official: constant columns dropped, min-max on
 //   train), the transform the project's other recipes share. --node-transform 5th computes the
 //   original's reader, the same 191 values in its order (io/preprocess.cpp).
-// - Opcodes: the original merges the element-wise unary opcodes into one embedding row; here each opcode
-//   has its own.
+// - Opcodes: the original merges the 21 element-wise unary opcodes into one embedding row (abs's); here
+//   each opcode has its own, and --opcode-groups unary merges them as the original.
 // - The own-layout values of a node that is not configurable are the files' node_feat[134:140] with -1
 //   past the node's rank (kNodeLayout, blocks.h); the original turns every 0 into -1, a genuine minor-most
-//   dimension 0 included. Its 18 always-zero tile columns (a tile slot of its joint model) are left out:
-//   zero inputs add nothing.
+//   dimension 0 included (--own-layout zeros). Its 18 always-zero tile columns (a tile slot of its joint
+//   model) are left out: zero inputs add nothing.
 // - Its loss is half the hinge within each graph and half the hinge over every pair of the batch, graphs
 //   mixed, each a mean over all pairs (those that do not count add 0); ours is the within-graph hinge,
 //   a mean over the pairs that count. Runtimes of different programs are not what a ranking compares.
@@ -41,6 +41,10 @@
 //   per step.
 // - No config sharing (nn/config_share.h) and no CUDA graph replay: the plain path only. --segment (0 by
 //   default, as the original trains whole graphs) cuts gradients outside the segment as elsewhere.
+//
+// Checked against the original's own GNN on the batch its own dataset builds (scripts/check_vs_original.py
+// --model sage5, at its commit 3f2dfb8), with --node-transform 5th --opcode-groups unary --own-layout
+// zeros: see docs/benchmarks.md ("The 5th place's inputs, and its model against its own code").
 #include <algorithm>
 #include <vector>
 
@@ -52,6 +56,8 @@ namespace {
 // The model's own hyper-parameters (--help lists them with the training ones).
 struct Params {
   int64_t op_embed = 0, hidden = 0, layers = 0;
+  bool merge_unary = false;  // --opcode-groups unary
+  bool own_zeros = false;  // --own-layout zeros
 };
 
 const HParamTable<Params>& params() {
@@ -61,13 +67,36 @@ const HParamTable<Params>& params() {
           .add(&P::op_embed, integer_hp("op-embed", "64", 1, 4096, "opcode embedding width"))
           .add(&P::hidden,
                integer_hp("hidden", "384", 2, 65536, "width of every layer, half from each direction's SAGE (even)"))
-          .add(&P::layers, integer_hp("layers", "3", 1, 64, "layers of two SAGEs"));
+          .add(&P::layers, integer_hp("layers", "3", 1, 64, "layers of two SAGEs"))
+          .add(&P::merge_unary,
+               choice_hp("opcode-groups", "none", "none|unary",
+                         "unary: the 21 element-wise unary opcodes share one embedding row, as the original"),
+               "unary")
+          .add(&P::own_zeros,
+               choice_hp("own-layout", "rank", "rank|zeros",
+                         "a node's own layout values: -1 past its rank, or every 0 read as -1 (the original's)"),
+               "zeros");
   return t;
+}
+
+// The original's "element-wise-unary" group (src/constants.py): abs, ceil, cosine, sine, exponential,
+// exponential-minus-one, floor, is-finite, log, log-plus-one, logistic, not, negate, round-nearest-even,
+// round-nearest-afz, sqrt, rsqrt, cbrt, sign, tan, tanh, read as the first, abs (1).
+constexpr int32_t kUnaryOpcodes[] = {1,  15, 30,  91, 37, 38, 40,  49, 50,  51, 107,
+                                     53, 60, 118, 80, 94, 81, 103, 90, 120, 96};
+
+Tensor merged_opcodes(const Tensor& opcode) {
+  std::vector<int32_t> to(static_cast<size_t>(kOpcodes), 0);
+  for (int32_t k = 0; k < int32_t(kOpcodes); ++k) to[size_t(k)] = k;
+  for (int32_t k : kUnaryOpcodes) to[size_t(k)] = kUnaryOpcodes[0];
+  Tensor out = opcode.on(Device::cpu()).clone();
+  for (int64_t n = 0; n < out.numel(); ++n) out.i32()[n] = to[size_t(out.i32()[n])];  // ids checked at load
+  return out.on(opcode.device());
 }
 
 // The 18 layout values of every (node, config), [N, C*18] node-major: the config's on the configurable
 // nodes (b.node_config), the node's own 6 output-layout values repeated 3 times elsewhere. An input.
-Tensor layout_values(const Batch& b) {
+Tensor layout_values(const Batch& b, bool own_zeros) {
   const int64_t C = b.configs, D = kLayoutConfigFeatures, L = kNodeLayoutDims;
   Tensor v = b.node_config_host().clone();
   std::vector<char> configurable(size_t(b.nodes), 0);
@@ -76,7 +105,10 @@ Tensor layout_values(const Batch& b) {
     if (configurable[size_t(n)]) continue;
     const int32_t* own = b.feature(kNodeLayout).i32() + n * L;  // categories: value + 1, 0 past the rank
     float* row = v.f32() + n * C * D;
-    for (int64_t j = 0; j < C * D; ++j) row[j] = float(own[j % L] - 1);
+    for (int64_t j = 0; j < C * D; ++j) {
+      const float v = float(own[j % L] - 1);
+      row[j] = own_zeros && v == 0.0f ? -1.0f : v;
+    }
   }
   return v.on(b.x.device());
 }
@@ -101,7 +133,9 @@ class Sage : public nn::Module {
 class LayoutSage5th : public RankModel {
  public:
   LayoutSage5th(const Params& h, const ModelDims& d, Rng& rng)
-      : emb_(kOpcodes, h.op_embed, rng),
+      : merge_unary_(h.merge_unary),
+        own_zeros_(h.own_zeros),
+        emb_(kOpcodes, h.op_embed, rng),
         pre_(d.node_features + h.op_embed + kLayoutConfigFeatures, h.hidden, rng),
         out_(h.hidden, 1, rng) {
     GNN_CHECK(h.hidden % 2 == 0, "--hidden: must be even (each direction's SAGE gives half), got ", h.hidden);
@@ -121,7 +155,9 @@ class LayoutSage5th : public RankModel {
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     // pre on [opcode | node features | 18 values] without the join: the node part once per node.
-    ag::Var x = segment(b, ag::relu(pre_.forward_joined(node_input(emb_, b), ag::Var(layout_values(b)), C)));
+    const ag::Var node =
+        merge_unary_ ? ag::concat_cols({emb_.forward(merged_opcodes(b.opcode)), ag::Var(b.x)}) : node_input(emb_, b);
+    ag::Var x = segment(b, ag::relu(pre_.forward_joined(node, ag::Var(layout_values(b, own_zeros_)), C)));
     for (size_t l = 0; l < consumers_.size(); ++l) {
       const ag::Var both =
           ag::concat_cols({consumers_[l]->forward(b.consumers(), x, C), producers_[l]->forward(b.producers(), x, C)});
@@ -131,6 +167,7 @@ class LayoutSage5th : public RankModel {
   }
 
  private:
+  bool merge_unary_, own_zeros_;
   nn::Embedding emb_;
   nn::Linear pre_, out_;
   std::vector<std::unique_ptr<Sage>> consumers_, producers_;
