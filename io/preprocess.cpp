@@ -19,9 +19,9 @@ namespace {
 // followed by the 14 convolution dimension numbers one-hot on d: 1 where the number equals d, never for
 // d = 0, which the original skips. So 53 + 6 * (9 + 14) = 191 columns;
 // the other element types and the six layout columns (134-139: the recipes read those raw) are dropped.
-// A value below a logged column's lo (none in the release) reads as lo, where the original's log would
-// be -inf or NaN; a dimension number outside 0-5, which the original's indexing would reject or wrap, is
-// an error.
+// A value below a logged column's lo (none in the release's files) reads as lo: the original's log is
+// negative there, and -inf or NaN at or below lo - 1. A dimension number outside 0-5, which the
+// original's indexing would reject or wrap, is an error.
 struct FifthColumn {
   int32_t col;
   double lo, hi;

@@ -106,8 +106,8 @@ Tensor layout_values(const Batch& b, bool own_zeros) {
     const int32_t* own = b.feature(kNodeLayout).i32() + n * L;  // categories: value + 1, 0 past the rank
     float* row = v.f32() + n * C * D;
     for (int64_t j = 0; j < C * D; ++j) {
-      const float v = float(own[j % L] - 1);
-      row[j] = own_zeros && v == 0.0f ? -1.0f : v;
+      const float value = float(own[j % L] - 1);
+      row[j] = own_zeros && value == 0.0f ? -1.0f : value;
     }
   }
   return v.on(b.x.device());
