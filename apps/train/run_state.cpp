@@ -56,13 +56,16 @@ Meta read_meta(const std::string& path) {
   // A checkpoint written before a hyper-parameter existed runs with the value that matches what it ran
   // (--dropout-mask: a mask per config, as every recipe drew before the flag; tile-mlp's --pool: mean and
   // max, its only readout before the flag; dnnperf-anee's --readout: mean, likewise), else the recipe's
-  // default (--share, which changes nothing of the results); --graph-repeats: 1, each graph once an epoch.
+  // default (--share, which changes nothing of the results); --graph-repeats: 1, each graph once an epoch;
+  // layout-sage-5th's --opcode-groups and --own-layout: the inputs it read before them.
   // Keyed by recipe ("" for every recipe) and flag, so another recipe's flag of the same name is untouched.
   static const std::map<std::pair<std::string, std::string>, std::string> kBeforeTheFlag = {
       {{"", "dropout-mask"}, "config"},
       {{"", "graph-repeats"}, "1"},
       {{"tile-mlp", "pool"}, "mean-max"},
-      {{"dnnperf-anee", "readout"}, "mean"}};
+      {{"dnnperf-anee", "readout"}, "mean"},
+      {{"layout-sage-5th", "opcode-groups"}, "none"},
+      {{"layout-sage-5th", "own-layout"}, "rank"}};
   for (const auto& [name, value] : m.recipe->defaults().values) {
     auto before = kBeforeTheFlag.find({m.recipe->name, name});
     if (before == kBeforeTheFlag.end()) before = kBeforeTheFlag.find({"", name});

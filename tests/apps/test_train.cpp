@@ -1410,8 +1410,9 @@ TEST_CASE("layout-sage-5th: --opcode-groups unary shares abs's row, --own-layout
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     return NpzReader(out).load_all();
   };
-  const auto plain = pass("plain", ""), unary = pass("unary", " --opcode-groups unary"),
-             zeros = pass("zeros", " --own-layout zeros");
+  const std::string shared = " --opcode-groups none --own-layout rank";  // the defaults are the original's
+  const auto plain = pass("plain", shared), unary = pass("unary", " --opcode-groups unary --own-layout rank"),
+             zeros = pass("zeros", " --opcode-groups none --own-layout zeros");
   const int32_t merged[] = {15, 30, 91, 37, 38, 40, 49, 50, 51, 107, 53, 60, 118, 80, 94, 81, 103, 90, 120, 96};
   auto row_norm = [](const Tensor& g, int32_t row) {
     double s = 0;
@@ -1429,6 +1430,13 @@ TEST_CASE("layout-sage-5th: --opcode-groups unary shares abs's row, --own-layout
   // The generated graphs hold nodes whose own layout has a 0 within the rank: their inputs change.
   CHECK(zeros.at("score").to_vector<float>() != plain.at("score").to_vector<float>());
   CHECK(plain.at("batch/x").to_vector<float>() == zeros.at("batch/x").to_vector<float>());
+  // A run from before the two flags read every opcode on its own row and -1 past the rank only.
+  drop_hparam(t.file("plain") + "/model.npz", "opcode-groups");
+  drop_hparam(t.file("plain") + "/model.npz", "own-layout");
+  const HParams h = read_meta(t.file("plain") + "/model.npz").hparams;
+  CHECK(h.str("opcode-groups") == "none");
+  CHECK(h.str("own-layout") == "rank");
+  CHECK(read_meta(t.file("unary") + "/model.npz").hparams.str("node-transform") == "5th");  // the default
 }
 
 TEST_CASE("gnn pass: a run's scores, loss and gradients on one batch, with the batch, and bad flags named") {
