@@ -726,15 +726,20 @@ TEST_CASE("train: layout-sage-5th is the 5th place's GNN, SAGE over consumers an
   REQUIRE(!configurable.empty());
   REQUIRE(int64_t(configurable.size()) < N);  // both kinds of rows are exercised
   const int64_t* e = b.edges.i64();  // [u, v]: u consumes v
+  // Its defaults read the original's inputs: the element-wise unary opcodes on abs's row (1), and every
+  // 0 of a node's own layout as -1.
+  const std::set<int32_t> unary = {15, 30, 91, 37, 38, 40, 49, 50, 51, 107, 53, 60, 118, 80, 94, 81, 103, 90, 120, 96};
   for (int64_t c = 0; c < C; ++c) {
     std::vector<std::vector<double>> x(static_cast<size_t>(N));
     for (int64_t n = 0; n < N; ++n) {
-      const float* emb = w.at("opcode_embed.weight").f32() + b.opcode.i32()[n] * 3;
+      const int32_t op = unary.count(b.opcode.i32()[n]) ? 1 : b.opcode.i32()[n];
+      const float* emb = w.at("opcode_embed.weight").f32() + op * 3;
       std::vector<double> in(emb, emb + 3);  // [opcode embedding | node features | 18 layout values]
       in.insert(in.end(), b.x.f32() + n * F, b.x.f32() + (n + 1) * F);
-      for (int64_t j = 0; j < D; ++j)
-        in.push_back(configurable.count(n) ? b.node_config.f32()[n * C * D + c * D + j]
-                                           : double(b.feature(kNodeLayout).i32()[n * kNodeLayoutDims + j % 6] - 1));
+      for (int64_t j = 0; j < D; ++j) {
+        const double own = double(b.feature(kNodeLayout).i32()[n * kNodeLayoutDims + j % 6] - 1);
+        in.push_back(configurable.count(n) ? b.node_config.f32()[n * C * D + c * D + j] : (own == 0 ? -1 : own));
+      }
       x[size_t(n)] = dense("pre_linear", in, true);
       for (double& v : x[size_t(n)]) v = std::max(v, 0.0);
     }
