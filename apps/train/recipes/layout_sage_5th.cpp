@@ -44,6 +44,9 @@
 // Checked against the original's own GNN on the batch its own dataset builds (scripts/check_vs_original.py
 // --model sage5, at its commit 3f2dfb8), at these defaults: see docs/benchmarks.md ("The 5th place's
 // inputs, and its model against its own code").
+// Its own code, trained on unet3d's config split as this recipe is (bench/peers/train_original.py --model
+// sage5: 400 steps of 8 configs, 3 seeds), ranks the held-out configs as this recipe does: docs/benchmarks.md
+// ("The originals trained by their own code on unet3d's split").
 #include <algorithm>
 #include <vector>
 
