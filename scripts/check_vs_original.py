@@ -77,7 +77,7 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
-from winners import DIR_6TH, REPO_1ST, REPO_5TH, REPO_6TH, commit_of, load_module, quiet  # noqa: E402
+from winners import DIR_6TH, REPO_1ST, REPO_6TH, commit_of, load_fifth, load_module, quiet  # noqa: E402
 
 import torch  # noqa: E402  (winners.py has refused a Python without it)
 
@@ -496,17 +496,9 @@ class Sage5:
     OURS = [(64, 117), (0, 64), (117, 255), (255, 273)]  # our pre_linear rows, in the original's column order
 
     def __init__(self, originals, work):
-        self.root = os.path.join(originals, REPO_5TH)
-        sys.path.insert(0, self.root)  # its modules import config.config and src.*
-        with quiet():
-            self.config = load_module("config.config", os.path.join(self.root, "config", "config.py"))
-            load_module("src.constants", os.path.join(self.root, "src", "constants.py"))
-            self.dataset = load_module("src.dataset", os.path.join(self.root, "src", "dataset.py"))
-            nn_mod = load_module("src.nn", os.path.join(self.root, "src", "nn.py"))
-        import yaml
-        with open(os.path.join(self.root, "config", "default.yaml")) as f:
-            self.cfg = self.config.Config(yaml.safe_load(f))
-        self.net = nn_mod.GNN(self.cfg)
+        o = load_fifth(originals)
+        self.root, self.config, self.dataset, self.cfg = o.root, o.config, o.dataset, o.cfg
+        self.net = o.nn.GNN(self.cfg)
         self.net.eval()
         self.data = None  # set by main: the dataset tree, for the graph's own node_feat
 

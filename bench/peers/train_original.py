@@ -69,7 +69,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import winners  # noqa: E402
-from winners import REPO_5TH, commit_of, load_module, quiet  # noqa: E402
+from winners import commit_of, quiet  # noqa: E402
 
 import torch  # noqa: E402  (winners.py has refused a Python without it)
 
@@ -90,21 +90,10 @@ class Fifth:
     name = "sage5-original"
 
     def __init__(self, a, train):
-        self.root = os.path.join(a.originals, REPO_5TH)
-        sys.path.insert(0, self.root)  # its modules import config.config and src.*
-        with quiet():
-            config = load_module("config.config", os.path.join(self.root, "config", "config.py"))
-            load_module("src.constants", os.path.join(self.root, "src", "constants.py"))
-            self.dataset = load_module("src.dataset", os.path.join(self.root, "src", "dataset.py"))
-            nn_mod = load_module("src.nn", os.path.join(self.root, "src", "nn.py"))
-        try:
-            import yaml
-        except ImportError:
-            sys.exit("train_original.py: the 5th place's config needs pyyaml (pip install pyyaml)")
-        with open(os.path.join(self.root, "config", "default.yaml")) as f:
-            self.cfg = config.Config(yaml.safe_load(f))
+        o = winners.load_fifth(a.originals)
+        self.root, self.dataset, self.cfg = o.root, o.dataset, o.cfg
         self.configs = a.configs or self.cfg.layout_sample_per_graph
-        self.net = nn_mod.GNN(self.cfg)
+        self.net = o.nn.GNN(self.cfg)
         self.net.train()
         self.lr = self.cfg.lr if a.lr is None else a.lr
         self.opt = torch.optim.AdamW(self.net.parameters(), self.lr, weight_decay=self.cfg.weight_decay)

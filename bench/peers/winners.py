@@ -133,7 +133,7 @@ except ImportError:
     sys.exit("winners.py needs PyTorch (pip install torch)")
 
 REPO_1ST = "google_fast_or_slow"
-REPO_5TH = "kaggle-tpu-graph-5th-place"  # (scripts/check_vs_original.py --model sage5; not timed here)
+REPO_5TH = "kaggle-tpu-graph-5th-place"  # (check_vs_original.py, train_original.py; not timed here)
 REPO_6TH = "solution-predict-ai-model-runtime"
 DIR_6TH = {"sage6": "src/res-graphsage4-pair-hop5-layout", "gin6": "src/res-gin4-pair-hop5-layout"}
 DIR_6TH_TILE = "src/res-gatconv4-listmle-hop5-tile"
@@ -148,6 +148,26 @@ def load_module(name, path):
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_fifth(originals):
+    """The 5th place's clone imported by path: its config module, src/dataset.py, src/nn.py and
+    config/default.yaml as its Config (its modules import config.config and src.*, so its root goes on
+    sys.path). Returns a namespace: root, config, dataset, nn, cfg."""
+    root = os.path.join(originals, REPO_5TH)
+    sys.path.insert(0, root)
+    with quiet():
+        config = load_module("config.config", os.path.join(root, "config", "config.py"))
+        load_module("src.constants", os.path.join(root, "src", "constants.py"))
+        dataset = load_module("src.dataset", os.path.join(root, "src", "dataset.py"))
+        nn_mod = load_module("src.nn", os.path.join(root, "src", "nn.py"))
+    try:
+        import yaml
+    except ImportError:
+        sys.exit("the 5th place's config needs pyyaml (pip install pyyaml)")
+    with open(os.path.join(root, "config", "default.yaml")) as f:
+        cfg = config.Config(yaml.safe_load(f))
+    return types.SimpleNamespace(root=root, config=config, dataset=dataset, nn=nn_mod, cfg=cfg)
 
 
 def commit_of(path):
