@@ -58,7 +58,11 @@
 //   on 60 generated programs (docs/benchmarks.md): the shared mask, like no dropout at all, learns
 //   where with per-config masks some seeds stall near tau 0 (test tau 0.199 against 0.091; GIN 0.225
 //   against 0.148); on the demo's 16 small programs it is no better (SAGE 0.225 against 0.216, GIN
-//   0.192 against 0.235). A run from before the flag resumes with `config` (run_state.cpp).
+//   0.192 against 0.235). On unet3d's held-out configs (300 steps, seed 1) the mask is most of the
+//   distance between the original's function and the defaults: 0.363 with per-config masks, 0.657 with
+//   the shared one and the original's other departures, 0.709 at the defaults (GIN: 0.382, 0.770,
+//   0.768; docs/benchmarks.md, "Which departure"). A run from before the flag resumes with `config`
+//   (run_state.cpp).
 // - No config sharing (nn/config_share.h): the first norm mixes every node into each config's
 //   statistics, so every row depends on the config from the first layer on.
 //
