@@ -315,6 +315,7 @@ class Sixth:
         self.net.output_type = ["loss", "infer"]
         self.opt.zero_grad()
         B = len(batch)
+        loss = 0.0  # the step's mean over its slates, as trainer.py's loss / B summed
         for b in range(B):  # trainer.py's inner loop
             r = {k: batch[b][k].to(prec.device, non_blocking=True) for k in self.KEYS}
             with prec.autocast():
@@ -322,7 +323,7 @@ class Sixth:
                 rank_loss = output["rank_loss"].mean() / B
                 for m in self.METRICS:
                     (output[m].mean() / B).item()
-                loss = rank_loss.item()
+                loss += rank_loss.item()
             prec.scaler.scale(rank_loss).backward()
         prec.scaler.step(self.opt)
         prec.scaler.update()
