@@ -323,9 +323,10 @@ const Flag kRunFlag{
     "run", "RUN", "the run directory of gnn train; given more than once, an ensemble of the runs (--ensemble)",
     "",    false, true};
 const Flag kRunsFlag{"runs", "FILE", "a file listing run directories, one per line: more members of the ensemble"};
-const Flag kEnsembleFlag{"ensemble", "mean-z|mean-rank",
+const Flag kEnsembleFlag{"ensemble", "mean-z|mean-rank|mean",
                          "how several runs' scores of a graph's configs combine: the mean of each run's scores "
-                         "standardised over the graph's configs, or the mean of their ranks",
+                         "standardised over the graph's configs, the mean of their ranks, or the mean of the raw "
+                         "scores (as the 6th place's submission)",
                          "mean-z"};
 const Flag kDataFlag{"data", "DIR", "the dataset", "", true};
 const Flag kCheckpointFlag{"checkpoint", "auto|best|last|swa",
@@ -361,7 +362,8 @@ Command eval_command() {
       "stdout is one JSON object.\n"
       "Several runs (--run A --run B, --runs FILE) are scored as an ensemble, as the top solutions submitted:\n"
       "each run scores every config with its own preprocessing, --eval-chunk and --tta, and per graph the\n"
-      "runs' scores are standardised and averaged (--ensemble mean-z) or their ranks averaged (mean-rank).";
+      "runs' scores are standardised and averaged (--ensemble mean-z), their ranks averaged (mean-rank), or\n"
+      "the raw scores averaged (mean: for runs trained with one loss, whose scores share a scale).";
   c.run = [](const Args& a) {
     const std::string eval_dir = eval_indices_flag(a);
     const std::vector<RunOnSplit> runs = open_runs(a);

@@ -134,7 +134,8 @@ std::vector<std::pair<std::string, GraphScore>> gather_scores(
 Combine parse_combine(const std::string& name) {
   if (name == "mean-z") return Combine::kMeanZ;
   if (name == "mean-rank") return Combine::kMeanRank;
-  GNN_FAIL("--ensemble: expected mean-z or mean-rank, got '", name, "'");
+  if (name == "mean") return Combine::kMean;
+  GNN_FAIL("--ensemble: expected mean-z, mean-rank or mean, got '", name, "'");
 }
 
 std::vector<double> combine_scores(const std::vector<std::vector<double>>& members, Combine how,
@@ -147,7 +148,9 @@ std::vector<double> combine_scores(const std::vector<std::vector<double>>& membe
   for (const std::vector<double>& p : members) {
     GNN_CHECK(p.size() == n, "combine_scores: a member scored ", p.size(), " configs, another ", n);
     std::vector<double> v(n);
-    if (how == Combine::kMeanRank) {
+    if (how == Combine::kMean) {
+      v = p;
+    } else if (how == Combine::kMeanRank) {
       std::vector<int64_t> index(configs);
       if (index.empty()) index.resize(n), std::iota(index.begin(), index.end(), 0);
       GNN_CHECK(index.size() == n, "combine_scores: ", index.size(), " config indices for ", n, " scores");
@@ -167,7 +170,8 @@ std::vector<double> combine_scores(const std::vector<std::vector<double>>& membe
       for (size_t i = 0; i < n; ++i)
         if (p[i] == kNotFinite) v[i] = (k ? top : 0) + 1;
     }
-    for (size_t i = 0; i < n; ++i) out[i] += v[i] / double(members.size());
+    for (size_t i = 0; i < n; ++i)  // only a raw score can be the mark: the config then ranks last
+      out[i] = v[i] == kNotFinite || out[i] == kNotFinite ? kNotFinite : out[i] + v[i] / double(members.size());
   }
   return out;
 }

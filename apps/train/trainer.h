@@ -140,11 +140,13 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
 // one. kMeanZ standardises each member's scores over the graph's configs (mean 0, standard deviation 1;
 // all equal: all 0) and averages them; kMeanRank averages each member's ranks (0 = predicted fastest,
 // ties by config index as a submission's ranking: `configs` holds the scored configs' indices, empty for
-// 0, 1, 2, ...). A prediction that is not finite (predict_configs ranks it last with the
-// largest double) counts as one more than the member's largest finite z, or takes its rank. One member:
-// its scores unchanged.
-enum class Combine { kMeanZ, kMeanRank };
-Combine parse_combine(const std::string& name);  // mean-z | mean-rank; gnn::Error otherwise
+// 0, 1, 2, ...); kMean averages the raw scores, as the 6th place's submission summed its SAGE and GIN
+// models' (src/3_run_make_kaggle_submission.py), which suits members trained with one loss. A prediction
+// that is not finite (predict_configs ranks it last with the largest double) counts as one more than the
+// member's largest finite z, or takes its rank; under kMean the config ranks last. One member: its
+// scores unchanged.
+enum class Combine { kMeanZ, kMeanRank, kMean };
+Combine parse_combine(const std::string& name);  // mean-z | mean-rank | mean; gnn::Error otherwise
 std::vector<double> combine_scores(const std::vector<std::vector<double>>& members, Combine how,
                                    const std::vector<int64_t>& configs = {});
 // Every rank's scores, in rank order, on every rank (a job of one: `mine`).

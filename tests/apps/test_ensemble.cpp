@@ -60,7 +60,14 @@ TEST_CASE("ensemble: combine_scores standardises or ranks each member, and one m
   CHECK(w[1] == doctest::Approx(1.0));
   CHECK(w[0] == doctest::Approx((-1 - std::sqrt(1.5)) / 2));
   CHECK(train::parse_combine("mean-rank") == Combine::kMeanRank);
-  CHECK_THROWS_AS(train::parse_combine("mean"), Error);
+  CHECK_THROWS_AS(train::parse_combine("median"), Error);
+  // The raw mean, as the 6th place's submission; a config a member could not score ranks last.
+  CHECK(train::parse_combine("mean") == Combine::kMean);
+  CHECK(train::combine_scores({a, b}, Combine::kMean) == std::vector<double>{20.5, 6, 16.5, 12});
+  const std::vector<double> m = train::combine_scores({{1, 2, 3}, {1, bad, 3}, {3, 2, 1}}, Combine::kMean);
+  CHECK(m[0] == doctest::Approx(5.0 / 3));
+  CHECK(m[1] == bad);
+  CHECK(m[2] == doctest::Approx(7.0 / 3));
   CHECK_THROWS_AS(train::combine_scores({{1, 2}, {1, 2, 3}}, Combine::kMeanZ), Error);
 }
 
@@ -79,7 +86,7 @@ TEST_CASE("ensemble: eval and predict over several runs combine the runs' own sc
   // The same run twice is the run: standardising or ranking keeps its order, so every metric is its own.
   const auto one = run_gnn("eval --run " + runs[0] + on);
   REQUIRE_MESSAGE(one.exit_code == 0, one.err);
-  for (const char* how : {"mean-z", "mean-rank"}) {
+  for (const char* how : {"mean-z", "mean-rank", "mean"}) {
     const auto twice = run_gnn("eval --run " + runs[0] + " --run " + runs[0] + on + " --ensemble " + how);
     REQUIRE_MESSAGE(twice.exit_code == 0, twice.err);
     const Json a = Json::parse(last_line(one.out)), b = Json::parse(last_line(twice.out));
@@ -99,6 +106,16 @@ TEST_CASE("ensemble: eval and predict over several runs combine the runs' own sc
       per_graph[id].push_back(logs);
     }
   }
+  // A submission row: the graph's configs in ascending order of the combined scores, ties by index.
+  const auto want_row = [&](const std::string& id, train::Combine how) {
+    const std::vector<double> z = train::combine_scores(per_graph[id], how);
+    std::vector<int64_t> order(z.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return z[size_t(x)] < z[size_t(y)]; });
+    std::string want = id + ",";
+    for (size_t k = 0; k < order.size(); ++k) want.append(k ? ";" : "").append(std::to_string(order[k]));
+    return want;
+  };
   std::ofstream(t.file("runs.txt")) << "# the other two\n" << runs[1] << "\n\n" << runs[2] << "\n";
   const auto ens =
       run_gnn("predict --run " + runs[0] + " --runs " + t.file("runs.txt") + on + " --out " + t.file("ensemble.csv"));
@@ -110,17 +127,20 @@ TEST_CASE("ensemble: eval and predict over several runs combine the runs' own sc
   for (size_t i = 1; i < rows.size(); ++i) {
     const std::string id = rows[i].substr(0, rows[i].find(','));
     REQUIRE(per_graph.count(id));
-    const std::vector<double> z = train::combine_scores(per_graph[id], train::Combine::kMeanZ);
-    std::vector<int64_t> order(z.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return z[size_t(x)] < z[size_t(y)]; });
-    std::string want = id + ",";
-    for (size_t k = 0; k < order.size(); ++k) want.append(k ? ";" : "").append(std::to_string(order[k]));
-    CHECK(rows[i] == want);
+    CHECK(rows[i] == want_row(id, train::Combine::kMeanZ));
     for (size_t k = 0; k < runs.size(); ++k)
       differs_from_a_member += testing::read_lines(t.file(member_file("one", k)))[i] != rows[i];
   }
   CHECK(differs_from_a_member > 0);  // the members disagree, so the combination is not any one of them
+  // --ensemble mean ranks by the mean of the raw scores: each run's log runtimes less its offset, whose
+  // mean moves every config alike, so the mean of the log runtimes ranks the same.
+  const auto raw = run_gnn("predict --run " + runs[0] + " --runs " + t.file("runs.txt") + on +
+                           " --ensemble mean --out " + t.file("mean.csv"));
+  REQUIRE_MESSAGE(raw.exit_code == 0, raw.err);
+  const std::vector<std::string> mean_rows = testing::read_lines(t.file("mean.csv"));
+  REQUIRE(mean_rows.size() == rows.size());
+  for (size_t i = 1; i < mean_rows.size(); ++i)
+    CHECK(mean_rows[i] == want_row(mean_rows[i].substr(0, mean_rows[i].find(',')), train::Combine::kMean));
   // The ensemble's eval scores the same combination: one JSON line, and no per-graph file in a run.
   const auto ev = run_gnn("eval --run " + runs[0] + " --run " + runs[1] + " --run " + runs[2] + on);
   REQUIRE_MESSAGE(ev.exit_code == 0, ev.err);
@@ -161,7 +181,7 @@ TEST_CASE("ensemble: what cannot be combined is refused before anything is score
   const std::string on = " --data " + data;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"eval --run " + layout + " --run " + tile + on, "cannot join an ensemble of layout models"},
-      {"eval --run " + layout + " --run " + layout + on + " --ensemble mean", "expected mean-z or mean-rank"},
+      {"eval --run " + layout + " --run " + layout + on + " --ensemble median", "expected mean-z, mean-rank or mean"},
       {"eval" + on, "missing --run"},
       {"eval --runs " + t.file("empty.txt") + on, "lists no run"},
       {"eval --runs " + t.file("absent.txt") + on, "cannot be read"},
