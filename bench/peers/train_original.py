@@ -11,9 +11,11 @@ SPLIT is a tree scripts/split_configs.py wrote (layout/<coll>/train/<stem>.npz h
 program, the --split file of the same stem the others); ORIG holds the clones bench/peers/winners.py's
 docstring lists (scipy for the tau; the 5th place's config also needs pyyaml). This file holds none of
 their code: it imports their files by path and drives them as their training scripts do. Prints the
-validation line at every --val-every step on stderr and one JSON line at the end; kendall_tau is what
-`gnn eval --split test` prints (Kendall tau-b of score against runtime per program, mean over programs;
-a program whose tau is undefined is left out, as the 6th place's nanmean does, and none left is null).
+validation line at every --val-every step on stderr (scoring puts every random generator back as it
+found it, so the training's draws do not depend on --val-every) and one JSON line at the end;
+kendall_tau is what `gnn eval --split test` prints (Kendall tau-b of score against runtime per program,
+mean over programs; a program whose tau is undefined is left out, as the 6th place's nanmean does, and
+none left is null).
 The runtimes ranked against: the file's (int64) for the 5th place, its load_npz's float32 copies for the
 6th, as its do_valid; on unet3d's held-out file f32 merges 232 runtimes into 186, which moves tau by
 about 1e-4. Both originals trained on a GPU in mixed precision (the 6th place with fp16 autocast, in its
@@ -25,7 +27,8 @@ validation too); here they run in fp32 on the CPU, as gnn's recipes do.
              merged, DropEdge with a probability drawn from U(0, 0.15) each forward
   batches    src/dataset.py KaggleDataset over the train files with a seeded generator (config_from_npy
              False: the configs read from the npz, the values its preprocess_layout_data.py copies into
-             int8 .npy files), a pass of its items in a seeded order, --graphs items a step (its
+             int8 .npy files), a pass of its items in the order a second generator of the same seed draws
+             (as its TileLayoutSampler), --graphs items a step (its
              layout_batch_size, 4; here 1 by default, so that a step holds the 8 configs a step of
              layout-sage-5th holds on one program) collated by PyG's Batch; a new pass, with the next
              seed, when one runs out
@@ -106,16 +109,18 @@ class Fifth:
             return self.dataset.KaggleDataset(paths, self.configs, self.cfg, rng, config_from_npy=False)
 
     def passes(self, paths, graphs, seed):
-        """Their training order: a pass of the dataset's items in a seeded order, graphs items a batch (the
-        last short batch dropped, as their sampler's len // batch_size), then the next pass, next seed."""
+        """Their training order: a pass of the dataset's items, graphs items a batch (the last short batch
+        dropped, as their sampler's len // batch_size), then the next pass, next seed. As in their
+        KaggleDataModule, the dataset's config draws and the sampler's order come from two generators of
+        one seed (the layout half of TileLayoutSampler: a permutation of the items, then of the batches)."""
         from torch_geometric.data import Batch
         for p in range(1 << 30):
-            rng = np.random.default_rng(seed + p)
-            ds = self.items(paths, rng)
+            ds = self.items(paths, np.random.default_rng(seed + p))
             if len(ds) < graphs:
                 sys.exit(f"train_original.py: {len(ds)} items a pass, fewer than --graphs {graphs}")
-            perm = rng.permutation(len(ds))
-            for b in rng.permutation(len(ds) // graphs):
+            order = np.random.default_rng(seed + p)  # its TileLayoutSampler's own generator, seeded alike
+            perm = order.permutation(len(ds))
+            for b in order.permutation(len(ds) // graphs):
                 yield Batch.from_data_list([ds[int(i)]["data"] for i in perm[b * graphs:(b + 1) * graphs]])
 
     def step(self):
@@ -226,6 +231,19 @@ def files(data, split):
 MODELS = {"sage5": Fifth, "sage6": Sixth, "gin6": Sixth}
 
 
+def scored(run, held):
+    """run.score(held) with every generator put back as it was: the 5th place's forward draws its DropEdge
+    rate from Python's random in eval mode too, so without this the training's draws would depend on
+    --val-every."""
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        return run.score(held)
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--originals", required=True, help="folder holding the originals' clones")
@@ -260,7 +278,7 @@ def main():
         loss = run.step()
         step_s.append(time.perf_counter() - t)
         if step % a.val_every == 0 or step == a.steps:
-            taus = [t for t in run.score(held) if np.isfinite(t)]
+            taus = [t for t in scored(run, held) if np.isfinite(t)]
             line.append(round(float(np.mean(taus)), 4) if taus else None)
             print(f"train_original: step {step} loss {loss:.4f} {a.split} tau {line[-1]}", file=sys.stderr)
     print(json.dumps({"peer": run.name, "originals_commit": commit_of(run.root), "seed": a.seed,
