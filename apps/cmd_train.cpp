@@ -363,7 +363,7 @@ Command eval_command() {
       "Several runs (--run A --run B, --runs FILE) are scored as an ensemble, as the top solutions submitted:\n"
       "each run scores every config with its own preprocessing, --eval-chunk and --tta, and per graph the\n"
       "runs' scores are standardised and averaged (--ensemble mean-z), their ranks averaged (mean-rank), or\n"
-      "the raw scores averaged (mean: for runs trained with one loss, whose scores share a scale).";
+      "the raw scores averaged (mean: for runs whose scores are comparable; the most confident run weighs most).";
   c.run = [](const Args& a) {
     const std::string eval_dir = eval_indices_flag(a);
     const std::vector<RunOnSplit> runs = open_runs(a);

@@ -141,7 +141,7 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
 // all equal: all 0) and averages them; kMeanRank averages each member's ranks (0 = predicted fastest,
 // ties by config index as a submission's ranking: `configs` holds the scored configs' indices, empty for
 // 0, 1, 2, ...); kMean averages the raw scores, as the 6th place's submission summed its SAGE and GIN
-// models' (src/3_run_make_kaggle_submission.py), which suits members trained with one loss. A prediction
+// models' (src/3_run_make_kaggle_submission.py), for members whose scores are comparable. A prediction
 // that is not finite (predict_configs ranks it last with the largest double) counts as one more than the
 // member's largest finite z, or takes its rank; under kMean the config ranks last. One member: its
 // scores unchanged.

@@ -11,8 +11,8 @@ SPLIT is a tree scripts/split_configs.py wrote (layout/<coll>/train/<stem>.npz h
 program, the --split file of the same stem the others); ORIG holds the clones bench/peers/winners.py's
 docstring lists (scipy for the tau; the 5th place's config also needs pyyaml). This file holds none of
 their code: it imports their files by path and drives them as their training scripts do. Prints the
-validation line at every --val-every step on stderr (scoring puts every random generator back as it
-found it, so the training's draws do not depend on --val-every) and one JSON line at the end;
+validation line at every --val-every step on stderr (scoring puts Python's, numpy's and torch's CPU
+generators back as it found them, so the training's draws do not depend on --val-every) and one JSON line at the end;
 kendall_tau is what `gnn eval --split test` prints (Kendall tau-b of score against runtime per program,
 mean over programs; a program whose tau is undefined is left out, as the 6th place's nanmean does, and
 none left is null).
@@ -28,7 +28,7 @@ validation too); here they run in fp32 on the CPU, as gnn's recipes do.
   batches    src/dataset.py KaggleDataset over the train files with a seeded generator (config_from_npy
              False: the configs read from the npz, the values its preprocess_layout_data.py copies into
              int8 .npy files), a pass of its items in the order a second generator of the same seed draws
-             (as its TileLayoutSampler), --graphs items a step (its
+             (as its TileLayoutSampler without tile data), --graphs items a step (its
              layout_batch_size, 4; here 1 by default, so that a step holds the 8 configs a step of
              layout-sage-5th holds on one program) collated by PyG's Batch; a new pass, with the next
              seed, when one runs out
@@ -112,7 +112,8 @@ class Fifth:
         """Their training order: a pass of the dataset's items, graphs items a batch (the last short batch
         dropped, as their sampler's len // batch_size), then the next pass, next seed. As in their
         KaggleDataModule, the dataset's config draws and the sampler's order come from two generators of
-        one seed (the layout half of TileLayoutSampler: a permutation of the items, then of the batches)."""
+        one seed (as its TileLayoutSampler draws with no tile data: a permutation of the items, then of the
+        batches; its default.yaml also trains on tile/xla, whose permutation would come first)."""
         from torch_geometric.data import Batch
         for p in range(1 << 30):
             ds = self.items(paths, np.random.default_rng(seed + p))
@@ -232,7 +233,7 @@ MODELS = {"sage5": Fifth, "sage6": Sixth, "gin6": Sixth}
 
 
 def scored(run, held):
-    """run.score(held) with every generator put back as it was: the 5th place's forward draws its DropEdge
+    """run.score(held) with Python's, numpy's and torch's CPU generators put back as they were: the 5th place's forward draws its DropEdge
     rate from Python's random in eval mode too, so without this the training's draws would depend on
     --val-every."""
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()

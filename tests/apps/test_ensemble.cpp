@@ -1,5 +1,5 @@
 // gnn eval / predict over several runs (--run A --run B, --runs FILE): each run scores with its own
-// preprocessing, the scores of a graph's configs combine per graph (standardised mean or mean rank), and
+// preprocessing, the scores of a graph's configs combine per graph (standardised mean, mean rank or raw mean), and
 // what cannot be an ensemble is refused as a usage error.
 #include <algorithm>
 #include <cmath>
@@ -41,7 +41,7 @@ std::string member_file(const char* stem, size_t k) {
 
 }  // namespace
 
-TEST_CASE("ensemble: combine_scores standardises or ranks each member, and one member passes through") {
+TEST_CASE("ensemble: combine_scores standardises, ranks or averages each member, and one member passes through") {
   using train::Combine;
   const std::vector<double> a{1, 2, 3, 4}, b{40, 10, 30, 20};
   CHECK(train::combine_scores({a}, Combine::kMeanZ) == a);
@@ -139,8 +139,12 @@ TEST_CASE("ensemble: eval and predict over several runs combine the runs' own sc
   REQUIRE_MESSAGE(raw.exit_code == 0, raw.err);
   const std::vector<std::string> mean_rows = testing::read_lines(t.file("mean.csv"));
   REQUIRE(mean_rows.size() == rows.size());
-  for (size_t i = 1; i < mean_rows.size(); ++i)
+  int differs_from_mean_z = 0;
+  for (size_t i = 1; i < mean_rows.size(); ++i) {
     CHECK(mean_rows[i] == want_row(mean_rows[i].substr(0, mean_rows[i].find(',')), train::Combine::kMean));
+    differs_from_mean_z += mean_rows[i] != rows[i];
+  }
+  CHECK(differs_from_mean_z > 0);  // so the flag reached the combination: these runs' scales differ
   // The ensemble's eval scores the same combination: one JSON line, and no per-graph file in a run.
   const auto ev = run_gnn("eval --run " + runs[0] + " --run " + runs[1] + " --run " + runs[2] + on);
   REQUIRE_MESSAGE(ev.exit_code == 0, ev.err);
