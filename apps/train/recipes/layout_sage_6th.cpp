@@ -61,8 +61,11 @@
 //   0.192 against 0.235). On unet3d's held-out configs (300 steps, seed 1) the mask is most of the
 //   distance between the original's function and the defaults: 0.363 with per-config masks, 0.657 with
 //   the shared one and the original's other departures, 0.709 at the defaults (GIN: 0.382, 0.770,
-//   0.768; docs/benchmarks.md, "Which departure"). A run from before the flag resumes with `config`
-//   (run_state.cpp).
+//   0.768; docs/benchmarks.md, "Which departure"). It is the 5-hop region (663 nodes, 56 configurable)
+//   that makes the noise matter: on tgraph's 1-hop region (--khops 1 --khops-direction both) GIN with
+//   per-config masks reads 0.788 / 0.794 against 0.796 / 0.794 shared (seeds 1 / 2, docs/benchmarks.md,
+//   "Why the 1st place's model tolerates per-config masks"). A run from before the flag resumes with
+//   `config` (run_state.cpp).
 // - No config sharing (nn/config_share.h): the first norm mixes every node into each config's
 //   statistics, so every row depends on the config from the first layer on.
 //
