@@ -12,10 +12,10 @@ program, the --split file of the same stem the others); ORIG holds the clones be
 docstring lists (scipy for the tau; the 5th place's config also needs pyyaml). This file holds none of
 their code: it imports their files by path and drives them as their training scripts do. Prints the
 validation line at every --val-every step on stderr (scoring puts Python's, numpy's and torch's CPU
-generators back as it found them, so the training's draws do not depend on --val-every) and one JSON line at the end;
-kendall_tau is what `gnn eval --split test` prints (Kendall tau-b of score against runtime per program,
-mean over programs; a program whose tau is undefined is left out, as the 6th place's nanmean does, and
-none left is null).
+generators back as it found them, so the training's draws do not depend on --val-every) and one JSON
+line at the end; kendall_tau is what `gnn eval --split test` prints (Kendall tau-b of score against
+runtime per program, mean over programs; a program whose tau is undefined is left out, as the 6th
+place's nanmean does, and none left is null).
 The runtimes ranked against: the file's (int64) for the 5th place, its load_npz's float32 copies for the
 6th, as its do_valid; on unet3d's held-out file f32 merges 232 runtimes into 186, which moves tau by
 about 1e-4. Both originals trained on a GPU in mixed precision (the 6th place with fp16 autocast, in its
@@ -233,9 +233,9 @@ MODELS = {"sage5": Fifth, "sage6": Sixth, "gin6": Sixth}
 
 
 def scored(run, held):
-    """run.score(held) with Python's, numpy's and torch's CPU generators put back as they were: the 5th place's forward draws its DropEdge
-    rate from Python's random in eval mode too, so without this the training's draws would depend on
-    --val-every."""
+    """run.score(held) with Python's, numpy's and torch's CPU generators put back as they were: the 5th
+    place's forward draws its DropEdge rate from Python's random in eval mode too, so without this the
+    training's draws would depend on --val-every."""
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()
     try:
         return run.score(held)

@@ -83,7 +83,8 @@ TEST_CASE("ensemble: eval and predict over several runs combine the runs' own sc
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   }
   const std::string on = " --data " + data + " --split valid";
-  // The same run twice is the run: standardising or ranking keeps its order, so every metric is its own.
+  // The same run twice is the run: standardising, ranking or averaging keeps its order, so every metric is
+  // its own.
   const auto one = run_gnn("eval --run " + runs[0] + on);
   REQUIRE_MESSAGE(one.exit_code == 0, one.err);
   for (const char* how : {"mean-z", "mean-rank", "mean"}) {
