@@ -11,8 +11,10 @@
 //   dres = dz;   dx = (first half of dz) + g w + beta w (a - sum_c a w)
 //   dbeta = sum over r, c, d of a w (x - sum_c w x)
 // w [R, C, D] is kept by the forward for the backward. beta is read through a pointer (on the GPU it
-// stays on the device). On the host dbeta is summed per row, then over rows in fixed chunks, in double;
-// on the GPU per (row, channel), then in one block in a fixed order: the same bits for any thread count.
+// stays on the device). On the host dbeta is summed in double per (row, channel) over c, then over a
+// row's channels in order, then over rows in fixed chunks (one double per channel, so the loop that
+// writes dx vectorises; a single running double made it scalar); on the GPU per (row, channel), then in
+// one block in a fixed order: the same bits for any thread count.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -73,24 +75,27 @@ inline void config_attention_dz(T* dz, const T* dy, const T* x, const T* w, cons
   }
 }
 
-// One row's backward: dx [C, D]; returns the row's part of dbeta. aw, wx: D scratch values each.
+// One row's backward: dx [C, D]; returns the row's part of dbeta. aw, wx: D scratch values each; db: D
+// doubles, the per-channel partial sums of dbeta (summed over d in order at the end).
 template <class T>
-inline double config_attention_row_backward(T* dx, const T* dy, const T* x, const T* w, int64_t C, int64_t D, T beta,
-                                            T* aw, T* wx) {
-  for (int64_t d = 0; d < D; ++d) aw[d] = T(0), wx[d] = T(0);
+inline double config_attention_row_backward(T* __restrict dx, const T* __restrict dy, const T* __restrict x,
+                                            const T* __restrict w, int64_t C, int64_t D, T beta, T* __restrict aw,
+                                            T* __restrict wx, double* __restrict db) {
+  for (int64_t d = 0; d < D; ++d) aw[d] = T(0), wx[d] = T(0), db[d] = 0.0;
   for (int64_t c = 0; c < C; ++c)
     for (int64_t d = 0; d < D; ++d) {
       const T xv = x[c * D + d], wv = w[c * D + d];
       aw[d] += dy[c * 2 * D + D + d] * xv * wv;
       wx[d] += wv * xv;
     }
-  double dbeta = 0;
   for (int64_t c = 0; c < C; ++c)
     for (int64_t d = 0; d < D; ++d) {
       const T xv = x[c * D + d], wv = w[c * D + d], g = dy[c * 2 * D + D + d], a = g * xv;
       dx[c * D + d] = dy[c * 2 * D + d] + g * wv + beta * wv * (a - aw[d]);
-      dbeta += double(a * wv * (xv - wx[d]));
+      db[d] += double(a * wv * (xv - wx[d]));
     }
+  double dbeta = 0;
+  for (int64_t d = 0; d < D; ++d) dbeta += db[d];
   return dbeta;
 }
 
@@ -104,7 +109,8 @@ inline void config_attention_row_act(T* y, T* w, const T* x, const T* res, int64
 }
 template <class T, class A>
 inline double config_attention_row_backward_act(T* dx, T* dres, const T* dy, const T* x, const T* w, const T* res,
-                                                int64_t C, int64_t D, T beta, A a, T* scratch, T* aw, T* wx) {
+                                                int64_t C, int64_t D, T beta, A a, T* scratch, T* aw, T* wx,
+                                                double* db) {
   const T* dz = dy;
   if (Act(a) != Act::kNone) {
     T* to = dres ? dres : scratch;
@@ -113,7 +119,7 @@ inline double config_attention_row_backward_act(T* dx, T* dres, const T* dy, con
   } else if (dres) {
     for (int64_t i = 0; i < C * 2 * D; ++i) dres[i] = dy[i];
   }
-  return config_attention_row_backward(dx, dz, x, w, C, D, beta, aw, wx);
+  return config_attention_row_backward(dx, dz, x, w, C, D, beta, aw, wx, db);
 }
 
 // res and dres may be null (dres: when the residual wants its gradient); the backward reads res only
@@ -131,12 +137,13 @@ template <class T>
 void config_attention_backward_ref(T* dx, T* dres, T* dbeta, const T* dy, const T* x, const T* w, const T* res,
                                    int64_t R, int64_t C, int64_t D, const T* beta, Act a) {
   std::vector<T> aw(static_cast<size_t>(D)), wx(static_cast<size_t>(D)), scratch(static_cast<size_t>(C * 2 * D));
+  std::vector<double> part(static_cast<size_t>(D));
   double db = 0;
   for (int64_t r = 0; r < R; ++r) {
     const int64_t o = r * C * 2 * D;
     db += config_attention_row_backward_act(dx + r * C * D, dres ? dres + o : nullptr, dy + o, x + r * C * D,
                                             w + r * C * D, res ? res + o : nullptr, C, D, *beta, a, scratch.data(),
-                                            aw.data(), wx.data());
+                                            aw.data(), wx.data(), part.data());
   }
   *dbeta = T(db);
 }

@@ -36,6 +36,7 @@ GNN_CPU_CLONES void config_attention_backward_cpu(float* dx, float* dres, float*
 #pragma omp parallel
   {
     std::vector<float> aw(static_cast<size_t>(D)), wx(static_cast<size_t>(D));
+    std::vector<double> db(static_cast<size_t>(D));
     std::vector<float> scratch(static_cast<size_t>(a != Act::kNone && !dres ? C * 2 * D : 0));
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < chunks; ++k) {
@@ -45,7 +46,7 @@ GNN_CPU_CLONES void config_attention_backward_cpu(float* dx, float* dres, float*
         dispatch_act(a, [&](auto A) GNN_INLINE {
           s += config_attention_row_backward_act(dx + r * C * D, dres ? dres + o : nullptr, dy + o, x + r * C * D,
                                                  w + r * C * D, res ? res + o : nullptr, C, D, b, A, scratch.data(),
-                                                 aw.data(), wx.data());
+                                                 aw.data(), wx.data(), db.data());
         });
       }
       part[size_t(k)] = s;
