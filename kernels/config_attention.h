@@ -19,14 +19,20 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/common.h"
 #include "kernels/activation.h"
 #include "kernels/math_fn.h"
 
 namespace gnn {
 
-// One row: y [C, 2D], w [C, D] from x [C, D].
-template <class T>
-inline void config_attention_row(T* y, T* w, const T* x, int64_t C, int64_t D, T beta, T* m, T* sum) {
+// One row: w [C, D] from x [C, D], and y [C, 2D] = act([x | x w] + res) (res [C, 2D] may be null). The
+// last pass writes w and both halves of y for one config at a time, one activation per loop (so that
+// each loop vectorises, as in config_attention_dz): y is written once, not stored and then reread.
+// `a` is an Act, or a std::integral_constant<Act, ...> (dispatch_act) so that the CPU loops see a
+// constant and vectorise. Forced inline: the body must be compiled inside each CPU clone.
+template <class T, class A>
+GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res, int64_t C, int64_t D, T beta, A a,
+                                            T* m, T* sum) {
   for (int64_t d = 0; d < D; ++d) m[d] = x[d] * beta, sum[d] = T(0);
   for (int64_t c = 1; c < C; ++c)
     for (int64_t d = 0; d < D; ++d) m[d] = std::max(m[d], x[c * D + d] * beta);
@@ -37,23 +43,22 @@ inline void config_attention_row(T* y, T* w, const T* x, int64_t C, int64_t D, T
       sum[d] += v;
     }
   for (int64_t d = 0; d < D; ++d) sum[d] = T(1) / sum[d];
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t d = 0; d < D; ++d) {
-      const T xv = x[c * D + d], wv = w[c * D + d] * sum[d];
-      w[c * D + d] = wv;
-      y[c * 2 * D + d] = xv;
-      y[c * 2 * D + D + d] = xv * wv;
+  for (int64_t c = 0; c < C; ++c) {
+    T* __restrict y1 = y + c * 2 * D;
+    T* __restrict y2 = y1 + D;
+    T* __restrict wc = w + c * D;
+    const T* __restrict xc = x + c * D;
+    for (int64_t d = 0; d < D; ++d) wc[d] *= sum[d];
+    if (res) {
+      const T* __restrict r1 = res + c * 2 * D;
+      const T* __restrict r2 = r1 + D;
+      for (int64_t d = 0; d < D; ++d) y1[d] = act_value<T>(a, xc[d] + r1[d], T(0));
+      for (int64_t d = 0; d < D; ++d) y2[d] = act_value<T>(a, xc[d] * wc[d] + r2[d], T(0));
+    } else {
+      for (int64_t d = 0; d < D; ++d) y1[d] = act_value<T>(a, xc[d], T(0));
+      for (int64_t d = 0; d < D; ++d) y2[d] = act_value<T>(a, xc[d] * wc[d], T(0));
     }
-}
-
-// z + res then act, in place over one row's y [C*2D] (res may be null). `a` is an Act, or a
-// std::integral_constant<Act, ...> (dispatch_act) so that the CPU loops see a constant and vectorise.
-template <class T, class A>
-inline void config_attention_epilogue(T* __restrict y, const T* __restrict res, int64_t n, A a) {
-  if (res)
-    for (int64_t i = 0; i < n; ++i) y[i] = act_value<T>(a, y[i] + res[i], T(0));
-  else if (Act(a) != Act::kNone)
-    for (int64_t i = 0; i < n; ++i) y[i] = act_value<T>(a, y[i], T(0));
+  }
 }
 
 // One row's dz [C*2D] = dy act'(z + res), z = [x | x w] recomputed. One statement per loop, so that
@@ -99,14 +104,8 @@ inline double config_attention_row_backward(T* __restrict dx, const T* __restric
   return dbeta;
 }
 
-// One row's forward and backward with the epilogue: the row functions above, dz into dres's row when
-// the residual wants its gradient, else into scratch (C*2D values); dy itself when there is nothing to undo.
-template <class T, class A>
-inline void config_attention_row_act(T* y, T* w, const T* x, const T* res, int64_t C, int64_t D, T beta, A a, T* m,
-                                     T* sum) {
-  config_attention_row(y, w, x, C, D, beta, m, sum);
-  config_attention_epilogue(y, res, C * 2 * D, a);
-}
+// One row's backward with the activation undone first: dz into dres's row when the residual wants its
+// gradient, else into scratch (C*2D values); dy itself when there is nothing to undo.
 template <class T, class A>
 inline double config_attention_row_backward_act(T* dx, T* dres, const T* dy, const T* x, const T* w, const T* res,
                                                 int64_t C, int64_t D, T beta, A a, T* scratch, T* aw, T* wx,
@@ -129,8 +128,8 @@ void config_attention_forward_ref(T* y, T* w, const T* x, const T* res, int64_t 
                                   Act a) {
   std::vector<T> m(static_cast<size_t>(D)), sum(static_cast<size_t>(D));
   for (int64_t r = 0; r < R; ++r)
-    config_attention_row_act(y + r * C * 2 * D, w + r * C * D, x + r * C * D, res ? res + r * C * 2 * D : nullptr, C, D,
-                             *beta, a, m.data(), sum.data());
+    config_attention_row(y + r * C * 2 * D, w + r * C * D, x + r * C * D, res ? res + r * C * 2 * D : nullptr, C, D,
+                         *beta, a, m.data(), sum.data());
 }
 
 template <class T>

@@ -21,8 +21,8 @@ GNN_CPU_CLONES void config_attention_forward_cpu(float* y, float* w, const float
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < R; ++r)
       dispatch_act(a, [&](auto A) GNN_INLINE {  // the activation a constant in each row's loops
-        config_attention_row_act(y + r * C * 2 * D, w + r * C * D, x + r * C * D, res ? res + r * C * 2 * D : nullptr,
-                                 C, D, b, A, m.data(), sum.data());
+        config_attention_row(y + r * C * 2 * D, w + r * C * D, x + r * C * D, res ? res + r * C * 2 * D : nullptr, C, D,
+                             b, A, m.data(), sum.data());
       });
   }
 }
