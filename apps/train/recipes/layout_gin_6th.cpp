@@ -27,6 +27,8 @@
 // their own code on unet3d's split"). The dropout mask is the departure that makes the difference: at step 300
 // (seed 1) the original's function reads 0.382 with its per-config masks and 0.770 with --dropout-mask shared,
 // the defaults 0.768 and 0.346 with --dropout-mask config (docs/benchmarks.md, "Which departure").
+// Its region, 5 hops downstream, is the original's; on unet3d the 1st place's 1-hop region ranks better
+// (layout-sage-6th's header has the figures).
 #include <vector>
 
 #include "apps/train/blocks.h"

@@ -66,6 +66,11 @@
 //   per-config masks reads 0.788 / 0.794 against 0.796 / 0.794 shared (seeds 1 / 2, docs/benchmarks.md,
 //   "Why the 1st place's model tolerates per-config masks"). A run from before the flag resumes with
 //   `config` (run_state.cpp).
+// - The region is the original's, 5 hops downstream. On unet3d's held-out configs (1,000 steps, --op-max-norm
+//   1 --matmul-precision bf16, 3 seeds, SWA weights) the 1st place's region (--khops 1 --khops-direction
+//   both, 168 nodes) ranks better: SAGE 0.824 against 0.808, GIN 0.829 against 0.813, their summed pair
+//   0.832 against 0.813, above gradient boosting's 0.821 (docs/benchmarks.md, "The 6th place's SAGE and GIN
+//   on the 1st place's region"). One program: the default stays the original's.
 // - No config sharing (nn/config_share.h): the first norm mixes every node into each config's
 //   statistics, so every row depends on the config from the first layer on.
 //
