@@ -3,7 +3,10 @@
 //   relu max(x, 0) | leaky_relu x > 0 ? x : slope x | elu x > 0 ? x : exp(x) - 1 |
 //   gelu 0.5 x (1 + erf(x / sqrt 2)) (exact, as torch's default) | sigmoid 1 / (1 + exp(-x)) | tanh
 // act_value and act_derivative are the scalar definitions every kernel (and the fused layers'
-// epilogues) uses, so there is one formula per activation.
+// epilogues) uses, so there is one formula per activation. Both are forced inline, as are the math
+// functions they call (kernels/math_fn.h, kernels/vmath.h): a loop over elements vectorises only when
+// the whole chain is part of its body, and GCC's inliner, left to itself, drops a link wherever a file's
+// code outgrows its budget.
 #pragma once
 #include <cmath>
 #include <type_traits>
@@ -18,7 +21,7 @@ const char* act_name(Act a);
 Act parse_act(const char* name);  // throws gnn::Error on an unknown name
 
 template <class T>
-GNN_HD inline T act_value(Act a, T x, T slope) {
+GNN_HD GNN_INLINE inline T act_value(Act a, T x, T slope) {
   switch (a) {
     case Act::kRelu:
       return x > T(0) ? x : T(0);
@@ -38,7 +41,7 @@ GNN_HD inline T act_value(Act a, T x, T slope) {
 }
 
 template <class T>
-GNN_HD inline T act_derivative(Act a, T x, T slope) {
+GNN_HD GNN_INLINE inline T act_derivative(Act a, T x, T slope) {
   switch (a) {
     case Act::kRelu:
       return x > T(0) ? T(1) : T(0);

@@ -62,9 +62,12 @@ GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res
 }
 
 // One row's dz [C*2D] = dy act'(z + res), z = [x | x w] recomputed. One statement per loop, so that
-// each vectorises (two activations' worth of erf and exp in one loop body does not).
+// each vectorises (two activations' worth of erf and exp in one loop body does not). This and the two
+// row functions below are forced inline like config_attention_row: the backward's row function was left
+// out of line, a weak symbol compiled for the baseline ISA, and ran as SSE code from the AVX-512 clone.
 template <class T, class A>
-inline void config_attention_dz(T* dz, const T* dy, const T* x, const T* w, const T* res, int64_t C, int64_t D, A a) {
+GNN_INLINE inline void config_attention_dz(T* dz, const T* dy, const T* x, const T* w, const T* res, int64_t C,
+                                           int64_t D, A a) {
   for (int64_t c = 0; c < C; ++c) {
     T *__restrict g1 = dz + c * 2 * D, *__restrict g2 = g1 + D;
     const T *__restrict d1 = dy + c * 2 * D, *__restrict d2 = d1 + D;
@@ -83,9 +86,9 @@ inline void config_attention_dz(T* dz, const T* dy, const T* x, const T* w, cons
 // One row's backward: dx [C, D]; returns the row's part of dbeta. aw, wx: D scratch values each; db: D
 // doubles, the per-channel partial sums of dbeta (summed over d in order at the end).
 template <class T>
-inline double config_attention_row_backward(T* __restrict dx, const T* __restrict dy, const T* __restrict x,
-                                            const T* __restrict w, int64_t C, int64_t D, T beta, T* __restrict aw,
-                                            T* __restrict wx, double* __restrict db) {
+GNN_INLINE inline double config_attention_row_backward(T* __restrict dx, const T* __restrict dy, const T* __restrict x,
+                                                       const T* __restrict w, int64_t C, int64_t D, T beta,
+                                                       T* __restrict aw, T* __restrict wx, double* __restrict db) {
   for (int64_t d = 0; d < D; ++d) aw[d] = T(0), wx[d] = T(0), db[d] = 0.0;
   for (int64_t c = 0; c < C; ++c)
     for (int64_t d = 0; d < D; ++d) {
@@ -107,9 +110,9 @@ inline double config_attention_row_backward(T* __restrict dx, const T* __restric
 // One row's backward with the activation undone first: dz into dres's row when the residual wants its
 // gradient, else into scratch (C*2D values); dy itself when there is nothing to undo.
 template <class T, class A>
-inline double config_attention_row_backward_act(T* dx, T* dres, const T* dy, const T* x, const T* w, const T* res,
-                                                int64_t C, int64_t D, T beta, A a, T* scratch, T* aw, T* wx,
-                                                double* db) {
+GNN_INLINE inline double config_attention_row_backward_act(T* dx, T* dres, const T* dy, const T* x, const T* w,
+                                                           const T* res, int64_t C, int64_t D, T beta, A a, T* scratch,
+                                                           T* aw, T* wx, double* db) {
   const T* dz = dy;
   if (Act(a) != Act::kNone) {
     T* to = dres ? dres : scratch;

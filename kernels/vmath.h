@@ -5,7 +5,10 @@
 // SLEEF (Debian's libsleef-dev): the same source is the scalar fallback and every vector width, and
 // the project compiles with -ffp-contract=off, so no multiply-add is contracted in any clone (AVX-512,
 // AVX2, the baseline) and all of them round alike: a result does not depend on the machine's ISA (the
-// test compares the vector loop with scalar calls). And no new dependency.
+// test compares the vector loop with scalar calls). And no new dependency. Every function is forced
+// inline (GNN_INLINE): left to GCC's inliner, a kernel file whose other code grows past its inlining
+// budget calls them out of line, one value at a time, and its loop no longer vectorises (the cross-
+// config attention's forward ran 2.4x slower so when its backward's row functions were forced inline).
 //
 // Accuracy, measured against the f64 functions over the float range (tests/kernels/test_vmath.cpp,
 // which checks these bounds, denormals, +-0, +-inf and NaN included): exp, expm1, log, erf, tanh,
@@ -14,6 +17,8 @@
 #include <bit>
 #include <cstdint>
 #include <limits>
+
+#include "base/common.h"
 
 namespace gnn::vm {
 
@@ -41,22 +46,22 @@ constexpr float kTanhP[] = {-0.333332807f, 0.133314103f, -0.0537371412f, 0.02063
 
 // c[0] + x (c[1] + x (c[2] + ...)), written out at compile time so the caller's loop has no inner loop
 template <int K, int N>
-inline float horner_from(const float (&c)[N], float x) {
+GNN_INLINE inline float horner_from(const float (&c)[N], float x) {
   if constexpr (K == N - 1) return c[K];
   else return horner_from<K + 1>(c, x) * x + c[K];
 }
 template <int N>
-inline float horner(const float (&c)[N], float x) {
+GNN_INLINE inline float horner(const float (&c)[N], float x) {
   return horner_from<0>(c, x);
 }
 
-inline float from_bits(uint32_t b) { return std::bit_cast<float>(b); }
-inline uint32_t to_bits(float x) { return std::bit_cast<uint32_t>(x); }
-inline float pow2(int32_t n) { return from_bits(uint32_t(n + 127) << 23); }  // 2^n for n in [-126, 127]
-inline float copysign(float mag, float sign) {
+GNN_INLINE inline float from_bits(uint32_t b) { return std::bit_cast<float>(b); }
+GNN_INLINE inline uint32_t to_bits(float x) { return std::bit_cast<uint32_t>(x); }
+GNN_INLINE inline float pow2(int32_t n) { return from_bits(uint32_t(n + 127) << 23); }  // 2^n for n in [-126, 127]
+GNN_INLINE inline float copysign(float mag, float sign) {
   return from_bits((to_bits(mag) & 0x7FFFFFFFu) | (to_bits(sign) & 0x80000000u));
 }
-inline float abs(float x) { return from_bits(to_bits(x) & 0x7FFFFFFFu); }
+GNN_INLINE inline float abs(float x) { return from_bits(to_bits(x) & 0x7FFFFFFFu); }
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kLog2e = 1.44269504088896341f;
@@ -69,7 +74,7 @@ struct Reduced {
   float r, n;
   int32_t ni;
 };
-inline Reduced reduce_ln2(float x) {
+GNN_INLINE inline Reduced reduce_ln2(float x) {
   const float t = x * kLog2e + kShifter;
   const float n = t - kShifter;
   const int32_t ni = int32_t(to_bits(t)) - int32_t(to_bits(kShifter));
@@ -78,12 +83,12 @@ inline Reduced reduce_ln2(float x) {
 }
 
 // e^r - 1 on the reduced argument |r| <= ln2 / 2: exp, expm1 and exp_normal_range all build on it.
-inline float expm1_reduced(float r) { return r + r * r * horner(kExpP, r); }
+GNN_INLINE inline float expm1_reduced(float r) { return r + r * r * horner(kExpP, r); }
 
 // e^x for x in [-87, 88], where e^x and 2^n are normal floats: exp() without its clamps, its NaN test
 // and its split of 2^n into two factors (multiplying by a power of two is exact there, so the result
 // has exp()'s bits). For callers whose argument is bounded, such as erf's -x^2 with |x| in [1, 4].
-inline float exp_normal_range(float x) {
+GNN_INLINE inline float exp_normal_range(float x) {
   const Reduced k = reduce_ln2(x);
   const float p = 1.0f + expm1_reduced(k.r);
   return p * pow2(k.ni);
@@ -92,7 +97,7 @@ inline float exp_normal_range(float x) {
 }  // namespace detail
 
 // e^x: 0 below -103.98 (the smallest denormal is e^-103.28), +inf above 88.72, NaN stays NaN.
-inline float exp(float x) {
+GNN_INLINE inline float exp(float x) {
   using namespace detail;
   const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);  // NaN passes through
   const Reduced k = reduce_ln2(xc);
@@ -107,7 +112,7 @@ inline float exp(float x) {
 
 // e^x - 1, accurate near 0 (ELU): 2^n (expm1(r) + 1 - 2^-n) with 1 - 2^-n exact for |n| <= 24; past
 // that, e^x - 1 loses nothing.
-inline float expm1(float x) {
+GNN_INLINE inline float expm1(float x) {
   using namespace detail;
   const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
   const Reduced k = reduce_ln2(xc);
@@ -123,7 +128,7 @@ inline float expm1(float x) {
 }
 
 // Natural log: -inf at +-0, NaN below 0 and at NaN, +inf at +inf; denormals scaled up first.
-inline float log(float x) {
+GNN_INLINE inline float log(float x) {
   using namespace detail;
   const bool denormal = x < 1.17549435e-38f;
   const float xs = denormal ? x * 8388608.0f : x;  // * 2^23
@@ -150,7 +155,7 @@ inline float log(float x) {
 // from |x| = 4 (erfc(4) = 1.5e-8 is below half a unit of 1's last place). -x^2 lies in [-16, -1] there,
 // so its e^ is exp_normal_range's: the same bits as exp()'s for about 30% less work (GELU's forward
 // 1.4x, its derivative 1.25x, 2026-11-29).
-inline float erf(float x) {
+GNN_INLINE inline float erf(float x) {
   using namespace detail;
   const float a = abs(x);
   const float small = x + x * horner(kErfSmall, x * x);  // (2 / sqrt(pi) - 1 leads the polynomial)
@@ -162,7 +167,7 @@ inline float erf(float x) {
 
 // tanh: x + x u P(u) (u = x^2) for |x| <= 0.625; 1 - 2 / (e^(2|x|) + 1) above, +-1 where e^(2|x|)
 // overflows.
-inline float tanh(float x) {
+GNN_INLINE inline float tanh(float x) {
   using namespace detail;
   const float a = abs(x);
   const float u = x * x;
@@ -174,7 +179,7 @@ inline float tanh(float x) {
 
 // 1 / (1 + e^-x), through e = e^-|x| so that neither side overflows or cancels: 1 / (1 + e) for x >= 0,
 // e / (1 + e) below.
-inline float sigmoid(float x) {
+GNN_INLINE inline float sigmoid(float x) {
   const float e = exp(-detail::abs(x));
   const float y = (x >= 0.0f ? 1.0f : e) / (1.0f + e);
   return x != x ? x : y;
