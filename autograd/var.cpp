@@ -114,7 +114,7 @@ void accumulate(const GradRef& v, Tensor g) {
   // gradient is never written after it has been handed over.
   Tensor sum = Tensor::empty(g.shape(), g.dtype(), g.device());
   if (g.dtype() == DType::F64) add_to(sum.f64(), n.grad.f64(), g.f64(), g.numel());
-  else if (!g.is_cuda()) add_to(sum.f32(), n.grad.f32(), g.f32(), g.numel());
+  else if (!g.is_cuda()) add_to_cpu(sum.f32(), n.grad.f32(), g.f32(), g.numel());
   else if constexpr (kWithCuda) add_cuda(sum.f32(), n.grad.f32(), g.f32(), g.numel(), 1.0f, g.stream());
   n.grad = std::move(sum);
 }

@@ -1,7 +1,8 @@
 // Elementwise arithmetic on n values, the glue between the graph kernels: y = a*x + b*y, products,
 // broadcasts of a row vector over rows, column sums, sums; and the CUDA side of the autograd ops'
 // column plumbing. The host versions are templates, so the autograd ops run them in float (the fast
-// path) and in double (gradient checks): each is its own reference, and there is no _cpu.cpp.
+// path) and in double (gradient checks): each is its own reference. add_to_cpu is add_to in float with
+// its loop in each ISA's clone (kernels/elementwise_cpu.cpp), for the hot caller.
 // Memory-bound: one pass, OpenMP above 64k values. Column sums add per fixed chunk of rows, then
 // chunks in order: bitwise stable for any thread count. CUDA versions: kernels/elementwise.cu.
 #pragma once
@@ -25,6 +26,10 @@ void add_to(T* y, const T* a, const T* b, int64_t n, T sb = T(1)) {  // y = a + 
 #pragma omp parallel for simd if (n > kElementwiseGrain)
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + sb * b[i];
 }
+
+// add_to in float, each thread's part compiled for AVX2 / AVX-512 (the template runs as baseline code
+// wherever it is instantiated): the same bits.
+void add_to_cpu(float* y, const float* a, const float* b, int64_t n, float sb = 1.0f);
 
 template <class T>
 void mul_to(T* y, const T* a, const T* b, int64_t n) {  // y = a * b

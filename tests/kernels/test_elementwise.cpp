@@ -1,7 +1,7 @@
 // Elementwise maps, column sums and the column plumbing (kernels/elementwise.h) on the GPU against
-// their references, and the autograd ops built on them on the GPU against the host. (Their host
-// versions are the references themselves, checked through the ops' gradients in
-// tests/autograd/test_autograd.cpp.)
+// their references, and the autograd ops built on them on the GPU against the host; add_to_cpu against
+// the template. (The host templates are the references themselves, checked through the ops' gradients
+// in tests/autograd/test_autograd.cpp.)
 #include <cmath>
 
 #include "autograd/device_check.h"
@@ -13,6 +13,21 @@
 
 using namespace gnn;
 using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
+
+TEST_CASE("add_to_cpu, the float add over the threads in each ISA's clone, has the template's bits") {
+  // one thread's worth below the grain, the grain itself, and odd lengths above it (the threads' split)
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(1000), kElementwiseGrain, kElementwiseGrain + 3, int64_t(300001)})
+    for (float sb : {1.0f, -0.5f}) {
+      CAPTURE(n);
+      CAPTURE(sb);
+      const auto a = random_values<float>(size_t(n), 1, -3.0f, 3.0f), b = random_values<float>(size_t(n), 2);
+      std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n), std::nanf(""));
+      add_to(want.data(), a.data(), b.data(), n, sb);
+      add_to_cpu(got.data(), a.data(), b.data(), n, sb);
+      CHECK(same_bits(got, want));
+      for (size_t i : {size_t(0), size_t(n - 1)}) CHECK(got[i] == a[i] + sb * b[i]);
+    }
+}
 
 TEST_CASE("cuda elementwise maps, column sums and transpose match their references") {
   GNN_SKIP_UNLESS_CUDA();

@@ -1,0 +1,25 @@
+// Elementwise arithmetic on the CPU in float, where a step spends enough in it to matter: each thread's
+// part in a GNN_CPU_CLONES function, so its loop runs as AVX2 / AVX-512 lanes. The templates in
+// kernels/elementwise.h are instantiated in their callers' code, which is compiled for the baseline ISA
+// (SSE2); gradient accumulation (autograd/var.cpp) ran there at 4% of layout-tgraph's step. The same
+// bits as the template: one addition and one multiplication per value, no contraction.
+#include "base/common.h"
+#include "kernels/cpu_parts.h"
+#include "kernels/elementwise.h"
+
+namespace gnn {
+
+namespace {
+
+GNN_CPU_CLONES void add_to_part(float* __restrict y, const float* __restrict a, const float* __restrict b,
+                                int64_t begin, int64_t end, float sb) {
+  for (int64_t i = begin; i < end; ++i) y[i] = a[i] + sb * b[i];
+}
+
+}  // namespace
+
+void add_to_cpu(float* y, const float* a, const float* b, int64_t n, float sb) {
+  over_threads(n, kElementwiseGrain, [&](int64_t begin, int64_t end) { add_to_part(y, a, b, begin, end, sb); });
+}
+
+}  // namespace gnn
