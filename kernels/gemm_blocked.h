@@ -1,9 +1,9 @@
 // The blocked SGEMM driver shared by every ISA (kernels/gemm_{generic,avx2,avx512}.cpp instantiate it
 // with their vector traits). BLIS-style loops:
 //   for each KC block of k:            pack B[kc, N] into NR-wide column panels (all threads share it)
-//     parallel for each MC block of M: pack A[mc, kc] into MR-row panels (per thread) when A is
-//                                      transposed; row-major A is read in place (a partial last
-//                                      panel is still packed, zero-padded)
+//     parallel for each MC block of M: A is read in place, row-major or transposed, by full MR-row
+//                                      panels; a partial last panel (zero-padded) and one across
+//                                      [A | a2]'s parts are packed (per thread)
 //       for each NR panel, MR panel:   micro-kernel: an MR x NR tile of C in registers over kc
 // (run_shaped, at the end, picks the tile for a shape: narrow products take a narrower one.)
 // The TpuGraphs shapes are tall and skinny ((N*C) x F times F x F, F = 64..256): with KC = 256 the
@@ -118,7 +118,8 @@ struct Blocked {
   // the same order, so both give the same bits.
   // With bias (the last k block of a product with a bias, alpha 1): c + bias[j] after the store's value,
   // the same bits as the product followed by a separate addition of the bias row.
-  template <bool Direct = false>
+  // DirectT: a points at stored (transposed) A, whose row p holds op(A)'s column p: a[p * lda + i].
+  template <bool Direct = false, bool DirectT = false>
   static inline void micro(int64_t kc, const float* __restrict a, const float* __restrict b, float* c, int64_t ldc,
                            float alpha, float beta, int64_t lda = 0, const float* bias = nullptr) {
     typename V::T acc[MR][NV];
@@ -128,7 +129,7 @@ struct Blocked {
       typename V::T bv[NV];
       for (int j = 0; j < NV; ++j) bv[j] = V::load(b + p * NR + j * W);
       for (int i = 0; i < MR; ++i) {
-        const typename V::T av = V::bcast(Direct ? a + i * lda + p : a + p * MR + i);
+        const typename V::T av = V::bcast(DirectT ? a + p * lda + i : Direct ? a + i * lda + p : a + p * MR + i);
         for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(av, bv[j], acc[i][j]);
       }
     }
@@ -154,11 +155,11 @@ struct Blocked {
 
   // A partial tile (rows < MR or cols < NR): computed into a scratch tile, then the valid part.
   // Direct needs all MR rows of A to exist (rows == MR).
-  template <bool Direct = false>
+  template <bool Direct = false, bool DirectT = false>
   static void micro_edge(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t rows, int64_t cols,
                          float alpha, float beta, int64_t lda = 0, const float* bias = nullptr) {
     alignas(64) float tile[MR * NR];
-    micro<Direct>(kc, a, b, tile, NR, 1.0f, 0.0f, lda);
+    micro<Direct, DirectT>(kc, a, b, tile, NR, 1.0f, 0.0f, lda);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
         const float v = beta == 0.0f ? alpha * tile[i * NR + j] : alpha * tile[i * NR + j] + beta * c[i * ldc + j];
@@ -267,35 +268,52 @@ struct Blocked {
       const float beta_k = k0 == 0 ? beta : 1.0f;  // later k blocks accumulate
       const float* bias_k = k0 + kc == K ? bias : nullptr;  // onto the finished sums only
       pack_b(tb, B, ldb, k0, kc, N, bp, parallel);
-      // Serial with transposed A (split-K's chunks: a weight gradient h^T dz), all of op(A)'s rows are
-      // packed at once, so A[k0:k0+kc, :] is read as one sequential stream; block by block it was read
-      // in 384-byte pieces of 1 KiB rows and the packing took a fifth of the product's time.
-      const bool pack_all = ta && !parallel;
-      float* ap_all = pack_all ? scratch(kPackA, blocks * mc_max * kc) : nullptr;
-      if (pack_all) pack_a(ta, A, lda, 0, M, k0, kc, ap_all, cat);
       // Row-major A is read in place by full MR-row panels, from the part that holds this k block (a block
-      // across both parts is packed); only a partial last panel (zero-padded) and transposed A are packed.
+      // across both parts is packed); only a partial last panel (zero-padded) is packed.
       const bool in_a2 = cat.a2 && k0 >= cat.k1, across = cat.a2 && k0 < cat.k1 && k0 + kc > cat.k1;
       const bool direct = !ta && !across;
       const float* a_k = !direct ? nullptr : in_a2 ? cat.a2 + (k0 - cat.k1) : A + k0;  // row 0 of the block
       const int64_t la = in_a2 ? cat.lda2 : lda;
+      // Transposed A (a weight gradient h^T dz) is read in place too: a full panel of op(A) is MR adjacent
+      // columns of A's rows k0.., broadcast from where they lie. Packing them first wrote and read the
+      // whole of A once more (21 MiB a layer of [aggregate | root] 512 wide over 10,752 rows) and took more time than
+      // the product's multiply-adds on those values. Only a partial panel and one across the parts are
+      // packed. The same values in the same order: the same bits.
+      auto t_panel = [&](int64_t g, int64_t rows, int64_t& lt) -> const float* {  // null: pack it
+        if (rows < MR) return nullptr;
+        if (!cat.a2 || g + MR <= cat.k1) return lt = lda, A + k0 * lda + g;
+        if (g >= cat.k1) return lt = cat.lda2, cat.a2 + k0 * cat.lda2 + (g - cat.k1);
+        return nullptr;
+      };
 #pragma omp parallel if (parallel)
       {
-        float* ap_thread = pack_all ? nullptr : scratch(kPackA, mc_max * kc);
+        float* ap = scratch(kPackA, mc_max * kc);
 #pragma omp for schedule(static)
         for (int64_t blk = 0; blk < blocks; ++blk) {
           const int64_t i0 = blk * mc_max, mc = std::min(mc_max, M - i0), full = mc / MR * MR;
-          float* ap = pack_all ? ap_all + i0 * kc : ap_thread;
-          if (!pack_all && !direct) pack_a(ta, A, lda, i0, mc, k0, kc, ap, cat);
-          else if (!pack_all && full < mc) pack_a(ta, A, lda, i0 + full, mc - full, k0, kc, ap + full * kc, cat);
+          int64_t lt = 0;
+          if (ta) {
+            for (int64_t r = 0; r < mc; r += MR)
+              if (const int64_t rows = std::min<int64_t>(MR, mc - r); !t_panel(i0 + r, rows, lt))
+                pack_a(ta, A, lda, i0 + r, rows, k0, kc, ap + r * kc, cat);
+          } else if (!direct) {
+            pack_a(ta, A, lda, i0, mc, k0, kc, ap, cat);
+          } else if (full < mc) {
+            pack_a(ta, A, lda, i0 + full, mc - full, k0, kc, ap + full * kc, cat);
+          }
           for (int64_t q = 0; q < panels; ++q) {
             const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
             const float* b = bp + q * kc * NR;
             for (int64_t r = 0; r < mc; r += MR) {
               const int64_t rows = std::min<int64_t>(MR, mc - r);
               float* c = C + (i0 + r) * ldc + j0;
-              const float* a = direct ? a_k + (i0 + r) * la : nullptr;
               const float* bj = bias_k ? bias_k + j0 : nullptr;
+              if (const float* at = ta ? t_panel(i0 + r, rows, lt) : nullptr) {
+                if (cols == NR) micro<false, true>(kc, at, b, c, ldc, alpha, beta_k, lt, bj);
+                else micro_edge<false, true>(kc, at, b, c, ldc, rows, cols, alpha, beta_k, lt, bj);
+                continue;
+              }
+              const float* a = direct ? a_k + (i0 + r) * la : nullptr;
               if (direct && rows == MR && cols == NR) micro<true>(kc, a, b, c, ldc, alpha, beta_k, la, bj);
               else if (direct && rows == MR) micro_edge<true>(kc, a, b, c, ldc, rows, cols, alpha, beta_k, la, bj);
               else if (rows == MR && cols == NR) micro(kc, ap + r * kc, b, c, ldc, alpha, beta_k, 0, bj);

@@ -95,9 +95,10 @@ TEST_CASE("gemm: bitwise identical for any thread count") {
   }
 }
 
-TEST_CASE("gemm: row-major A read in place gives the same bits as transposed A packed") {
-  // A [M, K] is multiplied directly (no packing of full panels); the same matrix stored transposed
-  // goes through the packed path. Both sum the same products in the same order.
+TEST_CASE("gemm: row-major and transposed A, read in place or packed, give the same bits") {
+  // A [M, K] is multiplied directly (no packing of full panels); the same matrix stored transposed is
+  // read in place by full panels too, its partial last panel packed (M = 97 and 13: 1 and 1 rows over
+  // the 12-row panels). All sum the same products in the same order.
   for (GemmIsa isa : {GemmIsa::kGeneric, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
     if (!gemm_isa_supported(isa)) continue;
     CAPTURE(gemm_isa_name(isa));
@@ -226,7 +227,8 @@ TEST_CASE("gemm: narrow and short products take their own tiles with the wide ti
 }
 
 // [A1 | A2] (R rows, K1 + K2 stored columns, row strides K1 + pad and K2 + 2 pad) through one ISA,
-// against the built concatenation through the same ISA: bits, with and without a bias, 1 thread and several.
+// against the built concatenation through the same ISA: bits, with and without a bias, 1, 4 and the
+// default number of threads.
 void check_cat(GemmIsa isa, bool ta, int64_t R, int64_t K1, int64_t K2, int64_t N, int64_t pad = 0) {
   CAPTURE(ta);
   CAPTURE(R);
@@ -245,7 +247,8 @@ void check_cat(GemmIsa isa, bool ta, int64_t R, int64_t K1, int64_t K2, int64_t 
   const auto B = testing::random_values<float>(static_cast<size_t>(K * N), 23),
              bias = testing::random_values<float>(static_cast<size_t>(N), 24);
   for (const float* bp : {static_cast<const float*>(nullptr), bias.data()}) {
-    std::vector<float> want(static_cast<size_t>(M * N)), got(want.size(), NAN), got1(want.size(), NAN);
+    std::vector<float> want(static_cast<size_t>(M * N)), got(want.size(), NAN), got1(want.size(), NAN),
+        got4(want.size(), NAN);
     gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, cat.data(), W, B.data(), N, 0.0f, want.data(), N, true, bp);
     gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A1.data(), l1, B.data(), N, 0.0f, got.data(), N, true, bp,
                  GemmCat{A2.data(), l2, K1});
@@ -255,6 +258,10 @@ void check_cat(GemmIsa isa, bool ta, int64_t R, int64_t K1, int64_t K2, int64_t 
     gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A1.data(), l1, B.data(), N, 0.0f, got1.data(), N, true, bp,
                  GemmCat{A2.data(), l2, K1});
     CHECK(got1 == want);
+    set_num_threads(4);
+    gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A1.data(), l1, B.data(), N, 0.0f, got4.data(), N, true, bp,
+                 GemmCat{A2.data(), l2, K1});
+    CHECK(got4 == want);
   }
 }
 
@@ -272,10 +279,12 @@ TEST_CASE("gemm: A as two parts side by side gives the bits of their concatenati
     check_cat(isa, false, 13, 20, 0, 17, 2);
     check_cat(isa, false, 50, 3000, 2500, 9);  // split K, a chunk across the parts
     check_cat(isa, false, 40, 1024, 4000, 9);  // split K, a chunk boundary at the split
+    check_cat(isa, false, 200, 3000, 2500, 9, 1);  // split K, more than one row block
     check_cat(isa, true, 1000, 256, 256, 128);
     check_cat(isa, true, 500, 64, 64, 64, 4);
     check_cat(isa, true, 9000, 40, 30, 24);  // split K over the rows
     check_cat(isa, true, 6000, 300, 212, 40);  // split K with 512 rows of C, the parts split inside a panel
+    check_cat(isa, true, 5000, 100, 400, 24);  // split K, most panels of op(A) read in place from a2
     check_cat(isa, true, 77, 5, 200, 19, 1);
     check_cat(isa, true, 300, 0, 50, 8);
     check_cat(isa, true, 300, 50, 0, 8);
