@@ -3,23 +3,67 @@
 peer that says whether a recipe's distance from gradient boosting on a real program is the model's (and
 its settings'), or ours.
 
-    bench/peers/train_original.py --originals ORIG --model sage5|sage6|gin6 --data SPLIT [--steps 400]
-                                  [--val-every 100] [--seed 1] [--graphs 1] [--configs C] [--lr LR]
-                                  [--threads 2] [--split test]
+    bench/peers/train_original.py --originals ORIG --model sage2|sage5|sage6|gin6 --data SPLIT [--steps 400]
+                                  [--val-every 100] [--seed 1] [--graphs G] [--configs C] [--lr LR]
+                                  [--threads 2] [--split test] [--mape on|off]
 
 SPLIT is a tree scripts/split_configs.py wrote (layout/<coll>/train/<stem>.npz holds some configs of each
 program, the --split file of the same stem the others); ORIG holds the clones bench/peers/winners.py's
-docstring lists (scipy for the tau; the 5th place's config also needs pyyaml). This file holds none of
-their code: it imports their files by path and drives them as their training scripts do. Prints the
-validation line at every --val-every step on stderr (scoring puts Python's, numpy's and torch's CPU
-generators back as it found them, so the training's draws do not depend on --val-every) and one JSON
-line at the end; kendall_tau is what `gnn eval --split test` prints (Kendall tau-b of score against
+docstring lists (scipy for the tau; the 5th place's config also needs pyyaml, the 2nd place's data.py
+pandas and tqdm). This file holds none of their code: it imports their files by path and drives them as
+their training scripts do (what cannot be imported is written out from its definition, as said below).
+Prints the validation line at every --val-every step on stderr (scoring puts Python's, numpy's and
+torch's CPU generators back as it found them, so the training's draws do not depend on --val-every) and
+one JSON line at the end; kendall_tau is what `gnn eval --split test` prints (Kendall tau-b of score against
 runtime per program, mean over programs; a program whose tau is undefined is left out, as the 6th
 place's nanmean does, and none left is null).
 The runtimes ranked against: the file's (int64) for the 5th place, its load_npz's float32 copies for the
-6th, as its do_valid; on unet3d's held-out file f32 merges 232 runtimes into 186, which moves tau by
-about 1e-4. Both originals trained on a GPU in mixed precision (the 6th place with fp16 autocast, in its
-validation too); here they run in fp32 on the CPU, as gnn's recipes do.
+6th, as its do_valid, and the 2nd place's float32 seconds, as its _compute_metrics; on unet3d's held-out
+file f32 merges 232 runtimes into 186, which moves tau by about 1e-4. The 5th and 6th places trained on a
+GPU in mixed precision (the 6th place with fp16 autocast, in its validation too), the 2nd in fp32; here
+they run in fp32 on the CPU, as gnn's recipes do.
+
+--model sage2: the 2nd place (Obs01ete/kaggle_latenciaga at ca55746, the commit its write-up describes,
+  before it moved layout to ListMLE), its xla layout training as src/main.py's Trainer.train runs it
+  (collection layout-xla-default here; nlp takes its nlp margin), against gnn's layout-sage-2nd:
+  model      src/model.py Model(is_tile False, wider_config False): node features through log1p(relu(x))
+             (in its forward) and Linear(140 -> 20), its opcode embedding (12), the 18 layout config
+             values on the configurable nodes and zeros elsewhere, concatenated -> Linear(50 -> 32) ->
+             ReLU; SAGEConv (mean) 64, 64, 128, 128, 256, 256, ReLU after each, no residual; Linear(1) per
+             node summed over the graph, times 1e-3 (seconds). The graph is the file's edge_index
+             transposed, in PyG's default flow (each node takes the mean over the nodes consuming it)
+  batches    src/data.py LayoutData over the train folder, repacked by its repack_one_npz with duplicate
+             removal on (main.py's default for train: configs whose layout configs are the same kept once,
+             the fastest; of unet3d's 927 training configs 579 are left), its files listed 100 times
+             (its oversample factor) in torch's DataLoader (shuffled, --graphs items a batch: its batch
+             size, 10; run in this process, as its --debug runs it, where its 16 workers would draw
+             configs from numpy generators seeded per worker); an item is one program and --configs of its
+             configs (its microbatch, 4) drawn with replacement by np.random.choice, runtimes in seconds,
+             so a step on one training program holds 10 slates of that program. The items' graphs are
+             batched as main.py's concat_premade_microbatches does, written out here (main.py imports
+             tensorboard, torchmetrics and click, which this peer does not need)
+  loss       main.py's for layout, written out (it sits in its training loop): torch's margin ranking loss
+             on each pair's prediction difference against the sign of its runtime difference, over the 6
+             pairs of each slate of 4 (a tied pair costs the margin, a constant), margin 0.01 s (nlp:
+             1.5e-4 s), divided by the margin, mean over the batch's pairs; plus its MAPE term at weight 1
+             (torchmetrics' MeanAbsolutePercentageError of the predicted seconds against the runtimes, its
+             clamp 1.17e-6, written out too). --mape off drops the MAPE term (peer "sage2-original-nomape";
+             gnn's recipe leaves it off by default, its --mape-weight 0.01 beside an unscaled hinge is it)
+  optimiser  Adam lr 1e-3 (its two parameter groups both have weight decay 0, main.py's default, so one
+             here), MultiStepLR: times 1/sqrt(10) at int(0.6, 0.7, 0.8, 0.9 x --steps) (its fractions of
+             max_iterations), stepped after each optimiser step
+  scoring    eval mode, LayoutData with purpose Test over the --split folder, repacked without duplicate
+             removal as its test set (every config, in file order), in its DataLoader of 40 items (its
+             layout val batch size), one config a slate; ranked against its own float32 seconds
+  Left out: its gradient-norm logging every 10 iterations (extra backward passes and a clip at 1000,
+  whose gradients it zeroes before the step's own backward, so the weights do not see them), its
+  TensorBoard and wandb logging, checkpoints and submissions. Where its code is bent: its LayoutData leaves
+  unet programs out of xla training (and its validation mean), and the split may hold only unet3d, so the
+  training list is set back to every repacked train file, 100 times, after LayoutData is built; the split's
+  files are repacked in this process, where its _repack_data would use a multiprocessing pool; and
+  data.py's `name in data.keys` (PyG < 2.4, where keys was a property) runs through a Data subclass put in
+  its module (SHIM in keys_shim). Its own budget: 100,000 iterations in its xla default job (200,000 by
+  default, 400,000 in its write-up); --steps sets this run's, and the schedule's milestones with it.
 
 --model sage5: the 5th place (knshnb/kaggle-tpu-graph-5th-place at 3f2dfb8), as its scripts/train.py runs
   it, against gnn's layout-sage-5th (scripts/check_vs_original.py --model sage5 shows the same function):
@@ -59,12 +103,16 @@ validation too); here they run in fp32 on the CPU, as gnn's recipes do.
   --node-transform trainable --dropout-mask config`, and for GIN `--layer4-input second`.
 """
 import argparse
+import atexit
 import glob
 import json
 import math
 import os
+import pathlib
 import random
+import shutil
 import sys
+import tempfile
 import time
 import warnings
 
@@ -75,6 +123,8 @@ import winners  # noqa: E402
 from winners import commit_of, quiet  # noqa: E402
 
 import torch  # noqa: E402  (winners.py has refused a Python without it)
+
+REPO_2ND = "kaggle_latenciaga"
 
 
 def pairwise_hinge(pred, y, margin=1.0):
@@ -222,6 +272,182 @@ class Sixth:
         return taus
 
 
+def load_second(originals):
+    """The 2nd place's clone imported by path: src/sys_utils.py, src/utils.py, src/data.py and src/model.py
+    (they import src.*, so its root goes on sys.path). Returns its root and the data and model modules."""
+    try:
+        import pandas  # noqa: F401  (its data.py)
+        import tqdm  # noqa: F401
+    except ImportError:
+        sys.exit("train_original.py --model sage2: the 2nd place's data.py needs pandas and tqdm "
+                 "(pip install pandas tqdm)")
+    root = os.path.join(originals, REPO_2ND)
+    sys.path.insert(0, root)
+    with quiet():
+        mods = {m: winners.load_module("src." + m, os.path.join(root, "src", m + ".py"))
+                for m in ("sys_utils", "utils", "data", "model")}
+    keys_shim(mods["data"])
+    return root, mods["data"], mods["model"]
+
+
+def keys_shim(data_mod):
+    """SHIM: data.py was written for PyG < 2.4, whose Data.keys was a property (its get() asks `name in
+    data.keys`); from 2.4 on it is a method, and that test raises. In its module only, Data becomes a
+    subclass whose keys is a list that can also be called, so its test and PyG's own keys() both work."""
+    from torch_geometric.data import Data
+    if isinstance(getattr(Data, "keys", None), property):
+        return
+
+    class Keys(list):
+        def __call__(self):
+            return list(self)
+
+    class KeysData(Data):
+        @property
+        def keys(self):
+            return Keys(Data.keys(self))
+
+    data_mod.Data = KeysData
+
+
+def mape(pred, y, eps=1.17e-6):
+    """torchmetrics' MeanAbsolutePercentageError on one batch: the mean of |pred - y| / max(|y|, eps)."""
+    return (torch.abs(pred - y) / torch.clamp(torch.abs(y), min=eps)).mean()
+
+
+def margin_matrix_loss(pred_diff, y_diff, margin):
+    """The 2nd place's layout ranking loss: torch's margin ranking loss of each pair's prediction difference
+    against the sign of its runtime difference (a tied pair costs the margin, a constant), divided by the
+    margin, mean over the pairs."""
+    hinge = torch.nn.functional.margin_ranking_loss(
+        pred_diff, torch.zeros_like(pred_diff), torch.sign(y_diff), margin=margin, reduction="none")
+    return (hinge / margin).mean()
+
+
+def collection_of(path):
+    """(layout-<source>-<search>, DATA) of DATA/layout/<source>/<search>/<split>/<stem>.npz."""
+    p = pathlib.Path(path)
+    return "-".join(p.parts[-5:-2]), p.parents[4]
+
+
+class Second:
+    """The 2nd place's layout model (src/model.py Model, src/data.py LayoutData), as its src/main.py's
+    Trainer.train steps it: --graphs items (its batch_size, 10) of --configs configs (its microbatch_size,
+    4) a step."""
+
+    OVERSAMPLE = 100  # its oversample_factor
+    HELD_BATCH = 40  # its val_batch_size for layout
+
+    def __init__(self, a, train):
+        from torch.utils.data import DataLoader
+        self.root, self.data, model = load_second(a.originals)
+        colls = {collection_of(p) for p in train}
+        if len(colls) != 1:
+            sys.exit(f"train_original.py --model sage2: one layout collection (the original trains one at a "
+                     f"time), got {sorted(c for c, _ in colls)}")
+        (self.coll, self.data_root), = colls
+        self.is_nlp = "-nlp-" in self.coll
+        self.configs, self.graphs = a.configs or 4, a.graphs
+        self.margin = 1.5e-4 if self.is_nlp else 1e-2  # seconds, main.py's ranking_margin for layout
+        self.use_mape = a.mape == "on"
+        self.name = "sage2-original" + ("" if self.use_mape else "-nomape")
+        self.cache = tempfile.mkdtemp(prefix="train_original_")
+        atexit.register(shutil.rmtree, self.cache, True)
+        ds = self.dataset(os.path.dirname(train[0]), "train", self.data.Purpose.Train, True)
+        # Its LayoutData drops unet programs from xla training (afdfe01); the split's may be only unet3d.
+        ds.file_name_list = self.repacked(ds) * self.OVERSAMPLE
+        ds._len = len(ds.file_name_list)
+        if not ds._len:
+            sys.exit("train_original.py --model sage2: no training program left after its duplicate removal")
+        self.net = model.Model(False, self.is_nlp, "-default" in self.coll, False)
+        self.net.train()
+        self.lr = 1e-3 if a.lr is None else a.lr
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=self.lr)
+        self.sched = torch.optim.lr_scheduler.MultiStepLR(
+            self.opt, milestones=[int(a.steps * v) for v in (0.6, 0.7, 0.8, 0.9)], gamma=1 / math.sqrt(10))
+        self.loader = DataLoader(ds, batch_size=self.graphs, shuffle=True, collate_fn=self.collate)
+        self.batches = self.epochs()
+        self.held = {}  # folder: its LayoutData, built once
+
+    def dataset(self, folder, split, purpose, dedup):
+        """Its LayoutData over a split folder: the folder's files first repacked into the cache by its
+        repack_one_npz, in this process (its _repack_data would run them in a multiprocessing pool), so
+        that LayoutData finds its cache folder there and reads it."""
+        if split not in self.data.LayoutData.SPLIT:
+            sys.exit(f"train_original.py --model sage2: the original's LayoutData reads train, valid or test "
+                     f"folders, not {split}")
+        dst = os.path.join(self.cache, *pathlib.Path(folder).parts[-4:])
+        os.makedirs(dst)
+        for f in sorted(os.listdir(folder)):
+            if f.endswith(".npz"):
+                self.data.repack_one_npz(os.path.join(folder, f), os.path.join(dst, f), is_tile=False,
+                                         delete_duplicates=dedup)
+        with quiet():
+            return self.data.LayoutData(
+                self.data_root, coll=self.coll, split=split, purpose=purpose,
+                microbatch_size=self.configs if purpose == self.data.Purpose.Train else None,
+                cache_root=pathlib.Path(self.cache), delete_duplicates=dedup)
+
+    @staticmethod
+    def repacked(ds):
+        return [str(ds.data_dir / f) for f in sorted(os.listdir(ds.data_dir)) if f.endswith(".npz")]
+
+    def collate(self, items):
+        """main.py's concat_premade_microbatches, written out (main.py imports tensorboard, torchmetrics and
+        click): the items' graphs in one Batch, following LayoutData's FOLLOW_BATCH_KEYS."""
+        from torch_geometric.data import Batch
+        return Batch.from_data_list([g for it in items for g in it.to_data_list()],
+                                    follow_batch=self.data.LayoutData.FOLLOW_BATCH_KEYS)
+
+    def epochs(self):
+        while True:  # its `while True: for batch in train_loader`
+            yield from self.loader
+
+    def forward(self, b, ub_size):
+        with quiet():
+            return self.net(b.node_feat, b.node_opcode, b.batch, b.ptr, b.node_config_feat, b.node_config_ids,
+                            b.node_config_feat_ptr, None, None, b.edge_index, ub_size)
+
+    def step(self):
+        with quiet():
+            b = next(self.batches)
+        pred, pred_diff = self.forward(b, self.configs)
+        # every item carries its slate's runtime differences; one a slate is the slate's
+        loss = margin_matrix_loss(pred_diff, b.diff_triu_vector[::self.configs], self.margin)
+        if self.use_mape:
+            loss = mape(pred, b.config_runtime) + loss
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        self.sched.step()
+        return loss.item()
+
+    @torch.no_grad()
+    def score(self, paths):
+        """Its _make_predictions on the --split folders: LayoutData purpose Test (every config in order, no
+        duplicate removal, as its test set) in its DataLoader of 40 items, eval mode, one config a slate;
+        Kendall tau per program of the predictions against its runtimes (f32 seconds, as its
+        _compute_metrics)."""
+        from torch.utils.data import DataLoader
+        pred, truth = {}, {}
+        self.net.eval()
+        for folder in sorted({os.path.dirname(p) for p in paths}):
+            if collection_of(os.path.join(folder, "x.npz"))[0] != self.coll:
+                sys.exit(f"train_original.py --model sage2: {folder} is not in {self.coll}")
+            if folder not in self.held:
+                self.held[folder] = self.dataset(folder, os.path.basename(folder), self.data.Purpose.Test,
+                                                 False)
+            for b in DataLoader(self.held[folder], batch_size=self.HELD_BATCH, shuffle=False,
+                                collate_fn=self.collate):
+                p, _ = self.forward(b, 1)
+                for pr, tg, fn in zip(p.tolist(), b.config_runtime.tolist(), b.fname):
+                    pred.setdefault((folder, fn), []).append(pr)
+                    truth.setdefault((folder, fn), []).append(tg)
+        self.net.train()
+        return [kendall_tau(np.array(pred[k], dtype=np.float32), np.array(truth[k], dtype=np.float32))
+                for k in sorted(pred)]
+
+
 def files(data, split):
     found = sorted(glob.glob(os.path.join(data, "**", "layout", "*", "*", split, "*.npz"), recursive=True))
     if not found:
@@ -229,7 +455,7 @@ def files(data, split):
     return found
 
 
-MODELS = {"sage5": Fifth, "sage6": Sixth, "gin6": Sixth}
+MODELS = {"sage2": Second, "sage5": Fifth, "sage6": Sixth, "gin6": Sixth}
 
 
 def scored(run, held):
@@ -253,12 +479,18 @@ def main():
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--val-every", type=int, default=100, help="score the --split files every so many steps")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--graphs", type=int, default=1, help="items (sage5) or slates (sage6, gin6) a step")
-    ap.add_argument("--configs", type=int, default=None, help="configs an item or slate (sage5: 8, 6th: 80)")
+    ap.add_argument("--graphs", type=int, default=None,
+                    help="items (sage2, sage5) or slates (sage6, gin6) a step (sage2: 10, others: 1)")
+    ap.add_argument("--configs", type=int, default=None,
+                    help="configs an item or slate (sage2: 4, sage5: 8, 6th: 80)")
     ap.add_argument("--lr", type=float, default=None, help="default: the original's")
+    ap.add_argument("--mape", choices=("on", "off"), default="on",
+                    help="sage2: its MAPE term beside the margin loss (on: the original's)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--split", default="test", help="the held-out files' folder name")
     a = ap.parse_args()
+    if a.graphs is None:
+        a.graphs = 10 if a.model == "sage2" else 1  # the 2nd place's batch_size; see --model sage5
     for flag, v in (("--steps", a.steps), ("--val-every", a.val_every), ("--graphs", a.graphs),
                     ("--threads", a.threads)):
         if v < 1:
