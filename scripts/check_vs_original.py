@@ -6,9 +6,9 @@ Run by hand, not in CI: it needs PyTorch, PyG and the originals' files, cloned f
 repositories (bench/peers/winners.py's docstring gives the commands and the commits read) and never
 committed. It imports their model files by path; it holds none of their code.
 
-    scripts/check_vs_original.py --originals ORIG --model tgraph|sage5|sage6|gin6|tilegat6 [--gnn build/bin/gnn]
-                                 [--data DIR]
-                                 [--configs 8] [--first-config 0] [--epochs 1] [--keep DIR]
+    scripts/check_vs_original.py --originals ORIG --model tgraph|sage2|sage5|sage6|gin6|tilegat6
+                                 [--gnn build/bin/gnn] [--data DIR]
+                                 [--configs 8] [--first-config 0] [--epochs 1] [--threads 2] [--keep DIR]
 
 What it does:
   1. `gnn train` a run of the recipe (on --data, or on a generated layout set), briefly: the point is
@@ -24,6 +24,15 @@ What it does:
 
 --model tgraph: the 1st place's LayoutModel (thanhhau097/google_fast_or_slow) against gnn's layout-tgraph
   --node-layout embedded (class Tgraph says how the inputs and weights map).
+
+--model sage2: the 2nd place's layout Model (Obs01ete/kaggle_latenciaga at ca55746, src/model.py, the xla
+  stack; its loss as src/main.py takes it, without its MAPE term) against gnn's layout-sage-2nd, each fed
+  its own preprocessing of the graph's file: the original its raw node features (its forward takes
+  log1p(relu(x))), ours the trainer's sign-log1p (--node-transform log1p); equal where no feature is
+  negative, and compared as an input (class Second says how the inputs, loss and weights map). Its
+  output-layer gradient sums per-config terms that cancel under a pairwise loss (the score gradients of
+  a slate sum to zero, and most nodes' rows are the same in every config): in f32 it lands up to a few
+  1e-3 from exact on unet3d, where gnn's, which runs the shared rows once, stays within 1e-5.
 
 --model sage6 / gin6: the 6th place's layout SAGE / GIN (hengck23/solution-predict-ai-model-runtime,
   src/res-graphsage4-pair-hop5-layout/model.py, Net.infer_one; loss myloss.py F_ordered_pair_loss) against
@@ -78,6 +87,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "peers"))
 from winners import DIR_6TH, REPO_1ST, REPO_6TH, commit_of, load_fifth, load_module, quiet  # noqa: E402
+from train_original import REPO_2ND  # noqa: E402
 
 import torch  # noqa: E402  (winners.py has refused a Python without it)
 
@@ -608,7 +618,152 @@ class Sage5:
                 "input/layout values": (layout, b.layout_feat.numpy())}
 
 
-MODELS = {"sage5": Sage5, "sage6": Sage6, "gin6": Gin6, "tgraph": Tgraph, "tilegat6": TileGat6}
+class Second:
+    """gnn's layout-sage-2nd against the 2nd place's layout Model (Obs01ete/kaggle_latenciaga at ca55746,
+    src/model.py; Model(is_tile=False, is_nlp=False, is_default=True, wider_config=False): the xla stack;
+    its loss as src/main.py's Trainer.train takes it on layout xla, written out below).
+
+    Its own inputs, from the graph's file as its data.py reads it (edge_index the file's transposed,
+    node_feat raw, the chosen configs' node_config_feat beside node_config_ids), one PyG Data per config
+    collated as its training microbatch (Batch.from_data_list, follow_batch its FOLLOW_BATCH_KEYS), fed
+    to its forward with ub_size = the batch's configs. Only src/utils.py and src/model.py are imported:
+    model.py needs no data.py (whose `name in data.keys` fails on PyG >= 2.4: bench/peers/
+    train_original.py's keys_shim), and nothing here calls it. Its forward takes log1p(relu(x)) of the
+    raw features, ours the trainer's sign-log1p (--node-transform log1p): the two are compared as an
+    input (input/node features: our x against log1p(relu(raw)) in f32), equal where no feature is
+    negative. Its loss: (1 / margin) * mean over the C(C-1)/2 pairs of margin_ranking_loss(prediction
+    difference, 0, sign(runtime difference)), margin 0.01 s (the run's --margin), without its MAPE term
+    (the recipe's default --mape-weight 0; a run with one is refused); ours is the hinge mean over the
+    P strictly ordered pairs, so its loss is taken times margin * C(C-1)/2 / P.
+
+    Weight map (torch Linear [out, in], ours [in, out]): node_feat_embedding = node_feat_embedding^T;
+    node_opcode_embedding = op_embedding rows 0..119 (its table has 120, ours 121); input_shaping =
+    input^T (rows [node features 20 | opcode 12 | config 18], its concatenation's order); convs.l.lin_l
+    (the neighbour mean, with the bias) over convs.l.lin_r (the node) = convs.l.lin; output_shaping = out."""
+
+    name, recipe = "sage2", "layout-sage-2nd"
+    train_flags = []
+    graph_file = Sage5.graph_file  # (the file gnn pass read)
+
+    def __init__(self, originals, work):
+        self.root = os.path.join(originals, REPO_2ND)
+        sys.path.insert(0, self.root)  # its model.py does `from src.utils import ...`
+        with quiet(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.utils = load_module("src.utils", os.path.join(self.root, "src", "utils.py"))
+            model_mod = load_module("src.model", os.path.join(self.root, "src", "model.py"))
+        self.net = model_mod.Model(is_tile=False, is_nlp=False, is_default=True, wider_config=False)
+        self.net.eval()
+        self.raw = None
+
+    def pairs(self):
+        """{gnn array: [original parameters, stacked along its rows]}."""
+        p = {"node_feat_embedding.weight": ["node_feat_embedding.weight"],
+             "node_feat_embedding.bias": ["node_feat_embedding.bias"],
+             "input.weight": ["input_shaping.weight"], "input.bias": ["input_shaping.bias"],
+             "out.weight": ["output_shaping.weight"], "out.bias": ["output_shaping.bias"]}
+        for l in range(len(self.net.convs)):
+            p[f"convs.{l}.lin.weight"] = [f"convs.{l}.lin_l.weight", f"convs.{l}.lin_r.weight"]
+            p[f"convs.{l}.lin.bias"] = [f"convs.{l}.lin_l.bias"]
+        return p
+
+    def load(self, z):
+        if float(self.hparams.get("mape-weight", "0")) != 0:
+            sys.exit("check_vs_original: --model sage2 compares the ranking loss alone: train the run with "
+                     "--mape-weight 0 (the recipe's default)")
+        if self.hparams.get("stack", "xla") != "xla":
+            sys.exit("check_vs_original: --model sage2 builds the original's xla stack: train with --stack xla")
+        if int(z["batch/opcode"].max()) >= 120:
+            sys.exit("check_vs_original: an opcode of 120 in the batch: the original's table has 120 rows")
+        sd = dict(self.net.named_parameters())
+        with torch.no_grad():
+            sd["node_opcode_embedding.weight"].copy_(torch.from_numpy(z["param/op_embedding.weight"][:120]))
+            for ours, names in self.pairs().items():
+                a, at = z["param/" + ours], 0
+                for n in names:
+                    t = sd[n]
+                    rows = t.shape[1] if t.dim() == 2 else t.shape[0]
+                    part = a[at:at + rows]
+                    at += rows
+                    part = part.T if t.dim() == 2 else part
+                    if tuple(part.shape) != tuple(t.shape):
+                        sys.exit(f"check_vs_original: {ours} {a.shape} does not fit {n} {tuple(t.shape)}: train the "
+                                 "run at the original's widths (the recipe's defaults)")
+                    t.copy_(torch.from_numpy(np.ascontiguousarray(part)))
+                if at != a.shape[0]:
+                    sys.exit(f"check_vs_original: {ours} has {a.shape[0]} rows, {names} take {at}")
+
+    def file(self):
+        """The graph's file, read once: its arrays as the original's data.py reads them."""
+        if self.raw is None:
+            with np.load(self.graph_file()) as f:
+                self.raw = {k: f[k] for k in ("node_feat", "node_opcode", "edge_index", "node_config_ids")}
+                self.raw["node_config_feat"] = f["node_config_feat"]
+        return self.raw
+
+    def batch(self, z):
+        """Its training microbatch of the pass's configs: one Data per config (its data.py's train branch),
+        collated by PyG."""
+        from torch_geometric.data import Batch, Data
+        r = self.file()
+        dt = next(self.net.parameters()).dtype
+        ei = torch.tensor(r["edge_index"].T).long()
+        feat, ops = torch.from_numpy(r["node_feat"]).to(dt), torch.from_numpy(r["node_opcode"])
+        ids = torch.from_numpy(r["node_config_ids"])
+        items = []
+        for c in z["batch/config_ids"].astype(np.int64):
+            d = Data(edge_index=ei)
+            d.node_feat, d.node_opcode = feat, ops
+            # f32 in its f64 run too: its forward scatters them into an f32 zeros (the values are small
+            # integers, exact in f32) and torch.cat promotes that to the f64 of the rest
+            d.node_config_feat, d.node_config_ids = torch.from_numpy(r["node_config_feat"][c]), ids
+            items.append(d)
+        return Batch.from_data_list(items, follow_batch=["node_config_feat", "node_config_ids", "config_feat"])
+
+    def forward(self, z):
+        b = self.batch(z)
+        C = len(z["batch/config_ids"])
+        with quiet():
+            pred, self.pred_diff = self.net(b.node_feat, b.node_opcode, b.batch, b.ptr, b.node_config_feat,
+                                            b.node_config_ids, b.node_config_feat_ptr, None, None, b.edge_index, C)
+        return pred
+
+    def loss(self, score, z):
+        t = z["batch/target"]
+        m = float(self.hparams.get("margin", "0.01"))
+        y = self.utils.triu_vector(self.utils.make_diff_matrix(torch.from_numpy(t))).reshape(1, -1)
+        hinge = torch.nn.functional.margin_ranking_loss(self.pred_diff, torch.zeros_like(self.pred_diff),
+                                                        torch.sign(y).to(self.pred_diff.dtype), margin=m,
+                                                        reduction="none") / m
+        pairs = len(t) * (len(t) - 1) // 2
+        return hinge.mean() * (m * pairs / int((t[:, None] > t[None, :]).sum()))  # as ours: over the ordered pairs
+
+    def grads(self, z):
+        sd = dict(self.net.named_parameters())
+        g = {k: v.grad.numpy() for k, v in sd.items() if v.grad is not None}
+        op = np.zeros(z["param/op_embedding.weight"].shape, g["node_opcode_embedding.weight"].dtype)
+        op[:120] = g["node_opcode_embedding.weight"]
+        out = {"op_embedding.weight": op}
+        for ours, names in self.pairs().items():
+            out[ours] = np.concatenate([g[n].T if g[n].ndim == 2 else g[n] for n in names], 0)
+        return out
+
+    def extra(self, z, graph):
+        """Its inputs against ours: the node features each model's layer reads (our preprocessed x, its
+        log1p(relu(raw)) in f32), opcodes, edges (as sets of rows [u, v], u consuming v) and configs."""
+        r = self.file()
+        x, cn, cfg = layout_inputs(z)
+        theirs = np.log1p(np.maximum(r["node_feat"], 0).astype(np.float32))
+        ours_e, their_e = (np.unique(e.astype(np.int64), axis=0) for e in (z["batch/edges"], r["edge_index"]))
+        ids = z["batch/config_ids"].astype(np.int64)
+        return {"input/node features": (x, theirs),
+                "input/opcodes": (z["batch/opcode"].astype(np.int64), r["node_opcode"].astype(np.int64)),
+                "input/edges": (ours_e, their_e),
+                "input/config nodes": (cn, r["node_config_ids"].astype(np.int64)),
+                "input/configs": (cfg, r["node_config_feat"][ids])}
+
+
+MODELS = {"sage2": Second, "sage5": Sage5, "sage6": Sage6, "gin6": Gin6, "tgraph": Tgraph, "tilegat6": TileGat6}
 
 
 @contextlib.contextmanager
@@ -650,10 +805,11 @@ def main():
     ap.add_argument("--train-flags", default="", help="more gnn train flags for the run, after the model's own "
                                                       "(a departure switched back on shows here)")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads of gnn train, gnn pass and torch")
     ap.add_argument("--keep", help="keep the run and the pass here instead of a temporary folder")
     a = ap.parse_args()
     warnings.simplefilter("ignore")  # (the originals' own deprecation and shape notices)
-    torch.set_num_threads(2)
+    torch.set_num_threads(a.threads)
     work = a.keep or tempfile.mkdtemp(prefix="check_vs_original_")
     os.makedirs(work, exist_ok=True)
     m = MODELS[a.model](a.originals, work)
@@ -671,7 +827,7 @@ def main():
            for f in m.train_flags[i:i + 2]]  # (--train-flags replaces the model's flag of the same name)
     if not os.path.exists(os.path.join(run, "model.npz")):
         gnn(a.gnn, "train", "--model", m.recipe, "--data", data, "--out", run, "--epochs", str(a.epochs),
-            "--configs", str(a.configs), "--threads", "2", "--progress", "lines", *own, *extra)
+            "--configs", str(a.configs), "--threads", str(a.threads), "--progress", "lines", *own, *extra)
     # The run's own max_norm (its meta/hparams, so a kept run is read as it was trained): the original
     # renormalises as our run does, and not at all when it does not.
     with np.load(os.path.join(run, "model.npz")) as ckpt:
@@ -686,8 +842,9 @@ def main():
         m.net.node_opcode_embed.max_norm = max_norm if max_norm > 0 else None
     out = os.path.join(work, "pass.npz")
     configs = ",".join(str(c) for c in range(a.first_config, a.first_config + a.configs))
-    info = json.loads(gnn(a.gnn, "pass", "--run", run, "--data", data, "--configs", configs, "--threads", "2",
-                          "--out", out, *(["--graph", a.graph] if a.graph else [])).strip().splitlines()[-1])
+    info = json.loads(gnn(a.gnn, "pass", "--run", run, "--data", data, "--configs", configs,
+                          "--threads", str(a.threads), "--out", out,
+                          *(["--graph", a.graph] if a.graph else [])).strip().splitlines()[-1])
     z = dict(np.load(out))
     m.graph, m.hparams = info["graph"], hparams
     t = z["batch/target"]

@@ -12,7 +12,7 @@ run time (importlib, from the files' paths) and drives them the way their traini
     git -C solution-predict-ai-model-runtime checkout c9c5194b308931af8076c063afef84766e3ad19e  # (their HEADs)
     git clone https://github.com/knshnb/kaggle-tpu-graph-5th-place   # 5th place: scripts/check_vs_original.py only
     git -C kaggle-tpu-graph-5th-place checkout 3f2dfb86836156a3ce86fecb64becc5baa632659  # (needs pyyaml too)
-    git clone https://github.com/Obs01ete/kaggle_latenciaga          # 2nd place: train_original.py only
+    git clone https://github.com/Obs01ete/kaggle_latenciaga          # 2nd place: train_original.py, check_vs_original.py
     git -C kaggle_latenciaga checkout ca55746e8d424b685a7dae0f61462018c0cdfd12  # (before ListMLE; pandas, tqdm)
     pip install torch torch_geometric pandas scikit-learn tqdm  # the 1st place's dataset.py needs pandas, sklearn
 The JSON line reports the commit it ran (originals_commit).
