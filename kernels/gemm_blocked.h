@@ -2,8 +2,9 @@
 // with their vector traits). BLIS-style loops:
 //   for each KC block of k:            pack B[kc, N] into NR-wide column panels (all threads share it)
 //     parallel for each MC block of M: A is read in place, row-major or transposed, by full MR-row
-//                                      panels; a partial last panel (zero-padded) and one across
-//                                      [A | a2]'s parts are packed (per thread)
+//                                      panels; packed (per thread): a partial last panel (zero-padded),
+//                                      a transposed panel across [A | a2]'s parts, and a row-major k
+//                                      block across them
 //       for each NR panel, MR panel:   micro-kernel: an MR x NR tile of C in registers over kc
 // (run_shaped, at the end, picks the tile for a shape: narrow products take a narrower one.)
 // The TpuGraphs shapes are tall and skinny ((N*C) x F times F x F, F = 64..256): with KC = 256 the
@@ -154,7 +155,7 @@ struct Blocked {
   }
 
   // A partial tile (rows < MR or cols < NR): computed into a scratch tile, then the valid part.
-  // Direct needs all MR rows of A to exist (rows == MR).
+  // Direct and DirectT need all MR rows of op(A) to exist (rows == MR).
   template <bool Direct = false, bool DirectT = false>
   static void micro_edge(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int64_t rows, int64_t cols,
                          float alpha, float beta, int64_t lda = 0, const float* bias = nullptr) {
@@ -269,15 +270,16 @@ struct Blocked {
       const float* bias_k = k0 + kc == K ? bias : nullptr;  // onto the finished sums only
       pack_b(tb, B, ldb, k0, kc, N, bp, parallel);
       // Row-major A is read in place by full MR-row panels, from the part that holds this k block (a block
-      // across both parts is packed); only a partial last panel (zero-padded) is packed.
-      const bool in_a2 = cat.a2 && k0 >= cat.k1, across = cat.a2 && k0 < cat.k1 && k0 + kc > cat.k1;
+      // across both parts is packed); besides that only a partial last panel (zero-padded) is packed. (For
+      // transposed A the parts split op(A)'s rows, not k: none of these four is used.)
+      const bool in_a2 = !ta && cat.a2 && k0 >= cat.k1, across = !ta && cat.a2 && k0 < cat.k1 && k0 + kc > cat.k1;
       const bool direct = !ta && !across;
       const float* a_k = !direct ? nullptr : in_a2 ? cat.a2 + (k0 - cat.k1) : A + k0;  // row 0 of the block
       const int64_t la = in_a2 ? cat.lda2 : lda;
       // Transposed A (a weight gradient h^T dz) is read in place too: a full panel of op(A) is MR adjacent
       // columns of A's rows k0.., broadcast from where they lie. Packing them first wrote and read the
-      // whole of A once more (21 MiB a layer of [aggregate | root] 512 wide over 10,752 rows) and took more time than
-      // the product's multiply-adds on those values. Only a partial panel and one across the parts are
+      // whole of A once more (21 MiB a layer of [aggregate | root] 512 wide over 10,752 rows): tgraph's dW
+      // of that layer took 5.1 ms with it, 3.95 without. Only a partial panel and one across the parts are
       // packed. The same values in the same order: the same bits.
       auto t_panel = [&](int64_t g, int64_t rows, int64_t& lt) -> const float* {  // null: pack it
         if (rows < MR) return nullptr;

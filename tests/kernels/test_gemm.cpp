@@ -51,7 +51,7 @@ void check_isa(GemmIsa isa) {
   check_case(isa, false, false, 3000, 128, 128, 1.0f, 0.0f);  // many row blocks across threads
   check_case(isa, true, false, 70, 33, 9000, 1.0f, 0.0f);  // a long K: split into chunks
   check_case(isa, true, true, 256, 20, 5000, 0.5f, 2.0f, 2);
-  check_case(isa, true, false, 100, 40, 7000, 1.5f, -1.0f, 3);  // split K, all of A packed, a partial panel
+  check_case(isa, true, false, 100, 40, 7000, 1.5f, -1.0f, 3);  // split K, A read in place, a partial panel packed
   check_case(isa, true, false, 500, 40, 4500, 1.0f, 1.0f);  // split K with more than 4 row blocks (K >= 8 M)
 }
 
@@ -97,8 +97,8 @@ TEST_CASE("gemm: bitwise identical for any thread count") {
 
 TEST_CASE("gemm: row-major and transposed A, read in place or packed, give the same bits") {
   // A [M, K] is multiplied directly (no packing of full panels); the same matrix stored transposed is
-  // read in place by full panels too, its partial last panel packed (M = 97 and 13: 1 and 1 rows over
-  // the 12-row panels). All sum the same products in the same order.
+  // read in place by full panels too, a partial last panel packed (M = 97 and 13 leave one on every
+  // ISA's panel height). All sum the same products in the same order.
   for (GemmIsa isa : {GemmIsa::kGeneric, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
     if (!gemm_isa_supported(isa)) continue;
     CAPTURE(gemm_isa_name(isa));
@@ -117,7 +117,7 @@ TEST_CASE("gemm: row-major and transposed A, read in place or packed, give the s
 
 TEST_CASE("gemm: a bias added in the store gives the bits of the product and then the addition") {
   // Every path the store takes: full and edge tiles, one and several K blocks (the bias only onto the
-  // last), A read in place and packed (transposed), a long K split into chunks, beta 0 and 1, K = 0,
+  // last), A read in place (row-major and transposed) and packed, a long K split into chunks, beta 0 and 1, K = 0,
   // and one thread against several.
   for (GemmIsa isa : {GemmIsa::kGeneric, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
     if (!gemm_isa_supported(isa)) continue;
@@ -250,6 +250,14 @@ void check_cat(GemmIsa isa, bool ta, int64_t R, int64_t K1, int64_t K2, int64_t 
     std::vector<float> want(static_cast<size_t>(M * N)), got(want.size(), NAN), got1(want.size(), NAN),
         got4(want.size(), NAN);
     gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, cat.data(), W, B.data(), N, 0.0f, want.data(), N, true, bp);
+    {  // the concatenation's product itself against the double reference
+      std::vector<double> c64(cat.begin(), cat.end()), b64(B.begin(), B.end()), ref(want.size());
+      gemm_ref<double>(ta, false, M, N, K, 1.0, c64.data(), W, b64.data(), N, 0.0, ref.data(), N);
+      double worst = 0;
+      for (size_t i = 0; i < ref.size(); ++i)
+        worst = std::max(worst, std::fabs(double(want[i]) - ref[i] - (bp ? double(bp[i % size_t(N)]) : 0.0)));
+      CHECK(worst < 1e-3);
+    }
     gemm_cpu_isa(isa, ta, false, M, N, K, 1.0f, A1.data(), l1, B.data(), N, 0.0f, got.data(), N, true, bp,
                  GemmCat{A2.data(), l2, K1});
     CHECK(got == want);
@@ -283,7 +291,10 @@ TEST_CASE("gemm: A as two parts side by side gives the bits of their concatenati
     check_cat(isa, true, 1000, 256, 256, 128);
     check_cat(isa, true, 500, 64, 64, 64, 4);
     check_cat(isa, true, 9000, 40, 30, 24);  // split K over the rows
-    check_cat(isa, true, 6000, 300, 212, 40);  // split K with 512 rows of C, the parts split inside a panel
+    check_cat(isa, true, 6000, 300, 212, 40);  // split K with 512 rows of C, the split on a panel's edge
+    check_cat(isa, true, 6000, 302, 210, 40);  // the same, the parts split inside a panel (302 = 2 mod 4, 6, 12)
+    check_cat(isa, true, 5000, 3, 13, 40);  // 16 rows of C (the 8-row tile), a panel across the parts, split K
+    check_cat(isa, true, 5000, 31, 25, 8);  // one vector wide (the narrow tile), a panel across the parts, split K
     check_cat(isa, true, 5000, 100, 400, 24);  // split K, most panels of op(A) read in place from a2
     check_cat(isa, true, 77, 5, 200, 19, 1);
     check_cat(isa, true, 300, 0, 50, 8);
