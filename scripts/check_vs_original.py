@@ -113,6 +113,26 @@ def trainable_parts(z, constant):
     return parts
 
 
+def load_pairs(z, sd, pairs):
+    """Copies each gnn array (z["param/" + name], [in, out]) into the original's parameters it stacks
+    along its rows (pairs: {gnn array: [original names]}; a 2-d torch weight is [out, in], so transposed),
+    refusing a shape that does not fit."""
+    for ours, names in pairs.items():
+        a, at = z["param/" + ours], 0
+        for n in names:
+            t = sd[n]
+            rows = t.shape[1] if t.dim() == 2 else t.shape[0]
+            part = a[at:at + rows]
+            at += rows
+            part = part.T if t.dim() == 2 else part
+            if tuple(part.shape) != tuple(t.shape):
+                sys.exit(f"check_vs_original: {ours} {a.shape} does not fit {n} {tuple(t.shape)}: train the "
+                         "run at the original's widths (the recipe's defaults)")
+            t.copy_(torch.from_numpy(np.ascontiguousarray(part)))
+        if at != a.shape[0]:
+            sys.exit(f"check_vs_original: {ours} has {a.shape[0]} rows, {names} take {at}")
+
+
 def layout_inputs(z, width=140):
     """A gnn pass npz's node features [N, width], configurable node ids [K] and their configs [C, K, 18]
     (ours are node-major, [N, C*18], zeros off the configurable nodes)."""
@@ -175,20 +195,7 @@ class Sixth:
                 if trainable:
                     sd[n].copy_(torch.from_numpy(z["param/" + ours]).reshape(1, -1))
                 sd[n].requires_grad_(trainable)
-            for ours, names in self.pairs().items():
-                a, at = z["param/" + ours], 0
-                for n in names:
-                    t = sd[n]
-                    rows = t.shape[1] if t.dim() == 2 else t.shape[0]
-                    part = a[at:at + rows]
-                    at += rows
-                    part = part.T if t.dim() == 2 else part
-                    if tuple(part.shape) != tuple(t.shape):
-                        sys.exit(f"check_vs_original: {ours} {a.shape} does not fit {n} {tuple(t.shape)}: train the "
-                                 "run at the original's widths (the recipe's defaults)")
-                    t.copy_(torch.from_numpy(np.ascontiguousarray(part)))
-                if at != a.shape[0]:
-                    sys.exit(f"check_vs_original: {ours} has {a.shape[0]} rows, {names} take {at}")
+            load_pairs(z, sd, self.pairs())
 
     def forward(self, z):
         x, cn, cfg = layout_inputs(z)
@@ -678,20 +685,7 @@ class Second:
         sd = dict(self.net.named_parameters())
         with torch.no_grad():
             sd["node_opcode_embedding.weight"].copy_(torch.from_numpy(z["param/op_embedding.weight"][:120]))
-            for ours, names in self.pairs().items():
-                a, at = z["param/" + ours], 0
-                for n in names:
-                    t = sd[n]
-                    rows = t.shape[1] if t.dim() == 2 else t.shape[0]
-                    part = a[at:at + rows]
-                    at += rows
-                    part = part.T if t.dim() == 2 else part
-                    if tuple(part.shape) != tuple(t.shape):
-                        sys.exit(f"check_vs_original: {ours} {a.shape} does not fit {n} {tuple(t.shape)}: train the "
-                                 "run at the original's widths (the recipe's defaults)")
-                    t.copy_(torch.from_numpy(np.ascontiguousarray(part)))
-                if at != a.shape[0]:
-                    sys.exit(f"check_vs_original: {ours} has {a.shape[0]} rows, {names} take {at}")
+            load_pairs(z, sd, self.pairs())
 
     def file(self):
         """The graph's file, read once: its arrays as the original's data.py reads them."""
