@@ -286,6 +286,13 @@ std::shared_ptr<const ModelGraph> GraphSource::get(size_t i) {
   return cache_.get(std::to_string(i));  // keyed by position: the same file may sit in two sources
 }
 
+std::vector<int64_t> sample_with_replacement(int64_t n, int64_t k, Rng& rng) {
+  GNN_CHECK(n >= 1 || k == 0, "sample_with_replacement: ", k, " draws from nothing");
+  std::vector<int64_t> idx(static_cast<size_t>(k));
+  for (int64_t& i : idx) i = int64_t(rng.below(uint64_t(n)));
+  return idx;
+}
+
 std::vector<int64_t> sample_without_replacement(int64_t n, int64_t k, Rng& rng) {
   std::vector<int64_t> idx(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), 0);

@@ -277,5 +277,7 @@ Batch make_batch(const std::vector<const ModelGraph*>& graphs, const std::vector
 
 // k distinct indices from [0, n) (all of them, shuffled, when k >= n).
 std::vector<int64_t> sample_without_replacement(int64_t n, int64_t k, Rng& rng);
+// k indices from [0, n), each drawn uniformly on its own (repeats possible; any k, n >= 1 when k > 0).
+std::vector<int64_t> sample_with_replacement(int64_t n, int64_t k, Rng& rng);
 
 }  // namespace gnn::train

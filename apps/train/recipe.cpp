@@ -183,6 +183,11 @@ HParamTable<TrainHParams> train_table(bool layout) {
            choice_hp("dedup", "off", "off|on",
                      "train on one config per distinct config (the fastest of its copies); eval and predict keep all"),
            "on")
+      .add(&T::draw_with_replacement,
+           choice_hp("draw", "without", "without|with",
+                     "a step's configs of each graph drawn without replacement (at most the graph's configs) | with "
+                     "(--configs draws, a config possibly more than once, as the 2nd place's data.py draws)"),
+           "with")
       .add(&T::swa, integer_hp("swa", "0", 0, kMany,
                                "stochastic weight averaging of the last K epochs' weights: RUN/swa.npz, scored on "
                                "valid each epoch (0: off; gnn eval/predict --checkpoint swa)"))

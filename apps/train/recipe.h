@@ -177,6 +177,7 @@ struct TrainHParams {
   int64_t swa = 0, patience = 0;  // 0: off
   int64_t val_every = 0, val_configs = 0;  // 0: validate every epoch, on every config
   bool dedup = false;
+  bool draw_with_replacement = false;  // --draw with: a slate's configs drawn with replacement
   bool listmle_slowest_first = false;  // --listmle-order slowest
   double edge_dropout = 0;
   int64_t sample_nodes = 0;  // 0: whole graphs

@@ -572,7 +572,8 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
     std::vector<int64_t> counts;
     std::vector<std::vector<size_t>> of_count;
     for (size_t g = 0; g < graphs.size(); ++g) {
-      const int64_t c = std::min(tp_.configs, graphs[g]->num_configs());
+      const int64_t n = graphs[g]->num_configs();
+      const int64_t c = tp_.draw_with_replacement && n > 0 ? tp_.configs : std::min(tp_.configs, n);
       const size_t at = size_t(std::find(counts.begin(), counts.end(), c) - counts.begin());
       if (at == counts.size()) counts.push_back(c), of_count.emplace_back();
       of_count[at].push_back(g);
@@ -591,7 +592,9 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
       std::vector<size_t> fs;
       for (size_t g : of_count[k]) {
         gs.push_back(graphs[g]), rs.push_back(rngs[g]), fs.push_back(file[g]);
-        configs.push_back(sample_without_replacement(graphs[g]->num_configs(), counts[k], rs.back()));
+        const int64_t n = graphs[g]->num_configs();
+        configs.push_back(tp_.draw_with_replacement ? sample_with_replacement(n, counts[k], rs.back())
+                                                    : sample_without_replacement(n, counts[k], rs.back()));
       }
       const int64_t copies = merge_copies_ ? merge_copies(fs, gs, configs, rs) : 1;
       micro.push_back(make_batch(gs, configs, tp_.segment, rs));

@@ -257,6 +257,7 @@ TEST_CASE("train: the training hyper-parameters read once into typed fields, eve
                                                                {"swa", "6"},
                                                                {"patience", "9"},
                                                                {"dedup", "on"},
+                                                               {"draw", "with"},
                                                                {"edge-dropout", "0.15"},
                                                                {"sample-nodes", "123"},
                                                                {"node-transform", "log1p"},
@@ -273,6 +274,7 @@ TEST_CASE("train: the training hyper-parameters read once into typed fields, eve
   CHECK((t.temperature == 2.5 && t.margin == 0.3 && t.mse_weight == 0.4));
   CHECK((t.batch_graphs == 5 && t.configs == 11 && t.accumulate == 3 && t.eval_chunk == 17 && t.tta == 4));
   CHECK((t.swa == 6 && t.patience == 9 && t.dedup && t.edge_dropout == 0.15 && t.sample_nodes == 123));
+  CHECK(t.draw_with_replacement);
   CHECK((t.khops == 13 && t.segment == 77 && t.khops_direction == HopDirection::kConsumers));
   CHECK(t.node_transform == FeatureTransform::kLog1p);
   CHECK(t.config_transform == FeatureTransform::kNone);  // layout configs are not transformed
@@ -552,6 +554,58 @@ TEST_CASE("train: --dedup trains on each distinct config once, the fastest of it
   CHECK(fewest < 24);
   const double trained = j["configs_per_s"].as_number() * j["train_seconds"].as_number();
   CHECK(std::fabs(trained - double(want)) <= 1e-6 * double(want));
+}
+
+TEST_CASE("train: --draw with draws --configs configs of each graph with replacement, past its count") {
+  // The draw itself: every index in range, repeats where k > n, the same draws from the same generator.
+  Rng a(7), b(7);
+  const std::vector<int64_t> d = sample_with_replacement(3, 200, a);
+  REQUIRE(d.size() == 200);
+  std::vector<int64_t> seen(3, 0);
+  for (int64_t i : d) {
+    REQUIRE((i >= 0 && i < 3));
+    ++seen[size_t(i)];
+  }
+  CHECK((seen[0] > 0 && seen[1] > 0 && seen[2] > 0));
+  CHECK(sample_with_replacement(3, 200, b) == d);
+  CHECK(sample_with_replacement(5, 0, a).empty());
+  CHECK_THROWS_WITH_AS(sample_with_replacement(0, 2, a), doctest::Contains("2 draws from nothing"), Error);
+  // One step of 3 graphs x 24 configs: without replacement a graph with fewer distinct configs gives
+  // fewer (the --dedup case above); with replacement every graph gives 24.
+  const auto files = kind_files(dataset(), "layout", "train");
+  int64_t fewest = 24;
+  for (const DatasetFile& f : files) fewest = std::min(fewest, file_configs(f, true));
+  REQUIRE(fewest < 24);
+  const auto configs_trained = [](const std::string& run) {
+    return get_i64(NpzReader(run + "/model.npz").load_all(), "state/configs", run);
+  };
+  TempDir t;
+  const std::string base = "train --model layout-resmodel --data " + dataset() + " --dedup on --configs 24";
+  for (const char* draw : {"without", "with"}) {
+    CAPTURE(draw);
+    const auto r = run_gnn(base + " --epochs 1 --batch-graphs 3 --draw " + draw + " --out " + t.file(draw));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    if (std::string(draw) == "with") CHECK(configs_trained(t.file(draw)) == 3 * 24);
+    else CHECK(configs_trained(t.file(draw)) < 3 * 24);
+  }
+  // Killed in the middle of epoch 2 and resumed, a run drawing with replacement ends where the unbroken
+  // one did (3 graphs in 2 steps an epoch).
+  const std::string runs = base + " --epochs 2 --batch-graphs 2 --draw with --out ";
+  const std::string whole = t.file("whole"), killed = t.file("killed");
+  auto r = run_gnn(runs + whole);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn(runs + killed + " --checkpoint-minutes 0 --kill-after-steps 3");
+  CHECK(r.exit_code != 0);
+  r = run_gnn("train --resume --out " + killed);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(same_bits(checkpoint_weights(whole + "/model.npz"), checkpoint_weights(killed + "/model.npz")));
+  CHECK(configs_trained(whole) == configs_trained(killed));
+  // A run from before the flag drew without replacement: it resumes so.
+  drop_hparam(whole + "/model.npz", "draw");
+  CHECK(read_meta(whole + "/model.npz").hparams.str("draw") == "without");
+  r = run_gnn(base + " --epochs 1 --batch-graphs 3 --draw twice --out " + t.file("bad"));
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("--draw") != std::string::npos);
 }
 
 TEST_CASE("train: --swa averages the last K epochs' weights into swa.npz, scored, resumed bit for bit") {
