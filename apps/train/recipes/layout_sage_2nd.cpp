@@ -57,8 +57,8 @@
 // +- 0.009; this recipe at 0.487 +- 0.012 (3 seeds), 0.520 +- 0.032 with --dedup on --mape-weight 0.01 (its
 // function and data, 6 seeds), 0.484 +- 0.069 adding --draw with. The means are within the seeds' reach
 // of the original's (Welch p 0.16 and 0.10); the spread is not (variance 13x and 60x the original's): some
-// seeds of the recipe end at 0.29-0.46, none of the original's below 0.529. Not yet traced; docs/
-// benchmarks.md has the lines and what was ruled out.
+// seeds of the recipe end at 0.29-0.46, none of the original's below 0.529. Not its Adam epsilon, draw or
+// SAGE init (each tried); not yet traced further. docs/benchmarks.md has the lines.
 #include <vector>
 
 #include "apps/train/blocks.h"
