@@ -174,7 +174,8 @@ HParamTable<TrainHParams> train_table(bool layout) {
       .add(&T::clip, number_hp("clip", "0", 0, kInf, "clip the gradient's l2 norm to this (0: no clipping)"))
       .add(&T::batch_graphs, integer_hp("batch-graphs", "8", 1, 1 << 20, "graphs per optimiser step"))
       .add(&T::configs,
-           integer_hp("configs", "16", 2, 1 << 20, "configs sampled per graph and step (fewer when a graph has fewer)"))
+           integer_hp("configs", "16", 2, 1 << 20,
+                      "configs sampled per graph and step (fewer when a graph has fewer, unless --draw with)"))
       .add(&T::graph_repeats,
            integer_hp("graph-repeats", "1", 1, 1 << 16,
                       "an epoch lists every training graph this many times, in random order, so a step may hold "
@@ -186,7 +187,9 @@ HParamTable<TrainHParams> train_table(bool layout) {
       .add(&T::draw_with_replacement,
            choice_hp("draw", "without", "without|with",
                      "a step's configs of each graph drawn without replacement (at most the graph's configs) | with "
-                     "(--configs draws, a config possibly more than once, as the 2nd place's data.py draws)"),
+                     "(--configs draws, a config possibly more than once, as the 2nd place's data.py draws: a "
+                     "repeated config adds no pair to a pairwise loss and counts twice in ListMLE, and the "
+                     "configs/s and state/configs count draws)"),
            "with")
       .add(&T::swa, integer_hp("swa", "0", 0, kMany,
                                "stochastic weight averaging of the last K epochs' weights: RUN/swa.npz, scored on "

@@ -527,10 +527,10 @@ void Run::save(const std::string& path, bool with_optimizer) {
 // one process; a rank whose share is empty (a last batch of fewer graphs than ranks) gets no graphs.
 // With --accumulate A the share is cut into A micro-batches (contiguous, the first ones one graph
 // larger), each run through forward and backward on its own. Each graph ranks min(--configs, its own
-// count) configs, as the originals draw a kernel's slate; a Batch holds one count for all its graphs, so the
-// graphs of a micro-batch that have fewer than --configs are cut again into micro-batches of one count
-// each (a batch of real tile kernels, which list from 2 to thousands of configs, would otherwise train
-// every kernel on the fewest any of them has). Where every graph has --configs, nothing is cut.
+// count) configs, as the originals draw a kernel's slate (--configs with --draw with, repeats possible); a Batch holds
+// one count for all its graphs, so the graphs of a micro-batch that have fewer than --configs are cut again into
+// micro-batches of one count each (a batch of real tile kernels, which list from 2 to thousands of configs, would
+// otherwise train every kernel on the fewest any of them has). Where every graph has --configs, nothing is cut.
 std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& order, int64_t bi) {
   const auto [lo, hi] = batch_range(bi);
   const dist::Range mine = dist::shard(hi - lo, world_.rank, world_.size);
@@ -573,7 +573,7 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
     std::vector<std::vector<size_t>> of_count;
     for (size_t g = 0; g < graphs.size(); ++g) {
       const int64_t n = graphs[g]->num_configs();
-      const int64_t c = tp_.draw_with_replacement && n > 0 ? tp_.configs : std::min(tp_.configs, n);
+      const int64_t c = tp_.draw_with_replacement ? tp_.configs : std::min(tp_.configs, n);
       const size_t at = size_t(std::find(counts.begin(), counts.end(), c) - counts.begin());
       if (at == counts.size()) counts.push_back(c), of_count.emplace_back();
       of_count[at].push_back(g);

@@ -580,19 +580,29 @@ TEST_CASE("train: --draw with draws --configs configs of each graph with replace
     return get_i64(NpzReader(run + "/model.npz").load_all(), "state/configs", run);
   };
   TempDir t;
-  const std::string base = "train --model layout-resmodel --data " + dataset() + " --dedup on --configs 24";
+  const std::string base = "train --model layout-resmodel --data " + dataset() + " --dedup on";
   for (const char* draw : {"without", "with"}) {
     CAPTURE(draw);
-    const auto r = run_gnn(base + " --epochs 1 --batch-graphs 3 --draw " + draw + " --out " + t.file(draw));
+    const auto r =
+        run_gnn(base + " --configs 24 --epochs 1 --batch-graphs 3 --draw " + draw + " --out " + t.file(draw));
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     if (std::string(draw) == "with") CHECK(configs_trained(t.file(draw)) == 3 * 24);
     else CHECK(configs_trained(t.file(draw)) < 3 * 24);
   }
+  // Where every graph holds --configs configs the two draws give other slates (not one draw cut short).
+  const std::string small = base + " --configs 3 --epochs 1 --batch-graphs 3 --out ";
+  auto r = run_gnn(small + t.file("small-without"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn(small + t.file("small-with") + " --draw with");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(configs_trained(t.file("small-without")) == configs_trained(t.file("small-with")));
+  CHECK_FALSE(same_bits(checkpoint_weights(t.file("small-without") + "/model.npz"),
+                        checkpoint_weights(t.file("small-with") + "/model.npz")));
   // Killed in the middle of epoch 2 and resumed, a run drawing with replacement ends where the unbroken
   // one did (3 graphs in 2 steps an epoch).
-  const std::string runs = base + " --epochs 2 --batch-graphs 2 --draw with --out ";
+  const std::string runs = base + " --configs 24 --epochs 2 --batch-graphs 2 --draw with --out ";
   const std::string whole = t.file("whole"), killed = t.file("killed");
-  auto r = run_gnn(runs + whole);
+  r = run_gnn(runs + whole);
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   r = run_gnn(runs + killed + " --checkpoint-minutes 0 --kill-after-steps 3");
   CHECK(r.exit_code != 0);
@@ -600,9 +610,12 @@ TEST_CASE("train: --draw with draws --configs configs of each graph with replace
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   CHECK(same_bits(checkpoint_weights(whole + "/model.npz"), checkpoint_weights(killed + "/model.npz")));
   CHECK(configs_trained(whole) == configs_trained(killed));
-  // A run from before the flag drew without replacement: it resumes so.
+  // A run from before the flag drew without replacement: it resumes so, and goes on.
   drop_hparam(whole + "/model.npz", "draw");
   CHECK(read_meta(whole + "/model.npz").hparams.str("draw") == "without");
+  r = run_gnn("train --resume --out " + whole + " --epochs 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(configs_trained(whole) < configs_trained(killed) + 3 * 24);  // epoch 3 drew no more than each count
   r = run_gnn(base + " --epochs 1 --batch-graphs 3 --draw twice --out " + t.file("bad"));
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("--draw") != std::string::npos);

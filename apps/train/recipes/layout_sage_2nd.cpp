@@ -47,18 +47,21 @@
 //   (400 steps, 3 seeds, the build of 17bdd83; docs/benchmarks.md), where it stayed at 0.133 +- 0.007 before.
 // - Duplicate configs: its main.py trains on one config per distinct layout, the fastest (579 of unet3d's
 //   927 training configs); --dedup on is that, off by default. It draws a slate's configs with
-//   replacement, we without by default (--draw with is its draw). Its SAGEConv draws lin_l and lin_r each
-//   U(+-1/sqrt(D)); our one [2D, out] Linear U(+-1/sqrt(2D)).
+//   replacement, we without by default (--draw with is its draw; a slate holding a config twice then has
+//   a tied pair, which its mean counts, at the margin and with no gradient, and ours leaves out, so its
+//   gradient is the smaller by the share of tied pairs: about 1 in 580 on unet3d). Its SAGEConv draws lin_l
+//   and lin_r each U(+-1/sqrt(D)); our one [2D, out] Linear U(+-1/sqrt(2D)).
 //
 // Checked against the original's own Model (scripts/check_vs_original.py --model sage2, at its commit
 // ca55746): our weights loaded into it, the same unet3d batch, each through its own preprocessing; scores,
 // loss and every gradient within 9e-6 of the original in f64. Trained by its own code on unet3d's split
 // (bench/peers/train_original.py --model sage2, 400 steps, 5 seeds) it ranks the held-out configs at 0.542
 // +- 0.009; this recipe at 0.487 +- 0.012 (3 seeds), 0.520 +- 0.032 with --dedup on --mape-weight 0.01 (its
-// function and data, 6 seeds), 0.484 +- 0.069 adding --draw with. The means are within the seeds' reach
-// of the original's (Welch p 0.16 and 0.10); the spread is not (variance 13x and 60x the original's): some
-// seeds of the recipe end at 0.29-0.46, none of the original's below 0.529. Not its Adam epsilon, draw or
-// SAGE init (each tried); not yet traced further. docs/benchmarks.md has the lines.
+// function and data, 6 seeds), 0.484 +- 0.069 adding --draw with. The last two means are within the
+// seeds' reach of the original's (Welch p 0.16 and 0.10); the spread is not (variance 13x and 60x the
+// original's): some seeds of the recipe end at 0.37-0.46, none of the original's below 0.529. Neither its
+// Adam epsilon, its draw nor its SAGE init closed that (each tried); not yet traced further.
+// docs/benchmarks.md has the lines.
 #include <vector>
 
 #include "apps/train/blocks.h"
