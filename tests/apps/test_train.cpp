@@ -37,6 +37,11 @@ using testing::tile_and_layout;
 using namespace train_fixtures;
 
 namespace {
+// The configs a run has trained on (its checkpoint's state/configs).
+int64_t configs_trained(const std::string& run) {
+  return get_i64(NpzReader(run + "/model.npz").load_all(), "state/configs", run);
+}
+
 // Rewrites a checkpoint as one written before hyper-parameter `name` existed: its key leaves meta/hparams.
 void drop_hparam(const std::string& checkpoint, const std::string& name) {
   std::vector<std::pair<std::string, Tensor>> older;
@@ -576,9 +581,6 @@ TEST_CASE("train: --draw with draws --configs configs of each graph with replace
   int64_t fewest = 24;
   for (const DatasetFile& f : files) fewest = std::min(fewest, file_configs(f, true));
   REQUIRE(fewest < 24);
-  const auto configs_trained = [](const std::string& run) {
-    return get_i64(NpzReader(run + "/model.npz").load_all(), "state/configs", run);
-  };
   TempDir t;
   const std::string base = "train --model layout-resmodel --data " + dataset() + " --dedup on";
   for (const char* draw : {"without", "with"}) {
@@ -739,9 +741,6 @@ TEST_CASE("train: --graph-repeats lists each graph R times an epoch, a step may 
   CHECK(r.out.find("on 1 train / 1 valid layout graphs, each 6 times an epoch (a step's copies of a graph run as "
                    "one); 3 graphs x 4 configs per step, 2 steps per epoch") != std::string::npos);
   CHECK(Json::parse(last_line(r.out))["steps"].as_number() == 4);
-  const auto configs_trained = [](const std::string& run) {
-    return get_i64(NpzReader(run + "/model.npz").load_all(), "state/configs", run);
-  };
   CHECK(configs_trained(a) == 4 * 3 * 4);
   // Listed once, the graph is one slate of a step, whatever --batch-graphs says.
   r = run_gnn(base + once + " --epochs 2 --graph-repeats 1");
