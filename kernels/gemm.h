@@ -91,7 +91,8 @@ void gemm_cpu_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t M, int64_t N,
 
 // Mixed precision on the CPU (kernels/gemm_bf16.cpp): with kBf16, gemm_cpu, gemm_bias_cpu, gemm_cat_cpu and
 // gemm_cpu_serial round op(A) and op(B) to bfloat16 (nearest, ties to even) and sum the exact products in f32
-// (AVX512-BF16's VDPBF16PS, twice the f32 kernel's multiply-adds per instruction; denormal inputs read as zero),
+// (AVX512-BF16's VDPBF16PS, twice the f32 kernel's multiply-adds per instruction, or AMX's tiles; denormal
+// inputs read as zero),
 // as torch's bf16 autocast and set_float32_matmul_precision("medium") do. kF32 (the default) is the f32 kernels.
 // The process-wide setting is gnn train's --matmul-precision; setting kBf16 where the CPU lacks AVX512-BF16 is
 // an error. Results are the same bits for any thread count, as in f32.
@@ -100,6 +101,20 @@ bool gemm_bf16_supported();  // this CPU has AVX512-BF16 (and AVX512-BW/VL)
 void set_gemm_cpu_precision(GemmPrecision p);
 GemmPrecision gemm_cpu_precision();
 const char* gemm_precision_name(GemmPrecision p);  // "f32" | "bf16"
+// The bf16 products have two kernels: VDPBF16PS on AVX-512 registers, and AMX's tile multiply (TDPBF16PS,
+// 16 x 16 f32 tiles; on CPUs with AMX-BF16 whose kernel grants the process the tile registers). Both round
+// the inputs alike and sum in f32, but a tile sums each dot product in its own order and rounding, so the
+// two differ in the last bits; each is the same for any thread count. gemm_cpu_bf16 takes AMX where it
+// can, or the kernel GNN_BF16_KERNEL names (avx512bf16 | amx).
+enum class Bf16Kernel { kAvx512Bf16, kAmx };
+bool gemm_bf16_kernel_supported(Bf16Kernel k);
+Bf16Kernel gemm_bf16_kernel();  // the one gemm_cpu_bf16 uses; needs gemm_bf16_supported()
+const char* gemm_bf16_kernel_name(Bf16Kernel k);  // "avx512bf16" | "amx"
+const char* gemm_kernel_name();  // the CPU products' kernel now: the ISA's name in f32, the bf16 kernel's in bf16
+// One bf16 kernel explicitly (tests, benchmarks), with gemm_cpu_isa's arguments; it must be supported.
+void gemm_cpu_bf16_on(Bf16Kernel k, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                      const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                      bool parallel = true, const float* bias = nullptr, GemmCat cat = {});
 // The bf16 kernel explicitly (tests, benchmarks), with gemm_cpu_isa's arguments; needs gemm_bf16_supported().
 void gemm_cpu_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true,

@@ -12,6 +12,7 @@
 // the f32 driver (they read the shape only), so the bits do not depend on the thread count.
 // VDPBF16PS treats denormal inputs as zero and flushes denormal results (Intel SDM); an odd K is padded
 // with a zero pair element on both sides.
+// AmxBlocked, at the end, is the same product on AMX tiles (gemm.h's Bf16Kernel::kAmx).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -105,14 +106,18 @@ struct Bf16Blocked {
       }
   }
 
-  // op(B)[k0:k0+kc, :] into panels bp[q][p][j] of k pairs, zero-padded to NR columns and to an even kc.
+  // op(B)[k0:k0+kc, :] into panels bp[q][p][j] of k pairs, zero-padded to NR columns and to an even kc; a
+  // panel holds k2s >= kc / 2 pairs, those past kc zero (the AMX kernel's whole tiles of 16 pairs).
   static void pack_b(bool tb, const float* B, int64_t ldb, int64_t k0, int64_t kc, int64_t N, uint32_t* bp,
-                     bool parallel) {
+                     bool parallel, int64_t k2s = 0) {
     const int64_t panels = (N + NR - 1) / NR, k2 = (kc + 1) / 2;
+    k2s = std::max(k2s, k2);
+    if (k2s > k2)
+      for (int64_t q = 0; q < panels; ++q) std::fill(bp + q * k2s * NR + k2 * NR, bp + (q + 1) * k2s * NR, 0u);
     if (tb) {  // B stored [N, K]: each column j's k run converted, then spread over the pairs
 #pragma omp parallel for schedule(static) if (parallel && panels * kc > 4096)
       for (int64_t q = 0; q < panels; ++q) {
-        uint32_t* dst = bp + q * k2 * NR;
+        uint32_t* dst = bp + q * k2s * NR;
         alignas(64) uint16_t run[kKC + 2];
         for (int64_t j = 0; j < NR; ++j) {
           const int64_t col = q * NR + j;
@@ -129,7 +134,7 @@ struct Bf16Blocked {
       const float* r0 = B + (k0 + 2 * p) * ldb;
       const float* r1 = 2 * p + 1 < kc ? r0 + ldb : nullptr;
       for (int64_t q = 0; q < panels; ++q) {
-        uint32_t* dst = bp + q * k2 * NR + p * NR;
+        uint32_t* dst = bp + q * k2s * NR + p * NR;
         const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
         pairs_of_rows(r0 + j0, r1 ? r1 + j0 : nullptr, cols, dst);
         std::fill(dst + cols, dst + NR, 0u);
@@ -141,8 +146,9 @@ struct Bf16Blocked {
   // past mc up to a multiple of MR zero. Row-major A: rows of bf16 in k order (sa_i = k2 pairs, sa_p = 1).
   // Transposed A: pairs of its stored rows k0 + 2p, k0 + 2p + 1 over the columns (sa_i = 1, sa_p = the
   // block's padded height).
+  // Row-major A's rows may be k2s >= k2 pairs apart, the pairs past k2 zero (the AMX kernel's whole tiles).
   static void pack_a(bool ta, const float* A, int64_t lda, const gemm_detail::Cat& cat, int64_t i0, int64_t mc,
-                     int64_t k0, int64_t kc, uint32_t* ap, int64_t& sa_i, int64_t& sa_p) {
+                     int64_t k0, int64_t kc, uint32_t* ap, int64_t& sa_i, int64_t& sa_p, int64_t k2s = 0) {
     const int64_t k2 = (kc + 1) / 2, rows = (mc + 47) / 48 * 48;
     if (ta) {
       sa_i = 1, sa_p = rows;
@@ -164,14 +170,15 @@ struct Bf16Blocked {
       }
       return;
     }
-    sa_i = k2, sa_p = 1;
+    sa_i = std::max(k2, k2s), sa_p = 1;
     const int64_t k1 = cat.a2 ? cat.k1 : INT64_MAX, split = std::clamp(k1 - k0, int64_t(0), kc);
     for (int64_t i = 0; i < rows; ++i) {
-      uint32_t* dst = ap + i * k2;
+      uint32_t* dst = ap + i * sa_i;
       if (i >= mc) {
-        std::fill(dst, dst + k2, 0u);
+        std::fill(dst, dst + sa_i, 0u);
         continue;
       }
+      std::fill(dst + k2, dst + sa_i, 0u);
       // the row's bf16 in k order, written by bf16_row's vector stores (which may alias any type), so its
       // u32 pairs hold k pairs; the odd tail's upper half is cleared through the u32 itself
       uint16_t* h = reinterpret_cast<uint16_t*>(dst);
@@ -228,14 +235,197 @@ struct Bf16Blocked {
   }
 };
 
+// The same product on AMX (TDPBF16PS: a 16 x 16 f32 tile += a 16 x 32 bf16 tile times a 32 x 16 one, 16 k
+// pairs a row). The operands are packed as above, op(B) into the same panels of k pairs (the tiles'
+// "VNNI" layout: a B tile is 16 pair rows of one panel, stride NR), op(A) into rows of k pairs (an A
+// tile is 16 of them), each with whole tiles of 16 pairs, the pairs past kc zero. A 32 x NR block of C
+// is held in 2 NT tiles over a KC block; then alpha, beta and the bias as the micro-kernel above. The
+// tile sums each (row, column)'s products in an order and with internal rounding of the hardware's
+// own, which is not VDPBF16PS's one pair at a time: the two kernels' results differ in the last bits
+// (within the f32 summation's bound), and each is the same for any thread count.
+struct TileConfig {  // ldtilecfg's 64 bytes, palette 1
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+template <int NT>
+struct AmxBlocked {
+  static constexpr int NR = NT * W, MB = 32, KT = 16;  // KT: k pairs a tile
+  using Pack = Bf16Blocked<NT>;
+  static_assert(kMC % MB == 0, "row blocks of whole 32-row tiles");
+
+  static void configure() {  // every tile 16 rows of 64 bytes: C 0-3, A 4-5, B 6-7
+    TileConfig cfg;
+    for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    _tile_loadconfig(&cfg);
+  }
+
+  // The 32 x NR block of C over k2s pairs (a multiple of KT): a row-major pairs with stride lda (in u32), b
+  // a panel; out [32, NR].
+  static void tiles(int64_t k2s, const uint32_t* a, int64_t lda, const uint32_t* b, float* out) {
+    _tile_zero(0);
+    _tile_zero(1);
+    if constexpr (NT == 2) {
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    for (int64_t p = 0; p < k2s; p += KT) {
+      _tile_loadd(4, a + p, lda * 4);
+      _tile_loadd(5, a + 16 * lda + p, lda * 4);
+      _tile_loadd(6, b + p * NR, NR * 4);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 5, 6);
+      if constexpr (NT == 2) {
+        _tile_loadd(7, b + p * NR + W, NR * 4);
+        _tile_dpbf16ps(2, 4, 7);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    _tile_stored(0, out, NR * 4);
+    _tile_stored(1, out + 16 * NR, NR * 4);
+    if constexpr (NT == 2) {
+      _tile_stored(2, out + W, NR * 4);
+      _tile_stored(3, out + 16 * NR + W, NR * 4);
+    }
+  }
+
+  // C[rows, cols] from the block: alpha, then beta C, then the bias, as Bf16Blocked::micro.
+  static void finish(const float* out, float* c, int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
+                     const float* bias) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; j += W) {
+        const __mmask16 m = first(cols - j);
+        __m512 v = _mm512_loadu_ps(out + i * NR + j);
+        if (alpha != 1.0f) v = _mm512_mul_ps(_mm512_set1_ps(alpha), v);
+        if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m, c + i * ldc + j), v);
+        if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + j));
+        _mm512_mask_storeu_ps(c + i * ldc + j, m, v);
+      }
+  }
+
+  // 16 rows of 16 u32 transposed in registers: r[i][t] -> r[t][i].
+  // (The masked forms: GCC 12 warns that the unmasked ones read an undefined register.)
+  static __m512i lo32(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi32(__mmask16(0xffff), a, b); }
+  static __m512i hi32(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi32(__mmask16(0xffff), a, b); }
+  static __m512i lo64(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi64(__mmask8(0xff), a, b); }
+  static __m512i hi64(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi64(__mmask8(0xff), a, b); }
+  template <int Imm>
+  static __m512i lanes(__m512i a, __m512i b) {
+    return _mm512_maskz_shuffle_i32x4(__mmask16(0xffff), a, b, Imm);
+  }
+  static void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int k = 0; k < 8; ++k) {
+      t[2 * k] = lo32(r[2 * k], r[2 * k + 1]);
+      t[2 * k + 1] = hi32(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 4; ++k) {
+      r[4 * k] = lo64(t[4 * k], t[4 * k + 2]);
+      r[4 * k + 1] = hi64(t[4 * k], t[4 * k + 2]);
+      r[4 * k + 2] = lo64(t[4 * k + 1], t[4 * k + 3]);
+      r[4 * k + 3] = hi64(t[4 * k + 1], t[4 * k + 3]);
+    }
+    // r[4k + j]'s 128-bit lane L holds column 4L + j of rows 4k..4k+3
+    for (int j = 0; j < 4; ++j) {
+      const __m512i a = lanes<0x88>(r[j], r[4 + j]), b = lanes<0xdd>(r[j], r[4 + j]),
+                    c = lanes<0x88>(r[8 + j], r[12 + j]), d = lanes<0xdd>(r[8 + j], r[12 + j]);
+      t[j] = lanes<0x88>(a, c);  // lane 0: columns j
+      t[8 + j] = lanes<0xdd>(a, c);  // lane 2: columns 8 + j
+      t[4 + j] = lanes<0x88>(b, d);  // lane 1: columns 4 + j
+      t[12 + j] = lanes<0xdd>(b, d);  // lane 3: columns 12 + j
+    }
+    for (int k = 0; k < 16; ++k) r[k] = t[k];
+  }
+
+  // op(A)[i0:i0+mc, k0:k0+kc] as rows of k pairs, ap[i * k2s + p], the rows past mc up to a multiple of 32
+  // and the pairs past kc zero. Transposed A is packed first as Bf16Blocked's pairs over the rows, then
+  // turned 16 x 16 at a time.
+  static void pack_a(bool ta, const float* A, int64_t lda, const gemm_detail::Cat& cat, int64_t i0, int64_t mc,
+                     int64_t k0, int64_t kc, int64_t k2s, uint32_t* ap) {
+    const int64_t k2 = (kc + 1) / 2, rows = (mc + MB - 1) / MB * MB;
+    int64_t sa_i = 0, sa_p = 0;
+    const int64_t rows48 = (mc + 47) / 48 * 48;  // Bf16Blocked's padding
+    if (!ta) {
+      Pack::pack_a(false, A, lda, cat, i0, mc, k0, kc, ap, sa_i, sa_p, k2s);  // rows k2s pairs apart
+      if (rows > rows48) std::fill(ap + rows48 * k2s, ap + rows * k2s, 0u);
+      return;
+    }
+    uint32_t* cm = gemm_detail::scratch<uint32_t>(gemm_detail::kPackAT, rows48 * k2);
+    Pack::pack_a(true, A, lda, cat, i0, mc, k0, kc, cm, sa_i, sa_p);  // cm[p * rows48 + i]
+    for (int64_t ib = 0; ib < rows; ib += 16)
+      for (int64_t pb = 0; pb < k2s; pb += 16) {
+        __m512i r[16];
+        for (int64_t t = 0; t < 16; ++t)
+          r[t] = pb + t < k2 && ib < rows48 ? _mm512_loadu_si512(cm + (pb + t) * rows48 + ib) : _mm512_setzero_si512();
+        transpose16(r);
+        for (int64_t t = 0; t < 16; ++t) _mm512_storeu_si512(ap + (ib + t) * k2s + pb, r[t]);
+      }
+  }
+
+  static void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
+                  const gemm_detail::Cat& cat) {
+    const int64_t panels = (N + NR - 1) / NR, blocks = (M + kMC - 1) / kMC;
+    if (parallel && gemm_detail::wants_split_k(M, N, K))  // the f32 driver's chunks, as Bf16Blocked
+      return gemm_detail::split_k(
+          ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat,
+          [&](const float* a, int64_t la, const float* b, int64_t kc, float* part, const gemm_detail::Cat& ck) {
+            run(ta, tb, M, N, kc, 1.0f, a, la, b, ldb, 0.0f, part, N, /*parallel=*/false, nullptr, ck);
+          });
+    const int64_t k2s_max = ((std::min(K, kKC) + 1) / 2 + KT - 1) / KT * KT;
+    uint32_t* bp = gemm_detail::scratch<uint32_t>(gemm_detail::kPackB, panels * k2s_max * NR);
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t kc = std::min(kKC, K - k0), k2s = ((kc + 1) / 2 + KT - 1) / KT * KT;
+      const float beta_k = k0 == 0 ? beta : 1.0f;
+      const float* bias_k = k0 + kc == K ? bias : nullptr;
+      Pack::pack_b(tb, B, ldb, k0, kc, N, bp, parallel, k2s);
+#pragma omp parallel if (parallel)
+      {
+        configure();
+        uint32_t* ap = gemm_detail::scratch<uint32_t>(gemm_detail::kPackA, kMC * k2s);
+        alignas(64) float out[MB * NR];
+#pragma omp for schedule(static)
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          const int64_t i0 = blk * kMC, mc = std::min(kMC, M - i0);
+          pack_a(ta, A, lda, cat, i0, mc, k0, kc, k2s, ap);
+          for (int64_t q = 0; q < panels; ++q) {
+            const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
+            for (int64_t r = 0; r < mc; r += MB) {
+              tiles(k2s, ap + r * k2s, k2s, bp + q * k2s * NR, out);
+              finish(out, C + (i0 + r) * ldc + j0, ldc, std::min<int64_t>(MB, mc - r), cols, alpha, beta_k,
+                     bias_k ? bias_k + j0 : nullptr);
+            }
+          }
+        }
+        _tile_release();
+      }
+    }
+  }
+};
+
+// One vector of columns for N <= 16, two otherwise: Driver<1> or Driver<2>.
+template <template <int> class Driver>
+void by_width(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
+              GemmCat cat) {
+  const gemm_detail::Cat c{cat.a2, cat.lda2, cat.k1};
+  if (N <= W) return Driver<1>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c);
+  Driver<2>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c);
+}
+
 }  // namespace
+
+void gemm_bf16_amx(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
+                   GemmCat cat) {
+  by_width<AmxBlocked>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+}
 
 void gemm_bf16_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                       const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
                       GemmCat cat) {
-  const gemm_detail::Cat c{cat.a2, cat.lda2, cat.k1};
-  if (N <= W) return Bf16Blocked<1>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c);
-  Bf16Blocked<2>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c);
+  by_width<Bf16Blocked>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
 }
 
 }  // namespace gnn

@@ -36,7 +36,7 @@ struct Cat {
 // partials are needed on every call, and a fresh zero-filled vector each time (the 128 KiB of packed
 // B went through mmap) cost a memset and page faults: 3% of a fused SAGE layer's forward+backward.
 // T is the packed element (float; the bf16 kernel's u32 pairs), each with its own buffers.
-enum Slot { kPackB, kPackA, kPartials, kSlots };
+enum Slot { kPackB, kPackA, kPackAT, kPartials, kSlots };  // kPackAT: A before a re-layout (bf16 on AMX)
 template <class T = float>
 T* scratch(Slot slot, int64_t n) {
   thread_local std::unique_ptr<T[]> buf[kSlots];

@@ -3,6 +3,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "base/error.h"
 #include "kernels/gemm.h"
@@ -16,6 +20,8 @@ void gemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int
                  float*, int64_t, bool, const float*, GemmCat);
 void gemm_bf16_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
                       float*, int64_t, bool, const float*, GemmCat);
+void gemm_bf16_amx(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+                   float*, int64_t, bool, const float*, GemmCat);
 
 namespace {
 
@@ -133,22 +139,77 @@ std::atomic<GemmPrecision> g_precision{GemmPrecision::kF32};
 void set_gemm_cpu_precision(GemmPrecision p) {
   GNN_CHECK(p == GemmPrecision::kF32 || gemm_bf16_supported(),
             "matmul precision bf16: this CPU has no AVX512-BF16 (bf16 products need it); use f32");
+  if (p == GemmPrecision::kBf16) gemm_bf16_kernel();  // GNN_BF16_KERNEL checked here, before any product
   g_precision.store(p, std::memory_order_relaxed);
 }
 GemmPrecision gemm_cpu_precision() { return g_precision.load(std::memory_order_relaxed); }
 const char* gemm_precision_name(GemmPrecision p) { return p == GemmPrecision::kBf16 ? "bf16" : "f32"; }
 
-void gemm_cpu_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
-                   GemmCat cat) {
-  GNN_CHECK(gemm_bf16_supported(), "gemm: this CPU cannot run the bf16 kernel (no AVX512-BF16)");
+namespace {
+// AMX's tile data is off until the process asks Linux for it (arch_prctl ARCH_REQ_XCOMP_PERM, feature 18,
+// XTILEDATA); asked once, on first use. A kernel or hypervisor that refuses leaves the AVX-512 kernel.
+bool amx_usable() {
+#if defined(__linux__) && defined(__x86_64__)
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    const bool bf16 = (d >> 22) & 1u, tile = (d >> 24) & 1u;  // CPUID.(7,0):EDX AMX-BF16, AMX-TILE
+    return bf16 && tile && gemm_bf16_supported() && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+Bf16Kernel detect_bf16() {
+  if (const char* forced = std::getenv("GNN_BF16_KERNEL")) {
+    for (Bf16Kernel k : {Bf16Kernel::kAvx512Bf16, Bf16Kernel::kAmx}) {
+      if (std::strcmp(forced, gemm_bf16_kernel_name(k)) == 0) {
+        GNN_CHECK(gemm_bf16_kernel_supported(k), "GNN_BF16_KERNEL=", forced, ": this CPU cannot run it");
+        return k;
+      }
+    }
+    GNN_FAIL("GNN_BF16_KERNEL=", forced, ": unknown (amx, avx512bf16)");
+  }
+  return amx_usable() ? Bf16Kernel::kAmx : Bf16Kernel::kAvx512Bf16;
+}
+}  // namespace
+
+const char* gemm_bf16_kernel_name(Bf16Kernel k) { return k == Bf16Kernel::kAmx ? "amx" : "avx512bf16"; }
+
+bool gemm_bf16_kernel_supported(Bf16Kernel k) { return k == Bf16Kernel::kAmx ? amx_usable() : gemm_bf16_supported(); }
+
+Bf16Kernel gemm_bf16_kernel() {
+  static const Bf16Kernel k = detect_bf16();
+  return k;
+}
+
+const char* gemm_kernel_name() {
+  return gemm_cpu_precision() == GemmPrecision::kBf16 ? gemm_bf16_kernel_name(gemm_bf16_kernel())
+                                                      : gemm_isa_name(gemm_isa());
+}
+
+void gemm_cpu_bf16_on(Bf16Kernel k, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel,
+                      const float* bias, GemmCat cat) {
+  GNN_CHECK(gemm_bf16_kernel_supported(k), "gemm: this CPU cannot run the ", gemm_bf16_kernel_name(k), " bf16 kernel");
   // K = 0 or alpha = 0 is C = beta C (+ bias), no product: the f32 driver's, the same values.
   if (M == 0 || N == 0 || K == 0 || alpha == 0.0f)
     return gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
   check_and_count(ta, M, N, K, alpha, beta, bias, cat);
 #if defined(__x86_64__)
+  if (k == Bf16Kernel::kAmx)
+    return gemm_bf16_amx(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
   gemm_bf16_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
 #endif
+}
+
+void gemm_cpu_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
+                   GemmCat cat) {
+  GNN_CHECK(gemm_bf16_supported(), "gemm: this CPU cannot run the bf16 kernel (no AVX512-BF16)");
+  gemm_cpu_bf16_on(gemm_bf16_kernel(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
 }
 
 namespace {

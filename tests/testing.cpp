@@ -37,6 +37,8 @@ CommandResult run_shell(const std::string& prefix, const std::string& args) {
 
 CommandResult run_gnn(const std::string& args) { return run_shell("", args); }
 
+CommandResult run_gnn_env(const std::string& env, const std::string& args) { return run_shell(env + " ", args); }
+
 CommandResult run_gnn_limited(const std::string& args, int limit_s) {
   return run_shell("timeout " + std::to_string(limit_s) + " ", args);
 }

@@ -118,6 +118,8 @@ struct CommandResult {
 
 // Runs `gnn ARGS` (the CLI built beside the tests) and captures stdout, stderr and the exit code.
 CommandResult run_gnn(const std::string& args);
+// The same with environment variables set for it: ENV is "NAME=value [NAME=value ...]".
+CommandResult run_gnn_env(const std::string& env, const std::string& args);
 
 // The same, killed after `limit_s` seconds (exit code 124): for what must not hang.
 CommandResult run_gnn_limited(const std::string& args, int limit_s);

@@ -112,6 +112,7 @@ Json StepProfile::json() const {
   j.set("gemm_gflop", gflop);
   j.set("gemm_peak_gflops", peak_gflops_);
   j.set("gemm_peak_size", peak_n_);
+  j.set("gemm_kernel", device_.is_cuda() ? "cublas" : gemm_kernel_name());
   j.set("device", device_.str());
   j.set("gemm_floor_ms", 1e3 * gflop / peak_gflops_);
   return j;
@@ -151,12 +152,12 @@ std::string StepProfile::table() const {
     row("  " + name, ms, extra);
   }
   std::snprintf(line, sizeof line,
-                "  GEMM: %.2f GFLOP a step; %s %s peak now %.1f GFLOP/s (%lld^3): floor %.2f ms "
+                "  GEMM: %.2f GFLOP a step; %s %s (%s) peak now %.1f GFLOP/s (%lld^3): floor %.2f ms "
                 "a step (%.1f%% of it)\n",
                 j["gemm_gflop"].as_number(), device_.is_cuda() ? "the GPU's cuBLAS" : "this machine's",
                 !device_.is_cuda() && gemm_cpu_precision() == GemmPrecision::kBf16 ? "bf16 GEMM" : "SGEMM",
-                j["gemm_peak_gflops"].as_number(), (long long)peak_n_, j["gemm_floor_ms"].as_number(),
-                100 * j["gemm_floor_ms"].as_number() / step);
+                j["gemm_kernel"].as_string().c_str(), j["gemm_peak_gflops"].as_number(), (long long)peak_n_,
+                j["gemm_floor_ms"].as_number(), 100 * j["gemm_floor_ms"].as_number() / step);
   out += line;
   return out;
 }

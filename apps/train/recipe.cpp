@@ -240,11 +240,13 @@ HParamTable<TrainHParams> train_table(bool layout) {
                                "configs in a random order (for models whose configs interact in a batch); "
                                "validation in training takes one"))
       .add(&T::matmul_bf16,
-           choice_hp("matmul-precision", "f32", "f32|bf16",
-                     "the CPU's matrix products: f32 | bf16 (inputs rounded to bfloat16, products summed in f32: "
-                     "about twice the f32 rate on CPUs with AVX512-BF16, which it needs; the winners trained in "
-                     "bf16 or fp16 on GPUs). Eval and predict on the CPU compute as the run was trained; not with "
-                     "--device cuda (cuBLAS's products: GNN_TF32=1 for tensor cores)"),
+           choice_hp(
+               "matmul-precision", "f32", "f32|bf16",
+               "the CPU's matrix products: f32 | bf16 (inputs rounded to bfloat16, products summed in f32: "
+               "about twice the f32 rate on CPUs with AVX512-BF16, which it needs, more on AMX tiles where the CPU "
+               "has them; the winners trained in "
+               "bf16 or fp16 on GPUs). Eval and predict on the CPU compute as the run was trained; not with "
+               "--device cuda (cuBLAS's products: GNN_TF32=1 for tensor cores)"),
            "bf16");
   if (layout) {
     t.add(&T::khops,

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "io/json.h"
+#include "kernels/gemm.h"
 #include "testing.h"
 
 using namespace gnn;
@@ -46,6 +47,7 @@ TEST_CASE("train --profile: phases and ops add up to the step, the GEMM floor is
   CHECK(p["gemm_gflop"].as_number() > 0);
   CHECK(p["gemm_peak_gflops"].as_number() > 0);
   CHECK(p["gemm_floor_ms"].as_number() < step);
+  CHECK(p["gemm_kernel"].as_string() == gemm_isa_name(gemm_isa()));  // f32: the ISA's micro-kernel
   // timing changes nothing the run computes
   CHECK(testing::same_bits(testing::checkpoint_weights(t.file("plain/model.npz")),
                            testing::checkpoint_weights(t.file("profiled/model.npz"))));
@@ -90,6 +92,7 @@ TEST_CASE("train --profile on the GPU: ops waited for, phases add up, cuBLAS FLO
   CHECK(p["gemm_peak_gflops"].as_number() > 0);
   CHECK(p["gemm_peak_size"].as_number() >= 256);
   CHECK(p["gemm_floor_ms"].as_number() < step);
+  CHECK(p["gemm_kernel"].as_string() == "cublas");
   CHECK(testing::same_bits(testing::checkpoint_weights(t.file("plain/model.npz")),
                            testing::checkpoint_weights(t.file("profiled/model.npz"))));
 }

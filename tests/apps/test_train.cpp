@@ -31,6 +31,7 @@ using testing::last_line;
 using namespace gnn::train;
 using testing::checkpoint_weights;
 using testing::run_gnn;
+using testing::run_gnn_env;
 using testing::same_bits;
 using testing::TempDir;
 using testing::tile_and_layout;
@@ -1336,6 +1337,25 @@ TEST_CASE("train: --matmul-precision bf16 trains on bf16 products, resumes bit f
   r = run_gnn("eval --run " + a + " --run " + f32 + " --data " + dataset());
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("an ensemble's runs share one precision") != std::string::npos);
+  // GNN_BF16_KERNEL picks the kernel: on AMX, the AVX-512 one sums in another order (other last bits), and
+  // the run trains alike; a kernel it does not know is refused before the run is written.
+  const std::string c = t.file("c"), d = t.file("d");
+  if (gemm_bf16_kernel_supported(Bf16Kernel::kAmx)) {
+    r = run_gnn_env("GNN_BF16_KERNEL=avx512bf16", base + c + " --matmul-precision bf16");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(gemm_bf16_kernel() == Bf16Kernel::kAmx);  // the default here
+    CHECK_FALSE(same_bits(checkpoint_weights(a + "/model.npz"), checkpoint_weights(c + "/model.npz")));
+    const auto last_loss = [&](const std::string& run) {
+      return Json::parse(metric_lines(run + "/metrics.jsonl").back())["train_loss"].as_number();
+    };
+    CHECK(last_loss(c) == doctest::Approx(last_loss(a)).epsilon(0.05));
+  } else {
+    MESSAGE("this CPU has no AMX (or may not use it): the two bf16 kernels not compared");
+  }
+  r = run_gnn_env("GNN_BF16_KERNEL=tpu", base + d + " --matmul-precision bf16");
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("GNN_BF16_KERNEL=tpu: unknown (amx, avx512bf16)") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(d + "/model.npz"));
 }
 
 TEST_CASE("train: building the next batch on a second thread during each step changes nothing") {

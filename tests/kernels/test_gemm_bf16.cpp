@@ -36,7 +36,18 @@ struct Case {
   float alpha, beta;
 };
 
-void check_case(const Case& c) {
+// The kernels this CPU runs (AVX512-BF16's, and AMX's where it has AMX).
+std::vector<Bf16Kernel> kernels() {
+  std::vector<Bf16Kernel> ks;
+  for (Bf16Kernel k : {Bf16Kernel::kAvx512Bf16, Bf16Kernel::kAmx})
+    if (gemm_bf16_kernel_supported(k)) ks.push_back(k);
+  if (!gemm_bf16_kernel_supported(Bf16Kernel::kAmx))
+    MESSAGE("this CPU has no AMX (or may not use it): its kernel untested");
+  return ks;
+}
+
+void check_case(Bf16Kernel kernel, const Case& c) {
+  CAPTURE(gemm_bf16_kernel_name(kernel));
   CAPTURE(c.ta);
   CAPTURE(c.tb);
   CAPTURE(c.cat);
@@ -63,8 +74,8 @@ void check_case(const Case& c) {
     const int64_t s = c.ta ? p : i, t = c.ta ? i : p;
     return bf16(t < k1 ? A[size_t(s * lda + t)] : A2[size_t(s * lda2 + t - k1)]);
   };
-  gemm_cpu_bf16(c.ta, c.tb, M, N, K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc, true,
-                c.bias ? bias.data() : nullptr, c.cat ? GemmCat{A2.data(), lda2, k1} : GemmCat{});
+  gemm_cpu_bf16_on(kernel, c.ta, c.tb, M, N, K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc, true,
+                   c.bias ? bias.data() : nullptr, c.cat ? GemmCat{A2.data(), lda2, k1} : GemmCat{});
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = N; j < ldc; ++j) REQUIRE(std::memcmp(&C[size_t(i * ldc + j)], &C0[size_t(i * ldc + j)], 4) == 0);
     for (int64_t j = 0; j < N; ++j) {
@@ -92,37 +103,48 @@ void check_case(const Case& c) {
 
 TEST_CASE("gemm bf16: the double product of the rounded inputs, on every layout") {
   if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (bool cat : {false, true})
-        for (auto [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-                 {1, 1, 1}, {12, 32, 2}, {13, 33, 7}, {100, 70, 300}, {97, 16, 257}, {30, 5, 513}})
-          for (auto [alpha, beta] : std::vector<std::pair<float, float>>{{1.0f, 0.0f}, {0.5f, 1.0f}, {-2.0f, 0.25f}})
-            check_case({ta, tb, cat, false, M, N, K, alpha, beta});
-  // a bias (alpha 1, beta 0 or 1), and long K cut into chunks (split K) with and without [A | a2]
-  for (bool ta : {false, true})
-    for (float beta : {0.0f, 1.0f}) check_case({ta, false, ta, true, 50, 40, 70, 1.0f, beta});
-  for (bool cat : {false, true}) {
-    check_case({true, false, cat, false, 40, 24, 9000, 1.0f, 0.0f});
-    check_case({false, false, cat, true, 16, 48, 5001, 1.0f, 1.0f});
+  for (Bf16Kernel kernel : kernels()) {
+    const auto check_case = [kernel](const Case& c) { gnn::check_case(kernel, c); };
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool cat : {false, true})
+          for (auto [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+                   {1, 1, 1}, {12, 32, 2}, {13, 33, 7}, {100, 70, 300}, {97, 16, 257}, {30, 5, 513}})
+            for (auto [alpha, beta] : std::vector<std::pair<float, float>>{{1.0f, 0.0f}, {0.5f, 1.0f}, {-2.0f, 0.25f}})
+              check_case({ta, tb, cat, false, M, N, K, alpha, beta});
+    // a bias (alpha 1, beta 0 or 1), and long K cut into chunks (split K) with and without [A | a2]
+    for (bool ta : {false, true})
+      for (float beta : {0.0f, 1.0f}) check_case({ta, false, ta, true, 50, 40, 70, 1.0f, beta});
+    for (bool cat : {false, true}) {
+      check_case({true, false, cat, false, 40, 24, 9000, 1.0f, 0.0f});
+      check_case({false, false, cat, true, 16, 48, 5001, 1.0f, 1.0f});
+    }
+    // AMX's edges: rows past whole 32-row blocks, K past whole tiles of 32, [A | a2] split inside a tile
+    for (bool ta : {false, true})
+      for (auto [M, N, K] :
+           std::vector<std::tuple<int64_t, int64_t, int64_t>>{{33, 17, 33}, {200, 130, 600}, {64, 32, 64}})
+        check_case({ta, !ta, true, false, M, N, K, 1.0f, 0.0f});
   }
 }
 
 TEST_CASE("gemm bf16: bitwise identical for any thread count") {
   if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
-  for (auto [ta, M, N, K] : std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{
-           {false, 1000, 96, 300}, {true, 256, 128, 10000}, {true, 512, 256, 5000}, {false, 700, 16, 129}}) {
-    CAPTURE(ta);
-    CAPTURE(M);
-    const auto A = testing::random_values<float>(size_t(M * K), 4), B = testing::random_values<float>(size_t(K * N), 5);
-    std::vector<float> C1(size_t(M * N)), C2(size_t(M * N));
-    const testing::ThreadsRestored saved;
-    set_num_threads(1);
-    gemm_cpu_bf16(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C1.data(), N);
-    set_num_threads(std::max(3, saved.count));
-    gemm_cpu_bf16(ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C2.data(), N);
-    CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * 4) == 0);
-  }
+  for (Bf16Kernel kernel : kernels())
+    for (auto [ta, M, N, K] : std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{
+             {false, 1000, 96, 300}, {true, 256, 128, 10000}, {true, 512, 256, 5000}, {false, 700, 16, 129}}) {
+      CAPTURE(gemm_bf16_kernel_name(kernel));
+      CAPTURE(ta);
+      CAPTURE(M);
+      const auto A = testing::random_values<float>(size_t(M * K), 4),
+                 B = testing::random_values<float>(size_t(K * N), 5);
+      std::vector<float> C1(size_t(M * N)), C2(size_t(M * N));
+      const testing::ThreadsRestored saved;
+      set_num_threads(1);
+      gemm_cpu_bf16_on(kernel, ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C1.data(), N);
+      set_num_threads(std::max(3, saved.count));
+      gemm_cpu_bf16_on(kernel, ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C2.data(), N);
+      CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * 4) == 0);
+    }
 }
 
 TEST_CASE("gemm bf16: the precision setting routes every CPU product, and f32 is untouched") {
