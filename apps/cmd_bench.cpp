@@ -120,7 +120,7 @@ int bench_kernel(const Args& a, const std::string& name) {
     j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
     j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph);
     j.set("matmul_precision", gemm_precision_name(gemm_cpu_precision()));
-    j.set("matmul_kernel", gemm_kernel_name());
+    j.set("matmul_kernel", device == "cuda" ? "cublas" : gemm_kernel_name());
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf(
