@@ -151,13 +151,17 @@ std::string StepProfile::table() const {
                   v["backward_ms"].as_number(), v["calls"].as_number());
     row("  " + name, ms, extra);
   }
+  // the CPU's kernel named beside its precision: "SGEMM (avx512)", "bf16 GEMM (amx)"
+  const std::string gemm = device_.is_cuda()
+                               ? "SGEMM"
+                               : (gemm_cpu_precision() == GemmPrecision::kBf16 ? "bf16 GEMM (" : "SGEMM (") +
+                                     j["gemm_kernel"].as_string() + ")";
   std::snprintf(line, sizeof line,
-                "  GEMM: %.2f GFLOP a step; %s %s (%s) peak now %.1f GFLOP/s (%lld^3): floor %.2f ms "
+                "  GEMM: %.2f GFLOP a step; %s %s peak now %.1f GFLOP/s (%lld^3): floor %.2f ms "
                 "a step (%.1f%% of it)\n",
-                j["gemm_gflop"].as_number(), device_.is_cuda() ? "the GPU's cuBLAS" : "this machine's",
-                !device_.is_cuda() && gemm_cpu_precision() == GemmPrecision::kBf16 ? "bf16 GEMM" : "SGEMM",
-                j["gemm_kernel"].as_string().c_str(), j["gemm_peak_gflops"].as_number(), (long long)peak_n_,
-                j["gemm_floor_ms"].as_number(), 100 * j["gemm_floor_ms"].as_number() / step);
+                j["gemm_gflop"].as_number(), device_.is_cuda() ? "the GPU's cuBLAS" : "this machine's", gemm.c_str(),
+                j["gemm_peak_gflops"].as_number(), (long long)peak_n_, j["gemm_floor_ms"].as_number(),
+                100 * j["gemm_floor_ms"].as_number() / step);
   out += line;
   return out;
 }
