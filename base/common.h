@@ -26,17 +26,20 @@ inline constexpr bool kWithCuda = true;
 inline constexpr bool kWithCuda = false;
 #endif
 
-// Hot CPU kernels are compiled three times, for AVX-512 (x86-64-v4), AVX2 and the x86-64 baseline, and
+// Hot CPU kernels are compiled three times, for AVX-512 (x86-64-v4), AVX2 with FMA (x86-64-v3) and the
+// x86-64 baseline, and
 // the loader picks one by the CPU's flags (GCC clones the OpenMP-outlined loop bodies too). The library
 // itself is built for the baseline so it runs anywhere. Building spmm_cpu.cpp whole with -mavx2 took
 // spmm-mean (N = 10k / 100k, F = 128) from 0.31 to 0.25 ms and 7.7 to 6.5 ms on the 2-core EPYC dev
 // machine; the AVX-512 clone took GELU over 8M values from 9.4 to 5.4 ms on the AVX-512 EPYC (the
 // AVX2 clone spilled its 16 registers in vmath's erf). That machine's timings drift by up to 40%
 // between runs, so compare only side by side. The project compiles C++ with -ffp-contract=off
-// (CMakeLists.txt), so the AVX-512 clone's FMA is never used for a * b + c: every clone rounds alike
-// and a result has the same bits on any x86-64 CPU.
+// (CMakeLists.txt), so no clone contracts a * b + c on its own: every clone rounds alike and a result
+// has the same bits on any x86-64 CPU. Where a fused multiply-add is wanted (kernels/vmath.h's
+// polynomials) it is written as std::fma, rounded once on every ISA: one instruction in the two vector
+// clones, glibc's correctly rounded fmaf in the baseline's (slower, the same bits).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define GNN_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#define GNN_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define GNN_CPU_CLONES
 #endif

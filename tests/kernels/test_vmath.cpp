@@ -235,3 +235,30 @@ TEST_CASE("vmath: a vectorised loop gives the bits of scalar calls") {
     CHECK_MESSAGE(differ == 0, std::string(fn_name(f)), ": ", differ, " results differ from the scalar call");
   }
 }
+
+namespace {
+GNN_CPU_CLONES void map_erf_gauss(float* e, float* g, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const vm::ErfGauss r = vm::erf_gauss(x[i]);
+    e[i] = r.erf, g[i] = r.gauss;
+  }
+}
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); }
+}  // namespace
+
+TEST_CASE("vmath: erf_gauss gives erf's bits and exp(-x^2)'s, vectorised as in scalar calls") {
+  const std::vector<float> xs = sample_floats();
+  std::vector<float> es(xs.size()), gs(xs.size());
+  map_erf_gauss(es.data(), gs.data(), xs.data(), int64_t(xs.size()));
+  int64_t erf_differ = 0, gauss_differ = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    erf_differ += !same_bits(es[i], vm::erf(xs[i]));
+    gauss_differ += !same_bits(gs[i], vm::exp(-(xs[i] * xs[i])));
+  }
+  CHECK_MESSAGE(erf_differ == 0, erf_differ, " of ", xs.size(), " differ from erf()");
+  CHECK_MESSAGE(gauss_differ == 0, gauss_differ, " of ", xs.size(), " differ from exp(-x^2)");
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(vm::erf_gauss(inf).gauss == 0.0f);
+  CHECK(vm::erf_gauss(-inf).erf == -1.0f);
+  CHECK(std::isnan(vm::erf_gauss(std::numeric_limits<float>::quiet_NaN()).gauss));
+}
