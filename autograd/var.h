@@ -109,8 +109,9 @@ using BackwardFn = std::function<void(const Tensor& dy)>;
 // Makes the result of an op. When grad mode is on and any input requires a gradient, the result
 // requires one too and `backward` is recorded with `op` (its name, for errors).
 Var record(const char* op, Tensor value, const std::vector<Var>& inputs, BackwardFn backward);
-// Adds g to v's gradient: takes g when v has none yet, else replaces it by a new sum (a gradient
-// tensor is never written after it is handed over, so g may be shared).
+// Adds g to v's gradient: takes g when v has none yet; else adds g into it in place when no other
+// Tensor holds its buffer, or replaces it by a new sum when one does (g is never written, so it may be
+// shared; a gradient a caller kept, or that two inputs share, is never written either).
 // Does nothing when v does not require a gradient.
 void accumulate(const GradRef& v, Tensor g);
 

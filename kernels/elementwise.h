@@ -30,6 +30,8 @@ void add_to(T* y, const T* a, const T* b, int64_t n, T sb = T(1)) {  // y = a + 
 // add_to in float, each thread's part compiled for AVX2 / AVX-512 (the template runs as baseline code
 // wherever it is instantiated): the same bits.
 void add_to_cpu(float* y, const float* a, const float* b, int64_t n, float sb = 1.0f);
+// y += b in place: add_to_cpu(y, y, b, n)'s bits, without aliasing its restrict arguments.
+void add_into_cpu(float* y, const float* b, int64_t n);
 
 template <class T>
 void mul_to(T* y, const T* a, const T* b, int64_t n) {  // y = a * b

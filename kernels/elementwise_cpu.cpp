@@ -16,7 +16,15 @@ GNN_CPU_CLONES void add_to_part(float* __restrict y, const float* __restrict a, 
   for (int64_t i = begin; i < end; ++i) y[i] = a[i] + sb * b[i];
 }
 
+GNN_CPU_CLONES void add_into_part(float* __restrict y, const float* __restrict b, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) y[i] = y[i] + b[i];
+}
+
 }  // namespace
+
+void add_into_cpu(float* y, const float* b, int64_t n) {
+  over_threads(n, kElementwiseGrain, [&](int64_t begin, int64_t end) { add_into_part(y, b, begin, end); });
+}
 
 void add_to_cpu(float* y, const float* a, const float* b, int64_t n, float sb) {
   over_threads(n, kElementwiseGrain, [&](int64_t begin, int64_t end) { add_to_part(y, a, b, begin, end, sb); });

@@ -96,6 +96,8 @@ class Tensor {
   Tensor slice(int64_t begin, int64_t end) const;  // rows [begin, end) of dim 0
   Tensor reshape(std::vector<int64_t> dims) const;  // one dim may be -1
   bool shares_storage_with(const Tensor& other) const { return storage_ && storage_ == other.storage_; }
+  // No other Tensor (view or copy) holds this one's buffer: writing it in place changes no one else's.
+  bool sole_owner() const { return storage_ && storage_.use_count() == 1; }
 
   // Copies.
   Tensor to(Device device) const;

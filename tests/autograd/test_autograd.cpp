@@ -29,6 +29,47 @@ TEST_CASE("autograd: a hand-worked chain, and a value used twice accumulates bot
   CHECK_FALSE(x.has_grad());
 }
 
+double total(const Tensor& t) {
+  double s = 0;
+  for (double v : t.astype(DType::F64).to_vector<double>()) s += v;
+  return s;
+}
+
+TEST_CASE("autograd: accumulation adds in place only into a gradient no one else holds") {
+  for (DType dt : {DType::F32, DType::F64}) {
+    CAPTURE(dtype_name(dt));
+    const int64_t n = 1 << 17;  // past the elementwise grain: the threaded float path
+    const ag::Var w = ag::Var::param(Tensor::full(Shape{n}, 1.5, dt));
+    // w feeds two branches, so its gradient is set by one closure and accumulated by the other
+    auto step = [&] { ag::backward(ag::sum(ag::add(ag::mul(w, w), ag::scale(w, 0.25)))); };
+    step();  // 2 w + 0.25 = 3.25, the first path's tensor then the second's added
+    CHECK(total(w.grad()) == doctest::Approx(3.25 * n));
+    const Tensor kept = w.grad();  // a caller keeps the gradient it read: the next sum is a new tensor
+    const void* kept_data = kept.data();
+    step();
+    CHECK(total(kept) == doctest::Approx(3.25 * n));
+    CHECK(w.grad().data() != kept_data);
+    CHECK(total(w.grad()) == doctest::Approx(6.5 * n));
+    // no one else holds it now: the third backward adds into the same buffer
+    const void* sole = w.grad().data();
+    step();
+    CHECK(w.grad().data() == sole);
+    CHECK(total(w.grad()) == doctest::Approx(9.75 * n));
+    // two gradients sharing one buffer (as when a closure hands one tensor to two inputs): adding to a's
+    // must not change b's
+    const ag::Var a = ag::Var::param(Tensor::full(Shape{n}, 1.0, dt));
+    const ag::Var b = ag::Var::param(Tensor::full(Shape{n}, 1.0, dt));
+    {
+      const Tensor shared = Tensor::full(Shape{n}, 1.0, dt);
+      a.set_grad(shared);
+      b.set_grad(shared);
+    }
+    ag::backward(ag::sum(ag::scale(a, 2.0)));
+    CHECK(total(a.grad()) == doctest::Approx(3.0 * n));
+    CHECK(total(b.grad()) == doctest::Approx(1.0 * n));
+  }
+}
+
 TEST_CASE("autograd: the tape holds no values: what no backward reads is freed with its last Var") {
   const int64_t n = 1 << 16, bytes = n * int64_t(sizeof(float));  // each intermediate: 256 KiB
   const ag::Var w = ag::Var::param(Tensor::full(Shape{n}, 1.0, DType::F32));
