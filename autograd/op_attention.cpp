@@ -55,15 +55,25 @@ void softmax_backward_on(const Tensor& on, T* dx, const T* y, const T* dy, int64
     run<T>(GNN_HOST_KERNEL(name, name##_cuda), on, args); \
   }
 #define GNN_P(...) __VA_ARGS__
-GNN_ROW_MAP_ON(phi_rows, GNN_P(T* a, const T* q, int64_t n, int64_t D, int64_t ld), GNN_P(a, q, n, D, ld))
 GNN_ROW_MAP_ON(div_rows, GNN_P(T* y, int64_t ld, const T* num, const T* den, int64_t n, int64_t D),
                GNN_P(y, ld, num, den, n, D))
 GNN_ROW_MAP_ON(coef_rows, GNN_P(T* u, T* c, const T* dy, int64_t ld, const T* y, const T* den, int64_t n, int64_t D),
                GNN_P(u, c, dy, ld, y, den, n, D))
-GNN_ROW_MAP_ON(dphi_rows, GNN_P(T* dq, int64_t ld, const T* da, const T* q, int64_t n, int64_t D),
-               GNN_P(dq, ld, da, q, n, D))
 #undef GNN_P
 #undef GNN_ROW_MAP_ON
+// The two maps with an exponential: the CPU's cloned versions for float on the host.
+constexpr Kernel phi_rows_k{"phi_rows", [](auto... a) { phi_rows(a...); }, [](auto... a) { phi_rows_cpu(a...); },
+                            [](const Tensor& on, auto... a) { phi_rows_cuda(a..., on.stream()); }};
+constexpr Kernel dphi_rows_k{"dphi_rows", [](auto... a) { dphi_rows(a...); }, [](auto... a) { dphi_rows_cpu(a...); },
+                             [](const Tensor& on, auto... a) { dphi_rows_cuda(a..., on.stream()); }};
+template <class T>
+void phi_rows_on(const Tensor& on, T* a, const T* q, int64_t n, int64_t D, int64_t ld) {
+  run<T>(phi_rows_k, on, a, q, n, D, ld);
+}
+template <class T>
+void dphi_rows_on(const Tensor& on, T* dq, int64_t ld, const T* da, const T* q, int64_t n, int64_t D) {
+  run<T>(dphi_rows_k, on, dq, ld, da, q, n, D);
+}
 
 // Scratch for one block, carved from one tensor on `on`'s device.
 template <class T>

@@ -141,7 +141,8 @@ Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& 
                   [xv, bv, w, keep_res, x = GradRef(x), beta = GradRef(beta), residual = GradRef(residual), R, C, D,
                    act](const Tensor& dy) {
                     Tensor dx = empty_like(dy, xv.shape()), db = empty_like(dy, bv.shape());
-                    // Without an activation the residual's gradient is dy itself (accumulate never writes it).
+                    // Without an activation the residual's gradient is dy itself (accumulate never writes a shared
+                    // one).
                     Tensor dres = residual.requires_grad() && act != Act::kNone ? empty_like(dy, dy.shape()) : Tensor();
                     run<T>(config_attention_backward_k, dy, ptr<T>(dx), dres.defined() ? ptr<T>(dres) : nullptr,
                            ptr<T>(db), ptr<T>(dy), ptr<T>(xv), ptr<T>(w),

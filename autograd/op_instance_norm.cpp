@@ -56,7 +56,7 @@ Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor&
              ptr_or_null<T>(residual), ptr<T>(mean), ptr<T>(rstd), ptr_or_null<T>(gamma), ptr_or_null<T>(beta), gp, G,
              F, act);
       accumulate(x, dx);
-      accumulate(residual, dx);  // d(x + residual) reaches both (nothing is written after it is handed over)
+      accumulate(residual, dx);  // d(x + residual) reaches both (accumulate never writes a shared gradient)
       if (dg.defined()) accumulate(gamma, dg);
       if (db.defined()) accumulate(beta, db);
     });

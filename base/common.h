@@ -37,7 +37,9 @@ inline constexpr bool kWithCuda = false;
 // (CMakeLists.txt), so no clone contracts a * b + c on its own: every clone rounds alike and a result
 // has the same bits on any x86-64 CPU. Where a fused multiply-add is wanted (kernels/vmath.h's
 // polynomials) it is written as std::fma, rounded once on every ISA: one instruction in the two vector
-// clones, glibc's correctly rounded fmaf in the baseline's (slower, the same bits).
+// clones, glibc's correctly rounded fmaf in the baseline's: the same bits, but a scalar call per
+// multiply-add, several times slower. The baseline clone runs on CPUs short of any part of x86-64-v3
+// (AVX2, FMA, BMI1/2, LZCNT, MOVBE, F16C), such as QEMU's default qemu64 model.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define GNN_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else

@@ -14,8 +14,11 @@ namespace gnn {
 
 enum class RowOp { kSoftmax, kLogSoftmax, kL2Normalize };
 
+// Forced inline, like every per-element chain of kernels/math_fn.h: rowwise_cpu.cpp's clones must
+// compile these loops for their own ISA (left out of line they ran as baseline code, whose every
+// multiply-add in vmath's exp and log is a call to glibc's fmaf).
 template <class T>
-void rowwise_forward_ref(T* y, const T* x, int64_t R, int64_t F, RowOp op, T eps) {
+GNN_INLINE inline void rowwise_forward_ref(T* y, const T* x, int64_t R, int64_t F, RowOp op, T eps) {
   for (int64_t r = 0; r < R; ++r) {
     const T* xr = x + r * F;
     T* yr = y + r * F;
@@ -37,7 +40,8 @@ void rowwise_forward_ref(T* y, const T* x, int64_t R, int64_t F, RowOp op, T eps
 }
 
 template <class T>
-void rowwise_backward_ref(T* dx, const T* y, const T* dy, const T* x, int64_t R, int64_t F, RowOp op, T eps) {
+GNN_INLINE inline void rowwise_backward_ref(T* dx, const T* y, const T* dy, const T* x, int64_t R, int64_t F, RowOp op,
+                                            T eps) {
   for (int64_t r = 0; r < R; ++r) {
     const T *yr = y + r * F, *gr = dy + r * F, *xr = x + r * F;
     T* dr = dx + r * F;

@@ -87,8 +87,8 @@ void with_type(const char* opt, const NamedParam& p, Fn&& fn) {
   ag::dispatch_real(opt, p.var.value(), std::forward<Fn>(fn));
 }
 
-// Replaces each gradient by s times it (new tensors: gradients are never written after hand-over), in
-// one pass per device.
+// Replaces each gradient by s times it (new tensors, so a gradient shared with another holder is left as
+// it was), in one pass per device.
 void scale_all_grads(const std::vector<NamedParam>& params, double s) {
   MultiPass<ScaleTensor> pass;
   std::vector<std::pair<const NamedParam*, Tensor>> scaled;
