@@ -49,31 +49,25 @@ template <class T>
 void softmax_backward_on(const Tensor& on, T* dx, const T* y, const T* dy, int64_t R, int64_t F) {
   run<T>(rowwise_backward_k, on, dx, y, dy, y, R, F, RowOp::kSoftmax, T(0));
 }
-#define GNN_ROW_MAP_ON(name, params, args)                \
-  template <class T>                                      \
-  void name##_on(const Tensor& on, params) {              \
-    run<T>(GNN_HOST_KERNEL(name, name##_cuda), on, args); \
+// KERNEL: GNN_KERNEL for the two maps with an exponential (their CPU versions run in the ISA clones),
+// GNN_HOST_KERNEL (the template in float too) for the others.
+#define GNN_ROW_MAP_ON(name, KERNEL, params, args) \
+  template <class T>                               \
+  void name##_on(const Tensor& on, params) {       \
+    run<T>(KERNEL, on, args);                      \
   }
 #define GNN_P(...) __VA_ARGS__
-GNN_ROW_MAP_ON(div_rows, GNN_P(T* y, int64_t ld, const T* num, const T* den, int64_t n, int64_t D),
-               GNN_P(y, ld, num, den, n, D))
-GNN_ROW_MAP_ON(coef_rows, GNN_P(T* u, T* c, const T* dy, int64_t ld, const T* y, const T* den, int64_t n, int64_t D),
+GNN_ROW_MAP_ON(phi_rows, GNN_KERNEL(phi_rows), GNN_P(T* a, const T* q, int64_t n, int64_t D, int64_t ld),
+               GNN_P(a, q, n, D, ld))
+GNN_ROW_MAP_ON(div_rows, GNN_HOST_KERNEL(div_rows, div_rows_cuda),
+               GNN_P(T* y, int64_t ld, const T* num, const T* den, int64_t n, int64_t D), GNN_P(y, ld, num, den, n, D))
+GNN_ROW_MAP_ON(coef_rows, GNN_HOST_KERNEL(coef_rows, coef_rows_cuda),
+               GNN_P(T* u, T* c, const T* dy, int64_t ld, const T* y, const T* den, int64_t n, int64_t D),
                GNN_P(u, c, dy, ld, y, den, n, D))
+GNN_ROW_MAP_ON(dphi_rows, GNN_KERNEL(dphi_rows),
+               GNN_P(T* dq, int64_t ld, const T* da, const T* q, int64_t n, int64_t D), GNN_P(dq, ld, da, q, n, D))
 #undef GNN_P
 #undef GNN_ROW_MAP_ON
-// The two maps with an exponential: the CPU's cloned versions for float on the host.
-constexpr Kernel phi_rows_k{"phi_rows", [](auto... a) { phi_rows(a...); }, [](auto... a) { phi_rows_cpu(a...); },
-                            [](const Tensor& on, auto... a) { phi_rows_cuda(a..., on.stream()); }};
-constexpr Kernel dphi_rows_k{"dphi_rows", [](auto... a) { dphi_rows(a...); }, [](auto... a) { dphi_rows_cpu(a...); },
-                             [](const Tensor& on, auto... a) { dphi_rows_cuda(a..., on.stream()); }};
-template <class T>
-void phi_rows_on(const Tensor& on, T* a, const T* q, int64_t n, int64_t D, int64_t ld) {
-  run<T>(phi_rows_k, on, a, q, n, D, ld);
-}
-template <class T>
-void dphi_rows_on(const Tensor& on, T* dq, int64_t ld, const T* da, const T* q, int64_t n, int64_t D) {
-  run<T>(dphi_rows_k, on, dq, ld, da, q, n, D);
-}
 
 // Scratch for one block, carved from one tensor on `on`'s device.
 template <class T>

@@ -114,14 +114,11 @@ void accumulate(const GradRef& v, Tensor g) {
   // inputs (or set_grad give two Vars one), and a caller may keep a gradient it read, so a gradient that
   // is shared is never written; a new sum is made for it. Either way the same bits. In place saves the
   // new buffer's stream (SAGE-6th's reshape backward, 17.8 -> 10.5 ms a step).
-  if (n.grad.sole_owner() && !g.shares_storage_with(n.grad)) {  // (g shared would make two owners anyway)
-    if (g.dtype() == DType::F64) add_to(n.grad.f64(), n.grad.f64(), g.f64(), g.numel());
-    else if (!g.is_cuda()) add_into_cpu(n.grad.f32(), g.f32(), g.numel());
-    else if constexpr (kWithCuda) add_cuda(n.grad.f32(), n.grad.f32(), g.f32(), g.numel(), 1.0f, g.stream());
-    return;
-  }
-  Tensor sum = Tensor::empty(g.shape(), g.dtype(), g.device());
+  // (g holds its buffer too, so a g that shares n.grad's makes it not the sole owner.)
+  const bool in_place = n.grad.sole_owner();
+  Tensor sum = in_place ? n.grad : Tensor::empty(g.shape(), g.dtype(), g.device());
   if (g.dtype() == DType::F64) add_to(sum.f64(), n.grad.f64(), g.f64(), g.numel());
+  else if (!g.is_cuda() && in_place) add_into_cpu(sum.f32(), g.f32(), g.numel());  // add_to_cpu's restrict
   else if (!g.is_cuda()) add_to_cpu(sum.f32(), n.grad.f32(), g.f32(), g.numel());
   else if constexpr (kWithCuda) add_cuda(sum.f32(), n.grad.f32(), g.f32(), g.numel(), 1.0f, g.stream());
   n.grad = std::move(sum);

@@ -37,7 +37,7 @@ GNN_HD GNN_INLINE inline T attn_dphi(T x) {
 }
 
 template <class T>
-GNN_INLINE inline void phi_rows(T* a, const T* q, int64_t n, int64_t D, int64_t ld) {
+GNN_INLINE inline void phi_rows_ref(T* a, const T* q, int64_t n, int64_t D, int64_t ld) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t d = 0; d < D; ++d) a[i * D + d] = attn_phi(q[i * ld + d]);
 }
@@ -58,7 +58,7 @@ void coef_rows(T* u, T* c, const T* dy, int64_t ld, const T* y, const T* den, in
   }
 }
 template <class T>
-GNN_INLINE inline void dphi_rows(T* dq, int64_t ld, const T* da, const T* q, int64_t n, int64_t D) {
+GNN_INLINE inline void dphi_rows_ref(T* dq, int64_t ld, const T* da, const T* q, int64_t n, int64_t D) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t d = 0; d < D; ++d) dq[i * ld + d] = da[i * D + d] * attn_dphi(q[i * ld + d]);
 }
@@ -67,8 +67,8 @@ void phi_rows_cuda(float* a, const float* q, int64_t n, int64_t D, int64_t ld, S
 void div_rows_cuda(float* y, int64_t ld, const float* num, const float* den, int64_t n, int64_t D, Stream stream);
 void coef_rows_cuda(float* u, float* c, const float* dy, int64_t ld, const float* y, const float* den, int64_t n,
                     int64_t D, Stream stream);
-// The two maps with an exponential, in float on the host: each compiled in the AVX-512 / AVX2 clones
-// (kernels/attention_cpu.cpp), the same bits as the templates.
+// The two maps with an exponential, in float on the host: the _ref templates compiled in the AVX-512 /
+// AVX2 clones (kernels/attention_cpu.cpp), the same bits.
 void phi_rows_cpu(float* a, const float* q, int64_t n, int64_t D, int64_t ld);
 void dphi_rows_cpu(float* dq, int64_t ld, const float* da, const float* q, int64_t n, int64_t D);
 void dphi_rows_cuda(float* dq, int64_t ld, const float* da, const float* q, int64_t n, int64_t D, Stream stream);

@@ -6,11 +6,11 @@
 namespace gnn {
 
 GNN_CPU_CLONES void phi_rows_cpu(float* a, const float* q, int64_t n, int64_t D, int64_t ld) {
-  phi_rows<float>(a, q, n, D, ld);
+  phi_rows_ref<float>(a, q, n, D, ld);
 }
 
 GNN_CPU_CLONES void dphi_rows_cpu(float* dq, int64_t ld, const float* da, const float* q, int64_t n, int64_t D) {
-  dphi_rows<float>(dq, ld, da, q, n, D);
+  dphi_rows_ref<float>(dq, ld, da, q, n, D);
 }
 
 }  // namespace gnn

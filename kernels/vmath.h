@@ -160,14 +160,25 @@ GNN_INLINE inline float log(float x) {
 // from |x| = 4 (erfc(4) = 1.5e-8 is below half a unit of 1's last place). -x^2 lies in [-16, -1] there,
 // so its e^ is exp_normal_range's: the same bits as exp()'s for about 30% less work (GELU's forward
 // 1.4x, its derivative 1.25x, 2026-11-29).
-GNN_INLINE inline float erf(float x) {
-  using namespace detail;
+namespace detail {
+// |x| clamped to erf's large branch, [1, 4]; and erf given e = e^(-ac^2) for that clamp (the value only
+// matters where the large branch is taken, 1 < |x| < 4).
+GNN_INLINE inline float erf_clamp(float x) {
+  const float a = abs(x);
+  return a < 1.0f ? 1.0f : (a > 4.0f ? 4.0f : a);
+}
+GNN_INLINE inline float erf_with(float x, float ac, float e) {
   const float a = abs(x);
   const float small = std::fma(x, horner(kErfSmall, x * x), x);  // (2 / sqrt(pi) - 1 leads the polynomial)
-  const float ac = a < 1.0f ? 1.0f : (a > 4.0f ? 4.0f : a);
-  const float large = std::fma(-exp_normal_range(-(ac * ac)), horner(kErfcx, 1.0f / ac), 1.0f);
+  const float large = std::fma(-e, horner(kErfcx, 1.0f / ac), 1.0f);
   const float y = a <= 1.0f ? small : copysign(a >= 4.0f ? 1.0f : large, x);
   return x != x ? x : y;
+}
+}  // namespace detail
+
+GNN_INLINE inline float erf(float x) {
+  const float ac = detail::erf_clamp(x);
+  return detail::erf_with(x, ac, detail::exp_normal_range(-(ac * ac)));
 }
 
 // erf(x), and e^(-x^2) beside it: the GELU's derivative needs both, and erf's large branch already takes
@@ -177,14 +188,8 @@ struct ErfGauss {
   float erf, gauss;
 };
 GNN_INLINE inline ErfGauss erf_gauss(float x) {
-  using namespace detail;
-  const float a = abs(x);
   const float e = exp(-(x * x));
-  const float small = std::fma(x, horner(kErfSmall, x * x), x);
-  const float ac = a < 1.0f ? 1.0f : (a > 4.0f ? 4.0f : a);
-  const float large = std::fma(-e, horner(kErfcx, 1.0f / ac), 1.0f);
-  const float y = a <= 1.0f ? small : copysign(a >= 4.0f ? 1.0f : large, x);
-  return {x != x ? x : y, e};
+  return {detail::erf_with(x, detail::erf_clamp(x), e), e};
 }
 
 // tanh: x + x u P(u) (u = x^2) for |x| <= 0.625; 1 - 2 / (e^(2|x|) + 1) above, +-1 where e^(2|x|)
