@@ -1,7 +1,9 @@
 // Embedding lookups (kernels/embedding.h): the gather exact, the scatter-add backward against the
 // double reference and the same bits on any thread count, on the CPU and on the GPU.
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <vector>
 
 #include "device_buffers.h"
 #include "graph_cases.h"
@@ -36,6 +38,36 @@ TEST_CASE("embedding: gather and a deterministic scatter-add backward") {
     out[run] = dt;
   }
   CHECK(out[0] == out[1]);
+}
+
+// layout-tgraph's config embedding: 8 rows of 4, nearly every use on the "not configurable" row. The
+// backward spreads that row's chunks over the threads; each chunk must still be summed in use order and
+// the chunks added in order (the GPU's order), which this checks bit for bit against that sum written out.
+TEST_CASE("embedding: one row with most uses sums its chunks in order on any thread count") {
+  const int64_t K = 8, F = 4, n = 170 * 64 * 18 + 5;  // not a multiple of the chunk
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  std::mt19937 rng(5);
+  for (auto& i : idx) i = rng() % 32 == 0 ? int32_t(rng() % 7) : 7;
+  const auto dy = random_values<float>(static_cast<size_t>(n * F), 6);
+  std::vector<float> want(static_cast<size_t>(K * F), 0.0f);
+  for (int64_t k = 0; k < K; ++k) {
+    std::vector<int64_t> uses;
+    for (int64_t i = 0; i < n; ++i)
+      if (idx[size_t(i)] == k) uses.push_back(i);
+    for (size_t c = 0; c < uses.size(); c += size_t(kEmbedChunk)) {
+      float part[F] = {};
+      for (size_t u = c; u < std::min(uses.size(), c + size_t(kEmbedChunk)); ++u)
+        for (int64_t f = 0; f < F; ++f) part[f] += dy[size_t(uses[u] * F + f)];
+      for (int64_t f = 0; f < F; ++f) want[size_t(k * F + f)] += part[f];
+    }
+  }
+  const testing::ThreadsRestored saved;
+  for (int threads : {1, std::max(2, saved.count)}) {
+    set_num_threads(threads);
+    std::vector<float> dt(static_cast<size_t>(K * F), NAN);
+    embedding_backward_cpu(dt.data(), dy.data(), idx.data(), n, K, F);
+    CHECK_MESSAGE(dt == want, threads, " threads");
+  }
 }
 
 TEST_CASE("embedding_renorm: torch's max_norm, the listed rows above it scaled, the others untouched") {
