@@ -11,7 +11,8 @@
 //                   (segment training: forward on the whole graph, gradients only through a segment);
 //                   keep on the host or on x's device (then nothing is copied per call)
 //   config_attention: x [N, C*D], beta [1] -> y [N, C*2D], per (n, c): act([x | x * softmax_c(beta x)]
-//                   + residual); forward and backward in kernels/config_attention.h (reference, CPU, CUDA)
+//                   + residual), then dropout if asked; forward and backward in kernels/config_attention.h
+//                   (reference, CPU, CUDA)
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -110,12 +111,13 @@ constexpr Kernel config_attention_backward_k{
     "config_attention_backward", [](auto... a) { config_attention_backward_ref(a...); },
     [](auto... a) { config_attention_backward_cpu(a...); },
     [](const Tensor& on, float* dx, float* dres, float* dbeta, const float* dy, const float* x, const float* w,
-       const float* res, int64_t R, int64_t C, int64_t D, const float* beta, Act act) {
+       const float* res, int64_t R, int64_t C, int64_t D, const float* beta, Act act, AttentionDropout<float> drop) {
       const Tensor ws = empty_like(on, Shape{std::max<int64_t>(1, config_attention_workspace_cuda(R, D))});
-      config_attention_backward_cuda(dx, dres, dbeta, dy, x, w, res, R, C, D, beta, act, ws.f32(), on.stream());
+      config_attention_backward_cuda(dx, dres, dbeta, dy, x, w, res, R, C, D, beta, act, drop, ws.f32(), on.stream());
     }};
 
-Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& residual, Act act) {
+Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& residual, Act act,
+                     FusedDropout dropout) {
   check_arg_on("config_attention", "x", x, 2, x.dtype(), x.device());
   check_arg_on("config_attention", "beta", beta, 1, x.dtype(), x.device());
   GNN_CHECK(beta.value().numel() == 1, "config_attention: beta must have one element, got ", beta.value().desc());
@@ -123,6 +125,7 @@ Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& 
             " is not [N, C*D] for C = ", configs);
   const int64_t R = x.size(0), C = configs, D = x.size(1) / configs;
   GNN_CHECK(act != Act::kLeakyRelu, "config_attention: the fused activation takes no slope; apply leaky_relu after it");
+  GNN_CHECK(dropout.p >= 0 && dropout.p < 1, "config_attention: dropout p must lie in [0, 1), got ", dropout.p);
   if (residual.defined()) {
     check_arg_on("config_attention", "residual", residual, 2, x.dtype(), x.device());
     GNN_CHECK(residual.size(0) == R && residual.size(1) == C * 2 * D, "config_attention: residual ",
@@ -134,23 +137,25 @@ Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& 
     const Tensor rv = residual.defined() ? residual.value() : Tensor();
     Tensor y = empty_like(xv, Shape{R, C * 2 * D}), w = empty_like(xv, Shape{R, C * D});
     const T* res = rv.defined() ? ptr<T>(rv) : nullptr;
-    run<T>(config_attention_forward_k, xv, ptr<T>(y), ptr<T>(w), ptr<T>(xv), res, R, C, D, ptr<T>(bv), act);
+    const AttentionDropout<T> drop{dropout_mask<T>(dropout.p, dropout.seed), dropout.configs_shared};
+    run<T>(config_attention_forward_k, xv, ptr<T>(y), ptr<T>(w), ptr<T>(xv), res, R, C, D, ptr<T>(bv), act, drop);
     // The backward reads the residual only to recompute the activation's input.
     const Tensor keep_res = act != Act::kNone ? rv : Tensor();
     return record("config_attention", y, {x, beta, residual},
                   [xv, bv, w, keep_res, x = GradRef(x), beta = GradRef(beta), residual = GradRef(residual), R, C, D,
-                   act](const Tensor& dy) {
+                   act, drop](const Tensor& dy) {
                     Tensor dx = empty_like(dy, xv.shape()), db = empty_like(dy, bv.shape());
-                    // Without an activation the residual's gradient is dy itself (accumulate never writes a shared
-                    // one).
-                    Tensor dres = residual.requires_grad() && act != Act::kNone ? empty_like(dy, dy.shape()) : Tensor();
+                    // Without an activation or dropout the residual's gradient is dy itself (accumulate never
+                    // writes a shared one).
+                    const bool same = act == Act::kNone && !drop.mask.on;
+                    Tensor dres = residual.requires_grad() && !same ? empty_like(dy, dy.shape()) : Tensor();
                     run<T>(config_attention_backward_k, dy, ptr<T>(dx), dres.defined() ? ptr<T>(dres) : nullptr,
                            ptr<T>(db), ptr<T>(dy), ptr<T>(xv), ptr<T>(w),
-                           keep_res.defined() ? ptr<T>(keep_res) : nullptr, R, C, D, ptr<T>(bv), act);
+                           keep_res.defined() ? ptr<T>(keep_res) : nullptr, R, C, D, ptr<T>(bv), act, drop);
                     accumulate(x, dx);
                     accumulate(beta, db);
                     if (dres.defined()) accumulate(residual, dres);
-                    else if (act == Act::kNone) accumulate(residual, dy);
+                    else if (same) accumulate(residual, dy);
                   });
   });
 }

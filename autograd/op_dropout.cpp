@@ -26,7 +26,10 @@ struct Draw {
   uint64_t seed;
   uint32_t threshold;
   T scale;
-  Draw(double p, Rng& rng) : seed(rng.next()), threshold(uint32_t(p * double(1u << 24))), scale(T(1) / T(1 - p)) {}
+  Draw(double p, Rng& rng) : seed(rng.next()) {
+    const DropoutMask<T> m = dropout_mask<T>(p, seed);  // the formulas fused dropout uses
+    threshold = m.threshold, scale = m.scale;
+  }
 };
 
 void check_dropout(const char* op, const Var& x, double p) {

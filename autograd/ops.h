@@ -67,10 +67,19 @@ Var to_device(const Var& x, Device device);  // x itself when it is there; dx is
 Var reshape(const Var& x, int64_t rows, int64_t cols);  // a view; [N, C*F] <-> [N*C, F]
 Var join_configs(const Var& x, const Var& c, int64_t configs);  // x [N, A], c [N, C*B] -> [N, C*(A+B)]
 Var keep_grad_rows(const Var& x, const Tensor& keep);  // identity; gradient only where keep (u8 [R])
+// Dropout fused into an op's last pass: probability p in [0, 1) (0: none), `seed` one draw of the
+// caller's Rng, which is what dropout(y, p, rng) draws (dropout_configs with configs_shared).
+struct FusedDropout {
+  double p = 0;
+  uint64_t seed = 0;
+  bool configs_shared = false;
+};
 // x [R, C*D] (node-major), beta [1] -> [R, C*2D]: per (r, c) act([x | x * softmax over the C configs
 // of (beta x)] + residual), one pass forward and one backward (kernels/config_attention.h); residual
-// [R, C*2D] optional. Equal to activation(add(concat, residual), act) without keeping the sum.
-Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& residual = Var(), Act act = Act::kNone);
+// [R, C*2D] optional. Equal to activation(add(concat, residual), act) without keeping the sum, and with
+// `dropout` to dropout(that) (or dropout_configs) drawn from the same seed: the same bits.
+Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& residual = Var(), Act act = Act::kNone,
+                     FusedDropout dropout = {});
 
 // ---- graph aggregation (op_spmm.cpp) ------------------------------------------------------------------
 // y = reduce over each node's in-edges of w[p] * x[src(p)]. edge_weight: undefined (all 1), [E], or

@@ -10,7 +10,7 @@ namespace gnn {
 namespace {
 
 __global__ void config_attention_fwd_kernel(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C,
-                                            int64_t D, const float* beta, Act a) {
+                                            int64_t D, const float* beta, Act a, AttentionDropout<float> drop) {
   const float b = __ldg(beta);
   GNN_GRID_STRIDE(t, R * D) {
     const int64_t r = t / D, d = t % D;
@@ -25,17 +25,23 @@ __global__ void config_attention_fwd_kernel(float* y, float* w, const float* x, 
       w[r * C * D + c * D + d] = wv;
       const int64_t i = r * C * 2 * D + c * 2 * D + d, j = i + D;
       const float z1 = res ? xv + __ldg(res + i) : xv, z2 = res ? xv * wv + __ldg(res + j) : xv * wv;
-      y[i] = act_value(a, z1, 0.0f);
-      y[j] = act_value(a, z2, 0.0f);
+      float y1 = act_value(a, z1, 0.0f), y2 = act_value(a, z2, 0.0f);
+      if (drop.mask.on) {
+        const int64_t m = drop.first(r, c, C, D) + d;
+        y1 = drop.mask.apply(y1, m);
+        y2 = drop.mask.apply(y2, m + D);
+      }
+      y[i] = y1;
+      y[j] = y2;
     }
   }
 }
 
 // dz recomputed twice (once for the sums, once for dx) rather than stored; part[r * D + d] gets the
-// (row, channel)'s share of dbeta.
+// (row, channel)'s share of dbeta. dy masked first under dropout, as the host does.
 __global__ void config_attention_bwd_kernel(float* dx, float* dres, float* part, const float* dy, const float* x,
                                             const float* w, const float* res, int64_t R, int64_t C, int64_t D,
-                                            const float* beta, Act a) {
+                                            const float* beta, Act a, AttentionDropout<float> drop) {
   const float b = __ldg(beta);
   GNN_GRID_STRIDE(t, R * D) {
     const int64_t r = t / D, d = t % D;
@@ -43,8 +49,14 @@ __global__ void config_attention_bwd_kernel(float* dx, float* dres, float* part,
       const int64_t i = r * C * 2 * D + c * 2 * D + d, j = i + D;
       const float xv = __ldg(x + r * C * D + c * D + d), wv = __ldg(w + r * C * D + c * D + d);
       const float z1 = res ? xv + __ldg(res + i) : xv, z2 = res ? xv * wv + __ldg(res + j) : xv * wv;
-      g1 = __ldg(dy + i) * act_derivative(a, z1, 0.0f);
-      g2 = __ldg(dy + j) * act_derivative(a, z2, 0.0f);
+      float d1 = __ldg(dy + i), d2 = __ldg(dy + j);
+      if (drop.mask.on) {
+        const int64_t m = drop.first(r, c, C, D) + d;
+        d1 = drop.mask.apply(d1, m);
+        d2 = drop.mask.apply(d2, m + D);
+      }
+      g1 = d1 * act_derivative(a, z1, 0.0f);
+      g2 = d2 * act_derivative(a, z2, 0.0f);
     };
     float aw = 0.0f, wx = 0.0f;
     for (int64_t c = 0; c < C; ++c) {
@@ -76,16 +88,18 @@ __global__ void config_attention_bwd_kernel(float* dx, float* dres, float* part,
 int64_t config_attention_workspace_cuda(int64_t R, int64_t D) { return R * D; }
 
 void config_attention_forward_cuda(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C,
-                                   int64_t D, const float* beta, Act a, Stream stream) {
-  GNN_LAUNCH_N("config_attention_forward_cuda", R * D, config_attention_fwd_kernel, y, w, x, res, R, C, D, beta, a);
+                                   int64_t D, const float* beta, Act a, AttentionDropout<float> drop, Stream stream) {
+  GNN_LAUNCH_N("config_attention_forward_cuda", R * D, config_attention_fwd_kernel, y, w, x, res, R, C, D, beta, a,
+               drop);
 }
 
 void config_attention_backward_cuda(float* dx, float* dres, float* dbeta, const float* dy, const float* x,
                                     const float* w, const float* res, int64_t R, int64_t C, int64_t D,
-                                    const float* beta, Act a, float* workspace, Stream stream) {
+                                    const float* beta, Act a, AttentionDropout<float> drop, float* workspace,
+                                    Stream stream) {
   if (R * D > 0) {
     config_attention_bwd_kernel<<<grid_for(R * D, "config_attention_backward_cuda"), kThreads, 0, stream>>>(
-        dx, dres, workspace, dy, x, w, res, R, C, D, beta, a);
+        dx, dres, workspace, dy, x, w, res, R, C, D, beta, a, drop);
     GNN_CUDA_LAUNCH_CHECK("config_attention_backward_cuda");
   }
   sum_cuda(dbeta, workspace, R * D, stream);  // 0 when there is nothing

@@ -10,6 +10,8 @@
 // x and w, never stored), g = the second half of dz and a = g x:
 //   dres = dz;   dx = (first half of dz) + g w + beta w (a - sum_c a w)
 //   dbeta = sum over r, c, d of a w (x - sum_c w x)
+// Dropout after the activation may be fused too (AttentionDropout): y = drop(act(z + res)), and dy is
+// masked before the rest of the backward, the bits of the dropout op applied to the composed y.
 // w [R, C, D] is kept by the forward for the backward. beta is read through a pointer (on the GPU it
 // stays on the device). On the host dbeta is summed in double per (row, channel) over c, then over a
 // row's channels in order, then over rows in fixed chunks (one double per channel, so the loop that
@@ -21,9 +23,22 @@
 
 #include "base/common.h"
 #include "kernels/activation.h"
+#include "kernels/dropout.h"
 #include "kernels/math_fn.h"
 
 namespace gnn {
+
+// Dropout on the output [R, C, 2D]: the mask ag::dropout draws (element (r, c, j) at its own index) or,
+// configs_shared, the one ag::dropout_configs draws (the C configs of a row alike: index r*2D + j).
+template <class T>
+struct AttentionDropout {
+  DropoutMask<T> mask;
+  bool configs_shared = false;
+  // the mask index of output element (r, c, 0)
+  GNN_HD int64_t first(int64_t r, int64_t c, int64_t C, int64_t D) const {
+    return (configs_shared ? r : r * C + c) * 2 * D;
+  }
+};
 
 // One row: w [C, D] from x [C, D], and y [C, 2D] = act([x | x w] + res) (res [C, 2D] may be null). The
 // last pass writes w and both halves of y for one config at a time, one activation per loop (so that
@@ -32,7 +47,7 @@ namespace gnn {
 // constant and vectorise. Forced inline: the body must be compiled inside each CPU clone.
 template <class T, class A>
 GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res, int64_t C, int64_t D, T beta, A a,
-                                            T* m, T* sum) {
+                                            T* m, T* sum, const AttentionDropout<T>& drop, int64_t r) {
   for (int64_t d = 0; d < D; ++d) m[d] = x[d] * beta, sum[d] = T(0);
   for (int64_t c = 1; c < C; ++c)
     for (int64_t d = 0; d < D; ++d) m[d] = std::max(m[d], x[c * D + d] * beta);
@@ -58,6 +73,7 @@ GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res
       for (int64_t d = 0; d < D; ++d) y1[d] = act_value<T>(a, xc[d], T(0));
       for (int64_t d = 0; d < D; ++d) y2[d] = act_value<T>(a, xc[d] * wc[d], T(0));
     }
+    if (drop.mask.on) drop.mask.apply(y + c * 2 * D, y + c * 2 * D, 2 * D, drop.first(r, c, C, D));  // still in L1
   }
 }
 
@@ -65,14 +81,29 @@ GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res
 // each vectorises (two activations' worth of erf and exp in one loop body does not). This and the two
 // row functions below are forced inline like config_attention_row: the backward's row function was left
 // out of line, a weak symbol compiled for the baseline ISA, and ran as SSE code from the AVX-512 clone.
+// With dropout, dz = (dy masked) act'(z + res): the masked dy written first, then multiplied in place
+// (nothing more to do without an activation; res is not read then).
 template <class T, class A>
 GNN_INLINE inline void config_attention_dz(T* dz, const T* dy, const T* x, const T* w, const T* res, int64_t C,
-                                           int64_t D, A a) {
+                                           int64_t D, A a, const AttentionDropout<T>& drop, int64_t r) {
   for (int64_t c = 0; c < C; ++c) {
     T *__restrict g1 = dz + c * 2 * D, *__restrict g2 = g1 + D;
     const T *__restrict d1 = dy + c * 2 * D, *__restrict d2 = d1 + D;
     const T *__restrict xc = x + c * D, *__restrict wc = w + c * D;
-    if (res) {
+    if (drop.mask.on) {
+      const int64_t i0 = drop.first(r, c, C, D);
+      drop.mask.apply(g1, d1, D, i0);
+      drop.mask.apply(g2, d2, D, i0 + D);
+      if (Act(a) == Act::kNone) continue;
+      if (res) {
+        const T* __restrict r1 = res + c * 2 * D, * __restrict r2 = r1 + D;
+        for (int64_t d = 0; d < D; ++d) g1[d] = g1[d] * act_derivative<T>(a, xc[d] + r1[d], T(0));
+        for (int64_t d = 0; d < D; ++d) g2[d] = g2[d] * act_derivative<T>(a, xc[d] * wc[d] + r2[d], T(0));
+      } else {
+        for (int64_t d = 0; d < D; ++d) g1[d] = g1[d] * act_derivative<T>(a, xc[d], T(0));
+        for (int64_t d = 0; d < D; ++d) g2[d] = g2[d] * act_derivative<T>(a, xc[d] * wc[d], T(0));
+      }
+    } else if (res) {
       const T *__restrict r1 = res + c * 2 * D, *__restrict r2 = r1 + D;
       for (int64_t d = 0; d < D; ++d) g1[d] = d1[d] * act_derivative<T>(a, xc[d] + r1[d], T(0));
       for (int64_t d = 0; d < D; ++d) g2[d] = d2[d] * act_derivative<T>(a, xc[d] * wc[d] + r2[d], T(0));
@@ -112,11 +143,12 @@ GNN_INLINE inline double config_attention_row_backward(T* __restrict dx, const T
 template <class T, class A>
 GNN_INLINE inline double config_attention_row_backward_act(T* dx, T* dres, const T* dy, const T* x, const T* w,
                                                            const T* res, int64_t C, int64_t D, T beta, A a, T* scratch,
-                                                           T* aw, T* wx, double* db) {
+                                                           T* aw, T* wx, double* db, const AttentionDropout<T>& drop,
+                                                           int64_t r) {
   const T* dz = dy;
-  if (Act(a) != Act::kNone) {
+  if (Act(a) != Act::kNone || drop.mask.on) {
     T* to = dres ? dres : scratch;
-    config_attention_dz(to, dy, x, w, res, C, D, a);
+    config_attention_dz(to, dy, x, w, res, C, D, a, drop, r);
     dz = to;
   } else if (dres) {
     for (int64_t i = 0; i < C * 2 * D; ++i) dres[i] = dy[i];
@@ -128,16 +160,16 @@ GNN_INLINE inline double config_attention_row_backward_act(T* dx, T* dres, const
 // under an activation.
 template <class T>
 void config_attention_forward_ref(T* y, T* w, const T* x, const T* res, int64_t R, int64_t C, int64_t D, const T* beta,
-                                  Act a) {
+                                  Act a, AttentionDropout<T> drop) {
   std::vector<T> m(static_cast<size_t>(D)), sum(static_cast<size_t>(D));
   for (int64_t r = 0; r < R; ++r)
     config_attention_row(y + r * C * 2 * D, w + r * C * D, x + r * C * D, res ? res + r * C * 2 * D : nullptr, C, D,
-                         *beta, a, m.data(), sum.data());
+                         *beta, a, m.data(), sum.data(), drop, r);
 }
 
 template <class T>
 void config_attention_backward_ref(T* dx, T* dres, T* dbeta, const T* dy, const T* x, const T* w, const T* res,
-                                   int64_t R, int64_t C, int64_t D, const T* beta, Act a) {
+                                   int64_t R, int64_t C, int64_t D, const T* beta, Act a, AttentionDropout<T> drop) {
   std::vector<T> aw(static_cast<size_t>(D)), wx(static_cast<size_t>(D)), scratch(static_cast<size_t>(C * 2 * D));
   std::vector<double> part(static_cast<size_t>(D));
   double db = 0;
@@ -145,24 +177,25 @@ void config_attention_backward_ref(T* dx, T* dres, T* dbeta, const T* dy, const 
     const int64_t o = r * C * 2 * D;
     db += config_attention_row_backward_act(dx + r * C * D, dres ? dres + o : nullptr, dy + o, x + r * C * D,
                                             w + r * C * D, res ? res + o : nullptr, C, D, *beta, a, scratch.data(),
-                                            aw.data(), wx.data(), part.data());
+                                            aw.data(), wx.data(), part.data(), drop, r);
   }
   *dbeta = T(db);
 }
 
 // The same over all threads (rows in fixed chunks; dbeta summed over the chunks in order).
 void config_attention_forward_cpu(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C, int64_t D,
-                                  const float* beta, Act a);
+                                  const float* beta, Act a, AttentionDropout<float> drop);
 void config_attention_backward_cpu(float* dx, float* dres, float* dbeta, const float* dy, const float* x,
                                    const float* w, const float* res, int64_t R, int64_t C, int64_t D, const float* beta,
-                                   Act a);
+                                   Act a, AttentionDropout<float> drop);
 // On a GPU: one thread per (row, channel). The backward's workspace: config_attention_workspace_cuda(R,
 // D) floats (each (row, channel)'s part of dbeta, then summed in one block).
 int64_t config_attention_workspace_cuda(int64_t R, int64_t D);
 void config_attention_forward_cuda(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C,
-                                   int64_t D, const float* beta, Act a, Stream stream);
+                                   int64_t D, const float* beta, Act a, AttentionDropout<float> drop, Stream stream);
 void config_attention_backward_cuda(float* dx, float* dres, float* dbeta, const float* dy, const float* x,
                                     const float* w, const float* res, int64_t R, int64_t C, int64_t D,
-                                    const float* beta, Act a, float* workspace, Stream stream);
+                                    const float* beta, Act a, AttentionDropout<float> drop, float* workspace,
+                                    Stream stream);
 
 }  // namespace gnn

@@ -13,7 +13,8 @@ constexpr int64_t kChunks = 64;  // fixed partial sums of dbeta, whatever the th
 }
 
 GNN_CPU_CLONES void config_attention_forward_cpu(float* y, float* w, const float* x, const float* res, int64_t R,
-                                                 int64_t C, int64_t D, const float* beta, Act a) {
+                                                 int64_t C, int64_t D, const float* beta, Act a,
+                                                 AttentionDropout<float> drop) {
   const float b = *beta;
 #pragma omp parallel
   {
@@ -22,14 +23,14 @@ GNN_CPU_CLONES void config_attention_forward_cpu(float* y, float* w, const float
     for (int64_t r = 0; r < R; ++r)
       dispatch_act(a, [&](auto A) GNN_INLINE {  // the activation a constant in each row's loops
         config_attention_row(y + r * C * 2 * D, w + r * C * D, x + r * C * D, res ? res + r * C * 2 * D : nullptr, C, D,
-                             b, A, m.data(), sum.data());
+                             b, A, m.data(), sum.data(), drop, r);
       });
   }
 }
 
 GNN_CPU_CLONES void config_attention_backward_cpu(float* dx, float* dres, float* dbeta, const float* dy, const float* x,
                                                   const float* w, const float* res, int64_t R, int64_t C, int64_t D,
-                                                  const float* beta, Act a) {
+                                                  const float* beta, Act a, AttentionDropout<float> drop) {
   const float b = *beta;
   const int64_t chunks = std::min<int64_t>(kChunks, std::max<int64_t>(R, 1));
   std::vector<double> part(size_t(chunks), 0.0);
@@ -37,7 +38,7 @@ GNN_CPU_CLONES void config_attention_backward_cpu(float* dx, float* dres, float*
   {
     std::vector<float> aw(static_cast<size_t>(D)), wx(static_cast<size_t>(D));
     std::vector<double> db(static_cast<size_t>(D));
-    std::vector<float> scratch(static_cast<size_t>(a != Act::kNone && !dres ? C * 2 * D : 0));
+    std::vector<float> scratch(static_cast<size_t>((a != Act::kNone || drop.mask.on) && !dres ? C * 2 * D : 0));
 #pragma omp for schedule(static)
     for (int64_t k = 0; k < chunks; ++k) {
       double s = 0;
@@ -46,7 +47,7 @@ GNN_CPU_CLONES void config_attention_backward_cpu(float* dx, float* dres, float*
         dispatch_act(a, [&](auto A) GNN_INLINE {
           s += config_attention_row_backward_act(dx + r * C * D, dres ? dres + o : nullptr, dy + o, x + r * C * D,
                                                  w + r * C * D, res ? res + o : nullptr, C, D, b, A, scratch.data(),
-                                                 aw.data(), wx.data(), db.data());
+                                                 aw.data(), wx.data(), db.data(), drop, r);
         });
       }
       part[size_t(k)] = s;

@@ -18,14 +18,57 @@ namespace gnn {
 inline constexpr int64_t kDropoutGrain = 1 << 16;  // OpenMP above this many values
 
 GNN_HD inline uint32_t dropout_key(uint64_t seed) { return uint32_t(seed) ^ (uint32_t(seed >> 32) * 0x85ebca6bu); }
-GNN_HD inline bool dropout_drops(uint32_t key, int64_t i, uint32_t threshold) {
-  uint32_t h = uint32_t(i) + key + uint32_t(uint64_t(i) >> 32) * 0x9e3779b9u;
+// The mixer's input for element i; for the i of one 2^32 block it is dropout_start(key, i0) + (i - i0)
+// in 32-bit arithmetic, which the host loops use (dropout_run) so that their lanes stay 32 bits wide.
+GNN_HD inline uint32_t dropout_start(uint32_t key, int64_t i) {
+  return uint32_t(i) + key + uint32_t(uint64_t(i) >> 32) * 0x9e3779b9u;
+}
+GNN_HD inline bool dropout_mixed_drops(uint32_t h, uint32_t threshold) {
   h ^= h >> 16;
   h *= 0x7feb352du;
   h ^= h >> 15;
   h *= 0x846ca68bu;
   h ^= h >> 16;
   return (h >> 8) < threshold;
+}
+GNN_HD inline bool dropout_drops(uint32_t key, int64_t i, uint32_t threshold) {
+  return dropout_mixed_drops(dropout_start(key, i), threshold);
+}
+// dst[t] = src[t] * (0 or scale) for the elements i0 + t, t < n (dst may be src), as dropout_drops
+// decides them. Within one 2^32 block of i the hash input is a 32-bit counter, so the lanes of a
+// vectorised loop hold 32-bit values (with 64-bit indices the AVX-512 loop ran at half the width, with
+// 64-bit multiplies). Forced inline: compiled in each caller's CPU clone.
+template <class T>
+GNN_INLINE inline void dropout_run(T* dst, const T* src, int64_t n, int64_t i0, uint32_t key, uint32_t threshold,
+                                   T scale) {
+  if (n <= 0) return;
+  if ((uint64_t(i0) >> 32) == (uint64_t(i0 + n - 1) >> 32)) {
+    const uint32_t h0 = dropout_start(key, i0);
+    for (int64_t t = 0; t < n; ++t) dst[t] = src[t] * (dropout_mixed_drops(h0 + uint32_t(t), threshold) ? T(0) : scale);
+  } else {
+    for (int64_t t = 0; t < n; ++t) dst[t] = src[t] * (dropout_drops(key, i0 + t, threshold) ? T(0) : scale);
+  }
+}
+
+// A dropout mask for a fused kernel to apply to what it writes (kernels/config_attention.h): value v at
+// index i becomes v * (0 or scale), the map dropout_apply_ref applies at i. `on` false: v unchanged.
+template <class T>
+struct DropoutMask {
+  bool on = false;
+  uint32_t key = 0, threshold = 0;
+  T scale = T(1);
+  GNN_HD GNN_INLINE T apply(T v, int64_t i) const { return v * (dropout_drops(key, i, threshold) ? T(0) : scale); }
+  // dst[t] = apply(src[t], i0 + t) for t < n (dst may be src), by dropout_run. The fields go by value: a
+  // store through dst may alias a T member as far as the compiler knows, which kept the loop scalar.
+  GNN_INLINE void apply(T* dst, const T* src, int64_t n, int64_t i0) const {
+    dropout_run(dst, src, n, i0, key, threshold, scale);
+  }
+};
+// The mask dropout(x, p) draws with `seed` (one draw of the caller's generator); p in [0, 1). p = 0: off.
+template <class T>
+DropoutMask<T> dropout_mask(double p, uint64_t seed) {
+  if (p == 0) return {};
+  return {true, dropout_key(seed), uint32_t(p * double(1u << 24)), T(1) / T(1 - p)};
 }
 
 template <class T>

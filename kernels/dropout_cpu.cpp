@@ -15,7 +15,7 @@ namespace {
 
 GNN_CPU_CLONES void dropout_part(float* __restrict y, const float* __restrict x, int64_t b, int64_t e, uint32_t key,
                                  uint32_t threshold, float scale) {
-  for (int64_t i = b; i < e; ++i) y[i] = x[i] * (dropout_drops(key, i, threshold) ? 0.0f : scale);
+  dropout_run(y + b, x + b, e - b, b, key, threshold, scale);
 }
 
 // Rows [b, e) of [R, C*F]: each row's mask in pieces of kPiece values, hashed once, then applied to its C configs.
@@ -26,7 +26,8 @@ GNN_CPU_CLONES void dropout_configs_part(float* __restrict y, const float* __res
   for (int64_t r = b; r < e; ++r)
     for (int64_t f0 = 0; f0 < F; f0 += kPiece) {
       const int64_t len = std::min(kPiece, F - f0);
-      for (int64_t f = 0; f < len; ++f) m[f] = dropout_drops(key, r * F + f0 + f, threshold) ? 0.0f : scale;
+      std::fill(m, m + len, 1.0f);
+      dropout_run(m, m, len, r * F + f0, key, threshold, scale);  // 1 * scale is scale: the same m
       for (int64_t c = 0; c < C; ++c) {
         float* __restrict yr = y + (r * C + c) * F + f0;
         const float* __restrict xr = x + (r * C + c) * F + f0;

@@ -142,8 +142,9 @@ CrossConfigAttention::CrossConfigAttention(double b) {
   beta = add_param("beta", Tensor::full(Shape{1}, b, DType::F32));
 }
 
-ag::Var CrossConfigAttention::forward(const ag::Var& x, int64_t C, const ag::Var& residual, Act act) const {
-  return ag::config_attention(x, beta, C, residual, act);
+ag::Var CrossConfigAttention::forward(const ag::Var& x, int64_t C, const ag::Var& residual, Act act,
+                                      ag::FusedDropout dropout) const {
+  return ag::config_attention(x, beta, C, residual, act, dropout);
 }
 
 Tensor config_graph(const Batch& b) {

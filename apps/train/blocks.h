@@ -301,11 +301,12 @@ class ChannelAttention : public nn::Module {
 // Cross-config attention on x [R, C*D]: [x | x * softmax_c(beta x)] per config, the softmax over the
 // configs of each (row, channel); beta a learned inverse temperature. Returns act(that + residual)
 // [R, C*2D] (residual optional), one fused op (ag::config_attention): a config's rows now depend on
-// every config beside it in the batch.
+// every config beside it in the batch. `dropout`: dropout on the result, in the same pass.
 class CrossConfigAttention : public nn::Module {
  public:
   explicit CrossConfigAttention(double beta);
-  ag::Var forward(const ag::Var& x, int64_t C, const ag::Var& residual = ag::Var(), Act act = Act::kNone) const;
+  ag::Var forward(const ag::Var& x, int64_t C, const ag::Var& residual = ag::Var(), Act act = Act::kNone,
+                  ag::FusedDropout dropout = {}) const;
   ag::Var beta;
 };
 
@@ -339,6 +340,12 @@ struct ConfigDropout {
   ConfigDropout(double p, bool shared) : p(p), shared(shared) {}
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C, bool training, uint64_t salt) const {
     return shared ? config_shared_dropout(b, x, C, p, training, salt) : batch_dropout(b, x, p, training, salt);
+  }
+  // The same dropout for an op that applies it in its own last pass (ag::FusedDropout): the same draw.
+  ag::FusedDropout fused(const Batch& b, bool training, uint64_t salt) const {
+    if (!training || p == 0) return {};
+    Rng rng = batch_rng(b, salt);
+    return {p, rng.next(), shared};
   }
   double p;
   bool shared;

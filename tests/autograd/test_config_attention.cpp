@@ -141,7 +141,58 @@ TEST_CASE("config attention: with the residual and GELU fused, the composed ops'
   CHECK(p[2][0] == doctest::Approx(q[2][0]).epsilon(1e-4));
 }
 
-TEST_CASE("cuda ops: config attention, alone and with the residual and GELU, against the host") {
+// Dropout fused into the attention's pass against ag::dropout / ag::dropout_configs after the op, from
+// the same seed: the forward and every gradient the same bits (dy is masked before the op's backward
+// either way), with and without the residual, the activation and the configs' shared mask.
+TEST_CASE("config attention: dropout fused, the bits of dropout after the op") {
+  const int64_t R = 23, C = 16, D = 24;
+  const Tensor xs =
+      Tensor::from_vector(testing::random_values<float>(size_t(R * C * D), 3, -3.0f, 3.0f), Shape{R, C * D});
+  const Tensor rs = testing::rand(Shape{R, C * 2 * D}, 4), dys = testing::rand(Shape{R, C * 2 * D}, 5);
+  const double p = 0.3;
+  const uint64_t seed = Rng(42).next();
+  for (Act act : {Act::kGelu, Act::kNone})
+    for (bool with_res : {true, false})
+      for (bool shared : {false, true}) {
+        INFO("act ", int(act), ", residual ", with_res, ", shared mask ", shared);
+        auto run = [&](bool fused) {
+          const ag::Var x = ag::Var::param(xs.clone()), b = ag::Var::param(Tensor::full(Shape{1}, 1.3, DType::F32));
+          const ag::Var r = with_res ? ag::Var::param(rs.clone()) : ag::Var();
+          ag::Var y;
+          if (fused) {
+            y = ag::config_attention(x, b, C, r, act, {p, seed, shared});
+          } else {
+            Rng rng(42);  // whose first draw is `seed`
+            const ag::Var z = ag::config_attention(x, b, C, r, act);
+            y = shared ? ag::dropout_configs(z, p, rng, true, C) : ag::dropout(z, p, rng, true);
+          }
+          const std::vector<float> out = y.value().to_vector<float>();
+          ag::backward(y, dys);
+          return std::array<std::vector<float>, 4>{out, x.grad().to_vector<float>(), b.grad().to_vector<float>(),
+                                                   with_res ? r.grad().to_vector<float>() : std::vector<float>()};
+        };
+        const auto f = run(true), c = run(false);
+        CHECK(f[0] == c[0]);
+        CHECK(f[1] == c[1]);
+        CHECK(f[2] == c[2]);
+        CHECK(f[3] == c[3]);
+        const auto zeros = std::count(f[0].begin(), f[0].end(), 0.0f);
+        CHECK(zeros > int64_t(0.25 * double(f[0].size())));  // the mask did drop (p = 0.3)
+        CHECK(zeros < int64_t(0.35 * double(f[0].size())));
+      }
+  // gradients by finite differences in f64 with the mask fixed by the seed
+  const ag::Var x = rand_var({5, 3 * 4}, 21), beta = rand_var({1}, 22, 0.5, 2.5), res = rand_var({5, 3 * 8}, 23);
+  check_grads({x, beta, res}, [&] {
+    return probe(ag::config_attention(x, beta, 3, res, Act::kGelu, {0.4, 7, false}));
+  });
+  check_grads({x, beta}, [&] {
+    return probe(ag::config_attention(x, beta, 3, ag::Var(), Act::kNone, {0.4, 7, true}));
+  });
+  CHECK_THROWS_WITH_AS(ag::config_attention(x, beta, 3, res, Act::kGelu, {1.0, 7, false}),
+                       doctest::Contains("dropout p must lie in [0, 1), got 1"), Error);
+}
+
+TEST_CASE("cuda ops: config attention, alone, with the residual and GELU, and dropout, against the host") {
   if (!cuda_available()) {
     MESSAGE("SKIP: no CUDA device (" << cuda_status() << ")");
     return;
@@ -158,6 +209,14 @@ TEST_CASE("cuda ops: config attention, alone and with the residual and GELU, aga
   testing::check_op("config_attention + gelu", {x, beta}, [&](const std::vector<ag::Var>& v, const Graph&) {
     return ag::config_attention(v[0], v[1], C, ag::Var(), Act::kGelu);
   });
+  testing::check_op("config_attention + residual + gelu + dropout", {x, beta, res},
+                    [&](const std::vector<ag::Var>& v, const Graph&) {
+                      return ag::config_attention(v[0], v[1], C, v[2], Act::kGelu, {0.3, 11, false});
+                    });
+  testing::check_op("config_attention + dropout, configs sharing the mask", {x, beta},
+                    [&](const std::vector<ag::Var>& v, const Graph&) {
+                      return ag::config_attention(v[0], v[1], C, ag::Var(), Act::kNone, {0.3, 12, true});
+                    });
 }
 
 TEST_CASE("config attention: shapes that do not fit are refused naming the argument") {

@@ -124,17 +124,22 @@ Tensor config_categories(const Batch& b) {
 }
 
 // SE, then (if on) the cross-config attention that doubles the width, then GELU(that + residual)
-// (residual optional): with the attention on, one fused op after the SE.
+// (residual optional), then dropout when `drop` is given: with the attention on, one fused op after the SE.
 class Attend : public nn::Module {
  public:
   Attend(int64_t dim, bool cross, Rng& rng) : se_(dim, 8, rng), cross_(2.0), on_(cross) {
     add_child("se", &se_);
     if (on_) add_child("cross", &cross_);
   }
-  ag::Var forward(const ag::Var& x, int64_t C, const ag::Var& residual = ag::Var()) const {
+  ag::Var forward(const ag::Var& x, int64_t C) const {
     const ag::Var y = se_.forward(x, C);
-    if (on_) return cross_.forward(y, C, residual, Act::kGelu);
-    return ag::gelu(residual.defined() ? ag::add(y, residual) : y);
+    return on_ ? cross_.forward(y, C, ag::Var(), Act::kGelu) : ag::gelu(y);
+  }
+  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C, const ag::Var& residual, const ConfigDropout& drop,
+                  bool training, uint64_t salt) const {
+    const ag::Var y = se_.forward(x, C);
+    if (on_) return cross_.forward(y, C, residual, Act::kGelu, drop.fused(b, training, salt));
+    return drop.forward(b, ag::gelu(ag::add(y, residual)), C, training, salt);
   }
 
  private:
@@ -165,7 +170,7 @@ class InputBlock : public nn::Module {
   Attend attend_;
 };
 
-// norm -> SAGE -> SE -> cross -> + x -> GELU -> dropout on [N, C*D].
+// norm -> SAGE -> SE -> cross -> + x -> GELU -> dropout on [N, C*D] (the dropout in the attention's pass).
 class SageBlock : public nn::Module {
  public:
   SageBlock(int64_t dim, bool cross, Rng& rng)
@@ -173,8 +178,9 @@ class SageBlock : public nn::Module {
     add_child("sage", &sage_);
     add_child("attend", &attend_);
   }
-  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const {
-    return attend_.forward(sage_.forward(PlainPath{b, nullptr, C}, node_norm(b, x)), C, x);
+  ag::Var forward(const Batch& b, const ag::Var& x, int64_t C, const ConfigDropout& drop, bool training,
+                  uint64_t salt) const {
+    return attend_.forward(b, sage_.forward(PlainPath{b, nullptr, C}, node_norm(b, x)), C, x, drop, training, salt);
   }
 
  private:
@@ -229,8 +235,7 @@ class LayoutTgraph : public RankModel {
     x = segment(b, in2_.forward(b, x, C));
     uint64_t salt = 1;
     for (const auto& block : blocks_) {
-      x = block->forward(b, x, C);
-      x = segment(b, dropout_.forward(b, x, C, training(), salt));
+      x = segment(b, block->forward(b, x, C, dropout_, training(), salt));
       salt += 1;
     }
     return out_.forward(per_config(ag::pool(x, b.graph_ptr, Reduce::kMean), C));  // [G*C, 1]
