@@ -22,7 +22,13 @@ constexpr Kernel bias_act_backward_k{
     }};
 
 constexpr Kernel gate_forward_k = GNN_KERNEL(gate_forward);
-constexpr Kernel gate_backward_k = GNN_KERNEL(gate_backward);
+constexpr Kernel gate_backward_k{
+    "gate_backward", [](auto... a) { gate_backward_ref(a...); }, [](auto... a) { gate_backward_cpu(a...); },
+    [](const Tensor& on, float* dx, float* dz, float* db, const float* dy, const float* x, const float* z,
+       const float* b, int64_t R, int64_t F) {
+      const Tensor ws = db ? column_sum_workspace_on(on, R, F) : Tensor();
+      gate_backward_cuda(dx, dz, db, dy, x, z, b, R, F, ws.defined() ? ws.f32() : nullptr, on.stream());
+    }};
 
 }  // namespace
 
@@ -78,14 +84,11 @@ Var gate(const Var& x, const Var& z, const Var& b) {
     run<T>(gate_forward_k, y, ptr<T>(y), ptr<T>(x.value()), ptr<T>(z.value()), ptr_or_null<T>(b), R, F);
     return record("gate", y, {x, z, b}, [x, z, b, R, F](const Tensor& dy) {
       Tensor dx = empty_like(dy, x.shape()), dz = empty_like(dy, z.shape());
-      run<T>(gate_backward_k, dy, ptr<T>(dx), ptr<T>(dz), ptr<T>(dy), ptr<T>(x.value()), ptr<T>(z.value()),
-             ptr_or_null<T>(b), R, F);
+      Tensor db = b.requires_grad() ? empty_like(dy, b.shape()) : Tensor();
+      run<T>(gate_backward_k, dy, ptr<T>(dx), ptr<T>(dz), db.defined() ? ptr<T>(db) : nullptr, ptr<T>(dy),
+             ptr<T>(x.value()), ptr<T>(z.value()), ptr_or_null<T>(b), R, F);
       accumulate(x, dx);
-      if (b.requires_grad()) {
-        Tensor db = empty_like(dy, b.shape());
-        column_sum_on<T>(dy, ptr<T>(db), ptr<T>(dz), R, F);
-        accumulate(b, db);
-      }
+      if (db.defined()) accumulate(b, db);
       accumulate(z, dz);
     });
   });

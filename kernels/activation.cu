@@ -76,9 +76,10 @@ void gate_forward_cuda(float* y, const float* x, const float* z, const float* b,
   GNN_LAUNCH_N("gate_forward_cuda", R * F, gate_fwd_kernel, y, x, z, b, R, F);
 }
 
-void gate_backward_cuda(float* dx, float* dz, const float* dy, const float* x, const float* z, const float* b,
-                        int64_t R, int64_t F, Stream stream) {
+void gate_backward_cuda(float* dx, float* dz, float* db, const float* dy, const float* x, const float* z,
+                        const float* b, int64_t R, int64_t F, float* workspace, Stream stream) {
   GNN_LAUNCH_N("gate_backward_cuda", R * F, gate_bwd_kernel, dx, dz, dy, x, z, b, R, F);
+  if (db) column_sum_cuda(db, dz, R, F, false, workspace, stream);
 }
 
 void act_forward_cuda(float* y, const float* x, int64_t n, Act a, float slope, Stream stream) {

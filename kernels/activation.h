@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "base/common.h"
+#include "kernels/elementwise.h"
 #include "kernels/math_fn.h"
 
 namespace gnn {
@@ -119,7 +120,7 @@ void bias_act_backward_ref(T* dx, T* db, const T* dy, const T* x, const T* b, in
 
 // The squeeze-and-excitation gate's product, y = x * sigmoid(z + b) over [R, F] (b [F] or null), in one pass
 // instead of bias_act's and mul's two; the backward recomputes s = sigmoid(z + b):
-//   dx = dy s;   dz = dy x s (1 - s)   (db, the column sums of dz, is the op's)
+//   dx = dy s;   dz = dy x s (1 - s);   db = the column sums of dz (column_sum's order; db may be null)
 template <class T>
 void gate_forward_ref(T* y, const T* x, const T* z, const T* b, int64_t R, int64_t F) {
   for (int64_t r = 0; r < R; ++r)
@@ -127,7 +128,7 @@ void gate_forward_ref(T* y, const T* x, const T* z, const T* b, int64_t R, int64
       y[r * F + f] = x[r * F + f] * act_value(Act::kSigmoid, z[r * F + f] + (b ? b[f] : T(0)), T(0));
 }
 template <class T>
-void gate_backward_ref(T* dx, T* dz, const T* dy, const T* x, const T* z, const T* b, int64_t R, int64_t F) {
+void gate_backward_ref(T* dx, T* dz, T* db, const T* dy, const T* x, const T* z, const T* b, int64_t R, int64_t F) {
   for (int64_t r = 0; r < R; ++r)
     for (int64_t f = 0; f < F; ++f) {
       const int64_t i = r * F + f;
@@ -135,6 +136,7 @@ void gate_backward_ref(T* dx, T* dz, const T* dy, const T* x, const T* z, const 
       dx[i] = dy[i] * act_value(Act::kSigmoid, v, T(0));
       dz[i] = dy[i] * x[i] * act_derivative(Act::kSigmoid, v, T(0));
     }
+  if (db) column_sum(db, dz, R, F);
 }
 
 void act_forward_cpu(float* y, const float* x, int64_t n, Act a, float slope);
@@ -142,18 +144,20 @@ void act_backward_cpu(float* dx, const float* dy, const float* x, int64_t n, Act
 void act_forward_cuda(float* y, const float* x, int64_t n, Act a, float slope, Stream stream);
 void act_backward_cuda(float* dx, const float* dy, const float* x, int64_t n, Act a, float slope, Stream stream);
 // z (may be null) keeps x + b; x may be y itself. The backward's workspace: column_sum_workspace_cuda(R, F)
-// floats (kernels/elementwise.h); db may be null (then no workspace).
+// floats (kernels/elementwise.h); db may be null (then no workspace). The host backwards sum db over the
+// rows each chunk has just written (column_sum_of), not in a second pass.
 void bias_act_forward_cpu(float* y, const float* x, const float* b, int64_t R, int64_t F, Act a, float slope);
 void bias_act_backward_cpu(float* dx, float* db, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
                            Act a, float slope);
 void bias_act_forward_cuda(float* y, float* z, const float* x, const float* b, int64_t R, int64_t F, Act a, float slope,
                            Stream stream);
 void gate_forward_cpu(float* y, const float* x, const float* z, const float* b, int64_t R, int64_t F);
-void gate_backward_cpu(float* dx, float* dz, const float* dy, const float* x, const float* z, const float* b, int64_t R,
-                       int64_t F);
+void gate_backward_cpu(float* dx, float* dz, float* db, const float* dy, const float* x, const float* z, const float* b,
+                       int64_t R, int64_t F);
 void gate_forward_cuda(float* y, const float* x, const float* z, const float* b, int64_t R, int64_t F, Stream stream);
-void gate_backward_cuda(float* dx, float* dz, const float* dy, const float* x, const float* z, const float* b,
-                        int64_t R, int64_t F, Stream stream);
+// db (may be null) by column_sum_cuda after the pass, with its workspace
+void gate_backward_cuda(float* dx, float* dz, float* db, const float* dy, const float* x, const float* z,
+                        const float* b, int64_t R, int64_t F, float* workspace, Stream stream);
 void bias_act_backward_cuda(float* dx, float* db, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
                             Act a, float slope, float* workspace, Stream stream);
 

@@ -90,6 +90,12 @@ GNN_CPU_CLONES void gate_backward_part(float* __restrict dx, float* __restrict d
   }
 }
 
+// part[f] += x[r, f] over the rows in order (column_sum_of's chunk sum), in the clones.
+GNN_CPU_CLONES void add_rows_part(float* __restrict part, const float* __restrict x, int64_t R, int64_t F) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t f = 0; f < F; ++f) part[f] += x[r * F + f];
+}
+
 }  // namespace
 
 void gate_forward_cpu(float* y, const float* x, const float* z, const float* b, int64_t R, int64_t F) {
@@ -97,10 +103,15 @@ void gate_forward_cpu(float* y, const float* x, const float* z, const float* b, 
                [&](int64_t r0, int64_t r1) { gate_forward_part(y + r0 * F, x + r0 * F, z + r0 * F, b, r1 - r0, F); });
 }
 
-void gate_backward_cpu(float* dx, float* dz, const float* dy, const float* x, const float* z, const float* b, int64_t R,
-                       int64_t F) {
-  over_threads(R, 32768 / std::max<int64_t>(F, 1), [&](int64_t r0, int64_t r1) {
+void gate_backward_cpu(float* dx, float* dz, float* db, const float* dy, const float* x, const float* z, const float* b,
+                       int64_t R, int64_t F) {
+  auto rows = [&](int64_t r0, int64_t r1) {
     gate_backward_part(dx + r0 * F, dz + r0 * F, dy + r0 * F, x + r0 * F, z + r0 * F, b, r1 - r0, F);
+  };
+  if (!db) return over_threads(R, 32768 / std::max<int64_t>(F, 1), rows);
+  column_sum_of(db, R, F, false, [&](int64_t r0, int64_t r1, float* part) {
+    rows(r0, r1);
+    add_rows_part(part, dz + r0 * F, r1 - r0, F);
   });
 }
 
@@ -119,10 +130,14 @@ void bias_act_forward_cpu(float* y, const float* x, const float* b, int64_t R, i
 
 void bias_act_backward_cpu(float* dx, float* db, const float* dy, const float* x, const float* b, int64_t R, int64_t F,
                            Act a, float slope) {
-  over_threads(R, 32768 / std::max<int64_t>(F, 1), [&](int64_t r0, int64_t r1) {
+  auto rows = [&](int64_t r0, int64_t r1) {
     bias_act_backward_part(dx + r0 * F, dy + r0 * F, x + r0 * F, b, r1 - r0, F, a, slope);
+  };
+  if (!db) return over_threads(R, 32768 / std::max<int64_t>(F, 1), rows);
+  column_sum_of(db, R, F, false, [&](int64_t r0, int64_t r1, float* part) {
+    rows(r0, r1);
+    add_rows_part(part, dx + r0 * F, r1 - r0, F);
   });
-  if (db) column_sum<float>(db, dx, R, F);  // chunks of rows in a fixed order
 }
 
 }  // namespace gnn

@@ -46,20 +46,29 @@ void add_row(T* y, const T* x, const T* row, int64_t R, int64_t F) {  // y[r, f]
     for (int64_t f = 0; f < F; ++f) y[r * F + f] = x[r * F + f] + row[f];
 }
 
-template <class T>
-void column_sum(T* out, const T* x, int64_t R, int64_t F, bool accumulate = false) {  // out[f] (+)= sum_r x[r, f]
-  constexpr int64_t kChunk = 256;
-  const int64_t chunks = ceil_div<int64_t>(R, kChunk);
+// Column sums of [R, F] in a fixed order: rows in chunks of kColumnChunk, each chunk's sum from 0 in row
+// order, then the chunks' sums in order (the bits do not depend on the thread count). rows(r0, r1, part)
+// adds rows [r0, r1) into part (F values, zero) in row order; it may produce them first (a backward whose
+// bias gradient is the column sums of what it writes, summed while the rows are in cache).
+inline constexpr int64_t kColumnChunk = 256;
+template <class T, class Rows>
+void column_sum_of(T* out, int64_t R, int64_t F, bool accumulate, Rows&& rows) {
+  const int64_t chunks = ceil_div<int64_t>(R, kColumnChunk);
   std::vector<T> part(size_t(chunks * F), T(0));
 #pragma omp parallel for if (R * F > kElementwiseGrain)
-  for (int64_t c = 0; c < chunks; ++c)
-    for (int64_t r = c * kChunk; r < std::min(R, (c + 1) * kChunk); ++r)
-      for (int64_t f = 0; f < F; ++f) part[size_t(c * F + f)] += x[r * F + f];
+  for (int64_t c = 0; c < chunks; ++c) rows(c * kColumnChunk, std::min(R, (c + 1) * kColumnChunk), part.data() + c * F);
   for (int64_t f = 0; f < F; ++f) {
     T acc = accumulate ? out[f] : T(0);
     for (int64_t c = 0; c < chunks; ++c) acc += part[size_t(c * F + f)];
     out[f] = acc;
   }
+}
+template <class T>
+void column_sum(T* out, const T* x, int64_t R, int64_t F, bool accumulate = false) {  // out[f] (+)= sum_r x[r, f]
+  column_sum_of(out, R, F, accumulate, [&](int64_t r0, int64_t r1, T* part) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t f = 0; f < F; ++f) part[f] += x[r * F + f];
+  });
 }
 
 // CUDA versions, f32 on `stream`: y = a + sb b, y = a * b, y[r, f] = x[r, f] + row[f], and

@@ -2,6 +2,7 @@
 // reference, each derivative against finite differences, the CUDA kernels (and bias_act, the dense
 // layer's epilogue) against the reference, and the autograd op on the GPU against the host; the SE gate
 // (x * sigmoid(z + b)) against the composed ops, by finite differences, and on the GPU.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "kernels/activation.h"
 #include "kernels/elementwise.h"
 #include "runtime/cuda.h"
+#include "runtime/parallel.h"
 #include "testing.h"
 
 using namespace gnn;
@@ -162,13 +164,28 @@ TEST_CASE("gate: the composed ops' bits, finite differences, the CPU kernel agai
   const auto xv = random_values<float>(size_t(R * F), 48), zv = random_values<float>(size_t(R * F), 49, -4.0f, 4.0f),
              bv = random_values<float>(size_t(F), 50), gv = random_values<float>(size_t(R * F), 51);
   std::vector<float> yr(size_t(R * F)), y(yr.size()), dxr(yr.size()), dx(yr.size()), dzr(yr.size()), dz(yr.size());
+  std::vector<float> dbr(static_cast<size_t>(F)), db(static_cast<size_t>(F));
   gate_forward_ref<float>(yr.data(), xv.data(), zv.data(), bv.data(), R, F);
   gate_forward_cpu(y.data(), xv.data(), zv.data(), bv.data(), R, F);
-  gate_backward_ref<float>(dxr.data(), dzr.data(), gv.data(), xv.data(), zv.data(), bv.data(), R, F);
-  gate_backward_cpu(dx.data(), dz.data(), gv.data(), xv.data(), zv.data(), bv.data(), R, F);
+  gate_backward_ref<float>(dxr.data(), dzr.data(), dbr.data(), gv.data(), xv.data(), zv.data(), bv.data(), R, F);
+  gate_backward_cpu(dx.data(), dz.data(), db.data(), gv.data(), xv.data(), zv.data(), bv.data(), R, F);
   CHECK(y == yr);
   CHECK(dx == dxr);
   CHECK(dz == dzr);
+  CHECK(db == dbr);  // summed over the rows as each chunk writes them: column_sum's bits
+  // rows enough for several column chunks, on one thread and on all: the bits of column_sum's order
+  const int64_t R2 = 3 * kColumnChunk + 17;
+  const auto x2 = random_values<float>(size_t(R2 * F), 52), z2 = random_values<float>(size_t(R2 * F), 53, -4.0f, 4.0f),
+             g2 = random_values<float>(size_t(R2 * F), 54);
+  std::vector<float> dx2(x2.size()), dz2(x2.size()), want(static_cast<size_t>(F));
+  gate_backward_ref<float>(dx2.data(), dz2.data(), want.data(), g2.data(), x2.data(), z2.data(), bv.data(), R2, F);
+  const testing::ThreadsRestored saved;
+  for (int threads : {1, std::max(2, saved.count)}) {
+    set_num_threads(threads);
+    std::vector<float> got(static_cast<size_t>(F), NAN);
+    gate_backward_cpu(dx2.data(), dz2.data(), got.data(), g2.data(), x2.data(), z2.data(), bv.data(), R2, F);
+    CHECK_MESSAGE(got == want, threads, " threads");
+  }
   // shapes that do not fit are refused, naming the argument
   CHECK_THROWS_WITH_AS(ag::gate(x, rand_var({9, 5}, 1), b), doctest::Contains("gate: z f64[9, 5] on cpu is not x's"),
                        Error);
