@@ -137,7 +137,7 @@ Tensor column_sum_workspace_on(const Tensor& on, int64_t R, int64_t F) {
   return n ? empty_like(on, Shape{n}) : Tensor();
 }
 inline constexpr Kernel column_sum_k{
-    "column_sum", [](auto... a) { column_sum(a...); }, [](auto... a) { column_sum(a...); },
+    "column_sum", [](auto... a) { column_sum(a...); }, [](auto... a) { column_sum_cpu(a...); },
     [](const Tensor& on, float* out, const float* x, int64_t R, int64_t F) {
       const Tensor ws = column_sum_workspace_on(on, R, F);
       column_sum_cuda(out, x, R, F, false, ws.defined() ? ws.f32() : nullptr, on.stream());

@@ -90,12 +90,6 @@ GNN_CPU_CLONES void gate_backward_part(float* __restrict dx, float* __restrict d
   }
 }
 
-// part[f] += x[r, f] over the rows in order (column_sum_of's chunk sum), in the clones.
-GNN_CPU_CLONES void add_rows_part(float* __restrict part, const float* __restrict x, int64_t R, int64_t F) {
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t f = 0; f < F; ++f) part[f] += x[r * F + f];
-}
-
 }  // namespace
 
 void gate_forward_cpu(float* y, const float* x, const float* z, const float* b, int64_t R, int64_t F) {
@@ -111,7 +105,7 @@ void gate_backward_cpu(float* dx, float* dz, float* db, const float* dy, const f
   if (!db) return over_threads(R, 32768 / std::max<int64_t>(F, 1), rows);
   column_sum_of(db, R, F, false, [&](int64_t r0, int64_t r1, float* part) {
     rows(r0, r1);
-    add_rows_part(part, dz + r0 * F, r1 - r0, F);
+    column_rows_cpu(part, dz + r0 * F, r1 - r0, F);
   });
 }
 
@@ -136,7 +130,7 @@ void bias_act_backward_cpu(float* dx, float* db, const float* dy, const float* x
   if (!db) return over_threads(R, 32768 / std::max<int64_t>(F, 1), rows);
   column_sum_of(db, R, F, false, [&](int64_t r0, int64_t r1, float* part) {
     rows(r0, r1);
-    add_rows_part(part, dx + r0 * F, r1 - r0, F);
+    column_rows_cpu(part, dx + r0 * F, r1 - r0, F);
   });
 }
 

@@ -70,6 +70,10 @@ void column_sum(T* out, const T* x, int64_t R, int64_t F, bool accumulate = fals
       for (int64_t f = 0; f < F; ++f) part[f] += x[r * F + f];
   });
 }
+// The same in float with each chunk's rows summed in an AVX2 / AVX-512 clone (column_rows_cpu: part[f] +=
+// x[r, f] over R rows in order), the template's bits; the template, inlined into its callers, ran as SSE.
+void column_rows_cpu(float* part, const float* x, int64_t R, int64_t F);
+void column_sum_cpu(float* out, const float* x, int64_t R, int64_t F, bool accumulate = false);
 
 // CUDA versions, f32 on `stream`: y = a + sb b, y = a * b, y[r, f] = x[r, f] + row[f], and
 // out[f] (+)= sum_r x[r, f] (8 warps per 32 columns and row slice, each summing a fixed stride of rows,

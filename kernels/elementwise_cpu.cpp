@@ -22,6 +22,16 @@ GNN_CPU_CLONES void add_into_part(float* __restrict y, const float* __restrict b
 
 }  // namespace
 
+GNN_CPU_CLONES void column_rows_cpu(float* __restrict part, const float* __restrict x, int64_t R, int64_t F) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t f = 0; f < F; ++f) part[f] += x[r * F + f];
+}
+
+void column_sum_cpu(float* out, const float* x, int64_t R, int64_t F, bool accumulate) {
+  column_sum_of(out, R, F, accumulate,
+                [&](int64_t r0, int64_t r1, float* part) { column_rows_cpu(part, x + r0 * F, r1 - r0, F); });
+}
+
 void add_into_cpu(float* y, const float* b, int64_t n) {
   over_threads(n, kElementwiseGrain, [&](int64_t begin, int64_t end) { add_into_part(y, b, begin, end); });
 }

@@ -1,7 +1,7 @@
 // Elementwise maps, column sums and the column plumbing (kernels/elementwise.h) on the GPU against
 // their references, and the autograd ops built on them on the GPU against the host; add_to_cpu against
-// the template. (The host templates are the references themselves, checked through the ops' gradients
-// in tests/autograd/test_autograd.cpp.)
+// the template, and column_sum_cpu against column_sum. (The host templates are the references themselves, checked
+// through the ops' gradients in tests/autograd/test_autograd.cpp.)
 #include <cmath>
 
 #include "autograd/device_check.h"
@@ -27,6 +27,21 @@ TEST_CASE("add_to_cpu, the float add over the threads in each ISA's clone, has t
       CHECK(same_bits(got, want));
       for (size_t i : {size_t(0), size_t(n - 1)}) CHECK(got[i] == a[i] + sb * b[i]);
     }
+}
+
+TEST_CASE("column_sum_cpu, the chunks' rows summed in each ISA's clone, has the template's bits") {
+  // below one chunk, a chunk with a tail, several chunks over the threads; widths with and without a tail
+  for (int64_t R : {int64_t(1), kColumnChunk + 5, 9 * kColumnChunk + 1})
+    for (int64_t F : {int64_t(1), int64_t(16), int64_t(131)})
+      for (bool acc : {false, true}) {
+        CAPTURE(R);
+        CAPTURE(F);
+        const auto x = random_values<float>(size_t(R * F), 3, -2.0f, 2.0f);
+        std::vector<float> want = random_values<float>(size_t(F), 4), got = want;
+        column_sum(want.data(), x.data(), R, F, acc);
+        column_sum_cpu(got.data(), x.data(), R, F, acc);
+        CHECK(same_bits(got, want));
+      }
 }
 
 TEST_CASE("cuda elementwise maps, column sums and transpose match their references") {
