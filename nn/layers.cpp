@@ -38,6 +38,28 @@ ag::Var Linear::forward_joined(const ag::Var& node, const ag::Var& config, int64
   return ag::add(ag::join_configs(per_node, nothing, C), ag::reshape(y, N, C * out_));
 }
 
+ag::Var Linear::forward_joined_rows(const ag::Var& node, const ag::Var& config, const ag::Var& constant,
+                                    const Tensor& rows, int64_t C) const {
+  const int64_t N = node.size(0), A = node.size(1), K = config.size(0);
+  GNN_CHECK(C >= 1 && constant.size(0) == 1 && config.size(1) == C * constant.size(1) && A + constant.size(1) == in_ &&
+                rows.dim() == 1 && rows.size(0) == N,
+            "Linear::forward_joined_rows: node ", node.value().desc(), ", config ", config.value().desc(),
+            ", constant ", constant.value().desc(), " and rows ", rows.desc(), " for ", C, " configs do not join into ",
+            in_, " inputs");
+  const int64_t B = constant.size(1);
+  const ag::Var nothing(Tensor::empty(Shape{N, 0}, node.dtype(), node.device()));
+  const ag::Var per_node = ag::matmul(node, ag::slice_rows(weight, 0, A)), w_cfg = ag::slice_rows(weight, A, in_);
+  auto product = [&](const ag::Var& x) {
+    return bias.defined() ? ag::matmul_bias(x, w_cfg, bias) : ag::matmul(x, w_cfg);
+  };
+  // [K, C*out] for the listed rows, then the constant's one row repeated for the C configs as row K
+  const ag::Var listed = ag::reshape(product(ag::reshape(config, K * C, B)), K, C * out_);
+  const ag::Var repeated =
+      ag::reshape(ag::gather_rows(product(constant), Tensor::zeros(Shape{C}, DType::I32)), 1, C * out_);
+  const ag::Var cfg = ag::gather_rows(K ? ag::concat_rows({listed, repeated}) : repeated, rows);
+  return ag::add(ag::join_configs(per_node, nothing, C), cfg);
+}
+
 ag::Var Linear::forward_cat(const ag::Var& a, const ag::Var& b, Act act, double slope) const {
   GNN_CHECK(a.value().dim() == 2 && b.value().dim() == 2 && a.size(1) + b.size(1) == in_, "Linear: expected [*, ", in_,
             "] input as two parts, got ", a.value().desc(), " and ", b.value().desc());

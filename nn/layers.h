@@ -22,6 +22,13 @@ class Linear : public Module {
   // added for each config (and the bias). Returns node-major [N, C*out]; equal to the joined product up to
   // the order of the sums (the node part's and the config part's are added last).
   ag::Var forward_joined(const ag::Var& node, const ag::Var& config, int64_t C) const;
+  // The same when the config part differs between configs on K of the N rows only (a layout config sets
+  // the configurable nodes): config [K, C*B] is theirs, constant [1, B] what every other row has for every
+  // config, and rows (i32 [N], on the host) maps each row to its row of config, or to K for the constant.
+  // The constant's product is computed once rather than (N - K) * C times; the same function as
+  // forward_joined on the full config part, up to the order of the weight gradient's sums.
+  ag::Var forward_joined_rows(const ag::Var& node, const ag::Var& config, const ag::Var& constant, const Tensor& rows,
+                              int64_t C) const;
   // The layer on concat_cols({a, b}) [R, in], the concatenation never built (ag::matmul_cat): [R, out],
   // the same bits as forward(concat_cols({a, b}), act, slope) on the host (on a GPU, two cuBLAS products).
   ag::Var forward_cat(const ag::Var& a, const ag::Var& b, Act act = Act::kNone, double slope = 0.01) const;

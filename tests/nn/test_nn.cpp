@@ -173,6 +173,44 @@ TEST_CASE("nn: a dense layer on joined node and config parts equals it on the jo
   CHECK_THROWS_WITH_AS(lin.forward_joined(node, config, C), doctest::Contains("do not join"), Error);
 }
 
+// The config part listed for K of N rows and one constant row for the others: the layer on the full config
+// part (each unlisted row holding the constant for every config), values and gradients (f64).
+TEST_CASE("nn: a dense layer on joined parts whose config part is constant off the listed rows") {
+  Rng rng(10);
+  const int64_t N = 6, A = 4, B = 3, C = 3;
+  const ag::Var node = rand_var({N, A}, 21), listed = rand_var({2, C * B}, 22), constant = rand_var({1, B}, 23);
+  const Tensor rows = Tensor::from_vector<int32_t>({2, 0, 2, 1, 2, 2});  // rows 1 and 3 listed, 2 = the constant
+  // the full config part [N, C*B] from the same Vars, so gradients flow to listed and constant alike
+  const auto full = [&] {
+    const ag::Var repeated = ag::reshape(ag::gather_rows(constant, Tensor::zeros(Shape{C}, DType::I32)), 1, C * B);
+    return ag::gather_rows(ag::concat_rows({listed, repeated}), rows);
+  };
+  for (bool bias : {true, false}) {
+    CAPTURE(bias);
+    nn::Linear lin(A + B, 5, rng, bias);
+    nn::cast_parameters(lin, DType::F64);
+    const Tensor want = lin.forward_joined(node, full(), C).value(),
+                 got = lin.forward_joined_rows(node, listed, constant, rows, C).value();
+    REQUIRE(got.shape() == want.shape());
+    for (int64_t i = 0; i < want.numel(); ++i) CHECK(got.f64()[i] == doctest::Approx(want.f64()[i]).epsilon(1e-12));
+    check_directional(with(with(with(params_of(lin), node), listed), constant),
+                      [&] { return probe(lin.forward_joined_rows(node, listed, constant, rows, C)); });
+  }
+  // every row constant (no configurable node): K = 0
+  nn::Linear lin(A + B, 2, rng);
+  nn::cast_parameters(lin, DType::F64);
+  const ag::Var none(Tensor::empty(Shape{0, C * B}, DType::F64));
+  const Tensor all = Tensor::zeros(Shape{N}, DType::I32);
+  const Tensor y = lin.forward_joined_rows(node, none, constant, all, C).value();
+  const auto each = [&] {
+    return ag::gather_rows(ag::reshape(ag::gather_rows(constant, Tensor::zeros(Shape{C}, DType::I32)), 1, C * B), all);
+  };
+  const Tensor z = lin.forward_joined(node, each(), C).value();
+  for (int64_t i = 0; i < z.numel(); ++i) CHECK(y.f64()[i] == doctest::Approx(z.f64()[i]).epsilon(1e-12));
+  CHECK_THROWS_WITH_AS(lin.forward_joined_rows(node, listed, constant, Tensor::zeros(Shape{N - 1}, DType::I32), C),
+                       doctest::Contains("do not join"), Error);
+}
+
 TEST_CASE("nn: graph layers, directional gradient checks in double") {
   const Graph g = testing::random_graph(12, 40, 3);
   Rng rng(11);

@@ -103,24 +103,33 @@ const HParamTable<Params>& params() {
 constexpr int64_t kConfigValues = 8;  // -1..5, and 7 for "not a configurable node"
 constexpr int32_t kNotConfigurable = 7;
 
-// The categorical index of every layout config value in the batch: i32 [N*C*18], row-major over
-// [N, C, 18] like b.node_config; value v on a configurable node -> v + 1, every other node -> 7.
+// The categorical index of every layout config value of the configurable nodes: i32 [K*C*18], row-major
+// over [K, C, 18] in b.config_nodes' order; value v -> v + 1. (Every other node's values are all 7, "not
+// configurable", for every config: one constant row, config_rows.)
 Tensor config_categories(const Batch& b) {
-  const int64_t width = b.configs * kLayoutConfigFeatures;
+  const int64_t width = b.configs * kLayoutConfigFeatures, K = b.config_nodes.numel();
   const Tensor& cfg = b.node_config_host();  // no copy back from the device
-  Tensor idx = Tensor::empty({b.nodes * width}, DType::I32);
-  std::fill(idx.i32(), idx.i32() + idx.numel(), kNotConfigurable);
+  Tensor idx = Tensor::empty({K * width}, DType::I32);
   const int32_t* nodes = b.config_nodes.i32();
-  for (int64_t k = 0; k < b.config_nodes.numel(); ++k) {
+  for (int64_t k = 0; k < K; ++k) {
     const int64_t n = nodes[k];
     for (int64_t j = 0; j < width; ++j) {
       const float v = cfg.f32()[n * width + j];
       GNN_CHECK(v == std::floor(v) && v >= -1 && v <= 5, "layout-tgraph: config value ", v, " of node ", n,
                 " is not an integer in -1..5");
-      idx.i32()[n * width + j] = int32_t(v) + 1;
+      idx.i32()[k * width + j] = int32_t(v) + 1;
     }
   }
   return idx;
+}
+
+// Each node's row in the config part config_categories lists: its position in b.config_nodes, or K (the
+// constant row) when it is not configurable. i32 [N] (nn::Linear::forward_joined_rows).
+Tensor config_rows(const Batch& b) {
+  const int64_t K = b.config_nodes.numel();
+  Tensor rows = Tensor::full(Shape{b.nodes}, double(K), DType::I32);
+  for (int64_t k = 0; k < K; ++k) rows.i32()[b.config_nodes.i32()[k]] = int32_t(k);
+  return rows;
 }
 
 // SE, then (if on) the cross-config attention that doubles the width, then GELU(that + residual)
@@ -159,9 +168,11 @@ class InputBlock : public nn::Module {
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const {
     return finish(b, node_major(lin_.forward(per_config(x, C)), C), C);
   }
-  // The same on join_configs(node, config, C), the join never built (nn::Linear::forward_joined).
-  ag::Var forward_joined(const Batch& b, const ag::Var& node, const ag::Var& config, int64_t C) const {
-    return finish(b, lin_.forward_joined(node, config, C), C);
+  // The same on join_configs(node, config part, C), the join never built and the config part's product
+  // computed for the configurable nodes and one constant row (nn::Linear::forward_joined_rows).
+  ag::Var forward_joined(const Batch& b, const ag::Var& node, const ag::Var& config, const ag::Var& constant,
+                         int64_t C) const {
+    return finish(b, lin_.forward_joined_rows(node, config, constant, config_rows(b), C), C);
   }
 
  private:
@@ -223,15 +234,18 @@ class LayoutTgraph : public RankModel {
 
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
-    const ag::Var config =
-        ag::reshape(config_emb_.forward(config_categories(b)), b.nodes, C * kLayoutConfigFeatures * config_embed_);
+    const int64_t K = b.config_nodes.numel(), width = kLayoutConfigFeatures * config_embed_;
+    const ag::Var config = ag::reshape(config_emb_.forward(config_categories(b)), K, C * width);
+    const ag::Var constant = ag::reshape(
+        config_emb_.forward(Tensor::full(Shape{kLayoutConfigFeatures}, kNotConfigurable, DType::I32)), 1, width);
     const ag::Var own = ag::reshape(config_emb_.forward(b.feature(kNodeLayout).reshape({-1})), b.nodes,
                                     kNodeLayoutDims * config_embed_);
     // The first block on [op + F + 24E | C * 18E] per node: the node part's product once per node, the
-    // [N, C*(op + F + 24E)] join never built.
+    // config part's for the configurable nodes and once for all the others, the [N, C*(op + F + 24E)]
+    // join never built.
     const ag::Var features = features_ == b.x.size(1) ? ag::Var(b.x) : ag::slice_cols(ag::Var(b.x), 0, features_);
-    ag::Var x =
-        segment(b, in1_.forward_joined(b, ag::concat_cols({op_emb_.forward(b.opcode), features, own}), config, C));
+    ag::Var x = segment(
+        b, in1_.forward_joined(b, ag::concat_cols({op_emb_.forward(b.opcode), features, own}), config, constant, C));
     x = segment(b, in2_.forward(b, x, C));
     uint64_t salt = 1;
     for (const auto& block : blocks_) {
