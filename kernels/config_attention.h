@@ -42,7 +42,8 @@ struct AttentionDropout {
 
 // One row: w [C, D] from x [C, D], and y [C, 2D] = act([x | x w] + res) (res [C, 2D] may be null). The
 // last pass writes w and both halves of y for one config at a time, one activation per loop (so that
-// each loop vectorises, as in config_attention_dz): y is written once, not stored and then reread.
+// each loop vectorises, as in config_attention_dz): y is written once, not stored and then reread (with
+// dropout, its mask then scales the config's 2D values while they are in L1).
 // `a` is an Act, or a std::integral_constant<Act, ...> (dispatch_act) so that the CPU loops see a
 // constant and vectorise. Forced inline: the body must be compiled inside each CPU clone.
 template <class T, class A>
@@ -73,7 +74,11 @@ GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res
       for (int64_t d = 0; d < D; ++d) y1[d] = act_value<T>(a, xc[d], T(0));
       for (int64_t d = 0; d < D; ++d) y2[d] = act_value<T>(a, xc[d] * wc[d], T(0));
     }
-    if (drop.mask.on) drop.mask.apply(y + c * 2 * D, y + c * 2 * D, 2 * D, drop.first(r, c, C, D));  // still in L1
+    if (drop.mask.on) {  // the config's values, still in L1, through the pointers that wrote them
+      const int64_t i0 = drop.first(r, c, C, D);
+      drop.mask.apply(y1, y1, D, i0);
+      drop.mask.apply(y2, y2, D, i0 + D);
+    }
   }
 }
 
@@ -138,8 +143,8 @@ GNN_INLINE inline double config_attention_row_backward(T* __restrict dx, const T
   return dbeta;
 }
 
-// One row's backward with the activation undone first: dz into dres's row when the residual wants its
-// gradient, else into scratch (C*2D values); dy itself when there is nothing to undo.
+// One row's backward with the dropout and the activation undone first: dz into dres's row when the
+// residual wants its gradient, else into scratch (C*2D values); dy itself when there is nothing to undo.
 template <class T, class A>
 GNN_INLINE inline double config_attention_row_backward_act(T* dx, T* dres, const T* dy, const T* x, const T* w,
                                                            const T* res, int64_t C, int64_t D, T beta, A a, T* scratch,

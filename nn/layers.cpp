@@ -53,10 +53,11 @@ ag::Var Linear::forward_joined_rows(const ag::Var& node, const ag::Var& config, 
     return bias.defined() ? ag::matmul_bias(x, w_cfg, bias) : ag::matmul(x, w_cfg);
   };
   // [K, C*out] for the listed rows, then the constant's one row repeated for the C configs as row K
-  const ag::Var listed = ag::reshape(product(ag::reshape(config, K * C, B)), K, C * out_);
   const ag::Var repeated =
       ag::reshape(ag::gather_rows(product(constant), Tensor::zeros(Shape{C}, DType::I32)), 1, C * out_);
-  const ag::Var cfg = ag::gather_rows(K ? ag::concat_rows({listed, repeated}) : repeated, rows);
+  const ag::Var table =
+      K ? ag::concat_rows({ag::reshape(product(ag::reshape(config, K * C, B)), K, C * out_), repeated}) : repeated;
+  const ag::Var cfg = ag::gather_rows(table, rows);
   return ag::add(ag::join_configs(per_node, nothing, C), cfg);
 }
 

@@ -26,7 +26,9 @@ class Linear : public Module {
   // the configurable nodes): config [K, C*B] is theirs, constant [1, B] what every other row has for every
   // config, and rows (i32 [N], on the host) maps each row to its row of config, or to K for the constant.
   // The constant's product is computed once rather than (N - K) * C times; the same function as
-  // forward_joined on the full config part, up to the order of the weight gradient's sums.
+  // forward_joined on the full config part, up to the order of the gradient sums (the weight's, the bias's
+  // and the constant's); on a GPU the constant's product may also round differently (cuBLAS picks its
+  // kernel by the row count).
   ag::Var forward_joined_rows(const ag::Var& node, const ag::Var& config, const ag::Var& constant, const Tensor& rows,
                               int64_t C) const;
   // The layer on concat_cols({a, b}) [R, in], the concatenation never built (ag::matmul_cat): [R, out],

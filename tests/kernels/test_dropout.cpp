@@ -2,6 +2,7 @@
 // GPU matches the host. (The mask's statistics and the gradient's routing on the host:
 // tests/autograd/test_autograd.cpp.)
 #include <tuple>
+#include <vector>
 
 #include "autograd/device_check.h"
 #include "device_buffers.h"
@@ -58,6 +59,30 @@ TEST_CASE("the host's cloned dropout draws the references' masks, bit for bit") 
     dropout_configs_apply_ref<float>(want.data(), x.data(), R, C, F, 0xabcull, threshold, scale);
     dropout_configs_apply_cpu(got.data(), x.data(), R, C, F, 0xabcull, threshold, scale);
     CHECK(same_bits(got, want));
+  }
+}
+
+// dropout_run hashes a 32-bit counter within one 2^32 block of indices and falls back to each index's own
+// hash across a block's end: both must make dropout_drops' decisions, also past 2^32 (where the index's
+// high word enters the hash), which no tensor in the other tests reaches.
+TEST_CASE("dropout_run decides as dropout_drops within, across and past 2^32 blocks of indices") {
+  const uint32_t key = dropout_key(0x9e3779b97f4a7c15ull), threshold = uint32_t(0.4 * (1 << 24));
+  const float scale = 1.0f / 0.6f;
+  const int64_t n = 40;
+  const auto x = random_values<float>(size_t(n), 7, -2.0f, 2.0f);
+  for (int64_t i0 : {int64_t(0), (int64_t(1) << 32) - 7, (int64_t(1) << 32) + 3, 3 * (int64_t(1) << 32) + 5,
+                     5 * (int64_t(1) << 32) - 20}) {
+    CAPTURE(i0);
+    std::vector<float> got(static_cast<size_t>(n));
+    dropout_run(got.data(), x.data(), n, i0, key, threshold, scale);
+    int dropped = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const float want = x[size_t(t)] * (dropout_drops(key, i0 + t, threshold) ? 0.0f : scale);
+      CHECK(got[size_t(t)] == want);
+      dropped += got[size_t(t)] == 0.0f;
+    }
+    CHECK(dropped > 0);  // p = 0.4 over 40 values: some dropped, some kept
+    CHECK(dropped < n);
   }
 }
 

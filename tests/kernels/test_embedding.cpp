@@ -40,14 +40,16 @@ TEST_CASE("embedding: gather and a deterministic scatter-add backward") {
   CHECK(out[0] == out[1]);
 }
 
-// layout-tgraph's config embedding: 8 rows of 4, nearly every use on the "not configurable" row. The
-// backward spreads that row's chunks over the threads; each chunk must still be summed in use order and
-// the chunks added in order (the GPU's order), which this checks bit for bit against that sum written out.
+// One row with most of the uses (as the constant row tgraph's first layer gathers for the nodes that are
+// not configurable), rows of one chunk and rows of none. The backward spreads the chunks over the threads;
+// each chunk must still be summed in use order and a row's chunks added in order (the GPU's order), which
+// this checks bit for bit against that sum written out.
 TEST_CASE("embedding: one row with most uses sums its chunks in order on any thread count") {
-  const int64_t K = 8, F = 4, n = 170 * 64 * 18 + 5;  // not a multiple of the chunk
+  const int64_t K = 10, F = 4, n = 170 * 64 * 18 + 5;  // not a multiple of the chunk
   std::vector<int32_t> idx(static_cast<size_t>(n));
   std::mt19937 rng(5);
   for (auto& i : idx) i = rng() % 32 == 0 ? int32_t(rng() % 7) : 7;
+  for (int64_t i = 0; i < n; i += 5000) idx[size_t(i)] = 8;  // 40 uses: one chunk; row 9 none
   const auto dy = random_values<float>(static_cast<size_t>(n * F), 6);
   std::vector<float> want(static_cast<size_t>(K * F), 0.0f);
   for (int64_t k = 0; k < K; ++k) {
