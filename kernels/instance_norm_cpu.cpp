@@ -39,48 +39,8 @@ int64_t norm_block(const int64_t* graph_ptr, int64_t G, int64_t F) {
 
 }  // namespace
 
-// With a residual the forward's first pass writes s = x + res into y, where the last pass overwrites it
-// in place: the second and third passes then read one stream, not two (each sum still s's float).
-GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* res,
-                                              const float* gamma, const float* beta, const int64_t* graph_ptr,
-                                              int64_t G, int64_t F, float eps, Act act) {
-  const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
-  const float* s = res ? y : x;  // s = x + res from the first pass on
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t t = 0; t < G * blocks; ++t) {
-    const int64_t g = t / blocks, f0 = (t % blocks) * B, w = std::min(B, F - f0);
-    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
-    float m[kNormBlock], v[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock];
-    for (int64_t f = 0; f < w; ++f) m[f] = 0.0f, v[f] = 0.0f;  // only the block's w (zeroing 1024 costs small graphs)
-    for (int64_t i = b; i < e; ++i) {
-      const int64_t o = i * F + f0;
-      if (res)
-        for (int64_t f = 0; f < w; ++f) y[o + f] = x[o + f] + res[o + f], m[f] += y[o + f];
-      else
-        for (int64_t f = 0; f < w; ++f) m[f] += x[o + f];
-    }
-    for (int64_t f = 0; f < w; ++f) m[f] = n ? m[f] / float(n) : 0.0f;
-    for (int64_t i = b; i < e; ++i) {
-      const float* xs = s + i * F + f0;
-      for (int64_t f = 0; f < w; ++f) v[f] += (xs[f] - m[f]) * (xs[f] - m[f]);
-    }
-    for (int64_t f = 0; f < w; ++f) {
-      rs[f] = 1.0f / std::sqrt((n ? v[f] / float(n) : 0.0f) + eps);
-      mean[g * F + f0 + f] = m[f], rstd[g * F + f0 + f] = rs[f];
-    }
-    for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;
-    dispatch_act(act, [&](auto A) GNN_INLINE {  // the activation a constant in the loop, which vectorises
-      for (int64_t i = b; i < e; ++i) {
-        const float* xs = s + i * F + f0;  // y's own row with a residual: read, then overwritten
-        float* yr = y + i * F + f0;
-        for (int64_t f = 0; f < w; ++f) yr[f] = act_value<float>(A, (xs[f] - m[f]) * rs[f] * gm[f] + bt[f], 0.0f);
-      }
-    });
-  }
-}
-
-// The block of s = x + res a backward task keeps between its passes (a graph's rows x the block's
-// channels), so that its second pass reads one stream, not x and res again. With dz's block beside it
+// The block of s = x + res a task keeps between its passes (a graph's rows x the block's channels), so
+// that the later passes read one stream from cache, not x and res again. In the backward, with dz's block beside it
 // that is up to 4 MiB, in L3 rather than a 1 MiB L2 (AVX-512 EPYC): 6% off the fused norm's forward +
 // backward there (docs/benchmarks.md, 2026-11-30). At most 2 MiB a thread, kept for the process's life,
 // which norm_block's widths fit up to 8,192 rows; a larger graph's block sums each row again into a
@@ -91,6 +51,53 @@ static float* norm_scratch(int64_t n) {
   thread_local std::vector<float> buf;
   if (int64_t(buf.size()) < n) buf.resize(size_t(n));
   return buf.data();
+}
+
+// With a residual the forward's first pass sums s = x + res into the task's kept block, which the second
+// and third passes read back from cache: y is written once, by the last pass (each sum still s's float).
+// Writing s into y instead made the first pass fetch y's lines to write them and the later passes read
+// them back from memory: on SAGE-6th's rows ([663, 80*256], residual and GELU) 19 ms against 13 with the
+// kept block. A block too large to keep (a graph of over 8,192 rows) still goes through y.
+GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* res,
+                                              const float* gamma, const float* beta, const int64_t* graph_ptr,
+                                              int64_t G, int64_t F, float eps, Act act) {
+  const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < G * blocks; ++t) {
+    const int64_t g = t / blocks, f0 = (t % blocks) * B, w = std::min(B, F - f0);
+    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
+    float* kept = res && n * w <= kScratchFloats ? norm_scratch(n * w) : nullptr;
+    // Row i's block of s from the first pass on: the kept block's row, y's (written by the first pass)
+    // when the block is not kept, or x's own without a residual.
+    auto s_row = [&](int64_t i) -> const float* { return kept ? kept + (i - b) * w : (res ? y : x) + i * F + f0; };
+    float m[kNormBlock], v[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock];
+    for (int64_t f = 0; f < w; ++f) m[f] = 0.0f, v[f] = 0.0f;  // only the block's w (zeroing 1024 costs small graphs)
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t o = i * F + f0;
+      if (res) {
+        float* d = kept ? kept + (i - b) * w : y + o;
+        for (int64_t f = 0; f < w; ++f) d[f] = x[o + f] + res[o + f], m[f] += d[f];
+      } else
+        for (int64_t f = 0; f < w; ++f) m[f] += x[o + f];
+    }
+    for (int64_t f = 0; f < w; ++f) m[f] = n ? m[f] / float(n) : 0.0f;
+    for (int64_t i = b; i < e; ++i) {
+      const float* xs = s_row(i);
+      for (int64_t f = 0; f < w; ++f) v[f] += (xs[f] - m[f]) * (xs[f] - m[f]);
+    }
+    for (int64_t f = 0; f < w; ++f) {
+      rs[f] = 1.0f / std::sqrt((n ? v[f] / float(n) : 0.0f) + eps);
+      mean[g * F + f0 + f] = m[f], rstd[g * F + f0 + f] = rs[f];
+    }
+    for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;
+    dispatch_act(act, [&](auto A) GNN_INLINE {  // the activation a constant in the loop, which vectorises
+      for (int64_t i = b; i < e; ++i) {
+        const float* xs = s_row(i);  // y's own row when s went through y: read, then overwritten
+        float* yr = y + i * F + f0;
+        for (int64_t f = 0; f < w; ++f) yr[f] = act_value<float>(A, (xs[f] - m[f]) * rs[f] * gm[f] + bt[f], 0.0f);
+      }
+    });
+  }
 }
 
 // dx holds dz = dy act'(z) between the passes when there is an activation.

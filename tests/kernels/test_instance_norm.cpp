@@ -64,9 +64,9 @@ TEST_CASE(
   // The kernel's blocks of channels shrink as a graph's rows grow, and as threads need tasks
   // (kernels/instance_norm_cpu.cpp): with one thread, 150 channels over graphs of 40, 0 and 7 rows are one
   // block; 2,100 over 10 rows are 1024, 1024 and 52; 200 over one graph of 3,000 rows 128 and 72; with 16
-  // threads the blocks narrow to 128 and 64; 64 over 9,000 rows are one block of 64, too large for the
-  // backward to keep its sums x + res between passes (2 MiB), so it sums them again. Every width, and
-  // both ways, give the reference's bits.
+  // threads the blocks narrow to 128 and 64; 64 over 9,000 rows are one block of 64, too large to keep
+  // its sums x + res between passes (2 MiB), so the forward writes them into y and the backward sums
+  // them again. Every width, and both ways, give the reference's bits.
   const testing::ThreadsRestored saved;
   for (const int threads : {1, 2, 16}) {
     set_num_threads(threads);
@@ -82,8 +82,8 @@ TEST_CASE(
                  bt = random_values<float>(static_cast<size_t>(F), 7);
       const auto dy = random_values<float>(static_cast<size_t>(N * F), 8);
       const auto rv = random_values<float>(static_cast<size_t>(N * F), 9, -3.0f, 3.0f);
-      // affine or not; with a residual (which the forward sums into y and the backward keeps in a
-      // scratch block) or not; GELU after it or not
+      // affine or not; with a residual (which both ways keep in a scratch block, or the forward sums into
+      // y and the backward sums again when the block is too large to keep) or not; GELU after it or not
       for (int variant = 0; variant < 8; ++variant) {
         const bool affine = variant & 1, with_res = variant & 2, gelu = variant & 4;
         CAPTURE(affine);
@@ -110,6 +110,15 @@ TEST_CASE(
         CHECK(m == mr);
         CHECK(r == rr);
         CHECK(dx == dxr);
+        // y may be x or res (the header's contract): the same bits written over either input
+        for (const bool over_x : {true, false}) {
+          if (!with_res && !over_x) continue;
+          CAPTURE(over_x);
+          std::vector<float> io = over_x ? xs : rv;
+          instance_norm_forward_cpu(io.data(), m.data(), r.data(), over_x ? io.data() : xs.data(),
+                                    over_x ? res : io.data(), g, b, gp.data(), G, F, 1e-5f, act);
+          CHECK(io == yr);
+        }
         // dgamma, dbeta: per-graph partials summed in graph order (the reference sums on across graphs)
         for (int64_t f = 0; f < F; ++f) {
           CHECK(dg[size_t(f)] == doctest::Approx(dgr[size_t(f)]).epsilon(1e-5));
