@@ -15,19 +15,19 @@ namespace {
 // Each runs where `on` lives (CUDA: T is float, dispatch_dev); ld is both row strides.
 constexpr Kernel spmm_forward_k = GNN_KERNEL(spmm_forward);
 constexpr Kernel spmm_backward_w_k = GNN_KERNEL(spmm_backward_w);
-// The CUDA backward for x can also accumulate into dx (false: it writes it, as the host versions do).
 constexpr Kernel spmm_backward_x_k{"spmm_backward_x", [](auto... a) { spmm_backward_x_ref(a...); },
                                    [](auto... a) { spmm_backward_x_cpu(a...); },
-                                   [](const Tensor& on, auto... a) { spmm_backward_x_cuda(a..., false, on.stream()); }};
+                                   [](const Tensor& on, auto... a) { spmm_backward_x_cuda(a..., on.stream()); }};
 template <class T>
 void fwd(const Tensor& on, T* y, int32_t* am, const T* x, const T* w, const CsrView& g, int64_t F, int64_t ld,
          Reduce op) {
   run<T>(spmm_forward_k, on, y, am, x, w, g, F, ld, ld, op);
 }
+// add: dx = dx + the gradient (summed first), else dx = the gradient
 template <class T>
 void bwd_x(const Tensor& on, T* dx, const T* dy, const int32_t* am, const T* w, const CsrView& g, int64_t F, int64_t ld,
-           Reduce op) {
-  run<T>(spmm_backward_x_k, on, dx, dy, am, w, g, F, ld, ld, op);
+           Reduce op, bool add) {
+  run<T>(spmm_backward_x_k, on, dx, dy, am, w, g, F, ld, ld, op, add);
 }
 template <class T>
 void bwd_w(const Tensor& on, T* dw, const T* dy, const T* x, const int32_t* am, const CsrView& g, int64_t F, int64_t ld,
@@ -110,10 +110,13 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
     const Tensor xv = edge_weight.requires_grad() ? x.value() : Tensor();  // read for dw only
     return record("spmm", y, {x, edge_weight}, [=, x = GradRef(x)](const Tensor& dy) {
       const CsrView g = csr_view(graph);
-      if (x.requires_grad()) {
+      if (Tensor* into = grad_to_add_into(x)) {  // accumulate's bits, without dx's buffer and its pass
+        for (int64_t h = 0; h < H; ++h)
+          bwd_x<T>(dy, ptr<T>(*into) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op, true);
+      } else if (x.requires_grad()) {
         Tensor dx = empty_like(dy, x.shape());
         for (int64_t h = 0; h < H; ++h)
-          bwd_x<T>(dy, ptr<T>(dx) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op);
+          bwd_x<T>(dy, ptr<T>(dx) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op, false);
         accumulate(x, dx);
       }
       if (edge_weight.requires_grad()) {

@@ -124,6 +124,12 @@ void accumulate(const GradRef& v, Tensor g) {
   n.grad = std::move(sum);
 }
 
+Tensor* grad_to_add_into(const GradRef& v) {
+  if (!v.requires_grad()) return nullptr;
+  Node& n = *v.node();
+  return n.grad.defined() && n.grad.sole_owner() ? &n.grad : nullptr;
+}
+
 namespace {
 void run_backward(const Var& y, const Tensor& seed);
 }  // namespace

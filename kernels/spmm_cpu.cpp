@@ -3,6 +3,8 @@
 // the rest accumulating, over F in the inner loop where the compiler vectorises it (AVX2 when the CPU
 // has it: GNN_CPU_CLONES). The next edge's source row is prefetched; that measured as neither a gain
 // nor a loss here (spmm-mean, N = 10k and 100k, F = 128), and helps where memory latency is higher.
+#include <algorithm>
+
 #include "kernels/spmm.h"
 
 namespace gnn {
@@ -80,26 +82,45 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
   }
 }
 
+// Without accumulate each dx row is zeroed and the terms added into it; with it the row's sum is formed a
+// block of kSumCols columns at a time in a local buffer and then added: dx + (the sum), the order of the
+// reference, of CUDA's kernel and of autograd's accumulate (so an op may add its gradient in place with
+// accumulate's bits).
+constexpr int64_t kSumCols = 512;
+
 GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __restrict dy,
                                         const int32_t* __restrict argmax, const float* __restrict w, const CsrView& g,
                                         int64_t F, int64_t ldx, int64_t ldy, Reduce op, bool accumulate) {
   const int64_t U = g.num_cols;
 #pragma omp parallel for schedule(dynamic, kRowsPerTask)
   for (int64_t u = 0; u < U; ++u) {
-    float* __restrict dr = dx + u * ldx;
-    if (!accumulate)
-      for (int64_t f = 0; f < F; ++f) dr[f] = 0.0f;
-    for (int32_t q = g.csc_indptr[u]; q < g.csc_indptr[u + 1]; ++q) {
-      const int32_t p = g.csc_to_csr[q], v = g.csc_indices[q];
-      const float* __restrict gr = dy + int64_t(v) * ldy;
-      float c = w ? w[p] : 1.0f;
-      if (op == Reduce::kMean) c /= float(g.indptr[v + 1] - g.indptr[v]);
-      if (op == Reduce::kMax) {
-        const int32_t* __restrict ar = argmax + int64_t(v) * F;
-        for (int64_t f = 0; f < F; ++f) dr[f] += float(ar[f] == p) * (c * gr[f]);
-      } else {
-        for (int64_t f = 0; f < F; ++f) dr[f] += c * gr[f];
+    // adds row u's terms over columns f0 .. f0+n-1 into out[0 .. n-1]
+    auto add_terms = [&](float* __restrict out, int64_t f0, int64_t n) GNN_INLINE {
+      for (int32_t q = g.csc_indptr[u]; q < g.csc_indptr[u + 1]; ++q) {
+        const int32_t p = g.csc_to_csr[q], v = g.csc_indices[q];
+        const float* __restrict gr = dy + int64_t(v) * ldy + f0;
+        float c = w ? w[p] : 1.0f;
+        if (op == Reduce::kMean) c /= float(g.indptr[v + 1] - g.indptr[v]);
+        if (op == Reduce::kMax) {
+          const int32_t* __restrict ar = argmax + int64_t(v) * F + f0;
+          for (int64_t f = 0; f < n; ++f) out[f] += float(ar[f] == p) * (c * gr[f]);
+        } else {
+          for (int64_t f = 0; f < n; ++f) out[f] += c * gr[f];
+        }
       }
+    };
+    float* __restrict dr = dx + u * ldx;
+    if (!accumulate) {
+      for (int64_t f = 0; f < F; ++f) dr[f] = 0.0f;
+      add_terms(dr, 0, F);
+      continue;
+    }
+    for (int64_t f0 = 0; f0 < F; f0 += kSumCols) {
+      const int64_t n = std::min(kSumCols, F - f0);
+      float acc[kSumCols];
+      for (int64_t f = 0; f < n; ++f) acc[f] = 0.0f;
+      add_terms(acc, f0, n);
+      for (int64_t f = 0; f < n; ++f) dr[f0 + f] += acc[f];
     }
   }
 }

@@ -390,6 +390,46 @@ TEST_CASE("autograd: spmm sum/mean/max, with per-edge and per-head weights") {
                        doctest::Contains("do not split into 2 heads"), Error);
 }
 
+TEST_CASE("autograd: spmm's backward adds into a gradient x holds alone, with accumulate's bits") {
+  // 600 columns: past the CPU kernel's blocks of 512, so a row's sum is added block by block
+  const Graph g = small_graph(13, 9, 30);
+  const int64_t F = 600;
+  auto values = [](const Tensor& t) { return t.astype(DType::F64).to_vector<double>(); };
+  for (DType dt : {DType::F32, DType::F64}) {
+    CAPTURE(dtype_name(dt));
+    for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+      CAPTURE(reduce_name(op));
+      const ag::Var x = ag::Var::param(rand_var({9, F}, 5).value().astype(dt));
+      const ag::Var r(rand_var({9, F}, 6, -1, 1, false).value().astype(dt));
+      const Tensor start = rand_var({9, F}, 7).value().astype(dt);
+      auto step = [&] { ag::backward(ag::sum(ag::mul(ag::spmm(g, x, op), r))); };
+      auto allocations = [&] {  // tensors a step makes
+        const int64_t before = host_memory_stats().total_allocations;
+        step();
+        return host_memory_stats().total_allocations - before;
+      };
+      const int64_t made = allocations();  // no gradient yet: the kernel's own tensor
+      const Tensor fresh = x.grad();
+      std::vector<double> want(size_t(9 * F));
+      for (int64_t i = 0; i < 9 * F; ++i)  // start + the sum, rounded in dt as accumulate adds
+        want[size_t(i)] = dt == DType::F32 ? double(start.f32()[i] + fresh.f32()[i]) : start.f64()[i] + fresh.f64()[i];
+      // held alone: added in place, its buffer kept
+      x.set_grad(start.clone());
+      const void* buf = x.grad().data();
+      CHECK(allocations() == made - 1);  // no tensor for spmm's part
+      CHECK(x.grad().data() == buf);
+      CHECK(values(x.grad()) == want);
+      // held by the caller too: never written, a new sum made
+      const Tensor kept = start.clone();
+      x.set_grad(kept);
+      step();
+      CHECK(x.grad().data() != kept.data());
+      CHECK(values(x.grad()) == want);
+      CHECK(values(kept) == values(start));
+    }
+  }
+}
+
 TEST_CASE("autograd: GAT scores and segment softmax, composed as a GAT aggregation") {
   const Graph g = small_graph(21, 10, 30);
   ag::Var as = rand_var({10, 3}, 1), ad = rand_var({10, 3}, 2), s = rand_var({30, 3}, 3), x = rand_var({10, 6}, 4);

@@ -79,6 +79,43 @@ TEST_CASE("spmm: fast CPU matches the double reference on the standard cases") {
   }
 }
 
+TEST_CASE("spmm: the CPU backward, writing or adding, has the float reference's bits over blocks of columns") {
+  // F past the kernel's 512-column blocks, with a wider row stride; accumulate: dx + the sum
+  const Graph gr = random_graph(300, 1500, 17, true);
+  const CsrView v = csr_view(gr);
+  const int64_t N = 300;
+  for (int64_t F : {5, 512, 1100}) {
+    CAPTURE(F);
+    const int64_t ld = F + 3;
+    const auto dy = random_values<float>(size_t(N * ld), 1);
+    const auto w = random_values<float>(size_t(gr.num_edges), 2, 0.5f, 2.0f);
+    const auto x = random_values<float>(size_t(N * ld), 3);
+    const auto start = random_values<float>(size_t(N * ld), 4);
+    for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+      CAPTURE(reduce_name(op));
+      std::vector<float> y(size_t(N * ld));
+      std::vector<int32_t> arg(size_t(N * F));
+      spmm_forward_cpu(y.data(), arg.data(), x.data(), w.data(), v, F, ld, ld, op);
+      for (const bool add : {false, true}) {
+        CAPTURE(add);
+        std::vector<float> ref = start, cpu = start;
+        spmm_backward_x_ref<float>(ref.data(), dy.data(), arg.data(), w.data(), v, F, ld, ld, op, add);
+        spmm_backward_x_cpu(cpu.data(), dy.data(), arg.data(), w.data(), v, F, ld, ld, op, add);
+        CHECK(cpu == ref);
+        if (add) {  // the sum formed first, then added
+          std::vector<float> sum(size_t(N * ld), 0.0f);
+          spmm_backward_x_ref<float>(sum.data(), dy.data(), arg.data(), w.data(), v, F, ld, ld, op);
+          bool same = true;
+          for (int64_t r = 0; r < N; ++r)
+            for (int64_t f = 0; f < F; ++f)
+              same = same && ref[size_t(r * ld + f)] == start[size_t(r * ld + f)] + sum[size_t(r * ld + f)];
+          CHECK(same);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("spmm: the reference backward matches central finite differences (double)") {
   const Graph g = random_graph(7, 16, 11);
   const CsrView v = csr_view(g);
@@ -220,6 +257,17 @@ TEST_CASE("cuda ops: spmm with per-head weights [E, H] (GAT's aggregation) match
             [op](auto& v, const Graph& g) { return ag::spmm(g, v[0], op, v[1]); }, c.graph);
     }
   }
+}
+
+TEST_CASE("cuda ops: spmm's backward adding into the gradient x already holds matches the host") {
+  GNN_SKIP_UNLESS_CUDA();
+  // x x is recorded after the spmm, so its backward sets x's gradient first and the spmm's adds into it
+  // in place (the kernel's accumulate on the GPU, column blocks on the host)
+  const Graph g = random_graph(200, 900, 66, true);
+  for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax})
+    check_op(
+        "spmm + x x", {rand({200, 600}, 67)},
+        [op](auto& v, const Graph& gr) { return ag::add(ag::spmm(gr, v[0], op), ag::mul(v[0], v[0])); }, g);
 }
 
 TEST_CASE("cuda ops: spmm on a bipartite graph (config sharing's row blocks) matches the host") {
