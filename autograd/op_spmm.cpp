@@ -15,9 +15,7 @@ namespace {
 // Each runs where `on` lives (CUDA: T is float, dispatch_dev); ld is both row strides.
 constexpr Kernel spmm_forward_k = GNN_KERNEL(spmm_forward);
 constexpr Kernel spmm_backward_w_k = GNN_KERNEL(spmm_backward_w);
-constexpr Kernel spmm_backward_x_k{"spmm_backward_x", [](auto... a) { spmm_backward_x_ref(a...); },
-                                   [](auto... a) { spmm_backward_x_cpu(a...); },
-                                   [](const Tensor& on, auto... a) { spmm_backward_x_cuda(a..., on.stream()); }};
+constexpr Kernel spmm_backward_x_k = GNN_KERNEL(spmm_backward_x);
 template <class T>
 void fwd(const Tensor& on, T* y, int32_t* am, const T* x, const T* w, const CsrView& g, int64_t F, int64_t ld,
          Reduce op) {

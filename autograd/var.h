@@ -114,10 +114,11 @@ Var record(const char* op, Tensor value, const std::vector<Var>& inputs, Backwar
 // shared; a gradient a caller kept, or that two inputs share, is never written either).
 // Does nothing when v does not require a gradient.
 void accumulate(const GradRef& v, Tensor g);
-// v's gradient, when a backward may add its part g straight into it with accumulate's bits (each
-// element grad + g, g summed first): a gradient v has already and no other Tensor holds (where
-// accumulate would add in place). Null otherwise (no gradient yet, a shared one, or none wanted): then
-// make g and accumulate it. Saves g's buffer and a pass over it (SpMM's backward into its x).
+// v's gradient, when a backward may add its part g straight into it with accumulate's bits: a gradient v
+// has already and no other Tensor holds (where accumulate would add in place). Null otherwise (no
+// gradient yet, a shared one, or none wanted): then make g and accumulate it. The op must write each
+// element once, as grad + (its part, summed first), and read the buffer for nothing else; the pointer
+// holds until v's gradient is next set. Saves g's buffer and a pass over it (SpMM's backward into its x).
 Tensor* grad_to_add_into(const GradRef& v);
 
 // Runs the tape backward from a one-element loss, then clears it. The whole tape is consumed: with

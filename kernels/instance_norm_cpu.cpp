@@ -40,11 +40,11 @@ int64_t norm_block(const int64_t* graph_ptr, int64_t G, int64_t F) {
 }  // namespace
 
 // The block of s = x + res a task keeps between its passes (a graph's rows x the block's channels), so
-// that the later passes read one stream from cache, not x and res again. In the backward, with dz's block beside it
-// that is up to 4 MiB, in L3 rather than a 1 MiB L2 (AVX-512 EPYC): 6% off the fused norm's forward +
-// backward there (docs/benchmarks.md, 2026-11-30). At most 2 MiB a thread, kept for the process's life,
-// which norm_block's widths fit up to 8,192 rows; a larger graph's block sums each row again into a
-// one-row buffer instead.
+// that the later passes read one stream from cache, not x and res again. In the backward, with dz's
+// block beside it that is up to 4 MiB, in L3 rather than a 1 MiB L2 (AVX-512 EPYC): 6% off the fused
+// norm's forward + backward there (docs/benchmarks.md, 2026-11-30). At most 2 MiB a thread, kept for the
+// process's life, which norm_block's widths fit up to 8,192 rows; for a larger graph's block the forward
+// writes s into y and the backward sums each row again into a one-row buffer.
 constexpr int64_t kScratchFloats = (int64_t(2) << 20) / 4;
 
 static float* norm_scratch(int64_t n) {

@@ -85,7 +85,8 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
 // Without accumulate each dx row is zeroed and the terms added into it; with it the row's sum is formed a
 // block of kSumCols columns at a time in a local buffer and then added: dx + (the sum), the order of the
 // reference, of CUDA's kernel and of autograd's accumulate (so an op may add its gradient in place with
-// accumulate's bits).
+// accumulate's bits). Each block walks the row's CSC entries again (40 times for SAGE-6th's 20,480
+// columns), cheap beside the columns' traffic.
 constexpr int64_t kSumCols = 512;
 
 GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __restrict dy,

@@ -1,6 +1,9 @@
 // The tape (call order, accumulation, no-grad, detach) and every op against finite differences.
 #include <doctest/doctest.h>
 
+#include <tuple>
+#include <vector>
+
 #include "autograd/gradcheck.h"
 #include "runtime/allocator.h"
 #include "runtime/rng.h"
@@ -391,42 +394,50 @@ TEST_CASE("autograd: spmm sum/mean/max, with per-edge and per-head weights") {
 }
 
 TEST_CASE("autograd: spmm's backward adds into a gradient x holds alone, with accumulate's bits") {
-  // 600 columns: past the CPU kernel's blocks of 512, so a row's sum is added block by block
+  // 600 columns: past the CPU kernel's blocks of 512, so a row's sum is added block by block; with two
+  // heads (per-head edge weights) each head's 300 columns are added into its own column block
   const Graph g = small_graph(13, 9, 30);
   const int64_t F = 600;
   auto values = [](const Tensor& t) { return t.astype(DType::F64).to_vector<double>(); };
-  for (DType dt : {DType::F32, DType::F64}) {
+  for (const auto& [dt, heads, op] : std::vector<std::tuple<DType, int64_t, Reduce>>{{DType::F32, 1, Reduce::kSum},
+                                                                                     {DType::F32, 1, Reduce::kMean},
+                                                                                     {DType::F32, 1, Reduce::kMax},
+                                                                                     {DType::F64, 1, Reduce::kSum},
+                                                                                     {DType::F64, 1, Reduce::kMean},
+                                                                                     {DType::F64, 1, Reduce::kMax},
+                                                                                     {DType::F32, 2, Reduce::kMean},
+                                                                                     {DType::F32, 2, Reduce::kMax}}) {
     CAPTURE(dtype_name(dt));
-    for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
-      CAPTURE(reduce_name(op));
-      const ag::Var x = ag::Var::param(rand_var({9, F}, 5).value().astype(dt));
-      const ag::Var r(rand_var({9, F}, 6, -1, 1, false).value().astype(dt));
-      const Tensor start = rand_var({9, F}, 7).value().astype(dt);
-      auto step = [&] { ag::backward(ag::sum(ag::mul(ag::spmm(g, x, op), r))); };
-      auto allocations = [&] {  // tensors a step makes
-        const int64_t before = host_memory_stats().total_allocations;
-        step();
-        return host_memory_stats().total_allocations - before;
-      };
-      const int64_t made = allocations();  // no gradient yet: the kernel's own tensor
-      const Tensor fresh = x.grad();
-      std::vector<double> want(size_t(9 * F));
-      for (int64_t i = 0; i < 9 * F; ++i)  // start + the sum, rounded in dt as accumulate adds
-        want[size_t(i)] = dt == DType::F32 ? double(start.f32()[i] + fresh.f32()[i]) : start.f64()[i] + fresh.f64()[i];
-      // held alone: added in place, its buffer kept
-      x.set_grad(start.clone());
-      const void* buf = x.grad().data();
-      CHECK(allocations() == made - 1);  // no tensor for spmm's part
-      CHECK(x.grad().data() == buf);
-      CHECK(values(x.grad()) == want);
-      // held by the caller too: never written, a new sum made
-      const Tensor kept = start.clone();
-      x.set_grad(kept);
+    CAPTURE(heads);
+    CAPTURE(reduce_name(op));
+    const ag::Var x = ag::Var::param(rand_var({9, F}, 5).value().astype(dt));
+    const ag::Var r(rand_var({9, F}, 6, -1, 1, false).value().astype(dt));
+    const ag::Var w = heads > 1 ? ag::Var(rand_var({30, heads}, 8, 0.1, 1, false).value().astype(dt)) : ag::Var();
+    const Tensor start = rand_var({9, F}, 7).value().astype(dt);
+    auto step = [&] { ag::backward(ag::sum(ag::mul(ag::spmm(g, x, op, w), r))); };
+    auto allocations = [&] {  // tensors a step makes
+      const int64_t before = host_memory_stats().total_allocations;
       step();
-      CHECK(x.grad().data() != kept.data());
-      CHECK(values(x.grad()) == want);
-      CHECK(values(kept) == values(start));
-    }
+      return host_memory_stats().total_allocations - before;
+    };
+    const int64_t made = allocations();  // no gradient yet: the kernel's own tensor
+    const Tensor fresh = x.grad();
+    std::vector<double> want(size_t(9 * F));
+    for (int64_t i = 0; i < 9 * F; ++i)  // start + the sum, rounded in dt as accumulate adds
+      want[size_t(i)] = dt == DType::F32 ? double(start.f32()[i] + fresh.f32()[i]) : start.f64()[i] + fresh.f64()[i];
+    // held alone: added in place, its buffer kept
+    x.set_grad(start.clone());
+    const void* buf = x.grad().data();
+    CHECK(allocations() == made - 1);  // no tensor for spmm's part
+    CHECK(x.grad().data() == buf);
+    CHECK(values(x.grad()) == want);
+    // held by the caller too: never written, a new sum made
+    const Tensor kept = start.clone();
+    x.set_grad(kept);
+    step();
+    CHECK(x.grad().data() != kept.data());
+    CHECK(values(x.grad()) == want);
+    CHECK(values(kept) == values(start));
   }
 }
 
