@@ -62,7 +62,9 @@ void check_same(const char* op, const Var& a, const Var& b) {
   GNN_CHECK(a.shape() == b.shape(), op, ": shapes differ: ", a.shape().str(), " and ", b.shape().str());
 }
 
-// a + sb * b, with its backward: da = dy, db = sb dy.
+// a + sb * b, with its backward: da = dy, db = sb dy. With sb = 1 both inputs are handed dy itself:
+// accumulate never writes a buffer another Tensor holds, so the shared dy is safe, and the copy (a
+// pass over the rows, 54 MB a SAGE-6th layer on unet3d) is saved.
 Var add_scaled(const char* op, const Var& a, const Var& b, double sb) {
   check_same(op, a, b);
   return dispatch_dev(op, a.value(), [&](auto t) {
@@ -72,6 +74,7 @@ Var add_scaled(const char* op, const Var& a, const Var& b, double sb) {
     return record(op, y, {a, b}, [a = GradRef(a), b = GradRef(b), sb](const Tensor& dy) {
       accumulate(a, dy);
       if (!b.requires_grad()) return;
+      if (sb == 1.0) return accumulate(b, dy);
       Tensor db = empty_like(dy, dy.shape());
       scale_on<T>(dy, ptr<T>(db), ptr<T>(dy), T(sb), dy.numel());
       accumulate(b, db);

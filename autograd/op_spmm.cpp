@@ -21,11 +21,11 @@ void fwd(const Tensor& on, T* y, int32_t* am, const T* x, const T* w, const CsrV
          Reduce op) {
   run<T>(spmm_forward_k, on, y, am, x, w, g, F, ld, ld, op);
 }
-// add: dx = dx + the gradient (summed first), else dx = the gradient
+// with base: dx = base + the gradient (summed first), else dx = the gradient
 template <class T>
 void bwd_x(const Tensor& on, T* dx, const T* dy, const int32_t* am, const T* w, const CsrView& g, int64_t F, int64_t ld,
-           Reduce op, bool add) {
-  run<T>(spmm_backward_x_k, on, dx, dy, am, w, g, F, ld, ld, op, add);
+           Reduce op, const T* base) {
+  run<T>(spmm_backward_x_k, on, dx, dy, am, w, g, F, ld, ld, op, base);
 }
 template <class T>
 void bwd_w(const Tensor& on, T* dw, const T* dy, const T* x, const int32_t* am, const CsrView& g, int64_t F, int64_t ld,
@@ -108,13 +108,15 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
     const Tensor xv = edge_weight.requires_grad() ? x.value() : Tensor();  // read for dw only
     return record("spmm", y, {x, edge_weight}, [=, x = GradRef(x)](const Tensor& dy) {
       const CsrView g = csr_view(graph);
-      if (Tensor* into = grad_to_add_into(x)) {  // accumulate's bits, without dx's buffer and its pass
+      if (GradSum s = grad_sum(x); s.into.defined()) {  // accumulate's bits, without dx's buffer and its pass
         for (int64_t h = 0; h < H; ++h)
-          bwd_x<T>(dy, ptr<T>(*into) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op, true);
+          bwd_x<T>(dy, ptr<T>(s.into) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op, ptr<T>(s.held) + h * F);
+        set_grad_sum(x, std::move(s.into));
       } else if (x.requires_grad()) {
         Tensor dx = empty_like(dy, x.shape());
         for (int64_t h = 0; h < H; ++h)
-          bwd_x<T>(dy, ptr<T>(dx) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op, false);
+          bwd_x<T>(dy, ptr<T>(dx) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op,
+                   static_cast<const T*>(nullptr));
         accumulate(x, dx);
       }
       if (edge_weight.requires_grad()) {

@@ -124,10 +124,19 @@ void accumulate(const GradRef& v, Tensor g) {
   n.grad = std::move(sum);
 }
 
-Tensor* grad_to_add_into(const GradRef& v) {
-  if (!v.requires_grad()) return nullptr;
+GradSum grad_sum(const GradRef& v) {
+  if (!v.requires_grad() || !v.node()->grad.defined()) return {};
+  const Tensor& g = v.node()->grad;
+  const bool alone = g.sole_owner();  // asked before held's copy shares the buffer
+  return {g, alone ? g : Tensor::empty(g.shape(), g.dtype(), g.device())};
+}
+
+void set_grad_sum(const GradRef& v, Tensor sum) {
   Node& n = *v.node();
-  return n.grad.defined() && n.grad.sole_owner() ? &n.grad : nullptr;
+  GNN_CHECK(v.requires_grad() && n.grad.defined(), "set_grad_sum: the gradient was not taken with grad_sum");
+  GNN_CHECK(sum.shape() == n.shape && sum.dtype() == n.dtype && sum.device() == n.device, "gradient ", sum.desc(),
+            " does not match its value ", dtype_name(n.dtype), n.shape.str(), " on ", n.device.str());
+  n.grad = std::move(sum);
 }
 
 namespace {

@@ -114,12 +114,18 @@ Var record(const char* op, Tensor value, const std::vector<Var>& inputs, Backwar
 // shared; a gradient a caller kept, or that two inputs share, is never written either).
 // Does nothing when v does not require a gradient.
 void accumulate(const GradRef& v, Tensor g);
-// v's gradient, when a backward may add its part g straight into it with accumulate's bits: a gradient v
-// has already and no other Tensor holds (where accumulate would add in place). Null otherwise (no
-// gradient yet, a shared one, or none wanted): then make g and accumulate it. The op must write each
-// element once, as grad + (its part, summed first), and read the buffer for nothing else; the pointer
-// holds until v's gradient is next set. Saves g's buffer and a pass over it (SpMM's backward into its x).
-Tensor* grad_to_add_into(const GradRef& v);
+// For a backward that writes v's new gradient as (the gradient v holds) + (its part g, summed first) in
+// one pass, with accumulate's bits, instead of making g and accumulating it: `held` is v's gradient so
+// far, `into` the buffer for the sum: held itself where no other Tensor holds its buffer (where accumulate
+// adds in place), else a new one. Both undefined when v has no gradient yet or wants none: then make g
+// and accumulate it. The op writes each element of into once, as held + its part, reads into for
+// nothing else, and hands it over with set_grad_sum. Saves g's buffer and a pass over it (SpMM's
+// backward into its x, whose gradient add's backward may share with SpMM's own dy).
+struct GradSum {
+  Tensor held, into;
+};
+GradSum grad_sum(const GradRef& v);
+void set_grad_sum(const GradRef& v, Tensor sum);
 
 // Runs the tape backward from a one-element loss, then clears it. The whole tape is consumed: with
 // several losses, add them and call backward once (a second backward on a loss whose history is

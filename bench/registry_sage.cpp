@@ -80,7 +80,7 @@ KernelCase sage_case(bool fused, const KernelShape& s) {
         for (int64_t o = 0; o < O; ++o) dbp[o] += dzp[i * O + o];
       gemm_cpu(false, true, M, F, O, 1.0f, dz->f32(), O, W->f32(), O, 0.0f, dagg->f32(), F);
       gemm_cpu(false, true, M, F, O, 1.0f, dz->f32(), O, W->f32() + F * O, O, 0.0f, dx->f32(), F);
-      spmm_backward_x_cpu(dx->f32(), dagg->f32(), nullptr, nullptr, d->v, CF, CF, CF, Reduce::kMean, true);
+      spmm_backward_x_cpu(dx->f32(), dagg->f32(), nullptr, nullptr, d->v, CF, CF, CF, Reduce::kMean, dx->f32());
     };
   }
   sage_traffic(k, N, E, F, O, C, bwd);

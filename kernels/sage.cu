@@ -45,7 +45,7 @@ void sage_backward_cuda(float* dx, float* dW, float* db, const float* dy, const 
   gemm_cuda(true, false, 2 * F, O, N, 1.0f, h, 2 * F, dz, O, 0.0f, dW, O, blas, stream);  // dW = h^T dz
   gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W + F * O, O, 0.0f, dx, F, blas, stream);  // dx = dz W_root^T
   gemm_cuda(false, true, N, F, O, 1.0f, dz, O, W, O, 0.0f, dagg, F, blas, stream);  // dagg = dz W_agg^T
-  spmm_backward_x_cuda(dx, dagg, nullptr, nullptr, g, F, F, F, Reduce::kMean, /*accumulate=*/true, stream);
+  spmm_backward_x_cuda(dx, dagg, nullptr, nullptr, g, F, F, F, Reduce::kMean, /*base=*/dx, stream);
 }
 
 }  // namespace gnn

@@ -120,7 +120,7 @@ GNN_CPU_CLONES void sage_backward_cpu(float* dx, float* dW, float* db, const flo
   gemm_cpu(false, true, N, F, O, 1.0f, dz, O, W + F * O, O, 0.0f, dx, F);  // dx = dz W_root^T
   gemm_cpu(false, true, N, F, O, 1.0f, dz, O, W, O, 0.0f, dagg, F);  // dagg = dz W_agg^T
   // the aggregate part, gathered back to the sources and added
-  spmm_backward_x_cpu(dx, dagg, nullptr, nullptr, g, F, F, F, Reduce::kMean, /*accumulate=*/true);
+  spmm_backward_x_cpu(dx, dagg, nullptr, nullptr, g, F, F, F, Reduce::kMean, /*base=*/dx);
 }
 
 }  // namespace gnn

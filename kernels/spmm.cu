@@ -41,7 +41,8 @@ struct GatherArgs {
   int64_t F = 0, ld_in = 0, ld_out = 0;
   int64_t heads = 1, head_cols = 1;  // w's columns and, with heads > 1, the row's columns per head
   int lanes = 32;
-  bool mean = false, accumulate = false;
+  const float* base = nullptr;  // backward: dx = base + the gradient (ld_out apart; may be out itself)
+  bool mean = false;
 };
 
 template <int V>
@@ -114,9 +115,10 @@ __device__ __forceinline__ void finish(const GatherArgs& a, int64_t r, int64_t c
       if (arg[k] < 0) acc[k] = 0.0f;
       a.argmax_out[r * a.F + col + k] = arg[k];
     }
-  } else if (a.accumulate) {
+  } else if (a.base) {
+    const float* b = a.base + r * a.ld_out + col;
 #pragma unroll
-    for (int k = 0; k < V; ++k) acc[k] += o[k];  // a plain load: the read-only cache is for inputs
+    for (int k = 0; k < V; ++k) acc[k] += b[k];  // a plain load: base may be out itself
   }
   store<V>(o, acc);
 }
@@ -240,11 +242,11 @@ GatherArgs forward_args(float* y, int32_t* argmax, const float* x, const float* 
   return a;
 }
 GatherArgs backward_args(float* dx, const float* dy, const int32_t* argmax, const float* w, const CsrView& g, int64_t F,
-                         int64_t ldx, int64_t ldy, Reduce op, bool accumulate) {
+                         int64_t ldx, int64_t ldy, Reduce op, const float* base) {
   GatherArgs a;
   a.rows = g.num_cols, a.ptr = g.csc_indptr, a.idx = g.csc_indices, a.to_csr = g.csc_to_csr, a.indptr = g.indptr;
   a.w = w, a.in = dy, a.out = dx, a.argmax_in = argmax, a.F = F, a.ld_in = ldy, a.ld_out = ldx;
-  a.mean = op == Reduce::kMean, a.accumulate = accumulate;
+  a.mean = op == Reduce::kMean, a.base = base;
   return a;
 }
 
@@ -258,8 +260,8 @@ void spmm_forward_cuda(float* y, int32_t* argmax, const float* x, const float* w
 }
 
 void spmm_backward_x_cuda(float* dx, const float* dy, const int32_t* argmax, const float* w, const CsrView& g,
-                          int64_t F, int64_t ldx, int64_t ldy, Reduce op, bool accumulate, Stream stream) {
-  const GatherArgs a = backward_args(dx, dy, argmax, w, g, F, ldx, ldy, op, accumulate);
+                          int64_t F, int64_t ldx, int64_t ldy, Reduce op, const float* base, Stream stream) {
+  const GatherArgs a = backward_args(dx, dy, argmax, w, g, F, ldx, ldy, op, base);
   if (op == Reduce::kMax) launch_gather<Mode::kBwdMax>(a, stream, "spmm_backward_x_cuda (max)");
   else launch_gather<Mode::kBwd>(a, stream, "spmm_backward_x_cuda");
 }
@@ -284,7 +286,7 @@ void spmm_heads_forward_cuda(float* y, const float* x, const float* w, const Csr
 void spmm_heads_backward_x_cuda(float* dx, const float* dy, const float* w, const CsrView& g, int64_t H, int64_t Fh,
                                 Reduce op, Stream stream) {
   GNN_CHECK(op != Reduce::kMax && H >= 1 && Fh >= 1, "spmm_heads_backward_x_cuda: sum or mean over H >= 1 heads");
-  GatherArgs a = backward_args(dx, dy, nullptr, w, g, H * Fh, H * Fh, H * Fh, op, false);
+  GatherArgs a = backward_args(dx, dy, nullptr, w, g, H * Fh, H * Fh, H * Fh, op, nullptr);
   a.heads = H, a.head_cols = Fh;
   launch_gather<Mode::kBwd>(a, stream, "spmm_heads_backward_x_cuda");
 }

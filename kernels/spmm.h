@@ -9,7 +9,7 @@
 //
 // Backward, with no atomics: each dx row is the transposed gather over its CSC row (runtime/graph.h),
 // owned by one thread, summed in CSC order, so results are bitwise identical for any thread count.
-// With accumulate, dx = dx + that sum (the sum formed first, then added).
+// With a base (x's gradient so far; may be dx itself), dx = base + that sum (the sum formed first).
 //   sum/mean: dx[u, f] = sum_{q in CSC row u} w[p] / (deg(v) for mean) * dy[v, f],  p = csc_to_csr[q], v = dst
 //   max:      dx[u, f] = sum over the same q with argmax[v, f] == p of w[p] * dy[v, f]
 //   weights:  dw[p] = sum_f dy[v, f] * x[src[p], f] (/ deg(v) for mean; only the argmax f for max)
@@ -64,7 +64,7 @@ void spmm_forward_ref(T* y, int32_t* argmax, const T* x, const T* w, const CsrVi
 
 template <class T>
 void spmm_backward_x_ref(T* dx, const T* dy, const int32_t* argmax, const T* w, const CsrView& g, int64_t F,
-                         int64_t ldx, int64_t ldy, Reduce op, bool accumulate = false) {
+                         int64_t ldx, int64_t ldy, Reduce op, const T* base = nullptr) {
   for (int64_t u = 0; u < g.num_cols; ++u) {
     for (int64_t f = 0; f < F; ++f) {
       T acc = 0;
@@ -73,7 +73,7 @@ void spmm_backward_x_ref(T* dx, const T* dy, const int32_t* argmax, const T* w, 
         const T c = (w ? w[p] : T(1)) / (op == Reduce::kMean ? T(g.indptr[v + 1] - g.indptr[v]) : T(1));
         if (op != Reduce::kMax || argmax[v * F + f] == p) acc += c * dy[v * ldy + f];
       }
-      dx[u * ldx + f] = accumulate ? dx[u * ldx + f] + acc : acc;
+      dx[u * ldx + f] = base ? base[u * ldx + f] + acc : acc;
     }
   }
 }
@@ -94,17 +94,18 @@ void spmm_backward_w_ref(T* dw, const T* dy, const T* x, const int32_t* argmax, 
 
 void spmm_forward_cpu(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
                       int64_t ldx, int64_t ldy, Reduce op);
-// accumulate: dx = dx + the gradient, the gradient summed first (the reference's and CUDA's order),
-// instead of dx = the gradient (fused layers add it to their own part; autograd into a gradient it holds)
+// With base (ldx apart, like dx; base == dx adds in place): dx = base + the gradient, the gradient summed
+// first (the reference's and CUDA's order), instead of dx = the gradient (fused layers add it to their
+// own part; autograd to the gradient x holds)
 void spmm_backward_x_cpu(float* dx, const float* dy, const int32_t* argmax, const float* w, const CsrView& g, int64_t F,
-                         int64_t ldx, int64_t ldy, Reduce op, bool accumulate = false);
+                         int64_t ldx, int64_t ldy, Reduce op, const float* base = nullptr);
 void spmm_backward_w_cpu(float* dw, const float* dy, const float* x, const int32_t* argmax, const CsrView& g, int64_t F,
                          int64_t ldx, int64_t ldy, Reduce op);
 
 void spmm_forward_cuda(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
                        int64_t ldx, int64_t ldy, Reduce op, Stream stream);
 void spmm_backward_x_cuda(float* dx, const float* dy, const int32_t* argmax, const float* w, const CsrView& g,
-                          int64_t F, int64_t ldx, int64_t ldy, Reduce op, bool accumulate, Stream stream);
+                          int64_t F, int64_t ldx, int64_t ldy, Reduce op, const float* base, Stream stream);
 void spmm_backward_w_cuda(float* dw, const float* dy, const float* x, const int32_t* argmax, const CsrView& g,
                           int64_t F, int64_t ldx, int64_t ldy, Reduce op, Stream stream);
 

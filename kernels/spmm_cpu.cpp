@@ -82,16 +82,16 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
   }
 }
 
-// Without accumulate each dx row is zeroed and the terms added into it; with it the row's sum is formed a
-// block of kSumCols columns at a time in a local buffer and then added: dx + (the sum), the order of the
-// reference, of CUDA's kernel and of autograd's accumulate (so an op may add its gradient in place with
-// accumulate's bits). Each block walks the row's CSC entries again (40 times for SAGE-6th's 20,480
-// columns), cheap beside the columns' traffic.
+// Without base each dx row is zeroed and the terms added into it; with it the row's sum is formed a
+// block of kSumCols columns at a time in a local buffer and then added: base + (the sum), the order of
+// the reference, of CUDA's kernel and of autograd's accumulate (so an op may add its gradient to the one
+// x holds, in place or into a new buffer, with accumulate's bits). Each block walks the row's CSC entries
+// again (40 times for SAGE-6th's 20,480 columns), cheap beside the columns' traffic.
 constexpr int64_t kSumCols = 512;
 
 GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __restrict dy,
                                         const int32_t* __restrict argmax, const float* __restrict w, const CsrView& g,
-                                        int64_t F, int64_t ldx, int64_t ldy, Reduce op, bool accumulate) {
+                                        int64_t F, int64_t ldx, int64_t ldy, Reduce op, const float* base) {
   const int64_t U = g.num_cols;
 #pragma omp parallel for schedule(dynamic, kRowsPerTask)
   for (int64_t u = 0; u < U; ++u) {
@@ -111,7 +111,7 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
       }
     };
     float* __restrict dr = dx + u * ldx;
-    if (!accumulate) {
+    if (!base) {
       for (int64_t f = 0; f < F; ++f) dr[f] = 0.0f;
       add_terms(dr, 0, F);
       continue;
@@ -121,7 +121,12 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
       float acc[kSumCols];
       for (int64_t f = 0; f < n; ++f) acc[f] = 0.0f;
       add_terms(acc, f0, n);
-      for (int64_t f = 0; f < n; ++f) dr[f0 + f] += acc[f];
+      if (base == dx) {  // in place, through dx alone (dx is restrict)
+        for (int64_t f = 0; f < n; ++f) dr[f0 + f] += acc[f];
+      } else {
+        const float* __restrict br = base + u * ldx + f0;
+        for (int64_t f = 0; f < n; ++f) dr[f0 + f] = br[f] + acc[f];
+      }
     }
   }
 }

@@ -500,7 +500,7 @@ void spmm_backward(PyGraph& graph, const In& grad_out, const OptIn& edge_weight,
       for (int64_t h = 0; h < H; ++h) {
         const float* wh = H > 1 ? cols.get() + h * E : wp;
         const int32_t* ah = ap ? ap + h * N * F : nullptr;
-        if (dx) spmm_backward_x_cuda(dx + h * F, dy + h * F, ah, wh, g, F, W, W, op, false, on.stream);
+        if (dx) spmm_backward_x_cuda(dx + h * F, dy + h * F, ah, wh, g, F, W, W, op, nullptr, on.stream);
         if (dw)
           spmm_backward_w_cuda(H > 1 ? dcols.get() + h * E : dw, dy + h * F, xp + h * F, ah, g, F, W, W, op, on.stream);
       }

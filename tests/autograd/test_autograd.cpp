@@ -393,7 +393,7 @@ TEST_CASE("autograd: spmm sum/mean/max, with per-edge and per-head weights") {
                        doctest::Contains("do not split into 2 heads"), Error);
 }
 
-TEST_CASE("autograd: spmm's backward adds into a gradient x holds alone, with accumulate's bits") {
+TEST_CASE("autograd: spmm's backward adds to the gradient x holds, in one pass, with accumulate's bits") {
   // 600 columns: past the CPU kernel's blocks of 512, so a row's sum is added block by block; with two
   // heads (per-head edge weights) each head's 300 columns are added into its own column block
   const Graph g = small_graph(13, 9, 30);
@@ -431,13 +431,22 @@ TEST_CASE("autograd: spmm's backward adds into a gradient x holds alone, with ac
     CHECK(allocations() == made - 1);  // no tensor for spmm's part
     CHECK(x.grad().data() == buf);
     CHECK(values(x.grad()) == want);
-    // held by the caller too: never written, a new sum made
+    // held by the caller too: never written, the sum written straight into a new tensor
     const Tensor kept = start.clone();
     x.set_grad(kept);
-    step();
+    CHECK(allocations() == made);
     CHECK(x.grad().data() != kept.data());
     CHECK(values(x.grad()) == want);
     CHECK(values(kept) == values(start));
+    // GIN's x + spmm(x): add hands x and spmm's output one dy, so x's gradient shares spmm's own dy
+    if (heads == 1) {
+      x.zero_grad();
+      ag::backward(ag::sum(ag::mul(ag::add(x, ag::spmm(g, x, op)), r)));
+      const Tensor rv = r.value();
+      for (int64_t i = 0; i < 9 * F; ++i)  // r + the sum, as accumulate adds
+        want[size_t(i)] = dt == DType::F32 ? double(rv.f32()[i] + fresh.f32()[i]) : rv.f64()[i] + fresh.f64()[i];
+      CHECK(values(x.grad()) == want);
+    }
   }
 }
 

@@ -80,7 +80,8 @@ TEST_CASE("spmm: fast CPU matches the double reference on the standard cases") {
 }
 
 TEST_CASE("spmm: the CPU backward, writing or adding, has the float reference's bits over blocks of columns") {
-  // F past the kernel's 512-column blocks, with a wider row stride; accumulate: dx + the sum
+  // F past the kernel's 512-column blocks, with a wider row stride; with a base: dx = base + the sum,
+  // in place (base == dx) or into another buffer
   const Graph gr = random_graph(300, 1500, 17, true);
   const CsrView v = csr_view(gr);
   const int64_t N = 300;
@@ -96,11 +97,21 @@ TEST_CASE("spmm: the CPU backward, writing or adding, has the float reference's 
       std::vector<float> y(size_t(N * ld));
       std::vector<int32_t> arg(size_t(N * F));
       spmm_forward_cpu(y.data(), arg.data(), x.data(), w.data(), v, F, ld, ld, op);
-      for (const bool add : {false, true}) {
-        CAPTURE(add);
+      for (const char* mode : {"write", "in place", "apart"}) {
+        CAPTURE(mode);
+        const bool add = mode[0] != 'w', apart = mode[0] == 'a';
         std::vector<float> ref = start, cpu = start;
-        spmm_backward_x_ref<float>(ref.data(), dy.data(), arg.data(), w.data(), v, F, ld, ld, op, add);
-        spmm_backward_x_cpu(cpu.data(), dy.data(), arg.data(), w.data(), v, F, ld, ld, op, add);
+        if (apart) std::fill(cpu.begin(), cpu.end(), std::nanf(""));  // padding columns: compared below too
+        const float* base = !add ? nullptr : apart ? start.data() : cpu.data();
+        spmm_backward_x_ref<float>(ref.data(), dy.data(), arg.data(), w.data(), v, F, ld, ld, op,
+                                   add ? ref.data() : nullptr);
+        spmm_backward_x_cpu(cpu.data(), dy.data(), arg.data(), w.data(), v, F, ld, ld, op, base);
+        if (apart)  // the padding columns are not outputs
+          for (int64_t r = 0; r < N; ++r)
+            for (int64_t f = F; f < ld; ++f) {
+              CHECK(std::isnan(cpu[size_t(r * ld + f)]));
+              cpu[size_t(r * ld + f)] = start[size_t(r * ld + f)];
+            }
         CHECK(cpu == ref);
         if (add) {  // the sum formed first, then added
           std::vector<float> sum(size_t(N * ld), 0.0f);
@@ -203,18 +214,23 @@ TEST_CASE("cuda spmm: forward and both backwards match the double reference on t
 
           std::vector<float> first_y, first_dx, first_dw;
           for (int run = 0; run < 2; ++run) {
-            Tensor y = nan_gpu(N * ld), dx = nan_gpu(N * ld), dw = nan_gpu(E), dxa = on_gpu(dx0);
+            Tensor y = nan_gpu(N * ld), dx = nan_gpu(N * ld), dw = nan_gpu(E), dxa = on_gpu(dx0), base = on_gpu(dx0);
+            Tensor dxb = nan_gpu(N * ld);  // base + the gradient into another buffer
             Tensor arg = Tensor::full({N * F}, -7, DType::I32, Device::cuda(0));
             spmm_forward_cuda(y.f32(), arg.i32(), gx.f32(), gwp, dv, F, ld, ld, op, s);
-            spmm_backward_x_cuda(dx.f32(), gdy.f32(), arg.i32(), gwp, dv, F, ld, ld, op, false, s);
-            spmm_backward_x_cuda(dxa.f32(), gdy.f32(), arg.i32(), gwp, dv, F, ld, ld, op, true, s);
+            spmm_backward_x_cuda(dx.f32(), gdy.f32(), arg.i32(), gwp, dv, F, ld, ld, op, nullptr, s);
+            spmm_backward_x_cuda(dxa.f32(), gdy.f32(), arg.i32(), gwp, dv, F, ld, ld, op, dxa.f32(), s);
+            spmm_backward_x_cuda(dxb.f32(), gdy.f32(), arg.i32(), gwp, dv, F, ld, ld, op, base.f32(), s);
             spmm_backward_w_cuda(dw.f32(), gdy.f32(), gx.f32(), arg.i32(), dv, F, ld, ld, op, s);
             auto yh = y.to_vector<float>(), dxh = dx.to_vector<float>(), dxah = dxa.to_vector<float>();
+            auto dxbh = dxb.to_vector<float>();
             const auto dwh = dw.to_vector<float>();
             for (int64_t r = 0; r < N; ++r)
               for (int64_t f = F; f < ld; ++f) {  // padding columns are not outputs: they keep their NaN / value
                 CHECK(std::isnan(yh[size_t(r * ld + f)]));
+                CHECK(std::isnan(dxbh[size_t(r * ld + f)]));
                 CHECK(dxah[size_t(r * ld + f)] == dx0[size_t(r * ld + f)]);
+                dxbh[size_t(r * ld + f)] = dx0[size_t(r * ld + f)];
                 yh[size_t(r * ld + f)] = dxh[size_t(r * ld + f)] = 0,
                                    dxah[size_t(r * ld + f)] = dx0[size_t(r * ld + f)];
               }
@@ -224,6 +240,7 @@ TEST_CASE("cuda spmm: forward and both backwards match the double reference on t
             std::vector<double> acc(dxd);
             for (size_t i = 0; i < acc.size(); ++i) acc[i] += dx0[i];
             GNN_CHECK_CLOSE(dxah, acc, atol);
+            CHECK(same_bits(dxbh, dxah));  // into another buffer: the in-place sum's bits
             GNN_CHECK_CLOSE(dwh, dwd, 1e-4, 1e-4);
             if (run == 0) {
               first_y = yh, first_dx = dxh, first_dw = dwh;
