@@ -43,9 +43,13 @@ Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
     int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
     run<T>(pool_forward_k, y, ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op);
     return record("pool", y, {x}, [x = GradRef(x), gptr, argmax, N, G, F, op](const Tensor& dy) {
-      Tensor dx = empty_like(dy, x.shape());
       const int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
-      run<T>(pool_backward_k, dy, ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), N, G, F, op);
+      if (GradSum s = grad_sum(x); s.into.defined()) {  // x's gradient + this one, in one pass
+        run<T>(pool_backward_k, dy, ptr<T>(s.into), ptr<T>(dy), am, gptr.i64(), N, G, F, op, ptr<T>(s.held));
+        return set_grad_sum(x, std::move(s.into));
+      }
+      Tensor dx = empty_like(dy, x.shape());
+      run<T>(pool_backward_k, dy, ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), N, G, F, op, static_cast<const T*>(nullptr));
       accumulate(x, dx);
     });
   });

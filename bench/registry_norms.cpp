@@ -198,7 +198,7 @@ KernelCase pool_case(Reduce op, const KernelShape& s, bool logsumexp = false) {
       return;
     }
     pool_forward_cuda(y->f32(), am, x->f32(), gpd->i64(), G, F, op, cuda_stream(0));
-    if (bwd) pool_backward_cuda(dx->f32(), y->f32(), am, gpd->i64(), N, G, F, op, cuda_stream(0));
+    if (bwd) pool_backward_cuda(dx->f32(), y->f32(), am, gpd->i64(), N, G, F, op, nullptr, cuda_stream(0));
 #endif
   };
   // forward: read x, write y (+ argmax); backward: read dy (+ argmax) per graph, write dx (logsumexp: x

@@ -46,12 +46,15 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 }
 
 __global__ void pool_bwd_kernel(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t N,
-                                int64_t G, int64_t F, Reduce op) {
+                                int64_t G, int64_t F, Reduce op, const float* base) {
   GNN_GRID_STRIDE(t, N * F) {
     const int64_t i = t / F, f = t % F, lo = segment_of(graph_ptr, G, i);  // row i's graph
     const int64_t n = graph_ptr[lo + 1] - graph_ptr[lo];
     const float d = __ldg(dy + lo * F + f);
-    dx[t] = op == Reduce::kMax ? (__ldg(argmax + lo * F + f) == i ? d : 0.0f) : op == Reduce::kMean ? d / float(n) : d;
+    const float v = op == Reduce::kMax    ? (__ldg(argmax + lo * F + f) == i ? d : 0.0f)
+                    : op == Reduce::kMean ? d / float(n)
+                                          : d;
+    dx[t] = base ? base[t] + v : v;  // a plain load: base may be dx itself
   }
 }
 
@@ -114,10 +117,10 @@ void pool_forward_cuda(float* y, int32_t* argmax, const float* x, const int64_t*
 }
 
 void pool_backward_cuda(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t N,
-                        int64_t G, int64_t F, Reduce op, Stream stream) {
+                        int64_t G, int64_t F, Reduce op, const float* base, Stream stream) {
   if (N * F == 0) return;
   pool_bwd_kernel<<<grid_for(N * F, "pool_backward_cuda"), kThreads, 0, stream>>>(dx, dy, argmax, graph_ptr, N, G, F,
-                                                                                  op);
+                                                                                  op, base);
   GNN_CUDA_LAUNCH_CHECK("pool_backward_cuda");
 }
 

@@ -3,7 +3,9 @@
 //   graph with no nodes). x [N, F], y [G, F].
 //   log-sum-exp (below) per feature too.
 // Backward: each node row belongs to one graph, so dx is a broadcast (sum, mean), a scatter to the
-// argmax row (max) or dy times the row's softmax weight (log-sum-exp): no sums across threads.
+// argmax row (max) or dy times the row's softmax weight (log-sum-exp): no sums across threads. With a
+// base (x's gradient so far, [N, F]; may be dx itself) sum, mean and max write dx = base + that, in one
+// pass: autograd's accumulate's bits without dx's own buffer.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -36,13 +38,15 @@ void pool_forward_ref(T* y, int32_t* argmax, const T* x, const int64_t* graph_pt
 
 template <class T>
 void pool_backward_ref(T* dx, const T* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t G, int64_t F,
-                       Reduce op) {
+                       Reduce op, const T* base = nullptr) {
   for (int64_t g = 0; g < G; ++g) {
     const int64_t n = graph_ptr[g + 1] - graph_ptr[g];
     for (int64_t i = graph_ptr[g]; i < graph_ptr[g + 1]; ++i)
       for (int64_t f = 0; f < F; ++f) {
-        if (op == Reduce::kMax) dx[i * F + f] = argmax[g * F + f] == i ? dy[g * F + f] : T(0);
-        else dx[i * F + f] = op == Reduce::kMean ? dy[g * F + f] / T(n) : dy[g * F + f];
+        const T v = op == Reduce::kMax    ? (argmax[g * F + f] == i ? dy[g * F + f] : T(0))
+                    : op == Reduce::kMean ? dy[g * F + f] / T(n)
+                                          : dy[g * F + f];
+        dx[i * F + f] = base ? base[i * F + f] + v : v;
       }
   }
 }
@@ -75,14 +79,14 @@ void pool_logsumexp_backward_ref(T* dx, const T* dy, const T* x, const T* y, con
 void pool_forward_cpu(float* y, int32_t* argmax, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F,
                       Reduce op);
 void pool_backward_cpu(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t G,
-                       int64_t F, Reduce op);
+                       int64_t F, Reduce op, const float* base = nullptr);
 // CUDA: a block of 8 warps per (graph, 32 features) strides over the graph's rows and combines the
 // warps' partial results in warp order (the same bits every run); the backward is one thread per
 // element, finding its graph by binary search in graph_ptr.
 void pool_forward_cuda(float* y, int32_t* argmax, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F,
                        Reduce op, Stream stream);
 void pool_backward_cuda(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t N,
-                        int64_t G, int64_t F, Reduce op, Stream stream);
+                        int64_t G, int64_t F, Reduce op, const float* base, Stream stream);
 void pool_logsumexp_forward_cpu(float* y, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F);
 void pool_logsumexp_backward_cpu(float* dx, const float* dy, const float* x, const float* y, const int64_t* graph_ptr,
                                  int64_t G, int64_t F);

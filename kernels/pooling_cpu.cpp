@@ -50,23 +50,40 @@ GNN_CPU_CLONES void pool_forward_cpu(float* __restrict y, int32_t* __restrict ar
   }
 }
 
+// A row's w values v(f) into o: written, added in place (base is dx: through o alone, o being restrict)
+// or added to base's row into o.
+template <class V>
+inline GNN_INLINE void put_row(float* __restrict o, const float* br, int64_t w, bool in_place, V v) {
+  if (!br) {
+    for (int64_t f = 0; f < w; ++f) o[f] = v(f);
+  } else if (in_place) {
+    for (int64_t f = 0; f < w; ++f) o[f] += v(f);
+  } else {
+    const float* __restrict b = br;
+    for (int64_t f = 0; f < w; ++f) o[f] = b[f] + v(f);
+  }
+}
+
 GNN_CPU_CLONES void pool_backward_cpu(float* __restrict dx, const float* __restrict dy,
                                       const int32_t* __restrict argmax, const int64_t* graph_ptr, int64_t G, int64_t F,
-                                      Reduce op) {
+                                      Reduce op, const float* base) {
   const int64_t blocks = ceil_div<int64_t>(F, kPoolBlock);
+  const bool in_place = base == dx;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {
     const int64_t g = t / blocks, f0 = (t % blocks) * kPoolBlock, w = std::min(kPoolBlock, F - f0);
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
-    const float* d = dy + g * F + f0;
-    if (op == Reduce::kMax) {
-      const int32_t* ar = argmax + g * F + f0;
-      for (int64_t i = b; i < e; ++i)
-        for (int64_t f = 0; f < w; ++f) dx[i * F + f0 + f] = float(ar[f] == int32_t(i)) * d[f];
-    } else {
-      const float scale = op == Reduce::kMean && e > b ? 1.0f / float(e - b) : 1.0f;
-      for (int64_t i = b; i < e; ++i)
-        for (int64_t f = 0; f < w; ++f) dx[i * F + f0 + f] = scale * d[f];
+    const float* __restrict d = dy + g * F + f0;
+    for (int64_t i = b; i < e; ++i) {
+      float* o = dx + i * F + f0;
+      const float* br = base ? base + i * F + f0 : nullptr;
+      if (op == Reduce::kMax) {
+        const int32_t* __restrict ar = argmax + g * F + f0;
+        put_row(o, br, w, in_place, [&](int64_t f) GNN_INLINE { return float(ar[f] == int32_t(i)) * d[f]; });
+      } else {
+        const float scale = op == Reduce::kMean ? 1.0f / float(e - b) : 1.0f;
+        put_row(o, br, w, in_place, [&](int64_t f) GNN_INLINE { return scale * d[f]; });
+      }
     }
   }
 }

@@ -774,7 +774,7 @@ void pool_backward(const In& grad_out, const In& ptr, const std::string& reduce,
     if (at.cuda()) {
       const OnDevice on(at, stream);
       if (lse) return pool_logsumexp_backward_cuda(dx, dy, xp, yp, p, N, G, F, on.stream);
-      return pool_backward_cuda(dx, dy, ap, p, N, G, F, op, on.stream);
+      return pool_backward_cuda(dx, dy, ap, p, N, G, F, op, nullptr, on.stream);
     }
   }
   if (lse) pool_logsumexp_backward_cpu(dx, dy, xp, yp, p, G, F);

@@ -450,6 +450,33 @@ TEST_CASE("autograd: spmm's backward adds to the gradient x holds, in one pass, 
   }
 }
 
+TEST_CASE("autograd: pool's backward adds to the gradient x holds, with accumulate's bits") {
+  // SAGE-6th's readout, mean + max of one x: max's gradient is x's first, mean's is added to it; and on a
+  // gradient the caller keeps, which is never written
+  const Tensor gp = Tensor::from_vector<int64_t>({0, 5, 5, 12});
+  const ag::Var x = ag::Var::param(rand_var({12, 300}, 1).value().astype(DType::F32));
+  const ag::Var r(rand_var({3, 300}, 2, -1, 1, false).value().astype(DType::F32));
+  auto grad_of = [&](auto f) {
+    x.zero_grad();
+    ag::backward(ag::sum(ag::mul(f(), r)));
+    return x.grad().to_vector<float>();
+  };
+  const auto dmean = grad_of([&] { return ag::pool(x, gp, Reduce::kMean); });
+  const auto dmax = grad_of([&] { return ag::pool(x, gp, Reduce::kMax); });
+  std::vector<float> want(dmax.size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = dmax[i] + dmean[i];
+  auto both = [&] { return ag::add(ag::pool(x, gp, Reduce::kMean), ag::pool(x, gp, Reduce::kMax)); };
+  CHECK(grad_of(both) == want);  // (no NaN: == is the bits up to signed zeros)
+  const Tensor kept = Tensor::full(Shape{12, 300}, 0.5, DType::F32);
+  x.set_grad(kept);
+  ag::backward(ag::sum(ag::mul(ag::pool(x, gp, Reduce::kMean), r)));
+  CHECK(x.grad().data() != kept.data());
+  const auto got = x.grad().to_vector<float>();
+  for (size_t i = 0; i < want.size(); ++i) want[i] = 0.5f + dmean[i];
+  CHECK(got == want);
+  CHECK(total(kept) == doctest::Approx(0.5 * 12 * 300));
+}
+
 TEST_CASE("autograd: GAT scores and segment softmax, composed as a GAT aggregation") {
   const Graph g = small_graph(21, 10, 30);
   ag::Var as = rand_var({10, 3}, 1), ad = rand_var({10, 3}, 2), s = rand_var({30, 3}, 3), x = rand_var({10, 6}, 4);
@@ -474,6 +501,7 @@ TEST_CASE("autograd: row-wise ops, layer norm, instance norm, pooling") {
     check_grads({x}, [&] { return probe(ag::pool(x, gp, op)); });
   }
   check_grads({x}, [&] { return probe(ag::pool_logsumexp(x, gp)); });
+  check_grads({x}, [&] { return probe(ag::add(ag::pool(x, gp, Reduce::kMean), ag::pool(x, gp, Reduce::kMax))); });
   CHECK_THROWS_WITH_AS(ag::pool_logsumexp(x, Tensor::from_vector<int64_t>({0, 8})), doctest::Contains("graph_ptr"),
                        Error);
   CHECK_THROWS_WITH_AS(ag::pool(x, Tensor::from_vector<int64_t>({0, 8}), Reduce::kSum), doctest::Contains("graph_ptr"),

@@ -92,6 +92,38 @@ TEST_CASE("pooling: one graph, many channels, over the threads") {
   }
 }
 
+// With a base (x's gradient so far) the backward writes base + its gradient: in place or into another
+// buffer, the bits of the gradient written alone and then added (autograd's accumulate), on both sides of
+// the CPU kernel's blocks of channels; the reference the same.
+TEST_CASE("pooling: the backward adds to a base, in place or apart, with the bits of adding after") {
+  const std::vector<int64_t> gp = {0, 0, 1, 9, 40, 41, 300};
+  const int64_t G = 6, N = 300;
+  for (int64_t F : {3, 600}) {
+    const auto xs = random_values<float>(size_t(N * F), 1);
+    const auto dy = random_values<float>(size_t(G * F), 2);
+    const auto start = random_values<float>(size_t(N * F), 3);
+    for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+      CAPTURE(F);
+      CAPTURE(reduce_name(op));
+      std::vector<float> y(size_t(G * F)), alone(size_t(N * F)), want(size_t(N * F));
+      std::vector<int32_t> arg(size_t(G * F));
+      pool_forward_cpu(y.data(), arg.data(), xs.data(), gp.data(), G, F, op);
+      pool_backward_cpu(alone.data(), dy.data(), arg.data(), gp.data(), G, F, op);
+      for (size_t i = 0; i < want.size(); ++i) want[i] = start[i] + alone[i];
+      std::vector<float> in_place = start, apart(size_t(N * F), NAN);
+      pool_backward_cpu(in_place.data(), dy.data(), arg.data(), gp.data(), G, F, op, in_place.data());
+      pool_backward_cpu(apart.data(), dy.data(), arg.data(), gp.data(), G, F, op, start.data());
+      CHECK(same_bits(in_place, want));
+      CHECK(same_bits(apart, want));
+      std::vector<float> ref_alone(size_t(N * F)), ref = start;
+      pool_backward_ref<float>(ref_alone.data(), dy.data(), arg.data(), gp.data(), G, F, op);
+      pool_backward_ref<float>(ref.data(), dy.data(), arg.data(), gp.data(), G, F, op, ref.data());
+      for (size_t i = 0; i < want.size(); ++i) want[i] = start[i] + ref_alone[i];
+      CHECK(same_bits(ref, want));
+    }
+  }
+}
+
 TEST_CASE("pooling: log-sum-exp, hand-worked, reference, finite differences") {
   const int64_t ptr[] = {0, 2, 2, 3};  // graphs of 2, 0 and 1 nodes
   const float x[] = {0, 1000, 0, 999, -3, 7};  // 3 nodes x 2 features; exp(1000) overflows without the max
@@ -160,10 +192,19 @@ TEST_CASE("cuda pooling matches the double reference (empty, single-node and 500
       pool_backward_ref<double>(dxd.data(), pdyd.data(), argd.data(), ptr.data(), G, F, op);
       Tensor y = nan_gpu(G * F), dx = nan_gpu(N * F), arg = Tensor::full({G * F}, -7, DType::I32, Device::cuda(0));
       pool_forward_cuda(y.f32(), arg.i32(), gpx.f32(), gptr.i64(), G, F, op, s);
-      pool_backward_cuda(dx.f32(), gpdy.f32(), arg.i32(), gptr.i64(), N, G, F, op, s);
+      pool_backward_cuda(dx.f32(), gpdy.f32(), arg.i32(), gptr.i64(), N, G, F, op, nullptr, s);
       GNN_CHECK_CLOSE(y.to_vector<float>(), yd);
       if (op == Reduce::kMax) CHECK(arg.to_vector<int32_t>() == argd);
       GNN_CHECK_CLOSE(dx.to_vector<float>(), dxd);
+      // with a base: base + the gradient, in place and into another buffer, the bits of adding after
+      const auto start = random_values<float>(size_t(N * F), 5);
+      Tensor in_place = on_gpu(start), base = on_gpu(start), apart = nan_gpu(N * F);
+      pool_backward_cuda(in_place.f32(), gpdy.f32(), arg.i32(), gptr.i64(), N, G, F, op, in_place.f32(), s);
+      pool_backward_cuda(apart.f32(), gpdy.f32(), arg.i32(), gptr.i64(), N, G, F, op, base.f32(), s);
+      std::vector<float> want = dx.to_vector<float>();
+      for (size_t i = 0; i < want.size(); ++i) want[i] = start[i] + want[i];
+      CHECK(same_bits(in_place.to_vector<float>(), want));
+      CHECK(same_bits(apart.to_vector<float>(), want));
     }
     // Log-sum-exp on inputs near 100, whose exp overflows f32 without the shift by the max.
     std::vector<float> big(px);
