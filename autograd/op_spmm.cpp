@@ -16,10 +16,11 @@ namespace {
 constexpr Kernel spmm_forward_k = GNN_KERNEL(spmm_forward);
 constexpr Kernel spmm_backward_w_k = GNN_KERNEL(spmm_backward_w);
 constexpr Kernel spmm_backward_x_k = GNN_KERNEL(spmm_backward_x);
+// with base: y = base + the aggregate
 template <class T>
 void fwd(const Tensor& on, T* y, int32_t* am, const T* x, const T* w, const CsrView& g, int64_t F, int64_t ld,
-         Reduce op) {
-  run<T>(spmm_forward_k, on, y, am, x, w, g, F, ld, ld, op);
+         Reduce op, const T* base) {
+  run<T>(spmm_forward_k, on, y, am, x, w, g, F, ld, ld, op, base);
 }
 // with base: dx = base + the gradient (summed first), else dx = the gradient
 template <class T>
@@ -74,9 +75,8 @@ Var spmm_heads(const Graph& graph, const Var& x, Reduce op, const Var& edge_weig
   });
 }
 
-}  // namespace
-
-Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
+// spmm, and with plus (undefined, or [N, W] with no edge weights): plus + spmm
+Var spmm_with(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight, const Var& plus) {
   const Device dev = x.device();
   check_arg_on("spmm", "x", x, 2, x.dtype(), dev);
   check_graph_device("spmm", graph, dev, /*bipartite_ok=*/true);
@@ -93,7 +93,8 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
     GNN_CHECK(H >= 1 && W % H == 0, "spmm: x has ", W, " columns, which do not split into ", H, " heads");
   }
   const int64_t F = W / H;
-  return dispatch_dev("spmm", x.value(), [&](auto t) {
+  const char* name = plus.defined() ? "spmm_plus" : "spmm";
+  return dispatch_dev(name, x.value(), [&](auto t) {
     using T = decltype(t);
     if (x.value().is_cuda() && H > 1 && op != Reduce::kMax) return spmm_heads(graph, x, op, edge_weight, H);
     const CsrView g = csr_view(graph);
@@ -104,10 +105,13 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
     Tensor y = empty_like(x.value(), Shape{N, W});
     auto wh = [wt, E](int64_t h) { return wt.defined() ? ptr<T>(wt) + h * E : nullptr; };
     auto amh = [argmax, N, F](int64_t h) { return argmax.defined() ? argmax.i32() + h * N * F : nullptr; };
-    for (int64_t h = 0; h < H; ++h) fwd<T>(y, ptr<T>(y) + h * F, amh(h), ptr<T>(x.value()) + h * F, wh(h), g, F, W, op);
+    const T* base = plus.defined() ? ptr<T>(plus.value()) : nullptr;  // (H = 1 with plus)
+    for (int64_t h = 0; h < H; ++h)
+      fwd<T>(y, ptr<T>(y) + h * F, amh(h), ptr<T>(x.value()) + h * F, wh(h), g, F, W, op, base);
     const Tensor xv = edge_weight.requires_grad() ? x.value() : Tensor();  // read for dw only
-    return record("spmm", y, {x, edge_weight}, [=, x = GradRef(x)](const Tensor& dy) {
+    return record(name, y, {x, edge_weight, plus}, [=, x = GradRef(x), plus = GradRef(plus)](const Tensor& dy) {
       const CsrView g = csr_view(graph);
+      accumulate(plus, dy);  // first, as add's backward would (with plus = x, x's part then adds to dy)
       if (GradSum s = grad_sum(x); s.into.defined()) {  // accumulate's bits, without dx's buffer and its pass
         for (int64_t h = 0; h < H; ++h)
           bwd_x<T>(dy, ptr<T>(s.into) + h * F, ptr<T>(dy) + h * F, amh(h), wh(h), g, F, W, op, ptr<T>(s.held) + h * F);
@@ -127,6 +131,20 @@ Var spmm(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight) {
       }
     });
   });
+}
+
+}  // namespace
+
+Var spmm(const Graph& g, const Var& x, Reduce op, const Var& edge_weight) {
+  return spmm_with(g, x, op, edge_weight, {});
+}
+
+Var spmm_plus(const Graph& g, const Var& x, Reduce op, const Var& plus) {
+  check_arg_on("spmm_plus", "plus", plus, 2, x.dtype(), x.device());
+  GNN_CHECK(plus.size(0) == g.num_nodes && x.value().dim() == 2 && plus.size(1) == x.size(1), "spmm_plus: plus ",
+            plus.shape().str(), " must be the aggregate's [", g.num_nodes, ", ", x.value().dim() == 2 ? x.size(1) : -1,
+            "]");
+  return spmm_with(g, x, op, {}, plus);
 }
 
 }  // namespace gnn::ag

@@ -85,6 +85,9 @@ Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& 
 // y = reduce over each node's in-edges of w[p] * x[src(p)]. edge_weight: undefined (all 1), [E], or
 // [E, H] with x [N, H*F] (one weight per head, as GAT's attention).
 Var spmm(const Graph& g, const Var& x, Reduce op, const Var& edge_weight = Var());
+// plus + spmm(g, x, op) in one op, plus [N, W] (GIN's x + the neighbours' sum): the aggregate's rows are
+// added as they are formed, with add's bits, so the sum is never written and read back.
+Var spmm_plus(const Graph& g, const Var& x, Reduce op, const Var& plus);
 
 // ---- GAT (op_gat_scores.cpp, op_segment_softmax.cpp) ---------------------------------------------------
 // s[p, h] = leaky_relu(a_src[src(p), h] + a_dst[v, h]); a_src, a_dst [N, H]; s [E, H] in CSR order.

@@ -205,6 +205,16 @@ std::vector<OpCase> all_op_cases() {
        [](const Vars& x, const Graph& g, const OpInputs&) { return ag::spmm(g, x[0], Reduce::kMean); }},
       {"spmm-max", [](const OpSize& s) { return on_graph(s); },
        [](const Vars& x, const Graph& g, const OpInputs&) { return ag::spmm(g, x[0], Reduce::kMax); }},
+      {"spmm-plus",  // x + the neighbours' sum (GIN's self term), one op
+       [](const OpSize& s) { return on_graph(s); },
+       [](const Vars& x, const Graph& g, const OpInputs&) { return ag::spmm_plus(g, x[0], Reduce::kSum, x[0]); }},
+      {"spmm-plus-max",  // another Var plus the neighbours' max
+       [](const OpSize& s) {
+         OpInputs in = on_graph(s);
+         in.vars.push_back(values(s.nodes, width(s), s.seed + 1));
+         return in;
+       },
+       [](const Vars& x, const Graph& g, const OpInputs&) { return ag::spmm_plus(g, x[0], Reduce::kMax, x[1]); }},
       {"spmm-weighted",  // a weight per edge [E]
        [](const OpSize& s) {
          OpInputs in = on_graph(s);

@@ -61,7 +61,7 @@ KernelCase spmm_case(Reduce op, const KernelShape& s) {
         return;
       }
 #ifdef GNN_WITH_CUDA
-      spmm_forward_cuda(y->f32(), am, x->f32(), nullptr, d->v, F, F, F, op, cuda_stream(0));
+      spmm_forward_cuda(y->f32(), am, x->f32(), nullptr, d->v, F, F, F, op, nullptr, cuda_stream(0));
       if (bwd) spmm_backward_x_cuda(dx->f32(), y->f32(), am, nullptr, d->v, F, F, F, op, nullptr, cuda_stream(0));
 #endif
     };

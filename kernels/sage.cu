@@ -24,7 +24,7 @@ void sage_forward_cuda(float* y, float* z, float* h, float* scratch, const float
   if (N == 0 || O == 0) return;
   float* hb = h ? h : scratch;  // [N, 2F]
   GNN_CHECK(hb != nullptr, "sage_forward_cuda: inference needs scratch of N * 2F floats");
-  spmm_forward_cuda(hb, nullptr, x, nullptr, g, F, F, 2 * F, Reduce::kMean, stream);
+  spmm_forward_cuda(hb, nullptr, x, nullptr, g, F, F, 2 * F, Reduce::kMean, nullptr, stream);
   copy_block_cuda(hb, 2 * F, F, x, F, 0, N, F, stream);
   float* zb = z ? z : y;
   gemm_cuda(false, false, N, O, 2 * F, 1.0f, hb, 2 * F, W, O, 0.0f, zb, O, blas, stream);

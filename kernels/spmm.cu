@@ -41,7 +41,7 @@ struct GatherArgs {
   int64_t F = 0, ld_in = 0, ld_out = 0;
   int64_t heads = 1, head_cols = 1;  // w's columns and, with heads > 1, the row's columns per head
   int lanes = 32;
-  const float* base = nullptr;  // backward: dx = base + the gradient (ld_out apart; may be out itself)
+  const float* base = nullptr;  // out = base + the result (ld_out apart; the backward's may be out itself)
   bool mean = false;
 };
 
@@ -115,10 +115,11 @@ __device__ __forceinline__ void finish(const GatherArgs& a, int64_t r, int64_t c
       if (arg[k] < 0) acc[k] = 0.0f;
       a.argmax_out[r * a.F + col + k] = arg[k];
     }
-  } else if (a.base) {
+  }
+  if (a.base) {
     const float* b = a.base + r * a.ld_out + col;
 #pragma unroll
-    for (int k = 0; k < V; ++k) acc[k] += b[k];  // a plain load: base may be out itself
+    for (int k = 0; k < V; ++k) acc[k] += b[k];  // a plain load: base may be out itself (backward)
   }
   store<V>(o, acc);
 }
@@ -253,8 +254,9 @@ GatherArgs backward_args(float* dx, const float* dy, const int32_t* argmax, cons
 }  // namespace
 
 void spmm_forward_cuda(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
-                       int64_t ldx, int64_t ldy, Reduce op, Stream stream) {
-  const GatherArgs a = forward_args(y, argmax, x, w, g, F, ldx, ldy, op);
+                       int64_t ldx, int64_t ldy, Reduce op, const float* base, Stream stream) {
+  GatherArgs a = forward_args(y, argmax, x, w, g, F, ldx, ldy, op);
+  a.base = base;
   if (op == Reduce::kMax) launch_gather<Mode::kFwdMax>(a, stream, "spmm_forward_cuda (max)");
   else launch_gather<Mode::kFwd>(a, stream, "spmm_forward_cuda");
 }

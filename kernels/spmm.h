@@ -38,7 +38,7 @@ struct CsrView {
 
 template <class T>
 void spmm_forward_ref(T* y, int32_t* argmax, const T* x, const T* w, const CsrView& g, int64_t F, int64_t ldx,
-                      int64_t ldy, Reduce op) {
+                      int64_t ldy, Reduce op, const T* base = nullptr) {
   for (int64_t v = 0; v < g.num_rows; ++v) {
     const int32_t b = g.indptr[v], e = g.indptr[v + 1];
     for (int64_t f = 0; f < F; ++f) {
@@ -57,7 +57,7 @@ void spmm_forward_ref(T* y, int32_t* argmax, const T* x, const T* w, const CsrVi
         if (arg < 0) acc = T(0);
         argmax[v * F + f] = arg;
       }
-      y[v * ldy + f] = acc;
+      y[v * ldy + f] = base ? base[v * ldy + f] + acc : acc;
     }
   }
 }
@@ -92,8 +92,10 @@ void spmm_backward_w_ref(T* dw, const T* dy, const T* x, const int32_t* argmax, 
   }
 }
 
+// With base ([S, F], ldy apart like y, not y itself): y = base + the aggregate (GIN's x + sum), each row
+// added once it is formed: the bits of adding after.
 void spmm_forward_cpu(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
-                      int64_t ldx, int64_t ldy, Reduce op);
+                      int64_t ldx, int64_t ldy, Reduce op, const float* base = nullptr);
 // With base (ldx apart, like dx; base == dx adds in place): dx = base + the gradient, the gradient summed
 // first (the reference's and CUDA's order), instead of dx = the gradient (fused layers add it to their
 // own part; autograd to the gradient x holds)
@@ -103,7 +105,7 @@ void spmm_backward_w_cpu(float* dw, const float* dy, const float* x, const int32
                          int64_t ldx, int64_t ldy, Reduce op);
 
 void spmm_forward_cuda(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
-                       int64_t ldx, int64_t ldy, Reduce op, Stream stream);
+                       int64_t ldx, int64_t ldy, Reduce op, const float* base, Stream stream);
 void spmm_backward_x_cuda(float* dx, const float* dy, const int32_t* argmax, const float* w, const CsrView& g,
                           int64_t F, int64_t ldx, int64_t ldy, Reduce op, const float* base, Stream stream);
 void spmm_backward_w_cuda(float* dw, const float* dy, const float* x, const int32_t* argmax, const CsrView& g,

@@ -30,17 +30,16 @@ inline void prefetch_row(const float* p, int64_t F) {
 
 GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict argmax, const float* __restrict x,
                                      const float* __restrict w, const CsrView& g, int64_t F, int64_t ldx, int64_t ldy,
-                                     Reduce op) {
+                                     Reduce op, const float* base) {
   const int64_t S = g.num_rows;
-#pragma omp parallel for schedule(dynamic, kRowsPerTask)
-  for (int64_t v = 0; v < S; ++v) {
-    float* __restrict yr = y + v * ldy;
+  // row v's aggregate into yr
+  auto aggregate = [&](int64_t v, float* __restrict yr) GNN_INLINE {
     const int32_t b = g.indptr[v], e = g.indptr[v + 1];
     if (op == Reduce::kMax) {
       int32_t* __restrict ar = argmax + v * F;
       if (b == e) {
         for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f, ar[f] = -1;
-        continue;
+        return;
       }
       {
         const float* __restrict xr = x + int64_t(g.indices[b]) * ldx;
@@ -57,11 +56,11 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
           ar[f] = (ar[f] & ~take) | (p & take);
         }
       }
-      continue;
+      return;
     }
     if (b == e) {
       for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f;
-      continue;
+      return;
     }
     {
       const float* __restrict xr = x + int64_t(g.indices[b]) * ldx;
@@ -78,6 +77,15 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
     if (op == Reduce::kMean) {
       const float inv = 1.0f / float(e - b);
       for (int64_t f = 0; f < F; ++f) yr[f] *= inv;
+    }
+  };
+#pragma omp parallel for schedule(dynamic, kRowsPerTask)
+  for (int64_t v = 0; v < S; ++v) {
+    float* __restrict yr = y + v * ldy;
+    aggregate(v, yr);
+    if (base) {  // base + the aggregate, added once the row is formed (it is still in cache)
+      const float* __restrict br = base + v * ldy;
+      for (int64_t f = 0; f < F; ++f) yr[f] = br[f] + yr[f];
     }
   }
 }

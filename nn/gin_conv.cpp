@@ -15,7 +15,7 @@ ag::Var GINConv::forward(const Graph& g, const ag::Var& x) {
                         ? eps
                         : ag::Var(eps.value().on(Device::cpu()).astype(x.dtype()).on(x.device()));
   ag::Var self = ag::scale_by(x, ag::add(one, e));
-  return mlp_.forward(ag::add(self, ag::spmm(g, x, Reduce::kSum)));
+  return mlp_.forward(ag::spmm_plus(g, x, Reduce::kSum, self));  // self + the neighbours' sum
 }
 
 }  // namespace gnn::nn

@@ -454,7 +454,7 @@ void spmm_forward(PyGraph& graph, const In& x, const OptIn& edge_weight, const s
       if (H > 1) device_weight_columns(cols.get(), wp, E, H, on);
       for (int64_t h = 0; h < H; ++h)
         spmm_forward_cuda(yp + h * F, ap ? ap + h * N * F : nullptr, xp + h * F, H > 1 ? cols.get() + h * E : wp, g, F,
-                          W, W, op, on.stream);
+                          W, W, op, nullptr, on.stream);
       return;
     }
   }

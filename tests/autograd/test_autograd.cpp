@@ -450,6 +450,38 @@ TEST_CASE("autograd: spmm's backward adds to the gradient x holds, in one pass, 
   }
 }
 
+TEST_CASE("autograd: spmm_plus is add(plus, spmm), bit for bit, forward and backward") {
+  const Graph g = small_graph(17, 9, 30);
+  for (DType dt : {DType::F32, DType::F64})
+    for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+      CAPTURE(dtype_name(dt));
+      CAPTURE(reduce_name(op));
+      const ag::Var x = ag::Var::param(rand_var({9, 600}, 1).value().astype(dt));
+      const ag::Var p = ag::Var::param(rand_var({9, 600}, 2).value().astype(dt));
+      const ag::Var r(rand_var({9, 600}, 3, -1, 1, false).value().astype(dt));
+      // plus another Var, and plus x itself (GIN's x + the sum)
+      for (const bool self : {false, true}) {
+        CAPTURE(self);
+        const ag::Var& q = self ? x : p;
+        auto run = [&](auto f) {
+          x.zero_grad(), p.zero_grad();
+          const ag::Var y = f();
+          ag::backward(ag::sum(ag::mul(y, r)));
+          return std::vector<Tensor>{y.value(), x.grad(), self ? Tensor() : p.grad()};
+        };
+        const auto want = run([&] { return ag::add(q, ag::spmm(g, x, op)); });
+        const auto got = run([&] { return ag::spmm_plus(g, x, op, q); });
+        for (size_t i = 0; i < want.size(); ++i)
+          if (want[i].defined())
+            CHECK(want[i].astype(DType::F64).to_vector<double>() == got[i].astype(DType::F64).to_vector<double>());
+      }
+    }
+  ag::Var x = rand_var({9, 4}, 4), p = rand_var({9, 4}, 5);
+  check_grads({x, p}, [&] { return probe(ag::spmm_plus(g, x, Reduce::kMean, p)); });
+  CHECK_THROWS_WITH_AS(ag::spmm_plus(g, x, Reduce::kSum, rand_var({9, 3}, 6)), doctest::Contains("spmm_plus: plus"),
+                       Error);
+}
+
 TEST_CASE("autograd: pool's backward adds to the gradient x holds, with accumulate's bits") {
   // SAGE-6th's readout, mean + max of one x: max's gradient is x's first, mean's is added to it; and on a
   // gradient the caller keeps, which is never written

@@ -79,6 +79,42 @@ TEST_CASE("spmm: fast CPU matches the double reference on the standard cases") {
   }
 }
 
+TEST_CASE("spmm: the forward with a base writes base + the aggregate, the bits of adding after") {
+  const Graph gr = random_graph(300, 1500, 19, true);
+  const CsrView v = csr_view(gr);
+  const int64_t N = 300;
+  for (int64_t F : {5, 700}) {
+    CAPTURE(F);
+    const int64_t ld = F + 3;
+    const auto x = random_values<float>(size_t(N * ld), 1);
+    const auto w = random_values<float>(size_t(gr.num_edges), 2, 0.5f, 2.0f);
+    const auto base = random_values<float>(size_t(N * ld), 3);
+    for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+      CAPTURE(reduce_name(op));
+      std::vector<float> alone(size_t(N * ld), 0.0f), plus(size_t(N * ld), NAN), ref_alone(alone), ref(plus);
+      std::vector<int32_t> arg(size_t(N * F)), arg_plus(size_t(N * F));
+      spmm_forward_cpu(alone.data(), arg.data(), x.data(), w.data(), v, F, ld, ld, op);
+      spmm_forward_cpu(plus.data(), arg_plus.data(), x.data(), w.data(), v, F, ld, ld, op, base.data());
+      spmm_forward_ref<float>(ref_alone.data(), arg.data(), x.data(), w.data(), v, F, ld, ld, op);
+      spmm_forward_ref<float>(ref.data(), arg.data(), x.data(), w.data(), v, F, ld, ld, op, base.data());
+      bool same = true, same_ref = true;
+      for (int64_t r = 0; r < N; ++r)
+        for (int64_t f = 0; f < ld; ++f) {
+          const size_t i = size_t(r * ld + f);
+          if (f >= F) {  // padding columns are not outputs
+            same = same && std::isnan(plus[i]) && std::isnan(ref[i]);
+            continue;
+          }
+          same = same && plus[i] == base[i] + alone[i];
+          same_ref = same_ref && ref[i] == base[i] + ref_alone[i];
+        }
+      CHECK(same);
+      CHECK(same_ref);
+      CHECK(arg_plus == arg);
+    }
+  }
+}
+
 TEST_CASE("spmm: the CPU backward, writing or adding, has the float reference's bits over blocks of columns") {
   // F past the kernel's 512-column blocks, with a wider row stride; with a base: dx = base + the sum,
   // in place (base == dx) or into another buffer
@@ -217,13 +253,26 @@ TEST_CASE("cuda spmm: forward and both backwards match the double reference on t
             Tensor y = nan_gpu(N * ld), dx = nan_gpu(N * ld), dw = nan_gpu(E), dxa = on_gpu(dx0), base = on_gpu(dx0);
             Tensor dxb = nan_gpu(N * ld);  // base + the gradient into another buffer
             Tensor arg = Tensor::full({N * F}, -7, DType::I32, Device::cuda(0));
-            spmm_forward_cuda(y.f32(), arg.i32(), gx.f32(), gwp, dv, F, ld, ld, op, s);
+            spmm_forward_cuda(y.f32(), arg.i32(), gx.f32(), gwp, dv, F, ld, ld, op, nullptr, s);
+            Tensor y_plus = nan_gpu(N * ld), arg_plus = Tensor::full({N * F}, -7, DType::I32, Device::cuda(0));
+            spmm_forward_cuda(y_plus.f32(), arg_plus.i32(), gx.f32(), gwp, dv, F, ld, ld, op, base.f32(), s);
             spmm_backward_x_cuda(dx.f32(), gdy.f32(), arg.i32(), gwp, dv, F, ld, ld, op, nullptr, s);
             spmm_backward_x_cuda(dxa.f32(), gdy.f32(), arg.i32(), gwp, dv, F, ld, ld, op, dxa.f32(), s);
             spmm_backward_x_cuda(dxb.f32(), gdy.f32(), arg.i32(), gwp, dv, F, ld, ld, op, base.f32(), s);
             spmm_backward_w_cuda(dw.f32(), gdy.f32(), gx.f32(), arg.i32(), dv, F, ld, ld, op, s);
             auto yh = y.to_vector<float>(), dxh = dx.to_vector<float>(), dxah = dxa.to_vector<float>();
             auto dxbh = dxb.to_vector<float>();
+            {  // the forward with a base: base + the aggregate, the bits of adding after; padding untouched
+              const auto yp = y_plus.to_vector<float>();
+              bool same = true;
+              for (int64_t r = 0; r < N; ++r)
+                for (int64_t f = 0; f < ld; ++f) {
+                  const size_t i = size_t(r * ld + f);
+                  same = same && (f < F ? yp[i] == dx0[i] + yh[i] : std::isnan(yp[i]));
+                }
+              CHECK(same);
+              CHECK(arg_plus.to_vector<int32_t>() == arg.to_vector<int32_t>());
+            }
             const auto dwh = dw.to_vector<float>();
             for (int64_t r = 0; r < N; ++r)
               for (int64_t f = F; f < ld; ++f) {  // padding columns are not outputs: they keep their NaN / value

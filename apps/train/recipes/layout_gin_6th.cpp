@@ -44,7 +44,7 @@ class ConsumerGin : public nn::Module {
     add_child("mlp.1", &b_);
   }
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C) const {
-    const ag::Var h = ag::add(x, ag::spmm(b.consumers(), x, Reduce::kSum));
+    const ag::Var h = ag::spmm_plus(b.consumers(), x, Reduce::kSum, x);  // x + the consumers' sum
     return b_.forward(a_.forward(h, C, b.graph_ptr), C, b.graph_ptr);
   }
 
