@@ -75,13 +75,15 @@ Var spmm_heads(const Graph& graph, const Var& x, Reduce op, const Var& edge_weig
   });
 }
 
-// spmm, and with plus (undefined, or [N, W] with no edge weights): plus + spmm
-Var spmm_with(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight, const Var& plus) {
+// spmm, and with plus (undefined, or [N, W] with no edge weights, checked by spmm_plus): plus + spmm.
+// name: the op's, in errors and the profile.
+Var spmm_with(const char* name, const Graph& graph, const Var& x, Reduce op, const Var& edge_weight, const Var& plus) {
+  GNN_CHECK(x.defined(), name, ": x is undefined");
   const Device dev = x.device();
-  check_arg_on("spmm", "x", x, 2, x.dtype(), dev);
-  check_graph_device("spmm", graph, dev, /*bipartite_ok=*/true);
+  check_arg_on(name, "x", x, 2, x.dtype(), dev);
+  check_graph_device(name, graph, dev, /*bipartite_ok=*/true);
   const int64_t N = graph.num_nodes, E = graph.num_edges, W = x.size(1);
-  GNN_CHECK(x.size(0) == graph.num_sources(), "spmm: x has ", x.size(0), " rows for a graph of ", graph.num_sources(),
+  GNN_CHECK(x.size(0) == graph.num_sources(), name, ": x has ", x.size(0), " rows for a graph of ", graph.num_sources(),
             graph.num_src >= 0 ? " source nodes" : " nodes");
   int64_t H = 1;
   if (edge_weight.defined()) {
@@ -93,7 +95,7 @@ Var spmm_with(const Graph& graph, const Var& x, Reduce op, const Var& edge_weigh
     GNN_CHECK(H >= 1 && W % H == 0, "spmm: x has ", W, " columns, which do not split into ", H, " heads");
   }
   const int64_t F = W / H;
-  const char* name = plus.defined() ? "spmm_plus" : "spmm";
+  GNN_CHECK(!plus.defined() || H == 1, name, ": plus takes no per-head edge weights");  // base is not offset per head
   return dispatch_dev(name, x.value(), [&](auto t) {
     using T = decltype(t);
     if (x.value().is_cuda() && H > 1 && op != Reduce::kMax) return spmm_heads(graph, x, op, edge_weight, H);
@@ -136,15 +138,16 @@ Var spmm_with(const Graph& graph, const Var& x, Reduce op, const Var& edge_weigh
 }  // namespace
 
 Var spmm(const Graph& g, const Var& x, Reduce op, const Var& edge_weight) {
-  return spmm_with(g, x, op, edge_weight, {});
+  return spmm_with("spmm", g, x, op, edge_weight, {});
 }
 
 Var spmm_plus(const Graph& g, const Var& x, Reduce op, const Var& plus) {
+  GNN_CHECK(x.defined(), "spmm_plus: x is undefined");
+  check_arg_on("spmm_plus", "x", x, 2, x.dtype(), x.device());
   check_arg_on("spmm_plus", "plus", plus, 2, x.dtype(), x.device());
-  GNN_CHECK(plus.size(0) == g.num_nodes && x.value().dim() == 2 && plus.size(1) == x.size(1), "spmm_plus: plus ",
-            plus.shape().str(), " must be the aggregate's [", g.num_nodes, ", ", x.value().dim() == 2 ? x.size(1) : -1,
-            "]");
-  return spmm_with(g, x, op, {}, plus);
+  GNN_CHECK(plus.size(0) == g.num_nodes && plus.size(1) == x.size(1), "spmm_plus: plus ", plus.shape().str(),
+            " must be the aggregate's [", g.num_nodes, ", ", x.size(1), "]");
+  return spmm_with("spmm_plus", g, x, op, {}, plus);
 }
 
 }  // namespace gnn::ag

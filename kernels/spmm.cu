@@ -255,6 +255,7 @@ GatherArgs backward_args(float* dx, const float* dy, const int32_t* argmax, cons
 
 void spmm_forward_cuda(float* y, int32_t* argmax, const float* x, const float* w, const CsrView& g, int64_t F,
                        int64_t ldx, int64_t ldy, Reduce op, const float* base, Stream stream) {
+  GNN_CHECK(!base || base != y, "spmm_forward_cuda: base must not be y (as on the CPU)");
   GatherArgs a = forward_args(y, argmax, x, w, g, F, ldx, ldy, op);
   a.base = base;
   if (op == Reduce::kMax) launch_gather<Mode::kFwdMax>(a, stream, "spmm_forward_cuda (max)");

@@ -5,6 +5,7 @@
 // nor a loss here (spmm-mean, N = 10k and 100k, F = 128), and helps where memory latency is higher.
 #include <algorithm>
 
+#include "base/error.h"
 #include "kernels/spmm.h"
 
 namespace gnn {
@@ -31,6 +32,7 @@ inline void prefetch_row(const float* p, int64_t F) {
 GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict argmax, const float* __restrict x,
                                      const float* __restrict w, const CsrView& g, int64_t F, int64_t ldx, int64_t ldy,
                                      Reduce op, const float* base) {
+  GNN_CHECK(!base || base != y, "spmm_forward_cpu: base must not be y (each row is formed in y first)");
   const int64_t S = g.num_rows;
   // row v's aggregate into yr
   auto aggregate = [&](int64_t v, float* __restrict yr) GNN_INLINE {

@@ -70,6 +70,12 @@ TEST_CASE("autograd: accumulation adds in place only into a gradient no one else
     ag::backward(ag::sum(ag::scale(a, 2.0)));
     CHECK(total(a.grad()) == doctest::Approx(3.0 * n));
     CHECK(total(b.grad()) == doctest::Approx(1.0 * n));
+    // add hands its dy to both inputs: a later part added to one leaves the other's as it was
+    a.zero_grad(), b.zero_grad();
+    const ag::Var y = ag::add(a, b);
+    ag::backward(ag::sum(ag::add(ag::scale(y, 3.0), ag::scale(a, 0.5))));
+    CHECK(total(a.grad()) == doctest::Approx(3.5 * n));
+    CHECK(total(b.grad()) == doctest::Approx(3.0 * n));
   }
 }
 
@@ -476,9 +482,43 @@ TEST_CASE("autograd: spmm_plus is add(plus, spmm), bit for bit, forward and back
             CHECK(want[i].astype(DType::F64).to_vector<double>() == got[i].astype(DType::F64).to_vector<double>());
       }
     }
+  // x holding a gradient of its own already (the SpMM's part added in place), and x wanting none
+  {
+    const ag::Var x = ag::Var::param(rand_var({9, 600}, 1).value().astype(DType::F32));
+    const ag::Var p = ag::Var::param(rand_var({9, 600}, 2).value().astype(DType::F32));
+    const ag::Var r(rand_var({9, 600}, 3, -1, 1, false).value().astype(DType::F32));
+    const Tensor start = rand_var({9, 600}, 7).value().astype(DType::F32);
+    auto grads = [&](auto f) {
+      x.set_grad(start.clone()), p.zero_grad();
+      ag::backward(ag::sum(ag::mul(f(), r)));
+      return std::pair{x.grad().to_vector<float>(), p.grad().to_vector<float>()};
+    };
+    CHECK(grads([&] { return ag::spmm_plus(g, x, Reduce::kMean, p); }) ==
+          grads([&] { return ag::add(p, ag::spmm(g, x, Reduce::kMean)); }));
+    const ag::Var c(x.value());  // a constant x, plus a parameter
+    p.zero_grad();
+    ag::backward(ag::sum(ag::mul(ag::spmm_plus(g, c, Reduce::kSum, p), r)));
+    CHECK(p.grad().to_vector<float>() == r.value().to_vector<float>());
+  }
   ag::Var x = rand_var({9, 4}, 4), p = rand_var({9, 4}, 5);
   check_grads({x, p}, [&] { return probe(ag::spmm_plus(g, x, Reduce::kMean, p)); });
+  // a bipartite graph: 7 source rows into 4 destination rows, plus [4, F]; destination 3 has no edge
+  const std::vector<int64_t> src = {0, 2, 2, 5, 1, 0, 4}, dst = {0, 0, 1, 1, 2, 2, 2};
+  const Graph bi = Graph::from_bipartite_edges(src.data(), dst.data(), 7, 7, 4);
+  ag::Var xb = rand_var({7, 3}, 8), pb = rand_var({4, 3}, 9);
+  for (Reduce op : {Reduce::kSum, Reduce::kMean, Reduce::kMax}) {
+    CAPTURE(reduce_name(op));
+    check_grads({xb, pb}, [&] { return probe(ag::spmm_plus(bi, xb, op, pb)); });
+  }
   CHECK_THROWS_WITH_AS(ag::spmm_plus(g, x, Reduce::kSum, rand_var({9, 3}, 6)), doctest::Contains("spmm_plus: plus"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ag::spmm_plus(bi, xb, Reduce::kSum, rand_var({7, 3}, 6)), doctest::Contains("spmm_plus: plus"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ag::spmm_plus(g, ag::Var(), Reduce::kSum, p), doctest::Contains("spmm_plus: x is undefined"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ag::spmm_plus(g, rand_var({9}, 6), Reduce::kSum, p), doctest::Contains("spmm_plus: x must"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ag::spmm_plus(g, rand_var({8, 4}, 6), Reduce::kSum, p), doctest::Contains("spmm_plus: x has"),
                        Error);
 }
 

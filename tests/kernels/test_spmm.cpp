@@ -113,6 +113,9 @@ TEST_CASE("spmm: the forward with a base writes base + the aggregate, the bits o
       CHECK(arg_plus == arg);
     }
   }
+  std::vector<float> y(size_t(N * 5)), x(size_t(N * 5));  // y is formed before base is read: never both
+  CHECK_THROWS_WITH(spmm_forward_cpu(y.data(), nullptr, x.data(), nullptr, v, 5, 5, 5, Reduce::kSum, y.data()),
+                    doctest::Contains("base must not be y"));
 }
 
 TEST_CASE("spmm: the CPU backward, writing or adding, has the float reference's bits over blocks of columns") {
