@@ -75,8 +75,7 @@ Var spmm_heads(const Graph& graph, const Var& x, Reduce op, const Var& edge_weig
   });
 }
 
-// spmm, and with plus (undefined, or [N, W] with no edge weights, checked by spmm_plus): plus + spmm.
-// name: the op's, in errors and the profile.
+// spmm, and with plus ([N, W], no edge weights): plus + spmm. name: the op's, in errors and the profile.
 Var spmm_with(const char* name, const Graph& graph, const Var& x, Reduce op, const Var& edge_weight, const Var& plus) {
   GNN_CHECK(x.defined(), name, ": x is undefined");
   const Device dev = x.device();
@@ -85,6 +84,11 @@ Var spmm_with(const char* name, const Graph& graph, const Var& x, Reduce op, con
   const int64_t N = graph.num_nodes, E = graph.num_edges, W = x.size(1);
   GNN_CHECK(x.size(0) == graph.num_sources(), name, ": x has ", x.size(0), " rows for a graph of ", graph.num_sources(),
             graph.num_src >= 0 ? " source nodes" : " nodes");
+  if (plus.defined()) {
+    check_arg_on(name, "plus", plus, 2, x.dtype(), dev);
+    GNN_CHECK(plus.size(0) == N && plus.size(1) == W, name, ": plus ", plus.shape().str(), " must be the aggregate's [",
+              N, ", ", W, "]");
+  }
   int64_t H = 1;
   if (edge_weight.defined()) {
     check_arg_on("spmm", "edge_weight", edge_weight, -1, x.dtype(), dev);
@@ -142,11 +146,7 @@ Var spmm(const Graph& g, const Var& x, Reduce op, const Var& edge_weight) {
 }
 
 Var spmm_plus(const Graph& g, const Var& x, Reduce op, const Var& plus) {
-  GNN_CHECK(x.defined(), "spmm_plus: x is undefined");
-  check_arg_on("spmm_plus", "x", x, 2, x.dtype(), x.device());
-  check_arg_on("spmm_plus", "plus", plus, 2, x.dtype(), x.device());
-  GNN_CHECK(plus.size(0) == g.num_nodes && plus.size(1) == x.size(1), "spmm_plus: plus ", plus.shape().str(),
-            " must be the aggregate's [", g.num_nodes, ", ", x.size(1), "]");
+  GNN_CHECK(plus.defined(), "spmm_plus: plus is undefined");  // (spmm_with checks the rest)
   return spmm_with("spmm_plus", g, x, op, {}, plus);
 }
 

@@ -74,16 +74,14 @@ GNN_CPU_CLONES void pool_backward_cpu(float* __restrict dx, const float* __restr
     const int64_t g = t / blocks, f0 = (t % blocks) * kPoolBlock, w = std::min(kPoolBlock, F - f0);
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
     const float* __restrict d = dy + g * F + f0;
+    const int32_t* __restrict ar = op == Reduce::kMax ? argmax + g * F + f0 : nullptr;
+    const float scale = op == Reduce::kMean && e > b ? 1.0f / float(e - b) : 1.0f;
     for (int64_t i = b; i < e; ++i) {
       float* o = dx + i * F + f0;
       const float* br = base ? base + i * F + f0 : nullptr;
-      if (op == Reduce::kMax) {
-        const int32_t* __restrict ar = argmax + g * F + f0;
+      if (op == Reduce::kMax)
         put_row(o, br, w, in_place, [&](int64_t f) GNN_INLINE { return float(ar[f] == int32_t(i)) * d[f]; });
-      } else {
-        const float scale = op == Reduce::kMean ? 1.0f / float(e - b) : 1.0f;
-        put_row(o, br, w, in_place, [&](int64_t f) GNN_INLINE { return scale * d[f]; });
-      }
+      else put_row(o, br, w, in_place, [&](int64_t f) GNN_INLINE { return scale * d[f]; });
     }
   }
 }

@@ -514,6 +514,8 @@ TEST_CASE("autograd: spmm_plus is add(plus, spmm), bit for bit, forward and back
                        Error);
   CHECK_THROWS_WITH_AS(ag::spmm_plus(bi, xb, Reduce::kSum, rand_var({7, 3}, 6)), doctest::Contains("spmm_plus: plus"),
                        Error);
+  CHECK_THROWS_WITH_AS(ag::spmm_plus(g, x, Reduce::kSum, ag::Var()), doctest::Contains("spmm_plus: plus is undefined"),
+                       Error);
   CHECK_THROWS_WITH_AS(ag::spmm_plus(g, ag::Var(), Reduce::kSum, p), doctest::Contains("spmm_plus: x is undefined"),
                        Error);
   CHECK_THROWS_WITH_AS(ag::spmm_plus(g, rand_var({9}, 6), Reduce::kSum, p), doctest::Contains("spmm_plus: x must"),
