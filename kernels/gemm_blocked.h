@@ -14,8 +14,11 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+
+#include "base/error.h"
 
 namespace gnn::gemm_detail {
 
@@ -37,16 +40,23 @@ struct Cat {
 // B went through mmap) cost a memset and page faults: 3% of a fused SAGE layer's forward+backward.
 // T is the packed element (float; the bf16 kernel's u32 pairs), each with its own buffers.
 enum Slot { kPackB, kPackA, kPackAT, kPartials, kSlots };  // kPackAT: A before a re-layout (bf16 on AMX)
+// 64-byte aligned: an AMX tile's rows and a vector's loads then each take one cache line, not two (with
+// new[]'s 16-byte alignment every 64-byte row of a tile load spanned two lines).
+struct FreeScratch {
+  void operator()(void* p) const { std::free(p); }
+};
 template <class T = float>
 T* scratch(Slot slot, int64_t n) {
-  thread_local std::unique_ptr<T[]> buf[kSlots];
+  thread_local std::unique_ptr<void, FreeScratch> buf[kSlots];
   thread_local int64_t cap[kSlots] = {};
   if (cap[slot] < n) {
     buf[slot].reset();
-    buf[slot].reset(new T[size_t(n)]);
+    const size_t bytes = (size_t(n) * sizeof(T) + 63) / 64 * 64;
+    buf[slot].reset(std::aligned_alloc(64, bytes));
+    GNN_CHECK(buf[slot], "gemm: no memory for ", bytes, " bytes of packing scratch");
     cap[slot] = n;
   }
-  return buf[slot].get();
+  return static_cast<T*>(buf[slot].get());
 }
 
 // Whether a product cuts K into chunks (split_k): always with at most 4 row blocks, and with more where K is
