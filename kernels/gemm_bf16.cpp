@@ -26,6 +26,7 @@ namespace {
 
 constexpr int MR = 12, W = 16;
 constexpr int64_t kKC = gemm_detail::kKC, kMC = gemm_detail::kMC;
+constexpr int64_t kStreamFloats = int64_t(4) << 20;  // AMX: C of 16 MiB and up streamed (AmxBlocked::run)
 static_assert(kMC % 48 == 0, "pack_a pads a block's rows to a multiple of 48 (MR and the vector) within kMC");
 
 __mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
@@ -290,6 +291,18 @@ struct AmxBlocked {
     }
   }
 
+  // The same for a whole block with beta 0 into a C that is not read back soon: streaming stores, which
+  // write C's lines without fetching them first (c 64-byte aligned, a full NR columns).
+  static void finish_streamed(const float* out, float* c, int64_t ldc, int64_t rows, float alpha, const float* bias) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < NR; j += W) {
+        __m512 v = _mm512_load_ps(out + i * NR + j);
+        if (alpha != 1.0f) v = _mm512_mul_ps(_mm512_set1_ps(alpha), v);
+        if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + j));
+        _mm512_stream_ps(c + i * ldc + j, v);
+      }
+  }
+
   // C[rows, cols] from the block: alpha, then beta C, then the bias, as Bf16Blocked::micro.
   static void finish(const float* out, float* c, int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
                      const float* bias) {
@@ -375,6 +388,13 @@ struct AmxBlocked {
           });
     const int64_t k2s_max = ((std::min(K, kKC) + 1) / 2 + KT - 1) / KT * KT;
     uint32_t* bp = gemm_detail::scratch<uint32_t>(gemm_detail::kPackB, panels * k2s_max * NR);
+    // A large C written once (one KC block, beta 0) goes out with streaming stores: without them each of
+    // its lines is first read in to be overwritten. From 16 MiB, well past the threads' L2, where the op
+    // that reads C next would find little of it in cache anyway: [53040, 256] x [256, 256] (GIN-6th's MLP)
+    // 5.0 -> 4.2 ms on 2 threads, GIN-6th's step 3-6% faster; layout-tgraph's outputs (up to 11 MB) were
+    // slower to read back when streamed, so they are not (docs/benchmarks.md, 2026-12-02).
+    const bool stream =
+        K <= kKC && beta == 0.0f && M * N >= kStreamFloats && reinterpret_cast<uintptr_t>(C) % 64 == 0 && ldc % W == 0;
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0), k2s = ((kc + 1) / 2 + KT - 1) / KT * KT;
       const float beta_k = k0 == 0 ? beta : 1.0f;
@@ -393,12 +413,15 @@ struct AmxBlocked {
             const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
             for (int64_t r = 0; r < mc; r += MB) {
               tiles(k2s, ap + r * k2s, k2s, bp + q * k2s * NR, out);
-              finish(out, C + (i0 + r) * ldc + j0, ldc, std::min<int64_t>(MB, mc - r), cols, alpha, beta_k,
-                     bias_k ? bias_k + j0 : nullptr);
+              float* c = C + (i0 + r) * ldc + j0;
+              const int64_t rows = std::min<int64_t>(MB, mc - r);
+              if (stream && cols == NR) finish_streamed(out, c, ldc, rows, alpha, bias_k ? bias_k + j0 : nullptr);
+              else finish(out, c, ldc, rows, cols, alpha, beta_k, bias_k ? bias_k + j0 : nullptr);
             }
           }
         }
         _tile_release();
+        if (stream) _mm_sfence();  // the streamed lines in memory before the threads meet
       }
     }
   }

@@ -5,8 +5,11 @@
 // process-wide setting routes gemm_cpu through it; and a CPU without AVX512-BF16 refuses it by name.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -144,6 +147,40 @@ TEST_CASE("gemm bf16: bitwise identical for any thread count") {
       set_num_threads(std::max(3, saved.count));
       gemm_cpu_bf16_on(kernel, ta, false, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), N, 0.0f, C2.data(), N);
       CHECK(std::memcmp(C1.data(), C2.data(), C1.size() * 4) == 0);
+    }
+}
+
+TEST_CASE("gemm bf16: a large C streamed to memory has the bits of one stored through the cache") {
+  // AMX streams C of 16 MiB and up when it is written once (K within one block, beta 0), 64-byte aligned
+  // with rows a multiple of 16 floats apart; rows 16 + 3 floats apart take the cached stores. Both hold
+  // the same product: full panels of 32 columns and the 8-column edge, rows past whole blocks, alpha or a bias.
+  if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
+  const int64_t M = 16001, N = 264, K = 200;
+  const auto A = testing::random_values<float>(size_t(M * K), 21), B = testing::random_values<float>(size_t(K * N), 22),
+             bias = testing::random_values<float>(size_t(N), 23);
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  for (Bf16Kernel kernel : kernels())
+    for (bool with_bias : {false, true}) {
+      CAPTURE(gemm_bf16_kernel_name(kernel));
+      CAPTURE(with_bias);
+      const int64_t ld_streamed = 272, ld_cached = 275;
+      std::unique_ptr<float, Free> streamed(static_cast<float*>(std::aligned_alloc(64, size_t(M * ld_streamed * 4)))),
+          cached(static_cast<float*>(std::aligned_alloc(64, size_t(M * ld_cached * 4))));
+      REQUIRE((streamed && cached));
+      std::fill(streamed.get(), streamed.get() + M * ld_streamed, -7.0f);
+      std::fill(cached.get(), cached.get() + M * ld_cached, -7.0f);
+      for (auto [c, ldc] : {std::pair{streamed.get(), ld_streamed}, std::pair{cached.get(), ld_cached}})
+        gemm_cpu_bf16_on(kernel, false, false, M, N, K, with_bias ? 1.0f : 1.5f, A.data(), K, B.data(), N, 0.0f, c, ldc,
+                         true, with_bias ? bias.data() : nullptr);
+      int64_t differ = 0, pad_written = 0;
+      for (int64_t i = 0; i < M; ++i) {
+        differ += std::memcmp(streamed.get() + i * ld_streamed, cached.get() + i * ld_cached, size_t(N) * 4) != 0;
+        for (int64_t j = N; j < ld_streamed; ++j) pad_written += streamed.get()[i * ld_streamed + j] != -7.0f;
+      }
+      CHECK(differ == 0);
+      CHECK(pad_written == 0);
     }
 }
 
