@@ -151,9 +151,10 @@ TEST_CASE("gemm bf16: bitwise identical for any thread count") {
 }
 
 TEST_CASE("gemm bf16: a large C streamed to memory has the bits of one stored through the cache") {
-  // AMX streams C of 16 MiB and up when it is written once (K within one block, beta 0), 64-byte aligned
-  // with rows a multiple of 16 floats apart; rows 16 + 3 floats apart take the cached stores. Both hold
-  // the same product: full panels of 32 columns and the 8-column edge, rows past whole blocks, alpha or a bias.
+  // AMX streams a C of 16 MiB and up written once (K within one block, beta 0), 64-byte aligned with
+  // rows a multiple of 16 floats apart: C with rows 272 floats apart streams, with rows 275 apart it
+  // takes the cached stores. Full panels of 32 columns and the 8-column edge, rows past whole blocks,
+  // alpha or a bias; the padding past N is left alone.
   if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
   const int64_t M = 16001, N = 264, K = 200;
   const auto A = testing::random_values<float>(size_t(M * K), 21), B = testing::random_values<float>(size_t(K * N), 22),
