@@ -115,6 +115,12 @@ const char* gemm_kernel_name();  // the CPU products' kernel now: the ISA's name
 void gemm_cpu_bf16_on(Bf16Kernel k, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                       bool parallel = true, const float* bias = nullptr, GemmCat cat = {});
+// Whether the AMX kernel writes this C with streaming stores (not fetching its lines first): a C of
+// kGemmStreamFloats and up that one pass writes (K within one KC block of 256, beta 0), 64-byte aligned with
+// rows a multiple of 16 floats apart, on the calling threads' product (not split-K's partials). Full
+// 32-column panels only; the edge is stored as usual. Same bits either way.
+inline constexpr int64_t kGemmStreamFloats = int64_t(4) << 20;  // 16 MiB
+bool gemm_amx_streams_c(int64_t M, int64_t N, int64_t K, float beta, const float* C, int64_t ldc, bool parallel);
 // The bf16 kernel explicitly (tests, benchmarks), with gemm_cpu_isa's arguments; needs gemm_bf16_supported().
 void gemm_cpu_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true,

@@ -26,7 +26,6 @@ namespace {
 
 constexpr int MR = 12, W = 16;
 constexpr int64_t kKC = gemm_detail::kKC, kMC = gemm_detail::kMC;
-constexpr int64_t kStreamFloats = int64_t(4) << 20;  // AMX: C of 16 MiB and up streamed (AmxBlocked::run)
 static_assert(kMC % 48 == 0, "pack_a pads a block's rows to a multiple of 48 (MR and the vector) within kMC");
 
 __mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
@@ -393,8 +392,7 @@ struct AmxBlocked {
     // that reads C next would find little of it in cache anyway: [53040, 256] x [256, 256] (GIN-6th's MLP)
     // 5.0 -> 4.2 ms on 2 threads, GIN-6th's step 3-6% faster; layout-tgraph's outputs (up to 11 MB) were
     // slower to read back when streamed, so they are not (docs/benchmarks.md, 2026-12-02).
-    const bool stream =
-        K <= kKC && beta == 0.0f && M * N >= kStreamFloats && reinterpret_cast<uintptr_t>(C) % 64 == 0 && ldc % W == 0;
+    const bool stream = gemm_amx_streams_c(M, N, K, beta, C, ldc, parallel);
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0), k2s = ((kc + 1) / 2 + KT - 1) / KT * KT;
       const float beta_k = k0 == 0 ? beta : 1.0f;
@@ -421,7 +419,7 @@ struct AmxBlocked {
           }
         }
         _tile_release();
-        if (stream) _mm_sfence();  // the streamed lines in memory before the threads meet
+        if (stream) _mm_sfence();  // this thread's streamed lines ordered before the region ends
       }
     }
   }

@@ -51,6 +51,7 @@ T* scratch(Slot slot, int64_t n) {
   thread_local int64_t cap[kSlots] = {};
   if (cap[slot] < n) {
     buf[slot].reset();
+    cap[slot] = 0;  // nothing held until the new buffer is
     const size_t bytes = (size_t(n) * sizeof(T) + 63) / 64 * 64;
     buf[slot].reset(std::aligned_alloc(64, bytes));
     GNN_CHECK(buf[slot], "gemm: no memory for ", bytes, " bytes of packing scratch");

@@ -178,6 +178,12 @@ Bf16Kernel detect_bf16() {
 
 const char* gemm_bf16_kernel_name(Bf16Kernel k) { return k == Bf16Kernel::kAmx ? "amx" : "avx512bf16"; }
 
+// (parallel: split_k's chunks run with parallel false, and their partials are read straight back)
+bool gemm_amx_streams_c(int64_t M, int64_t N, int64_t K, float beta, const float* C, int64_t ldc, bool parallel) {
+  return parallel && K <= gemm_detail::kKC && beta == 0.0f && M * N >= kGemmStreamFloats &&
+         reinterpret_cast<uintptr_t>(C) % 64 == 0 && ldc % 16 == 0;
+}
+
 bool gemm_bf16_kernel_supported(Bf16Kernel k) { return k == Bf16Kernel::kAmx ? amx_usable() : gemm_bf16_supported(); }
 
 Bf16Kernel gemm_bf16_kernel() {

@@ -151,25 +151,31 @@ TEST_CASE("gemm bf16: bitwise identical for any thread count") {
 }
 
 TEST_CASE("gemm bf16: a large C streamed to memory has the bits of one stored through the cache") {
-  // AMX streams a C of 16 MiB and up written once (K within one block, beta 0), 64-byte aligned with
-  // rows a multiple of 16 floats apart: C with rows 272 floats apart streams, with rows 275 apart it
-  // takes the cached stores. Full panels of 32 columns and the 8-column edge, rows past whole blocks,
-  // alpha or a bias; the padding past N is left alone.
+  // AMX streams a C of kGemmStreamFloats and up written once (K within one block, beta 0), 64-byte
+  // aligned with rows a multiple of 16 floats apart: C with rows 272 floats apart streams, with rows 275
+  // apart it takes the cached stores (gemm_amx_streams_c, which the kernel asks, says so). Full panels
+  // of 32 columns and the 8-column edge, rows past whole blocks, alpha or a bias; the padding past N is
+  // left alone.
   if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
-  const int64_t M = 16001, N = 264, K = 200;
+  const int64_t N = 264, K = 200, M = kGemmStreamFloats / N + 114;  // the last row block 65 rows, its last tile 1
+  const int64_t ld_streamed = 272, ld_cached = 275;
   const auto A = testing::random_values<float>(size_t(M * K), 21), B = testing::random_values<float>(size_t(K * N), 22),
              bias = testing::random_values<float>(size_t(N), 23);
   struct Free {
     void operator()(float* p) const { std::free(p); }
   };
+  auto aligned = [M](int64_t ld) {  // aligned_alloc's size a multiple of its alignment
+    return std::unique_ptr<float, Free>(
+        static_cast<float*>(std::aligned_alloc(64, (size_t(M * ld) * 4 + 63) / 64 * 64)));
+  };
   for (Bf16Kernel kernel : kernels())
     for (bool with_bias : {false, true}) {
       CAPTURE(gemm_bf16_kernel_name(kernel));
       CAPTURE(with_bias);
-      const int64_t ld_streamed = 272, ld_cached = 275;
-      std::unique_ptr<float, Free> streamed(static_cast<float*>(std::aligned_alloc(64, size_t(M * ld_streamed * 4)))),
-          cached(static_cast<float*>(std::aligned_alloc(64, size_t(M * ld_cached * 4))));
+      auto streamed = aligned(ld_streamed), cached = aligned(ld_cached);
       REQUIRE((streamed && cached));
+      CHECK(gemm_amx_streams_c(M, N, K, 0.0f, streamed.get(), ld_streamed, true));
+      CHECK_FALSE(gemm_amx_streams_c(M, N, K, 0.0f, cached.get(), ld_cached, true));
       std::fill(streamed.get(), streamed.get() + M * ld_streamed, -7.0f);
       std::fill(cached.get(), cached.get() + M * ld_cached, -7.0f);
       for (auto [c, ldc] : {std::pair{streamed.get(), ld_streamed}, std::pair{cached.get(), ld_cached}})
