@@ -290,19 +290,10 @@ struct AmxBlocked {
     }
   }
 
-  // The same for a whole block with beta 0 into a C that is not read back soon: streaming stores, which
-  // write C's lines without fetching them first (c 64-byte aligned, a full NR columns).
-  static void finish_streamed(const float* out, float* c, int64_t ldc, int64_t rows, float alpha, const float* bias) {
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < NR; j += W) {
-        __m512 v = _mm512_load_ps(out + i * NR + j);
-        if (alpha != 1.0f) v = _mm512_mul_ps(_mm512_set1_ps(alpha), v);
-        if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + j));
-        _mm512_stream_ps(c + i * ldc + j, v);
-      }
-  }
-
-  // C[rows, cols] from the block: alpha, then beta C, then the bias, as Bf16Blocked::micro.
+  // C[rows, cols] from the block: alpha, then beta C, then the bias, as Bf16Blocked::micro. Streamed: a full
+  // NR columns with beta 0 into a C that is not read back soon, written with streaming stores, which do not
+  // fetch C's lines first (c 64-byte aligned).
+  template <bool Streamed = false>
   static void finish(const float* out, float* c, int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
                      const float* bias) {
     for (int64_t i = 0; i < rows; ++i)
@@ -312,7 +303,8 @@ struct AmxBlocked {
         if (alpha != 1.0f) v = _mm512_mul_ps(_mm512_set1_ps(alpha), v);
         if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m, c + i * ldc + j), v);
         if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + j));
-        _mm512_mask_storeu_ps(c + i * ldc + j, m, v);
+        if constexpr (Streamed) _mm512_stream_ps(c + i * ldc + j, v);
+        else _mm512_mask_storeu_ps(c + i * ldc + j, m, v);
       }
   }
 
@@ -413,8 +405,9 @@ struct AmxBlocked {
               tiles(k2s, ap + r * k2s, k2s, bp + q * k2s * NR, out);
               float* c = C + (i0 + r) * ldc + j0;
               const int64_t rows = std::min<int64_t>(MB, mc - r);
-              if (stream && cols == NR) finish_streamed(out, c, ldc, rows, alpha, bias_k ? bias_k + j0 : nullptr);
-              else finish(out, c, ldc, rows, cols, alpha, beta_k, bias_k ? bias_k + j0 : nullptr);
+              const float* bias_j = bias_k ? bias_k + j0 : nullptr;
+              if (stream && cols == NR) finish<true>(out, c, ldc, rows, cols, alpha, beta_k, bias_j);
+              else finish(out, c, ldc, rows, cols, alpha, beta_k, bias_j);
             }
           }
         }
