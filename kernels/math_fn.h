@@ -36,7 +36,7 @@ GNN_HD GNN_INLINE inline T math_erf(T x) {
   GNN_HOST_F32(T, vm::erf(x))
   return std::erf(x);
 }
-// erf(x), and e^(-x^2) into gauss (kernels/vmath.h's erf_gauss on the host: one exponential for both).
+// erf(x), and e^(-x^2) into gauss (kernels/vmath.h's erf_gauss on the host).
 template <class T>
 GNN_HD GNN_INLINE inline T math_erf_gauss(T x, T& gauss) {
 #ifndef __CUDA_ARCH__

@@ -70,14 +70,12 @@ xs = np.where(x > 0, x, 1)
 S = np.where(x > 0, np.array([math.erf(v) for v in xs]) / xs, 2 / math.sqrt(math.pi))
 emit("kErfSmall", fit("erf |x| <= 1", u, S - 1, 1 / S, 6))
 
-# erf, 1 < |x| < 4: erf(x) = 1 - exp(-x^2) Q(|x|), Q = erfcx fitted in t = 1/|x| (it behaves as
-# 1 / (sqrt(pi) x) for large x). An error in Q moves erf by erfc(x) dQ / Q, relative to erf(x).
+# erf, 1 < |x| < 4: erf(x) = 1 - P(|x| - 2.5), P fitted to erfc itself (no exponential, no division).
+# erfc is at most 0.157 there, so P's rounding errors stay small beside 1's last place and the final
+# 1 - P rounds once; an error in P moves erf by as much, relative to erf(x).
 a = cheb(1, 4)
-t = 1 / a
 erfc = np.array([math.erfc(v) for v in a])
-Q = erfc * np.exp(a * a)
-erf = 1 - erfc
-emit("kErfcx", fit("erfc(x) e^(x^2) on [1, 4], in 1/x", t, Q, erfc / Q / erf, 7))
+emit("kErfcMid", fit("erfc(x) on [1, 4], in |x| - 2.5", a - 2.5, erfc, 1 / (1 - erfc), 14))
 
 # tanh, |x| <= 0.625: tanh(x) = x + x u P(u), u = x^2; relative error is u dP / (tanh(x) / x).
 u = cheb(1e-8, 0.625**2)
