@@ -70,9 +70,9 @@ xs = np.where(x > 0, x, 1)
 S = np.where(x > 0, np.array([math.erf(v) for v in xs]) / xs, 2 / math.sqrt(math.pi))
 emit("kErfSmall", fit("erf |x| <= 1", u, S - 1, 1 / S, 6))
 
-# erf, 1 < |x| < 4: erf(x) = 1 - P(|x| - 2.5), P fitted to erfc itself (no exponential, no division).
+# erf, 1 < |x| < 4: erf(|x|) = 1 - P(|x| - 2.5), P fitted to erfc itself (no exponential, no division).
 # erfc is at most 0.157 there, so P's rounding errors stay small beside 1's last place and the final
-# 1 - P rounds once; an error in P moves erf by as much, relative to erf(x).
+# 1 - P rounds once; P's error is erf's, weighted by 1 / erf(x) (relative error).
 a = cheb(1, 4)
 erfc = np.array([math.erfc(v) for v in a])
 emit("kErfcMid", fit("erfc(x) on [1, 4], in |x| - 2.5", a - 2.5, erfc, 1 / (1 - erfc), 14))
