@@ -36,19 +36,6 @@ GNN_HD GNN_INLINE inline T math_erf(T x) {
   GNN_HOST_F32(T, vm::erf(x))
   return std::erf(x);
 }
-// erf(x), and e^(-x^2) into gauss (kernels/vmath.h's erf_gauss on the host).
-template <class T>
-GNN_HD GNN_INLINE inline T math_erf_gauss(T x, T& gauss) {
-#ifndef __CUDA_ARCH__
-  if constexpr (std::is_same_v<T, float>) {
-    const vm::ErfGauss r = vm::erf_gauss(x);
-    gauss = r.gauss;
-    return r.erf;
-  }
-#endif
-  gauss = std::exp(-(x * x));
-  return std::erf(x);
-}
 template <class T>
 GNN_HD GNN_INLINE inline T math_tanh(T x) {
   GNN_HOST_F32(T, vm::tanh(x))

@@ -162,12 +162,6 @@ GNN_INLINE inline float erf(float x) {
   return a <= 1.0f ? small : copysign(a >= 4.0f ? 1.0f : large, x);
 }
 
-// erf(x), and e^(-x^2) beside it: what the GELU's derivative needs.
-struct ErfGauss {
-  float erf, gauss;
-};
-GNN_INLINE inline ErfGauss erf_gauss(float x) { return {erf(x), exp(-(x * x))}; }
-
 // tanh: x + x u P(u) (u = x^2) for |x| <= 0.625; 1 - 2 / (e^(2|x|) + 1) above, +-1 where e^(2|x|)
 // overflows.
 GNN_INLINE inline float tanh(float x) {
