@@ -116,7 +116,7 @@ void gemm_cpu_bf16_on(Bf16Kernel k, bool trans_a, bool trans_b, int64_t M, int64
                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                       bool parallel = true, const float* bias = nullptr, GemmCat cat = {});
 // Whether the AMX kernel writes this C with streaming stores (not fetching its lines first): a C of
-// kGemmStreamFloats and up that one pass writes (K within one KC block of 256, beta 0), 64-byte aligned with
+// kGemmStreamFloats and up that one pass writes (K within one AMX KC block of 512, beta 0), 64-byte aligned with
 // rows a multiple of 16 floats apart, on the calling threads' product (not split-K's partials). Full
 // 32-column panels only; the edge is stored as usual. Same bits either way.
 inline constexpr int64_t kGemmStreamFloats = int64_t(4) << 20;  // 16 MiB

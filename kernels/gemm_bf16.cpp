@@ -25,7 +25,7 @@ namespace gnn {
 namespace {
 
 constexpr int MR = 12, W = 16;
-constexpr int64_t kKC = gemm_detail::kKC, kMC = gemm_detail::kMC;
+constexpr int64_t kKC = gemm_detail::kKC, kMC = gemm_detail::kMC, kKCAmx = gemm_detail::kKCAmx;
 static_assert(kMC % 48 == 0, "pack_a pads a block's rows to a multiple of 48 (MR and the vector) within kMC");
 
 __mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
@@ -118,7 +118,7 @@ struct Bf16Blocked {
 #pragma omp parallel for schedule(static) if (parallel && panels * kc > 4096)
       for (int64_t q = 0; q < panels; ++q) {
         uint32_t* dst = bp + q * k2s * NR;
-        alignas(64) uint16_t run[kKC + 2];
+        alignas(64) uint16_t run[kKCAmx + 2];  // either driver's KC
         for (int64_t j = 0; j < NR; ++j) {
           const int64_t col = q * NR + j;
           if (col < N) bf16_row(B + col * ldb + k0, kc, run);
@@ -377,7 +377,11 @@ struct AmxBlocked {
           [&](const float* a, int64_t la, const float* b, int64_t kc, float* part, const gemm_detail::Cat& ck) {
             run(ta, tb, M, N, kc, 1.0f, a, la, b, ldb, 0.0f, part, N, /*parallel=*/false, nullptr, ck);
           });
-    const int64_t k2s_max = ((std::min(K, kKC) + 1) / 2 + KT - 1) / KT * KT;
+    // KC: 512 for the product over the threads, whose C may be far larger than the caches (gemm_blocked.h's
+    // kKCAmx); 256 for split_k's serial chunks, whose partial C stays in L2 and whose transposed A
+    // packed 512 deep ran 2-5% slower (dW of layout-tgraph's SAGE layer, [512, 10752] x [10752, 128]).
+    const int64_t kcb = parallel ? kKCAmx : kKC;
+    const int64_t k2s_max = ((std::min(K, kcb) + 1) / 2 + KT - 1) / KT * KT;
     uint32_t* bp = gemm_detail::scratch<uint32_t>(gemm_detail::kPackB, panels * k2s_max * NR);
     // A large C written once (one KC block, beta 0) goes out with streaming stores: without them each of
     // its lines is first read in to be overwritten. From 16 MiB, well past the threads' L2, where the op
@@ -385,8 +389,8 @@ struct AmxBlocked {
     // 5.0 -> 4.2 ms on 2 threads, GIN-6th's step 3-6% faster; layout-tgraph's outputs (up to 11 MB) were
     // slower to read back when streamed, so they are not (docs/benchmarks.md, 2026-12-02).
     const bool stream = gemm_amx_streams_c(M, N, K, beta, C, ldc, parallel);
-    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
-      const int64_t kc = std::min(kKC, K - k0), k2s = ((kc + 1) / 2 + KT - 1) / KT * KT;
+    for (int64_t k0 = 0; k0 < K; k0 += kcb) {
+      const int64_t kc = std::min(kcb, K - k0), k2s = ((kc + 1) / 2 + KT - 1) / KT * KT;
       const float beta_k = k0 == 0 ? beta : 1.0f;
       const float* bias_k = k0 + kc == K ? bias : nullptr;
       Pack::pack_b(tb, B, ldb, k0, kc, N, bp, parallel, k2s);

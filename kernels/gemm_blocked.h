@@ -23,6 +23,12 @@
 namespace gnn::gemm_detail {
 
 constexpr int64_t kKC = 256, kMC = 96;
+// The AMX driver's KC over the threads (gemm_bf16.cpp), twice the others'. C is read back and written
+// again once per KC block past the first, and C is the product's largest stream when K is a few hundred:
+// [aggregate | root] 512 wide (SAGE-6th's layer, [53040, 512] x [512, 256]) spent a quarter of its time in
+// the second block's reads of C. Its packed A (96 rows of 256 pairs) and B (8 panels of 32 x 256 pairs)
+// then take 96 and 256 KiB of L2. (split_k's serial chunks keep kKC.)
+constexpr int64_t kKCAmx = 2 * kKC;
 
 // A stored as two row-major matrices side by side, [A | a2] (GemmCat, kernels/gemm.h): stored column t
 // is A's for t < k1, a2's column t - k1 after. Without a2, A alone.

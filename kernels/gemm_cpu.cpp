@@ -180,7 +180,7 @@ const char* gemm_bf16_kernel_name(Bf16Kernel k) { return k == Bf16Kernel::kAmx ?
 
 // (parallel: split_k's chunks run with parallel false, and their partials are read straight back)
 bool gemm_amx_streams_c(int64_t M, int64_t N, int64_t K, float beta, const float* C, int64_t ldc, bool parallel) {
-  return parallel && K <= gemm_detail::kKC && beta == 0.0f && M * N >= kGemmStreamFloats &&
+  return parallel && K <= gemm_detail::kKCAmx && beta == 0.0f && M * N >= kGemmStreamFloats &&
          reinterpret_cast<uintptr_t>(C) % 64 == 0 && ldc % 16 == 0;
 }
 

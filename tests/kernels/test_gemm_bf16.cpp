@@ -151,13 +151,14 @@ TEST_CASE("gemm bf16: bitwise identical for any thread count") {
 }
 
 TEST_CASE("gemm bf16: a large C streamed to memory has the bits of one stored through the cache") {
-  // AMX streams a C of kGemmStreamFloats and up written once (K within one block, beta 0), 64-byte
+  // AMX streams a C of kGemmStreamFloats and up written once (K within one block of 512, beta 0), 64-byte
   // aligned with rows a multiple of 16 floats apart: C with rows 272 floats apart streams, with rows 275
   // apart it takes the cached stores (gemm_amx_streams_c, which the kernel asks, says so). Full panels
   // of 32 columns and the 8-column edge, rows past whole blocks, alpha or a bias; the padding past N is
   // left alone.
   if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
-  const int64_t N = 264, K = 200, M = kGemmStreamFloats / N + 114;  // the last row block 65 rows, its last tile 1
+  // K past the other drivers' block of 256, within AMX's one
+  const int64_t N = 264, K = 400, M = kGemmStreamFloats / N + 114;  // the last row block 65 rows, its last tile 1
   const int64_t ld_streamed = 272, ld_cached = 275;
   const auto A = testing::random_values<float>(size_t(M * K), 21), B = testing::random_values<float>(size_t(K * N), 22),
              bias = testing::random_values<float>(size_t(N), 23);
