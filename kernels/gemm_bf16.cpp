@@ -378,8 +378,9 @@ struct AmxBlocked {
             run(ta, tb, M, N, kc, 1.0f, a, la, b, ldb, 0.0f, part, N, /*parallel=*/false, nullptr, ck);
           });
     // KC: 512 for the product over the threads, whose C may be far larger than the caches (gemm_blocked.h's
-    // kKCAmx); 256 for split_k's serial chunks, whose partial C stays in L2 and whose transposed A
-    // packed 512 deep ran 2-5% slower (dW of layout-tgraph's SAGE layer, [512, 10752] x [10752, 128]).
+    // kKCAmx); 256 for a serial call (split_k's chunks, whose partial C stays in L2 and whose transposed A
+    // packed 512 deep ran 2-5% slower on layout-tgraph's dW, [512, 10752] x [10752, 128]; gemm_cpu_serial,
+    // the fused SAGE layer's rows). So with K over 256 a serial call and a threaded one differ in last bits.
     const int64_t kcb = parallel ? kKCAmx : kKC;
     const int64_t k2s_max = ((std::min(K, kcb) + 1) / 2 + KT - 1) / KT * KT;
     uint32_t* bp = gemm_detail::scratch<uint32_t>(gemm_detail::kPackB, panels * k2s_max * NR);

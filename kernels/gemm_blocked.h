@@ -27,7 +27,7 @@ constexpr int64_t kKC = 256, kMC = 96;
 // again once per KC block past the first, and C is the product's largest stream when K is a few hundred:
 // [aggregate | root] 512 wide (SAGE-6th's layer, [53040, 512] x [512, 256]) spent a quarter of its time in
 // the second block's reads of C. Its packed A (96 rows of 256 pairs) and B (8 panels of 32 x 256 pairs)
-// then take 96 and 256 KiB of L2. (split_k's serial chunks keep kKC.)
+// then take 96 and 256 KiB of L2. (Serial calls, split_k's chunks among them, keep kKC.)
 constexpr int64_t kKCAmx = 2 * kKC;
 
 // A stored as two row-major matrices side by side, [A | a2] (GemmCat, kernels/gemm.h): stored column t

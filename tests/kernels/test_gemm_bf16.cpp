@@ -133,8 +133,11 @@ TEST_CASE("gemm bf16: the double product of the rounded inputs, on every layout"
 TEST_CASE("gemm bf16: bitwise identical for any thread count") {
   if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
   for (Bf16Kernel kernel : kernels())
-    for (auto [ta, M, N, K] : std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{
-             {false, 1000, 96, 300}, {true, 256, 128, 10000}, {true, 512, 256, 5000}, {false, 700, 16, 129}}) {
+    for (auto [ta, M, N, K] : std::vector<std::tuple<bool, int64_t, int64_t, int64_t>>{{false, 1000, 96, 300},
+                                                                                       {false, 1000, 96, 600},
+                                                                                       {true, 256, 128, 10000},
+                                                                                       {true, 512, 256, 5000},
+                                                                                       {false, 700, 16, 129}}) {
       CAPTURE(gemm_bf16_kernel_name(kernel));
       CAPTURE(ta);
       CAPTURE(M);
@@ -177,6 +180,7 @@ TEST_CASE("gemm bf16: a large C streamed to memory has the bits of one stored th
       REQUIRE((streamed && cached));
       CHECK(gemm_amx_streams_c(M, N, K, 0.0f, streamed.get(), ld_streamed, true));
       CHECK_FALSE(gemm_amx_streams_c(M, N, K, 0.0f, cached.get(), ld_cached, true));
+      CHECK_FALSE(gemm_amx_streams_c(M, N, 513, 0.0f, streamed.get(), ld_streamed, true));  // two K blocks
       std::fill(streamed.get(), streamed.get() + M * ld_streamed, -7.0f);
       std::fill(cached.get(), cached.get() + M * ld_cached, -7.0f);
       for (auto [c, ldc] : {std::pair{streamed.get(), ld_streamed}, std::pair{cached.get(), ld_cached}})
