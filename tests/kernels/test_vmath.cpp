@@ -203,6 +203,20 @@ TEST_CASE("vmath: special values") {
   CHECK(vm::sigmoid(-100.0f) > 0.0f);  // e^-100: a normal float, not 0
 }
 
+namespace {
+// How many of ys (a vectorised loop's results over xs) differ in bits from the scalar call's, NaN
+// matching any NaN.
+template <class Scalar>
+int64_t bits_differ(const std::vector<float>& xs, const std::vector<float>& ys, Scalar scalar) {
+  int64_t differ = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float s = scalar(xs[i]);
+    differ += std::memcmp(&s, &ys[i], sizeof s) != 0 && !(std::isnan(s) && std::isnan(ys[i]));
+  }
+  return differ;
+}
+}  // namespace
+
 TEST_CASE("vmath: a vectorised loop gives the bits of scalar calls") {
 #if defined(__x86_64__) && defined(__GNUC__)
   if (!__builtin_cpu_supports("x86-64-v3"))
@@ -212,11 +226,7 @@ TEST_CASE("vmath: a vectorised loop gives the bits of scalar calls") {
   std::vector<float> ys(xs.size());
   for (Fn f : kAll) {
     map_all(f, ys.data(), xs.data(), int64_t(xs.size()));
-    int64_t differ = 0;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      const float s = scalar(f, xs[i]);
-      differ += std::memcmp(&s, &ys[i], sizeof s) != 0 && !(std::isnan(s) && std::isnan(ys[i]));
-    }
+    const int64_t differ = bits_differ(xs, ys, [f](float x) { return scalar(f, x); });
     CHECK_MESSAGE(differ == 0, std::string(fn_name(f)), ": ", differ, " results differ from the scalar call");
   }
 }
@@ -231,11 +241,7 @@ TEST_CASE("vmath: GELU's derivative (erf and exp(-t^2) in one loop) vectorised g
   const std::vector<float> xs = sample_floats();
   std::vector<float> ys(xs.size());
   map_gelu_derivative(ys.data(), xs.data(), int64_t(xs.size()));
-  int64_t differ = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const float s = act_derivative<float>(Act::kGelu, xs[i], 0.0f);
-    differ += std::memcmp(&s, &ys[i], sizeof s) != 0 && !(std::isnan(s) && std::isnan(ys[i]));
-  }
+  const int64_t differ = bits_differ(xs, ys, [](float x) { return act_derivative<float>(Act::kGelu, x, 0.0f); });
   CHECK_MESSAGE(differ == 0, differ, " of ", xs.size(), " differ from the scalar call");
   CHECK(std::isnan(act_derivative<float>(Act::kGelu, std::numeric_limits<float>::quiet_NaN(), 0.0f)));
   CHECK(act_derivative<float>(Act::kGelu, -30.0f, 0.0f) == 0.0f);  // e^(-450): 0, as is Phi
