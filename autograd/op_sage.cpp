@@ -40,7 +40,42 @@ constexpr Kernel sage_backward_k{
                          on.stream());
     }};
 
+constexpr Kernel sage_combine_forward_k = GNN_KERNEL(sage_combine_forward);
+constexpr Kernel sage_combine_backward_k = GNN_KERNEL(sage_combine_backward);
+
 }  // namespace
+
+Var sage_combine(const Graph& graph, const Var& q, int64_t configs, const Var& b) {
+  check_arg_on("sage_combine", "q", q, 2, q.dtype(), q.device());
+  check_graph_device("sage_combine", graph, q.device());
+  const int64_t N = graph.num_nodes, C = configs;
+  GNN_CHECK(C >= 1, "sage_combine: configs must be at least 1, got ", C);
+  GNN_CHECK(q.size(0) == N, "sage_combine: q has ", q.size(0), " rows for a graph of ", N, " nodes");
+  GNN_CHECK(q.size(1) % (2 * C) == 0, "sage_combine: q's ", q.size(1), " columns are not ", C,
+            " configs of [aggregate | root] halves of one width");
+  const int64_t O = q.size(1) / (2 * C);
+  if (b.defined()) {
+    check_arg_on("sage_combine", "b", b, 1, q.dtype(), q.device());
+    GNN_CHECK(b.size(0) == O, "sage_combine: b has ", b.size(0), " values for ", O, " outputs");
+  }
+  return dispatch_dev("sage_combine", q.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(q.value(), Shape{N, C * O});
+    run<T>(sage_combine_forward_k, y, ptr<T>(y), ptr<T>(q.value()), ptr_or_null<T>(b), csr_view(graph), C, O);
+    return record("sage_combine", y, {q, b}, [=, q = GradRef(q), b = GradRef(b)](const Tensor& dy) {
+      if (b.requires_grad()) {  // the bias's gradient first, as matmul_bias's
+        Tensor db = empty_like(dy, Shape{O});
+        column_sum_on<T>(dy, ptr<T>(db), ptr<T>(dy), N * C, O);
+        accumulate(b, db);
+      }
+      if (q.requires_grad()) {
+        Tensor dq = empty_like(dy, Shape{N, 2 * C * O});
+        run<T>(sage_combine_backward_k, dy, ptr<T>(dq), ptr<T>(dy), csr_view(graph), C, O);
+        accumulate(q, dq);
+      }
+    });
+  });
+}
 
 Var sage_fused(const Graph& graph, const Var& x, const Var& W, const Var& b, Act act, double slope) {
   check_arg_on("sage_fused", "x", x, 2, x.dtype(), x.device());

@@ -124,6 +124,10 @@ Var pool_logsumexp(const Var& x, const Tensor& graph_ptr);
 
 // ---- fused SAGE (op_sage.cpp): act([mean_{j->i} x_j | x_i] W + b), W [2F, O] ----------------------------
 Var sage_fused(const Graph& g, const Var& x, const Var& W, const Var& b, Act act, double slope = 0.01);
+// The mean after a narrowing layer's product (kernels/sage.h, sage_combine): q [N, C*2O], each config's 2O
+// values [x W_agg | x W_root] of its row; y [N, C*O] = mean over g's in-edges of the first halves + the row's
+// own second half + b (b [O] or undefined). [mean x | x] W + b with the product taken first.
+Var sage_combine(const Graph& g, const Var& q, int64_t configs, const Var& b = Var());
 
 // ---- self-attention over the nodes of each graph (op_attention.cpp) ----------------------------------
 // q, k, v [N, H*D]; graph_ptr i64 [G+1]. Full: softmax(q k^T / sqrt(D)) v within each graph and head.

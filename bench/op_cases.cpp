@@ -255,6 +255,16 @@ std::vector<OpCase> all_op_cases() {
          return in;
        },
        [](const Vars& x, const Graph& g, const OpInputs&) { return ag::sage_fused(g, x[0], x[1], x[2], Act::kGelu); }},
+      {"sage-combine",  // a narrowing SAGE layer's mean after its product: q [N, C*2F], b [F] -> [N, C*F]
+       [](const OpSize& s) {
+         OpInputs in;
+         in.graph = graph(s);
+         in.vars = {values(s.nodes, 2 * width(s), s.seed), row(s.features, s.seed + 1)};
+         return in;
+       },
+       [](const Vars& x, const Graph& g, const OpInputs&) {
+         return ag::sage_combine(g, x[0], x[0].size(1) / (2 * x[1].size(0)), x[1]);
+       }},
       // ---- row-wise ----
       {"softmax", [](const OpSize& s) { return rows_of(s, 1); },
        [](const Vars& x, const Graph&, const OpInputs&) { return ag::softmax(x[0]); }},

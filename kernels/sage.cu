@@ -48,4 +48,47 @@ void sage_backward_cuda(float* dx, float* dW, float* db, const float* dy, const 
   spmm_backward_x_cuda(dx, dagg, nullptr, nullptr, g, F, F, F, Reduce::kMean, /*base=*/dx, stream);
 }
 
+// The narrowing layer's mean after its product (kernels/sage.h): one thread per output value, the sums in
+// the CPU's order and each product and sum rounded on its own (__fmul_rn / __fadd_rn: no contraction into
+// a multiply-add), so the GPU gives the host's bits.
+__global__ void sage_combine_fwd_kernel(float* y, const float* q, const float* b, const int32_t* indptr,
+                                        const int32_t* indices, int64_t N, int64_t C, int64_t O) {
+  const int64_t W = C * O;
+  GNN_GRID_STRIDE(i, N * W) {
+    const int64_t v = i / W, j = i % W, c = j / O, o = j % O;
+    const int32_t e0 = indptr[v], e1 = indptr[v + 1];
+    float acc = 0.0f;
+    for (int32_t p = e0; p < e1; ++p) acc = __fadd_rn(acc, q[int64_t(indices[p]) * 2 * W + c * 2 * O + o]);
+    const float mean = e1 > e0 ? __fmul_rn(acc, 1.0f / float(e1 - e0)) : 0.0f;
+    const float z = __fadd_rn(mean, q[v * 2 * W + c * 2 * O + O + o]);
+    y[i] = b ? __fadd_rn(z, b[o]) : z;
+  }
+}
+
+__global__ void sage_combine_bwd_kernel(float* dq, const float* dy, const int32_t* indptr, const int32_t* csc_indptr,
+                                        const int32_t* csc_indices, int64_t S, int64_t C, int64_t O) {
+  const int64_t W = C * O;
+  GNN_GRID_STRIDE(i, S * W) {
+    const int64_t u = i / W, j = i % W, c = j / O, o = j % O;
+    float acc = 0.0f;
+    for (int32_t k = csc_indptr[u]; k < csc_indptr[u + 1]; ++k) {
+      const int32_t v = csc_indices[k];
+      acc = __fadd_rn(acc, __fmul_rn(1.0f / float(indptr[v + 1] - indptr[v]), dy[int64_t(v) * W + j]));
+    }
+    dq[u * 2 * W + c * 2 * O + o] = acc;
+    dq[u * 2 * W + c * 2 * O + O + o] = dy[i];
+  }
+}
+
+void sage_combine_forward_cuda(float* y, const float* q, const float* b, const CsrView& g, int64_t C, int64_t O,
+                               Stream stream) {
+  GNN_LAUNCH_N("sage_combine_forward_cuda", g.num_rows * C * O, sage_combine_fwd_kernel, y, q, b, g.indptr, g.indices,
+               g.num_rows, C, O);
+}
+
+void sage_combine_backward_cuda(float* dq, const float* dy, const CsrView& g, int64_t C, int64_t O, Stream stream) {
+  GNN_LAUNCH_N("sage_combine_backward_cuda", g.num_cols * C * O, sage_combine_bwd_kernel, dq, dy, g.indptr,
+               g.csc_indptr, g.csc_indices, g.num_cols, C, O);
+}
+
 }  // namespace gnn

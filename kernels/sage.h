@@ -81,4 +81,53 @@ void sage_backward_cuda(float* dx, float* dW, float* db, const float* dy, const 
                         const CsrView& g, const float* W, int64_t F, int64_t O, Act act, float slope, float* workspace,
                         const BlasHandle& blas, Stream stream);
 
+// A SAGE layer that narrows (O outputs from F > O inputs), its product first: with q = x [W_agg | W_root]
+// computed per (node, config), q [S, C, 2O] (S source rows, C configs side by side in each row), then
+//   y[v, c, :] = mean_{p in row v} q[src p, c, 0:O] + q[v, c, O:2O] + b          (y [N, C*O], b [O] or null)
+// the mean 0 for a row without edges, formed as the edges' sum in CSR order times 1 / deg(v), then the root
+// and the bias added in that order. It is [mean x | x] W + b reassociated: the product reads x (K = F) rather
+// than [mean x | x] (K = 2F), the gather moves O values a neighbour rather than F, and [mean x] is never
+// written. The graph must be square (N = S: the root term is the row's own). Backward, no atomics:
+//   dq[u, c, 0:O] = sum over u's CSC entries (in CSC order) of (1 / deg(v)) dy[v, c, :];  dq[u, c, O:2O] = dy[u, c, :]
+// (db is the column sums of dy, left to the caller). The CPU versions give the reference's bits in float,
+// for any thread count (each output value has one owner and one order); so does CUDA's.
+template <class T>
+void sage_combine_forward_ref(T* y, const T* q, const T* b, const CsrView& g, int64_t C, int64_t O) {
+  const int64_t W = C * O;
+  for (int64_t v = 0; v < g.num_rows; ++v) {
+    const int32_t e0 = g.indptr[v], e1 = g.indptr[v + 1];
+    for (int64_t j = 0; j < W; ++j) {
+      const int64_t c = j / O, o = j % O;
+      T acc = T(0);
+      for (int32_t p = e0; p < e1; ++p) acc += q[int64_t(g.indices[p]) * 2 * W + c * 2 * O + o];
+      const T mean = e1 > e0 ? acc * (T(1) / T(e1 - e0)) : T(0);
+      const T z = mean + q[v * 2 * W + c * 2 * O + O + o];
+      y[v * W + j] = b ? z + b[o] : z;
+    }
+  }
+}
+
+template <class T>
+void sage_combine_backward_ref(T* dq, const T* dy, const CsrView& g, int64_t C, int64_t O) {
+  const int64_t W = C * O;
+  for (int64_t u = 0; u < g.num_cols; ++u)
+    for (int64_t j = 0; j < W; ++j) {
+      const int64_t c = j / O, o = j % O;
+      T acc = T(0);
+      for (int32_t k = g.csc_indptr[u]; k < g.csc_indptr[u + 1]; ++k) {
+        const int32_t v = g.csc_indices[k];
+        acc += T(1) / T(g.indptr[v + 1] - g.indptr[v]) * dy[int64_t(v) * W + j];
+      }
+      dq[u * 2 * W + c * 2 * O + o] = acc;
+      dq[u * 2 * W + c * 2 * O + O + o] = dy[u * W + j];
+    }
+}
+
+void sage_combine_forward_cpu(float* y, const float* q, const float* b, const CsrView& g, int64_t C, int64_t O);
+void sage_combine_backward_cpu(float* dq, const float* dy, const CsrView& g, int64_t C, int64_t O);
+// One thread per output value (forward: per (v, c, o); backward: per (u, c, o), both halves of dq).
+void sage_combine_forward_cuda(float* y, const float* q, const float* b, const CsrView& g, int64_t C, int64_t O,
+                               Stream stream);
+void sage_combine_backward_cuda(float* dq, const float* dy, const CsrView& g, int64_t C, int64_t O, Stream stream);
+
 }  // namespace gnn

@@ -123,4 +123,73 @@ GNN_CPU_CLONES void sage_backward_cpu(float* dx, float* dW, float* db, const flo
   spmm_backward_x_cpu(dx, dagg, nullptr, nullptr, g, F, F, F, Reduce::kMean, /*base=*/dx);
 }
 
+// The narrowing layer's mean after its product (sage_combine): one output row per task, each config's O
+// values formed from the neighbours' first halves in CSR order (the first edge assigning), scaled, then the
+// root half and the bias added while the row is in cache. Rows go to the threads a few at a time: a row is
+// C*O values a neighbour (32 KB in layout-tgraph's [168, 64 x 128]), so a task of 32 rows, as the SpMM's,
+// would leave one thread with most of a small graph.
+static int64_t combine_rows_per_task(int64_t W) { return std::clamp<int64_t>(4096 / std::max<int64_t>(W, 1), 1, 64); }
+
+GNN_CPU_CLONES void sage_combine_forward_cpu(float* y, const float* q, const float* b, const CsrView& g, int64_t C,
+                                             int64_t O) {
+  const int64_t W = C * O, chunk = combine_rows_per_task(W);
+#pragma omp parallel for schedule(dynamic, chunk)
+  for (int64_t v = 0; v < g.num_rows; ++v) {
+    float* __restrict yr = y + v * W;
+    const int32_t e0 = g.indptr[v], e1 = g.indptr[v + 1];
+    if (e0 == e1) {
+      for (int64_t j = 0; j < W; ++j) yr[j] = 0.0f;
+    } else {
+      for (int32_t p = e0; p < e1; ++p) {
+        const float* __restrict xr = q + int64_t(g.indices[p]) * 2 * W;
+        for (int64_t c = 0; c < C; ++c) {
+          float* __restrict yc = yr + c * O;
+          const float* __restrict xc = xr + c * 2 * O;
+          if (p == e0)
+            for (int64_t o = 0; o < O; ++o) yc[o] = xc[o];
+          else
+            for (int64_t o = 0; o < O; ++o) yc[o] += xc[o];
+        }
+      }
+      const float inv = 1.0f / float(e1 - e0);
+      for (int64_t j = 0; j < W; ++j) yr[j] *= inv;
+    }
+    const float* __restrict rr = q + v * 2 * W + O;
+    for (int64_t c = 0; c < C; ++c) {
+      float* __restrict yc = yr + c * O;
+      const float* __restrict rc = rr + c * 2 * O;
+      if (b)
+        for (int64_t o = 0; o < O; ++o) yc[o] = yc[o] + rc[o] + b[o];
+      else
+        for (int64_t o = 0; o < O; ++o) yc[o] = yc[o] + rc[o];
+    }
+  }
+}
+
+GNN_CPU_CLONES void sage_combine_backward_cpu(float* dq, const float* dy, const CsrView& g, int64_t C, int64_t O) {
+  const int64_t W = C * O, chunk = combine_rows_per_task(W);
+#pragma omp parallel for schedule(dynamic, chunk)
+  for (int64_t u = 0; u < g.num_cols; ++u) {
+    float* __restrict dr = dq + u * 2 * W;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t o = 0; o < O; ++o) dr[c * 2 * O + o] = 0.0f;
+    for (int32_t k = g.csc_indptr[u]; k < g.csc_indptr[u + 1]; ++k) {
+      const int32_t v = g.csc_indices[k];
+      const float s = 1.0f / float(g.indptr[v + 1] - g.indptr[v]);
+      const float* __restrict gr = dy + int64_t(v) * W;
+      for (int64_t c = 0; c < C; ++c) {
+        float* __restrict dc = dr + c * 2 * O;
+        const float* __restrict gc = gr + c * O;
+        for (int64_t o = 0; o < O; ++o) dc[o] += s * gc[o];
+      }
+    }
+    const float* __restrict own = dy + u * W;
+    for (int64_t c = 0; c < C; ++c) {
+      float* __restrict dc = dr + c * 2 * O + O;
+      const float* __restrict gc = own + c * O;
+      for (int64_t o = 0; o < O; ++o) dc[o] = gc[o];
+    }
+  }
+}
+
 }  // namespace gnn

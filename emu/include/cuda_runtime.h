@@ -233,6 +233,10 @@ inline T __ldg(const T* p) {
   if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) ::gnn_emu::device_fault("misaligned __ldg", p);
   return *p;
 }
+// One IEEE operation rounded to nearest, never contracted with another into a multiply-add: on the host,
+// compiled with -ffp-contract=off, the plain operation already is that.
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
 inline void __syncthreads() { ::gnn_emu::block_barrier(::gnn_emu::Vote::kNone, 0); }
 inline int __syncthreads_or(int p) { return ::gnn_emu::block_barrier(::gnn_emu::Vote::kOr, p); }
 inline int __syncthreads_and(int p) { return ::gnn_emu::block_barrier(::gnn_emu::Vote::kAnd, p); }

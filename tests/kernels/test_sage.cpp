@@ -196,3 +196,113 @@ TEST_CASE("cuda ops: fused SAGE (training and inference) matches the host") {
   }
   CHECK(std::memcmp(train_y.data(), infer_y.data(), train_y.size() * sizeof(float)) == 0);
 }
+
+// ---- sage_combine: a narrowing layer's mean after its product ------------------------------------------
+
+TEST_CASE("sage combine: the reference is the mean gather of the products' first halves plus the second, in double") {
+  for (const auto& c : standard_graph_cases(6)) {
+    CAPTURE(c.name);
+    const CsrView v = csr_view(c.graph);
+    const int64_t N = c.graph.num_nodes;
+    for (auto [C, O] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 5}, {2, 16}}) {
+      if (c.name == "hub_10k" && C * O > 6) continue;
+      CAPTURE(C);
+      CAPTURE(O);
+      const auto qf = random_values<float>(size_t(N * 2 * C * O), 1), bf = random_values<float>(size_t(O), 2);
+      const auto dyf = random_values<float>(size_t(N * C * O), 3);
+      const std::vector<double> q(qf.begin(), qf.end()), b(bf.begin(), bf.end()), dy(dyf.begin(), dyf.end());
+      // the halves as their own arrays, per (node, config) row: agg [N, C*O] and root [N, C*O]
+      std::vector<double> agg(size_t(N * C * O)), root(size_t(N * C * O)), mean(size_t(N * C * O));
+      for (int64_t i = 0; i < N * C; ++i)
+        for (int64_t o = 0; o < O; ++o) {
+          agg[size_t(i * O + o)] = q[size_t(i * 2 * O + o)];
+          root[size_t(i * O + o)] = q[size_t(i * 2 * O + O + o)];
+        }
+      spmm_forward_ref<double>(mean.data(), nullptr, agg.data(), nullptr, v, C * O, C * O, C * O, Reduce::kMean);
+      std::vector<double> want(size_t(N * C * O)), y(size_t(N * C * O)), y_nb(size_t(N * C * O));
+      for (int64_t i = 0; i < N * C * O; ++i) want[size_t(i)] = mean[size_t(i)] + root[size_t(i)] + b[size_t(i % O)];
+      sage_combine_forward_ref<double>(y.data(), q.data(), b.data(), v, C, O);
+      GNN_CHECK_CLOSE(y, want, 1e-12, 1e-12);
+      sage_combine_forward_ref<double>(y_nb.data(), q.data(), nullptr, v, C, O);
+      for (int64_t i = 0; i < N * C * O; ++i)
+        CHECK(y_nb[size_t(i)] == doctest::Approx(y[size_t(i)] - b[size_t(i % O)]));
+      // backward: the agg half is spmm's transposed mean gather of dy, the root half dy itself
+      std::vector<double> dagg(size_t(N * C * O)), dq(size_t(N * 2 * C * O));
+      spmm_backward_x_ref<double>(dagg.data(), dy.data(), nullptr, nullptr, v, C * O, C * O, C * O, Reduce::kMean);
+      sage_combine_backward_ref<double>(dq.data(), dy.data(), v, C, O);
+      std::vector<double> dq_want(size_t(N * 2 * C * O));
+      for (int64_t i = 0; i < N * C; ++i)
+        for (int64_t o = 0; o < O; ++o) {
+          dq_want[size_t(i * 2 * O + o)] = dagg[size_t(i * O + o)];
+          dq_want[size_t(i * 2 * O + O + o)] = dy[size_t(i * O + o)];
+        }
+      GNN_CHECK_CLOSE(dq, dq_want, 1e-12, 1e-12);
+    }
+  }
+}
+
+TEST_CASE("sage combine: the CPU kernels have the float reference's bits, on any thread count") {
+  const testing::ThreadsRestored saved;
+  for (const auto& c : standard_graph_cases(7)) {
+    CAPTURE(c.name);
+    const CsrView v = csr_view(c.graph);
+    const int64_t N = c.graph.num_nodes;
+    for (auto [C, O] : std::vector<std::pair<int64_t, int64_t>>{{1, 3}, {4, 17}, {64, 128}}) {
+      if (N * C * O > (int64_t(1) << 21)) continue;
+      CAPTURE(C);
+      CAPTURE(O);
+      const auto q = random_values<float>(size_t(N * 2 * C * O), 1), b = random_values<float>(size_t(O), 2);
+      const auto dy = random_values<float>(size_t(N * C * O), 3);
+      for (bool bias : {false, true}) {
+        CAPTURE(bias);
+        std::vector<float> y_ref(size_t(N * C * O)), dq_ref(size_t(N * 2 * C * O));
+        sage_combine_forward_ref<float>(y_ref.data(), q.data(), bias ? b.data() : nullptr, v, C, O);
+        sage_combine_backward_ref<float>(dq_ref.data(), dy.data(), v, C, O);
+        for (int threads : {1, 2, 3}) {
+          CAPTURE(threads);
+          set_num_threads(threads);
+          std::vector<float> y(size_t(N * C * O), NAN), dq(size_t(N * 2 * C * O), NAN);
+          sage_combine_forward_cpu(y.data(), q.data(), bias ? b.data() : nullptr, v, C, O);
+          sage_combine_backward_cpu(dq.data(), dy.data(), v, C, O);
+          CHECK(y == y_ref);
+          CHECK(dq == dq_ref);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda sage combine: forward and backward have the host's bits") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  for (const auto& c : standard_graph_cases(8)) {
+    CAPTURE(c.name);
+    const Graph dg = c.graph.to(Device::cuda(0));
+    const CsrView hv = csr_view(c.graph), dv = ag::csr_view(dg);
+    const int64_t N = c.graph.num_nodes, C = 3, O = 20;
+    const auto q = random_values<float>(size_t(N * 2 * C * O), 1), b = random_values<float>(size_t(O), 2);
+    const auto dy = random_values<float>(size_t(N * C * O), 3);
+    std::vector<float> y(size_t(N * C * O)), dq(size_t(N * 2 * C * O));
+    sage_combine_forward_cpu(y.data(), q.data(), b.data(), hv, C, O);
+    sage_combine_backward_cpu(dq.data(), dy.data(), hv, C, O);
+    const Tensor gq = on_gpu(q), gb = on_gpu(b), gdy = on_gpu(dy);
+    Tensor gy = nan_gpu(N * C * O), gdq = nan_gpu(N * 2 * C * O);
+    sage_combine_forward_cuda(gy.f32(), gq.f32(), gb.f32(), dv, C, O, s);
+    sage_combine_backward_cuda(gdq.f32(), gdy.f32(), dv, C, O, s);
+    CHECK(gy.to_vector<float>() == y);
+    CHECK(gdq.to_vector<float>() == dq);
+  }
+#endif
+}
+
+TEST_CASE("sage combine: shapes that do not fit are refused naming the argument") {
+  const Graph g = random_graph(10, 30, 9, true);
+  const ag::Var q(rand({10, 2 * 3 * 4}, 1)), b(rand({4}, 2));
+  CHECK(ag::sage_combine(g, q, 3, b).shape() == Shape{10, 12});
+  CHECK_THROWS_WITH_AS(ag::sage_combine(g, ag::Var(rand({9, 24}, 1)), 3, b), doctest::Contains("q has 9 rows"), Error);
+  CHECK_THROWS_WITH_AS(ag::sage_combine(g, ag::Var(rand({10, 25}, 1)), 3, b), doctest::Contains("q's 25 columns"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ag::sage_combine(g, q, 3, ag::Var(rand({5}, 2))), doctest::Contains("b has 5 values"), Error);
+  CHECK_THROWS_WITH_AS(ag::sage_combine(g, q, 0, b), doctest::Contains("configs must be at least 1"), Error);
+}
