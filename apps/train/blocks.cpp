@@ -52,8 +52,9 @@ void offer_trainable(std::vector<HParamSpec>& specs, const std::string& flag) {
   HParamSpec* s = find_spec(specs, flag);
   GNN_CHECK(s, "offer_trainable: no ", flag, " flag");
   s->choices += "|trainable";
-  s->help += " | trainable: (x - mean) / (std + 1e-4) inside the model, with a mean and std per column that it "
-             "trains, started from every row of the training graphs (the 6th place's)";
+  s->help +=
+      " | trainable: (x - mean) / (std + 1e-4) inside the model, with a mean and std per column that it "
+      "trains, started from every row of the training graphs (the 6th place's)";
 }
 
 ConfigSage::ConfigSage(int64_t in, int64_t out, Rng& rng, Act act, bool l2_normalize)
@@ -122,7 +123,18 @@ ag::Var ConsumerGat::forward(const Batch& b, const ag::Var& x, int64_t C) const 
   return node_major(ag::add_bias(per_config(y, C), bias_), C);
 }
 
-ConsumerSage::ConsumerSage(int64_t in, int64_t out, Rng& rng) : lin_(2 * in, out, rng) { add_child("lin", &lin_); }
+ConsumerSage::ConsumerSage(int64_t in, int64_t out, Rng& rng, bool product_first)
+    : lin_(2 * in, out, rng), product_first_(product_first) {
+  add_child("lin", &lin_);
+}
+
+ag::Var ConsumerSage::forward_product_first(const PlainPath& p, const ag::Var& x) const {
+  const int64_t F = lin_.in_features() / 2, C = p.configs();
+  // the weight's [W_agg; W_root] rows side by side, [F, 2 out], so one product gives both halves
+  const ag::Var w = ag::concat_cols({ag::slice_rows(lin_.weight, 0, F), ag::slice_rows(lin_.weight, F, 2 * F)});
+  const ag::Var q = ag::matmul(per_config(x, C), w);
+  return ag::sage_combine(p.b.consumers(), node_major(q, C), C, lin_.bias);
+}
 
 ChannelAttention::ChannelAttention(int64_t dim, int64_t reduction, Rng& rng)
     : squeeze_(dim, std::max<int64_t>(1, dim / reduction), rng),

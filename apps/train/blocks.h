@@ -1,5 +1,7 @@
 // Building blocks the recipes share, on config-batched activations [N, C*D] (data.h).
 #pragma once
+#include <type_traits>
+
 #include "apps/train/recipe.h"
 #include "apps/train/segment_pass.h"
 #include "nn/layers.h"
@@ -272,18 +274,26 @@ class ConsumerGat : public nn::Module {
 
 // PyG's SAGEConv (mean) on [N, C*D], each node aggregating the nodes that consume it (Batch::consumers):
 // mean_{u consumes v} x_u W_l + b + x_v W_r, W_l over W_r in one [2D, out] weight. Returns [N, C*out].
+// On the plain path a layer that narrows (out < in) takes its product first, [x W_agg | x W_root] per (node,
+// config), and then the mean of the first halves plus the second (ag::sage_combine): the same function,
+// reassociated, so it rounds otherwise; the product reads x alone (K = in, not 2 in) and the gather moves
+// out values a neighbour, not in. `product_first` false keeps the aggregate-first order (PyG's).
 class ConsumerSage : public nn::Module {
  public:
-  ConsumerSage(int64_t in, int64_t out, Rng& rng);
+  ConsumerSage(int64_t in, int64_t out, Rng& rng, bool product_first = true);
   template <class Path>
   typename Path::Rows forward(const Path& p, const typename Path::Rows& x) const {
+    if constexpr (std::is_same_v<Path, PlainPath>)
+      if (product_first_ && lin_.out_features() < lin_.in_features() / 2) return forward_product_first(p, x);
     const auto agg = p.aggregate_mean(p.b.consumers(), p.b.consumers_mean(), x);
     const auto root = p.advance(x);
     return p.map(agg, root, [&](const ag::Var& a, const ag::Var& r) { return lin_.forward_cat(a, r); });
   }
 
  private:
+  ag::Var forward_product_first(const PlainPath& p, const ag::Var& x) const;
   nn::Linear lin_;
+  bool product_first_;
 };
 
 // ---- the 1st place's layers (recipes/layout_tgraph.cpp) ------------------------------------------------
@@ -316,7 +326,7 @@ struct Params6th {
   int64_t op_embed = 0, hidden = 0, layers = 0;
   double dropout = 0;
   bool dropout_shared = false;  // --dropout-mask shared
-  double op_max_norm = 0;       // --op-max-norm: the original's opcode embedding max_norm (1); 0 off
+  double op_max_norm = 0;  // --op-max-norm: the original's opcode embedding max_norm (1); 0 off
 };
 const HParamTable<Params6th>& params_6th();
 std::vector<HParamSpec> hparams_6th();

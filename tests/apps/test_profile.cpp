@@ -42,7 +42,7 @@ TEST_CASE("train --profile: phases and ops add up to the step, the GEMM floor is
   CHECK(forward >= p["phases_ms"]["forward"].as_number() * 0.5);
   CHECK(backward <= p["phases_ms"]["backward"].as_number() * 1.001);
   CHECK(p["ops"]["matmul"]["calls"].as_number() >= 4);  // the SE gates' products
-  CHECK(p["ops"]["matmul_cat"]["calls"].as_number() >= 2);  // the SAGE blocks' [aggregate | root] products
+  CHECK(p["ops"]["sage_combine"]["calls"].as_number() >= 2);  // the SAGE blocks' means after their products
   CHECK(p["ops"]["matmul_bias"]["calls"].as_number() >= 2);  // the input blocks' config part, the readout
   CHECK(p["gemm_gflop"].as_number() > 0);
   CHECK(p["gemm_peak_gflops"].as_number() > 0);

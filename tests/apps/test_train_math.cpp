@@ -20,6 +20,7 @@
 #include "io/json.h"
 #include "io/npz.h"
 #include "io/synth.h"
+#include "kernels/graph_cases.h"
 #include "nn/loss.h"
 #include "runtime/cuda.h"
 #include "testing.h"
@@ -687,6 +688,47 @@ TEST_CASE("train: layout-tgraph compares the configs of a batch only with --cros
   Rng rng(7);
   CHECK_THROWS_WITH_AS(r.build(h, {prep.node_features(), prep.config_features()}, rng),
                        doctest::Contains("--hidden: must be even"), Error);
+}
+
+TEST_CASE("train: layout-tgraph --sage-order product-first gives aggregate-first's scores and gradients") {
+  // Each SAGE block narrows 2 x 16 -> 8 with the attention on, so product-first takes ag::sage_combine; the two
+  // orders are one function summed in another order: equal within rounding, scores and every gradient.
+  const auto files = kind_files(dataset(), "layout", "train");
+  const Preprocessing prep = fit_preprocessing(files, true, FeatureTransform::kStandardize, FeatureTransform::kNone, 1);
+  const ModelGraph g = prepare_graph(files[0], prep, false, {&kNodeLayout});
+  REQUIRE(g.num_configs() >= 4);
+  struct Out {
+    std::vector<float> scores;
+    std::vector<std::vector<float>> grads;
+  };
+  auto run = [&](const char* order) {
+    const Recipe& r = find_recipe("layout-tgraph");
+    HParams h = r.defaults();
+    h.values["hidden"] = "16", h.values["sage-order"] = order;
+    Rng rng(7);
+    auto model = r.build(h, {prep.node_features(), prep.config_features()}, rng);
+    model->eval();  // no dropout; gradients still flow
+    const ag::Var y = model->forward(make_batch({&g}, {{0, 1, 2, 3}}).prepared(model->needs()));
+    const Tensor w = Tensor::from_vector(testing::random_values<float>(size_t(y.value().numel()), 5), y.shape());
+    ag::backward(ag::sum(ag::mul(y, ag::Var(w))));
+    Out o{y.value().to_vector<float>(), {}};
+    for (const nn::NamedParam& p : model->parameters()) {
+      CAPTURE(p.name);
+      REQUIRE(p.var.has_grad());
+      o.grads.push_back(p.var.grad().to_vector<float>());
+    }
+    return o;
+  };
+  const Out a = run("aggregate-first"), p = run("product-first");
+  GNN_CHECK_CLOSE(p.scores, a.scores, 1e-5, 1e-4);
+  CHECK(p.scores != a.scores);  // the other order did run (its sums round otherwise)
+  REQUIRE(p.grads.size() == a.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    CAPTURE(i);
+    double scale = 1e-3;  // the gradient's largest value sets its tolerance
+    for (float v : a.grads[i]) scale = std::max(scale, double(std::fabs(v)));
+    GNN_CHECK_CLOSE(p.grads[i], a.grads[i], 1e-4 * scale, 1e-3);
+  }
 }
 
 TEST_CASE("train: layout-sage-5th is the 5th place's GNN, SAGE over consumers and operands, recomputed by hand") {
