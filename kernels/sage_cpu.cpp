@@ -124,7 +124,7 @@ GNN_CPU_CLONES void sage_backward_cpu(float* dx, float* dW, float* db, const flo
 }
 
 // The narrowing layer's mean after its product (sage_combine): one output row per task, each config's O
-// values formed from the neighbours' first halves in CSR order (the first edge assigning), scaled, then the
+// values formed from the neighbours' first halves in CSR order (the first edge as 0 + x), scaled, then the
 // root half and the bias added while the row is in cache. Rows go to the threads a few at a time: a row is
 // C*O values a neighbour (32 KB in layout-tgraph's [168, 64 x 128]), so a task of 32 rows, as the SpMM's,
 // would leave one thread with most of a small graph.
@@ -145,8 +145,8 @@ GNN_CPU_CLONES void sage_combine_forward_cpu(float* y, const float* q, const flo
         for (int64_t c = 0; c < C; ++c) {
           float* __restrict yc = yr + c * O;
           const float* __restrict xc = xr + c * 2 * O;
-          if (p == e0)
-            for (int64_t o = 0; o < O; ++o) yc[o] = xc[o];
+          if (p == e0)  // 0 + x, the reference's first sum: a -0 becomes +0 there too
+            for (int64_t o = 0; o < O; ++o) yc[o] = 0.0f + xc[o];
           else
             for (int64_t o = 0; o < O; ++o) yc[o] += xc[o];
         }

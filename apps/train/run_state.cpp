@@ -57,7 +57,8 @@ Meta read_meta(const std::string& path) {
   // (--dropout-mask: a mask per config, as every recipe drew before the flag; tile-mlp's --pool: mean and
   // max, its only readout before the flag; dnnperf-anee's --readout: mean, likewise), else the recipe's
   // default (--share, which changes nothing of the results); --graph-repeats: 1, each graph once an epoch;
-  // layout-sage-5th's --opcode-groups and --own-layout: the inputs it read before them.
+  // layout-sage-5th's --opcode-groups and --own-layout: the inputs it read before them; layout-tgraph's
+  // --sage-order: aggregate-first, the order its SAGE blocks summed in before the flag.
   // Keyed by recipe ("" for every recipe) and flag, so another recipe's flag of the same name is untouched.
   static const std::map<std::pair<std::string, std::string>, std::string> kBeforeTheFlag = {
       {{"", "dropout-mask"}, "config"},
@@ -65,7 +66,8 @@ Meta read_meta(const std::string& path) {
       {{"tile-mlp", "pool"}, "mean-max"},
       {{"dnnperf-anee", "readout"}, "mean"},
       {{"layout-sage-5th", "opcode-groups"}, "none"},
-      {{"layout-sage-5th", "own-layout"}, "rank"}};
+      {{"layout-sage-5th", "own-layout"}, "rank"},
+      {{"layout-tgraph", "sage-order"}, "aggregate-first"}};
   for (const auto& [name, value] : m.recipe->defaults().values) {
     auto before = kBeforeTheFlag.find({m.recipe->name, name});
     if (before == kBeforeTheFlag.end()) before = kBeforeTheFlag.find({"", name});

@@ -1297,6 +1297,10 @@ TEST_CASE("train: layout-tgraph trains on the configurable nodes and neighbours,
   const double tau = Json::parse(last_line(r.out))["score"].as_number();
   CHECK(tau >= -1);
   CHECK(tau <= 1);
+  // A run from before --sage-order summed its SAGE blocks' means first: it resumes so.
+  CHECK(read_meta(a + "/model.npz").hparams.str("sage-order") == "product-first");
+  drop_hparam(a + "/model.npz", "sage-order");
+  CHECK(read_meta(a + "/model.npz").hparams.str("sage-order") == "aggregate-first");
 }
 
 TEST_CASE("train: --matmul-precision bf16 trains on bf16 products, resumes bit for bit, and eval computes so") {

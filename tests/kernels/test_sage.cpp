@@ -283,15 +283,18 @@ TEST_CASE("cuda sage combine: forward and backward have the host's bits") {
     const int64_t N = c.graph.num_nodes, C = 3, O = 20;
     const auto q = random_values<float>(size_t(N * 2 * C * O), 1), b = random_values<float>(size_t(O), 2);
     const auto dy = random_values<float>(size_t(N * C * O), 3);
-    std::vector<float> y(size_t(N * C * O)), dq(size_t(N * 2 * C * O));
-    sage_combine_forward_cpu(y.data(), q.data(), b.data(), hv, C, O);
-    sage_combine_backward_cpu(dq.data(), dy.data(), hv, C, O);
     const Tensor gq = on_gpu(q), gb = on_gpu(b), gdy = on_gpu(dy);
-    Tensor gy = nan_gpu(N * C * O), gdq = nan_gpu(N * 2 * C * O);
-    sage_combine_forward_cuda(gy.f32(), gq.f32(), gb.f32(), dv, C, O, s);
-    sage_combine_backward_cuda(gdq.f32(), gdy.f32(), dv, C, O, s);
-    CHECK(gy.to_vector<float>() == y);
-    CHECK(gdq.to_vector<float>() == dq);
+    for (bool bias : {false, true}) {
+      CAPTURE(bias);
+      std::vector<float> y(size_t(N * C * O)), dq(size_t(N * 2 * C * O));
+      sage_combine_forward_cpu(y.data(), q.data(), bias ? b.data() : nullptr, hv, C, O);
+      sage_combine_backward_cpu(dq.data(), dy.data(), hv, C, O);
+      Tensor gy = nan_gpu(N * C * O), gdq = nan_gpu(N * 2 * C * O);
+      sage_combine_forward_cuda(gy.f32(), gq.f32(), bias ? gb.f32() : nullptr, dv, C, O, s);
+      sage_combine_backward_cuda(gdq.f32(), gdy.f32(), dv, C, O, s);
+      CHECK(same_bits(gy.to_vector<float>(), y));
+      CHECK(same_bits(gdq.to_vector<float>(), dq));
+    }
   }
 #endif
 }
@@ -305,4 +308,8 @@ TEST_CASE("sage combine: shapes that do not fit are refused naming the argument"
                        Error);
   CHECK_THROWS_WITH_AS(ag::sage_combine(g, q, 3, ag::Var(rand({5}, 2))), doctest::Contains("b has 5 values"), Error);
   CHECK_THROWS_WITH_AS(ag::sage_combine(g, q, 0, b), doctest::Contains("configs must be at least 1"), Error);
+  // the root half is each row's own: a graph whose sources are other rows is refused
+  const int64_t src[] = {0, 1, 2}, dst[] = {1, 2, 0};
+  const Graph bi = Graph::from_bipartite_edges(src, dst, 3, 12, 10);
+  CHECK_THROWS_WITH_AS(ag::sage_combine(bi, q, 3, b), doctest::Contains("needs one node set"), Error);
 }

@@ -108,7 +108,8 @@ const HParamTable<Params>& params() {
                choice_hp("sage-order", "product-first", "product-first|aggregate-first",
                          "each SAGE block (256 -> 128 with --cross-attn on) as its product first, then the mean "
                          "of the neighbours' products (the same function, rounded otherwise), or the mean first "
-                         "and then the product, as PyG's SAGEConv"),
+                         "and then the product, as PyG's SAGEConv (with --cross-attn off the blocks do not "
+                         "narrow and both run mean first)"),
                "product-first");
   return t;
 }
