@@ -16,16 +16,19 @@
 #include "kernels/gemm.h"
 #include "runtime/cuda.h"
 #include "runtime/parallel.h"
+#include "runtime/tensor.h"
 
 namespace gnn::cli {
 namespace {
 
-// Wall-clock milliseconds of each run, or what f returns when it times itself (a double).
-template <class F>
-std::vector<double> time_runs(int warmup, int repeat, F&& f) {
+// Wall-clock milliseconds of each run, or what f returns when it times itself (a double). before() runs
+// ahead of each timed run, outside its time.
+template <class F, class Before>
+std::vector<double> time_runs(int warmup, int repeat, F&& f, Before&& before) {
   for (int i = 0; i < warmup; ++i) f();
   std::vector<double> ms;
   for (int i = 0; i < repeat; ++i) {
+    before();
     const auto t0 = std::chrono::steady_clock::now();
     if constexpr (std::is_same_v<decltype(f()), double>) {
       ms.push_back(f());
@@ -35,6 +38,10 @@ std::vector<double> time_runs(int warmup, int repeat, F&& f) {
     }
   }
   return ms;
+}
+template <class F>
+std::vector<double> time_runs(int warmup, int repeat, F&& f) {
+  return time_runs(warmup, repeat, f, [] {});
 }
 
 double median(std::vector<double> v) {
@@ -71,6 +78,34 @@ int bench_npz(const Args& a, const std::string& path) {
   return 0;
 }
 
+// --cold MIB: ahead of each timed run, MIB MiB written through the caches (on the CPU a read-modify-write
+// of one float a cache line, over the threads; on a GPU a fill on the stream the events time, before its
+// start event), so that the kernel starts with its inputs and outputs out of the caches, as it does inside
+// a training step where other ops run between two calls; warm, each run finds the last one's data in
+// cache. On this project's 2-core VM (2 MiB of L2 a core) a layout-tgraph product [10752, 256] x [256, 256]
+// in bf16 took 0.84 ms warm and 1.3-1.7 ms after 100 MiB written, the in-step time lying between
+// (docs/benchmarks.md, forty-first session). To evict everything give at least the last-level cache's size.
+class CacheFlush {
+ public:
+  CacheFlush(int64_t mib, bool cuda) {
+    if (mib > 0)
+      lines_ = Tensor::empty({mib << 18}, DType::F32, cuda ? Device::cuda(0) : Device::cpu()), lines_.fill_(0.0);
+  }
+  void operator()() {
+    if (!lines_.defined()) return;
+    ++round_;
+    if (lines_.is_cuda()) return lines_.fill_(double(round_));
+    float* p = lines_.f32();
+    const int64_t n = lines_.numel() / 16;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) p[i * 16] += 1.0f;  // every line read for ownership and dirtied
+  }
+
+ private:
+  Tensor lines_;
+  int64_t round_ = 0;
+};
+
 int bench_kernel(const Args& a, const std::string& name) {
   KernelShape s;
   s.nodes = a.integer("nodes", 1, int64_t(1) << 31);
@@ -81,6 +116,7 @@ int bench_kernel(const Args& a, const std::string& name) {
   s.backward = a.on("backward");
   if (a.has("save-graph")) s.save_graph = a.str("save-graph");
   const int repeat = int(a.integer("repeat", 20, 100000));
+  const int64_t cold = a.integer("cold", 0, int64_t(1) << 20);
   const std::string device = a.str("device"), spmm = a.str("spmm");
   if (device != "cpu" && device != "cuda")
     throw UsageError("gnn bench kernel: --device must be cpu or cuda, got '" + device + "'");
@@ -108,7 +144,10 @@ int bench_kernel(const Args& a, const std::string& name) {
   }
   const std::function<void()> step = graph ? std::function<void()>([&] { graph->replay(); }) : k.step;
   // On the GPU each run is timed by events on the compute stream: device time, launches included.
-  const auto ms = s.cuda ? time_runs(3, repeat, [&] { return cuda_time_ms(0, step); }) : time_runs(3, repeat, step);
+  CacheFlush flush(cold, s.cuda);
+  const auto ms = s.cuda ? time_runs(
+                               3, repeat, [&] { return cuda_time_ms(0, step); }, flush)
+                         : time_runs(3, repeat, step, flush);
   const double med = median(ms);
   const double gbps = k.bytes / (med * 1e-3) / 1e9, gflops = k.flops / (med * 1e-3) / 1e9;
   if (a.on("json")) {
@@ -118,17 +157,17 @@ int bench_kernel(const Args& a, const std::string& name) {
     if (name == "graph-attention" || name == "instance-norm" || name.starts_with("pool-"))
       j.set("graph_nodes", s.graph_nodes);
     j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
-    j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph);
+    j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph), j.set("cold_mib", cold);
     j.set("matmul_precision", gemm_precision_name(gemm_cpu_precision()));
     j.set("matmul_kernel", device == "cuda" ? "cublas" : gemm_kernel_name());
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf(
         "%s%s N=%lld E=%lld F=%lld C=%lld: median %.3f ms over %d runs (min %.3f), %.2f GB/s, %.2f GFLOP/s, "
-        "%d threads\n",
+        "%d threads%s\n",
         name.c_str(), s.backward ? " (forward + backward)" : "", (long long)s.nodes, (long long)s.edges,
         (long long)s.features, (long long)s.configs, med, repeat, *std::min_element(ms.begin(), ms.end()), gbps, gflops,
-        num_threads());
+        num_threads(), cold ? (", cold: " + std::to_string(cold) + " MiB written before each run").c_str() : "");
   }
   return 0;
 }
@@ -169,6 +208,10 @@ Command bench_command() {
       {"save-graph", "FILE", "kernel: also write the graph (edge_index) as npz, for peer scripts"},
       {"keys", "K1,K2", "npz: load only these arrays"},
       {"repeat", "N", "timed runs after the warm-up (at least 20 for kernels)", "20"},
+      {"cold", "MIB",
+       "kernel: before each timed run (untimed) write MIB MiB through the caches, so each run starts with its data "
+       "out of cache as inside a training step (give at least the last-level cache's size); 0: warm runs",
+       "0"},
       {"threads", "T", "CPU threads (default: all)"},
       {"matmul-precision", "f32|bf16",
        "kernel: the CPU's matrix products, as gnn train's flag (bf16 needs AVX512-BF16)", "f32"},
