@@ -1,5 +1,7 @@
 // gnn bench: timings of the engine's own code paths, median of repeated runs after a warm-up.
 //   gnn bench npz FILE: load every array (or --keys) of an .npz, as np.load(f)[k] does for each key.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -117,6 +119,9 @@ int bench_kernel(const Args& a, const std::string& name) {
   if (a.has("save-graph")) s.save_graph = a.str("save-graph");
   const int repeat = int(a.integer("repeat", 20, 100000));
   const int64_t cold = a.integer("cold", 0, int64_t(1) << 20);
+  if (const int64_t ram_mib = int64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) >> 20; cold > ram_mib / 2)
+    throw UsageError("gnn bench kernel: --cold " + std::to_string(cold) + " MiB is more than half of this machine's " +
+                     std::to_string(ram_mib) + " MiB of memory; the last-level cache's size is enough");
   const std::string device = a.str("device"), spmm = a.str("spmm");
   if (device != "cpu" && device != "cuda")
     throw UsageError("gnn bench kernel: --device must be cpu or cuda, got '" + device + "'");

@@ -267,6 +267,9 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
   r = run_gnn("bench kernel gemm --cold -1");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--cold") != std::string::npos);
+  r = run_gnn("bench kernel gemm --cold 1048576");  // 1 TiB: refused before anything is allocated
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("more than half of this machine's") != std::string::npos);
   r = run_gnn("bench kernel gemm --device gpu");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--device must be cpu or cuda") != std::string::npos);
