@@ -1,7 +1,11 @@
 #include "apps/cli.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "base/error.h"
@@ -212,6 +216,19 @@ int run(const std::vector<Command>& commands, int argc, char** argv) {
     std::fprintf(stderr, "%serror: %s\n", who.c_str(), e.what());
     return 1;
   }
+}
+
+int64_t usable_memory_bytes() {
+  int64_t bytes = int64_t(::sysconf(_SC_PHYS_PAGES)) * int64_t(::sysconf(_SC_PAGESIZE));
+  if (bytes <= 0) bytes = 0;  // sysconf could not tell
+  if (std::ifstream cg("/sys/fs/cgroup/memory.max"); cg) {
+    std::string v;
+    if (cg >> v && !v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos) {
+      const int64_t limit = std::stoll(v);
+      bytes = bytes ? std::min(bytes, limit) : limit;
+    }
+  }
+  return bytes;
 }
 
 }  // namespace gnn::cli

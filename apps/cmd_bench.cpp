@@ -1,7 +1,5 @@
 // gnn bench: timings of the engine's own code paths, median of repeated runs after a warm-up.
 //   gnn bench npz FILE: load every array (or --keys) of an .npz, as np.load(f)[k] does for each key.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -83,29 +81,40 @@ int bench_npz(const Args& a, const std::string& path) {
 // --cold MIB: ahead of each timed run, MIB MiB written through the caches (on the CPU a read-modify-write
 // of one float a cache line, over the threads; on a GPU a fill on the stream the events time, before its
 // start event), so that the kernel starts with its inputs and outputs out of the caches, as it does inside
-// a training step where other ops run between two calls; warm, each run finds the last one's data in
-// cache. On this project's 2-core VM (2 MiB of L2 a core) a layout-tgraph product [10752, 256] x [256, 256]
-// in bf16 took 0.84 ms warm and 1.3-1.7 ms after 100 MiB written, the in-step time lying between
-// (docs/benchmarks.md, forty-first session). To evict everything give at least the last-level cache's size.
+// a training step where other ops run between two calls; warm, each run finds the last one's data where it
+// left them. On this project's 2-core VM (2 MiB of L2 a core, 480 MiB of L3) tgraph's product `op:matmul
+// --nodes 168 --configs 64 --features 256 --matmul-precision bf16` read 0.91-0.98 ms warm, 1.40-1.59 with
+// --cold 200 and 1.74-1.97 with --cold 600, past which it levels off; the in-step time lies between
+// (docs/benchmarks.md, forty-first session). So give more than the caches hold: the last-level cache, or
+// the threads' L2s together where those hold more.
 class CacheFlush {
  public:
   CacheFlush(int64_t mib, bool cuda) {
-    if (mib > 0)
-      lines_ = Tensor::empty({mib << 18}, DType::F32, cuda ? Device::cuda(0) : Device::cpu()), lines_.fill_(0.0);
+    if (mib == 0) return;
+    try {
+      lines_ = Tensor::empty({mib << 18}, DType::F32, cuda ? Device::cuda(0) : Device::cpu());
+      lines_.fill_(0.0);
+    } catch (const std::exception& e) {
+      throw UsageError("gnn bench kernel: --cold " + std::to_string(mib) + ": " + e.what());
+    }
   }
   void operator()() {
     if (!lines_.defined()) return;
-    ++round_;
-    if (lines_.is_cuda()) return lines_.fill_(double(round_));
+    ++runs_;
+    if (lines_.is_cuda()) {
+      lines_.fill_(double(runs_));  // queued ahead of the run's start event
+      return;
+    }
     float* p = lines_.f32();
     const int64_t n = lines_.numel() / 16;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) p[i * 16] += 1.0f;  // every line read for ownership and dirtied
   }
+  int64_t runs() const { return runs_; }  // the runs it went before (the JSON's cold_runs)
 
  private:
   Tensor lines_;
-  int64_t round_ = 0;
+  int64_t runs_ = 0;
 };
 
 int bench_kernel(const Args& a, const std::string& name) {
@@ -119,9 +128,10 @@ int bench_kernel(const Args& a, const std::string& name) {
   if (a.has("save-graph")) s.save_graph = a.str("save-graph");
   const int repeat = int(a.integer("repeat", 20, 100000));
   const int64_t cold = a.integer("cold", 0, int64_t(1) << 20);
-  if (const int64_t ram_mib = int64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) >> 20; cold > ram_mib / 2)
-    throw UsageError("gnn bench kernel: --cold " + std::to_string(cold) + " MiB is more than half of this machine's " +
-                     std::to_string(ram_mib) + " MiB of memory; the last-level cache's size is enough");
+  // (the allocation would succeed and the flush's first write be killed for memory: refused first)
+  if (const int64_t mib = usable_memory_bytes() >> 20; mib > 0 && cold > mib / 2)
+    throw UsageError("gnn bench kernel: --cold " + std::to_string(cold) + " MiB is more than half of the " +
+                     std::to_string(mib) + " MiB of memory this process may use; the caches' size is enough");
   const std::string device = a.str("device"), spmm = a.str("spmm");
   if (device != "cpu" && device != "cuda")
     throw UsageError("gnn bench kernel: --device must be cpu or cuda, got '" + device + "'");
@@ -150,9 +160,8 @@ int bench_kernel(const Args& a, const std::string& name) {
   const std::function<void()> step = graph ? std::function<void()>([&] { graph->replay(); }) : k.step;
   // On the GPU each run is timed by events on the compute stream: device time, launches included.
   CacheFlush flush(cold, s.cuda);
-  const auto ms = s.cuda ? time_runs(
-                               3, repeat, [&] { return cuda_time_ms(0, step); }, flush)
-                         : time_runs(3, repeat, step, flush);
+  const auto timed_on_gpu = [&] { return cuda_time_ms(0, step); };
+  const auto ms = s.cuda ? time_runs(3, repeat, timed_on_gpu, flush) : time_runs(3, repeat, step, flush);
   const double med = median(ms);
   const double gbps = k.bytes / (med * 1e-3) / 1e9, gflops = k.flops / (med * 1e-3) / 1e9;
   if (a.on("json")) {
@@ -162,7 +171,7 @@ int bench_kernel(const Args& a, const std::string& name) {
     if (name == "graph-attention" || name == "instance-norm" || name.starts_with("pool-"))
       j.set("graph_nodes", s.graph_nodes);
     j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
-    j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph), j.set("cold_mib", cold);
+    j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph), j.set("cold_mib", cold), j.set("cold_runs", flush.runs());
     j.set("matmul_precision", gemm_precision_name(gemm_cpu_precision()));
     j.set("matmul_kernel", device == "cuda" ? "cublas" : gemm_kernel_name());
     std::printf("%s\n", j.dump().c_str());
@@ -215,7 +224,8 @@ Command bench_command() {
       {"repeat", "N", "timed runs after the warm-up (at least 20 for kernels)", "20"},
       {"cold", "MIB",
        "kernel: before each timed run (untimed) write MIB MiB through the caches, so each run starts with its data "
-       "out of cache as inside a training step (give at least the last-level cache's size); 0: warm runs",
+       "out of cache as inside a training step (give more than the caches hold: the last-level cache, or the "
+       "threads' L2s together); 0: warm runs",
        "0"},
       {"threads", "T", "CPU threads (default: all)"},
       {"matmul-precision", "f32|bf16",

@@ -1,5 +1,4 @@
 // gnn train / eval / predict / models: the TpuGraphs pipeline (apps/train/).
-#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -145,12 +144,7 @@ std::vector<std::string> inputs_of(const Args& a, const std::vector<RunOnSplit>&
 // instead of the kernel's OOM kill.
 int64_t parse_memory_limit(const std::string& s) {
   if (s == "auto") {
-    int64_t bytes = int64_t(::sysconf(_SC_PHYS_PAGES)) * int64_t(::sysconf(_SC_PAGESIZE));
-    if (std::ifstream cg("/sys/fs/cgroup/memory.max"); cg) {
-      std::string v;
-      if (cg >> v && !v.empty() && v.size() < 19 && v.find_first_not_of("0123456789") == std::string::npos)
-        bytes = std::min<int64_t>(bytes, std::stoll(v));
-    }
+    const int64_t bytes = usable_memory_bytes();
     // under mpirun the ranks of a node share it
     return bytes > 0 ? bytes / 10 * 9 / std::max(1, dist::world().local_size) : 0;
   }

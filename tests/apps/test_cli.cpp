@@ -253,23 +253,26 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
   CHECK(listed == std::set<std::string>(names.begin(), names.end()));
   r = run_gnn("bench kernel gemm --repeat 5");
   CHECK(r.exit_code == 2);  // at least 20 runs
-  // --cold: caches written over before each timed run; said in the JSON and the line; a size below 0 refused
-  r = run_gnn("bench kernel op:matmul --nodes 300 --features 16 --cold 4 --json");
+  // --cold: the caches written over before each timed run and never before a warm-up one (cold_runs counts
+  // the writes: one a timed run); said in the JSON and the line; a size below 0 or past memory refused
+  r = run_gnn("bench kernel op:matmul --nodes 300 --features 16 --cold 4 --repeat 23 --json");
   REQUIRE(r.exit_code == 0);
   const Json cold = Json::parse(last_line(r.out));
   CHECK(cold["cold_mib"].as_number() == 4);
+  CHECK(cold["cold_runs"].as_number() == 23);
   CHECK(cold["median_ms"].as_number() > 0);
   r = run_gnn("bench kernel spmm-mean --nodes 300 --edges 600 --features 16 --cold 2");
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("cold: 2 MiB written before each run") != std::string::npos);
-  CHECK(Json::parse(last_line(run_gnn("bench kernel gemm --nodes 300 --features 16 --json").out))["cold_mib"]
-            .as_number() == 0);
+  const Json warm = Json::parse(last_line(run_gnn("bench kernel gemm --nodes 300 --features 16 --json").out));
+  CHECK(warm["cold_mib"].as_number() == 0);
+  CHECK(warm["cold_runs"].as_number() == 0);
   r = run_gnn("bench kernel gemm --cold -1");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--cold") != std::string::npos);
   r = run_gnn("bench kernel gemm --cold 1048576");  // 1 TiB: refused before anything is allocated
   CHECK(r.exit_code == 2);
-  CHECK(r.err.find("more than half of this machine's") != std::string::npos);
+  CHECK(r.err.find("--cold 1048576 MiB is more than half of the") != std::string::npos);
   r = run_gnn("bench kernel gemm --device gpu");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--device must be cpu or cuda") != std::string::npos);
@@ -323,13 +326,14 @@ TEST_CASE("cli: bench kernel on the GPU: gnn's SpMM, cuSPARSE's, cuBLAS GEMM and
     CHECK(j["device"].as_string() == "cuda");
     CHECK(j["median_ms"].as_number() > 0);
   }
-  for (const char* cmd : {"gemm --cold 8", "spmm-mean --backward --cuda-graph --cold 8"}) {  // a fill before each run
+  for (const char* cmd : {"gemm --cold 1", "spmm-mean --backward --cuda-graph --cold 1"}) {  // a fill before each run
     CAPTURE(cmd);
     auto r =
         run_gnn(std::string("bench kernel ") + cmd + " --device cuda --nodes 1000 --edges 2000 --features 64 --json");
     REQUIRE(r.exit_code == 0);
     const Json j = Json::parse(last_line(r.out));
-    CHECK(j["cold_mib"].as_number() == 8);
+    CHECK(j["cold_mib"].as_number() == 1);
+    CHECK(j["cold_runs"].as_number() == 20);
     CHECK(j["median_ms"].as_number() > 0);
   }
   for (const char* cmd : {"--backward", "--graph-nodes 100"}) {  // fewer nodes: the emulator runs every thread
