@@ -76,6 +76,18 @@ inline constexpr Kernel gemm_bias_k{
       gemm_cuda(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, cuda_blas(on.device().index), on.stream());
       add_row_cuda(C, C, bias, M, N, on.stream());
     }};
+// C = op(A) op(B) into two matrices side by side, [C1 | C2] split at column n1, as gemm_split_ref
+// (kernels/gemm.h); on a GPU two cuBLAS products over op(B)'s column ranges (a part of no columns skipped).
+inline constexpr Kernel gemm_split_k{
+    "gemm_split", [](auto... a) { gemm_split_ref(a...); }, [](auto... a) { gemm_split_cpu(a...); },
+    [](const Tensor& on, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+       int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1) {
+      const BlasHandle& blas = cuda_blas(on.device().index);
+      if (n1 > 0) gemm_cuda(ta, tb, M, n1, K, 1.0f, A, lda, B, ldb, 0.0f, C1, ldc1, blas, on.stream());
+      if (N > n1)
+        gemm_cuda(ta, tb, M, N - n1, K, 1.0f, A, lda, tb ? B + n1 * ldb : B + n1, ldb, 0.0f, C2, ldc2, blas,
+                  on.stream());
+    }};
 // C = op([A1 | A2]) B (+ bias) as gemm_cat_ref (kernels/gemm.h); on a GPU two cuBLAS products, into C's
 // two row ranges (trans_a) or the second accumulated onto the first, and then the bias row (ldc N).
 inline constexpr Kernel gemm_cat_k{

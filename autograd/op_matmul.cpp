@@ -2,8 +2,9 @@
 //   da = dy op(b)^T (or its transpose when a is transposed), db = op(a)^T dy (likewise).
 // y = a w + bias (matmul_bias): the same, and dbias = column sums of dy; on the host the bias is added in
 // the GEMM's store, the bits of matmul and then add_bias in one pass over y.
-// y = [a | b] w (+ bias) (matmul_cat): da = dy w_a^T, db = dy w_b^T straight into their gradients, dw = [a |
-// b]^T dy from the two parts in place; on the host the bits of concat_cols, matmul and add_bias.
+// y = [a | b] w (+ bias) (matmul_cat): da = dy w_a^T, db = dy w_b^T straight into their gradients (when
+// both want one, gemm_split: with bf16 products on the host one product that reads dy once), dw = [a | b]^T dy
+// from the two parts in place; on the host the bits of concat_cols, matmul and add_bias.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 
@@ -114,7 +115,16 @@ Var matmul_cat(const Var& a, const Var& b, const Var& w, const Var& bias) {
                              static_cast<const T*>(nullptr), ptr<T>(dw), N);
                       accumulate(w, dw);
                     }
-                    // d[a | b] = dy w^T, each part's columns straight into its own gradient
+                    // d[a | b] = dy w^T, each part's columns straight into its own gradient; when both want
+                    // theirs, gemm_split (with bf16 products one product, dy read once; the bits of the two)
+                    if (a.requires_grad() && b.requires_grad()) {
+                      Tensor da = empty_like(dy, a.shape()), db = empty_like(dy, b.shape());
+                      run<T>(gemm_split_k, dy, false, true, M, K1 + K2, N, g, N, ptr<T>(wv), N, ptr<T>(da), K1,
+                             ptr<T>(db), K2, K1);
+                      accumulate(a, da);
+                      accumulate(b, db);
+                      return;
+                    }
                     if (a.requires_grad()) {
                       Tensor da = empty_like(dy, a.shape());
                       gemm_on<T>(dy, false, true, M, K1, N, T(1), g, N, ptr<T>(wv), N, T(0), ptr<T>(da), K1);

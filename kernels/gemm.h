@@ -60,6 +60,19 @@ void gemm_cat_ref(bool trans_a, int64_t M, int64_t N, int64_t K, const T* A1, in
 void gemm_cat_cpu(bool trans_a, int64_t M, int64_t N, int64_t K, const float* A1, int64_t lda1, const float* A2,
                   int64_t lda2, int64_t k1, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc);
 
+// C = op(A) op(B) [M, N] written as two matrices side by side, [C1 | C2]: columns j < n1 into C1 (row stride
+// ldc1), the rest into C2 (ldc2) at column j - n1. A layer over [a | b] gets its two input gradients,
+// d[a | b] = dy W^T, each part straight into its own tensor, and with bf16 products from one product that
+// reads dy once (gemm_split_cpu, below). The bits of the two products over op(B)'s column ranges, [0, n1)
+// and [n1, N), which is what runs where one product would not give them (gemm_split_one_product), in f32
+// and on a GPU.
+template <class T>
+void gemm_split_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
+                    int64_t ldb, T* C1, int64_t ldc1, T* C2, int64_t ldc2, int64_t n1) {
+  gemm_ref(trans_a, trans_b, M, n1, K, T(1), A, lda, B, ldb, T(0), C1, ldc1);
+  gemm_ref(trans_a, trans_b, M, N - n1, K, T(1), A, lda, trans_b ? B + n1 * ldb : B + n1, ldb, T(0), C2, ldc2);
+}
+
 // The same on the calling thread only, for fused kernels that already run one block per thread.
 void gemm_cpu_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
@@ -82,6 +95,12 @@ struct GemmCat {
   const float* a2 = nullptr;
   int64_t lda2 = 0, k1 = 0;
 };
+// C's N columns stored as two row-major matrices side by side, [C | c2]: columns j < n1 in C (row stride
+// ldc), the rest in c2 (row stride ldc2) at column j - n1. Without c2, C alone. (gemm_split_cpu.)
+struct GemmSplitC {
+  float* c2 = nullptr;
+  int64_t ldc2 = 0, n1 = 0;
+};
 // One ISA explicitly (tests, benchmarks); the ISA must be supported. bias: null, or N values added to every
 // finished row (alpha must be 1, beta 0 or 1). cat: A is [A | cat.a2], each value summed as from the
 // concatenation, the same bits, without building it.
@@ -89,11 +108,11 @@ void gemm_cpu_isa(GemmIsa isa, bool trans_a, bool trans_b, int64_t M, int64_t N,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true,
                   const float* bias = nullptr, GemmCat cat = {});
 
-// Mixed precision on the CPU (kernels/gemm_bf16.cpp): with kBf16, gemm_cpu, gemm_bias_cpu, gemm_cat_cpu and
-// gemm_cpu_serial round op(A) and op(B) to bfloat16 (nearest, ties to even) and sum the exact products in f32
-// (AVX512-BF16's VDPBF16PS, twice the f32 kernel's multiply-adds per instruction, or AMX's tiles; denormal
-// inputs read as zero),
-// as torch's bf16 autocast and set_float32_matmul_precision("medium") do. kF32 (the default) is the f32 kernels.
+// Mixed precision on the CPU (kernels/gemm_bf16.cpp): with kBf16, gemm_cpu, gemm_bias_cpu, gemm_cat_cpu,
+// gemm_split_cpu and gemm_cpu_serial round op(A) and op(B) to bfloat16 (nearest, ties to even) and sum the
+// exact products in f32 (AVX512-BF16's VDPBF16PS, twice the f32 kernel's multiply-adds per instruction, or
+// AMX's tiles; denormal inputs read as zero), as torch's bf16 autocast and
+// set_float32_matmul_precision("medium") do. kF32 (the default) is the f32 kernels.
 // The process-wide setting is gnn train's --matmul-precision; setting kBf16 where the CPU lacks AVX512-BF16 is
 // an error. Results are the same bits for any thread count, as in f32.
 enum class GemmPrecision { kF32, kBf16 };
@@ -121,6 +140,16 @@ void gemm_cpu_bf16_on(Bf16Kernel k, bool trans_a, bool trans_b, int64_t M, int64
 // 32-column panels only; the edge is stored as usual. Same bits either way.
 inline constexpr int64_t kGemmStreamFloats = int64_t(4) << 20;  // 16 MiB
 bool gemm_amx_streams_c(int64_t M, int64_t N, int64_t K, float beta, const float* C, int64_t ldc, bool parallel);
+// gemm_split_ref's product on the CPU (the process's precision), and on one bf16 kernel explicitly. With bf16
+// products it is one product where gemm_split_one_product says so (the bf16 drivers write each 32-column
+// panel of C into its part: n1 a multiple of 32 with over 16 columns after it, and K not cut by split_k),
+// else two; in f32 always two.
+void gemm_split_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                    const float* B, int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1);
+void gemm_split_bf16_on(Bf16Kernel k, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2,
+                        int64_t n1);
+bool gemm_split_one_product(int64_t M, int64_t N, int64_t K, int64_t n1);
 // The bf16 kernel explicitly (tests, benchmarks), with gemm_cpu_isa's arguments; needs gemm_bf16_supported().
 void gemm_cpu_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel = true,

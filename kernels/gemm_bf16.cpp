@@ -191,9 +191,10 @@ struct Bf16Blocked {
 
   static void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
-                  const gemm_detail::Cat& cat) {
+                  const gemm_detail::Cat& cat, const GemmSplitC& sc = {}) {
     const int64_t panels = (N + NR - 1) / NR, blocks = (M + kMC - 1) / kMC;
-    if (parallel && gemm_detail::wants_split_k(M, N, K))  // the f32 driver's chunks (gemm_blocked.h)
+    const gemm_detail::OutC out_c(C, ldc, sc, NR);
+    if (parallel && !sc.c2 && gemm_detail::wants_split_k(M, N, K))  // the f32 driver's chunks (gemm_blocked.h)
       return gemm_detail::split_k(
           ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat,
           [&](const float* a, int64_t la, const float* b, int64_t kc, float* part, const gemm_detail::Cat& ck) {
@@ -218,15 +219,16 @@ struct Bf16Blocked {
             const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
             const uint32_t* b = bp + q * k2 * NR;
             const float* bj = bias_k ? bias_k + j0 : nullptr;
+            const int64_t ldc_q = out_c.ld(j0);
             for (int64_t r = 0; r < mc; r += MR) {
               const int64_t rows = std::min<int64_t>(MR, mc - r);
-              float* c = C + (i0 + r) * ldc + j0;
+              float* c = out_c.at(i0 + r, j0);
               const uint32_t* a = ap + r * sa_i;
               const bool full = rows == MR && cols == NR;
-              if (full && !ta) micro<true>(k2, a, sa_i, sa_p, b, c, ldc, alpha, beta_k, bj);
-              else if (full) micro<false>(k2, a, sa_i, sa_p, b, c, ldc, alpha, beta_k, bj);
-              else if (!ta) micro_edge<true>(k2, a, sa_i, sa_p, b, c, ldc, rows, cols, alpha, beta_k, bj);
-              else micro_edge<false>(k2, a, sa_i, sa_p, b, c, ldc, rows, cols, alpha, beta_k, bj);
+              if (full && !ta) micro<true>(k2, a, sa_i, sa_p, b, c, ldc_q, alpha, beta_k, bj);
+              else if (full) micro<false>(k2, a, sa_i, sa_p, b, c, ldc_q, alpha, beta_k, bj);
+              else if (!ta) micro_edge<true>(k2, a, sa_i, sa_p, b, c, ldc_q, rows, cols, alpha, beta_k, bj);
+              else micro_edge<false>(k2, a, sa_i, sa_p, b, c, ldc_q, rows, cols, alpha, beta_k, bj);
             }
           }
         }
@@ -369,9 +371,10 @@ struct AmxBlocked {
 
   static void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
-                  const gemm_detail::Cat& cat) {
+                  const gemm_detail::Cat& cat, const GemmSplitC& sc = {}) {
     const int64_t panels = (N + NR - 1) / NR, blocks = (M + kMC - 1) / kMC;
-    if (parallel && gemm_detail::wants_split_k(M, N, K))  // the f32 driver's chunks, as Bf16Blocked
+    const gemm_detail::OutC out_c(C, ldc, sc, NR);
+    if (parallel && !sc.c2 && gemm_detail::wants_split_k(M, N, K))  // the f32 driver's chunks, as Bf16Blocked
       return gemm_detail::split_k(
           ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat,
           [&](const float* a, int64_t la, const float* b, int64_t kc, float* part, const gemm_detail::Cat& ck) {
@@ -389,7 +392,10 @@ struct AmxBlocked {
     // that reads C next would find little of it in cache anyway: [53040, 256] x [256, 256] (GIN-6th's MLP)
     // 5.0 -> 4.2 ms on 2 threads, GIN-6th's step 3-6% faster; layout-tgraph's outputs (up to 11 MB) were
     // slower to read back when streamed, so they are not (docs/benchmarks.md, 2026-12-02).
-    const bool stream = gemm_amx_streams_c(M, N, K, beta, C, ldc, parallel);
+    // (With C in two parts, each part as if it were a product of its own: the bits and stores of two calls.)
+    const int64_t n1 = std::min(N, out_c.n1);
+    const bool stream1 = gemm_amx_streams_c(M, n1, K, beta, C, ldc, parallel),
+               stream2 = n1 < N && gemm_amx_streams_c(M, N - n1, K, beta, sc.c2, sc.ldc2, parallel);
     for (int64_t k0 = 0; k0 < K; k0 += kcb) {
       const int64_t kc = std::min(kcb, K - k0), k2s = ((kc + 1) / 2 + KT - 1) / KT * KT;
       const float beta_k = k0 == 0 ? beta : 1.0f;
@@ -406,45 +412,48 @@ struct AmxBlocked {
           pack_a(ta, A, lda, cat, i0, mc, k0, kc, k2s, ap);
           for (int64_t q = 0; q < panels; ++q) {
             const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
+            const int64_t ldc_q = out_c.ld(j0);
+            const bool stream = j0 < n1 ? stream1 : stream2;
             for (int64_t r = 0; r < mc; r += MB) {
               tiles(k2s, ap + r * k2s, k2s, bp + q * k2s * NR, out);
-              float* c = C + (i0 + r) * ldc + j0;
+              float* c = out_c.at(i0 + r, j0);
               const int64_t rows = std::min<int64_t>(MB, mc - r);
               const float* bias_j = bias_k ? bias_k + j0 : nullptr;
-              if (stream && cols == NR) finish<true>(out, c, ldc, rows, cols, alpha, beta_k, bias_j);
-              else finish(out, c, ldc, rows, cols, alpha, beta_k, bias_j);
+              if (stream && cols == NR) finish<true>(out, c, ldc_q, rows, cols, alpha, beta_k, bias_j);
+              else finish(out, c, ldc_q, rows, cols, alpha, beta_k, bias_j);
             }
           }
         }
         _tile_release();
-        if (stream) _mm_sfence();  // this thread's streamed lines ordered before the region ends
+        if (stream1 || stream2) _mm_sfence();  // this thread's streamed lines ordered before the region ends
       }
     }
   }
 };
 
 // One vector of columns for N <= 16, two otherwise: Driver<1> or Driver<2>.
+// (A split C, sc.c2 set, takes Driver<2>: its n1 is a positive multiple of 32 below N.)
 template <template <int> class Driver>
 void by_width(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
-              GemmCat cat) {
+              GemmCat cat, const GemmSplitC& sc) {
   const gemm_detail::Cat c{cat.a2, cat.lda2, cat.k1};
-  if (N <= W) return Driver<1>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c);
-  Driver<2>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c);
+  if (N <= W && !sc.c2) return Driver<1>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c);
+  Driver<2>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c, sc);
 }
 
 }  // namespace
 
 void gemm_bf16_amx(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                    const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
-                   GemmCat cat) {
-  by_width<AmxBlocked>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+                   GemmCat cat, GemmSplitC sc) {
+  by_width<AmxBlocked>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat, sc);
 }
 
 void gemm_bf16_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                       const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
-                      GemmCat cat) {
-  by_width<Bf16Blocked>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+                      GemmCat cat, GemmSplitC sc) {
+  by_width<Bf16Blocked>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat, sc);
 }
 
 }  // namespace gnn

@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "base/error.h"
+#include "kernels/gemm.h"
 
 namespace gnn::gemm_detail {
 
@@ -39,6 +40,24 @@ struct Cat {
   const float* at(const float* A, int64_t lda, int64_t s, int64_t t) const {
     return t < k1 || !a2 ? A + s * lda + t : a2 + s * lda2 + (t - k1);
   }
+};
+
+// Where C's element (i, j) lives: C [M, N] itself, or with a GemmSplitC (kernels/gemm.h) its columns j < n1
+// in C and the rest in c2. A driver asks at a panel's first column j0 (n1 a multiple of the panel width nr,
+// so a panel lies in one part). A split C never goes through split_k: gemm_split_bf16_on runs two products
+// where K would be cut.
+struct OutC {
+  float* c;
+  int64_t ldc;
+  float* c2;
+  int64_t ldc2, n1;
+  OutC(float* c, int64_t ldc, const GemmSplitC& sc, int64_t nr)
+      : c(c), ldc(ldc), c2(sc.c2), ldc2(sc.ldc2), n1(sc.c2 ? sc.n1 : INT64_MAX) {
+    GNN_CHECK(!c2 || (n1 > 0 && n1 % nr == 0), "gemm: C split at column ", n1, ", not a multiple of the ", nr,
+              "-column panels");
+  }
+  float* at(int64_t i, int64_t j) const { return j < n1 ? c + i * ldc + j : c2 + i * ldc2 + (j - n1); }
+  int64_t ld(int64_t j) const { return j < n1 ? ldc : ldc2; }
 };
 
 // Per-thread scratch that keeps its largest size, uninitialised: packed B, packed A and split-K

@@ -19,9 +19,9 @@ void gemm_avx2(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64
 void gemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
                  float*, int64_t, bool, const float*, GemmCat);
 void gemm_bf16_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                      float*, int64_t, bool, const float*, GemmCat);
+                      float*, int64_t, bool, const float*, GemmCat, GemmSplitC);
 void gemm_bf16_amx(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                   float*, int64_t, bool, const float*, GemmCat);
+                   float*, int64_t, bool, const float*, GemmCat, GemmSplitC);
 
 namespace {
 
@@ -206,8 +206,8 @@ void gemm_cpu_bf16_on(Bf16Kernel k, bool ta, bool tb, int64_t M, int64_t N, int6
   check_and_count(ta, M, N, K, alpha, beta, bias, cat);
 #if defined(__x86_64__)
   if (k == Bf16Kernel::kAmx)
-    return gemm_bf16_amx(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
-  gemm_bf16_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+    return gemm_bf16_amx(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat, {});
+  gemm_bf16_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat, {});
 #endif
 }
 
@@ -243,6 +243,43 @@ void gemm_cat_cpu(bool ta, int64_t M, int64_t N, int64_t K, const float* A1, int
 void gemm_bias_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                    int64_t ldb, const float* bias, float* C, int64_t ldc) {
   gemm_dispatch(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, /*parallel=*/true, bias);
+}
+
+bool gemm_split_one_product(int64_t M, int64_t N, int64_t K, int64_t n1) {
+  // Each 32-column panel of the bf16 drivers (two vectors of columns) then lies in one part, each part's
+  // own product would take the same driver (over 16 columns: two vectors) and would not cut K (split_k,
+  // which a narrower part wants whenever the whole shape does): every value has the two products' bits.
+  constexpr int64_t kPanel = 32, kVector = 16;
+  return M > 0 && K > 0 && n1 > 0 && N - n1 > kVector && n1 % kPanel == 0 && !gemm_detail::wants_split_k(M, n1, K) &&
+         !gemm_detail::wants_split_k(M, N - n1, K);
+}
+
+void gemm_split_bf16_on(Bf16Kernel k, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                        const float* B, int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1) {
+  GNN_CHECK(n1 >= 0 && n1 <= N, "gemm_split: C split at column ", n1, " of ", N);
+  if (!gemm_split_one_product(M, N, K, n1)) {
+    gemm_cpu_bf16_on(k, ta, tb, M, n1, K, 1.0f, A, lda, B, ldb, 0.0f, C1, ldc1);
+    gemm_cpu_bf16_on(k, ta, tb, M, N - n1, K, 1.0f, A, lda, tb ? B + n1 * ldb : B + n1, ldb, 0.0f, C2, ldc2);
+    return;
+  }
+  GNN_CHECK(C1 && C2, "gemm_split: a part of C is null");
+  GNN_CHECK(gemm_bf16_kernel_supported(k), "gemm: this CPU cannot run the ", gemm_bf16_kernel_name(k), " bf16 kernel");
+  check_and_count(ta, M, N, K, 1.0f, 0.0f, nullptr, {});
+#if defined(__x86_64__)
+  const GemmSplitC sc{C2, ldc2, n1};
+  if (k == Bf16Kernel::kAmx)
+    return gemm_bf16_amx(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C1, ldc1, true, nullptr, {}, sc);
+  gemm_bf16_avx512(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C1, ldc1, true, nullptr, {}, sc);
+#endif
+}
+
+void gemm_split_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+                    int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1) {
+  if (gemm_cpu_precision() == GemmPrecision::kBf16)
+    return gemm_split_bf16_on(gemm_bf16_kernel(), ta, tb, M, N, K, A, lda, B, ldb, C1, ldc1, C2, ldc2, n1);
+  GNN_CHECK(n1 >= 0 && n1 <= N, "gemm_split: C split at column ", n1, " of ", N);
+  gemm_cpu(ta, tb, M, n1, K, 1.0f, A, lda, B, ldb, 0.0f, C1, ldc1);
+  gemm_cpu(ta, tb, M, N - n1, K, 1.0f, A, lda, tb ? B + n1 * ldb : B + n1, ldb, 0.0f, C2, ldc2);
 }
 
 void gemm_cpu_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

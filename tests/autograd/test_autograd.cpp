@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "autograd/gradcheck.h"
+#include "kernels/gemm.h"
 #include "runtime/allocator.h"
 #include "runtime/rng.h"
 
@@ -246,10 +247,23 @@ TEST_CASE("autograd: matmul_cat gives the bits of matmul over concat_cols on the
   ag::Var a = rand_var({5, 3}, 31), b = rand_var({5, 2}, 32), w = rand_var({5, 4}, 33), bias = rand_var({4}, 34);
   check_grads({a, b, w, bias}, [&] { return probe(ag::matmul_cat(a, b, w, bias)); });
   check_grads({a, b, w}, [&] { return probe(ag::matmul_cat(a, b, w)); });
-  // float: against concat_cols, matmul and add_bias; the split on a K block's edge and inside one
-  for (auto [M, K1, K2, N] :
-       std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{{1000, 256, 256, 128}, {300, 40, 24, 20}}) {
+  // float: against concat_cols, matmul and add_bias; the split on a K block's edge and inside one; in f32 and
+  // with bf16 products (where d[a | b] is one product split between the two gradients, gemm_split_cpu, at
+  // K1 = 256, and two at K1 = 40: the bits of the composed path's one 512- or 64-wide product either way)
+  const bool bf16 = gemm_bf16_supported();
+  if (!bf16) MESSAGE("this CPU has no AVX512-BF16: matmul_cat's bf16 products untested");
+  for (auto [M, K1, K2, N, precision] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, GemmPrecision>>{
+           {1000, 256, 256, 128, GemmPrecision::kF32},
+           {300, 40, 24, 20, GemmPrecision::kF32},
+           {1000, 256, 256, 128, GemmPrecision::kBf16},
+           {300, 40, 24, 20, GemmPrecision::kBf16}}) {
+    if (precision == GemmPrecision::kBf16 && !bf16) continue;
     CAPTURE(K1);
+    CAPTURE(gemm_precision_name(precision));
+    struct Reset {  // the setting is the process's: f32 again afterwards, whatever happens
+      ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
+    } reset;
+    set_gemm_cpu_precision(precision);
     for (bool with_bias : {true, false}) {
       const auto run = [&](bool fused) {
         ag::Var x1(Tensor::from_vector(testing::random_values<float>(size_t(M * K1), 11), Shape{M, K1}), true);

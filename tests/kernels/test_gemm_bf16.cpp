@@ -1,8 +1,9 @@
 // The CPU's mixed-precision GEMM (kernels/gemm_bf16.cpp, GemmPrecision::kBf16): op(A) and op(B) rounded to
 // bfloat16, products summed in f32. Checked against the double product of the rounded inputs (so the only
 // error left is the f32 summation's), on every layout the f32 driver takes: transposed or not, [A | a2],
-// a bias, alpha and beta, edge tiles, odd K, narrow N and split K; the same bits for any thread count; the
-// process-wide setting routes gemm_cpu through it; and a CPU without AVX512-BF16 refuses it by name.
+// a bias, alpha and beta, edge tiles, odd K, narrow N and split K; the same bits for any thread count; a C
+// split between two matrices (gemm_split_bf16_on) with the bits of two products; the process-wide setting
+// routes gemm_cpu through it; and a CPU without AVX512-BF16 refuses it by name.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -194,6 +195,113 @@ TEST_CASE("gemm bf16: a large C streamed to memory has the bits of one stored th
       CHECK(differ == 0);
       CHECK(pad_written == 0);
     }
+}
+
+TEST_CASE("gemm bf16: C split into two matrices has the bits of two products over its column ranges") {
+  // gemm_split_bf16_on writes [C1 | C2] from one product where gemm_split_one_product says so (n1 a multiple
+  // of 32, over 16 columns after it, K not cut) and runs two otherwise; either way each part is the product
+  // over op(B)'s columns [0, n1) or [n1, N) to the bit, for any thread count, and the padding past each
+  // part's columns is left alone. The first case is a layer's d[a | b] = dy W^T; the last two are large
+  // enough that AMX streams a part (64-byte aligned rows a multiple of 16 floats apart): both parts, then
+  // only the first (the second's rows 257 floats apart).
+  if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
+  struct Split {
+    bool ta, tb;
+    int64_t M, N, K, n1;
+    bool one;  // one product
+    int64_t pad1, pad2;  // each part's row stride past its columns
+  };
+  const int64_t big_m = kGemmStreamFloats / 256 + 70;
+  for (Bf16Kernel kernel : kernels())
+    for (const Split& c : std::vector<Split>{{false, true, 1000, 512, 256, 256, true, 5, 3},
+                                             {false, false, 300, 100, 70, 64, true, 5, 3},  // a partial last panel
+                                             {true, true, 200, 96, 600, 32, true, 5, 3},  // K past one block
+                                             {false, true, 100, 80, 40, 48, false, 5, 3},  // n1 not a whole panel
+                                             {false, false, 50, 40, 20, 32, false, 5, 3},  // 8 columns after n1
+                                             {true, false, 256, 128, 10000, 64, false, 5, 3},  // split K
+                                             {false, true, big_m, 512, 256, 256, true, 0, 0},
+                                             {false, true, big_m, 512, 256, 256, true, 0, 1}}) {
+      CAPTURE(gemm_bf16_kernel_name(kernel));
+      CAPTURE(c.ta);
+      CAPTURE(c.tb);
+      CAPTURE(c.M);
+      CAPTURE(c.N);
+      CAPTURE(c.K);
+      CAPTURE(c.n1);
+      CAPTURE(c.pad2);
+      CHECK(gemm_split_one_product(c.M, c.N, c.K, c.n1) == c.one);
+      const int64_t n2 = c.N - c.n1, ld1 = c.n1 + c.pad1, ld2 = n2 + c.pad2;
+      const auto A = testing::random_values<float>(size_t(c.M * c.K), 31),
+                 B = testing::random_values<float>(size_t(c.K * c.N), 32);
+      const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
+      struct Free {
+        void operator()(float* p) const { std::free(p); }
+      };
+      auto buffer = [&](int64_t ld) {
+        std::unique_ptr<float, Free> p(
+            static_cast<float*>(std::aligned_alloc(64, (size_t(c.M * ld) * 4 + 63) / 64 * 64)));
+        std::fill(p.get(), p.get() + c.M * ld, -7.0f);
+        return p;
+      };
+      auto c1 = buffer(ld1), c2 = buffer(ld2), t1 = buffer(ld1), t2 = buffer(ld2), w1 = buffer(ld1), w2 = buffer(ld2);
+      if (c.M == big_m) {
+        CHECK(gemm_amx_streams_c(c.M, c.n1, c.K, 0.0f, c1.get(), ld1, true));
+        CHECK(gemm_amx_streams_c(c.M, n2, c.K, 0.0f, c2.get(), ld2, true) == (c.pad2 == 0));
+      }
+      const testing::ThreadsRestored saved;
+      set_num_threads(1);
+      gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, c1.get(), ld1, c2.get(), ld2,
+                         c.n1);
+      set_num_threads(std::max(3, saved.count));
+      gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, t1.get(), ld1, t2.get(), ld2,
+                         c.n1);
+      gemm_cpu_bf16_on(kernel, c.ta, c.tb, c.M, c.n1, c.K, 1.0f, A.data(), lda, B.data(), ldb, 0.0f, w1.get(), ld1);
+      gemm_cpu_bf16_on(kernel, c.ta, c.tb, c.M, n2, c.K, 1.0f, A.data(), lda,
+                       c.tb ? B.data() + c.n1 * ldb : B.data() + c.n1, ldb, 0.0f, w2.get(), ld2);
+      for (const auto* part : {&c1, &t1})  // the padding too: -7 in both
+        CHECK(std::memcmp(part->get(), w1.get(), size_t(c.M * ld1) * 4) == 0);
+      for (const auto* part : {&c2, &t2}) CHECK(std::memcmp(part->get(), w2.get(), size_t(c.M * ld2) * 4) == 0);
+    }
+  const std::vector<float> A = testing::random_values<float>(64 * 40, 33),
+                           B = testing::random_values<float>(40 * 96, 34);
+  std::vector<float> c1(64 * 64), c2(64 * 32);
+  CHECK_THROWS_WITH(gemm_split_bf16_on(kernels().front(), false, false, 64, 96, 40, A.data(), 40, B.data(), 96,
+                                       c1.data(), 64, c2.data(), 32, 97),
+                    doctest::Contains("C split at column 97 of 96"));
+}
+
+TEST_CASE("gemm: C split into two matrices, in f32 and through the precision setting") {
+  // gemm_split_cpu is the two products gemm_cpu runs, in f32 and (one product there) under the bf16
+  // setting; gemm_split_ref is gemm_ref's two.
+  const int64_t M = 130, N = 96, K = 50, n1 = 64;
+  const auto A = testing::random_values<float>(size_t(M * K), 35), B = testing::random_values<float>(size_t(N * K), 36);
+  std::vector<float> c1(size_t(M * n1)), c2(size_t(M * (N - n1))), w1(c1.size()), w2(c2.size());
+  gemm_split_cpu(false, true, M, N, K, A.data(), K, B.data(), K, c1.data(), n1, c2.data(), N - n1, n1);
+  gemm_cpu(false, true, M, n1, K, 1.0f, A.data(), K, B.data(), K, 0.0f, w1.data(), n1);
+  gemm_cpu(false, true, M, N - n1, K, 1.0f, A.data(), K, B.data() + n1 * K, K, 0.0f, w2.data(), N - n1);
+  CHECK(std::memcmp(c1.data(), w1.data(), c1.size() * 4) == 0);
+  CHECK(std::memcmp(c2.data(), w2.data(), c2.size() * 4) == 0);
+  std::vector<double> Ad(A.begin(), A.end()), Bd(B.begin(), B.end()), r1(c1.size()), r2(c2.size()), full(size_t(M * N));
+  gemm_split_ref(false, true, M, N, K, Ad.data(), K, Bd.data(), K, r1.data(), n1, r2.data(), N - n1, n1);
+  gemm_ref(false, true, M, N, K, 1.0, Ad.data(), K, Bd.data(), K, 0.0, full.data(), N);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      differ += (j < n1 ? r1[size_t(i * n1 + j)] : r2[size_t(i * (N - n1) + j - n1)]) != full[size_t(i * N + j)];
+  CHECK(differ == 0);
+  if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16: the bf16 setting untested");
+  {
+    struct Reset {
+      ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
+    } reset;
+    set_gemm_cpu_precision(GemmPrecision::kBf16);
+    REQUIRE(gemm_split_one_product(M, N, K, n1));
+    gemm_split_cpu(false, true, M, N, K, A.data(), K, B.data(), K, c1.data(), n1, c2.data(), N - n1, n1);
+    gemm_cpu(false, true, M, n1, K, 1.0f, A.data(), K, B.data(), K, 0.0f, w1.data(), n1);
+    gemm_cpu(false, true, M, N - n1, K, 1.0f, A.data(), K, B.data() + n1 * K, K, 0.0f, w2.data(), N - n1);
+  }
+  CHECK(std::memcmp(c1.data(), w1.data(), c1.size() * 4) == 0);
+  CHECK(std::memcmp(c2.data(), w2.data(), c2.size() * 4) == 0);
 }
 
 TEST_CASE("gemm bf16: the precision setting routes every CPU product, and f32 is untouched") {
