@@ -81,12 +81,16 @@ inline constexpr Kernel gemm_bias_k{
 inline constexpr Kernel gemm_split_k{
     "gemm_split", [](auto... a) { gemm_split_ref(a...); }, [](auto... a) { gemm_split_cpu(a...); },
     [](const Tensor& on, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-       int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1) {
+       int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1, const float* R2, int64_t ldr2) {
       const BlasHandle& blas = cuda_blas(on.device().index);
       if (n1 > 0) gemm_cuda(ta, tb, M, n1, K, 1.0f, A, lda, B, ldb, 0.0f, C1, ldc1, blas, on.stream());
       if (N > n1)
         gemm_cuda(ta, tb, M, N - n1, K, 1.0f, A, lda, tb ? B + n1 * ldb : B + n1, ldb, 0.0f, C2, ldc2, blas,
                   on.stream());
+      if (R2) {  // then the addend, as add_to
+        GNN_CHECK(ldc2 == N - n1 && ldr2 == N - n1, "gemm_split: the addend needs contiguous rows on a GPU");
+        add_cuda(C2, C2, R2, M * (N - n1), 1.0f, on.stream());
+      }
     }};
 // C = op([A1 | A2]) B (+ bias) as gemm_cat_ref (kernels/gemm.h); on a GPU two cuBLAS products, into C's
 // two row ranges (trans_a) or the second accumulated onto the first, and then the bias row (ldc N).
@@ -111,6 +115,16 @@ inline constexpr Kernel gemm_cat_k{
                     on.stream());  // C = 0
       }
       if (bias) add_row_cuda(C, C, bias, M, N, on.stream());
+    }};
+// C = [A1 | A2] B + bias + R as gemm_cat_add_ref (kernels/gemm.h): on the host R in the product's store where
+// the driver takes it; on a GPU gemm_cat_k's products and then the addition (ldc = ldr = N).
+inline constexpr Kernel gemm_cat_add_k{
+    "gemm_cat_add", [](auto... a) { gemm_cat_add_ref(a...); }, [](auto... a) { gemm_cat_add_cpu(a...); },
+    [](const Tensor& on, int64_t M, int64_t N, int64_t K, const float* A1, int64_t lda1, const float* A2, int64_t lda2,
+       int64_t k1, const float* B, int64_t ldb, const float* bias, const float* R, int64_t ldr, float* C, int64_t ldc) {
+      GNN_CHECK(ldc == N && ldr == N, "gemm_cat_add: the addend needs contiguous rows on a GPU");
+      gemm_cat_k.cuda(on, false, M, N, K, A1, lda1, A2, lda2, k1, B, ldb, bias, C, ldc);
+      add_cuda(C, C, R, M * N, 1.0f, on.stream());
     }};
 inline constexpr Kernel mul_k = GNN_HOST_KERNEL(mul_to, mul_cuda);
 inline constexpr Kernel add_k = GNN_HOST_KERNEL(add_to, add_cuda);

@@ -2,9 +2,10 @@
 //   da = dy op(b)^T (or its transpose when a is transposed), db = op(a)^T dy (likewise).
 // y = a w + bias (matmul_bias): the same, and dbias = column sums of dy; on the host the bias is added in
 // the GEMM's store, the bits of matmul and then add_bias in one pass over y.
-// y = [a | b] w (+ bias) (matmul_cat): da = dy w_a^T, db = dy w_b^T straight into their gradients (when
-// both want one, gemm_split: with bf16 products on the host one product that reads dy once), dw = [a | b]^T dy
-// from the two parts in place; on the host the bits of concat_cols, matmul and add_bias.
+// y = [a | b] w (+ bias) (+ addend) (matmul_cat): da = dy w_a^T, db = dy w_b^T straight into their gradients
+// (when both want one, gemm_split: with bf16 products on the host one product that reads dy once, which also
+// adds dy into b's when the addend is b), dw = [a | b]^T dy from the two parts in place; on the host the bits
+// of concat_cols, matmul, add_bias and add.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 
@@ -81,28 +82,39 @@ Var matmul_bias(const Var& a, const Var& w, const Var& bias) {
   });
 }
 
-Var matmul_cat(const Var& a, const Var& b, const Var& w, const Var& bias) {
+Var matmul_cat(const Var& a, const Var& b, const Var& w, const Var& bias, const Var& addend) {
   const Device dev = a.value().device();
   check_arg_on("matmul_cat", "a", a, 2, a.dtype(), dev);
   check_arg_on("matmul_cat", "b", b, 2, a.dtype(), dev);
   check_arg_on("matmul_cat", "w", w, 2, a.dtype(), dev);
   if (bias.defined()) check_arg_on("matmul_cat", "bias", bias, 1, a.dtype(), dev);
+  if (addend.defined()) check_arg_on("matmul_cat", "addend", addend, 2, a.dtype(), dev);
   const int64_t M = a.size(0), K1 = a.size(1), K2 = b.size(1), N = w.size(1);
   GNN_CHECK(b.size(0) == M, "matmul_cat: a ", a.shape().str(), " and b ", b.shape().str(), " differ in rows");
   GNN_CHECK(w.size(0) == K1 + K2, "matmul_cat: w ", w.shape().str(), " does not take [a | b] of ", K1 + K2, " columns");
   GNN_CHECK(!bias.defined() || bias.size(0) == N, "matmul_cat: bias has ", bias.size(0), " values for ", N,
             " output columns");
+  GNN_CHECK(!addend.defined() || addend.shape() == Shape({M, N}), "matmul_cat: addend ", addend.shape().str(),
+            " is not the output's [", M, ", ", N, "]");
   return dispatch_dev("matmul_cat", a.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(a.value(), Shape{M, N});
     const T* bp = bias.defined() ? ptr<T>(bias.value()) : nullptr;
-    run<T>(gemm_cat_k, y, false, M, N, K1 + K2, ptr<T>(a.value()), K1, ptr<T>(b.value()), K2, K1, ptr<T>(w.value()), N,
-           bp, ptr<T>(y), N);
+    if (addend.defined())
+      run<T>(gemm_cat_add_k, y, M, N, K1 + K2, ptr<T>(a.value()), K1, ptr<T>(b.value()), K2, K1, ptr<T>(w.value()), N,
+             bp, ptr<T>(addend.value()), N, ptr<T>(y), N);
+    else
+      run<T>(gemm_cat_k, y, false, M, N, K1 + K2, ptr<T>(a.value()), K1, ptr<T>(b.value()), K2, K1, ptr<T>(w.value()),
+             N, bp, ptr<T>(y), N);
     const bool want_w = w.requires_grad(), want_ab = a.requires_grad() || b.requires_grad();
     const Tensor av = want_w ? a.value() : Tensor(), bv = want_w ? b.value() : Tensor();
     const Tensor wv = want_ab ? w.value() : Tensor();
-    return record("matmul_cat", y, bias.defined() ? std::vector<Var>{a, b, w, bias} : std::vector<Var>{a, b, w},
-                  [=, a = GradRef(a), b = GradRef(b), w = GradRef(w), bias = GradRef(bias)](const Tensor& dy) {
+    std::vector<Var> inputs{a, b, w};
+    if (bias.defined()) inputs.push_back(bias);
+    if (addend.defined()) inputs.push_back(addend);
+    return record("matmul_cat", y, inputs,
+                  [=, a = GradRef(a), b = GradRef(b), w = GradRef(w), bias = GradRef(bias),
+                   r = GradRef(addend)](const Tensor& dy) {
                     const T* g = ptr<T>(dy);
                     if (bias.requires_grad()) {  // add_bias's backward
                       Tensor db = empty_like(dy, bias.shape());
@@ -116,11 +128,16 @@ Var matmul_cat(const Var& a, const Var& b, const Var& w, const Var& bias) {
                       accumulate(w, dw);
                     }
                     // d[a | b] = dy w^T, each part's columns straight into its own gradient; when both want
-                    // theirs, gemm_split (with bf16 products one product, dy read once; the bits of the two)
-                    if (a.requires_grad() && b.requires_grad()) {
+                    // theirs, gemm_split (with bf16 products on the host one product that reads dy once, the bits
+                    // of the two), and an addend that is b gets dy added in that product's store: b's gradient
+                    // dy w_b^T + dy, as accumulate would sum the two (the addition commutes, so either order).
+                    const bool both = a.requires_grad() && b.requires_grad();
+                    const bool r_into_b = both && r.requires_grad() && r.node() == b.node();
+                    if (r.requires_grad() && !r_into_b) accumulate(r, dy);  // add's backward: dy itself
+                    if (both) {
                       Tensor da = empty_like(dy, a.shape()), db = empty_like(dy, b.shape());
                       run<T>(gemm_split_k, dy, false, true, M, K1 + K2, N, g, N, ptr<T>(wv), N, ptr<T>(da), K1,
-                             ptr<T>(db), K2, K1);
+                             ptr<T>(db), K2, K1, r_into_b ? g : static_cast<const T*>(nullptr), N);
                       accumulate(a, da);
                       accumulate(b, db);
                       return;

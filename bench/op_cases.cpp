@@ -127,6 +127,14 @@ std::vector<OpCase> all_op_cases() {
          return in;
        },
        [](const Vars& x, const Graph&, const OpInputs&) { return ag::matmul_cat(x[0], x[1], x[2], x[3]); }},
+      {"matmul-cat-residual",  // [a | b] w + bias + b, a [R, F], b [R, F + 1] (a layer's residual on its root)
+       [](const OpSize& s) {
+         OpInputs in;
+         in.vars = {values(rows(s), s.features, s.seed), values(rows(s), s.features + 1, s.seed + 1),
+                    values(2 * s.features + 1, s.features + 1, s.seed + 2), row(s.features + 1, s.seed + 3)};
+         return in;
+       },
+       [](const Vars& x, const Graph&, const OpInputs&) { return ag::matmul_cat(x[0], x[1], x[2], x[3], x[1]); }},
       // ---- activations and the dense layer's epilogues ----
       GNN_ACT_CASE("relu", Act::kRelu),
       GNN_ACT_CASE("leaky-relu", Act::kLeakyRelu),

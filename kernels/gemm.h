@@ -65,13 +65,39 @@ void gemm_cat_cpu(bool trans_a, int64_t M, int64_t N, int64_t K, const float* A1
 // d[a | b] = dy W^T, each part straight into its own tensor, and with bf16 products from one product that
 // reads dy once (gemm_split_cpu, below). The bits of the two products over op(B)'s column ranges, [0, n1)
 // and [n1, N), which is what runs where one product would not give them (gemm_split_one_product), in f32
-// and on a GPU.
+// and on a GPU. R2 (optional, [M, N - n1], row stride ldr2) is added to the second part's values after its
+// product, as add_to would: a layer whose output adds its root input b (y = [a | b] W + b) gets b's whole
+// gradient, dy W_b^T + dy, in the product's store.
 template <class T>
 void gemm_split_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
-                    int64_t ldb, T* C1, int64_t ldc1, T* C2, int64_t ldc2, int64_t n1) {
+                    int64_t ldb, T* C1, int64_t ldc1, T* C2, int64_t ldc2, int64_t n1, const T* R2 = nullptr,
+                    int64_t ldr2 = 0) {
   gemm_ref(trans_a, trans_b, M, n1, K, T(1), A, lda, B, ldb, T(0), C1, ldc1);
   gemm_ref(trans_a, trans_b, M, N - n1, K, T(1), A, lda, trans_b ? B + n1 * ldb : B + n1, ldb, T(0), C2, ldc2);
+  if (R2)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N - n1; ++j) C2[i * ldc2 + j] = C2[i * ldc2 + j] + R2[i * ldr2 + j];
 }
+
+// C = [A1 | A2] B + bias + R (R [M, N], row stride ldr; bias optional): gemm_cat's values, and then R added to
+// each (the bits of gemm_cat and add_to). A layer whose output adds its input (GELU(norm(SAGE(x) + x)), the
+// 6th place's) then forms the sum in the product's store instead of a pass of its own, so the norm reads
+// one input where it read two. Where the product cannot take it in its store (gemm_adds_in_store), the
+// addition is a pass over C after the product; the same bits either way.
+template <class T>
+void gemm_cat_add_ref(int64_t M, int64_t N, int64_t K, const T* A1, int64_t lda1, const T* A2, int64_t lda2, int64_t k1,
+                      const T* B, int64_t ldb, const T* bias, const T* R, int64_t ldr, T* C, int64_t ldc) {
+  gemm_cat_ref<T>(false, M, N, K, A1, lda1, A2, lda2, k1, B, ldb, bias, C, ldc);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = C[i * ldc + j] + R[i * ldr + j];
+}
+void gemm_cat_add_cpu(int64_t M, int64_t N, int64_t K, const float* A1, int64_t lda1, const float* A2, int64_t lda2,
+                      int64_t k1, const float* B, int64_t ldb, const float* bias, const float* R, int64_t ldr, float* C,
+                      int64_t ldc);
+// Whether an addend to C rides in the product's store here (the process's precision, bf16 products whose
+// driver does not cut K) rather than a pass of its own after it: what a layer asks before choosing to add
+// its residual in the product (the f32 kernels do not take one).
+bool gemm_adds_in_store(int64_t M, int64_t N, int64_t K);
 
 // The same on the calling thread only, for fused kernels that already run one block per thread.
 void gemm_cpu_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -95,11 +121,17 @@ struct GemmCat {
   const float* a2 = nullptr;
   int64_t lda2 = 0, k1 = 0;
 };
-// C's N columns stored as two row-major matrices side by side, [C | c2]: columns j < n1 in C (row stride
-// ldc), the rest in c2 (row stride ldc2) at column j - n1. Without c2, C alone. (gemm_split_cpu.)
-struct GemmSplitC {
+// Where a bf16 driver's C goes (kernels/gemm_bf16.cpp): C's N columns stored as two row-major matrices side by
+// side, [C | c2], columns j < n1 in C (row stride ldc), the rest in c2 (row stride ldc2) at column j - n1
+// (without c2, C alone); and what is added to the finished values, after the bias: r [M, n1 or N] (row stride
+// ldr) to C's, r2 to c2's (each optional). (gemm_split_cpu, gemm_cat_add_cpu.)
+struct GemmOut {
   float* c2 = nullptr;
   int64_t ldc2 = 0, n1 = 0;
+  const float* r = nullptr;
+  int64_t ldr = 0;
+  const float* r2 = nullptr;
+  int64_t ldr2 = 0;
 };
 // One ISA explicitly (tests, benchmarks); the ISA must be supported. bias: null, or N values added to every
 // finished row (alpha must be 1, beta 0 or 1). cat: A is [A | cat.a2], each value summed as from the
@@ -131,9 +163,12 @@ Bf16Kernel gemm_bf16_kernel();  // the one gemm_cpu_bf16 uses; needs gemm_bf16_s
 const char* gemm_bf16_kernel_name(Bf16Kernel k);  // "avx512bf16" | "amx"
 const char* gemm_kernel_name();  // the CPU products' kernel now: the ISA's name in f32, the bf16 kernel's in bf16
 // One bf16 kernel explicitly (tests, benchmarks), with gemm_cpu_isa's arguments; it must be supported.
+// R (optional, [M, N], row stride ldr): added to C's values after the bias, in the product's store where
+// the driver takes it (not through split_k's chunks), else by a pass after the product; the same bits.
 void gemm_cpu_bf16_on(Bf16Kernel k, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
-                      bool parallel = true, const float* bias = nullptr, GemmCat cat = {});
+                      bool parallel = true, const float* bias = nullptr, GemmCat cat = {}, const float* R = nullptr,
+                      int64_t ldr = 0);
 // Whether the AMX kernel writes this C with streaming stores (not fetching its lines first): a C of
 // kGemmStreamFloats and up that one pass writes (K within one AMX KC block of 512, beta 0), 64-byte aligned with
 // rows a multiple of 16 floats apart, on the calling threads' product (not split-K's partials). Full
@@ -145,10 +180,11 @@ bool gemm_amx_streams_c(int64_t M, int64_t N, int64_t K, float beta, const float
 // panel of C into its part: n1 a multiple of 32 with over 16 columns after it, and K not cut by split_k),
 // else two; in f32 always two.
 void gemm_split_cpu(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                    const float* B, int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1);
+                    const float* B, int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1,
+                    const float* R2 = nullptr, int64_t ldr2 = 0);
 void gemm_split_bf16_on(Bf16Kernel k, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
                         int64_t lda, const float* B, int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2,
-                        int64_t n1);
+                        int64_t n1, const float* R2 = nullptr, int64_t ldr2 = 0);
 bool gemm_split_one_product(int64_t M, int64_t N, int64_t K, int64_t n1);
 // The bf16 kernel explicitly (tests, benchmarks), with gemm_cpu_isa's arguments; needs gemm_bf16_supported().
 void gemm_cpu_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -61,10 +61,11 @@ struct Bf16Blocked {
 
   // An MR x NR tile over k2 pairs: a pair of row i at a[i * sa_i + p * sa_p] (one of the two strides is 1:
   // Rows says which, so the addressing is the compiler's to hoist), b[p * NR + j]; then alpha, beta and
-  // bias as the f32 micro-kernel.
+  // bias as the f32 micro-kernel, and last the addend r (row stride ldr) when given.
   template <bool Rows>
   static void micro(int64_t k2, const uint32_t* __restrict a, int64_t sa_i, int64_t sa_p, const uint32_t* __restrict b,
-                    float* c, int64_t ldc, float alpha, float beta, const float* bias) {
+                    float* c, int64_t ldc, float alpha, float beta, const float* bias, const float* r = nullptr,
+                    int64_t ldr = 0) {
     if constexpr (Rows) sa_p = 1;
     else sa_i = 1;
     __m512 acc[MR][NV];
@@ -90,19 +91,24 @@ struct Bf16Blocked {
         const __m512 bj = _mm512_loadu_ps(bias + j * W);
         for (int i = 0; i < MR; ++i) acc[i][j] = _mm512_add_ps(acc[i][j], bj);
       }
+    if (r)
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_add_ps(acc[i][j], _mm512_loadu_ps(r + i * ldr + j * W));
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NV; ++j) _mm512_storeu_ps(c + i * ldc + j * W, acc[i][j]);
   }
 
   template <bool Rows>
   static void micro_edge(int64_t k2, const uint32_t* a, int64_t sa_i, int64_t sa_p, const uint32_t* b, float* c,
-                         int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta, const float* bias) {
+                         int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta, const float* bias,
+                         const float* r = nullptr, int64_t ldr = 0) {
     alignas(64) float tile[MR * NR];
     micro<Rows>(k2, a, sa_i, sa_p, b, tile, NR, 1.0f, 0.0f, nullptr);
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) {
         const float v = beta == 0.0f ? alpha * tile[i * NR + j] : alpha * tile[i * NR + j] + beta * c[i * ldc + j];
-        c[i * ldc + j] = bias ? v + bias[j] : v;
+        const float vb = bias ? v + bias[j] : v;
+        c[i * ldc + j] = r ? vb + r[i * ldr + j] : vb;
       }
   }
 
@@ -191,9 +197,11 @@ struct Bf16Blocked {
 
   static void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
-                  const gemm_detail::Cat& cat, const GemmSplitC& sc = {}) {
+                  const gemm_detail::Cat& cat, const GemmOut& sc = {}) {
     const int64_t panels = (N + NR - 1) / NR, blocks = (M + kMC - 1) / kMC;
     const gemm_detail::OutC out_c(C, ldc, sc, NR);
+    GNN_CHECK(!(parallel && out_c.adds() && gemm_detail::wants_split_k(M, N, K)),
+              "gemm: an addend does not go through split-K's chunks (gemm_cpu_bf16_on adds it after)");
     if (parallel && !sc.c2 && gemm_detail::wants_split_k(M, N, K))  // the f32 driver's chunks (gemm_blocked.h)
       return gemm_detail::split_k(
           ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat,
@@ -205,7 +213,8 @@ struct Bf16Blocked {
     for (int64_t k0 = 0; k0 < K; k0 += kKC) {
       const int64_t kc = std::min(kKC, K - k0), k2 = (kc + 1) / 2;
       const float beta_k = k0 == 0 ? beta : 1.0f;
-      const float* bias_k = k0 + kc == K ? bias : nullptr;
+      const bool last = k0 + kc == K;  // the bias and the addend go into the last k block's store
+      const float* bias_k = last ? bias : nullptr;
       pack_b(tb, B, ldb, k0, kc, N, bp, parallel);
 #pragma omp parallel if (parallel)
       {
@@ -219,16 +228,17 @@ struct Bf16Blocked {
             const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
             const uint32_t* b = bp + q * k2 * NR;
             const float* bj = bias_k ? bias_k + j0 : nullptr;
-            const int64_t ldc_q = out_c.ld(j0);
+            const int64_t ldc_q = out_c.ld(j0), ldr_q = out_c.ld_add(j0);
             for (int64_t r = 0; r < mc; r += MR) {
               const int64_t rows = std::min<int64_t>(MR, mc - r);
               float* c = out_c.at(i0 + r, j0);
+              const float* ra = last ? out_c.add_at(i0 + r, j0) : nullptr;
               const uint32_t* a = ap + r * sa_i;
               const bool full = rows == MR && cols == NR;
-              if (full && !ta) micro<true>(k2, a, sa_i, sa_p, b, c, ldc_q, alpha, beta_k, bj);
-              else if (full) micro<false>(k2, a, sa_i, sa_p, b, c, ldc_q, alpha, beta_k, bj);
-              else if (!ta) micro_edge<true>(k2, a, sa_i, sa_p, b, c, ldc_q, rows, cols, alpha, beta_k, bj);
-              else micro_edge<false>(k2, a, sa_i, sa_p, b, c, ldc_q, rows, cols, alpha, beta_k, bj);
+              if (full && !ta) micro<true>(k2, a, sa_i, sa_p, b, c, ldc_q, alpha, beta_k, bj, ra, ldr_q);
+              else if (full) micro<false>(k2, a, sa_i, sa_p, b, c, ldc_q, alpha, beta_k, bj, ra, ldr_q);
+              else if (!ta) micro_edge<true>(k2, a, sa_i, sa_p, b, c, ldc_q, rows, cols, alpha, beta_k, bj, ra, ldr_q);
+              else micro_edge<false>(k2, a, sa_i, sa_p, b, c, ldc_q, rows, cols, alpha, beta_k, bj, ra, ldr_q);
             }
           }
         }
@@ -292,12 +302,12 @@ struct AmxBlocked {
     }
   }
 
-  // C[rows, cols] from the block: alpha, then beta C, then the bias, as Bf16Blocked::micro. Streamed: a full
-  // NR columns with beta 0 into a C that is not read back soon, written with streaming stores, which do not
-  // fetch C's lines first (c 64-byte aligned).
+  // C[rows, cols] from the block: alpha, then beta C, then the bias, then the addend r (row stride ldr), as
+  // Bf16Blocked::micro. Streamed: a full NR columns with beta 0 into a C that is not read back soon, written
+  // with streaming stores, which do not fetch C's lines first (c 64-byte aligned).
   template <bool Streamed = false>
   static void finish(const float* out, float* c, int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta,
-                     const float* bias) {
+                     const float* bias, const float* r = nullptr, int64_t ldr = 0) {
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; j += W) {
         const __mmask16 m = first(cols - j);
@@ -305,6 +315,7 @@ struct AmxBlocked {
         if (alpha != 1.0f) v = _mm512_mul_ps(_mm512_set1_ps(alpha), v);
         if (beta != 0.0f) v = _mm512_fmadd_ps(_mm512_set1_ps(beta), _mm512_maskz_loadu_ps(m, c + i * ldc + j), v);
         if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + j));
+        if (r) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + i * ldr + j));
         if constexpr (Streamed) _mm512_stream_ps(c + i * ldc + j, v);
         else _mm512_mask_storeu_ps(c + i * ldc + j, m, v);
       }
@@ -371,9 +382,11 @@ struct AmxBlocked {
 
   static void run(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
-                  const gemm_detail::Cat& cat, const GemmSplitC& sc = {}) {
+                  const gemm_detail::Cat& cat, const GemmOut& sc = {}) {
     const int64_t panels = (N + NR - 1) / NR, blocks = (M + kMC - 1) / kMC;
     const gemm_detail::OutC out_c(C, ldc, sc, NR);
+    GNN_CHECK(!(parallel && out_c.adds() && gemm_detail::wants_split_k(M, N, K)),
+              "gemm: an addend does not go through split-K's chunks (gemm_cpu_bf16_on adds it after)");
     if (parallel && !sc.c2 && gemm_detail::wants_split_k(M, N, K))  // the f32 driver's chunks, as Bf16Blocked
       return gemm_detail::split_k(
           ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias, cat,
@@ -399,7 +412,8 @@ struct AmxBlocked {
     for (int64_t k0 = 0; k0 < K; k0 += kcb) {
       const int64_t kc = std::min(kcb, K - k0), k2s = ((kc + 1) / 2 + KT - 1) / KT * KT;
       const float beta_k = k0 == 0 ? beta : 1.0f;
-      const float* bias_k = k0 + kc == K ? bias : nullptr;
+      const bool last = k0 + kc == K;  // the bias and the addend go into the last k block's store
+      const float* bias_k = last ? bias : nullptr;
       Pack::pack_b(tb, B, ldb, k0, kc, N, bp, parallel, k2s);
 #pragma omp parallel if (parallel)
       {
@@ -412,15 +426,16 @@ struct AmxBlocked {
           pack_a(ta, A, lda, cat, i0, mc, k0, kc, k2s, ap);
           for (int64_t q = 0; q < panels; ++q) {
             const int64_t j0 = q * NR, cols = std::min<int64_t>(NR, N - j0);
-            const int64_t ldc_q = out_c.ld(j0);
+            const int64_t ldc_q = out_c.ld(j0), ldr_q = out_c.ld_add(j0);
             const bool stream = j0 < n1 ? stream1 : stream2;
             for (int64_t r = 0; r < mc; r += MB) {
               tiles(k2s, ap + r * k2s, k2s, bp + q * k2s * NR, out);
               float* c = out_c.at(i0 + r, j0);
+              const float* ra = last ? out_c.add_at(i0 + r, j0) : nullptr;
               const int64_t rows = std::min<int64_t>(MB, mc - r);
               const float* bias_j = bias_k ? bias_k + j0 : nullptr;
-              if (stream && cols == NR) finish<true>(out, c, ldc_q, rows, cols, alpha, beta_k, bias_j);
-              else finish(out, c, ldc_q, rows, cols, alpha, beta_k, bias_j);
+              if (stream && cols == NR) finish<true>(out, c, ldc_q, rows, cols, alpha, beta_k, bias_j, ra, ldr_q);
+              else finish(out, c, ldc_q, rows, cols, alpha, beta_k, bias_j, ra, ldr_q);
             }
           }
         }
@@ -436,9 +451,10 @@ struct AmxBlocked {
 template <template <int> class Driver>
 void by_width(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
-              GemmCat cat, const GemmSplitC& sc) {
+              GemmCat cat, const GemmOut& sc) {
   const gemm_detail::Cat c{cat.a2, cat.lda2, cat.k1};
-  if (N <= W && !sc.c2) return Driver<1>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c);
+  if (N <= W && !sc.c2)
+    return Driver<1>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c, sc);
   Driver<2>::run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, c, sc);
 }
 
@@ -446,13 +462,13 @@ void by_width(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, co
 
 void gemm_bf16_amx(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                    const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
-                   GemmCat cat, GemmSplitC sc) {
+                   GemmCat cat, GemmOut sc) {
   by_width<AmxBlocked>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat, sc);
 }
 
 void gemm_bf16_avx512(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                       const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel, const float* bias,
-                      GemmCat cat, GemmSplitC sc) {
+                      GemmCat cat, GemmOut sc) {
   by_width<Bf16Blocked>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat, sc);
 }
 

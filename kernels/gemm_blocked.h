@@ -42,22 +42,39 @@ struct Cat {
   }
 };
 
-// Where C's element (i, j) lives: C [M, N] itself, or with a GemmSplitC (kernels/gemm.h) its columns j < n1
-// in C and the rest in c2. A driver asks at a panel's first column j0 (n1 a multiple of the panel width nr,
-// so a panel lies in one part). A split C never goes through split_k: gemm_split_bf16_on runs two products
-// where K would be cut.
+// Where C's element (i, j) lives: C [M, N] itself, or with a GemmOut (kernels/gemm.h) that splits it its
+// columns j < n1 in C and the rest in c2; and what is added to it after the bias, if anything. A driver asks
+// at a panel's first column j0 (n1 a multiple of the panel width nr, so a panel lies in one part). A split C
+// never goes through split_k: gemm_split_bf16_on runs two products where K would be cut.
 struct OutC {
   float* c;
   int64_t ldc;
   float* c2;
   int64_t ldc2, n1;
-  OutC(float* c, int64_t ldc, const GemmSplitC& sc, int64_t nr)
-      : c(c), ldc(ldc), c2(sc.c2), ldc2(sc.ldc2), n1(sc.c2 ? sc.n1 : INT64_MAX) {
+  const float *r, *r2;
+  int64_t ldr, ldr2;
+  OutC(float* c, int64_t ldc, const GemmOut& o, int64_t nr)
+      : c(c),
+        ldc(ldc),
+        c2(o.c2),
+        ldc2(o.ldc2),
+        n1(o.c2 ? o.n1 : INT64_MAX),
+        r(o.r),
+        r2(o.r2),
+        ldr(o.ldr),
+        ldr2(o.ldr2) {
     GNN_CHECK(!c2 || (n1 > 0 && n1 % nr == 0), "gemm: C split at column ", n1, ", not a multiple of the ", nr,
               "-column panels");
   }
   float* at(int64_t i, int64_t j) const { return j < n1 ? c + i * ldc + j : c2 + i * ldc2 + (j - n1); }
   int64_t ld(int64_t j) const { return j < n1 ? ldc : ldc2; }
+  // the addend of element (i, j), or null
+  const float* add_at(int64_t i, int64_t j) const {
+    if (j < n1) return r ? r + i * ldr + j : nullptr;
+    return r2 ? r2 + i * ldr2 + (j - n1) : nullptr;
+  }
+  int64_t ld_add(int64_t j) const { return j < n1 ? ldr : ldr2; }
+  bool adds() const { return r || r2; }
 };
 
 // Per-thread scratch that keeps its largest size, uninitialised: packed B, packed A and split-K

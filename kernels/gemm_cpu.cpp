@@ -19,9 +19,9 @@ void gemm_avx2(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64
 void gemm_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
                  float*, int64_t, bool, const float*, GemmCat);
 void gemm_bf16_avx512(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                      float*, int64_t, bool, const float*, GemmCat, GemmSplitC);
+                      float*, int64_t, bool, const float*, GemmCat, GemmOut);
 void gemm_bf16_amx(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
-                   float*, int64_t, bool, const float*, GemmCat, GemmSplitC);
+                   float*, int64_t, bool, const float*, GemmCat, GemmOut);
 
 namespace {
 
@@ -94,6 +94,13 @@ void count_gemm_cuda_flops(int64_t flops) { g_gemm_cuda_flops.fetch_add(flops, s
 
 namespace {
 // What every CPU kernel checks of its arguments, and the product's FLOPs counted.
+// C[i, j] = C[i, j] + R[i, j], row by row over the threads: an addend the product's store did not take.
+void add_rows(float* C, int64_t ldc, const float* R, int64_t ldr, int64_t M, int64_t N) {
+#pragma omp parallel for schedule(static) if (M * N > 32768)
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = C[i * ldc + j] + R[i * ldr + j];
+}
+
 void check_and_count(bool ta, int64_t M, int64_t N, int64_t K, float alpha, float beta, const float* bias,
                      GemmCat cat) {
   GNN_CHECK(!bias || (alpha == 1.0f && (beta == 0.0f || beta == 1.0f)),
@@ -198,16 +205,24 @@ const char* gemm_kernel_name() {
 
 void gemm_cpu_bf16_on(Bf16Kernel k, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool parallel,
-                      const float* bias, GemmCat cat) {
+                      const float* bias, GemmCat cat, const float* R, int64_t ldr) {
   GNN_CHECK(gemm_bf16_kernel_supported(k), "gemm: this CPU cannot run the ", gemm_bf16_kernel_name(k), " bf16 kernel");
-  // K = 0 or alpha = 0 is C = beta C (+ bias), no product: the f32 driver's, the same values.
-  if (M == 0 || N == 0 || K == 0 || alpha == 0.0f)
-    return gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+  GNN_CHECK(!R || ldr >= N, "gemm: the addend's row stride ", ldr, " is below its ", N, " columns");
+  // K = 0 or alpha = 0 is C = beta C (+ bias), no product: the f32 driver's, the same values. The drivers
+  // take no addend through split_k's chunks: it is added after those.
+  if (M == 0 || N == 0 || K == 0 || alpha == 0.0f || (R && parallel && gemm_detail::wants_split_k(M, N, K))) {
+    if (M == 0 || N == 0 || K == 0 || alpha == 0.0f)
+      gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+    else gemm_cpu_bf16_on(k, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+    if (R) add_rows(C, ldc, R, ldr, M, N);
+    return;
+  }
   check_and_count(ta, M, N, K, alpha, beta, bias, cat);
 #if defined(__x86_64__)
+  const GemmOut out{.r = R, .ldr = ldr};
   if (k == Bf16Kernel::kAmx)
-    return gemm_bf16_amx(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat, {});
-  gemm_bf16_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat, {});
+    return gemm_bf16_amx(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat, out);
+  gemm_bf16_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat, out);
 #endif
 }
 
@@ -240,6 +255,24 @@ void gemm_cat_cpu(bool ta, int64_t M, int64_t N, int64_t K, const float* A1, int
                 GemmCat{A2, lda2, k1});
 }
 
+void gemm_cat_add_cpu(int64_t M, int64_t N, int64_t K, const float* A1, int64_t lda1, const float* A2, int64_t lda2,
+                      int64_t k1, const float* B, int64_t ldb, const float* bias, const float* R, int64_t ldr, float* C,
+                      int64_t ldc) {
+  GNN_CHECK(R && ldr >= N, "gemm_cat_add: no addend, or its row stride ", ldr, " is below its ", N, " columns");
+  if (gemm_cpu_precision() == GemmPrecision::kBf16) {
+    GNN_CHECK(gemm_bf16_supported(), "gemm: this CPU cannot run the bf16 kernel (no AVX512-BF16)");
+    return gemm_cpu_bf16_on(gemm_bf16_kernel(), false, false, M, N, K, 1.0f, A1, lda1, B, ldb, 0.0f, C, ldc, true, bias,
+                            GemmCat{A2, lda2, k1}, R, ldr);
+  }
+  gemm_cat_cpu(false, M, N, K, A1, lda1, A2, lda2, k1, B, ldb, bias, C, ldc);
+  add_rows(C, ldc, R, ldr, M, N);
+}
+
+bool gemm_adds_in_store(int64_t M, int64_t N, int64_t K) {
+  return gemm_cpu_precision() == GemmPrecision::kBf16 && gemm_bf16_supported() && M > 0 && N > 0 && K > 0 &&
+         !gemm_detail::wants_split_k(M, N, K);
+}
+
 void gemm_bias_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                    int64_t ldb, const float* bias, float* C, int64_t ldc) {
   gemm_dispatch(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, /*parallel=*/true, bias);
@@ -255,18 +288,21 @@ bool gemm_split_one_product(int64_t M, int64_t N, int64_t K, int64_t n1) {
 }
 
 void gemm_split_bf16_on(Bf16Kernel k, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                        const float* B, int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1) {
+                        const float* B, int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1,
+                        const float* R2, int64_t ldr2) {
   GNN_CHECK(n1 >= 0 && n1 <= N, "gemm_split: C split at column ", n1, " of ", N);
+  GNN_CHECK(!R2 || ldr2 >= N - n1, "gemm_split: the addend's row stride ", ldr2, " is below its ", N - n1, " columns");
   if (!gemm_split_one_product(M, N, K, n1)) {
     gemm_cpu_bf16_on(k, ta, tb, M, n1, K, 1.0f, A, lda, B, ldb, 0.0f, C1, ldc1);
-    gemm_cpu_bf16_on(k, ta, tb, M, N - n1, K, 1.0f, A, lda, tb ? B + n1 * ldb : B + n1, ldb, 0.0f, C2, ldc2);
+    gemm_cpu_bf16_on(k, ta, tb, M, N - n1, K, 1.0f, A, lda, tb ? B + n1 * ldb : B + n1, ldb, 0.0f, C2, ldc2, true,
+                     nullptr, {}, R2, ldr2);
     return;
   }
   GNN_CHECK(C1 && C2, "gemm_split: a part of C is null");
   GNN_CHECK(gemm_bf16_kernel_supported(k), "gemm: this CPU cannot run the ", gemm_bf16_kernel_name(k), " bf16 kernel");
   check_and_count(ta, M, N, K, 1.0f, 0.0f, nullptr, {});
 #if defined(__x86_64__)
-  const GemmSplitC sc{C2, ldc2, n1};
+  const GemmOut sc{.c2 = C2, .ldc2 = ldc2, .n1 = n1, .r2 = R2, .ldr2 = ldr2};
   if (k == Bf16Kernel::kAmx)
     return gemm_bf16_amx(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C1, ldc1, true, nullptr, {}, sc);
   gemm_bf16_avx512(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C1, ldc1, true, nullptr, {}, sc);
@@ -274,12 +310,15 @@ void gemm_split_bf16_on(Bf16Kernel k, bool ta, bool tb, int64_t M, int64_t N, in
 }
 
 void gemm_split_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
-                    int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1) {
+                    int64_t ldb, float* C1, int64_t ldc1, float* C2, int64_t ldc2, int64_t n1, const float* R2,
+                    int64_t ldr2) {
   if (gemm_cpu_precision() == GemmPrecision::kBf16)
-    return gemm_split_bf16_on(gemm_bf16_kernel(), ta, tb, M, N, K, A, lda, B, ldb, C1, ldc1, C2, ldc2, n1);
+    return gemm_split_bf16_on(gemm_bf16_kernel(), ta, tb, M, N, K, A, lda, B, ldb, C1, ldc1, C2, ldc2, n1, R2, ldr2);
   GNN_CHECK(n1 >= 0 && n1 <= N, "gemm_split: C split at column ", n1, " of ", N);
+  GNN_CHECK(!R2 || ldr2 >= N - n1, "gemm_split: the addend's row stride ", ldr2, " is below its ", N - n1, " columns");
   gemm_cpu(ta, tb, M, n1, K, 1.0f, A, lda, B, ldb, 0.0f, C1, ldc1);
   gemm_cpu(ta, tb, M, N - n1, K, 1.0f, A, lda, tb ? B + n1 * ldb : B + n1, ldb, 0.0f, C2, ldc2);
+  if (R2) add_rows(C2, ldc2, R2, ldr2, M, N - n1);
 }
 
 void gemm_cpu_serial(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/gemm.h"
+
 namespace gnn::train {
 
 Tensor layout_dim_categories(const Tensor& node_feat) {
@@ -134,6 +136,19 @@ ag::Var ConsumerSage::forward_product_first(const PlainPath& p, const ag::Var& x
   const ag::Var w = ag::concat_cols({ag::slice_rows(lin_.weight, 0, F), ag::slice_rows(lin_.weight, F, 2 * F)});
   const ag::Var q = ag::matmul(per_config(x, C), w);
   return ag::sage_combine(p.b.consumers(), node_major(q, C), C, lin_.bias);
+}
+
+ag::Var ConsumerSage::forward_residual_norm(const PlainPath& p, const ag::Var& x, Act act) const {
+  const int64_t C = p.configs(), rows = x.size(0) * C;
+  const bool in_product = !(product_first_ && lin_.out_features() < lin_.in_features() / 2) && !x.value().is_cuda() &&
+                          x.size(1) == C * lin_.out_features() &&
+                          gemm_adds_in_store(rows, lin_.out_features(), lin_.in_features());
+  if (!in_product) return node_norm_act(p.b, forward(p, x), x, act);
+  // forward()'s aggregate-first form, with the residual (the root itself) as the product's addend
+  const ag::Var agg = p.aggregate_mean(p.b.consumers(), p.b.consumers_mean(), x);
+  const ag::Var root = per_config(x, C);
+  const ag::Var s = node_major(ag::matmul_cat(per_config(agg, C), root, lin_.weight, lin_.bias, root), C);
+  return node_norm_act(p.b, s, ag::Var(), act);
 }
 
 ChannelAttention::ChannelAttention(int64_t dim, int64_t reduction, Rng& rng)

@@ -281,6 +281,11 @@ class ConsumerGat : public nn::Module {
 class ConsumerSage : public nn::Module {
  public:
   ConsumerSage(int64_t in, int64_t out, Rng& rng, bool product_first = true);
+  // act(node_norm(SAGE(x) + x)) on the plain path (the 6th place's layer end), the same bits either way: where
+  // the product takes an addend in its store (gemm_adds_in_store: bf16 products on the host) the residual
+  // is added there and its gradient comes out of the product's, so the norm reads one input, not two;
+  // elsewhere the norm adds it (node_norm_act).
+  ag::Var forward_residual_norm(const PlainPath& p, const ag::Var& x, Act act) const;
   template <class Path>
   typename Path::Rows forward(const Path& p, const typename Path::Rows& x) const {
     if constexpr (std::is_same_v<Path, PlainPath>)

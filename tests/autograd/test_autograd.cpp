@@ -307,6 +307,61 @@ TEST_CASE("autograd: matmul_cat gives the bits of matmul over concat_cols on the
                        doctest::Contains("does not take [a | b] of 5 columns"), Error);
 }
 
+TEST_CASE("autograd: matmul_cat with an addend gives the bits of matmul_cat and then add") {
+  // f64: finite differences with a separate addend and with the addend b itself (a layer's residual on its root)
+  ag::Var a = rand_var({5, 3}, 71), b = rand_var({5, 4}, 72), w = rand_var({7, 4}, 73), bias = rand_var({4}, 74),
+          r = rand_var({5, 4}, 75);
+  check_grads({a, b, w, bias, r}, [&] { return probe(ag::matmul_cat(a, b, w, bias, r)); });
+  check_grads({a, b, w}, [&] { return probe(ag::matmul_cat(a, b, w, ag::Var(), b)); });
+  // float, against add(matmul_cat(...), addend) in f32 and with bf16 products, where the addend rides in the
+  // product's store and b's whole gradient (dy w_b^T + dy) comes out of the split product; the addend b
+  // itself or another input; only b, or no input, wanting a gradient besides.
+  const bool bf16 = gemm_bf16_supported();
+  if (!bf16) MESSAGE("this CPU has no AVX512-BF16: matmul_cat's addend in the product's store untested");
+  for (auto [M, K1, K2, precision] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t, GemmPrecision>>{{1000, 256, 256, GemmPrecision::kF32},
+                                                                         {300, 40, 24, GemmPrecision::kF32},
+                                                                         {1000, 256, 256, GemmPrecision::kBf16},
+                                                                         {300, 40, 24, GemmPrecision::kBf16}}) {
+    if (precision == GemmPrecision::kBf16 && !bf16) continue;
+    const int64_t N = K2;  // the output as wide as b, so that b can be the addend
+    CAPTURE(M);
+    CAPTURE(gemm_precision_name(precision));
+    struct Reset {
+      ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
+    } reset;
+    set_gemm_cpu_precision(precision);
+    if (precision == GemmPrecision::kBf16) CHECK(gemm_adds_in_store(M, N, K1 + K2));
+    for (int variant = 0; variant < 4; ++variant) {  // addend b; another; b with a frozen; b with only W frozen
+      CAPTURE(variant);
+      const auto run = [&](bool fused) {
+        ag::Var x1(Tensor::from_vector(testing::random_values<float>(size_t(M * K1), 11), Shape{M, K1}), variant != 2);
+        ag::Var x2(Tensor::from_vector(testing::random_values<float>(size_t(M * K2), 12), Shape{M, K2}), true);
+        ag::Var W(Tensor::from_vector(testing::random_values<float>(size_t((K1 + K2) * N), 13), Shape{K1 + K2, N}),
+                  variant != 3);
+        ag::Var bv(Tensor::from_vector(testing::random_values<float>(size_t(N), 14)), true);
+        ag::Var other(Tensor::from_vector(testing::random_values<float>(size_t(M * N), 16), Shape{M, N}), true);
+        const ag::Var addend = variant == 1 ? other : x2;
+        const ag::Var y =
+            fused ? ag::matmul_cat(x1, x2, W, bv, addend) : ag::add(ag::matmul_cat(x1, x2, W, bv), addend);
+        ag::backward(y, Tensor::from_vector(testing::random_values<float>(size_t(M * N), 15), Shape{M, N}));
+        std::vector<std::vector<float>> out{y.value().to_vector<float>(), x2.grad().to_vector<float>(),
+                                            bv.grad().to_vector<float>()};
+        if (variant != 2) out.push_back(x1.grad().to_vector<float>());
+        if (variant != 3) out.push_back(W.grad().to_vector<float>());
+        if (variant == 1) out.push_back(other.grad().to_vector<float>());
+        ag::clear_tape();
+        return out;
+      };
+      const auto fused = run(true), composed = run(false);
+      REQUIRE(fused.size() == composed.size());
+      for (size_t i = 0; i < fused.size(); ++i) CHECK(fused[i] == composed[i]);
+    }
+  }
+  CHECK_THROWS_WITH_AS(ag::matmul_cat(a, b, w, bias, rand_var({5, 3}, 76)),
+                       doctest::Contains("matmul_cat: addend [5, 3] is not the output's [5, 4]"), Error);
+}
+
 TEST_CASE("autograd: dropout keeps the expected fraction, scales by 1/(1-p), and routes gradients through its mask") {
   ag::Var x(Tensor::full(Shape{100000}, 1.0, DType::F32), true);
   Rng rng(7);

@@ -270,6 +270,158 @@ TEST_CASE("gemm bf16: C split into two matrices has the bits of two products ove
                     doctest::Contains("C split at column 97 of 96"));
 }
 
+TEST_CASE("gemm bf16: an addend in the product's store has the bits of the product and then add") {
+  // gemm_cpu_bf16_on(..., R, ldr) adds R after alpha, beta C and the bias, in the last k block's store: the
+  // bits of the same product without R and then C + R, for any thread count. The cases: a layer over
+  // [aggregate | root] with a bias (one AMX k block, two of AVX512-BF16's), a partial last panel and edge
+  // rows, one vector of columns, transposed A over several k blocks with beta 1, a serial call, a shape
+  // split-K takes (the addend then added after the chunks), and a C large enough that AMX streams it.
+  if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
+  struct Add {
+    bool ta, tb, cat, bias;
+    int64_t M, N, K;
+    float beta;
+    bool parallel;
+  };
+  const int64_t big_m = kGemmStreamFloats / 256 + 70;
+  for (Bf16Kernel kernel : kernels())
+    for (const Add& c : std::vector<Add>{{false, false, true, true, 1000, 256, 512, 0.0f, true},
+                                         {false, true, false, true, 301, 100, 70, 0.0f, true},
+                                         {false, false, false, false, 200, 12, 40, 0.0f, true},
+                                         {true, false, true, true, 150, 64, 600, 1.0f, true},
+                                         {false, false, false, true, 100, 64, 300, 0.0f, false},
+                                         {true, false, false, false, 256, 128, 10000, 0.0f, true},
+                                         {false, false, true, false, big_m, 256, 256, 0.0f, true}}) {
+      CAPTURE(gemm_bf16_kernel_name(kernel));
+      CAPTURE(c.ta);
+      CAPTURE(c.M);
+      CAPTURE(c.N);
+      CAPTURE(c.K);
+      CAPTURE(c.parallel);
+      const int64_t k1 = c.cat ? (c.ta ? c.M / 2 : c.K / 2) : 0, ldc = c.N + 3, ldr = c.N + 5;
+      const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
+      const auto A = testing::random_values<float>(size_t(c.M * c.K), 41),
+                 A2 = testing::random_values<float>(size_t(c.M * c.K), 42),
+                 B = testing::random_values<float>(size_t(c.K * c.N), 43),
+                 R = testing::random_values<float>(size_t(c.M * ldr), 44),
+                 bias = testing::random_values<float>(size_t(c.N), 45),
+                 C0 = testing::random_values<float>(size_t(c.M * ldc), 46);
+      // [A | a2]: without trans_a k1 columns from A (row stride lda), the rest from a2 (row stride lda);
+      // with it k1 of op(A)'s rows, A and a2 each stored [K, M] with row stride M
+      const GemmCat cat = c.cat ? GemmCat{A2.data(), lda, k1} : GemmCat{};
+      const float* bp = c.bias ? bias.data() : nullptr;
+      std::vector<float> want = C0, one = C0, three = C0;
+      gemm_cpu_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, c.beta, want.data(), ldc,
+                       c.parallel, bp, cat);
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = 0; j < c.N; ++j)
+          want[size_t(i * ldc + j)] = want[size_t(i * ldc + j)] + R[size_t(i * ldr + j)];
+      const testing::ThreadsRestored saved;
+      set_num_threads(1);
+      gemm_cpu_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, c.beta, one.data(), ldc,
+                       c.parallel, bp, cat, R.data(), ldr);
+      set_num_threads(std::max(3, saved.count));
+      gemm_cpu_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, c.beta, three.data(), ldc,
+                       c.parallel, bp, cat, R.data(), ldr);
+      CHECK(std::memcmp(one.data(), want.data(), want.size() * 4) == 0);  // the padding untouched too
+      CHECK(std::memcmp(three.data(), want.data(), want.size() * 4) == 0);
+    }
+  std::vector<float> A(64 * 40), B(40 * 96), C(64 * 96), R(64 * 96);
+  CHECK_THROWS_WITH(gemm_cpu_bf16_on(kernels().front(), false, false, 64, 96, 40, 1.0f, A.data(), 40, B.data(), 96,
+                                     0.0f, C.data(), 96, true, nullptr, {}, R.data(), 95),
+                    doctest::Contains("addend's row stride 95 is below its 96 columns"));
+}
+
+TEST_CASE("gemm bf16: a split C's second part takes an addend, in one product or two") {
+  // d[a | b] = dy W^T with dy added to b's part (a layer whose output adds its root): gemm_split_bf16_on's
+  // R2 gives the bits of the split without it and then C2 + R2, in one product and where two run (n1 not a
+  // whole panel; split K), for any thread count.
+  if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
+  struct Split {
+    bool ta, tb;
+    int64_t M, N, K, n1;
+    bool one;
+  };
+  for (Bf16Kernel kernel : kernels())
+    for (const Split& c : std::vector<Split>{{false, true, 1000, 512, 256, 256, true},
+                                             {false, true, 100, 80, 40, 48, false},
+                                             {true, false, 256, 128, 10000, 64, false}}) {
+      CAPTURE(gemm_bf16_kernel_name(kernel));
+      CAPTURE(c.M);
+      CAPTURE(c.n1);
+      CHECK(gemm_split_one_product(c.M, c.N, c.K, c.n1) == c.one);
+      const int64_t n2 = c.N - c.n1, ld1 = c.n1 + 2, ld2 = n2 + 3, ldr = n2 + 1;
+      const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
+      const auto A = testing::random_values<float>(size_t(c.M * c.K), 51),
+                 B = testing::random_values<float>(size_t(c.K * c.N), 52),
+                 R = testing::random_values<float>(size_t(c.M * ldr), 53);
+      std::vector<float> w1(size_t(c.M * ld1), -7.0f), w2(size_t(c.M * ld2), -7.0f);
+      std::vector<float> c1 = w1, c2 = w2, t1 = w1, t2 = w2;
+      gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, w1.data(), ld1, w2.data(),
+                         ld2, c.n1);
+      for (int64_t i = 0; i < c.M; ++i)
+        for (int64_t j = 0; j < n2; ++j) w2[size_t(i * ld2 + j)] = w2[size_t(i * ld2 + j)] + R[size_t(i * ldr + j)];
+      const testing::ThreadsRestored saved;
+      set_num_threads(1);
+      gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, c1.data(), ld1, c2.data(),
+                         ld2, c.n1, R.data(), ldr);
+      set_num_threads(std::max(3, saved.count));
+      gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, t1.data(), ld1, t2.data(),
+                         ld2, c.n1, R.data(), ldr);
+      CHECK(c1 == w1);
+      CHECK(t1 == w1);
+      CHECK(std::memcmp(c2.data(), w2.data(), w2.size() * 4) == 0);
+      CHECK(std::memcmp(t2.data(), w2.data(), w2.size() * 4) == 0);
+    }
+}
+
+TEST_CASE("gemm: [A1 | A2] B + bias + R, in f32, through the bf16 setting, and its reference") {
+  // gemm_cat_add_cpu is gemm_cat_cpu and then C + R in either precision (in f32 a pass after the product,
+  // which gemm_adds_in_store says); gemm_cat_add_ref is gemm_cat_ref's and then the addition; gemm_split_cpu's
+  // R2 in f32 likewise.
+  const int64_t M = 130, N = 96, K = 50, k1 = 20;
+  const auto A1 = testing::random_values<float>(size_t(M * k1), 61),
+             A2 = testing::random_values<float>(size_t(M * (K - k1)), 62),
+             B = testing::random_values<float>(size_t(K * N), 63), R = testing::random_values<float>(size_t(M * N), 64),
+             bias = testing::random_values<float>(size_t(N), 65);
+  auto check_route = [&] {
+    std::vector<float> c(size_t(M * N)), w(c.size());
+    gemm_cat_add_cpu(M, N, K, A1.data(), k1, A2.data(), K - k1, k1, B.data(), N, bias.data(), R.data(), N, c.data(), N);
+    gemm_cat_cpu(false, M, N, K, A1.data(), k1, A2.data(), K - k1, k1, B.data(), N, bias.data(), w.data(), N);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = w[i] + R[i];
+    CHECK(std::memcmp(c.data(), w.data(), c.size() * 4) == 0);
+  };
+  CHECK_FALSE(gemm_adds_in_store(M, N, K));  // f32: no addend in the store
+  check_route();
+  {
+    std::vector<double> a1(A1.begin(), A1.end()), a2(A2.begin(), A2.end()), b(B.begin(), B.end()),
+        r(R.begin(), R.end()), bi(bias.begin(), bias.end()), c(size_t(M * N)), w(c.size());
+    gemm_cat_add_ref(M, N, K, a1.data(), k1, a2.data(), K - k1, k1, b.data(), N, bi.data(), r.data(), N, c.data(), N);
+    gemm_cat_ref(false, M, N, K, a1.data(), k1, a2.data(), K - k1, k1, b.data(), N, bi.data(), w.data(), N);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = w[i] + r[i];
+    CHECK(c == w);
+  }
+  {
+    const int64_t n1 = 64;
+    const auto A = testing::random_values<float>(size_t(M * K), 66);
+    std::vector<float> c1(size_t(M * n1)), c2(size_t(M * (N - n1))), w1 = c1, w2 = c2;
+    gemm_split_cpu(false, false, M, N, K, A.data(), K, B.data(), N, c1.data(), n1, c2.data(), N - n1, n1, R.data(), N);
+    gemm_split_cpu(false, false, M, N, K, A.data(), K, B.data(), N, w1.data(), n1, w2.data(), N - n1, n1);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N - n1; ++j) w2[size_t(i * (N - n1) + j)] += R[size_t(i * N + j)];
+    CHECK(c1 == w1);
+    CHECK(std::memcmp(c2.data(), w2.data(), c2.size() * 4) == 0);
+  }
+  if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16: the bf16 setting untested");
+  struct Reset {
+    ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
+  } reset;
+  set_gemm_cpu_precision(GemmPrecision::kBf16);
+  CHECK(gemm_adds_in_store(M, N, K));
+  CHECK_FALSE(gemm_adds_in_store(128, 128, 10000));  // split K: added after the chunks
+  check_route();
+}
+
 TEST_CASE("gemm: C split into two matrices, in f32 and through the precision setting") {
   // gemm_split_cpu is the two products gemm_cpu runs, in f32 and (one product there) under the bf16
   // setting; gemm_split_ref is gemm_ref's two.

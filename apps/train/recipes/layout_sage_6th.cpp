@@ -119,7 +119,7 @@ class LayoutSage6th : public RankModel {
     ag::Var x = early1_.forward_joined(node_input(emb_, b, node_norm_.get()), ag::Var(b.node_config), C, b.graph_ptr);
     x = dropout_.forward(b, x, C, training(), 1);
     x = segment(b, early2_.forward(x, C, b.graph_ptr));
-    for (const auto& l : layers_) x = segment(b, node_norm_act(b, l->forward(PlainPath{b}, x), x, Act::kGelu));
+    for (const auto& l : layers_) x = segment(b, l->forward_residual_norm(PlainPath{b}, x, Act::kGelu));
     const ag::Var pooled = ag::add(ag::pool(x, b.graph_ptr, Reduce::kMean), ag::pool(x, b.graph_ptr, Reduce::kMax));
     return head_.forward(b, ag::l2_normalize(per_config(pooled, C), 1e-4));  // [G*C, hidden]
   }
