@@ -7,6 +7,7 @@
 //   join_configs:   x [N, A] (config-independent), c [N, C*B] (per config)
 //                   y[n, k*(A+B) + j] = x[n, j] for j < A, c[n, k*B + j - A] otherwise;   y [N, C*(A+B)]
 //                   dx[n, j] = sum_k dy[n, k*(A+B) + j];  dc = the B-wide blocks of dy
+//                   with base [N, C*(A+B)]: y = that + base in the same pass (add's bits), dbase = dy
 //   keep_grad_rows: y = x;  dx[r] = dy[r] where keep[r] != 0, else 0
 //                   (segment training: forward on the whole graph, gradients only through a segment);
 //                   keep on the host or on x's device (then nothing is copied per call)
@@ -44,6 +45,23 @@ void join_configs_host(T* y, const T* x, const T* c, int64_t N, int64_t A, int64
   for (int64_t k = 0; k < C; ++k) copy_block(y, W, k * (A + B), x, A, 0, N, A);
   copy_block(y, A + B, A, c, B, 0, N * C, B);
 }
+// join_configs with a base: y = the join + base, element by element (add's bits), in one pass that writes y
+// once (a join and then an add wrote it, read it back and wrote it again).
+template <class T>
+void join_configs_add_host(T* y, const T* x, const T* c, const T* base, int64_t N, int64_t A, int64_t B, int64_t C) {
+  const int64_t W = C * (A + B);
+#pragma omp parallel for schedule(static) if (N * W > (1 << 16))
+  for (int64_t n = 0; n < N; ++n) {
+    const T* xr = x + n * A;
+    for (int64_t k = 0; k < C; ++k) {
+      T* yr = y + n * W + k * (A + B);
+      const T* br = base + n * W + k * (A + B);
+      const T* cr = c + (n * C + k) * B;
+      for (int64_t j = 0; j < A; ++j) yr[j] = xr[j] + br[j];
+      for (int64_t j = 0; j < B; ++j) yr[A + j] = cr[j] + br[A + j];
+    }
+  }
+}
 template <class T>
 void join_configs_dx_host(T* dx, const T* dy, int64_t N, int64_t A, int64_t B, int64_t C) {
   const int64_t W = C * (A + B);
@@ -65,6 +83,13 @@ void mask_rows_host(T* dx, const T* dy, const Tensor& keep, int64_t R, int64_t W
   }
 }
 constexpr Kernel join_configs_k = GNN_HOST_KERNEL(join_configs_host, join_configs_cuda);
+constexpr Kernel join_configs_add_k{
+    "join_configs_add", [](auto... a) { join_configs_add_host(a...); }, [](auto... a) { join_configs_add_host(a...); },
+    [](const Tensor& on, float* y, const float* x, const float* c, const float* base, int64_t N, int64_t A, int64_t B,
+       int64_t C) {  // the join, then add's kernel: its bits
+      join_configs_cuda(y, x, c, N, A, B, C, on.stream());
+      add_cuda(y, y, base, N * C * (A + B), 1.0f, on.stream());
+    }};
 constexpr Kernel join_configs_dx_k{
     "join_configs_dx", [](auto... a) { join_configs_dx_host(a...); }, [](auto... a) { join_configs_dx_host(a...); },
     [](const Tensor& on, float* dx, const float* dy, int64_t N, int64_t A, int64_t B, int64_t C) {
@@ -79,30 +104,39 @@ constexpr Kernel mask_rows_k{
 
 }  // namespace
 
-Var join_configs(const Var& x, const Var& c, int64_t configs) {
+Var join_configs(const Var& x, const Var& c, int64_t configs, const Var& base) {
   check_arg_on("join_configs", "x", x, 2, x.dtype(), x.device());
   check_arg_on("join_configs", "c", c, 2, x.dtype(), x.device());
+  if (base.defined()) check_arg_on("join_configs", "base", base, 2, x.dtype(), x.device());
   const int64_t N = x.size(0), A = x.size(1), C = configs;
   GNN_CHECK(C >= 1 && c.size(0) == N && c.size(1) % C == 0, "join_configs: c ", c.value().desc(), " is not [", N, ", ",
             C, " * B] for x ", x.value().desc());
   const int64_t B = c.size(1) / C, W = C * (A + B);
+  GNN_CHECK(!base.defined() || base.shape() == Shape({N, W}), "join_configs: base ", base.value().desc(),
+            " is not the joined [", N, ", ", W, "]");
   return dispatch_dev("join_configs", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{N, W});
-    run<T>(join_configs_k, y, ptr<T>(y), ptr<T>(x.value()), ptr<T>(c.value()), N, A, B, C);
-    return record("join_configs", y, {x, c}, [x = GradRef(x), c = GradRef(c), N, A, B, C, W](const Tensor& dy) {
-      const T* g = ptr<T>(dy);
-      if (x.requires_grad()) {
-        Tensor dx = empty_like(dy, Shape{N, A});
-        run<T>(join_configs_dx_k, dy, ptr<T>(dx), g, N, A, B, C);
-        accumulate(x, dx);
-      }
-      if (c.requires_grad()) {
-        Tensor dc = empty_like(dy, Shape{N, C * B});
-        copy_block_on<T>(dy, ptr<T>(dc), B, 0, g, A + B, A, N * C, B);
-        accumulate(c, dc);
-      }
-    });
+    if (base.defined())
+      run<T>(join_configs_add_k, y, ptr<T>(y), ptr<T>(x.value()), ptr<T>(c.value()), ptr<T>(base.value()), N, A, B, C);
+    else run<T>(join_configs_k, y, ptr<T>(y), ptr<T>(x.value()), ptr<T>(c.value()), N, A, B, C);
+    std::vector<Var> inputs{x, c};
+    if (base.defined()) inputs.push_back(base);
+    return record("join_configs", y, inputs,
+                  [x = GradRef(x), c = GradRef(c), base = GradRef(base), N, A, B, C, W](const Tensor& dy) {
+                    const T* g = ptr<T>(dy);
+                    accumulate(base, dy);  // add's backward: dy itself (nothing when there is no base)
+                    if (x.requires_grad()) {
+                      Tensor dx = empty_like(dy, Shape{N, A});
+                      run<T>(join_configs_dx_k, dy, ptr<T>(dx), g, N, A, B, C);
+                      accumulate(x, dx);
+                    }
+                    if (c.requires_grad()) {
+                      Tensor dc = empty_like(dy, Shape{N, C * B});
+                      copy_block_on<T>(dy, ptr<T>(dc), B, 0, g, A + B, A, N * C, B);
+                      accumulate(c, dc);
+                    }
+                  });
   });
 }
 

@@ -68,7 +68,9 @@ Var to_device(const Var& x, Device device);  // x itself when it is there; dx is
 
 // ---- config-batched layout (op_configs.cpp): [N, C*F] node-major, see the file's comment ------------
 Var reshape(const Var& x, int64_t rows, int64_t cols);  // a view; [N, C*F] <-> [N*C, F]
-Var join_configs(const Var& x, const Var& c, int64_t configs);  // x [N, A], c [N, C*B] -> [N, C*(A+B)]
+// x [N, A], c [N, C*B] -> [N, C*(A+B)]; with base ([N, C*(A+B)]) the join + base in one pass, add's bits (a
+// layer's config-independent part added to its per-config part without the join stored first)
+Var join_configs(const Var& x, const Var& c, int64_t configs, const Var& base = Var());
 Var keep_grad_rows(const Var& x, const Tensor& keep);  // identity; gradient only where keep (u8 [R])
 // Dropout fused into an op's last pass: probability p in [0, 1) (0: none), `seed` one draw of the
 // caller's Rng, which is what dropout(y, p, rng) draws (dropout_configs with configs_shared).

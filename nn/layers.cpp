@@ -35,7 +35,7 @@ ag::Var Linear::forward_joined(const ag::Var& node, const ag::Var& config, int64
   const ag::Var per_node = ag::matmul(node, ag::slice_rows(weight, 0, A));
   const ag::Var cfg = ag::reshape(config, N * C, B), w_cfg = ag::slice_rows(weight, A, in_);
   const ag::Var y = bias.defined() ? ag::matmul_bias(cfg, w_cfg, bias) : ag::matmul(cfg, w_cfg);
-  return ag::add(ag::join_configs(per_node, nothing, C), ag::reshape(y, N, C * out_));
+  return ag::join_configs(per_node, nothing, C, ag::reshape(y, N, C * out_));  // the join + y in one pass
 }
 
 ag::Var Linear::forward_joined_rows(const ag::Var& node, const ag::Var& config, const ag::Var& constant,
@@ -58,7 +58,7 @@ ag::Var Linear::forward_joined_rows(const ag::Var& node, const ag::Var& config, 
   const ag::Var table =
       K ? ag::concat_rows({ag::reshape(product(ag::reshape(config, K * C, B)), K, C * out_), repeated}) : repeated;
   const ag::Var cfg = ag::gather_rows(table, rows);
-  return ag::add(ag::join_configs(per_node, nothing, C), cfg);
+  return ag::join_configs(per_node, nothing, C, cfg);
 }
 
 ag::Var Linear::forward_cat(const ag::Var& a, const ag::Var& b, Act act, double slope) const {

@@ -424,6 +424,33 @@ TEST_CASE("autograd: config-batched plumbing: reshape, join_configs, keep_grad_r
   ag::clear_tape();
   check_grads({x}, [&] { return probe(ag::join_configs(x, nothing, 3)); });
   check_grads({c}, [&] { return probe(ag::reshape(ag::mul(c, c), 12, 2)); });
+  // With a base: the join + base, finite differences for all three; in f32 the bits of add(join, base),
+  // value and gradients, with something per config and without.
+  ag::Var base = rand_var({4, 12}, 14), base6 = rand_var({4, 6}, 15);
+  check_grads({x, c, base}, [&] { return probe(ag::join_configs(x, c, 3, base)); });
+  check_grads({x, base6}, [&] { return probe(ag::join_configs(x, nothing, 3, base6)); });
+  for (int64_t B : {int64_t(3), int64_t(0)}) {
+    CAPTURE(B);
+    const int64_t N = 300, A = 16, C = 7;
+    const auto run = [&](bool fused) {
+      auto var = [](int64_t r, int64_t k, uint64_t seed) {
+        return ag::Var(Tensor::from_vector(testing::random_values<float>(size_t(r * k), seed), Shape{r, k}), true);
+      };
+      ag::Var xf = var(N, A, 21), cf = var(N, C * B, 22), bf = var(N, C * (A + B), 23);
+      const ag::Var y = fused ? ag::join_configs(xf, cf, C, bf) : ag::add(ag::join_configs(xf, cf, C), bf);
+      ag::backward(
+          y, Tensor::from_vector(testing::random_values<float>(size_t(N * C * (A + B)), 24), Shape{N, C * (A + B)}));
+      std::vector<std::vector<float>> out{y.value().to_vector<float>(), xf.grad().to_vector<float>(),
+                                          bf.grad().to_vector<float>()};
+      if (B) out.push_back(cf.grad().to_vector<float>());
+      ag::clear_tape();
+      return out;
+    };
+    const auto fused = run(true), composed = run(false);
+    for (size_t i = 0; i < fused.size(); ++i) CHECK(fused[i] == composed[i]);
+  }
+  CHECK_THROWS_WITH_AS(ag::join_configs(x, c, 3, rand_var({4, 11}, 16)), doctest::Contains("is not the joined [4, 12]"),
+                       Error);
   const Tensor keep = Tensor::from_vector<uint8_t>({1, 0, 0, 1});
   // A stop-gradient is not a derivative, so no finite differences: kept rows get exactly dy, cut rows 0.
   ag::Var z = rand_var({4, 6}, 13), z2 = rand_var({4, 6}, 13);

@@ -189,6 +189,8 @@ TEST_CASE("cuda ops: arithmetic, reductions and column plumbing match the host, 
   check_op("join_configs, nothing per config", {rand({37, 7}, 8)}, [](auto& v, auto&) {
     return ag::join_configs(v[0], ag::Var(Tensor::empty(Shape{37, 0}, DType::F32, v[0].device())), 4);
   });
+  check_op("join_configs with a base", {rand({37, 7}, 8), rand({37, 4 * 5}, 9), rand({37, 4 * 12}, 10)},
+           [](auto& v, auto&) { return ag::join_configs(v[0], v[1], 4, v[2]); });
   std::vector<uint8_t> keep(37);
   for (size_t i = 0; i < keep.size(); ++i) keep[i] = uint8_t(i % 3 != 1);
   const Tensor kt = Tensor::from_vector(keep);
