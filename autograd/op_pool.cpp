@@ -26,6 +26,26 @@ constexpr Kernel pool_logsumexp_backward_k{
     },
     [](const Tensor& on, auto... a) { pool_logsumexp_backward_cuda(a..., on.stream()); }};
 
+// mean + max: on a GPU the two pools' kernels and add's (their bits), the mean's backward first.
+constexpr Kernel pool_mean_max_forward_k{
+    "pool_mean_max_forward", [](auto... a) { pool_mean_max_forward_ref(a...); },
+    [](auto... a) { pool_mean_max_forward_cpu(a...); },
+    [](const Tensor& on, float* y, int32_t* argmax, const float* x, const int64_t* graph_ptr, int64_t G, int64_t F) {
+      const Tensor mean = empty_like(on, Shape{G, F});
+      pool_forward_cuda(mean.f32(), nullptr, x, graph_ptr, G, F, Reduce::kMean, on.stream());
+      pool_forward_cuda(y, argmax, x, graph_ptr, G, F, Reduce::kMax, on.stream());
+      add_cuda(y, mean.f32(), y, G * F, 1.0f, on.stream());
+    }};
+constexpr Kernel pool_mean_max_backward_k{
+    "pool_mean_max_backward",
+    [](auto dx, auto dy, auto am, auto gp, int64_t, auto... a) { pool_mean_max_backward_ref(dx, dy, am, gp, a...); },
+    [](auto dx, auto dy, auto am, auto gp, int64_t, auto... a) { pool_mean_max_backward_cpu(dx, dy, am, gp, a...); },
+    [](const Tensor& on, float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t N,
+       int64_t G, int64_t F, const float* base) {
+      pool_backward_cuda(dx, dy, argmax, graph_ptr, N, G, F, Reduce::kMean, base, on.stream());
+      pool_backward_cuda(dx, dy, argmax, graph_ptr, N, G, F, Reduce::kMax, dx, on.stream());
+    }};
+
 void check_pool(const char* op, const Var& x, const Tensor& graph_ptr) {
   check_arg_on(op, "x", x, 2, x.dtype(), x.device());
   check_graph_ptr(op, graph_ptr, x.size(0));
@@ -50,6 +70,29 @@ Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
       }
       Tensor dx = empty_like(dy, x.shape());
       run<T>(pool_backward_k, dy, ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), N, G, F, op, static_cast<const T*>(nullptr));
+      accumulate(x, dx);
+    });
+  });
+}
+
+Var pool_mean_max(const Var& x, const Tensor& graph_ptr) {
+  check_pool("pool_mean_max", x, graph_ptr);
+  const int64_t G = graph_ptr.size(0) - 1, F = x.size(1), N = x.size(0);
+  return dispatch_dev("pool_mean_max", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), Shape{G, F});
+    Tensor argmax = Tensor::empty(Shape{G, F}, DType::I32, x.device());
+    const Tensor gptr = graph_ptr.on(x.device());
+    run<T>(pool_mean_max_forward_k, y, ptr<T>(y), argmax.i32(), ptr<T>(x.value()), gptr.i64(), G, F);
+    return record("pool_mean_max", y, {x}, [x = GradRef(x), gptr, argmax, N, G, F](const Tensor& dy) {
+      if (GradSum s = grad_sum(x); s.into.defined()) {  // x's gradient + this one, in one pass
+        run<T>(pool_mean_max_backward_k, dy, ptr<T>(s.into), ptr<T>(dy), argmax.i32(), gptr.i64(), N, G, F,
+               ptr<T>(s.held));
+        return set_grad_sum(x, std::move(s.into));
+      }
+      Tensor dx = empty_like(dy, x.shape());
+      run<T>(pool_mean_max_backward_k, dy, ptr<T>(dx), ptr<T>(dy), argmax.i32(), gptr.i64(), N, G, F,
+             static_cast<const T*>(nullptr));
       accumulate(x, dx);
     });
   });

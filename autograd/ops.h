@@ -126,6 +126,9 @@ Var standardize(const Var& x, const Var& mean, const Var& std, double eps);
 Var pool(const Var& x, const Tensor& graph_ptr, Reduce op);
 // log sum exp over each graph's rows, per column (kernels/pooling.h): a sum of per-node costs in log space.
 Var pool_logsumexp(const Var& x, const Tensor& graph_ptr);
+// pool(x, mean) + pool(x, max) in one op (one pass over x each way): the bits of the two pools and add, the
+// mean's backward first (kernels/pooling.h). [G, F].
+Var pool_mean_max(const Var& x, const Tensor& graph_ptr);
 
 // ---- fused SAGE (op_sage.cpp): act([mean_{j->i} x_j | x_i] W + b), W [2F, O] ----------------------------
 Var sage_fused(const Graph& g, const Var& x, const Var& W, const Var& b, Act act, double slope = 0.01);

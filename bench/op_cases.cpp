@@ -310,6 +310,8 @@ std::vector<OpCase> all_op_cases() {
        [](const Vars& x, const Graph&, const OpInputs& in) { return ag::pool(x[0], in.index[0], Reduce::kMean); }},
       {"pool-max", [](const OpSize& s) { return per_graph(s); },
        [](const Vars& x, const Graph&, const OpInputs& in) { return ag::pool(x[0], in.index[0], Reduce::kMax); }},
+      {"pool-mean-max", [](const OpSize& s) { return per_graph(s); },
+       [](const Vars& x, const Graph&, const OpInputs& in) { return ag::pool_mean_max(x[0], in.index[0]); }},
       {"pool-logsumexp", [](const OpSize& s) { return per_graph(s); },
        [](const Vars& x, const Graph&, const OpInputs& in) { return ag::pool_logsumexp(x[0], in.index[0]); }},
       {"graph-attention", attention_inputs,

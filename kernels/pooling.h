@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/math_fn.h"
 #include "kernels/spmm.h"
@@ -50,6 +51,30 @@ void pool_backward_ref(T* dx, const T* dy, const int32_t* argmax, const int64_t*
       }
   }
 }
+
+// Mean and max readouts summed, y = mean_g(x) + max_g(x) (the 6th place's SAGE readout), from one pass over
+// x where the two pools and an add read it twice: the bits of pool(mean), pool(max) (argmax kept) and
+// add. Backward: dx = base + dy / n (the mean's part), then + (the argmax row ? dy : 0) (the max's): the
+// bits of the two pools' backwards, the mean's run first (as when the max pool is recorded first), in one
+// pass where they wrote x's gradient twice. (The reference's mean divides, as pool_forward_ref; the CPU
+// kernels multiply by 1 / n, as pool_forward_cpu: each is its own path's composition.)
+template <class T>
+void pool_mean_max_forward_ref(T* y, int32_t* argmax, const T* x, const int64_t* graph_ptr, int64_t G, int64_t F) {
+  std::vector<T> mean(size_t(G * F));
+  pool_forward_ref(mean.data(), nullptr, x, graph_ptr, G, F, Reduce::kMean);
+  pool_forward_ref(y, argmax, x, graph_ptr, G, F, Reduce::kMax);
+  for (int64_t i = 0; i < G * F; ++i) y[i] = mean[size_t(i)] + y[i];
+}
+template <class T>
+void pool_mean_max_backward_ref(T* dx, const T* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t G,
+                                int64_t F, const T* base = nullptr) {
+  pool_backward_ref(dx, dy, argmax, graph_ptr, G, F, Reduce::kMean, base);
+  pool_backward_ref(dx, dy, argmax, graph_ptr, G, F, Reduce::kMax, dx);
+}
+void pool_mean_max_forward_cpu(float* y, int32_t* argmax, const float* x, const int64_t* graph_ptr, int64_t G,
+                               int64_t F);
+void pool_mean_max_backward_cpu(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t G,
+                                int64_t F, const float* base = nullptr);
 
 // Log-sum-exp readout: y[g, f] = log sum_i exp(x[i, f]) over graph g's rows, computed as
 // m + log sum_i exp(x[i, f] - m) with m the rows' max (0 for a graph with no rows; m itself when m is

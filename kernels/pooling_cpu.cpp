@@ -86,6 +86,68 @@ GNN_CPU_CLONES void pool_backward_cpu(float* __restrict dx, const float* __restr
   }
 }
 
+// Both readouts in one pass over each task's rows: the sum as pool_forward_cpu's mean (the first row, then
+// the others added in order, times 1 / n) and the max with its argmax as its max, then mean + max.
+GNN_CPU_CLONES void pool_mean_max_forward_cpu(float* __restrict y, int32_t* __restrict argmax,
+                                              const float* __restrict x, const int64_t* graph_ptr, int64_t G,
+                                              int64_t F) {
+  const int64_t blocks = ceil_div<int64_t>(F, kPoolBlock);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < G * blocks; ++t) {
+    const int64_t g = t / blocks, f0 = (t % blocks) * kPoolBlock, w = std::min(kPoolBlock, F - f0);
+    float* yr = y + g * F + f0;
+    int32_t* ar = argmax + g * F + f0;
+    const float* xr = x + f0;
+    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
+    if (b == e) {  // mean 0 + max 0
+      for (int64_t f = 0; f < w; ++f) yr[f] = 0.0f + 0.0f, ar[f] = -1;
+      continue;
+    }
+    float s[kPoolBlock], m[kPoolBlock];
+    for (int64_t f = 0; f < w; ++f) s[f] = xr[b * F + f], m[f] = xr[b * F + f], ar[f] = int32_t(b);
+    for (int64_t i = b + 1; i < e; ++i)
+      for (int64_t f = 0; f < w; ++f) {
+        const float v = xr[i * F + f];
+        s[f] += v;
+        const int32_t take = -int32_t(v > m[f]);
+        m[f] = v > m[f] ? v : m[f];
+        ar[f] = (ar[f] & ~take) | (int32_t(i) & take);
+      }
+    const float inv = 1.0f / float(e - b);
+    for (int64_t f = 0; f < w; ++f) yr[f] = s[f] * inv + m[f];
+  }
+}
+
+// dx = (base +) the mean's part, then + the max's, each as pool_backward_cpu forms it.
+GNN_CPU_CLONES void pool_mean_max_backward_cpu(float* __restrict dx, const float* __restrict dy,
+                                               const int32_t* __restrict argmax, const int64_t* graph_ptr, int64_t G,
+                                               int64_t F, const float* base) {
+  const int64_t blocks = ceil_div<int64_t>(F, kPoolBlock);
+  const bool in_place = base == dx;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t t = 0; t < G * blocks; ++t) {
+    const int64_t g = t / blocks, f0 = (t % blocks) * kPoolBlock, w = std::min(kPoolBlock, F - f0);
+    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
+    const float* __restrict d = dy + g * F + f0;
+    const int32_t* __restrict ar = argmax + g * F + f0;
+    const float scale = e > b ? 1.0f / float(e - b) : 1.0f;
+    for (int64_t i = b; i < e; ++i) {
+      float* o = dx + i * F + f0;
+      const float* br = base ? base + i * F + f0 : nullptr;
+      auto mean_then_max = [&](float held, int64_t f)
+                               GNN_INLINE { return (held + scale * d[f]) + float(ar[f] == int32_t(i)) * d[f]; };
+      if (!br) {
+        for (int64_t f = 0; f < w; ++f) o[f] = scale * d[f] + float(ar[f] == int32_t(i)) * d[f];
+      } else if (in_place) {
+        for (int64_t f = 0; f < w; ++f) o[f] = mean_then_max(o[f], f);
+      } else {
+        const float* __restrict bb = br;
+        for (int64_t f = 0; f < w; ++f) o[f] = mean_then_max(bb[f], f);
+      }
+    }
+  }
+}
+
 GNN_CPU_CLONES void pool_logsumexp_forward_cpu(float* __restrict y, const float* __restrict x, const int64_t* graph_ptr,
                                                int64_t G, int64_t F) {
 #pragma omp parallel for schedule(dynamic, 1)

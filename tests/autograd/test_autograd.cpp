@@ -307,6 +307,39 @@ TEST_CASE("autograd: matmul_cat gives the bits of matmul over concat_cols on the
                        doctest::Contains("does not take [a | b] of 5 columns"), Error);
 }
 
+TEST_CASE("autograd: pool_mean_max gives the bits of the two pools and add, value and gradient") {
+  // [N, C*F] rows of one graph and of three, in f32: against add(mean pool, max pool) with the max pool
+  // recorded first (so the mean's backward runs first, as pool_mean_max's), alone and with x's gradient
+  // already holding a part (another use of x).
+  for (const std::vector<int64_t>& gp : {std::vector<int64_t>{0, 663}, std::vector<int64_t>{0, 5, 5, 200}}) {
+    const int64_t N = gp.back(), F = 300, G = int64_t(gp.size()) - 1;
+    const Tensor ptr = Tensor::from_vector(gp);
+    for (bool other_use : {false, true}) {
+      CAPTURE(G);
+      CAPTURE(other_use);
+      const auto run = [&](bool fused) {
+        ag::Var x(Tensor::from_vector(testing::random_values<float>(size_t(N * F), 81), Shape{N, F}), true);
+        ag::Var y;
+        if (fused) {
+          y = ag::pool_mean_max(x, ptr);
+        } else {
+          const ag::Var mx = ag::pool(x, ptr, Reduce::kMax);
+          const ag::Var mn = ag::pool(x, ptr, Reduce::kMean);
+          y = ag::add(mn, mx);
+        }
+        if (other_use) y = ag::add(ag::reshape(y, 1, G * F), ag::reshape(ag::pool(x, ptr, Reduce::kSum), 1, G * F));
+        ag::backward(y, Tensor::from_vector(testing::random_values<float>(size_t(G * F), 82), y.shape()));
+        std::vector<std::vector<float>> out{y.value().to_vector<float>(), x.grad().to_vector<float>()};
+        ag::clear_tape();
+        return out;
+      };
+      const auto fused = run(true), composed = run(false);
+      CHECK(fused[0] == composed[0]);
+      CHECK(fused[1] == composed[1]);
+    }
+  }
+}
+
 TEST_CASE("autograd: matmul_cat with an addend gives the bits of matmul_cat and then add") {
   // f64: finite differences with a separate addend and with the addend b itself (a layer's residual on its root)
   ag::Var a = rand_var({5, 3}, 71), b = rand_var({5, 4}, 72), w = rand_var({7, 4}, 73), bias = rand_var({4}, 74),

@@ -124,6 +124,70 @@ TEST_CASE("pooling: the backward adds to a base, in place or apart, with the bit
   }
 }
 
+TEST_CASE("pooling: mean + max in one pass has the bits of the two pools and add, each way") {
+  // The CPU kernels against pool_forward_cpu / pool_backward_cpu composed (mean, max, then y = mean + max;
+  // backward the mean's part, then the max's added in place), with an empty graph and a block past 256
+  // channels, on 1 and 3 threads, with a base (in place and apart) and without; the reference against the
+  // double composition likewise, and by finite differences.
+  const std::vector<int64_t> gp = {0, 0, 1, 9, 40, 41, 300};
+  const int64_t G = 6, N = 300;
+  for (int64_t F : {3, 600}) {
+    CAPTURE(F);
+    const auto xs = random_values<float>(size_t(N * F), 11);
+    const auto dy = random_values<float>(size_t(G * F), 12);
+    const auto start = random_values<float>(size_t(N * F), 13);
+    std::vector<float> mean(size_t(G * F)), want(size_t(G * F));
+    std::vector<int32_t> arg_want(size_t(G * F));
+    pool_forward_cpu(mean.data(), nullptr, xs.data(), gp.data(), G, F, Reduce::kMean);
+    pool_forward_cpu(want.data(), arg_want.data(), xs.data(), gp.data(), G, F, Reduce::kMax);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = mean[i] + want[i];
+    std::vector<float> dx_want(size_t(N * F)), dx_base(size_t(N * F)), dx_apart(size_t(N * F));
+    pool_backward_cpu(dx_want.data(), dy.data(), arg_want.data(), gp.data(), G, F, Reduce::kMean);
+    pool_backward_cpu(dx_want.data(), dy.data(), arg_want.data(), gp.data(), G, F, Reduce::kMax, dx_want.data());
+    pool_backward_cpu(dx_base.data(), dy.data(), arg_want.data(), gp.data(), G, F, Reduce::kMean, start.data());
+    pool_backward_cpu(dx_base.data(), dy.data(), arg_want.data(), gp.data(), G, F, Reduce::kMax, dx_base.data());
+    const ThreadsRestored saved;
+    for (int threads : {1, 3}) {
+      CAPTURE(threads);
+      set_num_threads(threads);
+      std::vector<float> y(size_t(G * F), NAN), dx(size_t(N * F), NAN), in_place = start, apart(size_t(N * F), NAN);
+      std::vector<int32_t> arg(size_t(G * F), 77);
+      pool_mean_max_forward_cpu(y.data(), arg.data(), xs.data(), gp.data(), G, F);
+      CHECK(same_bits(y, want));
+      CHECK(arg == arg_want);
+      pool_mean_max_backward_cpu(dx.data(), dy.data(), arg.data(), gp.data(), G, F);
+      pool_mean_max_backward_cpu(in_place.data(), dy.data(), arg.data(), gp.data(), G, F, in_place.data());
+      pool_mean_max_backward_cpu(apart.data(), dy.data(), arg.data(), gp.data(), G, F, start.data());
+      CHECK(same_bits(dx, dx_want));
+      CHECK(same_bits(in_place, dx_base));
+      CHECK(same_bits(apart, dx_base));
+    }
+    // the reference: the double pools composed, and finite differences
+    const auto xd = to_double(xs), dyd = to_double(dy);
+    std::vector<double> yd(size_t(G * F)), md(size_t(G * F)), wd(size_t(G * F)), dxd(size_t(N * F)), dxw(size_t(N * F));
+    std::vector<int32_t> ad(size_t(G * F)), aw(size_t(G * F));
+    pool_mean_max_forward_ref<double>(yd.data(), ad.data(), xd.data(), gp.data(), G, F);
+    pool_forward_ref<double>(md.data(), nullptr, xd.data(), gp.data(), G, F, Reduce::kMean);
+    pool_forward_ref<double>(wd.data(), aw.data(), xd.data(), gp.data(), G, F, Reduce::kMax);
+    for (size_t i = 0; i < wd.size(); ++i) wd[i] = md[i] + wd[i];
+    CHECK(yd == wd);
+    CHECK(ad == aw);
+    pool_mean_max_backward_ref<double>(dxd.data(), dyd.data(), ad.data(), gp.data(), G, F);
+    pool_backward_ref<double>(dxw.data(), dyd.data(), aw.data(), gp.data(), G, F, Reduce::kMean);
+    pool_backward_ref<double>(dxw.data(), dyd.data(), aw.data(), gp.data(), G, F, Reduce::kMax, dxw.data());
+    CHECK(dxd == dxw);
+    if (F == 3) {
+      auto xv = xd;
+      check_gradient(xv, dxd, [&] {
+        std::vector<double> yy(size_t(G * F));
+        std::vector<int32_t> aa(size_t(G * F));
+        pool_mean_max_forward_ref<double>(yy.data(), aa.data(), xv.data(), gp.data(), G, F);
+        return dot(yy, dyd);
+      });
+    }
+  }
+}
+
 TEST_CASE("pooling: log-sum-exp, hand-worked, reference, finite differences") {
   const int64_t ptr[] = {0, 2, 2, 3};  // graphs of 2, 0 and 1 nodes
   const float x[] = {0, 1000, 0, 999, -3, 7};  // 3 nodes x 2 features; exp(1000) overflows without the max

@@ -120,7 +120,7 @@ class LayoutSage6th : public RankModel {
     x = dropout_.forward(b, x, C, training(), 1);
     x = segment(b, early2_.forward(x, C, b.graph_ptr));
     for (const auto& l : layers_) x = segment(b, l->forward_residual_norm(PlainPath{b}, x, Act::kGelu));
-    const ag::Var pooled = ag::add(ag::pool(x, b.graph_ptr, Reduce::kMean), ag::pool(x, b.graph_ptr, Reduce::kMax));
+    const ag::Var pooled = ag::pool_mean_max(x, b.graph_ptr);  // mean + max, one pass over x each way
     return head_.forward(b, ag::l2_normalize(per_config(pooled, C), 1e-4));  // [G*C, hidden]
   }
 
