@@ -108,9 +108,11 @@ Var l2_normalize(const Var& x, double eps = 1e-12);
 // ---- norms and embeddings (op_layer_norm.cpp, op_instance_norm.cpp, op_embedding.cpp) ---------------
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps = 1e-5);  // gamma, beta may be undefined
 // Per graph and channel; graph_ptr i64 [G+1] over the rows of x. act(instance_norm(x + residual)) in one pass
-// each way when residual (x's shape) or act is given, without keeping the sum or the norm's output.
+// each way when residual (x's shape) or act is given, without keeping the sum or the norm's output. With
+// `dropout`, dropout(that) in the same passes, the bits of ag::dropout drawn with its seed, or with
+// dropout.configs_shared of dropout_configs over `configs` configs side by side in x's columns.
 Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor& graph_ptr, double eps = 1e-5,
-                  const Var& residual = Var(), Act act = Act::kNone);
+                  const Var& residual = Var(), Act act = Act::kNone, FusedDropout dropout = {}, int64_t configs = 1);
 Var embedding(const Var& table, const Tensor& index);  // index i32 in [0, rows of table)
 // torch.nn.Embedding(max_norm=...)'s renormalisation, done before its lookup: every row of `table` that
 // `index` looks up whose l2 norm exceeds max_norm is scaled in place to max_norm / (norm + 1e-7) of

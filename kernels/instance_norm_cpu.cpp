@@ -60,7 +60,8 @@ static float* norm_scratch(int64_t n) {
 // kept block. A block too large to keep (a graph of over 8,192 rows) still goes through y.
 GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* res,
                                               const float* gamma, const float* beta, const int64_t* graph_ptr,
-                                              int64_t G, int64_t F, float eps, Act act) {
+                                              int64_t G, int64_t F, float eps, Act act,
+                                              const NormDropout<float>& drop) {
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {
@@ -95,6 +96,7 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
         const float* xs = s_row(i);  // y's own row when s went through y: read, then overwritten
         float* yr = y + i * F + f0;
         for (int64_t f = 0; f < w; ++f) yr[f] = act_value<float>(A, (xs[f] - m[f]) * rs[f] * gm[f] + bt[f], 0.0f);
+        drop.apply_row(yr, yr, i, f0, w, F);  // the dropout after it, while the row is in L1
       }
     });
   }
@@ -104,7 +106,7 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
 GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                                                const float* res, const float* mean, const float* rstd,
                                                const float* gamma, const float* beta, const int64_t* graph_ptr,
-                                               int64_t G, int64_t F, Act act) {
+                                               int64_t G, int64_t F, Act act, const NormDropout<float>& drop) {
   std::vector<float> pg(static_cast<size_t>(G * F)), pb(static_cast<size_t>(G * F));
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -114,10 +116,13 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
     const float* m = mean + g * F + f0;
     const float* rs = rstd + g * F + f0;
     float s1[kNormBlock], s2[kNormBlock], dg[kNormBlock], db[kNormBlock], gm[kNormBlock], bt[kNormBlock],
-        row[kNormBlock];
+        row[kNormBlock], masked[kNormBlock];
     for (int64_t f = 0; f < w; ++f) s1[f] = 0.0f, s2[f] = 0.0f, dg[f] = 0.0f, db[f] = 0.0f;
     for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;
-    const float* dz = act == Act::kNone ? dy : dx;  // where each row's dz is read from
+    // where each row's dz is read from: dy itself, or dx, which the first pass fills with dz (the masked dy
+    // times act') when there is an activation or a dropout
+    const bool store_dz = act != Act::kNone || drop.mask.on;
+    const float* dz = store_dz ? dx : dy;
     // Row i's block of s: x's own without a residual; else summed into the kept block (the first pass)
     // and read back from it (the second), or summed into row each time when the block is not kept.
     float* kept = res && n * w <= kScratchFloats ? norm_scratch(n * w) : nullptr;
@@ -132,13 +137,19 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
     for (int64_t i = b; i < e; ++i) {
       const int64_t o = i * F + f0;
       const float* xs = s_of(i, true);
+      const float* g0 = dy + o;  // dy's row, or dropout's backward of it
+      if (drop.mask.on) {
+        drop.apply_row(masked, g0, i, f0, w, F);
+        g0 = masked;
+      }
       if (act != Act::kNone)
         dispatch_act(act, [&](auto A) GNN_INLINE {
           float* __restrict d = dx + o;
-          const float* __restrict g1 = dy + o;
+          const float* __restrict g1 = g0;
           for (int64_t f = 0; f < w; ++f)
             d[f] = g1[f] * act_derivative<float>(A, (xs[f] - m[f]) * rs[f] * gm[f] + bt[f], 0.0f);
         });
+      else if (store_dz) std::copy(g0, g0 + w, dx + o);
       const float* d = dz + o;
       for (int64_t f = 0; f < w; ++f) {
         const float xh = (xs[f] - m[f]) * rs[f];

@@ -79,13 +79,17 @@ ag::Var LinearNormAct::forward(const ag::Var& x, int64_t C, const Tensor& ptr) c
   return norm_act(node_major(lin_.forward(per_config(x, C)), C), ptr);
 }
 
-ag::Var LinearNormAct::forward_joined(const ag::Var& node, const ag::Var& config, int64_t C, const Tensor& ptr) const {
-  return norm_act(lin_.forward_joined(node, config, C), ptr);
+ag::Var LinearNormAct::forward_joined(const ag::Var& node, const ag::Var& config, int64_t C, const Tensor& ptr,
+                                      ag::FusedDropout dropout) const {
+  return norm_act(lin_.forward_joined(node, config, C), ptr, dropout, C);
 }
 
-ag::Var LinearNormAct::norm_act(const ag::Var& y, const Tensor& ptr) const {
-  if (act_ == Act::kLeakyRelu) return ag::activation(ag::instance_norm(y, ag::Var(), ag::Var(), ptr), act_);
-  return ag::instance_norm(y, ag::Var(), ag::Var(), ptr, 1e-5, ag::Var(), act_);  // one op each way
+ag::Var LinearNormAct::norm_act(const ag::Var& y, const Tensor& ptr, ag::FusedDropout dropout, int64_t C) const {
+  if (act_ == Act::kLeakyRelu) {
+    GNN_CHECK(dropout.p == 0, "LinearNormAct: a dropout fused after leaky_relu (it is applied after the norm's op)");
+    return ag::activation(ag::instance_norm(y, ag::Var(), ag::Var(), ptr), act_);
+  }
+  return ag::instance_norm(y, ag::Var(), ag::Var(), ptr, 1e-5, ag::Var(), act_, dropout, C);  // one op each way
 }
 
 ag::Var config_shared_dropout(const Batch& b, const ag::Var& x, int64_t C, double p, bool training, uint64_t salt) {

@@ -235,11 +235,14 @@ class LinearNormAct : public nn::Module {
  public:
   LinearNormAct(int64_t in, int64_t out, Rng& rng, Act act, bool bias = false);
   ag::Var forward(const ag::Var& x, int64_t C, const Tensor& ptr) const;
-  // The same on join_configs(node, config, C), the join never built (nn::Linear::forward_joined).
-  ag::Var forward_joined(const ag::Var& node, const ag::Var& config, int64_t C, const Tensor& ptr) const;
+  // The same on join_configs(node, config, C), the join never built (nn::Linear::forward_joined); with
+  // `dropout` (ConfigDropout::fused) the dropout after the activation in the norm's own passes, the bits
+  // of ConfigDropout::forward after it.
+  ag::Var forward_joined(const ag::Var& node, const ag::Var& config, int64_t C, const Tensor& ptr,
+                         ag::FusedDropout dropout = {}) const;
 
  private:
-  ag::Var norm_act(const ag::Var& y, const Tensor& ptr) const;
+  ag::Var norm_act(const ag::Var& y, const Tensor& ptr, ag::FusedDropout dropout = {}, int64_t C = 1) const;
   nn::Linear lin_;
   Act act_;
 };

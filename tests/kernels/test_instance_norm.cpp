@@ -14,6 +14,7 @@
 #include "kernels/instance_norm.h"
 #include "runtime/cuda.h"
 #include "runtime/parallel.h"
+#include "runtime/rng.h"
 #include "testing.h"
 
 using namespace gnn;
@@ -213,6 +214,61 @@ TEST_CASE("instance norm with a residual and an activation: finite differences, 
                        doctest::Contains("takes no slope"), Error);
 }
 
+TEST_CASE("instance norm with a dropout after its activation: finite differences, and the composed ops' bits") {
+  // f64: a fixed mask is a constant map, so finite differences check every gradient with the dropout on,
+  // per element and shared by the configs (x's 12 columns as 3 configs of 4)
+  const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 6, 6, 13});
+  const ag::Var x = rand_var({13, 12}, 41), res = rand_var({13, 12}, 42);
+  for (bool shared : {false, true}) {
+    CAPTURE(shared);
+    const ag::FusedDropout d{0.3, 977, shared};
+    check_grads({x, res},
+                [&] { return probe(ag::instance_norm(x, ag::Var(), ag::Var(), gp, 1e-5, res, Act::kGelu, d, 3)); });
+    check_grads(
+        {x}, [&] { return probe(ag::instance_norm(x, ag::Var(), ag::Var(), gp, 1e-5, ag::Var(), Act::kNone, d, 3)); });
+  }
+  // float: the bits of dropout (or dropout_configs) after the norm, value and gradients, over blocks of
+  // channels, with and without a residual and an activation, on 1 and 3 threads
+  const Tensor gp2 = Tensor::from_vector(std::vector<int64_t>{0, 300, 301, 700});
+  const int64_t C = 5, D = 220;  // 1100 columns
+  const Tensor xs = rand({700, C * D}, 45), rs = rand({700, C * D}, 46), dy = rand({700, C * D}, 47);
+  const testing::ThreadsRestored saved;
+  for (int threads : {1, 3})
+    for (bool shared : {true, false})
+      for (Act act : {Act::kGelu, Act::kNone})
+        for (bool with_res : {false, true}) {
+          CAPTURE(threads);
+          CAPTURE(shared);
+          CAPTURE(act_name(act));
+          CAPTURE(with_res);
+          set_num_threads(threads);
+          auto run = [&](bool fused) {
+            const ag::Var a = ag::Var::param(xs.clone()), b = ag::Var::param(rs.clone());
+            const ag::Var r = with_res ? b : ag::Var();
+            Rng rng(123);
+            ag::Var y;
+            if (fused) {
+              y = ag::instance_norm(a, ag::Var(), ag::Var(), gp2, 1e-5, r, act, {0.2, Rng(rng).next(), shared}, C);
+            } else {
+              y = ag::instance_norm(a, ag::Var(), ag::Var(), gp2, 1e-5, r, act);
+              y = shared ? ag::dropout_configs(y, 0.2, rng, true, C) : ag::dropout(y, 0.2, rng, true);
+            }
+            const std::vector<float> out = y.value().to_vector<float>();
+            ag::backward(y, dy);
+            std::vector<std::vector<float>> o{out, a.grad().to_vector<float>()};
+            if (with_res) o.push_back(b.grad().to_vector<float>());
+            ag::clear_tape();
+            return o;
+          };
+          const auto f = run(true), c = run(false);
+          for (size_t i = 0; i < f.size(); ++i) CHECK(f[i] == c[i]);
+        }
+  CHECK_THROWS_WITH_AS(ag::instance_norm(x, ag::Var(), ag::Var(), gp, 1e-5, ag::Var(), Act::kGelu, {0.3, 1, true}, 5),
+                       doctest::Contains("12 columns are not 5 configs side by side"), Error);
+  CHECK_THROWS_WITH_AS(ag::instance_norm(x, ag::Var(), ag::Var(), gp, 1e-5, ag::Var(), Act::kGelu, {1.0, 1, false}),
+                       doctest::Contains("dropout p must lie in [0, 1)"), Error);
+}
+
 TEST_CASE("cuda ops: instance norm with a residual and GELU matches the host") {
   GNN_SKIP_UNLESS_CUDA();
   const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 9, 9, 40, 41, 70});  // graph 1 empty
@@ -222,4 +278,10 @@ TEST_CASE("cuda ops: instance norm with a residual and GELU matches the host") {
   check_op("instance_norm + gelu", {x}, [gp](auto& v, auto&) {
     return ag::instance_norm(v[0], ag::Var(), ag::Var(), gp, 1e-5, ag::Var(), Act::kGelu);
   });
+  for (bool shared : {false, true})  // a dropout after it: the same mask on the GPU (40 columns as 4 configs)
+    check_op(
+        shared ? "instance_norm + gelu + dropout_configs" : "instance_norm + gelu + dropout", {x, res},
+        [gp, shared](auto& v, auto&) {
+          return ag::instance_norm(v[0], ag::Var(), ag::Var(), gp, 1e-5, v[1], Act::kGelu, {0.25, 4242, shared}, 4);
+        });
 }

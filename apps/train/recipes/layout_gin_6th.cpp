@@ -95,8 +95,9 @@ class LayoutGin6th : public RankModel {
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     // The early layer on [node input | config] without the join: the node part's product once per node.
-    ag::Var x = early_.forward_joined(node_input(emb_, b, node_norm_.get()), ag::Var(b.node_config), C, b.graph_ptr);
-    x = segment(b, dropout_.forward(b, x, C, training(), 1));
+    // (its dropout in the norm's passes: ConfigDropout::forward's draw and bits)
+    ag::Var x = segment(b, early_.forward_joined(node_input(emb_, b, node_norm_.get()), ag::Var(b.node_config), C,
+                                                 b.graph_ptr, dropout_.fused(b, training(), 1)));
     ag::Var pooled, second;
     for (size_t l = 0; l < layers_.size(); ++l) {
       x = segment(b, layers_[l]->forward(b, l == 3 && layer4_from_second_ ? second : x, C));

@@ -116,8 +116,9 @@ class LayoutSage6th : public RankModel {
   ag::Var forward(const Batch& b) override {
     const int64_t C = b.configs;
     // early1 on [node input | config] without the join: the node part's product once per node.
-    ag::Var x = early1_.forward_joined(node_input(emb_, b, node_norm_.get()), ag::Var(b.node_config), C, b.graph_ptr);
-    x = dropout_.forward(b, x, C, training(), 1);
+    // (its dropout in the norm's passes: ConfigDropout::forward's draw and bits)
+    ag::Var x = early1_.forward_joined(node_input(emb_, b, node_norm_.get()), ag::Var(b.node_config), C, b.graph_ptr,
+                                       dropout_.fused(b, training(), 1));
     x = segment(b, early2_.forward(x, C, b.graph_ptr));
     for (const auto& l : layers_) x = segment(b, l->forward_residual_norm(PlainPath{b}, x, Act::kGelu));
     const ag::Var pooled = ag::pool_mean_max(x, b.graph_ptr);  // mean + max, one pass over x each way
