@@ -88,7 +88,10 @@ inline constexpr Kernel gemm_split_k{
         gemm_cuda(ta, tb, M, N - n1, K, 1.0f, A, lda, tb ? B + n1 * ldb : B + n1, ldb, 0.0f, C2, ldc2, blas,
                   on.stream());
       if (R2) {  // then the addend, as add_to
-        GNN_CHECK(ldc2 == N - n1 && ldr2 == N - n1, "gemm_split: the addend needs contiguous rows on a GPU");
+        GNN_CHECK(ldc2 == N - n1 && ldr2 == N - n1,
+                  "gemm_split: with an addend on a GPU the second part and the "
+                  "addend need contiguous rows (ldc2 ",
+                  ldc2, ", ldr2 ", ldr2, " for ", N - n1, " columns)");
         add_cuda(C2, C2, R2, M * (N - n1), 1.0f, on.stream());
       }
     }};
@@ -122,7 +125,8 @@ inline constexpr Kernel gemm_cat_add_k{
     "gemm_cat_add", [](auto... a) { gemm_cat_add_ref(a...); }, [](auto... a) { gemm_cat_add_cpu(a...); },
     [](const Tensor& on, int64_t M, int64_t N, int64_t K, const float* A1, int64_t lda1, const float* A2, int64_t lda2,
        int64_t k1, const float* B, int64_t ldb, const float* bias, const float* R, int64_t ldr, float* C, int64_t ldc) {
-      GNN_CHECK(ldc == N && ldr == N, "gemm_cat_add: the addend needs contiguous rows on a GPU");
+      GNN_CHECK(ldc == N && ldr == N, "gemm_cat_add: on a GPU C and the addend need contiguous rows (ldc ", ldc,
+                ", ldr ", ldr, " for ", N, " columns)");
       gemm_cat_k.cuda(on, false, M, N, K, A1, lda1, A2, lda2, k1, B, ldb, bias, C, ldc);
       add_cuda(C, C, R, M * N, 1.0f, on.stream());
     }};

@@ -116,6 +116,14 @@ Var matmul_cat(const Var& a, const Var& b, const Var& w, const Var& bias, const 
                   [=, a = GradRef(a), b = GradRef(b), w = GradRef(w), bias = GradRef(bias),
                    r = GradRef(addend)](const Tensor& dy) {
                     const T* g = ptr<T>(dy);
+                    // The addend's gradient is dy, which the composed add's backward hands it before any of
+                    // matmul_cat's. Where the addend is b and b holds no gradient yet (and is not a), b's whole
+                    // gradient dy w_b^T + dy comes out of d[a | b]'s product instead: the same sum of the same
+                    // two terms (IEEE addition commutes; only a NaN's payload may differ), in one store.
+                    const bool both = a.requires_grad() && b.requires_grad();
+                    const bool r_into_b = both && r.requires_grad() && r.node() == b.node() && a.node() != b.node() &&
+                                          !b.node()->grad.defined();
+                    if (r.requires_grad() && !r_into_b) accumulate(r, dy);  // add's backward: dy itself
                     if (bias.requires_grad()) {  // add_bias's backward
                       Tensor db = empty_like(dy, bias.shape());
                       column_sum_on<T>(db, ptr<T>(db), g, M, N);
@@ -129,11 +137,7 @@ Var matmul_cat(const Var& a, const Var& b, const Var& w, const Var& bias, const 
                     }
                     // d[a | b] = dy w^T, each part's columns straight into its own gradient; when both want
                     // theirs, gemm_split (with bf16 products on the host one product that reads dy once, the bits
-                    // of the two), and an addend that is b gets dy added in that product's store: b's gradient
-                    // dy w_b^T + dy, as accumulate would sum the two (the addition commutes, so either order).
-                    const bool both = a.requires_grad() && b.requires_grad();
-                    const bool r_into_b = both && r.requires_grad() && r.node() == b.node();
-                    if (r.requires_grad() && !r_into_b) accumulate(r, dy);  // add's backward: dy itself
+                    // of the two), with dy added in the store of b's part where r_into_b.
                     if (both) {
                       Tensor da = empty_like(dy, a.shape()), db = empty_like(dy, b.shape());
                       run<T>(gemm_split_k, dy, false, true, M, K1 + K2, N, g, N, ptr<T>(wv), N, ptr<T>(da), K1,

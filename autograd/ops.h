@@ -31,9 +31,10 @@ Var matmul(const Var& a, const Var& b, bool trans_a = false, bool trans_b = fals
 Var matmul_bias(const Var& a, const Var& w, const Var& bias);
 // [a | b] w (+ bias, which may be undefined): concat_cols, matmul and add_bias in one op, the same bits on the
 // host, the concatenation never built (a layer over [aggregate | root]). With `addend` ([rows, w's columns]),
-// [a | b] w + bias + addend: then add's bits too, the sum formed in the product's store where
-// gemm_adds_in_store says so (a layer's residual, GELU(norm(SAGE(x) + x)), then reaches the norm as one
-// input); when the addend is b itself (the root), b's gradient dy w_b^T + dy comes out of one product.
+// [a | b] w + bias + addend: then add's bits too (a NaN's payload aside), the sum formed in the product's
+// store where gemm_adds_in_store says so (a layer's residual, GELU(norm(SAGE(x) + x)), then reaches the norm
+// as one input); when the addend is b itself (the root) and b has no gradient yet, b's gradient
+// dy w_b^T + dy comes out of one product.
 Var matmul_cat(const Var& a, const Var& b, const Var& w, const Var& bias = Var(), const Var& addend = Var());
 
 // ---- activation (op_activation.cpp) ------------------------------------------------------------------

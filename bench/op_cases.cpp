@@ -206,6 +206,15 @@ std::vector<OpCase> all_op_cases() {
          return in;
        },
        [](const Vars& x, const Graph&, const OpInputs& in) { return ag::join_configs(x[0], x[1], in.configs); }},
+      {"join-configs-base",  // the same + base [N, C*(F+3)] in one pass (an early-join layer's two parts)
+       [](const OpSize& s) {
+         OpInputs in;
+         in.vars = {values(s.nodes, s.features, s.seed), values(s.nodes, s.configs * 3, s.seed + 1),
+                    values(s.nodes, s.configs * (s.features + 3), s.seed + 2)};
+         in.configs = s.configs;
+         return in;
+       },
+       [](const Vars& x, const Graph&, const OpInputs& in) { return ag::join_configs(x[0], x[1], in.configs, x[2]); }},
       // ---- message passing ----
       {"spmm-sum", [](const OpSize& s) { return on_graph(s); },
        [](const Vars& x, const Graph& g, const OpInputs&) { return ag::spmm(g, x[0], Reduce::kSum); }},
@@ -303,6 +312,17 @@ std::vector<OpCase> all_op_cases() {
       {"instance-norm-residual-gelu", [](const OpSize& s) { return per_graph(s, 2); },
        [](const Vars& x, const Graph&, const OpInputs& in) {
          return ag::instance_norm(x[0], Var(), Var(), in.index[0], 1e-5, x[1], Act::kGelu);
+       }},
+      {"instance-norm-gelu-dropout",  // the 6th place's first layer: its dropout (p 0.2, one mask for a node's
+                                      // configs) in the norm's passes
+       [](const OpSize& s) {
+         OpInputs in = per_graph(s);
+         in.configs = s.configs;
+         return in;
+       },
+       [](const Vars& x, const Graph&, const OpInputs& in) {
+         return ag::instance_norm(x[0], Var(), Var(), in.index[0], 1e-5, Var(), Act::kGelu, {0.2, 97, true},
+                                  in.configs);
        }},
       {"pool-sum", [](const OpSize& s) { return per_graph(s); },
        [](const Vars& x, const Graph&, const OpInputs& in) { return ag::pool(x[0], in.index[0], Reduce::kSum); }},

@@ -65,9 +65,9 @@ void gemm_cat_cpu(bool trans_a, int64_t M, int64_t N, int64_t K, const float* A1
 // d[a | b] = dy W^T, each part straight into its own tensor, and with bf16 products from one product that
 // reads dy once (gemm_split_cpu, below). The bits of the two products over op(B)'s column ranges, [0, n1)
 // and [n1, N), which is what runs where one product would not give them (gemm_split_one_product), in f32
-// and on a GPU. R2 (optional, [M, N - n1], row stride ldr2) is added to the second part's values after its
-// product, as add_to would: a layer whose output adds its root input b (y = [a | b] W + b) gets b's whole
-// gradient, dy W_b^T + dy, in the product's store.
+// and on a GPU. R2 (optional, [M, N - n1], row stride ldr2, not overlapping C2) is added to the second part's
+// values after its product, as add_to would: a layer whose output adds its root input b (y = [a | b] W + b) gets b's
+// whole gradient, dy W_b^T + dy, in the product's store.
 template <class T>
 void gemm_split_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B,
                     int64_t ldb, T* C1, int64_t ldc1, T* C2, int64_t ldc2, int64_t n1, const T* R2 = nullptr,
@@ -79,8 +79,8 @@ void gemm_split_ref(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
       for (int64_t j = 0; j < N - n1; ++j) C2[i * ldc2 + j] = C2[i * ldc2 + j] + R2[i * ldr2 + j];
 }
 
-// C = [A1 | A2] B + bias + R (R [M, N], row stride ldr; bias optional): gemm_cat's values, and then R added to
-// each (the bits of gemm_cat and add_to). A layer whose output adds its input (GELU(norm(SAGE(x) + x)), the
+// C = [A1 | A2] B + bias + R (R [M, N], row stride ldr, not overlapping C; bias optional): gemm_cat's values, and then
+// R added to each (the bits of gemm_cat and add_to). A layer whose output adds its input (GELU(norm(SAGE(x) + x)), the
 // 6th place's) then forms the sum in the product's store instead of a pass of its own, so the norm reads
 // one input where it read two. Where the product cannot take it in its store (gemm_adds_in_store), the
 // addition is a pass over C after the product; the same bits either way.
@@ -163,8 +163,9 @@ Bf16Kernel gemm_bf16_kernel();  // the one gemm_cpu_bf16 uses; needs gemm_bf16_s
 const char* gemm_bf16_kernel_name(Bf16Kernel k);  // "avx512bf16" | "amx"
 const char* gemm_kernel_name();  // the CPU products' kernel now: the ISA's name in f32, the bf16 kernel's in bf16
 // One bf16 kernel explicitly (tests, benchmarks), with gemm_cpu_isa's arguments; it must be supported.
-// R (optional, [M, N], row stride ldr): added to C's values after the bias, in the product's store where
-// the driver takes it (not through split_k's chunks), else by a pass after the product; the same bits.
+// R (optional, [M, N], row stride ldr; alpha 1; not overlapping C, which earlier k blocks write): added to
+// C's values after the bias, in the product's store where the driver takes it (not through split_k's
+// chunks), else by a pass after the product; the same bits.
 void gemm_cpu_bf16_on(Bf16Kernel k, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                       const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                       bool parallel = true, const float* bias = nullptr, GemmCat cat = {}, const float* R = nullptr,

@@ -208,6 +208,9 @@ void gemm_cpu_bf16_on(Bf16Kernel k, bool ta, bool tb, int64_t M, int64_t N, int6
                       const float* bias, GemmCat cat, const float* R, int64_t ldr) {
   GNN_CHECK(gemm_bf16_kernel_supported(k), "gemm: this CPU cannot run the ", gemm_bf16_kernel_name(k), " bf16 kernel");
   GNN_CHECK(!R || ldr >= N, "gemm: the addend's row stride ", ldr, " is below its ", N, " columns");
+  // (alpha 1, as for a bias: alpha C + R could otherwise become one multiply-add in the store, where the
+  // product and then add round twice)
+  GNN_CHECK(!R || alpha == 1.0f, "gemm: an addend needs alpha 1, got ", alpha);
   // K = 0 or alpha = 0 is C = beta C (+ bias), no product: the f32 driver's, the same values. The drivers
   // take no addend through split_k's chunks: it is added after those.
   if (M == 0 || N == 0 || K == 0 || alpha == 0.0f || (R && parallel && gemm_detail::wants_split_k(M, N, K))) {
@@ -258,7 +261,8 @@ void gemm_cat_cpu(bool ta, int64_t M, int64_t N, int64_t K, const float* A1, int
 void gemm_cat_add_cpu(int64_t M, int64_t N, int64_t K, const float* A1, int64_t lda1, const float* A2, int64_t lda2,
                       int64_t k1, const float* B, int64_t ldb, const float* bias, const float* R, int64_t ldr, float* C,
                       int64_t ldc) {
-  GNN_CHECK(R && ldr >= N, "gemm_cat_add: no addend, or its row stride ", ldr, " is below its ", N, " columns");
+  GNN_CHECK(R, "gemm_cat_add: the addend R is null");
+  GNN_CHECK(ldr >= N, "gemm_cat_add: the addend's row stride ", ldr, " is below its ", N, " columns");
   if (gemm_cpu_precision() == GemmPrecision::kBf16) {
     GNN_CHECK(gemm_bf16_supported(), "gemm: this CPU cannot run the bf16 kernel (no AVX512-BF16)");
     return gemm_cpu_bf16_on(gemm_bf16_kernel(), false, false, M, N, K, 1.0f, A1, lda1, B, ldb, 0.0f, C, ldc, true, bias,

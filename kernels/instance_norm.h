@@ -86,8 +86,8 @@ void instance_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T
       T s1 = 0, s2 = 0;
       for (int64_t i = b; i < e; ++i) {
         const T xh = (s(i * F + f) - m) * rs;
-        const T g = drop.apply(dy[i * F + f], i, f, F);  // dropout's backward first
-        const T d = act == Act::kNone ? g : g * act_derivative(act, xh * gm + bt, T(0));
+        const T dyd = drop.apply(dy[i * F + f], i, f, F);  // dropout's backward first
+        const T d = act == Act::kNone ? dyd : dyd * act_derivative(act, xh * gm + bt, T(0));
         dx[i * F + f] = d;
         s1 += d * gm, s2 += d * gm * xh;
         if (dgamma) dgamma[f] += d * xh;

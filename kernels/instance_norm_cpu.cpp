@@ -102,7 +102,8 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
   }
 }
 
-// dx holds dz = dy act'(z) between the passes when there is an activation.
+// dx holds dz = dy act'(z) (dy masked first with a dropout) between the passes when there is an activation
+// or a dropout.
 GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                                                const float* res, const float* mean, const float* rstd,
                                                const float* gamma, const float* beta, const int64_t* graph_ptr,

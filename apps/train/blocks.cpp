@@ -86,7 +86,8 @@ ag::Var LinearNormAct::forward_joined(const ag::Var& node, const ag::Var& config
 
 ag::Var LinearNormAct::norm_act(const ag::Var& y, const Tensor& ptr, ag::FusedDropout dropout, int64_t C) const {
   if (act_ == Act::kLeakyRelu) {
-    GNN_CHECK(dropout.p == 0, "LinearNormAct: a dropout fused after leaky_relu (it is applied after the norm's op)");
+    GNN_CHECK(dropout.p == 0, "LinearNormAct: leaky_relu runs after the norm's op, so a dropout (p ", dropout.p,
+              ") cannot be fused into the norm; apply it after the layer");
     return ag::activation(ag::instance_norm(y, ag::Var(), ag::Var(), ptr), act_);
   }
   return ag::instance_norm(y, ag::Var(), ag::Var(), ptr, 1e-5, ag::Var(), act_, dropout, C);  // one op each way

@@ -298,7 +298,9 @@ TEST_CASE("gemm bf16: an addend in the product's store has the bits of the produ
       CAPTURE(c.N);
       CAPTURE(c.K);
       CAPTURE(c.parallel);
-      const int64_t k1 = c.cat ? (c.ta ? c.M / 2 : c.K / 2) : 0, ldc = c.N + 3, ldr = c.N + 5;
+      // the large C with rows a multiple of 16 floats apart, 64-byte aligned, so that AMX streams it
+      const bool big = c.M == big_m;
+      const int64_t k1 = c.cat ? (c.ta ? c.M / 2 : c.K / 2) : 0, ldc = big ? c.N : c.N + 3, ldr = c.N + 5;
       const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
       const auto A = testing::random_values<float>(size_t(c.M * c.K), 41),
                  A2 = testing::random_values<float>(size_t(c.M * c.K), 42),
@@ -310,26 +312,41 @@ TEST_CASE("gemm bf16: an addend in the product's store has the bits of the produ
       // with it k1 of op(A)'s rows, A and a2 each stored [K, M] with row stride M
       const GemmCat cat = c.cat ? GemmCat{A2.data(), lda, k1} : GemmCat{};
       const float* bp = c.bias ? bias.data() : nullptr;
-      std::vector<float> want = C0, one = C0, three = C0;
-      gemm_cpu_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, c.beta, want.data(), ldc,
+      struct Free {
+        void operator()(float* p) const { std::free(p); }
+      };
+      auto copy_of = [&](const std::vector<float>& v) {  // 64-byte aligned
+        std::unique_ptr<float, Free> p(static_cast<float*>(std::aligned_alloc(64, (v.size() * 4 + 63) / 64 * 64)));
+        std::copy(v.begin(), v.end(), p.get());
+        return p;
+      };
+      auto want = copy_of(C0), one = copy_of(C0), three = copy_of(C0);
+      if (big && kernel == Bf16Kernel::kAmx) CHECK(gemm_amx_streams_c(c.M, c.N, c.K, 0.0f, one.get(), ldc, true));
+      gemm_cpu_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, c.beta, want.get(), ldc,
                        c.parallel, bp, cat);
       for (int64_t i = 0; i < c.M; ++i)
-        for (int64_t j = 0; j < c.N; ++j)
-          want[size_t(i * ldc + j)] = want[size_t(i * ldc + j)] + R[size_t(i * ldr + j)];
+        for (int64_t j = 0; j < c.N; ++j) want.get()[i * ldc + j] = want.get()[i * ldc + j] + R[size_t(i * ldr + j)];
       const testing::ThreadsRestored saved;
       set_num_threads(1);
-      gemm_cpu_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, c.beta, one.data(), ldc,
+      gemm_cpu_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, c.beta, one.get(), ldc,
                        c.parallel, bp, cat, R.data(), ldr);
       set_num_threads(std::max(3, saved.count));
-      gemm_cpu_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, c.beta, three.data(), ldc,
+      gemm_cpu_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, 1.0f, A.data(), lda, B.data(), ldb, c.beta, three.get(), ldc,
                        c.parallel, bp, cat, R.data(), ldr);
-      CHECK(std::memcmp(one.data(), want.data(), want.size() * 4) == 0);  // the padding untouched too
-      CHECK(std::memcmp(three.data(), want.data(), want.size() * 4) == 0);
+      CHECK(std::memcmp(one.get(), want.get(), C0.size() * 4) == 0);  // the padding untouched too
+      CHECK(std::memcmp(three.get(), want.get(), C0.size() * 4) == 0);
     }
   std::vector<float> A(64 * 40), B(40 * 96), C(64 * 96), R(64 * 96);
   CHECK_THROWS_WITH(gemm_cpu_bf16_on(kernels().front(), false, false, 64, 96, 40, 1.0f, A.data(), 40, B.data(), 96,
                                      0.0f, C.data(), 96, true, nullptr, {}, R.data(), 95),
                     doctest::Contains("addend's row stride 95 is below its 96 columns"));
+  CHECK_THROWS_WITH(gemm_cpu_bf16_on(kernels().front(), false, false, 64, 96, 40, 0.5f, A.data(), 40, B.data(), 96,
+                                     0.0f, C.data(), 96, true, nullptr, {}, R.data(), 96),
+                    doctest::Contains("an addend needs alpha 1, got 0.5"));
+  std::vector<float> c2(64 * 32);
+  CHECK_THROWS_WITH(gemm_split_bf16_on(kernels().front(), false, false, 64, 96, 40, A.data(), 40, B.data(), 96,
+                                       C.data(), 64, c2.data(), 32, 64, R.data(), 31),
+                    doctest::Contains("addend's row stride 31 is below its 32 columns"));
 }
 
 TEST_CASE("gemm bf16: a split C's second part takes an addend, in one product or two") {
@@ -368,8 +385,8 @@ TEST_CASE("gemm bf16: a split C's second part takes an addend, in one product or
       set_num_threads(std::max(3, saved.count));
       gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, t1.data(), ld1, t2.data(),
                          ld2, c.n1, R.data(), ldr);
-      CHECK(c1 == w1);
-      CHECK(t1 == w1);
+      CHECK(std::memcmp(c1.data(), w1.data(), w1.size() * 4) == 0);
+      CHECK(std::memcmp(t1.data(), w1.data(), w1.size() * 4) == 0);
       CHECK(std::memcmp(c2.data(), w2.data(), w2.size() * 4) == 0);
       CHECK(std::memcmp(t2.data(), w2.data(), w2.size() * 4) == 0);
     }
@@ -397,8 +414,13 @@ TEST_CASE("gemm: [A1 | A2] B + bias + R, in f32, through the bf16 setting, and i
     std::vector<double> a1(A1.begin(), A1.end()), a2(A2.begin(), A2.end()), b(B.begin(), B.end()),
         r(R.begin(), R.end()), bi(bias.begin(), bias.end()), c(size_t(M * N)), w(c.size());
     gemm_cat_add_ref(M, N, K, a1.data(), k1, a2.data(), K - k1, k1, b.data(), N, bi.data(), r.data(), N, c.data(), N);
-    gemm_cat_ref(false, M, N, K, a1.data(), k1, a2.data(), K - k1, k1, b.data(), N, bi.data(), w.data(), N);
-    for (size_t i = 0; i < w.size(); ++i) w[i] = w[i] + r[i];
+    for (int64_t i = 0; i < M; ++i)  // written out: [A1 | A2] B, then the bias, then R
+      for (int64_t j = 0; j < N; ++j) {
+        double acc = 0;
+        for (int64_t p = 0; p < K; ++p)
+          acc += (p < k1 ? a1[size_t(i * k1 + p)] : a2[size_t(i * (K - k1) + p - k1)]) * b[size_t(p * N + j)];
+        w[size_t(i * N + j)] = (acc + bi[size_t(j)]) + r[size_t(i * N + j)];
+      }
     CHECK(c == w);
   }
   {
@@ -409,7 +431,7 @@ TEST_CASE("gemm: [A1 | A2] B + bias + R, in f32, through the bf16 setting, and i
     gemm_split_cpu(false, false, M, N, K, A.data(), K, B.data(), N, w1.data(), n1, w2.data(), N - n1, n1);
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N - n1; ++j) w2[size_t(i * (N - n1) + j)] += R[size_t(i * N + j)];
-    CHECK(c1 == w1);
+    CHECK(std::memcmp(c1.data(), w1.data(), c1.size() * 4) == 0);
     CHECK(std::memcmp(c2.data(), w2.data(), c2.size() * 4) == 0);
   }
   if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16: the bf16 setting untested");
@@ -418,8 +440,20 @@ TEST_CASE("gemm: [A1 | A2] B + bias + R, in f32, through the bf16 setting, and i
   } reset;
   set_gemm_cpu_precision(GemmPrecision::kBf16);
   CHECK(gemm_adds_in_store(M, N, K));
-  CHECK_FALSE(gemm_adds_in_store(128, 128, 10000));  // split K: added after the chunks
   check_route();
+  {  // split K: the addend added after the chunks
+    const int64_t m = 128, n = 128, k = 10000, h = 4000;
+    CHECK_FALSE(gemm_adds_in_store(m, n, k));
+    const auto a1 = testing::random_values<float>(size_t(m * h), 67),
+               a2 = testing::random_values<float>(size_t(m * (k - h)), 68),
+               b = testing::random_values<float>(size_t(k * n), 69),
+               r = testing::random_values<float>(size_t(m * n), 70);
+    std::vector<float> c(size_t(m * n)), w(c.size());
+    gemm_cat_add_cpu(m, n, k, a1.data(), h, a2.data(), k - h, h, b.data(), n, nullptr, r.data(), n, c.data(), n);
+    gemm_cat_cpu(false, m, n, k, a1.data(), h, a2.data(), k - h, h, b.data(), n, nullptr, w.data(), n);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = w[i] + r[i];
+    CHECK(std::memcmp(c.data(), w.data(), c.size() * 4) == 0);
+  }
 }
 
 TEST_CASE("gemm: C split into two matrices, in f32 and through the precision setting") {
