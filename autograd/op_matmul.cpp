@@ -4,8 +4,8 @@
 // the GEMM's store, the bits of matmul and then add_bias in one pass over y.
 // y = [a | b] w (+ bias) (+ addend) (matmul_cat): da = dy w_a^T, db = dy w_b^T straight into their gradients
 // (when both want one, gemm_split: with bf16 products on the host one product that reads dy once, which also
-// adds dy into b's when the addend is b), dw = [a | b]^T dy from the two parts in place; on the host the bits
-// of concat_cols, matmul, add_bias and add.
+// adds dy into b's when the addend is b, b holds no gradient yet and is not a), dw = [a | b]^T dy from the
+// two parts in place; on the host the bits of concat_cols, matmul, add_bias and add (a NaN's payload aside).
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 

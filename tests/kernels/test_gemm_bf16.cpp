@@ -352,43 +352,56 @@ TEST_CASE("gemm bf16: an addend in the product's store has the bits of the produ
 TEST_CASE("gemm bf16: a split C's second part takes an addend, in one product or two") {
   // d[a | b] = dy W^T with dy added to b's part (a layer whose output adds its root): gemm_split_bf16_on's
   // R2 gives the bits of the split without it and then C2 + R2, in one product and where two run (n1 not a
-  // whole panel; split K), for any thread count.
+  // whole panel; split K), for any thread count; the last case, SAGE-6th's shape at a third of its rows,
+  // large enough that AMX streams both parts (64-byte aligned rows 256 floats apart).
   if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16");
   struct Split {
     bool ta, tb;
     int64_t M, N, K, n1;
     bool one;
   };
+  const int64_t big_m = kGemmStreamFloats / 256 + 70;
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  auto filled = [](int64_t n) {  // 64-byte aligned, -7 everywhere
+    std::unique_ptr<float, Free> p(static_cast<float*>(std::aligned_alloc(64, (size_t(n) * 4 + 63) / 64 * 64)));
+    std::fill(p.get(), p.get() + n, -7.0f);
+    return p;
+  };
   for (Bf16Kernel kernel : kernels())
     for (const Split& c : std::vector<Split>{{false, true, 1000, 512, 256, 256, true},
                                              {false, true, 100, 80, 40, 48, false},
-                                             {true, false, 256, 128, 10000, 64, false}}) {
+                                             {true, false, 256, 128, 10000, 64, false},
+                                             {false, true, big_m, 512, 256, 256, true}}) {
       CAPTURE(gemm_bf16_kernel_name(kernel));
       CAPTURE(c.M);
       CAPTURE(c.n1);
       CHECK(gemm_split_one_product(c.M, c.N, c.K, c.n1) == c.one);
-      const int64_t n2 = c.N - c.n1, ld1 = c.n1 + 2, ld2 = n2 + 3, ldr = n2 + 1;
+      const bool big = c.M == big_m;
+      const int64_t n2 = c.N - c.n1, ld1 = big ? c.n1 : c.n1 + 2, ld2 = big ? n2 : n2 + 3, ldr = n2 + 1;
       const int64_t lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
       const auto A = testing::random_values<float>(size_t(c.M * c.K), 51),
                  B = testing::random_values<float>(size_t(c.K * c.N), 52),
                  R = testing::random_values<float>(size_t(c.M * ldr), 53);
-      std::vector<float> w1(size_t(c.M * ld1), -7.0f), w2(size_t(c.M * ld2), -7.0f);
-      std::vector<float> c1 = w1, c2 = w2, t1 = w1, t2 = w2;
-      gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, w1.data(), ld1, w2.data(),
-                         ld2, c.n1);
+      auto w1 = filled(c.M * ld1), w2 = filled(c.M * ld2), c1 = filled(c.M * ld1), c2 = filled(c.M * ld2),
+           t1 = filled(c.M * ld1), t2 = filled(c.M * ld2);
+      if (big && kernel == Bf16Kernel::kAmx) CHECK(gemm_amx_streams_c(c.M, n2, c.K, 0.0f, c2.get(), ld2, true));
+      gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, w1.get(), ld1, w2.get(), ld2,
+                         c.n1);
       for (int64_t i = 0; i < c.M; ++i)
-        for (int64_t j = 0; j < n2; ++j) w2[size_t(i * ld2 + j)] = w2[size_t(i * ld2 + j)] + R[size_t(i * ldr + j)];
+        for (int64_t j = 0; j < n2; ++j) w2.get()[i * ld2 + j] = w2.get()[i * ld2 + j] + R[size_t(i * ldr + j)];
       const testing::ThreadsRestored saved;
       set_num_threads(1);
-      gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, c1.data(), ld1, c2.data(),
-                         ld2, c.n1, R.data(), ldr);
+      gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, c1.get(), ld1, c2.get(), ld2,
+                         c.n1, R.data(), ldr);
       set_num_threads(std::max(3, saved.count));
-      gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, t1.data(), ld1, t2.data(),
-                         ld2, c.n1, R.data(), ldr);
-      CHECK(std::memcmp(c1.data(), w1.data(), w1.size() * 4) == 0);
-      CHECK(std::memcmp(t1.data(), w1.data(), w1.size() * 4) == 0);
-      CHECK(std::memcmp(c2.data(), w2.data(), w2.size() * 4) == 0);
-      CHECK(std::memcmp(t2.data(), w2.data(), w2.size() * 4) == 0);
+      gemm_split_bf16_on(kernel, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb, t1.get(), ld1, t2.get(), ld2,
+                         c.n1, R.data(), ldr);
+      CHECK(std::memcmp(c1.get(), w1.get(), size_t(c.M * ld1) * 4) == 0);
+      CHECK(std::memcmp(t1.get(), w1.get(), size_t(c.M * ld1) * 4) == 0);
+      CHECK(std::memcmp(c2.get(), w2.get(), size_t(c.M * ld2) * 4) == 0);
+      CHECK(std::memcmp(t2.get(), w2.get(), size_t(c.M * ld2) * 4) == 0);
     }
 }
 
@@ -409,6 +422,12 @@ TEST_CASE("gemm: [A1 | A2] B + bias + R, in f32, through the bf16 setting, and i
     CHECK(std::memcmp(c.data(), w.data(), c.size() * 4) == 0);
   };
   CHECK_FALSE(gemm_adds_in_store(M, N, K));  // f32: no addend in the store
+  {
+    std::vector<float> c(size_t(M * N));
+    CHECK_THROWS_WITH(gemm_cat_add_cpu(M, N, K, A1.data(), k1, A2.data(), K - k1, k1, B.data(), N, bias.data(), nullptr,
+                                       N, c.data(), N),
+                      doctest::Contains("gemm_cat_add: the addend R is null"));
+  }
   check_route();
   {
     std::vector<double> a1(A1.begin(), A1.end()), a2(A2.begin(), A2.end()), b(B.begin(), B.end()),

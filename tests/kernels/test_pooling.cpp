@@ -139,10 +139,13 @@ TEST_CASE("pooling: mean + max in one pass has the bits of the two pools and add
     CAPTURE(F);
     CAPTURE(ties);
     auto xs = random_values<float>(size_t(N * F), 11);
-    if (ties)
+    if (ties) {
       for (float& v : xs) v = v < -0.5f ? -0.0f : std::round(v * 2.0f) / 2.0f;
+      // graph 2 (rows 1-8), column 0: -0 then +0 as its largest values, the first winning the tie
+      for (int64_t i = 1; i < 9; ++i) xs[size_t(i * F)] = i == 3 ? -0.0f : i == 6 ? 0.0f : -1.0f;
+    }
     auto dy = random_values<float>(size_t(G * F), 12);
-    if (ties) dy[7] = INFINITY;
+    if (ties) dy[size_t(2 * F + 1)] = INFINITY;  // graph 2 (8 rows): 0 * inf is NaN off its argmax row
     const auto start = random_values<float>(size_t(N * F), 13);
     std::vector<float> mean(size_t(G * F)), want(size_t(G * F));
     std::vector<int32_t> arg_want(size_t(G * F));
