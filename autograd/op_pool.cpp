@@ -50,52 +50,65 @@ void check_pool(const char* op, const Var& x, const Tensor& graph_ptr) {
   check_arg_on(op, "x", x, 2, x.dtype(), x.device());
   check_graph_ptr(op, graph_ptr, x.size(0));
 }
-}  // namespace
 
-Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
-  check_pool("pool", x, graph_ptr);
-  const int64_t G = graph_ptr.size(0) - 1, F = x.size(1), N = x.size(0);
-  return dispatch_dev("pool", x.value(), [&](auto t) {
+// What pool and pool_mean_max share: y [G, F] by forward(t, y, argmax, gptr) (argmax [G, F] where kept);
+// in the backward x's gradient by backward(t, dy, into, argmax, gptr, base), as into = base + its part in
+// one pass over x's held gradient where grad_sum allows, else written apart (base null) and accumulated.
+// Sizes come from the tensors: x [N, F] = into, y [G, F] = dy.
+template <class Forward, class Backward>
+Var pool_with(const char* op, const Var& x, const Tensor& graph_ptr, bool keeps_argmax, Forward forward,
+              Backward backward) {
+  check_pool(op, x, graph_ptr);
+  const int64_t G = graph_ptr.size(0) - 1, F = x.size(1);
+  return dispatch_dev(op, x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), Shape{G, F});
-    Tensor argmax = op == Reduce::kMax ? Tensor::empty(Shape{G, F}, DType::I32, x.device()) : Tensor();
+    Tensor argmax = keeps_argmax ? Tensor::empty(Shape{G, F}, DType::I32, x.device()) : Tensor();
     const Tensor gptr = graph_ptr.on(x.device());  // checked on the host, read by the kernels
-    int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
-    run<T>(pool_forward_k, y, ptr<T>(y), am, ptr<T>(x.value()), gptr.i64(), G, F, op);
-    return record("pool", y, {x}, [x = GradRef(x), gptr, argmax, N, G, F, op](const Tensor& dy) {
-      const int32_t* am = argmax.defined() ? argmax.i32() : nullptr;
+    forward(t, y, argmax, gptr);
+    return record(op, y, {x}, [x = GradRef(x), gptr, argmax, backward](const Tensor& dy) {
       if (GradSum s = grad_sum(x); s.into.defined()) {  // x's gradient + this one, in one pass
-        run<T>(pool_backward_k, dy, ptr<T>(s.into), ptr<T>(dy), am, gptr.i64(), N, G, F, op, ptr<T>(s.held));
+        backward(T{}, dy, s.into, argmax, gptr, ptr<T>(s.held));
         return set_grad_sum(x, std::move(s.into));
       }
       Tensor dx = empty_like(dy, x.shape());
-      run<T>(pool_backward_k, dy, ptr<T>(dx), ptr<T>(dy), am, gptr.i64(), N, G, F, op, static_cast<const T*>(nullptr));
+      backward(T{}, dy, dx, argmax, gptr, static_cast<const T*>(nullptr));
       accumulate(x, dx);
     });
   });
 }
 
+int32_t* argmax_or_null(const Tensor& argmax) { return argmax.defined() ? argmax.i32() : nullptr; }
+}  // namespace
+
+Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {
+  return pool_with(
+      "pool", x, graph_ptr, op == Reduce::kMax,
+      [&](auto t, const Tensor& y, const Tensor& argmax, const Tensor& gptr) {
+        using T = decltype(t);
+        run<T>(pool_forward_k, y, ptr<T>(y), argmax_or_null(argmax), ptr<T>(x.value()), gptr.i64(), y.size(0),
+               y.size(1), op);
+      },
+      [op](auto t, const Tensor& dy, const Tensor& dx, const Tensor& argmax, const Tensor& gptr, auto base) {
+        using T = decltype(t);
+        run<T>(pool_backward_k, dy, ptr<T>(dx), ptr<T>(dy), argmax_or_null(argmax), gptr.i64(), dx.size(0), dy.size(0),
+               dy.size(1), op, base);
+      });
+}
+
 Var pool_mean_max(const Var& x, const Tensor& graph_ptr) {
-  check_pool("pool_mean_max", x, graph_ptr);
-  const int64_t G = graph_ptr.size(0) - 1, F = x.size(1), N = x.size(0);
-  return dispatch_dev("pool_mean_max", x.value(), [&](auto t) {
-    using T = decltype(t);
-    Tensor y = empty_like(x.value(), Shape{G, F});
-    Tensor argmax = Tensor::empty(Shape{G, F}, DType::I32, x.device());
-    const Tensor gptr = graph_ptr.on(x.device());
-    run<T>(pool_mean_max_forward_k, y, ptr<T>(y), argmax.i32(), ptr<T>(x.value()), gptr.i64(), G, F);
-    return record("pool_mean_max", y, {x}, [x = GradRef(x), gptr, argmax, N, G, F](const Tensor& dy) {
-      if (GradSum s = grad_sum(x); s.into.defined()) {  // x's gradient + this one, in one pass
-        run<T>(pool_mean_max_backward_k, dy, ptr<T>(s.into), ptr<T>(dy), argmax.i32(), gptr.i64(), N, G, F,
-               ptr<T>(s.held));
-        return set_grad_sum(x, std::move(s.into));
-      }
-      Tensor dx = empty_like(dy, x.shape());
-      run<T>(pool_mean_max_backward_k, dy, ptr<T>(dx), ptr<T>(dy), argmax.i32(), gptr.i64(), N, G, F,
-             static_cast<const T*>(nullptr));
-      accumulate(x, dx);
-    });
-  });
+  return pool_with(
+      "pool_mean_max", x, graph_ptr, true,
+      [&](auto t, const Tensor& y, const Tensor& argmax, const Tensor& gptr) {
+        using T = decltype(t);
+        run<T>(pool_mean_max_forward_k, y, ptr<T>(y), argmax.i32(), ptr<T>(x.value()), gptr.i64(), y.size(0),
+               y.size(1));
+      },
+      [](auto t, const Tensor& dy, const Tensor& dx, const Tensor& argmax, const Tensor& gptr, auto base) {
+        using T = decltype(t);
+        run<T>(pool_mean_max_backward_k, dy, ptr<T>(dx), ptr<T>(dy), argmax.i32(), gptr.i64(), dx.size(0), dy.size(0),
+               dy.size(1), base);
+      });
 }
 
 Var pool_logsumexp(const Var& x, const Tensor& graph_ptr) {

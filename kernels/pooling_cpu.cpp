@@ -50,40 +50,62 @@ GNN_CPU_CLONES void pool_forward_cpu(float* __restrict y, int32_t* __restrict ar
   }
 }
 
-// A row's w values v(f) into o: written, added in place (base is dx: through o alone, o being restrict)
-// or added to base's row into o.
-template <class V>
-inline GNN_INLINE void put_row(float* __restrict o, const float* br, int64_t w, bool in_place, V v) {
+namespace {
+
+// What a backward pass puts into each node row: one readout's part (pool_backward_cpu), or the mean's and
+// then the max's (pool_mean_max_backward_cpu).
+enum class PoolGrad { kSum, kMean, kMax, kMeanMax };
+
+// A row's w values into o: fresh(f) where there is no base; where there is, add(held, f) with held the base
+// row's value (base is dx: in place, through o alone, o being restrict; else base's row read apart).
+template <class Fresh, class Add>
+inline GNN_INLINE void put_row(float* __restrict o, const float* br, int64_t w, bool in_place, Fresh fresh, Add add) {
   if (!br) {
-    for (int64_t f = 0; f < w; ++f) o[f] = v(f);
+    for (int64_t f = 0; f < w; ++f) o[f] = fresh(f);
   } else if (in_place) {
-    for (int64_t f = 0; f < w; ++f) o[f] += v(f);
+    for (int64_t f = 0; f < w; ++f) o[f] = add(o[f], f);
   } else {
     const float* __restrict b = br;
-    for (int64_t f = 0; f < w; ++f) o[f] = b[f] + v(f);
+    for (int64_t f = 0; f < w; ++f) o[f] = add(b[f], f);
   }
 }
 
-GNN_CPU_CLONES void pool_backward_cpu(float* __restrict dx, const float* __restrict dy,
-                                      const int32_t* __restrict argmax, const int64_t* graph_ptr, int64_t G, int64_t F,
-                                      Reduce op, const float* base) {
+// The backward's tasks, as the forward's: a graph and a block of channels each, its rows in order.
+GNN_CPU_CLONES void pool_backward_tasks(float* __restrict dx, const float* __restrict dy,
+                                        const int32_t* __restrict argmax, const int64_t* graph_ptr, int64_t G,
+                                        int64_t F, PoolGrad kind, const float* base) {
   const int64_t blocks = ceil_div<int64_t>(F, kPoolBlock);
   const bool in_place = base == dx;
+  const bool mean = kind == PoolGrad::kMean || kind == PoolGrad::kMeanMax;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {
     const int64_t g = t / blocks, f0 = (t % blocks) * kPoolBlock, w = std::min(kPoolBlock, F - f0);
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
     const float* __restrict d = dy + g * F + f0;
-    const int32_t* __restrict ar = op == Reduce::kMax ? argmax + g * F + f0 : nullptr;
-    const float scale = op == Reduce::kMean && e > b ? 1.0f / float(e - b) : 1.0f;
+    const int32_t* __restrict ar = kind == PoolGrad::kMax || kind == PoolGrad::kMeanMax ? argmax + g * F + f0 : nullptr;
+    const float scale = mean && e > b ? 1.0f / float(e - b) : 1.0f;
     for (int64_t i = b; i < e; ++i) {
       float* o = dx + i * F + f0;
       const float* br = base ? base + i * F + f0 : nullptr;
-      if (op == Reduce::kMax)
-        put_row(o, br, w, in_place, [&](int64_t f) GNN_INLINE { return float(ar[f] == int32_t(i)) * d[f]; });
-      else put_row(o, br, w, in_place, [&](int64_t f) GNN_INLINE { return scale * d[f]; });
+      auto to_max = [&](int64_t f) GNN_INLINE { return float(ar[f] == int32_t(i)) * d[f]; };
+      auto to_mean = [&](int64_t f) GNN_INLINE { return scale * d[f]; };
+      if (kind == PoolGrad::kMeanMax)
+        put_row(
+            o, br, w, in_place, [&](int64_t f) GNN_INLINE { return to_mean(f) + to_max(f); },
+            [&](float held, int64_t f) GNN_INLINE { return (held + to_mean(f)) + to_max(f); });
+      else if (kind == PoolGrad::kMax)
+        put_row(o, br, w, in_place, to_max, [&](float held, int64_t f) GNN_INLINE { return held + to_max(f); });
+      else put_row(o, br, w, in_place, to_mean, [&](float held, int64_t f) GNN_INLINE { return held + to_mean(f); });
     }
   }
+}
+
+}  // namespace
+
+void pool_backward_cpu(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t G,
+                       int64_t F, Reduce op, const float* base) {
+  const PoolGrad kind = op == Reduce::kMax ? PoolGrad::kMax : op == Reduce::kMean ? PoolGrad::kMean : PoolGrad::kSum;
+  pool_backward_tasks(dx, dy, argmax, graph_ptr, G, F, kind, base);
 }
 
 // Both readouts in one pass over each task's rows: the sum as pool_forward_cpu's mean (the first row, then
@@ -119,33 +141,9 @@ GNN_CPU_CLONES void pool_mean_max_forward_cpu(float* __restrict y, int32_t* __re
 }
 
 // dx = (base +) the mean's part, then + the max's, each as pool_backward_cpu forms it.
-GNN_CPU_CLONES void pool_mean_max_backward_cpu(float* __restrict dx, const float* __restrict dy,
-                                               const int32_t* __restrict argmax, const int64_t* graph_ptr, int64_t G,
-                                               int64_t F, const float* base) {
-  const int64_t blocks = ceil_div<int64_t>(F, kPoolBlock);
-  const bool in_place = base == dx;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t t = 0; t < G * blocks; ++t) {
-    const int64_t g = t / blocks, f0 = (t % blocks) * kPoolBlock, w = std::min(kPoolBlock, F - f0);
-    const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
-    const float* __restrict d = dy + g * F + f0;
-    const int32_t* __restrict ar = argmax + g * F + f0;
-    const float scale = e > b ? 1.0f / float(e - b) : 1.0f;
-    for (int64_t i = b; i < e; ++i) {
-      float* o = dx + i * F + f0;
-      const float* br = base ? base + i * F + f0 : nullptr;
-      auto mean_then_max = [&](float held, int64_t f)
-                               GNN_INLINE { return (held + scale * d[f]) + float(ar[f] == int32_t(i)) * d[f]; };
-      if (!br) {
-        for (int64_t f = 0; f < w; ++f) o[f] = scale * d[f] + float(ar[f] == int32_t(i)) * d[f];
-      } else if (in_place) {
-        for (int64_t f = 0; f < w; ++f) o[f] = mean_then_max(o[f], f);
-      } else {
-        const float* __restrict bb = br;
-        for (int64_t f = 0; f < w; ++f) o[f] = mean_then_max(bb[f], f);
-      }
-    }
-  }
+void pool_mean_max_backward_cpu(float* dx, const float* dy, const int32_t* argmax, const int64_t* graph_ptr, int64_t G,
+                                int64_t F, const float* base) {
+  pool_backward_tasks(dx, dy, argmax, graph_ptr, G, F, PoolGrad::kMeanMax, base);
 }
 
 GNN_CPU_CLONES void pool_logsumexp_forward_cpu(float* __restrict y, const float* __restrict x, const int64_t* graph_ptr,
