@@ -93,7 +93,6 @@ int64_t gemm_cuda_flops() { return g_gemm_cuda_flops.load(std::memory_order_rela
 void count_gemm_cuda_flops(int64_t flops) { g_gemm_cuda_flops.fetch_add(flops, std::memory_order_relaxed); }
 
 namespace {
-// What every CPU kernel checks of its arguments, and the product's FLOPs counted.
 // C[i, j] = C[i, j] + R[i, j], row by row over the threads: an addend the product's store did not take.
 void add_rows(float* C, int64_t ldc, const float* R, int64_t ldr, int64_t M, int64_t N) {
 #pragma omp parallel for schedule(static) if (M * N > 32768)
@@ -101,6 +100,7 @@ void add_rows(float* C, int64_t ldc, const float* R, int64_t ldr, int64_t M, int
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = C[i * ldc + j] + R[i * ldr + j];
 }
 
+// What every CPU kernel checks of its arguments, and the product's FLOPs counted.
 void check_and_count(bool ta, int64_t M, int64_t N, int64_t K, float alpha, float beta, const float* bias,
                      GemmCat cat) {
   GNN_CHECK(!bias || (alpha == 1.0f && (beta == 0.0f || beta == 1.0f)),
@@ -213,9 +213,9 @@ void gemm_cpu_bf16_on(Bf16Kernel k, bool ta, bool tb, int64_t M, int64_t N, int6
   GNN_CHECK(!R || alpha == 1.0f, "gemm: an addend needs alpha 1, got ", alpha);
   // K = 0 or alpha = 0 is C = beta C (+ bias), no product: the f32 driver's, the same values. The drivers
   // take no addend through split_k's chunks: it is added after those.
-  if (M == 0 || N == 0 || K == 0 || alpha == 0.0f || (R && parallel && gemm_detail::wants_split_k(M, N, K))) {
-    if (M == 0 || N == 0 || K == 0 || alpha == 0.0f)
-      gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
+  const bool no_product = M == 0 || N == 0 || K == 0 || alpha == 0.0f;
+  if (no_product || (R && parallel && gemm_detail::wants_split_k(M, N, K))) {
+    if (no_product) gemm_cpu_isa(gemm_isa(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
     else gemm_cpu_bf16_on(k, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel, bias, cat);
     if (R) add_rows(C, ldc, R, ldr, M, N);
     return;

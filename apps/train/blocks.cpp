@@ -145,8 +145,7 @@ ag::Var ConsumerSage::forward_product_first(const PlainPath& p, const ag::Var& x
 
 ag::Var ConsumerSage::forward_residual_norm(const PlainPath& p, const ag::Var& x, Act act) const {
   const int64_t C = p.configs(), rows = x.size(0) * C;
-  const bool in_product = !(product_first_ && lin_.out_features() < lin_.in_features() / 2) && !x.value().is_cuda() &&
-                          x.size(1) == C * lin_.out_features() &&
+  const bool in_product = !takes_product_first() && !x.value().is_cuda() && x.size(1) == C * lin_.out_features() &&
                           gemm_adds_in_store(rows, lin_.out_features(), lin_.in_features());
   if (!in_product) return node_norm_act(p.b, forward(p, x), x, act);
   // forward()'s aggregate-first form, with the residual (the root itself) as the product's addend

@@ -292,13 +292,15 @@ class ConsumerSage : public nn::Module {
   template <class Path>
   typename Path::Rows forward(const Path& p, const typename Path::Rows& x) const {
     if constexpr (std::is_same_v<Path, PlainPath>)
-      if (product_first_ && lin_.out_features() < lin_.in_features() / 2) return forward_product_first(p, x);
+      if (takes_product_first()) return forward_product_first(p, x);
     const auto agg = p.aggregate_mean(p.b.consumers(), p.b.consumers_mean(), x);
     const auto root = p.advance(x);
     return p.map(agg, root, [&](const ag::Var& a, const ag::Var& r) { return lin_.forward_cat(a, r); });
   }
 
  private:
+  // whether the plain path takes the product first: asked for, and the layer narrows past half
+  bool takes_product_first() const { return product_first_ && lin_.out_features() < lin_.in_features() / 2; }
   ag::Var forward_product_first(const PlainPath& p, const ag::Var& x) const;
   nn::Linear lin_;
   bool product_first_;
