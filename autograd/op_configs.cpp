@@ -145,7 +145,7 @@ constexpr Kernel config_attention_backward_k{
     "config_attention_backward", [](auto... a) { config_attention_backward_ref(a...); },
     [](auto... a) { config_attention_backward_cpu(a...); },
     [](const Tensor& on, float* dx, float* dres, float* dbeta, const float* dy, const float* x, const float* w,
-       const float* res, int64_t R, int64_t C, int64_t D, const float* beta, Act act, AttentionDropout<float> drop) {
+       const float* res, int64_t R, int64_t C, int64_t D, const float* beta, Act act, RowsDropout<float> drop) {
       const Tensor ws = empty_like(on, Shape{std::max<int64_t>(1, config_attention_workspace_cuda(R, D))});
       config_attention_backward_cuda(dx, dres, dbeta, dy, x, w, res, R, C, D, beta, act, drop, ws.f32(), on.stream());
     }};
@@ -171,7 +171,7 @@ Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& 
     const Tensor rv = residual.defined() ? residual.value() : Tensor();
     Tensor y = empty_like(xv, Shape{R, C * 2 * D}), w = empty_like(xv, Shape{R, C * D});
     const T* res = rv.defined() ? ptr<T>(rv) : nullptr;
-    const AttentionDropout<T> drop{dropout_mask<T>(dropout.p, dropout.seed), dropout.configs_shared};
+    const RowsDropout<T> drop{dropout_mask<T>(dropout.p, dropout.seed), dropout.configs_shared ? C : 0};
     run<T>(config_attention_forward_k, xv, ptr<T>(y), ptr<T>(w), ptr<T>(xv), res, R, C, D, ptr<T>(bv), act, drop);
     // The backward reads the residual only to recompute the activation's input.
     const Tensor keep_res = act != Act::kNone ? rv : Tensor();

@@ -10,7 +10,7 @@ namespace {
 
 // A fused dropout on a GPU: the norm's kernels and dropout's (dropout_apply_cuda or, one mask for a node's
 // configs, dropout_configs_apply_cuda) around them, their bits. N rows of F columns.
-inline void dropout_cuda(float* y, const float* x, int64_t N, int64_t F, const NormDropout<float>& drop, uint64_t seed,
+inline void dropout_cuda(float* y, const float* x, int64_t N, int64_t F, const RowsDropout<float>& drop, uint64_t seed,
                          Stream stream) {
   if (drop.configs > 0)
     dropout_configs_apply_cuda(y, x, N, drop.configs, F / drop.configs, seed, drop.mask.threshold, drop.mask.scale,
@@ -26,7 +26,7 @@ constexpr Kernel instance_norm_forward_k{
        const auto& drop, uint64_t,
        int64_t) { instance_norm_forward_cpu(y, m, r, x, res, g, b, gp, G, F, eps, act, drop); },
     [](const Tensor& on, float* y, float* mean, float* rstd, const float* x, const float* res, const float* gamma,
-       const float* beta, const int64_t* gp, int64_t G, int64_t F, float eps, Act act, const NormDropout<float>& drop,
+       const float* beta, const int64_t* gp, int64_t G, int64_t F, float eps, Act act, const RowsDropout<float>& drop,
        uint64_t seed, int64_t N) {
       instance_norm_forward_cuda(y, mean, rstd, x, res, gamma, beta, gp, G, F, eps, act, on.stream());
       if (drop.mask.on) dropout_cuda(y, y, N, F, drop, seed, on.stream());
@@ -42,7 +42,7 @@ constexpr Kernel instance_norm_backward_k{
        int64_t) { instance_norm_backward_cpu(dx, dg, db, dy, x, res, m, r, g, b, gp, G, F, act, drop); },
     [](const Tensor& on, float* dx, float* dg, float* db, const float* dy, const float* x, const float* res,
        const float* mean, const float* rstd, const float* gamma, const float* beta, const int64_t* gp, int64_t G,
-       int64_t F, Act act, const NormDropout<float>& drop, uint64_t seed, int64_t N) {
+       int64_t F, Act act, const RowsDropout<float>& drop, uint64_t seed, int64_t N) {
       const Tensor ws = empty_like(on, Shape{2, G, F});
       Tensor masked;
       if (drop.mask.on) {  // dropout's backward first, into a buffer of its own
@@ -76,7 +76,7 @@ Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor&
   const uint64_t seed = dropout.seed;
   return dispatch_dev("instance_norm", x.value(), [&](auto t) {
     using T = decltype(t);
-    const NormDropout<T> drop{dropout_mask<T>(dropout.p, dropout.seed), dropout.configs_shared ? configs : 0};
+    const RowsDropout<T> drop{dropout_mask<T>(dropout.p, dropout.seed), dropout.configs_shared ? configs : 0};
     Tensor y = empty_like(x.value(), x.shape()), mean = empty_like(x.value(), Shape{G, F}),
            rstd = empty_like(x.value(), Shape{G, F});
     const Tensor gptr = graph_ptr.on(x.device());  // checked on the host, read by the kernels

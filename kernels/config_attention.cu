@@ -10,7 +10,7 @@ namespace gnn {
 namespace {
 
 __global__ void config_attention_fwd_kernel(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C,
-                                            int64_t D, const float* beta, Act a, AttentionDropout<float> drop) {
+                                            int64_t D, const float* beta, Act a, RowsDropout<float> drop) {
   const float b = __ldg(beta);
   GNN_GRID_STRIDE(t, R * D) {
     const int64_t r = t / D, d = t % D;
@@ -27,7 +27,7 @@ __global__ void config_attention_fwd_kernel(float* y, float* w, const float* x, 
       const float z1 = res ? xv + __ldg(res + i) : xv, z2 = res ? xv * wv + __ldg(res + j) : xv * wv;
       float y1 = act_value(a, z1, 0.0f), y2 = act_value(a, z2, 0.0f);
       if (drop.mask.on) {
-        const int64_t m = drop.first(r, c, C, D) + d;
+        const int64_t m = drop.first(r, c, C, 2 * D) + d;
         y1 = drop.mask.apply(y1, m);
         y2 = drop.mask.apply(y2, m + D);
       }
@@ -41,7 +41,7 @@ __global__ void config_attention_fwd_kernel(float* y, float* w, const float* x, 
 // (row, channel)'s share of dbeta. dy masked first under dropout, as the host does.
 __global__ void config_attention_bwd_kernel(float* dx, float* dres, float* part, const float* dy, const float* x,
                                             const float* w, const float* res, int64_t R, int64_t C, int64_t D,
-                                            const float* beta, Act a, AttentionDropout<float> drop) {
+                                            const float* beta, Act a, RowsDropout<float> drop) {
   const float b = __ldg(beta);
   GNN_GRID_STRIDE(t, R * D) {
     const int64_t r = t / D, d = t % D;
@@ -51,7 +51,7 @@ __global__ void config_attention_bwd_kernel(float* dx, float* dres, float* part,
       const float z1 = res ? xv + __ldg(res + i) : xv, z2 = res ? xv * wv + __ldg(res + j) : xv * wv;
       float d1 = __ldg(dy + i), d2 = __ldg(dy + j);
       if (drop.mask.on) {
-        const int64_t m = drop.first(r, c, C, D) + d;
+        const int64_t m = drop.first(r, c, C, 2 * D) + d;
         d1 = drop.mask.apply(d1, m);
         d2 = drop.mask.apply(d2, m + D);
       }
@@ -88,14 +88,14 @@ __global__ void config_attention_bwd_kernel(float* dx, float* dres, float* part,
 int64_t config_attention_workspace_cuda(int64_t R, int64_t D) { return R * D; }
 
 void config_attention_forward_cuda(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C,
-                                   int64_t D, const float* beta, Act a, AttentionDropout<float> drop, Stream stream) {
+                                   int64_t D, const float* beta, Act a, RowsDropout<float> drop, Stream stream) {
   GNN_LAUNCH_N("config_attention_forward_cuda", R * D, config_attention_fwd_kernel, y, w, x, res, R, C, D, beta, a,
                drop);
 }
 
 void config_attention_backward_cuda(float* dx, float* dres, float* dbeta, const float* dy, const float* x,
                                     const float* w, const float* res, int64_t R, int64_t C, int64_t D,
-                                    const float* beta, Act a, AttentionDropout<float> drop, float* workspace,
+                                    const float* beta, Act a, RowsDropout<float> drop, float* workspace,
                                     Stream stream) {
   if (R * D > 0) {
     config_attention_bwd_kernel<<<grid_for(R * D, "config_attention_backward_cuda"), kThreads, 0, stream>>>(

@@ -10,7 +10,7 @@
 // x and w, never stored), g = the second half of dz and a = g x:
 //   dres = dz;   dx = (first half of dz) + g w + beta w (a - sum_c a w)
 //   dbeta = sum over r, c, d of a w (x - sum_c w x)
-// Dropout after the activation may be fused too (AttentionDropout): y = drop(act(z + res)), and dy is
+// Dropout after the activation may be fused too (RowsDropout): y = drop(act(z + res)), and dy is
 // masked before the rest of the backward, the bits of the dropout op applied to the composed y.
 // w [R, C, D] is kept by the forward for the backward. beta is read through a pointer (on the GPU it
 // stays on the device). On the host dbeta is summed in double per (row, channel) over c, then over a
@@ -28,17 +28,9 @@
 
 namespace gnn {
 
-// Dropout on the output [R, C, 2D]: the mask ag::dropout draws (element (r, c, j) at its own index) or,
-// configs_shared, the one ag::dropout_configs draws (the C configs of a row alike: index r*2D + j).
-template <class T>
-struct AttentionDropout {
-  DropoutMask<T> mask;
-  bool configs_shared = false;
-  // the mask index of output element (r, c, 0)
-  GNN_HD int64_t first(int64_t r, int64_t c, int64_t C, int64_t D) const {
-    return (configs_shared ? r : r * C + c) * 2 * D;
-  }
-};
+// Dropout on the output [R, C*2D] (RowsDropout, kernels/dropout.h): the mask ag::dropout draws (element
+// (r, c, j) at its own index) or, with configs C, the one ag::dropout_configs draws (the C configs of a row
+// alike: index r*2D + j). A config's first index is drop.first(r, c, C, 2D).
 
 // One row: w [C, D] from x [C, D], and y [C, 2D] = act([x | x w] + res) (res [C, 2D] may be null). The
 // last pass writes w and both halves of y for one config at a time, one activation per loop (so that
@@ -48,7 +40,7 @@ struct AttentionDropout {
 // constant and vectorise. Forced inline: the body must be compiled inside each CPU clone.
 template <class T, class A>
 GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res, int64_t C, int64_t D, T beta, A a,
-                                            T* m, T* sum, const AttentionDropout<T>& drop, int64_t r) {
+                                            T* m, T* sum, const RowsDropout<T>& drop, int64_t r) {
   for (int64_t d = 0; d < D; ++d) m[d] = x[d] * beta, sum[d] = T(0);
   for (int64_t c = 1; c < C; ++c)
     for (int64_t d = 0; d < D; ++d) m[d] = std::max(m[d], x[c * D + d] * beta);
@@ -75,7 +67,7 @@ GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res
       for (int64_t d = 0; d < D; ++d) y2[d] = act_value<T>(a, xc[d] * wc[d], T(0));
     }
     if (drop.mask.on) {  // the config's values, still in L1, through the pointers that wrote them
-      const int64_t i0 = drop.first(r, c, C, D);
+      const int64_t i0 = drop.first(r, c, C, 2 * D);
       drop.mask.apply(y1, y1, D, i0);
       drop.mask.apply(y2, y2, D, i0 + D);
     }
@@ -90,13 +82,13 @@ GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res
 // (nothing more to do without an activation; res is not read then).
 template <class T, class A>
 GNN_INLINE inline void config_attention_dz(T* dz, const T* dy, const T* x, const T* w, const T* res, int64_t C,
-                                           int64_t D, A a, const AttentionDropout<T>& drop, int64_t r) {
+                                           int64_t D, A a, const RowsDropout<T>& drop, int64_t r) {
   for (int64_t c = 0; c < C; ++c) {
     T *__restrict g1 = dz + c * 2 * D, *__restrict g2 = g1 + D;
     const T *__restrict d1 = dy + c * 2 * D, *__restrict d2 = d1 + D;
     const T *__restrict xc = x + c * D, *__restrict wc = w + c * D;
     if (drop.mask.on) {
-      const int64_t i0 = drop.first(r, c, C, D);
+      const int64_t i0 = drop.first(r, c, C, 2 * D);
       drop.mask.apply(g1, d1, D, i0);
       drop.mask.apply(g2, d2, D, i0 + D);
       if (Act(a) == Act::kNone) continue;
@@ -148,7 +140,7 @@ GNN_INLINE inline double config_attention_row_backward(T* __restrict dx, const T
 template <class T, class A>
 GNN_INLINE inline double config_attention_row_backward_act(T* dx, T* dres, const T* dy, const T* x, const T* w,
                                                            const T* res, int64_t C, int64_t D, T beta, A a, T* scratch,
-                                                           T* aw, T* wx, double* db, const AttentionDropout<T>& drop,
+                                                           T* aw, T* wx, double* db, const RowsDropout<T>& drop,
                                                            int64_t r) {
   const T* dz = dy;
   if (Act(a) != Act::kNone || drop.mask.on) {
@@ -165,7 +157,7 @@ GNN_INLINE inline double config_attention_row_backward_act(T* dx, T* dres, const
 // under an activation.
 template <class T>
 void config_attention_forward_ref(T* y, T* w, const T* x, const T* res, int64_t R, int64_t C, int64_t D, const T* beta,
-                                  Act a, AttentionDropout<T> drop) {
+                                  Act a, RowsDropout<T> drop) {
   std::vector<T> m(static_cast<size_t>(D)), sum(static_cast<size_t>(D));
   for (int64_t r = 0; r < R; ++r)
     config_attention_row(y + r * C * 2 * D, w + r * C * D, x + r * C * D, res ? res + r * C * 2 * D : nullptr, C, D,
@@ -174,7 +166,7 @@ void config_attention_forward_ref(T* y, T* w, const T* x, const T* res, int64_t 
 
 template <class T>
 void config_attention_backward_ref(T* dx, T* dres, T* dbeta, const T* dy, const T* x, const T* w, const T* res,
-                                   int64_t R, int64_t C, int64_t D, const T* beta, Act a, AttentionDropout<T> drop) {
+                                   int64_t R, int64_t C, int64_t D, const T* beta, Act a, RowsDropout<T> drop) {
   std::vector<T> aw(static_cast<size_t>(D)), wx(static_cast<size_t>(D)), scratch(static_cast<size_t>(C * 2 * D));
   std::vector<double> part(static_cast<size_t>(D));
   double db = 0;
@@ -189,18 +181,18 @@ void config_attention_backward_ref(T* dx, T* dres, T* dbeta, const T* dy, const 
 
 // The same over all threads (rows in fixed chunks; dbeta summed over the chunks in order).
 void config_attention_forward_cpu(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C, int64_t D,
-                                  const float* beta, Act a, AttentionDropout<float> drop);
+                                  const float* beta, Act a, RowsDropout<float> drop);
 void config_attention_backward_cpu(float* dx, float* dres, float* dbeta, const float* dy, const float* x,
                                    const float* w, const float* res, int64_t R, int64_t C, int64_t D, const float* beta,
-                                   Act a, AttentionDropout<float> drop);
+                                   Act a, RowsDropout<float> drop);
 // On a GPU: one thread per (row, channel). The backward's workspace: config_attention_workspace_cuda(R,
 // D) floats (each (row, channel)'s part of dbeta, then summed in one block).
 int64_t config_attention_workspace_cuda(int64_t R, int64_t D);
 void config_attention_forward_cuda(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C,
-                                   int64_t D, const float* beta, Act a, AttentionDropout<float> drop, Stream stream);
+                                   int64_t D, const float* beta, Act a, RowsDropout<float> drop, Stream stream);
 void config_attention_backward_cuda(float* dx, float* dres, float* dbeta, const float* dy, const float* x,
                                     const float* w, const float* res, int64_t R, int64_t C, int64_t D,
-                                    const float* beta, Act a, AttentionDropout<float> drop, float* workspace,
+                                    const float* beta, Act a, RowsDropout<float> drop, float* workspace,
                                     Stream stream);
 
 }  // namespace gnn

@@ -11,6 +11,8 @@
 // The templates (NAME_ref) are the references and the f64 path; float runs the cloned NAME_cpu
 // (kernels/dropout_cpu.cpp), whose AVX2 / AVX-512 lanes took it to 4.1 ms on the AVX-512 machine.
 #pragma once
+#include <algorithm>
+
 #include "base/common.h"
 
 namespace gnn {
@@ -64,6 +66,35 @@ struct DropoutMask {
     dropout_run(dst, src, n, i0, key, threshold, scale);
   }
 };
+// The mask a fused kernel applies to the rows it writes, y [N, F] with F = C*D (C configs of D channels side
+// by side, node-major): element (n, col) at index n*F + col as dropout_apply_ref decides it, or with
+// `configs` C > 0 at index n*D + col % D as dropout_configs_apply_ref decides it, one mask for a node's C
+// configs. mask.on false: nothing. Serves instance_norm's and config_attention's fused dropouts.
+template <class T>
+struct RowsDropout {
+  DropoutMask<T> mask;
+  int64_t configs = 0;
+  GNN_HD int64_t index(int64_t n, int64_t col, int64_t F) const {
+    if (configs <= 0) return n * F + col;
+    const int64_t D = F / configs;
+    return n * D + col % D;
+  }
+  // index(n, c*W, C*W), the first of config c's W columns in row n of C configs, without a division
+  GNN_HD int64_t first(int64_t n, int64_t c, int64_t C, int64_t W) const { return (configs > 0 ? n : n * C + c) * W; }
+  GNN_HD T apply(T v, int64_t n, int64_t col, int64_t F) const { return mask.on ? mask.apply(v, index(n, col, F)) : v; }
+  // row n's columns [c0, c0 + w) of src into dst (which may be src), in runs whose indices are consecutive
+  // (each config's part with a shared mask): DropoutMask's vector loop, the same bits as apply.
+  GNN_INLINE void apply_row(T* dst, const T* src, int64_t n, int64_t c0, int64_t w, int64_t F) const {
+    if (!mask.on) return;
+    const int64_t D = configs > 0 ? F / configs : F;
+    for (int64_t a = c0; a < c0 + w;) {
+      const int64_t b = configs > 0 ? std::min(c0 + w, (a / D + 1) * D) : c0 + w;
+      mask.apply(dst + (a - c0), src + (a - c0), b - a, index(n, a, F));
+      a = b;
+    }
+  }
+};
+
 // The mask dropout(x, p) draws with `seed` (one draw of the caller's generator); p in [0, 1). p = 0: off.
 template <class T>
 DropoutMask<T> dropout_mask(double p, uint64_t seed) {

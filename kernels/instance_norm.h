@@ -8,7 +8,7 @@
 // gives mean 0 and rstd 1/sqrt(eps). Without res and act it is the plain norm, with its bits; with them,
 // the bits of add, norm and activation composed (GNN layers' GELU(norm(f(x) + x)) in one pass each way).
 // y may be x or res (in place); dx must not alias x or res (it holds dz between the backward's passes).
-// With a NormDropout the activation's output is dropped out in the same pass, y = drop(act(z)), and the
+// With a RowsDropout the activation's output is dropped out in the same pass, y = drop(act(z)), and the
 // backward masks dy before the rest: the bits of dropout (or dropout_configs) applied to the norm's y.
 #pragma once
 #include <algorithm>
@@ -20,37 +20,10 @@
 
 namespace gnn {
 
-// Dropout after the norm's activation: element (n, col) of y [N, F] scaled by 0 or mask.scale as
-// dropout_apply_ref decides index n*F + col, or with `configs` C > 0 (F = C*D: C configs of D channels side
-// by side, node-major) as dropout_configs_apply_ref decides it, index n*D + col % D, one mask for a node's
-// C configs. mask.on false: nothing.
-template <class T>
-struct NormDropout {
-  DropoutMask<T> mask;
-  int64_t configs = 0;
-  GNN_HD int64_t index(int64_t n, int64_t col, int64_t F) const {
-    if (configs <= 0) return n * F + col;
-    const int64_t D = F / configs;
-    return n * D + col % D;
-  }
-  GNN_HD T apply(T v, int64_t n, int64_t col, int64_t F) const { return mask.on ? mask.apply(v, index(n, col, F)) : v; }
-  // row n's columns [c0, c0 + w) of src into dst (which may be src), in runs whose indices are consecutive
-  // (each config's part with a shared mask): DropoutMask's vector loop, the same bits as apply.
-  GNN_INLINE void apply_row(T* dst, const T* src, int64_t n, int64_t c0, int64_t w, int64_t F) const {
-    if (!mask.on) return;
-    const int64_t D = configs > 0 ? F / configs : F;
-    for (int64_t a = c0; a < c0 + w;) {
-      const int64_t b = configs > 0 ? std::min(c0 + w, (a / D + 1) * D) : c0 + w;
-      mask.apply(dst + (a - c0), src + (a - c0), b - a, index(n, a, F));
-      a = b;
-    }
-  }
-};
-
 template <class T>
 void instance_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* res, const T* gamma, const T* beta,
                                const int64_t* graph_ptr, int64_t G, int64_t F, T eps, Act act,
-                               const NormDropout<T>& drop = {}) {
+                               const RowsDropout<T>& drop = {}) {
   auto s = [&](int64_t i) { return res ? x[i] + res[i] : x[i]; };
   for (int64_t g = 0; g < G; ++g) {
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
@@ -73,7 +46,7 @@ void instance_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* res,
 template <class T>
 void instance_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* res, const T* mean,
                                 const T* rstd, const T* gamma, const T* beta, const int64_t* graph_ptr, int64_t G,
-                                int64_t F, Act act, const NormDropout<T>& drop = {}) {
+                                int64_t F, Act act, const RowsDropout<T>& drop = {}) {
   auto s = [&](int64_t i) { return res ? x[i] + res[i] : x[i]; };
   for (int64_t f = 0; f < F; ++f) {
     if (dgamma) dgamma[f] = 0;
@@ -104,11 +77,11 @@ void instance_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T
 
 void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* res, const float* gamma,
                                const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, float eps, Act act,
-                               const NormDropout<float>& drop = {});
+                               const RowsDropout<float>& drop = {});
 void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                                 const float* res, const float* mean, const float* rstd, const float* gamma,
                                 const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, Act act,
-                                const NormDropout<float>& drop = {});
+                                const RowsDropout<float>& drop = {});
 // CUDA: a block of 8 warps per (graph, 32 channels) strides over the graph's rows; the warps' partial
 // sums are combined in warp order (the same bits every run). dgamma and dbeta are summed per graph
 // into workspace [2, G, F] and then over graphs in order, as the CPU does.

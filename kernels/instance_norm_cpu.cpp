@@ -61,7 +61,7 @@ static float* norm_scratch(int64_t n) {
 GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* res,
                                               const float* gamma, const float* beta, const int64_t* graph_ptr,
                                               int64_t G, int64_t F, float eps, Act act,
-                                              const NormDropout<float>& drop) {
+                                              const RowsDropout<float>& drop) {
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {
@@ -107,7 +107,7 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
 GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                                                const float* res, const float* mean, const float* rstd,
                                                const float* gamma, const float* beta, const int64_t* graph_ptr,
-                                               int64_t G, int64_t F, Act act, const NormDropout<float>& drop) {
+                                               int64_t G, int64_t F, Act act, const RowsDropout<float>& drop) {
   std::vector<float> pg(static_cast<size_t>(G * F)), pb(static_cast<size_t>(G * F));
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
 #pragma omp parallel for schedule(dynamic, 1)

@@ -48,8 +48,8 @@ TEST_CASE("the host's cloned dropout draws the references' masks, bit for bit") 
     dropout_apply_cpu(got.data(), x.data(), n, 0x5eedull, threshold, scale);
     CHECK(same_bits(got, want));
   }
-  for (auto [R, C, F] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 3, 5}, {300, 64, 17}, {9, 4, 1300},
-                         {2000, 64, 128}}) {
+  for (auto [R, C, F] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 3, 5}, {300, 64, 17}, {9, 4, 1300}, {2000, 64, 128}}) {
     CAPTURE(R);
     CAPTURE(C);
     CAPTURE(F);
@@ -84,6 +84,37 @@ TEST_CASE("dropout_run decides as dropout_drops within, across and past 2^32 blo
     CHECK(dropped > 0);  // p = 0.4 over 40 values: some dropped, some kept
     CHECK(dropped < n);
   }
+}
+
+// RowsDropout, the mask the fused norm and cross-config attention apply to [N, C*D] rows: per element it is
+// dropout_apply_ref's mask, with configs the one dropout_configs_apply_ref draws; first() is index() at a
+// config's first column, and apply_row (runs of consecutive indices) gives apply's bits from any column on.
+TEST_CASE("RowsDropout draws dropout's and dropout_configs' masks, by index, first and apply_row") {
+  const int64_t N = 5, C = 3, D = 7, F = C * D;
+  const uint64_t seed = 0x5eedull;
+  const float p = 0.3f;
+  const auto x = random_values<float>(size_t(N * F), 11, -2.0f, 2.0f);
+  const DropoutMask<float> mask = dropout_mask<float>(p, seed);
+  for (int64_t configs : {int64_t(0), C}) {
+    CAPTURE(configs);
+    const RowsDropout<float> drop{mask, configs};
+    std::vector<float> want(size_t(N * F));
+    if (configs == 0) dropout_apply_ref(want.data(), x.data(), N * F, seed, mask.threshold, mask.scale);
+    else dropout_configs_apply_ref(want.data(), x.data(), N, C, D, seed, mask.threshold, mask.scale);
+    std::vector<float> by_apply(size_t(N * F)), by_row(x);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t col = 0; col < F; ++col)
+        by_apply[size_t(n * F + col)] = drop.apply(x[size_t(n * F + col)], n, col, F);
+      for (int64_t c = 0; c < C; ++c) CHECK(drop.first(n, c, C, D) == drop.index(n, c * D, F));
+      // from column 2 on (a first part that starts inside a config), then columns 0 and 1 on their own
+      drop.apply_row(by_row.data() + n * F + 2, by_row.data() + n * F + 2, n, 2, F - 2, F);
+      drop.apply_row(by_row.data() + n * F, by_row.data() + n * F, n, 0, 2, F);
+    }
+    CHECK(same_bits(by_apply, want));
+    CHECK(same_bits(by_row, want));
+  }
+  const RowsDropout<float> off{};
+  CHECK(off.apply(1.5f, 2, 3, F) == 1.5f);
 }
 
 TEST_CASE("cuda ops: dropout matches the host, value and gradient") {
