@@ -51,6 +51,8 @@ void check_pool(const char* op, const Var& x, const Tensor& graph_ptr) {
   check_graph_ptr(op, graph_ptr, x.size(0));
 }
 
+int32_t* argmax_or_null(const Tensor& argmax) { return argmax.defined() ? argmax.i32() : nullptr; }
+
 // What pool and pool_mean_max share: y [G, F] by forward(t, y, argmax, gptr) (argmax [G, F] where kept);
 // in the backward x's gradient by backward(t, dy, into, argmax, gptr, base), as into = base + its part in
 // one pass over x's held gradient where grad_sum allows, else written apart (base null) and accumulated.
@@ -78,7 +80,6 @@ Var pool_with(const char* op, const Var& x, const Tensor& graph_ptr, bool keeps_
   });
 }
 
-int32_t* argmax_or_null(const Tensor& argmax) { return argmax.defined() ? argmax.i32() : nullptr; }
 }  // namespace
 
 Var pool(const Var& x, const Tensor& graph_ptr, Reduce op) {

@@ -10,8 +10,11 @@
 // x and w, never stored), g = the second half of dz and a = g x:
 //   dres = dz;   dx = (first half of dz) + g w + beta w (a - sum_c a w)
 //   dbeta = sum over r, c, d of a w (x - sum_c w x)
-// Dropout after the activation may be fused too (RowsDropout): y = drop(act(z + res)), and dy is
-// masked before the rest of the backward, the bits of the dropout op applied to the composed y.
+// Dropout after the activation may be fused too (RowsDropout, kernels/dropout.h): y = drop(act(z + res)),
+// and dy is masked before the rest of the backward, the bits of the dropout op applied to the composed y;
+// the mask ag::dropout draws over y [R, C*2D] (element (r, c, j) at its own index) or, with configs C, the
+// one ag::dropout_configs draws (a row's C configs alike: index r*2D + j), config c's first index
+// drop.first(r, c, C, 2D).
 // w [R, C, D] is kept by the forward for the backward. beta is read through a pointer (on the GPU it
 // stays on the device). On the host dbeta is summed in double per (row, channel) over c, then over a
 // row's channels in order, then over rows in fixed chunks (one double per channel, so the loop that
@@ -27,10 +30,6 @@
 #include "kernels/math_fn.h"
 
 namespace gnn {
-
-// Dropout on the output [R, C*2D] (RowsDropout, kernels/dropout.h): the mask ag::dropout draws (element
-// (r, c, j) at its own index) or, with configs C, the one ag::dropout_configs draws (the C configs of a row
-// alike: index r*2D + j). A config's first index is drop.first(r, c, C, 2D).
 
 // One row: w [C, D] from x [C, D], and y [C, 2D] = act([x | x w] + res) (res [C, 2D] may be null). The
 // last pass writes w and both halves of y for one config at a time, one activation per loop (so that

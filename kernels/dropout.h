@@ -52,7 +52,7 @@ GNN_INLINE inline void dropout_run(T* dst, const T* src, int64_t n, int64_t i0, 
   }
 }
 
-// A dropout mask for a fused kernel to apply to what it writes (kernels/config_attention.h): value v at
+// A dropout mask for a fused kernel to apply to what it writes (through RowsDropout below): value v at
 // index i becomes v * (0 or scale), the map dropout_apply_ref applies at i. `on` false: v unchanged.
 template <class T>
 struct DropoutMask {
@@ -66,6 +66,7 @@ struct DropoutMask {
     dropout_run(dst, src, n, i0, key, threshold, scale);
   }
 };
+
 // The mask a fused kernel applies to the rows it writes, y [N, F] with F = C*D (C configs of D channels side
 // by side, node-major): element (n, col) at index n*F + col as dropout_apply_ref decides it, or with
 // `configs` C > 0 at index n*D + col % D as dropout_configs_apply_ref decides it, one mask for a node's C
@@ -79,7 +80,8 @@ struct RowsDropout {
     const int64_t D = F / configs;
     return n * D + col % D;
   }
-  // index(n, c*W, C*W), the first of config c's W columns in row n of C configs, without a division
+  // index(n, c*W, C*W), the first of config c's W columns in row n of C configs (configs 0 or that C),
+  // without a division
   GNN_HD int64_t first(int64_t n, int64_t c, int64_t C, int64_t W) const { return (configs > 0 ? n : n * C + c) * W; }
   GNN_HD T apply(T v, int64_t n, int64_t col, int64_t F) const { return mask.on ? mask.apply(v, index(n, col, F)) : v; }
   // row n's columns [c0, c0 + w) of src into dst (which may be src), in runs whose indices are consecutive

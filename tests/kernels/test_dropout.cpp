@@ -48,8 +48,8 @@ TEST_CASE("the host's cloned dropout draws the references' masks, bit for bit") 
     dropout_apply_cpu(got.data(), x.data(), n, 0x5eedull, threshold, scale);
     CHECK(same_bits(got, want));
   }
-  for (auto [R, C, F] :
-       {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 3, 5}, {300, 64, 17}, {9, 4, 1300}, {2000, 64, 128}}) {
+  for (auto [R, C, F] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {37, 3, 5}, {300, 64, 17}, {9, 4, 1300},
+                         {2000, 64, 128}}) {
     CAPTURE(R);
     CAPTURE(C);
     CAPTURE(F);
