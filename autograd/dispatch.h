@@ -5,7 +5,9 @@
 #include <type_traits>
 
 #include "autograd/checks.h"
+#include "autograd/ops.h"
 #include "autograd/var.h"
+#include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/spmm.h"
@@ -202,6 +204,13 @@ template <class T>
 void copy_block_on(const Tensor& on, T* dst, int64_t wd, int64_t od, const T* src, int64_t ws, int64_t os, int64_t R,
                    int64_t w) {
   run<T>(copy_block_k, on, dst, wd, od, src, ws, os, R, w);
+}
+
+// The mask a fused op applies to the [N, C*D] rows it writes: FusedDropout's draw as dropout (one mask
+// element per value) or, with configs_shared, as dropout_configs (one per node and channel, C configs).
+template <class T>
+RowsDropout<T> rows_dropout(const FusedDropout& d, int64_t configs) {
+  return {dropout_mask<T>(d.p, d.seed), d.configs_shared ? configs : 0};
 }
 
 CsrView csr_view(const Graph& g);

@@ -171,7 +171,7 @@ Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& 
     const Tensor rv = residual.defined() ? residual.value() : Tensor();
     Tensor y = empty_like(xv, Shape{R, C * 2 * D}), w = empty_like(xv, Shape{R, C * D});
     const T* res = rv.defined() ? ptr<T>(rv) : nullptr;
-    const RowsDropout<T> drop{dropout_mask<T>(dropout.p, dropout.seed), dropout.configs_shared ? C : 0};
+    const RowsDropout<T> drop = rows_dropout<T>(dropout, C);
     run<T>(config_attention_forward_k, xv, ptr<T>(y), ptr<T>(w), ptr<T>(xv), res, R, C, D, ptr<T>(bv), act, drop);
     // The backward reads the residual only to recompute the activation's input.
     const Tensor keep_res = act != Act::kNone ? rv : Tensor();

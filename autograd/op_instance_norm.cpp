@@ -76,7 +76,7 @@ Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor&
   const uint64_t seed = dropout.seed;
   return dispatch_dev("instance_norm", x.value(), [&](auto t) {
     using T = decltype(t);
-    const RowsDropout<T> drop{dropout_mask<T>(dropout.p, dropout.seed), dropout.configs_shared ? configs : 0};
+    const RowsDropout<T> drop = rows_dropout<T>(dropout, configs);
     Tensor y = empty_like(x.value(), x.shape()), mean = empty_like(x.value(), Shape{G, F}),
            rstd = empty_like(x.value(), Shape{G, F});
     const Tensor gptr = graph_ptr.on(x.device());  // checked on the host, read by the kernels
