@@ -222,6 +222,11 @@ HParamTable<TrainHParams> train_table(bool layout) {
       .add(&T::margin, number_hp("margin", "0.1", 0, kInf, "pairwise hinge margin"))
       .add(&T::mse_weight,
            number_hp("mse-weight", "0", 0, kInf, "weight of an added MSE term between the prediction and log(target)"))
+      .add(&T::batch_pairs_weight,
+           number_hp("batch-pairs-weight", "0", 0, kInf,
+                     "weight of an added term: the pairwise loss (--loss hinge or logistic) over every pair of a "
+                     "step's configs, graphs mixed, beside the loss within each graph (the 5th place's second half; "
+                     "one micro-batch a step in one process)"))
       .add(&T::edge_dropout, number_hp("edge-dropout", "0", 0, 0.95,
                                        "drop each edge of a training batch with this probability, per step"))
       .add(&T::sample_nodes,

@@ -172,6 +172,7 @@ struct TrainHParams {
   int64_t warmup = 0;
   double temperature = 1, margin = 0.1, mse_weight = 0;  // listmle, hinge, the added MSE term
   double mape_weight = 0;  // layout only: the added MAPE term on the prediction read as seconds
+  double batch_pairs_weight = 0;  // the added ranking term over every pair of a step's configs, graphs mixed
   int64_t batch_graphs = 8, configs = 16, accumulate = 1, eval_chunk = 100, tta = 1;
   int64_t graph_repeats = 1;  // each training graph's entries in an epoch's list
   int64_t swa = 0, patience = 0;  // 0: off

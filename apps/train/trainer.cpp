@@ -69,8 +69,10 @@ Rng graph_rng(uint64_t seed, int64_t epoch, int64_t batch, int64_t j) {
 }
 
 // The loss of a step is a table of terms, each a mean over the batch of its own count: the ranking term
-// over groups (listmle) or ordered pairs (hinge, logistic), or a regression over predictions; and the
-// MSE term (--mse-weight) and the MAPE term (--mape-weight, layout) over predictions. A micro-batch of
+// over groups (listmle) or ordered pairs (hinge, logistic), or a regression over predictions; the same
+// pairwise loss over the ordered pairs of the whole batch, graphs mixed (--batch-pairs-weight: the 5th
+// place's loss is half within each graph, half over its batch flattened); and the MSE term
+// (--mse-weight) and the MAPE term (--mape-weight, layout) over predictions. A micro-batch of
 // --accumulate, or a rank of a data-parallel job, weights each term by its share of the global count
 // (Run::step), so the parts add up to the loss of the whole batch.
 // The ranking losses see only the order of the targets; the MSE term (and the mse loss) fits the
@@ -96,19 +98,23 @@ struct LossTerm {
 };
 double predictions(const Batch& b) { return double(b.graphs * b.configs); }
 double groups(const Batch& b) { return double(b.group_ptr.numel() - 1); }
-double ordered_pairs(const Batch& b) {  // pairs (i, j) of a ranking group with t_i > t_j
+double ordered_pairs_in(const Batch& b, const Tensor& group_ptr) {  // pairs (i, j) of a group with t_i > t_j
   double n = 0;
   const double* t = b.target.f64();
-  const int64_t* gp = b.group_ptr.i64();
-  for (int64_t g = 0; g + 1 < b.group_ptr.numel(); ++g)
+  const int64_t* gp = group_ptr.i64();
+  for (int64_t g = 0; g + 1 < group_ptr.numel(); ++g)
     for (int64_t i = gp[g]; i < gp[g + 1]; ++i)
       for (int64_t j = gp[g]; j < gp[g + 1]; ++j) n += t[i] > t[j] ? 1 : 0;
   return n;
 }
+double ordered_pairs(const Batch& b) { return ordered_pairs_in(b, b.group_ptr); }
+// The whole batch as one group: every config of every graph (--batch-pairs-weight).
+Tensor one_group(const Batch& b) { return Tensor::from_vector(std::vector<int64_t>{0, b.target.numel()}); }
+double batch_pairs(const Batch& b) { return ordered_pairs_in(b, one_group(b)); }
 
 std::vector<LossTerm> loss_terms(const TrainHParams& h) {
   using Loss = TrainHParams::Loss;
-  LossTerm main;
+  LossTerm main, across;  // across: --batch-pairs-weight, the pairwise loss over the whole batch
   switch (h.loss) {
     case Loss::kListMle:
       main = {"listmle", 1, groups,
@@ -120,10 +126,15 @@ std::vector<LossTerm> loss_terms(const TrainHParams& h) {
       main = {"hinge", 1, ordered_pairs, [m = h.margin](const LossInputs& in) {
                 return nn::pairwise_hinge_loss(in.pred, in.b.target, in.b.group_ptr, m);
               }};
+      across = {"batch-hinge", h.batch_pairs_weight, batch_pairs, [m = h.margin](const LossInputs& in) {
+                  return nn::pairwise_hinge_loss(in.pred, in.b.target, one_group(in.b), m);
+                }};
       break;
     case Loss::kLogistic:
       main = {"logistic", 1, ordered_pairs,
               [](const LossInputs& in) { return nn::pairwise_logistic_loss(in.pred, in.b.target, in.b.group_ptr); }};
+      across = {"batch-logistic", h.batch_pairs_weight, batch_pairs,
+                [](const LossInputs& in) { return nn::pairwise_logistic_loss(in.pred, in.b.target, one_group(in.b)); }};
       break;
     case Loss::kMse:
       main = {"mse", 1, predictions, [](const LossInputs& in) { return nn::mse_loss(in.log_pred, in.log_target); }};
@@ -135,6 +146,7 @@ std::vector<LossTerm> loss_terms(const TrainHParams& h) {
   // (with mape: both regressions, as DNNPerf trains; the mse loss has no second MSE term)
   const double w = h.loss == Loss::kMse ? 0 : h.mse_weight;
   return {main,
+          across,
           {"mse-term", w, predictions, [](const LossInputs& in) { return nn::mse_loss(in.log_pred, in.log_target); }},
           {"mape-term", h.mape_weight, predictions,
            [](const LossInputs& in) { return nn::mape_loss(in.pred, in.b.target, /*nanoseconds to seconds*/ 1e-9); }}};
@@ -190,10 +202,10 @@ std::vector<std::vector<size_t>> by_copies(const std::vector<size_t>& positions,
   return parts;
 }
 
-// Each term's count in b (0 for an empty batch).
+// Each term's count in b (0 for an empty batch, and for a term weighted 0).
 std::vector<double> loss_counts(const std::vector<LossTerm>& terms, const Batch& b) {
   std::vector<double> c;
-  for (const LossTerm& t : terms) c.push_back(b.graphs == 0 ? 0.0 : t.count(b));
+  for (const LossTerm& t : terms) c.push_back(b.graphs == 0 || t.weight <= 0 ? 0.0 : t.count(b));
   return c;
 }
 
@@ -369,6 +381,16 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   if (tp_.mape_weight > 0 && tp_.mse_weight > 0 && !plan_.resuming)  // (a run saved before resumes as it was)
     bad_option("--mape-weight with --mse-weight: the MAPE term reads the prediction as seconds and the MSE term "
                "as a log runtime; give one of them");
+  if (tp_.batch_pairs_weight > 0) {  // its pairs span the step's batch, which these would split
+    if (tp_.loss != TrainHParams::Loss::kHinge && tp_.loss != TrainHParams::Loss::kLogistic)
+      bad_option("--batch-pairs-weight: a pairwise term over the batch's configs; --loss " + hp.str("loss") +
+                 " is not pairwise (hinge or logistic)");
+    if (tp_.accumulate > 1)
+      bad_option("--batch-pairs-weight: its pairs span the step's batch, which --accumulate splits into micro-batches");
+    if (world_.size > 1)
+      bad_option("--batch-pairs-weight: its pairs span the step's batch, which a data-parallel job splits over its "
+                 "processes; run it without mpirun (or with -np 1)");
+  }
   // The region flags shape a --khops region and mean nothing without one: said, not ignored (a run
   // saved before this check resumes as it was).
   // (Only flags given on the command line: a recipe's own default direction is not the user's choice.)

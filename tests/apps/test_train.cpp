@@ -881,6 +881,59 @@ TEST_CASE("train: --mape-weight adds the 2nd place's MAPE on seconds to a rankin
   CHECK(r.exit_code == 2);
 }
 
+TEST_CASE("train: --batch-pairs-weight adds the pairwise loss over the whole batch, graphs mixed") {
+  TempDir t;
+  const auto files = kind_files(dataset(), "layout", "train");
+  REQUIRE(files.size() >= 2);
+  // Two programs in one step, every config of each (24), no DropEdge: the first step's loss is that of
+  // the initial weights, which a learning rate of 1e-30 leaves as they were for the scores below.
+  const std::string base = "train --model layout-sage-5th --data " + dataset() +
+                           " --max-graphs 2 --batch-graphs 2 --configs 24 --edge-dropout 0 --hidden 16 --op-embed 8 "
+                           "--layers 2 --lr 1e-30 --steps 1 --threads 2 --out ";
+  std::vector<double> first;
+  for (const char* w : {"0", "1.5"}) {
+    const auto r = run_gnn(base + t.file(std::string("w") + w) + " --batch-pairs-weight " + w);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    first.push_back(Json::parse(metric_lines(t.file(std::string("w") + w) + "/metrics.jsonl")[0])["train_loss"]
+                        .as_number());
+  }
+  const LoadedModel m = load_model(t.file("w0") + "/model.npz");
+  std::vector<double> p, y;  // both programs' scores and runtimes, side by side
+  std::vector<size_t> graph_of;
+  for (size_t f = 0; f < 2; ++f) {
+    const ModelGraph g = prepare_graph(files[f], m.prep, false, m.model->needs().features);
+    REQUIRE(g.num_configs() == 24);
+    std::vector<int64_t> all(24);
+    std::iota(all.begin(), all.end(), 0);
+    for (double s : predict_configs(*m.model, g, all, 64)) p.push_back(s), graph_of.push_back(f);
+    y.insert(y.end(), g.target.begin(), g.target.end());
+  }
+  // The 5th place's hinge (margin 1), a mean over the ordered pairs t_i > t_j: within each program, and
+  // over every pair of the 48 configs.
+  double within = 0, across = 0, n_within = 0, n_across = 0;
+  for (size_t i = 0; i < p.size(); ++i)
+    for (size_t j = 0; j < p.size(); ++j) {
+      if (!(y[i] > y[j])) continue;
+      const double h = std::max(0.0, 1.0 - (p[i] - p[j]));
+      across += h, n_across += 1;
+      if (graph_of[i] == graph_of[j]) within += h, n_within += 1;
+    }
+  within /= n_within, across /= n_across;
+  CHECK(std::fabs(across - within) > 1e-3);  // the programs' runtimes differ: the terms are not the same
+  CHECK(first[0] == doctest::Approx(within).epsilon(1e-5));
+  CHECK(first[1] == doctest::Approx(within + 1.5 * across).epsilon(1e-5));
+  // Refused where the batch's pairs would be split, or the loss has no pairs.
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {" --accumulate 2", "which --accumulate splits"}, {" --loss listmle", "is not pairwise"}}) {
+    CAPTURE(flags);
+    const auto r = run_gnn(base + t.file("refused") + " --batch-pairs-weight 1" + flags);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--batch-pairs-weight: ") != std::string::npos);
+    CHECK(r.err.find(says) != std::string::npos);
+    CHECK(!std::filesystem::exists(t.file("refused")));
+  }
+}
+
 TEST_CASE("train: --op-max-norm renormalises the opcode rows the batches look up, and resumes bit for bit") {
   TempDir t;
   for (const char* model : {"layout-sage-6th", "layout-gst"}) {
