@@ -31,18 +31,20 @@ constexpr Kernel instance_norm_forward_k{
       instance_norm_forward_cuda(y, mean, rstd, x, res, gamma, beta, gp, G, F, eps, act, on.stream());
       if (drop.mask.on) dropout_cuda(y, y, N, F, drop, seed, on.stream());
     }};
-// The CUDA backward sums dgamma and dbeta per graph in a workspace, then in graph order.
+// The CUDA backward sums dgamma and dbeta per graph in a workspace, then in graph order. `held` (x's
+// gradient so far, for dx = held + the norm's dx in its last pass) on the host only.
 constexpr Kernel instance_norm_backward_k{
     "instance_norm_backward",
     [](auto dx, auto dg, auto db, auto dy, auto x, auto res, auto m, auto r, auto g, auto b, auto gp, int64_t G,
-       int64_t F, Act act, const auto& drop, uint64_t,
-       int64_t) { instance_norm_backward_ref(dx, dg, db, dy, x, res, m, r, g, b, gp, G, F, act, drop); },
+       int64_t F, Act act, const auto& drop, uint64_t, int64_t,
+       auto held) { instance_norm_backward_ref(dx, dg, db, dy, x, res, m, r, g, b, gp, G, F, act, drop, held); },
     [](auto dx, auto dg, auto db, auto dy, auto x, auto res, auto m, auto r, auto g, auto b, auto gp, int64_t G,
-       int64_t F, Act act, const auto& drop, uint64_t,
-       int64_t) { instance_norm_backward_cpu(dx, dg, db, dy, x, res, m, r, g, b, gp, G, F, act, drop); },
+       int64_t F, Act act, const auto& drop, uint64_t, int64_t,
+       auto held) { instance_norm_backward_cpu(dx, dg, db, dy, x, res, m, r, g, b, gp, G, F, act, drop, held); },
     [](const Tensor& on, float* dx, float* dg, float* db, const float* dy, const float* x, const float* res,
        const float* mean, const float* rstd, const float* gamma, const float* beta, const int64_t* gp, int64_t G,
-       int64_t F, Act act, const RowsDropout<float>& drop, uint64_t seed, int64_t N) {
+       int64_t F, Act act, const RowsDropout<float>& drop, uint64_t seed, int64_t N, const float* held) {
+      GNN_CHECK(!held, "instance_norm_backward: a held gradient is added on the host only");
       const Tensor ws = empty_like(on, Shape{2, G, F});
       Tensor masked;
       if (drop.mask.on) {  // dropout's backward first, into a buffer of its own
@@ -84,16 +86,22 @@ Var instance_norm(const Var& x, const Var& gamma, const Var& beta, const Tensor&
     run<T>(instance_norm_forward_k, y, ptr<T>(y), ptr<T>(mean), ptr<T>(rstd), ptr<T>(x.value()),
            ptr_or_null<T>(residual), ptr_or_null<T>(gamma), ptr_or_null<T>(beta), gp, G, F, T(eps), act, drop, seed, N);
     return record("instance_norm", y, {x, gamma, beta, residual}, [=](const Tensor& dy) {
-      Tensor dx = empty_like(dy, x.shape());
       Tensor dg = gamma.defined() ? empty_like(dy, gamma.shape()) : Tensor();
       Tensor db = beta.defined() ? empty_like(dy, beta.shape()) : Tensor();
       T* dgp = dg.defined() ? ptr<T>(dg) : nullptr;
       T* dbp = db.defined() ? ptr<T>(db) : nullptr;
       const int64_t* gp = gptr.i64();
+      // x's gradient so far plus the norm's in the last pass (accumulate's bits, without dx's buffer and
+      // the pass adding it): on the host, where no dz is stored in dx between the passes and no residual
+      // shares dx.
+      GradSum sum;
+      if (dy.device().is_cpu() && act == Act::kNone && !drop.mask.on && !residual.defined()) sum = grad_sum(GradRef(x));
+      Tensor dx = sum.into.defined() ? sum.into : empty_like(dy, x.shape());
       run<T>(instance_norm_backward_k, dy, ptr<T>(dx), dgp, dbp, ptr<T>(dy), ptr<T>(x.value()),
              ptr_or_null<T>(residual), ptr<T>(mean), ptr<T>(rstd), ptr_or_null<T>(gamma), ptr_or_null<T>(beta), gp, G,
-             F, act, drop, seed, N);
-      accumulate(x, dx);
+             F, act, drop, seed, N, sum.held.defined() ? ptr<T>(sum.held) : static_cast<const T*>(nullptr));
+      if (sum.into.defined()) set_grad_sum(GradRef(x), dx);
+      else accumulate(x, dx);
       accumulate(residual, dx);  // d(x + residual) reaches both (accumulate never writes a shared gradient)
       if (dg.defined()) accumulate(gamma, dg);
       if (db.defined()) accumulate(beta, db);

@@ -13,6 +13,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "base/common.h"
 #include "kernels/activation.h"
@@ -42,11 +43,19 @@ void instance_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* res,
   }
 }
 
-// dx doubles as the store of dz between the two passes.
+// dx doubles as the store of dz between the two passes. With `held` (x's gradient so far, which dx may be;
+// only without an activation or dropout, when no dz is stored) dx = held + the norm's dx, the bits of
+// adding the two after (ag::grad_sum).
 template <class T>
 void instance_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* res, const T* mean,
                                 const T* rstd, const T* gamma, const T* beta, const int64_t* graph_ptr, int64_t G,
-                                int64_t F, Act act, const RowsDropout<T>& drop = {}) {
+                                int64_t F, Act act, const RowsDropout<T>& drop = {}, const T* held = nullptr) {
+  std::vector<T> own;  // the norm's dx apart from held's (dx may be held itself)
+  T* const out = dx;
+  if (held) {
+    own.resize(static_cast<size_t>(graph_ptr[G] * F));
+    dx = own.data();
+  }
   auto s = [&](int64_t i) { return res ? x[i] + res[i] : x[i]; };
   for (int64_t f = 0; f < F; ++f) {
     if (dgamma) dgamma[f] = 0;
@@ -73,6 +82,8 @@ void instance_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T
       }
     }
   }
+  if (held)
+    for (int64_t i = 0; i < graph_ptr[G] * F; ++i) out[i] = held[i] + dx[i];
 }
 
 void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* x, const float* res, const float* gamma,
@@ -81,7 +92,7 @@ void instance_norm_forward_cpu(float* y, float* mean, float* rstd, const float* 
 void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                                 const float* res, const float* mean, const float* rstd, const float* gamma,
                                 const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, Act act,
-                                const RowsDropout<float>& drop = {});
+                                const RowsDropout<float>& drop = {}, const float* held = nullptr);
 // CUDA: a block of 8 warps per (graph, 32 channels) strides over the graph's rows; the warps' partial
 // sums are combined in warp order (the same bits every run). dgamma and dbeta are summed per graph
 // into workspace [2, G, F] and then over graphs in order, as the CPU does.

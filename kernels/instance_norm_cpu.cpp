@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/instance_norm.h"
 
 #ifdef _OPENMP
@@ -103,11 +104,14 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
 }
 
 // dx holds dz = dy act'(z) (dy masked first with a dropout) between the passes when there is an activation
-// or a dropout.
+// or a dropout; with `held` there is neither, and the last pass writes held + the norm's dx.
 GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                                                const float* res, const float* mean, const float* rstd,
                                                const float* gamma, const float* beta, const int64_t* graph_ptr,
-                                               int64_t G, int64_t F, Act act, const RowsDropout<float>& drop) {
+                                               int64_t G, int64_t F, Act act, const RowsDropout<float>& drop,
+                                               const float* held) {
+  GNN_CHECK(!held || (act == Act::kNone && !drop.mask.on),
+            "instance_norm_backward: a held gradient to add needs no activation or dropout (dx holds dz then)");
   std::vector<float> pg(static_cast<size_t>(G * F)), pb(static_cast<size_t>(G * F));
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -165,6 +169,13 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
     for (int64_t i = b; i < e; ++i) {
       const int64_t o = i * F + f0;
       const float* xs = s_of(i, false);
+      if (held) {
+        for (int64_t f = 0; f < w; ++f) {
+          const float xh = (xs[f] - m[f]) * rs[f];
+          dx[o + f] = held[o + f] + (dz[o + f] * gm[f] - s1[f] - xh * s2[f]) * rs[f];
+        }
+        continue;
+      }
       for (int64_t f = 0; f < w; ++f) {
         const float xh = (xs[f] - m[f]) * rs[f];
         dx[o + f] = (dz[o + f] * gm[f] - s1[f] - xh * s2[f]) * rs[f];

@@ -215,6 +215,49 @@ TEST_CASE("instance norm with a residual and an activation: finite differences, 
                        doctest::Contains("takes no slope"), Error);
 }
 
+// Where x already holds a gradient when the norm's backward runs (another op read x after the norm), the
+// norm's last pass writes held + its dx: the bits of the two gradients added after, whether the held one
+// is x's alone (added in place) or shared with another input's (a new sum), for any thread count.
+TEST_CASE("instance norm: its dx added to the gradient x already holds, the bits of adding it after") {
+  const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 300, 301, 700});
+  const Tensor xs = rand({700, 1100}, 41), cs = rand({700, 1100}, 42), dy = rand({700, 1100}, 43),
+               dz = rand({700, 1100}, 44);
+  for (bool shared : {false, true})
+    for (int threads : {1, 3}) {
+      CAPTURE(shared);
+      CAPTURE(threads);
+      const ThreadsRestored saved;
+      set_num_threads(threads);
+      // norm and/or other: x's gradient from the norm's output (dy), another op's (dz), or both, the other
+      // op recorded after the norm so that its backward runs first
+      auto grad = [&](bool norm, bool other) {
+        const ag::Var a = ag::Var::param(xs.clone()), c = ag::Var::param(cs.clone());
+        const ag::Var y = ag::instance_norm(a, ag::Var(), ag::Var(), gp);
+        const ag::Var z = shared ? ag::add(a, c) : ag::mul(a, c);  // add's backward hands dz itself to a and c
+        if (norm && other) {
+          Tensor seed = Tensor::empty(Shape{700, 2200}, DType::F32);
+          for (int64_t r = 0; r < 700; ++r)
+            for (int64_t j = 0; j < 1100; ++j)
+              seed.f32()[r * 2200 + j] = dy.f32()[r * 1100 + j], seed.f32()[r * 2200 + 1100 + j] = dz.f32()[r * 1100 + j];
+          ag::backward(ag::concat_cols({y, z}), seed);
+        } else {
+          ag::backward(norm ? y : z, norm ? dy : dz);
+        }
+        return a.grad().to_vector<float>();
+      };
+      const std::vector<float> both = grad(true, true), n = grad(true, false), o = grad(false, true);
+      std::vector<float> sum(n.size());
+      for (size_t i = 0; i < n.size(); ++i) sum[i] = o[i] + n[i];
+      CHECK(both == sum);
+    }
+  // f64, by finite differences: x read by the norm and then by a product with itself
+  const Tensor gp1 = Tensor::from_vector(std::vector<int64_t>{0, 6, 6, 13});
+  const ag::Var x = rand_var({13, 5}, 45);
+  check_grads({x}, [&] {
+    return probe(ag::add(ag::instance_norm(x, ag::Var(), ag::Var(), gp1), ag::mul(x, x)));
+  });
+}
+
 TEST_CASE("instance norm with a dropout after its activation: finite differences, and the composed ops' bits") {
   // f64: a fixed mask is a constant map, so finite differences check every gradient with the dropout on,
   // per element and shared by the configs (x's 12 columns as 3 configs of 4)
