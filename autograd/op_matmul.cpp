@@ -18,7 +18,14 @@ template <class T>
 void matmul_backward(const Tensor& dy, const GradRef& a, const GradRef& b, const Tensor& av, const Tensor& bv,
                      bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
   const T* g = ptr<T>(dy);
-  if (a.requires_grad()) {
+  // a's gradient written into the one it holds, in the product's store (on the host, where that has
+  // add_into's bits, and only in place: a held gradient shared with another input is left to accumulate)
+  GradSum sum;
+  if (!trans_a && dy.device().is_cpu() && gemm_beta_adds_after(M, K, N)) sum = grad_sum(a);
+  if (sum.into.defined() && sum.into.data() == sum.held.data()) {
+    gemm_on<T>(dy, false, !trans_b, M, K, N, T(1), g, N, ptr<T>(bv), bv.size(1), T(1), ptr<T>(sum.into), K);
+    set_grad_sum(a, sum.into);
+  } else if (a.requires_grad()) {
     Tensor da = empty_like(dy, a.shape());
     // a [M, K]: da = dy op(b)^T;   a stored [K, M]: da = op(b) dy^T
     if (!trans_a) gemm_on<T>(dy, false, !trans_b, M, K, N, T(1), g, N, ptr<T>(bv), bv.size(1), T(0), ptr<T>(da), K);

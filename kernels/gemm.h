@@ -98,6 +98,11 @@ void gemm_cat_add_cpu(int64_t M, int64_t N, int64_t K, const float* A1, int64_t 
 // driver does not cut K) rather than a pass of its own after it: what a layer asks before choosing to add
 // its residual in the product (the f32 kernels do not take one).
 bool gemm_adds_in_store(int64_t M, int64_t N, int64_t K);
+// Whether gemm_cpu with alpha 1 and beta 1 writes each value as C's old one plus the finished product,
+// rounded once (every driver's store adds beta C after the k loop; here K fits one k block and no split-K
+// chunks cut it): the bits of the product and then add_into. A backward may then write a gradient into
+// the one its input holds (ag::grad_sum) from the product's store.
+bool gemm_beta_adds_after(int64_t M, int64_t N, int64_t K);
 
 // The same on the calling thread only, for fused kernels that already run one block per thread.
 void gemm_cpu_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -277,6 +277,10 @@ bool gemm_adds_in_store(int64_t M, int64_t N, int64_t K) {
          !gemm_detail::wants_split_k(M, N, K);
 }
 
+bool gemm_beta_adds_after(int64_t M, int64_t N, int64_t K) {
+  return M > 0 && N > 0 && K > 0 && K <= gemm_detail::kKC && !gemm_detail::wants_split_k(M, N, K);
+}
+
 void gemm_bias_cpu(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                    int64_t ldb, const float* bias, float* C, int64_t ldc) {
   gemm_dispatch(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc, /*parallel=*/true, bias);

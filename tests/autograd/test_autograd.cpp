@@ -243,6 +243,63 @@ TEST_CASE("autograd: matmul_bias gives the bits of add_bias(matmul) on the host,
                        doctest::Contains("matmul_bias: inner sizes differ"), Error);
 }
 
+// Where a already holds a gradient when matmul's backward runs (another op read a after the product), the
+// product's store adds dy op(b)^T to it (gemm_beta_adds_after) where it is a's alone: the bits of the two
+// gradients added after, in f32 and bf16, for products within one k block, and past it and shared (left
+// to accumulate), and by finite differences in f64.
+TEST_CASE("autograd: matmul's input gradient added to the one its input holds, the bits of adding it after") {
+  const bool bf16 = gemm_bf16_supported();
+  if (!bf16) MESSAGE("this CPU has no AVX512-BF16: the bf16 products untested");
+  for (auto [M, K, N, precision] : std::vector<std::tuple<int64_t, int64_t, int64_t, GemmPrecision>>{
+           {1000, 128, 16, GemmPrecision::kF32},
+           {300, 40, 200, GemmPrecision::kF32},
+           {300, 40, 600, GemmPrecision::kF32},  // the product's K past one block: accumulate adds
+           {1000, 128, 16, GemmPrecision::kBf16},
+           {300, 40, 600, GemmPrecision::kBf16}}) {
+    if (precision == GemmPrecision::kBf16 && !bf16) continue;
+    CAPTURE(N);
+    CAPTURE(gemm_precision_name(precision));
+    struct Reset {  // the setting is the process's: f32 again afterwards, whatever happens
+      ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
+    } reset;
+    set_gemm_cpu_precision(precision);
+    const Tensor xs = Tensor::from_vector(testing::random_values<float>(size_t(M * K), 31), Shape{M, K});
+    const Tensor ws = Tensor::from_vector(testing::random_values<float>(size_t(K * N), 32), Shape{K, N});
+    const Tensor cs = Tensor::from_vector(testing::random_values<float>(size_t(M * K), 33), Shape{M, K});
+    const Tensor dy = Tensor::from_vector(testing::random_values<float>(size_t(M * N), 34), Shape{M, N});
+    const Tensor dz = Tensor::from_vector(testing::random_values<float>(size_t(M * K), 35), Shape{M, K});
+    for (bool shared : {false, true}) {
+      CAPTURE(shared);
+      // x's gradient from the product (dy), from another op recorded after it (dz), or from both
+      const auto grad = [&](bool product, bool other) {
+        ag::Var x(xs.clone(), true), W(ws.clone(), true), c(cs.clone(), true);
+        const ag::Var y = ag::matmul(x, W);
+        const ag::Var z = shared ? ag::add(x, c) : ag::mul(x, c);  // add's backward hands dz itself to x and c
+        if (product && other) {
+          Tensor seed = Tensor::empty(Shape{M, N + K}, DType::F32);
+          for (int64_t r = 0; r < M; ++r) {
+            std::memcpy(seed.f32() + r * (N + K), dy.f32() + r * N, size_t(N) * 4);
+            std::memcpy(seed.f32() + r * (N + K) + N, dz.f32() + r * K, size_t(K) * 4);
+          }
+          ag::backward(ag::concat_cols({y, z}), seed);
+        } else {
+          ag::backward(product ? y : z, product ? dy : dz);
+        }
+        return std::pair{x.grad().to_vector<float>(), W.grad().defined() ? W.grad().to_vector<float>()
+                                                                         : std::vector<float>()};
+      };
+      const auto both = grad(true, true), p = grad(true, false), o = grad(false, true);
+      std::vector<float> sum(p.first.size());
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] = o.first[i] + p.first[i];
+      CHECK(both.first == sum);
+      CHECK(both.second == p.second);  // W's gradient as before
+    }
+  }
+  // f64: x read by a product and then by a product with itself, by finite differences
+  const ag::Var a = rand_var({5, 4}, 41), w = rand_var({4, 3}, 42), v = rand_var({4, 2}, 43);
+  check_grads({a, w, v}, [&] { return probe(ag::concat_cols({ag::matmul(a, w), ag::matmul(a, v), ag::mul(a, a)})); });
+}
+
 TEST_CASE("autograd: matmul_cat gives the bits of matmul over concat_cols on the host, value and gradients") {
   // f64: finite differences for both parts, the weight and the bias
   ag::Var a = rand_var({5, 3}, 31), b = rand_var({5, 2}, 32), w = rand_var({5, 4}, 33), bias = rand_var({4}, 34);
