@@ -237,8 +237,10 @@ TEST_CASE("instance norm: its dx added to the gradient x already holds, the bits
         if (norm && other) {
           Tensor seed = Tensor::empty(Shape{700, 2200}, DType::F32);
           for (int64_t r = 0; r < 700; ++r)
-            for (int64_t j = 0; j < 1100; ++j)
-              seed.f32()[r * 2200 + j] = dy.f32()[r * 1100 + j], seed.f32()[r * 2200 + 1100 + j] = dz.f32()[r * 1100 + j];
+            for (int64_t j = 0; j < 1100; ++j) {
+              seed.f32()[r * 2200 + j] = dy.f32()[r * 1100 + j];
+              seed.f32()[r * 2200 + 1100 + j] = dz.f32()[r * 1100 + j];
+            }
           ag::backward(ag::concat_cols({y, z}), seed);
         } else {
           ag::backward(norm ? y : z, norm ? dy : dz);
