@@ -226,7 +226,8 @@ HParamTable<TrainHParams> train_table(bool layout) {
            number_hp("batch-pairs-weight", "0", 0, kInf,
                      "weight of an added term: the pairwise loss (--loss hinge or logistic) over every pair of a "
                      "step's configs, graphs mixed, beside the loss within each graph (the 5th place's second half; "
-                     "one micro-batch a step in one process)"))
+                     "one process, no --accumulate; graphs with fewer configs than --configs form micro-batches of "
+                     "their own, whose pairs with the rest it leaves out, and says so)"))
       .add(&T::edge_dropout, number_hp("edge-dropout", "0", 0, 0.95,
                                        "drop each edge of a training batch with this probability, per step"))
       .add(&T::sample_nodes,

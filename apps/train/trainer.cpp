@@ -5,6 +5,7 @@
 #include "apps/train/trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -145,11 +146,13 @@ std::vector<LossTerm> loss_terms(const TrainHParams& h) {
   }
   // (with mape: both regressions, as DNNPerf trains; the mse loss has no second MSE term)
   const double w = h.loss == Loss::kMse ? 0 : h.mse_weight;
-  return {main,
-          across,
-          {"mse-term", w, predictions, [](const LossInputs& in) { return nn::mse_loss(in.log_pred, in.log_target); }},
-          {"mape-term", h.mape_weight, predictions,
-           [](const LossInputs& in) { return nn::mape_loss(in.pred, in.b.target, /*nanoseconds to seconds*/ 1e-9); }}};
+  std::vector<LossTerm> terms = {
+      main,
+      {"mse-term", w, predictions, [](const LossInputs& in) { return nn::mse_loss(in.log_pred, in.log_target); }},
+      {"mape-term", h.mape_weight, predictions,
+       [](const LossInputs& in) { return nn::mape_loss(in.pred, in.b.target, /*nanoseconds to seconds*/ 1e-9); }}};
+  if (across.count) terms.push_back(across);  // the pairwise losses only
+  return terms;
 }
 
 // Copies of one graph in a micro-batch (--graph-repeats) as one graph with the copies' configs side by
@@ -469,8 +472,10 @@ Run::Run(const TrainOptions& o, std::string& working_on)
             " batches of an epoch of this run (damaged, or --data now holds fewer training graphs)");
   if (plan_.resuming && lead_) trim_metrics(metrics_path_, st_.epoch, /*keep_partial=*/finished());
   sched_ = nn::LrSchedule::of(tp_.schedule, tp_.lr, tp_.warmup, total_steps_);
+  // (--batch-pairs-weight: a merged step runs one micro-batch per pattern of copies, A A | B, and the term
+  // pairs configs within a micro-batch only, so its copies stay graphs of one micro-batch)
   merge_copies_ = tp_.graph_repeats > 1 && model_->needs().merge_copies && tp_.segment == 0 &&
-                  tp_.sample_nodes == 0 && tp_.edge_dropout == 0 && !recipe->train_part;
+                  tp_.sample_nodes == 0 && tp_.edge_dropout == 0 && !recipe->train_part && tp_.batch_pairs_weight == 0;
 
   const bool talk = lead_ && !o.quiet;
   if (talk)
@@ -599,6 +604,14 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
       const size_t at = size_t(std::find(counts.begin(), counts.end(), c) - counts.begin());
       if (at == counts.size()) counts.push_back(c), of_count.emplace_back();
       of_count[at].push_back(g);
+    }
+    if (counts.size() > 1 && tp_.batch_pairs_weight > 0 && lead_) {
+      static std::atomic<bool> told{false};  // (the batches may be built on the prefetch thread)
+      if (!told.exchange(true))
+        std::fprintf(stderr,
+                     "gnn train: --batch-pairs-weight: a step holds graphs with fewer configs than --configs %lld, "
+                     "which run as micro-batches of their own; the term pairs configs within each (said once)\n",
+                     (long long)tp_.configs);
     }
     if (merge_copies_) {  // and each count's graphs by how often they appear, so that each part merges
       std::vector<int64_t> c;

@@ -890,14 +890,15 @@ TEST_CASE("train: --batch-pairs-weight adds the pairwise loss over the whole bat
   const std::string base = "train --model layout-sage-5th --data " + dataset() +
                            " --max-graphs 2 --batch-graphs 2 --configs 24 --edge-dropout 0 --hidden 16 --op-embed 8 "
                            "--layers 2 --lr 1e-30 --steps 1 --threads 2 --out ";
-  std::vector<double> first;
-  for (const char* w : {"0", "1.5"}) {
-    const auto r = run_gnn(base + t.file(std::string("w") + w) + " --batch-pairs-weight " + w);
-    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    first.push_back(Json::parse(metric_lines(t.file(std::string("w") + w) + "/metrics.jsonl")[0])["train_loss"]
-                        .as_number());
-  }
-  const LoadedModel m = load_model(t.file("w0") + "/model.npz");
+  std::vector<double> first;  // hinge (the recipe's) at weights 0 and 1.5, then logistic at the same
+  for (const std::string loss : {"hinge", "logistic"})
+    for (const std::string w : {"0", "1.5"}) {
+      const std::string run = t.file(loss + w);
+      const auto r = run_gnn(base + run + " --loss " + loss + " --batch-pairs-weight " + w);
+      REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+      first.push_back(Json::parse(metric_lines(run + "/metrics.jsonl")[0])["train_loss"].as_number());
+    }
+  const LoadedModel m = load_model(t.file("hinge0") + "/model.npz");
   std::vector<double> p, y;  // both programs' scores and runtimes, side by side
   std::vector<size_t> graph_of;
   for (size_t f = 0; f < 2; ++f) {
@@ -908,20 +909,42 @@ TEST_CASE("train: --batch-pairs-weight adds the pairwise loss over the whole bat
     for (double s : predict_configs(*m.model, g, all, 64)) p.push_back(s), graph_of.push_back(f);
     y.insert(y.end(), g.target.begin(), g.target.end());
   }
-  // The 5th place's hinge (margin 1), a mean over the ordered pairs t_i > t_j: within each program, and
-  // over every pair of the 48 configs.
-  double within = 0, across = 0, n_within = 0, n_across = 0;
-  for (size_t i = 0; i < p.size(); ++i)
-    for (size_t j = 0; j < p.size(); ++j) {
-      if (!(y[i] > y[j])) continue;
-      const double h = std::max(0.0, 1.0 - (p[i] - p[j]));
-      across += h, n_across += 1;
-      if (graph_of[i] == graph_of[j]) within += h, n_within += 1;
-    }
-  within /= n_within, across /= n_across;
-  CHECK(std::fabs(across - within) > 1e-3);  // the programs' runtimes differ: the terms are not the same
-  CHECK(first[0] == doctest::Approx(within).epsilon(1e-5));
-  CHECK(first[1] == doctest::Approx(within + 1.5 * across).epsilon(1e-5));
+  // The 5th place's hinge (margin 1), and the logistic loss, each a mean over the ordered pairs t_i > t_j:
+  // within each program, and over every pair of the 48 configs.
+  for (const bool logistic : {false, true}) {
+    CAPTURE(logistic);
+    double within = 0, across = 0, n_within = 0, n_across = 0;
+    for (size_t i = 0; i < p.size(); ++i)
+      for (size_t j = 0; j < p.size(); ++j) {
+        if (!(y[i] > y[j])) continue;
+        const double d = p[i] - p[j], h = logistic ? std::log1p(std::exp(-d)) : std::max(0.0, 1.0 - d);
+        across += h, n_across += 1;
+        if (graph_of[i] == graph_of[j]) within += h, n_within += 1;
+      }
+    within /= n_within, across /= n_across;
+    CHECK(std::fabs(across - within) > 1e-3);  // the programs' runtimes differ: the terms are not the same
+    CHECK(first[logistic ? 2 : 0] == doctest::Approx(within).epsilon(1e-5));
+    CHECK(first[logistic ? 3 : 1] == doctest::Approx(within + 1.5 * across).epsilon(1e-5));
+  }
+  // A step's copies of a graph stay graphs of one micro-batch: not merged (merging runs a micro-batch per
+  // pattern of copies, A A | B, whose pairs across them the term would miss).
+  const auto copies = run_gnn("train --model layout-sage-2nd --data " + dataset() +
+                              " --max-graphs 2 --graph-repeats 2 --batch-graphs 3 --configs 4 --steps 1 "
+                              "--batch-pairs-weight 1 --out " + t.file("copies"));
+  REQUIRE_MESSAGE(copies.exit_code == 0, copies.err);
+  CHECK(copies.out.find("each 2 times an epoch") != std::string::npos);
+  CHECK(copies.out.find("run as one") == std::string::npos);
+  // Graphs with fewer configs than --configs run as micro-batches of their own: said, once.
+  const std::string tiles = t.file("tiles");
+  auto r = run_gnn("synth --collection tile --out " + tiles + " --graphs 8 --configs 3 --configs-max 40 --seed 4 "
+                   "--split train");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn("train --model tile-mlp --data " + tiles + " --loss hinge --configs 20 --batch-graphs 8 --steps 2 "
+              "--batch-pairs-weight 1 --out " + t.file("tile_run"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string said = "the term pairs configs within each (said once)";
+  CHECK(r.err.find(said) != std::string::npos);
+  CHECK(r.err.find(said) == r.err.rfind(said));
   // Refused where the batch's pairs would be split, or the loss has no pairs.
   for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
            {" --accumulate 2", "which --accumulate splits"}, {" --loss listmle", "is not pairwise"}}) {

@@ -34,8 +34,9 @@
 //   mixed, each a mean over all pairs (those that do not count add 0); ours is the within-graph hinge,
 //   a mean over the pairs that count. Runtimes of different programs are not what a ranking compares.
 //   --batch-pairs-weight 1 adds the batch-wide half (each half a mean over its counted pairs, about the
-//   same share of all pairs for 8 and 32 configs); on unet3d's held-out configs at 4 slates a step it
-//   ranks as the default does (docs/benchmarks.md, "The 5th place's four slates a step").
+//   same share of all pairs for 8 and 32 configs); on unet3d's held-out configs at 4 slates a step
+//   (--graph-repeats 4) it ranks as 4 slates without it do (docs/benchmarks.md, "The 5th place's four
+//   slates a step").
 // - DropEdge: the original draws its probability from U(0, 0.15) for each forward pass; ours drops each
 //   edge with --edge-dropout 0.075 (that mean), both directions, per step.
 // - It trains one model on the four layout collections and tile/xla together, two passes over configs
