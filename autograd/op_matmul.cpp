@@ -19,12 +19,13 @@ void matmul_backward(const Tensor& dy, const GradRef& a, const GradRef& b, const
                      bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K) {
   const T* g = ptr<T>(dy);
   // a's gradient written into the one it holds, in the product's store (on the host, where that has
-  // add_into's bits, and only in place: a held gradient shared with another input is left to accumulate)
-  GradSum sum;
-  if (!trans_a && dy.device().is_cpu() && gemm_beta_adds_after(M, K, N)) sum = grad_sum(a);
-  if (sum.into.defined() && sum.into.data() == sum.held.data()) {
+  // add_into's bits), in place only: a held gradient another Tensor shares is left to accumulate
+  const bool in_store = !trans_a && dy.device().is_cpu() && a.requires_grad() && a.node()->grad.defined() &&
+                        a.node()->grad.sole_owner() && gemm_beta_adds_after(M, K, N);
+  if (in_store) {
+    GradSum sum = grad_sum(a);  // (into is held itself)
     gemm_on<T>(dy, false, !trans_b, M, K, N, T(1), g, N, ptr<T>(bv), bv.size(1), T(1), ptr<T>(sum.into), K);
-    set_grad_sum(a, sum.into);
+    set_grad_sum(a, std::move(sum.into));
   } else if (a.requires_grad()) {
     Tensor da = empty_like(dy, a.shape());
     // a [M, K]: da = dy op(b)^T;   a stored [K, M]: da = op(b) dy^T

@@ -125,6 +125,48 @@ TEST_CASE("gemm: row-major and transposed A, read in place or packed, give the s
   }
 }
 
+// gemm_beta_adds_after's promise, on which matmul's backward writes into a held gradient: with alpha 1 and
+// beta 1 every driver (each f32 ISA, each bf16 kernel; B as stored and transposed, as dA = dy W^T reads it)
+// writes C + the finished product, rounded once, where K fits one k block; full and edge tiles.
+TEST_CASE("gemm: beta 1 within one k block gives the bits of the product and then the addition") {
+  CHECK(gemm_beta_adds_after(1000, 128, 256));
+  CHECK(!gemm_beta_adds_after(1000, 128, 257));  // a second k block would add its sums into C
+  CHECK(!gemm_beta_adds_after(16, 16, 0));
+  for (auto [M, N, K] :
+       {std::tuple<int64_t, int64_t, int64_t>{1000, 128, 16}, {97, 33, 256}, {13, 7, 1}, {300, 50, 129}}) {
+    CAPTURE(M);
+    CAPTURE(K);
+    REQUIRE(gemm_beta_adds_after(M, N, K));
+    const auto A = testing::random_values<float>(size_t(M * K), 21);
+    const auto B = testing::random_values<float>(size_t(K * N), 22);
+    const auto C0 = testing::random_values<float>(size_t(M * N), 23);
+    for (bool tb : {false, true}) {
+      CAPTURE(tb);
+      auto check = [&](const char* name, auto&& gemm) {
+        CAPTURE(name);
+        std::vector<float> product(C0.size()), held = C0;
+        gemm(product.data(), 0.0f);
+        gemm(held.data(), 1.0f);
+        std::vector<float> after(C0.size());
+        for (size_t i = 0; i < after.size(); ++i) after[i] = C0[i] + product[i];
+        CHECK(held == after);
+      };
+      for (GemmIsa isa : {GemmIsa::kGeneric, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
+        if (!gemm_isa_supported(isa)) continue;
+        check(gemm_isa_name(isa), [&](float* c, float beta) {
+          gemm_cpu_isa(isa, false, tb, M, N, K, 1.0f, A.data(), K, B.data(), tb ? K : N, beta, c, N);
+        });
+      }
+      for (Bf16Kernel k : {Bf16Kernel::kAvx512Bf16, Bf16Kernel::kAmx}) {
+        if (!gemm_bf16_kernel_supported(k)) continue;
+        check(gemm_bf16_kernel_name(k), [&](float* c, float beta) {
+          gemm_cpu_bf16_on(k, false, tb, M, N, K, 1.0f, A.data(), K, B.data(), tb ? K : N, beta, c, N);
+        });
+      }
+    }
+  }
+}
+
 TEST_CASE("gemm: a bias added in the store gives the bits of the product and then the addition") {
   // Every path the store takes: full and edge tiles, one and several K blocks (the bias only onto the
   // last), A read in place (row-major and transposed) and packed, a long K split into chunks, beta 0 and 1, K = 0,
