@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "kernels/gemm.h"
 #include "runtime/cuda.h"
 #include "runtime/parallel.h"
 #include "runtime/tensor.h"
@@ -69,6 +70,18 @@ class ThreadsRestored {
   ThreadsRestored(const ThreadsRestored&) = delete;
   ThreadsRestored& operator=(const ThreadsRestored&) = delete;
   const int count;
+};
+
+// The process's product precision (set_gemm_cpu_precision) back to f32 when it leaves scope, after a failed
+// REQUIRE too; given a precision, it sets that one first. Tests that train or multiply in bf16 leave the
+// next test the default.
+class PrecisionRestored {
+ public:
+  PrecisionRestored() = default;
+  explicit PrecisionRestored(GemmPrecision p) { set_gemm_cpu_precision(p); }
+  ~PrecisionRestored() { set_gemm_cpu_precision(GemmPrecision::kF32); }
+  PrecisionRestored(const PrecisionRestored&) = delete;
+  PrecisionRestored& operator=(const PrecisionRestored&) = delete;
 };
 
 // A fresh directory under the system temp dir, removed with everything in it at scope exit.

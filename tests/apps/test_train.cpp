@@ -1390,9 +1390,7 @@ TEST_CASE("train: --matmul-precision bf16 trains on bf16 products, resumes bit f
     CHECK(r.err.find("--matmul-precision bf16: this CPU has no AVX512-BF16") != std::string::npos);
     return testing::skip("this CPU has no AVX512-BF16");
   }
-  struct Reset {  // load_model sets the process's precision from the run: the next test gets f32 back
-    ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
-  } reset;
+  const testing::PrecisionRestored precision_back;  // load_model sets the process's precision from the run
   auto r = run_gnn(base + f32);
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   r = run_gnn(base + a + " --matmul-precision bf16");

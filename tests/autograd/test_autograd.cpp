@@ -9,6 +9,7 @@
 #include "kernels/gemm.h"
 #include "runtime/allocator.h"
 #include "runtime/rng.h"
+#include "testing.h"
 
 namespace gnn {
 namespace {
@@ -259,10 +260,7 @@ TEST_CASE("autograd: matmul's input gradient added to the one its input holds, t
     if (precision == GemmPrecision::kBf16 && !bf16) continue;
     CAPTURE(N);
     CAPTURE(gemm_precision_name(precision));
-    struct Reset {  // the setting is the process's: f32 again afterwards, whatever happens
-      ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
-    } reset;
-    set_gemm_cpu_precision(precision);
+    const testing::PrecisionRestored precision_back(precision);
     const Tensor xs = Tensor::from_vector(testing::random_values<float>(size_t(M * K), 31), Shape{M, K});
     const Tensor ws = Tensor::from_vector(testing::random_values<float>(size_t(K * N), 32), Shape{K, N});
     const Tensor cs = Tensor::from_vector(testing::random_values<float>(size_t(M * K), 33), Shape{M, K});
@@ -318,10 +316,7 @@ TEST_CASE("autograd: matmul_cat gives the bits of matmul over concat_cols on the
     if (precision == GemmPrecision::kBf16 && !bf16) continue;
     CAPTURE(K1);
     CAPTURE(gemm_precision_name(precision));
-    struct Reset {  // the setting is the process's: f32 again afterwards, whatever happens
-      ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
-    } reset;
-    set_gemm_cpu_precision(precision);
+    const testing::PrecisionRestored precision_back(precision);
     for (bool with_bias : {true, false}) {
       const auto run = [&](bool fused) {
         ag::Var x1(Tensor::from_vector(testing::random_values<float>(size_t(M * K1), 11), Shape{M, K1}), true);
@@ -418,10 +413,7 @@ TEST_CASE("autograd: matmul_cat with an addend gives the bits of matmul_cat and 
     const int64_t N = K2;  // the output as wide as b, so that b can be the addend
     CAPTURE(M);
     CAPTURE(gemm_precision_name(precision));
-    struct Reset {
-      ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
-    } reset;
-    set_gemm_cpu_precision(precision);
+    const testing::PrecisionRestored precision_back(precision);
     if (precision == GemmPrecision::kBf16) CHECK(gemm_adds_in_store(M, N, K1 + K2));
     // addend b; another; b with a frozen; b with only W frozen; b, which a later op also reads (so b holds a
     // gradient before matmul_cat's backward runs); a = b = the addend

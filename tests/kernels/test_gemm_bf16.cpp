@@ -454,10 +454,7 @@ TEST_CASE("gemm: [A1 | A2] B + bias + R, in f32, through the bf16 setting, and i
     CHECK(std::memcmp(c2.data(), w2.data(), c2.size() * 4) == 0);
   }
   if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16: the bf16 setting untested");
-  struct Reset {
-    ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
-  } reset;
-  set_gemm_cpu_precision(GemmPrecision::kBf16);
+  const testing::PrecisionRestored precision_back(GemmPrecision::kBf16);
   CHECK(gemm_adds_in_store(M, N, K));
   check_route();
   {  // split K: the addend added after the chunks
@@ -496,10 +493,7 @@ TEST_CASE("gemm: C split into two matrices, in f32 and through the precision set
   CHECK(differ == 0);
   if (!gemm_bf16_supported()) return testing::skip("this CPU has no AVX512-BF16: the bf16 setting untested");
   {
-    struct Reset {
-      ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
-    } reset;
-    set_gemm_cpu_precision(GemmPrecision::kBf16);
+    const testing::PrecisionRestored precision_back(GemmPrecision::kBf16);
     REQUIRE(gemm_split_one_product(M, N, K, n1));
     gemm_split_cpu(false, true, M, N, K, A.data(), K, B.data(), K, c1.data(), n1, c2.data(), N - n1, n1);
     gemm_cpu(false, true, M, n1, K, 1.0f, A.data(), K, B.data(), K, 0.0f, w1.data(), n1);
@@ -525,10 +519,7 @@ TEST_CASE("gemm bf16: the precision setting routes every CPU product, and f32 is
     return testing::skip("this CPU has no AVX512-BF16");
   }
   {
-    struct Reset {  // the setting is the process's: f32 again for the next test, whatever happens
-      ~Reset() { set_gemm_cpu_precision(GemmPrecision::kF32); }
-    } reset;
-    set_gemm_cpu_precision(GemmPrecision::kBf16);
+    const testing::PrecisionRestored precision_back(GemmPrecision::kBf16);
     gemm_bias_cpu(false, false, M, N, K, A.data(), K, B.data(), N, bias.data(), mixed.data(), N);
   }
   REQUIRE(gemm_cpu_precision() == GemmPrecision::kF32);
