@@ -1,8 +1,10 @@
 // y = act(x);  dx = dy * act'(x)  (kernels/activation.h), on the host or the GPU
 // y = act(x + b);  dx = dy * act'(x + b), db = column sums of dx  (bias_act: a dense layer's epilogue)
 // y = x * sigmoid(z + b);  dx = dy s, dz = dy x s (1 - s), db = column sums of dz  (gate: the SE block's product)
+// y = x * sigmoid(relu(x w1 + b1) w2 + b2)  (squeeze_excite: the whole SE block, kernels/squeeze_excite.h)
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
+#include "kernels/squeeze_excite.h"
 
 namespace gnn::ag {
 namespace {
@@ -29,6 +31,17 @@ constexpr Kernel gate_backward_k{
       const Tensor ws = db ? column_sum_workspace_on(on, R, F) : Tensor();
       gate_backward_cuda(dx, dz, db, dy, x, z, b, R, F, ws.defined() ? ws.f32() : nullptr, on.stream());
     }};
+
+// Host only: squeeze_excite composes the GPU ops instead.
+constexpr auto no_cuda = [](const Tensor& on, auto...) {
+  GNN_FAIL("squeeze_excite: no CUDA kernel (on ", on.device().str(), " the op is matmul, bias_act and gate)");
+};
+constexpr Kernel squeeze_excite_forward_k{"squeeze_excite_forward",
+                                          [](auto... a) { squeeze_excite_forward_ref(a...); },
+                                          [](auto... a) { squeeze_excite_forward_cpu(a...); }, no_cuda};
+constexpr Kernel squeeze_excite_backward_k{"squeeze_excite_backward",
+                                           [](auto... a) { squeeze_excite_backward_ref(a...); },
+                                           [](auto... a) { squeeze_excite_backward_cpu(a...); }, no_cuda};
 
 }  // namespace
 
@@ -90,6 +103,41 @@ Var gate(const Var& x, const Var& z, const Var& b) {
       accumulate(x, dx);
       if (db.defined()) accumulate(b, db);
       accumulate(z, dz);
+    });
+  });
+}
+
+Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2) {
+  check_arg_on("squeeze_excite", "x", x, 2, x.dtype(), x.device());
+  check_arg_on("squeeze_excite", "w1", w1, 2, x.dtype(), x.device());
+  check_arg_on("squeeze_excite", "w2", w2, 2, x.dtype(), x.device());
+  const int64_t R = x.size(0), F = x.size(1), H = w1.size(1);
+  GNN_CHECK(w1.size(0) == F && w2.size(0) == H && w2.size(1) == F, "squeeze_excite: w1 ", w1.value().desc(),
+            " and w2 ", w2.value().desc(), " are not [", F, ", H] and [H, ", F, "] for x ", x.value().desc());
+  for (const auto& [name, b, n] : {std::tuple{"b1", &b1, H}, std::tuple{"b2", &b2, F}}) {
+    if (!b->defined()) continue;
+    check_arg_on("squeeze_excite", name, *b, 1, x.dtype(), x.device());
+    GNN_CHECK(b->size(0) == n, "squeeze_excite: ", name, " has ", b->size(0), " values, not ", n);
+  }
+  if (x.value().is_cuda()) {
+    const Var z = matmul(x, w1);
+    const Var h = b1.defined() ? bias_act(z, b1, Act::kRelu) : activation(z, Act::kRelu);
+    return gate(x, matmul(h, w2), b2);
+  }
+  return dispatch_dev("squeeze_excite", x.value(), [&](auto t) {
+    using T = decltype(t);
+    Tensor y = empty_like(x.value(), x.shape()), h = empty_like(x.value(), Shape{R, H});
+    run<T>(squeeze_excite_forward_k, y, ptr<T>(y), ptr<T>(h), ptr<T>(x.value()), ptr<T>(w1.value()),
+           ptr_or_null<T>(b1), ptr<T>(w2.value()), ptr_or_null<T>(b2), R, F, H);
+    return record("squeeze_excite", y, {x, w1, b1, w2, b2}, [x, w1, b1, w2, b2, h, R, F, H](const Tensor& dy) {
+      auto grad_of = [&](const Var& v) { return v.requires_grad() ? empty_like(dy, v.shape()) : Tensor(); };
+      auto p = [](Tensor& g) { return g.defined() ? ptr<T>(g) : nullptr; };
+      Tensor dx = grad_of(x), dw1 = grad_of(w1), db1 = grad_of(b1), dw2 = grad_of(w2), db2 = grad_of(b2);
+      run<T>(squeeze_excite_backward_k, dy, p(dx), p(dw1), p(db1), p(dw2), p(db2), ptr<T>(dy), ptr<T>(x.value()),
+             ptr<T>(h), ptr<T>(w1.value()), ptr<T>(w2.value()), ptr_or_null<T>(b2), R, F, H);
+      for (const auto& [v, g] : {std::pair{&x, &dx}, std::pair{&w1, &dw1}, std::pair{&b1, &db1}, std::pair{&w2, &dw2},
+                                 std::pair{&b2, &db2}})
+        if (g->defined()) accumulate(*v, *g);
     });
   });
 }

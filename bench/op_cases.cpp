@@ -2,6 +2,7 @@
 // OpSize and applying its op. Rows are node-major [N, C*F] where the recipes run the op that way.
 #include "bench/op_cases.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -69,6 +70,16 @@ OpInputs matmul_inputs(const OpSize& s, bool ta, bool tb) {
 constexpr int64_t kHeads = 2;
 
 // q, k, v [N, H*F], H heads of F, attending within each graph.
+// The squeeze-and-excitation block's: x [N*C, F], w1 [F, H], b1 [H], w2 [H, F], b2 [F], H = F / 8 (the 1st
+// place's ChannelAttention squeezes 128 channels to 16).
+OpInputs squeeze_excite_inputs(const OpSize& s) {
+  const int64_t F = s.features, H = std::max<int64_t>(1, F / 8);
+  OpInputs in;
+  in.vars = {values(rows(s), F, s.seed), values(F, H, s.seed + 1), row(H, s.seed + 2), values(H, F, s.seed + 3),
+             row(F, s.seed + 4)};
+  return in;
+}
+
 OpInputs attention_inputs(const OpSize& s) {
   OpInputs in = per_graph(s, 0);
   for (uint64_t i = 0; i < 3; ++i) in.vars.push_back(values(s.nodes, kHeads * s.features, s.seed + i));
@@ -146,6 +157,16 @@ std::vector<OpCase> all_op_cases() {
        [](const Vars& x, const Graph&, const OpInputs&) { return ag::bias_act(x[0], x[1], Act::kGelu); }},
       {"gate", [](const OpSize& s) { return rows_of(s, 2, 1); },
        [](const Vars& x, const Graph&, const OpInputs&) { return ag::gate(x[0], x[1], x[2]); }},
+      {"squeeze-excite",  // the whole SE block, x [R, F] squeezed to F / 8 (the 1st place's ChannelAttention)
+       [](const OpSize& s) { return squeeze_excite_inputs(s); },
+       [](const Vars& x, const Graph&, const OpInputs&) {
+         return ag::squeeze_excite(x[0], x[1], x[2], x[3], x[4]);
+       }},
+      {"squeeze-excite-composed",  // the same block as the four ops it replaces (matmul, bias_act, matmul, gate)
+       [](const OpSize& s) { return squeeze_excite_inputs(s); },
+       [](const Vars& x, const Graph&, const OpInputs&) {
+         return ag::gate(x[0], ag::matmul(ag::bias_act(ag::matmul(x[0], x[1]), x[2], Act::kRelu), x[3]), x[4]);
+       }},
       {"dropout", [](const OpSize& s) { return rows_of(s, 1); },
        [](const Vars& x, const Graph&, const OpInputs&) {
          Rng rng(17);  // the same mask at every call

@@ -1,0 +1,105 @@
+// The squeeze-and-excitation block of the 1st place's layout model (ChannelAttention, apps/train/blocks.h)
+// as one op, over rows x [R, F] with W1 [F, H], W2 [H, F]:
+//   h = relu(x W1 + b1)   [R, H]  (kept for the backward)
+//   z = h W2 + b2         [R, F]  (recomputed in the backward: H multiply-adds a value)
+//   y = x * sigmoid(z)
+// The composed ops (matmul, bias_act, matmul, gate) write z and its gradient, [R, F] each, and read x and
+// dy once per product; here each row block of x and dy is read once and the [R, F] intermediates live in
+// the cache. The backward, with s = sigmoid(z), g = dy x s (1 - s) and p = (g W2^T) * [h > 0]:
+//   dx = dy s + p W1^T;   dW2 = h^T g;   db2 = the column sums of g;   dW1 = x^T p;   db1 = the sums of p
+// The weight gradients are sums over rows in fixed chunks of kSqueezeExciteChunk rows, each chunk's rows in
+// order, then the chunks in order: the same bits for any thread count. b1, b2 may be null (no bias);
+// dx, dw1, db1, dw2, db2 may each be null (not wanted), and dx (when given) is written, not added to.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/activation.h"
+#include "kernels/math_fn.h"
+
+namespace gnn {
+
+inline constexpr int64_t kSqueezeExciteChunk = 256;
+
+template <class T>
+void squeeze_excite_forward_ref(T* y, T* h, const T* x, const T* w1, const T* b1, const T* w2, const T* b2, int64_t R,
+                                int64_t F, int64_t H) {
+  std::vector<T> z(static_cast<size_t>(F));
+  for (int64_t r = 0; r < R; ++r) {
+    const T* xr = x + r * F;
+    T* hr = h + r * H;
+    for (int64_t m = 0; m < H; ++m) {
+      T acc = T(0);
+      for (int64_t k = 0; k < F; ++k) acc += xr[k] * w1[k * H + m];
+      hr[m] = std::max(acc + (b1 ? b1[m] : T(0)), T(0));
+    }
+    for (int64_t f = 0; f < F; ++f) {
+      T acc = T(0);
+      for (int64_t m = 0; m < H; ++m) acc += hr[m] * w2[m * F + f];
+      y[r * F + f] = xr[f] * math_sigmoid(acc + (b2 ? b2[f] : T(0)));
+    }
+  }
+}
+
+template <class T>
+void squeeze_excite_backward_ref(T* dx, T* dw1, T* db1, T* dw2, T* db2, const T* dy, const T* x, const T* h,
+                                 const T* w1, const T* w2, const T* b2, int64_t R, int64_t F, int64_t H) {
+  const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
+  // each chunk's partial sums, then the chunks in order
+  std::vector<T> pw1(size_t(chunks * F * H), T(0)), pw2(size_t(chunks * H * F), T(0)), pb1(size_t(chunks * H), T(0)),
+      pb2(size_t(chunks * F), T(0)), g(static_cast<size_t>(F)), p(static_cast<size_t>(H));
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t c = r / kSqueezeExciteChunk;
+    const T *xr = x + r * F, *hr = h + r * H, *dyr = dy + r * F;
+    for (int64_t f = 0; f < F; ++f) {
+      T acc = T(0);
+      for (int64_t m = 0; m < H; ++m) acc += hr[m] * w2[m * F + f];
+      const T s = math_sigmoid(acc + (b2 ? b2[f] : T(0)));
+      if (dx) dx[r * F + f] = dyr[f] * s;
+      g[size_t(f)] = dyr[f] * xr[f] * (s * (T(1) - s));
+      pb2[size_t(c * F + f)] += g[size_t(f)];
+    }
+    for (int64_t m = 0; m < H; ++m) {
+      T acc = T(0);
+      for (int64_t f = 0; f < F; ++f) {
+        acc += g[size_t(f)] * w2[m * F + f];
+        pw2[size_t((c * H + m) * F + f)] += hr[m] * g[size_t(f)];
+      }
+      p[size_t(m)] = hr[m] > T(0) ? acc : T(0);
+      pb1[size_t(c * H + m)] += p[size_t(m)];
+    }
+    for (int64_t k = 0; k < F; ++k) {
+      T acc = dx ? dx[r * F + k] : T(0);
+      for (int64_t m = 0; m < H; ++m) {
+        acc += p[size_t(m)] * w1[k * H + m];
+        pw1[size_t((c * F + k) * H + m)] += xr[k] * p[size_t(m)];
+      }
+      if (dx) dx[r * F + k] = acc;
+    }
+  }
+  auto total = [&](T* out, const std::vector<T>& part, int64_t n) {
+    if (!out) return;
+    for (int64_t i = 0; i < n; ++i) {
+      T acc = T(0);
+      for (int64_t c = 0; c < chunks; ++c) acc += part[size_t(c * n + i)];
+      out[i] = acc;
+    }
+  };
+  total(dw1, pw1, F * H);
+  total(dw2, pw2, H * F);
+  total(db1, pb1, H);
+  total(db2, pb2, F);
+}
+
+// Float over the threads: AVX-512 row blocks where the CPU has it and H is 16 and F a multiple of 16 up
+// to 256 (squeeze_excite_vectorised), the reference's loops otherwise. With R at 0 the weight gradients
+// are zeros.
+bool squeeze_excite_vectorised(int64_t F, int64_t H);
+void squeeze_excite_forward_cpu(float* y, float* h, const float* x, const float* w1, const float* b1, const float* w2,
+                                const float* b2, int64_t R, int64_t F, int64_t H);
+void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
+                                 const float* x, const float* h, const float* w1, const float* w2, const float* b2,
+                                 int64_t R, int64_t F, int64_t H);
+
+}  // namespace gnn

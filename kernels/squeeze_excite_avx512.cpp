@@ -1,0 +1,221 @@
+// The squeeze-and-excitation block (kernels/squeeze_excite.h) on AVX-512, for H = 16: a row of h is one
+// vector. Each thread takes blocks of 32 rows; a block's z, s, g and p stay in the thread's buffers (32 x F
+// floats each, in L1 / L2), so x and dy are read once and y or dx written once. The products are FMA
+// chains over k in order, with the k-th value of a row broadcast: h = x W1 and g W2^T run eight rows at a
+// time (eight chains a W1 row), z = h W2 and p W1^T a row at a time over up to eight vectors of columns.
+// The weight gradients go into per-chunk partials (kSqueezeExciteChunk rows, eight blocks), which the
+// threads fill chunk by chunk and then sum in chunk order.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "base/common.h"
+#include "kernels/squeeze_excite.h"
+#include "kernels/vmath.h"
+
+namespace gnn {
+namespace {
+
+constexpr int H = 16, RB = 32, RG = 8, VG = 8;  // h's width, rows a block, rows a group, vectors a group
+static_assert(kSqueezeExciteChunk % RB == 0, "whole blocks a chunk");
+using V = __m512;
+
+// store(i, sum_k a[i * lda + k] w[k]) over k < K in order, for N rows (w [K, 16])
+template <int N, class Store>
+GNN_INLINE inline void rows_by_16(const float* a, int64_t lda, int64_t K, const float* w, Store&& store) {
+  V acc[N];
+  for (int i = 0; i < N; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const V wk = _mm512_loadu_ps(w + k * H);
+    for (int i = 0; i < N; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[i * lda + k]), wk, acc[i]);
+  }
+  for (int i = 0; i < N; ++i) store(i, acc[i]);
+}
+
+// h rows of a block: relu(x W1 + b1), NaN kept (max's second operand; the masked form: GCC 12 warns that
+// the unmasked one reads an undefined register)
+template <int N>
+GNN_INLINE inline void squeeze_rows(const float* x, int64_t F, const float* w1, V b1, float* h) {
+  rows_by_16<N>(x, F, F, w1, [&](int i, V v) GNN_INLINE {
+    _mm512_storeu_ps(h + i * H, _mm512_maskz_max_ps(__mmask16(0xffff), _mm512_setzero_ps(), _mm512_add_ps(v, b1)));
+  });
+}
+
+// p rows of a block: (g W2^T) where h > 0, else 0
+template <int N>
+GNN_INLINE inline void gate_grad_rows(const float* g, int64_t F, const float* w2t, const float* h, float* p) {
+  rows_by_16<N>(g, F, F, w2t, [&](int i, V v) GNN_INLINE {
+    const __mmask16 on = _mm512_cmp_ps_mask(_mm512_loadu_ps(h + i * H), _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_storeu_ps(p + i * H, _mm512_maskz_mov_ps(on, v));
+  });
+}
+
+void squeeze_block(const float* x, int64_t n, int64_t F, const float* w1, V b1, float* h) {
+  int64_t i = 0;
+  for (; i + RG <= n; i += RG) squeeze_rows<RG>(x + i * F, F, w1, b1, h + i * H);
+  for (; i < n; ++i) squeeze_rows<1>(x + i * F, F, w1, b1, h + i * H);
+}
+
+void gate_grad_block(const float* g, int64_t n, int64_t F, const float* w2t, const float* h, float* p) {
+  int64_t i = 0;
+  for (; i + RG <= n; i += RG) gate_grad_rows<RG>(g + i * F, F, w2t, h + i * H, p + i * H);
+  for (; i < n; ++i) gate_grad_rows<1>(g + i * F, F, w2t, h + i * H, p + i * H);
+}
+
+// out[c] = init[c] (or 0) + sum_m u[m] w[m * F + c] over m < 16 in order, for one row (w [16, F])
+template <int NV>
+GNN_INLINE inline void row_from_16(const float* u, const float* w, int64_t F, int64_t c0, const float* init,
+                                   float* out) {
+  V acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = init ? _mm512_loadu_ps(init + c0 + 16 * v) : _mm512_setzero_ps();
+  for (int m = 0; m < H; ++m) {
+    const V um = _mm512_set1_ps(u[m]);
+    for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(um, _mm512_loadu_ps(w + m * F + c0 + 16 * v), acc[v]);
+  }
+  for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + c0 + 16 * v, acc[v]);
+}
+
+// rows of n: out[i] = init (a row of F, the same for every row: b2; or row i of a block: dx's part) + u[i] w
+void rows_from_16(const float* u, int64_t n, const float* w, int64_t F, const float* init, int64_t ld_init,
+                  float* out, int64_t ld_out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* in = init ? init + i * ld_init : nullptr;
+    float* o = out + i * ld_out;
+    int64_t c0 = 0;
+    for (; c0 + 16 * VG <= F; c0 += 16 * VG) row_from_16<VG>(u + i * H, w, F, c0, in, o);
+    for (; c0 < F; c0 += 16) row_from_16<1>(u + i * H, w, F, c0, in, o);
+  }
+}
+
+// part[m, c0 + 16v] += sum_r u[r, m] g[r, c0 + 16v] for v < NV, over the block's rows in order
+template <int NV>
+GNN_INLINE inline void outer_cols(float* part, const float* u, const float* g, int64_t n, int64_t F, int m,
+                                  int64_t c0) {
+  V acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm512_loadu_ps(part + m * F + c0 + 16 * v);
+  for (int64_t r = 0; r < n; ++r) {
+    const V ur = _mm512_set1_ps(u[r * H + m]);
+    for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(ur, _mm512_loadu_ps(g + r * F + c0 + 16 * v), acc[v]);
+  }
+  for (int v = 0; v < NV; ++v) _mm512_storeu_ps(part + m * F + c0 + 16 * v, acc[v]);
+}
+
+// part[m, :] += sum_r u[r, m] g[r, :] over the block's rows in order (part [16, F])
+void add_outer_16_by_f(float* part, const float* u, const float* g, int64_t n, int64_t F) {
+  for (int m = 0; m < H; ++m) {
+    int64_t c0 = 0;
+    for (; c0 + 16 * VG <= F; c0 += 16 * VG) outer_cols<VG>(part, u, g, n, F, m, c0);
+    for (; c0 < F; c0 += 16) outer_cols<1>(part, u, g, n, F, m, c0);
+  }
+}
+
+// part[k, :] += sum_r x[r, k] p[r, :] over the block's rows in order (part [F, 16]), eight k at a time
+void add_outer_f_by_16(float* part, const float* x, const float* p, int64_t n, int64_t F) {
+  for (int64_t k0 = 0; k0 < F; k0 += RG) {
+    V acc[RG];
+    for (int i = 0; i < RG; ++i) acc[i] = _mm512_loadu_ps(part + (k0 + i) * H);
+    for (int64_t r = 0; r < n; ++r) {
+      const V pr = _mm512_loadu_ps(p + r * H);
+      for (int i = 0; i < RG; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * F + k0 + i]), pr, acc[i]);
+    }
+    for (int i = 0; i < RG; ++i) _mm512_storeu_ps(part + (k0 + i) * H, acc[i]);
+  }
+}
+
+// part[:] += the column sums of a [n, F] block, rows in order
+void add_column_sums(float* part, const float* a, int64_t n, int64_t F) {
+  for (int64_t c = 0; c < F; c += 16) {
+    V acc = _mm512_loadu_ps(part + c);
+    for (int64_t r = 0; r < n; ++r) acc = _mm512_add_ps(acc, _mm512_loadu_ps(a + r * F + c));
+    _mm512_storeu_ps(part + c, acc);
+  }
+}
+
+// w [a, b] -> [b, a]
+std::vector<float> transposed(const float* w, int64_t a, int64_t b) {
+  std::vector<float> t(size_t(a * b));
+  for (int64_t i = 0; i < a; ++i)
+    for (int64_t j = 0; j < b; ++j) t[size_t(j * a + i)] = w[i * b + j];
+  return t;
+}
+
+std::vector<float> bias_row(const float* b, int64_t F) {
+  return b ? std::vector<float>(b, b + F) : std::vector<float>(size_t(F), 0.0f);
+}
+
+}  // namespace
+
+void squeeze_excite_forward_avx512(float* y, float* h, const float* x, const float* w1, const float* b1,
+                                   const float* w2, const float* b2, int64_t R, int64_t F) {
+  const int64_t blocks = (R + RB - 1) / RB;
+  const V b1v = b1 ? _mm512_loadu_ps(b1) : _mm512_setzero_ps();
+  const std::vector<float> b2row = bias_row(b2, F);
+#pragma omp parallel if (R * F > 65536)
+  {
+    std::vector<float> z(static_cast<size_t>(RB * F));
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t r0 = blk * RB, n = std::min<int64_t>(RB, R - r0);
+      const float* xb = x + r0 * F;
+      float* hb = h + r0 * H;
+      squeeze_block(xb, n, F, w1, b1v, hb);
+      rows_from_16(hb, n, w2, F, b2row.data(), 0, z.data(), F);
+      float* yb = y + r0 * F;
+      for (int64_t i = 0; i < n * F; ++i) yb[i] = xb[i] * vm::sigmoid(z[size_t(i)]);
+    }
+  }
+}
+
+void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
+                                    const float* x, const float* h, const float* w1, const float* w2, const float* b2,
+                                    int64_t R, int64_t F) {
+  const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
+  const int64_t part_size = 2 * F * H + H + F;  // dW1 [F, 16], dW2 [16, F], db1, db2
+  std::vector<float> parts(size_t(std::max<int64_t>(chunks, 1) * part_size), 0.0f);
+  const std::vector<float> w1t = transposed(w1, F, H), w2t = transposed(w2, H, F), b2row = bias_row(b2, F);
+#pragma omp parallel if (R * F > 65536)
+  {
+    const size_t block = static_cast<size_t>(RB * F);
+    std::vector<float> z(block), g(block), dxs(block), p(static_cast<size_t>(RB * H));
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      float* pw1 = parts.data() + c * part_size;
+      float *pw2 = pw1 + F * H, *pb1 = pw2 + H * F, *pb2 = pb1 + H;
+      const int64_t c1 = std::min(R, (c + 1) * kSqueezeExciteChunk);
+      for (int64_t r0 = c * kSqueezeExciteChunk; r0 < c1; r0 += RB) {
+        const int64_t n = std::min<int64_t>(RB, c1 - r0);
+        const float *xb = x + r0 * F, *hb = h + r0 * H, *dyb = dy + r0 * F;
+        rows_from_16(hb, n, w2, F, b2row.data(), 0, z.data(), F);  // z as the forward computed it
+        for (int64_t i = 0; i < n * F; ++i) {
+          const float s = vm::sigmoid(z[size_t(i)]);
+          dxs[size_t(i)] = dyb[i] * s;
+          g[size_t(i)] = dyb[i] * xb[i] * (s * (1.0f - s));
+        }
+        add_column_sums(pb2, g.data(), n, F);
+        add_outer_16_by_f(pw2, hb, g.data(), n, F);
+        gate_grad_block(g.data(), n, F, w2t.data(), hb, p.data());
+        add_column_sums(pb1, p.data(), n, H);
+        add_outer_f_by_16(pw1, xb, p.data(), n, F);
+        if (dx) rows_from_16(p.data(), n, w1t.data(), F, dxs.data(), F, dx + r0 * F, F);
+      }
+    }
+  }
+  // the chunks in order, each output element on its own
+  auto total = [&](float* out, int64_t offset, int64_t count) {
+    if (!out) return;
+#pragma omp parallel for if (chunks * count > 65536)
+    for (int64_t i = 0; i < count; ++i) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < chunks; ++c) acc += parts[size_t(c * part_size + offset + i)];
+      out[i] = acc;
+    }
+  };
+  total(dw1, 0, F * H);
+  total(dw2, F * H, H * F);
+  total(db1, 2 * F * H, H);
+  total(db2, 2 * F * H + H, F);
+}
+
+}  // namespace gnn

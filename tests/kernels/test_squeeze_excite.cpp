@@ -1,0 +1,156 @@
+// The squeeze-and-excitation block as one op (kernels/squeeze_excite.h): the reference by finite
+// differences in f64, the float kernel (AVX-512 where it applies) against the reference computed in f64
+// from the same values, its weight gradients the same bits for any thread count, the op against the four
+// ops it replaces, the refusals, and on a GPU (the composed ops there) against the host.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "autograd/device_check.h"
+#include "autograd/gradcheck.h"
+#include "kernels/squeeze_excite.h"
+#include "runtime/parallel.h"
+#include "testing.h"
+
+using namespace gnn;
+using namespace gnn::testing;
+
+namespace {
+
+// Every output of the float kernel: y, h, dx, dW1, db1, dW2, db2.
+struct SeRun {
+  std::vector<float> y, h, dx, dw1, db1, dw2, db2;
+};
+
+SeRun run_cpu(const std::vector<float>& x, const std::vector<float>& w1, const std::vector<float>& b1,
+              const std::vector<float>& w2, const std::vector<float>& b2, const std::vector<float>& dy, int64_t R,
+              int64_t F, int64_t H) {
+  SeRun o{std::vector<float>(size_t(R * F)), std::vector<float>(size_t(R * H)), std::vector<float>(size_t(R * F)),
+          std::vector<float>(size_t(F * H)),  std::vector<float>(size_t(H)),     std::vector<float>(size_t(H * F)),
+          std::vector<float>(size_t(F))};
+  squeeze_excite_forward_cpu(o.y.data(), o.h.data(), x.data(), w1.data(), b1.data(), w2.data(), b2.data(), R, F, H);
+  squeeze_excite_backward_cpu(o.dx.data(), o.dw1.data(), o.db1.data(), o.dw2.data(), o.db2.data(), dy.data(), x.data(),
+                              o.h.data(), w1.data(), w2.data(), b2.data(), R, F, H);
+  return o;
+}
+
+std::vector<double> wide(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
+
+// |got - want| within rel of the larger of |want| and the array's largest magnitude / 10 (a sum's terms
+// cancel: its error is relative to the terms, not to the sum); a term left out or misplaced is off by far more
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double rel, const char* what) {
+  CAPTURE(std::string(what));
+  REQUIRE(got.size() == want.size());
+  double big = 0;
+  for (double w : want) big = std::max(big, std::fabs(w));
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::fabs(double(got[i]) - want[i]) <= rel * std::max(std::fabs(want[i]), big / 10));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("squeeze_excite: the reference by finite differences, with and without biases") {
+  const ag::Var x = rand_var({11, 6}, 41), w1 = rand_var({6, 3}, 42), b1 = rand_var({3}, 43), w2 = rand_var({3, 6}, 44),
+                b2 = rand_var({6}, 45);
+  check_grads({x, w1, b1, w2, b2}, [&] { return probe(ag::squeeze_excite(x, w1, b1, w2, b2)); });
+  check_grads({x, w1, w2}, [&] { return probe(ag::squeeze_excite(x, w1, ag::Var(), w2, ag::Var())); });
+  // rows past one chunk of the weight gradients' partial sums
+  const ag::Var xl = rand_var({kSqueezeExciteChunk + 9, 4}, 46), w1l = rand_var({4, 2}, 47), w2l = rand_var({2, 4}, 48);
+  check_grads({xl, w1l, w2l}, [&] { return probe(ag::squeeze_excite(xl, w1l, ag::Var(), w2l, ag::Var())); });
+}
+
+TEST_CASE("squeeze_excite: the float kernel against the reference, the same bits on any thread count") {
+  // F = 128 (the recipe's, whole groups of eight vectors), 48 (single vectors only), 272 (both), and a shape
+  // the vector kernel does not take (the reference's loops in float); rows with tails of a 32-row block, an
+  // 8-row group and a chunk
+  struct Case {
+    int64_t R, F, H;
+  };
+  for (const Case c : {Case{709, 128, 16}, Case{45, 48, 16}, Case{300, 272, 16}, Case{77, 20, 5}}) {
+    const auto [R, F, H] = c;
+    CAPTURE(F);
+    CAPTURE(H);
+    const auto x = random_values<float>(size_t(R * F), 51), w1 = random_values<float>(size_t(F * H), 52, -0.3f, 0.3f),
+               b1 = random_values<float>(size_t(H), 53), w2 = random_values<float>(size_t(H * F), 54),
+               b2 = random_values<float>(size_t(F), 55), dy = random_values<float>(size_t(R * F), 56);
+    std::vector<double> y(size_t(R * F)), h(size_t(R * H)), dx(size_t(R * F)), dw1(size_t(F * H)), db1(static_cast<size_t>(H)),
+        dw2(size_t(H * F)), db2(static_cast<size_t>(F));
+    const std::vector<double> xd = wide(x), w1d = wide(w1), w2d = wide(w2), b2d = wide(b2), dyd = wide(dy);
+    squeeze_excite_forward_ref(y.data(), h.data(), xd.data(), w1d.data(), wide(b1).data(), w2d.data(), b2d.data(), R,
+                               F, H);
+    squeeze_excite_backward_ref(dx.data(), dw1.data(), db1.data(), dw2.data(), db2.data(), dyd.data(), xd.data(),
+                                h.data(), w1d.data(), w2d.data(), b2d.data(), R, F, H);
+    const ThreadsRestored saved;
+    set_num_threads(1);
+    const SeRun one = run_cpu(x, w1, b1, w2, b2, dy, R, F, H);
+    check_close(one.y, y, 2e-5, "y");
+    check_close(one.h, h, 2e-5, "h");
+    check_close(one.dx, dx, 2e-5, "dx");
+    check_close(one.dw1, dw1, 2e-5, "dW1");
+    check_close(one.db1, db1, 2e-5, "db1");
+    check_close(one.dw2, dw2, 2e-5, "dW2");
+    check_close(one.db2, db2, 2e-5, "db2");
+    for (int threads : {2, 3}) {
+      CAPTURE(threads);
+      set_num_threads(threads);
+      const SeRun more = run_cpu(x, w1, b1, w2, b2, dy, R, F, H);
+      CHECK(more.y == one.y);
+      CHECK(more.dx == one.dx);
+      CHECK(more.dw1 == one.dw1);
+      CHECK(more.db1 == one.db1);
+      CHECK(more.dw2 == one.dw2);
+      CHECK(more.db2 == one.db2);
+    }
+  }
+  // no rows: zero weight gradients
+  const auto w1 = random_values<float>(128 * 16, 57), b1 = random_values<float>(16, 58),
+             w2 = random_values<float>(16 * 128, 59), b2 = random_values<float>(128, 60);
+  const SeRun none = run_cpu({}, w1, b1, w2, b2, {}, 0, 128, 16);
+  CHECK(std::all_of(none.dw1.begin(), none.dw1.end(), [](float v) { return v == 0.0f; }));
+  CHECK(std::all_of(none.db2.begin(), none.db2.end(), [](float v) { return v == 0.0f; }));
+}
+
+TEST_CASE("squeeze_excite: the op is the four ops it replaces, and refuses shapes that do not fit") {
+  // f32 products: the composed block's products in f32 as the op's
+  const PrecisionRestored precision(GemmPrecision::kF32);
+  const Tensor xs = rand({300, 128}, 61), w1s = rand({128, 16}, 62), b1s = rand({16}, 63), w2s = rand({16, 128}, 64),
+               b2s = rand({128}, 65), dy = rand({300, 128}, 66);
+  auto run = [&](bool fused) {
+    const ag::Var x = ag::Var::param(xs.clone()), w1 = ag::Var::param(w1s.clone()), b1 = ag::Var::param(b1s.clone()),
+                  w2 = ag::Var::param(w2s.clone()), b2 = ag::Var::param(b2s.clone());
+    const ag::Var y = fused ? ag::squeeze_excite(x, w1, b1, w2, b2)
+                            : ag::gate(x, ag::matmul(ag::bias_act(ag::matmul(x, w1), b1, Act::kRelu), w2), b2);
+    const std::vector<float> out = y.value().to_vector<float>();
+    ag::backward(y, dy);
+    return std::vector<std::vector<float>>{out,
+                                           x.grad().to_vector<float>(),
+                                           w1.grad().to_vector<float>(),
+                                           b1.grad().to_vector<float>(),
+                                           w2.grad().to_vector<float>(),
+                                           b2.grad().to_vector<float>()};
+  };
+  const auto f = run(true), c = run(false);
+  const char* names[] = {"y", "dx", "dW1", "db1", "dW2", "db2"};
+  for (size_t k = 0; k < f.size(); ++k) check_close(f[k], wide(c[k]), 1e-4, names[k]);
+  // refusals, naming what does not fit
+  const ag::Var x = rand_var({9, 6}, 1), w1 = rand_var({6, 3}, 2), w2 = rand_var({3, 6}, 3);
+  CHECK_THROWS_WITH_AS(ag::squeeze_excite(x, rand_var({5, 3}, 4), ag::Var(), w2, ag::Var()),
+                       doctest::Contains("are not [6, H] and [H, 6] for x f64[9, 6]"), Error);
+  CHECK_THROWS_WITH_AS(ag::squeeze_excite(x, rand_var({5, 3}, 4), ag::Var(), w2, ag::Var()),
+                       doctest::Contains("squeeze_excite: w1 f64[5, 3]"), Error);
+  CHECK_THROWS_WITH_AS(ag::squeeze_excite(x, w1, rand_var({4}, 5), w2, ag::Var()),
+                       doctest::Contains("squeeze_excite: b1 has 4 values, not 3"), Error);
+  CHECK_THROWS_WITH_AS(ag::squeeze_excite(x, w1, ag::Var(), w2, rand_var({3}, 6)),
+                       doctest::Contains("squeeze_excite: b2 has 3 values, not 6"), Error);
+}
+
+TEST_CASE("cuda ops: squeeze_excite (the composed ops on a GPU) matches the host, value and gradient") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor x = rand({77, 32}, 71), w1 = rand({32, 16}, 72), b1 = rand({16}, 73), w2 = rand({16, 32}, 74),
+               b2 = rand({32}, 75);
+  check_op("squeeze_excite", {x, w1, b1, w2, b2},
+           [](auto& v, auto&) { return ag::squeeze_excite(v[0], v[1], v[2], v[3], v[4]); });
+}
