@@ -2,6 +2,9 @@
 // y = act(x + b);  dx = dy * act'(x + b), db = column sums of dx  (bias_act: a dense layer's epilogue)
 // y = x * sigmoid(z + b);  dx = dy s, dz = dy x s (1 - s), db = column sums of dz  (gate: the SE block's product)
 // y = x * sigmoid(relu(x w1 + b1) w2 + b2)  (squeeze_excite: the whole SE block, kernels/squeeze_excite.h)
+#include <tuple>
+#include <utility>
+
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 #include "kernels/squeeze_excite.h"

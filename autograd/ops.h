@@ -47,8 +47,8 @@ Var bias_act(const Var& x, const Var& b, Act act, double slope = 0.01);
 Var gate(const Var& x, const Var& z, const Var& b);
 // The whole squeeze-and-excitation block, x * sigmoid(relu(x w1 + b1) w2 + b2), x [R, F], w1 [F, H], w2 [H, F],
 // b1 [H] and b2 [F] (either undefined: no bias), as one op on the host (kernels/squeeze_excite.h: x and dy
-// read once, [R, H] kept, the [R, F] intermediates never written); on a GPU the composed ops (matmul,
-// bias_act, matmul, gate). The products run in f32 whatever the GEMM precision.
+// read once, [R, H] kept, the [R, F] intermediates never written; its products in f32 whatever the GEMM
+// precision); on a GPU the composed ops (matmul, bias_act, matmul, gate), the products as cuBLAS runs them.
 Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2);
 inline Var relu(const Var& x) { return activation(x, Act::kRelu); }
 inline Var elu(const Var& x) { return activation(x, Act::kElu); }

@@ -67,9 +67,6 @@ OpInputs matmul_inputs(const OpSize& s, bool ta, bool tb) {
   return in;
 }
 
-constexpr int64_t kHeads = 2;
-
-// q, k, v [N, H*F], H heads of F, attending within each graph.
 // The squeeze-and-excitation block's: x [N*C, F], w1 [F, H], b1 [H], w2 [H, F], b2 [F], H = F / 8 (the 1st
 // place's ChannelAttention squeezes 128 channels to 16).
 OpInputs squeeze_excite_inputs(const OpSize& s) {
@@ -80,6 +77,9 @@ OpInputs squeeze_excite_inputs(const OpSize& s) {
   return in;
 }
 
+constexpr int64_t kHeads = 2;
+
+// q, k, v [N, H*F], H heads of F, attending within each graph.
 OpInputs attention_inputs(const OpSize& s) {
   OpInputs in = per_graph(s, 0);
   for (uint64_t i = 0; i < 3; ++i) in.vars.push_back(values(s.nodes, kHeads * s.features, s.seed + i));

@@ -15,7 +15,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/activation.h"
 #include "kernels/math_fn.h"
 
 namespace gnn {
@@ -32,7 +31,8 @@ void squeeze_excite_forward_ref(T* y, T* h, const T* x, const T* w1, const T* b1
     for (int64_t m = 0; m < H; ++m) {
       T acc = T(0);
       for (int64_t k = 0; k < F; ++k) acc += xr[k] * w1[k * H + m];
-      hr[m] = std::max(acc + (b1 ? b1[m] : T(0)), T(0));
+      const T v = acc + (b1 ? b1[m] : T(0));
+      hr[m] = v > T(0) ? v : T(0);  // act_value's ReLU (a NaN gives 0)
     }
     for (int64_t f = 0; f < F; ++f) {
       T acc = T(0);
@@ -92,14 +92,29 @@ void squeeze_excite_backward_ref(T* dx, T* dw1, T* db1, T* dw2, T* db2, const T*
   total(db2, pb2, F);
 }
 
-// Float over the threads: AVX-512 row blocks where the CPU has it and H is 16 and F a multiple of 16 up
-// to 256 (squeeze_excite_vectorised), the reference's loops otherwise. With R at 0 the weight gradients
-// are zeros.
+// Float on the host: AVX-512 row blocks where gemm_isa() is AVX-512, H is 16 and F a multiple of 16
+// (squeeze_excite_vectorised), the forward over the threads; elsewhere the reference's loops (the forward
+// in row blocks over the threads, the backward on one). With R at 0 the weight gradients are zeros.
+inline constexpr int64_t kSqueezeExciteBlock = 32;  // the AVX-512 kernel's rows a block, per thread
 bool squeeze_excite_vectorised(int64_t F, int64_t H);
 void squeeze_excite_forward_cpu(float* y, float* h, const float* x, const float* w1, const float* b1, const float* w2,
                                 const float* b2, int64_t R, int64_t F, int64_t H);
 void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
                                  const float* x, const float* h, const float* w1, const float* w2, const float* b2,
                                  int64_t R, int64_t F, int64_t H);
+// The AVX-512 kernels (squeeze_excite_avx512.cpp, which describes the workspace, zeros, that
+// squeeze_excite_cpu.cpp allocates and fills). Each thread's buffers end in a pad of 80 floats, so that
+// z[i], g[i] and dy s[i] are not 4 KiB apart: loads after stores to such addresses stall (the kernel,
+// forward and backward, ran 7% slower with the buffers back to back).
+inline constexpr int64_t kSqueezeExcitePad = 80;
+inline int64_t squeeze_excite_thread_floats(int64_t F, bool backward) {
+  const int64_t rows = kSqueezeExciteBlock * F + kSqueezeExcitePad;
+  return backward ? 3 * rows + kSqueezeExciteBlock * 16 + kSqueezeExcitePad : rows;
+}
+void squeeze_excite_forward_avx512(float* y, float* h, const float* x, const float* w1, const float* b1,
+                                   const float* w2, int64_t R, int64_t F, float* ws);
+void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
+                                    const float* x, const float* h, const float* w2, int64_t R, int64_t F,
+                                    float* ws);
 
 }  // namespace gnn

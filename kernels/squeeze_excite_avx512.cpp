@@ -1,15 +1,17 @@
 // The squeeze-and-excitation block (kernels/squeeze_excite.h) on AVX-512, for H = 16: a row of h is one
-// vector. Each thread takes blocks of 32 rows; a block's z, s, g and p stay in the thread's buffers (32 x F
-// floats each, in L1 / L2), so x and dy are read once and y or dx written once. The products are FMA
-// chains over k in order, with the k-th value of a row broadcast: h = x W1 and g W2^T run eight rows at a
-// time (eight chains a W1 row), z = h W2 and p W1^T a row at a time over up to eight vectors of columns.
-// The weight gradients go into per-chunk partials (kSqueezeExciteChunk rows, eight blocks), which the
-// threads fill chunk by chunk and then sum in chunk order.
+// vector. Each thread takes blocks of 32 rows; a block's z, g and dy s (32 x F floats each) and p (32 x 16)
+// stay in the thread's buffers, in L1 / L2, so x and dy are read once and y or dx written once. The
+// products are FMA chains over k in order, with the k-th value of a row broadcast: h = x W1 and g W2^T
+// run eight rows at a time (eight chains against one W1 row), z = h W2 and p W1^T a row at a time over up
+// to eight vectors of columns. The weight gradients go into per-chunk partials (kSqueezeExciteChunk rows,
+// eight blocks), which the threads fill chunk by chunk and then sum in chunk order.
 #include <immintrin.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "base/common.h"
 #include "kernels/squeeze_excite.h"
@@ -18,9 +20,18 @@
 namespace gnn {
 namespace {
 
-constexpr int H = 16, RB = 32, RG = 8, VG = 8;  // h's width, rows a block, rows a group, vectors a group
+constexpr int H = 16, RG = 8, VG = 8;  // h's width, rows a group, vectors a group
+constexpr int64_t RB = kSqueezeExciteBlock;  // rows a block
 static_assert(kSqueezeExciteChunk % RB == 0, "whole blocks a chunk");
 using V = __m512;
+
+int thread_index() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
 
 // store(i, sum_k a[i * lda + k] w[k]) over k < K in order, for N rows (w [K, 16])
 template <int N, class Store>
@@ -34,12 +45,12 @@ GNN_INLINE inline void rows_by_16(const float* a, int64_t lda, int64_t K, const 
   for (int i = 0; i < N; ++i) store(i, acc[i]);
 }
 
-// h rows of a block: relu(x W1 + b1), NaN kept (max's second operand; the masked form: GCC 12 warns that
-// the unmasked one reads an undefined register)
+// h rows of a block: relu(x W1 + b1), as act_value's x > 0 ? x : 0 (a NaN gives 0: max's second operand;
+// the masked form: GCC 12 warns that the unmasked one reads an undefined register)
 template <int N>
 GNN_INLINE inline void squeeze_rows(const float* x, int64_t F, const float* w1, V b1, float* h) {
   rows_by_16<N>(x, F, F, w1, [&](int i, V v) GNN_INLINE {
-    _mm512_storeu_ps(h + i * H, _mm512_maskz_max_ps(__mmask16(0xffff), _mm512_setzero_ps(), _mm512_add_ps(v, b1)));
+    _mm512_storeu_ps(h + i * H, _mm512_maskz_max_ps(__mmask16(0xffff), _mm512_add_ps(v, b1), _mm512_setzero_ps()));
   });
 }
 
@@ -133,72 +144,67 @@ void add_column_sums(float* part, const float* a, int64_t n, int64_t F) {
   }
 }
 
-// w [a, b] -> [b, a]
-std::vector<float> transposed(const float* w, int64_t a, int64_t b) {
-  std::vector<float> t(size_t(a * b));
-  for (int64_t i = 0; i < a; ++i)
-    for (int64_t j = 0; j < b; ++j) t[size_t(j * a + i)] = w[i * b + j];
-  return t;
-}
-
-std::vector<float> bias_row(const float* b, int64_t F) {
-  return b ? std::vector<float>(b, b + F) : std::vector<float>(size_t(F), 0.0f);
-}
-
 }  // namespace
 
+// The workspace (squeeze_excite_cpu.cpp allocates it: no std containers in a file built for AVX-512,
+// whose out-of-line copies of their inline functions the linker might pick for the whole program):
+// forward b2row [F] (b2 or zeros) | each thread's z [32, F]; backward b2row | W1^T [16, F] | W2^T [F, 16] |
+// the chunks' partial sums, zeros, [chunks][dW1 F*16 | dW2 16*F | db1 16 | db2 F] | each thread's z, g and
+// dy s [32, F] and p [32, 16] (squeeze_excite_thread_floats each, a pad after each buffer).
 void squeeze_excite_forward_avx512(float* y, float* h, const float* x, const float* w1, const float* b1,
-                                   const float* w2, const float* b2, int64_t R, int64_t F) {
+                                   const float* w2, int64_t R, int64_t F, float* ws) {
   const int64_t blocks = (R + RB - 1) / RB;
   const V b1v = b1 ? _mm512_loadu_ps(b1) : _mm512_setzero_ps();
-  const std::vector<float> b2row = bias_row(b2, F);
+  const float* b2row = ws;
 #pragma omp parallel if (R * F > 65536)
   {
-    std::vector<float> z(static_cast<size_t>(RB * F));
+    float* z = ws + F + thread_index() * squeeze_excite_thread_floats(F, false);
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t r0 = blk * RB, n = std::min<int64_t>(RB, R - r0);
       const float* xb = x + r0 * F;
       float* hb = h + r0 * H;
       squeeze_block(xb, n, F, w1, b1v, hb);
-      rows_from_16(hb, n, w2, F, b2row.data(), 0, z.data(), F);
+      rows_from_16(hb, n, w2, F, b2row, 0, z, F);
       float* yb = y + r0 * F;
-      for (int64_t i = 0; i < n * F; ++i) yb[i] = xb[i] * vm::sigmoid(z[size_t(i)]);
+      for (int64_t i = 0; i < n * F; ++i) yb[i] = xb[i] * vm::sigmoid(z[i]);
     }
   }
 }
 
 void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
-                                    const float* x, const float* h, const float* w1, const float* w2, const float* b2,
-                                    int64_t R, int64_t F) {
+                                    const float* x, const float* h, const float* w2, int64_t R, int64_t F,
+                                    float* ws) {
   const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
   const int64_t part_size = 2 * F * H + H + F;  // dW1 [F, 16], dW2 [16, F], db1, db2
-  std::vector<float> parts(size_t(std::max<int64_t>(chunks, 1) * part_size), 0.0f);
-  const std::vector<float> w1t = transposed(w1, F, H), w2t = transposed(w2, H, F), b2row = bias_row(b2, F);
+  const float *b2row = ws, *w1t = ws + F, *w2t = w1t + H * F;
+  float* parts = ws + F + 2 * H * F;
+  float* threads = parts + chunks * part_size;
 #pragma omp parallel if (R * F > 65536)
   {
-    const size_t block = static_cast<size_t>(RB * F);
-    std::vector<float> z(block), g(block), dxs(block), p(static_cast<size_t>(RB * H));
+    float* z = threads + thread_index() * squeeze_excite_thread_floats(F, true);
+    const int64_t step = RB * F + kSqueezeExcitePad;
+    float *g = z + step, *dxs = g + step, *p = dxs + step;
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
-      float* pw1 = parts.data() + c * part_size;
+      float* pw1 = parts + c * part_size;
       float *pw2 = pw1 + F * H, *pb1 = pw2 + H * F, *pb2 = pb1 + H;
       const int64_t c1 = std::min(R, (c + 1) * kSqueezeExciteChunk);
       for (int64_t r0 = c * kSqueezeExciteChunk; r0 < c1; r0 += RB) {
         const int64_t n = std::min<int64_t>(RB, c1 - r0);
         const float *xb = x + r0 * F, *hb = h + r0 * H, *dyb = dy + r0 * F;
-        rows_from_16(hb, n, w2, F, b2row.data(), 0, z.data(), F);  // z as the forward computed it
+        rows_from_16(hb, n, w2, F, b2row, 0, z, F);  // z as the forward computed it
         for (int64_t i = 0; i < n * F; ++i) {
-          const float s = vm::sigmoid(z[size_t(i)]);
-          dxs[size_t(i)] = dyb[i] * s;
-          g[size_t(i)] = dyb[i] * xb[i] * (s * (1.0f - s));
+          const float s = vm::sigmoid(z[i]);
+          dxs[i] = dyb[i] * s;
+          g[i] = dyb[i] * xb[i] * (s * (1.0f - s));
         }
-        add_column_sums(pb2, g.data(), n, F);
-        add_outer_16_by_f(pw2, hb, g.data(), n, F);
-        gate_grad_block(g.data(), n, F, w2t.data(), hb, p.data());
-        add_column_sums(pb1, p.data(), n, H);
-        add_outer_f_by_16(pw1, xb, p.data(), n, F);
-        if (dx) rows_from_16(p.data(), n, w1t.data(), F, dxs.data(), F, dx + r0 * F, F);
+        add_column_sums(pb2, g, n, F);
+        add_outer_16_by_f(pw2, hb, g, n, F);
+        gate_grad_block(g, n, F, w2t, hb, p);
+        add_column_sums(pb1, p, n, H);
+        add_outer_f_by_16(pw1, xb, p, n, F);
+        if (dx) rows_from_16(p, n, w1t, F, dxs, F, dx + r0 * F, F);
       }
     }
   }
@@ -208,7 +214,7 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
 #pragma omp parallel for if (chunks * count > 65536)
     for (int64_t i = 0; i < count; ++i) {
       float acc = 0.0f;
-      for (int64_t c = 0; c < chunks; ++c) acc += parts[size_t(c * part_size + offset + i)];
+      for (int64_t c = 0; c < chunks; ++c) acc += parts[c * part_size + offset + i];
       out[i] = acc;
     }
   };

@@ -1,23 +1,44 @@
 // The squeeze-and-excitation block on the host: squeeze_excite_avx512.cpp's row blocks where they apply,
-// the reference's loops otherwise (the forward over the threads, a block of rows each).
+// with their workspace allocated and filled here; the reference's loops otherwise (the forward over the
+// threads, a block of rows each).
 #include <algorithm>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "kernels/gemm.h"
 #include "kernels/squeeze_excite.h"
 
 namespace gnn {
+namespace {
 
-#if defined(__x86_64__)
-void squeeze_excite_forward_avx512(float* y, float* h, const float* x, const float* w1, const float* b1,
-                                   const float* w2, const float* b2, int64_t R, int64_t F);
-void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
-                                    const float* x, const float* h, const float* w1, const float* w2, const float* b2,
-                                    int64_t R, int64_t F);
+int64_t max_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
 #endif
+}
+
+// The AVX-512 kernels' workspace, n floats of zeros: the calling thread's, kept from call to call so that
+// a step's calls do not map and fault fresh pages for it.
+float* workspace(int64_t n) {
+  static thread_local std::vector<float> ws;
+  ws.assign(size_t(n), 0.0f);
+  return ws.data();
+}
+
+// b2, or F zeros
+void bias_row(float* out, const float* b2, int64_t F) {
+  for (int64_t f = 0; f < F; ++f) out[f] = b2 ? b2[f] : 0.0f;
+}
+
+}  // namespace
 
 bool squeeze_excite_vectorised(int64_t F, int64_t H) {
 #if defined(__x86_64__)
-  return H == 16 && F > 0 && F % 16 == 0 && gemm_isa_supported(GemmIsa::kAvx512);
+  return H == 16 && F > 0 && F % 16 == 0 && gemm_isa() == GemmIsa::kAvx512;
 #else
   (void)F, (void)H;
   return false;
@@ -27,7 +48,11 @@ bool squeeze_excite_vectorised(int64_t F, int64_t H) {
 void squeeze_excite_forward_cpu(float* y, float* h, const float* x, const float* w1, const float* b1, const float* w2,
                                 const float* b2, int64_t R, int64_t F, int64_t H) {
 #if defined(__x86_64__)
-  if (squeeze_excite_vectorised(F, H)) return squeeze_excite_forward_avx512(y, h, x, w1, b1, w2, b2, R, F);
+  if (squeeze_excite_vectorised(F, H)) {
+    float* ws = workspace(F + max_threads() * squeeze_excite_thread_floats(F, false));
+    bias_row(ws, b2, F);
+    return squeeze_excite_forward_avx512(y, h, x, w1, b1, w2, R, F, ws);
+  }
 #endif
   const int64_t block = 64, blocks = (R + block - 1) / block;
 #pragma omp parallel for schedule(static) if (R * F * H > (1 << 18))
@@ -41,8 +66,19 @@ void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, 
                                  const float* x, const float* h, const float* w1, const float* w2, const float* b2,
                                  int64_t R, int64_t F, int64_t H) {
 #if defined(__x86_64__)
-  if (squeeze_excite_vectorised(F, H))
-    return squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w1, w2, b2, R, F);
+  if (squeeze_excite_vectorised(F, H)) {
+    const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
+    float* ws =
+        workspace(F + 2 * H * F + chunks * (2 * F * H + H + F) + max_threads() * squeeze_excite_thread_floats(F, true));
+    float *w1t = ws + F, *w2t = w1t + H * F;
+    bias_row(ws, b2, F);
+    for (int64_t k = 0; k < F; ++k)
+      for (int64_t m = 0; m < H; ++m) {
+        w1t[m * F + k] = w1[k * H + m];  // W1^T [H, F]
+        w2t[k * H + m] = w2[m * F + k];  // W2^T [F, H]
+      }
+    return squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w2, R, F, ws);
+  }
 #endif
   squeeze_excite_backward_ref(dx, dw1, db1, dw2, db2, dy, x, h, w1, w2, b2, R, F, H);
 }

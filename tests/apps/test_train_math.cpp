@@ -20,7 +20,9 @@
 #include "io/json.h"
 #include "io/npz.h"
 #include "io/synth.h"
+#include "kernels/gemm.h"
 #include "kernels/graph_cases.h"
+#include "kernels/squeeze_excite.h"
 #include "nn/loss.h"
 #include "runtime/cuda.h"
 #include "testing.h"
@@ -488,6 +490,31 @@ TEST_CASE("train: cross-config attention weighs each node and channel by a softm
   // More configs than rows: the softmax still spans the C configs of the one row.
   const Tensor one = cross.forward(ag::Var(Tensor::full(Shape{1, 4}, 0.5, DType::F32)), 4).value();
   for (int64_t c = 0; c < 4; ++c) CHECK(one.f32()[c * 2 + 1] == doctest::Approx(0.5 * 0.25));
+}
+
+TEST_CASE("train: the SE block gates each (node, config) row by its own squeeze, in f32 at either precision") {
+  // 128 channels squeezed to 16 (the model's width with --cross-attn on): one op on an AVX-512 host, the
+  // composed ops elsewhere; either way x * sigmoid(relu(x W1 + b1) W2 + b2) over the [N*C, 128] rows
+  Rng rng(5);
+  ChannelAttention se(128, 8, rng);
+  const int64_t N = 37, C = 5, D = 128;
+  const std::vector<float> xv = testing::random_values<float>(size_t(N * C * D), 81);
+  const ag::Var x(Tensor::from_vector(xv, Shape{N, C * D}));
+  std::vector<ag::Var> p;  // squeeze.weight, squeeze.bias, excite.weight, excite.bias
+  for (const auto& np : se.parameters()) p.push_back(np.var);
+  REQUIRE(p.size() == 4);
+  const testing::PrecisionRestored f32(GemmPrecision::kF32);
+  const std::vector<float> y = se.forward(x, C).value().to_vector<float>();
+  const ag::Var rows = ag::reshape(x, N * C, D);
+  const ag::Var z = ag::matmul(ag::bias_act(ag::matmul(rows, p[0]), p[1], Act::kRelu), p[2]);
+  const std::vector<float> want = ag::gate(rows, z, p[3]).value().to_vector<float>();
+  REQUIRE(y.size() == want.size());
+  for (size_t i = 0; i < y.size(); ++i) CHECK(y[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1.0));
+  // under bf16 products the one op stays f32: the same bits
+  if (squeeze_excite_vectorised(D, 16) && gemm_bf16_supported()) {
+    const testing::PrecisionRestored bf16(GemmPrecision::kBf16);
+    CHECK(se.forward(x, C).value().to_vector<float>() == y);
+  }
 }
 
 TEST_CASE("train: the 6th place tile GAT attends per config and head over each node's consumers and itself") {

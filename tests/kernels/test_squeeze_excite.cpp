@@ -9,6 +9,7 @@
 
 #include "autograd/device_check.h"
 #include "autograd/gradcheck.h"
+#include "kernels/gemm.h"
 #include "kernels/squeeze_excite.h"
 #include "runtime/parallel.h"
 #include "testing.h"
@@ -18,20 +19,23 @@ using namespace gnn::testing;
 
 namespace {
 
-// Every output of the float kernel: y, h, dx, dW1, db1, dW2, db2.
+// Every output of the float kernel: y, h, dx, dW1, db1, dW2, db2 (each filled with NaN first: what the kernel
+// does not write stays NaN). bias: b1 and b2 given (else null); all: every gradient asked for (else dx, db1
+// and dW2 only).
 struct SeRun {
   std::vector<float> y, h, dx, dw1, db1, dw2, db2;
 };
 
 SeRun run_cpu(const std::vector<float>& x, const std::vector<float>& w1, const std::vector<float>& b1,
               const std::vector<float>& w2, const std::vector<float>& b2, const std::vector<float>& dy, int64_t R,
-              int64_t F, int64_t H) {
-  SeRun o{std::vector<float>(size_t(R * F)), std::vector<float>(size_t(R * H)), std::vector<float>(size_t(R * F)),
-          std::vector<float>(size_t(F * H)),  std::vector<float>(size_t(H)),     std::vector<float>(size_t(H * F)),
-          std::vector<float>(size_t(F))};
-  squeeze_excite_forward_cpu(o.y.data(), o.h.data(), x.data(), w1.data(), b1.data(), w2.data(), b2.data(), R, F, H);
-  squeeze_excite_backward_cpu(o.dx.data(), o.dw1.data(), o.db1.data(), o.dw2.data(), o.db2.data(), dy.data(), x.data(),
-                              o.h.data(), w1.data(), w2.data(), b2.data(), R, F, H);
+              int64_t F, int64_t H, bool bias = true, bool all = true) {
+  auto nan = [](int64_t n) { return std::vector<float>(size_t(n), NAN); };
+  SeRun o{nan(R * F), nan(R * H), nan(R * F), nan(F * H), nan(H), nan(H * F), nan(F)};
+  const float *pb1 = bias ? b1.data() : nullptr, *pb2 = bias ? b2.data() : nullptr;
+  squeeze_excite_forward_cpu(o.y.data(), o.h.data(), x.data(), w1.data(), pb1, w2.data(), pb2, R, F, H);
+  squeeze_excite_backward_cpu(o.dx.data(), all ? o.dw1.data() : nullptr, o.db1.data(), o.dw2.data(),
+                              all ? o.db2.data() : nullptr, dy.data(), x.data(), o.h.data(), w1.data(), w2.data(), pb2,
+                              R, F, H);
   return o;
 }
 
@@ -69,48 +73,62 @@ TEST_CASE("squeeze_excite: the float kernel against the reference, the same bits
   struct Case {
     int64_t R, F, H;
   };
-  for (const Case c : {Case{709, 128, 16}, Case{45, 48, 16}, Case{300, 272, 16}, Case{77, 20, 5}}) {
-    const auto [R, F, H] = c;
-    CAPTURE(F);
-    CAPTURE(H);
-    const auto x = random_values<float>(size_t(R * F), 51), w1 = random_values<float>(size_t(F * H), 52, -0.3f, 0.3f),
-               b1 = random_values<float>(size_t(H), 53), w2 = random_values<float>(size_t(H * F), 54),
-               b2 = random_values<float>(size_t(F), 55), dy = random_values<float>(size_t(R * F), 56);
-    std::vector<double> y(size_t(R * F)), h(size_t(R * H)), dx(size_t(R * F)), dw1(size_t(F * H)), db1(static_cast<size_t>(H)),
-        dw2(size_t(H * F)), db2(static_cast<size_t>(F));
-    const std::vector<double> xd = wide(x), w1d = wide(w1), w2d = wide(w2), b2d = wide(b2), dyd = wide(dy);
-    squeeze_excite_forward_ref(y.data(), h.data(), xd.data(), w1d.data(), wide(b1).data(), w2d.data(), b2d.data(), R,
-                               F, H);
-    squeeze_excite_backward_ref(dx.data(), dw1.data(), db1.data(), dw2.data(), db2.data(), dyd.data(), xd.data(),
-                                h.data(), w1d.data(), w2d.data(), b2d.data(), R, F, H);
-    const ThreadsRestored saved;
-    set_num_threads(1);
-    const SeRun one = run_cpu(x, w1, b1, w2, b2, dy, R, F, H);
-    check_close(one.y, y, 2e-5, "y");
-    check_close(one.h, h, 2e-5, "h");
-    check_close(one.dx, dx, 2e-5, "dx");
-    check_close(one.dw1, dw1, 2e-5, "dW1");
-    check_close(one.db1, db1, 2e-5, "db1");
-    check_close(one.dw2, dw2, 2e-5, "dW2");
-    check_close(one.db2, db2, 2e-5, "db2");
-    for (int threads : {2, 3}) {
-      CAPTURE(threads);
-      set_num_threads(threads);
-      const SeRun more = run_cpu(x, w1, b1, w2, b2, dy, R, F, H);
-      CHECK(more.y == one.y);
-      CHECK(more.dx == one.dx);
-      CHECK(more.dw1 == one.dw1);
-      CHECK(more.db1 == one.db1);
-      CHECK(more.dw2 == one.dw2);
-      CHECK(more.db2 == one.db2);
+  // the vector kernel runs wherever the products' ISA is AVX-512
+  CHECK(squeeze_excite_vectorised(128, 16) == (gemm_isa() == GemmIsa::kAvx512));
+  CHECK_FALSE(squeeze_excite_vectorised(20, 5));
+  for (const Case c : {Case{709, 128, 16}, Case{45, 48, 16}, Case{300, 272, 16}, Case{77, 20, 5}})
+    for (bool bias : {true, false}) {
+      const auto [R, F, H] = c;
+      CAPTURE(F);
+      CAPTURE(H);
+      CAPTURE(bias);
+      const auto x = random_values<float>(size_t(R * F), 51),
+                 w1 = random_values<float>(size_t(F * H), 52, -0.3f, 0.3f), b1 = random_values<float>(size_t(H), 53),
+                 w2 = random_values<float>(size_t(H * F), 54), b2 = random_values<float>(size_t(F), 55),
+                 dy = random_values<float>(size_t(R * F), 56);
+      std::vector<double> y(size_t(R * F)), h(size_t(R * H)), dx(size_t(R * F)), dw1(size_t(F * H)),
+          db1(static_cast<size_t>(H)), dw2(size_t(H * F)), db2(static_cast<size_t>(F));
+      const std::vector<double> xd = wide(x), w1d = wide(w1), b1d = wide(b1), w2d = wide(w2), b2d = wide(b2),
+                                dyd = wide(dy);
+      const double *pb1 = bias ? b1d.data() : nullptr, *pb2 = bias ? b2d.data() : nullptr;
+      squeeze_excite_forward_ref(y.data(), h.data(), xd.data(), w1d.data(), pb1, w2d.data(), pb2, R, F, H);
+      squeeze_excite_backward_ref(dx.data(), dw1.data(), db1.data(), dw2.data(), db2.data(), dyd.data(), xd.data(),
+                                  h.data(), w1d.data(), w2d.data(), pb2, R, F, H);
+      const ThreadsRestored saved;
+      set_num_threads(1);
+      const SeRun one = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias);
+      check_close(one.y, y, 2e-5, "y");
+      check_close(one.h, h, 2e-5, "h");
+      check_close(one.dx, dx, 2e-5, "dx");
+      check_close(one.dw1, dw1, 2e-5, "dW1");
+      check_close(one.db1, db1, 2e-5, "db1");
+      check_close(one.dw2, dw2, 2e-5, "dW2");
+      check_close(one.db2, db2, 2e-5, "db2");
+      for (int threads : {2, 3}) {
+        CAPTURE(threads);
+        set_num_threads(threads);
+        const SeRun more = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias);
+        CHECK(more.y == one.y);
+        CHECK(more.dx == one.dx);
+        CHECK(more.dw1 == one.dw1);
+        CHECK(more.db1 == one.db1);
+        CHECK(more.dw2 == one.dw2);
+        CHECK(more.db2 == one.db2);
+        // gradients not asked for are not written, and the others are the same bits
+        const SeRun some = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias, false);
+        CHECK(std::all_of(some.dw1.begin(), some.dw1.end(), [](float v) { return std::isnan(v); }));
+        CHECK(std::all_of(some.db2.begin(), some.db2.end(), [](float v) { return std::isnan(v); }));
+        CHECK(some.dx == one.dx);
+        CHECK(some.db1 == one.db1);
+        CHECK(some.dw2 == one.dw2);
+      }
     }
-  }
-  // no rows: zero weight gradients
+  // no rows: zero weight gradients, every one written
   const auto w1 = random_values<float>(128 * 16, 57), b1 = random_values<float>(16, 58),
              w2 = random_values<float>(16 * 128, 59), b2 = random_values<float>(128, 60);
   const SeRun none = run_cpu({}, w1, b1, w2, b2, {}, 0, 128, 16);
-  CHECK(std::all_of(none.dw1.begin(), none.dw1.end(), [](float v) { return v == 0.0f; }));
-  CHECK(std::all_of(none.db2.begin(), none.db2.end(), [](float v) { return v == 0.0f; }));
+  for (const std::vector<float>* g : {&none.dw1, &none.db1, &none.dw2, &none.db2})
+    CHECK(std::all_of(g->begin(), g->end(), [](float v) { return v == 0.0f; }));
 }
 
 TEST_CASE("squeeze_excite: the op is the four ops it replaces, and refuses shapes that do not fit") {
@@ -138,9 +156,9 @@ TEST_CASE("squeeze_excite: the op is the four ops it replaces, and refuses shape
   // refusals, naming what does not fit
   const ag::Var x = rand_var({9, 6}, 1), w1 = rand_var({6, 3}, 2), w2 = rand_var({3, 6}, 3);
   CHECK_THROWS_WITH_AS(ag::squeeze_excite(x, rand_var({5, 3}, 4), ag::Var(), w2, ag::Var()),
-                       doctest::Contains("are not [6, H] and [H, 6] for x f64[9, 6]"), Error);
-  CHECK_THROWS_WITH_AS(ag::squeeze_excite(x, rand_var({5, 3}, 4), ag::Var(), w2, ag::Var()),
                        doctest::Contains("squeeze_excite: w1 f64[5, 3]"), Error);
+  CHECK_THROWS_WITH_AS(ag::squeeze_excite(x, w1, ag::Var(), rand_var({3, 5}, 4), ag::Var()),
+                       doctest::Contains("are not [6, H] and [H, 6] for x f64[9, 6]"), Error);
   CHECK_THROWS_WITH_AS(ag::squeeze_excite(x, w1, rand_var({4}, 5), w2, ag::Var()),
                        doctest::Contains("squeeze_excite: b1 has 4 values, not 3"), Error);
   CHECK_THROWS_WITH_AS(ag::squeeze_excite(x, w1, ag::Var(), w2, rand_var({3}, 6)),
