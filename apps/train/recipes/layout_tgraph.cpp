@@ -42,7 +42,10 @@
 // - Of duplicate configs it keeps the first, we the fastest (--dedup on): on unet3d's training split 79
 //   of 579 kept targets differ, by at most 1.6e-5 relative (measurement noise).
 // - Its squeeze-and-excitation gates each (node, config) row from that row alone, as its code does (no
-//   mean over the nodes first, unlike the image SE block).
+//   mean over the nodes first, unlike the image SE block). On an AVX-512 host, where the block squeezes
+//   to 16 (its input 128 wide: the default --hidden 256 with --cross-attn on), it is one op
+//   (ag::squeeze_excite) whose two small products are f32 FMA chains even with --matmul-precision bf16,
+//   which rounds every other product's inputs to bf16 as its autocast does.
 // - T is learned as its inverse beta = 1/T (init 2, i.e. T = 0.5): the same function; the gradient
 //   reaches 1/T instead of T, and Adam's per-parameter step size makes the two train alike.
 // - Its hinge loss is a mean over all C^2 pairs of the slate (pairs that do not count add 0); ours is a
