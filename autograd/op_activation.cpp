@@ -122,7 +122,8 @@ Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, co
     check_arg_on("squeeze_excite", name, *b, 1, x.dtype(), x.device());
     GNN_CHECK(b->size(0) == n, "squeeze_excite: ", name, " has ", b->size(0), " values, not ", n);
   }
-  if (x.value().is_cuda()) {
+  // a GPU, or float where the host kernel does not apply: the composed ops
+  if (x.value().is_cuda() || (x.dtype() == DType::F32 && !squeeze_excite_vectorised(F, H))) {
     const Var z = matmul(x, w1);
     const Var h = b1.defined() ? bias_act(z, b1, Act::kRelu) : activation(z, Act::kRelu);
     return gate(x, matmul(h, w2), b2);

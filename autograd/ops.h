@@ -48,7 +48,8 @@ Var gate(const Var& x, const Var& z, const Var& b);
 // The whole squeeze-and-excitation block, x * sigmoid(relu(x w1 + b1) w2 + b2), x [R, F], w1 [F, H], w2 [H, F],
 // b1 [H] and b2 [F] (either undefined: no bias), as one op on the host (kernels/squeeze_excite.h: x and dy
 // read once, [R, H] kept, the [R, F] intermediates never written; its products in f32 whatever the GEMM
-// precision); on a GPU the composed ops (matmul, bias_act, matmul, gate), the products as cuBLAS runs them.
+// precision) where squeeze_excite_vectorised(F, H), and in f64 (the reference); elsewhere, and on a GPU,
+// the composed ops (matmul, bias_act, matmul, gate), the products as gemm_cpu or cuBLAS runs them.
 Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2);
 inline Var relu(const Var& x) { return activation(x, Act::kRelu); }
 inline Var elu(const Var& x) { return activation(x, Act::kElu); }

@@ -92,9 +92,9 @@ void squeeze_excite_backward_ref(T* dx, T* dw1, T* db1, T* dw2, T* db2, const T*
   total(db2, pb2, F);
 }
 
-// Float on the host: AVX-512 row blocks where gemm_isa() is AVX-512, H is 16 and F a multiple of 16
-// (squeeze_excite_vectorised), the forward over the threads; elsewhere the reference's loops (the forward
-// in row blocks over the threads, the backward on one). With R at 0 the weight gradients are zeros.
+// Float on the host: AVX-512 row blocks over the threads, where gemm_isa() is AVX-512, H is 16 and F a
+// multiple of 16 (squeeze_excite_vectorised; elsewhere an error: ag::squeeze_excite composes the ops
+// there). With R at 0 the weight gradients are zeros.
 inline constexpr int64_t kSqueezeExciteBlock = 32;  // the AVX-512 kernel's rows a block, per thread
 bool squeeze_excite_vectorised(int64_t F, int64_t H);
 void squeeze_excite_forward_cpu(float* y, float* h, const float* x, const float* w1, const float* b1, const float* w2,

@@ -1,12 +1,12 @@
-// The squeeze-and-excitation block on the host: squeeze_excite_avx512.cpp's row blocks where they apply,
-// with their workspace allocated and filled here; the reference's loops otherwise (the forward over the
-// threads, a block of rows each).
-#include <algorithm>
+// The squeeze-and-excitation block on the host in float: squeeze_excite_avx512.cpp's row blocks, with
+// their workspace allocated and filled here. Where they do not apply the op composes other ops, so the
+// float reference (whose vmath calls want an ISA clone of their own) is never built.
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "base/error.h"
 #include "kernels/gemm.h"
 #include "kernels/squeeze_excite.h"
 
@@ -47,40 +47,37 @@ bool squeeze_excite_vectorised(int64_t F, int64_t H) {
 
 void squeeze_excite_forward_cpu(float* y, float* h, const float* x, const float* w1, const float* b1, const float* w2,
                                 const float* b2, int64_t R, int64_t F, int64_t H) {
+  GNN_CHECK(squeeze_excite_vectorised(F, H), "squeeze_excite: no host kernel for ", F, " channels squeezed to ", H,
+            " (ag::squeeze_excite composes the ops there)");
 #if defined(__x86_64__)
-  if (squeeze_excite_vectorised(F, H)) {
-    float* ws = workspace(F + max_threads() * squeeze_excite_thread_floats(F, false));
-    bias_row(ws, b2, F);
-    return squeeze_excite_forward_avx512(y, h, x, w1, b1, w2, R, F, ws);
-  }
+  float* ws = workspace(F + max_threads() * squeeze_excite_thread_floats(F, false));
+  bias_row(ws, b2, F);
+  squeeze_excite_forward_avx512(y, h, x, w1, b1, w2, R, F, ws);
+#else
+  (void)y, (void)h, (void)x, (void)w1, (void)b1, (void)w2, (void)b2, (void)R;
 #endif
-  const int64_t block = 64, blocks = (R + block - 1) / block;
-#pragma omp parallel for schedule(static) if (R * F * H > (1 << 18))
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t r0 = b * block, n = std::min(block, R - r0);
-    squeeze_excite_forward_ref(y + r0 * F, h + r0 * H, x + r0 * F, w1, b1, w2, b2, n, F, H);
-  }
 }
 
 void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
                                  const float* x, const float* h, const float* w1, const float* w2, const float* b2,
                                  int64_t R, int64_t F, int64_t H) {
+  GNN_CHECK(squeeze_excite_vectorised(F, H), "squeeze_excite: no host kernel for ", F, " channels squeezed to ", H,
+            " (ag::squeeze_excite composes the ops there)");
 #if defined(__x86_64__)
-  if (squeeze_excite_vectorised(F, H)) {
-    const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
-    float* ws =
-        workspace(F + 2 * H * F + chunks * (2 * F * H + H + F) + max_threads() * squeeze_excite_thread_floats(F, true));
-    float *w1t = ws + F, *w2t = w1t + H * F;
-    bias_row(ws, b2, F);
-    for (int64_t k = 0; k < F; ++k)
-      for (int64_t m = 0; m < H; ++m) {
-        w1t[m * F + k] = w1[k * H + m];  // W1^T [H, F]
-        w2t[k * H + m] = w2[m * F + k];  // W2^T [F, H]
-      }
-    return squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w2, R, F, ws);
-  }
+  const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
+  float* ws =
+      workspace(F + 2 * H * F + chunks * (2 * F * H + H + F) + max_threads() * squeeze_excite_thread_floats(F, true));
+  float *w1t = ws + F, *w2t = w1t + H * F;
+  bias_row(ws, b2, F);
+  for (int64_t k = 0; k < F; ++k)
+    for (int64_t m = 0; m < H; ++m) {
+      w1t[m * F + k] = w1[k * H + m];  // W1^T [H, F]
+      w2t[k * H + m] = w2[m * F + k];  // W2^T [F, H]
+    }
+  squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w2, R, F, ws);
+#else
+  (void)dx, (void)dw1, (void)db1, (void)dw2, (void)db2, (void)dy, (void)x, (void)h, (void)w1, (void)w2, (void)b2, (void)R;
 #endif
-  squeeze_excite_backward_ref(dx, dw1, db1, dw2, db2, dy, x, h, w1, w2, b2, R, F, H);
 }
 
 }  // namespace gnn
