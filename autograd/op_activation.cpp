@@ -110,6 +110,12 @@ Var gate(const Var& x, const Var& z, const Var& b) {
   });
 }
 
+Var squeeze_excite_composed(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2) {
+  const Var z = matmul(x, w1);
+  const Var h = b1.defined() ? bias_act(z, b1, Act::kRelu) : activation(z, Act::kRelu);
+  return gate(x, matmul(h, w2), b2);
+}
+
 Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2) {
   check_arg_on("squeeze_excite", "x", x, 2, x.dtype(), x.device());
   check_arg_on("squeeze_excite", "w1", w1, 2, x.dtype(), x.device());
@@ -123,11 +129,8 @@ Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, co
     GNN_CHECK(b->size(0) == n, "squeeze_excite: ", name, " has ", b->size(0), " values, not ", n);
   }
   // a GPU, or float where the host kernel does not apply: the composed ops
-  if (x.value().is_cuda() || (x.dtype() == DType::F32 && !squeeze_excite_vectorised(F, H))) {
-    const Var z = matmul(x, w1);
-    const Var h = b1.defined() ? bias_act(z, b1, Act::kRelu) : activation(z, Act::kRelu);
-    return gate(x, matmul(h, w2), b2);
-  }
+  if (x.value().is_cuda() || (x.dtype() == DType::F32 && !squeeze_excite_vectorised(F, H)))
+    return squeeze_excite_composed(x, w1, b1, w2, b2);
   return dispatch_dev("squeeze_excite", x.value(), [&](auto t) {
     using T = decltype(t);
     Tensor y = empty_like(x.value(), x.shape()), h = empty_like(x.value(), Shape{R, H});

@@ -51,6 +51,9 @@ Var gate(const Var& x, const Var& z, const Var& b);
 // precision) where squeeze_excite_vectorised(F, H), and in f64 (the reference); elsewhere, and on a GPU,
 // the composed ops (matmul, bias_act, matmul, gate), the products as gemm_cpu or cuBLAS runs them.
 Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2);
+// The same block as those composed ops, on any device and dtype: what squeeze_excite runs where its kernel
+// does not apply, and the yardstick its tests and bench case measure it against.
+Var squeeze_excite_composed(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2);
 inline Var relu(const Var& x) { return activation(x, Act::kRelu); }
 inline Var elu(const Var& x) { return activation(x, Act::kElu); }
 inline Var gelu(const Var& x) { return activation(x, Act::kGelu); }

@@ -165,7 +165,7 @@ std::vector<OpCase> all_op_cases() {
       {"squeeze-excite-composed",  // the same block as the four ops it replaces (matmul, bias_act, matmul, gate)
        [](const OpSize& s) { return squeeze_excite_inputs(s); },
        [](const Vars& x, const Graph&, const OpInputs&) {
-         return ag::gate(x[0], ag::matmul(ag::bias_act(ag::matmul(x[0], x[1]), x[2], Act::kRelu), x[3]), x[4]);
+         return ag::squeeze_excite_composed(x[0], x[1], x[2], x[3], x[4]);
        }},
       {"dropout", [](const OpSize& s) { return rows_of(s, 1); },
        [](const Vars& x, const Graph&, const OpInputs&) {

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "kernels/gemm.h"
-#include "kernels/squeeze_excite.h"
 
 namespace gnn::train {
 
@@ -164,14 +163,10 @@ ChannelAttention::ChannelAttention(int64_t dim, int64_t reduction, Rng& rng)
 }
 
 ag::Var ChannelAttention::forward(const ag::Var& x, int64_t C) const {
-  const ag::Var rows = per_config(x, C);
-  // rows * sigmoid(excite(squeeze)): on the host one op where its vector kernel applies (in f32 whatever
-  // the GEMM precision), else the products with the excitation's bias, sigmoid and product in one op
-  if (!rows.value().is_cuda() && rows.dtype() == DType::F32 &&
-      squeeze_excite_vectorised(rows.size(1), squeeze_.out_features()))
-    return node_major(ag::squeeze_excite(rows, squeeze_.weight, squeeze_.bias, excite_.weight, excite_.bias), C);
-  const ag::Var z = ag::matmul(squeeze_.forward(rows, Act::kRelu), excite_.weight);
-  return node_major(ag::gate(rows, z, excite_.bias), C);
+  // rows * sigmoid(excite(squeeze(rows))): one op on the host where its vector kernel applies (in f32
+  // whatever the GEMM precision), else the composed products, bias_act and gate (ag::squeeze_excite decides)
+  return node_major(
+      ag::squeeze_excite(per_config(x, C), squeeze_.weight, squeeze_.bias, excite_.weight, excite_.bias), C);
 }
 
 CrossConfigAttention::CrossConfigAttention(double b) {

@@ -54,6 +54,19 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
   }
 }
 
+// The op (or the composed ops) on fresh parameters holding in = {x, w1, b1, w2, b2}, back from dy: y, then
+// the gradients of x, w1, b1, w2 and b2.
+std::vector<std::vector<float>> run_op(bool op, const std::vector<Tensor>& in, const Tensor& dy) {
+  std::vector<ag::Var> v;
+  for (const Tensor& t : in) v.push_back(ag::Var::param(t.clone()));
+  const ag::Var y = op ? ag::squeeze_excite(v[0], v[1], v[2], v[3], v[4])
+                       : ag::squeeze_excite_composed(v[0], v[1], v[2], v[3], v[4]);
+  std::vector<std::vector<float>> out{y.value().to_vector<float>()};
+  ag::backward(y, dy);
+  for (const ag::Var& p : v) out.push_back(p.grad().to_vector<float>());
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("squeeze_excite: the reference by finite differences, with and without biases") {
@@ -137,43 +150,21 @@ TEST_CASE("squeeze_excite: the float kernel against the reference, the same bits
 TEST_CASE("squeeze_excite: the op is the four ops it replaces, and refuses shapes that do not fit") {
   // f32 products: the composed block's products in f32 as the op's
   const PrecisionRestored precision(GemmPrecision::kF32);
-  const Tensor xs = rand({300, 128}, 61), w1s = rand({128, 16}, 62), b1s = rand({16}, 63), w2s = rand({16, 128}, 64),
-               b2s = rand({128}, 65), dy = rand({300, 128}, 66);
-  auto run = [&](bool fused) {
-    const ag::Var x = ag::Var::param(xs.clone()), w1 = ag::Var::param(w1s.clone()), b1 = ag::Var::param(b1s.clone()),
-                  w2 = ag::Var::param(w2s.clone()), b2 = ag::Var::param(b2s.clone());
-    const ag::Var y = fused ? ag::squeeze_excite(x, w1, b1, w2, b2)
-                            : ag::gate(x, ag::matmul(ag::bias_act(ag::matmul(x, w1), b1, Act::kRelu), w2), b2);
-    const std::vector<float> out = y.value().to_vector<float>();
-    ag::backward(y, dy);
-    return std::vector<std::vector<float>>{out,
-                                           x.grad().to_vector<float>(),
-                                           w1.grad().to_vector<float>(),
-                                           b1.grad().to_vector<float>(),
-                                           w2.grad().to_vector<float>(),
-                                           b2.grad().to_vector<float>()};
-  };
-  const auto f = run(true), c = run(false);
+  const std::vector<Tensor> in{rand({300, 128}, 61), rand({128, 16}, 62), rand({16}, 63), rand({16, 128}, 64),
+                                rand({128}, 65)};
+  const Tensor dy = rand({300, 128}, 66);
+  const auto f = run_op(true, in, dy), c = run_op(false, in, dy);
   const char* names[] = {"y", "dx", "dW1", "db1", "dW2", "db2"};
   for (size_t k = 0; k < f.size(); ++k) check_close(f[k], wide(c[k]), 1e-4, names[k]);
   // where the host kernel does not apply (20 channels squeezed to 5) the op is the composed ops, bit for
   // bit, and the kernel itself refuses
-  const Tensor x5 = rand({77, 20}, 67), w15 = rand({20, 5}, 68), b15 = rand({5}, 69), w25 = rand({5, 20}, 70),
-               b25 = rand({20}, 71), dy5 = rand({77, 20}, 72);
-  auto run5 = [&](bool op) {
-    const ag::Var x = ag::Var::param(x5.clone()), w1 = ag::Var::param(w15.clone()), b1 = ag::Var::param(b15.clone()),
-                  w2 = ag::Var::param(w25.clone()), b2 = ag::Var::param(b25.clone());
-    const ag::Var y = op ? ag::squeeze_excite(x, w1, b1, w2, b2)
-                         : ag::gate(x, ag::matmul(ag::bias_act(ag::matmul(x, w1), b1, Act::kRelu), w2), b2);
-    const std::vector<float> out = y.value().to_vector<float>();
-    ag::backward(y, dy5);
-    return std::vector<std::vector<float>>{out, x.grad().to_vector<float>(), w1.grad().to_vector<float>(),
-                                           b2.grad().to_vector<float>()};
-  };
-  CHECK(run5(true) == run5(false));
+  const std::vector<Tensor> in5{rand({77, 20}, 67), rand({20, 5}, 68), rand({5}, 69), rand({5, 20}, 70),
+                                 rand({20}, 71)};
+  const Tensor dy5 = rand({77, 20}, 72);
+  CHECK(run_op(true, in5, dy5) == run_op(false, in5, dy5));
   std::vector<float> y5(77 * 20), h5(77 * 5);
-  CHECK_THROWS_WITH_AS(squeeze_excite_forward_cpu(y5.data(), h5.data(), x5.f32(), w15.f32(), b15.f32(), w25.f32(),
-                                                  b25.f32(), 77, 20, 5),
+  CHECK_THROWS_WITH_AS(squeeze_excite_forward_cpu(y5.data(), h5.data(), in5[0].f32(), in5[1].f32(), in5[2].f32(),
+                                                  in5[3].f32(), in5[4].f32(), 77, 20, 5),
                        doctest::Contains("squeeze_excite: no host kernel for 20 channels squeezed to 5"), Error);
   // refusals, naming what does not fit
   const ag::Var x = rand_var({9, 6}, 1), w1 = rand_var({6, 3}, 2), w2 = rand_var({3, 6}, 3);
