@@ -11,7 +11,6 @@
 // order, then the chunks in order: the same bits for any thread count. b1, b2 may be null (no bias);
 // dx, dw1, db1, dw2, db2 may each be null (not wanted), and dx (when given) is written, not added to.
 #pragma once
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 

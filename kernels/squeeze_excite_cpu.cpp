@@ -1,6 +1,7 @@
 // The squeeze-and-excitation block on the host in float: squeeze_excite_avx512.cpp's row blocks, with
 // their workspace allocated and filled here. Where they do not apply the op composes other ops, so the
 // float reference (whose vmath calls want an ISA clone of their own) is never built.
+#include <algorithm>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
@@ -21,11 +22,12 @@ int64_t max_threads() {
 #endif
 }
 
-// The AVX-512 kernels' workspace, n floats of zeros: the calling thread's, kept from call to call so that
-// a step's calls do not map and fault fresh pages for it.
+// The AVX-512 kernels' workspace, n floats holding whatever the last call left (the kernels write their
+// buffers before they read them; the caller zeroes the partial sums): the calling thread's, kept from call
+// to call so that a step's calls do not map and fault fresh pages for it.
 float* workspace(int64_t n) {
   static thread_local std::vector<float> ws;
-  ws.assign(size_t(n), 0.0f);
+  if (ws.size() < size_t(n)) ws.resize(size_t(n));
   return ws.data();
 }
 
@@ -64,11 +66,11 @@ void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, 
   GNN_CHECK(squeeze_excite_vectorised(F, H), "squeeze_excite: no host kernel for ", F, " channels squeezed to ", H,
             " (ag::squeeze_excite composes the ops there)");
 #if defined(__x86_64__)
-  const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
-  float* ws =
-      workspace(F + 2 * H * F + chunks * (2 * F * H + H + F) + max_threads() * squeeze_excite_thread_floats(F, true));
+  const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk, parts = chunks * (2 * F * H + H + F);
+  float* ws = workspace(F + 2 * H * F + parts + max_threads() * squeeze_excite_thread_floats(F, true));
   float *w1t = ws + F, *w2t = w1t + H * F;
   bias_row(ws, b2, F);
+  std::fill_n(w2t + F * H, parts, 0.0f);  // the chunks' partial sums start from zero
   for (int64_t k = 0; k < F; ++k)
     for (int64_t m = 0; m < H; ++m) {
       w1t[m * F + k] = w1[k * H + m];  // W1^T [H, F]
@@ -76,7 +78,8 @@ void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, 
     }
   squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w2, R, F, ws);
 #else
-  (void)dx, (void)dw1, (void)db1, (void)dw2, (void)db2, (void)dy, (void)x, (void)h, (void)w1, (void)w2, (void)b2, (void)R;
+  (void)dx, (void)dw1, (void)db1, (void)dw2, (void)db2, (void)dy;
+  (void)x, (void)h, (void)w1, (void)w2, (void)b2, (void)R;
 #endif
 }
 
