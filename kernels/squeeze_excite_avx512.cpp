@@ -144,6 +144,57 @@ void add_column_sums(float* part, const float* a, int64_t n, int64_t F) {
   }
 }
 
+// One block of n rows forward: h (into hb), z = h W2 + b2 in the thread's buffer, y = x * sigmoid(z)
+GNN_INLINE inline void block_forward(const float* xb, int64_t n, int64_t F, const float* w1, V b1v, const float* w2,
+                                     const float* b2row, float* hb, float* z, float* yb) {
+  squeeze_block(xb, n, F, w1, b1v, hb);
+  rows_from_16(hb, n, w2, F, b2row, 0, z, F);
+  for (int64_t i = 0; i < n * F; ++i) yb[i] = xb[i] * vm::sigmoid(z[i]);
+}
+
+// The sums one chunk's rows add to: dW1 [F, 16] | dW2 [16, F] | db1 [16] | db2 [F]
+struct Partials {
+  float *w1, *w2, *b1, *b2;
+  Partials(float* parts, int64_t chunk, int64_t F)
+      : w1(parts + chunk * (2 * F * H + H + F)), w2(w1 + F * H), b1(w2 + H * F), b2(b1 + H) {}
+};
+
+// One block of n rows backward from s = sigmoid(z) and dy: g = dy x s (1 - s) and p = (g W2^T) [h > 0]
+// added to the chunk's partials, and dx = dy s + p W1^T written (when dxb is given). g, dys and p are the
+// thread's buffers.
+GNN_INLINE inline void block_backward(const float* s, const float* dyb, const float* xb, const float* hb, int64_t n,
+                                      int64_t F, const float* w1t, const float* w2t, const Partials& part, float* g,
+                                      float* dys, float* p, float* dxb) {
+  for (int64_t i = 0; i < n * F; ++i) {
+    dys[i] = dyb[i] * s[i];
+    g[i] = dyb[i] * xb[i] * (s[i] * (1.0f - s[i]));
+  }
+  add_column_sums(part.b2, g, n, F);
+  add_outer_16_by_f(part.w2, hb, g, n, F);
+  gate_grad_block(g, n, F, w2t, hb, p);
+  add_column_sums(part.b1, p, n, H);
+  add_outer_f_by_16(part.w1, xb, p, n, F);
+  if (dxb) rows_from_16(p, n, w1t, F, dys, F, dxb, F);
+}
+
+// The chunks' partials summed in chunk order into the gradients asked for, each element on its own
+void total_partials(float* dw1, float* db1, float* dw2, float* db2, const float* parts, int64_t chunks, int64_t F) {
+  const int64_t part_size = 2 * F * H + H + F;
+  auto total = [&](float* out, int64_t offset, int64_t count) {
+    if (!out) return;
+#pragma omp parallel for if (chunks * count > 65536)
+    for (int64_t i = 0; i < count; ++i) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < chunks; ++c) acc += parts[c * part_size + offset + i];
+      out[i] = acc;
+    }
+  };
+  total(dw1, 0, F * H);
+  total(dw2, F * H, H * F);
+  total(db1, 2 * F * H, H);
+  total(db2, 2 * F * H + H, F);
+}
+
 }  // namespace
 
 // The workspace (squeeze_excite_cpu.cpp allocates it: no std containers in a file built for AVX-512,
@@ -162,12 +213,7 @@ void squeeze_excite_forward_avx512(float* y, float* h, const float* x, const flo
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t r0 = blk * RB, n = std::min<int64_t>(RB, R - r0);
-      const float* xb = x + r0 * F;
-      float* hb = h + r0 * H;
-      squeeze_block(xb, n, F, w1, b1v, hb);
-      rows_from_16(hb, n, w2, F, b2row, 0, z, F);
-      float* yb = y + r0 * F;
-      for (int64_t i = 0; i < n * F; ++i) yb[i] = xb[i] * vm::sigmoid(z[i]);
+      block_forward(x + r0 * F, n, F, w1, b1v, w2, b2row, h + r0 * H, z, y + r0 * F);
     }
   }
 }
@@ -176,52 +222,28 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
                                     const float* x, const float* h, const float* w2, int64_t R, int64_t F,
                                     float* ws) {
   const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
-  const int64_t part_size = 2 * F * H + H + F;  // dW1 [F, 16], dW2 [16, F], db1, db2
   const float *b2row = ws, *w1t = ws + F, *w2t = w1t + H * F;
   float* parts = ws + F + 2 * H * F;
-  float* threads = parts + chunks * part_size;
+  float* threads = parts + chunks * (2 * F * H + H + F);
 #pragma omp parallel if (R * F > 65536)
   {
     float* z = threads + thread_index() * squeeze_excite_thread_floats(F, true);
     const int64_t step = RB * F + kSqueezeExcitePad;
-    float *g = z + step, *dxs = g + step, *p = dxs + step;
+    float *g = z + step, *dys = g + step, *p = dys + step;
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
-      float* pw1 = parts + c * part_size;
-      float *pw2 = pw1 + F * H, *pb1 = pw2 + H * F, *pb2 = pb1 + H;
+      const Partials part(parts, c, F);
       const int64_t c1 = std::min(R, (c + 1) * kSqueezeExciteChunk);
       for (int64_t r0 = c * kSqueezeExciteChunk; r0 < c1; r0 += RB) {
         const int64_t n = std::min<int64_t>(RB, c1 - r0);
-        const float *xb = x + r0 * F, *hb = h + r0 * H, *dyb = dy + r0 * F;
-        rows_from_16(hb, n, w2, F, b2row, 0, z, F);  // z as the forward computed it
-        for (int64_t i = 0; i < n * F; ++i) {
-          const float s = vm::sigmoid(z[i]);
-          dxs[i] = dyb[i] * s;
-          g[i] = dyb[i] * xb[i] * (s * (1.0f - s));
-        }
-        add_column_sums(pb2, g, n, F);
-        add_outer_16_by_f(pw2, hb, g, n, F);
-        gate_grad_block(g, n, F, w2t, hb, p);
-        add_column_sums(pb1, p, n, H);
-        add_outer_f_by_16(pw1, xb, p, n, F);
-        if (dx) rows_from_16(p, n, w1t, F, dxs, F, dx + r0 * F, F);
+        const float* hb = h + r0 * H;
+        rows_from_16(hb, n, w2, F, b2row, 0, z, F);  // z as the forward computed it, then s = sigmoid(z)
+        for (int64_t i = 0; i < n * F; ++i) z[i] = vm::sigmoid(z[i]);
+        block_backward(z, dy + r0 * F, x + r0 * F, hb, n, F, w1t, w2t, part, g, dys, p, dx ? dx + r0 * F : nullptr);
       }
     }
   }
-  // the chunks in order, each output element on its own
-  auto total = [&](float* out, int64_t offset, int64_t count) {
-    if (!out) return;
-#pragma omp parallel for if (chunks * count > 65536)
-    for (int64_t i = 0; i < count; ++i) {
-      float acc = 0.0f;
-      for (int64_t c = 0; c < chunks; ++c) acc += parts[c * part_size + offset + i];
-      out[i] = acc;
-    }
-  };
-  total(dw1, 0, F * H);
-  total(dw2, F * H, H * F);
-  total(db1, 2 * F * H, H);
-  total(db2, 2 * F * H + H, F);
+  total_partials(dw1, db1, dw2, db2, parts, chunks, F);
 }
 
 }  // namespace gnn
