@@ -116,18 +116,29 @@ Var squeeze_excite_composed(const Var& x, const Var& w1, const Var& b1, const Va
   return gate(x, matmul(h, w2), b2);
 }
 
-Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2) {
-  check_arg_on("squeeze_excite", "x", x, 2, x.dtype(), x.device());
-  check_arg_on("squeeze_excite", "w1", w1, 2, x.dtype(), x.device());
-  check_arg_on("squeeze_excite", "w2", w2, 2, x.dtype(), x.device());
-  const int64_t R = x.size(0), F = x.size(1), H = w1.size(1);
-  GNN_CHECK(w1.size(0) == F && w2.size(0) == H && w2.size(1) == F, "squeeze_excite: w1 ", w1.value().desc(),
-            " and w2 ", w2.value().desc(), " are not [", F, ", H] and [H, ", F, "] for x ", x.value().desc());
+namespace {
+
+// The SE block's weights for F channels (x, its rows of F, named in the errors): H, the squeezed width.
+int64_t check_squeeze_excite(const char* op, const Var& x, int64_t F, const Var& w1, const Var& b1, const Var& w2,
+                             const Var& b2) {
+  check_arg_on(op, "w1", w1, 2, x.dtype(), x.device());
+  check_arg_on(op, "w2", w2, 2, x.dtype(), x.device());
+  const int64_t H = w1.size(1);
+  GNN_CHECK(w1.size(0) == F && w2.size(0) == H && w2.size(1) == F, op, ": w1 ", w1.value().desc(), " and w2 ",
+            w2.value().desc(), " are not [", F, ", H] and [H, ", F, "] for x ", x.value().desc());
   for (const auto& [name, b, n] : {std::tuple{"b1", &b1, H}, std::tuple{"b2", &b2, F}}) {
     if (!b->defined()) continue;
-    check_arg_on("squeeze_excite", name, *b, 1, x.dtype(), x.device());
-    GNN_CHECK(b->size(0) == n, "squeeze_excite: ", name, " has ", b->size(0), " values, not ", n);
+    check_arg_on(op, name, *b, 1, x.dtype(), x.device());
+    GNN_CHECK(b->size(0) == n, op, ": ", name, " has ", b->size(0), " values, not ", n);
   }
+  return H;
+}
+
+}  // namespace
+
+Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2) {
+  check_arg_on("squeeze_excite", "x", x, 2, x.dtype(), x.device());
+  const int64_t R = x.size(0), F = x.size(1), H = check_squeeze_excite("squeeze_excite", x, F, w1, b1, w2, b2);
   // a GPU, or float where the host kernel does not apply: the composed ops
   if (x.value().is_cuda() || (x.dtype() == DType::F32 && !squeeze_excite_vectorised(F, H)))
     return squeeze_excite_composed(x, w1, b1, w2, b2);
@@ -147,6 +158,54 @@ Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, co
         if (g->defined()) accumulate(*v, *g);
     });
   });
+}
+
+Var squeeze_excite_attention(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2,
+                              const Var& beta, int64_t configs, const Var& residual, Act act, FusedDropout dropout) {
+  const char* op = "squeeze_excite_attention";
+  check_arg_on(op, "x", x, 2, x.dtype(), x.device());
+  GNN_CHECK(configs >= 1 && x.size(1) % configs == 0, op, ": ", x.value().desc(), " is not [N, C*F] for C = ", configs);
+  const int64_t N = x.size(0), C = configs, F = x.size(1) / C, H = check_squeeze_excite(op, x, F, w1, b1, w2, b2);
+  // a GPU, f64, or a shape the host kernel does not take: the two ops (which check the rest)
+  if (x.value().is_cuda() || x.dtype() != DType::F32 || !squeeze_excite_attention_fused(C, F, H))
+    return config_attention(reshape(squeeze_excite(reshape(x, N * C, F), w1, b1, w2, b2), N, C * F), beta, C,
+                            residual, act, dropout);
+  check_arg_on(op, "beta", beta, 1, x.dtype(), x.device());
+  GNN_CHECK(beta.value().numel() == 1, op, ": beta must have one element, got ", beta.value().desc());
+  GNN_CHECK(act != Act::kLeakyRelu, op, ": the fused activation takes no slope; apply leaky_relu after it");
+  GNN_CHECK(dropout.p >= 0 && dropout.p < 1, op, ": dropout p must lie in [0, 1), got ", dropout.p);
+  if (residual.defined()) {
+    check_arg_on(op, "residual", residual, 2, x.dtype(), x.device());
+    GNN_CHECK(residual.size(0) == N && residual.size(1) == C * 2 * F, op, ": residual ", residual.value().desc(),
+              " is not the output's [", N, ", ", C * 2 * F, "]");
+  }
+  const Tensor xv = x.value(), rv = residual.defined() ? residual.value() : Tensor();
+  Tensor y = empty_like(xv, Shape{N, C * 2 * F}), w = empty_like(xv, Shape{N, C * F}), h = empty_like(xv, Shape{N * C, H});
+  const RowsDropout<float> drop = rows_dropout<float>(dropout, C);
+  auto f = [](const Var& v) { return v.defined() ? v.value().f32() : nullptr; };
+  squeeze_excite_attention_forward_cpu(y.f32(), w.f32(), h.f32(), xv.f32(), f(w1), f(b1), f(w2), f(b2),
+                                       rv.defined() ? rv.f32() : nullptr, N, C, F, H, f(beta), act, drop);
+  const Tensor keep_res = act != Act::kNone ? rv : Tensor();  // read only to recompute the activation's input
+  return record(op, y, {x, w1, b1, w2, b2, beta, residual},
+                [x, w1, b1, w2, b2, beta, residual, h, w, keep_res, N, C, F, H, act, drop](const Tensor& dy) {
+                  auto grad_of = [&](const Var& v) { return v.requires_grad() ? empty_like(dy, v.shape()) : Tensor(); };
+                  auto p = [](Tensor& g) { return g.defined() ? g.f32() : nullptr; };
+                  auto f = [](const Var& v) { return v.defined() ? v.value().f32() : nullptr; };
+                  Tensor dx = grad_of(x), dw1 = grad_of(w1), db1 = grad_of(b1), dw2 = grad_of(w2), db2 = grad_of(b2),
+                         dbeta = grad_of(beta);
+                  // without an activation or dropout the residual's gradient is dy itself
+                  const bool same = act == Act::kNone && !drop.mask.on;
+                  Tensor dres = residual.requires_grad() && !same ? empty_like(dy, dy.shape()) : Tensor();
+                  squeeze_excite_attention_backward_cpu(
+                      p(dx), p(dres), p(dbeta), p(dw1), p(db1), p(dw2), p(db2), dy.f32(), x.value().f32(), h.f32(),
+                      w.f32(), keep_res.defined() ? keep_res.f32() : nullptr, f(w1), f(w2), f(b2), N, C, F, H,
+                      f(beta), act, drop);
+                  for (const auto& [v, g] : {std::pair{&x, &dx}, std::pair{&w1, &dw1}, std::pair{&b1, &db1},
+                                             std::pair{&w2, &dw2}, std::pair{&b2, &db2}, std::pair{&beta, &dbeta},
+                                             std::pair{&residual, &dres}})
+                    if (g->defined()) accumulate(*v, *g);
+                  if (same) accumulate(residual, dy);
+                });
 }
 
 }  // namespace gnn::ag

@@ -95,6 +95,12 @@ struct FusedDropout {
 // `dropout` to dropout(that) (or dropout_configs) drawn from the same seed: the same bits.
 Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& residual = Var(), Act act = Act::kNone,
                      FusedDropout dropout = {});
+// config_attention(squeeze_excite(x's rows), beta, configs, residual, act, dropout) for x [N, C*F] (its
+// [N*C, F] rows), as one op on the host where squeeze_excite_attention_fused(C, F, H)
+// (kernels/squeeze_excite.h: the SE's output never written; the two ops' bits); elsewhere the two ops.
+Var squeeze_excite_attention(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2,
+                             const Var& beta, int64_t configs, const Var& residual = Var(), Act act = Act::kNone,
+                             FusedDropout dropout = {});
 
 // ---- graph aggregation (op_spmm.cpp) ------------------------------------------------------------------
 // y = reduce over each node's in-edges of w[p] * x[src(p)]. edge_weight: undefined (all 1), [E], or

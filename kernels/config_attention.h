@@ -179,6 +179,7 @@ void config_attention_backward_ref(T* dx, T* dres, T* dbeta, const T* dy, const 
 }
 
 // The same over all threads (rows in fixed chunks; dbeta summed over the chunks in order).
+inline constexpr int64_t kConfigAttentionChunks = 64;  // dbeta's partial sums, whatever the thread count
 void config_attention_forward_cpu(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C, int64_t D,
                                   const float* beta, Act a, RowsDropout<float> drop);
 void config_attention_backward_cpu(float* dx, float* dres, float* dbeta, const float* dy, const float* x,

@@ -8,10 +8,6 @@
 
 namespace gnn {
 
-namespace {
-constexpr int64_t kChunks = 64;  // fixed partial sums of dbeta, whatever the thread count
-}
-
 GNN_CPU_CLONES void config_attention_forward_cpu(float* y, float* w, const float* x, const float* res, int64_t R,
                                                  int64_t C, int64_t D, const float* beta, Act a,
                                                  RowsDropout<float> drop) {
@@ -32,7 +28,7 @@ GNN_CPU_CLONES void config_attention_backward_cpu(float* dx, float* dres, float*
                                                   const float* w, const float* res, int64_t R, int64_t C, int64_t D,
                                                   const float* beta, Act a, RowsDropout<float> drop) {
   const float b = *beta;
-  const int64_t chunks = std::min<int64_t>(kChunks, std::max<int64_t>(R, 1));
+  const int64_t chunks = std::min<int64_t>(kConfigAttentionChunks, std::max<int64_t>(R, 1));
   std::vector<double> part(size_t(chunks), 0.0);
 #pragma omp parallel
   {

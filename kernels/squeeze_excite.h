@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/config_attention.h"
 #include "kernels/math_fn.h"
 
 namespace gnn {
@@ -115,5 +116,40 @@ void squeeze_excite_forward_avx512(float* y, float* h, const float* x, const flo
 void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
                                     const float* x, const float* h, const float* w2, int64_t R, int64_t F,
                                     float* ws);
+
+// The SE block and the cross-config attention after it (kernels/config_attention.h) as one kernel: per
+// node, its C rows of x [N*C, F] through the SE block into the thread's buffer, then config_attention_row
+// on that buffer (y [N, C*2F], w [N, C*F], h [N*C, 16]), so that the SE's output is never written. The
+// backward recomputes it from x and h, runs the attention's row backward into the thread's buffer and the
+// SE blocks from there: the bits of squeeze_excite_forward_cpu / _backward_cpu and
+// config_attention_forward_cpu / _backward_cpu composed, where each node's rows cover whole chunks of
+// kSqueezeExciteChunk rows or a chunk whole nodes (squeeze_excite_attention_fused). Host only, where
+// squeeze_excite_vectorised(F, 16); dres and each gradient may be null (not wanted).
+bool squeeze_excite_attention_fused(int64_t C, int64_t F, int64_t H);
+void squeeze_excite_attention_forward_cpu(float* y, float* w, float* h, const float* x, const float* w1,
+                                          const float* b1, const float* w2, const float* b2, const float* res,
+                                          int64_t N, int64_t C, int64_t F, int64_t H, const float* beta, Act a,
+                                          RowsDropout<float> drop);
+void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta, float* dw1, float* db1, float* dw2,
+                                           float* db2, const float* dy, const float* x, const float* h, const float* w,
+                                           const float* res, const float* w1, const float* w2, const float* b2,
+                                           int64_t N, int64_t C, int64_t F, int64_t H, const float* beta, Act a,
+                                           RowsDropout<float> drop);
+// Their AVX-512 halves. Each thread's buffers: squeeze_excite_thread_floats, then forward the SE's output
+// for a node [C, F] and the attention's m and sum [F] each; backward s, the SE's output and its gradient
+// [C, F] each, the attention's scratch [C, 2F], aw, wx [F] and its F doubles. The backward's workspace
+// starts as squeeze_excite_backward_avx512's (b2 row, W1^T, W2^T, the chunks' partials, zeros) and writes
+// each node's part of dbeta into rows_dbeta [N].
+inline int64_t squeeze_excite_attention_thread_floats(int64_t C, int64_t F, bool backward) {
+  const int64_t node = C * F + kSqueezeExcitePad;
+  return squeeze_excite_thread_floats(F, backward) + (backward ? 5 * node + 4 * F : node + 2 * F);
+}
+void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const float* x, const float* w1,
+                                             const float* b1, const float* w2, const float* res, int64_t N, int64_t C,
+                                             int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws);
+void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* rows_dbeta, float* dw1, float* db1,
+                                              float* dw2, float* db2, const float* dy, const float* x, const float* h,
+                                              const float* w, const float* res, const float* w2, int64_t N, int64_t C,
+                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws);
 
 }  // namespace gnn

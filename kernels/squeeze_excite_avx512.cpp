@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "base/common.h"
+#include "kernels/config_attention.h"
 #include "kernels/squeeze_excite.h"
 #include "kernels/vmath.h"
 
@@ -242,6 +243,78 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
         block_backward(z, dy + r0 * F, x + r0 * F, hb, n, F, w1t, w2t, part, g, dys, p, dx ? dx + r0 * F : nullptr);
       }
     }
+  }
+  total_partials(dw1, db1, dw2, db2, parts, chunks, F);
+}
+
+// The fused SE + attention: one node's C rows at a time, in blocks of up to 32 rows (which never cross a
+// chunk: nodes cover whole chunks, or chunks whole nodes, and a chunk is whole blocks).
+void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const float* x, const float* w1,
+                                             const float* b1, const float* w2, const float* res, int64_t N, int64_t C,
+                                             int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws) {
+  const V b1v = b1 ? _mm512_loadu_ps(b1) : _mm512_setzero_ps();
+  const float* b2row = ws;
+#pragma omp parallel if (N * C * F > 65536)
+  {
+    float* z = ws + F + thread_index() * squeeze_excite_attention_thread_floats(C, F, false);
+    float* xs = z + squeeze_excite_thread_floats(F, false);
+    float *m = xs + C * F + kSqueezeExcitePad, *sum = m + F;
+#pragma omp for schedule(static)
+    for (int64_t node = 0; node < N; ++node) {
+      const int64_t row = node * C;
+      for (int64_t r0 = 0; r0 < C; r0 += RB) {
+        const int64_t n = std::min<int64_t>(RB, C - r0);
+        block_forward(x + (row + r0) * F, n, F, w1, b1v, w2, b2row, h + (row + r0) * H, z, xs + r0 * F);
+      }
+      dispatch_act(a, [&](auto A) GNN_INLINE {
+        config_attention_row(y + node * C * 2 * F, w + node * C * F, xs, res ? res + node * C * 2 * F : nullptr, C,
+                             F, beta, A, m, sum, drop, node);
+      });
+    }
+  }
+}
+
+void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* rows_dbeta, float* dw1, float* db1,
+                                              float* dw2, float* db2, const float* dy, const float* x, const float* h,
+                                              const float* w, const float* res, const float* w2, int64_t N, int64_t C,
+                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws) {
+  const int64_t R = N * C, chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
+  const int64_t group = std::max<int64_t>(1, kSqueezeExciteChunk / C), tasks = (N + group - 1) / group;
+  const float *b2row = ws, *w1t = ws + F, *w2t = w1t + H * F;
+  float* parts = ws + F + 2 * H * F;
+  float* threads = parts + chunks * (2 * F * H + H + F);
+#pragma omp parallel if (R * F > 65536)
+  {
+    float* z = threads + thread_index() * squeeze_excite_attention_thread_floats(C, F, true);
+    const int64_t step = RB * F + kSqueezeExcitePad, node_step = C * F + kSqueezeExcitePad;
+    float *g = z + step, *dys = g + step, *p = dys + step;
+    float* s = z + squeeze_excite_thread_floats(F, true);
+    float *xs = s + node_step, *dxs = xs + node_step, *scratch = dxs + node_step;
+    float *aw = scratch + 2 * node_step, *wx = aw + F;
+    double* db = reinterpret_cast<double*>(wx + F);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tasks; ++t)
+      for (int64_t node = t * group; node < std::min(N, (t + 1) * group); ++node) {
+        const int64_t row = node * C, o = node * C * 2 * F;
+        for (int64_t r0 = 0; r0 < C; r0 += RB) {  // s and the SE's output, as the forward computed them
+          const int64_t n = std::min<int64_t>(RB, C - r0);
+          float *sb = s + r0 * F, *xsb = xs + r0 * F;
+          const float* xb = x + (row + r0) * F;
+          rows_from_16(h + (row + r0) * H, n, w2, F, b2row, 0, sb, F);
+          for (int64_t i = 0; i < n * F; ++i) sb[i] = vm::sigmoid(sb[i]);
+          for (int64_t i = 0; i < n * F; ++i) xsb[i] = xb[i] * sb[i];
+        }
+        rows_dbeta[node] = dispatch_act(a, [&](auto A) GNN_INLINE {
+          return config_attention_row_backward_act(dxs, dres ? dres + o : nullptr, dy + o, xs, w + node * C * F,
+                                                   res ? res + o : nullptr, C, F, beta, A, scratch, aw, wx, db, drop,
+                                                   node);
+        });
+        for (int64_t r0 = 0; r0 < C; r0 += RB) {
+          const int64_t n = std::min<int64_t>(RB, C - r0), r = row + r0;
+          block_backward(s + r0 * F, dxs + r0 * F, x + r * F, h + r * H, n, F, w1t, w2t,
+                         Partials(parts, r / kSqueezeExciteChunk, F), g, dys, p, dx ? dx + r * F : nullptr);
+        }
+      }
   }
   total_partials(dw1, db1, dw2, db2, parts, chunks, F);
 }

@@ -36,6 +36,15 @@ void bias_row(float* out, const float* b2, int64_t F) {
   for (int64_t f = 0; f < F; ++f) out[f] = b2 ? b2[f] : 0.0f;
 }
 
+// W1^T [H, F] and W2^T [F, H]
+void transpose_weights(float* w1t, float* w2t, const float* w1, const float* w2, int64_t F, int64_t H) {
+  for (int64_t k = 0; k < F; ++k)
+    for (int64_t m = 0; m < H; ++m) {
+      w1t[m * F + k] = w1[k * H + m];
+      w2t[k * H + m] = w2[m * F + k];
+    }
+}
+
 }  // namespace
 
 bool squeeze_excite_vectorised(int64_t F, int64_t H) {
@@ -71,15 +80,65 @@ void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, 
   float *w1t = ws + F, *w2t = w1t + H * F;
   bias_row(ws, b2, F);
   std::fill_n(w2t + F * H, parts, 0.0f);  // the chunks' partial sums start from zero
-  for (int64_t k = 0; k < F; ++k)
-    for (int64_t m = 0; m < H; ++m) {
-      w1t[m * F + k] = w1[k * H + m];  // W1^T [H, F]
-      w2t[k * H + m] = w2[m * F + k];  // W2^T [F, H]
-    }
+  transpose_weights(w1t, w2t, w1, w2, F, H);
   squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w2, R, F, ws);
 #else
   (void)dx, (void)dw1, (void)db1, (void)dw2, (void)db2, (void)dy;
   (void)x, (void)h, (void)w1, (void)w2, (void)b2, (void)R;
+#endif
+}
+
+bool squeeze_excite_attention_fused(int64_t C, int64_t F, int64_t H) {
+  return C >= 1 && (kSqueezeExciteChunk % C == 0 || C % kSqueezeExciteChunk == 0) && squeeze_excite_vectorised(F, H);
+}
+
+void squeeze_excite_attention_forward_cpu(float* y, float* w, float* h, const float* x, const float* w1,
+                                          const float* b1, const float* w2, const float* b2, const float* res,
+                                          int64_t N, int64_t C, int64_t F, int64_t H, const float* beta, Act a,
+                                          RowsDropout<float> drop) {
+  GNN_CHECK(squeeze_excite_attention_fused(C, F, H), "squeeze_excite_attention: no host kernel for ", C,
+            " configs of ", F, " channels squeezed to ", H, " (ag::squeeze_excite_attention composes the ops there)");
+#if defined(__x86_64__)
+  float* ws = workspace(F + max_threads() * squeeze_excite_attention_thread_floats(C, F, false));
+  bias_row(ws, b2, F);
+  squeeze_excite_attention_forward_avx512(y, w, h, x, w1, b1, w2, res, N, C, F, *beta, a, drop, ws);
+#else
+  (void)y, (void)w, (void)h, (void)x, (void)w1, (void)b1, (void)w2, (void)b2, (void)res, (void)N;
+  (void)beta, (void)a, (void)drop;
+#endif
+}
+
+void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta, float* dw1, float* db1, float* dw2,
+                                           float* db2, const float* dy, const float* x, const float* h, const float* w,
+                                           const float* res, const float* w1, const float* w2, const float* b2,
+                                           int64_t N, int64_t C, int64_t F, int64_t H, const float* beta, Act a,
+                                           RowsDropout<float> drop) {
+  GNN_CHECK(squeeze_excite_attention_fused(C, F, H), "squeeze_excite_attention: no host kernel for ", C,
+            " configs of ", F, " channels squeezed to ", H, " (ag::squeeze_excite_attention composes the ops there)");
+#if defined(__x86_64__)
+  const int64_t chunks = (N * C + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
+  const int64_t parts = chunks * (2 * F * H + H + F);
+  float* ws = workspace(F + 2 * H * F + parts + max_threads() * squeeze_excite_attention_thread_floats(C, F, true));
+  float *w1t = ws + F, *w2t = w1t + H * F;
+  bias_row(ws, b2, F);
+  std::fill_n(w2t + F * H, parts, 0.0f);
+  transpose_weights(w1t, w2t, w1, w2, F, H);
+  static thread_local std::vector<double> rows;
+  rows.resize(size_t(N));
+  squeeze_excite_attention_backward_avx512(dx, dres, rows.data(), dw1, db1, dw2, db2, dy, x, h, w, res, w2, N, C, F,
+                                           *beta, a, drop, ws);
+  // dbeta as config_attention_backward_cpu sums it: the nodes' parts in its fixed chunks, then the chunks
+  const int64_t att_chunks = std::min<int64_t>(kConfigAttentionChunks, std::max<int64_t>(N, 1));
+  double total = 0;
+  for (int64_t k = 0; k < att_chunks; ++k) {
+    double part = 0;
+    for (int64_t r = k * N / att_chunks; r < (k + 1) * N / att_chunks; ++r) part += rows[size_t(r)];
+    total += part;
+  }
+  if (dbeta) *dbeta = float(total);
+#else
+  (void)dx, (void)dres, (void)dbeta, (void)dw1, (void)db1, (void)dw2, (void)db2, (void)dy, (void)x, (void)h;
+  (void)w, (void)res, (void)w1, (void)w2, (void)b2, (void)N, (void)beta, (void)a, (void)drop;
 #endif
 }
 

@@ -169,6 +169,12 @@ ag::Var ChannelAttention::forward(const ag::Var& x, int64_t C) const {
       ag::squeeze_excite(per_config(x, C), squeeze_.weight, squeeze_.bias, excite_.weight, excite_.bias), C);
 }
 
+ag::Var ChannelAttention::forward_cross(const ag::Var& x, int64_t C, const CrossConfigAttention& cross,
+                                        const ag::Var& residual, Act act, ag::FusedDropout dropout) const {
+  return ag::squeeze_excite_attention(x, squeeze_.weight, squeeze_.bias, excite_.weight, excite_.bias, cross.beta, C,
+                                      residual, act, dropout);
+}
+
 CrossConfigAttention::CrossConfigAttention(double b) {
   beta = add_param("beta", Tensor::full(Shape{1}, b, DType::F32));
 }

@@ -307,12 +307,16 @@ class ConsumerSage : public nn::Module {
 };
 
 // ---- the 1st place's layers (recipes/layout_tgraph.cpp) ------------------------------------------------
+class CrossConfigAttention;
 // Squeeze-and-excitation over the channels of each (row, config): x * sigmoid(W2 relu(W1 x + b1) + b2),
 // W1 [D, D/reduction]. x [R, C*D] -> [R, C*D].
 class ChannelAttention : public nn::Module {
  public:
   ChannelAttention(int64_t dim, int64_t reduction, Rng& rng);
   ag::Var forward(const ag::Var& x, int64_t C) const;
+  // cross.forward(forward(x, C), C, residual, act, dropout) as one op (ag::squeeze_excite_attention)
+  ag::Var forward_cross(const ag::Var& x, int64_t C, const CrossConfigAttention& cross,
+                        const ag::Var& residual = ag::Var(), Act act = Act::kNone, ag::FusedDropout dropout = {}) const;
 
  private:
   nn::Linear squeeze_, excite_;

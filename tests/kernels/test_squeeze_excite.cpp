@@ -178,6 +178,101 @@ TEST_CASE("squeeze_excite: the op is the four ops it replaces, and refuses shape
                        doctest::Contains("squeeze_excite: b2 has 3 values, not 6"), Error);
 }
 
+namespace {
+
+// squeeze_excite_attention (or the two ops it replaces) on fresh parameters holding in = {x [N, C*F], w1, b1,
+// w2, b2, beta, residual (or undefined)}, back from dy: y, then every input's gradient.
+std::vector<std::vector<float>> run_attention(bool op, const std::vector<Tensor>& in, const Tensor& dy, int64_t C,
+                                              Act act, ag::FusedDropout drop) {
+  std::vector<ag::Var> v;
+  for (const Tensor& t : in) v.push_back(t.defined() ? ag::Var::param(t.clone()) : ag::Var());
+  const int64_t N = in[0].size(0), F = in[0].size(1) / C;
+  const ag::Var y =
+      op ? ag::squeeze_excite_attention(v[0], v[1], v[2], v[3], v[4], v[5], C, v[6], act, drop)
+         : ag::config_attention(ag::reshape(ag::squeeze_excite(ag::reshape(v[0], N * C, F), v[1], v[2], v[3], v[4]),
+                                            N, C * F),
+                                v[5], C, v[6], act, drop);
+  std::vector<std::vector<float>> out{y.value().to_vector<float>()};
+  ag::backward(y, dy);
+  for (const ag::Var& p : v)
+    if (p.defined()) out.push_back(p.grad().to_vector<float>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("squeeze_excite_attention: the SE block and the cross-config attention after it, the two ops' bits") {
+  CHECK(squeeze_excite_attention_fused(64, 128, 16) == squeeze_excite_vectorised(128, 16));
+  CHECK_FALSE(squeeze_excite_attention_fused(48, 128, 16));  // nodes across the weight gradients' chunks
+  CHECK_FALSE(squeeze_excite_attention_fused(64, 20, 5));
+  if (!squeeze_excite_vectorised(128, 16))
+    MESSAGE("the host kernel needs AVX-512 (this CPU's products run ", gemm_isa_name(gemm_isa()),
+            "): the op is the two ops here, which this checks");
+  // C = 64 (the recipe's: four nodes a chunk), 16 (a node less than a block), 512 (two chunks a node) and
+  // 48 (not fused: the two ops); the residual, activation and both dropout masks as the recipe runs them
+  struct Case {
+    int64_t N, C, F;
+  };
+  const ThreadsRestored saved;
+  for (const Case c : {Case{9, 64, 48}, Case{150, 16, 16}, Case{3, 512, 32}, Case{7, 48, 32}})
+    for (int variant = 0; variant < 4; ++variant) {
+      const auto [N, C, F] = c;
+      CAPTURE(C);
+      CAPTURE(variant);
+      const bool res = variant != 0, bias = variant != 3;
+      const Act act = variant == 0 ? Act::kGelu : variant == 1 ? Act::kNone : Act::kGelu;
+      const ag::FusedDropout drop{variant >= 2 ? 0.3 : 0.0, 99, variant == 2};
+      const std::vector<Tensor> in{rand({N, C * F}, 81),
+                                   rand({F, 16}, 82),
+                                   bias ? rand({16}, 83) : Tensor(),
+                                   rand({16, F}, 84),
+                                   bias ? rand({F}, 85) : Tensor(),
+                                   Tensor::full(Shape{1}, 1.7, DType::F32),
+                                   res ? rand({N, C * 2 * F}, 86) : Tensor()};
+      const Tensor dy = rand({N, C * 2 * F}, 87);
+      set_num_threads(1);
+      const auto composed = run_attention(false, in, dy, C, act, drop);
+      for (int threads : {1, 2, 3}) {
+        CAPTURE(threads);
+        set_num_threads(threads);
+        const auto fused = run_attention(true, in, dy, C, act, drop);
+        REQUIRE(fused.size() == composed.size());
+        for (size_t k = 0; k < fused.size(); ++k) {
+          CAPTURE(k);  // y, then the gradients of x, w1, (b1,) w2, (b2,) beta, (residual)
+          CHECK(fused[k] == composed[k]);
+        }
+      }
+    }
+  // the kernel refuses what it does not take; the op names what does not fit
+  const Tensor x = rand({2, 48 * 32}, 88), w1 = rand({32, 16}, 89), w2 = rand({16, 32}, 90), beta = rand({1}, 91);
+  std::vector<float> y(2 * 48 * 64), w(2 * 48 * 32), h(2 * 48 * 16);
+  CHECK_THROWS_WITH_AS(squeeze_excite_attention_forward_cpu(y.data(), w.data(), h.data(), x.f32(), w1.f32(), nullptr,
+                                                            w2.f32(), nullptr, nullptr, 2, 48, 32, 16, beta.f32(),
+                                                            Act::kNone, {}),
+                       doctest::Contains("squeeze_excite_attention: no host kernel for 48 configs of 32 channels"),
+                       Error);
+  const ag::Var xv = ag::Var(rand({2, 64 * 32}, 92)), w1v(w1), w2v(w2), bv(beta);
+  CHECK_THROWS_WITH_AS(ag::squeeze_excite_attention(xv, w1v, ag::Var(), w2v, ag::Var(), bv, 5),
+                       doctest::Contains("squeeze_excite_attention: f32[2, 2048] on cpu is not [N, C*F] for C = 5"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ag::squeeze_excite_attention(xv, ag::Var(rand({31, 16}, 93)), ag::Var(), w2v, ag::Var(), bv, 64),
+                       doctest::Contains("squeeze_excite_attention: w1 f32[31, 16]"), Error);
+  CHECK_THROWS_WITH_AS(ag::squeeze_excite_attention(xv, w1v, ag::Var(), w2v, ag::Var(), bv, 64,
+                                                    ag::Var(rand({2, 64 * 32}, 94)), Act::kGelu),
+                       doctest::Contains("residual f32[2, 2048] on cpu is not the output's [2, 4096]"), Error);
+  CHECK_THROWS_WITH_AS(ag::squeeze_excite_attention(xv, w1v, ag::Var(), w2v, ag::Var(), ag::Var(rand({2}, 95)), 64),
+                       doctest::Contains("beta must have one element"), Error);
+}
+
+TEST_CASE("cuda ops: squeeze_excite_attention (the two ops on a GPU) matches the host, value and gradient") {
+  GNN_SKIP_UNLESS_CUDA();
+  const Tensor x = rand({5, 64 * 32}, 96), w1 = rand({32, 16}, 97), b1 = rand({16}, 98), w2 = rand({16, 32}, 99),
+               b2 = rand({32}, 100), beta = Tensor::full(Shape{1}, 1.5, DType::F32), res = rand({5, 64 * 64}, 101);
+  check_op("squeeze_excite_attention", {x, w1, b1, w2, b2, beta, res}, [](auto& v, auto&) {
+    return ag::squeeze_excite_attention(v[0], v[1], v[2], v[3], v[4], v[5], 64, v[6], Act::kGelu);
+  });
+}
+
 TEST_CASE("cuda ops: squeeze_excite (the composed ops on a GPU) matches the host, value and gradient") {
   GNN_SKIP_UNLESS_CUDA();
   const Tensor x = rand({77, 32}, 71), w1 = rand({32, 16}, 72), b1 = rand({16}, 73), w2 = rand({16, 32}, 74),

@@ -158,14 +158,12 @@ class Attend : public nn::Module {
     if (on_) add_child("cross", &cross_);
   }
   ag::Var forward(const ag::Var& x, int64_t C) const {
-    const ag::Var y = se_.forward(x, C);
-    return on_ ? cross_.forward(y, C, ag::Var(), Act::kGelu) : ag::gelu(y);
+    return on_ ? se_.forward_cross(x, C, cross_, ag::Var(), Act::kGelu) : ag::gelu(se_.forward(x, C));
   }
   ag::Var forward(const Batch& b, const ag::Var& x, int64_t C, const ag::Var& residual, const ConfigDropout& drop,
                   bool training, uint64_t salt) const {
-    const ag::Var y = se_.forward(x, C);
-    if (on_) return cross_.forward(y, C, residual, Act::kGelu, drop.fused(b, training, salt));
-    return drop.forward(b, ag::gelu(ag::add(y, residual)), C, training, salt);
+    if (on_) return se_.forward_cross(x, C, cross_, residual, Act::kGelu, drop.fused(b, training, salt));
+    return drop.forward(b, ag::gelu(ag::add(se_.forward(x, C), residual)), C, training, salt);
   }
 
  private:
