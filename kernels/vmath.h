@@ -75,7 +75,8 @@ constexpr float kLn2Hi = 0.693145751953125f;  // low 9 bits of its significand a
 constexpr float kLn2Lo = 1.42860676533018704e-6f;
 constexpr float kShifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low bits
 
-// x = n ln2 + r with |r| <= ln2 / 2 (n an integer, as float and as int), for |x| <= 104.
+// x = n ln2 + r with |r| <= ln2 / 2 (n an integer, as float and as int), for |x| <= 104 (exp passes any x
+// and selects past what it needs).
 struct Reduced {
   float r, n;
   int32_t ni;
@@ -83,7 +84,7 @@ struct Reduced {
 GNN_INLINE inline Reduced reduce_ln2(float x) {
   const float t = std::fma(x, kLog2e, kShifter);
   const float n = t - kShifter;
-  const int32_t ni = int32_t(to_bits(t)) - int32_t(to_bits(kShifter));
+  const int32_t ni = int32_t(to_bits(t) - to_bits(kShifter));  // (unsigned: exp's unclamped x may wrap it)
   const float r = std::fma(-n, kLn2Lo, x - n * kLn2Hi);
   return {r, n, ni};
 }
@@ -93,11 +94,13 @@ GNN_INLINE inline float expm1_reduced(float r) { return std::fma(r * r, horner(k
 
 }  // namespace detail
 
-// e^x: 0 below -103.98 (the smallest denormal is e^-103.28), +inf above 88.72, NaN stays NaN.
+// e^x: 0 below -103.98 (the smallest denormal is e^-103.28), +inf above 88.72, NaN stays NaN. Past those
+// bounds (and at +-inf) the reduction and 2^n are garbage that the selects replace, so x is not clamped
+// first: the same bits for every float as with the clamp (all 2^32 compared, AVX-512 and scalar), and
+// about 17% less time a value (0.568 -> 0.474 ms for 1.4M values in L1, one AVX-512 thread, 2026-12-03).
 GNN_INLINE inline float exp(float x) {
   using namespace detail;
-  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);  // NaN passes through
-  const Reduced k = reduce_ln2(xc);
+  const Reduced k = reduce_ln2(x);
   const float p = 1.0f + expm1_reduced(k.r);
   // 2^n in two factors, each a normal float for n in [-150, 128]: a denormal result is rounded once
   const int32_t n1 = k.ni >> 1, n2 = k.ni - n1;
