@@ -45,7 +45,9 @@
 //   mean over the nodes first, unlike the image SE block). On an AVX-512 host, where the block squeezes
 //   to 16 (its input 128 wide: the default --hidden 256 with --cross-attn on), it is one op
 //   (ag::squeeze_excite) whose two small products are f32 FMA chains even with --matmul-precision bf16,
-//   which rounds every other product's inputs to bf16 as its autocast does.
+//   which rounds every other product's inputs to bf16 as its autocast does. With the cross-config
+//   attention on, the SE block and the attention after it are one op (ag::squeeze_excite_attention, the
+//   two ops' bits), so the SE's output is never written.
 // - T is learned as its inverse beta = 1/T (init 2, i.e. T = 0.5): the same function; the gradient
 //   reaches 1/T instead of T, and Adam's per-parameter step size makes the two train alike.
 // - Its hinge loss is a mean over all C^2 pairs of the slate (pairs that do not count add 0); ours is a
