@@ -36,13 +36,26 @@ void bias_row(float* out, const float* b2, int64_t F) {
   for (int64_t f = 0; f < F; ++f) out[f] = b2 ? b2[f] : 0.0f;
 }
 
-// W1^T [H, F] and W2^T [F, H]
-void transpose_weights(float* w1t, float* w2t, const float* w1, const float* w2, int64_t F, int64_t H) {
+// The backward kernels' workspace: the b2 row, W1^T [H, F], W2^T [F, H] and the chunks' partial sums
+// (zeros) for R rows, then `thread` floats for each thread
+float* backward_workspace(const float* w1, const float* w2, const float* b2, int64_t R, int64_t F, int64_t H,
+                          int64_t thread) {
+  const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk, parts = chunks * (2 * F * H + H + F);
+  float* ws = workspace(F + 2 * H * F + parts + max_threads() * thread);
+  float *w1t = ws + F, *w2t = w1t + H * F;
+  bias_row(ws, b2, F);
   for (int64_t k = 0; k < F; ++k)
     for (int64_t m = 0; m < H; ++m) {
       w1t[m * F + k] = w1[k * H + m];
       w2t[k * H + m] = w2[m * F + k];
     }
+  std::fill_n(w2t + F * H, parts, 0.0f);
+  return ws;
+}
+
+void check_fused(int64_t C, int64_t F, int64_t H) {
+  GNN_CHECK(squeeze_excite_attention_fused(C, F, H), "squeeze_excite_attention: no host kernel for ", C,
+            " configs of ", F, " channels squeezed to ", H, " (ag::squeeze_excite_attention composes the ops there)");
 }
 
 }  // namespace
@@ -75,12 +88,7 @@ void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, 
   GNN_CHECK(squeeze_excite_vectorised(F, H), "squeeze_excite: no host kernel for ", F, " channels squeezed to ", H,
             " (ag::squeeze_excite composes the ops there)");
 #if defined(__x86_64__)
-  const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk, parts = chunks * (2 * F * H + H + F);
-  float* ws = workspace(F + 2 * H * F + parts + max_threads() * squeeze_excite_thread_floats(F, true));
-  float *w1t = ws + F, *w2t = w1t + H * F;
-  bias_row(ws, b2, F);
-  std::fill_n(w2t + F * H, parts, 0.0f);  // the chunks' partial sums start from zero
-  transpose_weights(w1t, w2t, w1, w2, F, H);
+  float* ws = backward_workspace(w1, w2, b2, R, F, H, squeeze_excite_thread_floats(F, true));
   squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w2, R, F, ws);
 #else
   (void)dx, (void)dw1, (void)db1, (void)dw2, (void)db2, (void)dy;
@@ -96,8 +104,7 @@ void squeeze_excite_attention_forward_cpu(float* y, float* w, float* h, const fl
                                           const float* b1, const float* w2, const float* b2, const float* res,
                                           int64_t N, int64_t C, int64_t F, int64_t H, const float* beta, Act a,
                                           RowsDropout<float> drop) {
-  GNN_CHECK(squeeze_excite_attention_fused(C, F, H), "squeeze_excite_attention: no host kernel for ", C,
-            " configs of ", F, " channels squeezed to ", H, " (ag::squeeze_excite_attention composes the ops there)");
+  check_fused(C, F, H);
 #if defined(__x86_64__)
   float* ws = workspace(F + max_threads() * squeeze_excite_attention_thread_floats(C, F, false));
   bias_row(ws, b2, F);
@@ -113,16 +120,9 @@ void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta,
                                            const float* res, const float* w1, const float* w2, const float* b2,
                                            int64_t N, int64_t C, int64_t F, int64_t H, const float* beta, Act a,
                                            RowsDropout<float> drop) {
-  GNN_CHECK(squeeze_excite_attention_fused(C, F, H), "squeeze_excite_attention: no host kernel for ", C,
-            " configs of ", F, " channels squeezed to ", H, " (ag::squeeze_excite_attention composes the ops there)");
+  check_fused(C, F, H);
 #if defined(__x86_64__)
-  const int64_t chunks = (N * C + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
-  const int64_t parts = chunks * (2 * F * H + H + F);
-  float* ws = workspace(F + 2 * H * F + parts + max_threads() * squeeze_excite_attention_thread_floats(C, F, true));
-  float *w1t = ws + F, *w2t = w1t + H * F;
-  bias_row(ws, b2, F);
-  std::fill_n(w2t + F * H, parts, 0.0f);
-  transpose_weights(w1t, w2t, w1, w2, F, H);
+  float* ws = backward_workspace(w1, w2, b2, N * C, F, H, squeeze_excite_attention_thread_floats(C, F, true));
   static thread_local std::vector<double> rows;
   rows.resize(size_t(N));
   squeeze_excite_attention_backward_avx512(dx, dres, rows.data(), dw1, db1, dw2, db2, dy, x, h, w, res, w2, N, C, F,
