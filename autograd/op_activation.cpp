@@ -179,27 +179,31 @@ Var squeeze_excite_attention(const Var& x, const Var& w1, const Var& b1, const V
     GNN_CHECK(residual.size(0) == N && residual.size(1) == C * 2 * F, op, ": residual ", residual.value().desc(),
               " is not the output's [", N, ", ", C * 2 * F, "]");
   }
-  const Tensor xv = x.value(), rv = residual.defined() ? residual.value() : Tensor();
-  Tensor y = empty_like(xv, Shape{N, C * 2 * F}), w = empty_like(xv, Shape{N, C * F}), h = empty_like(xv, Shape{N * C, H});
+  auto value = [](const Var& v) { return v.defined() ? v.value() : Tensor(); };
+  auto f = [](const Tensor& t) { return t.defined() ? t.f32() : nullptr; };
+  const Tensor xv = x.value(), w1v = w1.value(), w2v = w2.value(), b2v = value(b2), bv = beta.value();
+  const Tensor rv = value(residual);
+  Tensor y = empty_like(xv, Shape{N, C * 2 * F}), w = empty_like(xv, Shape{N, C * F});
+  Tensor h = empty_like(xv, Shape{N * C, H});
   const RowsDropout<float> drop = rows_dropout<float>(dropout, C);
-  auto f = [](const Var& v) { return v.defined() ? v.value().f32() : nullptr; };
-  squeeze_excite_attention_forward_cpu(y.f32(), w.f32(), h.f32(), xv.f32(), f(w1), f(b1), f(w2), f(b2),
-                                       rv.defined() ? rv.f32() : nullptr, N, C, F, H, f(beta), act, drop);
+  squeeze_excite_attention_forward_cpu(y.f32(), w.f32(), h.f32(), xv.f32(), w1v.f32(), f(value(b1)), w2v.f32(),
+                                       f(b2v), f(rv), N, C, F, H, bv.f32(), act, drop);
   const Tensor keep_res = act != Act::kNone ? rv : Tensor();  // read only to recompute the activation's input
   return record(op, y, {x, w1, b1, w2, b2, beta, residual},
-                [x, w1, b1, w2, b2, beta, residual, h, w, keep_res, N, C, F, H, act, drop](const Tensor& dy) {
-                  auto grad_of = [&](const Var& v) { return v.requires_grad() ? empty_like(dy, v.shape()) : Tensor(); };
-                  auto p = [](Tensor& g) { return g.defined() ? g.f32() : nullptr; };
-                  auto f = [](const Var& v) { return v.defined() ? v.value().f32() : nullptr; };
+                [xv, w1v, w2v, b2v, bv, h, w, keep_res, x = GradRef(x), w1 = GradRef(w1), b1 = GradRef(b1),
+                 w2 = GradRef(w2), b2 = GradRef(b2), beta = GradRef(beta), residual = GradRef(residual), N, C, F, H,
+                 act, drop, f](const Tensor& dy) {
+                  auto grad_of = [&](const GradRef& v) {
+                    return v.requires_grad() ? empty_like(dy, v.shape()) : Tensor();
+                  };
                   Tensor dx = grad_of(x), dw1 = grad_of(w1), db1 = grad_of(b1), dw2 = grad_of(w2), db2 = grad_of(b2),
                          dbeta = grad_of(beta);
                   // without an activation or dropout the residual's gradient is dy itself
                   const bool same = act == Act::kNone && !drop.mask.on;
                   Tensor dres = residual.requires_grad() && !same ? empty_like(dy, dy.shape()) : Tensor();
-                  squeeze_excite_attention_backward_cpu(
-                      p(dx), p(dres), p(dbeta), p(dw1), p(db1), p(dw2), p(db2), dy.f32(), x.value().f32(), h.f32(),
-                      w.f32(), keep_res.defined() ? keep_res.f32() : nullptr, f(w1), f(w2), f(b2), N, C, F, H,
-                      f(beta), act, drop);
+                  squeeze_excite_attention_backward_cpu(f(dx), f(dres), f(dbeta), f(dw1), f(db1), f(dw2), f(db2),
+                                                        dy.f32(), xv.f32(), h.f32(), w.f32(), f(keep_res), w1v.f32(),
+                                                        w2v.f32(), f(b2v), N, C, F, H, bv.f32(), act, drop);
                   for (const auto& [v, g] : {std::pair{&x, &dx}, std::pair{&w1, &dw1}, std::pair{&b1, &db1},
                                              std::pair{&w2, &dw2}, std::pair{&b2, &db2}, std::pair{&beta, &dbeta},
                                              std::pair{&residual, &dres}})

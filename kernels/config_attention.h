@@ -42,7 +42,10 @@ GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res
                                             T* m, T* sum, const RowsDropout<T>& drop, int64_t r) {
   for (int64_t d = 0; d < D; ++d) m[d] = x[d] * beta, sum[d] = T(0);
   for (int64_t c = 1; c < C; ++c)
-    for (int64_t d = 0; d < D; ++d) m[d] = std::max(m[d], x[c * D + d] * beta);
+    for (int64_t d = 0; d < D; ++d) {
+      const T v = x[c * D + d] * beta;
+      m[d] = m[d] < v ? v : m[d];  // std::max's choice, written out: nothing out of line in an ISA clone
+    }
   for (int64_t c = 0; c < C; ++c)
     for (int64_t d = 0; d < D; ++d) {
       const T v = math_exp(x[c * D + d] * beta - m[d]);

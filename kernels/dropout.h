@@ -22,10 +22,10 @@ inline constexpr int64_t kDropoutGrain = 1 << 16;  // OpenMP above this many val
 GNN_HD inline uint32_t dropout_key(uint64_t seed) { return uint32_t(seed) ^ (uint32_t(seed >> 32) * 0x85ebca6bu); }
 // The mixer's input for element i; for the i of one 2^32 block it is dropout_start(key, i0) + (i - i0)
 // in 32-bit arithmetic, which the host loops use (dropout_run) so that their lanes stay 32 bits wide.
-GNN_HD inline uint32_t dropout_start(uint32_t key, int64_t i) {
+GNN_HD GNN_INLINE inline uint32_t dropout_start(uint32_t key, int64_t i) {
   return uint32_t(i) + key + uint32_t(uint64_t(i) >> 32) * 0x9e3779b9u;
 }
-GNN_HD inline bool dropout_mixed_drops(uint32_t h, uint32_t threshold) {
+GNN_HD GNN_INLINE inline bool dropout_mixed_drops(uint32_t h, uint32_t threshold) {
   h ^= h >> 16;
   h *= 0x7feb352du;
   h ^= h >> 15;
@@ -33,7 +33,7 @@ GNN_HD inline bool dropout_mixed_drops(uint32_t h, uint32_t threshold) {
   h ^= h >> 16;
   return (h >> 8) < threshold;
 }
-GNN_HD inline bool dropout_drops(uint32_t key, int64_t i, uint32_t threshold) {
+GNN_HD GNN_INLINE inline bool dropout_drops(uint32_t key, int64_t i, uint32_t threshold) {
   return dropout_mixed_drops(dropout_start(key, i), threshold);
 }
 // dst[t] = src[t] * (0 or scale) for the elements i0 + t, t < n (dst may be src), as dropout_drops
@@ -82,7 +82,9 @@ struct RowsDropout {
   }
   // index(n, c*W, C*W), the first of config c's W columns in row n of C configs (configs 0 or that C),
   // without a division
-  GNN_HD int64_t first(int64_t n, int64_t c, int64_t C, int64_t W) const { return (configs > 0 ? n : n * C + c) * W; }
+  GNN_HD GNN_INLINE int64_t first(int64_t n, int64_t c, int64_t C, int64_t W) const {
+    return (configs > 0 ? n : n * C + c) * W;
+  }
   GNN_HD T apply(T v, int64_t n, int64_t col, int64_t F) const { return mask.on ? mask.apply(v, index(n, col, F)) : v; }
   // row n's columns [c0, c0 + w) of src into dst (which may be src), in runs whose indices are consecutive
   // (each config's part with a shared mask): DropoutMask's vector loop, the same bits as apply.

@@ -102,8 +102,8 @@ void squeeze_excite_forward_cpu(float* y, float* h, const float* x, const float*
 void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
                                  const float* x, const float* h, const float* w1, const float* w2, const float* b2,
                                  int64_t R, int64_t F, int64_t H);
-// The AVX-512 kernels (squeeze_excite_avx512.cpp, which describes the workspace, zeros, that
-// squeeze_excite_cpu.cpp allocates and fills). Each thread's buffers end in a pad of 80 floats, so that
+// The AVX-512 kernels (squeeze_excite_avx512.cpp, which describes the workspace that squeeze_excite_cpu.cpp
+// allocates, zeroing the partial sums, and fills). Each thread's buffers end in a pad of 80 floats, so that
 // z[i], g[i] and dy s[i] are not 4 KiB apart: loads after stores to such addresses stall (the kernel,
 // forward and backward, ran 7% slower with the buffers back to back).
 inline constexpr int64_t kSqueezeExcitePad = 80;
@@ -123,8 +123,10 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
 // backward recomputes it from x and h, runs the attention's row backward into the thread's buffer and the
 // SE blocks from there: the bits of squeeze_excite_forward_cpu / _backward_cpu and
 // config_attention_forward_cpu / _backward_cpu composed, where each node's rows cover whole chunks of
-// kSqueezeExciteChunk rows or a chunk whole nodes (squeeze_excite_attention_fused). Host only, where
+// kSqueezeExciteChunk rows or a chunk whole nodes, and C is at most kSqueezeExciteAttentionMaxConfigs (a
+// thread holds five [C, F] buffers): squeeze_excite_attention_fused. Host only, where
 // squeeze_excite_vectorised(F, 16); dres and each gradient may be null (not wanted).
+inline constexpr int64_t kSqueezeExciteAttentionMaxConfigs = 1024;
 bool squeeze_excite_attention_fused(int64_t C, int64_t F, int64_t H);
 void squeeze_excite_attention_forward_cpu(float* y, float* w, float* h, const float* x, const float* w1,
                                           const float* b1, const float* w2, const float* b2, const float* res,
@@ -135,19 +137,20 @@ void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta,
                                            const float* res, const float* w1, const float* w2, const float* b2,
                                            int64_t N, int64_t C, int64_t F, int64_t H, const float* beta, Act a,
                                            RowsDropout<float> drop);
-// Their AVX-512 halves. Each thread's buffers: squeeze_excite_thread_floats, then forward the SE's output
-// for a node [C, F] and the attention's m and sum [F] each; backward s, the SE's output and its gradient
-// [C, F] each, the attention's scratch [C, 2F], aw, wx [F] and its F doubles. The backward's workspace
-// starts as squeeze_excite_backward_avx512's (b2 row, W1^T, W2^T, the chunks' partials, zeros) and writes
-// each node's part of dbeta into rows_dbeta [N].
+// Their AVX-512 halves. Each thread's buffers: forward z [32, F], then the SE's output for a node [C, F]
+// and the attention's m and sum [F]; backward g and dy s [32, F], p [32, 16], then the SE's sigmoid s, its
+// output and its gradient [C, F], the attention's scratch [C, 2F] and its aw, wx [F]; each [..] with a pad
+// after it. The workspaces start as the SE kernels' (the b2 row; backward W1^T, W2^T and the chunks'
+// partials, zeros). dws: each node's part of dbeta [N], then F doubles a thread.
 inline int64_t squeeze_excite_attention_thread_floats(int64_t C, int64_t F, bool backward) {
-  const int64_t node = C * F + kSqueezeExcitePad;
-  return squeeze_excite_thread_floats(F, backward) + (backward ? 5 * node + 4 * F : node + 2 * F);
+  const int64_t node = C * F + kSqueezeExcitePad, block = kSqueezeExciteBlock * F + kSqueezeExcitePad;
+  if (!backward) return block + node + 2 * F;
+  return 2 * block + kSqueezeExciteBlock * 16 + kSqueezeExcitePad + 5 * node + 2 * F;
 }
 void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const float* x, const float* w1,
                                              const float* b1, const float* w2, const float* res, int64_t N, int64_t C,
                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws);
-void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* rows_dbeta, float* dw1, float* db1,
+void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dws, float* dw1, float* db1,
                                               float* dw2, float* db2, const float* dy, const float* x, const float* h,
                                               const float* w, const float* res, const float* w2, int64_t N, int64_t C,
                                               int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws);

@@ -4,7 +4,8 @@
 // products are FMA chains over k in order, with the k-th value of a row broadcast: h = x W1 and g W2^T
 // run eight rows at a time (eight chains against one W1 row), z = h W2 and p W1^T a row at a time over up
 // to eight vectors of columns. The weight gradients go into per-chunk partials (kSqueezeExciteChunk rows,
-// eight blocks), which the threads fill chunk by chunk and then sum in chunk order.
+// eight blocks), which the threads fill chunk by chunk and then sum in chunk order. The same blocks run
+// inside the SE block + cross-config attention kernels at the end of the file, a node's rows at a time.
 #include <immintrin.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -248,7 +249,8 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
 }
 
 // The fused SE + attention: one node's C rows at a time, in blocks of up to 32 rows (which never cross a
-// chunk: nodes cover whole chunks, or chunks whole nodes, and a chunk is whole blocks).
+// chunk: nodes cover whole chunks, or chunks whole nodes, and a chunk is whole blocks). The backward's
+// tasks are groups of nodes that fill whole chunks, so no two threads add to one chunk's partials.
 void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const float* x, const float* w1,
                                              const float* b1, const float* w2, const float* res, int64_t N, int64_t C,
                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws) {
@@ -274,7 +276,7 @@ void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const
   }
 }
 
-void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* rows_dbeta, float* dw1, float* db1,
+void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dws, float* dw1, float* db1,
                                               float* dw2, float* db2, const float* dy, const float* x, const float* h,
                                               const float* w, const float* res, const float* w2, int64_t N, int64_t C,
                                               int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws) {
@@ -283,15 +285,16 @@ void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* ro
   const float *b2row = ws, *w1t = ws + F, *w2t = w1t + H * F;
   float* parts = ws + F + 2 * H * F;
   float* threads = parts + chunks * (2 * F * H + H + F);
+  double* rows_dbeta = dws;
 #pragma omp parallel if (R * F > 65536)
   {
-    float* z = threads + thread_index() * squeeze_excite_attention_thread_floats(C, F, true);
     const int64_t step = RB * F + kSqueezeExcitePad, node_step = C * F + kSqueezeExcitePad;
-    float *g = z + step, *dys = g + step, *p = dys + step;
-    float* s = z + squeeze_excite_thread_floats(F, true);
+    float* g = threads + thread_index() * squeeze_excite_attention_thread_floats(C, F, true);
+    float *dys = g + step, *p = dys + step;
+    float* s = p + RB * H + kSqueezeExcitePad;
     float *xs = s + node_step, *dxs = xs + node_step, *scratch = dxs + node_step;
     float *aw = scratch + 2 * node_step, *wx = aw + F;
-    double* db = reinterpret_cast<double*>(wx + F);
+    double* db = dws + N + thread_index() * F;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tasks; ++t)
       for (int64_t node = t * group; node < std::min(N, (t + 1) * group); ++node) {

@@ -37,7 +37,7 @@ void bias_row(float* out, const float* b2, int64_t F) {
 }
 
 // The backward kernels' workspace: the b2 row, W1^T [H, F], W2^T [F, H] and the chunks' partial sums
-// (zeros) for R rows, then `thread` floats for each thread
+// (zeros) for R rows, then `thread` floats for each thread.
 float* backward_workspace(const float* w1, const float* w2, const float* b2, int64_t R, int64_t F, int64_t H,
                           int64_t thread) {
   const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk, parts = chunks * (2 * F * H + H + F);
@@ -97,7 +97,8 @@ void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, 
 }
 
 bool squeeze_excite_attention_fused(int64_t C, int64_t F, int64_t H) {
-  return C >= 1 && (kSqueezeExciteChunk % C == 0 || C % kSqueezeExciteChunk == 0) && squeeze_excite_vectorised(F, H);
+  return C >= 1 && C <= kSqueezeExciteAttentionMaxConfigs &&
+         (kSqueezeExciteChunk % C == 0 || C % kSqueezeExciteChunk == 0) && squeeze_excite_vectorised(F, H);
 }
 
 void squeeze_excite_attention_forward_cpu(float* y, float* w, float* h, const float* x, const float* w1,
@@ -123,8 +124,8 @@ void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta,
   check_fused(C, F, H);
 #if defined(__x86_64__)
   float* ws = backward_workspace(w1, w2, b2, N * C, F, H, squeeze_excite_attention_thread_floats(C, F, true));
-  static thread_local std::vector<double> rows;
-  rows.resize(size_t(N));
+  static thread_local std::vector<double> rows;  // each node's part of dbeta, then each thread's F doubles
+  rows.resize(size_t(N + max_threads() * F));
   squeeze_excite_attention_backward_avx512(dx, dres, rows.data(), dw1, db1, dw2, db2, dy, x, h, w, res, w2, N, C, F,
                                            *beta, a, drop, ws);
   // dbeta as config_attention_backward_cpu sums it: the nodes' parts in its fixed chunks, then the chunks

@@ -204,17 +204,21 @@ std::vector<std::vector<float>> run_attention(bool op, const std::vector<Tensor>
 TEST_CASE("squeeze_excite_attention: the SE block and the cross-config attention after it, the two ops' bits") {
   CHECK(squeeze_excite_attention_fused(64, 128, 16) == squeeze_excite_vectorised(128, 16));
   CHECK_FALSE(squeeze_excite_attention_fused(48, 128, 16));  // nodes across the weight gradients' chunks
+  CHECK_FALSE(squeeze_excite_attention_fused(2048, 128, 16));  // five [C, F] buffers a thread: too large
   CHECK_FALSE(squeeze_excite_attention_fused(64, 20, 5));
   if (!squeeze_excite_vectorised(128, 16))
     MESSAGE("the host kernel needs AVX-512 (this CPU's products run ", gemm_isa_name(gemm_isa()),
             "): the op is the two ops here, which this checks");
-  // C = 64 (the recipe's: four nodes a chunk), 16 (a node less than a block), 512 (two chunks a node) and
-  // 48 (not fused: the two ops); the residual, activation and both dropout masks as the recipe runs them
+  // C = 64 (the recipe's: four nodes a chunk; at F = 128 past the kernels' OpenMP threshold, so that 2 and
+  // 3 threads run), 16 (a node less than a block), 512 (two chunks a node), 48 (not fused: the two ops) and
+  // 2048 (past kSqueezeExciteAttentionMaxConfigs: the two ops); the residual, activation and both dropout
+  // masks as the recipe runs them
   struct Case {
     int64_t N, C, F;
   };
   const ThreadsRestored saved;
-  for (const Case c : {Case{9, 64, 48}, Case{150, 16, 16}, Case{3, 512, 32}, Case{7, 48, 32}})
+  for (const Case c :
+       {Case{9, 64, 48}, Case{9, 64, 128}, Case{150, 16, 16}, Case{3, 512, 32}, Case{7, 48, 32}, Case{1, 2048, 16}})
     for (int variant = 0; variant < 4; ++variant) {
       const auto [N, C, F] = c;
       CAPTURE(C);
