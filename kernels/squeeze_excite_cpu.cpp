@@ -53,6 +53,12 @@ float* backward_workspace(const float* w1, const float* w2, const float* b2, int
   return ws;
 }
 
+// The host kernels' refusals, where ag::squeeze_excite and ag::squeeze_excite_attention compose other ops
+void check_vectorised(int64_t F, int64_t H) {
+  GNN_CHECK(squeeze_excite_vectorised(F, H), "squeeze_excite: no host kernel for ", F, " channels squeezed to ", H,
+            " (ag::squeeze_excite composes the ops there)");
+}
+
 void check_fused(int64_t C, int64_t F, int64_t H) {
   GNN_CHECK(squeeze_excite_attention_fused(C, F, H), "squeeze_excite_attention: no host kernel for ", C,
             " configs of ", F, " channels squeezed to ", H, " (ag::squeeze_excite_attention composes the ops there)");
@@ -71,8 +77,7 @@ bool squeeze_excite_vectorised(int64_t F, int64_t H) {
 
 void squeeze_excite_forward_cpu(float* y, float* h, const float* x, const float* w1, const float* b1, const float* w2,
                                 const float* b2, int64_t R, int64_t F, int64_t H) {
-  GNN_CHECK(squeeze_excite_vectorised(F, H), "squeeze_excite: no host kernel for ", F, " channels squeezed to ", H,
-            " (ag::squeeze_excite composes the ops there)");
+  check_vectorised(F, H);
 #if defined(__x86_64__)
   float* ws = workspace(F + max_threads() * squeeze_excite_thread_floats(F, false));
   bias_row(ws, b2, F);
@@ -85,8 +90,7 @@ void squeeze_excite_forward_cpu(float* y, float* h, const float* x, const float*
 void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
                                  const float* x, const float* h, const float* w1, const float* w2, const float* b2,
                                  int64_t R, int64_t F, int64_t H) {
-  GNN_CHECK(squeeze_excite_vectorised(F, H), "squeeze_excite: no host kernel for ", F, " channels squeezed to ", H,
-            " (ag::squeeze_excite composes the ops there)");
+  check_vectorised(F, H);
 #if defined(__x86_64__)
   float* ws = backward_workspace(w1, w2, b2, R, F, H, squeeze_excite_thread_floats(F, true));
   squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w2, R, F, ws);
