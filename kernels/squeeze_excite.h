@@ -112,10 +112,46 @@ inline int64_t squeeze_excite_thread_floats(int64_t F, bool backward) {
   return backward ? 3 * rows + kSqueezeExciteBlock * 16 + kSqueezeExcitePad : rows;
 }
 void squeeze_excite_forward_avx512(float* y, float* h, const float* x, const float* w1, const float* b1,
-                                   const float* w2, int64_t R, int64_t F, float* ws);
+                                   const float* w2, int64_t R, int64_t F, float* ws, float* amx_ws);
 void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
                                     const float* x, const float* h, const float* w2, int64_t R, int64_t F,
-                                    float* ws);
+                                    float* ws, float* amx_ws);
+
+// Under --matmul-precision bf16 where the bf16 products run on AMX (gemm_bf16_kernel()) and F is a multiple
+// of 32, squeeze_excite_amx(F): the AVX-512 kernels' four row products (x W1, h W2 (forward, and again in
+// the backward), g W2^T and p W1^T) run on AMX tiles (squeeze_excite_amx.cpp), their operands rounded to
+// bf16 as the bf16 GEMM rounds them and summed in f32 by the tiles, the biases and dy s added after; the
+// weight gradients' sums over rows (h^T g, x^T p) stay f32 FMA chains. The same bits for any thread count,
+// and in the fused kernel below the two ops' bits, as in f32. The workspace (amx_ws, null for the f32
+// products): W1 as F/2 pair rows of 16 | W2 as F/16 tiles of 8 pair rows | W1^T likewise | W2^T as F/2 pair
+// rows (the backward's two), packed by squeeze_excite_amx_pack, then each thread's bf16 block [32, F] and
+// tile output [32, 16].
+bool squeeze_excite_amx(int64_t F);
+inline int64_t squeeze_excite_amx_floats(int64_t F, int64_t threads) {
+  return 32 * F + threads * (16 * F + kSqueezeExciteBlock * 16 + kSqueezeExcitePad);
+}
+struct SeAmx {  // one thread's view of amx_ws
+  const uint32_t *w1 = nullptr, *w2 = nullptr, *w1t = nullptr, *w2t = nullptr;
+  uint16_t* a = nullptr;
+  float* c = nullptr;
+  SeAmx() = default;
+  SeAmx(float* amx_ws, int64_t F, int thread)
+      : w1(reinterpret_cast<const uint32_t*>(amx_ws)), w2(w1 + 8 * F), w1t(w2 + 8 * F), w2t(w1t + 8 * F),
+        a(reinterpret_cast<uint16_t*>(amx_ws + 32 * F + thread * (16 * F + kSqueezeExciteBlock * 16 +
+                                                                  kSqueezeExcitePad))),
+        c(reinterpret_cast<float*>(a + kSqueezeExciteBlock * F)) {}
+};
+// w1t, w2t (the backward's) may be null
+void squeeze_excite_amx_pack(uint32_t* packed, const float* w1, const float* w2, const float* w1t, const float* w2t,
+                             int64_t F);
+void squeeze_excite_amx_begin();  // the calling thread's tile configuration
+void squeeze_excite_amx_end();    // its tiles released
+// h [n, 16] = relu(x W1 + b1) (b1 may be null); p [n, 16] = (g W2^T) where h > 0, else 0; out[i] = init row (not null)
+// (ld_init 0: the same row for all) + u[i] w for w one of the [16, F] operands (amx.w2, amx.w1t). n <= 32.
+void squeeze_excite_amx_squeeze(const float* x, int64_t n, int64_t F, const SeAmx& amx, const float* b1, float* h);
+void squeeze_excite_amx_gate_grad(const float* g, int64_t n, int64_t F, const SeAmx& amx, const float* h, float* p);
+void squeeze_excite_amx_rows_from_16(const float* u, int64_t n, const uint32_t* w, int64_t F, const SeAmx& amx,
+                                     const float* init, int64_t ld_init, float* out, int64_t ld_out);
 
 // The SE block and the cross-config attention after it (kernels/config_attention.h) as one kernel: per
 // node, its C rows of x [N*C, F] through the SE block into the thread's buffer, then config_attention_row
@@ -149,10 +185,12 @@ inline int64_t squeeze_excite_attention_thread_floats(int64_t C, int64_t F, bool
 }
 void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const float* x, const float* w1,
                                              const float* b1, const float* w2, const float* res, int64_t N, int64_t C,
-                                             int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws);
+                                             int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
+                                             float* amx_ws);
 void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dws, float* dw1, float* db1,
                                               float* dw2, float* db2, const float* dy, const float* x, const float* h,
                                               const float* w, const float* res, const float* w2, int64_t N, int64_t C,
-                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws);
+                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
+                                              float* amx_ws);
 
 }  // namespace gnn

@@ -3,7 +3,8 @@
 // stay in the thread's buffers, in L1 / L2, so x and dy are read once and y or dx written once. The
 // products are FMA chains over k in order, with the k-th value of a row broadcast: h = x W1 and g W2^T
 // run eight rows at a time (eight chains against one W1 row), z = h W2 and p W1^T a row at a time over up
-// to eight vectors of columns. The weight gradients go into per-chunk partials (kSqueezeExciteChunk rows,
+// to eight vectors of columns (or, under bf16 products on AMX, those four on tiles: Products, and
+// squeeze_excite_amx.cpp). The weight gradients go into per-chunk partials (kSqueezeExciteChunk rows,
 // eight blocks), which the threads fill chunk by chunk and then sum in chunk order. The same blocks run
 // inside the SE block + cross-config attention kernels at the end of the file, a node's rows at a time.
 #include <immintrin.h>
@@ -146,12 +147,53 @@ void add_column_sums(float* part, const float* a, int64_t n, int64_t F) {
   }
 }
 
+// The block's four row products, on FMA chains (above) or, with amx_ws, on AMX tiles (squeeze_excite_amx.cpp):
+// one per thread, inside its OpenMP region (the tiles are configured for the thread that runs them)
+struct Products {
+  const float *w1, *b1, *w2, *w1t, *w2t;  // w1t, w2t: the backward's (W1^T [16, F], W2^T [F, 16])
+  int64_t F;
+  V b1v;
+  bool tiles;
+  SeAmx amx;
+  Products(const float* w1_, const float* b1_, const float* w2_, const float* w1t_, const float* w2t_, int64_t F_,
+           float* amx_ws)
+      : w1(w1_), b1(b1_), w2(w2_), w1t(w1t_), w2t(w2t_), F(F_), b1v(b1_ ? _mm512_loadu_ps(b1_) : _mm512_setzero_ps()),
+        tiles(amx_ws != nullptr), amx(amx_ws ? SeAmx(amx_ws, F_, thread_index()) : SeAmx()) {
+    if (tiles) squeeze_excite_amx_begin();
+  }
+  ~Products() {
+    if (tiles) squeeze_excite_amx_end();
+  }
+  Products(const Products&) = delete;
+  Products& operator=(const Products&) = delete;
+  // h = relu(x W1 + b1)
+  void squeeze(const float* x, int64_t n, float* h) const {
+    if (tiles) return squeeze_excite_amx_squeeze(x, n, F, amx, b1, h);
+    squeeze_block(x, n, F, w1, b1v, h);
+  }
+  // z = b2 + h W2 (b2row: b2 or zeros)
+  void excite(const float* h, int64_t n, const float* b2row, float* z) const {
+    if (tiles) return squeeze_excite_amx_rows_from_16(h, n, amx.w2, F, amx, b2row, 0, z, F);
+    rows_from_16(h, n, w2, F, b2row, 0, z, F);
+  }
+  // p = (g W2^T) where h > 0
+  void gate_grad(const float* g, int64_t n, const float* h, float* p) const {
+    if (tiles) return squeeze_excite_amx_gate_grad(g, n, F, amx, h, p);
+    gate_grad_block(g, n, F, w2t, h, p);
+  }
+  // dx = dy s + p W1^T
+  void input_grad(const float* p, int64_t n, const float* dys, float* dx) const {
+    if (tiles) return squeeze_excite_amx_rows_from_16(p, n, amx.w1t, F, amx, dys, F, dx, F);
+    rows_from_16(p, n, w1t, F, dys, F, dx, F);
+  }
+};
+
 // One block of n rows forward: h (into hb), z = h W2 + b2 in the thread's buffer, y = x * sigmoid(z)
-GNN_INLINE inline void block_forward(const float* xb, int64_t n, int64_t F, const float* w1, V b1v, const float* w2,
-                                     const float* b2row, float* hb, float* z, float* yb) {
-  squeeze_block(xb, n, F, w1, b1v, hb);
-  rows_from_16(hb, n, w2, F, b2row, 0, z, F);
-  for (int64_t i = 0; i < n * F; ++i) yb[i] = xb[i] * vm::sigmoid(z[i]);
+GNN_INLINE inline void block_forward(const Products& pr, const float* xb, int64_t n, const float* b2row, float* hb,
+                                     float* z, float* yb) {
+  pr.squeeze(xb, n, hb);
+  pr.excite(hb, n, b2row, z);
+  for (int64_t i = 0; i < n * pr.F; ++i) yb[i] = xb[i] * vm::sigmoid(z[i]);
 }
 
 // The sums one chunk's rows add to: dW1 [F, 16] | dW2 [16, F] | db1 [16] | db2 [F]
@@ -164,19 +206,20 @@ struct Partials {
 // One block of n rows backward from s = sigmoid(z) and dy: g = dy x s (1 - s) and p = (g W2^T) [h > 0]
 // added to the chunk's partials, and dx = dy s + p W1^T written (when dxb is given). g, dys and p are the
 // thread's buffers.
-GNN_INLINE inline void block_backward(const float* s, const float* dyb, const float* xb, const float* hb, int64_t n,
-                                      int64_t F, const float* w1t, const float* w2t, const Partials& part, float* g,
-                                      float* dys, float* p, float* dxb) {
+GNN_INLINE inline void block_backward(const Products& pr, const float* s, const float* dyb, const float* xb,
+                                      const float* hb, int64_t n, const Partials& part, float* g, float* dys, float* p,
+                                      float* dxb) {
+  const int64_t F = pr.F;
   for (int64_t i = 0; i < n * F; ++i) {
     dys[i] = dyb[i] * s[i];
     g[i] = dyb[i] * xb[i] * (s[i] * (1.0f - s[i]));
   }
   add_column_sums(part.b2, g, n, F);
   add_outer_16_by_f(part.w2, hb, g, n, F);
-  gate_grad_block(g, n, F, w2t, hb, p);
+  pr.gate_grad(g, n, hb, p);
   add_column_sums(part.b1, p, n, H);
   add_outer_f_by_16(part.w1, xb, p, n, F);
-  if (dxb) rows_from_16(p, n, w1t, F, dys, F, dxb, F);
+  if (dxb) pr.input_grad(p, n, dys, dxb);
 }
 
 // The chunks' partials summed in chunk order into the gradients asked for, each element on its own
@@ -205,30 +248,31 @@ void total_partials(float* dw1, float* db1, float* dw2, float* db2, const float*
 // the chunks' partial sums, zeros, [chunks][dW1 F*16 | dW2 16*F | db1 16 | db2 F] | each thread's z, g and
 // dy s [32, F] and p [32, 16] (squeeze_excite_thread_floats each, a pad after each buffer).
 void squeeze_excite_forward_avx512(float* y, float* h, const float* x, const float* w1, const float* b1,
-                                   const float* w2, int64_t R, int64_t F, float* ws) {
+                                   const float* w2, int64_t R, int64_t F, float* ws, float* amx_ws) {
   const int64_t blocks = (R + RB - 1) / RB;
-  const V b1v = b1 ? _mm512_loadu_ps(b1) : _mm512_setzero_ps();
   const float* b2row = ws;
 #pragma omp parallel if (R * F > 65536)
   {
+    const Products pr(w1, b1, w2, nullptr, nullptr, F, amx_ws);
     float* z = ws + F + thread_index() * squeeze_excite_thread_floats(F, false);
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t r0 = blk * RB, n = std::min<int64_t>(RB, R - r0);
-      block_forward(x + r0 * F, n, F, w1, b1v, w2, b2row, h + r0 * H, z, y + r0 * F);
+      block_forward(pr, x + r0 * F, n, b2row, h + r0 * H, z, y + r0 * F);
     }
   }
 }
 
 void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
                                     const float* x, const float* h, const float* w2, int64_t R, int64_t F,
-                                    float* ws) {
+                                    float* ws, float* amx_ws) {
   const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
   const float *b2row = ws, *w1t = ws + F, *w2t = w1t + H * F;
   float* parts = ws + F + 2 * H * F;
   float* threads = parts + chunks * (2 * F * H + H + F);
 #pragma omp parallel if (R * F > 65536)
   {
+    const Products pr(nullptr, nullptr, w2, w1t, w2t, F, amx_ws);
     float* z = threads + thread_index() * squeeze_excite_thread_floats(F, true);
     const int64_t step = RB * F + kSqueezeExcitePad;
     float *g = z + step, *dys = g + step, *p = dys + step;
@@ -239,9 +283,9 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
       for (int64_t r0 = c * kSqueezeExciteChunk; r0 < c1; r0 += RB) {
         const int64_t n = std::min<int64_t>(RB, c1 - r0);
         const float* hb = h + r0 * H;
-        rows_from_16(hb, n, w2, F, b2row, 0, z, F);  // z as the forward computed it, then s = sigmoid(z)
+        pr.excite(hb, n, b2row, z);  // z as the forward computed it, then s = sigmoid(z)
         for (int64_t i = 0; i < n * F; ++i) z[i] = vm::sigmoid(z[i]);
-        block_backward(z, dy + r0 * F, x + r0 * F, hb, n, F, w1t, w2t, part, g, dys, p, dx ? dx + r0 * F : nullptr);
+        block_backward(pr, z, dy + r0 * F, x + r0 * F, hb, n, part, g, dys, p, dx ? dx + r0 * F : nullptr);
       }
     }
   }
@@ -253,11 +297,12 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
 // tasks are groups of nodes that fill whole chunks, so no two threads add to one chunk's partials.
 void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const float* x, const float* w1,
                                              const float* b1, const float* w2, const float* res, int64_t N, int64_t C,
-                                             int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws) {
-  const V b1v = b1 ? _mm512_loadu_ps(b1) : _mm512_setzero_ps();
+                                             int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
+                                             float* amx_ws) {
   const float* b2row = ws;
 #pragma omp parallel if (N * C * F > 65536)
   {
+    const Products pr(w1, b1, w2, nullptr, nullptr, F, amx_ws);
     float* z = ws + F + thread_index() * squeeze_excite_attention_thread_floats(C, F, false);
     float* xs = z + squeeze_excite_thread_floats(F, false);
     float *m = xs + C * F + kSqueezeExcitePad, *sum = m + F;
@@ -266,7 +311,7 @@ void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const
       const int64_t row = node * C;
       for (int64_t r0 = 0; r0 < C; r0 += RB) {
         const int64_t n = std::min<int64_t>(RB, C - r0);
-        block_forward(x + (row + r0) * F, n, F, w1, b1v, w2, b2row, h + (row + r0) * H, z, xs + r0 * F);
+        block_forward(pr, x + (row + r0) * F, n, b2row, h + (row + r0) * H, z, xs + r0 * F);
       }
       dispatch_act(a, [&](auto A) GNN_INLINE {
         config_attention_row(y + node * C * 2 * F, w + node * C * F, xs, res ? res + node * C * 2 * F : nullptr, C,
@@ -279,7 +324,8 @@ void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const
 void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dws, float* dw1, float* db1,
                                               float* dw2, float* db2, const float* dy, const float* x, const float* h,
                                               const float* w, const float* res, const float* w2, int64_t N, int64_t C,
-                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws) {
+                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
+                                              float* amx_ws) {
   const int64_t R = N * C, chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
   const int64_t group = std::max<int64_t>(1, kSqueezeExciteChunk / C), tasks = (N + group - 1) / group;
   const float *b2row = ws, *w1t = ws + F, *w2t = w1t + H * F;
@@ -288,6 +334,7 @@ void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dw
   double* rows_dbeta = dws;
 #pragma omp parallel if (R * F > 65536)
   {
+    const Products pr(nullptr, nullptr, w2, w1t, w2t, F, amx_ws);
     const int64_t step = RB * F + kSqueezeExcitePad, node_step = C * F + kSqueezeExcitePad;
     float* g = threads + thread_index() * squeeze_excite_attention_thread_floats(C, F, true);
     float *dys = g + step, *p = dys + step;
@@ -303,7 +350,7 @@ void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dw
           const int64_t n = std::min<int64_t>(RB, C - r0);
           float *sb = s + r0 * F, *xsb = xs + r0 * F;
           const float* xb = x + (row + r0) * F;
-          rows_from_16(h + (row + r0) * H, n, w2, F, b2row, 0, sb, F);
+          pr.excite(h + (row + r0) * H, n, b2row, sb);
           for (int64_t i = 0; i < n * F; ++i) sb[i] = vm::sigmoid(sb[i]);
           for (int64_t i = 0; i < n * F; ++i) xsb[i] = xb[i] * sb[i];
         }
@@ -314,7 +361,7 @@ void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dw
         });
         for (int64_t r0 = 0; r0 < C; r0 += RB) {
           const int64_t n = std::min<int64_t>(RB, C - r0), r = row + r0;
-          block_backward(s + r0 * F, dxs + r0 * F, x + r * F, h + r * H, n, F, w1t, w2t,
+          block_backward(pr, s + r0 * F, dxs + r0 * F, x + r * F, h + r * H, n,
                          Partials(parts, r / kSqueezeExciteChunk, F), g, dys, p, dx ? dx + r * F : nullptr);
         }
       }

@@ -53,6 +53,17 @@ float* backward_workspace(const float* w1, const float* w2, const float* b2, int
   return ws;
 }
 
+// The AMX products' workspace (squeeze_excite.h), the weights packed (w1t, w2t: the backward's), or null
+// where the products are f32 FMA chains
+float* amx_workspace(const float* w1, const float* w2, const float* w1t, const float* w2t, int64_t F) {
+  if (!squeeze_excite_amx(F)) return nullptr;
+  static thread_local std::vector<float> ws;
+  const size_t n = size_t(squeeze_excite_amx_floats(F, max_threads()));
+  if (ws.size() < n) ws.resize(n);
+  squeeze_excite_amx_pack(reinterpret_cast<uint32_t*>(ws.data()), w1, w2, w1t, w2t, F);
+  return ws.data();
+}
+
 // The host kernels' refusals, where ag::squeeze_excite and ag::squeeze_excite_attention compose other ops
 void check_vectorised(int64_t F, int64_t H) {
   GNN_CHECK(squeeze_excite_vectorised(F, H), "squeeze_excite: no host kernel for ", F, " channels squeezed to ", H,
@@ -65,6 +76,16 @@ void check_fused(int64_t C, int64_t F, int64_t H) {
 }
 
 }  // namespace
+
+bool squeeze_excite_amx(int64_t F) {
+#if defined(__x86_64__)
+  return F > 0 && F % 32 == 0 && gemm_cpu_precision() == GemmPrecision::kBf16 &&
+         gemm_bf16_kernel() == Bf16Kernel::kAmx;
+#else
+  (void)F;
+  return false;
+#endif
+}
 
 bool squeeze_excite_vectorised(int64_t F, int64_t H) {
 #if defined(__x86_64__)
@@ -81,7 +102,7 @@ void squeeze_excite_forward_cpu(float* y, float* h, const float* x, const float*
 #if defined(__x86_64__)
   float* ws = workspace(F + max_threads() * squeeze_excite_thread_floats(F, false));
   bias_row(ws, b2, F);
-  squeeze_excite_forward_avx512(y, h, x, w1, b1, w2, R, F, ws);
+  squeeze_excite_forward_avx512(y, h, x, w1, b1, w2, R, F, ws, amx_workspace(w1, w2, nullptr, nullptr, F));
 #else
   (void)y, (void)h, (void)x, (void)w1, (void)b1, (void)w2, (void)b2, (void)R;
 #endif
@@ -93,7 +114,8 @@ void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, 
   check_vectorised(F, H);
 #if defined(__x86_64__)
   float* ws = backward_workspace(w1, w2, b2, R, F, H, squeeze_excite_thread_floats(F, true));
-  squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w2, R, F, ws);
+  float* amx_ws = amx_workspace(w1, w2, ws + F, ws + F + H * F, F);
+  squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w2, R, F, ws, amx_ws);
 #else
   (void)dx, (void)dw1, (void)db1, (void)dw2, (void)db2, (void)dy;
   (void)x, (void)h, (void)w1, (void)w2, (void)b2, (void)R;
@@ -113,7 +135,8 @@ void squeeze_excite_attention_forward_cpu(float* y, float* w, float* h, const fl
 #if defined(__x86_64__)
   float* ws = workspace(F + max_threads() * squeeze_excite_attention_thread_floats(C, F, false));
   bias_row(ws, b2, F);
-  squeeze_excite_attention_forward_avx512(y, w, h, x, w1, b1, w2, res, N, C, F, *beta, a, drop, ws);
+  squeeze_excite_attention_forward_avx512(y, w, h, x, w1, b1, w2, res, N, C, F, *beta, a, drop, ws,
+                                          amx_workspace(w1, w2, nullptr, nullptr, F));
 #else
   (void)y, (void)w, (void)h, (void)x, (void)w1, (void)b1, (void)w2, (void)b2, (void)res, (void)N;
   (void)beta, (void)a, (void)drop;
@@ -130,8 +153,9 @@ void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta,
   float* ws = backward_workspace(w1, w2, b2, N * C, F, H, squeeze_excite_attention_thread_floats(C, F, true));
   static thread_local std::vector<double> rows;  // each node's part of dbeta, then each thread's F doubles
   rows.resize(size_t(N + max_threads() * F));
+  float* amx_ws = amx_workspace(w1, w2, ws + F, ws + F + H * F, F);
   squeeze_excite_attention_backward_avx512(dx, dres, rows.data(), dw1, db1, dw2, db2, dy, x, h, w, res, w2, N, C, F,
-                                           *beta, a, drop, ws);
+                                           *beta, a, drop, ws, amx_ws);
   // dbeta as config_attention_backward_cpu sums it: the nodes' parts in its fixed chunks, then the chunks
   const int64_t att_chunks = std::min<int64_t>(kConfigAttentionChunks, std::max<int64_t>(N, 1));
   double total = 0;

@@ -178,6 +178,82 @@ TEST_CASE("squeeze_excite: the op is the four ops it replaces, and refuses shape
                        doctest::Contains("squeeze_excite: b2 has 3 values, not 6"), Error);
 }
 
+TEST_CASE("squeeze_excite: under bf16 products on AMX, the row products on tiles, the same bits on any thread count") {
+  if (!gemm_bf16_supported() || !gemm_bf16_kernel_supported(Bf16Kernel::kAmx) ||
+      gemm_bf16_kernel() != Bf16Kernel::kAmx || !squeeze_excite_vectorised(128, 16)) {
+    MESSAGE("SKIP: the SE block's tiles need AMX-BF16 granted to the process and taken by the bf16 products");
+    return;
+  }
+  CHECK_FALSE(squeeze_excite_amx(128));  // f32 products: FMA chains
+  const PrecisionRestored precision(GemmPrecision::kBf16);
+  CHECK(squeeze_excite_amx(128));
+  CHECK(squeeze_excite_amx(96));
+  CHECK_FALSE(squeeze_excite_amx(48));  // a tile's 32 k: F % 32
+  // F = 128 (the recipe's) and 96; rows with a tail of a 32-row block and of a chunk
+  for (const int64_t F : {128, 96})
+    for (bool bias : {true, false}) {
+      CAPTURE(F);
+      CAPTURE(bias);
+      const int64_t R = F == 128 ? 709 : 45, H = 16;
+      const auto x = random_values<float>(size_t(R * F), 151),
+                 w1 = random_values<float>(size_t(F * H), 152, -0.3f, 0.3f), b1 = random_values<float>(size_t(H), 153),
+                 w2 = random_values<float>(size_t(H * F), 154), b2 = random_values<float>(size_t(F), 155),
+                 dy = random_values<float>(size_t(R * F), 156);
+      std::vector<double> y(size_t(R * F)), h(size_t(R * H)), dx(size_t(R * F)), dw1(size_t(F * H)),
+          db1(static_cast<size_t>(H)), dw2(size_t(H * F)), db2(static_cast<size_t>(F));
+      const std::vector<double> xd = wide(x), w1d = wide(w1), b1d = wide(b1), w2d = wide(w2), b2d = wide(b2),
+                                dyd = wide(dy);
+      const double *pb1 = bias ? b1d.data() : nullptr, *pb2 = bias ? b2d.data() : nullptr;
+      squeeze_excite_forward_ref(y.data(), h.data(), xd.data(), w1d.data(), pb1, w2d.data(), pb2, R, F, H);
+      const ThreadsRestored saved;
+      set_num_threads(1);
+      const SeRun one = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias);
+      // the backward from the kernel's own h: where bf16 moves an h across 0, the ReLU's mask moves a whole row
+      // of the input's gradient
+      const std::vector<double> hk = wide(one.h);
+      squeeze_excite_backward_ref(dx.data(), dw1.data(), db1.data(), dw2.data(), db2.data(), dyd.data(), xd.data(),
+                                  hk.data(), w1d.data(), w2d.data(), pb2, R, F, H);
+      // bf16 operands (8 bits of mantissa): within a few hundredths of the f64 reference (3e-2 at worst here),
+      // where the f32 kernel is within 2e-5; a product left in f32 would pass this but not the check after it
+      check_close(one.y, y, 5e-2, "y");
+      check_close(one.h, h, 5e-2, "h");
+      check_close(one.dx, dx, 5e-2, "dx");
+      check_close(one.dw1, dw1, 5e-2, "dW1");
+      check_close(one.db1, db1, 5e-2, "db1");
+      check_close(one.dw2, dw2, 5e-2, "dW2");
+      check_close(one.db2, db2, 5e-2, "db2");
+      {
+        const PrecisionRestored f32(GemmPrecision::kF32);
+        const SeRun fma = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias);
+        CHECK(fma.h != one.h);
+        CHECK(fma.y != one.y);
+        CHECK(fma.dx != one.dx);
+      }
+      set_gemm_cpu_precision(GemmPrecision::kBf16);
+      for (int threads : {2, 3}) {
+        CAPTURE(threads);
+        set_num_threads(threads);
+        const SeRun more = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias);
+        CHECK(more.y == one.y);
+        CHECK(more.h == one.h);
+        CHECK(more.dx == one.dx);
+        CHECK(more.dw1 == one.dw1);
+        CHECK(more.db1 == one.db1);
+        CHECK(more.dw2 == one.dw2);
+        CHECK(more.db2 == one.db2);
+      }
+    }
+  // the op against the composed ops with bf16 products: the same operands rounded and summed by the same
+  // tiles, so y and dx are the same bits; the weight gradients' sums over rows are f32 FMA chains in the op
+  // and bf16 products in the composed form
+  const std::vector<Tensor> in{rand({300, 128}, 161), rand({128, 16}, 162), rand({16}, 163), rand({16, 128}, 164),
+                                rand({128}, 165)};
+  const Tensor dy = rand({300, 128}, 166);
+  const auto f = run_op(true, in, dy), c = run_op(false, in, dy);
+  const char* names[] = {"y", "dx", "dW1", "db1", "dW2", "db2"};
+  for (size_t k = 0; k < f.size(); ++k) check_close(f[k], wide(c[k]), k < 2 ? 0 : 3e-2, names[k]);
+}
+
 namespace {
 
 // squeeze_excite_attention (or the two ops it replaces) on fresh parameters holding in = {x [N, C*F], w1, b1,
@@ -217,36 +293,47 @@ TEST_CASE("squeeze_excite_attention: the SE block and the cross-config attention
     int64_t N, C, F;
   };
   const ThreadsRestored saved;
-  for (const Case c :
-       {Case{9, 64, 48}, Case{9, 64, 128}, Case{150, 16, 16}, Case{3, 512, 32}, Case{7, 48, 32}, Case{1, 2048, 16}})
-    for (int variant = 0; variant < 4; ++variant) {
-      const auto [N, C, F] = c;
-      CAPTURE(C);
-      CAPTURE(variant);
-      const bool res = variant != 0, bias = variant != 3;
-      const Act act = variant == 0 ? Act::kGelu : variant == 1 ? Act::kNone : Act::kGelu;
-      const ag::FusedDropout drop{variant >= 2 ? 0.3 : 0.0, 99, variant == 2};
-      const std::vector<Tensor> in{rand({N, C * F}, 81),
-                                   rand({F, 16}, 82),
-                                   bias ? rand({16}, 83) : Tensor(),
-                                   rand({16, F}, 84),
-                                   bias ? rand({F}, 85) : Tensor(),
-                                   Tensor::full(Shape{1}, 1.7, DType::F32),
-                                   res ? rand({N, C * 2 * F}, 86) : Tensor()};
-      const Tensor dy = rand({N, C * 2 * F}, 87);
-      set_num_threads(1);
-      const auto composed = run_attention(false, in, dy, C, act, drop);
-      for (int threads : {1, 2, 3}) {
-        CAPTURE(threads);
-        set_num_threads(threads);
-        const auto fused = run_attention(true, in, dy, C, act, drop);
-        REQUIRE(fused.size() == composed.size());
-        for (size_t k = 0; k < fused.size(); ++k) {
-          CAPTURE(k);  // y, then the gradients of x, w1, (b1,) w2, (b2,) beta, (residual)
-          CHECK(fused[k] == composed[k]);
+  // and with bf16 products, which on AMX put the SE's row products on tiles (F = 128, 32; the tails of
+  // C = 16 as whole 32-row blocks in the two ops)
+  const bool amx = gemm_bf16_supported() && gemm_bf16_kernel() == Bf16Kernel::kAmx;
+  for (const GemmPrecision precision : {GemmPrecision::kF32, GemmPrecision::kBf16}) {
+    if (precision == GemmPrecision::kBf16 && !amx) {
+      MESSAGE("SKIP: the bf16 half needs AMX-BF16 taken by the bf16 products");
+      continue;
+    }
+    const PrecisionRestored products(precision);
+    for (const Case c : {Case{9, 64, 48}, Case{9, 64, 128}, Case{150, 16, 16}, Case{3, 512, 32}, Case{7, 48, 32},
+                         Case{1, 2048, 16}, Case{150, 16, 32}})
+      for (int variant = 0; variant < 4; ++variant) {
+        const auto [N, C, F] = c;
+        CAPTURE(gemm_precision_name(precision));
+        CAPTURE(C);
+        CAPTURE(variant);
+        const bool res = variant != 0, bias = variant != 3;
+        const Act act = variant == 0 ? Act::kGelu : variant == 1 ? Act::kNone : Act::kGelu;
+        const ag::FusedDropout drop{variant >= 2 ? 0.3 : 0.0, 99, variant == 2};
+        const std::vector<Tensor> in{rand({N, C * F}, 81),
+                                     rand({F, 16}, 82),
+                                     bias ? rand({16}, 83) : Tensor(),
+                                     rand({16, F}, 84),
+                                     bias ? rand({F}, 85) : Tensor(),
+                                     Tensor::full(Shape{1}, 1.7, DType::F32),
+                                     res ? rand({N, C * 2 * F}, 86) : Tensor()};
+        const Tensor dy = rand({N, C * 2 * F}, 87);
+        set_num_threads(1);
+        const auto composed = run_attention(false, in, dy, C, act, drop);
+        for (int threads : {1, 2, 3}) {
+          CAPTURE(threads);
+          set_num_threads(threads);
+          const auto fused = run_attention(true, in, dy, C, act, drop);
+          REQUIRE(fused.size() == composed.size());
+          for (size_t k = 0; k < fused.size(); ++k) {
+            CAPTURE(k);  // y, then the gradients of x, w1, (b1,) w2, (b2,) beta, (residual)
+            CHECK(fused[k] == composed[k]);
+          }
         }
       }
-    }
+  }
   // the kernel refuses what it does not take; the op names what does not fit
   const Tensor x = rand({2, 48 * 32}, 88), w1 = rand({32, 16}, 89), w2 = rand({16, 32}, 90), beta = rand({1}, 91);
   std::vector<float> y(2 * 48 * 64), w(2 * 48 * 32), h(2 * 48 * 16);

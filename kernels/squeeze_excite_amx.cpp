@@ -1,0 +1,147 @@
+// The squeeze-and-excitation block's row products on AMX tiles (kernels/squeeze_excite.h, SeAmx), for the
+// AVX-512 kernels under --matmul-precision bf16: a block of up to 32 rows times a 16-wide operand, the
+// operands rounded to bf16 (nearest, ties to even, denormals read as zero: VCVTNE2PS2BF16, as the bf16 GEMM
+// rounds them) and the products summed in f32 by TDPBF16PS in the tile's own order. The block's rows past n
+// go into the tiles as zeros and come out unread, so the caller's rows past n are never written.
+// Tiles (palette 1): C 0-1 [16 rows x 16 f32]; A over 32 k (16 pairs) 2-3, over 16 k (8 pairs) 4-5; B over
+// 16 pairs 6, over 8 pairs 7.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/squeeze_excite.h"
+
+namespace gnn {
+namespace {
+
+constexpr int H = 16;
+constexpr int64_t RB = kSqueezeExciteBlock;
+static_assert(RB == 32, "a block is two 16-row tiles");
+
+struct TileConfig {  // ldtilecfg's 64 bytes
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// 16 floats to 16 bf16 zero-extended into u32 lanes
+__m512i bf16_lanes(const float* p) {
+  return _mm512_maskz_cvtepu16_epi32(__mmask16(0xffff), __m256i(_mm512_cvtneps_pbh(_mm512_loadu_ps(p))));
+}
+
+// dst[t] = (bf16(r0[t]), bf16(r1[t])) for t < 16, the first in the low half: a pair row of a B tile
+void pair_row(const float* r0, const float* r1, uint32_t* dst) {
+  const __m512i lo = bf16_lanes(r0), hi = _mm512_maskz_slli_epi32(__mmask16(0xffff), bf16_lanes(r1), 16);
+  _mm512_storeu_si512(dst, _mm512_or_si512(lo, hi));
+}
+
+// a [32, K] bf16 from n rows of src [n, K] (row stride K, K a multiple of 16), the rows past n zeros
+void bf16_block(const float* src, int64_t n, int64_t K, uint16_t* a) {
+  for (int64_t i = 0; i < n * K; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + i), __m256i(_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i))));
+  std::fill(a + n * K, a + RB * K, uint16_t(0));
+}
+
+// c [32, 16] = a [32, K] (bf16, K a multiple of 32) times b (K / 2 pair rows of 16)
+void times_k(const uint16_t* a, int64_t K, const uint32_t* b, float* c) {
+  _tile_zero(0);
+  _tile_zero(1);
+  for (int64_t k = 0; k < K; k += 32) {
+    _tile_loadd(2, a + k, K * 2);
+    _tile_loadd(3, a + 16 * K + k, K * 2);
+    _tile_loadd(6, b + k / 2 * H, H * 4);
+    _tile_dpbf16ps(0, 2, 6);
+    _tile_dpbf16ps(1, 3, 6);
+  }
+  _tile_stored(0, c, H * 4);
+  _tile_stored(1, c + 16 * H, H * 4);
+}
+
+// K-major [K, 16] floats (K a multiple of 32) as K / 2 pair rows
+void pack_k_by_16(const float* w, int64_t K, uint32_t* out) {
+  for (int64_t q = 0; q < K / 2; ++q) pair_row(w + 2 * q * H, w + (2 * q + 1) * H, out + q * H);
+}
+
+// [16, F] floats as F / 16 tiles of 8 pair rows: tile j holds columns 16j..16j+15
+void pack_16_by_f(const float* w, int64_t F, uint32_t* out) {
+  for (int64_t j = 0; j < F / 16; ++j)
+    for (int q = 0; q < 8; ++q) pair_row(w + 2 * q * F + 16 * j, w + (2 * q + 1) * F + 16 * j, out + (j * 8 + q) * H);
+}
+
+}  // namespace
+
+void squeeze_excite_amx_pack(uint32_t* packed, const float* w1, const float* w2, const float* w1t, const float* w2t,
+                             int64_t F) {
+  pack_k_by_16(w1, F, packed);
+  pack_16_by_f(w2, F, packed + 8 * F);
+  if (w1t) pack_16_by_f(w1t, F, packed + 16 * F);
+  if (w2t) pack_k_by_16(w2t, F, packed + 24 * F);
+}
+
+void squeeze_excite_amx_begin() {
+  TileConfig cfg;
+  for (int t : {0, 1, 2, 3, 6}) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  cfg.rows[4] = cfg.rows[5] = 16, cfg.colsb[4] = cfg.colsb[5] = 32;
+  cfg.rows[7] = 8, cfg.colsb[7] = 64;
+  // GCC 12 does not see the builtin read past the palette byte and dropped the stores above (a config of
+  // no tiles, and SIGILL at the first tile op): the barrier makes them happen
+  __asm__ volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
+void squeeze_excite_amx_end() { _tile_release(); }
+
+void squeeze_excite_amx_squeeze(const float* x, int64_t n, int64_t F, const SeAmx& amx, const float* b1, float* h) {
+  bf16_block(x, n, F, amx.a);
+  times_k(amx.a, F, amx.w1, amx.c);
+  const __m512 b = b1 ? _mm512_loadu_ps(b1) : _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; ++i)  // act_value's ReLU: a NaN gives 0 (max's second operand)
+    _mm512_storeu_ps(h + i * H, _mm512_maskz_max_ps(__mmask16(0xffff), _mm512_add_ps(_mm512_loadu_ps(amx.c + i * H), b),
+                                                    _mm512_setzero_ps()));
+}
+
+void squeeze_excite_amx_gate_grad(const float* g, int64_t n, int64_t F, const SeAmx& amx, const float* h, float* p) {
+  bf16_block(g, n, F, amx.a);
+  times_k(amx.a, F, amx.w2t, amx.c);
+  for (int64_t i = 0; i < n; ++i) {
+    const __mmask16 on = _mm512_cmp_ps_mask(_mm512_loadu_ps(h + i * H), _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_storeu_ps(p + i * H, _mm512_maskz_mov_ps(on, _mm512_loadu_ps(amx.c + i * H)));
+  }
+}
+
+// A whole block starts its C tiles from the init rows (a stride of 0 reads one row for all) and stores them
+// into out; a block of fewer rows goes through the thread's c [32, 16] both ways, so that every row sums
+// init and its products in the tile, in one order, wherever its block ends.
+// A whole block starts its C tiles from the init rows (a stride of 0 reads one row for all) and stores them
+// into out; a block of fewer rows goes through the thread's c [32, 16] both ways, so that every row sums
+// init and its products in the tile, in one order, wherever its block ends.
+void squeeze_excite_amx_rows_from_16(const float* u, int64_t n, const uint32_t* w, int64_t F, const SeAmx& amx,
+                                     const float* init, int64_t ld_init, float* out, int64_t ld_out) {
+  bf16_block(u, n, H, amx.a);
+  _tile_loadd(4, amx.a, H * 2);
+  _tile_loadd(5, amx.a + 16 * H, H * 2);
+  for (int64_t j = 0; j < F / 16; ++j) {
+    if (n == RB) {
+      _tile_loadd(0, init + 16 * j, ld_init * 4);
+      _tile_loadd(1, init + 16 * ld_init + 16 * j, ld_init * 4);
+    } else {
+      for (int64_t i = 0; i < n; ++i) _mm512_storeu_ps(amx.c + i * H, _mm512_loadu_ps(init + i * ld_init + 16 * j));
+      _tile_loadd(0, amx.c, H * 4);
+      _tile_loadd(1, amx.c + 16 * H, H * 4);
+    }
+    _tile_loadd(7, w + j * 8 * H, H * 4);
+    _tile_dpbf16ps(0, 4, 7);
+    _tile_dpbf16ps(1, 5, 7);
+    if (n == RB) {
+      _tile_stored(0, out + 16 * j, ld_out * 4);
+      _tile_stored(1, out + 16 * ld_out + 16 * j, ld_out * 4);
+    } else {
+      _tile_stored(0, amx.c, H * 4);
+      _tile_stored(1, amx.c + 16 * H, H * 4);
+      for (int64_t i = 0; i < n; ++i) _mm512_storeu_ps(out + i * ld_out + 16 * j, _mm512_loadu_ps(amx.c + i * H));
+    }
+  }
+}
+
+}  // namespace gnn
