@@ -183,14 +183,13 @@ Var squeeze_excite_attention(const Var& x, const Var& w1, const Var& b1, const V
   auto f = [](const Tensor& t) { return t.defined() ? t.f32() : nullptr; };
   const Tensor xv = x.value(), w1v = w1.value(), w2v = w2.value(), b2v = value(b2), bv = beta.value();
   const Tensor rv = value(residual);
-  Tensor y = empty_like(xv, Shape{N, C * 2 * F}), w = empty_like(xv, Shape{N, C * F});
-  Tensor h = empty_like(xv, Shape{N * C, H});
+  Tensor y = empty_like(xv, Shape{N, C * 2 * F}), h = empty_like(xv, Shape{N * C, H});
   const RowsDropout<float> drop = rows_dropout<float>(dropout, C);
-  squeeze_excite_attention_forward_cpu(y.f32(), w.f32(), h.f32(), xv.f32(), w1v.f32(), f(value(b1)), w2v.f32(),
+  squeeze_excite_attention_forward_cpu(y.f32(), h.f32(), xv.f32(), w1v.f32(), f(value(b1)), w2v.f32(),
                                        f(b2v), f(rv), N, C, F, H, bv.f32(), act, drop);
   const Tensor keep_res = act != Act::kNone ? rv : Tensor();  // read only to recompute the activation's input
   return record(op, y, {x, w1, b1, w2, b2, beta, residual},
-                [xv, w1v, w2v, b2v, bv, h, w, keep_res, x = GradRef(x), w1 = GradRef(w1), b1 = GradRef(b1),
+                [xv, w1v, w2v, b2v, bv, h, keep_res, x = GradRef(x), w1 = GradRef(w1), b1 = GradRef(b1),
                  w2 = GradRef(w2), b2 = GradRef(b2), beta = GradRef(beta), residual = GradRef(residual), N, C, F, H,
                  act, drop, f](const Tensor& dy) {
                   auto grad_of = [&](const GradRef& v) {
@@ -202,7 +201,7 @@ Var squeeze_excite_attention(const Var& x, const Var& w1, const Var& b1, const V
                   const bool same = act == Act::kNone && !drop.mask.on;
                   Tensor dres = residual.requires_grad() && !same ? empty_like(dy, dy.shape()) : Tensor();
                   squeeze_excite_attention_backward_cpu(f(dx), f(dres), f(dbeta), f(dw1), f(db1), f(dw2), f(db2),
-                                                        dy.f32(), xv.f32(), h.f32(), w.f32(), f(keep_res), w1v.f32(),
+                                                        dy.f32(), xv.f32(), h.f32(), f(keep_res), w1v.f32(),
                                                         w2v.f32(), f(b2v), N, C, F, H, bv.f32(), act, drop);
                   for (const auto& [v, g] : {std::pair{&x, &dx}, std::pair{&w1, &dw1}, std::pair{&b1, &db1},
                                              std::pair{&w2, &dw2}, std::pair{&b2, &db2}, std::pair{&beta, &dbeta},

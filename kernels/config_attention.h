@@ -37,9 +37,10 @@ namespace gnn {
 // dropout, its mask then scales the config's 2D values while they are in L1).
 // `a` is an Act, or a std::integral_constant<Act, ...> (dispatch_act) so that the CPU loops see a
 // constant and vectorise. Forced inline: the body must be compiled inside each CPU clone.
-template <class T, class A>
-GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res, int64_t C, int64_t D, T beta, A a,
-                                            T* m, T* sum, const RowsDropout<T>& drop, int64_t r) {
+// The softmax's first passes: w [C, D] = exp(beta x - m) with m the maximum over c, and sum[d] = 1 / their
+// sum over c in order; w[c, d] * sum[d] is then the weight (config_attention_row multiplies as it writes y).
+template <class T>
+GNN_INLINE inline void config_attention_exp(T* w, const T* x, int64_t C, int64_t D, T beta, T* m, T* sum) {
   for (int64_t d = 0; d < D; ++d) m[d] = x[d] * beta, sum[d] = T(0);
   for (int64_t c = 1; c < C; ++c)
     for (int64_t d = 0; d < D; ++d) {
@@ -53,6 +54,22 @@ GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res
       sum[d] += v;
     }
   for (int64_t d = 0; d < D; ++d) sum[d] = T(1) / sum[d];
+}
+
+// One row's weights w [C, D] alone, config_attention_row's bits (for a backward that recomputes them)
+template <class T>
+GNN_INLINE inline void config_attention_weights(T* w, const T* x, int64_t C, int64_t D, T beta, T* m, T* sum) {
+  config_attention_exp(w, x, C, D, beta, m, sum);
+  for (int64_t c = 0; c < C; ++c) {
+    T* __restrict wc = w + c * D;
+    for (int64_t d = 0; d < D; ++d) wc[d] *= sum[d];
+  }
+}
+
+template <class T, class A>
+GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res, int64_t C, int64_t D, T beta, A a,
+                                            T* m, T* sum, const RowsDropout<T>& drop, int64_t r) {
+  config_attention_exp(w, x, C, D, beta, m, sum);
   for (int64_t c = 0; c < C; ++c) {
     T* __restrict y1 = y + c * 2 * D;
     T* __restrict y2 = y1 + D;

@@ -155,41 +155,42 @@ void squeeze_excite_amx_rows_from_16(const float* u, int64_t n, const uint32_t* 
 
 // The SE block and the cross-config attention after it (kernels/config_attention.h) as one kernel: per
 // node, its C rows of x [N*C, F] through the SE block into the thread's buffer, then config_attention_row
-// on that buffer (y [N, C*2F], w [N, C*F], h [N*C, 16]), so that the SE's output is never written. The
-// backward recomputes it from x and h, runs the attention's row backward into the thread's buffer and the
-// SE blocks from there: the bits of squeeze_excite_forward_cpu / _backward_cpu and
-// config_attention_forward_cpu / _backward_cpu composed, where each node's rows cover whole chunks of
+// on that buffer (y [N, C*2F], h [N*C, 16]), so that neither the SE's output nor the attention's weights
+// are written. The backward recomputes both from x and h (config_attention_weights), runs the attention's
+// row backward into the thread's buffer and the SE blocks from there: the bits of squeeze_excite_forward_cpu /
+// _backward_cpu and config_attention_forward_cpu / _backward_cpu composed, where each node's rows cover whole chunks of
 // kSqueezeExciteChunk rows or a chunk whole nodes, and C is at most kSqueezeExciteAttentionMaxConfigs (a
-// thread holds five [C, F] buffers): squeeze_excite_attention_fused. Host only, where
+// thread holds six [C, F] buffers): squeeze_excite_attention_fused. Host only, where
 // squeeze_excite_vectorised(F, 16); dres and each gradient may be null (not wanted).
 inline constexpr int64_t kSqueezeExciteAttentionMaxConfigs = 1024;
 bool squeeze_excite_attention_fused(int64_t C, int64_t F, int64_t H);
-void squeeze_excite_attention_forward_cpu(float* y, float* w, float* h, const float* x, const float* w1,
+void squeeze_excite_attention_forward_cpu(float* y, float* h, const float* x, const float* w1,
                                           const float* b1, const float* w2, const float* b2, const float* res,
                                           int64_t N, int64_t C, int64_t F, int64_t H, const float* beta, Act a,
                                           RowsDropout<float> drop);
 void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta, float* dw1, float* db1, float* dw2,
-                                           float* db2, const float* dy, const float* x, const float* h, const float* w,
+                                           float* db2, const float* dy, const float* x, const float* h,
                                            const float* res, const float* w1, const float* w2, const float* b2,
                                            int64_t N, int64_t C, int64_t F, int64_t H, const float* beta, Act a,
                                            RowsDropout<float> drop);
-// Their AVX-512 halves. Each thread's buffers: forward z [32, F], then the SE's output for a node [C, F]
-// and the attention's m and sum [F]; backward g and dy s [32, F], p [32, 16], then the SE's sigmoid s, its
-// output and its gradient [C, F], the attention's scratch [C, 2F] and its aw, wx [F]; each [..] with a pad
+// Their AVX-512 halves. Each thread's buffers: forward z [32, F], then the SE's output and the attention's
+// weights for a node [C, F] and its m and sum [F]; backward g and dy s [32, F], p [32, 16], then the SE's
+// sigmoid s, its output and its gradient [C, F], the attention's scratch [C, 2F], its weights [C, F] and
+// its aw, wx [F]; each [..] with a pad
 // after it. The workspaces start as the SE kernels' (the b2 row; backward W1^T, W2^T and the chunks'
 // partials, zeros). dws: each node's part of dbeta [N], then F doubles a thread.
 inline int64_t squeeze_excite_attention_thread_floats(int64_t C, int64_t F, bool backward) {
   const int64_t node = C * F + kSqueezeExcitePad, block = kSqueezeExciteBlock * F + kSqueezeExcitePad;
-  if (!backward) return block + node + 2 * F;
-  return 2 * block + kSqueezeExciteBlock * 16 + kSqueezeExcitePad + 5 * node + 2 * F;
+  if (!backward) return block + 2 * node + 2 * F;
+  return 2 * block + kSqueezeExciteBlock * 16 + kSqueezeExcitePad + 6 * node + 2 * F;
 }
-void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const float* x, const float* w1,
+void squeeze_excite_attention_forward_avx512(float* y, float* h, const float* x, const float* w1,
                                              const float* b1, const float* w2, const float* res, int64_t N, int64_t C,
                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
                                              float* amx_ws);
 void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dws, float* dw1, float* db1,
                                               float* dw2, float* db2, const float* dy, const float* x, const float* h,
-                                              const float* w, const float* res, const float* w2, int64_t N, int64_t C,
+                                              const float* res, const float* w2, int64_t N, int64_t C,
                                               int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
                                               float* amx_ws);
 

@@ -295,7 +295,7 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
 // The fused SE + attention: one node's C rows at a time, in blocks of up to 32 rows (which never cross a
 // chunk: nodes cover whole chunks, or chunks whole nodes, and a chunk is whole blocks). The backward's
 // tasks are groups of nodes that fill whole chunks, so no two threads add to one chunk's partials.
-void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const float* x, const float* w1,
+void squeeze_excite_attention_forward_avx512(float* y, float* h, const float* x, const float* w1,
                                              const float* b1, const float* w2, const float* res, int64_t N, int64_t C,
                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
                                              float* amx_ws) {
@@ -305,7 +305,8 @@ void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const
     const Products pr(w1, b1, w2, nullptr, nullptr, F, amx_ws);
     float* z = ws + F + thread_index() * squeeze_excite_attention_thread_floats(C, F, false);
     float* xs = z + squeeze_excite_thread_floats(F, false);
-    float *m = xs + C * F + kSqueezeExcitePad, *sum = m + F;
+    float* wn = xs + C * F + kSqueezeExcitePad;
+    float *m = wn + C * F + kSqueezeExcitePad, *sum = m + F;
 #pragma omp for schedule(static)
     for (int64_t node = 0; node < N; ++node) {
       const int64_t row = node * C;
@@ -314,8 +315,8 @@ void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const
         block_forward(pr, x + (row + r0) * F, n, b2row, h + (row + r0) * H, z, xs + r0 * F);
       }
       dispatch_act(a, [&](auto A) GNN_INLINE {
-        config_attention_row(y + node * C * 2 * F, w + node * C * F, xs, res ? res + node * C * 2 * F : nullptr, C,
-                             F, beta, A, m, sum, drop, node);
+        config_attention_row(y + node * C * 2 * F, wn, xs, res ? res + node * C * 2 * F : nullptr, C, F, beta, A, m,
+                             sum, drop, node);
       });
     }
   }
@@ -323,7 +324,7 @@ void squeeze_excite_attention_forward_avx512(float* y, float* w, float* h, const
 
 void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dws, float* dw1, float* db1,
                                               float* dw2, float* db2, const float* dy, const float* x, const float* h,
-                                              const float* w, const float* res, const float* w2, int64_t N, int64_t C,
+                                              const float* res, const float* w2, int64_t N, int64_t C,
                                               int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
                                               float* amx_ws) {
   const int64_t R = N * C, chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
@@ -340,7 +341,8 @@ void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dw
     float *dys = g + step, *p = dys + step;
     float* s = p + RB * H + kSqueezeExcitePad;
     float *xs = s + node_step, *dxs = xs + node_step, *scratch = dxs + node_step;
-    float *aw = scratch + 2 * node_step, *wx = aw + F;
+    float* wn = scratch + 2 * node_step;
+    float *aw = wn + node_step, *wx = aw + F;
     double* db = dws + N + thread_index() * F;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tasks; ++t)
@@ -354,8 +356,9 @@ void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dw
           for (int64_t i = 0; i < n * F; ++i) sb[i] = vm::sigmoid(sb[i]);
           for (int64_t i = 0; i < n * F; ++i) xsb[i] = xb[i] * sb[i];
         }
+        config_attention_weights(wn, xs, C, F, beta, aw, wx);  // the forward's weights again
         rows_dbeta[node] = dispatch_act(a, [&](auto A) GNN_INLINE {
-          return config_attention_row_backward_act(dxs, dres ? dres + o : nullptr, dy + o, xs, w + node * C * F,
+          return config_attention_row_backward_act(dxs, dres ? dres + o : nullptr, dy + o, xs, wn,
                                                    res ? res + o : nullptr, C, F, beta, A, scratch, aw, wx, db, drop,
                                                    node);
         });

@@ -127,7 +127,7 @@ bool squeeze_excite_attention_fused(int64_t C, int64_t F, int64_t H) {
          (kSqueezeExciteChunk % C == 0 || C % kSqueezeExciteChunk == 0) && squeeze_excite_vectorised(F, H);
 }
 
-void squeeze_excite_attention_forward_cpu(float* y, float* w, float* h, const float* x, const float* w1,
+void squeeze_excite_attention_forward_cpu(float* y, float* h, const float* x, const float* w1,
                                           const float* b1, const float* w2, const float* b2, const float* res,
                                           int64_t N, int64_t C, int64_t F, int64_t H, const float* beta, Act a,
                                           RowsDropout<float> drop) {
@@ -135,7 +135,7 @@ void squeeze_excite_attention_forward_cpu(float* y, float* w, float* h, const fl
 #if defined(__x86_64__)
   float* ws = workspace(F + max_threads() * squeeze_excite_attention_thread_floats(C, F, false));
   bias_row(ws, b2, F);
-  squeeze_excite_attention_forward_avx512(y, w, h, x, w1, b1, w2, res, N, C, F, *beta, a, drop, ws,
+  squeeze_excite_attention_forward_avx512(y, h, x, w1, b1, w2, res, N, C, F, *beta, a, drop, ws,
                                           amx_workspace(w1, w2, nullptr, nullptr, F));
 #else
   (void)y, (void)w, (void)h, (void)x, (void)w1, (void)b1, (void)w2, (void)b2, (void)res, (void)N;
@@ -144,7 +144,7 @@ void squeeze_excite_attention_forward_cpu(float* y, float* w, float* h, const fl
 }
 
 void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta, float* dw1, float* db1, float* dw2,
-                                           float* db2, const float* dy, const float* x, const float* h, const float* w,
+                                           float* db2, const float* dy, const float* x, const float* h,
                                            const float* res, const float* w1, const float* w2, const float* b2,
                                            int64_t N, int64_t C, int64_t F, int64_t H, const float* beta, Act a,
                                            RowsDropout<float> drop) {
@@ -154,7 +154,7 @@ void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta,
   static thread_local std::vector<double> rows;  // each node's part of dbeta, then each thread's F doubles
   rows.resize(size_t(N + max_threads() * F));
   float* amx_ws = amx_workspace(w1, w2, ws + F, ws + F + H * F, F);
-  squeeze_excite_attention_backward_avx512(dx, dres, rows.data(), dw1, db1, dw2, db2, dy, x, h, w, res, w2, N, C, F,
+  squeeze_excite_attention_backward_avx512(dx, dres, rows.data(), dw1, db1, dw2, db2, dy, x, h, res, w2, N, C, F,
                                            *beta, a, drop, ws, amx_ws);
   // dbeta as config_attention_backward_cpu sums it: the nodes' parts in its fixed chunks, then the chunks
   const int64_t att_chunks = std::min<int64_t>(kConfigAttentionChunks, std::max<int64_t>(N, 1));

@@ -336,10 +336,10 @@ TEST_CASE("squeeze_excite_attention: the SE block and the cross-config attention
   }
   // the kernel refuses what it does not take; the op names what does not fit
   const Tensor x = rand({2, 48 * 32}, 88), w1 = rand({32, 16}, 89), w2 = rand({16, 32}, 90), beta = rand({1}, 91);
-  std::vector<float> y(2 * 48 * 64), w(2 * 48 * 32), h(2 * 48 * 16);
-  CHECK_THROWS_WITH_AS(squeeze_excite_attention_forward_cpu(y.data(), w.data(), h.data(), x.f32(), w1.f32(), nullptr,
-                                                            w2.f32(), nullptr, nullptr, 2, 48, 32, 16, beta.f32(),
-                                                            Act::kNone, {}),
+  std::vector<float> y(2 * 48 * 64), h(2 * 48 * 16);
+  CHECK_THROWS_WITH_AS(squeeze_excite_attention_forward_cpu(y.data(), h.data(), x.f32(), w1.f32(), nullptr, w2.f32(),
+                                                            nullptr, nullptr, 2, 48, 32, 16, beta.f32(), Act::kNone,
+                                                            {}),
                        doctest::Contains("squeeze_excite_attention: no host kernel for 48 configs of 32 channels"),
                        Error);
   const ag::Var xv = ag::Var(rand({2, 64 * 32}, 92)), w1v(w1), w2v(w2), bv(beta);
