@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "autograd/device_check.h"
@@ -54,6 +55,59 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
   }
 }
 
+// A case's float inputs (random, seeded from seed .. seed + 5) and the f64 reference's outputs from them,
+// the backward from h_back where given (else from the reference's own h)
+struct SeCase {
+  int64_t R, F, H;
+  bool bias;
+  std::vector<float> x, w1, b1, w2, b2, dy;
+  SeCase(int64_t R_, int64_t F_, int64_t H_, bool bias_, uint64_t seed)
+      : R(R_), F(F_), H(H_), bias(bias_), x(random_values<float>(size_t(R * F), seed)),
+        w1(random_values<float>(size_t(F * H), seed + 1, -0.3f, 0.3f)), b1(random_values<float>(size_t(H), seed + 2)),
+        w2(random_values<float>(size_t(H * F), seed + 3)), b2(random_values<float>(size_t(F), seed + 4)),
+        dy(random_values<float>(size_t(R * F), seed + 5)) {}
+  SeRun run(bool all = true) const { return run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias, all); }
+};
+
+struct SeWant {
+  std::vector<double> y, h, dx, dw1, db1, dw2, db2;
+};
+
+SeWant reference(const SeCase& c, const std::vector<float>* h_back = nullptr) {
+  const auto [R, F, H] = std::tuple{c.R, c.F, c.H};
+  SeWant o{std::vector<double>(size_t(R * F)), std::vector<double>(size_t(R * H)), std::vector<double>(size_t(R * F)),
+           std::vector<double>(size_t(F * H)), std::vector<double>(size_t(H)),     std::vector<double>(size_t(H * F)),
+           std::vector<double>(size_t(F))};
+  const std::vector<double> xd = wide(c.x), w1d = wide(c.w1), b1d = wide(c.b1), w2d = wide(c.w2), b2d = wide(c.b2),
+                            dyd = wide(c.dy);
+  const double *pb1 = c.bias ? b1d.data() : nullptr, *pb2 = c.bias ? b2d.data() : nullptr;
+  squeeze_excite_forward_ref(o.y.data(), o.h.data(), xd.data(), w1d.data(), pb1, w2d.data(), pb2, R, F, H);
+  const std::vector<double> hb = h_back ? wide(*h_back) : o.h;
+  squeeze_excite_backward_ref(o.dx.data(), o.dw1.data(), o.db1.data(), o.dw2.data(), o.db2.data(), dyd.data(),
+                              xd.data(), hb.data(), w1d.data(), w2d.data(), pb2, R, F, H);
+  return o;
+}
+
+void check_close(const SeRun& got, const SeWant& want, double rel) {
+  check_close(got.y, want.y, rel, "y");
+  check_close(got.h, want.h, rel, "h");
+  check_close(got.dx, want.dx, rel, "dx");
+  check_close(got.dw1, want.dw1, rel, "dW1");
+  check_close(got.db1, want.db1, rel, "db1");
+  check_close(got.dw2, want.dw2, rel, "dW2");
+  check_close(got.db2, want.db2, rel, "db2");
+}
+
+void check_same(const SeRun& a, const SeRun& b) {
+  CHECK(a.y == b.y);
+  CHECK(a.h == b.h);
+  CHECK(a.dx == b.dx);
+  CHECK(a.dw1 == b.dw1);
+  CHECK(a.db1 == b.db1);
+  CHECK(a.dw2 == b.dw2);
+  CHECK(a.db2 == b.db2);
+}
+
 // The op (or the composed ops) on fresh parameters holding in = {x, w1, b1, w2, b2}, back from dy: y, then
 // the gradients of x, w1, b1, w2 and b2.
 std::vector<std::vector<float>> run_op(bool op, const std::vector<Tensor>& in, const Tensor& dy) {
@@ -94,44 +148,19 @@ TEST_CASE("squeeze_excite: the float kernel against the reference, the same bits
   }
   for (const Case c : {Case{709, 128, 16}, Case{45, 48, 16}, Case{300, 272, 16}})
     for (bool bias : {true, false}) {
-      const auto [R, F, H] = c;
-      CAPTURE(F);
-      CAPTURE(H);
+      CAPTURE(c.F);
       CAPTURE(bias);
-      const auto x = random_values<float>(size_t(R * F), 51),
-                 w1 = random_values<float>(size_t(F * H), 52, -0.3f, 0.3f), b1 = random_values<float>(size_t(H), 53),
-                 w2 = random_values<float>(size_t(H * F), 54), b2 = random_values<float>(size_t(F), 55),
-                 dy = random_values<float>(size_t(R * F), 56);
-      std::vector<double> y(size_t(R * F)), h(size_t(R * H)), dx(size_t(R * F)), dw1(size_t(F * H)),
-          db1(static_cast<size_t>(H)), dw2(size_t(H * F)), db2(static_cast<size_t>(F));
-      const std::vector<double> xd = wide(x), w1d = wide(w1), b1d = wide(b1), w2d = wide(w2), b2d = wide(b2),
-                                dyd = wide(dy);
-      const double *pb1 = bias ? b1d.data() : nullptr, *pb2 = bias ? b2d.data() : nullptr;
-      squeeze_excite_forward_ref(y.data(), h.data(), xd.data(), w1d.data(), pb1, w2d.data(), pb2, R, F, H);
-      squeeze_excite_backward_ref(dx.data(), dw1.data(), db1.data(), dw2.data(), db2.data(), dyd.data(), xd.data(),
-                                  h.data(), w1d.data(), w2d.data(), pb2, R, F, H);
+      const SeCase k(c.R, c.F, c.H, bias, 51);
       const ThreadsRestored saved;
       set_num_threads(1);
-      const SeRun one = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias);
-      check_close(one.y, y, 2e-5, "y");
-      check_close(one.h, h, 2e-5, "h");
-      check_close(one.dx, dx, 2e-5, "dx");
-      check_close(one.dw1, dw1, 2e-5, "dW1");
-      check_close(one.db1, db1, 2e-5, "db1");
-      check_close(one.dw2, dw2, 2e-5, "dW2");
-      check_close(one.db2, db2, 2e-5, "db2");
+      const SeRun one = k.run();
+      check_close(one, reference(k), 2e-5);
       for (int threads : {2, 3}) {
         CAPTURE(threads);
         set_num_threads(threads);
-        const SeRun more = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias);
-        CHECK(more.y == one.y);
-        CHECK(more.dx == one.dx);
-        CHECK(more.dw1 == one.dw1);
-        CHECK(more.db1 == one.db1);
-        CHECK(more.dw2 == one.dw2);
-        CHECK(more.db2 == one.db2);
+        check_same(k.run(), one);
         // gradients not asked for are not written, and the others are the same bits
-        const SeRun some = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias, false);
+        const SeRun some = k.run(false);
         CHECK(std::all_of(some.dw1.begin(), some.dw1.end(), [](float v) { return std::isnan(v); }));
         CHECK(std::all_of(some.db2.begin(), some.db2.end(), [](float v) { return std::isnan(v); }));
         CHECK(some.dx == one.dx);
@@ -194,53 +223,27 @@ TEST_CASE("squeeze_excite: under bf16 products on AMX, the row products on tiles
     for (bool bias : {true, false}) {
       CAPTURE(F);
       CAPTURE(bias);
-      const int64_t R = F == 128 ? 709 : 45, H = 16;
-      const auto x = random_values<float>(size_t(R * F), 151),
-                 w1 = random_values<float>(size_t(F * H), 152, -0.3f, 0.3f), b1 = random_values<float>(size_t(H), 153),
-                 w2 = random_values<float>(size_t(H * F), 154), b2 = random_values<float>(size_t(F), 155),
-                 dy = random_values<float>(size_t(R * F), 156);
-      std::vector<double> y(size_t(R * F)), h(size_t(R * H)), dx(size_t(R * F)), dw1(size_t(F * H)),
-          db1(static_cast<size_t>(H)), dw2(size_t(H * F)), db2(static_cast<size_t>(F));
-      const std::vector<double> xd = wide(x), w1d = wide(w1), b1d = wide(b1), w2d = wide(w2), b2d = wide(b2),
-                                dyd = wide(dy);
-      const double *pb1 = bias ? b1d.data() : nullptr, *pb2 = bias ? b2d.data() : nullptr;
-      squeeze_excite_forward_ref(y.data(), h.data(), xd.data(), w1d.data(), pb1, w2d.data(), pb2, R, F, H);
+      const SeCase k(F == 128 ? 709 : 45, F, 16, bias, 151);
       const ThreadsRestored saved;
       set_num_threads(1);
-      const SeRun one = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias);
-      // the backward from the kernel's own h: where bf16 moves an h across 0, the ReLU's mask moves a whole row
-      // of the input's gradient
-      const std::vector<double> hk = wide(one.h);
-      squeeze_excite_backward_ref(dx.data(), dw1.data(), db1.data(), dw2.data(), db2.data(), dyd.data(), xd.data(),
-                                  hk.data(), w1d.data(), w2d.data(), pb2, R, F, H);
+      const SeRun one = k.run();
       // bf16 operands (8 bits of mantissa): within a few hundredths of the f64 reference (3e-2 at worst here),
-      // where the f32 kernel is within 2e-5; a product left in f32 would pass this but not the check after it
-      check_close(one.y, y, 5e-2, "y");
-      check_close(one.h, h, 5e-2, "h");
-      check_close(one.dx, dx, 5e-2, "dx");
-      check_close(one.dw1, dw1, 5e-2, "dW1");
-      check_close(one.db1, db1, 5e-2, "db1");
-      check_close(one.dw2, dw2, 5e-2, "dW2");
-      check_close(one.db2, db2, 5e-2, "db2");
+      // where the f32 kernel is within 2e-5; a product left in f32 would pass this but not the check after it.
+      // The reference's backward from the kernel's own h: where bf16 moves an h across 0, the ReLU's mask
+      // moves a whole row of the input's gradient.
+      check_close(one, reference(k, &one.h), 5e-2);
       {
         const PrecisionRestored f32(GemmPrecision::kF32);
-        const SeRun fma = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias);
+        const SeRun fma = k.run();
         CHECK(fma.h != one.h);
         CHECK(fma.y != one.y);
         CHECK(fma.dx != one.dx);
       }
-      set_gemm_cpu_precision(GemmPrecision::kBf16);
+      set_gemm_cpu_precision(GemmPrecision::kBf16);  // the scope above left f32
       for (int threads : {2, 3}) {
         CAPTURE(threads);
         set_num_threads(threads);
-        const SeRun more = run_cpu(x, w1, b1, w2, b2, dy, R, F, H, bias);
-        CHECK(more.y == one.y);
-        CHECK(more.h == one.h);
-        CHECK(more.dx == one.dx);
-        CHECK(more.dw1 == one.dw1);
-        CHECK(more.db1 == one.db1);
-        CHECK(more.dw2 == one.dw2);
-        CHECK(more.db2 == one.db2);
+        check_same(k.run(), one);
       }
     }
   // the op against the composed ops with bf16 products: the same operands rounded and summed by the same
