@@ -47,9 +47,10 @@ Var bias_act(const Var& x, const Var& b, Act act, double slope = 0.01);
 Var gate(const Var& x, const Var& z, const Var& b);
 // The whole squeeze-and-excitation block, x * sigmoid(relu(x w1 + b1) w2 + b2), x [R, F], w1 [F, H], w2 [H, F],
 // b1 [H] and b2 [F] (either undefined: no bias), as one op on the host (kernels/squeeze_excite.h: x and dy
-// read once, [R, H] kept, the [R, F] intermediates never written; its products in f32 whatever the GEMM
-// precision) where squeeze_excite_vectorised(F, H), and in f64 (the reference); elsewhere, and on a GPU,
-// the composed ops (matmul, bias_act, matmul, gate), the products as gemm_cpu or cuBLAS runs them.
+// read once, [R, H] kept, the [R, F] intermediates never written; its products f32 FMA chains, or bf16
+// tiles under bf16 products on AMX: squeeze_excite_amx) where squeeze_excite_vectorised(F, H), and in f64
+// (the reference); elsewhere, and on a GPU, the composed ops (matmul, bias_act, matmul, gate), the
+// products as gemm_cpu or cuBLAS runs them.
 Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2);
 // The same block as those composed ops, on any device and dtype: what squeeze_excite runs where its kernel
 // does not apply, and the yardstick its tests and bench case measure it against.
@@ -97,7 +98,8 @@ Var config_attention(const Var& x, const Var& beta, int64_t configs, const Var& 
                      FusedDropout dropout = {});
 // config_attention(squeeze_excite(x's rows), beta, configs, residual, act, dropout) for x [N, C*F] (its
 // [N*C, F] rows), as one op on the host where squeeze_excite_attention_fused(C, F, H)
-// (kernels/squeeze_excite.h: the SE's output never written; the two ops' bits); elsewhere the two ops.
+// (kernels/squeeze_excite.h: neither the SE's output nor the attention's weights written, the backward
+// recomputing both; the two ops' bits); elsewhere the two ops.
 Var squeeze_excite_attention(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2,
                              const Var& beta, int64_t configs, const Var& residual = Var(), Act act = Act::kNone,
                              FusedDropout dropout = {});

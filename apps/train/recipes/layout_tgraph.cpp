@@ -44,8 +44,9 @@
 // - Its squeeze-and-excitation gates each (node, config) row from that row alone, as its code does (no
 //   mean over the nodes first, unlike the image SE block). On an AVX-512 host, where the block squeezes
 //   to 16 (its input 128 wide: the default --hidden 256 with --cross-attn on), it is one op
-//   (ag::squeeze_excite) whose two small products are f32 FMA chains even with --matmul-precision bf16,
-//   which rounds every other product's inputs to bf16 as its autocast does. With the cross-config
+//   (ag::squeeze_excite). With --matmul-precision bf16, which rounds every product's inputs to bf16 as its
+//   autocast does, the op's two small products round theirs too where the bf16 products run on AMX (its
+//   tiles, the composed ops' bits); on a CPU with AVX512-BF16 but no AMX they stay f32. With the cross-config
 //   attention on, the SE block and the attention after it are one op (ag::squeeze_excite_attention, the
 //   two ops' bits), so the SE's output is never written.
 // - T is learned as its inverse beta = 1/T (init 2, i.e. T = 0.5): the same function; the gradient
