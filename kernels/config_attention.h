@@ -31,12 +31,6 @@
 
 namespace gnn {
 
-// One row: w [C, D] from x [C, D], and y [C, 2D] = act([x | x w] + res) (res [C, 2D] may be null). The
-// last pass writes w and both halves of y for one config at a time, one activation per loop (so that
-// each loop vectorises, as in config_attention_dz): y is written once, not stored and then reread (with
-// dropout, its mask then scales the config's 2D values while they are in L1).
-// `a` is an Act, or a std::integral_constant<Act, ...> (dispatch_act) so that the CPU loops see a
-// constant and vectorise. Forced inline: the body must be compiled inside each CPU clone.
 // The softmax's first passes: w [C, D] = exp(beta x - m) with m the maximum over c, and sum[d] = 1 / their
 // sum over c in order; w[c, d] * sum[d] is then the weight (config_attention_row multiplies as it writes y).
 template <class T>
@@ -56,7 +50,8 @@ GNN_INLINE inline void config_attention_exp(T* w, const T* x, int64_t C, int64_t
   for (int64_t d = 0; d < D; ++d) sum[d] = T(1) / sum[d];
 }
 
-// One row's weights w [C, D] alone, config_attention_row's bits (for a backward that recomputes them)
+// One row's weights w [C, D] alone, config_attention_row's bits (for a backward that recomputes them).
+// These two are forced inline too, like the row functions below.
 template <class T>
 GNN_INLINE inline void config_attention_weights(T* w, const T* x, int64_t C, int64_t D, T beta, T* m, T* sum) {
   config_attention_exp(w, x, C, D, beta, m, sum);
@@ -66,6 +61,12 @@ GNN_INLINE inline void config_attention_weights(T* w, const T* x, int64_t C, int
   }
 }
 
+// One row: w [C, D] from x [C, D], and y [C, 2D] = act([x | x w] + res) (res [C, 2D] may be null). The
+// last pass writes w and both halves of y for one config at a time, one activation per loop (so that
+// each loop vectorises, as in config_attention_dz): y is written once, not stored and then reread (with
+// dropout, its mask then scales the config's 2D values while they are in L1).
+// `a` is an Act, or a std::integral_constant<Act, ...> (dispatch_act) so that the CPU loops see a
+// constant and vectorise. Forced inline: the body must be compiled inside each CPU clone.
 template <class T, class A>
 GNN_INLINE inline void config_attention_row(T* y, T* w, const T* x, const T* res, int64_t C, int64_t D, T beta, A a,
                                             T* m, T* sum, const RowsDropout<T>& drop, int64_t r) {

@@ -1,8 +1,9 @@
 // The squeeze-and-excitation block's row products on AMX tiles (kernels/squeeze_excite.h, SeAmx), for the
 // AVX-512 kernels under --matmul-precision bf16: a block of up to 32 rows times a 16-wide operand, the
-// operands rounded to bf16 (nearest, ties to even, denormals read as zero: VCVTNE2PS2BF16, as the bf16 GEMM
-// rounds them) and the products summed in f32 by TDPBF16PS in the tile's own order. The block's rows past n
-// go into the tiles as zeros and come out unread, so the caller's rows past n are never written.
+// operands rounded to bf16 (nearest, ties to even, denormals read as zero: VCVTNEPS2BF16, as the bf16 GEMM
+// rounds them) and the products summed in f32 by TDPBF16PS in the tile's own order. A block's A rows past n
+// are zeros, its C rows past n whatever the thread's buffer held; neither is read back, and the caller's
+// rows past n are never written.
 // Tiles (palette 1): C 0-1 [16 rows x 16 f32]; A over 32 k (16 pairs) 2-3, over 16 k (8 pairs) 4-5; B over
 // 16 pairs 6, over 8 pairs 7.
 #include <immintrin.h>
@@ -40,7 +41,8 @@ void pair_row(const float* r0, const float* r1, uint32_t* dst) {
 void bf16_block(const float* src, int64_t n, int64_t K, uint16_t* a) {
   for (int64_t i = 0; i < n * K; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + i), __m256i(_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i))));
-  std::fill(a + n * K, a + RB * K, uint16_t(0));
+  for (int64_t i = n * K; i < RB * K; i += 16)  // through the vector type, which may alias the float storage
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + i), _mm256_setzero_si256());
 }
 
 // c [32, 16] = a [32, K] (bf16, K a multiple of 32) times b (K / 2 pair rows of 16)
@@ -110,9 +112,6 @@ void squeeze_excite_amx_gate_grad(const float* g, int64_t n, int64_t F, const Se
   }
 }
 
-// A whole block starts its C tiles from the init rows (a stride of 0 reads one row for all) and stores them
-// into out; a block of fewer rows goes through the thread's c [32, 16] both ways, so that every row sums
-// init and its products in the tile, in one order, wherever its block ends.
 // A whole block starts its C tiles from the init rows (a stride of 0 reads one row for all) and stores them
 // into out; a block of fewer rows goes through the thread's c [32, 16] both ways, so that every row sums
 // init and its products in the tile, in one order, wherever its block ends.

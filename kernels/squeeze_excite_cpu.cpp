@@ -138,7 +138,7 @@ void squeeze_excite_attention_forward_cpu(float* y, float* h, const float* x, co
   squeeze_excite_attention_forward_avx512(y, h, x, w1, b1, w2, res, N, C, F, *beta, a, drop, ws,
                                           amx_workspace(w1, w2, nullptr, nullptr, F));
 #else
-  (void)y, (void)w, (void)h, (void)x, (void)w1, (void)b1, (void)w2, (void)b2, (void)res, (void)N;
+  (void)y, (void)h, (void)x, (void)w1, (void)b1, (void)w2, (void)b2, (void)res, (void)N;
   (void)beta, (void)a, (void)drop;
 #endif
 }
@@ -167,7 +167,7 @@ void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta,
   if (dbeta) *dbeta = float(total);
 #else
   (void)dx, (void)dres, (void)dbeta, (void)dw1, (void)db1, (void)dw2, (void)db2, (void)dy, (void)x, (void)h;
-  (void)w, (void)res, (void)w1, (void)w2, (void)b2, (void)N, (void)beta, (void)a, (void)drop;
+  (void)res, (void)w1, (void)w2, (void)b2, (void)N, (void)beta, (void)a, (void)drop;
 #endif
 }
 
