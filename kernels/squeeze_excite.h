@@ -120,12 +120,12 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
 // Under --matmul-precision bf16 where the bf16 products run on AMX (gemm_bf16_kernel()) and F is a multiple
 // of 32, squeeze_excite_amx(F): the AVX-512 kernels' four row products (x W1, h W2 (forward, and again in
 // the backward), g W2^T and p W1^T) run on AMX tiles (squeeze_excite_amx.cpp), their operands rounded to
-// bf16 as the bf16 GEMM rounds them and summed in f32 by the tiles, the biases and dy s added after; the
-// weight gradients' sums over rows (h^T g, x^T p) stay f32 FMA chains. The same bits for any thread count,
-// and in the fused kernel below the two ops' bits, as in f32. The workspace (amx_ws, null for the f32
-// products): W1 as F/2 pair rows of 16 | W2 as F/16 tiles of 8 pair rows | W1^T likewise | W2^T as F/2 pair
-// rows (the backward's two), packed by squeeze_excite_amx_pack, then each thread's bf16 block [32, F] and
-// tile output [32, 16].
+// bf16 as the bf16 GEMM rounds them and summed in f32 by the tiles (z's and dx's tiles start from the b2
+// row and dy s); the weight gradients' sums over rows (h^T g, x^T p) stay f32 FMA chains. The same bits
+// for any thread count, and in the fused kernel below the two ops' bits, as in f32. The workspace (amx_ws,
+// null for the f32 products): W1 as F/2 pair rows of 16 | W2 as F/16 tiles of 8 pair rows | W1^T likewise |
+// W2^T as F/2 pair rows (the backward's two), packed by squeeze_excite_amx_pack, then each thread's bf16
+// block [32, F] and tile output [32, 16].
 bool squeeze_excite_amx(int64_t F);
 inline int64_t squeeze_excite_amx_floats(int64_t F, int64_t threads) {
   return 32 * F + threads * (16 * F + kSqueezeExciteBlock * 16 + kSqueezeExcitePad);
@@ -157,11 +157,12 @@ void squeeze_excite_amx_rows_from_16(const float* u, int64_t n, const uint32_t* 
 // node, its C rows of x [N*C, F] through the SE block into the thread's buffer, then config_attention_row
 // on that buffer (y [N, C*2F], h [N*C, 16]), so that neither the SE's output nor the attention's weights
 // are written. The backward recomputes both from x and h (config_attention_weights), runs the attention's
-// row backward into the thread's buffer and the SE blocks from there: the bits of squeeze_excite_forward_cpu /
-// _backward_cpu and config_attention_forward_cpu / _backward_cpu composed, where each node's rows cover whole chunks of
-// kSqueezeExciteChunk rows or a chunk whole nodes, and C is at most kSqueezeExciteAttentionMaxConfigs (a
-// thread holds six [C, F] buffers): squeeze_excite_attention_fused. Host only, where
-// squeeze_excite_vectorised(F, 16); dres and each gradient may be null (not wanted).
+// row backward into the thread's buffer and the SE blocks from there: the bits of
+// squeeze_excite_forward_cpu / _backward_cpu and config_attention_forward_cpu / _backward_cpu composed,
+// where each node's rows cover whole chunks of kSqueezeExciteChunk rows or a chunk whole nodes, and C is
+// at most kSqueezeExciteAttentionMaxConfigs (a thread holds six [C, F] buffers):
+// squeeze_excite_attention_fused. Host only, where squeeze_excite_vectorised(F, 16); dres and each gradient
+// may be null (not wanted).
 inline constexpr int64_t kSqueezeExciteAttentionMaxConfigs = 1024;
 bool squeeze_excite_attention_fused(int64_t C, int64_t F, int64_t H);
 void squeeze_excite_attention_forward_cpu(float* y, float* h, const float* x, const float* w1,
@@ -176,9 +177,8 @@ void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta,
 // Their AVX-512 halves. Each thread's buffers: forward z [32, F], then the SE's output and the attention's
 // weights for a node [C, F] and its m and sum [F]; backward g and dy s [32, F], p [32, 16], then the SE's
 // sigmoid s, its output and its gradient [C, F], the attention's scratch [C, 2F], its weights [C, F] and
-// its aw, wx [F]; each [..] with a pad
-// after it. The workspaces start as the SE kernels' (the b2 row; backward W1^T, W2^T and the chunks'
-// partials, zeros). dws: each node's part of dbeta [N], then F doubles a thread.
+// its aw, wx [F]; each [..] with a pad after it. The workspaces start as the SE kernels' (the b2 row;
+// backward W1^T, W2^T and the chunks' partials, zeros). dws: each node's part of dbeta [N], then F doubles a thread.
 inline int64_t squeeze_excite_attention_thread_floats(int64_t C, int64_t F, bool backward) {
   const int64_t node = C * F + kSqueezeExcitePad, block = kSqueezeExciteBlock * F + kSqueezeExcitePad;
   if (!backward) return block + 2 * node + 2 * F;
