@@ -59,6 +59,7 @@ if [ "$stale" = 1 ]; then
       */gemm_avx2.cpp) extra=(-mavx2 -mfma) ;;
       */gemm_avx512.cpp | */squeeze_excite_avx512.cpp) extra=(-mavx512f -mfma) ;;
       */gemm_bf16.cpp) extra=(-mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mamx-tile -mamx-bf16 -mfma) ;;
+      */squeeze_excite_amx.cpp) extra=(-mavx512f -mavx512bw -mavx512vl -mavx512bf16 -mamx-tile -mamx-bf16) ;;
     esac
     "$cxx" "${flags[@]}" "${extra[@]}" -c "$s" -o "$o" &
     while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || failed=1; done
