@@ -50,11 +50,8 @@ GNN_HD GNN_INLINE inline T act_derivative(Act a, T x, T slope) {
       return x > T(0) ? T(1) : slope;
     case Act::kElu:
       return x > T(0) ? T(1) : math_exp(x);
-    case Act::kGelu: {  // Phi(x) + x phi(x), phi(x) = e^(-t^2) / sqrt(2 pi) with t = x / sqrt(2)
-      const T t = x * T(0.70710678118654752440);
-      const T cdf = T(0.5) * (T(1) + math_erf(t));
-      return cdf + x * T(0.39894228040143267794) * math_exp(-(t * t));
-    }
+    case Act::kGelu:  // Phi(x) + x phi(x)
+      return math_gelu_grad(x);
     case Act::kSigmoid: {
       const T s = math_sigmoid(x);
       return s * (T(1) - s);

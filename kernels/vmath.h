@@ -1,4 +1,4 @@
-// Float exp, expm1, log, erf, tanh and sigmoid written to vectorise: no branches (both sides computed
+// Float exp, expm1, log, erf, tanh, sigmoid and GELU's derivative written to vectorise: no branches (both sides computed
 // and selected), no table, no call, only +, -, *, /, compares and bit moves, so GCC turns a loop over
 // them into AVX2 or AVX-512 code inside GNN_CPU_CLONES functions, where glibc's expf / erff are scalar
 // calls (9% erff and 4% expf of a layout-tgraph step, 2026-11-26). Written here, not taken from
@@ -16,7 +16,8 @@
 //
 // Accuracy, measured against the f64 functions over the float range (tests/kernels/test_vmath.cpp,
 // which checks these bounds, denormals, +-0, +-inf and NaN included): exp, expm1, log, erf, tanh,
-// sigmoid within the ULP bounds listed in kVmathUlp below. Polynomials fitted by scripts/fit_vmath.py.
+// sigmoid within the ULP bounds listed in kVmathUlp below; GELU's derivative within 2.5 x 2^-24 absolute
+// (it is a factor of a gradient, near 0 where it crosses 0). Polynomials fitted by scripts/fit_vmath.py.
 #pragma once
 #include <bit>
 #include <cmath>
@@ -49,6 +50,16 @@ constexpr float kErfcMid[] = {0.000406952982f,  -0.00217818655f,  0.00544566102f
                               -8.15760286e-05f, -1.77359489e-05f, 1.58753464e-05f,  -5.0174873e-07f,  -9.10219001e-07f};
 // tanh |x| <= 0.625: degree 4, weighted max error 4.38e-09 (f64), 4.53e-09 (float coefficients)
 constexpr float kTanhP[] = {-0.333332807f, 0.133314103f, -0.0537371412f, 0.0206308253f, -0.00569581287f};
+// GELU' |x| <= 1.5, (G - 1/2) / x in x^2: degree 6, weighted max error 9.85e-09 (f64), 1e-08 (float coefficients)
+constexpr float kGeluGradSmall[] = {0.797884464f,    -0.265959859f,   0.0598331466f,  -0.00948076323f,
+                                    0.00113417942f, -0.000100884536f, 5.19680361e-06f};
+// GELU' on [1.5, 6]: y = |x| 0.4444444477558136 - 1.6666666269302368
+// GELU' on [1.5, 6], in y: degree 16, weighted max error 2.03e-08 (f64), 7.2e-09 (float coefficients)
+constexpr float kGeluGradMid[] = {1.00123382f,     -0.00956958625f, 0.0336780995f,    -0.0691621974f, 0.0862271115f,
+                                  -0.0534900948f,  -0.0172847565f,  0.0703732371f,    -0.0652412623f, 0.0189737286f,
+                                  0.0220006257f,   -0.0288757011f,  0.00806025509f,   0.00895193405f, -0.00605044002f,
+                                  -0.000935899385f, 0.00111117191f};
+constexpr float kGeluGradK = 0.4444444477558136f, kGeluGradM = 1.6666666269302368f;  // 2 / 4.5, 7.5 / 4.5
 
 // c[0] + x (c[1] + x (c[2] + ...)), written out at compile time so the caller's loop has no inner loop
 template <int K, int N>
@@ -163,6 +174,19 @@ GNN_INLINE inline float erf(float x) {
   const float small = std::fma(x, horner(kErfSmall, x * x), x);  // (2 / sqrt(pi) - 1 leads the polynomial)
   const float large = 1.0f - horner(kErfcMid, a - 2.5f);  // (a - 2.5 is exact for a in [1, 5])
   return a <= 1.0f ? small : copysign(a >= 4.0f ? 1.0f : large, x);
+}
+
+// GELU's derivative, Phi(x) + x phi(x) (phi the standard normal density), from two polynomials and no erf
+// or exp: 1/2 + x P(x^2) for |x| <= 1.5 (the fma rounds once), Q(|x| k - m) for 1.5 < |x| < 6 (the
+// argument mapped onto [-1, 1]) and 1 - Q for x < 0 there (G(-a) = 1 - G(a); exact, Q being in [1/2, 2)),
+// 1 or 0 beyond (G(6) - 1 = 3.5e-8). NaN passes through the large side. Fitted by scripts/fit_vmath.py.
+GNN_INLINE inline float gelu_grad(float x) {
+  using namespace detail;
+  const float a = abs(x);
+  const float small = std::fma(x, horner(kGeluGradSmall, x * x), 0.5f);
+  const float q = horner(kGeluGradMid, std::fma(a, kGeluGradK, -kGeluGradM));
+  const float large = a >= 6.0f ? 1.0f : q;
+  return a <= 1.5f ? small : (x < 0.0f ? 1.0f - large : large);
 }
 
 // tanh: x + x u P(u) (u = x^2) for |x| <= 0.625; 1 - 2 / (e^(2|x|) + 1) above, +-1 where e^(2|x|)

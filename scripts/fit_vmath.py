@@ -82,3 +82,25 @@ u = cheb(1e-8, 0.625**2)
 x = np.sqrt(u)
 T = np.tanh(x) / x
 emit("kTanhP", fit("tanh |x| <= 0.625", u, (T - 1) / u, u / T, 4))
+
+# GELU's derivative G(x) = Phi(x) + x phi(x), with no erf and no exp: G = 1/2 + x P(x^2) for |x| <= 1.5
+# (G - 1/2 is odd; the result fma(x, P, 1/2) rounds once), and G(|x|) = Q(y) on [1.5, 6] in
+# y = |x| k - m, which maps the range onto [-1, 1] (one fma, rounded once), with G(-a) = 1 - G(a) (exact:
+# G(a) is in [1/2, 2) there). Absolute error: G is a factor of the gradient, between -0.13 and 1.13.
+def gelu_grad(v):
+    cdf = 0.5 + 0.5 * np.array([math.erf(t / math.sqrt(2)) for t in v])
+    return cdf + v * np.exp(-0.5 * v * v) / math.sqrt(2 * math.pi)
+
+
+GELU_GRAD_SPLIT, GELU_GRAD_TOP = 1.5, 6.0
+u = cheb(0, GELU_GRAD_SPLIT**2)
+x = np.sqrt(u)
+xs = np.where(x > 0, x, 1)
+P = np.where(x > 0, (gelu_grad(xs) - 0.5) / xs, 2 / math.sqrt(2 * math.pi))
+emit("kGeluGradSmall", fit("GELU' |x| <= 1.5, (G - 1/2) / x in x^2", u, P, x, 6))
+k = float(np.float32(2 / (GELU_GRAD_TOP - GELU_GRAD_SPLIT)))
+m = float(np.float32((GELU_GRAD_TOP + GELU_GRAD_SPLIT) / (GELU_GRAD_TOP - GELU_GRAD_SPLIT)))
+print(f"// GELU' on [1.5, 6]: y = |x| {k!r} - {m!r}")
+a = cheb(GELU_GRAD_SPLIT, GELU_GRAD_TOP)
+y = (a * k - m).astype(np.float32).astype(np.float64)
+emit("kGeluGradMid", fit("GELU' on [1.5, 6], in y", y, gelu_grad(a), np.ones_like(a), 16))
