@@ -1,6 +1,9 @@
 #include "apps/checkpoint.h"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "io/npz.h"
 
@@ -57,9 +60,28 @@ std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std
   return rest;
 }
 
+namespace {
+// Whether every value is finite, from the exponent bits alone: a loop with no branch and no early exit, so
+// it vectorises (the trainer checks every weight after each CPU step: 0.65% of a layout-tgraph step went
+// to the per-value std::isfinite scan, 2026-12-04). first_nonfinite then scans only an array that fails.
+template <class T>
+bool all_finite(const T* x, int64_t n) {
+  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  constexpr U kExp = sizeof(T) == 4 ? U(0x7F800000u) : U(0x7FF0000000000000ull);
+  U bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    U b;
+    std::memcpy(&b, x + i, sizeof b);
+    bad |= U((b & kExp) == kExp);
+  }
+  return bad == 0;
+}
+}  // namespace
+
 std::string first_nonfinite(const std::vector<std::pair<std::string, Tensor>>& arrays,
                             const std::string& may_be_minus_inf) {
   const auto scan = [&](const std::string& key, const auto* x, int64_t n) -> std::string {
+    if (all_finite(x, n)) return "";
     for (int64_t i = 0; i < n; ++i)
       if (!std::isfinite(x[i]) && !(key == may_be_minus_inf && x[i] == -INFINITY))
         return detail::str_cat("'", key, "' holds a non-finite value (", double(x[i]), ") at ", i);

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "apps/checkpoint.h"
 #include "io/atomic_file.h"
 #include "io/json.h"
 #include "io/npz.h"
@@ -466,4 +467,24 @@ TEST_CASE("run files: eval scores a run whose directory it cannot write, and syn
   CHECK(walk_dataset(t.file("d")).size() == 9);
   r = run_gnn("synth --collection tile --out " + t.file("e") + " --split ''");
   CHECK(r.exit_code == 2);
+}
+
+TEST_CASE("run dir: first_nonfinite names the first non-finite value of float and double arrays, wherever it is") {
+  for (const int64_t n : {1, 7, 64, 1001})
+    for (const int64_t at : {int64_t(0), n / 2, n - 1})
+      for (const double bad : {double(NAN), double(INFINITY), -double(INFINITY)}) {
+        std::vector<float> f(size_t(n), 1.5f);
+        std::vector<double> d(size_t(n), -2.0);
+        f[size_t(at)] = float(bad), d[size_t(at)] = bad;
+        const std::string where = " at " + std::to_string(at);
+        const std::vector<std::pair<std::string, Tensor>> ok = {{"a", Tensor::from_vector(std::vector<float>(n, 1.0f))},
+                                                                 {"b", Tensor::from_vector(std::vector<double>(n))}};
+        CHECK(first_nonfinite(ok).empty());
+        std::string got = first_nonfinite({ok[0], {"f", Tensor::from_vector(f)}});
+        CHECK_MESSAGE((contains(got, "'f' holds a non-finite value") && got.ends_with(where)), got);
+        got = first_nonfinite({{"d", Tensor::from_vector(d)}, ok[1]});
+        CHECK_MESSAGE((contains(got, "'d' holds a non-finite value") && got.ends_with(where)), got);
+        // the one exception: -inf where the caller allows it
+        CHECK(first_nonfinite({{"d", Tensor::from_vector(d)}}, "d").empty() == (bad == -double(INFINITY)));
+      }
 }
