@@ -171,16 +171,21 @@ GNN_CPU_CLONES void sage_combine_backward_cpu(float* dq, const float* dy, const 
 #pragma omp parallel for schedule(dynamic, chunk)
   for (int64_t u = 0; u < g.num_cols; ++u) {
     float* __restrict dr = dq + u * 2 * W;
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t o = 0; o < O; ++o) dr[c * 2 * O + o] = 0.0f;
-    for (int32_t k = g.csc_indptr[u]; k < g.csc_indptr[u + 1]; ++k) {
+    const int32_t k0 = g.csc_indptr[u], k1 = g.csc_indptr[u + 1];
+    if (k0 == k1)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t o = 0; o < O; ++o) dr[c * 2 * O + o] = 0.0f;
+    for (int32_t k = k0; k < k1; ++k) {  // the first edge as 0 + s dy, the reference's first sum: no zeroing pass
       const int32_t v = g.csc_indices[k];
       const float s = 1.0f / float(g.indptr[v + 1] - g.indptr[v]);
       const float* __restrict gr = dy + int64_t(v) * W;
       for (int64_t c = 0; c < C; ++c) {
         float* __restrict dc = dr + c * 2 * O;
         const float* __restrict gc = gr + c * O;
-        for (int64_t o = 0; o < O; ++o) dc[o] += s * gc[o];
+        if (k == k0)
+          for (int64_t o = 0; o < O; ++o) dc[o] = 0.0f + s * gc[o];
+        else
+          for (int64_t o = 0; o < O; ++o) dc[o] += s * gc[o];
       }
     }
     const float* __restrict own = dy + u * W;
