@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/amx_tiles.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_blocked.h"
 
@@ -255,12 +256,6 @@ struct Bf16Blocked {
 // tile sums each (row, column)'s products in an order and with internal rounding of the hardware's
 // own, which is not VDPBF16PS's one pair at a time: the two kernels' results differ in the last bits
 // (within the f32 summation's bound), and each is the same for any thread count.
-struct TileConfig {  // ldtilecfg's 64 bytes, palette 1
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 template <int NT>
 struct AmxBlocked {
   static constexpr int NR = NT * W, MB = 32, KT = 16;  // KT: k pairs a tile
@@ -268,9 +263,9 @@ struct AmxBlocked {
   static_assert(kMC % MB == 0, "row blocks of whole 32-row tiles");
 
   static void configure() {  // every tile 16 rows of 64 bytes: C 0-3, A 4-5, B 6-7
-    TileConfig cfg;
+    AmxTileConfig cfg;
     for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
-    _tile_loadconfig(&cfg);
+    amx_configure(cfg);
   }
 
   // The 32 x NR block of C over k2s pairs (a multiple of KT): a row-major pairs with stride lda (in u32), b
@@ -319,40 +314,6 @@ struct AmxBlocked {
         if constexpr (Streamed) _mm512_stream_ps(c + i * ldc + j, v);
         else _mm512_mask_storeu_ps(c + i * ldc + j, m, v);
       }
-  }
-
-  // 16 rows of 16 u32 transposed in registers: r[i][t] -> r[t][i].
-  // (The masked forms: GCC 12 warns that the unmasked ones read an undefined register.)
-  static __m512i lo32(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi32(__mmask16(0xffff), a, b); }
-  static __m512i hi32(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi32(__mmask16(0xffff), a, b); }
-  static __m512i lo64(__m512i a, __m512i b) { return _mm512_maskz_unpacklo_epi64(__mmask8(0xff), a, b); }
-  static __m512i hi64(__m512i a, __m512i b) { return _mm512_maskz_unpackhi_epi64(__mmask8(0xff), a, b); }
-  template <int Imm>
-  static __m512i lanes(__m512i a, __m512i b) {
-    return _mm512_maskz_shuffle_i32x4(__mmask16(0xffff), a, b, Imm);
-  }
-  static void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int k = 0; k < 8; ++k) {
-      t[2 * k] = lo32(r[2 * k], r[2 * k + 1]);
-      t[2 * k + 1] = hi32(r[2 * k], r[2 * k + 1]);
-    }
-    for (int k = 0; k < 4; ++k) {
-      r[4 * k] = lo64(t[4 * k], t[4 * k + 2]);
-      r[4 * k + 1] = hi64(t[4 * k], t[4 * k + 2]);
-      r[4 * k + 2] = lo64(t[4 * k + 1], t[4 * k + 3]);
-      r[4 * k + 3] = hi64(t[4 * k + 1], t[4 * k + 3]);
-    }
-    // r[4k + j]'s 128-bit lane L holds column 4L + j of rows 4k..4k+3
-    for (int j = 0; j < 4; ++j) {
-      const __m512i a = lanes<0x88>(r[j], r[4 + j]), b = lanes<0xdd>(r[j], r[4 + j]),
-                    c = lanes<0x88>(r[8 + j], r[12 + j]), d = lanes<0xdd>(r[8 + j], r[12 + j]);
-      t[j] = lanes<0x88>(a, c);  // lane 0: columns j
-      t[8 + j] = lanes<0xdd>(a, c);  // lane 2: columns 8 + j
-      t[4 + j] = lanes<0x88>(b, d);  // lane 1: columns 4 + j
-      t[12 + j] = lanes<0xdd>(b, d);  // lane 3: columns 12 + j
-    }
-    for (int k = 0; k < 16; ++k) r[k] = t[k];
   }
 
   // op(A)[i0:i0+mc, k0:k0+kc] as rows of k pairs, ap[i * k2s + p], the rows past mc up to a multiple of 32

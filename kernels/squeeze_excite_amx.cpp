@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/amx_tiles.h"
 #include "kernels/squeeze_excite.h"
 
 namespace gnn {
@@ -19,12 +20,6 @@ namespace {
 constexpr int H = 16;
 constexpr int64_t RB = kSqueezeExciteBlock;
 static_assert(RB == 32, "a block is two 16-row tiles");
-
-struct TileConfig {  // ldtilecfg's 64 bytes
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // 16 floats to 16 bf16 zero-extended into u32 lanes
 __m512i bf16_lanes(const float* p) {
@@ -82,14 +77,11 @@ void squeeze_excite_amx_pack(uint32_t* packed, const float* w1, const float* w2,
 }
 
 void squeeze_excite_amx_begin() {
-  TileConfig cfg;
+  AmxTileConfig cfg;
   for (int t : {0, 1, 2, 3, 6}) cfg.rows[t] = 16, cfg.colsb[t] = 64;
   cfg.rows[4] = cfg.rows[5] = 16, cfg.colsb[4] = cfg.colsb[5] = 32;
   cfg.rows[7] = 8, cfg.colsb[7] = 64;
-  // GCC 12 does not see the builtin read past the palette byte and dropped the stores above (a config of
-  // no tiles, and SIGILL at the first tile op): the barrier makes them happen
-  __asm__ volatile("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
+  amx_configure(cfg);
 }
 
 void squeeze_excite_amx_end() { _tile_release(); }
