@@ -8,7 +8,8 @@
 // the cache. The backward, with s = sigmoid(z), g = dy x s (1 - s) and p = (g W2^T) * [h > 0]:
 //   dx = dy s + p W1^T;   dW2 = h^T g;   db2 = the column sums of g;   dW1 = x^T p;   db1 = the sums of p
 // The weight gradients are sums over rows in fixed chunks of kSqueezeExciteChunk rows, each chunk's rows in
-// order, then the chunks in order: the same bits for any thread count. b1, b2 may be null (no bias);
+// order (on AMX tiles, each chunk's 32-row blocks in order), then the chunks in order: the same bits for any
+// thread count. b1, b2 may be null (no bias);
 // dx, dw1, db1, dw2, db2 may each be null (not wanted), and dx (when given) is written, not added to.
 #pragma once
 #include <cstdint>
@@ -121,7 +122,8 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
 // of 32, squeeze_excite_amx(F): the AVX-512 kernels' four row products (x W1, h W2 (forward, and again in
 // the backward), g W2^T and p W1^T) run on AMX tiles (squeeze_excite_amx.cpp), their operands rounded to
 // bf16 as the bf16 GEMM rounds them and summed in f32 by the tiles (z's and dx's tiles start from the b2
-// row and dy s); the weight gradients' sums over rows (h^T g, x^T p) stay f32 FMA chains. The same bits
+// row and dy s); so do the weight gradients' sums over rows, h^T g and p^T x (dW1 transposed in the
+// chunks' partials, turned when they are totalled), 32 rows a tile product. The same bits
 // for any thread count, and in the fused kernel below the two ops' bits, as in f32. The workspace (amx_ws,
 // null for the f32 products): W1 as F/2 pair rows of 16 | W2 as F/16 tiles of 8 pair rows | W1^T likewise |
 // W2^T as F/2 pair rows (the backward's two), packed by squeeze_excite_amx_pack, then each thread's bf16
@@ -152,6 +154,10 @@ void squeeze_excite_amx_squeeze(const float* x, int64_t n, int64_t F, const SeAm
 void squeeze_excite_amx_gate_grad(const float* g, int64_t n, int64_t F, const SeAmx& amx, const float* h, float* p);
 void squeeze_excite_amx_rows_from_16(const float* u, int64_t n, const uint32_t* w, int64_t F, const SeAmx& amx,
                                      const float* init, int64_t ld_init, float* out, int64_t ld_out);
+// part [16, F] += a^T u, a [n, 16] (h or p) and u [n, F] (g or x), n <= 32: dW2's and dW1^T's sums over a
+// block's rows (uses amx.a and amx.c).
+void squeeze_excite_amx_add_outer(float* part, const float* a, const float* u, int64_t n, int64_t F,
+                                  const SeAmx& amx);
 
 // The SE block and the cross-config attention after it (kernels/config_attention.h) as one kernel: per
 // node, its C rows of x [N*C, F] through the SE block into the thread's buffer, then config_attention_row
@@ -159,8 +165,10 @@ void squeeze_excite_amx_rows_from_16(const float* u, int64_t n, const uint32_t* 
 // are written. The backward recomputes both from x and h (config_attention_weights), runs the attention's
 // row backward into the thread's buffer and the SE blocks from there: the bits of
 // squeeze_excite_forward_cpu / _backward_cpu and config_attention_forward_cpu / _backward_cpu composed,
-// where each node's rows cover whole chunks of kSqueezeExciteChunk rows or a chunk whole nodes, and C is
-// at most kSqueezeExciteAttentionMaxConfigs (a thread holds six [C, F] buffers):
+// where each node's rows cover whole chunks of kSqueezeExciteChunk rows or a chunk whole nodes, C is at
+// most kSqueezeExciteAttentionMaxConfigs (a thread holds six [C, F] buffers) and, where the products run on
+// tiles (squeeze_excite_amx), a multiple of the 32-row block (a tile sums a block's rows at once, so the
+// fused op's blocks, a node's, must be the SE op's):
 // squeeze_excite_attention_fused. Host only, where squeeze_excite_vectorised(F, 16); dres and each gradient
 // may be null (not wanted).
 inline constexpr int64_t kSqueezeExciteAttentionMaxConfigs = 1024;

@@ -5,7 +5,8 @@
 // are zeros, its C rows past n whatever the thread's buffer held; neither is read back, and the caller's
 // rows past n are never written.
 // Tiles (palette 1): C 0-1 [16 rows x 16 f32]; A over 32 k (16 pairs) 2-3, over 16 k (8 pairs) 4-5; B over
-// 16 pairs 6, over 8 pairs 7.
+// 16 pairs 6, over 8 pairs 7. The weight gradients' sums over a block's 32 rows (K = the rows) use C 0-1,
+// A 2 and B 6 and 3.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -64,6 +65,30 @@ void pack_k_by_16(const float* w, int64_t K, uint32_t* out) {
 void pack_16_by_f(const float* w, int64_t F, uint32_t* out) {
   for (int64_t j = 0; j < F / 16; ++j)
     for (int q = 0; q < 8; ++q) pair_row(w + 2 * q * F + 16 * j, w + (2 * q + 1) * F + 16 * j, out + (j * 8 + q) * H);
+}
+
+// u [n, 16]'s rows in pairs, transposed into an A tile: t[m * 16 + q] = (bf16(u[2q][m]), bf16(u[2q + 1][m])),
+// the rows past n zeros
+void pairs_transposed(const float* u, int64_t n, uint32_t* t) {
+  __m512i r[16];
+  for (int64_t q = 0; q < 16; ++q) {
+    const __m512i lo = 2 * q < n ? bf16_lanes(u + 2 * q * H) : _mm512_setzero_si512();
+    const __m512i hi = 2 * q + 1 < n ? bf16_lanes(u + (2 * q + 1) * H) : _mm512_setzero_si512();
+    r[q] = _mm512_or_si512(lo, _mm512_maskz_slli_epi32(__mmask16(0xffff), hi, 16));
+  }
+  transpose16(r);
+  for (int m = 0; m < 16; ++m) _mm512_storeu_si512(t + m * 16, r[m]);
+}
+
+// u [n, F]'s rows in pairs as 16 pair rows of B tiles: b[q * F + c] = (bf16(u[2q][c]), bf16(u[2q + 1][c])),
+// the rows past n zeros
+void pairs_over_rows(const float* u, int64_t n, int64_t F, uint32_t* b) {
+  for (int64_t q = 0; q < 16; ++q)
+    for (int64_t c = 0; c < F; c += 16) {
+      const __m512i lo = 2 * q < n ? bf16_lanes(u + 2 * q * F + c) : _mm512_setzero_si512();
+      const __m512i hi = 2 * q + 1 < n ? bf16_lanes(u + (2 * q + 1) * F + c) : _mm512_setzero_si512();
+      _mm512_storeu_si512(b + q * F + c, _mm512_or_si512(lo, _mm512_maskz_slli_epi32(__mmask16(0xffff), hi, 16)));
+    }
 }
 
 }  // namespace
@@ -132,6 +157,28 @@ void squeeze_excite_amx_rows_from_16(const float* u, int64_t n, const uint32_t* 
       _tile_stored(1, amx.c + 16 * H, H * 4);
       for (int64_t i = 0; i < n; ++i) _mm512_storeu_ps(out + i * ld_out + 16 * j, _mm512_loadu_ps(amx.c + i * H));
     }
+  }
+}
+
+// part [16, F] += a^T u over a block's rows (a [n, 16], u [n, F]): the A tile a^T in amx.c, u's pair rows
+// in amx.a (as large as a bf16 [32, F] block); part's 16-column tiles loaded, summed into and stored back,
+// two at a time (tiles 0 and 1 with B tiles 6 and 3).
+void squeeze_excite_amx_add_outer(float* part, const float* a, const float* u, int64_t n, int64_t F,
+                                  const SeAmx& amx) {
+  uint32_t* at = reinterpret_cast<uint32_t*>(amx.c);
+  uint32_t* b = reinterpret_cast<uint32_t*>(amx.a);
+  pairs_transposed(a, n, at);
+  pairs_over_rows(u, n, F, b);
+  _tile_loadd(2, at, 64);
+  for (int64_t c = 0; c < F; c += 32) {
+    _tile_loadd(0, part + c, F * 4);
+    _tile_loadd(1, part + c + 16, F * 4);
+    _tile_loadd(6, b + c, F * 4);
+    _tile_loadd(3, b + c + 16, F * 4);
+    _tile_dpbf16ps(0, 2, 6);
+    _tile_dpbf16ps(1, 2, 3);
+    _tile_stored(0, part + c, F * 4);
+    _tile_stored(1, part + c + 16, F * 4);
   }
 }
 

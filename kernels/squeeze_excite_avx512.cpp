@@ -186,6 +186,16 @@ struct Products {
     if (tiles) return squeeze_excite_amx_rows_from_16(p, n, amx.w1t, F, amx, dys, F, dx, F);
     rows_from_16(p, n, w1t, F, dys, F, dx, F);
   }
+  // dW2 [16, F] += h^T g over the block's rows
+  void add_dw2(float* part, const float* h, const float* g, int64_t n) const {
+    if (tiles) return squeeze_excite_amx_add_outer(part, h, g, n, F, amx);
+    add_outer_16_by_f(part, h, g, n, F);
+  }
+  // dW1 += x^T p: [F, 16] on FMA chains, transposed ([16, F], p^T x) on tiles (total_partials turns it)
+  void add_dw1(float* part, const float* x, const float* p, int64_t n) const {
+    if (tiles) return squeeze_excite_amx_add_outer(part, p, x, n, F, amx);
+    add_outer_f_by_16(part, x, p, n, F);
+  }
 };
 
 // One block of n rows forward: h (into hb), z = h W2 + b2 in the thread's buffer, y = x * sigmoid(z)
@@ -196,7 +206,7 @@ GNN_INLINE inline void block_forward(const Products& pr, const float* xb, int64_
   for (int64_t i = 0; i < n * pr.F; ++i) yb[i] = xb[i] * vm::sigmoid(z[i]);
 }
 
-// The sums one chunk's rows add to: dW1 [F, 16] | dW2 [16, F] | db1 [16] | db2 [F]
+// The sums one chunk's rows add to: dW1 [F, 16] ([16, F] on tiles) | dW2 [16, F] | db1 [16] | db2 [F]
 struct Partials {
   float *w1, *w2, *b1, *b2;
   Partials(float* parts, int64_t chunk, int64_t F)
@@ -215,29 +225,32 @@ GNN_INLINE inline void block_backward(const Products& pr, const float* s, const 
     g[i] = dyb[i] * xb[i] * (s[i] * (1.0f - s[i]));
   }
   add_column_sums(part.b2, g, n, F);
-  add_outer_16_by_f(part.w2, hb, g, n, F);
+  pr.add_dw2(part.w2, hb, g, n);
   pr.gate_grad(g, n, hb, p);
   add_column_sums(part.b1, p, n, H);
-  add_outer_f_by_16(part.w1, xb, p, n, F);
+  pr.add_dw1(part.w1, xb, p, n);
   if (dxb) pr.input_grad(p, n, dys, dxb);
 }
 
-// The chunks' partials summed in chunk order into the gradients asked for, each element on its own
-void total_partials(float* dw1, float* db1, float* dw2, float* db2, const float* parts, int64_t chunks, int64_t F) {
+// The chunks' partials summed in chunk order into the gradients asked for, each element on its own (dW1's
+// read transposed where the tiles summed it as [16, F]: w1_rows)
+void total_partials(float* dw1, float* db1, float* dw2, float* db2, const float* parts, int64_t chunks, int64_t F,
+                    bool w1_rows) {
   const int64_t part_size = 2 * F * H + H + F;
-  auto total = [&](float* out, int64_t offset, int64_t count) {
+  auto total = [&](float* out, int64_t offset, int64_t count, bool rows) {
     if (!out) return;
 #pragma omp parallel for if (chunks * count > 65536)
     for (int64_t i = 0; i < count; ++i) {
+      const int64_t at = offset + (rows ? i % H * F + i / H : i);  // (rows: element (k, m) of dW1 at m F + k)
       float acc = 0.0f;
-      for (int64_t c = 0; c < chunks; ++c) acc += parts[c * part_size + offset + i];
+      for (int64_t c = 0; c < chunks; ++c) acc += parts[c * part_size + at];
       out[i] = acc;
     }
   };
-  total(dw1, 0, F * H);
-  total(dw2, F * H, H * F);
-  total(db1, 2 * F * H, H);
-  total(db2, 2 * F * H + H, F);
+  total(dw1, 0, F * H, w1_rows);
+  total(dw2, F * H, H * F, false);
+  total(db1, 2 * F * H, H, false);
+  total(db2, 2 * F * H + H, F, false);
 }
 
 }  // namespace
@@ -289,7 +302,7 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
       }
     }
   }
-  total_partials(dw1, db1, dw2, db2, parts, chunks, F);
+  total_partials(dw1, db1, dw2, db2, parts, chunks, F, amx_ws != nullptr);
 }
 
 // The fused SE + attention: one node's C rows at a time, in blocks of up to 32 rows (which never cross a
@@ -369,7 +382,7 @@ void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dw
         }
       }
   }
-  total_partials(dw1, db1, dw2, db2, parts, chunks, F);
+  total_partials(dw1, db1, dw2, db2, parts, chunks, F, amx_ws != nullptr);
 }
 
 }  // namespace gnn

@@ -123,8 +123,10 @@ void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, 
 }
 
 bool squeeze_excite_attention_fused(int64_t C, int64_t F, int64_t H) {
+  // on tiles, a node's rows in whole blocks: the weight gradients' tile sums then meet the SE op's blocks
   return C >= 1 && C <= kSqueezeExciteAttentionMaxConfigs &&
-         (kSqueezeExciteChunk % C == 0 || C % kSqueezeExciteChunk == 0) && squeeze_excite_vectorised(F, H);
+         (kSqueezeExciteChunk % C == 0 || C % kSqueezeExciteChunk == 0) && squeeze_excite_vectorised(F, H) &&
+         (C % kSqueezeExciteBlock == 0 || !squeeze_excite_amx(F));
 }
 
 void squeeze_excite_attention_forward_cpu(float* y, float* h, const float* x, const float* w1,

@@ -238,6 +238,8 @@ TEST_CASE("squeeze_excite: under bf16 products on AMX, the row products on tiles
         CHECK(fma.h != one.h);
         CHECK(fma.y != one.y);
         CHECK(fma.dx != one.dx);
+        CHECK(fma.dw1 != one.dw1);  // the weight gradients' sums over rows on tiles too
+        CHECK(fma.dw2 != one.dw2);
       }
       set_gemm_cpu_precision(GemmPrecision::kBf16);  // the scope above left f32
       for (int threads : {2, 3}) {
@@ -248,14 +250,15 @@ TEST_CASE("squeeze_excite: under bf16 products on AMX, the row products on tiles
     }
   // the op against the composed ops with bf16 products: the same operands rounded and summed by tiles, y and
   // dx the same bits on the development VM's AMX (though the kernel starts its C tiles from b2 or dy s where
-  // the GEMM adds its bias after the tiles); the weight gradients' sums over rows are f32 FMA chains in the
-  // op and bf16 products in the composed form
+  // the GEMM adds its bias after the tiles); the weight gradients' sums over rows are bf16 products in both,
+  // summed a 32-row block at a time in the op, in the GEMM's blocks and split-K chunks in the composed form:
+  // the same up to f32 summation (the f32 biases' sums, column sums in both, alike up to their order)
   const std::vector<Tensor> in{rand({300, 128}, 161), rand({128, 16}, 162), rand({16}, 163), rand({16, 128}, 164),
                                 rand({128}, 165)};
   const Tensor dy = rand({300, 128}, 166);
   const auto f = run_op(true, in, dy), c = run_op(false, in, dy);
   const char* names[] = {"y", "dx", "dW1", "db1", "dW2", "db2"};
-  for (size_t k = 0; k < f.size(); ++k) check_close(f[k], wide(c[k]), k < 2 ? 0 : 3e-2, names[k]);
+  for (size_t k = 0; k < f.size(); ++k) check_close(f[k], wide(c[k]), k < 2 ? 0 : 1e-4, names[k]);
 }
 
 namespace {
@@ -297,9 +300,14 @@ TEST_CASE("squeeze_excite_attention: the SE block and the cross-config attention
     int64_t N, C, F;
   };
   const ThreadsRestored saved;
-  // and with bf16 products, which on AMX put the SE's row products on tiles (F = 128, 32; the tails of
-  // C = 16 as whole 32-row blocks in the two ops)
+  // and with bf16 products, which on AMX put the SE's row products and weight sums on tiles (F = 128, 32;
+  // C = 16, a node less than a block, is then the two ops: a tile sums a whole block's rows)
   const bool amx = gemm_bf16_supported() && gemm_bf16_kernel() == Bf16Kernel::kAmx;
+  if (amx && squeeze_excite_vectorised(128, 16)) {
+    const PrecisionRestored products(GemmPrecision::kBf16);
+    CHECK(squeeze_excite_attention_fused(64, 128, 16));
+    CHECK_FALSE(squeeze_excite_attention_fused(16, 128, 16));
+  }
   for (const GemmPrecision precision : {GemmPrecision::kF32, GemmPrecision::kBf16}) {
     if (precision == GemmPrecision::kBf16 && !amx) {
       MESSAGE("SKIP: the bf16 half needs AMX-BF16 taken by the bf16 products");
