@@ -1,5 +1,5 @@
-// Float exp, expm1, log, erf, tanh, sigmoid and GELU's derivative written to vectorise: no branches (both sides computed
-// and selected), no table, no call, only +, -, *, /, compares and bit moves, so GCC turns a loop over
+// Float exp, expm1, log, erf, tanh, sigmoid and GELU's derivative written to vectorise: no branches (both
+// sides computed and selected), no table, no call, only +, -, *, /, compares and bit moves, so GCC turns a loop over
 // them into AVX2 or AVX-512 code inside GNN_CPU_CLONES functions, where glibc's expf / erff are scalar
 // calls (9% erff and 4% expf of a layout-tgraph step, 2026-11-26). Written here, not taken from
 // SLEEF (Debian's libsleef-dev): the same source is the scalar fallback and every vector width, and
@@ -54,11 +54,11 @@ constexpr float kTanhP[] = {-0.333332807f, 0.133314103f, -0.0537371412f, 0.02063
 constexpr float kGeluGradSmall[] = {0.797884464f,    -0.265959859f,   0.0598331466f,  -0.00948076323f,
                                     0.00113417942f, -0.000100884536f, 5.19680361e-06f};
 // GELU' on [1.5, 6]: y = |x| 0.4444444477558136 - 1.6666666269302368
-// GELU' on [1.5, 6], in y: degree 16, weighted max error 2.03e-08 (f64), 7.2e-09 (float coefficients)
-constexpr float kGeluGradMid[] = {1.00123382f,     -0.00956958625f, 0.0336780995f,    -0.0691621974f, 0.0862271115f,
-                                  -0.0534900948f,  -0.0172847565f,  0.0703732371f,    -0.0652412623f, 0.0189737286f,
-                                  0.0220006257f,   -0.0288757011f,  0.00806025509f,   0.00895193405f, -0.00605044002f,
-                                  -0.000935899385f, 0.00111117191f};
+// GELU' - 1 on [1.5, 6], in y: degree 16, weighted max error 2.03e-08 (f64), 7.2e-09 (float coefficients)
+constexpr float kGeluGradMid[] = {0.00123381906f,  -0.0095695667f, 0.0336779803f,   -0.0691626668f, 0.0862285942f,
+                                  -0.0534862764f,  -0.0172928907f, 0.070358254f,    -0.0652180091f, 0.019005714f,
+                                  0.0219635535f,   -0.0289137345f, 0.00809322763f,  0.00897560176f, -0.00606555259f,
+                                  -0.000941905135f, 0.00111389731f};
 constexpr float kGeluGradK = 0.4444444477558136f, kGeluGradM = 1.6666666269302368f;  // 2 / 4.5, 7.5 / 4.5
 
 // c[0] + x (c[1] + x (c[2] + ...)), written out at compile time so the caller's loop has no inner loop
@@ -177,16 +177,17 @@ GNN_INLINE inline float erf(float x) {
 }
 
 // GELU's derivative, Phi(x) + x phi(x) (phi the standard normal density), from two polynomials and no erf
-// or exp: 1/2 + x P(x^2) for |x| <= 1.5 (the fma rounds once), Q(|x| k - m) for 1.5 < |x| < 6 (the
-// argument mapped onto [-1, 1]) and 1 - Q for x < 0 there (G(-a) = 1 - G(a); exact, Q being in [1/2, 2)),
-// 1 or 0 beyond (G(6) - 1 = 3.5e-8). NaN passes through the large side. Fitted by scripts/fit_vmath.py.
+// or exp: 1/2 + x P(x^2) for |x| <= 1.5 (the fma rounds once); for 1.5 < |x| < 6, D = G(|x|) - 1 from
+// D(|x| k - m) (the argument mapped onto [-1, 1]), 1 + D for x > 0 and G(-a) = 1 - G(a) = -D below (so the
+// negative tail, down to -7e-6 at x = -5, keeps D's accuracy rather than 1's last place); 1 or 0 beyond
+// (G(6) - 1 = 3.5e-8). NaN passes through the large side. Fitted by scripts/fit_vmath.py.
 GNN_INLINE inline float gelu_grad(float x) {
   using namespace detail;
   const float a = abs(x);
   const float small = std::fma(x, horner(kGeluGradSmall, x * x), 0.5f);
-  const float q = horner(kGeluGradMid, std::fma(a, kGeluGradK, -kGeluGradM));
-  const float large = a >= 6.0f ? 1.0f : q;
-  return a <= 1.5f ? small : (x < 0.0f ? 1.0f - large : large);
+  const float d = horner(kGeluGradMid, std::fma(a, kGeluGradK, -kGeluGradM));
+  const float large = a >= 6.0f ? 0.0f : d;
+  return a <= 1.5f ? small : (x < 0.0f ? 0.0f - large : 1.0f + large);
 }
 
 // tanh: x + x u P(u) (u = x^2) for |x| <= 0.625; 1 - 2 / (e^(2|x|) + 1) above, +-1 where e^(2|x|)

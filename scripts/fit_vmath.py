@@ -84,9 +84,10 @@ T = np.tanh(x) / x
 emit("kTanhP", fit("tanh |x| <= 0.625", u, (T - 1) / u, u / T, 4))
 
 # GELU's derivative G(x) = Phi(x) + x phi(x), with no erf and no exp: G = 1/2 + x P(x^2) for |x| <= 1.5
-# (G - 1/2 is odd; the result fma(x, P, 1/2) rounds once), and G(|x|) = Q(y) on [1.5, 6] in
-# y = |x| k - m, which maps the range onto [-1, 1] (one fma, rounded once), with G(-a) = 1 - G(a) (exact:
-# G(a) is in [1/2, 2) there). Absolute error: G is a factor of the gradient, between -0.13 and 1.13.
+# (G - 1/2 is odd; the result fma(x, P, 1/2) rounds once), and G(|x|) - 1 = D(y) on [1.5, 6] in
+# y = |x| k - m, which maps the range onto [-1, 1] (one fma, rounded once); G(a) = 1 + D, G(-a) = 1 - G(a)
+# = -D (exact, so the negative tail keeps D's own accuracy, not 1's last place). Absolute error: G is a
+# factor of the gradient, between -0.13 and 1.13.
 def gelu_grad(v):
     cdf = 0.5 + 0.5 * np.array([math.erf(t / math.sqrt(2)) for t in v])
     return cdf + v * np.exp(-0.5 * v * v) / math.sqrt(2 * math.pi)
@@ -103,4 +104,4 @@ m = float(np.float32((GELU_GRAD_TOP + GELU_GRAD_SPLIT) / (GELU_GRAD_TOP - GELU_G
 print(f"// GELU' on [1.5, 6]: y = |x| {k!r} - {m!r}")
 a = cheb(GELU_GRAD_SPLIT, GELU_GRAD_TOP)
 y = (a * k - m).astype(np.float32).astype(np.float64)
-emit("kGeluGradMid", fit("GELU' on [1.5, 6], in y", y, gelu_grad(a), np.ones_like(a), 16))
+emit("kGeluGradMid", fit("GELU' - 1 on [1.5, 6], in y", y, gelu_grad(a) - 1, np.ones_like(a), 16))
