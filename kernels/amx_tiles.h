@@ -2,6 +2,9 @@
 // AMX and AVX-512 flags, and nothing else includes this): the tile configuration and its loading, and a
 // 16 x 16 u32 transpose in registers. Internal linkage, so that no other file's copy is ever linked in.
 #pragma once
+#if !(defined(__AMX_TILE__) || defined(__AMXTILE__)) || !defined(__AVX512F__)  // (GCC's name, clang's)
+#error "kernels/amx_tiles.h is for files compiled with AMX and AVX-512 flags"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>

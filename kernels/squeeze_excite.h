@@ -122,12 +122,14 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
 // of 32, squeeze_excite_amx(F): the AVX-512 kernels' four row products (x W1, h W2 (forward, and again in
 // the backward), g W2^T and p W1^T) run on AMX tiles (squeeze_excite_amx.cpp), their operands rounded to
 // bf16 as the bf16 GEMM rounds them and summed in f32 by the tiles (z's and dx's tiles start from the b2
-// row and dy s); so do the weight gradients' sums over rows, h^T g and p^T x (dW1 transposed in the
-// chunks' partials, turned when they are totalled), 32 rows a tile product. The same bits
+// row and dy s); the weight gradients' sums over rows, h^T g and p^T x, run on tiles too (32 rows a tile
+// product, dW1 transposed in the chunks' partials and turned when they are totalled): the composed ops'
+// products, equal up to the order of the sums. The same bits
 // for any thread count, and in the fused kernel below the two ops' bits, as in f32. The workspace (amx_ws,
 // null for the f32 products): W1 as F/2 pair rows of 16 | W2 as F/16 tiles of 8 pair rows | W1^T likewise |
 // W2^T as F/2 pair rows (the backward's two), packed by squeeze_excite_amx_pack, then each thread's bf16
-// block [32, F] and tile output [32, 16].
+// block [32, F] and tile output [32, 16] (the weight sums reuse them for the large operand's 16 pair rows
+// [16, F] and the small one's transposed A tile [16, 16] u32).
 bool squeeze_excite_amx(int64_t F);
 inline int64_t squeeze_excite_amx_floats(int64_t F, int64_t threads) {
   return 32 * F + threads * (16 * F + kSqueezeExciteBlock * 16 + kSqueezeExcitePad);

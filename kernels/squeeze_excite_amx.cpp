@@ -3,7 +3,9 @@
 // operands rounded to bf16 (nearest, ties to even, denormals read as zero: VCVTNEPS2BF16, as the bf16 GEMM
 // rounds them) and the products summed in f32 by TDPBF16PS in the tile's own order. A block's A rows past n
 // are zeros, its C rows past n whatever the thread's buffer held; neither is read back, and the caller's
-// rows past n are never written.
+// rows past n are never written. The weight gradients' sums over a block's rows (squeeze_excite_amx_add_outer)
+// take the rows as K instead: the small operand's row pairs transposed into an A tile, the large one's row
+// pairs as B tiles, the rows past n zeros in both.
 // Tiles (palette 1): C 0-1 [16 rows x 16 f32]; A over 32 k (16 pairs) 2-3, over 16 k (8 pairs) 4-5; B over
 // 16 pairs 6, over 8 pairs 7. The weight gradients' sums over a block's 32 rows (K = the rows) use C 0-1,
 // A 2 and B 6 and 3.
@@ -169,6 +171,8 @@ void squeeze_excite_amx_add_outer(float* part, const float* a, const float* u, i
   uint32_t* b = reinterpret_cast<uint32_t*>(amx.a);
   pairs_transposed(a, n, at);
   pairs_over_rows(u, n, F, b);
+  // (the tile loads' asm names no memory: the barrier keeps the stores above before them)
+  __asm__ volatile("" : : : "memory");
   _tile_loadd(2, at, 64);
   for (int64_t c = 0; c < F; c += 32) {
     _tile_loadd(0, part + c, F * 4);

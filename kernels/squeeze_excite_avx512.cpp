@@ -3,9 +3,9 @@
 // stay in the thread's buffers, in L1 / L2, so x and dy are read once and y or dx written once. The
 // products are FMA chains over k in order, with the k-th value of a row broadcast: h = x W1 and g W2^T
 // run eight rows at a time (eight chains against one W1 row), z = h W2 and p W1^T a row at a time over up
-// to eight vectors of columns (or, under bf16 products on AMX, those four on tiles: Products, and
-// squeeze_excite_amx.cpp). The weight gradients go into per-chunk partials (kSqueezeExciteChunk rows,
-// eight blocks), which the threads fill chunk by chunk and then sum in chunk order. The same blocks run
+// to eight vectors of columns (or, under bf16 products on AMX, those four and the weight gradients' sums
+// on tiles: Products, and squeeze_excite_amx.cpp). The weight gradients go into per-chunk partials
+// (kSqueezeExciteChunk rows, eight blocks), which the threads fill chunk by chunk and then sum in chunk order. The same blocks run
 // inside the SE block + cross-config attention kernels at the end of the file, a node's rows at a time.
 #include <immintrin.h>
 #ifdef _OPENMP
@@ -147,8 +147,9 @@ void add_column_sums(float* part, const float* a, int64_t n, int64_t F) {
   }
 }
 
-// The block's four row products, on FMA chains (above) or, with amx_ws, on AMX tiles (squeeze_excite_amx.cpp):
-// one per thread, inside its OpenMP region (the tiles are configured for the thread that runs them)
+// The block's four row products and two weight sums, on FMA chains (above) or, with amx_ws, on AMX tiles
+// (squeeze_excite_amx.cpp): one per thread, inside its OpenMP region (the tiles are configured for the
+// thread that runs them)
 struct Products {
   const float *w1, *b1, *w2, *w1t, *w2t;  // w1t, w2t: the backward's (W1^T [16, F], W2^T [F, 16])
   int64_t F;

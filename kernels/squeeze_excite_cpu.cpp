@@ -70,8 +70,16 @@ void check_vectorised(int64_t F, int64_t H) {
             " (ag::squeeze_excite composes the ops there)");
 }
 
+// What the fused kernel itself needs, at any precision (squeeze_excite_attention_fused adds the op's rule
+// for tiles, which reads the products' precision: a backward must not refuse the forward's shape when the
+// precision changed between the two)
+bool fused_shape(int64_t C, int64_t F, int64_t H) {
+  return C >= 1 && C <= kSqueezeExciteAttentionMaxConfigs &&
+         (kSqueezeExciteChunk % C == 0 || C % kSqueezeExciteChunk == 0) && squeeze_excite_vectorised(F, H);
+}
+
 void check_fused(int64_t C, int64_t F, int64_t H) {
-  GNN_CHECK(squeeze_excite_attention_fused(C, F, H), "squeeze_excite_attention: no host kernel for ", C,
+  GNN_CHECK(fused_shape(C, F, H), "squeeze_excite_attention: no host kernel for ", C,
             " configs of ", F, " channels squeezed to ", H, " (ag::squeeze_excite_attention composes the ops there)");
 }
 
@@ -124,9 +132,7 @@ void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, 
 
 bool squeeze_excite_attention_fused(int64_t C, int64_t F, int64_t H) {
   // on tiles, a node's rows in whole blocks: the weight gradients' tile sums then meet the SE op's blocks
-  return C >= 1 && C <= kSqueezeExciteAttentionMaxConfigs &&
-         (kSqueezeExciteChunk % C == 0 || C % kSqueezeExciteChunk == 0) && squeeze_excite_vectorised(F, H) &&
-         (C % kSqueezeExciteBlock == 0 || !squeeze_excite_amx(F));
+  return fused_shape(C, F, H) && (C % kSqueezeExciteBlock == 0 || !squeeze_excite_amx(F));
 }
 
 void squeeze_excite_attention_forward_cpu(float* y, float* h, const float* x, const float* w1,

@@ -469,7 +469,7 @@ TEST_CASE("run files: eval scores a run whose directory it cannot write, and syn
   CHECK(r.exit_code == 2);
 }
 
-TEST_CASE("run dir: first_nonfinite names the first non-finite value of float and double arrays, wherever it is") {
+TEST_CASE("run files: first_nonfinite names the first non-finite value of float and double arrays, wherever it is") {
   for (const int64_t n : {1, 7, 64, 1001})
     for (const int64_t at : {int64_t(0), n / 2, n - 1})
       for (const double bad : {double(NAN), double(INFINITY), -double(INFINITY)}) {

@@ -293,9 +293,9 @@ TEST_CASE("squeeze_excite_attention: the SE block and the cross-config attention
     MESSAGE("the host kernel needs AVX-512 (this CPU's products run ", gemm_isa_name(gemm_isa()),
             "): the op is the two ops here, which this checks");
   // C = 64 (the recipe's: four nodes a chunk; at F = 128 past the kernels' OpenMP threshold, so that 2 and
-  // 3 threads run), 16 (a node less than a block), 512 (two chunks a node), 48 (not fused: the two ops) and
-  // 2048 (past kSqueezeExciteAttentionMaxConfigs: the two ops); the residual, activation and both dropout
-  // masks as the recipe runs them
+  // 3 threads run), 16 (a node less than a block), 32 (a node one block), 512 (two chunks a node), 48 (not
+  // fused: the two ops) and 2048 (past kSqueezeExciteAttentionMaxConfigs: the two ops); the residual,
+  // activation and both dropout masks as the recipe runs them
   struct Case {
     int64_t N, C, F;
   };
@@ -307,6 +307,17 @@ TEST_CASE("squeeze_excite_attention: the SE block and the cross-config attention
     const PrecisionRestored products(GemmPrecision::kBf16);
     CHECK(squeeze_excite_attention_fused(64, 128, 16));
     CHECK_FALSE(squeeze_excite_attention_fused(16, 128, 16));
+    // a graph fused under f32 products (C = 16) whose backward runs after the precision became bf16: the
+    // kernel takes the shape it was given (tiles then, whose sums are not the two ops' bits), no refusal
+    set_gemm_cpu_precision(GemmPrecision::kF32);
+    std::vector<ag::Var> v;
+    for (const Tensor& t : {rand({40, 16 * 128}, 71), rand({128, 16}, 72), rand({16}, 73), rand({16, 128}, 74),
+                            rand({128}, 75), Tensor::full(Shape{1}, 1.7, DType::F32)})
+      v.push_back(ag::Var::param(t));
+    const ag::Var y = ag::squeeze_excite_attention(v[0], v[1], v[2], v[3], v[4], v[5], 16, ag::Var(), Act::kGelu, {});
+    set_gemm_cpu_precision(GemmPrecision::kBf16);
+    CHECK_NOTHROW(ag::backward(y, rand({40, 16 * 2 * 128}, 76)));
+    CHECK(v[1].grad().defined());
   }
   for (const GemmPrecision precision : {GemmPrecision::kF32, GemmPrecision::kBf16}) {
     if (precision == GemmPrecision::kBf16 && !amx) {
@@ -315,7 +326,7 @@ TEST_CASE("squeeze_excite_attention: the SE block and the cross-config attention
     }
     const PrecisionRestored products(precision);
     for (const Case c : {Case{9, 64, 48}, Case{9, 64, 128}, Case{150, 16, 16}, Case{3, 512, 32}, Case{7, 48, 32},
-                         Case{1, 2048, 16}, Case{150, 16, 32}})
+                         Case{1, 2048, 16}, Case{150, 16, 32}, Case{40, 32, 128}})
       for (int variant = 0; variant < 4; ++variant) {
         const auto [N, C, F] = c;
         CAPTURE(gemm_precision_name(precision));
