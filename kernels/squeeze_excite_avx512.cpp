@@ -5,8 +5,9 @@
 // run eight rows at a time (eight chains against one W1 row), z = h W2 and p W1^T a row at a time over up
 // to eight vectors of columns (or, under bf16 products on AMX, those four and the weight gradients' sums
 // on tiles: Products, and squeeze_excite_amx.cpp). The weight gradients go into per-chunk partials
-// (kSqueezeExciteChunk rows, eight blocks), which the threads fill chunk by chunk and then sum in chunk order. The same blocks run
-// inside the SE block + cross-config attention kernels at the end of the file, a node's rows at a time.
+// (kSqueezeExciteChunk rows, eight blocks), which the threads fill chunk by chunk and then sum in chunk
+// order. The same blocks run inside the SE block + cross-config attention kernels at the end of the file, a
+// node's rows at a time.
 #include <immintrin.h>
 #ifdef _OPENMP
 #include <omp.h>
