@@ -29,11 +29,14 @@ __m512i bf16_lanes(const float* p) {
   return _mm512_maskz_cvtepu16_epi32(__mmask16(0xffff), __m256i(_mm512_cvtneps_pbh(_mm512_loadu_ps(p))));
 }
 
-// dst[t] = (bf16(r0[t]), bf16(r1[t])) for t < 16, the first in the low half: a pair row of a B tile
-void pair_row(const float* r0, const float* r1, uint32_t* dst) {
-  const __m512i lo = bf16_lanes(r0), hi = _mm512_maskz_slli_epi32(__mmask16(0xffff), bf16_lanes(r1), 16);
-  _mm512_storeu_si512(dst, _mm512_or_si512(lo, hi));
+// lane t = (bf16(r0[t]), bf16(r1[t])) for t < 16, the first in the low half (a null row: zeros)
+__m512i pair_lanes(const float* r0, const float* r1) {
+  const __m512i lo = r0 ? bf16_lanes(r0) : _mm512_setzero_si512(), hi = r1 ? bf16_lanes(r1) : _mm512_setzero_si512();
+  return _mm512_or_si512(lo, _mm512_maskz_slli_epi32(__mmask16(0xffff), hi, 16));
 }
+
+// a pair row of a B tile
+void pair_row(const float* r0, const float* r1, uint32_t* dst) { _mm512_storeu_si512(dst, pair_lanes(r0, r1)); }
 
 // a [32, K] bf16 from n rows of src [n, K] (row stride K, K a multiple of 16), the rows past n zeros
 void bf16_block(const float* src, int64_t n, int64_t K, uint16_t* a) {
@@ -73,11 +76,8 @@ void pack_16_by_f(const float* w, int64_t F, uint32_t* out) {
 // the rows past n zeros
 void pairs_transposed(const float* u, int64_t n, uint32_t* t) {
   __m512i r[16];
-  for (int64_t q = 0; q < 16; ++q) {
-    const __m512i lo = 2 * q < n ? bf16_lanes(u + 2 * q * H) : _mm512_setzero_si512();
-    const __m512i hi = 2 * q + 1 < n ? bf16_lanes(u + (2 * q + 1) * H) : _mm512_setzero_si512();
-    r[q] = _mm512_or_si512(lo, _mm512_maskz_slli_epi32(__mmask16(0xffff), hi, 16));
-  }
+  for (int64_t q = 0; q < 16; ++q)
+    r[q] = pair_lanes(2 * q < n ? u + 2 * q * H : nullptr, 2 * q + 1 < n ? u + (2 * q + 1) * H : nullptr);
   transpose16(r);
   for (int m = 0; m < 16; ++m) _mm512_storeu_si512(t + m * 16, r[m]);
 }
@@ -87,9 +87,8 @@ void pairs_transposed(const float* u, int64_t n, uint32_t* t) {
 void pairs_over_rows(const float* u, int64_t n, int64_t F, uint32_t* b) {
   for (int64_t q = 0; q < 16; ++q)
     for (int64_t c = 0; c < F; c += 16) {
-      const __m512i lo = 2 * q < n ? bf16_lanes(u + 2 * q * F + c) : _mm512_setzero_si512();
-      const __m512i hi = 2 * q + 1 < n ? bf16_lanes(u + (2 * q + 1) * F + c) : _mm512_setzero_si512();
-      _mm512_storeu_si512(b + q * F + c, _mm512_or_si512(lo, _mm512_maskz_slli_epi32(__mmask16(0xffff), hi, 16)));
+      const float* r0 = 2 * q < n ? u + 2 * q * F + c : nullptr;
+      pair_row(r0, 2 * q + 1 < n ? r0 + F : nullptr, b + q * F + c);
     }
 }
 
