@@ -178,6 +178,11 @@ struct Products {
     if (tiles) return squeeze_excite_amx_rows_from_16(h, n, amx.w2, F, amx, b2row, 0, z, F);
     rows_from_16(h, n, w2, F, b2row, 0, z, F);
   }
+  // s = sigmoid(b2 + h W2): the backward's gate, from z as the forward computed it
+  void gate(const float* h, int64_t n, const float* b2row, float* s) const {
+    excite(h, n, b2row, s);
+    for (int64_t i = 0; i < n * F; ++i) s[i] = vm::sigmoid(s[i]);
+  }
   // p = (g W2^T) where h > 0
   void gate_grad(const float* g, int64_t n, const float* h, float* p) const {
     if (tiles) return squeeze_excite_amx_gate_grad(g, n, F, amx, h, p);
@@ -298,8 +303,7 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
       for (int64_t r0 = c * kSqueezeExciteChunk; r0 < c1; r0 += RB) {
         const int64_t n = std::min<int64_t>(RB, c1 - r0);
         const float* hb = h + r0 * H;
-        pr.excite(hb, n, b2row, z);  // z as the forward computed it, then s = sigmoid(z)
-        for (int64_t i = 0; i < n * F; ++i) z[i] = vm::sigmoid(z[i]);
+        pr.gate(hb, n, b2row, z);
         block_backward(pr, z, dy + r0 * F, x + r0 * F, hb, n, part, g, dys, p, dx ? dx + r0 * F : nullptr);
       }
     }
@@ -367,8 +371,7 @@ void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dw
           const int64_t n = std::min<int64_t>(RB, C - r0);
           float *sb = s + r0 * F, *xsb = xs + r0 * F;
           const float* xb = x + (row + r0) * F;
-          pr.excite(h + (row + r0) * H, n, b2row, sb);
-          for (int64_t i = 0; i < n * F; ++i) sb[i] = vm::sigmoid(sb[i]);
+          pr.gate(h + (row + r0) * H, n, b2row, sb);
           for (int64_t i = 0; i < n * F; ++i) xsb[i] = xb[i] * sb[i];
         }
         config_attention_weights(wn, xs, C, F, beta, aw, wx);  // the forward's weights again
