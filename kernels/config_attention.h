@@ -21,6 +21,7 @@
 // writes dx vectorises; a single running double made it scalar); on the GPU per (row, channel), then in
 // one block in a fixed order: the same bits for any thread count.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -201,6 +202,19 @@ void config_attention_backward_ref(T* dx, T* dres, T* dbeta, const T* dy, const 
 
 // The same over all threads (rows in fixed chunks; dbeta summed over the chunks in order).
 inline constexpr int64_t kConfigAttentionChunks = 64;  // dbeta's partial sums, whatever the thread count
+// dbeta from each row's part (config_attention_row_backward_act's return): the rows summed in order within
+// each of the fixed chunks, then the chunks in order; the same bits for any thread count. The fused SE +
+// attention's backward (squeeze_excite.h) sums its nodes' parts here too, so the two ops give one dbeta.
+inline double config_attention_dbeta(const double* rows, int64_t R) {
+  const int64_t chunks = std::min<int64_t>(kConfigAttentionChunks, std::max<int64_t>(R, 1));
+  double total = 0;
+  for (int64_t k = 0; k < chunks; ++k) {
+    double part = 0;
+    for (int64_t r = k * R / chunks; r < (k + 1) * R / chunks; ++r) part += rows[r];
+    total += part;
+  }
+  return total;
+}
 void config_attention_forward_cpu(float* y, float* w, const float* x, const float* res, int64_t R, int64_t C, int64_t D,
                                   const float* beta, Act a, RowsDropout<float> drop);
 void config_attention_backward_cpu(float* dx, float* dres, float* dbeta, const float* dy, const float* x,

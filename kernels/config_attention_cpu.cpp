@@ -28,30 +28,23 @@ GNN_CPU_CLONES void config_attention_backward_cpu(float* dx, float* dres, float*
                                                   const float* w, const float* res, int64_t R, int64_t C, int64_t D,
                                                   const float* beta, Act a, RowsDropout<float> drop) {
   const float b = *beta;
-  const int64_t chunks = std::min<int64_t>(kConfigAttentionChunks, std::max<int64_t>(R, 1));
-  std::vector<double> part(size_t(chunks), 0.0);
+  std::vector<double> rows(static_cast<size_t>(R));  // each row's part of dbeta
 #pragma omp parallel
   {
     std::vector<float> aw(static_cast<size_t>(D)), wx(static_cast<size_t>(D));
     std::vector<double> db(static_cast<size_t>(D));
     std::vector<float> scratch(static_cast<size_t>((a != Act::kNone || drop.mask.on) && !dres ? C * 2 * D : 0));
 #pragma omp for schedule(static)
-    for (int64_t k = 0; k < chunks; ++k) {
-      double s = 0;
-      for (int64_t r = k * R / chunks; r < (k + 1) * R / chunks; ++r) {
-        const int64_t o = r * C * 2 * D;
-        dispatch_act(a, [&](auto A) GNN_INLINE {
-          s += config_attention_row_backward_act(dx + r * C * D, dres ? dres + o : nullptr, dy + o, x + r * C * D,
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t o = r * C * 2 * D;
+      rows[size_t(r)] = dispatch_act(a, [&](auto A) GNN_INLINE {
+        return config_attention_row_backward_act(dx + r * C * D, dres ? dres + o : nullptr, dy + o, x + r * C * D,
                                                  w + r * C * D, res ? res + o : nullptr, C, D, b, A, scratch.data(),
                                                  aw.data(), wx.data(), db.data(), drop, r);
-        });
-      }
-      part[size_t(k)] = s;
+      });
     }
   }
-  double db = 0;
-  for (double p : part) db += p;
-  *dbeta = float(db);
+  *dbeta = float(config_attention_dbeta(rows.data(), R));
 }
 
 }  // namespace gnn

@@ -164,15 +164,7 @@ void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta,
   float* amx_ws = amx_workspace(w1, w2, ws + F, ws + F + H * F, F);
   squeeze_excite_attention_backward_avx512(dx, dres, rows.data(), dw1, db1, dw2, db2, dy, x, h, res, w2, N, C, F,
                                            *beta, a, drop, ws, amx_ws);
-  // dbeta as config_attention_backward_cpu sums it: the nodes' parts in its fixed chunks, then the chunks
-  const int64_t att_chunks = std::min<int64_t>(kConfigAttentionChunks, std::max<int64_t>(N, 1));
-  double total = 0;
-  for (int64_t k = 0; k < att_chunks; ++k) {
-    double part = 0;
-    for (int64_t r = k * N / att_chunks; r < (k + 1) * N / att_chunks; ++r) part += rows[size_t(r)];
-    total += part;
-  }
-  if (dbeta) *dbeta = float(total);
+  if (dbeta) *dbeta = float(config_attention_dbeta(rows.data(), N));  // as config_attention_backward_cpu sums it
 #else
   (void)dx, (void)dres, (void)dbeta, (void)dw1, (void)db1, (void)dw2, (void)db2, (void)dy, (void)x, (void)h;
   (void)res, (void)w1, (void)w2, (void)b2, (void)N, (void)beta, (void)a, (void)drop;
