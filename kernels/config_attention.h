@@ -200,11 +200,11 @@ void config_attention_backward_ref(T* dx, T* dres, T* dbeta, const T* dy, const 
   *dbeta = T(db);
 }
 
-// The same over all threads (rows in fixed chunks; dbeta summed over the chunks in order).
+// The same over all threads (rows over threads; dbeta summed in fixed chunks, config_attention_dbeta).
 inline constexpr int64_t kConfigAttentionChunks = 64;  // dbeta's partial sums, whatever the thread count
 // dbeta from each row's part (config_attention_row_backward_act's return): the rows summed in order within
 // each of the fixed chunks, then the chunks in order; the same bits for any thread count. The fused SE +
-// attention's backward (squeeze_excite.h) sums its nodes' parts here too, so the two ops give one dbeta.
+// attention's backward (kernels/squeeze_excite_cpu.cpp) sums its nodes' parts here too: one dbeta for both.
 inline double config_attention_dbeta(const double* rows, int64_t R) {
   const int64_t chunks = std::min<int64_t>(kConfigAttentionChunks, std::max<int64_t>(R, 1));
   double total = 0;

@@ -1,5 +1,6 @@
-// Cross-config attention on the CPU: rows over threads in fixed chunks, each row's loops over the D
-// channels vectorised in the AVX2 clone (the row functions, and dispatch_act's lambdas, inline into it).
+// Cross-config attention on the CPU: rows over threads (dbeta summed in fixed chunks, config_attention_dbeta),
+// each row's loops over the D channels vectorised in the AVX2 clone (the row functions, and dispatch_act's
+// lambdas, inline into it).
 #include <algorithm>
 #include <vector>
 
