@@ -14,7 +14,6 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -179,6 +178,10 @@ struct Blocked {
     typename V::T acc[MR][NV];
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NV; ++j) acc[i][j] = V::zero();
+    // C's lines asked for now, stored after the k loop: their fetch (for the stores, or beta's loads) runs
+    // beside the products instead of holding up the stores (docs/benchmarks.md, 2026-12-04, fiftieth session)
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; j += 16) __builtin_prefetch(c + i * ldc + j, 1, 3);
     for (int64_t p = 0; p < kc; ++p) {
       typename V::T bv[NV];
       for (int j = 0; j < NV; ++j) bv[j] = V::load(b + p * NR + j * W);
