@@ -72,8 +72,7 @@ struct Bf16Blocked {
     __m512 acc[MR][NV];
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NV; ++j) acc[i][j] = _mm512_setzero_ps();
-    for (int i = 0; i < MR; ++i)  // C's lines asked for now, stored after the k loop (as Blocked::micro)
-      for (int j = 0; j < NV; ++j) __builtin_prefetch(c + i * ldc + j * W, 1, 3);
+    gemm_detail::prefetch_c_tile(c, ldc, MR, NR);
     for (int64_t p = 0; p < k2; ++p) {
       __m512bh bv[NV];
       for (int j = 0; j < NV; ++j) bv[j] = __m512bh(_mm512_loadu_si512(b + p * NR + j * W));

@@ -14,9 +14,11 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
+#include "base/common.h"
 #include "base/error.h"
 #include "kernels/gemm.h"
 
@@ -29,6 +31,16 @@ constexpr int64_t kKC = 256, kMC = 96;
 // the second block's reads of C. Its packed A (96 rows of 256 pairs) and B (8 panels of 32 x 256 pairs)
 // then take 96 and 256 KiB of L2. (Serial calls, split_k's chunks among them, keep kKC.)
 constexpr int64_t kKCAmx = 2 * kKC;
+
+// A micro-kernel's MR x NR tile of C asked for before its k loop, one prefetch a 64-byte line (16 floats),
+// stored after it: the lines' fetch (for the stores, or beta's loads) runs beside the products instead of
+// holding up the stores (docs/benchmarks.md, 2026-12-04, fiftieth session). Every driver's micro-kernel
+// (f32, bf16 on AVX512-BF16) calls it; always inlined, so each ISA's kernel has its own copy.
+GNN_INLINE inline void prefetch_c_tile(const float* c, int64_t ldc, int rows, int cols) {
+  constexpr int kLineFloats = 16;
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; j += kLineFloats) __builtin_prefetch(c + i * ldc + j, 1, 3);
+}
 
 // A stored as two row-major matrices side by side, [A | a2] (GemmCat, kernels/gemm.h): stored column t
 // is A's for t < k1, a2's column t - k1 after. Without a2, A alone.
@@ -178,10 +190,7 @@ struct Blocked {
     typename V::T acc[MR][NV];
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NV; ++j) acc[i][j] = V::zero();
-    // C's lines asked for now, stored after the k loop: their fetch (for the stores, or beta's loads) runs
-    // beside the products instead of holding up the stores (docs/benchmarks.md, 2026-12-04, fiftieth session)
-    for (int i = 0; i < MR; ++i)
-      for (int j = 0; j < NR; j += 16) __builtin_prefetch(c + i * ldc + j, 1, 3);
+    prefetch_c_tile(c, ldc, MR, NR);
     for (int64_t p = 0; p < kc; ++p) {
       typename V::T bv[NV];
       for (int j = 0; j < NV; ++j) bv[j] = V::load(b + p * NR + j * W);
