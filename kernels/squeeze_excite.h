@@ -112,11 +112,14 @@ inline int64_t squeeze_excite_thread_floats(int64_t F, bool backward) {
   const int64_t rows = kSqueezeExciteBlock * F + kSqueezeExcitePad;
   return backward ? 3 * rows + kSqueezeExciteBlock * 16 + kSqueezeExcitePad : rows;
 }
+// products: what runs them (below); amx_ws: the bf16 products' workspace, null for FMA chains
+enum class SeProducts { kF32, kTiles, kDp };  // FMA chains | AMX tiles | VDPBF16PS
 void squeeze_excite_forward_avx512(float* y, float* h, const float* x, const float* w1, const float* b1,
-                                   const float* w2, int64_t R, int64_t F, float* ws, float* amx_ws);
+                                   const float* w2, int64_t R, int64_t F, float* ws, float* amx_ws,
+                                   SeProducts products);
 void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
                                     const float* x, const float* h, const float* w2, int64_t R, int64_t F,
-                                    float* ws, float* amx_ws);
+                                    float* ws, float* amx_ws, SeProducts products);
 
 // Under --matmul-precision bf16 where the bf16 products run on AMX (gemm_bf16_kernel()) and F is a multiple
 // of 32, squeeze_excite_amx(F): the AVX-512 kernels' four row products (x W1, h W2 (forward, and again in
@@ -156,10 +159,26 @@ void squeeze_excite_amx_squeeze(const float* x, int64_t n, int64_t F, const SeAm
 void squeeze_excite_amx_gate_grad(const float* g, int64_t n, int64_t F, const SeAmx& amx, const float* h, float* p);
 void squeeze_excite_amx_rows_from_16(const float* u, int64_t n, const uint32_t* w, int64_t F, const SeAmx& amx,
                                      const float* init, int64_t ld_init, float* out, int64_t ld_out);
+void squeeze_excite_dp_add_outer(float* part, const float* a, const float* u, int64_t n, int64_t F,
+                                 const SeAmx& amx);
 // part [16, F] += a^T u, a [n, 16] (h or p) and u [n, F] (g or x), n <= 32: dW2's and dW1^T's sums over a
 // block's rows (uses amx.a and amx.c).
 void squeeze_excite_amx_add_outer(float* part, const float* a, const float* u, int64_t n, int64_t F,
                                   const SeAmx& amx);
+
+// Under --matmul-precision bf16 where the bf16 products run on AVX512-BF16 without AMX (gemm_bf16_kernel()
+// is kAvx512Bf16), squeeze_excite_dpbf16(F): the same four row products from the same packed workspace on
+// VDPBF16PS (squeeze_excite_amx.cpp), each output a chain over its k pairs in order from zero with the
+// init row (b2, dy s) added after, as the bf16 GEMM sums a row and the composed ops add to it; and the
+// weight gradients' sums over rows (h^T g, p^T x: dW1 transposed in the partials, as on tiles) a chain over
+// the rows in pairs (2i, 2i + 1), a last odd row paired with zeros. A row's products do not depend on its
+// block, nor the sums on where blocks end as long as they start at even rows (the fused op's rule below).
+// The tiles are not configured.
+bool squeeze_excite_dpbf16(int64_t F);
+void squeeze_excite_dp_squeeze(const float* x, int64_t n, int64_t F, const SeAmx& amx, const float* b1, float* h);
+void squeeze_excite_dp_gate_grad(const float* g, int64_t n, int64_t F, const SeAmx& amx, const float* h, float* p);
+void squeeze_excite_dp_rows_from_16(const float* u, int64_t n, const uint32_t* w, int64_t F, const SeAmx& amx,
+                                    const float* init, int64_t ld_init, float* out, int64_t ld_out);
 
 // The SE block and the cross-config attention after it (kernels/config_attention.h) as one kernel: per
 // node, its C rows of x [N*C, F] through the SE block into the thread's buffer, then config_attention_row
@@ -197,11 +216,11 @@ inline int64_t squeeze_excite_attention_thread_floats(int64_t C, int64_t F, bool
 void squeeze_excite_attention_forward_avx512(float* y, float* h, const float* x, const float* w1,
                                              const float* b1, const float* w2, const float* res, int64_t N, int64_t C,
                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
-                                             float* amx_ws);
+                                             float* amx_ws, SeProducts products);
 void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dws, float* dw1, float* db1,
                                               float* dw2, float* db2, const float* dy, const float* x, const float* h,
                                               const float* res, const float* w2, int64_t N, int64_t C,
                                               int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
-                                              float* amx_ws);
+                                              float* amx_ws, SeProducts products);
 
 }  // namespace gnn

@@ -9,10 +9,17 @@
 // Tiles (palette 1): C 0-1 [16 rows x 16 f32]; A over 32 k (16 pairs) 2-3, over 16 k (8 pairs) 4-5; B over
 // 16 pairs 6, over 8 pairs 7. The weight gradients' sums over a block's 32 rows (K = the rows) use C 0-1,
 // A 2 and B 6 and 3.
+// Where the bf16 products run on AVX512-BF16 without AMX (squeeze_excite_dpbf16), the same four row
+// products from the same packed weights on VDPBF16PS at the end of the file (a row's k pairs in order from
+// zero, then the init row added, as the bf16 GEMM (Bf16Blocked) sums a row and the composed ops add a
+// bias), and the weight sums from the same transposed and paired operands (the rows in pairs, in order).
+// The compiler emits no tile instruction there: those functions run on CPUs without AMX, as gemm_bf16.cpp's
+// Bf16Blocked does.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/amx_tiles.h"
 #include "kernels/squeeze_excite.h"
@@ -182,6 +189,117 @@ void squeeze_excite_amx_add_outer(float* part, const float* a, const float* u, i
     _tile_dpbf16ps(1, 2, 3);
     _tile_stored(0, part + c, F * 4);
     _tile_stored(1, part + c + 16, F * 4);
+  }
+}
+
+// The VDPBF16PS row products. A block's rows are rounded into the thread's bf16 buffer (amx.a) and read
+// back a pair of k (one u32) at a time, broadcast against a packed pair row of the weights.
+namespace {
+
+inline uint32_t pair_at(const uint16_t* a, int64_t i) {  // the i-th u32 pair of a bf16 buffer
+  uint32_t v;
+  std::memcpy(&v, a + 2 * i, sizeof v);
+  return v;
+}
+
+inline __m512 dp(__m512 acc, uint32_t pair, __m512i w) {
+  return _mm512_dpbf16_ps(acc, __m512bh(_mm512_set1_epi32(int(pair))), __m512bh(w));
+}
+
+// store(i, sum over the k pairs of a's row i times w) for N rows of a (bf16 [N, K]) and w (K / 2 pair rows
+// of 16), the pairs in order from zero
+template <int N, class Store>
+inline void dp_rows_by_16(const uint16_t* a, int64_t K, const uint32_t* w, Store&& store) {
+  __m512 acc[N];
+  for (int i = 0; i < N; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t q = 0; q < K / 2; ++q) {
+    const __m512i wq = _mm512_loadu_si512(w + q * H);
+    for (int i = 0; i < N; ++i) acc[i] = dp(acc[i], pair_at(a, i * K / 2 + q), wq);
+  }
+  for (int i = 0; i < N; ++i) store(i, acc[i]);
+}
+
+template <class Store>
+void dp_block_by_16(const uint16_t* a, int64_t n, int64_t K, const uint32_t* w, Store&& store) {
+  constexpr int G = 8;  // rows a group: eight chains against one weight row
+  int64_t i = 0;
+  for (; i + G <= n; i += G) dp_rows_by_16<G>(a + i * K, K, w, [&](int r, __m512 v) { store(i + r, v); });
+  for (; i < n; ++i) dp_rows_by_16<1>(a + i * K, K, w, [&](int, __m512 v) { store(i, v); });
+}
+
+// out[c0 + 16v] = init[c0 + 16v] + sum over u's 8 pairs of u times w's tile, for v < NV (w: tiles of 8 pair
+// rows, one a 16-column block)
+template <int NV>
+inline void dp_row_from_16(const uint16_t* u, const uint32_t* w, int64_t j0, const float* init, float* out) {
+  __m512i up[8];
+  for (int q = 0; q < 8; ++q) up[q] = _mm512_set1_epi32(int(pair_at(u, q)));
+  for (int v = 0; v < NV; ++v) {
+    const uint32_t* wt = w + (j0 + v) * 8 * H;
+    __m512 acc = _mm512_setzero_ps();
+    for (int q = 0; q < 8; ++q) acc = _mm512_dpbf16_ps(acc, __m512bh(up[q]), __m512bh(_mm512_loadu_si512(wt + q * H)));
+    _mm512_storeu_ps(out + 16 * (j0 + v), _mm512_add_ps(_mm512_loadu_ps(init + 16 * (j0 + v)), acc));
+  }
+}
+
+// part[m, c0 + 16v] += sum over the pairs q of a^T's pair (m, q) times u's pair row q, for v < NV: at
+// (pairs_transposed) and b (pairs_over_rows), pairs in order
+template <int NV>
+inline void dp_outer_cols(float* part, const uint32_t* at, const uint32_t* b, int64_t pairs, int64_t F, int m,
+                          int64_t c0) {
+  __m512 acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm512_loadu_ps(part + m * F + c0 + 16 * v);
+  for (int64_t q = 0; q < pairs; ++q) {
+    uint32_t pair;
+    std::memcpy(&pair, at + m * 16 + q, sizeof pair);
+    for (int v = 0; v < NV; ++v) acc[v] = dp(acc[v], pair, _mm512_loadu_si512(b + q * F + c0 + 16 * v));
+  }
+  for (int v = 0; v < NV; ++v) _mm512_storeu_ps(part + m * F + c0 + 16 * v, acc[v]);
+}
+
+}  // namespace
+
+void squeeze_excite_dp_add_outer(float* part, const float* a, const float* u, int64_t n, int64_t F,
+                                 const SeAmx& amx) {
+  constexpr int VG = 8;
+  uint32_t* at = reinterpret_cast<uint32_t*>(amx.c);
+  uint32_t* b = reinterpret_cast<uint32_t*>(amx.a);
+  pairs_transposed(a, n, at);
+  pairs_over_rows(u, n, F, b);
+  const int64_t pairs = (n + 1) / 2;  // a last odd row paired with zeros; no pair past it
+  for (int m = 0; m < H; ++m) {
+    int64_t c0 = 0;
+    for (; c0 + 16 * VG <= F; c0 += 16 * VG) dp_outer_cols<VG>(part, at, b, pairs, F, m, c0);
+    for (; c0 < F; c0 += 16) dp_outer_cols<1>(part, at, b, pairs, F, m, c0);
+  }
+}
+
+void squeeze_excite_dp_squeeze(const float* x, int64_t n, int64_t F, const SeAmx& amx, const float* b1, float* h) {
+  bf16_block(x, n, F, amx.a);
+  const __m512 b = b1 ? _mm512_loadu_ps(b1) : _mm512_setzero_ps();
+  dp_block_by_16(amx.a, n, F, amx.w1, [&](int64_t i, __m512 v) {  // act_value's ReLU, as on tiles
+    _mm512_storeu_ps(h + i * H, _mm512_maskz_max_ps(__mmask16(0xffff), _mm512_add_ps(v, b), _mm512_setzero_ps()));
+  });
+}
+
+void squeeze_excite_dp_gate_grad(const float* g, int64_t n, int64_t F, const SeAmx& amx, const float* h, float* p) {
+  bf16_block(g, n, F, amx.a);
+  dp_block_by_16(amx.a, n, F, amx.w2t, [&](int64_t i, __m512 v) {
+    const __mmask16 on = _mm512_cmp_ps_mask(_mm512_loadu_ps(h + i * H), _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_storeu_ps(p + i * H, _mm512_maskz_mov_ps(on, v));
+  });
+}
+
+void squeeze_excite_dp_rows_from_16(const float* u, int64_t n, const uint32_t* w, int64_t F, const SeAmx& amx,
+                                    const float* init, int64_t ld_init, float* out, int64_t ld_out) {
+  constexpr int VG = 8;  // 16-column blocks a group
+  bf16_block(u, n, H, amx.a);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t* ui = amx.a + i * H;
+    const float* in = init + i * ld_init;
+    float* o = out + i * ld_out;
+    int64_t j = 0;
+    for (; (j + VG) * 16 <= F; j += VG) dp_row_from_16<VG>(ui, w, j, in, o);
+    for (; j * 16 < F; ++j) dp_row_from_16<1>(ui, w, j, in, o);
   }
 }
 

@@ -148,19 +148,20 @@ void add_column_sums(float* part, const float* a, int64_t n, int64_t F) {
   }
 }
 
-// The block's four row products and two weight sums, on FMA chains (above) or, with amx_ws, on AMX tiles
-// (squeeze_excite_amx.cpp): one per thread, inside its OpenMP region (the tiles are configured for the
-// thread that runs them)
+// The block's four row products and two weight sums, on FMA chains (above), or with amx_ws on AMX tiles or
+// VDPBF16PS (squeeze_excite_amx.cpp): one per thread, inside its OpenMP region (the tiles are configured
+// for the thread that runs them)
 struct Products {
   const float *w1, *b1, *w2, *w1t, *w2t;  // w1t, w2t: the backward's (W1^T [16, F], W2^T [F, 16])
   int64_t F;
   V b1v;
-  bool tiles;
+  bool tiles, dp;
   SeAmx amx;
   Products(const float* w1_, const float* b1_, const float* w2_, const float* w1t_, const float* w2t_, int64_t F_,
-           float* amx_ws)
+           float* amx_ws, SeProducts products)
       : w1(w1_), b1(b1_), w2(w2_), w1t(w1t_), w2t(w2t_), F(F_), b1v(b1_ ? _mm512_loadu_ps(b1_) : _mm512_setzero_ps()),
-        tiles(amx_ws != nullptr), amx(amx_ws ? SeAmx(amx_ws, F_, thread_index()) : SeAmx()) {
+        tiles(amx_ws && products == SeProducts::kTiles), dp(amx_ws && products == SeProducts::kDp),
+        amx(amx_ws ? SeAmx(amx_ws, F_, thread_index()) : SeAmx()) {
     if (tiles) squeeze_excite_amx_begin();
   }
   ~Products() {
@@ -171,11 +172,13 @@ struct Products {
   // h = relu(x W1 + b1)
   void squeeze(const float* x, int64_t n, float* h) const {
     if (tiles) return squeeze_excite_amx_squeeze(x, n, F, amx, b1, h);
+    if (dp) return squeeze_excite_dp_squeeze(x, n, F, amx, b1, h);
     squeeze_block(x, n, F, w1, b1v, h);
   }
   // z = b2 + h W2 (b2row: b2 or zeros)
   void excite(const float* h, int64_t n, const float* b2row, float* z) const {
     if (tiles) return squeeze_excite_amx_rows_from_16(h, n, amx.w2, F, amx, b2row, 0, z, F);
+    if (dp) return squeeze_excite_dp_rows_from_16(h, n, amx.w2, F, amx, b2row, 0, z, F);
     rows_from_16(h, n, w2, F, b2row, 0, z, F);
   }
   // s = sigmoid(b2 + h W2): the backward's gate, from z as the forward computed it
@@ -186,21 +189,25 @@ struct Products {
   // p = (g W2^T) where h > 0
   void gate_grad(const float* g, int64_t n, const float* h, float* p) const {
     if (tiles) return squeeze_excite_amx_gate_grad(g, n, F, amx, h, p);
+    if (dp) return squeeze_excite_dp_gate_grad(g, n, F, amx, h, p);
     gate_grad_block(g, n, F, w2t, h, p);
   }
   // dx = dy s + p W1^T
   void input_grad(const float* p, int64_t n, const float* dys, float* dx) const {
     if (tiles) return squeeze_excite_amx_rows_from_16(p, n, amx.w1t, F, amx, dys, F, dx, F);
+    if (dp) return squeeze_excite_dp_rows_from_16(p, n, amx.w1t, F, amx, dys, F, dx, F);
     rows_from_16(p, n, w1t, F, dys, F, dx, F);
   }
   // dW2 [16, F] += h^T g over the block's rows
   void add_dw2(float* part, const float* h, const float* g, int64_t n) const {
     if (tiles) return squeeze_excite_amx_add_outer(part, h, g, n, F, amx);
+    if (dp) return squeeze_excite_dp_add_outer(part, h, g, n, F, amx);
     add_outer_16_by_f(part, h, g, n, F);
   }
-  // dW1 += x^T p: [F, 16] on FMA chains, transposed ([16, F], p^T x) on tiles (total_partials turns it)
+  // dW1 += x^T p: [F, 16] on FMA chains, transposed ([16, F], p^T x) in bf16 (total_partials turns it)
   void add_dw1(float* part, const float* x, const float* p, int64_t n) const {
     if (tiles) return squeeze_excite_amx_add_outer(part, p, x, n, F, amx);
+    if (dp) return squeeze_excite_dp_add_outer(part, p, x, n, F, amx);
     add_outer_f_by_16(part, x, p, n, F);
   }
 };
@@ -213,7 +220,7 @@ GNN_INLINE inline void block_forward(const Products& pr, const float* xb, int64_
   for (int64_t i = 0; i < n * pr.F; ++i) yb[i] = xb[i] * vm::sigmoid(z[i]);
 }
 
-// The sums one chunk's rows add to: dW1 [F, 16] ([16, F] on tiles) | dW2 [16, F] | db1 [16] | db2 [F]
+// The sums one chunk's rows add to: dW1 [F, 16] ([16, F] under bf16 products) | dW2 [16, F] | db1 [16] | db2 [F]
 struct Partials {
   float *w1, *w2, *b1, *b2;
   Partials(float* parts, int64_t chunk, int64_t F)
@@ -240,7 +247,7 @@ GNN_INLINE inline void block_backward(const Products& pr, const float* s, const 
 }
 
 // The chunks' partials summed in chunk order into the gradients asked for, each element on its own (dW1's
-// read transposed where the tiles summed it as [16, F]: w1_rows)
+// read transposed where bf16 products summed it as [16, F]: w1_rows)
 void total_partials(float* dw1, float* db1, float* dw2, float* db2, const float* parts, int64_t chunks, int64_t F,
                     bool w1_rows) {
   const int64_t part_size = 2 * F * H + H + F;
@@ -268,12 +275,13 @@ void total_partials(float* dw1, float* db1, float* dw2, float* db2, const float*
 // the chunks' partial sums, zeros, [chunks][dW1 F*16 | dW2 16*F | db1 16 | db2 F] | each thread's z, g and
 // dy s [32, F] and p [32, 16] (squeeze_excite_thread_floats each, a pad after each buffer).
 void squeeze_excite_forward_avx512(float* y, float* h, const float* x, const float* w1, const float* b1,
-                                   const float* w2, int64_t R, int64_t F, float* ws, float* amx_ws) {
+                                   const float* w2, int64_t R, int64_t F, float* ws, float* amx_ws,
+                                   SeProducts products) {
   const int64_t blocks = (R + RB - 1) / RB;
   const float* b2row = ws;
 #pragma omp parallel if (R * F > 65536)
   {
-    const Products pr(w1, b1, w2, nullptr, nullptr, F, amx_ws);
+    const Products pr(w1, b1, w2, nullptr, nullptr, F, amx_ws, products);
     float* z = ws + F + thread_index() * squeeze_excite_thread_floats(F, false);
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -285,14 +293,14 @@ void squeeze_excite_forward_avx512(float* y, float* h, const float* x, const flo
 
 void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw2, float* db2, const float* dy,
                                     const float* x, const float* h, const float* w2, int64_t R, int64_t F,
-                                    float* ws, float* amx_ws) {
+                                    float* ws, float* amx_ws, SeProducts products) {
   const int64_t chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
   const float *b2row = ws, *w1t = ws + F, *w2t = w1t + H * F;
   float* parts = ws + F + 2 * H * F;
   float* threads = parts + chunks * (2 * F * H + H + F);
 #pragma omp parallel if (R * F > 65536)
   {
-    const Products pr(nullptr, nullptr, w2, w1t, w2t, F, amx_ws);
+    const Products pr(nullptr, nullptr, w2, w1t, w2t, F, amx_ws, products);
     float* z = threads + thread_index() * squeeze_excite_thread_floats(F, true);
     const int64_t step = RB * F + kSqueezeExcitePad;
     float *g = z + step, *dys = g + step, *p = dys + step;
@@ -317,11 +325,11 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
 void squeeze_excite_attention_forward_avx512(float* y, float* h, const float* x, const float* w1,
                                              const float* b1, const float* w2, const float* res, int64_t N, int64_t C,
                                              int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
-                                             float* amx_ws) {
+                                             float* amx_ws, SeProducts products) {
   const float* b2row = ws;
 #pragma omp parallel if (N * C * F > 65536)
   {
-    const Products pr(w1, b1, w2, nullptr, nullptr, F, amx_ws);
+    const Products pr(w1, b1, w2, nullptr, nullptr, F, amx_ws, products);
     float* z = ws + F + thread_index() * squeeze_excite_attention_thread_floats(C, F, false);
     float* xs = z + squeeze_excite_thread_floats(F, false);
     float* wn = xs + C * F + kSqueezeExcitePad;
@@ -345,7 +353,7 @@ void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dw
                                               float* dw2, float* db2, const float* dy, const float* x, const float* h,
                                               const float* res, const float* w2, int64_t N, int64_t C,
                                               int64_t F, float beta, Act a, RowsDropout<float> drop, float* ws,
-                                              float* amx_ws) {
+                                              float* amx_ws, SeProducts products) {
   const int64_t R = N * C, chunks = (R + kSqueezeExciteChunk - 1) / kSqueezeExciteChunk;
   const int64_t group = std::max<int64_t>(1, kSqueezeExciteChunk / C), tasks = (N + group - 1) / group;
   const float *b2row = ws, *w1t = ws + F, *w2t = w1t + H * F;
@@ -354,7 +362,7 @@ void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dw
   double* rows_dbeta = dws;
 #pragma omp parallel if (R * F > 65536)
   {
-    const Products pr(nullptr, nullptr, w2, w1t, w2t, F, amx_ws);
+    const Products pr(nullptr, nullptr, w2, w1t, w2t, F, amx_ws, products);
     const int64_t step = RB * F + kSqueezeExcitePad, node_step = C * F + kSqueezeExcitePad;
     float* g = threads + thread_index() * squeeze_excite_attention_thread_floats(C, F, true);
     float *dys = g + step, *p = dys + step;

@@ -53,10 +53,15 @@ float* backward_workspace(const float* w1, const float* w2, const float* b2, int
   return ws;
 }
 
-// The AMX products' workspace (squeeze_excite.h), the weights packed (w1t, w2t: the backward's), or null
-// where the products are f32 FMA chains
+// What runs the AVX-512 kernels' products at the current precision
+SeProducts products(int64_t F) {
+  return squeeze_excite_amx(F) ? SeProducts::kTiles : squeeze_excite_dpbf16(F) ? SeProducts::kDp : SeProducts::kF32;
+}
+
+// The bf16 products' workspace (squeeze_excite.h, on tiles or VDPBF16PS), the weights packed (w1t, w2t: the
+// backward's), or null where the products are f32 FMA chains
 float* amx_workspace(const float* w1, const float* w2, const float* w1t, const float* w2t, int64_t F) {
-  if (!squeeze_excite_amx(F)) return nullptr;
+  if (products(F) == SeProducts::kF32) return nullptr;
   static thread_local std::vector<float> ws;
   const size_t n = size_t(squeeze_excite_amx_floats(F, max_threads()));
   if (ws.size() < n) ws.resize(n);
@@ -95,6 +100,16 @@ bool squeeze_excite_amx(int64_t F) {
 #endif
 }
 
+bool squeeze_excite_dpbf16(int64_t F) {
+#if defined(__x86_64__)
+  return F > 0 && F % 16 == 0 && gemm_cpu_precision() == GemmPrecision::kBf16 &&
+         gemm_bf16_kernel() == Bf16Kernel::kAvx512Bf16;
+#else
+  (void)F;
+  return false;
+#endif
+}
+
 bool squeeze_excite_vectorised(int64_t F, int64_t H) {
 #if defined(__x86_64__)
   return H == 16 && F > 0 && F % 16 == 0 && gemm_isa() == GemmIsa::kAvx512;
@@ -110,7 +125,8 @@ void squeeze_excite_forward_cpu(float* y, float* h, const float* x, const float*
 #if defined(__x86_64__)
   float* ws = workspace(F + max_threads() * squeeze_excite_thread_floats(F, false));
   bias_row(ws, b2, F);
-  squeeze_excite_forward_avx512(y, h, x, w1, b1, w2, R, F, ws, amx_workspace(w1, w2, nullptr, nullptr, F));
+  squeeze_excite_forward_avx512(y, h, x, w1, b1, w2, R, F, ws, amx_workspace(w1, w2, nullptr, nullptr, F),
+                                products(F));
 #else
   (void)y, (void)h, (void)x, (void)w1, (void)b1, (void)w2, (void)b2, (void)R;
 #endif
@@ -123,7 +139,7 @@ void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, 
 #if defined(__x86_64__)
   float* ws = backward_workspace(w1, w2, b2, R, F, H, squeeze_excite_thread_floats(F, true));
   float* amx_ws = amx_workspace(w1, w2, ws + F, ws + F + H * F, F);
-  squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w2, R, F, ws, amx_ws);
+  squeeze_excite_backward_avx512(dx, dw1, db1, dw2, db2, dy, x, h, w2, R, F, ws, amx_ws, products(F));
 #else
   (void)dx, (void)dw1, (void)db1, (void)dw2, (void)db2, (void)dy;
   (void)x, (void)h, (void)w1, (void)w2, (void)b2, (void)R;
@@ -131,8 +147,11 @@ void squeeze_excite_backward_cpu(float* dx, float* dw1, float* db1, float* dw2, 
 }
 
 bool squeeze_excite_attention_fused(int64_t C, int64_t F, int64_t H) {
-  // on tiles, a node's rows in whole blocks: the weight gradients' tile sums then meet the SE op's blocks
-  return fused_shape(C, F, H) && (C % kSqueezeExciteBlock == 0 || !squeeze_excite_amx(F));
+  // on tiles, a node's rows in whole blocks: the weight gradients' tile sums then meet the SE op's blocks;
+  // on VDPBF16PS, blocks that start at even rows, so that the sums pair the rows as the SE op does
+  const SeProducts p = products(F);
+  const int64_t block = p == SeProducts::kTiles ? kSqueezeExciteBlock : p == SeProducts::kDp ? 2 : 1;
+  return fused_shape(C, F, H) && C % block == 0;
 }
 
 void squeeze_excite_attention_forward_cpu(float* y, float* h, const float* x, const float* w1,
@@ -144,7 +163,7 @@ void squeeze_excite_attention_forward_cpu(float* y, float* h, const float* x, co
   float* ws = workspace(F + max_threads() * squeeze_excite_attention_thread_floats(C, F, false));
   bias_row(ws, b2, F);
   squeeze_excite_attention_forward_avx512(y, h, x, w1, b1, w2, res, N, C, F, *beta, a, drop, ws,
-                                          amx_workspace(w1, w2, nullptr, nullptr, F));
+                                          amx_workspace(w1, w2, nullptr, nullptr, F), products(F));
 #else
   (void)y, (void)h, (void)x, (void)w1, (void)b1, (void)w2, (void)b2, (void)res, (void)N;
   (void)beta, (void)a, (void)drop;
@@ -163,7 +182,7 @@ void squeeze_excite_attention_backward_cpu(float* dx, float* dres, float* dbeta,
   rows.resize(size_t(N + max_threads() * F));
   float* amx_ws = amx_workspace(w1, w2, ws + F, ws + F + H * F, F);
   squeeze_excite_attention_backward_avx512(dx, dres, rows.data(), dw1, db1, dw2, db2, dy, x, h, res, w2, N, C, F,
-                                           *beta, a, drop, ws, amx_ws);
+                                           *beta, a, drop, ws, amx_ws, products(F));
   if (dbeta) *dbeta = float(config_attention_dbeta(rows.data(), N));  // as config_attention_backward_cpu sums it
 #else
   (void)dx, (void)dres, (void)dbeta, (void)dw1, (void)db1, (void)dw2, (void)db2, (void)dy, (void)x, (void)h;

@@ -207,19 +207,28 @@ TEST_CASE("squeeze_excite: the op is the four ops it replaces, and refuses shape
                        doctest::Contains("squeeze_excite: b2 has 3 values, not 6"), Error);
 }
 
-TEST_CASE("squeeze_excite: under bf16 products on AMX, the row products on tiles, the same bits on any thread count") {
-  if (!gemm_bf16_supported() || !gemm_bf16_kernel_supported(Bf16Kernel::kAmx) ||
-      gemm_bf16_kernel() != Bf16Kernel::kAmx || !squeeze_excite_vectorised(128, 16)) {
-    MESSAGE("SKIP: the SE block's tiles need AMX-BF16 granted to the process and taken by the bf16 products");
+TEST_CASE("squeeze_excite: under bf16 products, the products in bf16 (AMX tiles or VDPBF16PS), the same bits on any "
+          "thread count") {
+  if (!gemm_bf16_supported() || !squeeze_excite_vectorised(128, 16)) {
+    MESSAGE("SKIP: the SE block's bf16 products need AVX-512 products and AVX512-BF16");
     return;
   }
+  // AMX tiles where the bf16 GEMM runs on them, else VDPBF16PS (GNN_BF16_KERNEL=avx512bf16 runs the latter
+  // on an AMX machine)
+  const bool amx = gemm_bf16_kernel() == Bf16Kernel::kAmx;
+  CAPTURE(amx);
   CHECK_FALSE(squeeze_excite_amx(128));  // f32 products: FMA chains
+  CHECK_FALSE(squeeze_excite_dpbf16(128));
   const PrecisionRestored precision(GemmPrecision::kBf16);
-  CHECK(squeeze_excite_amx(128));
-  CHECK(squeeze_excite_amx(96));
+  CHECK(squeeze_excite_amx(128) == amx);
+  CHECK(squeeze_excite_dpbf16(128) == !amx);
+  CHECK(squeeze_excite_amx(96) == amx);
   CHECK_FALSE(squeeze_excite_amx(48));  // a tile's 32 k: F % 32
-  // F = 128 (the recipe's) and 96; rows with a tail of a 32-row block (5, 29) and of a chunk
-  for (const int64_t F : {128, 96})
+  CHECK(squeeze_excite_dpbf16(48) == !amx);  // VDPBF16PS: k in pairs
+  // F = 128 (the recipe's) and 96 (and 48 on VDPBF16PS: no whole group of eight column vectors); rows with a
+  // tail of a 32-row block (5, 29: an odd last row, paired with zeros) and of a chunk
+  for (const int64_t F : {128, 96, 48}) {
+    if (F == 48 && amx) continue;
     for (bool bias : {true, false}) {
       CAPTURE(F);
       CAPTURE(bias);
@@ -238,7 +247,7 @@ TEST_CASE("squeeze_excite: under bf16 products on AMX, the row products on tiles
         CHECK(fma.h != one.h);
         CHECK(fma.y != one.y);
         CHECK(fma.dx != one.dx);
-        CHECK(fma.dw1 != one.dw1);  // the weight gradients' sums over rows on tiles too
+        CHECK(fma.dw1 != one.dw1);  // the weight gradients' sums over rows in bf16 too
         CHECK(fma.dw2 != one.dw2);
       }
       set_gemm_cpu_precision(GemmPrecision::kBf16);  // the scope above left f32
@@ -248,11 +257,14 @@ TEST_CASE("squeeze_excite: under bf16 products on AMX, the row products on tiles
         check_same(k.run(), one);
       }
     }
-  // the op against the composed ops with bf16 products: the same operands rounded and summed by tiles, y and
-  // dx the same bits on the development VM's AMX (though the kernel starts its C tiles from b2 or dy s where
-  // the GEMM adds its bias after the tiles); the weight gradients' sums over rows are bf16 products in both,
-  // summed a 32-row block at a time in the op, in the GEMM's blocks and split-K chunks in the composed form:
-  // the same up to f32 summation (the f32 biases' sums, column sums in both, alike up to their order)
+  }
+  // the op against the composed ops with bf16 products: the same operands rounded and summed in bf16. On AMX
+  // y and dx are the same bits (on the development VM's AMX, though the kernel starts its C tiles from b2
+  // or dy s where the GEMM adds its bias after the tiles); on VDPBF16PS each row's chain is the bf16 GEMM's
+  // and the bias is added after, as the composed ops add it. The weight gradients' sums over rows are bf16
+  // products in both, summed a block at a time in the op, in the GEMM's blocks and split-K chunks in the
+  // composed form: the same up to f32 summation (the f32 biases' sums, column sums in both, alike up to
+  // their order)
   const std::vector<Tensor> in{rand({300, 128}, 161), rand({128, 16}, 162), rand({16}, 163), rand({16, 128}, 164),
                                 rand({128}, 165)};
   const Tensor dy = rand({300, 128}, 166);
@@ -294,41 +306,49 @@ TEST_CASE("squeeze_excite_attention: the SE block and the cross-config attention
             "): the op is the two ops here, which this checks");
   // C = 64 (the recipe's: four nodes a chunk; at F = 128 past the kernels' OpenMP threshold, so that 2 and
   // 3 threads run), 16 (a node less than a block), 32 (a node one block), 512 (two chunks a node), 48 (not
-  // fused: the two ops) and 2048 (past kSqueezeExciteAttentionMaxConfigs: the two ops); the residual,
+  // fused: the two ops), 2048 (past kSqueezeExciteAttentionMaxConfigs: the two ops) and 1 (a node a row; on
+  // VDPBF16PS the two ops); the residual,
   // activation and both dropout masks as the recipe runs them
   struct Case {
     int64_t N, C, F;
   };
   const ThreadsRestored saved;
-  // and with bf16 products, which on AMX put the SE's row products and weight sums on tiles (F = 128, 32;
-  // C = 16, a node less than a block, is then the two ops: a tile sums a whole block's rows)
-  const bool amx = gemm_bf16_supported() && gemm_bf16_kernel() == Bf16Kernel::kAmx;
-  if (amx && squeeze_excite_vectorised(128, 16)) {
+  // and with bf16 products, which put the SE's row products and weight sums on AMX tiles or VDPBF16PS
+  // (F = 128, 32). On tiles C = 16, a node less than a block, is then the two ops (a tile sums a whole
+  // block's rows); on VDPBF16PS C = 1, whose blocks would pair each node's row with zeros where the SE op
+  // pairs two nodes' rows
+  const bool bf16 = gemm_bf16_supported() && squeeze_excite_vectorised(128, 16);
+  const bool amx = bf16 && gemm_bf16_kernel() == Bf16Kernel::kAmx;
+  if (bf16) {
     const PrecisionRestored products(GemmPrecision::kBf16);
+    const int64_t unfused = amx ? 16 : 1;
+    CAPTURE(amx);
     CHECK(squeeze_excite_attention_fused(64, 128, 16));
-    CHECK_FALSE(squeeze_excite_attention_fused(16, 128, 16));
-    // a graph fused under f32 products (C = 16) whose backward runs after the precision became bf16: the
-    // kernel takes the shape it was given (tiles then, whose sums are not the two ops' bits), no refusal
+    CHECK(squeeze_excite_attention_fused(16, 128, 16) == !amx);
+    CHECK_FALSE(squeeze_excite_attention_fused(unfused, 128, 16));
+    // a graph fused under f32 products whose backward runs after the precision became bf16: the kernel
+    // takes the shape it was given (bf16 products then, whose sums are not the two ops' bits), no refusal
     set_gemm_cpu_precision(GemmPrecision::kF32);
     std::vector<ag::Var> v;
-    for (const Tensor& t : {rand({40, 16 * 128}, 71), rand({128, 16}, 72), rand({16}, 73), rand({16, 128}, 74),
+    for (const Tensor& t : {rand({40, unfused * 128}, 71), rand({128, 16}, 72), rand({16}, 73), rand({16, 128}, 74),
                             rand({128}, 75), Tensor::full(Shape{1}, 1.7, DType::F32)})
       v.push_back(ag::Var::param(t));
-    const ag::Var y = ag::squeeze_excite_attention(v[0], v[1], v[2], v[3], v[4], v[5], 16, ag::Var(), Act::kGelu, {});
+    const ag::Var y =
+        ag::squeeze_excite_attention(v[0], v[1], v[2], v[3], v[4], v[5], unfused, ag::Var(), Act::kGelu, {});
     set_gemm_cpu_precision(GemmPrecision::kBf16);
-    CHECK_NOTHROW(ag::backward(y, rand({40, 16 * 2 * 128}, 76)));
+    CHECK_NOTHROW(ag::backward(y, rand({40, unfused * 2 * 128}, 76)));
     CHECK(v[1].grad().defined());
   }
   for (const GemmPrecision precision : {GemmPrecision::kF32, GemmPrecision::kBf16}) {
-    if (precision == GemmPrecision::kBf16 && !amx) {
-      MESSAGE("SKIP: the bf16 half needs AMX-BF16 taken by the bf16 products");
+    if (precision == GemmPrecision::kBf16 && !bf16) {
+      MESSAGE("SKIP: the bf16 half needs AVX-512 products and AVX512-BF16");
       continue;
     }
     const PrecisionRestored products(precision);
     for (const Case c : {Case{9, 64, 48}, Case{9, 64, 128}, Case{150, 16, 16}, Case{3, 512, 32}, Case{7, 48, 32},
-                         Case{1, 2048, 16}, Case{150, 16, 32}, Case{40, 32, 128}})
+                         Case{1, 2048, 16}, Case{150, 16, 32}, Case{40, 32, 128}, Case{301, 1, 32}})
       for (int variant = 0; variant < 4; ++variant) {
-        const auto [N, C, F] = c;
+    const auto [N, C, F] = c;
         CAPTURE(gemm_precision_name(precision));
         CAPTURE(C);
         CAPTURE(variant);
