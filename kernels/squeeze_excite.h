@@ -8,9 +8,9 @@
 // the cache. The backward, with s = sigmoid(z), g = dy x s (1 - s) and p = (g W2^T) * [h > 0]:
 //   dx = dy s + p W1^T;   dW2 = h^T g;   db2 = the column sums of g;   dW1 = x^T p;   db1 = the sums of p
 // The weight gradients are sums over rows in fixed chunks of kSqueezeExciteChunk rows, each chunk's rows in
-// order (on AMX tiles, each chunk's 32-row blocks in order), then the chunks in order: the same bits for any
-// thread count. b1, b2 may be null (no bias);
-// dx, dw1, db1, dw2, db2 may each be null (not wanted), and dx (when given) is written, not added to.
+// order (on AMX tiles each chunk's 32-row blocks in order, on VDPBF16PS its row pairs), then the chunks in
+// order: the same bits for any thread count. b1, b2 may be null (no bias); dx, dw1, db1, dw2, db2 may each
+// be null (not wanted), and dx (when given) is written, not added to.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -159,8 +159,6 @@ void squeeze_excite_amx_squeeze(const float* x, int64_t n, int64_t F, const SeAm
 void squeeze_excite_amx_gate_grad(const float* g, int64_t n, int64_t F, const SeAmx& amx, const float* h, float* p);
 void squeeze_excite_amx_rows_from_16(const float* u, int64_t n, const uint32_t* w, int64_t F, const SeAmx& amx,
                                      const float* init, int64_t ld_init, float* out, int64_t ld_out);
-void squeeze_excite_dp_add_outer(float* part, const float* a, const float* u, int64_t n, int64_t F,
-                                 const SeAmx& amx);
 // part [16, F] += a^T u, a [n, 16] (h or p) and u [n, F] (g or x), n <= 32: dW2's and dW1^T's sums over a
 // block's rows (uses amx.a and amx.c).
 void squeeze_excite_amx_add_outer(float* part, const float* a, const float* u, int64_t n, int64_t F,
@@ -169,16 +167,19 @@ void squeeze_excite_amx_add_outer(float* part, const float* a, const float* u, i
 // Under --matmul-precision bf16 where the bf16 products run on AVX512-BF16 without AMX (gemm_bf16_kernel()
 // is kAvx512Bf16), squeeze_excite_dpbf16(F): the same four row products from the same packed workspace on
 // VDPBF16PS (squeeze_excite_amx.cpp), each output a chain over its k pairs in order from zero with the
-// init row (b2, dy s) added after, as the bf16 GEMM sums a row and the composed ops add to it; and the
-// weight gradients' sums over rows (h^T g, p^T x: dW1 transposed in the partials, as on tiles) a chain over
-// the rows in pairs (2i, 2i + 1), a last odd row paired with zeros. A row's products do not depend on its
-// block, nor the sums on where blocks end as long as they start at even rows (the fused op's rule below).
-// The tiles are not configured.
+// init row (b2, dy s) added after, as the bf16 GEMM sums a row whose k fit one of its K blocks (F up to
+// gemm_detail::kKC, 256: the recipe's 128) and the composed ops add to it; and the weight gradients' sums
+// over rows (h^T g, p^T x: dW1 transposed in the partials, as on tiles) a chain over the rows in pairs
+// (2i, 2i + 1), a last odd row paired with zeros. A row's products do not depend on its block, nor the sums
+// on where blocks end as long as they start at even rows (the fused op's rule below). The functions are the
+// tile ones' (above), n <= 32 too; the tiles are not configured.
 bool squeeze_excite_dpbf16(int64_t F);
 void squeeze_excite_dp_squeeze(const float* x, int64_t n, int64_t F, const SeAmx& amx, const float* b1, float* h);
 void squeeze_excite_dp_gate_grad(const float* g, int64_t n, int64_t F, const SeAmx& amx, const float* h, float* p);
 void squeeze_excite_dp_rows_from_16(const float* u, int64_t n, const uint32_t* w, int64_t F, const SeAmx& amx,
                                     const float* init, int64_t ld_init, float* out, int64_t ld_out);
+void squeeze_excite_dp_add_outer(float* part, const float* a, const float* u, int64_t n, int64_t F,
+                                 const SeAmx& amx);
 
 // The SE block and the cross-config attention after it (kernels/config_attention.h) as one kernel: per
 // node, its C rows of x [N*C, F] through the SE block into the thread's buffer, then config_attention_row
@@ -189,9 +190,9 @@ void squeeze_excite_dp_rows_from_16(const float* u, int64_t n, const uint32_t* w
 // where each node's rows cover whole chunks of kSqueezeExciteChunk rows or a chunk whole nodes, C is at
 // most kSqueezeExciteAttentionMaxConfigs (a thread holds six [C, F] buffers) and, where the products run on
 // tiles (squeeze_excite_amx), a multiple of the 32-row block (a tile sums a block's rows at once, so the
-// fused op's blocks, a node's, must be the SE op's):
-// squeeze_excite_attention_fused. Host only, where squeeze_excite_vectorised(F, 16); dres and each gradient
-// may be null (not wanted).
+// fused op's blocks, a node's, must be the SE op's), on VDPBF16PS (squeeze_excite_dpbf16) at least 2 (even:
+// blocks then start at even rows and pair the rows as the SE op's do): squeeze_excite_attention_fused.
+// Host only, where squeeze_excite_vectorised(F, 16); dres and each gradient may be null (not wanted).
 inline constexpr int64_t kSqueezeExciteAttentionMaxConfigs = 1024;
 bool squeeze_excite_attention_fused(int64_t C, int64_t F, int64_t H);
 void squeeze_excite_attention_forward_cpu(float* y, float* h, const float* x, const float* w1,

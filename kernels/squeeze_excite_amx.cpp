@@ -11,8 +11,9 @@
 // A 2 and B 6 and 3.
 // Where the bf16 products run on AVX512-BF16 without AMX (squeeze_excite_dpbf16), the same four row
 // products from the same packed weights on VDPBF16PS at the end of the file (a row's k pairs in order from
-// zero, then the init row added, as the bf16 GEMM (Bf16Blocked) sums a row and the composed ops add a
-// bias), and the weight sums from the same transposed and paired operands (the rows in pairs, in order).
+// zero, then the init row added, as the bf16 GEMM (Bf16Blocked) sums a row of up to its kKC k and the
+// composed ops add a bias), and the weight sums from the same transposed and paired operands (the rows in
+// pairs, in order).
 // The compiler emits no tile instruction there: those functions run on CPUs without AMX, as gemm_bf16.cpp's
 // Bf16Blocked does.
 #include <immintrin.h>
@@ -68,7 +69,7 @@ void times_k(const uint16_t* a, int64_t K, const uint32_t* b, float* c) {
   _tile_stored(1, c + 16 * H, H * 4);
 }
 
-// K-major [K, 16] floats (K a multiple of 32) as K / 2 pair rows
+// K-major [K, 16] floats (K even) as K / 2 pair rows
 void pack_k_by_16(const float* w, int64_t K, uint32_t* out) {
   for (int64_t q = 0; q < K / 2; ++q) pair_row(w + 2 * q * H, w + (2 * q + 1) * H, out + q * H);
 }

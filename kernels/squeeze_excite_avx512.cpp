@@ -3,8 +3,8 @@
 // stay in the thread's buffers, in L1 / L2, so x and dy are read once and y or dx written once. The
 // products are FMA chains over k in order, with the k-th value of a row broadcast: h = x W1 and g W2^T
 // run eight rows at a time (eight chains against one W1 row), z = h W2 and p W1^T a row at a time over up
-// to eight vectors of columns (or, under bf16 products on AMX, those four and the weight gradients' sums
-// on tiles: Products, and squeeze_excite_amx.cpp). The weight gradients go into per-chunk partials
+// to eight vectors of columns (or, under bf16 products, those four and the weight gradients' sums on AMX
+// tiles or VDPBF16PS: Products, and squeeze_excite_amx.cpp). The weight gradients go into per-chunk partials
 // (kSqueezeExciteChunk rows, eight blocks), which the threads fill chunk by chunk and then sum in chunk
 // order. The same blocks run inside the SE block + cross-config attention kernels at the end of the file, a
 // node's rows at a time.
@@ -316,7 +316,7 @@ void squeeze_excite_backward_avx512(float* dx, float* dw1, float* db1, float* dw
       }
     }
   }
-  total_partials(dw1, db1, dw2, db2, parts, chunks, F, amx_ws != nullptr);
+  total_partials(dw1, db1, dw2, db2, parts, chunks, F, amx_ws && products != SeProducts::kF32);
 }
 
 // The fused SE + attention: one node's C rows at a time, in blocks of up to 32 rows (which never cross a
@@ -395,7 +395,7 @@ void squeeze_excite_attention_backward_avx512(float* dx, float* dres, double* dw
         }
       }
   }
-  total_partials(dw1, db1, dw2, db2, parts, chunks, F, amx_ws != nullptr);
+  total_partials(dw1, db1, dw2, db2, parts, chunks, F, amx_ws && products != SeProducts::kF32);
 }
 
 }  // namespace gnn

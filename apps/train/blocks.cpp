@@ -164,7 +164,8 @@ ChannelAttention::ChannelAttention(int64_t dim, int64_t reduction, Rng& rng)
 
 ag::Var ChannelAttention::forward(const ag::Var& x, int64_t C) const {
   // rows * sigmoid(excite(squeeze(rows))): one op on the host where its vector kernel applies (its products
-  // f32, or bf16 on AMX tiles), else the composed products, bias_act and gate (ag::squeeze_excite decides)
+  // f32, or bf16 on AMX tiles or VDPBF16PS), else the composed products, bias_act and gate (ag::squeeze_excite
+  // decides)
   return node_major(
       ag::squeeze_excite(per_config(x, C), squeeze_.weight, squeeze_.bias, excite_.weight, excite_.bias), C);
 }

@@ -226,13 +226,14 @@ TEST_CASE("squeeze_excite: under bf16 products, the products in bf16 (AMX tiles 
   CHECK_FALSE(squeeze_excite_amx(48));  // a tile's 32 k: F % 32
   CHECK(squeeze_excite_dpbf16(48) == !amx);  // VDPBF16PS: k in pairs
   // F = 128 (the recipe's) and 96 (and 48 on VDPBF16PS: no whole group of eight column vectors); rows with a
-  // tail of a 32-row block (5, 29: an odd last row, paired with zeros) and of a chunk
+  // tail of a 32-row block (5, 29, 29: an odd last row, paired with zeros) and of a chunk
   for (const int64_t F : {128, 96, 48}) {
     if (F == 48 && amx) continue;
     for (bool bias : {true, false}) {
       CAPTURE(F);
       CAPTURE(bias);
-      const SeCase k(F == 128 ? 709 : 701, F, 16, bias, 151);  // both past the kernels' OpenMP threshold
+      // every case past the kernels' OpenMP threshold (R F > 65536)
+      const SeCase k(F == 128 ? 709 : F == 96 ? 701 : 1501, F, 16, bias, 151);
       const ThreadsRestored saved;
       set_num_threads(1);
       const SeRun one = k.run();
@@ -264,10 +265,10 @@ TEST_CASE("squeeze_excite: under bf16 products, the products in bf16 (AMX tiles 
   // and the bias is added after, as the composed ops add it. The weight gradients' sums over rows are bf16
   // products in both, summed a block at a time in the op, in the GEMM's blocks and split-K chunks in the
   // composed form: the same up to f32 summation (the f32 biases' sums, column sums in both, alike up to
-  // their order)
-  const std::vector<Tensor> in{rand({300, 128}, 161), rand({128, 16}, 162), rand({16}, 163), rand({16, 128}, 164),
+  // their order). 301 rows: a last block of 13, whose odd row a weight sum must not drop (1 / 301 of it)
+  const std::vector<Tensor> in{rand({301, 128}, 161), rand({128, 16}, 162), rand({16}, 163), rand({16, 128}, 164),
                                 rand({128}, 165)};
-  const Tensor dy = rand({300, 128}, 166);
+  const Tensor dy = rand({301, 128}, 166);
   const auto f = run_op(true, in, dy), c = run_op(false, in, dy);
   const char* names[] = {"y", "dx", "dW1", "db1", "dW2", "db2"};
   for (size_t k = 0; k < f.size(); ++k) check_close(f[k], wide(c[k]), k < 2 ? 0 : 1e-4, names[k]);
@@ -307,8 +308,7 @@ TEST_CASE("squeeze_excite_attention: the SE block and the cross-config attention
   // C = 64 (the recipe's: four nodes a chunk; at F = 128 past the kernels' OpenMP threshold, so that 2 and
   // 3 threads run), 16 (a node less than a block), 32 (a node one block), 512 (two chunks a node), 48 (not
   // fused: the two ops), 2048 (past kSqueezeExciteAttentionMaxConfigs: the two ops) and 1 (a node a row; on
-  // VDPBF16PS the two ops); the residual,
-  // activation and both dropout masks as the recipe runs them
+  // VDPBF16PS the two ops); the residual, activation and both dropout masks as the recipe runs them
   struct Case {
     int64_t N, C, F;
   };
@@ -348,7 +348,7 @@ TEST_CASE("squeeze_excite_attention: the SE block and the cross-config attention
     for (const Case c : {Case{9, 64, 48}, Case{9, 64, 128}, Case{150, 16, 16}, Case{3, 512, 32}, Case{7, 48, 32},
                          Case{1, 2048, 16}, Case{150, 16, 32}, Case{40, 32, 128}, Case{301, 1, 32}})
       for (int variant = 0; variant < 4; ++variant) {
-    const auto [N, C, F] = c;
+        const auto [N, C, F] = c;
         CAPTURE(gemm_precision_name(precision));
         CAPTURE(C);
         CAPTURE(variant);

@@ -46,10 +46,10 @@
 //   to 16 (its input 128 wide: the default --hidden 256 with --cross-attn on), it is one op
 //   (ag::squeeze_excite). With --matmul-precision bf16, which rounds every product's inputs to bf16 as its
 //   autocast does, the op's four small products (forward and backward) and its weight gradients' sums round
-//   theirs too where the bf16 products run on AMX (its tiles: the composed ops' bits, the sums up to their
-//   order); on a CPU with AVX512-BF16 but no AMX they stay f32. With the cross-config attention on, the SE
-//   block and the attention after it are one op (ag::squeeze_excite_attention, the two ops' bits), so
-//   neither the SE's output nor the attention's weights are written.
+//   theirs too, on AMX tiles or, on a CPU with AVX512-BF16 but no AMX, on VDPBF16PS (the composed ops' bits,
+//   the sums up to their order). With the cross-config attention on, the SE block and the attention after
+//   it are one op (ag::squeeze_excite_attention, the two ops' bits), so neither the SE's output nor the
+//   attention's weights are written.
 // - T is learned as its inverse beta = 1/T (init 2, i.e. T = 0.5): the same function; the gradient
 //   reaches 1/T instead of T, and Adam's per-parameter step size makes the two train alike.
 // - Its hinge loss is a mean over all C^2 pairs of the slate (pairs that do not count add 0); ours is a
