@@ -53,9 +53,17 @@ float* backward_workspace(const float* w1, const float* w2, const float* b2, int
   return ws;
 }
 
-// What runs the AVX-512 kernels' products at the current precision
+// What runs the AVX-512 kernels' products at the current precision: under bf16 products, AMX tiles where
+// the bf16 GEMM runs on them (a tile's 32 k: F a multiple of 32), else VDPBF16PS (k in pairs)
 SeProducts products(int64_t F) {
-  return squeeze_excite_amx(F) ? SeProducts::kTiles : squeeze_excite_dpbf16(F) ? SeProducts::kDp : SeProducts::kF32;
+#if defined(__x86_64__)
+  if (F <= 0 || F % 16 != 0 || gemm_cpu_precision() != GemmPrecision::kBf16) return SeProducts::kF32;
+  if (gemm_bf16_kernel() == Bf16Kernel::kAmx) return F % 32 == 0 ? SeProducts::kTiles : SeProducts::kF32;
+  return SeProducts::kDp;
+#else
+  (void)F;
+  return SeProducts::kF32;
+#endif
 }
 
 // The bf16 products' workspace (squeeze_excite.h, on tiles or VDPBF16PS), the weights packed (w1t, w2t: the
@@ -90,25 +98,8 @@ void check_fused(int64_t C, int64_t F, int64_t H) {
 
 }  // namespace
 
-bool squeeze_excite_amx(int64_t F) {
-#if defined(__x86_64__)
-  return F > 0 && F % 32 == 0 && gemm_cpu_precision() == GemmPrecision::kBf16 &&
-         gemm_bf16_kernel() == Bf16Kernel::kAmx;
-#else
-  (void)F;
-  return false;
-#endif
-}
-
-bool squeeze_excite_dpbf16(int64_t F) {
-#if defined(__x86_64__)
-  return F > 0 && F % 16 == 0 && gemm_cpu_precision() == GemmPrecision::kBf16 &&
-         gemm_bf16_kernel() == Bf16Kernel::kAvx512Bf16;
-#else
-  (void)F;
-  return false;
-#endif
-}
+bool squeeze_excite_amx(int64_t F) { return products(F) == SeProducts::kTiles; }
+bool squeeze_excite_dpbf16(int64_t F) { return products(F) == SeProducts::kDp; }
 
 bool squeeze_excite_vectorised(int64_t F, int64_t H) {
 #if defined(__x86_64__)
