@@ -48,9 +48,10 @@ Var gate(const Var& x, const Var& z, const Var& b);
 // The whole squeeze-and-excitation block, x * sigmoid(relu(x w1 + b1) w2 + b2), x [R, F], w1 [F, H], w2 [H, F],
 // b1 [H] and b2 [F] (either undefined: no bias), as one op on the host (kernels/squeeze_excite.h: x and dy
 // read once, [R, H] kept, the [R, F] intermediates never written; its products and weight sums f32 FMA
-// chains, or under bf16 products bf16 on AMX tiles or VDPBF16PS: squeeze_excite_amx, squeeze_excite_dpbf16)
-// where squeeze_excite_vectorised(F, H), and in f64 (the reference); elsewhere, and on a GPU, the composed
-// ops (matmul, bias_act, matmul, gate), the products as gemm_cpu or cuBLAS runs them.
+// chains; under bf16 products, bf16 on AMX tiles (squeeze_excite_amx: F a multiple of 32) or on VDPBF16PS
+// where the bf16 GEMM runs there (squeeze_excite_dpbf16)) where squeeze_excite_vectorised(F, H), and in f64
+// (the reference); elsewhere, and on a GPU, the composed ops (matmul, bias_act, matmul, gate), the products
+// as gemm_cpu or cuBLAS runs them.
 Var squeeze_excite(const Var& x, const Var& w1, const Var& b1, const Var& w2, const Var& b2);
 // The same block as those composed ops, on any device and dtype: what squeeze_excite runs where its kernel
 // does not apply, and the yardstick its tests and bench case measure it against.

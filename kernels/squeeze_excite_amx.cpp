@@ -228,8 +228,8 @@ void dp_block_by_16(const uint16_t* a, int64_t n, int64_t K, const uint32_t* w, 
   for (; i < n; ++i) dp_rows_by_16<1>(a + i * K, K, w, [&](int, __m512 v) { store(i, v); });
 }
 
-// out[c0 + 16v] = init[c0 + 16v] + sum over u's 8 pairs of u times w's tile, for v < NV (w: tiles of 8 pair
-// rows, one a 16-column block)
+// out[16 (j0 + v)] = init[16 (j0 + v)] + the sum over u's 8 pairs of u times w's tile j0 + v, for v < NV
+// (w: tiles of 8 pair rows, one a 16-column block)
 template <int NV>
 inline void dp_row_from_16(const uint16_t* u, const uint32_t* w, int64_t j0, const float* init, float* out) {
   __m512i up[8];

@@ -84,8 +84,8 @@ void check_vectorised(int64_t F, int64_t H) {
 }
 
 // What the fused kernel itself needs, at any precision (squeeze_excite_attention_fused adds the op's rule
-// for bf16 products, which reads the products' precision: a backward must not refuse the forward's shape when the
-// precision changed between the two)
+// for bf16 products, which reads the products' precision: a backward must not refuse the forward's shape
+// when the precision changed between the two)
 bool fused_shape(int64_t C, int64_t F, int64_t H) {
   return C >= 1 && C <= kSqueezeExciteAttentionMaxConfigs &&
          (kSqueezeExciteChunk % C == 0 || C % kSqueezeExciteChunk == 0) && squeeze_excite_vectorised(F, H);
