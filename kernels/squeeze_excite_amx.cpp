@@ -100,6 +100,17 @@ void pairs_over_rows(const float* u, int64_t n, int64_t F, uint32_t* b) {
     }
 }
 
+// h's row i from its sum v: relu(v + b1) as act_value's ReLU (a NaN gives 0: max's second operand)
+inline void store_squeezed(float* h, int64_t i, __m512 v, __m512 b1) {
+  _mm512_storeu_ps(h + i * H, _mm512_maskz_max_ps(__mmask16(0xffff), _mm512_add_ps(v, b1), _mm512_setzero_ps()));
+}
+
+// p's row i from its sum v: v where h's row is > 0, else 0
+inline void store_gated(float* p, int64_t i, __m512 v, const float* h) {
+  const __mmask16 on = _mm512_cmp_ps_mask(_mm512_loadu_ps(h + i * H), _mm512_setzero_ps(), _CMP_GT_OQ);
+  _mm512_storeu_ps(p + i * H, _mm512_maskz_mov_ps(on, v));
+}
+
 }  // namespace
 
 void squeeze_excite_amx_pack(uint32_t* packed, const float* w1, const float* w2, const float* w1t, const float* w2t,
@@ -124,18 +135,13 @@ void squeeze_excite_amx_squeeze(const float* x, int64_t n, int64_t F, const SeAm
   bf16_block(x, n, F, amx.a);
   times_k(amx.a, F, amx.w1, amx.c);
   const __m512 b = b1 ? _mm512_loadu_ps(b1) : _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; ++i)  // act_value's ReLU: a NaN gives 0 (max's second operand)
-    _mm512_storeu_ps(h + i * H, _mm512_maskz_max_ps(__mmask16(0xffff), _mm512_add_ps(_mm512_loadu_ps(amx.c + i * H), b),
-                                                    _mm512_setzero_ps()));
+  for (int64_t i = 0; i < n; ++i) store_squeezed(h, i, _mm512_loadu_ps(amx.c + i * H), b);
 }
 
 void squeeze_excite_amx_gate_grad(const float* g, int64_t n, int64_t F, const SeAmx& amx, const float* h, float* p) {
   bf16_block(g, n, F, amx.a);
   times_k(amx.a, F, amx.w2t, amx.c);
-  for (int64_t i = 0; i < n; ++i) {
-    const __mmask16 on = _mm512_cmp_ps_mask(_mm512_loadu_ps(h + i * H), _mm512_setzero_ps(), _CMP_GT_OQ);
-    _mm512_storeu_ps(p + i * H, _mm512_maskz_mov_ps(on, _mm512_loadu_ps(amx.c + i * H)));
-  }
+  for (int64_t i = 0; i < n; ++i) store_gated(p, i, _mm512_loadu_ps(amx.c + i * H), h);
 }
 
 // A whole block starts its C tiles from the init rows (a stride of 0 reads one row for all) and stores them
@@ -277,17 +283,12 @@ void squeeze_excite_dp_add_outer(float* part, const float* a, const float* u, in
 void squeeze_excite_dp_squeeze(const float* x, int64_t n, int64_t F, const SeAmx& amx, const float* b1, float* h) {
   bf16_block(x, n, F, amx.a);
   const __m512 b = b1 ? _mm512_loadu_ps(b1) : _mm512_setzero_ps();
-  dp_block_by_16(amx.a, n, F, amx.w1, [&](int64_t i, __m512 v) {  // act_value's ReLU, as on tiles
-    _mm512_storeu_ps(h + i * H, _mm512_maskz_max_ps(__mmask16(0xffff), _mm512_add_ps(v, b), _mm512_setzero_ps()));
-  });
+  dp_block_by_16(amx.a, n, F, amx.w1, [&](int64_t i, __m512 v) { store_squeezed(h, i, v, b); });
 }
 
 void squeeze_excite_dp_gate_grad(const float* g, int64_t n, int64_t F, const SeAmx& amx, const float* h, float* p) {
   bf16_block(g, n, F, amx.a);
-  dp_block_by_16(amx.a, n, F, amx.w2t, [&](int64_t i, __m512 v) {
-    const __mmask16 on = _mm512_cmp_ps_mask(_mm512_loadu_ps(h + i * H), _mm512_setzero_ps(), _CMP_GT_OQ);
-    _mm512_storeu_ps(p + i * H, _mm512_maskz_mov_ps(on, v));
-  });
+  dp_block_by_16(amx.a, n, F, amx.w2t, [&](int64_t i, __m512 v) { store_gated(p, i, v, h); });
 }
 
 void squeeze_excite_dp_rows_from_16(const float* u, int64_t n, const uint32_t* w, int64_t F, const SeAmx& amx,
