@@ -93,6 +93,10 @@ void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const fl
                                 const float* res, const float* mean, const float* rstd, const float* gamma,
                                 const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, Act act,
                                 const RowsDropout<float>& drop = {}, const float* held = nullptr);
+// Whether the host kernels write this output (y, or dx) of N rows with streaming stores and prefetch their
+// inputs' rows into L2: a tensor of 4M floats and up (16 MiB, past what the next op finds in cache), 64-byte
+// aligned, F a multiple of 16 (instance_norm_cpu.cpp says where and why). The same bits either way.
+bool instance_norm_streams(const float* out, int64_t N, int64_t F);
 // CUDA: a block of 8 warps per (graph, 32 channels) strides over the graph's rows; the warps' partial
 // sums are combined in warp order (the same bits every run). dgamma and dbeta are summed per graph
 // into workspace [2, G, F] and then over graphs in order, as the CPU does.

@@ -10,6 +10,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 namespace gnn {
 
@@ -38,20 +41,65 @@ int64_t norm_block(const int64_t* graph_ptr, int64_t G, int64_t F) {
   return w;
 }
 
+// Tensors of kNormStreamFloats floats and up (16 MiB) do not stay in the cache between ops, so the passes
+// that start from memory treat them as such: the first pass asks for the rows kNormAhead ahead into L2 (a
+// row's block is a short run, 2.3 KiB at [900, 64*256], 64 KiB from the next; in a test program on the AMD
+// EPYC VM that pass read 24 GB/s without the prefetches, 29-31 GB/s with them, and slower than without
+// when they fetched into L1), and the last pass writes its output with streaming stores, which do not fetch
+// the lines they overwrite first. Where the output is not 64-byte aligned with rows a multiple of 16 floats
+// apart, it is stored as usual. Values and bits are the same either way; smaller tensors, which the next op
+// may find in cache, run as before. (docs/benchmarks.md, 2026-12-04, fifty-second session.)
+constexpr int64_t kNormStreamFloats = int64_t(4) << 20;
+constexpr int64_t kNormAhead = 8;
+
+// Row i + kNormAhead's block of p [N, F] (columns f0 .. f0+w-1) into L2, when that row is before e.
+GNN_INLINE inline void prefetch_ahead(const float* p, int64_t i, int64_t e, int64_t F, int64_t f0, int64_t w) {
+  if (!p || i + kNormAhead >= e) return;
+  const float* r = p + (i + kNormAhead) * F + f0;
+  for (int64_t f = 0; f < w; f += 16) __builtin_prefetch(r + f, 0, 2);
+}
+
+// w floats (whole 64-byte lines, dst 64-byte aligned) from src to dst with streaming stores; the task that
+// wrote them ends with store_fence.
+GNN_INLINE inline void store_streamed(float* dst, const float* src, int64_t w) {
+#if defined(__SSE__)
+  for (int64_t f = 0; f < w; f += 4) _mm_stream_ps(dst + f, _mm_loadu_ps(src + f));
+#else
+  std::copy(src, src + w, dst);
+#endif
+}
+
+GNN_INLINE inline void store_fence() {
+#if defined(__SSE__)
+  _mm_sfence();  // the streamed lines ordered before the parallel region ends
+#endif
+}
+
 }  // namespace
+
+bool instance_norm_streams(const float* out, int64_t N, int64_t F) {
+#if defined(__SSE__)
+  return N * F >= kNormStreamFloats && reinterpret_cast<uintptr_t>(out) % 64 == 0 && F % 16 == 0;
+#else
+  (void)out, (void)N, (void)F;
+  return false;
+#endif
+}
 
 // The block of s = x + res a task keeps between its passes (a graph's rows x the block's channels), so
 // that the later passes read one stream from cache, not x and res again. In the backward, with dz's
 // block beside it that is up to 4 MiB, in L3 rather than a 1 MiB L2 (AVX-512 EPYC): 6% off the fused
-// norm's forward + backward there (docs/benchmarks.md, 2026-11-30). At most 2 MiB a thread, kept for the
+// norm's forward + backward there (docs/benchmarks.md, 2026-11-30). At most 2 MiB a block, kept for the
 // process's life, which norm_block's widths fit up to 8,192 rows; for a larger graph's block the forward
-// writes s into y and the backward sums each row again into a one-row buffer.
+// writes s into y and the backward sums each row again into a one-row buffer. A thread holds two such
+// blocks at most: s's, and the backward's dz where it streams dx out.
 constexpr int64_t kScratchFloats = (int64_t(2) << 20) / 4;
 
-static float* norm_scratch(int64_t n) {
-  thread_local std::vector<float> buf;
-  if (int64_t(buf.size()) < n) buf.resize(size_t(n));
-  return buf.data();
+// Thread-local block `which` (0: s's, 1: the backward's dz where dx is streamed).
+static float* norm_scratch(int64_t n, int which = 0) {
+  thread_local std::vector<float> buf[2];
+  if (int64_t(buf[which].size()) < n) buf[which].resize(size_t(n));
+  return buf[which].data();
 }
 
 // With a residual the forward's first pass sums s = x + res into the task's kept block, which the second
@@ -64,18 +112,22 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
                                               int64_t G, int64_t F, float eps, Act act,
                                               const RowsDropout<float>& drop) {
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
+  const bool large = graph_ptr[G] * F >= kNormStreamFloats;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {
     const int64_t g = t / blocks, f0 = (t % blocks) * B, w = std::min(B, F - f0);
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
     float* kept = res && n * w <= kScratchFloats ? norm_scratch(n * w) : nullptr;
+    // y written with streaming stores, where s does not go through y
+    const bool streamed = (kept || !res) && instance_norm_streams(y, graph_ptr[G], F);
     // Row i's block of s from the first pass on: the kept block's row, y's (written by the first pass)
     // when the block is not kept, or x's own without a residual.
     auto s_row = [&](int64_t i) -> const float* { return kept ? kept + (i - b) * w : (res ? y : x) + i * F + f0; };
-    float m[kNormBlock], v[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock];
+    float m[kNormBlock], v[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock], row[kNormBlock];
     for (int64_t f = 0; f < w; ++f) m[f] = 0.0f, v[f] = 0.0f;  // only the block's w (zeroing 1024 costs small graphs)
     for (int64_t i = b; i < e; ++i) {
       const int64_t o = i * F + f0;
+      if (large) prefetch_ahead(x, i, e, F, f0, w), prefetch_ahead(res, i, e, F, f0, w);
       if (res) {
         float* d = kept ? kept + (i - b) * w : y + o;
         for (int64_t f = 0; f < w; ++f) d[f] = x[o + f] + res[o + f], m[f] += d[f];
@@ -95,11 +147,13 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
     dispatch_act(act, [&](auto A) GNN_INLINE {  // the activation a constant in the loop, which vectorises
       for (int64_t i = b; i < e; ++i) {
         const float* xs = s_row(i);  // y's own row when s went through y: read, then overwritten
-        float* yr = y + i * F + f0;
+        float* yr = streamed ? row : y + i * F + f0;
         for (int64_t f = 0; f < w; ++f) yr[f] = act_value<float>(A, (xs[f] - m[f]) * rs[f] * gm[f] + bt[f], 0.0f);
         drop.apply_row(yr, yr, i, f0, w, F);  // the dropout after it, while the row is in L1
+        if (streamed) store_streamed(y + i * F + f0, row, w);
       }
     });
+    if (streamed) store_fence();
   }
 }
 
@@ -114,6 +168,7 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
             "instance_norm_backward: a held gradient to add needs no activation or dropout (dx holds dz then)");
   std::vector<float> pg(static_cast<size_t>(G * F)), pb(static_cast<size_t>(G * F));
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
+  const bool large = graph_ptr[G] * F >= kNormStreamFloats;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {
     const int64_t g = t / blocks, f0 = (t % blocks) * B, w = std::min(B, F - f0);
@@ -124,10 +179,9 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
         row[kNormBlock], masked[kNormBlock];
     for (int64_t f = 0; f < w; ++f) s1[f] = 0.0f, s2[f] = 0.0f, dg[f] = 0.0f, db[f] = 0.0f;
     for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;
-    // where each row's dz is read from: dy itself, or dx, which the first pass fills with dz (the masked dy
-    // times act') when there is an activation or a dropout
+    // whether the first pass stores dz (the masked dy times act'), with an activation or a dropout, in dx
+    // or in a kept block (dz_store below); else dz is dy itself
     const bool store_dz = act != Act::kNone || drop.mask.on;
-    const float* dz = store_dz ? dx : dy;
     // Row i's block of s: x's own without a residual; else summed into the kept block (the first pass)
     // and read back from it (the second), or summed into row each time when the block is not kept.
     float* kept = res && n * w <= kScratchFloats ? norm_scratch(n * w) : nullptr;
@@ -139,8 +193,20 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
         for (int64_t f = 0; f < w; ++f) d[f] = x[o + f] + res[o + f];
       return d;
     };
+    // dx streamed out by the last pass where it is large; dz then kept in a second block between the
+    // passes (where it fits), so that no pass writes dx's lines but the last
+    const bool streamed = instance_norm_streams(dx, graph_ptr[G], F) && (!store_dz || n * w <= kScratchFloats);
+    float* dz_kept = store_dz && streamed ? norm_scratch(n * w, 1) : nullptr;
+    // Row i's block of dz: where the first pass stores it, and where both passes read it (dy's own row
+    // without an activation or a dropout)
+    auto dz_store = [&](int64_t i) { return dz_kept ? dz_kept + (i - b) * w : dx + i * F + f0; };
+    auto dz_row = [&](int64_t i) -> const float* { return store_dz ? dz_store(i) : dy + i * F + f0; };
     for (int64_t i = b; i < e; ++i) {
       const int64_t o = i * F + f0;
+      if (large) {
+        prefetch_ahead(x, i, e, F, f0, w), prefetch_ahead(res, i, e, F, f0, w);
+        prefetch_ahead(dy, i, e, F, f0, w);
+      }
       const float* xs = s_of(i, true);
       const float* g0 = dy + o;  // dy's row, or dropout's backward of it
       if (drop.mask.on) {
@@ -149,13 +215,13 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
       }
       if (act != Act::kNone)
         dispatch_act(act, [&](auto A) GNN_INLINE {
-          float* __restrict d = dx + o;
+          float* __restrict d = dz_store(i);
           const float* __restrict g1 = g0;
           for (int64_t f = 0; f < w; ++f)
             d[f] = g1[f] * act_derivative<float>(A, (xs[f] - m[f]) * rs[f] * gm[f] + bt[f], 0.0f);
         });
-      else if (store_dz) std::copy(g0, g0 + w, dx + o);
-      const float* d = dz + o;
+      else if (store_dz) std::copy(g0, g0 + w, dz_store(i));
+      const float* d = dz_row(i);
       for (int64_t f = 0; f < w; ++f) {
         const float xh = (xs[f] - m[f]) * rs[f];
         s1[f] += d[f] * gm[f], s2[f] += d[f] * gm[f] * xh;
@@ -168,19 +234,24 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
     }
     for (int64_t i = b; i < e; ++i) {
       const int64_t o = i * F + f0;
+      if (large) prefetch_ahead(held, i, e, F, f0, w);
       const float* xs = s_of(i, false);
+      const float* d = dz_row(i);
+      float* out = streamed ? masked : dx + o;  // masked is free in this pass
       if (held) {
         for (int64_t f = 0; f < w; ++f) {
           const float xh = (xs[f] - m[f]) * rs[f];
-          dx[o + f] = held[o + f] + (dz[o + f] * gm[f] - s1[f] - xh * s2[f]) * rs[f];
+          out[f] = held[o + f] + (d[f] * gm[f] - s1[f] - xh * s2[f]) * rs[f];
         }
-        continue;
+      } else {
+        for (int64_t f = 0; f < w; ++f) {
+          const float xh = (xs[f] - m[f]) * rs[f];
+          out[f] = (d[f] * gm[f] - s1[f] - xh * s2[f]) * rs[f];
+        }
       }
-      for (int64_t f = 0; f < w; ++f) {
-        const float xh = (xs[f] - m[f]) * rs[f];
-        dx[o + f] = (dz[o + f] * gm[f] - s1[f] - xh * s2[f]) * rs[f];
-      }
+      if (streamed) store_streamed(dx + o, out, w);
     }
+    if (streamed) store_fence();
   }
   for (int64_t f = 0; f < F; ++f) {
     float sg = 0.0f, sb = 0.0f;

@@ -353,3 +353,76 @@ TEST_CASE("cuda ops: instance norm with a residual and GELU matches the host") {
           return ag::instance_norm(v[0], ag::Var(), ag::Var(), gp, 1e-5, v[1], Act::kGelu, {0.25, 4242, shared}, 4);
         });
 }
+
+TEST_CASE("instance norm over a tensor too large to stay in cache: prefetched, streamed, the reference's bits") {
+  // 4.3M floats ([2100, 2048]: three graphs, blocks of 320 channels with their sums and dz kept) and
+  // 4.6M ([9000, 512]: one graph whose 64-channel blocks are too large to keep), the kernels' large-tensor
+  // path (instance_norm_streams) and, with y and dx 4 floats off a 64-byte boundary, the usual stores:
+  // each the float reference's bits, with a residual, GELU, affine parameters, a dropout (a node's configs
+  // sharing a mask) or a held gradient (dx its own array, or held itself)
+  struct Aligned {  // n floats, 64-byte aligned, then shifted by `off` floats
+    std::vector<float> buf;
+    float* p;
+    Aligned(const std::vector<float>& v, int64_t off) : buf(v.size() + 32) {
+      auto a = reinterpret_cast<uintptr_t>(buf.data());
+      p = reinterpret_cast<float*>((a + 63) / 64 * 64) + off;
+      std::copy(v.begin(), v.end(), p);
+    }
+    std::vector<float> vec(size_t n) const { return {p, p + n}; }
+  };
+  const testing::ThreadsRestored saved;
+  for (const auto& [gp, F] : {std::pair<std::vector<int64_t>, int64_t>{{0, 1500, 1501, 2100}, 2048},
+                              {{0, 9000}, 512}}) {
+    const int64_t G = int64_t(gp.size()) - 1, N = gp.back();
+    const size_t n = size_t(N * F);
+    CAPTURE(F);
+    const auto xs = random_values<float>(n, 15, -3.0f, 3.0f), dy = random_values<float>(n, 18),
+               rv = random_values<float>(n, 19, -3.0f, 3.0f), hv = random_values<float>(n, 20);
+    const auto gm = random_values<float>(size_t(F), 16, 0.5f, 1.5f), bt = random_values<float>(size_t(F), 17);
+    struct Case {
+      bool affine, res, gelu, drop;
+      int held;  // 0 none, 1 its own array, 2 dx itself
+    };
+    for (const Case c : {Case{false, false, false, false, 0}, Case{false, false, false, false, 1},
+                         Case{false, false, false, false, 2}, Case{true, true, true, false, 0},
+                         Case{false, true, true, true, 0}, Case{false, false, false, true, 0}}) {
+      CAPTURE(c.affine);
+      CAPTURE(c.res);
+      CAPTURE(c.gelu);
+      CAPTURE(c.drop);
+      CAPTURE(c.held);
+      const float* res = c.res ? rv.data() : nullptr;
+      const float* g = c.affine ? gm.data() : nullptr;
+      const float* b = c.affine ? bt.data() : nullptr;
+      const Act act = c.gelu ? Act::kGelu : Act::kNone;
+      const RowsDropout<float> drop{c.drop ? dropout_mask<float>(0.2, 977) : DropoutMask<float>{}, c.drop ? 8 : 0};
+      std::vector<float> yr(n), mr(size_t(G * F)), rr(size_t(G * F)), dxr = c.held == 2 ? hv : std::vector<float>(n);
+      instance_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), res, g, b, gp.data(), G, F, 1e-5f,
+                                       act, drop);
+      std::vector<float> dgr(static_cast<size_t>(F)), dbr(static_cast<size_t>(F));
+      instance_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), res, mr.data(),
+                                        rr.data(), g, b, gp.data(), G, F, act, drop, c.held ? hv.data() : nullptr);
+      for (const int64_t off : {0, 4})
+        for (const int threads : {1, 2}) {
+          CAPTURE(off);
+          CAPTURE(threads);
+          set_num_threads(threads);
+          Aligned y(std::vector<float>(n, NAN), off), dx(c.held == 2 ? hv : std::vector<float>(n, NAN), off);
+          CHECK(instance_norm_streams(y.p, N, F) == (off == 0));
+          std::vector<float> m(size_t(G * F), NAN), r(size_t(G * F), NAN), dg(size_t(F), NAN), db(size_t(F), NAN);
+          instance_norm_forward_cpu(y.p, m.data(), r.data(), xs.data(), res, g, b, gp.data(), G, F, 1e-5f, act, drop);
+          const float* held = c.held == 1 ? hv.data() : c.held == 2 ? dx.p : nullptr;
+          instance_norm_backward_cpu(dx.p, dg.data(), db.data(), dy.data(), xs.data(), res, m.data(), r.data(), g, b,
+                                     gp.data(), G, F, act, drop, held);
+          CHECK(y.vec(n) == yr);
+          CHECK(m == mr);
+          CHECK(r == rr);
+          CHECK(dx.vec(n) == dxr);
+          for (int64_t f = 0; f < F; f += 97) {
+            CHECK(dg[size_t(f)] == doctest::Approx(dgr[size_t(f)]).epsilon(1e-4));
+            CHECK(db[size_t(f)] == doctest::Approx(dbr[size_t(f)]).epsilon(1e-4));
+          }
+        }
+    }
+  }
+}
