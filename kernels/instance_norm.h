@@ -7,7 +7,7 @@
 // x, y, dx [N, F]; mean, rstd [G, F] (kept by the forward for the backward). A graph with no rows
 // gives mean 0 and rstd 1/sqrt(eps). Without res and act it is the plain norm, with its bits; with them,
 // the bits of add, norm and activation composed (GNN layers' GELU(norm(f(x) + x)) in one pass each way).
-// y may be x or res (in place); dx must not alias x or res (it holds dz between the backward's passes).
+// y may be x or res (in place); dx must not alias x or res (it may hold dz between the backward's passes).
 // With a RowsDropout the activation's output is dropped out in the same pass, y = drop(act(z)), and the
 // backward masks dy before the rest: the bits of dropout (or dropout_configs) applied to the norm's y.
 #pragma once
@@ -93,9 +93,10 @@ void instance_norm_backward_cpu(float* dx, float* dgamma, float* dbeta, const fl
                                 const float* res, const float* mean, const float* rstd, const float* gamma,
                                 const float* beta, const int64_t* graph_ptr, int64_t G, int64_t F, Act act,
                                 const RowsDropout<float>& drop = {}, const float* held = nullptr);
-// Whether the host kernels write this output (y, or dx) of N rows with streaming stores and prefetch their
-// inputs' rows into L2: a tensor of 4M floats and up (16 MiB, past what the next op finds in cache), 64-byte
-// aligned, F a multiple of 16 (instance_norm_cpu.cpp says where and why). The same bits either way.
+// Whether an output (y, or dx) of N rows qualifies for the host kernels' streaming stores: 4M floats and up
+// (16 MiB, past what the next op finds in cache), 64-byte aligned, F a multiple of 16. The kernels then
+// stream it where their blocks fit the kept scratch (instance_norm_cpu.cpp says where and why), and prefetch
+// the rows of any tensor of that size whatever its alignment. The same bits either way.
 bool instance_norm_streams(const float* out, int64_t N, int64_t F);
 // CUDA: a block of 8 warps per (graph, 32 channels) strides over the graph's rows; the warps' partial
 // sums are combined in warp order (the same bits every run). dgamma and dbeta are summed per graph

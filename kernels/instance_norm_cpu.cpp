@@ -42,13 +42,15 @@ int64_t norm_block(const int64_t* graph_ptr, int64_t G, int64_t F) {
 }
 
 // Tensors of kNormStreamFloats floats and up (16 MiB) do not stay in the cache between ops, so the passes
-// that start from memory treat them as such: the first pass asks for the rows kNormAhead ahead into L2 (a
-// row's block is a short run, 2.3 KiB at [900, 64*256], 64 KiB from the next; in a test program on the AMD
-// EPYC VM that pass read 24 GB/s without the prefetches, 29-31 GB/s with them, and slower than without
-// when they fetched into L1), and the last pass writes its output with streaming stores, which do not fetch
-// the lines they overwrite first. Where the output is not 64-byte aligned with rows a multiple of 16 floats
-// apart, it is stored as usual. Values and bits are the same either way; smaller tensors, which the next op
-// may find in cache, run as before. (docs/benchmarks.md, 2026-12-04, fifty-second session.)
+// that read them from memory ask for the rows kNormAhead ahead into L2: the first pass x, res and dy, the
+// backward's last pass held (a row's block is a short run, 2.3 KiB at [900, 64*256], 64 KiB from the next;
+// in a test program on the AMD EPYC VM the first pass read 24 GB/s without the prefetches, 29-31 GB/s with
+// them, and slower than without when they fetched into L1). The last pass writes its output with streaming
+// stores, which do not fetch the lines they overwrite first, where instance_norm_streams says it qualifies
+// and no earlier pass wrote it: not where the forward's sums go through y, or the backward's dz through dx
+// (blocks too large to keep); those, and smaller tensors, which the next op may find in cache, are stored
+// as before. Values and bits are the same either way. (docs/benchmarks.md, 2026-12-04, fifty-second
+// session: the norm's forward 28-49% faster on [900, 64*256].)
 constexpr int64_t kNormStreamFloats = int64_t(4) << 20;
 constexpr int64_t kNormAhead = 8;
 
@@ -123,7 +125,8 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
     // Row i's block of s from the first pass on: the kept block's row, y's (written by the first pass)
     // when the block is not kept, or x's own without a residual.
     auto s_row = [&](int64_t i) -> const float* { return kept ? kept + (i - b) * w : (res ? y : x) + i * F + f0; };
-    float m[kNormBlock], v[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock], row[kNormBlock];
+    float m[kNormBlock], v[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock];
+    alignas(64) float row[kNormBlock];  // y's row before it is streamed out
     for (int64_t f = 0; f < w; ++f) m[f] = 0.0f, v[f] = 0.0f;  // only the block's w (zeroing 1024 costs small graphs)
     for (int64_t i = b; i < e; ++i) {
       const int64_t o = i * F + f0;
@@ -176,11 +179,12 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
     const float* m = mean + g * F + f0;
     const float* rs = rstd + g * F + f0;
     float s1[kNormBlock], s2[kNormBlock], dg[kNormBlock], db[kNormBlock], gm[kNormBlock], bt[kNormBlock],
-        row[kNormBlock], masked[kNormBlock];
+        row[kNormBlock];
+    alignas(64) float masked[kNormBlock];  // dy's masked row in the first pass, dx's streamed one in the last
     for (int64_t f = 0; f < w; ++f) s1[f] = 0.0f, s2[f] = 0.0f, dg[f] = 0.0f, db[f] = 0.0f;
     for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;
-    // whether the first pass stores dz (the masked dy times act'), with an activation or a dropout, in dx
-    // or in a kept block (dz_store below); else dz is dy itself
+    // whether the first pass stores dz (the masked dy times act'), with an activation or a dropout: in dx,
+    // or in a second kept block where dx is streamed (dz_store below); else dz is dy itself
     const bool store_dz = act != Act::kNone || drop.mask.on;
     // Row i's block of s: x's own without a residual; else summed into the kept block (the first pass)
     // and read back from it (the second), or summed into row each time when the block is not kept.
@@ -193,8 +197,9 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
         for (int64_t f = 0; f < w; ++f) d[f] = x[o + f] + res[o + f];
       return d;
     };
-    // dx streamed out by the last pass where it is large; dz then kept in a second block between the
-    // passes (where it fits), so that no pass writes dx's lines but the last
+    // dx streamed out by the last pass where it qualifies; dz then kept in a second block between the
+    // passes, so that no pass writes dx's lines but the last (where that block would not fit, dz goes
+    // through dx and dx is stored as usual)
     const bool streamed = instance_norm_streams(dx, graph_ptr[G], F) && (!store_dz || n * w <= kScratchFloats);
     float* dz_kept = store_dz && streamed ? norm_scratch(n * w, 1) : nullptr;
     // Row i's block of dz: where the first pass stores it, and where both passes read it (dy's own row

@@ -355,11 +355,13 @@ TEST_CASE("cuda ops: instance norm with a residual and GELU matches the host") {
 }
 
 TEST_CASE("instance norm over a tensor too large to stay in cache: prefetched, streamed, the reference's bits") {
-  // 4.3M floats ([2100, 2048]: three graphs, blocks of 320 channels with their sums and dz kept) and
-  // 4.6M ([9000, 512]: one graph whose 64-channel blocks are too large to keep), the kernels' large-tensor
-  // path (instance_norm_streams) and, with y and dx 4 floats off a 64-byte boundary, the usual stores:
-  // each the float reference's bits, with a residual, GELU, affine parameters, a dropout (a node's configs
-  // sharing a mask) or a held gradient (dx its own array, or held itself)
+  // 4.3M floats ([2100, 2064]: three graphs, blocks of 320 channels and a last of 144, their sums and dz
+  // kept, y and dx streamed in every case) and 4.6M ([9000, 512]: one graph whose 64-channel blocks are too
+  // large to keep, so only the cases without a residual stream y, and those without an activation or a
+  // dropout dx), the kernels' large-tensor path (instance_norm_streams) and, with y and dx 4 floats off a
+  // 64-byte boundary, the usual stores: each the float reference's bits, with a residual, GELU, affine
+  // parameters, a dropout (a node's configs sharing a mask) or a held gradient (dx its own array, or held
+  // itself), and the forward in place (y over x, or over res)
   struct Aligned {  // n floats, 64-byte aligned, then shifted by `off` floats
     std::vector<float> buf;
     float* p;
@@ -371,7 +373,7 @@ TEST_CASE("instance norm over a tensor too large to stay in cache: prefetched, s
     std::vector<float> vec(size_t n) const { return {p, p + n}; }
   };
   const testing::ThreadsRestored saved;
-  for (const auto& [gp, F] : {std::pair<std::vector<int64_t>, int64_t>{{0, 1500, 1501, 2100}, 2048},
+  for (const auto& [gp, F] : {std::pair<std::vector<int64_t>, int64_t>{{0, 1500, 1501, 2100}, 2064},
                               {{0, 9000}, 512}}) {
     const int64_t G = int64_t(gp.size()) - 1, N = gp.back();
     const size_t n = size_t(N * F);
@@ -385,6 +387,7 @@ TEST_CASE("instance norm over a tensor too large to stay in cache: prefetched, s
     };
     for (const Case c : {Case{false, false, false, false, 0}, Case{false, false, false, false, 1},
                          Case{false, false, false, false, 2}, Case{true, true, true, false, 0},
+                         Case{false, true, false, false, 0},
                          Case{false, true, true, true, 0}, Case{false, false, false, true, 0}}) {
       CAPTURE(c.affine);
       CAPTURE(c.res);
@@ -418,6 +421,11 @@ TEST_CASE("instance norm over a tensor too large to stay in cache: prefetched, s
           CHECK(m == mr);
           CHECK(r == rr);
           CHECK(dx.vec(n) == dxr);
+          // in place: y over x, or over res
+          Aligned io(c.res ? rv : xs, off);
+          instance_norm_forward_cpu(io.p, m.data(), r.data(), c.res ? xs.data() : io.p, c.res ? io.p : nullptr, g, b,
+                                    gp.data(), G, F, 1e-5f, act, drop);
+          CHECK(io.vec(n) == yr);
           for (int64_t f = 0; f < F; f += 97) {
             CHECK(dg[size_t(f)] == doctest::Approx(dgr[size_t(f)]).epsilon(1e-4));
             CHECK(db[size_t(f)] == doctest::Approx(dbr[size_t(f)]).epsilon(1e-4));
