@@ -77,6 +77,17 @@ OpInputs squeeze_excite_inputs(const OpSize& s) {
   return in;
 }
 
+// squeeze_excite_inputs' weights for x [N, C*F] (node-major, C configs), then beta [1] and the residual
+// [N, C*2F] of the 1st place's block.
+OpInputs squeeze_excite_attention_inputs(const OpSize& s) {
+  OpInputs in = squeeze_excite_inputs(s);
+  in.vars[0] = values(s.nodes, width(s), s.seed);
+  in.vars.push_back(values(1, 1, s.seed + 5, 0.5, 1.5).reshape({1}));
+  in.vars.push_back(values(s.nodes, 2 * width(s), s.seed + 6));
+  in.configs = s.configs;
+  return in;
+}
+
 constexpr int64_t kHeads = 2;
 
 // q, k, v [N, H*F], H heads of F, attending within each graph.
@@ -382,6 +393,18 @@ std::vector<OpCase> all_op_cases() {
        },
        [](const Vars& x, const Graph&, const OpInputs& in) {
          return ag::config_attention(x[0], x[1], in.configs, x[2], Act::kGelu);
+       }},
+      {"squeeze-excite-attention",  // the 1st place's block: SE over x [N, C*F]'s rows, the attention, + res, GELU
+       [](const OpSize& s) { return squeeze_excite_attention_inputs(s); },
+       [](const Vars& x, const Graph&, const OpInputs& in) {
+         return ag::squeeze_excite_attention(x[0], x[1], x[2], x[3], x[4], x[5], in.configs, x[6], Act::kGelu);
+       }},
+      {"squeeze-excite-attention-composed",  // the same as the two ops it fuses (squeeze-excite, config-attention)
+       [](const OpSize& s) { return squeeze_excite_attention_inputs(s); },
+       [](const Vars& x, const Graph&, const OpInputs& in) {
+         const int64_t N = x[0].size(0), C = in.configs, F = x[0].size(1) / C;
+         const ag::Var se = ag::squeeze_excite(ag::reshape(x[0], N * C, F), x[1], x[2], x[3], x[4]);
+         return ag::config_attention(ag::reshape(se, N, C * F), x[5], C, x[6], Act::kGelu);
        }},
       // ---- lookups ----
       {"embedding",  // a [V, F] table read at N ids (repeats included)
