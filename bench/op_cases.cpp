@@ -394,12 +394,15 @@ std::vector<OpCase> all_op_cases() {
        [](const Vars& x, const Graph&, const OpInputs& in) {
          return ag::config_attention(x[0], x[1], in.configs, x[2], Act::kGelu);
        }},
-      {"squeeze-excite-attention",  // the 1st place's block: SE over x [N, C*F]'s rows, the attention, + res, GELU
+      // The 1st place's block, SE over x [N, C*F]'s rows, the attention, + res, GELU: fused where
+      // squeeze_excite_attention_fused says (H = F / 8 must be 16: F = 128, the recipe's, on AVX-512; at other
+      // F, as the op-case test's 5, the two ops), and as the two ops it fuses
+      {"squeeze-excite-attention",
        [](const OpSize& s) { return squeeze_excite_attention_inputs(s); },
        [](const Vars& x, const Graph&, const OpInputs& in) {
          return ag::squeeze_excite_attention(x[0], x[1], x[2], x[3], x[4], x[5], in.configs, x[6], Act::kGelu);
        }},
-      {"squeeze-excite-attention-composed",  // the same as the two ops it fuses (squeeze-excite, config-attention)
+      {"squeeze-excite-attention-composed",  // squeeze-excite, then config-attention
        [](const OpSize& s) { return squeeze_excite_attention_inputs(s); },
        [](const Vars& x, const Graph&, const OpInputs& in) {
          const int64_t N = x[0].size(0), C = in.configs, F = x[0].size(1) / C;
