@@ -54,6 +54,8 @@ int64_t norm_block(const int64_t* graph_ptr, int64_t G, int64_t F) {
 constexpr int64_t kNormStreamFloats = int64_t(4) << 20;
 constexpr int64_t kNormAhead = 8;
 
+bool norm_large(int64_t N, int64_t F) { return N * F >= kNormStreamFloats; }
+
 // Row i + kNormAhead's block of p [N, F] (columns f0 .. f0+w-1) into L2, when that row is before e.
 GNN_INLINE inline void prefetch_ahead(const float* p, int64_t i, int64_t e, int64_t F, int64_t f0, int64_t w) {
   if (!p || i + kNormAhead >= e) return;
@@ -81,7 +83,7 @@ GNN_INLINE inline void store_fence() {
 
 bool instance_norm_streams(const float* out, int64_t N, int64_t F) {
 #if defined(__SSE__)
-  return N * F >= kNormStreamFloats && reinterpret_cast<uintptr_t>(out) % 64 == 0 && F % 16 == 0;
+  return norm_large(N, F) && reinterpret_cast<uintptr_t>(out) % 64 == 0 && F % 16 == 0;
 #else
   (void)out, (void)N, (void)F;
   return false;
@@ -114,14 +116,13 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
                                               int64_t G, int64_t F, float eps, Act act,
                                               const RowsDropout<float>& drop) {
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
-  const bool large = graph_ptr[G] * F >= kNormStreamFloats;
+  const bool large = norm_large(graph_ptr[G], F), streams = instance_norm_streams(y, graph_ptr[G], F);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {
     const int64_t g = t / blocks, f0 = (t % blocks) * B, w = std::min(B, F - f0);
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
     float* kept = res && n * w <= kScratchFloats ? norm_scratch(n * w) : nullptr;
-    // y written with streaming stores, where s does not go through y
-    const bool streamed = (kept || !res) && instance_norm_streams(y, graph_ptr[G], F);
+    const bool streamed = streams && (kept || !res);  // y written with streaming stores where s is not in y
     // Row i's block of s from the first pass on: the kept block's row, y's (written by the first pass)
     // when the block is not kept, or x's own without a residual.
     auto s_row = [&](int64_t i) -> const float* { return kept ? kept + (i - b) * w : (res ? y : x) + i * F + f0; };
@@ -171,7 +172,7 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
             "instance_norm_backward: a held gradient to add needs no activation or dropout (dx holds dz then)");
   std::vector<float> pg(static_cast<size_t>(G * F)), pb(static_cast<size_t>(G * F));
   const int64_t B = norm_block(graph_ptr, G, F), blocks = ceil_div<int64_t>(F, B);
-  const bool large = graph_ptr[G] * F >= kNormStreamFloats;
+  const bool large = norm_large(graph_ptr[G], F), streams = instance_norm_streams(dx, graph_ptr[G], F);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {
     const int64_t g = t / blocks, f0 = (t % blocks) * B, w = std::min(B, F - f0);
@@ -200,7 +201,7 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
     // dx streamed out by the last pass where it qualifies; dz then kept in a second block between the
     // passes, so that no pass writes dx's lines but the last (where that block would not fit, dz goes
     // through dx and dx is stored as usual)
-    const bool streamed = instance_norm_streams(dx, graph_ptr[G], F) && (!store_dz || n * w <= kScratchFloats);
+    const bool streamed = streams && (!store_dz || n * w <= kScratchFloats);
     float* dz_kept = store_dz && streamed ? norm_scratch(n * w, 1) : nullptr;
     // Row i's block of dz: where the first pass stores it, and where both passes read it (dy's own row
     // without an activation or a dropout)
