@@ -2,18 +2,31 @@
 """Non-graph baselines for held-out configs of the same layout programs: how well a program's runtimes
 are ranked from its config values alone, beside the graph recipes (docs/benchmarks.md, "unet3d").
 
-    python3 bench/peers/config_baselines.py --data SPLIT [--split test] [--seeds 1,2,3]
+    python3 bench/peers/config_baselines.py --data SPLIT [--split test] [--seeds 1,2,3] [--train-score]
 
 SPLIT is a tree scripts/split_configs.py wrote: train/<stem>.npz holds some configs of a program, the
 --split file of the same stem the others. Per program, each config is its node_config_feat values
 ([configurable nodes, 18]) one-hot encoded per (node, field): every value a field takes among the
-program's training configs is a column, so a model sees which layout each node has. Two peers fit log
+program's training configs is a column, so a model sees which layout each node has. The peers fit log
 runtime on the training configs and rank the held-out ones:
-  ridge  closed-form ridge regression (numpy), alpha 1 on standardised columns
-  gbr    scikit-learn's GradientBoostingRegressor (300 trees of depth 4, learning rate 0.05,
-         subsample 0.8, seeded), when scikit-learn is installed
+  ridge     closed-form ridge regression (numpy), alpha 1 on standardised columns: additive, each
+            (node, field, value) a term of its own
+  gbr       scikit-learn's GradientBoostingRegressor (300 trees of depth 4, learning rate 0.05,
+            subsample 0.8, seeded), when scikit-learn is installed
+  hgb       scikit-learn's HistGradientBoostingRegressor (600 trees of depth 4, learning rate 0.05,
+            no early stopping; no subsampling, so its seeds agree), any columns in one tree
+  hgb-node  the same with interaction constraints: a tree splits on the columns of one configurable
+            node only, so the prediction is a sum of per-node terms, each a function of its own node's 18
+            values. Against hgb, how much of the ranking needs layouts of different nodes combined: the
+            most a model that sums per-node terms of each node's own config can reach
+And one line that is no model:
+  noise     the tau of the held-out runtimes against themselves times exp(sd * N(0, 1)), sd the pooled
+            standard deviation of log runtime among the training configs measured more than once (the
+            same layout timed again): roughly the most any model can reach there; null without repeats
 Scored as gnn scores layout graphs: Kendall tau-b of predicted against true runtimes over the held-out
-configs, mean over programs. Prints one JSON line per peer and seed.
+configs, mean over programs. Prints one JSON line per peer and seed; --train-score adds each model's tau
+on its own training configs (beside `gnn eval --split train`: a model that scores no better there than
+on the held-out configs is not overfitting them).
 """
 import argparse
 import glob
@@ -69,11 +82,45 @@ def gbr(xt, yt, xo, seed):
     return m.fit(xt, yt).predict(xo)
 
 
+def hgb(xt, yt, xo, seed, groups=None):
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    m = HistGradientBoostingRegressor(max_iter=600, max_depth=4, learning_rate=0.05, early_stopping=False,
+                                      random_state=seed, interaction_cst=groups)
+    return m.fit(xt, yt).predict(xo)
+
+
+def node_groups(train_cfg):
+    """The one-hot columns of each configurable node, in one_hot's order: hgb-node's interaction groups."""
+    c, n, f = train_cfg.shape
+    flat = train_cfg.reshape(c, n * f)
+    groups, col = {}, 0
+    for j in range(n * f):
+        k = len(np.unique(flat[:, j]))
+        if k < 2:
+            continue
+        groups.setdefault(j // f, []).extend(range(col, col + k))
+        col += k
+    return list(groups.values())
+
+
+def repeat_sd(cfg, log_runtime):
+    """Pooled sd of log runtime among configs whose values repeat exactly; None when none repeat."""
+    keys = {}
+    for row, y in zip(cfg.reshape(cfg.shape[0], -1), log_runtime):
+        keys.setdefault(row.tobytes(), []).append(y)
+    dev = [np.asarray(v) - np.mean(v) for v in keys.values() if len(v) > 1]
+    if not dev:
+        return None
+    dof = sum(len(d) - 1 for d in dev)
+    return float(np.sqrt(sum(float((d * d).sum()) for d in dev) / dof))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="a tree from scripts/split_configs.py")
     p.add_argument("--split", default="test")
-    p.add_argument("--seeds", default="1,2,3", help="seeds for the gradient boosting (ridge has none)")
+    p.add_argument("--seeds", default="1,2,3", help="seeds for the gradient boosting and the noise draws")
+    p.add_argument("--train-score", action="store_true", help="also each model's tau on its training configs")
     a = p.parse_args()
     trains = sorted(glob.glob(os.path.join(a.data, "**", "train", "*.npz"), recursive=True))
     if not trains:
@@ -85,25 +132,49 @@ def main():
             continue
         zt, zo = np.load(t), np.load(o)
         xt, xo = one_hot(zt["node_config_feat"], zo["node_config_feat"])
-        programs.append((os.path.basename(t), xt, np.log(zt["config_runtime"].astype(np.float64)), xo,
-                         zo["config_runtime"].astype(np.float64)))
+        yt = np.log(zt["config_runtime"].astype(np.float64))
+        programs.append((os.path.basename(t), xt, yt, xo, zo["config_runtime"].astype(np.float64),
+                         node_groups(zt["node_config_feat"]), repeat_sd(zt["node_config_feat"], yt)))
     if not programs:
         sys.exit(f"config_baselines.py: no {a.split}/ file shares a stem with a train/ file under {a.data}")
     try:
         import sklearn  # noqa: F401
-        peers = ["ridge", "gbr"]
+        peers = ["ridge", "gbr", "hgb", "hgb-node"]
     except ImportError:
         peers = ["ridge"]
         print("config_baselines.py: scikit-learn is not installed; gradient boosting left out", file=sys.stderr)
-    for peer in peers:
-        for seed in ([0] if peer == "ridge" else [int(s) for s in a.seeds.split(",")]):
-            taus = {}
-            for stem, xt, yt, xo, yo in programs:
-                pred = ridge(xt, yt, xo) if peer == "ridge" else gbr(xt, yt, xo, seed)
-                taus[stem] = kendall_tau_b(pred, yo)
-            print(json.dumps({"peer": peer, "seed": seed, "kendall_tau": float(np.mean(list(taus.values()))),
-                              "programs": taus, "columns": int(programs[0][1].shape[1])}))
+    seeds = [int(s) for s in a.seeds.split(",")]
 
+    def fit(peer, seed, xt, yt, xo, groups):
+        if peer == "ridge":
+            return ridge(xt, yt, xo)
+        if peer == "gbr":
+            return gbr(xt, yt, xo, seed)
+        return hgb(xt, yt, xo, seed, groups if peer == "hgb-node" else None)
+
+    for peer in peers:
+        for seed in ([0] if peer == "ridge" else seeds):
+            taus, train_taus = {}, {}
+            for stem, xt, yt, xo, yo, groups, _ in programs:
+                if a.train_score:
+                    both = fit(peer, seed, xt, yt, np.vstack([xo, xt]), groups)
+                    pred, train_taus[stem] = both[:len(xo)], kendall_tau_b(both[len(xo):], yt)
+                else:
+                    pred = fit(peer, seed, xt, yt, xo, groups)
+                taus[stem] = kendall_tau_b(pred, yo)
+            line = {"peer": peer, "seed": seed, "kendall_tau": float(np.mean(list(taus.values()))),
+                    "programs": taus, "columns": int(programs[0][1].shape[1])}
+            if a.train_score:
+                line["train_kendall_tau"] = float(np.mean(list(train_taus.values())))
+                line["train_programs"] = train_taus
+            print(json.dumps(line))
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        taus = {stem: None if sd is None else kendall_tau_b(yo * np.exp(sd * rng.standard_normal(len(yo))), yo)
+                for stem, _, _, _, yo, _, sd in programs}
+        known = [v for v in taus.values() if v is not None]
+        print(json.dumps({"peer": "noise", "seed": seed, "kendall_tau": float(np.mean(known)) if known else None,
+                          "programs": taus, "repeat_sd": {p[0]: p[6] for p in programs}}))
 
 if __name__ == "__main__":
     main()
