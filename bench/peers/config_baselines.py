@@ -32,13 +32,15 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 
 import numpy as np
 
 
 def kendall_tau_b(a, b):
-    """scipy.stats.kendalltau's tau-b, in O(n^2) (n is a few hundred held-out configs)."""
+    """scipy.stats.kendalltau's tau-b, in O(n^2) time and memory (n is a few hundred held-out configs; with
+    --train-score the training configs too, a few thousand at most on the release's layout programs)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     da = np.sign(a[:, None] - a[None, :])
     db = np.sign(b[:, None] - b[None, :])
@@ -84,8 +86,9 @@ def gbr(xt, yt, xo, seed):
 
 def hgb(xt, yt, xo, seed, groups=None):
     from sklearn.ensemble import HistGradientBoostingRegressor
+    extra = {"interaction_cst": groups} if groups is not None else {}  # scikit-learn 1.2 on
     m = HistGradientBoostingRegressor(max_iter=600, max_depth=4, learning_rate=0.05, early_stopping=False,
-                                      random_state=seed, interaction_cst=groups)
+                                      random_state=seed, **extra)
     return m.fit(xt, yt).predict(xo)
 
 
@@ -138,8 +141,13 @@ def main():
     if not programs:
         sys.exit(f"config_baselines.py: no {a.split}/ file shares a stem with a train/ file under {a.data}")
     try:
-        import sklearn  # noqa: F401
-        peers = ["ridge", "gbr", "hgb", "hgb-node"]
+        import sklearn
+        peers = ["ridge", "gbr", "hgb"]
+        if tuple(int(re.match(r"\d*", v).group() or 0) for v in sklearn.__version__.split(".")[:2]) >= (1, 2):
+            peers.append("hgb-node")
+        else:
+            print(f"config_baselines.py: scikit-learn {sklearn.__version__} has no interaction constraints (1.2 on); "
+                  "hgb-node left out", file=sys.stderr)
     except ImportError:
         peers = ["ridge"]
         print("config_baselines.py: scikit-learn is not installed; gradient boosting left out", file=sys.stderr)

@@ -64,9 +64,9 @@
 // docs/benchmarks.md has the lines.
 // Below gradient boosting on unet3d's held-out configs at any budget tried (0.787 +- 0.006 at 20,000 steps,
 // against 0.821), and not from overfitting: on a split of its training configs it ranks them no better than
-// the held-out ones (0.820 against 0.816), and slates, margin, rate, SWA, the nlp stack, one-hot config
-// values, a pooled readout and a per-config instance norm each left it within 0.81-0.83 there, where
-// gradient boosting and layout-tgraph reach 0.84 (docs/benchmarks.md, fifty-third session).
+// the held-out ones (0.820 against 0.816), and none of slates, margin, rate, SWA, the nlp stack, one-hot
+// config values, a pooled readout or a per-config instance norm lifted it past 0.83 there, where gradient
+// boosting and layout-tgraph reach 0.84 (docs/benchmarks.md, fifty-third session; mostly one seed a change).
 #include <vector>
 
 #include "apps/train/blocks.h"
