@@ -34,6 +34,7 @@ import json
 import os
 import re
 import sys
+from collections import namedtuple
 
 import numpy as np
 
@@ -54,19 +55,22 @@ def kendall_tau_b(a, b):
 
 
 def one_hot(train_cfg, other_cfg):
-    """Columns: for each (node, field), one per value the training configs show there."""
+    """Columns: for each (node, field), one per value the training configs show there. Also the columns of
+    each configurable node that has any, in column order (hgb-node's interaction groups)."""
     c, n, f = train_cfg.shape
     flat_t, flat_o = train_cfg.reshape(c, n * f), other_cfg.reshape(other_cfg.shape[0], n * f)
-    cols_t, cols_o = [], []
+    cols_t, cols_o, groups, col = [], [], {}, 0
     for j in range(n * f):
         values = np.unique(flat_t[:, j])
         if len(values) < 2:
             continue  # a field no training config changes tells nothing
         cols_t.append(flat_t[:, j][:, None] == values[None, :])
         cols_o.append(flat_o[:, j][:, None] == values[None, :])
+        groups.setdefault(j // f, []).extend(range(col, col + len(values)))
+        col += len(values)
     if not cols_t:
-        return np.zeros((c, 0)), np.zeros((other_cfg.shape[0], 0))
-    return np.hstack(cols_t).astype(np.float64), np.hstack(cols_o).astype(np.float64)
+        return np.zeros((c, 0)), np.zeros((other_cfg.shape[0], 0)), []
+    return np.hstack(cols_t).astype(np.float64), np.hstack(cols_o).astype(np.float64), list(groups.values())
 
 
 def ridge(xt, yt, xo, alpha=1.0):
@@ -92,18 +96,9 @@ def hgb(xt, yt, xo, seed, groups=None):
     return m.fit(xt, yt).predict(xo)
 
 
-def node_groups(train_cfg):
-    """The one-hot columns of each configurable node, in one_hot's order: hgb-node's interaction groups."""
-    c, n, f = train_cfg.shape
-    flat = train_cfg.reshape(c, n * f)
-    groups, col = {}, 0
-    for j in range(n * f):
-        k = len(np.unique(flat[:, j]))
-        if k < 2:
-            continue
-        groups.setdefault(j // f, []).extend(range(col, col + k))
-        col += k
-    return list(groups.values())
+# One program: training columns and log runtimes, the other split's columns and runtimes, hgb-node's
+# groups, and the spread of its repeated training configs (repeat_sd).
+Program = namedtuple("Program", "stem xt yt xo yo groups sd")
 
 
 def repeat_sd(cfg, log_runtime):
@@ -134,10 +129,10 @@ def main():
         if not os.path.exists(o):
             continue
         zt, zo = np.load(t), np.load(o)
-        xt, xo = one_hot(zt["node_config_feat"], zo["node_config_feat"])
+        xt, xo, groups = one_hot(zt["node_config_feat"], zo["node_config_feat"])
         yt = np.log(zt["config_runtime"].astype(np.float64))
-        programs.append((os.path.basename(t), xt, yt, xo, zo["config_runtime"].astype(np.float64),
-                         node_groups(zt["node_config_feat"]), repeat_sd(zt["node_config_feat"], yt)))
+        programs.append(Program(os.path.basename(t), xt, yt, xo, zo["config_runtime"].astype(np.float64),
+                                groups, repeat_sd(zt["node_config_feat"], yt)))
     if not programs:
         sys.exit(f"config_baselines.py: no {a.split}/ file shares a stem with a train/ file under {a.data}")
     try:
@@ -153,36 +148,36 @@ def main():
         print("config_baselines.py: scikit-learn is not installed; gradient boosting left out", file=sys.stderr)
     seeds = [int(s) for s in a.seeds.split(",")]
 
-    def fit(peer, seed, xt, yt, xo, groups):
+    def fit(peer, seed, pr, xo):  # pr's training configs fitted, xo's rows predicted
         if peer == "ridge":
-            return ridge(xt, yt, xo)
+            return ridge(pr.xt, pr.yt, xo)
         if peer == "gbr":
-            return gbr(xt, yt, xo, seed)
-        return hgb(xt, yt, xo, seed, groups if peer == "hgb-node" else None)
+            return gbr(pr.xt, pr.yt, xo, seed)
+        return hgb(pr.xt, pr.yt, xo, seed, pr.groups if peer == "hgb-node" else None)
 
     for peer in peers:
         for seed in ([0] if peer == "ridge" else seeds):
             taus, train_taus = {}, {}
-            for stem, xt, yt, xo, yo, groups, _ in programs:
+            for pr in programs:
                 if a.train_score:
-                    both = fit(peer, seed, xt, yt, np.vstack([xo, xt]), groups)
-                    pred, train_taus[stem] = both[:len(xo)], kendall_tau_b(both[len(xo):], yt)
+                    both = fit(peer, seed, pr, np.vstack([pr.xo, pr.xt]))
+                    pred, train_taus[pr.stem] = both[:len(pr.xo)], kendall_tau_b(both[len(pr.xo):], pr.yt)
                 else:
-                    pred = fit(peer, seed, xt, yt, xo, groups)
-                taus[stem] = kendall_tau_b(pred, yo)
+                    pred = fit(peer, seed, pr, pr.xo)
+                taus[pr.stem] = kendall_tau_b(pred, pr.yo)
             line = {"peer": peer, "seed": seed, "kendall_tau": float(np.mean(list(taus.values()))),
-                    "programs": taus, "columns": int(programs[0][1].shape[1])}
+                    "programs": taus, "columns": int(programs[0].xt.shape[1])}
             if a.train_score:
                 line["train_kendall_tau"] = float(np.mean(list(train_taus.values())))
                 line["train_programs"] = train_taus
             print(json.dumps(line))
     for seed in seeds:
         rng = np.random.default_rng(seed)
-        taus = {stem: None if sd is None else kendall_tau_b(yo * np.exp(sd * rng.standard_normal(len(yo))), yo)
-                for stem, _, _, _, yo, _, sd in programs}
+        taus = {pr.stem: None if pr.sd is None else
+                kendall_tau_b(pr.yo * np.exp(pr.sd * rng.standard_normal(len(pr.yo))), pr.yo) for pr in programs}
         known = [v for v in taus.values() if v is not None]
         print(json.dumps({"peer": "noise", "seed": seed, "kendall_tau": float(np.mean(known)) if known else None,
-                          "programs": taus, "repeat_sd": {p[0]: p[6] for p in programs}}))
+                          "programs": taus, "repeat_sd": {pr.stem: pr.sd for pr in programs}}))
 
 if __name__ == "__main__":
     main()
