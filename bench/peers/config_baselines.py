@@ -3,6 +3,7 @@
 are ranked from its config values alone, beside the graph recipes (docs/benchmarks.md, "unet3d").
 
     python3 bench/peers/config_baselines.py --data SPLIT [--split test] [--seeds 1,2,3] [--train-score]
+                                            [--versus NAME=CSV ...]
 
 SPLIT is a tree scripts/split_configs.py wrote: train/<stem>.npz holds some configs of a program, the
 --split file of the same stem the others. Per program, each config is its node_config_feat values
@@ -27,6 +28,11 @@ Scored as gnn scores layout graphs: Kendall tau-b of predicted against true runt
 configs, mean over programs. Prints one JSON line per peer and seed; --train-score adds each model's tau
 on its own training configs (beside `gnn eval --split train`: a model that scores no better there than
 on the held-out configs is not overfitting them).
+--versus NAME=CSV (repeatable) reads a submission CSV of `gnn predict --split test` on the same SPLIT
+(each program's held-out configs, predicted fastest first; with --ensemble for several runs) and prints
+its tau and its difference from gbr's (the first seed) on the same configs, with a 95% interval from
+resampling the held-out configs (2,000 draws, the same draw for both): on a hundred configs a gap of
+0.01 is often inside it.
 """
 import argparse
 import glob
@@ -101,6 +107,28 @@ def hgb(xt, yt, xo, seed, groups=None):
 Program = namedtuple("Program", "stem xt yt xo yo groups sd")
 
 
+def read_orders(path):
+    """{program stem: config indices, predicted fastest first} from a gnn submission CSV."""
+    orders = {}
+    with open(path) as f:
+        if f.readline().strip() != "ID,TopConfigs":
+            sys.exit(f"config_baselines.py: {path} is not a submission CSV (header ID,TopConfigs)")
+        for line in f:
+            key, _, configs = line.strip().partition(",")
+            orders[key.split(":")[-1]] = np.array([int(c) for c in configs.split(";")], np.int64)
+    return orders
+
+
+def paired(a, b, y, draws=2000, seed=0):
+    """tau(a, y) - tau(b, y) over the configs, and its 2.5 and 97.5 percentiles over resampled configs."""
+    rng = np.random.default_rng(seed)
+    diff = []
+    for _ in range(draws):
+        i = rng.integers(0, len(y), len(y))
+        diff.append(kendall_tau_b(a[i], y[i]) - kendall_tau_b(b[i], y[i]))
+    return kendall_tau_b(a, y) - kendall_tau_b(b, y), np.percentile(diff, [2.5, 97.5])
+
+
 def repeat_sd(cfg, log_runtime):
     """Pooled sd of log runtime among configs whose values repeat exactly; None when none repeat."""
     keys = {}
@@ -119,7 +147,15 @@ def main():
     p.add_argument("--split", default="test")
     p.add_argument("--seeds", default="1,2,3", help="seeds for the gradient boosting and the noise draws")
     p.add_argument("--train-score", action="store_true", help="also each model's tau on its training configs")
+    p.add_argument("--versus", action="append", default=[], metavar="NAME=CSV",
+                   help="a gnn predict CSV of the --split configs, set against gbr's on the same configs")
     a = p.parse_args()
+    versus = []
+    for v in a.versus:
+        name, eq, path = v.partition("=")
+        if not eq or not name or not os.path.exists(path):
+            sys.exit(f"config_baselines.py: --versus wants NAME=CSV with an existing CSV, got '{v}'")
+        versus.append((name, read_orders(path)))
     trains = sorted(glob.glob(os.path.join(a.data, "**", "train", "*.npz"), recursive=True))
     if not trains:
         sys.exit(f"config_baselines.py: no train/*.npz under {a.data}")
@@ -135,6 +171,11 @@ def main():
                                 groups, repeat_sd(zt["node_config_feat"], yt)))
     if not programs:
         sys.exit(f"config_baselines.py: no {a.split}/ file shares a stem with a train/ file under {a.data}")
+    for name, orders in versus:  # checked before any model is fitted
+        for pr in programs:
+            order = orders.get(os.path.splitext(pr.stem)[0])
+            if order is None or sorted(order.tolist()) != list(range(len(pr.yo))):
+                sys.exit(f"config_baselines.py: --versus {name}: no order of {len(pr.yo)} configs for {pr.stem}")
     try:
         import sklearn
         peers = ["ridge", "gbr", "hgb"]
@@ -155,6 +196,7 @@ def main():
             return gbr(pr.xt, pr.yt, xo, seed)
         return hgb(pr.xt, pr.yt, xo, seed, pr.groups if peer == "hgb-node" else None)
 
+    gbr_pred = {}  # the first seed's held-out predictions, per program (--versus)
     for peer in peers:
         for seed in ([0] if peer == "ridge" else seeds):
             taus, train_taus = {}, {}
@@ -165,6 +207,8 @@ def main():
                 else:
                     pred = fit(peer, seed, pr, pr.xo)
                 taus[pr.stem] = kendall_tau_b(pred, pr.yo)
+                if peer == "gbr" and seed == seeds[0]:
+                    gbr_pred[pr.stem] = pred
             line = {"peer": peer, "seed": seed, "kendall_tau": float(np.mean(list(taus.values()))),
                     "programs": taus, "columns": int(programs[0].xt.shape[1])}
             if a.train_score:
@@ -178,6 +222,18 @@ def main():
         known = [v for v in taus.values() if v is not None]
         print(json.dumps({"peer": "noise", "seed": seed, "kendall_tau": float(np.mean(known)) if known else None,
                           "programs": taus, "repeat_sd": {pr.stem: pr.sd for pr in programs}}))
+    for name, orders in versus:
+        line = {"versus": name, "programs": {}}
+        for pr in programs:
+            order = orders[os.path.splitext(pr.stem)[0]]
+            score = np.empty(len(order))
+            score[order] = np.arange(len(order))  # its rank: the predicted runtime's order
+            r = {"kendall_tau": kendall_tau_b(score, pr.yo)}
+            if pr.stem in gbr_pred:
+                d, (lo, hi) = paired(score, gbr_pred[pr.stem], pr.yo)
+                r.update({"minus_gbr": d, "minus_gbr_95": [float(lo), float(hi)]})
+            line["programs"][pr.stem] = r
+        print(json.dumps(line))
 
 if __name__ == "__main__":
     main()
