@@ -28,11 +28,11 @@ Scored as gnn scores layout graphs: Kendall tau-b of predicted against true runt
 configs, mean over programs. Prints one JSON line per peer and seed; --train-score adds each model's tau
 on its own training configs (beside `gnn eval --split train`: a model that scores no better there than
 on the held-out configs is not overfitting them).
---versus NAME=CSV (repeatable) reads a submission CSV of `gnn predict --split test` on the same SPLIT
+--versus NAME=CSV (repeatable) reads a submission CSV of `gnn predict` on the same SPLIT and --split
 (each program's held-out configs, predicted fastest first; with --ensemble for several runs) and prints
-its tau and its difference from gbr's (the first seed) on the same configs, with a 95% interval from
-resampling the held-out configs (2,000 draws, the same draw for both): on a hundred configs a gap of
-0.01 is often inside it.
+its tau and, when scikit-learn is installed, its difference from gbr's (the first seed) on the same
+configs with a 95% interval from resampling the held-out configs (2,000 draws, the same draw for both):
+on a hundred configs a gap of 0.01 is often inside it.
 """
 import argparse
 import glob
@@ -113,9 +113,13 @@ def read_orders(path):
     with open(path) as f:
         if f.readline().strip() != "ID,TopConfigs":
             sys.exit(f"config_baselines.py: {path} is not a submission CSV (header ID,TopConfigs)")
-        for line in f:
+        for n, line in enumerate(f, 2):
             key, _, configs = line.strip().partition(",")
-            orders[key.split(":")[-1]] = np.array([int(c) for c in configs.split(";")], np.int64)
+            stem = key.split(":")[-1]
+            if not re.fullmatch(r"\d+(;\d+)*", configs) or stem in orders:
+                sys.exit(f"config_baselines.py: {path} line {n}: want 'ID,c;c;...' with each program once "
+                         f"(a split tree holds one program of a stem), got '{line.strip()[:60]}'")
+            orders[stem] = np.array([int(c) for c in configs.split(";")], np.int64)
     return orders
 
 
@@ -153,7 +157,7 @@ def main():
     versus = []
     for v in a.versus:
         name, eq, path = v.partition("=")
-        if not eq or not name or not os.path.exists(path):
+        if not eq or not name or not os.path.isfile(path):
             sys.exit(f"config_baselines.py: --versus wants NAME=CSV with an existing CSV, got '{v}'")
         versus.append((name, read_orders(path)))
     trains = sorted(glob.glob(os.path.join(a.data, "**", "train", "*.npz"), recursive=True))

@@ -67,11 +67,13 @@
 // the held-out ones (0.820 against 0.816), and none of slates, margin, rate, SWA, the nlp stack, one-hot
 // config values, a pooled readout or a per-config instance norm lifted it past 0.83 there, where gradient
 // boosting and layout-tgraph reach 0.84 (docs/benchmarks.md, fifty-third session; mostly one seed a change).
-// --loss mse (log runtime) does not train this model: on unet3d its predictions spread 3e-9 to 7e-6 in log
-// over the configs after 5 to 400 steps at --lr 1e-4 to 1e-2 (the runtimes: 0.24), and its loss stays the
-// batch's variance. A config moves a few of the 2,774 per-node terms of a sum, so each weight's gradient is
-// mostly the batch's mean error, which changes sign from step to step, and Adam's steps follow that; the
-// ranking losses see only differences within a slate, where the mean cancels (a reading, not tested apart).
+// --loss mse (log runtime) does not train this model: on unet3d's 1-hop region (168 nodes, 56 of them
+// configurable) the sd of its log predictions over the configs is 3e-9 to 5e-6 after 5 to 400 steps at
+// --lr 1e-4 to 1e-2 (of the true log runtimes: 0.24), and its loss stays the batch's variance. Likely
+// because (not tested apart) every config's score is mostly the same sum, configs differing by about 1e-5
+// of it at the start, so each weight's gradient is mostly the batch's mean error, which changes sign from
+// step to step, and Adam's steps follow that; the ranking losses see only differences within a slate,
+// where the mean cancels.
 #include <vector>
 
 #include "apps/train/blocks.h"
