@@ -175,11 +175,13 @@ def main():
                                 groups, repeat_sd(zt["node_config_feat"], yt)))
     if not programs:
         sys.exit(f"config_baselines.py: no {a.split}/ file shares a stem with a train/ file under {a.data}")
-    for name, orders in versus:  # checked before any model is fitted
+    ranks = {}  # --versus: per run and program, each held-out config's predicted rank (checked before any fit)
+    for name, orders in versus:
         for pr in programs:
             order = orders.get(os.path.splitext(pr.stem)[0])
             if order is None or sorted(order.tolist()) != list(range(len(pr.yo))):
                 sys.exit(f"config_baselines.py: --versus {name}: no order of {len(pr.yo)} configs for {pr.stem}")
+            ranks.setdefault(name, {})[pr.stem] = np.argsort(order).astype(np.float64)
     try:
         import sklearn
         peers = ["ridge", "gbr", "hgb"]
@@ -226,12 +228,10 @@ def main():
         known = [v for v in taus.values() if v is not None]
         print(json.dumps({"peer": "noise", "seed": seed, "kendall_tau": float(np.mean(known)) if known else None,
                           "programs": taus, "repeat_sd": {pr.stem: pr.sd for pr in programs}}))
-    for name, orders in versus:
+    for name, _ in versus:
         line = {"versus": name, "programs": {}}
         for pr in programs:
-            order = orders[os.path.splitext(pr.stem)[0]]
-            score = np.empty(len(order))
-            score[order] = np.arange(len(order))  # its rank: the predicted runtime's order
+            score = ranks[name][pr.stem]
             r = {"kendall_tau": kendall_tau_b(score, pr.yo)}
             if pr.stem in gbr_pred:
                 d, (lo, hi) = paired(score, gbr_pred[pr.stem], pr.yo)
