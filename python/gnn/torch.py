@@ -8,7 +8,10 @@ under PyG's names, so a PyG model swaps a layer by changing an import and a PyG 
 What differs from PyG, by design: float32 tensors only, on the CPU or (a build with CUDA) a CUDA device,
 where the kernels run on torch's current stream; the backward sums in a fixed order (no atomics), so gradients have the same bits on every run and thread
 count; the CSR/CSC graph built from ``edge_index`` is kept and reused while the same ``edge_index``
-tensor (same storage and version) comes back, as it does every step of full-graph training. Anything
+tensor (same storage and version) comes back, as it does every step of full-graph training (an edit
+that torch does not count, through ``.numpy()`` or ``.data``, is not seen: pass a new tensor; an
+inference tensor, made under ``torch.inference_mode()``, has no version, so its graph is built on every
+call). Anything
 the kernels do not cover (GAT edge features, bipartite inputs, SAGE's lstm aggregation) raises
 NotImplementedError rather than computing something else.
 """
@@ -44,7 +47,8 @@ class _GraphCache:
     """The last graph built from an edge_index, and what was derived from it, reused while the same
     tensor object comes back unchanged (torch's in-place version counter) with the same node count.
     The tensor is held, so its memory cannot be reused by another edge_index meanwhile. Copies and
-    pickles of a layer (deepcopy, torch.save) leave the cache behind: it is rebuilt on first use."""
+    pickles of a layer (deepcopy, torch.save) leave the cache behind: it is rebuilt on first use.
+    Inference tensors have no version counter: their graph is built every call and not kept."""
 
     def __init__(self):
         self.clear()
@@ -53,6 +57,10 @@ class _GraphCache:
         self.ref = self.version = self.num_nodes = self.value = None
 
     def get(self, edge_index: Tensor, num_nodes: int, build):
+        if not isinstance(edge_index, Tensor):
+            raise TypeError(f"edge_index must be a torch.Tensor or gnn.Graph, got {type(edge_index).__name__}")
+        if edge_index.is_inference():
+            return build()
         if not (self.ref is edge_index and self.version == edge_index._version and self.num_nodes == num_nodes):
             self.clear()
             self.value = build()
@@ -67,6 +75,32 @@ class _GraphCache:
 
     def __deepcopy__(self, memo):
         return _GraphCache()
+
+
+def _edge_index(edge_index, num_nodes: int, who: str) -> Tensor:
+    """edge_index as an int64 CPU tensor, checked as gnn.Graph checks it (shape (2, E), integer ids in
+    [0, num_nodes)), for the layers that edit it (self-loops) before they build their graph."""
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(f"{who}: edge_index must be a torch.Tensor, got {type(edge_index).__name__}")
+    if edge_index.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{who}: edge_index must be int64 or int32, got {edge_index.dtype}")
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"{who}: edge_index must have shape (2, E) (row 0 sources, row 1 targets, as in PyG), "
+                         f"got {tuple(edge_index.shape)}")
+    ei = edge_index.detach().cpu().long()
+    bad = ((ei < 0) | (ei >= num_nodes)).any(0).nonzero()
+    if bad.numel():
+        e = int(bad[0, 0])
+        raise _g.Error(f"{who}: edge_index: edge {e} ({int(ei[0, e])} -> {int(ei[1, e])}) has a node id outside "
+                       f"[0, {num_nodes}) (x has {num_nodes} rows)")
+    return ei
+
+
+def _check_in(x: Tensor, in_channels: int, who: str) -> None:
+    """x [N, in_channels], float32 on a device gnn runs on."""
+    _check_x(x)
+    if x.dim() != 2 or x.shape[1] != in_channels:
+        raise ValueError(f"{who}: x must have shape (N, in_channels={in_channels}), got {tuple(x.shape)}")
 
 
 def _on(cache: dict, key: str, t: Tensor, device) -> Tensor:
@@ -304,7 +338,7 @@ class SAGEConv(nn.Module):
             self.lin_r.reset_parameters()
 
     def forward(self, x: Tensor, edge_index) -> Tensor:
-        _check_x(x)
+        _check_in(x, self.in_channels, "SAGEConv")
         graph = edge_index if isinstance(edge_index, Graph) else self._cache.get(
             edge_index, x.shape[0], lambda: graph_of(edge_index, x.shape[0]))
         if self.aggr == "mean" and self.root_weight:
@@ -370,7 +404,7 @@ class GCNConv(nn.Module):
     def _graph(self, edge_index: Tensor, num_nodes: int):
         """(graph, CSR order as input edge ids, kept-edge mask, last loop per node, weights without
         edge_weight in CSR order)."""
-        ei = edge_index.detach().cpu().long()
+        ei = _edge_index(edge_index, num_nodes, "GCNConv")
         keep = last = None
         if self.add_self_loops:
             ei, keep, last = _remaining_self_loops(ei, num_nodes)
@@ -398,7 +432,7 @@ class GCNConv(nn.Module):
         return w.contiguous()
 
     def forward(self, x: Tensor, edge_index, edge_weight: Optional[Tensor] = None) -> Tensor:
-        _check_x(x)
+        _check_in(x, self.in_channels, "GCNConv")
         if isinstance(edge_index, Graph):
             raise TypeError("GCNConv: pass edge_index (the layer adds self-loops and normalises)")
         graph, rows, memo, w = self._cache.get(edge_index, x.shape[0], lambda: self._graph(edge_index, x.shape[0]))
@@ -466,6 +500,8 @@ class GATConv(nn.Module):
             raise NotImplementedError("GATConv: bipartite (tuple) in_channels are not supported")
         if edge_dim is not None:
             raise NotImplementedError("GATConv: edge features (edge_dim) are not supported")
+        if not isinstance(heads, int) or heads < 1:
+            raise ValueError(f"GATConv: heads must be an integer >= 1, got {heads!r}")
         self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
         self.negative_slope, self.dropout, self.add_self_loops = negative_slope, dropout, add_self_loops
         self.lin = nn.Module()
@@ -484,7 +520,7 @@ class GATConv(nn.Module):
             nn.init.zeros_(self.bias)
 
     def _prepare(self, edge_index: Tensor, num_nodes: int) -> Graph:
-        ei = edge_index.detach().cpu().long()
+        ei = _edge_index(edge_index, num_nodes, "GATConv")
         if self.add_self_loops:
             ei = ei[:, ei[0] != ei[1]]
             loop = torch.arange(num_nodes)
@@ -492,7 +528,7 @@ class GATConv(nn.Module):
         return Graph(ei, num_nodes=num_nodes)
 
     def forward(self, x: Tensor, edge_index) -> Tensor:
-        _check_x(x)
+        _check_in(x, self.in_channels, "GATConv")
         N, H, C = x.shape[0], self.heads, self.out_channels
         if isinstance(edge_index, Graph):
             raise TypeError("GATConv: pass edge_index (the layer replaces self-loops by one per node)")

@@ -217,6 +217,21 @@ def test_graph_cache_follows_the_edge_index_object():
         del fresh
 
 
+def test_layers_under_inference_mode():
+    """An edge_index made under torch.inference_mode() has no version counter: the graph is built each
+    call, and the output is the one outside inference mode."""
+    x, ei = inputs()
+    for m in (gt.SAGEConv(F, O), gt.GCNConv(F, O), gt.GATConv(F, O, heads=2), gt.GINConv(gin_mlp())):
+        want = m(x, ei).detach()
+        with torch.inference_mode():
+            inf_ei = ei.clone()
+            assert inf_ei.is_inference()
+            torch.testing.assert_close(m(x, inf_ei), want, rtol=0, atol=0)
+            inf_ei[1, 0] = (inf_ei[1, 0] + 1) % N  # edited in place: seen, as nothing is kept
+            torch.testing.assert_close(m(x, inf_ei), m(x, inf_ei.clone()), rtol=0, atol=0)
+        torch.testing.assert_close(m(x, ei).detach(), want, rtol=0, atol=0)
+
+
 def test_copies_and_pickles_of_a_used_layer():
     x, ei = inputs()
     for m in (gt.SAGEConv(F, O), gt.GCNConv(F, O), gt.GATConv(F, O, heads=2), gt.GINConv(gin_mlp())):
@@ -283,6 +298,30 @@ def test_layers_refuse_what_they_do_not_compute():
         gt.GATConv(F, O)(x, gt.graph_of(ei, N))
     with pytest.raises(ValueError, match="edge_weight must have shape"):
         gt.GCNConv(F, O)(x, ei, torch.ones(3))
+    with pytest.raises(ValueError, match="heads must be an integer >= 1, got 0"):
+        gt.GATConv(F, O, heads=0)
+
+
+@pytest.mark.parametrize("name", ["SAGEConv", "GCNConv", "GATConv", "GINConv"])
+def test_layers_check_edge_index_and_x_by_name(name):
+    """Every layer refuses a bad edge_index the way gnn.Graph does, before it adds or drops self-loops
+    (which would hide an out-of-range loop or hand a negative id to Python's indexing); the layers that
+    know in_channels name it when x does not match."""
+    x, ei = inputs()
+    m = gt.GINConv(gin_mlp()) if name == "GINConv" else getattr(gt, name)(F, O)
+    for bad in ([[0, N], [1, N]], [[0, -1], [1, -1]], [[0, 1], [1, N + 5]]):
+        with pytest.raises(gnn.Error, match=r"edge 1 .* has a node id outside \[0, %d\)" % N):
+            m(x, torch.tensor(bad))
+    with pytest.raises(TypeError, match="edge_index must be int64 or int32"):
+        m(x, ei.float())
+    with pytest.raises(TypeError, match="edge_index must be a torch.Tensor"):
+        m(x, ei.numpy())
+    with pytest.raises(ValueError, match=r"edge_index must have shape \(2, E\)"):
+        m(x, torch.zeros(3, 4, dtype=torch.long))
+    if name != "GINConv":  # (its nn decides what x it takes)
+        want = r"x must have shape \(N, in_channels=%d\), got \(%d, %d\)" % (F, N, F + 1)
+        with pytest.raises(ValueError, match=want):
+            m(torch.randn(N, F + 1), ei)
 
 
 def test_bench_runs(tmp_path):
