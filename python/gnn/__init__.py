@@ -22,11 +22,13 @@ layers: ``SAGEConv``, ``GCNConv``, ``GATConv``, ``GINConv``.
 
 from __future__ import annotations
 
+import os as _os
+
 import numpy as _np
 
 from . import _gnn
 from . import cuda
-from ._gnn import Error, Graph, load_npz, load_tpugraph, num_threads, set_num_threads
+from ._gnn import Error, Graph, num_threads, set_num_threads
 
 __version__ = _gnn.__version__
 __all__ = [
@@ -35,6 +37,32 @@ __all__ = [
     "gat_scores_backward", "sage", "sage_backward", "pool", "pool_backward", "instance_norm",
     "instance_norm_backward", "layer_norm", "layer_norm_backward",
 ]
+
+
+def _path(path) -> str:
+    """A path as str: a str, bytes or os.PathLike (as np.load takes), without the NUL byte that would cut
+    it short where the OS reads it."""
+    try:
+        path = _os.fsdecode(_os.fspath(path))
+    except TypeError:
+        raise TypeError(f"path must be a str, bytes or os.PathLike, got {type(path).__name__}") from None
+    if "\0" in path:
+        raise ValueError(f"path contains a NUL byte: {path!r}")
+    return path
+
+
+def load_npz(path, keys=None) -> dict:
+    """Reads an .npz (members in parallel, CRC-checked) into a dict of NumPy arrays, no copy after
+    reading. keys: only these members (each must exist)."""
+    if isinstance(keys, (str, bytes)):
+        raise TypeError(f"keys must be a list of member names, got a {type(keys).__name__}: [{keys!r}]?")
+    return _gnn.load_npz(_path(path), keys)
+
+
+def load_tpugraph(path, require_runtimes: bool = True) -> dict:
+    """Reads and validates a TpuGraphs tile or layout .npz (every schema rule) into a dict of NumPy
+    arrays."""
+    return _gnn.load_tpugraph(_path(path), bool(require_runtimes))
 
 
 def _is_torch(a) -> bool:
@@ -157,6 +185,12 @@ def _out(out, *inputs, name: str = "out"):
     return out
 
 
+def _graph(graph, name: str = "graph") -> Graph:
+    if not isinstance(graph, Graph):
+        raise TypeError(f"{name} must be a gnn.Graph (gnn.Graph(edge_index)), got {type(graph).__name__}")
+    return graph
+
+
 def _heads(edge_weight) -> int:
     if edge_weight is None:
         return 1
@@ -175,6 +209,7 @@ def spmm(graph: Graph, x, reduce: str = "sum", edge_weight=None, return_argmax: 
     return_argmax, also returns the int32 (H, num_nodes, F / H) CSR position each max came from (-1:
     none), which spmm_backward needs for 'max'. out: an array to write into (returned as is).
     """
+    _graph(graph)
     _, F = _dims(x, "x", 2)
     H = _heads(edge_weight)
     out = _new(x, (graph.num_nodes, F)) if out is None else _out(out, x, edge_weight)
@@ -190,6 +225,7 @@ def spmm_backward(graph: Graph, grad_out, reduce: str = "sum", edge_weight=None,
     Each grad_x row is a sum over the node's outgoing edges in a fixed order (the CSC), never an
     atomic add: the same bits on every run. Returns (grad_x or None, grad_weight or None).
     """
+    _graph(graph)
     _, F = _dims(grad_out, "grad_out", 2)
     grad_x = _new(grad_out, (graph.num_src_nodes, F)) if need_x_grad else None
     grad_w = _new(grad_out, tuple(edge_weight.shape)) if need_weight_grad and edge_weight is not None else None
@@ -222,6 +258,7 @@ def segment_softmax_backward(y, grad_out, indptr):
 
 def gat_scores(graph: Graph, a_src, a_dst, negative_slope: float = 0.2, out=None):
     """GAT's raw scores, in CSR order: s[p, h] = leaky_relu(a_src[j, h] + a_dst[i, h]) for edge p: j -> i."""
+    _graph(graph)
     _, H = _dims(a_src, "a_src", 2)
     out = _new(a_src, (graph.num_edges, H)) if out is None else _out(out, a_src, a_dst)
     _gnn.gat_scores_forward(graph, _raw(a_src), _raw(a_dst), float(negative_slope), _raw(out), _stream(a_src))
@@ -230,6 +267,7 @@ def gat_scores(graph: Graph, a_src, a_dst, negative_slope: float = 0.2, out=None
 
 def gat_scores_backward(graph: Graph, grad_out, a_src, a_dst, negative_slope: float = 0.2):
     """Gradients of gat_scores: (grad_a_src, grad_a_dst), each a fixed-order sum over a node's edges."""
+    _graph(graph)
     N, H = _dims(a_src, "a_src", 2)
     grad_src, grad_dst = _new(a_src, (N, H)), _new(a_src, (N, H))
     _gnn.gat_scores_backward(graph, _raw(grad_out), _raw(a_src), _raw(a_dst), float(negative_slope), _raw(grad_src),
@@ -245,6 +283,7 @@ def sage(graph: Graph, x, weight, bias=None, activation: str = "none", negative_
     activation: none, relu, leaky_relu, elu, gelu, sigmoid or tanh. With training, returns (y, z, h):
     the pre-activation z and the joined input h that sage_backward reads; else y alone.
     """
+    _graph(graph)
     N, F = _dims(x, "x", 2)
     _, O = _dims(weight, "weight", 2)
     out = _new(x, (N, O)) if out is None else _out(out, x, weight, bias)
@@ -258,6 +297,7 @@ def sage(graph: Graph, x, weight, bias=None, activation: str = "none", negative_
 def sage_backward(graph: Graph, grad_out, z, h, weight, activation: str = "none", negative_slope: float = 0.01,
                   need_bias_grad: bool = True):
     """Gradients of sage: (grad_x, grad_weight, grad_bias or None), from the forward's z and h."""
+    _graph(graph)
     F2, O = _dims(weight, "weight", 2)
     grad_x = _new(grad_out, (graph.num_nodes, F2 // 2))
     grad_w = _new(grad_out, (F2, O))
@@ -284,6 +324,8 @@ def pool(x, ptr, reduce: str = "sum", return_argmax: bool = False, out=None):
 def pool_backward(grad_out, ptr, num_rows: int, reduce: str = "sum", argmax=None, x=None, y=None):
     """The gradient of pool with respect to x [num_rows, F]; 'max' needs argmax, 'logsumexp' x and y."""
     _, F = _dims(grad_out, "grad_out", 2)
+    if int(num_rows) < 0:
+        raise ValueError(f"num_rows must be >= 0, got {num_rows}")
     grad_x = _new(grad_out, (int(num_rows), F))
     _gnn.pool_backward(_raw(grad_out), _raw(ptr), reduce, _raw(argmax), _raw(x), _raw(y), _raw(grad_x),
                        _stream(grad_out))

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -335,6 +336,8 @@ PyGraph* make_graph(const In& edge_index, std::optional<int64_t> num_nodes, std:
     throw nb::value_error(("edge_index must have shape (2, E) (row 0 sources, row 1 targets, as in PyG), got " +
                            shape_str(shape_of(edge_index)))
                               .c_str());
+  if (num_src_nodes && *num_src_nodes < 0)
+    throw nb::value_error(("num_src_nodes must be >= 0, got " + std::to_string(*num_src_nodes)).c_str());
   const std::vector<int64_t> src = index_row(edge_index, 0), dst = index_row(edge_index, 1);
   auto bound = [](const std::vector<int64_t>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()) + 1; };
   const int64_t N = num_nodes ? *num_nodes : std::max(bound(dst), num_src_nodes ? 0 : bound(src));
@@ -781,6 +784,12 @@ void pool_backward(const In& grad_out, const In& ptr, const std::string& reduce,
   else pool_backward_cpu(dx, dy, ap, p, G, F, op);
 }
 
+// A norm's epsilon: a finite number above 0 (inf would make every output 0, NaN every output NaN).
+void check_eps(float eps) {
+  if (!(eps > 0) || !std::isfinite(eps))
+    throw nb::value_error(("eps must be a finite number > 0, got " + std::to_string(eps)).c_str());
+}
+
 void instance_norm_forward(const In& x, const In& ptr, const OptIn& weight, const OptIn& bias, float eps, Out out,
                            Out mean, Out rstd, uintptr_t stream) {
   const int64_t N = dim_of(x, "x", 2, 0), F = int64_t(x.shape(1));
@@ -793,7 +802,7 @@ void instance_norm_forward(const In& x, const In& ptr, const OptIn& weight, cons
   float* yp = checked<float>(at, out, "out", {N, F});
   float* mp = checked<float>(at, mean, "mean", {G, F});
   float* rp = checked<float>(at, rstd, "rstd", {G, F});
-  if (!(eps > 0)) throw nb::value_error(("eps must be > 0, got " + std::to_string(eps)).c_str());
+  check_eps(eps);
   nb::gil_scoped_release release;
   if constexpr (kWithCuda) {
     if (at.cuda())
@@ -841,7 +850,7 @@ void layer_norm_forward(const In& x, const OptIn& weight, const OptIn& bias, flo
   float* yp = checked<float>(at, out, "out", {R, F});
   float* mp = checked<float>(at, mean, "mean", {R});
   float* rp = checked<float>(at, rstd, "rstd", {R});
-  if (!(eps > 0)) throw nb::value_error(("eps must be > 0, got " + std::to_string(eps)).c_str());
+  check_eps(eps);
   nb::gil_scoped_release release;
   if constexpr (kWithCuda) {
     if (at.cuda()) return layer_norm_forward_cuda(yp, mp, rp, xp, gamma, beta, R, F, eps, OnDevice(at, stream).stream);

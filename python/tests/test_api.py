@@ -74,13 +74,22 @@ def read_only(a):
     (lambda g, x: gnn.segment_softmax(x, np.array([0, 6, 3, 8], np.int32)), ValueError, "indptr must not decrease"),
     (lambda g, x: gnn.segment_softmax(x, np.array([0, 8], np.int64)), TypeError, "indptr must be int32"),
     (lambda g, x: gnn.pool(x, np.array([0, 9], np.int64)), ValueError, "ptr must start at 0 and end"),
-    (lambda g, x: gnn.layer_norm(x, eps=0.0), ValueError, "eps must be > 0"),
+    (lambda g, x: gnn.layer_norm(x, eps=0.0), ValueError, "eps must be a finite number > 0"),
+    (lambda g, x: gnn.layer_norm(x, eps=float("inf")), ValueError, "eps must be a finite number > 0, got inf"),
+    (lambda g, x: gnn.instance_norm(x, np.array([0, 8]), eps=float("inf")), ValueError, "eps must be a finite"),
+    (lambda g, x: gnn.spmm(None, x), TypeError, "graph must be a gnn.Graph"),
+    (lambda g, x: gnn.sage(np.array([[0], [1]]), x, np.ones((6, 2), np.float32)), TypeError, "graph must be a gnn"),
+    (lambda g, x: gnn.pool_backward(x, np.array([0, 8]), -1), ValueError, "num_rows must be >= 0, got -1"),
+    (lambda g, x: gnn.Graph(np.array([[0, 1], [1, 0]]), num_src_nodes=-2), ValueError, "num_src_nodes must be >= 0"),
     (lambda g, x: gnn.layer_norm(x, np.ones(4, np.float32)), ValueError, r"weight must have shape \(3,\)"),
     (lambda g, x: gnn.set_num_threads(0), ValueError, r"n must be in \[1, "),
     (lambda g, x: gnn.set_num_threads(100000), ValueError, r"n must be in \[1, "),
     (lambda g, x: gnn.spmm(g, x, "sum", np.ones((g.num_edges, 0), np.float32)), ValueError, "H >= 1"),
     (lambda g, x: gnn.spmm(g, x, out=x), ValueError, "out overlaps an input"),
     (lambda g, x: gnn.load_npz("/nonexistent/file.npz"), gnn.Error, "/nonexistent/file.npz"),
+    (lambda g, x: gnn.load_npz("/nonexistent/file.npz\0.npz"), ValueError, "path contains a NUL byte"),
+    (lambda g, x: gnn.load_npz(3), TypeError, "path must be a str, bytes or os.PathLike, got int"),
+    (lambda g, x: gnn.load_tpugraph(None), TypeError, "path must be a str, bytes or os.PathLike"),
 ])
 def test_bad_arguments_raise_one_clear_error(call, kind, match):
     g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=8)
@@ -145,6 +154,10 @@ def test_load_npz_reads_what_numpy_writes(tmp_path):
         for k, v in arrays.items():
             np.testing.assert_array_equal(got[k], v)
         assert set(gnn.load_npz(str(path), keys=["f", "l"])) == {"f", "l"}
+        # a pathlib.Path and bytes, as np.load takes them
+        assert set(gnn.load_npz(path)) == set(gnn.load_npz(bytes(path))) == set(arrays)
+    with pytest.raises(TypeError, match="keys must be a list of member names"):
+        gnn.load_npz(path, keys="f")
     with pytest.raises(gnn.Error, match="nope"):
         gnn.load_npz(str(tmp_path / "savez.npz"), keys=["nope"])
     corrupt = tmp_path / "corrupt.npz"
