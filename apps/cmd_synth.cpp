@@ -1,11 +1,74 @@
 // gnn synth: a synthetic TpuGraphs dataset in the official tree and exact schema (io/synth.h).
-#include <chrono>
-#include <cstdio>
+#include <sys/statvfs.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "apps/cli.h"
 #include "apps/commands.h"
 #include "io/synth.h"
+#include "io/tpugraphs.h"
 
 namespace gnn::cli {
+namespace {
+
+// The fewest bytes one generated graph's arrays take (what the writer stores, before deflate): node
+// features, opcodes, at least N - 1 edges (a program's nodes all connect), the runtimes, and the config
+// features (a layout program's [C, K, 18] over its K configurable nodes; a tile kernel's [C, 24]).
+double graph_bytes_at_least(bool layout, double nodes, double configs, double share) {
+  const double configurable = std::floor(share * nodes);
+  const double base = nodes * (kNodeFeatures * 4.0 + 1) + (nodes - 1) * 16 + configs * 8;
+  return base + (layout ? configs * configurable * kLayoutConfigFeatures * 4.0 + configurable * 8
+                        : configs * (kTileConfigFeatures * 4.0 + 8));
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / double(int64_t(1) << 30));
+  return buf;
+}
+
+// Free bytes where DIR will be written (its nearest existing ancestor), or -1 where that cannot be told.
+double free_bytes_at(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::absolute(dir);
+  std::error_code ec;
+  while (!p.empty() && !std::filesystem::exists(p, ec)) p = p.parent_path();
+  struct statvfs st;
+  if (p.empty() || ::statvfs(p.c_str(), &st) != 0) return -1;
+  return double(st.f_bavail) * double(st.f_frsize);
+}
+
+// Refuses, before anything is generated, a dataset whose largest graph cannot be held in memory, or whose
+// files cannot fit on the disk at --out. Stored files (--stored) take the arrays' bytes; deflated ones are
+// taken at 1/32 of them, a bound the generated files stay well inside (they deflate 13-19x: tile kernels of
+// 300 and 100,000 nodes, layout programs of 3,000).
+void check_size(const Args& a, const synth::DatasetOptions& o) {
+  const bool layout = o.collection == "layout";
+  const double n0 = double(o.nodes ? o.nodes : synth::default_nodes(layout));
+  const double c0 = double(o.configs ? o.configs : synth::default_configs(layout));
+  const double n1 = std::max(n0, double(o.nodes_max)), c1 = std::max(c0, double(o.configs_max));
+  const double one = graph_bytes_at_least(layout, n1, c1, o.configurable_share);
+  const double memory = double(usable_memory_bytes());
+  const std::string sizes =
+      std::string(o.nodes_max > o.nodes ? "--nodes-max" : "--nodes") + " " + std::to_string(int64_t(n1)) + " and " +
+      (o.configs_max > o.configs ? "--configs-max" : "--configs") + " " + std::to_string(int64_t(c1));
+  if (memory > 0 && one > memory)
+    throw UsageError("gnn synth: one graph of " + sizes + " takes at least " + gib(one) +
+                     " in memory, more than this machine's " + gib(memory) + "; give smaller sizes");
+  const double stored =
+      double(o.graphs) * double(o.splits.size()) * graph_bytes_at_least(layout, n0, c0, o.configurable_share);
+  const double total = o.compress ? stored / 32 : stored, free = free_bytes_at(a.str("out"));
+  if (free >= 0 && total > free)
+    throw UsageError("gnn synth: --graphs " + std::to_string(o.graphs) + " in each of " +
+                     std::to_string(o.splits.size()) + " splits take at least " + gib(total) +
+                     (o.compress ? " deflated" : " stored") + ", more than the " + gib(free) + " free at --out");
+}
+
+}  // namespace
 
 Command synth_command() {
   Command c;
@@ -34,7 +97,9 @@ Command synth_command() {
   c.details =
       "Programs are HLO-like DAGs (parameters, constants, elementwise chains, fusions, broadcasts, reduces,\n"
       "transposes, reshapes, dots, convolutions) with the 140 node features filled by meaning. Runtimes\n"
-      "come from the analytic cost model of docs/synthetic.md with about 1% log-normal noise.";
+      "come from the analytic cost model of docs/synthetic.md with about 1% log-normal noise. Sizes that\n"
+      "cannot fit are refused before anything is generated: one graph larger than memory, or files larger\n"
+      "than the free space at --out.";
   c.run = [](const Args& a) {
     synth::DatasetOptions o;
     o.collection = a.str("collection");
@@ -59,10 +124,14 @@ Command synth_command() {
     o.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
     o.splits = a.list("split");
     if (o.splits.empty()) throw UsageError("gnn synth: --split lists no split (train, valid, test)");
-    for (const std::string& s : o.splits)
+    std::set<std::string> seen;
+    for (const std::string& s : o.splits) {
       if (s != "train" && s != "valid" && s != "test")
         throw UsageError("gnn synth: --split takes train, valid, test; got '" + s + "'");
+      if (!seen.insert(s).second) throw UsageError("gnn synth: --split names '" + s + "' twice");
+    }
     o.compress = !a.on("stored");
+    check_size(a, o);
     const auto t0 = std::chrono::steady_clock::now();
     const auto paths = synth::write_dataset(a.str("out"), o);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

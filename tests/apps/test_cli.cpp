@@ -188,6 +188,22 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
     CHECK(r.exit_code == 2);
     CHECK(lines(r.err) == 1);
   }
+  // Refused before anything is generated or written (each flag in its range): a split named twice, one
+  // graph larger than memory, more files than the disk holds, deflated or stored.
+  const std::string out = tmp.file("refused");
+  const std::pair<const char*, const char*> refused[] = {
+      {"--collection tile --graphs 1 --split train,valid,train", "--split names 'train' twice"},
+      {"--collection layout --graphs 1 --nodes 10000000 --configs 1000000", "in memory, more than this machine's"},
+      {"--collection tile --graphs 1000000 --nodes 1000000 --configs 1000000", "GiB deflated, more than the"},
+      {"--collection tile --graphs 1000000 --nodes 100000 --configs 1000 --stored", "GiB stored, more than the"}};
+  for (const auto& [flags, says] : refused) {
+    CAPTURE(flags);
+    r = run_gnn("synth --out " + out + " " + flags);
+    CHECK(r.exit_code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find(says) != std::string::npos);
+    CHECK(!std::filesystem::exists(out));
+  }
   // The demo at a tiny size: every model trains with two seeds, and the table (mean and spread, the
   // random ranking's score), the reading, the report of every run's curves and the JSON line come out.
   r = run_gnn("demo --tile-graphs 3 --layout-graphs 2 --tile-epochs 2 --layout-epochs 1 --seeds 2 --out " +
