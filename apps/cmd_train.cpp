@@ -79,6 +79,7 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
   } catch (const Error& e) {
     throw UsageError(e.message());
   }
+  if (a.has("tta")) a.integer("tta", 1, 1000);  // likewise (tta_of reads it again once a model is there)
   std::vector<RunOnSplit> runs;
   for (const std::string& dir : run_dirs(a)) {
     RunOnSplit r;

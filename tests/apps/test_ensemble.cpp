@@ -188,6 +188,7 @@ TEST_CASE("ensemble: what cannot be combined is refused before anything is score
       {"eval --run " + layout + " --run " + tile + on, "cannot join an ensemble of layout models"},
       {"eval --run " + layout + " --run " + layout + on + " --ensemble median", "expected mean-z, mean-rank or mean"},
       {"eval" + on, "missing --run"},
+      {"eval --run " + t.file("absent") + on + " --tta 0", "--tta"},  // (checked before the run is looked for)
       {"eval --runs " + t.file("empty.txt") + on, "lists no run"},
       {"eval --runs " + t.file("absent.txt") + on, "cannot be read"},
       {"predict --run " + layout + " --run " + layout + on + " --out " + t.file("s.csv") + " --runtimes " +
