@@ -203,9 +203,17 @@ std::vector<OpCase> all_op_cases() {
        [](const Vars& x, const Graph&, const OpInputs&) {
          return ag::concat_rows({x[0], x[1]});
        }},
-      {"slice-cols", [](const OpSize& s) { return rows_of(s, 1); },
+      {"slice-cols",
+       [](const OpSize& s) {
+         GNN_CHECK(s.features >= 2, "op:slice-cols drops the first and last column: it needs --features 2 or more");
+         return rows_of(s, 1);
+       },
        [](const Vars& x, const Graph&, const OpInputs&) { return ag::slice_cols(x[0], 1, x[0].size(1) - 1); }},
-      {"slice-rows", [](const OpSize& s) { return rows_of(s, 1); },
+      {"slice-rows",
+       [](const OpSize& s) {
+         GNN_CHECK(rows(s) >= 5, "op:slice-rows drops 2 rows before and 3 after: it needs --nodes x --configs >= 5");
+         return rows_of(s, 1);
+       },
        [](const Vars& x, const Graph&, const OpInputs&) { return ag::slice_rows(x[0], 2, x[0].size(0) - 3); }},
       {"gather-rows",  // every third row, reversed, some twice
        [](const OpSize& s) {

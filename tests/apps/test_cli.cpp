@@ -316,6 +316,13 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
   r = run_gnn("bench kernel graph-attention --features 18");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("splits --features into 4 heads, got 18") != std::string::npos);
+  // op cases whose shapes need more than one row or column name the flag (exit 1: each flag is in range)
+  r = run_gnn("bench kernel op:slice-cols --nodes 4 --features 1");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("needs --features 2 or more") != std::string::npos);
+  r = run_gnn("bench kernel op:slice-rows --nodes 1 --configs 4 --features 4");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("needs --nodes x --configs >= 5") != std::string::npos);
   r = run_gnn("bench kernel graph-attention --nodes 300 --graph-nodes 40 --features 16 --json");
   REQUIRE(r.exit_code == 0);  // graphs of 40 nodes, the last of 20: 4 F (7 * 40^2 + 20^2) flops
   const Json att = Json::parse(last_line(r.out));
