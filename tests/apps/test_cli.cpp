@@ -4,6 +4,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench/registry.h"
@@ -289,40 +290,26 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
   r = run_gnn("bench kernel gemm --cold 1048576");  // 1 TiB: refused before anything is allocated
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--cold 1048576 MiB is more than half of the") != std::string::npos);
-  r = run_gnn("bench kernel gemm --device gpu");
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find("--device must be cpu or cuda") != std::string::npos);
-  r = run_gnn("bench kernel spmm-mean --spmm cusparse");  // cuSPARSE is a GPU backend
-  CHECK(r.exit_code == 2);
-  r = run_gnn("bench kernel spmm-max --spmm cusparse --device cuda");
-  CHECK(r.exit_code == 2);
-  r = run_gnn("bench kernel segment-softmax --device cuda");
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find("runs on the CPU only") != std::string::npos);
-  r = run_gnn("bench kernel spmm-mean --cuda-graph");
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find("--cuda-graph captures gemm, spmm-*") != std::string::npos);
-  r = run_gnn("bench kernel gat-layer --device cuda --configs 4");
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find("on --device cuda does not take --configs") != std::string::npos);
-  if (!cuda_available()) {
-    r = run_gnn("bench kernel gemm --device cuda");
-    CHECK(r.exit_code == 2);
-    CHECK(r.err.find("--device cuda is not usable here") != std::string::npos);
+  // Refused, each with its exit code and what the message says ("": the code alone). Usage errors exit 2; the
+  // op cases whose shapes need more than one row or column exit 1 (each flag is in its range) naming the flag.
+  std::vector<std::tuple<std::string, int, std::string>> refused = {
+      {"gemm --device gpu", 2, "--device must be cpu or cuda"},
+      {"spmm-mean --spmm cusparse", 2, ""},  // cuSPARSE is a GPU backend
+      {"spmm-max --spmm cusparse --device cuda", 2, ""},
+      {"segment-softmax --device cuda", 2, "runs on the CPU only"},
+      {"spmm-mean --cuda-graph", 2, "--cuda-graph captures gemm, spmm-*"},
+      {"gat-layer --device cuda --configs 4", 2, "on --device cuda does not take --configs"},
+      {"sage-layer-fused --configs 16", 2, "does not take --configs"},
+      {"graph-attention --features 18", 2, "splits --features into 4 heads, got 18"},
+      {"op:slice-cols --nodes 4 --features 1", 1, "needs --features 2 or more"},
+      {"op:slice-rows --nodes 1 --configs 4 --features 4", 1, "needs --nodes x --configs >= 5"}};
+  if (!cuda_available()) refused.emplace_back("gemm --device cuda", 2, "--device cuda is not usable here");
+  for (const auto& [args, code, says] : refused) {
+    CAPTURE(args);
+    r = run_gnn("bench kernel " + args);
+    CHECK(r.exit_code == code);
+    CHECK(r.err.find(says) != std::string::npos);
   }
-  r = run_gnn("bench kernel sage-layer-fused --configs 16");
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find("does not take --configs") != std::string::npos);
-  r = run_gnn("bench kernel graph-attention --features 18");
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find("splits --features into 4 heads, got 18") != std::string::npos);
-  // op cases whose shapes need more than one row or column name the flag (exit 1: each flag is in range)
-  r = run_gnn("bench kernel op:slice-cols --nodes 4 --features 1");
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("needs --features 2 or more") != std::string::npos);
-  r = run_gnn("bench kernel op:slice-rows --nodes 1 --configs 4 --features 4");
-  CHECK(r.exit_code == 1);
-  CHECK(r.err.find("needs --nodes x --configs >= 5") != std::string::npos);
   r = run_gnn("bench kernel graph-attention --nodes 300 --graph-nodes 40 --features 16 --json");
   REQUIRE(r.exit_code == 0);  // graphs of 40 nodes, the last of 20: 4 F (7 * 40^2 + 20^2) flops
   const Json att = Json::parse(last_line(r.out));
