@@ -19,6 +19,7 @@ NotImplementedError rather than computing something else.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Optional
 
 import torch
@@ -48,7 +49,9 @@ class _GraphCache:
     tensor object comes back unchanged (torch's in-place version counter) with the same node count.
     The tensor is held, so its memory cannot be reused by another edge_index meanwhile. Copies and
     pickles of a layer (deepcopy, torch.save) leave the cache behind: it is rebuilt on first use.
-    Inference tensors have no version counter: their graph is built every call and not kept."""
+    Inference tensors have no version counter: their graph is built every call and not kept. What is
+    kept is built outside inference mode even when the call is inside it (an evaluation under
+    torch.inference_mode() before a training step must not leave inference tensors for autograd)."""
 
     def __init__(self):
         self.clear()
@@ -56,14 +59,15 @@ class _GraphCache:
     def clear(self):
         self.ref = self.version = self.num_nodes = self.value = None
 
-    def get(self, edge_index: Tensor, num_nodes: int, build):
+    def get(self, edge_index: Tensor, num_nodes: int, build, who: str, also: str = ""):
         if not isinstance(edge_index, Tensor):
-            raise TypeError(f"edge_index must be a torch.Tensor or gnn.Graph, got {type(edge_index).__name__}")
+            raise TypeError(f"{who}: edge_index must be a torch.Tensor{also}, got {type(edge_index).__name__}")
         if edge_index.is_inference():
             return build()
         if not (self.ref is edge_index and self.version == edge_index._version and self.num_nodes == num_nodes):
             self.clear()
-            self.value = build()
+            with torch.inference_mode(False):
+                self.value = build()
             self.ref, self.version, self.num_nodes = edge_index, edge_index._version, num_nodes
         return self.value
 
@@ -109,7 +113,8 @@ def _on(cache: dict, key: str, t: Tensor, device) -> Tensor:
         return t
     k = (key, str(device))
     if k not in cache:
-        cache[k] = t.to(device)
+        with torch.inference_mode(False):  # kept for later calls, which may train
+            cache[k] = t.to(device)
     return cache[k]
 
 
@@ -340,7 +345,7 @@ class SAGEConv(nn.Module):
     def forward(self, x: Tensor, edge_index) -> Tensor:
         _check_in(x, self.in_channels, "SAGEConv")
         graph = edge_index if isinstance(edge_index, Graph) else self._cache.get(
-            edge_index, x.shape[0], lambda: graph_of(edge_index, x.shape[0]))
+            edge_index, x.shape[0], lambda: graph_of(edge_index, x.shape[0]), "SAGEConv", " or gnn.Graph")
         if self.aggr == "mean" and self.root_weight:
             weight = torch.cat([self.lin_l.weight.t(), self.lin_r.weight.t()], 0)
             out = sage(graph, x, weight, self.lin_l.bias)
@@ -435,7 +440,8 @@ class GCNConv(nn.Module):
         _check_in(x, self.in_channels, "GCNConv")
         if isinstance(edge_index, Graph):
             raise TypeError("GCNConv: pass edge_index (the layer adds self-loops and normalises)")
-        graph, rows, memo, w = self._cache.get(edge_index, x.shape[0], lambda: self._graph(edge_index, x.shape[0]))
+        N = x.shape[0]
+        graph, rows, memo, w = self._cache.get(edge_index, N, lambda: self._graph(edge_index, N), "GCNConv")
         w = _on(memo, "w", w, x.device)
         if edge_weight is not None:
             _check_x(edge_weight, "edge_weight")
@@ -477,7 +483,7 @@ class GINConv(nn.Module):
     def forward(self, x: Tensor, edge_index) -> Tensor:
         _check_x(x)
         graph = edge_index if isinstance(edge_index, Graph) else self._cache.get(
-            edge_index, x.shape[0], lambda: graph_of(edge_index, x.shape[0]))
+            edge_index, x.shape[0], lambda: graph_of(edge_index, x.shape[0]), "GINConv", " or gnn.Graph")
         return self.nn(spmm(graph, x, "sum") + (1 + self.eps) * x)
 
     def __repr__(self) -> str:
@@ -500,8 +506,12 @@ class GATConv(nn.Module):
             raise NotImplementedError("GATConv: bipartite (tuple) in_channels are not supported")
         if edge_dim is not None:
             raise NotImplementedError("GATConv: edge features (edge_dim) are not supported")
-        if not isinstance(heads, int) or heads < 1:
-            raise ValueError(f"GATConv: heads must be an integer >= 1, got {heads!r}")
+        try:
+            heads = operator.index(heads)  # an int, or a NumPy / torch integer
+        except TypeError:
+            raise TypeError(f"GATConv: heads must be an integer, got {type(heads).__name__}") from None
+        if heads < 1:
+            raise ValueError(f"GATConv: heads must be >= 1, got {heads}")
         self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
         self.negative_slope, self.dropout, self.add_self_loops = negative_slope, dropout, add_self_loops
         self.lin = nn.Module()
@@ -532,7 +542,7 @@ class GATConv(nn.Module):
         N, H, C = x.shape[0], self.heads, self.out_channels
         if isinstance(edge_index, Graph):
             raise TypeError("GATConv: pass edge_index (the layer replaces self-loops by one per node)")
-        graph = self._cache.get(edge_index, N, lambda: self._prepare(edge_index, N))
+        graph = self._cache.get(edge_index, N, lambda: self._prepare(edge_index, N), "GATConv")
         xw = x @ self.lin.weight.t()  # [N, H*C]
         xh = xw.view(N, H, C)
         a_src = (xh * self.att_src).sum(-1)

@@ -222,17 +222,32 @@ def test_graph_cache_follows_the_edge_index_object():
 
 def test_layers_under_inference_mode():
     """An edge_index made under torch.inference_mode() has no version counter: the graph is built each
-    call, and the output is the one outside inference mode."""
+    call, and the output is the one outside inference mode. An ordinary edge_index evaluated under
+    inference mode first leaves nothing in the cache that a training step cannot save for backward."""
     x, ei = inputs()
-    for m in (gt.SAGEConv(F, O), gt.GCNConv(F, O), gt.GATConv(F, O, heads=2), gt.GINConv(gin_mlp())):
-        want = m(x, ei).detach()
+    ew = torch.rand(ei.shape[1]) + 0.5
+    for make_layer, weighted in ((lambda: gt.SAGEConv(F, O), False), (lambda: gt.GCNConv(F, O), False),
+                                 (lambda: gt.GCNConv(F, O), True), (lambda: gt.GATConv(F, O, heads=2), False),
+                                 (lambda: gt.GINConv(gin_mlp()), False)):
+        torch.manual_seed(5)
+        m = make_layer()
+        twin = copy.deepcopy(m)
+        call = (lambda layer, e: layer(x, e, ew)) if weighted else (lambda layer, e: layer(x, e))
+        want = call(twin, ei).detach()
         with torch.inference_mode():
             inf_ei = ei.clone()
             assert inf_ei.is_inference()
-            torch.testing.assert_close(m(x, inf_ei), want, rtol=0, atol=0)
+            torch.testing.assert_close(call(m, inf_ei), want, rtol=0, atol=0)
             inf_ei[1, 0] = (inf_ei[1, 0] + 1) % N  # edited in place: seen, as nothing is kept
-            torch.testing.assert_close(m(x, inf_ei), m(x, inf_ei.clone()), rtol=0, atol=0)
-        torch.testing.assert_close(m(x, ei).detach(), want, rtol=0, atol=0)
+            torch.testing.assert_close(call(m, inf_ei), call(m, inf_ei.clone()), rtol=0, atol=0)
+            torch.testing.assert_close(call(m, ei), want, rtol=0, atol=0)  # the ordinary one: kept
+        # then a training step on the ordinary edge_index, through what the inference call kept
+        y = call(m, ei)
+        grads = torch.autograd.grad(y.square().sum(), list(m.parameters()))
+        want_grads = torch.autograd.grad(call(twin, ei).square().sum(), list(twin.parameters()))
+        torch.testing.assert_close(y.detach(), want, rtol=0, atol=0)
+        for a, b in zip(grads, want_grads):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
 def test_copies_and_pickles_of_a_used_layer():
@@ -301,8 +316,11 @@ def test_layers_refuse_what_they_do_not_compute():
         gt.GATConv(F, O)(x, gt.graph_of(ei, N))
     with pytest.raises(ValueError, match="edge_weight must have shape"):
         gt.GCNConv(F, O)(x, ei, torch.ones(3))
-    with pytest.raises(ValueError, match="heads must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="heads must be >= 1, got 0"):
         gt.GATConv(F, O, heads=0)
+    with pytest.raises(TypeError, match="heads must be an integer, got float"):
+        gt.GATConv(F, O, heads=2.0)
+    assert gt.GATConv(F, O, heads=np.int64(2))(x, ei).shape == (N, 2 * O)  # NumPy integers, as PyG takes them
 
 
 @pytest.mark.parametrize("name", ["SAGEConv", "GCNConv", "GATConv", "GINConv"])
