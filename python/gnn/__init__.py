@@ -48,6 +48,10 @@ def _path(path) -> str:
         raise TypeError(f"path must be a str, bytes or os.PathLike, got {type(path).__name__}") from None
     if "\0" in path:
         raise ValueError(f"path contains a NUL byte: {path!r}")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that fsdecode kept as surrogates: the reader takes UTF-8 paths
+        raise ValueError(f"path is not valid UTF-8: {path!r}") from None
     return path
 
 

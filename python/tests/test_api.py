@@ -89,6 +89,7 @@ def read_only(a):
     (lambda g, x: gnn.load_npz("/nonexistent/file.npz"), gnn.Error, "/nonexistent/file.npz"),
     (lambda g, x: gnn.load_npz("/nonexistent/file.npz\0.npz"), ValueError, "path contains a NUL byte"),
     (lambda g, x: gnn.load_npz(3), TypeError, "path must be a str, bytes or os.PathLike, got int"),
+    (lambda g, x: gnn.load_npz(b"/nonexistent/\xff.npz"), ValueError, "path is not valid UTF-8"),
     (lambda g, x: gnn.load_tpugraph(None), TypeError, "path must be a str, bytes or os.PathLike"),
 ])
 def test_bad_arguments_raise_one_clear_error(call, kind, match):
