@@ -16,19 +16,21 @@
 namespace gnn::cli {
 namespace {
 
-// The fewest bytes one generated graph's arrays take (what the writer stores, before deflate): node
-// features, opcodes, at least N - 1 edges (a program's nodes all connect), the runtimes, and the config
-// features (a layout program's [C, K, 18] over its K configurable nodes; a tile kernel's [C, 24]).
+// Fewer bytes than one generated graph's arrays take (what the writer stores, before deflate): node
+// features, opcodes, N / 2 edges, the runtimes, and the config features (a layout program's [C, K, 18] over
+// its K configurable nodes, taken as half the share asked for, none where that share is under 100 nodes; a
+// tile kernel's [C, 24]). Generated layout programs of 100 to 20,000 nodes at shares 0.02 and 0.4 hold
+// 0.90-1.34 edges a node and 0.80-1.11 of the share asked where it is 40 nodes or more (at 2 nodes, none).
 double graph_bytes_at_least(bool layout, double nodes, double configs, double share) {
-  const double configurable = std::floor(share * nodes);
-  const double base = nodes * (kNodeFeatures * 4.0 + 1) + (nodes - 1) * 16 + configs * 8;
+  const double configurable = share * nodes >= 100 ? std::floor(0.5 * share * nodes) : 0;
+  const double base = nodes * (kNodeFeatures * 4.0 + 1) + nodes / 2 * 16 + configs * 8;
   return base + (layout ? configs * configurable * kLayoutConfigFeatures * 4.0 + configurable * 8
                         : configs * (kTileConfigFeatures * 4.0 + 8));
 }
 
 std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / double(int64_t(1) << 30));
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(int64_t(1) << 30));
   return buf;
 }
 
@@ -45,7 +47,8 @@ double free_bytes_at(const std::string& dir) {
 // Refuses, before anything is generated, a dataset whose largest graph cannot be held in memory, or whose
 // files cannot fit on the disk at --out. Stored files (--stored) take the arrays' bytes; deflated ones are
 // taken at 1/32 of them, a bound the generated files stay well inside (they deflate 13-19x: tile kernels of
-// 300 and 100,000 nodes, layout programs of 3,000).
+// 300 and 100,000 nodes, layout programs of 3,000). A tile kernel is generated with --configs tiles in
+// memory but keeps only its distinct ones (often 2 to 200), so on disk it counts --min-configs, or 1.
 void check_size(const Args& a, const synth::DatasetOptions& o) {
   const bool layout = o.collection == "layout";
   const double n0 = double(o.nodes ? o.nodes : synth::default_nodes(layout));
@@ -57,10 +60,11 @@ void check_size(const Args& a, const synth::DatasetOptions& o) {
       std::string(o.nodes_max > o.nodes ? "--nodes-max" : "--nodes") + " " + std::to_string(int64_t(n1)) + " and " +
       (o.configs_max > o.configs ? "--configs-max" : "--configs") + " " + std::to_string(int64_t(c1));
   if (memory > 0 && one > memory)
-    throw UsageError("gnn synth: one graph of " + sizes + " takes at least " + gib(one) +
-                     " in memory, more than this machine's " + gib(memory) + "; give smaller sizes");
+    throw UsageError("gnn synth: one graph of " + sizes + " takes at least " + gib(one) + " in memory, more than the " +
+                     gib(memory) + " this process may use; give smaller sizes");
+  const double kept = layout ? c0 : double(std::max<int64_t>(1, o.min_configs));
   const double stored =
-      double(o.graphs) * double(o.splits.size()) * graph_bytes_at_least(layout, n0, c0, o.configurable_share);
+      double(o.graphs) * double(o.splits.size()) * graph_bytes_at_least(layout, n0, kept, o.configurable_share);
   const double total = o.compress ? stored / 32 : stored, free = free_bytes_at(a.str("out"));
   if (free >= 0 && total > free)
     throw UsageError("gnn synth: --graphs " + std::to_string(o.graphs) + " in each of " +

@@ -194,7 +194,7 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
   const std::string out = tmp.file("refused");
   const std::pair<const char*, const char*> refused[] = {
       {"--collection tile --graphs 1 --split train,valid,train", "--split names 'train' twice"},
-      {"--collection layout --graphs 1 --nodes 10000000 --configs 1000000", "in memory, more than this machine's"},
+      {"--collection layout --graphs 1 --nodes 10000000 --configs 1000000", "in memory, more than the"},
       {"--collection tile --graphs 1000000 --nodes 1000000 --configs 1000000", "GiB deflated, more than the"},
       {"--collection tile --graphs 1000000 --nodes 100000 --configs 1000 --stored", "GiB stored, more than the"}};
   for (const auto& [flags, says] : refused) {
