@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -119,8 +120,9 @@ class CacheFlush {
 
 int bench_kernel(const Args& a, const std::string& name) {
   KernelShape s;
-  s.nodes = a.integer("nodes", 1, int64_t(1) << 31);
-  s.edges = a.integer("edges", 0, int64_t(1) << 31);
+  constexpr int64_t kMaxIndex = int64_t(std::numeric_limits<int32_t>::max()) - 1;  // a Graph's int32 indices
+  s.nodes = a.integer("nodes", 1, kMaxIndex);
+  s.edges = a.integer("edges", 0, kMaxIndex);
   s.features = a.integer("features", 1, 1 << 20);
   s.configs = a.integer("configs", 1, 1 << 16);
   s.graph_nodes = a.integer("graph-nodes", 1, int64_t(1) << 31);

@@ -301,6 +301,7 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
       {"gat-layer --device cuda --configs 4", 2, "on --device cuda does not take --configs"},
       {"sage-layer-fused --configs 16", 2, "does not take --configs"},
       {"graph-attention --features 18", 2, "splits --features into 4 heads, got 18"},
+      {"spmm-sum --nodes 2147483647", 2, "--nodes must be in [1, 2147483646]"},  // a Graph's int32 indices
       {"op:slice-cols --nodes 4 --features 1", 1, "needs --features 2 or more"},
       {"op:slice-rows --nodes 1 --configs 4 --features 4", 1, "needs --nodes x --configs >= 5"}};
   if (!cuda_available()) refused.emplace_back("gemm --device cuda", 2, "--device cuda is not usable here");
