@@ -66,7 +66,7 @@ class _GraphCache:
             return build()
         if not (self.ref is edge_index and self.version == edge_index._version and self.num_nodes == num_nodes):
             self.clear()
-            with torch.inference_mode(False):
+            with torch.inference_mode(False), torch.no_grad():  # (a tensor, not a graph of ops)
                 self.value = build()
             self.ref, self.version, self.num_nodes = edge_index, edge_index._version, num_nodes
         return self.value
@@ -113,7 +113,7 @@ def _on(cache: dict, key: str, t: Tensor, device) -> Tensor:
         return t
     k = (key, str(device))
     if k not in cache:
-        with torch.inference_mode(False):  # kept for later calls, which may train
+        with torch.inference_mode(False), torch.no_grad():  # kept for later calls, which may train
             cache[k] = t.to(device)
     return cache[k]
 
