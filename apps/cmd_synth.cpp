@@ -17,20 +17,24 @@ namespace gnn::cli {
 namespace {
 
 // Fewer bytes than one generated graph's arrays take (what the writer stores, before deflate): node
-// features, opcodes, N / 2 edges, the runtimes, and the config features (a layout program's [C, K, 18] over
+// features, opcodes, N / 4 edges, the runtimes, and the config features (a layout program's [C, K, 18] over
 // its K configurable nodes, taken as half the share asked for, none where that share is under 100 nodes; a
 // tile kernel's [C, 24]). Generated layout programs of 100 to 20,000 nodes at shares 0.02 and 0.4 hold
-// 0.90-1.34 edges a node and 0.80-1.11 of the share asked where it is 40 nodes or more (at 2 nodes, none).
+// 0.90-1.34 edges a node and 0.80-1.11 of the share asked where it is 40 nodes or more (at 2 nodes, none);
+// a tile kernel of 4 nodes holds 1 edge.
 double graph_bytes_at_least(bool layout, double nodes, double configs, double share) {
   const double configurable = share * nodes >= 100 ? std::floor(0.5 * share * nodes) : 0;
-  const double base = nodes * (kNodeFeatures * 4.0 + 1) + nodes / 2 * 16 + configs * 8;
+  const double base = nodes * (kNodeFeatures * 4.0 + 1) + nodes / 4 * 16 + configs * 8;
   return base + (layout ? configs * configurable * kLayoutConfigFeatures * 4.0 + configurable * 8
                         : configs * (kTileConfigFeatures * 4.0 + 8));
 }
 
+// A size in GiB, or MiB under 1 GiB (a nearly full disk must not read "0.0 GiB free").
 std::string gib(double bytes) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(int64_t(1) << 30));
+  const double in_gib = bytes / double(int64_t(1) << 30);
+  if (in_gib >= 1) std::snprintf(buf, sizeof buf, "%.1f GiB", in_gib);
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / double(1 << 20));
   return buf;
 }
 
