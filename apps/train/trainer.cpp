@@ -684,11 +684,14 @@ void Run::check_cuda_graphs(const std::string& recipe) const {
 class Laps {
  public:
   explicit Laps(StepProfile* p) : profile_(p), t_(Clock::now()) {}
+  // One clock read ends this phase and starts the next, so the phases tile the step: the bookkeeping of
+  // phase() falls in the next one, as does every op timed across the boundary (autograd/var.h).
   void operator()(const char* phase) {
     if (!profile_) return;
     profile_->wait();
-    profile_->phase(phase, since(t_));
-    t_ = Clock::now();
+    const Clock::time_point now = Clock::now();
+    profile_->phase(phase, std::chrono::duration<double>(now - t_).count());
+    t_ = now;
   }
 
  private:
