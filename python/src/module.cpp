@@ -44,10 +44,110 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace gnn::py {
+
+[[noreturn]] void refuse_unreadable(nb::handle a, const char* name);
+
+// An array argument. nanobind's own conversion refuses, before any check here runs, an array that
+// neither DLPack nor the buffer protocol can describe (NumPy's big-endian and object arrays, torch's meta
+// tensors), and the caller would read "incompatible function arguments", naming nothing. Such an
+// argument is taken instead (the caster below, on nanobind's last pass only, so overloads still choose
+// as before) and refused by name at the first check that reads it; its accessors refuse it too, unnamed,
+// should a path ever read it before a check.
+template <class Base>
+struct Arg : Base {
+  nb::object refused;  // the Python object, when it could not be read as an array
+
+  void readable(const char* name) const {
+    if (refused) refuse_unreadable(refused, name);
+  }
+  size_t ndim() const { return readable(nullptr), Base::ndim(); }
+  int64_t shape(size_t i) const { return readable(nullptr), Base::shape(i); }
+  int64_t stride(size_t i) const { return readable(nullptr), Base::stride(i); }
+  nb::dlpack::dtype dtype() const { return readable(nullptr), Base::dtype(); }
+  int32_t device_type() const { return readable(nullptr), Base::device_type(); }
+  int32_t device_id() const { return readable(nullptr), Base::device_id(); }
+  size_t nbytes() const { return readable(nullptr), Base::nbytes(); }
+  decltype(auto) data() const { return readable(nullptr), Base::data(); }
+};
+
+// Whether an object that nanobind could not read is still meant as an array (and not, say, a Graph
+// passed where an overload takes one): it speaks one of the array protocols or has a dtype.
+inline bool array_like(nb::handle a) noexcept {
+  for (const char* attr : {"__dlpack__", "__array_interface__", "__array__", "__cuda_array_interface__", "dtype"})
+    if (PyObject_HasAttrString(a.ptr(), attr)) return true;
+  return false;
+}
+
+}  // namespace gnn::py
+
+namespace nanobind::detail {
+template <class Base>
+struct type_caster<gnn::py::Arg<Base>> {
+  using Inner = make_caster<Base>;
+  NB_TYPE_CASTER(gnn::py::Arg<Base>, Inner::Name)
+
+  bool from_python(handle src, uint32_t flags, cleanup_list* cleanup) noexcept {
+    Inner inner;
+    if (inner.from_python(src, flags, cleanup)) {
+      static_cast<Base&>(value) = std::move(inner.value);
+      value.refused = object();
+      return true;
+    }
+    if (!(flags & uint32_t(cast_flags::convert)) || src.is_none() || !gnn::py::array_like(src)) return false;
+    value.refused = borrow(src);
+    return true;
+  }
+};
+}  // namespace nanobind::detail
+
+namespace gnn::py {
+
+// Names what kept an array argument from being read: its byte order, an object dtype, a device DLPack
+// has no code for, or else what its own __dlpack__ said.
+[[noreturn]] void refuse_unreadable(nb::handle a, const char* name) {
+  // str(h) (nb::str from an object, not a handle, would require h to be a str already)
+  auto text = [](nb::handle h) { return nb::cast<std::string>(nb::str(h)); };
+  const std::string who = name ? name : "an array argument";
+  std::string type = "?", dtype, detail;
+  try {
+    type = text(nb::object(a.type().attr("__name__")));
+    if (nb::hasattr(a, "dtype")) {
+      nb::object dt = a.attr("dtype");
+      dtype = text(dt);
+      if (nb::hasattr(dt, "isnative") && !nb::cast<bool>(dt.attr("isnative")))
+        throw nb::type_error((who + " is a " + type + " of dtype " + dtype +
+                              ", not in this machine's byte order; pass a native-order copy "
+                              "(a.astype(a.dtype.newbyteorder('=')))")
+                                 .c_str());
+      if (nb::hasattr(dt, "hasobject") && nb::cast<bool>(dt.attr("hasobject")))
+        throw nb::type_error((who + " is a " + type + " of dtype " + dtype +
+                              "; gnn reads numeric arrays (float32, int32, int64)")
+                                 .c_str());
+    }
+    if (nb::hasattr(a, "device")) {
+      const std::string device = text(nb::object(a.attr("device")));
+      if (device != "cpu" && device.rfind("cuda", 0) != 0)
+        throw nb::type_error(
+            (who + " is on " + device + "; gnn's kernels run on host memory and on CUDA devices").c_str());
+    }
+    if (nb::hasattr(a, "__dlpack__")) {
+      try {
+        a.attr("__dlpack__")();
+      } catch (const nb::python_error& e) {
+        detail = std::string(": its __dlpack__ says ") + e.what();
+      }
+    }
+  } catch (const nb::python_error&) {  // an attribute that raised: say what is known
+  }
+  throw nb::type_error((who + " (a " + type + (dtype.empty() ? "" : " of dtype " + dtype) +
+                        ") cannot be read as an array through DLPack or the buffer protocol" + detail)
+                           .c_str());
+}
+
 namespace {
 
-using In = nb::ndarray<nb::ro>;  // any framework, any dtype: checked below, by name
-using Out = nb::ndarray<>;
+using In = Arg<nb::ndarray<nb::ro>>;  // any framework, any dtype: checked below, by name
+using Out = Arg<nb::ndarray<>>;
 using OptIn = std::optional<In>;
 using OptOut = std::optional<Out>;
 
@@ -93,6 +193,7 @@ std::string place_str(int32_t type, int32_t id) {
 
 template <class A>
 void check_place(const A& a, const char* name, Place& at) {
+  a.readable(name);
   const int32_t type = a.device_type(), id = a.device_id();
   if (type != int32_t(nb::device::cpu::value) && type != int32_t(nb::device::cuda::value))
     throw nb::type_error(
@@ -114,6 +215,7 @@ void check_place(const A& a, const char* name, Place& at) {
 // An array's strides must be C order's (dimensions of size 1 aside; an empty array has nothing to read).
 template <class A>
 void check_contiguous(const A& a, const char* name) {
+  a.readable(name);
   const std::vector<int64_t> got = shape_of(a);
   if (std::find(got.begin(), got.end(), 0) != got.end()) return;
   int64_t expect = 1;
@@ -130,6 +232,7 @@ void check_contiguous(const A& a, const char* name) {
 // any size there).
 template <class T, class A>
 T* checked(Place& at, const A& a, const char* name, std::initializer_list<int64_t> shape) {
+  a.readable(name);
   if (a.dtype() != nb::dtype<std::remove_const_t<T>>())
     throw nb::type_error((std::string(name) + " must be " + dtype_str(nb::dtype<std::remove_const_t<T>>()) + ", got " +
                           dtype_str(a.dtype()))
@@ -158,6 +261,7 @@ T* checked_opt(Place& at, const std::optional<A>& a, const char* name, std::init
 // The size of dimension d of an argument whose rank is checked first.
 template <class A>
 int64_t dim_of(const A& a, const char* name, size_t ndim, size_t d) {
+  a.readable(name);
   if (a.ndim() != ndim)
     throw nb::value_error(
         (std::string(name) + " must have " + std::to_string(ndim) + " dimensions, got shape " + shape_str(shape_of(a)))
@@ -327,6 +431,7 @@ std::vector<int64_t> index_row(const In& a, size_t r) {
 }
 
 PyGraph* make_graph(const In& edge_index, std::optional<int64_t> num_nodes, std::optional<int64_t> num_src_nodes) {
+  edge_index.readable("edge_index");
   if (edge_index.dtype() != nb::dtype<int64_t>() && edge_index.dtype() != nb::dtype<int32_t>())
     throw nb::type_error(
         ("edge_index must be int64 or int32, got " + std::string(dtype_str(edge_index.dtype()))).c_str());
@@ -410,6 +515,7 @@ std::vector<float> weight_columns(const float* w, int64_t E, int64_t H) {
 
 int64_t weight_heads(const OptIn& w, int64_t E, int64_t W) {
   if (!w) return 1;
+  w->readable("edge_weight");
   const int64_t H = w->ndim() == 2 ? int64_t(w->shape(1)) : 1;
   if (w->ndim() < 1 || w->ndim() > 2 || int64_t(w->shape(0)) != E)
     throw nb::value_error(("edge_weight must have shape (E,) or (E, H) with E = " + std::to_string(E) + ", got " +
@@ -967,6 +1073,7 @@ DeviceArray device_empty(const std::vector<int64_t>& shape, const std::string& d
 
 // Host array -> a new device array (copied and waited for, so it is there for any stream).
 DeviceArray device_from_host(const In& a, int device) {
+  a.readable("array");
   if (a.device_type() != nb::device::cpu::value) throw nb::type_error("array: pass a host (NumPy) array");
   if (a.dtype() != nb::dtype<float>() && a.dtype() != nb::dtype<int32_t>() && a.dtype() != nb::dtype<int64_t>())
     throw nb::type_error(("array must be float32, int32 or int64, got " + std::string(dtype_str(a.dtype()))).c_str());
@@ -980,6 +1087,7 @@ DeviceArray device_from_host(const In& a, int device) {
 
 // Device array -> a new NumPy array, copied behind the work queued on `stream` and waited for.
 nb::object device_to_host(const In& a, uintptr_t stream) {
+  a.readable("array");
   if (a.device_type() != nb::device::cuda::value) throw nb::type_error("array is not on a CUDA device");
   std::vector<size_t> dims;
   for (size_t i = 0; i < a.ndim(); ++i) dims.push_back(a.shape(i));

@@ -91,6 +91,17 @@ def read_only(a):
     (lambda g, x: gnn.load_npz(3), TypeError, "path must be a str, bytes or os.PathLike, got int"),
     (lambda g, x: gnn.load_npz(b"/nonexistent/\xff.npz"), ValueError, "path is not valid UTF-8"),
     (lambda g, x: gnn.load_tpugraph(None), TypeError, "path must be a str, bytes or os.PathLike"),
+    # Arrays that DLPack and the buffer protocol cannot describe: refused by name, not by nanobind's
+    # "incompatible function arguments".
+    (lambda g, x: gnn.Graph(np.array([[0, 1], [1, 0]], ">i8")), TypeError, "edge_index is a ndarray of dtype >i8, "
+     "not in this machine's byte order"),
+    (lambda g, x: gnn.Graph(np.array([[0, 1], [1, 0]], object)), TypeError, "edge_index is a ndarray of dtype object"),
+    (lambda g, x: gnn.spmm(g, x.astype(">f4")), TypeError, "x is a ndarray of dtype >f4, not in this machine's"),
+    (lambda g, x: gnn.spmm(g, x, "sum", np.ones(4, ">f4")), TypeError, "edge_weight is a ndarray of dtype >f4"),
+    (lambda g, x: gnn.spmm(g, x, out=np.zeros((8, 3), ">f4")), TypeError, "out is a ndarray of dtype >f4"),
+    (lambda g, x: gnn.segment_softmax(x, np.array([0, 8], ">i4")), TypeError, "indptr is a ndarray of dtype >i4"),
+    (lambda g, x: gnn.pool(x, np.array([0, 8], object)), TypeError, "ptr is a ndarray of dtype object"),
+    (lambda g, x: gnn.layer_norm(x, np.ones(3, ">f4")), TypeError, "weight is a ndarray of dtype >f4"),
 ])
 def test_bad_arguments_raise_one_clear_error(call, kind, match):
     g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=8)
@@ -99,11 +110,65 @@ def test_bad_arguments_raise_one_clear_error(call, kind, match):
         call(g, x)
 
 
+def every_call_with_its_arrays():
+    """One valid call of each function: (function, keyword arguments)."""
+    g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=4)
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((4, 3)).astype(np.float32), np.ones(4, np.float32)
+    y, argmax = gnn.spmm(g, x, "max", return_argmax=True)
+    a = rng.standard_normal((4, 2)).astype(np.float32)
+    s = gnn.gat_scores(g, a, a)
+    indptr, ptr = g.indptr, np.array([0, 2, 4], np.int64)
+    weight, gamma = rng.standard_normal((6, 2)).astype(np.float32), np.ones(3, np.float32)
+    out, z, h = gnn.sage(g, x, weight, training=True)
+    p, pa = gnn.pool(x, ptr, "max", return_argmax=True)
+    n, mean, rstd = gnn.instance_norm(x, ptr, gamma, gamma), *gnn.instance_norm(x, ptr)[1:]
+    _, lmean, lrstd = gnn.layer_norm(x, gamma, gamma)[0], *gnn.layer_norm(x)[1:]
+    return [
+        (gnn.spmm, dict(graph=g, x=x, edge_weight=w, out=np.empty((4, 3), np.float32))),
+        (gnn.spmm_backward, dict(graph=g, grad_out=y, reduce="max", argmax=argmax)),
+        (gnn.spmm_backward, dict(graph=g, grad_out=y, edge_weight=w, x=x, need_weight_grad=True)),
+        (gnn.segment_softmax, dict(x=s, indptr=indptr, out=np.empty_like(s))),
+        (gnn.segment_softmax_backward, dict(y=s, grad_out=s, indptr=indptr)),
+        (gnn.gat_scores, dict(graph=g, a_src=a, a_dst=a, out=np.empty_like(s))),
+        (gnn.gat_scores_backward, dict(graph=g, grad_out=s, a_src=a, a_dst=a)),
+        (gnn.sage, dict(graph=g, x=x, weight=weight, bias=np.ones(2, np.float32), out=np.empty((4, 2), np.float32))),
+        (gnn.sage_backward, dict(graph=g, grad_out=out, z=z, h=h, weight=weight)),
+        (gnn.pool, dict(x=x, ptr=ptr, out=np.empty((2, 3), np.float32))),
+        (gnn.pool_backward, dict(grad_out=p, ptr=ptr, num_rows=4, reduce="max", argmax=pa)),
+        (gnn.instance_norm, dict(x=x, ptr=ptr, weight=gamma, bias=gamma, out=np.empty_like(x))),
+        (gnn.instance_norm_backward, dict(grad_out=x, x=x, ptr=ptr, mean=mean, rstd=rstd, weight=gamma)),
+        (gnn.layer_norm, dict(x=x, weight=gamma, bias=gamma, out=np.empty_like(x))),
+        (gnn.layer_norm_backward, dict(grad_out=x, x=x, mean=lmean, rstd=lrstd, weight=gamma)),
+    ]
+
+
+def test_arrays_no_protocol_can_read_are_refused_by_name():
+    # A big-endian or object array cannot cross DLPack or the buffer protocol: each argument of each
+    # function, swapped for one, raises a TypeError naming that argument (not nanobind's "incompatible
+    # function arguments", and not another argument).
+    for fn, kwargs in every_call_with_its_arrays():
+        fn(**kwargs)  # valid as given
+        for name, value in kwargs.items():
+            if not isinstance(value, np.ndarray):
+                continue
+            swapped = value.astype(value.dtype.newbyteorder(">"))
+            with pytest.raises(TypeError, match=rf"^{name} is a ndarray of dtype >[fi][48], not in this machine's"):
+                fn(**{**kwargs, name: swapped})
+            with pytest.raises(TypeError, match=rf"^{name} is a ndarray of dtype object"):
+                fn(**{**kwargs, name: value.astype(object)})
+    ei = np.array([[0, 1], [1, 0]])
+    with pytest.raises(TypeError, match=r"^edge_index is a ndarray of dtype >i8"):
+        gnn.Graph(ei.astype(">i8"))
+
+
 def test_torch_arguments_are_checked_by_name(need_torch):
     g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=8)
     x = torch.ones(8, 3)
     with pytest.raises(TypeError, match="x is on meta"):
         gnn.spmm(g, torch.zeros(8, 3, device="meta"))
+    with pytest.raises(TypeError, match="edge_index is on meta"):
+        gnn.Graph(torch.zeros(2, 3, dtype=torch.int64, device="meta"))
     with pytest.raises(TypeError, match="out requires grad"):
         gnn.spmm(g, x, out=torch.zeros(8, 3, requires_grad=True))
     with pytest.raises(ValueError, match="out overlaps an input"):
