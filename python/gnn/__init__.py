@@ -22,6 +22,8 @@ layers: ``SAGEConv``, ``GCNConv``, ``GATConv``, ``GINConv``.
 
 from __future__ import annotations
 
+import numbers as _numbers
+import operator as _operator
 import os as _os
 
 import numpy as _np
@@ -87,6 +89,29 @@ def _raw(a):
     if isinstance(a, cuda.Array):
         return a._nd
     return a
+
+
+def _text(value, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    return value
+
+
+def _real(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, _numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    return float(value)
+
+
+def _count(value, name: str) -> int:
+    """A size: an integer (int, NumPy integer, anything with __index__), >= 0."""
+    try:
+        n = _operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0, got {n}")
+    return n
 
 
 def _cuda_device(a):
@@ -214,6 +239,7 @@ def spmm(graph: Graph, x, reduce: str = "sum", edge_weight=None, return_argmax: 
     none), which spmm_backward needs for 'max'. out: an array to write into (returned as is).
     """
     _graph(graph)
+    _text(reduce, "reduce")
     _, F = _dims(x, "x", 2)
     H = _heads(edge_weight)
     out = _new(x, (graph.num_nodes, F)) if out is None else _out(out, x, edge_weight)
@@ -230,6 +256,7 @@ def spmm_backward(graph: Graph, grad_out, reduce: str = "sum", edge_weight=None,
     atomic add: the same bits on every run. Returns (grad_x or None, grad_weight or None).
     """
     _graph(graph)
+    _text(reduce, "reduce")
     _, F = _dims(grad_out, "grad_out", 2)
     grad_x = _new(grad_out, (graph.num_src_nodes, F)) if need_x_grad else None
     grad_w = _new(grad_out, tuple(edge_weight.shape)) if need_weight_grad and edge_weight is not None else None
@@ -263,6 +290,7 @@ def segment_softmax_backward(y, grad_out, indptr):
 def gat_scores(graph: Graph, a_src, a_dst, negative_slope: float = 0.2, out=None):
     """GAT's raw scores, in CSR order: s[p, h] = leaky_relu(a_src[j, h] + a_dst[i, h]) for edge p: j -> i."""
     _graph(graph)
+    negative_slope = _real(negative_slope, "negative_slope")
     _, H = _dims(a_src, "a_src", 2)
     out = _new(a_src, (graph.num_edges, H)) if out is None else _out(out, a_src, a_dst)
     _gnn.gat_scores_forward(graph, _raw(a_src), _raw(a_dst), float(negative_slope), _raw(out), _stream(a_src))
@@ -272,6 +300,7 @@ def gat_scores(graph: Graph, a_src, a_dst, negative_slope: float = 0.2, out=None
 def gat_scores_backward(graph: Graph, grad_out, a_src, a_dst, negative_slope: float = 0.2):
     """Gradients of gat_scores: (grad_a_src, grad_a_dst), each a fixed-order sum over a node's edges."""
     _graph(graph)
+    negative_slope = _real(negative_slope, "negative_slope")
     N, H = _dims(a_src, "a_src", 2)
     grad_src, grad_dst = _new(a_src, (N, H)), _new(a_src, (N, H))
     _gnn.gat_scores_backward(graph, _raw(grad_out), _raw(a_src), _raw(a_dst), float(negative_slope), _raw(grad_src),
@@ -288,6 +317,8 @@ def sage(graph: Graph, x, weight, bias=None, activation: str = "none", negative_
     the pre-activation z and the joined input h that sage_backward reads; else y alone.
     """
     _graph(graph)
+    _text(activation, "activation")
+    negative_slope = _real(negative_slope, "negative_slope")
     N, F = _dims(x, "x", 2)
     _, O = _dims(weight, "weight", 2)
     out = _new(x, (N, O)) if out is None else _out(out, x, weight, bias)
@@ -302,6 +333,8 @@ def sage_backward(graph: Graph, grad_out, z, h, weight, activation: str = "none"
                   need_bias_grad: bool = True):
     """Gradients of sage: (grad_x, grad_weight, grad_bias or None), from the forward's z and h."""
     _graph(graph)
+    _text(activation, "activation")
+    negative_slope = _real(negative_slope, "negative_slope")
     F2, O = _dims(weight, "weight", 2)
     grad_x = _new(grad_out, (graph.num_nodes, F2 // 2))
     grad_w = _new(grad_out, (F2, O))
@@ -317,6 +350,7 @@ def pool(x, ptr, reduce: str = "sum", return_argmax: bool = False, out=None):
     reduce: 'sum', 'mean', 'max' or 'logsumexp'. With return_argmax and 'max', also the int32 [G, F]
     row each max came from (pool_backward needs it).
     """
+    _text(reduce, "reduce")
     _, F = _dims(x, "x", 2)
     G = _dims(ptr, "ptr", 1)[0] - 1
     out = _new(x, (max(G, 0), F)) if out is None else _out(out, x)
@@ -327,10 +361,9 @@ def pool(x, ptr, reduce: str = "sum", return_argmax: bool = False, out=None):
 
 def pool_backward(grad_out, ptr, num_rows: int, reduce: str = "sum", argmax=None, x=None, y=None):
     """The gradient of pool with respect to x [num_rows, F]; 'max' needs argmax, 'logsumexp' x and y."""
+    _text(reduce, "reduce")
     _, F = _dims(grad_out, "grad_out", 2)
-    if int(num_rows) < 0:
-        raise ValueError(f"num_rows must be >= 0, got {num_rows}")
-    grad_x = _new(grad_out, (int(num_rows), F))
+    grad_x = _new(grad_out, (_count(num_rows, "num_rows"), F))
     _gnn.pool_backward(_raw(grad_out), _raw(ptr), reduce, _raw(argmax), _raw(x), _raw(y), _raw(grad_x),
                        _stream(grad_out))
     return grad_x
@@ -341,6 +374,7 @@ def instance_norm(x, ptr, weight=None, bias=None, eps: float = 1e-5, out=None):
 
     Returns (y, mean, rstd), mean and rstd [G, F] for instance_norm_backward.
     """
+    eps = _real(eps, "eps")
     N, F = _dims(x, "x", 2)
     G = _dims(ptr, "ptr", 1)[0] - 1
     out = _new(x, (N, F)) if out is None else _out(out, x, weight, bias)
@@ -363,6 +397,7 @@ def instance_norm_backward(grad_out, x, ptr, mean, rstd, weight=None, need_affin
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, out=None):
     """Per row normalisation of x [R, F]. Returns (y, mean, rstd), mean and rstd [R]."""
+    eps = _real(eps, "eps")
     R, F = _dims(x, "x", 2)
     out = _new(x, (R, F)) if out is None else _out(out, x, weight, bias)
     mean, rstd = _new(x, (R,)), _new(x, (R,))

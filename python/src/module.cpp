@@ -47,12 +47,12 @@ namespace gnn::py {
 
 [[noreturn]] void refuse_unreadable(nb::handle a, const char* name);
 
-// An array argument. nanobind's own conversion refuses, before any check here runs, an array that
-// neither DLPack nor the buffer protocol can describe (NumPy's big-endian and object arrays, torch's meta
-// tensors), and the caller would read "incompatible function arguments", naming nothing. Such an
-// argument is taken instead (the caster below, on nanobind's last pass only, so overloads still choose
-// as before) and refused by name at the first check that reads it; its accessors refuse it too, unnamed,
-// should a path ever read it before a check.
+// An array argument. nanobind's own conversion refuses, before any check here runs, what is not an array
+// and an array that neither DLPack nor the buffer protocol can describe (NumPy's big-endian and object
+// arrays, torch's meta tensors), and the caller would read "incompatible function arguments", naming
+// nothing. Such an argument is taken instead (the caster below, on nanobind's last pass only and never a
+// gnn object such as a Graph, so overloads still choose as before) and refused by name at the first
+// check that reads it; its accessors refuse it too, unnamed, should a path ever read it before a check.
 template <class Base>
 struct Arg : Base {
   nb::object refused;  // the Python object, when it could not be read as an array
@@ -70,8 +70,8 @@ struct Arg : Base {
   decltype(auto) data() const { return readable(nullptr), Base::data(); }
 };
 
-// Whether an object that nanobind could not read is still meant as an array (and not, say, a Graph
-// passed where an overload takes one): it speaks one of the array protocols or has a dtype.
+// Whether an object that nanobind could not read is meant as an array: it speaks one of the array
+// protocols or has a dtype.
 inline bool array_like(nb::handle a) noexcept {
   for (const char* attr : {"__dlpack__", "__array_interface__", "__array__", "__cuda_array_interface__", "dtype"})
     if (PyObject_HasAttrString(a.ptr(), attr)) return true;
@@ -93,7 +93,7 @@ struct type_caster<gnn::py::Arg<Base>> {
       value.refused = object();
       return true;
     }
-    if (!(flags & uint32_t(cast_flags::convert)) || src.is_none() || !gnn::py::array_like(src)) return false;
+    if (!(flags & uint32_t(cast_flags::convert)) || inst_check(src)) return false;
     value.refused = borrow(src);
     return true;
   }
@@ -102,8 +102,8 @@ struct type_caster<gnn::py::Arg<Base>> {
 
 namespace gnn::py {
 
-// Names what kept an array argument from being read: its byte order, an object dtype, a device DLPack
-// has no code for, or else what its own __dlpack__ said.
+// Names what kept an array argument from being read: not an array at all, its byte order, an object
+// dtype, a device DLPack has no code for, or else what its own __dlpack__ said.
 [[noreturn]] void refuse_unreadable(nb::handle a, const char* name) {
   // str(h) (nb::str from an object, not a handle, would require h to be a str already)
   auto text = [](nb::handle h) { return nb::cast<std::string>(nb::str(h)); };
@@ -111,6 +111,8 @@ namespace gnn::py {
   std::string type = "?", dtype, detail;
   try {
     type = text(nb::object(a.type().attr("__name__")));
+    if (!array_like(a))
+      throw nb::type_error((who + " must be an array (NumPy, torch, CuPy, or DLPack), got " + type).c_str());
     if (nb::hasattr(a, "dtype")) {
       nb::object dt = a.attr("dtype");
       dtype = text(dt);

@@ -102,6 +102,21 @@ def read_only(a):
     (lambda g, x: gnn.segment_softmax(x, np.array([0, 8], ">i4")), TypeError, "indptr is a ndarray of dtype >i4"),
     (lambda g, x: gnn.pool(x, np.array([0, 8], object)), TypeError, "ptr is a ndarray of dtype object"),
     (lambda g, x: gnn.layer_norm(x, np.ones(3, ">f4")), TypeError, "weight is a ndarray of dtype >f4"),
+    # What is not an array, or not of its kind, where the module's own checks name it.
+    (lambda g, x: gnn.Graph([[0, 1], [1, 0]]), TypeError, "edge_index must be an array .*, got list"),
+    (lambda g, x: gnn.spmm(g, x, "sum", [1.0] * 4), TypeError, "edge_weight must be an array .*, got list"),
+    (lambda g, x: gnn.spmm(g, x, out=[0.0]), TypeError, "out must be an array .*, got list"),
+    (lambda g, x: gnn.segment_softmax(x, [0, 8]), TypeError, "indptr must be an array .*, got list"),
+    (lambda g, x: gnn.spmm(g, x, reduce=3), TypeError, "reduce must be a str, got int"),
+    (lambda g, x: gnn.pool(x, np.array([0, 8]), reduce=None), TypeError, "reduce must be a str, got NoneType"),
+    (lambda g, x: gnn.sage(g, x, np.ones((6, 2), np.float32), activation=1), TypeError, "activation must be a str"),
+    (lambda g, x: gnn.sage(g, x, np.ones((6, 2), np.float32), negative_slope="a"), TypeError,
+     "negative_slope must be a real number, got str"),
+    (lambda g, x: gnn.gat_scores(g, x, x, negative_slope=None), TypeError, "negative_slope must be a real number"),
+    (lambda g, x: gnn.layer_norm(x, eps="1e-5"), TypeError, "eps must be a real number, got str"),
+    (lambda g, x: gnn.instance_norm(x, np.array([0, 8]), eps=True), TypeError, "eps must be a real number, got bool"),
+    (lambda g, x: gnn.pool_backward(x, np.array([0, 8]), 2.5), TypeError, "num_rows must be an integer, got float"),
+    (lambda g, x: gnn.pool_backward(x, np.array([0, 8]), "8"), TypeError, "num_rows must be an integer, got str"),
 ])
 def test_bad_arguments_raise_one_clear_error(call, kind, match):
     g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=8)
