@@ -274,7 +274,7 @@ class Run {
   std::pair<int64_t, int64_t> batch_range(int64_t bi) const {
     return {bi * tp_.batch_graphs, std::min(n_, (bi + 1) * tp_.batch_graphs)};
   }
-  void step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi);
+  void step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi, class Laps& lap);
   struct MicroStep {
     ag::Var pred;  // its prediction
     const Batch* batch = nullptr;  // the batch it ran on (the host's, or its device copy)
@@ -683,7 +683,8 @@ void Run::check_cuda_graphs(const std::string& recipe) const {
 // --profile's phases of a step: each lap records the time since the previous one under its name.
 class Laps {
  public:
-  explicit Laps(StepProfile* p) : profile_(p), t_(Clock::now()) {}
+  // Starts the first phase at `start`: the step's own clock read, so the phases tile the whole step.
+  Laps(StepProfile* p, Clock::time_point start) : profile_(p), t_(start) {}
   // One clock read ends this phase and starts the next, so the phases tile the step: the bookkeeping of
   // phase() falls in the next one, as does every op timed across the boundary (autograd/var.h).
   void operator()(const char* phase) {
@@ -706,8 +707,7 @@ class Laps {
 // data-parallel job, are summed over the ranks by DataParallel before the clipping), so the step is the
 // one-batch step up to rounding. One batch in one process runs unweighted, as it always has.
 //   counts -> each micro-batch (micro_step) -> reduce over the ranks -> clip -> apply (or skip)
-void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi) {
-  Laps lap(profile_.get());
+void Run::step(const std::vector<Batch>& micro, int64_t epoch, int64_t bi, Laps& lap) {
   model_->train();
   opt_->zero_grad();
   const std::vector<std::vector<double>> shares = loss_shares(micro);
@@ -830,10 +830,11 @@ TrainResult Run::train() {
       std::vector<Batch> micro = next.valid() ? next.get() : build_batch(e, order, bi);
       if (!graphs_)  // (StepGraphs moves the batch, or copies it into the graphs' own)
         for (Batch& b : micro) b = b.to(o_.device);
-      if (profile_) profile_->wait(), profile_->phase("batch", since(t_step));
+      Laps lap(profile_.get(), t_step);
+      lap("batch");
       if (prefetch && bi + 1 < batches_ && st_.step + 1 < total_steps_)
         next = std::async(std::launch::async, [this, e, &order, bi] { return build_batch(e, order, bi + 1); });
-      step(micro, e, bi);
+      step(micro, e, bi, lap);
       if (o_.device.is_cuda())
         step_waits_ += cuda_host_waits() - waits_before, waited_steps_ += 1, waited_micro_ += int64_t(micro.size());
       st_.step += 1, st_.batch = bi + 1, st_.configs += st_configs_step_;
