@@ -6,14 +6,14 @@ under PyG's names, so a PyG model swaps a layer by changing an import and a PyG 
     from gnn.torch import SAGEConv          # instead of: from torch_geometric.nn import SAGEConv
 
 What differs from PyG, by design: float32 tensors only, on the CPU or (a build with CUDA) a CUDA device,
-where the kernels run on torch's current stream; the backward sums in a fixed order (no atomics), so gradients have the same bits on every run and thread
-count; the CSR/CSC graph built from ``edge_index`` is kept and reused while the same ``edge_index``
-tensor (same storage and version) comes back, as it does every step of full-graph training (an edit
-that torch does not count, through ``.numpy()`` or ``.data``, is not seen: pass a new tensor; an
-inference tensor, made under ``torch.inference_mode()``, has no version, so its graph is built on every
-call). Anything
-the kernels do not cover (GAT edge features, bipartite inputs, SAGE's lstm aggregation) raises
-NotImplementedError rather than computing something else.
+where the kernels run on torch's current stream; the backward sums in a fixed order (no atomics), so
+gradients have the same bits on every run and thread count; the CSR/CSC graph built from ``edge_index``
+is kept and reused while the same ``edge_index`` tensor (same storage and version) comes back, as it
+does every step of full-graph training (an edit that torch does not count, through ``.numpy()`` or
+``.data``, is not seen: pass a new tensor; an inference tensor, made under ``torch.inference_mode()``,
+has no version, so its graph is built on every call). Anything the kernels do not cover (GAT edge
+features, bipartite inputs, SAGE's lstm aggregation) raises NotImplementedError rather than computing
+something else.
 """
 
 from __future__ import annotations
