@@ -755,7 +755,8 @@ Run::MicroStep Run::micro_step(const Batch& host, const std::vector<double>& sha
       return r;
     }
   }
-  lap("prepare");  // zeroing the gradients, the loss counts (and before a later micro-batch: nothing)
+  lap("prepare");  // zeroing the gradients, the loss counts, launching the next batch's prefetch (before a
+                   // later micro-batch: nothing)
   ag::profile_mark();
   r.pred = model_->forward(*eager), r.batch = eager;
   lap("forward");

@@ -22,7 +22,6 @@ layers: ``SAGEConv``, ``GCNConv``, ``GATConv``, ``GINConv``.
 
 from __future__ import annotations
 
-import numbers as _numbers
 import operator as _operator
 import os as _os
 
@@ -62,6 +61,14 @@ def load_npz(path, keys=None) -> dict:
     reading. keys: only these members (each must exist)."""
     if isinstance(keys, (str, bytes)):
         raise TypeError(f"keys must be a list of member names, got a {type(keys).__name__}: [{keys!r}]?")
+    if keys is not None:
+        try:
+            keys = list(keys)
+        except TypeError:
+            raise TypeError(f"keys must be a list of member names, got {type(keys).__name__}") from None
+        for k in keys:
+            if not isinstance(k, str):
+                raise TypeError(f"keys must be member names (str), got {type(k).__name__} {k!r}")
     return _gnn.load_npz(_path(path), keys)
 
 
@@ -98,20 +105,40 @@ def _text(value, name: str) -> str:
 
 
 def _real(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, _numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    return float(value)
+    """A number as float: anything float() takes (NumPy scalars, 0-d arrays and tensors, Decimal) but a
+    str, bytes or bool, which would be a mistake read as a number."""
+    if not isinstance(value, (str, bytes, bool)):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
 
 
 def _count(value, name: str) -> int:
-    """A size: an integer (int, NumPy integer, anything with __index__), >= 0."""
-    try:
-        n = _operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+    """A size, >= 0: an integer (int, NumPy integer, anything with __index__) or a whole float."""
+    n = None
+    if not isinstance(value, (str, bytes, bool)):
+        try:
+            n = _operator.index(value)
+        except TypeError:
+            f = _real(value, name)
+            if f != f or f in (float("inf"), float("-inf")) or f != int(f):
+                raise ValueError(f"{name} must be a whole number, got {value}") from None
+            n = int(f)
+    if n is None:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}")
     if n < 0:
         raise ValueError(f"{name} must be >= 0, got {n}")
     return n
+
+
+def _present(**arrays) -> None:
+    """Required arrays that _dims does not read: None is named here (the extension's own refusal of None,
+    nanobind's, names no argument)."""
+    for name, a in arrays.items():
+        if a is None:
+            raise TypeError(f"{name} must be an array (NumPy, torch, CuPy, or DLPack), got None")
 
 
 def _cuda_device(a):
@@ -167,14 +194,19 @@ def _new(like, shape, dtype: str = "float32"):
     return _np.empty(shape, dtype=dtype)
 
 
-def _dims(a, name: str, ndim: int):
+def _shape(a, name: str):
     shape = getattr(a, "shape", None)
     if shape is None and hasattr(a, "__dlpack__"):  # a producer with no shape attribute: ask DLPack
-        shape = _gnn._shape(a)
+        shape = _gnn._shape(a, name)
     if shape is None:
         raise TypeError(f"{name} must be an array (NumPy, torch, CuPy, or DLPack), got {type(a).__name__}")
     if _is_torch(a) and a.device.type not in ("cpu", "cuda"):
         raise TypeError(f"{name} is on {a.device}; gnn's kernels run on host memory and CUDA devices")
+    return shape
+
+
+def _dims(a, name: str, ndim: int):
+    shape = _shape(a, name)
     if len(shape) != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(shape)}")
     return shape
@@ -259,9 +291,9 @@ def spmm_backward(graph: Graph, grad_out, reduce: str = "sum", edge_weight=None,
     _text(reduce, "reduce")
     _, F = _dims(grad_out, "grad_out", 2)
     grad_x = _new(grad_out, (graph.num_src_nodes, F)) if need_x_grad else None
-    grad_w = _new(grad_out, tuple(edge_weight.shape)) if need_weight_grad and edge_weight is not None else None
     if need_weight_grad and edge_weight is None:
         raise ValueError("need_weight_grad: the forward had no edge_weight")
+    grad_w = _new(grad_out, tuple(_shape(edge_weight, "edge_weight"))) if need_weight_grad else None
     _gnn.spmm_backward(graph, _raw(grad_out), _raw(edge_weight), reduce, _raw(argmax), _raw(x), _raw(grad_x),
                        _raw(grad_w), _stream(grad_out))
     return grad_x, grad_w
@@ -274,6 +306,7 @@ def segment_softmax(x, indptr, out=None):
     host to check them). Any other indptr is checked first, which on a device waits for the stream once.
     """
     E, H = _dims(x, "x", 2)
+    _present(indptr=indptr)
     out = _new(x, (E, H)) if out is None else _out(out, x)
     _gnn.segment_softmax_forward(_raw(x), _raw(indptr), _raw(out), _stream(x))
     return out
@@ -282,6 +315,7 @@ def segment_softmax(x, indptr, out=None):
 def segment_softmax_backward(y, grad_out, indptr):
     """The gradient of segment_softmax from its output y (indptr: an int32 array or a Graph)."""
     E, H = _dims(y, "y", 2)
+    _present(grad_out=grad_out, indptr=indptr)
     grad_x = _new(y, (E, H))
     _gnn.segment_softmax_backward(_raw(y), _raw(grad_out), _raw(indptr), _raw(grad_x), _stream(y))
     return grad_x
@@ -292,6 +326,7 @@ def gat_scores(graph: Graph, a_src, a_dst, negative_slope: float = 0.2, out=None
     _graph(graph)
     negative_slope = _real(negative_slope, "negative_slope")
     _, H = _dims(a_src, "a_src", 2)
+    _present(a_dst=a_dst)
     out = _new(a_src, (graph.num_edges, H)) if out is None else _out(out, a_src, a_dst)
     _gnn.gat_scores_forward(graph, _raw(a_src), _raw(a_dst), float(negative_slope), _raw(out), _stream(a_src))
     return out
@@ -302,6 +337,7 @@ def gat_scores_backward(graph: Graph, grad_out, a_src, a_dst, negative_slope: fl
     _graph(graph)
     negative_slope = _real(negative_slope, "negative_slope")
     N, H = _dims(a_src, "a_src", 2)
+    _present(grad_out=grad_out, a_dst=a_dst)
     grad_src, grad_dst = _new(a_src, (N, H)), _new(a_src, (N, H))
     _gnn.gat_scores_backward(graph, _raw(grad_out), _raw(a_src), _raw(a_dst), float(negative_slope), _raw(grad_src),
                              _raw(grad_dst), _stream(a_src))
@@ -336,6 +372,7 @@ def sage_backward(graph: Graph, grad_out, z, h, weight, activation: str = "none"
     _text(activation, "activation")
     negative_slope = _real(negative_slope, "negative_slope")
     F2, O = _dims(weight, "weight", 2)
+    _present(grad_out=grad_out, z=z, h=h)
     grad_x = _new(grad_out, (graph.num_nodes, F2 // 2))
     grad_w = _new(grad_out, (F2, O))
     grad_b = _new(grad_out, (O,)) if need_bias_grad else None
@@ -363,6 +400,7 @@ def pool_backward(grad_out, ptr, num_rows: int, reduce: str = "sum", argmax=None
     """The gradient of pool with respect to x [num_rows, F]; 'max' needs argmax, 'logsumexp' x and y."""
     _text(reduce, "reduce")
     _, F = _dims(grad_out, "grad_out", 2)
+    _present(ptr=ptr)
     grad_x = _new(grad_out, (_count(num_rows, "num_rows"), F))
     _gnn.pool_backward(_raw(grad_out), _raw(ptr), reduce, _raw(argmax), _raw(x), _raw(y), _raw(grad_x),
                        _stream(grad_out))
@@ -387,6 +425,7 @@ def instance_norm(x, ptr, weight=None, bias=None, eps: float = 1e-5, out=None):
 def instance_norm_backward(grad_out, x, ptr, mean, rstd, weight=None, need_affine_grad: bool = True):
     """Gradients of instance_norm: (grad_x, grad_weight, grad_bias); the last two None unless asked."""
     N, F = _dims(x, "x", 2)
+    _present(grad_out=grad_out, ptr=ptr, mean=mean, rstd=rstd)
     grad_x = _new(x, (N, F))
     grad_w = _new(x, (F,)) if need_affine_grad else None
     grad_b = _new(x, (F,)) if need_affine_grad else None
@@ -409,6 +448,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, out=None):
 def layer_norm_backward(grad_out, x, mean, rstd, weight=None, need_affine_grad: bool = True):
     """Gradients of layer_norm: (grad_x, grad_weight, grad_bias); the last two None unless asked."""
     R, F = _dims(x, "x", 2)
+    _present(grad_out=grad_out, mean=mean, rstd=rstd)
     grad_x = _new(x, (R, F))
     grad_w = _new(x, (F,)) if need_affine_grad else None
     grad_b = _new(x, (F,)) if need_affine_grad else None

@@ -62,6 +62,10 @@ class _GraphCache:
     def get(self, edge_index: Tensor, num_nodes: int, build, who: str, also: str = ""):
         if not isinstance(edge_index, Tensor):
             raise TypeError(f"{who}: edge_index must be a torch.Tensor{also}, got {type(edge_index).__name__}")
+        if edge_index.device.type not in ("cpu", "cuda"):
+            raise TypeError(f"{who}: edge_index is on {edge_index.device}; pass it on the CPU or a CUDA device")
+        if edge_index.layout != torch.strided:
+            raise TypeError(f"{who}: edge_index is a {edge_index.layout} tensor; pass a dense one")
         if edge_index.is_inference():
             return build()
         if not (self.ref is edge_index and self.version == edge_index._version and self.num_nodes == num_nodes):
@@ -123,6 +127,8 @@ def _check_x(x: Tensor, name: str = "x") -> None:
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.device.type not in ("cpu", "cuda"):
         raise TypeError(f"{name} is on {x.device}; gnn's kernels run on CPU and CUDA tensors")
+    if x.layout != torch.strided:
+        raise TypeError(f"{name} is a {x.layout} tensor; gnn's kernels read dense ones ({name}.to_dense())")
     if x.is_cuda and not _g._gnn.with_cuda:
         raise TypeError(f"{name} is on {x.device}, and this build of gnn has no CUDA (build it where nvcc is on PATH)")
     if x.dtype != torch.float32:

@@ -50,9 +50,10 @@ namespace gnn::py {
 // An array argument. nanobind's own conversion refuses, before any check here runs, what is not an array
 // and an array that neither DLPack nor the buffer protocol can describe (NumPy's big-endian and object
 // arrays, torch's meta tensors), and the caller would read "incompatible function arguments", naming
-// nothing. Such an argument is taken instead (the caster below, on nanobind's last pass only and never a
-// gnn object such as a Graph, so overloads still choose as before) and refused by name at the first
-// check that reads it; its accessors refuse it too, unnamed, should a path ever read it before a check.
+// nothing. Such an argument is taken instead (the caster below, on nanobind's last pass only, so an
+// overload that reads it as it is, a Graph say, still chooses first when registered first) and refused by
+// name at the first check that reads it; its accessors refuse it too, unnamed, should a path ever read it
+// before a check.
 template <class Base>
 struct Arg : Base {
   nb::object refused;  // the Python object, when it could not be read as an array
@@ -93,7 +94,7 @@ struct type_caster<gnn::py::Arg<Base>> {
       value.refused = object();
       return true;
     }
-    if (!(flags & uint32_t(cast_flags::convert)) || inst_check(src)) return false;
+    if (!(flags & uint32_t(cast_flags::convert))) return false;
     value.refused = borrow(src);
     return true;
   }
@@ -136,10 +137,11 @@ namespace gnn::py {
       try {
         a.attr("__dlpack__")();
       } catch (const nb::python_error& e) {
-        detail = std::string(": its __dlpack__ says ") + e.what();
+        detail = ": its __dlpack__ says " + text(e.value());  // (what() would add the traceback)
       }
     }
-  } catch (const nb::python_error&) {  // an attribute that raised: say what is known
+  } catch (const nb::python_error&) {  // an attribute that raised, or was not what it is in NumPy or torch:
+  } catch (const nb::cast_error&) {    // say what is known
   }
   throw nb::type_error((who + " (a " + type + (dtype.empty() ? "" : " of dtype " + dtype) +
                         ") cannot be read as an array through DLPack or the buffer protocol" + detail)
@@ -1175,11 +1177,13 @@ NB_MODULE(_gnn, m) {
   m.def("spmm_backward", &spmm_backward, "graph"_a, "grad_out"_a, "edge_weight"_a.none(), "reduce"_a, "argmax"_a.none(),
         "x"_a.none(), "grad_x"_a.none(), "grad_weight"_a.none(), "stream"_a = 0);
   m.def("_time_spmm_forward", &time_spmm_forward, "graph"_a, "x"_a, "reduce"_a, "out"_a, "repeats"_a, "stream"_a = 0);
-  m.def("segment_softmax_forward", &segment_softmax_forward, "x"_a, "indptr"_a, "out"_a, "stream"_a = 0);
-  m.def("segment_softmax_backward", &segment_softmax_backward, "y"_a, "grad_out"_a, "indptr"_a, "grad_x"_a,
-        "stream"_a = 0);
+  // The Graph overloads first: on nanobind's last pass the array caster takes any object (to name it), so
+  // an array overload tried first would take a Graph indptr as a refused array.
   m.def("segment_softmax_forward", &segment_softmax_forward_graph, "x"_a, "indptr"_a, "out"_a, "stream"_a = 0);
   m.def("segment_softmax_backward", &segment_softmax_backward_graph, "y"_a, "grad_out"_a, "indptr"_a, "grad_x"_a,
+        "stream"_a = 0);
+  m.def("segment_softmax_forward", &segment_softmax_forward, "x"_a, "indptr"_a, "out"_a, "stream"_a = 0);
+  m.def("segment_softmax_backward", &segment_softmax_backward, "y"_a, "grad_out"_a, "indptr"_a, "grad_x"_a,
         "stream"_a = 0);
   m.def("gat_scores_forward", &gat_scores_forward, "graph"_a, "a_src"_a, "a_dst"_a, "negative_slope"_a, "out"_a,
         "stream"_a = 0);
@@ -1206,7 +1210,12 @@ NB_MODULE(_gnn, m) {
   m.def(
       "_data_ptr", [](const In& a) { return reinterpret_cast<uintptr_t>(a.data()); }, "array"_a);
   m.def(
-      "_shape", [](const In& a) { return shape_of(a); }, "array"_a);
+      "_shape",
+      [](const In& a, const std::string& name) {
+        a.readable(name.c_str());
+        return shape_of(a);
+      },
+      "array"_a, "name"_a);
   m.def("_device_empty", &device_empty, "shape"_a, "dtype"_a, "device"_a);
   m.def("_device_from_host", &device_from_host, "array"_a, "device"_a);
   m.def("_device_to_host", &device_to_host, "array"_a, "stream"_a = 0);

@@ -115,14 +115,50 @@ def read_only(a):
     (lambda g, x: gnn.gat_scores(g, x, x, negative_slope=None), TypeError, "negative_slope must be a real number"),
     (lambda g, x: gnn.layer_norm(x, eps="1e-5"), TypeError, "eps must be a real number, got str"),
     (lambda g, x: gnn.instance_norm(x, np.array([0, 8]), eps=True), TypeError, "eps must be a real number, got bool"),
-    (lambda g, x: gnn.pool_backward(x, np.array([0, 8]), 2.5), TypeError, "num_rows must be an integer, got float"),
+    (lambda g, x: gnn.pool_backward(x, np.array([0, 8]), 2.5), ValueError, "num_rows must be a whole number"),
     (lambda g, x: gnn.pool_backward(x, np.array([0, 8]), "8"), TypeError, "num_rows must be an integer, got str"),
+    (lambda g, x: gnn.pool_backward(x, np.array([0, 8]), True), TypeError, "num_rows must be an integer, got bool"),
+    (lambda g, x: gnn.pool_backward(x, None, 8), TypeError, "ptr must be an array .*, got None"),
+    (lambda g, x: gnn.segment_softmax(x, None), TypeError, "indptr must be an array .*, got None"),
+    (lambda g, x: gnn.segment_softmax([[1.0]] * 4, g), TypeError, "x must be an array .*, got list"),
+    (lambda g, x: gnn.gat_scores(g, x, None), TypeError, "a_dst must be an array .*, got None"),
+    (lambda g, x: gnn.layer_norm_backward(x, x, None, None), TypeError, "mean must be an array .*, got None"),
+    (lambda g, x: gnn.spmm(g, x, edge_weight=g), TypeError, "edge_weight must be an array .*, got Graph"),
+    (lambda g, x: gnn.Graph(g), TypeError, "edge_index must be an array .*, got Graph"),
+    (lambda g, x: gnn.spmm_backward(g, x, edge_weight=[1.0] * 4, x=x, need_weight_grad=True), TypeError,
+     "edge_weight must be an array .*, got list"),
+    (lambda g, x: gnn.load_npz("/nonexistent/file.npz", keys=[1]), TypeError, "keys must be member names .str."),
+    (lambda g, x: gnn.load_npz("/nonexistent/file.npz", keys=3), TypeError, "keys must be a list of member names"),
 ])
+
+
 def test_bad_arguments_raise_one_clear_error(call, kind, match):
     g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=8)
     x = np.ones((8, 3), np.float32)
     with pytest.raises(kind, match=match):
         call(g, x)
+
+
+def test_scalars_take_what_float_and_int_take():
+    # Numbers of any kind a user may hold (NumPy scalars, 0-d arrays and tensors, whole floats for a
+    # size) are read as numbers; only a str, bytes, bool or (for a size) a fraction is refused.
+    x = np.random.default_rng(1).standard_normal((8, 3)).astype(np.float32)
+    expect = gnn.layer_norm(x, eps=1e-5)[0]
+    eps_kinds = [np.float32(1e-5), np.float64(1e-5), np.array(1e-5)] + ([torch.tensor(1e-5)] if torch else [])
+    for eps in eps_kinds:
+        np.testing.assert_array_equal(gnn.layer_norm(x, eps=eps)[0], expect)
+    ptr = np.array([0, 8])
+    grad = gnn.pool_backward(x[:1], ptr, 8)
+    for n in (8.0, np.int64(8), np.float64(8), np.array(8)):
+        np.testing.assert_array_equal(gnn.pool_backward(x[:1], ptr, n), grad)
+
+
+def test_a_refused_array_says_why_without_a_traceback(need_torch):
+    g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=8)
+    with pytest.raises(TypeError) as e:
+        gnn.spmm(g, torch.ones(8, 3).to_sparse())
+    assert str(e.value).startswith("x (a Tensor of dtype torch.float32) cannot be read as an array")
+    assert "layout" in str(e.value) and "Traceback" not in str(e.value)
 
 
 def every_call_with_its_arrays():
@@ -184,6 +220,11 @@ def test_torch_arguments_are_checked_by_name(need_torch):
         gnn.spmm(g, torch.zeros(8, 3, device="meta"))
     with pytest.raises(TypeError, match="edge_index is on meta"):
         gnn.Graph(torch.zeros(2, 3, dtype=torch.int64, device="meta"))
+    import gnn.torch as gt
+    with pytest.raises(TypeError, match="SAGEConv: edge_index is on meta"):
+        gt.SAGEConv(3, 2)(x, torch.zeros(2, 3, dtype=torch.int64, device="meta"))
+    with pytest.raises(TypeError, match="x is a torch.sparse_coo tensor"):
+        gt.SAGEConv(3, 2)(x.to_sparse(), torch.zeros(2, 3, dtype=torch.int64))
     with pytest.raises(TypeError, match="out requires grad"):
         gnn.spmm(g, x, out=torch.zeros(8, 3, requires_grad=True))
     with pytest.raises(ValueError, match="out overlaps an input"):
