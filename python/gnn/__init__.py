@@ -86,13 +86,33 @@ def _is_cupy(a) -> bool:
     return type(a).__module__.startswith("cupy")
 
 
+_torch_capsule = None  # torch.utils.dlpack.to_dlpack, looked up on the first torch call
+
+
 def _raw(a):
-    """What the extension reads: torch tensors lose their autograd history (DLPack refuses them), gnn's
-    own device arrays hand over their DLPack object."""
+    """What the extension reads: torch tensors lose their autograd history (DLPack refuses them) and go
+    as torch's own DLPack capsule, gnn's own device arrays hand over their DLPack object.
+
+    The capsule is the hand-over nanobind would ask Tensor.__dlpack__ for, without that method's Python
+    code (about 2 us a tensor, most of a small call's cost; called as nanobind calls it, it waits for no
+    stream either, and the extension runs on torch's current one). A tensor torch cannot export (on
+    meta, sparse) goes as it is, for the extension to refuse by name."""
+    global _torch_capsule
     if a is None:
         return a
     if _is_torch(a):
-        return a.detach() if a.requires_grad else a
+        t = a.detach() if a.requires_grad else a
+        if _torch_capsule is None:
+            try:
+                from torch.utils.dlpack import to_dlpack as _torch_capsule
+            except ImportError:
+                _torch_capsule = False
+        if _torch_capsule:
+            try:
+                return _torch_capsule(t)
+            except Exception:  # (the extension names it)
+                pass
+        return t
     if isinstance(a, cuda.Array):
         return a._nd
     return a
@@ -238,10 +258,17 @@ def _out(out, *inputs, name: str = "out"):
         raise TypeError(f"{name} is read-only; pass a writable array")
     if _is_torch(out) and out.requires_grad:
         raise TypeError(f"{name} requires grad: gnn writes it outside autograd (use gnn.torch for gradients)")
-    span = _span(out)
+    span = None
     for a in inputs:
-        other = None if a is None else _span(a)
-        if span and other and span[0] < other[1] and other[0] < span[1] and span[0] != span[1]:
+        if a is None:
+            continue
+        if isinstance(out, _np.ndarray) and isinstance(a, _np.ndarray):  # (NumPy's own test of the same bounds)
+            overlap = _np.may_share_memory(out, a)
+        else:
+            span = span or _span(out)
+            other = _span(a)
+            overlap = span and other and span[0] < other[1] and other[0] < span[1] and span[0] != span[1]
+        if overlap:
             raise ValueError(f"{name} overlaps an input; pass a separate array")
     return out
 
