@@ -118,6 +118,42 @@ TEST_CASE("spmm: the forward with a base writes base + the aggregate, the bits o
                     doctest::Contains("base must not be y"));
 }
 
+TEST_CASE("spmm: the CPU forward's sum and mean have the float reference's bits at any width and alignment") {
+  // The kernel sums blocks of 64 and 16 columns in registers and the last F % 16 in y itself: widths on
+  // each side of those blocks, rows of x and y starting off a 64-byte boundary (one float in, as a NumPy
+  // array may), and the edge-order sum must come out as the float reference's; the mean is that sum
+  // times 1 / degree.
+  const Graph gr = random_graph(200, 1400, 23, true);
+  const CsrView v = csr_view(gr);
+  const int64_t N = 200;
+  for (int64_t F : {1, 15, 16, 17, 48, 64, 65, 80, 100, 129, 200}) {
+    for (int64_t ld : {F, F + 1}) {
+      CAPTURE(F);
+      CAPTURE(ld);
+      std::vector<float> xs = random_values<float>(size_t(N * ld + 1), 4);
+      const auto w = random_values<float>(size_t(gr.num_edges), 5, 0.5f, 2.0f);
+      std::vector<float> ys(size_t(N * ld + 1), NAN), ref(size_t(N * ld), NAN);
+      const float* x = xs.data() + 1;  // off the allocation's alignment
+      float* y = ys.data() + 1;
+      for (const float* wp : {static_cast<const float*>(nullptr), w.data()}) {
+        spmm_forward_ref<float>(ref.data(), nullptr, x, wp, v, F, ld, ld, Reduce::kSum);
+        spmm_forward_cpu(y, nullptr, x, wp, v, F, ld, ld, Reduce::kSum);
+        bool same = true;
+        for (int64_t r = 0; r < N; ++r)
+          for (int64_t f = 0; f < F; ++f) same = same && y[r * ld + f] == ref[size_t(r * ld + f)];
+        CHECK(same);
+        spmm_forward_cpu(y, nullptr, x, wp, v, F, ld, ld, Reduce::kMean);
+        for (int64_t r = 0; r < N; ++r) {
+          const int32_t deg = v.indptr[r + 1] - v.indptr[r];
+          const float inv = deg ? 1.0f / float(deg) : 1.0f;
+          for (int64_t f = 0; f < F; ++f) same = same && y[r * ld + f] == ref[size_t(r * ld + f)] * inv;
+        }
+        CHECK(same);
+      }
+    }
+  }
+}
+
 TEST_CASE("spmm: the CPU backward, writing or adding, has the float reference's bits over blocks of columns") {
   // F past the kernel's 512-column blocks, with a wider row stride; with a base: dx = base + the sum,
   // in place (base == dx) or into another buffer
