@@ -1,5 +1,6 @@
 // Fused SAGE on the CPU. Forward, per block of kRows destination rows (one thread each):
-//   h_blk = [mean of in-neighbours | x]  (kept in h for training, or a per-thread buffer)
+//   h_blk = [mean of in-neighbours | x]  (kept in h for training, or a per-thread buffer; the mean formed
+//           in registers as SpMM's: kernels/gather_sum.h)
 //   z_blk = h_blk W (one serial GEMM, K = 2F), then bias and activation while it is in cache.
 // Backward: whole-matrix products on the saved h (see kernels/sage.h); dh = dz W^T is two products
 // (the root half straight into dx, the aggregate half into scratch for the transposed gather). An
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/gather_sum.h"
 #include "kernels/sage.h"
 
 namespace gnn {
@@ -20,8 +22,8 @@ constexpr int64_t kRows = 256;
 constexpr int64_t kChunks = 16;  // fixed partial sums for db, whatever the thread count
 
 // h [rows, 2F] for destination rows i0 .. i0 + rows: the mean of their sources, then their own x.
-inline void build_h(float* __restrict h, const float* __restrict x, const CsrView& g, int64_t i0, int64_t rows,
-                    int64_t F) {
+GNN_INLINE inline void build_h(float* __restrict h, const float* __restrict x, const CsrView& g, int64_t i0,
+                               int64_t rows, int64_t F) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t v = i0 + r;
     float* __restrict agg = h + r * 2 * F;
@@ -29,14 +31,7 @@ inline void build_h(float* __restrict h, const float* __restrict x, const CsrVie
     if (b == e) {
       for (int64_t f = 0; f < F; ++f) agg[f] = 0.0f;
     } else {
-      const float* __restrict x0 = x + int64_t(g.indices[b]) * F;
-      for (int64_t f = 0; f < F; ++f) agg[f] = x0[f];
-      for (int32_t p = b + 1; p < e; ++p) {
-        const float* __restrict xr = x + int64_t(g.indices[p]) * F;
-        for (int64_t f = 0; f < F; ++f) agg[f] += xr[f];
-      }
-      const float inv = 1.0f / float(e - b);
-      for (int64_t f = 0; f < F; ++f) agg[f] *= inv;
+      gather_sum_row(agg, x, nullptr, g.indices, b, e, F, F, true, false);
     }
     const float* __restrict own = x + v * F;
     for (int64_t f = 0; f < F; ++f) agg[F + f] = own[f];

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "kernels/gather_sum.h"
 #include "kernels/spmm.h"
 
 namespace gnn {
@@ -25,58 +26,6 @@ const char* reduce_name(Reduce r) {
 
 namespace {
 constexpr int64_t kRowsPerTask = 32;
-
-inline void prefetch_row(const float* p, int64_t F) {
-  for (int64_t f = 0; f < F; f += 16) __builtin_prefetch(p + f);
-}
-
-// 16 floats as one value (GCC's vector extension: a zmm in the AVX-512 clone, two ymm in the AVX2 one),
-// loaded and stored at any alignment. (Its helpers are always inlined, so the note that passing it by
-// value differs between the clones' ABIs does not apply.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-using v16 = float __attribute__((vector_size(64)));
-GNN_INLINE inline v16 load16(const float* p) {
-  v16 v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-GNN_INLINE inline void store16(float* p, v16 v) { __builtin_memcpy(p, &v, sizeof v); }
-
-// The sum (or mean) over the edges b .. e-1 of K * 16 columns held in registers, stored into yr once,
-// and of `rem` more columns after them added into yr edge by edge: each column the first edge's term,
-// then the rest added in edge order, times inv for the mean. The registers give the order and rounding
-// of adding into yr without its cost: a load and a store of yr per edge, each split over two cache lines
-// where yr is not 64-byte aligned. With row_floats > 0, the next edge's row (that many floats) is
-// prefetched.
-template <int K, bool Tail>
-GNN_INLINE inline void sum_cols(float* __restrict yr, const float* __restrict x, const float* __restrict w,
-                                const int32_t* __restrict indices, int32_t b, int32_t e, int64_t ldx, int64_t rem,
-                                int64_t row_floats, bool mean, float inv) {
-  v16 acc[K > 0 ? K : 1];
-  float* __restrict yt = yr + 16 * K;
-  if constexpr (!Tail) rem = 0;
-  {
-    const float* __restrict xr = x + int64_t(indices[b]) * ldx;
-    const float wp = w ? w[b] : 1.0f;
-    if (row_floats > 0 && b + 1 < e) prefetch_row(x + int64_t(indices[b + 1]) * ldx, row_floats);
-    for (int k = 0; k < K; ++k) acc[k] = wp * load16(xr + 16 * k);
-    for (int64_t f = 0; f < rem; ++f) yt[f] = wp * xr[16 * K + f];
-  }
-  for (int32_t p = b + 1; p < e; ++p) {
-    const float* __restrict xr = x + int64_t(indices[p]) * ldx;
-    const float wp = w ? w[p] : 1.0f;
-    if (row_floats > 0 && p + 1 < e) prefetch_row(x + int64_t(indices[p + 1]) * ldx, row_floats);
-    for (int k = 0; k < K; ++k) acc[k] += wp * load16(xr + 16 * k);
-    for (int64_t f = 0; f < rem; ++f) yt[f] += wp * xr[16 * K + f];
-  }
-  if (mean) {
-    for (int k = 0; k < K; ++k) acc[k] *= inv;
-    for (int64_t f = 0; f < rem; ++f) yt[f] *= inv;
-  }
-  for (int k = 0; k < K; ++k) store16(yr + 16 * k, acc[k]);
-}
-#pragma GCC diagnostic pop
 }  // namespace
 
 GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict argmax, const float* __restrict x,
@@ -114,27 +63,7 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
       for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f;
       return;
     }
-    // Passes over the row's edges, 64 columns each in registers, the last one (under 64) its 16-column
-    // blocks in registers and the rest in yr (sum_cols).
-    const bool mean = op == Reduce::kMean;
-    const float inv = mean ? 1.0f / float(e - b) : 1.0f;
-    const int32_t* ix = g.indices;
-    int64_t f0 = 0;
-    for (; f0 + 64 <= F; f0 += 64) sum_cols<4, false>(yr + f0, x + f0, w, ix, b, e, ldx, 0, f0 ? 0 : F, mean, inv);
-    const int64_t n = F - f0, rem = n % 16, pf = f0 ? 0 : F;
-    float* y0 = yr + f0;
-    const float* x0 = x + f0;
-    if (n == 0) return;
-    if (rem == 0) {
-      if (n == 16) sum_cols<1, false>(y0, x0, w, ix, b, e, ldx, 0, pf, mean, inv);
-      else if (n == 32) sum_cols<2, false>(y0, x0, w, ix, b, e, ldx, 0, pf, mean, inv);
-      else sum_cols<3, false>(y0, x0, w, ix, b, e, ldx, 0, pf, mean, inv);
-    } else {
-      if (n < 16) sum_cols<0, true>(y0, x0, w, ix, b, e, ldx, rem, pf, mean, inv);
-      else if (n < 32) sum_cols<1, true>(y0, x0, w, ix, b, e, ldx, rem, pf, mean, inv);
-      else if (n < 48) sum_cols<2, true>(y0, x0, w, ix, b, e, ldx, rem, pf, mean, inv);
-      else sum_cols<3, true>(y0, x0, w, ix, b, e, ldx, rem, pf, mean, inv);
-    }
+    gather_sum_row(yr, x, w, g.indices, b, e, ldx, F, op == Reduce::kMean, true);
   };
 #pragma omp parallel for schedule(dynamic, kRowsPerTask)
   for (int64_t v = 0; v < S; ++v) {
