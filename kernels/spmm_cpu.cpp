@@ -76,7 +76,8 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
   }
 }
 
-// Without base each dx row is zeroed and the terms added into it; with it the row's sum is formed a
+// Without base each dx row's sum, 0 + its terms in CSC order, is held in registers and stored (sum and
+// mean: gather_sum.h), or for max formed in the zeroed row; with base the row's sum is formed a
 // block of kSumCols columns at a time in a local buffer and then added: base + (the sum), the order of
 // the reference, of CUDA's kernel and of autograd's accumulate (so an op may add its gradient to the one
 // x holds, in place or into a new buffer, with accumulate's bits). Each block walks the row's CSC entries
@@ -105,6 +106,19 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
       }
     };
     float* __restrict dr = dx + u * ldx;
+    const int32_t q0 = g.csc_indptr[u], q1 = g.csc_indptr[u + 1];
+    if (!base && op != Reduce::kMax && q0 < q1) {  // the sum held in registers (gather_sum.h), 0 + the first term
+      sum_rows(
+          dr, [&](int32_t q) GNN_INLINE { return dy + int64_t(g.csc_indices[q]) * ldy; },
+          [&](int32_t q) GNN_INLINE {
+            const int32_t v = g.csc_indices[q];
+            float c = w ? w[g.csc_to_csr[q]] : 1.0f;
+            if (op == Reduce::kMean) c /= float(g.indptr[v + 1] - g.indptr[v]);
+            return c;
+          },
+          q0, q1, F, true, false, false);
+      continue;
+    }
     if (!base) {
       for (int64_t f = 0; f < F; ++f) dr[f] = 0.0f;
       add_terms(dr, 0, F);
@@ -112,7 +126,7 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
     }
     for (int64_t f0 = 0; f0 < F; f0 += kSumCols) {
       const int64_t n = std::min(kSumCols, F - f0);
-      float acc[kSumCols];
+      alignas(64) float acc[kSumCols];
       for (int64_t f = 0; f < n; ++f) acc[f] = 0.0f;
       add_terms(acc, f0, n);
       if (base == dx) {  // in place, through dx alone (dx is restrict)

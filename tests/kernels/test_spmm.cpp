@@ -118,11 +118,12 @@ TEST_CASE("spmm: the forward with a base writes base + the aggregate, the bits o
                     doctest::Contains("base must not be y"));
 }
 
-TEST_CASE("spmm: the CPU forward's sum and mean have the float reference's bits at any width and alignment") {
-  // The kernel sums blocks of 64 and 16 columns in registers and the last F % 16 in y itself: widths on
-  // each side of those blocks, rows of x and y starting off a 64-byte boundary (one float in, as a NumPy
-  // array may), and the edge-order sum must come out as the float reference's; the mean is that sum
-  // times 1 / degree.
+TEST_CASE("spmm: the CPU sum and mean, forward and backward, have the float reference's bits at any width and "
+          "alignment") {
+  // The kernels sum blocks of 64 and 16 columns in registers and the last F % 16 in the output itself
+  // (gather_sum.h): widths on each side of those blocks, rows starting off a 64-byte boundary (one float
+  // in, as a NumPy array may), and the edge-order sums must come out as the float reference's; the
+  // forward's mean is its sum times 1 / degree.
   const Graph gr = random_graph(200, 1400, 23, true);
   const CsrView v = csr_view(gr);
   const int64_t N = 200;
@@ -149,6 +150,14 @@ TEST_CASE("spmm: the CPU forward's sum and mean have the float reference's bits 
           for (int64_t f = 0; f < F; ++f) same = same && y[r * ld + f] == ref[size_t(r * ld + f)] * inv;
         }
         CHECK(same);
+        for (Reduce op : {Reduce::kSum, Reduce::kMean}) {  // the backward: x's rows as dy, y's as dx
+          CAPTURE(reduce_name(op));
+          spmm_backward_x_ref<float>(ref.data(), x, nullptr, wp, v, F, ld, ld, op);
+          spmm_backward_x_cpu(y, x, nullptr, wp, v, F, ld, ld, op);
+          for (int64_t r = 0; r < N; ++r)
+            for (int64_t f = 0; f < F; ++f) same = same && y[r * ld + f] == ref[size_t(r * ld + f)];
+          CHECK(same);
+        }
       }
     }
   }
