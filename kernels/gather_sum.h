@@ -1,9 +1,10 @@
 // The sum or mean of a destination row's source rows, as the CPU's gather kernels form it (SpMM's sum
-// and mean, the fused SAGE layer's mean): each column the first edge's term, then the rest added in edge
-// order, times 1 / degree for the mean. Up to 64 columns at a time are held in registers over a pass of
-// the row's edges and stored once: adding into the output row in memory instead costs a load and a store
-// per edge, each split over two cache lines where the row is not 64-byte aligned (a NumPy array, a width
-// not a multiple of 16), which doubled SpMM's call at F = 16 (docs/benchmarks.md, fifty-sixth session).
+// and mean, forward and backward, the fused SAGE layer's mean): each column 0 plus the terms in edge
+// order (the float reference's order, and its +0 where every term is -0), times 1 / degree for the mean.
+// Up to 64 columns at a time are held in registers over a pass of the row's edges and stored once:
+// adding into the output row in memory instead costs a load and a store per edge, each split over two
+// cache lines where the row is not 64-byte aligned (a NumPy array, a width not a multiple of 16), which
+// doubled SpMM's call at F = 16 (docs/benchmarks.md, fifty-sixth session).
 // Everything here is always inlined, so that each GNN_CPU_CLONES caller gets its own ISA's code.
 #pragma once
 #include <cstdint>
@@ -28,17 +29,17 @@ GNN_INLINE inline v16 load16(const float* p) {
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
-GNN_INLINE inline void store16(float* p, v16 v) { __builtin_memcpy(p, &v, sizeof v); }
+GNN_INLINE inline void store16(float* p, const v16& v) { __builtin_memcpy(p, &v, sizeof v); }
 
 // Columns c0 .. c0 + 16K + rem of the sum over the terms i = b .. e-1 of coef(i) times the row row(i)
 // (a float pointer to its column 0): K * 16 columns held in registers and stored into yr once, `rem`
-// more after them added into yr term by term. Each column is the first term (0 + it with from_zero), then
-// the rest added in order, times inv for the mean. The registers give the order and rounding of adding
+// more after them added into yr term by term. Each column is 0 plus the terms in order, times inv for
+// the mean. The registers give the order and rounding of adding
 // into yr without its cost: a load and a store of yr per term, each split over two cache lines where yr
 // is not 64-byte aligned. With row_floats > 0, the next term's row (that many floats) is prefetched.
 template <int K, bool Tail, class Row, class Coef>
-GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef& coef, int32_t b, int32_t e, int64_t c0,
-                                int64_t rem, int64_t row_floats, bool from_zero, bool mean, float inv) {
+GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef& coef, int32_t b, int32_t e,
+                                int64_t c0, int64_t rem, int64_t row_floats, bool mean, float inv) {
   v16 acc[K > 0 ? K : 1];
   float* __restrict yt = yr + 16 * K;
   if constexpr (!Tail) rem = 0;
@@ -46,13 +47,8 @@ GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef
     const float* __restrict xr = row(b) + c0;
     const float c = coef(b);
     if (row_floats > 0 && b + 1 < e) prefetch_row(row(b + 1), row_floats);
-    if (from_zero) {
-      for (int k = 0; k < K; ++k) acc[k] = v16{} + c * load16(xr + 16 * k);
-      for (int64_t f = 0; f < rem; ++f) yt[f] = 0.0f + c * xr[16 * K + f];
-    } else {
-      for (int k = 0; k < K; ++k) acc[k] = c * load16(xr + 16 * k);
-      for (int64_t f = 0; f < rem; ++f) yt[f] = c * xr[16 * K + f];
-    }
+    for (int k = 0; k < K; ++k) acc[k] = v16{} + c * load16(xr + 16 * k);
+    for (int64_t f = 0; f < rem; ++f) yt[f] = 0.0f + c * xr[16 * K + f];
   }
   for (int32_t i = b + 1; i < e; ++i) {
     const float* __restrict xr = row(i) + c0;
@@ -71,42 +67,40 @@ GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef
 
 }  // namespace gather_detail
 
-// yr[0 .. F) = the sum over the terms i = b .. e-1 (b < e) of coef(i) times the row row(i) (a float
-// pointer), in order: the first term itself, or 0 + it with from_zero; times 1 / (e - b) with mean. With
-// prefetch, the next term's row is prefetched while one is added.
+// yr[0 .. F) = 0 + the terms coef(i) times the row row(i) (a float pointer) for i = b .. e-1 (b < e), in
+// order, times 1 / (e - b) with mean. With prefetch, the next term's row is prefetched while one is added.
 template <class Row, class Coef>
 GNN_INLINE inline void sum_rows(float* __restrict yr, const Row& row, const Coef& coef, int32_t b, int32_t e,
-                                int64_t F, bool from_zero, bool mean, bool prefetch) {
+                                int64_t F, bool mean, bool prefetch) {
   using gather_detail::sum_cols;
   const float inv = mean ? 1.0f / float(e - b) : 1.0f;
-  const bool z = from_zero;
   int64_t f0 = 0;
   for (; f0 + 64 <= F; f0 += 64)
-    sum_cols<4, false>(yr + f0, row, coef, b, e, f0, 0, prefetch && f0 == 0 ? F : 0, z, mean, inv);
+    sum_cols<4, false>(yr + f0, row, coef, b, e, f0, 0, prefetch && f0 == 0 ? F : 0, mean, inv);
   const int64_t n = F - f0, rem = n % 16, pf = prefetch && f0 == 0 ? F : 0;
   float* y0 = yr + f0;
   if (n == 0) return;
   if (rem == 0) {  // (the last pass's 16-column blocks in registers, its last F % 16 columns in yr)
-    if (n == 16) sum_cols<1, false>(y0, row, coef, b, e, f0, 0, pf, z, mean, inv);
-    else if (n == 32) sum_cols<2, false>(y0, row, coef, b, e, f0, 0, pf, z, mean, inv);
-    else sum_cols<3, false>(y0, row, coef, b, e, f0, 0, pf, z, mean, inv);
+    if (n == 16) sum_cols<1, false>(y0, row, coef, b, e, f0, 0, pf, mean, inv);
+    else if (n == 32) sum_cols<2, false>(y0, row, coef, b, e, f0, 0, pf, mean, inv);
+    else sum_cols<3, false>(y0, row, coef, b, e, f0, 0, pf, mean, inv);
   } else {
-    if (n < 16) sum_cols<0, true>(y0, row, coef, b, e, f0, rem, pf, z, mean, inv);
-    else if (n < 32) sum_cols<1, true>(y0, row, coef, b, e, f0, rem, pf, z, mean, inv);
-    else if (n < 48) sum_cols<2, true>(y0, row, coef, b, e, f0, rem, pf, z, mean, inv);
-    else sum_cols<3, true>(y0, row, coef, b, e, f0, rem, pf, z, mean, inv);
+    if (n < 16) sum_cols<0, true>(y0, row, coef, b, e, f0, rem, pf, mean, inv);
+    else if (n < 32) sum_cols<1, true>(y0, row, coef, b, e, f0, rem, pf, mean, inv);
+    else if (n < 48) sum_cols<2, true>(y0, row, coef, b, e, f0, rem, pf, mean, inv);
+    else sum_cols<3, true>(y0, row, coef, b, e, f0, rem, pf, mean, inv);
   }
 }
 
-// A destination row of a gather: yr[0 .. F) = the sum over the edges b .. e-1 (b < e) of w[p] (1 without
-// w) times source row indices[p] of x (row stride ldx), the first edge's term itself, then times
-// 1 / (e - b) with mean (SpMM's sum and mean, SAGE's mean).
+// A destination row of a gather: yr[0 .. F) = 0 + the terms w[p] (1 without w) times source row
+// indices[p] of x (row stride ldx) over the edges p = b .. e-1 (b < e), times 1 / (e - b) with mean
+// (SpMM's sum and mean, SAGE's mean).
 GNN_INLINE inline void gather_sum_row(float* __restrict yr, const float* __restrict x, const float* __restrict w,
                                       const int32_t* __restrict indices, int32_t b, int32_t e, int64_t ldx, int64_t F,
                                       bool mean, bool prefetch) {
   sum_rows(
       yr, [&](int32_t p) GNN_INLINE { return x + int64_t(indices[p]) * ldx; },
-      [&](int32_t p) GNN_INLINE { return w ? w[p] : 1.0f; }, b, e, F, false, mean, prefetch);
+      [&](int32_t p) GNN_INLINE { return w ? w[p] : 1.0f; }, b, e, F, mean, prefetch);
 }
 
 }  // namespace gnn

@@ -1,10 +1,10 @@
 // Gather SpMM on the CPU: one thread per block of destination rows (dynamic, so a hub row does not
-// hold a whole static chunk back). Each output row is formed column by column as the first edge's term
-// and the rest added in edge order; sum and mean hold up to 64 columns of it in registers over a pass
-// of the row's edges (sum_cols) and store them once, max builds it in place. The compiler vectorises
-// the column loops (AVX2 or AVX-512 where the CPU has them: GNN_CPU_CLONES). The next edge's source row
-// is prefetched; that measured as neither a gain nor a loss here (spmm-mean, N = 10k and 100k, F =
-// 128), and helps where memory latency is higher.
+// hold a whole static chunk back). Sum and mean form each output row column by column as 0 plus the
+// edges' terms in edge order (the reference's order), holding up to 64 columns in registers over a pass
+// of the row's edges and storing them once (kernels/gather_sum.h); max builds its row in place. The
+// compiler vectorises the column loops (AVX2 or AVX-512 where the CPU has them: GNN_CPU_CLONES). The next
+// edge's source row is prefetched; that measured as neither a gain nor a loss here (spmm-mean, N = 10k
+// and 100k, F = 128), and helps where memory latency is higher.
 #include <algorithm>
 
 #include "base/error.h"
@@ -107,7 +107,7 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
     };
     float* __restrict dr = dx + u * ldx;
     const int32_t q0 = g.csc_indptr[u], q1 = g.csc_indptr[u + 1];
-    if (!base && op != Reduce::kMax && q0 < q1) {  // the sum held in registers (gather_sum.h), 0 + the first term
+    if (!base && op != Reduce::kMax && q0 < q1) {  // the sum held in registers (gather_sum.h)
       sum_rows(
           dr, [&](int32_t q) GNN_INLINE { return dy + int64_t(g.csc_indices[q]) * ldy; },
           [&](int32_t q) GNN_INLINE {
@@ -116,7 +116,7 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
             if (op == Reduce::kMean) c /= float(g.indptr[v + 1] - g.indptr[v]);
             return c;
           },
-          q0, q1, F, true, false, false);
+          q0, q1, F, false, false);
       continue;
     }
     if (!base) {

@@ -335,7 +335,10 @@ def segment_softmax(x, indptr, out=None):
     E, H = _dims(x, "x", 2)
     _present(indptr=indptr)
     out = _new(x, (E, H)) if out is None else _out(out, x)
-    _gnn.segment_softmax_forward(_raw(x), _raw(indptr), _raw(out), _stream(x))
+    if isinstance(indptr, Graph):
+        _gnn.segment_softmax_forward_graph(_raw(x), indptr, _raw(out), _stream(x))
+    else:
+        _gnn.segment_softmax_forward(_raw(x), _raw(indptr), _raw(out), _stream(x))
     return out
 
 
@@ -344,7 +347,10 @@ def segment_softmax_backward(y, grad_out, indptr):
     E, H = _dims(y, "y", 2)
     _present(grad_out=grad_out, indptr=indptr)
     grad_x = _new(y, (E, H))
-    _gnn.segment_softmax_backward(_raw(y), _raw(grad_out), _raw(indptr), _raw(grad_x), _stream(y))
+    if isinstance(indptr, Graph):
+        _gnn.segment_softmax_backward_graph(_raw(y), _raw(grad_out), indptr, _raw(grad_x), _stream(y))
+    else:
+        _gnn.segment_softmax_backward(_raw(y), _raw(grad_out), _raw(indptr), _raw(grad_x), _stream(y))
     return grad_x
 
 

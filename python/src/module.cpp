@@ -50,10 +50,9 @@ namespace gnn::py {
 // An array argument. nanobind's own conversion refuses, before any check here runs, what is not an array
 // and an array that neither DLPack nor the buffer protocol can describe (NumPy's big-endian and object
 // arrays, torch's meta tensors), and the caller would read "incompatible function arguments", naming
-// nothing. Such an argument is taken instead (the caster below, on nanobind's last pass only, so an
-// overload that reads it as it is, a Graph say, still chooses first when registered first) and refused by
-// name at the first check that reads it; its accessors refuse it too, unnamed, should a path ever read it
-// before a check.
+// nothing. Such an argument is taken instead (the caster below, on nanobind's last pass only) and refused
+// by name at the first check that reads it; its accessors refuse it too, unnamed, should a path ever read
+// it before a check. (The module binds no overloads: the caster would take what a later overload reads.)
 template <class Base>
 struct Arg : Base {
   nb::object refused;  // the Python object, when it could not be read as an array
@@ -1177,13 +1176,13 @@ NB_MODULE(_gnn, m) {
   m.def("spmm_backward", &spmm_backward, "graph"_a, "grad_out"_a, "edge_weight"_a.none(), "reduce"_a, "argmax"_a.none(),
         "x"_a.none(), "grad_x"_a.none(), "grad_weight"_a.none(), "stream"_a = 0);
   m.def("_time_spmm_forward", &time_spmm_forward, "graph"_a, "x"_a, "reduce"_a, "out"_a, "repeats"_a, "stream"_a = 0);
-  // The Graph overloads first: on nanobind's last pass the array caster takes any object (to name it), so
-  // an array overload tried first would take a Graph indptr as a refused array.
-  m.def("segment_softmax_forward", &segment_softmax_forward_graph, "x"_a, "indptr"_a, "out"_a, "stream"_a = 0);
-  m.def("segment_softmax_backward", &segment_softmax_backward_graph, "y"_a, "grad_out"_a, "indptr"_a, "grad_x"_a,
-        "stream"_a = 0);
+  // Apart, not overloads: the Python layer hands torch tensors over as DLPack capsules, which can be read
+  // once, so an overload that read one and then failed on another argument would leave none to the next.
   m.def("segment_softmax_forward", &segment_softmax_forward, "x"_a, "indptr"_a, "out"_a, "stream"_a = 0);
   m.def("segment_softmax_backward", &segment_softmax_backward, "y"_a, "grad_out"_a, "indptr"_a, "grad_x"_a,
+        "stream"_a = 0);
+  m.def("segment_softmax_forward_graph", &segment_softmax_forward_graph, "x"_a, "graph"_a, "out"_a, "stream"_a = 0);
+  m.def("segment_softmax_backward_graph", &segment_softmax_backward_graph, "y"_a, "grad_out"_a, "graph"_a, "grad_x"_a,
         "stream"_a = 0);
   m.def("gat_scores_forward", &gat_scores_forward, "graph"_a, "a_src"_a, "a_dst"_a, "negative_slope"_a, "out"_a,
         "stream"_a = 0);

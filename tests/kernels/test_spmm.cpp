@@ -3,6 +3,7 @@
 // differences, the CUDA kernels against the reference (two runs, the same bits), and the autograd op
 // on the GPU against the host (per-head weights, bipartite graphs).
 #include <cmath>
+#include <cstring>
 
 #include "autograd/device_check.h"
 #include "device_buffers.h"
@@ -121,45 +122,72 @@ TEST_CASE("spmm: the forward with a base writes base + the aggregate, the bits o
 TEST_CASE("spmm: the CPU sum and mean, forward and backward, have the float reference's bits at any width and "
           "alignment") {
   // The kernels sum blocks of 64 and 16 columns in registers and the last F % 16 in the output itself
-  // (gather_sum.h): widths on each side of those blocks, rows starting off a 64-byte boundary (one float
-  // in, as a NumPy array may), and the edge-order sums must come out as the float reference's; the
-  // forward's mean is its sum times 1 / degree.
+  // (gather_sum.h): every width to 70 and some past 64 + 16k (each of the dispatch's branches), rows
+  // starting off a 64-byte boundary (one float in, as a NumPy array may), and the sums, 0 plus the terms
+  // in edge order, must have the float reference's bits (the forward's mean: the sum times 1 / degree).
+  // Nothing outside the outputs is written: the row stride's padding column and the float before y stay
+  // NaN.
   const Graph gr = random_graph(200, 1400, 23, true);
   const CsrView v = csr_view(gr);
   const int64_t N = 200;
-  for (int64_t F : {1, 15, 16, 17, 48, 64, 65, 80, 100, 129, 200}) {
+  auto bits = [](float a) {
+    uint32_t u;
+    std::memcpy(&u, &a, 4);
+    return u;
+  };
+  std::vector<int64_t> widths;
+  for (int64_t F = 1; F <= 70; ++F) widths.push_back(F);
+  for (int64_t F : {96, 100, 113, 127, 128, 129, 160, 200}) widths.push_back(F);
+  for (int64_t F : widths) {
     for (int64_t ld : {F, F + 1}) {
       CAPTURE(F);
       CAPTURE(ld);
       std::vector<float> xs = random_values<float>(size_t(N * ld + 1), 4);
       const auto w = random_values<float>(size_t(gr.num_edges), 5, 0.5f, 2.0f);
-      std::vector<float> ys(size_t(N * ld + 1), NAN), ref(size_t(N * ld), NAN);
+      std::vector<float> ys(size_t(N * ld + 1)), ref(size_t(N * ld));
       const float* x = xs.data() + 1;  // off the allocation's alignment
       float* y = ys.data() + 1;
-      for (const float* wp : {static_cast<const float*>(nullptr), w.data()}) {
-        spmm_forward_ref<float>(ref.data(), nullptr, x, wp, v, F, ld, ld, Reduce::kSum);
-        spmm_forward_cpu(y, nullptr, x, wp, v, F, ld, ld, Reduce::kSum);
-        bool same = true;
+      // run(kernel) on y filled with NaN; true when y's outputs have want(r, f)'s bits and the rest is NaN
+      auto matches = [&](auto&& kernel, auto&& want) {
+        std::fill(ys.begin(), ys.end(), NAN);
+        kernel();
+        bool ok = std::isnan(ys[0]);
         for (int64_t r = 0; r < N; ++r)
-          for (int64_t f = 0; f < F; ++f) same = same && y[r * ld + f] == ref[size_t(r * ld + f)];
-        CHECK(same);
-        spmm_forward_cpu(y, nullptr, x, wp, v, F, ld, ld, Reduce::kMean);
-        for (int64_t r = 0; r < N; ++r) {
-          const int32_t deg = v.indptr[r + 1] - v.indptr[r];
-          const float inv = deg ? 1.0f / float(deg) : 1.0f;
-          for (int64_t f = 0; f < F; ++f) same = same && y[r * ld + f] == ref[size_t(r * ld + f)] * inv;
-        }
-        CHECK(same);
+          for (int64_t f = 0; f < ld; ++f)
+            ok = ok && (f < F ? bits(y[r * ld + f]) == bits(want(r, f)) : std::isnan(y[r * ld + f]));
+        return ok;
+      };
+      auto ref_at = [&](int64_t r, int64_t f) { return ref[size_t(r * ld + f)]; };
+      for (const float* wp : {static_cast<const float*>(nullptr), w.data()}) {
+        CAPTURE(wp != nullptr);
+        spmm_forward_ref<float>(ref.data(), nullptr, x, wp, v, F, ld, ld, Reduce::kSum);
+        CHECK(matches([&] { spmm_forward_cpu(y, nullptr, x, wp, v, F, ld, ld, Reduce::kSum); }, ref_at));
+        CHECK(matches([&] { spmm_forward_cpu(y, nullptr, x, wp, v, F, ld, ld, Reduce::kMean); },
+                      [&](int64_t r, int64_t f) {
+                        const int32_t deg = v.indptr[r + 1] - v.indptr[r];
+                        return deg ? ref_at(r, f) * (1.0f / float(deg)) : ref_at(r, f);
+                      }));
         for (Reduce op : {Reduce::kSum, Reduce::kMean}) {  // the backward: x's rows as dy, y's as dx
           CAPTURE(reduce_name(op));
           spmm_backward_x_ref<float>(ref.data(), x, nullptr, wp, v, F, ld, ld, op);
-          spmm_backward_x_cpu(y, x, nullptr, wp, v, F, ld, ld, op);
-          for (int64_t r = 0; r < N; ++r)
-            for (int64_t f = 0; f < F; ++f) same = same && y[r * ld + f] == ref[size_t(r * ld + f)];
-          CHECK(same);
+          CHECK(matches([&] { spmm_backward_x_cpu(y, x, nullptr, wp, v, F, ld, ld, op); }, ref_at));
         }
       }
     }
+  }
+  // A row whose terms are all -0 sums to +0, as the reference's and torch's do.
+  const int64_t src[] = {0, 0}, dst[] = {1, 1};
+  const Graph g2 = Graph::from_edges(src, dst, 2, 2);
+  const CsrView v2 = csr_view(g2);
+  const std::vector<float> x2(2 * 20, -0.0f);
+  std::vector<float> y2(2 * 20, NAN);
+  for (Reduce op : {Reduce::kSum, Reduce::kMean}) {
+    spmm_forward_cpu(y2.data(), nullptr, x2.data(), nullptr, v2, 20, 20, 20, op);
+    CHECK(!std::signbit(y2[20]));
+    CHECK(!std::signbit(y2[39]));
+    spmm_backward_x_cpu(y2.data(), x2.data(), nullptr, nullptr, v2, 20, 20, 20, op);
+    CHECK(!std::signbit(y2[0]));
+    CHECK(!std::signbit(y2[19]));
   }
 }
 
