@@ -35,13 +35,22 @@ __all__ = ["Graph", "graph_of", "spmm", "sage", "gat_scores", "segment_softmax",
 
 # ---- graphs ---------------------------------------------------------------------------------------
 
+def _plain(edge_index: Tensor) -> Tensor:
+    """edge_index's values as a plain tensor: PyG's EdgeIndex, a tensor subclass wrapping another (its
+    DLPack export has no data), gives the tensor it holds."""
+    if type(edge_index) is not Tensor and hasattr(edge_index, "as_tensor"):
+        return edge_index.as_tensor()
+    return edge_index
+
+
 def graph_of(edge_index, num_nodes: Optional[int] = None) -> Graph:
-    """A gnn.Graph from a PyG edge_index [2, E] (row 0 sources, row 1 targets); a Graph passes through."""
+    """A gnn.Graph from a PyG edge_index [2, E] (row 0 sources, row 1 targets; a tensor or PyG's
+    EdgeIndex); a Graph passes through."""
     if isinstance(edge_index, Graph):
         return edge_index
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"edge_index must be a torch.Tensor or gnn.Graph, got {type(edge_index).__name__}")
-    return Graph(edge_index.detach().cpu(), num_nodes=num_nodes)
+    return Graph(_plain(edge_index).detach().cpu(), num_nodes=num_nodes)
 
 
 class _GraphCache:
@@ -95,7 +104,7 @@ def _edge_index(edge_index, num_nodes: int, who: str) -> Tensor:
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"{who}: edge_index must have shape (2, E) (row 0 sources, row 1 targets, as in PyG), "
                          f"got {tuple(edge_index.shape)}")
-    ei = edge_index.detach().cpu().long()
+    ei = _plain(edge_index).detach().cpu().long()
     bad = ((ei < 0) | (ei >= num_nodes)).any(0).nonzero()
     if bad.numel():
         e = int(bad[0, 0])

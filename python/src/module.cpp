@@ -55,9 +55,15 @@ namespace gnn::py {
 // it before a check. (The module binds no overloads: the caster would take what a later overload reads.)
 template <class Base>
 struct Arg : Base {
-  nb::object refused;  // the Python object, when it could not be read as an array
+  nb::object refused;    // the Python object, when it could not be read as an array
+  bool no_data = false;  // read, but its DLPack export points at no memory
 
   void readable(const char* name) const {
+    if (no_data)
+      throw nb::type_error((std::string(name ? name : "an array argument") +
+                            " has no data: its DLPack export points at address 0 (a tensor subclass that wraps "
+                            "another, such as torch_geometric's EdgeIndex; pass the plain tensor it holds)")
+                               .c_str());
     if (refused) refuse_unreadable(refused, name);
   }
   size_t ndim() const { return readable(nullptr), Base::ndim(); }
@@ -91,6 +97,8 @@ struct type_caster<gnn::py::Arg<Base>> {
     if (inner.from_python(src, flags, cleanup)) {
       static_cast<Base&>(value) = std::move(inner.value);
       value.refused = object();
+      // (Base's own data(): the wrapper's refuses an array marked as this one is about to be)
+      value.no_data = !value.Base::data() && value.Base::size() > 0;
       return true;
     }
     if (!(flags & uint32_t(cast_flags::convert))) return false;

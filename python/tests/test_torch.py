@@ -182,6 +182,27 @@ def test_layer_against_pyg(name):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_layer_takes_pygs_edge_index_class(name):
+    # PyG's EdgeIndex is a tensor subclass wrapping another: its DLPack export points at no data (the raw
+    # gnn.Graph refuses it by name), and the layers read the tensor it holds: the same bits as a plain one.
+    tg = pytest.importorskip("torch_geometric", reason="torch_geometric is not installed (pip install torch_geometric)")
+    if not hasattr(tg, "EdgeIndex"):
+        pytest.skip("this torch_geometric has no EdgeIndex (2.5 and later)")
+    _, _, _, weighted = LAYERS[name]
+    x, ei = inputs(4)
+    wrapped = tg.EdgeIndex(ei.clone(), sparse_size=(x.shape[0], x.shape[0]))
+    with pytest.raises(TypeError, match="edge_index has no data"):
+        gnn.Graph(wrapped)
+    ew = torch.linspace(0.5, 1.5, ei.shape[1]) if weighted else None
+    m = make(gt, name)
+    xs = [x.detach().clone().requires_grad_() for _ in range(2)]
+    got = [run(m, xs[i], e, ew) for i, e in enumerate((ei, wrapped))]
+    assert torch.equal(got[0][0], got[1][0])
+    for a, b in zip(got[0][1], got[1][1]):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
 @pytest.mark.parametrize("name", ["sage", "gcn-weighted", "gin", "gat"])
 def test_layer_same_bits_run_to_run(name):
     runs = []
