@@ -87,6 +87,36 @@ def _is_cupy(a) -> bool:
 
 
 _torch_capsule = None  # torch.utils.dlpack.to_dlpack, looked up on the first torch call
+_no_data_types = {}
+
+
+class _NoData:
+    """Stands in for a torch tensor subclass whose values live elsewhere (a FakeTensor, a wrapper): its
+    DLPack export would point at no memory of its own. The extension refuses it by the argument's name,
+    quoting __dlpack__'s message; the class is named after the subclass, which the message quotes too."""
+
+    def __dlpack__(self, *args, **kwargs):
+        raise BufferError("a tensor subclass whose values live elsewhere (no data of its own); pass a plain "
+                          "tensor of its values")
+
+
+def _wrapped_values(t):
+    """A torch tensor subclass that holds no data of its own (torch's Python dispatch key: wrapper
+    subclasses such as FakeTensor and PyG's EdgeIndex and Index) as a plain tensor of its values where
+    it has one (PyG's .as_tensor()), or as a _NoData for the extension to refuse; None for a tensor that
+    holds its data (a plain one, a Parameter)."""
+    try:
+        import torch
+        if not torch._C._dispatch_keys(t).has(torch._C.DispatchKey.Python):
+            return None
+    except (AttributeError, RuntimeError):  # (a torch without these: read as it is)
+        return None
+    if hasattr(t, "as_tensor"):
+        return t.as_tensor()
+    name = type(t).__name__
+    if name not in _no_data_types:
+        _no_data_types[name] = type(name, (_NoData,), {})
+    return _no_data_types[name]()
 
 
 def _raw(a):
@@ -102,6 +132,11 @@ def _raw(a):
         return a
     if _is_torch(a):
         t = a.detach() if a.requires_grad else a
+        if type(t).__name__ not in ("Tensor", "Parameter"):  # a subclass: does it hold its data?
+            plain = _wrapped_values(t)
+            if isinstance(plain, _NoData):
+                return plain
+            t = t if plain is None else plain
         if _torch_capsule is None:
             try:
                 from torch.utils.dlpack import to_dlpack as _torch_capsule

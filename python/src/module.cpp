@@ -56,13 +56,14 @@ namespace gnn::py {
 template <class Base>
 struct Arg : Base {
   nb::object refused;    // the Python object, when it could not be read as an array
-  bool no_data = false;  // read, but its DLPack export points at no memory
+  bool no_data = false;  // read, but its DLPack export points at no memory (into the first page)
 
   void readable(const char* name) const {
     if (no_data)
       throw nb::type_error((std::string(name ? name : "an array argument") +
-                            " has no data: its DLPack export points at address 0 (a tensor subclass that wraps "
-                            "another, such as torch_geometric's EdgeIndex; pass the plain tensor it holds)")
+                            " has no data of its own (a tensor subclass without storage, such as a FakeTensor "
+                            "or PyG's EdgeIndex, or a DLPack export pointing at address 0); pass a plain tensor "
+                            "of its values")
                                .c_str());
     if (refused) refuse_unreadable(refused, name);
   }
@@ -75,6 +76,33 @@ struct Arg : Base {
   size_t nbytes() const { return readable(nullptr), Base::nbytes(); }
   decltype(auto) data() const { return readable(nullptr), Base::data(); }
 };
+
+// Whether a torch tensor's class dispatches its ops in Python (FakeTensor, PyG's EdgeIndex, other
+// wrapper subclasses): such a tensor holds no storage of its own, and its DLPack export points at
+// address 0 plus its offset. torch.Tensor's own __torch_dispatch__ is torch's disabled one.
+// The answer is kept per class (a failed attribute lookup costs about half a microsecond a call), with a
+// reference to the class, under the GIL.
+inline bool python_dispatch_tensor(nb::handle a) noexcept {
+  static std::vector<std::pair<PyObject*, bool>> known;
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(a.ptr()));
+  for (const auto& [t, wrapper] : known)
+    if (t == type) return wrapper;
+  bool wrapper = false;
+  if (PyObject* d = PyObject_GetAttrString(type, "__torch_dispatch__")) {
+    if (PyObject* n = PyObject_GetAttrString(d, "__name__")) {
+      const char* s = PyUnicode_Check(n) ? PyUnicode_AsUTF8(n) : nullptr;
+      wrapper = s && std::strcmp(s, "_disabled_torch_dispatch_impl") != 0;
+      Py_DECREF(n);
+    }
+    Py_DECREF(d);
+  }
+  PyErr_Clear();
+  if (known.size() < 64) {
+    Py_INCREF(type);
+    known.emplace_back(type, wrapper);
+  }
+  return wrapper;
+}
 
 // Whether an object that nanobind could not read is meant as an array: it speaks one of the array
 // protocols or has a dtype.
@@ -97,8 +125,10 @@ struct type_caster<gnn::py::Arg<Base>> {
     if (inner.from_python(src, flags, cleanup)) {
       static_cast<Base&>(value) = std::move(inner.value);
       value.refused = object();
-      // (Base's own data(): the wrapper's refuses an array marked as this one is about to be)
-      value.no_data = !value.Base::data() && value.Base::size() > 0;
+      // (Base's own data(): the wrapper's refuses an array marked as this one is about to be.) Data in
+      // the first page (a null pointer plus an offset), or a torch subclass without storage of its own.
+      value.no_data = value.Base::size() > 0 && (reinterpret_cast<uintptr_t>(value.Base::data()) < 4096 ||
+                                                 gnn::py::python_dispatch_tensor(src));
       return true;
     }
     if (!(flags & uint32_t(cast_flags::convert))) return false;

@@ -3,6 +3,7 @@ crash), zero-copy views, and reference counts over many calls."""
 import gc
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -236,6 +237,27 @@ def test_every_function_gives_numpys_bits_on_torch_tensors(need_torch):
             if a is not None:
                 assert isinstance(a, torch.Tensor), fn.__name__
                 np.testing.assert_array_equal(a.numpy(), b, err_msg=fn.__name__)
+
+
+def test_tensor_subclasses_without_storage_are_refused_or_read_through(need_torch):
+    # A FakeTensor (and any tensor class dispatching in Python) holds no storage: its DLPack export points
+    # at address 0 plus its offset, which gnn.Graph read (a segmentation fault). Refused by name, however
+    # far the slice; PyG's Index, which holds a tensor of its values, is read through it.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=4)
+    with FakeTensorMode():
+        far = torch.zeros(2, 200_000, dtype=torch.int64)[:, 150_000:]
+        x = torch.ones(5, 3)[1:]
+    with pytest.raises(TypeError, match="edge_index has no data of its own"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch's own, as nanobind asks the FakeTensor for its DLPack export)
+        gnn.Graph(far, num_nodes=4)
+    with pytest.raises(TypeError, match=r"x \(a FakeTensor\) cannot be read .*no data of its own"):
+        gnn.spmm(g, x)
+    tg = pytest.importorskip("torch_geometric", reason="torch_geometric is not installed")
+    if hasattr(tg, "Index"):
+        ptr = tg.Index(torch.tensor([0, 2, 4]))
+        torch.testing.assert_close(gnn.pool(torch.arange(12.0).reshape(4, 3), ptr),
+                                   gnn.pool(torch.arange(12.0).reshape(4, 3), torch.tensor([0, 2, 4])))
 
 
 def test_torch_arguments_are_checked_by_name(need_torch):
