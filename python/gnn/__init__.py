@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import operator as _operator
 import os as _os
+import sys as _sys
+import warnings as _warnings
 
 import numpy as _np
 
@@ -79,7 +81,13 @@ def load_tpugraph(path, require_runtimes: bool = True) -> dict:
 
 
 def _is_torch(a) -> bool:
-    return type(a).__module__.startswith("torch")
+    """A torch tensor: torch's own classes, or a subclass defined anywhere (torch is imported by then)."""
+    if type(a).__module__.startswith("torch"):
+        return True
+    if isinstance(a, _np.ndarray):
+        return False
+    torch = _sys.modules.get("torch")
+    return torch is not None and isinstance(a, torch.Tensor)
 
 
 def _is_cupy(a) -> bool:
@@ -87,7 +95,16 @@ def _is_cupy(a) -> bool:
 
 
 _torch_capsule = None  # torch.utils.dlpack.to_dlpack, looked up on the first torch call
+_torch_plain = None  # (torch.Tensor, torch.nn.Parameter)
 _no_data_types = {}
+
+
+def _torch_plain_types():
+    global _torch_plain
+    if _torch_plain is None:
+        import torch
+        _torch_plain = (torch.Tensor, torch.nn.Parameter)
+    return _torch_plain
 
 
 class _NoData:
@@ -100,19 +117,32 @@ class _NoData:
                           "tensor of its values")
 
 
-def _wrapped_values(t):
-    """A torch tensor subclass that holds no data of its own (torch's Python dispatch key: wrapper
-    subclasses such as FakeTensor and PyG's EdgeIndex and Index) as a plain tensor of its values where
-    it has one (PyG's .as_tensor()), or as a _NoData for the extension to refuse; None for a tensor that
-    holds its data (a plain one, a Parameter)."""
+def _storage_free(t) -> bool:
+    """Whether a torch tensor of a subclass holds no storage of its own: its class dispatches in Python
+    (FakeTensor, PyG's EdgeIndex and Index, torch's wrapper subclasses) and its storage has no data."""
+    import torch
     try:
-        import torch
         if not torch._C._dispatch_keys(t).has(torch._C.DispatchKey.Python):
-            return None
+            return False
     except (AttributeError, RuntimeError):  # (a torch without these: read as it is)
-        return None
-    if hasattr(t, "as_tensor"):
-        return t.as_tensor()
+        return False
+    try:
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore")  # (a FakeTensor warns that its data pointer is asked for)
+            storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()  # (torch < 2)
+            return storage.data_ptr() == 0
+    except (RuntimeError, NotImplementedError, AttributeError):  # "an invalid python storage": a wrapper's
+        return True
+
+
+def _holding_values(t):
+    """A torch tensor of a subclass as what the extension may read: itself where it holds its storage,
+    the tensor of its values where it has one (PyG's .as_tensor()), else a _NoData for the extension to
+    refuse by the argument's name."""
+    if _storage_free(t) and hasattr(t, "as_tensor"):
+        t = t.as_tensor()
+    if type(t) in _torch_plain_types() or not _storage_free(t):
+        return t
     name = type(t).__name__
     if name not in _no_data_types:
         _no_data_types[name] = type(name, (_NoData,), {})
@@ -132,11 +162,10 @@ def _raw(a):
         return a
     if _is_torch(a):
         t = a.detach() if a.requires_grad else a
-        if type(t).__name__ not in ("Tensor", "Parameter"):  # a subclass: does it hold its data?
-            plain = _wrapped_values(t)
-            if isinstance(plain, _NoData):
-                return plain
-            t = t if plain is None else plain
+        if type(t) not in _torch_plain_types():  # a subclass: does it hold its data?
+            t = _holding_values(t)
+            if isinstance(t, _NoData):
+                return t
         if _torch_capsule is None:
             try:
                 from torch.utils.dlpack import to_dlpack as _torch_capsule

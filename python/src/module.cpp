@@ -78,11 +78,10 @@ struct Arg : Base {
 };
 
 // Whether a torch tensor's class dispatches its ops in Python (FakeTensor, PyG's EdgeIndex, other
-// wrapper subclasses): such a tensor holds no storage of its own, and its DLPack export points at
-// address 0 plus its offset. torch.Tensor's own __torch_dispatch__ is torch's disabled one.
-// The answer is kept per class (a failed attribute lookup costs about half a microsecond a call), with a
-// reference to the class, under the GIL.
-inline bool python_dispatch_tensor(nb::handle a) noexcept {
+// wrapper subclasses), whose instances may hold no storage of their own. torch.Tensor's own
+// __torch_dispatch__ is torch's disabled one. The answer is kept per class (a failed attribute lookup
+// costs about half a microsecond a call), with a reference to the class, under the GIL.
+inline bool python_dispatch_class(nb::handle a) noexcept {
   static std::vector<std::pair<PyObject*, bool>> known;
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(a.ptr()));
   for (const auto& [t, wrapper] : known)
@@ -102,6 +101,27 @@ inline bool python_dispatch_tensor(nb::handle a) noexcept {
     known.emplace_back(type, wrapper);
   }
   return wrapper;
+}
+
+// Whether a tensor of such a class holds no storage of its own (its DLPack export then points at address
+// 0 plus its offset): its storage's data pointer is 0, or asking for it fails (a wrapper's "invalid
+// python storage", a FakeTensor's under torch 1.13).
+inline bool storage_free_tensor(nb::handle a) noexcept {
+  if (!python_dispatch_class(a)) return false;
+  void* p = nullptr;
+  bool failed = true;
+  PyObject* st = PyObject_CallMethod(a.ptr(), "untyped_storage", nullptr);
+  if (!st) PyErr_Clear(), st = PyObject_CallMethod(a.ptr(), "storage", nullptr);  // (torch < 2)
+  if (st) {
+    if (PyObject* d = PyObject_CallMethod(st, "data_ptr", nullptr)) {
+      p = PyLong_AsVoidPtr(d);
+      failed = PyErr_Occurred() != nullptr;
+      Py_DECREF(d);
+    }
+    Py_DECREF(st);
+  }
+  PyErr_Clear();
+  return failed || !p;
 }
 
 // Whether an object that nanobind could not read is meant as an array: it speaks one of the array
@@ -128,7 +148,7 @@ struct type_caster<gnn::py::Arg<Base>> {
       // (Base's own data(): the wrapper's refuses an array marked as this one is about to be.) Data in
       // the first page (a null pointer plus an offset), or a torch subclass without storage of its own.
       value.no_data = value.Base::size() > 0 && (reinterpret_cast<uintptr_t>(value.Base::data()) < 4096 ||
-                                                 gnn::py::python_dispatch_tensor(src));
+                                                 gnn::py::storage_free_tensor(src));
       return true;
     }
     if (!(flags & uint32_t(cast_flags::convert))) return false;

@@ -260,6 +260,46 @@ def test_tensor_subclasses_without_storage_are_refused_or_read_through(need_torc
                                    gnn.pool(torch.arange(12.0).reshape(4, 3), torch.tensor([0, 2, 4])))
 
 
+def test_tensor_subclasses_by_their_storage_not_their_name(need_torch):
+    # What decides is whether the tensor holds storage: a class dispatching in Python over storage of its
+    # own is read as any tensor; a wrapper without storage is refused even when its class is named Tensor
+    # and lives in a torch module (a check by name let it through to a read at address 0 + its offset).
+    class Logged(torch.Tensor):
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            with torch._C._DisableTorchDispatch():
+                return func(*args, **(kwargs or {}))
+
+    class Tensor(torch.Tensor):
+        __module__ = "torch.wrapped"
+
+        @staticmethod
+        def __new__(cls, e):
+            r = torch.Tensor._make_wrapper_subclass(cls, e.shape, dtype=e.dtype, strides=e.stride(),
+                                                    storage_offset=e.storage_offset())
+            r.elem = e
+            return r
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            unwrap = lambda t: t.elem if isinstance(t, Tensor) else t  # noqa: E731
+            out = func(*[unwrap(a) for a in args], **{k: unwrap(v) for k, v in (kwargs or {}).items()})
+            return Tensor(out) if isinstance(out, torch.Tensor) else out
+
+    g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=4)
+    x = torch.arange(12.0).reshape(4, 3)
+    if hasattr(torch._C._DisableTorchDispatch, "__enter__"):  # (torch 2: Logged's dispatch can call torch's)
+        logged = torch.Tensor._make_subclass(Logged, x.clone())
+        y = gnn.spmm(g, logged)  # (a torch tensor back, as for torch's own classes)
+        assert isinstance(y, torch.Tensor) and torch.equal(y.as_subclass(torch.Tensor), gnn.spmm(g, x))
+        assert gnn.Graph(torch.Tensor._make_subclass(Logged, torch.tensor([[0, 1], [1, 0]]))).num_edges == 2
+    far = Tensor(torch.ones(200_000, 3))[150_000:150_004]
+    with pytest.raises(TypeError, match="x .a Tensor. cannot be read .*no data of its own"):
+        gnn.spmm(g, far, out=torch.empty(4, 3))
+    with pytest.raises(TypeError, match="edge_index has no data of its own"):
+        gnn.Graph(Tensor(torch.zeros(2, 100_000, dtype=torch.int64))[:, 60_000:60_004], num_nodes=4)
+
+
 def test_torch_arguments_are_checked_by_name(need_torch):
     g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=8)
     x = torch.ones(8, 3)
