@@ -119,7 +119,8 @@ class _NoData:
 
 def _storage_free(t) -> bool:
     """Whether a torch tensor of a subclass holds no storage of its own: its class dispatches in Python
-    (FakeTensor, PyG's EdgeIndex and Index, torch's wrapper subclasses) and its storage has no data."""
+    (FakeTensor, PyG's EdgeIndex and Index, torch's wrapper subclasses) and its data pointer does not lie
+    in a storage with data (a wrapper's is 0 plus its offset, its storage "an invalid python storage")."""
     import torch
     try:
         if not torch._C._dispatch_keys(t).has(torch._C.DispatchKey.Python):
@@ -130,8 +131,9 @@ def _storage_free(t) -> bool:
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore")  # (a FakeTensor warns that its data pointer is asked for)
             storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()  # (torch < 2)
-            return storage.data_ptr() == 0
-    except (RuntimeError, NotImplementedError, AttributeError):  # "an invalid python storage": a wrapper's
+            start, size, p = storage.data_ptr(), storage.nbytes(), t.data_ptr()
+            return t.numel() > 0 and not (start and start <= p < start + size)
+    except Exception:  # whatever a subclass raises when asked: not read
         return True
 
 
@@ -139,9 +141,11 @@ def _holding_values(t):
     """A torch tensor of a subclass as what the extension may read: itself where it holds its storage,
     the tensor of its values where it has one (PyG's .as_tensor()), else a _NoData for the extension to
     refuse by the argument's name."""
-    if _storage_free(t) and hasattr(t, "as_tensor"):
+    free = _storage_free(t)
+    if free and hasattr(t, "as_tensor"):
         t = t.as_tensor()
-    if type(t) in _torch_plain_types() or not _storage_free(t):
+        free = type(t) not in _torch_plain_types() and _storage_free(t)
+    if not free:
         return t
     name = type(t).__name__
     if name not in _no_data_types:

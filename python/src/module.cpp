@@ -90,8 +90,10 @@ inline bool python_dispatch_class(nb::handle a) noexcept {
   if (PyObject* d = PyObject_GetAttrString(type, "__torch_dispatch__")) {
     if (PyObject* n = PyObject_GetAttrString(d, "__name__")) {
       const char* s = PyUnicode_Check(n) ? PyUnicode_AsUTF8(n) : nullptr;
-      wrapper = s && std::strcmp(s, "_disabled_torch_dispatch_impl") != 0;
+      wrapper = !s || std::strcmp(s, "_disabled_torch_dispatch_impl") != 0;
       Py_DECREF(n);
+    } else {
+      wrapper = true;  // (a dispatch of its own without a __name__)
     }
     Py_DECREF(d);
   }
@@ -103,25 +105,32 @@ inline bool python_dispatch_class(nb::handle a) noexcept {
   return wrapper;
 }
 
+// An integer from calling o.name(), or nullopt where the call fails or gives no integer.
+inline std::optional<uintptr_t> call_for_int(PyObject* o, const char* name) noexcept {
+  PyObject* r = PyObject_CallMethod(o, name, nullptr);
+  std::optional<uintptr_t> v;
+  if (r && PyLong_Check(r)) {
+    const unsigned long long u = PyLong_AsUnsignedLongLong(r);
+    if (!PyErr_Occurred()) v = uintptr_t(u);
+  }
+  Py_XDECREF(r);
+  PyErr_Clear();
+  return v;
+}
+
 // Whether a tensor of such a class holds no storage of its own (its DLPack export then points at address
-// 0 plus its offset): its storage's data pointer is 0, or asking for it fails (a wrapper's "invalid
-// python storage", a FakeTensor's under torch 1.13).
+// 0 plus its offset): its data pointer does not lie in a storage with data, or asking fails (a wrapper's
+// "invalid python storage", a FakeTensor's under torch 1.13).
 inline bool storage_free_tensor(nb::handle a) noexcept {
   if (!python_dispatch_class(a)) return false;
-  void* p = nullptr;
-  bool failed = true;
   PyObject* st = PyObject_CallMethod(a.ptr(), "untyped_storage", nullptr);
   if (!st) PyErr_Clear(), st = PyObject_CallMethod(a.ptr(), "storage", nullptr);  // (torch < 2)
-  if (st) {
-    if (PyObject* d = PyObject_CallMethod(st, "data_ptr", nullptr)) {
-      p = PyLong_AsVoidPtr(d);
-      failed = PyErr_Occurred() != nullptr;
-      Py_DECREF(d);
-    }
-    Py_DECREF(st);
-  }
   PyErr_Clear();
-  return failed || !p;
+  if (!st) return true;
+  const std::optional<uintptr_t> start = call_for_int(st, "data_ptr"), size = call_for_int(st, "nbytes");
+  Py_DECREF(st);
+  const std::optional<uintptr_t> p = call_for_int(a.ptr(), "data_ptr");
+  return !start || !size || !p || !*start || *p < *start || *p >= *start + *size;
 }
 
 // Whether an object that nanobind could not read is meant as an array: it speaks one of the array

@@ -299,6 +299,18 @@ def test_tensor_subclasses_by_their_storage_not_their_name(need_torch):
     with pytest.raises(TypeError, match="edge_index has no data of its own"):
         gnn.Graph(Tensor(torch.zeros(2, 100_000, dtype=torch.int64))[:, 60_000:60_004], num_nodes=4)
 
+    class Forwarding(Tensor):  # a wrapper that answers with the wrapped tensor's storage
+        def untyped_storage(self):
+            return self.elem.untyped_storage()
+
+        def storage(self):
+            return self.elem.storage()
+
+    with pytest.raises(TypeError, match="x .a Forwarding. cannot be read .*no data of its own"):
+        gnn.spmm(g, Forwarding(torch.ones(200_000, 3)[150_000:150_004]), out=torch.empty(4, 3))
+    with pytest.raises(TypeError, match="edge_index has no data of its own"):
+        gnn.Graph(Forwarding(torch.zeros(2, 100_000, dtype=torch.int64)[:, 60_000:60_004]), num_nodes=4)
+
 
 def test_torch_arguments_are_checked_by_name(need_torch):
     g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=8)
