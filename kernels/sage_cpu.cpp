@@ -1,6 +1,6 @@
 // Fused SAGE on the CPU. Forward, per block of kRows destination rows (one thread each):
 //   h_blk = [mean of in-neighbours | x]  (kept in h for training, or a per-thread buffer; the mean formed
-//           in registers as SpMM's: kernels/gather_sum.h)
+//           in registers as SpMM's: kernels/gather_rows.h)
 //   z_blk = h_blk W (one serial GEMM, K = 2F), then bias and activation while it is in cache.
 // Backward: whole-matrix products on the saved h (see kernels/sage.h); dh = dz W^T is two products
 // (the root half straight into dx, the aggregate half into scratch for the transposed gather). An
@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/gather_sum.h"
+#include "kernels/gather_rows.h"
 #include "kernels/sage.h"
 
 namespace gnn {

@@ -1,14 +1,14 @@
 // Gather SpMM on the CPU: one thread per block of destination rows (dynamic, so a hub row does not
 // hold a whole static chunk back). Sum and mean form each output row column by column as 0 plus the
-// edges' terms in edge order (the reference's order), holding up to 64 columns in registers over a pass
-// of the row's edges and storing them once (kernels/gather_sum.h); max builds its row in place. The
-// compiler vectorises the column loops (AVX2 or AVX-512 where the CPU has them: GNN_CPU_CLONES). The next
-// edge's source row is prefetched; that measured as neither a gain nor a loss here (spmm-mean, N = 10k
-// and 100k, F = 128), and helps where memory latency is higher.
+// edges' terms in edge order (the reference's order), max as the first term replaced by each greater
+// one; both hold up to 64 columns in registers over a pass of the row's edges and store them once
+// (kernels/gather_rows.h). The compiler vectorises the column loops (AVX2 or AVX-512 where the CPU has
+// them: GNN_CPU_CLONES). The next edge's source row is prefetched; that measured as neither a gain nor a
+// loss here (spmm-mean, N = 10k and 100k, F = 128), and helps where memory latency is higher.
 #include <algorithm>
 
 #include "base/error.h"
-#include "kernels/gather_sum.h"
+#include "kernels/gather_rows.h"
 #include "kernels/spmm.h"
 
 namespace gnn {
@@ -36,34 +36,15 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
   // row v's aggregate into yr
   auto aggregate = [&](int64_t v, float* __restrict yr) GNN_INLINE {
     const int32_t b = g.indptr[v], e = g.indptr[v + 1];
-    if (op == Reduce::kMax) {
-      int32_t* __restrict ar = argmax + v * F;
-      if (b == e) {
-        for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f, ar[f] = -1;
-        return;
-      }
-      {
-        const float* __restrict xr = x + int64_t(g.indices[b]) * ldx;
-        const float wp = w ? w[b] : 1.0f;
-        for (int64_t f = 0; f < F; ++f) yr[f] = wp * xr[f], ar[f] = b;
-      }
-      for (int32_t p = b + 1; p < e; ++p) {
-        const float* __restrict xr = x + int64_t(g.indices[p]) * ldx;
-        const float wp = w ? w[p] : 1.0f;
-        for (int64_t f = 0; f < F; ++f) {  // branch-free, so it vectorises: the mask picks val and p
-          const float val = wp * xr[f], cur = yr[f];
-          const int32_t take = -int32_t(val > cur);
-          yr[f] = val > cur ? val : cur;
-          ar[f] = (ar[f] & ~take) | (p & take);
-        }
-      }
-      return;
-    }
-    if (b == e) {
+    int32_t* __restrict ar = op == Reduce::kMax ? argmax + v * F : nullptr;
+    if (b == e) {  // no edges: 0, and for max no edge (-1)
       for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f;
-      return;
+      if (ar) std::fill(ar, ar + F, -1);
+    } else if (ar) {
+      gather_max_row(yr, ar, x, w, g.indices, b, e, ldx, F, true);
+    } else {
+      gather_sum_row(yr, x, w, g.indices, b, e, ldx, F, op == Reduce::kMean, true);
     }
-    gather_sum_row(yr, x, w, g.indices, b, e, ldx, F, op == Reduce::kMean, true);
   };
 #pragma omp parallel for schedule(dynamic, kRowsPerTask)
   for (int64_t v = 0; v < S; ++v) {
@@ -77,7 +58,7 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
 }
 
 // Without base each dx row's sum, 0 + its terms in CSC order, is held in registers and stored (sum and
-// mean: gather_sum.h), or for max formed in the zeroed row; with base the row's sum is formed a
+// mean: gather_rows.h), or for max formed in the zeroed row; with base the row's sum is formed a
 // block of kSumCols columns at a time in a local buffer and then added: base + (the sum), the order of
 // the reference, of CUDA's kernel and of autograd's accumulate (so an op may add its gradient to the one
 // x holds, in place or into a new buffer, with accumulate's bits). Each block walks the row's CSC entries
@@ -107,7 +88,7 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
     };
     float* __restrict dr = dx + u * ldx;
     const int32_t q0 = g.csc_indptr[u], q1 = g.csc_indptr[u + 1];
-    if (!base && op != Reduce::kMax && q0 < q1) {  // the sum held in registers (gather_sum.h)
+    if (!base && op != Reduce::kMax && q0 < q1) {  // the sum held in registers (gather_rows.h)
       sum_rows(
           dr, [&](int32_t q) GNN_INLINE { return dy + int64_t(g.csc_indices[q]) * ldy; },
           [&](int32_t q) GNN_INLINE {

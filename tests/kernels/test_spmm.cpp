@@ -119,14 +119,14 @@ TEST_CASE("spmm: the forward with a base writes base + the aggregate, the bits o
                     doctest::Contains("base must not be y"));
 }
 
-TEST_CASE("spmm: the CPU sum and mean, forward and backward, have the float reference's bits at any width and "
-          "alignment") {
-  // The kernels sum blocks of 64 and 16 columns in registers and the last F % 16 in the output itself
-  // (gather_sum.h): every width to 70 and some past 64 + 16k (each of the dispatch's branches), rows
+TEST_CASE("spmm: the CPU sum, mean and max, forward and backward, have the float reference's bits at any "
+          "width and alignment") {
+  // The kernels form blocks of 64 and 16 columns in registers and the last F % 16 in the output itself
+  // (gather_rows.h): every width to 70 and some past 64 + 16k (each of the dispatch's branches), rows
   // starting off a 64-byte boundary (one float in, as a NumPy array may), and the sums, 0 plus the terms
-  // in edge order, must have the float reference's bits (the forward's mean: the sum times 1 / degree).
-  // Nothing outside the outputs is written: the row stride's padding column and the float before y stay
-  // NaN.
+  // in edge order, must have the float reference's bits (the forward's mean: the sum times 1 / degree);
+  // the max, on values with many ties, the reference's bits and edges (the first of equal terms). Nothing
+  // outside the outputs is written: the row stride's padding column and the float before y stay NaN.
   const Graph gr = random_graph(200, 1400, 23, true);
   const CsrView v = csr_view(gr);
   const int64_t N = 200;
@@ -167,6 +167,13 @@ TEST_CASE("spmm: the CPU sum and mean, forward and backward, have the float refe
                         const int32_t deg = v.indptr[r + 1] - v.indptr[r];
                         return deg ? ref_at(r, f) * (1.0f / float(deg)) : ref_at(r, f);
                       }));
+        std::vector<float> xq(xs);  // x in steps of 1/4: many ties, so the first equal term must win
+        for (float& a : xq) a = std::round(a * 4.0f) / 4.0f;
+        std::vector<int32_t> arg(size_t(N * F)), arg_ref(size_t(N * F));
+        spmm_forward_ref<float>(ref.data(), arg_ref.data(), xq.data() + 1, wp, v, F, ld, ld, Reduce::kMax);
+        CHECK(matches([&] { spmm_forward_cpu(y, arg.data(), xq.data() + 1, wp, v, F, ld, ld, Reduce::kMax); },
+                      ref_at));
+        CHECK(arg == arg_ref);
         for (Reduce op : {Reduce::kSum, Reduce::kMean}) {  // the backward: x's rows as dy, y's as dx
           CAPTURE(reduce_name(op));
           spmm_backward_x_ref<float>(ref.data(), x, nullptr, wp, v, F, ld, ld, op);
@@ -189,6 +196,23 @@ TEST_CASE("spmm: the CPU sum and mean, forward and backward, have the float refe
     CHECK(!std::signbit(y2[0]));
     CHECK(!std::signbit(y2[19]));
   }
+  // The max keeps a NaN only where it comes first, and takes +inf over any finite term, at every width's
+  // register and tail columns (20 = 16 + 4).
+  std::vector<float> x3(2 * 20);
+  for (int64_t f = 0; f < 20; ++f) x3[size_t(f)] = f % 2 ? NAN : 1.0f, x3[size_t(20 + f)] = f % 3 ? INFINITY : NAN;
+  const int64_t src3[] = {0, 1}, dst3[] = {0, 0};
+  const Graph g3 = Graph::from_edges(src3, dst3, 2, 2);
+  const CsrView v3 = csr_view(g3);
+  std::vector<float> y3(2 * 20, -1.0f), y3_ref(2 * 20);
+  std::vector<int32_t> a3(2 * 20), a3_ref(2 * 20);
+  spmm_forward_cpu(y3.data(), a3.data(), x3.data(), nullptr, v3, 20, 20, 20, Reduce::kMax);
+  spmm_forward_ref<float>(y3_ref.data(), a3_ref.data(), x3.data(), nullptr, v3, 20, 20, 20, Reduce::kMax);
+  CHECK(a3 == a3_ref);
+  for (size_t i = 0; i < y3.size(); ++i) CHECK(bits(y3[i]) == bits(y3_ref[i]));
+  CHECK(std::isnan(y3[1]));  // NaN first: kept
+  CHECK(y3[2] == INFINITY);  // 1 then +inf: +inf, from edge 1
+  CHECK(a3[2] == 1);
+  CHECK(a3[3 + 20] == -1);  // node 1 has no edges
 }
 
 TEST_CASE("spmm: the CPU backward, writing or adding, has the float reference's bits over blocks of columns") {

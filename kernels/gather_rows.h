@@ -1,0 +1,176 @@
+// A destination row of a gather, as the CPU's gather kernels form it (SpMM's sum, mean and max, forward
+// and backward, the fused SAGE layer's mean). The sum: each column 0 plus the terms in edge order (the
+// float reference's order, and its +0 where every term is -0), times 1 / degree for the mean. The max:
+// each column the first term, replaced by each later one that is greater (so the first of equal terms,
+// and a NaN only where it comes first), with the edge that gave it.
+// Up to 64 columns at a time are held in registers over a pass of the row's edges and stored once:
+// forming the row in memory instead costs a load and a store per edge, each split over two cache lines
+// where the row is not 64-byte aligned (a NumPy array, a width not a multiple of 16), which doubled
+// SpMM's call at F = 16 (docs/benchmarks.md, fifty-sixth session).
+// Everything here is always inlined, so that each GNN_CPU_CLONES caller gets its own ISA's code.
+#pragma once
+#include <cstdint>
+#include <type_traits>
+
+#include "base/common.h"
+
+namespace gnn {
+namespace gather_detail {
+
+GNN_INLINE inline void prefetch_row(const float* p, int64_t F) {
+  for (int64_t f = 0; f < F; f += 16) __builtin_prefetch(p + f);
+}
+
+// 16 floats as one value (GCC's vector extension: a zmm in the AVX-512 clone, two ymm in the AVX2 one),
+// loaded and stored at any alignment. (Its helpers are always inlined, so the note that passing it by
+// value differs between the clones' ABIs does not apply.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+using v16 = float __attribute__((vector_size(64)));
+using v16i = int32_t __attribute__((vector_size(64)));
+GNN_INLINE inline v16 load16(const float* p) {
+  v16 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+GNN_INLINE inline void store16(float* p, const v16& v) { __builtin_memcpy(p, &v, sizeof v); }
+GNN_INLINE inline void store16(int32_t* p, const v16i& v) { __builtin_memcpy(p, &v, sizeof v); }
+
+// Columns c0 .. c0 + 16K + rem of the sum over the terms i = b .. e-1 of coef(i) times the row row(i)
+// (a float pointer to its column 0), times 1 / (e - b) with mean: K * 16 columns held in registers and
+// stored into yr once, `rem` more after them (Tail) formed in yr term by term, in the same order and
+// rounding. With row_floats > 0, the next term's row (that many floats) is prefetched.
+template <int K, bool Tail, class Row, class Coef>
+GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef& coef, int32_t b, int32_t e,
+                                int64_t c0, int64_t rem, int64_t row_floats, bool mean) {
+  v16 acc[K > 0 ? K : 1];
+  float* __restrict yt = yr + 16 * K;
+  if constexpr (!Tail) rem = 0;
+  {
+    const float* __restrict xr = row(b) + c0;
+    const float c = coef(b);
+    if (row_floats > 0 && b + 1 < e) prefetch_row(row(b + 1), row_floats);
+    for (int k = 0; k < K; ++k) acc[k] = v16{} + c * load16(xr + 16 * k);
+    for (int64_t f = 0; f < rem; ++f) yt[f] = 0.0f + c * xr[16 * K + f];
+  }
+  for (int32_t i = b + 1; i < e; ++i) {
+    const float* __restrict xr = row(i) + c0;
+    const float c = coef(i);
+    if (row_floats > 0 && i + 1 < e) prefetch_row(row(i + 1), row_floats);
+    for (int k = 0; k < K; ++k) acc[k] += c * load16(xr + 16 * k);
+    for (int64_t f = 0; f < rem; ++f) yt[f] += c * xr[16 * K + f];
+  }
+  if (mean) {
+    const float inv = 1.0f / float(e - b);
+    for (int k = 0; k < K; ++k) acc[k] *= inv;
+    for (int64_t f = 0; f < rem; ++f) yt[f] *= inv;
+  }
+  for (int k = 0; k < K; ++k) store16(yr + 16 * k, acc[k]);
+}
+
+// Columns c0 .. c0 + 16K + rem of the max over the terms i = b .. e-1 of coef(i) times the row row(i),
+// into yr, and into ar the term i that gave each column: the first term, replaced where a later one is
+// greater. Held and stored as sum_cols's.
+template <int K, bool Tail, class Row, class Coef>
+GNN_INLINE inline void max_cols(float* __restrict yr, int32_t* __restrict ar, const Row& row, const Coef& coef,
+                                int32_t b, int32_t e, int64_t c0, int64_t rem, int64_t row_floats) {
+  v16 acc[K > 0 ? K : 1];
+  v16i arg[K > 0 ? K : 1];
+  float* __restrict yt = yr + 16 * K;
+  int32_t* __restrict at = ar + 16 * K;
+  if constexpr (!Tail) rem = 0;
+  {
+    const float* __restrict xr = row(b) + c0;
+    const float c = coef(b);
+    if (row_floats > 0 && b + 1 < e) prefetch_row(row(b + 1), row_floats);
+    for (int k = 0; k < K; ++k) acc[k] = c * load16(xr + 16 * k), arg[k] = v16i{} + b;
+    for (int64_t f = 0; f < rem; ++f) yt[f] = c * xr[16 * K + f], at[f] = b;
+  }
+  for (int32_t i = b + 1; i < e; ++i) {
+    const float* __restrict xr = row(i) + c0;
+    const float c = coef(i);
+    if (row_floats > 0 && i + 1 < e) prefetch_row(row(i + 1), row_floats);
+    for (int k = 0; k < K; ++k) {
+      const v16 val = c * load16(xr + 16 * k);
+      const v16i take = val > acc[k];
+      acc[k] = take ? val : acc[k];
+      arg[k] = take ? (v16i{} + i) : arg[k];
+    }
+    for (int64_t f = 0; f < rem; ++f) {  // branch-free, so it vectorises: the mask picks val and i
+      const float val = c * xr[16 * K + f], cur = yt[f];
+      const int32_t take = -int32_t(val > cur);
+      yt[f] = val > cur ? val : cur;
+      at[f] = (at[f] & ~take) | (i & take);
+    }
+  }
+  for (int k = 0; k < K; ++k) store16(yr + 16 * k, acc[k]), store16(ar + 16 * k, arg[k]);
+}
+#pragma GCC diagnostic pop
+
+// Calls pass(std::integral_constant<int, K>, std::bool_constant<Tail>, c0, rem, first) over F's
+// columns in passes of at most 64 (first: the pass at column 0): the last pass's whole 16-column blocks
+// in registers (K of them) and its last rem = F % 16 columns, if any, as a tail.
+template <class Pass>
+GNN_INLINE inline void column_passes(int64_t F, const Pass& pass) {
+  using std::bool_constant, std::integral_constant;
+  int64_t f0 = 0;
+  for (; f0 + 64 <= F; f0 += 64) pass(integral_constant<int, 4>{}, bool_constant<false>{}, f0, 0, f0 == 0);
+  const int64_t n = F - f0, rem = n % 16;
+  const bool first = f0 == 0;
+  if (n == 0) return;
+  if (rem == 0) {
+    if (n == 16) pass(integral_constant<int, 1>{}, bool_constant<false>{}, f0, 0, first);
+    else if (n == 32) pass(integral_constant<int, 2>{}, bool_constant<false>{}, f0, 0, first);
+    else pass(integral_constant<int, 3>{}, bool_constant<false>{}, f0, 0, first);
+  } else {
+    if (n < 16) pass(integral_constant<int, 0>{}, bool_constant<true>{}, f0, rem, first);
+    else if (n < 32) pass(integral_constant<int, 1>{}, bool_constant<true>{}, f0, rem, first);
+    else if (n < 48) pass(integral_constant<int, 2>{}, bool_constant<true>{}, f0, rem, first);
+    else pass(integral_constant<int, 3>{}, bool_constant<true>{}, f0, rem, first);
+  }
+}
+
+}  // namespace gather_detail
+
+// yr[0 .. F) = 0 + the terms coef(i) times the row row(i) (a float pointer) for i = b .. e-1 (b < e), in
+// order, times 1 / (e - b) with mean. With prefetch, the next term's row is prefetched while one is added.
+template <class Row, class Coef>
+GNN_INLINE inline void sum_rows(float* __restrict yr, const Row& row, const Coef& coef, int32_t b, int32_t e,
+                                int64_t F, bool mean, bool prefetch) {
+  gather_detail::column_passes(F, [&](auto K, auto Tail, int64_t c0, int64_t rem, bool first) GNN_INLINE {
+    gather_detail::sum_cols<K(), Tail()>(yr + c0, row, coef, b, e, c0, rem, prefetch && first ? F : 0, mean);
+  });
+}
+
+// yr[0 .. F) = the max over the terms coef(i) times the row row(i) for i = b .. e-1 (b < e), each column
+// the first term replaced where a later one is greater, and ar[0 .. F) the term i that gave it.
+template <class Row, class Coef>
+GNN_INLINE inline void max_rows(float* __restrict yr, int32_t* __restrict ar, const Row& row, const Coef& coef,
+                                int32_t b, int32_t e, int64_t F, bool prefetch) {
+  gather_detail::column_passes(F, [&](auto K, auto Tail, int64_t c0, int64_t rem, bool first) GNN_INLINE {
+    gather_detail::max_cols<K(), Tail()>(yr + c0, ar + c0, row, coef, b, e, c0, rem, prefetch && first ? F : 0);
+  });
+}
+
+// A destination row of a gather: yr[0 .. F) = 0 + the terms w[p] (1 without w) times source row
+// indices[p] of x (row stride ldx) over the edges p = b .. e-1 (b < e), times 1 / (e - b) with mean
+// (SpMM's sum and mean, SAGE's mean).
+GNN_INLINE inline void gather_sum_row(float* __restrict yr, const float* __restrict x, const float* __restrict w,
+                                      const int32_t* __restrict indices, int32_t b, int32_t e, int64_t ldx, int64_t F,
+                                      bool mean, bool prefetch) {
+  sum_rows(
+      yr, [&](int32_t p) GNN_INLINE { return x + int64_t(indices[p]) * ldx; },
+      [&](int32_t p) GNN_INLINE { return w ? w[p] : 1.0f; }, b, e, F, mean, prefetch);
+}
+
+// The same row's max (SpMM's max): yr[0 .. F) the max over the edges p = b .. e-1 (b < e) of w[p] (1
+// without w) times source row indices[p] of x, ar[0 .. F) the edge p that gave each column.
+GNN_INLINE inline void gather_max_row(float* __restrict yr, int32_t* __restrict ar, const float* __restrict x,
+                                      const float* __restrict w, const int32_t* __restrict indices, int32_t b,
+                                      int32_t e, int64_t ldx, int64_t F, bool prefetch) {
+  max_rows(
+      yr, ar, [&](int32_t p) GNN_INLINE { return x + int64_t(indices[p]) * ldx; },
+      [&](int32_t p) GNN_INLINE { return w ? w[p] : 1.0f; }, b, e, F, prefetch);
+}
+
+}  // namespace gnn
