@@ -77,6 +77,12 @@ struct Arg : Base {
   decltype(auto) data() const { return readable(nullptr), Base::data(); }
 };
 
+// A size argument (typed `int` in the signature), taken as whatever object was passed so that
+// optional_count can name it when it is not an integer: nanobind's own int conversion names nothing.
+struct SizeArg {
+  nb::object o;
+};
+
 // Whether a torch tensor's class dispatches its ops in Python (FakeTensor, PyG's EdgeIndex, other
 // wrapper subclasses), whose instances may hold no storage of their own. torch.Tensor's own
 // __torch_dispatch__ is torch's disabled one. The answer is kept per class (a failed attribute lookup
@@ -151,7 +157,9 @@ struct type_caster<gnn::py::Arg<Base>> {
 
   bool from_python(handle src, uint32_t flags, cleanup_list* cleanup) noexcept {
     Inner inner;
-    if (inner.from_python(src, flags, cleanup)) {
+    // (None reaches here only where an argument is declared .none(), to be refused by name: nanobind's
+    // ndarray would take it as an empty array.)
+    if (!src.is_none() && inner.from_python(src, flags, cleanup)) {
       static_cast<Base&>(value) = std::move(inner.value);
       value.refused = object();
       // (Base's own data(): the wrapper's refuses an array marked as this one is about to be.) Data in
@@ -160,8 +168,17 @@ struct type_caster<gnn::py::Arg<Base>> {
                                                  gnn::py::storage_free_tensor(src));
       return true;
     }
-    if (!(flags & uint32_t(cast_flags::convert))) return false;
+    if (!(flags & uint32_t(cast_flags::convert)) && !src.is_none()) return false;
     value.refused = borrow(src);
+    return true;
+  }
+};
+
+template <>
+struct type_caster<gnn::py::SizeArg> {
+  NB_TYPE_CASTER(gnn::py::SizeArg, const_name("int"))
+  bool from_python(handle src, uint32_t, cleanup_list*) noexcept {
+    value.o = borrow(src);
     return true;
   }
 };
@@ -177,7 +194,7 @@ namespace gnn::py {
   const std::string who = name ? name : "an array argument";
   std::string type = "?", dtype, detail;
   try {
-    type = text(nb::object(a.type().attr("__name__")));
+    type = a.is_none() ? "None" : text(nb::object(a.type().attr("__name__")));
     if (!array_like(a))
       throw nb::type_error((who + " must be an array (NumPy, torch, CuPy, or DLPack), got " + type).c_str());
     if (nb::hasattr(a, "dtype")) {
@@ -500,7 +517,39 @@ std::vector<int64_t> index_row(const In& a, size_t r) {
   return out;
 }
 
-PyGraph* make_graph(const In& edge_index, std::optional<int64_t> num_nodes, std::optional<int64_t> num_src_nodes) {
+// A size argument given as a Python object, None meaning absent: an integer (int, a NumPy integer,
+// anything with __index__) or a whole float, as the Python layer's _count takes; named where it is not.
+std::optional<int64_t> optional_count(const SizeArg& arg, const char* name) {
+  const nb::handle o = arg.o;
+  if (!o.is_valid() || o.is_none()) return std::nullopt;
+  const std::string type = nb::cast<std::string>(nb::str(nb::object(o.type().attr("__name__"))));
+  if (!PyBool_Check(o.ptr()) && !PyUnicode_Check(o.ptr()) && !PyBytes_Check(o.ptr())) {
+    if (PyObject* i = PyNumber_Index(o.ptr())) {
+      int overflow = 0;
+      const long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
+      Py_DECREF(i);
+      if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        throw nb::value_error((std::string(name) + " is out of range for a 64-bit size").c_str());
+      }
+      return int64_t(v);
+    }
+    PyErr_Clear();
+    const double f = PyFloat_Check(o.ptr()) ? PyFloat_AsDouble(o.ptr()) : std::nan("");
+    if (PyFloat_Check(o.ptr())) {
+      if (!(std::isfinite(f) && f == std::trunc(f) && std::fabs(f) < 9.0e18))
+        throw nb::value_error((std::string(name) + " must be a whole number, got " +
+                               nb::cast<std::string>(nb::repr(o)))
+                                  .c_str());
+      return int64_t(f);
+    }
+  }
+  throw nb::type_error((std::string(name) + " must be an integer or None, got " + type).c_str());
+}
+
+PyGraph* make_graph(const In& edge_index, const SizeArg& num_nodes_arg, const SizeArg& num_src_nodes_arg) {
+  const std::optional<int64_t> num_nodes = optional_count(num_nodes_arg, "num_nodes");
+  const std::optional<int64_t> num_src_nodes = optional_count(num_src_nodes_arg, "num_src_nodes");
   edge_index.readable("edge_index");
   if (edge_index.dtype() != nb::dtype<int64_t>() && edge_index.dtype() != nb::dtype<int32_t>())
     throw nb::type_error(
@@ -1206,7 +1255,8 @@ NB_MODULE(_gnn, m) {
   nb::class_<PyGraph>(m, "Graph",
                       "A directed graph in CSR (rows: targets, listing their sources) and CSC form, built by a\n"
                       "counting sort; edges keep their input order within a row.")
-      .def(nb::new_(&make_graph), "edge_index"_a, "num_nodes"_a = nb::none(), "num_src_nodes"_a = nb::none(),
+      // (edge_index None is taken, to be refused by name)
+      .def(nb::new_(&make_graph), "edge_index"_a.none(), "num_nodes"_a = nb::none(), "num_src_nodes"_a = nb::none(),
            "edge_index: (2, E) int64 or int32, row 0 sources, row 1 targets (PyG's convention).\n"
            "num_nodes: target nodes (default: the largest index + 1). num_src_nodes: a bipartite graph's\n"
            "sources (default: the same node set).")
