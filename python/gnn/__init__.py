@@ -160,12 +160,15 @@ def _raw(a):
     The capsule is the hand-over nanobind would ask Tensor.__dlpack__ for, without that method's Python
     code (about 2 us a tensor, most of a small call's cost; called as nanobind calls it, it waits for no
     stream either, and the extension runs on torch's current one). A tensor torch cannot export (on
-    meta, sparse) goes as it is, for the extension to refuse by name."""
+    meta, sparse) goes as it is, for the extension to refuse by name. A tensor with its negative bit set
+    (a lazy negation, such as a conjugate's imaginary part) is read through a copy of its values."""
     global _torch_capsule
     if a is None:
         return a
     if _is_torch(a):
         t = a.detach() if a.requires_grad else a
+        if t.is_neg():  # a lazy negation: its memory holds the values un-negated, and DLPack has no such bit
+            t = t.resolve_neg()
         if type(t) not in _torch_plain_types():  # a subclass: does it hold its data?
             t = _holding_values(t)
             if isinstance(t, _NoData):
@@ -326,6 +329,9 @@ def _out(out, *inputs, name: str = "out"):
         raise TypeError(f"{name} is read-only; pass a writable array")
     if _is_torch(out) and out.requires_grad:
         raise TypeError(f"{name} requires grad: gnn writes it outside autograd (use gnn.torch for gradients)")
+    if _is_torch(out) and out.is_neg():
+        raise TypeError(f"{name} is a negated view (its negative bit is set: its memory holds the values "
+                        "un-negated); pass a plain tensor")
     span = None
     for a in inputs:
         if a is None:

@@ -37,10 +37,10 @@ __all__ = ["Graph", "graph_of", "spmm", "sage", "gat_scores", "segment_softmax",
 
 def _plain(edge_index: Tensor) -> Tensor:
     """edge_index's values as a plain tensor: PyG's EdgeIndex, a tensor subclass wrapping another (its
-    DLPack export has no data), gives the tensor it holds."""
+    DLPack export has no data), gives the tensor it holds; a lazy negation (the negative bit) a copy."""
     if type(edge_index) is not Tensor and hasattr(edge_index, "as_tensor"):
-        return edge_index.as_tensor()
-    return edge_index
+        edge_index = edge_index.as_tensor()
+    return edge_index.resolve_neg() if edge_index.is_neg() else edge_index
 
 
 def graph_of(edge_index, num_nodes: Optional[int] = None) -> Graph:

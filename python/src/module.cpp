@@ -57,8 +57,14 @@ template <class Base>
 struct Arg : Base {
   nb::object refused;    // the Python object, when it could not be read as an array
   bool no_data = false;  // read, but its DLPack export points at no memory (into the first page)
+  bool negated = false;  // read, but a torch tensor with its negative bit set
 
   void readable(const char* name) const {
+    if (negated)
+      throw nb::type_error((std::string(name ? name : "an array argument") +
+                            " is a negated view (a torch tensor with its negative bit set, whose memory holds "
+                            "the values un-negated); pass a plain tensor of its values (.resolve_neg())")
+                               .c_str());
     if (no_data)
       throw nb::type_error((std::string(name ? name : "an array argument") +
                             " has no data of its own (a tensor subclass without storage, such as a FakeTensor "
@@ -83,32 +89,46 @@ struct SizeArg {
   nb::object o;
 };
 
-// Whether a torch tensor's class dispatches its ops in Python (FakeTensor, PyG's EdgeIndex, other
-// wrapper subclasses), whose instances may hold no storage of their own. torch.Tensor's own
-// __torch_dispatch__ is torch's disabled one. The answer is kept per class (a failed attribute lookup
-// costs about half a microsecond a call), with a reference to the class, under the GIL.
-inline bool python_dispatch_class(nb::handle a) noexcept {
-  static std::vector<std::pair<PyObject*, bool>> known;
+// What an argument's class is, as far as reading it goes: torch's tensor or a subclass (it has is_neg),
+// and a class that dispatches its ops in Python (FakeTensor, PyG's EdgeIndex, other wrapper subclasses),
+// whose instances may hold no storage of their own (torch.Tensor's own __torch_dispatch__ is torch's
+// disabled one). The answer is kept per class (a failed attribute lookup costs about half a microsecond
+// a call), with a reference to the class, under the GIL.
+enum ClassFlags : uint8_t { kTorchTensor = 1, kPythonDispatch = 2 };
+inline uint8_t class_flags(nb::handle a) noexcept {
+  static std::vector<std::pair<PyObject*, uint8_t>> known;
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(a.ptr()));
-  for (const auto& [t, wrapper] : known)
-    if (t == type) return wrapper;
-  bool wrapper = false;
+  for (const auto& [t, flags] : known)
+    if (t == type) return flags;
+  uint8_t flags = PyObject_HasAttrString(type, "is_neg") ? kTorchTensor : 0;
   if (PyObject* d = PyObject_GetAttrString(type, "__torch_dispatch__")) {
+    bool wrapper = true;  // (a dispatch of its own without a __name__)
     if (PyObject* n = PyObject_GetAttrString(d, "__name__")) {
       const char* s = PyUnicode_Check(n) ? PyUnicode_AsUTF8(n) : nullptr;
       wrapper = !s || std::strcmp(s, "_disabled_torch_dispatch_impl") != 0;
       Py_DECREF(n);
-    } else {
-      wrapper = true;  // (a dispatch of its own without a __name__)
     }
+    if (wrapper) flags |= kPythonDispatch;
     Py_DECREF(d);
   }
   PyErr_Clear();
   if (known.size() < 64) {
     Py_INCREF(type);
-    known.emplace_back(type, wrapper);
+    known.emplace_back(type, flags);
   }
-  return wrapper;
+  return flags;
+}
+
+// Whether a is a torch tensor with its negative bit set (a lazy negation, such as the imaginary part of
+// a conjugate): its memory holds the values un-negated, and DLPack carries no such bit, so reading it
+// would read the wrong sign.
+inline bool negated_tensor(nb::handle a) noexcept {
+  if (!(class_flags(a) & kTorchTensor)) return false;
+  PyObject* r = PyObject_CallMethod(a.ptr(), "is_neg", nullptr);
+  const bool neg = r == Py_True;
+  Py_XDECREF(r);
+  PyErr_Clear();
+  return neg;
 }
 
 // An integer from calling o.name(), or nullopt where the call fails or gives no integer.
@@ -128,7 +148,7 @@ inline std::optional<uintptr_t> call_for_int(PyObject* o, const char* name) noex
 // 0 plus its offset): its data pointer does not lie in a storage with data, or asking fails (a wrapper's
 // "invalid python storage", a FakeTensor's under torch 1.13).
 inline bool storage_free_tensor(nb::handle a) noexcept {
-  if (!python_dispatch_class(a)) return false;
+  if (!(class_flags(a) & kPythonDispatch)) return false;
   PyObject* st = PyObject_CallMethod(a.ptr(), "untyped_storage", nullptr);
   if (!st) PyErr_Clear(), st = PyObject_CallMethod(a.ptr(), "storage", nullptr);  // (torch < 2)
   PyErr_Clear();
@@ -166,6 +186,7 @@ struct type_caster<gnn::py::Arg<Base>> {
       // the first page (a null pointer plus an offset), or a torch subclass without storage of its own.
       value.no_data = value.Base::size() > 0 && (reinterpret_cast<uintptr_t>(value.Base::data()) < 4096 ||
                                                  gnn::py::storage_free_tensor(src));
+      value.negated = gnn::py::negated_tensor(src);
       return true;
     }
     if (!(flags & uint32_t(cast_flags::convert)) && !src.is_none()) return false;

@@ -320,6 +320,30 @@ def test_tensor_subclasses_by_their_storage_not_their_name(need_torch):
         gnn.Graph(Forwarding(torch.zeros(2, 100_000, dtype=torch.int64)[:, 60_000:60_004]), num_nodes=4)
 
 
+def test_negated_views_are_read_with_their_sign(need_torch):
+    # A tensor with torch's negative bit set (a lazy negation: a conjugate's imaginary part) holds its
+    # values un-negated in memory, and DLPack carries no such bit: it was read with the wrong sign, a
+    # silently wrong result. Inputs are read through a copy of their values; an out= is refused, as is a
+    # negated edge_index handed to the extension's Graph directly; gnn.torch's layers take one.
+    g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=4)
+    x = torch.arange(12.0).reshape(4, 3) - 5
+    neg = torch.conj(torch.complex(torch.zeros_like(x), -x)).imag  # x's values, as a negated view
+    assert neg.is_neg() and torch.equal(neg, x)
+    assert torch.equal(gnn.spmm(g, neg, "max"), gnn.spmm(g, x, "max"))
+    assert torch.equal(gnn.layer_norm(neg)[0], gnn.layer_norm(x)[0])
+    with pytest.raises(TypeError, match="out is a negated view"):
+        gnn.spmm(g, x, out=torch.conj(torch.complex(torch.zeros(4, 3), torch.zeros(4, 3))).imag)
+    ei = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+    ei_neg = torch._neg_view(-ei)
+    assert ei_neg.is_neg() and torch.equal(ei_neg, ei)
+    with pytest.raises(TypeError, match="edge_index is a negated view"):
+        gnn.Graph(ei_neg)
+    import gnn.torch as gt
+    np.testing.assert_array_equal(gt.graph_of(ei_neg).indices, gt.graph_of(ei).indices)
+    conv = gt.SAGEConv(3, 2)
+    torch.testing.assert_close(conv(neg, ei_neg), conv(x, ei), rtol=0, atol=0)
+
+
 def test_torch_arguments_are_checked_by_name(need_torch):
     g = gnn.Graph(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), num_nodes=8)
     x = torch.ones(8, 3)
