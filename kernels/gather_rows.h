@@ -1,5 +1,5 @@
-// A destination row of a gather, as the CPU's gather kernels form it (SpMM's sum, mean and max, forward
-// and backward, the fused SAGE layer's mean). The sum: each column 0 plus the terms in edge order (the
+// A destination row of a gather, as the CPU's gather kernels form it (SpMM's sum and mean forward and
+// backward, its max forward, the fused SAGE layer's mean). The sum: each column 0 plus the terms in edge order (the
 // float reference's order, and its +0 where every term is -0), times 1 / degree for the mean. The max:
 // each column the first term, replaced by each later one that is greater (so the first of equal terms,
 // and a NaN only where it comes first), with the edge that gave it.
@@ -26,6 +26,8 @@ GNN_INLINE inline void prefetch_row(const float* p, int64_t F) {
 // value differs between the clones' ABIs does not apply.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
+// (GCC 12, splitting max_cols's 8-lane int vectors for SSE2, warns arg unset where the first term sets it)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 using v16 = float __attribute__((vector_size(64)));
 using v16i = int32_t __attribute__((vector_size(64)));
 GNN_INLINE inline v16 load16(const float* p) {
@@ -68,14 +70,32 @@ GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef
   for (int k = 0; k < K; ++k) store16(yr + 16 * k, acc[k]);
 }
 
+// W floats (W = 4, 8, 16) as one value and their int32 lanes, for the max's compare and select: GCC
+// splits a vector wider than the ISA's into native ones for adds and products, but turns a compare and
+// select on it into a branch per lane, so the max runs at the width the CPU has (max_lanes).
+template <int W>
+struct lanes {
+  typedef float f __attribute__((vector_size(4 * W)));
+  typedef int32_t i __attribute__((vector_size(4 * W)));
+  GNN_INLINE static f load(const float* p) {
+    f v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+  }
+  GNN_INLINE static void store(float* p, const f& v) { __builtin_memcpy(p, &v, sizeof v); }
+  GNN_INLINE static void store(int32_t* p, const i& v) { __builtin_memcpy(p, &v, sizeof v); }
+};
+
 // Columns c0 .. c0 + 16K + rem of the max over the terms i = b .. e-1 of coef(i) times the row row(i),
 // into yr, and into ar the term i that gave each column: the first term, replaced where a later one is
-// greater. Held and stored as sum_cols's.
-template <int K, bool Tail, class Row, class Coef>
+// greater. Held (in vectors of W lanes) and stored as sum_cols's.
+template <int K, bool Tail, int W, class Row, class Coef>
 GNN_INLINE inline void max_cols(float* __restrict yr, int32_t* __restrict ar, const Row& row, const Coef& coef,
                                 int32_t b, int32_t e, int64_t c0, int64_t rem, int64_t row_floats) {
-  v16 acc[K > 0 ? K : 1];
-  v16i arg[K > 0 ? K : 1];
+  using L = lanes<W>;
+  constexpr int V = K * 16 / W;  // vectors held
+  typename L::f acc[V > 0 ? V : 1];
+  typename L::i arg[V > 0 ? V : 1];
   float* __restrict yt = yr + 16 * K;
   int32_t* __restrict at = ar + 16 * K;
   if constexpr (!Tail) rem = 0;
@@ -83,18 +103,18 @@ GNN_INLINE inline void max_cols(float* __restrict yr, int32_t* __restrict ar, co
     const float* __restrict xr = row(b) + c0;
     const float c = coef(b);
     if (row_floats > 0 && b + 1 < e) prefetch_row(row(b + 1), row_floats);
-    for (int k = 0; k < K; ++k) acc[k] = c * load16(xr + 16 * k), arg[k] = v16i{} + b;
+    for (int k = 0; k < V; ++k) acc[k] = c * L::load(xr + W * k), arg[k] = typename L::i{} + b;
     for (int64_t f = 0; f < rem; ++f) yt[f] = c * xr[16 * K + f], at[f] = b;
   }
   for (int32_t i = b + 1; i < e; ++i) {
     const float* __restrict xr = row(i) + c0;
     const float c = coef(i);
     if (row_floats > 0 && i + 1 < e) prefetch_row(row(i + 1), row_floats);
-    for (int k = 0; k < K; ++k) {
-      const v16 val = c * load16(xr + 16 * k);
-      const v16i take = val > acc[k];
+    for (int k = 0; k < V; ++k) {
+      const typename L::f val = c * L::load(xr + W * k);
+      const typename L::i take = val > acc[k];
       acc[k] = take ? val : acc[k];
-      arg[k] = take ? (v16i{} + i) : arg[k];
+      arg[k] = take ? (typename L::i{} + i) : arg[k];
     }
     for (int64_t f = 0; f < rem; ++f) {  // branch-free, so it vectorises: the mask picks val and i
       const float val = c * xr[16 * K + f], cur = yt[f];
@@ -103,7 +123,7 @@ GNN_INLINE inline void max_cols(float* __restrict yr, int32_t* __restrict ar, co
       at[f] = (at[f] & ~take) | (i & take);
     }
   }
-  for (int k = 0; k < K; ++k) store16(yr + 16 * k, acc[k]), store16(ar + 16 * k, arg[k]);
+  for (int k = 0; k < V; ++k) L::store(yr + W * k, acc[k]), L::store(ar + W * k, arg[k]);
 }
 #pragma GCC diagnostic pop
 
@@ -142,13 +162,30 @@ GNN_INLINE inline void sum_rows(float* __restrict yr, const Row& row, const Coef
   });
 }
 
+// The lanes of the widest vector whose compare and select the running CPU has (16 with AVX-512, 8 with
+// AVX2, else 4): what max_rows is given. (Each GNN_CPU_CLONES clone runs on the CPUs whose width it is
+// compiled for, so the width chosen is its own.)
+inline int max_lanes() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const int lanes = __builtin_cpu_supports("avx512f") ? 16 : __builtin_cpu_supports("avx2") ? 8 : 4;
+  return lanes;
+#else
+  return 4;
+#endif
+}
+
 // yr[0 .. F) = the max over the terms coef(i) times the row row(i) for i = b .. e-1 (b < e), each column
-// the first term replaced where a later one is greater, and ar[0 .. F) the term i that gave it.
+// the first term replaced where a later one is greater, and ar[0 .. F) the term i that gave it; in
+// vectors of `lanes` floats (max_lanes()).
 template <class Row, class Coef>
 GNN_INLINE inline void max_rows(float* __restrict yr, int32_t* __restrict ar, const Row& row, const Coef& coef,
-                                int32_t b, int32_t e, int64_t F, bool prefetch) {
+                                int32_t b, int32_t e, int64_t F, bool prefetch, int lanes) {
   gather_detail::column_passes(F, [&](auto K, auto Tail, int64_t c0, int64_t rem, bool first) GNN_INLINE {
-    gather_detail::max_cols<K(), Tail()>(yr + c0, ar + c0, row, coef, b, e, c0, rem, prefetch && first ? F : 0);
+    const int64_t pf = prefetch && first ? F : 0;
+    using gather_detail::max_cols;
+    if (lanes == 16) max_cols<K(), Tail(), 16>(yr + c0, ar + c0, row, coef, b, e, c0, rem, pf);
+    else if (lanes == 8) max_cols<K(), Tail(), 8>(yr + c0, ar + c0, row, coef, b, e, c0, rem, pf);
+    else max_cols<K(), Tail(), 4>(yr + c0, ar + c0, row, coef, b, e, c0, rem, pf);
   });
 }
 
@@ -164,13 +201,14 @@ GNN_INLINE inline void gather_sum_row(float* __restrict yr, const float* __restr
 }
 
 // The same row's max (SpMM's max): yr[0 .. F) the max over the edges p = b .. e-1 (b < e) of w[p] (1
-// without w) times source row indices[p] of x, ar[0 .. F) the edge p that gave each column.
+// without w) times source row indices[p] of x, ar[0 .. F) the edge p that gave each column; lanes from
+// max_lanes().
 GNN_INLINE inline void gather_max_row(float* __restrict yr, int32_t* __restrict ar, const float* __restrict x,
                                       const float* __restrict w, const int32_t* __restrict indices, int32_t b,
-                                      int32_t e, int64_t ldx, int64_t F, bool prefetch) {
+                                      int32_t e, int64_t ldx, int64_t F, bool prefetch, int lanes) {
   max_rows(
       yr, ar, [&](int32_t p) GNN_INLINE { return x + int64_t(indices[p]) * ldx; },
-      [&](int32_t p) GNN_INLINE { return w ? w[p] : 1.0f; }, b, e, F, prefetch);
+      [&](int32_t p) GNN_INLINE { return w ? w[p] : 1.0f; }, b, e, F, prefetch, lanes);
 }
 
 }  // namespace gnn

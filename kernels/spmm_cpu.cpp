@@ -33,6 +33,7 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
                                      Reduce op, const float* base) {
   GNN_CHECK(!base || base != y, "spmm_forward_cpu: base must not be y (each row is formed in y first)");
   const int64_t S = g.num_rows;
+  const int lanes = max_lanes();
   // row v's aggregate into yr
   auto aggregate = [&](int64_t v, float* __restrict yr) GNN_INLINE {
     const int32_t b = g.indptr[v], e = g.indptr[v + 1];
@@ -41,7 +42,7 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
       for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f;
       if (ar) std::fill(ar, ar + F, -1);
     } else if (ar) {
-      gather_max_row(yr, ar, x, w, g.indices, b, e, ldx, F, true);
+      gather_max_row(yr, ar, x, w, g.indices, b, e, ldx, F, true, lanes);
     } else {
       gather_sum_row(yr, x, w, g.indices, b, e, ldx, F, op == Reduce::kMean, true);
     }
