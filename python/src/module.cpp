@@ -539,11 +539,14 @@ std::vector<int64_t> index_row(const In& a, size_t r) {
 }
 
 // A size argument given as a Python object, None meaning absent: an integer (int, a NumPy integer,
-// anything with __index__) or a whole float, as the Python layer's _count takes; named where it is not.
+// anything with __index__) or a whole number float() takes (not str, bytes or bool), as the Python
+// layer's _count takes; named where it is not. What a caller's own __index__ or __float__ raises other
+// than a TypeError (a KeyboardInterrupt) goes on as it is.
 std::optional<int64_t> optional_count(const SizeArg& arg, const char* name) {
   const nb::handle o = arg.o;
   if (!o.is_valid() || o.is_none()) return std::nullopt;
-  const std::string type = nb::cast<std::string>(nb::str(nb::object(o.type().attr("__name__"))));
+  const std::string who(name);
+  auto out_of_range = [&] { return nb::value_error((who + " is out of range for a 64-bit size").c_str()); };
   if (!PyBool_Check(o.ptr()) && !PyUnicode_Check(o.ptr()) && !PyBytes_Check(o.ptr())) {
     if (PyObject* i = PyNumber_Index(o.ptr())) {
       int overflow = 0;
@@ -551,21 +554,26 @@ std::optional<int64_t> optional_count(const SizeArg& arg, const char* name) {
       Py_DECREF(i);
       if (overflow || (v == -1 && PyErr_Occurred())) {
         PyErr_Clear();
-        throw nb::value_error((std::string(name) + " is out of range for a 64-bit size").c_str());
+        throw out_of_range();
       }
       return int64_t(v);
     }
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw nb::python_error();  // (what __index__ raised)
     PyErr_Clear();
-    const double f = PyFloat_Check(o.ptr()) ? PyFloat_AsDouble(o.ptr()) : std::nan("");
-    if (PyFloat_Check(o.ptr())) {
-      if (!(std::isfinite(f) && f == std::trunc(f) && std::fabs(f) < 9.0e18))
-        throw nb::value_error((std::string(name) + " must be a whole number, got " +
-                               nb::cast<std::string>(nb::repr(o)))
-                                  .c_str());
+    if (PyObject* fo = PyNumber_Float(o.ptr())) {  // a whole float (a NumPy float, a 0-d tensor...)
+      const double f = PyFloat_AsDouble(fo);
+      Py_DECREF(fo);
+      if (!std::isfinite(f) || f != std::trunc(f))
+        throw nb::value_error((who + " must be a whole number, got " + nb::cast<std::string>(nb::str(o))).c_str());
+      if (std::fabs(f) >= 9.2e18) throw out_of_range();
       return int64_t(f);
     }
+    if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError))
+      throw nb::python_error();
+    PyErr_Clear();
   }
-  throw nb::type_error((std::string(name) + " must be an integer or None, got " + type).c_str());
+  throw nb::type_error(
+      (who + " must be an integer or None, got " + nb::cast<std::string>(nb::str(o.type().attr("__name__")))).c_str());
 }
 
 PyGraph* make_graph(const In& edge_index, const SizeArg& num_nodes_arg, const SizeArg& num_src_nodes_arg) {

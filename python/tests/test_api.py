@@ -28,7 +28,8 @@ def test_graph_matches_a_sort_of_the_edges():
         np.testing.assert_array_equal(gnn.Graph(other, num_nodes=30).indices, g.indices)
     assert repr(g) == "gnn.Graph(num_nodes=30, num_edges=200)"
     # num_nodes as a NumPy integer or a whole float, as the module's other sizes take
-    assert gnn.Graph(ei, num_nodes=np.int16(30)).num_nodes == gnn.Graph(ei, num_nodes=30.0).num_nodes == 30
+    for n in (np.int16(30), 30.0, np.float32(30)):
+        assert gnn.Graph(ei, num_nodes=n).num_nodes == 30
 
 
 def test_graph_arrays_are_read_only_views_that_keep_the_graph_alive():
@@ -90,6 +91,7 @@ def read_only(a):
     (lambda g, x: gnn.Graph(np.array([[0], [1]]), True), TypeError, "num_nodes must be an integer or None, got bool"),
     (lambda g, x: gnn.Graph(np.array([[0], [1]]), num_src_nodes=float("nan")), ValueError, "num_src_nodes must be a"),
     (lambda g, x: gnn.Graph(np.array([[0], [1]]), 2**70), ValueError, "num_nodes is out of range"),
+    (lambda g, x: gnn.Graph(np.array([[0], [1]]), 1e19), ValueError, "num_nodes is out of range"),
     (lambda g, x: gnn.layer_norm(x, np.ones(4, np.float32)), ValueError, r"weight must have shape \(3,\)"),
     (lambda g, x: gnn.set_num_threads(0), ValueError, r"n must be in \[1, "),
     (lambda g, x: gnn.set_num_threads(100000), ValueError, r"n must be in \[1, "),
