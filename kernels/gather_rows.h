@@ -26,8 +26,6 @@ GNN_INLINE inline void prefetch_row(const float* p, int64_t F) {
 // value differs between the clones' ABIs does not apply.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
-// (GCC 12, splitting max_cols's 8-lane int vectors for SSE2, warns arg unset where the first term sets it)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 using v16 = float __attribute__((vector_size(64)));
 using v16i = int32_t __attribute__((vector_size(64)));
 GNN_INLINE inline v16 load16(const float* p) {
@@ -86,6 +84,9 @@ struct lanes {
   GNN_INLINE static void store(int32_t* p, const i& v) { __builtin_memcpy(p, &v, sizeof v); }
 };
 
+// (GCC 12, splitting an 8-lane int vector for SSE2, warns arg unset at the first term, which sets it all)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // Columns c0 .. c0 + 16K + rem of the max over the terms i = b .. e-1 of coef(i) times the row row(i),
 // into yr, and into ar the term i that gave each column: the first term, replaced where a later one is
 // greater. Held (in vectors of W lanes) and stored as sum_cols's.
@@ -126,6 +127,7 @@ GNN_INLINE inline void max_cols(float* __restrict yr, int32_t* __restrict ar, co
   for (int k = 0; k < V; ++k) L::store(yr + W * k, acc[k]), L::store(ar + W * k, arg[k]);
 }
 #pragma GCC diagnostic pop
+#pragma GCC diagnostic pop
 
 // Calls pass(std::integral_constant<int, K>, std::bool_constant<Tail>, c0, rem, first) over F's
 // columns in passes of at most 64 (first: the pass at column 0): the last pass's whole 16-column blocks
@@ -163,11 +165,11 @@ GNN_INLINE inline void sum_rows(float* __restrict yr, const Row& row, const Coef
 }
 
 // The lanes of the widest vector whose compare and select the running CPU has (16 with AVX-512, 8 with
-// AVX2, else 4): what max_rows is given. (Each GNN_CPU_CLONES clone runs on the CPUs whose width it is
-// compiled for, so the width chosen is its own.)
+// AVX2, else 4): what max_rows is given. Asked by the levels GNN_CPU_CLONES picks its clone by
+// (x86-64-v4, x86-64-v3), so the width is the running clone's own.
 inline int max_lanes() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const int lanes = __builtin_cpu_supports("avx512f") ? 16 : __builtin_cpu_supports("avx2") ? 8 : 4;
+  static const int lanes = __builtin_cpu_supports("x86-64-v4") ? 16 : __builtin_cpu_supports("x86-64-v3") ? 8 : 4;
   return lanes;
 #else
   return 4;

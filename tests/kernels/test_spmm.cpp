@@ -8,6 +8,7 @@
 #include "autograd/device_check.h"
 #include "device_buffers.h"
 #include "graph_cases.h"
+#include "kernels/gather_rows.h"
 #include "kernels/spmm.h"
 #include "runtime/cuda.h"
 #include "runtime/parallel.h"
@@ -213,6 +214,46 @@ TEST_CASE("spmm: the CPU sum, mean and max, forward and backward, have the float
   CHECK(y3[2] == INFINITY);  // 1 then +inf: +inf, from edge 1
   CHECK(a3[2] == 1);
   CHECK(a3[3 + 20] == -1);  // node 1 has no edges
+}
+
+TEST_CASE("spmm: the max's row has the reference's bits at each vector width") {
+  // The kernel runs the width its CPU has (max_lanes(): 16, 8 or 4 lanes); a machine runs one of them,
+  // so each is called here directly, on values with ties, NaN, +-0 and +-inf, weighted and not.
+  const Graph gr = random_graph(60, 500, 29, true);
+  const CsrView v = csr_view(gr);
+  const float specials[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1.0f, -1.0f, 0.5f, 2.0f, 0.25f};
+  auto bits = [](float a) {
+    uint32_t u;
+    std::memcpy(&u, &a, 4);
+    return u;
+  };
+  for (int64_t F : {1, 7, 16, 20, 33, 64, 70, 129}) {
+    const int64_t ld = F + 1;
+    std::vector<float> x(size_t(60 * ld)), w(size_t(gr.num_edges));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = specials[(i * 7 + size_t(F)) % 10];
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.5f + float(i % 3);
+    for (const float* wp : {static_cast<const float*>(nullptr), static_cast<const float*>(w.data())}) {
+      std::vector<float> ref(size_t(60 * F));
+      std::vector<int32_t> arg_ref(size_t(60 * F));
+      spmm_forward_ref<float>(ref.data(), arg_ref.data(), x.data(), wp, v, F, ld, F, Reduce::kMax);
+      for (int lanes : {4, 8, 16}) {
+        CAPTURE(F);
+        CAPTURE(lanes);
+        std::vector<float> y(size_t(60 * F), 7.0f);
+        std::vector<int32_t> arg(size_t(60 * F), 7);
+        bool ok = true;
+        for (int64_t r = 0; r < 60; ++r) {
+          const int32_t b = v.indptr[r], e = v.indptr[r + 1];
+          if (b == e) continue;
+          gather_max_row(y.data() + r * F, arg.data() + r * F, x.data(), wp, v.indices, b, e, ld, F, false, lanes);
+          for (int64_t f = 0; f < F; ++f)
+            ok = ok && bits(y[size_t(r * F + f)]) == bits(ref[size_t(r * F + f)]) &&
+                 arg[size_t(r * F + f)] == arg_ref[size_t(r * F + f)];
+        }
+        CHECK(ok);
+      }
+    }
+  }
 }
 
 TEST_CASE("spmm: the CPU backward, writing or adding, has the float reference's bits over blocks of columns") {
