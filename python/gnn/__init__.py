@@ -167,12 +167,12 @@ def _raw(a):
         return a
     if _is_torch(a):
         t = a.detach() if a.requires_grad else a
-        if t.is_neg():  # a lazy negation: its memory holds the values un-negated, and DLPack has no such bit
-            t = t.resolve_neg()
         if type(t) not in _torch_plain_types():  # a subclass: does it hold its data?
             t = _holding_values(t)
             if isinstance(t, _NoData):
                 return t
+        if t.is_neg():  # a lazy negation: its memory holds the values un-negated, and DLPack has no such bit
+            t = t.resolve_neg()
         if _torch_capsule is None:
             try:
                 from torch.utils.dlpack import to_dlpack as _torch_capsule
@@ -195,10 +195,14 @@ def _text(value, name: str) -> str:
     return value
 
 
+# What float() or int() would read as a number but is a mistake to: text, bytes, and truth values.
+_NOT_NUMBERS = (str, bytes, bytearray, memoryview, bool, _np.bool_)
+
+
 def _real(value, name: str) -> float:
-    """A number as float: anything float() takes (NumPy scalars, 0-d arrays and tensors, Decimal) but a
-    str, bytes or bool, which would be a mistake read as a number."""
-    if not isinstance(value, (str, bytes, bool)):
+    """A number as float: anything float() takes (NumPy scalars, 0-d arrays and tensors, Decimal) but
+    text, bytes or a bool (_NOT_NUMBERS), which would be a mistake read as a number."""
+    if not isinstance(value, _NOT_NUMBERS):
         try:
             return float(value)
         except (TypeError, ValueError):
@@ -209,7 +213,7 @@ def _real(value, name: str) -> float:
 def _count(value, name: str) -> int:
     """A size, >= 0: an integer (int, NumPy integer, anything with __index__) or a whole float."""
     n = None
-    if not isinstance(value, (str, bytes, bool)):
+    if not isinstance(value, _NOT_NUMBERS):
         try:
             n = _operator.index(value)
         except TypeError:

@@ -547,7 +547,12 @@ std::optional<int64_t> optional_count(const SizeArg& arg, const char* name) {
   if (!o.is_valid() || o.is_none()) return std::nullopt;
   const std::string who(name);
   auto out_of_range = [&] { return nb::value_error((who + " is out of range for a 64-bit size").c_str()); };
-  if (!PyBool_Check(o.ptr()) && !PyUnicode_Check(o.ptr()) && !PyBytes_Check(o.ptr())) {
+  // (text, bytes and truth values are mistakes read as numbers: refused, as the Python layer's _real does)
+  const std::string type_name = Py_TYPE(o.ptr())->tp_name;
+  const bool not_number = PyBool_Check(o.ptr()) || PyUnicode_Check(o.ptr()) || PyBytes_Check(o.ptr()) ||
+                          PyByteArray_Check(o.ptr()) || PyMemoryView_Check(o.ptr()) || type_name == "numpy.bool" ||
+                          type_name == "numpy.bool_";
+  if (!not_number) {
     if (PyObject* i = PyNumber_Index(o.ptr())) {
       int overflow = 0;
       const long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
@@ -567,6 +572,10 @@ std::optional<int64_t> optional_count(const SizeArg& arg, const char* name) {
         throw nb::value_error((who + " must be a whole number, got " + nb::cast<std::string>(nb::str(o))).c_str());
       if (std::fabs(f) >= 9.2e18) throw out_of_range();
       return int64_t(f);
+    }
+    if (PyErr_ExceptionMatches(PyExc_OverflowError)) {  // (a Fraction or int too large for a float)
+      PyErr_Clear();
+      throw out_of_range();
     }
     if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError))
       throw nb::python_error();

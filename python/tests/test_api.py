@@ -92,6 +92,9 @@ def read_only(a):
     (lambda g, x: gnn.Graph(np.array([[0], [1]]), num_src_nodes=float("nan")), ValueError, "num_src_nodes must be a"),
     (lambda g, x: gnn.Graph(np.array([[0], [1]]), 2**70), ValueError, "num_nodes is out of range"),
     (lambda g, x: gnn.Graph(np.array([[0], [1]]), 1e19), ValueError, "num_nodes is out of range"),
+    (lambda g, x: gnn.Graph(np.array([[0], [1]]), bytearray(b"3")), TypeError, "num_nodes must be an integer"),
+    (lambda g, x: gnn.Graph(np.array([[0], [1]]), np.True_), TypeError, "num_nodes must be an integer or None"),
+    (lambda g, x: gnn.pool_backward(x[:1], np.array([0, 8]), memoryview(b"8")), TypeError, "num_rows must be an int"),
     (lambda g, x: gnn.layer_norm(x, np.ones(4, np.float32)), ValueError, r"weight must have shape \(3,\)"),
     (lambda g, x: gnn.set_num_threads(0), ValueError, r"n must be in \[1, "),
     (lambda g, x: gnn.set_num_threads(100000), ValueError, r"n must be in \[1, "),
@@ -340,6 +343,14 @@ def test_negated_views_are_read_with_their_sign(need_torch):
     assert ei_neg.is_neg() and torch.equal(ei_neg, ei)
     with pytest.raises(TypeError, match="edge_index is a negated view"):
         gnn.Graph(ei_neg)
+    tg = None
+    try:
+        import torch_geometric as tg
+    except ImportError:
+        pass
+    if tg is not None and hasattr(tg, "Index"):  # a subclass whose values are a negated view
+        ptr = torch.tensor([0, 2, 4])
+        torch.testing.assert_close(gnn.pool(x, tg.Index(torch._neg_view(-ptr))), gnn.pool(x, ptr))
     import gnn.torch as gt
     np.testing.assert_array_equal(gt.graph_of(ei_neg).indices, gt.graph_of(ei).indices)
     conv = gt.SAGEConv(3, 2)
