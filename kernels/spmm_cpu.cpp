@@ -3,8 +3,10 @@
 // edges' terms in edge order (the reference's order), max as the first term replaced by each greater
 // one; both hold up to 64 columns in registers over a pass of the row's edges and store them once
 // (kernels/gather_rows.h). The compiler vectorises the column loops (AVX2 or AVX-512 where the CPU has
-// them: GNN_CPU_CLONES). The next edge's source row is prefetched; that measured as neither a gain nor a
-// loss here (spmm-mean, N = 10k and 100k, F = 128), and helps where memory latency is higher.
+// them: GNN_CPU_CLONES). Sum and mean prefetch the next edge's source row; that measured as neither a
+// gain nor a loss here (spmm-mean, N = 10k and 100k, F = 128), and helps where memory latency is higher.
+// Max does not: the prefetch cost it 5-15% at F = 8 and 16 with x in cache and gained nothing at N = 2M
+// (docs/benchmarks.md, fifty-seventh session).
 #include <algorithm>
 
 #include "base/error.h"
@@ -42,7 +44,7 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
       for (int64_t f = 0; f < F; ++f) yr[f] = 0.0f;
       if (ar) std::fill(ar, ar + F, -1);
     } else if (ar) {
-      gather_max_row(yr, ar, x, w, g.indices, b, e, ldx, F, true, lanes);
+      gather_max_row(yr, ar, x, w, g.indices, b, e, ldx, F, false, lanes);
     } else {
       gather_sum_row(yr, x, w, g.indices, b, e, ldx, F, op == Reduce::kMean, true);
     }
