@@ -83,7 +83,8 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
         if (op == Reduce::kMean) c /= float(g.indptr[v + 1] - g.indptr[v]);
         if (op == Reduce::kMax) {
           const int32_t* __restrict ar = argmax + int64_t(v) * F + f0;
-          for (int64_t f = 0; f < n; ++f) out[f] += float(ar[f] == p) * (c * gr[f]);
+          // (a select, not a product by the mask: an infinite dy of a row p did not win gives no NaN)
+          for (int64_t f = 0; f < n; ++f) out[f] += ar[f] == p ? c * gr[f] : 0.0f;
         } else {
           for (int64_t f = 0; f < n; ++f) out[f] += c * gr[f];
         }
@@ -136,7 +137,7 @@ GNN_CPU_CLONES void spmm_backward_w_cpu(float* __restrict dw, const float* __res
       float acc = 0.0f;
       if (op == Reduce::kMax) {
         const int32_t* __restrict ar = argmax + v * F;
-        for (int64_t f = 0; f < F; ++f) acc += float(ar[f] == p) * (gr[f] * xr[f]);
+        for (int64_t f = 0; f < F; ++f) acc += ar[f] == p ? gr[f] * xr[f] : 0.0f;
       } else {
         for (int64_t f = 0; f < F; ++f) acc += gr[f] * xr[f];
       }

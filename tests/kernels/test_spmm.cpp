@@ -214,6 +214,18 @@ TEST_CASE("spmm: the CPU sum, mean and max, forward and backward, have the float
   CHECK(y3[2] == INFINITY);  // 1 then +inf: +inf, from edge 1
   CHECK(a3[2] == 1);
   CHECK(a3[3 + 20] == -1);  // node 1 has no edges
+  // The max's backward passes a gradient only to the edge that won: an infinite or NaN dy reaches that
+  // source alone (a product by the mask, 0 * inf, gave the other sources NaN), as the reference's.
+  std::vector<float> dy3(2 * 20, 0.0f), dx3(2 * 20), dx3_ref(2 * 20), dw3(2), dw3_ref(2);
+  for (int64_t f = 0; f < 20; ++f) dy3[size_t(f)] = f % 4 == 0 ? INFINITY : (f % 4 == 1 ? -INFINITY : NAN);
+  spmm_backward_x_cpu(dx3.data(), dy3.data(), a3.data(), nullptr, v3, 20, 20, 20, Reduce::kMax);
+  spmm_backward_x_ref<float>(dx3_ref.data(), dy3.data(), a3.data(), nullptr, v3, 20, 20, 20, Reduce::kMax);
+  for (size_t i = 0; i < dx3.size(); ++i) CHECK(bits(dx3[i]) == bits(dx3_ref[i]));
+  CHECK(dx3[2] == 0.0f);  // column 2: edge 1 (source 1) won, source 0 gets nothing
+  const std::vector<float> x3f(2 * 20, 1.0f);
+  spmm_backward_w_cpu(dw3.data(), dy3.data(), x3f.data(), a3.data(), v3, 20, 20, 20, Reduce::kMax);
+  spmm_backward_w_ref<float>(dw3_ref.data(), dy3.data(), x3f.data(), a3.data(), v3, 20, 20, 20, Reduce::kMax);
+  for (size_t i = 0; i < dw3.size(); ++i) CHECK((std::isnan(dw3[i]) ? std::isnan(dw3_ref[i]) : dw3[i] == dw3_ref[i]));
 }
 
 TEST_CASE("spmm: the max's row has the reference's bits at each vector width") {
