@@ -8,6 +8,7 @@
 // Max does not: the prefetch cost it 5-15% at F = 8 and 16 with x in cache and gained nothing at N = 2M
 // (docs/benchmarks.md, fifty-seventh session).
 #include <algorithm>
+#include <bit>
 
 #include "base/error.h"
 #include "kernels/gather_rows.h"
@@ -83,8 +84,10 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
         if (op == Reduce::kMean) c /= float(g.indptr[v + 1] - g.indptr[v]);
         if (op == Reduce::kMax) {
           const int32_t* __restrict ar = argmax + int64_t(v) * F + f0;
-          // (a select, not a product by the mask: an infinite dy of a row p did not win gives no NaN)
-          for (int64_t f = 0; f < n; ++f) out[f] += ar[f] == p ? c * gr[f] : 0.0f;
+          // (the term's bits masked, not multiplied by the mask: an infinite dy of a row p did not win
+          // must give no NaN; as fast as the product, where a select measured 6% slower)
+          for (int64_t f = 0; f < n; ++f)
+            out[f] += std::bit_cast<float>(std::bit_cast<uint32_t>(c * gr[f]) & -uint32_t(ar[f] == p));
         } else {
           for (int64_t f = 0; f < n; ++f) out[f] += c * gr[f];
         }
@@ -137,7 +140,8 @@ GNN_CPU_CLONES void spmm_backward_w_cpu(float* __restrict dw, const float* __res
       float acc = 0.0f;
       if (op == Reduce::kMax) {
         const int32_t* __restrict ar = argmax + v * F;
-        for (int64_t f = 0; f < F; ++f) acc += ar[f] == p ? gr[f] * xr[f] : 0.0f;
+        for (int64_t f = 0; f < F; ++f)
+          acc += std::bit_cast<float>(std::bit_cast<uint32_t>(gr[f] * xr[f]) & -uint32_t(ar[f] == p));
       } else {
         for (int64_t f = 0; f < F; ++f) acc += gr[f] * xr[f];
       }
