@@ -21,20 +21,27 @@ GNN_INLINE inline void prefetch_row(const float* p, int64_t F) {
   for (int64_t f = 0; f < F; f += 16) __builtin_prefetch(p + f);
 }
 
-// 16 floats as one value (GCC's vector extension: a zmm in the AVX-512 clone, two ymm in the AVX2 one),
-// loaded and stored at any alignment. (Its helpers are always inlined, so the note that passing it by
-// value differs between the clones' ABIs does not apply.)
+// W floats (W = 4, 8, 16) as one value and their int32 lanes (GCC's vector extension), loaded and stored
+// at any alignment. The sums hold 16 (a zmm in the AVX-512 clone, two ymm in the AVX2 one): GCC splits a
+// vector wider than the ISA's into native ones for adds and products. Not for a compare and select,
+// which it turns into a branch per lane, so the max runs at the width the CPU has (max_lanes). (The
+// helpers are always inlined, so the note that passing a vector by value differs between the clones'
+// ABIs does not apply.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
-using v16 = float __attribute__((vector_size(64)));
-using v16i = int32_t __attribute__((vector_size(64)));
-GNN_INLINE inline v16 load16(const float* p) {
-  v16 v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-GNN_INLINE inline void store16(float* p, const v16& v) { __builtin_memcpy(p, &v, sizeof v); }
-GNN_INLINE inline void store16(int32_t* p, const v16i& v) { __builtin_memcpy(p, &v, sizeof v); }
+template <int W>
+struct lanes {
+  typedef float f __attribute__((vector_size(4 * W)));
+  typedef int32_t i __attribute__((vector_size(4 * W)));
+  GNN_INLINE static f load(const float* p) {
+    f v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+  }
+  GNN_INLINE static void store(float* p, const f& v) { __builtin_memcpy(p, &v, sizeof v); }
+  GNN_INLINE static void store(int32_t* p, const i& v) { __builtin_memcpy(p, &v, sizeof v); }
+};
+using v16 = lanes<16>::f;
 
 // Columns c0 .. c0 + 16K + rem of the sum over the terms i = b .. e-1 of coef(i) times the row row(i)
 // (a float pointer to its column 0), times 1 / (e - b) with mean: K * 16 columns held in registers and
@@ -50,14 +57,14 @@ GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef
     const float* __restrict xr = row(b) + c0;
     const float c = coef(b);
     if (row_floats > 0 && b + 1 < e) prefetch_row(row(b + 1), row_floats);
-    for (int k = 0; k < K; ++k) acc[k] = v16{} + c * load16(xr + 16 * k);
+    for (int k = 0; k < K; ++k) acc[k] = v16{} + c * lanes<16>::load(xr + 16 * k);
     for (int64_t f = 0; f < rem; ++f) yt[f] = 0.0f + c * xr[16 * K + f];
   }
   for (int32_t i = b + 1; i < e; ++i) {
     const float* __restrict xr = row(i) + c0;
     const float c = coef(i);
     if (row_floats > 0 && i + 1 < e) prefetch_row(row(i + 1), row_floats);
-    for (int k = 0; k < K; ++k) acc[k] += c * load16(xr + 16 * k);
+    for (int k = 0; k < K; ++k) acc[k] += c * lanes<16>::load(xr + 16 * k);
     for (int64_t f = 0; f < rem; ++f) yt[f] += c * xr[16 * K + f];
   }
   if (mean) {
@@ -65,24 +72,8 @@ GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef
     for (int k = 0; k < K; ++k) acc[k] *= inv;
     for (int64_t f = 0; f < rem; ++f) yt[f] *= inv;
   }
-  for (int k = 0; k < K; ++k) store16(yr + 16 * k, acc[k]);
+  for (int k = 0; k < K; ++k) lanes<16>::store(yr + 16 * k, acc[k]);
 }
-
-// W floats (W = 4, 8, 16) as one value and their int32 lanes, for the max's compare and select: GCC
-// splits a vector wider than the ISA's into native ones for adds and products, but turns a compare and
-// select on it into a branch per lane, so the max runs at the width the CPU has (max_lanes).
-template <int W>
-struct lanes {
-  typedef float f __attribute__((vector_size(4 * W)));
-  typedef int32_t i __attribute__((vector_size(4 * W)));
-  GNN_INLINE static f load(const float* p) {
-    f v;
-    __builtin_memcpy(&v, p, sizeof v);
-    return v;
-  }
-  GNN_INLINE static void store(float* p, const f& v) { __builtin_memcpy(p, &v, sizeof v); }
-  GNN_INLINE static void store(int32_t* p, const i& v) { __builtin_memcpy(p, &v, sizeof v); }
-};
 
 // (GCC 12, splitting an 8-lane int vector for SSE2, warns arg unset at the first term, which sets it all)
 #pragma GCC diagnostic push
