@@ -22,11 +22,11 @@ GNN_INLINE inline void prefetch_row(const float* p, int64_t F) {
 }
 
 // W floats (W = 4, 8, 16) as one value and their int32 lanes (GCC's vector extension), loaded and stored
-// at any alignment. The sums hold 16 (a zmm in the AVX-512 clone, two ymm in the AVX2 one): GCC splits a
-// vector wider than the ISA's into native ones for adds and products. Not for a compare and select,
-// which it turns into a branch per lane, so the max runs at the width the CPU has (max_lanes). (The
-// helpers are always inlined, so the note that passing a vector by value differs between the clones'
-// ABIs does not apply.)
+// at any alignment. The sums hold 16 (a zmm in the AVX-512 clone, two ymm in the AVX2 one, four xmm in
+// the baseline): GCC splits a vector wider than the ISA's into native ones for adds and products. A
+// compare and select on such a vector it turns into a branch per lane instead, so the max runs at the
+// width the CPU has (max_lanes). (The helpers are always inlined, so the note that passing a vector by
+// value differs between the clones' ABIs does not apply.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
 template <int W>

@@ -222,10 +222,16 @@ TEST_CASE("spmm: the CPU sum, mean and max, forward and backward, have the float
   spmm_backward_x_ref<float>(dx3_ref.data(), dy3.data(), a3.data(), nullptr, v3, 20, 20, 20, Reduce::kMax);
   for (size_t i = 0; i < dx3.size(); ++i) CHECK(bits(dx3[i]) == bits(dx3_ref[i]));
   CHECK(dx3[2] == 0.0f);  // column 2: edge 1 (source 1) won, source 0 gets nothing
+  // The edge weights' gradient the same: dy finite where edge 1 won and +inf where edge 0 did, so edge
+  // 1's is finite (the mask's product gave it NaN) and edge 0's +inf.
   const std::vector<float> x3f(2 * 20, 1.0f);
-  spmm_backward_w_cpu(dw3.data(), dy3.data(), x3f.data(), a3.data(), v3, 20, 20, 20, Reduce::kMax);
-  spmm_backward_w_ref<float>(dw3_ref.data(), dy3.data(), x3f.data(), a3.data(), v3, 20, 20, 20, Reduce::kMax);
-  for (size_t i = 0; i < dw3.size(); ++i) CHECK((std::isnan(dw3[i]) ? std::isnan(dw3_ref[i]) : dw3[i] == dw3_ref[i]));
+  std::vector<float> dyw(2 * 20, 0.0f);
+  for (int64_t f = 0; f < 20; ++f) dyw[size_t(f)] = a3[size_t(f)] == 1 ? 0.5f : INFINITY;
+  spmm_backward_w_cpu(dw3.data(), dyw.data(), x3f.data(), a3.data(), v3, 20, 20, 20, Reduce::kMax);
+  spmm_backward_w_ref<float>(dw3_ref.data(), dyw.data(), x3f.data(), a3.data(), v3, 20, 20, 20, Reduce::kMax);
+  for (size_t i = 0; i < dw3.size(); ++i) CHECK(bits(dw3[i]) == bits(dw3_ref[i]));
+  CHECK(std::isfinite(dw3[1]));
+  CHECK(dw3[0] == INFINITY);
 }
 
 TEST_CASE("spmm: the max's row has the reference's bits at each vector width") {
