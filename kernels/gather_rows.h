@@ -77,7 +77,9 @@ GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef
 
 // (GCC 12, splitting an 8-lane int vector for SSE2, warns arg unset at the first term, which sets it all)
 #pragma GCC diagnostic push
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // Columns c0 .. c0 + 16K + rem of the max over the terms i = b .. e-1 of coef(i) times the row row(i),
 // into yr, and into ar the term i that gave each column: the first term, replaced where a later one is
 // greater. Held (in vectors of W lanes) and stored as sum_cols's.
@@ -159,9 +161,13 @@ GNN_INLINE inline void sum_rows(float* __restrict yr, const Row& row, const Coef
 // AVX2, else 4): what max_rows is given. Asked by the levels GNN_CPU_CLONES picks its clone by
 // (x86-64-v4, x86-64-v3), so the width is the running clone's own.
 inline int max_lanes() {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)  // (where GNN_CPU_CLONES clones)
   static const int lanes = __builtin_cpu_supports("x86-64-v4") ? 16 : __builtin_cpu_supports("x86-64-v3") ? 8 : 4;
   return lanes;
+#elif defined(__AVX512F__)  // (one build for one ISA: its own width; clang knows no x86-64-v4 here)
+  return 16;
+#elif defined(__AVX2__)
+  return 8;
 #else
   return 4;
 #endif
