@@ -1,12 +1,12 @@
 // A destination row of a gather, as the CPU's gather kernels form it (SpMM's sum and mean forward and
-// backward, its max forward, the fused SAGE layer's mean). The sum: each column 0 plus the terms in edge order (the
-// float reference's order, and its +0 where every term is -0), times 1 / degree for the mean. The max:
-// each column the first term, replaced by each later one that is greater (so the first of equal terms,
-// and a NaN only where it comes first), with the edge that gave it.
-// Up to 64 columns at a time are held in registers over a pass of the row's edges and stored once:
-// forming the row in memory instead costs a load and a store per edge, each split over two cache lines
-// where the row is not 64-byte aligned (a NumPy array, a width not a multiple of 16), which doubled
-// SpMM's call at F = 16 (docs/benchmarks.md, fifty-sixth session).
+// backward, its max forward, the fused SAGE layer's mean). The sum: each column 0 plus the terms in edge
+// order (the float reference's order, and its +0 where every term is -0), times 1 / degree for the mean.
+// The max: each column the first term, replaced by each later one that is greater (so the first of equal
+// terms, and a NaN only where it comes first), with the edge that gave it.
+// Up to 64 columns at a time, all but a row's last F % 4, are held in registers over a pass of the row's
+// edges and stored once: forming the row in memory instead costs a load and a store per edge, each split
+// over two cache lines where the row is not 64-byte aligned (a NumPy array, a width not a multiple of
+// 16), which doubled SpMM's call at F = 16 (docs/benchmarks.md, fifty-sixth session).
 // Everything here is always inlined, so that each GNN_CPU_CLONES caller gets its own ISA's code.
 #pragma once
 #include <cstdint>
@@ -43,36 +43,41 @@ struct lanes {
 };
 using v16 = lanes<16>::f;
 
-// Columns c0 .. c0 + 16K + rem of the sum over the terms i = b .. e-1 of coef(i) times the row row(i)
-// (a float pointer to its column 0), times 1 / (e - b) with mean: K * 16 columns held in registers and
-// stored into yr once, `rem` more after them (Tail) formed in yr term by term, in the same order and
-// rounding. With row_floats > 0, the next term's row (that many floats) is prefetched.
-template <int K, bool Tail, class Row, class Coef>
+// Columns c0 .. c0 + 16K + 4T + rem of the sum over the terms i = b .. e-1 of coef(i) times the row row(i)
+// (a float pointer to its column 0), times 1 / (e - b) with mean: K vectors of 16 columns and T of 4
+// held in registers and stored into yr once, the `rem` (< 4) after them formed in yr term by term, in the
+// same order and rounding. With row_floats > 0, the next term's row (that many floats) is prefetched.
+template <int K, int T, class Row, class Coef>
 GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef& coef, int32_t b, int32_t e,
                                 int64_t c0, int64_t rem, int64_t row_floats, bool mean) {
+  using L4 = lanes<4>;
   v16 acc[K > 0 ? K : 1];
-  float* __restrict yt = yr + 16 * K;
-  if constexpr (!Tail) rem = 0;
+  L4::f acc4[T > 0 ? T : 1];
+  float* __restrict yt = yr + 16 * K + 4 * T;
   {
     const float* __restrict xr = row(b) + c0;
     const float c = coef(b);
     if (row_floats > 0 && b + 1 < e) prefetch_row(row(b + 1), row_floats);
     for (int k = 0; k < K; ++k) acc[k] = v16{} + c * lanes<16>::load(xr + 16 * k);
-    for (int64_t f = 0; f < rem; ++f) yt[f] = 0.0f + c * xr[16 * K + f];
+    for (int t = 0; t < T; ++t) acc4[t] = L4::f{} + c * L4::load(xr + 16 * K + 4 * t);
+    for (int64_t f = 0; f < rem; ++f) yt[f] = 0.0f + c * xr[16 * K + 4 * T + f];
   }
   for (int32_t i = b + 1; i < e; ++i) {
     const float* __restrict xr = row(i) + c0;
     const float c = coef(i);
     if (row_floats > 0 && i + 1 < e) prefetch_row(row(i + 1), row_floats);
     for (int k = 0; k < K; ++k) acc[k] += c * lanes<16>::load(xr + 16 * k);
-    for (int64_t f = 0; f < rem; ++f) yt[f] += c * xr[16 * K + f];
+    for (int t = 0; t < T; ++t) acc4[t] += c * L4::load(xr + 16 * K + 4 * t);
+    for (int64_t f = 0; f < rem; ++f) yt[f] += c * xr[16 * K + 4 * T + f];
   }
   if (mean) {
     const float inv = 1.0f / float(e - b);
     for (int k = 0; k < K; ++k) acc[k] *= inv;
+    for (int t = 0; t < T; ++t) acc4[t] *= inv;
     for (int64_t f = 0; f < rem; ++f) yt[f] *= inv;
   }
   for (int k = 0; k < K; ++k) lanes<16>::store(yr + 16 * k, acc[k]);
+  for (int t = 0; t < T; ++t) L4::store(yr + 16 * K + 4 * t, acc4[t]);
 }
 
 // (GCC 12, splitting an 8-lane int vector for SSE2, warns arg unset at the first term, which sets it all)
@@ -80,68 +85,86 @@ GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// Columns c0 .. c0 + 16K + rem of the max over the terms i = b .. e-1 of coef(i) times the row row(i),
-// into yr, and into ar the term i that gave each column: the first term, replaced where a later one is
-// greater. Held (in vectors of W lanes) and stored as sum_cols's.
-template <int K, bool Tail, int W, class Row, class Coef>
+// Columns c0 .. c0 + 16K + 4T + rem of the max over the terms i = b .. e-1 of coef(i) times the row
+// row(i), into yr, and into ar the term i that gave each column: the first term, replaced where a later
+// one is greater. Held (the 16K columns in vectors of W lanes, the 4T in vectors of 4) and stored as
+// sum_cols's.
+template <int K, int T, int W, class Row, class Coef>
 GNN_INLINE inline void max_cols(float* __restrict yr, int32_t* __restrict ar, const Row& row, const Coef& coef,
-                                int32_t b, int32_t e, int64_t c0, int64_t rem, int64_t row_floats) {
+                                int32_t b, int32_t e, int64_t c0, int64_t rem) {
   using L = lanes<W>;
-  constexpr int V = K * 16 / W;  // vectors held
+  using L4 = lanes<4>;
+  constexpr int V = K * 16 / W;  // vectors of W lanes held
   typename L::f acc[V > 0 ? V : 1];
   typename L::i arg[V > 0 ? V : 1];
-  float* __restrict yt = yr + 16 * K;
-  int32_t* __restrict at = ar + 16 * K;
-  if constexpr (!Tail) rem = 0;
+  L4::f acc4[T > 0 ? T : 1];
+  L4::i arg4[T > 0 ? T : 1];
+  const int64_t ct = 16 * K + 4 * T;  // the first column formed in memory
+  float* __restrict yt = yr + ct;
+  int32_t* __restrict at = ar + ct;
+  // (a vector's compare gives each lane -1 where it holds and 0 where not: the lanes the select takes)
+  auto take_greater = [](auto& cur, auto& cur_arg, const auto& val, const auto& idx) GNN_INLINE {
+    const auto take = val > cur;
+    cur = take ? val : cur;
+    cur_arg = take ? idx : cur_arg;
+  };
   {
     const float* __restrict xr = row(b) + c0;
     const float c = coef(b);
-    if (row_floats > 0 && b + 1 < e) prefetch_row(row(b + 1), row_floats);
     for (int k = 0; k < V; ++k) acc[k] = c * L::load(xr + W * k), arg[k] = typename L::i{} + b;
-    for (int64_t f = 0; f < rem; ++f) yt[f] = c * xr[16 * K + f], at[f] = b;
+    for (int t = 0; t < T; ++t) acc4[t] = c * L4::load(xr + 16 * K + 4 * t), arg4[t] = L4::i{} + b;
+    for (int64_t f = 0; f < rem; ++f) yt[f] = c * xr[ct + f], at[f] = b;
   }
   for (int32_t i = b + 1; i < e; ++i) {
     const float* __restrict xr = row(i) + c0;
     const float c = coef(i);
-    if (row_floats > 0 && i + 1 < e) prefetch_row(row(i + 1), row_floats);
-    for (int k = 0; k < V; ++k) {
-      const typename L::f val = c * L::load(xr + W * k);
-      const typename L::i take = val > acc[k];
-      acc[k] = take ? val : acc[k];
-      arg[k] = take ? (typename L::i{} + i) : arg[k];
-    }
-    for (int64_t f = 0; f < rem; ++f) {  // branch-free, so it vectorises: the mask picks val and i
-      const float val = c * xr[16 * K + f], cur = yt[f];
+    for (int k = 0; k < V; ++k) take_greater(acc[k], arg[k], c * L::load(xr + W * k), typename L::i{} + i);
+    for (int t = 0; t < T; ++t) take_greater(acc4[t], arg4[t], c * L4::load(xr + 16 * K + 4 * t), L4::i{} + i);
+    for (int64_t f = 0; f < rem; ++f) {  // branch-free: the mask picks val and i
+      const float val = c * xr[ct + f], cur = yt[f];
       const int32_t take = -int32_t(val > cur);
       yt[f] = val > cur ? val : cur;
       at[f] = (at[f] & ~take) | (i & take);
     }
   }
   for (int k = 0; k < V; ++k) L::store(yr + W * k, acc[k]), L::store(ar + W * k, arg[k]);
+  for (int t = 0; t < T; ++t) L4::store(yr + 16 * K + 4 * t, acc4[t]), L4::store(ar + 16 * K + 4 * t, arg4[t]);
 }
 #pragma GCC diagnostic pop
 #pragma GCC diagnostic pop
 
-// Calls pass(std::integral_constant<int, K>, std::bool_constant<Tail>, c0, rem, first) over F's
-// columns in passes of at most 64 (first: the pass at column 0): the last pass's whole 16-column blocks
-// in registers (K of them) and its last rem = F % 16 columns, if any, as a tail.
+// Calls pass(std::integral_constant<int, K>, std::integral_constant<int, T>, c0, rem, first) over F's
+// columns in passes of at most 64 (first: the pass at column 0): the last pass's K whole 16-column
+// blocks and T 4-column ones in registers, and its last rem = F % 4 columns, if any, in memory.
 template <class Pass>
 GNN_INLINE inline void column_passes(int64_t F, const Pass& pass) {
-  using std::bool_constant, std::integral_constant;
+  using std::integral_constant;
   int64_t f0 = 0;
-  for (; f0 + 64 <= F; f0 += 64) pass(integral_constant<int, 4>{}, bool_constant<false>{}, f0, 0, f0 == 0);
-  const int64_t n = F - f0, rem = n % 16;
-  const bool first = f0 == 0;
+  for (; f0 + 64 <= F; f0 += 64) pass(integral_constant<int, 4>{}, integral_constant<int, 0>{}, f0, 0, f0 == 0);
+  const int64_t n = F - f0, rem = n % 4;
   if (n == 0) return;
-  if (rem == 0) {
-    if (n == 16) pass(integral_constant<int, 1>{}, bool_constant<false>{}, f0, 0, first);
-    else if (n == 32) pass(integral_constant<int, 2>{}, bool_constant<false>{}, f0, 0, first);
-    else pass(integral_constant<int, 3>{}, bool_constant<false>{}, f0, 0, first);
-  } else {
-    if (n < 16) pass(integral_constant<int, 0>{}, bool_constant<true>{}, f0, rem, first);
-    else if (n < 32) pass(integral_constant<int, 1>{}, bool_constant<true>{}, f0, rem, first);
-    else if (n < 48) pass(integral_constant<int, 2>{}, bool_constant<true>{}, f0, rem, first);
-    else pass(integral_constant<int, 3>{}, bool_constant<true>{}, f0, rem, first);
+  const bool first = f0 == 0;
+  auto blocks = [&](auto K) GNN_INLINE {
+    switch ((n % 16) / 4) {
+      case 0:
+        return pass(K, integral_constant<int, 0>{}, f0, rem, first);
+      case 1:
+        return pass(K, integral_constant<int, 1>{}, f0, rem, first);
+      case 2:
+        return pass(K, integral_constant<int, 2>{}, f0, rem, first);
+      default:
+        return pass(K, integral_constant<int, 3>{}, f0, rem, first);
+    }
+  };
+  switch (n / 16) {
+    case 0:
+      return blocks(integral_constant<int, 0>{});
+    case 1:
+      return blocks(integral_constant<int, 1>{});
+    case 2:
+      return blocks(integral_constant<int, 2>{});
+    default:
+      return blocks(integral_constant<int, 3>{});
   }
 }
 
@@ -152,8 +175,8 @@ GNN_INLINE inline void column_passes(int64_t F, const Pass& pass) {
 template <class Row, class Coef>
 GNN_INLINE inline void sum_rows(float* __restrict yr, const Row& row, const Coef& coef, int32_t b, int32_t e,
                                 int64_t F, bool mean, bool prefetch) {
-  gather_detail::column_passes(F, [&](auto K, auto Tail, int64_t c0, int64_t rem, bool first) GNN_INLINE {
-    gather_detail::sum_cols<K(), Tail()>(yr + c0, row, coef, b, e, c0, rem, prefetch && first ? F : 0, mean);
+  gather_detail::column_passes(F, [&](auto K, auto T, int64_t c0, int64_t rem, bool first) GNN_INLINE {
+    gather_detail::sum_cols<K(), T()>(yr + c0, row, coef, b, e, c0, rem, prefetch && first ? F : 0, mean);
   });
 }
 
@@ -175,16 +198,16 @@ inline int max_lanes() {
 
 // yr[0 .. F) = the max over the terms coef(i) times the row row(i) for i = b .. e-1 (b < e), each column
 // the first term replaced where a later one is greater, and ar[0 .. F) the term i that gave it; in
-// vectors of `lanes` floats (max_lanes()).
+// vectors of `lanes` floats (max_lanes()). (No prefetch of the next term's row, which the sums have: it
+// cost the max 5-15% at F = 8-16 with x in cache and gained nothing at 2M rows.)
 template <class Row, class Coef>
 GNN_INLINE inline void max_rows(float* __restrict yr, int32_t* __restrict ar, const Row& row, const Coef& coef,
-                                int32_t b, int32_t e, int64_t F, bool prefetch, int lanes) {
-  gather_detail::column_passes(F, [&](auto K, auto Tail, int64_t c0, int64_t rem, bool first) GNN_INLINE {
-    const int64_t pf = prefetch && first ? F : 0;
+                                int32_t b, int32_t e, int64_t F, int lanes) {
+  gather_detail::column_passes(F, [&](auto K, auto T, int64_t c0, int64_t rem, bool) GNN_INLINE {
     using gather_detail::max_cols;
-    if (lanes == 16) max_cols<K(), Tail(), 16>(yr + c0, ar + c0, row, coef, b, e, c0, rem, pf);
-    else if (lanes == 8) max_cols<K(), Tail(), 8>(yr + c0, ar + c0, row, coef, b, e, c0, rem, pf);
-    else max_cols<K(), Tail(), 4>(yr + c0, ar + c0, row, coef, b, e, c0, rem, pf);
+    if (lanes == 16) max_cols<K(), T(), 16>(yr + c0, ar + c0, row, coef, b, e, c0, rem);
+    else if (lanes == 8) max_cols<K(), T(), 8>(yr + c0, ar + c0, row, coef, b, e, c0, rem);
+    else max_cols<K(), T(), 4>(yr + c0, ar + c0, row, coef, b, e, c0, rem);
   });
 }
 
@@ -204,10 +227,10 @@ GNN_INLINE inline void gather_sum_row(float* __restrict yr, const float* __restr
 // max_lanes().
 GNN_INLINE inline void gather_max_row(float* __restrict yr, int32_t* __restrict ar, const float* __restrict x,
                                       const float* __restrict w, const int32_t* __restrict indices, int32_t b,
-                                      int32_t e, int64_t ldx, int64_t F, bool prefetch, int lanes) {
+                                      int32_t e, int64_t ldx, int64_t F, int lanes) {
   max_rows(
       yr, ar, [&](int32_t p) GNN_INLINE { return x + int64_t(indices[p]) * ldx; },
-      [&](int32_t p) GNN_INLINE { return w ? w[p] : 1.0f; }, b, e, F, prefetch, lanes);
+      [&](int32_t p) GNN_INLINE { return w ? w[p] : 1.0f; }, b, e, F, lanes);
 }
 
 }  // namespace gnn
