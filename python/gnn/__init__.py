@@ -433,7 +433,10 @@ def segment_softmax_backward(y, grad_out, indptr):
 
 
 def gat_scores(graph: Graph, a_src, a_dst, negative_slope: float = 0.2, out=None):
-    """GAT's raw scores, in CSR order: s[p, h] = leaky_relu(a_src[j, h] + a_dst[i, h]) for edge p: j -> i."""
+    """GAT's raw scores, in CSR order: s[p, h] = leaky_relu(a_src[j, h] + a_dst[i, h]) for edge p: j -> i.
+
+    a_src [num_src_nodes, H] over the sources, a_dst [num_nodes, H] over the targets (one node set unless
+    the graph is bipartite)."""
     _graph(graph)
     negative_slope = _real(negative_slope, "negative_slope")
     _, H = _dims(a_src, "a_src", 2)
@@ -447,9 +450,9 @@ def gat_scores_backward(graph: Graph, grad_out, a_src, a_dst, negative_slope: fl
     """Gradients of gat_scores: (grad_a_src, grad_a_dst), each a fixed-order sum over a node's edges."""
     _graph(graph)
     negative_slope = _real(negative_slope, "negative_slope")
-    N, H = _dims(a_src, "a_src", 2)
+    U, H = _dims(a_src, "a_src", 2)
     _present(grad_out=grad_out, a_dst=a_dst)
-    grad_src, grad_dst = _new(a_src, (N, H)), _new(a_src, (N, H))
+    grad_src, grad_dst = _new(a_src, (U, H)), _new(a_src, (graph.num_nodes, H))
     _gnn.gat_scores_backward(graph, _raw(grad_out), _raw(a_src), _raw(a_dst), float(negative_slope), _raw(grad_src),
                              _raw(grad_dst), _stream(a_src))
     return grad_src, grad_dst

@@ -12,8 +12,7 @@ is kept and reused while the same ``edge_index`` tensor (same storage and versio
 does every step of full-graph training (an edit that torch does not count, through ``.numpy()`` or
 ``.data``, is not seen: pass a new tensor; an inference tensor, made under ``torch.inference_mode()``,
 has no version, so its graph is built on every call). Anything the kernels do not cover (GAT edge
-features, bipartite inputs, SAGE's lstm aggregation) raises NotImplementedError rather than computing
-something else.
+features, SAGE's lstm aggregation) raises NotImplementedError rather than computing something else.
 """
 
 from __future__ import annotations
@@ -43,14 +42,15 @@ def _plain(edge_index: Tensor) -> Tensor:
     return edge_index.resolve_neg() if edge_index.is_neg() else edge_index
 
 
-def graph_of(edge_index, num_nodes: Optional[int] = None) -> Graph:
+def graph_of(edge_index, num_nodes: Optional[int] = None, num_src_nodes: Optional[int] = None) -> Graph:
     """A gnn.Graph from a PyG edge_index [2, E] (row 0 sources, row 1 targets; a tensor or PyG's
-    EdgeIndex); a Graph passes through."""
+    EdgeIndex), of num_nodes targets and, for a bipartite graph, num_src_nodes sources; a Graph passes
+    through."""
     if isinstance(edge_index, Graph):
         return edge_index
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"edge_index must be a torch.Tensor or gnn.Graph, got {type(edge_index).__name__}")
-    return Graph(_plain(edge_index).detach().cpu(), num_nodes=num_nodes)
+    return Graph(_plain(edge_index).detach().cpu(), num_nodes=num_nodes, num_src_nodes=num_src_nodes)
 
 
 class _GraphCache:
@@ -94,9 +94,10 @@ class _GraphCache:
         return _GraphCache()
 
 
-def _edge_index(edge_index, num_nodes: int, who: str) -> Tensor:
+def _edge_index(edge_index, num_nodes: int, who: str, num_src_nodes: Optional[int] = None) -> Tensor:
     """edge_index as an int64 CPU tensor, checked as gnn.Graph checks it (shape (2, E), integer ids in
-    [0, num_nodes)), for the layers that edit it (self-loops) before they build their graph."""
+    [0, num_nodes), sources in [0, num_src_nodes) where given), for the layers that edit it (self-loops)
+    before they build their graph."""
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"{who}: edge_index must be a torch.Tensor, got {type(edge_index).__name__}")
     if edge_index.dtype not in (torch.int64, torch.int32):
@@ -105,19 +106,60 @@ def _edge_index(edge_index, num_nodes: int, who: str) -> Tensor:
         raise ValueError(f"{who}: edge_index must have shape (2, E) (row 0 sources, row 1 targets, as in PyG), "
                          f"got {tuple(edge_index.shape)}")
     ei = _plain(edge_index).detach().cpu().long()
-    bad = ((ei < 0) | (ei >= num_nodes)).any(0).nonzero()
+    num_src = num_nodes if num_src_nodes is None else num_src_nodes
+    bad = ((ei < 0) | (ei >= torch.tensor([[num_src], [num_nodes]]))).any(0).nonzero()
     if bad.numel():
         e = int(bad[0, 0])
-        raise _g.Error(f"{who}: edge_index: edge {e} ({int(ei[0, e])} -> {int(ei[1, e])}) has a node id outside "
-                       f"[0, {num_nodes}) (x has {num_nodes} rows)")
+        if num_src_nodes is None:
+            raise _g.Error(f"{who}: edge_index: edge {e} ({int(ei[0, e])} -> {int(ei[1, e])}) has a node id outside "
+                           f"[0, {num_nodes}) (x has {num_nodes} rows)")
+        raise _g.Error(f"{who}: edge_index: edge {e} ({int(ei[0, e])} -> {int(ei[1, e])}) has a source outside "
+                       f"[0, {num_src}) or a target outside [0, {num_nodes}) (x_src has {num_src} rows, the "
+                       f"targets {num_nodes})")
     return ei
 
 
-def _check_in(x: Tensor, in_channels: int, who: str) -> None:
+def _check_in(x: Tensor, in_channels: int, who: str, name: str = "x") -> None:
     """x [N, in_channels], float32 on a device gnn runs on."""
-    _check_x(x)
+    _check_x(x, name)
     if x.dim() != 2 or x.shape[1] != in_channels:
-        raise ValueError(f"{who}: x must have shape (N, in_channels={in_channels}), got {tuple(x.shape)}")
+        raise ValueError(f"{who}: {name} must have shape (N, in_channels={in_channels}), got {tuple(x.shape)}")
+
+
+def _in_channels(in_channels, who: str):
+    """PyG's in_channels: an int, or a bipartite layer's pair (F_src, F_dst). Returns (F_src, F_dst, pair)."""
+    if isinstance(in_channels, int):
+        return in_channels, in_channels, False
+    if isinstance(in_channels, (tuple, list)) and len(in_channels) == 2 and all(isinstance(c, int)
+                                                                                for c in in_channels):
+        return in_channels[0], in_channels[1], True
+    raise TypeError(f"{who}: in_channels must be an int or a pair of ints (F_src, F_dst), got {in_channels!r}")
+
+
+def _layer_inputs(x, size, who: str, in_src: int, in_dst: Optional[int]):
+    """A layer's x as PyG takes it: a tensor, or a pair (x_src, x_dst) whose x_dst may be None (no
+    features of the targets), checked against in_src and in_dst features (in_dst None: x_dst not read),
+    and PyG's `size` (num_src, num_dst), checked against the rows given. Returns (x_src, x_dst, num_src,
+    num_dst, square), square where sources and targets are one node set (without x_dst and size, as PyG
+    reads it, the sources)."""
+    pair = isinstance(x, (tuple, list))
+    if pair and len(x) != 2:
+        raise ValueError(f"{who}: x must be a tensor or a pair (x_src, x_dst), got {len(x)} items")
+    x_src, x_dst = x if pair else (x, x)
+    _check_in(x_src, in_src, who, "x_src" if pair else "x")
+    if x_dst is not None and in_dst is not None:
+        _check_in(x_dst, in_dst, who, "x_dst" if pair else "x")
+    num_src, num_dst = x_src.shape[0], (x_src if x_dst is None else x_dst).shape[0]
+    if size is not None:
+        try:
+            size = tuple(operator.index(n) for n in size)
+        except TypeError:
+            raise TypeError(f"{who}: size must be a pair of ints (num_src, num_dst), got {size!r}") from None
+        if len(size) != 2 or size[0] != num_src or (x_dst is not None and size[1] != num_dst):
+            raise ValueError(f"{who}: size {size} does not match the inputs (x_src has {num_src} rows"
+                             + (")" if x_dst is None else f", x_dst {num_dst})"))
+        num_dst = size[1]
+    return x_src, x_dst, num_src, num_dst, not pair or x_dst is x_src or (size is None and x_dst is None)
 
 
 def _on(cache: dict, key: str, t: Tensor, device) -> Tensor:
@@ -335,21 +377,23 @@ class SAGEConv(nn.Module):
 
     aggr 'mean' with root_weight runs gnn's fused layer (one GEMM over [mean | x]); 'sum' and 'max'
     aggregate with gnn.spmm and then apply the two linear maps. normalize l2-normalises the output.
+    Bipartite, as in PyG: in_channels (F_src, F_dst) and x a pair (x_src, x_dst) (x_dst None: no root
+    term), the sources aggregated by gnn.spmm over a graph of x_dst's rows as targets; `size` (num_src,
+    num_dst) as PyG's, checked against the inputs' rows.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, aggr: str = "mean", normalize: bool = False,
+    def __init__(self, in_channels, out_channels: int, aggr: str = "mean", normalize: bool = False,
                  root_weight: bool = True, project: bool = False, bias: bool = True):
         super().__init__()
-        if not isinstance(in_channels, int):
-            raise NotImplementedError("SAGEConv: bipartite (tuple) in_channels are not supported")
+        in_src, in_dst, _ = _in_channels(in_channels, "SAGEConv")
         if aggr not in ("mean", "sum", "add", "max"):
             raise NotImplementedError(f"SAGEConv: aggr must be mean, sum or max, got {aggr!r}")
         if project:
             raise NotImplementedError("SAGEConv: project=True is not supported")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.aggr, self.normalize, self.root_weight = "sum" if aggr == "add" else aggr, normalize, root_weight
-        self.lin_l = nn.Linear(in_channels, out_channels, bias=bias)
-        self.lin_r = nn.Linear(in_channels, out_channels, bias=False) if root_weight else None
+        self.lin_l = nn.Linear(in_src, out_channels, bias=bias)
+        self.lin_r = nn.Linear(in_dst, out_channels, bias=False) if root_weight else None
         self._cache = _GraphCache()
 
     def reset_parameters(self) -> None:
@@ -357,17 +401,26 @@ class SAGEConv(nn.Module):
         if self.lin_r is not None:
             self.lin_r.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index) -> Tensor:
-        _check_in(x, self.in_channels, "SAGEConv")
-        graph = edge_index if isinstance(edge_index, Graph) else self._cache.get(
-            edge_index, x.shape[0], lambda: graph_of(edge_index, x.shape[0]), "SAGEConv", " or gnn.Graph")
-        if self.aggr == "mean" and self.root_weight:
-            weight = torch.cat([self.lin_l.weight.t(), self.lin_r.weight.t()], 0)
-            out = sage(graph, x, weight, self.lin_l.bias)
+    def forward(self, x, edge_index, size=None) -> Tensor:
+        x_src, x_dst, num_src, num_dst, square = _layer_inputs(
+            x, size, "SAGEConv", self.lin_l.in_features, self.lin_r.in_features if self.lin_r is not None else None)
+        if isinstance(edge_index, Graph):
+            graph = edge_index
+            want = (num_dst, num_dst if square else num_src)
+            if (graph.num_nodes, graph.num_src_nodes) != want:
+                raise ValueError(f"SAGEConv: the gnn.Graph has {graph.num_nodes} targets and {graph.num_src_nodes} "
+                                 f"sources; the inputs have {want[0]} and {want[1]}")
         else:
-            out = self.lin_l(spmm(graph, x, self.aggr))
-            if self.root_weight:
-                out = out + self.lin_r(x)
+            src_nodes = None if square else num_src
+            graph = self._cache.get(edge_index, (num_dst, src_nodes),
+                                    lambda: graph_of(edge_index, num_dst, src_nodes), "SAGEConv", " or gnn.Graph")
+        if square and x_dst is not None and self.aggr == "mean" and self.root_weight:
+            weight = torch.cat([self.lin_l.weight.t(), self.lin_r.weight.t()], 0)
+            out = sage(graph, x_src, weight, self.lin_l.bias)
+        else:
+            out = self.lin_l(spmm(graph, x_src, self.aggr))
+            if self.root_weight and x_dst is not None:
+                out = out + self.lin_r(x_dst)
         if self.normalize:
             out = nn.functional.normalize(out, p=2.0, dim=-1)
         return out
@@ -510,15 +563,17 @@ class GATConv(nn.Module):
     alpha_ij = softmax_j(leaky_relu(a_src . W x_j + a_dst . W x_i)), out_i = sum_j alpha_ij W x_j,
     heads concatenated (concat) or averaged, plus bias. Existing self-loops are replaced by one per node
     (add_self_loops), dropout applies to alpha in training. Scores, softmax and aggregation are gnn's
-    kernels; edge features (edge_dim) are not supported.
+    kernels; edge features (edge_dim) are not supported. Bipartite, as in PyG: in_channels (F_src,
+    F_dst) gives lin_src and lin_dst, and x a pair (x_src, x_dst) (x_dst None: scores from the sources
+    alone) aggregates the sources into x_dst's rows; self-loops then join node i to i for i below
+    min(num_src, num_dst); `size` (num_src, num_dst) as PyG's.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True,
+    def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True,
                  negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True,
                  edge_dim: Optional[int] = None, fill_value="mean", bias: bool = True):
         super().__init__()
-        if not isinstance(in_channels, int):
-            raise NotImplementedError("GATConv: bipartite (tuple) in_channels are not supported")
+        in_src, in_dst, pair = _in_channels(in_channels, "GATConv")
         if edge_dim is not None:
             raise NotImplementedError("GATConv: edge features (edge_dim) are not supported")
         try:
@@ -529,8 +584,10 @@ class GATConv(nn.Module):
             raise ValueError(f"GATConv: heads must be >= 1, got {heads}")
         self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
         self.negative_slope, self.dropout, self.add_self_loops = negative_slope, dropout, add_self_loops
-        self.lin = nn.Module()
-        self.lin.weight = nn.Parameter(torch.empty(heads * out_channels, in_channels))
+        self.lin = self.lin_src = self.lin_dst = None  # (PyG's names: lin shared, or lin_src and lin_dst)
+        for name, fan_in in (("lin_src", in_src), ("lin_dst", in_dst)) if pair else (("lin", in_src),):
+            setattr(self, name, nn.Module())
+            getattr(self, name).weight = nn.Parameter(torch.empty(heads * out_channels, fan_in))
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
         self.bias = nn.Parameter(torch.empty(heads * out_channels if concat else out_channels)) if bias else None
@@ -538,35 +595,45 @@ class GATConv(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        _glorot(self.lin.weight)
+        for lin in (self.lin, self.lin_src, self.lin_dst):
+            if lin is not None:
+                _glorot(lin.weight)
         _glorot(self.att_src)
         _glorot(self.att_dst)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def _prepare(self, edge_index: Tensor, num_nodes: int) -> Graph:
-        ei = _edge_index(edge_index, num_nodes, "GATConv")
+    def _prepare(self, edge_index: Tensor, num_dst: int, num_src: Optional[int]) -> Graph:
+        ei = _edge_index(edge_index, num_dst, "GATConv", num_src)
         if self.add_self_loops:
             ei = ei[:, ei[0] != ei[1]]
-            loop = torch.arange(num_nodes)
+            loop = torch.arange(num_dst if num_src is None else min(num_src, num_dst))
             ei = torch.cat([ei, torch.stack([loop, loop])], 1)
-        return Graph(ei, num_nodes=num_nodes)
+        return Graph(ei, num_nodes=num_dst, num_src_nodes=num_src)
 
-    def forward(self, x: Tensor, edge_index) -> Tensor:
-        _check_in(x, self.in_channels, "GATConv")
-        N, H, C = x.shape[0], self.heads, self.out_channels
+    def forward(self, x, edge_index, size=None) -> Tensor:
+        # (a bipartite layer given one tensor maps it by lin_src as sources and lin_dst as targets, as PyG)
+        lin_src, lin_dst = (self.lin, self.lin) if self.lin is not None else (self.lin_src, self.lin_dst)
+        x_src, x_dst, num_src, num_dst, square = _layer_inputs(x, size, "GATConv", lin_src.weight.shape[1],
+                                                               lin_dst.weight.shape[1])
         if isinstance(edge_index, Graph):
             raise TypeError("GATConv: pass edge_index (the layer replaces self-loops by one per node)")
-        graph = self._cache.get(edge_index, N, lambda: self._prepare(edge_index, N), "GATConv")
-        xw = x @ self.lin.weight.t()  # [N, H*C]
-        xh = xw.view(N, H, C)
-        a_src = (xh * self.att_src).sum(-1)
-        a_dst = (xh * self.att_dst).sum(-1)
+        src_nodes = None if square else num_src
+        graph = self._cache.get(edge_index, (num_dst, src_nodes), lambda: self._prepare(edge_index, num_dst, src_nodes),
+                                "GATConv")
+        H, C = self.heads, self.out_channels
+        xw = x_src @ lin_src.weight.t()  # [num_src, H*C]
+        a_src = (xw.view(-1, H, C) * self.att_src).sum(-1)
+        if x_dst is None:  # (PyG: the sources' scores alone)
+            a_dst = xw.new_zeros(num_dst, H)
+        else:
+            xd = xw if x_dst is x_src and lin_dst is lin_src else x_dst @ lin_dst.weight.t()
+            a_dst = (xd.view(-1, H, C) * self.att_dst).sum(-1)
         # over the graph's own rows: already checked, so a CUDA step copies nothing to the host
         alpha = segment_softmax(gat_scores(graph, a_src, a_dst, self.negative_slope), graph)
         alpha = nn.functional.dropout(alpha, p=self.dropout, training=self.training)
         out = spmm(graph, xw, "sum", alpha)
-        out = out if self.concat else out.view(N, H, C).mean(1)
+        out = out if self.concat else out.view(num_dst, H, C).mean(1)
         return out + self.bias if self.bias is not None else out
 
     def __repr__(self) -> str:

@@ -896,11 +896,11 @@ void segment_softmax_backward_graph(const In& y, const In& grad_out, PyGraph& gr
 
 void gat_scores_forward(PyGraph& graph, const In& a_src, const In& a_dst, float negative_slope, Out out,
                         uintptr_t stream) {
-  const int64_t N = graph.g.num_nodes, E = graph.g.num_edges;
-  if (graph.g.num_src >= 0) throw nb::value_error("graph: GAT scores need one node set, not a bipartite graph");
+  // a_src over the sources, a_dst over the targets (the same node set unless the graph is bipartite)
+  const int64_t N = graph.g.num_nodes, U = graph.g.num_sources(), E = graph.g.num_edges;
   const int64_t H = dim_of(a_src, "a_src", 2, 1);
   Place at;
-  const float* as = checked<const float>(at, a_src, "a_src", {N, H});
+  const float* as = checked<const float>(at, a_src, "a_src", {U, H});
   const float* ad = checked<const float>(at, a_dst, "a_dst", {N, H});
   float* s = checked<float>(at, out, "out", {E, H});
   const CsrView g = graph.view(at);
@@ -913,14 +913,13 @@ void gat_scores_forward(PyGraph& graph, const In& a_src, const In& a_dst, float 
 
 void gat_scores_backward(PyGraph& graph, const In& grad_out, const In& a_src, const In& a_dst, float negative_slope,
                          Out grad_src, Out grad_dst, uintptr_t stream) {
-  const int64_t N = graph.g.num_nodes, E = graph.g.num_edges;
-  if (graph.g.num_src >= 0) throw nb::value_error("graph: GAT scores need one node set, not a bipartite graph");
+  const int64_t N = graph.g.num_nodes, U = graph.g.num_sources(), E = graph.g.num_edges;
   const int64_t H = dim_of(a_src, "a_src", 2, 1);
   Place at;
   const float* ds = checked<const float>(at, grad_out, "grad_out", {E, H});
-  const float* as = checked<const float>(at, a_src, "a_src", {N, H});
+  const float* as = checked<const float>(at, a_src, "a_src", {U, H});
   const float* ad = checked<const float>(at, a_dst, "a_dst", {N, H});
-  float* dsrc = checked<float>(at, grad_src, "grad_src", {N, H});
+  float* dsrc = checked<float>(at, grad_src, "grad_src", {U, H});
   float* ddst = checked<float>(at, grad_dst, "grad_dst", {N, H});
   const CsrView g = graph.view(at);
   nb::gil_scoped_release release;

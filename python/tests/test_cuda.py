@@ -63,10 +63,15 @@ def test_spmm_on_device_matches_host(graph, reduce, heads):
         close(gwd, gw, rtol=1e-4, atol=1e-5)
 
 
-def test_segment_softmax_and_gat_scores_on_device(graph):
+@pytest.mark.parametrize("bipartite", [False, True])
+@pytest.mark.parametrize("H", [2, 3])  # the grouped kernels (a power of two) and the warp per head
+def test_segment_softmax_and_gat_scores_on_device(graph, bipartite, H):
     rng = np.random.default_rng(3)
-    H = 2
-    a_src, a_dst = (rng.standard_normal((N, H)).astype(np.float32) for _ in range(2))
+    U = N
+    if bipartite:  # 55 sources: a_src over them, a_dst over the N targets
+        U = 55
+        graph = gnn.Graph(np.stack([rng.integers(0, U, E), rng.integers(0, N, E)]), num_nodes=N, num_src_nodes=U)
+    a_src, a_dst = rng.standard_normal((U, H)).astype(np.float32), rng.standard_normal((N, H)).astype(np.float32)
     s = gnn.gat_scores(graph, a_src, a_dst, 0.2)
     sd = gnn.gat_scores(graph, dev(a_src), dev(a_dst), 0.2)
     close(sd, s)

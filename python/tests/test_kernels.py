@@ -60,11 +60,17 @@ def test_spmm_same_bits_on_any_thread_count(graph_and_edges):
     assert outs[0] == outs[1] == outs[2]
 
 
-def test_segment_softmax_and_gat_scores(graph_and_edges):
+@pytest.mark.parametrize("bipartite", [False, True])
+def test_segment_softmax_and_gat_scores(graph_and_edges, bipartite):
     g, ei = graph_and_edges
     rng = np.random.default_rng(4)
-    H = 3
-    a_src = rng.standard_normal((N, H)).astype(np.float32)
+    H, U = 3, N
+    if bipartite:  # 55 sources, N targets: a_src over the sources, a_dst over the targets
+        U = 55
+        g = gnn.Graph(np.stack([rng.integers(0, U, E), rng.integers(0, N, E)]), num_nodes=N, num_src_nodes=U)
+        with pytest.raises(ValueError, match=r"a_src must have shape \(55, 3\)"):
+            gnn.gat_scores(g, rng.standard_normal((N, H)).astype(np.float32), np.zeros((N, H), np.float32))
+    a_src = rng.standard_normal((U, H)).astype(np.float32)
     a_dst = rng.standard_normal((N, H)).astype(np.float32)
     s = gnn.gat_scores(g, a_src, a_dst, 0.2)
     alpha = gnn.segment_softmax(s, g.indptr)

@@ -220,6 +220,150 @@ def test_layer_same_bits_run_to_run(name):
     assert runs[0] == runs[1]
 
 
+# Bipartite layers (PyG's (x_src, x_dst) inputs): NS sources of FS features, ND targets of FD.
+NO_PYG = "torch_geometric is not installed (pip install torch_geometric)"
+NS, ND, FS, FD = 50, 30, 7, 4
+
+
+def bipartite_inputs(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.stack([torch.randint(0, NS, (300,), generator=g), torch.randint(0, ND, (300,), generator=g)])
+    ei[:, :5] = torch.arange(5).repeat(2, 1)  # i -> i edges, which GATConv's self-loops replace
+    xs = torch.randn(NS, FS, generator=g).requires_grad_()
+    return xs, torch.randn(ND, FD, generator=g).requires_grad_(), torch.randn(ND, FS, generator=g).requires_grad_(), ei
+
+
+def ref_bipartite(m, xs, xd, ei):
+    """PyG's bipartite SAGEConv and GATConv in plain torch: xs [num_src, *] sources, xd [num_dst, *]
+    targets or None (then num_dst = num_src and GAT scores the sources alone)."""
+    nd = xs.shape[0] if xd is None else xd.shape[0]
+    if isinstance(m, gt.SAGEConv):
+        out = m.lin_l(aggregate(xs, ei, nd, m.aggr))
+        if m.root_weight and xd is not None:
+            out = out + m.lin_r(xd)
+        return torch.nn.functional.normalize(out, dim=-1) if m.normalize else out
+    lin_s, lin_d = (m.lin, m.lin) if m.lin is not None else (m.lin_src, m.lin_dst)
+    if m.add_self_loops:
+        loop = torch.arange(min(xs.shape[0], nd))
+        ei = torch.cat([ei[:, ei[0] != ei[1]], torch.stack([loop, loop])], 1)
+    H, C = m.heads, m.out_channels
+    hs = (xs @ lin_s.weight.t()).view(-1, H, C)
+    a_s = (hs * m.att_src).sum(-1)
+    a_d = torch.zeros(nd, H) if xd is None else ((xd @ lin_d.weight.t()).view(-1, H, C) * m.att_dst).sum(-1)
+    sc = torch.nn.functional.leaky_relu(a_s[ei[0]] + a_d[ei[1]], m.negative_slope)
+    mx = torch.full((nd, H), -1e30).scatter_reduce(0, ei[1][:, None].expand(-1, H), sc, "amax")
+    ex = torch.exp(sc - mx[ei[1]])
+    alpha = ex / torch.zeros(nd, H).index_add(0, ei[1], ex)[ei[1]]
+    out = torch.zeros(nd, H, C).index_add(0, ei[1], alpha[..., None] * hs[ei[0]])
+    out = out.reshape(nd, H * C) if m.concat else out.mean(1)
+    return out + m.bias
+
+
+# name -> (layer class, constructor args, which inputs: "pair" (xs, xd), "nodst" (xs, None), "shared"
+# (xs, xs-wide targets), "single" (xs alone), "few" (20 sources of xs, xd))
+BIPARTITE = {
+    "sage": ("SAGEConv", ((FS, FD), O), {}, "pair"),
+    "sage-max-noroot": ("SAGEConv", ((FS, FD), O), dict(aggr="max", root_weight=False), "pair"),
+    "sage-sum-normalize": ("SAGEConv", ((FS, FD), O), dict(aggr="sum", normalize=True), "pair"),
+    "sage-nodst": ("SAGEConv", ((FS, FD), O), dict(aggr="sum"), "nodst"),
+    "sage-shared": ("SAGEConv", (FS, O), {}, "shared"),
+    "gat": ("GATConv", ((FS, FD), O), dict(heads=2), "pair"),
+    "gat-mean-noloops": ("GATConv", ((FS, FD), O), dict(heads=3, concat=False, add_self_loops=False), "pair"),
+    "gat-nodst": ("GATConv", ((FS, FD), O), dict(heads=2), "nodst"),
+    "gat-shared": ("GATConv", (FS, O), dict(heads=2), "shared"),
+    "gat-single": ("GATConv", ((FS, FS), O), dict(heads=2), "single"),
+    "gat-few-sources": ("GATConv", ((FS, FD), O), dict(heads=2), "few"),  # self-loops for the 20 sources only
+}
+
+
+def bipartite_run(m, name, seed=0):
+    """The layer's output and its gradients (inputs, then parameters) on bipartite_inputs(seed)."""
+    xs, xd, xw, ei = bipartite_inputs(seed)
+    how = BIPARTITE[name][3]
+    x = {"pair": (xs, xd), "nodst": (xs, None), "shared": (xs, xw), "single": xs, "few": (xs[:20], xd)}[how]
+    if how == "few":
+        ei = ei[:, ei[0] < 20]
+    for p in m.parameters():
+        p.grad = None
+    y = m(x, ei)
+    torch.manual_seed(99)
+    (y * torch.randn_like(y)).sum().backward()
+    inputs = [xs] + ([xd] if how in ("pair", "few") else [xw] if how == "shared" else [])
+    return y.detach(), [t.grad for t in inputs] + [p.grad for p in m.parameters()], (x, ei)
+
+
+def make_bipartite(module, name):
+    cls, args, kwargs, _ = BIPARTITE[name]
+    torch.manual_seed(5)
+    return getattr(module, cls)(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name", sorted(BIPARTITE))
+def test_bipartite_layer_against_plain_torch(name):
+    m = perturbed(make_bipartite(gt, name))
+    y, got, (x, ei) = bipartite_run(m, name)
+    single = not isinstance(x, tuple)
+
+    class Ref(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = m
+
+        def forward(self, x, ei):
+            return ref_bipartite(m, x, x, ei) if single else ref_bipartite(m, x[0], x[1], ei)
+
+    want_y, want, _ = bipartite_run(Ref(), name)
+    assert y.shape[0] == (NS if BIPARTITE[name][3] in ("nodst", "single") else ND)
+    torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-5)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(BIPARTITE))
+def test_bipartite_layer_against_pyg(name):
+    pyg = pytest.importorskip("torch_geometric.nn", reason=NO_PYG)
+    ours, theirs = perturbed(make_bipartite(gt, name)), make_bipartite(pyg, name)
+    theirs.load_state_dict(ours.state_dict())  # PyG's parameter names and shapes
+    y, got, _ = bipartite_run(ours, name, 1)
+    want_y, want, _ = bipartite_run(theirs, name, 1)
+    torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-5)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_bipartite_layers_refuse_mismatched_inputs():
+    xs, xd, _, ei = bipartite_inputs()
+    sage, gat = gt.SAGEConv((FS, FD), O), gt.GATConv((FS, FD), O)
+    for m in (sage, gat):
+        who = type(m).__name__
+        with pytest.raises(ValueError, match=rf"{who}: x_dst must have shape \(N, in_channels={FD}\)"):
+            m((xs, xs), ei)
+        with pytest.raises(ValueError, match=rf"{who}: x_src must have shape \(N, in_channels={FS}\)"):
+            m((xd, xd), ei)
+        with pytest.raises(ValueError, match=rf"{who}: x must be a tensor or a pair"):
+            m((xs, xd, xd), ei)
+        with pytest.raises(ValueError, match=rf"{who}: size \(50, 29\) does not match the inputs"):
+            m((xs, xd), ei, size=(NS, ND - 1))
+        with pytest.raises(TypeError, match=rf"{who}: size must be a pair of ints"):
+            m((xs, xd), ei, size=(NS, 30.0))
+        bad = ei.clone()
+        bad[1, 7] = ND  # a target past x_dst's rows
+        with pytest.raises(gnn.Error, match=rf"edge 7 \(\d+ -> {ND}\)"):
+            m((xs, xd), bad)
+    with pytest.raises(TypeError, match=r"in_channels must be an int or a pair of ints"):
+        gt.SAGEConv((FS, FD, 3), O)
+    with pytest.raises(TypeError, match=r"in_channels must be an int or a pair of ints"):
+        gt.GATConv("7", O)
+    g = gnn.Graph(ei, num_nodes=ND, num_src_nodes=NS)
+    torch.testing.assert_close(sage((xs, xd), g), sage((xs, xd), ei))  # a gnn.Graph of the same shape
+    with pytest.raises(ValueError, match=r"the gnn.Graph has 30 targets and 50 sources; the inputs have 30 and 30"):
+        sage((xs[:ND], xd), g)
+    # size, where x_dst is None, sets the targets
+    y = gt.SAGEConv((FS, FD), O, aggr="sum")((xs, None), ei, size=(NS, ND))
+    assert y.shape == (ND, O)
+
+
 def test_graph_cache_follows_the_edge_index_object():
     x, ei = inputs()
     m = gt.SAGEConv(F, O)
