@@ -50,10 +50,12 @@ using v16 = lanes<16>::f;
 template <int K, int T, class Row, class Coef>
 GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef& coef, int32_t b, int32_t e,
                                 int64_t c0, int64_t rem, int64_t row_floats, bool mean) {
+  static_assert(K == 0 || T == 0, "a pass holds 16-column blocks or the row's last columns (column_passes)");
   using L4 = lanes<4>;
   v16 acc[K > 0 ? K : 1];
   L4::f acc4[T > 0 ? T : 1];
   float* __restrict yt = yr + 16 * K + 4 * T;
+  if constexpr (K > 0) rem = 0;
   {
     const float* __restrict xr = row(b) + c0;
     const float c = coef(b);
@@ -92,6 +94,7 @@ GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef
 template <int K, int T, int W, class Row, class Coef>
 GNN_INLINE inline void max_cols(float* __restrict yr, int32_t* __restrict ar, const Row& row, const Coef& coef,
                                 int32_t b, int32_t e, int64_t c0, int64_t rem) {
+  static_assert(K == 0 || T == 0, "a pass holds 16-column blocks or the row's last columns (column_passes)");
   using L = lanes<W>;
   using L4 = lanes<4>;
   constexpr int V = K * 16 / W;  // vectors of W lanes held
@@ -102,6 +105,7 @@ GNN_INLINE inline void max_cols(float* __restrict yr, int32_t* __restrict ar, co
   const int64_t ct = 16 * K + 4 * T;  // the first column formed in memory
   float* __restrict yt = yr + ct;
   int32_t* __restrict at = ar + ct;
+  if constexpr (K > 0) rem = 0;
   // (a vector's compare gives each lane -1 where it holds and 0 where not: the lanes the select takes)
   auto take_greater = [](auto& cur, auto& cur_arg, const auto& val, const auto& idx) GNN_INLINE {
     const auto take = val > cur;
@@ -134,38 +138,30 @@ GNN_INLINE inline void max_cols(float* __restrict yr, int32_t* __restrict ar, co
 #pragma GCC diagnostic pop
 
 // Calls pass(std::integral_constant<int, K>, std::integral_constant<int, T>, c0, rem, first) over F's
-// columns in passes of at most 64 (first: the pass at column 0): the last pass's K whole 16-column
-// blocks and T 4-column ones in registers, and its last rem = F % 4 columns, if any, in memory.
+// columns (first: the pass at column 0): passes of K whole 16-column blocks, 64 columns at a time, then
+// for the last F % 16 columns one pass (K = 0) of T 4-column blocks and rem = F % 4 more in memory. (A
+// pass of both would need K x T x rem instances, and a runtime rem beside the 16-column blocks slowed
+// the max's F = 16 by 8%; the second walk over a row's edges costs less. Chosen by comparisons, not a
+// switch: its jump table, once a row, made SpMM's sum 13% slower at F = 16.)
 template <class Pass>
 GNN_INLINE inline void column_passes(int64_t F, const Pass& pass) {
   using std::integral_constant;
+  using Z = integral_constant<int, 0>;
   int64_t f0 = 0;
-  for (; f0 + 64 <= F; f0 += 64) pass(integral_constant<int, 4>{}, integral_constant<int, 0>{}, f0, 0, f0 == 0);
-  const int64_t n = F - f0, rem = n % 4;
-  if (n == 0) return;
-  const bool first = f0 == 0;
-  auto blocks = [&](auto K) GNN_INLINE {
-    switch ((n % 16) / 4) {
-      case 0:
-        return pass(K, integral_constant<int, 0>{}, f0, rem, first);
-      case 1:
-        return pass(K, integral_constant<int, 1>{}, f0, rem, first);
-      case 2:
-        return pass(K, integral_constant<int, 2>{}, f0, rem, first);
-      default:
-        return pass(K, integral_constant<int, 3>{}, f0, rem, first);
-    }
-  };
-  switch (n / 16) {
-    case 0:
-      return blocks(integral_constant<int, 0>{});
-    case 1:
-      return blocks(integral_constant<int, 1>{});
-    case 2:
-      return blocks(integral_constant<int, 2>{});
-    default:
-      return blocks(integral_constant<int, 3>{});
+  for (; f0 + 64 <= F; f0 += 64) pass(integral_constant<int, 4>{}, Z{}, f0, 0, f0 == 0);
+  const int64_t n = F - f0;
+  if (n >= 16) {
+    if (n < 32) pass(integral_constant<int, 1>{}, Z{}, f0, 0, f0 == 0);
+    else if (n < 48) pass(integral_constant<int, 2>{}, Z{}, f0, 0, f0 == 0);
+    else pass(integral_constant<int, 3>{}, Z{}, f0, 0, f0 == 0);
   }
+  const int64_t t = n % 16;  // the last columns
+  if (t == 0) return;
+  const int64_t f1 = F - t, rem = t % 4;
+  if (t < 4) pass(Z{}, Z{}, f1, rem, f1 == 0);
+  else if (t < 8) pass(Z{}, integral_constant<int, 1>{}, f1, rem, f1 == 0);
+  else if (t < 12) pass(Z{}, integral_constant<int, 2>{}, f1, rem, f1 == 0);
+  else pass(Z{}, integral_constant<int, 3>{}, f1, rem, f1 == 0);
 }
 
 }  // namespace gather_detail
@@ -213,13 +209,14 @@ GNN_INLINE inline void max_rows(float* __restrict yr, int32_t* __restrict ar, co
 
 // A destination row of a gather: yr[0 .. F) = 0 + the terms w[p] (1 without w) times source row
 // indices[p] of x (row stride ldx) over the edges p = b .. e-1 (b < e), times 1 / (e - b) with mean
-// (SpMM's sum and mean, SAGE's mean).
+// (SpMM's sum and mean, SAGE's mean). With and without w written apart, so that the unweighted
+// loop adds the rows without a product (GCC unswitched it by itself until the column passes grew).
 GNN_INLINE inline void gather_sum_row(float* __restrict yr, const float* __restrict x, const float* __restrict w,
                                       const int32_t* __restrict indices, int32_t b, int32_t e, int64_t ldx, int64_t F,
                                       bool mean, bool prefetch) {
-  sum_rows(
-      yr, [&](int32_t p) GNN_INLINE { return x + int64_t(indices[p]) * ldx; },
-      [&](int32_t p) GNN_INLINE { return w ? w[p] : 1.0f; }, b, e, F, mean, prefetch);
+  auto row = [&](int32_t p) GNN_INLINE { return x + int64_t(indices[p]) * ldx; };
+  if (w) sum_rows(yr, row, [&](int32_t p) GNN_INLINE { return w[p]; }, b, e, F, mean, prefetch);
+  else sum_rows(yr, row, [](int32_t) GNN_INLINE { return 1.0f; }, b, e, F, mean, prefetch);
 }
 
 // The same row's max (SpMM's max): yr[0 .. F) the max over the edges p = b .. e-1 (b < e) of w[p] (1
@@ -228,9 +225,9 @@ GNN_INLINE inline void gather_sum_row(float* __restrict yr, const float* __restr
 GNN_INLINE inline void gather_max_row(float* __restrict yr, int32_t* __restrict ar, const float* __restrict x,
                                       const float* __restrict w, const int32_t* __restrict indices, int32_t b,
                                       int32_t e, int64_t ldx, int64_t F, int lanes) {
-  max_rows(
-      yr, ar, [&](int32_t p) GNN_INLINE { return x + int64_t(indices[p]) * ldx; },
-      [&](int32_t p) GNN_INLINE { return w ? w[p] : 1.0f; }, b, e, F, lanes);
+  auto row = [&](int32_t p) GNN_INLINE { return x + int64_t(indices[p]) * ldx; };
+  if (w) max_rows(yr, ar, row, [&](int32_t p) GNN_INLINE { return w[p]; }, b, e, F, lanes);
+  else max_rows(yr, ar, row, [](int32_t) GNN_INLINE { return 1.0f; }, b, e, F, lanes);
 }
 
 }  // namespace gnn

@@ -122,7 +122,7 @@ TEST_CASE("spmm: the forward with a base writes base + the aggregate, the bits o
 
 TEST_CASE("spmm: the CPU sum, mean and max, forward and backward, have the float reference's bits at any "
           "width and alignment") {
-  // The kernels form blocks of 64 and 16 columns in registers and the last F % 16 in the output itself
+  // The kernels form blocks of 64, 16 and 4 columns in registers and the last F % 4 in the output itself
   // (gather_rows.h): every width to 70 and some past 64 + 16k (each of the dispatch's branches), rows
   // starting off a 64-byte boundary (one float in, as a NumPy array may), and the sums, 0 plus the terms
   // in edge order, must have the float reference's bits (the forward's mean: the sum times 1 / degree);
@@ -183,52 +183,53 @@ TEST_CASE("spmm: the CPU sum, mean and max, forward and backward, have the float
       }
     }
   }
-  // A row whose terms are all -0 sums to +0, as the reference's and torch's do.
+  // A row whose terms are all -0 sums to +0, as the reference's and torch's do (23 columns: 16 in a
+  // vector, 4 in a 4-lane one, 3 in the row).
   const int64_t src[] = {0, 0}, dst[] = {1, 1};
   const Graph g2 = Graph::from_edges(src, dst, 2, 2);
   const CsrView v2 = csr_view(g2);
-  const std::vector<float> x2(2 * 20, -0.0f);
-  std::vector<float> y2(2 * 20, NAN);
+  const std::vector<float> x2(2 * 23, -0.0f);
+  std::vector<float> y2(2 * 23, NAN);
   for (Reduce op : {Reduce::kSum, Reduce::kMean}) {
-    spmm_forward_cpu(y2.data(), nullptr, x2.data(), nullptr, v2, 20, 20, 20, op);
-    CHECK(!std::signbit(y2[20]));
-    CHECK(!std::signbit(y2[39]));
-    spmm_backward_x_cpu(y2.data(), x2.data(), nullptr, nullptr, v2, 20, 20, 20, op);
+    spmm_forward_cpu(y2.data(), nullptr, x2.data(), nullptr, v2, 23, 23, 23, op);
+    CHECK(!std::signbit(y2[23]));
+    CHECK(!std::signbit(y2[45]));
+    spmm_backward_x_cpu(y2.data(), x2.data(), nullptr, nullptr, v2, 23, 23, 23, op);
     CHECK(!std::signbit(y2[0]));
-    CHECK(!std::signbit(y2[19]));
+    CHECK(!std::signbit(y2[22]));
   }
   // The max keeps a NaN only where it comes first, and takes +inf over any finite term, at every width's
-  // register and tail columns (20 = 16 + 4).
-  std::vector<float> x3(2 * 20);
-  for (int64_t f = 0; f < 20; ++f) x3[size_t(f)] = f % 2 ? NAN : 1.0f, x3[size_t(20 + f)] = f % 3 ? INFINITY : NAN;
+  // register and tail columns (23 = 16 + 4 + 3: each kind of column).
+  std::vector<float> x3(2 * 23);
+  for (int64_t f = 0; f < 23; ++f) x3[size_t(f)] = f % 2 ? NAN : 1.0f, x3[size_t(23 + f)] = f % 3 ? INFINITY : NAN;
   const int64_t src3[] = {0, 1}, dst3[] = {0, 0};
   const Graph g3 = Graph::from_edges(src3, dst3, 2, 2);
   const CsrView v3 = csr_view(g3);
-  std::vector<float> y3(2 * 20, -1.0f), y3_ref(2 * 20);
-  std::vector<int32_t> a3(2 * 20), a3_ref(2 * 20);
-  spmm_forward_cpu(y3.data(), a3.data(), x3.data(), nullptr, v3, 20, 20, 20, Reduce::kMax);
-  spmm_forward_ref<float>(y3_ref.data(), a3_ref.data(), x3.data(), nullptr, v3, 20, 20, 20, Reduce::kMax);
+  std::vector<float> y3(2 * 23, -1.0f), y3_ref(2 * 23);
+  std::vector<int32_t> a3(2 * 23), a3_ref(2 * 23);
+  spmm_forward_cpu(y3.data(), a3.data(), x3.data(), nullptr, v3, 23, 23, 23, Reduce::kMax);
+  spmm_forward_ref<float>(y3_ref.data(), a3_ref.data(), x3.data(), nullptr, v3, 23, 23, 23, Reduce::kMax);
   CHECK(a3 == a3_ref);
   for (size_t i = 0; i < y3.size(); ++i) CHECK(bits(y3[i]) == bits(y3_ref[i]));
   CHECK(std::isnan(y3[1]));  // NaN first: kept
   CHECK(y3[2] == INFINITY);  // 1 then +inf: +inf, from edge 1
   CHECK(a3[2] == 1);
-  CHECK(a3[3 + 20] == -1);  // node 1 has no edges
+  CHECK(a3[3 + 23] == -1);  // node 1 has no edges
   // The max's backward passes a gradient only to the edge that won: an infinite or NaN dy reaches that
   // source alone (a product by the mask, 0 * inf, gave the other sources NaN), as the reference's.
-  std::vector<float> dy3(2 * 20, 0.0f), dx3(2 * 20), dx3_ref(2 * 20), dw3(2), dw3_ref(2);
-  for (int64_t f = 0; f < 20; ++f) dy3[size_t(f)] = f % 4 == 0 ? INFINITY : (f % 4 == 1 ? -INFINITY : NAN);
-  spmm_backward_x_cpu(dx3.data(), dy3.data(), a3.data(), nullptr, v3, 20, 20, 20, Reduce::kMax);
-  spmm_backward_x_ref<float>(dx3_ref.data(), dy3.data(), a3.data(), nullptr, v3, 20, 20, 20, Reduce::kMax);
+  std::vector<float> dy3(2 * 23, 0.0f), dx3(2 * 23), dx3_ref(2 * 23), dw3(2), dw3_ref(2);
+  for (int64_t f = 0; f < 23; ++f) dy3[size_t(f)] = f % 4 == 0 ? INFINITY : (f % 4 == 1 ? -INFINITY : NAN);
+  spmm_backward_x_cpu(dx3.data(), dy3.data(), a3.data(), nullptr, v3, 23, 23, 23, Reduce::kMax);
+  spmm_backward_x_ref<float>(dx3_ref.data(), dy3.data(), a3.data(), nullptr, v3, 23, 23, 23, Reduce::kMax);
   for (size_t i = 0; i < dx3.size(); ++i) CHECK(bits(dx3[i]) == bits(dx3_ref[i]));
   CHECK(dx3[2] == 0.0f);  // column 2: edge 1 (source 1) won, source 0 gets nothing
   // The edge weights' gradient the same: dy finite where edge 1 won and +inf where edge 0 did, so edge
   // 1's is finite (the mask's product gave it NaN) and edge 0's +inf.
-  const std::vector<float> x3f(2 * 20, 1.0f);
-  std::vector<float> dyw(2 * 20, 0.0f);
-  for (int64_t f = 0; f < 20; ++f) dyw[size_t(f)] = a3[size_t(f)] == 1 ? 0.5f : INFINITY;
-  spmm_backward_w_cpu(dw3.data(), dyw.data(), x3f.data(), a3.data(), v3, 20, 20, 20, Reduce::kMax);
-  spmm_backward_w_ref<float>(dw3_ref.data(), dyw.data(), x3f.data(), a3.data(), v3, 20, 20, 20, Reduce::kMax);
+  const std::vector<float> x3f(2 * 23, 1.0f);
+  std::vector<float> dyw(2 * 23, 0.0f);
+  for (int64_t f = 0; f < 23; ++f) dyw[size_t(f)] = a3[size_t(f)] == 1 ? 0.5f : INFINITY;
+  spmm_backward_w_cpu(dw3.data(), dyw.data(), x3f.data(), a3.data(), v3, 23, 23, 23, Reduce::kMax);
+  spmm_backward_w_ref<float>(dw3_ref.data(), dyw.data(), x3f.data(), a3.data(), v3, 23, 23, 23, Reduce::kMax);
   for (size_t i = 0; i < dw3.size(); ++i) CHECK(bits(dw3[i]) == bits(dw3_ref[i]));
   CHECK(std::isfinite(dw3[1]));
   CHECK(dw3[0] == INFINITY);
