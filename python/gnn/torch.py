@@ -55,7 +55,8 @@ def graph_of(edge_index, num_nodes: Optional[int] = None, num_src_nodes: Optiona
 
 class _GraphCache:
     """The last graph built from an edge_index, and what was derived from it, reused while the same
-    tensor object comes back unchanged (torch's in-place version counter) with the same node count.
+    tensor object comes back unchanged (torch's in-place version counter) with the same node count (a
+    bipartite layer's: the targets and the sources).
     The tensor is held, so its memory cannot be reused by another edge_index meanwhile. Copies and
     pickles of a layer (deepcopy, torch.save) leave the cache behind: it is rebuilt on first use.
     Inference tensors have no version counter: their graph is built every call and not kept. What is
@@ -128,12 +129,13 @@ def _check_in(x: Tensor, in_channels: int, who: str, name: str = "x") -> None:
 
 def _in_channels(in_channels, who: str):
     """PyG's in_channels: an int, or a bipartite layer's pair (F_src, F_dst). Returns (F_src, F_dst, pair)."""
-    if isinstance(in_channels, int):
-        return in_channels, in_channels, False
-    if isinstance(in_channels, (tuple, list)) and len(in_channels) == 2 and all(isinstance(c, int)
-                                                                                for c in in_channels):
-        return in_channels[0], in_channels[1], True
-    raise TypeError(f"{who}: in_channels must be an int or a pair of ints (F_src, F_dst), got {in_channels!r}")
+    pair = isinstance(in_channels, (tuple, list)) and len(in_channels) == 2
+    sizes = tuple(in_channels) if pair else (in_channels,)
+    if not (isinstance(in_channels, int) or pair) or any(not isinstance(c, int) or isinstance(c, bool) for c in sizes):
+        raise TypeError(f"{who}: in_channels must be an int or a pair of ints (F_src, F_dst), got {in_channels!r}")
+    if any(c < 0 for c in sizes):  # (PyG's -1, sized at the first call, is not here)
+        raise ValueError(f"{who}: in_channels must be >= 0 (no lazy -1), got {in_channels!r}")
+    return sizes[0], sizes[-1], pair
 
 
 def _layer_inputs(x, size, who: str, in_src: int, in_dst: Optional[int]):
@@ -155,7 +157,7 @@ def _layer_inputs(x, size, who: str, in_src: int, in_dst: Optional[int]):
             size = tuple(operator.index(n) for n in size)
         except TypeError:
             raise TypeError(f"{who}: size must be a pair of ints (num_src, num_dst), got {size!r}") from None
-        if len(size) != 2 or size[0] != num_src or (x_dst is not None and size[1] != num_dst):
+        if len(size) != 2 or size[0] != num_src or (x_dst is not None and size[1] != num_dst) or size[1] < 0:
             raise ValueError(f"{who}: size {size} does not match the inputs (x_src has {num_src} rows"
                              + (")" if x_dst is None else f", x_dst {num_dst})"))
         num_dst = size[1]
@@ -414,7 +416,7 @@ class SAGEConv(nn.Module):
             src_nodes = None if square else num_src
             graph = self._cache.get(edge_index, (num_dst, src_nodes),
                                     lambda: graph_of(edge_index, num_dst, src_nodes), "SAGEConv", " or gnn.Graph")
-        if square and x_dst is not None and self.aggr == "mean" and self.root_weight:
+        if square and x_dst is not None and self.aggr == "mean" and self.root_weight and not graph.is_bipartite:
             weight = torch.cat([self.lin_l.weight.t(), self.lin_r.weight.t()], 0)
             out = sage(graph, x_src, weight, self.lin_l.bias)
         else:
@@ -566,7 +568,8 @@ class GATConv(nn.Module):
     kernels; edge features (edge_dim) are not supported. Bipartite, as in PyG: in_channels (F_src,
     F_dst) gives lin_src and lin_dst, and x a pair (x_src, x_dst) (x_dst None: scores from the sources
     alone) aggregates the sources into x_dst's rows; self-loops then join node i to i for i below
-    min(num_src, num_dst); `size` (num_src, num_dst) as PyG's.
+    min(num_src, num_dst); `size` (num_src, num_dst) as PyG's. PyG's forward arguments in PyG's order;
+    edge_attr and return_attention_weights raise NotImplementedError.
     """
 
     def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True,
@@ -611,7 +614,11 @@ class GATConv(nn.Module):
             ei = torch.cat([ei, torch.stack([loop, loop])], 1)
         return Graph(ei, num_nodes=num_dst, num_src_nodes=num_src)
 
-    def forward(self, x, edge_index, size=None) -> Tensor:
+    def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None) -> Tensor:
+        if edge_attr is not None:
+            raise NotImplementedError("GATConv: edge features (edge_attr) are not supported")
+        if return_attention_weights:
+            raise NotImplementedError("GATConv: return_attention_weights is not supported")
         # (a bipartite layer given one tensor maps it by lin_src as sources and lin_dst as targets, as PyG)
         lin_src, lin_dst = (self.lin, self.lin) if self.lin is not None else (self.lin_src, self.lin_dst)
         x_src, x_dst, num_src, num_dst, square = _layer_inputs(x, size, "GATConv", lin_src.weight.shape[1],

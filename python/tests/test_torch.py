@@ -233,10 +233,10 @@ def bipartite_inputs(seed=0):
     return xs, torch.randn(ND, FD, generator=g).requires_grad_(), torch.randn(ND, FS, generator=g).requires_grad_(), ei
 
 
-def ref_bipartite(m, xs, xd, ei):
+def ref_bipartite(m, xs, xd, ei, nd=None):
     """PyG's bipartite SAGEConv and GATConv in plain torch: xs [num_src, *] sources, xd [num_dst, *]
-    targets or None (then num_dst = num_src and GAT scores the sources alone)."""
-    nd = xs.shape[0] if xd is None else xd.shape[0]
+    targets or None (then num_dst = nd, or num_src, and GAT scores the sources alone)."""
+    nd = (xs.shape[0] if nd is None else nd) if xd is None else xd.shape[0]
     if isinstance(m, gt.SAGEConv):
         out = m.lin_l(aggregate(xs, ei, nd, m.aggr))
         if m.root_weight and xd is not None:
@@ -359,9 +359,28 @@ def test_bipartite_layers_refuse_mismatched_inputs():
     torch.testing.assert_close(sage((xs, xd), g), sage((xs, xd), ei))  # a gnn.Graph of the same shape
     with pytest.raises(ValueError, match=r"the gnn.Graph has 30 targets and 50 sources; the inputs have 30 and 30"):
         sage((xs[:ND], xd), g)
-    # size, where x_dst is None, sets the targets
-    y = gt.SAGEConv((FS, FD), O, aggr="sum")((xs, None), ei, size=(NS, ND))
-    assert y.shape == (ND, O)
+    # size, where x_dst is None, sets the targets (GAT's self-loops then for min(size) nodes)
+    for m in (gt.SAGEConv((FS, FD), O, aggr="sum"), gt.GATConv((FS, FD), O, heads=2)):
+        y = m((xs, None), ei, size=(NS, ND))
+        assert y.shape[0] == ND
+        torch.testing.assert_close(y, ref_bipartite(m, xs, None, ei, ND), rtol=1e-4, atol=1e-5)
+        with pytest.raises(ValueError, match=r"size \(50, -1\) does not match"):
+            m((xs, None), ei, size=(NS, -1))
+    # GATConv's arguments in PyG's order: (x, edge_index, edge_attr, size, return_attention_weights)
+    torch.testing.assert_close(gat((xs, xd), ei, None, (NS, ND)), gat((xs, xd), ei))
+    with pytest.raises(NotImplementedError, match="edge features"):
+        gat((xs, xd), ei, torch.ones(ei.shape[1], 3))
+    with pytest.raises(NotImplementedError, match="return_attention_weights"):
+        gat((xs, xd), ei, return_attention_weights=True)
+    for bad_in in (True, (FS, True), -1, (FS, -1), (FS, 2.0), "7"):
+        with pytest.raises((TypeError, ValueError), match=r"in_channels must be"):
+            gt.SAGEConv(bad_in, O)
+    # a bipartite gnn.Graph of one node set's size, given one tensor: aggregated by spmm (the fused SAGE
+    # layer takes one node set only), the same values as the square graph
+    square = gt.SAGEConv(FS, O)
+    g_same = gnn.Graph(ei, num_nodes=NS, num_src_nodes=NS)
+    assert g_same.is_bipartite
+    torch.testing.assert_close(square(xs, g_same), square(xs, ei), rtol=1e-5, atol=1e-6)
 
 
 def test_graph_cache_follows_the_edge_index_object():
