@@ -568,13 +568,13 @@ class GATConv(nn.Module):
     kernels; edge features (edge_dim) are not supported. Bipartite, as in PyG: in_channels (F_src,
     F_dst) gives lin_src and lin_dst, and x a pair (x_src, x_dst) (x_dst None: scores from the sources
     alone) aggregates the sources into x_dst's rows; self-loops then join node i to i for i below
-    min(num_src, num_dst); `size` (num_src, num_dst) as PyG's. PyG's forward arguments in PyG's order;
-    edge_attr and return_attention_weights raise NotImplementedError.
+    min(num_src, num_dst); `size` (num_src, num_dst) as PyG's. PyG's forward arguments in PyG's order,
+    return_attention_weights and `residual` as PyG's; edge_attr raises NotImplementedError.
     """
 
     def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True,
                  negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True,
-                 edge_dim: Optional[int] = None, fill_value="mean", bias: bool = True):
+                 edge_dim: Optional[int] = None, fill_value="mean", bias: bool = True, residual: bool = False):
         super().__init__()
         in_src, in_dst, pair = _in_channels(in_channels, "GATConv")
         if edge_dim is not None:
@@ -593,12 +593,17 @@ class GATConv(nn.Module):
             getattr(self, name).weight = nn.Parameter(torch.empty(heads * out_channels, fan_in))
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
-        self.bias = nn.Parameter(torch.empty(heads * out_channels if concat else out_channels)) if bias else None
+        total = heads * out_channels if concat else out_channels
+        self.residual, self.res = residual, None  # (PyG's: a bias-free map of the targets' input, added)
+        if residual:
+            self.res = nn.Module()
+            self.res.weight = nn.Parameter(torch.empty(total, in_dst))
+        self.bias = nn.Parameter(torch.empty(total)) if bias else None
         self._cache = _GraphCache()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for lin in (self.lin, self.lin_src, self.lin_dst):
+        for lin in (self.lin, self.lin_src, self.lin_dst, self.res):
             if lin is not None:
                 _glorot(lin.weight)
         _glorot(self.att_src)
@@ -606,19 +611,21 @@ class GATConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def _prepare(self, edge_index: Tensor, num_dst: int, num_src: Optional[int]) -> Graph:
+    def _prepare(self, edge_index: Tensor, num_dst: int, num_src: Optional[int]):
+        """(graph, its edges in PyG's order, memo of device copies)."""
         ei = _edge_index(edge_index, num_dst, "GATConv", num_src)
         if self.add_self_loops:
             ei = ei[:, ei[0] != ei[1]]
             loop = torch.arange(num_dst if num_src is None else min(num_src, num_dst))
             ei = torch.cat([ei, torch.stack([loop, loop])], 1)
-        return Graph(ei, num_nodes=num_dst, num_src_nodes=num_src)
+        return Graph(ei, num_nodes=num_dst, num_src_nodes=num_src), {"edge_index": ei}, {}
 
-    def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None) -> Tensor:
+    def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
+        """PyG's GATConv.forward. With return_attention_weights, also (edge_index, alpha) as PyG gives
+        them: the edges after the self-loops are replaced, alpha [E, heads] (after dropout) in their
+        order."""
         if edge_attr is not None:
             raise NotImplementedError("GATConv: edge features (edge_attr) are not supported")
-        if return_attention_weights:
-            raise NotImplementedError("GATConv: return_attention_weights is not supported")
         # (a bipartite layer given one tensor maps it by lin_src as sources and lin_dst as targets, as PyG)
         lin_src, lin_dst = (self.lin, self.lin) if self.lin is not None else (self.lin_src, self.lin_dst)
         x_src, x_dst, num_src, num_dst, square = _layer_inputs(x, size, "GATConv", lin_src.weight.shape[1],
@@ -626,8 +633,8 @@ class GATConv(nn.Module):
         if isinstance(edge_index, Graph):
             raise TypeError("GATConv: pass edge_index (the layer replaces self-loops by one per node)")
         src_nodes = None if square else num_src
-        graph = self._cache.get(edge_index, (num_dst, src_nodes), lambda: self._prepare(edge_index, num_dst, src_nodes),
-                                "GATConv")
+        graph, rows, memo = self._cache.get(edge_index, (num_dst, src_nodes),
+                                            lambda: self._prepare(edge_index, num_dst, src_nodes), "GATConv")
         H, C = self.heads, self.out_channels
         xw = x_src @ lin_src.weight.t()  # [num_src, H*C]
         a_src = (xw.view(-1, H, C) * self.att_src).sum(-1)
@@ -641,7 +648,19 @@ class GATConv(nn.Module):
         alpha = nn.functional.dropout(alpha, p=self.dropout, training=self.training)
         out = spmm(graph, xw, "sum", alpha)
         out = out if self.concat else out.view(num_dst, H, C).mean(1)
-        return out + self.bias if self.bias is not None else out
+        if self.res is not None and x_dst is not None:
+            out = out + x_dst @ self.res.weight.t()
+        if self.bias is not None:
+            out = out + self.bias
+        if not return_attention_weights:
+            return out
+        if "order" not in rows:  # each input edge's place in the graph's CSR order (eid's inverse)
+            with torch.inference_mode(False), torch.no_grad():  # kept for later calls, which may train
+                eid = torch.from_numpy(graph.eid.astype("int64"))
+                rows["order"] = torch.empty_like(eid).scatter_(0, eid, torch.arange(eid.numel()))
+        alpha = alpha.index_select(0, _on(memo, "order", rows["order"], alpha.device))
+        ei = _on(memo, "edge_index", rows["edge_index"], x_src.device) if self.add_self_loops else edge_index
+        return out, (ei, alpha)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

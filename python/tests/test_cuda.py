@@ -250,7 +250,9 @@ def test_torch_cuda_tensors(graph):
     rng = np.random.default_rng(11)
     x = torch.as_tensor(rng.standard_normal((N, F)).astype(np.float32))
     ei = torch.as_tensor(random_graph(N, E, seed=1))
-    for layer in (gt.SAGEConv(F, 5), gt.GCNConv(F, 5), gt.GATConv(F, 3, heads=2), gt.GINConv(torch.nn.Linear(F, 5))):
+    layers = (gt.SAGEConv(F, 5), gt.GCNConv(F, 5), gt.GATConv(F, 3, heads=2), gt.GINConv(torch.nn.Linear(F, 5)),
+              gt.GATConv((F, F), 3, heads=2, residual=True))  # (lin_src and lin_dst, a residual map)
+    for layer in layers:
         xc, xd = x.clone().requires_grad_(), x.cuda().requires_grad_()
         on_gpu = __import__("copy").deepcopy(layer).cuda()
         yc, yd = layer(xc, ei), on_gpu(xd, ei.cuda())

@@ -80,6 +80,8 @@ def ref_gat(m, x, ei, ew=None):
     alpha = ex / torch.zeros(N, H).index_add(0, ei[1], ex)[ei[1]]
     out = torch.zeros(N, H, C).index_add(0, ei[1], alpha[..., None] * xw[ei[0]])
     out = out.reshape(N, H * C) if m.concat else out.mean(1)
+    if m.res is not None:
+        out = out + x @ m.res.weight.t()
     return out + m.bias
 
 
@@ -104,6 +106,9 @@ LAYERS = {
     "gat-1head": ("GATConv", dict(in_channels=F, out_channels=O), ref_gat, False),
     "gat-mean": ("GATConv", dict(in_channels=F, out_channels=O, heads=2, concat=False), ref_gat, False),
     "gat-noloops": ("GATConv", dict(in_channels=F, out_channels=O, heads=2, add_self_loops=False), ref_gat, False),
+    "gat-residual": ("GATConv", dict(in_channels=F, out_channels=O, heads=2, residual=True), ref_gat, False),
+    "gat-residual-mean": ("GATConv", dict(in_channels=F, out_channels=O, heads=3, concat=False, residual=True), ref_gat,
+                          False),
 }
 
 
@@ -256,6 +261,8 @@ def ref_bipartite(m, xs, xd, ei, nd=None):
     alpha = ex / torch.zeros(nd, H).index_add(0, ei[1], ex)[ei[1]]
     out = torch.zeros(nd, H, C).index_add(0, ei[1], alpha[..., None] * hs[ei[0]])
     out = out.reshape(nd, H * C) if m.concat else out.mean(1)
+    if m.res is not None and xd is not None:
+        out = out + xd @ m.res.weight.t()
     return out + m.bias
 
 
@@ -273,6 +280,8 @@ BIPARTITE = {
     "gat-shared": ("GATConv", (FS, O), dict(heads=2), "shared"),
     "gat-single": ("GATConv", ((FS, FS), O), dict(heads=2), "single"),
     "gat-few-sources": ("GATConv", ((FS, FD), O), dict(heads=2), "few"),  # self-loops for the 20 sources only
+    "gat-residual": ("GATConv", ((FS, FD), O), dict(heads=2, residual=True), "pair"),
+    "gat-residual-single": ("GATConv", ((FS, FS), O), dict(heads=2, concat=False, residual=True), "single"),
 }
 
 
@@ -332,6 +341,48 @@ def test_bipartite_layer_against_pyg(name):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("case", ["square", "square-noloops", "bipartite", "bipartite-nodst"])
+def test_gat_returns_attention_weights_as_pyg(case):
+    # (edge_index, alpha): the edges after the self-loops are replaced, alpha in their order; a loss on
+    # alpha too reaches every parameter and input as PyG's does
+    xs, xd, _, ei = bipartite_inputs(3)
+    if case.startswith("square"):
+        x, args = xs, (FS, O)
+        ei = ei[:, ei[1] < NS]
+    else:
+        x, args = ((xs, xd) if case == "bipartite" else (xs, None)), ((FS, FD), O)
+    kwargs = dict(heads=2, add_self_loops=case != "square-noloops")
+
+    def run_layer(m):
+        for t in [xs, xd] + list(m.parameters()):
+            t.grad = None
+        y, (e, a) = m(x, ei, return_attention_weights=True)
+        torch.manual_seed(7)
+        ((y * torch.randn_like(y)).sum() + (a * torch.randn_like(a)).sum()).backward()
+        return y.detach(), e, a.detach(), [t.grad for t in [xs, xd] + list(m.parameters())]
+
+    ours = perturbed(gt.GATConv(*args, **kwargs))
+    y, e, a, grads = run_layer(ours)
+    assert e.shape == (2, a.shape[0]) and a.shape[1] == 2
+    if case == "square-noloops":
+        assert e is ei  # as PyG: the caller's own edge_index where no self-loop is edited
+    n_dst = y.shape[0]  # softmax over each target's edges: the weights of a target's edges sum to 1
+    sums = torch.zeros(n_dst, 2).index_add(0, e[1], a)
+    has = torch.zeros(n_dst).index_add(0, e[1], torch.ones(e.shape[1])) > 0
+    torch.testing.assert_close(sums[has], torch.ones_like(sums[has]))
+    pyg = pytest.importorskip("torch_geometric.nn", reason=NO_PYG)
+    theirs = pyg.GATConv(*args, **kwargs)
+    theirs.load_state_dict(ours.state_dict())
+    want_y, want_e, want_a, want = run_layer(theirs)
+    assert torch.equal(e, want_e)
+    torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(a, want_a, rtol=1e-4, atol=1e-6)
+    for g1, g2 in zip(grads, want):
+        assert (g1 is None) == (g2 is None)
+        if g1 is not None:
+            torch.testing.assert_close(g1, g2, rtol=1e-4, atol=1e-4)
+
+
 def test_bipartite_layers_refuse_mismatched_inputs():
     xs, xd, _, ei = bipartite_inputs()
     sage, gat = gt.SAGEConv((FS, FD), O), gt.GATConv((FS, FD), O)
@@ -370,8 +421,6 @@ def test_bipartite_layers_refuse_mismatched_inputs():
     torch.testing.assert_close(gat((xs, xd), ei, None, (NS, ND)), gat((xs, xd), ei))
     with pytest.raises(NotImplementedError, match="edge features"):
         gat((xs, xd), ei, torch.ones(ei.shape[1], 3))
-    with pytest.raises(NotImplementedError, match="return_attention_weights"):
-        gat((xs, xd), ei, return_attention_weights=True)
     for bad_in in (True, (FS, True), -1, (FS, -1), (FS, 2.0), "7"):
         with pytest.raises((TypeError, ValueError), match=r"in_channels must be"):
             gt.SAGEConv(bad_in, O)
