@@ -120,11 +120,12 @@ def _edge_index(edge_index, num_nodes: int, who: str, num_src_nodes: Optional[in
     return ei
 
 
-def _check_in(x: Tensor, in_channels: int, who: str, name: str = "x") -> None:
-    """x [N, in_channels], float32 on a device gnn runs on."""
+def _check_in(x: Tensor, in_channels: Optional[int], who: str, name: str = "x") -> None:
+    """x [N, in_channels] (in_channels None: any), float32 on a device gnn runs on."""
     _check_x(x, name)
-    if x.dim() != 2 or x.shape[1] != in_channels:
-        raise ValueError(f"{who}: {name} must have shape (N, in_channels={in_channels}), got {tuple(x.shape)}")
+    if x.dim() != 2 or (in_channels is not None and x.shape[1] != in_channels):
+        want = "(N, F)" if in_channels is None else f"(N, in_channels={in_channels})"
+        raise ValueError(f"{who}: {name} must have shape {want}, got {tuple(x.shape)}")
 
 
 def _in_channels(in_channels, who: str):
@@ -138,9 +139,10 @@ def _in_channels(in_channels, who: str):
     return sizes[0], sizes[-1], pair
 
 
-def _layer_inputs(x, size, who: str, in_src: int, in_dst: Optional[int]):
+def _layer_inputs(x, size, who: str, in_src: Optional[int], in_dst: Optional[int]):
     """A layer's x as PyG takes it: a tensor, or a pair (x_src, x_dst) whose x_dst may be None (no
-    features of the targets), checked against in_src and in_dst features (in_dst None: x_dst not read),
+    features of the targets), checked against in_src and in_dst features (None: any width; in_dst
+    "x_src": x_src's), 2-D float32 tensors on one of gnn's devices,
     and PyG's `size` (num_src, num_dst), checked against the rows given. Returns (x_src, x_dst, num_src,
     num_dst, square), square where sources and targets are one node set (without x_dst and size, as PyG
     reads it, the sources)."""
@@ -149,8 +151,8 @@ def _layer_inputs(x, size, who: str, in_src: int, in_dst: Optional[int]):
         raise ValueError(f"{who}: x must be a tensor or a pair (x_src, x_dst), got {len(x)} items")
     x_src, x_dst = x if pair else (x, x)
     _check_in(x_src, in_src, who, "x_src" if pair else "x")
-    if x_dst is not None and in_dst is not None:
-        _check_in(x_dst, in_dst, who, "x_dst" if pair else "x")
+    if x_dst is not None:
+        _check_in(x_dst, x_src.shape[1] if in_dst == "x_src" else in_dst, who, "x_dst" if pair else "x")
     num_src, num_dst = x_src.shape[0], (x_src if x_dst is None else x_dst).shape[0]
     if size is not None:
         try:
@@ -162,6 +164,20 @@ def _layer_inputs(x, size, who: str, in_src: int, in_dst: Optional[int]):
                              + (")" if x_dst is None else f", x_dst {num_dst})"))
         num_dst = size[1]
     return x_src, x_dst, num_src, num_dst, not pair or x_dst is x_src or (size is None and x_dst is None)
+
+
+def _layer_graph(cache, edge_index, num_src: int, num_dst: int, square: bool, who: str) -> Graph:
+    """The graph a layer aggregates over (_layer_inputs' counts): a gnn.Graph given, checked against
+    them, or one built from edge_index and kept in the layer's cache."""
+    want = (num_dst, num_dst if square else num_src)
+    if isinstance(edge_index, Graph):
+        if (edge_index.num_nodes, edge_index.num_src_nodes) != want:
+            raise ValueError(f"{who}: the gnn.Graph has {edge_index.num_nodes} targets and {edge_index.num_src_nodes} "
+                             f"sources; the inputs have {want[0]} and {want[1]}")
+        return edge_index
+    src_nodes = None if square else num_src
+    return cache.get(edge_index, (num_dst, src_nodes), lambda: graph_of(edge_index, num_dst, src_nodes), who,
+                     " or gnn.Graph")
 
 
 def _on(cache: dict, key: str, t: Tensor, device) -> Tensor:
@@ -406,16 +422,7 @@ class SAGEConv(nn.Module):
     def forward(self, x, edge_index, size=None) -> Tensor:
         x_src, x_dst, num_src, num_dst, square = _layer_inputs(
             x, size, "SAGEConv", self.lin_l.in_features, self.lin_r.in_features if self.lin_r is not None else None)
-        if isinstance(edge_index, Graph):
-            graph = edge_index
-            want = (num_dst, num_dst if square else num_src)
-            if (graph.num_nodes, graph.num_src_nodes) != want:
-                raise ValueError(f"SAGEConv: the gnn.Graph has {graph.num_nodes} targets and {graph.num_src_nodes} "
-                                 f"sources; the inputs have {want[0]} and {want[1]}")
-        else:
-            src_nodes = None if square else num_src
-            graph = self._cache.get(edge_index, (num_dst, src_nodes),
-                                    lambda: graph_of(edge_index, num_dst, src_nodes), "SAGEConv", " or gnn.Graph")
+        graph = _layer_graph(self._cache, edge_index, num_src, num_dst, square, "SAGEConv")
         if square and x_dst is not None and self.aggr == "mean" and self.root_weight and not graph.is_bipartite:
             weight = torch.cat([self.lin_l.weight.t(), self.lin_r.weight.t()], 0)
             out = sage(graph, x_src, weight, self.lin_l.bias)
@@ -532,7 +539,8 @@ class GCNConv(nn.Module):
 
 
 class GINConv(nn.Module):
-    """The graph isomorphism layer (PyG's GINConv): out = nn((1 + eps) x + sum_{j -> i} x_j)."""
+    """The graph isomorphism layer (PyG's GINConv): out = nn((1 + eps) x + sum_{j -> i} x_j). Bipartite
+    as PyG's: x a pair (x_src, x_dst) of one width (x_dst None: the sum alone), `size` (num_src, num_dst)."""
 
     def __init__(self, nn: torch.nn.Module, eps: float = 0.0, train_eps: bool = False):
         super().__init__()
@@ -550,11 +558,11 @@ class GINConv(nn.Module):
                 m.reset_parameters()
         self.eps.data.fill_(self.initial_eps)
 
-    def forward(self, x: Tensor, edge_index) -> Tensor:
-        _check_x(x)
-        graph = edge_index if isinstance(edge_index, Graph) else self._cache.get(
-            edge_index, x.shape[0], lambda: graph_of(edge_index, x.shape[0]), "GINConv", " or gnn.Graph")
-        return self.nn(spmm(graph, x, "sum") + (1 + self.eps) * x)
+    def forward(self, x, edge_index, size=None) -> Tensor:
+        x_src, x_dst, num_src, num_dst, square = _layer_inputs(x, size, "GINConv", None, "x_src")
+        graph = _layer_graph(self._cache, edge_index, num_src, num_dst, square, "GINConv")
+        out = spmm(graph, x_src, "sum")
+        return self.nn(out if x_dst is None else out + (1 + self.eps) * x_dst)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(nn={self.nn})"

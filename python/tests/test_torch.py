@@ -242,6 +242,9 @@ def ref_bipartite(m, xs, xd, ei, nd=None):
     """PyG's bipartite SAGEConv and GATConv in plain torch: xs [num_src, *] sources, xd [num_dst, *]
     targets or None (then num_dst = nd, or num_src, and GAT scores the sources alone)."""
     nd = (xs.shape[0] if nd is None else nd) if xd is None else xd.shape[0]
+    if isinstance(m, gt.GINConv):
+        out = aggregate(xs, ei, nd, "sum")
+        return m.nn(out if xd is None else out + (1 + m.eps) * xd)
     if isinstance(m, gt.SAGEConv):
         out = m.lin_l(aggregate(xs, ei, nd, m.aggr))
         if m.root_weight and xd is not None:
@@ -281,6 +284,8 @@ BIPARTITE = {
     "gat-single": ("GATConv", ((FS, FS), O), dict(heads=2), "single"),
     "gat-few-sources": ("GATConv", ((FS, FD), O), dict(heads=2), "few"),  # self-loops for the 20 sources only
     "gat-residual": ("GATConv", ((FS, FD), O), dict(heads=2, residual=True), "pair"),
+    "gin": ("GINConv", (), dict(train_eps=True), "shared"),
+    "gin-nodst": ("GINConv", (), dict(eps=0.5), "nodst"),
     "gat-residual-single": ("GATConv", ((FS, FS), O), dict(heads=2, concat=False, residual=True), "single"),
 }
 
@@ -304,6 +309,8 @@ def bipartite_run(m, name, seed=0):
 def make_bipartite(module, name):
     cls, args, kwargs, _ = BIPARTITE[name]
     torch.manual_seed(5)
+    if cls == "GINConv":
+        args = (torch.nn.Sequential(torch.nn.Linear(FS, 9), torch.nn.ReLU(), torch.nn.Linear(9, O)),)
     return getattr(module, cls)(*args, **kwargs)
 
 
@@ -402,6 +409,8 @@ def test_bipartite_layers_refuse_mismatched_inputs():
         bad[1, 7] = ND  # a target past x_dst's rows
         with pytest.raises(gnn.Error, match=rf"edge 7 \(\d+ -> {ND}\)"):
             m((xs, xd), bad)
+    with pytest.raises(ValueError, match=rf"GINConv: x_dst must have shape \(N, in_channels={FS}\)"):
+        gt.GINConv(torch.nn.Identity())((xs, xd), ei)  # the targets' features are added to the sum
     with pytest.raises(TypeError, match=r"in_channels must be an int or a pair of ints"):
         gt.SAGEConv((FS, FD, 3), O)
     with pytest.raises(TypeError, match=r"in_channels must be an int or a pair of ints"):
