@@ -667,8 +667,9 @@ class GATConv(nn.Module):
                 eid = torch.from_numpy(graph.eid.astype("int64"))
                 rows["order"] = torch.empty_like(eid).scatter_(0, eid, torch.arange(eid.numel()))
         alpha = alpha.index_select(0, _on(memo, "order", rows["order"], alpha.device))
-        ei = _on(memo, "edge_index", rows["edge_index"], x_src.device) if self.add_self_loops else edge_index
-        return out, (ei, alpha)
+        if not self.add_self_loops:
+            return out, (edge_index, alpha)
+        return out, (_on(memo, "edge_index", rows["edge_index"], x_src.device).clone(), alpha)  # (not the kept one)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

@@ -261,6 +261,11 @@ def test_torch_cuda_tensors(graph):
         yc.square().sum().backward()
         yd.square().sum().backward()
         np.testing.assert_allclose(xd.grad.cpu().numpy(), xc.grad.numpy(), rtol=1e-4, atol=1e-4)
+    gat = gt.GATConv(F, 3, heads=2)  # the attention weights in PyG's edge order, from the device
+    yc, (ec, ac) = gat(x, ei, return_attention_weights=True)
+    yd, (ed, ad) = __import__("copy").deepcopy(gat).cuda()(x.cuda(), ei.cuda(), return_attention_weights=True)
+    assert ed.is_cuda and ad.is_cuda and torch.equal(ed.cpu(), ec)
+    np.testing.assert_allclose(ad.detach().cpu().numpy(), ac.detach().numpy(), rtol=1e-4, atol=1e-6)
     s = torch.cuda.Stream()
     xd = x.cuda()
     with torch.cuda.stream(s):  # the caller's current stream is the one gnn runs on

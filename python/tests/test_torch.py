@@ -390,6 +390,25 @@ def test_gat_returns_attention_weights_as_pyg(case):
             torch.testing.assert_close(g1, g2, rtol=1e-4, atol=1e-4)
 
 
+def test_gat_attention_weights_after_dropout_and_kept_edges():
+    xs, _, _, ei = bipartite_inputs(4)
+    ei = ei[:, ei[1] < NS]
+    m = gt.GATConv(FS, O, heads=2, dropout=0.5)
+    m.eval()
+    y, (e, a) = m(xs, ei, return_attention_weights=True)
+    y2, (e2, a2) = m(xs, ei, return_attention_weights=True)  # the graph kept: the same edges and weights
+    assert torch.equal(y, y2) and torch.equal(e, e2) and torch.equal(a, a2)
+    e2[0].fill_(0)  # the edges returned are the caller's to change, not the layer's kept copy
+    assert torch.equal(m(xs, ei, return_attention_weights=True)[1][0], e)
+    m.train()  # the weights returned are the ones aggregated with: after dropout, as PyG's
+    torch.manual_seed(0)
+    y, (e, a) = m(xs, ei, return_attention_weights=True)
+    assert (a == 0).any() and (a > 1).any()  # dropped, and the kept scaled by 1 / (1 - p)
+    xw = (xs @ m.lin.weight.t()).view(NS, 2, O)
+    want = torch.zeros(NS, 2, O).index_add(0, e[1], a[..., None] * xw[e[0]]).reshape(NS, 2 * O) + m.bias
+    torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-5)
+
+
 def test_bipartite_layers_refuse_mismatched_inputs():
     xs, xd, _, ei = bipartite_inputs()
     sage, gat = gt.SAGEConv((FS, FD), O), gt.GATConv((FS, FD), O)
