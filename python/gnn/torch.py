@@ -394,7 +394,8 @@ class SAGEConv(nn.Module):
     """GraphSAGE (PyG's SAGEConv): out_i = lin_l(aggr_{j -> i} x_j) + lin_r(x_i).
 
     aggr 'mean' with root_weight runs gnn's fused layer (one GEMM over [mean | x]); 'sum' and 'max'
-    aggregate with gnn.spmm and then apply the two linear maps. normalize l2-normalises the output.
+    aggregate with gnn.spmm and then apply the two linear maps. normalize l2-normalises the output;
+    project maps the sources through ReLU(lin(x_j)) first, as PyG's.
     Bipartite, as in PyG: in_channels (F_src, F_dst) and x a pair (x_src, x_dst) (x_dst None: no root
     term), the sources aggregated by gnn.spmm over a graph of x_dst's rows as targets; `size` (num_src,
     num_dst) as PyG's, checked against the inputs' rows.
@@ -406,30 +407,32 @@ class SAGEConv(nn.Module):
         in_src, in_dst, _ = _in_channels(in_channels, "SAGEConv")
         if aggr not in ("mean", "sum", "add", "max"):
             raise NotImplementedError(f"SAGEConv: aggr must be mean, sum or max, got {aggr!r}")
-        if project:
-            raise NotImplementedError("SAGEConv: project=True is not supported")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.aggr, self.normalize, self.root_weight = "sum" if aggr == "add" else aggr, normalize, root_weight
+        self.project = project  # (PyG's: the sources through ReLU(lin(x_src)) before they are aggregated)
+        self.lin = nn.Linear(in_src, in_src, bias=True) if project else None
         self.lin_l = nn.Linear(in_src, out_channels, bias=bias)
         self.lin_r = nn.Linear(in_dst, out_channels, bias=False) if root_weight else None
         self._cache = _GraphCache()
 
     def reset_parameters(self) -> None:
-        self.lin_l.reset_parameters()
-        if self.lin_r is not None:
-            self.lin_r.reset_parameters()
+        for lin in (self.lin, self.lin_l, self.lin_r):
+            if lin is not None:
+                lin.reset_parameters()
 
     def forward(self, x, edge_index, size=None) -> Tensor:
         x_src, x_dst, num_src, num_dst, square = _layer_inputs(
             x, size, "SAGEConv", self.lin_l.in_features, self.lin_r.in_features if self.lin_r is not None else None)
         graph = _layer_graph(self._cache, edge_index, num_src, num_dst, square, "SAGEConv")
-        if square and x_dst is not None and self.aggr == "mean" and self.root_weight and not graph.is_bipartite:
+        if self.lin is not None:  # (the targets' own term reads x_dst as given)
+            x_src = nn.functional.relu(self.lin(x_src))
+        elif square and x_dst is not None and self.aggr == "mean" and self.root_weight and not graph.is_bipartite:
             weight = torch.cat([self.lin_l.weight.t(), self.lin_r.weight.t()], 0)
             out = sage(graph, x_src, weight, self.lin_l.bias)
-        else:
-            out = self.lin_l(spmm(graph, x_src, self.aggr))
-            if self.root_weight and x_dst is not None:
-                out = out + self.lin_r(x_dst)
+            return nn.functional.normalize(out, p=2.0, dim=-1) if self.normalize else out
+        out = self.lin_l(spmm(graph, x_src, self.aggr))
+        if self.root_weight and x_dst is not None:
+            out = out + self.lin_r(x_dst)
         if self.normalize:
             out = nn.functional.normalize(out, p=2.0, dim=-1)
         return out

@@ -37,7 +37,7 @@ def aggregate(x, ei, n, how):
 
 
 def ref_sage(m, x, ei, ew=None):
-    out = m.lin_l(aggregate(x, ei, N, m.aggr))
+    out = m.lin_l(aggregate(torch.relu(m.lin(x)) if m.project else x, ei, N, m.aggr))
     if m.root_weight:
         out = out + m.lin_r(x)
     return torch.nn.functional.normalize(out, dim=-1) if m.normalize else out
@@ -95,6 +95,8 @@ LAYERS = {
     "sage-sum-noroot": ("SAGEConv", dict(in_channels=F, out_channels=O, aggr="sum", root_weight=False), ref_sage, False),
     "sage-max-normalize": ("SAGEConv", dict(in_channels=F, out_channels=O, aggr="max", normalize=True), ref_sage, False),
     "sage-nobias": ("SAGEConv", dict(in_channels=F, out_channels=O, bias=False), ref_sage, False),
+    "sage-project": ("SAGEConv", dict(in_channels=F, out_channels=O, project=True), ref_sage, False),
+    "sage-project-max": ("SAGEConv", dict(in_channels=F, out_channels=O, aggr="max", project=True), ref_sage, False),
     "gcn": ("GCNConv", dict(in_channels=F, out_channels=O), ref_gcn, False),
     "gcn-weighted": ("GCNConv", dict(in_channels=F, out_channels=O), ref_gcn, True),
     "gcn-improved-weighted": ("GCNConv", dict(in_channels=F, out_channels=O, improved=True), ref_gcn, True),
@@ -246,7 +248,7 @@ def ref_bipartite(m, xs, xd, ei, nd=None):
         out = aggregate(xs, ei, nd, "sum")
         return m.nn(out if xd is None else out + (1 + m.eps) * xd)
     if isinstance(m, gt.SAGEConv):
-        out = m.lin_l(aggregate(xs, ei, nd, m.aggr))
+        out = m.lin_l(aggregate(torch.relu(m.lin(xs)) if m.project else xs, ei, nd, m.aggr))
         if m.root_weight and xd is not None:
             out = out + m.lin_r(xd)
         return torch.nn.functional.normalize(out, dim=-1) if m.normalize else out
@@ -277,6 +279,7 @@ BIPARTITE = {
     "sage-sum-normalize": ("SAGEConv", ((FS, FD), O), dict(aggr="sum", normalize=True), "pair"),
     "sage-nodst": ("SAGEConv", ((FS, FD), O), dict(aggr="sum"), "nodst"),
     "sage-shared": ("SAGEConv", (FS, O), {}, "shared"),
+    "sage-project": ("SAGEConv", ((FS, FD), O), dict(project=True, normalize=True), "pair"),
     "gat": ("GATConv", ((FS, FD), O), dict(heads=2), "pair"),
     "gat-mean-noloops": ("GATConv", ((FS, FD), O), dict(heads=3, concat=False, add_self_loops=False), "pair"),
     "gat-nodst": ("GATConv", ((FS, FD), O), dict(heads=2), "nodst"),
