@@ -11,8 +11,8 @@ gradients have the same bits on every run and thread count; the CSR/CSC graph bu
 is kept and reused while the same ``edge_index`` tensor (same storage and version) comes back, as it
 does every step of full-graph training (an edit that torch does not count, through ``.numpy()`` or
 ``.data``, is not seen: pass a new tensor; an inference tensor, made under ``torch.inference_mode()``,
-has no version, so its graph is built on every call). Anything the kernels do not cover (GAT edge
-features, SAGE's lstm aggregation) raises NotImplementedError rather than computing something else.
+has no version, so its graph is built on every call). Anything the kernels do not cover (SAGE's lstm
+and multiple aggregations) raises NotImplementedError rather than computing something else.
 """
 
 from __future__ import annotations
@@ -178,6 +178,20 @@ def _layer_graph(cache, edge_index, num_src: int, num_dst: int, square: bool, wh
     src_nodes = None if square else num_src
     return cache.get(edge_index, (num_dst, src_nodes), lambda: graph_of(edge_index, num_dst, src_nodes), who,
                      " or gnn.Graph")
+
+
+def _kept(cache: dict, key: str, make) -> Tensor:
+    """cache[key], made on first use outside inference mode and autograd (kept for later calls, which
+    may train)."""
+    if key not in cache:
+        with torch.inference_mode(False), torch.no_grad():
+            cache[key] = make()
+    return cache[key]
+
+
+def _edge_ids(graph: Graph) -> Tensor:
+    """The graph's edge ids as int64: for each CSR position, the edge_index column it came from."""
+    return torch.from_numpy(graph.eid.astype("int64"))
 
 
 def _on(cache: dict, key: str, t: Tensor, device) -> Tensor:
@@ -576,11 +590,13 @@ class GATConv(nn.Module):
     alpha_ij = softmax_j(leaky_relu(a_src . W x_j + a_dst . W x_i)), out_i = sum_j alpha_ij W x_j,
     heads concatenated (concat) or averaged, plus bias. Existing self-loops are replaced by one per node
     (add_self_loops), dropout applies to alpha in training. Scores, softmax and aggregation are gnn's
-    kernels; edge features (edge_dim) are not supported. Bipartite, as in PyG: in_channels (F_src,
+    kernels. Edge features as PyG's: with edge_dim, edge_attr [E, edge_dim] (or [E]) adds
+    a_edge . W_e e_ij to each score, and a self-loop's features are fill_value ('mean', 'add', 'max',
+    'min' or 'mul' of the node's incoming edges', or a number or tensor). Bipartite, as in PyG: in_channels (F_src,
     F_dst) gives lin_src and lin_dst, and x a pair (x_src, x_dst) (x_dst None: scores from the sources
     alone) aggregates the sources into x_dst's rows; self-loops then join node i to i for i below
     min(num_src, num_dst); `size` (num_src, num_dst) as PyG's. PyG's forward arguments in PyG's order,
-    return_attention_weights and `residual` as PyG's; edge_attr raises NotImplementedError.
+    return_attention_weights and `residual` as PyG's (edge_attr without edge_dim is not read, as in PyG).
     """
 
     def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True,
@@ -588,8 +604,12 @@ class GATConv(nn.Module):
                  edge_dim: Optional[int] = None, fill_value="mean", bias: bool = True, residual: bool = False):
         super().__init__()
         in_src, in_dst, pair = _in_channels(in_channels, "GATConv")
-        if edge_dim is not None:
-            raise NotImplementedError("GATConv: edge features (edge_dim) are not supported")
+        if edge_dim is not None and (not isinstance(edge_dim, int) or isinstance(edge_dim, bool) or edge_dim < 1):
+            raise ValueError(f"GATConv: edge_dim must be a positive int or None, got {edge_dim!r}")
+        if not (isinstance(fill_value, (int, float, Tensor)) and not isinstance(fill_value, bool)
+                or fill_value in ("mean", "add", "sum", "max", "min", "mul")):
+            raise ValueError(f"GATConv: fill_value must be 'mean', 'add', 'sum', 'max', 'min', 'mul', a number or "
+                             f"a tensor, got {fill_value!r}")
         try:
             heads = operator.index(heads)  # an int, or a NumPy / torch integer
         except TypeError:
@@ -604,6 +624,11 @@ class GATConv(nn.Module):
             getattr(self, name).weight = nn.Parameter(torch.empty(heads * out_channels, fan_in))
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
+        self.edge_dim, self.fill_value, self.lin_edge, self.att_edge = edge_dim, fill_value, None, None
+        if edge_dim is not None:  # (PyG's names and order: lin_edge, att_edge)
+            self.lin_edge = nn.Module()
+            self.lin_edge.weight = nn.Parameter(torch.empty(heads * out_channels, edge_dim))
+            self.att_edge = nn.Parameter(torch.empty(1, heads, out_channels))
         total = heads * out_channels if concat else out_channels
         self.residual, self.res = residual, None  # (PyG's: a bias-free map of the targets' input, added)
         if residual:
@@ -614,29 +639,67 @@ class GATConv(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for lin in (self.lin, self.lin_src, self.lin_dst, self.res):
+        for lin in (self.lin, self.lin_src, self.lin_dst, self.lin_edge, self.res):
             if lin is not None:
                 _glorot(lin.weight)
-        _glorot(self.att_src)
-        _glorot(self.att_dst)
+        for att in (self.att_src, self.att_dst, self.att_edge):
+            if att is not None:
+                _glorot(att)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
     def _prepare(self, edge_index: Tensor, num_dst: int, num_src: Optional[int]):
-        """(graph, its edges in PyG's order, memo of device copies)."""
+        """(graph, its edges in PyG's order and which input edges they keep, memo of device copies)."""
         ei = _edge_index(edge_index, num_dst, "GATConv", num_src)
+        rows = {"kept": ei.shape[1]}
         if self.add_self_loops:
-            ei = ei[:, ei[0] != ei[1]]
+            rows["keep"] = ei[0] != ei[1]
+            ei = ei[:, rows["keep"]]
+            rows["kept"] = ei.shape[1]
             loop = torch.arange(num_dst if num_src is None else min(num_src, num_dst))
             ei = torch.cat([ei, torch.stack([loop, loop])], 1)
-        return Graph(ei, num_nodes=num_dst, num_src_nodes=num_src), {"edge_index": ei}, {}
+        rows["edge_index"] = ei
+        return Graph(ei, num_nodes=num_dst, num_src_nodes=num_src), rows, {}
+
+    def _edge_scores(self, graph: Graph, rows: dict, memo: dict, edge_attr: Tensor) -> Tensor:
+        """a_edge . W_e e per edge and head [E, H], in the graph's CSR order: edge_attr [E_in, edge_dim]
+        (or [E_in]) in the caller's edge order, self-loops' rows from fill_value, as PyG's."""
+        ea = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
+        n_in = rows["keep"].numel() if "keep" in rows else rows["kept"]  # the caller's edges
+        if ea.dim() != 2 or ea.shape[1] != self.edge_dim or ea.shape[0] != n_in:
+            raise ValueError(f"GATConv: edge_attr must have shape (E, edge_dim={self.edge_dim}) for the edge_index's "
+                             f"edges, got {tuple(edge_attr.shape)}")
+        if ea.dtype != torch.float32 or ea.device != self.att_edge.device:
+            raise TypeError(f"GATConv: edge_attr must be float32 on {self.att_edge.device}, got {ea.dtype} on "
+                            f"{ea.device}")
+        if "keep" in rows:
+            ea = ea[_on(memo, "keep", rows["keep"], ea.device)]
+            n, fill = rows["edge_index"].shape[1] - rows["kept"], self.fill_value
+            if isinstance(fill, str):  # over the node's incoming edges (none: 0, or 1 for 'mul'), PyG's scatter
+                col = _on(memo, "col", rows["edge_index"][1, :rows["kept"]], ea.device)
+                inside = col < n  # (a bipartite layer's loops reach only the first n targets)
+                col, src = col[inside], ea[inside]
+                idx = col[:, None].expand(-1, ea.shape[1])
+                if fill in ("add", "sum", "mean"):
+                    loop = ea.new_zeros(n, ea.shape[1]).scatter_add(0, idx, src)
+                    if fill == "mean":
+                        loop = loop / torch.zeros(n, device=ea.device).scatter_add(
+                            0, col, torch.ones_like(col, dtype=ea.dtype)).clamp(min=1)[:, None]
+                elif fill == "mul":
+                    loop = ea.new_ones(n, ea.shape[1]).scatter_reduce(0, idx, src, "prod", include_self=True)
+                else:
+                    loop = ea.new_zeros(n, ea.shape[1]).scatter_reduce(0, idx, src, "a" + fill, include_self=False)
+            else:
+                loop = torch.as_tensor(fill, dtype=ea.dtype, device=ea.device).expand(n, ea.shape[1])
+            ea = torch.cat([ea, loop], 0)
+        H, C = self.heads, self.out_channels
+        a_edge = ((ea @ self.lin_edge.weight.t()).view(-1, H, C) * self.att_edge).sum(-1)
+        return a_edge.index_select(0, _on(memo, "csr", _kept(rows, "csr", lambda: _edge_ids(graph)), a_edge.device))
 
     def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
         """PyG's GATConv.forward. With return_attention_weights, also (edge_index, alpha) as PyG gives
         them: the edges after the self-loops are replaced, alpha [E, heads] (after dropout) in their
         order."""
-        if edge_attr is not None:
-            raise NotImplementedError("GATConv: edge features (edge_attr) are not supported")
         # (a bipartite layer given one tensor maps it by lin_src as sources and lin_dst as targets, as PyG)
         lin_src, lin_dst = (self.lin, self.lin) if self.lin is not None else (self.lin_src, self.lin_dst)
         x_src, x_dst, num_src, num_dst, square = _layer_inputs(x, size, "GATConv", lin_src.weight.shape[1],
@@ -655,7 +718,12 @@ class GATConv(nn.Module):
             xd = xw if x_dst is x_src and lin_dst is lin_src else x_dst @ lin_dst.weight.t()
             a_dst = (xd.view(-1, H, C) * self.att_dst).sum(-1)
         # over the graph's own rows: already checked, so a CUDA step copies nothing to the host
-        alpha = segment_softmax(gat_scores(graph, a_src, a_dst, self.negative_slope), graph)
+        if edge_attr is not None and self.lin_edge is not None:  # (a_src + a_dst from the kernel, slope 1)
+            scores = gat_scores(graph, a_src, a_dst, 1.0) + self._edge_scores(graph, rows, memo, edge_attr)
+            scores = nn.functional.leaky_relu(scores, self.negative_slope)
+        else:
+            scores = gat_scores(graph, a_src, a_dst, self.negative_slope)
+        alpha = segment_softmax(scores, graph)
         alpha = nn.functional.dropout(alpha, p=self.dropout, training=self.training)
         out = spmm(graph, xw, "sum", alpha)
         out = out if self.concat else out.view(num_dst, H, C).mean(1)
@@ -665,11 +733,10 @@ class GATConv(nn.Module):
             out = out + self.bias
         if not return_attention_weights:
             return out
-        if "order" not in rows:  # each input edge's place in the graph's CSR order (eid's inverse)
-            with torch.inference_mode(False), torch.no_grad():  # kept for later calls, which may train
-                eid = torch.from_numpy(graph.eid.astype("int64"))
-                rows["order"] = torch.empty_like(eid).scatter_(0, eid, torch.arange(eid.numel()))
-        alpha = alpha.index_select(0, _on(memo, "order", rows["order"], alpha.device))
+        def order():  # each edge's place in the graph's CSR order (the edge ids' inverse)
+            eid = _edge_ids(graph)
+            return torch.empty_like(eid).scatter_(0, eid, torch.arange(eid.numel()))
+        alpha = alpha.index_select(0, _on(memo, "order", _kept(rows, "order", order), alpha.device))
         if not self.add_self_loops:
             return out, (edge_index, alpha)
         return out, (_on(memo, "edge_index", rows["edge_index"], x_src.device).clone(), alpha)  # (not the kept one)

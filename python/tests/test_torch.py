@@ -67,19 +67,43 @@ def ref_gin(m, x, ei, ew=None):
     return m.nn(aggregate(x, ei, N, "sum") + (1 + m.eps) * x)
 
 
+def ref_fill(ea, dst, n, fill):
+    """PyG's self-loop features: per node, fill_value of its incoming edges' features (none: 0, 1 for
+    'mul'), or the number or tensor itself; written node by node."""
+    rows = []
+    for i in range(n):
+        mine = ea[dst == i]
+        if not isinstance(fill, str):
+            rows.append(torch.as_tensor(fill, dtype=ea.dtype).expand(ea.shape[1]))
+        elif mine.shape[0] == 0:
+            rows.append(torch.full((ea.shape[1],), 1.0 if fill == "mul" else 0.0))
+        else:
+            how = {"mean": lambda t: t.mean(0), "add": lambda t: t.sum(0), "sum": lambda t: t.sum(0),
+                   "max": lambda t: t.max(0).values, "min": lambda t: t.min(0).values, "mul": lambda t: t.prod(0)}
+            rows.append(how[fill](mine))
+    return torch.stack(rows)
+
+
 def ref_gat(m, x, ei, ew=None):
+    n = x.shape[0]
+    ea = None if m.lin_edge is None or ew is None else (ew.view(-1, 1) if ew.dim() == 1 else ew)
     if m.add_self_loops:
-        loop = torch.arange(N)
-        ei = torch.cat([ei[:, ei[0] != ei[1]], torch.stack([loop, loop])], 1)
+        loop, keep = torch.arange(n), ei[0] != ei[1]
+        if ea is not None:
+            ea = torch.cat([ea[keep], ref_fill(ea[keep], ei[1][keep], n, m.fill_value)])
+        ei = torch.cat([ei[:, keep], torch.stack([loop, loop])], 1)
     H, C = m.heads, m.out_channels
-    xw = (x @ m.lin.weight.t()).view(N, H, C)
+    xw = (x @ m.lin.weight.t()).view(n, H, C)
     a_s, a_d = (xw * m.att_src).sum(-1), (xw * m.att_dst).sum(-1)
-    s = torch.nn.functional.leaky_relu(a_s[ei[0]] + a_d[ei[1]], m.negative_slope)
-    mx = torch.full((N, H), -1e30).scatter_reduce(0, ei[1][:, None].expand(-1, H), s, "amax")
+    pre = a_s[ei[0]] + a_d[ei[1]]
+    if ea is not None:
+        pre = pre + ((ea @ m.lin_edge.weight.t()).view(-1, H, C) * m.att_edge).sum(-1)
+    s = torch.nn.functional.leaky_relu(pre, m.negative_slope)
+    mx = torch.full((n, H), -1e30).scatter_reduce(0, ei[1][:, None].expand(-1, H), s, "amax")
     ex = torch.exp(s - mx[ei[1]])
-    alpha = ex / torch.zeros(N, H).index_add(0, ei[1], ex)[ei[1]]
-    out = torch.zeros(N, H, C).index_add(0, ei[1], alpha[..., None] * xw[ei[0]])
-    out = out.reshape(N, H * C) if m.concat else out.mean(1)
+    alpha = ex / torch.zeros(n, H).index_add(0, ei[1], ex)[ei[1]]
+    out = torch.zeros(n, H, C).index_add(0, ei[1], alpha[..., None] * xw[ei[0]])
+    out = out.reshape(n, H * C) if m.concat else out.mean(1)
     if m.res is not None:
         out = out + x @ m.res.weight.t()
     return out + m.bias
@@ -109,6 +133,8 @@ LAYERS = {
     "gat-mean": ("GATConv", dict(in_channels=F, out_channels=O, heads=2, concat=False), ref_gat, False),
     "gat-noloops": ("GATConv", dict(in_channels=F, out_channels=O, heads=2, add_self_loops=False), ref_gat, False),
     "gat-residual": ("GATConv", dict(in_channels=F, out_channels=O, heads=2, residual=True), ref_gat, False),
+    "gat-edge": ("GATConv", dict(in_channels=F, out_channels=O, heads=2, edge_dim=1), ref_gat, True),  # [E] features
+    "gat-edge-max": ("GATConv", dict(in_channels=F, out_channels=O, edge_dim=1, fill_value="max"), ref_gat, True),
     "gat-residual-mean": ("GATConv", dict(in_channels=F, out_channels=O, heads=3, concat=False, residual=True), ref_gat,
                           False),
 }
@@ -412,6 +438,72 @@ def test_gat_attention_weights_after_dropout_and_kept_edges():
     torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("fill", ["mean", "add", "max", "min", "mul", 0.5, "tensor", "noloops", "bipartite"])
+def test_gat_edge_features(fill):
+    # edge_attr [E, 3]: the scores' edge term and the self-loops' features (fill_value), against the plain
+    # formulation and PyG's layer: values and every gradient, edge_attr's included
+    xs, xd, _, ei = bipartite_inputs(5)
+    g = torch.Generator().manual_seed(6)
+    kwargs = dict(heads=2, edge_dim=3)
+    if fill == "tensor":
+        kwargs["fill_value"] = torch.tensor([0.5, -1.0, 2.0])
+    elif fill == "noloops":
+        kwargs["add_self_loops"] = False
+    elif fill != "bipartite":
+        kwargs["fill_value"] = fill
+    args, x = (((FS, FD), O), (xs, xd)) if fill == "bipartite" else ((FS, O), xs)
+    if fill != "bipartite":
+        ei = ei[:, ei[1] < NS]
+    ea = torch.randn(ei.shape[1], 3, generator=g).requires_grad_()
+
+    def run_layer(m):
+        for t in [xs, xd, ea] + list(m.parameters()):
+            t.grad = None
+        y = m(x, ei, ea)
+        torch.manual_seed(8)
+        (y * torch.randn_like(y)).sum().backward()
+        return y.detach(), [t.grad for t in [xs, xd, ea] + list(m.parameters())]
+
+    ours = perturbed(gt.GATConv(*args, **kwargs))
+    y, got = run_layer(ours)
+    if fill != "bipartite":  # the plain formulation
+        want_y, want = run_layer(Reference(ours, lambda m, x_, e_, w_: ref_gat(m, x_, e_, ea)))
+        torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-5)
+        for a, b in zip(got, want):
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    pyg = pytest.importorskip("torch_geometric.nn", reason=NO_PYG)
+    theirs = pyg.GATConv(*args, **kwargs)
+    theirs.load_state_dict(ours.state_dict())
+    want_y, want = run_layer(theirs)
+    torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-5)
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_gat_edge_features_refused_by_name():
+    xs, _, _, ei = bipartite_inputs()
+    ei = ei[:, ei[1] < NS]
+    m = gt.GATConv(FS, O, edge_dim=3)
+    with pytest.raises(ValueError, match=r"GATConv: edge_attr must have shape \(E, edge_dim=3\)"):
+        m(xs, ei, torch.ones(ei.shape[1], 2))
+    with pytest.raises(ValueError, match=r"GATConv: edge_attr must have shape"):
+        m(xs, ei, torch.ones(ei.shape[1] + 1, 3))
+    with pytest.raises(TypeError, match=r"GATConv: edge_attr must be float32"):
+        m(xs, ei, torch.ones(ei.shape[1], 3, dtype=torch.float64))
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match=r"GATConv: edge_dim must be a positive int"):
+            gt.GATConv(FS, O, edge_dim=bad)
+    with pytest.raises(ValueError, match=r"GATConv: fill_value must be"):
+        gt.GATConv(FS, O, edge_dim=3, fill_value="median")
+    # without edge_dim, edge_attr is not read (PyG's behaviour): the same output as without it
+    plain = gt.GATConv(FS, O)
+    torch.testing.assert_close(plain(xs, ei, torch.ones(ei.shape[1], 3)), plain(xs, ei))
+
+
 def test_bipartite_layers_refuse_mismatched_inputs():
     xs, xd, _, ei = bipartite_inputs()
     sage, gat = gt.SAGEConv((FS, FD), O), gt.GATConv((FS, FD), O)
@@ -450,8 +542,6 @@ def test_bipartite_layers_refuse_mismatched_inputs():
             m((xs, None), ei, size=(NS, -1))
     # GATConv's arguments in PyG's order: (x, edge_index, edge_attr, size, return_attention_weights)
     torch.testing.assert_close(gat((xs, xd), ei, None, (NS, ND)), gat((xs, xd), ei))
-    with pytest.raises(NotImplementedError, match="edge features"):
-        gat((xs, xd), ei, torch.ones(ei.shape[1], 3))
     for bad_in in (True, (FS, True), -1, (FS, -1), (FS, 2.0), "7"):
         with pytest.raises((TypeError, ValueError), match=r"in_channels must be"):
             gt.SAGEConv(bad_in, O)
@@ -566,8 +656,6 @@ def test_functional_pool_and_norms_against_torch():
 
 def test_layers_refuse_what_they_do_not_compute():
     x, ei = inputs()
-    with pytest.raises(NotImplementedError, match="edge_dim"):
-        gt.GATConv(F, O, edge_dim=3)
     with pytest.raises(NotImplementedError, match="aggr"):
         gt.SAGEConv(F, O, aggr="lstm")
     with pytest.raises(ValueError, match="self-loops"):
