@@ -592,11 +592,12 @@ class GATConv(nn.Module):
     (add_self_loops), dropout applies to alpha in training. Scores, softmax and aggregation are gnn's
     kernels. Edge features as PyG's: with edge_dim, edge_attr [E, edge_dim] (or [E]) adds
     a_edge . W_e e_ij to each score, and a self-loop's features are fill_value ('mean', 'add', 'max',
-    'min' or 'mul' of the node's incoming edges', or a number or tensor). Bipartite, as in PyG: in_channels (F_src,
-    F_dst) gives lin_src and lin_dst, and x a pair (x_src, x_dst) (x_dst None: scores from the sources
-    alone) aggregates the sources into x_dst's rows; self-loops then join node i to i for i below
-    min(num_src, num_dst); `size` (num_src, num_dst) as PyG's. PyG's forward arguments in PyG's order,
-    return_attention_weights and `residual` as PyG's (edge_attr without edge_dim is not read, as in PyG).
+    'min' or 'mul' of the node's incoming edges', a number, a tensor, or None for 1). Bipartite, as in
+    PyG: in_channels (F_src, F_dst) gives lin_src and lin_dst, and x a pair (x_src, x_dst) (x_dst None:
+    scores from the sources alone) aggregates the sources into x_dst's rows; self-loops then join node i
+    to i for i below min(num_src, num_dst); `size` (num_src, num_dst) as PyG's. PyG's forward arguments
+    in PyG's order, return_attention_weights and `residual` as PyG's (edge_attr without edge_dim is not
+    read, as in PyG).
     """
 
     def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True,
@@ -604,12 +605,17 @@ class GATConv(nn.Module):
                  edge_dim: Optional[int] = None, fill_value="mean", bias: bool = True, residual: bool = False):
         super().__init__()
         in_src, in_dst, pair = _in_channels(in_channels, "GATConv")
-        if edge_dim is not None and (not isinstance(edge_dim, int) or isinstance(edge_dim, bool) or edge_dim < 1):
-            raise ValueError(f"GATConv: edge_dim must be a positive int or None, got {edge_dim!r}")
-        if not (isinstance(fill_value, (int, float, Tensor)) and not isinstance(fill_value, bool)
-                or fill_value in ("mean", "add", "sum", "max", "min", "mul")):
-            raise ValueError(f"GATConv: fill_value must be 'mean', 'add', 'sum', 'max', 'min', 'mul', a number or "
-                             f"a tensor, got {fill_value!r}")
+        if edge_dim is not None:  # (fill_value is read only with edge features, as in PyG)
+            try:
+                edge_dim = -1 if isinstance(edge_dim, bool) else operator.index(edge_dim)
+            except TypeError:
+                edge_dim = -1
+            if edge_dim < 1:
+                raise ValueError("GATConv: edge_dim must be a positive int or None")
+            if not (fill_value is None or isinstance(fill_value, (int, float, Tensor))
+                    or fill_value in ("mean", "add", "sum", "max", "min", "mul", "amax", "amin")):
+                raise ValueError(f"GATConv: fill_value must be 'mean', 'add', 'sum', 'max', 'min', 'mul', a number, "
+                                 f"a tensor or None, got {fill_value!r}")
         try:
             heads = operator.index(heads)  # an int, or a NumPy / torch integer
         except TypeError:
@@ -661,37 +667,51 @@ class GATConv(nn.Module):
         rows["edge_index"] = ei
         return Graph(ei, num_nodes=num_dst, num_src_nodes=num_src), rows, {}
 
-    def _edge_scores(self, graph: Graph, rows: dict, memo: dict, edge_attr: Tensor) -> Tensor:
+    def _edge_scores(self, graph: Graph, rows: dict, memo: dict, edge_attr) -> Tensor:
         """a_edge . W_e e per edge and head [E, H], in the graph's CSR order: edge_attr [E_in, edge_dim]
-        (or [E_in]) in the caller's edge order, self-loops' rows from fill_value, as PyG's."""
-        ea = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
+        (or [E_in]) in the caller's edge order, self-loops' rows from fill_value, as PyG's. The loops'
+        sums, means and maxima are gnn's SpMM over a graph from each kept edge to its node (fixed order:
+        the same bits every run on CUDA too, where torch's scatter adds by atomics); 'mul' runs torch's
+        scatter on the CPU (a copy there and back on CUDA). Where a bipartite layer's loops stop short of
+        an edge's target (more targets than sources), that edge gives no loop features (PyG fails there)."""
+        _check_x(edge_attr, "edge_attr")
         n_in = rows["keep"].numel() if "keep" in rows else rows["kept"]  # the caller's edges
-        if ea.dim() != 2 or ea.shape[1] != self.edge_dim or ea.shape[0] != n_in:
+        width = 1 if edge_attr.dim() == 1 else edge_attr.shape[-1]
+        if edge_attr.dim() not in (1, 2) or edge_attr.shape[0] != n_in or width != self.edge_dim:
             raise ValueError(f"GATConv: edge_attr must have shape (E, edge_dim={self.edge_dim}) for the edge_index's "
-                             f"edges, got {tuple(edge_attr.shape)}")
-        if ea.dtype != torch.float32 or ea.device != self.att_edge.device:
-            raise TypeError(f"GATConv: edge_attr must be float32 on {self.att_edge.device}, got {ea.dtype} on "
-                            f"{ea.device}")
+                             f"{n_in} edges, got {tuple(edge_attr.shape)}")
+        if edge_attr.device != self.att_edge.device:
+            raise TypeError(f"GATConv: edge_attr is on {edge_attr.device}, the layer on {self.att_edge.device}")
+        ea = edge_attr
         if "keep" in rows:
-            ea = ea[_on(memo, "keep", rows["keep"], ea.device)]
-            n, fill = rows["edge_index"].shape[1] - rows["kept"], self.fill_value
+            dev, fill = ea.device, self.fill_value
+            keep = _kept(rows, "keep_at", lambda: rows["keep"].nonzero()[:, 0])  # (positions: no sync on CUDA)
+            ea = ea.index_select(0, _on(memo, "keep", keep, dev))
+            n = rows["edge_index"].shape[1] - rows["kept"]
             if isinstance(fill, str):  # over the node's incoming edges (none: 0, or 1 for 'mul'), PyG's scatter
-                col = _on(memo, "col", rows["edge_index"][1, :rows["kept"]], ea.device)
-                inside = col < n  # (a bipartite layer's loops reach only the first n targets)
-                col, src = col[inside], ea[inside]
-                idx = col[:, None].expand(-1, ea.shape[1])
-                if fill in ("add", "sum", "mean"):
-                    loop = ea.new_zeros(n, ea.shape[1]).scatter_add(0, idx, src)
-                    if fill == "mean":
-                        loop = loop / torch.zeros(n, device=ea.device).scatter_add(
-                            0, col, torch.ones_like(col, dtype=ea.dtype)).clamp(min=1)[:, None]
-                elif fill == "mul":
-                    loop = ea.new_ones(n, ea.shape[1]).scatter_reduce(0, idx, src, "prod", include_self=True)
+                e2 = ea.view(ea.shape[0], -1)
+                if fill == "mul":
+                    col = rows["edge_index"][1, :rows["kept"]]
+                    inside = col < n
+                    src = e2.cpu()[inside]
+                    loop = src.new_ones(n, e2.shape[1]).scatter_reduce(0, col[inside][:, None].expand_as(src), src,
+                                                                        "prod", include_self=True).to(dev)
                 else:
-                    loop = ea.new_zeros(n, ea.shape[1]).scatter_reduce(0, idx, src, "a" + fill, include_self=False)
-            else:
-                loop = torch.as_tensor(fill, dtype=ea.dtype, device=ea.device).expand(n, ea.shape[1])
+                    def fill_graph():  # kept edge p -> its node, for the n nodes that get a loop
+                        col = rows["edge_index"][1, :rows["kept"]]
+                        inside = (col < n).nonzero()[:, 0]
+                        return Graph(torch.stack([inside, col[inside]]), num_nodes=n, num_src_nodes=rows["kept"])
+                    g = _kept(rows, "fill_graph", fill_graph)
+                    how = {"add": "sum", "sum": "sum", "mean": "mean", "max": "max", "amax": "max"}.get(fill)
+                    loop = spmm(g, e2, how) if how else 0.0 - spmm(g, 0.0 - e2, "max")  # min: -max(-x), +0 if none
+                loop = loop.view((n,) + tuple(ea.shape[1:]))
+            else:  # a number (None: 1) or a tensor, as PyG's compute_loop_attr
+                loop = torch.as_tensor(1.0 if fill is None else fill, dtype=ea.dtype, device=dev)
+                if isinstance(fill, Tensor) and loop.dim() != ea.dim():
+                    loop = loop.unsqueeze(0)
+                loop = loop.expand((n,) + tuple(ea.shape[1:]))
             ea = torch.cat([ea, loop], 0)
+        ea = ea.view(-1, 1) if ea.dim() == 1 else ea
         H, C = self.heads, self.out_channels
         a_edge = ((ea @ self.lin_edge.weight.t()).view(-1, H, C) * self.att_edge).sum(-1)
         return a_edge.index_select(0, _on(memo, "csr", _kept(rows, "csr", lambda: _edge_ids(graph)), a_edge.device))
@@ -707,7 +727,7 @@ class GATConv(nn.Module):
         if isinstance(edge_index, Graph):
             raise TypeError("GATConv: pass edge_index (the layer replaces self-loops by one per node)")
         src_nodes = None if square else num_src
-        graph, rows, memo = self._cache.get(edge_index, (num_dst, src_nodes),
+        graph, rows, memo = self._cache.get(edge_index, (num_dst, src_nodes, bool(self.add_self_loops)),
                                             lambda: self._prepare(edge_index, num_dst, src_nodes), "GATConv")
         H, C = self.heads, self.out_channels
         xw = x_src @ lin_src.weight.t()  # [num_src, H*C]

@@ -266,11 +266,16 @@ def test_torch_cuda_tensors(graph):
     yd, (ed, ad) = __import__("copy").deepcopy(gat).cuda()(x.cuda(), ei.cuda(), return_attention_weights=True)
     assert ed.is_cuda and ad.is_cuda and torch.equal(ed.cpu(), ec)
     np.testing.assert_allclose(ad.detach().cpu().numpy(), ac.detach().numpy(), rtol=1e-4, atol=1e-6)
-    gat = gt.GATConv(F, 3, heads=2, edge_dim=2)  # edge features: the self-loops' mean and the scores' term
-    ea = torch.as_tensor(rng.standard_normal((E, 2)).astype(np.float32))
-    yc = gat(x, ei, ea)
-    yd = __import__("copy").deepcopy(gat).cuda()(x.cuda(), ei.cuda(), ea.cuda())
-    np.testing.assert_allclose(yd.detach().cpu().numpy(), yc.detach().numpy(), rtol=1e-4, atol=1e-5)
+    for fill in ("mean", "max", "mul"):  # edge features: the self-loops' and the scores' term, and gradients
+        gat = gt.GATConv(F, 3, heads=2, edge_dim=2, fill_value=fill)
+        ea = torch.as_tensor(rng.standard_normal((E, 2)).astype(np.float32))
+        eac, ead = ea.clone().requires_grad_(), ea.cuda().requires_grad_()
+        yc = gat(x, ei, eac)
+        yd = __import__("copy").deepcopy(gat).cuda()(x.cuda(), ei.cuda(), ead)
+        np.testing.assert_allclose(yd.detach().cpu().numpy(), yc.detach().numpy(), rtol=1e-4, atol=1e-5)
+        yc.square().sum().backward()
+        yd.square().sum().backward()
+        np.testing.assert_allclose(ead.grad.cpu().numpy(), eac.grad.numpy(), rtol=1e-4, atol=1e-4)
     s = torch.cuda.Stream()
     xd = x.cuda()
     with torch.cuda.stream(s):  # the caller's current stream is the one gnn runs on

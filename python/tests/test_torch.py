@@ -68,14 +68,12 @@ def ref_gin(m, x, ei, ew=None):
 
 
 def ref_fill(ea, dst, n, fill):
-    """PyG's self-loop features: per node, fill_value of its incoming edges' features (none: 0, 1 for
-    'mul'), or the number or tensor itself; written node by node."""
+    """PyG's self-loop features for a fill_value that names a reduction: per node i < n, that reduction
+    of its incoming edges' features ea [E, D] (none: 0, or 1 for 'mul'); written node by node."""
     rows = []
     for i in range(n):
         mine = ea[dst == i]
-        if not isinstance(fill, str):
-            rows.append(torch.as_tensor(fill, dtype=ea.dtype).expand(ea.shape[1]))
-        elif mine.shape[0] == 0:
+        if mine.shape[0] == 0:
             rows.append(torch.full((ea.shape[1],), 1.0 if fill == "mul" else 0.0))
         else:
             how = {"mean": lambda t: t.mean(0), "add": lambda t: t.sum(0), "sum": lambda t: t.sum(0),
@@ -236,7 +234,7 @@ def test_layer_takes_pygs_edge_index_class(name):
         assert (a is None and b is None) or torch.equal(a, b)
 
 
-@pytest.mark.parametrize("name", ["sage", "gcn-weighted", "gin", "gat"])
+@pytest.mark.parametrize("name", ["sage", "gcn-weighted", "gin", "gat", "gat-edge"])
 def test_layer_same_bits_run_to_run(name):
     runs = []
     for threads in (1, 2):
@@ -266,9 +264,11 @@ def bipartite_inputs(seed=0):
     return xs, torch.randn(ND, FD, generator=g).requires_grad_(), torch.randn(ND, FS, generator=g).requires_grad_(), ei
 
 
-def ref_bipartite(m, xs, xd, ei, nd=None):
+def ref_bipartite(m, xs, xd, ei, nd=None, ea=None, with_alpha=False):
     """PyG's bipartite SAGEConv and GATConv in plain torch: xs [num_src, *] sources, xd [num_dst, *]
-    targets or None (then num_dst = nd, or num_src, and GAT scores the sources alone)."""
+    targets or None (then num_dst = nd, or num_src, and GAT scores the sources alone); ea GAT's edge
+    features (the self-loops' from fill_value over the edges into each of the first min(...) nodes);
+    with_alpha: also GAT's attention weights, in the order of the edges after the self-loops."""
     nd = (xs.shape[0] if nd is None else nd) if xd is None else xd.shape[0]
     if isinstance(m, gt.GINConv):
         out = aggregate(xs, ei, nd, "sum")
@@ -280,13 +280,26 @@ def ref_bipartite(m, xs, xd, ei, nd=None):
         return torch.nn.functional.normalize(out, dim=-1) if m.normalize else out
     lin_s, lin_d = (m.lin, m.lin) if m.lin is not None else (m.lin_src, m.lin_dst)
     if m.add_self_loops:
-        loop = torch.arange(min(xs.shape[0], nd))
-        ei = torch.cat([ei[:, ei[0] != ei[1]], torch.stack([loop, loop])], 1)
+        loop, keep = torch.arange(min(xs.shape[0], nd)), ei[0] != ei[1]
+        if ea is not None:
+            fill, k = m.fill_value, loop.numel()
+            if isinstance(fill, str):
+                name = {"amax": "max", "amin": "min"}.get(fill, fill)
+                loops = ref_fill(ea.view(ea.shape[0], -1)[keep], ei[1][keep], k, name).view((k,) + tuple(ea.shape[1:]))
+            else:  # a number (None: 1) or a tensor, broadcast over the loops as PyG's compute_loop_attr
+                t = torch.as_tensor(1.0 if fill is None else fill, dtype=torch.float32)
+                t = t.unsqueeze(0) if isinstance(fill, torch.Tensor) and t.dim() != ea.dim() else t
+                loops = t.expand((k,) + tuple(ea.shape[1:]))
+            ea = torch.cat([ea[keep], loops])
+        ei = torch.cat([ei[:, keep], torch.stack([loop, loop])], 1)
     H, C = m.heads, m.out_channels
     hs = (xs @ lin_s.weight.t()).view(-1, H, C)
     a_s = (hs * m.att_src).sum(-1)
     a_d = torch.zeros(nd, H) if xd is None else ((xd @ lin_d.weight.t()).view(-1, H, C) * m.att_dst).sum(-1)
-    sc = torch.nn.functional.leaky_relu(a_s[ei[0]] + a_d[ei[1]], m.negative_slope)
+    pre = a_s[ei[0]] + a_d[ei[1]]
+    if ea is not None:
+        pre = pre + ((ea.view(ea.shape[0], -1) @ m.lin_edge.weight.t()).view(-1, H, C) * m.att_edge).sum(-1)
+    sc = torch.nn.functional.leaky_relu(pre, m.negative_slope)
     mx = torch.full((nd, H), -1e30).scatter_reduce(0, ei[1][:, None].expand(-1, H), sc, "amax")
     ex = torch.exp(sc - mx[ei[1]])
     alpha = ex / torch.zeros(nd, H).index_add(0, ei[1], ex)[ei[1]]
@@ -294,7 +307,7 @@ def ref_bipartite(m, xs, xd, ei, nd=None):
     out = out.reshape(nd, H * C) if m.concat else out.mean(1)
     if m.res is not None and xd is not None:
         out = out + xd @ m.res.weight.t()
-    return out + m.bias
+    return (out + m.bias, alpha) if with_alpha else out + m.bias
 
 
 # name -> (layer class, constructor args, which inputs: "pair" (xs, xd), "nodst" (xs, None), "shared"
@@ -438,50 +451,78 @@ def test_gat_attention_weights_after_dropout_and_kept_edges():
     torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("fill", ["mean", "add", "max", "min", "mul", 0.5, "tensor", "noloops", "bipartite"])
-def test_gat_edge_features(fill):
-    # edge_attr [E, 3]: the scores' edge term and the self-loops' features (fill_value), against the plain
-    # formulation and PyG's layer: values and every gradient, edge_attr's included
+# fill_value cases: (constructor kwargs, inputs: "square" / "bipartite" / "few" (20 sources, 30 targets:
+# loops for 20 only, where PyG fails if an edge reaches a target past them), edge_attr width (0: [E]))
+EDGE_CASES = {
+    "mean": (dict(), "square", 3), "add": (dict(fill_value="add"), "square", 3),
+    "max": (dict(fill_value="max"), "square", 3), "min": (dict(fill_value="min"), "square", 3),
+    "mul": (dict(fill_value="mul"), "square", 3), "amax": (dict(fill_value="amax"), "square", 3),
+    "number": (dict(fill_value=0.5), "square", 3), "none": (dict(fill_value=None), "square", 3),
+    "tensor": (dict(fill_value=torch.tensor([0.5, -1.0, 2.0])), "square", 3),
+    "tensor-row": (dict(fill_value=torch.tensor([[0.5, -1.0, 2.0]])), "square", 3),
+    "per-node": (dict(fill_value=torch.linspace(-1, 1, NS)), "square", 0),  # 1-D edge_attr, a value per node
+    "flat": (dict(fill_value="max"), "square", 0), "noloops": (dict(add_self_loops=False), "square", 3),
+    "bipartite": (dict(fill_value="min"), "bipartite", 3), "few": (dict(), "few", 3),
+    "few-mul": (dict(fill_value="mul"), "few", 3),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGE_CASES))
+def test_gat_edge_features(case):
+    # the scores' edge term and the self-loops' features (fill_value), against the plain formulation and
+    # PyG's layer: values, the attention weights and every gradient, edge_attr's included
+    kwargs, how, width = EDGE_CASES[case]
     xs, xd, _, ei = bipartite_inputs(5)
     g = torch.Generator().manual_seed(6)
-    kwargs = dict(heads=2, edge_dim=3)
-    if fill == "tensor":
-        kwargs["fill_value"] = torch.tensor([0.5, -1.0, 2.0])
-    elif fill == "noloops":
-        kwargs["add_self_loops"] = False
-    elif fill != "bipartite":
-        kwargs["fill_value"] = fill
-    args, x = (((FS, FD), O), (xs, xd)) if fill == "bipartite" else ((FS, O), xs)
-    if fill != "bipartite":
-        ei = ei[:, ei[1] < NS]
-    ea = torch.randn(ei.shape[1], 3, generator=g).requires_grad_()
+    args, x = ((FS, FD), O), (xs, xd)
+    if how == "square":
+        args, x, ei = (FS, O), xs, ei[:, ei[1] < NS]
+    elif how == "few":
+        x = (xs[:20], xd)
+        ei = ei[:, ei[0] < 20]
+    ea = (torch.randn(ei.shape[1], width, generator=g) if width else torch.randn(ei.shape[1], generator=g))
+    ea.requires_grad_()
 
     def run_layer(m):
         for t in [xs, xd, ea] + list(m.parameters()):
             t.grad = None
-        y = m(x, ei, ea)
+        y, (e, a) = m(x, ei, ea, return_attention_weights=True)
         torch.manual_seed(8)
-        (y * torch.randn_like(y)).sum().backward()
-        return y.detach(), [t.grad for t in [xs, xd, ea] + list(m.parameters())]
+        ((y * torch.randn_like(y)).sum() + (a * torch.randn_like(a)).sum()).backward()
+        return y.detach(), a.detach(), [t.grad for t in [xs, xd, ea] + list(m.parameters())]
 
-    ours = perturbed(gt.GATConv(*args, **kwargs))
-    y, got = run_layer(ours)
-    if fill != "bipartite":  # the plain formulation
-        want_y, want = run_layer(Reference(ours, lambda m, x_, e_, w_: ref_gat(m, x_, e_, ea)))
-        torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-5)
-        for a, b in zip(got, want):
-            assert (a is None) == (b is None)
-            if a is not None:
-                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    def same(got, want):
+        for u, v in zip(got[:2], want[:2]):
+            torch.testing.assert_close(u, v, rtol=1e-4, atol=1e-5)
+        for u, v in zip(got[2], want[2]):
+            assert (u is None) == (v is None)
+            if u is not None:
+                torch.testing.assert_close(u, v, rtol=1e-4, atol=1e-4)
+
+    ours = perturbed(gt.GATConv(*args, heads=2, edge_dim=max(width, 1), **kwargs))
+    got = run_layer(ours)
+
+    class Ref(torch.nn.Module):  # the plain formulation, through ours's parameters
+        def __init__(self):
+            super().__init__()
+            self.layer = ours
+
+        def forward(self, x_, e_, a_, return_attention_weights):
+            xs_, xd_ = x_ if isinstance(x_, tuple) else (x_, x_)
+            return None, ref_bipartite(ours, xs_, xd_, e_, ea=a_, with_alpha=True)
+
+    class Ref2(Ref):  # (y, (edges, alpha)) as the layers return them
+        def forward(self, x_, e_, a_, return_attention_weights):
+            _, (y_, alpha_) = super().forward(x_, e_, a_, return_attention_weights)
+            return y_, (None, alpha_)
+
+    same(got, run_layer(Ref2()))
+    if how == "few" and (ei[1] >= 20).any():
+        return  # (PyG's add_self_loops fails on an edge past the loops' nodes)
     pyg = pytest.importorskip("torch_geometric.nn", reason=NO_PYG)
-    theirs = pyg.GATConv(*args, **kwargs)
+    theirs = pyg.GATConv(*args, heads=2, edge_dim=max(width, 1), **kwargs)
     theirs.load_state_dict(ours.state_dict())
-    want_y, want = run_layer(theirs)
-    torch.testing.assert_close(y, want_y, rtol=1e-4, atol=1e-5)
-    for a, b in zip(got, want):
-        assert (a is None) == (b is None)
-        if a is not None:
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    same(got, run_layer(theirs))
 
 
 def test_gat_edge_features_refused_by_name():
@@ -492,8 +533,12 @@ def test_gat_edge_features_refused_by_name():
         m(xs, ei, torch.ones(ei.shape[1], 2))
     with pytest.raises(ValueError, match=r"GATConv: edge_attr must have shape"):
         m(xs, ei, torch.ones(ei.shape[1] + 1, 3))
-    with pytest.raises(TypeError, match=r"GATConv: edge_attr must be float32"):
+    with pytest.raises(TypeError, match=r"edge_attr must be float32, got torch.float64"):
         m(xs, ei, torch.ones(ei.shape[1], 3, dtype=torch.float64))
+    with pytest.raises(TypeError, match=r"edge_attr must be a torch.Tensor, got list"):
+        m(xs, ei, [[1.0, 2.0, 3.0]] * ei.shape[1])
+    assert gt.GATConv(FS, O, edge_dim=np.int64(3)).edge_dim == 3
+    gt.GATConv(FS, O, fill_value="median")  # (read only with edge features, as in PyG)
     for bad in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match=r"GATConv: edge_dim must be a positive int"):
             gt.GATConv(FS, O, edge_dim=bad)
