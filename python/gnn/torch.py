@@ -535,7 +535,8 @@ class GCNConv(nn.Module):
         if isinstance(edge_index, Graph):
             raise TypeError("GCNConv: pass edge_index (the layer adds self-loops and normalises)")
         N = x.shape[0]
-        graph, rows, memo, w = self._cache.get(edge_index, N, lambda: self._graph(edge_index, N), "GCNConv")
+        graph, rows, memo, w = self._cache.get(edge_index, (N, bool(self.add_self_loops), bool(self.normalize)),
+                                               lambda: self._graph(edge_index, N), "GCNConv")
         w = _on(memo, "w", w, x.device)
         if edge_weight is not None:
             _check_x(edge_weight, "edge_weight")
@@ -607,13 +608,14 @@ class GATConv(nn.Module):
         in_src, in_dst, pair = _in_channels(in_channels, "GATConv")
         if edge_dim is not None:  # (fill_value is read only with edge features, as in PyG)
             try:
-                edge_dim = -1 if isinstance(edge_dim, bool) else operator.index(edge_dim)
+                dim = -1 if isinstance(edge_dim, bool) else operator.index(edge_dim)
             except TypeError:
-                edge_dim = -1
-            if edge_dim < 1:
-                raise ValueError("GATConv: edge_dim must be a positive int or None")
-            if not (fill_value is None or isinstance(fill_value, (int, float, Tensor))
-                    or fill_value in ("mean", "add", "sum", "max", "min", "mul", "amax", "amin")):
+                dim = -1
+            if dim < 1:
+                raise ValueError(f"GATConv: edge_dim must be a positive int or None, got {edge_dim!r}")
+            edge_dim = dim
+            if not (fill_value is None or isinstance(fill_value, (int, float, Tensor)) or isinstance(fill_value, str)
+                    and fill_value in ("mean", "add", "sum", "max", "min", "mul", "amax", "amin")):
                 raise ValueError(f"GATConv: fill_value must be 'mean', 'add', 'sum', 'max', 'min', 'mul', a number, "
                                  f"a tensor or None, got {fill_value!r}")
         try:
@@ -673,11 +675,13 @@ class GATConv(nn.Module):
         sums, means and maxima are gnn's SpMM over a graph from each kept edge to its node (fixed order:
         the same bits every run on CUDA too, where torch's scatter adds by atomics); 'mul' runs torch's
         scatter on the CPU (a copy there and back on CUDA). Where a bipartite layer's loops stop short of
-        an edge's target (more targets than sources), that edge gives no loop features (PyG fails there)."""
+        an edge's target (more targets than sources), that edge gives no loop features (PyG fails there).
+        Of equal features a 'max' or 'min' loop's gradient goes to the first edge (torch's amax, PyG's
+        on the CPU, splits it among them)."""
         _check_x(edge_attr, "edge_attr")
         n_in = rows["keep"].numel() if "keep" in rows else rows["kept"]  # the caller's edges
-        width = 1 if edge_attr.dim() == 1 else edge_attr.shape[-1]
-        if edge_attr.dim() not in (1, 2) or edge_attr.shape[0] != n_in or width != self.edge_dim:
+        width = None if edge_attr.dim() not in (1, 2) else 1 if edge_attr.dim() == 1 else edge_attr.shape[1]
+        if width != self.edge_dim or edge_attr.shape[0] != n_in:
             raise ValueError(f"GATConv: edge_attr must have shape (E, edge_dim={self.edge_dim}) for the edge_index's "
                              f"{n_in} edges, got {tuple(edge_attr.shape)}")
         if edge_attr.device != self.att_edge.device:
@@ -689,7 +693,7 @@ class GATConv(nn.Module):
             ea = ea.index_select(0, _on(memo, "keep", keep, dev))
             n = rows["edge_index"].shape[1] - rows["kept"]
             if isinstance(fill, str):  # over the node's incoming edges (none: 0, or 1 for 'mul'), PyG's scatter
-                e2 = ea.view(ea.shape[0], -1)
+                e2 = ea.view(-1, self.edge_dim)
                 if fill == "mul":
                     col = rows["edge_index"][1, :rows["kept"]]
                     inside = col < n

@@ -271,7 +271,7 @@ def ref_bipartite(m, xs, xd, ei, nd=None, ea=None, with_alpha=False):
             fill, k = m.fill_value, loop.numel()
             if isinstance(fill, str):
                 name = {"amax": "max", "amin": "min"}.get(fill, fill)
-                loops = ref_fill(ea.view(ea.shape[0], -1)[keep], ei[1][keep], k, name).view((k,) + tuple(ea.shape[1:]))
+                loops = ref_fill(ea.view(-1, m.edge_dim)[keep], ei[1][keep], k, name).view((k,) + tuple(ea.shape[1:]))
             else:  # a number (None: 1) or a tensor, broadcast over the loops as PyG's compute_loop_attr
                 t = torch.as_tensor(1.0 if fill is None else fill, dtype=torch.float32)
                 t = t.unsqueeze(0) if isinstance(fill, torch.Tensor) and t.dim() != ea.dim() else t
@@ -284,7 +284,7 @@ def ref_bipartite(m, xs, xd, ei, nd=None, ea=None, with_alpha=False):
     a_d = torch.zeros(nd, H) if xd is None else ((xd @ lin_d.weight.t()).view(-1, H, C) * m.att_dst).sum(-1)
     pre = a_s[ei[0]] + a_d[ei[1]]
     if ea is not None:
-        pre = pre + ((ea.view(ea.shape[0], -1) @ m.lin_edge.weight.t()).view(-1, H, C) * m.att_edge).sum(-1)
+        pre = pre + ((ea.view(-1, m.edge_dim) @ m.lin_edge.weight.t()).view(-1, H, C) * m.att_edge).sum(-1)
     sc = torch.nn.functional.leaky_relu(pre, m.negative_slope)
     mx = torch.full((nd, H), -1e30).scatter_reduce(0, ei[1][:, None].expand(-1, H), sc, "amax")
     ex = torch.exp(sc - mx[ei[1]])
@@ -433,7 +433,8 @@ def test_gat_attention_weights_after_dropout_and_kept_edges():
 
 
 # fill_value cases: (constructor kwargs, inputs: "square" / "bipartite" / "few" (20 sources, 30 targets:
-# loops for 20 only, where PyG fails if an edge reaches a target past them), edge_attr width (0: [E]))
+# loops for 20 only, where PyG fails if an edge reaches a target past them) / "loops" (every edge a
+# self-loop: none kept) / "empty" (no edges), edge_attr width (0: [E]))
 EDGE_CASES = {
     "mean": (dict(), "square", 3), "add": (dict(fill_value="add"), "square", 3),
     "max": (dict(fill_value="max"), "square", 3), "min": (dict(fill_value="min"), "square", 3),
@@ -443,7 +444,8 @@ EDGE_CASES = {
     "tensor-row": (dict(fill_value=torch.tensor([[0.5, -1.0, 2.0]])), "square", 3),
     "per-node": (dict(fill_value=torch.linspace(-1, 1, NS)), "square", 0),  # 1-D edge_attr, a value per node
     "flat": (dict(fill_value="max"), "square", 0), "noloops": (dict(add_self_loops=False), "square", 3),
-    "bipartite": (dict(fill_value="min"), "bipartite", 3), "few": (dict(), "few", 3),
+    "bipartite": (dict(fill_value="min"), "bipartite", 3), "bipartite-mean": (dict(), "bipartite", 3),
+    "few": (dict(), "few", 3), "all-loops": (dict(fill_value="max"), "loops", 3), "no-edges": (dict(), "empty", 0),
     "few-mul": (dict(fill_value="mul"), "few", 3),
 }
 
@@ -456,8 +458,9 @@ def test_gat_edge_features(case):
     xs, xd, _, ei = bipartite_inputs(5)
     g = torch.Generator().manual_seed(6)
     args, x = ((FS, FD), O), (xs, xd)
-    if how == "square":
+    if how in ("square", "loops", "empty"):
         args, x, ei = (FS, O), xs, ei[:, ei[1] < NS]
+        ei = ei[:, :0] if how == "empty" else torch.arange(12).repeat(2, 1) if how == "loops" else ei
     elif how == "few":
         x = (xs[:20], xd)
         ei = ei[:, ei[0] < 20]
@@ -472,32 +475,24 @@ def test_gat_edge_features(case):
         ((y * torch.randn_like(y)).sum() + (a * torch.randn_like(a)).sum()).backward()
         return y.detach(), a.detach(), [t.grad for t in [xs, xd, ea] + list(m.parameters())]
 
-    def same(got, want):
-        for u, v in zip(got[:2], want[:2]):
-            torch.testing.assert_close(u, v, rtol=1e-4, atol=1e-5)
-        for u, v in zip(got[2], want[2]):
-            assert (u is None) == (v is None)
-            if u is not None:
-                torch.testing.assert_close(u, v, rtol=1e-4, atol=1e-4)
+    def same(got, want):  # output, gradients, and the attention weights
+        assert_same(got[0], got[2], want[0], want[2])
+        torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-5)
 
     ours = perturbed(gt.GATConv(*args, heads=2, edge_dim=max(width, 1), **kwargs))
     got = run_layer(ours)
 
-    class Ref(torch.nn.Module):  # the plain formulation, through ours's parameters
+    class Ref(torch.nn.Module):  # the plain formulation through ours's parameters, returning as the layer
         def __init__(self):
             super().__init__()
             self.layer = ours
 
         def forward(self, x_, e_, a_, return_attention_weights):
             xs_, xd_ = x_ if isinstance(x_, tuple) else (x_, x_)
-            return None, ref_bipartite(ours, xs_, xd_, e_, ea=a_, with_alpha=True)
-
-    class Ref2(Ref):  # (y, (edges, alpha)) as the layers return them
-        def forward(self, x_, e_, a_, return_attention_weights):
-            _, (y_, alpha_) = super().forward(x_, e_, a_, return_attention_weights)
+            y_, alpha_ = ref_bipartite(ours, xs_, xd_, e_, ea=a_, with_alpha=True)
             return y_, (None, alpha_)
 
-    same(got, run_layer(Ref2()))
+    same(got, run_layer(Ref()))
     if how == "few" and (ei[1] >= 20).any():
         return  # (PyG's add_self_loops fails on an edge past the loops' nodes)
     pyg = pytest.importorskip("torch_geometric.nn", reason=NO_PYG)
@@ -518,6 +513,10 @@ def test_gat_edge_features_refused_by_name():
         m(xs, ei, torch.ones(ei.shape[1], 3, dtype=torch.float64))
     with pytest.raises(TypeError, match=r"edge_attr must be a torch.Tensor, got list"):
         m(xs, ei, [[1.0, 2.0, 3.0]] * ei.shape[1])
+    with pytest.raises(ValueError, match=r"GATConv: edge_attr must have shape .* got \(\)"):
+        m(xs, ei, torch.tensor(1.0))
+    with pytest.raises(ValueError, match=r"GATConv: fill_value must be"):
+        gt.GATConv(FS, O, edge_dim=3, fill_value=np.array([1.0, 2.0, 3.0]))
     assert gt.GATConv(FS, O, edge_dim=np.int64(3)).edge_dim == 3
     gt.GATConv(FS, O, fill_value="median")  # (read only with edge features, as in PyG)
     for bad in (0, -2, 1.5, True):
@@ -528,6 +527,22 @@ def test_gat_edge_features_refused_by_name():
     # without edge_dim, edge_attr is not read (PyG's behaviour): the same output as without it
     plain = gt.GATConv(FS, O)
     torch.testing.assert_close(plain(xs, ei, torch.ones(ei.shape[1], 3)), plain(xs, ei))
+
+
+@pytest.mark.parametrize("name", ["gcn", "gat"])
+def test_layer_settings_changed_after_a_call_rebuild_the_graph(name):
+    # the kept graph holds the self-loops (and GCN's normalised weights): a layer whose add_self_loops
+    # or normalize is switched after a call computes what a fresh layer with those settings does
+    x, ei = inputs(6)
+    m = make(gt, name)
+    m(x, ei)
+    m.add_self_loops = False
+    if name == "gcn":
+        m.normalize = False
+    fresh = make(gt, name)
+    fresh.add_self_loops, fresh.normalize = m.add_self_loops, getattr(m, "normalize", None)
+    fresh.load_state_dict(m.state_dict())
+    torch.testing.assert_close(m(x, ei), fresh(x, ei))
 
 
 def test_bipartite_layers_refuse_mismatched_inputs():
