@@ -193,8 +193,9 @@ inline int max_lanes() {
 }
 
 // yr[0 .. F) = the max over the terms coef(i) times the row row(i) for i = b .. e-1 (b < e), each column
-// the first term replaced where a later one is greater, and ar[0 .. F) the term i that gave it; in
-// vectors of `lanes` floats (max_lanes()). (No prefetch of the next term's row, which the sums have: it
+// the first term replaced where a later one is greater, and ar[0 .. F) the term i that gave it; the
+// 16-column blocks in vectors of `lanes` floats (max_lanes()), the last F % 16 columns in 4-lane vectors
+// and the last F % 4 in the row (column_passes). (No prefetch of the next term's row, which the sums have: it
 // cost the max 5-15% at F = 8-16 with x in cache and gained nothing at 2M rows.)
 template <class Row, class Coef>
 GNN_INLINE inline void max_rows(float* __restrict yr, int32_t* __restrict ar, const Row& row, const Coef& coef,

@@ -1,12 +1,13 @@
-// Gather SpMM on the CPU: one thread per block of destination rows (dynamic, so a hub row does not
-// hold a whole static chunk back). Sum and mean form each output row column by column as 0 plus the
-// edges' terms in edge order (the reference's order), max as the first term replaced by each greater
-// one; both hold up to 64 columns in registers over a pass of the row's edges and store them once
-// (kernels/gather_rows.h). The compiler vectorises the column loops (AVX2 or AVX-512 where the CPU has
-// them: GNN_CPU_CLONES). Sum and mean prefetch the next edge's source row; that measured as neither a
-// gain nor a loss here (spmm-mean, N = 10k and 100k, F = 128), and helps where memory latency is higher.
-// Max does not: the prefetch cost it 5-15% at F = 8 and 16 with x in cache and gained nothing at N = 2M
-// (docs/benchmarks.md, fifty-seventh session).
+// Gather SpMM on the CPU: one thread per block of destination rows (dynamic, so a hub row does not hold
+// a whole static chunk back). Sum and mean form each output row column by column as 0 plus the edges'
+// terms in edge order (the reference's order), max as the first term replaced by each greater one; both
+// hold a row's 16-column blocks, up to 64 columns at a time, in registers over a pass of its edges and
+// store them once, then its last F % 16 in a second pass (4-lane vectors, the last F % 4 formed in the
+// row: kernels/gather_rows.h). The compiler vectorises the column loops (AVX2 or AVX-512 where the CPU
+// has them: GNN_CPU_CLONES). Sum and mean prefetch the next edge's source row; that measured as neither
+// a gain nor a loss here (spmm-mean, N = 10k and 100k, F = 128), and helps where memory latency is
+// higher. Max does not: the prefetch cost it 5-15% at F = 8 and 16 with x in cache and gained nothing
+// at N = 2M (docs/benchmarks.md, fifty-seventh session).
 #include <algorithm>
 #include <bit>
 

@@ -1,6 +1,7 @@
 """gnn's kernels as torch autograd functions and PyG-style layers.
 
-The layers take PyG's constructor arguments and ``forward(x, edge_index)``, and hold their parameters
+The layers take PyG's constructor and forward arguments (``forward(x, edge_index)``, and where PyG's
+layer has them a pair ``x=(x_src, x_dst)``, ``size``, GAT's edge_attr), and hold their parameters
 under PyG's names, so a PyG model swaps a layer by changing an import and a PyG state_dict loads as is:
 
     from gnn.torch import SAGEConv          # instead of: from torch_geometric.nn import SAGEConv
@@ -11,8 +12,11 @@ gradients have the same bits on every run and thread count; the CSR/CSC graph bu
 is kept and reused while the same ``edge_index`` tensor (same storage and version) comes back, as it
 does every step of full-graph training (an edit that torch does not count, through ``.numpy()`` or
 ``.data``, is not seen: pass a new tensor; an inference tensor, made under ``torch.inference_mode()``,
-has no version, so its graph is built on every call). Anything the kernels do not cover (SAGE's lstm
-and multiple aggregations) raises NotImplementedError rather than computing something else.
+has no version, so its graph is built on every call); of equal edge features a GATConv 'max' or 'min'
+self-loop's gradient goes to the first edge (torch's amax splits it); a bipartite GATConv with more
+targets than sources gives an edge past the self-loops' nodes no loop features (PyG fails there).
+Anything the kernels do not cover (SAGE's lstm and multiple aggregations) raises NotImplementedError
+rather than computing something else.
 """
 
 from __future__ import annotations
@@ -407,8 +411,8 @@ def _glorot(t: Tensor) -> None:
 class SAGEConv(nn.Module):
     """GraphSAGE (PyG's SAGEConv): out_i = lin_l(aggr_{j -> i} x_j) + lin_r(x_i).
 
-    aggr 'mean' with root_weight runs gnn's fused layer (one GEMM over [mean | x]); 'sum' and 'max'
-    aggregate with gnn.spmm and then apply the two linear maps. normalize l2-normalises the output;
+    aggr 'mean' with root_weight (one node set, no project) runs gnn's fused layer (one GEMM over
+    [mean | x]); otherwise gnn.spmm aggregates and the two linear maps follow. normalize l2-normalises the output;
     project maps the sources through ReLU(lin(x_j)) first, as PyG's.
     Bipartite, as in PyG: in_channels (F_src, F_dst) and x a pair (x_src, x_dst) (x_dst None: no root
     term), the sources aggregated by gnn.spmm over a graph of x_dst's rows as targets; `size` (num_src,
