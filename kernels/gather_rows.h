@@ -211,7 +211,8 @@ GNN_INLINE inline void max_rows(float* __restrict yr, int32_t* __restrict ar, co
 // A destination row of a gather: yr[0 .. F) = 0 + the terms w[p] (1 without w) times source row
 // indices[p] of x (row stride ldx) over the edges p = b .. e-1 (b < e), times 1 / (e - b) with mean
 // (SpMM's sum and mean, SAGE's mean). With and without w written apart, so that the unweighted
-// loop adds the rows without a product (GCC unswitched it by itself until the column passes grew).
+// loop adds the rows without a product (GCC stopped unswitching it once the column passes were
+// reshaped: perf annotate, fifty-eighth session).
 GNN_INLINE inline void gather_sum_row(float* __restrict yr, const float* __restrict x, const float* __restrict w,
                                       const int32_t* __restrict indices, int32_t b, int32_t e, int64_t ldx, int64_t F,
                                       bool mean, bool prefetch) {
