@@ -132,6 +132,20 @@ def _check_in(x: Tensor, in_channels: Optional[int], who: str, name: str = "x") 
         raise ValueError(f"{who}: {name} must have shape {want}, got {tuple(x.shape)}")
 
 
+def _positive_int(value, who: str, name: str) -> int:
+    """value as an int >= 1 (a Python, NumPy or torch integer, not a bool), else a TypeError or ValueError
+    naming the argument."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or isinstance(value, bool):
+        raise TypeError(f"{who}: {name} must be an integer, got {type(value).__name__}")
+    if n < 1:
+        raise ValueError(f"{who}: {name} must be >= 1, got {n}")
+    return n
+
+
 def _in_channels(in_channels, who: str):
     """PyG's in_channels: an int, or a bipartite layer's pair (F_src, F_dst). Returns (F_src, F_dst, pair)."""
     pair = isinstance(in_channels, (tuple, list)) and len(in_channels) == 2
@@ -146,10 +160,9 @@ def _in_channels(in_channels, who: str):
 def _layer_inputs(x, size, who: str, in_src: Optional[int], in_dst: Optional[int]):
     """A layer's x as PyG takes it: a tensor, or a pair (x_src, x_dst) whose x_dst may be None (no
     features of the targets), checked against in_src and in_dst features (None: any width; in_dst
-    "x_src": x_src's), 2-D float32 tensors on one of gnn's devices,
-    and PyG's `size` (num_src, num_dst), checked against the rows given. Returns (x_src, x_dst, num_src,
-    num_dst, square), square where sources and targets are one node set (without x_dst and size, as PyG
-    reads it, the sources)."""
+    "x_src": x_src's), 2-D float32 tensors on one of gnn's devices, and PyG's `size` (num_src, num_dst),
+    checked against the rows given. Returns (x_src, x_dst, num_src, num_dst, square), square where sources
+    and targets are one node set (without x_dst and size, as PyG reads it, the sources)."""
     pair = isinstance(x, (tuple, list))
     if pair and len(x) != 2:
         raise ValueError(f"{who}: x must be a tensor or a pair (x_src, x_dst), got {len(x)} items")
@@ -611,23 +624,12 @@ class GATConv(nn.Module):
         super().__init__()
         in_src, in_dst, pair = _in_channels(in_channels, "GATConv")
         if edge_dim is not None:  # (fill_value is read only with edge features, as in PyG)
-            try:
-                dim = -1 if isinstance(edge_dim, bool) else operator.index(edge_dim)
-            except TypeError:
-                dim = -1
-            if dim < 1:
-                raise ValueError(f"GATConv: edge_dim must be a positive int or None, got {edge_dim!r}")
-            edge_dim = dim
+            edge_dim = _positive_int(edge_dim, "GATConv", "edge_dim")
             if not (fill_value is None or isinstance(fill_value, (int, float, Tensor)) or isinstance(fill_value, str)
                     and fill_value in ("mean", "add", "sum", "max", "min", "mul", "amax", "amin")):
                 raise ValueError(f"GATConv: fill_value must be 'mean', 'add', 'sum', 'max', 'min', 'mul', a number, "
                                  f"a tensor or None, got {fill_value!r}")
-        try:
-            heads = operator.index(heads)  # an int, or a NumPy / torch integer
-        except TypeError:
-            raise TypeError(f"GATConv: heads must be an integer, got {type(heads).__name__}") from None
-        if heads < 1:
-            raise ValueError(f"GATConv: heads must be >= 1, got {heads}")
+        heads = _positive_int(heads, "GATConv", "heads")
         self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
         self.negative_slope, self.dropout, self.add_self_loops = negative_slope, dropout, add_self_loops
         self.lin = self.lin_src = self.lin_dst = None  # (PyG's names: lin shared, or lin_src and lin_dst)
@@ -661,12 +663,13 @@ class GATConv(nn.Module):
             nn.init.zeros_(self.bias)
 
     def _prepare(self, edge_index: Tensor, num_dst: int, num_src: Optional[int]):
-        """(graph, its edges in PyG's order and which input edges they keep, memo of device copies)."""
+        """(graph, rows: its edges in PyG's order and, with self-loops, the input edges they keep, memo of
+        device copies)."""
         ei = _edge_index(edge_index, num_dst, "GATConv", num_src)
-        rows = {"kept": ei.shape[1]}
-        if self.add_self_loops:
-            rows["keep"] = ei[0] != ei[1]
-            ei = ei[:, rows["keep"]]
+        rows = {"kept": ei.shape[1], "given": ei.shape[1]}
+        if self.add_self_loops:  # (keep as positions: selecting by them on CUDA needs no sync)
+            rows["keep"] = (ei[0] != ei[1]).nonzero()[:, 0]
+            ei = ei.index_select(1, rows["keep"])
             rows["kept"] = ei.shape[1]
             loop = torch.arange(num_dst if num_src is None else min(num_src, num_dst))
             ei = torch.cat([ei, torch.stack([loop, loop])], 1)
@@ -683,7 +686,7 @@ class GATConv(nn.Module):
         Of equal features a 'max' or 'min' loop's gradient goes to the first edge (torch's amax, PyG's
         on the CPU, splits it among them)."""
         _check_x(edge_attr, "edge_attr")
-        n_in = rows["keep"].numel() if "keep" in rows else rows["kept"]  # the caller's edges
+        n_in = rows["given"]  # the caller's edges
         width = None if edge_attr.dim() not in (1, 2) else 1 if edge_attr.dim() == 1 else edge_attr.shape[1]
         if width != self.edge_dim or edge_attr.shape[0] != n_in:
             raise ValueError(f"GATConv: edge_attr must have shape (E, edge_dim={self.edge_dim}) for the edge_index's "
@@ -693,20 +696,18 @@ class GATConv(nn.Module):
         ea = edge_attr
         if "keep" in rows:
             dev, fill = ea.device, self.fill_value
-            keep = _kept(rows, "keep_at", lambda: rows["keep"].nonzero()[:, 0])  # (positions: no sync on CUDA)
-            ea = ea.index_select(0, _on(memo, "keep", keep, dev))
+            ea = ea.index_select(0, _on(memo, "keep", rows["keep"], dev))
             n = rows["edge_index"].shape[1] - rows["kept"]
+            col = rows["edge_index"][1, :rows["kept"]]  # the kept edges' targets
             if isinstance(fill, str):  # over the node's incoming edges (none: 0, or 1 for 'mul'), PyG's scatter
                 e2 = ea.view(-1, self.edge_dim)
                 if fill == "mul":
-                    col = rows["edge_index"][1, :rows["kept"]]
                     inside = col < n
                     src = e2.cpu()[inside]
                     loop = src.new_ones(n, e2.shape[1]).scatter_reduce(0, col[inside][:, None].expand_as(src), src,
                                                                         "prod", include_self=True).to(dev)
                 else:
                     def fill_graph():  # kept edge p -> its node, for the n nodes that get a loop
-                        col = rows["edge_index"][1, :rows["kept"]]
                         inside = (col < n).nonzero()[:, 0]
                         return Graph(torch.stack([inside, col[inside]]), num_nodes=n, num_src_nodes=rows["kept"])
                     g = _kept(rows, "fill_graph", fill_graph)

@@ -519,8 +519,11 @@ def test_gat_edge_features_refused_by_name():
         gt.GATConv(FS, O, edge_dim=3, fill_value=np.array([1.0, 2.0, 3.0]))
     assert gt.GATConv(FS, O, edge_dim=np.int64(3)).edge_dim == 3
     gt.GATConv(FS, O, fill_value="median")  # (read only with edge features, as in PyG)
-    for bad in (0, -2, 1.5, True):
-        with pytest.raises(ValueError, match=r"GATConv: edge_dim must be a positive int"):
+    for bad in (0, -2):
+        with pytest.raises(ValueError, match=rf"GATConv: edge_dim must be >= 1, got {bad}"):
+            gt.GATConv(FS, O, edge_dim=bad)
+    for bad, kind in ((1.5, "float"), (True, "bool"), ("3", "str")):
+        with pytest.raises(TypeError, match=rf"GATConv: edge_dim must be an integer, got {kind}"):
             gt.GATConv(FS, O, edge_dim=bad)
     with pytest.raises(ValueError, match=r"GATConv: fill_value must be"):
         gt.GATConv(FS, O, edge_dim=3, fill_value="median")
@@ -713,6 +716,8 @@ def test_layers_refuse_what_they_do_not_compute():
         gt.GATConv(F, O, heads=0)
     with pytest.raises(TypeError, match="heads must be an integer, got float"):
         gt.GATConv(F, O, heads=2.0)
+    with pytest.raises(TypeError, match="heads must be an integer, got bool"):
+        gt.GATConv(F, O, heads=True)
     assert gt.GATConv(F, O, heads=np.int64(2))(x, ei).shape == (N, 2 * O)  # NumPy integers, as PyG takes them
 
 
