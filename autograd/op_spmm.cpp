@@ -1,10 +1,10 @@
 // Graph aggregation (kernels/spmm.h): y[v] = reduce_{p in row v} w[p] x[src(p)], and its backward
 // (the transposed gather over the CSC for dx, a per-edge dot for dw). With per-head weights [E, H]
 // and x [N, H*F], each head h is one SpMM over the column block h*F .. h*F+F-1 (row strides H*F)
-// with that head's weights, transposed once to [H, E] so every call reads them contiguously. Host
-// tensors run the CPU kernels, CUDA tensors (and a graph moved there) the CUDA ones; there, sum and
-// mean over several heads take the multi-head kernels instead (all heads per launch, w read as [E, H]):
-// one launch forward and two backward rather than 2H + 2.
+// with that head's weights: sum and mean through the multi-head kernels (all heads in one call, w read
+// as [E, H]: one walk of the graph forward and two backward rather than 2H + 2, on the CPU each row's
+// heads while its rows are in cache), max one call per head with the weights transposed once to [H, E].
+// Host tensors run the CPU kernels, CUDA tensors (and a graph moved there) the CUDA ones.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"
 
@@ -48,28 +48,38 @@ Tensor transpose(const Tensor& a) {  // [R, C] -> [C, R]
   return t;
 }
 
-// CUDA, H > 1 heads, sum or mean: every head in one launch (kernels/spmm.h, spmm_heads_*).
+// H > 1 heads, sum or mean: every head in one call (kernels/spmm.h, spmm_heads_*), w read as [E, H].
+constexpr Kernel spmm_heads_forward_k = GNN_KERNEL(spmm_heads_forward);
+constexpr Kernel spmm_heads_backward_x_k{  // (base: the host's; CUDA's kernel has none)
+    "spmm_heads_backward_x", [](auto... a) { spmm_heads_backward_x_ref(a...); },
+    [](auto... a) { spmm_heads_backward_x_cpu(a...); },
+    [](const Tensor& on, auto dx, auto dy, auto w, const CsrView& g, int64_t H, int64_t F, Reduce op, auto base) {
+      GNN_CHECK(!base, "spmm_heads_backward_x: no base on CUDA");
+      spmm_heads_backward_x_cuda(dx, dy, w, g, H, F, op, on.stream());
+    }};
+constexpr Kernel spmm_heads_backward_w_k = GNN_KERNEL(spmm_heads_backward_w);
+template <class T>
 Var spmm_heads(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight, int64_t H) {
   const int64_t E = graph.num_edges, F = x.size(1) / H;
   Tensor y = empty_like(x.value(), x.shape());
-  if constexpr (kWithCuda)
-    spmm_heads_forward_cuda(ptr<float>(y), ptr<float>(x.value()), ptr<float>(edge_weight.value()), csr_view(graph), H,
-                            F, op, y.stream());
+  run<T>(spmm_heads_forward_k, y, ptr<T>(y), ptr<T>(x.value()), ptr<T>(edge_weight.value()), csr_view(graph), H, F,
+         op);
   // The closure reads x's value only for the weights' gradient.
   const Tensor xv = edge_weight.requires_grad() ? x.value() : Tensor();
   return record("spmm", y, {x, edge_weight}, [=, x = GradRef(x)](const Tensor& dy) {
     const CsrView g = csr_view(graph);
-    if (x.requires_grad()) {
+    const T* w = ptr<T>(edge_weight.value());
+    if (GradSum s = dy.is_cuda() ? GradSum{} : grad_sum(x); s.into.defined()) {  // (as spmm_with's)
+      run<T>(spmm_heads_backward_x_k, dy, ptr<T>(s.into), ptr<T>(dy), w, g, H, F, op, ptr<T>(s.held));
+      set_grad_sum(x, std::move(s.into));
+    } else if (x.requires_grad()) {
       Tensor dx = empty_like(dy, x.shape());
-      if constexpr (kWithCuda)
-        spmm_heads_backward_x_cuda(ptr<float>(dx), ptr<float>(dy), ptr<float>(edge_weight.value()), g, H, F, op,
-                                   dy.stream());
+      run<T>(spmm_heads_backward_x_k, dy, ptr<T>(dx), ptr<T>(dy), w, g, H, F, op, static_cast<const T*>(nullptr));
       accumulate(x, dx);
     }
     if (edge_weight.requires_grad()) {
       Tensor dw = empty_like(dy, Shape{E, H});
-      if constexpr (kWithCuda)
-        spmm_heads_backward_w_cuda(ptr<float>(dw), ptr<float>(dy), ptr<float>(xv), g, H, F, op, dy.stream());
+      run<T>(spmm_heads_backward_w_k, dy, ptr<T>(dw), ptr<T>(dy), ptr<T>(xv), g, H, F, op);
       accumulate(edge_weight, dw);
     }
   });
@@ -102,7 +112,7 @@ Var spmm_with(const char* name, const Graph& graph, const Var& x, Reduce op, con
   GNN_CHECK(!plus.defined() || H == 1, name, ": plus takes no per-head edge weights");  // base is not offset per head
   return dispatch_dev(name, x.value(), [&](auto t) {
     using T = decltype(t);
-    if (x.value().is_cuda() && H > 1 && op != Reduce::kMax) return spmm_heads(graph, x, op, edge_weight, H);
+    if (H > 1 && op != Reduce::kMax) return spmm_heads<T>(graph, x, op, edge_weight, H);
     const CsrView g = csr_view(graph);
     Tensor wt = edge_weight.defined()
                     ? (H > 1 ? transpose<T>(edge_weight.value().reshape({E, H})) : edge_weight.value())

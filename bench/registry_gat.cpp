@@ -42,13 +42,14 @@ KernelCase softmax_case(const KernelShape& s) {
 
 // gat-layer: 4 heads of F/4 (concat), h = x W; a_src/a_dst = per-head dots with the attention
 // vectors; s = leaky_relu(a_src[u] + a_dst[v]); alpha = segment softmax; y[v, h] = sum alpha h[u, h].
-// The weighted gather runs per head on strided views of h. --backward runs the chain back to dx and dW.
+// The weighted gather runs every head in one call (spmm_heads_*, weights [E, H]), as autograd's spmm
+// does. --backward runs the chain back to dx and dW.
 KernelCase gat_case(const KernelShape& s) {
   auto d = std::make_shared<GraphData>(s);
   const int64_t N = s.nodes, F = s.features * s.configs, H = 4, D = std::max<int64_t>(1, F / H), HD = H * D;
   const int64_t E = d->g.num_edges;
   struct Buffers {
-    Tensor x, W, att_src, att_dst, h, as, ad, sc, alpha, alpha_t, y, dy, dh, dalpha_t, dalpha, dsc, das, dad, dx, dW;
+    Tensor x, W, att_src, att_dst, h, as, ad, sc, alpha, y, dy, dh, dalpha, dsc, das, dad, dx, dW;
   };
   auto b = std::make_shared<Buffers>();
   b->x = random_tensor(N, F, 1), b->W = random_tensor(F, HD, 2);
@@ -56,7 +57,6 @@ KernelCase gat_case(const KernelShape& s) {
   for (Tensor* t : {&b->h, &b->y, &b->dh}) *t = Tensor::empty({N, HD}, DType::F32);
   for (Tensor* t : {&b->as, &b->ad, &b->das, &b->dad}) *t = Tensor::empty({N, H}, DType::F32);
   for (Tensor* t : {&b->sc, &b->alpha, &b->dalpha, &b->dsc}) *t = Tensor::empty({E, H}, DType::F32);
-  for (Tensor* t : {&b->alpha_t, &b->dalpha_t}) *t = Tensor::empty({H, E}, DType::F32);
   b->dx = Tensor::empty({N, F}, DType::F32), b->dW = Tensor::empty({F, HD}, DType::F32);
   const bool bwd = s.backward;
   KernelCase k;
@@ -75,20 +75,11 @@ KernelCase gat_case(const KernelShape& s) {
       }
     gat_scores_forward_cpu(B.sc.f32(), as, ad, d->v, H, 0.2f);
     segment_softmax_forward_cpu(B.alpha.f32(), B.sc.f32(), d->g.csr_indptr.i32(), N, H);
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t hh = 0; hh < H; ++hh) B.alpha_t.f32()[hh * E + e] = B.alpha.f32()[e * H + hh];
-    for (int64_t hh = 0; hh < H; ++hh)
-      spmm_forward_cpu(B.y.f32() + hh * D, nullptr, h + hh * D, B.alpha_t.f32() + hh * E, d->v, D, HD, HD,
-                       Reduce::kSum);
+    spmm_heads_forward_cpu(B.y.f32(), h, B.alpha.f32(), d->v, H, D, Reduce::kSum);
     if (!bwd) return;
     const float* dy = B.y.f32();  // the output stands in for the incoming gradient
-    for (int64_t hh = 0; hh < H; ++hh) {
-      spmm_backward_x_cpu(B.dh.f32() + hh * D, dy + hh * D, nullptr, B.alpha_t.f32() + hh * E, d->v, D, HD, HD,
-                          Reduce::kSum);
-      spmm_backward_w_cpu(B.dalpha_t.f32() + hh * E, dy + hh * D, h + hh * D, nullptr, d->v, D, HD, HD, Reduce::kSum);
-    }
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t hh = 0; hh < H; ++hh) B.dalpha.f32()[e * H + hh] = B.dalpha_t.f32()[hh * E + e];
+    spmm_heads_backward_x_cpu(B.dh.f32(), dy, B.alpha.f32(), d->v, H, D, Reduce::kSum);
+    spmm_heads_backward_w_cpu(B.dalpha.f32(), dy, h, d->v, H, D, Reduce::kSum);
     segment_softmax_backward_cpu(B.dsc.f32(), B.alpha.f32(), B.dalpha.f32(), d->g.csr_indptr.i32(), N, H);
     gat_scores_backward_cpu(B.das.f32(), B.dad.f32(), B.dsc.f32(), as, ad, d->v, H, 0.2f);
     float* dh = B.dh.f32();

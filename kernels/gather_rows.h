@@ -167,12 +167,13 @@ GNN_INLINE inline void column_passes(int64_t F, const Pass& pass) {
 }  // namespace gather_detail
 
 // yr[0 .. F) = 0 + the terms coef(i) times the row row(i) (a float pointer) for i = b .. e-1 (b < e), in
-// order, times 1 / (e - b) with mean. With prefetch, the next term's row is prefetched while one is added.
+// order, times 1 / (e - b) with mean. With prefetch_floats > 0, that many floats of the next term's row
+// are prefetched while one is added (F for the row itself; a head's caller gives the whole row).
 template <class Row, class Coef>
 GNN_INLINE inline void sum_rows(float* __restrict yr, const Row& row, const Coef& coef, int32_t b, int32_t e,
-                                int64_t F, bool mean, bool prefetch) {
+                                int64_t F, bool mean, int64_t prefetch_floats) {
   gather_detail::column_passes(F, [&](auto K, auto T, int64_t c0, int64_t rem, bool first) GNN_INLINE {
-    gather_detail::sum_cols<K(), T()>(yr + c0, row, coef, b, e, c0, rem, prefetch && first ? F : 0, mean);
+    gather_detail::sum_cols<K(), T()>(yr + c0, row, coef, b, e, c0, rem, first ? prefetch_floats : 0, mean);
   });
 }
 
@@ -217,8 +218,9 @@ GNN_INLINE inline void gather_sum_row(float* __restrict yr, const float* __restr
                                       const int32_t* __restrict indices, int32_t b, int32_t e, int64_t ldx, int64_t F,
                                       bool mean, bool prefetch) {
   auto row = [&](int32_t p) GNN_INLINE { return x + int64_t(indices[p]) * ldx; };
-  if (w) sum_rows(yr, row, [&](int32_t p) GNN_INLINE { return w[p]; }, b, e, F, mean, prefetch);
-  else sum_rows(yr, row, [](int32_t) GNN_INLINE { return 1.0f; }, b, e, F, mean, prefetch);
+  const int64_t ahead = prefetch ? F : 0;
+  if (w) sum_rows(yr, row, [&](int32_t p) GNN_INLINE { return w[p]; }, b, e, F, mean, ahead);
+  else sum_rows(yr, row, [](int32_t) GNN_INLINE { return 1.0f; }, b, e, F, mean, ahead);
 }
 
 // The same row's max (SpMM's max): yr[0 .. F) the max over the edges p = b .. e-1 (b < e) of w[p] (1

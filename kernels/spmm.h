@@ -13,9 +13,11 @@
 //   sum/mean: dx[u, f] = sum_{q in CSC row u} w[p] / (deg(v) for mean) * dy[v, f],  p = csc_to_csr[q], v = dst
 //   max:      dx[u, f] = sum over the same q with argmax[v, f] == p of w[p] * dy[v, f]
 //   weights:  dw[p] = sum_f dy[v, f] * x[src[p], f] (/ deg(v) for mean; only the argmax f for max)
+// (The CPU kernel sums dw's products in 16 lanes, then the rest in order: spmm_cpu.cpp, dot_row.)
 #pragma once
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "base/common.h"
 
@@ -111,9 +113,44 @@ void spmm_backward_x_cuda(float* dx, const float* dy, const int32_t* argmax, con
 void spmm_backward_w_cuda(float* dw, const float* dy, const float* x, const int32_t* argmax, const CsrView& g,
                           int64_t F, int64_t ldx, int64_t ldy, Reduce op, Stream stream);
 
-// All heads in one launch each (GAT's aggregation): per-head weights w [E, H] (row-major, per CSR
+// All heads in one call each (GAT's aggregation): per-head weights w [E, H] (row-major, per CSR
 // position), x, y, dy, dx [N, H*Fh] with head h in columns h*Fh .. h*Fh+Fh-1, dw [E, H]. The same as one
-// spmm_*_cuda call per head on that head's columns and weights, sum or mean (not max).
+// spmm_* call per head on that head's columns and weights, sum or mean (not max): the reference is those
+// calls, and the CPU kernels have spmm_*_cpu's bits on each head (a row's heads in turn, one walk of the
+// graph instead of H).
+template <class T>
+void spmm_heads_forward_ref(T* y, const T* x, const T* w, const CsrView& g, int64_t H, int64_t Fh, Reduce op) {
+  std::vector<T> wh(size_t(g.num_edges));
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t p = 0; p < g.num_edges; ++p) wh[size_t(p)] = w[p * H + h];
+    spmm_forward_ref<T>(y + h * Fh, nullptr, x + h * Fh, wh.data(), g, Fh, H * Fh, H * Fh, op);
+  }
+}
+// (with base: dx = base + the gradient, as spmm_backward_x's base; the CPU kernel's, not CUDA's)
+template <class T>
+void spmm_heads_backward_x_ref(T* dx, const T* dy, const T* w, const CsrView& g, int64_t H, int64_t Fh, Reduce op,
+                               const T* base = nullptr) {
+  std::vector<T> wh(size_t(g.num_edges));
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t p = 0; p < g.num_edges; ++p) wh[size_t(p)] = w[p * H + h];
+    spmm_backward_x_ref<T>(dx + h * Fh, dy + h * Fh, nullptr, wh.data(), g, Fh, H * Fh, H * Fh, op,
+                           base ? base + h * Fh : nullptr);
+  }
+}
+template <class T>
+void spmm_heads_backward_w_ref(T* dw, const T* dy, const T* x, const CsrView& g, int64_t H, int64_t Fh, Reduce op) {
+  std::vector<T> dwh(size_t(g.num_edges));
+  for (int64_t h = 0; h < H; ++h) {
+    spmm_backward_w_ref<T>(dwh.data(), dy + h * Fh, x + h * Fh, nullptr, g, Fh, H * Fh, H * Fh, op);
+    for (int64_t p = 0; p < g.num_edges; ++p) dw[p * H + h] = dwh[size_t(p)];
+  }
+}
+void spmm_heads_forward_cpu(float* y, const float* x, const float* w, const CsrView& g, int64_t H, int64_t Fh,
+                            Reduce op);
+void spmm_heads_backward_x_cpu(float* dx, const float* dy, const float* w, const CsrView& g, int64_t H, int64_t Fh,
+                               Reduce op, const float* base = nullptr);
+void spmm_heads_backward_w_cpu(float* dw, const float* dy, const float* x, const CsrView& g, int64_t H, int64_t Fh,
+                               Reduce op);
 void spmm_heads_forward_cuda(float* y, const float* x, const float* w, const CsrView& g, int64_t H, int64_t Fh,
                              Reduce op, Stream stream);
 void spmm_heads_backward_x_cuda(float* dx, const float* dy, const float* w, const CsrView& g, int64_t H, int64_t Fh,

@@ -724,7 +724,8 @@ void spmm_forward(PyGraph& graph, const In& x, const OptIn& edge_weight, const s
       return;
     }
   }
-  const std::vector<float> cols = H > 1 ? weight_columns(wp, E, H) : std::vector<float>();
+  if (H > 1 && op != Reduce::kMax) return spmm_heads_forward_cpu(yp, xp, wp, g, H, F, op);
+  const std::vector<float> cols = H > 1 ? weight_columns(wp, E, H) : std::vector<float>();  // (max's heads)
   for (int64_t h = 0; h < H; ++h)
     spmm_forward_cpu(yp + h * F, ap ? ap + h * N * F : nullptr, xp + h * F, H > 1 ? cols.data() + h * E : wp, g, F, W,
                      W, op);
@@ -777,7 +778,12 @@ void spmm_backward(PyGraph& graph, const In& grad_out, const OptIn& edge_weight,
       return;
     }
   }
-  const std::vector<float> cols = H > 1 ? weight_columns(wp, E, H) : std::vector<float>();
+  if (H > 1 && op != Reduce::kMax) {
+    if (dx) spmm_heads_backward_x_cpu(dx, dy, wp, g, H, F, op);
+    if (dw) spmm_heads_backward_w_cpu(dw, dy, xp, g, H, F, op);
+    return;
+  }
+  const std::vector<float> cols = H > 1 ? weight_columns(wp, E, H) : std::vector<float>();  // (max's heads)
   std::vector<float> dcols(dw && H > 1 ? size_t(E * H) : 0);
   for (int64_t h = 0; h < H; ++h) {
     const float* wh = H > 1 ? cols.data() + h * E : wp;

@@ -1,7 +1,8 @@
 // Gather / scatter SpMM (kernels/spmm.h): a hand-worked graph, the CPU kernels against the double
-// reference on the standard graph cases and on any thread count, its backward against finite
-// differences, the CUDA kernels against the reference (two runs, the same bits), and the autograd op
-// on the GPU against the host (per-head weights, bipartite graphs).
+// reference on the standard graph cases and on any thread count, every head in one call against one
+// call per head, its backward against finite differences, the CUDA kernels against the reference (two
+// runs, the same bits), and the autograd op on the GPU against the host (per-head weights, bipartite
+// graphs).
 #include <cmath>
 #include <cstring>
 
@@ -235,6 +236,125 @@ TEST_CASE("spmm: the CPU sum, mean and max, forward and backward, have the float
   CHECK(dw3[0] == INFINITY);
 }
 
+TEST_CASE("spmm: the weights' gradient sums in 16 lanes, then in order, the same bits on every CPU") {
+  // dot_row (spmm_cpu.cpp): lane j sums the products of columns j, j + 16, ... in order, the lanes fold
+  // 16 -> 8 -> 4 -> 2 -> 1, then the last F % 16 products follow in order. Rebuilt here in scalars, so
+  // the kernel's vectors must give exactly these bits; below 16 columns it is the reference's own order.
+  const Graph gr = random_graph(120, 700, 29, true);
+  const CsrView v = csr_view(gr);
+  const int64_t N = 120, E = gr.num_edges;
+  auto bits = [](float a) {
+    uint32_t u;
+    std::memcpy(&u, &a, 4);
+    return u;
+  };
+  for (int64_t F : {1, 7, 15, 16, 17, 31, 33, 64, 100}) {
+    CAPTURE(F);
+    const int64_t ld = F + 3;
+    const auto x = random_values<float>(size_t(N * ld), 11), dy = random_values<float>(size_t(N * ld), 12);
+    for (Reduce op : {Reduce::kSum, Reduce::kMean}) {
+      CAPTURE(reduce_name(op));
+      std::vector<float> dw(size_t(E), NAN), ref(static_cast<size_t>(E));
+      spmm_backward_w_cpu(dw.data(), dy.data(), x.data(), nullptr, v, F, ld, ld, op);
+      spmm_backward_w_ref<float>(ref.data(), dy.data(), x.data(), nullptr, v, F, ld, ld, op);
+      bool same = true, same_ref = true;
+      for (int64_t r = 0; r < N; ++r)
+        for (int32_t p = v.indptr[r]; p < v.indptr[r + 1]; ++p) {
+          const float* a = dy.data() + r * ld;
+          const float* b = x.data() + int64_t(v.indices[p]) * ld;
+          const int64_t F16 = F - F % 16;
+          float t[16] = {}, want = 0.0f;
+          if (F16 > 0) {
+            for (int64_t j = 0; j < 16; ++j) {
+              t[j] = a[j] * b[j];
+              for (int64_t f = 16 + j; f < F16; f += 16) t[j] += a[f] * b[f];
+            }
+            for (int half = 8; half >= 1; half /= 2)
+              for (int j = 0; j < half; ++j) t[j] += t[j + half];
+            want = t[0];
+          }
+          for (int64_t f = F16; f < F; ++f) want += a[f] * b[f];
+          if (op == Reduce::kMean) want /= float(v.indptr[r + 1] - v.indptr[r]);
+          same = same && bits(dw[size_t(p)]) == bits(want);
+          same_ref = same_ref && bits(dw[size_t(p)]) == bits(ref[size_t(p)]);
+        }
+      CHECK(same);
+      if (F < 16) CHECK(same_ref);
+    }
+  }
+}
+
+TEST_CASE("spmm: every head in one call has the bits of one CPU call per head") {
+  // spmm_heads_*_cpu walk each row's heads in turn (weights [E, H]); each head must be spmm_*_cpu on its
+  // columns with its weight column, bit for bit, on a square graph with isolated nodes and on a
+  // bipartite one with sources and targets of no edge; the backward with a base into another buffer and
+  // in place; and the heads' reference (double) close to it
+  std::vector<int64_t> src, dst;
+  for (int64_t e = 0; e < 2000; ++e) src.push_back((e * 7919) % 280), dst.push_back((e * 104729) % 90);
+  const Graph bip = Graph::from_bipartite_edges(src.data(), dst.data(), int64_t(src.size()), 300, 100);
+  for (const Graph& gr : {random_graph(150, 900, 31, true), bip}) {
+    const CsrView v = csr_view(gr);
+    const int64_t N = gr.num_nodes, S = gr.num_sources(), E = gr.num_edges;
+    for (auto [H, Fh] : {std::pair<int64_t, int64_t>{2, 16}, {3, 5}, {8, 1}, {4, 20}, {2, 33}}) {
+      CAPTURE(N);
+      CAPTURE(H);
+      CAPTURE(Fh);
+      const int64_t W = H * Fh;
+      const auto x = random_values<float>(size_t(S * W), 13), dy = random_values<float>(size_t(N * W), 14);
+      const auto w = random_values<float>(size_t(E * H), 15, 0.5f, 2.0f);
+      const auto base = random_values<float>(size_t(S * W), 16);
+      std::vector<float> wt(size_t(E * H));  // [H, E]: one column a head, as the per-head calls take it
+      for (int64_t p = 0; p < E; ++p)
+        for (int64_t h = 0; h < H; ++h) wt[size_t(h * E + p)] = w[size_t(p * H + h)];
+      for (Reduce op : {Reduce::kSum, Reduce::kMean}) {
+        CAPTURE(reduce_name(op));
+        std::vector<float> y(size_t(N * W), NAN), y1(y), dx(size_t(S * W), NAN), dx1(dx), dw(size_t(E * H), NAN),
+            dw1(dw), dw_col(static_cast<size_t>(E));
+        std::vector<float> dxb(dx), dxb1(dx), dxi(base), dxi1(base);
+        spmm_heads_forward_cpu(y.data(), x.data(), w.data(), v, H, Fh, op);
+        spmm_heads_backward_x_cpu(dx.data(), dy.data(), w.data(), v, H, Fh, op);
+        spmm_heads_backward_x_cpu(dxb.data(), dy.data(), w.data(), v, H, Fh, op, base.data());
+        spmm_heads_backward_x_cpu(dxi.data(), dy.data(), w.data(), v, H, Fh, op, dxi.data());
+        spmm_heads_backward_w_cpu(dw.data(), dy.data(), x.data(), v, H, Fh, op);
+        for (int64_t h = 0; h < H; ++h) {
+          const float* wh = wt.data() + h * E;
+          spmm_forward_cpu(y1.data() + h * Fh, nullptr, x.data() + h * Fh, wh, v, Fh, W, W, op);
+          spmm_backward_x_cpu(dx1.data() + h * Fh, dy.data() + h * Fh, nullptr, wh, v, Fh, W, W, op);
+          spmm_backward_x_cpu(dxb1.data() + h * Fh, dy.data() + h * Fh, nullptr, wh, v, Fh, W, W, op,
+                              base.data() + h * Fh);
+          spmm_backward_x_cpu(dxi1.data() + h * Fh, dy.data() + h * Fh, nullptr, wh, v, Fh, W, W, op,
+                              dxi1.data() + h * Fh);
+          spmm_backward_w_cpu(dw_col.data(), dy.data() + h * Fh, x.data() + h * Fh, nullptr, v, Fh, W, W, op);
+          for (int64_t p = 0; p < E; ++p) dw1[size_t(p * H + h)] = dw_col[size_t(p)];
+        }
+        auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+          return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+        };
+        CHECK(same_bits(y, y1));
+        CHECK(same_bits(dx, dx1));
+        CHECK(same_bits(dxb, dxb1));
+        CHECK(same_bits(dxi, dxi1));
+        CHECK(same_bits(dw, dw1));
+        const std::vector<double> xd(x.begin(), x.end()), dyd(dy.begin(), dy.end()), wd(w.begin(), w.end()),
+            based(base.begin(), base.end());
+        std::vector<double> yd(y.size()), dxd(dx.size()), dxbd(dx.size()), dwd(dw.size());
+        spmm_heads_forward_ref<double>(yd.data(), xd.data(), wd.data(), v, H, Fh, op);
+        spmm_heads_backward_x_ref<double>(dxd.data(), dyd.data(), wd.data(), v, H, Fh, op);
+        spmm_heads_backward_x_ref<double>(dxbd.data(), dyd.data(), wd.data(), v, H, Fh, op, based.data());
+        spmm_heads_backward_w_ref<double>(dwd.data(), dyd.data(), xd.data(), v, H, Fh, op);
+        GNN_CHECK_CLOSE(y, yd);
+        GNN_CHECK_CLOSE(dx, dxd);
+        GNN_CHECK_CLOSE(dxb, dxbd);
+        GNN_CHECK_CLOSE(dw, dwd, 1e-4, 1e-4);
+      }
+    }
+  }
+  std::vector<float> buf(8);
+  CHECK_THROWS_WITH(
+      spmm_heads_forward_cpu(buf.data(), buf.data(), buf.data(), csr_view(bip), 2, 1, Reduce::kMax),
+      doctest::Contains("sum or mean, not max"));
+}
+
 TEST_CASE("spmm: the max's row has the reference's bits at each vector width") {
   // The kernel runs the width its CPU has (max_lanes(): 16, 8 or 4 lanes); a machine runs one of them,
   // so each is called here directly, on values with ties, NaN, +-0 and +-inf, weighted and not.
@@ -355,18 +475,21 @@ TEST_CASE("spmm: forward and backward are bitwise identical for any thread count
   const CsrView v = csr_view(g);
   const int64_t F = 40;
   const auto x = random_values<float>(static_cast<size_t>(5000 * F), 1);
-  const auto w = random_values<float>(20000, 2);
+  const auto w = random_values<float>(20000, 2), wh = random_values<float>(20000 * 4, 3);  // wh: 4 heads of 10
   const testing::ThreadsRestored saved;
   std::vector<float> out[2];
   for (int run = 0; run < 2; ++run) {
     set_num_threads(run == 0 ? 1 : std::max(2, saved.count));
     std::vector<float> y(static_cast<size_t>(5000 * F)), dx(static_cast<size_t>(5000 * F)), dw(20000);
+    std::vector<float> yh(y.size()), dxh(dx.size()), dwh(wh.size());
     spmm_forward_cpu(y.data(), nullptr, x.data(), w.data(), v, F, F, F, Reduce::kMean);
     spmm_backward_x_cpu(dx.data(), x.data(), nullptr, w.data(), v, F, F, F, Reduce::kMean);
     spmm_backward_w_cpu(dw.data(), x.data(), y.data(), nullptr, v, F, F, F, Reduce::kMean);
+    spmm_heads_forward_cpu(yh.data(), x.data(), wh.data(), v, 4, 10, Reduce::kSum);
+    spmm_heads_backward_x_cpu(dxh.data(), x.data(), wh.data(), v, 4, 10, Reduce::kMean);
+    spmm_heads_backward_w_cpu(dwh.data(), x.data(), y.data(), v, 4, 10, Reduce::kMean);
     out[run] = y;
-    out[run].insert(out[run].end(), dx.begin(), dx.end());
-    out[run].insert(out[run].end(), dw.begin(), dw.end());
+    for (const auto* part : {&dx, &dw, &yh, &dxh, &dwh}) out[run].insert(out[run].end(), part->begin(), part->end());
   }
   CHECK(out[0] == out[1]);
 }
