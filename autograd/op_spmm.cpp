@@ -61,7 +61,7 @@ constexpr Kernel spmm_heads_backward_w_k = GNN_KERNEL(spmm_heads_backward_w);
 template <class T>
 Var spmm_heads(const Graph& graph, const Var& x, Reduce op, const Var& edge_weight, int64_t H) {
   const int64_t E = graph.num_edges, F = x.size(1) / H;
-  Tensor y = empty_like(x.value(), x.shape());
+  Tensor y = empty_like(x.value(), Shape{graph.num_nodes, x.size(1)});  // (a bipartite graph's targets)
   run<T>(spmm_heads_forward_k, y, ptr<T>(y), ptr<T>(x.value()), ptr<T>(edge_weight.value()), csr_view(graph), H, F,
          op);
   // The closure reads x's value only for the weights' gradient.

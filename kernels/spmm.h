@@ -13,7 +13,8 @@
 //   sum/mean: dx[u, f] = sum_{q in CSC row u} w[p] / (deg(v) for mean) * dy[v, f],  p = csc_to_csr[q], v = dst
 //   max:      dx[u, f] = sum over the same q with argmax[v, f] == p of w[p] * dy[v, f]
 //   weights:  dw[p] = sum_f dy[v, f] * x[src[p], f] (/ deg(v) for mean; only the argmax f for max)
-// (The CPU kernel sums dw's products in 16 lanes, then the rest in order: spmm_cpu.cpp, dot_row.)
+// (The CPU kernel sums dw's products in 16 lanes, then the rest in order, sum and mean: spmm_cpu.cpp,
+// dot_row; the max's in column order.)
 #pragma once
 #include <algorithm>
 #include <limits>

@@ -43,7 +43,7 @@ GNN_INLINE inline float won_term(float t, bool won) {
 // columns j, j + 16, ... in order, folded 16 -> 8 -> 4 -> 2 -> 1 (lane j plus lane j + half), then the
 // last F % 16 products added in order. A v16 is 16 lanes in every clone, so every CPU gives the same
 // bits; below 16 columns it is the reference's sum in column order. (The plain sum in order is one chain
-// of dependent additions, which no compiler may reorder: it made the weights' gradient 4-5x the forward.)
+// of dependent additions, which no compiler may reorder: it made the weights' gradient 5x the forward.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"  // (a v16 by value between inlined helpers: gather_rows.h)
 GNN_INLINE inline float dot_row(const float* __restrict a, const float* __restrict b, int64_t F) {
@@ -51,7 +51,7 @@ GNN_INLINE inline float dot_row(const float* __restrict a, const float* __restri
   const int64_t F16 = F - F % 16;
   float acc = 0.0f;
   if (F16 > 0) {
-    gather_detail::v16 s = lanes<16>::load(a) * lanes<16>::load(b);
+    gather_detail::v16 s = gather_detail::v16{} + lanes<16>::load(a) * lanes<16>::load(b);  // (0 + : -0 sums to +0)
     for (int64_t f = 16; f < F16; f += 16) s += lanes<16>::load(a + f) * lanes<16>::load(b + f);
     const lanes<8>::f s8 = __builtin_shufflevector(s, s, 0, 1, 2, 3, 4, 5, 6, 7) +
                            __builtin_shufflevector(s, s, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -96,12 +96,12 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
 
 // Without base each dx row's sum, 0 + its terms in CSC order, is held in registers and stored (sum and
 // mean: gather_rows.h; the unweighted sum, the weighted one and the mean written apart, so that a term's
-// coefficient is no branch, and none at all without weights: 5-9% off sum's forward + backward at F = 16,
-// 64 and 100, docs/benchmarks.md, fifty-ninth session), or for max formed in the zeroed row; with base the row's sum is formed a
-// block of kSumCols columns at a time in a local buffer and then added: base + (the sum), the order of
-// the reference, of CUDA's kernel and of autograd's accumulate (so an op may add its gradient to the one
-// x holds, in place or into a new buffer, with accumulate's bits). Each block walks the row's CSC entries
-// again (40 times for SAGE-6th's 20,480 columns), cheap beside the columns' traffic.
+// coefficient is no branch, and none at all without weights: 2-9% off sum's forward + backward at F = 16 to
+// 100, docs/benchmarks.md, fifty-ninth session), or for max formed in the zeroed row; with base the row's
+// sum is formed a block of kSumCols columns at a time in a local buffer and then added: base + (the sum),
+// the order of the reference, of CUDA's kernel and of autograd's accumulate (so an op may add its gradient
+// to the one x holds, in place or into a new buffer, with accumulate's bits). Each block walks the row's
+// CSC entries again (40 times for SAGE-6th's 20,480 columns), cheap beside the columns' traffic.
 constexpr int64_t kSumCols = 512;
 
 GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __restrict dy,

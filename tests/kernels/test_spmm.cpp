@@ -266,7 +266,7 @@ TEST_CASE("spmm: the weights' gradient sums in 16 lanes, then in order, the same
           float t[16] = {}, want = 0.0f;
           if (F16 > 0) {
             for (int64_t j = 0; j < 16; ++j) {
-              t[j] = a[j] * b[j];
+              t[j] = 0.0f + a[j] * b[j];
               for (int64_t f = 16 + j; f < F16; f += 16) t[j] += a[f] * b[f];
             }
             for (int half = 8; half >= 1; half /= 2)
@@ -475,7 +475,7 @@ TEST_CASE("spmm: forward and backward are bitwise identical for any thread count
   const CsrView v = csr_view(g);
   const int64_t F = 40;
   const auto x = random_values<float>(static_cast<size_t>(5000 * F), 1);
-  const auto w = random_values<float>(20000, 2), wh = random_values<float>(20000 * 4, 3);  // wh: 4 heads of 10
+  const auto w = random_values<float>(20000, 2), wh = random_values<float>(20000 * 2, 3);  // wh: 2 heads of 20
   const testing::ThreadsRestored saved;
   std::vector<float> out[2];
   for (int run = 0; run < 2; ++run) {
@@ -485,9 +485,9 @@ TEST_CASE("spmm: forward and backward are bitwise identical for any thread count
     spmm_forward_cpu(y.data(), nullptr, x.data(), w.data(), v, F, F, F, Reduce::kMean);
     spmm_backward_x_cpu(dx.data(), x.data(), nullptr, w.data(), v, F, F, F, Reduce::kMean);
     spmm_backward_w_cpu(dw.data(), x.data(), y.data(), nullptr, v, F, F, F, Reduce::kMean);
-    spmm_heads_forward_cpu(yh.data(), x.data(), wh.data(), v, 4, 10, Reduce::kSum);
-    spmm_heads_backward_x_cpu(dxh.data(), x.data(), wh.data(), v, 4, 10, Reduce::kMean);
-    spmm_heads_backward_w_cpu(dwh.data(), x.data(), y.data(), v, 4, 10, Reduce::kMean);
+    spmm_heads_forward_cpu(yh.data(), x.data(), wh.data(), v, 2, 20, Reduce::kSum);
+    spmm_heads_backward_x_cpu(dxh.data(), x.data(), wh.data(), v, 2, 20, Reduce::kMean);
+    spmm_heads_backward_w_cpu(dwh.data(), x.data(), y.data(), v, 2, 20, Reduce::kMean);
     out[run] = y;
     for (const auto* part : {&dx, &dw, &yh, &dxh, &dwh}) out[run].insert(out[run].end(), part->begin(), part->end());
   }
