@@ -1,7 +1,9 @@
 // Segment softmax and the GAT edge scores it normalises (kernels/segment_softmax.h): the reference by
-// hand and against finite differences, the CPU kernels against it, the CUDA kernels against it on the
-// standard graph cases (hubs included), and the autograd ops on the GPU against the host.
+// hand and against finite differences, the CPU kernels against it (bit for bit at every head count),
+// the CUDA kernels against it on the standard graph cases (hubs included), and the autograd ops on the
+// GPU against the host.
 #include <cmath>
+#include <cstring>
 
 #include "autograd/device_check.h"
 #include "device_buffers.h"
@@ -50,6 +52,51 @@ TEST_CASE("segment softmax: hand-worked, reference, finite differences") {
     segment_softmax_forward_ref<double>(y.data(), xd.data(), g.csr_indptr.i32(), 5, 2);
     return dot(y, gout);
   });
+}
+
+TEST_CASE("segment softmax and GAT scores: the CPU's bits at every head count") {
+  // The kernels unroll H = 1, 2, 4 and 8 and read any other H at run time, in the same order: the
+  // scores and the softmax's backward must have the float reference's bits, the softmax's forward the
+  // reference's but for its one reciprocal (exp(x - max) times 1 / sum instead of over the sum).
+  auto bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (const Graph& gr : {random_graph(300, 2500, 41, true), random_graph(130, 400, 42)}) {
+    const CsrView v = csr_view(gr);
+    const int64_t N = gr.num_nodes, E = gr.num_edges;
+    const int32_t* indptr = gr.csr_indptr.i32();
+    for (int64_t H : {1, 2, 3, 4, 5, 8, 9}) {
+      CAPTURE(N);
+      CAPTURE(H);
+      const auto as = random_values<float>(size_t(N * H), 1), ad = random_values<float>(size_t(N * H), 2);
+      const auto ds = random_values<float>(size_t(E * H), 3);
+      std::vector<float> s(size_t(E * H), NAN), s_ref(s), das(size_t(N * H), NAN), dad(das), das_ref(das),
+          dad_ref(das);
+      gat_scores_forward_cpu(s.data(), as.data(), ad.data(), v, H, 0.2f);
+      gat_scores_forward_ref<float>(s_ref.data(), as.data(), ad.data(), v, H, 0.2f);
+      gat_scores_backward_cpu(das.data(), dad.data(), ds.data(), as.data(), ad.data(), v, H, 0.2f);
+      gat_scores_backward_ref<float>(das_ref.data(), dad_ref.data(), ds.data(), as.data(), ad.data(), v, H, 0.2f);
+      CHECK(bits(s, s_ref));
+      CHECK(bits(das, das_ref));
+      CHECK(bits(dad, dad_ref));
+      std::vector<float> y(size_t(E * H), NAN), y_want(size_t(E * H)), dx(y), dx_ref(y);
+      segment_softmax_forward_cpu(y.data(), s.data(), indptr, N, H);
+      for (int64_t r = 0; r < N; ++r)
+        for (int64_t h = 0; h < H; ++h) {
+          const int32_t b = indptr[r], e = indptr[r + 1];
+          if (b == e) continue;
+          float m = s[size_t(b * H + h)], sum = 0.0f;
+          for (int32_t p = b + 1; p < e; ++p) m = std::max(m, s[size_t(p * H + h)]);
+          for (int32_t p = b; p < e; ++p) sum += (y_want[size_t(p * H + h)] = vm::exp(s[size_t(p * H + h)] - m));
+          const float inv = 1.0f / sum;
+          for (int32_t p = b; p < e; ++p) y_want[size_t(p * H + h)] *= inv;
+        }
+      CHECK(bits(y, y_want));
+      segment_softmax_backward_cpu(dx.data(), y.data(), ds.data(), indptr, N, H);
+      segment_softmax_backward_ref<float>(dx_ref.data(), y.data(), ds.data(), indptr, N, H);
+      CHECK(bits(dx, dx_ref));
+    }
+  }
 }
 
 TEST_CASE("GAT scores: reference, finite differences, thread-count determinism") {
