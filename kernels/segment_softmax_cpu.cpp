@@ -17,8 +17,8 @@ constexpr int64_t kRows = 64;
 
 // Calls body(first row, end row, heads) over the rows [0, S) in blocks of kRows spread over the threads,
 // heads a std::integral_constant for H = 1, 2, 4 (chosen once a block, not once a row) and the
-// int64_t H otherwise. body and this are inlined into each GNN_CPU_CLONES caller, so the OpenMP region
-// is the caller's own (its ISA) and not a lambda's.
+// int64_t H otherwise. body (always inlined) and this expand inside each GNN_CPU_CLONES caller, so the
+// OpenMP region is outlined from the caller (GCC clones it for each ISA too) and not from a lambda.
 #define GNN_FOR_ROW_BLOCKS(S, H, body)                                                               \
   do {                                                                                               \
     const int64_t blocks_ = ((S) + kRows - 1) / kRows;                                               \
