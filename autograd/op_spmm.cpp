@@ -2,8 +2,9 @@
 // (the transposed gather over the CSC for dx, a per-edge dot for dw). With per-head weights [E, H]
 // and x [N, H*F], each head h is one SpMM over the column block h*F .. h*F+F-1 (row strides H*F)
 // with that head's weights: sum and mean through the multi-head kernels (all heads in one call, w read
-// as [E, H]: one walk of the graph forward and two backward rather than 2H + 2, on the CPU each row's
-// heads while its rows are in cache), max one call per head with the weights transposed once to [H, E].
+// as [E, H]: one walk of the graph forward and two backward rather than H forward, 2H backward and the
+// weights transposed both ways; on the CPU each row's heads while its rows are in cache), max one call
+// per head with the weights transposed once to [H, E].
 // Host tensors run the CPU kernels, CUDA tensors (and a graph moved there) the CUDA ones.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"

@@ -1,5 +1,6 @@
 // Segment softmax and the GAT edge scores it normalises (kernels/segment_softmax.h): the reference by
-// hand and against finite differences, the CPU kernels against it (bit for bit at every head count),
+// hand and against finite differences, the CPU kernels against it (bit for bit at the head counts
+// tested, unrolled and not; the softmax's forward against a scalar model with its one reciprocal),
 // the CUDA kernels against it on the standard graph cases (hubs included), and the autograd ops on the
 // GPU against the host.
 #include <cmath>

@@ -236,7 +236,7 @@ TEST_CASE("spmm: the CPU sum, mean and max, forward and backward, have the float
   CHECK(dw3[0] == INFINITY);
 }
 
-TEST_CASE("spmm: the weights' gradient sums in 16 lanes, then in order, the same bits on every CPU") {
+TEST_CASE("spmm: the weights' gradient sums in 16 lanes, then in order: the scalar model's bits") {
   // dot_row (spmm_cpu.cpp): lane j sums the products of columns j, j + 16, ... in order, the lanes fold
   // 16 -> 8 -> 4 -> 2 -> 1, then the last F % 16 products follow in order. Rebuilt here in scalars, so
   // the kernel's vectors must give exactly these bits; below 16 columns it is the reference's own order.
