@@ -131,35 +131,27 @@ GNN_CPU_CLONES void gat_scores_forward_cpu(float* __restrict s, const float* __r
 GNN_CPU_CLONES void gat_scores_backward_cpu(float* __restrict da_src, float* __restrict da_dst,
                                             const float* __restrict ds, const float* __restrict a_src,
                                             const float* __restrict a_dst, const CsrView& g, int64_t H, float slope) {
-  auto dst_rows = [&](int64_t r0, int64_t r1, auto heads) GNN_INLINE {
-    const int64_t Hn = heads;
-    for (int64_t v = r0; v < r1; ++v) {
-      float* dd = da_dst + v * Hn;
-      for (int64_t h = 0; h < Hn; ++h) dd[h] = 0.0f;
-      for (int32_t p = g.indptr[v]; p < g.indptr[v + 1]; ++p) {
-        const float* as = a_src + int64_t(g.indices[p]) * Hn;
-        for (int64_t h = 0; h < Hn; ++h) {
-          const float z = as[h] + a_dst[v * Hn + h];
-          dd[h] += ds[int64_t(p) * Hn + h] * select(z > 0.0f, 1.0f, slope);
+  // One pass for each side: row v of `own` (a_dst over the CSR, a_src over the CSC) sums its edges'
+  // ds times the slope of z = a_src + a_dst, pos mapping a CSC position to the edge's CSR one.
+  auto side = [&](float* __restrict out, const int32_t* ptr, const int32_t* nbr, const int32_t* pos,
+                  const float* __restrict own, const float* __restrict other) {
+    return [=](int64_t r0, int64_t r1, auto heads) GNN_INLINE {
+      const int64_t Hn = heads;
+      for (int64_t v = r0; v < r1; ++v) {
+        float* o = out + v * Hn;
+        const float* a = own + v * Hn;
+        for (int64_t h = 0; h < Hn; ++h) o[h] = 0.0f;
+        for (int32_t q = ptr[v]; q < ptr[v + 1]; ++q) {
+          const float* b = other + int64_t(nbr[q]) * Hn;
+          const float* d = ds + int64_t(pos ? pos[q] : q) * Hn;
+          for (int64_t h = 0; h < Hn; ++h) o[h] += d[h] * select(a[h] + b[h] > 0.0f, 1.0f, slope);
         }
       }
-    }
+    };
   };
+  const auto dst_rows = side(da_dst, g.indptr, g.indices, nullptr, a_dst, a_src);
   GNN_FOR_ROW_BLOCKS(g.num_rows, H, dst_rows);
-  auto src_rows = [&](int64_t r0, int64_t r1, auto heads) GNN_INLINE {
-    const int64_t Hn = heads;
-    for (int64_t u = r0; u < r1; ++u) {
-      float* du = da_src + u * Hn;
-      for (int64_t h = 0; h < Hn; ++h) du[h] = 0.0f;
-      for (int32_t q = g.csc_indptr[u]; q < g.csc_indptr[u + 1]; ++q) {
-        const int32_t p = g.csc_to_csr[q], v = g.csc_indices[q];
-        for (int64_t h = 0; h < Hn; ++h) {
-          const float z = a_src[u * Hn + h] + a_dst[int64_t(v) * Hn + h];
-          du[h] += ds[int64_t(p) * Hn + h] * select(z > 0.0f, 1.0f, slope);
-        }
-      }
-    }
-  };
+  const auto src_rows = side(da_src, g.csc_indptr, g.csc_indices, g.csc_to_csr, a_src, a_dst);
   GNN_FOR_ROW_BLOCKS(g.num_cols, H, src_rows);
 }
 

@@ -62,6 +62,42 @@ GNN_INLINE inline float dot_row(const float* __restrict a, const float* __restri
   return acc;
 }
 #pragma GCC diagnostic pop
+
+// x's gradient, row u over the CSC (sum and mean), in registers (gather_rows.h): out[0 .. F) = the sum of
+// dy's rows of u's edges (from col on, stride ld) times w[p * H + h] for the edge's CSR position p (1
+// without w), each over its target's degree for mean. The unweighted sum, the weighted one and the mean
+// written apart, so a term's coefficient is no branch, and none at all without weights (2-9% off sum's
+// forward + backward at F = 16 to 100, docs/benchmarks.md, fifty-ninth session).
+GNN_INLINE inline void csc_row_sum(float* __restrict out, const float* __restrict dy, int64_t ld, int64_t col,
+                                   const float* __restrict w, int64_t H, int64_t h, const CsrView& g, int64_t u,
+                                   int64_t F, bool mean) {
+  const int32_t q0 = g.csc_indptr[u], q1 = g.csc_indptr[u + 1];
+  auto row = [&](int32_t q) GNN_INLINE { return dy + int64_t(g.csc_indices[q]) * ld + col; };
+  auto weight = [&](int32_t q) GNN_INLINE { return w[int64_t(g.csc_to_csr[q]) * H + h]; };
+  if (mean) {
+    sum_rows(
+        out, row,
+        [&](int32_t q) GNN_INLINE {
+          const int32_t v = g.csc_indices[q];
+          return (w ? weight(q) : 1.0f) / float(g.indptr[v + 1] - g.indptr[v]);
+        },
+        q0, q1, F, false, 0);
+  } else if (w) {
+    sum_rows(out, row, weight, q0, q1, F, false, 0);
+  } else {
+    sum_rows(out, row, [](int32_t) GNN_INLINE { return 1.0f; }, q0, q1, F, false, 0);
+  }
+}
+
+// dr = br + s over n columns, or dr += s where br is null (in place, through dr alone: dr is restrict)
+GNN_INLINE inline void add_base(float* __restrict dr, const float* __restrict br, const float* __restrict s,
+                                int64_t n) {
+  if (!br) {
+    for (int64_t f = 0; f < n; ++f) dr[f] += s[f];
+  } else {
+    for (int64_t f = 0; f < n; ++f) dr[f] = br[f] + s[f];
+  }
+}
 }  // namespace
 
 GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict argmax, const float* __restrict x,
@@ -95,13 +131,11 @@ GNN_CPU_CLONES void spmm_forward_cpu(float* __restrict y, int32_t* __restrict ar
 }
 
 // Without base each dx row's sum, 0 + its terms in CSC order, is held in registers and stored (sum and
-// mean: gather_rows.h; the unweighted sum, the weighted one and the mean written apart, so that a term's
-// coefficient is no branch, and none at all without weights: 2-9% off sum's forward + backward at F = 16 to
-// 100, docs/benchmarks.md, fifty-ninth session), or for max formed in the zeroed row; with base the row's
-// sum is formed a block of kSumCols columns at a time in a local buffer and then added: base + (the sum),
-// the order of the reference, of CUDA's kernel and of autograd's accumulate (so an op may add its gradient
-// to the one x holds, in place or into a new buffer, with accumulate's bits). Each block walks the row's
-// CSC entries again (40 times for SAGE-6th's 20,480 columns), cheap beside the columns' traffic.
+// mean: csc_row_sum), or for max formed in the zeroed row; with base the row's sum is formed a block of
+// kSumCols columns at a time in a local buffer and then added: base + (the sum), the order of the
+// reference, of CUDA's kernel and of autograd's accumulate (so an op may add its gradient to the one x
+// holds, in place or into a new buffer, with accumulate's bits). Each block walks the row's CSC entries
+// again (40 times for SAGE-6th's 20,480 columns), cheap beside the columns' traffic.
 constexpr int64_t kSumCols = 512;
 
 GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __restrict dy,
@@ -127,21 +161,8 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
     };
     float* __restrict dr = dx + u * ldx;
     const int32_t q0 = g.csc_indptr[u], q1 = g.csc_indptr[u + 1];
-    if (!base && op != Reduce::kMax && q0 < q1) {  // the sum held in registers (gather_rows.h)
-      auto row = [&](int32_t q) GNN_INLINE { return dy + int64_t(g.csc_indices[q]) * ldy; };
-      if (op == Reduce::kMean) {
-        sum_rows(
-            dr, row,
-            [&](int32_t q) GNN_INLINE {
-              const int32_t v = g.csc_indices[q];
-              return (w ? w[g.csc_to_csr[q]] : 1.0f) / float(g.indptr[v + 1] - g.indptr[v]);
-            },
-            q0, q1, F, false, 0);
-      } else if (w) {
-        sum_rows(dr, row, [&](int32_t q) GNN_INLINE { return w[g.csc_to_csr[q]]; }, q0, q1, F, false, 0);
-      } else {
-        sum_rows(dr, row, [](int32_t) GNN_INLINE { return 1.0f; }, q0, q1, F, false, 0);
-      }
+    if (!base && op != Reduce::kMax && q0 < q1) {  // the sum held in registers
+      csc_row_sum(dr, dy, ldy, 0, w, 1, 0, g, u, F, op == Reduce::kMean);
       continue;
     }
     if (!base) {
@@ -154,12 +175,7 @@ GNN_CPU_CLONES void spmm_backward_x_cpu(float* __restrict dx, const float* __res
       alignas(64) float acc[kSumCols];
       for (int64_t f = 0; f < n; ++f) acc[f] = 0.0f;
       add_terms(acc, f0, n);
-      if (base == dx) {  // in place, through dx alone (dx is restrict)
-        for (int64_t f = 0; f < n; ++f) dr[f0 + f] += acc[f];
-      } else {
-        const float* __restrict br = base + u * ldx + f0;
-        for (int64_t f = 0; f < n; ++f) dr[f0 + f] = br[f] + acc[f];
-      }
+      add_base(dr + f0, base == dx ? nullptr : base + u * ldx + f0, acc, n);
     }
   }
 }
@@ -234,25 +250,8 @@ GNN_CPU_CLONES void spmm_heads_backward_x_cpu(float* __restrict dx, const float*
       }
       for (int64_t h = 0; h < H; ++h) {
         float* __restrict out = base ? sum.data() : dr + h * Fh;
-        auto row = [&](int32_t q) GNN_INLINE { return dy + int64_t(g.csc_indices[q]) * W + h * Fh; };
-        if (op == Reduce::kMean) {
-          sum_rows(
-              out, row,
-              [&](int32_t q) GNN_INLINE {
-                const int32_t v = g.csc_indices[q];
-                return w[int64_t(g.csc_to_csr[q]) * H + h] / float(g.indptr[v + 1] - g.indptr[v]);
-              },
-              q0, q1, Fh, false, 0);
-        } else {
-          sum_rows(out, row, [&](int32_t q) GNN_INLINE { return w[int64_t(g.csc_to_csr[q]) * H + h]; }, q0, q1, Fh,
-                   false, 0);
-        }
-        if (base == dx) {  // in place, through dx alone (dx is restrict)
-          for (int64_t f = 0; f < Fh; ++f) dr[h * Fh + f] += out[f];
-        } else if (base) {
-          const float* __restrict br = base + u * W + h * Fh;
-          for (int64_t f = 0; f < Fh; ++f) dr[h * Fh + f] = br[f] + out[f];
-        }
+        csc_row_sum(out, dy, W, h * Fh, w, H, h, g, u, Fh, op == Reduce::kMean);
+        if (base) add_base(dr + h * Fh, base == dx ? nullptr : base + u * W + h * Fh, out, Fh);
       }
     }
   }
