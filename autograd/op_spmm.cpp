@@ -35,10 +35,7 @@ void bwd_w(const Tensor& on, T* dw, const T* dy, const T* x, const int32_t* am, 
   run<T>(spmm_backward_w_k, on, dw, dy, x, am, g, F, ld, ld, op);
 }
 
-constexpr auto transpose_host = [](auto* d, auto* s, int64_t R, int64_t C) {
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) d[c * R + r] = s[r * C + c];
-};
+constexpr auto transpose_host = [](auto* d, auto* s, int64_t R, int64_t C) { transpose_ref(d, s, R, C); };
 constexpr Kernel transpose_k{"transpose", transpose_host, transpose_host,
                              [](const Tensor& on, auto... a) { transpose_cuda(a..., on.stream()); }};
 template <class T>

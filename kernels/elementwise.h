@@ -89,6 +89,12 @@ int64_t column_sum_workspace_cuda(int64_t R, int64_t F);
 void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, float* workspace,
                      Stream stream);
 void transpose_cuda(float* y, const float* x, int64_t R, int64_t C, Stream stream);  // x [R, C] -> y [C, R]
+// The same on the host, any element type: per-head edge weights [E, H] <-> H columns of E.
+template <class T>
+void transpose_ref(T* y, const T* x, int64_t R, int64_t C) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) y[c * R + r] = x[r * C + c];
+}
 // The column plumbing of the autograd ops (autograd/op_columns.cpp, op_configs.cpp), f32 on `stream`:
 //   scale:          y = s x, times *by when given (one value on the device, read there: no sync)
 //   copy_block:     dst[r*wd + od + j] = src[r*ws + os + j], r < R, j < w (one cudaMemcpy2DAsync)

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/common.h"
+#include "kernels/elementwise.h"
 
 namespace gnn {
 
@@ -121,30 +122,30 @@ void spmm_backward_w_cuda(float* dw, const float* dy, const float* x, const int3
 // graph instead of H).
 template <class T>
 void spmm_heads_forward_ref(T* y, const T* x, const T* w, const CsrView& g, int64_t H, int64_t Fh, Reduce op) {
-  std::vector<T> wh(size_t(g.num_edges));
-  for (int64_t h = 0; h < H; ++h) {
-    for (int64_t p = 0; p < g.num_edges; ++p) wh[size_t(p)] = w[p * H + h];
-    spmm_forward_ref<T>(y + h * Fh, nullptr, x + h * Fh, wh.data(), g, Fh, H * Fh, H * Fh, op);
-  }
+  const int64_t E = g.num_edges;
+  std::vector<T> wt(size_t(E * H));  // head h's weights at wt + h * E
+  transpose_ref(wt.data(), w, E, H);
+  for (int64_t h = 0; h < H; ++h)
+    spmm_forward_ref<T>(y + h * Fh, nullptr, x + h * Fh, wt.data() + h * E, g, Fh, H * Fh, H * Fh, op);
 }
 // (with base: dx = base + the gradient, as spmm_backward_x's base; the CPU kernel's, not CUDA's)
 template <class T>
 void spmm_heads_backward_x_ref(T* dx, const T* dy, const T* w, const CsrView& g, int64_t H, int64_t Fh, Reduce op,
                                const T* base = nullptr) {
-  std::vector<T> wh(size_t(g.num_edges));
-  for (int64_t h = 0; h < H; ++h) {
-    for (int64_t p = 0; p < g.num_edges; ++p) wh[size_t(p)] = w[p * H + h];
-    spmm_backward_x_ref<T>(dx + h * Fh, dy + h * Fh, nullptr, wh.data(), g, Fh, H * Fh, H * Fh, op,
+  const int64_t E = g.num_edges;
+  std::vector<T> wt(size_t(E * H));
+  transpose_ref(wt.data(), w, E, H);
+  for (int64_t h = 0; h < H; ++h)
+    spmm_backward_x_ref<T>(dx + h * Fh, dy + h * Fh, nullptr, wt.data() + h * E, g, Fh, H * Fh, H * Fh, op,
                            base ? base + h * Fh : nullptr);
-  }
 }
 template <class T>
 void spmm_heads_backward_w_ref(T* dw, const T* dy, const T* x, const CsrView& g, int64_t H, int64_t Fh, Reduce op) {
-  std::vector<T> dwh(size_t(g.num_edges));
-  for (int64_t h = 0; h < H; ++h) {
-    spmm_backward_w_ref<T>(dwh.data(), dy + h * Fh, x + h * Fh, nullptr, g, Fh, H * Fh, H * Fh, op);
-    for (int64_t p = 0; p < g.num_edges; ++p) dw[p * H + h] = dwh[size_t(p)];
-  }
+  const int64_t E = g.num_edges;
+  std::vector<T> dwt(size_t(E * H));  // [H, E], then turned
+  for (int64_t h = 0; h < H; ++h)
+    spmm_backward_w_ref<T>(dwt.data() + h * E, dy + h * Fh, x + h * Fh, nullptr, g, Fh, H * Fh, H * Fh, op);
+  transpose_ref(dw, dwt.data(), H, E);
 }
 void spmm_heads_forward_cpu(float* y, const float* x, const float* w, const CsrView& g, int64_t H, int64_t Fh,
                             Reduce op);

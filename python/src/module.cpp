@@ -29,6 +29,7 @@
 #include "io/npz.h"
 #include "io/tpugraphs.h"
 #include "kernels/activation.h"
+#include "kernels/elementwise.h"
 #include "kernels/instance_norm.h"
 #include "kernels/layer_norm.h"
 #include "kernels/pooling.h"
@@ -665,8 +666,7 @@ nb::dict tensors_to_dict(const std::map<std::string, Tensor>& arrays) {
 // Per-edge weights [E] or [E, H] -> H contiguous columns of E (the kernels read one head's weights at a time).
 std::vector<float> weight_columns(const float* w, int64_t E, int64_t H) {
   std::vector<float> cols(size_t(E * H));
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t h = 0; h < H; ++h) cols[size_t(h * E + e)] = w[e * H + h];
+  transpose_ref(cols.data(), w, E, H);
   return cols;
 }
 
@@ -791,9 +791,7 @@ void spmm_backward(PyGraph& graph, const In& grad_out, const OptIn& edge_weight,
     if (dx) spmm_backward_x_cpu(dx + h * F, dy + h * F, ah, wh, g, F, W, W, op);
     if (dw) spmm_backward_w_cpu(H > 1 ? dcols.data() + h * E : dw, dy + h * F, xp + h * F, ah, g, F, W, W, op);
   }
-  if (dw && H > 1)
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t h = 0; h < H; ++h) dw[e * H + h] = dcols[size_t(h * E + e)];
+  if (dw && H > 1) transpose_ref(dw, dcols.data(), H, E);
 }
 
 // Seconds per call of spmm_forward (its checks included) looped in C++: what a call costs with no Python
