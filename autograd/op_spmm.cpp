@@ -4,7 +4,7 @@
 // with that head's weights: sum and mean through the multi-head kernels (all heads in one call, w read
 // as [E, H]: one walk of the graph forward and two backward rather than H forward, 2H backward and the
 // weights transposed both ways; on the CPU each row's heads while its rows are in cache), max one call
-// per head with the weights transposed once to [H, E].
+// per head with the weights transposed once to [H, E] and their gradient back.
 // Host tensors run the CPU kernels, CUDA tensors (and a graph moved there) the CUDA ones.
 #include "autograd/dispatch.h"
 #include "autograd/ops.h"

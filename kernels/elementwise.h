@@ -89,7 +89,8 @@ int64_t column_sum_workspace_cuda(int64_t R, int64_t F);
 void column_sum_cuda(float* out, const float* x, int64_t R, int64_t F, bool accumulate, float* workspace,
                      Stream stream);
 void transpose_cuda(float* y, const float* x, int64_t R, int64_t C, Stream stream);  // x [R, C] -> y [C, R]
-// The same on the host, any element type: per-head edge weights [E, H] <-> H columns of E.
+// The same on the host, any element type, serial (y must not overlap x): per-head edge weights [E, H] <->
+// H columns of E.
 template <class T>
 void transpose_ref(T* y, const T* x, int64_t R, int64_t C) {
   for (int64_t r = 0; r < R; ++r)

@@ -131,8 +131,10 @@ GNN_CPU_CLONES void gat_scores_forward_cpu(float* __restrict s, const float* __r
 GNN_CPU_CLONES void gat_scores_backward_cpu(float* __restrict da_src, float* __restrict da_dst,
                                             const float* __restrict ds, const float* __restrict a_src,
                                             const float* __restrict a_dst, const CsrView& g, int64_t H, float slope) {
-  // One pass for each side: row v of `own` (a_dst over the CSR, a_src over the CSC) sums its edges'
-  // ds times the slope of z = a_src + a_dst, pos mapping a CSC position to the edge's CSR one.
+  // One pass for each side: out's row v (da_dst over the CSR, da_src over the CSC) sums its edges' ds
+  // times the slope at z = own[v] + other[neighbour], pos mapping a CSC position to the edge's CSR one.
+  // (On the CSR side that is a_dst + a_src, the reference's a_src + a_dst the other way round: the same
+  // float, addition being commutative.)
   auto side = [&](float* __restrict out, const int32_t* ptr, const int32_t* nbr, const int32_t* pos,
                   const float* __restrict own, const float* __restrict other) {
     return [=](int64_t r0, int64_t r1, auto heads) GNN_INLINE {

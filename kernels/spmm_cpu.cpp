@@ -65,23 +65,23 @@ GNN_INLINE inline float dot_row(const float* __restrict a, const float* __restri
 
 // x's gradient, row u over the CSC (sum and mean), in registers (gather_rows.h): out[0 .. F) = the sum of
 // dy's rows of u's edges (from col on, stride ld) times w[p * H + h] for the edge's CSR position p (1
-// without w), each over its target's degree for mean. The unweighted sum, the weighted one and the mean
-// written apart, so a term's coefficient is no branch, and none at all without weights (2-9% off sum's
-// forward + backward at F = 16 to 100, docs/benchmarks.md, fifty-ninth session).
+// without w), each over its target's degree for mean. u has edges (sum_rows needs b < e). Each case
+// written apart, so a term's coefficient is no branch, and none at all for the unweighted sum (2-9% off
+// sum's forward + backward at F = 16 to 100, docs/benchmarks.md, fifty-ninth session).
 GNN_INLINE inline void csc_row_sum(float* __restrict out, const float* __restrict dy, int64_t ld, int64_t col,
                                    const float* __restrict w, int64_t H, int64_t h, const CsrView& g, int64_t u,
                                    int64_t F, bool mean) {
   const int32_t q0 = g.csc_indptr[u], q1 = g.csc_indptr[u + 1];
   auto row = [&](int32_t q) GNN_INLINE { return dy + int64_t(g.csc_indices[q]) * ld + col; };
   auto weight = [&](int32_t q) GNN_INLINE { return w[int64_t(g.csc_to_csr[q]) * H + h]; };
-  if (mean) {
-    sum_rows(
-        out, row,
-        [&](int32_t q) GNN_INLINE {
-          const int32_t v = g.csc_indices[q];
-          return (w ? weight(q) : 1.0f) / float(g.indptr[v + 1] - g.indptr[v]);
-        },
-        q0, q1, F, false, 0);
+  auto degree = [&](int32_t q) GNN_INLINE {
+    const int32_t v = g.csc_indices[q];
+    return float(g.indptr[v + 1] - g.indptr[v]);
+  };
+  if (mean && w) {
+    sum_rows(out, row, [&](int32_t q) GNN_INLINE { return weight(q) / degree(q); }, q0, q1, F, false, 0);
+  } else if (mean) {
+    sum_rows(out, row, [&](int32_t q) GNN_INLINE { return 1.0f / degree(q); }, q0, q1, F, false, 0);
   } else if (w) {
     sum_rows(out, row, weight, q0, q1, F, false, 0);
   } else {

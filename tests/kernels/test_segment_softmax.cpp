@@ -55,7 +55,7 @@ TEST_CASE("segment softmax: hand-worked, reference, finite differences") {
   });
 }
 
-TEST_CASE("segment softmax and GAT scores: the CPU's bits at every head count") {
+TEST_CASE("segment softmax and GAT scores: the CPU's bits at the head counts tested") {
   // The kernels unroll H = 1, 2 and 4 and read any other H at run time (past 16 with the scratch on the
   // heap), in the same order: the scores and the softmax's backward must have the float reference's
   // bits, the softmax's forward the reference's but for its one reciprocal (exp(x - max) times 1 / sum
