@@ -1,10 +1,14 @@
 #include "apps/cli.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -41,6 +45,24 @@ void check_output(const std::string& flag, const std::string& out, const std::ve
     throw UsageError("--" + flag + " " + out + ": is " + same +
                      ", a file this command reads (or of the run it reads); writing it would destroy it: choose "
                      "another path");
+}
+
+void check_output_folder(const std::string& flag, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string what = "--" + flag + " " + dir + ": ";
+  if (dir.empty()) throw UsageError("--" + flag + ": no folder given");
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  if (ec) throw UsageError(what + ec.message());
+  if (fs::exists(p, ec) && !fs::is_directory(p, ec)) throw UsageError(what + "exists and is not a folder");
+  while (!p.empty() && p != p.root_path() && !fs::exists(p, ec)) p = p.parent_path();
+  if (!fs::is_directory(p, ec))
+    throw UsageError(what + p.string() + " is not a folder, so the folder cannot be made there");
+  struct statvfs st;
+  if (::statvfs(p.c_str(), &st) == 0 && st.f_blocks == 0)
+    throw UsageError(what + p.string() + " lies on a filesystem that holds no files (as /proc and /sys)");
+  if (::access(p.c_str(), W_OK | X_OK) != 0)
+    throw UsageError(what + "cannot write into " + p.string() + " (" + std::strerror(errno) + ")");
 }
 
 bool Args::has(const std::string& flag) const { return values_.count(flag) || defaults_.count(flag); }

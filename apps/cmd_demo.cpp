@@ -73,6 +73,7 @@ double random_ranking_score(const std::string& data, bool layout) {
 
 // The 1st place model's width in the demo: 256 would take most of the demo's two minutes alone.
 constexpr int kDemoTgraphWidth = 64;
+constexpr const char* kDemoMarker = ".gnn-demo";  // in --out: a folder the demo made
 
 // "tile-earlyjoin-sage beats tile-mlp by +0.120 (more than twice the seeds' spread)".
 std::string compare(const Entry& model, const Entry& baseline) {
@@ -104,8 +105,8 @@ Command demo_command() {
       {"seed", "S", "seed for the data and the first training seed", "1"},
       {"threads", "T", "CPU threads (default: all)"},
       {"out", "DIR",
-       "keep the dataset and the runs here (default: a temporary directory, of which only the "
-       "report is kept)"}};
+       "keep the dataset and the runs here: a new or empty folder, or one an earlier demo made, whose data/ "
+       "and runs/ are replaced (default: a temporary directory, of which only the report is kept)"}};
   c.details =
       "Data: gnn synth writes tile kernels (4-60 nodes, each admitting 40 to 100 distinct tiles, as the\n"
       "release's larger kernels do: with fewer, a top 5 covers most of a kernel and every ranking scores\n"
@@ -133,6 +134,19 @@ Command demo_command() {
     const bool keep = a.has("out");
     const fs::path dir =
         keep ? fs::path(a.str("out")) : fs::temp_directory_path() / ("gnn_demo_" + std::to_string(::getpid()));
+    // The demo replaces its own data/ and runs/ in --out each time: a folder it did not make (no marker
+    // file) must be new or empty, so that nothing of the user's is removed.
+    const fs::path marker = dir / kDemoMarker;
+    if (keep) {
+      check_output_folder("out", dir.string());
+      if (fs::exists(dir) && !fs::is_empty(dir) && !fs::exists(marker))
+        throw UsageError("gnn demo: --out " + dir.string() +
+                         ": a folder with files in it that no earlier demo made; the demo replaces its data/ and "
+                         "runs/ there, so give a new or empty folder");
+    }
+    fs::create_directories(dir);
+    if (keep && !fs::exists(marker))
+      write_file_atomic(marker.string(), "a folder of gnn demo's: its data/ and runs/ are made anew by each demo\n");
     const auto t_all = std::chrono::steady_clock::now();
     std::printf("gnn demo: TpuGraphs-style runtime ranking on generated data, %d threads\n", num_threads());
     std::vector<Entry> table;

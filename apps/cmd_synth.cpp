@@ -139,6 +139,7 @@ Command synth_command() {
       if (!seen.insert(s).second) throw UsageError("gnn synth: --split names '" + s + "' twice");
     }
     o.compress = !a.on("stored");
+    check_output_folder("out", a.str("out"));
     check_size(a, o);
     const auto t0 = std::chrono::steady_clock::now();
     const auto paths = synth::write_dataset(a.str("out"), o);

@@ -257,6 +257,7 @@ Command train_command() {
     GNN_CHECK(!o.recipe.empty() || a.on("resume"), "--model: no recipe given (gnn models lists them)");
     if (a.on("data")) o.data = a.str("data");
     o.out = a.str("out");
+    check_output_folder("out", o.out);
     if (!a.on("resume") && !a.on("data")) throw UsageError("gnn train: missing --data");
     if (a.on("epochs")) o.epochs = a.integer("epochs", 1, 1'000'000);
     if (a.has("steps")) o.steps = a.integer("steps", 0, INT64_MAX);

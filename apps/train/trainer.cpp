@@ -26,6 +26,7 @@
 #include "dist/comm.h"
 #include "io/atomic_file.h"
 #include "io/json.h"
+#include "io/npz.h"
 #include "kernels/gemm.h"
 #include "nn/loss.h"
 #include "nn/optim.h"
@@ -410,6 +411,18 @@ Run::Run(const TrainOptions& o, std::string& working_on)
       o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
   if (lead_)
     for (const std::string& f : {model_path_, best_path_, metrics_path_, swa_path_}) remove_stale_temporaries(f);
+  // A resumed run rewrites best.npz only when validation improves, so one damaged since it was written would
+  // outlive the run unnoticed and fail eval and predict later: each member is read back (its CRC checked).
+  if (plan_.resuming && lead_)
+    for (const std::string& f : {best_path_, swa_path_}) {
+      if (!fs::exists(f)) continue;
+      try {
+        (void)NpzReader(f).load_all();
+      } catch (const Error& e) {
+        GNN_FAIL("--resume: ", e.message(), "; restore it, or remove it to resume without it (train writes it again ",
+                 f == best_path_ ? "at the next best validation)" : "when it next averages the weights)");
+      }
+    }
 
   train_files_ = kind_files(plan_.data, recipe->kind, "train");
   valid_files_ = kind_files(plan_.data, recipe->kind, "valid");

@@ -236,6 +236,52 @@ TEST_CASE(
   CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 3);
 }
 
+TEST_CASE("run files: a resume reads best.npz back, and an output folder that cannot be one is refused") {
+  TempDir t;
+  const std::string run = trained_run(t, "run");
+  // best.npz damaged after it was written: a resume that would keep it (no better validation) says so.
+  std::vector<uint8_t> best = testing::read_bytes(run + "/best.npz");
+  const std::vector<uint8_t> model = testing::read_bytes(run + "/model.npz");
+  best.resize(best.size() / 2);
+  {
+    std::ofstream f(run + "/best.npz", std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(best.data()), std::streamsize(best.size()));
+  }
+  auto r = run_gnn("train --out " + run + " --resume --epochs 3");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "--resume: " + run + "/best.npz: "), r.err);
+  CHECK(contains(r.err, "remove it to resume without it"));
+  CHECK(testing::read_bytes(run + "/model.npz") == model);  // nothing written
+  fs::remove(run + "/best.npz");
+  r = run_gnn("train --out " + run + " --resume --epochs 3");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+
+  // --out of train, synth and demo: a file, under a file, on /proc; refused before anything is made.
+  const std::string file = t.file("afile");
+  std::ofstream(file) << "mine\n";
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"train --model tile-mlp --data " + data() + " --out " + file,
+            "--out " + file + ": exists and is not a folder"},
+           {"synth --collection tile --graphs 1 --out " + file + "/sub",
+            " is not a folder, so the folder cannot be made"},
+           {"synth --collection tile --graphs 1 --out /proc/gnn-x", "/proc lies on a filesystem that holds no files"},
+           {"demo --out " + file, "--out " + file + ": exists and is not a folder"}}) {
+    CAPTURE(args);
+    r = run_gnn(args);
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE(contains(r.err, says), r.err);
+  }
+  CHECK(slurp(file) == "mine\n");
+  // The demo replaces its own data/ and runs/: a folder of the user's is refused, nothing in it removed.
+  fs::create_directories(t.file("mine/data"));
+  std::ofstream(t.file("mine/data/notes.txt")) << "mine\n";
+  r = run_gnn("demo --tile-graphs 2 --layout-graphs 2 --tile-epochs 1 --layout-epochs 1 --seeds 1 --out " +
+              t.file("mine"));
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "a folder with files in it that no earlier demo made"), r.err);
+  CHECK(slurp(t.file("mine/data/notes.txt")) == "mine\n");
+}
+
 TEST_CASE("run files: weights that stop being finite stop the run before anything is written") {
   TempDir t;
   for (const char* extra : {"", " --skip-nonfinite"}) {
