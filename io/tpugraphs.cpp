@@ -180,6 +180,10 @@ TpuGraph load_checked(const NpzReader& npz, const LoadOptions& options) {
     }
     if (all_positive) g.config_runtime = rt;  // test files carry placeholder runtimes: treat them as absent
   }
+  // (A graph with no configs has nothing to rank: predict would write a row naming none, which score and
+  // the competition refuse.)
+  GNN_CHECK(g.num_configs() > 0, where(path, g.layout ? "node_config_feat" : "config_feat"),
+            ": 0 configs; a graph to rank lists at least one");
   return g;
 }
 }  // namespace

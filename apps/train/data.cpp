@@ -759,7 +759,8 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
     std::vector<int64_t> shape = first.shape().vec();
     shape[0] = f->rows == GraphFeature::Rows::kPerNode ? N : G * C;
     Tensor t = Tensor::empty(Shape(shape), first.dtype());
-    const size_t row = size_t(first.nbytes()) / size_t(std::max<int64_t>(1, first.size(0)));
+    size_t row = dtype_size(first.dtype());  // (from the shape: graph 0 may have no rows, a layout graph
+    for (size_t d = 1; d < shape.size(); ++d) row *= size_t(shape[d]);  // without configurable nodes)
     char* o = static_cast<char*>(t.data());
     for (int64_t g = 0; g < G; ++g) {
       const ModelGraph& m = *graphs[size_t(g)];

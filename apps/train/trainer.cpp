@@ -589,8 +589,13 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
       held.push_back(train_src_->get(file.back()));
       graphs.push_back(held.back().get());
       rngs.push_back(graph_rng(plan_.seed, epoch, bi, j));
-      GNN_CHECK(held.back()->num_configs() >= 2 && !held.back()->target.empty(), held.back()->file.path,
-                ": a training graph needs runtimes and at least 2 configs");
+      GNN_CHECK(!held.back()->target.empty(), held.back()->file.path,
+                ": no runtimes (a test file?); a training graph needs them");
+      GNN_CHECK(held.back()->num_configs() >= 2, held.back()->file.path, ": ", held.back()->num_configs(),
+                tp_.dedup ? " distinct config (--dedup on keeps one of each config's identical repeats, and every "
+                            "config of this graph sets the same values)"
+                          : " config",
+                "; a training graph needs at least 2 to rank");
       const int64_t header = config_counts_[file_at(order, lo + j)];
       GNN_CHECK(held.back()->num_configs() >= std::min(tp_.configs, header), held.back()->file.path, ": holds ",
                 held.back()->num_configs(), " configs, its header said ", header);

@@ -19,6 +19,7 @@
 #include "io/atomic_file.h"
 #include "io/json.h"
 #include "io/npz.h"
+#include "io/synth.h"
 #include "io/tpugraphs.h"
 #include "testing.h"
 
@@ -280,6 +281,28 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
   CHECK(r.exit_code == 2);
   CHECK_MESSAGE(contains(r.err, "a folder with files in it that no earlier demo made"), r.err);
   CHECK(slurp(t.file("mine/data/notes.txt")) == "mine\n");
+}
+
+TEST_CASE("run files: a layout graph without configurable nodes trains; deduplicated to one config, says so") {
+  // Every config of such a graph sets nothing, so all score alike; batched after a graph that has
+  // configurable nodes (and as the first graph of a batch) its per-node recipe inputs have no rows.
+  TempDir t;
+  const std::string split = t.file("d/npz/layout/xla/default/train");
+  fs::create_directories(split);
+  auto plain = synth::make_graph(true, 60, 6, 1, true, 0.15), bare = synth::make_graph(true, 60, 6, 2, true, 0.15);
+  for (auto& [k, v] : bare) {
+    if (k == "node_config_ids") v = Tensor::zeros({0}, DType::I64);
+    if (k == "node_config_feat") v = Tensor::zeros({6, 0, 18}, DType::F32);
+  }
+  save_npz(split + "/a_bare.npz", bare);
+  save_npz(split + "/b_plain.npz", plain);
+  const std::string base = "train --model layout-tgraph --data " + t.file("d") + " --epochs 1 --configs 4 " +
+                           "--batch-graphs 2 --progress lines --out ";
+  auto r = run_gnn(base + t.file("run") + " --dedup off");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn(base + t.file("run2"));
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, split + "/a_bare.npz: 1 distinct config (--dedup on keeps one"), r.err);
 }
 
 TEST_CASE("run files: weights that stop being finite stop the run before anything is written") {

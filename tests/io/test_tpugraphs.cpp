@@ -115,6 +115,18 @@ TEST_CASE("tpugraphs: every schema violation names the file, the array and the p
          array(a, "node_splits") = Tensor::zeros({1, 0}, DType::I64);
        },
        "has no nodes"},
+      // No configs: nothing to rank (predict would write a row naming none).
+      {false,
+       [](Arrays& a) {
+         for (const char* k : {"config_feat", "config_runtime", "config_runtime_normalizers"})
+           array(a, k) = array(a, k).slice(0, 0);
+       },
+       "array 'config_feat': 0 configs; a graph to rank lists at least one"},
+      {true,
+       [](Arrays& a) {
+         for (const char* k : {"node_config_feat", "config_runtime"}) array(a, k) = array(a, k).slice(0, 0);
+       },
+       "array 'node_config_feat': 0 configs"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.want);
