@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -54,7 +55,14 @@ PlanetoidData load_planetoid(const std::string& path) {
   GNN_CHECK(int64_t(indptr.size()) == N + 1 && indptr[0] == 0 && indptr[size_t(N)] == int64_t(indices.size()) &&
                 data.numel() == int64_t(indices.size()),
             path, ": x_indptr / x_indices / x_data do not form a CSR of ", N, " rows");
-  d.x = Tensor::zeros(Shape{N, F}, DType::F32);
+  // (dense: Planetoid's features are a few thousand columns; a shape past memory is named, not a bare failure)
+  GNN_CHECK(N <= INT64_MAX / 4 / F, path, ": 'x_shape' [", N, ", ", F, "] overflows a dense float matrix");
+  try {
+    d.x = Tensor::zeros(Shape{N, F}, DType::F32);
+  } catch (const Error& e) {
+    GNN_FAIL(path, ": 'x_shape' [", N, ", ", F, "] needs a dense feature matrix of ", N * F * 4, " bytes: ",
+             e.message());
+  }
   float* x = d.x.f32();
   for (int64_t r = 0; r < N; ++r) {
     GNN_CHECK(indptr[size_t(r)] <= indptr[size_t(r + 1)], path, ": x_indptr decreases at row ", r);
