@@ -36,8 +36,14 @@ Preprocessing Preprocessing::load(const std::map<std::string, Tensor>& arrays, c
   // Absent from models written before the choice existed: they kept every edge.
   if (arrays.count("prep/khops_configurable_edges") && get_i64(arrays, "prep/khops_configurable_edges", file) != 0)
     p.edges = RegionEdges::kConfigurable;
-  p.node = ColumnTransform::load("prep/node/", arrays);
-  p.config = ColumnTransform::load("prep/config/", arrays);
+  try {  // (the transforms' checks know the arrays, not the file)
+    p.node = ColumnTransform::load("prep/node/", arrays);
+    p.config = ColumnTransform::load("prep/config/", arrays);
+  } catch (const Error& e) {
+    std::string m = e.message();
+    if (m.rfind("checkpoint: ", 0) == 0) m.erase(0, 12);
+    GNN_FAIL(file, ": ", m, "; the checkpoint is damaged");
+  }
   if (arrays.count("prep/log_offset")) p.log_offset = get_f64(arrays, "prep/log_offset", file);
   return p;
 }

@@ -73,6 +73,10 @@ Meta read_meta(const std::string& path) {
     if (before == kBeforeTheFlag.end()) before = kBeforeTheFlag.find({"", name});
     m.hparams.values.emplace(name, before == kBeforeTheFlag.end() ? value : before->second);
   }
+  // Each value as a flag's own check would take it: a damaged one is named here, not by a layer's sizes
+  // (eval) or as a flag the user never gave (--resume).
+  if (const std::string e = check_hparams(m.recipe->hparams, m.hparams, m.recipe->name); !e.empty())
+    GNN_FAIL(path, ": meta/hparams: ", e.rfind("--", 0) == 0 ? e.substr(2) : e, "; the checkpoint is damaged");
   m.prep = Preprocessing::load(m.arrays, path);
   // A trainable transform keeps its features for the model's own standardisation (its parameters): the
   // preprocessing and the hyper-parameter must say the same, or the model would run on features nobody

@@ -373,6 +373,25 @@ TEST_CASE("run files: every checkpoint field is validated before a resume, eval 
        "'prep/log_offset' holds a non-finite value"},
       {"a best score without a best epoch",
        [](Arrays& a) { a["state/best_epoch"] = Tensor::from_vector(std::vector<int64_t>{0}); }, "'state/best_score'"},
+      // Named as the checkpoint's, not as a flag the user never gave nor by a layer's sizes.
+      {"a hyper-parameter out of its range",
+       [](Arrays& a) {
+         std::string h = tensor_text(a, "meta/hparams", "");
+         const size_t at = h.find("\"hidden\": \"");
+         REQUIRE(at != std::string::npos);
+         h.replace(at + 11, h.find('"', at + 11) - (at + 11), "-5");
+         a["meta/hparams"] = text_tensor(h);
+       },
+       "meta/hparams: hidden: expected an integer in [1, 65536], got '-5'; the checkpoint is damaged"},
+      {"another recipe's name", [](Arrays& a) { a["meta/recipe"] = text_tensor("tile-gat-6th"); },
+       "meta/hparams: pool: not a hyper-parameter of tile-gat-6th"},
+      {"a kept column past the features",
+       [](Arrays& a) {
+         Tensor& k = a["prep/node/keep"];
+         k = k.clone();
+         k.i32()[0] = 500;
+       },
+       "transform 'prep/node/' keeps column 500; the checkpoint is damaged"},
   };
   for (const auto& [what, edit, message] : cases) {
     CAPTURE(what);
@@ -383,6 +402,11 @@ TEST_CASE("run files: every checkpoint field is validated before a resume, eval 
     CHECK(r.exit_code == 1);
     CHECK_MESSAGE(contains(r.err, run + "/model.npz: "), r.err);
     CHECK_MESSAGE(contains(r.err, message), r.err);
+    if (contains(message, "meta/") || contains(message, "prep/")) {  // what eval reads too, the same way
+      const auto e = run_gnn("eval --run " + run + " --checkpoint last --data " + data());
+      CHECK(e.exit_code == 1);
+      CHECK_MESSAGE((contains(e.err, run + "/model.npz: ") && contains(e.err, message)), e.err);
+    }
     CHECK(testing::read_bytes(run + "/model.npz") == before);
     CHECK(slurp(run + "/metrics.jsonl") == metrics);
     fs::remove_all(run);
