@@ -1,6 +1,9 @@
 #include "apps/cli.h"
 
-#include <sys/statvfs.h>
+#ifdef __linux__
+#include <linux/magic.h>
+#include <sys/vfs.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,13 +57,21 @@ void check_output_folder(const std::string& flag, const std::string& dir) {
   std::error_code ec;
   fs::path p = fs::absolute(dir, ec);
   if (ec) throw UsageError(what + ec.message());
+  if (fs::is_symlink(fs::symlink_status(p, ec)) && !fs::exists(p, ec))
+    throw UsageError(what + "a symlink to nothing (" + fs::read_symlink(p, ec).string() + ")");
   if (fs::exists(p, ec) && !fs::is_directory(p, ec)) throw UsageError(what + "exists and is not a folder");
   while (!p.empty() && p != p.root_path() && !fs::exists(p, ec)) p = p.parent_path();
   if (!fs::is_directory(p, ec))
     throw UsageError(what + p.string() + " is not a folder, so the folder cannot be made there");
-  struct statvfs st;
-  if (::statvfs(p.c_str(), &st) == 0 && st.f_blocks == 0)
-    throw UsageError(what + p.string() + " lies on a filesystem that holds no files (as /proc and /sys)");
+#ifdef __linux__
+  // (by type, not by an empty block count: ramfs holds files and counts no blocks)
+  struct statfs st;
+  if (::statfs(p.c_str(), &st) == 0)
+    for (const auto kind : {PROC_SUPER_MAGIC, SYSFS_MAGIC, CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, DEBUGFS_MAGIC,
+                            TRACEFS_MAGIC, SECURITYFS_MAGIC, DEVPTS_SUPER_MAGIC})
+      if (st.f_type == decltype(st.f_type)(kind))
+        throw UsageError(what + p.string() + " lies on a kernel filesystem that holds no files (such as /proc)");
+#endif
   if (::access(p.c_str(), W_OK | X_OK) != 0)
     throw UsageError(what + "cannot write into " + p.string() + " (" + std::strerror(errno) + ")");
 }

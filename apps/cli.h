@@ -35,8 +35,9 @@ class UsageError : public std::runtime_error {
 // `gnn predict --out RUN/model.npz` would. Another spelling, a symlink or a hard link counts as the same.
 void check_output(const std::string& flag, const std::string& out, const std::vector<std::string>& inputs);
 // Refuses (UsageError, naming --flag) a folder to write into that cannot be one: dir exists and is not a
-// folder, or its nearest existing ancestor is not a folder, lies on a filesystem that holds no files (such
-// as /proc) or may not be written by this process. Checked before anything is made.
+// folder (or is a symlink to nothing), or its nearest existing ancestor is not a folder, lies on a kernel
+// filesystem that holds no files (such as /proc) or may not be written by this process. Checked before
+// anything is made.
 void check_output_folder(const std::string& flag, const std::string& dir);
 // The memory this process may use: the smaller of the machine's and its cgroup's limit (memory.max), in
 // bytes; 0 when neither can be read.

@@ -142,7 +142,8 @@ Command demo_command() {
       if (fs::exists(dir) && !fs::is_empty(dir) && !fs::exists(marker))
         throw UsageError("gnn demo: --out " + dir.string() +
                          ": a folder with files in it that no earlier demo made; the demo replaces its data/ and "
-                         "runs/ there, so give a new or empty folder");
+                         "runs/ there, so give a new or empty folder (one an older gnn demo made has no marker: "
+                         "create " + marker.string() + " to reuse it)");
     }
     fs::create_directories(dir);
     if (keep && !fs::exists(marker))

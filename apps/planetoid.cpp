@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
+#include <cstdint>
 #include <cmath>
 #include <memory>
 #include <vector>

@@ -78,6 +78,10 @@ std::map<std::string, NpyHeader> check_headers(const NpzReader& npz, bool requir
     expect("config_runtime_normalizers", 0, c, "the configs of config_feat");
     if (h.count(kRuntime.key)) expect(kRuntime.key, 0, c, "the configs of config_feat");
   }
+  // (A graph with no configs has nothing to rank: predict would write a row naming none, which score and
+  // the competition refuse.)
+  const char* configs = layout ? "node_config_feat" : "config_feat";
+  GNN_CHECK(h[configs].shape[0] > 0, where(path, configs), ": 0 configs; a graph to rank lists at least one");
   return h;
 }
 
@@ -180,10 +184,6 @@ TpuGraph load_checked(const NpzReader& npz, const LoadOptions& options) {
     }
     if (all_positive) g.config_runtime = rt;  // test files carry placeholder runtimes: treat them as absent
   }
-  // (A graph with no configs has nothing to rank: predict would write a row naming none, which score and
-  // the competition refuse.)
-  GNN_CHECK(g.num_configs() > 0, where(path, g.layout ? "node_config_feat" : "config_feat"),
-            ": 0 configs; a graph to rank lists at least one");
   return g;
 }
 }  // namespace

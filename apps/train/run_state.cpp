@@ -74,8 +74,13 @@ Meta read_meta(const std::string& path) {
     m.hparams.values.emplace(name, before == kBeforeTheFlag.end() ? value : before->second);
   }
   // Each value as a flag's own check would take it: a damaged one is named here, not by a layer's sizes
-  // (eval) or as a flag the user never gave (--resume).
-  if (const std::string e = check_hparams(m.recipe->hparams, m.hparams, m.recipe->name); !e.empty())
+  // (eval) or as a flag the user never gave (--resume). Not those a resume may change (validation's), which
+  // eval does not read and plan_run checks after a change: an older gnn took values since refused
+  // (--val-configs 1), and a resume must be able to set them anew.
+  HParams stored = m.hparams;
+  for (const HParamSpec& s : m.recipe->hparams)
+    if (!s.resume_change.empty()) stored.values.erase(s.name);
+  if (const std::string e = check_hparams(m.recipe->hparams, stored, m.recipe->name); !e.empty())
     GNN_FAIL(path, ": meta/hparams: ", e.rfind("--", 0) == 0 ? e.substr(2) : e, "; the checkpoint is damaged");
   m.prep = Preprocessing::load(m.arrays, path);
   // A trainable transform keeps its features for the model's own standardisation (its parameters): the

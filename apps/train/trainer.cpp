@@ -418,6 +418,8 @@ Run::Run(const TrainOptions& o, std::string& working_on)
       if (!fs::exists(f)) continue;
       try {
         (void)NpzReader(f).load_all();
+      } catch (const MemoryLimitError&) {  // (not damage: the limit's own message says what to do)
+        throw;
       } catch (const Error& e) {
         GNN_FAIL("--resume: ", e.message(), "; restore it, or remove it to resume without it (train writes it again ",
                  f == best_path_ ? "at the next best validation)" : "when it next averages the weights)");
@@ -591,10 +593,8 @@ std::vector<Batch> Run::build_batch(int64_t epoch, const std::vector<int64_t>& o
       rngs.push_back(graph_rng(plan_.seed, epoch, bi, j));
       GNN_CHECK(!held.back()->target.empty(), held.back()->file.path,
                 ": no runtimes (a test file?); a training graph needs them");
-      GNN_CHECK(held.back()->num_configs() >= 2, held.back()->file.path, ": ", held.back()->num_configs(),
-                tp_.dedup ? " distinct config (--dedup on keeps one of each config's identical repeats, and every "
-                            "config of this graph sets the same values)"
-                          : " config",
+      GNN_CHECK(held.back()->num_configs() >= 2, held.back()->file.path, ": ", held.back()->num_configs(), " config",
+                tp_.dedup ? " after --dedup on (which keeps one of each set of identical configs)" : "",
                 "; a training graph needs at least 2 to rank");
       const int64_t header = config_counts_[file_at(order, lo + j)];
       GNN_CHECK(held.back()->num_configs() >= std::min(tp_.configs, header), held.back()->file.path, ": holds ",
