@@ -265,7 +265,8 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
             "--out " + file + ": exists and is not a folder"},
            {"synth --collection tile --graphs 1 --out " + file + "/sub",
             " is not a folder, so the folder cannot be made"},
-           {"synth --collection tile --graphs 1 --out /proc/gnn-x", "/proc lies on a kernel filesystem that holds no files"},
+           {"synth --collection tile --graphs 1 --out /proc/gnn-x",
+            "/proc lies on a kernel filesystem that holds no files"},
            {"demo --out " + file, "--out " + file + ": exists and is not a folder"}}) {
     CAPTURE(args);
     r = run_gnn(args);
