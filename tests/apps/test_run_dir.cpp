@@ -285,7 +285,7 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
   CHECK_FALSE(fs::exists(t.file("mine/.gnn-demo")));
 }
 
-TEST_CASE("run files: a layout graph without configurable nodes trains; deduplicated to one config, says so") {
+TEST_CASE("run files: a layout graph without configurable nodes trains, and deduplicated to one config says so") {
   // Every config of such a graph sets nothing, so all score alike. Its per-node recipe inputs have no rows;
   // the bug was a row size read from the batch's first graph, so this needs the bare graph first: seed 1's
   // first batch holds a_bare, then b_plain (as a --memory-limit error listing the step's graphs shows).
