@@ -395,7 +395,8 @@ std::vector<int64_t> distinct_configs(const TpuGraph& g) {
     for (auto it = range.first; it != range.second; ++it) {
       const int64_t r = it->second;
       const int64_t rep = keep[size_t(r)];
-      if (std::memcmp(base + size_t(rep) * row_bytes, base + size_t(c) * row_bytes, row_bytes) == 0) {
+      // (row_bytes 0: a layout graph without configurable nodes, every config alike, base null)
+      if (row_bytes == 0 || std::memcmp(base + size_t(rep) * row_bytes, base + size_t(c) * row_bytes, row_bytes) == 0) {
         if (runtime(c) < runtime(rep)) keep[size_t(r)] = c;
         merged = true;
         break;

@@ -721,8 +721,10 @@ Batch assemble(const std::vector<const ModelGraph*>& graphs, const std::vector<s
   for (int64_t g = 0; g < G; ++g) {
     const ModelGraph& m = *graphs[size_t(g)];
     const int64_t off = ptr[size_t(g)], n = m.num_nodes();
-    std::memcpy(b.x.f32() + off * F, m.x.f32(), size_t(n * F) * sizeof(float));
-    std::memcpy(b.opcode.i32() + off, m.opcode.i32(), size_t(n) * sizeof(int32_t));
+    if (n > 0) {  // (a --khops region of a graph without configurable nodes holds none: no data pointers)
+      std::memcpy(b.x.f32() + off * F, m.x.f32(), size_t(n * F) * sizeof(float));
+      std::memcpy(b.opcode.i32() + off, m.opcode.i32(), size_t(n) * sizeof(int32_t));
+    }
     std::fill(b.node_graph.i32() + off, b.node_graph.i32() + off + n, int32_t(g));
     const int64_t* e = m.edges.i64();
     for (int64_t i = 0; i < m.edges.size(0); ++i) {  // row [u, v]: u consumes v; messages both ways
