@@ -1,6 +1,5 @@
 // gnn score: the competition score of a submission CSV against files whose runtimes are known.
 #include <cstdio>
-#include <filesystem>
 #include <set>
 
 #include "apps/commands.h"
@@ -39,8 +38,9 @@ Command score_command() {
     const std::string input = a.str(by_runtime ? "runtimes" : "submission");
     std::map<std::string, std::vector<int64_t>> rows;  // --submission: id -> configs, fastest first
     std::map<std::string, std::map<int64_t, double>> predicted;  // --runtimes: id -> config -> runtime
+    std::map<std::string, int64_t> lines;  // --submission: id -> its line
     if (by_runtime) predicted = read_runtimes(input);
-    else rows = read_submission(input);
+    else rows = read_submission(input, &lines);
     WalkOptions wo;
     wo.splits = {a.str("split")};
     const auto files = walk_dataset(a.str("data"), wo);
@@ -50,26 +50,19 @@ Command score_command() {
       for (const DatasetFile& f : files) inputs.push_back(f.path);
       check_output("per-graph", a.str("per-graph"), inputs);
     }
-    std::map<std::string, std::map<std::string, std::vector<int64_t>>> eval;  // "xla_default" -> stem -> configs
+    EvalIndices eval(eval_dir);
     std::vector<std::pair<std::string, GraphScore>> scores;
     std::string per;
     for (const DatasetFile& f : files) {
       const bool found = by_runtime ? predicted.count(f.id()) > 0 : rows.count(f.id()) > 0;
       GNN_CHECK(found, input, ": no row for ", f.id());
-      std::vector<int64_t> subset;
-      if (f.collection.is_layout() && !eval_dir.empty()) {
-        const std::string key = f.collection.source + "_" + f.collection.search;
-        if (!eval.count(key)) {
-          const std::string p = eval_dir + "/" + key + ".json";
-          eval[key] = std::filesystem::exists(p) ? load_eval_indices(p) : std::map<std::string, std::vector<int64_t>>{};
-        }
-        auto e = eval[key].find(f.stem);
-        if (e != eval[key].end()) subset = e->second;
-      }
+      const std::vector<int64_t> subset = eval.configs(f);
       const bool layout = f.collection.is_layout();
+      const std::string where =
+          by_runtime ? "" : input + ": line " + std::to_string(lines.at(f.id())) + " (" + f.id() + ")";
       const GraphScore s = by_runtime
                                ? score_runtimes(f.id(), layout, predicted.at(f.id()), scored_runtimes(f), subset, input)
-                               : score_ranking(f.id(), layout, rows.at(f.id()), scored_runtimes(f), subset);
+                               : score_ranking(f.id(), layout, rows.at(f.id()), scored_runtimes(f), subset, where);
       per += graph_score_json(s) + "\n";
       scores.emplace_back(f.collection.str(), s);
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -37,7 +38,8 @@ void read_csv_lines(const std::string& path, const char* what, const std::string
 
 }  // namespace
 
-std::map<std::string, std::vector<int64_t>> read_submission(const std::string& path) {
+std::map<std::string, std::vector<int64_t>> read_submission(const std::string& path,
+                                                            std::map<std::string, int64_t>* lines) {
   std::map<std::string, std::vector<int64_t>> rows;
   read_csv_lines(path, "the submission", "ID,TopConfigs", [&](int64_t ln, const std::string& line) {
     const size_t comma = line.find(',');
@@ -59,8 +61,24 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
     }
     GNN_CHECK(!list.empty(), path, ": line ", ln, " (", id, ") lists no configs");
     GNN_CHECK(rows.emplace(id, std::move(list)).second, path, ": line ", ln, ": ID ", id, " appears twice");
+    if (lines) (*lines)[id] = ln;
   });
   return rows;
+}
+
+std::vector<int64_t> EvalIndices::configs(const DatasetFile& f) {
+  if (dir_.empty() || !f.collection.is_layout() || f.collection.search.empty()) return {};
+  const std::string key = f.collection.source + "_" + f.collection.search;
+  auto file = files_.find(key);
+  if (file == files_.end()) {
+    const std::string p = (std::filesystem::path(dir_) / (key + ".json")).string();
+    GNN_CHECK(std::filesystem::exists(p), "--eval-indices ", dir_, ": no ", key, ".json for the ", f.collection.str(),
+              " graphs (the official folder holds xla_default.json, xla_random.json, nlp_default.json and "
+              "nlp_random.json); give the folder that has it, or leave the flag out to score every config");
+    file = files_.emplace(key, load_eval_indices(p)).first;
+  }
+  const auto it = file->second.find(f.stem);
+  return it == file->second.end() ? std::vector<int64_t>{} : it->second;
 }
 
 std::map<std::string, std::map<int64_t, double>> read_runtimes(const std::string& path) {
@@ -144,16 +162,18 @@ std::vector<double> scored_runtimes(const DatasetFile& f) {
 }
 
 GraphScore score_ranking(const std::string& id, bool layout, const std::vector<int64_t>& ranking,
-                         const std::vector<double>& runtime, const std::vector<int64_t>& eval_subset) {
+                         const std::vector<double>& runtime, const std::vector<int64_t>& eval_subset,
+                         const std::string& where) {
   const int64_t n = int64_t(runtime.size());
+  const std::string& src = where.empty() ? id : where;
   std::vector<double> rank(size_t(n), std::numeric_limits<double>::infinity());
   for (size_t r = 0; r < ranking.size(); ++r) {
     const int64_t c = ranking[r];
-    GNN_CHECK(c >= 0 && c < n, id, ": config index ", c, " is outside the graph's ", n, " configs");
-    GNN_CHECK(std::isinf(rank[size_t(c)]), id, ": config ", c, " is listed twice");
+    GNN_CHECK(c >= 0 && c < n, src, ": config index ", c, " is outside the graph's ", n, " configs");
+    GNN_CHECK(std::isinf(rank[size_t(c)]), src, ": config ", c, " is listed twice");
     rank[size_t(c)] = double(r);
   }
-  GNN_CHECK(!layout || int64_t(ranking.size()) == n, id, ": a layout row must list all ", n, " configs, got ",
+  GNN_CHECK(!layout || int64_t(ranking.size()) == n, src, ": a layout row must list all ", n, " configs, got ",
             ranking.size());
   // Unlisted configs (tile rows list 5) rank after every listed one, in index order.
   std::vector<double> pred = rank;

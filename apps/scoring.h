@@ -13,7 +13,24 @@
 
 namespace gnn {
 
-std::map<std::string, std::vector<int64_t>> read_submission(const std::string& path);
+// id -> configs as listed; `lines`, when given, gets each row's line number (for errors that name it).
+std::map<std::string, std::vector<int64_t>> read_submission(const std::string& path,
+                                                            std::map<std::string, int64_t>* lines = nullptr);
+
+// The official config subsets of a folder of eval_indices JSON files (--eval-indices DIR: xla_default.json,
+// nlp_random.json, ...), each file read when a graph of its collection first asks. configs(f): the
+// configs to score a layout graph on; empty (every config) for a tile graph, a graph its file does not
+// list, or no folder. A layout collection whose file the folder lacks is refused, naming it: scoring
+// every config where the user asked for the subsets would be a quiet mistake.
+class EvalIndices {
+ public:
+  explicit EvalIndices(std::string dir) : dir_(std::move(dir)) {}
+  std::vector<int64_t> configs(const DatasetFile& f);
+
+ private:
+  std::string dir_;
+  std::map<std::string, std::map<std::string, std::vector<int64_t>>> files_;  // "xla_default" -> stem -> configs
+};
 
 // One graph: its ranking (fastest first, a prefix of the configs for tile) against measured runtimes
 // (tile: config_runtime / config_runtime_normalizers; layout: config_runtime).
@@ -29,9 +46,11 @@ struct GraphScore {
 // The mean relative error of log-runtime predictions p against runtimes y (DNNPerf's MRE).
 double mean_relative_error(const std::vector<double>& log_p, const std::vector<double>& y);
 // ranking: config indices fastest first (each at most once; layout: all of them). eval_subset, when
-// not empty, restricts the layout metrics to those configs (the official validation subsets).
+// not empty, restricts the layout metrics to those configs (the official validation subsets). `where`
+// names the ranking's source in errors about it (a submission's file and line; default the id).
 GraphScore score_ranking(const std::string& id, bool layout, const std::vector<int64_t>& ranking,
-                         const std::vector<double>& runtime, const std::vector<int64_t>& eval_subset = {});
+                         const std::vector<double>& runtime, const std::vector<int64_t>& eval_subset = {},
+                         const std::string& where = "");
 
 // One graph from predicted scores p (lower = faster) and runtimes y over the same configs; slowdown@K
 // counts at most the first `listed` configs of the predicted order (a tile submission lists 5).

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
 #include <numeric>
 
@@ -12,8 +11,6 @@
 #include "dist/comm.h"
 
 namespace gnn::train {
-
-namespace fs = std::filesystem;
 
 std::vector<DatasetFile> kind_files(const std::string& data, const std::string& kind, const std::string& split) {
   WalkOptions wo;
@@ -201,7 +198,7 @@ std::vector<int64_t> config_subset(const std::string& id, int64_t n, int64_t max
 Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::string& eval_indices_dir, bool log_runtime,
                     double log_offset, int64_t max_configs) {
   Evaluation ev;
-  std::map<std::string, std::map<std::string, std::vector<int64_t>>> subsets;  // "xla_default" -> stem -> configs
+  EvalIndices subsets(eval_indices_dir);
   // In a data-parallel job each rank scores its share of the graphs; the scores are gathered in file order.
   const dist::World& w = dist::world();
   const dist::Range mine = dist::shard(int64_t(src.files().size()), w.rank, w.size);
@@ -209,16 +206,7 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
     const DatasetFile& f = src.files()[i];
     const auto g = src.get(i);
     GNN_CHECK(!g->target.empty(), f.path, ": no runtimes, so it cannot be scored (a test file?)");
-    std::vector<int64_t> configs;
-    if (f.collection.is_layout() && !eval_indices_dir.empty() && !f.collection.search.empty()) {
-      const std::string key = f.collection.source + "_" + f.collection.search;
-      if (!subsets.count(key)) {
-        const std::string p = (fs::path(eval_indices_dir) / (key + ".json")).string();
-        subsets[key] = fs::exists(p) ? load_eval_indices(p) : std::map<std::string, std::vector<int64_t>>{};
-      }
-      auto it = subsets[key].find(f.stem);
-      if (it != subsets[key].end()) configs = it->second;
-    }
+    std::vector<int64_t> configs = subsets.configs(f);
     for (int64_t c : configs)
       GNN_CHECK(c >= 0 && c < g->num_configs(), eval_indices_dir, ": eval index ", c, " for ", f.stem,
                 " is outside its ", g->num_configs(), " configs");

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 
@@ -78,6 +79,38 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
     r = testing::run_gnn("score --submission " + dir.file("bad3.csv") + " --data " + dir.file("d"));
     CHECK(r.exit_code == 1);
     CHECK(r.err.find("no row for") != std::string::npos);
+    // A row the metrics refuse (a config twice, one out of range) names the file and its line.
+    std::vector<DatasetFile> tile;
+    for (const DatasetFile& f : files)
+      if (!f.collection.is_layout()) tile.push_back(f);
+    REQUIRE(tile.size() == 3);
+    std::ofstream(dir.file("bad4.csv")) << "ID,TopConfigs\n" << tile[1].id() << ",0;1;2;3;4\n"
+                                        << tile[0].id() << ",0;0\n";
+    std::ofstream(dir.file("bad5.csv")) << "ID,TopConfigs\n" << tile[0].id() << ",0;99999\n";
+    for (const char* csv : {"bad4.csv", "bad5.csv"}) {
+      CAPTURE(csv);
+      r = testing::run_gnn("score --submission " + dir.file(csv) + " --data " + dir.file("d") + "/npz/tile/xla");
+      CHECK(r.exit_code == 1);
+      const std::string where = dir.file(csv) + ": line " + (csv[3] == '4' ? "3 (" : "2 (") + tile[0].id() + "): ";
+      CHECK_MESSAGE(r.err.find(where) != std::string::npos, r.err);
+    }
+  }
+  SUBCASE("--eval-indices: a folder without the collection's file is refused, not ignored") {
+    std::filesystem::create_directories(dir.file("ei"));
+    std::ofstream(dir.file("ei/xla_random.json")) << "{}";
+    const std::string cmd = "score --submission " + dir.file("best.csv") + " --data " + dir.file("d") +
+                            " --eval-indices " + dir.file("ei");
+    r = testing::run_gnn(cmd);
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(r.err.find("--eval-indices " + dir.file("ei") + ": no xla_default.json for the layout:xla:default "
+                             "graphs") != std::string::npos,
+                  r.err);
+    const auto layout =
+        std::find_if(files.begin(), files.end(), [](const DatasetFile& f) { return f.collection.is_layout(); });
+    REQUIRE(layout != files.end());
+    std::ofstream(dir.file("ei/xla_default.json")) << "{\"" << layout->stem << "\": [0, 1, 2]}";
+    r = testing::run_gnn(cmd);
+    CHECK_MESSAGE(r.exit_code == 0, r.err);
   }
   CHECK_THROWS_WITH_AS(score_ranking("layout:xla:default:g", true, {0, 1}, {1.0, 2.0, 3.0}),
                        doctest::Contains("must list all 3 configs"), Error);
