@@ -117,7 +117,10 @@ std::vector<std::string> Args::list(const std::string& flag) const {
   size_t b = 0;
   while (b <= s.size()) {
     const size_t e = std::min(s.find(',', b), s.size());
-    if (e > b) out.push_back(s.substr(b, e - b));
+    if (e == b)  // (a typo such as 0,1,,2 loses an item the user meant)
+      throw UsageError("--" + flag + ": an empty item in '" + printable(s) +
+                       "' (two commas together, or one at an end)");
+    out.push_back(s.substr(b, e - b));
     b = e + 1;
   }
   return out;
@@ -209,10 +212,24 @@ int run(const std::vector<Command>& commands, int argc, char** argv) {
     return 2;
   }
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::fputs(overview(commands).c_str(), stdout);
-    return 0;
+    if (args.size() == 1) {
+      std::fputs(overview(commands).c_str(), stdout);
+      return 0;
+    }
+    for (const Command& c : commands)  // gnn help COMMAND: that command's help
+      if (args.size() == 2 && c.name == args[1]) {
+        std::fputs(command_help(c).c_str(), stdout);
+        return 0;
+      }
+    std::fprintf(stderr, "gnn %s: expected nothing or one command's name after it, got '%s' (see gnn --help)\n",
+                 args[0].c_str(), printable(args[1]).c_str());
+    return 2;
   }
   if (args[0] == "--version") {
+    if (args.size() > 1) {
+      std::fprintf(stderr, "gnn --version: takes nothing after it, got '%s'\n", printable(args[1]).c_str());
+      return 2;
+    }
     std::printf("gnn %s\n", GNN_VERSION);
     return 0;
   }

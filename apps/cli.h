@@ -46,7 +46,7 @@ int64_t usable_memory_bytes();
 class Args {
  public:
   bool has(const std::string& flag) const;  // given on the command line (or a default exists)
-  bool on(const std::string& flag) const;  // a switch that was given
+  bool on(const std::string& flag) const;  // given on the command line (a switch, or a flag with its value)
   std::string str(const std::string& flag) const;  // value or default; UsageError when neither
   int64_t integer(const std::string& flag, int64_t min, int64_t max) const;
   double number(const std::string& flag) const;

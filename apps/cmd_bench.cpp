@@ -53,8 +53,9 @@ double median(std::vector<double> v) {
 
 int bench_npz(const Args& a, const std::string& path) {
   const int repeat = int(a.integer("repeat", 1, 10000));  // flags first: a usage error never waits on I/O
+  const std::vector<std::string> asked = a.has("keys") ? a.list("keys") : std::vector<std::string>{};
   const NpzReader npz(path);
-  const std::vector<std::string> keys = a.has("keys") ? a.list("keys") : npz.keys();
+  const std::vector<std::string> keys = a.has("keys") ? asked : npz.keys();
   uint64_t raw = 0;
   for (const std::string& k : keys) raw += npz.info(k).entry.uncompressed_size;
   const auto ms = time_runs(1, repeat, [&] {
@@ -248,6 +249,14 @@ Command bench_command() {
       throw UsageError("--matmul-precision bf16: this CPU has no AVX512-BF16, which its products need");
     set_gemm_cpu_precision(precision == "bf16" ? GemmPrecision::kBf16 : GemmPrecision::kF32);
     const std::string what = a.positional(0);
+    // A flag of the other benchmark is a mistake (--nodes on `npz`, --keys on `kernel`): said, not ignored.
+    static const char* const kernel_only[] = {"nodes",      "edges", "features", "configs", "graph-nodes", "backward",
+                                              "device",     "spmm",  "cuda-graph", "save-graph", "cold",
+                                              "matmul-precision"};
+    if (what == "npz")
+      for (const char* f : kernel_only)
+        if (a.on(f)) throw UsageError(std::string("gnn bench npz: --") + f + " is a flag of `gnn bench kernel`");
+    if (what == "kernel" && a.on("keys")) throw UsageError("gnn bench kernel: --keys is a flag of `gnn bench npz`");
     if (what == "npz") return bench_npz(a, a.positional(1));
     if (what == "kernel") return bench_kernel(a, a.positional(1));
     throw UsageError("gnn bench: unknown benchmark '" + what + "' (available: kernel, npz)");

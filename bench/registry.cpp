@@ -14,14 +14,17 @@
 
 namespace gnn::cli {
 
+void save_graph(const KernelShape& s, const Graph& g) {
+  if (s.save_graph.empty()) return;
+  Tensor ei = Tensor::empty({g.num_edges, 2}, DType::I64);
+  for (int64_t v = 0; v < g.num_nodes; ++v)
+    for (int32_t p = g.csr_indptr.i32()[v]; p < g.csr_indptr.i32()[v + 1]; ++p)
+      ei.i64()[2 * p] = v, ei.i64()[2 * p + 1] = g.csr_indices.i32()[p];
+  save_npz(s.save_graph, {{"edge_index", ei}, {"num_nodes", Tensor::from_vector<int64_t>({g.num_nodes})}});
+}
+
 GraphData::GraphData(const KernelShape& s) : g(tpugraphs_like_graph(s.nodes, s.edges, s.seed)) {
-  if (!s.save_graph.empty()) {  // rows [dst, src] in CSR order, as TpuGraphs writes [consumer, producer]
-    Tensor ei = Tensor::empty({g.num_edges, 2}, DType::I64);
-    for (int64_t v = 0; v < g.num_nodes; ++v)
-      for (int32_t p = g.csr_indptr.i32()[v]; p < g.csr_indptr.i32()[v + 1]; ++p)
-        ei.i64()[2 * p] = v, ei.i64()[2 * p + 1] = g.csr_indices.i32()[p];
-    save_npz(s.save_graph, {{"edge_index", ei}, {"num_nodes", Tensor::from_vector<int64_t>({g.num_nodes})}});
-  }
+  save_graph(s, g);
   if (s.cuda) g = g.to(Device::cuda(0));
   // the view the autograd ops build for their kernels
   v = CsrView{g.num_nodes,        g.num_sources(),     g.csr_indptr.i32(), g.csr_indices.i32(),
@@ -99,7 +102,11 @@ KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
     throw KernelUsageError("gnn bench kernel: " + name +
                            " does not take --configs (sage-layer does: the composed "
                            "kernels on the node-major N x (C*F) layout)");
-  return e.make(s);
+  KernelCase k = e.make(s);
+  if (!s.save_graph.empty() && !k.on_graph)
+    throw KernelUsageError("gnn bench kernel: --save-graph " + s.save_graph + ": " + name +
+                           " takes no edges, so there is no edge_index to write");
+  return k;
 }
 
 }  // namespace gnn::cli

@@ -21,6 +21,9 @@ struct GraphData {
   explicit GraphData(const KernelShape& s);
 };
 
+// --save-graph: g's edge_index ([E, 2] rows [dst, src] in CSR order, as TpuGraphs writes [consumer,
+// producer]) and num_nodes, written to s.save_graph when one is given, for peer scripts.
+void save_graph(const KernelShape& s, const Graph& g);
 Tensor random_tensor(int64_t rows, int64_t cols, uint64_t seed);  // uniform in [-1, 1], on the host
 inline Device device_of(const KernelShape& s) { return s.cuda ? Device::cuda(0) : Device::cpu(); }
 // The row ranges of the N nodes split into graphs of S (the last one shorter): a batch's graph_ptr.

@@ -27,6 +27,8 @@ KernelCase op_case(const OpCase& c, const KernelShape& s) {
   };
   auto st = std::make_shared<State>();
   st->in = c.make(size);
+  const bool on_graph = st->in.graph.num_nodes > 0;
+  if (on_graph) save_graph(s, st->in.graph);
   st->x = op_operands(st->in, DType::F32, device_of(s));
   double inputs = 0, output = 0;
   for (const ag::Var& v : st->x.vars) inputs += double(v.value().numel());
@@ -50,6 +52,7 @@ KernelCase op_case(const OpCase& c, const KernelShape& s) {
   };
   k.bytes = 4.0 * (inputs + output) + (bwd ? 4.0 * (output + 2 * inputs) : 0.0);
   k.flops = 0;
+  k.on_graph = on_graph;
   return k;
 }
 

@@ -42,6 +42,7 @@ KernelCase spmm_case(Reduce op, const KernelShape& s) {
   auto dx = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32, dev));
   auto arg = std::make_shared<Tensor>(Tensor::empty({op == Reduce::kMax ? N : 0, F}, DType::I32, dev));
   KernelCase k;
+  k.on_graph = true;
   const bool bwd = s.backward;
   if (s.cusparse) {
     if (op == Reduce::kMax || bwd || !s.cuda)

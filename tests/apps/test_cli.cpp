@@ -9,6 +9,7 @@
 
 #include "bench/registry.h"
 #include "io/json.h"
+#include "io/npz.h"
 #include "runtime/cuda.h"
 #include "testing.h"
 
@@ -33,8 +34,16 @@ TEST_CASE("cli: help, version, and usage errors exit 2 with one line") {
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("--json") != std::string::npos);
 
+  r = run_gnn("help train");  // a command's help, as `gnn train --help`
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.rfind("usage: gnn train", 0) == 0);
+  // Words nothing reads are refused, not ignored: after --version or --help, an empty item in a list, a flag
+  // of the other benchmark.
   for (const char* bad : {"frobnicate", "inspect", "inspect a.npz --nope", "inspect a.npz b.npz",
-                          "bench npz x.npz --repeat zero", "bench npz x.npz --repeat 0", "inspect a.npz -j"}) {
+                          "bench npz x.npz --repeat zero", "bench npz x.npz --repeat 0", "inspect a.npz -j",
+                          "--version extra", "--help nope", "help train extra", "synth --collection tile --split train,,valid --out x",
+                          "bench npz x.npz --keys a, --repeat 2", "bench npz x.npz --nodes 3",
+                          "bench kernel gemm --keys a"}) {
     CAPTURE(bad);
     r = run_gnn(bad);
     CHECK(r.exit_code == 2);
@@ -43,6 +52,10 @@ TEST_CASE("cli: help, version, and usage errors exit 2 with one line") {
   }
   r = run_gnn("bench npz x.npz --repeat zero");
   CHECK(r.err.find("--repeat expects an integer, got 'zero'") != std::string::npos);
+  r = run_gnn("synth --collection tile --split train,,valid --out x");
+  CHECK(r.err.find("--split: an empty item in 'train,,valid'") != std::string::npos);
+  r = run_gnn("bench npz x.npz --nodes 3");
+  CHECK(r.err.find("--nodes is a flag of `gnn bench kernel`") != std::string::npos);
   CHECK(run_gnn("").exit_code == 2);
 }
 
@@ -291,6 +304,15 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
   r = run_gnn("bench kernel gemm --cold 1048576");  // 1 TiB: refused before anything is allocated
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--cold 1048576 MiB is more than half of the") != std::string::npos);
+  // --save-graph writes the edges a graph case (a kernel's or an op's) runs on, for the peer scripts.
+  testing::TempDir tmp;
+  for (const std::string k : {"spmm-sum", "gat-layer", "op:spmm-weighted"}) {
+    CAPTURE(k);
+    const std::string f = tmp.file(k.substr(k.find(':') + 1) + ".npz");
+    r = run_gnn("bench kernel " + k + " --nodes 300 --edges 600 --features 16 --repeat 20 --save-graph " + f);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(NpzReader(f).load("edge_index").shape() == Shape{600, 2});
+  }
   // Refused, each with its exit code and what the message says ("": the code alone). Usage errors exit 2; the
   // op cases whose shapes need more than one row or column exit 1 (each flag is in its range) naming the flag.
   std::vector<std::tuple<std::string, int, std::string>> refused = {
@@ -304,7 +326,9 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
       {"graph-attention --features 18", 2, "splits --features into 4 heads, got 18"},
       {"spmm-sum --nodes 2147483647", 2, "--nodes must be in [1, 2147483646]"},  // a Graph's int32 indices
       {"op:slice-cols --nodes 4 --features 1", 1, "needs --features 2 or more"},
-      {"op:slice-rows --nodes 1 --configs 4 --features 4", 1, "needs --nodes x --configs >= 5"}};
+      {"op:slice-rows --nodes 1 --configs 4 --features 4", 1, "needs --nodes x --configs >= 5"},
+      {"gemm --nodes 30 --save-graph unwritten.npz", 2, "gemm takes no edges, so there is no edge_index to write"},
+      {"op:layer-norm --nodes 30 --save-graph unwritten.npz", 2, "op:layer-norm takes no edges"}};
   if (!cuda_available()) refused.emplace_back("gemm --device cuda", 2, "--device cuda is not usable here");
   for (const auto& [args, code, says] : refused) {
     CAPTURE(args);
