@@ -56,6 +56,11 @@ Command planetoid_command() {
     if (a.has("value-dropout")) o.value_dropout = positive("value-dropout", 0, 0.99);
     if (a.has("hidden")) o.hidden = a.integer("hidden", 1, 1 << 16);
     o.heads = a.integer("heads", 1, 1024);
+    // GAT's own flags mean nothing to the other models: said, not ignored.
+    for (const char* flag : {"heads", "value-dropout"})
+      if (o.model != "gat" && a.on(flag))
+        throw UsageError(std::string("gnn planetoid: --") + flag + " is a GAT flag; --model " + o.model +
+                         " has no heads or attention");
     o.patience = a.integer("patience", 0, 1'000'000);
     const std::string dev = a.str("device");
     if (dev != "cpu" && dev != "cuda")
