@@ -259,7 +259,7 @@ Command train_command() {
     o.out = a.str("out");
     check_output_folder("out", o.out);
     if (!a.on("resume") && !a.on("data")) throw UsageError("gnn train: missing --data");
-    if (a.on("epochs")) o.epochs = a.integer("epochs", 1, 1'000'000);
+    if (a.on("epochs")) o.epochs = a.integer("epochs", 1, train::kMaxEpochs);
     if (a.has("steps")) o.steps = a.integer("steps", 0, INT64_MAX);
     if (a.has("steps") && o.steps == 0) o.steps = -1;  // 0: no step limit (on --resume: remove the run's)
     if (a.on("seed")) o.seed = uint64_t(a.integer("seed", 0, INT64_MAX));

@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <sstream>
+#include <tuple>
 
 #include "apps/checkpoint.h"
 #include "io/atomic_file.h"
@@ -41,6 +43,15 @@ Meta read_meta(const std::string& path) {
   GNN_CHECK(format == kCheckpointFormat, path, ": checkpoint format ", format, ", this build reads ",
             kCheckpointFormat);
   m.recipe = &find_recipe(tensor_text(m.arrays, "meta/recipe", path));
+  // The run's length as --epochs and --steps bound it (checkpoints written before it was recorded lack it).
+  for (const auto& [key, lo, hi] : {std::tuple{"meta/epochs", int64_t(1), kMaxEpochs},
+                                    std::tuple{"meta/steps", int64_t(0), std::numeric_limits<int64_t>::max()}}) {
+    if (!m.arrays.count(key)) continue;
+    const int64_t v = get_i64(m.arrays, key, path);
+    GNN_CHECK(v >= lo && v <= hi, path, ": '", key, "' is ", v, ", not in ", lo, "..",
+              hi == std::numeric_limits<int64_t>::max() ? std::string("") : std::to_string(hi),
+              "; the checkpoint is damaged");
+  }
   m.hparams = HParams::from_json(tensor_text(m.arrays, "meta/hparams", path), path + ": meta/hparams");
   // Numbers as older gnn stored them from the command line (strtod read "+0.01" and " 1"): read as they
   // were then; the flags themselves are plain decimal now.
@@ -131,7 +142,7 @@ void State::load(const std::map<std::string, Tensor>& a, const std::string& f) {
     GNN_CHECK(v >= lo && v <= hi, f, ": 'state/", key, "' is ", v, ", not in ", lo, "..",
               hi == INT64_MAX ? std::string("") : std::to_string(hi), "; the checkpoint is damaged");
   };
-  in_range("epoch", epoch, 0, INT64_MAX), in_range("step", step, 0, INT64_MAX), in_range("batch", batch, 0, step);
+  in_range("epoch", epoch, 0, kMaxEpochs), in_range("step", step, 0, INT64_MAX), in_range("batch", batch, 0, step);
   in_range("skipped", skipped, 0, step), in_range("loss_n", loss_n, 0, step),
       in_range("configs", configs, 0, INT64_MAX);
   in_range("best_epoch", best_epoch, 0, epoch);

@@ -305,6 +305,20 @@ class Run {
   const fs::path dir_;
   const std::string model_path_, best_path_, metrics_path_, swa_path_;
   std::optional<RunLock> lock_;  // the lead process's, while it may write the run directory
+  // The run directory when this process made it: removed again, lock file and all, if the run fails before
+  // writing anything into it, so a failed start leaves nothing behind. (After lock_: gone while still locked.)
+  struct MadeDir {
+    fs::path dir;
+    ~MadeDir() {
+      if (dir.empty()) return;
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(dir, ec))
+        if (e.path().filename() != "lock") return;
+      if (ec) return;
+      fs::remove(dir / "lock", ec);
+      fs::remove(dir, ec);
+    }
+  } made_dir_;
   RunPlan plan_;
   TrainHParams tp_;  // plan_.hp's training hyper-parameters, typed
   std::vector<LossTerm> losses_;  // loss_terms(tp_)
@@ -411,21 +425,6 @@ Run::Run(const TrainOptions& o, std::string& working_on)
       o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
   if (lead_)
     for (const std::string& f : {model_path_, best_path_, metrics_path_, swa_path_}) remove_stale_temporaries(f);
-  // A resumed run rewrites best.npz only when validation improves, so one damaged since it was written would
-  // outlive the run unnoticed and fail eval and predict later: each member is read back (its CRC checked).
-  if (plan_.resuming && lead_)
-    for (const std::string& f : {best_path_, swa_path_}) {
-      if (!fs::exists(f)) continue;
-      try {
-        (void)NpzReader(f).load_all();
-      } catch (const MemoryLimitError&) {  // (not damage: the limit's own message says what to do)
-        throw;
-      } catch (const Error& e) {
-        GNN_FAIL("--resume: ", e.message(), "; restore it, or remove it to resume without it (train writes it again ",
-                 f == best_path_ ? "at the next best validation)" : "when it next averages the weights)");
-      }
-    }
-
   train_files_ = kind_files(plan_.data, recipe->kind, "train");
   valid_files_ = kind_files(plan_.data, recipe->kind, "valid");
   if (plan_.max_graphs > 0) {
@@ -433,6 +432,13 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     if (int64_t(valid_files_.size()) > plan_.max_graphs) valid_files_.resize(size_t(plan_.max_graphs));
   }
   GNN_CHECK(!train_files_.empty(), "--data ", plan_.data, ": no ", recipe->kind, " train files for ", recipe->name);
+  // The validation flags mean nothing without a valid split: said, not ignored (a user giving --patience
+  // expects the run to stop early).
+  if (valid_files_.empty())
+    for (const char* flag : {"patience", "val-every", "val-configs"})
+      if (o.hparams.count(flag) && hp.num(flag) > 0)
+        bad_option(detail::str_cat("--", flag, ": acts on validation, and --data ", plan_.data, " has no ",
+                                   recipe->kind, " valid files"));
   if (int64_t(train_files_.size()) * tp_.graph_repeats > kMaxEpochList)  // (before the run directory exists)
     bad_option(detail::str_cat("--graph-repeats ", tp_.graph_repeats, ": ", train_files_.size(),
                                " training graphs listed that many times make an epoch of ",
@@ -448,13 +454,34 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   Rng init_rng(plan_.seed);
   model_ = recipe->build(hp, dims_of(prep_), init_rng);  // a recipe refusing its flags leaves no run behind
   if (o.cuda_graphs > 0) check_cuda_graphs(recipe->name);
-  if (!plan_.resuming && lead_) fs::create_directories(dir_);
+  if (!plan_.resuming && lead_ && fs::create_directories(dir_)) made_dir_.dir = dir_;
   if (lead_ && !lock_) {  // a new run: another one may have started here meanwhile and written a run
     lock_.emplace(o.out);
     GNN_CHECK(!fs::exists(model_path_), "--out ", o.out,
               ": another gnn train started a run here meanwhile; choose another directory");
   }
   params_ = model_->parameters();
+  // A resumed run rewrites best.npz only when validation improves, so one damaged (or replaced) since it was
+  // written would outlive the run unnoticed and fail eval and predict later: each is loaded as they load it
+  // (every member's CRC, the meta and preprocessing checks, every weight's finiteness) and its weights must
+  // be this model's (names and shapes).
+  if (plan_.resuming && lead_)
+    for (const std::string& f : {best_path_, swa_path_}) {
+      if (!fs::exists(f)) continue;
+      try {
+        const std::vector<nn::NamedParam> theirs = load_model(f).model->parameters();
+        bool same = theirs.size() == params_.size();
+        for (size_t i = 0; same && i < theirs.size(); ++i)
+          same = theirs[i].name == params_[i].name && theirs[i].var.shape() == params_[i].var.shape();
+        GNN_CHECK(same, f, ": holds the weights of another model than model.npz's (", theirs.size(), " against ",
+                  params_.size(), " parameters, or other names or shapes)");
+      } catch (const MemoryLimitError&) {  // (not damage: the limit's own message says what to do)
+        throw;
+      } catch (const Error& e) {
+        GNN_FAIL("--resume: ", e.message(), "; restore it, or remove it to resume without it (train writes it again ",
+                 f == best_path_ ? "at the next best validation)" : "when it next averages the weights)");
+      }
+    }
   opt_.emplace(nn::one_group(params_, tp_.weight_decay), tp_.lr, /*decoupled=*/true);
   if (plan_.resuming) {
     load_checkpoint(model_path_, params_, &*opt_);

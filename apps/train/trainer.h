@@ -22,6 +22,8 @@
 
 namespace gnn::train {
 
+inline constexpr int64_t kMaxEpochs = 1'000'000;  // --epochs' bound (a checkpoint past it is damaged)
+
 // On --resume, what is left empty (0, "", no value) is the run's own: its recipe, data folder, epochs,
 // steps, seed, --max-graphs and --eval-indices are stored in model.npz. A value given again that differs
 // is taken for epochs and steps (extending or shortening the run, said in the output) and the data folder
@@ -30,7 +32,7 @@ struct TrainOptions {
   std::string recipe;  // empty with resume: the run's own
   std::string data, out, eval_indices;  // eval_indices: folder of the official JSON files, optional
   std::map<std::string, std::string> hparams;  // set on the command line
-  int64_t epochs = 0;  // 0: 10 for a new run
+  int64_t epochs = 0;  // 0: 10 for a new run; at most kMaxEpochs
   int64_t steps = 0;  // > 0: stop after this many optimiser steps; < 0: no limit,
                       // even on a resumed run that had one
   std::optional<uint64_t> seed;  // none: 1 for a new run

@@ -253,6 +253,14 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
   CHECK_MESSAGE(contains(r.err, "--resume: " + run + "/best.npz: "), r.err);
   CHECK(contains(r.err, "remove it to resume without it"));
   CHECK(testing::read_bytes(run + "/model.npz") == model);  // nothing written
+  // Another run's best.npz in its place (a sound file of other weights): loaded as eval loads it, and refused.
+  const std::string other = trained_run(t, "other", "--hidden 8");
+  fs::copy_file(other + "/best.npz", run + "/best.npz", fs::copy_options::overwrite_existing);
+  r = run_gnn("train --out " + run + " --resume --epochs 3");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "--resume: " + run + "/best.npz: "), r.err);
+  CHECK_MESSAGE(contains(r.err, "holds the weights of another model than model.npz's"), r.err);
+  CHECK(testing::read_bytes(run + "/model.npz") == model);
   fs::remove(run + "/best.npz");
   r = run_gnn("train --out " + run + " --resume --epochs 3");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
@@ -354,6 +362,12 @@ TEST_CASE("run files: every checkpoint field is validated before a resume, eval 
   const std::vector<std::tuple<std::string, std::function<void(Arrays&)>, std::string>> cases = {
       {"negative epoch", [](Arrays& a) { a["state/epoch"] = Tensor::from_vector(std::vector<int64_t>{-4}); },
        "'state/epoch' is -4"},
+      {"an epoch past --epochs' bound",
+       [](Arrays& a) { a["state/epoch"] = Tensor::from_vector(std::vector<int64_t>{int64_t(1e12)}); },
+       "'state/epoch' is 1000000000000, not in 0..1000000"},
+      {"a run of 10^12 epochs",
+       [](Arrays& a) { a["meta/epochs"] = Tensor::from_vector(std::vector<int64_t>{int64_t(1e12)}); },
+       "'meta/epochs' is 1000000000000, not in 1..1000000"},
       {"batch past the epoch", [](Arrays& a) { a["state/batch"] = Tensor::from_vector(std::vector<int64_t>{3}); },
        "'state/batch' 3 is past the 3 batches"},
       {"a missing Adam moment", [](Arrays& a) { a.erase(first_key(a, "optim/", ".exp_avg")); }, ".exp_avg' is missing"},

@@ -441,7 +441,27 @@ TEST_CASE("train: a batch that does not fit in --memory-limit stops with its gra
   CHECK(r.err.find("step 1 (graphs layout:xla:default:synth_train_") != std::string::npos);
   CHECK(r.err.find("does not fit in the memory limit of 2097152 bytes (--memory-limit): it needs more than ") !=
         std::string::npos);
-  CHECK(!std::filesystem::exists(t.file("tight") + "/model.npz"));
+  CHECK(!std::filesystem::exists(t.file("tight")));  // the folder it made, lock file and all, is gone again
+  std::filesystem::create_directories(t.file("mine"));  // a folder the user made stays
+  r = run_gnn(base + t.file("mine") + " --memory-limit 2M --configs 24");
+  CHECK(r.exit_code == 1);
+  CHECK(std::filesystem::exists(t.file("mine")));
+}
+
+TEST_CASE("train: the validation flags without a valid split are refused, not ignored") {
+  TempDir t;
+  REQUIRE(run_gnn("synth --collection tile --graphs 2 --configs 8 --split train --out " + t.file("d")).exit_code == 0);
+  for (const char* flag : {"--patience 3", "--val-every 2", "--val-configs 4"}) {
+    CAPTURE(flag);
+    const auto r = run_gnn("train --model tile-mlp --epochs 1 --data " + t.file("d") + " --out " + t.file("run") + " " +
+                           flag);
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE(r.err.find(std::string(flag).substr(0, std::string(flag).find(' ')) +
+                             ": acts on validation, and --data " + t.file("d") + " has no tile valid files") !=
+                      std::string::npos,
+                  r.err);
+    CHECK(!std::filesystem::exists(t.file("run")));
+  }
 }
 
 TEST_CASE("train: --accumulate takes the one-batch step in parts, in less memory") {
