@@ -221,8 +221,10 @@ int run(const std::vector<Command>& commands, int argc, char** argv) {
         std::fputs(command_help(c).c_str(), stdout);
         return 0;
       }
+    const bool named =
+        std::any_of(commands.begin(), commands.end(), [&](const Command& c) { return c.name == args[1]; });
     std::fprintf(stderr, "gnn %s: expected nothing or one command's name after it, got '%s' (see gnn --help)\n",
-                 args[0].c_str(), printable(args[1]).c_str());
+                 args[0].c_str(), printable(args[named ? 2 : 1]).c_str());
     return 2;
   }
   if (args[0] == "--version") {

@@ -239,15 +239,6 @@ Command bench_command() {
               "compare with build/bin/gnn_bench's BM_floor_* copy bandwidth.\n"
               "bench/peers/ times numpy, PyTorch and PyTorch Geometric on the same work.";
   c.run = [](const Args& a) {
-    if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
-    const std::string precision = a.str("matmul-precision");
-    if (precision != "f32" && precision != "bf16")
-      throw UsageError("--matmul-precision: expected f32 or bf16, got '" + precision + "'");
-    if (precision == "bf16" && a.str("device") == "cuda")
-      throw UsageError("--matmul-precision bf16: sets the CPU's products; --device cuda runs cuBLAS's");
-    if (precision == "bf16" && !gemm_bf16_supported())
-      throw UsageError("--matmul-precision bf16: this CPU has no AVX512-BF16, which its products need");
-    set_gemm_cpu_precision(precision == "bf16" ? GemmPrecision::kBf16 : GemmPrecision::kF32);
     const std::string what = a.positional(0);
     // A flag of the other benchmark is a mistake (--nodes on `npz`, --keys on `kernel`): said, not ignored.
     static const char* const kernel_only[] = {"nodes",      "edges", "features", "configs", "graph-nodes", "backward",
@@ -257,6 +248,15 @@ Command bench_command() {
       for (const char* f : kernel_only)
         if (a.on(f)) throw UsageError(std::string("gnn bench npz: --") + f + " is a flag of `gnn bench kernel`");
     if (what == "kernel" && a.on("keys")) throw UsageError("gnn bench kernel: --keys is a flag of `gnn bench npz`");
+    if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
+    const std::string precision = a.str("matmul-precision");
+    if (precision != "f32" && precision != "bf16")
+      throw UsageError("--matmul-precision: expected f32 or bf16, got '" + precision + "'");
+    if (precision == "bf16" && a.str("device") == "cuda")
+      throw UsageError("--matmul-precision bf16: sets the CPU's products; --device cuda runs cuBLAS's");
+    if (precision == "bf16" && !gemm_bf16_supported())
+      throw UsageError("--matmul-precision bf16: this CPU has no AVX512-BF16, which its products need");
+    set_gemm_cpu_precision(precision == "bf16" ? GemmPrecision::kBf16 : GemmPrecision::kF32);
     if (what == "npz") return bench_npz(a, a.positional(1));
     if (what == "kernel") return bench_kernel(a, a.positional(1));
     throw UsageError("gnn bench: unknown benchmark '" + what + "' (available: kernel, npz)");

@@ -51,18 +51,19 @@ Command score_command() {
       check_output("per-graph", a.str("per-graph"), inputs);
     }
     EvalIndices eval(eval_dir);
+    eval.check(files);
     std::vector<std::pair<std::string, GraphScore>> scores;
     std::string per;
     for (const DatasetFile& f : files) {
       const bool found = by_runtime ? predicted.count(f.id()) > 0 : rows.count(f.id()) > 0;
       GNN_CHECK(found, input, ": no row for ", f.id());
-      const std::vector<int64_t> subset = eval.configs(f);
+      const std::vector<double> runtime = scored_runtimes(f);
+      const std::vector<int64_t> subset = eval.configs(f, int64_t(runtime.size()));
       const bool layout = f.collection.is_layout();
       const std::string where =
           by_runtime ? "" : input + ": line " + std::to_string(lines.at(f.id())) + " (" + f.id() + ")";
-      const GraphScore s = by_runtime
-                               ? score_runtimes(f.id(), layout, predicted.at(f.id()), scored_runtimes(f), subset, input)
-                               : score_ranking(f.id(), layout, rows.at(f.id()), scored_runtimes(f), subset, where);
+      const GraphScore s = by_runtime ? score_runtimes(f.id(), layout, predicted.at(f.id()), runtime, subset, input)
+                                      : score_ranking(f.id(), layout, rows.at(f.id()), runtime, subset, where);
       per += graph_score_json(s) + "\n";
       scores.emplace_back(f.collection.str(), s);
     }

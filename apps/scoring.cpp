@@ -66,19 +66,36 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
   return rows;
 }
 
-std::vector<int64_t> EvalIndices::configs(const DatasetFile& f) {
-  if (dir_.empty() || !f.collection.is_layout() || f.collection.search.empty()) return {};
+const std::map<std::string, std::vector<int64_t>>* EvalIndices::file_of(const DatasetFile& f) {
+  if (dir_.empty() || !f.collection.is_layout() || f.collection.search.empty()) return nullptr;
   const std::string key = f.collection.source + "_" + f.collection.search;
   auto file = files_.find(key);
   if (file == files_.end()) {
-    const std::string p = (std::filesystem::path(dir_) / (key + ".json")).string();
+    const std::string p = path(f);
     GNN_CHECK(std::filesystem::exists(p), "--eval-indices ", dir_, ": no ", key, ".json for the ", f.collection.str(),
               " graphs (the official folder holds xla_default.json, xla_random.json, nlp_default.json and "
-              "nlp_random.json); give the folder that has it, or leave the flag out to score every config");
+              "nlp_random.json); give a folder that has it");
     file = files_.emplace(key, load_eval_indices(p)).first;
   }
-  const auto it = file->second.find(f.stem);
-  return it == file->second.end() ? std::vector<int64_t>{} : it->second;
+  return &file->second;
+}
+
+std::string EvalIndices::path(const DatasetFile& f) const {
+  return (std::filesystem::path(dir_) / (f.collection.source + "_" + f.collection.search + ".json")).string();
+}
+
+void EvalIndices::check(const std::vector<DatasetFile>& files) {
+  for (const DatasetFile& f : files) (void)file_of(f);
+}
+
+std::vector<int64_t> EvalIndices::configs(const DatasetFile& f, int64_t n) {
+  const auto* file = file_of(f);
+  if (!file) return {};
+  const auto it = file->find(f.stem);
+  if (it == file->end()) return {};
+  for (int64_t c : it->second)
+    GNN_CHECK(c < n, path(f), ": eval index ", c, " for ", f.stem, " is outside its ", n, " configs");
+  return it->second;
 }
 
 std::map<std::string, std::map<int64_t, double>> read_runtimes(const std::string& path) {

@@ -18,16 +18,20 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
                                                             std::map<std::string, int64_t>* lines = nullptr);
 
 // The official config subsets of a folder of eval_indices JSON files (--eval-indices DIR: xla_default.json,
-// nlp_random.json, ...), each file read when a graph of its collection first asks. configs(f): the
-// configs to score a layout graph on; empty (every config) for a tile graph, a graph its file does not
-// list, or no folder. A layout collection whose file the folder lacks is refused, naming it: scoring
-// every config where the user asked for the subsets would be a quiet mistake.
+// nlp_random.json, ...), each file read when a graph of its collection first asks. configs(f, n): the
+// configs to score a layout graph of n configs on (each checked < n, the file named); empty (every config)
+// for a tile graph, a graph its file does not list, or no folder. A layout collection whose file the folder
+// lacks is refused, naming it: scoring every config where the user asked for the subsets would be a quiet
+// mistake. check(files) reads the files those graphs need, so a missing one stops a command before its work.
 class EvalIndices {
  public:
   explicit EvalIndices(std::string dir) : dir_(std::move(dir)) {}
-  std::vector<int64_t> configs(const DatasetFile& f);
+  void check(const std::vector<DatasetFile>& files);
+  std::vector<int64_t> configs(const DatasetFile& f, int64_t n);
 
  private:
+  const std::map<std::string, std::vector<int64_t>>* file_of(const DatasetFile& f);  // null: no subsets
+  std::string path(const DatasetFile& f) const;
   std::string dir_;
   std::map<std::string, std::map<std::string, std::vector<int64_t>>> files_;  // "xla_default" -> stem -> configs
 };

@@ -102,11 +102,10 @@ KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
     throw KernelUsageError("gnn bench kernel: " + name +
                            " does not take --configs (sage-layer does: the composed "
                            "kernels on the node-major N x (C*F) layout)");
-  KernelCase k = e.make(s);
-  if (!s.save_graph.empty() && !k.on_graph)
+  if (!s.save_graph.empty() && !e.edges)
     throw KernelUsageError("gnn bench kernel: --save-graph " + s.save_graph + ": " + name +
                            " takes no edges, so there is no edge_index to write");
-  return k;
+  return e.make(s);
 }
 
 }  // namespace gnn::cli

@@ -27,7 +27,6 @@ struct KernelCase {
   double bytes = 0;  // the least a pass must move through memory
   double flops = 0;
   bool graph_safe = false;  // the step only queues device work (no host copies or syncs): --cuda-graph can capture it
-  bool on_graph = false;  // it runs on the edges of --nodes / --edges (which --save-graph writes)
 };
 
 // A name or shape no case takes (an unknown kernel, --configs on a layer that takes one config per

@@ -34,13 +34,20 @@ void sage_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t O, int
 void gat_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t H, int64_t D, bool bwd);
 
 // One case of the table: its name, whether it has a --device cuda version, whether it takes --configs
-// C > 1 (the layers marked false take one config per row), and how it sets itself up.
+// C > 1 (the layers marked false take one config per row), how it sets itself up, and whether it runs on
+// the edges of --nodes / --edges (which --save-graph writes; set by the family's list).
 struct KernelEntry {
   const char* name;
   bool cuda;
   bool configs;
   std::function<KernelCase(const KernelShape&)> make;
+  bool edges = false;
 };
+// The list with every entry marked as running on edges.
+inline std::vector<KernelEntry> on_edges(std::vector<KernelEntry> v) {
+  for (KernelEntry& e : v) e.edges = true;
+  return v;
+}
 
 KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s);  // registry_sage.cpp, gat-layer's GPU half
 

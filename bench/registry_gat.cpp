@@ -31,7 +31,6 @@ KernelCase softmax_case(const KernelShape& s) {
   auto dx = std::make_shared<Tensor>(Tensor::empty({E, H}, DType::F32));
   const bool bwd = s.backward;
   KernelCase k;
-  k.on_graph = true;
   k.step = [=] {
     segment_softmax_forward_cpu(y->f32(), x->f32(), d->g.csr_indptr.i32(), N, H);
     if (bwd) segment_softmax_backward_cpu(dx->f32(), y->f32(), x->f32(), d->g.csr_indptr.i32(), N, H);
@@ -61,7 +60,6 @@ KernelCase gat_case(const KernelShape& s) {
   b->dx = Tensor::empty({N, F}, DType::F32), b->dW = Tensor::empty({F, HD}, DType::F32);
   const bool bwd = s.backward;
   KernelCase k;
-  k.on_graph = true;
   k.step = [=] {
     Buffers& B = *b;
     gemm_cpu(false, false, N, HD, F, 1.0f, B.x.f32(), F, B.W.f32(), HD, 0.0f, B.h.f32(), HD);
@@ -101,11 +99,11 @@ KernelCase gat_case(const KernelShape& s) {
 }  // namespace
 
 std::vector<KernelEntry> gat_kernels() {
-  return {
+  return on_edges({
       {"segment-softmax", false, true, softmax_case},
       {"gat-layer", true, false,
        [](const KernelShape& s) { return s.cuda ? gpu_layer_case(true, false, s) : gat_case(s); }},
-  };
+  });
 }
 
 }  // namespace gnn::cli

@@ -50,7 +50,6 @@ KernelCase sage_case(bool fused, const KernelShape& s) {
   auto db = std::make_shared<Tensor>(Tensor::empty({O}, DType::F32));
   const bool bwd = s.backward;
   KernelCase k;
-  k.on_graph = true;
   if (fused) {
     k.step = [=] {
       sage_forward_cpu(y->f32(), bwd ? z->f32() : nullptr, bwd ? h->f32() : nullptr, x->f32(), d->v, W->f32(), b->f32(),
@@ -121,7 +120,6 @@ KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s) {
   L->dy = random_tensor(N, gat ? H * D : F, 2).to(dev);
   const bool bwd = s.backward;
   KernelCase k;
-  k.on_graph = true;
   k.step = [L, d, gat, bwd] {
     auto forward = [&] { return gat ? L->gat->forward(d->g, L->x) : L->sage->forward(d->g, L->x); };
     if (!bwd) {
@@ -142,12 +140,12 @@ KernelCase gpu_layer_case(bool gat, bool fused, const KernelShape& s) {
 }
 
 std::vector<KernelEntry> sage_kernels() {
-  return {
+  return on_edges({
       {"sage-layer", true, true,
        [](const KernelShape& s) { return s.cuda ? gpu_layer_case(false, false, s) : sage_case(false, s); }},
       {"sage-layer-fused", true, false,
        [](const KernelShape& s) { return s.cuda ? gpu_layer_case(false, true, s) : sage_case(true, s); }},
-  };
+  });
 }
 
 }  // namespace gnn::cli

@@ -42,7 +42,6 @@ KernelCase spmm_case(Reduce op, const KernelShape& s) {
   auto dx = std::make_shared<Tensor>(Tensor::empty({N, F}, DType::F32, dev));
   auto arg = std::make_shared<Tensor>(Tensor::empty({op == Reduce::kMax ? N : 0, F}, DType::I32, dev));
   KernelCase k;
-  k.on_graph = true;
   const bool bwd = s.backward;
   if (s.cusparse) {
     if (op == Reduce::kMax || bwd || !s.cuda)
@@ -81,11 +80,11 @@ KernelCase spmm_case(Reduce op, const KernelShape& s) {
 }  // namespace
 
 std::vector<KernelEntry> spmm_kernels() {
-  return {
+  return on_edges({
       {"spmm-sum", true, true, [](const KernelShape& s) { return spmm_case(Reduce::kSum, s); }},
       {"spmm-mean", true, true, [](const KernelShape& s) { return spmm_case(Reduce::kMean, s); }},
       {"spmm-max", true, true, [](const KernelShape& s) { return spmm_case(Reduce::kMax, s); }},
-  };
+  });
 }
 
 }  // namespace gnn::cli

@@ -199,6 +199,7 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
                     double log_offset, int64_t max_configs) {
   Evaluation ev;
   EvalIndices subsets(eval_indices_dir);
+  subsets.check(src.files());
   // In a data-parallel job each rank scores its share of the graphs; the scores are gathered in file order.
   const dist::World& w = dist::world();
   const dist::Range mine = dist::shard(int64_t(src.files().size()), w.rank, w.size);
@@ -206,10 +207,7 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
     const DatasetFile& f = src.files()[i];
     const auto g = src.get(i);
     GNN_CHECK(!g->target.empty(), f.path, ": no runtimes, so it cannot be scored (a test file?)");
-    std::vector<int64_t> configs = subsets.configs(f);
-    for (int64_t c : configs)
-      GNN_CHECK(c >= 0 && c < g->num_configs(), eval_indices_dir, ": eval index ", c, " for ", f.stem,
-                " is outside its ", g->num_configs(), " configs");
+    std::vector<int64_t> configs = subsets.configs(f, g->num_configs());
     if (configs.empty() && max_configs > 0 && g->num_configs() > max_configs)
       configs = config_subset(f.id(), g->num_configs(), max_configs);
     if (configs.empty()) {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "apps/checkpoint.h"
+#include "apps/scoring.h"
 #include "apps/train/data_parallel.h"
 #include "apps/train/profile.h"
 #include "apps/train/progress.h"
@@ -305,20 +306,22 @@ class Run {
   const fs::path dir_;
   const std::string model_path_, best_path_, metrics_path_, swa_path_;
   std::optional<RunLock> lock_;  // the lead process's, while it may write the run directory
-  // The run directory when this process made it: removed again, lock file and all, if the run fails before
-  // writing anything into it, so a failed start leaves nothing behind. (After lock_: gone while still locked.)
-  struct MadeDir {
-    fs::path dir;
-    ~MadeDir() {
-      if (dir.empty()) return;
+  // The folders this process made for the run directory (it, and any parents it lacked; deepest first):
+  // removed again, lock file and all, if the run fails before writing anything into it, so a failed start
+  // leaves nothing behind. (After lock_: gone while still locked.)
+  struct MadeDirs {
+    std::vector<fs::path> dirs;
+    ~MadeDirs() {
+      if (dirs.empty()) return;
       std::error_code ec;
-      for (const auto& e : fs::directory_iterator(dir, ec))
+      for (const auto& e : fs::directory_iterator(dirs[0], ec))
         if (e.path().filename() != "lock") return;
       if (ec) return;
-      fs::remove(dir / "lock", ec);
-      fs::remove(dir, ec);
+      fs::remove(dirs[0] / "lock", ec);
+      for (const fs::path& d : dirs)
+        if (!fs::remove(d, ec)) return;  // (not empty: someone else wrote there meanwhile)
     }
-  } made_dir_;
+  } made_dirs_;
   RunPlan plan_;
   TrainHParams tp_;  // plan_.hp's training hyper-parameters, typed
   std::vector<LossTerm> losses_;  // loss_terms(tp_)
@@ -434,11 +437,16 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   GNN_CHECK(!train_files_.empty(), "--data ", plan_.data, ": no ", recipe->kind, " train files for ", recipe->name);
   // The validation flags mean nothing without a valid split: said, not ignored (a user giving --patience
   // expects the run to stop early).
-  if (valid_files_.empty())
+  if (valid_files_.empty()) {
     for (const char* flag : {"patience", "val-every", "val-configs"})
       if (o.hparams.count(flag) && hp.num(flag) > 0)
         bad_option(detail::str_cat("--", flag, ": acts on validation, and --data ", plan_.data, " has no ",
                                    recipe->kind, " valid files"));
+    if (!o.eval_indices.empty())
+      bad_option(detail::str_cat("--eval-indices: acts on validation, and --data ", plan_.data, " has no ",
+                                 recipe->kind, " valid files"));
+  }
+  EvalIndices(plan_.eval_indices).check(valid_files_);  // (a missing file found now, not after training)
   if (int64_t(train_files_.size()) * tp_.graph_repeats > kMaxEpochList)  // (before the run directory exists)
     bad_option(detail::str_cat("--graph-repeats ", tp_.graph_repeats, ": ", train_files_.size(),
                                " training graphs listed that many times make an epoch of ",
@@ -454,7 +462,14 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   Rng init_rng(plan_.seed);
   model_ = recipe->build(hp, dims_of(prep_), init_rng);  // a recipe refusing its flags leaves no run behind
   if (o.cuda_graphs > 0) check_cuda_graphs(recipe->name);
-  if (!plan_.resuming && lead_ && fs::create_directories(dir_)) made_dir_.dir = dir_;
+  if (!plan_.resuming && lead_) {
+    std::vector<fs::path> missing;  // dir_ and its parents that do not exist yet, deepest first
+    fs::path d = fs::absolute(dir_).lexically_normal();
+    if (!d.has_filename()) d = d.parent_path();  // (a trailing slash)
+    for (; !d.empty() && !fs::exists(d) && d != d.parent_path(); d = d.parent_path()) missing.push_back(d);
+    fs::create_directories(dir_);
+    made_dirs_.dirs = std::move(missing);
+  }
   if (lead_ && !lock_) {  // a new run: another one may have started here meanwhile and written a run
     lock_.emplace(o.out);
     GNN_CHECK(!fs::exists(model_path_), "--out ", o.out,
@@ -469,12 +484,15 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     for (const std::string& f : {best_path_, swa_path_}) {
       if (!fs::exists(f)) continue;
       try {
-        const std::vector<nn::NamedParam> theirs = load_model(f).model->parameters();
-        bool same = theirs.size() == params_.size();
-        for (size_t i = 0; same && i < theirs.size(); ++i)
-          same = theirs[i].name == params_[i].name && theirs[i].var.shape() == params_[i].var.shape();
-        GNN_CHECK(same, f, ": holds the weights of another model than model.npz's (", theirs.size(), " against ",
-                  params_.size(), " parameters, or other names or shapes)");
+        const LoadedModel m = load_model(f);
+        GNN_CHECK(m.recipe == recipe, f, ": holds a ", m.recipe->name, " model; the run trains ", recipe->name);
+        const std::vector<nn::NamedParam> theirs = m.model->parameters();
+        for (size_t i = 0; i < std::max(theirs.size(), params_.size()); ++i) {
+          const std::string t = i < theirs.size() ? theirs[i].name + " " + theirs[i].var.shape().str() : "nothing",
+                            o = i < params_.size() ? params_[i].name + " " + params_[i].var.shape().str() : "nothing";
+          GNN_CHECK(t == o, f, ": holds the weights of another model than model.npz's: parameter ", i, " is ", t,
+                    " there, ", o, " in the run's model");
+        }
       } catch (const MemoryLimitError&) {  // (not damage: the limit's own message says what to do)
         throw;
       } catch (const Error& e) {

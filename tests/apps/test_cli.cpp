@@ -41,8 +41,10 @@ TEST_CASE("cli: help, version, and usage errors exit 2 with one line") {
   // of the other benchmark.
   for (const char* bad : {"frobnicate", "inspect", "inspect a.npz --nope", "inspect a.npz b.npz",
                           "bench npz x.npz --repeat zero", "bench npz x.npz --repeat 0", "inspect a.npz -j",
-                          "--version extra", "--help nope", "help train extra", "synth --collection tile --split train,,valid --out x",
-                          "bench npz x.npz --keys a, --repeat 2", "bench npz x.npz --nodes 3",
+                          "--version extra", "--help nope", "help train extra",
+                          "synth --collection tile --split train,,valid --out x",
+                          "bench npz x.npz --keys a, --repeat 2",
+                          "bench npz x.npz --nodes 3", "bench npz x.npz --device cuda --matmul-precision bf16",
                           "bench kernel gemm --keys a"}) {
     CAPTURE(bad);
     r = run_gnn(bad);
@@ -56,6 +58,10 @@ TEST_CASE("cli: help, version, and usage errors exit 2 with one line") {
   CHECK(r.err.find("--split: an empty item in 'train,,valid'") != std::string::npos);
   r = run_gnn("bench npz x.npz --nodes 3");
   CHECK(r.err.find("--nodes is a flag of `gnn bench kernel`") != std::string::npos);
+  r = run_gnn("bench npz x.npz --device cuda --matmul-precision bf16");  // named before the flags' own checks
+  CHECK(r.err.find("--device is a flag of `gnn bench kernel`") != std::string::npos);
+  r = run_gnn("help train extra");
+  CHECK(r.err.find("got 'extra'") != std::string::npos);
   CHECK(run_gnn("").exit_code == 2);
 }
 
@@ -327,8 +333,10 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
       {"spmm-sum --nodes 2147483647", 2, "--nodes must be in [1, 2147483646]"},  // a Graph's int32 indices
       {"op:slice-cols --nodes 4 --features 1", 1, "needs --features 2 or more"},
       {"op:slice-rows --nodes 1 --configs 4 --features 4", 1, "needs --nodes x --configs >= 5"},
-      {"gemm --nodes 30 --save-graph unwritten.npz", 2, "gemm takes no edges, so there is no edge_index to write"},
-      {"op:layer-norm --nodes 30 --save-graph unwritten.npz", 2, "op:layer-norm takes no edges"}};
+      // (refused before the inputs are made: pool-sum's would be 5 GB)
+      {"pool-sum --nodes 20000000 --features 64 --save-graph " + tmp.file("unwritten.npz"), 2,
+       "pool-sum takes no edges, so there is no edge_index to write"},
+      {"op:layer-norm --nodes 30 --save-graph " + tmp.file("unwritten.npz"), 2, "op:layer-norm takes no edges"}};
   if (!cuda_available()) refused.emplace_back("gemm --device cuda", 2, "--device cuda is not usable here");
   for (const auto& [args, code, says] : refused) {
     CAPTURE(args);
@@ -336,6 +344,7 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
     CHECK(r.exit_code == code);
     CHECK(r.err.find(says) != std::string::npos);
   }
+  CHECK(!std::filesystem::exists(tmp.file("unwritten.npz")));
   r = run_gnn("bench kernel graph-attention --nodes 300 --graph-nodes 40 --features 16 --json");
   REQUIRE(r.exit_code == 0);  // graphs of 40 nodes, the last of 20: 4 F (7 * 40^2 + 20^2) flops
   const Json att = Json::parse(last_line(r.out));

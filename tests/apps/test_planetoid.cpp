@@ -63,11 +63,13 @@ TEST_CASE("planetoid: a tiny two-class file loads symmetric, trains to 100%, and
   const auto bad_dev = testing::run_gnn("planetoid --data " + dir.file("tiny.npz") + " --device tpu");
   CHECK(bad_dev.exit_code == 2);
   CHECK(bad_dev.err.find("--device must be cpu or cuda") != std::string::npos);
-  for (const char* model : {"gcn", "sage"}) {  // GAT's flags are not ignored by the other models
-    const auto heads = testing::run_gnn("planetoid --data " + dir.file("tiny.npz") + " --model " + model + " --heads 4");
-    CHECK(heads.exit_code == 2);
-    CHECK(heads.err.find(std::string("--heads is a GAT flag; --model ") + model) != std::string::npos);
-  }
+  for (const std::string model : {"gcn", "sage"})  // GAT's flags are not ignored by the other models
+    for (const std::string flag : {"--heads 4", "--value-dropout 0.1"}) {
+      CAPTURE(model + " " + flag);
+      const auto r = testing::run_gnn("planetoid --data " + dir.file("tiny.npz") + " --model " + model + " " + flag);
+      CHECK(r.exit_code == 2);
+      CHECK(r.err.find(flag.substr(0, flag.find(' ')) + " is a GAT flag; --model " + model) != std::string::npos);
+    }
   if (!cuda_available()) {
     const auto no_gpu = testing::run_gnn("planetoid --data " + dir.file("tiny.npz") + " --device cuda");
     CHECK(no_gpu.exit_code == 2);

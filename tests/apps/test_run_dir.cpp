@@ -259,9 +259,15 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
   r = run_gnn("train --out " + run + " --resume --epochs 3");
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, "--resume: " + run + "/best.npz: "), r.err);
-  CHECK_MESSAGE(contains(r.err, "holds the weights of another model than model.npz's"), r.err);
+  CHECK_MESSAGE(contains(r.err, "holds the weights of another model than model.npz's: parameter "), r.err);
   CHECK(testing::read_bytes(run + "/model.npz") == model);
   fs::remove(run + "/best.npz");
+  fs::copy_file(other + "/best.npz", run + "/swa.npz");  // and as swa.npz
+  r = run_gnn("train --out " + run + " --resume --epochs 3");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "--resume: " + run + "/swa.npz: holds the weights of another model"), r.err);
+  CHECK(contains(r.err, "when it next averages the weights"));
+  fs::remove(run + "/swa.npz");
   r = run_gnn("train --out " + run + " --resume --epochs 3");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
 
@@ -365,6 +371,9 @@ TEST_CASE("run files: every checkpoint field is validated before a resume, eval 
       {"an epoch past --epochs' bound",
        [](Arrays& a) { a["state/epoch"] = Tensor::from_vector(std::vector<int64_t>{int64_t(1e12)}); },
        "'state/epoch' is 1000000000000, not in 0..1000000"},
+      {"a negative step budget",
+       [](Arrays& a) { a["meta/steps"] = Tensor::from_vector(std::vector<int64_t>{-1}); },
+       "'meta/steps' is -1, not in 0.."},
       {"a run of 10^12 epochs",
        [](Arrays& a) { a["meta/epochs"] = Tensor::from_vector(std::vector<int64_t>{int64_t(1e12)}); },
        "'meta/epochs' is 1000000000000, not in 1..1000000"},

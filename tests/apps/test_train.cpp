@@ -442,6 +442,9 @@ TEST_CASE("train: a batch that does not fit in --memory-limit stops with its gra
   CHECK(r.err.find("does not fit in the memory limit of 2097152 bytes (--memory-limit): it needs more than ") !=
         std::string::npos);
   CHECK(!std::filesystem::exists(t.file("tight")));  // the folder it made, lock file and all, is gone again
+  r = run_gnn(base + t.file("n1/n2/tight") + " --memory-limit 2M --configs 24");
+  CHECK(r.exit_code == 1);
+  CHECK(!std::filesystem::exists(t.file("n1")));  // and the parents it made for it
   std::filesystem::create_directories(t.file("mine"));  // a folder the user made stays
   r = run_gnn(base + t.file("mine") + " --memory-limit 2M --configs 24");
   CHECK(r.exit_code == 1);
@@ -451,17 +454,28 @@ TEST_CASE("train: a batch that does not fit in --memory-limit stops with its gra
 TEST_CASE("train: the validation flags without a valid split are refused, not ignored") {
   TempDir t;
   REQUIRE(run_gnn("synth --collection tile --graphs 2 --configs 8 --split train --out " + t.file("d")).exit_code == 0);
-  for (const char* flag : {"--patience 3", "--val-every 2", "--val-configs 4"}) {
+  std::filesystem::create_directories(t.file("ei"));
+  std::ofstream(t.file("ei/xla_random.json")) << "{}";
+  for (const std::string& flag :
+       std::vector<std::string>{"--patience 3", "--val-every 2", "--val-configs 4", "--eval-indices " + t.file("ei")}) {
     CAPTURE(flag);
     const auto r = run_gnn("train --model tile-mlp --epochs 1 --data " + t.file("d") + " --out " + t.file("run") + " " +
                            flag);
     CHECK(r.exit_code == 2);
-    CHECK_MESSAGE(r.err.find(std::string(flag).substr(0, std::string(flag).find(' ')) +
-                             ": acts on validation, and --data " + t.file("d") + " has no tile valid files") !=
-                      std::string::npos,
+    CHECK_MESSAGE(r.err.find(flag.substr(0, flag.find(' ')) + ": acts on validation, and --data " + t.file("d") +
+                             " has no tile valid files") != std::string::npos,
                   r.err);
     CHECK(!std::filesystem::exists(t.file("run")));
   }
+  // An --eval-indices folder without the valid graphs' collection's file: refused before training, not at
+  // the first validation.
+  const auto r = run_gnn("train --model layout-mlp --epochs 1 --data " + dataset() + " --out " + t.file("run") +
+                         " --eval-indices " + t.file("ei"));
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(r.err.find("--eval-indices " + t.file("ei") + ": no xla_default.json for the layout:xla:default") !=
+                    std::string::npos,
+                r.err);
+  CHECK(!std::filesystem::exists(t.file("run")));
 }
 
 TEST_CASE("train: --accumulate takes the one-batch step in parts, in less memory") {
