@@ -200,7 +200,8 @@ std::string overview(const std::vector<Command>& commands) {
                   "usage: gnn COMMAND [ARGS] [--FLAGS]\n\ncommands:\n";
   for (const Command& c : commands)
     s += "  " + c.name + std::string(12 - std::min<size_t>(c.name.size(), 11), ' ') + c.summary + "\n";
-  s += "\n`gnn COMMAND --help` lists every flag of a command. `gnn --version` prints the version.\n";
+  s += "\n`gnn COMMAND --help` (or `gnn help COMMAND`) lists every flag of a command. `gnn --version` prints the "
+       "version.\n";
   return s;
 }
 }  // namespace

@@ -220,7 +220,9 @@ Command train_command() {
               "--epochs or --steps given again extend or shorten it"},
              {"skip-nonfinite", "", "skip a batch whose loss or gradient is NaN/Inf (counted) instead of stopping"},
              {"checkpoint-minutes", "M", "also checkpoint mid-epoch every M minutes (0: every step)", "10"},
-             {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout validation on them"},
+             {"eval-indices", "DIR",
+              "folder of the official eval_indices JSON files: layout validation on them (each valid layout "
+              "collection's file must be there)"},
              {"max-graphs", "N", "use only the first N train and N valid graphs"},
              {"progress", "auto|bar|lines", "a progress bar (on a terminal by default) or plain lines", "auto"},
              {"profile", "",
@@ -345,7 +347,9 @@ Command eval_command() {
              kDataFlag,
              {"split", "NAME", "train | valid | test (test files have no runtimes)", "valid"},
              kCheckpointFlag,
-             {"eval-indices", "DIR", "folder of the official eval_indices JSON files: layout metrics on them"},
+             {"eval-indices", "DIR",
+              "folder of the official eval_indices JSON files: layout metrics on them (each scored layout "
+              "collection's file must be there)"},
              {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl; an ensemble: none)"},
              kTtaFlag,
              kDeviceFlag,
