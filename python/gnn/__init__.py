@@ -313,6 +313,8 @@ def _span(a):
         lo, hi = _np.lib.array_utils.byte_bounds(a) if hasattr(_np.lib, "array_utils") else _np.byte_bounds(a)
         return lo, hi
     if _is_torch(a):
+        if str(a.layout) != "torch.strided":  # (a sparse tensor: the call refuses it, naming the argument)
+            return None
         start = a.data_ptr()
         return start, start + a.numel() * a.element_size()
     if _is_cupy(a):
@@ -412,7 +414,7 @@ def segment_softmax(x, indptr, out=None):
     """
     E, H = _dims(x, "x", 2)
     _present(indptr=indptr)
-    out = _new(x, (E, H)) if out is None else _out(out, x)
+    out = _new(x, (E, H)) if out is None else _out(out, x, None if isinstance(indptr, Graph) else indptr)
     if isinstance(indptr, Graph):
         _gnn.segment_softmax_forward_graph(_raw(x), indptr, _raw(out), _stream(x))
     else:
@@ -504,7 +506,7 @@ def pool(x, ptr, reduce: str = "sum", return_argmax: bool = False, out=None):
     _text(reduce, "reduce")
     _, F = _dims(x, "x", 2)
     G = _dims(ptr, "ptr", 1)[0] - 1
-    out = _new(x, (max(G, 0), F)) if out is None else _out(out, x)
+    out = _new(x, (max(G, 0), F)) if out is None else _out(out, x, ptr)
     argmax = _new(x, (max(G, 0), F), "int32") if reduce == "max" else None
     _gnn.pool_forward(_raw(x), _raw(ptr), reduce, _raw(out), _raw(argmax), _stream(x))
     return (out, argmax) if return_argmax else out
@@ -529,7 +531,7 @@ def instance_norm(x, ptr, weight=None, bias=None, eps: float = 1e-5, out=None):
     eps = _real(eps, "eps")
     N, F = _dims(x, "x", 2)
     G = _dims(ptr, "ptr", 1)[0] - 1
-    out = _new(x, (N, F)) if out is None else _out(out, x, weight, bias)
+    out = _new(x, (N, F)) if out is None else _out(out, x, weight, bias, ptr)
     mean, rstd = _new(x, (max(G, 0), F)), _new(x, (max(G, 0), F))
     _gnn.instance_norm_forward(_raw(x), _raw(ptr), _raw(weight), _raw(bias), float(eps), _raw(out), _raw(mean),
                                _raw(rstd), _stream(x))

@@ -53,6 +53,8 @@ def load_edges(args):
     """(edge_index int64 [2, E], num_nodes, description)."""
     if args.edge_index:
         z = np.load(args.edge_index)
+        if "edge_index" not in z.files:
+            sys.exit(f"--edge-index {args.edge_index}: no edge_index array (it holds {', '.join(z.files) or 'none'})")
         ei = z["edge_index"]
         ei = ei.T if ei.shape[0] != 2 and ei.ndim == 2 and ei.shape[1] == 2 else ei
         n = int(np.asarray(z["num_nodes"]).reshape(-1)[0]) if "num_nodes" in z.files else int(ei.max()) + 1
@@ -79,6 +81,9 @@ def fwd_bwd(fn, *tensors):
         out = fn()
         out.backward(torch.ones_like(out))
     return run
+
+
+CASES = ("spmm-sum", "spmm-mean", "spmm-max", "sage layer", "gcn layer", "gin layer", "gat layer")  # (--only)
 
 
 def cases(args, ei_np, n):
@@ -182,8 +187,16 @@ def main(argv=None) -> int:
     ap.add_argument("--overhead", action="store_true", help="time the Python call around the kernel instead")
     ap.add_argument("--json", action="store_true", help="also one JSON object per case")
     args = ap.parse_args(argv)
-    if args.threads < 1 or args.repeat < 1 or args.hidden % args.heads:
-        ap.error("--threads and --repeat must be >= 1, and --hidden a multiple of --heads")
+    for flag in ("threads", "repeat", "nodes", "features", "hidden", "heads"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    if args.edges < 0:
+        ap.error(f"--edges must be >= 0, got {args.edges}")
+    if args.hidden % args.heads:
+        ap.error(f"--hidden {args.hidden} must be a multiple of --heads {args.heads}")
+    for o in args.only or ():
+        if not any(c.startswith(o) for c in CASES):
+            ap.error(f"--only {o}: no case starts with it (the cases: {', '.join(CASES)})")
     if torch is None:
         print("python -m gnn.bench needs torch (apt install python3-torch, or pip install torch)", file=sys.stderr)
         return 2

@@ -235,6 +235,13 @@ def _check_x(x: Tensor, name: str = "x") -> None:
         raise TypeError(f"{name} must be float32, got {x.dtype}")
 
 
+def _check_optional(**arrays) -> None:
+    """_check_x for each of the optional arguments given (not None), by its name."""
+    for name, a in arrays.items():
+        if a is not None:
+            _check_x(a, name)
+
+
 # ---- autograd functions ---------------------------------------------------------------------------
 
 class _SpMM(torch.autograd.Function):
@@ -261,6 +268,7 @@ class _SpMM(torch.autograd.Function):
 def spmm(graph: Graph, x: Tensor, reduce: str = "sum", edge_weight: Optional[Tensor] = None) -> Tensor:
     """Differentiable gnn.spmm (x and edge_weight get gradients; edge_weight in CSR order)."""
     _check_x(x)
+    _check_optional(edge_weight=edge_weight)
     return _SpMM.apply(graph, x, edge_weight, reduce)
 
 
@@ -291,7 +299,8 @@ def sage(graph: Graph, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None,
     """Differentiable fused SAGE layer: act([mean_{j->i} x_j | x_i] @ weight + bias), weight [2F, O]."""
     _check_x(x)
     _check_x(weight, "weight")
-    return _SAGE.apply(graph, x, weight, bias, activation, float(negative_slope))
+    _check_optional(bias=bias)
+    return _SAGE.apply(graph, x, weight, bias, activation, _g._real(negative_slope, "negative_slope"))
 
 
 class _GatScores(torch.autograd.Function):
@@ -314,7 +323,7 @@ def gat_scores(graph: Graph, a_src: Tensor, a_dst: Tensor, negative_slope: float
     """Differentiable GAT scores [E, H] in CSR order: leaky_relu(a_src[j] + a_dst[i]) for each edge j -> i."""
     _check_x(a_src, "a_src")
     _check_x(a_dst, "a_dst")
-    return _GatScores.apply(graph, a_src, a_dst, float(negative_slope))
+    return _GatScores.apply(graph, a_src, a_dst, _g._real(negative_slope, "negative_slope"))
 
 
 class _SegmentSoftmax(torch.autograd.Function):
@@ -384,7 +393,8 @@ def instance_norm(x: Tensor, ptr: Tensor, weight: Optional[Tensor] = None, bias:
     _check_x(x)
     if (weight is None) != (bias is None):
         raise ValueError("weight and bias: pass both or neither")
-    return _InstanceNorm.apply(x, ptr, weight, bias, float(eps))
+    _check_optional(weight=weight, bias=bias)
+    return _InstanceNorm.apply(x, ptr, weight, bias, _g._real(eps, "eps"))
 
 
 class _LayerNorm(torch.autograd.Function):
@@ -410,7 +420,8 @@ def layer_norm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor
     _check_x(x)
     if (weight is None) != (bias is None):
         raise ValueError("weight and bias: pass both or neither")
-    return _LayerNorm.apply(x, weight, bias, float(eps))
+    _check_optional(weight=weight, bias=bias)
+    return _LayerNorm.apply(x, weight, bias, _g._real(eps, "eps"))
 
 
 # ---- layers ---------------------------------------------------------------------------------------
@@ -563,7 +574,9 @@ class GCNConv(nn.Module):
             if self.add_self_loops:
                 last = _on(memo, "last", rows["last"], ew.device)
                 fill = torch.full((x.shape[0],), 2.0 if self.improved else 1.0, device=ew.device)
-                loop_w = torch.where(last >= 0, edge_weight[last.clamp(min=0)], fill)
+                # (no edges: every node's loop is a new one, and there is nothing to index)
+                kept = edge_weight[last.clamp(min=0)] if edge_weight.numel() else fill
+                loop_w = torch.where(last >= 0, kept, fill)
                 ew = torch.cat([edge_weight[_on(memo, "keep", rows["keep"], ew.device)], loop_w])
             w = self._norm(graph, rows, memo, ew)
         out = spmm(graph, x @ self.lin.weight.t(), "sum", w)

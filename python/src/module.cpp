@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -602,7 +603,10 @@ PyGraph* make_graph(const In& edge_index, const SizeArg& num_nodes_arg, const Si
   if (num_src_nodes && *num_src_nodes < 0)
     throw nb::value_error(("num_src_nodes must be >= 0, got " + std::to_string(*num_src_nodes)).c_str());
   const std::vector<int64_t> src = index_row(edge_index, 0), dst = index_row(edge_index, 1);
-  auto bound = [](const std::vector<int64_t>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()) + 1; };
+  auto bound = [](const std::vector<int64_t>& v) -> int64_t {  // (saturating: 2^63 - 1 + 1 would wrap)
+    const int64_t hi = v.empty() ? -1 : *std::max_element(v.begin(), v.end());
+    return hi == std::numeric_limits<int64_t>::max() ? hi : hi + 1;
+  };
   const int64_t N = num_nodes ? *num_nodes : std::max(bound(dst), num_src_nodes ? 0 : bound(src));
   if (N < 0) throw nb::value_error(("num_nodes must be >= 0, got " + std::to_string(N)).c_str());
   auto* out = new PyGraph;
@@ -619,12 +623,14 @@ PyGraph* make_graph(const In& edge_index, const SizeArg& num_nodes_arg, const Si
   return out;
 }
 
-// A read-only NumPy view of one of the graph's int32 arrays, kept alive by the Python Graph object.
-nb::ndarray<nb::numpy, const int32_t, nb::ndim<1>> graph_array(nb::handle self, const Tensor& t) {
-  return nb::ndarray<nb::numpy, const int32_t, nb::ndim<1>>(t.i32(), {size_t(t.numel())}, self);
-}
-
 // ---- numpy arrays owning a gnn Tensor -------------------------------------------------------------
+nb::object to_numpy(Tensor t);
+
+// A NumPy copy of one of the graph's int32 arrays. Not a view: the kernels trust the graph's CSR (checked
+// once, when it was built), and a read-only NumPy view still exports writable memory through DLPack
+// (torch.from_dlpack ignores the read-only bit), through which a write crashed the next kernel.
+nb::object graph_array(const Tensor& t) { return to_numpy(t.clone()); }
+
 
 nb::object to_numpy(Tensor t) {
   auto* keep = new Tensor(std::move(t));
@@ -1196,11 +1202,13 @@ nb::dlpack::dtype parse_dtype(const std::string& name) {
 using DeviceArray = nb::ndarray<nb::array_api>;  // an object with __dlpack__ and __dlpack_device__
 
 DeviceArray device_empty_of(const std::vector<int64_t>& shape, nb::dlpack::dtype dt, int device) {
-  size_t count = 1;
-  for (int64_t d : shape) {
+  for (int64_t d : shape)
     if (d < 0) throw nb::value_error(("shape must not be negative, got " + shape_str(shape)).c_str());
-    count *= size_t(d);
-  }
+  int64_t bytes = dt.bits / 8;  // (a product past int64 would wrap and hand out a small buffer for a huge shape)
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) bytes = 0;
+  for (int64_t d : shape)
+    if (bytes > 0 && __builtin_mul_overflow(bytes, d, &bytes))
+      throw nb::value_error(("shape " + shape_str(shape) + " holds more bytes than an int64 counts").c_str());
   if (!cuda_available()) throw nb::type_error(("no CUDA device: " + cuda_status()).c_str());
   if (device < 0 || device >= cuda_device_count())
     throw nb::value_error(
@@ -1208,7 +1216,7 @@ DeviceArray device_empty_of(const std::vector<int64_t>& shape, nb::dlpack::dtype
   void* p = nullptr;
   {
     const DeviceScope scope(device);
-    p = cuda_malloc_unpooled(std::max<size_t>(count * dt.bits / 8, 1), device);
+    p = cuda_malloc_unpooled(std::max<size_t>(size_t(bytes), 1), device);
   }
   struct Block {
     void* p;
@@ -1306,22 +1314,22 @@ NB_MODULE(_gnn, m) {
       .def_prop_ro("num_edges", [](const PyGraph& g) { return g.g.num_edges; })
       .def_prop_ro("is_bipartite", [](const PyGraph& g) { return g.g.num_src >= 0; })
       .def_prop_ro(
-          "indptr", [](nb::handle self) { return graph_array(self, nb::cast<PyGraph&>(self).g.csr_indptr); },
-          "CSR row pointers (num_nodes + 1), int32, read-only, no copy.")
+          "indptr", [](const PyGraph& g) { return graph_array(g.g.csr_indptr); },
+          "CSR row pointers (num_nodes + 1), int32 (a copy: the graph's own arrays are not handed out).")
       .def_prop_ro(
-          "indices", [](nb::handle self) { return graph_array(self, nb::cast<PyGraph&>(self).g.csr_indices); },
+          "indices", [](const PyGraph& g) { return graph_array(g.g.csr_indices); },
           "The source of each CSR entry (E), int32.")
       .def_prop_ro(
-          "eid", [](nb::handle self) { return graph_array(self, nb::cast<PyGraph&>(self).g.csr_eid); },
+          "eid", [](const PyGraph& g) { return graph_array(g.g.csr_eid); },
           "The input edge id of each CSR entry (E), int32: values[graph.eid] puts per-edge values in CSR order.")
       .def_prop_ro(
-          "csc_indptr", [](nb::handle self) { return graph_array(self, nb::cast<PyGraph&>(self).g.csc_indptr); },
+          "csc_indptr", [](const PyGraph& g) { return graph_array(g.g.csc_indptr); },
           "CSC row pointers (num_src_nodes + 1), int32.")
       .def_prop_ro(
-          "csc_indices", [](nb::handle self) { return graph_array(self, nb::cast<PyGraph&>(self).g.csc_indices); },
+          "csc_indices", [](const PyGraph& g) { return graph_array(g.g.csc_indices); },
           "The target of each CSC entry (E), int32.")
       .def_prop_ro(
-          "csc_to_csr", [](nb::handle self) { return graph_array(self, nb::cast<PyGraph&>(self).g.csc_to_csr); },
+          "csc_to_csr", [](const PyGraph& g) { return graph_array(g.g.csc_to_csr); },
           "The CSR position of each CSC entry (E), int32.")
       .def("__repr__", [](const PyGraph& g) {
         return "gnn.Graph(num_nodes=" + std::to_string(g.g.num_nodes) +

@@ -230,6 +230,10 @@ def test_mixed_devices_and_bad_pointers_raise_one_clear_error(graph):
         gnn.spmm(graph, dev(np.ones((N, F), np.int32)), "sum")
     with pytest.raises(ValueError, match="dtype must be 'float32', 'int32' or 'int64'"):
         gnn.cuda.empty((2,), "float16")
+    for shape in ((2**32, 2**32), (1, 2**62)):  # (the byte count wrapped: a small block described as huge)
+        with pytest.raises(ValueError, match="holds more bytes than an int64 counts"):
+            gnn.cuda.empty(shape)
+    assert gnn.cuda.empty((2**62, 0)).shape == (2**62, 0)  # no bytes, whatever the other sizes
 
 
 def test_no_reference_leaks_over_many_device_calls(graph):

@@ -671,6 +671,37 @@ def test_double_backward_is_refused_not_wrong():
             g.square().sum().backward()
 
 
+def test_functional_arguments_refused_by_name():
+    g = gt.graph_of(torch.tensor([[0, 1], [1, 0]]), 2)
+    x = torch.ones(2, 3)
+    for call, exc, says in [
+        (lambda: gt.spmm(g, x, "sum", np.ones(2, np.float32)), TypeError, "edge_weight must be a torch.Tensor"),
+        (lambda: gt.sage(g, x, torch.ones(6, 2), np.ones(2, np.float32)), TypeError, "bias must be a torch.Tensor"),
+        (lambda: gt.sage(g, x, torch.ones(6, 2), negative_slope="abc"), TypeError, "negative_slope must be a real"),
+        (lambda: gt.gat_scores(g, x, x, negative_slope="abc"), TypeError, "negative_slope must be a real"),
+        (lambda: gt.layer_norm(x, eps="abc"), TypeError, "eps must be a real number"),
+        (lambda: gt.layer_norm(x, np.ones(3, np.float32), torch.ones(3)), TypeError, "weight must be a torch.Tensor"),
+        (lambda: gt.instance_norm(x, torch.tensor([0, 2]), torch.ones(3), torch.ones(3, dtype=torch.float64)),
+         TypeError, "bias must be float32"),
+    ]:
+        with pytest.raises(exc, match=says):
+            call()
+
+
+def test_gcn_edge_weight_on_a_graph_without_edges_as_pyg():
+    x, ei, w = torch.randn(4, 3), torch.zeros(2, 0, dtype=torch.long), torch.zeros(0)
+    conv = gt.GCNConv(3, 2)
+    out = conv(x, ei, w)  # every node's only edge is its new self-loop (weight 1): lin(x) + bias
+    torch.testing.assert_close(out, x @ conv.lin.weight.t() + conv.bias)
+    try:
+        import torch_geometric.nn as pyg_nn
+    except ImportError:
+        return
+    peer = pyg_nn.GCNConv(3, 2)
+    peer.load_state_dict(conv.state_dict())
+    torch.testing.assert_close(out, peer(x, ei, w))
+
+
 def test_functional_pool_and_norms_against_torch():
     torch.manual_seed(4)
     ptr = torch.tensor([0, 7, 7, 20])
@@ -754,3 +785,10 @@ def test_bench_runs(tmp_path):
     out = subprocess.run(env_cmd[:3] + ["--edge-index", str(tmp_path / "g.npz"), "--only", "sage", "--repeat", "1"],
                          check=True, capture_output=True, text=True).stdout
     assert "N=3 E=3" in out and "sage layer" in out
+    for args, says in [(["--heads", "0"], "--heads must be >= 1, got 0"), (["--nodes", "-1"], "--nodes must be >= 1"),
+                       (["--only", "bogus"], "--only bogus: no case starts with it")]:
+        r = subprocess.run(env_cmd[:3] + args, capture_output=True, text=True)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+    np.savez(tmp_path / "plain.npz", a=np.zeros(3))
+    r = subprocess.run(env_cmd[:3] + ["--edge-index", str(tmp_path / "plain.npz")], capture_output=True, text=True)
+    assert r.returncode == 1 and "plain.npz: no edge_index array (it holds a)" in r.stderr, r.stderr
