@@ -66,9 +66,13 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
   return rows;
 }
 
+namespace {
+std::string eval_key(const DatasetFile& f) { return f.collection.source + "_" + f.collection.search; }
+}  // namespace
+
 const std::map<std::string, std::vector<int64_t>>* EvalIndices::file_of(const DatasetFile& f) {
   if (dir_.empty() || !f.collection.is_layout() || f.collection.search.empty()) return nullptr;
-  const std::string key = f.collection.source + "_" + f.collection.search;
+  const std::string key = eval_key(f);
   auto file = files_.find(key);
   if (file == files_.end()) {
     const std::string p = path(f);
@@ -81,11 +85,14 @@ const std::map<std::string, std::vector<int64_t>>* EvalIndices::file_of(const Da
 }
 
 std::string EvalIndices::path(const DatasetFile& f) const {
-  return (std::filesystem::path(dir_) / (f.collection.source + "_" + f.collection.search + ".json")).string();
+  return (std::filesystem::path(dir_) / (eval_key(f) + ".json")).string();
 }
 
 void EvalIndices::check(const std::vector<DatasetFile>& files) {
-  for (const DatasetFile& f : files) (void)file_of(f);
+  bool layout = false;
+  for (const DatasetFile& f : files) layout = file_of(f) != nullptr || layout;
+  GNN_CHECK(dir_.empty() || files.empty() || layout, "--eval-indices ", dir_, ": the official subsets are of layout ",
+            "graphs of a search (xla_default, ...), and none of the ", files.size(), " graphs scored is one");
 }
 
 std::vector<int64_t> EvalIndices::configs(const DatasetFile& f, int64_t n) {

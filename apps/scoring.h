@@ -22,7 +22,8 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
 // configs to score a layout graph of n configs on (each checked < n, the file named); empty (every config)
 // for a tile graph, a graph its file does not list, or no folder. A layout collection whose file the folder
 // lacks is refused, naming it: scoring every config where the user asked for the subsets would be a quiet
-// mistake. check(files) reads the files those graphs need, so a missing one stops a command before its work.
+// mistake. check(files) reads the files those graphs need, so a missing one stops a command before its work,
+// and refuses a folder when none of the graphs is a layout graph (the flag would do nothing).
 class EvalIndices {
  public:
   explicit EvalIndices(std::string dir) : dir_(std::move(dir)) {}

@@ -488,10 +488,12 @@ Run::Run(const TrainOptions& o, std::string& working_on)
         GNN_CHECK(m.recipe == recipe, f, ": holds a ", m.recipe->name, " model; the run trains ", recipe->name);
         const std::vector<nn::NamedParam> theirs = m.model->parameters();
         for (size_t i = 0; i < std::max(theirs.size(), params_.size()); ++i) {
-          const std::string t = i < theirs.size() ? theirs[i].name + " " + theirs[i].var.shape().str() : "nothing",
-                            o = i < params_.size() ? params_[i].name + " " + params_[i].var.shape().str() : "nothing";
-          GNN_CHECK(t == o, f, ": holds the weights of another model than model.npz's: parameter ", i, " is ", t,
-                    " there, ", o, " in the run's model");
+          const std::string there =
+              i < theirs.size() ? theirs[i].name + " " + theirs[i].var.shape().str() : "nothing";
+          const std::string here =
+              i < params_.size() ? params_[i].name + " " + params_[i].var.shape().str() : "nothing";
+          GNN_CHECK(there == here, f, ": holds the weights of another model than model.npz's: parameter ", i, " is ",
+                    there, " there, ", here, " in the run's model");
         }
       } catch (const MemoryLimitError&) {  // (not damage: the limit's own message says what to do)
         throw;

@@ -604,8 +604,9 @@ PyGraph* make_graph(const In& edge_index, const SizeArg& num_nodes_arg, const Si
     throw nb::value_error(("num_src_nodes must be >= 0, got " + std::to_string(*num_src_nodes)).c_str());
   const std::vector<int64_t> src = index_row(edge_index, 0), dst = index_row(edge_index, 1);
   auto bound = [](const std::vector<int64_t>& v) -> int64_t {  // (saturating: 2^63 - 1 + 1 would wrap)
+    // (ids below 0 count as none: the graph's own check then names the id, not a num_nodes never given)
     const int64_t hi = v.empty() ? -1 : *std::max_element(v.begin(), v.end());
-    return hi == std::numeric_limits<int64_t>::max() ? hi : hi + 1;
+    return hi == std::numeric_limits<int64_t>::max() ? hi : std::max<int64_t>(hi, -1) + 1;
   };
   const int64_t N = num_nodes ? *num_nodes : std::max(bound(dst), num_src_nodes ? 0 : bound(src));
   if (N < 0) throw nb::value_error(("num_nodes must be >= 0, got " + std::to_string(N)).c_str());
@@ -630,7 +631,6 @@ nb::object to_numpy(Tensor t);
 // once, when it was built), and a read-only NumPy view still exports writable memory through DLPack
 // (torch.from_dlpack ignores the read-only bit), through which a write crashed the next kernel.
 nb::object graph_array(const Tensor& t) { return to_numpy(t.clone()); }
-
 
 nb::object to_numpy(Tensor t) {
   auto* keep = new Tensor(std::move(t));

@@ -113,6 +113,7 @@ def read_only(a):
     (lambda g, x: (lambda p: gnn.instance_norm(x, p, out=p.view(np.float32).reshape(8, 3)))(np.zeros(12, np.int64)),
      ValueError, "out overlaps an input"),
     (lambda g, x: gnn.Graph(np.array([[0], [2**63 - 1]])), gnn.Error, "does not fit int32 indices"),
+    (lambda g, x: gnn.Graph(np.array([[-5], [-5]])), gnn.Error, r"edge 0 \(-5 -> -5\) has a node id outside"),
     (lambda g, x: (lambda b: gnn.layer_norm(b[:8], out=b[1:]))(np.ones((9, 3), np.float32)), ValueError,
      "out overlaps an input"),
     (lambda g, x: (lambda b: gnn.spmm(g, x, out=b[:8], edge_weight=b[7:].ravel()[:4]))(np.ones((10, 3), np.float32)),

@@ -111,6 +111,19 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
     std::ofstream(dir.file("ei/xla_default.json")) << "{\"" << layout->stem << "\": [0, 1, 2]}";
     r = testing::run_gnn(cmd);
     CHECK_MESSAGE(r.exit_code == 0, r.err);
+    // An index past the graph's configs names the JSON file; tile graphs alone have no subsets to take.
+    std::ofstream(dir.file("ei/xla_default.json"), std::ios::trunc) << "{\"" << layout->stem << "\": [0, 99999]}";
+    r = testing::run_gnn(cmd);
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(r.err.find(dir.file("ei/xla_default.json") + ": eval index 99999 for " + layout->stem +
+                             " is outside its 30 configs") != std::string::npos,
+                  r.err);
+    r = testing::run_gnn("score --submission " + dir.file("best.csv") + " --data " + dir.file("d") +
+                         "/npz/tile/xla --eval-indices " + dir.file("ei"));
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(r.err.find("the official subsets are of layout graphs of a search (xla_default, ...), and none of "
+                             "the 3 graphs scored is one") != std::string::npos,
+                  r.err);
   }
   CHECK_THROWS_WITH_AS(score_ranking("layout:xla:default:g", true, {0, 1}, {1.0, 2.0, 3.0}),
                        doctest::Contains("must list all 3 configs"), Error);
