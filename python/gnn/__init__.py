@@ -71,6 +71,10 @@ def load_npz(path, keys=None) -> dict:
         for k in keys:
             if not isinstance(k, str):
                 raise TypeError(f"keys must be member names (str), got {type(k).__name__} {k!r}")
+            try:
+                k.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"keys: {k!r} is not valid UTF-8 (a member name a zip can hold)") from None
     return _gnn.load_npz(_path(path), keys)
 
 
@@ -208,6 +212,17 @@ def _real(value, name: str) -> float:
         except (TypeError, ValueError):
             pass
     raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+
+
+def _eps(value) -> float:
+    """A norm's epsilon: finite and above 0 once in float32, the kernels' type (1e-50 would be 0 there),
+    named with the value given."""
+    eps = _real(value, "eps")
+    with _np.errstate(over="ignore"):
+        f32 = _np.float32(eps)
+    if not (_np.isfinite(f32) and f32 > 0):
+        raise ValueError(f"eps must be a finite number > 0 in float32, got {value!r}")
+    return eps
 
 
 def _count(value, name: str) -> int:
@@ -517,7 +532,11 @@ def pool_backward(grad_out, ptr, num_rows: int, reduce: str = "sum", argmax=None
     _text(reduce, "reduce")
     _, F = _dims(grad_out, "grad_out", 2)
     _present(ptr=ptr)
-    grad_x = _new(grad_out, (_count(num_rows, "num_rows"), F))
+    n = _count(num_rows, "num_rows")
+    # (a host ptr names a wrong num_rows before the gradient is allocated: 2**40 rows would ask for TiBs)
+    if isinstance(ptr, _np.ndarray) and ptr.ndim == 1 and ptr.size and ptr.dtype.kind in "iu" and int(ptr[-1]) != n:
+        raise ValueError(f"num_rows must be the rows ptr splits, its last entry {int(ptr[-1])}, got {n}")
+    grad_x = _new(grad_out, (n, F))
     _gnn.pool_backward(_raw(grad_out), _raw(ptr), reduce, _raw(argmax), _raw(x), _raw(y), _raw(grad_x),
                        _stream(grad_out))
     return grad_x
@@ -528,7 +547,7 @@ def instance_norm(x, ptr, weight=None, bias=None, eps: float = 1e-5, out=None):
 
     Returns (y, mean, rstd), mean and rstd [G, F] for instance_norm_backward.
     """
-    eps = _real(eps, "eps")
+    eps = _eps(eps)
     N, F = _dims(x, "x", 2)
     G = _dims(ptr, "ptr", 1)[0] - 1
     out = _new(x, (N, F)) if out is None else _out(out, x, weight, bias, ptr)
@@ -552,7 +571,7 @@ def instance_norm_backward(grad_out, x, ptr, mean, rstd, weight=None, need_affin
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, out=None):
     """Per row normalisation of x [R, F]. Returns (y, mean, rstd), mean and rstd [R]."""
-    eps = _real(eps, "eps")
+    eps = _eps(eps)
     R, F = _dims(x, "x", 2)
     out = _new(x, (R, F)) if out is None else _out(out, x, weight, bias)
     mean, rstd = _new(x, (R,)), _new(x, (R,))

@@ -140,6 +140,9 @@ def to_device(array, device: int = 0) -> Array:
 def to_numpy(array, stream: Optional[int] = None):
     """A NumPy copy of a device array, taken behind the work queued on ``stream`` (default: the current
     one, as for gnn's calls) and waited for."""
+    if not isinstance(array, Array) and not hasattr(array, "__dlpack_device__"):
+        raise TypeError(f"array must be a device array (gnn.cuda.Array, a CUDA torch tensor, CuPy), got "
+                        f"{type(array).__name__}")
     nd = array._nd if isinstance(array, Array) else array
     device = array.device if isinstance(array, Array) else int(array.__dlpack_device__()[1])
     return _gnn._device_to_host(nd, current_stream(device) if stream is None else int(stream))

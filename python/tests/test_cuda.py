@@ -230,6 +230,8 @@ def test_mixed_devices_and_bad_pointers_raise_one_clear_error(graph):
         gnn.spmm(graph, dev(np.ones((N, F), np.int32)), "sum")
     with pytest.raises(ValueError, match="dtype must be 'float32', 'int32' or 'int64'"):
         gnn.cuda.empty((2,), "float16")
+    with pytest.raises(TypeError, match="array must be a device array .*, got int"):
+        gnn.cuda.to_numpy(5)
     for shape in ((2**32, 2**32), (1, 2**62)):  # (the byte count wrapped: a small block described as huge)
         with pytest.raises(ValueError, match="holds more bytes than an int64 counts"):
             gnn.cuda.empty(shape)
