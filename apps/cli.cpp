@@ -212,18 +212,21 @@ int run(const std::vector<Command>& commands, int argc, char** argv) {
     std::fputs(overview(commands).c_str(), stderr);
     return 2;
   }
+  auto find = [&](const std::string& name) -> const Command* {
+    for (const Command& c : commands)
+      if (c.name == name) return &c;
+    return nullptr;
+  };
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     if (args.size() == 1) {
       std::fputs(overview(commands).c_str(), stdout);
       return 0;
     }
-    for (const Command& c : commands)  // gnn help COMMAND: that command's help
-      if (args.size() == 2 && c.name == args[1]) {
-        std::fputs(command_help(c).c_str(), stdout);
-        return 0;
-      }
-    const bool named =
-        std::any_of(commands.begin(), commands.end(), [&](const Command& c) { return c.name == args[1]; });
+    const Command* named = find(args[1]);
+    if (named && args.size() == 2) {  // gnn help COMMAND: that command's help
+      std::fputs(command_help(*named).c_str(), stdout);
+      return 0;
+    }
     std::fprintf(stderr, "gnn %s: expected nothing or one command's name after it, got '%s' (see gnn --help)\n",
                  args[0].c_str(), printable(args[named ? 2 : 1]).c_str());
     return 2;
@@ -236,9 +239,7 @@ int run(const std::vector<Command>& commands, int argc, char** argv) {
     std::printf("gnn %s\n", GNN_VERSION);
     return 0;
   }
-  const Command* cmd = nullptr;
-  for (const Command& c : commands)
-    if (c.name == args[0]) cmd = &c;
+  const Command* cmd = find(args[0]);
   if (cmd == nullptr) {
     std::fprintf(stderr, "gnn: unknown command '%s' (see gnn --help)\n", args[0].c_str());
     return 2;

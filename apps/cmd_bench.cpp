@@ -53,9 +53,9 @@ double median(std::vector<double> v) {
 
 int bench_npz(const Args& a, const std::string& path) {
   const int repeat = int(a.integer("repeat", 1, 10000));  // flags first: a usage error never waits on I/O
-  const std::vector<std::string> asked = a.has("keys") ? a.list("keys") : std::vector<std::string>{};
+  std::vector<std::string> keys = a.has("keys") ? a.list("keys") : std::vector<std::string>{};
   const NpzReader npz(path);
-  const std::vector<std::string> keys = a.has("keys") ? asked : npz.keys();
+  if (!a.has("keys")) keys = npz.keys();
   uint64_t raw = 0;
   for (const std::string& k : keys) raw += npz.info(k).entry.uncompressed_size;
   const auto ms = time_runs(1, repeat, [&] {

@@ -102,7 +102,7 @@ KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
     throw KernelUsageError("gnn bench kernel: " + name +
                            " does not take --configs (sage-layer does: the composed "
                            "kernels on the node-major N x (C*F) layout)");
-  if (!s.save_graph.empty() && !e.edges)
+  if (!s.save_graph.empty() && !(e.edges && e.edges()))
     throw KernelUsageError("gnn bench kernel: --save-graph " + s.save_graph + ": " + name +
                            " takes no edges, so there is no edge_index to write");
   return e.make(s);

@@ -11,9 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <sstream>
-#include <tuple>
 
 #include "apps/checkpoint.h"
 #include "io/atomic_file.h"
@@ -25,6 +23,14 @@
 namespace gnn::train {
 
 namespace fs = std::filesystem;
+
+namespace {
+// A stored counter in lo..hi (hi INT64_MAX: no upper bound), as gnn writes it; anything else was damaged.
+void check_stored(const std::string& file, const std::string& key, int64_t v, int64_t lo, int64_t hi) {
+  GNN_CHECK(v >= lo && v <= hi, file, ": '", key, "' is ", v, ", not in ", lo, "..",
+            hi == INT64_MAX ? std::string("") : std::to_string(hi), "; the checkpoint is damaged");
+}
+}  // namespace
 
 Meta read_meta(const std::string& path) {
   GNN_CHECK(fs::exists(path), path, ": no such checkpoint");
@@ -44,14 +50,10 @@ Meta read_meta(const std::string& path) {
             kCheckpointFormat);
   m.recipe = &find_recipe(tensor_text(m.arrays, "meta/recipe", path));
   // The run's length as --epochs and --steps bound it (checkpoints written before it was recorded lack it).
-  for (const auto& [key, lo, hi] : {std::tuple{"meta/epochs", int64_t(1), kMaxEpochs},
-                                    std::tuple{"meta/steps", int64_t(0), std::numeric_limits<int64_t>::max()}}) {
-    if (!m.arrays.count(key)) continue;
-    const int64_t v = get_i64(m.arrays, key, path);
-    GNN_CHECK(v >= lo && v <= hi, path, ": '", key, "' is ", v, ", not in ", lo, "..",
-              hi == std::numeric_limits<int64_t>::max() ? std::string("") : std::to_string(hi),
-              "; the checkpoint is damaged");
-  }
+  if (m.arrays.count("meta/epochs"))
+    check_stored(path, "meta/epochs", get_i64(m.arrays, "meta/epochs", path), 1, kMaxEpochs);
+  if (m.arrays.count("meta/steps"))
+    check_stored(path, "meta/steps", get_i64(m.arrays, "meta/steps", path), 0, INT64_MAX);
   m.hparams = HParams::from_json(tensor_text(m.arrays, "meta/hparams", path), path + ": meta/hparams");
   // Numbers as older gnn stored them from the command line (strtod read "+0.01" and " 1"): read as they
   // were then; the flags themselves are plain decimal now.
@@ -139,8 +141,7 @@ void State::load(const std::map<std::string, Tensor>& a, const std::string& f) {
   best_score = get_f64(a, "state/best_score", f);
   // Written by gnn these hold; anything else was damaged, and would train a run that is not the one saved.
   auto in_range = [&](const char* key, int64_t v, int64_t lo, int64_t hi) {
-    GNN_CHECK(v >= lo && v <= hi, f, ": 'state/", key, "' is ", v, ", not in ", lo, "..",
-              hi == INT64_MAX ? std::string("") : std::to_string(hi), "; the checkpoint is damaged");
+    check_stored(f, std::string("state/") + key, v, lo, hi);
   };
   in_range("epoch", epoch, 0, kMaxEpochs), in_range("step", step, 0, INT64_MAX), in_range("batch", batch, 0, step);
   in_range("skipped", skipped, 0, step), in_range("loss_n", loss_n, 0, step),
