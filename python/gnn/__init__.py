@@ -243,6 +243,19 @@ def _count(value, name: str) -> int:
     return n
 
 
+def _last_host_entry(a):
+    """The last entry of a 1-d host array of integers (NumPy, or a plain torch tensor), else None."""
+    if isinstance(a, _np.ndarray):
+        whole = a.dtype.kind in "iu"
+    elif _is_torch(a) and type(a) in _torch_plain_types() and a.device.type == "cpu":
+        import torch
+
+        whole = a.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+    else:
+        return None
+    return int(a[-1]) if whole and a.ndim == 1 and a.shape[0] else None
+
+
 def _present(**arrays) -> None:
     """Required arrays that _dims does not read: None is named here (the extension's own refusal of None,
     nanobind's, names no argument)."""
@@ -371,6 +384,9 @@ def _out(out, *inputs, name: str = "out"):
 def _graph(graph, name: str = "graph") -> Graph:
     if not isinstance(graph, Graph):
         raise TypeError(f"{name} must be a gnn.Graph (gnn.Graph(edge_index)), got {type(graph).__name__}")
+    if not _gnn._graph_ready(graph):
+        raise ValueError(f"{name} is a gnn.Graph that was never built (Graph.__new__ without __init__): make it "
+                         f"with gnn.Graph(edge_index)")
     return graph
 
 
@@ -533,9 +549,11 @@ def pool_backward(grad_out, ptr, num_rows: int, reduce: str = "sum", argmax=None
     _, F = _dims(grad_out, "grad_out", 2)
     _present(ptr=ptr)
     n = _count(num_rows, "num_rows")
-    # (a host ptr names a wrong num_rows before the gradient is allocated: 2**40 rows would ask for TiBs)
-    if isinstance(ptr, _np.ndarray) and ptr.ndim == 1 and ptr.size and ptr.dtype.kind in "iu" and int(ptr[-1]) != n:
-        raise ValueError(f"num_rows must be the rows ptr splits, its last entry {int(ptr[-1])}, got {n}")
+    # (a host ptr names a wrong num_rows before the gradient is allocated: 2**40 rows would ask for TiBs; a
+    # device ptr is read by the extension, which checks it against the gradient's rows)
+    last = _last_host_entry(ptr)
+    if last is not None and last != n:
+        raise ValueError(f"num_rows must be the rows ptr splits, its last entry {last}, got {n}")
     grad_x = _new(grad_out, (n, F))
     _gnn.pool_backward(_raw(grad_out), _raw(ptr), reduce, _raw(argmax), _raw(x), _raw(y), _raw(grad_x),
                        _stream(grad_out))

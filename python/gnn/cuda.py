@@ -25,6 +25,21 @@ __all__ = ["is_available", "device_count", "status", "Array", "Stream", "current
 _DLPACK_CUDA = 2
 
 
+def _count(value, name: str) -> int:
+    """The package's size check (gnn._count), which int() is not: int(1.5) is 1, int(-2) a size."""
+    from . import _count as count  # (the package has loaded by the time a call needs it)
+
+    return count(value, name)
+
+
+def _device(device) -> int:
+    """A CUDA device index (an index past the extension's int would fail in nanobind's words)."""
+    d = _count(device, "device")
+    if d >= 2**31:
+        raise ValueError(f"device must be a CUDA device index below 2**31, got {d}")
+    return d
+
+
 def is_available() -> bool:
     """Whether this build of gnn has CUDA and a device is usable."""
     return bool(_gnn.with_cuda) and _gnn.cuda_available()
@@ -83,6 +98,7 @@ _local = threading.local()
 def current_stream(device: int = 0) -> int:
     """The stream handle gnn runs on for arrays of no known framework on ``device``: the innermost
     ``with Stream()`` block's for that device, else 0 (the legacy default stream)."""
+    device = _device(device)
     for dev, handle in reversed(getattr(_local, "streams", ())):
         if dev == device:
             return handle
@@ -94,7 +110,7 @@ class Stream:
     framework run on it. ``handle`` is the cudaStream_t as an integer."""
 
     def __init__(self, device: int = 0):
-        self.device = int(device)
+        self.device = _device(device)
         self.handle = _gnn._stream_create(self.device)
 
     def synchronize(self) -> None:
@@ -125,16 +141,16 @@ class Stream:
 def empty(shape: Sequence[int], dtype: str = "float32", device: int = 0) -> Array:
     """An uninitialised device array, to be written on the device's current stream (``current_stream``):
     handed to another library through DLPack, it waits for that stream first."""
-    shape = tuple(int(d) for d in shape)
-    return Array(_gnn._device_empty(list(shape), dtype, int(device)), shape, dtype, device, current_stream(device))
+    shape, device = tuple(_count(d, "shape") for d in shape), _device(device)
+    return Array(_gnn._device_empty(list(shape), dtype, device), shape, dtype, device, current_stream(device))
 
 
 def to_device(array, device: int = 0) -> Array:
     """A device copy of a host (NumPy) array of float32, int32 or int64; complete when this returns."""
     import numpy as np
 
-    a = np.ascontiguousarray(array)
-    return Array(_gnn._device_from_host(a, int(device)), a.shape, str(a.dtype), device)
+    a, device = np.ascontiguousarray(array), _device(device)
+    return Array(_gnn._device_from_host(a, device), a.shape, str(a.dtype), device)
 
 
 def to_numpy(array, stream: Optional[int] = None):

@@ -632,6 +632,18 @@ nb::object to_numpy(Tensor t);
 // (torch.from_dlpack ignores the read-only bit), through which a write crashed the next kernel.
 nb::object graph_array(const Tensor& t) { return to_numpy(t.clone()); }
 
+// The edge_index the graph was built from, int64 (2, E) in its input order: CSR entry k is input edge eid[k],
+// from indices[k] into its row. Building a graph from it gives the same graph (the sort keeps input order).
+nb::object graph_edge_index(const Graph& g) {
+  const int64_t E = g.num_edges;
+  Tensor t = Tensor::empty(Shape{2, E}, DType::I64);
+  const int32_t *indptr = g.csr_indptr.i32(), *indices = g.csr_indices.i32(), *eid = g.csr_eid.i32();
+  int64_t* out = t.i64();
+  for (int64_t v = 0; v < g.num_nodes; ++v)
+    for (int64_t k = indptr[v]; k < indptr[v + 1]; ++k) out[eid[k]] = indices[k], out[E + eid[k]] = v;
+  return to_numpy(std::move(t));
+}
+
 nb::object to_numpy(Tensor t) {
   auto* keep = new Tensor(std::move(t));
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
@@ -737,6 +749,23 @@ void spmm_forward(PyGraph& graph, const In& x, const OptIn& edge_weight, const s
                      W, op);
 }
 
+// A max's argmax handed back to a backward on the host: [B, S, F] (B blocks of S segments, F columns), each
+// entry -1 (an empty segment: no gradient) or a position in its segment [ptr[s], ptr[s + 1]), as the forward
+// wrote it. The kernels route each gradient to the row named, unchecked: a position past the end would go
+// nowhere (zeros, silently), one in another segment to another graph's rows. On a device argmax is read
+// as given (checking it here would copy it to the host on every call).
+template <class P>
+void check_argmax(const int32_t* a, const P* ptr, int64_t B, int64_t S, int64_t F, const char* segment) {
+  for (int64_t i = 0; i < B * S * F; ++i) {
+    const int64_t s = i / F % S, v = a[i];
+    if (v == -1 || (v >= int64_t(ptr[s]) && v < int64_t(ptr[s + 1]))) continue;
+    throw nb::value_error(("argmax: entry " + std::to_string(i) + " is " + std::to_string(v) + ", outside its " +
+                           segment + " " + std::to_string(s) + "'s positions [" + std::to_string(int64_t(ptr[s])) +
+                           ", " + std::to_string(int64_t(ptr[s + 1])) + ") and not -1: not the forward's argmax")
+                              .c_str());
+  }
+}
+
 void spmm_backward(PyGraph& graph, const In& grad_out, const OptIn& edge_weight, const std::string& reduce,
                    const OptIn& argmax, const OptIn& x, OptOut grad_x, OptOut grad_weight, uintptr_t stream) {
   const Reduce op = parse_reduce(reduce);
@@ -748,6 +777,7 @@ void spmm_backward(PyGraph& graph, const In& grad_out, const OptIn& edge_weight,
   const float* wp = checked_weight(at, edge_weight, E, H);
   if (op == Reduce::kMax && !argmax) throw nb::value_error("argmax: reduce='max' needs the forward's argmax");
   const int32_t* ap = op == Reduce::kMax ? checked<const int32_t>(at, *argmax, "argmax", {H, N, F}) : nullptr;
+  if (ap && !at.cuda()) check_argmax(ap, graph.g.csr_indptr.i32(), H, N, F, "node");
   float* dx = checked_opt<float>(at, grad_x, "grad_x", {S, W});
   float* dw = nullptr;
   const float* xp = nullptr;
@@ -1044,6 +1074,7 @@ void pool_backward(const In& grad_out, const In& ptr, const std::string& reduce,
   const float* yp = lse ? checked<const float>(at, *y, "y", {G, F}) : nullptr;
   if (op == Reduce::kMax && !lse && !argmax) throw nb::value_error("argmax: reduce='max' needs the forward's argmax");
   const int32_t* ap = op == Reduce::kMax && !lse ? checked<const int32_t>(at, *argmax, "argmax", {G, F}) : nullptr;
+  if (ap && !at.cuda()) check_argmax(ap, p, 1, G, F, "graph");
   nb::gil_scoped_release release;
   if constexpr (kWithCuda) {
     if (at.cuda()) {
@@ -1331,12 +1362,25 @@ NB_MODULE(_gnn, m) {
       .def_prop_ro(
           "csc_to_csr", [](const PyGraph& g) { return graph_array(g.g.csc_to_csr); },
           "The CSR position of each CSC entry (E), int32.")
+      .def_prop_ro(
+          "edge_index", [](const PyGraph& g) { return graph_edge_index(g.g); },
+          "The edge_index the graph was built from, int64 (2, E), edges in their input order.")
+      // pickle and copy.copy / deepcopy: rebuilt from its edge_index (a torch DataLoader's workers get graphs so)
+      .def("__reduce__",
+           [](nb::handle self) {
+             const PyGraph& g = nb::cast<const PyGraph&>(self);
+             return nb::make_tuple(self.type(),
+                                   nb::make_tuple(graph_edge_index(g.g), g.g.num_nodes,
+                                                  g.g.num_src >= 0 ? nb::object(nb::int_(g.g.num_src)) : nb::none()));
+           })
       .def("__repr__", [](const PyGraph& g) {
         return "gnn.Graph(num_nodes=" + std::to_string(g.g.num_nodes) +
                (g.g.num_src >= 0 ? ", num_src_nodes=" + std::to_string(g.g.num_src) : std::string()) +
                ", num_edges=" + std::to_string(g.g.num_edges) + ")";
       });
 
+  // whether a Graph was built (Graph.__new__ alone makes one that was not: gnn._graph refuses it by name)
+  m.def("_graph_ready", [](nb::handle g) { return nb::inst_ready(g); }, "graph"_a);
   m.def("spmm_forward", &spmm_forward, "graph"_a, "x"_a, "edge_weight"_a.none(), "reduce"_a, "out"_a, "argmax"_a.none(),
         "stream"_a = 0);
   m.def("spmm_backward", &spmm_backward, "graph"_a, "grad_out"_a, "edge_weight"_a.none(), "reduce"_a, "argmax"_a.none(),

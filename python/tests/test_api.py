@@ -56,6 +56,28 @@ def test_bipartite_graph():
     np.testing.assert_array_equal(gnn.spmm(g, x), [[8, 10], [12, 14]])
 
 
+def test_graph_pickles_and_copies_as_the_same_graph():
+    import copy
+    import pickle
+
+    for g in (gnn.Graph(random_graph(10, 40, seed=7)), gnn.Graph(np.array([[0, 4, 4, 2], [1, 0, 1, 1]]), 3, 6),
+              gnn.Graph(np.zeros((2, 0), np.int64), num_nodes=4)):
+        ei = g.edge_index
+        assert ei.dtype == np.int64 and ei.shape == (2, g.num_edges)
+        for h in (pickle.loads(pickle.dumps(g)), copy.copy(g), copy.deepcopy(g)):
+            assert repr(h) == repr(g)
+            for name in ("indptr", "indices", "eid", "csc_indptr", "csc_indices", "csc_to_csr", "edge_index"):
+                np.testing.assert_array_equal(getattr(h, name), getattr(g, name))
+    ei = random_graph(10, 40, seed=8)
+    np.testing.assert_array_equal(gnn.Graph(ei).edge_index, ei)  # the input order, not the CSR's
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_pool_backward_checks_num_rows_against_a_torch_ptr_before_allocating():
+    with pytest.raises(ValueError, match="num_rows must be the rows ptr splits, its last entry 8, got 1099511627776"):
+        gnn.pool_backward(torch.ones(2, 3), torch.tensor([0, 2, 8]), 2**40)
+
+
 def read_only(a):
     a.setflags(write=False)
     return a
@@ -166,6 +188,19 @@ def read_only(a):
      "edge_weight must be an array .*, got list"),
     (lambda g, x: gnn.load_npz("/nonexistent/file.npz", keys=[1]), TypeError, "keys must be member names .str."),
     (lambda g, x: gnn.load_npz("/nonexistent/file.npz", keys=3), TypeError, "keys must be a list of member names"),
+    (lambda g, x: gnn.spmm(gnn.Graph.__new__(gnn.Graph), x), ValueError, "graph is a gnn.Graph that was never built"),
+    # an argmax that is not the forward's: its gradients would go nowhere, or to another graph's rows
+    (lambda g, x: gnn.pool_backward(x[:2], np.array([0, 3, 8]), 8, "max", argmax=np.full((2, 3), 8, np.int32)),
+     ValueError, r"argmax: entry 0 is 8, outside its graph 0's positions \[0, 3\) and not -1"),
+    (lambda g, x: gnn.pool_backward(x[:2], np.array([0, 3, 8]), 8, "max", argmax=np.full((2, 3), 2, np.int32)),
+     ValueError, r"argmax: entry 3 is 2, outside its graph 1's positions \[3, 8\)"),
+    (lambda g, x: gnn.spmm_backward(g, x, "max", argmax=np.full((1, 8, 3), 3, np.int32)), ValueError,
+     r"argmax: entry 0 is 3, outside its node 0's positions \[0, 1\) and not -1"),
+    (lambda g, x: gnn.cuda.empty((2, 2), device=2**40), ValueError, "device must be a CUDA device index below 2"),
+    (lambda g, x: gnn.cuda.empty((2, 2), device=1.5), ValueError, "device must be a whole number, got 1.5"),
+    (lambda g, x: gnn.cuda.to_device(x, device=-1), ValueError, "device must be >= 0, got -1"),
+    (lambda g, x: gnn.cuda.Stream(device="0"), TypeError, "device must be an integer, got str"),
+    (lambda g, x: gnn.cuda.empty((2, -2)), ValueError, "shape must be >= 0, got -2"),
 ])
 
 
