@@ -43,6 +43,7 @@ std::string printable(const std::string& s) {
 }  // namespace
 
 void check_output(const std::string& flag, const std::string& out, const std::vector<std::string>& inputs) {
+  if (out.empty()) throw UsageError("--" + flag + ": no file given");
   const std::string same = output_names_input(out, inputs);
   if (!same.empty())
     throw UsageError("--" + flag + " " + out + ": is " + same +
@@ -206,7 +207,9 @@ std::string overview(const std::vector<Command>& commands) {
 }
 }  // namespace
 
-int run(const std::vector<Command>& commands, int argc, char** argv) {
+namespace {
+
+int run_command(const std::vector<Command>& commands, int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     std::fputs(overview(commands).c_str(), stderr);
@@ -266,10 +269,31 @@ int run(const std::vector<Command>& commands, int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "%serror: out of memory\n", who.c_str());
     return 1;
+  } catch (const std::filesystem::filesystem_error& e) {  // (its what() is the library's "filesystem error: ...")
+    if (e.path1().empty()) std::fprintf(stderr, "%serror: %s\n", who.c_str(), printable(e.what()).c_str());
+    else
+      std::fprintf(stderr, "%serror: %s: %s\n", who.c_str(), printable(e.path1().string()).c_str(),
+                   e.code().message().c_str());
+    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%serror: %s\n", who.c_str(), e.what());
+    std::fprintf(stderr, "%serror: %s\n", who.c_str(), printable(e.what()).c_str());
     return 1;
   }
+}
+
+}  // namespace
+
+int run(const std::vector<Command>& commands, int argc, char** argv) {
+  const int rc = run_command(commands, argc, argv);
+  // What a command printed and the system did not take (a full disk, /dev/full) is lost output: not a success
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (flushed && !std::ferror(stdout)) return rc;
+  std::fprintf(stderr, "gnn%s%s: error: writing the standard output failed%s%s%s: some of the output is lost\n",
+               argc > 1 ? " " : "", argc > 1 ? printable(argv[1]).c_str() : "", err ? " (" : "",
+               err ? std::strerror(err) : "", err ? ")" : "");
+  return rc != 0 ? rc : 1;
 }
 
 int64_t usable_memory_bytes() {

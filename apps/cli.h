@@ -32,7 +32,8 @@ class UsageError : public std::runtime_error {
 
 // Refuses (UsageError) an output flag's path when it names one of `inputs`, the files the command reads
 // or the files of a run it reads (train::run_files): writing there would destroy them, as
-// `gnn predict --out RUN/model.npz` would. Another spelling, a symlink or a hard link counts as the same.
+// `gnn predict --out RUN/model.npz` would. Another spelling, a symlink or a hard link counts as the same. An
+// empty path is refused too.
 void check_output(const std::string& flag, const std::string& out, const std::vector<std::string>& inputs);
 // Refuses (UsageError, naming --flag) a folder to write into that cannot be one: dir exists and is not a
 // folder (or is a symlink to nothing), or its nearest existing ancestor is not a folder, lies on a kernel

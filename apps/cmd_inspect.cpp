@@ -113,7 +113,7 @@ int inspect_npy(const std::string& path, bool json) {
 }
 
 // A dataset tree: every file walked and fully validated, then counts per collection and split.
-int inspect_dataset(const std::string& dir, bool json, bool skip_bad) {
+int inspect_dataset(const std::string& dir, bool json, bool skip_bad, const ZipLimits& limits) {
   WalkOptions w;
   w.skip_bad = skip_bad;
   struct Totals {
@@ -124,7 +124,7 @@ int inspect_dataset(const std::string& dir, bool json, bool skip_bad) {
   for (const DatasetFile& f : walk_dataset(dir, w)) {
     TpuGraph g;
     try {
-      g = load_tpugraph(f.path, {.require_runtimes = f.split != "test"});
+      g = load_tpugraph(NpzReader(f.path, limits), {.require_runtimes = f.split != "test"});
     } catch (const Error& e) {
       if (!skip_bad) throw;
       std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
@@ -170,7 +170,9 @@ Command inspect_command() {
   c.summary = "the arrays of an .npz or .npy file, and TpuGraphs statistics";
   c.positionals = {{"PATH", "an .npz archive, an .npy array, or a TpuGraphs dataset directory"}};
   c.flags = {{"json", "", "one JSON object with an `arrays` list (with min, max, sum of each array)"},
-             {"max-member-bytes", "N", "refuse members larger than this uncompressed (zip bombs)", "34359738368"},
+             {"max-member-bytes", "N",
+              "refuse .npz members larger than this uncompressed (zip bombs), in a directory's files too",
+              "34359738368"},
              {"skip-bad", "", "for a directory: warn about bad files and leave them out instead of stopping"}};
   c.details =
       "For each array: key, dtype as written, shape, order (C or F), compression (stored or deflated),\n"
@@ -181,11 +183,15 @@ Command inspect_command() {
   c.run = [](const Args& a) {
     const std::string path = a.positional(0);
     const bool json = a.on("json");
-    (void)a.integer("max-member-bytes", 0, INT64_MAX);  // a bad flag is a usage error before any I/O
-    if (std::filesystem::is_directory(path)) return inspect_dataset(path, json, a.on("skip-bad"));
-    if (path.size() > 4 && path.compare(path.size() - 4, 4, ".npy") == 0) return inspect_npy(path, json);
-    ZipLimits limits;
+    ZipLimits limits;  // (a bad flag is a usage error before any I/O)
     limits.max_member_bytes = uint64_t(a.integer("max-member-bytes", 0, INT64_MAX));
+    const bool dir = std::filesystem::is_directory(path), npy = !dir && path.size() > 4 &&
+                                                                 path.compare(path.size() - 4, 4, ".npy") == 0;
+    if (!dir && a.on("skip-bad")) throw UsageError("--skip-bad: for a directory; " + path + " is a file");
+    if (npy && a.on("max-member-bytes"))
+      throw UsageError("--max-member-bytes: for an .npz archive's members; " + path + " is one .npy array");
+    if (dir) return inspect_dataset(path, json, a.on("skip-bad"), limits);
+    if (npy) return inspect_npy(path, json);
     const NpzReader npz(path, limits);
     // Everything is read and checked before anything is printed: every member's data (so its CRC-32),
     // and for a TpuGraphs file every schema rule `inspect DIR` applies. A bad file prints one error line.

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "apps/commands.h"
@@ -23,6 +24,14 @@ namespace {
 constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                     "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 constexpr int kNumColours = int(sizeof kColours / sizeof kColours[0]);
+
+// Text for HTML: a run's folder name may hold markup characters
+std::string html_text(const std::string& text) {
+  std::string out;
+  for (char ch : text)
+    out += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : ch == '\'' ? "&#39;" : std::string(1, ch);
+  return out;
+}
 
 // Ticks at whole epochs: a step of 1, 2, 5, 10, 20, ... so that at most about 8 fit.
 double epoch_step(double span) {
@@ -48,13 +57,15 @@ std::string svg(const std::string& title, const std::vector<PlotSeries>& runs) {
   x0 = std::floor(x0), x1 = std::ceil(x1);
   if (x1 == x0) x0 -= 1, x1 += 1;
   if (y1 == y0) y0 -= std::max(1e-9, std::fabs(y0) * 0.05), y1 += std::max(1e-9, std::fabs(y1) * 0.05);
+  y0 = std::max(y0, -std::numeric_limits<double>::max()), y1 = std::min(y1, std::numeric_limits<double>::max());
+  // (in halves: values near the double's range, 1e308 against -1e308, would make the span infinite)
   auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
-  auto py = [&](double y) { return H - B - (y - y0) / (y1 - y0) * (H - T - B); };
+  auto py = [&](double y) { return H - B - (y / 2 - y0 / 2) / (y1 / 2 - y0 / 2) * (H - T - B); };
   o << "<rect x='" << L << "' y='" << T << "' width='" << W - L - R << "' height='" << H - T - B
     << "' fill='none' stroke='#999'/>";
   char buf[64];
   for (int k = 0; k <= 4; ++k) {
-    const double y = y0 + (y1 - y0) * k / 4;
+    const double y = y0 * (1 - k / 4.0) + y1 * (k / 4.0);
     std::snprintf(buf, sizeof buf, "%.4g", y);
     o << "<text x='" << L - 4 << "' y='" << py(y) + 4 << "' text-anchor='end'>" << buf << "</text>";
   }
@@ -86,18 +97,24 @@ PlotRun read_plot_run(const std::string& run) {
   PlotRun r;
   fs::path dir = fs::path(run).lexically_normal();
   if (!dir.has_filename()) dir = dir.parent_path();
-  for (char ch : dir.filename().string())  // the legend is HTML
-    r.name += ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '&' ? "&amp;" : std::string(1, ch);
+  r.name = html_text(dir.filename().string());  // the legend is HTML
   std::istringstream in(read_text_file(metrics.string()));
   std::string line;
   for (int64_t ln = 1; std::getline(in, line); ++ln) {
     if (line.empty()) continue;
-    const Json j = Json::parse(line, metrics.string() + " line " + std::to_string(ln));
+    const std::string where = metrics.string() + " line " + std::to_string(ln);
+    const Json j = Json::parse(line, where);
+    GNN_CHECK(j.type() == Json::Type::Object, where, ": not a JSON object (one per epoch, as gnn train writes)");
     if (j.contains("partial_epoch")) continue;  // a --steps stop inside an epoch: not an epoch's point
-    const double e = j["epoch"].as_number();
+    // (an epoch past --epochs' bound: 1e17 + 1 is 1e17, and the axis ticks would never reach the end)
+    GNN_CHECK(j.contains("epoch") && j["epoch"].is_integer() && j["epoch"].as_int() >= 0 &&
+                  j["epoch"].as_int() <= train::kMaxEpochs,
+              where, ": 'epoch' is not a whole number in [0, ", train::kMaxEpochs, "]");
+    const double e = double(j["epoch"].as_int());
     auto add = [&](PlotSeries& s, const char* key) {
-      if (j.contains(key) && !j[key].is_null() && std::isfinite(j[key].as_number()))
-        s.points.push_back({e, j[key].as_number()});
+      if (!j.contains(key) || j[key].is_null()) return;  // (NaN and infinities are written as null)
+      GNN_CHECK(j[key].type() == Json::Type::Number, where, ": '", key, "' is not a number");
+      s.points.push_back({e, j[key].as_number()});
     };
     add(r.loss, "train_loss"), add(r.valid, "valid_score"), add(r.speed, "configs_per_s");
     ++r.epochs;
@@ -141,7 +158,8 @@ Command plot_command() {
                             : runs.size() == 1 ? (first / "report.html").string()
                                                : (first.parent_path() / "report.html").string();
     for (const std::string& run : a.positionals()) check_output("out", out, train::run_files(run));
-    write_file_atomic(out, plot_html(runs.size() == 1 ? "gnn run " + a.positional(0) : "gnn runs", runs, ""));
+    write_file_atomic(out,
+                      plot_html(runs.size() == 1 ? "gnn run " + html_text(a.positional(0)) : "gnn runs", runs, ""));
     std::printf("wrote %s (%zu run%s)\n", out.c_str(), runs.size(), runs.size() == 1 ? "" : "s");
     return 0;
   };

@@ -1,4 +1,6 @@
 // The gnn binary as users and scripts see it: exit codes, one-line errors, JSON on the last line.
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +21,11 @@ using testing::run_gnn;
 
 namespace {
 size_t lines(const std::string& s) { return size_t(std::count(s.begin(), s.end(), '\n')); }
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
 }  // namespace
 
 TEST_CASE("cli: help, version, and usage errors exit 2 with one line") {
@@ -177,6 +184,81 @@ TEST_CASE("cli: plot draws several runs on the same axes with whole-epoch ticks"
   r = run_gnn("plot");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("expected RUN [RUN...]") != std::string::npos);
+}
+
+TEST_CASE("cli: plot refuses a metrics line it cannot draw, by file and line, and escapes the run's name") {
+  testing::TempDir tmp;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // 1e17 + 1 is 1e17: the epoch ticks never reached the axis' end
+      {"{\"epoch\": 1e17}", "line 2: 'epoch' is not a whole number in [0, 1000000]"},
+      {"{\"epoch\": -1e308}", "line 2: 'epoch' is not a whole number"},
+      {"{\"epoch\": \"two\"}", "line 2: 'epoch' is not a whole number"},
+      {"{\"train_loss\": 1}", "line 2: 'epoch' is not a whole number"},
+      {"{\"epoch\": 2, \"train_loss\": \"abc\"}", "line 2: 'train_loss' is not a number"},
+      {"[1, 2]", "line 2: not a JSON object"}};
+  for (const auto& [line, want] : cases) {
+    CAPTURE(line);
+    const std::string run = tmp.file("r");
+    std::filesystem::create_directories(run);
+    std::ofstream(run + "/metrics.jsonl") << "{\"epoch\": 1, \"train_loss\": 1}\n" << line << "\n";
+    const auto r = testing::run_gnn_limited("plot " + run, 60);
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(contains(r.err, run + "/metrics.jsonl " + want), r.err);
+    CHECK(!std::filesystem::exists(run + "/report.html"));
+  }
+  // values at the ends of the double's range are drawn, not written as inf or nan coordinates
+  const std::string wide = tmp.file("a<b>&c");
+  std::filesystem::create_directories(wide);
+  std::ofstream(wide + "/metrics.jsonl") << "{\"epoch\": 1, \"train_loss\": -1e308}\n{\"epoch\": 2, "
+                                            "\"train_loss\": 1e308}\n";
+  auto r = run_gnn("plot '" + wide + "'");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string html = slurp(wide + "/report.html");
+  CHECK(html.find("nan") == std::string::npos);
+  CHECK(html.find("inf") == std::string::npos);
+  CHECK(html.find("a<b>") == std::string::npos);  // the title and legend are the escaped name
+  CHECK(html.find("a&lt;b&gt;&amp;c") != std::string::npos);
+  r = run_gnn("plot '" + wide + "' --out ''");
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--out: no file given"));
+}
+
+TEST_CASE("cli: output that could not be written is an error, and inspect's flags apply where they are given") {
+  if (!std::filesystem::exists("/dev/full")) {
+    MESSAGE("skipped: no /dev/full");
+  } else {
+    testing::TempDir out;
+    for (const char* cmd : {"models", "info", "--help"}) {
+      CAPTURE(cmd);
+      const int status =
+          std::system((std::string(GNN_CLI_PATH) + " " + cmd + " >/dev/full 2>" + out.file("err")).c_str());
+      CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 1));
+      const std::string err = slurp(out.file("err"));
+      CHECK_MESSAGE(contains(err, "writing the standard output failed"), err);
+    }
+  }
+  testing::TempDir tmp;
+  const std::string split = tmp.file("npz/tile/xla/train");
+  std::filesystem::create_directories(split);
+  std::filesystem::copy_file(testing::source_path("tests/data/fuzz_regressions/zero_nodes.npz"), split + "/a.npz");
+  auto r = run_gnn("inspect " + tmp.file("npz") + " --max-member-bytes 10");  // a directory's files too
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "a.npz"), r.err);
+  r = run_gnn("inspect " + split + "/a.npz --skip-bad");
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--skip-bad: for a directory"));
+  {
+    std::ofstream(tmp.file("x.npy")) << "not read";
+  }
+  r = run_gnn("inspect " + tmp.file("x.npy") + " --max-member-bytes 10");
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--max-member-bytes: for an .npz archive's members"));
+  // a library error about a path names the path, not "filesystem error: ..."
+  std::filesystem::create_symlink("loop", tmp.file("loop"));
+  r = run_gnn("inspect " + tmp.file("loop"));
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "error: " + tmp.file("loop") + ": Too many levels of symbolic links"), r.err);
+  CHECK(!contains(r.err, "filesystem error"));
 }
 
 TEST_CASE("cli: bench npz prints the JSON keys other tools read") {
