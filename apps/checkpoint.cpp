@@ -99,9 +99,14 @@ std::string first_nonfinite(const std::vector<std::pair<std::string, Tensor>>& a
 Tensor text_tensor(const std::string& s) { return Tensor::from_vector(std::vector<uint8_t>(s.begin(), s.end())); }
 std::string tensor_text(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file) {
   auto it = a.find(key);
-  GNN_CHECK(it != a.end() && it->second.dtype() == DType::U8 && it->second.dim() == 1, file, ": '", key,
-            "' is missing (not a gnn train checkpoint?)");
-  return std::string(reinterpret_cast<const char*>(it->second.u8()), size_t(it->second.numel()));
+  GNN_CHECK(it != a.end(), file, ": '", key, "' is missing (not a gnn train checkpoint?)");
+  GNN_CHECK(it->second.dtype() == DType::U8 && it->second.dim() == 1, file, ": '", key, "' is ", it->second.desc(),
+            ", not the text (uint8 bytes) gnn writes there");
+  std::string text(reinterpret_cast<const char*>(it->second.u8()), size_t(it->second.numel()));
+  // (a NUL would cut a path or a name short wherever it is used as C text)
+  GNN_CHECK(text.find('\0') == std::string::npos, file, ": '", key, "' holds a NUL byte at ", text.find('\0'),
+            "; the checkpoint is damaged");
+  return text;
 }
 Tensor i64_tensor(int64_t v) { return Tensor::from_vector(std::vector<int64_t>{v}); }
 Tensor f64_tensor(double v) { return Tensor::from_vector(std::vector<double>{v}); }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "apps/checkpoint.h"
 #include "base/error.h"
@@ -44,6 +45,12 @@ Preprocessing Preprocessing::load(const std::map<std::string, Tensor>& arrays, c
     if (m.rfind("checkpoint: ", 0) == 0) m.erase(0, 12);
     GNN_FAIL(file, ": ", m, "; the checkpoint is damaged");
   }
+  // (a width no TpuGraphs file has would fail only when the transform meets a graph, naming no file)
+  for (const auto& [t, key, width] : {std::tuple{&p.node, "prep/node/in_features", int64_t(kNodeFeatures)},
+                                      std::tuple{&p.config, "prep/config/in_features",
+                                                 int64_t(p.layout ? kLayoutConfigFeatures : kTileConfigFeatures)}})
+    GNN_CHECK(t->in_features() == -1 || t->in_features() == width, file, ": '", key, "' is ", t->in_features(),
+              ", not the ", width, " columns of TpuGraphs files; the checkpoint is damaged");
   if (arrays.count("prep/log_offset")) p.log_offset = get_f64(arrays, "prep/log_offset", file);
   return p;
 }

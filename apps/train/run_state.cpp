@@ -48,7 +48,10 @@ Meta read_meta(const std::string& path) {
   const int64_t format = get_i64(m.arrays, "meta/format", path);
   GNN_CHECK(format == kCheckpointFormat, path, ": checkpoint format ", format, ", this build reads ",
             kCheckpointFormat);
-  m.recipe = &find_recipe(tensor_text(m.arrays, "meta/recipe", path));
+  const std::string recipe = tensor_text(m.arrays, "meta/recipe", path);
+  for (const Recipe& r : recipes())
+    if (r.name == recipe) m.recipe = &r;
+  GNN_CHECK(m.recipe, path, ": 'meta/recipe' is '", recipe, "', a recipe this build does not have (gnn models)");
   // The run's length as --epochs and --steps bound it (checkpoints written before it was recorded lack it).
   if (m.arrays.count("meta/epochs"))
     check_stored(path, "meta/epochs", get_i64(m.arrays, "meta/epochs", path), 1, kMaxEpochs);
@@ -155,11 +158,11 @@ void State::load(const std::map<std::string, Tensor>& a, const std::string& f) {
 
 namespace {
 
-std::string stored_text(const Meta& m, const std::string& key) {
-  return m.arrays.count(key) ? tensor_text(m.arrays, key, "checkpoint") : "";
+std::string stored_text(const Meta& m, const std::string& key, const std::string& file) {
+  return m.arrays.count(key) ? tensor_text(m.arrays, key, file) : "";
 }
-int64_t stored_i64(const Meta& m, const std::string& key, int64_t fallback) {
-  return m.arrays.count(key) ? get_i64(m.arrays, key, "checkpoint") : fallback;
+int64_t stored_i64(const Meta& m, const std::string& key, int64_t fallback, const std::string& file) {
+  return m.arrays.count(key) ? get_i64(m.arrays, key, file) : fallback;
 }
 bool same_path(const std::string& a, const std::string& b) {
   std::error_code ec;
@@ -201,27 +204,30 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
     bad_option("--", k, " ", v, ": the run in ", run, " was started with ", was.empty() ? "no such flag" : was,
                "; a resumed run keeps its hyper-parameters");
   }
-  p.seed = uint64_t(get_i64(p.meta.arrays, "meta/seed", model_path));
+  const int64_t seed = get_i64(p.meta.arrays, "meta/seed", model_path);
+  check_stored(model_path, "meta/seed", seed, 0, INT64_MAX);  // (--seed's range)
+  p.seed = uint64_t(seed);
   if (o.seed && *o.seed != p.seed)
     bad_option("--seed ", *o.seed, ": the run in ", run, " was started with seed ", p.seed,
                "; a resumed run keeps its seed");
   // Checkpoints written before these were recorded lack them: the command line's values are taken.
   const bool recorded = p.meta.arrays.count("meta/epochs") > 0;
   const std::string older = " (not recorded: the checkpoint was written by an older gnn)";
-  const int64_t max_graphs = stored_i64(p.meta, "meta/max_graphs", o.max_graphs);
+  const int64_t max_graphs = stored_i64(p.meta, "meta/max_graphs", o.max_graphs, model_path);
   if (o.max_graphs > 0 && o.max_graphs != max_graphs)
     bad_option("--max-graphs ", o.max_graphs, ": the run in ", run, " was started with ",
                max_graphs ? std::to_string(max_graphs) : "every graph", "; a resumed run keeps its graphs");
   p.max_graphs = max_graphs;
 
   // The rest may change: each change is said in the output.
-  const std::string data = stored_text(p.meta, "meta/data");
+  const std::string data = stored_text(p.meta, "meta/data", model_path);
   p.data = o.data.empty() ? data : o.data;
   if (p.data.empty())
     bad_option("--data: the run in ", run, " does not record its dataset (written by an older gnn); pass --data");
   if (!o.data.empty() && !data.empty() && !same_path(o.data, data))
     p.notes.push_back("--data " + o.data + ": the run was started on " + data + "; its preprocessing is kept");
-  const int64_t epochs = stored_i64(p.meta, "meta/epochs", 10), steps = stored_i64(p.meta, "meta/steps", 0);
+  const int64_t epochs = stored_i64(p.meta, "meta/epochs", 10, model_path),
+                steps = stored_i64(p.meta, "meta/steps", 0, model_path);
   p.epochs = o.epochs > 0 ? o.epochs : epochs;
   p.steps = o.steps > 0 ? o.steps : o.steps < 0 ? 0 : steps;
   if (p.epochs != epochs || !recorded)
@@ -231,7 +237,7 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
   if (p.steps != steps && recorded)
     p.notes.push_back("--steps " + (p.steps ? std::to_string(p.steps) : std::string("0 (no limit)")) +
                       ": the run was started with " + (steps ? std::to_string(steps) : "no step limit"));
-  const std::string eval_indices = stored_text(p.meta, "meta/eval_indices");
+  const std::string eval_indices = stored_text(p.meta, "meta/eval_indices", model_path);
   p.eval_indices = o.eval_indices.empty() ? eval_indices : o.eval_indices;
   if (!o.eval_indices.empty() && !same_path(o.eval_indices, eval_indices))
     p.notes.push_back("--eval-indices " + o.eval_indices + ": the run was started with " +
@@ -290,6 +296,39 @@ RunLock::RunLock(const std::string& run) {
 
 RunLock::~RunLock() {
   if (fd_ >= 0) ::close(fd_);  // (closing drops the lock)
+}
+
+void check_leftovers(const std::string& run) {
+  std::vector<std::string> later;
+  const std::string metrics = (fs::path(run) / "metrics.jsonl").string();
+  if (fs::exists(metrics)) {
+    int64_t last = 0;
+    std::istringstream in(read_text_file(metrics));
+    for (std::string line; std::getline(in, line);) try {
+        const Json j = Json::parse(line, metrics);
+        last = std::max(last, j["epoch"].as_int());
+      } catch (const Error&) {  // (a line cut short: what the others say decides)
+      }
+    if (last > 1) later.push_back(detail::str_cat(metrics, " (", last, " epochs)"));
+  }
+  for (const char* name : {"best.npz", "swa.npz"}) {
+    const std::string f = (fs::path(run) / name).string();
+    if (!fs::exists(f)) continue;
+    int64_t epoch = -1;  // (unreadable: kept, as a later epoch's would be)
+    try {
+      const Tensor t = NpzReader(f).load("state/epoch");
+      if (t.dtype() == DType::I64 && t.numel() == 1) epoch = t.i64()[0];
+    } catch (const Error&) {
+    }
+    if (epoch < 0 || epoch > 1)
+      later.push_back(epoch < 0 ? f + " (its epoch unreadable)" : detail::str_cat(f, " (epoch ", epoch, ")"));
+  }
+  if (later.empty()) return;
+  std::string files;
+  for (const std::string& f : later) files += (files.empty() ? "" : ", ") + f;
+  bad_option("--out ", run, ": has no model.npz but holds an earlier run's ", files,
+             ", which a new run would replace: restore its model.npz (and pass --resume), or choose another "
+             "directory");
 }
 
 void trim_metrics(const std::string& path, int64_t epochs, bool keep_partial) {

@@ -68,6 +68,12 @@ class RunLock {
   int fd_ = -1;
 };
 
+// A run folder without model.npz that holds another run's files: an interrupted first epoch leaves its
+// best.npz, swa.npz and metrics line before the first model.npz (end_epoch writes them in that order), and
+// a new run here replaces them; files of a later epoch are a run's history whose checkpoint is gone, which
+// a new run would destroy: refused (gnn::Error), naming them.
+void check_leftovers(const std::string& run);
+
 // metrics.jsonl without the lines of epochs after `epochs` (a resumed run writes them again) and
 // without a torn last line; with keep_partial, a --steps stop's partial line of epoch `epochs` + 1 stays
 // (the run is finished: nothing will write it again). A missing file, unreadable lines before the last

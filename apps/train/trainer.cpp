@@ -373,6 +373,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   if (lead_ && fs::exists(model_path_)) lock_.emplace(o.out);
   GNN_CHECK(o.resume || !fs::exists(model_path_), "--out ", o.out,
             ": already holds a run (model.npz); pass --resume to continue it, or choose another directory");
+  if (!fs::exists(model_path_)) check_leftovers(o.out);
 
   // The recipe and its hyper-parameters: the command line's for a new run, the checkpoint's on resume.
   plan_ = plan_run(o, model_path_);
@@ -507,6 +508,16 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     load_checkpoint(model_path_, params_, &*opt_);
     st_.load(plan_.meta.arrays, model_path_);
     model_->load_state(plan_.meta.arrays, model_path_);
+    // best.npz removed (as the refusal of a damaged one suggests): the best validation so far is forgotten,
+    // so that the next validation writes it again instead of only one that beats the lost weights
+    if (st_.best_epoch > 0 && !fs::exists(best_path_)) {
+      if (lead_)
+        std::fprintf(stderr,
+                     "gnn train: warning: %s is missing; the best validation so far (epoch %lld, score %.6g) is "
+                     "forgotten, and the next validation writes best.npz again\n",
+                     best_path_.c_str(), (long long)st_.best_epoch, st_.best_score);
+      st_.best_score = -INFINITY, st_.best_epoch = 0;
+    }
   } else if (lead_ && fs::exists(metrics_path_)) {
     fs::remove(metrics_path_);
   }

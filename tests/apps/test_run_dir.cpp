@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -411,6 +412,22 @@ TEST_CASE("run files: every checkpoint field is validated before a resume, eval 
        "meta/hparams: hidden: expected an integer in [1, 65536], got '-5'; the checkpoint is damaged"},
       {"another recipe's name", [](Arrays& a) { a["meta/recipe"] = text_tensor("tile-gat-6th"); },
        "meta/hparams: pool: not a hyper-parameter of tile-gat-6th"},
+      {"a recipe this build lacks", [](Arrays& a) { a["meta/recipe"] = text_tensor("tile-nope"); },
+       "'meta/recipe' is 'tile-nope', a recipe this build does not have"},
+      {"a NUL in the recipe's name", [](Arrays& a) { a["meta/recipe"] = text_tensor(std::string("tile-mlp\0x", 10)); },
+       "'meta/recipe' holds a NUL byte at 8"},
+      {"node features of a width no file has",
+       [](Arrays& a) { a["prep/node/in_features"] = Tensor::from_vector(std::vector<int64_t>{999}); },
+       "'prep/node/in_features' is 999, not the 140 columns of TpuGraphs files"},
+      // what only a resume reads
+      {"a NUL in the dataset's path",
+       [](Arrays& a) { a["meta/data"] = text_tensor(tensor_text(a, "meta/data", "") + std::string("\0junk", 5)); },
+       "'meta/data' holds a NUL byte"},
+      {"the dataset's path as a number",
+       [](Arrays& a) { a["meta/data"] = Tensor::from_vector(std::vector<double>{1}); },
+       "'meta/data' is f64[1] on cpu, not the text (uint8 bytes) gnn writes there"},
+      {"a negative seed", [](Arrays& a) { a["meta/seed"] = Tensor::from_vector(std::vector<int64_t>{-5}); },
+       "'meta/seed' is -5, not in 0.."},
       {"a kept column past the features",
        [](Arrays& a) {
          Tensor& k = a["prep/node/keep"];
@@ -428,7 +445,8 @@ TEST_CASE("run files: every checkpoint field is validated before a resume, eval 
     CHECK(r.exit_code == 1);
     CHECK_MESSAGE(contains(r.err, run + "/model.npz: "), r.err);
     CHECK_MESSAGE(contains(r.err, message), r.err);
-    if (contains(message, "meta/") || contains(message, "prep/")) {  // what eval reads too, the same way
+    const bool eval_reads = !contains(message, "meta/data") && !contains(message, "meta/seed");
+    if (eval_reads && (contains(message, "meta/") || contains(message, "prep/"))) {  // eval reads it the same way
       const auto e = run_gnn("eval --run " + run + " --checkpoint last --data " + data());
       CHECK(e.exit_code == 1);
       CHECK_MESSAGE((contains(e.err, run + "/model.npz: ") && contains(e.err, message)), e.err);
@@ -444,6 +462,53 @@ TEST_CASE("run files: every checkpoint field is validated before a resume, eval 
   CHECK(r.exit_code == 1);
   CHECK(contains(r.err, "holds a non-finite value"));
   CHECK_FALSE(fs::exists(t.file("p.csv")));
+}
+
+TEST_CASE("run files: a run whose model.npz is gone is not trained over, and a lost best.npz is written again") {
+  TempDir t;
+  const std::string run = trained_run(t, "run");  // two epochs: metrics.jsonl logs both
+  fs::remove(run + "/model.npz");
+  const std::string metrics = slurp(run + "/metrics.jsonl");
+  const std::vector<uint8_t> best = testing::read_bytes(run + "/best.npz");
+  for (const char* resume : {"", " --resume"}) {
+    CAPTURE(resume);
+    const auto r = run_gnn("train --model tile-mlp --data " + data() + " --out " + run + " --epochs 2" + resume);
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE(contains(r.err, "--out " + run + ": has no model.npz but holds an earlier run's " + run +
+                                      "/metrics.jsonl (2 epochs)"),
+                  r.err);
+    CHECK(slurp(run + "/metrics.jsonl") == metrics);
+    CHECK(testing::read_bytes(run + "/best.npz") == best);
+  }
+  fs::remove(run + "/metrics.jsonl");  // best.npz alone: by its own epoch (1 here, 2 in its place)
+  auto edit = [&](int64_t epoch) {
+    std::map<std::string, Tensor> a = NpzReader(run + "/best.npz").load_all();
+    a["state/epoch"] = Tensor::from_vector(std::vector<int64_t>{epoch});
+    save_npz(run + "/best.npz", {a.begin(), a.end()});
+  };
+  edit(2);
+  auto r = run_gnn("train --model tile-mlp --data " + data() + " --out " + run + " --epochs 2 --resume");
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "holds an earlier run's " + run + "/best.npz (epoch 2)"), r.err);
+  // What an interrupted first epoch leaves before its model.npz (best.npz, its metrics line) is replaced.
+  edit(1);
+  {
+    std::ofstream f(run + "/metrics.jsonl");
+    f << metrics.substr(0, metrics.find('\n') + 1);
+  }
+  r = run_gnn("train --model tile-mlp --data " + data() + " --out " + run + " --epochs 2 --resume --progress lines");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  const std::string again = slurp(run + "/metrics.jsonl");  // a new run's two epochs
+  CHECK(std::count(again.begin(), again.end(), '\n') == 2);
+  CHECK(Json::parse(last_line(again))["epoch"].as_int() == 2);
+
+  // best.npz removed (as the refusal of a damaged one suggests): the next validation writes it again
+  fs::remove(run + "/best.npz");
+  r = run_gnn("train --out " + run + " --resume --epochs 3 --progress lines");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_MESSAGE(contains(r.err, run + "/best.npz is missing; the best validation so far (epoch "), r.err);
+  CHECK(fs::exists(run + "/best.npz"));
+  CHECK(Json::parse(last_line(r.out))["best_epoch"].as_int() == 3);
 }
 
 // A partial epoch's validation must leave the weights as they were: with --op-max-norm, looking up the
