@@ -46,8 +46,8 @@ Command planetoid_command() {
     auto positive = [&](const char* flag, double lo, double hi) {
       const double v = a.number(flag);
       if (!(v >= lo && v <= hi))
-        throw UsageError(std::string("gnn planetoid: --") + flag + " must lie in [" + std::to_string(lo) + ", " +
-                         std::to_string(hi) + "], got " + a.str(flag));
+        throw UsageError(detail::str_cat("gnn planetoid: --", flag, " must lie in [", lo, ", ", hi, "], got ",
+                                         a.str(flag)));  // (to_string wrote 1e-12 as 0.000000)
       return v;
     };
     if (a.has("lr")) o.lr = positive("lr", 1e-12, 10);

@@ -64,6 +64,7 @@ PlanetoidData load_planetoid(const std::string& path) {
              e.message());
   }
   float* x = d.x.f32();
+  std::vector<double> row(size_t(F), 0.0);  // a row summed and normalised in double, then stored as float
   for (int64_t r = 0; r < N; ++r) {
     GNN_CHECK(indptr[size_t(r)] <= indptr[size_t(r + 1)], path, ": x_indptr decreases at row ", r);
     double sum = 0;
@@ -72,10 +73,18 @@ PlanetoidData load_planetoid(const std::string& path) {
       const double v = data.f64()[p];
       GNN_CHECK(c >= 0 && c < F, path, ": x_indices holds column ", c, ", outside [0, ", F, ")");
       GNN_CHECK(std::isfinite(v), path, ": x_data holds a non-finite value in row ", r);
-      x[r * F + c] += float(v), sum += v;
+      row[size_t(c)] += v, sum += v;
     }
-    if (sum != 0)
-      for (int64_t c = 0; c < F; ++c) x[r * F + c] = float(x[r * F + c] / sum);
+    GNN_CHECK(std::isfinite(sum), path, ": x_data's row ", r, " sums past the range of a double");
+    for (int64_t p = indptr[size_t(r)]; p < indptr[size_t(r + 1)]; ++p) {
+      const double v = row[size_t(indices[size_t(p)])];
+      const float f = float(sum != 0 ? v / sum : v);
+      // (1e39 is finite in double and infinite in float: the model would train on inf and NaN)
+      GNN_CHECK(std::isfinite(f), path, ": x_data's row ", r, " does not fit float32",
+                sum != 0 ? " once normalised to sum 1" : " (its values sum to 0, so they are kept as they are)");
+      x[r * F + indices[size_t(p)]] = f;
+    }
+    for (int64_t p = indptr[size_t(r)]; p < indptr[size_t(r + 1)]; ++p) row[size_t(indices[size_t(p)])] = 0;
   }
   const Tensor ei = require(a, path, "edge_index", 2);
   GNN_CHECK(ei.size(1) == 2, path, ": 'edge_index' must be [E, 2], got ", ei.desc());

@@ -47,6 +47,22 @@ TEST_CASE("planetoid: a tiny two-class file loads symmetric, trains to 100%, and
                        doctest::Contains("'idx_test' lists node 6"), Error);
   CHECK_THROWS_WITH_AS(load_planetoid(broken("x_data", Tensor::from_vector<float>({1, 1, NAN, 1, 1, 1}))),
                        doctest::Contains("x_data holds a non-finite value in row 2"), Error);
+  // A row is summed and normalised in double: 1e39 (past float32) alone in its row is 1 once normalised
+  // (it was stored as inf), and a row whose normalised values do not fit float32 is refused.
+  CHECK(load_planetoid(broken("x_data", Tensor::from_vector<double>({1, 1, 1e39, 1, 1, 1}))).x.f32()[4] == 1.0f);
+  {
+    auto a = tiny_arrays();
+    a[0].second = Tensor::from_vector<int64_t>({0, 1, 2, 4, 5, 6, 7});  // row 2: columns 0 and 1
+    a[1].second = Tensor::from_vector<int32_t>({0, 0, 0, 1, 1, 1, 1});
+    for (const auto& [values, want] :
+         {std::pair{std::vector<double>{1, 1, 1e308, 1e308, 1, 1, 1}, "x_data's row 2 sums past the range of a double"},
+          std::pair{std::vector<double>{1, 1, 1e39, -1e39, 1, 1, 1},
+                    "x_data's row 2 does not fit float32 (its values sum to 0, so they are kept as they are)"}}) {
+      a[2].second = Tensor::from_vector<double>(values);
+      save_npz(dir.file("wide.npz"), a);
+      CHECK_THROWS_WITH_AS(load_planetoid(dir.file("wide.npz")), doctest::Contains(want), Error);
+    }
+  }
   CHECK_THROWS_WITH_AS(load_planetoid(broken("edge_index", Tensor::from_vector<int32_t>({0, 9}, Shape{1, 2}))),
                        doctest::Contains("edge_index row 0"), Error);
   CHECK_THROWS_WITH_AS(load_planetoid(broken("labels", Tensor::from_vector<int32_t>({0, 0, -1, 1, 1, 1}))),
