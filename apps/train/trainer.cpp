@@ -1004,8 +1004,18 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
     line.set("grad_sum_seconds_per_step", dp_->grad_seconds_per_step());
     dp_->check_same_weights(detail::str_cat("after epoch ", e + 1));
   }
+  // The epoch's line, then its checkpoint; a checkpoint that fails to land (a full disk) takes the line back,
+  // so the log does not run ahead of the run (a resume would drop it, but gnn plot would draw it).
+  std::error_code ec;
+  const bool existed = lead_ && fs::exists(metrics_path_, ec);
+  const uintmax_t logged = existed ? fs::file_size(metrics_path_, ec) : 0;
   if (lead_) append_line(metrics_path_, line.dump());
-  save(model_path_, true);
+  try {
+    save(model_path_, true);
+  } catch (...) {
+    if (lead_ && !ec) existed ? fs::resize_file(metrics_path_, logged, ec) : void(fs::remove(metrics_path_, ec));
+    throw;
+  }
   last_ckpt_ = Clock::now();
   if (!o_.quiet && lead_) {
     const std::string stop =

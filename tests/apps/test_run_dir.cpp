@@ -502,6 +502,17 @@ TEST_CASE("run files: a run whose model.npz is gone is not trained over, and a l
   CHECK(std::count(again.begin(), again.end(), '\n') == 2);
   CHECK(Json::parse(last_line(again))["epoch"].as_int() == 2);
 
+  // A checkpoint that does not land (here past a file size limit, as on a full disk) takes its epoch's
+  // metrics line back: the log does not run ahead of the run.
+  const std::string logged = slurp(run + "/metrics.jsonl");
+  const std::vector<uint8_t> model = testing::read_bytes(run + "/model.npz");
+  const std::string limit = std::to_string(model.size() / 2048);  // KiB: best.npz (no Adam state) fits
+  r = testing::run_gnn_env("ulimit -f " + limit + "; trap '' XFSZ;", "train --out " + run + " --resume --epochs 3");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "model.npz"), r.err);
+  CHECK(slurp(run + "/metrics.jsonl") == logged);
+  CHECK(testing::read_bytes(run + "/model.npz") == model);
+
   // best.npz removed (as the refusal of a damaged one suggests): the next validation writes it again
   fs::remove(run + "/best.npz");
   r = run_gnn("train --out " + run + " --resume --epochs 3 --progress lines");
