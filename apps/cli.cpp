@@ -290,9 +290,9 @@ int run(const std::vector<Command>& commands, int argc, char** argv) {
   const bool flushed = std::fflush(stdout) == 0;
   const int err = errno;
   if (flushed && !std::ferror(stdout)) return rc;
-  std::fprintf(stderr, "gnn%s%s: error: writing the standard output failed%s%s%s: some of the output is lost\n",
-               argc > 1 ? " " : "", argc > 1 ? printable(argv[1]).c_str() : "", err ? " (" : "",
-               err ? std::strerror(err) : "", err ? ")" : "");
+  std::fprintf(stderr, "gnn%s%s: %serror: writing the standard output failed%s%s%s: some of the output is lost\n",
+               argc > 1 ? " " : "", argc > 1 ? printable(argv[1]).c_str() : "", dist::rank_prefix().c_str(),
+               err ? " (" : "", err ? std::strerror(err) : "", err ? ")" : "");
   return rc != 0 ? rc : 1;
 }
 

@@ -187,7 +187,7 @@ Command inspect_command() {
     limits.max_member_bytes = uint64_t(a.integer("max-member-bytes", 0, INT64_MAX));
     const bool dir = std::filesystem::is_directory(path), npy = !dir && path.size() > 4 &&
                                                                  path.compare(path.size() - 4, 4, ".npy") == 0;
-    if (!dir && a.on("skip-bad")) throw UsageError("--skip-bad: for a directory; " + path + " is a file");
+    if (!dir && a.on("skip-bad")) throw UsageError("--skip-bad: for a directory; " + path + " is not one");
     if (npy && a.on("max-member-bytes"))
       throw UsageError("--max-member-bytes: for an .npz archive's members; " + path + " is one .npy array");
     if (dir) return inspect_dataset(path, json, a.on("skip-bad"), limits);

@@ -366,12 +366,16 @@ const std::vector<Recipe>& recipes() {
   return all;
 }
 
+const Recipe* lookup_recipe(const std::string& name) {
+  for (const Recipe& r : recipes())
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
 const Recipe& find_recipe(const std::string& name) {
+  if (const Recipe* r = lookup_recipe(name)) return *r;
   std::string names;
-  for (const Recipe& r : recipes()) {
-    if (r.name == name) return r;
-    names += (names.empty() ? "" : ", ") + r.name;
-  }
+  for (const Recipe& r : recipes()) names += (names.empty() ? "" : ", ") + r.name;
   GNN_FAIL("--model: unknown recipe '", name, "' (recipes: ", names, ")");
 }
 

@@ -243,6 +243,7 @@ auto build_with(const HParamTable<P>& table) {
 }
 
 const std::vector<Recipe>& recipes();
-const Recipe& find_recipe(const std::string& name);  // gnn::Error listing the names when unknown
+const Recipe* lookup_recipe(const std::string& name);  // nullptr when unknown
+const Recipe& find_recipe(const std::string& name);  // gnn::Error (--model) listing the names when unknown
 
 }  // namespace gnn::train

@@ -49,8 +49,7 @@ Meta read_meta(const std::string& path) {
   GNN_CHECK(format == kCheckpointFormat, path, ": checkpoint format ", format, ", this build reads ",
             kCheckpointFormat);
   const std::string recipe = tensor_text(m.arrays, "meta/recipe", path);
-  for (const Recipe& r : recipes())
-    if (r.name == recipe) m.recipe = &r;
+  m.recipe = lookup_recipe(recipe);
   GNN_CHECK(m.recipe, path, ": 'meta/recipe' is '", recipe, "', a recipe this build does not have (gnn models)");
   // The run's length as --epochs and --steps bound it (checkpoints written before it was recorded lack it).
   if (m.arrays.count("meta/epochs"))

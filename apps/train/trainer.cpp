@@ -508,18 +508,15 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     load_checkpoint(model_path_, params_, &*opt_);
     st_.load(plan_.meta.arrays, model_path_);
     model_->load_state(plan_.meta.arrays, model_path_);
-    // best.npz removed (as the refusal of a damaged one suggests): the best validation so far is forgotten,
-    // so that the next validation writes it again instead of only one that beats the lost weights
-    if (st_.best_epoch > 0 && !fs::exists(best_path_)) {
-      if (lead_)
-        std::fprintf(stderr,
-                     "gnn train: warning: %s is missing; the best validation so far (epoch %lld, score %.6g) is "
-                     "forgotten, and the next validation writes best.npz again\n",
-                     best_path_.c_str(), (long long)st_.best_epoch, st_.best_score);
-      st_.best_score = -INFINITY, st_.best_epoch = 0;
-    }
-  } else if (lead_ && fs::exists(metrics_path_)) {
-    fs::remove(metrics_path_);
+    // best.npz removed (as the refusal of a damaged one suggests): said, and the best so far kept as it was
+    // (--patience counts from it, and the run goes on as the unbroken one would)
+    if (st_.best_epoch > 0 && !fs::exists(best_path_) && lead_)
+      std::fprintf(stderr,
+                   "gnn train: warning: %s is missing: the weights of the best validation so far (epoch %lld, "
+                   "score %.6g) are lost; a later validation that scores higher writes it again\n",
+                   best_path_.c_str(), (long long)st_.best_epoch, st_.best_score);
+  } else if (lead_) {  // a new run: what an interrupted first epoch left (check_leftovers) goes
+    for (const std::string& f : {metrics_path_, best_path_, swa_path_}) fs::remove(f);
   }
   if (tp_.swa > 0) {
     swa_.emplace(tp_.swa);

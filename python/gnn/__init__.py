@@ -447,7 +447,7 @@ def segment_softmax(x, indptr, out=None):
     _present(indptr=indptr)
     out = _new(x, (E, H)) if out is None else _out(out, x, None if isinstance(indptr, Graph) else indptr)
     if isinstance(indptr, Graph):
-        _gnn.segment_softmax_forward_graph(_raw(x), indptr, _raw(out), _stream(x))
+        _gnn.segment_softmax_forward_graph(_raw(x), _graph(indptr, "indptr"), _raw(out), _stream(x))
     else:
         _gnn.segment_softmax_forward(_raw(x), _raw(indptr), _raw(out), _stream(x))
     return out
@@ -459,7 +459,8 @@ def segment_softmax_backward(y, grad_out, indptr):
     _present(grad_out=grad_out, indptr=indptr)
     grad_x = _new(y, (E, H))
     if isinstance(indptr, Graph):
-        _gnn.segment_softmax_backward_graph(_raw(y), _raw(grad_out), indptr, _raw(grad_x), _stream(y))
+        _gnn.segment_softmax_backward_graph(_raw(y), _raw(grad_out), _graph(indptr, "indptr"), _raw(grad_x),
+                                            _stream(y))
     else:
         _gnn.segment_softmax_backward(_raw(y), _raw(grad_out), _raw(indptr), _raw(grad_x), _stream(y))
     return grad_x

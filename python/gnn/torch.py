@@ -51,7 +51,7 @@ def graph_of(edge_index, num_nodes: Optional[int] = None, num_src_nodes: Optiona
     EdgeIndex), of num_nodes targets and, for a bipartite graph, num_src_nodes sources; a Graph passes
     through."""
     if isinstance(edge_index, Graph):
-        return edge_index
+        return _g._graph(edge_index, "edge_index")
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"edge_index must be a torch.Tensor or gnn.Graph, got {type(edge_index).__name__}")
     return Graph(_plain(edge_index).detach().cpu(), num_nodes=num_nodes, num_src_nodes=num_src_nodes)
@@ -188,6 +188,7 @@ def _layer_graph(cache, edge_index, num_src: int, num_dst: int, square: bool, wh
     them, or one built from edge_index and kept in the layer's cache."""
     want = (num_dst, num_dst if square else num_src)
     if isinstance(edge_index, Graph):
+        _g._graph(edge_index, "edge_index")
         if (edge_index.num_nodes, edge_index.num_src_nodes) != want:
             raise ValueError(f"{who}: the gnn.Graph has {edge_index.num_nodes} targets and {edge_index.num_src_nodes} "
                              f"sources; the inputs have {want[0]} and {want[1]}")

@@ -189,6 +189,8 @@ def read_only(a):
     (lambda g, x: gnn.load_npz("/nonexistent/file.npz", keys=[1]), TypeError, "keys must be member names .str."),
     (lambda g, x: gnn.load_npz("/nonexistent/file.npz", keys=3), TypeError, "keys must be a list of member names"),
     (lambda g, x: gnn.spmm(gnn.Graph.__new__(gnn.Graph), x), ValueError, "graph is a gnn.Graph that was never built"),
+    (lambda g, x: gnn.segment_softmax(x, gnn.Graph.__new__(gnn.Graph)), ValueError,
+     "indptr is a gnn.Graph that was never built"),
     # an argmax that is not the forward's: its gradients would go nowhere, or to another graph's rows
     (lambda g, x: gnn.pool_backward(x[:2], np.array([0, 3, 8]), 8, "max", argmax=np.full((2, 3), 8, np.int32)),
      ValueError, r"argmax: entry 0 is 8, outside its graph 0's positions \[0, 3\) and not -1"),

@@ -683,6 +683,8 @@ def test_functional_arguments_refused_by_name():
         (lambda: gt.layer_norm(x, np.ones(3, np.float32), torch.ones(3)), TypeError, "weight must be a torch.Tensor"),
         (lambda: gt.instance_norm(x, torch.tensor([0, 2]), torch.ones(3), torch.ones(3, dtype=torch.float64)),
          TypeError, "bias must be float32"),
+        (lambda: gt.graph_of(gnn.Graph.__new__(gnn.Graph)), ValueError, "edge_index is a gnn.Graph that was never"),
+        (lambda: gt.SAGEConv(3, 2)(x, gnn.Graph.__new__(gnn.Graph)), ValueError, "edge_index is a gnn.Graph that"),
     ]:
         with pytest.raises(exc, match=says):
             call()
