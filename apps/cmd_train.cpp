@@ -102,6 +102,11 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
                                                     r.model.model->needs().features);
     runs.push_back(std::move(r));
   }
+  if (a.has("tta") && a.integer("tta", 1, 1000) > 1 &&
+      std::none_of(runs.begin(), runs.end(), [](const RunOnSplit& r) { return r.model.recipe->configs_interact; }))
+    throw UsageError("--tta " + a.str("tta") + ": averages over orders of the configs, and " +
+                     runs[0].model.recipe->name + (runs.size() > 1 ? " (like every run given)" : "") +
+                     " scores each config alone (every pass gives the same scores)");
   return runs;
 }
 

@@ -209,6 +209,9 @@ struct Recipe {
   // A config's score depends on the configs scored beside it in a batch (a norm or an attention across
   // the config axis); graphs never affect each other.
   bool configs_interact = false;
+  // What the model never reads, so that the flags acting on it are refused rather than ignored: the graph's
+  // edges (an MLP passes no messages: --edge-dropout, --khops-edges) and a segment's gradient cut (--segment).
+  bool reads_edges = true, takes_segment = true;
   std::function<std::unique_ptr<RankModel>(const HParams&, const ModelDims&, Rng&)> build;
   // Set for a recipe that trains on parts of graphs: the part of an n-node training graph a step takes,
   // drawn from rng. The trainer then builds each training graph of a batch as that part alone (node_range)

@@ -54,6 +54,40 @@ void set_host_memory(Json& j) {
   j.set("host_reused_allocations", m.reused_allocations);
 }
 
+// Flags given on the command line that another setting of the run makes moot, refused rather than ignored
+// (a new run only: a resumed one keeps what it was started with). `given`: the command line's.
+void refuse_moot_flags(const Recipe& r, const HParams& hp, const TrainHParams& tp,
+                       const std::map<std::string, std::string>& given) {
+  auto on = [&](const char* flag) { return given.count(flag) > 0; };
+  const std::string loss = "--loss " + hp.str("loss");
+  for (const char* flag : {"temperature", "listmle-order"})
+    if (on(flag) && tp.loss != TrainHParams::Loss::kListMle)
+      bad_option("--", flag, ": acts on ListMLE; ", loss, " is not listmle");
+  if (on("margin") && tp.loss != TrainHParams::Loss::kHinge)
+    bad_option("--margin: the pairwise hinge's margin; ", loss, " is not hinge");
+  if (on("mse-weight") && tp.mse_weight > 0 && tp.loss == TrainHParams::Loss::kMse)
+    bad_option("--mse-weight: an MSE term beside the loss; --loss mse is the MSE already");
+  if (on("dropout-mask") && hp.values.count("dropout") && hp.num("dropout") == 0)
+    bad_option("--dropout-mask: the mask of --dropout; this run has --dropout 0");
+  if (on("segment-backward") && tp.segment == 0)
+    bad_option("--segment-backward: how --segment trains; this run has --segment 0");
+  if (on("segment") && tp.segment > 0 && !r.takes_segment)
+    bad_option("--segment: ", r.name, " takes no gradient cut through a range of nodes",
+               r.name == "layout-gst" ? " (its own segments are --segment-nodes)" : "");
+  if (on("sage-order") && hp.values.count("cross-attn") && hp.str("cross-attn") == "off")
+    bad_option("--sage-order: the order of the SAGE blocks that narrow the width; with --cross-attn off none do");
+  if (!r.reads_edges)
+    for (const char* flag : {"edge-dropout", "khops-edges"})
+      if (on(flag) && (std::string(flag) != "edge-dropout" || tp.edge_dropout > 0))
+        bad_option("--", flag, ": acts on the graph's edges, and ", r.name, " passes no messages along them");
+  if (on("accumulate") && tp.accumulate > tp.batch_graphs)
+    bad_option("--accumulate ", tp.accumulate, ": a step of --batch-graphs ", tp.batch_graphs,
+               " splits into at most that many micro-batches");
+  if (on("tta") && tp.tta > 1 && !r.configs_interact)
+    bad_option("--tta ", tp.tta, ": averages over orders of the configs, and ", r.name,
+               " scores each config alone (every pass gives the same scores)");
+}
+
 // Seeds for one (epoch, batch): the order of graphs of an epoch and everything sampled in a batch
 // depend on these alone, so a resumed run draws exactly what the unbroken run drew.
 uint64_t stream_seed(uint64_t seed, int64_t epoch, int64_t batch) {
@@ -416,12 +450,14 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   // The region flags shape a --khops region and mean nothing without one: said, not ignored (a run
   // saved before this check resumes as it was).
   // (Only flags given on the command line: a recipe's own default direction is not the user's choice.)
-  if (recipe->kind == "layout" && tp_.khops < 0 && !plan_.resuming) {
+  if (recipe->kind == "layout" && tp_.khops <= 0 && !plan_.resuming) {
+    const std::string region = tp_.khops < 0 ? "every node (--khops -1)" : "only the configurable nodes (--khops 0)";
     if (o.hparams.count("khops-edges"))
-      bad_option("--khops-edges: the edges a --khops region keeps; this run keeps every node (--khops -1)");
+      bad_option("--khops-edges: the edges a --khops region keeps; this run keeps " + region);
     if (o.hparams.count("khops-direction"))
-      bad_option("--khops-direction: the edges a --khops hop follows; this run keeps every node (--khops -1)");
+      bad_option("--khops-direction: the edges a --khops hop follows; this run keeps " + region);
   }
+  if (!plan_.resuming) refuse_moot_flags(*recipe, hp, tp_, o.hparams);
   prep_ = plan_.meta.prep;
   layout_ = recipe->kind == "layout";
   memory_limit_.emplace(o.memory_limit);

@@ -264,6 +264,7 @@ Recipe layout_gst_recipe() {
     p.begin = cut[size_t(p.index)], p.end = cut[size_t(p.index) + 1];
     return p;
   };
+  r.takes_segment = false;  // its own segments (--segment-nodes), no gradient cut
   return r;
 }
 

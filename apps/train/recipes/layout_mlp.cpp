@@ -59,6 +59,7 @@ Recipe layout_mlp_recipe() {
       "the seed papers' vanilla MLP)";
   r.hparams = concat_specs(common_hparams(true), params().specs());
   r.build = build_with<LayoutMlp>(params());
+  r.reads_edges = false, r.takes_segment = false;  // node features pooled, no gradient cut
   return r;
 }
 

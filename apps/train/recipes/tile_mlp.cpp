@@ -70,6 +70,7 @@ Recipe tile_mlp_recipe() {
       common_hparams(false, {{"temperature", "10"}, {"mse-weight", "0.02"}, {"batch-graphs", "10"}, {"configs", "10"}}),
       params().specs());
   r.build = build_with<TileMlp>(params());
+  r.reads_edges = false;  // node features pooled: no message passing
   return r;
 }
 
