@@ -103,7 +103,8 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
     runs.push_back(std::move(r));
   }
   if (a.has("tta") && a.integer("tta", 1, 1000) > 1 &&
-      std::none_of(runs.begin(), runs.end(), [](const RunOnSplit& r) { return r.model.recipe->configs_interact; }))
+      std::none_of(runs.begin(), runs.end(),
+                   [](const RunOnSplit& r) { return r.model.recipe->configs_interact(r.model.hparams); }))
     throw UsageError("--tta " + a.str("tta") + ": averages over orders of the configs, and " +
                      runs[0].model.recipe->name + (runs.size() > 1 ? " (like every run given)" : "") +
                      " scores each config alone (every pass gives the same scores)");
@@ -311,6 +312,8 @@ namespace {
 
 // --tta on eval and predict, else the run's own.
 int64_t tta_of(const Args& a, const train::LoadedModel& m) {
+  // (a model that scores each config alone gives the same scores on every pass: one is enough)
+  if (!m.recipe->configs_interact(m.hparams)) return 1;
   return a.has("tta") ? a.integer("tta", 1, 1000) : m.train.tta;
 }
 

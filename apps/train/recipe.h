@@ -206,9 +206,9 @@ struct Recipe {
   std::string kind;  // tile | layout
   std::string summary;  // one line: what it is and where it comes from
   std::vector<HParamSpec> hparams;  // the training ones (common_hparams) plus the model's own
-  // A config's score depends on the configs scored beside it in a batch (a norm or an attention across
-  // the config axis); graphs never affect each other.
-  bool configs_interact = false;
+  // Whether a config's score depends on the configs scored beside it in a batch (a norm or an attention
+  // across the config axis), given the hyper-parameters; graphs never affect each other.
+  std::function<bool(const HParams&)> configs_interact = [](const HParams&) { return false; };
   // What the model never reads, so that the flags acting on it are refused rather than ignored: the graph's
   // edges (an MLP passes no messages: --edge-dropout, --khops-edges) and a segment's gradient cut (--segment).
   bool reads_edges = true, takes_segment = true;

@@ -382,7 +382,8 @@ std::string run_checkpoint(const std::string& run, const std::string& which) {
     return swa;
   }
   if (which == "best") {
-    GNN_CHECK(fs::exists(best), "--checkpoint best: ", best, " does not exist (the run had no valid split?)");
+    GNN_CHECK(fs::exists(best), "--checkpoint best: ", best,
+              " does not exist (the run had no valid split, or it was removed)");
     return best;
   }
   GNN_CHECK(which == "last" || which == "auto", "--checkpoint: expected best, last, swa or auto, got '", which, "'");

@@ -83,7 +83,7 @@ void refuse_moot_flags(const Recipe& r, const HParams& hp, const TrainHParams& t
   if (on("accumulate") && tp.accumulate > tp.batch_graphs)
     bad_option("--accumulate ", tp.accumulate, ": a step of --batch-graphs ", tp.batch_graphs,
                " splits into at most that many micro-batches");
-  if (on("tta") && tp.tta > 1 && !r.configs_interact)
+  if (on("tta") && tp.tta > 1 && !r.configs_interact(hp))
     bad_option("--tta ", tp.tta, ": averages over orders of the configs, and ", r.name,
                " scores each config alone (every pass gives the same scores)");
 }
@@ -323,6 +323,10 @@ class Run {
   void check_cuda_graphs(const std::string& recipe) const;
   void end_epoch(int64_t epoch, double seconds, int64_t configs, bool partial);
   void save(const std::string& path, bool with_optimizer);
+  // What an interrupted first attempt left here (check_leftovers), removed before this run's first write, not
+  // before: a new run that fails before it writes anything leaves them as they were.
+  void replace_leftovers();
+  std::vector<std::string> leftovers_;
   void fault() const;
   void check_finite(int64_t step) const;
   void agree_on_plan() const;
@@ -458,6 +462,9 @@ Run::Run(const TrainOptions& o, std::string& working_on)
       bad_option("--khops-direction: the edges a --khops hop follows; this run keeps " + region);
   }
   if (!plan_.resuming) refuse_moot_flags(*recipe, hp, tp_, o.hparams);
+  // (a model that takes no gradient cut trains on whole graphs: a batch marked for a cut would never replay
+  // from a CUDA graph, for nothing; the recipe's default --segment stays in its hyper-parameters)
+  if (!recipe->takes_segment) tp_.segment = 0;
   prep_ = plan_.meta.prep;
   layout_ = recipe->kind == "layout";
   memory_limit_.emplace(o.memory_limit);
@@ -536,7 +543,8 @@ Run::Run(const TrainOptions& o, std::string& working_on)
         throw;
       } catch (const Error& e) {
         GNN_FAIL("--resume: ", e.message(), "; restore it, or remove it to resume without it (train writes it again ",
-                 f == best_path_ ? "at the next best validation)" : "when it next averages the weights)");
+                 f == best_path_ ? "at a validation that beats the best so far)"
+                                 : "when it next averages the weights)");
       }
     }
   opt_.emplace(nn::one_group(params_, tp_.weight_decay), tp_.lr, /*decoupled=*/true);
@@ -551,8 +559,9 @@ Run::Run(const TrainOptions& o, std::string& working_on)
                    "gnn train: warning: %s is missing: the weights of the best validation so far (epoch %lld, "
                    "score %.6g) are lost; a later validation that scores higher writes it again\n",
                    best_path_.c_str(), (long long)st_.best_epoch, st_.best_score);
-  } else if (lead_) {  // a new run: what an interrupted first epoch left (check_leftovers) goes
-    for (const std::string& f : {metrics_path_, best_path_, swa_path_}) fs::remove(f);
+  } else if (lead_) {
+    for (const std::string& f : {metrics_path_, best_path_, swa_path_})
+      if (fs::exists(f)) leftovers_.push_back(f);
   }
   if (tp_.swa > 0) {
     swa_.emplace(tp_.swa);
@@ -630,6 +639,7 @@ void Run::save(const std::string& path, bool with_optimizer) {
           ": --resume continues from there\n"));
   };
   if (!lead_) return stop_message();  // the ranks hold the same weights and state: rank 0 writes them
+  replace_leftovers();
   working_on_ = detail::str_cat("writing ", path);
   std::vector<std::pair<std::string, Tensor>> extra = {
       {"meta/format", i64_tensor(kCheckpointFormat)},
@@ -985,7 +995,16 @@ TrainResult Run::train() {
 // many batches ran), but the epoch stays open: the checkpoint holds the next batch, so a resume with a
 // larger budget trains the rest of the epoch as the unbroken run does, and drops the partial line
 // (trim_metrics) before it logs the whole epoch. A partial validation picks no best epoch.
+void Run::replace_leftovers() {
+  if (leftovers_.empty()) return;
+  std::string files;
+  for (const std::string& f : leftovers_) files += (files.empty() ? "" : ", ") + f, fs::remove(f);
+  std::fprintf(stderr, "gnn train: replacing what an interrupted first epoch left: %s\n", files.c_str());
+  leftovers_.clear();
+}
+
 void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool partial) {
+  if (lead_) replace_leftovers();
   Json line = Json::object();
   line.set("epoch", e + 1);
   if (partial) line.set("partial_epoch", true), line.set("batches", st_.batch);
@@ -1042,11 +1061,14 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
   std::error_code ec;
   const bool existed = lead_ && fs::exists(metrics_path_, ec);
   const uintmax_t logged = existed ? fs::file_size(metrics_path_, ec) : 0;
-  if (lead_) append_line(metrics_path_, line.dump());
   try {
+    if (lead_) append_line(metrics_path_, line.dump());  // (a line cut short by a full disk goes too)
     save(model_path_, true);
   } catch (...) {
     if (lead_ && !ec) existed ? fs::resize_file(metrics_path_, logged, ec) : void(fs::remove(metrics_path_, ec));
+    if (lead_ && ec)
+      std::fprintf(stderr, "gnn train: warning: %s could not be cut back to the epochs checkpointed (%s)\n",
+                   metrics_path_.c_str(), ec.message().c_str());
     throw;
   }
   last_ckpt_ = Clock::now();

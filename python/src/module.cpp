@@ -1382,10 +1382,11 @@ NB_MODULE(_gnn, m) {
       .def("__reduce__",
            [](nb::handle self) {
              const PyGraph& g = nb::cast<const PyGraph&>(self);
-             // (gnn.Graph itself: a subclass's own __init__ may take other arguments)
-             return nb::make_tuple(nb::type<PyGraph>(),
+             // (its own class, and a subclass's attributes as the state pickle restores)
+             return nb::make_tuple(self.type(),
                                    nb::make_tuple(graph_edge_index(g.g), g.g.num_nodes,
-                                                  g.g.num_src >= 0 ? nb::object(nb::int_(g.g.num_src)) : nb::none()));
+                                                  g.g.num_src >= 0 ? nb::object(nb::int_(g.g.num_src)) : nb::none()),
+                                   nb::hasattr(self, "__dict__") ? nb::getattr(self, "__dict__") : nb::none());
            })
       .def("__repr__", [](const PyGraph& g) {
         return "gnn.Graph(num_nodes=" + std::to_string(g.g.num_nodes) +

@@ -56,6 +56,10 @@ def test_bipartite_graph():
     np.testing.assert_array_equal(gnn.spmm(g, x), [[8, 10], [12, 14]])
 
 
+class NamedGraph(gnn.Graph):
+    pass
+
+
 def test_graph_pickles_and_copies_as_the_same_graph():
     import copy
     import pickle
@@ -70,6 +74,10 @@ def test_graph_pickles_and_copies_as_the_same_graph():
                 np.testing.assert_array_equal(getattr(h, name), getattr(g, name))
     ei = random_graph(10, 40, seed=8)
     np.testing.assert_array_equal(gnn.Graph(ei).edge_index, ei)  # the input order, not the CSR's
+    n = NamedGraph(ei)  # a subclass keeps its class and attributes
+    n.name = "g"
+    m = pickle.loads(pickle.dumps(n))
+    assert type(m) is NamedGraph and m.name == "g" and repr(m) == repr(n)
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")

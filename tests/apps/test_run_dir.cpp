@@ -532,9 +532,15 @@ TEST_CASE("run files: a new run replaces an interrupted first epoch's best.npz a
   REQUIRE(fs::exists(run + "/best.npz"));
   REQUIRE(fs::exists(run + "/swa.npz"));
   fs::remove(run + "/model.npz");  // as a kill after the epoch's metrics line, before its checkpoint, leaves it
-  // another attempt, which does not average: the first one's swa.npz may not pass for its own
+  // another attempt that fails before it writes anything leaves them as they were
+  const std::vector<uint8_t> swa = testing::read_bytes(run + "/swa.npz");
+  r = run_gnn("train --model tile-mlp --data " + data() + " --out " + run + " --epochs 1 --memory-limit 1K");
+  CHECK(r.exit_code != 0);
+  CHECK(testing::read_bytes(run + "/swa.npz") == swa);
+  // one that does not average: the first one's swa.npz may not pass for its own
   r = run_gnn("train --model tile-mlp --data " + data() + " --out " + run + " --epochs 1 --batch-graphs 2 --seed 7");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_MESSAGE(contains(r.err, "replacing what an interrupted first epoch left: " + run + "/"), r.err);
   CHECK(!fs::exists(run + "/swa.npz"));
   CHECK(run_gnn("eval --run " + run + " --data " + data() + " --checkpoint swa").exit_code != 0);
 }

@@ -219,6 +219,7 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
       {"--model tile-mlp --batch-graphs 1 --accumulate 4",
        "--accumulate 4: a step of --batch-graphs 1 splits into at most that many micro-batches"},
       {"--model tile-mlp --tta 5", "--tta 5: averages over orders of the configs, and tile-mlp scores each config"},
+      {"--model layout-tgraph --cross-attn off --tta 5", "--tta 5: averages over orders of the configs, and layout"},
       {"--model tile-mlp --margin inf", "--margin: expected a number >= 0, got 'inf'"},
       {"--model tile-mlp --hidden 0", "--hidden: expected an integer in [1, 65536], got '0'"},
       {"--model layout-resmodel --layers 0", "--layers: expected an integer in [1, 64]"},

@@ -284,7 +284,7 @@ void check_recipes_on_gpu(int half) {
     REQUIRE(configs.size() > 6);
     // (a recipe whose configs interact: the same chunks scored on the host)
     LoadedModel host = load_model(t.file("gpu1/model.npz"));
-    const std::vector<double> whole = r.configs_interact
+    const std::vector<double> whole = r.configs_interact(m.hparams)
                                           ? predict_configs(*host.model, g, configs, 3)
                                           : predict_configs(*m.model, g, configs, int64_t(configs.size())),
                               chunked = predict_configs(*m.model, g, configs, 3);

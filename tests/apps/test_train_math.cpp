@@ -64,7 +64,7 @@ TEST_CASE("train: every recipe scores a config the same in a batch of C configs 
       const Tensor graph_alone = model->forward(make_batch({&m}, {g ? c1 : c0}).prepared(model->needs())).value();
       for (int k = 0; k < 4; ++k) {
         const int64_t c = (g ? c1 : c0)[size_t(k)];
-        const float alone = r.configs_interact
+        const float alone = r.configs_interact(r.defaults())
                                 ? graph_alone.f32()[k]
                                 : model->forward(make_batch({&m}, {{c}}).prepared(model->needs())).value().f32()[0];
         CHECK(both.f32()[g * 4 + k] == doctest::Approx(alone).epsilon(1e-5));
@@ -77,7 +77,7 @@ TEST_CASE("train: every recipe scores a config the same in a batch of C configs 
     const std::vector<double> chunked = predict_configs(*model, g0, seven, 3);
     REQUIRE(chunked.size() == 7);
     const std::vector<int64_t> bounds =
-        r.configs_interact ? std::vector<int64_t>{0, 2, 4, 7} : std::vector<int64_t>{0, 7};
+        r.configs_interact(r.defaults()) ? std::vector<int64_t>{0, 2, 4, 7} : std::vector<int64_t>{0, 7};
     for (size_t p = 0; p + 1 < bounds.size(); ++p) {
       const std::vector<int64_t> part(seven.begin() + bounds[p], seven.begin() + bounds[p + 1]);
       const Tensor whole = model->forward(make_batch({&g0}, {part}).prepared(model->needs())).value();
@@ -126,7 +126,7 @@ TEST_CASE("train: --tta averages passes over the configs in fixed random orders,
       differs = differs || std::fabs(three[size_t(i)] - one[size_t(i)]) > 1e-4 * (std::fabs(one[size_t(i)]) + 1e-3);
     }
     // Only a model whose configs interact scores a config differently in other company.
-    CHECK(differs == r.configs_interact);
+    CHECK(differs == r.configs_interact(r.defaults()));
   }
 }
 

@@ -129,7 +129,7 @@ Recipe layout_gin_6th_recipe() {
       "6th place (Kaggle), GIN variant: 5-hop downstream region, 4 GIN layers with instance norm, "
       "summed mean pools, pairwise logistic loss, SWA";
   r.hparams = concat_specs(hparams_6th(), {params().specs().back()});
-  r.configs_interact = true;  // the late norm over the configs of the slate
+  r.configs_interact = [](const HParams&) { return true; };  // the late norm over the configs of the slate
   r.build = build_with<LayoutGin6th>(params());
   return r;
 }

@@ -176,7 +176,7 @@ Recipe layout_sage_6th_recipe() {
       "6th place (Kaggle): 5-hop downstream region, 4 residual SAGE layers with instance norm, "
       "mean + max pool, pairwise logistic loss, SWA";
   r.hparams = hparams_6th();
-  r.configs_interact = true;  // the late norm over the configs of the slate
+  r.configs_interact = [](const HParams&) { return true; };  // the late norm over the configs of the slate
   r.build = build_with<LayoutSage6th>(params_6th());
   return r;
 }

@@ -311,7 +311,8 @@ Recipe layout_tgraph_recipe() {
                                                  {"eval-chunk", "128"},
                                                  {"tta", "10"}}),
                            params().specs());
-  r.configs_interact = true;  // the cross-config attention
+  // the cross-config attention (off, each config's rows are normalised, gated and pooled on their own)
+  r.configs_interact = [](const HParams& h) { return h.str("cross-attn") != "off"; };
   r.build = build_with<LayoutTgraph>(params());
   return r;
 }

@@ -163,7 +163,7 @@ Recipe tile_gat_6th_recipe() {
                            params().specs());
   offer_trainable(r.hparams, "node-transform");
   offer_trainable(r.hparams, "config-transform");
-  r.configs_interact = true;  // the late norm over the configs of the slate
+  r.configs_interact = [](const HParams&) { return true; };  // the late norm over the configs of the slate
   r.build = build_with<TileGat6th>(params());
   return r;
 }
