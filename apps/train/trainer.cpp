@@ -626,6 +626,14 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   std::fflush(stdout);
 }
 
+void Run::replace_leftovers() {
+  if (leftovers_.empty()) return;
+  std::string files;
+  for (const std::string& f : leftovers_) files += (files.empty() ? "" : ", ") + f, fs::remove(f);
+  std::fprintf(stderr, "gnn train: replacing what an interrupted first epoch left: %s\n", files.c_str());
+  leftovers_.clear();
+}
+
 void Run::save(const std::string& path, bool with_optimizer) {
   // What this rank says if mpirun stops it because another rank died (once the checkpoint is written).
   const auto stop_message = [&] {
@@ -995,14 +1003,6 @@ TrainResult Run::train() {
 // many batches ran), but the epoch stays open: the checkpoint holds the next batch, so a resume with a
 // larger budget trains the rest of the epoch as the unbroken run does, and drops the partial line
 // (trim_metrics) before it logs the whole epoch. A partial validation picks no best epoch.
-void Run::replace_leftovers() {
-  if (leftovers_.empty()) return;
-  std::string files;
-  for (const std::string& f : leftovers_) files += (files.empty() ? "" : ", ") + f, fs::remove(f);
-  std::fprintf(stderr, "gnn train: replacing what an interrupted first epoch left: %s\n", files.c_str());
-  leftovers_.clear();
-}
-
 void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool partial) {
   if (lead_) replace_leftovers();
   Json line = Json::object();

@@ -764,10 +764,11 @@ void check_argmax(const int32_t* a, const P* ptr, int64_t B, int64_t S, int64_t 
     for (int64_t bs = 0; bs < B * S; ++bs) {
       const int64_t lo = int64_t(ptr[bs % S]), hi = int64_t(ptr[bs % S + 1]);
       const int32_t* row = a + bs * F;
+      auto fits = [&](int64_t f) { return row[f] == -1 || (row[f] >= lo && row[f] < hi); };
       bool ok = true;
-      for (int64_t f = 0; f < F; ++f) ok &= row[f] == -1 || (row[f] >= lo && row[f] < hi);
+      for (int64_t f = 0; f < F; ++f) ok &= fits(f);  // (vectorised: the search below runs on a bad row only)
       for (int64_t f = 0; !ok && f < F; ++f)
-        if (row[f] != -1 && (row[f] < lo || row[f] >= hi)) first = std::min(first, bs * F + f), ok = true;
+        if (!fits(f)) first = std::min(first, bs * F + f), ok = true;
     }
   }
   if (first == INT64_MAX) return;
