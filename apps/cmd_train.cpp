@@ -107,7 +107,7 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
                    [](const RunOnSplit& r) { return r.model.recipe->configs_interact(r.model.hparams); }))
     throw UsageError("--tta " + a.str("tta") + ": averages over orders of the configs, and " +
                      runs[0].model.recipe->name + (runs.size() > 1 ? " (like every run given)" : "") +
-                     " scores each config alone (every pass gives the same scores)");
+                     train::Recipe::kTtaMoot);
   return runs;
 }
 

@@ -209,6 +209,8 @@ struct Recipe {
   // Whether a config's score depends on the configs scored beside it in a batch (a norm or an attention
   // across the config axis), given the hyper-parameters; graphs never affect each other.
   std::function<bool(const HParams&)> configs_interact = [](const HParams&) { return false; };
+  // Why --tta is refused for a recipe whose configs do not interact, after the recipe's name.
+  static constexpr const char* kTtaMoot = " scores each config alone (every pass gives the same scores)";
   // What the model never reads, so that the flags acting on it are refused rather than ignored: the graph's
   // edges (an MLP passes no messages: --edge-dropout, --khops-edges) and a segment's gradient cut (--segment).
   bool reads_edges = true, takes_segment = true;

@@ -84,8 +84,7 @@ void refuse_moot_flags(const Recipe& r, const HParams& hp, const TrainHParams& t
     bad_option("--accumulate ", tp.accumulate, ": a step of --batch-graphs ", tp.batch_graphs,
                " splits into at most that many micro-batches");
   if (on("tta") && tp.tta > 1 && !r.configs_interact(hp))
-    bad_option("--tta ", tp.tta, ": averages over orders of the configs, and ", r.name,
-               " scores each config alone (every pass gives the same scores)");
+    bad_option("--tta ", tp.tta, ": averages over orders of the configs, and ", r.name, Recipe::kTtaMoot);
 }
 
 // Seeds for one (epoch, batch): the order of graphs of an epoch and everything sampled in a batch
