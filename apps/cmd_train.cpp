@@ -171,6 +171,8 @@ int64_t parse_memory_limit(const std::string& s) {
   if (end == 0 || scale < 0 || !(v >= 0) || v * scale > 9e18)
     throw UsageError("gnn train: --memory-limit: expected bytes (with an optional K, M or G), 0 or auto, got '" + s +
                      "'");
+  if (v > 0 && v * scale < 1)
+    throw UsageError("gnn train: --memory-limit " + s + ": less than one byte (0 turns the limit off)");
   return int64_t(v * scale);
 }
 

@@ -153,7 +153,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     train::State st;
     st.load(m.arrays, path);
     model->load_state(m.arrays, path);
-    if (tp.swa > 0) nn::Swa(tp.swa).load("swa/", m.arrays, params);
+    if (tp.swa > 0) nn::Swa(tp.swa).load("swa/", m.arrays, params, path, st.epoch);
     // What a resumed run trusts next must hold for anything that loaded.
     for (const nn::NamedParam& p : params) {
       const Tensor v = p.var.value().astype(DType::F64);

@@ -1,7 +1,9 @@
 #include "nn/optim.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <type_traits>
 
 #include "autograd/checks.h"
@@ -347,19 +349,35 @@ void Swa::save(const std::string& prefix, std::vector<std::pair<std::string, Ten
 }
 
 void Swa::load(const std::string& prefix, const std::map<std::string, Tensor>& arrays,
-               const std::vector<NamedParam>& params) {
+               const std::vector<NamedParam>& params, const std::string& file, int64_t max_count) {
   snaps_.clear(), names_.clear();
+  // The snapshots stored, by the index after the prefix: a count that does not name exactly these is damage
+  // (a smaller one would average fewer snapshots than the unbroken run does).
+  std::set<int64_t> stored;
+  for (auto it = arrays.lower_bound(prefix); it != arrays.end() && it->first.starts_with(prefix); ++it) {
+    const char* at = it->first.data() + prefix.size();
+    const char* end = it->first.data() + it->first.size();
+    int64_t k = 0;
+    const auto r = std::from_chars(at, end, k);
+    if (r.ec == std::errc() && r.ptr != end && *r.ptr == '/') stored.insert(k);
+  }
   const auto count = arrays.find(prefix + "count");
+  const bool one = count != arrays.end() && count->second.numel() == 1 && count->second.dtype() == DType::I64;
+  const int64_t n = one ? count->second.i64()[0] : 0;
+  const std::string said = count == arrays.end() ? "(missing)" : one ? std::to_string(n) : count->second.desc();
+  GNN_CHECK((one || count == arrays.end()) && n >= 0 && n <= max_count && int64_t(stored.size()) == n &&
+                (n == 0 || *stored.rbegin() == n - 1),
+            file, ": ", prefix, "count ", said, " does not match the ", stored.size(),
+            " snapshots stored (one an epoch, ", max_count, " epochs trained); the checkpoint is damaged");
   if (count == arrays.end()) return;  // a checkpoint from before SWA was on: no snapshots yet
-  GNN_CHECK(count->second.numel() == 1 && count->second.dtype() == DType::I64, prefix, "count: one i64 value expected");
   for (const NamedParam& p : params) names_.push_back(p.name);
-  for (int64_t k = 0; k < count->second.i64()[0]; ++k) {
+  for (int64_t k = 0; k < n; ++k) {
     std::vector<Tensor> snap;
     for (const NamedParam& p : params) {
       const std::string key = prefix + std::to_string(k) + "/" + p.name;
       const auto it = arrays.find(key);
-      GNN_CHECK(it != arrays.end(), "SWA: the checkpoint has no ", key);
-      GNN_CHECK(it->second.shape() == p.var.shape() && it->second.dtype() == DType::F64, "SWA: ", key, " is ",
+      GNN_CHECK(it != arrays.end(), file, ": no ", key, " (the snapshots do not hold this model's parameters)");
+      GNN_CHECK(it->second.shape() == p.var.shape() && it->second.dtype() == DType::F64, file, ": ", key, " is ",
                 it->second.desc(), ", the parameter ", p.var.value().desc());
       snap.push_back(it->second);
     }

@@ -111,10 +111,11 @@ class Swa {
   void apply(const std::vector<NamedParam>& params) const;
   int64_t count() const { return int64_t(snaps_.size()); }
   // The snapshots as named f64 arrays (prefix + "count", prefix + "<i>/<parameter>", oldest first), for a
-  // checkpoint, and back (a resumed run averages what the unbroken one would).
+  // checkpoint, and back (a resumed run averages what the unbroken one would). load refuses, naming `file`,
+  // stored snapshots that are not exactly prefix + "count" of them (at most `max_count`).
   void save(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
   void load(const std::string& prefix, const std::map<std::string, Tensor>& arrays,
-            const std::vector<NamedParam>& params);
+            const std::vector<NamedParam>& params, const std::string& file, int64_t max_count);
 
  private:
   int64_t k_;

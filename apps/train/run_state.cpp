@@ -163,6 +163,14 @@ std::string stored_text(const Meta& m, const std::string& key, const std::string
 int64_t stored_i64(const Meta& m, const std::string& key, int64_t fallback, const std::string& file) {
   return m.arrays.count(key) ? get_i64(m.arrays, key, file) : fallback;
 }
+// Two hyper-parameter texts that read as the same number (1e-3 and 0.001).
+bool same_number(const std::string& a, const std::string& b) {
+  double x = 0, y = 0;
+  const auto rx = std::from_chars(a.data(), a.data() + a.size(), x);
+  const auto ry = std::from_chars(b.data(), b.data() + b.size(), y);
+  return !a.empty() && !b.empty() && rx.ec == std::errc() && rx.ptr == a.data() + a.size() && ry.ec == std::errc() &&
+         ry.ptr == b.data() + b.size() && x == y;
+}
 bool same_path(const std::string& a, const std::string& b) {
   std::error_code ec;
   return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
@@ -192,7 +200,7 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
                "; a resumed run keeps its recipe");
   for (const auto& [k, v] : o.hparams) {
     const std::string was = p.hp.values.count(k) ? p.hp.values.at(k) : "";
-    if (was == v) continue;
+    if (was == v || same_number(was, v)) continue;  // (--lr 0.001 is the run's 1e-3; its text is kept)
     const HParamSpec* spec = find_spec(p.recipe->hparams, k);
     if (spec && !spec->resume_change.empty()) {
       p.notes.push_back("--" + k + " " + v + ": the run was started with " + (was.empty() ? "0" : was) + "; " +
@@ -229,6 +237,18 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
                 steps = stored_i64(p.meta, "meta/steps", 0, model_path);
   p.epochs = o.epochs > 0 ? o.epochs : epochs;
   p.steps = o.steps > 0 ? o.steps : o.steps < 0 ? 0 : steps;
+  // A run cannot be made shorter than what it has trained: its weights would not be the ones it claims.
+  // (state/epoch counts whole epochs; a run stopped within one has trained part of the next.)
+  const int64_t done_steps = get_i64(p.meta.arrays, "state/step", model_path),
+                done_epochs = get_i64(p.meta.arrays, "state/epoch", model_path);
+  check_stored(model_path, "state/epoch", done_epochs, 0, kMaxEpochs);  // (State::load checks the rest)
+  const int64_t begun_epochs = done_epochs + (get_i64(p.meta.arrays, "state/batch", model_path) > 0 ? 1 : 0);
+  if (o.epochs > 0 && o.epochs < begun_epochs)
+    bad_option("--epochs ", o.epochs, ": the run in ", run, " has already trained ", begun_epochs,
+               begun_epochs == 1 ? " epoch" : " epochs", " (in part or whole); give at least that many");
+  if (o.steps > 0 && o.steps < done_steps)
+    bad_option("--steps ", o.steps, ": the run in ", run, " has already trained ", done_steps,
+               " steps; give at least that many (or 0 for no step limit)");
   if (p.epochs != epochs || !recorded)
     p.notes.push_back("--epochs " + std::to_string(p.epochs) + ": the run was started with " +
                       (recorded ? std::to_string(epochs) : "?" + older) + "; it now ends after epoch " +

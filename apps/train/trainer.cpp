@@ -564,7 +564,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   }
   if (tp_.swa > 0) {
     swa_.emplace(tp_.swa);
-    if (plan_.resuming) swa_->load("swa/", plan_.meta.arrays, params_);
+    if (plan_.resuming) swa_->load("swa/", plan_.meta.arrays, params_, model_path_, st_.epoch);
   }
   nn::move_parameters(*model_, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
   GNN_CHECK(!(o.profile && o.cuda_graphs > 0),

@@ -464,6 +464,58 @@ TEST_CASE("run files: every checkpoint field is validated before a resume, eval 
   CHECK_FALSE(fs::exists(t.file("p.csv")));
 }
 
+TEST_CASE("run files: SWA's stored snapshots are checked against their count, and a run is never shortened") {
+  TempDir t;
+  const std::string good = trained_run(t, "good", "--swa 2 --lr 1e-3");  // 2 epochs: 2 snapshots
+  using Arrays = std::map<std::string, Tensor>;
+  const auto count = [](int64_t n) { return [n](Arrays& a) { a["swa/count"] = Tensor::from_vector(std::vector{n}); }; };
+  const std::vector<std::tuple<std::string, std::function<void(Arrays&)>, std::string>> cases = {
+      {"a count of -1", count(-1), "swa/count -1 does not match the 2 snapshots stored"},
+      {"a count of 1 beside 2 snapshots", count(1), "swa/count 1 does not match the 2 snapshots stored"},
+      {"a count past the epochs", count(100), "swa/count 100 does not match the 2 snapshots stored"},
+      {"the count erased", [](Arrays& a) { a.erase("swa/count"); }, "swa/count (missing) does not match"},
+      {"a count of two values",
+       [](Arrays& a) { a["swa/count"] = Tensor::from_vector(std::vector<int64_t>{2, 2}); }, "swa/count i64[2]"},
+      {"NaN in a snapshot",
+       [](Arrays& a) {
+         Tensor& v = a[first_key(a, "swa/1/", "")];
+         v = v.clone();
+         v.f64()[0] = NAN;
+       },
+       "holds a non-finite value"},
+  };
+  for (const auto& [what, edit, message] : cases) {
+    CAPTURE(what);
+    const std::string run = damaged_run(t, good, "bad", edit);
+    const std::vector<uint8_t> before = testing::read_bytes(run + "/model.npz");
+    const auto r = run_gnn("train --out " + run + " --resume --epochs 3");
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE((contains(r.err, run + "/model.npz: ") && contains(r.err, message)), r.err);
+    CHECK(testing::read_bytes(run + "/model.npz") == before);
+    fs::remove_all(run);
+  }
+  // A run is not made shorter than it has trained (it would keep its weights and claim the shorter length);
+  // the same number written another way is the run's own value, not a change.
+  const std::vector<uint8_t> before = testing::read_bytes(good + "/model.npz");
+  auto r = run_gnn("train --out " + good + " --resume --epochs 1");
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "--epochs 1: the run in " + good + " has already trained 2 epochs"), r.err);
+  r = run_gnn("train --out " + good + " --resume --steps 1");
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "--steps 1: the run in " + good + " has already trained"), r.err);
+  CHECK(testing::read_bytes(good + "/model.npz") == before);
+  r = run_gnn("train --out " + good + " --resume --epochs 2 --lr 0.001");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn("train --out " + good + " --resume --epochs 2 --lr 0.002");
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "--lr 0.002: the run in " + good + " was started with 1e-3"), r.err);
+  // A limit of less than one byte is refused, not read as 0 (no limit).
+  r = run_gnn("train --model tile-mlp --data " + data() + " --out " + t.file("m") + " --epochs 1 --memory-limit 0.5");
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "--memory-limit 0.5: less than one byte"), r.err);
+  CHECK_FALSE(fs::exists(t.file("m")));
+}
+
 TEST_CASE("run files: a run whose model.npz is gone is not trained over, and a lost best.npz is written again") {
   TempDir t;
   const std::string run = trained_run(t, "run");  // two epochs: metrics.jsonl logs both
