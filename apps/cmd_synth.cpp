@@ -126,6 +126,9 @@ Command synth_command() {
         throw UsageError("gnn synth: --min-configs is for --collection tile (a layout program lists --configs)");
       o.min_configs = a.integer("min-configs", 1, o.configs ? o.configs : synth::default_configs(layout));
     }
+    if (!layout && a.on("configurable-share"))
+      throw UsageError("gnn synth: --configurable-share is for --collection layout (a tile kernel has no "
+                       "configurable nodes: its configs are the whole kernel's tiles)");
     o.configurable_share = a.number("configurable-share");
     if (!(o.configurable_share > 0 && o.configurable_share <= 0.4))
       throw UsageError("gnn synth: --configurable-share must be in (0, 0.4], got " + a.str("configurable-share"));

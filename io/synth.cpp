@@ -323,32 +323,16 @@ std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t node
   return out;
 }
 
-std::vector<std::string> write_dataset(const std::string& dir, const DatasetOptions& o) {
+namespace {
+
+// write_dataset's graphs, split after split; each file written is added to `paths` and each folder
+// created to `made` as it happens.
+void write_splits(const std::filesystem::path& root, const DatasetOptions& o, bool layout, int64_t nodes,
+                  int64_t configs, std::vector<std::string>& paths, std::vector<std::filesystem::path>& made) {
   namespace fs = std::filesystem;
-  GNN_CHECK(o.collection == "tile" || o.collection == "layout", "--collection must be tile or layout, got '",
-            o.collection, "'");
-  const bool layout = o.collection == "layout";
-  const int64_t nodes = o.nodes > 0 ? o.nodes : default_nodes(layout);
-  const int64_t configs = o.configs > 0 ? o.configs : default_configs(layout);
-  GNN_CHECK(o.nodes_max == 0 || o.nodes_max >= nodes, "--nodes-max ", o.nodes_max, " is below --nodes ", nodes);
-  GNN_CHECK(o.configs_max == 0 || o.configs_max >= configs, "--configs-max ", o.configs_max, " is below --configs ",
-            configs);
-  GNN_CHECK(o.min_configs <= configs, "--min-configs ", o.min_configs, " is above --configs ", configs,
-            " (a kernel lists at most --configs tiles)");
-  GNN_CHECK(o.configurable_share > 0 && o.configurable_share <= 0.4, "--configurable-share must be in (0, 0.4], got ",
-            o.configurable_share);
-  const fs::path root = fs::path(dir) / "npz" / (layout ? fs::path("layout/xla/default") : fs::path("tile/xla"));
-  std::vector<std::string> paths;
   for (size_t s = 0; s < o.splits.size(); ++s) {
     const std::string& split = o.splits[s];
-    GNN_CHECK(split == "train" || split == "valid" || split == "test", "unknown split '", split,
-              "' (train, valid, test)");
-    // Graphs already there would mix with these (a smaller --graphs leaves the old ones past its end):
-    // a split is written whole, into a folder without graphs.
-    if (fs::is_directory(root / split))
-      for (const auto& e : fs::directory_iterator(root / split))
-        GNN_CHECK(e.path().extension() != ".npz", (root / split).string(), " already holds graphs (",
-                  e.path().filename().string(), "); write a new dataset into an empty --out, or remove them first");
+    for (fs::path d = root / split; !d.empty() && !fs::exists(d); d = d.parent_path()) made.push_back(d);
     fs::create_directories(root / split);
     // Seeded by the split's place in the list: splits written by separate calls need their own --seed.
     const uint64_t split_seed = mix(o.seed * 1000003 + s + (layout ? 7 : 0));
@@ -380,7 +364,52 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
       paths.push_back(path);
     }
   }
+}
+
+}  // namespace
+
+std::vector<std::string> write_dataset(const std::string& dir, const DatasetOptions& o) {
+  namespace fs = std::filesystem;
+  GNN_CHECK(o.collection == "tile" || o.collection == "layout", "--collection must be tile or layout, got '",
+            o.collection, "'");
+  const bool layout = o.collection == "layout";
+  const int64_t nodes = o.nodes > 0 ? o.nodes : default_nodes(layout);
+  const int64_t configs = o.configs > 0 ? o.configs : default_configs(layout);
+  GNN_CHECK(o.nodes_max == 0 || o.nodes_max >= nodes, "--nodes-max ", o.nodes_max, " is below --nodes ", nodes);
+  GNN_CHECK(o.configs_max == 0 || o.configs_max >= configs, "--configs-max ", o.configs_max, " is below --configs ",
+            configs);
+  GNN_CHECK(o.min_configs <= configs, "--min-configs ", o.min_configs, " is above --configs ", configs,
+            " (a kernel lists at most --configs tiles)");
+  GNN_CHECK(o.configurable_share > 0 && o.configurable_share <= 0.4, "--configurable-share must be in (0, 0.4], got ",
+            o.configurable_share);
+  const fs::path root = fs::path(dir) / "npz" / (layout ? fs::path("layout/xla/default") : fs::path("tile/xla"));
+  // Every split is checked before anything is written, and a call that fails removes what it wrote: a
+  // dataset is written whole or not at all.
+  for (const std::string& split : o.splits) {
+    GNN_CHECK(split == "train" || split == "valid" || split == "test", "unknown split '", split,
+              "' (train, valid, test)");
+    // Graphs already there would mix with these (a smaller --graphs leaves the old ones past its end):
+    // a split is written whole, into a folder without graphs.
+    if (fs::is_directory(root / split))
+      for (const auto& e : fs::directory_iterator(root / split))
+        GNN_CHECK(e.path().extension() != ".npz", (root / split).string(), " already holds graphs (",
+                  e.path().filename().string(), "); write a new dataset into an empty --out, or remove them first");
+  }
+  std::vector<std::string> paths;
+  std::vector<fs::path> made;  // the folders this call created
+  try {
+    write_splits(root, o, layout, nodes, configs, paths, made);
+  } catch (...) {
+    std::error_code ec;
+    for (const std::string& p : paths) fs::remove(p, ec);
+    std::sort(made.begin(), made.end(), [](const fs::path& a, const fs::path& b) {
+      return a.native().size() > b.native().size();  // the deepest first
+    });
+    for (const fs::path& d : made) fs::remove(d, ec);  // (only an empty folder goes)
+    throw;
+  }
   return paths;
 }
+
 
 }  // namespace gnn::synth

@@ -737,6 +737,28 @@ TEST_CASE("run files: eval scores a run whose directory it cannot write, and syn
   CHECK(walk_dataset(t.file("d")).size() == 9);
   r = run_gnn("synth --collection tile --out " + t.file("e") + " --split ''");
   CHECK(r.exit_code == 2);
+  // Every split is checked before any is written: a later split that holds graphs leaves the earlier alone.
+  r = run_gnn("synth --collection tile --out " + t.file("f") + " --graphs 1 --split valid --nodes 4 --configs 5");
+  REQUIRE(r.exit_code == 0);
+  r = run_gnn("synth --collection tile --out " + t.file("f") + " --graphs 2 --split train,valid --nodes 4 --configs 5");
+  CHECK(r.exit_code == 1);
+  CHECK_FALSE(fs::exists(t.file("f/npz/tile/xla/train")));
+  // A call that fails midway removes the graphs and folders it wrote (here the second graph cannot list 850
+  // distinct tiles of a 4-node kernel).
+  r = run_gnn("synth --collection tile --out " + t.file("g") + " --graphs 4 --split train,valid --nodes 4 "
+              "--nodes-max 60 --configs 850 --min-configs 850");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "--min-configs 850"), r.err);
+  CHECK_FALSE(fs::exists(t.file("g")));
+  // A full disk: the same.
+  r = testing::run_gnn_env("ulimit -f 20; trap '' XFSZ;",
+                           "synth --collection tile --out " + t.file("h") + " --graphs 3 --split train --stored");
+  CHECK(r.exit_code == 1);
+  CHECK_FALSE(fs::exists(t.file("h")));
+  // --configurable-share is the layout generator's; on tile kernels it is refused, not ignored.
+  r = run_gnn("synth --collection tile --out " + t.file("i") + " --configurable-share 0.3");
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--configurable-share is for --collection layout"));
 }
 
 TEST_CASE("run files: first_nonfinite names the first non-finite value of float and double arrays, wherever it is") {
