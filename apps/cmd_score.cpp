@@ -42,6 +42,7 @@ Command score_command() {
     if (by_runtime) predicted = read_runtimes(input);
     else rows = read_submission(input, &lines);
     WalkOptions wo;
+    if (a.str("split").empty()) throw UsageError("--split: no split named (train, valid or test)");
     wo.splits = {a.str("split")};
     const auto files = walk_dataset(a.str("data"), wo);
     GNN_CHECK(!files.empty(), a.str("data"), ": no ", a.str("split"), " files to score");

@@ -1,6 +1,7 @@
 #include "apps/scoring.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "io/byte_source.h"
+#include "io/json.h"
 #include "io/npz.h"
 #include "nn/metrics.h"
 
@@ -29,6 +31,8 @@ void read_csv_lines(const std::string& path, const char* what, const std::string
   std::string line;
   std::getline(in, line);
   if (!line.empty() && line.back() == '\r') line.pop_back();
+  GNN_CHECK(line.rfind("\xEF\xBB\xBF", 0) != 0, path,
+            ": starts with a UTF-8 byte order mark; save it without one (line 1 must be the header '", header, "')");
   GNN_CHECK(line == header, path, ": line 1 must be the header '", header, "', got '", line.substr(0, 60), "'");
   for (int64_t ln = 2; std::getline(in, line); ++ln) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -46,18 +50,17 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
     GNN_CHECK(comma != std::string::npos && comma > 0, path, ": line ", ln, " is not 'ID,i1;i2;...'");
     const std::string id = line.substr(0, comma);
     std::vector<int64_t> list;
-    std::stringstream ss(line.substr(comma + 1));
-    for (std::string item; std::getline(ss, item, ';');) {
-      size_t used = 0;
-      long long v = -1;
-      try {
-        v = std::stoll(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      GNN_CHECK(used == item.size() && !item.empty() && v >= 0, path, ": line ", ln, " (", id, "): '", item,
-                "' is not a config index");
+    // Indices as the sample submission writes them: digits only, separated by one ';' each.
+    const std::string text = line.substr(comma + 1);
+    for (size_t at = 0; at <= text.size() && !text.empty();) {
+      const size_t end = std::min(text.find(';', at), text.size());
+      const std::string item = text.substr(at, end - at);
+      int64_t v = -1;
+      const auto r = std::from_chars(item.data(), item.data() + item.size(), v);
+      GNN_CHECK(r.ec == std::errc() && r.ptr == item.data() + item.size() && !item.empty() && v >= 0, path, ": line ",
+                ln, " (", id, "): '", item, "' is not a config index");
       list.push_back(v);
+      at = end + 1;
     }
     GNN_CHECK(!list.empty(), path, ": line ", ln, " (", id, ") lists no configs");
     GNN_CHECK(rows.emplace(id, std::move(list)).second, path, ": line ", ln, ": ID ", id, " appears twice");
@@ -241,17 +244,24 @@ double mean_relative_error(const std::vector<double>& log_p, const std::vector<d
   return sum / double(y.size());
 }
 
+namespace {
+
+// A metric as the score lines print it: six decimals, or null where it is not defined (the tau of a graph
+// whose runtimes all tie), so that every line stays JSON.
+std::string metric_text(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream o;
+  o.precision(6);
+  o << std::fixed << v;
+  return o.str();
+}
+
+}  // namespace
+
 std::string graph_score_json(const GraphScore& s) {
-  char buf[96];
-  std::string out = "{\"id\": \"" + s.id + "\"";
-  if (s.layout) {
-    std::snprintf(buf, sizeof buf, ", \"kendall_tau\": %.6f, \"opa\": %.6f", s.kendall_tau, s.opa);
-    out += buf;
-  }
-  for (const auto& [k, v] : s.slowdown) {
-    std::snprintf(buf, sizeof buf, ", \"slowdown@%lld\": %.6f", (long long)k, 1 - v);
-    out += buf;
-  }
+  std::string out = "{\"id\": " + Json(s.id).dump();
+  if (s.layout) out += ", \"kendall_tau\": " + metric_text(s.kendall_tau) + ", \"opa\": " + metric_text(s.opa);
+  for (const auto& [k, v] : s.slowdown) out += ", \"slowdown@" + std::to_string(k) + "\": " + metric_text(1 - v);
   return out + "}";
 }
 
@@ -269,13 +279,6 @@ double mean_score(const std::vector<std::pair<std::string, GraphScore>>& scores)
 std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& scores) {
   std::map<std::string, std::vector<const GraphScore*>> by;
   for (const auto& [c, s] : scores) by[c].push_back(&s);
-  auto num = [](double v) {
-    if (!std::isfinite(v)) return std::string("null");
-    std::ostringstream o;
-    o.precision(6);
-    o << std::fixed << v;
-    return o.str();
-  };
   std::ostringstream out, top;
   out << "\"collections\": {";
   double score_sum = 0;
@@ -297,14 +300,14 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
     for (const char* k :
          layout ? std::vector<const char*>{"kendall_tau", "opa", "slowdown@1", "slowdown@10", "slowdown@100", "score"}
                 : std::vector<const char*>{"slowdown@1", "slowdown@5", "slowdown@10", "score"})
-      o << ", \"" << k << "\": " << num(mean[k]);
-    if (mre) o << ", \"mre\": " << num(mean["mre"]);
+      o << ", \"" << k << "\": " << metric_text(mean[k]);
+    if (mre) o << ", \"mre\": " << metric_text(mean["mre"]);
     out << (first ? "" : ", ") << "\"" << c << "\": {" << o.str() << "}";
     if (by.size() == 1) top << o.str() << ", ";
     first = false;
   }
   out << "}";
-  if (by.size() > 1) top << "\"score\": " << num(score_sum / double(by.size())) << ", ";
+  if (by.size() > 1) top << "\"score\": " << metric_text(score_sum / double(by.size())) << ", ";
   std::string json = "{";
   json += top.str();
   json += out.str();

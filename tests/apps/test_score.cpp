@@ -75,6 +75,22 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
     std::ofstream(dir.file("bad2.csv")) << "ID,TopConfigs\n" << files[0].id() << ",1;x\n";
     r = testing::run_gnn("score --submission " + dir.file("bad2.csv") + " --data " + dir.file("d"));
     CHECK(r.err.find("line 2") != std::string::npos);
+    // Indices as the sample writes them: no sign, space or trailing ';'; a byte order mark is named as such.
+    for (const char* row : {",+1;0", ", 1;0", ",1;0;", ",1;;0"}) {
+      CAPTURE(row);
+      std::ofstream(dir.file("lax.csv")) << "ID,TopConfigs\n" << files[0].id() << row << "\n";
+      r = testing::run_gnn("score --submission " + dir.file("lax.csv") + " --data " + dir.file("d"));
+      CHECK(r.exit_code == 1);
+      CHECK_MESSAGE(r.err.find(dir.file("lax.csv") + ": line 2 (" + files[0].id() + "): '") != std::string::npos,
+                    r.err);
+    }
+    std::ofstream(dir.file("bom.csv")) << "\xEF\xBB\xBFID,TopConfigs\n";
+    r = testing::run_gnn("score --submission " + dir.file("bom.csv") + " --data " + dir.file("d"));
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("bom.csv: starts with a UTF-8 byte order mark") != std::string::npos);
+    r = testing::run_gnn("score --submission " + dir.file("best.csv") + " --data " + dir.file("d") + " --split ''");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--split: no split named") != std::string::npos);
     std::ofstream(dir.file("bad3.csv")) << "ID,TopConfigs\n" << files[0].id() << ",1;0\n";  // (every kernel has 2+)
     r = testing::run_gnn("score --submission " + dir.file("bad3.csv") + " --data " + dir.file("d"));
     CHECK(r.exit_code == 1);
@@ -94,6 +110,20 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
       const std::string where = dir.file(csv) + ": line " + (csv[3] == '4' ? "3 (" : "2 (") + tile[0].id() + "): ";
       CHECK_MESSAGE(r.err.find(where) != std::string::npos, r.err);
     }
+  }
+  SUBCASE("--per-graph: a graph whose tau is undefined (one config) writes null, and every line is JSON") {
+    REQUIRE(testing::run_gnn("synth --collection layout --out " + dir.file("one") +
+                             " --graphs 1 --nodes 60 --configs 1 --split valid --configurable-share 0.1")
+                .exit_code == 0);
+    wo.splits = {"valid"};
+    write_submission(dir.file("one.csv"), walk_dataset(dir.file("one"), wo), false);
+    r = testing::run_gnn("score --submission " + dir.file("one.csv") + " --data " + dir.file("one") +
+                         " --per-graph " + dir.file("one.jsonl"));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    std::ifstream in(dir.file("one.jsonl"));
+    std::string line;
+    REQUIRE(std::getline(in, line));
+    CHECK_MESSAGE(Json::parse(line)["kendall_tau"].is_null(), line);
   }
   SUBCASE("--eval-indices: a folder without the collection's file is refused, not ignored") {
     std::filesystem::create_directories(dir.file("ei"));
