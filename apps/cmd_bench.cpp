@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -128,6 +129,8 @@ int bench_kernel(const Args& a, const std::string& name) {
   s.configs = a.integer("configs", 1, 1 << 16);
   s.graph_nodes = a.integer("graph-nodes", 1, int64_t(1) << 31);
   s.backward = a.on("backward");
+  if (a.on("save-graph") && a.str("save-graph").empty())
+    throw UsageError("gnn bench kernel: --save-graph: no file given");
   if (a.has("save-graph")) s.save_graph = a.str("save-graph");
   const int repeat = int(a.integer("repeat", 20, 100000));
   const int64_t cold = a.integer("cold", 0, int64_t(1) << 20);
@@ -141,6 +144,30 @@ int bench_kernel(const Args& a, const std::string& name) {
   if (spmm != "gnn" && spmm != "cusparse")
     throw UsageError("gnn bench kernel: --spmm must be gnn or cusparse, got '" + spmm + "'");
   s.cuda = device == "cuda", s.cusparse = spmm == "cusparse", s.cuda_graph = a.on("cuda-graph");
+  // A shape flag the case does not read is said (scripts give one shape to a list of cases, so it is not
+  // refused), and left out of the line and the JSON.
+  bool edges = false, graphs = false;
+  try {
+    edges = bench_kernel_takes_edges(name), graphs = bench_kernel_takes_graph_nodes(name);
+  } catch (const KernelUsageError& e) {
+    throw UsageError(e.what());
+  }
+  if (a.on("edges") && !edges)
+    std::fprintf(stderr, "gnn bench kernel: warning: --edges: %s runs on no graph's edges; ignored\n", name.c_str());
+  if (a.on("graph-nodes") && !graphs)
+    std::fprintf(stderr, "gnn bench kernel: warning: --graph-nodes: %s does not split its rows into graphs; ignored\n",
+                 name.c_str());
+  // --save-graph is written under another name and renamed into place once every check below has passed,
+  // so that a refused command leaves no file.
+  const std::string graph_out = s.save_graph;
+  if (!graph_out.empty()) s.save_graph = graph_out + ".partial";
+  struct DropPartial {
+    std::string path;
+    ~DropPartial() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove(path, ec);
+    }
+  } partial{s.save_graph};
   KernelCase k;
   try {
     k = make_kernel_case(name, s);
@@ -160,6 +187,10 @@ int bench_kernel(const Args& a, const std::string& name) {
     k.step();  // once eagerly: cuBLAS and the layers' caches set themselves up outside the capture
     graph = std::make_unique<CudaGraph>(0, k.step);
   }
+  if (!graph_out.empty()) {
+    std::filesystem::rename(s.save_graph, graph_out);
+    partial.path.clear();
+  }
   const std::function<void()> step = graph ? std::function<void()>([&] { graph->replay(); }) : k.step;
   // On the GPU each run is timed by events on the compute stream: device time, launches included.
   CacheFlush flush(cold, s.cuda);
@@ -170,21 +201,23 @@ int bench_kernel(const Args& a, const std::string& name) {
   if (a.on("json")) {
     Json j = Json::object();
     j.set("name", name), j.set("median_ms", med), j.set("gbps", gbps), j.set("gflops", gflops);
-    j.set("nodes", s.nodes), j.set("edges", s.edges), j.set("features", s.features), j.set("configs", s.configs);
-    if (name == "graph-attention" || name == "instance-norm" || name.starts_with("pool-"))
-      j.set("graph_nodes", s.graph_nodes);
+    j.set("nodes", s.nodes);
+    if (edges) j.set("edges", s.edges);
+    j.set("features", s.features), j.set("configs", s.configs);
+    if (graphs) j.set("graph_nodes", s.graph_nodes);
     j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
     j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph), j.set("cold_mib", cold), j.set("cold_runs", flush.runs());
     j.set("matmul_precision", gemm_precision_name(gemm_cpu_precision()));
     j.set("matmul_kernel", device == "cuda" ? "cublas" : gemm_kernel_name());
     std::printf("%s\n", j.dump().c_str());
   } else {
+    const std::string e = edges ? " E=" + std::to_string(s.edges) : "";
     std::printf(
-        "%s%s N=%lld E=%lld F=%lld C=%lld: median %.3f ms over %d runs (min %.3f), %.2f GB/s, %.2f GFLOP/s, "
+        "%s%s N=%lld%s F=%lld C=%lld: median %.3f ms over %d runs (min %.3f), %.2f GB/s, %.2f GFLOP/s, "
         "%d threads%s\n",
-        name.c_str(), s.backward ? " (forward + backward)" : "", (long long)s.nodes, (long long)s.edges,
-        (long long)s.features, (long long)s.configs, med, repeat, *std::min_element(ms.begin(), ms.end()), gbps, gflops,
-        num_threads(), cold ? (", cold: " + std::to_string(cold) + " MiB written before each run").c_str() : "");
+        name.c_str(), s.backward ? " (forward + backward)" : "", (long long)s.nodes, e.c_str(), (long long)s.features,
+        (long long)s.configs, med, repeat, *std::min_element(ms.begin(), ms.end()), gbps, gflops, num_threads(),
+        cold ? (", cold: " + std::to_string(cold) + " MiB written before each run").c_str() : "");
   }
   return 0;
 }

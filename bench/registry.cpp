@@ -87,9 +87,20 @@ std::vector<std::string> bench_kernel_names() {
 }
 
 bool bench_kernel_takes_configs(const std::string& name) { return find_case(name).configs; }
+bool bench_kernel_takes_edges(const std::string& name) {
+  const KernelEntry& e = find_case(name);
+  return e.edges && e.edges();
+}
+bool bench_kernel_takes_graph_nodes(const std::string& name) {
+  const KernelEntry& e = find_case(name);
+  return e.graph_nodes && e.graph_nodes();
+}
 
 KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
   const KernelEntry& e = find_case(name);
+  if (s.cusparse && ((name != "spmm-sum" && name != "spmm-mean") || s.backward || !s.cuda))
+    throw KernelUsageError("gnn bench kernel: --spmm cusparse times spmm-sum and spmm-mean forward on --device cuda "
+                           "only");
   if (s.cuda && !e.cuda)
     throw KernelUsageError("gnn bench kernel: " + name + " runs on the CPU only (--device cuda: " + joined(true) + ")");
   if (s.cuda && s.configs > 1 && (name == "sage-layer" || name == "gat-layer"))

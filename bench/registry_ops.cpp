@@ -5,6 +5,7 @@
 // its output written (+ the upstream gradient and the inputs read, every input's gradient written);
 // graphs and index arrays are not counted, and an op case counts no flops (GFLOP/s reads 0): the
 // kernels' own cases above carry the formulas.
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <string>
@@ -68,6 +69,24 @@ std::vector<KernelEntry> ops_kernels() {
     v.back().edges = [&c] {
       try {
         return c.make(OpSize{300, 600, 16, 1, 64, 1}).graph.num_nodes > 0;
+      } catch (const std::exception&) {
+        return true;
+      }
+    };
+    // Whether it reads --graph-nodes: its inputs at two graph sizes differ. (As above, a case that cannot
+    // be made at that shape is let through.)
+    v.back().graph_nodes = [&c] {
+      try {
+        const OpInputs a = c.make(OpSize{300, 600, 16, 1, 64, 1}), b = c.make(OpSize{300, 600, 16, 1, 50, 1});
+        const auto same = [](const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
+          for (size_t i = 0; i < x.size(); ++i)
+            if (x[i].shape() != y[i].shape() ||
+                (x[i].nbytes() && std::memcmp(x[i].data(), y[i].data(), x[i].nbytes()) != 0))
+              return false;
+          return x.size() == y.size();
+        };
+        return !(a.index.size() == b.index.size() && same(a.index, b.index) && a.vars.size() == b.vars.size() &&
+                 same(a.vars, b.vars));
       } catch (const std::exception&) {
         return true;
       }

@@ -43,10 +43,7 @@ KernelCase spmm_case(Reduce op, const KernelShape& s) {
   auto arg = std::make_shared<Tensor>(Tensor::empty({op == Reduce::kMax ? N : 0, F}, DType::I32, dev));
   KernelCase k;
   const bool bwd = s.backward;
-  if (s.cusparse) {
-    if (op == Reduce::kMax || bwd || !s.cuda)
-      throw KernelUsageError(
-          "gnn bench kernel: --spmm cusparse times spmm-sum and spmm-mean forward on --device cuda only");
+  if (s.cusparse) {  // (forward, sum or mean, on the GPU: make_kernel_case has checked)
 #ifdef GNN_WITH_CUDA
     k.step = cusparse_step(op, d, x, y, F);
 #endif

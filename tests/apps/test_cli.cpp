@@ -418,7 +418,14 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
       // (refused before the inputs are made: pool-sum's would be 5 GB)
       {"pool-sum --nodes 20000000 --features 64 --save-graph " + tmp.file("unwritten.npz"), 2,
        "pool-sum takes no edges, so there is no edge_index to write"},
-      {"op:layer-norm --nodes 30 --save-graph " + tmp.file("unwritten.npz"), 2, "op:layer-norm takes no edges"}};
+      {"op:layer-norm --nodes 30 --save-graph " + tmp.file("unwritten.npz"), 2, "op:layer-norm takes no edges"},
+      // refused after the case has made its graph: the graph is not left behind
+      {"spmm-sum --nodes 50 --edges 100 --features 4 --cuda-graph --save-graph " + tmp.file("unwritten.npz"), 2,
+       "--cuda-graph captures"},
+      {"spmm-sum --nodes 50 --edges 100 --features 4 --spmm cusparse --save-graph " + tmp.file("unwritten.npz"), 2,
+       "--spmm cusparse times spmm-sum and spmm-mean forward on --device cuda only"},
+      {"gemm --spmm cusparse --device cuda", 2, "--spmm cusparse times spmm-sum and spmm-mean"},
+      {"spmm-sum --nodes 50 --edges 100 --save-graph ''", 2, "--save-graph: no file given"}};
   if (!cuda_available()) refused.emplace_back("gemm --device cuda", 2, "--device cuda is not usable here");
   for (const auto& [args, code, says] : refused) {
     CAPTURE(args);
@@ -427,6 +434,19 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
     CHECK(r.err.find(says) != std::string::npos);
   }
   CHECK(!std::filesystem::exists(tmp.file("unwritten.npz")));
+  CHECK(!std::filesystem::exists(tmp.file("unwritten.npz.partial")));
+  // A shape flag the case does not read is said and left out of the JSON (not refused: scripts give one
+  // shape to a list of cases).
+  r = run_gnn("bench kernel gemm --nodes 300 --edges 600 --graph-nodes 30 --features 16 --json");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("warning: --edges: gemm runs on no graph's edges; ignored") != std::string::npos);
+  CHECK(r.err.find("warning: --graph-nodes: gemm does not split its rows into graphs") != std::string::npos);
+  CHECK_FALSE(Json::parse(last_line(r.out)).contains("edges"));
+  CHECK_FALSE(Json::parse(last_line(r.out)).contains("graph_nodes"));
+  r = run_gnn("bench kernel op:pool-sum --nodes 300 --graph-nodes 30 --features 16 --backward --json");
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("warning") == std::string::npos);
+  CHECK(Json::parse(last_line(r.out))["graph_nodes"].as_number() == 30);
   r = run_gnn("bench kernel graph-attention --nodes 300 --graph-nodes 40 --features 16 --json");
   REQUIRE(r.exit_code == 0);  // graphs of 40 nodes, the last of 20: 4 F (7 * 40^2 + 20^2) flops
   const Json att = Json::parse(last_line(r.out));
