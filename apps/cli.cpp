@@ -230,8 +230,12 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
       std::fputs(command_help(*named).c_str(), stdout);
       return 0;
     }
-    std::fprintf(stderr, "gnn %s: expected nothing or one command's name after it, got '%s' (see gnn --help)\n",
-                 args[0].c_str(), printable(args[named ? 2 : 1]).c_str());
+    if (!named)
+      std::fprintf(stderr, "gnn %s: unknown command '%s' (see gnn --help)\n", args[0].c_str(),
+                   printable(args[1]).c_str());
+    else
+      std::fprintf(stderr, "gnn %s: expected nothing or one command's name after it, got '%s' (see gnn --help)\n",
+                   args[0].c_str(), printable(args[2]).c_str());
     return 2;
   }
   if (args[0] == "--version") {
@@ -244,7 +248,7 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
   }
   const Command* cmd = find(args[0]);
   if (cmd == nullptr) {
-    std::fprintf(stderr, "gnn: unknown command '%s' (see gnn --help)\n", args[0].c_str());
+    std::fprintf(stderr, "gnn: unknown command '%s' (see gnn --help)\n", printable(args[0]).c_str());
     return 2;
   }
   args.erase(args.begin());

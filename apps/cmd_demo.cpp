@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "apps/commands.h"
@@ -129,11 +130,21 @@ Command demo_command() {
     const int64_t tile_epochs = a.integer("tile-epochs", 1, 100'000),
                   layout_epochs = a.integer("layout-epochs", 1, 100'000);
     const int64_t seeds = a.integer("seeds", 1, 100);
-    const uint64_t seed = uint64_t(a.integer("seed", 0, INT64_MAX));
+    // (the runs' seeds are seed, seed + 1, ...: each within the range gnn train takes)
+    const uint64_t seed = uint64_t(a.integer("seed", 0, INT64_MAX - seeds));
     namespace fs = std::filesystem;
     const bool keep = a.has("out");
-    const fs::path dir =
-        keep ? fs::path(a.str("out")) : fs::temp_directory_path() / ("gnn_demo_" + std::to_string(::getpid()));
+    const auto temp = [] {
+      std::error_code ec;
+      const fs::path t = fs::temp_directory_path(ec);
+      if (ec) {
+        const char* env = std::getenv("TMPDIR");
+        GNN_FAIL("gnn demo: no folder for temporary files (TMPDIR ", env ? env : "unset", ": ", ec.message(),
+                 "); set TMPDIR to one, or give --out DIR");
+      }
+      return t;
+    };
+    const fs::path dir = keep ? fs::path(a.str("out")) : temp() / ("gnn_demo_" + std::to_string(::getpid()));
     // The demo replaces its own data/ and runs/ in --out each time: a folder it did not make (no marker
     // file) must be new or empty, so that nothing of the user's is removed.
     const fs::path marker = dir / kDemoMarker;

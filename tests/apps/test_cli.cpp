@@ -44,6 +44,17 @@ TEST_CASE("cli: help, version, and usage errors exit 2 with one line") {
   r = run_gnn("help train");  // a command's help, as `gnn train --help`
   CHECK(r.exit_code == 0);
   CHECK(r.out.rfind("usage: gnn train", 0) == 0);
+  // An unknown command is named as one, on one line whatever it holds.
+  r = run_gnn("help nosuch");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("gnn help: unknown command 'nosuch'") != std::string::npos);
+  r = run_gnn("'bad\ncmd'");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "gnn: unknown command 'bad\\x0acmd' (see gnn --help)\n");
+  // gnn demo's runs are seeded --seed, --seed + 1, ...: each must be a seed gnn train takes back.
+  r = run_gnn("demo --seeds 2 --seed 9223372036854775807");
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--seed") != std::string::npos);
   // Words nothing reads are refused, not ignored: after --version or --help, an empty item in a list, a flag
   // of the other benchmark.
   for (const char* bad : {"frobnicate", "inspect", "inspect a.npz --nope", "inspect a.npz b.npz",
