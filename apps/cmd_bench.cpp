@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -157,17 +156,6 @@ int bench_kernel(const Args& a, const std::string& name) {
   if (a.on("graph-nodes") && !graphs)
     std::fprintf(stderr, "gnn bench kernel: warning: --graph-nodes: %s does not split its rows into graphs; ignored\n",
                  name.c_str());
-  // --save-graph is written under another name and renamed into place once every check below has passed,
-  // so that a refused command leaves no file.
-  const std::string graph_out = s.save_graph;
-  if (!graph_out.empty()) s.save_graph = graph_out + ".partial";
-  struct DropPartial {
-    std::string path;
-    ~DropPartial() {
-      std::error_code ec;
-      if (!path.empty()) std::filesystem::remove(path, ec);
-    }
-  } partial{s.save_graph};
   KernelCase k;
   try {
     k = make_kernel_case(name, s);
@@ -187,9 +175,10 @@ int bench_kernel(const Args& a, const std::string& name) {
     k.step();  // once eagerly: cuBLAS and the layers' caches set themselves up outside the capture
     graph = std::make_unique<CudaGraph>(0, k.step);
   }
-  if (!graph_out.empty()) {
-    std::filesystem::rename(s.save_graph, graph_out);
-    partial.path.clear();
+  if (!s.save_graph.empty()) {  // (written now that every check has passed)
+    if (s.graph_arrays->empty())
+      throw UsageError("gnn bench kernel: --save-graph " + s.save_graph + ": " + name + " made no graph at this shape");
+    save_npz(s.save_graph, *s.graph_arrays);
   }
   const std::function<void()> step = graph ? std::function<void()>([&] { graph->replay(); }) : k.step;
   // On the GPU each run is timed by events on the compute stream: device time, launches included.

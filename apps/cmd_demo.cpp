@@ -130,8 +130,8 @@ Command demo_command() {
     const int64_t tile_epochs = a.integer("tile-epochs", 1, 100'000),
                   layout_epochs = a.integer("layout-epochs", 1, 100'000);
     const int64_t seeds = a.integer("seeds", 1, 100);
-    // (the runs' seeds are seed, seed + 1, ...: each within the range gnn train takes)
-    const uint64_t seed = uint64_t(a.integer("seed", 0, INT64_MAX - seeds));
+    // (its runs are seeded --seed to --seed + --seeds - 1: each must be a seed gnn train takes)
+    const uint64_t seed = uint64_t(a.integer("seed", 0, INT64_MAX - (seeds - 1)));
     namespace fs = std::filesystem;
     const bool keep = a.has("out");
     const auto temp = [] {

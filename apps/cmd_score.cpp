@@ -34,6 +34,7 @@ Command score_command() {
     const std::string eval_dir = eval_indices_flag(a);
     if (a.has("submission") == a.has("runtimes"))
       throw UsageError("gnn score: give one of --submission FILE or --runtimes FILE");
+    if (a.str("split").empty()) throw UsageError("gnn score: --split: no split named (train, valid or test)");
     const bool by_runtime = a.has("runtimes");
     const std::string input = a.str(by_runtime ? "runtimes" : "submission");
     std::map<std::string, std::vector<int64_t>> rows;  // --submission: id -> configs, fastest first
@@ -42,7 +43,6 @@ Command score_command() {
     if (by_runtime) predicted = read_runtimes(input);
     else rows = read_submission(input, &lines);
     WalkOptions wo;
-    if (a.str("split").empty()) throw UsageError("--split: no split named (train, valid or test)");
     wo.splits = {a.str("split")};
     const auto files = walk_dataset(a.str("data"), wo);
     GNN_CHECK(!files.empty(), a.str("data"), ": no ", a.str("split"), " files to score");

@@ -11,6 +11,7 @@
 
 #include "apps/commands.h"
 #include "apps/train/trainer.h"
+#include "base/parse.h"
 #include "dist/comm.h"
 #include "io/atomic_file.h"
 #include "io/json.h"
@@ -155,13 +156,10 @@ int64_t parse_memory_limit(const std::string& s) {
     // under mpirun the ranks of a node share it
     return bytes > 0 ? bytes / 10 * 9 / std::max(1, dist::world().local_size) : 0;
   }
-  size_t end = 0;
+  // plain decimal, as every number flag (no '+', space or hex), then the suffix
   double v = -1;
-  try {
-    v = std::stod(s, &end);
-  } catch (const std::exception&) {
-    end = 0;
-  }
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  const size_t end = r.ec == std::errc() ? size_t(r.ptr - s.data()) : 0;
   const std::string suffix = end ? s.substr(end) : "";
   const double scale = suffix.empty()  ? 1
                        : suffix == "K" ? 0x1p10
@@ -555,9 +553,7 @@ Command pass_command() {
     std::vector<int64_t> configs;
     for (const std::string& v : a.list("configs")) {
       int64_t k = 0;
-      const auto r = std::from_chars(v.data(), v.data() + v.size(), k);
-      if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || k < 0)
-        throw UsageError("--configs: '" + v + "' is not a config index");
+      if (!parse_int64(v, &k) || k < 0) throw UsageError("--configs: '" + v + "' is not a config index");
       configs.push_back(k);
     }
     check_output("out", a.str("out"), [&] {

@@ -1,13 +1,13 @@
 #include "apps/scoring.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <sstream>
 
+#include "base/parse.h"
 #include "io/byte_source.h"
 #include "io/json.h"
 #include "io/npz.h"
@@ -56,9 +56,8 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
       const size_t end = std::min(text.find(';', at), text.size());
       const std::string item = text.substr(at, end - at);
       int64_t v = -1;
-      const auto r = std::from_chars(item.data(), item.data() + item.size(), v);
-      GNN_CHECK(r.ec == std::errc() && r.ptr == item.data() + item.size() && !item.empty() && v >= 0, path, ": line ",
-                ln, " (", id, "): '", item, "' is not a config index");
+      GNN_CHECK(parse_int64(item, &v) && v >= 0, path, ": line ", ln, " (", id, "): '", item,
+                "' is not a config index");
       list.push_back(v);
       at = end + 1;
     }
@@ -114,17 +113,12 @@ std::map<std::string, std::map<int64_t, double>> read_runtimes(const std::string
     const size_t c1 = line.find(','), c2 = c1 == std::string::npos ? c1 : line.find(',', c1 + 1);
     GNN_CHECK(c2 != std::string::npos && c1 > 0, path, ": line ", ln, " is not 'ID,config,runtime'");
     const std::string id = line.substr(0, c1), config = line.substr(c1 + 1, c2 - c1 - 1), rt = line.substr(c2 + 1);
-    size_t used_c = 0, used_r = 0;
-    long long k = -1;
+    int64_t k = -1;
     double v = NAN;
-    try {
-      k = std::stoll(config, &used_c);
-      v = std::stod(rt, &used_r);
-    } catch (const std::exception&) {}
-    GNN_CHECK(!config.empty() && used_c == config.size() && k >= 0, path, ": line ", ln, " (", id, "): '", config,
+    GNN_CHECK(parse_int64(config, &k) && k >= 0, path, ": line ", ln, " (", id, "): '", config,
               "' is not a config index");
-    GNN_CHECK(!rt.empty() && used_r == rt.size() && std::isfinite(v) && v > 0, path, ": line ", ln, " (", id,
-              ", config ", k, "): '", rt, "' is not a runtime (a finite number > 0)");
+    GNN_CHECK(parse_finite(rt, &v) && v > 0, path, ": line ", ln, " (", id, ", config ", k, "): '", rt,
+              "' is not a runtime (a finite number > 0)");
     GNN_CHECK(rows[id].emplace(k, v).second, path, ": line ", ln, ": ", id, " config ", k, " appears twice");
   });
   return rows;

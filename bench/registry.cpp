@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "bench/registry_cases.h"
-#include "io/npz.h"
 #include "runtime/cuda.h"
 #include "runtime/random_graph.h"
 
@@ -20,7 +19,7 @@ void save_graph(const KernelShape& s, const Graph& g) {
   for (int64_t v = 0; v < g.num_nodes; ++v)
     for (int32_t p = g.csr_indptr.i32()[v]; p < g.csr_indptr.i32()[v + 1]; ++p)
       ei.i64()[2 * p] = v, ei.i64()[2 * p + 1] = g.csr_indices.i32()[p];
-  save_npz(s.save_graph, {{"edge_index", ei}, {"num_nodes", Tensor::from_vector<int64_t>({g.num_nodes})}});
+  *s.graph_arrays = {{"edge_index", ei}, {"num_nodes", Tensor::from_vector<int64_t>({g.num_nodes})}};
 }
 
 GraphData::GraphData(const KernelShape& s) : g(tpugraphs_like_graph(s.nodes, s.edges, s.seed)) {

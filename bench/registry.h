@@ -5,9 +5,13 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "runtime/tensor.h"
 
 namespace gnn::cli {
 
@@ -19,7 +23,12 @@ struct KernelShape {
   bool cusparse = false;  // with cuda: spmm-sum / spmm-mean through cuSPARSE instead of gnn's kernel
   bool cuda_graph = false;  // with cuda: time replays of the step captured as a CUDA graph
   uint64_t seed = 1;
-  std::string save_graph;  // write the graph's edge_index ([E, 2] rows [dst, src]) here, for peers
+  // --save-graph FILE: a case that runs on edges puts its graph's arrays (edge_index [E, 2] rows [dst, src],
+  // num_nodes) in `graph_arrays`, and gnn bench kernel writes them to FILE, for peers, once every check
+  // has passed (so a refused command leaves no file).
+  std::string save_graph;
+  std::shared_ptr<std::vector<std::pair<std::string, Tensor>>> graph_arrays =
+      std::make_shared<std::vector<std::pair<std::string, Tensor>>>();
 };
 
 struct KernelCase {

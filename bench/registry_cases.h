@@ -22,7 +22,7 @@ struct GraphData {
 };
 
 // --save-graph: g's edge_index ([E, 2] rows [dst, src] in CSR order, as TpuGraphs writes [consumer,
-// producer]) and num_nodes, written to s.save_graph when one is given, for peer scripts.
+// producer]) and num_nodes, kept in s.graph_arrays when --save-graph is given, for peer scripts.
 void save_graph(const KernelShape& s, const Graph& g);
 Tensor random_tensor(int64_t rows, int64_t cols, uint64_t seed);  // uniform in [-1, 1], on the host
 inline Device device_of(const KernelShape& s) { return s.cuda ? Device::cuda(0) : Device::cpu(); }
@@ -35,9 +35,8 @@ void gat_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t H, int6
 
 // One case of the table: its name, whether it has a --device cuda version, whether it takes --configs
 // C > 1 (the layers marked false take one config per row), how it sets itself up, and whether it runs on
-// the edges of --nodes / --edges (which --save-graph writes; set by the family's list, asked only when
-// --save-graph is given; none: no edges), and whether it splits its rows into graphs of --graph-nodes
-// (none: it does not).
+// the edges of --nodes / --edges (which --save-graph writes; set by the family's list; none: no edges),
+// and whether it splits its rows into graphs of --graph-nodes (none: it does not).
 struct KernelEntry {
   const char* name;
   bool cuda;

@@ -332,7 +332,8 @@ void write_splits(const std::filesystem::path& root, const DatasetOptions& o, bo
   namespace fs = std::filesystem;
   for (size_t s = 0; s < o.splits.size(); ++s) {
     const std::string& split = o.splits[s];
-    for (fs::path d = root / split; !d.empty() && !fs::exists(d); d = d.parent_path()) made.push_back(d);
+    for (fs::path d = root / split; !d.empty() && !fs::exists(fs::symlink_status(d)); d = d.parent_path())
+      made.push_back(d);
     fs::create_directories(root / split);
     // Seeded by the split's place in the list: splits written by separate calls need their own --seed.
     const uint64_t split_seed = mix(o.seed * 1000003 + s + (layout ? 7 : 0));
@@ -410,6 +411,5 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
   }
   return paths;
 }
-
 
 }  // namespace gnn::synth

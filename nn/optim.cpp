@@ -365,10 +365,12 @@ void Swa::load(const std::string& prefix, const std::map<std::string, Tensor>& a
   const bool one = count != arrays.end() && count->second.numel() == 1 && count->second.dtype() == DType::I64;
   const int64_t n = one ? count->second.i64()[0] : 0;
   const std::string said = count == arrays.end() ? "(missing)" : one ? std::to_string(n) : count->second.desc();
-  GNN_CHECK((one || count == arrays.end()) && n >= 0 && n <= max_count && int64_t(stored.size()) == n &&
+  GNN_CHECK((one || count == arrays.end()) && n >= 0 && int64_t(stored.size()) == n &&
                 (n == 0 || *stored.rbegin() == n - 1),
             file, ": ", prefix, "count ", said, " does not match the ", stored.size(),
-            " snapshots stored (one an epoch, ", max_count, " epochs trained); the checkpoint is damaged");
+            " snapshots stored; the checkpoint is damaged");
+  GNN_CHECK(n <= max_count, file, ": ", n, " SWA snapshots stored after ", max_count,
+            " epochs (one an epoch at most); the checkpoint is damaged");
   if (count == arrays.end()) return;  // a checkpoint from before SWA was on: no snapshots yet
   for (const NamedParam& p : params) names_.push_back(p.name);
   for (int64_t k = 0; k < n; ++k) {

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
 #include "base/error.h"
+#include "base/parse.h"
 #include "io/json.h"
 
 namespace gnn::train {
@@ -19,32 +19,17 @@ const std::string& HParams::str(const std::string& name) const {
   return it->second;
 }
 
-namespace {
-
-// The whole of s as a finite number / an integer in range of int64; false when it is not one. Plain
-// decimal only, as the CLI's flags: no sign '+', no leading space, no hex ("0x10"), no inf or nan.
-bool parse_number(const std::string& s, double* v) {
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size() && std::isfinite(*v);
-}
-bool parse_integer(const std::string& s, int64_t* v) {
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size();
-}
-
-}  // namespace
-
 double HParams::num(const std::string& name) const {
   const std::string& s = str(name);
   double v = 0;
-  GNN_CHECK(parse_number(s, &v), "--", name, ": expected a number, got '", s, "'");
+  GNN_CHECK(parse_finite(s, &v), "--", name, ": expected a number, got '", s, "'");
   return v;
 }
 
 int64_t HParams::integer(const std::string& name) const {
   const std::string& s = str(name);
   int64_t v = 0;
-  GNN_CHECK(parse_integer(s, &v), "--", name, ": expected an integer, got '", s, "'");
+  GNN_CHECK(parse_int64(s, &v), "--", name, ": expected an integer, got '", s, "'");
   return v;
 }
 
@@ -104,6 +89,16 @@ std::string HParamSpec::valid() const {
   return type == Type::kInteger ? what : "a finite number";
 }
 
+bool same_hparam_value(const HParamSpec& s, const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  if (s.type == HParamSpec::Type::kInteger) {
+    int64_t x = 0, y = 0;
+    return parse_int64(a, &x) && parse_int64(b, &y) && x == y;
+  }
+  double x = 0, y = 0;
+  return s.type == HParamSpec::Type::kNumber && parse_finite(a, &x) && parse_finite(b, &y) && x == y;
+}
+
 std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h, const std::string& recipe) {
   for (const auto& [name, value] : h.values) {
     const HParamSpec* it = find_spec(specs, name);
@@ -119,10 +114,10 @@ std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h
       }
     } else if (s.type == HParamSpec::Type::kInteger) {
       int64_t v = 0;
-      ok = parse_integer(value, &v) && ((s.zero_ok && v == 0) || (double(v) >= s.min && double(v) <= s.max));
+      ok = parse_int64(value, &v) && ((s.zero_ok && v == 0) || (double(v) >= s.min && double(v) <= s.max));
     } else {
       double v = 0;
-      ok = parse_number(value, &v) && ((s.zero_ok && v == 0) || ((s.min_open ? v > s.min : v >= s.min) && v <= s.max));
+      ok = parse_finite(value, &v) && ((s.zero_ok && v == 0) || ((s.min_open ? v > s.min : v >= s.min) && v <= s.max));
     }
     if (!ok) return "--" + name + ": expected " + s.valid() + ", got '" + value + "'";
   }

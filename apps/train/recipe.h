@@ -79,6 +79,9 @@ auto find_spec(Specs& specs, const std::string& name) -> decltype(&*specs.begin(
     if (s.name == name) return &s;
   return nullptr;
 }
+// Whether two texts are the same value of the flag `s`: the same text, or numbers its own parser reads
+// (an integer flag: integers) that are equal ("0.001" and "1e-3").
+bool same_hparam_value(const HParamSpec& s, const std::string& a, const std::string& b);
 HParamSpec number_hp(std::string name, std::string def, double min, double max, std::string help,
                      bool min_open = false);
 HParamSpec integer_hp(std::string name, std::string def, int64_t min, int64_t max, std::string help);

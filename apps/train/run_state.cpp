@@ -163,14 +163,6 @@ std::string stored_text(const Meta& m, const std::string& key, const std::string
 int64_t stored_i64(const Meta& m, const std::string& key, int64_t fallback, const std::string& file) {
   return m.arrays.count(key) ? get_i64(m.arrays, key, file) : fallback;
 }
-// Two hyper-parameter texts that read as the same number (1e-3 and 0.001).
-bool same_number(const std::string& a, const std::string& b) {
-  double x = 0, y = 0;
-  const auto rx = std::from_chars(a.data(), a.data() + a.size(), x);
-  const auto ry = std::from_chars(b.data(), b.data() + b.size(), y);
-  return !a.empty() && !b.empty() && rx.ec == std::errc() && rx.ptr == a.data() + a.size() && ry.ec == std::errc() &&
-         ry.ptr == b.data() + b.size() && x == y;
-}
 bool same_path(const std::string& a, const std::string& b) {
   std::error_code ec;
   return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
@@ -200,8 +192,8 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
                "; a resumed run keeps its recipe");
   for (const auto& [k, v] : o.hparams) {
     const std::string was = p.hp.values.count(k) ? p.hp.values.at(k) : "";
-    if (was == v || same_number(was, v)) continue;  // (--lr 0.001 is the run's 1e-3; its text is kept)
     const HParamSpec* spec = find_spec(p.recipe->hparams, k);
+    if (was == v || (spec && same_hparam_value(*spec, was, v))) continue;  // (--lr 0.001 for 1e-3: its text kept)
     if (spec && !spec->resume_change.empty()) {
       p.notes.push_back("--" + k + " " + v + ": the run was started with " + (was.empty() ? "0" : was) + "; " +
                         spec->resume_change);
@@ -243,11 +235,12 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
                 done_epochs = get_i64(p.meta.arrays, "state/epoch", model_path);
   check_stored(model_path, "state/epoch", done_epochs, 0, kMaxEpochs);  // (State::load checks the rest)
   const int64_t begun_epochs = done_epochs + (get_i64(p.meta.arrays, "state/batch", model_path) > 0 ? 1 : 0);
-  if (o.epochs > 0 && o.epochs < begun_epochs)
-    bad_option("--epochs ", o.epochs, ": the run in ", run, " has already trained ", begun_epochs,
+  // (the run's own length too: an older gnn's checkpoint records none, and 10 epochs is then assumed)
+  if (p.epochs < begun_epochs)
+    bad_option("--epochs ", p.epochs, ": the run in ", run, " has already trained ", begun_epochs,
                begun_epochs == 1 ? " epoch" : " epochs", " (in part or whole); give at least that many");
-  if (o.steps > 0 && o.steps < done_steps)
-    bad_option("--steps ", o.steps, ": the run in ", run, " has already trained ", done_steps,
+  if (p.steps > 0 && p.steps < done_steps)
+    bad_option("--steps ", p.steps, ": the run in ", run, " has already trained ", done_steps,
                " steps; give at least that many (or 0 for no step limit)");
   if (p.epochs != epochs || !recorded)
     p.notes.push_back("--epochs " + std::to_string(p.epochs) + ": the run was started with " +

@@ -472,7 +472,16 @@ TEST_CASE("run files: SWA's stored snapshots are checked against their count, an
   const std::vector<std::tuple<std::string, std::function<void(Arrays&)>, std::string>> cases = {
       {"a count of -1", count(-1), "swa/count -1 does not match the 2 snapshots stored"},
       {"a count of 1 beside 2 snapshots", count(1), "swa/count 1 does not match the 2 snapshots stored"},
-      {"a count past the epochs", count(100), "swa/count 100 does not match the 2 snapshots stored"},
+      {"a count past the snapshots", count(100), "swa/count 100 does not match the 2 snapshots stored"},
+      {"more snapshots than epochs",
+       [](Arrays& a) {
+         std::vector<std::pair<std::string, Tensor>> third;
+         for (const auto& [k, v] : a)
+           if (k.rfind("swa/1/", 0) == 0) third.emplace_back("swa/2/" + k.substr(6), v);
+         a.insert(third.begin(), third.end());
+         a["swa/count"] = Tensor::from_vector(std::vector<int64_t>{3});
+       },
+       "3 SWA snapshots stored after 2 epochs"},
       {"the count erased", [](Arrays& a) { a.erase("swa/count"); }, "swa/count (missing) does not match"},
       {"a count of two values",
        [](Arrays& a) { a["swa/count"] = Tensor::from_vector(std::vector<int64_t>{2, 2}); }, "swa/count i64[2]"},

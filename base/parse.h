@@ -1,0 +1,21 @@
+// Numbers in text as the command line, the run files and the CSVs take them: the whole text, plain
+// decimal (no sign '+', no leading space, no hex "0x10", no inf or nan), read by std::from_chars.
+#pragma once
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+
+namespace gnn {
+
+inline bool parse_int64(std::string_view s, int64_t* v) {
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+inline bool parse_finite(std::string_view s, double* v) {
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return !s.empty() && r.ec == std::errc() && r.ptr == s.data() + s.size() && std::isfinite(*v);
+}
+
+}  // namespace gnn
