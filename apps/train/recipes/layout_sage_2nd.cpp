@@ -60,7 +60,9 @@
 // function and data, 6 seeds), 0.484 +- 0.069 adding --draw with. The last two means are within the
 // seeds' reach of the original's (Welch p 0.16 and 0.10); the spread is not (variance 13x and 60x the
 // original's): some seeds of the recipe end at 0.37-0.46, none of the original's below 0.529. Neither its
-// Adam epsilon, its draw nor its SAGE init closed that (each tried); not yet traced further.
+// Adam epsilon, its draw nor its SAGE init closed that (each tried, then the three at once: 0.519 +- 0.048
+// over 6 seeds); no other difference in training was found in its code; the order of f32 sums (--share
+// off runs the original's) is untested.
 // docs/benchmarks.md has the lines.
 // Below gradient boosting on unet3d's held-out configs at any budget tried (0.787 +- 0.006 at 20,000 steps,
 // against 0.821), and not from overfitting: on a split of its training configs it ranks them no better than
