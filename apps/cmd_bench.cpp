@@ -156,6 +156,16 @@ int bench_kernel(const Args& a, const std::string& name) {
   if (a.on("graph-nodes") && !graphs)
     std::fprintf(stderr, "gnn bench kernel: warning: --graph-nodes: %s does not split its rows into graphs; ignored\n",
                  name.c_str());
+  // The least any case holds on the host: one [N, C*F] float tensor, and its graph's CSR and CSC when it
+  // runs on edges. Past the memory this process may use it is refused before anything is allocated.
+  const double least = 4.0 * double(s.nodes) * double(s.features) * double(s.configs) +
+                       (edges ? 12.0 * double(s.edges) + 8.0 * double(s.nodes) : 0.0);
+  if (const int64_t usable = usable_memory_bytes(); usable > 0 && least > double(usable))
+    throw UsageError("gnn bench kernel: --nodes " + std::to_string(s.nodes) +
+                     (edges ? " --edges " + std::to_string(s.edges) : std::string()) + " --features " +
+                     std::to_string(s.features) + " --configs " + std::to_string(s.configs) + ": " + name +
+                     " needs at least " + std::to_string(int64_t(least / 1e9)) + " GB, more than the " +
+                     std::to_string(usable >> 30) + " GiB this process may use");
   KernelCase k;
   try {
     k = make_kernel_case(name, s);
