@@ -189,6 +189,7 @@ int bench_kernel(const Args& a, const std::string& name) {
     if (s.graph_arrays->empty())
       throw UsageError("gnn bench kernel: --save-graph " + s.save_graph + ": " + name + " made no graph at this shape");
     save_npz(s.save_graph, *s.graph_arrays);
+    s.graph_arrays->clear();  // (not held through the timed runs)
   }
   const std::function<void()> step = graph ? std::function<void()>([&] { graph->replay(); }) : k.step;
   // On the GPU each run is timed by events on the compute stream: device time, launches included.

@@ -14,8 +14,8 @@ Command score_command() {
   c.summary = "score a submission CSV against a split whose runtimes are known (the competition metrics)";
   c.flags = {{"submission", "FILE", "CSV with header ID,TopConfigs (the competition's format)"},
              {"runtimes", "FILE",
-              "instead of --submission: predicted runtimes, header ID,Config,Runtime (gnn predict --runtimes), "
-              "scored as their ranking and by the mean relative error"},
+              "instead of --submission: predicted runtimes, header ID,Config,Runtime (gnn predict --runtimes; "
+              "plain decimal numbers), scored as their ranking and by the mean relative error"},
              {"data", "DIR", "the dataset (release root, npz/, or a collection folder)", "", true},
              {"split", "NAME", "which split's files to score", "valid"},
              {"eval-indices", "DIR",

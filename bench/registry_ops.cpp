@@ -65,7 +65,8 @@ std::vector<KernelEntry> ops_kernels() {
     names.push_back(std::string("op:") + c.name);
     v.push_back({names.back().c_str(), true, true, [&c](const KernelShape& s) { return op_case(c, s); }});
     // Whether it runs on edges: its inputs at a small shape (the bench tests') hold a graph. (A case that
-    // cannot be made at that shape is let through: --save-graph then writes its graph if it has one.)
+    // cannot be made at that shape is let through: with --save-graph, one that makes no graph at the asked
+    // shape is then refused.)
     v.back().edges = [&c] {
       try {
         return c.make(OpSize{300, 600, 16, 1, 64, 1}).graph.num_nodes > 0;

@@ -369,7 +369,7 @@ void Swa::load(const std::string& prefix, const std::map<std::string, Tensor>& a
                 (n == 0 || *stored.rbegin() == n - 1),
             file, ": ", prefix, "count ", said, " does not match the ", stored.size(),
             " snapshots stored; the checkpoint is damaged");
-  GNN_CHECK(n <= max_count, file, ": ", n, " SWA snapshots stored after ", max_count,
+  GNN_CHECK(n <= max_count, file, ": ", prefix, "count ", n, ": SWA snapshots stored after ", max_count,
             " epochs (one an epoch at most); the checkpoint is damaged");
   if (count == arrays.end()) return;  // a checkpoint from before SWA was on: no snapshots yet
   for (const NamedParam& p : params) names_.push_back(p.name);

@@ -236,12 +236,15 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
   check_stored(model_path, "state/epoch", done_epochs, 0, kMaxEpochs);  // (State::load checks the rest)
   const int64_t begun_epochs = done_epochs + (get_i64(p.meta.arrays, "state/batch", model_path) > 0 ? 1 : 0);
   // (the run's own length too: an older gnn's checkpoint records none, and 10 epochs is then assumed)
+  const std::string own = recorded ? "the length it records" : "the 10 epochs assumed (it records no length)";
   if (p.epochs < begun_epochs)
-    bad_option("--epochs ", p.epochs, ": the run in ", run, " has already trained ", begun_epochs,
-               begun_epochs == 1 ? " epoch" : " epochs", " (in part or whole); give at least that many");
+    bad_option("--epochs ", p.epochs, o.epochs > 0 ? "" : " (" + own + ")", ": the run in ", run,
+               " has already trained ", begun_epochs, begun_epochs == 1 ? " epoch" : " epochs",
+               " (in part or whole); give --epochs ", begun_epochs, " or more");
   if (p.steps > 0 && p.steps < done_steps)
-    bad_option("--steps ", p.steps, ": the run in ", run, " has already trained ", done_steps,
-               " steps; give at least that many (or 0 for no step limit)");
+    bad_option("--steps ", p.steps, o.steps > 0 ? "" : " (the run's own)", ": the run in ", run,
+               " has already trained ", done_steps, " steps; give --steps ", done_steps,
+               " or more, or 0 for no step limit");
   if (p.epochs != epochs || !recorded)
     p.notes.push_back("--epochs " + std::to_string(p.epochs) + ": the run was started with " +
                       (recorded ? std::to_string(epochs) : "?" + older) + "; it now ends after epoch " +

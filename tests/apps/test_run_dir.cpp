@@ -481,7 +481,7 @@ TEST_CASE("run files: SWA's stored snapshots are checked against their count, an
          a.insert(third.begin(), third.end());
          a["swa/count"] = Tensor::from_vector(std::vector<int64_t>{3});
        },
-       "3 SWA snapshots stored after 2 epochs"},
+       "swa/count 3: SWA snapshots stored after 2 epochs"},
       {"the count erased", [](Arrays& a) { a.erase("swa/count"); }, "swa/count (missing) does not match"},
       {"a count of two values",
        [](Arrays& a) { a["swa/count"] = Tensor::from_vector(std::vector<int64_t>{2, 2}); }, "swa/count i64[2]"},
@@ -515,6 +515,16 @@ TEST_CASE("run files: SWA's stored snapshots are checked against their count, an
   CHECK(testing::read_bytes(good + "/model.npz") == before);
   r = run_gnn("train --out " + good + " --resume --epochs 2 --lr 0.001");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn("train --out " + good + " --resume --epochs 2 --swa 2.0");  // an integer flag's 2.0 is no integer
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "--swa 2.0: the run in " + good + " was started with 2"), r.err);
+  // The run's own length is checked too (here a damaged one; an older gnn's records none and 10 is assumed).
+  const std::string shorter = damaged_run(t, good, "shorter", [](Arrays& a) {
+    a["meta/epochs"] = Tensor::from_vector(std::vector<int64_t>{1});
+  });
+  r = run_gnn("train --out " + shorter + " --resume");
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "--epochs 1 (the length it records): the run in " + shorter), r.err);
   r = run_gnn("train --out " + good + " --resume --epochs 2 --lr 0.002");
   CHECK(r.exit_code == 2);
   CHECK_MESSAGE(contains(r.err, "--lr 0.002: the run in " + good + " was started with 1e-3"), r.err);
@@ -522,6 +532,13 @@ TEST_CASE("run files: SWA's stored snapshots are checked against their count, an
   r = run_gnn("train --model tile-mlp --data " + data() + " --out " + t.file("m") + " --epochs 1 --memory-limit 0.5");
   CHECK(r.exit_code == 2);
   CHECK_MESSAGE(contains(r.err, "--memory-limit 0.5: less than one byte"), r.err);
+  for (const char* limit : {"0x10", "+1G", "' 1G'"}) {  // plain decimal, as every number flag
+    CAPTURE(limit);
+    r = run_gnn("train --model tile-mlp --data " + data() + " --out " + t.file("m") + " --epochs 1 --memory-limit " +
+                limit);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, "--memory-limit: expected bytes"));
+  }
   CHECK_FALSE(fs::exists(t.file("m")));
 }
 

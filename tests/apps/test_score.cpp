@@ -88,7 +88,7 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
     r = testing::run_gnn("score --submission " + dir.file("bom.csv") + " --data " + dir.file("d"));
     CHECK(r.exit_code == 1);
     CHECK(r.err.find("bom.csv: starts with a UTF-8 byte order mark") != std::string::npos);
-    r = testing::run_gnn("score --submission " + dir.file("best.csv") + " --data " + dir.file("d") + " --split ''");
+    r = testing::run_gnn("score --submission " + dir.file("missing.csv") + " --data " + dir.file("d") + " --split ''");
     CHECK(r.exit_code == 2);
     CHECK(r.err.find("--split: no split named") != std::string::npos);
     std::ofstream(dir.file("bad3.csv")) << "ID,TopConfigs\n" << files[0].id() << ",1;0\n";  // (every kernel has 2+)

@@ -1361,6 +1361,9 @@ TEST_CASE("train: eval reports the mean relative error of log-runtime prediction
              {first_id + ",0,-3", "line 2 (" + first_id + ", config 0): '-3' is not a runtime"},
              {first_id + ",0,nan", "'nan' is not a runtime"},
              {first_id + ",x,1", "'x' is not a config index"},
+             {first_id + ",+0,1", "'+0' is not a config index"},  // plain decimal only
+             {first_id + ",0,0x1p3", "'0x1p3' is not a runtime"},
+             {first_id + ",0, 1", "' 1' is not a runtime"},
              {first_id + ",1", "line 2 is not 'ID,config,runtime'"},
              {lines[2], "line 3: " + first_id + " config 1 appears twice"}}) {
       CAPTURE(row);
