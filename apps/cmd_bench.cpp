@@ -145,24 +145,24 @@ int bench_kernel(const Args& a, const std::string& name) {
   s.cuda = device == "cuda", s.cusparse = spmm == "cusparse", s.cuda_graph = a.on("cuda-graph");
   // A shape flag the case does not read is said (scripts give one shape to a list of cases, so it is not
   // refused), and left out of the line and the JSON.
-  bool edges = false, graphs = false;
+  KernelReads reads;
   try {
-    edges = bench_kernel_takes_edges(name), graphs = bench_kernel_takes_graph_nodes(name);
+    reads = bench_kernel_reads(name);
   } catch (const KernelUsageError& e) {
     throw UsageError(e.what());
   }
-  if (a.on("edges") && !edges)
+  if (a.on("edges") && !reads.edges)
     std::fprintf(stderr, "gnn bench kernel: warning: --edges: %s runs on no graph's edges; ignored\n", name.c_str());
-  if (a.on("graph-nodes") && !graphs)
+  if (a.on("graph-nodes") && !reads.graph_nodes)
     std::fprintf(stderr, "gnn bench kernel: warning: --graph-nodes: %s does not split its rows into graphs; ignored\n",
                  name.c_str());
   // The least any case holds on the host: one [N, C*F] float tensor, and its graph's CSR and CSC when it
   // runs on edges. Past the memory this process may use it is refused before anything is allocated.
   const double least = 4.0 * double(s.nodes) * double(s.features) * double(s.configs) +
-                       (edges ? 12.0 * double(s.edges) + 8.0 * double(s.nodes) : 0.0);
+                       (reads.edges ? 12.0 * double(s.edges) + 8.0 * double(s.nodes) : 0.0);
   if (const int64_t usable = usable_memory_bytes(); usable > 0 && least > double(usable))
     throw UsageError("gnn bench kernel: --nodes " + std::to_string(s.nodes) +
-                     (edges ? " --edges " + std::to_string(s.edges) : std::string()) + " --features " +
+                     (reads.edges ? " --edges " + std::to_string(s.edges) : std::string()) + " --features " +
                      std::to_string(s.features) + " --configs " + std::to_string(s.configs) + ": " + name +
                      " needs at least " + std::to_string(int64_t(least / 1e9)) + " GB, more than the " +
                      std::to_string(usable >> 30) + " GiB this process may use");
@@ -202,16 +202,16 @@ int bench_kernel(const Args& a, const std::string& name) {
     Json j = Json::object();
     j.set("name", name), j.set("median_ms", med), j.set("gbps", gbps), j.set("gflops", gflops);
     j.set("nodes", s.nodes);
-    if (edges) j.set("edges", s.edges);
+    if (reads.edges) j.set("edges", s.edges);
     j.set("features", s.features), j.set("configs", s.configs);
-    if (graphs) j.set("graph_nodes", s.graph_nodes);
+    if (reads.graph_nodes) j.set("graph_nodes", s.graph_nodes);
     j.set("backward", s.backward), j.set("threads", num_threads()), j.set("repeat", repeat), j.set("device", device);
     j.set("spmm", spmm), j.set("cuda_graph", s.cuda_graph), j.set("cold_mib", cold), j.set("cold_runs", flush.runs());
     j.set("matmul_precision", gemm_precision_name(gemm_cpu_precision()));
     j.set("matmul_kernel", device == "cuda" ? "cublas" : gemm_kernel_name());
     std::printf("%s\n", j.dump().c_str());
   } else {
-    const std::string e = edges ? " E=" + std::to_string(s.edges) : "";
+    const std::string e = reads.edges ? " E=" + std::to_string(s.edges) : "";
     std::printf(
         "%s%s N=%lld%s F=%lld C=%lld: median %.3f ms over %d runs (min %.3f), %.2f GB/s, %.2f GFLOP/s, "
         "%d threads%s\n",

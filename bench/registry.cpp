@@ -3,7 +3,9 @@
 #include "bench/registry.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -86,13 +88,13 @@ std::vector<std::string> bench_kernel_names() {
 }
 
 bool bench_kernel_takes_configs(const std::string& name) { return find_case(name).configs; }
-bool bench_kernel_takes_edges(const std::string& name) {
+KernelReads bench_kernel_reads(const std::string& name) {
+  static std::mutex m;
+  static std::map<std::string, KernelReads> asked;
   const KernelEntry& e = find_case(name);
-  return e.edges && e.edges();
-}
-bool bench_kernel_takes_graph_nodes(const std::string& name) {
-  const KernelEntry& e = find_case(name);
-  return e.graph_nodes && e.graph_nodes();
+  const std::lock_guard<std::mutex> lock(m);
+  if (auto it = asked.find(name); it != asked.end()) return it->second;
+  return asked[name] = e.reads ? e.reads() : KernelReads{};
 }
 
 KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
@@ -112,7 +114,7 @@ KernelCase make_kernel_case(const std::string& name, const KernelShape& s) {
     throw KernelUsageError("gnn bench kernel: " + name +
                            " does not take --configs (sage-layer does: the composed "
                            "kernels on the node-major N x (C*F) layout)");
-  if (!s.save_graph.empty() && !(e.edges && e.edges()))
+  if (!s.save_graph.empty() && !bench_kernel_reads(name).edges)
     throw KernelUsageError("gnn bench kernel: --save-graph " + s.save_graph + ": " + name +
                            " takes no edges, so there is no edge_index to write");
   return e.make(s);

@@ -47,8 +47,12 @@ class KernelUsageError : public std::runtime_error {
 
 std::vector<std::string> bench_kernel_names();
 bool bench_kernel_takes_configs(const std::string& name);  // on the CPU: x node-major [N, C*F]
-bool bench_kernel_takes_edges(const std::string& name);  // runs on the graph of --nodes / --edges
-bool bench_kernel_takes_graph_nodes(const std::string& name);  // splits its rows into graphs of --graph-nodes
+// What a case reads besides its rows: the graph of --nodes / --edges (which --save-graph writes), and
+// graphs of --graph-nodes that split its rows. Asked once a process (an op case makes its inputs to tell).
+struct KernelReads {
+  bool edges = false, graph_nodes = false;
+};
+KernelReads bench_kernel_reads(const std::string& name);
 KernelCase make_kernel_case(const std::string& name, const KernelShape& shape);  // throws KernelUsageError
 
 }  // namespace gnn::cli

@@ -99,7 +99,7 @@ KernelCase config_attention_case(const KernelShape& s) {
 
 std::vector<KernelEntry> attention_kernels() {
   return {
-      {"graph-attention", true, false, attention_case, nullptr, kYes},
+      {"graph-attention", true, false, attention_case, kSplitsGraphs},
       {"config-attention", true, true, config_attention_case},
   };
 }

@@ -34,21 +34,19 @@ void sage_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t O, int
 void gat_traffic(KernelCase& k, int64_t N, int64_t E, int64_t F, int64_t H, int64_t D, bool bwd);
 
 // One case of the table: its name, whether it has a --device cuda version, whether it takes --configs
-// C > 1 (the layers marked false take one config per row), how it sets itself up, and whether it runs on
-// the edges of --nodes / --edges (which --save-graph writes; set by the family's list; none: no edges),
-// and whether it splits its rows into graphs of --graph-nodes (none: it does not).
+// C > 1 (the layers marked false take one config per row), how it sets itself up, and what it reads
+// besides its rows (none: neither edges nor graphs). The registry asks `reads` once a process.
 struct KernelEntry {
   const char* name;
   bool cuda;
   bool configs;
   std::function<KernelCase(const KernelShape&)> make;
-  std::function<bool()> edges = nullptr;
-  std::function<bool()> graph_nodes = nullptr;
+  std::function<KernelReads()> reads = nullptr;
 };
-inline const std::function<bool()> kYes = [] { return true; };
+inline const std::function<KernelReads()> kSplitsGraphs = [] { return KernelReads{.graph_nodes = true}; };
 // The list with every entry marked as running on edges.
 inline std::vector<KernelEntry> on_edges(std::vector<KernelEntry> v) {
-  for (KernelEntry& e : v) e.edges = kYes;
+  for (KernelEntry& e : v) e.reads = [] { return KernelReads{.edges = true}; };
   return v;
 }
 

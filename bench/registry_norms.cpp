@@ -260,19 +260,19 @@ KernelCase embedding_case(const KernelShape& s) {
 
 std::vector<KernelEntry> norms_kernels() {
   return {
-      {"instance-norm", false, true, [](const KernelShape& s) { return instance_norm_case(s, false); }, nullptr,
-       kYes},
+      {"instance-norm", false, true, [](const KernelShape& s) { return instance_norm_case(s, false); },
+       kSplitsGraphs},
       {"instance-norm-residual-gelu", false, true, [](const KernelShape& s) { return instance_norm_case(s, true); },
-       nullptr, kYes},
+       kSplitsGraphs},
       {"layer-norm", true, true, layer_norm_case},
       {"rowwise-softmax", true, true, [](const KernelShape& s) { return rowwise_case(RowOp::kSoftmax, s); }},
       {"rowwise-log-softmax", true, true, [](const KernelShape& s) { return rowwise_case(RowOp::kLogSoftmax, s); }},
       {"rowwise-l2-normalize", true, true, [](const KernelShape& s) { return rowwise_case(RowOp::kL2Normalize, s); }},
-      {"pool-sum", true, true, [](const KernelShape& s) { return pool_case(Reduce::kSum, s); }, nullptr, kYes},
-      {"pool-mean", true, true, [](const KernelShape& s) { return pool_case(Reduce::kMean, s); }, nullptr, kYes},
-      {"pool-max", true, true, [](const KernelShape& s) { return pool_case(Reduce::kMax, s); }, nullptr, kYes},
-      {"pool-logsumexp", true, true, [](const KernelShape& s) { return pool_case(Reduce::kSum, s, true); }, nullptr,
-       kYes},
+      {"pool-sum", true, true, [](const KernelShape& s) { return pool_case(Reduce::kSum, s); }, kSplitsGraphs},
+      {"pool-mean", true, true, [](const KernelShape& s) { return pool_case(Reduce::kMean, s); }, kSplitsGraphs},
+      {"pool-max", true, true, [](const KernelShape& s) { return pool_case(Reduce::kMax, s); }, kSplitsGraphs},
+      {"pool-logsumexp", true, true, [](const KernelShape& s) { return pool_case(Reduce::kSum, s, true); },
+       kSplitsGraphs},
       {"embedding", true, true, embedding_case},
       {"gate", true, true, gate_case},
   };

@@ -64,19 +64,10 @@ std::vector<KernelEntry> ops_kernels() {
   for (const OpCase& c : op_cases()) {
     names.push_back(std::string("op:") + c.name);
     v.push_back({names.back().c_str(), true, true, [&c](const KernelShape& s) { return op_case(c, s); }});
-    // Whether it runs on edges: its inputs at a small shape (the bench tests') hold a graph. (A case that
-    // cannot be made at that shape is let through: with --save-graph, one that makes no graph at the asked
-    // shape is then refused.)
-    v.back().edges = [&c] {
-      try {
-        return c.make(OpSize{300, 600, 16, 1, 64, 1}).graph.num_nodes > 0;
-      } catch (const std::exception&) {
-        return true;
-      }
-    };
-    // Whether it reads --graph-nodes: its inputs at two graph sizes differ. (As above, a case that cannot
-    // be made at that shape is let through.)
-    v.back().graph_nodes = [&c] {
+    // What it reads, from its inputs at a small shape (the bench tests') and at a second graph size: a
+    // graph means edges, inputs that differ mean --graph-nodes. (A case that cannot be made at that shape
+    // is let through: with --save-graph, one that makes no graph at the asked shape is then refused.)
+    v.back().reads = [&c] {
       try {
         const OpInputs a = c.make(OpSize{300, 600, 16, 1, 64, 1}), b = c.make(OpSize{300, 600, 16, 1, 50, 1});
         const auto same = [](const std::vector<Tensor>& x, const std::vector<Tensor>& y) {
@@ -86,10 +77,11 @@ std::vector<KernelEntry> ops_kernels() {
               return false;
           return x.size() == y.size();
         };
-        return !(a.index.size() == b.index.size() && same(a.index, b.index) && a.vars.size() == b.vars.size() &&
-                 same(a.vars, b.vars));
+        return KernelReads{.edges = a.graph.num_nodes > 0,
+                           .graph_nodes = !(a.index.size() == b.index.size() && same(a.index, b.index) &&
+                                            a.vars.size() == b.vars.size() && same(a.vars, b.vars))};
       } catch (const std::exception&) {
-        return true;
+        return KernelReads{.edges = true, .graph_nodes = true};
       }
     };
   }

@@ -231,10 +231,8 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
   p.steps = o.steps > 0 ? o.steps : o.steps < 0 ? 0 : steps;
   // A run cannot be made shorter than what it has trained: its weights would not be the ones it claims.
   // (state/epoch counts whole epochs; a run stopped within one has trained part of the next.)
-  const int64_t done_steps = get_i64(p.meta.arrays, "state/step", model_path),
-                done_epochs = get_i64(p.meta.arrays, "state/epoch", model_path);
-  check_stored(model_path, "state/epoch", done_epochs, 0, kMaxEpochs);  // (State::load checks the rest)
-  const int64_t begun_epochs = done_epochs + (get_i64(p.meta.arrays, "state/batch", model_path) > 0 ? 1 : 0);
+  p.state.load(p.meta.arrays, model_path);
+  const int64_t done_steps = p.state.step, begun_epochs = p.state.epoch + (p.state.batch > 0 ? 1 : 0);
   // (the run's own length too: an older gnn's checkpoint records none, and 10 epochs is then assumed)
   const std::string own = recorded ? "the length it records" : "the 10 epochs assumed (it records no length)";
   if (p.epochs < begun_epochs)

@@ -39,6 +39,7 @@ struct RunPlan {
   const Recipe* recipe = nullptr;
   HParams hp;
   Meta meta;  // the checkpoint's, on resume
+  State state;  // the checkpoint's counters, on resume (checked)
   bool resuming = false;
   uint64_t seed = 1;
   std::string data, eval_indices;

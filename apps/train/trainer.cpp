@@ -549,7 +549,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   opt_.emplace(nn::one_group(params_, tp_.weight_decay), tp_.lr, /*decoupled=*/true);
   if (plan_.resuming) {
     load_checkpoint(model_path_, params_, &*opt_);
-    st_.load(plan_.meta.arrays, model_path_);
+    st_ = plan_.state;
     model_->load_state(plan_.meta.arrays, model_path_);
     // best.npz removed (as the refusal of a damaged one suggests): said, and the best so far kept as it was
     // (--patience counts from it, and the run goes on as the unbroken one would)

@@ -70,7 +70,7 @@ def spmm_mean(args, n, e, f, c):
 
 def gemm(args, m, f):
     """The best BLAS reachable here: torch.mm and numpy's matmul (OpenBLAS), whichever is faster."""
-    ours = gnn(args, "gemm", "--nodes", str(m), "--edges", "0", "--features", str(f))
+    ours = gnn(args, "gemm", "--nodes", str(m), "--features", str(f))
     a, b = torch.randn(m, f), torch.randn(f, f)
     an, bn, cn = a.numpy(), b.numpy(), np.empty((m, f), np.float32)
     t = {"torch.mm": median_ms(lambda: torch.mm(a, b), args.repeat),
