@@ -23,9 +23,14 @@ void save_checkpoint(const std::string& path, const std::vector<nn::NamedParam>&
   save_npz(path, arrays);
 }
 
-std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std::vector<nn::NamedParam>& params,
-                                              nn::Optimizer* opt) {
-  std::map<std::string, Tensor> all = NpzReader(path).load_all();
+void load_checkpoint(const std::string& path, const std::vector<nn::NamedParam>& params, nn::Optimizer* opt) {
+  // Only the weights and the optimiser's state are read: the rest (meta/, state/, SWA snapshots) is
+  // read_meta's, and with --swa K it holds K more copies of the weights.
+  const NpzReader reader(path);
+  std::vector<std::string> keys;
+  for (const std::string& k : reader.keys())
+    if (k.rfind("params/", 0) == 0 || (opt && k.rfind("optim/", 0) == 0)) keys.push_back(k);
+  std::map<std::string, Tensor> all = reader.load_keys(keys);
   // Everything is checked before anything is assigned: a bad checkpoint leaves the model as it was.
   std::vector<Tensor> values;
   for (const nn::NamedParam& p : params) {
@@ -33,18 +38,15 @@ std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std
     GNN_CHECK(it != all.end(), path, ": checkpoint has no parameter '", p.name, "' (built for another model?)");
     GNN_CHECK(it->second.shape() == p.var.shape(), path, ": parameter '", p.name, "' is ", it->second.shape().str(),
               " in the checkpoint, the model has ", p.var.shape().str());
-    Tensor v = it->second.astype(DType::F64);
-    for (int64_t i = 0; i < v.numel(); ++i)
-      GNN_CHECK(std::isfinite(v.f64()[i]), path, ": parameter '", p.name, "' holds a non-finite value");
+    const std::string bad = first_nonfinite({{p.name, it->second.astype(DType::F64)}});
+    GNN_CHECK(bad.empty(), path, ": parameter ", bad);
     values.push_back(it->second.astype(p.var.dtype()).clone());
     all.erase(it);
   }
-  std::map<std::string, Tensor> optim, rest;
+  std::map<std::string, Tensor> optim;
   for (auto& [k, t] : all) {
     if (k.rfind("optim/", 0) == 0) optim[k.substr(6)] = t;
-    else if (k.rfind("params/", 0) == 0)
-      GNN_FAIL(path, ": checkpoint parameter '", k.substr(7), "' is not in the model");
-    else rest[k] = t;
+    else GNN_FAIL(path, ": checkpoint parameter '", k.substr(7), "' is not in the model");
   }
   if (opt) {
     try {
@@ -57,7 +59,6 @@ std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std
     params[i].var.set_value(values[i].on(params[i].var.value().device()));  // a GPU model stays there
     params[i].var.zero_grad();
   }
-  return rest;
 }
 
 namespace {

@@ -19,9 +19,8 @@ void save_checkpoint(const std::string& path, const std::vector<nn::NamedParam>&
                      const std::vector<std::pair<std::string, Tensor>>& extra = {});
 
 // Loads every parameter (each must be present with its exact shape; the dtype is converted to the
-// parameter's) and, when opt is given, the optimiser state. Returns the extra arrays.
-std::map<std::string, Tensor> load_checkpoint(const std::string& path, const std::vector<nn::NamedParam>& params,
-                                              nn::Optimizer* opt);
+// parameter's) and, when opt is given, the optimiser state. The extra arrays are not read (NpzReader).
+void load_checkpoint(const std::string& path, const std::vector<nn::NamedParam>& params, nn::Optimizer* opt);
 
 // The first float array of `arrays` (host tensors) holding a NaN or an infinity, as "'key' holds a
 // non-finite value (v) at i", or "". `may_be_minus_inf` names a key allowed -inf (state/best_score

@@ -7,6 +7,7 @@
 #include "apps/checkpoint.h"
 #include "autograd/device_check.h"
 #include "autograd/gradcheck.h"
+#include "io/npz.h"
 #include "nn/conv.h"
 #include "nn/loss.h"
 #include "nn/optim.h"
@@ -560,8 +561,8 @@ TEST_CASE("nn: checkpoints round-trip parameters and optimiser state, a resumed 
   Rng r2(99);
   nn::GATConv b(5, 2, r2, {.heads = 2, .concat = false});
   nn::Adam ob(nn::one_group(b.parameters()), 0.05);
-  const auto extra = load_checkpoint(dir.file("ck.npz"), b.parameters(), &ob);
-  CHECK(extra.at("meta/epoch").item() == 3);
+  load_checkpoint(dir.file("ck.npz"), b.parameters(), &ob);
+  CHECK(NpzReader(dir.file("ck.npz")).load_keys({"meta/epoch"}).at("meta/epoch").item() == 3);  // kept beside
   CHECK(ob.steps() == 3);
   train(b, ob, 2);
   for (size_t i = 0; i < a.parameters().size(); ++i)
