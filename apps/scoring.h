@@ -1,5 +1,5 @@
 // Scoring rankings with the competition metrics (nn/metrics.h): a submission CSV read back, and the
-// per-collection summary that `gnn score` (and later `gnn eval`) prints.
+// per-collection summary that `gnn score` and `gnn eval` print.
 //
 // Submission: header `ID,TopConfigs`; one row per graph `<collection>:<stem>,i1;i2;...` with config
 // indices predicted fastest first: 5 for tile (the competition's rule), every config for layout.

@@ -385,7 +385,6 @@ class Run {
   int64_t step_waits_ = 0, waited_steps_ = 0;  // the host's waits for the GPU within this process's steps
   int64_t waited_micro_ = 0;  // and the micro-batches those steps ran
   Clock::time_point last_ckpt_;
-  double last_score_ = NAN;
   std::unique_ptr<StepProfile> profile_;  // --profile
   // The device pool's peak, read when training ends: the profile's GEMM-peak measurement allocates after.
   int64_t device_peak_bytes_ = -1;
@@ -402,6 +401,9 @@ Run::Run(const TrainOptions& o, std::string& working_on)
       metrics_path_((dir_ / "metrics.jsonl").string()),
       swa_path_((dir_ / "swa.npz").string()),
       progress_(lead_ ? o.progress : 0) {
+  if (o.cuda_graphs > 0 && !o.device.is_cuda()) bad_option("--cuda-graphs needs --device cuda");
+  if (o.profile && o.cuda_graphs > 0)
+    bad_option("--profile times the ops one by one; a step replayed from CUDA graphs has none");
   if (o.profile) profile_ = std::make_unique<StepProfile>(o.device);
   if (o.out.empty()) bad_option("--out: no run directory given");
   if (o.epochs < 0) bad_option("--epochs must be at least 1");
@@ -567,8 +569,6 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     if (plan_.resuming) swa_->load("swa/", plan_.meta.arrays, params_, model_path_, st_.epoch);
   }
   nn::move_parameters(*model_, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
-  GNN_CHECK(!(o.profile && o.cuda_graphs > 0),
-            "train: --profile waits for each op, which a step replayed from CUDA graphs cannot do");
   if (o.cuda_graphs > 0) graphs_ = std::make_unique<StepGraphs>(o.cuda_graphs, o.device);
   if (world_.size > 1) {
     dp_.emplace(params_);
@@ -1036,7 +1036,6 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
     if (!cadence) restore_weights(own);
     line.set("valid_seconds", since(t_valid));
     valid_score = ev.score;
-    last_score_ = valid_score;
     line.set("valid_score", valid_score);
     line.set("valid", Json::parse(ev.json, "valid metrics"));
   }
@@ -1186,8 +1185,7 @@ bool Run::stopped_early() const {
 
 TrainResult Run::result() const {
   TrainResult r;
-  r.epochs = st_.epoch, r.steps = st_.step, r.skipped = st_.skipped, r.best_score = st_.best_score;
-  r.seconds = st_.seconds, r.configs = st_.configs, r.last_score = last_score_;
+  r.seconds = st_.seconds, r.configs = st_.configs;
   Json j = Json::object();
   j.set("run", o_.out);
   j.set("model", plan_.recipe->name);

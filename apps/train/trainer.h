@@ -5,7 +5,9 @@
 //                  the preprocessing statistics and where training stands (epoch, batch, step). Written
 //                  after every epoch and every --checkpoint-minutes, atomically (temporary + rename).
 //   best.npz       the weights of the validated epoch with the best score (when there is a valid split)
+//   swa.npz        with --swa K: the mean of the last K epochs' weights
 //   metrics.jsonl  one JSON object per finished epoch
+//   lock           the writer's pid, flock-ed while it runs (RunLock)
 // A resumed run (--resume) restarts from model.npz at the batch after the one it recorded. Every random
 // choice (graph order, sampled configs, segments) is drawn from (seed, epoch, batch), so the resumed run
 // takes exactly the steps the unbroken run would have taken (tested bit for bit).
@@ -64,8 +66,8 @@ class OptionError : public Error {
 };
 
 struct TrainResult {
-  int64_t epochs = 0, steps = 0, skipped = 0, configs = 0;  // configs: (graph, config) pairs trained on
-  double best_score = 0, last_score = 0, seconds = 0;  // seconds: training time, validation excluded
+  int64_t configs = 0;  // (graph, config) pairs trained on
+  double seconds = 0;  // training time, validation excluded
   std::string json;  // the summary printed as the last line
 };
 TrainResult run_training(const TrainOptions& options);
