@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include <iostream>
 
 #include "base/error.h"
+#include "base/parse.h"
 #include "dist/comm.h"
 #include "io/atomic_file.h"
 
@@ -89,9 +89,7 @@ std::string Args::str(const std::string& flag) const {
 int64_t Args::integer(const std::string& flag, int64_t min, int64_t max) const {
   const std::string s = str(flag);
   int64_t v = 0;
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (r.ec != std::errc() || r.ptr != s.data() + s.size())
-    throw UsageError("gnn " + command_ + ": --" + flag + " expects an integer, got '" + s + "'");
+  if (!parse_int64(s, &v)) throw UsageError("gnn " + command_ + ": --" + flag + " expects an integer, got '" + s + "'");
   if (v < min || v > max)
     throw UsageError("gnn " + command_ + ": --" + flag + " must be in [" + std::to_string(min) + ", " +
                      std::to_string(max) + "], got " + s);
@@ -101,9 +99,8 @@ int64_t Args::integer(const std::string& flag, int64_t min, int64_t max) const {
 double Args::number(const std::string& flag) const {
   const std::string s = str(flag);
   double v = 0;
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (r.ec != std::errc() || r.ptr != s.data() + s.size() || v != v)
-    throw UsageError("gnn " + command_ + ": --" + flag + " expects a number, got '" + s + "'");
+  if (!parse_finite(s, &v))
+    throw UsageError("gnn " + command_ + ": --" + flag + " expects a finite number, got '" + s + "'");
   return v;
 }
 

@@ -50,7 +50,7 @@ class Args {
   bool on(const std::string& flag) const;  // given on the command line (a switch, or a flag with its value)
   std::string str(const std::string& flag) const;  // value or default; UsageError when neither
   int64_t integer(const std::string& flag, int64_t min, int64_t max) const;
-  double number(const std::string& flag) const;
+  double number(const std::string& flag) const;  // finite, plain decimal (base/parse.h)
   std::vector<std::string> list(const std::string& flag) const;  // comma-separated
   std::vector<std::string> all(const std::string& flag) const;  // a repeatable flag's values, in order
   const std::string& positional(size_t i) const { return positionals_.at(i); }

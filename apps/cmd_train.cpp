@@ -5,15 +5,16 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <set>
+#include <sstream>
 
 #include "apps/commands.h"
 #include "apps/train/trainer.h"
 #include "base/parse.h"
 #include "dist/comm.h"
 #include "io/atomic_file.h"
+#include "io/byte_source.h"
 #include "io/json.h"
 #include "io/npz.h"
 #include "runtime/cuda.h"
@@ -37,8 +38,7 @@ Device parse_device(const Args& a) {
 void set_threads(const Args& a) {
   if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
   const double t = a.number("comm-timeout");
-  if (!(t > 0) || std::isinf(t))
-    throw UsageError("--comm-timeout must be a positive number of seconds, got " + a.str("comm-timeout"));
+  if (!(t > 0)) throw UsageError("--comm-timeout must be a positive number of seconds, got " + a.str("comm-timeout"));
   dist::set_timeout(t);
 }
 
@@ -52,8 +52,13 @@ const Flag kCommTimeout = {"comm-timeout", "S",
 std::vector<std::string> run_dirs(const Args& a) {
   std::vector<std::string> dirs = a.all("run");
   if (a.has("runs")) {
-    std::ifstream f(a.str("runs"));
-    if (!f) throw UsageError("--runs " + a.str("runs") + ": cannot be read");
+    std::string text;
+    try {  // (through FileSource, as every file: a FIFO or a folder is refused, not waited on)
+      text = read_text_file(a.str("runs"), uint64_t(1) << 24);
+    } catch (const Error& e) {
+      throw UsageError("--runs " + e.message());
+    }
+    std::istringstream f(text);
     for (std::string line; std::getline(f, line);) {
       const size_t b = line.find_first_not_of(" \t"), e = line.find_last_not_of(" \t\r");
       if (b != std::string::npos && line[b] != '#') dirs.push_back(line.substr(b, e - b + 1));
@@ -71,6 +76,7 @@ struct RunOnSplit {
   std::string dir;
   train::LoadedModel model;
   std::unique_ptr<train::GraphSource> graphs;
+  int64_t tta = 1;  // the passes over orders of the configs it scores with (--tta, else the run's own)
 };
 std::vector<RunOnSplit> open_runs(const Args& a) {
   const Device device = parse_device(a);
@@ -80,12 +86,14 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
   } catch (const Error& e) {
     throw UsageError(e.message());
   }
-  if (a.has("tta")) a.integer("tta", 1, 1000);  // likewise (tta_of reads it again once a model is there)
+  const int64_t tta = a.has("tta") ? a.integer("tta", 1, 1000) : 0;  // likewise
   std::vector<RunOnSplit> runs;
   for (const std::string& dir : run_dirs(a)) {
     RunOnSplit r;
     r.dir = dir;
     r.model = train::load_model(train::run_checkpoint(dir, a.str("checkpoint")), device);
+    // (a model that scores each config alone gives the same scores on every pass: one is enough)
+    r.tta = !r.model.recipe->configs_interact(r.model.hparams) ? 1 : tta > 0 ? tta : r.model.train.tta;
     if (!runs.empty() && r.model.recipe->kind != runs[0].model.recipe->kind)
       throw UsageError("--run " + dir + ": a " + r.model.recipe->kind + " model (" + r.model.recipe->name +
                        ") cannot join an ensemble of " + runs[0].model.recipe->kind + " models (" + runs[0].dir + ")");
@@ -103,16 +111,13 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
                                                     r.model.model->needs().features);
     runs.push_back(std::move(r));
   }
-  if (a.has("tta") && a.integer("tta", 1, 1000) > 1 &&
-      std::none_of(runs.begin(), runs.end(),
-                   [](const RunOnSplit& r) { return r.model.recipe->configs_interact(r.model.hparams); }))
+  if (tta > 1 && std::none_of(runs.begin(), runs.end(),
+                              [](const RunOnSplit& r) { return r.model.recipe->configs_interact(r.model.hparams); }))
     throw UsageError("--tta " + a.str("tta") + ": averages over orders of the configs, and " +
                      runs[0].model.recipe->name + (runs.size() > 1 ? " (like every run given)" : "") +
                      train::Recipe::kTtaMoot);
   return runs;
 }
-
-int64_t tta_of(const Args& a, const train::LoadedModel& m);
 
 // The ensemble's scores of file i's listed configs: each run's own prediction (its preprocessing of the
 // graph, its --eval-chunk and --tta), combined; one run's scores as they are.
@@ -125,7 +130,7 @@ train::ConfigScorer ensemble_scorer(const Args& a, const std::vector<RunOnSplit>
       const auto own = k ? runs[k].graphs->get(i) : nullptr;  // run 0's graph is g
       GNN_CHECK(!own || (own->file.path == g.file.path && own->num_configs() == g.num_configs()), "--run ", runs[k].dir,
                 ": its graph ", i, " is ", own ? own->file.path : "", ", run ", runs[0].dir, "'s ", g.file.path);
-      members.push_back(train::predict_configs(*m.model, own ? *own : g, configs, m.train.eval_chunk, tta_of(a, m)));
+      members.push_back(train::predict_configs(*m.model, own ? *own : g, configs, m.train.eval_chunk, runs[k].tta));
     }
     return train::combine_scores(members, how, configs);
   };
@@ -262,24 +267,19 @@ Command train_command() {
     set_threads(a);
     if (a.has("model")) o.recipe = a.str("model");
     if (!o.recipe.empty()) (void)train::find_recipe(o.recipe);
-    GNN_CHECK(!o.recipe.empty() || a.on("resume"), "--model: no recipe given (gnn models lists them)");
     if (a.on("data")) o.data = a.str("data");
     o.out = a.str("out");
     check_output_folder("out", o.out);
-    if (!a.on("resume") && !a.on("data")) throw UsageError("gnn train: missing --data");
     if (a.on("epochs")) o.epochs = a.integer("epochs", 1, train::kMaxEpochs);
     if (a.has("steps")) o.steps = a.integer("steps", 0, INT64_MAX);
     if (a.has("steps") && o.steps == 0) o.steps = -1;  // 0: no step limit (on --resume: remove the run's)
     if (a.on("seed")) o.seed = uint64_t(a.integer("seed", 0, INT64_MAX));
     o.cuda_graphs = a.integer("cuda-graphs", 0, 1024);
-    if (o.cuda_graphs > 0 && !o.device.is_cuda()) throw UsageError("gnn train: --cuda-graphs needs --device cuda");
     o.profile = a.on("profile");
-    if (o.profile && o.cuda_graphs > 0)
-      throw UsageError("gnn train: --profile times the ops one by one; a step replayed from CUDA graphs has none");
     o.memory_limit = parse_memory_limit(a.str("memory-limit"));
     o.resume = a.on("resume"), o.skip_nonfinite = a.on("skip-nonfinite");
     o.checkpoint_minutes = a.number("checkpoint-minutes");
-    if (!(o.checkpoint_minutes >= 0) || std::isinf(o.checkpoint_minutes))
+    if (!(o.checkpoint_minutes >= 0))
       throw UsageError("--checkpoint-minutes must be >= 0, got " + a.str("checkpoint-minutes"));
     o.eval_indices = eval_indices_flag(a);
     if (a.has("max-graphs")) o.max_graphs = a.integer("max-graphs", 1, INT64_MAX);
@@ -309,13 +309,6 @@ Command train_command() {
 }
 
 namespace {
-
-// --tta on eval and predict, else the run's own.
-int64_t tta_of(const Args& a, const train::LoadedModel& m) {
-  // (a model that scores each config alone gives the same scores on every pass: one is enough)
-  if (!m.recipe->configs_interact(m.hparams)) return 1;
-  return a.has("tta") ? a.integer("tta", 1, 1000) : m.train.tta;
-}
 
 // A predicted runtime as text that reads back to the same double.
 std::string fmt_runtime(double v) {
@@ -390,7 +383,7 @@ Command eval_command() {
     // One run as it always was (its regression runs also get the mean relative error); an ensemble's
     // combined scores are no runtimes.
     const train::Evaluation ev = runs.size() == 1
-                                     ? train::evaluate(*m.model, src, m.train.eval_chunk, eval_dir, tta_of(a, m),
+                                     ? train::evaluate(*m.model, src, m.train.eval_chunk, eval_dir, runs[0].tta,
                                                        m.train.regression(), m.prep.log_offset)
                                      : train::evaluate(ensemble_scorer(a, runs), src, eval_dir);
     const std::string per =
@@ -569,15 +562,7 @@ Command pass_command() {
     for (const auto& [name, t] : p.params) out.emplace_back("param/" + name, t);
     for (const auto& [name, t] : p.changed) out.emplace_back("param_after/" + name, t);
     const train::Batch& b = p.batch;
-    for (const auto& [name, t] : std::vector<std::pair<std::string, Tensor>>{{"x", b.x},
-                                                                             {"opcode", b.opcode},
-                                                                             {"edges", b.edges},
-                                                                             {"graph_ptr", b.graph_ptr},
-                                                                             {"target", b.target},
-                                                                             {"config_ids", b.config_ids},
-                                                                             {"node_config", b.node_config},
-                                                                             {"config_nodes", b.config_nodes},
-                                                                             {"config_feat", b.config_feat}})
+    for (const auto& [name, t] : b.named_arrays())
       if (t.defined()) out.emplace_back("batch/" + name, t);
     for (const auto& [f, t] : b.features.values) out.emplace_back(std::string("batch/") + f->name, t);
     save_npz(a.str("out"), out);

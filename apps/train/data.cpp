@@ -216,12 +216,11 @@ namespace {
 
 // A feature's name is its array's under batch/ in `gnn pass`: one feature to a name, none of the batch's own.
 void check_feature_names(const std::vector<const GraphFeature*>& features) {
-  static const char* const kBatchArrays[] = {"x",          "opcode",      "edges",        "graph_ptr",  "target",
-                                             "config_ids", "node_config", "config_nodes", "config_feat"};
+  static const std::vector<std::pair<std::string, Tensor>> kBatchArrays = Batch{}.named_arrays();
   for (size_t i = 0; i < features.size(); ++i) {
     GNN_CHECK(features[i] && features[i]->compute, "prepare_graph: feature ", i, " has no compute function");
-    for (const char* own : kBatchArrays)
-      GNN_CHECK(std::strcmp(features[i]->name, own) != 0, "prepare_graph: a feature may not be named '", own,
+    for (const auto& [own, unused] : kBatchArrays)
+      GNN_CHECK(features[i]->name != own, "prepare_graph: a feature may not be named '", own,
                 "', an array every batch has");
     for (size_t j = 0; j < i; ++j)
       GNN_CHECK(features[j] == features[i] || std::strcmp(features[j]->name, features[i]->name) != 0,
@@ -377,6 +376,17 @@ std::vector<const Tensor*> Batch::float_inputs() const {
   for (const auto& [f, t] : features.values)
     if (f->float_input) out.push_back(&t);
   return out;
+}
+std::vector<std::pair<std::string, Tensor>> Batch::named_arrays() const {
+  return {{"x", x},
+          {"opcode", opcode},
+          {"edges", edges},
+          {"graph_ptr", graph_ptr},
+          {"target", target},
+          {"config_ids", config_ids},
+          {"node_config", node_config},
+          {"config_nodes", config_nodes},
+          {"config_feat", config_feat}};
 }
 std::vector<Tensor*> Batch::float_inputs() {
   std::vector<Tensor*> out = {&x, &config_feat, &node_config};

@@ -237,6 +237,9 @@ struct Batch {
   // would read the value it was captured with.
   std::vector<const Tensor*> float_inputs() const;
   std::vector<Tensor*> float_inputs();
+  // The arrays every batch has (the undefined ones too), by the names `gnn pass` writes them under
+  // (batch/NAME), which no recipe-only feature may take.
+  std::vector<std::pair<std::string, Tensor>> named_arrays() const;
 
   // The batch with its float inputs (float_inputs()), graphs (the prepared ones too) and keep_grad (read by
   // every layer's keep_grad_rows) on `device`, in one transfer (Tensor::to_packed), its plans after; the

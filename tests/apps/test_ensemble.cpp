@@ -190,7 +190,8 @@ TEST_CASE("ensemble: what cannot be combined is refused before anything is score
       {"eval" + on, "missing --run"},
       {"eval --run " + t.file("absent") + on + " --tta 0", "--tta"},  // (checked before the run is looked for)
       {"eval --runs " + t.file("empty.txt") + on, "lists no run"},
-      {"eval --runs " + t.file("absent.txt") + on, "cannot be read"},
+      {"eval --runs " + t.file("absent.txt") + on, "--runs " + t.file("absent.txt") + ": cannot open"},
+      {"eval --runs " + t.file("") + on, ": not a regular file (a directory)"},
       {"predict --run " + layout + " --run " + layout + on + " --out " + t.file("s.csv") + " --runtimes " +
            t.file("r.csv"),
        "an ensemble's combined scores are no runtimes"},

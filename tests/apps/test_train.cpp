@@ -229,7 +229,7 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
       {"--model layout-resmodel --eval-indices " + t.file("no_such_folder"),
        "--eval-indices " + t.file("no_such_folder") + ": not a directory"},
       {"--model tile-mlp --memory-limit lots", "--memory-limit: expected bytes"},
-      {"--model tile-mlp --checkpoint-minutes inf", "--checkpoint-minutes must be >= 0"},
+      {"--model tile-mlp --checkpoint-minutes inf", "--checkpoint-minutes expects a finite number, got 'inf'"},
   };
   for (const auto& [args, want] : cases) {
     CAPTURE(args);
