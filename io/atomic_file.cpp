@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 
 #include "base/error.h"
@@ -16,6 +18,51 @@
 namespace gnn {
 
 namespace {
+
+// The temporaries being written, for the signal handler (install_interrupt_handlers): a slot is free (0),
+// being filled (1) or armed (2). Atomics and unlink are all the handler touches.
+constexpr int kTempSlots = 64;
+struct TempSlot {
+  std::atomic<int> state{0};
+  char path[4096];
+};
+TempSlot g_temps[kTempSlots];
+std::atomic<int> g_cooperative{0}, g_interrupted{0};
+
+int arm_temporary(const std::string& p) {
+  if (p.size() >= sizeof g_temps[0].path) return -1;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int free = 0;
+    if (g_temps[i].state.compare_exchange_strong(free, 1)) {
+      std::memcpy(g_temps[i].path, p.c_str(), p.size() + 1);
+      g_temps[i].state.store(2);
+      return i;
+    }
+  }
+  return -1;  // (more at once than the table holds: this one is left to remove_stale_temporaries)
+}
+void disarm_temporary(int slot) {
+  if (slot >= 0) g_temps[slot].state.store(0);
+}
+
+void on_interrupt(int sig) {
+  if (g_cooperative.load() > 0 && g_interrupted.load() == 0) {
+    g_interrupted.store(sig);
+    return;
+  }
+  for (TempSlot& t : g_temps)
+    if (t.state.load() == 2) ::unlink(t.path);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);  // (blocked in its own handler: it ends the process as this returns)
+}
+
+// The temporary's name beside `target`: target.tmp-PID, the name cut to 240 bytes first so that the
+// temporary's stays within a file name's 255 (remove_stale_temporaries looks for the same prefix).
+std::string temporary_prefix(const std::string& target) {
+  namespace fs = std::filesystem;
+  const fs::path p(target);
+  return (p.parent_path() / p.filename().string().substr(0, 240)).string() + ".tmp-";
+}
 
 // Which of this process's standard output and error `st` is (1 or 2), or -1: /dev/stdout names fd 1
 // through a link, whatever fd 1 is (a terminal, a pipe, a file the shell redirected to).
@@ -42,8 +89,10 @@ bool resolve_output(const std::string& path, std::string& target, int& stream) {
   if (is_link && ::stat(path.c_str(), &st) != 0) {
     const int err = errno;
     const std::string to = fs::read_symlink(path, ec).string();
-    GNN_FAIL(path, ": a symlink to ", to, ", which ", err == ENOENT ? "does not exist" : std::strerror(err),
-             "; create the file it names, or write to its path directly");
+    GNN_FAIL(
+        path, ": a symlink to ", to, ", which ",
+        err == ENOENT ? std::string("does not exist") : std::string("cannot be followed (") + std::strerror(err) + ")",
+        "; create the file it names, or write to its path directly");
   }
   if (!is_link) st = ls;
   GNN_CHECK(!S_ISDIR(st.st_mode), path, ": is a directory; name a file to write");
@@ -78,9 +127,10 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
               errno == ENXIO ? "a FIFO with no reader" : std::strerror(errno), ")");
     return;
   }
-  tmp_path_ = target_ + ".tmp-" + std::to_string(::getpid());
+  tmp_path_ = temporary_prefix(target_) + std::to_string(::getpid());
   fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   GNN_CHECK(fd_ >= 0, path_, ": cannot create ", tmp_path_, " (", std::strerror(errno), ")");
+  slot_ = arm_temporary(tmp_path_);
 }
 
 AtomicFile::~AtomicFile() {
@@ -88,6 +138,7 @@ AtomicFile::~AtomicFile() {
     ::close(fd_);
     if (!direct_) ::unlink(tmp_path_.c_str());
   }
+  disarm_temporary(slot_);
 }
 
 namespace {
@@ -154,11 +205,22 @@ void AtomicFile::commit() {
   GNN_CHECK(::fsync(fd_) == 0, path_, ": fsync failed (", std::strerror(errno), ")");
   ::close(fd_);
   fd_ = -1;
-  if (::rename(tmp_path_.c_str(), target_.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp_path_.c_str());
-    GNN_FAIL(path_, ": cannot move the finished file into place (", std::strerror(err), ")");
-  }
+  const bool moved = ::rename(tmp_path_.c_str(), target_.c_str()) == 0;
+  const int err = errno;
+  if (!moved) ::unlink(tmp_path_.c_str());
+  disarm_temporary(slot_);  // (after the rename: a signal before it still finds the temporary to remove)
+  slot_ = -1;
+  GNN_CHECK(moved, path_, ": cannot move the finished file into place (", std::strerror(err), ")");
+}
+
+void check_writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::string target;
+  int stream = -1;
+  if (resolve_output(path, target, stream)) return;  // a device, a FIFO or a stream: opened when written
+  const fs::path dir = fs::path(target).parent_path().empty() ? fs::path(".") : fs::path(target).parent_path();
+  GNN_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, path, ": cannot write into ", dir.string(), " (",
+            std::strerror(errno), ")");
 }
 
 void write_file_atomic(const std::string& path, const std::string& text) {
@@ -183,7 +245,7 @@ int remove_stale_temporaries(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path p(path);
   const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  const std::string prefix = p.filename().string() + ".tmp-";
+  const std::string prefix = fs::path(temporary_prefix(path)).filename().string();
   std::error_code ec;
   int removed = 0;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -195,6 +257,34 @@ int remove_stale_temporaries(const std::string& path) {
     removed += fs::remove(entry.path(), ec) ? 1 : 0;
   }
   return removed;
+}
+
+void install_interrupt_handlers() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;  // (nohup's SIGHUP stays off)
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sa.sa_flags = SA_RESTART;  // (a cooperative scope's reads and writes go on until it stops itself)
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
+
+CooperativeInterrupt::CooperativeInterrupt() { ++g_cooperative; }
+CooperativeInterrupt::~CooperativeInterrupt() {
+  // A signal that came after the scope's last look ends the process now, its work done (one that stopped
+  // the work is the CLI's to re-raise, once it has said so).
+  if (--g_cooperative == 0 && std::uncaught_exceptions() == 0)
+    if (const int sig = g_interrupted.load()) ::raise(sig);
+}
+
+InterruptedError::InterruptedError(int sig, const std::string& then)
+    : Error(std::string("interrupted (") + ::strsignal(sig) + ")" + (then.empty() ? "" : "; " + then), "signal"),
+      signal_(sig) {}
+
+void throw_if_interrupted() {
+  if (const int sig = g_interrupted.load()) throw InterruptedError(sig);
 }
 
 }  // namespace gnn

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+
 namespace gnn {
 
 class AtomicFile {
@@ -39,7 +41,12 @@ class AtomicFile {
   bool direct_ = false;  // a device, a FIFO or a standard stream: the bytes are held here, written at commit()
   std::string held_;
   uint64_t size_ = 0;
+  int slot_ = -1;  // its temporary's place in the table the interrupt handler removes from
 };
+
+// Whether an AtomicFile could write `path` (by the rule above: the folder it lands in exists and takes
+// files), checked before the work whose result it holds; throws naming the path.
+void check_writable(const std::string& path);
 
 // Writes `text` to path through an AtomicFile: the old file or the whole new one, never half.
 void write_file_atomic(const std::string& path, const std::string& text);
@@ -53,5 +60,30 @@ std::string output_names_input(const std::string& out, const std::vector<std::st
 // SIGKILL runs no destructor), those of live processes excepted. Returns how many it removed. "Live" is
 // judged in this PID namespace: a writer on another host or container sharing the folder is not seen.
 int remove_stale_temporaries(const std::string& path);
+
+// Interruption: SIGINT, SIGTERM and SIGHUP. After install_interrupt_handlers() (the CLI's main calls it;
+// a signal the process was started ignoring, as under nohup, stays ignored) such a signal removes the
+// temporaries of the AtomicFiles being written, then ends the process as the signal would have: no
+// `path.tmp-PID` is left behind. Within a CooperativeInterrupt scope the first such signal is only
+// recorded, and the scope's own work stops at its next throw_if_interrupted() with an InterruptedError,
+// so that it can remove what it has written (gnn synth: a dataset whole or not at all); the CLI then ends
+// the process by the same signal. A second signal ends it at once.
+void install_interrupt_handlers();
+class CooperativeInterrupt {
+ public:
+  CooperativeInterrupt();
+  ~CooperativeInterrupt();
+  CooperativeInterrupt(const CooperativeInterrupt&) = delete;
+  CooperativeInterrupt& operator=(const CooperativeInterrupt&) = delete;
+};
+class InterruptedError : public Error {
+ public:
+  explicit InterruptedError(int sig, const std::string& then = "");  // "interrupted (Terminated); <then>"
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+void throw_if_interrupted();
 
 }  // namespace gnn

@@ -1,10 +1,17 @@
 // The synthetic program generator and the dataset writer. The cost model is in synth_cost.cpp.
 #include "io/synth.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
+#include "io/atomic_file.h"
 #include "io/npz.h"
 
 namespace gnn::synth {
@@ -338,6 +345,7 @@ void write_splits(const std::filesystem::path& root, const DatasetOptions& o, bo
     // Seeded by the split's place in the list: splits written by separate calls need their own --seed.
     const uint64_t split_seed = mix(o.seed * 1000003 + s + (layout ? 7 : 0));
     for (int64_t i = 0; i < o.graphs; ++i) {
+      throw_if_interrupted();
       char name[64];
       std::snprintf(name, sizeof name, "synth_%s_%04lld.npz", split.c_str(), (long long)i);
       const std::string path = (root / split / name).string();
@@ -386,29 +394,48 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
   const fs::path root = fs::path(dir) / "npz" / (layout ? fs::path("layout/xla/default") : fs::path("tile/xla"));
   // Every split is checked before anything is written, and a call that fails removes what it wrote: a
   // dataset is written whole or not at all.
-  for (const std::string& split : o.splits) {
+  for (const std::string& split : o.splits)
     GNN_CHECK(split == "train" || split == "valid" || split == "test", "unknown split '", split,
               "' (train, valid, test)");
-    // Graphs already there would mix with these (a smaller --graphs leaves the old ones past its end):
-    // a split is written whole, into a folder without graphs.
-    if (fs::is_directory(root / split))
-      for (const auto& e : fs::directory_iterator(root / split))
-        GNN_CHECK(e.path().extension() != ".npz", (root / split).string(), " already holds graphs (",
-                  e.path().filename().string(), "); write a new dataset into an empty --out, or remove them first");
-  }
   std::vector<std::string> paths;
   std::vector<fs::path> made;  // the folders this call created
-  try {
-    write_splits(root, o, layout, nodes, configs, paths, made);
-  } catch (...) {
+  const auto remove_written = [&] {
     std::error_code ec;
     for (const std::string& p : paths) fs::remove(p, ec);
     std::sort(made.begin(), made.end(), [](const fs::path& a, const fs::path& b) {
       return a.native().size() > b.native().size();  // the deepest first
     });
     for (const fs::path& d : made) fs::remove(d, ec);  // (only an empty folder goes)
+  };
+  const CooperativeInterrupt interrupt;  // (SIGINT, SIGTERM, SIGHUP stop it between graphs, and it cleans up)
+  int lock = -1;
+  try {
+    // One writer of a collection's tree at a time: two calls into one --out would pass the check below
+    // together and mix their graphs. (flock on the folder itself: nothing is left behind; freed on exit.)
+    for (fs::path d = root; !d.empty() && !fs::exists(fs::symlink_status(d)); d = d.parent_path()) made.push_back(d);
+    fs::create_directories(root);
+    lock = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    GNN_CHECK(lock >= 0, root.string(), ": cannot open (", std::strerror(errno), ")");
+    GNN_CHECK(::flock(lock, LOCK_EX | LOCK_NB) == 0, root.string(), ": another gnn synth is writing into it (",
+              errno == EWOULDBLOCK ? "locked" : std::strerror(errno), "); wait for it, or write to another --out");
+    // Graphs already there would mix with these (a smaller --graphs leaves the old ones past its end):
+    // a split is written whole, into a folder without graphs.
+    for (const std::string& split : o.splits)
+      if (fs::is_directory(root / split))
+        for (const auto& e : fs::directory_iterator(root / split))
+          GNN_CHECK(e.path().extension() != ".npz", (root / split).string(), " already holds graphs (",
+                    e.path().filename().string(), "); write a new dataset into an empty --out, or remove them first");
+    write_splits(root, o, layout, nodes, configs, paths, made);
+  } catch (const InterruptedError& e) {
+    remove_written();
+    if (lock >= 0) ::close(lock);
+    throw InterruptedError(e.signal(), "the graphs it had written are removed");
+  } catch (...) {
+    remove_written();
+    if (lock >= 0) ::close(lock);
     throw;
   }
+  ::close(lock);
   return paths;
 }
 

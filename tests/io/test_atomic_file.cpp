@@ -1,0 +1,169 @@
+// AtomicFile under interruption (io/atomic_file.h): a signal removes the temporaries in flight and ends
+// the process as it would have; a cooperative scope records it for its work to stop at; temporaries of
+// long names stay within a file name's 255 bytes. The signals are raised in a forked child, so that the
+// test process itself is never ended.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "io/atomic_file.h"
+#include "testing.h"
+
+using namespace gnn;
+using testing::TempDir;
+
+namespace {
+
+std::string text_of(const std::string& path) {
+  const std::vector<uint8_t> b = testing::read_bytes(path);
+  return std::string(b.begin(), b.end());
+}
+
+std::string numbered(const TempDir& t, int i) {
+  char name[16];
+  std::snprintf(name, sizeof name, "f%d", i);
+  return t.file(name);
+}
+
+// The temporaries left in `dir` (names holding ".tmp-").
+int temporaries(const std::string& dir) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    n += e.path().filename().string().find(".tmp-") != std::string::npos ? 1 : 0;
+  return n;
+}
+
+// Runs `child` in a forked process and returns its wait status. The child ends with _exit(code), its
+// return value, unless a signal ends it first.
+template <class F>
+int in_child(F child) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int code = 99;
+    try {
+      code = child();
+    } catch (...) {
+      code = 98;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return status;
+}
+
+}  // namespace
+
+TEST_CASE("atomic file: SIGTERM, SIGINT and SIGHUP remove the temporaries being written and end the process") {
+  TempDir t;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    CAPTURE(sig);
+    std::ofstream(t.file("old.csv")) << "old\n";
+    const int status = in_child([&] {
+      install_interrupt_handlers();
+      AtomicFile a(t.file("old.csv")), b(t.file("new.csv"));
+      a.write("half", 4), b.write("half", 4);
+      if (temporaries(t.file("")) != 2) return 1;
+      ::raise(sig);
+      return 2;  // (not reached: the signal ends the child)
+    });
+    CHECK(WIFSIGNALED(status));
+    CHECK(WTERMSIG(status) == sig);
+    CHECK(temporaries(t.file("")) == 0);
+    CHECK(text_of(t.file("old.csv")) == "old\n");  // the old file stays whole
+    CHECK_FALSE(std::filesystem::exists(t.file("new.csv")));
+  }
+}
+
+TEST_CASE("atomic file: a committed file's temporary is not looked for again, nor one past the table's size") {
+  TempDir t;
+  const int status = in_child([&] {
+    install_interrupt_handlers();
+    for (int i = 0; i < 3; ++i) write_file_atomic(t.file("done.txt"), "done\n");
+    std::vector<std::unique_ptr<AtomicFile>> open;  // more at once than the handler's table holds
+    for (int i = 0; i < 70; ++i) open.push_back(std::make_unique<AtomicFile>(numbered(t, i)));
+    ::raise(SIGTERM);
+    return 2;
+  });
+  CHECK(WIFSIGNALED(status));
+  CHECK(text_of(t.file("done.txt")) == "done\n");
+  // 64 removed by the handler; the rest are a killed writer's, which remove_stale_temporaries clears
+  CHECK(temporaries(t.file("")) == 6);
+  int removed = 0;
+  for (int i = 0; i < 70; ++i) removed += remove_stale_temporaries(numbered(t, i));
+  CHECK(removed == 6);
+  CHECK(temporaries(t.file("")) == 0);
+}
+
+TEST_CASE("atomic file: in a cooperative scope a signal is recorded for the work to stop at, a second one ends it") {
+  TempDir t;
+  int status = in_child([&] {
+    install_interrupt_handlers();
+    try {
+      const CooperativeInterrupt scope;
+      throw_if_interrupted();  // (nothing yet)
+      AtomicFile f(t.file("x.npz"));
+      ::raise(SIGTERM);
+      if (temporaries(t.file("")) != 1) return 1;  // kept: the work removes what it wrote
+      throw_if_interrupted();
+      return 4;
+    } catch (const InterruptedError& e) {  // (past the scope, as the CLI catches it)
+      return e.signal() == SIGTERM && std::string(e.message()).find("interrupted") == 0 ? 0 : 3;
+    }
+  });
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(temporaries(t.file("")) == 0);  // the unwinding AtomicFile removed its own
+  status = in_child([&] {
+    install_interrupt_handlers();
+    const CooperativeInterrupt scope;
+    AtomicFile f(t.file("y.npz"));
+    ::raise(SIGINT);
+    ::raise(SIGINT);  // a second signal: no more waiting
+    return 5;
+  });
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGINT);
+  CHECK(temporaries(t.file("")) == 0);
+  // A signal after the work's last look: the scope's end ends the process, its work done.
+  status = in_child([&] {
+    install_interrupt_handlers();
+    {
+      const CooperativeInterrupt scope;
+      ::raise(SIGHUP);
+    }
+    return 6;
+  });
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGHUP);
+}
+
+TEST_CASE("atomic file: a signal the process was started ignoring stays ignored") {
+  const int status = in_child([] {
+    ::signal(SIGHUP, SIG_IGN);  // as nohup starts it
+    install_interrupt_handlers();
+    ::raise(SIGHUP);
+    return 0;
+  });
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("atomic file: a name of up to 255 bytes is written, its temporary's name cut to fit") {
+  TempDir t;
+  const std::string name = t.file(std::string(255, 'n'));
+  write_file_atomic(name, "long\n");
+  CHECK(text_of(name) == "long\n");
+  CHECK(temporaries(t.file("")) == 0);
+  // a killed writer's temporary of that name is found by the same prefix
+  const std::string stale = t.file(std::string(240, 'n') + ".tmp-999999999");
+  std::ofstream(stale) << "x";
+  CHECK(remove_stale_temporaries(name) == 1);
+  CHECK_FALSE(std::filesystem::exists(stale));
+  CHECK_THROWS_WITH_AS(check_writable(t.file("no/such/folder/f.csv")), doctest::Contains("cannot write into"), Error);
+  CHECK_THROWS_WITH_AS(check_writable(t.file("")), doctest::Contains("is a directory"), Error);
+  CHECK_NOTHROW(check_writable(t.file("fresh.csv")));
+  CHECK_NOTHROW(check_writable("/dev/null"));
+}
