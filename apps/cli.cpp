@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "base/parse.h"
 #include "dist/comm.h"
 #include "io/atomic_file.h"
+#include "runtime/parallel.h"
 
 namespace gnn::cli {
 
@@ -49,6 +51,11 @@ void check_output(const std::string& flag, const std::string& out, const std::ve
     throw UsageError("--" + flag + " " + out + ": is " + same +
                      ", a file this command reads (or of the run it reads); writing it would destroy it: choose "
                      "another path");
+  try {  // (before the work: a path that cannot be written is said now, not after it)
+    check_writable(out);
+  } catch (const Error& e) {
+    throw UsageError("--" + flag + " " + e.message());
+  }
 }
 
 void check_output_folder(const std::string& flag, const std::string& dir) {
@@ -75,6 +82,10 @@ void check_output_folder(const std::string& flag, const std::string& dir) {
 #endif
   if (::access(p.c_str(), W_OK | X_OK) != 0)
     throw UsageError(what + "cannot write into " + p.string() + " (" + std::strerror(errno) + ")");
+}
+
+void apply_threads(const Args& a) {
+  if (a.on("threads")) set_num_threads(int(a.integer("threads", 1, kMaxThreads)));
 }
 
 bool Args::has(const std::string& flag) const { return values_.count(flag) || defaults_.count(flag); }
@@ -258,7 +269,24 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
   // Under mpirun, the rank that failed: "gnn train: rank 1 of 2: error: ..."
   const std::string who = "gnn " + cmd->name + ": " + dist::rank_prefix();
   try {
-    return cmd->run(parse_args(*cmd, args));
+    const Args a = parse_args(*cmd, args);
+    // (libgomp crashes starting 100,000 threads: a count --threads would refuse is refused from the
+    // environment too, unless --threads replaces it)
+    if (num_threads() > kMaxThreads && !a.on("threads")) {
+      const char* env = std::getenv("OMP_NUM_THREADS");
+      const bool takes =
+          std::any_of(cmd->flags.begin(), cmd->flags.end(), [](const Flag& f) { return f.name == "threads"; });
+      throw UsageError("OMP_NUM_THREADS=" + std::string(env ? env : "") + ": more than the " +
+                       std::to_string(kMaxThreads) + " threads gnn runs; set it lower" +
+                       (takes ? ", or pass --threads T" : ""));
+    }
+    return cmd->run(a);
+  } catch (const InterruptedError& e) {  // (said, then the process ends by the signal, as its sender expects)
+    std::fprintf(stderr, "%s%s\n", who.c_str(), printable(e.message()).c_str());
+    std::fflush(stdout);
+    std::signal(e.signal(), SIG_DFL);
+    std::raise(e.signal());
+    return 128 + e.signal();
   } catch (const UsageError& e) {
     const std::string m = printable(e.what());
     std::fprintf(stderr, "%s%s%s\n", dist::rank_prefix().c_str(),

@@ -20,6 +20,13 @@ struct Flag {
   bool repeatable = false;  // may be given more than once (gnn eval --run A --run B); Args::all reads them
 };
 
+// --threads, which every command that computes takes: 1..kMaxThreads, set by apply_threads. Without it
+// OpenMP's own count runs (OMP_NUM_THREADS, else every core), which run() bounds the same way.
+constexpr int kMaxThreads = 4096;
+inline const Flag kThreadsFlag{"threads", "T", "CPU threads (default: all)"};
+class Args;
+void apply_threads(const Args& a);
+
 struct Positional {
   std::string name;  // "FILE"
   std::string help;

@@ -130,7 +130,7 @@ int bench_kernel(const Args& a, const std::string& name) {
   s.backward = a.on("backward");
   if (a.on("save-graph") && a.str("save-graph").empty())
     throw UsageError("gnn bench kernel: --save-graph: no file given");
-  if (a.has("save-graph")) s.save_graph = a.str("save-graph");
+  if (a.has("save-graph")) check_output("save-graph", a.str("save-graph"), {}), s.save_graph = a.str("save-graph");
   const int repeat = int(a.integer("repeat", 20, 100000));
   const int64_t cold = a.integer("cold", 0, int64_t(1) << 20);
   // (the allocation would succeed and the flush's first write be killed for memory: refused first)
@@ -264,7 +264,7 @@ Command bench_command() {
        "out of cache as inside a training step (give more than the caches hold: the last-level cache, or the "
        "threads' L2s together); 0: warm runs",
        "0"},
-      {"threads", "T", "CPU threads (default: all)"},
+      kThreadsFlag,
       {"matmul-precision", "f32|bf16",
        "kernel: the CPU's matrix products, as gnn train's flag (bf16 needs AVX512-BF16)", "f32"},
       {"json", "", "one JSON object: name, median_ms, gbps, gflops"}};
@@ -282,7 +282,7 @@ Command bench_command() {
       for (const char* f : kernel_only)
         if (a.on(f)) throw UsageError(std::string("gnn bench npz: --") + f + " is a flag of `gnn bench kernel`");
     if (what == "kernel" && a.on("keys")) throw UsageError("gnn bench kernel: --keys is a flag of `gnn bench npz`");
-    if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
+    apply_threads(a);
     const std::string precision = a.str("matmul-precision");
     if (precision != "f32" && precision != "bf16")
       throw UsageError("--matmul-precision: expected f32 or bf16, got '" + precision + "'");

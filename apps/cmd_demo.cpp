@@ -104,7 +104,7 @@ Command demo_command() {
       {"layout-epochs", "E", "epochs for the layout models", "30"},
       {"seeds", "K", "training seeds per model (the spread of the scores is over these)", "3"},
       {"seed", "S", "seed for the data and the first training seed", "1"},
-      {"threads", "T", "CPU threads (default: all)"},
+      kThreadsFlag,
       {"out", "DIR",
        "keep the dataset and the runs here: a new or empty folder, or one an earlier demo made, whose data/ "
        "and runs/ are replaced (default: a temporary directory, of which only the report is kept)"}};
@@ -124,7 +124,7 @@ Command demo_command() {
       "else is each recipe's default. The curves of every run go into one report (report.html). The last\n"
       "line of stdout is one JSON object with every score.";
   c.run = [](const Args& a) {
-    if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
+    apply_threads(a);
     const int64_t tile_graphs = a.integer("tile-graphs", 2, 100'000),
                   layout_graphs = a.integer("layout-graphs", 2, 10'000);
     const int64_t tile_epochs = a.integer("tile-epochs", 1, 100'000),
@@ -135,13 +135,13 @@ Command demo_command() {
     namespace fs = std::filesystem;
     const bool keep = a.has("out");
     const auto temp = [] {
+      const char* env = std::getenv("TMPDIR");
+      if (env && !*env) return fs::path("/tmp");  // (set but empty: as unset)
       std::error_code ec;
       const fs::path t = fs::temp_directory_path(ec);
-      if (ec) {
-        const char* env = std::getenv("TMPDIR");
-        GNN_FAIL("gnn demo: no folder for temporary files (TMPDIR ", env ? env : "unset", ": ", ec.message(),
+      if (ec)
+        GNN_FAIL("no folder for temporary files (TMPDIR ", env ? env : "unset", ": ", ec.message(),
                  "); set TMPDIR to one, or give --out DIR");
-      }
       return t;
     };
     const fs::path dir = keep ? fs::path(a.str("out")) : temp() / ("gnn_demo_" + std::to_string(::getpid()));
@@ -226,7 +226,8 @@ Command demo_command() {
         table.push_back(e);
       }
     } catch (...) {
-      if (!keep) fs::remove_all(dir);
+      std::error_code ec;  // (a folder that cannot be removed does not hide what went wrong)
+      if (!keep) fs::remove_all(dir, ec);
       throw;
     }
     std::printf("\n  %-20s  %-15s  %-22s  %-22s  %8s  %10s\n", "model", "test metric", "mean +- sd over seeds",

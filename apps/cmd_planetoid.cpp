@@ -27,7 +27,7 @@ Command planetoid_command() {
       {"heads", "N", "GAT heads in the first layer", "8"},
       {"patience", "N", "GAT-paper early stopping with this patience (0: fixed --epochs, best val accuracy)", "0"},
       {"device", "cpu|cuda", "where to train (cuda: GPU 0)", "cpu"},
-      {"threads", "T", "CPU threads (default: all)"},
+      kThreadsFlag,
       {"verbose", "", "print every epoch"},
       {"json", "", "print the result as one JSON object on the last line"}};
   c.details =
@@ -68,7 +68,7 @@ Command planetoid_command() {
     if (dev == "cuda" && !cuda_available())
       throw UsageError("gnn planetoid: --device cuda is not usable here: " + cuda_status());
     if (dev == "cuda") o.device = Device::cuda(0);
-    if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
+    apply_threads(a);
     const PlanetoidData d = load_planetoid(a.str("data"));
     std::printf("%s: %lld nodes, %lld directed edges, %lld features, %lld classes; train %lld, val %lld, test %lld\n",
                 d.path.c_str(), (long long)d.graph.num_nodes, (long long)d.graph.num_edges, (long long)d.x.size(1),

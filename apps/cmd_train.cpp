@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -35,8 +36,8 @@ Device parse_device(const Args& a) {
 }
 
 // --threads and --comm-timeout, which every command that runs a model takes.
-void set_threads(const Args& a) {
-  if (a.has("threads")) set_num_threads(int(a.integer("threads", 1, 4096)));
+void set_threads_and_timeout(const Args& a) {
+  apply_threads(a);
   const double t = a.number("comm-timeout");
   if (!(t > 0)) throw UsageError("--comm-timeout must be a positive number of seconds, got " + a.str("comm-timeout"));
   dist::set_timeout(t);
@@ -80,7 +81,7 @@ struct RunOnSplit {
 };
 std::vector<RunOnSplit> open_runs(const Args& a) {
   const Device device = parse_device(a);
-  set_threads(a);
+  set_threads_and_timeout(a);
   try {
     train::parse_combine(a.str("ensemble"));  // a typo fails before any loading, as a usage error
   } catch (const Error& e) {
@@ -225,7 +226,7 @@ Command train_command() {
               "(fresh configs each time) as CUDA graphs and replay later steps from them; one process, whole "
               "graphs, a recipe whose training draws no dropout (a refusal names those that can) (0: off)",
               "0"},
-             {"threads", "T", "CPU threads (default: all)"},
+             kThreadsFlag,
              {"resume", "",
               "continue the run in RUN from its last checkpoint (starts one if there is none); "
               "--epochs or --steps given again extend or shorten it"},
@@ -264,7 +265,7 @@ Command train_command() {
   c.run = [](const Args& a) {
     train::TrainOptions o;
     o.device = parse_device(a);
-    set_threads(a);
+    set_threads_and_timeout(a);
     if (a.has("model")) o.recipe = a.str("model");
     if (!o.recipe.empty()) (void)train::find_recipe(o.recipe);
     if (a.on("data")) o.data = a.str("data");
@@ -334,7 +335,6 @@ const Flag kTtaFlag{"tta", "N",
                     "score each config as the mean of N passes over the configs in random orders (default: the "
                     "run's --tta)"};
 const Flag kDeviceFlag{"device", "cpu|cuda", "where to run", "cpu"};
-const Flag kThreadsFlag{"threads", "T", "CPU threads (default: all)"};
 
 }  // namespace
 
@@ -483,12 +483,19 @@ Command predict_command() {
     const std::vector<std::string> runtime_parts =
         a.has("runtimes") ? dist::allgather(runtimes, "the predicted runtimes") : std::vector<std::string>{};
     if (w.rank != 0) return 0;
-    write_file_atomic(a.str("out"), all);
+    // Both files written before either is moved into place: one that cannot be written leaves the other as
+    // it was.
+    AtomicFile out_file(a.str("out"));
+    out_file.write(all.data(), all.size());
+    std::optional<AtomicFile> runtimes_file;
     if (a.has("runtimes")) {
       std::string text = "ID,Config,Runtime\n";
       for (const std::string& part : runtime_parts) text += part;
-      write_file_atomic(a.str("runtimes"), text);
+      runtimes_file.emplace(a.str("runtimes"));
+      runtimes_file->write(text.data(), text.size());
     }
+    out_file.commit();
+    if (runtimes_file) runtimes_file->commit();
     if (runs.size() == 1)
       std::printf("wrote %s: %zu rows (%s, %s)\n", a.str("out").c_str(), src.files().size(), m.recipe->name.c_str(),
                   m.path.c_str());
@@ -529,7 +536,7 @@ Command pass_command() {
       "The last line of stdout is one JSON object (recipe, graph, configs, loss).";
   c.run = [](const Args& a) {
     const Device device = parse_device(a);
-    set_threads(a);
+    set_threads_and_timeout(a);
     train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")), device);
     nn::move_parameters(*m.model, device);
     const auto files = train::kind_files(a.str("data"), m.recipe->kind, a.str("split"));

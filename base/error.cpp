@@ -15,8 +15,9 @@ namespace gnn {
 // Declared in base/cuda_check.h; plain C++ so that the check's header needs nothing but the toolkit.
 bool cuda_sync_after_launch() {
   static const bool on = [] {
-    const char* v = std::getenv("GNN_SYNC");
-    return v != nullptr && std::string(v) != "0";
+    const std::string v = std::getenv("GNN_SYNC") ? std::getenv("GNN_SYNC") : "";
+    GNN_CHECK(v.empty() || v == "0" || v == "1", "GNN_SYNC=", v, ": expected 1 (synchronise after every launch) or 0");
+    return v == "1";
   }();
   return on;
 }

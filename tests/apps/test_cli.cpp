@@ -1,5 +1,8 @@
 // The gnn binary as users and scripts see it: exit codes, one-line errors, JSON on the last line.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -270,6 +273,45 @@ TEST_CASE("cli: output that could not be written is an error, and inspect's flag
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, "error: " + tmp.file("loop") + ": Too many levels of symbolic links"), r.err);
   CHECK(!contains(r.err, "filesystem error"));
+}
+
+TEST_CASE("cli: a signal leaves no partial dataset; one synth writes a tree at a time; bad environments named") {
+  testing::TempDir tmp;
+  // SIGTERM once synth has written its first graph: the graphs it wrote and the folders it made are removed,
+  // and it ends by the signal (the shell's 143), saying so.
+  const std::string d = tmp.file("d"), first = d + "/npz/layout/xla/default/train/synth_train_0000.npz";
+  auto r = testing::run_gnn_env(
+      "sh -c '\"$0\" synth --collection layout --out \"$1\" --nodes 3000 --configs 100 --graphs 40 --seed 1 & p=$!; "
+      "while kill -0 $p 2>/dev/null && [ ! -e \"$1/npz/layout/xla/default/train/synth_train_0000.npz\" ]; "
+      "do sleep 0.01; done; kill -TERM $p; wait $p'",
+      d);
+  CHECK(r.exit_code == 143);
+  CHECK_MESSAGE(contains(r.err, "gnn synth: interrupted (Terminated); the graphs it had written are removed"), r.err);
+  CHECK_FALSE(std::filesystem::exists(d));
+  // Two synths into one tree: the second is refused while the first holds it (the lock taken here).
+  std::filesystem::create_directories(d + "/npz/tile/xla");
+  const int fd = ::open((d + "/npz/tile/xla").c_str(), O_RDONLY | O_DIRECTORY);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX) == 0);
+  r = run_gnn("synth --collection tile --out " + d + " --graphs 1");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "another gnn synth is writing into it"), r.err);
+  CHECK(lines(r.err) == 1);
+  r = run_gnn("synth --collection layout --out " + d + " --graphs 1 --nodes 60 --configs 5");  // another tree
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  ::close(fd);
+  r = run_gnn("synth --collection tile --out " + d + " --graphs 1");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  // Environments gnn cannot run in, named: a thread count libgomp cannot start (unless --threads replaces
+  // it), and switches with values they do not take.
+  r = testing::run_gnn_env("OMP_NUM_THREADS=100000", "inspect " + d);
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "OMP_NUM_THREADS=100000: more than the 4096 threads gnn runs; set it lower"));
+  r = testing::run_gnn_env("OMP_NUM_THREADS=100000", "bench kernel gemm --nodes 64 --features 8 --threads 1");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  r = testing::run_gnn_env("GNN_HOST_CACHE=off", "bench kernel gemm --nodes 4096 --features 256 --threads 1");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "GNN_HOST_CACHE=off: expected 0 (the cache off) or 1 (on)"), r.err);
 }
 
 TEST_CASE("cli: bench npz prints the JSON keys other tools read") {

@@ -187,6 +187,21 @@ TEST_CASE("run files: no output may name a file of the run it reads") {
   r = run_gnn("score --submission " + t.file("sub.csv") + " --data " + data() + " --per-graph " + t.file("sub.csv"));
   CHECK(r.exit_code == 2);
   CHECK(slurp(t.file("sub.csv")).rfind("ID,TopConfigs\n", 0) == 0);
+  // An output that cannot be written is said before anything is scored, and the other output is left as it
+  // was (predict wrote --out, then failed on --runtimes).
+  std::ofstream(t.file("keep.csv")) << "old\n";
+  for (const std::string& bad : {t.file("no/such/dir/rt.csv"), t.file("")}) {
+    CAPTURE(bad);
+    r = run_gnn("predict" + on + " --out " + t.file("keep.csv") + " --runtimes " + bad);
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE((contains(r.err, "--runtimes " + bad + ": cannot write into") ||
+                   contains(r.err, "--runtimes " + bad + ": is a directory")),
+                  r.err);
+    CHECK(slurp(t.file("keep.csv")) == "old\n");
+  }
+  r = run_gnn("eval" + on + " --per-graph " + t.file("no/such/dir/g.jsonl"));
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "--per-graph " + t.file("no/such/dir/g.jsonl") + ": cannot write into"), r.err);
   // The run still resumes.
   r = run_gnn("train --out " + run + " --resume --epochs 3");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
