@@ -117,6 +117,17 @@ int64_t get_i64(const std::map<std::string, Tensor>& a, const std::string& key, 
             "' is missing or not one int64");
   return it->second.i64()[0];
 }
+int64_t get_i64(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file, int64_t lo,
+                int64_t hi, std::optional<int64_t> absent) {
+  if (absent && !a.count(key)) return *absent;
+  const int64_t v = get_i64(a, key, file);
+  check_stored(file, key, v, lo, hi);
+  return v;
+}
+void check_stored(const std::string& file, const std::string& key, int64_t v, int64_t lo, int64_t hi) {
+  GNN_CHECK(v >= lo && v <= hi, file, ": '", key, "' is ", v, ", not in ", lo, "..",
+            hi == INT64_MAX ? std::string("") : std::to_string(hi), "; the checkpoint is damaged");
+}
 double get_f64(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file) {
   auto it = a.find(key);
   GNN_CHECK(it != a.end() && it->second.numel() == 1 && it->second.dtype() == DType::F64, file, ": '", key,

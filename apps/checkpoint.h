@@ -7,6 +7,7 @@
 // mid-write leaves the previous checkpoint intact.
 #pragma once
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,11 @@ std::string tensor_text(const std::map<std::string, Tensor>& a, const std::strin
 Tensor i64_tensor(int64_t v);
 Tensor f64_tensor(double v);
 int64_t get_i64(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file);
+// A stored integer as gnn writes it, in lo..hi (hi INT64_MAX: no upper bound); anything else names the file
+// and the key as damaged. `absent`, when given, is the value of a key an older checkpoint lacks.
+int64_t get_i64(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file, int64_t lo,
+                int64_t hi, std::optional<int64_t> absent = std::nullopt);
+void check_stored(const std::string& file, const std::string& key, int64_t v, int64_t lo, int64_t hi);
 double get_f64(const std::map<std::string, Tensor>& a, const std::string& key, const std::string& file);
 
 }  // namespace gnn

@@ -27,16 +27,12 @@ void Preprocessing::save(std::vector<std::pair<std::string, Tensor>>& out) const
 
 Preprocessing Preprocessing::load(const std::map<std::string, Tensor>& arrays, const std::string& file) {
   Preprocessing p;
-  p.layout = get_i64(arrays, "prep/layout", file) != 0;
-  const int64_t khops = get_i64(arrays, "prep/khops", file);
-  GNN_CHECK(khops >= -1 && khops <= 1'000'000, file, ": 'prep/khops' is ", khops, ", not a hop count");
-  p.khops = int(khops);
+  p.layout = get_i64(arrays, "prep/layout", file, 0, 1) != 0;
+  p.khops = int(get_i64(arrays, "prep/khops", file, -1, 1'000'000));
   // Absent from models written before the direction existed: they followed both.
-  if (arrays.count("prep/khops_consumers") && get_i64(arrays, "prep/khops_consumers", file) != 0)
-    p.hops = HopDirection::kConsumers;
+  if (get_i64(arrays, "prep/khops_consumers", file, 0, 1, 0)) p.hops = HopDirection::kConsumers;
   // Absent from models written before the choice existed: they kept every edge.
-  if (arrays.count("prep/khops_configurable_edges") && get_i64(arrays, "prep/khops_configurable_edges", file) != 0)
-    p.edges = RegionEdges::kConfigurable;
+  if (get_i64(arrays, "prep/khops_configurable_edges", file, 0, 1, 0)) p.edges = RegionEdges::kConfigurable;
   try {  // (the transforms' checks know the arrays, not the file)
     p.node = ColumnTransform::load("prep/node/", arrays);
     p.config = ColumnTransform::load("prep/config/", arrays);

@@ -24,14 +24,6 @@ namespace gnn::train {
 
 namespace fs = std::filesystem;
 
-namespace {
-// A stored counter in lo..hi (hi INT64_MAX: no upper bound), as gnn writes it; anything else was damaged.
-void check_stored(const std::string& file, const std::string& key, int64_t v, int64_t lo, int64_t hi) {
-  GNN_CHECK(v >= lo && v <= hi, file, ": '", key, "' is ", v, ", not in ", lo, "..",
-            hi == INT64_MAX ? std::string("") : std::to_string(hi), "; the checkpoint is damaged");
-}
-}  // namespace
-
 Meta read_meta(const std::string& path) {
   GNN_CHECK(fs::exists(path), path, ": no such checkpoint");
   NpzReader r(path);
@@ -52,10 +44,8 @@ Meta read_meta(const std::string& path) {
   m.recipe = lookup_recipe(recipe);
   GNN_CHECK(m.recipe, path, ": 'meta/recipe' is '", recipe, "', a recipe this build does not have (gnn models)");
   // The run's length as --epochs and --steps bound it (checkpoints written before it was recorded lack it).
-  if (m.arrays.count("meta/epochs"))
-    check_stored(path, "meta/epochs", get_i64(m.arrays, "meta/epochs", path), 1, kMaxEpochs);
-  if (m.arrays.count("meta/steps"))
-    check_stored(path, "meta/steps", get_i64(m.arrays, "meta/steps", path), 0, INT64_MAX);
+  get_i64(m.arrays, "meta/epochs", path, 1, kMaxEpochs, 10);
+  get_i64(m.arrays, "meta/steps", path, 0, INT64_MAX, 0);
   m.hparams = HParams::from_json(tensor_text(m.arrays, "meta/hparams", path), path + ": meta/hparams");
   // Numbers as older gnn stored them from the command line (strtod read "+0.01" and " 1"): read as they
   // were then; the flags themselves are plain decimal now.
@@ -160,9 +150,6 @@ namespace {
 std::string stored_text(const Meta& m, const std::string& key, const std::string& file) {
   return m.arrays.count(key) ? tensor_text(m.arrays, key, file) : "";
 }
-int64_t stored_i64(const Meta& m, const std::string& key, int64_t fallback, const std::string& file) {
-  return m.arrays.count(key) ? get_i64(m.arrays, key, file) : fallback;
-}
 bool same_path(const std::string& a, const std::string& b) {
   std::error_code ec;
   return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
@@ -203,16 +190,14 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
     bad_option("--", k, " ", v, ": the run in ", run, " was started with ", was.empty() ? "no such flag" : was,
                "; a resumed run keeps its hyper-parameters");
   }
-  const int64_t seed = get_i64(p.meta.arrays, "meta/seed", model_path);
-  check_stored(model_path, "meta/seed", seed, 0, INT64_MAX);  // (--seed's range)
-  p.seed = uint64_t(seed);
+  p.seed = uint64_t(get_i64(p.meta.arrays, "meta/seed", model_path, 0, INT64_MAX));  // (--seed's range)
   if (o.seed && *o.seed != p.seed)
     bad_option("--seed ", *o.seed, ": the run in ", run, " was started with seed ", p.seed,
                "; a resumed run keeps its seed");
   // Checkpoints written before these were recorded lack them: the command line's values are taken.
   const bool recorded = p.meta.arrays.count("meta/epochs") > 0;
   const std::string older = " (not recorded: the checkpoint was written by an older gnn)";
-  const int64_t max_graphs = stored_i64(p.meta, "meta/max_graphs", o.max_graphs, model_path);
+  const int64_t max_graphs = get_i64(p.meta.arrays, "meta/max_graphs", model_path, 0, INT64_MAX, o.max_graphs);
   if (o.max_graphs > 0 && o.max_graphs != max_graphs)
     bad_option("--max-graphs ", o.max_graphs, ": the run in ", run, " was started with ",
                max_graphs ? std::to_string(max_graphs) : "every graph", "; a resumed run keeps its graphs");
@@ -225,8 +210,8 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
     bad_option("--data: the run in ", run, " does not record its dataset (written by an older gnn); pass --data");
   if (!o.data.empty() && !data.empty() && !same_path(o.data, data))
     p.notes.push_back("--data " + o.data + ": the run was started on " + data + "; its preprocessing is kept");
-  const int64_t epochs = stored_i64(p.meta, "meta/epochs", 10, model_path),
-                steps = stored_i64(p.meta, "meta/steps", 0, model_path);
+  const int64_t epochs = get_i64(p.meta.arrays, "meta/epochs", model_path, 1, kMaxEpochs, 10),
+                steps = get_i64(p.meta.arrays, "meta/steps", model_path, 0, INT64_MAX, 0);
   p.epochs = o.epochs > 0 ? o.epochs : epochs;
   p.steps = o.steps > 0 ? o.steps : o.steps < 0 ? 0 : steps;
   // A run cannot be made shorter than what it has trained: its weights would not be the ones it claims.
@@ -424,7 +409,7 @@ LoadedModel load_model(const std::string& checkpoint, Device device) {
   load_checkpoint(checkpoint, out.model->parameters(), nullptr);
   out.model->eval();
   out.path = checkpoint;
-  out.epoch = get_i64(m.arrays, "state/epoch", checkpoint);
+  out.epoch = get_i64(m.arrays, "state/epoch", checkpoint, 0, kMaxEpochs);
   return out;
 }
 

@@ -614,8 +614,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   if (lead_)
     for (const std::string& note : plan_.notes) std::printf("resuming with %s\n", note.c_str());
   if (plan_.resuming && lead_) {
-    const auto it = plan_.meta.arrays.find("meta/ranks");
-    const int64_t before = it == plan_.meta.arrays.end() ? 1 : get_i64(plan_.meta.arrays, "meta/ranks", model_path_);
+    const int64_t before = get_i64(plan_.meta.arrays, "meta/ranks", model_path_, 1, INT32_MAX, 1);
     if (before != world_.size)
       std::printf(
           "resuming a run of %lld rank(s) with %d: the global batches are the same (each rank builds a share "
