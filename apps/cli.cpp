@@ -19,6 +19,7 @@
 #include "base/parse.h"
 #include "dist/comm.h"
 #include "io/atomic_file.h"
+#include "runtime/cuda.h"
 #include "runtime/parallel.h"
 
 namespace gnn::cli {
@@ -82,6 +83,14 @@ void check_output_folder(const std::string& flag, const std::string& dir) {
 #endif
   if (::access(p.c_str(), W_OK | X_OK) != 0)
     throw UsageError(what + "cannot write into " + p.string() + " (" + std::strerror(errno) + ")");
+}
+
+Device parse_device(const Args& a) {
+  const std::string d = a.str("device");
+  if (d == "cpu") return Device::cpu();
+  if (d != "cuda") throw UsageError("--device must be cpu or cuda, got '" + d + "'");
+  if (!cuda_available()) throw UsageError("--device cuda is not usable here: " + cuda_status());
+  return Device::cuda(dist::world().local_rank % cuda_device_count());
 }
 
 void apply_threads(const Args& a) {
@@ -217,6 +226,25 @@ std::string overview(const std::vector<Command>& commands) {
 
 namespace {
 
+// The environment's switches, as a flag's value is checked: one gnn cannot run with is a usage error
+// before anything runs.
+void check_environment(const Command& cmd, const Args& a) {
+  // (libgomp crashes starting 100,000 threads: a count --threads would refuse is refused here too,
+  // unless --threads replaces it)
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && num_threads() > kMaxThreads && !a.on("threads")) {
+    const bool takes =
+        std::any_of(cmd.flags.begin(), cmd.flags.end(), [](const Flag& f) { return f.name == "threads"; });
+    throw UsageError("OMP_NUM_THREADS=" + std::string(env) + ": more than the " + std::to_string(kMaxThreads) +
+                     " threads gnn runs; set it lower" + (takes ? ", or pass --threads T" : ""));
+  }
+  for (const auto& [name, means] : {std::pair{"GNN_HOST_CACHE", "0 turns the host cache off, 1 keeps it on"},
+                                    std::pair{"GNN_SYNC", "1 synchronises after every CUDA launch, 0 does not"}}) {
+    const char* env = std::getenv(name);
+    if (env && *env && std::string(env) != "0" && std::string(env) != "1")
+      throw UsageError(std::string(name) + "=" + env + ": expected 0 or 1 (" + means + ")");
+  }
+}
+
 int run_command(const std::vector<Command>& commands, int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
@@ -270,16 +298,7 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
   const std::string who = "gnn " + cmd->name + ": " + dist::rank_prefix();
   try {
     const Args a = parse_args(*cmd, args);
-    // (libgomp crashes starting 100,000 threads: a count --threads would refuse is refused from the
-    // environment too, unless --threads replaces it)
-    if (num_threads() > kMaxThreads && !a.on("threads")) {
-      const char* env = std::getenv("OMP_NUM_THREADS");
-      const bool takes =
-          std::any_of(cmd->flags.begin(), cmd->flags.end(), [](const Flag& f) { return f.name == "threads"; });
-      throw UsageError("OMP_NUM_THREADS=" + std::string(env ? env : "") + ": more than the " +
-                       std::to_string(kMaxThreads) + " threads gnn runs; set it lower" +
-                       (takes ? ", or pass --threads T" : ""));
-    }
+    check_environment(*cmd, a);
     return cmd->run(a);
   } catch (const InterruptedError& e) {  // (said, then the process ends by the signal, as its sender expects)
     std::fprintf(stderr, "%s%s\n", who.c_str(), printable(e.message()).c_str());

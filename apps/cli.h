@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/dtype.h"
+
 namespace gnn::cli {
 
 struct Flag {
@@ -26,6 +28,9 @@ constexpr int kMaxThreads = 4096;
 inline const Flag kThreadsFlag{"threads", "T", "CPU threads (default: all)"};
 class Args;
 void apply_threads(const Args& a);
+// --device: the host, or a GPU when this build and machine have one: GPU 0, or under mpirun GPU (local
+// rank mod GPUs on the node), so the ranks of a node share its GPUs out.
+Device parse_device(const Args& a);
 
 struct Positional {
   std::string name;  // "FILE"
@@ -40,7 +45,8 @@ class UsageError : public std::runtime_error {
 // Refuses (UsageError) an output flag's path when it names one of `inputs`, the files the command reads
 // or the files of a run it reads (train::run_files): writing there would destroy them, as
 // `gnn predict --out RUN/model.npz` would. Another spelling, a symlink or a hard link counts as the same. An
-// empty path is refused too.
+// empty path is refused too, and one that cannot be written (io/atomic_file.h's check_writable): said before
+// the work, not after it.
 void check_output(const std::string& flag, const std::string& out, const std::vector<std::string>& inputs);
 // Refuses (UsageError, naming --flag) a folder to write into that cannot be one: dir exists and is not a
 // folder (or is a symlink to nothing), or its nearest existing ancestor is not a folder, lies on a kernel

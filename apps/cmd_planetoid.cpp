@@ -3,7 +3,6 @@
 
 #include "apps/commands.h"
 #include "apps/planetoid.h"
-#include "runtime/cuda.h"
 #include "runtime/parallel.h"
 
 namespace gnn::cli {
@@ -62,12 +61,7 @@ Command planetoid_command() {
         throw UsageError(std::string("gnn planetoid: --") + flag + " is a GAT flag; --model " + o.model +
                          " has no heads or attention");
     o.patience = a.integer("patience", 0, 1'000'000);
-    const std::string dev = a.str("device");
-    if (dev != "cpu" && dev != "cuda")
-      throw UsageError("gnn planetoid: --device must be cpu or cuda, got '" + dev + "'");
-    if (dev == "cuda" && !cuda_available())
-      throw UsageError("gnn planetoid: --device cuda is not usable here: " + cuda_status());
-    if (dev == "cuda") o.device = Device::cuda(0);
+    o.device = parse_device(a);
     apply_threads(a);
     const PlanetoidData d = load_planetoid(a.str("data"));
     std::printf("%s: %lld nodes, %lld directed edges, %lld features, %lld classes; train %lld, val %lld, test %lld\n",

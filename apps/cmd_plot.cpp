@@ -157,7 +157,10 @@ Command plot_command() {
     const std::string out = a.has("out")       ? a.str("out")
                             : runs.size() == 1 ? (first / "report.html").string()
                                                : (first.parent_path() / "report.html").string();
-    for (const std::string& run : a.positionals()) check_output("out", out, train::run_files(run));
+    std::vector<std::string> inputs;
+    for (const std::string& run : a.positionals())
+      for (const std::string& f : train::run_files(run)) inputs.push_back(f);
+    check_output("out", out, inputs);
     write_file_atomic(out,
                       plot_html(runs.size() == 1 ? "gnn run " + html_text(a.positional(0)) : "gnn runs", runs, ""));
     std::printf("wrote %s (%zu run%s)\n", out.c_str(), runs.size(), runs.size() == 1 ? "" : "s");

@@ -25,16 +25,6 @@ namespace gnn::cli {
 
 namespace {
 
-// --device: the host, or a GPU when this build and machine have one: GPU 0, or under mpirun GPU
-// (local rank mod GPUs on the node), so the ranks of a node share its GPUs out.
-Device parse_device(const Args& a) {
-  const std::string d = a.str("device");
-  if (d == "cpu") return Device::cpu();
-  if (d != "cuda") throw UsageError("--device: expected cpu or cuda, got '" + d + "'");
-  if (!cuda_available()) throw UsageError("--device cuda is not usable here: " + cuda_status());
-  return Device::cuda(dist::world().local_rank % cuda_device_count());
-}
-
 // --threads and --comm-timeout, which every command that runs a model takes.
 void set_threads_and_timeout(const Args& a) {
   apply_threads(a);

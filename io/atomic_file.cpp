@@ -20,7 +20,8 @@ namespace gnn {
 namespace {
 
 // The temporaries being written, for the signal handler (install_interrupt_handlers): a slot is free (0),
-// being filled (1) or armed (2). Atomics and unlink are all the handler touches.
+// being filled (1), armed (2) or taken by the handler (3, the process is ending). Atomics and unlink are
+// all the handler touches; it takes a slot before reading its path, so a path is never read while rewritten.
 constexpr int kTempSlots = 64;
 struct TempSlot {
   std::atomic<int> state{0};
@@ -28,6 +29,7 @@ struct TempSlot {
 };
 TempSlot g_temps[kTempSlots];
 std::atomic<int> g_cooperative{0}, g_interrupted{0};
+void (*g_previous[NSIG])(int) = {};  // a handler that was there before (MPI's stop message): called after
 
 int arm_temporary(const std::string& p) {
   if (p.size() >= sizeof g_temps[0].path) return -1;
@@ -42,7 +44,10 @@ int arm_temporary(const std::string& p) {
   return -1;  // (more at once than the table holds: this one is left to remove_stale_temporaries)
 }
 void disarm_temporary(int slot) {
-  if (slot >= 0) g_temps[slot].state.store(0);
+  if (slot < 0) return;
+  int armed = 2;
+  if (!g_temps[slot].state.compare_exchange_strong(armed, 0))
+    for (;;) ::pause();  // the handler holds it: the process is ending
 }
 
 void on_interrupt(int sig) {
@@ -50,18 +55,33 @@ void on_interrupt(int sig) {
     g_interrupted.store(sig);
     return;
   }
-  for (TempSlot& t : g_temps)
-    if (t.state.load() == 2) ::unlink(t.path);
+  for (TempSlot& t : g_temps) {
+    int armed = 2;
+    if (t.state.compare_exchange_strong(armed, 3)) ::unlink(t.path);
+  }
+  if (void (*previous)(int) = g_previous[sig]) {
+    previous(sig);  // (its own ending: MPI's prints the rank's stop message, then raises)
+    return;
+  }
   ::signal(sig, SIG_DFL);
   ::raise(sig);  // (blocked in its own handler: it ends the process as this returns)
 }
 
-// The temporary's name beside `target`: target.tmp-PID, the name cut to 240 bytes first so that the
-// temporary's stays within a file name's 255 (remove_stale_temporaries looks for the same prefix).
+// The temporary's name beside `target`: target.tmp-PID. A name past 240 bytes is cut to 224 and marked
+// with a hash of the whole, so that the temporary's stays within a file name's 255 bytes and two long
+// names sharing a beginning keep apart (remove_stale_temporaries looks for the same prefix).
 std::string temporary_prefix(const std::string& target) {
   namespace fs = std::filesystem;
   const fs::path p(target);
-  return (p.parent_path() / p.filename().string().substr(0, 240)).string() + ".tmp-";
+  std::string name = p.filename().string();
+  if (name.size() > 240) {
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (unsigned char c : name) h = (h ^ c) * 16777619u;
+    char mark[16];
+    std::snprintf(mark, sizeof mark, "-%08x", h);
+    name = name.substr(0, 224) + mark;
+  }
+  return (p.parent_path() / name).string() + ".tmp-";
 }
 
 // Which of this process's standard output and error `st` is (1 or 2), or -1: /dev/stdout names fd 1
@@ -128,9 +148,14 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
     return;
   }
   tmp_path_ = temporary_prefix(target_) + std::to_string(::getpid());
+  slot_ = arm_temporary(tmp_path_);  // (before it exists: a signal between the two finds it)
   fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  GNN_CHECK(fd_ >= 0, path_, ": cannot create ", tmp_path_, " (", std::strerror(errno), ")");
-  slot_ = arm_temporary(tmp_path_);
+  if (fd_ < 0) {
+    const int err = errno;
+    disarm_temporary(slot_);
+    slot_ = -1;
+    GNN_FAIL(path_, ": cannot create ", tmp_path_, " (", std::strerror(err), ")");
+  }
 }
 
 AtomicFile::~AtomicFile() {
@@ -262,11 +287,14 @@ int remove_stale_temporaries(const std::string& path) {
 void install_interrupt_handlers() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction old {};
-    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;  // (nohup's SIGHUP stays off)
+    if (::sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO)) continue;  // (another's: kept)
+    if (old.sa_handler == SIG_IGN || old.sa_handler == on_interrupt) continue;  // (nohup's SIGHUP stays off)
+    if (old.sa_handler != SIG_DFL) g_previous[sig] = old.sa_handler;
     struct sigaction sa {};
     sa.sa_handler = on_interrupt;
     sa.sa_flags = SA_RESTART;  // (a cooperative scope's reads and writes go on until it stops itself)
-    sigemptyset(&sa.sa_mask);
+    sigemptyset(&sa.sa_mask);  // (one of them at a time)
+    for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&sa.sa_mask, s);
     ::sigaction(sig, &sa, nullptr);
   }
 }
@@ -283,8 +311,8 @@ InterruptedError::InterruptedError(int sig, const std::string& then)
     : Error(std::string("interrupted (") + ::strsignal(sig) + ")" + (then.empty() ? "" : "; " + then), "signal"),
       signal_(sig) {}
 
-void throw_if_interrupted() {
-  if (const int sig = g_interrupted.load()) throw InterruptedError(sig);
+void throw_if_interrupted(const std::string& then) {
+  if (const int sig = g_interrupted.load()) throw InterruptedError(sig, then);
 }
 
 }  // namespace gnn

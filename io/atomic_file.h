@@ -84,6 +84,6 @@ class InterruptedError : public Error {
  private:
   int signal_;
 };
-void throw_if_interrupted();
+void throw_if_interrupted(const std::string& then = "");  // InterruptedError(signal, then) once one came
 
 }  // namespace gnn

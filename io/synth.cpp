@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -416,8 +417,12 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
     fs::create_directories(root);
     lock = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     GNN_CHECK(lock >= 0, root.string(), ": cannot open (", std::strerror(errno), ")");
-    GNN_CHECK(::flock(lock, LOCK_EX | LOCK_NB) == 0, root.string(), ": another gnn synth is writing into it (",
-              errno == EWOULDBLOCK ? "locked" : std::strerror(errno), "); wait for it, or write to another --out");
+    if (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+      GNN_CHECK(errno != EWOULDBLOCK, root.string(),
+                ": another gnn synth is writing into it; wait for it, or write to another --out");
+      std::fprintf(stderr, "gnn synth: warning: %s cannot be locked here (%s); nothing stops a second writer\n",
+                   root.c_str(), std::strerror(errno));  // (a filesystem without flock: as RunLock does)
+    }
     // Graphs already there would mix with these (a smaller --graphs leaves the old ones past its end):
     // a split is written whole, into a folder without graphs.
     for (const std::string& split : o.splits)
@@ -426,13 +431,11 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
           GNN_CHECK(e.path().extension() != ".npz", (root / split).string(), " already holds graphs (",
                     e.path().filename().string(), "); write a new dataset into an empty --out, or remove them first");
     write_splits(root, o, layout, nodes, configs, paths, made);
-  } catch (const InterruptedError& e) {
-    remove_written();
-    if (lock >= 0) ::close(lock);
-    throw InterruptedError(e.signal(), "the graphs it had written are removed");
+    throw_if_interrupted();  // (one that came during the last graph)
   } catch (...) {
     remove_written();
     if (lock >= 0) ::close(lock);
+    throw_if_interrupted("the graphs it had written are removed");  // (a signal, or a failure after one)
     throw;
   }
   ::close(lock);

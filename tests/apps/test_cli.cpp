@@ -275,7 +275,7 @@ TEST_CASE("cli: output that could not be written is an error, and inspect's flag
   CHECK(!contains(r.err, "filesystem error"));
 }
 
-TEST_CASE("cli: a signal leaves no partial dataset; one synth writes a tree at a time; bad environments named") {
+TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a time, bad environments are named") {
   testing::TempDir tmp;
   // SIGTERM once synth has written its first graph: the graphs it wrote and the folders it made are removed,
   // and it ends by the signal (the shell's 143), saying so.
@@ -309,9 +309,14 @@ TEST_CASE("cli: a signal leaves no partial dataset; one synth writes a tree at a
   CHECK(contains(r.err, "OMP_NUM_THREADS=100000: more than the 4096 threads gnn runs; set it lower"));
   r = testing::run_gnn_env("OMP_NUM_THREADS=100000", "bench kernel gemm --nodes 64 --features 8 --threads 1");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
-  r = testing::run_gnn_env("GNN_HOST_CACHE=off", "bench kernel gemm --nodes 4096 --features 256 --threads 1");
-  CHECK(r.exit_code == 1);
-  CHECK_MESSAGE(contains(r.err, "GNN_HOST_CACHE=off: expected 0 (the cache off) or 1 (on)"), r.err);
+  for (const char* env : {"GNN_HOST_CACHE=off", "GNN_SYNC=yes"}) {
+    CAPTURE(env);
+    r = testing::run_gnn_env(env, "inspect " + d);
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE(contains(r.err, std::string(env) + ": expected 0 or 1"), r.err);
+  }
+  r = testing::run_gnn_env("GNN_HOST_CACHE=0 GNN_SYNC=", "inspect " + d);
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
 }
 
 TEST_CASE("cli: bench npz prints the JSON keys other tools read") {

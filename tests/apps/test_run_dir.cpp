@@ -768,7 +768,8 @@ TEST_CASE("run files: eval scores a run whose directory it cannot write, and syn
   CHECK(contains(r.err, "warning: the per-graph scores are not written"));
   CHECK(Json::parse(last_line(r.out)).contains("score"));
   r = run_gnn("eval --run " + run + " --data " + data() + " --per-graph " + run + "/eval_valid.jsonl");
-  CHECK(r.exit_code == 1);
+  CHECK(r.exit_code == 2);  // (given by the flag, it is refused before anything is scored)
+  CHECK(contains(r.err, "--per-graph " + run + "/eval_valid.jsonl: is a directory"));
   // gnn synth into a split folder that holds graphs is refused; an empty --split list too.
   r = run_gnn("synth --collection tile --out " + t.file("d") + " --graphs 3 --seed 1");
   REQUIRE(r.exit_code == 0);
