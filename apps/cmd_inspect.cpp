@@ -57,7 +57,7 @@ Json shape_json(const std::vector<int64_t>& shape) {
 }
 
 // TpuGraphs: which collection the keys say, and the statistics a user checks first.
-Json tpugraphs_summary(const NpzReader& npz) {
+Json tpugraphs_summary(const NpzReader& npz, const std::map<std::string, Tensor>& arrays) {
   for (const char* k : {"node_feat", "node_opcode", "edge_index", "config_runtime"})
     if (!npz.contains(k)) return Json();
   const bool layout = npz.contains("node_config_feat"), tile = npz.contains("config_feat");
@@ -71,7 +71,7 @@ Json tpugraphs_summary(const NpzReader& npz) {
   if (layout)
     j.set("configurable_nodes",
           npz.contains("node_config_ids") ? npz.info("node_config_ids").header.numel() : int64_t(0));
-  const Stats rt = stats_of(npz.load("config_runtime"));
+  const Stats rt = stats_of(arrays.at("config_runtime"));
   if (npz.info("config_runtime").header.numel() > 0) {
     j.set("runtime_min", rt.min);
     j.set("runtime_max", rt.max);
@@ -195,12 +195,17 @@ Command inspect_command() {
     const NpzReader npz(path, limits);
     // Everything is read and checked before anything is printed: every member's data (so its CRC-32),
     // and for a TpuGraphs file every schema rule `inspect DIR` applies. A bad file prints one error line.
+    // A TpuGraphs file's members are read once, for the statistics and the schema's checks; another
+    // archive's one at a time.
+    const bool tpugraphs = npz.contains("config_feat") || npz.contains("node_config_feat");
+    std::map<std::string, Tensor> loaded;
+    if (tpugraphs) loaded = npz.load_keys(npz.keys());
     Json arrays = Json::array();
     std::string table = json ? "" : format_row("key", "dtype", "shape", "order", "method", "compressed", "raw");
     for (const std::string& key : npz.keys()) {
       const NpzArrayInfo info = npz.info(key);
       const NpyHeader& h = info.header;
-      const Stats s = stats_of(npz.load(key));
+      const Stats s = stats_of(tpugraphs ? loaded.at(key) : npz.load(key));
       if (!json) {
         table +=
             format_row(key, h.descr, h.shape_str(), h.fortran_order ? "F" : "C", zip_method_name(info.entry.method),
@@ -215,9 +220,9 @@ Command inspect_command() {
       e.set("sum", s.sum);
       arrays.push_back(std::move(e));
     }
-    if (npz.contains("config_feat") || npz.contains("node_config_feat"))
-      (void)load_tpugraph(npz, {.require_runtimes = false});  // a test file's runtimes may be placeholders
-    const Json tpu = tpugraphs_summary(npz);
+    if (tpugraphs)  // (a test file's runtimes may be placeholders)
+      (void)load_tpugraph(npz, {.require_runtimes = false, .loaded = &loaded});
+    const Json tpu = tpugraphs ? tpugraphs_summary(npz, loaded) : Json();
     std::fputs(table.c_str(), stdout);
     if (json) {
       Json j = Json::object();

@@ -120,7 +120,11 @@ TpuGraph load_checked(const NpzReader& npz, const LoadOptions& options) {
   const auto headers = check_headers(npz, options.require_runtimes);
   std::vector<std::string> keys;
   for (const auto& kv : headers) keys.push_back(kv.first);
-  auto arrays = npz.load_keys(keys);
+  std::map<std::string, Tensor> arrays;
+  if (options.loaded)
+    for (const std::string& k : keys) arrays[k] = options.loaded->at(k);
+  else
+    arrays = npz.load_keys(keys);
 
   TpuGraph g;
   g.path = path;

@@ -54,6 +54,8 @@ struct TpuGraph {
 
 struct LoadOptions {
   bool require_runtimes = true;  // false for test files, whose runtimes are unknown
+  // The archive's members already read (gnn inspect reads each for its statistics): taken, not read again.
+  const std::map<std::string, Tensor>* loaded = nullptr;
 };
 
 TpuGraph load_tpugraph(const std::string& path, const LoadOptions& options = {});
