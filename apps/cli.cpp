@@ -52,6 +52,7 @@ void check_output(const std::string& flag, const std::string& out, const std::ve
     throw UsageError("--" + flag + " " + out + ": is " + same +
                      ", a file this command reads (or of the run it reads); writing it would destroy it: choose "
                      "another path");
+  if (dist::world().rank != 0) return;  // (only rank 0 writes: another node may lack the folder)
   try {  // (before the work: a path that cannot be written is said now, not after it)
     check_writable(out);
   } catch (const Error& e) {
@@ -238,7 +239,8 @@ void check_environment(const Command& cmd, const Args& a) {
                      " threads gnn runs; set it lower" + (takes ? ", or pass --threads T" : ""));
   }
   for (const auto& [name, means] : {std::pair{"GNN_HOST_CACHE", "0 turns the host cache off, 1 keeps it on"},
-                                    std::pair{"GNN_SYNC", "1 synchronises after every CUDA launch, 0 does not"}}) {
+                                    std::pair{"GNN_SYNC", "1 synchronises after every CUDA launch, 0 does not"},
+                                    std::pair{"GNN_TF32", "1 gives cuBLAS's TF32 products, 0 full f32"}}) {
     const char* env = std::getenv(name);
     if (env && *env && std::string(env) != "0" && std::string(env) != "1")
       throw UsageError(std::string(name) + "=" + env + ": expected 0 or 1 (" + means + ")");

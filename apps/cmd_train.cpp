@@ -114,7 +114,7 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
 // graph, its --eval-chunk and --tta), combined; one run's scores as they are.
 train::ConfigScorer ensemble_scorer(const Args& a, const std::vector<RunOnSplit>& runs) {
   const train::Combine how = runs.size() > 1 ? train::parse_combine(a.str("ensemble")) : train::Combine::kMeanZ;
-  return [&a, &runs, how](size_t i, const train::ModelGraph& g, const std::vector<int64_t>& configs) {
+  return [&runs, how](size_t i, const train::ModelGraph& g, const std::vector<int64_t>& configs) {
     std::vector<std::vector<double>> members;
     for (size_t k = 0; k < runs.size(); ++k) {
       const train::LoadedModel& m = runs[k].model;
@@ -473,8 +473,7 @@ Command predict_command() {
     const std::vector<std::string> runtime_parts =
         a.has("runtimes") ? dist::allgather(runtimes, "the predicted runtimes") : std::vector<std::string>{};
     if (w.rank != 0) return 0;
-    // Both files written before either is moved into place: one that cannot be written leaves the other as
-    // it was.
+    // Both files written before either is moved into place: a write that fails leaves the other as it was.
     AtomicFile out_file(a.str("out"));
     out_file.write(all.data(), all.size());
     std::optional<AtomicFile> runtimes_file;

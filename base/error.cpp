@@ -16,7 +16,7 @@ namespace gnn {
 bool cuda_sync_after_launch() {
   static const bool on = [] {
     const char* v = std::getenv("GNN_SYNC");
-    return v != nullptr && std::string(v) != "0";
+    return v != nullptr && *v && std::string(v) != "0";  // (empty: as unset)
   }();
   return on;
 }

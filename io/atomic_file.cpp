@@ -52,17 +52,16 @@ void disarm_temporary(int slot) {
 
 void on_interrupt(int sig) {
   if (g_cooperative.load() > 0 && g_interrupted.load() == 0) {
-    g_interrupted.store(sig);
+    g_interrupted.store(sig);  // (errno untouched: the interrupted code goes on)
     return;
   }
   for (TempSlot& t : g_temps) {
     int armed = 2;
     if (t.state.compare_exchange_strong(armed, 3)) ::unlink(t.path);
   }
-  if (void (*previous)(int) = g_previous[sig]) {
-    previous(sig);  // (its own ending: MPI's prints the rank's stop message, then raises)
-    return;
-  }
+  // A handler that was there first (MPI's prints the rank's stop message), then the signal's own ending:
+  // the temporaries are gone, so the process may not go on even where that handler would return.
+  if (void (*previous)(int) = g_previous[sig]) previous(sig);
   ::signal(sig, SIG_DFL);
   ::raise(sig);  // (blocked in its own handler: it ends the process as this returns)
 }

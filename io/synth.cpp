@@ -418,10 +418,13 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
     lock = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     GNN_CHECK(lock >= 0, root.string(), ": cannot open (", std::strerror(errno), ")");
     if (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
-      GNN_CHECK(errno != EWOULDBLOCK, root.string(),
-                ": another gnn synth is writing into it; wait for it, or write to another --out");
+      const int err = errno;
+      if (err == EWOULDBLOCK) {
+        made.clear();  // (the holder may have made them: they are its)
+        GNN_FAIL(root.string(), ": another gnn synth is writing into it; wait for it, or write to another --out");
+      }
       std::fprintf(stderr, "gnn synth: warning: %s cannot be locked here (%s); nothing stops a second writer\n",
-                   root.c_str(), std::strerror(errno));  // (a filesystem without flock: as RunLock does)
+                   root.c_str(), std::strerror(err));  // (a filesystem without flock: as RunLock does)
     }
     // Graphs already there would mix with these (a smaller --graphs leaves the old ones past its end):
     // a split is written whole, into a folder without graphs.

@@ -51,7 +51,7 @@ void set_gemm_tf32(bool on) { g_tf32 = on ? 1 : 0; }
 bool gemm_tf32() {
   if (g_tf32 < 0) {
     const char* v = std::getenv("GNN_TF32");
-    g_tf32 = v != nullptr && std::string(v) != "0" ? 1 : 0;
+    g_tf32 = v != nullptr && *v && std::string(v) != "0" ? 1 : 0;  // (empty: as unset)
   }
   return g_tf32 == 1;
 }

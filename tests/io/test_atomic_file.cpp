@@ -41,6 +41,7 @@ int in_child(F child) {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);  // (not doctest's crash report)
     int code = 99;
     try {
       code = child();
