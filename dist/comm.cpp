@@ -29,6 +29,7 @@
 #include <nccl.h>
 
 #include "base/cuda_check.h"
+#include "runtime/cuda_libs.h"
 #endif
 
 namespace gnn::dist {
@@ -249,9 +250,16 @@ std::string backends() {
   s = "MPI off (built without it: scripts/setup.sh installs Open MPI)";
 #endif
 #if GNN_WITH_NCCL
+#if GNN_CUDA_EMU
+  const std::string why;
+#else
+  const std::string why = cuda_library_error(CudaLibrary::kNccl);  // opens it, as ncclGetVersion would
+#endif
   int nv = 0;
-  ncclGetVersion(&nv);
-  s += ", NCCL " + std::to_string(nv / 10000) + "." + std::to_string(nv / 100 % 100) + "." + std::to_string(nv % 100);
+  if (why.empty()) ncclGetVersion(&nv);
+  s += why.empty() ? ", NCCL " + std::to_string(nv / 10000) + "." + std::to_string(nv / 100 % 100) + "." +
+                         std::to_string(nv % 100)
+                   : ", NCCL not loadable (" + why + ")";
 #else
   s += ", NCCL off";
 #endif

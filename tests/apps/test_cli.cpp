@@ -319,6 +319,27 @@ TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a
   CHECK_MESSAGE(r.exit_code == 0, r.err);
 }
 
+TEST_CASE("cli: under a small address-space limit the CPU path runs, and info names a library it cannot open") {
+#if defined(__SANITIZE_ADDRESS__)
+  skip("AddressSanitizer reserves more address space than the limits here");
+#else
+  testing::TempDir tmp;
+  const std::string d = tmp.file("d");
+  auto r = run_gnn("synth --collection tile --out " + d + " --graphs 2 --seed 1");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  // cuBLAS, cuSPARSE and NCCL linked were 1.1 GB of mappings: the loader refused the binary under 600 MB.
+  r = testing::run_gnn_env(
+      "sh -c 'ulimit -v 600000; exec \"$0\" \"$@\"'",
+      "train --model tile-mlp --data " + d + " --out " + tmp.file("run") + " --steps 3 --threads 2");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  r = testing::run_gnn_env("sh -c 'ulimit -v 150000; exec \"$0\" \"$@\"'", "info");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+#if GNN_WITH_NCCL && !GNN_CUDA_EMU
+  CHECK_MESSAGE(contains(r.out, "NCCL not loadable (libnccl.so."), r.out);
+#endif
+#endif
+}
+
 TEST_CASE("cli: bench npz prints the JSON keys other tools read") {
   auto r = run_gnn("bench npz " + testing::fixture("stored.npz") + " --repeat 3 --json");
   REQUIRE(r.exit_code == 0);
