@@ -2,6 +2,7 @@
 
 #ifdef __linux__
 #include <linux/magic.h>
+#include <sys/resource.h>
 #include <sys/vfs.h>
 #endif
 #include <unistd.h>
@@ -92,10 +93,6 @@ Device parse_device(const Args& a) {
   if (d != "cuda") throw UsageError("--device must be cpu or cuda, got '" + d + "'");
   if (!cuda_available()) throw UsageError("--device cuda is not usable here: " + cuda_status());
   return Device::cuda(dist::world().local_rank % cuda_device_count());
-}
-
-void apply_threads(const Args& a) {
-  if (a.on("threads")) set_num_threads(int(a.integer("threads", 1, kMaxThreads)));
 }
 
 bool Args::has(const std::string& flag) const { return values_.count(flag) || defaults_.count(flag); }
@@ -301,6 +298,8 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
   try {
     const Args a = parse_args(*cmd, args);
     check_environment(*cmd, a);
+    if (a.on("threads")) set_num_threads(int(a.integer("threads", 1, kMaxThreads)));
+    start_threads();
     return cmd->run(a);
   } catch (const InterruptedError& e) {  // (said, then the process ends by the signal, as its sender expects)
     std::fprintf(stderr, "%s%s\n", who.c_str(), printable(e.message()).c_str());
@@ -355,6 +354,18 @@ int64_t usable_memory_bytes() {
       const int64_t limit = std::stoll(v);
       bytes = bytes ? std::min(bytes, limit) : limit;
     }
+  }
+  // `ulimit -v` and `ulimit -d`: past them an allocation fails, whatever the machine has. What is left of
+  // each: the limit less the address space (statm's size) or the data (its data) already taken.
+  int64_t size = 0, resident = 0, shared = 0, text = 0, lib = 0, data = 0;
+  if (std::ifstream statm("/proc/self/statm"); !(statm >> size >> resident >> shared >> text >> lib >> data))
+    size = data = 0;
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  for (const auto& [resource, taken] : {std::pair{RLIMIT_AS, size * page}, std::pair{RLIMIT_DATA, data * page}}) {
+    struct rlimit r {};
+    if (::getrlimit(resource, &r) != 0 || r.rlim_cur == RLIM_INFINITY || r.rlim_cur > uint64_t(INT64_MAX)) continue;
+    const int64_t left = std::max<int64_t>(int64_t(r.rlim_cur) - taken, 1);
+    bytes = bytes ? std::min(bytes, left) : left;
   }
   return bytes;
 }

@@ -22,12 +22,12 @@ struct Flag {
   bool repeatable = false;  // may be given more than once (gnn eval --run A --run B); Args::all reads them
 };
 
-// --threads, which every command that computes takes: 1..kMaxThreads, set by apply_threads. Without it
-// OpenMP's own count runs (OMP_NUM_THREADS, else every core), which run() bounds the same way.
+// --threads, which every command that computes takes: 1..kMaxThreads, set (and the threads started) by
+// run() before the command runs. Without it OpenMP's own count runs (OMP_NUM_THREADS, else every core),
+// which run() bounds the same way.
 constexpr int kMaxThreads = 4096;
 inline const Flag kThreadsFlag{"threads", "T", "CPU threads (default: all)"};
 class Args;
-void apply_threads(const Args& a);
 // --device: the host, or a GPU when this build and machine have one: GPU 0, or under mpirun GPU (local
 // rank mod GPUs on the node), so the ranks of a node share its GPUs out.
 Device parse_device(const Args& a);
@@ -53,8 +53,8 @@ void check_output(const std::string& flag, const std::string& out, const std::ve
 // filesystem that holds no files (such as /proc) or may not be written by this process. Checked before
 // anything is made.
 void check_output_folder(const std::string& flag, const std::string& dir);
-// The memory this process may use: the smaller of the machine's and its cgroup's limit (memory.max), in
-// bytes; 0 when neither can be read.
+// The memory this process may use: the smallest of the machine's, its cgroup's limit (memory.max) and
+// what is left under its `ulimit -v` and `ulimit -d`, in bytes; 0 when none can be read.
 int64_t usable_memory_bytes();
 
 class Args {

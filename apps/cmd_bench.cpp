@@ -282,7 +282,6 @@ Command bench_command() {
       for (const char* f : kernel_only)
         if (a.on(f)) throw UsageError(std::string("gnn bench npz: --") + f + " is a flag of `gnn bench kernel`");
     if (what == "kernel" && a.on("keys")) throw UsageError("gnn bench kernel: --keys is a flag of `gnn bench npz`");
-    apply_threads(a);
     const std::string precision = a.str("matmul-precision");
     if (precision != "f32" && precision != "bf16")
       throw UsageError("--matmul-precision: expected f32 or bf16, got '" + precision + "'");

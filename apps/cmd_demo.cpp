@@ -124,7 +124,6 @@ Command demo_command() {
       "else is each recipe's default. The curves of every run go into one report (report.html). The last\n"
       "line of stdout is one JSON object with every score.";
   c.run = [](const Args& a) {
-    apply_threads(a);
     const int64_t tile_graphs = a.integer("tile-graphs", 2, 100'000),
                   layout_graphs = a.integer("layout-graphs", 2, 10'000);
     const int64_t tile_epochs = a.integer("tile-epochs", 1, 100'000),

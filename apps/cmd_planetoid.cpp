@@ -62,7 +62,6 @@ Command planetoid_command() {
                          " has no heads or attention");
     o.patience = a.integer("patience", 0, 1'000'000);
     o.device = parse_device(a);
-    apply_threads(a);
     const PlanetoidData d = load_planetoid(a.str("data"));
     std::printf("%s: %lld nodes, %lld directed edges, %lld features, %lld classes; train %lld, val %lld, test %lld\n",
                 d.path.c_str(), (long long)d.graph.num_nodes, (long long)d.graph.num_edges, (long long)d.x.size(1),

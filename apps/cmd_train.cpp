@@ -25,9 +25,8 @@ namespace gnn::cli {
 
 namespace {
 
-// --threads and --comm-timeout, which every command that runs a model takes.
-void set_threads_and_timeout(const Args& a) {
-  apply_threads(a);
+// --comm-timeout, which every command that runs a model takes.
+void set_timeout(const Args& a) {
   const double t = a.number("comm-timeout");
   if (!(t > 0)) throw UsageError("--comm-timeout must be a positive number of seconds, got " + a.str("comm-timeout"));
   dist::set_timeout(t);
@@ -71,7 +70,7 @@ struct RunOnSplit {
 };
 std::vector<RunOnSplit> open_runs(const Args& a) {
   const Device device = parse_device(a);
-  set_threads_and_timeout(a);
+  set_timeout(a);
   try {
     train::parse_combine(a.str("ensemble"));  // a typo fails before any loading, as a usage error
   } catch (const Error& e) {
@@ -144,8 +143,8 @@ std::vector<std::string> inputs_of(const Args& a, const std::vector<RunOnSplit>&
 }
 
 // --memory-limit: bytes with an optional K/M/G suffix (powers of 1024), 0 for none, or auto: 90% of the
-// smaller of the machine's memory and the cgroup's limit, so a batch that cannot fit stops with a message
-// instead of the kernel's OOM kill.
+// memory this process may use (usable_memory_bytes), so a batch that cannot fit stops with a message
+// instead of the kernel's OOM kill or a failed allocation.
 int64_t parse_memory_limit(const std::string& s) {
   if (s == "auto") {
     const int64_t bytes = usable_memory_bytes();
@@ -255,7 +254,7 @@ Command train_command() {
   c.run = [](const Args& a) {
     train::TrainOptions o;
     o.device = parse_device(a);
-    set_threads_and_timeout(a);
+    set_timeout(a);
     if (a.has("model")) o.recipe = a.str("model");
     if (!o.recipe.empty()) (void)train::find_recipe(o.recipe);
     if (a.on("data")) o.data = a.str("data");
@@ -525,7 +524,7 @@ Command pass_command() {
       "The last line of stdout is one JSON object (recipe, graph, configs, loss).";
   c.run = [](const Args& a) {
     const Device device = parse_device(a);
-    set_threads_and_timeout(a);
+    set_timeout(a);
     train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")), device);
     nn::move_parameters(*m.model, device);
     const auto files = train::kind_files(a.str("data"), m.recipe->kind, a.str("split"));

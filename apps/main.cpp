@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   // Under mpirun every rank runs the command; one that fails ends the job (the others would wait in
   // their next collective for it), with its own message already printed.
   gnn::dist::init(&argc, &argv);
-  gnn::install_interrupt_handlers();  // SIGINT, SIGTERM, SIGHUP leave no temporary file behind
+  gnn::install_interrupt_handlers();  // SIGINT, SIGTERM, SIGHUP, SIGXCPU leave no temporary file behind
   const int rc = run(commands, argc, argv);
   if (rc != 0 && gnn::dist::distributed()) gnn::dist::abort(rc);
   gnn::dist::finalize();

@@ -284,7 +284,9 @@ int remove_stale_temporaries(const std::string& path) {
 }
 
 void install_interrupt_handlers() {
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+  // SIGXCPU is `ulimit -t`'s soft limit: sent every second past it, until the hard one's SIGKILL.
+  constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGXCPU};
+  for (int sig : kSignals) {
     struct sigaction old {};
     if (::sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO)) continue;  // (another's: kept)
     if (old.sa_handler == SIG_IGN || old.sa_handler == on_interrupt) continue;  // (nohup's SIGHUP stays off)
@@ -293,9 +295,14 @@ void install_interrupt_handlers() {
     sa.sa_handler = on_interrupt;
     sa.sa_flags = SA_RESTART;  // (a cooperative scope's reads and writes go on until it stops itself)
     sigemptyset(&sa.sa_mask);  // (one of them at a time)
-    for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&sa.sa_mask, s);
+    for (int s : kSignals) sigaddset(&sa.sa_mask, s);
     ::sigaction(sig, &sa, nullptr);
   }
+  // A write past `ulimit -f` raises SIGXFSZ, which ends the process unannounced, its temporary left; ignored,
+  // the write fails with EFBIG instead and is reported and cleaned up like any other failed write.
+  struct sigaction old {};
+  if (::sigaction(SIGXFSZ, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
+    ::signal(SIGXFSZ, SIG_IGN);
 }
 
 CooperativeInterrupt::CooperativeInterrupt() { ++g_cooperative; }

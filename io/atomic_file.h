@@ -61,13 +61,14 @@ std::string output_names_input(const std::string& out, const std::vector<std::st
 // judged in this PID namespace: a writer on another host or container sharing the folder is not seen.
 int remove_stale_temporaries(const std::string& path);
 
-// Interruption: SIGINT, SIGTERM and SIGHUP. After install_interrupt_handlers() (the CLI's main calls it;
+// Interruption: SIGINT, SIGTERM, SIGHUP and SIGXCPU. After install_interrupt_handlers() (the CLI's main calls it;
 // a signal the process was started ignoring, as under nohup, stays ignored) such a signal removes the
 // temporaries of the AtomicFiles being written, then ends the process as the signal would have: no
 // `path.tmp-PID` is left behind. Within a CooperativeInterrupt scope the first such signal is only
 // recorded, and the scope's own work stops at its next throw_if_interrupted() with an InterruptedError,
 // so that it can remove what it has written (gnn synth: a dataset whole or not at all); the CLI then ends
-// the process by the same signal. A second signal ends it at once.
+// the process by the same signal. A second signal ends it at once. SIGXFSZ (a write past `ulimit -f`)
+// is ignored, so that such a write fails with EFBIG and is reported like any failed write.
 void install_interrupt_handlers();
 class CooperativeInterrupt {
  public:

@@ -4,6 +4,11 @@
 
 #ifdef GNN_WITH_OPENMP
 #include <omp.h>
+#include <pthread.h>
+
+#include <cstring>
+#include <mutex>
+#include <vector>
 #endif
 
 namespace gnn {
@@ -15,10 +20,41 @@ void set_num_threads(int n) {
   omp_set_num_threads(n);
 }
 bool openmp_enabled() { return true; }
+
+void start_threads() {
+  const int n = omp_get_max_threads();
+  if (n <= 1) return;
+  // libgomp that cannot start a thread (`ulimit -u`, a container's pids.max, `ulimit -v` for the stacks)
+  // prints its own line and exits, no destructor run: n - 1 threads alive at once are tried first.
+  std::mutex gate;
+  std::vector<pthread_t> started;
+  int err = 0;
+  {
+    std::lock_guard<std::mutex> hold(gate);
+    for (int i = 0; i < n - 1 && err == 0; ++i) {
+      pthread_t t;
+      err = ::pthread_create(
+          &t, nullptr,
+          [](void* g) -> void* {
+            std::lock_guard<std::mutex> wait(*static_cast<std::mutex*>(g));
+            return nullptr;
+          },
+          &gate);
+      if (err == 0) started.push_back(t);
+    }
+  }
+  for (pthread_t t : started) ::pthread_join(t, nullptr);
+  GNN_CHECK(err == 0, "cannot start ", n, " CPU threads (", std::strerror(err), " at thread ", started.size() + 2,
+            "): lower --threads or OMP_NUM_THREADS, or raise the limit on this user's processes (ulimit -u)");
+#pragma omp parallel
+  {  // the team started now, while it can be
+  }
+}
 #else
 int num_threads() { return 1; }
 void set_num_threads(int n) { GNN_CHECK(n >= 1, "thread count must be at least 1, got ", n); }
 bool openmp_enabled() { return false; }
+void start_threads() {}
 #endif
 
 }  // namespace gnn

@@ -279,15 +279,24 @@ TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a
   testing::TempDir tmp;
   // SIGTERM once synth has written its first graph: the graphs it wrote and the folders it made are removed,
   // and it ends by the signal (the shell's 143), saying so.
+  // The same for SIGXCPU, which `ulimit -t` sends once a process has used its CPU time (the shell's 152).
   const std::string d = tmp.file("d"), first = d + "/npz/layout/xla/default/train/synth_train_0000.npz";
-  auto r = testing::run_gnn_env(
-      "sh -c '\"$0\" synth --collection layout --out \"$1\" --nodes 3000 --configs 100 --graphs 40 --seed 1 & p=$!; "
-      "while kill -0 $p 2>/dev/null && [ ! -e \"$1/npz/layout/xla/default/train/synth_train_0000.npz\" ]; "
-      "do sleep 0.01; done; kill -TERM $p; wait $p'",
-      d);
-  CHECK(r.exit_code == 143);
-  CHECK_MESSAGE(contains(r.err, "gnn synth: interrupted (Terminated); the graphs it had written are removed"), r.err);
-  CHECK_FALSE(std::filesystem::exists(d));
+  testing::CommandResult r;
+  for (const auto& [sig, code, name] :
+       {std::tuple{"TERM", 143, "Terminated"}, {"XCPU", 152, "CPU time limit exceeded"}}) {
+    CAPTURE(sig);
+    r = testing::run_gnn_env(
+        "sh -c '\"$0\" synth --collection layout --out \"$1\" --nodes 3000 --configs 100 --graphs 40 --seed 1 & p=$!; "
+        "while kill -0 $p 2>/dev/null && [ ! -e \"$1/npz/layout/xla/default/train/synth_train_0000.npz\" ]; "
+        "do sleep 0.01; done; kill -" +
+            std::string(sig) + " $p; wait $p'",
+        d);
+    CHECK(r.exit_code == code);
+    CHECK_MESSAGE(
+        contains(r.err, "gnn synth: interrupted (" + std::string(name) + "); the graphs it had written are removed"),
+        r.err);
+    CHECK_FALSE(std::filesystem::exists(d));
+  }
   // Two synths into one tree: the second is refused while the first holds it (the lock taken here).
   std::filesystem::create_directories(d + "/npz/tile/xla");
   const int fd = ::open((d + "/npz/tile/xla").c_str(), O_RDONLY | O_DIRECTORY);
@@ -321,7 +330,7 @@ TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a
 
 TEST_CASE("cli: under a small address-space limit the CPU path runs, and info names a library it cannot open") {
 #if defined(__SANITIZE_ADDRESS__)
-  skip("AddressSanitizer reserves more address space than the limits here");
+  testing::skip("AddressSanitizer reserves more address space than the limits here");
 #else
   testing::TempDir tmp;
   const std::string d = tmp.file("d");
@@ -338,6 +347,35 @@ TEST_CASE("cli: under a small address-space limit the CPU path runs, and info na
   CHECK_MESSAGE(contains(r.out, "NCCL not loadable (libnccl.so."), r.out);
 #endif
 #endif
+}
+
+TEST_CASE("cli: a write past ulimit -f is an error naming the file, and threads that cannot start are named") {
+  testing::TempDir tmp;
+  // SIGXFSZ would end gnn unannounced, its temporary left: ignored, the write fails with EFBIG. 1 KiB lets
+  // the error message through (the limit holds for the test's own capture of stdout and stderr too).
+  const std::string d = tmp.file("d"), limited = "sh -c 'ulimit -f 1; exec \"$0\" \"$@\"'";
+  auto r = testing::run_gnn_env(limited, "synth --collection tile --out " + d + " --graphs 2");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "synth_train_0000.npz: write failed (File too large)"), r.err);
+  CHECK_FALSE(std::filesystem::exists(d));
+  r = testing::run_gnn_env(limited, "models");  // 3 KB of stdout
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "gnn models: error: writing the standard output failed (File too large)"), r.err);
+  // A process limit (`ulimit -u`, which root is exempt from: run as nobody) that leaves no room for the
+  // threads: named before the command runs, where libgomp would print its own line and exit.
+  if (::geteuid() != 0) {
+    testing::skip("the thread limit's part runs gnn as nobody through setpriv, which needs root");
+    return;
+  }
+  r = testing::run_gnn_env("OMP_NUM_THREADS=4 setpriv --reuid=65534 --regid=65534 --clear-groups prlimit --nproc=1",
+                           "models");
+  if (r.exit_code == 126 || r.exit_code == 127) {
+    testing::skip("nobody cannot run gnn here, or setpriv or prlimit is missing: " + r.err);
+    return;
+  }
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "gnn models: error: cannot start 4 CPU threads (Resource temporarily unavailable"),
+                r.err);
 }
 
 TEST_CASE("cli: bench npz prints the JSON keys other tools read") {
