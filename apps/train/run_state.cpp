@@ -246,7 +246,11 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
 }  // namespace
 
 RunPlan plan_run(const TrainOptions& o, const std::string& model_path) {
-  RunPlan p = o.resume && fs::exists(model_path) ? plan_resumed_run(o, model_path) : plan_new_run(o);
+  const bool resuming = o.resume && fs::exists(model_path);
+  if (o.resume && !resuming && o.recipe.empty())
+    bad_option("--resume: " + model_path +
+               " does not exist (no epoch of the run was checkpointed); start it again with --model and --data");
+  RunPlan p = resuming ? plan_resumed_run(o, model_path) : plan_new_run(o);
   if (std::string e = check_hparams(p.recipe->hparams, p.hp, p.recipe->name); !e.empty()) bad_option(e);
   const std::string recorded = p.resuming ? " (recorded in the run's model.npz; pass it again to change it)" : "";
   if (!fs::exists(p.data)) bad_option("--data ", p.data, ": no such file or directory", o.data.empty() ? recorded : "");

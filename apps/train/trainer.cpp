@@ -1038,11 +1038,13 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
     line.set("valid_score", valid_score);
     line.set("valid", Json::parse(ev.json, "valid metrics"));
   }
+  bool new_best = false;
   if (!partial) {
     st_.epoch = e + 1, st_.batch = 0, st_.loss_sum = 0, st_.loss_n = 0;
     if (std::isfinite(valid_score) && valid_score > st_.best_score) {
       st_.best_score = valid_score, st_.best_epoch = st_.epoch;
       save(best_path_, false);
+      new_best = true;
     }
     if (swa_) end_epoch_swa(e, validating, line);
   }
@@ -1063,6 +1065,9 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
     save(model_path_, true);
   } catch (...) {
     if (lead_ && !ec) existed ? fs::resize_file(metrics_path_, logged, ec) : void(fs::remove(metrics_path_, ec));
+    // the run's first checkpoint: its best.npz would be a run's part with no run to resume
+    std::error_code ignored;
+    if (lead_ && new_best && !fs::exists(model_path_, ignored)) fs::remove(best_path_, ignored);
     if (lead_ && ec)
       std::fprintf(stderr, "gnn train: warning: %s could not be cut back to the epochs checkpointed (%s)\n",
                    metrics_path_.c_str(), ec.message().c_str());

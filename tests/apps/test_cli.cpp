@@ -333,14 +333,17 @@ TEST_CASE("cli: under a small address-space limit the CPU path runs, and info na
   testing::skip("AddressSanitizer reserves more address space than the limits here");
 #else
   testing::TempDir tmp;
-  const std::string d = tmp.file("d");
+  const std::string d = tmp.file("d"), limited = "sh -c 'ulimit -v 600000; exec \"$0\" \"$@\"'";
   auto r = run_gnn("synth --collection tile --out " + d + " --graphs 2 --seed 1");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   // cuBLAS, cuSPARSE and NCCL linked were 1.1 GB of mappings: the loader refused the binary under 600 MB.
-  r = testing::run_gnn_env(
-      "sh -c 'ulimit -v 600000; exec \"$0\" \"$@\"'",
-      "train --model tile-mlp --data " + d + " --out " + tmp.file("run") + " --steps 3 --threads 2");
+  const std::string train = "train --model tile-mlp --data " + d + " --threads 2 --out ";
+  r = testing::run_gnn_env(limited, train + tmp.file("run") + " --steps 3");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
+  // --memory-limit auto counts the limit: 1.6 GB of weights are refused as not fitting, not as a failed allocation
+  r = testing::run_gnn_env(limited, train + tmp.file("big") + " --steps 1 --hidden 20000");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "does not fit in the memory limit of"), r.err);
   r = testing::run_gnn_env("sh -c 'ulimit -v 150000; exec \"$0\" \"$@\"'", "info");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
 #if GNN_WITH_NCCL && !GNN_CUDA_EMU

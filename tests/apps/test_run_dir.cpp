@@ -616,6 +616,21 @@ TEST_CASE("run files: a run whose model.npz is gone is not trained over, and a l
   CHECK(Json::parse(last_line(slurp(run + "/metrics.jsonl")))["epoch"].as_int() == before["epoch"].as_int() + 1);
 }
 
+TEST_CASE("run files: a first checkpoint that cannot be written leaves no part of the run, and --resume says so") {
+  TempDir t;
+  const std::string run = t.file("run");
+  // ulimit -f: best.npz (about 70 KB) fits in 150 KB, model.npz (about 300 KB with the optimiser's state) not
+  auto r = testing::run_gnn_env("sh -c 'ulimit -f 150; exec \"$0\" \"$@\"'",
+                                "train --model tile-mlp --data " + data() + " --out " + run + " --epochs 1");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, run + "/model.npz: write failed (File too large)"), r.err);
+  CHECK_FALSE(fs::exists(run + "/best.npz"));
+  r = run_gnn("train --resume --out " + run);
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(
+      contains(r.err, "--resume: " + run + "/model.npz does not exist (no epoch of the run was checkpointed)"), r.err);
+}
+
 TEST_CASE("run files: a new run replaces an interrupted first epoch's best.npz and swa.npz") {
   TempDir t;
   const std::string run = t.file("run");
