@@ -23,6 +23,7 @@ struct ZipWriter::Pending {
   z_stream z{};
   bool deflating = false;
   uint32_t crc = 0;
+  std::vector<uint8_t> out = std::vector<uint8_t>(size_t(1) << 16);  // deflate's output (not on the stack)
 };
 
 ZipWriter::ZipWriter(std::string path) : file_(std::make_unique<AtomicFile>(std::move(path))) {
@@ -94,16 +95,15 @@ void ZipWriter::write(const void* data, size_t n) {
     put(data, n);
     return;
   }
-  uint8_t out[1 << 16];
   while (n > 0) {
     const uInt chunk = uInt(std::min<size_t>(n, size_t(1) << 30));
     m.z.next_in = const_cast<Bytef*>(static_cast<const Bytef*>(data));
     m.z.avail_in = chunk;
     do {
-      m.z.next_out = out;
-      m.z.avail_out = sizeof out;
+      m.z.next_out = m.out.data();
+      m.z.avail_out = uInt(m.out.size());
       deflate(&m.z, Z_NO_FLUSH);
-      put(out, sizeof out - m.z.avail_out);
+      put(m.out.data(), m.out.size() - m.z.avail_out);
     } while (m.z.avail_out == 0);
     data = static_cast<const uint8_t*>(data) + chunk;
     n -= chunk;
@@ -114,13 +114,12 @@ void ZipWriter::end_member() {
   GNN_CHECK(cur_, path(), ": end_member without begin_member");
   Pending& m = *cur_;
   if (m.deflating) {
-    uint8_t out[1 << 16];
     int rc;
     do {
-      m.z.next_out = out;
-      m.z.avail_out = sizeof out;
+      m.z.next_out = m.out.data();
+      m.z.avail_out = uInt(m.out.size());
       rc = deflate(&m.z, Z_FINISH);
-      put(out, sizeof out - m.z.avail_out);
+      put(m.out.data(), m.out.size() - m.z.avail_out);
     } while (rc == Z_OK);
     GNN_CHECK(rc == Z_STREAM_END, path(), ": deflate failed for member '", m.entry.name, "'");
     deflateEnd(&m.z);

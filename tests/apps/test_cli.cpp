@@ -328,7 +328,7 @@ TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a
   CHECK_MESSAGE(r.exit_code == 0, r.err);
 }
 
-TEST_CASE("cli: under a small address-space limit the CPU path runs, and info names a library it cannot open") {
+TEST_CASE("cli: under small address-space and stack limits the CPU path runs, info names a library it cannot open") {
 #if defined(__SANITIZE_ADDRESS__)
   testing::skip("AddressSanitizer reserves more address space than the limits here");
 #else
@@ -339,6 +339,9 @@ TEST_CASE("cli: under a small address-space limit the CPU path runs, and info na
   // cuBLAS, cuSPARSE and NCCL linked were 1.1 GB of mappings: the loader refused the binary under 600 MB.
   const std::string train = "train --model tile-mlp --data " + d + " --threads 2 --out ";
   r = testing::run_gnn_env(limited, train + tmp.file("run") + " --steps 3");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  // A 64 KiB stack (the checkpoint's deflate buffer was 64 KiB on the stack): every thread's, OpenMP's too
+  r = testing::run_gnn_env("sh -c 'ulimit -s 64; exec \"$0\" \"$@\"'", train + tmp.file("stack") + " --steps 2");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
   // --memory-limit auto counts the limit: 1.6 GB of weights are refused as not fitting, not as a failed allocation
   r = testing::run_gnn_env(limited, train + tmp.file("big") + " --steps 1 --hidden 20000");
