@@ -345,6 +345,15 @@ int run(const std::vector<Command>& commands, int argc, char** argv) {
   return rc != 0 ? rc : 1;
 }
 
+std::string size_text(double bytes) {
+  char buf[64];
+  const double kib = bytes / 1024, mib = kib / 1024, gib = mib / 1024;
+  if (gib >= 1) std::snprintf(buf, sizeof buf, "%.1f GiB", gib);
+  else if (mib >= 1) std::snprintf(buf, sizeof buf, "%.1f MiB", mib);
+  else std::snprintf(buf, sizeof buf, "%.1f KiB", kib);
+  return buf;
+}
+
 int64_t usable_memory_bytes() {
   int64_t bytes = int64_t(::sysconf(_SC_PHYS_PAGES)) * int64_t(::sysconf(_SC_PAGESIZE));
   if (bytes <= 0) bytes = 0;  // sysconf could not tell

@@ -56,6 +56,8 @@ void check_output_folder(const std::string& flag, const std::string& dir);
 // The memory this process may use: the smallest of the machine's, its cgroup's limit (memory.max) and
 // what is left under its `ulimit -v` and `ulimit -d`, in bytes; 0 when none can be read.
 int64_t usable_memory_bytes();
+// A size for a message: "1.8 GiB", "674.1 MiB", "195.3 KiB" (a nearly full disk must not read "0.0 GiB free").
+std::string size_text(double bytes);
 
 class Args {
  public:

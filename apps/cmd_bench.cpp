@@ -164,8 +164,8 @@ int bench_kernel(const Args& a, const std::string& name) {
     throw UsageError("gnn bench kernel: --nodes " + std::to_string(s.nodes) +
                      (reads.edges ? " --edges " + std::to_string(s.edges) : std::string()) + " --features " +
                      std::to_string(s.features) + " --configs " + std::to_string(s.configs) + ": " + name +
-                     " needs at least " + std::to_string(int64_t(least / 1e9)) + " GB, more than the " +
-                     std::to_string(usable >> 30) + " GiB this process may use");
+                     " needs at least " + size_text(least) + ", more than the " + size_text(double(usable)) +
+                     " this process may use");
   KernelCase k;
   try {
     k = make_kernel_case(name, s);

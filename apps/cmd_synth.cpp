@@ -29,15 +29,6 @@ double graph_bytes_at_least(bool layout, double nodes, double configs, double sh
                         : configs * (kTileConfigFeatures * 4.0 + 8));
 }
 
-// A size in GiB, or MiB under 1 GiB (a nearly full disk must not read "0.0 GiB free").
-std::string gib(double bytes) {
-  char buf[64];
-  const double in_gib = bytes / double(int64_t(1) << 30);
-  if (in_gib >= 1) std::snprintf(buf, sizeof buf, "%.1f GiB", in_gib);
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / double(1 << 20));
-  return buf;
-}
-
 // Free bytes where DIR will be written (its nearest existing ancestor), or -1 where that cannot be told.
 double free_bytes_at(const std::string& dir) {
   std::filesystem::path p = std::filesystem::absolute(dir);
@@ -64,16 +55,16 @@ void check_size(const Args& a, const synth::DatasetOptions& o) {
       std::string(o.nodes_max > o.nodes ? "--nodes-max" : "--nodes") + " " + std::to_string(int64_t(n1)) + " and " +
       (o.configs_max > o.configs ? "--configs-max" : "--configs") + " " + std::to_string(int64_t(c1));
   if (memory > 0 && one > memory)
-    throw UsageError("gnn synth: one graph of " + sizes + " takes at least " + gib(one) + " in memory, more than the " +
-                     gib(memory) + " this process may use; give smaller sizes");
+    throw UsageError("gnn synth: one graph of " + sizes + " takes at least " + size_text(one) +
+                     " in memory, more than the " + size_text(memory) + " this process may use; give smaller sizes");
   const double kept = layout ? c0 : double(std::max<int64_t>(1, o.min_configs));
   const double stored =
       double(o.graphs) * double(o.splits.size()) * graph_bytes_at_least(layout, n0, kept, o.configurable_share);
   const double total = o.compress ? stored / 32 : stored, free = free_bytes_at(a.str("out"));
   if (free >= 0 && total > free)
     throw UsageError("gnn synth: --graphs " + std::to_string(o.graphs) + " in each of " +
-                     std::to_string(o.splits.size()) + " splits take at least " + gib(total) +
-                     (o.compress ? " deflated" : " stored") + ", more than the " + gib(free) + " free at --out");
+                     std::to_string(o.splits.size()) + " splits take at least " + size_text(total) +
+                     (o.compress ? " deflated" : " stored") + ", more than the " + size_text(free) + " free at --out");
 }
 
 }  // namespace

@@ -550,7 +550,7 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
       {"gemm --spmm cusparse --device cuda", 2, "--spmm cusparse times spmm-sum and spmm-mean"},
       {"spmm-sum --nodes 50 --edges 100 --save-graph ''", 2, "--save-graph: no file given"},
       // sizes past any machine's memory: refused before anything is allocated (8.8 TB)
-      {"gemm --nodes 2147483646 --features 1024", 2, "gemm needs at least 8796 GB, more than the"},
+      {"gemm --nodes 2147483646 --features 1024", 2, "gemm needs at least 8192.0 GiB, more than the"},
       {"spmm-sum --nodes 2147483646 --edges 2147483646 --features 1024", 2, "--edges 2147483646 --features 1024"}};
   if (!cuda_available()) refused.emplace_back("gemm --device cuda", 2, "--device cuda is not usable here");
   for (const auto& [args, code, says] : refused) {
