@@ -1,8 +1,10 @@
 // AtomicFile under interruption (io/atomic_file.h): a signal removes the temporaries in flight and ends
-// the process as it would have; a cooperative scope records it for its work to stop at; temporaries of
-// long names stay within a file name's 255 bytes. The signals are raised in a forked child, so that the
+// the process as it would have; a cooperative scope records it for its work to stop at; a commit removes
+// a killed writer's temporaries; a write past `ulimit -f` is an error; temporaries of long names stay
+// within a file name's 255 bytes. The signals are raised in a forked child, so that the
 // test process itself is never ended.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,7 +43,7 @@ int in_child(F child) {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);  // (not doctest's crash report)
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGXCPU}) ::signal(sig, SIG_DFL);  // (not doctest's crash report)
     int code = 99;
     try {
       code = child();
@@ -57,9 +59,9 @@ int in_child(F child) {
 
 }  // namespace
 
-TEST_CASE("atomic file: SIGTERM, SIGINT and SIGHUP remove the temporaries being written and end the process") {
+TEST_CASE("atomic file: SIGTERM, SIGINT, SIGHUP and SIGXCPU remove the temporaries being written, end the process") {
   TempDir t;
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGXCPU}) {
     CAPTURE(sig);
     std::ofstream(t.file("old.csv")) << "old\n";
     const int status = in_child([&] {
@@ -96,6 +98,64 @@ TEST_CASE("atomic file: a committed file's temporary is not looked for again, no
   for (int i = 0; i < 70; ++i) removed += remove_stale_temporaries(numbered(t, i));
   CHECK(removed == 6);
   CHECK(temporaries(t.file("")) == 0);
+}
+
+TEST_CASE("atomic file: a commit removes what a killed writer of the same file left, not a live one's") {
+  TempDir t;
+  const std::string out = t.file("out.csv");
+  for (const std::string& f : {out, t.file("other.csv")}) {  // writers killed with SIGKILL: no handler runs
+    const int status = in_child([&] {
+      AtomicFile a(f);
+      a.write("half", 4);
+      ::raise(SIGKILL);
+      return 2;
+    });
+    CHECK(WIFSIGNALED(status));
+  }
+  REQUIRE(temporaries(t.file("")) == 2);
+  std::fflush(nullptr);
+  const pid_t live = ::fork();  // a writer of the same file that still runs
+  REQUIRE(live >= 0);
+  if (live == 0) {
+    try {
+      AtomicFile a(out);
+      a.write("half", 4);
+      for (;;) ::pause();
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  for (int i = 0; i < 10000 && temporaries(t.file("")) < 3; ++i) ::usleep(1000);
+  const bool started = temporaries(t.file("")) == 3;
+  if (started) write_file_atomic(out, "whole\n");
+  const int after = temporaries(t.file(""));
+  ::kill(live, SIGKILL);  // (before any REQUIRE: a child left pausing would hold the test's output open)
+  int status = 0;
+  REQUIRE(::waitpid(live, &status, 0) == live);
+  REQUIRE(started);
+  CHECK(text_of(out) == "whole\n");
+  CHECK(after == 2);  // the live writer's and other.csv's
+  write_file_atomic(out, "again\n");
+  CHECK(temporaries(t.file("")) == 1);  // other.csv's: its own commit's to remove
+}
+
+TEST_CASE("atomic file: a write past ulimit -f fails naming the file, and leaves no temporary") {
+  TempDir t;
+  const int status = in_child([&] {
+    install_interrupt_handlers();  // SIGXFSZ ignored: the write answers EFBIG
+    const struct rlimit small { 4096, 4096 };
+    if (::setrlimit(RLIMIT_FSIZE, &small) != 0) return 3;
+    try {
+      write_file_atomic(t.file("big.bin"), std::string(10000, 'x'));
+    } catch (const Error& e) {
+      return std::string(e.message()) == t.file("big.bin") + ": write failed (File too large)" ? 0 : 4;
+    }
+    return 5;
+  });
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(temporaries(t.file("")) == 0);
+  CHECK_FALSE(std::filesystem::exists(t.file("big.bin")));
 }
 
 TEST_CASE("atomic file: in a cooperative scope a signal is recorded for the work to stop at, a second one ends it") {
