@@ -164,70 +164,81 @@ Command demo_command() {
     std::vector<PlotRun> curves;
     double random_tile = 0, random_layout = 0;
     const fs::path data = dir / "data";
-    try {
-      synth::DatasetOptions t;
-      t.collection = "tile", t.graphs = tile_graphs, t.configs = 100, t.seed = seed, t.splits = {"train"};
-      t.nodes = 4, t.nodes_max = 60, t.min_configs = 40;
-      synth::DatasetOptions l;
-      l.collection = "layout", l.graphs = layout_graphs, l.nodes = 1000, l.configs = 64, l.seed = seed + 1;
-      auto t0 = std::chrono::steady_clock::now();
-      fs::remove_all(data);  // the demo's own data, made anew (gnn synth refuses to mix it with an old one)
-      synth::write_dataset(data.string(), t);
-      // Its own seed: a split's graphs follow from the seed and the split's place in the list.
-      t.graphs = std::max<int64_t>(2, tile_graphs / 8), t.splits = {"valid", "test"}, t.seed = seed + 1;
-      synth::write_dataset(data.string(), t);
-      // Layout: as many programs to train on as a real XLA search holds (61); with the 16 of an earlier
-      // demo the 1st place model fell below the baseline across programs (docs/synthetic.md, "The
-      // generated data as a proxy"). Valid and test: a quarter as many each, from a seed of their own.
-      l.splits = {"train"};
-      synth::write_dataset(data.string(), l);
-      l.graphs = std::max<int64_t>(2, layout_graphs / 4), l.splits = {"valid", "test"}, l.seed = seed + 2;
-      synth::write_dataset(data.string(), l);
-      std::printf(
-          "  data     %lld / %lld / %lld tile kernels x 40-100 configs and %lld / %lld / %lld layout programs x 1000 "
-          "nodes x 64 configs (train / valid / test), in %.1f s (%s)\n\n",
-          (long long)tile_graphs, (long long)t.graphs, (long long)t.graphs, (long long)layout_graphs,
-          (long long)l.graphs, (long long)l.graphs, seconds_since(t0), data.c_str());
-      random_tile = random_ranking_score(data.string(), false);
-      random_layout = random_ranking_score(data.string(), true);
-      struct Job {
-        const char* model;
-        int64_t epochs;
-      };
-      for (const Job& j :
-           {Job{"tile-mlp", tile_epochs}, Job{"tile-earlyjoin-sage", tile_epochs}, Job{"layout-mlp", layout_epochs},
-            Job{"layout-resmodel", layout_epochs}, Job{"layout-tgraph", layout_epochs}}) {
-        const bool layout = std::string(j.model).rfind("layout", 0) == 0;
-        Entry e{j.model, layout ? "Kendall tau" : "1 - slowdown@5"};
-        std::printf("  training %-20s %3lld epochs, seeds", j.model, (long long)j.epochs);
-        for (int64_t k = 0; k < seeds; ++k) {
-          train::TrainOptions o;
-          const std::string name = std::string(j.model) + "-seed" + std::to_string(seed + uint64_t(k));
-          o.recipe = j.model, o.data = data.string(), o.out = (dir / "runs" / name).string();
-          o.epochs = j.epochs, o.seed = seed + uint64_t(k), o.progress = 0, o.quiet = true;
-          o.hparams = {{"node-transform", "log1p"}, {"lr", "0.003"}};
-          if (!layout) o.hparams["config-transform"] = "log1p";
-          if (layout) o.hparams["batch-graphs"] = "2";  // 32 steps an epoch, not 8
-          if (o.recipe == "layout-tgraph") o.hparams["hidden"] = std::to_string(kDemoTgraphWidth);
-          if (fs::exists(o.out)) fs::remove_all(o.out);
-          const train::TrainResult r = train::run_training(o);
-          // The epoch with the best valid score, scored on the test split (the generator keeps its runtimes).
-          const train::LoadedModel m = train::load_model(train::run_checkpoint(o.out, "auto"));
-          train::GraphSource test(train::kind_files(data.string(), layout ? "layout" : "tile", "test"), m.prep,
-                                  uint64_t(1) << 30, false, m.model->needs().features);
-          e.scores.push_back(train::evaluate(*m.model, test, m.train.eval_chunk, "", m.train.tta).score);
-          e.train_s += r.seconds, e.configs += r.configs;
-          curves.push_back(read_plot_run(o.out));
-          std::printf(" %.3f", e.scores.back());
-          std::fflush(stdout);
+    // A signal while it makes data or trains stops it between graphs or steps, so that its temporary
+    // folder goes; past this block one ends it at once (what is left then is the report).
+    {
+      CooperativeInterrupt scope;
+      try {
+        synth::DatasetOptions t;
+        t.collection = "tile", t.graphs = tile_graphs, t.configs = 100, t.seed = seed, t.splits = {"train"};
+        t.nodes = 4, t.nodes_max = 60, t.min_configs = 40;
+        synth::DatasetOptions l;
+        l.collection = "layout", l.graphs = layout_graphs, l.nodes = 1000, l.configs = 64, l.seed = seed + 1;
+        auto t0 = std::chrono::steady_clock::now();
+        fs::remove_all(data);  // the demo's own data, made anew (gnn synth refuses to mix it with an old one)
+        synth::write_dataset(data.string(), t);
+        // Its own seed: a split's graphs follow from the seed and the split's place in the list.
+        t.graphs = std::max<int64_t>(2, tile_graphs / 8), t.splits = {"valid", "test"}, t.seed = seed + 1;
+        synth::write_dataset(data.string(), t);
+        // Layout: as many programs to train on as a real XLA search holds (61); with the 16 of an earlier
+        // demo the 1st place model fell below the baseline across programs (docs/synthetic.md, "The
+        // generated data as a proxy"). Valid and test: a quarter as many each, from a seed of their own.
+        l.splits = {"train"};
+        synth::write_dataset(data.string(), l);
+        l.graphs = std::max<int64_t>(2, layout_graphs / 4), l.splits = {"valid", "test"}, l.seed = seed + 2;
+        synth::write_dataset(data.string(), l);
+        std::printf(
+            "  data     %lld / %lld / %lld tile kernels x 40-100 configs and %lld / %lld / %lld layout programs x 1000 "
+            "nodes x 64 configs (train / valid / test), in %.1f s (%s)\n\n",
+            (long long)tile_graphs, (long long)t.graphs, (long long)t.graphs, (long long)layout_graphs,
+            (long long)l.graphs, (long long)l.graphs, seconds_since(t0), data.c_str());
+        random_tile = random_ranking_score(data.string(), false);
+        random_layout = random_ranking_score(data.string(), true);
+        struct Job {
+          const char* model;
+          int64_t epochs;
+        };
+        for (const Job& j :
+             {Job{"tile-mlp", tile_epochs}, Job{"tile-earlyjoin-sage", tile_epochs}, Job{"layout-mlp", layout_epochs},
+              Job{"layout-resmodel", layout_epochs}, Job{"layout-tgraph", layout_epochs}}) {
+          const bool layout = std::string(j.model).rfind("layout", 0) == 0;
+          Entry e{j.model, layout ? "Kendall tau" : "1 - slowdown@5"};
+          std::printf("  training %-20s %3lld epochs, seeds", j.model, (long long)j.epochs);
+          for (int64_t k = 0; k < seeds; ++k) {
+            train::TrainOptions o;
+            const std::string name = std::string(j.model) + "-seed" + std::to_string(seed + uint64_t(k));
+            o.recipe = j.model, o.data = data.string(), o.out = (dir / "runs" / name).string();
+            o.epochs = j.epochs, o.seed = seed + uint64_t(k), o.progress = 0, o.quiet = true;
+            o.hparams = {{"node-transform", "log1p"}, {"lr", "0.003"}};
+            if (!layout) o.hparams["config-transform"] = "log1p";
+            if (layout) o.hparams["batch-graphs"] = "2";  // 32 steps an epoch, not 8
+            if (o.recipe == "layout-tgraph") o.hparams["hidden"] = std::to_string(kDemoTgraphWidth);
+            if (fs::exists(o.out)) fs::remove_all(o.out);
+            const train::TrainResult r = train::run_training(o);
+            // The epoch with the best valid score, scored on the test split (the generator keeps its runtimes).
+            const train::LoadedModel m = train::load_model(train::run_checkpoint(o.out, "auto"));
+            train::GraphSource test(train::kind_files(data.string(), layout ? "layout" : "tile", "test"), m.prep,
+                                    uint64_t(1) << 30, false, m.model->needs().features);
+            e.scores.push_back(train::evaluate(*m.model, test, m.train.eval_chunk, "", m.train.tta).score);
+            e.train_s += r.seconds, e.configs += r.configs;
+            curves.push_back(read_plot_run(o.out));
+            std::printf(" %.3f", e.scores.back());
+            std::fflush(stdout);
+          }
+          std::printf("\n");
+          table.push_back(e);
         }
-        std::printf("\n");
-        table.push_back(e);
+        throw_if_interrupted();
+      } catch (const InterruptedError& e) {
+        std::error_code ec;
+        if (keep) throw;
+        fs::remove_all(dir, ec);
+        throw InterruptedError(e.signal(), "its folder " + dir.string() + " is removed");
+      } catch (...) {
+        std::error_code ec;  // (a folder that cannot be removed does not hide what went wrong)
+        if (!keep) fs::remove_all(dir, ec);
+        throw;
       }
-    } catch (...) {
-      std::error_code ec;  // (a folder that cannot be removed does not hide what went wrong)
-      if (!keep) fs::remove_all(dir, ec);
-      throw;
     }
     std::printf("\n  %-20s  %-15s  %-22s  %-22s  %8s  %10s\n", "model", "test metric", "mean +- sd over seeds",
                 "per seed", "train s", "configs/s");

@@ -949,6 +949,7 @@ TrainResult Run::train() {
     const int64_t epoch_configs_before = st_.configs, first_batch = st_.batch;
     std::future<std::vector<Batch>> next;  // (destroyed before `order`, which it reads)
     for (int64_t bi = st_.batch; bi < batches_; ++bi) {
+      throw_if_interrupted();  // (within a caller's CooperativeInterrupt scope, the demo's; else the signal ended it)
       working_on_ = detail::str_cat("step ", st_.step + 1, " (graphs", batch_ids(order, bi), ")");
       const auto t_step = Clock::now();
       const int64_t waits_before = cuda_host_waits();

@@ -297,6 +297,17 @@ TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a
         r.err);
     CHECK_FALSE(std::filesystem::exists(d));
   }
+  // The demo stopped while it trains: it stops between steps, and its temporary folder goes too.
+  const std::string tmpdir = tmp.file("tmpdir");
+  std::filesystem::create_directories(tmpdir);
+  r = testing::run_gnn_env("TMPDIR=" + tmpdir +
+                               " sh -c '\"$0\" demo & p=$!; while kill -0 $p 2>/dev/null && "
+                               "! ls \"$TMPDIR\"/gnn_demo_*/runs >/dev/null 2>&1; do sleep 0.05; done; "
+                               "kill -TERM $p; wait $p'",
+                           "");
+  CHECK(r.exit_code == 143);
+  CHECK_MESSAGE(contains(r.err, "gnn demo: interrupted (Terminated); its folder " + tmpdir + "/gnn_demo_"), r.err);
+  CHECK(std::filesystem::is_empty(tmpdir));
   // Two synths into one tree: the second is refused while the first holds it (the lock taken here).
   std::filesystem::create_directories(d + "/npz/tile/xla");
   const int fd = ::open((d + "/npz/tile/xla").c_str(), O_RDONLY | O_DIRECTORY);
