@@ -301,11 +301,8 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
     if (a.on("threads")) set_num_threads(int(a.integer("threads", 1, kMaxThreads)));
     start_threads();
     return cmd->run(a);
-  } catch (const InterruptedError& e) {  // (said, then the process ends by the signal, as its sender expects)
+  } catch (const InterruptedError& e) {  // (said; run() then ends the process by the signal)
     std::fprintf(stderr, "%s%s\n", who.c_str(), printable(e.message()).c_str());
-    std::fflush(stdout);
-    std::signal(e.signal(), SIG_DFL);
-    std::raise(e.signal());
     return 128 + e.signal();
   } catch (const UsageError& e) {
     const std::string m = printable(e.what());
@@ -333,7 +330,15 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
 }  // namespace
 
 int run(const std::vector<Command>& commands, int argc, char** argv) {
-  const int rc = run_command(commands, argc, argv);
+  int rc = run_command(commands, argc, argv);
+  // A signal a cooperative scope recorded (the command stopped by it, or failing otherwise at the time,
+  // its error said): the process ends by it, as its sender expects
+  if (const int sig = recorded_interrupt(); sig && rc != 0) {
+    std::fflush(stdout);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    rc = 128 + sig;
+  }
   // What a command printed and the system did not take (a full disk, /dev/full) is lost output: not a success
   errno = 0;
   const bool flushed = std::fflush(stdout) == 0;

@@ -318,6 +318,8 @@ InterruptedError::InterruptedError(int sig, const std::string& then)
     : Error(std::string("interrupted (") + ::strsignal(sig) + ")" + (then.empty() ? "" : "; " + then), "signal"),
       signal_(sig) {}
 
+int recorded_interrupt() { return g_interrupted.load(); }
+
 void throw_if_interrupted(const std::string& then) {
   if (const int sig = g_interrupted.load()) throw InterruptedError(sig, then);
 }

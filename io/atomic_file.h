@@ -86,5 +86,6 @@ class InterruptedError : public Error {
   int signal_;
 };
 void throw_if_interrupted(const std::string& then = "");  // InterruptedError(signal, then) once one came
+int recorded_interrupt();  // the signal a cooperative scope recorded, 0 if none: one its error must not hide
 
 }  // namespace gnn

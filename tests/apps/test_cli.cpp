@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -12,10 +13,13 @@
 #include <tuple>
 #include <vector>
 
+#include "apps/cli.h"
 #include "bench/registry.h"
+#include "io/atomic_file.h"
 #include "io/json.h"
 #include "io/npz.h"
 #include "runtime/cuda.h"
+#include "runtime/parallel.h"
 #include "testing.h"
 
 using namespace gnn;
@@ -364,6 +368,34 @@ TEST_CASE("cli: under small address-space and stack limits the CPU path runs, in
   CHECK_MESSAGE(contains(r.out, "NCCL not loadable (libnccl.so."), r.out);
 #endif
 #endif
+}
+
+TEST_CASE("cli: a signal recorded while a command fails otherwise still ends the process by it") {
+  // A cooperative scope records SIGTERM, then the command fails for another reason (a full disk, say):
+  // its error is said, and the process ends by the signal, not with exit status 1.
+  cli::Command c;
+  c.name = "failing";
+  c.run = [](const cli::Args&) -> int {
+    CooperativeInterrupt scope;
+    ::raise(SIGTERM);
+    GNN_FAIL("out.npz: write failed (No space left on device)");
+  };
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 2);  // (the child's error line, not the test's output)
+    install_interrupt_handlers();
+    set_num_threads(1);  // (no OpenMP team in a forked child: one the parent started would not be there)
+    char name[] = "gnn", cmd[] = "failing";
+    char* argv[] = {name, cmd, nullptr};
+    ::_exit(cli::run({c}, 2, argv) == 0 ? 0 : 3);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGTERM);
 }
 
 TEST_CASE("cli: a write past ulimit -f is an error naming the file, and threads that cannot start are named") {
