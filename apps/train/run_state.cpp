@@ -44,8 +44,8 @@ Meta read_meta(const std::string& path) {
   m.recipe = lookup_recipe(recipe);
   GNN_CHECK(m.recipe, path, ": 'meta/recipe' is '", recipe, "', a recipe this build does not have (gnn models)");
   // The run's length as --epochs and --steps bound it (checkpoints written before it was recorded lack it).
-  get_i64(m.arrays, "meta/epochs", path, 1, kMaxEpochs, 10);
-  get_i64(m.arrays, "meta/steps", path, 0, INT64_MAX, 0);
+  m.epochs = get_i64(m.arrays, "meta/epochs", path, 1, kMaxEpochs, m.epochs);
+  m.steps = get_i64(m.arrays, "meta/steps", path, 0, INT64_MAX, m.steps);
   m.hparams = HParams::from_json(tensor_text(m.arrays, "meta/hparams", path), path + ": meta/hparams");
   // Numbers as older gnn stored them from the command line (strtod read "+0.01" and " 1"): read as they
   // were then; the flags themselves are plain decimal now.
@@ -210,10 +210,8 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
     bad_option("--data: the run in ", run, " does not record its dataset (written by an older gnn); pass --data");
   if (!o.data.empty() && !data.empty() && !same_path(o.data, data))
     p.notes.push_back("--data " + o.data + ": the run was started on " + data + "; its preprocessing is kept");
-  const int64_t epochs = get_i64(p.meta.arrays, "meta/epochs", model_path, 1, kMaxEpochs, 10),
-                steps = get_i64(p.meta.arrays, "meta/steps", model_path, 0, INT64_MAX, 0);
-  p.epochs = o.epochs > 0 ? o.epochs : epochs;
-  p.steps = o.steps > 0 ? o.steps : o.steps < 0 ? 0 : steps;
+  p.epochs = o.epochs > 0 ? o.epochs : p.meta.epochs;
+  p.steps = o.steps > 0 ? o.steps : o.steps < 0 ? 0 : p.meta.steps;
   // A run cannot be made shorter than what it has trained: its weights would not be the ones it claims.
   // (state/epoch counts whole epochs; a run stopped within one has trained part of the next.)
   p.state.load(p.meta.arrays, model_path);
@@ -228,6 +226,7 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
     bad_option("--steps ", p.steps, o.steps > 0 ? "" : " (the run's own)", ": the run in ", run,
                " has already trained ", done_steps, " steps; give --steps ", done_steps,
                " or more, or 0 for no step limit");
+  const int64_t epochs = p.meta.epochs, steps = p.meta.steps;
   if (p.epochs != epochs || !recorded)
     p.notes.push_back("--epochs " + std::to_string(p.epochs) + ": the run was started with " +
                       (recorded ? std::to_string(epochs) : "?" + older) + "; it now ends after epoch " +

@@ -20,6 +20,7 @@ struct Meta {
   HParams hparams;
   Preprocessing prep;
   std::map<std::string, Tensor> arrays;  // the non-parameter arrays
+  int64_t epochs = 10, steps = 0;  // the run's length as --epochs and --steps bound it (10 and 0: not recorded)
 };
 Meta read_meta(const std::string& path);
 ModelDims dims_of(const Preprocessing& p);
