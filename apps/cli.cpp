@@ -21,6 +21,7 @@
 #include "dist/comm.h"
 #include "io/atomic_file.h"
 #include "runtime/cuda.h"
+#include "runtime/cuda_libs.h"
 #include "runtime/parallel.h"
 
 namespace gnn::cli {
@@ -92,6 +93,11 @@ Device parse_device(const Args& a) {
   if (d == "cpu") return Device::cpu();
   if (d != "cuda") throw UsageError("--device must be cpu or cuda, got '" + d + "'");
   if (!cuda_available()) throw UsageError("--device cuda is not usable here: " + cuda_status());
+#if GNN_WITH_CUDA && !GNN_CUDA_EMU
+  // (said now, not at the first product after the data are loaded: every GPU product is cuBLAS's)
+  if (const std::string why = cuda_library_error(CudaLibrary::kCublas); !why.empty())
+    throw UsageError("--device cuda: cuBLAS cannot be loaded (" + why + ")");
+#endif
   return Device::cuda(dist::world().local_rank % cuda_device_count());
 }
 
@@ -226,15 +232,16 @@ namespace {
 
 // The environment's switches, as a flag's value is checked: one gnn cannot run with is a usage error
 // before anything runs.
+bool takes_threads(const Command& cmd) {
+  return std::any_of(cmd.flags.begin(), cmd.flags.end(), [](const Flag& f) { return f.name == kThreadsFlag.name; });
+}
+
 void check_environment(const Command& cmd, const Args& a) {
   // (libgomp crashes starting 100,000 threads: a count --threads would refuse is refused here too,
   // unless --threads replaces it)
-  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && num_threads() > kMaxThreads && !a.on("threads")) {
-    const bool takes =
-        std::any_of(cmd.flags.begin(), cmd.flags.end(), [](const Flag& f) { return f.name == "threads"; });
+  if (const char* env = std::getenv("OMP_NUM_THREADS"); env && num_threads() > kMaxThreads && !a.on("threads"))
     throw UsageError("OMP_NUM_THREADS=" + std::string(env) + ": more than the " + std::to_string(kMaxThreads) +
-                     " threads gnn runs; set it lower" + (takes ? ", or pass --threads T" : ""));
-  }
+                     " threads gnn runs; set it lower" + (takes_threads(cmd) ? ", or pass --threads T" : ""));
   for (const auto& [name, means] : {std::pair{"GNN_HOST_CACHE", "0 turns the host cache off, 1 keeps it on"},
                                     std::pair{"GNN_SYNC", "1 synchronises after every CUDA launch, 0 does not"},
                                     std::pair{"GNN_TF32", "1 gives cuBLAS's TF32 products, 0 full f32"}}) {
@@ -298,8 +305,10 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
   try {
     const Args a = parse_args(*cmd, args);
     check_environment(*cmd, a);
-    if (a.on("threads")) set_num_threads(int(a.integer("threads", 1, kMaxThreads)));
-    start_threads();
+    if (takes_threads(*cmd)) {  // (a command that computes: its threads started now, or named)
+      if (a.on("threads")) set_num_threads(int(a.integer("threads", 1, kMaxThreads)));
+      start_threads();
+    }
     return cmd->run(a);
   } catch (const InterruptedError& e) {  // (said; run() then ends the process by the signal)
     std::fprintf(stderr, "%s%s\n", who.c_str(), printable(e.message()).c_str());

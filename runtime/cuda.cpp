@@ -168,7 +168,13 @@ BlasHandle cuda_blas(int device) {
   void* workspace = nullptr;
   GNN_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
   cublasHandle_t h = nullptr;
-  const cublasStatus_t st = cublasCreate(&h);
+  cublasStatus_t st = CUBLAS_STATUS_NOT_INITIALIZED;
+  try {
+    st = cublasCreate(&h);  // (throws when cuBLAS cannot be loaded: runtime/cuda_libs.cpp)
+  } catch (...) {
+    cudaFree(workspace);
+    throw;
+  }
   if (st != CUBLAS_STATUS_SUCCESS) cudaFree(workspace);
   GNN_CHECK(st == CUBLAS_STATUS_SUCCESS, "cublasCreate failed on CUDA device ", device, " (cuBLAS status ", int(st),
             ")");

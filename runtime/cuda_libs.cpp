@@ -49,16 +49,18 @@ Library& opened(Library& lib) {
     if (lib.folder[0]) {
       const std::string path = std::string(lib.folder) + "/" + lib.soname;
       lib.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      const char* second = lib.handle ? nullptr : dlerror();
       if (lib.handle) lib.error.clear();
+      else if (second && lib.error.find(second) == std::string::npos) lib.error += "; " + std::string(second);
     }
   });
   return lib;
 }
 
-Library g_cublas{"cuBLAS", "libcublas.so." GNN_STR(CUBLAS_VER_MAJOR), GNN_CUDA_LIBRARY_DIR, {}, nullptr, {}};
-Library g_cusparse{"cuSPARSE", "libcusparse.so." GNN_STR(CUSPARSE_VER_MAJOR), GNN_CUDA_LIBRARY_DIR, {}, nullptr, {}};
+Library g_cublas{"cuBLAS", "libcublas.so." GNN_STR(CUBLAS_VER_MAJOR), GNN_CUBLAS_DIR, {}, nullptr, {}};
+Library g_cusparse{"cuSPARSE", "libcusparse.so." GNN_STR(CUSPARSE_VER_MAJOR), GNN_CUSPARSE_DIR, {}, nullptr, {}};
 #if GNN_WITH_NCCL
-Library g_nccl{"NCCL", "libnccl.so." GNN_STR(NCCL_MAJOR), GNN_NCCL_LIBRARY_DIR, {}, nullptr, {}};
+Library g_nccl{"NCCL", "libnccl.so." GNN_STR(NCCL_MAJOR), GNN_NCCL_DIR, {}, nullptr, {}};
 #endif
 
 template <class Fn>
@@ -98,11 +100,12 @@ std::string cuda_library_error(CudaLibrary which) {
 
 }  // namespace gnn
 
-// The forwarders: each resolves its symbol on its first call (a thread-safe local static).
-#define GNN_FORWARD(lib, name, params, args)                              \
-  extern "C" gnn::ReturnOf<decltype(&name)>::type name params {           \
-    static const auto fn = gnn::symbol<decltype(&name)>(gnn::lib, #name); \
-    return fn args;                                                       \
+// The forwarders: each resolves its symbol on its first call (a thread-safe local static). Hidden: the
+// Python module and other shared objects built on libgnn do not export them under cuBLAS's own names.
+#define GNN_FORWARD(lib, name, params, args)                                                          \
+  extern "C" __attribute__((visibility("hidden"))) gnn::ReturnOf<decltype(&name)>::type name params { \
+    static const auto fn = gnn::symbol<decltype(&name)>(gnn::lib, #name);                             \
+    return fn args;                                                                                   \
   }
 
 // clang-format off
