@@ -22,9 +22,9 @@ struct Flag {
   bool repeatable = false;  // may be given more than once (gnn eval --run A --run B); Args::all reads them
 };
 
-// --threads, which every command that computes takes: 1..kMaxThreads, set (and the threads started) by
-// run() before the command runs. Without it OpenMP's own count runs (OMP_NUM_THREADS, else every core),
-// which run() bounds the same way.
+// --threads, which every command that computes takes: 1..kMaxThreads, set and its threads started
+// (start_threads) before such a command runs. Without it OpenMP's own count runs (OMP_NUM_THREADS, else
+// every core), which run() bounds the same way.
 constexpr int kMaxThreads = 4096;
 inline const Flag kThreadsFlag{"threads", "T", "CPU threads (default: all)"};
 class Args;

@@ -169,11 +169,12 @@ Command inspect_command() {
   c.name = "inspect";
   c.summary = "the arrays of an .npz or .npy file, and TpuGraphs statistics";
   c.positionals = {{"PATH", "an .npz archive, an .npy array, or a TpuGraphs dataset directory"}};
-  c.flags = {{"json", "", "one JSON object with an `arrays` list (with min, max, sum of each array)"},
-             {"max-member-bytes", "N",
-              "refuse .npz members larger than this uncompressed (zip bombs), in a directory's files too",
-              "34359738368"},
-             {"skip-bad", "", "for a directory: warn about bad files and leave them out instead of stopping"}};
+  c.flags = {
+      {"json", "", "one JSON object with an `arrays` list (with min, max, sum of each array)"},
+      {"max-member-bytes", "N",
+       "refuse .npz members larger than this uncompressed (zip bombs), in a directory's files too", "34359738368"},
+      {"skip-bad", "", "for a directory: warn about bad files and leave them out instead of stopping"},
+      kThreadsFlag};
   c.details =
       "For each array: key, dtype as written, shape, order (C or F), compression (stored or deflated),\n"
       "compressed and raw sizes. TpuGraphs files (tile or layout, by their keys) also get the\n"

@@ -92,7 +92,8 @@ Command synth_command() {
               "splits to write; each is seeded by --seed and its place in LIST, so splits written by separate "
               "calls need different --seed values",
               "train,valid,test"},
-             {"stored", "", "store members instead of deflating them (the official files are deflated)"}};
+             {"stored", "", "store members instead of deflating them (the official files are deflated)"},
+             kThreadsFlag};
   c.details =
       "Programs are HLO-like DAGs (parameters, constants, elementwise chains, fusions, broadcasts, reduces,\n"
       "transposes, reshapes, dots, convolutions) with the 140 node features filled by meaning. Runtimes\n"

@@ -148,8 +148,8 @@ std::vector<std::string> inputs_of(const Args& a, const std::vector<RunOnSplit>&
 int64_t parse_memory_limit(const std::string& s) {
   if (s == "auto") {
     const int64_t bytes = usable_memory_bytes();
-    // under mpirun the ranks of a node share it
-    return bytes > 0 ? bytes / 10 * 9 / std::max(1, dist::world().local_size) : 0;
+    // under mpirun the ranks of a node share it (at least a byte: 0 would mean no limit)
+    return bytes > 0 ? std::max<int64_t>(1, bytes / 10 * 9 / std::max(1, dist::world().local_size)) : 0;
   }
   // plain decimal, as every number flag (no '+', space or hex), then the suffix
   double v = -1;

@@ -285,7 +285,8 @@ int remove_stale_temporaries(const std::string& path) {
 }
 
 void install_interrupt_handlers() {
-  // SIGXCPU is `ulimit -t`'s soft limit: sent every second past it, until the hard one's SIGKILL.
+  // SIGXCPU: a soft CPU-time limit below the hard one (`ulimit -St`, a batch scheduler's), sent each second
+  // past it until the hard one's SIGKILL (plain `ulimit -t` sets both, so SIGKILL comes at once)
   constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGXCPU};
   for (int sig : kSignals) {
     struct sigaction old {};

@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -22,10 +23,12 @@ void set_num_threads(int n) {
 bool openmp_enabled() { return true; }
 
 void start_threads() {
-  const int n = omp_get_max_threads();
+  const int n = std::min(omp_get_max_threads(), omp_get_thread_limit());
   if (n <= 1) return;
-  // libgomp that cannot start a thread (`ulimit -u`, a container's pids.max, `ulimit -v` for the stacks)
-  // prints its own line and exits, no destructor run: n - 1 threads alive at once are tried first.
+  // libgomp that cannot start a thread (`ulimit -u`, a container's pids.max, `ulimit -v` or `-s` for the
+  // stacks) prints its own line and exits, no destructor run: n - 1 threads alive at once are tried first.
+  // Best effort: near the limit the team can still fail after it (a thread that exited is counted a while
+  // longer; a second team, such as a prefetching thread's, needs as many again).
   std::mutex gate;
   std::vector<pthread_t> started;
   int err = 0;
@@ -45,7 +48,8 @@ void start_threads() {
   }
   for (pthread_t t : started) ::pthread_join(t, nullptr);
   GNN_CHECK(err == 0, "cannot start ", n, " CPU threads (", std::strerror(err), " at thread ", started.size() + 2,
-            "): lower --threads or OMP_NUM_THREADS, or raise the limit on this user's processes (ulimit -u)");
+            "): lower --threads or OMP_NUM_THREADS, or raise the limit that stops them (this user's processes, "
+            "ulimit -u; a container's pids.max; the address space for their stacks, ulimit -v and -s)");
 #pragma omp parallel
   {  // the team started now, while it can be
   }

@@ -247,8 +247,10 @@ RunPlan plan_resumed_run(const TrainOptions& o, const std::string& model_path) {
 RunPlan plan_run(const TrainOptions& o, const std::string& model_path) {
   const bool resuming = o.resume && fs::exists(model_path);
   if (o.resume && !resuming && o.recipe.empty())
-    bad_option("--resume: " + model_path +
-               " does not exist (no epoch of the run was checkpointed); start it again with --model and --data");
+    bad_option("--resume: ",
+               fs::exists(o.out) ? model_path + " does not exist, so " + o.out + " holds no run to resume"
+                                 : "--out " + o.out + " does not exist, so there is no run to resume",
+               "; a new run needs --model and --data");
   RunPlan p = resuming ? plan_resumed_run(o, model_path) : plan_new_run(o);
   if (std::string e = check_hparams(p.recipe->hparams, p.hp, p.recipe->name); !e.empty()) bad_option(e);
   const std::string recorded = p.resuming ? " (recorded in the run's model.npz; pass it again to change it)" : "";

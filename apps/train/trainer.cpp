@@ -1039,13 +1039,23 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
     line.set("valid_score", valid_score);
     line.set("valid", Json::parse(ev.json, "valid metrics"));
   }
-  bool new_best = false;
+  // The run's first checkpoint: what this epoch writes before it (best.npz, swa.npz) goes again if it does
+  // not land, so that a failed start leaves no part of a run without its model.npz.
+  struct FirstCheckpoint {
+    const std::string &model, &best, &swa;
+    const bool armed;
+    const int unwinding = std::uncaught_exceptions();
+    ~FirstCheckpoint() {
+      std::error_code ec;
+      if (!armed || std::uncaught_exceptions() == unwinding || fs::exists(model, ec)) return;
+      for (const std::string* f : {&best, &swa}) fs::remove(*f, ec);
+    }
+  } first_checkpoint{model_path_, best_path_, swa_path_, lead_ && !fs::exists(model_path_)};
   if (!partial) {
     st_.epoch = e + 1, st_.batch = 0, st_.loss_sum = 0, st_.loss_n = 0;
     if (std::isfinite(valid_score) && valid_score > st_.best_score) {
       st_.best_score = valid_score, st_.best_epoch = st_.epoch;
       save(best_path_, false);
-      new_best = true;
     }
     if (swa_) end_epoch_swa(e, validating, line);
   }
@@ -1066,9 +1076,6 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
     save(model_path_, true);
   } catch (...) {
     if (lead_ && !ec) existed ? fs::resize_file(metrics_path_, logged, ec) : void(fs::remove(metrics_path_, ec));
-    // the run's first checkpoint: its best.npz would be a run's part with no run to resume
-    std::error_code ignored;
-    if (lead_ && new_best && !fs::exists(model_path_, ignored)) fs::remove(best_path_, ignored);
     if (lead_ && ec)
       std::fprintf(stderr, "gnn train: warning: %s could not be cut back to the epochs checkpointed (%s)\n",
                    metrics_path_.c_str(), ec.message().c_str());

@@ -283,14 +283,16 @@ TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a
   testing::TempDir tmp;
   // SIGTERM once synth has written its first graph: the graphs it wrote and the folders it made are removed,
   // and it ends by the signal (the shell's 143), saying so.
-  // The same for SIGXCPU, which `ulimit -t` sends once a process has used its CPU time (the shell's 152).
+  // The same for SIGXCPU, which a soft CPU-time limit (`ulimit -St`) sends once a process has used it (the
+  // shell's 152; no core file).
   const std::string d = tmp.file("d"), first = d + "/npz/layout/xla/default/train/synth_train_0000.npz";
   testing::CommandResult r;
   for (const auto& [sig, code, name] :
        {std::tuple{"TERM", 143, "Terminated"}, {"XCPU", 152, "CPU time limit exceeded"}}) {
     CAPTURE(sig);
     r = testing::run_gnn_env(
-        "sh -c '\"$0\" synth --collection layout --out \"$1\" --nodes 3000 --configs 100 --graphs 40 --seed 1 & p=$!; "
+        "sh -c 'ulimit -c 0; \"$0\" synth --collection layout --out \"$1\" --nodes 3000 --configs 100 --graphs 40 "
+        "--seed 1 & p=$!; "
         "while kill -0 $p 2>/dev/null && [ ! -e \"$1/npz/layout/xla/default/train/synth_train_0000.npz\" ]; "
         "do sleep 0.01; done; kill -" +
             std::string(sig) + " $p; wait $p'",
@@ -362,7 +364,7 @@ TEST_CASE("cli: under small address-space and stack limits the CPU path runs, in
   r = testing::run_gnn_env(limited, train + tmp.file("big") + " --steps 1 --hidden 20000");
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, "does not fit in the memory limit of"), r.err);
-  r = testing::run_gnn_env("sh -c 'ulimit -v 150000; exec \"$0\" \"$@\"'", "info");
+  r = testing::run_gnn_env("sh -c 'ulimit -v 100000; exec \"$0\" \"$@\"'", "info");  // (NCCL: 208 MB here)
   CHECK_MESSAGE(r.exit_code == 0, r.err);
 #if GNN_WITH_NCCL && !GNN_CUDA_EMU
   CHECK_MESSAGE(contains(r.out, "NCCL not loadable (libnccl.so."), r.out);
@@ -402,7 +404,7 @@ TEST_CASE("cli: a write past ulimit -f is an error naming the file, and threads 
   testing::TempDir tmp;
   // SIGXFSZ would end gnn unannounced, its temporary left: ignored, the write fails with EFBIG. 1 KiB lets
   // the error message through (the limit holds for the test's own capture of stdout and stderr too).
-  const std::string d = tmp.file("d"), limited = "sh -c 'ulimit -f 1; exec \"$0\" \"$@\"'";
+  const std::string d = tmp.file("d"), limited = "prlimit --fsize=1024";
   auto r = testing::run_gnn_env(limited, "synth --collection tile --out " + d + " --graphs 2");
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, "synth_train_0000.npz: write failed (File too large)"), r.err);
@@ -411,20 +413,24 @@ TEST_CASE("cli: a write past ulimit -f is an error naming the file, and threads 
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, "gnn models: error: writing the standard output failed (File too large)"), r.err);
   // A process limit (`ulimit -u`, which root is exempt from: run as nobody) that leaves no room for the
-  // threads: named before the command runs, where libgomp would print its own line and exit.
-  if (::geteuid() != 0) {
-    testing::skip("the thread limit's part runs gnn as nobody through setpriv, which needs root");
+  // threads of a command that computes: named before it runs, where libgomp would print its own line and
+  // exit. (A command that computes nothing starts none.)
+  const std::string nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups";
+  if (::geteuid() != 0 || std::system((nobody + " true >/dev/null 2>&1").c_str()) != 0) {
+    testing::skip("the thread limit's part runs gnn as nobody through setpriv, which needs root here");
     return;
   }
-  r = testing::run_gnn_env("OMP_NUM_THREADS=4 setpriv --reuid=65534 --regid=65534 --clear-groups prlimit --nproc=1",
-                           "models");
+  const std::string as_nobody = "OMP_NUM_THREADS=4 " + nobody + " prlimit --nproc=1";
+  r = testing::run_gnn_env(as_nobody, "bench kernel gemm --nodes 64 --features 8");
   if (r.exit_code == 126 || r.exit_code == 127) {
-    testing::skip("nobody cannot run gnn here, or setpriv or prlimit is missing: " + r.err);
+    testing::skip("nobody cannot run gnn here, or prlimit is missing: " + r.err);
     return;
   }
   CHECK(r.exit_code == 1);
-  CHECK_MESSAGE(contains(r.err, "gnn models: error: cannot start 4 CPU threads (Resource temporarily unavailable"),
+  CHECK_MESSAGE(contains(r.err, "gnn bench: error: cannot start 4 CPU threads (Resource temporarily unavailable"),
                 r.err);
+  r = testing::run_gnn_env(as_nobody, "models");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
 }
 
 TEST_CASE("cli: bench npz prints the JSON keys other tools read") {

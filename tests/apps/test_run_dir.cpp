@@ -618,17 +618,27 @@ TEST_CASE("run files: a run whose model.npz is gone is not trained over, and a l
 
 TEST_CASE("run files: a first checkpoint that cannot be written leaves no part of the run, and --resume says so") {
   TempDir t;
-  const std::string run = t.file("run");
-  // ulimit -f: best.npz (about 70 KB) fits in 150 KB, model.npz (about 300 KB with the optimiser's state) not
-  auto r = testing::run_gnn_env("sh -c 'ulimit -f 150; exec \"$0\" \"$@\"'",
-                                "train --model tile-mlp --data " + data() + " --out " + run + " --epochs 1");
+  const std::string run = t.file("run"),
+                    train = "train --model tile-mlp --data " + data() + " --epochs 1 --batch-graphs 2 --swa 1 --out ";
+  // The files' sizes, from a run that writes them: a file-size limit between best.npz's and swa.npz's and
+  // model.npz's (which holds the optimiser's state too) lets the first two land and not the checkpoint.
+  auto r = run_gnn(train + t.file("sizes"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const uintmax_t small = std::max(fs::file_size(t.file("sizes/best.npz")), fs::file_size(t.file("sizes/swa.npz"))),
+                  model = fs::file_size(t.file("sizes/model.npz"));
+  REQUIRE(small < model);
+  r = testing::run_gnn_env("prlimit --fsize=" + std::to_string((small + model) / 2), train + run);
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, run + "/model.npz: write failed (File too large)"), r.err);
-  CHECK_FALSE(fs::exists(run + "/best.npz"));
+  CHECK_FALSE(fs::exists(run));  // best.npz and swa.npz taken back, then the folder the run made
+  r = run_gnn("train --resume --out " + run);
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "--resume: --out " + run + " does not exist, so there is no run to resume"), r.err);
+  fs::create_directories(run);
   r = run_gnn("train --resume --out " + run);
   CHECK(r.exit_code == 2);
   CHECK_MESSAGE(
-      contains(r.err, "--resume: " + run + "/model.npz does not exist (no epoch of the run was checkpointed)"), r.err);
+      contains(r.err, "--resume: " + run + "/model.npz does not exist, so " + run + " holds no run to resume"), r.err);
 }
 
 TEST_CASE("run files: a new run replaces an interrupted first epoch's best.npz and swa.npz") {

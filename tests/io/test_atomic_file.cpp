@@ -44,6 +44,8 @@ int in_child(F child) {
   REQUIRE(pid >= 0);
   if (pid == 0) {
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGXCPU}) ::signal(sig, SIG_DFL);  // (not doctest's crash report)
+    const struct rlimit no_core { 0, 0 };  // (ending by SIGXCPU: no core file)
+    ::setrlimit(RLIMIT_CORE, &no_core);
     int code = 99;
     try {
       code = child();
