@@ -38,9 +38,11 @@ void load_checkpoint(const std::string& path, const std::vector<nn::NamedParam>&
     GNN_CHECK(it != all.end(), path, ": checkpoint has no parameter '", p.name, "' (built for another model?)");
     GNN_CHECK(it->second.shape() == p.var.shape(), path, ": parameter '", p.name, "' is ", it->second.shape().str(),
               " in the checkpoint, the model has ", p.var.shape().str());
-    const std::string bad = first_nonfinite({{p.name, it->second.astype(DType::F64)}});
+    // in the model's dtype (one copy, checked there: a value that does not fit it is not finite in it)
+    Tensor v = it->second.dtype() == p.var.dtype() ? it->second.clone() : it->second.astype(p.var.dtype());
+    const std::string bad = first_nonfinite({{p.name, v}});
     GNN_CHECK(bad.empty(), path, ": parameter ", bad);
-    values.push_back(it->second.astype(p.var.dtype()).clone());
+    values.push_back(std::move(v));
     all.erase(it);
   }
   std::map<std::string, Tensor> optim;
