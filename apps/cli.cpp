@@ -60,6 +60,7 @@ void check_output(const std::string& flag, const std::string& out, const std::ve
   } catch (const Error& e) {
     throw UsageError("--" + flag + " " + e.message());
   }
+  remove_stale_temporaries(out);  // what a killed earlier attempt left (kill -9 runs no handler)
 }
 
 void check_output_folder(const std::string& flag, const std::string& dir) {

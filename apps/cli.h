@@ -46,7 +46,7 @@ class UsageError : public std::runtime_error {
 // or the files of a run it reads (train::run_files): writing there would destroy them, as
 // `gnn predict --out RUN/model.npz` would. Another spelling, a symlink or a hard link counts as the same. An
 // empty path is refused too, and one that cannot be written (io/atomic_file.h's check_writable): said before
-// the work, not after it.
+// the work, not after it. Then the temporaries a killed earlier writer of the path left are removed.
 void check_output(const std::string& flag, const std::string& out, const std::vector<std::string>& inputs);
 // Refuses (UsageError, naming --flag) a folder to write into that cannot be one: dir exists and is not a
 // folder (or is a symlink to nothing), or its nearest existing ancestor is not a folder, lies on a kernel

@@ -235,7 +235,6 @@ void AtomicFile::commit() {
   disarm_temporary(slot_);  // (after the rename: a signal before it still finds the temporary to remove)
   slot_ = -1;
   GNN_CHECK(moved, path_, ": cannot move the finished file into place (", std::strerror(err), ")");
-  remove_stale_temporaries(target_);  // a killed writer's of the same file (kill -9 runs no handler)
 }
 
 void check_writable(const std::string& path) {

@@ -31,7 +31,7 @@ class AtomicFile {
   void write(const void* data, size_t n);  // appends
   void write_at(uint64_t offset, const void* data, size_t n);  // patches bytes already written
   uint64_t size() const { return size_; }
-  void commit();  // then removes the temporaries a killed writer of the same file left (remove_stale_temporaries)
+  void commit();
   const std::string& path() const { return path_; }
 
  private:

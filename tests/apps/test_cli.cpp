@@ -400,7 +400,7 @@ TEST_CASE("cli: a signal recorded while a command fails otherwise still ends the
   CHECK(WTERMSIG(status) == SIGTERM);
 }
 
-TEST_CASE("cli: a write past ulimit -f is an error naming the file, and threads that cannot start are named") {
+TEST_CASE("cli: a write past ulimit -f is an error, a killed writer's temporary goes, threads are started or named") {
   testing::TempDir tmp;
   // SIGXFSZ would end gnn unannounced, its temporary left: ignored, the write fails with EFBIG. 1 KiB lets
   // the error message through (the limit holds for the test's own capture of stdout and stderr too).
@@ -409,6 +409,20 @@ TEST_CASE("cli: a write past ulimit -f is an error naming the file, and threads 
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, "synth_train_0000.npz: write failed (File too large)"), r.err);
   CHECK_FALSE(std::filesystem::exists(d));
+  // A temporary that a writer killed with SIGKILL left beside an output flag's path goes at the next run.
+  std::fflush(nullptr);
+  const pid_t dead = ::fork();
+  REQUIRE(dead >= 0);
+  if (dead == 0) ::_exit(0);
+  REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+  const std::string graph = tmp.file("g.npz"), stale = graph + ".tmp-" + std::to_string(dead),
+                    live = graph + ".tmp-" + std::to_string(::getpid());
+  std::ofstream(stale) << "half";
+  std::ofstream(live) << "half";
+  r = run_gnn("bench kernel spmm-sum --nodes 100 --edges 200 --repeat 20 --threads 1 --save-graph " + graph);
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_FALSE(std::filesystem::exists(stale));
+  CHECK(std::filesystem::exists(live));  // (this process runs)
   r = testing::run_gnn_env(limited, "models");  // 3 KB of stdout
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, "gnn models: error: writing the standard output failed (File too large)"), r.err);
