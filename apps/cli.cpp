@@ -344,9 +344,7 @@ int run(const std::vector<Command>& commands, int argc, char** argv) {
   // A signal a cooperative scope recorded (the command stopped by it, or failing otherwise at the time,
   // its error said): the process ends by it, as its sender expects
   if (const int sig = recorded_interrupt(); sig && rc != 0) {
-    std::fflush(stdout);
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
+    end_by_signal(sig);
     rc = 128 + sig;
   }
   // What a command printed and the system did not take (a full disk, /dev/full) is lost output: not a success

@@ -165,7 +165,7 @@ Command demo_command() {
     double random_tile = 0, random_layout = 0;
     const fs::path data = dir / "data";
     // A signal while it makes data or trains stops it between graphs or steps, so that its temporary
-    // folder goes; past this block one ends it at once (what is left then is the report).
+    // folder goes; past this block one ends it at once (what is left then is the folder and its report).
     {
       CooperativeInterrupt scope;
       try {
@@ -228,6 +228,7 @@ Command demo_command() {
           std::printf("\n");
           table.push_back(e);
         }
+        if (!keep) fs::remove_all(data), fs::remove_all(dir / "runs");  // (the curves and scores are read)
         throw_if_interrupted();
       } catch (const InterruptedError& e) {
         std::error_code ec;
@@ -270,7 +271,6 @@ Command demo_command() {
     if (keep) {
       std::printf("  dataset and runs kept in %s; the curves of every run: %s\n", dir.c_str(), report.c_str());
     } else {
-      fs::remove_all(data), fs::remove_all(dir / "runs");
       std::printf("  the curves of every run: %s\n", report.c_str());
     }
     Json j = Json::object();

@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +15,8 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
+#include <string_view>
 
 #include "base/error.h"
 
@@ -50,10 +55,35 @@ void disarm_temporary(int slot) {
     for (;;) ::pause();  // the handler holds it: the process is ending
 }
 
+int64_t monotonic_ns() {  // (clock_gettime is async-signal-safe)
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+std::atomic<int64_t> g_interrupted_at{0};  // when the recorded signal came
+
+void no_core_for(int sig) {
+  if (sig != SIGXCPU) return;  // (a CPU-time limit is no crash: its default action would dump core)
+  const struct rlimit none { 0, 0 };
+  ::setrlimit(RLIMIT_CORE, &none);
+}
+
 void on_interrupt(int sig) {
-  if (g_cooperative.load() > 0 && g_interrupted.load() == 0) {
-    g_interrupted.store(sig);  // (errno untouched: the interrupted code goes on)
-    return;
+  if (g_cooperative.load() > 0) {
+    const int saved = errno;  // (the interrupted code goes on)
+    if (g_interrupted.load() == 0) {
+      g_interrupted_at.store(monotonic_ns());
+      g_interrupted.store(sig);
+      static const char kSaid[] = "gnn: stopping at the next step or graph; signal again to stop at once\n";
+      [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);
+      errno = saved;
+      return;
+    }
+    // The same signal again within a second is its sender's double (timeout signals its child and the
+    // child's process group), not a second signal.
+    const bool same = sig == g_interrupted.load() && monotonic_ns() - g_interrupted_at.load() < 1'000'000'000;
+    errno = saved;
+    if (same) return;
   }
   for (TempSlot& t : g_temps) {
     int armed = 2;
@@ -62,6 +92,7 @@ void on_interrupt(int sig) {
   // A handler that was there first (MPI's prints the rank's stop message), then the signal's own ending:
   // the temporaries are gone, so the process may not go on even where that handler would return.
   if (void (*previous)(int) = g_previous[sig]) previous(sig);
+  no_core_for(sig);
   ::signal(sig, SIG_DFL);
   ::raise(sig);  // (blocked in its own handler: it ends the process as this returns)
 }
@@ -149,6 +180,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   tmp_path_ = temporary_prefix(target_) + std::to_string(::getpid());
   slot_ = arm_temporary(tmp_path_);  // (before it exists: a signal between the two finds it)
   fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ >= 0) ::flock(fd_, LOCK_EX | LOCK_NB);  // (held while written: remove_stale_temporaries_in leaves it)
   if (fd_ < 0) {
     const int err = errno;
     disarm_temporary(slot_);
@@ -265,22 +297,37 @@ std::string output_names_input(const std::string& out, const std::vector<std::st
   return "";
 }
 
+int remove_stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int removed = 0;
+  constexpr std::string_view kMark = ".tmp-";
+  for (fs::directory_iterator it(dir.empty() ? "." : dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t at = name.rfind(kMark);
+    if (at == std::string::npos || at == 0) continue;
+    const std::string pid = name.substr(at + kMark.size());
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    if (!of(name.substr(0, at))) continue;
+    if (::kill(pid_t(std::stol(pid)), 0) == 0 || errno == EPERM) continue;  // its writer still runs
+    // A writer in another PID namespace or on another host holds a lock on it: kept.
+    const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    std::error_code rm;
+    if (!held) removed += fs::remove(it->path(), rm) ? 1 : 0;
+    ::close(fd);
+  }
+  return removed;
+}
+
 int remove_stale_temporaries(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path p(path);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  // (the name as temporary_prefix writes it: long names cut and marked with a hash)
   const std::string prefix = fs::path(temporary_prefix(path)).filename().string();
-  std::error_code ec;
-  int removed = 0;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    const std::string pid = name.substr(prefix.size());
-    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
-    if (::kill(pid_t(std::stol(pid)), 0) == 0 || errno == EPERM) continue;  // its writer still runs
-    removed += fs::remove(entry.path(), ec) ? 1 : 0;
-  }
-  return removed;
+  const std::string own = prefix.substr(0, prefix.size() - 5);  // without ".tmp-"
+  return remove_stale_temporaries_in(p.parent_path().string(), [&](const std::string& name) { return name == own; });
 }
 
 void install_interrupt_handlers() {
@@ -319,6 +366,13 @@ InterruptedError::InterruptedError(int sig, const std::string& then)
       signal_(sig) {}
 
 int recorded_interrupt() { return g_interrupted.load(); }
+
+void end_by_signal(int sig) {
+  std::fflush(nullptr);
+  no_core_for(sig);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
 
 void throw_if_interrupted(const std::string& then) {
   if (const int sig = g_interrupted.load()) throw InterruptedError(sig, then);

@@ -14,6 +14,7 @@
 //   - a directory: refused.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,10 @@ std::string output_names_input(const std::string& out, const std::vector<std::st
 // SIGKILL runs no destructor), those of live processes excepted. Returns how many it removed. "Live" is
 // judged in this PID namespace: a writer on another host or container sharing the folder is not seen.
 int remove_stale_temporaries(const std::string& path);
+// The same for every file in `dir` whose name is `NAME.tmp-PID` with of(NAME) true (synth's graphs), those
+// locked by their writer (AtomicFile holds a lock on its temporary: a writer on another host or in another
+// PID namespace) excepted too. A folder that cannot be read removes nothing.
+int remove_stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of);
 
 // Interruption: SIGINT, SIGTERM, SIGHUP and SIGXCPU. After install_interrupt_handlers() (the CLI's main calls it;
 // a signal the process was started ignoring, as under nohup, stays ignored) such a signal removes the
@@ -67,8 +72,9 @@ int remove_stale_temporaries(const std::string& path);
 // `path.tmp-PID` is left behind. Within a CooperativeInterrupt scope the first such signal is only
 // recorded, and the scope's own work stops at its next throw_if_interrupted() with an InterruptedError,
 // so that it can remove what it has written (gnn synth: a dataset whole or not at all); the CLI then ends
-// the process by the same signal. A second signal ends it at once. SIGXFSZ (a write past `ulimit -f`)
-// is ignored, so that such a write fails with EFBIG and is reported like any failed write.
+// the process by the same signal; the first says so on stderr. A second signal ends it at once (the same
+// one within a second is taken for its sender's double: `timeout` signals its child and its group). SIGXFSZ (a write
+// past `ulimit -f`) is ignored, so that such a write fails with EFBIG and is reported like any failed write.
 void install_interrupt_handlers();
 class CooperativeInterrupt {
  public:
@@ -86,6 +92,9 @@ class InterruptedError : public Error {
   int signal_;
 };
 void throw_if_interrupted(const std::string& then = "");  // InterruptedError(signal, then) once one came
-int recorded_interrupt();  // the signal a cooperative scope recorded, 0 if none: one its error must not hide
+// The signal a cooperative scope recorded, 0 if none: one its error must not hide. Never reset: a process
+// that was asked to stop stays so (a caller running several commands in one process would need a reset).
+int recorded_interrupt();
+void end_by_signal(int sig);  // flushes stdio and ends the process by `sig` (no core file for SIGXCPU)
 
 }  // namespace gnn

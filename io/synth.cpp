@@ -428,11 +428,16 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
     }
     // Graphs already there would mix with these (a smaller --graphs leaves the old ones past its end):
     // a split is written whole, into a folder without graphs.
+    // (What a synth killed with SIGKILL left, its temporaries, goes first: no handler ran to remove them.)
     for (const std::string& split : o.splits)
-      if (fs::is_directory(root / split))
+      if (fs::is_directory(root / split)) {
+        remove_stale_temporaries_in((root / split).string(), [](const std::string& name) {
+          return name.starts_with("synth_") && name.ends_with(".npz");
+        });
         for (const auto& e : fs::directory_iterator(root / split))
           GNN_CHECK(e.path().extension() != ".npz", (root / split).string(), " already holds graphs (",
                     e.path().filename().string(), "); write a new dataset into an empty --out, or remove them first");
+      }
     write_splits(root, o, layout, nodes, configs, paths, made);
     throw_if_interrupted();  // (one that came during the last graph)
   } catch (...) {

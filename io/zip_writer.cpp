@@ -23,7 +23,7 @@ struct ZipWriter::Pending {
   z_stream z{};
   bool deflating = false;
   uint32_t crc = 0;
-  std::vector<uint8_t> out = std::vector<uint8_t>(size_t(1) << 16);  // deflate's output (not on the stack)
+  std::vector<uint8_t> out;  // deflate's output, 64 KiB while deflating (not on the stack)
 };
 
 ZipWriter::ZipWriter(std::string path) : file_(std::make_unique<AtomicFile>(std::move(path))) {
@@ -64,6 +64,7 @@ void ZipWriter::begin_member(const std::string& name, ZipMethod method, int leve
     GNN_CHECK(deflateInit2(&cur_->z, level, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK, path(),
               ": zlib deflateInit2 failed (level ", level, ")");
     cur_->deflating = true;
+    cur_->out.resize(size_t(1) << 16);
   }
   std::vector<uint8_t> h;
   put32(h, 0x04034b50);

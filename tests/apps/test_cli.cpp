@@ -303,15 +303,18 @@ TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a
         r.err);
     CHECK_FALSE(std::filesystem::exists(d));
   }
-  // The demo stopped while it trains: it stops between steps, and its temporary folder goes too.
+  // The demo stopped while it trains: it stops between steps, and its temporary folder goes too. The signal
+  // sent twice at once (as `timeout` does, to its child and the child's group) counts as one. (Killed after
+  // 300 s, with the demo, if it does not stop.)
   const std::string tmpdir = tmp.file("tmpdir");
   std::filesystem::create_directories(tmpdir);
   r = testing::run_gnn_env("TMPDIR=" + tmpdir +
-                               " sh -c '\"$0\" demo & p=$!; while kill -0 $p 2>/dev/null && "
-                               "! ls \"$TMPDIR\"/gnn_demo_*/runs >/dev/null 2>&1; do sleep 0.05; done; "
-                               "kill -TERM $p; wait $p'",
+                               " timeout -s KILL 300 sh -c '\"$0\" demo --tile-graphs 40 --layout-graphs 4 & p=$!; "
+                               "while kill -0 $p 2>/dev/null && ! ls \"$TMPDIR\"/gnn_demo_*/runs >/dev/null 2>&1; "
+                               "do sleep 0.05; done; kill -TERM $p; kill -TERM $p; wait $p'",
                            "");
   CHECK(r.exit_code == 143);
+  CHECK_MESSAGE(contains(r.err, "gnn: stopping at the next step or graph; signal again to stop at once"), r.err);
   CHECK_MESSAGE(contains(r.err, "gnn demo: interrupted (Terminated); its folder " + tmpdir + "/gnn_demo_"), r.err);
   CHECK(std::filesystem::is_empty(tmpdir));
   // Two synths into one tree: the second is refused while the first holds it (the lock taken here).
@@ -401,6 +404,7 @@ TEST_CASE("cli: a signal recorded while a command fails otherwise still ends the
 }
 
 TEST_CASE("cli: a write past ulimit -f is an error, a killed writer's temporary goes, threads are started or named") {
+  if (std::system("command -v prlimit >/dev/null 2>&1") != 0) return testing::skip("no prlimit (util-linux)");
   testing::TempDir tmp;
   // SIGXFSZ would end gnn unannounced, its temporary left: ignored, the write fails with EFBIG. 1 KiB lets
   // the error message through (the limit holds for the test's own capture of stdout and stderr too).
@@ -423,6 +427,14 @@ TEST_CASE("cli: a write past ulimit -f is an error, a killed writer's temporary 
   CHECK_MESSAGE(r.exit_code == 0, r.err);
   CHECK_FALSE(std::filesystem::exists(stale));
   CHECK(std::filesystem::exists(live));  // (this process runs)
+  // And a killed synth's, in its split's folder: gone before the new graphs are written.
+  const std::string split = tmp.file("s/npz/tile/xla/train"), stale_graph = split + "/synth_train_0000.npz.tmp-";
+  std::filesystem::create_directories(split);
+  std::ofstream(stale_graph + std::to_string(dead)) << "half";
+  r = run_gnn("synth --collection tile --out " + tmp.file("s") + " --graphs 2 --split train");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_FALSE(std::filesystem::exists(stale_graph + std::to_string(dead)));
+  CHECK(std::filesystem::exists(split + "/synth_train_0001.npz"));
   r = testing::run_gnn_env(limited, "models");  // 3 KB of stdout
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, "gnn models: error: writing the standard output failed (File too large)"), r.err);

@@ -127,13 +127,18 @@ TEST_CASE("atomic file: what a killed writer of a file left is removed, not a li
       ::_exit(1);
     }
   }
+  struct Reaped {  // (on every way out: a child left pausing would hold the test's output open)
+    pid_t pid;
+    void now() {
+      if (pid > 0) ::kill(pid, SIGKILL), ::waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+    ~Reaped() { now(); }
+  } child{live};
   for (int i = 0; i < 10000 && temporaries(t.file("")) < 3; ++i) ::usleep(1000);
-  const bool started = temporaries(t.file("")) == 3;
-  const int removed = started ? remove_stale_temporaries(out) : -1, after = temporaries(t.file(""));
-  ::kill(live, SIGKILL);  // (before any REQUIRE: a child left pausing would hold the test's output open)
-  int status = 0;
-  REQUIRE(::waitpid(live, &status, 0) == live);
-  REQUIRE(started);
+  REQUIRE(temporaries(t.file("")) == 3);
+  const int removed = remove_stale_temporaries(out), after = temporaries(t.file(""));
+  child.now();
   CHECK(removed == 1);
   CHECK(after == 2);  // the live writer's and other.csv's
   CHECK(remove_stale_temporaries(out) == 1);  // the live writer's, killed since
