@@ -287,20 +287,26 @@ TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a
   // shell's 152; no core file).
   const std::string d = tmp.file("d"), first = d + "/npz/layout/xla/default/train/synth_train_0000.npz";
   testing::CommandResult r;
-  for (const auto& [sig, code, name] :
-       {std::tuple{"TERM", 143, "Terminated"}, {"XCPU", 152, "CPU time limit exceeded"}}) {
+  struct Ending {
+    std::string sig;
+    int code;
+    std::string name;
+  };
+  for (const Ending& ending : {Ending{"TERM", 143, "Terminated"}, Ending{"XCPU", 152, "CPU time limit exceeded"}}) {
+    const std::string& sig = ending.sig;
+    const int code = ending.code;
+    const std::string& name = ending.name;
     CAPTURE(sig);
     r = testing::run_gnn_env(
         "sh -c 'ulimit -c 0; \"$0\" synth --collection layout --out \"$1\" --nodes 3000 --configs 100 --graphs 40 "
         "--seed 1 & p=$!; "
         "while kill -0 $p 2>/dev/null && [ ! -e \"$1/npz/layout/xla/default/train/synth_train_0000.npz\" ]; "
         "do sleep 0.01; done; kill -" +
-            std::string(sig) + " $p; wait $p'",
+            sig + " $p; wait $p'",
         d);
     CHECK(r.exit_code == code);
-    CHECK_MESSAGE(
-        contains(r.err, "gnn synth: interrupted (" + std::string(name) + "); the graphs it had written are removed"),
-        r.err);
+    CHECK_MESSAGE(contains(r.err, "gnn synth: interrupted (" + name + "); the graphs it had written are removed"),
+                  r.err);
     CHECK_FALSE(std::filesystem::exists(d));
   }
   // The demo stopped while it trains: it stops between steps, and its temporary folder goes too. The signal
