@@ -38,10 +38,13 @@ void load_checkpoint(const std::string& path, const std::vector<nn::NamedParam>&
     GNN_CHECK(it != all.end(), path, ": checkpoint has no parameter '", p.name, "' (built for another model?)");
     GNN_CHECK(it->second.shape() == p.var.shape(), path, ": parameter '", p.name, "' is ", it->second.shape().str(),
               " in the checkpoint, the model has ", p.var.shape().str());
-    // in the model's dtype (one copy, checked there: a value that does not fit it is not finite in it)
-    Tensor v = it->second.dtype() == p.var.dtype() ? it->second.clone() : it->second.astype(p.var.dtype());
-    const std::string bad = first_nonfinite({{p.name, v}});
+    // As stored (read_npy's own array: taken, not copied), then in the model's dtype where that differs: a
+    // value too large for it would turn into an infinity there.
+    const std::string bad = first_nonfinite({{p.name, it->second}});
     GNN_CHECK(bad.empty(), path, ": parameter ", bad);
+    Tensor v = it->second.dtype() == p.var.dtype() ? std::move(it->second) : it->second.astype(p.var.dtype());
+    GNN_CHECK(first_nonfinite({{p.name, v}}).empty(), path, ": parameter '", p.name, "' holds values too large for ",
+              dtype_name(p.var.dtype()), ", the model's dtype");
     values.push_back(std::move(v));
     all.erase(it);
   }

@@ -228,7 +228,8 @@ Command demo_command() {
           std::printf("\n");
           table.push_back(e);
         }
-        if (!keep) fs::remove_all(data), fs::remove_all(dir / "runs");  // (the curves and scores are read)
+        std::error_code ec;  // (the curves and scores are read; a folder that cannot go is no failure)
+        if (!keep) fs::remove_all(data, ec), fs::remove_all(dir / "runs", ec);
         throw_if_interrupted();
       } catch (const InterruptedError& e) {
         std::error_code ec;
@@ -265,6 +266,7 @@ Command demo_command() {
     const MemoryStats mem = host_memory_stats();
     std::printf("  host memory peak %.1f MB; %.1f s in all\n", double(mem.peak_bytes) / 1e6, seconds_since(t_all));
     const fs::path report = dir / "report.html";
+    remove_stale_temporaries(report.string());  // (an earlier demo's into --out, killed while writing it)
     write_file_atomic(report.string(),
                       plot_html("gnn demo: every run's curves", curves,
                                 "Validation scores: tile runs 1 - slowdown@5, layout runs Kendall tau."));

@@ -388,6 +388,7 @@ Command eval_command() {
       return 0;
     }
     try {
+      if (!a.has("per-graph")) remove_stale_temporaries(per);  // (--per-graph's: check_output's)
       write_file_atomic(per, text);
     } catch (const Error& e) {
       // The default file is a convenience: a run on a read-only disk is still scored. A --per-graph the

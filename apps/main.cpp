@@ -2,12 +2,20 @@
 #include <malloc.h>  // glibc's mallopt
 #endif
 
+#include <fcntl.h>
+
+#include <cerrno>
+
 #include "apps/commands.h"
 #include "dist/comm.h"
 #include "io/atomic_file.h"
 
 int main(int argc, char** argv) {
   using namespace gnn::cli;
+  // A standard stream started closed (`2>&-`) would be the next file gnn opens, and a message meant for
+  // stderr would land in a checkpoint: each is /dev/null instead.
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
 #if defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
   // glibc serves a block above its mmap threshold (adaptive, from 128 KiB) with a fresh mapping and
   // unmaps it on free, so a training step that frees its activations and allocates them again the

@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/resource.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,26 +62,40 @@ int64_t monotonic_ns() {  // (clock_gettime is async-signal-safe)
 }
 std::atomic<int64_t> g_interrupted_at{0};  // when the recorded signal came
 
+// A CPU-time limit is no crash, though SIGXCPU's default action dumps core: not dumpable, the process
+// writes none (even through a core_pattern pipe, which RLIMIT_CORE does not stop). prctl is a plain system
+// call here, as the handler needs.
 void no_core_for(int sig) {
-  if (sig != SIGXCPU) return;  // (a CPU-time limit is no crash: its default action would dump core)
-  const struct rlimit none { 0, 0 };
-  ::setrlimit(RLIMIT_CORE, &none);
+  if (sig == SIGXCPU) ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
+
+constexpr int64_t kDoubleNs = 250'000'000;  // the same signal again within this is its sender's double
 
 void on_interrupt(int sig) {
   if (g_cooperative.load() > 0) {
     const int saved = errno;  // (the interrupted code goes on)
+    const int64_t now = monotonic_ns();
+    int none = 0;
     if (g_interrupted.load() == 0) {
-      g_interrupted_at.store(monotonic_ns());
-      g_interrupted.store(sig);
-      static const char kSaid[] = "gnn: stopping at the next step or graph; signal again to stop at once\n";
-      [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kSaid, sizeof kSaid - 1);
-      errno = saved;
-      return;
+      g_interrupted_at.store(now);
+      if (g_interrupted.compare_exchange_strong(none, sig)) {  // (one thread says it: two may take the pair)
+        // SIGPIPE is blocked here (sa_mask): a stderr whose reader has gone (`| tee` stopped by the same
+        // Ctrl-C) must not end the process before its work is cleaned up. One it raised is taken back.
+        static const char kSaid[] = "gnn: stopping at the next step or graph; signal again to stop at once\n";
+        if (::write(STDERR_FILENO, kSaid, sizeof kSaid - 1) < 0 && errno == EPIPE) {
+          sigset_t pipe_only;
+          sigemptyset(&pipe_only);
+          sigaddset(&pipe_only, SIGPIPE);
+          const timespec zero{0, 0};
+          ::sigtimedwait(&pipe_only, nullptr, &zero);
+        }
+        errno = saved;
+        return;
+      }
     }
-    // The same signal again within a second is its sender's double (timeout signals its child and the
-    // child's process group), not a second signal.
-    const bool same = sig == g_interrupted.load() && monotonic_ns() - g_interrupted_at.load() < 1'000'000'000;
+    // The same signal again at once is its sender's double (timeout signals its child and the child's
+    // process group), not a second signal.
+    const bool same = sig == g_interrupted.load() && now - g_interrupted_at.load() < kDoubleNs;
     errno = saved;
     if (same) return;
   }
@@ -259,11 +273,12 @@ void AtomicFile::commit() {
     return;
   }
   GNN_CHECK(::fsync(fd_) == 0, path_, ": fsync failed (", std::strerror(errno), ")");
-  ::close(fd_);
-  fd_ = -1;
+  // renamed while still open, so still locked: another host's sweep never finds it unheld
   const bool moved = ::rename(tmp_path_.c_str(), target_.c_str()) == 0;
   const int err = errno;
   if (!moved) ::unlink(tmp_path_.c_str());
+  ::close(fd_);
+  fd_ = -1;
   disarm_temporary(slot_);  // (after the rename: a signal before it still finds the temporary to remove)
   slot_ = -1;
   GNN_CHECK(moved, path_, ": cannot move the finished file into place (", std::strerror(err), ")");
@@ -310,10 +325,13 @@ int remove_stale_temporaries_in(const std::string& dir, const std::function<bool
     if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
     if (!of(name.substr(0, at))) continue;
     if (::kill(pid_t(std::stol(pid)), 0) == 0 || errno == EPERM) continue;  // its writer still runs
-    // A writer in another PID namespace or on another host holds a lock on it: kept.
+    std::error_code st;
+    if (!it->is_regular_file(st) || it->is_symlink(st)) continue;  // (not a FIFO, device or link so named)
+    // A writer in another PID namespace or on another host holds a lock on it: kept. (A shared lock: it
+    // conflicts with the writer's exclusive one, and NFS grants it on a read-only descriptor.)
     const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;
-    const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
     std::error_code rm;
     if (!held) removed += fs::remove(it->path(), rm) ? 1 : 0;
     ::close(fd);
@@ -323,9 +341,16 @@ int remove_stale_temporaries_in(const std::string& dir, const std::function<bool
 
 int remove_stale_temporaries(const std::string& path) {
   namespace fs = std::filesystem;
-  const fs::path p(path);
+  std::string target;  // (where AtomicFile writes them: beside the file a symlink names)
+  int stream = -1;
+  try {
+    if (resolve_output(path, target, stream)) return 0;  // written straight to: no temporary
+  } catch (const Error&) {
+    return 0;  // (a path that cannot be written: its writer says why)
+  }
+  const fs::path p(target);
   // (the name as temporary_prefix writes it: long names cut and marked with a hash)
-  const std::string prefix = fs::path(temporary_prefix(path)).filename().string();
+  const std::string prefix = fs::path(temporary_prefix(target)).filename().string();
   const std::string own = prefix.substr(0, prefix.size() - 5);  // without ".tmp-"
   return remove_stale_temporaries_in(p.parent_path().string(), [&](const std::string& name) { return name == own; });
 }
@@ -344,6 +369,7 @@ void install_interrupt_handlers() {
     sa.sa_flags = SA_RESTART;  // (a cooperative scope's reads and writes go on until it stops itself)
     sigemptyset(&sa.sa_mask);  // (one of them at a time)
     for (int s : kSignals) sigaddset(&sa.sa_mask, s);
+    sigaddset(&sa.sa_mask, SIGPIPE);  // (the acknowledgement's write: on_interrupt)
     ::sigaction(sig, &sa, nullptr);
   }
   // A write past `ulimit -f` raises SIGXFSZ, which ends the process unannounced, its temporary left; ignored,

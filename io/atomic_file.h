@@ -57,13 +57,15 @@ void write_file_atomic(const std::string& path, const std::string& text);
 // same file), or "" when it names none.
 std::string output_names_input(const std::string& out, const std::vector<std::string>& inputs);
 
-// Removes the temporaries `path.tmp-PID` that a killed writer left beside `path` (a process killed with
-// SIGKILL runs no destructor), those of live processes excepted. Returns how many it removed. "Live" is
-// judged in this PID namespace: a writer on another host or container sharing the folder is not seen.
+// Removes the temporaries `path.tmp-PID` that a killed writer left beside `path` (or beside the file a
+// symlink `path` names, where AtomicFile writes them): a process killed with SIGKILL runs no destructor.
+// Kept: those whose PID is alive in this PID namespace, and those their writer holds locked (AtomicFile
+// locks its temporary until it is renamed: a writer on another host, NFS included, or in another PID
+// namespace). On a filesystem without flock only the PID tells. Only regular files are removed. Returns
+// how many it removed.
 int remove_stale_temporaries(const std::string& path);
-// The same for every file in `dir` whose name is `NAME.tmp-PID` with of(NAME) true (synth's graphs), those
-// locked by their writer (AtomicFile holds a lock on its temporary: a writer on another host or in another
-// PID namespace) excepted too. A folder that cannot be read removes nothing.
+// The same for every regular file in `dir` whose name is `NAME.tmp-PID` with of(NAME) true (synth's
+// graphs). A folder that cannot be read removes nothing.
 int remove_stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of);
 
 // Interruption: SIGINT, SIGTERM, SIGHUP and SIGXCPU. After install_interrupt_handlers() (the CLI's main calls it;
@@ -73,7 +75,7 @@ int remove_stale_temporaries_in(const std::string& dir, const std::function<bool
 // recorded, and the scope's own work stops at its next throw_if_interrupted() with an InterruptedError,
 // so that it can remove what it has written (gnn synth: a dataset whole or not at all); the CLI then ends
 // the process by the same signal; the first says so on stderr. A second signal ends it at once (the same
-// one within a second is taken for its sender's double: `timeout` signals its child and its group). SIGXFSZ (a write
+// one within 250 ms is taken for its sender's double: `timeout` signals its child and its group). SIGXFSZ (a write
 // past `ulimit -f`) is ignored, so that such a write fails with EFBIG and is reported like any failed write.
 void install_interrupt_handlers();
 class CooperativeInterrupt {

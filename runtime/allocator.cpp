@@ -58,9 +58,11 @@ void* host_alloc(size_t bytes) {
   }
   HostCache* cache = bytes >= HostCache::kMinBytes ? host_cache() : nullptr;
   void* p = cache ? cache->take(bytes, g_limit.load()) : system_alloc(bytes);
-  if (p == nullptr) {
+  if (p == nullptr) {  // (the system's limit: `ulimit -v` or `-d`, a cgroup, the machine's memory)
     g_current.fetch_sub(int64_t(bytes));
-    GNN_FAIL("host allocation of ", bytes, " bytes failed (", now - int64_t(bytes), " bytes in use)");
+    const int64_t in_use = now - int64_t(bytes);
+    throw MemoryLimitError(detail::str_cat("host allocation of ", bytes, " bytes failed (", in_use, " bytes in use)"),
+                           "runtime/allocator.cpp", int64_t(bytes), in_use, 0);
   }
   if (!cache) g_small.fetch_add(int64_t(bytes));
   int64_t peak = g_peak.load();

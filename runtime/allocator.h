@@ -22,8 +22,8 @@ struct MemoryStats {
 
 inline constexpr size_t kHostAlignment = 64;
 
-// Returns nullptr for 0 bytes; throws gnn::Error when the system refuses, MemoryLimitError when the
-// allocation would take the bytes in use past host_set_limit's limit.
+// Returns nullptr for 0 bytes; throws MemoryLimitError when the allocation would take the bytes in use
+// past host_set_limit's limit, or when the system refuses it (its limit is then 0).
 void* host_alloc(size_t bytes);
 void host_free(void* p, size_t bytes);
 MemoryStats host_memory_stats();

@@ -1281,11 +1281,16 @@ TrainResult run_training(const TrainOptions& o) {
     Run run(o, working_on);
     return run.train();
   } catch (const MemoryLimitError& e) {
+    const std::string smaller = "start a new run with lower --configs or --batch-graphs (layout: or --segment)";
+    if (e.limit == 0)  // (the system refused, under --memory-limit: the allocator's cache and the rest count too)
+      GNN_FAIL(working_on, " does not fit in the memory this process may use: the system refused ", e.requested,
+               " bytes with ", e.in_use,
+               " bytes of tensors in use (a `ulimit -v` or `-d`, the cgroup's limit or "
+               "the machine's memory); ",
+               smaller, ", or give it more memory");
     GNN_FAIL(working_on, " does not fit in the memory limit of ", e.limit,
              " bytes (--memory-limit): it needs more than ", e.in_use + e.requested, " bytes of tensors (", e.requested,
-             " asked for with ", e.in_use,
-             " in use); raise --memory-limit, or start a new run with lower --configs or --batch-graphs (layout: or "
-             "--segment)");
+             " asked for with ", e.in_use, " in use); raise --memory-limit, or ", smaller);
   }
 }
 

@@ -587,5 +587,21 @@ TEST_CASE("nn: checkpoints round-trip parameters and optimiser state, a resumed 
   CHECK(std::string(buf, n) == "(5, 4) 3\n");
 }
 
+TEST_CASE("nn: a checkpoint's weights are checked as stored and in the model's dtype") {
+  testing::TempDir dir;
+  const ag::Var w(Tensor::from_vector(std::vector<float>{1, 2}, Shape{2}));
+  const std::vector<nn::NamedParam> params{{"w", w}};
+  const auto load = [&](std::vector<double> stored) {
+    save_npz(dir.file("ck.npz"), {{"params/w", Tensor::from_vector(stored, Shape{2})}});
+    load_checkpoint(dir.file("ck.npz"), params, nullptr);
+  };
+  load({3, 4});  // f64 weights into an f32 model: converted
+  CHECK(w.value().to_vector<float>() == std::vector<float>{3, 4});
+  CHECK_THROWS_WITH_AS(load({5, std::nan("")}), doctest::Contains("parameter 'w' holds a non-finite value (nan) at 1"),
+                       Error);
+  CHECK_THROWS_WITH_AS(load({5, 1e300}), doctest::Contains("parameter 'w' holds values too large for f32"), Error);
+  CHECK(w.value().to_vector<float>() == std::vector<float>{3, 4});  // (a refused checkpoint leaves it as it was)
+}
+
 }  // namespace
 }  // namespace gnn
