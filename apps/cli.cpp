@@ -231,12 +231,13 @@ std::string overview(const std::vector<Command>& commands) {
 
 namespace {
 
-// The environment's switches, as a flag's value is checked: one gnn cannot run with is a usage error
-// before anything runs.
+// Whether a command computes: those take --threads.
 bool takes_threads(const Command& cmd) {
   return std::any_of(cmd.flags.begin(), cmd.flags.end(), [](const Flag& f) { return f.name == kThreadsFlag.name; });
 }
 
+// The environment's switches, as a flag's value is checked: one gnn cannot run with is a usage error
+// before anything runs.
 void check_environment(const Command& cmd, const Args& a) {
   // (libgomp crashes starting 100,000 threads: a count --threads would refuse is refused here too,
   // unless --threads replaces it)
