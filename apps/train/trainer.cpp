@@ -320,6 +320,14 @@ class Run {
   MicroStep micro_step(const Batch& host, const std::vector<double>& share, class Laps& lap);
   void apply(double loss, const MicroStep& last, int64_t configs, int64_t epoch, int64_t bi);
   void check_cuda_graphs(const std::string& recipe) const;
+  // Run::Run's stages, in the order it calls them
+  void refuse_options() const;
+  void list_files();
+  void make_directory();
+  void check_kept_checkpoints() const;
+  void restore_state();
+  void open_sources(uint64_t graph_budget);
+  void announce() const;
   void end_epoch(int64_t epoch, double seconds, int64_t configs, bool partial);
   void save(const std::string& path, bool with_optimizer);
   // What an interrupted first attempt left here (check_leftovers), removed before this run's first write, not
@@ -423,12 +431,54 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   const HParams& hp = plan_.hp;
   tp_ = TrainHParams::read(hp, recipe->kind == "layout");
   losses_ = loss_terms(tp_);
-  if (tp_.matmul_bf16 && o.device.is_cuda())
+  refuse_options();
+  set_gemm_cpu_precision(tp_.matmul_bf16 ? GemmPrecision::kBf16 : GemmPrecision::kF32);
+  // (a model that takes no gradient cut trains on whole graphs: a batch marked for a cut would never replay
+  // from a CUDA graph, for nothing; the recipe's default --segment stays in its hyper-parameters)
+  if (!recipe->takes_segment) tp_.segment = 0;
+  prep_ = plan_.meta.prep;
+  layout_ = recipe->kind == "layout";
+  memory_limit_.emplace(o.memory_limit);
+  const uint64_t graph_budget =
+      o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
+  if (lead_)
+    for (const std::string& f : {model_path_, best_path_, metrics_path_, swa_path_}) remove_stale_temporaries(f);
+  list_files();
+  working_on_ = "loading and preprocessing the training graphs";
+  if (!plan_.resuming) {
+    prep_ = fit_preprocessing(train_files_, layout_, tp_.node_transform, tp_.config_transform, int(tp_.khops),
+                              tp_.khops_direction, tp_.khops_edges);
+  }
+
+  working_on_ = "building the model and loading its checkpoint";
+  Rng init_rng(plan_.seed);
+  model_ = recipe->build(hp, dims_of(prep_), init_rng);  // a recipe refusing its flags leaves no run behind
+  if (o.cuda_graphs > 0) check_cuda_graphs(recipe->name);
+  make_directory();
+  params_ = model_->parameters();
+  check_kept_checkpoints();
+  restore_state();
+  nn::move_parameters(*model_, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
+  if (o.cuda_graphs > 0) graphs_ = std::make_unique<StepGraphs>(o.cuda_graphs, o.device);
+  if (world_.size > 1) {
+    dp_.emplace(params_);
+    dp_->check_same_weights("at the start");
+  }
+
+  working_on_ = "reading the config counts of the training graphs";
+  open_sources(graph_budget);
+  announce();
+}
+
+// The flags this run's recipe, device and hyper-parameters cannot take together, each refused by name.
+void Run::refuse_options() const {
+  const Recipe* recipe = plan_.recipe;
+  const HParams& hp = plan_.hp;
+  if (tp_.matmul_bf16 && o_.device.is_cuda())
     bad_option("--matmul-precision bf16: sets the CPU's products; on a GPU, GNN_TF32=1 gives cuBLAS's tensor-core "
                "products");
   if (tp_.matmul_bf16 && !gemm_bf16_supported())
     bad_option("--matmul-precision bf16: this CPU has no AVX512-BF16, which its products need; use f32");
-  set_gemm_cpu_precision(tp_.matmul_bf16 ? GemmPrecision::kBf16 : GemmPrecision::kF32);
   if (recipe->train_part && world_.size > 1)
     bad_option(detail::str_cat("--model ", recipe->name,
                                ": its table of segment scores lives in one process; run it "
@@ -457,22 +507,18 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   // (Only flags given on the command line: a recipe's own default direction is not the user's choice.)
   if (recipe->kind == "layout" && tp_.khops <= 0 && !plan_.resuming) {
     const std::string region = tp_.khops < 0 ? "every node (--khops -1)" : "only the configurable nodes (--khops 0)";
-    if (o.hparams.count("khops-edges"))
+    if (o_.hparams.count("khops-edges"))
       bad_option("--khops-edges: the edges a --khops region keeps; this run keeps " + region);
-    if (o.hparams.count("khops-direction"))
+    if (o_.hparams.count("khops-direction"))
       bad_option("--khops-direction: the edges a --khops hop follows; this run keeps " + region);
   }
-  if (!plan_.resuming) refuse_moot_flags(*recipe, hp, tp_, o.hparams);
-  // (a model that takes no gradient cut trains on whole graphs: a batch marked for a cut would never replay
-  // from a CUDA graph, for nothing; the recipe's default --segment stays in its hyper-parameters)
-  if (!recipe->takes_segment) tp_.segment = 0;
-  prep_ = plan_.meta.prep;
-  layout_ = recipe->kind == "layout";
-  memory_limit_.emplace(o.memory_limit);
-  const uint64_t graph_budget =
-      o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
-  if (lead_)
-    for (const std::string& f : {model_path_, best_path_, metrics_path_, swa_path_}) remove_stale_temporaries(f);
+  if (!plan_.resuming) refuse_moot_flags(*recipe, hp, tp_, o_.hparams);
+}
+
+// The training and valid files, cut to --max-graphs, and the flags that need a valid split refused without one.
+void Run::list_files() {
+  const Recipe* recipe = plan_.recipe;
+  const HParams& hp = plan_.hp;
   train_files_ = kind_files(plan_.data, recipe->kind, "train");
   valid_files_ = kind_files(plan_.data, recipe->kind, "valid");
   if (plan_.max_graphs > 0) {
@@ -484,10 +530,10 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   // expects the run to stop early).
   if (valid_files_.empty()) {
     for (const char* flag : {"patience", "val-every", "val-configs"})
-      if (o.hparams.count(flag) && hp.num(flag) > 0)
+      if (o_.hparams.count(flag) && hp.num(flag) > 0)
         bad_option(detail::str_cat("--", flag, ": acts on validation, and --data ", plan_.data, " has no ",
                                    recipe->kind, " valid files"));
-    if (!o.eval_indices.empty())
+    if (!o_.eval_indices.empty())
       bad_option(detail::str_cat("--eval-indices: acts on validation, and --data ", plan_.data, " has no ",
                                  recipe->kind, " valid files"));
   }
@@ -497,16 +543,54 @@ Run::Run(const TrainOptions& o, std::string& working_on)
                                " training graphs listed that many times make an epoch of ",
                                int64_t(train_files_.size()) * tp_.graph_repeats, " graphs, more than ", kMaxEpochList,
                                "; lower it and raise --epochs"));
-  working_on_ = "loading and preprocessing the training graphs";
-  if (!plan_.resuming) {
-    prep_ = fit_preprocessing(train_files_, layout_, tp_.node_transform, tp_.config_transform, int(tp_.khops),
-                              tp_.khops_direction, tp_.khops_edges);
-  }
+}
 
-  working_on_ = "building the model and loading its checkpoint";
-  Rng init_rng(plan_.seed);
-  model_ = recipe->build(hp, dims_of(prep_), init_rng);  // a recipe refusing its flags leaves no run behind
-  if (o.cuda_graphs > 0) check_cuda_graphs(recipe->name);
+// The training and valid graphs' sources, the epoch's batches and steps, and the rate's schedule.
+void Run::open_sources(uint64_t graph_budget) {
+  const bool dedup = tp_.dedup;
+  for (const DatasetFile& f : train_files_) config_counts_.push_back(file_configs(f, dedup));
+  train_src_.emplace(train_files_, prep_, graph_budget, dedup, model_->needs().features);
+  valid_src_.emplace(valid_files_, prep_, graph_budget, false, model_->needs().features);
+  n_ = int64_t(train_files_.size()) * tp_.graph_repeats, batches_ = (n_ + tp_.batch_graphs - 1) / tp_.batch_graphs;
+  total_steps_ = plan_.steps > 0 ? std::min(plan_.steps, plan_.epochs * batches_) : plan_.epochs * batches_;
+  GNN_CHECK(st_.batch < batches_, model_path_, ": 'state/batch' ", st_.batch, " is past the ", batches_,
+            " batches of an epoch of this run (damaged, or --data now holds fewer training graphs)");
+  if (plan_.resuming && lead_) trim_metrics(metrics_path_, st_.epoch, /*keep_partial=*/finished());
+  sched_ = nn::LrSchedule::of(tp_.schedule, tp_.lr, tp_.warmup, total_steps_);
+  // (--batch-pairs-weight: a merged step runs one micro-batch per pattern of copies, A A | B, and the term
+  // pairs configs within a micro-batch only, so its copies stay graphs of one micro-batch)
+  merge_copies_ = tp_.graph_repeats > 1 && model_->needs().merge_copies && tp_.segment == 0 && tp_.sample_nodes == 0 &&
+                  tp_.edge_dropout == 0 && !plan_.recipe->train_part && tp_.batch_pairs_weight == 0;
+}
+
+// The optimiser, and on resume the weights, moments, state and SWA average of model.npz; a new run notes
+// what an interrupted start left here (replace_leftovers).
+void Run::restore_state() {
+  opt_.emplace(nn::one_group(params_, tp_.weight_decay), tp_.lr, /*decoupled=*/true);
+  if (plan_.resuming) {
+    load_checkpoint(model_path_, params_, &*opt_);
+    st_ = plan_.state;
+    model_->load_state(plan_.meta.arrays, model_path_);
+    // best.npz removed (as the refusal of a damaged one suggests): said, and the best so far kept as it was
+    // (--patience counts from it, and the run goes on as the unbroken one would)
+    if (st_.best_epoch > 0 && !fs::exists(best_path_) && lead_)
+      std::fprintf(stderr,
+                   "gnn train: warning: %s is missing: the weights of the best validation so far (epoch %lld, "
+                   "score %.6g) are lost; a later validation that scores higher writes it again\n",
+                   best_path_.c_str(), (long long)st_.best_epoch, st_.best_score);
+  } else if (lead_) {
+    for (const std::string& f : {metrics_path_, best_path_, swa_path_})
+      if (fs::exists(f)) leftovers_.push_back(f);
+  }
+  if (tp_.swa > 0) {
+    swa_.emplace(tp_.swa);
+    if (plan_.resuming) swa_->load("swa/", plan_.meta.arrays, params_, model_path_, st_.epoch);
+  }
+}
+
+// A new run's directory, made with the parents it lacks (removed again by made_dirs_ if nothing lands
+// there), and locked.
+void Run::make_directory() {
   if (!plan_.resuming && lead_) {
     std::vector<fs::path> missing;  // dir_ and its parents that do not exist yet, deepest first
     fs::path d = fs::absolute(dir_).lexically_normal();
@@ -516,15 +600,18 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     made_dirs_.dirs = std::move(missing);
   }
   if (lead_ && !lock_) {  // a new run: another one may have started here meanwhile and written a run
-    lock_.emplace(o.out);
-    GNN_CHECK(!fs::exists(model_path_), "--out ", o.out,
+    lock_.emplace(o_.out);
+    GNN_CHECK(!fs::exists(model_path_), "--out ", o_.out,
               ": another gnn train started a run here meanwhile; choose another directory");
   }
-  params_ = model_->parameters();
-  // A resumed run rewrites best.npz only when validation improves, so one damaged (or replaced) since it was
-  // written would outlive the run unnoticed and fail eval and predict later: each is loaded as they load it
-  // (every member's CRC, the meta and preprocessing checks, every weight's finiteness) and its weights must
-  // be this model's (names and shapes).
+}
+
+// A resumed run rewrites best.npz only when validation improves, so one damaged (or replaced) since it was
+// written would outlive the run unnoticed and fail eval and predict later: each is loaded as they load it
+// (every member's CRC, the meta and preprocessing checks, every weight's finiteness) and its weights must
+// be this model's (names and shapes).
+void Run::check_kept_checkpoints() const {
+  const Recipe* recipe = plan_.recipe;
   if (plan_.resuming && lead_)
     for (const std::string& f : {best_path_, swa_path_}) {
       if (!fs::exists(f)) continue;
@@ -548,50 +635,12 @@ Run::Run(const TrainOptions& o, std::string& working_on)
                                  : "when it next averages the weights)");
       }
     }
-  opt_.emplace(nn::one_group(params_, tp_.weight_decay), tp_.lr, /*decoupled=*/true);
-  if (plan_.resuming) {
-    load_checkpoint(model_path_, params_, &*opt_);
-    st_ = plan_.state;
-    model_->load_state(plan_.meta.arrays, model_path_);
-    // best.npz removed (as the refusal of a damaged one suggests): said, and the best so far kept as it was
-    // (--patience counts from it, and the run goes on as the unbroken one would)
-    if (st_.best_epoch > 0 && !fs::exists(best_path_) && lead_)
-      std::fprintf(stderr,
-                   "gnn train: warning: %s is missing: the weights of the best validation so far (epoch %lld, "
-                   "score %.6g) are lost; a later validation that scores higher writes it again\n",
-                   best_path_.c_str(), (long long)st_.best_epoch, st_.best_score);
-  } else if (lead_) {
-    for (const std::string& f : {metrics_path_, best_path_, swa_path_})
-      if (fs::exists(f)) leftovers_.push_back(f);
-  }
-  if (tp_.swa > 0) {
-    swa_.emplace(tp_.swa);
-    if (plan_.resuming) swa_->load("swa/", plan_.meta.arrays, params_, model_path_, st_.epoch);
-  }
-  nn::move_parameters(*model_, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
-  if (o.cuda_graphs > 0) graphs_ = std::make_unique<StepGraphs>(o.cuda_graphs, o.device);
-  if (world_.size > 1) {
-    dp_.emplace(params_);
-    dp_->check_same_weights("at the start");
-  }
+}
 
-  working_on_ = "reading the config counts of the training graphs";
-  const bool dedup = tp_.dedup;
-  for (const DatasetFile& f : train_files_) config_counts_.push_back(file_configs(f, dedup));
-  train_src_.emplace(train_files_, prep_, graph_budget, dedup, model_->needs().features);
-  valid_src_.emplace(valid_files_, prep_, graph_budget, false, model_->needs().features);
-  n_ = int64_t(train_files_.size()) * tp_.graph_repeats, batches_ = (n_ + tp_.batch_graphs - 1) / tp_.batch_graphs;
-  total_steps_ = plan_.steps > 0 ? std::min(plan_.steps, plan_.epochs * batches_) : plan_.epochs * batches_;
-  GNN_CHECK(st_.batch < batches_, model_path_, ": 'state/batch' ", st_.batch, " is past the ", batches_,
-            " batches of an epoch of this run (damaged, or --data now holds fewer training graphs)");
-  if (plan_.resuming && lead_) trim_metrics(metrics_path_, st_.epoch, /*keep_partial=*/finished());
-  sched_ = nn::LrSchedule::of(tp_.schedule, tp_.lr, tp_.warmup, total_steps_);
-  // (--batch-pairs-weight: a merged step runs one micro-batch per pattern of copies, A A | B, and the term
-  // pairs configs within a micro-batch only, so its copies stay graphs of one micro-batch)
-  merge_copies_ = tp_.graph_repeats > 1 && model_->needs().merge_copies && tp_.segment == 0 &&
-                  tp_.sample_nodes == 0 && tp_.edge_dropout == 0 && !recipe->train_part && tp_.batch_pairs_weight == 0;
-
-  const bool talk = lead_ && !o.quiet;
+// The run's first lines: what trains on what, the ranks, and where a resumed run goes on from.
+void Run::announce() const {
+  const Recipe* recipe = plan_.recipe;
+  const bool talk = lead_ && !o_.quiet;
   if (talk)
     std::printf(
         "gnn train: %s on %lld train / %lld valid %s graphs%s; %lld graphs x %lld configs per step, %lld steps "
@@ -606,7 +655,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
     std::printf(
         "data-parallel over %d ranks (%s): each builds its share of the %lld graphs of a step; %.2f MB "
         "summed per step\n",
-        world_.size, dist::built_with_nccl() && o.device.is_cuda() ? "NCCL" : "MPI", (long long)tp_.batch_graphs,
+        world_.size, dist::built_with_nccl() && o_.device.is_cuda() ? "NCCL" : "MPI", (long long)tp_.batch_graphs,
         double(dp_->bytes_per_step()) / 1e6);
   if (plan_.resuming && talk)
     std::printf("resuming at epoch %lld, batch %lld of %lld (after step %lld)\n", (long long)st_.epoch + 1,
