@@ -30,17 +30,19 @@ namespace {
 constexpr int kTempSlots = 64;
 struct TempSlot {
   std::atomic<int> state{0};
+  int folder_levels = 0;  // 0: a file, unlinked; n > 0: a folder and n - 1 of its parents, each removed if empty
   char path[4096];
 };
 TempSlot g_temps[kTempSlots];
 std::atomic<int> g_cooperative{0}, g_interrupted{0};
 void (*g_previous[NSIG])(int) = {};  // a handler that was there before (MPI's stop message): called after
 
-int arm_temporary(const std::string& p) {
+int arm_temporary(const std::string& p, int folder_levels = 0) {
   if (p.size() >= sizeof g_temps[0].path) return -1;
   for (int i = 0; i < kTempSlots; ++i) {
     int free = 0;
     if (g_temps[i].state.compare_exchange_strong(free, 1)) {
+      g_temps[i].folder_levels = folder_levels;
       std::memcpy(g_temps[i].path, p.c_str(), p.size() + 1);
       g_temps[i].state.store(2);
       return i;
@@ -67,6 +69,17 @@ std::atomic<int64_t> g_interrupted_at{0};  // when the recorded signal came
 // call here, as the handler needs.
 void no_core_for(int sig) {
   if (sig == SIGXCPU) ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+// rmdir of `path` (a slot's buffer, cut here), then of its parents while they empty, `levels` in all:
+// async-signal-safe (the handler's).
+void remove_empty_folders(char* path, int levels) {
+  for (size_t n = std::strlen(path); levels-- > 0 && n > 0;) {
+    while (n > 1 && path[n - 1] == '/') path[--n] = 0;  // (a trailing slash)
+    if (::rmdir(path) != 0) return;  // (not empty: something landed there)
+    while (n > 0 && path[n - 1] != '/') --n;
+    path[n] = 0;
+  }
 }
 
 constexpr int64_t kDoubleNs = 250'000'000;  // the same signal again within this is its sender's double
@@ -99,10 +112,15 @@ void on_interrupt(int sig) {
     errno = saved;
     if (same) return;
   }
-  for (TempSlot& t : g_temps) {
+  bool folder[kTempSlots] = {};  // files first: a folder goes only once empty
+  for (int i = 0; i < kTempSlots; ++i) {
     int armed = 2;
-    if (t.state.compare_exchange_strong(armed, 3)) ::unlink(t.path);
+    if (!g_temps[i].state.compare_exchange_strong(armed, 3)) continue;  // (taken: its fields are stable now)
+    if (g_temps[i].folder_levels == 0) ::unlink(g_temps[i].path);
+    folder[i] = g_temps[i].folder_levels > 0;
   }
+  for (int i = 0; i < kTempSlots; ++i)
+    if (folder[i]) remove_empty_folders(g_temps[i].path, g_temps[i].folder_levels);
   // A handler that was there first (MPI's prints the rank's stop message), then the signal's own ending:
   // the temporaries are gone, so the process may not go on even where that handler would return.
   if (void (*previous)(int) = g_previous[sig]) previous(sig);
@@ -377,6 +395,17 @@ void install_interrupt_handlers() {
   struct sigaction old {};
   if (::sigaction(SIGXFSZ, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
     ::signal(SIGXFSZ, SIG_IGN);
+}
+
+void RemovedOnSignal::add_file(const std::string& path) {
+  if (const int slot = arm_temporary(path); slot >= 0) slots_.push_back(slot);
+}
+void RemovedOnSignal::add_folder(const std::string& path, int parents) {
+  if (const int slot = arm_temporary(path, 1 + parents); slot >= 0) slots_.push_back(slot);
+}
+void RemovedOnSignal::clear() {
+  for (int slot : slots_) disarm_temporary(slot);
+  slots_.clear();
 }
 
 CooperativeInterrupt::CooperativeInterrupt() { ++g_cooperative; }

@@ -78,6 +78,23 @@ int remove_stale_temporaries_in(const std::string& dir, const std::function<bool
 // one within 250 ms is taken for its sender's double: `timeout` signals its child and its group). SIGXFSZ (a write
 // past `ulimit -f`) is ignored, so that such a write fails with EFBIG and is reported like any failed write.
 void install_interrupt_handlers();
+// What a signal that ends the process removes besides the temporaries, while the guard lives: for work
+// whose first files have not landed yet (a new run's lock file and the folders made for it). A file is
+// unlinked; a folder is removed, with `parents` of the folders above it, only while empty (rmdir), after
+// every file. Holds as many as the temporaries' table has room for; past that, one is left to the next run.
+class RemovedOnSignal {
+ public:
+  RemovedOnSignal() = default;
+  ~RemovedOnSignal() { clear(); }
+  RemovedOnSignal(const RemovedOnSignal&) = delete;
+  RemovedOnSignal& operator=(const RemovedOnSignal&) = delete;
+  void add_file(const std::string& path);
+  void add_folder(const std::string& path, int parents = 0);
+  void clear();  // removes nothing: the work's files have landed, or it ends without a signal
+
+ private:
+  std::vector<int> slots_;
+};
 class CooperativeInterrupt {
  public:
   CooperativeInterrupt();

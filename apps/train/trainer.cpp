@@ -351,22 +351,25 @@ class Run {
   const fs::path dir_;
   const std::string model_path_, best_path_, metrics_path_, swa_path_;
   std::optional<RunLock> lock_;  // the lead process's, while it may write the run directory
-  // The folders this process made for the run directory (it, and any parents it lacked; deepest first):
-  // removed again, lock file and all, if the run fails before writing anything into it, so a failed start
-  // leaves nothing behind. (After lock_: gone while still locked.)
+  // A new run's lock file and the folders this process made for the run directory (it, and any parents it
+  // lacked; deepest first): removed again if the run fails before writing anything into it, so a failed
+  // start leaves nothing behind. (After lock_: gone while still locked.) A signal that ends the process
+  // first does the same through until_first_checkpoint_, which the first model.npz disarms.
   struct MadeDirs {
+    fs::path lock;
     std::vector<fs::path> dirs;
     ~MadeDirs() {
-      if (dirs.empty()) return;
+      if (lock.empty()) return;
       std::error_code ec;
-      for (const auto& e : fs::directory_iterator(dirs[0], ec))
+      for (const auto& e : fs::directory_iterator(lock.parent_path(), ec))
         if (e.path().filename() != "lock") return;
       if (ec) return;
-      fs::remove(dirs[0] / "lock", ec);
+      fs::remove(lock, ec);
       for (const fs::path& d : dirs)
         if (!fs::remove(d, ec)) return;  // (not empty: someone else wrote there meanwhile)
     }
   } made_dirs_;
+  RemovedOnSignal until_first_checkpoint_;
   RunPlan plan_;
   TrainHParams tp_;  // plan_.hp's training hyper-parameters, typed
   std::vector<LossTerm> losses_;  // loss_terms(tp_)
@@ -603,6 +606,10 @@ void Run::make_directory() {
     lock_.emplace(o_.out);
     GNN_CHECK(!fs::exists(model_path_), "--out ", o_.out,
               ": another gnn train started a run here meanwhile; choose another directory");
+    made_dirs_.lock = dir_ / "lock";
+    until_first_checkpoint_.add_file(made_dirs_.lock.string());
+    if (!made_dirs_.dirs.empty())
+      until_first_checkpoint_.add_folder(made_dirs_.dirs[0].string(), int(made_dirs_.dirs.size()) - 1);
   }
 }
 
@@ -716,6 +723,7 @@ void Run::save(const std::string& path, bool with_optimizer) {
   GNN_CHECK(bad.empty(), "at step ", st_.step, ", before writing ", path, ": ", bad,
             "; a checkpoint holding it could not be read back, so none is written");
   save_checkpoint(path, params_, with_optimizer ? &*opt_ : nullptr, extra);
+  if (path == model_path_) until_first_checkpoint_.clear();  // (the run's checkpoint landed: a run to resume)
   stop_message();
 }
 

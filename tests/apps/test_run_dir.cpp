@@ -253,6 +253,35 @@ TEST_CASE(
   CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 3);
 }
 
+TEST_CASE("run files: a new run ended by a signal before its first checkpoint leaves no lock or folder") {
+  TempDir t;
+  fs::create_directories(t.file("empty"));
+  // Into folders it makes (two levels), and into an empty folder that was there: after step 1 of an epoch of
+  // three it stops answering (sleeps), with no model.npz yet (mid-epoch checkpoints every 10 minutes).
+  for (const std::string& run : {t.file("made/run"), t.file("empty")}) {
+    CAPTURE(run);
+    const std::string train = std::string(GNN_CLI_PATH) + " train --model tile-mlp --data " + data() + " --out " + run +
+                              " --epochs 3 --batch-graphs 2 --progress lines --stall-after-steps 1";
+    REQUIRE(std::system(("timeout 300 " + train + " >/dev/null 2>&1 &").c_str()) == 0);
+    std::string pid;
+    for (int i = 0; i < 600 && pid.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const std::string text = slurp(run + "/lock");
+      if (!text.empty() && text.back() == '\n') pid = text.substr(0, text.size() - 1);
+    }
+    REQUIRE(!pid.empty());
+    const pid_t p = pid_t(std::stol(pid));
+    REQUIRE(::kill(p, SIGTERM) == 0);
+    for (int i = 0; i < 600 && ::kill(p, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE(::kill(p, 0) != 0);
+    CHECK_FALSE(fs::exists(run + "/model.npz"));
+    CHECK_FALSE(fs::exists(run + "/lock"));
+  }
+  CHECK_FALSE(fs::exists(t.file("made")));  // the run's folder and the parent it made
+  CHECK(fs::is_directory(t.file("empty")));  // the folder it was given stays, empty
+  CHECK(fs::is_empty(t.file("empty")));
+}
+
 TEST_CASE("run files: a resume reads best.npz back, and an output folder that cannot be one is refused") {
   TempDir t;
   const std::string run = trained_run(t, "run");
@@ -636,6 +665,10 @@ TEST_CASE("run files: a first checkpoint that cannot be written leaves no part o
   CHECK(r.exit_code == 2);
   CHECK_MESSAGE(contains(r.err, "--resume: --out " + run + " does not exist, so there is no run to resume"), r.err);
   fs::create_directories(run);
+  // An empty folder given as --out is left as it was: empty, without the run's lock file.
+  r = testing::run_gnn_env("prlimit --fsize=" + std::to_string((small + model) / 2), train + run);
+  CHECK(r.exit_code == 1);
+  CHECK(fs::is_empty(run));
   r = run_gnn("train --resume --out " + run);
   CHECK(r.exit_code == 2);
   CHECK_MESSAGE(

@@ -82,6 +82,34 @@ TEST_CASE("atomic file: SIGTERM, SIGINT, SIGHUP and SIGXCPU remove the temporari
   }
 }
 
+TEST_CASE("atomic file: a signal removes what RemovedOnSignal holds: files, then folders only while empty") {
+  namespace fs = std::filesystem;
+  TempDir t;
+  fs::create_directories(t.file("a/b/c/"));
+  fs::create_directories(t.file("kept/d"));
+  std::ofstream(t.file("kept/other")) << "theirs\n";
+  const int status = in_child([&] {
+    install_interrupt_handlers();
+    RemovedOnSignal until_done;
+    // The folder first: it goes after the file inside it, whatever the order they were given in.
+    until_done.add_folder(t.file("a/b/c/"), 2);  // c, b and a; a trailing slash as a user may write it
+    std::ofstream(t.file("a/b/c/lock")) << "1\n";
+    until_done.add_file(t.file("a/b/c/lock"));
+    until_done.add_folder(t.file("kept/d"), 1);  // d goes; kept holds another file and stays
+    RemovedOnSignal disarmed;
+    std::ofstream(t.file("landed")) << "whole\n";
+    disarmed.add_file(t.file("landed"));
+    disarmed.clear();
+    ::raise(SIGTERM);
+    return 2;
+  });
+  CHECK(WIFSIGNALED(status));
+  CHECK_FALSE(fs::exists(t.file("a")));
+  CHECK_FALSE(fs::exists(t.file("kept/d")));
+  CHECK(text_of(t.file("kept/other")) == "theirs\n");
+  CHECK(text_of(t.file("landed")) == "whole\n");
+}
+
 TEST_CASE("atomic file: a committed file's temporary is not looked for again, nor one past the table's size") {
   TempDir t;
   const int status = in_child([&] {
