@@ -54,6 +54,9 @@ void load_checkpoint(const std::string& path, const std::vector<nn::NamedParam>&
     else GNN_FAIL(path, ": checkpoint parameter '", k.substr(7), "' is not in the model");
   }
   if (opt) {
+    GNN_CHECK(!optim.empty(), path,
+              ": holds weights only, no optimiser state, as best.npz and swa.npz do (one copied over it?): training "
+              "goes on only from the model.npz that train writes; restore it, or start a new run");
     try {
       opt->load_state(optim);
     } catch (const Error& e) {

@@ -272,6 +272,8 @@ RunLock::RunLock(const std::string& run) {
   const std::string path = (fs::path(run) / "lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd_ < 0 && errno == EACCES) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // another user's
+  GNN_CHECK(fd_ >= 0 || errno != ELOOP, "--out ", run, ": its lock file ", path,
+            " is a symbolic link, which train does not follow (the lock is the run's own file); remove the link");
   GNN_CHECK(fd_ >= 0, "--out ", run, ": cannot create its lock file ", path, " (", std::strerror(errno), ")");
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
@@ -349,6 +351,11 @@ void trim_metrics(const std::string& path, int64_t epochs, bool keep_partial) {
   while (std::getline(in, line)) {
     try {
       const Json j = Json::parse(line, path);
+      // (an object whose epoch is a whole number from 1, as train writes them: another line, say
+      // {"epoch": -5} appended by hand, is dropped and said, not kept for gnn plot to refuse)
+      GNN_CHECK(
+          j.type() == Json::Type::Object && j.contains("epoch") && j["epoch"].is_integer() && j["epoch"].as_int() >= 1,
+          path, ": not an epoch's line");
       const int64_t e = j["epoch"].as_int();
       const bool partial = j.contains("partial_epoch");
       if ((e <= epochs && !partial) || (keep_partial && partial && e == epochs + 1))
@@ -358,12 +365,15 @@ void trim_metrics(const std::string& path, int64_t epochs, bool keep_partial) {
       unreadable += in.peek() != std::char_traits<char>::eof() || text.back() == '\n';
     }
   }
-  if (unreadable > 0 || kept < epochs)
+  const std::string dropped = detail::str_cat(unreadable, " line(s) that are not an epoch's record, dropped");
+  if (kept < epochs)
     std::fprintf(stderr,
                  "gnn train: warning: %s holds %lld readable line(s) of the %lld epochs before the checkpoint%s; "
                  "the rest of its history is lost\n",
-                 path.c_str(), (long long)kept, (long long)epochs,
-                 unreadable ? detail::str_cat(" and ", unreadable, " unreadable one(s), dropped").c_str() : "");
+                 path.c_str(), (long long)kept, (long long)epochs, unreadable ? (" and " + dropped).c_str() : "");
+  else if (unreadable > 0)
+    std::fprintf(stderr, "gnn train: warning: %s holds %s; the %lld epochs before the checkpoint are all there\n",
+                 path.c_str(), dropped.c_str(), (long long)epochs);
   write_file_atomic(path, keep);
 }
 

@@ -325,6 +325,7 @@ class Run {
   void list_files();
   void make_directory();
   void check_kept_checkpoints() const;
+  std::string record_differing_from(const Meta& theirs) const;
   void restore_state();
   void open_sources(uint64_t graph_budget);
   void announce() const;
@@ -634,6 +635,9 @@ void Run::check_kept_checkpoints() const {
           GNN_CHECK(there == here, f, ": holds the weights of another model than model.npz's: parameter ", i, " is ",
                     there, " there, ", here, " in the run's model");
         }
+        // (the same shapes: another run of this recipe and width, or this one's from before model.npz was replaced)
+        const std::string other = record_differing_from(read_meta(f));
+        GNN_CHECK(other.empty(), f, ": is not of the run model.npz holds: ", other);
       } catch (const MemoryLimitError&) {  // (not damage: the limit's own message says what to do)
         throw;
       } catch (const Error& e) {
@@ -642,6 +646,44 @@ void Run::check_kept_checkpoints() const {
                                  : "when it next averages the weights)");
       }
     }
+}
+
+// What a checkpoint of another run (best.npz or swa.npz beside a model.npz that was replaced, or the other
+// way round) holds otherwise than model.npz, of what every checkpoint of one run shares: its seed, its
+// preprocessing (fitted once, kept on resume) and the hyper-parameters a resume may not change; "" if
+// none differs.
+std::string Run::record_differing_from(const Meta& theirs) const {
+  const auto seed = [](const Meta& m) {
+    const auto it = m.arrays.find("meta/seed");
+    return it == m.arrays.end() || it->second.dtype() != DType::I64 || it->second.numel() != 1 ? int64_t(-1)
+                                                                                               : it->second.i64()[0];
+  };
+  if (seed(theirs) >= 0 && seed(theirs) != seed(plan_.meta))  // (not recorded by an older gnn: not compared)
+    return detail::str_cat("its seed is ", seed(theirs), ", model.npz's ", seed(plan_.meta));
+  // (as loaded, each field in its current form: one that an older gnn did not record reads as its default)
+  std::vector<std::pair<std::string, Tensor>> mine, other;
+  plan_.meta.prep.save(mine), theirs.prep.save(other);
+  for (size_t i = 0; i < std::max(mine.size(), other.size()); ++i) {
+    const bool same = i < mine.size() && i < other.size() && mine[i].first == other[i].first &&
+                      mine[i].second.dtype() == other[i].second.dtype() &&
+                      mine[i].second.shape() == other[i].second.shape() &&
+                      std::memcmp(mine[i].second.data(), other[i].second.data(), mine[i].second.nbytes()) == 0;
+    if (!same)
+      return "its preprocessing (fitted on the training graphs when the run started) differs in '" +
+             (i < mine.size() ? mine[i].first : other[i].first) + "'";
+  }
+  for (const auto* side : {&plan_.meta.hparams, &theirs.hparams})
+    for (const auto& [key, unused] : side->values) {
+      const HParamSpec* spec = find_spec(plan_.recipe->hparams, key);
+      if (spec && !spec->resume_change.empty()) continue;  // (one a resume may change since it was written)
+      const auto mine = plan_.meta.hparams.values.find(key), other = theirs.hparams.values.find(key);
+      const std::string a = mine == plan_.meta.hparams.values.end() ? "" : mine->second;
+      const std::string b = other == theirs.hparams.values.end() ? "" : other->second;
+      if (a != b && !(spec && same_hparam_value(*spec, a, b)))
+        return detail::str_cat("--", key, " is ", b.empty() ? "not set" : b, " there, ", a.empty() ? "not set" : a,
+                               " in model.npz");
+    }
+  return "";
 }
 
 // The run's first lines: what trains on what, the ranks, and where a resumed run goes on from.

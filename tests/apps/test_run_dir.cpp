@@ -248,7 +248,14 @@ TEST_CASE(
   for (int i = 0; i < 200 && ::kill(pid_t(std::stol(pid)), 0) == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK(fs::exists(run + "/lock"));
-  const auto r = run_gnn("train --out " + run + " --resume --progress lines");
+  // A lock file replaced by a symbolic link: not followed, and said as such.
+  fs::rename(run + "/lock", t.file("elsewhere"));
+  fs::create_symlink(t.file("elsewhere"), run + "/lock");
+  auto r = run_gnn("train --out " + run + " --resume --progress lines");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, run + "/lock is a symbolic link, which train does not follow"), r.err);
+  fs::remove(run + "/lock");
+  r = run_gnn("train --out " + run + " --resume --progress lines");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
   CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 3);
 }
@@ -313,6 +320,34 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
   CHECK_MESSAGE(contains(r.err, "--resume: " + run + "/swa.npz: holds the weights of another model"), r.err);
   CHECK(contains(r.err, "when it next averages the weights"));
   fs::remove(run + "/swa.npz");
+  // The same model and widths from another run: its seed, its preprocessing (fitted on other graphs) or a
+  // hyper-parameter a resume keeps tell it apart, whichever file of the two was replaced.
+  const std::vector<std::pair<std::string, std::string>> others = {
+      {"--seed 2", "its seed is 2, model.npz's 1"},
+      {"--max-graphs 5", "its preprocessing (fitted on the training graphs when the run started) differs in '"},
+      {"--lr 0.01", "--lr is 0.01 there, "}};
+  for (size_t i = 0; i < others.size(); ++i) {
+    const std::string &flags = others[i].first, &says = others[i].second;
+    CAPTURE(flags);
+    char name[16];
+    std::snprintf(name, sizeof name, "other%zu", i);
+    fs::copy_file(trained_run(t, name, flags) + "/best.npz", run + "/best.npz", fs::copy_options::overwrite_existing);
+    r = run_gnn("train --out " + run + " --resume --epochs 3");
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(contains(r.err, "--resume: " + run + "/best.npz: is not of the run model.npz holds: " + says), r.err);
+    CHECK(testing::read_bytes(run + "/model.npz") == model);
+  }
+  fs::remove(run + "/best.npz");
+  // A best.npz copied over model.npz: its weights are the run's, its optimiser state is not there.
+  fs::copy_file(trained_run(t, "weights_only") + "/best.npz", run + "/model.npz", fs::copy_options::overwrite_existing);
+  r = run_gnn("train --out " + run + " --resume --epochs 3");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, run + "/model.npz: holds weights only, no optimiser state, as best.npz and swa.npz do"),
+                r.err);
+  {
+    std::ofstream f(run + "/model.npz", std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(model.data()), std::streamsize(model.size()));
+  }
   r = run_gnn("train --out " + run + " --resume --epochs 3");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
 
@@ -733,6 +768,31 @@ static void check_resume_inside_epoch(const std::string& model, const std::strin
   };
   CHECK(lines(t.file("a/metrics.jsonl")) == lines(t.file("b/metrics.jsonl")));
   CHECK(lines(t.file("a/metrics.jsonl")).size() == 3);
+}
+
+TEST_CASE("run files: a resume drops log lines that are no epoch's and says whether any epoch's is lost") {
+  TempDir t;
+  const std::string run = trained_run(t, "run");  // two epochs logged
+  const std::string metrics = run + "/metrics.jsonl", lines = slurp(metrics);
+  std::ofstream(metrics) << "garbage\n" << lines << "{\"epoch\": -5}\n";
+  auto r = run_gnn("train --out " + run + " --resume --epochs 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_MESSAGE(contains(r.err, metrics + " holds 2 line(s) that are not an epoch's record, dropped; the 2 epochs "
+                                          "before the checkpoint are all there"),
+                r.err);
+  const std::string now = slurp(metrics);
+  CHECK(now.rfind(lines, 0) == 0);  // the epochs' lines as they were, then epoch 3's
+  CHECK(std::count(now.begin(), now.end(), '\n') == 3);
+  r = run_gnn("plot " + run);
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  // An epoch's line gone: said as lost.
+  const std::string all = slurp(metrics);
+  std::ofstream(metrics) << all.substr(all.find('\n') + 1);
+  r = run_gnn("train --out " + run + " --resume --epochs 4");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_MESSAGE(contains(r.err, metrics + " holds 2 readable line(s) of the 3 epochs before the checkpoint; the rest "
+                                          "of its history is lost"),
+                r.err);
 }
 
 TEST_CASE("run files: a run's last validation, which a longer run would not make, leaves its weights alone") {
