@@ -70,6 +70,7 @@ class Args {
   std::vector<std::string> all(const std::string& flag) const;  // a repeatable flag's values, in order
   const std::string& positional(size_t i) const { return positionals_.at(i); }
   const std::vector<std::string>& positionals() const { return positionals_; }
+  const std::string& command() const { return command_; }  // "eval", as gnn's messages name it
 
  private:
   friend Args parse_args(const struct Command&, const std::vector<std::string>&);

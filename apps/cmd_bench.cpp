@@ -54,6 +54,9 @@ double median(std::vector<double> v) {
 int bench_npz(const Args& a, const std::string& path) {
   const int repeat = int(a.integer("repeat", 1, 10000));  // flags first: a usage error never waits on I/O
   std::vector<std::string> keys = a.has("keys") ? a.list("keys") : std::vector<std::string>{};
+  for (size_t i = 0; i < keys.size(); ++i)  // (loaded once: counted twice, the rate would be overstated)
+    if (std::find(keys.begin(), keys.begin() + ptrdiff_t(i), keys[i]) != keys.begin() + ptrdiff_t(i))
+      throw UsageError("--keys: '" + keys[i] + "' is listed twice");
   const NpzReader npz(path);
   if (!a.has("keys")) keys = npz.keys();
   uint64_t raw = 0;

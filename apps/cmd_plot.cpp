@@ -93,17 +93,33 @@ std::string svg(const std::string& title, const std::vector<PlotSeries>& runs) {
 PlotRun read_plot_run(const std::string& run) {
   namespace fs = std::filesystem;
   const fs::path metrics = fs::path(run) / "metrics.jsonl";
+  std::error_code ec;
+  GNN_CHECK(!fs::exists(run, ec) || fs::is_directory(run, ec), run,
+            ": not a directory (give the folder of a gnn train run)");
   GNN_CHECK(fs::exists(metrics), metrics.string(), ": not found (not a gnn train run, or no epoch finished yet)");
   PlotRun r;
   fs::path dir = fs::path(run).lexically_normal();
   if (!dir.has_filename()) dir = dir.parent_path();
   r.name = html_text(dir.filename().string());  // the legend is HTML
-  std::istringstream in(read_text_file(metrics.string()));
+  const std::string text = read_text_file(metrics.string());
+  std::istringstream in(text);
   std::string line;
   for (int64_t ln = 1; std::getline(in, line); ++ln) {
     if (line.empty()) continue;
     const std::string where = metrics.string() + " line " + std::to_string(ln);
-    const Json j = Json::parse(line, where);
+    // A last line without its newline is one being written, or one an interrupted write cut short (train
+    // drops it when it resumes): left out, and said, if it does not read whole.
+    Json j;
+    try {
+      j = Json::parse(line, where);
+    } catch (const Error&) {
+      if (in.peek() != std::char_traits<char>::eof() || text.back() == '\n') throw;
+      std::fprintf(stderr,
+                   "gnn plot: warning: %s: its last line is cut short (being written, or a write was "
+                   "interrupted); left out\n",
+                   where.c_str());
+      break;
+    }
     GNN_CHECK(j.type() == Json::Type::Object, where, ": not a JSON object (one per epoch, as gnn train writes)");
     if (j.contains("partial_epoch")) continue;  // a --steps stop inside an epoch: not an epoch's point
     // (an epoch past --epochs' bound: 1e17 + 1 is 1e17, and the axis ticks would never reach the end)

@@ -56,6 +56,19 @@ std::vector<std::string> run_dirs(const Args& a) {
     if (dirs.size() == a.all("run").size()) throw UsageError("--runs " + a.str("runs") + ": lists no run");
   }
   if (dirs.empty()) throw UsageError("missing --run RUN (or --runs FILE)");
+  // The same run twice weighs twice in the ensemble: allowed (a weight), and said.
+  namespace fs = std::filesystem;
+  for (size_t i = 0; i < dirs.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      std::error_code ec;
+      if (dirs[i] == dirs[j] || fs::equivalent(dirs[i], dirs[j], ec)) {
+        std::fprintf(stderr,
+                     "gnn %s: note: --run %s%s: the same run given again; it weighs as many times in the "
+                     "ensemble\n",
+                     a.command().c_str(), dirs[i].c_str(), dirs[i] == dirs[j] ? "" : (" (as " + dirs[j] + ")").c_str());
+        break;
+      }
+    }
   return dirs;
 }
 
@@ -551,6 +564,11 @@ Command pass_command() {
       return in;
     }());
     const train::ModelGraph g = train::prepare_graph(files[at], m.prep, false, m.model->needs().features);
+    for (int64_t c : configs)
+      if (c >= g.num_configs())
+        throw UsageError(detail::str_cat("--configs", a.on("configs") ? "" : " (its default, 0,1,...,7)", ": config ",
+                                         c, " is past the ", g.num_configs(), " configs of ", files[at].path,
+                                         "; give indices below ", g.num_configs()));
     const train::ModelPass p = train::model_pass(m, g, configs, a.on("train"));
     std::vector<std::pair<std::string, Tensor>> out = {{"score", p.score},
                                                        {"loss", Tensor::full(Shape{1}, p.loss, DType::F64)}};

@@ -170,9 +170,7 @@ std::vector<OpCase> all_op_cases() {
        [](const Vars& x, const Graph&, const OpInputs&) { return ag::gate(x[0], x[1], x[2]); }},
       {"squeeze-excite",  // the whole SE block, x [R, F] squeezed to F / 8 (the 1st place's ChannelAttention)
        [](const OpSize& s) { return squeeze_excite_inputs(s); },
-       [](const Vars& x, const Graph&, const OpInputs&) {
-         return ag::squeeze_excite(x[0], x[1], x[2], x[3], x[4]);
-       }},
+       [](const Vars& x, const Graph&, const OpInputs&) { return ag::squeeze_excite(x[0], x[1], x[2], x[3], x[4]); }},
       {"squeeze-excite-composed",  // the same block as the four ops it replaces (matmul, bias_act, matmul, gate)
        [](const OpSize& s) { return squeeze_excite_inputs(s); },
        [](const Vars& x, const Graph&, const OpInputs&) {
@@ -205,13 +203,13 @@ std::vector<OpCase> all_op_cases() {
        }},
       {"slice-cols",
        [](const OpSize& s) {
-         GNN_CHECK(s.features >= 2, "op:slice-cols drops the first and last column: it needs --features 2 or more");
+         GNN_CHECK(s.features >= 3, "op:slice-cols drops the first and last column: it needs --features 3 or more");
          return rows_of(s, 1);
        },
        [](const Vars& x, const Graph&, const OpInputs&) { return ag::slice_cols(x[0], 1, x[0].size(1) - 1); }},
       {"slice-rows",
        [](const OpSize& s) {
-         GNN_CHECK(rows(s) >= 5, "op:slice-rows drops 2 rows before and 3 after: it needs --nodes x --configs >= 5");
+         GNN_CHECK(rows(s) >= 6, "op:slice-rows drops 2 rows before and 3 after: it needs --nodes x --configs >= 6");
          return rows_of(s, 1);
        },
        [](const Vars& x, const Graph&, const OpInputs&) { return ag::slice_rows(x[0], 2, x[0].size(0) - 3); }},
@@ -405,8 +403,7 @@ std::vector<OpCase> all_op_cases() {
       // The 1st place's block, SE over x [N, C*F]'s rows, the attention, + res, GELU: fused where
       // squeeze_excite_attention_fused says (H = F / 8 must be 16: F = 128, the recipe's, on AVX-512; at other
       // F, as the op-case test's 5, the two ops), and as the two ops it fuses
-      {"squeeze-excite-attention",
-       [](const OpSize& s) { return squeeze_excite_attention_inputs(s); },
+      {"squeeze-excite-attention", [](const OpSize& s) { return squeeze_excite_attention_inputs(s); },
        [](const Vars& x, const Graph&, const OpInputs& in) {
          return ag::squeeze_excite_attention(x[0], x[1], x[2], x[3], x[4], x[5], in.configs, x[6], Act::kGelu);
        }},

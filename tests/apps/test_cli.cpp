@@ -224,12 +224,30 @@ TEST_CASE("cli: plot refuses a metrics line it cannot draw, by file and line, an
     CHECK_MESSAGE(contains(r.err, run + "/metrics.jsonl " + want), r.err);
     CHECK(!std::filesystem::exists(run + "/report.html"));
   }
+  // A file where a run's folder should be: said as such, not as a missing log.
+  std::ofstream(tmp.file("afile")) << "x\n";
+  auto r = run_gnn("plot " + tmp.file("afile"));
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, tmp.file("afile") + ": not a directory (give the folder of a gnn train run)"), r.err);
+  // A last line cut short (no newline: being written, or an interrupted write) is left out and said; the
+  // same line ended by a newline is one the log holds, refused as above.
+  const std::string torn = tmp.file("torn");
+  std::filesystem::create_directories(torn);
+  std::ofstream(torn + "/metrics.jsonl") << "{\"epoch\": 1, \"train_loss\": 1}\n{\"epoch\": 2, \"train_lo";
+  r = run_gnn("plot " + torn);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_MESSAGE(contains(r.err, torn + "/metrics.jsonl line 2: its last line is cut short"), r.err);
+  CHECK(contains(slurp(torn + "/report.html"), "(1 epochs)"));
+  std::ofstream(torn + "/metrics.jsonl", std::ios::app) << "\n";
+  r = run_gnn("plot " + torn);
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, torn + "/metrics.jsonl line 2: bad JSON"), r.err);
   // values at the ends of the double's range are drawn, not written as inf or nan coordinates
   const std::string wide = tmp.file("a<b>&c");
   std::filesystem::create_directories(wide);
   std::ofstream(wide + "/metrics.jsonl") << "{\"epoch\": 1, \"train_loss\": -1e308}\n{\"epoch\": 2, "
                                             "\"train_loss\": 1e308}\n";
-  auto r = run_gnn("plot '" + wide + "'");
+  r = run_gnn("plot '" + wide + "'");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const std::string html = slurp(wide + "/report.html");
   CHECK(html.find("nan") == std::string::npos);
@@ -633,8 +651,8 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
       {"sage-layer-fused --configs 16", 2, "does not take --configs"},
       {"graph-attention --features 18", 2, "splits --features into 4 heads, got 18"},
       {"spmm-sum --nodes 2147483647", 2, "--nodes must be in [1, 2147483646]"},  // a Graph's int32 indices
-      {"op:slice-cols --nodes 4 --features 1", 1, "needs --features 2 or more"},
-      {"op:slice-rows --nodes 1 --configs 4 --features 4", 1, "needs --nodes x --configs >= 5"},
+      {"op:slice-cols --nodes 4 --features 2", 1, "needs --features 3 or more"},  // (2: an empty slice)
+      {"op:slice-rows --nodes 1 --configs 5 --features 4", 1, "needs --nodes x --configs >= 6"},
       // (refused before the inputs are made: pool-sum's would be 5 GB)
       {"pool-sum --nodes 20000000 --features 64 --save-graph " + tmp.file("unwritten.npz"), 2,
        "pool-sum takes no edges, so there is no edge_index to write"},
@@ -657,6 +675,10 @@ TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON ke
     CHECK(r.err.find(says) != std::string::npos);
   }
   CHECK(!std::filesystem::exists(tmp.file("unwritten.npz")));
+  // An npz member listed twice would be counted twice and loaded once: the rate overstated.
+  r = run_gnn("bench npz " + tmp.file("spmm-sum.npz") + " --keys edge_index,edge_index");
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(r.err.find("--keys: 'edge_index' is listed twice") != std::string::npos, r.err);
   // A shape flag the case does not read is said and left out of the JSON (not refused: scripts give one
   // shape to a list of cases).
   r = run_gnn("bench kernel gemm --nodes 300 --edges 600 --graph-nodes 30 --features 16 --json");

@@ -90,6 +90,10 @@ TEST_CASE("ensemble: eval and predict over several runs combine the runs' own sc
   for (const char* how : {"mean-z", "mean-rank", "mean"}) {
     const auto twice = run_gnn("eval --run " + runs[0] + " --run " + runs[0] + on + " --ensemble " + how);
     REQUIRE_MESSAGE(twice.exit_code == 0, twice.err);
+    CHECK_MESSAGE(
+        twice.err.find("gnn eval: note: --run " + runs[0] +
+                       ": the same run given again; it weighs as many times in the ensemble") != std::string::npos,
+        twice.err);
     const Json a = Json::parse(last_line(one.out)), b = Json::parse(last_line(twice.out));
     CHECK(a["kendall_tau"].as_number() == b["kendall_tau"].as_number());
     CHECK(a["opa"].as_number() == b["opa"].as_number());

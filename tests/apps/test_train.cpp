@@ -1730,8 +1730,15 @@ TEST_CASE("gnn pass: a run's scores, loss and gradients on one batch, with the b
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--configs: 'x' is not a config index") != std::string::npos);
   r = run_gnn("pass --run " + run + " --data " + dataset() + " --configs 1,100000 --out " + out);
-  CHECK(r.exit_code != 0);
-  CHECK(r.err.find("config 100000 is not in [0, ") != std::string::npos);
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(r.err.find("--configs: config 100000 is past the ") != std::string::npos, r.err);
+  // A graph of fewer configs than the default batch's eight: the default named as such.
+  r = run_gnn("synth --collection layout --out " + t.file("few") + " --graphs 1 --configs 5 --split train --seed 3");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  r = run_gnn("pass --run " + run + " --data " + t.file("few") + " --split train --out " + out);
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(
+      r.err.find("--configs (its default, 0,1,...,7): config 5 is past the 5 configs of ") != std::string::npos, r.err);
   r = run_gnn("pass --run " + run + " --data " + dataset() + " --out " + run + "/model.npz");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--out") != std::string::npos);
