@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "apps/checkpoint.h"
@@ -270,27 +272,47 @@ std::vector<std::string> run_files(const std::string& run) {
 
 RunLock::RunLock(const std::string& run) {
   const std::string path = (fs::path(run) / "lock").string();
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd_ < 0 && errno == EACCES) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // another user's
-  GNN_CHECK(fd_ >= 0 || errno != ELOOP, "--out ", run, ": its lock file ", path,
-            " is a symbolic link, which train does not follow (the lock is the run's own file); remove the link");
-  GNN_CHECK(fd_ >= 0, "--out ", run, ": cannot create its lock file ", path, " (", std::strerror(errno), ")");
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    if (err != EWOULDBLOCK) {  // a filesystem without flock (some Lustre, NFS and FUSE mounts): as before locks
-      std::fprintf(stderr,
-                   "gnn train: warning: %s cannot be locked here (%s); nothing stops a second writer of this run\n",
-                   path.c_str(), std::strerror(err));
-      return;
+  // A writer that fails or is stopped before the run's first checkpoint removes the lock file it made, while
+  // holding the lock: one who opened that file before and locks it after holds a removed file, so the lock
+  // is taken again until the file locked is the one the path names.
+  for (int attempt = 0;; ++attempt) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    created_ = fd_ >= 0;
+    if (fd_ < 0 && errno == EEXIST) {
+      fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+      if (fd_ < 0 && errno == ENOENT && attempt < 100) continue;  // (removed in between: made anew)
     }
-    char buf[32] = {};
-    const ssize_t got = ::pread(fd_, buf, sizeof buf - 1, 0);
+    if (fd_ < 0 && errno == EACCES) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // another user's
+    GNN_CHECK(fd_ >= 0 || errno != ELOOP, "--out ", run, ": its lock file ", path,
+              " is a symbolic link, which train does not follow (the lock is the run's own file); remove the link");
+    GNN_CHECK(fd_ >= 0, "--out ", run, ": cannot create its lock file ", path, " (", std::strerror(errno), ")");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (err != EWOULDBLOCK) {  // a filesystem without flock (some Lustre, NFS and FUSE mounts): as before locks
+        std::fprintf(stderr,
+                     "gnn train: warning: %s cannot be locked here (%s); nothing stops a second writer of this run\n",
+                     path.c_str(), std::strerror(err));
+        return;
+      }
+      char buf[32] = {};
+      const ssize_t got = ::pread(fd_, buf, sizeof buf - 1, 0);
+      ::close(fd_);
+      fd_ = -1;
+      std::string pid = got > 0 ? std::string(buf, size_t(got)) : "";
+      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+      GNN_FAIL("--out ", run, ": another gnn train", pid.empty() ? "" : " (pid " + pid + ")",
+               " is writing this run; wait for it to end, or choose another directory");
+    }
+    struct stat held {
+    }, named{};
+    if (::fstat(fd_, &held) == 0 && ::lstat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino)
+      break;
     ::close(fd_);
     fd_ = -1;
-    std::string pid = got > 0 ? std::string(buf, size_t(got)) : "";
-    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-    GNN_FAIL("--out ", run, ": another gnn train", pid.empty() ? "" : " (pid " + pid + ")",
-             " is writing this run; wait for it to end, or choose another directory");
+    GNN_CHECK(attempt < 100, "--out ", run, ": its lock file ", path,
+              " keeps being replaced; is another program "
+              "removing it?");
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if ((::fcntl(fd_, F_GETFL) & O_ACCMODE) == O_RDWR &&
@@ -347,7 +369,8 @@ void trim_metrics(const std::string& path, int64_t epochs, bool keep_partial) {
   const std::string text = read_text_file(path);
   std::istringstream in(text);
   std::string keep, line;
-  int64_t unreadable = 0, kept = 0;
+  int64_t unreadable = 0;
+  std::set<int64_t> logged;  // the epochs whose lines are kept (a line repeated by hand counts once)
   while (std::getline(in, line)) {
     try {
       const Json j = Json::parse(line, path);
@@ -358,17 +381,20 @@ void trim_metrics(const std::string& path, int64_t epochs, bool keep_partial) {
           path, ": not an epoch's line");
       const int64_t e = j["epoch"].as_int();
       const bool partial = j.contains("partial_epoch");
-      if ((e <= epochs && !partial) || (keep_partial && partial && e == epochs + 1))
-        keep += line + "\n", kept += !partial;
+      if ((e <= epochs && !partial) || (keep_partial && partial && e == epochs + 1)) {
+        keep += line + "\n";
+        if (!partial) logged.insert(e);
+      }
     } catch (const Error&) {
       // A last line cut short by the interruption is dropped as expected; a bad line before it is said.
       unreadable += in.peek() != std::char_traits<char>::eof() || text.back() == '\n';
     }
   }
   const std::string dropped = detail::str_cat(unreadable, " line(s) that are not an epoch's record, dropped");
+  const int64_t kept = int64_t(logged.size());
   if (kept < epochs)
     std::fprintf(stderr,
-                 "gnn train: warning: %s holds %lld readable line(s) of the %lld epochs before the checkpoint%s; "
+                 "gnn train: warning: %s holds the lines of %lld of the %lld epochs before the checkpoint%s; "
                  "the rest of its history is lost\n",
                  path.c_str(), (long long)kept, (long long)epochs, unreadable ? (" and " + dropped).c_str() : "");
   else if (unreadable > 0)

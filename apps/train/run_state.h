@@ -65,9 +65,11 @@ class RunLock {
   ~RunLock();
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
+  bool created() const { return created_; }  // the lock file did not exist before: this process made it
 
  private:
   int fd_ = -1;
+  bool created_ = false;
 };
 
 // A run folder without model.npz that holds another run's files: an interrupted first epoch leaves its

@@ -352,22 +352,19 @@ class Run {
   const fs::path dir_;
   const std::string model_path_, best_path_, metrics_path_, swa_path_;
   std::optional<RunLock> lock_;  // the lead process's, while it may write the run directory
-  // A new run's lock file and the folders this process made for the run directory (it, and any parents it
-  // lacked; deepest first): removed again if the run fails before writing anything into it, so a failed
-  // start leaves nothing behind. (After lock_: gone while still locked.) A signal that ends the process
-  // first does the same through until_first_checkpoint_, which the first model.npz disarms.
+  // A new run's lock file, where this process made it, and the folders it made for the run directory (it, and
+  // any parents it lacked; deepest first): removed again if the run ends before its first model.npz (the
+  // folders only while empty), so a failed start leaves nothing behind. (After lock_: gone while still
+  // locked.) A signal that ends the process first does the same through until_first_checkpoint_. The first
+  // model.npz disarms both (Run::save).
   struct MadeDirs {
     fs::path lock;
     std::vector<fs::path> dirs;
     ~MadeDirs() {
-      if (lock.empty()) return;
       std::error_code ec;
-      for (const auto& e : fs::directory_iterator(lock.parent_path(), ec))
-        if (e.path().filename() != "lock") return;
-      if (ec) return;
-      fs::remove(lock, ec);
+      if (!lock.empty()) fs::remove(lock, ec);
       for (const fs::path& d : dirs)
-        if (!fs::remove(d, ec)) return;  // (not empty: someone else wrote there meanwhile)
+        if (!fs::remove(d, ec)) return;  // (not empty: the run's leftovers, or someone else wrote there)
     }
   } made_dirs_;
   RemovedOnSignal until_first_checkpoint_;
@@ -607,8 +604,10 @@ void Run::make_directory() {
     lock_.emplace(o_.out);
     GNN_CHECK(!fs::exists(model_path_), "--out ", o_.out,
               ": another gnn train started a run here meanwhile; choose another directory");
-    made_dirs_.lock = dir_ / "lock";
-    until_first_checkpoint_.add_file(made_dirs_.lock.string());
+    if (lock_->created()) {  // (a lock file that was there, a killed run's or not gnn's, stays)
+      made_dirs_.lock = dir_ / "lock";
+      until_first_checkpoint_.add_file(made_dirs_.lock.string());
+    }
     if (!made_dirs_.dirs.empty())
       until_first_checkpoint_.add_folder(made_dirs_.dirs[0].string(), int(made_dirs_.dirs.size()) - 1);
   }
@@ -650,8 +649,8 @@ void Run::check_kept_checkpoints() const {
 
 // What a checkpoint of another run (best.npz or swa.npz beside a model.npz that was replaced, or the other
 // way round) holds otherwise than model.npz, of what every checkpoint of one run shares: its seed, its
-// preprocessing (fitted once, kept on resume) and the hyper-parameters a resume may not change; "" if
-// none differs.
+// preprocessing (fitted once, kept on resume) and the hyper-parameters a resume may not change that both
+// files record; "" if none differs.
 std::string Run::record_differing_from(const Meta& theirs) const {
   const auto seed = [](const Meta& m) {
     const auto it = m.arrays.find("meta/seed");
@@ -672,17 +671,17 @@ std::string Run::record_differing_from(const Meta& theirs) const {
       return "its preprocessing (fitted on the training graphs when the run started) differs in '" +
              (i < mine.size() ? mine[i].first : other[i].first) + "'";
   }
-  for (const auto* side : {&plan_.meta.hparams, &theirs.hparams})
-    for (const auto& [key, unused] : side->values) {
-      const HParamSpec* spec = find_spec(plan_.recipe->hparams, key);
-      if (spec && !spec->resume_change.empty()) continue;  // (one a resume may change since it was written)
-      const auto mine = plan_.meta.hparams.values.find(key), other = theirs.hparams.values.find(key);
-      const std::string a = mine == plan_.meta.hparams.values.end() ? "" : mine->second;
-      const std::string b = other == theirs.hparams.values.end() ? "" : other->second;
-      if (a != b && !(spec && same_hparam_value(*spec, a, b)))
-        return detail::str_cat("--", key, " is ", b.empty() ? "not set" : b, " there, ", a.empty() ? "not set" : a,
-                               " in model.npz");
-    }
+  // Only the flags both files store: one that a file from an older gnn lacks reads as what that gnn ran, which
+  // may differ from what a later checkpoint of the same run records.
+  const HParams stored = HParams::from_json(tensor_text(theirs.arrays, "meta/hparams", ""), "meta/hparams"),
+                ours = HParams::from_json(tensor_text(plan_.meta.arrays, "meta/hparams", ""), "meta/hparams");
+  for (const auto& [key, unused] : stored.values) {
+    const HParamSpec* spec = find_spec(plan_.recipe->hparams, key);
+    if (!ours.values.count(key) || (spec && !spec->resume_change.empty())) continue;  // (a resume may change it)
+    const std::string &a = plan_.meta.hparams.values.at(key), &b = theirs.hparams.values.at(key);
+    if (a != b && !(spec && same_hparam_value(*spec, a, b)))
+      return detail::str_cat("--", key, " is ", b, " there, ", a, " in model.npz");
+  }
   return "";
 }
 
@@ -765,7 +764,10 @@ void Run::save(const std::string& path, bool with_optimizer) {
   GNN_CHECK(bad.empty(), "at step ", st_.step, ", before writing ", path, ": ", bad,
             "; a checkpoint holding it could not be read back, so none is written");
   save_checkpoint(path, params_, with_optimizer ? &*opt_ : nullptr, extra);
-  if (path == model_path_) until_first_checkpoint_.clear();  // (the run's checkpoint landed: a run to resume)
+  if (path == model_path_) {  // (the run's checkpoint landed: a run to resume, its lock and folders its own)
+    until_first_checkpoint_.clear();
+    made_dirs_.lock.clear(), made_dirs_.dirs.clear();
+  }
   stop_message();
 }
 

@@ -269,14 +269,16 @@ TEST_CASE("run files: a new run ended by a signal before its first checkpoint le
     CAPTURE(run);
     const std::string train = std::string(GNN_CLI_PATH) + " train --model tile-mlp --data " + data() + " --out " + run +
                               " --epochs 3 --batch-graphs 2 --progress lines --stall-after-steps 1";
-    REQUIRE(std::system(("timeout 300 " + train + " >/dev/null 2>&1 &").c_str()) == 0);
+    const std::string err = t.file("err");  // (killed once it says it stalls: armed by then)
+    REQUIRE(std::system(("timeout 300 " + train + " >/dev/null 2>" + err + " &").c_str()) == 0);
     std::string pid;
-    for (int i = 0; i < 600 && pid.empty(); ++i) {
+    for (int i = 0; i < 600 && (pid.empty() || !contains(slurp(err), "stalling after step 1")); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       const std::string text = slurp(run + "/lock");
       if (!text.empty() && text.back() == '\n') pid = text.substr(0, text.size() - 1);
     }
     REQUIRE(!pid.empty());
+    REQUIRE_MESSAGE(contains(slurp(err), "stalling after step 1"), slurp(err));
     const pid_t p = pid_t(std::stol(pid));
     REQUIRE(::kill(p, SIGTERM) == 0);
     for (int i = 0; i < 600 && ::kill(p, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -790,9 +792,16 @@ TEST_CASE("run files: a resume drops log lines that are no epoch's and says whet
   std::ofstream(metrics) << all.substr(all.find('\n') + 1);
   r = run_gnn("train --out " + run + " --resume --epochs 4");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  CHECK_MESSAGE(contains(r.err, metrics + " holds 2 readable line(s) of the 3 epochs before the checkpoint; the rest "
+  CHECK_MESSAGE(contains(r.err, metrics + " holds the lines of 2 of the 3 epochs before the checkpoint; the rest "
                                           "of its history is lost"),
                 r.err);
+  // The log now holds epochs 2, 3 and 4 (epoch 1's line went above); epoch 2's line twice in place of epoch 3's
+  // is three lines of two epochs.
+  const std::string three = slurp(metrics), first = three.substr(0, three.find('\n') + 1);
+  std::ofstream(metrics) << first << first << three.substr(three.find('\n', first.size()) + 1);
+  r = run_gnn("train --out " + run + " --resume --epochs 5");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_MESSAGE(contains(r.err, metrics + " holds the lines of 2 of the 4 epochs before the checkpoint"), r.err);
 }
 
 TEST_CASE("run files: a run's last validation, which a longer run would not make, leaves its weights alone") {
