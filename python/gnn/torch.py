@@ -506,7 +506,8 @@ class GCNConv(nn.Module):
     targets (flow source_to_target). Self-loops without normalize are refused, as in PyG. One departure:
     of a node's repeated self-loops only the one whose weight is used gets a gradient (PyG's index
     assignment hands it to each of them). The graph, and
-    without edge_weight its normalised weights, are kept while the same edge_index comes back.
+    without edge_weight its normalised weights, are kept while the same edge_index comes back; cached
+    adds nothing to that (PyG's reuses the first call's normalised graph for any later edge_index).
     """
 
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False, cached: bool = False,
