@@ -9,6 +9,7 @@
 #include "apps/scoring.h"
 #include "apps/train/trainer.h"
 #include "dist/comm.h"
+#include "io/atomic_file.h"
 
 namespace gnn::train {
 
@@ -204,6 +205,7 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
   const dist::World& w = dist::world();
   const dist::Range mine = dist::shard(int64_t(src.files().size()), w.rank, w.size);
   for (size_t i = size_t(mine.begin); i < size_t(mine.end); ++i) {
+    throw_if_interrupted();  // (within a caller's CooperativeInterrupt scope, the demo's; else the signal ended it)
     const DatasetFile& f = src.files()[i];
     const auto g = src.get(i);
     GNN_CHECK(!g->target.empty(), f.path, ": no runtimes, so it cannot be scored (a test file?)");

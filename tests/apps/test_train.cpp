@@ -1,5 +1,8 @@
 // The training runs: the CLI trains, resumes bit for bit after kill -9 and refuses bad input with one line;
 // each training technique and recipe end to end; predict / eval / score agree.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -18,6 +21,7 @@
 #include "apps/train/segment_pass.h"
 #include "apps/train/step_graph.h"
 #include "apps/train/trainer.h"
+#include "io/atomic_file.h"
 #include "io/json.h"
 #include "io/npz.h"
 #include "io/synth.h"
@@ -1256,6 +1260,42 @@ TEST_CASE("train: the seed documents' and top solutions' recipes resume bit for 
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--conv") != std::string::npos);
   CHECK(!std::filesystem::exists(t.file("bad")));
+}
+
+TEST_CASE("train: validation and eval stop at the next graph once a cooperative scope records a signal") {
+  // (the demo trains, validates and scores inside such a scope: a first Ctrl-C stops it within a graph)
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int code = 1;  // evaluate ran to its end
+    try {
+      set_num_threads(1);  // (no OpenMP team in a forked child: one the parent started would not be there)
+      install_interrupt_handlers();
+      const auto files = kind_files(dataset(), "layout", "valid");
+      const Preprocessing prep =
+          fit_preprocessing(files, true, FeatureTransform::kOfficial, FeatureTransform::kNone, -1);
+      const Recipe& r = find_recipe("layout-mlp");
+      Rng rng(3);
+      auto model = r.build(r.defaults(), {prep.node_features(), prep.config_features()}, rng);
+      model->eval();
+      GraphSource src(files, prep, uint64_t(1) << 30);
+      CooperativeInterrupt scope;
+      ::raise(SIGTERM);  // recorded, not acted on
+      try {
+        evaluate(*model, src, 100, "");
+      } catch (const InterruptedError& e) {
+        code = e.signal() == SIGTERM ? 0 : 2;
+      }
+      ::_exit(code);  // (before the scope ends: it would end the process by the signal)
+    } catch (...) {
+      ::_exit(3);
+    }
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("train: eval reports the mean relative error of log-runtime predictions (--loss mse, mape)") {
