@@ -361,8 +361,9 @@ Command eval_command() {
   c.details =
       "Every config of each graph is scored (a layout graph on its eval_indices subset with --eval-indices).\n"
       "Tile: slowdown@1/5/10 as 1 - slowdown (the Kaggle convention) over the full predicted order, score =\n"
-      "slowdown@5. Layout: Kendall tau-b (as scipy), OPA, slowdown@1/10/100; score = tau. The last line of\n"
-      "stdout is one JSON object.\n"
+      "slowdown@5. Layout: Kendall tau-b (as scipy), OPA, slowdown@1/10/100; score = tau. A graph whose\n"
+      "runtimes all tie has no tau or OPA: left out of their means and counted as \"unscored\". The last line\n"
+      "of stdout is one JSON object.\n"
       "Several runs (--run A --run B, --runs FILE) are scored as an ensemble, as the top solutions submitted:\n"
       "each run scores every config with its own preprocessing, --eval-chunk and --tta, and per graph the\n"
       "runs' scores are standardised and averaged (--ensemble mean-z), their ranks averaged (mean-rank), or\n"

@@ -260,10 +260,10 @@ std::string graph_score_json(const GraphScore& s) {
 }
 
 double mean_score(const std::vector<std::pair<std::string, GraphScore>>& scores) {
-  std::map<std::string, std::pair<double, int64_t>> by;  // collection -> (sum, count)
+  std::map<std::string, std::pair<double, int64_t>> by;  // collection -> (sum, count) of the defined scores
   for (const auto& [c, s] : scores) {
-    by[c].first += s.layout ? s.kendall_tau : 1 - s.slowdown.at(5);
-    by[c].second += 1;
+    const double v = s.layout ? s.kendall_tau : 1 - s.slowdown.at(5);
+    if (std::isfinite(v)) by[c].first += v, by[c].second += 1;
   }
   double sum = 0;
   for (const auto& [c, v] : by) sum += v.first / double(v.second);
@@ -277,20 +277,33 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
   out << "\"collections\": {";
   double score_sum = 0;
   bool first = true;
+  int64_t scored_collections = 0;
   for (const auto& [c, list] : by) {
-    std::map<std::string, double> mean;
+    // Each metric the mean of the graphs where it is defined: a graph whose runtimes all tie (or that has one
+    // config) has no tau or OPA, and is left out of theirs (counted as "unscored"), not made null for all.
+    std::map<std::string, std::pair<double, int64_t>> sums;  // metric -> (sum, count)
+    const auto add = [&](const std::string& k, double v) {
+      if (std::isfinite(v)) sums[k].first += v, sums[k].second += 1;
+    };
+    int64_t unscored = 0;
     for (const GraphScore* s : list) {
-      if (s->layout)
-        mean["kendall_tau"] += s->kendall_tau / double(list.size()), mean["opa"] += s->opa / double(list.size());
-      for (const auto& [k, v] : s->slowdown) mean["slowdown@" + std::to_string(k)] += (1 - v) / double(list.size());
+      if (s->layout) add("kendall_tau", s->kendall_tau), add("opa", s->opa);
+      for (const auto& [k, v] : s->slowdown) add("slowdown@" + std::to_string(k), 1 - v);
+      unscored += !std::isfinite(s->layout ? s->kendall_tau : 1 - s->slowdown.at(5));
     }
+    std::map<std::string, double> mean;
+    for (const auto& [k, v] : sums) mean[k] = v.first / double(v.second);
+    const auto defined = [&](const char* k) { return mean.count(k) ? mean[k] : std::nan(""); };
     const bool layout = list.front()->layout;
-    mean["score"] = layout ? mean["kendall_tau"] : mean["slowdown@5"];
+    mean["score"] = defined(layout ? "kendall_tau" : "slowdown@5");
+    for (const char* k : {"kendall_tau", "opa", "slowdown@1", "slowdown@5", "slowdown@10", "slowdown@100"})
+      mean[k] = defined(k);
     bool mre = true;
     for (const GraphScore* s : list) mre = mre && std::isfinite(s->mre), mean["mre"] += s->mre / double(list.size());
-    score_sum += mean["score"];
+    if (std::isfinite(mean["score"])) score_sum += mean["score"], ++scored_collections;
     std::ostringstream o;
     o << "\"graphs\": " << list.size();
+    if (unscored > 0) o << ", \"unscored\": " << unscored;
     for (const char* k :
          layout ? std::vector<const char*>{"kendall_tau", "opa", "slowdown@1", "slowdown@10", "slowdown@100", "score"}
                 : std::vector<const char*>{"slowdown@1", "slowdown@5", "slowdown@10", "score"})
@@ -301,7 +314,9 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
     first = false;
   }
   out << "}";
-  if (by.size() > 1) top << "\"score\": " << metric_text(score_sum / double(by.size())) << ", ";
+  if (by.size() > 1)
+    top << "\"score\": " << metric_text(scored_collections ? score_sum / double(scored_collections) : std::nan(""))
+        << ", ";
   std::string json = "{";
   json += top.str();
   json += out.str();

@@ -79,14 +79,17 @@ GraphScore score_runtimes(const std::string& id, bool layout, const std::map<int
                           const std::string& file);
 // One line of JSON: id, kendall_tau and opa (layout), slowdown@K as 1 - slowdown.
 std::string graph_score_json(const GraphScore& s);
-// The mean over collections of each collection's mean score (tile 1 - slowdown@5, layout tau).
+// The mean over collections of each collection's mean score (tile 1 - slowdown@5, layout tau), each over
+// the graphs where it is defined (a layout graph whose runtimes all tie has no tau); NaN when none is.
 double mean_score(const std::vector<std::pair<std::string, GraphScore>>& per_collection);
 // The measured runtimes of a file, as scored (reads only the runtime arrays).
 std::vector<double> scored_runtimes(const DatasetFile& f);
 
 // Means per collection, in the Kaggle convention: slowdown@K reported as 1 - slowdown; tile score =
-// 1 - slowdown@5, layout score = Kendall tau; "mre" too when every graph has one. Returns the JSON
-// object (one line).
+// 1 - slowdown@5, layout score = Kendall tau; "mre" too when every graph has one. Each metric is the mean
+// over the graphs where it is defined: a layout graph whose runtimes all tie, or with one config, has no
+// tau or OPA; such graphs are counted as "unscored" (the key only when there are some), and a metric no
+// graph defines is null. Returns the JSON object (one line).
 std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& per_collection);
 
 }  // namespace gnn

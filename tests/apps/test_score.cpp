@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -159,6 +160,40 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
                        doctest::Contains("must list all 3 configs"), Error);
   CHECK_THROWS_WITH_AS(score_ranking("tile:xla:g", false, {0, 0}, {1.0, 2.0}), doctest::Contains("listed twice"),
                        Error);
+}
+
+TEST_CASE("score: a graph with no tau (its runtimes all tie) is left out of the means and counted, not made null") {
+  const auto layout = [](const char* id, double tau, double opa) {
+    GraphScore s;
+    s.id = id, s.layout = true, s.kendall_tau = tau, s.opa = opa;
+    s.slowdown = {{1, 0.5}, {10, 0.1}, {100, 0.0}};
+    return s;
+  };
+  const double nan = std::nan("");
+  std::vector<std::pair<std::string, GraphScore>> scores = {{"layout:xla:default", layout("a", 0.6, 0.8)},
+                                                            {"layout:xla:default", layout("tied", nan, nan)},
+                                                            {"layout:xla:default", layout("b", 0.2, 0.6)}};
+  CHECK(mean_score(scores) == doctest::Approx(0.4));
+  Json j = Json::parse(summary_json(scores));
+  CHECK(j["graphs"].as_int() == 3);
+  CHECK(j["unscored"].as_int() == 1);
+  CHECK(j["kendall_tau"].as_number() == doctest::Approx(0.4));
+  CHECK(j["opa"].as_number() == doctest::Approx(0.7));
+  CHECK(j["score"].as_number() == doctest::Approx(0.4));
+  CHECK(j["slowdown@1"].as_number() == doctest::Approx(0.5));  // (defined for every graph: all three)
+  // Every graph unscored: null, and a second collection's score alone makes the mean over collections.
+  scores = {{"layout:xla:default", layout("t1", nan, nan)}, {"layout:xla:default", layout("t2", nan, nan)}};
+  CHECK(std::isnan(mean_score(scores)));
+  j = Json::parse(summary_json(scores));
+  CHECK(j["score"].is_null());
+  CHECK(j["unscored"].as_int() == 2);
+  scores.push_back({"layout:xla:random", layout("c", 0.3, 0.7)});
+  CHECK(mean_score(scores) == doctest::Approx(0.3));
+  j = Json::parse(summary_json(scores));
+  CHECK(j["score"].as_number() == doctest::Approx(0.3));
+  CHECK(j["collections"]["layout:xla:default"]["score"].is_null());
+  // Without an undefined graph there is no "unscored" key (the JSON as before).
+  CHECK_FALSE(Json::parse(summary_json({{"layout:xla:default", layout("a", 0.6, 0.8)}})).contains("unscored"));
 }
 
 }  // namespace
