@@ -17,6 +17,7 @@
 #include "apps/plot.h"
 #include "apps/scoring.h"
 #include "apps/train/trainer.h"
+#include "dist/comm.h"
 #include "io/atomic_file.h"
 #include "io/json.h"
 #include "io/synth.h"
@@ -124,6 +125,9 @@ Command demo_command() {
       "else is each recipe's default. The curves of every run go into one report (report.html). The last\n"
       "line of stdout is one JSON object with every score.";
   c.run = [](const Args& a) {
+    // (its runs, synth and report belong to one process: under mpirun each rank would make and remove them)
+    if (dist::world().size > 1)
+      throw UsageError("gnn demo runs in one process; run it without mpirun (gnn train, eval and predict take it)");
     const int64_t tile_graphs = a.integer("tile-graphs", 2, 100'000),
                   layout_graphs = a.integer("layout-graphs", 2, 10'000);
     const int64_t tile_epochs = a.integer("tile-epochs", 1, 100'000),

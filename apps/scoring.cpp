@@ -314,9 +314,13 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
     first = false;
   }
   out << "}";
-  if (by.size() > 1)
+  if (by.size() > 1) {
     top << "\"score\": " << metric_text(scored_collections ? score_sum / double(scored_collections) : std::nan(""))
         << ", ";
+    // (a collection none of whose graphs has a score is left out of that mean: said, as its graphs are)
+    if (scored_collections < int64_t(by.size()))
+      top << "\"unscored_collections\": " << int64_t(by.size()) - scored_collections << ", ";
+  }
   std::string json = "{";
   json += top.str();
   json += out.str();

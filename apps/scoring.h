@@ -89,7 +89,8 @@ std::vector<double> scored_runtimes(const DatasetFile& f);
 // 1 - slowdown@5, layout score = Kendall tau; "mre" too when every graph has one. Each metric is the mean
 // over the graphs where it is defined: a layout graph whose runtimes all tie, or with one config, has no
 // tau or OPA; such graphs are counted as "unscored" (the key only when there are some), and a metric no
-// graph defines is null. Returns the JSON object (one line).
+// graph defines is null. With several collections the top-level score is the mean of those that have one
+// ("unscored_collections" counts the others, when there are some). Returns the JSON object (one line).
 std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& per_collection);
 
 }  // namespace gnn

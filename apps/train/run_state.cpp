@@ -277,15 +277,23 @@ RunLock::RunLock(const std::string& run) {
   // is taken again until the file locked is the one the path names.
   for (int attempt = 0;; ++attempt) {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int err = errno;
     created_ = fd_ >= 0;
-    if (fd_ < 0 && errno == EEXIST) {
-      fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-      if (fd_ < 0 && errno == ENOENT && attempt < 100) continue;  // (removed in between: made anew)
+    // (the folder removed in between by a failing writer that made it, or the file: made anew)
+    if (fd_ < 0 && err == ENOENT && attempt < 100) {
+      std::error_code ec;
+      fs::create_directories(run, ec);
+      if (!ec) continue;
     }
-    if (fd_ < 0 && errno == EACCES) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // another user's
-    GNN_CHECK(fd_ >= 0 || errno != ELOOP, "--out ", run, ": its lock file ", path,
+    if (fd_ < 0 && err == EEXIST) {
+      fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+      err = errno;
+      if (fd_ < 0 && err == ENOENT && attempt < 100) continue;
+      if (fd_ < 0 && err == EACCES) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // another user's
+    }
+    GNN_CHECK(fd_ >= 0 || err != ELOOP, "--out ", run, ": its lock file ", path,
               " is a symbolic link, which train does not follow (the lock is the run's own file); remove the link");
-    GNN_CHECK(fd_ >= 0, "--out ", run, ": cannot create its lock file ", path, " (", std::strerror(errno), ")");
+    GNN_CHECK(fd_ >= 0, "--out ", run, ": cannot create its lock file ", path, " (", std::strerror(err), ")");
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
       if (err != EWOULDBLOCK) {  // a filesystem without flock (some Lustre, NFS and FUSE mounts): as before locks
@@ -313,6 +321,18 @@ RunLock::RunLock(const std::string& run) {
     GNN_CHECK(attempt < 100, "--out ", run, ": its lock file ", path,
               " keeps being replaced; is another program "
               "removing it?");
+  }
+  if (!created_) {  // a file named lock that was there: a killed run's (its pid, or empty), else not gnn's
+    char buf[64] = {};
+    const ssize_t got = ::pread(fd_, buf, sizeof buf, 0);
+    const std::string text = got > 0 ? std::string(buf, size_t(got)) : "";
+    if (text.find_first_not_of("0123456789\n") != std::string::npos || got == ssize_t(sizeof buf)) {
+      ::close(fd_);
+      fd_ = -1;
+      GNN_FAIL("--out ", run,
+               ": holds a file named lock that is not a gnn train lock (it holds more than a pid); "
+               "train would overwrite it: move it, or choose another directory");
+    }
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if ((::fcntl(fd_, F_GETFL) & O_ACCMODE) == O_RDWR &&

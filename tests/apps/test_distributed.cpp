@@ -184,6 +184,15 @@ TEST_CASE("distributed: layout-gst, whose segment table lives in one process, is
   CHECK_FALSE(std::filesystem::exists(t.file("run")));
 }
 
+TEST_CASE("distributed: gnn demo, whose data, runs and report belong to one process, is refused over 2 ranks") {
+  SKIP_UNLESS_MPI();
+  TempDir t;
+  const auto r = run_gnn_mpi(2, "demo --out " + t.file("demo") + " --threads 1");
+  CHECK(r.exit_code != 0);
+  CHECK_MESSAGE(r.err.find("gnn demo runs in one process; run it without mpirun") != std::string::npos, r.err);
+  CHECK_FALSE(std::filesystem::exists(t.file("demo")));
+}
+
 TEST_CASE("distributed: --op-max-norm, which changes each process's weights in place, is refused over 2 ranks") {
   SKIP_UNLESS_MPI();
   TempDir t;

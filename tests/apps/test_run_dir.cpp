@@ -255,6 +255,13 @@ TEST_CASE(
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, run + "/lock is a symbolic link, which train does not follow"), r.err);
   fs::remove(run + "/lock");
+  // A file named lock that holds more than a pid is not a gnn train lock: kept, and the run refused.
+  std::ofstream(run + "/lock") << "notes\n";
+  r = run_gnn("train --out " + run + " --resume --progress lines");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "holds a file named lock that is not a gnn train lock"), r.err);
+  CHECK(slurp(run + "/lock") == "notes\n");
+  fs::remove(run + "/lock");
   r = run_gnn("train --out " + run + " --resume --progress lines");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
   CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 3);

@@ -192,8 +192,12 @@ TEST_CASE("score: a graph with no tau (its runtimes all tie) is left out of the 
   j = Json::parse(summary_json(scores));
   CHECK(j["score"].as_number() == doctest::Approx(0.3));
   CHECK(j["collections"]["layout:xla:default"]["score"].is_null());
+  CHECK(j["unscored_collections"].as_int() == 1);
   // Without an undefined graph there is no "unscored" key (the JSON as before).
   CHECK_FALSE(Json::parse(summary_json({{"layout:xla:default", layout("a", 0.6, 0.8)}})).contains("unscored"));
+  scores.back().second = layout("c", nan, nan);  // no collection scored: null over collections too
+  CHECK(Json::parse(summary_json(scores))["score"].is_null());
+  CHECK(Json::parse(summary_json(scores))["unscored_collections"].as_int() == 2);
 }
 
 }  // namespace
