@@ -135,6 +135,9 @@ int inspect_dataset(const std::string& dir, bool json, bool skip_bad, const ZipL
     t.graphs += 1, t.nodes += g.num_nodes(), t.edges += g.num_edges(), t.configs += g.num_configs();
     t.configurable += g.num_configurable(), t.max_nodes = std::max(t.max_nodes, g.num_nodes());
   }
+  // (every file bad: a table of nothing would read as a dataset checked and found empty)
+  GNN_CHECK(!totals.empty() || !skip_bad, dir,
+            ": no TpuGraphs file of it could be read (--skip-bad left out every one; the warnings above say why)");
   Json groups = Json::array();
   if (!json)
     std::printf("%-28s %7s %12s %12s %12s %12s %10s\n", "collection split", "graphs", "nodes", "edges", "configs",

@@ -283,7 +283,17 @@ std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t node
                                                        int64_t min_configs) {
   std::mt19937_64 rng(mix(seed));
   const double steps = layout ? configurable_steps_for(configurable_share) : kTileConfigurableSteps;
-  const Program p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng, steps);
+  Program p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng, steps);
+  // A layout program without a configurable op (a small one can be drawn so) has no config to rank: its
+  // configs would differ in runtime by noise alone. Drawn again, on from where the generator stands, so
+  // every graph that had one is as before.
+  const auto configurable = [](const Program& q) {
+    return std::any_of(q.nodes.begin(), q.nodes.end(), [](const auto& v) { return is_configurable(v.op); });
+  };
+  for (int tries = 1; layout && !configurable(p); ++tries) {
+    GNN_CHECK(tries < 1000, "synth: no program of ", nodes, " nodes with a configurable op in 1000 draws");
+    p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng, steps);
+  }
   const int64_t n = int64_t(p.nodes.size());
   std::vector<int64_t> edges, opcodes(static_cast<size_t>(n));
   for (int64_t u = 0; u < n; ++u) {

@@ -283,6 +283,10 @@ TEST_CASE("cli: output that could not be written is an error, and inspect's flag
   r = run_gnn("inspect " + split + "/a.npz --skip-bad");
   CHECK(r.exit_code == 2);
   CHECK(contains(r.err, "--skip-bad: for a directory"));
+  r = run_gnn("inspect " + tmp.file("npz") + " --skip-bad");  // its only file bad: no table of nothing
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "warning: skipping a bad file"), r.err);
+  CHECK_MESSAGE(contains(r.err, ": no TpuGraphs file of it could be read (--skip-bad left out every one"), r.err);
   {
     std::ofstream(tmp.file("x.npy")) << "not read";
   }
@@ -535,7 +539,9 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
       {"--collection tile --graphs 1 --split train,valid,train", "--split names 'train' twice"},
       {"--collection layout --graphs 1 --nodes 10000000 --configs 1000000", "in memory, more than the"},
       {"--collection tile --graphs 1000000 --nodes 1000000 --configs 1000000", "GiB deflated, more than the"},
-      {"--collection tile --graphs 1000000 --nodes 100000 --configs 1000 --stored", "GiB stored, more than the"}};
+      {"--collection tile --graphs 1000000 --nodes 100000 --configs 1000 --stored", "GiB stored, more than the"},
+      // (the default 2,000 nodes at share 0.02: 40 configurable, whose config features are most of the bytes)
+      {"--collection layout --graphs 100000 --configs 100000", "deflated, more than the"}};
   for (const auto& [flags, says] : refused) {
     CAPTURE(flags);
     r = run_gnn("synth --out " + out + " " + flags);

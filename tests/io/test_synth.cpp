@@ -181,6 +181,18 @@ TEST_CASE("synth: make_graph refuses a kernel of fewer distinct tiles than min_c
   }
 }
 
+TEST_CASE("synth: every layout program has a configurable node, however small") {
+  // At 20 nodes and the default share (0.02) most draws have no reshape, dot or convolution; such a program's
+  // configs would differ in runtime by noise alone. Each is drawn again until it has one.
+  int64_t fewest = INT64_MAX;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    CAPTURE(seed);
+    for (const auto& [name, t] : make_graph(true, 20, 3, seed))
+      if (name == "node_config_ids") fewest = std::min(fewest, t.numel());
+  }
+  CHECK(fewest >= 1);
+}
+
 TEST_CASE("cost model: a layout that disagrees with its neighbours pays for copies") {
   const Program p = dot_program();
   const std::vector<int32_t> cfg_nodes = {2};
