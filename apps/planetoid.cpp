@@ -32,8 +32,11 @@ std::vector<int64_t> ints(const Tensor& t, const std::string& path, const std::s
 
 Tensor node_ids(const std::map<std::string, Tensor>& a, const std::string& path, const std::string& key, int64_t N) {
   std::vector<int32_t> out;
+  std::vector<bool> seen(size_t(N), false);
   for (int64_t v : ints(require(a, path, key, 1), path, key)) {
     GNN_CHECK(v >= 0 && v < N, path, ": '", key, "' lists node ", v, ", outside [0, ", N, ")");
+    GNN_CHECK(!seen[size_t(v)], path, ": '", key, "' lists node ", v, " twice");  // (it would count twice)
+    seen[size_t(v)] = true;
     out.push_back(int32_t(v));
   }
   GNN_CHECK(!out.empty(), path, ": '", key, "' is empty");
@@ -113,10 +116,25 @@ PlanetoidData load_planetoid(const std::string& path) {
   d.train = node_ids(a, path, "idx_train", N);
   d.val = node_ids(a, path, "idx_val", N);
   d.test = node_ids(a, path, "idx_test", N);
+  // Each class id from 0 up is some node's (a stray id would add classes no node has), there are two or more,
+  // and no node is in two splits (a validation or test node trained on would score what it learnt).
+  std::vector<int64_t> per_class(size_t(std::max<int64_t>(d.classes, 0)), 0);
+  for (int32_t l : lab)
+    if (l >= 0) ++per_class[size_t(l)];
+  for (size_t c = 0; c < per_class.size(); ++c)
+    GNN_CHECK(per_class[c] > 0, path, ": 'labels' runs to class ", d.classes - 1, " but no node has class ", c,
+              " (class ids are 0 to C - 1, each some node's)");
+  GNN_CHECK(d.classes >= 2, path, ": 'labels' hold ", d.classes, " class", d.classes == 1 ? "" : "es",
+            ": there is nothing to classify");
+  std::vector<const char*> split_of(size_t(N), nullptr);
   for (const auto& [key, ids] :
        {std::pair{"idx_train", d.train}, std::pair{"idx_val", d.val}, std::pair{"idx_test", d.test}})
-    for (int32_t v : ids.to_vector<int32_t>())
+    for (int32_t v : ids.to_vector<int32_t>()) {
       GNN_CHECK(lab[size_t(v)] >= 0, path, ": '", key, "' lists node ", v, ", which has no label (-1)");
+      GNN_CHECK(!split_of[size_t(v)], path, ": node ", v, " is in both '", split_of[size_t(v)], "' and '", key,
+                "' (the splits must not share nodes)");
+      split_of[size_t(v)] = key;
+    }
   return d;
 }
 

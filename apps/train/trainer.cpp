@@ -1221,6 +1221,18 @@ void Run::agree_on_plan() const {
     for (const auto& [name, unused] : fields) {
       const size_t ea = all[0].find('\n', a), eb = all[r].find('\n', b);
       const std::string v0 = all[0].substr(a, ea - a), vr = all[r].substr(b, eb - b);
+      if (name == "hyper-parameters" && v0 != vr) {  // the flag that differs, not every value of both
+        const HParams h0 = HParams::from_json(v0, "rank 0's hyper-parameters"),
+                      hr = HParams::from_json(vr, "another rank's hyper-parameters");
+        for (const auto* side : {&h0.values, &hr.values})
+          for (const auto& [key, unused] : *side) {
+            const auto i0 = h0.values.find(key), ir = hr.values.find(key);
+            const std::string x0 = i0 == h0.values.end() ? "not set" : i0->second;
+            const std::string xr = ir == hr.values.end() ? "not set" : ir->second;
+            GNN_CHECK(x0 == xr, "rank ", r, "'s --", key, " is ", xr, ", rank 0's ", x0,
+                      ": every rank needs the same flags");
+          }
+      }
       GNN_CHECK(v0 == vr, "rank ", r, "'s ", name, " is ", vr, ", rank 0's ", v0,
                 ": every rank needs the same flags, "
                 "and RUN and --data on a filesystem every rank sees");

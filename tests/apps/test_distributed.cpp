@@ -206,21 +206,27 @@ TEST_CASE("distributed: --op-max-norm, which changes each process's weights in p
 TEST_CASE("distributed: ranks started with different flags stop at once, naming the flag") {
   SKIP_UNLESS_MPI();
   TempDir t;
-  // A launcher script that gives rank 1 another seed.
-  const std::string wrap = t.file("wrap.sh");
-  std::ofstream(wrap) << "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec " << GNN_CLI_PATH
-                      << " \"$@\" --seed 3; else exec " << GNN_CLI_PATH << " \"$@\"; fi\n";
-  std::filesystem::permissions(wrap, std::filesystem::perms::owner_all);
-  const std::string root = ::geteuid() == 0 ? "--allow-run-as-root " : "";
-  const std::string cmd = "timeout 120 mpirun " + root + "--oversubscribe -np 2 " + wrap + " train --model tile-mlp " +
-                          "--data " + dataset() + " --out " + t.file("run") + " --threads 1 >" + t.file("out") + " 2>" +
-                          t.file("err");
-  const int status = std::system(cmd.c_str());
-  CHECK(status != 0);
-  std::ifstream in(t.file("err"));
-  const std::string err((std::istreambuf_iterator<char>(in)), {});
-  CHECK_MESSAGE(err.find("rank 1's seed is 3, rank 0's 1: every rank needs the same flags") != std::string::npos, err);
-  CHECK_FALSE(std::filesystem::exists(t.file("run") + "/model.npz"));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--seed 3", "rank 1's seed is 3, rank 0's 1: every rank needs the same flags"},
+      {"--lr 0.003", "rank 1's --lr is 0.003, rank 0's "}};  // (the flag, not every hyper-parameter of both)
+  for (const auto& c : cases) {
+    CAPTURE(c.first);
+    // A launcher script that gives rank 1 another value.
+    const std::string wrap = t.file("wrap.sh");
+    std::ofstream(wrap) << "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec " << GNN_CLI_PATH << " \"$@\" "
+                        << c.first << "; else exec " << GNN_CLI_PATH << " \"$@\"; fi\n";
+    std::filesystem::permissions(wrap, std::filesystem::perms::owner_all);
+    const std::string root = ::geteuid() == 0 ? "--allow-run-as-root " : "";
+    const std::string cmd = "timeout 120 mpirun " + root + "--oversubscribe -np 2 " + wrap +
+                            " train --model tile-mlp --data " + dataset() + " --out " + t.file("run") +
+                            " --threads 1 >" + t.file("out") + " 2>" + t.file("err");
+    const int status = std::system(cmd.c_str());
+    CHECK(status != 0);
+    std::ifstream in(t.file("err"));
+    const std::string err((std::istreambuf_iterator<char>(in)), {});
+    CHECK_MESSAGE(err.find(c.second) != std::string::npos, err);
+    CHECK_FALSE(std::filesystem::exists(t.file("run") + "/model.npz"));
+  }
 }
 
 TEST_CASE("distributed: eval and predict over 3 ranks write what one process writes") {

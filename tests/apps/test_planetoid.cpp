@@ -69,6 +69,15 @@ TEST_CASE("planetoid: a tiny two-class file loads symmetric, trains to 100%, and
                        doctest::Contains("'idx_test' lists node 2, which has no label"), Error);
   CHECK_THROWS_WITH_AS(load_planetoid(broken("labels", Tensor::from_vector<int32_t>({0, 1}))),
                        doctest::Contains("'labels' has 2 entries for 6 nodes"), Error);
+  // Class ids with a gap (99 would make 100 classes), one class, a node listed twice or in two splits.
+  CHECK_THROWS_WITH_AS(load_planetoid(broken("labels", Tensor::from_vector<int32_t>({0, 0, 0, 3, 3, 3}))),
+                       doctest::Contains("'labels' runs to class 3 but no node has class 1"), Error);
+  CHECK_THROWS_WITH_AS(load_planetoid(broken("labels", Tensor::from_vector<int32_t>({0, 0, 0, 0, 0, 0}))),
+                       doctest::Contains("'labels' hold 1 class: there is nothing to classify"), Error);
+  CHECK_THROWS_WITH_AS(load_planetoid(broken("idx_train", Tensor::from_vector<int32_t>({0, 3, 0}))),
+                       doctest::Contains("'idx_train' lists node 0 twice"), Error);
+  CHECK_THROWS_WITH_AS(load_planetoid(broken("idx_val", Tensor::from_vector<int32_t>({1, 3}))),
+                       doctest::Contains("node 3 is in both 'idx_train' and 'idx_val'"), Error);
   // A shape whose dense matrix no int64 byte count holds (one that merely exceeds memory is named the same
   // way, with the allocator's message: not run here, as the sanitizers' allocator aborts on such a size).
   CHECK_THROWS_WITH_AS(load_planetoid(broken("x_shape", Tensor::from_vector<int64_t>({6, int64_t(1) << 62}))),
