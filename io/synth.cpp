@@ -286,13 +286,14 @@ std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t node
   Program p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng, steps);
   // A layout program without a configurable op (a small one can be drawn so) has no config to rank: its
   // configs would differ in runtime by noise alone. Drawn again, on from where the generator stands, so
-  // every graph that had one is as before.
+  // every graph that had one is as before; after 20 draws at a share too small for its size, at half of
+  // its steps configurable.
   const auto configurable = [](const Program& q) {
     return std::any_of(q.nodes.begin(), q.nodes.end(), [](const auto& v) { return is_configurable(v.op); });
   };
   for (int tries = 1; layout && !configurable(p); ++tries) {
     GNN_CHECK(tries < 1000, "synth: no program of ", nodes, " nodes with a configurable op in 1000 draws");
-    p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng, steps);
+    p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng, tries < 20 ? steps : std::max(steps, 0.5));
   }
   const int64_t n = int64_t(p.nodes.size());
   std::vector<int64_t> edges, opcodes(static_cast<size_t>(n));

@@ -289,7 +289,10 @@ RunLock::RunLock(const std::string& run) {
       fd_ = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
       err = errno;
       if (fd_ < 0 && err == ENOENT && attempt < 100) continue;
-      if (fd_ < 0 && err == EACCES) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // another user's
+      if (fd_ < 0 && err == EACCES) {  // another user's
+        fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        err = fd_ < 0 ? errno : err;
+      }
     }
     GNN_CHECK(fd_ >= 0 || err != ELOOP, "--out ", run, ": its lock file ", path,
               " is a symbolic link, which train does not follow (the lock is the run's own file); remove the link");

@@ -191,6 +191,12 @@ TEST_CASE("synth: every layout program has a configurable node, however small") 
       if (name == "node_config_ids") fewest = std::min(fewest, t.numel());
   }
   CHECK(fewest >= 1);
+  // A share far too small for the size: each graph still gets one, after a few draws at a larger share.
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    CAPTURE(seed);
+    for (const auto& [name, t] : make_graph(true, 4, 2, seed, true, 0.0001))
+      if (name == "node_config_ids") CHECK(t.numel() >= 1);
+  }
 }
 
 TEST_CASE("cost model: a layout that disagrees with its neighbours pays for copies") {
