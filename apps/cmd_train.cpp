@@ -209,43 +209,45 @@ Command train_command() {
   Command c;
   c.name = "train";
   c.summary = "train a recipe (gnn models) on a TpuGraphs tree; resumable, with metrics.jsonl and model.npz in RUN";
-  c.flags = {{"model", "NAME", "the recipe (gnn models lists them); on --resume, the run's own"},
-             {"data", "DIR", "the dataset (release root, npz/, or a collection folder); on --resume, the run's own"},
-             {"out", "RUN", "the run directory (created; refused if it holds a run, unless --resume)", "", true},
-             {"epochs", "E", "epochs (see below for what one covers; default 10, on --resume the run's own)"},
-             {"steps", "N",
-              "stop after N optimiser steps in all (whichever of --epochs and --steps ends first; "
-              "0: no limit)"},
-             {"seed", "S", "seed for initialisation, graph order and config sampling (default 1)"},
-             {"memory-limit", "BYTES",
-              "stop with the step's graphs named when tensors would pass this many bytes "
-              "(K/M/G suffixes; 0: no limit; auto: 90% of the memory this process may use)",
-              "auto"},
-             {"device", "cpu|cuda", "where to train", "cpu"},
-             {"cuda-graphs", "N",
-              "with --device cuda (and --batch-graphs 1 on several graphs): capture the forward and backward of up to "
-              "N graphs' steps "
-              "(fresh configs each time) as CUDA graphs and replay later steps from them; one process, whole "
-              "graphs, a recipe whose training draws no dropout (a refusal names those that can) (0: off)",
-              "0"},
-             kThreadsFlag,
-             {"resume", "",
-              "continue the run in RUN from its last checkpoint (starts one if there is none); "
-              "--epochs or --steps given again extend or shorten it"},
-             {"skip-nonfinite", "", "skip a batch whose loss or gradient is NaN/Inf (counted) instead of stopping"},
-             {"checkpoint-minutes", "M", "also checkpoint mid-epoch every M minutes (0: every step)", "10"},
-             {"eval-indices", "DIR",
-              "folder of the official eval_indices JSON files: layout validation on them (each valid layout "
-              "collection's file must be there)"},
-             {"max-graphs", "N", "use only the first N train and N valid graphs"},
-             {"progress", "auto|bar|lines", "a progress bar (on a terminal by default) or plain lines", "auto"},
-             {"profile", "",
-              "time each step's phases (batch, forward, loss, backward, update) and ops, with the step's GEMM "
-              "floor at this machine's measured peak: a table at the end and \"profile\" in the summary"},
-             kCommTimeout,
-             {"kill-after-steps", "N", "testing: kill -9 this process right after step N's checkpoint"},
-             {"stall-after-steps", "N", "testing: this process stops answering (sleeps) after step N"},
-             {"fault-rank", "R", "testing: under mpirun, only rank R kills or stalls itself"}};
+  c.flags = {
+      {"model", "NAME", "the recipe (gnn models lists them); on --resume, the run's own"},
+      {"data", "DIR", "the dataset (release root, npz/, or a collection folder); on --resume, the run's own"},
+      {"out", "RUN", "the run directory (created; refused if it holds a run, unless --resume)", "", true},
+      {"epochs", "E", "epochs (see below for what one covers; default 10, on --resume the run's own)"},
+      {"steps", "N",
+       "stop after N optimiser steps in all (whichever of --epochs and --steps ends first; "
+       "0: no limit)"},
+      {"seed", "S", "seed for initialisation, graph order and config sampling (default 1)"},
+      {"memory-limit", "BYTES",
+       "stop with the step's graphs named when tensors would pass this many bytes "
+       "(K/M/G suffixes; 0: no limit; auto: 90% of the memory this process may use)",
+       "auto"},
+      {"device", "cpu|cuda", "where to train", "cpu"},
+      {"cuda-graphs", "N",
+       "with --device cuda (and --batch-graphs 1 on several graphs): capture the forward and backward of up to "
+       "N graphs' steps "
+       "(fresh configs each time) as CUDA graphs and replay later steps from them; one process, whole "
+       "graphs, a recipe whose training draws no dropout (a refusal names those that can) (0: off)",
+       "0"},
+      kThreadsFlag,
+      {"resume", "",
+       "continue the run in RUN from its last checkpoint (starts one if there is none); "
+       "--epochs or --steps given again extend or shorten it"},
+      {"skip-nonfinite", "", "skip a batch whose loss or gradient is NaN/Inf (counted) instead of stopping"},
+      {"checkpoint-minutes", "M", "also checkpoint mid-epoch every M minutes (0: every step)", "10"},
+      {"eval-indices", "DIR",
+       "folder of the official eval_indices JSON files: layout validation on them (each valid layout "
+       "collection's file must be there)"},
+      {"max-graphs", "N", "use only the first N train and N valid graphs"},
+      {"progress", "auto|bar|lines", "a progress bar (on a terminal by default) or plain lines", "auto"},
+      {"profile", "",
+       "time each step's phases (batch, forward, loss, backward, update) and ops, with the step's GEMM "
+       "floor at this machine's measured peak: a table at the end and \"profile\" in the summary"},
+      kCommTimeout,
+      {"kill-after-steps", "N",
+       "testing: kill -9 this process after step N (and its checkpoint: mid-epoch, give --checkpoint-minutes 0)"},
+      {"stall-after-steps", "N", "testing: this process stops answering (sleeps) after step N"},
+      {"fault-rank", "R", "testing: under mpirun, only rank R kills or stalls itself"}};
   for (const train::HParamSpec& h : all_hparams())
     c.flags.push_back({h.name, "V", h.help + "; " + h.valid() + " (default: the recipe's)"});
   std::string details =

@@ -301,7 +301,8 @@ std::vector<HParamSpec> common_hparams(bool layout, const std::map<std::string, 
 
 HParamSpec share_hp() {
   return choice_hp("share", "on", "on|off",
-                   "config sharing: compute rows no config reaches once (on) or per config (off); same results");
+                   "config sharing: compute rows no config reaches once (on) or per config (off); same results "
+                   "(layout-gst's dropout aside: see its recipe's header)");
 }
 
 HParamSpec dropout_mask_hp(const char* def) {

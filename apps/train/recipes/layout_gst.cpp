@@ -33,7 +33,10 @@
 //   a restart loses. A job of several ranks is refused (each rank would hold its own table).
 // Config sharing (--share on, the default; nn/config_share.h): only the aggregations and the pools mix a
 // segment's rows, so the input layers and the convs run once on the rows no config reaches and per config
-// on the rest, and the max pool is the larger of the two parts' maxima; the same numbers as --share off.
+// on the rest, and the max pool is the larger of the two parts' maxima; the same numbers as --share off
+// without dropout. With it (--dropout, 0.1 by default) its input layers' mask is drawn over the rows they
+// run on: a row no config reaches takes one mask for every config under --share on, one per config under
+// --share off (as the original's per-config graphs do): the same rate, another draw, not the same numbers.
 #include <cmath>
 #include <cstring>
 #include <map>
