@@ -666,7 +666,8 @@ std::string Run::record_differing_from(const Meta& theirs) const {
     const bool same = i < mine.size() && i < other.size() && mine[i].first == other[i].first &&
                       mine[i].second.dtype() == other[i].second.dtype() &&
                       mine[i].second.shape() == other[i].second.shape() &&
-                      std::memcmp(mine[i].second.data(), other[i].second.data(), mine[i].second.nbytes()) == 0;
+                      (mine[i].second.nbytes() == 0 ||  // (an empty array has no data pointer)
+                       std::memcmp(mine[i].second.data(), other[i].second.data(), mine[i].second.nbytes()) == 0);
     if (!same)
       return "its preprocessing (fitted on the training graphs when the run started) differs in '" +
              (i < mine.size() ? mine[i].first : other[i].first) + "'";
