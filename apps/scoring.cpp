@@ -277,7 +277,7 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
   out << "\"collections\": {";
   double score_sum = 0;
   bool first = true;
-  int64_t scored_collections = 0;
+  int64_t scored_collections = 0, nonfinite_all = 0;
   for (const auto& [c, list] : by) {
     // Each metric the mean of the graphs where it is defined: a graph whose runtimes all tie (or that has one
     // config) has no tau or OPA, and is left out of theirs (counted as "unscored"), not made null for all.
@@ -285,8 +285,9 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
     const auto add = [&](const std::string& k, double v) {
       if (std::isfinite(v)) sums[k].first += v, sums[k].second += 1;
     };
-    int64_t unscored = 0;
+    int64_t unscored = 0, nonfinite = 0;
     for (const GraphScore* s : list) {
+      nonfinite += s->nonfinite;
       if (s->layout) add("kendall_tau", s->kendall_tau), add("opa", s->opa);
       for (const auto& [k, v] : s->slowdown) add("slowdown@" + std::to_string(k), 1 - v);
       unscored += !std::isfinite(s->layout ? s->kendall_tau : 1 - s->slowdown.at(5));
@@ -304,6 +305,8 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
     std::ostringstream o;
     o << "\"graphs\": " << list.size();
     if (unscored > 0) o << ", \"unscored\": " << unscored;
+    if (nonfinite > 0) o << ", \"nonfinite_predictions\": " << nonfinite;
+    nonfinite_all += nonfinite;
     for (const char* k :
          layout ? std::vector<const char*>{"kendall_tau", "opa", "slowdown@1", "slowdown@10", "slowdown@100", "score"}
                 : std::vector<const char*>{"slowdown@1", "slowdown@5", "slowdown@10", "score"})
@@ -320,6 +323,7 @@ std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& 
     // (a collection none of whose graphs has a score is left out of that mean: said, as its graphs are)
     if (scored_collections < int64_t(by.size()))
       top << "\"unscored_collections\": " << int64_t(by.size()) - scored_collections << ", ";
+    if (nonfinite_all > 0) top << "\"nonfinite_predictions\": " << nonfinite_all << ", ";
   }
   std::string json = "{";
   json += top.str();

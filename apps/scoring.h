@@ -47,6 +47,9 @@ struct GraphScore {
   // Mean relative error |exp(p) - y| / y of predictions read as log runtimes (a model trained with
   // --loss mse or mape); NaN when the predictions are scores only.
   double mre = std::numeric_limits<double>::quiet_NaN();
+  // Predictions that were not finite (a diverged model's NaN or Inf; ranked last): gnn eval and training's
+  // validation count them, and a validation with any does not pick best.npz.
+  int64_t nonfinite = 0;
 };
 // The mean relative error of log-runtime predictions p against runtimes y (DNNPerf's MRE).
 double mean_relative_error(const std::vector<double>& log_p, const std::vector<double>& y);
@@ -90,7 +93,9 @@ std::vector<double> scored_runtimes(const DatasetFile& f);
 // over the graphs where it is defined: a layout graph whose runtimes all tie, or with one config, has no
 // tau or OPA; such graphs are counted as "unscored" (the key only when there are some), and a metric no
 // graph defines is null. With several collections the top-level score is the mean of those that have one
-// ("unscored_collections" counts the others, when there are some). Returns the JSON object (one line).
+// ("unscored_collections" counts the others, when there are some). Predictions that were not finite are
+// counted as "nonfinite_predictions" (per collection, and in all, when there are some). Returns the JSON
+// object (one line).
 std::string summary_json(const std::vector<std::pair<std::string, GraphScore>>& per_collection);
 
 }  // namespace gnn

@@ -33,6 +33,9 @@ std::vector<int64_t> tta_order(int64_t n, int64_t t) {
 
 namespace {
 
+// A prediction that is not finite becomes this (predict_configs), so it ranks last and is counted.
+constexpr double kNotFinite = std::numeric_limits<double>::max();
+
 // One pass over `configs` in the fewest near-equal chunks of at most `chunk`, into `all` (on the model's
 // device, [n]) at the configs' positions.
 void predict_pass(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs, int64_t chunk, Device dev,
@@ -75,7 +78,7 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
   // A diverged model may predict NaN or Inf: those configs rank last (and the score shows it).
   int64_t bad = 0;
   for (double& v : out)
-    if (!std::isfinite(v)) v = std::numeric_limits<double>::max(), ++bad;
+    if (!std::isfinite(v)) v = kNotFinite, ++bad;
   if (bad)
     std::fprintf(stderr, "gnn: warning: %s: %lld predictions are not finite; ranked last\n", g.file.id().c_str(),
                  (long long)bad);
@@ -85,12 +88,13 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
 namespace {
 
 // A score as one line of text, every number in hexadecimal floating point so it reads back exactly:
-// collection, id, layout, tau, opa, mre, then K and slowdown@K pairs, tab-separated.
+// collection, id, layout, tau, opa, mre, non-finite predictions, then K and slowdown@K pairs, tab-separated.
 std::string pack_score(const std::pair<std::string, GraphScore>& cs) {
   const GraphScore& g = cs.second;
   std::string line = cs.first + "\t" + g.id + "\t" + (g.layout ? "1" : "0");
   char buf[64];
   for (double v : {g.kendall_tau, g.opa, g.mre}) std::snprintf(buf, sizeof buf, "\t%a", v), line += buf;
+  std::snprintf(buf, sizeof buf, "\t%lld", (long long)g.nonfinite), line += buf;
   for (const auto& [k, v] : g.slowdown) std::snprintf(buf, sizeof buf, "\t%lld\t%a", (long long)k, v), line += buf;
   return line + "\n";
 }
@@ -103,12 +107,13 @@ std::pair<std::string, GraphScore> unpack_score(const std::string& line) {
     if (tab == std::string::npos) break;
     at = tab + 1;
   }
-  GNN_CHECK(f.size() >= 6 && f.size() % 2 == 0, "evaluate: a malformed score from another rank: ", line);
+  GNN_CHECK(f.size() >= 7 && f.size() % 2 == 1, "evaluate: a malformed score from another rank: ", line);
   GraphScore g;
   g.id = f[1], g.layout = f[2] == "1";
   g.kendall_tau = std::strtod(f[3].c_str(), nullptr), g.opa = std::strtod(f[4].c_str(), nullptr);
   g.mre = std::strtod(f[5].c_str(), nullptr);  // (%a writes NaN as nan, which strtod reads)
-  for (size_t k = 6; k + 1 < f.size(); k += 2) g.slowdown[std::stoll(f[k])] = std::strtod(f[k + 1].c_str(), nullptr);
+  g.nonfinite = std::stoll(f[6]);
+  for (size_t k = 7; k + 1 < f.size(); k += 2) g.slowdown[std::stoll(f[k])] = std::strtod(f[k + 1].c_str(), nullptr);
   return {f[0], g};
 }
 
@@ -142,7 +147,6 @@ std::vector<double> combine_scores(const std::vector<std::vector<double>>& membe
   if (members.size() == 1) return members[0];
   const size_t n = members[0].size();
   std::vector<double> out(n, 0.0);
-  constexpr double kNotFinite = std::numeric_limits<double>::max();  // predict_configs' mark
   for (const std::vector<double>& p : members) {
     GNN_CHECK(p.size() == n, "combine_scores: a member scored ", p.size(), " configs, another ", n);
     std::vector<double> v(n);
@@ -226,6 +230,7 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
     for (size_t r = 0; r < order.size(); ++r) rank[size_t(order[r])] = double(r);
     ev.scores.emplace_back(f.collection.str(),
                            score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));
+    ev.scores.back().second.nonfinite = std::count(p.begin(), p.end(), kNotFinite);
     if (log_runtime) {
       std::vector<double> log_pred(p);
       for (double& v : log_pred) v += log_offset;
@@ -235,6 +240,7 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
   ev.scores = gather_scores(ev.scores, "the scores of the validation graphs");
   GNN_CHECK(!ev.scores.empty(), "evaluate: no graphs");
   ev.score = mean_score(ev.scores);
+  for (const auto& cs : ev.scores) ev.nonfinite += cs.second.nonfinite;
   ev.json = summary_json(ev.scores);
   return ev;
 }

@@ -1124,6 +1124,7 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
   const bool cadence = !partial && (n <= 0 || st_.step / n > first / n);  // as the unbroken run would
   const bool validating = !valid_files_.empty() && (cadence || last);
   double valid_score = NAN;
+  int64_t nonfinite = 0;  // the validation's predictions that were not finite: then it picks no best.npz
   if (validating) {
     model_->eval();
     working_on_ = detail::str_cat("validation after epoch ", e + 1);
@@ -1137,7 +1138,7 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
                                    prep_.log_offset, tp_.val_configs);  // one pass: --tta is eval's
     if (!cadence) restore_weights(own);
     line.set("valid_seconds", since(t_valid));
-    valid_score = ev.score;
+    valid_score = ev.score, nonfinite = ev.nonfinite;
     line.set("valid_score", valid_score);
     line.set("valid", Json::parse(ev.json, "valid metrics"));
   }
@@ -1155,7 +1156,8 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
   } first_checkpoint{model_path_, best_path_, swa_path_, lead_ && !fs::exists(model_path_)};
   if (!partial) {
     st_.epoch = e + 1, st_.batch = 0, st_.loss_sum = 0, st_.loss_n = 0;
-    if (std::isfinite(valid_score) && valid_score > st_.best_score) {
+    // (weights that predict NaN rank those configs last, by index, and can score well by chance)
+    if (std::isfinite(valid_score) && nonfinite == 0 && valid_score > st_.best_score) {
       st_.best_score = valid_score, st_.best_epoch = st_.epoch;
       save(best_path_, false);
     }
@@ -1190,6 +1192,7 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
     std::printf("epoch %lld/%lld%s  step %lld  train_loss %.5f", (long long)(e + 1), (long long)plan_.epochs,
                 stop.c_str(), (long long)st_.step, line["train_loss"].is_null() ? NAN : line["train_loss"].as_number());
     if (std::isfinite(valid_score)) std::printf("  valid_score %.4f", valid_score);
+    if (nonfinite > 0) std::printf(" (%lld predictions not finite: not a best)", (long long)nonfinite);
     std::printf("  %.0f configs/s  %.1f s\n", line["configs_per_s"].as_number(), epoch_s);
     std::fflush(stdout);
   }

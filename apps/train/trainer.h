@@ -124,6 +124,7 @@ struct Evaluation {
   std::vector<std::pair<std::string, GraphScore>> scores;  // (collection, score), file order
   double score = 0;  // mean_score
   std::string json;  // summary_json
+  int64_t nonfinite = 0;  // predictions that were not finite, over all the graphs
 };
 // In a job of several ranks (mpirun) each rank scores its share of the graphs and every rank returns all
 // the scores, in file order.

@@ -200,5 +200,20 @@ TEST_CASE("score: a graph with no tau (its runtimes all tie) is left out of the 
   CHECK(Json::parse(summary_json(scores))["unscored_collections"].as_int() == 2);
 }
 
+TEST_CASE("score: predictions that were not finite are counted per collection and in all") {
+  GraphScore a, b, c;
+  a.id = "a", a.layout = true, a.kendall_tau = 0.5, a.opa = 0.7, a.nonfinite = 3;
+  b.id = "b", b.layout = true, b.kendall_tau = 0.1, b.opa = 0.6, b.nonfinite = 0;
+  c.id = "c", c.slowdown = {{1, 0.1}, {5, 0.0}, {10, 0.0}}, c.nonfinite = 2;
+  Json j = Json::parse(summary_json({{"layout:xla:default", a}, {"layout:xla:default", b}}));
+  CHECK(j["nonfinite_predictions"].as_int() == 3);
+  CHECK(j["collections"]["layout:xla:default"]["nonfinite_predictions"].as_int() == 3);
+  j = Json::parse(summary_json({{"layout:xla:default", a}, {"layout:xla:default", b}, {"tile:xla", c}}));
+  CHECK(j["nonfinite_predictions"].as_int() == 5);
+  CHECK(j["collections"]["tile:xla"]["nonfinite_predictions"].as_int() == 2);
+  // None: no key (the JSON as before).
+  CHECK_FALSE(Json::parse(summary_json({{"layout:xla:default", b}})).contains("nonfinite_predictions"));
+}
+
 }  // namespace
 }  // namespace gnn

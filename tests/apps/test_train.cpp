@@ -144,7 +144,23 @@ TEST_CASE("train: a non-finite loss stops with the step and graph named, or is s
   CHECK(r.err.find("tile:xla:synth_train_") != std::string::npos);
   r = run_gnn(base + " --out " + t.file("b") + " --skip-nonfinite");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  CHECK(Json::parse(last_line(r.out))["skipped"].as_int() > 0);
+  const Json summary = Json::parse(last_line(r.out));
+  CHECK(summary["skipped"].as_int() > 0);
+  // The weights after the first update are finite but predict NaN: ranked last by index, those configs
+  // score as something, but such a validation picks no best.npz and says why.
+  std::ifstream in(t.file("b") + "/metrics.jsonl");
+  int validations = 0;
+  for (std::string line; std::getline(in, line);) {
+    const Json m = Json::parse(line);
+    if (!m.contains("valid")) continue;
+    ++validations;
+    CHECK(m["valid"]["nonfinite_predictions"].as_int() > 0);
+    CHECK(m["valid"]["collections"]["tile:xla"]["nonfinite_predictions"].as_int() > 0);
+  }
+  CHECK(validations == 2);
+  CHECK(r.out.find("predictions not finite: not a best") != std::string::npos);
+  CHECK_FALSE(summary.contains("best_valid_score"));
+  CHECK_FALSE(std::filesystem::exists(t.file("b") + "/best.npz"));
 }
 
 TEST_CASE("train: bad flags and runs are refused with one line naming them") {
