@@ -327,11 +327,25 @@ def gat_scores(graph: Graph, a_src: Tensor, a_dst: Tensor, negative_slope: float
     return _GatScores.apply(graph, a_src, a_dst, _g._real(negative_slope, "negative_slope"))
 
 
+def _as_read(index):
+    """An index array (ptr, indptr) as the forward read it, for the backward: a copy, so that a change in
+    place between the two (which torch's version check does not see on an attribute of ctx) cannot give
+    wrong gradients; a Graph, which does not change, as it is."""
+    if isinstance(index, Tensor):
+        return index.detach().clone(memory_format=torch.contiguous_format)
+    return index if isinstance(index, Graph) or not hasattr(index, "copy") else index.copy()
+
+
+def _dense(t):
+    """A tensor argument made contiguous (differentiably) where the kernels need it; other values as they are."""
+    return t.contiguous() if isinstance(t, Tensor) else t
+
+
 class _SegmentSoftmax(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, indptr):
         y = _g.segment_softmax(x.contiguous(), indptr)
-        ctx.indptr = indptr
+        ctx.indptr = _as_read(indptr)
         ctx.save_for_backward(y)
         return y
 
@@ -345,7 +359,7 @@ class _SegmentSoftmax(torch.autograd.Function):
 def segment_softmax(x: Tensor, indptr) -> Tensor:
     """Differentiable softmax of x [E, H] over the row segments indptr (int32), or a Graph's rows."""
     _check_x(x)
-    return _SegmentSoftmax.apply(x, indptr)
+    return _SegmentSoftmax.apply(x, _dense(indptr))
 
 
 class _Pool(torch.autograd.Function):
@@ -353,7 +367,7 @@ class _Pool(torch.autograd.Function):
     def forward(ctx, x, ptr, reduce):
         x = x.contiguous()
         y, argmax = _g.pool(x, ptr, reduce, return_argmax=True)
-        ctx.ptr, ctx.reduce, ctx.rows = ptr, reduce, x.shape[0]
+        ctx.ptr, ctx.reduce, ctx.rows = _as_read(ptr), reduce, x.shape[0]
         ctx.save_for_backward(argmax, x if reduce == "logsumexp" else None, y if reduce == "logsumexp" else None)
         return y
 
@@ -367,7 +381,7 @@ class _Pool(torch.autograd.Function):
 def pool(x: Tensor, ptr: Tensor, reduce: str = "sum") -> Tensor:
     """Differentiable readout per graph: ptr (int64 [G+1]) as PyG's Batch.ptr; sum, mean, max or logsumexp."""
     _check_x(x)
-    return _Pool.apply(x, ptr, reduce)
+    return _Pool.apply(x, _dense(ptr), reduce)
 
 
 class _InstanceNorm(torch.autograd.Function):
@@ -375,7 +389,7 @@ class _InstanceNorm(torch.autograd.Function):
     def forward(ctx, x, ptr, weight, bias, eps):
         x = x.contiguous()
         y, mean, rstd = _g.instance_norm(x, ptr, weight, bias, eps)
-        ctx.ptr, ctx.affine = ptr, weight is not None
+        ctx.ptr, ctx.affine = _as_read(ptr), weight is not None
         ctx.save_for_backward(x, mean, rstd, weight)
         return y
 
@@ -395,7 +409,7 @@ def instance_norm(x: Tensor, ptr: Tensor, weight: Optional[Tensor] = None, bias:
     if (weight is None) != (bias is None):
         raise ValueError("weight and bias: pass both or neither")
     _check_optional(weight=weight, bias=bias)
-    return _InstanceNorm.apply(x, ptr, weight, bias, _g._real(eps, "eps"))
+    return _InstanceNorm.apply(x, _dense(ptr), _dense(weight), _dense(bias), _g._real(eps, "eps"))
 
 
 class _LayerNorm(torch.autograd.Function):
@@ -422,7 +436,7 @@ def layer_norm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor
     if (weight is None) != (bias is None):
         raise ValueError("weight and bias: pass both or neither")
     _check_optional(weight=weight, bias=bias)
-    return _LayerNorm.apply(x, weight, bias, _g._real(eps, "eps"))
+    return _LayerNorm.apply(x, _dense(weight), _dense(bias), _g._real(eps, "eps"))
 
 
 # ---- layers ---------------------------------------------------------------------------------------

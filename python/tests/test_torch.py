@@ -731,6 +731,35 @@ def test_functional_pool_and_norms_against_torch():
         torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
 
 
+def test_functional_index_changed_after_forward_and_strided_arguments():
+    """The backward reads ptr (indptr) as the forward did, whatever happens to the caller's array in
+    between; non-contiguous weight, bias and ptr are taken as torch's own functions take them."""
+    torch.manual_seed(5)
+    x = torch.randn(7, 3, requires_grad=True)
+    cases = [(lambda p: gt.pool(x, p, "mean"), "int64"), (lambda p: gt.pool(x, p, "logsumexp"), "int64"),
+             (lambda p: gt.instance_norm(x, p), "int64"), (lambda p: gt.segment_softmax(x, p), "int32")]
+    for f, dtype in cases:
+        for make in (lambda: torch.tensor([0, 2, 2, 5, 7], dtype=getattr(torch, dtype)),
+                     lambda: np.array([0, 2, 2, 5, 7], dtype=dtype)):
+            ptr = make()
+            want = torch.autograd.grad((f(ptr) * torch.arange(1.0, 4.0)).sum(), x)[0]
+            y = f(ptr)
+            ptr[1:3] = 3
+            got = torch.autograd.grad((y * torch.arange(1.0, 4.0)).sum(), x)[0]
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    wb = torch.randn(3, 2, requires_grad=True)
+    w, b = wb[:, 0], wb[:, 1]  # (stride 2)
+    ptr = torch.tensor([0, 4, 4, 7, 9, 11])[::2]  # [0, 4, 9], strided
+    xs = torch.randn(9, 3, requires_grad=True)
+    torch.testing.assert_close(gt.layer_norm(xs, w, b), torch.nn.functional.layer_norm(xs, (3,), w, b),
+                               rtol=1e-5, atol=1e-5)
+    y = gt.instance_norm(xs, ptr, w, b)
+    want = torch.cat([torch.nn.functional.instance_norm(xs[a:e].t()[None], eps=1e-5)[0].t()
+                      for a, e in [(0, 4), (4, 9)]]) * w + b
+    torch.testing.assert_close(y, want, rtol=1e-4, atol=1e-5)
+    g = torch.autograd.grad(y.sum() + (y * y).sum(), wb)[0]
+    torch.testing.assert_close(g, torch.autograd.grad(want.sum() + (want * want).sum(), wb)[0], rtol=1e-4, atol=1e-4)
+
 def test_layers_refuse_what_they_do_not_compute():
     x, ei = inputs()
     with pytest.raises(NotImplementedError, match="aggr"):
