@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/pooling.h"
 
 namespace gnn {
@@ -15,6 +16,8 @@ constexpr int64_t kPoolBlock = 256;
 
 GNN_CPU_CLONES void pool_forward_cpu(float* __restrict y, int32_t* __restrict argmax, const float* __restrict x,
                                      const int64_t* graph_ptr, int64_t G, int64_t F, Reduce op) {
+  GNN_CHECK(!argmax || graph_ptr[G] <= std::numeric_limits<int32_t>::max(), "pool max: ", graph_ptr[G],
+            " rows; its argmax holds rows in int32");
   const int64_t blocks = ceil_div<int64_t>(F, kPoolBlock);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {
@@ -113,6 +116,8 @@ void pool_backward_cpu(float* dx, const float* dy, const int32_t* argmax, const 
 GNN_CPU_CLONES void pool_mean_max_forward_cpu(float* __restrict y, int32_t* __restrict argmax,
                                               const float* __restrict x, const int64_t* graph_ptr, int64_t G,
                                               int64_t F) {
+  GNN_CHECK(graph_ptr[G] <= std::numeric_limits<int32_t>::max(), "pool mean-max: ", graph_ptr[G],
+            " rows; its argmax holds rows in int32");
   const int64_t blocks = ceil_div<int64_t>(F, kPoolBlock);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < G * blocks; ++t) {

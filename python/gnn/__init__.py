@@ -22,6 +22,7 @@ layers: ``SAGEConv``, ``GCNConv``, ``GATConv``, ``GINConv``.
 
 from __future__ import annotations
 
+import ctypes as _ct
 import operator as _operator
 import os as _os
 import sys as _sys
@@ -81,6 +82,9 @@ def load_npz(path, keys=None) -> dict:
 def load_tpugraph(path, require_runtimes: bool = True) -> dict:
     """Reads and validates a TpuGraphs tile or layout .npz (every schema rule) into a dict of NumPy
     arrays."""
+    if isinstance(require_runtimes, (str, bytes)):  # ('no' would be true)
+        raise TypeError(f"require_runtimes must be True or False, got {type(require_runtimes).__name__} "
+                        f"{require_runtimes!r}")
     return _gnn.load_tpugraph(_path(path), bool(require_runtimes))
 
 
@@ -335,8 +339,50 @@ def _dims(a, name: str, ndim: int):
     return shape
 
 
+class _DLTensor(_ct.Structure):  # DLPack's DLTensor (dlpack.h), as a capsule's pointer holds it
+    _fields_ = [("data", _ct.c_void_p), ("device_type", _ct.c_int32), ("device_id", _ct.c_int32),
+                ("ndim", _ct.c_int32), ("code", _ct.c_uint8), ("bits", _ct.c_uint8), ("lanes", _ct.c_uint16),
+                ("shape", _ct.POINTER(_ct.c_int64)), ("strides", _ct.POINTER(_ct.c_int64)),
+                ("byte_offset", _ct.c_uint64)]
+
+
+class _DLVersioned(_ct.Structure):  # DLManagedTensorVersioned (DLPack 1.0): the tensor after its header
+    _fields_ = [("major", _ct.c_uint32), ("minor", _ct.c_uint32), ("manager_ctx", _ct.c_void_p),
+                ("deleter", _ct.c_void_p), ("flags", _ct.c_uint64), ("tensor", _DLTensor)]
+
+
+_capsule_valid = _ct.pythonapi.PyCapsule_IsValid
+_capsule_valid.restype, _capsule_valid.argtypes = _ct.c_int, [_ct.py_object, _ct.c_char_p]
+_capsule_pointer = _ct.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = _ct.c_void_p, [_ct.py_object, _ct.c_char_p]
+
+
+def _capsule_span(capsule):
+    """The bytes a DLPack capsule's tensor spans (read, not consumed), or None for another capsule."""
+    for name, versioned in ((b"dltensor", False), (b"dltensor_versioned", True)):
+        if _capsule_valid(capsule, name):
+            at = _capsule_pointer(capsule, name)
+            t = _DLVersioned.from_address(at).tensor if versioned else _DLTensor.from_address(at)
+            item = max(1, (t.bits * t.lanes + 7) // 8)
+            shape = [t.shape[d] for d in range(t.ndim)]
+            start = (t.data or 0) + t.byte_offset
+            if any(n == 0 for n in shape):
+                return start, start
+            if not t.strides:  # (compact, row-major)
+                n = 1
+                for d in shape:
+                    n *= d
+                return start, start + n * item
+            lo = sum(min(0, (n - 1) * t.strides[d]) for d, n in enumerate(shape))
+            hi = sum(max(0, (n - 1) * t.strides[d]) for d, n in enumerate(shape))
+            return start + lo * item, start + (hi + 1) * item
+    return None
+
+
 def _span(a):
     """The [start, end) bytes of an array's memory, or None where it cannot be told."""
+    if isinstance(a, memoryview):
+        a = _np.asarray(a)  # (a view of the same memory)
     if isinstance(a, _np.ndarray):
         lo, hi = _np.lib.array_utils.byte_bounds(a) if hasattr(_np.lib, "array_utils") else _np.byte_bounds(a)
         return lo, hi
@@ -353,13 +399,20 @@ def _span(a):
         for d in a.shape:
             n *= d
         return start, start + n * (8 if a.dtype == "int64" else 4)
+    if type(a).__name__ == "PyCapsule":
+        return _capsule_span(a)
+    if hasattr(a, "__dlpack__"):  # (another library's array: its export read, then dropped)
+        try:
+            return _capsule_span(a.__dlpack__())
+        except Exception:  # noqa: BLE001 (an export it refuses: the call itself will say why)
+            return None
     return None
 
 
 def _out(out, *inputs, name: str = "out"):
     """A caller's output array, checked before the kernel writes it: writable, outside autograd, and
     sharing no memory with the inputs (the kernels read and write in one pass)."""
-    if isinstance(out, _np.ndarray) and not out.flags.writeable:
+    if (isinstance(out, _np.ndarray) and not out.flags.writeable) or (isinstance(out, memoryview) and out.readonly):
         raise TypeError(f"{name} is read-only; pass a writable array")
     if _is_torch(out) and out.requires_grad:
         raise TypeError(f"{name} requires grad: gnn writes it outside autograd (use gnn.torch for gradients)")
@@ -551,7 +604,17 @@ def pool_backward(grad_out, ptr, num_rows: int, reduce: str = "sum", argmax=None
     _present(ptr=ptr)
     n = _count(num_rows, "num_rows")
     # (a host ptr names a wrong num_rows before the gradient is allocated: 2**40 rows would ask for TiBs; a
-    # device ptr is read by the extension, which checks it against the gradient's rows)
+    # device ptr is read by the extension, which checks it against the gradient's rows; so ptr's own shape
+    # and dtype are checked first, or a ptr whose last entry cannot be read would let the allocation go)
+    _dims(ptr, "ptr", 1)
+    if isinstance(ptr, _np.ndarray):
+        whole = ptr.dtype.kind not in "fcb"  # (an object or byte-swapped array: the extension names it)
+    elif _is_torch(ptr):
+        whole = not (ptr.dtype.is_floating_point or ptr.dtype.is_complex or str(ptr.dtype) == "torch.bool")
+    else:
+        whole = True  # (the extension names any other dtype)
+    if not whole:
+        raise TypeError(f"ptr must be int64, got {str(ptr.dtype).replace('torch.', '')}")
     last = _last_host_entry(ptr)
     if last is not None and last != n:
         raise ValueError(f"num_rows must be the rows ptr splits, its last entry {last}, got {n}")

@@ -261,16 +261,19 @@ using Out = Arg<nb::ndarray<>>;
 using OptIn = std::optional<In>;
 using OptOut = std::optional<Out>;
 
-const char* dtype_str(nb::dlpack::dtype t) {
-  if (t == nb::dtype<float>()) return "float32";
-  if (t == nb::dtype<double>()) return "float64";
-  if (t == nb::dtype<int32_t>()) return "int32";
-  if (t == nb::dtype<int64_t>()) return "int64";
-  if (t == nb::dtype<uint8_t>()) return "uint8";
+std::string dtype_str(nb::dlpack::dtype t) {
   if (t == nb::dtype<bool>()) return "bool";
-  if (t.code == uint8_t(nb::dlpack::dtype_code::Float) && t.bits == 16) return "float16";
-  if (t.code == uint8_t(nb::dlpack::dtype_code::Bfloat)) return "bfloat16";
-  return "an unsupported dtype";
+  using Code = nb::dlpack::dtype_code;
+  const char* kind = t.code == uint8_t(Code::Int)       ? "int"
+                     : t.code == uint8_t(Code::UInt)    ? "uint"
+                     : t.code == uint8_t(Code::Float)   ? "float"
+                     : t.code == uint8_t(Code::Bfloat)  ? "bfloat"
+                     : t.code == uint8_t(Code::Complex) ? "complex"
+                                                        : nullptr;
+  // (as NumPy and torch name them: float32, uint16, complex64; a code DLPack added later by its number)
+  std::string name = kind ? kind + std::to_string(t.bits)
+                          : "DLPack type code " + std::to_string(t.code) + " of " + std::to_string(t.bits) + " bits";
+  return t.lanes > 1 ? name + " x " + std::to_string(t.lanes) + " lanes" : name;
 }
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -602,6 +605,9 @@ PyGraph* make_graph(const In& edge_index, const SizeArg& num_nodes_arg, const Si
                               .c_str());
   if (num_src_nodes && *num_src_nodes < 0)
     throw nb::value_error(("num_src_nodes must be >= 0, got " + std::to_string(*num_src_nodes)).c_str());
+  // (before the rows are copied out: a broadcast view of 2^31 edges would take 32 GB to be refused)
+  if (int64_t(edge_index.shape(1)) >= int64_t(std::numeric_limits<int32_t>::max()))
+    GNN_FAIL("edge_index: ", int64_t(edge_index.shape(1)), " edges does not fit int32 indices");
   const std::vector<int64_t> src = index_row(edge_index, 0), dst = index_row(edge_index, 1);
   auto bound = [](const std::vector<int64_t>& v) -> int64_t {  // (saturating: 2^63 - 1 + 1 would wrap)
     // (ids below 0 count as none: the graph's own check then names the id, not a num_nodes never given)
@@ -1061,6 +1067,11 @@ void pool_forward(const In& x, const In& ptr, const std::string& reduce, Out out
   float* yp = checked<float>(at, out, "out", {G, F});
   if (op == Reduce::kMax && !lse && !argmax) throw nb::value_error("argmax: reduce='max' needs an int32 array (G, F)");
   int32_t* ap = op == Reduce::kMax && !lse ? checked<int32_t>(at, *argmax, "argmax", {G, F}) : nullptr;
+  if (ap && N > int64_t(std::numeric_limits<int32_t>::max()))
+    throw nb::value_error(("x has " + std::to_string(N) +
+                           " rows: reduce='max' keeps each maximum's row in int32 "
+                           "argmax, so x may have at most 2147483647")
+                              .c_str());
   nb::gil_scoped_release release;
   if constexpr (kWithCuda) {
     if (at.cuda()) {
@@ -1332,14 +1343,17 @@ NB_MODULE(_gnn, m) {
   m.def("num_threads", &gnn::num_threads, "The number of CPU threads the kernels use.");
   m.def(
       "set_num_threads",
-      [](int n) {
+      [](const SizeArg& arg) {
+        const std::optional<int64_t> given = optional_count(arg, "n");
+        if (!given) throw nb::type_error("n must be an integer, got None");
+        const int64_t n = *given;
         // OpenMP would try to start that many threads at the next kernel: a typo must not kill the process.
         const int most = std::max(1, int(std::thread::hardware_concurrency())) * 8;
         if (n < 1 || n > most)
           throw nb::value_error(
               ("n must be in [1, " + std::to_string(most) + "] (8 per hardware thread), got " + std::to_string(n))
                   .c_str());
-        gnn::set_num_threads(n);
+        gnn::set_num_threads(int(n));
       },
       "n"_a,
       "Sets the number of CPU threads the kernels use, 1 to 8 per hardware thread. This is OpenMP's setting\n"

@@ -142,7 +142,28 @@ def read_only(a):
      ValueError, "out overlaps an input"),
     (lambda g, x: (lambda p: gnn.instance_norm(x, p, out=p.view(np.float32).reshape(8, 3)))(np.zeros(12, np.int64)),
      ValueError, "out overlaps an input"),
+    # through a memoryview or a DLPack export of the same memory, on either side
+    (lambda g, x: gnn.spmm(g, x, out=memoryview(x)), ValueError, "out overlaps an input"),
+    (lambda g, x: (lambda y: gnn.spmm(g, memoryview(y), out=y))(x.copy()), ValueError, "out overlaps an input"),
+    (lambda g, x: (lambda y: gnn.spmm(g, y, out=y.__dlpack__()))(x.copy()), ValueError, "out overlaps an input"),
+    (lambda g, x: (lambda b: gnn.layer_norm(b[:4], out=b[3:7].__dlpack__()))(np.ones((9, 3), np.float32)), ValueError,
+     "out overlaps an input"),
+    (lambda g, x: gnn.spmm(g, x, out=memoryview(np.zeros((8, 3), np.float32)).toreadonly()), TypeError,
+     "out is read-only"),
     (lambda g, x: gnn.Graph(np.array([[0], [2**63 - 1]])), gnn.Error, "does not fit int32 indices"),
+    # a broadcast view of 2^31 edges: refused by its count before its rows are copied out (32 GB)
+    (lambda g, x: gnn.Graph(np.broadcast_to(np.zeros((2, 1), np.int64), (2, 2**31)), num_nodes=1), gnn.Error,
+     "edge_index: 2147483648 edges does not fit int32 indices"),
+    (lambda g, x: gnn.pool_backward(x, np.array([[0, 8]]), 2**40), ValueError, "ptr must have 1 dimensions"),
+    (lambda g, x: gnn.pool_backward(x, np.array([0.0, 8.0]), 2**40), TypeError, "ptr must be int64, got float64"),
+    (lambda g, x: gnn.set_num_threads(2**40), ValueError, r"n must be in \[1, .*got 1099511627776"),
+    (lambda g, x: gnn.set_num_threads(2**70), ValueError, "n is out of range"),
+    (lambda g, x: gnn.set_num_threads("2"), TypeError, "n must be an integer or None, got str"),
+    (lambda g, x: gnn.spmm(g, x.astype(np.uint32)), TypeError, "x must be float32, got uint32"),
+    (lambda g, x: gnn.spmm(g, x.astype(np.int16)), TypeError, "x must be float32, got int16"),
+    (lambda g, x: gnn.spmm(g, x.astype(np.complex64)), TypeError, "x must be float32, got complex64"),
+    (lambda g, x: gnn.load_tpugraph("x.npz", require_runtimes="no"), TypeError,
+     "require_runtimes must be True or False, got str 'no'"),
     (lambda g, x: gnn.Graph(np.array([[-5], [-5]])), gnn.Error, r"edge 0 \(-5 -> -5\) has a node id outside"),
     (lambda g, x: gnn.pool_backward(x[:2], np.array([0, 2, 8]), 2**40), ValueError,
      "num_rows must be the rows ptr splits, its last entry 8, got 1099511627776"),
@@ -437,6 +458,14 @@ def test_torch_arguments_are_checked_by_name(need_torch):
         gnn.spmm(g, x, out=torch.zeros(8, 3, requires_grad=True))
     with pytest.raises(ValueError, match="out overlaps an input"):
         gnn.spmm(g, x, out=x)
+    with pytest.raises(ValueError, match="out overlaps an input"):
+        gnn.spmm(g, x, out=torch.utils.dlpack.to_dlpack(x))  # (a raw capsule, read without being consumed)
+    with pytest.raises(ValueError, match="out overlaps an input"):
+        b = torch.ones(10, 3)
+        gnn.spmm(g, b[:8], out=torch.utils.dlpack.to_dlpack(b[2:]))  # (rows that overlap, one side a capsule)
+    y = torch.zeros(8, 3)
+    gnn.spmm(g, x, out=torch.utils.dlpack.to_dlpack(y))  # (apart: written through the capsule)
+    torch.testing.assert_close(y, torch.from_numpy(gnn.spmm(g, x.numpy())))
     # Empty arrays (torch reports odd strides for them) are fine wherever a size may be 0.
     empty = gnn.Graph(np.zeros((2, 0), np.int64), num_nodes=0)
     assert tuple(gnn.spmm(empty, torch.zeros(0, 3)).shape) == (0, 3)

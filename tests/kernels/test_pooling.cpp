@@ -125,6 +125,16 @@ TEST_CASE("pooling: the backward adds to a base, in place or apart, with the bit
   }
 }
 
+TEST_CASE("pooling: a max over more rows than int32 argmax can name is refused before anything is read") {
+  const std::vector<int64_t> gp = {0, int64_t(1) << 31};
+  float y[1], x[1] = {1.0f};
+  int32_t argmax[1];
+  CHECK_THROWS_WITH_AS(pool_forward_cpu(y, argmax, x, gp.data(), 1, 1, Reduce::kMax),
+                       doctest::Contains("pool max: 2147483648 rows; its argmax holds rows in int32"), Error);
+  CHECK_THROWS_WITH_AS(pool_mean_max_forward_cpu(y, argmax, x, gp.data(), 1, 1),
+                       doctest::Contains("pool mean-max: 2147483648 rows"), Error);
+}
+
 TEST_CASE("pooling: mean + max in one pass has the bits of the two pools and add, each way") {
   // The CPU kernels against pool_forward_cpu / pool_backward_cpu composed (mean, max, then y = mean + max;
   // backward the mean's part, then the max's added in place), with an empty graph and a block past 256
