@@ -15,14 +15,16 @@ namespace {
 constexpr int kRowWarps = 8;
 
 // The sum of fn(i) over rows i = b + w, b + w + 8, ... < e (warp w's fixed stride of a block's 8 warps),
-// four rows in flight: one dependent load per row would leave most of the memory system idle.
-template <class Fn>
-__device__ float warp_rows_sum(int64_t b, int64_t e, int w, Fn fn) {
+// four rows in flight: one dependent load per row would leave most of the memory system idle. Summed in
+// Acc (double for instance norm's mean).
+template <class Acc = float, class Fn>
+__device__ Acc warp_rows_sum(int64_t b, int64_t e, int w, Fn fn) {
   constexpr int S = kRowWarps;
-  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+  Acc a0 = 0, a1 = 0, a2 = 0, a3 = 0;
   int64_t i = b + w;
-  for (; i + 3 * S < e; i += 4 * S) a0 += fn(i), a1 += fn(i + S), a2 += fn(i + 2 * S), a3 += fn(i + 3 * S);
-  for (; i < e; i += S) a0 += fn(i);
+  for (; i + 3 * S < e; i += 4 * S)
+    a0 += Acc(fn(i)), a1 += Acc(fn(i + S)), a2 += Acc(fn(i + 2 * S)), a3 += Acc(fn(i + 3 * S));
+  for (; i < e; i += S) a0 += Acc(fn(i));
   return (a0 + a1) + (a2 + a3);
 }
 

@@ -12,16 +12,17 @@ namespace gnn {
 namespace {
 
 // The sum over graph g's rows of fn(i) for channel f, combined over the 8 warps in order; every
-// thread of the block gets the total for its lane's channel. All threads of the block must call it.
-template <class Fn>
-__device__ float block_rows_sum(int64_t b, int64_t e, bool valid, Fn fn) {
-  __shared__ float part[kRowWarps][32];
+// thread of the block gets the total for its lane's channel. All threads of the block must call it. Summed
+// in Acc: double for the mean (kernels/instance_norm.h).
+template <class Acc = float, class Fn>
+__device__ Acc block_rows_sum(int64_t b, int64_t e, bool valid, Fn fn) {
+  __shared__ Acc part[kRowWarps][32];
   const int w = int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
-  const float acc = valid ? warp_rows_sum(b, e, w, fn) : 0.0f;
+  const Acc acc = valid ? warp_rows_sum<Acc>(b, e, w, fn) : Acc(0);
   __syncthreads();  // part may still be read from a previous call
   part[w][lane] = acc;
   __syncthreads();
-  float total = part[0][lane];
+  Acc total = part[0][lane];
   for (int h = 1; h < kRowWarps; ++h) total += part[h][lane];
   return total;
 }
@@ -33,7 +34,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
   const bool valid = f < F;
   auto s = [&](int64_t i) { return res ? x[i * F + f] + res[i * F + f] : x[i * F + f]; };
-  const float m = n ? block_rows_sum(b, e, valid, [&](int64_t i) { return s(i); }) / float(n) : 0.0f;
+  const float m = n ? float(block_rows_sum<double>(b, e, valid, [&](int64_t i) { return s(i); }) / double(n)) : 0.0f;
   const float var = block_rows_sum(b, e, valid, [&](int64_t i) {
     const float d = s(i) - m;
     return d * d;

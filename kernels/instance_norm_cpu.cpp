@@ -127,18 +127,19 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
     // when the block is not kept, or x's own without a residual.
     auto s_row = [&](int64_t i) -> const float* { return kept ? kept + (i - b) * w : (res ? y : x) + i * F + f0; };
     float m[kNormBlock], v[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock];
+    double sum[kNormBlock];  // the mean's sums, in double as the reference's
     alignas(64) float row[kNormBlock];  // y's row before it is streamed out
-    for (int64_t f = 0; f < w; ++f) m[f] = 0.0f, v[f] = 0.0f;  // only the block's w (zeroing 1024 costs small graphs)
+    for (int64_t f = 0; f < w; ++f) sum[f] = 0.0, v[f] = 0.0f;  // only the block's w (zeroing 1024 costs small graphs)
     for (int64_t i = b; i < e; ++i) {
       const int64_t o = i * F + f0;
       if (large) prefetch_ahead(x, i, e, F, f0, w), prefetch_ahead(res, i, e, F, f0, w);
       if (res) {
         float* d = kept ? kept + (i - b) * w : y + o;
-        for (int64_t f = 0; f < w; ++f) d[f] = x[o + f] + res[o + f], m[f] += d[f];
+        for (int64_t f = 0; f < w; ++f) d[f] = x[o + f] + res[o + f], sum[f] += double(d[f]);
       } else
-        for (int64_t f = 0; f < w; ++f) m[f] += x[o + f];
+        for (int64_t f = 0; f < w; ++f) sum[f] += double(x[o + f]);
     }
-    for (int64_t f = 0; f < w; ++f) m[f] = n ? m[f] / float(n) : 0.0f;
+    for (int64_t f = 0; f < w; ++f) m[f] = n ? float(sum[f] / double(n)) : 0.0f;
     for (int64_t i = b; i < e; ++i) {
       const float* xs = s_row(i);
       for (int64_t f = 0; f < w; ++f) v[f] += (xs[f] - m[f]) * (xs[f] - m[f]);

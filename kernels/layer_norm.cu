@@ -18,9 +18,9 @@ __global__ void layer_norm_fwd_kernel(float* y, float* mean, float* rstd, const 
   const int lane = int(threadIdx.x % 32);
   if (r >= R) return;
   const float* xr = x + r * F;
-  float s = 0.0f;
-  for (int64_t f = lane; f < F; f += 32) s += xr[f];
-  const float m = warp_sum(s) / float(F);
+  double s = 0.0;  // (the mean in double: kernels/layer_norm.h)
+  for (int64_t f = lane; f < F; f += 32) s += double(xr[f]);
+  const float m = float(warp_sum(s) / double(F));
   float v = 0.0f;
   for (int64_t f = lane; f < F; f += 32) v += (xr[f] - m) * (xr[f] - m);
   const float rs = 1.0f / sqrtf(warp_sum(v) / float(F) + eps);

@@ -174,6 +174,49 @@ TEST_CASE("cuda graph instance norm matches the double reference (empty, single-
 #endif
 }
 
+TEST_CASE("instance norm keeps a large common offset: the mean summed in double, on the CPU and the GPU") {
+  // Two graphs of 3000 and 1000 rows of 1e6 + U(-2, 2) (and a residual of U(-1, 1)), 40 channels: as the
+  // layer norm's test (tests/kernels/test_layer_norm.cpp), y within the mean's rounding of the double
+  // reference over the same floats; summed in float the mean was off by several units.
+  const std::vector<int64_t> ptr = {0, 3000, 4000};
+  const int64_t N = ptr.back(), G = 2, F = 40;
+  std::vector<float> x = random_values<float>(size_t(N * F), 12, -2.0f, 2.0f);
+  for (float& v : x) v = float(1e6 + double(v));
+  const std::vector<float> res = random_values<float>(size_t(N * F), 13);
+  for (const bool with_res : {false, true}) {
+    CAPTURE(with_res);
+    const float* rp = with_res ? res.data() : nullptr;
+    std::vector<double> yd(static_cast<size_t>(N * F)), md(static_cast<size_t>(G * F)), rd(static_cast<size_t>(G * F)),
+        sd = to_double(x);
+    if (with_res)  // (the sum s = x + res as the kernel forms it, in float)
+      for (size_t i = 0; i < sd.size(); ++i) sd[i] = double(x[i] + res[i]);
+    instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), sd.data(), nullptr, nullptr, nullptr, ptr.data(),
+                                      G, F, 1e-5, Act::kNone);
+    const auto check = [&](const std::vector<float>& y, const std::vector<float>& m, const std::vector<float>& r) {
+      double worst_m = 0, worst_r = 0, worst_y = 0;
+      for (size_t i = 0; i < m.size(); ++i)
+        worst_m = std::max(worst_m, std::fabs(m[i] - md[i])), worst_r = std::max(worst_r, std::fabs(r[i] / rd[i] - 1));
+      for (size_t i = 0; i < y.size(); ++i) worst_y = std::max(worst_y, std::fabs(y[i] - yd[i]));
+      CHECK(worst_m <= 0.04);
+      CHECK(worst_r <= 1e-3);
+      CHECK(worst_y <= 0.05);
+    };
+    std::vector<float> y(static_cast<size_t>(N * F)), m(static_cast<size_t>(G * F)), r(static_cast<size_t>(G * F));
+    instance_norm_forward_cpu(y.data(), m.data(), r.data(), x.data(), rp, nullptr, nullptr, ptr.data(), G, F, 1e-5f,
+                              Act::kNone);
+    check(y, m, r);
+#ifdef GNN_WITH_CUDA
+    if (cuda_available()) {
+      Tensor gy = nan_gpu(N * F), gm = nan_gpu(G * F), gr = nan_gpu(G * F);
+      const Tensor gx = on_gpu(x), gres = on_gpu(res), gptr = on_gpu(ptr);
+      instance_norm_forward_cuda(gy.f32(), gm.f32(), gr.f32(), gx.f32(), with_res ? gres.f32() : nullptr, nullptr,
+                                 nullptr, gptr.i64(), G, F, 1e-5f, Act::kNone, cuda_stream(0));
+      check(gy.to_vector<float>(), gm.to_vector<float>(), gr.to_vector<float>());
+    }
+#endif
+  }
+}
+
 TEST_CASE("cuda ops: instance norm per graph, with an empty graph, matches the host") {
   GNN_SKIP_UNLESS_CUDA();
   const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 9, 9, 40, 41, 70});  // graph 1 empty
