@@ -4,13 +4,15 @@
 // a line of metrics.jsonl and a checkpoint. The run directory's files are in run_state.h.
 #include "apps/train/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <optional>
@@ -292,6 +294,53 @@ class ScopedMemoryLimit {
   int64_t previous_;
 };
 
+// What an epoch writes before its model.npz (best.npz, swa.npz) goes back to what it was unless that
+// model.npz lands (a full disk, a failed check, a start that fails): eval and a resume must not find the
+// weights of an epoch the run has no record of, nor a failed start any part of a run without its model.npz.
+// Each file as it was is kept as a hard link (a copy where the filesystem has none) named as a temporary,
+// PATH.before.tmp-PID, so that one a killed process leaves is removed as its other temporaries are (a kill
+// between the two writes leaves the newer file: the epoch a resume trains again, to the same bits).
+class EpochFiles {
+ public:
+  explicit EpochFiles(bool lead) : lead_(lead) {}
+  EpochFiles(const EpochFiles&) = delete;
+  EpochFiles& operator=(const EpochFiles&) = delete;
+  static std::string kept_name(const std::string& path) { return path + ".before"; }
+  void keep(const std::string& path) {  // before `path` is replaced
+    if (!lead_) return;
+    Kept k{path, kept_name(path) + ".tmp-" + std::to_string(::getpid())};
+    std::error_code ec;
+    k.existed = fs::exists(path, ec);
+    if (k.existed) {
+      fs::remove(k.copy, ec);
+      fs::create_hard_link(path, k.copy, ec);
+      if (ec) ec.clear(), fs::copy_file(path, k.copy, fs::copy_options::overwrite_existing, ec);
+      k.kept = !ec;
+    }
+    kept_.push_back(std::move(k));
+  }
+  void landed() { landed_ = true; }
+  ~EpochFiles() {
+    std::error_code ec;
+    for (const Kept& k : kept_)
+      if (landed_) {
+        if (k.kept) fs::remove(k.copy, ec);
+      } else if (k.kept) {
+        fs::rename(k.copy, k.path, ec);
+      } else if (!k.existed) {
+        fs::remove(k.path, ec);
+      }  // (one that could not be kept stays as written: removing it would lose the one before as well)
+  }
+
+ private:
+  struct Kept {
+    std::string path, copy;
+    bool existed = false, kept = false;
+  };
+  bool lead_, landed_ = false;
+  std::vector<Kept> kept_;
+};
+
 // One run of gnn train; `working_on` names the phase or step at hand for the memory-limit error.
 class Run {
  public:
@@ -443,7 +492,9 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   const uint64_t graph_budget =
       o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
   if (lead_)
-    for (const std::string& f : {model_path_, best_path_, metrics_path_, swa_path_}) remove_stale_temporaries(f);
+    for (const std::string& f : {model_path_, best_path_, metrics_path_, swa_path_, EpochFiles::kept_name(best_path_),
+                                 EpochFiles::kept_name(swa_path_)})
+      remove_stale_temporaries(f);
   list_files();
   working_on_ = "loading and preprocessing the training graphs";
   if (!plan_.resuming) {
@@ -1142,26 +1193,16 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
     line.set("valid_score", valid_score);
     line.set("valid", Json::parse(ev.json, "valid metrics"));
   }
-  // The run's first checkpoint: what this epoch writes before it (best.npz, swa.npz) goes again if it does
-  // not land, so that a failed start leaves no part of a run without its model.npz.
-  struct FirstCheckpoint {
-    const std::string &model, &best, &swa;
-    const bool armed;
-    const int unwinding = std::uncaught_exceptions();
-    ~FirstCheckpoint() {
-      std::error_code ec;
-      if (!armed || std::uncaught_exceptions() == unwinding || fs::exists(model, ec)) return;
-      for (const std::string* f : {&best, &swa}) fs::remove(*f, ec);
-    }
-  } first_checkpoint{model_path_, best_path_, swa_path_, lead_ && !fs::exists(model_path_)};
+  EpochFiles written(lead_);  // (best.npz and swa.npz back as they were unless model.npz lands)
   if (!partial) {
     st_.epoch = e + 1, st_.batch = 0, st_.loss_sum = 0, st_.loss_n = 0;
     // (weights that predict NaN rank those configs last, by index, and can score well by chance)
     if (std::isfinite(valid_score) && nonfinite == 0 && valid_score > st_.best_score) {
       st_.best_score = valid_score, st_.best_epoch = st_.epoch;
+      written.keep(best_path_);
       save(best_path_, false);
     }
-    if (swa_) end_epoch_swa(e, validating, line);
+    if (swa_) written.keep(swa_path_), end_epoch_swa(e, validating, line);
   }
   if (dp_) {
     line.set("ranks", world_.size);
@@ -1178,6 +1219,7 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
   try {
     if (lead_) append_line(metrics_path_, line.dump());  // (a line cut short by a full disk goes too)
     save(model_path_, true);
+    written.landed();
   } catch (...) {
     if (lead_ && !ec) existed ? fs::resize_file(metrics_path_, logged, ec) : void(fs::remove(metrics_path_, ec));
     if (lead_ && ec)

@@ -689,6 +689,33 @@ TEST_CASE("run files: a run whose model.npz is gone is not trained over, and a l
   CHECK(Json::parse(last_line(slurp(run + "/metrics.jsonl")))["epoch"].as_int() == before["epoch"].as_int() + 1);
 }
 
+TEST_CASE("run files: a checkpoint that does not land puts back the best.npz and swa.npz its epoch wrote") {
+  if (std::system("command -v prlimit >/dev/null 2>&1") != 0) return testing::skip("no prlimit (util-linux)");
+  TempDir t;
+  const std::string good = t.file("good");
+  auto r =
+      run_gnn("train --model tile-mlp --data " + data() + " --out " + good + " --epochs 1 --swa 1 --progress lines");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  // Its best score lowered to the least a score can be, so that epoch 2 certainly writes best.npz again.
+  const std::string run =
+      damaged_run(t, good, "run", [](std::map<std::string, Tensor>& a) { a["state/best_score"] = f64_tensor(-1.0); });
+  const std::vector<uint8_t> best = testing::read_bytes(run + "/best.npz"), swa = testing::read_bytes(run + "/swa.npz"),
+                             model = testing::read_bytes(run + "/model.npz");
+  const std::string limit = std::to_string(model.size() / 2048);  // KiB: best.npz and swa.npz fit, model.npz not
+  r = testing::run_gnn_env("ulimit -f " + limit + "; trap '' XFSZ;", "train --out " + run + " --resume --epochs 2");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "model.npz"), r.err);
+  CHECK(testing::read_bytes(run + "/model.npz") == model);
+  CHECK(testing::read_bytes(run + "/best.npz") == best);  // (written by epoch 2, then put back)
+  CHECK(testing::read_bytes(run + "/swa.npz") == swa);
+  for (const auto& f : fs::directory_iterator(run)) CHECK_MESSAGE(!contains(f.path().string(), ".tmp-"), f.path());
+  // Without the limit the epoch lands, and with it its best.npz.
+  r = run_gnn("train --out " + run + " --resume --epochs 2 --progress lines");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(testing::read_bytes(run + "/best.npz") != best);
+  CHECK(Json::parse(last_line(r.out))["best_epoch"].as_int() == 2);
+}
+
 TEST_CASE("run files: a first checkpoint that cannot be written leaves no part of the run, and --resume says so") {
   if (std::system("command -v prlimit >/dev/null 2>&1") != 0) return testing::skip("no prlimit (util-linux)");
   TempDir t;
