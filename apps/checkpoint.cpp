@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "io/npz.h"
+#include "runtime/allocator.h"
 
 namespace gnn {
 
@@ -59,6 +60,8 @@ void load_checkpoint(const std::string& path, const std::vector<nn::NamedParam>&
               "goes on only from the model.npz that train writes; restore it, or start a new run");
     try {
       opt->load_state(optim);
+    } catch (const MemoryLimitError&) {  // (no damage: the caller says which limit, and what to do)
+      throw;
     } catch (const Error& e) {
       GNN_FAIL(path, ": ", e.message());
     }

@@ -324,7 +324,7 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
     std::fprintf(stderr, "%serror: %s\n", who.c_str(), printable(e.what()).c_str());
     return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "%serror: out of memory\n", who.c_str());
+    print_out_of_memory(who.c_str());
     return 1;
   } catch (const std::filesystem::filesystem_error& e) {  // (its what() is the library's "filesystem error: ...")
     if (e.path1().empty()) std::fprintf(stderr, "%serror: %s\n", who.c_str(), printable(e.what()).c_str());
@@ -339,6 +339,18 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
 }
 
 }  // namespace
+
+void print_out_of_memory(const char* who) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    std::fprintf(stderr,
+                 "%serror: out of memory: an allocation failed under this process's address-space limit of %llu MiB "
+                 "(ulimit -v); raise it\n",
+                 who, (unsigned long long)(r.rlim_cur >> 20));
+  else
+    std::fprintf(stderr, "%serror: out of memory: an allocation failed (the machine's memory, or a cgroup's limit)\n",
+                 who);
+}
 
 int run(const std::vector<Command>& commands, int argc, char** argv) {
   int rc = run_command(commands, argc, argv);

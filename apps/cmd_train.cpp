@@ -174,9 +174,11 @@ int64_t parse_memory_limit(const std::string& s) {
                        : suffix == "M" ? 0x1p20
                        : suffix == "G" ? 0x1p30
                                        : -1;
-  if (end == 0 || scale < 0 || !(v >= 0) || v * scale > 9e18)
+  if (end == 0 || scale < 0 || !(v >= 0) || std::isinf(v))
     throw UsageError("gnn train: --memory-limit: expected bytes (with an optional K, M or G), 0 or auto, got '" + s +
                      "'");
+  if (v * scale > 9e18)  // (well formed, but past what a 64-bit count holds with room to add to it)
+    throw UsageError("gnn train: --memory-limit " + s + ": more than the most it takes, 9e18 bytes (0: no limit)");
   if (v > 0 && v * scale < 1)
     throw UsageError("gnn train: --memory-limit " + s + ": less than one byte (0 turns the limit off)");
   return int64_t(v * scale);

@@ -28,16 +28,21 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 #endif
-  const std::vector<Command> commands = {demo_command(),  train_command(),     eval_command(),    predict_command(),
-                                         pass_command(),  score_command(),     models_command(),  plot_command(),
-                                         synth_command(), planetoid_command(), inspect_command(), bench_command(),
-                                         info_command()};
-  // Under mpirun every rank runs the command; one that fails ends the job (the others would wait in
-  // their next collective for it), with its own message already printed.
-  gnn::dist::init(&argc, &argv);
-  gnn::install_interrupt_handlers();  // SIGINT, SIGTERM, SIGHUP, SIGXCPU leave no temporary file behind
-  const int rc = run(commands, argc, argv);
-  if (rc != 0 && gnn::dist::distributed()) gnn::dist::abort(rc);
-  gnn::dist::finalize();
-  return rc;
+  try {  // (the command table and the help are built before a command's own errors are caught)
+    const std::vector<Command> commands = {demo_command(),  train_command(),     eval_command(),    predict_command(),
+                                           pass_command(),  score_command(),     models_command(),  plot_command(),
+                                           synth_command(), planetoid_command(), inspect_command(), bench_command(),
+                                           info_command()};
+    // Under mpirun every rank runs the command; one that fails ends the job (the others would wait in
+    // their next collective for it), with its own message already printed.
+    gnn::dist::init(&argc, &argv);
+    gnn::install_interrupt_handlers();  // SIGINT, SIGTERM, SIGHUP, SIGXCPU leave no temporary file behind
+    const int rc = run(commands, argc, argv);
+    if (rc != 0 && gnn::dist::distributed()) gnn::dist::abort(rc);
+    gnn::dist::finalize();
+    return rc;
+  } catch (const std::bad_alloc&) {
+    print_out_of_memory("gnn: ");
+    return 1;
+  }
 }

@@ -1439,6 +1439,10 @@ TrainResult run_training(const TrainOptions& o) {
   try {
     Run run(o, working_on);
     return run.train();
+  } catch (const std::bad_alloc&) {  // (a container's allocation, outside the tensors' allocator)
+    GNN_FAIL(working_on, " does not fit in the memory this process may use: an allocation failed (a `ulimit -v` or ",
+             "`-d`, the cgroup's limit or the machine's memory); give it more memory, or start a new run with lower ",
+             "--configs or --batch-graphs");
   } catch (const MemoryLimitError& e) {
     const std::string smaller = "start a new run with lower --configs or --batch-graphs (layout: or --segment)";
     if (e.limit == 0)  // (the system refused, under --memory-limit: the allocator's cache and the rest count too)

@@ -628,6 +628,24 @@ TEST_CASE("run files: SWA's stored snapshots are checked against their count, an
     CHECK(contains(r.err, "--memory-limit: expected bytes"));
   }
   CHECK_FALSE(fs::exists(t.file("m")));
+  // A resume under limits too small for it, wherever each bites (the model, the checkpoint's weights or
+  // Adam's moments, a step): the phase and --memory-limit are named (Adam's moments' load was reported as
+  // the file's own error, "model.npz: an allocation of ...").
+  const std::string probe = t.file("probe");
+  fs::copy(good, probe, fs::copy_options::recursive);
+  int refused = 0;
+  for (double kib = 16; kib < double(1 << 20); kib *= 1.25) {
+    const std::string limit = std::to_string(int64_t(kib)) + "K";
+    CAPTURE(limit);
+    r = run_gnn("train --out " + probe + " --resume --epochs 3 --memory-limit " + limit);
+    if (r.exit_code == 0) break;
+    ++refused;
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(contains(r.err, "does not fit in the memory limit of "), r.err);
+    CHECK_MESSAGE(contains(r.err, "(--memory-limit)"), r.err);
+  }
+  CHECK(r.exit_code == 0);
+  CHECK(refused > 0);
 }
 
 TEST_CASE("run files: a run whose model.npz is gone is not trained over, and a lost best.npz is written again") {

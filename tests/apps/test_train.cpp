@@ -249,6 +249,10 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
       {"--model layout-resmodel --eval-indices " + t.file("no_such_folder"),
        "--eval-indices " + t.file("no_such_folder") + ": not a directory"},
       {"--model tile-mlp --memory-limit lots", "--memory-limit: expected bytes"},
+      {"--model tile-mlp --memory-limit 9223372036854775807", "--memory-limit 9223372036854775807: more than the most"},
+      {"--model tile-mlp --memory-limit 8589934591G",
+       "--memory-limit 8589934591G: more than the most it takes, 9e18 bytes"},
+      {"--model tile-mlp --memory-limit inf", "--memory-limit: expected bytes"},
       {"--model tile-mlp --checkpoint-minutes inf", "--checkpoint-minutes expects a finite number, got 'inf'"},
   };
   for (const auto& [args, want] : cases) {
