@@ -20,6 +20,7 @@
 #include "base/parse.h"
 #include "dist/comm.h"
 #include "io/atomic_file.h"
+#include "runtime/allocator.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_libs.h"
 #include "runtime/parallel.h"
@@ -231,6 +232,14 @@ std::string overview(const std::vector<Command>& commands) {
 
 namespace {
 
+// What limits the memory a refused allocation asked for: the address space (ulimit -v), or the machine's.
+std::string memory_limits() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+    return "this process's address space is limited to " + std::to_string(r.rlim_cur >> 20) + " MiB (ulimit -v)";
+  return "the machine's memory, or a cgroup's limit, is used up";
+}
+
 // Whether a command computes: those take --threads.
 bool takes_threads(const Command& cmd) {
   return std::any_of(cmd.flags.begin(), cmd.flags.end(), [](const Flag& f) { return f.name == kThreadsFlag.name; });
@@ -320,6 +329,9 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
     std::fprintf(stderr, "%s%s%s\n", dist::rank_prefix().c_str(),
                  m.rfind("gnn ", 0) == 0 ? "" : ("gnn " + cmd->name + ": ").c_str(), m.c_str());
     return 2;
+  } catch (const MemoryLimitError& e) {  // (train words its own: here eval's, predict's, bench's...)
+    std::fprintf(stderr, "%serror: %s; %s\n", who.c_str(), printable(e.message()).c_str(), memory_limits().c_str());
+    return 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "%serror: %s\n", who.c_str(), printable(e.what()).c_str());
     return 1;

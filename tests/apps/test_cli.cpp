@@ -1,6 +1,7 @@
 // The gnn binary as users and scripts see it: exit codes, one-line errors, JSON on the last line.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "io/atomic_file.h"
 #include "io/json.h"
 #include "io/npz.h"
+#include "runtime/allocator.h"
 #include "runtime/cuda.h"
 #include "runtime/parallel.h"
 #include "testing.h"
@@ -426,6 +428,37 @@ TEST_CASE("cli: under any address-space limit gnn starts, or fails with one line
   }
   CHECK(ran > 0);  // (the scan reaches limits under which it runs)
 #endif
+}
+
+TEST_CASE("cli: an allocation the system refused is said with the address-space limit in force") {
+  // (eval, predict and bench have no phase of their own to name, as train does: the line says what limits)
+  testing::TempDir tmp;
+  cli::Command c;
+  c.name = "allocating";
+  c.run = [](const cli::Args&) -> int {
+    throw MemoryLimitError("host allocation of 638976 bytes failed (2659816 bytes in use)", "here", 638976, 2659816, 0);
+  };
+  const std::string err = tmp.file("err");
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 2);
+    const rlimit as{rlim_t(64) << 30, rlim_t(64) << 30};  // (64 GiB: a limit in force, harmless here)
+    ::setrlimit(RLIMIT_AS, &as);
+    set_num_threads(1);
+    char name[] = "gnn", cmd[] = "allocating";
+    char* argv[] = {name, cmd, nullptr};
+    ::_exit(cli::run({c}, 2, argv));
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK(slurp(err) ==
+        "gnn allocating: error: host allocation of 638976 bytes failed (2659816 bytes in use); this process's address "
+        "space is limited to 65536 MiB (ulimit -v)\n");
 }
 
 TEST_CASE("cli: a signal recorded while a command fails otherwise still ends the process by it") {
