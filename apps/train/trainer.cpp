@@ -298,8 +298,10 @@ class ScopedMemoryLimit {
 // model.npz lands (a full disk, a failed check, a start that fails): eval and a resume must not find the
 // weights of an epoch the run has no record of, nor a failed start any part of a run without its model.npz.
 // Each file as it was is kept as a hard link (a copy where the filesystem has none) named as a temporary,
-// PATH.before.tmp-PID, so that one a killed process leaves is removed as its other temporaries are (a kill
-// between the two writes leaves the newer file: the epoch a resume trains again, to the same bits).
+// PATH.before.tmp-PID, which a signal removes as it does the temporaries, and the next run one a killed
+// process left (a kill between the two writes leaves the newer file: the epoch a resume trains again). A
+// file that is a symlink (AtomicFile writes through it) is not kept: left as written, as one that could not
+// be kept, since removing it would lose the one before as well.
 class EpochFiles {
  public:
   explicit EpochFiles(bool lead) : lead_(lead) {}
@@ -310,26 +312,29 @@ class EpochFiles {
     if (!lead_) return;
     Kept k{path, kept_name(path) + ".tmp-" + std::to_string(::getpid())};
     std::error_code ec;
-    k.existed = fs::exists(path, ec);
-    if (k.existed) {
+    k.existed = fs::exists(fs::symlink_status(path, ec));
+    if (k.existed && !fs::is_symlink(fs::symlink_status(path, ec))) {
       fs::remove(k.copy, ec);
       fs::create_hard_link(path, k.copy, ec);
       if (ec) ec.clear(), fs::copy_file(path, k.copy, fs::copy_options::overwrite_existing, ec);
       k.kept = !ec;
+      if (k.kept) on_signal_.add_file(k.copy);
     }
     kept_.push_back(std::move(k));
   }
-  void landed() { landed_ = true; }
-  ~EpochFiles() {
+  void landed() {  // model.npz landed: the files as they were go
     std::error_code ec;
     for (const Kept& k : kept_)
-      if (landed_) {
-        if (k.kept) fs::remove(k.copy, ec);
-      } else if (k.kept) {
-        fs::rename(k.copy, k.path, ec);
-      } else if (!k.existed) {
-        fs::remove(k.path, ec);
-      }  // (one that could not be kept stays as written: removing it would lose the one before as well)
+      if (k.kept) fs::remove(k.copy, ec);
+    kept_.clear(), on_signal_.clear();
+  }
+  ~EpochFiles() {
+    std::error_code ec;
+    for (const Kept& k : kept_) {
+      if (k.kept) fs::rename(k.copy, k.path, ec);
+      else if (!k.existed) fs::remove(k.path, ec);
+      if (k.kept) fs::remove(k.copy, ec);  // (a write of the file itself that failed left both names one file)
+    }
   }
 
  private:
@@ -337,8 +342,9 @@ class EpochFiles {
     std::string path, copy;
     bool existed = false, kept = false;
   };
-  bool lead_, landed_ = false;
+  bool lead_;
   std::vector<Kept> kept_;
+  RemovedOnSignal on_signal_;
 };
 
 // One run of gnn train; `working_on` names the phase or step at hand for the memory-limit error.

@@ -732,6 +732,26 @@ TEST_CASE("run files: a checkpoint that does not land puts back the best.npz and
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   CHECK(testing::read_bytes(run + "/best.npz") != best);
   CHECK(Json::parse(last_line(r.out))["best_epoch"].as_int() == 2);
+  const auto no_temporaries = [&] {
+    for (const auto& f : fs::directory_iterator(run)) CHECK_MESSAGE(!contains(f.path().string(), ".tmp-"), f.path());
+  };
+  // A limit under which best.npz's own write fails (its kept link and the file one file then): put back too.
+  const std::vector<uint8_t> best2 = testing::read_bytes(run + "/best.npz"),
+                             swa2 = testing::read_bytes(run + "/swa.npz");
+  const std::string lower =
+      damaged_run(t, run, "lower", [](std::map<std::string, Tensor>& a) { a["state/best_score"] = f64_tensor(-1.0); });
+  r = testing::run_gnn_env("ulimit -f " + std::to_string(best2.size() / 2048) + "; trap '' XFSZ;",
+                           "train --out " + lower + " --resume --epochs 3");
+  CHECK(r.exit_code == 1);
+  CHECK(testing::read_bytes(lower + "/best.npz") == best2);
+  CHECK(testing::read_bytes(lower + "/swa.npz") == swa2);
+  for (const auto& f : fs::directory_iterator(lower)) CHECK_MESSAGE(!contains(f.path().string(), ".tmp-"), f.path());
+  // A process killed (--kill-after-steps: SIGKILL) once its epoch's files all landed leaves none kept.
+  const int64_t steps = Json::parse(last_line(slurp(run + "/metrics.jsonl")))["step"].as_int();
+  r = run_gnn("train --out " + run + " --resume --epochs 3 --kill-after-steps " + std::to_string(steps / 2 * 3));
+  CHECK(r.exit_code != 0);
+  CHECK(Json::parse(last_line(slurp(run + "/metrics.jsonl")))["epoch"].as_int() == 3);
+  no_temporaries();
 }
 
 TEST_CASE("run files: a first checkpoint that cannot be written leaves no part of the run, and --resume says so") {
