@@ -126,7 +126,7 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
 // graph, its --eval-chunk and --tta), combined; one run's scores as they are.
 train::ConfigScorer ensemble_scorer(const Args& a, const std::vector<RunOnSplit>& runs) {
   const train::Combine how = runs.size() > 1 ? train::parse_combine(a.str("ensemble")) : train::Combine::kMeanZ;
-  return [&runs, how](size_t i, const train::ModelGraph& g, const std::vector<int64_t>& configs) {
+  return [&runs, how](size_t i, const train::ModelGraph& g, const std::vector<int64_t>& configs, int64_t& nonfinite) {
     std::vector<std::vector<double>> members;
     for (size_t k = 0; k < runs.size(); ++k) {
       const train::LoadedModel& m = runs[k].model;
@@ -135,6 +135,10 @@ train::ConfigScorer ensemble_scorer(const Args& a, const std::vector<RunOnSplit>
                 ": its graph ", i, " is ", own ? own->file.path : "", ", run ", runs[0].dir, "'s ", g.file.path);
       members.push_back(train::predict_configs(*m.model, own ? *own : g, configs, m.train.eval_chunk, runs[k].tta));
     }
+    nonfinite = 0;  // (a member's such prediction takes a finite place under mean-z and mean-rank: counted here)
+    for (size_t j = 0; j < configs.size(); ++j)
+      nonfinite += std::any_of(members.begin(), members.end(),
+                               [j](const std::vector<double>& p) { return p[j] == train::kNotFinitePrediction; });
     return train::combine_scores(members, how, configs);
   };
 }
@@ -367,8 +371,9 @@ Command eval_command() {
       "Tile: slowdown@1/5/10 as 1 - slowdown (the Kaggle convention) over the full predicted order, score =\n"
       "slowdown@5. Layout: Kendall tau-b (as scipy), OPA, slowdown@1/10/100; score = tau. A graph whose\n"
       "runtimes all tie has no tau or OPA: left out of their means and counted as \"unscored\". A prediction\n"
-      "that is not finite ranks last, counted as \"nonfinite_predictions\" (training's validation then picks\n"
-      "no best.npz). The last line of stdout is one JSON object.\n"
+      "that is not finite ranks last (in an ensemble under mean-z or mean-rank: past that run's others), and\n"
+      "its config is counted as \"nonfinite_predictions\" (training's validation then picks no best.npz). The\n"
+      "last line of stdout is one JSON object.\n"
       "Several runs (--run A --run B, --runs FILE) are scored as an ensemble, as the top solutions submitted:\n"
       "each run scores every config with its own preprocessing, --eval-chunk and --tta, and per graph the\n"
       "runs' scores are standardised and averaged (--ensemble mean-z), their ranks averaged (mean-rank), or\n"
@@ -470,7 +475,8 @@ Command predict_command() {
       std::vector<int64_t> all(size_t(g->num_configs()));
       std::iota(all.begin(), all.end(), 0);
       // Positions in `all` are the config indices themselves.
-      const std::vector<double> p = score(i, *g, all);
+      int64_t nonfinite = 0;  // (each member warns of its own)
+      const std::vector<double> p = score(i, *g, all, nonfinite);
       for (size_t k = 0; a.has("runtimes") && k < p.size(); ++k) {
         const double rt = std::exp(p[k] + m.prep.log_offset);  // the output plus the run's offset: log runtime
         GNN_CHECK(std::isfinite(rt) && rt > 0, "--runtimes: ", g->file.id(), " config ", k,

@@ -33,8 +33,7 @@ std::vector<int64_t> tta_order(int64_t n, int64_t t) {
 
 namespace {
 
-// A prediction that is not finite becomes this (predict_configs), so it ranks last and is counted.
-constexpr double kNotFinite = std::numeric_limits<double>::max();
+constexpr double kNotFinite = kNotFinitePrediction;  // (a prediction that is not finite: it ranks last)
 
 // One pass over `configs` in the fewest near-equal chunks of at most `chunk`, into `all` (on the model's
 // device, [n]) at the configs' positions.
@@ -180,9 +179,13 @@ std::vector<double> combine_scores(const std::vector<std::vector<double>>& membe
 
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir, int64_t tta,
                     bool log_runtime, double log_offset, int64_t max_configs) {
-  return evaluate([&](size_t, const ModelGraph& g,
-                      const std::vector<int64_t>& configs) { return predict_configs(model, g, configs, chunk, tta); },
-                  src, eval_indices_dir, log_runtime, log_offset, max_configs);
+  return evaluate(
+      [&](size_t, const ModelGraph& g, const std::vector<int64_t>& configs, int64_t& nonfinite) {
+        std::vector<double> p = predict_configs(model, g, configs, chunk, tta);
+        nonfinite = std::count(p.begin(), p.end(), kNotFinite);
+        return p;
+      },
+      src, eval_indices_dir, log_runtime, log_offset, max_configs);
 }
 
 namespace {
@@ -220,7 +223,8 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
       configs.resize(size_t(g->num_configs()));
       std::iota(configs.begin(), configs.end(), 0);
     }
-    const std::vector<double> p = scorer(i, *g, configs);
+    int64_t nonfinite = 0;
+    const std::vector<double> p = scorer(i, *g, configs, nonfinite);
     std::vector<double> y;
     for (int64_t c : configs) y.push_back(g->target[size_t(c)]);
     // Scored as the ranking gnn predict writes (ties in p, as for repeated configs, broken by config
@@ -230,7 +234,7 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
     for (size_t r = 0; r < order.size(); ++r) rank[size_t(order[r])] = double(r);
     ev.scores.emplace_back(f.collection.str(),
                            score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));
-    ev.scores.back().second.nonfinite = std::count(p.begin(), p.end(), kNotFinite);
+    ev.scores.back().second.nonfinite = nonfinite;
     if (log_runtime) {
       std::vector<double> log_pred(p);
       for (double& v : log_pred) v += log_offset;

@@ -13,6 +13,7 @@
 // takes exactly the steps the unbroken run would have taken (tested bit for bit).
 #pragma once
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -135,9 +136,11 @@ struct Evaluation {
 // subset drawn once from its id (the same every call; training's --val-configs).
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir,
                     int64_t tta = 1, bool log_runtime = false, double log_offset = 0, int64_t max_configs = 0);
-// The same with the scores of file i's listed configs (lower = faster) from `scorer`: an ensemble's.
-using ConfigScorer =
-    std::function<std::vector<double>(size_t file, const ModelGraph& g, const std::vector<int64_t>& configs)>;
+// The same with the scores of file i's listed configs (lower = faster) from `scorer`: an ensemble's. It sets
+// `nonfinite` to the configs of which a prediction (one run's, or any member's) was not finite.
+constexpr double kNotFinitePrediction = std::numeric_limits<double>::max();  // predict_configs' mark for them
+using ConfigScorer = std::function<std::vector<double>(size_t file, const ModelGraph& g,
+                                                       const std::vector<int64_t>& configs, int64_t& nonfinite)>;
 Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::string& eval_indices_dir,
                     bool log_runtime = false, double log_offset = 0, int64_t max_configs = 0);
 

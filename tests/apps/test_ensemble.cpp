@@ -160,6 +160,18 @@ TEST_CASE("ensemble: eval and predict over several runs combine the runs' own sc
                           "/npz/layout/xla/default --split valid");
   REQUIRE_MESSAGE(sc.exit_code == 0, sc.err);
   CHECK(Json::parse(last_line(sc.out))["kendall_tau"].as_number() == ej["kendall_tau"].as_number());
+  // A member whose finite weights predict NaN (an update that overflowed the forward, kept by
+  // --skip-nonfinite): its configs take finite places under mean-z and mean-rank, and are counted.
+  const std::string nan_run = t.file("nan");
+  auto r = run_gnn("train --model layout-mlp --data " + data + " --out " + nan_run +
+                   " --epochs 2 --lr 1e30 --skip-nonfinite --progress lines");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  for (const char* how : {"mean-z", "mean-rank", "mean"}) {
+    CAPTURE(how);
+    r = run_gnn("eval --run " + runs[0] + " --run " + nan_run + on + " --checkpoint last --ensemble " + how);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(Json::parse(last_line(r.out))["nonfinite_predictions"].as_int() > 0);
+  }
 }
 
 TEST_CASE("ensemble: a repeatable flag keeps every value in order, any other flag twice is refused") {
