@@ -232,12 +232,16 @@ std::string overview(const std::vector<Command>& commands) {
 
 namespace {
 
-// What limits the memory a refused allocation asked for: the address space (ulimit -v), or the machine's.
-std::string memory_limits() {
-  rlimit r{};
-  if (::getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
-    return "this process's address space is limited to " + std::to_string(r.rlim_cur >> 20) + " MiB (ulimit -v)";
-  return "the machine's memory, or a cgroup's limit, is used up";
+// What limits the memory a refused allocation asked for: the address space (ulimit -v), the data segment
+// (ulimit -d), or the machine's; written into `out` without allocating.
+void memory_limits(char* out, size_t n) {
+  rlimit as{}, data{};
+  const bool a = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY;
+  const bool d = ::getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY;
+  if (a || d)
+    std::snprintf(out, n, "this process's %s is limited to %llu MiB (ulimit %s)", a ? "address space" : "data segment",
+                  (unsigned long long)((a ? as.rlim_cur : data.rlim_cur) >> 20), a ? "-v" : "-d");
+  else std::snprintf(out, n, "the machine's memory, or a cgroup's limit, is used up");
 }
 
 // Whether a command computes: those take --threads.
@@ -330,7 +334,9 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
                  m.rfind("gnn ", 0) == 0 ? "" : ("gnn " + cmd->name + ": ").c_str(), m.c_str());
     return 2;
   } catch (const MemoryLimitError& e) {  // (train words its own: here eval's, predict's, bench's...)
-    std::fprintf(stderr, "%serror: %s; %s\n", who.c_str(), printable(e.message()).c_str(), memory_limits().c_str());
+    char limits[160];
+    memory_limits(limits, sizeof limits);
+    std::fprintf(stderr, "%serror: %s; %s\n", who.c_str(), printable(e.message()).c_str(), limits);
     return 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "%serror: %s\n", who.c_str(), printable(e.what()).c_str());
@@ -353,15 +359,9 @@ int run_command(const std::vector<Command>& commands, int argc, char** argv) {
 }  // namespace
 
 void print_out_of_memory(const char* who) {
-  rlimit r{};
-  if (::getrlimit(RLIMIT_AS, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
-    std::fprintf(stderr,
-                 "%serror: out of memory: an allocation failed under this process's address-space limit of %llu MiB "
-                 "(ulimit -v); raise it\n",
-                 who, (unsigned long long)(r.rlim_cur >> 20));
-  else
-    std::fprintf(stderr, "%serror: out of memory: an allocation failed (the machine's memory, or a cgroup's limit)\n",
-                 who);
+  char limits[160];
+  memory_limits(limits, sizeof limits);
+  std::fprintf(stderr, "%serror: out of memory: an allocation failed; %s\n", who, limits);
 }
 
 int run(const std::vector<Command>& commands, int argc, char** argv) {

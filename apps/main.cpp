@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
     return rc;
   } catch (const std::bad_alloc&) {
     print_out_of_memory("gnn: ");
+    if (gnn::dist::distributed()) gnn::dist::abort(1);  // (as run's own failures: the other ranks would wait)
     return 1;
   }
 }
