@@ -25,6 +25,7 @@ import math
 import operator
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
@@ -333,6 +334,8 @@ def _as_read(index):
     wrong gradients; a Graph, which does not change, as it is."""
     if isinstance(index, Tensor):
         return index.detach().clone(memory_format=torch.contiguous_format)
+    if isinstance(index, memoryview):
+        return np.array(index)  # (a copy of the memory it views)
     return index if isinstance(index, Graph) or not hasattr(index, "copy") else index.copy()
 
 

@@ -739,12 +739,13 @@ def test_functional_index_changed_after_forward_and_strided_arguments():
     cases = [(lambda p: gt.pool(x, p, "mean"), "int64"), (lambda p: gt.pool(x, p, "logsumexp"), "int64"),
              (lambda p: gt.instance_norm(x, p), "int64"), (lambda p: gt.segment_softmax(x, p), "int32")]
     for f, dtype in cases:
-        for make in (lambda: torch.tensor([0, 2, 2, 5, 7], dtype=getattr(torch, dtype)),
-                     lambda: np.array([0, 2, 2, 5, 7], dtype=dtype)):
-            ptr = make()
+        for kind in ("torch", "numpy", "memoryview"):
+            base = (torch.tensor([0, 2, 2, 5, 7], dtype=getattr(torch, dtype)) if kind == "torch" else
+                    np.array([0, 2, 2, 5, 7], dtype=dtype))
+            ptr = memoryview(base) if kind == "memoryview" else base
             want = torch.autograd.grad((f(ptr) * torch.arange(1.0, 4.0)).sum(), x)[0]
             y = f(ptr)
-            ptr[1:3] = 3
+            base[1:3] = 3
             got = torch.autograd.grad((y * torch.arange(1.0, 4.0)).sum(), x)[0]
             torch.testing.assert_close(got, want, rtol=0, atol=0)
     wb = torch.randn(3, 2, requires_grad=True)
