@@ -35,11 +35,11 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const bool valid = f < F;
   auto s = [&](int64_t i) { return res ? x[i * F + f] + res[i * F + f] : x[i * F + f]; };
   const float m = n ? float(block_rows_sum<double>(b, e, valid, [&](int64_t i) { return s(i); }) / double(n)) : 0.0f;
-  const float var = block_rows_sum(b, e, valid, [&](int64_t i) {
+  const double var = block_rows_sum<double>(b, e, valid, [&](int64_t i) {
     const float d = s(i) - m;
     return d * d;
   });
-  const float rs = 1.0f / sqrtf((n ? var / float(n) : 0.0f) + eps);
+  const float rs = 1.0f / sqrtf((n ? float(var / double(n)) : 0.0f) + eps);
   if (!valid) return;
   if (threadIdx.x < 32) mean[g * F + f] = m, rstd[g * F + f] = rs;
   const float gm = gamma ? gamma[f] : 1.0f, bt = beta ? beta[f] : 0.0f;

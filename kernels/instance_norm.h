@@ -5,8 +5,8 @@
 //   ds = (dxhat - mean_g(dxhat) - xhat * mean_g(dxhat * xhat)) * rstd_g   (dx = dres = ds)
 //   dgamma = sum over nodes of dz * xhat, dbeta = sum of dz (per graph, then graphs in order)
 // x, y, dx [N, F]; mean, rstd [G, F] (kept by the forward for the backward). A graph with no rows
-// gives mean 0 and rstd 1/sqrt(eps). The mean is summed in double, then rounded (kernels/layer_norm.h says
-// why: a large common offset). Without res and act it is the plain norm, with its bits; with them,
+// gives mean 0 and rstd 1/sqrt(eps). The mean and the variance are summed in double, then rounded
+// (kernels/layer_norm.h says why). Without res and act it is the plain norm, with its bits; with them,
 // the bits of add, norm and activation composed (GNN layers' GELU(norm(f(x) + x)) in one pass each way).
 // y may be x or res (in place); dx must not alias x or res (it may hold dz between the backward's passes).
 // With a RowsDropout the activation's output is dropped out in the same pass, y = drop(act(z)), and the
@@ -33,9 +33,9 @@ void instance_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* res,
       double sum = 0;
       for (int64_t i = b; i < e; ++i) sum += double(s(i * F + f));
       const T m = n ? T(sum / double(n)) : T(0);
-      T v = 0;
-      for (int64_t i = b; i < e; ++i) v += (s(i * F + f) - m) * (s(i * F + f) - m);
-      const T rs = T(1) / std::sqrt((n ? v / T(n) : T(0)) + eps);
+      double v = 0;
+      for (int64_t i = b; i < e; ++i) v += double((s(i * F + f) - m) * (s(i * F + f) - m));
+      const T rs = T(1) / std::sqrt((n ? T(v / double(n)) : T(0)) + eps);
       mean[g * F + f] = m, rstd[g * F + f] = rs;
       for (int64_t i = b; i < e; ++i)
         y[i * F + f] = drop.apply(

@@ -126,10 +126,10 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
     // Row i's block of s from the first pass on: the kept block's row, y's (written by the first pass)
     // when the block is not kept, or x's own without a residual.
     auto s_row = [&](int64_t i) -> const float* { return kept ? kept + (i - b) * w : (res ? y : x) + i * F + f0; };
-    float m[kNormBlock], v[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock];
-    double sum[kNormBlock];  // the mean's sums, in double as the reference's
+    float m[kNormBlock], rs[kNormBlock], gm[kNormBlock], bt[kNormBlock];
+    double sum[kNormBlock], v[kNormBlock];  // the mean's and the variance's sums, in double as the reference's
     alignas(64) float row[kNormBlock];  // y's row before it is streamed out
-    for (int64_t f = 0; f < w; ++f) sum[f] = 0.0, v[f] = 0.0f;  // only the block's w (zeroing 1024 costs small graphs)
+    for (int64_t f = 0; f < w; ++f) sum[f] = 0.0, v[f] = 0.0;  // only the block's w (zeroing 1024 costs small graphs)
     for (int64_t i = b; i < e; ++i) {
       const int64_t o = i * F + f0;
       if (large) prefetch_ahead(x, i, e, F, f0, w), prefetch_ahead(res, i, e, F, f0, w);
@@ -142,10 +142,10 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
     for (int64_t f = 0; f < w; ++f) m[f] = n ? float(sum[f] / double(n)) : 0.0f;
     for (int64_t i = b; i < e; ++i) {
       const float* xs = s_row(i);
-      for (int64_t f = 0; f < w; ++f) v[f] += (xs[f] - m[f]) * (xs[f] - m[f]);
+      for (int64_t f = 0; f < w; ++f) v[f] += double((xs[f] - m[f]) * (xs[f] - m[f]));
     }
     for (int64_t f = 0; f < w; ++f) {
-      rs[f] = 1.0f / std::sqrt((n ? v[f] / float(n) : 0.0f) + eps);
+      rs[f] = 1.0f / std::sqrt((n ? float(v[f] / double(n)) : 0.0f) + eps);
       mean[g * F + f0 + f] = m[f], rstd[g * F + f0 + f] = rs[f];
     }
     for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;

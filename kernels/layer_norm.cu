@@ -21,9 +21,9 @@ __global__ void layer_norm_fwd_kernel(float* y, float* mean, float* rstd, const 
   double s = 0.0;  // (the mean in double: kernels/layer_norm.h)
   for (int64_t f = lane; f < F; f += 32) s += double(xr[f]);
   const float m = float(warp_sum(s) / double(F));
-  float v = 0.0f;
-  for (int64_t f = lane; f < F; f += 32) v += (xr[f] - m) * (xr[f] - m);
-  const float rs = 1.0f / sqrtf(warp_sum(v) / float(F) + eps);
+  double v = 0.0;
+  for (int64_t f = lane; f < F; f += 32) v += double((xr[f] - m) * (xr[f] - m));
+  const float rs = 1.0f / sqrtf(float(warp_sum(v) / double(F)) + eps);
   if (lane == 0) mean[r] = m, rstd[r] = rs;
   for (int64_t f = lane; f < F; f += 32)
     y[r * F + f] = (xr[f] - m) * rs * (gamma ? gamma[f] : 1.0f) + (beta ? beta[f] : 0.0f);
