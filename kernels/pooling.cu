@@ -66,18 +66,18 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
   float m = -INFINITY;
   if (f < F)
-    for (int64_t i = b + w; i < e; i += kRowWarps) m = fmaxf(m, __ldg(x + i * F + f));
+    for (int64_t i = b + w; i < e; i += kRowWarps) m = lse_max(m, __ldg(x + i * F + f));
   part[w][lane] = m;
   __syncthreads();
   m = part[0][lane];
-  for (int h = 1; h < kRowWarps; ++h) m = fmaxf(m, part[h][lane]);  // every warp, the column's max
-  __syncthreads();
-  float s = f < F ? warp_rows_sum(b, e, w, [&](int64_t i) { return expf(__ldg(x + i * F + f) - m); }) : 0.0f;
-  part[w][lane] = s;
+  for (int h = 1; h < kRowWarps; ++h) m = lse_max(m, part[h][lane]);  // every warp, the column's max
+  __shared__ double sums[kRowWarps][32];  // (the sum in double, as the reference)
+  double s = f < F ? warp_rows_sum<double>(b, e, w, [&](int64_t i) { return expf(__ldg(x + i * F + f) - m); }) : 0.0;
+  sums[w][lane] = s;
   __syncthreads();
   if (w != 0 || f >= F) return;
-  for (int h = 1; h < kRowWarps; ++h) s += part[h][lane];
-  y[g * F + f] = e == b ? 0.0f : fabsf(m) == INFINITY ? m : m + logf(s);
+  for (int h = 1; h < kRowWarps; ++h) s += sums[h][lane];
+  y[g * F + f] = e == b ? 0.0f : fabsf(m) == INFINITY ? m : m + logf(float(s));
 }
 
 __global__ void pool_lse_bwd_kernel(float* dx, const float* dy, const float* x, const float* y,

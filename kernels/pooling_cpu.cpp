@@ -156,14 +156,15 @@ GNN_CPU_CLONES void pool_logsumexp_forward_cpu(float* __restrict y, const float*
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t g = 0; g < G; ++g) {
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1];
-    std::vector<float> m(size_t(F), -INFINITY), sum(size_t(F), 0.0f);
+    std::vector<float> m(size_t(F), -INFINITY);
+    std::vector<double> sum(size_t(F), 0.0);  // (as the reference: kernels/pooling.h)
     for (int64_t i = b; i < e; ++i)
-      for (int64_t f = 0; f < F; ++f) m[size_t(f)] = std::max(m[size_t(f)], x[i * F + f]);
+      for (int64_t f = 0; f < F; ++f) m[size_t(f)] = lse_max(m[size_t(f)], x[i * F + f]);
     for (int64_t i = b; i < e; ++i)
-      for (int64_t f = 0; f < F; ++f) sum[size_t(f)] += vm::exp(x[i * F + f] - m[size_t(f)]);
+      for (int64_t f = 0; f < F; ++f) sum[size_t(f)] += double(vm::exp(x[i * F + f] - m[size_t(f)]));
     for (int64_t f = 0; f < F; ++f) {
       const float mf = m[size_t(f)];
-      y[g * F + f] = e == b ? 0.0f : std::isinf(mf) ? mf : mf + vm::log(sum[size_t(f)]);
+      y[g * F + f] = e == b ? 0.0f : std::isinf(mf) ? mf : mf + vm::log(float(sum[size_t(f)]));
     }
   }
 }
