@@ -62,11 +62,11 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   auto dz = [&](int64_t i) {
     return act == Act::kNone ? dy[i * F + f] : dy[i * F + f] * act_derivative(act, xh(i) * gm + bt, 0.0f);
   };
-  const float sdy = block_rows_sum(b, e, valid, [&](int64_t i) { return dz(i); });
-  const float sdyx = block_rows_sum(b, e, valid, [&](int64_t i) { return dz(i) * xh(i); });
+  const double sdy = block_rows_sum<double>(b, e, valid, [&](int64_t i) { return dz(i); });  // (in double: the
+  const double sdyx = block_rows_sum<double>(b, e, valid, [&](int64_t i) { return dz(i) * xh(i); });  // reference's)
   if (!valid) return;
-  if (threadIdx.x < 32) ws[g * F + f] = sdyx, ws[(G + g) * F + f] = sdy;
-  const float s1 = n ? sdy * gm / float(n) : 0.0f, s2 = n ? sdyx * gm / float(n) : 0.0f;
+  if (threadIdx.x < 32) ws[g * F + f] = float(sdyx), ws[(G + g) * F + f] = float(sdy);
+  const float s1 = n ? float(sdy * gm / double(n)) : 0.0f, s2 = n ? float(sdyx * gm / double(n)) : 0.0f;
   for (int64_t i = b + threadIdx.x / 32; i < e; i += kRowWarps) dx[i * F + f] = (dz(i) * gm - s1 - xh(i) * s2) * rs;
 }
 

@@ -5,12 +5,12 @@
 //   ds = (dxhat - mean_g(dxhat) - xhat * mean_g(dxhat * xhat)) * rstd_g   (dx = dres = ds)
 //   dgamma = sum over nodes of dz * xhat, dbeta = sum of dz (per graph, then graphs in order)
 // x, y, dx [N, F]; mean, rstd [G, F] (kept by the forward for the backward). A graph with no rows
-// gives mean 0 and rstd 1/sqrt(eps). The mean and the variance are summed in double, then rounded
-// (kernels/layer_norm.h says why). Without res and act it is the plain norm, with its bits; with them,
-// the bits of add, norm and activation composed (GNN layers' GELU(norm(f(x) + x)) in one pass each way).
-// y may be x or res (in place); dx must not alias x or res (it may hold dz between the backward's passes).
-// With a RowsDropout the activation's output is dropped out in the same pass, y = drop(act(z)), and the
-// backward masks dy before the rest: the bits of dropout (or dropout_configs) applied to the norm's y.
+// gives mean 0 and rstd 1/sqrt(eps). The mean and the variance are summed in double, then rounded, as are
+// the backward's two sums over the rows (kernels/layer_norm.h says why). Without res and act it is the plain norm, with
+// its bits; with them, the bits of add, norm and activation composed (GNN layers' GELU(norm(f(x) + x)) in one pass each
+// way). y may be x or res (in place); dx must not alias x or res (it may hold dz between the backward's passes). With a
+// RowsDropout the activation's output is dropped out in the same pass, y = drop(act(z)), and the backward masks dy
+// before the rest: the bits of dropout (or dropout_configs) applied to the norm's y.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -67,17 +67,17 @@ void instance_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
     for (int64_t f = 0; f < F; ++f) {
       const T m = mean[g * F + f], rs = rstd[g * F + f], gm = gamma ? gamma[f] : T(1), bt = beta ? beta[f] : T(0);
-      T s1 = 0, s2 = 0;
+      double s1d = 0, s2d = 0;  // (in double, as the forward's sums: a common offset in dy would go)
       for (int64_t i = b; i < e; ++i) {
         const T xh = (s(i * F + f) - m) * rs;
         const T dyd = drop.apply(dy[i * F + f], i, f, F);  // dropout's backward first
         const T d = act == Act::kNone ? dyd : dyd * act_derivative(act, xh * gm + bt, T(0));
         dx[i * F + f] = d;
-        s1 += d * gm, s2 += d * gm * xh;
+        s1d += double(d * gm), s2d += double(d * gm * xh);
         if (dgamma) dgamma[f] += d * xh;
         if (dbeta) dbeta[f] += d;
       }
-      if (n) s1 /= T(n), s2 /= T(n);
+      const T s1 = n ? T(s1d / double(n)) : T(0), s2 = n ? T(s2d / double(n)) : T(0);
       for (int64_t i = b; i < e; ++i) {
         const T xh = (s(i * F + f) - m) * rs;
         dx[i * F + f] = (dx[i * F + f] * gm - s1 - xh * s2) * rs;

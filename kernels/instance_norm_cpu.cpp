@@ -180,10 +180,11 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
     const int64_t b = graph_ptr[g], e = graph_ptr[g + 1], n = e - b;
     const float* m = mean + g * F + f0;
     const float* rs = rstd + g * F + f0;
-    float s1[kNormBlock], s2[kNormBlock], dg[kNormBlock], db[kNormBlock], gm[kNormBlock], bt[kNormBlock],
-        row[kNormBlock];
+    float dg[kNormBlock], db[kNormBlock], gm[kNormBlock], bt[kNormBlock], row[kNormBlock];
+    double s1d[kNormBlock], s2d[kNormBlock];  // (in double, as the reference's)
+    float s1[kNormBlock], s2[kNormBlock];
     alignas(64) float masked[kNormBlock];  // dy's masked row in the first pass, dx's streamed one in the last
-    for (int64_t f = 0; f < w; ++f) s1[f] = 0.0f, s2[f] = 0.0f, dg[f] = 0.0f, db[f] = 0.0f;
+    for (int64_t f = 0; f < w; ++f) s1d[f] = 0.0, s2d[f] = 0.0, dg[f] = 0.0f, db[f] = 0.0f;
     for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;
     // whether the first pass stores dz (the masked dy times act'), with an activation or a dropout: in dx,
     // or in a second kept block where dx is streamed (dz_store below); else dz is dy itself
@@ -231,12 +232,12 @@ GNN_CPU_CLONES void instance_norm_backward_cpu(float* dx, float* dgamma, float* 
       const float* d = dz_row(i);
       for (int64_t f = 0; f < w; ++f) {
         const float xh = (xs[f] - m[f]) * rs[f];
-        s1[f] += d[f] * gm[f], s2[f] += d[f] * gm[f] * xh;
+        s1d[f] += double(d[f] * gm[f]), s2d[f] += double(d[f] * gm[f] * xh);
         dg[f] += d[f] * xh, db[f] += d[f];
       }
     }
     for (int64_t f = 0; f < w; ++f) {
-      if (n) s1[f] /= float(n), s2[f] /= float(n);
+      s1[f] = n ? float(s1d[f] / double(n)) : 0.0f, s2[f] = n ? float(s2d[f] / double(n)) : 0.0f;
       pg[size_t(g * F + f0 + f)] = dg[f], pb[size_t(g * F + f0 + f)] = db[f];
     }
     for (int64_t i = b; i < e; ++i) {

@@ -37,13 +37,13 @@ __global__ void layer_norm_bwd_kernel(float* dx, float* prod, const float* dy, c
   if (r >= R) return;
   const float *xr = x + r * F, *gr = dy + r * F;
   const float m = mean[r], rs = rstd[r];
-  float a = 0.0f, b = 0.0f;
+  double ad = 0.0, bd = 0.0;  // (in double, as the reference's)
   for (int64_t f = lane; f < F; f += 32) {
     const float xh = (xr[f] - m) * rs, g = gr[f] * (gamma ? gamma[f] : 1.0f);
-    a += g, b += g * xh;
+    ad += double(g), bd += double(g * xh);
     if (prod) prod[r * F + f] = gr[f] * xh;
   }
-  a = warp_sum(a) / float(F), b = warp_sum(b) / float(F);
+  const float a = float(warp_sum(ad) / double(F)), b = float(warp_sum(bd) / double(F));
   for (int64_t f = lane; f < F; f += 32) {
     const float xh = (xr[f] - m) * rs, g = gr[f] * (gamma ? gamma[f] : 1.0f);
     dx[r * F + f] = (g - a - xh * b) * rs;

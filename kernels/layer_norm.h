@@ -3,9 +3,9 @@
 //   dxhat = dy * gamma;  dx = (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) / sqrt(var + eps)
 //   dgamma = sum_r dy * xhat, dbeta = sum_r dy   (per fixed row chunk, then in order)
 // mean, rstd [R] are kept by the forward for the backward. The mean and the variance are summed in double,
-// then rounded: in float, rows of a large common offset lost it (F = 4096 values of 1e6 + N(0, 1): mean off
-// by 30, rstd 0.033 for 1, the output off by up to 4.7; torch's 0.027), and a million squares 0.2% of
-// their sum.
+// then rounded, as are the backward's two row sums (a common offset in dy): in float, rows of a large common offset
+// lost it (F = 4096 values of 1e6 + N(0, 1): mean off by 30, rstd 0.033 for 1, the output off by up to 4.7; torch's
+// 0.027), and a million squares 0.2% of their sum.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -38,14 +38,14 @@ void layer_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x
   if (dbeta)
     for (int64_t f = 0; f < F; ++f) dbeta[f] = 0;
   for (int64_t r = 0; r < R; ++r) {
-    T a = 0, b = 0;
+    double ad = 0, bd = 0;  // (in double, as the forward's sums: a common offset in dy would go)
     for (int64_t f = 0; f < F; ++f) {
       const T xh = (x[r * F + f] - mean[r]) * rstd[r], g = dy[r * F + f] * (gamma ? gamma[f] : T(1));
-      a += g, b += g * xh;
+      ad += double(g), bd += double(g * xh);
       if (dgamma) dgamma[f] += dy[r * F + f] * xh;
       if (dbeta) dbeta[f] += dy[r * F + f];
     }
-    a /= T(F), b /= T(F);
+    const T a = T(ad / double(F)), b = T(bd / double(F));
     for (int64_t f = 0; f < F; ++f) {
       const T xh = (x[r * F + f] - mean[r]) * rstd[r], g = dy[r * F + f] * (gamma ? gamma[f] : T(1));
       dx[r * F + f] = (g - a - xh * b) * rstd[r];

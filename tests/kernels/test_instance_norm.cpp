@@ -174,7 +174,7 @@ TEST_CASE("cuda graph instance norm matches the double reference (empty, single-
 #endif
 }
 
-TEST_CASE("instance norm keeps a large common offset: the mean summed in double, on the CPU and the GPU") {
+TEST_CASE("instance norm keeps a large common offset and long sums: summed in double, on the CPU and the GPU") {
   // Two graphs of 3000 and 1000 rows of 1e6 + U(-2, 2) (and a residual of U(-1, 1)), 40 channels: as the
   // layer norm's test (tests/kernels/test_layer_norm.cpp), y within the mean's rounding of the double
   // reference over the same floats; summed in float the mean was off by several units.
@@ -205,6 +205,7 @@ TEST_CASE("instance norm keeps a large common offset: the mean summed in double,
     instance_norm_forward_cpu(y.data(), m.data(), r.data(), x.data(), rp, nullptr, nullptr, ptr.data(), G, F, 1e-5f,
                               Act::kNone);
     check(y, m, r);
+
 #ifdef GNN_WITH_CUDA
     if (cuda_available()) {
       Tensor gy = nan_gpu(N * F), gm = nan_gpu(G * F), gr = nan_gpu(G * F);
@@ -215,6 +216,21 @@ TEST_CASE("instance norm keeps a large common offset: the mean summed in double,
     }
 #endif
   }
+  // The backward's sums: dy = 1e4 everywhere has dx = 0 exactly (summed in float, a graph of 1e5 rows gave
+  // 7.4).
+  const int64_t R = 100000;
+  const std::vector<int64_t> one = {0, R};
+  const std::vector<float> xr = random_values<float>(static_cast<size_t>(R), 23, -2.0f, 2.0f),
+                           dy(static_cast<size_t>(R), 1e4f);
+  std::vector<float> yr(static_cast<size_t>(R)), dx(static_cast<size_t>(R));
+  float mr = 0, rr = 0;
+  instance_norm_forward_cpu(yr.data(), &mr, &rr, xr.data(), nullptr, nullptr, nullptr, one.data(), 1, 1, 1e-5f,
+                            Act::kNone);
+  instance_norm_backward_cpu(dx.data(), nullptr, nullptr, dy.data(), xr.data(), nullptr, &mr, &rr, nullptr, nullptr,
+                             one.data(), 1, 1, Act::kNone);
+  double worst_dx = 0;
+  for (float v : dx) worst_dx = std::max(worst_dx, std::fabs(double(v)));
+  CHECK(worst_dx <= 0.05);
 }
 
 TEST_CASE("cuda ops: instance norm per graph, with an empty graph, matches the host") {

@@ -60,7 +60,7 @@ TEST_CASE("layer norm: reference, finite differences, thread-count determinism")
   check_gradient(bd, db, loss);
 }
 
-TEST_CASE("layer norm keeps a large common offset: the mean summed in double, on the CPU and the GPU") {
+TEST_CASE("layer norm keeps a large common offset and long sums: summed in double, on the CPU and the GPU") {
   // Rows of 1e6 + U(-2, 2) (in float: the values' own spacing is 0.0625): against the double reference over
   // the same floats, y is off by about the mean's rounding (0.03 at most, over a standard deviation of
   // 1.15). Summed in float the mean was off by about 30 and y by up to 4.7 (torch: 0.027).
@@ -88,6 +88,17 @@ TEST_CASE("layer norm keeps a large common offset: the mean summed in double, on
   float mw = 0, rw = 0;
   layer_norm_forward_cpu(yw.data(), &mw, &rw, alt.data(), nullptr, nullptr, 1, W, 1e-5f);
   CHECK(rw == doctest::Approx(1 / std::sqrt(double(0.9975f) * double(0.9975f) + 1e-5)).epsilon(1e-6));
+  // And the backward's sums: dy = 1e4 everywhere has dx = 0 exactly; summed in float, 65536 columns gave 9.5.
+  const int64_t B = 65536;
+  const std::vector<float> xb = random_values<float>(static_cast<size_t>(B), 22, -2.0f, 2.0f),
+                           dyb(static_cast<size_t>(B), 1e4f);
+  std::vector<float> yb(static_cast<size_t>(B)), dxb(static_cast<size_t>(B));
+  float mb = 0, rb = 0;
+  layer_norm_forward_cpu(yb.data(), &mb, &rb, xb.data(), nullptr, nullptr, 1, B, 1e-5f);
+  layer_norm_backward_cpu(dxb.data(), nullptr, nullptr, dyb.data(), xb.data(), &mb, &rb, nullptr, 1, B);
+  double worst_dx = 0;
+  for (float v : dxb) worst_dx = std::max(worst_dx, std::fabs(double(v)));
+  CHECK(worst_dx <= 0.05);
 #ifdef GNN_WITH_CUDA
   if (cuda_available()) {
     Tensor gy = nan_gpu(R * F), gm = nan_gpu(R), gr = nan_gpu(R);
