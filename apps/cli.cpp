@@ -236,8 +236,9 @@ namespace {
 // (ulimit -d), or the machine's; written into `out` without allocating.
 void memory_limits(char* out, size_t n) {
   rlimit as{}, data{};
-  const bool a = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY;
+  bool a = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY;
   const bool d = ::getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY;
+  if (a && d && data.rlim_cur < as.rlim_cur) a = false;  // (both set: the lower one)
   if (a || d)
     std::snprintf(out, n, "this process's %s is limited to %llu MiB (ulimit %s)", a ? "address space" : "data segment",
                   (unsigned long long)((a ? as.rlim_cur : data.rlim_cur) >> 20), a ? "-v" : "-d");

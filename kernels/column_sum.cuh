@@ -16,7 +16,7 @@ constexpr int kRowWarps = 8;
 
 // The sum of fn(i) over rows i = b + w, b + w + 8, ... < e (warp w's fixed stride of a block's 8 warps),
 // four rows in flight: one dependent load per row would leave most of the memory system idle. Summed in
-// Acc (double for instance norm's mean).
+// Acc (double for instance norm's sums and log-sum-exp's).
 template <class Acc = float, class Fn>
 __device__ Acc warp_rows_sum(int64_t b, int64_t e, int w, Fn fn) {
   constexpr int S = kRowWarps;

@@ -13,7 +13,7 @@ namespace {
 
 // The sum over graph g's rows of fn(i) for channel f, combined over the 8 warps in order; every
 // thread of the block gets the total for its lane's channel. All threads of the block must call it. Summed
-// in Acc: double for the mean (kernels/instance_norm.h).
+// in Acc: double for the mean, the variance and the backward's two sums (kernels/instance_norm.h).
 template <class Acc = float, class Fn>
 __device__ Acc block_rows_sum(int64_t b, int64_t e, bool valid, Fn fn) {
   __shared__ Acc part[kRowWarps][32];

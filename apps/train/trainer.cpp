@@ -319,6 +319,7 @@ class EpochFiles {
       if (ec) ec.clear(), fs::copy_file(path, k.copy, fs::copy_options::overwrite_existing, ec);
       k.kept = !ec;
       if (k.kept) on_signal_.add_file(k.copy);
+      else fs::remove(k.copy, ec);  // (a copy cut short by a full disk)
     }
     kept_.push_back(std::move(k));
   }
@@ -329,11 +330,18 @@ class EpochFiles {
     kept_.clear(), on_signal_.clear();
   }
   ~EpochFiles() {
-    std::error_code ec;
     for (const Kept& k : kept_) {
-      if (k.kept) fs::rename(k.copy, k.path, ec);
-      else if (!k.existed) fs::remove(k.path, ec);
-      if (k.kept) fs::remove(k.copy, ec);  // (a write of the file itself that failed left both names one file)
+      std::error_code ec;
+      if (!k.kept) {
+        if (!k.existed) fs::remove(k.path, ec);
+        continue;
+      }
+      fs::rename(k.copy, k.path, ec);
+      if (!ec) fs::remove(k.copy, ec);  // (a write of the file itself that failed left both names one file)
+      else
+        std::fprintf(stderr,
+                     "gnn train: warning: %s could not be put back as it was before this epoch (%s); it is %s\n",
+                     k.path.c_str(), ec.message().c_str(), k.copy.c_str());
     }
   }
 

@@ -405,7 +405,7 @@ TEST_CASE("cli: under small address-space and stack limits the CPU path runs, in
 #endif
 }
 
-TEST_CASE("cli: under any address-space limit gnn starts, or fails with one line, never an abort") {
+TEST_CASE("cli: under any address-space limit gnn never aborts: it runs, or says it is out of memory") {
 #if defined(__SANITIZE_ADDRESS__)
   testing::skip("AddressSanitizer reserves more address space than the limits here");
 #else
