@@ -94,8 +94,8 @@ struct Command {
 Args parse_args(const Command& cmd, const std::vector<std::string>& argv);  // argv after the command name
 std::string command_help(const Command& cmd);
 int run(const std::vector<Command>& commands, int argc, char** argv);
-// "WHO error: out of memory: ...", with the address-space limit (ulimit -v) when there is one; allocates
-// nothing.
+// "WHO error: out of memory: ...", with the lower of the address-space (ulimit -v) and data-segment
+// (ulimit -d) limits when there is one; allocates nothing.
 void print_out_of_memory(const char* who);
 
 }  // namespace gnn::cli

@@ -33,8 +33,6 @@ std::vector<int64_t> tta_order(int64_t n, int64_t t) {
 
 namespace {
 
-constexpr double kNotFinite = kNotFinitePrediction;  // (a prediction that is not finite: it ranks last)
-
 // One pass over `configs` in the fewest near-equal chunks of at most `chunk`, into `all` (on the model's
 // device, [n]) at the configs' positions.
 void predict_pass(RankModel& model, const ModelGraph& g, const std::vector<int64_t>& configs, int64_t chunk, Device dev,
@@ -77,7 +75,7 @@ std::vector<double> predict_configs(RankModel& model, const ModelGraph& g, const
   // A diverged model may predict NaN or Inf: those configs rank last (and the score shows it).
   int64_t bad = 0;
   for (double& v : out)
-    if (!std::isfinite(v)) v = kNotFinite, ++bad;
+    if (!std::isfinite(v)) v = kNotFinitePrediction, ++bad;
   if (bad)
     std::fprintf(stderr, "gnn: warning: %s: %lld predictions are not finite; ranked last\n", g.file.id().c_str(),
                  (long long)bad);
@@ -161,18 +159,19 @@ std::vector<double> combine_scores(const std::vector<std::vector<double>>& membe
       double sum = 0, sq = 0, top = -HUGE_VAL;
       size_t k = 0;
       for (double x : p)
-        if (x != kNotFinite) sum += x, ++k;
+        if (x != kNotFinitePrediction) sum += x, ++k;
       const double mean = k ? sum / double(k) : 0;
       for (double x : p)
-        if (x != kNotFinite) sq += (x - mean) * (x - mean);
+        if (x != kNotFinitePrediction) sq += (x - mean) * (x - mean);
       const double sd = k ? std::sqrt(sq / double(k)) : 0;
       for (size_t i = 0; i < n; ++i)
-        if (p[i] != kNotFinite) v[i] = sd > 0 ? (p[i] - mean) / sd : 0, top = std::max(top, v[i]);
+        if (p[i] != kNotFinitePrediction) v[i] = sd > 0 ? (p[i] - mean) / sd : 0, top = std::max(top, v[i]);
       for (size_t i = 0; i < n; ++i)
-        if (p[i] == kNotFinite) v[i] = (k ? top : 0) + 1;
+        if (p[i] == kNotFinitePrediction) v[i] = (k ? top : 0) + 1;
     }
     for (size_t i = 0; i < n; ++i)  // only a raw score can be the mark: the config then ranks last
-      out[i] = v[i] == kNotFinite || out[i] == kNotFinite ? kNotFinite : out[i] + v[i] / double(members.size());
+      out[i] = v[i] == kNotFinitePrediction || out[i] == kNotFinitePrediction ? kNotFinitePrediction
+                                                                              : out[i] + v[i] / double(members.size());
   }
   return out;
 }
@@ -182,7 +181,7 @@ Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std
   return evaluate(
       [&](size_t, const ModelGraph& g, const std::vector<int64_t>& configs, int64_t& nonfinite) {
         std::vector<double> p = predict_configs(model, g, configs, chunk, tta);
-        nonfinite = std::count(p.begin(), p.end(), kNotFinite);
+        nonfinite = std::count(p.begin(), p.end(), kNotFinitePrediction);
         return p;
       },
       src, eval_indices_dir, log_runtime, log_offset, max_configs);
