@@ -2,6 +2,8 @@
 //   y = act(x);  dx = dy * act'(x)   (the backward takes the input x, so every activation works)
 //   relu max(x, 0) | leaky_relu x > 0 ? x : slope x | elu x > 0 ? x : exp(x) - 1 |
 //   gelu 0.5 x (1 + erf(x / sqrt 2)) (exact, as torch's default) | sigmoid 1 / (1 + exp(-x)) | tanh
+// A NaN goes through as in torch: every activation's value at NaN is NaN, and its derivative there is
+// torch's (relu 0, leaky_relu the slope, elu 1, the others NaN).
 // act_value and act_derivative are the scalar definitions every kernel (and the fused layers'
 // epilogues) uses, so there is one formula per activation. Both are forced inline, as are the math
 // functions they call (kernels/math_fn.h, kernels/vmath.h): a loop over elements vectorises only when
@@ -25,7 +27,7 @@ template <class T>
 GNN_HD GNN_INLINE inline T act_value(Act a, T x, T slope) {
   switch (a) {
     case Act::kRelu:
-      return x > T(0) ? x : T(0);
+      return x <= T(0) ? T(0) : x;  // (NaN stays NaN, -0 gives +0)
     case Act::kLeakyRelu:
       return x > T(0) ? x : slope * x;
     case Act::kElu:
@@ -49,7 +51,7 @@ GNN_HD GNN_INLINE inline T act_derivative(Act a, T x, T slope) {
     case Act::kLeakyRelu:
       return x > T(0) ? T(1) : slope;
     case Act::kElu:
-      return x > T(0) ? T(1) : math_exp(x);
+      return x <= T(0) ? math_exp(x) : T(1);
     case Act::kGelu:  // Phi(x) + x phi(x)
       return math_gelu_grad(x);
     case Act::kSigmoid: {

@@ -33,7 +33,7 @@ void squeeze_excite_forward_ref(T* y, T* h, const T* x, const T* w1, const T* b1
       T acc = T(0);
       for (int64_t k = 0; k < F; ++k) acc += xr[k] * w1[k * H + m];
       const T v = acc + (b1 ? b1[m] : T(0));
-      hr[m] = v > T(0) ? v : T(0);  // act_value's ReLU (a NaN gives 0)
+      hr[m] = v <= T(0) ? T(0) : v;  // act_value's ReLU (a NaN stays NaN)
     }
     for (int64_t f = 0; f < F; ++f) {
       T acc = T(0);

@@ -100,9 +100,10 @@ void pairs_over_rows(const float* u, int64_t n, int64_t F, uint32_t* b) {
     }
 }
 
-// h's row i from its sum v: relu(v + b1) as act_value's ReLU (a NaN gives 0: max's second operand)
+// h's row i from its sum v: relu(v + b1) as act_value's ReLU, x <= 0 ? 0 : x (a NaN stays NaN)
 inline void store_squeezed(float* h, int64_t i, __m512 v, __m512 b1) {
-  _mm512_storeu_ps(h + i * H, _mm512_maskz_max_ps(__mmask16(0xffff), _mm512_add_ps(v, b1), _mm512_setzero_ps()));
+  const __m512 z = _mm512_add_ps(v, b1), zero = _mm512_setzero_ps();
+  _mm512_storeu_ps(h + i * H, _mm512_mask_mov_ps(z, _mm512_cmp_ps_mask(z, zero, _CMP_LE_OQ), zero));
 }
 
 // p's row i from its sum v: v where h's row is > 0, else 0

@@ -49,12 +49,12 @@ GNN_INLINE inline void rows_by_16(const float* a, int64_t lda, int64_t K, const 
   for (int i = 0; i < N; ++i) store(i, acc[i]);
 }
 
-// h rows of a block: relu(x W1 + b1), as act_value's x > 0 ? x : 0 (a NaN gives 0: max's second operand;
-// the masked form: GCC 12 warns that the unmasked one reads an undefined register)
+// h rows of a block: relu(x W1 + b1), as act_value's x <= 0 ? 0 : x (a NaN stays NaN; max would drop it)
 template <int N>
 GNN_INLINE inline void squeeze_rows(const float* x, int64_t F, const float* w1, V b1, float* h) {
   rows_by_16<N>(x, F, F, w1, [&](int i, V v) GNN_INLINE {
-    _mm512_storeu_ps(h + i * H, _mm512_maskz_max_ps(__mmask16(0xffff), _mm512_add_ps(v, b1), _mm512_setzero_ps()));
+    const V z = _mm512_add_ps(v, b1), zero = _mm512_setzero_ps();
+    _mm512_storeu_ps(h + i * H, _mm512_mask_mov_ps(z, _mm512_cmp_ps_mask(z, zero, _CMP_LE_OQ), zero));
   });
 }
 

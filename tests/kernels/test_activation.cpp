@@ -59,6 +59,87 @@ TEST_CASE("activations: fast CPU matches the reference, derivatives match finite
   }
 }
 
+namespace {
+// torch's derivative of each activation at NaN (torch.autograd on a NaN input): relu's backward keeps
+// the gradient where x > 0, leaky_relu's scales it where not, elu's scales it where x <= 0; gelu,
+// sigmoid and tanh carry the NaN
+bool nan_derivative_is_torchs(Act a, float d, float slope) {
+  switch (a) {
+    case Act::kRelu:
+      return d == 0.0f;
+    case Act::kLeakyRelu:
+      return d == slope;
+    case Act::kNone:
+    case Act::kElu:
+      return d == 1.0f;
+    default:
+      return std::isnan(d);
+  }
+}
+// x: values around the kinks with NaNs among them, long enough for the vector loops and their tails
+std::vector<float> with_nans(size_t n) {
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = i % 3 == 0 ? NAN : (float(i % 7) - 3.0f) * 0.5f;
+  return x;
+}
+}  // namespace
+
+TEST_CASE("activations: a NaN goes through as in torch, in the scalar form and the CPU kernels") {
+  const float slope = 0.2f;
+  const int64_t n = 67;
+  const auto x = with_nans(size_t(n));
+  const std::vector<float> dy(size_t(n), 1.0f);
+  for (Act a : kAll) {
+    CAPTURE(act_name(a));
+    CHECK(std::isnan(act_value(a, NAN, slope)));
+    CHECK(std::isnan(act_value(a, double(NAN), double(slope))));
+    CHECK(nan_derivative_is_torchs(a, act_derivative(a, NAN, slope), slope));
+    const size_t N = static_cast<size_t>(n);
+    std::vector<float> y(N), dx(N), yb(N), dxb(N);
+    act_forward_cpu(y.data(), x.data(), n, a, slope);
+    act_backward_cpu(dx.data(), dy.data(), x.data(), n, a, slope);
+    const float zero = 0.0f;  // bias_act with a zero bias: its own loops
+    bias_act_forward_cpu(yb.data(), x.data(), &zero, n, 1, a, slope);
+    bias_act_backward_cpu(dxb.data(), nullptr, dy.data(), x.data(), &zero, n, 1, a, slope);
+    for (int64_t i = 0; i < n; ++i) {
+      CAPTURE(i);
+      const float want = act_value(a, x[size_t(i)], slope);
+      CHECK(std::isnan(y[size_t(i)]) == std::isnan(x[size_t(i)]));
+      CHECK(std::isnan(yb[size_t(i)]) == std::isnan(x[size_t(i)]));
+      if (std::isnan(x[size_t(i)])) {
+        CHECK(nan_derivative_is_torchs(a, dx[size_t(i)], slope));
+        CHECK(nan_derivative_is_torchs(a, dxb[size_t(i)], slope));
+      } else {
+        CHECK(y[size_t(i)] == doctest::Approx(want).epsilon(1e-6));
+      }
+    }
+  }
+  CHECK(!std::signbit(act_value(Act::kRelu, -0.0f, slope)));  // relu(-0) is +0, as before
+}
+
+TEST_CASE("cuda activations: a NaN goes through as in torch") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  const float slope = 0.2f;
+  const int64_t n = 67;
+  const auto x = with_nans(size_t(n));
+  const Tensor gx = on_gpu(x), gdy = on_gpu(std::vector<float>(size_t(n), 1.0f));
+  for (Act a : kAll) {
+    CAPTURE(act_name(a));
+    Tensor y = nan_gpu(n), dx = nan_gpu(n);
+    act_forward_cuda(y.f32(), gx.f32(), n, a, slope, s);
+    act_backward_cuda(dx.f32(), gdy.f32(), gx.f32(), n, a, slope, s);
+    const auto yh = y.to_vector<float>(), dxh = dx.to_vector<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      CAPTURE(i);
+      CHECK(std::isnan(yh[size_t(i)]) == std::isnan(x[size_t(i)]));
+      if (std::isnan(x[size_t(i)])) CHECK(nan_derivative_is_torchs(a, dxh[size_t(i)], slope));
+    }
+  }
+#endif
+}
+
 TEST_CASE("cuda activations match their references") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA

@@ -176,6 +176,29 @@ TEST_CASE("squeeze_excite: the float kernel against the reference, the same bits
     CHECK(std::all_of(g->begin(), g->end(), [](float v) { return v == 0.0f; }));
 }
 
+TEST_CASE("squeeze_excite: a NaN in a row is NaN in its squeezed row, as relu(NaN) is in torch") {
+  // rows of F = 128 (the vector kernel's width where it runs) and 48 (the reference's loops elsewhere)
+  for (int64_t F : {int64_t(128), int64_t(48)}) {
+    CAPTURE(F);
+    const int64_t R = 37, H = 16;
+    auto x = random_values<float>(size_t(R * F), 61);
+    x[size_t(5 * F + 3)] = NAN;  // row 5
+    const auto w1 = random_values<float>(size_t(F * H), 62), b1 = random_values<float>(size_t(H), 63),
+               w2 = random_values<float>(size_t(H * F), 64), b2 = random_values<float>(size_t(F), 65),
+               dy = random_values<float>(size_t(R * F), 66);
+    const SeRun got = run_cpu(x, w1, b1, w2, b2, dy, R, F, H);
+    std::vector<float> y(static_cast<size_t>(R * F)), h(static_cast<size_t>(R * H));
+    squeeze_excite_forward_ref<float>(y.data(), h.data(), x.data(), w1.data(), b1.data(), w2.data(), b2.data(), R, F,
+                                      H);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t m = 0; m < H; ++m) {
+        CAPTURE(r);
+        CHECK(std::isnan(got.h[size_t(r * H + m)]) == (r == 5));
+        CHECK(std::isnan(h[size_t(r * H + m)]) == (r == 5));
+      }
+  }
+}
+
 TEST_CASE("squeeze_excite: the op is the four ops it replaces, and refuses shapes that do not fit") {
   // f32 products: the composed block's products in f32 as the op's
   const PrecisionRestored precision(GemmPrecision::kF32);
