@@ -27,27 +27,6 @@
 
 namespace gnn::cli {
 
-namespace {
-
-// An error line stays one line of text whatever a flag or a file name held: control bytes (a NUL, a
-// newline, an escape sequence) are shown as \xNN.
-std::string printable(const std::string& s) {
-  std::string out;
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u != 0x7f) {
-      out += c;
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", u);
-      out += buf;
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 void check_output(const std::string& flag, const std::string& out, const std::vector<std::string>& inputs) {
   if (out.empty()) throw UsageError("--" + flag + ": no file given");
   const std::string same = output_names_input(out, inputs);

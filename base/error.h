@@ -7,15 +7,19 @@
 
 namespace gnn {
 
+// text with each control byte (below 0x20, and 0x7f) written as \xNN: what every message shows
+std::string printable(std::string text);
+
 class Error : public std::runtime_error {
  public:
-  Error(std::string message, std::string where)
-      : std::runtime_error(message + " [" + where + "]"), message_(std::move(message)), where_(std::move(where)) {}
+  Error(std::string message, std::string where) : Error(printable(std::move(message)), where, 0) {}
   // The message without the source location, for messages shown to users.
   const std::string& message() const { return message_; }
   const std::string& where() const { return where_; }
 
  private:
+  Error(std::string shown, std::string& where, int)
+      : std::runtime_error(shown + " [" + where + "]"), message_(std::move(shown)), where_(std::move(where)) {}
   std::string message_, where_;
 };
 

@@ -182,6 +182,15 @@ TEST_CASE("bad input: two members of one name, or two members for one array, are
                        Error);
 }
 
+TEST_CASE("bad input: a control byte in a member's name is shown as \\xNN, and the message goes on past it") {
+  // A NUL in a name ends a C string: the message printed through what() stopped there, reason and all.
+  const std::string bytes = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", 16);
+  const std::string message = load_error(archive_with(std::string("ab\0c\x1b[2Jd.npy", 13), bytes.substr(0, 20)));
+  CHECK(message.find("bad.npz: member 'ab\\x00c\\x1b[2Jd.npy': .npy header") == 0);
+  CHECK(message.find("runs past the end") != std::string::npos);
+  CHECK(printable(std::string("a\n\t\x7f\xc3\xa9", 6)) == "a\\x0a\\x09\\x7f\xc3\xa9");  // UTF-8 stays
+}
+
 TEST_CASE("bad input: missing members name what the archive has") {
   const NpzReader npz(testing::fixture("stored.npz"));
   CHECK_THROWS_WITH_AS(npz.load("node_feat"), doctest::Contains("no array 'node_feat' (has: a_b1, a_u1"), Error);
