@@ -133,6 +133,14 @@ Var elementwise_loss(const char* name, const Var& pred, const Tensor& target, F 
 
 double sign(double x) { return double((x > 0) - (x < 0)); }
 
+// log(e^a + e^b) for any a and b: a NaN stays NaN, -inf adds nothing, +inf gives +inf
+double log_add_exp(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return a + b;
+  const double hi = std::max(a, b), lo = std::min(a, b);
+  if (lo == -INFINITY || hi == INFINITY) return hi;
+  return hi + std::log1p(std::exp(lo - hi));
+}
+
 }  // namespace
 
 Var mse_loss(const Var& pred, const Tensor& target) {
@@ -160,7 +168,8 @@ Var log_mape_loss(const Var& log_pred, const Tensor& target) {
 
 Var pairwise_hinge_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr, double margin) {
   return pairwise(
-      "pairwise_hinge_loss", pred, target, group_ptr, [margin](double d) { return std::max(0.0, margin - d); },
+      "pairwise_hinge_loss", pred, target, group_ptr,
+      [margin](double d) { return margin - d <= 0 ? 0.0 : margin - d; },  // (a NaN stays NaN, as torch's clamp)
       [margin](double d) { return margin - d > 0 ? -1.0 : 0.0; });
 }
 
@@ -191,17 +200,19 @@ Var list_mle_loss(const Var& pred, const Tensor& target, const Tensor& group_ptr
       return slowest_first ? t[size_t(i)] > t[size_t(j)] : t[size_t(i)] < t[size_t(j)];
     });
     std::vector<double> u(static_cast<size_t>(n));
-    double m = -INFINITY;
     const double s = slowest_first ? 1.0 : -1.0;  // u = s * pred / T
-    for (int64_t r = 0; r < n; ++r) m = std::max(m, u[size_t(r)] = s * p[size_t(order[size_t(r)])] / temperature);
-    // suffix sums of exp(u - m): D_r = sum_{l >= r} exp(u_l - m)
-    std::vector<double> D(static_cast<size_t>(n + 1), 0.0);
-    for (int64_t r = n - 1; r >= 0; --r) D[size_t(r)] = D[size_t(r + 1)] + std::exp(u[size_t(r)] - m);
-    double inv_cum = 0;  // sum_{r' <= r} 1 / D_r'
+    for (int64_t r = 0; r < n; ++r) u[size_t(r)] = s * p[size_t(order[size_t(r)])] / temperature;
+    // L_r = log sum_{l >= r} exp(u_l), from the end, each step against its own maximum: one maximum for the
+    // whole group made a suffix far below it underflow to 0 (pred [0, 800] in order gave -inf, not 0)
+    std::vector<double> L(static_cast<size_t>(n + 1), -INFINITY);
+    for (int64_t r = n - 1; r >= 0; --r) L[size_t(r)] = log_add_exp(u[size_t(r)], L[size_t(r + 1)]);
+    // dloss/du_r = -1 + sum_{r' <= r} exp(u_r - L_r') = -1 + exp(u_r - L_r) c_r, c_r = sum_{r' <= r} exp(L_r - L_r'):
+    // L falls with r, so each term is at most 1 and c_r at most r + 1
+    double c = 0;
     for (int64_t r = 0; r < n; ++r) {
-      loss += std::log(D[size_t(r)]) + m - u[size_t(r)];
-      inv_cum += 1.0 / D[size_t(r)];
-      const double du = -1.0 + std::exp(u[size_t(r)] - m) * inv_cum;  // dL/du_r
+      loss += L[size_t(r)] - u[size_t(r)];
+      c = (r == 0 ? 0.0 : c * std::exp(L[size_t(r)] - L[size_t(r - 1)])) + 1.0;
+      const double du = -1.0 + std::exp(u[size_t(r)] - L[size_t(r)]) * c;
       grad[size_t(order[size_t(r)])] = s * du / temperature;  // du/dp = s / T
     }
   }

@@ -288,6 +288,82 @@ TEST_CASE("nn: GCNConv on a hand-worked path graph") {
   CHECK(y[2] == doctest::Approx(2 / std::sqrt(6.0) + 2.0).epsilon(1e-6));
 }
 
+namespace {
+// ListMLE over one group already in its true order (u_r = pred_r / T with the sign folded in), in long
+// double directly from the definition, one shift by the group's maximum: long double's range holds
+// exp(-11000), so gaps of thousands do not underflow here
+std::pair<double, std::vector<double>> list_mle_long(const std::vector<double>& u) {
+  const size_t n = u.size();
+  long double m = -INFINITY, loss = 0;
+  for (double v : u) m = std::max(m, (long double)v);
+  std::vector<long double> L(n);
+  for (size_t r = n; r-- > 0;) {
+    long double sum = 0;
+    for (size_t l = r; l < n; ++l) sum += std::exp((long double)u[l] - m);
+    L[r] = std::log(sum) + m;
+    loss += L[r] - u[r];
+  }
+  std::vector<double> du(n);
+  for (size_t r = 0; r < n; ++r) {
+    long double acc = -1;
+    for (size_t q = 0; q <= r; ++q) acc += std::exp((long double)u[r] - L[q]);
+    du[r] = double(acc);
+  }
+  return {double(loss), du};
+}
+}  // namespace
+
+TEST_CASE("nn: ListMLE where a suffix is far below the group's largest score, and hinge keeps a NaN") {
+  // One maximum for the whole group made a suffix 745 below it underflow: pred [0, 800] in its true
+  // order (fastest first, u = -pred) gave a loss of -inf and a NaN gradient; the loss is e^-800.
+  struct Case {
+    std::vector<double> pred;
+    double temperature;
+    bool slowest_first;
+  };
+  const Case cases[] = {{{0, 800}, 1, false},
+                        {{0, 8}, 0.01, false},
+                        {{0, 740}, 1, false},
+                        {{0, 800, 1600}, 1, false},
+                        {{800, 0}, 1, true},
+                        {{800, 0}, 1, false},
+                        {{-900, 5, 1200, -3}, 1, false},
+                        {{3000, -20, 0.5, 7, -3000, 12}, 0.5, true}};
+  for (const Case& c : cases) {
+    const size_t n = c.pred.size();
+    CAPTURE(n);
+    CAPTURE(c.pred[1]);
+    // targets 0, 1, 2...: the true order is the index order (fastest first), reversed when slowest_first
+    std::vector<double> target(n), u(n);
+    for (size_t i = 0; i < n; ++i) target[i] = double(i);
+    const double s = c.slowest_first ? 1.0 : -1.0;
+    for (size_t r = 0; r < n; ++r) u[r] = s * c.pred[c.slowest_first ? n - 1 - r : r] / c.temperature;
+    const auto [want, du] = list_mle_long(u);
+    ag::Var p(Tensor::from_vector<double>(c.pred), true);
+    const ag::Var loss =
+        nn::list_mle_loss(p, Tensor::from_vector<double>(target), Tensor::from_vector<int64_t>({0, int64_t(n)}),
+                          c.temperature, c.slowest_first);
+    ag::backward(loss);
+    CHECK(loss.value().item() == doctest::Approx(want).epsilon(1e-12));
+    const auto g = p.grad().to_vector<double>();
+    for (size_t r = 0; r < n; ++r) {
+      CAPTURE(r);
+      const size_t i = c.slowest_first ? n - 1 - r : r;
+      CHECK(std::isfinite(g[i]));
+      CHECK(g[i] == doctest::Approx(s * du[r] / c.temperature).epsilon(1e-12).scale(1e-300));
+    }
+    ag::clear_tape();
+  }
+  // a NaN prediction: torch's clamp(margin - d, min=0) keeps it, and its gradient there is 0
+  ag::Var p(Tensor::from_vector<double>({NAN, 0.0}), true);
+  const ag::Var hinge =
+      nn::pairwise_hinge_loss(p, Tensor::from_vector<double>({1, 0}), Tensor::from_vector<int64_t>({0, 2}), 0.1);
+  ag::backward(hinge);
+  CHECK(std::isnan(hinge.value().item()));
+  CHECK(p.grad().to_vector<double>() == std::vector<double>{0.0, 0.0});
+  ag::clear_tape();
+}
+
 TEST_CASE("nn: losses, hand-worked values and finite differences") {
   const Tensor t = Tensor::from_vector<double>({3, 1, 2, 5, 4});
   const Tensor gp = Tensor::from_vector<int64_t>({0, 3, 5});
