@@ -585,8 +585,9 @@ def sage_backward(graph: Graph, grad_out, z, h, weight, activation: str = "none"
 def pool(x, ptr, reduce: str = "sum", return_argmax: bool = False, out=None):
     """Readout of x [N, F] per graph (rows ptr[g] .. ptr[g+1], int64) into [G, F].
 
-    reduce: 'sum', 'mean', 'max' or 'logsumexp'. With return_argmax and 'max', also the int32 [G, F]
-    row each max came from (pool_backward needs it).
+    reduce: 'sum', 'mean', 'max' or 'logsumexp'; a graph of no rows gives 0 whatever the reduce (PyG's
+    pools' convention; torch.logsumexp over nothing is -inf). With return_argmax and 'max', also the int32
+    [G, F] row each max came from (pool_backward needs it).
     """
     _text(reduce, "reduce")
     _, F = _dims(x, "x", 2)

@@ -14,7 +14,9 @@ does every step of full-graph training (an edit that torch does not count, throu
 ``.data``, is not seen: pass a new tensor; an inference tensor, made under ``torch.inference_mode()``,
 has no version, so its graph is built on every call); of equal edge features a GATConv 'max' or 'min'
 self-loop's gradient goes to the first edge (torch's amax splits it); a bipartite GATConv with more
-targets than sources gives an edge past the self-loops' nodes no loop features (PyG fails there).
+targets than sources gives an edge past the self-loops' nodes no loop features (PyG fails there); under
+``torch.autocast`` gnn's kernels are of torch's float32 ops (as softmax and layer_norm are): a float16 or
+bfloat16 input is taken in float32, and the output is float32.
 Anything the kernels do not cover (SAGE's lstm and multiple aggregations) raises NotImplementedError
 rather than computing something else.
 """
@@ -237,6 +239,21 @@ def _check_x(x: Tensor, name: str = "x") -> None:
         raise TypeError(f"{name} must be float32, got {x.dtype}")
 
 
+def _autocast_on(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # (torch before 2.4: no device argument)
+        return torch.is_autocast_cpu_enabled() if device_type == "cpu" else torch.is_autocast_enabled()
+
+
+def _f32(t):
+    """t in float32 where autocast made it float16 or bfloat16 (x @ W in a layer under torch.autocast), as
+    torch's float32-listed ops take their inputs; anything else as it is, for _check_x to judge."""
+    if isinstance(t, Tensor) and t.dtype in (torch.float16, torch.bfloat16) and _autocast_on(t.device.type):
+        return t.float()
+    return t
+
+
 def _check_optional(**arrays) -> None:
     """_check_x for each of the optional arguments given (not None), by its name."""
     for name, a in arrays.items():
@@ -269,6 +286,7 @@ class _SpMM(torch.autograd.Function):
 
 def spmm(graph: Graph, x: Tensor, reduce: str = "sum", edge_weight: Optional[Tensor] = None) -> Tensor:
     """Differentiable gnn.spmm (x and edge_weight get gradients; edge_weight in CSR order)."""
+    x, edge_weight = _f32(x), _f32(edge_weight)
     _check_x(x)
     _check_optional(edge_weight=edge_weight)
     return _SpMM.apply(graph, x, edge_weight, reduce)
@@ -299,6 +317,7 @@ class _SAGE(torch.autograd.Function):
 def sage(graph: Graph, x: Tensor, weight: Tensor, bias: Optional[Tensor] = None, activation: str = "none",
          negative_slope: float = 0.01) -> Tensor:
     """Differentiable fused SAGE layer: act([mean_{j->i} x_j | x_i] @ weight + bias), weight [2F, O]."""
+    x, weight, bias = _f32(x), _f32(weight), _f32(bias)
     _check_x(x)
     _check_x(weight, "weight")
     _check_optional(bias=bias)
@@ -323,6 +342,7 @@ class _GatScores(torch.autograd.Function):
 
 def gat_scores(graph: Graph, a_src: Tensor, a_dst: Tensor, negative_slope: float = 0.2) -> Tensor:
     """Differentiable GAT scores [E, H] in CSR order: leaky_relu(a_src[j] + a_dst[i]) for each edge j -> i."""
+    a_src, a_dst = _f32(a_src), _f32(a_dst)
     _check_x(a_src, "a_src")
     _check_x(a_dst, "a_dst")
     return _GatScores.apply(graph, a_src, a_dst, _g._real(negative_slope, "negative_slope"))
@@ -361,6 +381,7 @@ class _SegmentSoftmax(torch.autograd.Function):
 
 def segment_softmax(x: Tensor, indptr) -> Tensor:
     """Differentiable softmax of x [E, H] over the row segments indptr (int32), or a Graph's rows."""
+    x = _f32(x)
     _check_x(x)
     return _SegmentSoftmax.apply(x, _dense(indptr))
 
@@ -382,7 +403,9 @@ class _Pool(torch.autograd.Function):
 
 
 def pool(x: Tensor, ptr: Tensor, reduce: str = "sum") -> Tensor:
-    """Differentiable readout per graph: ptr (int64 [G+1]) as PyG's Batch.ptr; sum, mean, max or logsumexp."""
+    """Differentiable readout per graph: ptr (int64 [G+1]) as PyG's Batch.ptr; sum, mean, max or logsumexp (a
+    graph of no rows gives 0 whatever the reduce, as PyG's pools; torch.logsumexp over nothing is -inf)."""
+    x = _f32(x)
     _check_x(x)
     return _Pool.apply(x, _dense(ptr), reduce)
 
@@ -408,6 +431,7 @@ class _InstanceNorm(torch.autograd.Function):
 def instance_norm(x: Tensor, ptr: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                   eps: float = 1e-5) -> Tensor:
     """Differentiable per-graph, per-channel normalisation (PyG's InstanceNorm without running stats)."""
+    x, weight, bias = _f32(x), _f32(weight), _f32(bias)
     _check_x(x)
     if (weight is None) != (bias is None):
         raise ValueError("weight and bias: pass both or neither")
@@ -435,6 +459,7 @@ class _LayerNorm(torch.autograd.Function):
 def layer_norm(x: Tensor, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                eps: float = 1e-5) -> Tensor:
     """Differentiable row normalisation of x [R, F] (torch.nn.functional.layer_norm over the last dim)."""
+    x, weight, bias = _f32(x), _f32(weight), _f32(bias)
     _check_x(x)
     if (weight is None) != (bias is None):
         raise ValueError("weight and bias: pass both or neither")
@@ -530,6 +555,9 @@ class GCNConv(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False, cached: bool = False,
                  add_self_loops: Optional[bool] = None, normalize: bool = True, bias: bool = True):
         super().__init__()
+        _, _, pair = _in_channels(in_channels, "GCNConv")
+        if pair:
+            raise TypeError(f"GCNConv: in_channels must be an int (GCN has no bipartite form), got {in_channels!r}")
         add_self_loops = normalize if add_self_loops is None else add_self_loops
         if add_self_loops and not normalize:
             raise ValueError("GCNConv does not support adding self-loops to the graph when no normalization is "
@@ -620,9 +648,14 @@ class GINConv(nn.Module):
         self._cache = _GraphCache()
 
     def reset_parameters(self) -> None:
-        for m in self.nn.modules():
-            if m is not self.nn and hasattr(m, "reset_parameters"):
+        def reset(m):  # (PyG's: a module's own reset_parameters where it has one, else its children's)
+            if hasattr(m, "reset_parameters"):
                 m.reset_parameters()
+            else:
+                for child in m.children():
+                    reset(child)
+
+        reset(self.nn)
         self.eps.data.fill_(self.initial_eps)
 
     def forward(self, x, edge_index, size=None) -> Tensor:

@@ -784,6 +784,62 @@ def test_layers_refuse_what_they_do_not_compute():
     assert gt.GATConv(F, O, heads=np.int64(2))(x, ei).shape == (N, 2 * O)  # NumPy integers, as PyG takes them
 
 
+def test_gin_reset_parameters_resets_its_nn_as_pygs():
+    """PyG's reset: the nn's own reset_parameters where it has one (a bare Linear, or a module with its own
+    init), else its children's; a bare Linear was left as it was."""
+    torch.manual_seed(3)
+    for inner in (torch.nn.Linear(F, O), gin_mlp()):
+        layer = gt.GINConv(inner, eps=0.5, train_eps=True)
+        before = [p.detach().clone() for p in inner.parameters()]
+        with torch.no_grad():
+            layer.eps.fill_(2.0)
+        layer.reset_parameters()
+        assert all(not torch.equal(a, b) for a, b in zip(before, inner.parameters()))
+        assert layer.eps.item() == 0.5
+
+    class OwnInit(torch.nn.Module):  # its own reset_parameters, which the children's must not replace
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(F, O)
+
+        def reset_parameters(self):
+            torch.nn.init.constant_(self.lin.weight, 0.25)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    own = OwnInit()
+    gt.GINConv(own).reset_parameters()
+    assert torch.all(own.lin.weight == 0.25)
+
+
+def test_layers_under_autocast_take_half_inputs_in_float32():
+    """Under torch.autocast a layer's x @ W comes out bfloat16; gnn's kernels take it in float32 (torch's
+    float32 ops' rule) instead of refusing it as "x must be float32"; outside autocast a half input is
+    still refused."""
+    x, ei = inputs()
+    for name in ("gcn", "gat", "sage-sum-noroot", "gin"):
+        m = make(gt, name)
+        want = m(x, ei)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = m(x, ei)
+        # float32 where a gnn kernel makes the output (GCN, GAT), bfloat16 where a torch Linear does (as PyG's)
+        assert got.dtype == (torch.float32 if name in ("gcn", "gat") else torch.bfloat16)
+        torch.testing.assert_close(got.float(), want, rtol=0.05, atol=0.05)  # (bf16 products)
+        got.sum().backward()
+        assert x.grad is not None and x.grad.dtype == torch.float32
+        x.grad = None
+    g = gt.graph_of(ei, N)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert gt.spmm(g, x.detach().bfloat16()).dtype == torch.float32
+    with pytest.raises(TypeError, match="x must be float32, got torch.bfloat16"):
+        gt.spmm(g, x.detach().bfloat16())
+    with pytest.raises(ValueError, match=r"in_channels must be >= 0 \(no lazy -1\), got -1"):
+        gt.GCNConv(-1, O)
+    with pytest.raises(TypeError, match="GCN has no bipartite form"):
+        gt.GCNConv((F, F), O)
+
+
 @pytest.mark.parametrize("name", ["SAGEConv", "GCNConv", "GATConv", "GINConv"])
 def test_layers_check_edge_index_and_x_by_name(name):
     """Every layer refuses a bad edge_index the way gnn.Graph does, before it adds or drops self-loops
