@@ -15,6 +15,24 @@
 using namespace gnn;
 using namespace gnn::testing;  // the helpers of testing.h, device_buffers.h and graph_cases.h
 
+TEST_CASE("dropout's scale is 1 over the keep probability its threshold gives: E[y] = x for any p") {
+  // The mask keeps an element when the top 24 bits of its hash are >= threshold, so with probability
+  // 1 - threshold / 2^24 (the hash is a bijection of 32 bits). 1 / (1 - p) as the scale made E[y] up to
+  // 2^-24 / (1 - p) too large: 1.3% at p = 0.999999, 60x at p = 1 - 1e-9.
+  for (double p : {0.1, 0.2, 0.3, 0.5, 0.9, 0.999, 0.999999, 1 - 1e-9, 1e-9}) {
+    CAPTURE(p);
+    const DropoutMask<double> m = dropout_mask<double>(p, 5);
+    const double keep = 1 - double(m.threshold) / double(1u << 24);
+    CHECK(m.scale * keep == doctest::Approx(1.0).epsilon(1e-15));
+    CHECK(std::fabs(keep - (1 - p)) <= 1.0 / double(1u << 24));
+    const DropoutMask<float> f = dropout_mask<float>(p, 5);
+    CHECK(f.threshold == m.threshold);
+    CHECK(double(f.scale) * keep == doctest::Approx(1.0).epsilon(1e-7));
+  }
+  CHECK(dropout_mask<float>(1e-9, 5).scale == 1.0f);  // (a threshold of 0: nothing dropped, nothing scaled)
+  CHECK(dropout_mask<float>(0.5, 5).scale == 2.0f);
+}
+
 TEST_CASE("cuda dropout draws the host's mask, bit for bit") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
