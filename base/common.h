@@ -61,6 +61,20 @@ inline constexpr bool kWithCuda = false;
 #define GNN_HD
 #endif
 
+// A max over terms in order (SpMM's and pooling's, with the term that gave it): a later term v replaces the
+// running max m where greater, and where v is NaN and m is not, so a NaN anywhere gives NaN (torch's amax),
+// held at the first NaN's term; of equal terms the first stays.
+template <class T>
+GNN_HD GNN_INLINE inline bool max_takes(T v, T m) {
+  return v > m || (v != v && m == m);
+}
+// The same rule merging a partial max pv of terms whose first maximal one is pa (-1: no terms) into m of
+// term a: the sequential max's result whatever the split (equal values, or two NaNs: the earlier term).
+template <class T>
+GNN_HD GNN_INLINE inline bool max_merge_takes(T pv, int32_t pa, T m, int32_t a) {
+  return pa >= 0 && (a < 0 || max_takes(pv, m) || ((pv == m || (pv != pv && m != m)) && pa < a));
+}
+
 template <class T>
 constexpr T ceil_div(T a, T b) {
   return (a + b - 1) / b;

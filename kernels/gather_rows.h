@@ -1,8 +1,8 @@
 // A destination row of a gather, as the CPU's gather kernels form it (SpMM's sum and mean forward and
 // backward, its max forward, the fused SAGE layer's mean). The sum: each column 0 plus the terms in edge
 // order (the float reference's order, and its +0 where every term is -0), times 1 / degree for the mean.
-// The max: each column the first term, replaced by each later one that is greater (so the first of equal
-// terms, and a NaN only where it comes first), with the edge that gave it.
+// The max: each column the first term, replaced by each later one that is greater or is the first NaN (as
+// max_takes decides: the first of equal terms, NaN wherever a NaN comes), with the edge that gave it.
 // Up to 64 columns at a time, all but a row's last F % 4, are held in registers over a pass of the row's
 // edges and stored once: forming the row in memory instead costs a load and a store per edge, each split
 // over two cache lines where the row is not 64-byte aligned (a NumPy array, a width not a multiple of
@@ -89,8 +89,8 @@ GNN_INLINE inline void sum_cols(float* __restrict yr, const Row& row, const Coef
 #endif
 // Columns c0 .. c0 + 16K + 4T + rem of the max over the terms i = b .. e-1 of coef(i) times the row
 // row(i), into yr, and into ar the term i that gave each column: the first term, replaced where a later
-// one is greater. Held (the 16K columns in vectors of W lanes, the 4T in vectors of 4) and stored as
-// sum_cols's.
+// one is greater or the first NaN (max_takes). Held (the 16K columns in vectors of W lanes, the 4T in vectors of 4) and
+// stored as sum_cols's.
 template <int K, int T, int W, class Row, class Coef>
 GNN_INLINE inline void max_cols(float* __restrict yr, int32_t* __restrict ar, const Row& row, const Coef& coef,
                                 int32_t b, int32_t e, int64_t c0, int64_t rem) {
@@ -106,33 +106,74 @@ GNN_INLINE inline void max_cols(float* __restrict yr, int32_t* __restrict ar, co
   float* __restrict yt = yr + ct;
   int32_t* __restrict at = ar + ct;
   if constexpr (K > 0) rem = 0;
-  // (a vector's compare gives each lane -1 where it holds and 0 where not: the lanes the select takes)
-  auto take_greater = [](auto& cur, auto& cur_arg, const auto& val, const auto& idx) GNN_INLINE {
+  // (a vector's compare gives each lane -1 where it holds and 0 where not: the lanes the select takes.) The
+  // vectors take a greater term only, and note each lane that met a NaN; those columns are walked again after
+  // for their first NaN (max_takes' result). max_takes' own two-part test in the select made GCC's code for
+  // it 7x slower (SpMM max, F = 64).
+  typename L::i nan[V > 0 ? V : 1];
+  L4::i nan4[T > 0 ? T : 1];
+  auto take_greater = [](auto& cur, auto& cur_arg, auto& seen, const auto& val, const auto& idx) GNN_INLINE {
     const auto take = val > cur;
     cur = take ? val : cur;
     cur_arg = take ? idx : cur_arg;
+    seen |= val != val;
   };
+  // columns [f0, f1)'s max made the first NaN's where a term is NaN
+  auto first_nans = [&](int64_t f0, int64_t f1) {
+    for (int64_t f = f0; f < f1; ++f)
+      for (int32_t i = b; i < e; ++i) {
+        const float val = coef(i) * row(i)[c0 + f];
+        if (val != val) {
+          yr[f] = val, ar[f] = i;
+          break;
+        }
+      }
+  };
+  bool rem_nan = false;
   {
     const float* __restrict xr = row(b) + c0;
     const float c = coef(b);
-    for (int k = 0; k < V; ++k) acc[k] = c * L::load(xr + W * k), arg[k] = typename L::i{} + b;
-    for (int t = 0; t < T; ++t) acc4[t] = c * L4::load(xr + 16 * K + 4 * t), arg4[t] = L4::i{} + b;
+    for (int k = 0; k < V; ++k)
+      acc[k] = c * L::load(xr + W * k), arg[k] = typename L::i{} + b, nan[k] = acc[k] != acc[k];
+    for (int t = 0; t < T; ++t)
+      acc4[t] = c * L4::load(xr + 16 * K + 4 * t), arg4[t] = L4::i{} + b, nan4[t] = acc4[t] != acc4[t];
     for (int64_t f = 0; f < rem; ++f) yt[f] = c * xr[ct + f], at[f] = b;
   }
   for (int32_t i = b + 1; i < e; ++i) {
     const float* __restrict xr = row(i) + c0;
     const float c = coef(i);
-    for (int k = 0; k < V; ++k) take_greater(acc[k], arg[k], c * L::load(xr + W * k), typename L::i{} + i);
-    for (int t = 0; t < T; ++t) take_greater(acc4[t], arg4[t], c * L4::load(xr + 16 * K + 4 * t), L4::i{} + i);
+    for (int k = 0; k < V; ++k) take_greater(acc[k], arg[k], nan[k], c * L::load(xr + W * k), typename L::i{} + i);
+    for (int t = 0; t < T; ++t) take_greater(acc4[t], arg4[t], nan4[t], c * L4::load(xr + 16 * K + 4 * t), L4::i{} + i);
     for (int64_t f = 0; f < rem; ++f) {  // branch-free: the mask picks val and i
       const float val = c * xr[ct + f], cur = yt[f];
       const int32_t take = -int32_t(val > cur);
       yt[f] = val > cur ? val : cur;
       at[f] = (at[f] & ~take) | (i & take);
+      rem_nan |= val != val;
     }
   }
+  if (rem_nan) [[unlikely]]
+    first_nans(ct, ct + rem);
   for (int k = 0; k < V; ++k) L::store(yr + W * k, acc[k]), L::store(ar + W * k, arg[k]);
   for (int t = 0; t < T; ++t) L4::store(yr + 16 * K + 4 * t, acc4[t]), L4::store(ar + 16 * K + 4 * t, arg4[t]);
+  if constexpr (V + T > 0) {
+    L4::i any4 = L4::i{};  // (one test for the whole block: the rare NaN pays for the walk)
+    for (int t = 0; t < T; ++t) any4 |= nan4[t];
+    typename L::i any = typename L::i{};
+    for (int k = 0; k < V; ++k) any |= nan[k];
+    uint64_t words[W / 2 + 2];
+    __builtin_memcpy(words, &any, sizeof any);
+    __builtin_memcpy(words + W / 2, &any4, sizeof any4);
+    uint64_t hit = 0;
+    for (int w = 0; w < W / 2 + 2; ++w) hit |= words[w];
+    if (!hit) [[likely]]
+      return;
+    int32_t seen[V * W + 4 * T];
+    for (int k = 0; k < V; ++k) L::store(seen + W * k, nan[k]);
+    for (int t = 0; t < T; ++t) L4::store(seen + V * W + 4 * t, nan4[t]);
+    for (int64_t f = 0; f < V * W + 4 * T; ++f)
+      if (seen[f]) first_nans(f, f + 1);
+  }
 }
 #pragma GCC diagnostic pop
 #pragma GCC diagnostic pop
@@ -194,7 +235,7 @@ inline int max_lanes() {
 }
 
 // yr[0 .. F) = the max over the terms coef(i) times the row row(i) for i = b .. e-1 (b < e), each column
-// the first term replaced where a later one is greater, and ar[0 .. F) the term i that gave it; the
+// the first term replaced where a later one is greater or the first NaN, and ar[0 .. F) the term i that gave it; the
 // 16-column blocks in vectors of `lanes` floats (max_lanes()), the last F % 16 columns in 4-lane vectors
 // and the last F % 4 in the row (column_passes). (No prefetch of the next term's row, which the sums have: it
 // cost the max 5-15% at F = 8-16 with x in cache and gained nothing at 2M rows.)

@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   } else if (f < F) {
     for (int64_t i = b + w; i < e; i += kRowWarps) {
       const float val = __ldg(x + i * F + f);
-      if (arg < 0 || val > acc) acc = val, arg = int32_t(i);
+      if (arg < 0 || max_takes(val, acc)) acc = val, arg = int32_t(i);
     }
   }
   part[w][lane] = acc, part_arg[w][lane] = arg;
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kRowWarps * 32)
     const float pv = part[h][lane];
     const int32_t pa = part_arg[h][lane];
     if (op != Reduce::kMax) acc += pv;
-    else if (pa >= 0 && (arg < 0 || pv > acc || (pv == acc && pa < arg))) acc = pv, arg = pa;
+    else if (max_merge_takes(pv, pa, acc, arg)) acc = pv, arg = pa;
   }
   if (op == Reduce::kMean && e > b) acc /= float(e - b);
   if (op == Reduce::kMax) {

@@ -1,6 +1,7 @@
 // Readout per graph of a disjoint union: graph g owns node rows graph_ptr[g] .. graph_ptr[g+1]-1.
-//   sum / mean / max over those rows, per feature; max keeps argmax (the node row; -1 and y = 0 for a
-//   graph with no nodes). x [N, F], y [G, F].
+//   sum / mean / max over those rows, per feature; max keeps argmax (the node row, the first of equal ones,
+//   the first NaN's where a row is NaN as torch's amax: max_takes; -1 and y = 0 for a graph with no
+//   nodes). x [N, F], y [G, F].
 //   log-sum-exp (below) per feature too.
 // Backward: each node row belongs to one graph, so dx is a broadcast (sum, mean), a scatter to the
 // argmax row (max) or dy times the row's softmax weight (log-sum-exp): no sums across threads. With a
@@ -25,7 +26,7 @@ void pool_forward_ref(T* y, int32_t* argmax, const T* x, const int64_t* graph_pt
       int32_t arg = -1;
       for (int64_t i = graph_ptr[g]; i < graph_ptr[g + 1]; ++i) {
         if (op != Reduce::kMax) acc += x[i * F + f];
-        else if (arg < 0 || x[i * F + f] > acc) acc = x[i * F + f], arg = int32_t(i);
+        else if (arg < 0 || max_takes(x[i * F + f], acc)) acc = x[i * F + f], arg = int32_t(i);
       }
       const int64_t n = graph_ptr[g + 1] - graph_ptr[g];
       if (op == Reduce::kMean && n > 0) acc /= T(n);

@@ -38,8 +38,8 @@ GNN_CPU_CLONES void pool_forward_cpu(float* __restrict y, int32_t* __restrict ar
       for (int64_t i = b + 1; i < e; ++i)
         for (int64_t f = 0; f < w; ++f) {
           const float v = xr[i * F + f];
-          const int32_t take = -int32_t(v > yr[f]);
-          yr[f] = v > yr[f] ? v : yr[f];
+          const int32_t take = -int32_t(max_takes(v, yr[f]));
+          yr[f] = take ? v : yr[f];
           ar[f] = (ar[f] & ~take) | (int32_t(i) & take);
         }
       continue;
@@ -136,8 +136,8 @@ GNN_CPU_CLONES void pool_mean_max_forward_cpu(float* __restrict y, int32_t* __re
       for (int64_t f = 0; f < w; ++f) {
         const float v = xr[i * F + f];
         s[f] += v;
-        const int32_t take = -int32_t(v > m[f]);
-        m[f] = v > m[f] ? v : m[f];
+        const int32_t take = -int32_t(max_takes(v, m[f]));
+        m[f] = take ? v : m[f];
         ar[f] = (ar[f] & ~take) | (int32_t(i) & take);
       }
     const float inv = 1.0f / float(e - b);

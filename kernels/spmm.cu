@@ -83,7 +83,7 @@ __device__ __forceinline__ void add_entry(const GatherArgs& a, int32_t q, int64_
       acc[k] += c * x.v[k];
     } else if constexpr (M == Mode::kFwdMax) {
       const float val = c * x.v[k];
-      if (val > acc[k] || arg[k] < 0) acc[k] = val, arg[k] = p;
+      if (arg[k] < 0 || max_takes(val, acc[k])) acc[k] = val, arg[k] = p;
     } else {  // kBwdMax: only where entry p was the row's argmax
       if (__ldg(a.argmax_in + int64_t(s) * a.F + col + k) == p) acc[k] += c * x.v[k];
     }
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, 6) gather_kernel(GatherArgs a) {
             const float pv = part[t * V + k];
             if constexpr (M == Mode::kFwdMax) {
               const int32_t pa = part_arg[t * V + k];  // partials hold each group's first max
-              if (pa >= 0 && (arg[k] < 0 || pv > acc[k] || (pv == acc[k] && pa < arg[k]))) acc[k] = pv, arg[k] = pa;
+              if (max_merge_takes(pv, pa, acc[k], arg[k])) acc[k] = pv, arg[k] = pa;
             } else {
               acc[k] += pv;
             }

@@ -2,7 +2,8 @@
 //   sum:  y[v, f] = sum_{p in row v} w[p] * x[src[p], f]
 //   mean: y[v, f] = sum / deg(v)                      (0 for a row with no edges)
 //   max:  y[v, f] = max_{p in row v} w[p] * x[src[p], f], argmax[v, f] = that p (its CSR position),
-//         the first one on ties; an empty row gives y = 0 and argmax = -1
+//         the first one on ties, the first NaN where a term is NaN (y NaN, as torch's amax; base/common.h's
+//         max_takes); an empty row gives y = 0 and argmax = -1
 // w (per CSR position) may be null: every weight 1. x: [*, F] with row stride ldx; y: [S, F] with
 // stride ldy. F is any width, including C*F for config-batched activations laid out node-major, so
 // one gather reads C*F contiguous floats per neighbour.
@@ -51,7 +52,7 @@ void spmm_forward_ref(T* y, int32_t* argmax, const T* x, const T* w, const CsrVi
       for (int32_t p = b; p < e; ++p) {
         const T val = (w ? w[p] : T(1)) * x[g.indices[p] * ldx + f];
         if (op == Reduce::kMax) {
-          if (val > acc || arg < 0) acc = val, arg = p;
+          if (arg < 0 || max_takes(val, acc)) acc = val, arg = p;
         } else {
           acc += val;
         }

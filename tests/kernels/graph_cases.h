@@ -63,6 +63,32 @@ std::vector<T> random_values(size_t n, uint32_t seed, T lo = T(-1), T hi = T(1))
   return v;
 }
 
+// torch's amax of the terms term(0 .. n-1), with the term the kernels' max keeps: NaN at the first NaN term
+// where any is NaN, else the first of the largest; {0, -1} for no terms. Written apart from the kernels'
+// rule (max_takes), as the expectation they are checked against.
+struct AmaxFirst {
+  float value;
+  int64_t arg;
+};
+template <class Term>
+AmaxFirst amax_first(int64_t n, Term term) {
+  if (n == 0) return {0.0f, -1};
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isnan(term(i))) return {NAN, i};
+  AmaxFirst best{term(0), 0};
+  for (int64_t i = 1; i < n; ++i)
+    if (term(i) > best.value) best = {term(i), i};
+  return best;
+}
+
+// Where a max test puts NaNs in column f of a segment of n terms (seed s tells segments apart): none for f % 3
+// == 2, one for f % 3 == 0, two for f % 3 == 1, anywhere in the segment but never only at its start.
+inline std::vector<int64_t> nan_terms(int64_t f, int64_t n, int64_t s) {
+  if (f % 3 == 2 || n < 2) return {};
+  const int64_t a = 1 + (f * 131 + s * 17) % (n - 1), b = (f * 53 + s * 7) % n;
+  return f % 3 == 0 ? std::vector<int64_t>{a} : std::vector<int64_t>{a, b};
+}
+
 // Largest violation of |got - want| <= atol + rtol |want|, with the first bad index for the message.
 struct Mismatch {
   double excess = 0;

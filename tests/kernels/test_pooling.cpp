@@ -209,6 +209,65 @@ TEST_CASE("pooling: mean + max in one pass has the bits of the two pools and add
   }
 }
 
+namespace {
+// graphs of 1, 299, 5000 (wider than a CUDA block) and 0 rows; F = 37 (vectors and a remainder); NaNs put
+// by nan_terms. Returns x and the expected max and argmax (amax_first) of each graph and column.
+struct NanPool {
+  std::vector<int64_t> ptr{0, 1, 300, 5300, 5300};
+  int64_t G = 4, N = 5300, F = 37;
+  std::vector<float> x = random_values<float>(size_t(5300 * 37), 21);
+  std::vector<float> want_y;
+  std::vector<int32_t> want_arg;
+  NanPool() {
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t f = 0; f < F; ++f)
+        for (int64_t i : nan_terms(f, ptr[g + 1] - ptr[g], g)) x[size_t((ptr[g] + i) * F + f)] = NAN;
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t f = 0; f < F; ++f) {
+        const AmaxFirst m = amax_first(ptr[g + 1] - ptr[g], [&](int64_t i) { return x[size_t((ptr[g] + i) * F + f)]; });
+        want_y.push_back(m.value);
+        want_arg.push_back(m.arg < 0 ? -1 : int32_t(ptr[g] + m.arg));
+      }
+  }
+  // values false: y is not the max itself (mean + max), only NaN where it is
+  void check(const std::vector<float>& y, const std::vector<int32_t>& arg, bool values = true) const {
+    for (size_t k = 0; k < want_y.size(); ++k) {
+      CAPTURE(k);
+      CHECK(std::isnan(y[k]) == std::isnan(want_y[k]));
+      if (values && !std::isnan(want_y[k])) CHECK(y[k] == want_y[k]);
+      CHECK(arg[k] == want_arg[k]);
+    }
+  }
+};
+}  // namespace
+
+TEST_CASE("pooling: a NaN row makes the max NaN wherever it comes, as torch's amax, at the first NaN's row") {
+  // The max kept a NaN only where it came first (v > max is false for NaN): one later in a graph vanished.
+  const NanPool c;
+  const size_t n = size_t(c.G * c.F);
+  std::vector<float> y(n, 7.0f);
+  std::vector<int32_t> arg(n, 7);
+  pool_forward_ref<float>(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F, Reduce::kMax);
+  c.check(y, arg);
+  pool_forward_cpu(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F, Reduce::kMax);
+  c.check(y, arg);
+  // mean + max in one pass: NaN where the max is (the mean is NaN there too), the max's argmax
+  pool_mean_max_forward_cpu(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F);
+  c.check(y, arg, false);
+}
+
+TEST_CASE("cuda pooling: a NaN row makes the max NaN wherever it comes, at the first NaN's row") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  const NanPool c;
+  const Tensor gx = on_gpu(c.x), gptr = on_gpu(c.ptr);
+  Tensor y = nan_gpu(c.G * c.F), arg = Tensor::full({c.G * c.F}, 7, DType::I32, Device::cuda(0));
+  pool_forward_cuda(y.f32(), arg.i32(), gx.f32(), gptr.i64(), c.G, c.F, Reduce::kMax, s);
+  c.check(y.to_vector<float>(), arg.to_vector<int32_t>());
+#endif
+}
+
 TEST_CASE("pooling: log-sum-exp of a NaN is NaN, and a million rows keep their sum") {
   // NaN anywhere in a column, before or after an infinity or alone: NaN, as torch.logsumexp (std::max passed
   // over it: [nan] gave -inf, [inf, nan] and [nan, inf] inf). The exponentials summed in double: 1e6 rows of

@@ -395,6 +395,81 @@ TEST_CASE("spmm: the max's row has the reference's bits at each vector width") {
   }
 }
 
+namespace {
+// Row 0 gathers 5,000 sources (wider than a CUDA block), row 1 300, the other rows none; F = 37, weighted
+// or not; NaNs put by nan_terms. The expected max and argmax (CSR position) of each row and column.
+struct NanSpmm {
+  int64_t N = 5300, F = 37;
+  Graph graph;
+  std::vector<float> x = random_values<float>(size_t(5300 * 37), 31), w = random_values<float>(5300, 32, 0.5f, 2.0f);
+  NanSpmm() {
+    std::vector<int64_t> src(5300), dst(5300);
+    for (int64_t i = 0; i < 5300; ++i) src[size_t(i)] = i, dst[size_t(i)] = i < 5000 ? 0 : 1;
+    graph = Graph::from_edges(src.data(), dst.data(), 5300, N);
+    const CsrView v = csr_view(graph);
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t f = 0; f < F; ++f)
+        for (int64_t i : nan_terms(f, v.indptr[r + 1] - v.indptr[r], r))
+          x[size_t(v.indices[v.indptr[r] + i] * F + f)] = NAN;
+  }
+  void check(const std::vector<float>& y, const std::vector<int32_t>& arg, bool weighted) const {
+    const CsrView v = csr_view(graph);
+    bool ok = true;
+    for (int64_t r = 0; r < N; ++r)
+      for (int64_t f = 0; f < F; ++f) {
+        const int32_t b = v.indptr[r];
+        const AmaxFirst m = amax_first(v.indptr[r + 1] - b, [&](int64_t i) {
+          return (weighted ? w[size_t(b + i)] : 1.0f) * x[size_t(v.indices[b + i] * F + f)];
+        });
+        const float got = y[size_t(r * F + f)];
+        ok = ok && std::isnan(got) == std::isnan(m.value) && (std::isnan(got) || got == m.value) &&
+             arg[size_t(r * F + f)] == (m.arg < 0 ? -1 : int32_t(b + m.arg));
+      }
+    CHECK(ok);
+  }
+};
+}  // namespace
+
+TEST_CASE("spmm: a NaN term makes the max NaN wherever it comes, as torch's amax, at the first NaN's edge") {
+  // The max kept a NaN only where it came first (v > max is false for NaN): one later in a row vanished.
+  const NanSpmm c;
+  const CsrView v = csr_view(c.graph);
+  for (bool weighted : {false, true}) {
+    CAPTURE(weighted);
+    const float* wp = weighted ? c.w.data() : nullptr;
+    std::vector<float> y(size_t(c.N * c.F), 7.0f);
+    std::vector<int32_t> arg(size_t(c.N * c.F), 7);
+    spmm_forward_ref<float>(y.data(), arg.data(), c.x.data(), wp, v, c.F, c.F, c.F, Reduce::kMax);
+    c.check(y, arg, weighted);
+    spmm_forward_cpu(y.data(), arg.data(), c.x.data(), wp, v, c.F, c.F, c.F, Reduce::kMax);
+    c.check(y, arg, weighted);
+    for (int lanes : {4, 8, 16}) {  // each width, whatever this CPU's is
+      CAPTURE(lanes);
+      for (int64_t r = 0; r < 2; ++r)
+        gather_max_row(y.data() + r * c.F, arg.data() + r * c.F, c.x.data(), wp, v.indices, v.indptr[r],
+                       v.indptr[r + 1], c.F, c.F, lanes);
+      c.check(y, arg, weighted);
+    }
+  }
+}
+
+TEST_CASE("cuda spmm: a NaN term makes the max NaN wherever it comes, at the first NaN's edge") {
+  GNN_SKIP_UNLESS_CUDA();
+#ifdef GNN_WITH_CUDA
+  const Stream s = cuda_stream(0);
+  const NanSpmm c;
+  const Graph dg = c.graph.to(Device::cuda(0));
+  const Tensor gx = on_gpu(c.x), gw = on_gpu(c.w);
+  for (bool weighted : {false, true}) {
+    CAPTURE(weighted);
+    Tensor y = nan_gpu(c.N * c.F), arg = Tensor::full({c.N * c.F}, 7, DType::I32, Device::cuda(0));
+    spmm_forward_cuda(y.f32(), arg.i32(), gx.f32(), weighted ? gw.f32() : nullptr, csr_view(dg), c.F, c.F, c.F,
+                      Reduce::kMax, nullptr, s);
+    c.check(y.to_vector<float>(), arg.to_vector<int32_t>(), weighted);
+  }
+#endif
+}
+
 TEST_CASE("spmm: the CPU backward, writing or adding, has the float reference's bits over blocks of columns") {
   // F past the kernel's 512-column blocks, with a wider row stride; with a base: dx = base + the sum,
   // in place (base == dx) or into another buffer
