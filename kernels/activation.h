@@ -1,6 +1,6 @@
 // Elementwise activations, forward and backward, on n values:
 //   y = act(x);  dx = dy * act'(x)   (the backward takes the input x, so every activation works)
-//   relu max(x, 0) | leaky_relu x > 0 ? x : slope x | elu x > 0 ? x : exp(x) - 1 |
+//   relu x <= 0 ? 0 : x | leaky_relu x > 0 ? x : slope x | elu x > 0 ? x : exp(x) - 1 |
 //   gelu 0.5 x (1 + erf(x / sqrt 2)) (exact, as torch's default) | sigmoid 1 / (1 + exp(-x)) | tanh
 // A NaN goes through as in torch: every activation's value at NaN is NaN, and its derivative there is
 // torch's (relu 0, leaky_relu the slope, elu 1, the others NaN).

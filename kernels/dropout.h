@@ -1,4 +1,5 @@
-// Dropout, inverted: y = x * (0 or scale), element i dropped with probability p, scale = 1 / (1 - p).
+// Dropout, inverted: y = x * (0 or scale), element i dropped with probability p, scale = 1 / (1 - p) (to
+// within the threshold's 2^-24: dropout_mask).
 // The mask is a counter-based hash: element i is zeroed when the top 24 bits of h(i) fall below
 // `threshold` (p * 2^24, rounded down) and scaled by `scale` otherwise, y = x * (0 or scale) as a mask
 // product would (a NaN stays NaN). h is a 32-bit mixer (lowbias32, C. Wellons) of i plus a key from

@@ -7,7 +7,7 @@
 //   log_mape = mean |exp(p) - t| / t, t > 0: the relative error of p read as a log runtime (the MRE)
 // Ranking, over groups (the configs of one graph: group g owns entries group_ptr[g] .. group_ptr[g+1]-1,
 // group_ptr i64). Predictions are runtime-like: lower means faster.
-//   pairwise_hinge:    mean over pairs i, j of one group with t_i > t_j of max(0, margin - (p_i - p_j))
+//   pairwise_hinge:    mean over pairs i, j of one group with t_i > t_j of max(0, margin - (p_i - p_j)) (NaN kept)
 //   pairwise_logistic: the same pairs, log(1 + exp(-(p_i - p_j)))  (= -log sigmoid(p_i - p_j))
 //   list_mle:          per group, with u = -p / temperature and pi the true order fastest first,
 //                      sum_k [logsumexp(u_pi(k..n)) - u_pi(k)]; mean over groups

@@ -249,8 +249,10 @@ TEST_CASE("pooling: a NaN row makes the max NaN wherever it comes, as torch's am
   std::vector<int32_t> arg(n, 7);
   pool_forward_ref<float>(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F, Reduce::kMax);
   c.check(y, arg);
+  std::fill(y.begin(), y.end(), 7.0f), std::fill(arg.begin(), arg.end(), 7);  // (each call writes its own)
   pool_forward_cpu(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F, Reduce::kMax);
   c.check(y, arg);
+  std::fill(y.begin(), y.end(), 7.0f), std::fill(arg.begin(), arg.end(), 7);
   // mean + max in one pass: NaN where the max is (the mean is NaN there too), the max's argmax
   pool_mean_max_forward_cpu(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F);
   c.check(y, arg, false);

@@ -199,7 +199,7 @@ TEST_CASE("spmm: the CPU sum, mean and max, forward and backward, have the float
     CHECK(!std::signbit(y2[0]));
     CHECK(!std::signbit(y2[22]));
   }
-  // The max keeps a NaN only where it comes first, and takes +inf over any finite term, at every width's
+  // The max is NaN where a term is NaN (first or not), and takes +inf over any finite term, at every width's
   // register and tail columns (23 = 16 + 4 + 3: each kind of column).
   std::vector<float> x3(2 * 23);
   for (int64_t f = 0; f < 23; ++f) x3[size_t(f)] = f % 2 ? NAN : 1.0f, x3[size_t(23 + f)] = f % 3 ? INFINITY : NAN;
@@ -213,6 +213,8 @@ TEST_CASE("spmm: the CPU sum, mean and max, forward and backward, have the float
   CHECK(a3 == a3_ref);
   for (size_t i = 0; i < y3.size(); ++i) CHECK(bits(y3[i]) == bits(y3_ref[i]));
   CHECK(std::isnan(y3[1]));  // NaN first: kept
+  CHECK(std::isnan(y3[6]));  // 1 then NaN: NaN, from edge 1
+  CHECK(a3[6] == 1);
   CHECK(y3[2] == INFINITY);  // 1 then +inf: +inf, from edge 1
   CHECK(a3[2] == 1);
   CHECK(a3[3 + 23] == -1);  // node 1 has no edges
@@ -441,10 +443,12 @@ TEST_CASE("spmm: a NaN term makes the max NaN wherever it comes, as torch's amax
     std::vector<int32_t> arg(size_t(c.N * c.F), 7);
     spmm_forward_ref<float>(y.data(), arg.data(), c.x.data(), wp, v, c.F, c.F, c.F, Reduce::kMax);
     c.check(y, arg, weighted);
+    std::fill(y.begin(), y.end(), 7.0f), std::fill(arg.begin(), arg.end(), 7);  // (each call writes its own)
     spmm_forward_cpu(y.data(), arg.data(), c.x.data(), wp, v, c.F, c.F, c.F, Reduce::kMax);
     c.check(y, arg, weighted);
     for (int lanes : {4, 8, 16}) {  // each width, whatever this CPU's is
       CAPTURE(lanes);
+      std::fill(y.begin(), y.begin() + 2 * c.F, 7.0f), std::fill(arg.begin(), arg.begin() + 2 * c.F, 7);
       for (int64_t r = 0; r < 2; ++r)
         gather_max_row(y.data() + r * c.F, arg.data() + r * c.F, c.x.data(), wp, v.indices, v.indptr[r],
                        v.indptr[r + 1], c.F, c.F, lanes);
