@@ -457,9 +457,10 @@ def spmm(graph: Graph, x, reduce: str = "sum", edge_weight=None, return_argmax: 
     """Aggregates x [num_src_nodes, F] over the graph's edges into [num_nodes, F].
 
     reduce: 'sum', 'mean' or 'max' (an empty row gives 0; a NaN term makes max NaN, as torch's amax).
-    edge_weight: (E,) or (E, H) in CSR order, multiplying each message (H heads split F into H blocks, one weight column each). With
-    return_argmax, also returns the int32 (H, num_nodes, F / H) CSR position each max came from (-1:
-    none), which spmm_backward needs for 'max'. out: an array to write into (returned as is).
+    edge_weight: (E,) or (E, H) in CSR order, multiplying each message (H heads split F into H blocks, one
+    weight column each). With return_argmax, also returns the int32 (H, num_nodes, F / H) CSR position
+    each max came from (-1: none), which spmm_backward needs for 'max'. out: an array to write into
+    (returned as is).
     """
     _graph(graph)
     _text(reduce, "reduce")
