@@ -83,10 +83,10 @@ void pool_mean_max_backward_cpu(float* dx, const float* dy, const int32_t* argma
 // whatever the others). The sum is in double: in float, a million rows lost 4e-3 of it. A runtime that is a
 // sum of positive per-node costs, each predicted as a log cost x[i], is y in log space.
 // Backward: dx[i, f] = dy[g, f] exp(x[i, f] - y[g, f]), the softmax of the graph's rows.
-// The running max of log-sum-exp: a NaN, once met, stays (std::max would pass over it).
+// The running max of log-sum-exp, max_takes' rule: a NaN, once met, stays (std::max would pass over it).
 template <class T>
 GNN_HD inline T lse_max(T m, T v) {
-  return v > m || v != v ? v : m;
+  return max_takes(v, m) ? v : m;
 }
 
 template <class T>
