@@ -490,10 +490,12 @@ class SAGEConv(nn.Module):
                  root_weight: bool = True, project: bool = False, bias: bool = True):
         super().__init__()
         in_src, in_dst, _ = _in_channels(in_channels, "SAGEConv")
-        if aggr not in ("mean", "sum", "add", "max"):
+        # (PyG's resolver reads a name in any case, without '-', '_' or spaces: "Mean" and "SUM" too)
+        name = aggr.lower().replace("-", "").replace("_", "").replace(" ", "") if isinstance(aggr, str) else aggr
+        if name not in ("mean", "sum", "add", "max"):
             raise NotImplementedError(f"SAGEConv: aggr must be mean, sum or max, got {aggr!r}")
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.aggr, self.normalize, self.root_weight = "sum" if aggr == "add" else aggr, normalize, root_weight
+        self.aggr, self.normalize, self.root_weight = "sum" if name == "add" else name, normalize, root_weight
         self.project = project  # (PyG's: the sources through ReLU(lin(x_src)) before they are aggregated)
         self.lin = nn.Linear(in_src, in_src, bias=True) if project else None
         self.lin_l = nn.Linear(in_src, out_channels, bias=bias)

@@ -761,6 +761,15 @@ def test_functional_index_changed_after_forward_and_strided_arguments():
     g = torch.autograd.grad(y.sum() + (y * y).sum(), wb)[0]
     torch.testing.assert_close(g, torch.autograd.grad(want.sum() + (want * want).sum(), wb)[0], rtol=1e-4, atol=1e-4)
 
+def test_sage_reads_aggr_names_as_pyg_does():
+    x, ei = inputs()
+    for name, want in (("Mean", "mean"), ("SUM", "sum"), ("Add", "sum"), ("max", "max")):
+        a, b = gt.SAGEConv(F, O, aggr=name), gt.SAGEConv(F, O, aggr=want)
+        assert a.aggr == want
+        b.load_state_dict(a.state_dict())
+        torch.testing.assert_close(a(x, ei), b(x, ei), rtol=0, atol=0)
+
+
 def test_layers_refuse_what_they_do_not_compute():
     x, ei = inputs()
     with pytest.raises(NotImplementedError, match="aggr"):
