@@ -35,11 +35,17 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   const bool valid = f < F;
   auto s = [&](int64_t i) { return res ? x[i * F + f] + res[i * F + f] : x[i * F + f]; };
   const float m = n ? float(block_rows_sum<double>(b, e, valid, [&](int64_t i) { return s(i); }) / double(n)) : 0.0f;
-  const double var = block_rows_sum<double>(b, e, valid, [&](int64_t i) {
+  double var = block_rows_sum<double>(b, e, valid, [&](int64_t i) {
     const float d = s(i) - m;
     return d * d;
   });
-  const float rs = 1.0f / sqrtf((n ? float(var / double(n)) : 0.0f) + eps);
+  // A square past the float range (norm_rstd): the block sums again where any of its columns met one (a vote,
+  // as block_rows_sum's barriers need every thread), and those columns take the new sum.
+  if (__syncthreads_or(var == INFINITY)) {
+    const double again = block_rows_sum<double>(b, e, valid, [&](int64_t i) { return norm_square(s(i) - m); });
+    if (var == INFINITY) var = again;
+  }
+  const float rs = norm_rstd(n ? var / double(n) : 0.0, eps);
   if (!valid) return;
   if (threadIdx.x < 32) mean[g * F + f] = m, rstd[g * F + f] = rs;
   const float gm = gamma ? gamma[f] : 1.0f, bt = beta ? beta[f] : 0.0f;

@@ -19,6 +19,7 @@
 #include "base/common.h"
 #include "kernels/activation.h"
 #include "kernels/dropout.h"
+#include "kernels/layer_norm.h"
 
 namespace gnn {
 
@@ -35,7 +36,11 @@ void instance_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* res,
       const T m = n ? T(sum / double(n)) : T(0);
       double v = 0;
       for (int64_t i = b; i < e; ++i) v += double((s(i * F + f) - m) * (s(i * F + f) - m));
-      const T rs = T(1) / std::sqrt((n ? T(v / double(n)) : T(0)) + eps);
+      if (std::isinf(v)) {  // (norm_rstd)
+        v = 0;
+        for (int64_t i = b; i < e; ++i) v += double(s(i * F + f) - m) * double(s(i * F + f) - m);
+      }
+      const T rs = norm_rstd(n ? v / double(n) : 0.0, eps);
       mean[g * F + f] = m, rstd[g * F + f] = rs;
       for (int64_t i = b; i < e; ++i)
         y[i * F + f] = drop.apply(

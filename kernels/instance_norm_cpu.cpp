@@ -145,7 +145,11 @@ GNN_CPU_CLONES void instance_norm_forward_cpu(float* y, float* mean, float* rstd
       for (int64_t f = 0; f < w; ++f) v[f] += double((xs[f] - m[f]) * (xs[f] - m[f]));
     }
     for (int64_t f = 0; f < w; ++f) {
-      rs[f] = 1.0f / std::sqrt((n ? float(v[f] / double(n)) : 0.0f) + eps);
+      if (std::isinf(v[f])) {  // a square past the float range (norm_rstd)
+        v[f] = 0.0;
+        for (int64_t i = b; i < e; ++i) v[f] += norm_square(s_row(i)[f] - m[f]);
+      }
+      rs[f] = norm_rstd(n ? v[f] / double(n) : 0.0, eps);
       mean[g * F + f0 + f] = m[f], rstd[g * F + f0 + f] = rs[f];
     }
     for (int64_t f = 0; f < w; ++f) gm[f] = gamma ? gamma[f0 + f] : 1.0f, bt[f] = beta ? beta[f0 + f] : 0.0f;

@@ -23,7 +23,13 @@ __global__ void layer_norm_fwd_kernel(float* y, float* mean, float* rstd, const 
   const float m = float(warp_sum(s) / double(F));
   double v = 0.0;
   for (int64_t f = lane; f < F; f += 32) v += double((xr[f] - m) * (xr[f] - m));
-  const float rs = 1.0f / sqrtf(float(warp_sum(v) / double(F)) + eps);
+  double var = warp_sum(v);
+  if (var == INFINITY) {  // a square past the float range (norm_rstd); var is the whole warp's
+    v = 0.0;
+    for (int64_t f = lane; f < F; f += 32) v += norm_square(xr[f] - m);
+    var = warp_sum(v);
+  }
+  const float rs = norm_rstd(var / double(F), eps);
   if (lane == 0) mean[r] = m, rstd[r] = rs;
   for (int64_t f = lane; f < F; f += 32)
     y[r * F + f] = (xr[f] - m) * rs * (gamma ? gamma[f] : 1.0f) + (beta ? beta[f] : 0.0f);

@@ -233,6 +233,57 @@ TEST_CASE("instance norm keeps a large common offset and long sums: summed in do
   CHECK(worst_dx <= 0.05);
 }
 
+TEST_CASE("instance norm of values past 1.8e19: the squares in double, as the double reference, CPU and GPU") {
+  // Two graphs of 5 and 300 rows, 40 channels: channel 3 times 1e20 in graph 0, one 1e30 in channel 33 of
+  // graph 1, the rest ordinary. A square past the float range made the variance inf and rstd 0: y = 0 and
+  // dx = 0 in those channels. On the GPU the block sums its channels again only where one of them met one.
+  const std::vector<int64_t> ptr = {0, 5, 305};
+  const int64_t N = ptr.back(), G = 2, F = 40;
+  std::vector<float> x = random_values<float>(size_t(N * F), 41, -2.0f, 2.0f);
+  for (int64_t i = 0; i < 5; ++i) x[size_t(i * F + 3)] *= 1e20f;
+  x[size_t(100 * F + 33)] = 1e30f;
+  const std::vector<float> dy = random_values<float>(size_t(N * F), 42);
+  std::vector<double> yd(static_cast<size_t>(N * F)), md(static_cast<size_t>(G * F)), rd(static_cast<size_t>(G * F)),
+      dxd(static_cast<size_t>(N * F));
+  const std::vector<double> xd = to_double(x), dyd = to_double(dy);
+  instance_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), xd.data(), nullptr, nullptr, nullptr, ptr.data(),
+                                    G, F, 1e-5, Act::kNone);
+  instance_norm_backward_ref<double>(dxd.data(), nullptr, nullptr, dyd.data(), xd.data(), nullptr, md.data(), rd.data(),
+                                     nullptr, nullptr, ptr.data(), G, F, Act::kNone);
+  const auto check = [&](const std::vector<float>& y, const std::vector<float>& r) {
+    for (size_t k = 0; k < r.size(); ++k) CHECK(r[k] / rd[k] == doctest::Approx(1).epsilon(1e-6));
+    CHECK(compare(y, yd, 1e-5, 1e-4).index == -1);
+  };
+  std::vector<float> y(static_cast<size_t>(N * F)), m(static_cast<size_t>(G * F)), r(static_cast<size_t>(G * F)),
+      dx(static_cast<size_t>(N * F));
+  instance_norm_forward_cpu(y.data(), m.data(), r.data(), x.data(), nullptr, nullptr, nullptr, ptr.data(), G, F, 1e-5f,
+                            Act::kNone);
+  check(y, r);
+  instance_norm_backward_cpu(dx.data(), nullptr, nullptr, dy.data(), x.data(), nullptr, m.data(), r.data(), nullptr,
+                             nullptr, ptr.data(), G, F, Act::kNone);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t f = 0; f < F; ++f) {  // (channel by channel: channel 3's dx in graph 0 is about 1e-20)
+      double worst = 0, top = 0;
+      for (int64_t i = ptr[size_t(g)]; i < ptr[size_t(g) + 1]; ++i) {
+        const size_t k = size_t(i * F + f);
+        worst = std::max(worst, std::fabs(dx[k] - dxd[k])), top = std::max(top, std::fabs(dxd[k]));
+      }
+      CAPTURE(g);
+      CAPTURE(f);
+      CHECK(top > 0);
+      CHECK(worst <= 1e-4 * top);
+    }
+#ifdef GNN_WITH_CUDA
+  if (cuda_available()) {
+    Tensor gy = nan_gpu(N * F), gm = nan_gpu(G * F), gr = nan_gpu(G * F);
+    const Tensor gx = on_gpu(x), gptr = on_gpu(ptr);
+    instance_norm_forward_cuda(gy.f32(), gm.f32(), gr.f32(), gx.f32(), nullptr, nullptr, nullptr, gptr.i64(), G, F,
+                               1e-5f, Act::kNone, cuda_stream(0));
+    check(gy.to_vector<float>(), gr.to_vector<float>());
+  }
+#endif
+}
+
 TEST_CASE("cuda ops: instance norm per graph, with an empty graph, matches the host") {
   GNN_SKIP_UNLESS_CUDA();
   const Tensor gp = Tensor::from_vector(std::vector<int64_t>{0, 9, 9, 40, 41, 70});  // graph 1 empty

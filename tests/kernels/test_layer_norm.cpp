@@ -109,6 +109,50 @@ TEST_CASE("layer norm keeps a large common offset and long sums: summed in doubl
 #endif
 }
 
+TEST_CASE("layer norm of values past 1.8e19: the squares in double, as the double reference, CPU and GPU") {
+  // Row 0 of ordinary values, row 1 of them times 1e20, row 2 ordinary with one 1e30: a square past the float
+  // range made the variance inf and rstd 0, so rows 1 and 2 gave y = 0 (torch's float32: 0, or NaN at 3e38)
+  // and dx = 0.
+  const int64_t R = 3, F = 37;
+  std::vector<float> x = random_values<float>(size_t(R * F), 31, -2.0f, 2.0f);
+  for (int64_t f = 0; f < F; ++f) x[size_t(F + f)] *= 1e20f;
+  x[size_t(2 * F + 5)] = 1e30f;
+  const std::vector<float> dy = random_values<float>(size_t(R * F), 32);
+  std::vector<double> yd(static_cast<size_t>(R * F)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)),
+      dxd(static_cast<size_t>(R * F));
+  const std::vector<double> xd = to_double(x), dyd = to_double(dy);
+  layer_norm_forward_ref<double>(yd.data(), md.data(), rd.data(), xd.data(), nullptr, nullptr, R, F, 1e-5);
+  layer_norm_backward_ref<double>(dxd.data(), nullptr, nullptr, dyd.data(), xd.data(), md.data(), rd.data(), nullptr, R,
+                                  F);
+  const auto check = [&](const std::vector<float>& y, const std::vector<float>& r) {
+    for (int64_t i = 0; i < R; ++i) CHECK(r[size_t(i)] / rd[size_t(i)] == doctest::Approx(1).epsilon(1e-6));
+    CHECK(compare(y, yd, 1e-5, 1e-4).index == -1);
+  };
+  std::vector<float> y(static_cast<size_t>(R * F)), m(static_cast<size_t>(R)), r(static_cast<size_t>(R)),
+      dx(static_cast<size_t>(R * F));
+  layer_norm_forward_cpu(y.data(), m.data(), r.data(), x.data(), nullptr, nullptr, R, F, 1e-5f);
+  check(y, r);
+  layer_norm_backward_cpu(dx.data(), nullptr, nullptr, dy.data(), x.data(), m.data(), r.data(), nullptr, R, F);
+  for (int64_t i = 0; i < R; ++i) {  // (row by row: row 1's dx is about 1e-20)
+    double worst = 0, top = 0;
+    for (int64_t f = 0; f < F; ++f) {
+      const size_t k = size_t(i * F + f);
+      worst = std::max(worst, std::fabs(dx[k] - dxd[k])), top = std::max(top, std::fabs(dxd[k]));
+    }
+    CAPTURE(i);
+    CHECK(top > 0);
+    CHECK(worst <= 1e-4 * top);
+  }
+#ifdef GNN_WITH_CUDA
+  if (cuda_available()) {
+    Tensor gy = nan_gpu(R * F), gm = nan_gpu(R), gr = nan_gpu(R);
+    const Tensor gx = on_gpu(x);
+    layer_norm_forward_cuda(gy.f32(), gm.f32(), gr.f32(), gx.f32(), nullptr, nullptr, R, F, 1e-5f, cuda_stream(0));
+    check(gy.to_vector<float>(), gr.to_vector<float>());
+  }
+#endif
+}
+
 TEST_CASE("cuda layer norm matches the double reference") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
