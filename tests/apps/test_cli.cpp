@@ -642,6 +642,13 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
   const Json d2 = Json::parse(last_line(again.out));
   for (const char* m : {"tile-mlp", "tile-earlyjoin-sage", "layout-mlp", "layout-resmodel", "layout-tgraph"})
     CHECK(d2[m].as_number() == d[m].as_number());
+  // One seed into it: the runs of the second seed, trained on the data this demo makes anew, go too.
+  REQUIRE(std::filesystem::exists(tmp.file("demo/runs/tile-mlp-seed2")));
+  const auto one = run_gnn("demo --tile-graphs 3 --layout-graphs 2 --tile-epochs 2 --layout-epochs 1 --seeds 1 --out " +
+                           tmp.file("demo"));
+  REQUIRE_MESSAGE(one.exit_code == 0, one.err);
+  CHECK(std::filesystem::exists(tmp.file("demo/runs/tile-mlp-seed1")));
+  CHECK_FALSE(std::filesystem::exists(tmp.file("demo/runs/tile-mlp-seed2")));
 }
 
 TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON keys") {
