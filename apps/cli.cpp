@@ -20,6 +20,7 @@
 #include "base/parse.h"
 #include "dist/comm.h"
 #include "io/atomic_file.h"
+#include "kernels/gemm.h"
 #include "runtime/allocator.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_libs.h"
@@ -244,6 +245,11 @@ void check_environment(const Command& cmd, const Args& a) {
     if (env && *env && std::string(env) != "0" && std::string(env) != "1")
       throw UsageError(std::string(name) + "=" + env + ": expected 0 or 1 (" + means + ")");
   }
+  if (std::getenv("GNN_GEMM_ISA")) try {  // a kernel unknown or one this CPU cannot run
+      (void)gemm_isa();
+    } catch (const Error& e) {
+      throw UsageError(e.message());
+    }
 }
 
 int run_command(const std::vector<Command>& commands, int argc, char** argv) {

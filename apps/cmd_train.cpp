@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -30,6 +31,14 @@ void set_timeout(const Args& a) {
   const double t = a.number("comm-timeout");
   if (!(t > 0)) throw UsageError("--comm-timeout must be a positive number of seconds, got " + a.str("comm-timeout"));
   dist::set_timeout(t);
+}
+
+// --split: a split of the release's tree (the dataset walker reads no other folder).
+std::string split_flag(const Args& a) {
+  const std::string s = a.str("split");
+  if (s != "train" && s != "valid" && s != "test")
+    throw UsageError("--split: expected train, valid or test, got '" + s + "'");
+  return s;
 }
 
 const Flag kCommTimeout = {"comm-timeout", "S",
@@ -106,8 +115,9 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
                        (r.model.train.matmul_bf16 ? "bf16" : "f32") + ", " + runs[0].dir + " with " +
                        (runs[0].model.train.matmul_bf16 ? "bf16" : "f32") + "; an ensemble's runs share one precision");
     nn::move_parameters(*r.model.model, device);
-    auto files = train::kind_files(a.str("data"), r.model.recipe->kind, a.str("split"));
-    GNN_CHECK(!files.empty(), "--data ", a.str("data"), ": no ", r.model.recipe->kind, " ", a.str("split"), " files");
+    auto files = train::kind_files(a.str("data"), r.model.recipe->kind, split_flag(a));
+    if (files.empty())
+      throw UsageError("--data " + a.str("data") + ": no " + r.model.recipe->kind + " " + split_flag(a) + " files");
     // Eval and predict read each graph once: a member past the first keeps no more than the graph at hand.
     r.graphs = std::make_unique<train::GraphSource>(std::move(files), r.model.prep,
                                                     runs.empty() ? uint64_t(2) << 30 : uint64_t(0), false,
@@ -199,13 +209,29 @@ std::string eval_indices_flag(const Args& a) {
 
 namespace {
 
-// Every hyper-parameter any recipe has, once, for gnn train's flag list.
+// Every recipe's flags, each once. A choice some recipes widen (--node-transform trainable: the 6th place's)
+// is shown with its widest choices and help, and the recipes that take the added values named.
 std::vector<train::HParamSpec> all_hparams() {
   std::vector<train::HParamSpec> out;
-  std::set<std::string> seen;
+  std::map<std::string, size_t> at;
+  std::map<std::string, std::string> narrowest;
   for (const train::Recipe& r : train::recipes())
-    for (const train::HParamSpec& h : r.hparams)
-      if (seen.insert(h.name).second) out.push_back(h);
+    for (const train::HParamSpec& h : r.hparams) {
+      const auto [it, fresh] = at.emplace(h.name, out.size());
+      if (fresh) out.push_back(h), narrowest[h.name] = h.choices;
+      train::HParamSpec& o = out[it->second];
+      GNN_CHECK(h.choices.rfind(narrowest[h.name], 0) == 0 || narrowest[h.name].rfind(h.choices, 0) == 0, "--", h.name,
+                ": recipes offer choices neither of which extends the other (", o.choices, ", ", h.choices, ")");
+      if (h.choices.size() > o.choices.size()) o = h;
+      if (h.choices.size() < narrowest[h.name].size()) narrowest[h.name] = h.choices;
+    }
+  for (train::HParamSpec& h : out) {
+    std::string wider;  // the recipes that take more values than the narrowest
+    for (const train::Recipe& r : train::recipes())
+      if (const train::HParamSpec* s = train::find_spec(r.hparams, h.name); s && s->choices != narrowest[h.name])
+        wider += (wider.empty() ? "" : ", ") + r.name;
+    if (!wider.empty()) h.help += " (" + h.choices.substr(narrowest[h.name].size() + 1) + ": " + wider + " only)";
+  }
   return out;
 }
 
@@ -247,7 +273,7 @@ Command train_command() {
       {"max-graphs", "N", "use only the first N train and N valid graphs"},
       {"progress", "auto|bar|lines", "a progress bar (on a terminal by default) or plain lines", "auto"},
       {"profile", "",
-       "time each step's phases (batch, forward, loss, backward, update) and ops, with the step's GEMM "
+       "time each step's phases (batch, prepare, forward, loss, backward, update) and ops, with the step's GEMM "
        "floor at this machine's measured peak: a table at the end and \"profile\" in the summary"},
       kCommTimeout,
       {"kill-after-steps", "N",
@@ -277,7 +303,11 @@ Command train_command() {
     o.device = parse_device(a);
     set_timeout(a);
     if (a.has("model")) o.recipe = a.str("model");
-    if (!o.recipe.empty()) (void)train::find_recipe(o.recipe);
+    if (!o.recipe.empty() && !train::lookup_recipe(o.recipe)) try {  // a usage error, listing the names
+        (void)train::find_recipe(o.recipe);
+      } catch (const Error& e) {
+        throw UsageError(e.message());
+      }
     if (a.on("data")) o.data = a.str("data");
     o.out = a.str("out");
     check_output_folder("out", o.out);
@@ -381,6 +411,10 @@ Command eval_command() {
   c.run = [](const Args& a) {
     const std::string eval_dir = eval_indices_flag(a);
     const std::vector<RunOnSplit> runs = open_runs(a);
+    if (!eval_dir.empty() && runs[0].model.recipe->kind != "layout")
+      throw UsageError("--eval-indices " + eval_dir + ": the official subsets are of layout graphs, and " +
+                       runs[0].dir + " is a " + runs[0].model.recipe->kind + " model (" + runs[0].model.recipe->name +
+                       ")");
     if (a.has("per-graph")) check_output("per-graph", a.str("per-graph"), inputs_of(a, runs));
     const train::LoadedModel& m = runs[0].model;
     train::GraphSource& src = *runs[0].graphs;
@@ -389,7 +423,7 @@ Command eval_command() {
       for (const RunOnSplit& r : runs)
         std::fprintf(
             stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs%s\n", r.model.path.c_str(),
-            r.model.recipe->name.c_str(), (long long)r.model.epoch, src.files().size(), a.str("split").c_str(),
+            r.model.recipe->name.c_str(), (long long)r.model.epoch, src.files().size(), split_flag(a).c_str(),
             runs.size() > 1
                 ? (", one of " + std::to_string(runs.size()) + " (--ensemble " + a.str("ensemble") + ")").c_str()
                 : "");
@@ -402,7 +436,7 @@ Command eval_command() {
     const std::string per =
         a.has("per-graph")
             ? a.str("per-graph")
-            : (runs.size() == 1 ? (std::filesystem::path(runs[0].dir) / ("eval_" + a.str("split") + ".jsonl")).string()
+            : (runs.size() == 1 ? (std::filesystem::path(runs[0].dir) / ("eval_" + split_flag(a) + ".jsonl")).string()
                                 : std::string());
     std::string text;
     for (const auto& [coll, s] : ev.scores) text += graph_score_json(s) + "\n";
@@ -527,7 +561,8 @@ Command pass_command() {
   c.summary = "one forward and backward of a run's model on one graph's configs, written with its inputs";
   c.flags = {{"run", "RUN", "the run directory of gnn train", "", true},
              kDataFlag,
-             {"split", "NAME", "which split's files (needs runtimes: train or valid)", "train"},
+             {"split", "NAME", "which split's files (needs runtimes: train or valid; a release's test files have none)",
+              "train"},
              {"graph", "ID", "the graph: its file stem or <collection>:<stem> (default: the split's first)"},
              {"configs", "I,J,...", "the config indices of the batch, in order", "0,1,2,3,4,5,6,7"},
              {"out", "FILE", "the .npz to write (atomically)", "", true},
@@ -553,15 +588,15 @@ Command pass_command() {
     set_timeout(a);
     train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")), device);
     nn::move_parameters(*m.model, device);
-    const auto files = train::kind_files(a.str("data"), m.recipe->kind, a.str("split"));
+    const auto files = train::kind_files(a.str("data"), m.recipe->kind, split_flag(a));
     if (files.empty())
-      throw UsageError("--data " + a.str("data") + ": no " + m.recipe->kind + " " + a.str("split") + " files");
+      throw UsageError("--data " + a.str("data") + ": no " + m.recipe->kind + " " + split_flag(a) + " files");
     size_t at = 0;
     if (a.has("graph")) {
       const std::string want = a.str("graph");
       while (at < files.size() && files[at].id() != want && files[at].stem != want) ++at;
       if (at == files.size())
-        throw UsageError("--graph " + want + ": no such " + m.recipe->kind + " " + a.str("split") + " file in " +
+        throw UsageError("--graph " + want + ": no such " + m.recipe->kind + " " + split_flag(a) + " file in " +
                          a.str("data"));
     }
     std::vector<int64_t> configs;

@@ -99,6 +99,17 @@ bool same_hparam_value(const HParamSpec& s, const std::string& a, const std::str
   return s.type == HParamSpec::Type::kNumber && parse_finite(a, &x) && parse_finite(b, &y) && x == y;
 }
 
+namespace {
+bool is_choice(const HParamSpec& s, const std::string& value) {
+  for (size_t at = 0; at <= s.choices.size();) {
+    const size_t bar = std::min(s.choices.find('|', at), s.choices.size());
+    if (s.choices.compare(at, bar - at, value) == 0 && bar - at == value.size()) return true;
+    at = bar + 1;
+  }
+  return false;
+}
+}  // namespace
+
 std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h, const std::string& recipe) {
   for (const auto& [name, value] : h.values) {
     const HParamSpec* it = find_spec(specs, name);
@@ -107,10 +118,15 @@ std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h
     const HParamSpec& s = *it;
     bool ok = false;
     if (s.type == HParamSpec::Type::kChoice) {
-      for (size_t at = 0; at <= s.choices.size();) {
-        const size_t bar = std::min(s.choices.find('|', at), s.choices.size());
-        ok |= s.choices.compare(at, bar - at, value) == 0 && bar - at == value.size();
-        at = bar + 1;
+      ok = is_choice(s, value);
+      if (!ok) {  // a value other recipes take (--node-transform trainable: the 6th place's) says which
+        std::string others;
+        for (const Recipe& r : recipes())
+          if (const HParamSpec* o = find_spec(r.hparams, name); o && o->type == s.type && is_choice(*o, value))
+            others += (others.empty() ? "" : ", ") + r.name;
+        if (!others.empty())
+          return "--" + name + ": " + recipe + " takes " + s.choices + ", got '" + value + "' (a value of " + others +
+                 ")";
       }
     } else if (s.type == HParamSpec::Type::kInteger) {
       int64_t v = 0;

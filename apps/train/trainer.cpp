@@ -482,8 +482,9 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   // A run to resume is locked before anything of it is read; a new one once its recipe accepted the flags,
   // before its first write (a refusal leaves nothing behind, not even the lock file).
   if (lead_ && fs::exists(model_path_)) lock_.emplace(o.out);
-  GNN_CHECK(o.resume || !fs::exists(model_path_), "--out ", o.out,
-            ": already holds a run (model.npz); pass --resume to continue it, or choose another directory");
+  if (!o.resume && fs::exists(model_path_))
+    bad_option("--out ", o.out,
+               ": already holds a run (model.npz); pass --resume to continue it, or choose another directory");
   if (!fs::exists(model_path_)) check_leftovers(o.out);
 
   // The recipe and its hyper-parameters: the command line's for a new run, the checkpoint's on resume.

@@ -53,6 +53,9 @@ TEST_CASE("cli: help, version, and usage errors exit 2 with one line") {
   r = run_gnn("help train");  // a command's help, as `gnn train --help`
   CHECK(r.exit_code == 0);
   CHECK(r.out.rfind("usage: gnn train", 0) == 0);
+  // A value only some recipes take is listed, with them.
+  CHECK(r.out.find("one of official|log1p|standardize|none|5th|trainable") != std::string::npos);
+  CHECK(r.out.find("(trainable: tile-gat-6th, layout-sage-6th, layout-gin-6th only)") != std::string::npos);
   // An unknown command is named as one, on one line whatever it holds.
   r = run_gnn("help nosuch");
   CHECK(r.exit_code == 2);
@@ -376,6 +379,10 @@ TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a
   }
   r = testing::run_gnn_env("GNN_HOST_CACHE=0 GNN_SYNC=", "inspect " + d);
   CHECK_MESSAGE(r.exit_code == 0, r.err);
+  // A GEMM kernel nobody has: a usage error before the command, as the switches' (it exited 1 at the first product).
+  r = testing::run_gnn_env("GNN_GEMM_ISA=sse9", "inspect " + d);
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(r.err == "gnn inspect: GNN_GEMM_ISA=sse9: unknown (avx512, avx2, generic)\n", r.err);
 }
 
 TEST_CASE("cli: under small address-space and stack limits the CPU path runs, info names a library it cannot open") {

@@ -173,8 +173,8 @@ TEST_CASE("train: bad flags and runs are refused with one line naming them") {
   const std::string run = t.file("run");
   REQUIRE(run_gnn("train --model tile-mlp --epochs 1 --progress lines --out " + run + d).exit_code == 0);
   for (const Case& c : std::vector<Case>{
-           {"train --model tile-nope --out " + t.file("x") + d, "unknown recipe 'tile-nope'", 1},
-           {"train --model tile-mlp --out " + run + d, "already holds a run", 1},
+           {"train --model tile-nope --out " + t.file("x") + d, "unknown recipe 'tile-nope'", 2},
+           {"train --model tile-mlp --out " + run + d, "already holds a run", 2},
            {"train --resume --lr 0.5 --out " + run + d, "a resumed run keeps its hyper-parameters", 2},
            {"train --resume --model tile-earlyjoin-sage --out " + run + d, "a resumed run keeps its recipe", 2},
            {"train --resume --seed 9 --out " + run, "a resumed run keeps its seed", 2},
@@ -185,6 +185,9 @@ TEST_CASE("train: bad flags and runs are refused with one line naming them") {
            {"train --model tile-mlp --lr fast --out " + t.file("v") + d, "--lr: expected a number", 2},
            {"eval --run " + t.file("nothing") + d, "not a directory", 1},
            {"eval --run " + run + d + " --tta 3", "--tta 3: averages over orders of the configs, and tile-mlp", 2},
+           {"eval --run " + run + d + " --split bogus", "--split: expected train, valid or test, got 'bogus'", 2},
+           {"eval --run " + run + d + " --eval-indices " + run,  // (a folder: the kind is what is refused)
+            "the official subsets are of layout graphs, and " + run + " is a tile model (tile-mlp)", 2},
            {"predict --run " + run + d + " --checkpoint best --out " + t.file("p.csv"), "", 0},
            {cuda_available() ? "models" : "train --model tile-mlp --device cuda --out " + t.file("z") + d,
             cuda_available() ? "" : "--device cuda is not usable here", cuda_available() ? 0 : 2},
@@ -211,6 +214,9 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
       {"--model tile-mlp --warmup -5", "--warmup: expected an integer >= 0"},
       {"--model layout-resmodel --khops -2", "--khops: expected an integer >= -1"},
       {"--model layout-sage-6th --khops-direction up", "--khops-direction: expected one of both|consumers, got 'up'"},
+      {"--model layout-resmodel --node-transform trainable",  // a value other recipes take names them
+       "--node-transform: layout-resmodel takes official|log1p|standardize|none|5th, got 'trainable' (a value of "
+       "tile-gat-6th, layout-sage-6th, layout-gin-6th)"},
       {"--model layout-tgraph --khops -1 --khops-edges configurable",  // region flags without a region
        "--khops-edges: the edges a --khops region keeps; this run keeps every node (--khops -1)"},
       {"--model layout-sage-6th --khops -1 --khops-direction consumers",
