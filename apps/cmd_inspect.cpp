@@ -79,12 +79,14 @@ Json tpugraphs_summary(const NpzReader& npz, const std::map<std::string, Tensor>
   return j;
 }
 
-std::string format_row(const std::string& key, const std::string& dtype, const std::string& shape, const char* order,
-                       const std::string& method, const std::string& compressed, const std::string& raw) {
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "%-24s %-6s %-20s %-5s %-9s %14s %14s\n", key.c_str(), dtype.c_str(), shape.c_str(),
-                order, method.c_str(), compressed.c_str(), raw.c_str());
-  return buf;
+// A row of the arrays' table; keys get the width of the longest (`key_width`), so the columns stay in line.
+std::string format_row(int key_width, const std::string& key, const std::string& dtype, const std::string& shape,
+                       const char* order, const std::string& method, const std::string& compressed,
+                       const std::string& raw) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, " %-6s %-20s %-5s %-11s %14s %14s\n", dtype.c_str(), shape.c_str(), order,
+                method.c_str(), compressed.c_str(), raw.c_str());
+  return key + std::string(size_t(std::max<int64_t>(0, key_width - int64_t(key.size()))), ' ') + buf;
 }
 
 int inspect_npy(const std::string& path, bool json) {
@@ -205,15 +207,18 @@ Command inspect_command() {
     std::map<std::string, Tensor> loaded;
     if (tpugraphs) loaded = npz.load_keys(npz.keys());
     Json arrays = Json::array();
-    std::string table = json ? "" : format_row("key", "dtype", "shape", "order", "method", "compressed", "raw");
+    int key_width = 24;
+    for (const std::string& key : npz.keys()) key_width = std::max(key_width, int(key.size()));
+    std::string table =
+        json ? "" : format_row(key_width, "key", "dtype", "shape", "order", "compression", "compressed", "raw");
     for (const std::string& key : npz.keys()) {
       const NpzArrayInfo info = npz.info(key);
       const NpyHeader& h = info.header;
       const Stats s = stats_of(tpugraphs ? loaded.at(key) : npz.load(key));
       if (!json) {
-        table +=
-            format_row(key, h.descr, h.shape_str(), h.fortran_order ? "F" : "C", zip_method_name(info.entry.method),
-                       std::to_string(info.entry.compressed_size), std::to_string(info.entry.uncompressed_size));
+        table += format_row(key_width, key, h.descr, h.shape_str(), h.fortran_order ? "F" : "C",
+                            zip_method_name(info.entry.method), std::to_string(info.entry.compressed_size),
+                            std::to_string(info.entry.uncompressed_size));
         continue;
       }
       Json e = Json::object();

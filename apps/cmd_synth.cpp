@@ -79,7 +79,9 @@ Command synth_command() {
              {"graphs", "N", "graphs per split", "8"},
              {"nodes", "N", "nodes per graph (default 30 for tile, 2000 for layout)"},
              {"nodes-max", "N", "draw each graph's node count log-uniformly in [--nodes, N]"},
-             {"configs", "C", "configs per graph (default 200 for tile, 100 for layout)"},
+             {"configs", "C",
+              "configs per layout graph (default 100); for tile the most per kernel (default 200): each tile is drawn "
+              "once, and a kernel whose shape admits fewer lists fewer"},
              {"configs-max", "C", "draw each graph's config count uniformly in [--configs, C]"},
              {"min-configs", "C",
               "tile: replace a kernel that admits fewer distinct tiles than C by another, so every kernel ranks at "
