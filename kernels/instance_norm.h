@@ -19,7 +19,7 @@
 #include "base/common.h"
 #include "kernels/activation.h"
 #include "kernels/dropout.h"
-#include "kernels/layer_norm.h"
+#include "kernels/layer_norm.h"  // (norm_square, norm_rstd)
 
 namespace gnn {
 
@@ -38,7 +38,7 @@ void instance_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* res,
       for (int64_t i = b; i < e; ++i) v += double((s(i * F + f) - m) * (s(i * F + f) - m));
       if (std::isinf(v)) {  // (norm_rstd)
         v = 0;
-        for (int64_t i = b; i < e; ++i) v += double(s(i * F + f) - m) * double(s(i * F + f) - m);
+        for (int64_t i = b; i < e; ++i) v += norm_square(s(i * F + f) - m);
       }
       const T rs = norm_rstd(n ? v / double(n) : 0.0, eps);
       mean[g * F + f] = m, rstd[g * F + f] = rs;

@@ -18,7 +18,10 @@ namespace gnn {
 // A norm's variance sums float squares in double. A square past the float range (values past about 1.8e19)
 // made it inf and rstd 0: y the bias, no gradient. Such a variance is summed again of squares formed in double
 // (norm_square), and rstd formed in double where the variance is past the float range; other bits stay.
-GNN_HD inline double norm_square(float d) { return double(d) * double(d); }
+template <class T>
+GNN_HD inline double norm_square(T d) {
+  return double(d) * double(d);
+}
 template <class T>
 GNN_HD inline T norm_rstd(double var, T eps) {
   return var <= double(std::numeric_limits<T>::max()) ? T(1) / std::sqrt(T(var) + eps)
@@ -36,7 +39,7 @@ void layer_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* gamma, 
     for (int64_t f = 0; f < F; ++f) v += double((x[r * F + f] - m) * (x[r * F + f] - m));
     if (std::isinf(v)) {
       v = 0;
-      for (int64_t f = 0; f < F; ++f) v += double(x[r * F + f] - m) * double(x[r * F + f] - m);
+      for (int64_t f = 0; f < F; ++f) v += norm_square(x[r * F + f] - m);
     }
     const T rs = norm_rstd(v / double(F), eps);
     mean[r] = m, rstd[r] = rs;

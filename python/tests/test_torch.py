@@ -233,9 +233,9 @@ def test_layer_same_bits_run_to_run(name):
         # keeps the bits gnn's (its aggregation, forward and backward).
         m = gt.GINConv(torch.nn.Identity(), eps=0.25) if name == "gin" else make(gt, name)
         y, grads = run(m, x, ei, ew)
-        # GAT's parameter gradients are torch's own sums over the nodes and edges (lin's and lin_edge's weights,
-        # the att vectors), which torch 2.15 splits by thread count (lin_edge's weight): y and the input
-        # gradients carry gnn's kernels' bits.
+        # GAT's parameter gradients, with or without edge features, are torch's own sums over the nodes and
+        # edges (lin's and lin_edge's weights, the att vectors, the bias), which torch may split by thread count
+        # (torch 2.15 does for lin_edge's weight): y and the input gradients carry gnn's kernels' bits.
         if name.startswith("gat"):
             grads = grads[:1 + (ew is not None)]
         runs.append([y.numpy().tobytes()] + [g.numpy().tobytes() for g in grads])

@@ -235,13 +235,15 @@ TEST_CASE("instance norm keeps a large common offset and long sums: summed in do
 
 TEST_CASE("instance norm of values past 1.8e19: the squares in double, as the double reference, CPU and GPU") {
   // Two graphs of 5 and 300 rows, 40 channels: channel 3 times 1e20 in graph 0, one 1e30 in channel 33 of
-  // graph 1, the rest ordinary. A square past the float range made the variance inf and rstd 0: y = 0 and
-  // dx = 0 in those channels. On the GPU the block sums its channels again only where one of them met one.
+  // graph 1, +-2e19 in its channel 7 (squares past the float range, their mean within it), the rest
+  // ordinary. A square past the float range made the variance inf and rstd 0: y = 0 and dx = 0 in those
+  // channels. On the GPU the block sums its channels again only where one of them met one.
   const std::vector<int64_t> ptr = {0, 5, 305};
   const int64_t N = ptr.back(), G = 2, F = 40;
   std::vector<float> x = random_values<float>(size_t(N * F), 41, -2.0f, 2.0f);
   for (int64_t i = 0; i < 5; ++i) x[size_t(i * F + 3)] *= 1e20f;
   x[size_t(100 * F + 33)] = 1e30f;
+  x[size_t(15 * F + 7)] = 2e19f, x[size_t(200 * F + 7)] = -2e19f;
   const std::vector<float> dy = random_values<float>(size_t(N * F), 42);
   std::vector<double> yd(static_cast<size_t>(N * F)), md(static_cast<size_t>(G * F)), rd(static_cast<size_t>(G * F)),
       dxd(static_cast<size_t>(N * F));

@@ -110,13 +110,14 @@ TEST_CASE("layer norm keeps a large common offset and long sums: summed in doubl
 }
 
 TEST_CASE("layer norm of values past 1.8e19: the squares in double, as the double reference, CPU and GPU") {
-  // Row 0 of ordinary values, row 1 of them times 1e20, row 2 ordinary with one 1e30: a square past the float
-  // range made the variance inf and rstd 0, so rows 1 and 2 gave y = 0 (torch's float32: 0, or NaN at 3e38)
-  // and dx = 0.
-  const int64_t R = 3, F = 37;
+  // Row 0 of ordinary values, row 1 of them times 1e20, row 2 ordinary with one 1e30, row 3 with +-2e19
+  // (squares past the float range, their mean within it: rstd formed in float): a square past the float range
+  // made the variance inf and rstd 0, so rows 1 to 3 gave y = 0 (torch's float32: 0, or NaN at 3e38) and dx = 0.
+  const int64_t R = 4, F = 37;
   std::vector<float> x = random_values<float>(size_t(R * F), 31, -2.0f, 2.0f);
   for (int64_t f = 0; f < F; ++f) x[size_t(F + f)] *= 1e20f;
   x[size_t(2 * F + 5)] = 1e30f;
+  x[size_t(3 * F + 1)] = 2e19f, x[size_t(3 * F + 30)] = -2e19f;
   const std::vector<float> dy = random_values<float>(size_t(R * F), 32);
   std::vector<double> yd(static_cast<size_t>(R * F)), md(static_cast<size_t>(R)), rd(static_cast<size_t>(R)),
       dxd(static_cast<size_t>(R * F));

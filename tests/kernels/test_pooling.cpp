@@ -210,15 +210,16 @@ TEST_CASE("pooling: mean + max in one pass has the bits of the two pools and add
 }
 
 namespace {
-// graphs of 1, 299, 5000 (wider than a CUDA block) and 0 rows; F = 37 (vectors and a remainder); NaNs put
-// by nan_terms. Returns x and the expected max and argmax (amax_first) of each graph and column.
+// graphs of 1, 299, 5000 (wider than a CUDA block) and 0 rows; F = 37 (vectors and a remainder) or another
+// (300: the CPU's two blocks of channels); NaNs put by nan_terms. Returns x and the expected max and argmax
+// (amax_first) of each graph and column.
 struct NanPool {
   std::vector<int64_t> ptr{0, 1, 300, 5300, 5300};
-  int64_t G = 4, N = 5300, F = 37;
-  std::vector<float> x = random_values<float>(size_t(5300 * 37), 21);
+  int64_t G = 4, N = 5300, F;
+  std::vector<float> x;
   std::vector<float> want_y;
   std::vector<int32_t> want_arg;
-  NanPool() {
+  explicit NanPool(int64_t f = 37) : F(f), x(random_values<float>(size_t(N * f), 21)) {
     for (int64_t g = 0; g < G; ++g)
       for (int64_t f = 0; f < F; ++f)
         for (int64_t i : nan_terms(f, ptr[g + 1] - ptr[g], g)) x[size_t((ptr[g] + i) * F + f)] = NAN;
@@ -243,19 +244,22 @@ struct NanPool {
 
 TEST_CASE("pooling: a NaN row makes the max NaN wherever it comes, as torch's amax, at the first NaN's row") {
   // The max kept a NaN only where it came first (v > max is false for NaN): one later in a graph vanished.
-  const NanPool c;
-  const size_t n = size_t(c.G * c.F);
-  std::vector<float> y(n, 7.0f);
-  std::vector<int32_t> arg(n, 7);
-  pool_forward_ref<float>(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F, Reduce::kMax);
-  c.check(y, arg);
-  std::fill(y.begin(), y.end(), 7.0f), std::fill(arg.begin(), arg.end(), 7);  // (each call writes its own)
-  pool_forward_cpu(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F, Reduce::kMax);
-  c.check(y, arg);
-  std::fill(y.begin(), y.end(), 7.0f), std::fill(arg.begin(), arg.end(), 7);
-  // mean + max in one pass: NaN where the max is (the mean is NaN there too), the max's argmax
-  pool_mean_max_forward_cpu(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F);
-  c.check(y, arg, false);
+  for (const int64_t F : {37, 300}) {
+    CAPTURE(F);
+    const NanPool c(F);
+    const size_t n = size_t(c.G * c.F);
+    std::vector<float> y(n, 7.0f);
+    std::vector<int32_t> arg(n, 7);
+    pool_forward_ref<float>(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F, Reduce::kMax);
+    c.check(y, arg);
+    std::fill(y.begin(), y.end(), 7.0f), std::fill(arg.begin(), arg.end(), 7);  // (each call writes its own)
+    pool_forward_cpu(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F, Reduce::kMax);
+    c.check(y, arg);
+    std::fill(y.begin(), y.end(), 7.0f), std::fill(arg.begin(), arg.end(), 7);
+    // mean + max in one pass: NaN where the max is (the mean is NaN there too), the max's argmax
+    pool_mean_max_forward_cpu(y.data(), arg.data(), c.x.data(), c.ptr.data(), c.G, c.F);
+    c.check(y, arg, false);
+  }
 }
 
 TEST_CASE("cuda pooling: a NaN row makes the max NaN wherever it comes, at the first NaN's row") {
