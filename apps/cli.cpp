@@ -245,7 +245,7 @@ void check_environment(const Command& cmd, const Args& a) {
     if (env && *env && std::string(env) != "0" && std::string(env) != "1")
       throw UsageError(std::string(name) + "=" + env + ": expected 0 or 1 (" + means + ")");
   }
-  if (std::getenv("GNN_GEMM_ISA")) try {  // a kernel unknown or one this CPU cannot run
+  if (const char* isa = std::getenv("GNN_GEMM_ISA"); isa && *isa) try {  // a kernel unknown or one this CPU cannot run
       (void)gemm_isa();
     } catch (const Error& e) {
       throw UsageError(e.message());

@@ -82,7 +82,10 @@ std::string compare(const Entry& model, const Entry& baseline) {
   const double d = mean(model.scores) - mean(baseline.scores);
   const double spread = std::max(stddev(model.scores), stddev(baseline.scores));
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%s %s %s by %.3f (%s)", model.model.c_str(), d > 0 ? "beats" : "trails",
+  std::snprintf(buf, sizeof buf, "%s %s %s by %.3f (%s)", model.model.c_str(),
+                d > 0   ? "beats"
+                : d < 0 ? "trails"
+                        : "ties with",
                 baseline.model.c_str(), std::fabs(d),
                 model.scores.size() < 2     ? "one seed each: no spread to judge by"
                 : std::fabs(d) > 2 * spread ? "more than twice the seeds' spread"

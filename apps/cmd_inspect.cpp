@@ -80,13 +80,17 @@ Json tpugraphs_summary(const NpzReader& npz, const std::map<std::string, Tensor>
 }
 
 // A row of the arrays' table; keys get the width of the longest (`key_width`), so the columns stay in line.
-std::string format_row(int key_width, const std::string& key, const std::string& dtype, const std::string& shape,
-                       const char* order, const std::string& method, const std::string& compressed,
+std::string format_row(size_t key_width, const std::string& key, const std::string& dtype, const std::string& shape,
+                       const std::string& order, const std::string& method, const std::string& compressed,
                        const std::string& raw) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, " %-6s %-20s %-5s %-11s %14s %14s\n", dtype.c_str(), shape.c_str(), order,
-                method.c_str(), compressed.c_str(), raw.c_str());
-  return key + std::string(size_t(std::max<int64_t>(0, key_width - int64_t(key.size()))), ' ') + buf;
+  const auto left = [](const std::string& s, size_t w) {
+    return s + std::string(w > s.size() ? w - s.size() : 0, ' ');
+  };
+  const auto right = [](const std::string& s, size_t w) {
+    return std::string(w > s.size() ? w - s.size() : 0, ' ') + s;
+  };
+  return left(key, key_width) + " " + left(dtype, 6) + " " + left(shape, 20) + " " + left(order, 5) + " " +
+         left(method, 11) + " " + right(compressed, 14) + " " + right(raw, 14) + "\n";
 }
 
 int inspect_npy(const std::string& path, bool json) {
@@ -207,8 +211,8 @@ Command inspect_command() {
     std::map<std::string, Tensor> loaded;
     if (tpugraphs) loaded = npz.load_keys(npz.keys());
     Json arrays = Json::array();
-    int key_width = 24;
-    for (const std::string& key : npz.keys()) key_width = std::max(key_width, int(key.size()));
+    size_t key_width = 24;
+    for (const std::string& key : npz.keys()) key_width = std::max(key_width, key.size());
     std::string table =
         json ? "" : format_row(key_width, "key", "dtype", "shape", "order", "compression", "compressed", "raw");
     for (const std::string& key : npz.keys()) {

@@ -35,7 +35,7 @@ Command score_command() {
     const std::string eval_dir = eval_indices_flag(a);
     if (a.has("submission") == a.has("runtimes"))
       throw UsageError("gnn score: give one of --submission FILE or --runtimes FILE");
-    if (a.str("split").empty()) throw UsageError("gnn score: --split: no split named (train, valid or test)");
+    const std::string split = split_flag(a);
     const bool by_runtime = a.has("runtimes");
     const std::string input = a.str(by_runtime ? "runtimes" : "submission");
     std::map<std::string, std::vector<int64_t>> rows;  // --submission: id -> configs, fastest first
@@ -44,9 +44,9 @@ Command score_command() {
     if (by_runtime) predicted = read_runtimes(input);
     else rows = read_submission(input, &lines);
     WalkOptions wo;
-    wo.splits = {a.str("split")};
+    wo.splits = {split};
     const auto files = walk_dataset(a.str("data"), wo);
-    GNN_CHECK(!files.empty(), a.str("data"), ": no ", a.str("split"), " files to score");
+    GNN_CHECK(!files.empty(), a.str("data"), ": no ", split, " files to score");
     if (a.has("per-graph")) {  // not the submission, nor a graph it is scored on
       std::vector<std::string> inputs = {input};
       for (const DatasetFile& f : files) inputs.push_back(f.path);
@@ -82,13 +82,14 @@ Command score_command() {
     };
     for (const auto& row : rows) sort_row(row.first);
     for (const auto& row : predicted) sort_row(row.first);
-    GNN_CHECK(stray.empty(), input, ": ", stray.size(), " row(s) name no ", a.str("split"), " graph of ", a.str("data"),
+    GNN_CHECK(stray.empty(), input, ": ", stray.size(), " row(s) name no ", split, " graph of ", a.str("data"),
               ", the first '", stray[0].substr(0, 120), "' (a row of another split, or a misspelt ID?)");
     if (!elsewhere.empty())
-      std::fprintf(stderr, "gnn score: %zu row(s) of collections with no %s files in %s are not scored (the first: %s)\n",
-                   elsewhere.size(), a.str("split").c_str(), a.str("data").c_str(), elsewhere[0].substr(0, 120).c_str());
+      std::fprintf(stderr,
+                   "gnn score: %zu row(s) of collections with no %s files in %s are not scored (the first: %s)\n",
+                   elsewhere.size(), split.c_str(), a.str("data").c_str(), elsewhere[0].substr(0, 120).c_str());
     if (a.has("per-graph")) write_file_atomic(a.str("per-graph"), per);
-    std::printf("scored %zu graphs of split %s\n", scores.size(), a.str("split").c_str());
+    std::printf("scored %zu graphs of split %s\n", scores.size(), split.c_str());
     std::printf("%s\n", summary_json(scores).c_str());
     return 0;
   };

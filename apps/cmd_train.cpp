@@ -33,14 +33,6 @@ void set_timeout(const Args& a) {
   dist::set_timeout(t);
 }
 
-// --split: a split of the release's tree (the dataset walker reads no other folder).
-std::string split_flag(const Args& a) {
-  const std::string s = a.str("split");
-  if (s != "train" && s != "valid" && s != "test")
-    throw UsageError("--split: expected train, valid or test, got '" + s + "'");
-  return s;
-}
-
 const Flag kCommTimeout = {"comm-timeout", "S",
                            "under mpirun: how long a rank waits for the others in a collective "
                            "before it stops the job (a rank died or hangs)",
@@ -99,6 +91,7 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
     throw UsageError(e.message());
   }
   const int64_t tta = a.has("tta") ? a.integer("tta", 1, 1000) : 0;  // likewise
+  (void)split_flag(a);  // likewise
   std::vector<RunOnSplit> runs;
   for (const std::string& dir : run_dirs(a)) {
     RunOnSplit r;
@@ -200,6 +193,13 @@ int64_t parse_memory_limit(const std::string& s) {
 
 }  // namespace
 
+std::string split_flag(const Args& a) {
+  const std::string s = a.str("split");
+  if (s != "train" && s != "valid" && s != "test")
+    throw UsageError("--split: expected train, valid or test, got '" + s + "'");
+  return s;
+}
+
 std::string eval_indices_flag(const Args& a) {
   if (!a.has("eval-indices")) return "";
   const std::string dir = a.str("eval-indices");
@@ -209,28 +209,39 @@ std::string eval_indices_flag(const Args& a) {
 
 namespace {
 
-// Every recipe's flags, each once. A choice some recipes widen (--node-transform trainable: the 6th place's)
-// is shown with its widest choices and help, and the recipes that take the added values named.
+// Every recipe's flags, each once. A choice whose values differ between recipes (--node-transform trainable:
+// the 6th place's) lists every value, with the help of the recipe that takes the most, and names the recipes
+// that take each value not all of them do.
 std::vector<train::HParamSpec> all_hparams() {
   std::vector<train::HParamSpec> out;
-  std::map<std::string, size_t> at;
-  std::map<std::string, std::string> narrowest;
+  std::set<std::string> seen;
   for (const train::Recipe& r : train::recipes())
-    for (const train::HParamSpec& h : r.hparams) {
-      const auto [it, fresh] = at.emplace(h.name, out.size());
-      if (fresh) out.push_back(h), narrowest[h.name] = h.choices;
-      train::HParamSpec& o = out[it->second];
-      GNN_CHECK(h.choices.rfind(narrowest[h.name], 0) == 0 || narrowest[h.name].rfind(h.choices, 0) == 0, "--", h.name,
-                ": recipes offer choices neither of which extends the other (", o.choices, ", ", h.choices, ")");
-      if (h.choices.size() > o.choices.size()) o = h;
-      if (h.choices.size() < narrowest[h.name].size()) narrowest[h.name] = h.choices;
-    }
+    for (const train::HParamSpec& h : r.hparams)
+      if (seen.insert(h.name).second) out.push_back(h);
   for (train::HParamSpec& h : out) {
-    std::string wider;  // the recipes that take more values than the narrowest
-    for (const train::Recipe& r : train::recipes())
-      if (const train::HParamSpec* s = train::find_spec(r.hparams, h.name); s && s->choices != narrowest[h.name])
-        wider += (wider.empty() ? "" : ", ") + r.name;
-    if (!wider.empty()) h.help += " (" + h.choices.substr(narrowest[h.name].size() + 1) + ": " + wider + " only)";
+    if (h.type != train::HParamSpec::Type::kChoice) continue;
+    std::vector<std::string> all;  // every recipe's values, in the order first met
+    std::map<std::string, std::pair<size_t, std::string>> takers;  // value -> how many recipes take it, which
+    size_t offered = 0, most = 0;
+    for (const train::Recipe& r : train::recipes()) {
+      const train::HParamSpec* s = train::find_spec(r.hparams, h.name);
+      if (!s) continue;
+      ++offered;
+      const std::vector<std::string> v = train::choice_values(s->choices);
+      if (v.size() > most) most = v.size(), h.help = s->help;
+      for (const std::string& x : v) {
+        auto& [count, names] = takers[x];
+        if (count++ == 0) all.push_back(x);
+        names += (names.empty() ? "" : ", ") + r.name;
+      }
+    }
+    std::string only, choices;
+    for (const std::string& x : all) {
+      choices += (choices.empty() ? "" : "|") + x;
+      if (takers[x].first < offered) only += (only.empty() ? " (" : "; ") + x + ": " + takers[x].second + " only";
+    }
+    h.choices = choices;
+    if (!only.empty()) h.help += only + ")";
   }
   return out;
 }
@@ -586,9 +597,10 @@ Command pass_command() {
   c.run = [](const Args& a) {
     const Device device = parse_device(a);
     set_timeout(a);
+    const std::string split = split_flag(a);  // (before the checkpoint is read)
     train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")), device);
     nn::move_parameters(*m.model, device);
-    const auto files = train::kind_files(a.str("data"), m.recipe->kind, split_flag(a));
+    const auto files = train::kind_files(a.str("data"), m.recipe->kind, split);
     if (files.empty())
       throw UsageError("--data " + a.str("data") + ": no " + m.recipe->kind + " " + split_flag(a) + " files");
     size_t at = 0;

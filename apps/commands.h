@@ -23,5 +23,8 @@ Command plot_command();
 // --eval-indices DIR of train, eval and score: "" when absent; a usage error when DIR is not a folder
 // (a typo must not quietly score every config instead of the official subsets).
 std::string eval_indices_flag(const Args& a);
+// --split of eval, predict, pass and score: train, valid or test (the dataset walker reads no other folder),
+// a usage error otherwise.
+std::string split_flag(const Args& a);
 
 }  // namespace gnn::cli

@@ -42,7 +42,7 @@ struct Generic {  // 4 floats: SSE on x86-64, NEON elsewhere, through the compil
 };
 
 GemmIsa detect() {
-  if (const char* forced = std::getenv("GNN_GEMM_ISA")) {
+  if (const char* forced = std::getenv("GNN_GEMM_ISA"); forced && *forced) {  // (empty: unset, as GNN_SYNC)
     for (GemmIsa isa : {GemmIsa::kGeneric, GemmIsa::kAvx2, GemmIsa::kAvx512}) {
       if (std::strcmp(forced, gemm_isa_name(isa)) == 0) {
         GNN_CHECK(gemm_isa_supported(isa), "GNN_GEMM_ISA=", forced, ": this CPU cannot run it");

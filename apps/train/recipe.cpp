@@ -99,14 +99,20 @@ bool same_hparam_value(const HParamSpec& s, const std::string& a, const std::str
   return s.type == HParamSpec::Type::kNumber && parse_finite(a, &x) && parse_finite(b, &y) && x == y;
 }
 
-namespace {
-bool is_choice(const HParamSpec& s, const std::string& value) {
-  for (size_t at = 0; at <= s.choices.size();) {
-    const size_t bar = std::min(s.choices.find('|', at), s.choices.size());
-    if (s.choices.compare(at, bar - at, value) == 0 && bar - at == value.size()) return true;
+std::vector<std::string> choice_values(const std::string& choices) {
+  std::vector<std::string> v;
+  for (size_t at = 0; at <= choices.size();) {
+    const size_t bar = std::min(choices.find('|', at), choices.size());
+    v.push_back(choices.substr(at, bar - at));
     at = bar + 1;
   }
-  return false;
+  return v;
+}
+
+namespace {
+bool is_choice(const HParamSpec& s, const std::string& value) {
+  const std::vector<std::string> v = choice_values(s.choices);
+  return std::find(v.begin(), v.end(), value) != v.end();
 }
 }  // namespace
 
@@ -121,8 +127,10 @@ std::string check_hparams(const std::vector<HParamSpec>& specs, const HParams& h
       ok = is_choice(s, value);
       if (!ok) {  // a value other recipes take (--node-transform trainable: the 6th place's) says which
         std::string others;
+        const Recipe* self = lookup_recipe(recipe);
         for (const Recipe& r : recipes())
-          if (const HParamSpec* o = find_spec(r.hparams, name); o && o->type == s.type && is_choice(*o, value))
+          if (const HParamSpec* o = find_spec(r.hparams, name);
+              o && o->type == s.type && is_choice(*o, value) && (!self || r.kind == self->kind))
             others += (others.empty() ? "" : ", ") + r.name;
         if (!others.empty())
           return "--" + name + ": " + recipe + " takes " + s.choices + ", got '" + value + "' (a value of " + others +

@@ -72,6 +72,7 @@ struct HParamSpec {
   std::string choices;
   std::string valid() const;  // "a number > 0", "an integer in [1, 4096]", "one of constant|cosine"
 };
+std::vector<std::string> choice_values(const std::string& choices);  // "a|b" -> {"a", "b"}
 // The spec named `name` in `specs` (a vector of HParamSpec, const or not), or nullptr.
 template <class Specs>
 auto find_spec(Specs& specs, const std::string& name) -> decltype(&*specs.begin()) {

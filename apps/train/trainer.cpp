@@ -595,6 +595,9 @@ void Run::list_files() {
   GNN_CHECK(!train_files_.empty(), "--data ", plan_.data, ": no ", recipe->kind, " train files for ", recipe->name);
   // The validation flags mean nothing without a valid split: said, not ignored (a user giving --patience
   // expects the run to stop early).
+  if (!plan_.eval_indices.empty() && recipe->kind != "layout")
+    bad_option("--eval-indices: the official subsets are of layout graphs, and ", recipe->name, " is a ", recipe->kind,
+               " recipe");
   if (valid_files_.empty()) {
     for (const char* flag : {"patience", "val-every", "val-configs"})
       if (o_.hparams.count(flag) && hp.num(flag) > 0)

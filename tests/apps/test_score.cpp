@@ -91,7 +91,11 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
     CHECK(r.err.find("bom.csv: starts with a UTF-8 byte order mark") != std::string::npos);
     r = testing::run_gnn("score --submission " + dir.file("missing.csv") + " --data " + dir.file("d") + " --split ''");
     CHECK(r.exit_code == 2);
-    CHECK(r.err.find("--split: no split named") != std::string::npos);
+    CHECK(r.err.find("--split: expected train, valid or test, got ''") != std::string::npos);
+    r = testing::run_gnn("score --submission " + dir.file("missing.csv") + " --data " + dir.file("d") +
+                         " --split vaild");
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--split: expected train, valid or test, got 'vaild'") != std::string::npos);
     std::ofstream(dir.file("bad3.csv")) << "ID,TopConfigs\n" << files[0].id() << ",1;0\n";  // (every kernel has 2+)
     r = testing::run_gnn("score --submission " + dir.file("bad3.csv") + " --data " + dir.file("d"));
     CHECK(r.exit_code == 1);

@@ -186,6 +186,8 @@ TEST_CASE("train: bad flags and runs are refused with one line naming them") {
            {"eval --run " + t.file("nothing") + d, "not a directory", 1},
            {"eval --run " + run + d + " --tta 3", "--tta 3: averages over orders of the configs, and tile-mlp", 2},
            {"eval --run " + run + d + " --split bogus", "--split: expected train, valid or test, got 'bogus'", 2},
+           {"train --model tile-mlp --eval-indices " + run + " --out " + t.file("u") + d,
+            "--eval-indices: the official subsets are of layout graphs, and tile-mlp is a tile recipe", 2},
            {"eval --run " + run + d + " --eval-indices " + run,  // (a folder: the kind is what is refused)
             "the official subsets are of layout graphs, and " + run + " is a tile model (tile-mlp)", 2},
            {"predict --run " + run + d + " --checkpoint best --out " + t.file("p.csv"), "", 0},
@@ -214,9 +216,6 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
       {"--model tile-mlp --warmup -5", "--warmup: expected an integer >= 0"},
       {"--model layout-resmodel --khops -2", "--khops: expected an integer >= -1"},
       {"--model layout-sage-6th --khops-direction up", "--khops-direction: expected one of both|consumers, got 'up'"},
-      {"--model layout-resmodel --node-transform trainable",  // a value other recipes take names them
-       "--node-transform: layout-resmodel takes official|log1p|standardize|none|5th, got 'trainable' (a value of "
-       "tile-gat-6th, layout-sage-6th, layout-gin-6th)"},
       {"--model layout-tgraph --khops -1 --khops-edges configurable",  // region flags without a region
        "--khops-edges: the edges a --khops region keeps; this run keeps every node (--khops -1)"},
       {"--model layout-sage-6th --khops -1 --khops-direction consumers",
@@ -1664,12 +1663,12 @@ TEST_CASE("train: --node-transform trainable standardises inside the model, from
     r = run_gnn("eval --run " + t.file("tile_a") + " --data " + dataset());
     CHECK_MESSAGE(r.exit_code == 0, r.err);
   }
-  // A recipe whose model has no standardisation of its own refuses it.
+  // A recipe whose model has no standardisation of its own refuses it, naming the layout recipes that take it.
   const auto r = run_gnn("train --model layout-resmodel --data " + dataset() + " --node-transform trainable --out " +
                          t.file("bad"));
   CHECK(r.exit_code == 2);
-  CHECK(r.err.find("--node-transform: expected one of official|log1p|standardize|none|5th, got 'trainable'") !=
-        std::string::npos);
+  CHECK(r.err.find("--node-transform: layout-resmodel takes official|log1p|standardize|none|5th, got 'trainable' "
+                   "(a value of layout-sage-6th, layout-gin-6th)") != std::string::npos);
 }
 
 TEST_CASE("train: --node-transform 5th gives the model the 5th place's 191 columns, and eval reads them back") {
