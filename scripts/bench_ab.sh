@@ -8,12 +8,20 @@
 # CASES (one per line: a kernel name, then its flags) may be set to time others; the default is the
 # nine kernels the registry had before the renovation (98b8ccb), forward and forward + backward, on the
 # default 10k-node graph (F = 128), and the node-major batched ones at 16 configs. A case one build
-# cannot run prints n/a. THREADS (default 2) is --threads for both.
+# cannot run prints n/a and, under it, that build's error; the script exits 1 when a case runs on neither.
+# THREADS (default 2) is --threads for both.
 set -euo pipefail
 old=${1:?usage: bench_ab.sh OLD_GNN NEW_GNN [ROUNDS]}
 new=${2:?usage: bench_ab.sh OLD_GNN NEW_GNN [ROUNDS]}
 rounds=${3:-3}
 threads=${THREADS:-2}
+for b in "$old" "$new"; do
+  [ -f "$b" ] && [ -x "$b" ] || { echo "bench_ab: $b is not an executable" >&2; exit 2; }
+done
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "bench_ab: ROUNDS must be a whole number >= 1, got '$rounds'" >&2; exit 2; }
+[[ $threads =~ ^[1-9][0-9]*$ ]] || { echo "bench_ab: THREADS must be a whole number >= 1, got '$threads'" >&2; exit 2; }
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
 default_cases=$(
   for k in gemm spmm-sum spmm-mean spmm-max segment-softmax gat-layer sage-layer sage-layer-fused graph-attention; do
     echo "$k"
@@ -27,8 +35,15 @@ default_cases=$(
 CASES=${CASES:-$default_cases}
 
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-ms() { { "$@" --threads "$threads" --json 2>/dev/null || true; } | sed -n 's/.*"median_ms": *\([0-9.eE+-]*\).*/\1/p'; }
+# One run's median ms, or "ERR" and the run's last line of error when it gave none.
+ms() {
+  local out v
+  out=$("$@" --threads "$threads" --json 2>"$err") || true
+  v=$(sed -n 's/.*"median_ms": *\([0-9.eE+-]*\).*/\1/p' <<<"$out")
+  if [ -n "$v" ]; then echo "$v"; else echo "ERR $(tail -n 1 "$err")"; fi
+}
 
+failed=0
 printf '%-58s %10s %10s %9s\n' "case ($threads threads, median of $rounds rounds)" "old ms" "new ms" "new/old"
 while IFS= read -r c; do
   [ -z "$c" ] && continue
@@ -41,11 +56,16 @@ while IFS= read -r c; do
       b+=("$(ms "$new" bench kernel $c)") a+=("$(ms "$old" bench kernel $c)")
     fi
   done
-  if [[ " ${a[*]} ${b[*]} " == *"  "* || -z "${a[0]}" || -z "${b[0]}" ]]; then
+  fa=$(printf '%s\n' "${a[@]}" | grep -m 1 '^ERR' || true) fb=$(printf '%s\n' "${b[@]}" | grep -m 1 '^ERR' || true)
+  if [ -n "$fa" ] || [ -n "$fb" ]; then
     printf '%-58s %10s %10s %9s\n' "$c" n/a n/a n/a
+    [ -n "$fa" ] && echo "    old: ${fa#ERR }"
+    [ -n "$fb" ] && echo "    new: ${fb#ERR }"
+    [ -n "$fa" ] && [ -n "$fb" ] && failed=1
     continue
   fi
   ma=$(printf '%s\n' "${a[@]}" | median)
   mb=$(printf '%s\n' "${b[@]}" | median)
   printf '%-58s %10.3f %10.3f %9.2f\n' "$c" "$ma" "$mb" "$(awk -v a="$ma" -v b="$mb" 'BEGIN {print b / a}')"
 done <<<"$CASES"
+exit $failed

@@ -19,7 +19,10 @@ old=$(realpath "$1") new=$(realpath "$2")
 epochs=${3:-3}
 shift $(($# < 3 ? $# : 3))
 py=${PYTHON:-python3}
-for b in "$old" "$new"; do [ -x "$b" ] || { echo "compare_builds: $b is not an executable" >&2; exit 2; }; done
+for b in "$old" "$new"; do
+  [ -f "$b" ] && [ -x "$b" ] || { echo "compare_builds: $b is not an executable" >&2; exit 2; }
+done
+[[ $epochs =~ ^[1-9][0-9]*$ ]] || { echo "compare_builds: EPOCHS must be a whole number >= 1, got '$epochs'" >&2; exit 2; }
 "$py" -c 'import numpy' 2>/dev/null || { echo "compare_builds: $py has no NumPy (set PYTHON)" >&2; exit 2; }
 
 work=$(mktemp -d)
@@ -30,7 +33,12 @@ trap 'rm -rf "$work"' EXIT
   --split train,valid >/dev/null
 recipes=("$@")
 # (every recipe the old binary has: one added since has nothing to compare with)
-[ ${#recipes[@]} -gt 0 ] || mapfile -t recipes < <("$old" models | awk '/^(tile|layout|dnnperf)-/ {print $1}')
+if [ ${#recipes[@]} -eq 0 ]; then
+  listed=$("$old" models) || { echo "compare_builds: $old models failed" >&2; exit 2; }
+  mapfile -t recipes < <(awk '/^(tile|layout|dnnperf)-/ {print $1}' <<<"$listed")
+  # (an empty list would read as "no differences")
+  [ ${#recipes[@]} -gt 0 ] || { echo "compare_builds: $old models lists no recipes" >&2; exit 2; }
+fi
 
 differ=0
 for r in "${recipes[@]}"; do

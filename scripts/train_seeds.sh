@@ -25,8 +25,9 @@ if [ ${#list[@]} -eq 0 ]; then
 fi
 seen=","
 for s in "${list[@]}"; do
-  if ! [[ $s =~ ^[0-9]+$ ]]; then
-    echo "scripts/train_seeds.sh: seed '$s' is not a non-negative integer" >&2
+  # (no leading zeros: gnn reads 01 as 1, so 01,1 would train one run twice under two names)
+  if ! [[ $s =~ ^(0|[1-9][0-9]*)$ ]]; then
+    echo "scripts/train_seeds.sh: seed '$s' is not a non-negative integer without leading zeros" >&2
     exit 2
   fi
   if [[ $seen == *",$s,"* ]]; then

@@ -145,6 +145,21 @@ def repeat_sd(cfg, log_runtime):
     return float(np.sqrt(sum(float((d * d).sum()) for d in dev) / dof))
 
 
+def defined(taus):
+    """Per program tau, None where it is undefined (a constant prediction: tau-b's denominator is 0)."""
+    return {k: None if v is None or np.isnan(v) else float(v) for k, v in taus.items()}
+
+
+def defined_mean(taus, what):
+    """The mean of the defined taus; the programs left out are said on stderr (JSON has no NaN)."""
+    d = defined(taus)
+    known = [v for v in d.values() if v is not None]
+    if len(known) < len(d):
+        print(f"config_baselines.py: {what}: {len(d) - len(known)} program(s) predicted every config alike "
+              "(too few training configs to split on?): tau undefined, left out of the mean", file=sys.stderr)
+    return float(np.mean(known)) if known else None
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="a tree from scripts/split_configs.py")
@@ -154,6 +169,10 @@ def main():
     p.add_argument("--versus", action="append", default=[], metavar="NAME=CSV",
                    help="a gnn predict CSV of the --split configs, set against gbr's on the same configs")
     a = p.parse_args()
+    try:
+        seeds = [int(s) for s in a.seeds.split(",")]
+    except ValueError:
+        p.error(f"--seeds: expected comma-separated integers, got '{a.seeds}'")
     versus = []
     for v in a.versus:
         name, eq, path = v.partition("=")
@@ -169,12 +188,14 @@ def main():
         if not os.path.exists(o):
             continue
         zt, zo = np.load(t), np.load(o)
+        if "node_config_feat" not in zt.files:  # (a tile file: no layout configs to rank)
+            continue
         xt, xo, groups = one_hot(zt["node_config_feat"], zo["node_config_feat"])
         yt = np.log(zt["config_runtime"].astype(np.float64))
         programs.append(Program(os.path.basename(t), xt, yt, xo, zo["config_runtime"].astype(np.float64),
                                 groups, repeat_sd(zt["node_config_feat"], yt)))
     if not programs:
-        sys.exit(f"config_baselines.py: no {a.split}/ file shares a stem with a train/ file under {a.data}")
+        sys.exit(f"config_baselines.py: no layout {a.split}/ file shares a stem with a train/ file under {a.data}")
     ranks = {}  # --versus: per run and program, each held-out config's predicted rank (checked before any fit)
     for name, orders in versus:
         for pr in programs:
@@ -193,7 +214,6 @@ def main():
     except ImportError:
         peers = ["ridge"]
         print("config_baselines.py: scikit-learn is not installed; gradient boosting left out", file=sys.stderr)
-    seeds = [int(s) for s in a.seeds.split(",")]
 
     def fit(peer, seed, pr, xo):  # pr's training configs fitted, xo's rows predicted
         if peer == "ridge":
@@ -215,12 +235,12 @@ def main():
                 taus[pr.stem] = kendall_tau_b(pred, pr.yo)
                 if peer == "gbr" and seed == seeds[0]:
                     gbr_pred[pr.stem] = pred
-            line = {"peer": peer, "seed": seed, "kendall_tau": float(np.mean(list(taus.values()))),
-                    "programs": taus, "columns": int(programs[0].xt.shape[1])}
+            line = {"peer": peer, "seed": seed, "kendall_tau": defined_mean(taus, f"{peer}, seed {seed}"),
+                    "programs": defined(taus), "columns": int(programs[0].xt.shape[1])}
             if a.train_score:
-                line["train_kendall_tau"] = float(np.mean(list(train_taus.values())))
-                line["train_programs"] = train_taus
-            print(json.dumps(line))
+                line["train_kendall_tau"] = defined_mean(train_taus, f"{peer}, seed {seed}, training configs")
+                line["train_programs"] = defined(train_taus)
+            print(json.dumps(line, allow_nan=False))
     for seed in seeds:
         rng = np.random.default_rng(seed)
         taus = {pr.stem: None if pr.sd is None else

@@ -49,25 +49,58 @@ def median_ms(fn, repeat: int, warmup: int = 3, sync=lambda: None) -> float:
     return statistics.median(runs)
 
 
+def _npz(flag, path, keys):
+    """The npz at path, holding keys; a one-line exit naming the flag otherwise."""
+    try:
+        z = np.load(path, allow_pickle=False)
+    except Exception as e:  # (missing, empty, not a zip, a pickled array)
+        sys.exit(f"--{flag} {path}: cannot be read as npz ({type(e).__name__}: {e})")
+    if not hasattr(z, "files"):
+        sys.exit(f"--{flag} {path}: one .npy array, not an npz of named arrays")
+    missing = [k for k in keys if k not in z.files]
+    if missing:
+        sys.exit(f"--{flag} {path}: no {', '.join(missing)} array (it holds {', '.join(z.files) or 'none'})")
+    return z
+
+
 def load_edges(args):
     """(edge_index int64 [2, E], num_nodes, description)."""
     if args.edge_index:
-        z = np.load(args.edge_index)
-        if "edge_index" not in z.files:
-            sys.exit(f"--edge-index {args.edge_index}: no edge_index array (it holds {', '.join(z.files) or 'none'})")
+        path = args.edge_index
+        z = _npz("edge-index", path, ["edge_index"])
         ei = z["edge_index"]
-        ei = ei.T if ei.shape[0] != 2 and ei.ndim == 2 and ei.shape[1] == 2 else ei
-        n = int(np.asarray(z["num_nodes"]).reshape(-1)[0]) if "num_nodes" in z.files else int(ei.max()) + 1
-        return np.ascontiguousarray(ei.astype(np.int64)), n, args.edge_index
+        if ei.dtype.kind not in "iu" or ei.ndim != 2 or 2 not in ei.shape:
+            sys.exit(f"--edge-index {path}: edge_index must be integers of shape [2, E] or [E, 2], got {ei.dtype} "
+                     f"{list(ei.shape)}")
+        ei = ei if ei.shape[0] == 2 else ei.T  # ([2, 2] is read as [2, E])
+        if ei.size and (ei.min() < 0 or ei.max() > np.iinfo(np.int64).max):
+            sys.exit(f"--edge-index {path}: edge_index holds ids from {ei.min()} to {ei.max()}; ids are >= 0")
+        if "num_nodes" in z.files:
+            nn = np.asarray(z["num_nodes"])
+            if nn.size != 1 or nn.dtype.kind not in "iu" or int(nn.reshape(-1)[0]) < 1:
+                sys.exit(f"--edge-index {path}: num_nodes must be one integer >= 1, got {nn.tolist()!r}")
+            n = int(nn.reshape(-1)[0])
+        elif ei.size:
+            n = int(ei.max()) + 1
+        else:
+            sys.exit(f"--edge-index {path}: no edges and no num_nodes: the graph has no size")
+        if ei.size and ei.max() >= n:
+            sys.exit(f"--edge-index {path}: edge_index names node {ei.max()}, and num_nodes is {n}")
+        return np.ascontiguousarray(ei.astype(np.int64)), n, path
     if args.planetoid:
-        z = np.load(args.planetoid)
+        z = _npz("planetoid", args.planetoid, ["edge_index", "x_shape"])
         ei = z["edge_index"].astype(np.int64).T
         ei = np.concatenate([ei, ei[::-1]], 1)  # undirected, both directions, as PyG's Planetoid
         return np.ascontiguousarray(ei), int(z["x_shape"][0]), args.planetoid
     if args.pyg:
         import torch_geometric.datasets as ds
         cls, _, name = args.pyg.partition(":")
-        data = (getattr(ds, cls)(args.root, name) if name else getattr(ds, cls)(args.root))[0]
+        if not isinstance(getattr(ds, cls, None), type) or cls.startswith("_"):
+            sys.exit(f"--pyg {args.pyg}: torch_geometric.datasets has no dataset class {cls!r}")
+        try:  # (root and name by keyword: KarateClub's first parameter is transform)
+            data = (getattr(ds, cls)(root=args.root, name=name) if name else getattr(ds, cls)(root=args.root))[0]
+        except Exception as e:  # a missing name, a download that failed: said on one line
+            sys.exit(f"--pyg {args.pyg} --root {args.root}: {type(e).__name__}: {e}")
         return data.edge_index.numpy().astype(np.int64), int(data.num_nodes), f"PyG {args.pyg}"
     rng = np.random.default_rng(args.seed)
     ei = rng.integers(0, args.nodes, size=(2, args.edges), dtype=np.int64)
@@ -206,8 +239,15 @@ def main(argv=None) -> int:
         return 2
     if args.device == "cuda" and args.overhead:
         ap.error("--overhead times host calls; leave out --device cuda")
+    if args.overhead and (args.edge_index or args.planetoid or args.pyg or args.only):
+        ap.error("--overhead times its own small graph (N = 1000) and every call: no graph or --only")
+    if args.root != "." and not args.pyg:
+        ap.error("--root is the --pyg dataset's directory; give --pyg CLASS:NAME")
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    gnn.set_num_threads(args.threads)
+    try:
+        gnn.set_num_threads(args.threads)
+    except (ValueError, gnn.Error) as e:
+        ap.error(f"--threads {args.threads}: {e}")
     torch.set_num_threads(args.threads)
     if args.overhead:
         overhead(args)

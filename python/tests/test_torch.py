@@ -894,3 +894,16 @@ def test_bench_runs(tmp_path):
     np.savez(tmp_path / "plain.npz", a=np.zeros(3))
     r = subprocess.run(env_cmd[:3] + ["--edge-index", str(tmp_path / "plain.npz")], capture_output=True, text=True)
     assert r.returncode == 1 and "plain.npz: no edge_index array (it holds a)" in r.stderr, r.stderr
+    # A graph that cannot be one, or no npz at all: one line naming the file, no traceback.
+    (tmp_path / "empty").write_bytes(b"")
+    bad = {"flat": dict(edge_index=np.arange(6)), "floats": dict(edge_index=np.zeros((2, 3))),
+           "negative": dict(edge_index=np.array([[0, -1], [1, 0]])),
+           "past": dict(edge_index=np.array([[0, 5], [1, 0]]), num_nodes=np.array([3])),
+           "no-size": dict(edge_index=np.zeros((2, 0), np.int64))}
+    for name, arrays in bad.items():
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+    for name in list(bad) + ["empty"]:
+        path = str(tmp_path / (name if name == "empty" else f"{name}.npz"))
+        r = subprocess.run(env_cmd[:3] + ["--edge-index", path], capture_output=True, text=True)
+        assert r.returncode == 1 and r.stderr.startswith(f"--edge-index {path}: "), r.stderr
+        assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
