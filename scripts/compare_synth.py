@@ -304,6 +304,8 @@ def main():
     parser.add_argument("--real", required=True, help="folder of real .npz files (searched recursively)")
     parser.add_argument("--json", action="store_true", help="print the raw statistics as JSON instead of tables")
     args = parser.parse_args()
+    if Path(args.real).exists() and not Path(args.real).is_dir():
+        parser.error(f"--real {args.real}: not a folder")
     if not Path(args.real).is_dir():
         print(f"SKIP: {args.real} not found")
         return 0

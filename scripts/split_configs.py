@@ -34,18 +34,25 @@ def main():
     a = p.parse_args()
     if not 0 < a.holdout < 1:
         sys.exit(f"split_configs.py: --holdout must lie in (0, 1), got {a.holdout}")
+    if a.seed < 0:
+        sys.exit(f"split_configs.py: --seed must be >= 0, got {a.seed}")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        sys.exit(f"split_configs.py: OUT {a.out} is a file, not a folder")
     rng = np.random.default_rng(a.seed)
     roots = {"layout": os.path.join(a.out, "npz", "layout", "xla", "default"),
              "tile": os.path.join(a.out, "npz", "tile", "xla")}
-    seen = {}
+    # Every file read and split before anything is written: a bad one leaves no partial tree.
+    seen, writes = {}, []
     for f in a.files:
-        with np.load(f) as z:
-            arrays = {k: z[k] for k in z.files}
+        try:
+            with np.load(f, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except Exception as e:  # (missing, a folder, not an npz)
+            sys.exit(f"split_configs.py: {f}: cannot be read as npz ({type(e).__name__}: {e})")
         kind = "layout" if "node_config_feat" in arrays else "tile"
         missing = [k for k in CONFIG_ARRAYS[kind] if k not in arrays]
         if missing:
             sys.exit(f"split_configs.py: {f}: not a layout or tile file (no {', '.join(missing)})")
-        root = roots[kind]
         n = len(arrays["config_runtime"])
         held = max(2, int(round(n * a.holdout)))  # a ranking needs 2 configs
         if n - held < 2:
@@ -55,15 +62,19 @@ def main():
         parts = {"train": np.sort(order[held:]), "valid": np.sort(order[:held])}
         parts["test"] = parts["valid"]
         stem = os.path.splitext(os.path.basename(f))[0]
-        if stem in seen:
-            sys.exit(f"split_configs.py: {f}: a file named {stem} came already ({seen[stem]}); one per name")
-        seen[stem] = f
+        if (kind, stem) in seen:  # (a layout and a tile file of one name go to different folders)
+            sys.exit(f"split_configs.py: {f}: a {kind} file named {stem} came already ({seen[kind, stem]}); "
+                     "one per name")
+        seen[kind, stem] = f
+        writes.append((roots[kind], stem, kind, arrays, parts, n, held))
+    if not writes:
+        sys.exit(f"split_configs.py: every file was skipped at --holdout {a.holdout}: nothing written")
+    for root, stem, kind, arrays, parts, n, held in writes:
         for split, idx in parts.items():
             out = {k: (v[idx] if k in CONFIG_ARRAYS[kind] else v) for k, v in arrays.items()}
             os.makedirs(os.path.join(root, split), exist_ok=True)
             np.savez_compressed(os.path.join(root, split, stem + ".npz"), **out)
         print(f"{stem}: {n - held} train configs, {held} held out")
-
 
 if __name__ == "__main__":
     main()

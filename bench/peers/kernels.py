@@ -158,6 +158,8 @@ def main():
     ap.add_argument("--only", choices=("gemm", "spmm", "sage", "gat"), help="time one family of kernels")
     ap.add_argument("--rounds", type=int, default=1, help="SAGE: time gnn and the peers in turn this many times")
     args = ap.parse_args()
+    if args.rounds < 1 or args.repeat < 20:  # (gnn bench kernel times at least 20 runs)
+        ap.error(f"--rounds must be >= 1 and --repeat >= 20, got {args.rounds} and {args.repeat}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     want = lambda fam: args.only in (None, fam)
     if want("gemm"):

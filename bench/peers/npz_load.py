@@ -52,6 +52,12 @@ def main():
     ap.add_argument("--dir", default="/tmp/gnn_npz_bench")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
+    if args.repeat < 1:  # (checked before the 1 GB files are written)
+        ap.error(f"--repeat must be >= 1, got {args.repeat}")
+    if os.path.exists(args.dir) and not os.path.isdir(args.dir):
+        ap.error(f"--dir {args.dir}: a file, not a folder")
+    if not os.access(args.gnn, os.X_OK):
+        ap.error(f"--gnn {args.gnn}: not an executable")
     os.makedirs(args.dir, exist_ok=True)
     print(f"numpy {np.__version__}, {os.cpu_count()} CPUs")
     for kind in ["stored", "deflated"]:

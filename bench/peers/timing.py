@@ -4,6 +4,7 @@ import argparse
 import json
 import statistics
 import subprocess
+import sys
 import time
 
 
@@ -38,6 +39,8 @@ def cuda_median_ms(fn, repeat, warmup=3):
 def ratio_rounds(label, peer_name, rounds, run_round):
     """gnn and a peer timed in turn `rounds` times: run_round() returns (gnn_ms, peer_ms, line) and each round
     prints `label round i/R: line`; then the median of the per-round ratios peer/gnn."""
+    if rounds < 1:
+        sys.exit(f"--rounds must be >= 1, got {rounds}")
     ratios = []
     for r in range(rounds):
         ours, peer, line = run_round()
@@ -49,9 +52,14 @@ def ratio_rounds(label, peer_name, rounds, run_round):
 
 def gnn_bench(args, *cli):
     """`gnn bench kernel CLI... --json --repeat args.repeat` with the binary args.gnn: its JSON line, parsed."""
-    out = subprocess.run([args.gnn, "bench", "kernel", *cli, "--json", "--repeat", str(args.repeat)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    cmd = [args.gnn, "bench", "kernel", *cli, "--json", "--repeat", str(args.repeat)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:  # (no such binary: --gnn)
+        sys.exit(f"--gnn {args.gnn}: {e}")
+    if r.returncode != 0:  # gnn's own reason, not a CalledProcessError
+        sys.exit(f"{' '.join(cmd)} failed (exit {r.returncode}): {r.stderr.strip()}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def gpu_pyg_args():
