@@ -1,0 +1,42 @@
+"""The user scripts that numpy runs (scripts/split_configs.py): what they write, and what they refuse."""
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SPLIT = str(ROOT / "scripts" / "split_configs.py")
+
+
+def layout_file(path, configs, seed=0):
+    """A layout program's config arrays: node_config_feat [C, 3, 18] and config_runtime [C]."""
+    rng = np.random.default_rng(seed)
+    np.savez(path, node_config_feat=rng.random((configs, 3, 18), np.float32),
+             config_runtime=rng.integers(1, 1000, configs).astype(np.int64), node_feat=np.ones((5, 140), np.float32))
+
+
+def test_split_configs_holds_out_configs_in_both_valid_and_test(tmp_path):
+    layout_file(tmp_path / "p.npz", 20)
+    r = subprocess.run([sys.executable, SPLIT, str(tmp_path / "out"), str(tmp_path / "p.npz"), "--holdout", "0.25"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    root = tmp_path / "out" / "npz" / "layout" / "xla" / "default"
+    train, valid, test = (np.load(root / s / "p.npz") for s in ("train", "valid", "test"))
+    assert len(train["config_runtime"]) == 15 and len(valid["config_runtime"]) == 5
+    assert np.array_equal(valid["config_runtime"], test["config_runtime"])
+    assert np.array_equal(train["node_feat"], np.ones((5, 140), np.float32))  # (the rest copied unchanged)
+
+
+def test_split_configs_writes_nothing_when_a_file_is_bad_or_every_file_skipped(tmp_path):
+    layout_file(tmp_path / "p.npz", 20)
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, SPLIT, str(out), str(tmp_path / "p.npz"), str(tmp_path / "bad.npz")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "bad.npz: cannot be read as npz" in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists()  # p.npz, read first, was not written either
+    r = subprocess.run([sys.executable, SPLIT, str(out), str(tmp_path / "p.npz"), "--holdout", "0.95"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "every file was skipped at --holdout 0.95: nothing written" in r.stderr
+    assert not out.exists()
