@@ -15,9 +15,14 @@ old=${1:?usage: bench_ab.sh OLD_GNN NEW_GNN [ROUNDS]}
 new=${2:?usage: bench_ab.sh OLD_GNN NEW_GNN [ROUNDS]}
 rounds=${3:-3}
 threads=${THREADS:-2}
-for b in "$old" "$new"; do
-  [ -f "$b" ] && [ -x "$b" ] || { echo "bench_ab: $b is not an executable" >&2; exit 2; }
-done
+executable() { # a name on PATH, or a path, as a runnable file's path
+  local b
+  b=$(command -v "$1" || true)
+  [ -n "$b" ] && [ -f "$b" ] && [ -x "$b" ] || { echo "bench_ab: $1 is not an executable" >&2; exit 2; }
+  echo "$b"
+}
+old=$(executable "$old") || exit 2  # (one assignment each: a line of two takes the last one's status)
+new=$(executable "$new") || exit 2
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "bench_ab: ROUNDS must be a whole number >= 1, got '$rounds'" >&2; exit 2; }
 [[ $threads =~ ^[1-9][0-9]*$ ]] || { echo "bench_ab: THREADS must be a whole number >= 1, got '$threads'" >&2; exit 2; }
 err=$(mktemp)
@@ -35,12 +40,12 @@ default_cases=$(
 CASES=${CASES:-$default_cases}
 
 median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-# One run's median ms, or "ERR" and the run's last line of error when it gave none.
+# One run's median ms, or "ERR", its exit status and its last line of error when it gave none.
 ms() {
-  local out v
-  out=$("$@" --threads "$threads" --json 2>"$err") || true
+  local out v rc=0
+  out=$("$@" --threads "$threads" --json 2>"$err") || rc=$?
   v=$(sed -n 's/.*"median_ms": *\([0-9.eE+-]*\).*/\1/p' <<<"$out")
-  if [ -n "$v" ]; then echo "$v"; else echo "ERR $(tail -n 1 "$err")"; fi
+  if [ -n "$v" ]; then echo "$v"; else echo "ERR exit $rc: $(tail -n 1 "$err")"; fi
 }
 
 failed=0

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Mean and spread of `gnn planetoid` test accuracy over seeds, for the closing-note comparison with the
-# published numbers. Usage: scripts/planetoid_seeds.sh GNN DATA.npz MODEL [SEEDS=10] [more gnn planetoid flags]
+# published numbers.
+# Usage: scripts/planetoid_seeds.sh GNN DATA.npz MODEL [SEEDS=10] [more gnn planetoid flags]
 # A run that fails stops the script with its error (no summary of fewer seeds than asked for).
 set -euo pipefail
 if [ $# -lt 3 ]; then
-  sed -n '3p' "$0" | sed 's/^# //' >&2
+  sed -n '4p' "$0" | sed 's/^# //' >&2
   exit 2
 fi
 gnn=$1 data=$2 model=$3 seeds=${4:-10}
@@ -17,7 +18,9 @@ results=""
 for ((s = 0; s < seeds; ++s)); do
   line=$("$gnn" planetoid --data "$data" --model "$model" --seed "$s" --json "$@" | tail -n 1) ||
     { echo "planetoid_seeds: seed $s failed" >&2; exit 1; }
-  results+=$(sed -E 's/.*"test_accuracy": ([0-9.]+).*"seconds": ([0-9.]+).*/\1 \2/' <<<"$line")$'\n'
+  [[ $line =~ \"test_accuracy\":\ ([0-9.]+).*\"seconds\":\ ([0-9.]+) ]] ||
+    { echo "planetoid_seeds: seed $s: no test_accuracy and seconds in its last line: $line" >&2; exit 1; }
+  results+="${BASH_REMATCH[1]} ${BASH_REMATCH[2]}"$'\n'
 done
 awk -v m="$model" -v d="$(basename "$data")" 'NF == 2 { a[++n] = $1; s += $1; t += $2 }
   END { mean = s / n; for (i = 1; i <= n; ++i) v += (a[i] - mean) ^ 2;

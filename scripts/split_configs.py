@@ -41,7 +41,8 @@ def main():
     rng = np.random.default_rng(a.seed)
     roots = {"layout": os.path.join(a.out, "npz", "layout", "xla", "default"),
              "tile": os.path.join(a.out, "npz", "tile", "xla")}
-    # Every file read and split before anything is written: a bad one leaves no partial tree.
+    # Every file read and split before anything is written: a bad one leaves no partial tree (each is read
+    # again to be written: a release's layout files are large).
     seen, writes = {}, []
     for f in a.files:
         try:
@@ -66,10 +67,13 @@ def main():
             sys.exit(f"split_configs.py: {f}: a {kind} file named {stem} came already ({seen[kind, stem]}); "
                      "one per name")
         seen[kind, stem] = f
-        writes.append((roots[kind], stem, kind, arrays, parts, n, held))
+        writes.append((f, roots[kind], stem, kind, parts, n, held))
+        del arrays
     if not writes:
         sys.exit(f"split_configs.py: every file was skipped at --holdout {a.holdout}: nothing written")
-    for root, stem, kind, arrays, parts, n, held in writes:
+    for f, root, stem, kind, parts, n, held in writes:
+        with np.load(f, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
         for split, idx in parts.items():
             out = {k: (v[idx] if k in CONFIG_ARRAYS[kind] else v) for k, v in arrays.items()}
             os.makedirs(os.path.join(root, split), exist_ok=True)

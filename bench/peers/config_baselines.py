@@ -145,9 +145,14 @@ def repeat_sd(cfg, log_runtime):
     return float(np.sqrt(sum(float((d * d).sum()) for d in dev) / dof))
 
 
+def number(v):
+    """v as a JSON number, or None where it is undefined (NaN: JSON has none)."""
+    return None if v is None or np.isnan(v) else float(v)
+
+
 def defined(taus):
-    """Per program tau, None where it is undefined (a constant prediction: tau-b's denominator is 0)."""
-    return {k: None if v is None or np.isnan(v) else float(v) for k, v in taus.items()}
+    """Per program tau, None where it is undefined (every prediction or runtime alike: tau-b's denominator is 0)."""
+    return {k: number(v) for k, v in taus.items()}
 
 
 def defined_mean(taus, what):
@@ -155,8 +160,9 @@ def defined_mean(taus, what):
     d = defined(taus)
     known = [v for v in d.values() if v is not None]
     if len(known) < len(d):
-        print(f"config_baselines.py: {what}: {len(d) - len(known)} program(s) predicted every config alike "
-              "(too few training configs to split on?): tau undefined, left out of the mean", file=sys.stderr)
+        print(f"config_baselines.py: {what}: tau undefined for {len(d) - len(known)} program(s), left out of the "
+              "mean (every config predicted alike, too few training configs to split on? or every runtime alike)",
+              file=sys.stderr)
     return float(np.mean(known)) if known else None
 
 
@@ -245,19 +251,21 @@ def main():
         rng = np.random.default_rng(seed)
         taus = {pr.stem: None if pr.sd is None else
                 kendall_tau_b(pr.yo * np.exp(pr.sd * rng.standard_normal(len(pr.yo))), pr.yo) for pr in programs}
-        known = [v for v in taus.values() if v is not None]
+        d = defined(taus)  # (None: no config timed twice, or every held-out runtime alike)
+        known = [v for v in d.values() if v is not None]
         print(json.dumps({"peer": "noise", "seed": seed, "kendall_tau": float(np.mean(known)) if known else None,
-                          "programs": taus, "repeat_sd": {pr.stem: pr.sd for pr in programs}}))
+                          "programs": d, "repeat_sd": {pr.stem: number(pr.sd) for pr in programs}},
+                         allow_nan=False))
     for name, _ in versus:
         line = {"versus": name, "programs": {}}
         for pr in programs:
             score = ranks[name][pr.stem]
-            r = {"kendall_tau": kendall_tau_b(score, pr.yo)}
+            r = {"kendall_tau": number(kendall_tau_b(score, pr.yo))}
             if pr.stem in gbr_pred:
                 d, (lo, hi) = paired(score, gbr_pred[pr.stem], pr.yo)
-                r.update({"minus_gbr": d, "minus_gbr_95": [float(lo), float(hi)]})
+                r.update({"minus_gbr": number(d), "minus_gbr_95": [number(lo), number(hi)]})
             line["programs"][pr.stem] = r
-        print(json.dumps(line))
+        print(json.dumps(line, allow_nan=False))
 
 if __name__ == "__main__":
     main()

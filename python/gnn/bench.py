@@ -21,6 +21,7 @@ sizes, then one line per case and peer:
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 import sys
@@ -69,17 +70,21 @@ def load_edges(args):
         path = args.edge_index
         z = _npz("edge-index", path, ["edge_index"])
         ei = z["edge_index"]
-        if ei.dtype.kind not in "iu" or ei.ndim != 2 or 2 not in ei.shape:
-            sys.exit(f"--edge-index {path}: edge_index must be integers of shape [2, E] or [E, 2], got {ei.dtype} "
+        # (floats that are whole numbers, as np.loadtxt of an edge list gives, are ids too)
+        whole = ei.dtype.kind in "iu" or (ei.dtype.kind == "f" and bool(np.all(np.isfinite(ei) & (ei == np.round(ei)))))
+        if not whole or ei.ndim != 2 or 2 not in ei.shape:
+            sys.exit(f"--edge-index {path}: edge_index must be whole numbers of shape [2, E] or [E, 2], got {ei.dtype} "
                      f"{list(ei.shape)}")
         ei = ei if ei.shape[0] == 2 else ei.T  # ([2, 2] is read as [2, E])
-        if ei.size and (ei.min() < 0 or ei.max() > np.iinfo(np.int64).max):
-            sys.exit(f"--edge-index {path}: edge_index holds ids from {ei.min()} to {ei.max()}; ids are >= 0")
+        if ei.size and ei.min() < 0:
+            sys.exit(f"--edge-index {path}: edge_index holds a negative id ({ei.min()}); ids are >= 0")
+        if ei.size and ei.max() > np.iinfo(np.int64).max:
+            sys.exit(f"--edge-index {path}: edge_index holds an id past int64 ({ei.max()})")
         if "num_nodes" in z.files:
-            nn = np.asarray(z["num_nodes"])
-            if nn.size != 1 or nn.dtype.kind not in "iu" or int(nn.reshape(-1)[0]) < 1:
-                sys.exit(f"--edge-index {path}: num_nodes must be one integer >= 1, got {nn.tolist()!r}")
-            n = int(nn.reshape(-1)[0])
+            nn = np.asarray(z["num_nodes"]).reshape(-1)
+            if nn.size != 1 or nn.dtype.kind not in "iuf" or not (nn[0] >= 1 and nn[0] == np.round(nn[0])):
+                sys.exit(f"--edge-index {path}: num_nodes must be one whole number >= 1, got {nn.tolist()!r}")
+            n = int(nn[0])
         elif ei.size:
             n = int(ei.max()) + 1
         else:
@@ -95,10 +100,14 @@ def load_edges(args):
     if args.pyg:
         import torch_geometric.datasets as ds
         cls, _, name = args.pyg.partition(":")
-        if not isinstance(getattr(ds, cls, None), type) or cls.startswith("_"):
+        c = getattr(ds, cls, None)
+        if not isinstance(c, type) or cls.startswith("_"):
             sys.exit(f"--pyg {args.pyg}: torch_geometric.datasets has no dataset class {cls!r}")
-        try:  # (root and name by keyword: KarateClub's first parameter is transform)
-            data = (getattr(ds, cls)(root=args.root, name=name) if name else getattr(ds, cls)(root=args.root))[0]
+        takes_root = "root" in inspect.signature(c).parameters  # (KarateClub and FakeDataset take none)
+        if not takes_root and (name or args.root != "."):
+            sys.exit(f"--pyg {args.pyg}: {cls} takes no root folder or name; give --pyg {cls} alone")
+        try:  # (the name second, as the class's own second parameter: Planetoid's name, PPI's split)
+            data = (c(args.root, name) if name else c(root=args.root) if takes_root else c())[0]
         except Exception as e:  # a missing name, a download that failed: said on one line
             sys.exit(f"--pyg {args.pyg} --root {args.root}: {type(e).__name__}: {e}")
         return data.edge_index.numpy().astype(np.int64), int(data.num_nodes), f"PyG {args.pyg}"

@@ -25,6 +25,11 @@ def test_split_configs_holds_out_configs_in_both_valid_and_test(tmp_path):
     train, valid, test = (np.load(root / s / "p.npz") for s in ("train", "valid", "test"))
     assert len(train["config_runtime"]) == 15 and len(valid["config_runtime"]) == 5
     assert np.array_equal(valid["config_runtime"], test["config_runtime"])
+    # The held-out configs: the first 5 of --seed 0's permutation, in order (the splits the docs' tables used).
+    held = np.sort(np.random.default_rng(0).permutation(20)[:5])
+    with np.load(tmp_path / "p.npz") as whole:
+        assert np.array_equal(valid["config_runtime"], whole["config_runtime"][held])
+        assert np.array_equal(valid["node_config_feat"], whole["node_config_feat"][held])
     assert np.array_equal(train["node_feat"], np.ones((5, 140), np.float32))  # (the rest copied unchanged)
 
 

@@ -896,7 +896,7 @@ def test_bench_runs(tmp_path):
     assert r.returncode == 1 and "plain.npz: no edge_index array (it holds a)" in r.stderr, r.stderr
     # A graph that cannot be one, or no npz at all: one line naming the file, no traceback.
     (tmp_path / "empty").write_bytes(b"")
-    bad = {"flat": dict(edge_index=np.arange(6)), "floats": dict(edge_index=np.zeros((2, 3))),
+    bad = {"flat": dict(edge_index=np.arange(6)), "fractions": dict(edge_index=np.full((2, 3), 0.5)),
            "negative": dict(edge_index=np.array([[0, -1], [1, 0]])),
            "past": dict(edge_index=np.array([[0, 5], [1, 0]]), num_nodes=np.array([3])),
            "no-size": dict(edge_index=np.zeros((2, 0), np.int64))}
@@ -907,3 +907,8 @@ def test_bench_runs(tmp_path):
         r = subprocess.run(env_cmd[:3] + ["--edge-index", path], capture_output=True, text=True)
         assert r.returncode == 1 and r.stderr.startswith(f"--edge-index {path}: "), r.stderr
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    # An edge list of whole floats, as np.loadtxt reads one, is a graph.
+    np.savez(tmp_path / "loaded.npz", edge_index=np.array([[0.0, 1.0], [1.0, 2.0], [2.0, 0.0]]))
+    out = subprocess.run(env_cmd[:3] + ["--edge-index", str(tmp_path / "loaded.npz"), "--only", "spmm-sum", "--repeat",
+                                        "1"], check=True, capture_output=True, text=True).stdout
+    assert "N=3 E=3" in out
