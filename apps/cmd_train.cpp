@@ -91,7 +91,7 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
     throw UsageError(e.message());
   }
   const int64_t tta = a.has("tta") ? a.integer("tta", 1, 1000) : 0;  // likewise
-  (void)split_flag(a);  // likewise
+  const std::string split = split_flag(a);  // likewise
   std::vector<RunOnSplit> runs;
   for (const std::string& dir : run_dirs(a)) {
     RunOnSplit r;
@@ -108,9 +108,9 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
                        (r.model.train.matmul_bf16 ? "bf16" : "f32") + ", " + runs[0].dir + " with " +
                        (runs[0].model.train.matmul_bf16 ? "bf16" : "f32") + "; an ensemble's runs share one precision");
     nn::move_parameters(*r.model.model, device);
-    auto files = train::kind_files(a.str("data"), r.model.recipe->kind, split_flag(a));
+    auto files = train::kind_files(a.str("data"), r.model.recipe->kind, split);
     if (files.empty())
-      throw UsageError("--data " + a.str("data") + ": no " + r.model.recipe->kind + " " + split_flag(a) + " files");
+      throw UsageError("--data " + a.str("data") + ": no " + r.model.recipe->kind + " " + split + " files");
     // Eval and predict read each graph once: a member past the first keeps no more than the graph at hand.
     r.graphs = std::make_unique<train::GraphSource>(std::move(files), r.model.prep,
                                                     runs.empty() ? uint64_t(2) << 30 : uint64_t(0), false,
@@ -314,11 +314,11 @@ Command train_command() {
     o.device = parse_device(a);
     set_timeout(a);
     if (a.has("model")) o.recipe = a.str("model");
-    if (!o.recipe.empty() && !train::lookup_recipe(o.recipe)) try {  // a usage error, listing the names
-        (void)train::find_recipe(o.recipe);
-      } catch (const Error& e) {
-        throw UsageError(e.message());
-      }
+    try {  // an unknown one is a usage error, listing the names
+      if (!o.recipe.empty()) (void)train::find_recipe(o.recipe);
+    } catch (const Error& e) {
+      throw UsageError(e.message());
+    }
     if (a.on("data")) o.data = a.str("data");
     o.out = a.str("out");
     check_output_folder("out", o.out);
@@ -420,7 +420,7 @@ Command eval_command() {
       "runs' scores are standardised and averaged (--ensemble mean-z), their ranks averaged (mean-rank), or\n"
       "the raw scores averaged (mean: for runs whose scores are comparable; the most confident run weighs most).";
   c.run = [](const Args& a) {
-    const std::string eval_dir = eval_indices_flag(a);
+    const std::string eval_dir = eval_indices_flag(a), split = split_flag(a);
     const std::vector<RunOnSplit> runs = open_runs(a);
     if (!eval_dir.empty() && runs[0].model.recipe->kind != "layout")
       throw UsageError("--eval-indices " + eval_dir + ": the official subsets are of layout graphs, and " +
@@ -434,7 +434,7 @@ Command eval_command() {
       for (const RunOnSplit& r : runs)
         std::fprintf(
             stderr, "gnn eval: %s (%s, epoch %lld) on %zu %s graphs%s\n", r.model.path.c_str(),
-            r.model.recipe->name.c_str(), (long long)r.model.epoch, src.files().size(), split_flag(a).c_str(),
+            r.model.recipe->name.c_str(), (long long)r.model.epoch, src.files().size(), split.c_str(),
             runs.size() > 1
                 ? (", one of " + std::to_string(runs.size()) + " (--ensemble " + a.str("ensemble") + ")").c_str()
                 : "");
@@ -447,7 +447,7 @@ Command eval_command() {
     const std::string per =
         a.has("per-graph")
             ? a.str("per-graph")
-            : (runs.size() == 1 ? (std::filesystem::path(runs[0].dir) / ("eval_" + split_flag(a) + ".jsonl")).string()
+            : (runs.size() == 1 ? (std::filesystem::path(runs[0].dir) / ("eval_" + split + ".jsonl")).string()
                                 : std::string());
     std::string text;
     for (const auto& [coll, s] : ev.scores) text += graph_score_json(s) + "\n";
@@ -601,15 +601,13 @@ Command pass_command() {
     train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")), device);
     nn::move_parameters(*m.model, device);
     const auto files = train::kind_files(a.str("data"), m.recipe->kind, split);
-    if (files.empty())
-      throw UsageError("--data " + a.str("data") + ": no " + m.recipe->kind + " " + split_flag(a) + " files");
+    if (files.empty()) throw UsageError("--data " + a.str("data") + ": no " + m.recipe->kind + " " + split + " files");
     size_t at = 0;
     if (a.has("graph")) {
       const std::string want = a.str("graph");
       while (at < files.size() && files[at].id() != want && files[at].stem != want) ++at;
       if (at == files.size())
-        throw UsageError("--graph " + want + ": no such " + m.recipe->kind + " " + split_flag(a) + " file in " +
-                         a.str("data"));
+        throw UsageError("--graph " + want + ": no such " + m.recipe->kind + " " + split + " file in " + a.str("data"));
     }
     std::vector<int64_t> configs;
     for (const std::string& v : a.list("configs")) {

@@ -22,7 +22,10 @@ py=${PYTHON:-python3}
 for b in "$old" "$new"; do
   [ -f "$b" ] && [ -x "$b" ] || { echo "compare_builds: $b is not an executable" >&2; exit 2; }
 done
-[[ $epochs =~ ^[1-9][0-9]*$ ]] || { echo "compare_builds: EPOCHS must be a whole number >= 1, got '$epochs'" >&2; exit 2; }
+if ! [[ $epochs =~ ^[1-9][0-9]*$ ]]; then
+  echo "compare_builds: EPOCHS must be a whole number >= 1, got '$epochs'" >&2
+  exit 2
+fi
 "$py" -c 'import numpy' 2>/dev/null || { echo "compare_builds: $py has no NumPy (set PYTHON)" >&2; exit 2; }
 
 work=$(mktemp -d)

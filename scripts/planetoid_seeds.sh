@@ -10,7 +10,10 @@ if [ $# -lt 3 ]; then
 fi
 gnn=$1 data=$2 model=$3 seeds=${4:-10}
 shift $(($# < 4 ? $# : 4))
-[[ $seeds =~ ^[1-9][0-9]*$ ]] || { echo "planetoid_seeds: SEEDS must be a whole number >= 1, got '$seeds'" >&2; exit 2; }
+if ! [[ $seeds =~ ^[1-9][0-9]*$ ]]; then
+  echo "planetoid_seeds: SEEDS must be a whole number >= 1, got '$seeds'" >&2
+  exit 2
+fi
 for a in "$@"; do
   [[ $a == --seed || $a == --seed=* ]] && { echo "planetoid_seeds: the script sets --seed (0 .. SEEDS-1)" >&2; exit 2; }
 done
