@@ -84,7 +84,8 @@ GNN_INLINE inline void store_fence() {
 // per row before). On an AMX Xeon, 2 threads, forward + backward: layout-tgraph's rows ([168, 64*128],
 // residual and GELU) 2.09 -> 1.97 ms, SAGE-6th's ([663, 80*256]) 35.2 -> 33.9 ms (`gnn bench kernel
 // op:instance-norm-residual-gelu --backward`, alternating runs).
-constexpr int64_t kSumRows = 4;  // (the trips below are written out for four)
+constexpr int64_t kSumRows = 4;
+static_assert(kSumRows == 4, "sum_rows and the backward's trips are written out for four rows");
 
 // sum[f] += double(val(row(i), f)) for the rows i of [i0, i1), in order, kSumRows a trip.
 template <class RowFn, class ValFn>
@@ -117,8 +118,8 @@ bool instance_norm_streams(const float* out, int64_t N, int64_t F) {
 // block beside it that is up to 4 MiB, in L3 rather than a 1 MiB L2 (AVX-512 EPYC): 6% off the fused
 // norm's forward + backward there (docs/benchmarks.md, 2026-11-30). At most 2 MiB a block, kept for the
 // process's life, which norm_block's widths fit up to 8,192 rows; for a larger graph's block the forward
-// writes s into y and the backward sums each row again into a one-row buffer. A thread holds two such
-// blocks at most: s's, and the backward's dz where it streams dx out.
+// writes s into y and the backward sums each row again into a buffer of its trip's rows. A thread holds
+// two such blocks at most: s's, and the backward's dz where it streams dx out.
 constexpr int64_t kScratchFloats = (int64_t(2) << 20) / 4;
 
 // Thread-local block `which` (0: s's, 1: the backward's dz where dx is streamed).
