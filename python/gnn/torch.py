@@ -150,14 +150,69 @@ def _positive_int(value, who: str, name: str) -> int:
 
 
 def _in_channels(in_channels, who: str):
-    """PyG's in_channels: an int, or a bipartite layer's pair (F_src, F_dst). Returns (F_src, F_dst, pair)."""
+    """PyG's in_channels: an int, or a bipartite layer's pair (F_src, F_dst), -1 where the width is taken
+    from the input at the first call (PyG's lazy layers). Returns (F_src, F_dst, pair)."""
     pair = isinstance(in_channels, (tuple, list)) and len(in_channels) == 2
     sizes = tuple(in_channels) if pair else (in_channels,)
     if not (isinstance(in_channels, int) or pair) or any(not isinstance(c, int) or isinstance(c, bool) for c in sizes):
         raise TypeError(f"{who}: in_channels must be an int or a pair of ints (F_src, F_dst), got {in_channels!r}")
-    if any(c < 0 for c in sizes):  # (PyG's -1, sized at the first call, is not here)
-        raise ValueError(f"{who}: in_channels must be >= 0 (no lazy -1), got {in_channels!r}")
+    if any(c < -1 for c in sizes):
+        raise ValueError(f"{who}: in_channels must be >= 0, or -1 (sized at the first call), got {in_channels!r}")
     return sizes[0], sizes[-1], pair
+
+
+# PyG's lazy in_channels (-1): a weight stays unsized (torch's UninitializedParameter) until the layer's first
+# call sizes it from its input and gives it the layer's initialiser, or a state dict loaded before that call
+# sizes it from its array.
+def _weight(rows: int, cols: int) -> nn.Parameter:
+    """A weight [rows, cols]; cols -1: unsized until the first call."""
+    return nn.parameter.UninitializedParameter() if cols == -1 else nn.Parameter(torch.empty(rows, cols))
+
+
+def _linear(in_features: int, out_features: int, bias: bool) -> nn.Linear:
+    """torch's Linear; in_features -1: its weight unsized and its bias 0 until the first call (_size_linear)."""
+    if in_features != -1:
+        return nn.Linear(in_features, out_features, bias=bias)
+    lin = nn.Linear(1, out_features, bias=bias, device="meta")  # (no values drawn, none kept)
+    lin.weight = _weight(out_features, -1)
+    if bias:
+        lin.bias = nn.Parameter(torch.zeros(out_features))
+    return lin
+
+
+def _unsized(p) -> bool:
+    return isinstance(p, nn.parameter.UninitializedParameter)
+
+
+def _width(weight) -> Optional[int]:
+    """The input width a weight [out, in] takes; None (any) while it is unsized."""
+    return None if _unsized(weight) else weight.shape[1]
+
+
+def _size(weight, rows: int, x: Optional[Tensor]) -> None:
+    """An unsized weight [rows, ?] sized by x's width and Glorot-initialised (the layers' initialiser)."""
+    if _unsized(weight) and x is not None:
+        weight.materialize((rows, x.shape[1]))
+        _glorot(weight)
+
+
+def _size_linear(lin: nn.Linear, x: Optional[Tensor]) -> None:
+    """An unsized Linear sized by x's width and initialised as torch's Linear (weight and bias)."""
+    if _unsized(lin.weight) and x is not None:
+        lin.weight.materialize((lin.out_features, x.shape[1]))
+        lin.in_features = x.shape[1]
+        lin.reset_parameters()
+
+
+def _load_unsized(module: nn.Module, state_dict, prefix: str, *args) -> None:
+    """(A layer's load_state_dict pre-hook) the unsized weights take the shapes of the arrays loaded into them."""
+    for path, m in module.named_modules():
+        for name, p in m.named_parameters(recurse=False):
+            key = prefix + (path + "." if path else "") + name
+            if _unsized(p) and key in state_dict:
+                p.materialize(state_dict[key].shape)
+                if isinstance(m, nn.Linear) and name == "weight":
+                    m.in_features = p.shape[1]
 
 
 def _layer_inputs(x, size, who: str, in_src: Optional[int], in_dst: Optional[int]):
@@ -490,6 +545,8 @@ class SAGEConv(nn.Module):
                  root_weight: bool = True, project: bool = False, bias: bool = True):
         super().__init__()
         in_src, in_dst, _ = _in_channels(in_channels, "SAGEConv")
+        if project and in_src == -1:  # (its map is [F_src, F_src]: PyG's cannot size it either)
+            raise ValueError("SAGEConv: project needs the sources' in_channels, got -1")
         # (PyG's resolver reads a name in any case, without '-', '_' or spaces: "Mean" and "SUM" too)
         name = aggr.lower().replace("-", "").replace("_", "").replace(" ", "") if isinstance(aggr, str) else aggr
         if name not in ("mean", "sum", "add", "max"):
@@ -498,19 +555,23 @@ class SAGEConv(nn.Module):
         self.aggr, self.normalize, self.root_weight = "sum" if name == "add" else name, normalize, root_weight
         self.project = project  # (PyG's: the sources through ReLU(lin(x_src)) before they are aggregated)
         self.lin = nn.Linear(in_src, in_src, bias=True) if project else None
-        self.lin_l = nn.Linear(in_src, out_channels, bias=bias)
-        self.lin_r = nn.Linear(in_dst, out_channels, bias=False) if root_weight else None
+        self.lin_l = _linear(in_src, out_channels, bias)
+        self.lin_r = _linear(in_dst, out_channels, False) if root_weight else None
         self._cache = _GraphCache()
+        self._register_load_state_dict_pre_hook(_load_unsized, with_module=True)
 
     def reset_parameters(self) -> None:
         for lin in (self.lin, self.lin_l, self.lin_r):
-            if lin is not None:
+            if lin is not None and not _unsized(lin.weight):
                 lin.reset_parameters()
 
     def forward(self, x, edge_index, size=None) -> Tensor:
-        x_src, x_dst, num_src, num_dst, square = _layer_inputs(
-            x, size, "SAGEConv", self.lin_l.in_features, self.lin_r.in_features if self.lin_r is not None else None)
+        in_dst = _width(self.lin_r.weight) if self.lin_r is not None else None
+        x_src, x_dst, num_src, num_dst, square = _layer_inputs(x, size, "SAGEConv", _width(self.lin_l.weight), in_dst)
         graph = _layer_graph(self._cache, edge_index, num_src, num_dst, square, "SAGEConv")
+        _size_linear(self.lin_l, x_src)
+        if self.lin_r is not None:
+            _size_linear(self.lin_r, x_dst)
         if self.lin is not None:  # (the targets' own term reads x_dst as given)
             x_src = nn.functional.relu(self.lin(x_src))
         elif square and x_dst is not None and self.aggr == "mean" and self.root_weight and not graph.is_bipartite:
@@ -567,13 +628,15 @@ class GCNConv(nn.Module):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.improved, self.cached, self.normalize, self.add_self_loops = improved, cached, normalize, add_self_loops
         self.lin = nn.Module()
-        self.lin.weight = nn.Parameter(torch.empty(out_channels, in_channels))
+        self.lin.weight = _weight(out_channels, in_channels)
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self._cache = _GraphCache()
+        self._register_load_state_dict_pre_hook(_load_unsized, with_module=True)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        _glorot(self.lin.weight)
+        if not _unsized(self.lin.weight):
+            _glorot(self.lin.weight)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
@@ -608,12 +671,13 @@ class GCNConv(nn.Module):
         return w.contiguous()
 
     def forward(self, x: Tensor, edge_index, edge_weight: Optional[Tensor] = None) -> Tensor:
-        _check_in(x, self.in_channels, "GCNConv")
+        _check_in(x, _width(self.lin.weight), "GCNConv")
         if isinstance(edge_index, Graph):
             raise TypeError("GCNConv: pass edge_index (the layer adds self-loops and normalises)")
         N = x.shape[0]
         graph, rows, memo, w = self._cache.get(edge_index, (N, bool(self.add_self_loops), bool(self.normalize)),
                                                lambda: self._graph(edge_index, N), "GCNConv")
+        _size(self.lin.weight, self.out_channels, x)
         w = _on(memo, "w", w, x.device)
         if edge_weight is not None:
             _check_x(edge_weight, "edge_weight")
@@ -702,7 +766,7 @@ class GATConv(nn.Module):
         self.lin = self.lin_src = self.lin_dst = None  # (PyG's names: lin shared, or lin_src and lin_dst)
         for name, fan_in in (("lin_src", in_src), ("lin_dst", in_dst)) if pair else (("lin", in_src),):
             setattr(self, name, nn.Module())
-            getattr(self, name).weight = nn.Parameter(torch.empty(heads * out_channels, fan_in))
+            getattr(self, name).weight = _weight(heads * out_channels, fan_in)
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
         self.edge_dim, self.fill_value, self.lin_edge, self.att_edge = edge_dim, fill_value, None, None
@@ -714,14 +778,15 @@ class GATConv(nn.Module):
         self.residual, self.res = residual, None  # (PyG's: a bias-free map of the targets' input, added)
         if residual:
             self.res = nn.Module()
-            self.res.weight = nn.Parameter(torch.empty(total, in_dst))
+            self.res.weight = _weight(total, in_dst)
         self.bias = nn.Parameter(torch.empty(total)) if bias else None
         self._cache = _GraphCache()
+        self._register_load_state_dict_pre_hook(_load_unsized, with_module=True)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         for lin in (self.lin, self.lin_src, self.lin_dst, self.lin_edge, self.res):
-            if lin is not None:
+            if lin is not None and not _unsized(lin.weight):
                 _glorot(lin.weight)
         for att in (self.att_src, self.att_dst, self.att_edge):
             if att is not None:
@@ -798,14 +863,19 @@ class GATConv(nn.Module):
         order."""
         # (a bipartite layer given one tensor maps it by lin_src as sources and lin_dst as targets, as PyG)
         lin_src, lin_dst = (self.lin, self.lin) if self.lin is not None else (self.lin_src, self.lin_dst)
-        x_src, x_dst, num_src, num_dst, square = _layer_inputs(x, size, "GATConv", lin_src.weight.shape[1],
-                                                               lin_dst.weight.shape[1])
+        # (one unsized map for both: the targets as wide as the sources)
+        in_dst = "x_src" if lin_dst is lin_src and _unsized(lin_src.weight) else _width(lin_dst.weight)
+        x_src, x_dst, num_src, num_dst, square = _layer_inputs(x, size, "GATConv", _width(lin_src.weight), in_dst)
         if isinstance(edge_index, Graph):
             raise TypeError("GATConv: pass edge_index (the layer replaces self-loops by one per node)")
         src_nodes = None if square else num_src
         graph, rows, memo = self._cache.get(edge_index, (num_dst, src_nodes, bool(self.add_self_loops)),
                                             lambda: self._prepare(edge_index, num_dst, src_nodes), "GATConv")
         H, C = self.heads, self.out_channels
+        _size(lin_src.weight, H * C, x_src)
+        _size(lin_dst.weight, H * C, x_dst)
+        if self.res is not None:
+            _size(self.res.weight, H * C if self.concat else C, x_dst)
         xw = x_src @ lin_src.weight.t()  # [num_src, H*C]
         a_src = (xw.view(-1, H, C) * self.att_src).sum(-1)
         if x_dst is None:  # (PyG: the sources' scores alone)

@@ -591,7 +591,7 @@ def test_bipartite_layers_refuse_mismatched_inputs():
             m((xs, None), ei, size=(NS, -1))
     # GATConv's arguments in PyG's order: (x, edge_index, edge_attr, size, return_attention_weights)
     torch.testing.assert_close(gat((xs, xd), ei, None, (NS, ND)), gat((xs, xd), ei))
-    for bad_in in (True, (FS, True), -1, (FS, -1), (FS, 2.0), "7"):
+    for bad_in in (True, (FS, True), -2, (FS, -2), (FS, 2.0), "7"):
         with pytest.raises((TypeError, ValueError), match=r"in_channels must be"):
             gt.SAGEConv(bad_in, O)
     # a bipartite gnn.Graph of one node set's size, given one tensor: aggregated by spmm (the fused SAGE
@@ -848,8 +848,8 @@ def test_layers_under_autocast_take_half_inputs_in_float32():
         assert gt.spmm(g, x.detach().bfloat16()).dtype == torch.float32
     with pytest.raises(TypeError, match="x must be float32, got torch.bfloat16"):
         gt.spmm(g, x.detach().bfloat16())
-    with pytest.raises(ValueError, match=r"in_channels must be >= 0 \(no lazy -1\), got -1"):
-        gt.GCNConv(-1, O)
+    with pytest.raises(ValueError, match=r"in_channels must be >= 0, or -1 \(sized at the first call\), got -2"):
+        gt.GCNConv(-2, O)
     with pytest.raises(TypeError, match="GCN has no bipartite form"):
         gt.GCNConv((F, F), O)
 
@@ -912,3 +912,63 @@ def test_bench_runs(tmp_path):
     out = subprocess.run(env_cmd[:3] + ["--edge-index", str(tmp_path / "loaded.npz"), "--only", "spmm-sum", "--repeat",
                                         "1"], check=True, capture_output=True, text=True).stdout
     assert "N=3 E=3" in out
+
+
+def _unsized(m):
+    return [n for n, p in m.named_parameters() if isinstance(p, torch.nn.parameter.UninitializedParameter)]
+
+
+@pytest.mark.parametrize("name", ["SAGEConv", "GCNConv", "GATConv"])
+def test_lazy_in_channels_as_pyg(name):
+    """in_channels -1, PyG's lazy layers: the weights are sized by the first call's input and given the
+    layer's own initialiser (SAGE and GCN draw what a layer built with the width draws under the same
+    seed); the layer then computes what that layer computes with the same weights, takes gradients,
+    refuses another width by name, and a state dict loads into a layer not yet called."""
+    x, ei = inputs()
+    lazy = getattr(gt, name)(-1, O)
+    assert _unsized(lazy) and repr(lazy).startswith(f"{name}(-1, {O}")
+    lazy.reset_parameters()  # (the unsized weights wait for the first call)
+    torch.manual_seed(3)
+    got = lazy(x, ei)
+    assert not _unsized(lazy) and got.shape == (N, O)
+    sized = getattr(gt, name)(F, O)
+    sized.load_state_dict(lazy.state_dict())
+    torch.testing.assert_close(sized(x, ei), got, rtol=0, atol=0)
+    if name != "GATConv":  # (GAT's attention vectors are drawn when it is built, its maps at the first call)
+        torch.manual_seed(3)
+        built = getattr(gt, name)(F, O)
+        for (n, p), (_, q) in zip(built.named_parameters(), lazy.named_parameters()):
+            torch.testing.assert_close(q, p, rtol=0, atol=0, msg=n)
+    else:
+        bound = (6.0 / (F + O)) ** 0.5  # Glorot's
+        assert 0 < lazy.lin.weight.abs().max() <= bound
+    got.sum().backward()
+    assert all(p.grad is not None for p in lazy.parameters())
+    with pytest.raises(ValueError, match=rf"x must have shape \(N, in_channels={F}\), got \({N}, {F - 1}\)"
+                       if name == "GCNConv" else rf"must have shape \(N, {F}\)|in_channels={F}"):
+        lazy(x.detach()[:, :F - 1].contiguous(), ei)
+    fresh = getattr(gt, name)(-1, O)
+    fresh.load_state_dict(sized.state_dict())
+    assert not _unsized(fresh)
+    torch.testing.assert_close(fresh(x, ei), got, rtol=0, atol=0)
+    torch.optim.Adam(fresh.parameters())  # (an optimiser takes the sized weights)
+
+
+@pytest.mark.parametrize("name", ["SAGEConv", "GATConv"])
+def test_lazy_in_channels_bipartite(name):
+    """(-1, -1): the sources' and the targets' maps sized each by its own input, of different widths; a
+    GATConv with one -1 has one map for both, so targets of another width are refused by name."""
+    torch.manual_seed(0)
+    xs, xd = torch.randn(N, F), torch.randn(N // 2, F + 3)
+    ei = torch.stack([torch.randint(0, N, (E,)), torch.randint(0, N // 2, (E,))])
+    m = getattr(gt, name)((-1, -1), O)
+    out = m((xs, xd), ei)
+    assert out.shape == (N // 2, O) and not _unsized(m)
+    sized = getattr(gt, name)((F, F + 3), O)
+    sized.load_state_dict(m.state_dict())
+    torch.testing.assert_close(sized((xs, xd), ei), out, rtol=0, atol=0)
+    if name == "GATConv":
+        with pytest.raises(ValueError, match=r"x_dst must have shape \(N, in_channels=%d\)" % F):
+            gt.GATConv(-1, O)((xs, xd), ei)
+    with pytest.raises(ValueError, match="project needs the sources' in_channels"):
+        gt.SAGEConv(-1, O, project=True)
