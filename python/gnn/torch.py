@@ -162,24 +162,7 @@ def _in_channels(in_channels, who: str):
 
 
 # PyG's lazy in_channels (-1): a weight stays unsized (torch's UninitializedParameter) until the layer's first
-# call sizes it from its input and gives it the layer's initialiser, or a state dict loaded before that call
-# sizes it from its array.
-def _weight(rows: int, cols: int) -> nn.Parameter:
-    """A weight [rows, cols]; cols -1: unsized until the first call."""
-    return nn.parameter.UninitializedParameter() if cols == -1 else nn.Parameter(torch.empty(rows, cols))
-
-
-def _linear(in_features: int, out_features: int, bias: bool) -> nn.Linear:
-    """torch's Linear; in_features -1: its weight unsized and its bias 0 until the first call (_size_linear)."""
-    if in_features != -1:
-        return nn.Linear(in_features, out_features, bias=bias)
-    lin = nn.Linear(1, out_features, bias=bias, device="meta")  # (no values drawn, none kept)
-    lin.weight = _weight(out_features, -1)
-    if bias:
-        lin.bias = nn.Parameter(torch.zeros(out_features))
-    return lin
-
-
+# call sizes it from its input and gives it the layer's initialiser, or a state dict's array sizes it.
 def _unsized(p) -> bool:
     return isinstance(p, nn.parameter.UninitializedParameter)
 
@@ -189,30 +172,96 @@ def _width(weight) -> Optional[int]:
     return None if _unsized(weight) else weight.shape[1]
 
 
-def _size(weight, rows: int, x: Optional[Tensor]) -> None:
-    """An unsized weight [rows, ?] sized by x's width and Glorot-initialised (the layers' initialiser)."""
-    if _unsized(weight) and x is not None:
-        weight.materialize((rows, x.shape[1]))
-        _glorot(weight)
+class _SizedLater:
+    """(A mixin of the modules that hold a layer's weight [rows, in], under PyG's name `weight`.) With in -1
+    the weight is unsized until `size(x)`; in a state dict an unsized weight is the UninitializedParameter
+    itself, as PyG's; loading one leaves the weight unsized (a sized one made unsized again, as PyG's), and
+    loading an array into an unsized weight sizes it [rows, the array's width] first, so that torch's own
+    load checks the rest and reports a mismatch."""
+
+    rows: int
+
+    def _unsize(self) -> None:
+        self.weight = nn.parameter.UninitializedParameter()
+        if isinstance(self, nn.Linear):
+            self.in_features = -1  # (as PyG's)
+
+    def size(self, x: Optional[Tensor], init) -> None:
+        """An unsized weight sized by x's width (x None: left unsized) and initialised by init(self); made
+        outside inference mode, so that a first call under torch.inference_mode() leaves weights that train."""
+        if _unsized(self.weight) and x is not None:
+            with torch.inference_mode(False), torch.no_grad():
+                self.weight.materialize((self.rows, x.shape[1]))
+                if isinstance(self, nn.Linear):
+                    self.in_features = x.shape[1]
+                init(self)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, True)
+        for name, p in self._parameters.items():
+            if p is not None and not keep_vars and not _unsized(p):
+                destination[prefix + name] = p.detach()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        key = prefix + "weight"
+        v = state_dict.get(key)
+        if v is not None and (_unsized(v) or _unsized(self.weight)):
+            if _unsized(v) or v.dim() != 2 or v.shape[0] != self.rows:
+                if _unsized(v):
+                    self._unsize()
+                else:
+                    error_msgs.append(f"size mismatch for {key}: copying a param with shape {tuple(v.shape)}, the "
+                                      f"layer's is ({self.rows}, in_channels)")
+                state_dict = {k: a for k, a in state_dict.items() if k != key}  # (torch's load skips it)
+                super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                              unexpected_keys, error_msgs)
+                if key in missing_keys:
+                    missing_keys.remove(key)
+                return
+            self.weight.materialize((self.rows, v.shape[1]))
+            if isinstance(self, nn.Linear):
+                self.in_features = v.shape[1]
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
 
 
-def _size_linear(lin: nn.Linear, x: Optional[Tensor]) -> None:
-    """An unsized Linear sized by x's width and initialised as torch's Linear (weight and bias)."""
-    if _unsized(lin.weight) and x is not None:
-        lin.weight.materialize((lin.out_features, x.shape[1]))
-        lin.in_features = x.shape[1]
-        lin.reset_parameters()
+class _Weight(_SizedLater, nn.Module):
+    """A layer's weight [rows, cols] as PyG names it (module.weight, no bias); cols -1: unsized."""
+
+    def __init__(self, rows: int, cols: int):
+        super().__init__()
+        self.rows = rows
+        if cols == -1:
+            self._unsize()
+        else:
+            self.weight = nn.Parameter(torch.empty(rows, cols))
 
 
-def _load_unsized(module: nn.Module, state_dict, prefix: str, *args) -> None:
-    """(A layer's load_state_dict pre-hook) the unsized weights take the shapes of the arrays loaded into them."""
-    for path, m in module.named_modules():
-        for name, p in m.named_parameters(recurse=False):
-            key = prefix + (path + "." if path else "") + name
-            if _unsized(p) and key in state_dict:
-                p.materialize(state_dict[key].shape)
-                if isinstance(m, nn.Linear) and name == "weight":
-                    m.in_features = p.shape[1]
+class _Linear(_SizedLater, nn.Linear):
+    """torch's Linear (its name, values and state dict), or with in_features -1 one whose weight is unsized,
+    and its bias 0, until the first call."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool):
+        if in_features != -1:
+            super().__init__(in_features, out_features, bias=bias)
+        else:
+            super().__init__(1, out_features, bias=bias, device="meta")  # (no values drawn, none kept)
+            self._unsize()
+            if bias:
+                self.bias = nn.Parameter(torch.zeros(out_features))
+        self.rows = out_features
+
+    def _get_name(self) -> str:
+        return "Linear"
+
+
+def _glorot_weight(m: nn.Module) -> None:
+    _glorot(m.weight)
+
+
+def _linear_init(m: nn.Module) -> None:
+    m.reset_parameters()
 
 
 def _layer_inputs(x, size, who: str, in_src: Optional[int], in_dst: Optional[int]):
@@ -555,10 +604,9 @@ class SAGEConv(nn.Module):
         self.aggr, self.normalize, self.root_weight = "sum" if name == "add" else name, normalize, root_weight
         self.project = project  # (PyG's: the sources through ReLU(lin(x_src)) before they are aggregated)
         self.lin = nn.Linear(in_src, in_src, bias=True) if project else None
-        self.lin_l = _linear(in_src, out_channels, bias)
-        self.lin_r = _linear(in_dst, out_channels, False) if root_weight else None
+        self.lin_l = _Linear(in_src, out_channels, bias)
+        self.lin_r = _Linear(in_dst, out_channels, False) if root_weight else None
         self._cache = _GraphCache()
-        self._register_load_state_dict_pre_hook(_load_unsized, with_module=True)
 
     def reset_parameters(self) -> None:
         for lin in (self.lin, self.lin_l, self.lin_r):
@@ -569,9 +617,9 @@ class SAGEConv(nn.Module):
         in_dst = _width(self.lin_r.weight) if self.lin_r is not None else None
         x_src, x_dst, num_src, num_dst, square = _layer_inputs(x, size, "SAGEConv", _width(self.lin_l.weight), in_dst)
         graph = _layer_graph(self._cache, edge_index, num_src, num_dst, square, "SAGEConv")
-        _size_linear(self.lin_l, x_src)
+        self.lin_l.size(x_src, _linear_init)
         if self.lin_r is not None:
-            _size_linear(self.lin_r, x_dst)
+            self.lin_r.size(x_dst, _linear_init)
         if self.lin is not None:  # (the targets' own term reads x_dst as given)
             x_src = nn.functional.relu(self.lin(x_src))
         elif square and x_dst is not None and self.aggr == "mean" and self.root_weight and not graph.is_bipartite:
@@ -627,11 +675,9 @@ class GCNConv(nn.Module):
                              "applied (as PyG)")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.improved, self.cached, self.normalize, self.add_self_loops = improved, cached, normalize, add_self_loops
-        self.lin = nn.Module()
-        self.lin.weight = _weight(out_channels, in_channels)
+        self.lin = _Weight(out_channels, in_channels)
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
         self._cache = _GraphCache()
-        self._register_load_state_dict_pre_hook(_load_unsized, with_module=True)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -677,7 +723,6 @@ class GCNConv(nn.Module):
         N = x.shape[0]
         graph, rows, memo, w = self._cache.get(edge_index, (N, bool(self.add_self_loops), bool(self.normalize)),
                                                lambda: self._graph(edge_index, N), "GCNConv")
-        _size(self.lin.weight, self.out_channels, x)
         w = _on(memo, "w", w, x.device)
         if edge_weight is not None:
             _check_x(edge_weight, "edge_weight")
@@ -692,6 +737,7 @@ class GCNConv(nn.Module):
                 loop_w = torch.where(last >= 0, kept, fill)
                 ew = torch.cat([edge_weight[_on(memo, "keep", rows["keep"], ew.device)], loop_w])
             w = self._norm(graph, rows, memo, ew)
+        self.lin.size(x, _glorot_weight)
         out = spmm(graph, x @ self.lin.weight.t(), "sum", w)
         return out + self.bias if self.bias is not None else out
 
@@ -765,23 +811,19 @@ class GATConv(nn.Module):
         self.negative_slope, self.dropout, self.add_self_loops = negative_slope, dropout, add_self_loops
         self.lin = self.lin_src = self.lin_dst = None  # (PyG's names: lin shared, or lin_src and lin_dst)
         for name, fan_in in (("lin_src", in_src), ("lin_dst", in_dst)) if pair else (("lin", in_src),):
-            setattr(self, name, nn.Module())
-            getattr(self, name).weight = _weight(heads * out_channels, fan_in)
+            setattr(self, name, _Weight(heads * out_channels, fan_in))
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
         self.edge_dim, self.fill_value, self.lin_edge, self.att_edge = edge_dim, fill_value, None, None
         if edge_dim is not None:  # (PyG's names and order: lin_edge, att_edge)
-            self.lin_edge = nn.Module()
-            self.lin_edge.weight = nn.Parameter(torch.empty(heads * out_channels, edge_dim))
+            self.lin_edge = _Weight(heads * out_channels, edge_dim)
             self.att_edge = nn.Parameter(torch.empty(1, heads, out_channels))
         total = heads * out_channels if concat else out_channels
         self.residual, self.res = residual, None  # (PyG's: a bias-free map of the targets' input, added)
         if residual:
-            self.res = nn.Module()
-            self.res.weight = _weight(total, in_dst)
+            self.res = _Weight(total, in_dst)
         self.bias = nn.Parameter(torch.empty(total)) if bias else None
         self._cache = _GraphCache()
-        self._register_load_state_dict_pre_hook(_load_unsized, with_module=True)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -872,10 +914,10 @@ class GATConv(nn.Module):
         graph, rows, memo = self._cache.get(edge_index, (num_dst, src_nodes, bool(self.add_self_loops)),
                                             lambda: self._prepare(edge_index, num_dst, src_nodes), "GATConv")
         H, C = self.heads, self.out_channels
-        _size(lin_src.weight, H * C, x_src)
-        _size(lin_dst.weight, H * C, x_dst)
-        if self.res is not None:
-            _size(self.res.weight, H * C if self.concat else C, x_dst)
+        if self.res is not None:  # (PyG's order of first draws: the residual map's, then the others')
+            self.res.size(x_dst, _glorot_weight)
+        lin_src.size(x_src, _glorot_weight)
+        lin_dst.size(x_dst, _glorot_weight)
         xw = x_src @ lin_src.weight.t()  # [num_src, H*C]
         a_src = (xw.view(-1, H, C) * self.att_src).sum(-1)
         if x_dst is None:  # (PyG: the sources' scores alone)

@@ -972,3 +972,58 @@ def test_lazy_in_channels_bipartite(name):
             gt.GATConv(-1, O)((xs, xd), ei)
     with pytest.raises(ValueError, match="project needs the sources' in_channels"):
         gt.SAGEConv(-1, O, project=True)
+
+
+@pytest.mark.parametrize("name", ["SAGEConv", "GCNConv", "GATConv"])
+def test_lazy_state_dicts_as_pyg(name):
+    """A layer not yet sized saves its unsized weights as they are (PyG's state dict); loading such a state
+    dict leaves a lazy layer unsized and makes a sized one unsized again, as PyG's; an array of the wrong
+    output size or rank is refused by name and sizes nothing; a weight a call left unsized (bipartite,
+    x_dst None) is saved unsized; a first call under inference mode, or one refused for its edge_weight,
+    leaves weights that train, or none sized."""
+    x, ei = inputs()
+    lazy = getattr(gt, name)(-1, O)
+    sd = lazy.state_dict()
+    assert any(isinstance(v, torch.nn.parameter.UninitializedParameter) for v in sd.values())
+    other = getattr(gt, name)(-1, O)
+    other.load_state_dict(sd)
+    assert _unsized(other) == _unsized(lazy)
+    sized = getattr(gt, name)(F, O)
+    sized.load_state_dict(sd)
+    assert _unsized(sized) == _unsized(lazy)
+    assert sized(x, ei).shape == (N, O) and not _unsized(sized)
+    weight = "lin_l.weight" if name == "SAGEConv" else "lin.weight"
+    for bad in (torch.randn(O + 2, F), torch.randn(F)):
+        fresh = getattr(gt, name)(-1, O)
+        with pytest.raises(RuntimeError, match=rf"size mismatch for {weight}"):
+            fresh.load_state_dict({**fresh.state_dict(), weight: bad})
+        assert weight in _unsized(fresh)
+    if name != "GCNConv":  # (bipartite, without the targets' features: their map stays unsized)
+        m = getattr(gt, name)((-1, -1), O)
+        m((x, None), ei, size=(N, N))
+        left = _unsized(m)
+        assert left and all(isinstance(m.state_dict()[k], torch.nn.parameter.UninitializedParameter) for k in left)
+    m = getattr(gt, name)(-1, O)
+    with torch.inference_mode():
+        m(x.detach(), ei)
+    m(x, ei).sum().backward()
+    assert all(p.grad is not None for p in m.parameters())
+    if name == "GCNConv":
+        m = gt.GCNConv(-1, O)
+        with pytest.raises(ValueError, match="edge_weight must have shape"):
+            m(x, ei, torch.ones(3))
+        assert _unsized(m) == ["lin.weight"]
+
+
+def test_lazy_state_dicts_cross_pyg():
+    """A PyG lazy layer's state dict, saved before its first call, loads into gnn's and back."""
+    pyg = pytest.importorskip("torch_geometric.nn", reason=NO_PYG)
+    x, ei = inputs()
+    for name in ("SAGEConv", "GCNConv", "GATConv"):
+        mine, theirs = getattr(gt, name)(-1, O), getattr(pyg, name)(-1, O)
+        mine.load_state_dict(theirs.state_dict())
+        assert _unsized(mine)
+        theirs.load_state_dict(mine.state_dict())
+        theirs(x, ei)
+        mine.load_state_dict(theirs.state_dict())
+        torch.testing.assert_close(mine(x, ei), theirs(x, ei), rtol=1e-5, atol=1e-6)
