@@ -6,12 +6,14 @@
 // then rounded, as are the backward's two row sums: in float a large common offset was lost (4096 values of
 // 1e6 + N(0, 1): mean off by 30, rstd 0.033 for 1, the output off by up to 4.7, torch's 0.027; dy = 1e4
 // everywhere over 65536 columns: dx up to 9.5 for 0), and a million squares came 0.4% over their sum.
+// A row's sums run in kernels/lane_sum.h's order, which vectorises.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "base/common.h"
+#include "kernels/lane_sum.h"
 
 namespace gnn {
 
@@ -28,32 +30,15 @@ GNN_HD inline T norm_rstd(double var, T eps) {
                                                       : T(1.0 / std::sqrt(var + double(eps)));
 }
 
-// A row's sum of F terms in double, in a fixed order that vectorises: kNormLanes partial sums, lane j the
-// terms f = j, j + kNormLanes, ... in order, then the lanes added pairwise (halving). The reference and so
-// the CPU kernel, which runs it per row, sum this way (the CUDA kernel in its own order). One chain over
-// the row had the CPU kernel at 4x torch's time ([20000, 256], 2 threads), the adds waiting on each other.
-constexpr int kNormLanes = 16;
-template <class Term>
-GNN_INLINE inline double lane_sum(int64_t F, Term term) {
-  double acc[kNormLanes] = {};
-  int64_t f = 0;
-  for (; f + kNormLanes <= F; f += kNormLanes)
-    for (int j = 0; j < kNormLanes; ++j) acc[j] += term(f + j);
-  for (int j = 0; f + j < F; ++j) acc[j] += term(f + j);
-  for (int w = kNormLanes / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0];
-}
-
 // (Inlined where they are called, so that the CPU kernel's clones run them at their own vector width.)
 template <class T>
 GNN_INLINE inline void layer_norm_forward_ref(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta,
                                               int64_t R, int64_t F, T eps) {
   for (int64_t r = 0; r < R; ++r) {
     const T* xr = x + r * F;
-    const T m = T(lane_sum(F, [&](int64_t f) GNN_INLINE { return double(xr[f]); }) / double(F));
-    double v = lane_sum(F, [&](int64_t f) GNN_INLINE { return double((xr[f] - m) * (xr[f] - m)); });
-    if (std::isinf(v)) v = lane_sum(F, [&](int64_t f) GNN_INLINE { return norm_square(xr[f] - m); });
+    const T m = T(lane_sum<double>(F, [&](int64_t f) GNN_INLINE { return double(xr[f]); }) / double(F));
+    double v = lane_sum<double>(F, [&](int64_t f) GNN_INLINE { return double((xr[f] - m) * (xr[f] - m)); });
+    if (std::isinf(v)) v = lane_sum<double>(F, [&](int64_t f) GNN_INLINE { return norm_square(xr[f] - m); });
     const T rs = norm_rstd(v / double(F), eps);
     mean[r] = m, rstd[r] = rs;
     for (int64_t f = 0; f < F; ++f)
@@ -73,8 +58,8 @@ GNN_INLINE inline void layer_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const
     auto xh = [&](int64_t f) GNN_INLINE { return (xr[f] - mean[r]) * rstd[r]; };
     auto g = [&](int64_t f) GNN_INLINE { return dyr[f] * (gamma ? gamma[f] : T(1)); };
     // (in double, as the forward's sums: a common offset in dy would go)
-    const T a = T(lane_sum(F, [&](int64_t f) GNN_INLINE { return double(g(f)); }) / double(F)),
-            b = T(lane_sum(F, [&](int64_t f) GNN_INLINE { return double(g(f) * xh(f)); }) / double(F));
+    const T a = T(lane_sum<double>(F, [&](int64_t f) GNN_INLINE { return double(g(f)); }) / double(F)),
+            b = T(lane_sum<double>(F, [&](int64_t f) GNN_INLINE { return double(g(f) * xh(f)); }) / double(F));
     if (dgamma)
       for (int64_t f = 0; f < F; ++f) dgamma[f] += dyr[f] * xh(f);
     if (dbeta)

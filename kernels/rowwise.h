@@ -3,11 +3,14 @@
 //   log_softmax:  y = x - max - log(sum exp(x - max)); dx = dy - softmax(x) * sum(dy)
 //   l2_normalize: y = x / max(||x||, eps);            dx = (dy - y <y, dy>) / ||x||  (dy / eps when clamped)
 // (layer norm, also per row: kernels/layer_norm.h)
+// Softmax's and log-softmax's max and sums over a row run in kernels/lane_sum.h's order (l2_normalize's
+// still one chain: three recipes run it, and a new order would move their bits). A NaN gives a row of NaN.
 #pragma once
 #include <algorithm>
 #include <cmath>
 
 #include "base/common.h"
+#include "kernels/lane_sum.h"
 #include "kernels/math_fn.h"
 
 namespace gnn {
@@ -30,12 +33,15 @@ GNN_INLINE inline void rowwise_forward_ref(T* y, const T* x, int64_t R, int64_t 
       continue;
     }
     if (F == 0) continue;
-    T m = xr[0];
-    for (int64_t f = 1; f < F; ++f) m = std::max(m, xr[f]);
-    T sum = 0;
-    for (int64_t f = 0; f < F; ++f) sum += math_exp(xr[f] - m);
-    for (int64_t f = 0; f < F; ++f)
-      yr[f] = op == RowOp::kSoftmax ? math_exp(xr[f] - m) / sum : xr[f] - m - math_log(sum);
+    const T m = lane_reduce<T>(
+        F, -INFINITY, [&](int64_t f) GNN_INLINE { return xr[f]; }, [](T a, T b) GNN_INLINE { return std::max(a, b); });
+    const T sum = lane_sum<T>(F, [&](int64_t f) GNN_INLINE { return math_exp(xr[f] - m); });
+    if (op == RowOp::kSoftmax) {
+      for (int64_t f = 0; f < F; ++f) yr[f] = math_exp(xr[f] - m) / sum;
+    } else {
+      const T ls = math_log(sum);
+      for (int64_t f = 0; f < F; ++f) yr[f] = xr[f] - m - ls;
+    }
   }
 }
 
@@ -46,12 +52,10 @@ GNN_INLINE inline void rowwise_backward_ref(T* dx, const T* y, const T* dy, cons
     const T *yr = y + r * F, *gr = dy + r * F, *xr = x + r * F;
     T* dr = dx + r * F;
     if (op == RowOp::kSoftmax) {
-      T dot = 0;
-      for (int64_t f = 0; f < F; ++f) dot += yr[f] * gr[f];
+      const T dot = lane_sum<T>(F, [&](int64_t f) GNN_INLINE { return yr[f] * gr[f]; });
       for (int64_t f = 0; f < F; ++f) dr[f] = yr[f] * (gr[f] - dot);
     } else if (op == RowOp::kLogSoftmax) {
-      T sum = 0;
-      for (int64_t f = 0; f < F; ++f) sum += gr[f];
+      const T sum = lane_sum<T>(F, [&](int64_t f) GNN_INLINE { return gr[f]; });
       for (int64_t f = 0; f < F; ++f) dr[f] = gr[f] - math_exp(yr[f]) * sum;
     } else {
       T ss = 0, dot = 0;

@@ -49,6 +49,27 @@ TEST_CASE("row-wise softmax, log-softmax, l2-normalise: reference and finite dif
   }
 }
 
+TEST_CASE("row-wise softmax and log-softmax: a NaN anywhere in a row gives a row of NaN, the other rows theirs") {
+  // (the max and the sums run in lanes over stages of 256 columns: a NaN in the first column, and one in the
+  // second stage's last, partial round of the lanes)
+  const int64_t R = 3, F = 300;
+  auto xs = random_values<float>(static_cast<size_t>(R * F), 5, -3.0f, 3.0f);
+  xs[0] = NAN, xs[size_t(F + 293)] = NAN;
+  for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax}) {
+    CAPTURE(int(op));
+    std::vector<float> y(static_cast<size_t>(R * F));
+    rowwise_forward_cpu(y.data(), xs.data(), R, F, op, 0.0f);
+    double total = 0;
+    for (int64_t f = 0; f < F; ++f) {
+      CHECK(std::isnan(y[size_t(f)]));
+      CHECK(std::isnan(y[size_t(F + f)]));
+      CHECK(std::isfinite(y[size_t(2 * F + f)]));
+      total += op == RowOp::kSoftmax ? y[size_t(2 * F + f)] : std::exp(double(y[size_t(2 * F + f)]));
+    }
+    CHECK(total == doctest::Approx(1.0).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("cuda row-wise softmax, log-softmax and l2-normalise match the double reference") {
   GNN_SKIP_UNLESS_CUDA();
 #ifdef GNN_WITH_CUDA
