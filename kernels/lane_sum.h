@@ -2,7 +2,8 @@
 // columns j, j + kLanes, ... in order, then the lanes combined pairwise (halving). A single chain over
 // the row (each add waiting on the last, and no vectors: the compiler may not reorder float adds) ran
 // 3-9x torch's time on rows of 256 (layer norm, softmax; docs/benchmarks.md, the seventieth session).
-// The references reduce in this order too, so the CPU kernels that run them per row keep their bits.
+// The references reduce in this order too, so the CPU kernels that run them per row keep their bits (the
+// CUDA kernels reduce in their own orders).
 #pragma once
 #include <cstdint>
 

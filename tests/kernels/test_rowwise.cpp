@@ -5,6 +5,7 @@
 
 #include "device_buffers.h"
 #include "graph_cases.h"
+#include "kernels/layer_norm.h"
 #include "kernels/rowwise.h"
 #include "runtime/cuda.h"
 #include "testing.h"
@@ -46,6 +47,42 @@ TEST_CASE("row-wise softmax, log-softmax, l2-normalise: reference and finite dif
       rowwise_forward_ref<double>(yy.data(), xd.data(), 3, 4, op, 1e-12);
       return dot(yy, gout);
     });
+  }
+}
+
+TEST_CASE("row-wise kernels on the CPU are the float reference, bit for bit, and so is layer norm") {
+  // The CPU kernels run the references per row inside their target clones (AVX-512, AVX2, baseline), whose
+  // max and sums go in kernels/lane_sum.h's lanes: every clone must give the reference's bits. Widths
+  // around a round of the lanes (16) and a stage (256).
+  for (const int64_t F : {1, 15, 17, 255, 257, 513}) {
+    CAPTURE(F);
+    const int64_t R = 7;
+    const auto xs = random_values<float>(static_cast<size_t>(R * F), 11, -4.0f, 4.0f);
+    const auto dy = random_values<float>(static_cast<size_t>(R * F), 12);
+    const auto gm = random_values<float>(static_cast<size_t>(F), 13, 0.5f, 1.5f);
+    const auto bt = random_values<float>(static_cast<size_t>(F), 14);
+    for (RowOp op : {RowOp::kSoftmax, RowOp::kLogSoftmax, RowOp::kL2Normalize}) {
+      CAPTURE(int(op));
+      std::vector<float> yr(static_cast<size_t>(R * F)), dxr(yr.size()), y(yr.size()), dx(yr.size());
+      rowwise_forward_ref<float>(yr.data(), xs.data(), R, F, op, 1e-12f);
+      rowwise_backward_ref<float>(dxr.data(), yr.data(), dy.data(), xs.data(), R, F, op, 1e-12f);
+      rowwise_forward_cpu(y.data(), xs.data(), R, F, op, 1e-12f);
+      rowwise_backward_cpu(dx.data(), y.data(), dy.data(), xs.data(), R, F, op, 1e-12f);
+      CHECK(y == yr);
+      CHECK(dx == dxr);
+    }
+    std::vector<float> yr(static_cast<size_t>(R * F)), mr(static_cast<size_t>(R)), rr(static_cast<size_t>(R)),
+        dxr(yr.size()), dgr(static_cast<size_t>(F)), dbr(static_cast<size_t>(F));
+    std::vector<float> y(yr.size()), m(mr.size()), r(rr.size()), dx(yr.size()), dg(dgr.size()), db(dbr.size());
+    layer_norm_forward_ref<float>(yr.data(), mr.data(), rr.data(), xs.data(), gm.data(), bt.data(), R, F, 1e-5f);
+    layer_norm_backward_ref<float>(dxr.data(), dgr.data(), dbr.data(), dy.data(), xs.data(), mr.data(), rr.data(),
+                                   gm.data(), R, F);
+    layer_norm_forward_cpu(y.data(), m.data(), r.data(), xs.data(), gm.data(), bt.data(), R, F, 1e-5f);
+    layer_norm_backward_cpu(dx.data(), dg.data(), db.data(), dy.data(), xs.data(), m.data(), r.data(), gm.data(), R, F);
+    CHECK(y == yr);
+    CHECK(m == mr);
+    CHECK(r == rr);
+    CHECK(dx == dxr);  // (dgamma and dbeta sum per chunk of rows, then the chunks: not the reference's order)
   }
 }
 
