@@ -64,10 +64,7 @@ GNN_INLINE inline void layer_norm_backward_ref(T* dx, T* dgamma, T* dbeta, const
       for (int64_t f = 0; f < F; ++f) dgamma[f] += dyr[f] * xh(f);
     if (dbeta)
       for (int64_t f = 0; f < F; ++f) dbeta[f] += dyr[f];
-    for (int64_t f = 0; f < F; ++f) {
-      const T xh = (x[r * F + f] - mean[r]) * rstd[r], g = dy[r * F + f] * (gamma ? gamma[f] : T(1));
-      dx[r * F + f] = (g - a - xh * b) * rstd[r];
-    }
+    for (int64_t f = 0; f < F; ++f) dx[r * F + f] = (g(f) - a - xh(f) * b) * rstd[r];
   }
 }
 
