@@ -92,19 +92,29 @@ std::string EvalIndices::path(const DatasetFile& f) const {
 
 void EvalIndices::check(const std::vector<DatasetFile>& files) {
   bool layout = false;
-  for (const DatasetFile& f : files) layout = file_of(f) != nullptr || layout;
+  for (const DatasetFile& f : files) layout = listed(f) != nullptr || layout;
   GNN_CHECK(dir_.empty() || files.empty() || layout, "--eval-indices ", dir_, ": the official subsets are of layout ",
             "graphs of a search (xla_default, ...), and none of the ", files.size(), " graphs scored is one");
 }
 
-std::vector<int64_t> EvalIndices::configs(const DatasetFile& f, int64_t n) {
+// A layout graph of a search that its file does not list is refused, not scored on every config beside the
+// listed graphs' subsets (a renamed file would change what is measured, unsaid)
+const std::vector<int64_t>* EvalIndices::listed(const DatasetFile& f) {
   const auto* file = file_of(f);
-  if (!file) return {};
+  if (!file) return nullptr;
   const auto it = file->find(f.stem);
-  if (it == file->end()) return {};
-  for (int64_t c : it->second)
+  GNN_CHECK(it != file->end(), path(f), ": lists no subset for the graph ", f.stem, " (", f.path, "; it lists ",
+            file->size(), " graphs); give --eval-indices a folder that lists every graph scored, or leave it out to ",
+            "score every config");
+  return &it->second;
+}
+
+std::vector<int64_t> EvalIndices::configs(const DatasetFile& f, int64_t n) {
+  const std::vector<int64_t>* it = listed(f);
+  if (!it) return {};
+  for (int64_t c : *it)
     GNN_CHECK(c < n, path(f), ": eval index ", c, " for ", f.stem, " is outside its ", n, " configs");
-  return it->second;
+  return *it;
 }
 
 std::map<std::string, std::map<int64_t, double>> read_runtimes(const std::string& path) {

@@ -20,10 +20,11 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
 // The official config subsets of a folder of eval_indices JSON files (--eval-indices DIR: xla_default.json,
 // nlp_random.json, ...), each file read when a graph of its collection first asks. configs(f, n): the
 // configs to score a layout graph of n configs on (each checked < n, the file named); empty (every config)
-// for a tile graph, a graph its file does not list, or no folder. A layout collection whose file the folder
-// lacks is refused, naming it: scoring every config where the user asked for the subsets would be a quiet
-// mistake. check(files) reads the files those graphs need, so a missing one stops a command before its work,
-// and refuses a folder when none of the graphs is a layout graph (the flag would do nothing).
+// for a tile graph or no folder. A layout collection whose file the folder lacks, or a graph its file does
+// not list, is refused, naming them: scoring every config where the user asked for the subsets would be a
+// quiet mistake. check(files) reads the files those graphs need and finds each graph in its file, so a
+// missing one stops a command before its work, and refuses a folder when none of the graphs is a layout
+// graph (the flag would do nothing).
 class EvalIndices {
  public:
   explicit EvalIndices(std::string dir) : dir_(std::move(dir)) {}
@@ -32,6 +33,7 @@ class EvalIndices {
 
  private:
   const std::map<std::string, std::vector<int64_t>>* file_of(const DatasetFile& f);  // null: no subsets
+  const std::vector<int64_t>* listed(const DatasetFile& f);  // f's subset; null: no subsets; unlisted: refused
   std::string path(const DatasetFile& f) const;
   std::string dir_;
   std::map<std::string, std::map<std::string, std::vector<int64_t>>> files_;  // "xla_default" -> stem -> configs

@@ -317,6 +317,8 @@ std::map<std::string, std::vector<int64_t>> parse_eval_indices(std::string_view 
     // kept, since the official files hold both (xla_random.json repeats configs; each file names the
     // graphs of every split).
     GNN_CHECK(list.size() > 0, path, ": '", stem, "' lists no config index");
+    // (a repeated name would merge the two lists here, where Python's json keeps the last)
+    GNN_CHECK(!out.count(stem), path, ": '", stem, "' is listed twice");
     std::vector<int64_t>& v = out[stem];
     for (size_t i = 0; i < list.size(); ++i) {
       const Json& x = list[i];

@@ -140,17 +140,27 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
     CHECK_MESSAGE(r.err.find("--eval-indices " + dir.file("ei") + ": no xla_default.json for the layout:xla:default "
                              "graphs") != std::string::npos,
                   r.err);
-    const auto layout =
-        std::find_if(files.begin(), files.end(), [](const DatasetFile& f) { return f.collection.is_layout(); });
-    REQUIRE(layout != files.end());
-    std::ofstream(dir.file("ei/xla_default.json")) << "{\"" << layout->stem << "\": [0, 1, 2]}";
+    std::vector<std::string> stems;
+    for (const DatasetFile& f : files)
+      if (f.collection.is_layout()) stems.push_back(f.stem);
+    REQUIRE(stems.size() == 2);
+    // A graph the file does not list is refused (scored on every config beside the other's subset before)
+    std::ofstream(dir.file("ei/xla_default.json")) << "{\"" << stems[0] << "\": [0, 1, 2]}";
+    r = testing::run_gnn(cmd);
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(r.err.find(dir.file("ei/xla_default.json") + ": lists no subset for the graph " + stems[1] + " (") !=
+                      std::string::npos,
+                  r.err);
+    std::ofstream(dir.file("ei/xla_default.json"), std::ios::trunc)
+        << "{\"" << stems[0] << "\": [0, 1, 2], \"" << stems[1] << "\": [3, 4], \"other_graph\": [0]}";
     r = testing::run_gnn(cmd);
     CHECK_MESSAGE(r.exit_code == 0, r.err);
     // An index past the graph's configs names the JSON file; tile graphs alone have no subsets to take.
-    std::ofstream(dir.file("ei/xla_default.json"), std::ios::trunc) << "{\"" << layout->stem << "\": [0, 99999]}";
+    std::ofstream(dir.file("ei/xla_default.json"), std::ios::trunc)
+        << "{\"" << stems[0] << "\": [0, 99999], \"" << stems[1] << "\": [0]}";
     r = testing::run_gnn(cmd);
     CHECK(r.exit_code == 1);
-    CHECK_MESSAGE(r.err.find(dir.file("ei/xla_default.json") + ": eval index 99999 for " + layout->stem +
+    CHECK_MESSAGE(r.err.find(dir.file("ei/xla_default.json") + ": eval index 99999 for " + stems[0] +
                              " is outside its 30 configs") != std::string::npos,
                   r.err);
     r = testing::run_gnn("score --submission " + dir.file("best.csv") + " --data " + dir.file("d") +

@@ -222,6 +222,10 @@ TEST_CASE("eval_indices: malformed files name the file and the problem") {
   CHECK_THROWS_WITH_AS(load_eval_indices(tmp.file("bad.json")), doctest::Contains("'g' holds something other"), Error);
   std::ofstream(tmp.file("bad2.json")) << R"({"g": [1, 2)";
   CHECK_THROWS_WITH_AS(load_eval_indices(tmp.file("bad2.json")), doctest::Contains("bad2.json: bad JSON"), Error);
+  // a graph named twice: refused (merging the two lists would score configs neither reader of JSON takes)
+  std::ofstream(tmp.file("twice.json")) << R"({"g": [0, 1, 2], "h": [1], "g": [5, 6]})";
+  CHECK_THROWS_WITH_AS(load_eval_indices(tmp.file("twice.json")), doctest::Contains("twice.json: 'g' is listed twice"),
+                       Error);
 }
 
 TEST_CASE("graph store: loads lazily and keeps to its memory budget") {
