@@ -92,8 +92,12 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
   }
   const int64_t tta = a.has("tta") ? a.integer("tta", 1, 1000) : 0;  // likewise
   const std::string split = split_flag(a);  // likewise
+  const std::vector<std::string> dirs = run_dirs(a);
+  if (a.on("ensemble") && dirs.size() == 1)  // (a flag nothing would read is refused, not ignored)
+    throw UsageError("--ensemble " + a.str("ensemble") + ": combines the scores of several runs (--run A --run B, " +
+                     "or --runs FILE), and one run is given");
   std::vector<RunOnSplit> runs;
-  for (const std::string& dir : run_dirs(a)) {
+  for (const std::string& dir : dirs) {
     RunOnSplit r;
     r.dir = dir;
     r.model = train::load_model(train::run_checkpoint(dir, a.str("checkpoint")), device);

@@ -203,6 +203,10 @@ TEST_CASE("ensemble: what cannot be combined is refused before anything is score
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"eval --run " + layout + " --run " + tile + on, "cannot join an ensemble of layout models"},
       {"eval --run " + layout + " --run " + layout + on + " --ensemble median", "expected mean-z, mean-rank or mean"},
+      {"eval --run " + layout + on + " --ensemble mean-rank",  // (one run: nothing to combine)
+       "--ensemble mean-rank: combines the scores of several runs (--run A --run B, or --runs FILE), and one run is "
+       "given"},
+      {"predict --run " + layout + on + " --out " + t.file("s1.csv") + " --ensemble mean", "and one run is given"},
       {"eval" + on, "missing --run"},
       {"eval --run " + t.file("absent") + on + " --tta 0", "--tta"},  // (checked before the run is looked for)
       {"eval --runs " + t.file("empty.txt") + on, "lists no run"},
