@@ -436,21 +436,71 @@ void append_line(const std::string& path, const std::string& line) {
   GNN_CHECK(ok, path, ": cannot append (", std::strerror(err), ")");
 }
 
+// What a checkpoint of another run (best.npz or swa.npz beside a model.npz that was replaced, or the other
+// way round) holds otherwise than model.npz, of what every checkpoint of one run shares: its seed, its
+// preprocessing (fitted once, kept on resume) and the hyper-parameters a resume may not change that both
+// files record; "" if none differs. ours: model.npz's.
+std::string meta_differing(const Meta& ours, const Meta& theirs) {
+  const auto seed = [](const Meta& m) {
+    const auto it = m.arrays.find("meta/seed");
+    return it == m.arrays.end() || it->second.dtype() != DType::I64 || it->second.numel() != 1 ? int64_t(-1)
+                                                                                               : it->second.i64()[0];
+  };
+  if (seed(theirs) >= 0 && seed(theirs) != seed(ours))  // (not recorded by an older gnn: not compared)
+    return detail::str_cat("its seed is ", seed(theirs), ", model.npz's ", seed(ours));
+  // (as loaded, each field in its current form: one that an older gnn did not record reads as its default)
+  std::vector<std::pair<std::string, Tensor>> own, other;
+  ours.prep.save(own), theirs.prep.save(other);
+  for (size_t i = 0; i < std::max(own.size(), other.size()); ++i) {
+    const bool same = i < own.size() && i < other.size() && own[i].first == other[i].first &&
+                      own[i].second.dtype() == other[i].second.dtype() &&
+                      own[i].second.shape() == other[i].second.shape() &&
+                      (own[i].second.nbytes() == 0 ||  // (an empty array has no data pointer)
+                       std::memcmp(own[i].second.data(), other[i].second.data(), own[i].second.nbytes()) == 0);
+    if (!same)
+      return "its preprocessing (fitted on the training graphs when the run started) differs in '" +
+             (i < own.size() ? own[i].first : other[i].first) + "'";
+  }
+  // Only the flags both files store: one that a file from an older gnn lacks reads as what that gnn ran, which
+  // may differ from what a later checkpoint of the same run records.
+  const HParams stored = HParams::from_json(tensor_text(theirs.arrays, "meta/hparams", ""), "meta/hparams"),
+                mine = HParams::from_json(tensor_text(ours.arrays, "meta/hparams", ""), "meta/hparams");
+  for (const auto& [key, unused] : stored.values) {
+    const HParamSpec* spec = find_spec(ours.recipe->hparams, key);
+    if (!mine.values.count(key) || (spec && !spec->resume_change.empty())) continue;  // (a resume may change it)
+    const std::string &a = ours.hparams.values.at(key), &b = theirs.hparams.values.at(key);
+    if (a != b && !(spec && same_hparam_value(*spec, a, b)))
+      return detail::str_cat("--", key, " is ", b, " there, ", a, " in model.npz");
+  }
+  return "";
+}
+
 std::string run_checkpoint(const std::string& run, const std::string& which) {
   GNN_CHECK(fs::is_directory(run), "--run ", run, ": not a directory");
   const std::string best = (fs::path(run) / "best.npz").string(), last = (fs::path(run) / "model.npz").string();
+  // best.npz or swa.npz beside a model.npz: of the same run, as --resume checks them (a file copied from
+  // another run would be scored under this run's name)
+  auto of_the_run = [&](const std::string& f) {
+    if (!fs::exists(last)) return f;  // (an interrupted first epoch: nothing to set it against)
+    const Meta ours = read_meta(last), theirs = read_meta(f);
+    GNN_CHECK(theirs.recipe == ours.recipe, f, ": holds a ", theirs.recipe->name, " model; the run's model.npz ",
+              ours.recipe->name);
+    const std::string other = meta_differing(ours, theirs);
+    GNN_CHECK(other.empty(), f, ": is not of the run model.npz holds: ", other);
+    return f;
+  };
   if (which == "swa") {
     const std::string swa = (fs::path(run) / "swa.npz").string();
     GNN_CHECK(fs::exists(swa), "--checkpoint swa: ", swa, " does not exist (the run was trained without --swa?)");
-    return swa;
+    return of_the_run(swa);
   }
   if (which == "best") {
     GNN_CHECK(fs::exists(best), "--checkpoint best: ", best,
               " does not exist (the run had no valid split, or it was removed)");
-    return best;
+    return of_the_run(best);
   }
   GNN_CHECK(which == "last" || which == "auto", "--checkpoint: expected best, last, swa or auto, got '", which, "'");
-  if (which == "auto" && fs::exists(best)) return best;
+  if (which == "auto" && fs::exists(best)) return of_the_run(best);
   GNN_CHECK(fs::exists(last), "--run ", run, ": no model.npz (not a gnn train run directory?)");
   return last;
 }

@@ -23,6 +23,9 @@ struct Meta {
   int64_t epochs = 10, steps = 0;  // the run's length as --epochs and --steps bound it (10 and 0: not recorded)
 };
 Meta read_meta(const std::string& path);
+// What theirs (a best.npz or swa.npz) records otherwise than ours (model.npz) of what every checkpoint of one
+// run shares (its seed, preprocessing, the flags a resume may not change); "" if nothing
+std::string meta_differing(const Meta& ours, const Meta& theirs);
 ModelDims dims_of(const Preprocessing& p);
 
 // Where training stands: saved in every checkpoint, so a resumed run continues the counters.

@@ -388,7 +388,6 @@ class Run {
   void list_files();
   void make_directory();
   void check_kept_checkpoints() const;
-  std::string record_differing_from(const Meta& theirs) const;
   void restore_state();
   void open_sources(uint64_t graph_budget);
   void announce() const;
@@ -704,7 +703,7 @@ void Run::check_kept_checkpoints() const {
                     there, " there, ", here, " in the run's model");
         }
         // (the same shapes: another run of this recipe and width, or this one's from before model.npz was replaced)
-        const std::string other = record_differing_from(read_meta(f));
+        const std::string other = meta_differing(plan_.meta, read_meta(f));
         GNN_CHECK(other.empty(), f, ": is not of the run model.npz holds: ", other);
       } catch (const MemoryLimitError&) {  // (not damage: the limit's own message says what to do)
         throw;
@@ -714,45 +713,6 @@ void Run::check_kept_checkpoints() const {
                                  : "when it next averages the weights)");
       }
     }
-}
-
-// What a checkpoint of another run (best.npz or swa.npz beside a model.npz that was replaced, or the other
-// way round) holds otherwise than model.npz, of what every checkpoint of one run shares: its seed, its
-// preprocessing (fitted once, kept on resume) and the hyper-parameters a resume may not change that both
-// files record; "" if none differs.
-std::string Run::record_differing_from(const Meta& theirs) const {
-  const auto seed = [](const Meta& m) {
-    const auto it = m.arrays.find("meta/seed");
-    return it == m.arrays.end() || it->second.dtype() != DType::I64 || it->second.numel() != 1 ? int64_t(-1)
-                                                                                               : it->second.i64()[0];
-  };
-  if (seed(theirs) >= 0 && seed(theirs) != seed(plan_.meta))  // (not recorded by an older gnn: not compared)
-    return detail::str_cat("its seed is ", seed(theirs), ", model.npz's ", seed(plan_.meta));
-  // (as loaded, each field in its current form: one that an older gnn did not record reads as its default)
-  std::vector<std::pair<std::string, Tensor>> mine, other;
-  plan_.meta.prep.save(mine), theirs.prep.save(other);
-  for (size_t i = 0; i < std::max(mine.size(), other.size()); ++i) {
-    const bool same = i < mine.size() && i < other.size() && mine[i].first == other[i].first &&
-                      mine[i].second.dtype() == other[i].second.dtype() &&
-                      mine[i].second.shape() == other[i].second.shape() &&
-                      (mine[i].second.nbytes() == 0 ||  // (an empty array has no data pointer)
-                       std::memcmp(mine[i].second.data(), other[i].second.data(), mine[i].second.nbytes()) == 0);
-    if (!same)
-      return "its preprocessing (fitted on the training graphs when the run started) differs in '" +
-             (i < mine.size() ? mine[i].first : other[i].first) + "'";
-  }
-  // Only the flags both files store: one that a file from an older gnn lacks reads as what that gnn ran, which
-  // may differ from what a later checkpoint of the same run records.
-  const HParams stored = HParams::from_json(tensor_text(theirs.arrays, "meta/hparams", ""), "meta/hparams"),
-                ours = HParams::from_json(tensor_text(plan_.meta.arrays, "meta/hparams", ""), "meta/hparams");
-  for (const auto& [key, unused] : stored.values) {
-    const HParamSpec* spec = find_spec(plan_.recipe->hparams, key);
-    if (!ours.values.count(key) || (spec && !spec->resume_change.empty())) continue;  // (a resume may change it)
-    const std::string &a = plan_.meta.hparams.values.at(key), &b = theirs.hparams.values.at(key);
-    if (a != b && !(spec && same_hparam_value(*spec, a, b)))
-      return detail::str_cat("--", key, " is ", b, " there, ", a, " in model.npz");
-  }
-  return "";
 }
 
 // The run's first lines: what trains on what, the ranks, and where a resumed run goes on from.

@@ -90,7 +90,9 @@ struct LoadedModel {
 // On the CPU (`device`, where the caller will run it) loading also sets the process's matrix products to
 // the run's --matmul-precision, so a model is scored as it was validated; a GPU's products are cuBLAS's.
 LoadedModel load_model(const std::string& checkpoint, Device device = Device::cpu());
-// RUN/best.npz when it exists, else RUN/model.npz; `which` = best | last | swa (RUN/swa.npz) forces one.
+// RUN/best.npz when it exists, else RUN/model.npz; `which` = best | last | swa (RUN/swa.npz) forces one. A
+// best.npz or swa.npz that is not of the run its model.npz holds (another recipe, seed, preprocessing or
+// flag a resume may not change: a file copied from another run) is refused, naming what differs.
 std::string run_checkpoint(const std::string& run, const std::string& which);
 
 // Scores (lower = faster) for the listed configs of one graph, in the fewest forward passes of at most

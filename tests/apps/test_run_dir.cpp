@@ -345,6 +345,10 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
     CHECK(r.exit_code == 1);
     CHECK_MESSAGE(contains(r.err, "--resume: " + run + "/best.npz: is not of the run model.npz holds: " + says), r.err);
     CHECK(testing::read_bytes(run + "/model.npz") == model);
+    // ... and eval, which scores best.npz by default, refuses it too (it scored it as the run's before)
+    r = run_gnn("eval --run " + run + " --data " + data());
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(contains(r.err, run + "/best.npz: is not of the run model.npz holds: " + says), r.err);
   }
   fs::remove(run + "/best.npz");
   // A best.npz copied over model.npz: its weights are the run's, its optimiser state is not there.
