@@ -54,7 +54,14 @@ def main():
         missing = [k for k in CONFIG_ARRAYS[kind] if k not in arrays]
         if missing:
             sys.exit(f"split_configs.py: {f}: not a layout or tile file (no {', '.join(missing)})")
+        if arrays["config_runtime"].ndim != 1:
+            sys.exit(f"split_configs.py: {f}: config_runtime has shape {arrays['config_runtime'].shape}, not [configs]")
         n = len(arrays["config_runtime"])
+        # (the engine refuses a file whose config arrays disagree; split, it would pass them off as sound)
+        for k in CONFIG_ARRAYS[kind]:
+            if arrays[k].ndim == 0 or len(arrays[k]) != n:
+                sys.exit(f"split_configs.py: {f}: {k} has shape {arrays[k].shape}, and config_runtime lists {n} "
+                         "configs; each config array holds one entry per config")
         held = max(2, int(round(n * a.holdout)))  # a ranking needs 2 configs
         if n - held < 2:
             print(f"{f}: skipped, {n} configs leave fewer than 2 to train on and 2 to hold out")

@@ -222,6 +222,8 @@ def main():
         print("config_baselines.py: scikit-learn is not installed; gradient boosting left out", file=sys.stderr)
 
     def fit(peer, seed, pr, xo):  # pr's training configs fitted, xo's rows predicted
+        if pr.xt.shape[1] == 0:  # no field a training config changes: one constant, its tau undefined (null)
+            return np.full(len(xo), pr.yt.mean())
         if peer == "ridge":
             return ridge(pr.xt, pr.yt, xo)
         if peer == "gbr":

@@ -45,3 +45,24 @@ def test_split_configs_writes_nothing_when_a_file_is_bad_or_every_file_skipped(t
                        capture_output=True, text=True)
     assert r.returncode == 1 and "every file was skipped at --holdout 0.95: nothing written" in r.stderr
     assert not out.exists()
+
+
+def test_split_configs_refuses_config_arrays_of_other_lengths(tmp_path):
+    """A runtime array shorter or longer than node_config_feat: refused before anything is written (a
+    shorter one was split into a tree the engine accepts, the configs past it dropped unsaid)."""
+    layout_file(tmp_path / "p.npz", 20)
+    for name, runtimes in (("short", 17), ("long", 25), ("scalar", None)):
+        with np.load(tmp_path / "p.npz") as z:
+            arrays = {k: z[k] for k in z.files}
+        arrays["config_runtime"] = np.int64(5) if runtimes is None else np.arange(1, runtimes + 1, dtype=np.int64)
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+        out = tmp_path / f"out_{name}"
+        r = subprocess.run([sys.executable, SPLIT, str(out), str(tmp_path / "p.npz"), str(tmp_path / f"{name}.npz")],
+                           capture_output=True, text=True)
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        if runtimes is None:
+            assert f"{name}.npz: config_runtime has shape (), not [configs]" in r.stderr
+        else:
+            assert (f"{name}.npz: node_config_feat has shape (20, 3, 18), and config_runtime lists {runtimes} configs"
+                    in r.stderr), r.stderr
+        assert not out.exists()  # p.npz, sound and read first, was not written either
