@@ -93,10 +93,22 @@ def load_edges(args):
             sys.exit(f"--edge-index {path}: edge_index names node {ei.max()}, and num_nodes is {n}")
         return np.ascontiguousarray(ei.astype(np.int64)), n, path
     if args.planetoid:
-        z = _npz("planetoid", args.planetoid, ["edge_index", "x_shape"])
-        ei = z["edge_index"].astype(np.int64).T
+        path = args.planetoid
+        z = _npz("planetoid", path, ["edge_index", "x_shape"])
+        ei, shape = z["edge_index"], np.asarray(z["x_shape"]).reshape(-1)
+        if ei.dtype.kind not in "iu" or ei.ndim != 2 or ei.shape[1] != 2:
+            sys.exit(f"--planetoid {path}: edge_index must be integer ids of shape [E, 2], got {ei.dtype} "
+                     f"{list(ei.shape)}")
+        if not shape.size or shape.dtype.kind not in "iu" or shape[0] < 1:
+            sys.exit(f"--planetoid {path}: x_shape must begin with the node count (an integer >= 1), got "
+                     f"{shape.tolist()!r}")
+        n = int(shape[0])
+        if ei.size and (ei.min() < 0 or ei.max() >= n):
+            sys.exit(f"--planetoid {path}: edge_index names node {ei.min() if ei.min() < 0 else ei.max()}, and "
+                     f"x_shape says {n} nodes")
+        ei = ei.astype(np.int64).T
         ei = np.concatenate([ei, ei[::-1]], 1)  # undirected, both directions, as PyG's Planetoid
-        return np.ascontiguousarray(ei), int(z["x_shape"][0]), args.planetoid
+        return np.ascontiguousarray(ei), n, path
     if args.pyg:
         import torch_geometric.datasets as ds
         cls, _, name = args.pyg.partition(":")
@@ -224,7 +236,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="threads for gnn and torch (default 2)")
     ap.add_argument("--repeat", type=int, default=20, help="timed runs per case (default 20)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", type=lambda s: s.split(","), help="cases whose names start with these")
+    ap.add_argument("--only", type=lambda s: [o for o in s.split(",") if o] or s,
+                    help="cases whose names start with these")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where both sides run (default cpu)")
     ap.add_argument("--overhead", action="store_true", help="time the Python call around the kernel instead")
     ap.add_argument("--json", action="store_true", help="also one JSON object per case")
@@ -236,6 +249,8 @@ def main(argv=None) -> int:
         ap.error(f"--edges must be >= 0, got {args.edges}")
     if args.hidden % args.heads:
         ap.error(f"--hidden {args.hidden} must be a multiple of --heads {args.heads}")
+    if isinstance(args.only, str):  # (commas only: no name; an empty one would match every case)
+        ap.error(f"--only {args.only!r}: no case named (the cases: {', '.join(CASES)})")
     for o in args.only or ():
         if not any(c.startswith(o) for c in CASES):
             ap.error(f"--only {o}: no case starts with it (the cases: {', '.join(CASES)})")
@@ -262,6 +277,8 @@ def main(argv=None) -> int:
         overhead(args)
         return 0
     ei, n, what = load_edges(args)
+    if n > np.iinfo(np.int32).max:  # (gnn's graphs index their nodes in int32)
+        sys.exit(f"{what}: {n} nodes; gnn's graphs hold at most 2^31 - 1")
     print(f"graph: {what}, N={n} E={ei.shape[1]}; F={args.features} hidden={args.hidden}; forward + backward; "
           f"{args.threads} threads; {args.device}; median of {args.repeat} runs after 3 warm-up runs; "
           f"torch {torch.__version__}")

@@ -23,6 +23,7 @@ rather than computing something else.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from typing import Optional
@@ -183,14 +184,17 @@ class _SizedLater:
 
     def _unsize(self) -> None:
         self.weight = nn.parameter.UninitializedParameter()
+        self._unsized_in_inference = torch.is_inference_mode_enabled()  # (the weight asks no questions unsized)
         if isinstance(self, nn.Linear):
             self.in_features = -1  # (as PyG's)
 
     def size(self, x: Optional[Tensor], init) -> None:
         """An unsized weight sized by x's width (x None: left unsized) and initialised by init(self); made
-        outside inference mode, so that a first call under torch.inference_mode() leaves weights that train."""
+        outside inference mode, so that a first call under torch.inference_mode() leaves weights that train,
+        unless the layer itself was made in inference mode (its weight an inference tensor, which cannot be
+        written outside it: sized inside, as PyG's)."""
         if _unsized(self.weight) and x is not None:
-            with torch.inference_mode(False), torch.no_grad():
+            with torch.inference_mode(self._unsized_in_inference), torch.no_grad():
                 self.weight.materialize((self.rows, x.shape[1]))
                 if isinstance(self, nn.Linear):
                     self.in_features = x.shape[1]
@@ -367,18 +371,41 @@ def _check_optional(**arrays) -> None:
 
 # ---- autograd functions ---------------------------------------------------------------------------
 
+def _first_order(op: str):
+    """The backward of gnn op `op`, once_differentiable, and refused where torch's decorator would drop terms
+    unsaid: under create_graph=True (grad mode on in the backward) a gradient that depends on an input that
+    requires grad (a gradient penalty differentiates it again) gets no such dependence from these kernels,
+    while once_differentiable raises only when the incoming gradient requires grad. ctx.linear (set by the
+    forward): the gradient does not depend on the inputs (or only piecewise, as max's choice), so nothing
+    is dropped and the call goes on."""
+    def wrap(backward):
+        inner = once_differentiable(backward)
+
+        @functools.wraps(backward)
+        def run(ctx, *grads):
+            if torch.is_grad_enabled() and not getattr(ctx, "linear", False) and any(ctx.needs_input_grad):
+                raise RuntimeError(f"gnn.torch.{op}: no double backward: under create_graph=True its gradient "
+                                   "would depend on the inputs, which gnn's kernels do not differentiate; take "
+                                   "torch's or PyG's op where a gradient is differentiated again")
+            return inner(ctx, *grads)
+        return run
+    return wrap
+
+
 class _SpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, graph, x, edge_weight, reduce):
         out, argmax = _g.spmm(graph, x.contiguous(), reduce, None if edge_weight is None else edge_weight.contiguous(),
                               return_argmax=True)
         ctx.graph, ctx.reduce = graph, reduce
+        # (x's gradient A^T g depends on the weights, theirs on x: on neither where the other is fixed)
+        ctx.linear = not (ctx.needs_input_grad[1] and ctx.needs_input_grad[2])
         ctx.save_for_backward(x if edge_weight is not None and edge_weight.requires_grad else None, edge_weight,
                               argmax)
         return out
 
     @staticmethod
-    @once_differentiable
+    @_first_order("spmm")
     def backward(ctx, grad_out):
         x, edge_weight, argmax = ctx.saved_tensors
         need_x, need_w = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
@@ -410,7 +437,7 @@ class _SAGE(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @_first_order("sage")
     def backward(ctx, grad_out):
         z, h, weight = ctx.saved_tensors
         gx, gw, gb = _g.sage_backward(ctx.graph, grad_out.contiguous(), z, h, weight.contiguous(), ctx.activation,
@@ -433,11 +460,12 @@ class _GatScores(torch.autograd.Function):
     def forward(ctx, graph, a_src, a_dst, negative_slope):
         a_src, a_dst = a_src.contiguous(), a_dst.contiguous()
         ctx.graph, ctx.negative_slope = graph, negative_slope
+        ctx.linear = True  # (g times 1 or the slope, by the score's sign)
         ctx.save_for_backward(a_src, a_dst)
         return _g.gat_scores(graph, a_src, a_dst, negative_slope)
 
     @staticmethod
-    @once_differentiable
+    @_first_order("gat_scores")
     def backward(ctx, grad_out):
         a_src, a_dst = ctx.saved_tensors
         gs, gd = _g.gat_scores_backward(ctx.graph, grad_out.contiguous(), a_src, a_dst, ctx.negative_slope)
@@ -477,7 +505,7 @@ class _SegmentSoftmax(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable
+    @_first_order("segment_softmax")
     def backward(ctx, grad_out):
         (y,) = ctx.saved_tensors
         return _g.segment_softmax_backward(y, grad_out.contiguous(), ctx.indptr), None
@@ -496,11 +524,12 @@ class _Pool(torch.autograd.Function):
         x = x.contiguous()
         y, argmax = _g.pool(x, ptr, reduce, return_argmax=True)
         ctx.ptr, ctx.reduce, ctx.rows = _as_read(ptr), reduce, x.shape[0]
+        ctx.linear = reduce != "logsumexp"
         ctx.save_for_backward(argmax, x if reduce == "logsumexp" else None, y if reduce == "logsumexp" else None)
         return y
 
     @staticmethod
-    @once_differentiable
+    @_first_order("pool")
     def backward(ctx, grad_out):
         argmax, x, y = ctx.saved_tensors
         return _g.pool_backward(grad_out.contiguous(), ctx.ptr, ctx.rows, ctx.reduce, argmax, x, y), None, None
@@ -524,7 +553,7 @@ class _InstanceNorm(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable
+    @_first_order("instance_norm")
     def backward(ctx, grad_out):
         x, mean, rstd, weight = ctx.saved_tensors
         gx, gw, gb = _g.instance_norm_backward(grad_out.contiguous(), x, ctx.ptr, mean, rstd, weight,
@@ -553,7 +582,7 @@ class _LayerNorm(torch.autograd.Function):
         return y
 
     @staticmethod
-    @once_differentiable
+    @_first_order("layer_norm")
     def backward(ctx, grad_out):
         x, mean, rstd, weight = ctx.saved_tensors
         gx, gw, gb = _g.layer_norm_backward(grad_out.contiguous(), x, mean, rstd, weight, need_affine_grad=ctx.affine)

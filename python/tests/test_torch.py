@@ -671,9 +671,49 @@ def test_double_backward_is_refused_not_wrong():
     x, ei = inputs()
     for m in (gt.SAGEConv(F, O), gt.SAGEConv(F, O, aggr="sum"), gt.GCNConv(F, O), gt.GATConv(F, O)):
         y = m(x, ei)
-        (g,) = torch.autograd.grad(y.square().sum(), x, create_graph=True)
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RuntimeError):  # (at the grad itself, or at the second backward)
+            (g,) = torch.autograd.grad(y.square().sum(), x, create_graph=True)
             g.square().sum().backward()
+
+
+def test_a_gradient_penalty_is_refused_where_terms_would_drop_and_exact_where_none_do():
+    """autograd.grad(y.sum(), x, create_graph=True): the incoming gradient does not require grad, so
+    once_differentiable alone let the layers return gradients without their dependence on x and the weights
+    (a penalty on them then trained on wrong gradients). Refused by name; spmm with no weight that requires
+    grad (GCNConv's, its weights fixed) drops nothing and goes on."""
+    x0, ei = inputs()
+    g = gt.graph_of(ei, x0.shape[0])
+    w = torch.ones(F, requires_grad=True)
+    for name, f in [("sage", lambda x: gt.SAGEConv(F, O)(x, ei)), ("spmm", lambda x: gt.GATConv(F, O)(x, ei)),
+                    ("sage", lambda x: gt.sage(g, x, torch.randn(2 * F, O), activation="tanh")),
+                    ("layer_norm", lambda x: gt.layer_norm(x, w, torch.zeros(F))),
+                    ("segment_softmax", lambda x: gt.segment_softmax(x, torch.tensor([0, 20, x.shape[0]], dtype=torch.int32))),
+                    ("pool", lambda x: gt.pool(x, torch.tensor([0, x.shape[0]]), "logsumexp"))]:
+        x = x0.clone().requires_grad_()
+        y = f(x)
+        with pytest.raises(RuntimeError, match=f"gnn.torch.{name}: no double backward"):
+            torch.autograd.grad(y.sum(), x, create_graph=True)
+    # GCNConv: x W through torch, then spmm weighted by fixed normalisation: the penalty's gradient is exact
+    x0, ei = inputs(self_loops=False)
+    torch.manual_seed(0)
+    conv = gt.GCNConv(F, O)
+    x = x0.clone().requires_grad_()
+    y = conv(x, ei)
+    (gx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    ((gx.norm(dim=1) - 1) ** 2).mean().backward()
+    ours = conv.lin.weight.grad.clone()
+    conv.lin.weight.grad = None
+    a = torch.zeros(x0.shape[0], x0.shape[0])  # the same layer, dense: D^-1/2 (A + I) D^-1/2 x W^T + b
+    loops = torch.arange(x0.shape[0])
+    src, dst = torch.cat([ei[0], loops]), torch.cat([ei[1], loops])
+    a.index_put_((dst, src), torch.ones(src.numel()), accumulate=True)
+    deg = a.sum(1)
+    norm = deg.pow(-0.5)[:, None] * a * deg.pow(-0.5)[None, :]
+    x = x0.clone().requires_grad_()
+    y = norm @ (x @ conv.lin.weight.T) + conv.bias
+    (gx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    ((gx.norm(dim=1) - 1) ** 2).mean().backward()
+    torch.testing.assert_close(ours, conv.lin.weight.grad, rtol=1e-5, atol=1e-6)
 
 
 def test_functional_arguments_refused_by_name():
@@ -907,6 +947,24 @@ def test_bench_runs(tmp_path):
         r = subprocess.run(env_cmd[:3] + ["--edge-index", path], capture_output=True, text=True)
         assert r.returncode == 1 and r.stderr.startswith(f"--edge-index {path}: "), r.stderr
         assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    # --planetoid's arrays are checked as --edge-index's (a 0-d x_shape is its node count); a node count past
+    # int32 and an --only of commas alone are refused, not run (a stack dump, or every case)
+    np.savez(tmp_path / "p0.npz", edge_index=np.array([[0, 1], [1, 2]], np.int32), x_shape=np.array(3))
+    np.savez(tmp_path / "p1.npz", edge_index=np.array([[0, 1], [1, 5]], np.int32), x_shape=np.array([3, 4]))
+    np.savez(tmp_path / "big.npz", edge_index=np.array([[0, 1], [1, 2]]), num_nodes=np.array(1e30))
+    out = subprocess.run(env_cmd[:3] + ["--planetoid", str(tmp_path / "p0.npz"), "--only", "spmm-sum", "--repeat",
+                                        "1"], check=True, capture_output=True, text=True).stdout
+    assert "N=3 E=4" in out
+    for args, says in [(["--planetoid", str(tmp_path / "p1.npz")], "p1.npz: edge_index names node 5, and x_shape "
+                                                                   "says 3 nodes"),
+                       (["--edge-index", str(tmp_path / "big.npz")], "nodes; gnn's graphs hold at most 2^31 - 1"),
+                       (["--nodes", str(3 * 10**9), "--edges", "5"], "3000000000 nodes; gnn's graphs hold at most")]:
+        r = subprocess.run(env_cmd[:3] + args, capture_output=True, text=True)
+        assert r.returncode == 1 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = subprocess.run(env_cmd[:3] + ["--only", ","], capture_output=True, text=True)
+    assert r.returncode == 2 and "--only ',': no case named" in r.stderr, r.stderr
+    out = subprocess.run(env_cmd + ["--only", "spmm-sum,"], check=True, capture_output=True, text=True).stdout
+    assert "spmm-sum" in out and "gat layer" not in out
     # An edge list of whole floats, as np.loadtxt reads one, is a graph.
     np.savez(tmp_path / "loaded.npz", edge_index=np.array([[0.0, 1.0], [1.0, 2.0], [2.0, 0.0]]))
     out = subprocess.run(env_cmd[:3] + ["--edge-index", str(tmp_path / "loaded.npz"), "--only", "spmm-sum", "--repeat",
@@ -1008,6 +1066,9 @@ def test_lazy_state_dicts_as_pyg(name):
         m(x.detach(), ei)
     m(x, ei).sum().backward()
     assert all(p.grad is not None for p in m.parameters())
+    with torch.inference_mode():  # a layer made in inference mode is sized there (it failed to write its weight)
+        m = getattr(gt, name)(-1, O)
+        assert m(x.detach(), ei).shape == (N, O) and not _unsized(m)
     if name == "GCNConv":
         m = gt.GCNConv(-1, O)
         with pytest.raises(ValueError, match="edge_weight must have shape"):
