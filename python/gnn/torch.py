@@ -194,7 +194,8 @@ class _SizedLater:
         unless the layer itself was made in inference mode (its weight an inference tensor, which cannot be
         written outside it: sized inside, as PyG's)."""
         if _unsized(self.weight) and x is not None:
-            with torch.inference_mode(self._unsized_in_inference), torch.no_grad():
+            # (a layer pickled unsized by an older gnn.torch has no such attribute: made outside)
+            with torch.inference_mode(getattr(self, "_unsized_in_inference", False)), torch.no_grad():
                 self.weight.materialize((self.rows, x.shape[1]))
                 if isinstance(self, nn.Linear):
                     self.in_features = x.shape[1]
@@ -372,21 +373,24 @@ def _check_optional(**arrays) -> None:
 # ---- autograd functions ---------------------------------------------------------------------------
 
 def _first_order(op: str):
-    """The backward of gnn op `op`, once_differentiable, and refused where torch's decorator would drop terms
-    unsaid: under create_graph=True (grad mode on in the backward) a gradient that depends on an input that
-    requires grad (a gradient penalty differentiates it again) gets no such dependence from these kernels,
-    while once_differentiable raises only when the incoming gradient requires grad. ctx.linear (set by the
-    forward): the gradient does not depend on the inputs (or only piecewise, as max's choice), so nothing
-    is dropped and the call goes on."""
+    """The backward of gnn op `op`, once_differentiable, and refused by name where torch's decorator would
+    drop terms unsaid: under create_graph=True (grad mode on in the backward) a gradient that depends on an
+    input that requires grad (a gradient penalty differentiates it again) gets no such dependence from these
+    kernels, while once_differentiable raises only when the incoming gradient requires grad (and then
+    without naming the op: refused here first). ctx.linear (set by the forward): the gradient does not
+    depend on the inputs (or only piecewise, as max's choice), so with an incoming gradient that needs none
+    nothing is dropped and the call goes on."""
     def wrap(backward):
         inner = once_differentiable(backward)
 
         @functools.wraps(backward)
         def run(ctx, *grads):
-            if torch.is_grad_enabled() and not getattr(ctx, "linear", False) and any(ctx.needs_input_grad):
+            if torch.is_grad_enabled() and (
+                    any(g is not None and g.requires_grad for g in grads)
+                    or (not getattr(ctx, "linear", False) and any(ctx.needs_input_grad))):
                 raise RuntimeError(f"gnn.torch.{op}: no double backward: under create_graph=True its gradient "
-                                   "would depend on the inputs, which gnn's kernels do not differentiate; take "
-                                   "torch's or PyG's op where a gradient is differentiated again")
+                                   "would be differentiated again, which gnn's kernels do not do; take torch's "
+                                   "or PyG's op where a gradient is differentiated again")
             return inner(ctx, *grads)
         return run
     return wrap

@@ -693,6 +693,38 @@ def test_a_gradient_penalty_is_refused_where_terms_would_drop_and_exact_where_no
         y = f(x)
         with pytest.raises(RuntimeError, match=f"gnn.torch.{name}: no double backward"):
             torch.autograd.grad(y.sum(), x, create_graph=True)
+    # An incoming gradient that needs grad (y squared, a layer after): refused by the op's name too, where
+    # once_differentiable's own message named none
+    x = x0.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="gnn.torch.spmm: no double backward"):
+        torch.autograd.grad(gt.GCNConv(F, O)(x, ei).square().sum(), x, create_graph=True)
+    # Ops whose gradient does not depend on their inputs go on, and the penalty's gradient is exact
+    ptr = torch.tensor([0, 20, x0.shape[0]])
+    seg = torch.repeat_interleave(torch.arange(2), ptr.diff())
+    dense = {"sum": lambda x: torch.zeros(2, F).index_add(0, seg, x),
+             "mean": lambda x: torch.zeros(2, F).index_add(0, seg, x) / ptr.diff()[:, None],
+             "max": lambda x: torch.stack([x[:20].amax(0), x[20:].amax(0)])}
+    for reduce, ref in dense.items():
+        grads = []
+        for f in (lambda x, r=reduce: gt.pool(x, ptr, r), ref):
+            x = x0.clone().requires_grad_()
+            (gx,) = torch.autograd.grad((f(x) * torch.arange(1.0, F + 1)).sum(), x, create_graph=True)
+            wpen = torch.ones(F, requires_grad=True)
+            ((gx * wpen).square().sum()).backward()
+            grads.append(wpen.grad)
+        torch.testing.assert_close(grads[0], grads[1], msg=reduce)
+    a_src, a_dst = torch.randn(x0.shape[0], 2), torch.randn(x0.shape[0], 2)
+    grads = []
+    indptr, src = (torch.as_tensor(np.asarray(a)).long() for a in (g.indptr, g.indices))
+    dst = torch.repeat_interleave(torch.arange(x0.shape[0]), indptr.diff())  # (CSR rows: the targets)
+    for f in (lambda s, d: gt.gat_scores(g, s, d, 0.2),
+              lambda s, d: torch.nn.functional.leaky_relu(s[src] + d[dst], 0.2)):
+        s = a_src.clone().requires_grad_()
+        (gs,) = torch.autograd.grad(f(s, a_dst).sum(), s, create_graph=True)
+        wpen = torch.ones(2, requires_grad=True)
+        (gs * wpen).square().sum().backward()
+        grads.append(wpen.grad)
+    torch.testing.assert_close(grads[0], grads[1])
     # GCNConv: x W through torch, then spmm weighted by fixed normalisation: the penalty's gradient is exact
     x0, ei = inputs(self_loops=False)
     torch.manual_seed(0)
