@@ -20,7 +20,8 @@ Command score_command() {
              {"split", "NAME", "which split's files to score", "valid"},
              {"eval-indices", "DIR",
               "folder of the official eval_indices JSON files (xla_default.json, ...): "
-              "layout metrics on those config subsets (each scored layout collection's file must be there)"},
+              "layout metrics on those config subsets (each scored layout collection's file must be there and "
+              "list each of its graphs scored)"},
              {"per-graph", "FILE", "also write one JSON line per graph there"}};
   c.details =
       "Tile: slowdown@K = best runtime among the first K listed / best runtime - 1, reported as 1 - slowdown\n"

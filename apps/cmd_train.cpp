@@ -284,7 +284,7 @@ Command train_command() {
       {"checkpoint-minutes", "M", "also checkpoint mid-epoch every M minutes (0: every step)", "10"},
       {"eval-indices", "DIR",
        "folder of the official eval_indices JSON files: layout validation on them (each valid layout "
-       "collection's file must be there)"},
+       "collection's file must be there and list each of its valid graphs)"},
       {"max-graphs", "N", "use only the first N train and N valid graphs"},
       {"progress", "auto|bar|lines", "a progress bar (on a terminal by default) or plain lines", "auto"},
       {"profile", "",
@@ -405,7 +405,7 @@ Command eval_command() {
              kCheckpointFlag,
              {"eval-indices", "DIR",
               "folder of the official eval_indices JSON files: layout metrics on them (each scored layout "
-              "collection's file must be there)"},
+              "collection's file must be there and list each of its graphs scored)"},
              {"per-graph", "FILE", "one JSON line per graph (default: RUN/eval_<split>.jsonl; an ensemble: none)"},
              kTtaFlag,
              kDeviceFlag,

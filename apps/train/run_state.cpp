@@ -483,10 +483,11 @@ std::string run_checkpoint(const std::string& run, const std::string& which) {
   auto of_the_run = [&](const std::string& f) {
     if (!fs::exists(last)) return f;  // (an interrupted first epoch: nothing to set it against)
     const Meta ours = read_meta(last), theirs = read_meta(f);
-    GNN_CHECK(theirs.recipe == ours.recipe, f, ": holds a ", theirs.recipe->name, " model; the run's model.npz ",
-              ours.recipe->name);
+    const char* way_out = "; score --checkpoint last, or remove it (train writes it again)";
+    GNN_CHECK(theirs.recipe == ours.recipe, "--checkpoint ", which, ": ", f, ": holds a ", theirs.recipe->name,
+              " model; the run's model.npz ", ours.recipe->name, way_out);
     const std::string other = meta_differing(ours, theirs);
-    GNN_CHECK(other.empty(), f, ": is not of the run model.npz holds: ", other);
+    GNN_CHECK(other.empty(), "--checkpoint ", which, ": ", f, ": is not of the run model.npz holds: ", other, way_out);
     return f;
   };
   if (which == "swa") {

@@ -345,10 +345,20 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
     CHECK(r.exit_code == 1);
     CHECK_MESSAGE(contains(r.err, "--resume: " + run + "/best.npz: is not of the run model.npz holds: " + says), r.err);
     CHECK(testing::read_bytes(run + "/model.npz") == model);
-    // ... and eval, which scores best.npz by default, refuses it too (it scored it as the run's before)
+    // ... and eval, which scores best.npz by default, refuses it too (it scored it as the run's before), as
+    // predict refuses it as swa.npz
     r = run_gnn("eval --run " + run + " --data " + data());
     CHECK(r.exit_code == 1);
-    CHECK_MESSAGE(contains(r.err, run + "/best.npz: is not of the run model.npz holds: " + says), r.err);
+    CHECK_MESSAGE(
+        contains(r.err, "--checkpoint auto: " + run + "/best.npz: is not of the run model.npz holds: " + says), r.err);
+    CHECK(contains(r.err, "; score --checkpoint last, or remove it"));
+    fs::copy_file(run + "/best.npz", run + "/swa.npz", fs::copy_options::overwrite_existing);
+    r = run_gnn("predict --run " + run + " --data " + data() + " --checkpoint swa --out " + t.file("p.csv"));
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(contains(r.err, "--checkpoint swa: " + run + "/swa.npz: is not of the run model.npz holds: " + says),
+                  r.err);
+    CHECK_FALSE(fs::exists(t.file("p.csv")));
+    fs::remove(run + "/swa.npz");
   }
   fs::remove(run + "/best.npz");
   // A best.npz copied over model.npz: its weights are the run's, its optimiser state is not there.
