@@ -58,6 +58,10 @@ PlanetoidData load_planetoid(const std::string& path) {
   GNN_CHECK(int64_t(indptr.size()) == N + 1 && indptr[0] == 0 && indptr[size_t(N)] == int64_t(indices.size()) &&
                 data.numel() == int64_t(indices.size()),
             path, ": x_indptr / x_indices / x_data do not form a CSR of ", N, " rows");
+  // (every row's range checked before any is read: a pointer past the end and back read out of bounds)
+  for (int64_t r = 0; r < N; ++r)
+    GNN_CHECK(indptr[size_t(r)] <= indptr[size_t(r + 1)], path, ": x_indptr decreases at row ", r, " (",
+              indptr[size_t(r)], " then ", indptr[size_t(r + 1)], ")");
   // (dense: Planetoid's features are a few thousand columns; a shape past memory is named, not a bare failure)
   GNN_CHECK(N <= INT64_MAX / 4 / F, path, ": 'x_shape' [", N, ", ", F, "] overflows a dense float matrix");
   try {
@@ -69,7 +73,6 @@ PlanetoidData load_planetoid(const std::string& path) {
   float* x = d.x.f32();
   std::vector<double> row(size_t(F), 0.0);  // a row summed and normalised in double, then stored as float
   for (int64_t r = 0; r < N; ++r) {
-    GNN_CHECK(indptr[size_t(r)] <= indptr[size_t(r + 1)], path, ": x_indptr decreases at row ", r);
     double sum = 0;
     for (int64_t p = indptr[size_t(r)]; p < indptr[size_t(r + 1)]; ++p) {
       const int64_t c = indices[size_t(p)];

@@ -63,6 +63,10 @@ TEST_CASE("planetoid: a tiny two-class file loads symmetric, trains to 100%, and
       CHECK_THROWS_WITH_AS(load_planetoid(dir.file("wide.npz")), doctest::Contains(want), Error);
     }
   }
+  // A row pointer past the end and back down: named before any row is read (row 1 read past x_indices before)
+  CHECK_THROWS_WITH_AS(
+      load_planetoid(broken("x_indptr", Tensor::from_vector<int64_t>({0, 1, int64_t(1) << 40, 3, 4, 5, 6}))),
+      doctest::Contains("x_indptr decreases at row 2 (1099511627776 then 3)"), Error);
   CHECK_THROWS_WITH_AS(load_planetoid(broken("edge_index", Tensor::from_vector<int32_t>({0, 9}, Shape{1, 2}))),
                        doctest::Contains("edge_index row 0"), Error);
   CHECK_THROWS_WITH_AS(load_planetoid(broken("labels", Tensor::from_vector<int32_t>({0, 0, -1, 1, 1, 1}))),
