@@ -286,14 +286,17 @@ std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t node
   Program p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng, steps);
   // A layout program without a configurable op (a small one can be drawn so) has no config to rank: its
   // configs would differ in runtime by noise alone. Drawn again, on from where the generator stands, so
-  // every graph that had one is as before; after 20 draws at a share too small for its size, at half of
-  // its steps configurable.
+  // every graph that had one is as before; after 20 draws at a share too small for its size, at twice the
+  // share each draw (up to half of its steps), so a share far too small gives about the fewest configurable
+  // nodes a program of that size can have (before, half its steps: 22% of 2,000 nodes at --configurable-share
+  // 1e-9, against 1 node at 1e-4).
   const auto configurable = [](const Program& q) {
     return std::any_of(q.nodes.begin(), q.nodes.end(), [](const auto& v) { return is_configurable(v.op); });
   };
   for (int tries = 1; layout && !configurable(p); ++tries) {
     GNN_CHECK(tries < 1000, "synth: no program of ", nodes, " nodes with a configurable op in 1000 draws");
-    p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng, tries < 20 ? steps : std::max(steps, 0.5));
+    const double grown = tries < 20 ? steps : std::min(0.5, steps * std::ldexp(1.0, std::min(tries - 19, 60)));
+    p = generate_program(std::max<int64_t>(nodes, 4), !layout, rng, std::max(steps, grown));
   }
   const int64_t n = int64_t(p.nodes.size());
   std::vector<int64_t> edges, opcodes(static_cast<size_t>(n));
