@@ -120,13 +120,13 @@ int inspect_npy(const std::string& path, bool json) {
 
 // A dataset tree: every file walked and fully validated, then counts per collection and split.
 int inspect_dataset(const std::string& dir, bool json, bool skip_bad, const ZipLimits& limits) {
+  int64_t skipped = 0;  // the files the walk left out (a bad header), then those that failed to load
   WalkOptions w;
-  w.skip_bad = skip_bad;
+  w.skip_bad = skip_bad, w.skipped = &skipped;
   struct Totals {
     int64_t graphs = 0, nodes = 0, edges = 0, configs = 0, configurable = 0, max_nodes = 0;
   };
   std::map<std::string, Totals> totals;
-  int64_t skipped = 0;
   for (const DatasetFile& f : walk_dataset(dir, w)) {
     TpuGraph g;
     try {

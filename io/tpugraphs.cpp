@@ -294,6 +294,7 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
         } catch (const Error& e) {
           if (!options.skip_bad) throw;
           std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
+          if (options.skipped) ++*options.skipped;
           continue;
         }
         files.push_back({id, split, p.string(), p.stem().string()});
@@ -313,9 +314,9 @@ std::map<std::string, std::vector<int64_t>> parse_eval_indices(std::string_view 
   std::map<std::string, std::vector<int64_t>> out;
   for (const auto& [stem, list] : j.items()) {
     GNN_CHECK(list.type() == Json::Type::Array, path, ": '", stem, "' is not a list of config indices");
-    // An empty list would silently score every config; repeated indices and graphs of other splits are
-    // kept, since the official files hold both (xla_random.json repeats configs; each file names the
-    // graphs of every split).
+    // An empty list would silently score every config; repeated indices are kept (the official
+    // xla_random.json repeats configs), and graphs the data at hand does not hold are no error here (the
+    // official files name the valid split's graphs; EvalIndices refuses a scored graph a file leaves out).
     GNN_CHECK(list.size() > 0, path, ": '", stem, "' lists no config index");
     // (a repeated name would merge the two lists here, where Python's json keeps the last)
     GNN_CHECK(!out.count(stem), path, ": '", stem, "' is listed twice");

@@ -79,6 +79,7 @@ struct DatasetFile {
 struct WalkOptions {
   std::vector<std::string> splits = {"train", "valid", "test"};
   bool skip_bad = false;  // warn once per bad file on stderr and leave it out, instead of stopping
+  int64_t* skipped = nullptr;  // (with skip_bad) incremented for each file left out, when given
 };
 
 // dir: the release root (holding npz/), npz/ itself, a collection folder (npz/tile/xla,

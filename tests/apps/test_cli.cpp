@@ -596,6 +596,15 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
   const Json j = Json::parse(last_line(r.out));
   CHECK(j["groups"].size() == 5);  // layout train/valid/test, tile train/valid
   CHECK(j["skipped_files"].as_int() == 0);
+  {  // files the walk itself leaves out (not a zip) are counted with those that fail to load (they were not)
+    testing::TempDir bad;
+    std::filesystem::copy(tmp.file("d"), bad.file("d"), std::filesystem::copy_options::recursive);
+    std::ofstream(bad.file("d/npz/tile/xla/train/zz_bad.npz")) << "not a zip";
+    std::ofstream(bad.file("d/npz/tile/xla/valid/zz_bad.npz")) << "not a zip";
+    r = run_gnn("inspect --json --skip-bad " + bad.file("d"));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(Json::parse(last_line(r.out))["skipped_files"].as_int() == 2);
+  }
   for (const char* bad :
        {"synth --out x", "synth --collection graph --out x", "synth --collection tile --out x --split dev",
         "synth --collection tile --out x --graphs 0"}) {
