@@ -56,8 +56,10 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
       const size_t end = std::min(text.find(';', at), text.size());
       const std::string item = text.substr(at, end - at);
       int64_t v = -1;
-      GNN_CHECK(parse_int64(item, &v) && v >= 0, path, ": line ", ln, " (", id, "): '", item,
-                "' is not a config index");
+      // (an item or ID of megabytes is cut: the error stays a line)
+      GNN_CHECK(parse_int64(item, &v) && v >= 0, path, ": line ", ln, " (", id.substr(0, 120), "): '",
+                item.substr(0, 40), item.size() > 40 ? "...' (" + std::to_string(item.size()) + " bytes)" : "'",
+                " is not a config index");
       list.push_back(v);
       at = end + 1;
     }

@@ -76,6 +76,14 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
     std::ofstream(dir.file("bad2.csv")) << "ID,TopConfigs\n" << files[0].id() << ",1;x\n";
     r = testing::run_gnn("score --submission " + dir.file("bad2.csv") + " --data " + dir.file("d"));
     CHECK(r.err.find("line 2") != std::string::npos);
+    // A token of megabytes is cut in the message (it was echoed whole: one error line of 60 MB)
+    std::ofstream(dir.file("long.csv")) << "ID,TopConfigs\n"
+                                        << files[0].id() << ",1;" << std::string(5000, '7') << "x\n";
+    r = testing::run_gnn("score --submission " + dir.file("long.csv") + " --data " + dir.file("d"));
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(
+        r.err.find("'" + std::string(40, '7') + "...' (5001 bytes) is not a config index") != std::string::npos, r.err);
+    CHECK(r.err.size() < 400);
     // Indices as the sample writes them: no sign, space or trailing ';'; a byte order mark is named as such.
     for (const char* row : {",+1;0", ", 1;0", ",1;0;", ",1;;0"}) {
       CAPTURE(row);
