@@ -28,6 +28,12 @@ threads=${5:-2}
 py=${PYTHON:-python3}
 device=${DEVICE:-cpu}
 case $device in cpu | cuda) ;; *) echo "bench_layout_step.sh: DEVICE must be cpu or cuda, got '$device'" >&2; exit 2 ;; esac
+# (STEPS >= 2: the median is over the steps after the first)
+for arg in "CONFIGS $configs 1" "STEPS $steps 2" "RUNS $runs 1" "THREADS $threads 1"; do
+  read -r name value least <<<"$arg"
+  [[ $value =~ ^[0-9]+$ ]] && [ "$value" -ge "$least" ] ||
+    { echo "bench_layout_step.sh: $name must be a whole number >= $least, got '$value'" >&2; exit 2; }
+done
 here=$(cd "$(dirname "$0")/.." && pwd)
 gnn=${GNN:-$here/build/bin/gnn}
 [ -f "$file" ] || { echo "bench_layout_step.sh: no such file: $file" >&2; exit 1; }
@@ -46,20 +52,26 @@ run() {  # name command...: appends "configs_per_s peak_rss_mb step_mb" to $tmp/
   if /usr/bin/time -f "%M" -o "$tmp/rss" "$@" >"$tmp/out" 2>"$tmp/err"; then
     local cps
     if [ -f "$tmp/run/metrics.jsonl" ]; then  # gnn: one epoch is one step; the median after the first
-      cps=$(tail -n +2 "$tmp/run/metrics.jsonl" | grep -o '"configs_per_s": [0-9.e+-]*' | awk '{print $2}' | median)
+      cps=$(tail -n +2 "$tmp/run/metrics.jsonl" | { grep -o '"configs_per_s": [0-9.e+-]*' || true; } |
+        awk '{print $2}' | median)
     else
-      cps=$(grep -o '"configs_per_s": [0-9.e+-]*' "$tmp/out" | tail -1 | awk '{print $2}')
+      cps=$({ grep -o '"configs_per_s": [0-9.e+-]*' "$tmp/out" || true; } | tail -1 | awk '{print $2}')
     fi
+    cps=${cps:--}
     local step
     local mem='peak_tensor_mb\|step_mb'
     [ "$device" = cuda ] && mem='peak_device_mb\|cuda_graphs_mb\|step_mb'  # (gnn-graphs: both pools, summed)
-    step=$(tail -1 "$tmp/out" | grep -o "\"\($mem\)\": [0-9.e+-]*" | awk '{s += $2} END {if (NR) printf "%.0f", s}')
+    step=$(tail -1 "$tmp/out" | { grep -o "\"\($mem\)\": [0-9.e+-]*" || true; } |
+      awk '{s += $2} END {if (NR) printf "%.0f", s}')
     echo "$cps $(($(tail -1 "$tmp/rss") / 1024)) ${step:--}" >>"$tmp/$name"
   else
     echo "- - -" >>"$tmp/$name"
     echo "($name failed: $(tail -1 "$tmp/err"))" >&2
+    [[ $name == gnn* ]] && gnn_failed=1  # (a peer may be absent; gnn failing is the script failing)
   fi
+  return 0
 }
+gnn_failed=0
 
 gnn_runs=(gnn-share-on gnn-share-off)
 [ "$device" = cuda ] && gnn_runs+=(gnn-graphs)
@@ -79,7 +91,7 @@ for ((r = 0; r < runs; ++r)); do
   done
 done
 
-nodes=$("$gnn" inspect "$file" --json 2>/dev/null | grep -o '"nodes": [0-9]*' | head -1 | awk '{print $2}')
+nodes=$("$gnn" inspect "$file" --json 2>/dev/null | grep -o '"nodes": [0-9]*' | head -1 | awk '{print $2}' || true)
 echo "layout-resmodel step, $(basename "$file") (${nodes:-?} nodes), $configs configs/step, $steps steps, $threads threads, $device, median of $runs"
 printf "%-16s %12s %12s %10s %10s\n" impl configs/s "vs torch" "peak RSS" "step MB"
 torch_cps=$(cut -d' ' -f1 "$tmp/torch" | median)
@@ -91,3 +103,4 @@ for name in "${gnn_runs[@]}" torch pyg; do
   [ "$cps" = "-" ] || cps=$(printf "%.0f" "$cps")
   printf "%-16s %12s %12s %10s %10s\n" "$name" "$cps" "$ratio" "$mb" "$step"
 done
+[ "$gnn_failed" = 0 ] || { echo "bench_layout_step.sh: a gnn run failed (above)" >&2; exit 1; }

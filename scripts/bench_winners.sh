@@ -24,7 +24,7 @@
 # each round's ratio and the medians.
 # Prints one line per run: who, precision, configs/s, step ms, peak memory.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n 4p "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n 5,6p "$0" >&2; exit 2; }
 file=$1 model=$2 steps=${3:-12} rounds=${ROUNDS:-1}
 here=$(cd "$(dirname "$0")/.." && pwd)
 gnn=${GNN:-$here/build/bin/gnn} py=${PYTHON:-python3} dev=${DEVICE:-cpu} threads=${THREADS:-2}

@@ -50,16 +50,21 @@ def self_test():
 def main(argv):
     if argv[1:] == ["--self-test"]:
         return self_test()
-    if len(argv) < 2:
-        print(__doc__.strip().split("\n\n")[-1])
+    if len(argv) < 2 or any(a.startswith("-") for a in argv[1:]):  # (objdump would take an option, and pass)
+        print(__doc__.strip().split("\n\n")[-1], file=sys.stderr)
         return 2
     bad = {}
     for lib in argv[1:]:
-        out = subprocess.run(["objdump", "-dr", "--no-show-raw-insn", lib], capture_output=True, text=True, check=True)
+        out = subprocess.run(["objdump", "-dr", "--no-show-raw-insn", lib], capture_output=True, text=True)
+        if out.returncode:
+            why = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+            print(f"check_fma_calls: {lib}: objdump failed: {why}", file=sys.stderr)
+            return 2
         bad.update(offenders(out.stdout))
-    names = subprocess.run(["c++filt"], input="\n".join(bad), capture_output=True, text=True).stdout.split("\n")
-    for (sym, n), name in zip(sorted(bad.items()), names):
-        print(f"check_fma_calls: {name or sym} calls fmaf {n} times outside a baseline clone")
+    syms = sorted(bad)  # (c++filt answers line for line, in the order asked)
+    names = subprocess.run(["c++filt"], input="\n".join(syms), capture_output=True, text=True).stdout.split("\n")
+    for sym, name in zip(syms, names):
+        print(f"check_fma_calls: {name or sym} calls fmaf {bad[sym]} times outside a baseline clone")
     print(f"check_fma_calls: {len(bad)} function(s) call fmaf outside a baseline clone")
     return 1 if bad else 0
 

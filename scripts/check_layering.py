@@ -94,7 +94,14 @@ def self_test():
 def main():
     if sys.argv[1:] == ["--self-test"]:
         return self_test()
+    if len(sys.argv) > 2 or (len(sys.argv) == 2 and sys.argv[1].startswith("-")):
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
     root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
+    if not all((root / folder).is_dir() for folder in ALLOWED):  # (no folders: nothing checked, and a pass)
+        print(f"check_layering.py: {root} is not the repository: it lacks the layer folders "
+              f"{', '.join(sorted(f for f in ALLOWED if not (root / f).is_dir()))}", file=sys.stderr)
+        return 2
     breaches, known = check(root)
     for b in breaches:
         print(b)

@@ -15,13 +15,13 @@ if [ $# -lt 2 ]; then
   sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
+for b in "$1" "$2"; do  # (checked as given: realpath of a missing folder prints its own error and nothing)
+  [ -f "$b" ] && [ -x "$b" ] || { echo "compare_builds: '$b' is not an executable" >&2; exit 2; }
+done
 old=$(realpath "$1") new=$(realpath "$2")
 epochs=${3:-3}
 shift $(($# < 3 ? $# : 3))
 py=${PYTHON:-python3}
-for b in "$old" "$new"; do
-  [ -f "$b" ] && [ -x "$b" ] || { echo "compare_builds: $b is not an executable" >&2; exit 2; }
-done
 if ! [[ $epochs =~ ^[1-9][0-9]*$ ]]; then
   echo "compare_builds: EPOCHS must be a whole number >= 1, got '$epochs'" >&2
   exit 2

@@ -6,9 +6,13 @@ Lawson's reweighting), and its coefficients rounded to float. The bound that mat
 float code reaches: tests/kernels/test_vmath.cpp measures it in ULPs against the f64 functions over
 the float range. Run by hand: /usr/bin/python3 scripts/fit_vmath.py (numpy only).
 """
+import argparse
 import math
 
 import numpy as np
+
+# (no arguments: a flag given is refused rather than ignored by a run of minutes)
+argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
 
 
 def lawson(V, target, weight, iters=60):

@@ -54,7 +54,15 @@ phase_build() {
   # (no CUDA emulator flavour here: it is for machines without a GPU)
   # shellcheck disable=SC2086
   cmake -B "$build" -DCMAKE_BUILD_TYPE=Release -DGNN_BUILD_CUDA_EMU=OFF ${CMAKE_ARGS:-} >/dev/null || return 1
-  cmake --build "$build" -j"$(nproc)" 2>&1 | tail -n 3
+  # (a failed build must fail the phase: the later phases would run an older binary left in the folder)
+  local out
+  if ! out=$(cmake --build "$build" -j"$(nproc)" 2>&1); then
+    printf '%s\n' "$out" | grep -E -m 40 "error|Error"
+    printf '%s\n' "$out" | tail -n 5
+    echo "gpu_check: build: cmake --build $build failed" >&2
+    return 1
+  fi
+  printf '%s\n' "$out" | tail -n 3
   "$gnn" info
 }
 

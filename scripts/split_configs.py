@@ -84,8 +84,20 @@ def main():
         for split, idx in parts.items():
             out = {k: (v[idx] if k in CONFIG_ARRAYS[kind] else v) for k, v in arrays.items()}
             os.makedirs(os.path.join(root, split), exist_ok=True)
-            np.savez_compressed(os.path.join(root, split, stem + ".npz"), **out)
+            final = os.path.join(root, split, stem + ".npz")
+            part = final + ".part"  # (written whole, then renamed: an interrupt leaves no truncated npz)
+            try:
+                with open(part, "wb") as fh:
+                    np.savez_compressed(fh, **out)
+                os.replace(part, final)
+            except BaseException:
+                if os.path.exists(part):
+                    os.remove(part)
+                raise
         print(f"{stem}: {n - held} train configs, {held} held out")
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit("split_configs.py: interrupted; the files written whole so far stay, none half-written")

@@ -36,6 +36,8 @@ for s in "${list[@]}"; do
   fi
   seen="$seen$s,"
 done
+# (checked before OUT is made: a missing binary left an empty OUT behind)
+[ -f "$gnn" ] && [ -x "$gnn" ] || { echo "scripts/train_seeds.sh: GNN '$gnn' is not an executable" >&2; exit 2; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 runs=()
