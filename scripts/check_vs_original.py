@@ -78,6 +78,7 @@ import contextlib
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -802,9 +803,25 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="CPU threads of gnn train, gnn pass and torch")
     ap.add_argument("--keep", help="keep the run and the pass here instead of a temporary folder")
     a = ap.parse_args()
+    if not (os.path.isfile(a.gnn) and os.access(a.gnn, os.X_OK)):
+        ap.error(f"--gnn {a.gnn}: not an executable (build gnn first)")
+    for flag in ("threads", "configs", "epochs"):
+        if getattr(a, flag) < 1:
+            ap.error(f"--{flag} must be >= 1, got {getattr(a, flag)}")
+    if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
+        ap.error(f"--keep {a.keep}: a file, not a folder")
     warnings.simplefilter("ignore")  # (the originals' own deprecation and shape notices)
     torch.set_num_threads(a.threads)
     work = a.keep or tempfile.mkdtemp(prefix="check_vs_original_")
+    try:
+        return check(a, work)
+    finally:
+        if not a.keep:  # (the temporary run and pass, 20-30 MB, whether the check passed or not)
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def check(a, work):
+    """The comparison of main()'s arguments a, its run and pass kept in the folder work."""
     os.makedirs(work, exist_ok=True)
     m = MODELS[a.model](a.originals, work)
     data = a.data
@@ -819,9 +836,21 @@ def main():
     extra = a.train_flags.split()
     own = [f for i in range(0, len(m.train_flags), 2) if m.train_flags[i] not in extra
            for f in m.train_flags[i:i + 2]]  # (--train-flags replaces the model's flag of the same name)
-    if not os.path.exists(os.path.join(run, "model.npz")):
+    # A kept run is reused only for the same request: another --model, --epochs, --configs, --data or
+    # --train-flags would be answered by the first run's weights
+    request = {"model": a.model, "data": os.path.abspath(data), "epochs": a.epochs, "configs": a.configs,
+               "train_flags": own + extra}
+    asked = os.path.join(work, "request.json")
+    if os.path.exists(os.path.join(run, "model.npz")):
+        kept = json.load(open(asked)) if os.path.exists(asked) else None
+        if kept != request:
+            sys.exit(f"check_vs_original: --keep {work} holds a run of other settings ({kept or 'not recorded'}, "
+                     f"asked {request}); give another folder, or remove {run}")
+    else:
         gnn(a.gnn, "train", "--model", m.recipe, "--data", data, "--out", run, "--epochs", str(a.epochs),
             "--configs", str(a.configs), "--threads", str(a.threads), "--progress", "lines", *own, *extra)
+        with open(asked, "w") as f:
+            json.dump(request, f)
     # The run's own max_norm (its meta/hparams, so a kept run is read as it was trained): the original
     # renormalises as our run does, and not at all when it does not.
     with np.load(os.path.join(run, "model.npz")) as ckpt:

@@ -110,7 +110,7 @@ Program = namedtuple("Program", "stem xt yt xo yo groups sd")
 def read_orders(path):
     """{program stem: config indices, predicted fastest first} from a gnn submission CSV."""
     orders = {}
-    with open(path) as f:
+    with open(path, encoding="utf-8", errors="replace") as f:  # (a binary file: no header, said below)
         if f.readline().strip() != "ID,TopConfigs":
             sys.exit(f"config_baselines.py: {path} is not a submission CSV (header ID,TopConfigs)")
         for n, line in enumerate(f, 2):
@@ -179,6 +179,8 @@ def main():
         seeds = [int(s) for s in a.seeds.split(",")]
     except ValueError:
         p.error(f"--seeds: expected comma-separated integers, got '{a.seeds}'")
+    if any(s < 0 for s in seeds):  # (numpy's and scikit-learn's seeds are >= 0)
+        p.error(f"--seeds: each seed must be >= 0, got '{a.seeds}'")
     versus = []
     for v in a.versus:
         name, eq, path = v.partition("=")
@@ -196,6 +198,10 @@ def main():
         zt, zo = np.load(t), np.load(o)
         if "node_config_feat" not in zt.files:  # (a tile file: no layout configs to rank)
             continue
+        seen = next((pr.stem for pr in programs if pr.stem == os.path.basename(t)), None)
+        if seen:  # (results are keyed by the file's name: a second one would overwrite the first's)
+            sys.exit(f"config_baselines.py: {t}: a second layout program named {seen} under {a.data}; "
+                     "a tree of scripts/split_configs.py holds one per name")
         xt, xo, groups = one_hot(zt["node_config_feat"], zo["node_config_feat"])
         yt = np.log(zt["config_runtime"].astype(np.float64))
         programs.append(Program(os.path.basename(t), xt, yt, xo, zo["config_runtime"].astype(np.float64),

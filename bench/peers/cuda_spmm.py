@@ -15,7 +15,7 @@ import tempfile
 
 import numpy as np
 import torch
-from timing import cuda_median_ms, gnn_bench
+from timing import check_gpu, cuda_median_ms, gnn_bench
 
 
 def gnn(args, *cli):
@@ -77,6 +77,7 @@ def main():
     ap.add_argument("--gnn", default="build/bin/gnn")
     ap.add_argument("--repeat", type=int, default=50)
     args = ap.parse_args()
+    check_gpu(ap, args)
     floor = copy_gbps(args)
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}: device copy {floor:.0f} GB/s (clone, read + write)")
     for n, e in ((10_000, 20_000), (100_000, 200_000), (1_000_000, 2_000_000)):

@@ -137,6 +137,12 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = p.parse_args()
+    # (--steps >= 2: the rate is the median over the steps after the first)
+    for flag, least in (("configs", 2), ("steps", 2), ("threads", 1)):
+        if getattr(a, flag) < least:
+            p.error(f"--{flag} must be >= {least}, got {getattr(a, flag)}")
+    if a.seed < 0:
+        p.error(f"--seed must be >= 0 (numpy's seeds), got {a.seed}")
     if a.device == "cuda" and not torch.cuda.is_available():
         sys.exit("layout_step.py --device cuda: torch sees no GPU")
     dev = torch.device(a.device)

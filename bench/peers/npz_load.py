@@ -36,7 +36,15 @@ def make(path, compressed):
         config_runtime=rng.integers(100_000, 10**9, c).astype(np.int64),
         node_splits=np.array([[0, n // 2, n]], np.int64),
     )
-    (np.savez_compressed if compressed else np.savez)(path, **arrays)
+    part = path + ".part"  # (written whole, then renamed: an interrupted run leaves no half file to reuse)
+    try:
+        with open(part, "wb") as fh:
+            (np.savez_compressed if compressed else np.savez)(fh, **arrays)
+        os.replace(part, path)
+    except BaseException:
+        if os.path.exists(part):
+            os.remove(part)
+        raise
 
 
 def time_numpy(path, repeat):

@@ -2,6 +2,7 @@
 the scripts run gnn's side."""
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -72,8 +73,20 @@ def gpu_pyg_args():
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    check_gpu(ap, args)
     print(f"torch {torch.__version__}, PyG {torch_geometric.__version__}, {torch.cuda.get_device_name()}")
     return args
+
+
+def check_gpu(ap, args):
+    """The GPU scripts' arguments checked, and a GPU asked for, before any work: one line each, no traceback."""
+    import torch
+    for flag in ("repeat", "rounds"):
+        if getattr(args, flag, 1) < 1:
+            ap.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    if not torch.cuda.is_available():
+        sys.exit(f"{os.path.basename(sys.argv[0])}: torch sees no CUDA device (a GPU peer: run it on a machine "
+                 "with one, as scripts/gpu_check.sh does)")
 
 
 def rss_mb():

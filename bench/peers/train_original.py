@@ -495,6 +495,10 @@ def main():
                     ("--threads", a.threads)):
         if v < 1:
             sys.exit(f"train_original.py: {flag} must be at least 1, got {v}")
+    if a.seed < 0:
+        sys.exit(f"train_original.py: --seed must be >= 0 (numpy's seeds), got {a.seed}")
+    if a.lr is not None and not (math.isfinite(a.lr) and a.lr > 0):
+        sys.exit(f"train_original.py: --lr must be a finite number > 0, got {a.lr}")
     if a.configs is not None and a.configs < 2:
         sys.exit(f"train_original.py: --configs must be at least 2 (a ranking needs pairs), got {a.configs}")
 

@@ -421,8 +421,12 @@ def main():
         sys.exit("winners.py: --device cuda, but torch sees no GPU")
     if a.configs is None:
         a.configs = 64 if a.model in ("tgraph", "tile6") else 80
-    if a.configs < 2 or a.steps < 1:
-        sys.exit("winners.py: --configs must be >= 2 and --steps >= 1")
+    if a.configs < 2 or a.steps < 2 or a.threads < 1 or a.kernels < 1 or a.seed < 0:
+        sys.exit("winners.py: --configs must be >= 2, --steps >= 2 (the rate is the median after the first), "
+                 "--threads and --kernels >= 1, --seed >= 0")
+    if not (os.path.isdir if a.model == "tile6" else os.path.isfile)(a.data):
+        sys.exit(f"winners.py: --data {a.data}: not a " + ("folder of tile files" if a.model == "tile6" else
+                                                           "layout .npz file"))
     warnings.filterwarnings("ignore")
     torch.set_num_threads(a.threads)
     random.seed(a.seed)
