@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <type_traits>
 
 #include "apps/commands.h"
 #include "io/json.h"
@@ -13,16 +14,25 @@
 namespace gnn::cli {
 namespace {
 
+// min and max as JSON numbers: an integer array's exact (a double holds int64 to 2^53 only: 2^63 - 1 read
+// as 2^63, past int64), a float array's as doubles; the sum a double for both
 struct Stats {
-  double min = std::numeric_limits<double>::infinity(), max = -std::numeric_limits<double>::infinity(), sum = 0;
+  Json min, max;
+  double sum = 0;
 };
 
 template <class T>
 void accumulate(const T* p, int64_t n, Stats& s) {
+  if (n == 0) return;
+  T lo = p[0], hi = p[0];
+  double dlo = std::numeric_limits<double>::infinity(), dhi = -dlo;  // (NaN skipped by the comparisons)
   for (int64_t i = 0; i < n; ++i) {
+    lo = p[i] < lo ? p[i] : lo, hi = p[i] > hi ? p[i] : hi;
     const double v = double(p[i]);
-    s.min = std::min(s.min, v), s.max = std::max(s.max, v), s.sum += v;
+    dlo = std::min(dlo, v), dhi = std::max(dhi, v), s.sum += v;
   }
+  if constexpr (std::is_integral_v<T>) s.min = Json(int64_t(lo)), s.max = Json(int64_t(hi));
+  else s.min = Json(dlo), s.max = Json(dhi);
 }
 
 Stats stats_of(const Tensor& t) {

@@ -132,6 +132,16 @@ TEST_CASE("cli: inspect --json is one object with arrays and their statistics") 
   r = run_gnn("inspect --json " + testing::fixture("v2.npy"));
   REQUIRE(r.exit_code == 0);
   CHECK(Json::parse(last_line(r.out))["arrays"][0]["sum"].as_number() == 7.5);  // sum of (i - 3) / 4, i < 12
+  // An int64 array's min and max exact (through a double, 2^63 - 1 read as 2^63 and 2^53 + 1 as 2^53)
+  testing::TempDir tmp;
+  save_npz(tmp.file("big.npz"), {{"a", Tensor::from_vector<int64_t>({INT64_MAX, INT64_MIN, (int64_t(1) << 53) + 1})},
+                                 {"b", Tensor::from_vector<int64_t>({(int64_t(1) << 53) + 1, 3})}});
+  r = run_gnn("inspect --json " + tmp.file("big.npz"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const Json big = Json::parse(last_line(r.out));
+  CHECK(big["arrays"][0]["max"].as_int() == INT64_MAX);
+  CHECK(big["arrays"][0]["min"].as_int() == INT64_MIN);
+  CHECK(big["arrays"][1]["max"].as_int() == (int64_t(1) << 53) + 1);
 }
 
 TEST_CASE("cli: inspect recognises TpuGraphs files") {
