@@ -376,21 +376,19 @@ def _first_order(op: str):
     """The backward of gnn op `op`, once_differentiable, and refused by name where torch's decorator would
     drop terms unsaid: under create_graph=True (grad mode on in the backward) a gradient that depends on an
     input that requires grad (a gradient penalty differentiates it again) gets no such dependence from these
-    kernels, while once_differentiable raises only when the incoming gradient requires grad (and then
-    without naming the op: refused here first). ctx.linear (set by the forward): the gradient does not
-    depend on the inputs (or only piecewise, as max's choice), so with an incoming gradient that needs none
-    nothing is dropped and the call goes on."""
+    kernels, while once_differentiable objects only when the incoming gradient requires grad, and then only
+    if the result is differentiated again (its own message, which names no op: a gradient used as a value,
+    or one of several not differentiated, goes on). ctx.linear (set by the forward): the gradient does not
+    depend on the inputs (or only piecewise, as max's choice), so nothing is dropped there."""
     def wrap(backward):
         inner = once_differentiable(backward)
 
         @functools.wraps(backward)
         def run(ctx, *grads):
-            if torch.is_grad_enabled() and (
-                    any(g is not None and g.requires_grad for g in grads)
-                    or (not getattr(ctx, "linear", False) and any(ctx.needs_input_grad))):
+            if torch.is_grad_enabled() and not getattr(ctx, "linear", False) and any(ctx.needs_input_grad):
                 raise RuntimeError(f"gnn.torch.{op}: no double backward: under create_graph=True its gradient "
-                                   "would be differentiated again, which gnn's kernels do not do; take torch's "
-                                   "or PyG's op where a gradient is differentiated again")
+                                   "would depend on the inputs, which gnn's kernels do not differentiate; take "
+                                   "torch's or PyG's op where a gradient is differentiated again")
             return inner(ctx, *grads)
         return run
     return wrap

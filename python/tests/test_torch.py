@@ -683,6 +683,7 @@ def test_a_gradient_penalty_is_refused_where_terms_would_drop_and_exact_where_no
     grad (GCNConv's, its weights fixed) drops nothing and goes on."""
     x0, ei = inputs()
     g = gt.graph_of(ei, x0.shape[0])
+    g_src, g_dst = ei[0], ei[1]  # (spmm sums x[src] into dst)
     w = torch.ones(F, requires_grad=True)
     for name, f in [("sage", lambda x: gt.SAGEConv(F, O)(x, ei)), ("spmm", lambda x: gt.GATConv(F, O)(x, ei)),
                     ("sage", lambda x: gt.sage(g, x, torch.randn(2 * F, O), activation="tanh")),
@@ -693,11 +694,20 @@ def test_a_gradient_penalty_is_refused_where_terms_would_drop_and_exact_where_no
         y = f(x)
         with pytest.raises(RuntimeError, match=f"gnn.torch.{name}: no double backward"):
             torch.autograd.grad(y.sum(), x, create_graph=True)
-    # An incoming gradient that needs grad (y squared, a layer after): refused by the op's name too, where
-    # once_differentiable's own message named none
+    # An incoming gradient that needs grad (y squared): once_differentiable's deferred error, raised only
+    # where the gradient is differentiated again; another input's gradient penalised goes on, exactly
     x = x0.clone().requires_grad_()
-    with pytest.raises(RuntimeError, match="gnn.torch.spmm: no double backward"):
-        torch.autograd.grad(gt.GCNConv(F, O)(x, ei).square().sum(), x, create_graph=True)
+    (gx,) = torch.autograd.grad(gt.GCNConv(F, O)(x, ei).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        gx.square().sum().backward()
+    grads = []
+    for f in (lambda x: gt.spmm(g, x), lambda x: torch.zeros_like(x).index_add(0, g_dst, x[g_src])):
+        x, z = x0.clone().requires_grad_(), torch.randn(3, generator=torch.Generator().manual_seed(1),
+                                                        requires_grad=True)
+        gx, gz = torch.autograd.grad(f(x).square().sum() + (z ** 3).sum(), [x, z], create_graph=True)
+        gz.square().sum().backward()
+        grads.append(z.grad)
+    torch.testing.assert_close(grads[0], grads[1])
     # Ops whose gradient does not depend on their inputs go on, and the penalty's gradient is exact
     ptr = torch.tensor([0, 20, x0.shape[0]])
     seg = torch.repeat_interleave(torch.arange(2), ptr.diff())
