@@ -82,8 +82,17 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
     r = testing::run_gnn("score --submission " + dir.file("long.csv") + " --data " + dir.file("d"));
     CHECK(r.exit_code == 1);
     CHECK_MESSAGE(
-        r.err.find("'" + std::string(40, '7') + "...' (5001 bytes) is not a config index") != std::string::npos, r.err);
+        r.err.find("'" + std::string(40, '7') + "... (5001 bytes)' is not a config index") != std::string::npos, r.err);
     CHECK(r.err.size() < 400);
+    // ... as is an ID of as many, in each error that names it
+    const std::string long_id(5000, 'i');
+    for (const std::string& rows : {long_id + ",\n", long_id + ",1\n" + long_id + ",2\n"}) {
+      std::ofstream(dir.file("long.csv"), std::ios::trunc) << "ID,TopConfigs\n" << rows;
+      r = testing::run_gnn("score --submission " + dir.file("long.csv") + " --data " + dir.file("d"));
+      CHECK(r.exit_code == 1);
+      CHECK_MESSAGE(r.err.find(std::string(120, 'i') + "... (5000 bytes)") != std::string::npos, r.err);
+      CHECK(r.err.size() < 400);
+    }
     // Indices as the sample writes them: no sign, space or trailing ';'; a byte order mark is named as such.
     for (const char* row : {",+1;0", ", 1;0", ",1;0;", ",1;;0"}) {
       CAPTURE(row);
