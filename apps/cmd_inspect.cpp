@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 #include <type_traits>
 
 #include "apps/commands.h"
@@ -137,14 +138,17 @@ int inspect_dataset(const std::string& dir, bool json, bool skip_bad, const ZipL
     int64_t graphs = 0, nodes = 0, edges = 0, configs = 0, configurable = 0, max_nodes = 0;
   };
   std::map<std::string, Totals> totals;
+  std::set<std::string> failed;
   for (const DatasetFile& f : walk_dataset(dir, w)) {
     TpuGraph g;
     try {
       g = load_tpugraph(NpzReader(f.path, limits), {.require_runtimes = f.split != "test"});
     } catch (const Error& e) {
       if (!skip_bad) throw;
-      std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
-      ++skipped;
+      if (failed.insert(f.path).second) {  // (a flat folder serves each file as every split: said once)
+        std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
+        ++skipped;
+      }
       continue;
     }
     Totals& t = totals[f.collection.str() + " " + f.split];

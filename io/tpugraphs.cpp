@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "io/byte_source.h"
@@ -271,6 +272,7 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
             ": not a TpuGraphs tree (expected npz/tile/xla/{train,valid,test}, npz/layout/{xla,nlp}/{default,random}/"
             "{train,valid,test}, one collection folder, or one split folder)");
   std::vector<DatasetFile> files;
+  std::set<std::string> reported;  // bad files warned about (a flat folder's files are walked once a split)
   for (const auto& [id, folder] : collections) {
     // A collection folder holding .npz files and no split folders (as ../shared/data ships the real
     // samples): its files serve as every split asked for.
@@ -293,8 +295,10 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
                     "the ", id.kind, " collection folder ", where.string());
         } catch (const Error& e) {
           if (!options.skip_bad) throw;
-          std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
-          if (options.skipped) ++*options.skipped;
+          if (reported.insert(p.string()).second) {
+            std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
+            if (options.skipped) ++*options.skipped;
+          }
           continue;
         }
         files.push_back({id, split, p.string(), p.stem().string()});

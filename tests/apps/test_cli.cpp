@@ -614,6 +614,18 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
     r = run_gnn("inspect --json --skip-bad " + bad.file("d"));
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
     CHECK(Json::parse(last_line(r.out))["skipped_files"].as_int() == 2);
+    // A flat collection folder (no split folders) serves its files as every split: a bad one is said and
+    // counted once, not once a split
+    const std::string flat = bad.file("flat/npz/tile/xla");
+    std::filesystem::create_directories(flat);
+    std::filesystem::copy_file(bad.file("d/npz/tile/xla/train/zz_bad.npz"), flat + "/zz_bad.npz");
+    for (const auto& f : std::filesystem::directory_iterator(bad.file("d/npz/tile/xla/valid")))
+      if (f.path().filename() != "zz_bad.npz")
+        std::filesystem::copy_file(f.path(), flat + "/" + f.path().filename().string());
+    r = run_gnn("inspect --json --skip-bad " + bad.file("flat"));
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK(Json::parse(last_line(r.out))["skipped_files"].as_int() == 1);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
   for (const char* bad :
        {"synth --out x", "synth --collection graph --out x", "synth --collection tile --out x --split dev",
