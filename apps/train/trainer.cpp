@@ -87,6 +87,11 @@ void refuse_moot_flags(const Recipe& r, const HParams& hp, const TrainHParams& t
                " splits into at most that many micro-batches");
   if (on("tta") && tp.tta > 1 && !r.configs_interact(hp))
     bad_option("--tta ", tp.tta, ": averages over orders of the configs, and ", r.name, Recipe::kTtaMoot);
+  // (a model whose configs interact, scored one config at a time, is not the function it trained: one whose
+  // norm runs over the configs scores every config alike, and --tta has no order to change)
+  if (on("eval-chunk") && tp.eval_chunk < 2 && r.configs_interact(hp))
+    bad_option("--eval-chunk ", tp.eval_chunk, ": ", r.name, "'s configs interact (its norms or attention run over ",
+               "the configs scored together), so a chunk of one scores each config alone; give 2 or more");
 }
 
 // Seeds for one (epoch, batch): the order of graphs of an epoch and everything sampled in a batch
