@@ -29,7 +29,7 @@ py=${PYTHON:-python3}
 device=${DEVICE:-cpu}
 case $device in cpu | cuda) ;; *) echo "bench_layout_step.sh: DEVICE must be cpu or cuda, got '$device'" >&2; exit 2 ;; esac
 # (STEPS >= 2: the median is over the steps after the first)
-for arg in "CONFIGS $configs 1" "STEPS $steps 2" "RUNS $runs 1" "THREADS $threads 1"; do
+for arg in "CONFIGS $configs 2" "STEPS $steps 2" "RUNS $runs 1" "THREADS $threads 1"; do
   read -r name value least <<<"$arg"
   [[ $value =~ ^[0-9]+$ ]] && [ "$value" -ge "$least" ] ||
     { echo "bench_layout_step.sh: $name must be a whole number >= $least, got '$value'" >&2; exit 2; }

@@ -803,11 +803,13 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="CPU threads of gnn train, gnn pass and torch")
     ap.add_argument("--keep", help="keep the run and the pass here instead of a temporary folder")
     a = ap.parse_args()
-    if not (os.path.isfile(a.gnn) and os.access(a.gnn, os.X_OK)):
+    found = shutil.which(a.gnn)  # (a path, or a name on PATH)
+    if not found:
         ap.error(f"--gnn {a.gnn}: not an executable (build gnn first)")
-    for flag in ("threads", "configs", "epochs"):
-        if getattr(a, flag) < 1:
-            ap.error(f"--{flag} must be >= 1, got {getattr(a, flag)}")
+    a.gnn = found
+    for flag, least in (("threads", 1), ("configs", 2), ("epochs", 1)):
+        if getattr(a, flag) < least:
+            ap.error(f"--{flag} must be >= {least}, got {getattr(a, flag)}")
     if a.keep and os.path.exists(a.keep) and not os.path.isdir(a.keep):
         ap.error(f"--keep {a.keep}: a file, not a folder")
     warnings.simplefilter("ignore")  # (the originals' own deprecation and shape notices)
@@ -825,8 +827,8 @@ def check(a, work):
     os.makedirs(work, exist_ok=True)
     m = MODELS[a.model](a.originals, work)
     data = a.data
-    if not data:
-        data = os.path.join(work, "data")
+    if not data:  # (one a model: each model's kind and sizes)
+        data = os.path.join(work, "data-" + a.model)
         if not os.path.isdir(data):
             gnn(a.gnn, "synth", "--out", data, *getattr(m, "synth", ["--collection", "layout", "--graphs", "3",
                                                                      "--nodes", "300", "--configs", "40", "--seed",
@@ -837,16 +839,18 @@ def check(a, work):
     own = [f for i in range(0, len(m.train_flags), 2) if m.train_flags[i] not in extra
            for f in m.train_flags[i:i + 2]]  # (--train-flags replaces the model's flag of the same name)
     # A kept run is reused only for the same request: another --model, --epochs, --configs, --data or
-    # --train-flags would be answered by the first run's weights
+    # --train-flags would be answered by the first run's weights. The request is written into the run's
+    # folder once it has trained, so a run removed, or cut short, is never taken for it.
     request = {"model": a.model, "data": os.path.abspath(data), "epochs": a.epochs, "configs": a.configs,
-               "train_flags": own + extra}
-    asked = os.path.join(work, "request.json")
+               "train_flags": sorted(own + extra)}
+    asked = os.path.join(run, "check_request.json")
     if os.path.exists(os.path.join(run, "model.npz")):
         kept = json.load(open(asked)) if os.path.exists(asked) else None
         if kept != request:
             sys.exit(f"check_vs_original: --keep {work} holds a run of other settings ({kept or 'not recorded'}, "
                      f"asked {request}); give another folder, or remove {run}")
     else:
+        shutil.rmtree(run, ignore_errors=True)  # (a run cut short: trained again)
         gnn(a.gnn, "train", "--model", m.recipe, "--data", data, "--out", run, "--epochs", str(a.epochs),
             "--configs", str(a.configs), "--threads", str(a.threads), "--progress", "lines", *own, *extra)
         with open(asked, "w") as f:

@@ -81,23 +81,28 @@ def main():
     for f, root, stem, kind, parts, n, held in writes:
         with np.load(f, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-        for split, idx in parts.items():
-            out = {k: (v[idx] if k in CONFIG_ARRAYS[kind] else v) for k, v in arrays.items()}
-            os.makedirs(os.path.join(root, split), exist_ok=True)
-            final = os.path.join(root, split, stem + ".npz")
-            part = final + ".part"  # (written whole, then renamed: an interrupt leaves no truncated npz)
-            try:
-                with open(part, "wb") as fh:
+        # A program's three files written whole under .part names, then renamed together: an interrupt
+        # leaves no truncated npz, nor a new train/ file beside an older split's valid/ and test/ ones
+        done = {}
+        try:
+            for split, idx in parts.items():
+                out = {k: (v[idx] if k in CONFIG_ARRAYS[kind] else v) for k, v in arrays.items()}
+                os.makedirs(os.path.join(root, split), exist_ok=True)
+                final = os.path.join(root, split, stem + ".npz")
+                done[final + ".part"] = final
+                with open(final + ".part", "wb") as fh:
                     np.savez_compressed(fh, **out)
+            for part, final in done.items():
                 os.replace(part, final)
-            except BaseException:
+        except BaseException:
+            for part in done:
                 if os.path.exists(part):
                     os.remove(part)
-                raise
+            raise
         print(f"{stem}: {n - held} train configs, {held} held out")
 
 if __name__ == "__main__":
     try:
         main()
     except KeyboardInterrupt:
-        sys.exit("split_configs.py: interrupted; the files written whole so far stay, none half-written")
+        sys.exit("split_configs.py: interrupted; the programs printed above were written, the one under way not")

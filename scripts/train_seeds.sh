@@ -37,7 +37,7 @@ for s in "${list[@]}"; do
   seen="$seen$s,"
 done
 # (checked before OUT is made: a missing binary left an empty OUT behind)
-[ -f "$gnn" ] && [ -x "$gnn" ] || { echo "scripts/train_seeds.sh: GNN '$gnn' is not an executable" >&2; exit 2; }
+command -v "$gnn" >/dev/null || { echo "scripts/train_seeds.sh: GNN '$gnn' is not an executable" >&2; exit 2; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 runs=()

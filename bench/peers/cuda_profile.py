@@ -21,7 +21,7 @@ import tempfile
 from collections import defaultdict
 
 import numpy as np
-from timing import cuda_median_ms
+from timing import check_gpu, cuda_median_ms
 
 STEPS = 23  # gnn bench: 3 warm-up runs + --repeat 20
 UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}
@@ -67,6 +67,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=50, help="CUDA-event runs for the step times")
     ap.add_argument("--pyg-graph", help=argparse.SUPPRESS)  # internal: run PyG's steps on this graph, under ncu
     args = ap.parse_args()
+    for flag in ("nodes", "edges", "features"):
+        if getattr(args, flag) < 1:
+            ap.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
+    check_gpu(ap, args)
     from cuda_layers import gnn, pyg_step
     if args.pyg_graph:
         step = pyg_step(args.kind, args.nodes, args.features, np.load(args.pyg_graph)["edge_index"])

@@ -421,9 +421,10 @@ def main():
         sys.exit("winners.py: --device cuda, but torch sees no GPU")
     if a.configs is None:
         a.configs = 64 if a.model in ("tgraph", "tile6") else 80
-    if a.configs < 2 or a.steps < 2 or a.threads < 1 or a.kernels < 1 or a.seed < 0:
-        sys.exit("winners.py: --configs must be >= 2, --steps >= 2 (the rate is the median after the first), "
-                 "--threads and --kernels >= 1, --seed >= 0")
+    # (--steps >= 2: the rate is the median after the first step)
+    for flag, least in (("configs", 2), ("steps", 2), ("threads", 1), ("kernels", 1), ("seed", 0)):
+        if getattr(a, flag) < least:
+            sys.exit(f"winners.py: --{flag} must be >= {least}, got {getattr(a, flag)}")
     if not (os.path.isdir if a.model == "tile6" else os.path.isfile)(a.data):
         sys.exit(f"winners.py: --data {a.data}: not a " + ("folder of tile files" if a.model == "tile6" else
                                                            "layout .npz file"))
