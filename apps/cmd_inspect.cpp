@@ -131,24 +131,21 @@ int inspect_npy(const std::string& path, bool json) {
 
 // A dataset tree: every file walked and fully validated, then counts per collection and split.
 int inspect_dataset(const std::string& dir, bool json, bool skip_bad, const ZipLimits& limits) {
-  int64_t skipped = 0;  // the files the walk left out (a bad header), then those that failed to load
+  std::set<std::string> failed;  // the files the walk left out (a bad header), then those that failed to load
   WalkOptions w;
-  w.skip_bad = skip_bad, w.skipped = &skipped;
+  w.skip_bad = skip_bad, w.skipped = &failed;
   struct Totals {
     int64_t graphs = 0, nodes = 0, edges = 0, configs = 0, configurable = 0, max_nodes = 0;
   };
   std::map<std::string, Totals> totals;
-  std::set<std::string> failed;
   for (const DatasetFile& f : walk_dataset(dir, w)) {
     TpuGraph g;
     try {
       g = load_tpugraph(NpzReader(f.path, limits), {.require_runtimes = f.split != "test"});
     } catch (const Error& e) {
       if (!skip_bad) throw;
-      if (failed.insert(f.path).second) {  // (a flat folder serves each file as every split: said once)
+      if (failed.insert(f.path).second)  // (a flat folder serves each file as every split: said once)
         std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
-        ++skipped;
-      }
       continue;
     }
     Totals& t = totals[f.collection.str() + " " + f.split];
@@ -158,6 +155,7 @@ int inspect_dataset(const std::string& dir, bool json, bool skip_bad, const ZipL
   // (every file bad: a table of nothing would read as a dataset checked and found empty)
   GNN_CHECK(!totals.empty() || !skip_bad, dir,
             ": no TpuGraphs file of it could be read (--skip-bad left out every one; the warnings above say why)");
+  const int64_t skipped = int64_t(failed.size());
   Json groups = Json::array();
   if (!json)
     std::printf("%-28s %7s %12s %12s %12s %12s %10s\n", "collection split", "graphs", "nodes", "edges", "configs",

@@ -272,7 +272,8 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
             ": not a TpuGraphs tree (expected npz/tile/xla/{train,valid,test}, npz/layout/{xla,nlp}/{default,random}/"
             "{train,valid,test}, one collection folder, or one split folder)");
   std::vector<DatasetFile> files;
-  std::set<std::string> reported;  // bad files warned about (a flat folder's files are walked once a split)
+  std::set<std::string> own;  // bad files warned about (a flat folder's files are walked once a split)
+  std::set<std::string>& reported = options.skipped ? *options.skipped : own;
   for (const auto& [id, folder] : collections) {
     // A collection folder holding .npz files and no split folders (as ../shared/data ships the real
     // samples): its files serve as every split asked for.
@@ -295,10 +296,8 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
                     "the ", id.kind, " collection folder ", where.string());
         } catch (const Error& e) {
           if (!options.skip_bad) throw;
-          if (reported.insert(p.string()).second) {
+          if (reported.insert(p.string()).second)
             std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
-            if (options.skipped) ++*options.skipped;
-          }
           continue;
         }
         files.push_back({id, split, p.string(), p.stem().string()});

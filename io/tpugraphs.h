@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -79,7 +80,9 @@ struct DatasetFile {
 struct WalkOptions {
   std::vector<std::string> splits = {"train", "valid", "test"};
   bool skip_bad = false;  // warn once per bad file on stderr and leave it out, instead of stopping
-  int64_t* skipped = nullptr;  // (with skip_bad) incremented for each file left out, when given
+  // (with skip_bad) the files left out, each warned about once: a caller that loads the files later adds its
+  // own failures here, so a file is said and counted once however many splits serve it
+  std::set<std::string>* skipped = nullptr;
 };
 
 // dir: the release root (holding npz/), npz/ itself, a collection folder (npz/tile/xla,
