@@ -4,6 +4,7 @@
 
 #include "apps/commands.h"
 #include "apps/scoring.h"
+#include "base/parse.h"
 #include "io/atomic_file.h"
 
 namespace gnn::cli {
@@ -84,11 +85,11 @@ Command score_command() {
     for (const auto& row : rows) sort_row(row.first);
     for (const auto& row : predicted) sort_row(row.first);
     GNN_CHECK(stray.empty(), input, ": ", stray.size(), " row(s) name no ", split, " graph of ", a.str("data"),
-              ", the first '", stray[0].substr(0, 120), "' (a row of another split, or a misspelt ID?)");
+              ", the first '", shown_field(stray[0]), "' (a row of another split, or a misspelt ID?)");
     if (!elsewhere.empty())
       std::fprintf(stderr,
                    "gnn score: %zu row(s) of collections with no %s files in %s are not scored (the first: %s)\n",
-                   elsewhere.size(), split.c_str(), a.str("data").c_str(), elsewhere[0].substr(0, 120).c_str());
+                   elsewhere.size(), split.c_str(), a.str("data").c_str(), shown_field(elsewhere[0]).c_str());
     if (a.has("per-graph")) write_file_atomic(a.str("per-graph"), per);
     std::printf("scored %zu graphs of split %s\n", scores.size(), split.c_str());
     std::printf("%s\n", summary_json(scores).c_str());

@@ -40,12 +40,6 @@ void read_csv_lines(const std::string& path, const char* what, const std::string
   }
 }
 
-// A field of a CSV line as an error shows it: cut past n bytes, saying its length (a field of megabytes
-// keeps the error one line)
-std::string cut(const std::string& field, size_t n = 120) {
-  return field.size() <= n ? field : field.substr(0, n) + "... (" + std::to_string(field.size()) + " bytes)";
-}
-
 }  // namespace
 
 std::map<std::string, std::vector<int64_t>> read_submission(const std::string& path,
@@ -62,13 +56,14 @@ std::map<std::string, std::vector<int64_t>> read_submission(const std::string& p
       const size_t end = std::min(text.find(';', at), text.size());
       const std::string item = text.substr(at, end - at);
       int64_t v = -1;
-      GNN_CHECK(parse_int64(item, &v) && v >= 0, path, ": line ", ln, " (", cut(id), "): '", cut(item, 40),
-                "' is not a config index");
+      GNN_CHECK(parse_int64(item, &v) && v >= 0, path, ": line ", ln, " (", shown_field(id), "): '",
+                shown_field(item, 40), "' is not a config index");
       list.push_back(v);
       at = end + 1;
     }
-    GNN_CHECK(!list.empty(), path, ": line ", ln, " (", cut(id), ") lists no configs");
-    GNN_CHECK(rows.emplace(id, std::move(list)).second, path, ": line ", ln, ": ID ", cut(id), " appears twice");
+    GNN_CHECK(!list.empty(), path, ": line ", ln, " (", shown_field(id), ") lists no configs");
+    GNN_CHECK(rows.emplace(id, std::move(list)).second, path, ": line ", ln, ": ID ", shown_field(id),
+              " appears twice");
     if (lines) (*lines)[id] = ln;
   });
   return rows;
@@ -131,11 +126,12 @@ std::map<std::string, std::map<int64_t, double>> read_runtimes(const std::string
     const std::string id = line.substr(0, c1), config = line.substr(c1 + 1, c2 - c1 - 1), rt = line.substr(c2 + 1);
     int64_t k = -1;
     double v = NAN;
-    GNN_CHECK(parse_int64(config, &k) && k >= 0, path, ": line ", ln, " (", cut(id), "): '", cut(config, 40),
-              "' is not a config index");
-    GNN_CHECK(parse_finite(rt, &v) && v > 0, path, ": line ", ln, " (", cut(id), ", config ", k, "): '", cut(rt, 40),
-              "' is not a runtime (a finite number > 0)");
-    GNN_CHECK(rows[id].emplace(k, v).second, path, ": line ", ln, ": ", cut(id), " config ", k, " appears twice");
+    GNN_CHECK(parse_int64(config, &k) && k >= 0, path, ": line ", ln, " (", shown_field(id), "): '",
+              shown_field(config, 40), "' is not a config index");
+    GNN_CHECK(parse_finite(rt, &v) && v > 0, path, ": line ", ln, " (", shown_field(id), ", config ", k, "): '",
+              shown_field(rt, 40), "' is not a runtime (a finite number > 0)");
+    GNN_CHECK(rows[id].emplace(k, v).second, path, ": line ", ln, ": ", shown_field(id), " config ", k,
+              " appears twice");
   });
   return rows;
 }

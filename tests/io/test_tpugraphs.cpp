@@ -226,6 +226,10 @@ TEST_CASE("eval_indices: malformed files name the file and the problem") {
   std::ofstream(tmp.file("twice.json")) << R"({"g": [0, 1, 2], "h": [1], "g": [5, 6]})";
   CHECK_THROWS_WITH_AS(load_eval_indices(tmp.file("twice.json")), doctest::Contains("twice.json: 'g' is listed twice"),
                        Error);
+  // a key of thousands of bytes is cut in the error (it was echoed whole)
+  std::ofstream(tmp.file("long.json")) << "{\"" << std::string(5000, 'k') << "\": \"x\"}";
+  const std::string cut_key = std::string(120, 'k') + "... (5000 bytes)' is not a list of config indices";
+  CHECK_THROWS_WITH_AS(load_eval_indices(tmp.file("long.json")), doctest::Contains(cut_key.c_str()), Error);
 }
 
 TEST_CASE("graph store: loads lazily and keeps to its memory budget") {
