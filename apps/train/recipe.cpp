@@ -259,7 +259,8 @@ HParamTable<TrainHParams> train_table(bool layout) {
                      "place's reader: fixed ranges, logs, dimension numbers one-hot)"),
            parse_feature_transform)
       .add(&T::eval_chunk, integer_hp("eval-chunk", layout ? "100" : "1000", 1, 1 << 20,
-                                      "configs per forward pass when scoring every config of a graph"))
+                                      "configs per forward pass when scoring every config of a graph (at least 3 "
+                                      "where the configs interact: no config scored alone)"))
       .add(&T::tta, integer_hp("tta", "1", 1, 1000,
                                "eval and predict: each config's score averaged over this many passes, each over the "
                                "configs in a random order (for models whose configs interact in a batch); "

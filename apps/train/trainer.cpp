@@ -87,11 +87,14 @@ void refuse_moot_flags(const Recipe& r, const HParams& hp, const TrainHParams& t
                " splits into at most that many micro-batches");
   if (on("tta") && tp.tta > 1 && !r.configs_interact(hp))
     bad_option("--tta ", tp.tta, ": averages over orders of the configs, and ", r.name, Recipe::kTtaMoot);
-  // (a model whose configs interact, scored one config at a time, is not the function it trained: one whose
-  // norm runs over the configs scores every config alike, and --tta has no order to change)
-  if (on("eval-chunk") && tp.eval_chunk < 2 && r.configs_interact(hp))
+  // (a model whose configs interact, scoring a config alone, is not the function it trained: one whose norm
+  // runs over the configs scores every config alike, and --tta has no order to change. predict_configs cuts
+  // n configs into the fewest near-equal chunks: of at most 2, an odd n leaves one alone; at most 3 or more,
+  // none for any n >= 2)
+  if (on("eval-chunk") && tp.eval_chunk < 3 && r.configs_interact(hp))
     bad_option("--eval-chunk ", tp.eval_chunk, ": ", r.name, "'s configs interact (its norms or attention run over ",
-               "the configs scored together), so a chunk of one scores each config alone; give 2 or more");
+               "the configs scored together), and chunks of at most ", tp.eval_chunk,
+               " leave a config scored alone; give 3 or more");
 }
 
 // Seeds for one (epoch, batch): the order of graphs of an epoch and everything sampled in a batch

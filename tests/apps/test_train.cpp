@@ -247,7 +247,8 @@ TEST_CASE("train: every numeric hyper-parameter is range-checked before anything
       {"--model layout-tgraph --cross-attn off --tta 5", "--tta 5: averages over orders of the configs, and layout"},
       {"--model tile-gat-6th --eval-chunk 1",  // (its norm over the configs made every score alike)
        "--eval-chunk 1: tile-gat-6th's configs interact (its norms or attention run over the configs scored "
-       "together), so a chunk of one scores each config alone; give 2 or more"},
+       "together), and chunks of at most 1 leave a config scored alone; give 3 or more"},
+      {"--model layout-tgraph --eval-chunk 2", "--eval-chunk 2: layout-tgraph's configs interact"},  // (3: 1 + 2)
       {"--model tile-mlp --margin inf", "--margin: expected a number >= 0, got 'inf'"},
       {"--model tile-mlp --hidden 0", "--hidden: expected an integer in [1, 65536], got '0'"},
       {"--model layout-resmodel --layers 0", "--layers: expected an integer in [1, 64]"},
