@@ -842,7 +842,7 @@ def check(a, work):
     # --train-flags would be answered by the first run's weights. The request is written into the run's
     # folder once it has trained, so a run removed, or cut short, is never taken for it.
     request = {"model": a.model, "data": os.path.abspath(data), "epochs": a.epochs, "configs": a.configs,
-               "train_flags": sorted(own + extra)}
+               "train_flags": own + extra}  # (own in the model's order, then --train-flags as given)
     asked = os.path.join(run, "check_request.json")
     if os.path.exists(os.path.join(run, "model.npz")):
         kept = json.load(open(asked)) if os.path.exists(asked) else None
