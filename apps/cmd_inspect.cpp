@@ -25,15 +25,18 @@ struct Stats {
 template <class T>
 void accumulate(const T* p, int64_t n, Stats& s) {
   if (n == 0) return;
-  T lo = p[0], hi = p[0];
-  double dlo = std::numeric_limits<double>::infinity(), dhi = -dlo;  // (NaN skipped by the comparisons)
-  for (int64_t i = 0; i < n; ++i) {
-    lo = p[i] < lo ? p[i] : lo, hi = p[i] > hi ? p[i] : hi;
-    const double v = double(p[i]);
-    dlo = std::min(dlo, v), dhi = std::max(dhi, v), s.sum += v;
+  if constexpr (std::is_integral_v<T>) {
+    T lo = p[0], hi = p[0];
+    for (int64_t i = 0; i < n; ++i) lo = p[i] < lo ? p[i] : lo, hi = p[i] > hi ? p[i] : hi, s.sum += double(p[i]);
+    s.min = Json(int64_t(lo)), s.max = Json(int64_t(hi));
+  } else {
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;  // (NaN skipped by the comparisons)
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = double(p[i]);
+      lo = std::min(lo, v), hi = std::max(hi, v), s.sum += v;
+    }
+    s.min = Json(lo), s.max = Json(hi);
   }
-  if constexpr (std::is_integral_v<T>) s.min = Json(int64_t(lo)), s.max = Json(int64_t(hi));
-  else s.min = Json(dlo), s.max = Json(dhi);
 }
 
 Stats stats_of(const Tensor& t) {

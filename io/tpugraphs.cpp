@@ -317,18 +317,18 @@ std::map<std::string, std::vector<int64_t>> parse_eval_indices(std::string_view 
   GNN_CHECK(j.type() == Json::Type::Object, path, ": expected an object of graph name -> config indices");
   std::map<std::string, std::vector<int64_t>> out;
   for (const auto& [stem, list] : j.items()) {
-    const std::string name = shown_field(stem);  // (a key of megabytes cut: the error stays a line)
-    GNN_CHECK(list.type() == Json::Type::Array, path, ": '", name, "' is not a list of config indices");
+    // (each message shows the key through shown_field: one of megabytes is cut, the error stays a line)
+    GNN_CHECK(list.type() == Json::Type::Array, path, ": '", shown_field(stem), "' is not a list of config indices");
     // An empty list would silently score every config; repeated indices are kept (the official
     // xla_random.json repeats configs), and graphs the data at hand does not hold are no error here (the
     // official files name the valid split's graphs; EvalIndices refuses a scored graph a file leaves out).
-    GNN_CHECK(list.size() > 0, path, ": '", name, "' lists no config index");
+    GNN_CHECK(list.size() > 0, path, ": '", shown_field(stem), "' lists no config index");
     // (a repeated name would merge the two lists here, where Python's json keeps the last)
-    GNN_CHECK(!out.count(stem), path, ": '", name, "' is listed twice");
+    GNN_CHECK(!out.count(stem), path, ": '", shown_field(stem), "' is listed twice");
     std::vector<int64_t>& v = out[stem];
     for (size_t i = 0; i < list.size(); ++i) {
       const Json& x = list[i];
-      GNN_CHECK(x.is_integer() && x.as_int() >= 0, path, ": '", name,
+      GNN_CHECK(x.is_integer() && x.as_int() >= 0, path, ": '", shown_field(stem),
                 "' holds something other than a config index (an integer >= 0) at entry ", i, ": ",
                 x.dump().substr(0, 40));
       v.push_back(x.as_int());
