@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -30,20 +31,23 @@ namespace {
 constexpr int kTempSlots = 64;
 struct TempSlot {
   std::atomic<int> state{0};
-  int folder_levels = 0;  // 0: a file, unlinked; n > 0: a folder and n - 1 of its parents, each removed if empty
-  char path[4096];
+  // 0: a file, unlinked; n > 0: a folder and n - 1 of its parents, each removed if empty; -1: a file put back,
+  // renamed to `to`
+  int folder_levels = 0;
+  char path[4096], to[4096];
 };
 TempSlot g_temps[kTempSlots];
 std::atomic<int> g_cooperative{0}, g_interrupted{0};
 void (*g_previous[NSIG])(int) = {};  // a handler that was there before (MPI's stop message): called after
 
-int arm_temporary(const std::string& p, int folder_levels = 0) {
-  if (p.size() >= sizeof g_temps[0].path) return -1;
+int arm_temporary(const std::string& p, int folder_levels = 0, const std::string& to = "") {
+  if (p.size() >= sizeof g_temps[0].path || to.size() >= sizeof g_temps[0].to) return -1;
   for (int i = 0; i < kTempSlots; ++i) {
     int free = 0;
     if (g_temps[i].state.compare_exchange_strong(free, 1)) {
       g_temps[i].folder_levels = folder_levels;
       std::memcpy(g_temps[i].path, p.c_str(), p.size() + 1);
+      std::memcpy(g_temps[i].to, to.c_str(), to.size() + 1);
       g_temps[i].state.store(2);
       return i;
     }
@@ -117,6 +121,7 @@ void on_interrupt(int sig) {
     int armed = 2;
     if (!g_temps[i].state.compare_exchange_strong(armed, 3)) continue;  // (taken: its fields are stable now)
     if (g_temps[i].folder_levels == 0) ::unlink(g_temps[i].path);
+    if (g_temps[i].folder_levels < 0) ::rename(g_temps[i].path, g_temps[i].to);
     folder[i] = g_temps[i].folder_levels > 0;
   }
   for (int i = 0; i < kTempSlots; ++i)
@@ -330,10 +335,11 @@ std::string output_names_input(const std::string& out, const std::vector<std::st
   return "";
 }
 
-int remove_stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of) {
+std::vector<std::string> stale_temporaries_in(const std::string& dir,
+                                              const std::function<bool(const std::string&)>& of) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  int removed = 0;
+  std::vector<std::string> out;
   constexpr std::string_view kMark = ".tmp-";
   for (fs::directory_iterator it(dir.empty() ? "." : dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -350,9 +356,18 @@ int remove_stale_temporaries_in(const std::string& dir, const std::function<bool
     const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;
     const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-    std::error_code rm;
-    if (!held) removed += fs::remove(it->path(), rm) ? 1 : 0;
     ::close(fd);
+    if (!held) out.push_back(it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int remove_stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of) {
+  int removed = 0;
+  for (const std::string& f : stale_temporaries_in(dir, of)) {
+    std::error_code rm;
+    removed += std::filesystem::remove(f, rm) ? 1 : 0;
   }
   return removed;
 }
@@ -399,6 +414,9 @@ void install_interrupt_handlers() {
 
 void RemovedOnSignal::add_file(const std::string& path) {
   if (const int slot = arm_temporary(path); slot >= 0) slots_.push_back(slot);
+}
+void RemovedOnSignal::add_put_back(const std::string& copy, const std::string& path) {
+  if (const int slot = arm_temporary(copy, -1, path); slot >= 0) slots_.push_back(slot);
 }
 void RemovedOnSignal::add_folder(const std::string& path, int parents) {
   if (const int slot = arm_temporary(path, 1 + parents); slot >= 0) slots_.push_back(slot);

@@ -67,6 +67,9 @@ int remove_stale_temporaries(const std::string& path);
 // The same for every regular file in `dir` whose name is `NAME.tmp-PID` with of(NAME) true (synth's
 // graphs). A folder that cannot be read removes nothing.
 int remove_stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of);
+// Those files themselves, sorted, none removed (train puts a kept copy back from them).
+std::vector<std::string> stale_temporaries_in(const std::string& dir,
+                                              const std::function<bool(const std::string&)>& of);
 
 // Interruption: SIGINT, SIGTERM, SIGHUP and SIGXCPU. After install_interrupt_handlers() (the CLI's main calls it;
 // a signal the process was started ignoring, as under nohup, stays ignored) such a signal removes the
@@ -81,7 +84,8 @@ void install_interrupt_handlers();
 // What a signal that ends the process removes besides the temporaries, while the guard lives: for work
 // whose first files have not landed yet (a new run's lock file and the folders made for it). A file is
 // unlinked; a folder is removed, with `parents` of the folders above it, only while empty (rmdir), after
-// every file. Holds as many as the temporaries' table has room for; past that, one is left to the next run.
+// every file; a file put back (add_put_back: a copy kept of what `path` held) is renamed over `path`.
+// Holds as many as the temporaries' table has room for; past that, one is left to the next run.
 class RemovedOnSignal {
  public:
   RemovedOnSignal() = default;
@@ -89,6 +93,7 @@ class RemovedOnSignal {
   RemovedOnSignal(const RemovedOnSignal&) = delete;
   RemovedOnSignal& operator=(const RemovedOnSignal&) = delete;
   void add_file(const std::string& path);
+  void add_put_back(const std::string& copy, const std::string& path);
   void add_folder(const std::string& path, int parents = 0);
   void clear();  // removes nothing: the work's files have landed, or it ends without a signal
 

@@ -347,8 +347,8 @@ std::vector<std::pair<std::string, Tensor>> make_graph(bool layout, int64_t node
 
 namespace {
 
-// write_dataset's graphs, split after split; each file written is added to `paths` and each folder
-// created to `made` as it happens.
+// write_dataset's graphs, split after split, each under its name and .tmp-PID (no reader lists it); each file
+// written is added to `paths` and each folder created to `made` as it happens.
 void write_splits(const std::filesystem::path& root, const DatasetOptions& o, bool layout, int64_t nodes,
                   int64_t configs, std::vector<std::string>& paths, std::vector<std::filesystem::path>& made) {
   namespace fs = std::filesystem;
@@ -382,10 +382,11 @@ void write_splits(const std::filesystem::path& root, const DatasetOptions& o, bo
         arrays = make_graph(layout, n, c, seed, true, o.configurable_share, layout ? 0 : o.min_configs);
         if (!arrays.empty()) break;
       }
-      NpzWriter w(path, o.compress, /*level=*/1);  // level 1: a 100k-node layout graph writes in seconds
+      const std::string staged = path + ".tmp-" + std::to_string(::getpid());
+      NpzWriter w(staged, o.compress, /*level=*/1);  // level 1: a 100k-node layout graph writes in seconds
       for (const auto& [key, t] : arrays) w.add(key, t);
       w.close();
-      paths.push_back(path);
+      paths.push_back(staged);
     }
   }
 }
@@ -446,7 +447,7 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
     for (const std::string& split : o.splits)
       if (fs::is_directory(root / split)) {
         remove_stale_temporaries_in((root / split).string(), [](const std::string& name) {
-          return name.starts_with("synth_") && name.ends_with(".npz");
+          return name.starts_with("synth_") && name.find(".npz") != std::string::npos;  // (and a staged graph's)
         });
         for (const auto& e : fs::directory_iterator(root / split))
           GNN_CHECK(e.path().extension() != ".npz", (root / split).string(), " already holds graphs (",
@@ -454,6 +455,16 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
       }
     write_splits(root, o, layout, nodes, configs, paths, made);
     throw_if_interrupted();  // (one that came during the last graph)
+    // Every graph written: each renamed to its own name, so that a process killed outright (SIGKILL, which
+    // no handler sees) leaves no part of a dataset that reads as whole, only its staged files, which the
+    // next synth into the folder removes. (The renames take microseconds a graph.)
+    for (std::string& p : paths) {
+      const std::string name = p.substr(0, p.rfind(".tmp-"));
+      std::error_code ec;
+      fs::rename(p, name, ec);
+      GNN_CHECK(!ec, name, ": cannot move the written graph into place (", ec.message(), ")");
+      p = name;
+    }
   } catch (...) {
     remove_written();
     if (lock >= 0) ::close(lock);

@@ -475,6 +475,18 @@ std::string meta_differing(const Meta& ours, const Meta& theirs) {
   return "";
 }
 
+int64_t stored_step(const Meta& m) {
+  const auto it = m.arrays.find("state/step");
+  return it == m.arrays.end() || it->second.dtype() != DType::I64 || it->second.numel() != 1 ? -1 : it->second.i64()[0];
+}
+
+std::string ahead_of(const Meta& ours, const Meta& theirs) {
+  const int64_t mine = stored_step(ours), step = stored_step(theirs);
+  if (mine < 0 || step <= mine) return "";
+  return detail::str_cat("it holds step ", step, ", past model.npz's ", mine,
+                         ": an epoch wrote it and stopped before its model.npz landed");
+}
+
 std::string run_checkpoint(const std::string& run, const std::string& which) {
   GNN_CHECK(fs::is_directory(run), "--run ", run, ": not a directory");
   const std::string best = (fs::path(run) / "best.npz").string(), last = (fs::path(run) / "model.npz").string();
@@ -488,6 +500,9 @@ std::string run_checkpoint(const std::string& run, const std::string& which) {
               " model; the run's model.npz ", ours.recipe->name, way_out);
     const std::string other = meta_differing(ours, theirs);
     GNN_CHECK(other.empty(), "--checkpoint ", which, ": ", f, ": is not of the run model.npz holds: ", other, way_out);
+    const std::string ahead = ahead_of(ours, theirs);
+    GNN_CHECK(ahead.empty(), "--checkpoint ", which, ": ", f, ": ", ahead, "; `gnn train --out ", run,
+              " --resume` puts the file it replaced back, or score --checkpoint last");
     return f;
   };
   if (which == "swa") {

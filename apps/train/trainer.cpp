@@ -303,13 +303,14 @@ class ScopedMemoryLimit {
 };
 
 // What an epoch writes before its model.npz (best.npz, swa.npz) goes back to what it was unless that
-// model.npz lands (a full disk, a failed check, a start that fails): eval and a resume must not find the
-// weights of an epoch the run has no record of, nor a failed start any part of a run without its model.npz.
-// Each file as it was is kept as a hard link (a copy where the filesystem has none) named as a temporary,
-// PATH.before.tmp-PID, which a signal removes as it does the temporaries, and the next run one a killed
-// process left (a kill between the two writes leaves the newer file: the epoch a resume trains again). A
-// file that is a symlink (AtomicFile writes through it) is not kept: left as written, as one that could not
-// be kept, since removing it would lose the one before as well.
+// model.npz lands (a full disk, a failed check, a start that fails, a signal): eval and a resume must not
+// find the weights of an epoch the run has no record of, nor a failed start any part of a run without its
+// model.npz. Each file as it was is kept as a hard link (a copy where the filesystem has none) named as a
+// temporary, PATH.before.tmp-PID, which a signal renames back over PATH (one the epoch wrote first it
+// removes). A process killed outright (SIGKILL) leaves both: a resume puts the kept one back
+// (Run::put_back_epoch_files), and eval refuses the newer file (ahead_of). A file that is a symlink
+// (AtomicFile writes through it) is not kept: left as written, as one that could not be kept, since removing
+// it would lose the one before as well.
 class EpochFiles {
  public:
   explicit EpochFiles(bool lead) : lead_(lead) {}
@@ -326,16 +327,19 @@ class EpochFiles {
       fs::create_hard_link(path, k.copy, ec);
       if (ec) ec.clear(), fs::copy_file(path, k.copy, fs::copy_options::overwrite_existing, ec);
       k.kept = !ec;
-      if (k.kept) on_signal_.add_file(k.copy);
+      if (k.kept) on_signal_.add_put_back(k.copy, path);
       else fs::remove(k.copy, ec);  // (a copy cut short by a full disk)
+    } else if (!k.existed) {
+      on_signal_.add_file(path);
     }
     kept_.push_back(std::move(k));
   }
   void landed() {  // model.npz landed: the files as they were go
+    on_signal_.clear();
     std::error_code ec;
     for (const Kept& k : kept_)
       if (k.kept) fs::remove(k.copy, ec);
-    kept_.clear(), on_signal_.clear();
+    kept_.clear();
   }
   ~EpochFiles() {
     for (const Kept& k : kept_) {
@@ -395,6 +399,7 @@ class Run {
   void refuse_options() const;
   void list_files();
   void make_directory();
+  void put_back_epoch_files();
   void check_kept_checkpoints() const;
   void restore_state();
   void open_sources(uint64_t graph_budget);
@@ -513,6 +518,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   memory_limit_.emplace(o.memory_limit);
   const uint64_t graph_budget =
       o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
+  if (lead_ && plan_.resuming) put_back_epoch_files();
   if (lead_)
     for (const std::string& f : {model_path_, best_path_, metrics_path_, swa_path_, EpochFiles::kept_name(best_path_),
                                  EpochFiles::kept_name(swa_path_)})
@@ -693,6 +699,43 @@ void Run::make_directory() {
 // written would outlive the run unnoticed and fail eval and predict later: each is loaded as they load it
 // (every member's CRC, the meta and preprocessing checks, every weight's finiteness) and its weights must
 // be this model's (names and shapes).
+// A process killed (SIGKILL, a crash) after an epoch wrote best.npz or swa.npz and before its model.npz
+// landed left the newer file, ahead of model.npz, and the one it replaced as PATH.before.tmp-PID
+// (EpochFiles): that one goes back, so that a resume to fewer epochs, or one whose validation scores
+// otherwise, does not end with weights of an epoch it has no record of. Where none was kept (the epoch
+// wrote the file first) the newer file goes. A symlink is left to check_kept_checkpoints, which refuses it.
+void Run::put_back_epoch_files() {
+  const int64_t last = stored_step(plan_.meta);
+  if (last < 0) return;
+  for (const std::string& f : {best_path_, swa_path_}) {
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(f, ec);
+    if (!fs::exists(st) || fs::is_symlink(st)) continue;
+    int64_t step = -1;
+    try {
+      step = stored_step(read_meta(f));
+    } catch (const Error&) {  // (damaged: check_kept_checkpoints says so)
+    }
+    if (step <= last) continue;
+    const std::string kept = fs::path(EpochFiles::kept_name(f)).filename().string();
+    std::string back;
+    int64_t back_step = -1;
+    for (const std::string& c : stale_temporaries_in(dir_.string(), [&](const std::string& n) { return n == kept; }))
+      try {
+        const int64_t s = stored_step(read_meta(c));
+        if (s >= 0 && s <= last && s > back_step) back = c, back_step = s;
+      } catch (const Error&) {  // (a copy cut short: not put back)
+      }
+    back.empty() ? void(fs::remove(f, ec)) : fs::rename(back, f, ec);
+    GNN_CHECK(!ec, "--resume: ", f, " holds step ", step, ", past model.npz's ", last, ", and cannot be ",
+              back.empty() ? "removed" : "put back from " + back, " (", ec.message(), ")");
+    std::fprintf(stderr, "gnn train: %s held step %lld, past model.npz's %lld (the run stopped between the two): %s\n",
+                 f.c_str(), (long long)step, (long long)last,
+                 back.empty() ? "removed; the epoch that wrote it trains again"
+                              : detail::str_cat("the one it replaced (step ", back_step, ") put back").c_str());
+  }
+}
+
 void Run::check_kept_checkpoints() const {
   const Recipe* recipe = plan_.recipe;
   if (plan_.resuming && lead_)
@@ -711,8 +754,10 @@ void Run::check_kept_checkpoints() const {
                     there, " there, ", here, " in the run's model");
         }
         // (the same shapes: another run of this recipe and width, or this one's from before model.npz was replaced)
-        const std::string other = meta_differing(plan_.meta, read_meta(f));
+        const Meta meta = read_meta(f);
+        const std::string other = meta_differing(plan_.meta, meta), ahead = ahead_of(plan_.meta, meta);
         GNN_CHECK(other.empty(), f, ": is not of the run model.npz holds: ", other);
+        GNN_CHECK(ahead.empty(), f, ": ", ahead);
       } catch (const MemoryLimitError&) {  // (not damage: the limit's own message says what to do)
         throw;
       } catch (const Error& e) {

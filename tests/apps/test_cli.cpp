@@ -318,11 +318,12 @@ TEST_CASE("cli: output that could not be written is an error, and inspect's flag
 
 TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a time, bad environments are named") {
   testing::TempDir tmp;
-  // SIGTERM once synth has written its first graph: the graphs it wrote and the folders it made are removed,
-  // and it ends by the signal (the shell's 143), saying so.
+  // SIGTERM once synth has written its first graph (under its staged name, graph.npz.tmp-PID, until the last is
+  // written): the graphs it wrote and the folders it made are removed, and it ends by the signal (the shell's
+  // 143), saying so.
   // The same for SIGXCPU, which a soft CPU-time limit (`ulimit -St`) sends once a process has used it (the
   // shell's 152; no core file).
-  const std::string d = tmp.file("d"), first = d + "/npz/layout/xla/default/train/synth_train_0000.npz";
+  const std::string d = tmp.file("d");
   testing::CommandResult r;
   struct Ending {
     std::string sig;
@@ -337,8 +338,8 @@ TEST_CASE("cli: a signal leaves no partial dataset, one synth writes a tree at a
     r = testing::run_gnn_env(
         "sh -c 'ulimit -c 0; \"$0\" synth --collection layout --out \"$1\" --nodes 3000 --configs 100 --graphs 40 "
         "--seed 1 & p=$!; "
-        "while kill -0 $p 2>/dev/null && [ ! -e \"$1/npz/layout/xla/default/train/synth_train_0000.npz\" ]; "
-        "do sleep 0.01; done; kill -" +
+        "while kill -0 $p 2>/dev/null && ! ls \"$1/npz/layout/xla/default/train\" 2>/dev/null | "
+        "grep -qx \"synth_train_0000.npz.tmp-[0-9]*\"; do sleep 0.01; done; kill -" +
             sig + " $p; wait $p'",
         d);
     CHECK(r.exit_code == code);
@@ -557,7 +558,9 @@ TEST_CASE("cli: a write past ulimit -f is an error naming the file, threads are 
   const std::string d = tmp.file("d"), limited = "prlimit --fsize=1024";
   auto r = testing::run_gnn_env(limited, "synth --collection tile --out " + d + " --graphs 2");
   CHECK(r.exit_code == 1);
-  CHECK_MESSAGE(contains(r.err, "synth_train_0000.npz: write failed (File too large)"), r.err);
+  // (the graph as synth writes it, under a staged name until the last graph is written)
+  CHECK_MESSAGE((contains(r.err, "synth_train_0000.npz.tmp-") && contains(r.err, ": write failed (File too large)")),
+                r.err);
   CHECK_FALSE(std::filesystem::exists(d));
   r = testing::run_gnn_env(limited, "models");  // 3 KB of stdout
   CHECK(r.exit_code == 1);

@@ -768,6 +768,51 @@ TEST_CASE("run files: a checkpoint that does not land puts back the best.npz and
   no_temporaries();
 }
 
+TEST_CASE("run files: a run killed between an epoch's best.npz and its model.npz is put back on resume") {
+  TempDir t;
+  const std::string good = t.file("good");
+  auto r = run_gnn("train --model tile-mlp --data " + data() + " --out " + good + " --epochs 1 --progress lines");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  // The next epoch's best.npz, from a copy whose best score is the least a score can be (so epoch 2 writes it).
+  const std::string next =
+      damaged_run(t, good, "next", [](std::map<std::string, Tensor>& a) { a["state/best_score"] = f64_tensor(-1.0); });
+  r = run_gnn("train --out " + next + " --resume --epochs 2 --progress lines");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::vector<uint8_t> before = testing::read_bytes(good + "/best.npz");
+  REQUIRE(testing::read_bytes(next + "/best.npz") != before);
+  // What SIGKILL leaves between the two writes: model.npz at epoch 1, best.npz at epoch 2, and the best.npz
+  // it replaced kept as a temporary of the dead process. (pid 4194303: past any pid this test's runs get)
+  const auto killed = [&](const std::string& name, bool kept) {
+    const std::string run = t.file(name);
+    fs::copy(good, run, fs::copy_options::recursive);
+    fs::remove(run + "/lock");
+    if (kept) fs::rename(run + "/best.npz", run + "/best.npz.before.tmp-4194303");
+    fs::copy_file(next + "/best.npz", run + "/best.npz", fs::copy_options::overwrite_existing);
+    return run;
+  };
+  // eval refuses the newer file, naming the way out, and scores --checkpoint last
+  const std::string run = killed("killed", true);
+  r = run_gnn("eval --run " + run + " --data " + data());
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE((contains(r.err, run + "/best.npz: it holds step ") && contains(r.err, ", past model.npz's ") &&
+                 contains(r.err, "--resume` puts the file it replaced back")),
+                r.err);
+  CHECK(run_gnn("eval --run " + run + " --data " + data() + " --checkpoint last").exit_code == 0);
+  // A resume to no more epochs than model.npz's puts the kept one back, and leaves no temporary.
+  r = run_gnn("train --out " + run + " --resume --epochs 1 --progress lines");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_MESSAGE((contains(r.err, run + "/best.npz held step ") && contains(r.err, "put back")), r.err);
+  CHECK(testing::read_bytes(run + "/best.npz") == before);
+  for (const auto& f : fs::directory_iterator(run)) CHECK_MESSAGE(!contains(f.path().string(), ".tmp-"), f.path());
+  CHECK(run_gnn("eval --run " + run + " --data " + data()).exit_code == 0);
+  // Nothing kept (the epoch wrote the file first): the newer one goes.
+  const std::string first = killed("first", false);
+  r = run_gnn("train --out " + first + " --resume --epochs 1 --progress lines");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_MESSAGE(contains(r.err, "removed; the epoch that wrote it trains again"), r.err);
+  CHECK_FALSE(fs::exists(first + "/best.npz"));
+}
+
 TEST_CASE("run files: a first checkpoint that cannot be written leaves no part of the run, and --resume says so") {
   if (std::system("command -v prlimit >/dev/null 2>&1") != 0) return testing::skip("no prlimit (util-linux)");
   TempDir t;
@@ -1011,6 +1056,27 @@ TEST_CASE("run files: eval scores a run whose directory it cannot write, and syn
                            "synth --collection tile --out " + t.file("h") + " --graphs 3 --split train --stored");
   CHECK(r.exit_code == 1);
   CHECK_FALSE(fs::exists(t.file("h")));
+  // Killed outright (SIGKILL, which no handler sees) once two graphs are written: none of them reads as a
+  // graph (each waits under a staged name until the last is written), and the next synth there removes them.
+  const std::string k = t.file("k"), k_train = k + "/npz/layout/xla/default/train";
+  const int status =
+      std::system(("sh -c '" + std::string(GNN_CLI_PATH) + " synth --collection layout --out " + k +
+                   " --graphs 40 --nodes 3000 --configs 100 --split train --threads 1 >/dev/null 2>&1 & p=$!; i=0; "
+                   "while [ $i -lt 6000 ] && ! ls " +
+                   k_train +
+                   " 2>/dev/null | grep -q synth_train_0002; do "
+                   "sleep 0.01; i=$((i + 1)); done; kill -9 $p; wait $p; true'")
+                      .c_str());
+  REQUIRE(status == 0);
+  REQUIRE(fs::is_directory(k_train));
+  CHECK(walk_dataset(k).empty());
+  int staged = 0;
+  for (const auto& f : fs::directory_iterator(k_train)) staged += contains(f.path().string(), ".npz.tmp-");
+  CHECK(staged >= 2);
+  r = run_gnn("synth --collection layout --out " + k + " --graphs 2 --nodes 60 --configs 5 --split train");
+  CHECK_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(walk_dataset(k).size() == 2);
+  for (const auto& f : fs::directory_iterator(k_train)) CHECK_MESSAGE(!contains(f.path().string(), ".tmp-"), f.path());
   // --configurable-share is the layout generator's; on tile kernels it is refused, not ignored.
   r = run_gnn("synth --collection tile --out " + t.file("i") + " --configurable-share 0.3");
   CHECK(r.exit_code == 2);

@@ -82,7 +82,9 @@ TEST_CASE("atomic file: SIGTERM, SIGINT, SIGHUP and SIGXCPU remove the temporari
   }
 }
 
-TEST_CASE("atomic file: a signal removes what RemovedOnSignal holds: files, then folders only while empty") {
+TEST_CASE(
+    "atomic file: a signal removes what RemovedOnSignal holds (files, then folders only while empty) and puts back "
+    "what it kept") {
   namespace fs = std::filesystem;
   TempDir t;
   fs::create_directories(t.file("a/b/c/"));
@@ -100,6 +102,17 @@ TEST_CASE("atomic file: a signal removes what RemovedOnSignal holds: files, then
     std::ofstream(t.file("landed")) << "whole\n";
     disarmed.add_file(t.file("landed"));
     disarmed.clear();
+    // A file put back: the copy kept of what best.npz held goes back over the newer one (gnn train's epoch
+    // files, when the checkpoint after them has not landed); a disarmed one stays as written.
+    std::ofstream(t.file("best.npz")) << "old\n";
+    fs::create_hard_link(t.file("best.npz"), t.file("best.npz.before.tmp-1"));
+    until_done.add_put_back(t.file("best.npz.before.tmp-1"), t.file("best.npz"));
+    write_file_atomic(t.file("best.npz"), "new\n");
+    std::ofstream(t.file("swa.npz")) << "old\n";
+    std::ofstream(t.file("swa.npz.before.tmp-1")) << "old\n";
+    disarmed.add_put_back(t.file("swa.npz.before.tmp-1"), t.file("swa.npz"));
+    write_file_atomic(t.file("swa.npz"), "new\n");
+    disarmed.clear();
     ::raise(SIGTERM);
     return 2;
   });
@@ -108,6 +121,9 @@ TEST_CASE("atomic file: a signal removes what RemovedOnSignal holds: files, then
   CHECK_FALSE(fs::exists(t.file("kept/d")));
   CHECK(text_of(t.file("kept/other")) == "theirs\n");
   CHECK(text_of(t.file("landed")) == "whole\n");
+  CHECK(text_of(t.file("best.npz")) == "old\n");
+  CHECK_FALSE(fs::exists(t.file("best.npz.before.tmp-1")));
+  CHECK(text_of(t.file("swa.npz")) == "new\n");
 }
 
 TEST_CASE("atomic file: a committed file's temporary is not looked for again, nor one past the table's size") {
