@@ -51,8 +51,11 @@ void check_output_folder(const std::string& flag, const std::string& dir) {
   std::error_code ec;
   fs::path p = fs::absolute(dir, ec);
   if (ec) throw UsageError(what + ec.message());
-  if (fs::is_symlink(fs::symlink_status(p, ec)) && !fs::exists(p, ec))
-    throw UsageError(what + "a symlink to nothing (" + fs::read_symlink(p, ec).string() + ")");
+  if (fs::is_symlink(fs::symlink_status(p, ec)) && !fs::exists(p, ec)) {
+    const bool loop = ec == std::errc::too_many_symbolic_link_levels;
+    throw UsageError(what + (loop ? "a symlink in a loop of symlinks (" : "a symlink to nothing (") +
+                     fs::read_symlink(p, ec).string() + ")");
+  }
   if (fs::exists(p, ec) && !fs::is_directory(p, ec)) throw UsageError(what + "exists and is not a folder");
   while (!p.empty() && p != p.root_path() && !fs::exists(p, ec)) p = p.parent_path();
   if (!fs::is_directory(p, ec))

@@ -88,6 +88,19 @@ std::string svg(const std::string& title, const std::vector<PlotSeries>& runs) {
   return o.str() + "</svg>";
 }
 
+// A run's folder as a path whose last part names it: runs/a/ is runs/a, and "." or ".." the folder they
+// are (absolute), so that its name and parent are the folder's own.
+std::filesystem::path run_folder(const std::string& run) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(run).lexically_normal();
+  if (!dir.has_filename()) dir = dir.parent_path();
+  if (dir.empty() || dir.filename() == "." || dir.filename() == "..") {
+    dir = fs::absolute(dir.empty() ? fs::path(".") : dir).lexically_normal();
+    if (!dir.has_filename()) dir = dir.parent_path();
+  }
+  return dir;
+}
+
 }  // namespace
 
 PlotRun read_plot_run(const std::string& run) {
@@ -98,8 +111,7 @@ PlotRun read_plot_run(const std::string& run) {
             ": not a directory (give the folder of a gnn train run)");
   GNN_CHECK(fs::exists(metrics), metrics.string(), ": not found (not a gnn train run, or no epoch finished yet)");
   PlotRun r;
-  fs::path dir = fs::path(run).lexically_normal();
-  if (!dir.has_filename()) dir = dir.parent_path();
+  const fs::path dir = run_folder(run);
   r.name = html_text(dir.filename().string());  // the legend is HTML
   const std::string text = read_text_file(metrics.string());
   std::istringstream in(text);
@@ -168,8 +180,7 @@ Command plot_command() {
     namespace fs = std::filesystem;
     std::vector<PlotRun> runs;
     for (const std::string& run : a.positionals()) runs.push_back(read_plot_run(run));
-    fs::path first = fs::path(a.positional(0)).lexically_normal();
-    if (!first.has_filename()) first = first.parent_path();  // runs/a/ is the run runs/a
+    const fs::path first = run_folder(a.positional(0));
     const std::string out = a.has("out")       ? a.str("out")
                             : runs.size() == 1 ? (first / "report.html").string()
                                                : (first.parent_path() / "report.html").string();

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/parse.h"
 
 namespace gnn {
 
@@ -283,7 +284,9 @@ class JsonParser {
     if (r.ptr != last || r.ec == std::errc::invalid_argument) fail("bad number");
     if (r.ec == std::errc::result_out_of_range) {  // too large, or so small it becomes subnormal or 0
       d = std::strtod(std::string(first, last).c_str(), nullptr);
-      if (!std::isfinite(d)) fail("number " + std::string(first, last) + " is out of the range of a double");
+      if (!std::isfinite(d))
+        fail("number " + shown_field(std::string_view(first, size_t(last - first))) +
+             " is out of the range of a double");
     }
     return Json(d);
   }

@@ -251,7 +251,7 @@ std::vector<std::pair<CollectionId, fs::path>> find_collections(const fs::path& 
 
 }  // namespace
 
-std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOptions& options) {
+std::vector<DatasetFolder> dataset_folders(const std::string& dir_text, const std::vector<std::string>& splits) {
   GNN_CHECK(fs::is_directory(dir_text), dir_text, ": not a directory");
   fs::path dir = fs::canonical(dir_text);
   if (fs::is_directory(dir / "npz")) dir /= "npz";
@@ -272,37 +272,44 @@ std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOpt
   GNN_CHECK(!collections.empty(), dir_text,
             ": not a TpuGraphs tree (expected npz/tile/xla/{train,valid,test}, npz/layout/{xla,nlp}/{default,random}/"
             "{train,valid,test}, one collection folder, or one split folder)");
-  std::vector<DatasetFile> files;
-  std::set<std::string> own;  // bad files warned about (a flat folder's files are walked once a split)
-  std::set<std::string>& reported = options.skipped ? *options.skipped : own;
+  std::vector<DatasetFolder> out;
   for (const auto& [id, folder] : collections) {
     // A collection folder holding .npz files and no split folders (as ../shared/data ships the real
     // samples): its files serve as every split asked for.
     const bool flat = only_split.empty() && !fs::is_directory(folder / "train") &&
                       !fs::is_directory(folder / "valid") && !fs::is_directory(folder / "test");
-    for (const std::string& split : options.splits) {
+    for (const std::string& split : splits) {
       if (!only_split.empty() && split != only_split) continue;
       const fs::path where = flat ? folder : folder / split;
-      if (!fs::is_directory(where)) continue;
-      std::vector<fs::path> paths;
-      for (const auto& f : fs::directory_iterator(where))
-        if (f.path().extension() == ".npz") paths.push_back(f.path());
-      std::sort(paths.begin(), paths.end());
-      for (const fs::path& p : paths) {
-        try {
-          // The folder says which kind the file is; a file of the other kind there would fail later,
-          // inside preprocessing, with no file named.
-          const bool layout = check_tpugraph_header(p.string(), split != "test");
-          GNN_CHECK(layout == id.is_layout(), p.string(), ": a ", layout ? "layout" : "tile", " file (its arrays say so) in ",
-                    "the ", id.kind, " collection folder ", where.string());
-        } catch (const Error& e) {
-          if (!options.skip_bad) throw;
-          if (reported.insert(p.string()).second)
-            std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
-          continue;
-        }
-        files.push_back({id, split, p.string(), p.stem().string()});
+      if (fs::is_directory(where)) out.push_back({id, split, where});
+    }
+  }
+  return out;
+}
+
+std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOptions& options) {
+  std::vector<DatasetFile> files;
+  std::set<std::string> own;  // bad files warned about (a flat folder's files are walked once a split)
+  std::set<std::string>& reported = options.skipped ? *options.skipped : own;
+  for (const auto& [id, split, where] : dataset_folders(dir_text, options.splits)) {
+    std::vector<fs::path> paths;
+    for (const auto& f : fs::directory_iterator(where))
+      if (f.path().extension() == ".npz") paths.push_back(f.path());
+    std::sort(paths.begin(), paths.end());
+    for (const fs::path& p : paths) {
+      try {
+        // The folder says which kind the file is; a file of the other kind there would fail later,
+        // inside preprocessing, with no file named.
+        const bool layout = check_tpugraph_header(p.string(), split != "test");
+        GNN_CHECK(layout == id.is_layout(), p.string(), ": a ", layout ? "layout" : "tile",
+                  " file (its arrays say so) in ", "the ", id.kind, " collection folder ", where.string());
+      } catch (const Error& e) {
+        if (!options.skip_bad) throw;
+        if (reported.insert(p.string()).second)
+          std::fprintf(stderr, "gnn: warning: skipping a bad file: %s\n", e.message().c_str());
+        continue;
       }
+      files.push_back({id, split, p.string(), p.stem().string()});
     }
   }
   return files;

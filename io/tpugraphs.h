@@ -9,6 +9,7 @@
 // A file that breaks the schema gives one gnn::Error naming the file, the array and the problem.
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -89,6 +90,13 @@ struct WalkOptions {
 // npz/layout/nlp/random) or one split folder of a collection. Every file's schema is checked from
 // its headers (keys, dtypes, shapes), which reads no array data; values are checked on load.
 std::vector<DatasetFile> walk_dataset(const std::string& dir, const WalkOptions& options = {});
+// The folders walk_dataset lists .npz files in (not recursively), each with its collection and split.
+struct DatasetFolder {
+  CollectionId collection;
+  std::string split;
+  std::filesystem::path where;
+};
+std::vector<DatasetFolder> dataset_folders(const std::string& dir, const std::vector<std::string>& splits);
 
 // Checks keys, dtypes and shapes of a TpuGraphs file without reading array data; true for a layout
 // file, false for a tile one.

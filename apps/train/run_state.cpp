@@ -325,11 +325,14 @@ RunLock::RunLock(const std::string& run) {
               " keeps being replaced; is another program "
               "removing it?");
   }
-  if (!created_) {  // a file named lock that was there: a killed run's (its pid, or empty), else not gnn's
+  // A file named lock that was there: a killed run's (its pid, or empty; zeros where a crash of the machine
+  // kept the file's size but not the pid written into it), else not gnn's.
+  if (!created_) {
     char buf[64] = {};
     const ssize_t got = ::pread(fd_, buf, sizeof buf, 0);
     const std::string text = got > 0 ? std::string(buf, size_t(got)) : "";
-    if (text.find_first_not_of("0123456789\n") != std::string::npos || got == ssize_t(sizeof buf)) {
+    constexpr std::string_view kPidBytes("0123456789\n\0", 12);
+    if (text.find_first_not_of(kPidBytes) != std::string::npos || got == ssize_t(sizeof buf)) {
       ::close(fd_);
       fd_ = -1;
       GNN_FAIL("--out ", run,

@@ -554,6 +554,17 @@ Run::Run(const TrainOptions& o, std::string& working_on)
 void Run::refuse_options() const {
   const Recipe* recipe = plan_.recipe;
   const HParams& hp = plan_.hp;
+  // A run folder that is one of the data's split folders: its .npz files would be read as graphs, by this
+  // run's resume and by every later use of the data. (A --data that is no tree: list_files says so.)
+  std::error_code ec;
+  if (fs::is_directory(o_.out, ec)) try {
+      for (const DatasetFolder& d : dataset_folders(plan_.data, {"train", "valid", "test"}))
+        if (fs::equivalent(o_.out, d.where, ec))
+          bad_option("--out ", o_.out, ": is the folder of --data's ", d.split, " graphs (", d.where.string(),
+                     "), where the run's .npz files would be read as graphs; choose a folder outside them");
+    } catch (const OptionError&) {
+      throw;
+    } catch (const Error&) {}
   if (tp_.matmul_bf16 && o_.device.is_cuda())
     bad_option("--matmul-precision bf16: sets the CPU's products; on a GPU, GNN_TF32=1 gives cuBLAS's tensor-core "
                "products");

@@ -211,6 +211,14 @@ TEST_CASE("cli: plot draws several runs on the same axes with whole-epoch ticks"
   CHECK(html.find("beta") != std::string::npos);
   CHECK(html.find(">1.5<") == std::string::npos);  // epochs are whole
   CHECK(html.find(">2<") != std::string::npos);
+  // From inside a run, "." is that run: the report goes beside it, and its legend names it.
+  std::filesystem::remove(tmp.file("report.html"));
+  r = testing::run_gnn_env("cd " + tmp.file("alpha") + " &&", "plot . ../beta");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(!std::filesystem::exists(tmp.file("alpha/report.html")));
+  std::ifstream again(tmp.file("report.html"));
+  const std::string html2((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>());
+  CHECK(html2.find("&#9632; alpha<") != std::string::npos);
   r = run_gnn("plot " + tmp.file("alpha"));  // one run: its own report, as before
   CHECK(r.exit_code == 0);
   CHECK(std::filesystem::exists(tmp.file("alpha/report.html")));

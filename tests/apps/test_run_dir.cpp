@@ -261,7 +261,11 @@ TEST_CASE(
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, "holds a file named lock that is not a gnn train lock"), r.err);
   CHECK(slurp(run + "/lock") == "notes\n");
-  fs::remove(run + "/lock");
+  // Zeros where the pid was (a crash of the machine kept the file's size, not what was written): a lock.
+  {
+    std::ofstream zeros(run + "/lock", std::ios::binary | std::ios::trunc);
+    zeros.write("\0\0\0\0\0\0", 6);
+  }
   r = run_gnn("train --out " + run + " --resume --progress lines");
   CHECK_MESSAGE(r.exit_code == 0, r.err);
   CHECK(Json::parse(last_line(r.out))["epochs"].as_int() == 3);
@@ -400,6 +404,27 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
   CHECK_MESSAGE(contains(r.err, "a folder with files in it that no earlier demo made"), r.err);
   CHECK(slurp(t.file("mine/data/notes.txt")) == "mine\n");
   CHECK_FALSE(fs::exists(t.file("mine/.gnn-demo")));
+  // A run folder that is one of the data's split folders (through another spelling too): its files would be read
+  // as graphs. Refused before anything is written there.
+  const std::string dd = t.file("dd");
+  synth::DatasetOptions tiles;
+  tiles.collection = "tile", tiles.graphs = 3, tiles.configs = 10, tiles.seed = 4;
+  synth::write_dataset(dd, tiles);
+  for (const std::string& out : {dd + "/npz/tile/xla/valid", dd + "/npz/tile/xla/train/../test/"}) {
+    CAPTURE(out);
+    r = run_gnn("train --model tile-mlp --data " + dd + " --epochs 1 --out " + out);
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE(contains(r.err, "--out " + out + ": is the folder of --data's "), r.err);
+  }
+  CHECK(walk_dataset(dd).size() == 9);
+  for (const auto& f : fs::recursive_directory_iterator(dd))
+    CHECK_MESSAGE(!contains(f.path().string(), "lock"), f.path());
+  // A symlink loop as --out is said to be one.
+  fs::create_symlink(t.file("loop_b"), t.file("loop_a"));
+  fs::create_symlink(t.file("loop_a"), t.file("loop_b"));
+  r = run_gnn("train --model tile-mlp --data " + data() + " --out " + t.file("loop_a"));
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "a symlink in a loop of symlinks"), r.err);
 }
 
 TEST_CASE("run files: a layout graph without configurable nodes trains, and deduplicated to one config says so") {

@@ -54,6 +54,16 @@ TEST_CASE("json: an integer past int64 is no index (it read as 0 before), and ev
     CHECK(std::fabs(j.as_number()) > 9.2e18);
   }
   CHECK_THROWS_WITH_AS(Json::parse("[1e999]", "x.json"), doctest::Contains("out of the range of a double"), Error);
+  // A number of a million digits is named by its first ones and its size: the error stays a line.
+  const std::string huge = "[1" + std::string(1'000'000, '0') + "]";
+  try {
+    Json::parse(huge, "x.json");
+    FAIL("a million-digit number parsed");
+  } catch (const Error& e) {
+    CHECK_MESSAGE(e.message().find("... (1000001 bytes) is out of the range of a double") != std::string::npos,
+                  e.message().substr(0, 300));
+    CHECK(e.message().size() < 400);
+  }
   CHECK(Json::parse("1e-320").as_number() > 0);  // subnormal: kept
   CHECK(Json::parse("1e-400").as_number() == 0);  // below every double: 0, as strtod reads it
   testing::TempDir t;
