@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -50,9 +51,15 @@ std::vector<std::string> run_dirs(const Args& a) {
       throw UsageError("--runs " + e.message());
     }
     std::istringstream f(text);
+    int64_t n = 0;
     for (std::string line; std::getline(f, line);) {
       const size_t b = line.find_first_not_of(" \t"), e = line.find_last_not_of(" \t\r");
-      if (b != std::string::npos && line[b] != '#') dirs.push_back(line.substr(b, e - b + 1));
+      ++n;
+      if (b == std::string::npos || line[b] == '#') continue;
+      if (e - b + 1 > size_t(PATH_MAX))  // (not a list of runs: said by its start, not echoed whole)
+        throw UsageError("--runs " + a.str("runs") + ": line " + std::to_string(n) + " (" + shown_field(line, 60) +
+                         ") is longer than any path");
+      dirs.push_back(line.substr(b, e - b + 1));
     }
     if (dirs.size() == a.all("run").size()) throw UsageError("--runs " + a.str("runs") + ": lists no run");
   }

@@ -199,6 +199,7 @@ TEST_CASE("ensemble: what cannot be combined is refused before anything is score
   REQUIRE(run_gnn("train --model layout-mlp --data " + data + " --out " + layout + " --epochs 1 --progress lines")
               .exit_code == 0);
   std::ofstream(t.file("empty.txt")) << "# nothing\n\n";
+  std::ofstream(t.file("long.txt")) << layout << "\n" << std::string(100'000, 'x') << "\n";  // (no list of runs)
   const std::string on = " --data " + data;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"eval --run " + layout + " --run " + tile + on, "cannot join an ensemble of layout models"},
@@ -210,6 +211,7 @@ TEST_CASE("ensemble: what cannot be combined is refused before anything is score
       {"eval" + on, "missing --run"},
       {"eval --run " + t.file("absent") + on + " --tta 0", "--tta"},  // (checked before the run is looked for)
       {"eval --runs " + t.file("empty.txt") + on, "lists no run"},
+      {"eval --runs " + t.file("long.txt") + on, ": line 2 (" + std::string(60, 'x') + "... (100000 bytes)) is longer"},
       {"eval --runs " + t.file("absent.txt") + on, "--runs " + t.file("absent.txt") + ": cannot open"},
       {"eval --runs " + t.file("") + on, ": not a regular file (a directory)"},
       {"predict --run " + layout + " --run " + layout + on + " --out " + t.file("s.csv") + " --runtimes " +
