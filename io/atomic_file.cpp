@@ -35,24 +35,45 @@ struct TempSlot {
   // renamed to `to`
   int folder_levels = 0;
   char path[4096], to[4096];
+  // A file that, once replaced (another file, or one where there was none), disarms the slot: the work's
+  // own last file has landed ("" for none)
+  char witness[4096];
+  bool witness_there = false;
+  dev_t witness_dev = 0;
+  ino_t witness_ino = 0;
 };
 TempSlot g_temps[kTempSlots];
 std::atomic<int> g_cooperative{0}, g_interrupted{0};
 void (*g_previous[NSIG])(int) = {};  // a handler that was there before (MPI's stop message): called after
 
-int arm_temporary(const std::string& p, int folder_levels = 0, const std::string& to = "") {
-  if (p.size() >= sizeof g_temps[0].path || to.size() >= sizeof g_temps[0].to) return -1;
+int arm_temporary(const std::string& p, int folder_levels = 0, const std::string& to = "",
+                  const std::string& witness = "") {
+  if (p.size() >= sizeof g_temps[0].path || to.size() >= sizeof g_temps[0].to ||
+      witness.size() >= sizeof g_temps[0].witness)
+    return -1;
   for (int i = 0; i < kTempSlots; ++i) {
     int free = 0;
     if (g_temps[i].state.compare_exchange_strong(free, 1)) {
-      g_temps[i].folder_levels = folder_levels;
-      std::memcpy(g_temps[i].path, p.c_str(), p.size() + 1);
-      std::memcpy(g_temps[i].to, to.c_str(), to.size() + 1);
+      TempSlot& t = g_temps[i];
+      t.folder_levels = folder_levels;
+      std::memcpy(t.path, p.c_str(), p.size() + 1);
+      std::memcpy(t.to, to.c_str(), to.size() + 1);
+      std::memcpy(t.witness, witness.c_str(), witness.size() + 1);
+      struct stat st {};
+      t.witness_there = !witness.empty() && ::stat(witness.c_str(), &st) == 0;
+      t.witness_dev = st.st_dev, t.witness_ino = st.st_ino;
       g_temps[i].state.store(2);
       return i;
     }
   }
   return -1;  // (more at once than the table holds: this one is left to remove_stale_temporaries)
+}
+// The slot's witness as it was when armed (or none): async-signal-safe (stat), for the handler.
+bool witness_unchanged(const TempSlot& t) {
+  if (t.witness[0] == 0) return true;
+  struct stat st {};
+  const bool there = ::stat(t.witness, &st) == 0;
+  return there == t.witness_there && (!there || (st.st_dev == t.witness_dev && st.st_ino == t.witness_ino));
 }
 void disarm_temporary(int slot) {
   if (slot < 0) return;
@@ -120,9 +141,12 @@ void on_interrupt(int sig) {
   for (int i = 0; i < kTempSlots; ++i) {
     int armed = 2;
     if (!g_temps[i].state.compare_exchange_strong(armed, 3)) continue;  // (taken: its fields are stable now)
-    if (g_temps[i].folder_levels == 0) ::unlink(g_temps[i].path);
-    if (g_temps[i].folder_levels < 0) ::rename(g_temps[i].path, g_temps[i].to);
-    folder[i] = g_temps[i].folder_levels > 0;
+    const TempSlot& t = g_temps[i];
+    if (!witness_unchanged(t)) continue;  // (the work's last file landed: what it wrote stays)
+    if (t.folder_levels == 0) ::unlink(t.path);
+    // (two names of one file: rename does nothing, and the copy's name goes)
+    if (t.folder_levels < 0 && ::rename(t.path, t.to) == 0) ::unlink(t.path);
+    folder[i] = t.folder_levels > 0;
   }
   for (int i = 0; i < kTempSlots; ++i)
     if (folder[i]) remove_empty_folders(g_temps[i].path, g_temps[i].folder_levels);
@@ -412,11 +436,11 @@ void install_interrupt_handlers() {
     ::signal(SIGXFSZ, SIG_IGN);
 }
 
-void RemovedOnSignal::add_file(const std::string& path) {
-  if (const int slot = arm_temporary(path); slot >= 0) slots_.push_back(slot);
+void RemovedOnSignal::add_file(const std::string& path, const std::string& until) {
+  if (const int slot = arm_temporary(path, 0, "", until); slot >= 0) slots_.push_back(slot);
 }
-void RemovedOnSignal::add_put_back(const std::string& copy, const std::string& path) {
-  if (const int slot = arm_temporary(copy, -1, path); slot >= 0) slots_.push_back(slot);
+void RemovedOnSignal::add_put_back(const std::string& copy, const std::string& path, const std::string& until) {
+  if (const int slot = arm_temporary(copy, -1, path, until); slot >= 0) slots_.push_back(slot);
 }
 void RemovedOnSignal::add_folder(const std::string& path, int parents) {
   if (const int slot = arm_temporary(path, 1 + parents); slot >= 0) slots_.push_back(slot);

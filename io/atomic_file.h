@@ -84,16 +84,18 @@ void install_interrupt_handlers();
 // What a signal that ends the process removes besides the temporaries, while the guard lives: for work
 // whose first files have not landed yet (a new run's lock file and the folders made for it). A file is
 // unlinked; a folder is removed, with `parents` of the folders above it, only while empty (rmdir), after
-// every file; a file put back (add_put_back: a copy kept of what `path` held) is renamed over `path`.
-// Holds as many as the temporaries' table has room for; past that, one is left to the next run.
+// every file; a file put back (add_put_back: a copy kept of what `path` held) is renamed over `path`. A
+// file given as `until` disarms the entry once it is replaced (it lands as another file, or where there
+// was none): the work's last file, whose landing makes the rest of its files stay. Holds as many as the
+// temporaries' table has room for; past that, one is left to the next run.
 class RemovedOnSignal {
  public:
   RemovedOnSignal() = default;
   ~RemovedOnSignal() { clear(); }
   RemovedOnSignal(const RemovedOnSignal&) = delete;
   RemovedOnSignal& operator=(const RemovedOnSignal&) = delete;
-  void add_file(const std::string& path);
-  void add_put_back(const std::string& copy, const std::string& path);
+  void add_file(const std::string& path, const std::string& until = "");
+  void add_put_back(const std::string& copy, const std::string& path, const std::string& until = "");
   void add_folder(const std::string& path, int parents = 0);
   void clear();  // removes nothing: the work's files have landed, or it ends without a signal
 

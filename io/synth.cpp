@@ -383,9 +383,15 @@ void write_splits(const std::filesystem::path& root, const DatasetOptions& o, bo
         if (!arrays.empty()) break;
       }
       const std::string staged = path + ".tmp-" + std::to_string(::getpid());
-      NpzWriter w(staged, o.compress, /*level=*/1);  // level 1: a 100k-node layout graph writes in seconds
-      for (const auto& [key, t] : arrays) w.add(key, t);
-      w.close();
+      try {
+        NpzWriter w(staged, o.compress, /*level=*/1);  // level 1: a 100k-node layout graph writes in seconds
+        for (const auto& [key, t] : arrays) w.add(key, t);
+        w.close();
+      } catch (const Error& e) {  // (said of the graph, not of the name it waits under)
+        std::string m = e.message();
+        if (const size_t at = m.find(staged); at != std::string::npos) m.replace(at, staged.size(), path);
+        throw Error(m, e.where());
+      }
       paths.push_back(staged);
     }
   }
@@ -447,7 +453,8 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
     for (const std::string& split : o.splits)
       if (fs::is_directory(root / split)) {
         remove_stale_temporaries_in((root / split).string(), [](const std::string& name) {
-          return name.starts_with("synth_") && name.find(".npz") != std::string::npos;  // (and a staged graph's)
+          // (a staged graph, NAME.npz.tmp-PID, and its own writer's temporary, NAME.npz.tmp-PID.tmp-PID)
+          return name.starts_with("synth_") && name.find(".npz") != std::string::npos;
         });
         for (const auto& e : fs::directory_iterator(root / split))
           GNN_CHECK(e.path().extension() != ".npz", (root / split).string(), " already holds graphs (",
@@ -456,8 +463,9 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
     write_splits(root, o, layout, nodes, configs, paths, made);
     throw_if_interrupted();  // (one that came during the last graph)
     // Every graph written: each renamed to its own name, so that a process killed outright (SIGKILL, which
-    // no handler sees) leaves no part of a dataset that reads as whole, only its staged files, which the
-    // next synth into the folder removes. (The renames take microseconds a graph.)
+    // no handler sees) while it generates leaves no part of a dataset that reads as whole, only its staged
+    // files, which the next synth into the folder removes. (A kill within these renames, microseconds a
+    // graph, still leaves those renamed so far.)
     for (std::string& p : paths) {
       const std::string name = p.substr(0, p.rfind(".tmp-"));
       std::error_code ec;

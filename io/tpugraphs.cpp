@@ -251,7 +251,8 @@ std::vector<std::pair<CollectionId, fs::path>> find_collections(const fs::path& 
 
 }  // namespace
 
-std::vector<DatasetFolder> dataset_folders(const std::string& dir_text, const std::vector<std::string>& splits) {
+std::vector<DatasetFolder> dataset_folders(const std::string& dir_text, const std::vector<std::string>& splits,
+                                           bool existing_only) {
   GNN_CHECK(fs::is_directory(dir_text), dir_text, ": not a directory");
   fs::path dir = fs::canonical(dir_text);
   if (fs::is_directory(dir / "npz")) dir /= "npz";
@@ -281,7 +282,8 @@ std::vector<DatasetFolder> dataset_folders(const std::string& dir_text, const st
     for (const std::string& split : splits) {
       if (!only_split.empty() && split != only_split) continue;
       const fs::path where = flat ? folder : folder / split;
-      if (fs::is_directory(where)) out.push_back({id, split, where});
+      if (!existing_only || fs::is_directory(where)) out.push_back({id, split, where});
+      if (!existing_only && flat) out.push_back({id, split, folder / split});  // (which would hide the rest)
     }
   }
   return out;

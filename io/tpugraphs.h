@@ -90,13 +90,16 @@ struct WalkOptions {
 // npz/layout/nlp/random) or one split folder of a collection. Every file's schema is checked from
 // its headers (keys, dtypes, shapes), which reads no array data; values are checked on load.
 std::vector<DatasetFile> walk_dataset(const std::string& dir, const WalkOptions& options = {});
-// The folders walk_dataset lists .npz files in (not recursively), each with its collection and split.
+// The folders walk_dataset lists .npz files in (not recursively), each with its collection and split; with
+// existing_only false, also where such a folder would be (a split folder not made yet, or one that would
+// turn a flat collection folder into a tree).
 struct DatasetFolder {
   CollectionId collection;
   std::string split;
   std::filesystem::path where;
 };
-std::vector<DatasetFolder> dataset_folders(const std::string& dir, const std::vector<std::string>& splits);
+std::vector<DatasetFolder> dataset_folders(const std::string& dir, const std::vector<std::string>& splits,
+                                           bool existing_only = true);
 
 // Checks keys, dtypes and shapes of a TpuGraphs file without reading array data; true for a layout
 // file, false for a tile one.

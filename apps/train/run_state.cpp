@@ -443,14 +443,16 @@ void append_line(const std::string& path, const std::string& line) {
 // way round) holds otherwise than model.npz, of what every checkpoint of one run shares: its seed, its
 // preprocessing (fitted once, kept on resume) and the hyper-parameters a resume may not change that both
 // files record; "" if none differs. ours: model.npz's.
+int64_t stored_i64(const Meta& m, const std::string& key) {
+  const auto it = m.arrays.find(key);
+  return it == m.arrays.end() || it->second.dtype() != DType::I64 || it->second.numel() != 1 ? int64_t(-1)
+                                                                                             : it->second.i64()[0];
+}
+
 std::string meta_differing(const Meta& ours, const Meta& theirs) {
-  const auto seed = [](const Meta& m) {
-    const auto it = m.arrays.find("meta/seed");
-    return it == m.arrays.end() || it->second.dtype() != DType::I64 || it->second.numel() != 1 ? int64_t(-1)
-                                                                                               : it->second.i64()[0];
-  };
-  if (seed(theirs) >= 0 && seed(theirs) != seed(ours))  // (not recorded by an older gnn: not compared)
-    return detail::str_cat("its seed is ", seed(theirs), ", model.npz's ", seed(ours));
+  const int64_t seed = stored_i64(theirs, "meta/seed");
+  if (seed >= 0 && seed != stored_i64(ours, "meta/seed"))  // (not recorded by an older gnn: not compared)
+    return detail::str_cat("its seed is ", seed, ", model.npz's ", stored_i64(ours, "meta/seed"));
   // (as loaded, each field in its current form: one that an older gnn did not record reads as its default)
   std::vector<std::pair<std::string, Tensor>> own, other;
   ours.prep.save(own), theirs.prep.save(other);
@@ -478,16 +480,13 @@ std::string meta_differing(const Meta& ours, const Meta& theirs) {
   return "";
 }
 
-int64_t stored_step(const Meta& m) {
-  const auto it = m.arrays.find("state/step");
-  return it == m.arrays.end() || it->second.dtype() != DType::I64 || it->second.numel() != 1 ? -1 : it->second.i64()[0];
-}
-
-std::string ahead_of(const Meta& ours, const Meta& theirs) {
-  const int64_t mine = stored_step(ours), step = stored_step(theirs);
-  if (mine < 0 || step <= mine) return "";
-  return detail::str_cat("it holds step ", step, ", past model.npz's ", mine,
-                         ": an epoch wrote it and stopped before its model.npz landed");
+std::string out_of_step(const Meta& model, const Meta& file, bool swa) {
+  const char* key = swa ? "state/epoch" : "state/best_epoch";
+  const int64_t mine = stored_i64(model, key), theirs = stored_i64(file, key);
+  if (mine < 0 || theirs < 0 || mine == theirs) return "";  // (not recorded by an older gnn: not compared)
+  return swa ? detail::str_cat("it averages the weights up to epoch ", theirs, ", model.npz is at epoch ", mine)
+             : detail::str_cat("it holds the best of epoch ", theirs, ", model.npz's best is ",
+                               mine > 0 ? detail::str_cat("epoch ", mine) : std::string("none yet"));
 }
 
 std::string run_checkpoint(const std::string& run, const std::string& which) {
@@ -503,9 +502,12 @@ std::string run_checkpoint(const std::string& run, const std::string& which) {
               " model; the run's model.npz ", ours.recipe->name, way_out);
     const std::string other = meta_differing(ours, theirs);
     GNN_CHECK(other.empty(), "--checkpoint ", which, ": ", f, ": is not of the run model.npz holds: ", other, way_out);
-    const std::string ahead = ahead_of(ours, theirs);
-    GNN_CHECK(ahead.empty(), "--checkpoint ", which, ": ", f, ": ", ahead, "; `gnn train --out ", run,
-              " --resume` puts the file it replaced back, or score --checkpoint last");
+    // (an epoch writes it before model.npz: one that has not landed yet, or never will, a run stopped between
+    // the two, whose resume mends it)
+    const std::string step = out_of_step(ours, theirs, which == "swa");
+    GNN_CHECK(step.empty(), "--checkpoint ", which, ": ", f, ": ", step,
+              " (a run writing its epoch now, or one stopped between the two files: `gnn train --out ", run,
+              " --resume` mends that); score --checkpoint last");
     return f;
   };
   if (which == "swa") {

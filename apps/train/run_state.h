@@ -26,10 +26,11 @@ Meta read_meta(const std::string& path);
 // What theirs (a best.npz or swa.npz) records otherwise than ours (model.npz) of what every checkpoint of one
 // run shares (its seed, preprocessing, the flags a resume may not change); "" if nothing
 std::string meta_differing(const Meta& ours, const Meta& theirs);
-// The step a checkpoint's state holds (-1: none recorded), and what theirs (a best.npz or swa.npz) says of
-// an epoch past model.npz's ("" if it is not ahead): a run stopped between the two writes of an epoch.
-int64_t stored_step(const Meta& m);
-std::string ahead_of(const Meta& ours, const Meta& theirs);
+// A scalar int64 the checkpoint holds (-1: none)
+int64_t stored_i64(const Meta& m, const std::string& key);
+// What a best.npz (its best epoch) or swa.npz (its epoch) says otherwise than model.npz of the same run ("" if
+// nothing): an epoch writes them before its model.npz, so a run stopped between the two leaves them ahead.
+std::string out_of_step(const Meta& model, const Meta& file, bool swa);
 ModelDims dims_of(const Preprocessing& p);
 
 // Where training stands: saved in every checkpoint, so a resumed run continues the counters.

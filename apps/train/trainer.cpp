@@ -306,14 +306,13 @@ class ScopedMemoryLimit {
 // model.npz lands (a full disk, a failed check, a start that fails, a signal): eval and a resume must not
 // find the weights of an epoch the run has no record of, nor a failed start any part of a run without its
 // model.npz. Each file as it was is kept as a hard link (a copy where the filesystem has none) named as a
-// temporary, PATH.before.tmp-PID, which a signal renames back over PATH (one the epoch wrote first it
-// removes). A process killed outright (SIGKILL) leaves both: a resume puts the kept one back
-// (Run::put_back_epoch_files), and eval refuses the newer file (ahead_of). A file that is a symlink
-// (AtomicFile writes through it) is not kept: left as written, as one that could not be kept, since removing
-// it would lose the one before as well.
+// temporary, PATH.before.tmp-PID, which a signal renames back over PATH while model.npz is not yet replaced
+// (one the epoch wrote first it removes). What SIGKILL leaves, Run::put_back_epoch_files mends. A file that
+// is a symlink (AtomicFile writes through it) is not kept: left as written, as one that could not be kept,
+// since removing it would lose the one before as well.
 class EpochFiles {
  public:
-  explicit EpochFiles(bool lead) : lead_(lead) {}
+  EpochFiles(bool lead, std::string model) : lead_(lead), model_(std::move(model)) {}
   EpochFiles(const EpochFiles&) = delete;
   EpochFiles& operator=(const EpochFiles&) = delete;
   static std::string kept_name(const std::string& path) { return path + ".before"; }
@@ -327,10 +326,10 @@ class EpochFiles {
       fs::create_hard_link(path, k.copy, ec);
       if (ec) ec.clear(), fs::copy_file(path, k.copy, fs::copy_options::overwrite_existing, ec);
       k.kept = !ec;
-      if (k.kept) on_signal_.add_put_back(k.copy, path);
+      if (k.kept) on_signal_.add_put_back(k.copy, path, model_);
       else fs::remove(k.copy, ec);  // (a copy cut short by a full disk)
     } else if (!k.existed) {
-      on_signal_.add_file(path);
+      on_signal_.add_file(path, model_);
     }
     kept_.push_back(std::move(k));
   }
@@ -363,6 +362,7 @@ class EpochFiles {
     bool existed = false, kept = false;
   };
   bool lead_;
+  std::string model_;  // model.npz: once it is replaced, a signal leaves the epoch's files as written
   std::vector<Kept> kept_;
   RemovedOnSignal on_signal_;
 };
@@ -397,9 +397,9 @@ class Run {
   void check_cuda_graphs(const std::string& recipe) const;
   // Run::Run's stages, in the order it calls them
   void refuse_options() const;
+  void put_back_epoch_files();
   void list_files();
   void make_directory();
-  void put_back_epoch_files();
   void check_kept_checkpoints() const;
   void restore_state();
   void open_sources(uint64_t graph_budget);
@@ -556,15 +556,19 @@ void Run::refuse_options() const {
   const HParams& hp = plan_.hp;
   // A run folder that is one of the data's split folders: its .npz files would be read as graphs, by this
   // run's resume and by every later use of the data. (A --data that is no tree: list_files says so.)
-  std::error_code ec;
-  if (fs::is_directory(o_.out, ec)) try {
-      for (const DatasetFolder& d : dataset_folders(plan_.data, {"train", "valid", "test"}))
-        if (fs::equivalent(o_.out, d.where, ec))
-          bad_option("--out ", o_.out, ": is the folder of --data's ", d.split, " graphs (", d.where.string(),
-                     "), where the run's .npz files would be read as graphs; choose a folder outside them");
-    } catch (const OptionError&) {
-      throw;
-    } catch (const Error&) {}
+  // (compared as paths: a split folder not made yet is one too, and so is a split folder under a flat one)
+  try {
+    std::error_code ec;
+    fs::path out = fs::absolute(o_.out).lexically_normal();
+    if (!out.has_filename()) out = out.parent_path();  // (a trailing slash)
+    out = fs::weakly_canonical(out, ec);
+    for (const DatasetFolder& d : dataset_folders(plan_.data, {"train", "valid", "test"}, false))
+      if (out == fs::weakly_canonical(d.where, ec))
+        bad_option("--out ", o_.out, ": is the folder of --data's ", d.split, " graphs (", d.where.string(),
+                   "), where the run's .npz files would be read as graphs; choose a folder outside them");
+  } catch (const OptionError&) {
+    throw;
+  } catch (const Error&) {}
   if (tp_.matmul_bf16 && o_.device.is_cuda())
     bad_option("--matmul-precision bf16: sets the CPU's products; on a GPU, GNN_TF32=1 gives cuBLAS's tensor-core "
                "products");
@@ -706,47 +710,52 @@ void Run::make_directory() {
   }
 }
 
-// A resumed run rewrites best.npz only when validation improves, so one damaged (or replaced) since it was
-// written would outlive the run unnoticed and fail eval and predict later: each is loaded as they load it
-// (every member's CRC, the meta and preprocessing checks, every weight's finiteness) and its weights must
-// be this model's (names and shapes).
-// A process killed (SIGKILL, a crash) after an epoch wrote best.npz or swa.npz and before its model.npz
-// landed left the newer file, ahead of model.npz, and the one it replaced as PATH.before.tmp-PID
-// (EpochFiles): that one goes back, so that a resume to fewer epochs, or one whose validation scores
-// otherwise, does not end with weights of an epoch it has no record of. Where none was kept (the epoch
-// wrote the file first) the newer file goes. A symlink is left to check_kept_checkpoints, which refuses it.
+// A process killed outright (SIGKILL, a crash) after an epoch wrote best.npz or swa.npz and before its
+// model.npz landed left the newer file, out of step with model.npz (out_of_step), and the one it replaced as
+// PATH.before.tmp-PID (EpochFiles): that one, of this run and in step, goes back, so that a resume to fewer
+// epochs, or one whose validation scores otherwise, does not end with weights of an epoch it has no record
+// of. Where model.npz says there was none before (no best yet; SWA's first epoch) the newer file goes. Any
+// other file out of step (restored from another time, or of another run) is left to check_kept_checkpoints,
+// which refuses it; so is a symlink. Every copy is looked at whatever its pid says: the run is locked.
 void Run::put_back_epoch_files() {
-  const int64_t last = stored_step(plan_.meta);
-  if (last < 0) return;
   for (const std::string& f : {best_path_, swa_path_}) {
+    const bool swa = f == swa_path_;
     std::error_code ec;
     const fs::file_status st = fs::symlink_status(f, ec);
     if (!fs::exists(st) || fs::is_symlink(st)) continue;
-    int64_t step = -1;
-    try {
-      step = stored_step(read_meta(f));
-    } catch (const Error&) {  // (damaged: check_kept_checkpoints says so)
-    }
-    if (step <= last) continue;
-    const std::string kept = fs::path(EpochFiles::kept_name(f)).filename().string();
-    std::string back;
-    int64_t back_step = -1;
-    for (const std::string& c : stale_temporaries_in(dir_.string(), [&](const std::string& n) { return n == kept; }))
+    // "" in step, or what is out of step; nothing where this check has no say (damaged, or another run's)
+    const auto step_of = [&](const std::string& file) -> std::optional<std::string> {
       try {
-        const int64_t s = stored_step(read_meta(c));
-        if (s >= 0 && s <= last && s > back_step) back = c, back_step = s;
-      } catch (const Error&) {  // (a copy cut short: not put back)
+        const Meta m = read_meta(file);
+        if (!meta_differing(plan_.meta, m).empty()) return std::nullopt;
+        return out_of_step(plan_.meta, m, swa);
+      } catch (const Error&) {
+        return std::nullopt;
       }
+    };
+    const std::optional<std::string> why = step_of(f);
+    if (!why || why->empty()) continue;
+    const std::string kept = fs::path(EpochFiles::kept_name(f)).filename().string() + ".tmp-";
+    std::string back;
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end && back.empty(); it.increment(ec))
+      if (it->path().filename().string().starts_with(kept) && it->is_regular_file(ec) &&
+          step_of(it->path().string()) == std::string())
+        back = it->path().string();
+    const bool none_before = stored_i64(plan_.meta, swa ? "state/epoch" : "state/best_epoch") == 0;
+    if (back.empty() && !none_before) continue;
+    ec.clear();
     back.empty() ? void(fs::remove(f, ec)) : fs::rename(back, f, ec);
-    GNN_CHECK(!ec, "--resume: ", f, " holds step ", step, ", past model.npz's ", last, ", and cannot be ",
+    GNN_CHECK(!ec, "--resume: ", f, ": ", *why, ", and it cannot be ",
               back.empty() ? "removed" : "put back from " + back, " (", ec.message(), ")");
-    std::fprintf(stderr, "gnn train: %s held step %lld, past model.npz's %lld (the run stopped between the two): %s\n",
-                 f.c_str(), (long long)step, (long long)last,
-                 back.empty() ? "removed; the epoch that wrote it trains again"
-                              : detail::str_cat("the one it replaced (step ", back_step, ") put back").c_str());
+    std::fprintf(stderr, "gnn train: %s: %s (the run stopped between an epoch's files): %s\n", f.c_str(), why->c_str(),
+                 back.empty() ? "removed, as model.npz says there was none before" : "the one it replaced put back");
   }
 }
 
+// A resumed run rewrites best.npz only when validation improves, so one damaged (or replaced) since it was
+// written would outlive the run unnoticed and fail eval and predict later: each is loaded as they load it
+// (every member's CRC, the meta and preprocessing checks, every weight's finiteness) and its weights must
+// be this model's (names and shapes), of this run and in step with model.npz.
 void Run::check_kept_checkpoints() const {
   const Recipe* recipe = plan_.recipe;
   if (plan_.resuming && lead_)
@@ -766,9 +775,10 @@ void Run::check_kept_checkpoints() const {
         }
         // (the same shapes: another run of this recipe and width, or this one's from before model.npz was replaced)
         const Meta meta = read_meta(f);
-        const std::string other = meta_differing(plan_.meta, meta), ahead = ahead_of(plan_.meta, meta);
+        const std::string other = meta_differing(plan_.meta, meta),
+                          step = out_of_step(plan_.meta, meta, f == swa_path_);
         GNN_CHECK(other.empty(), f, ": is not of the run model.npz holds: ", other);
-        GNN_CHECK(ahead.empty(), f, ": ", ahead);
+        GNN_CHECK(step.empty(), f, ": ", step);
       } catch (const MemoryLimitError&) {  // (not damage: the limit's own message says what to do)
         throw;
       } catch (const Error& e) {
@@ -1235,7 +1245,7 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
     line.set("valid_score", valid_score);
     line.set("valid", Json::parse(ev.json, "valid metrics"));
   }
-  EpochFiles written(lead_);  // (best.npz and swa.npz back as they were unless model.npz lands)
+  EpochFiles written(lead_, model_path_);  // (best.npz and swa.npz back as they were unless model.npz lands)
   if (!partial) {
     st_.epoch = e + 1, st_.batch = 0, st_.loss_sum = 0, st_.loss_n = 0;
     // (weights that predict NaN rank those configs last, by index, and can score well by chance)

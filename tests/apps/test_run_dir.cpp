@@ -408,15 +408,17 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
   // as graphs. Refused before anything is written there.
   const std::string dd = t.file("dd");
   synth::DatasetOptions tiles;
-  tiles.collection = "tile", tiles.graphs = 3, tiles.configs = 10, tiles.seed = 4;
+  tiles.collection = "tile", tiles.graphs = 3, tiles.configs = 10, tiles.seed = 4, tiles.splits = {"train", "valid"};
   synth::write_dataset(dd, tiles);
-  for (const std::string& out : {dd + "/npz/tile/xla/valid", dd + "/npz/tile/xla/train/../test/"}) {
+  for (const std::string& out :
+       {dd + "/npz/tile/xla/valid", dd + "/npz/tile/xla/train/../valid/", dd + "/npz/tile/xla/test"}) {
     CAPTURE(out);
     r = run_gnn("train --model tile-mlp --data " + dd + " --epochs 1 --out " + out);
     CHECK(r.exit_code == 2);
     CHECK_MESSAGE(contains(r.err, "--out " + out + ": is the folder of --data's "), r.err);
   }
-  CHECK(walk_dataset(dd).size() == 9);
+  CHECK(walk_dataset(dd).size() == 6);
+  CHECK_FALSE(fs::exists(dd + "/npz/tile/xla/test"));
   for (const auto& f : fs::recursive_directory_iterator(dd))
     CHECK_MESSAGE(!contains(f.path().string(), "lock"), f.path());
   // A symlink loop as --out is said to be one.
@@ -796,45 +798,68 @@ TEST_CASE("run files: a checkpoint that does not land puts back the best.npz and
 TEST_CASE("run files: a run killed between an epoch's best.npz and its model.npz is put back on resume") {
   TempDir t;
   const std::string good = t.file("good");
-  auto r = run_gnn("train --model tile-mlp --data " + data() + " --out " + good + " --epochs 1 --progress lines");
+  auto r =
+      run_gnn("train --model tile-mlp --data " + data() + " --out " + good + " --epochs 1 --swa 1 --progress lines");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  // The next epoch's best.npz, from a copy whose best score is the least a score can be (so epoch 2 writes it).
+  // The next epoch's best.npz and swa.npz, from a copy whose best score is the least a score can be (so that
+  // epoch 2 writes best.npz).
   const std::string next =
       damaged_run(t, good, "next", [](std::map<std::string, Tensor>& a) { a["state/best_score"] = f64_tensor(-1.0); });
   r = run_gnn("train --out " + next + " --resume --epochs 2 --progress lines");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  const std::vector<uint8_t> before = testing::read_bytes(good + "/best.npz");
-  REQUIRE(testing::read_bytes(next + "/best.npz") != before);
-  // What SIGKILL leaves between the two writes: model.npz at epoch 1, best.npz at epoch 2, and the best.npz
-  // it replaced kept as a temporary of the dead process. (pid 4194303: past any pid this test's runs get)
-  const auto killed = [&](const std::string& name, bool kept) {
+  const std::vector<uint8_t> best = testing::read_bytes(good + "/best.npz"),
+                             swa = testing::read_bytes(good + "/swa.npz");
+  REQUIRE(testing::read_bytes(next + "/best.npz") != best);
+  REQUIRE(testing::read_bytes(next + "/swa.npz") != swa);
+  // What SIGKILL leaves between the files of epoch 2: model.npz at epoch 1, best.npz and swa.npz at epoch 2,
+  // and the files they replaced kept as temporaries of the killed process (whatever its pid: a live one too,
+  // as in a container where gnn is pid 1 each time).
+  const auto killed = [&](const std::string& name, const std::string& pid) {
     const std::string run = t.file(name);
     fs::copy(good, run, fs::copy_options::recursive);
     fs::remove(run + "/lock");
-    if (kept) fs::rename(run + "/best.npz", run + "/best.npz.before.tmp-4194303");
-    fs::copy_file(next + "/best.npz", run + "/best.npz", fs::copy_options::overwrite_existing);
+    for (const char* f : {"/best.npz", "/swa.npz"}) {
+      if (!pid.empty()) fs::rename(run + f, run + f + ".before.tmp-" + pid);
+      fs::copy_file(next + f, run + f, fs::copy_options::overwrite_existing);
+    }
     return run;
   };
-  // eval refuses the newer file, naming the way out, and scores --checkpoint last
-  const std::string run = killed("killed", true);
-  r = run_gnn("eval --run " + run + " --data " + data());
+  for (const std::string pid : {std::string("999999999"), std::to_string(::getpid())}) {
+    CAPTURE(pid);
+    const std::string run = killed("killed" + pid, pid);
+    // eval refuses the newer file, naming the way out, and scores --checkpoint last
+    r = run_gnn("eval --run " + run + " --data " + data());
+    CHECK(r.exit_code == 1);
+    CHECK_MESSAGE(contains(r.err, run + "/best.npz: it holds the best of epoch 2, model.npz's best is epoch 1 (a run "
+                                        "writing its epoch now, or one stopped between the two files"),
+                  r.err);
+    r = run_gnn("eval --run " + run + " --data " + data() + " --checkpoint swa");
+    CHECK_MESSAGE(contains(r.err, "swa.npz: it averages the weights up to epoch 2, model.npz is at epoch 1"), r.err);
+    CHECK(run_gnn("eval --run " + run + " --data " + data() + " --checkpoint last").exit_code == 0);
+    // A resume to no more epochs than model.npz's puts the kept ones back, and leaves no temporary.
+    r = run_gnn("train --out " + run + " --resume --epochs 1 --progress lines");
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK_MESSAGE(contains(r.err, run + "/best.npz: it holds the best of epoch 2, model.npz's best is epoch 1 (the "
+                                        "run stopped between an epoch's files): the one it replaced put back"),
+                  r.err);
+    CHECK(testing::read_bytes(run + "/best.npz") == best);
+    CHECK(testing::read_bytes(run + "/swa.npz") == swa);
+    CHECK(run_gnn("eval --run " + run + " --data " + data()).exit_code == 0);
+  }
+  // Nothing kept, and model.npz has a best: the file is refused, and left as it is.
+  const std::string lost = killed("lost", "");
+  r = run_gnn("train --out " + lost + " --resume --epochs 1 --progress lines");
   CHECK(r.exit_code == 1);
-  CHECK_MESSAGE((contains(r.err, run + "/best.npz: it holds step ") && contains(r.err, ", past model.npz's ") &&
-                 contains(r.err, "--resume` puts the file it replaced back")),
-                r.err);
-  CHECK(run_gnn("eval --run " + run + " --data " + data() + " --checkpoint last").exit_code == 0);
-  // A resume to no more epochs than model.npz's puts the kept one back, and leaves no temporary.
-  r = run_gnn("train --out " + run + " --resume --epochs 1 --progress lines");
-  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  CHECK_MESSAGE((contains(r.err, run + "/best.npz held step ") && contains(r.err, "put back")), r.err);
-  CHECK(testing::read_bytes(run + "/best.npz") == before);
-  for (const auto& f : fs::directory_iterator(run)) CHECK_MESSAGE(!contains(f.path().string(), ".tmp-"), f.path());
-  CHECK(run_gnn("eval --run " + run + " --data " + data()).exit_code == 0);
-  // Nothing kept (the epoch wrote the file first): the newer one goes.
-  const std::string first = killed("first", false);
+  CHECK_MESSAGE(contains(r.err, "--resume: " + lost + "/best.npz: it holds the best of epoch 2"), r.err);
+  CHECK(testing::read_bytes(lost + "/best.npz") == testing::read_bytes(next + "/best.npz"));
+  // Nothing kept, and model.npz says there was no best yet (the epoch wrote the file first): the file goes.
+  const std::string first = damaged_run(t, lost, "first", [](std::map<std::string, Tensor>& a) {
+    a["state/best_epoch"] = i64_tensor(0), a["state/best_score"] = f64_tensor(-INFINITY);
+  });
+  fs::remove(first + "/swa.npz");
   r = run_gnn("train --out " + first + " --resume --epochs 1 --progress lines");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  CHECK_MESSAGE(contains(r.err, "removed; the epoch that wrote it trains again"), r.err);
+  CHECK_MESSAGE(contains(r.err, "removed, as model.npz says there was none before"), r.err);
   CHECK_FALSE(fs::exists(first + "/best.npz"));
 }
 

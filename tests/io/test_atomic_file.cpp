@@ -113,6 +113,22 @@ TEST_CASE(
     disarmed.add_put_back(t.file("swa.npz.before.tmp-1"), t.file("swa.npz"));
     write_file_atomic(t.file("swa.npz"), "new\n");
     disarmed.clear();
+    // ... unless the file given as `until` was replaced (the epoch's model.npz landed): then the epoch's files
+    // stay as written, the one it wrote first too.
+    std::ofstream(t.file("model.npz")) << "epoch 1\n";
+    std::ofstream(t.file("late.npz")) << "old\n";
+    fs::create_hard_link(t.file("late.npz"), t.file("late.npz.before.tmp-1"));
+    until_done.add_put_back(t.file("late.npz.before.tmp-1"), t.file("late.npz"), t.file("model.npz"));
+    until_done.add_file(t.file("first.npz"), t.file("model.npz"));
+    write_file_atomic(t.file("late.npz"), "new\n");
+    write_file_atomic(t.file("first.npz"), "new\n");
+    write_file_atomic(t.file("model.npz"), "epoch 2\n");
+    std::ofstream(t.file("early.npz")) << "old\n";  // (its `until` not replaced: put back, and removed)
+    fs::create_hard_link(t.file("early.npz"), t.file("early.npz.before.tmp-1"));
+    until_done.add_put_back(t.file("early.npz.before.tmp-1"), t.file("early.npz"), t.file("next.npz"));
+    until_done.add_file(t.file("fresh.npz"), t.file("next.npz"));
+    write_file_atomic(t.file("early.npz"), "new\n");
+    write_file_atomic(t.file("fresh.npz"), "new\n");
     ::raise(SIGTERM);
     return 2;
   });
@@ -124,6 +140,10 @@ TEST_CASE(
   CHECK(text_of(t.file("best.npz")) == "old\n");
   CHECK_FALSE(fs::exists(t.file("best.npz.before.tmp-1")));
   CHECK(text_of(t.file("swa.npz")) == "new\n");
+  CHECK(text_of(t.file("late.npz")) == "new\n");
+  CHECK(text_of(t.file("first.npz")) == "new\n");
+  CHECK(text_of(t.file("early.npz")) == "old\n");
+  CHECK_FALSE(fs::exists(t.file("fresh.npz")));
 }
 
 TEST_CASE("atomic file: a committed file's temporary is not looked for again, nor one past the table's size") {
