@@ -251,41 +251,63 @@ std::vector<std::pair<CollectionId, fs::path>> find_collections(const fs::path& 
 
 }  // namespace
 
-std::vector<DatasetFolder> dataset_folders(const std::string& dir_text, const std::vector<std::string>& splits,
-                                           bool existing_only) {
-  GNN_CHECK(fs::is_directory(dir_text), dir_text, ": not a directory");
-  fs::path dir = fs::canonical(dir_text);
-  if (fs::is_directory(dir / "npz")) dir /= "npz";
-  std::vector<std::pair<CollectionId, fs::path>> collections = find_collections(dir);
+namespace {
+
+// What a --data folder reads: its collection folders, with the one split a split folder names, and the
+// root they were looked for in (`dir`, or dir/npz where it has one).
+struct DataTree {
+  fs::path given, root;
+  std::vector<std::pair<CollectionId, fs::path>> collections;
   std::string only_split;
-  if (collections.empty()) {
+};
+
+DataTree data_tree(const std::string& dir_text) {
+  GNN_CHECK(fs::is_directory(dir_text), dir_text, ": not a directory");
+  DataTree t;
+  t.given = t.root = fs::canonical(dir_text);
+  if (fs::is_directory(t.root / "npz")) t.root /= "npz";
+  t.collections = find_collections(t.root);
+  if (t.collections.empty()) {
     // A collection folder or a split folder: read the collection from the path's last components.
-    fs::path folder = dir;
-    if (is_split(folder.filename().string())) only_split = folder.filename().string(), folder = folder.parent_path();
+    fs::path folder = t.root;
+    if (is_split(folder.filename().string())) t.only_split = folder.filename().string(), folder = folder.parent_path();
     const std::string a = folder.parent_path().parent_path().filename().string();
     const std::string b = folder.parent_path().filename().string(), c = folder.filename().string();
-    if (b == "tile" && c == "xla") collections.push_back({{"tile", "xla", ""}, folder});
+    if (b == "tile" && c == "xla") t.collections.push_back({{"tile", "xla", ""}, folder});
     else if (a == "layout" && (b == "xla" || b == "nlp") && (c == "default" || c == "random"))
-      collections.push_back({{"layout", b, c}, folder});
+      t.collections.push_back({{"layout", b, c}, folder});
     else if (b == "layout" && (c == "xla" || c == "nlp"))  // a flat folder of one source, search unknown
-      collections.push_back({{"layout", c, ""}, folder});
+      t.collections.push_back({{"layout", c, ""}, folder});
   }
-  GNN_CHECK(!collections.empty(), dir_text,
+  GNN_CHECK(!t.collections.empty(), dir_text,
             ": not a TpuGraphs tree (expected npz/tile/xla/{train,valid,test}, npz/layout/{xla,nlp}/{default,random}/"
             "{train,valid,test}, one collection folder, or one split folder)");
+  return t;
+}
+
+}  // namespace
+
+std::vector<DatasetFolder> dataset_folders(const std::string& dir_text, const std::vector<std::string>& splits) {
+  const DataTree t = data_tree(dir_text);
   std::vector<DatasetFolder> out;
-  for (const auto& [id, folder] : collections) {
+  for (const auto& [id, folder] : t.collections) {
     // A collection folder holding .npz files and no split folders (as ../shared/data ships the real
     // samples): its files serve as every split asked for.
-    const bool flat = only_split.empty() && !fs::is_directory(folder / "train") &&
+    const bool flat = t.only_split.empty() && !fs::is_directory(folder / "train") &&
                       !fs::is_directory(folder / "valid") && !fs::is_directory(folder / "test");
     for (const std::string& split : splits) {
-      if (!only_split.empty() && split != only_split) continue;
+      if (!t.only_split.empty() && split != t.only_split) continue;
       const fs::path where = flat ? folder : folder / split;
-      if (!existing_only || fs::is_directory(where)) out.push_back({id, split, where});
-      if (!existing_only && flat) out.push_back({id, split, folder / split});  // (which would hide the rest)
+      if (fs::is_directory(where)) out.push_back({id, split, where});
     }
   }
+  return out;
+}
+
+std::vector<fs::path> dataset_extent(const std::string& dir_text) {
+  const DataTree t = data_tree(dir_text);
+  std::vector<fs::path> out = {t.given / "npz", t.root / "tile", t.root / "layout"};
+  for (const auto& c : t.collections) out.push_back(c.second);
   return out;
 }
 

@@ -90,16 +90,17 @@ struct WalkOptions {
 // npz/layout/nlp/random) or one split folder of a collection. Every file's schema is checked from
 // its headers (keys, dtypes, shapes), which reads no array data; values are checked on load.
 std::vector<DatasetFile> walk_dataset(const std::string& dir, const WalkOptions& options = {});
-// The folders walk_dataset lists .npz files in (not recursively), each with its collection and split; with
-// existing_only false, also where such a folder would be (a split folder not made yet, or one that would
-// turn a flat collection folder into a tree).
+// The folders walk_dataset lists .npz files in (not recursively), each with its collection and split.
 struct DatasetFolder {
   CollectionId collection;
   std::string split;
   std::filesystem::path where;
 };
-std::vector<DatasetFolder> dataset_folders(const std::string& dir, const std::vector<std::string>& splits,
-                                           bool existing_only = true);
+std::vector<DatasetFolder> dataset_folders(const std::string& dir, const std::vector<std::string>& splits);
+// The folders whose insides decide what `dir` holds as data (made yet or not): each collection folder (a split
+// folder's too), and where a collection or an npz/ folder would be found. A folder made at or under one of
+// them could be read as graphs, or hide them.
+std::vector<std::filesystem::path> dataset_extent(const std::string& dir);
 
 // Checks keys, dtypes and shapes of a TpuGraphs file without reading array data; true for a layout
 // file, false for a tile one.

@@ -317,8 +317,10 @@ RunLock::RunLock(const std::string& run) {
     struct stat held {
     }, named{};
     if (::fstat(fd_, &held) == 0 && ::lstat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
-        held.st_ino == named.st_ino)
+        held.st_ino == named.st_ino) {
+      held_ = true;
       break;
+    }
     ::close(fd_);
     fd_ = -1;
     GNN_CHECK(attempt < 100, "--out ", run, ": its lock file ", path,
@@ -484,9 +486,13 @@ std::string out_of_step(const Meta& model, const Meta& file, bool swa) {
   const char* key = swa ? "state/epoch" : "state/best_epoch";
   const int64_t mine = stored_i64(model, key), theirs = stored_i64(file, key);
   if (mine < 0 || theirs < 0 || mine == theirs) return "";  // (not recorded by an older gnn: not compared)
-  return swa ? detail::str_cat("it averages the weights up to epoch ", theirs, ", model.npz is at epoch ", mine)
-             : detail::str_cat("it holds the best of epoch ", theirs, ", model.npz's best is ",
-                               mine > 0 ? detail::str_cat("epoch ", mine) : std::string("none yet"));
+  const std::string what =
+      swa ? detail::str_cat("it averages the weights up to epoch ", theirs, ", model.npz is at epoch ", mine)
+          : detail::str_cat("it holds the best of epoch ", theirs, ", model.npz's best is ",
+                            mine > 0 ? detail::str_cat("epoch ", mine) : std::string("none yet"));
+  return what + (theirs > mine ? ": written by an epoch whose model.npz has not landed (a run writing it now, or "
+                                 "one stopped between the two, which its resume mends)"
+                               : ": older than the run's record (put back from an earlier time?)");
 }
 
 std::string run_checkpoint(const std::string& run, const std::string& which) {
@@ -502,12 +508,8 @@ std::string run_checkpoint(const std::string& run, const std::string& which) {
               " model; the run's model.npz ", ours.recipe->name, way_out);
     const std::string other = meta_differing(ours, theirs);
     GNN_CHECK(other.empty(), "--checkpoint ", which, ": ", f, ": is not of the run model.npz holds: ", other, way_out);
-    // (an epoch writes it before model.npz: one that has not landed yet, or never will, a run stopped between
-    // the two, whose resume mends it)
     const std::string step = out_of_step(ours, theirs, which == "swa");
-    GNN_CHECK(step.empty(), "--checkpoint ", which, ": ", f, ": ", step,
-              " (a run writing its epoch now, or one stopped between the two files: `gnn train --out ", run,
-              " --resume` mends that); score --checkpoint last");
+    GNN_CHECK(step.empty(), "--checkpoint ", which, ": ", f, ": ", step, "; score --checkpoint last");
     return f;
   };
   if (which == "swa") {

@@ -74,10 +74,11 @@ class RunLock {
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
   bool created() const { return created_; }  // the lock file did not exist before: this process made it
+  bool held() const { return held_; }  // locked (false where the filesystem has no flock: a warning said so)
 
  private:
   int fd_ = -1;
-  bool created_ = false;
+  bool created_ = false, held_ = false;
 };
 
 // A run folder without model.npz that holds another run's files: an interrupted first epoch leaves its

@@ -398,6 +398,7 @@ class Run {
   // Run::Run's stages, in the order it calls them
   void refuse_options() const;
   void put_back_epoch_files();
+  std::vector<std::string> kept_copies(const std::string& f) const;
   void list_files();
   void make_directory();
   void check_kept_checkpoints() const;
@@ -520,9 +521,7 @@ Run::Run(const TrainOptions& o, std::string& working_on)
       o.memory_limit > 0 ? std::min<uint64_t>(kGraphBudget, uint64_t(o.memory_limit) / 4) : kGraphBudget;
   if (lead_ && plan_.resuming) put_back_epoch_files();
   if (lead_)
-    for (const std::string& f : {model_path_, best_path_, metrics_path_, swa_path_, EpochFiles::kept_name(best_path_),
-                                 EpochFiles::kept_name(swa_path_)})
-      remove_stale_temporaries(f);
+    for (const std::string& f : {model_path_, best_path_, metrics_path_, swa_path_}) remove_stale_temporaries(f);
   list_files();
   working_on_ = "loading and preprocessing the training graphs";
   if (!plan_.resuming) {
@@ -537,6 +536,13 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   make_directory();
   params_ = model_->parameters();
   check_kept_checkpoints();
+  // (the copies epochs kept, only now: a refusal above leaves them for the files they could restore)
+  if (lead_)
+    for (const std::string& f : {best_path_, swa_path_})
+      for (const std::string& c : kept_copies(f)) {
+        std::error_code ec;
+        fs::remove(c, ec);
+      }
   restore_state();
   nn::move_parameters(*model_, o.device);  // Adam moves its (host-loaded) moments on its first GPU step
   if (o.cuda_graphs > 0) graphs_ = std::make_unique<StepGraphs>(o.cuda_graphs, o.device);
@@ -554,18 +560,20 @@ Run::Run(const TrainOptions& o, std::string& working_on)
 void Run::refuse_options() const {
   const Recipe* recipe = plan_.recipe;
   const HParams& hp = plan_.hp;
-  // A run folder that is one of the data's split folders: its .npz files would be read as graphs, by this
-  // run's resume and by every later use of the data. (A --data that is no tree: list_files says so.)
-  // (compared as paths: a split folder not made yet is one too, and so is a split folder under a flat one)
+  // A run folder inside the data's tree (a split folder, made yet or not, or where a collection would be
+  // found): its .npz files would be read as graphs, or its folder hide the graphs, for this run's resume and
+  // every later use of the data. (A --data that is no tree: list_files says so.)
   try {
     std::error_code ec;
     fs::path out = fs::absolute(o_.out).lexically_normal();
     if (!out.has_filename()) out = out.parent_path();  // (a trailing slash)
     out = fs::weakly_canonical(out, ec);
-    for (const DatasetFolder& d : dataset_folders(plan_.data, {"train", "valid", "test"}, false))
-      if (out == fs::weakly_canonical(d.where, ec))
-        bad_option("--out ", o_.out, ": is the folder of --data's ", d.split, " graphs (", d.where.string(),
-                   "), where the run's .npz files would be read as graphs; choose a folder outside them");
+    for (const fs::path& p : dataset_extent(plan_.data)) {
+      const fs::path rel = out.lexically_relative(fs::weakly_canonical(p, ec));
+      if (!rel.empty() && *rel.begin() != "..")
+        bad_option("--out ", o_.out, ": lies inside --data's tree (", p.string(),
+                   "), where the run's files would be read as graphs or hide them; choose a folder outside it");
+    }
   } catch (const OptionError&) {
     throw;
   } catch (const Error&) {}
@@ -710,19 +718,34 @@ void Run::make_directory() {
   }
 }
 
+// The copies epochs kept of `f` (EpochFiles): all of them where the run is locked (whatever their pid says: a
+// container's gnn is pid 1 each time), else only those no live process may still be writing.
+std::vector<std::string> Run::kept_copies(const std::string& f) const {
+  const std::string kept = fs::path(EpochFiles::kept_name(f)).filename().string();
+  if (!lock_ || !lock_->held())
+    return stale_temporaries_in(dir_.string(), [&](const std::string& n) { return n == kept; });
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().starts_with(kept + ".tmp-") && it->is_regular_file(ec))
+      out.push_back(it->path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // A process killed outright (SIGKILL, a crash) after an epoch wrote best.npz or swa.npz and before its
 // model.npz landed left the newer file, out of step with model.npz (out_of_step), and the one it replaced as
-// PATH.before.tmp-PID (EpochFiles): that one, of this run and in step, goes back, so that a resume to fewer
-// epochs, or one whose validation scores otherwise, does not end with weights of an epoch it has no record
-// of. Where model.npz says there was none before (no best yet; SWA's first epoch) the newer file goes. Any
-// other file out of step (restored from another time, or of another run) is left to check_kept_checkpoints,
-// which refuses it; so is a symlink. Every copy is looked at whatever its pid says: the run is locked.
+// a kept copy: that one, of this run and in step, goes back (as it does where the file itself is missing),
+// so that a resume to fewer epochs, or one whose validation scores otherwise, does not end with weights of
+// an epoch it has no record of. Where model.npz says there was none before (no best yet; SWA's first epoch)
+// the newer file goes. Any other file out of step (restored from another time, or of another run) is left to
+// check_kept_checkpoints, which refuses it; so is a symlink.
 void Run::put_back_epoch_files() {
   for (const std::string& f : {best_path_, swa_path_}) {
     const bool swa = f == swa_path_;
     std::error_code ec;
     const fs::file_status st = fs::symlink_status(f, ec);
-    if (!fs::exists(st) || fs::is_symlink(st)) continue;
+    if (fs::is_symlink(st)) continue;
     // "" in step, or what is out of step; nothing where this check has no say (damaged, or another run's)
     const auto step_of = [&](const std::string& file) -> std::optional<std::string> {
       try {
@@ -733,22 +756,22 @@ void Run::put_back_epoch_files() {
         return std::nullopt;
       }
     };
-    const std::optional<std::string> why = step_of(f);
-    if (!why || why->empty()) continue;
-    const std::string kept = fs::path(EpochFiles::kept_name(f)).filename().string() + ".tmp-";
+    const bool there = fs::exists(st);
+    const std::optional<std::string> why = there ? step_of(f) : std::nullopt;
+    if (there && (!why || why->empty())) continue;
     std::string back;
-    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end && back.empty(); it.increment(ec))
-      if (it->path().filename().string().starts_with(kept) && it->is_regular_file(ec) &&
-          step_of(it->path().string()) == std::string())
-        back = it->path().string();
+    for (const std::string& c : kept_copies(f))
+      if (back.empty() && step_of(c) == std::string()) back = c;
     const bool none_before = stored_i64(plan_.meta, swa ? "state/epoch" : "state/best_epoch") == 0;
-    if (back.empty() && !none_before) continue;
+    if (back.empty() && !(there && none_before)) continue;  // (check_kept_checkpoints refuses one out of step)
     ec.clear();
     back.empty() ? void(fs::remove(f, ec)) : fs::rename(back, f, ec);
-    GNN_CHECK(!ec, "--resume: ", f, ": ", *why, ", and it cannot be ",
-              back.empty() ? "removed" : "put back from " + back, " (", ec.message(), ")");
-    std::fprintf(stderr, "gnn train: %s: %s (the run stopped between an epoch's files): %s\n", f.c_str(), why->c_str(),
-                 back.empty() ? "removed, as model.npz says there was none before" : "the one it replaced put back");
+    const std::string said = there ? f + ": " + *why : f + " is missing";
+    GNN_CHECK(!ec, "--resume: ", said, ", and it cannot be ", back.empty() ? "removed" : "put back from " + back, " (",
+              ec.message(), ")");
+    std::fprintf(stderr, "gnn train: %s: %s\n", said.c_str(),
+                 back.empty() ? "removed, as model.npz says there was none before"
+                              : ("the copy the run kept of it put back (" + back + ")").c_str());
   }
 }
 

@@ -410,15 +410,27 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
   synth::DatasetOptions tiles;
   tiles.collection = "tile", tiles.graphs = 3, tiles.configs = 10, tiles.seed = 4, tiles.splits = {"train", "valid"};
   synth::write_dataset(dd, tiles);
-  for (const std::string& out :
-       {dd + "/npz/tile/xla/valid", dd + "/npz/tile/xla/train/../valid/", dd + "/npz/tile/xla/test"}) {
+  // A flat collection folder (graphs without split folders), and a split folder given as --data.
+  const std::string flat = t.file("flat/tile/xla");
+  fs::create_directories(flat);
+  for (const auto& f : fs::directory_iterator(dd + "/npz/tile/xla/train")) fs::copy(f.path(), flat);
+  const std::vector<std::pair<std::string, std::string>> inside = {
+      {dd, dd + "/npz/tile/xla/valid"},
+      {dd, dd + "/npz/tile/xla/train/../valid/"},
+      {dd, dd + "/npz/tile/xla/test"},  // (not made yet)
+      {dd, dd + "/npz/layout/xla/default"},  // (where a collection would be found)
+      {dd + "/npz/tile/xla/train", dd + "/npz/tile/xla/valid"},  // (a sibling of the split given)
+      {t.file("flat"), flat + "/valid/run"}};  // (a split folder would hide the flat folder's graphs)
+  for (const auto& [d, out] : inside) {
     CAPTURE(out);
-    r = run_gnn("train --model tile-mlp --data " + dd + " --epochs 1 --out " + out);
+    r = run_gnn("train --model tile-mlp --data " + d + " --epochs 1 --out " + out);
     CHECK(r.exit_code == 2);
-    CHECK_MESSAGE(contains(r.err, "--out " + out + ": is the folder of --data's "), r.err);
+    CHECK_MESSAGE(contains(r.err, "--out " + out + ": lies inside --data's tree"), r.err);
   }
   CHECK(walk_dataset(dd).size() == 6);
+  CHECK(walk_dataset(t.file("flat")).size() == 9);  // (every split: the flat folder's 3 graphs serve each)
   CHECK_FALSE(fs::exists(dd + "/npz/tile/xla/test"));
+  CHECK_FALSE(fs::exists(flat + "/valid"));
   for (const auto& f : fs::recursive_directory_iterator(dd))
     CHECK_MESSAGE(!contains(f.path().string(), "lock"), f.path());
   // A symlink loop as --out is said to be one.
@@ -830,8 +842,8 @@ TEST_CASE("run files: a run killed between an epoch's best.npz and its model.npz
     // eval refuses the newer file, naming the way out, and scores --checkpoint last
     r = run_gnn("eval --run " + run + " --data " + data());
     CHECK(r.exit_code == 1);
-    CHECK_MESSAGE(contains(r.err, run + "/best.npz: it holds the best of epoch 2, model.npz's best is epoch 1 (a run "
-                                        "writing its epoch now, or one stopped between the two files"),
+    CHECK_MESSAGE(contains(r.err, run + "/best.npz: it holds the best of epoch 2, model.npz's best is epoch 1: "
+                                        "written by an epoch whose model.npz has not landed"),
                   r.err);
     r = run_gnn("eval --run " + run + " --data " + data() + " --checkpoint swa");
     CHECK_MESSAGE(contains(r.err, "swa.npz: it averages the weights up to epoch 2, model.npz is at epoch 1"), r.err);
@@ -839,19 +851,39 @@ TEST_CASE("run files: a run killed between an epoch's best.npz and its model.npz
     // A resume to no more epochs than model.npz's puts the kept ones back, and leaves no temporary.
     r = run_gnn("train --out " + run + " --resume --epochs 1 --progress lines");
     REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-    CHECK_MESSAGE(contains(r.err, run + "/best.npz: it holds the best of epoch 2, model.npz's best is epoch 1 (the "
-                                        "run stopped between an epoch's files): the one it replaced put back"),
+    CHECK_MESSAGE(contains(r.err, run + "/best.npz: it holds the best of epoch 2, model.npz's best is epoch 1: "),
+                  r.err);
+    CHECK_MESSAGE(contains(r.err, "the copy the run kept of it put back (" + run + "/best.npz.before.tmp-" + pid),
                   r.err);
     CHECK(testing::read_bytes(run + "/best.npz") == best);
     CHECK(testing::read_bytes(run + "/swa.npz") == swa);
     CHECK(run_gnn("eval --run " + run + " --data " + data()).exit_code == 0);
   }
-  // Nothing kept, and model.npz has a best: the file is refused, and left as it is.
+  // best.npz removed by hand (eval refused it), its kept copy there: put back, not swept away as a temporary.
+  const std::string gone = killed("gone", "999999999");
+  fs::remove(gone + "/best.npz");
+  r = run_gnn("train --out " + gone + " --resume --epochs 1 --progress lines");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK_MESSAGE(contains(r.err, gone + "/best.npz is missing: the copy the run kept of it put back"), r.err);
+  CHECK(testing::read_bytes(gone + "/best.npz") == best);
+  // Nothing kept in step (a copy of another time only), and model.npz has a best: the file is refused, and it
+  // and the copy are left as they are.
   const std::string lost = killed("lost", "");
+  fs::copy_file(next + "/best.npz", lost + "/best.npz.before.tmp-999999999");
   r = run_gnn("train --out " + lost + " --resume --epochs 1 --progress lines");
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, "--resume: " + lost + "/best.npz: it holds the best of epoch 2"), r.err);
   CHECK(testing::read_bytes(lost + "/best.npz") == testing::read_bytes(next + "/best.npz"));
+  CHECK(fs::exists(lost + "/best.npz.before.tmp-999999999"));
+  // A file behind model.npz (put back from an earlier time) is refused as such.
+  const std::string behind = t.file("behind");
+  fs::copy(next, behind, fs::copy_options::recursive);
+  fs::remove(behind + "/lock");
+  fs::copy_file(good + "/best.npz", behind + "/best.npz", fs::copy_options::overwrite_existing);
+  r = run_gnn("eval --run " + behind + " --data " + data());
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, "it holds the best of epoch 1, model.npz's best is epoch 2: older than the run's "),
+                r.err);
   // Nothing kept, and model.npz says there was no best yet (the epoch wrote the file first): the file goes.
   const std::string first = damaged_run(t, lost, "first", [](std::map<std::string, Tensor>& a) {
     a["state/best_epoch"] = i64_tensor(0), a["state/best_score"] = f64_tensor(-INFINITY);

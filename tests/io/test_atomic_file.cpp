@@ -123,9 +123,13 @@ TEST_CASE(
     write_file_atomic(t.file("late.npz"), "new\n");
     write_file_atomic(t.file("first.npz"), "new\n");
     write_file_atomic(t.file("model.npz"), "epoch 2\n");
-    std::ofstream(t.file("early.npz")) << "old\n";  // (its `until` not replaced: put back, and removed)
+    std::ofstream(t.file("early.npz")) << "old\n";  // (its `until` there and not replaced: put back)
+    std::ofstream(t.file("still.npz")) << "epoch 2\n";
     fs::create_hard_link(t.file("early.npz"), t.file("early.npz.before.tmp-1"));
-    until_done.add_put_back(t.file("early.npz.before.tmp-1"), t.file("early.npz"), t.file("next.npz"));
+    until_done.add_put_back(t.file("early.npz.before.tmp-1"), t.file("early.npz"), t.file("still.npz"));
+    std::ofstream(t.file("same.npz")) << "old\n";  // (not rewritten yet: the copy's name goes, the file stays)
+    fs::create_hard_link(t.file("same.npz"), t.file("same.npz.before.tmp-1"));
+    until_done.add_put_back(t.file("same.npz.before.tmp-1"), t.file("same.npz"), t.file("still.npz"));
     until_done.add_file(t.file("fresh.npz"), t.file("next.npz"));
     write_file_atomic(t.file("early.npz"), "new\n");
     write_file_atomic(t.file("fresh.npz"), "new\n");
@@ -143,6 +147,8 @@ TEST_CASE(
   CHECK(text_of(t.file("late.npz")) == "new\n");
   CHECK(text_of(t.file("first.npz")) == "new\n");
   CHECK(text_of(t.file("early.npz")) == "old\n");
+  CHECK(text_of(t.file("same.npz")) == "old\n");
+  CHECK_FALSE(fs::exists(t.file("same.npz.before.tmp-1")));
   CHECK_FALSE(fs::exists(t.file("fresh.npz")));
 }
 
