@@ -421,7 +421,8 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
       {dd, dd + "/npz/layout/xla/default"},  // (where a collection would be found)
       {dd + "/npz/tile/xla/train", dd + "/npz/tile/xla/valid"},  // (a sibling of the split given)
       {t.file("flat"), flat + "/valid/run"}};  // (a split folder would hide the flat folder's graphs)
-  for (const auto& [d, out] : inside) {
+  for (const auto& data_and_out : inside) {
+    const std::string &d = data_and_out.first, &out = data_and_out.second;
     CAPTURE(out);
     r = run_gnn("train --model tile-mlp --data " + d + " --epochs 1 --out " + out);
     CHECK(r.exit_code == 2);
@@ -490,6 +491,16 @@ std::string damaged_run(const TempDir& t, const std::string& from, const std::st
   edit(a);
   save_npz(run + "/model.npz", {a.begin(), a.end()});
   return run;
+}
+
+// A tile-mlp run of one epoch with --swa 1 in t's "good", and a copy of it as `name` whose best score is the
+// least a score can be, so that its epoch 2 certainly writes best.npz again.
+std::string lowered_run(const TempDir& t, const std::string& name) {
+  const std::string good = t.file("good");
+  const auto r =
+      run_gnn("train --model tile-mlp --data " + data() + " --out " + good + " --epochs 1 --swa 1 --progress lines");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  return damaged_run(t, good, name, [](std::map<std::string, Tensor>& a) { a["state/best_score"] = f64_tensor(-1.0); });
 }
 
 std::string first_key(const std::map<std::string, Tensor>& a, const std::string& prefix, const std::string& suffix) {
@@ -763,17 +774,12 @@ TEST_CASE("run files: a run whose model.npz is gone is not trained over, and a l
 TEST_CASE("run files: a checkpoint that does not land puts back the best.npz and swa.npz its epoch wrote") {
   if (std::system("command -v prlimit >/dev/null 2>&1") != 0) return testing::skip("no prlimit (util-linux)");
   TempDir t;
-  const std::string good = t.file("good");
-  auto r =
-      run_gnn("train --model tile-mlp --data " + data() + " --out " + good + " --epochs 1 --swa 1 --progress lines");
-  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  // Its best score lowered to the least a score can be, so that epoch 2 certainly writes best.npz again.
-  const std::string run =
-      damaged_run(t, good, "run", [](std::map<std::string, Tensor>& a) { a["state/best_score"] = f64_tensor(-1.0); });
+  const std::string run = lowered_run(t, "run");
   const std::vector<uint8_t> best = testing::read_bytes(run + "/best.npz"), swa = testing::read_bytes(run + "/swa.npz"),
                              model = testing::read_bytes(run + "/model.npz");
   const std::string limit = std::to_string(model.size() / 2048);  // KiB: best.npz and swa.npz fit, model.npz not
-  r = testing::run_gnn_env("ulimit -f " + limit + "; trap '' XFSZ;", "train --out " + run + " --resume --epochs 2");
+  auto r =
+      testing::run_gnn_env("ulimit -f " + limit + "; trap '' XFSZ;", "train --out " + run + " --resume --epochs 2");
   CHECK(r.exit_code == 1);
   CHECK_MESSAGE(contains(r.err, "model.npz"), r.err);
   CHECK(testing::read_bytes(run + "/model.npz") == model);
@@ -809,15 +815,9 @@ TEST_CASE("run files: a checkpoint that does not land puts back the best.npz and
 
 TEST_CASE("run files: a run killed between an epoch's best.npz and its model.npz is put back on resume") {
   TempDir t;
-  const std::string good = t.file("good");
-  auto r =
-      run_gnn("train --model tile-mlp --data " + data() + " --out " + good + " --epochs 1 --swa 1 --progress lines");
-  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  // The next epoch's best.npz and swa.npz, from a copy whose best score is the least a score can be (so that
-  // epoch 2 writes best.npz).
-  const std::string next =
-      damaged_run(t, good, "next", [](std::map<std::string, Tensor>& a) { a["state/best_score"] = f64_tensor(-1.0); });
-  r = run_gnn("train --out " + next + " --resume --epochs 2 --progress lines");
+  // The next epoch's best.npz and swa.npz (epoch 2 writes both).
+  const std::string good = t.file("good"), next = lowered_run(t, "next");
+  auto r = run_gnn("train --out " + next + " --resume --epochs 2 --progress lines");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const std::vector<uint8_t> best = testing::read_bytes(good + "/best.npz"),
                              swa = testing::read_bytes(good + "/swa.npz");
@@ -836,7 +836,7 @@ TEST_CASE("run files: a run killed between an epoch's best.npz and its model.npz
     }
     return run;
   };
-  for (const std::string pid : {std::string("999999999"), std::to_string(::getpid())}) {
+  for (const std::string& pid : {std::string("999999999"), std::to_string(::getpid())}) {
     CAPTURE(pid);
     const std::string run = killed("killed" + pid, pid);
     // eval refuses the newer file, naming the way out, and scores --checkpoint last
