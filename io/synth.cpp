@@ -387,10 +387,11 @@ void write_splits(const std::filesystem::path& root, const DatasetOptions& o, bo
         NpzWriter w(staged, o.compress, /*level=*/1);  // level 1: a 100k-node layout graph writes in seconds
         for (const auto& [key, t] : arrays) w.add(key, t);
         w.close();
-      } catch (const Error& e) {  // (said of the graph, not of the name it waits under)
+      } catch (const Error& e) {  // (a failed write said of the graph, not of the name it waits under)
         std::string m = e.message();
-        if (const size_t at = m.find(staged); at != std::string::npos) m.replace(at, staged.size(), path);
-        throw Error(m, e.where());
+        const size_t at = m.find(staged);
+        if (at == std::string::npos) throw;
+        throw Error(m.replace(at, staged.size(), path), e.where());
       }
       paths.push_back(staged);
     }

@@ -249,10 +249,6 @@ std::vector<std::pair<CollectionId, fs::path>> find_collections(const fs::path& 
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // What a --data folder reads: its collection folders, with the one split a split folder names, and the
 // root they were looked for in (`dir`, or dir/npz where it has one).
 struct DataTree {

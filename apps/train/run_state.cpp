@@ -441,16 +441,16 @@ void append_line(const std::string& path, const std::string& line) {
   GNN_CHECK(ok, path, ": cannot append (", std::strerror(err), ")");
 }
 
-// What a checkpoint of another run (best.npz or swa.npz beside a model.npz that was replaced, or the other
-// way round) holds otherwise than model.npz, of what every checkpoint of one run shares: its seed, its
-// preprocessing (fitted once, kept on resume) and the hyper-parameters a resume may not change that both
-// files record; "" if none differs. ours: model.npz's.
 int64_t stored_i64(const Meta& m, const std::string& key) {
   const auto it = m.arrays.find(key);
   return it == m.arrays.end() || it->second.dtype() != DType::I64 || it->second.numel() != 1 ? int64_t(-1)
                                                                                              : it->second.i64()[0];
 }
 
+// What a checkpoint of another run (best.npz or swa.npz beside a model.npz that was replaced, or the other
+// way round) holds otherwise than model.npz, of what every checkpoint of one run shares: its seed, its
+// preprocessing (fitted once, kept on resume) and the hyper-parameters a resume may not change that both
+// files record; "" if none differs. ours: model.npz's.
 std::string meta_differing(const Meta& ours, const Meta& theirs) {
   const int64_t seed = stored_i64(theirs, "meta/seed");
   if (seed >= 0 && seed != stored_i64(ours, "meta/seed"))  // (not recorded by an older gnn: not compared)

@@ -404,8 +404,8 @@ TEST_CASE("run files: a resume reads best.npz back, and an output folder that ca
   CHECK_MESSAGE(contains(r.err, "a folder with files in it that no earlier demo made"), r.err);
   CHECK(slurp(t.file("mine/data/notes.txt")) == "mine\n");
   CHECK_FALSE(fs::exists(t.file("mine/.gnn-demo")));
-  // A run folder that is one of the data's split folders (through another spelling too): its files would be read
-  // as graphs. Refused before anything is written there.
+  // A run folder inside the data's tree (a split folder, by another spelling too, or one not made yet): its files
+  // would be read as graphs, or its folder hide them. Refused before anything is written there.
   const std::string dd = t.file("dd");
   synth::DatasetOptions tiles;
   tiles.collection = "tile", tiles.graphs = 3, tiles.configs = 10, tiles.seed = 4, tiles.splits = {"train", "valid"};
