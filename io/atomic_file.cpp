@@ -26,13 +26,14 @@ namespace gnn {
 namespace {
 
 // The temporaries being written, for the signal handler (install_interrupt_handlers): a slot is free (0),
-// being filled (1), armed (2) or taken by the handler (3, the process is ending). Atomics and unlink are
-// all the handler touches; it takes a slot before reading its path, so a path is never read while rewritten.
+// being filled (1), armed (2) or taken by the handler (3, the process is ending). Atomics, stat, unlink,
+// rename and rmdir are all the handler touches (async-signal-safe); it takes a slot before reading its path,
+// so a path is never read while rewritten.
 constexpr int kTempSlots = 64;
 struct TempSlot {
   std::atomic<int> state{0};
-  // 0: a file, unlinked; n > 0: a folder and n - 1 of its parents, each removed if empty; -1: a file put back,
-  // renamed to `to`
+  // 0: a file, unlinked; n > 0: a folder and n - 1 of its parents, each removed if empty; -1 (not a folder): a
+  // file put back, renamed to `to`
   int folder_levels = 0;
   char path[4096], to[4096];
   // A file that, once replaced (another file, or one where there was none), disarms the slot: the work's
@@ -137,19 +138,29 @@ void on_interrupt(int sig) {
     errno = saved;
     if (same) return;
   }
-  bool folder[kTempSlots] = {};  // files first: a folder goes only once empty
+  bool taken[kTempSlots] = {};
   for (int i = 0; i < kTempSlots; ++i) {
     int armed = 2;
-    if (!g_temps[i].state.compare_exchange_strong(armed, 3)) continue;  // (taken: its fields are stable now)
-    const TempSlot& t = g_temps[i];
-    if (!witness_unchanged(t)) continue;  // (the work's last file landed: what it wrote stays)
-    if (t.folder_levels == 0) ::unlink(t.path);
-    // (two names of one file: rename does nothing, and the copy's name goes)
-    if (t.folder_levels < 0 && ::rename(t.path, t.to) == 0) ::unlink(t.path);
-    folder[i] = t.folder_levels > 0;
+    taken[i] = g_temps[i].state.compare_exchange_strong(armed, 3);  // (taken: its fields are stable now)
   }
-  for (int i = 0; i < kTempSlots; ++i)
-    if (folder[i]) remove_empty_folders(g_temps[i].path, g_temps[i].folder_levels);
+  // The temporaries first, so that a file still being written (the work's last, which another thread may be
+  // about to rename into place) cannot land after the witnesses are looked at; then what a witness guards
+  // (the work's last file landed: what it wrote stays); then the folders, once emptied.
+  for (int pass = 0; pass < 3; ++pass)
+    for (int i = 0; i < kTempSlots; ++i) {
+      if (!taken[i]) continue;
+      TempSlot& t = g_temps[i];
+      const bool guarded = t.witness[0] != 0 || t.folder_levels < 0;
+      if (pass == 0 && t.folder_levels == 0 && !guarded) {
+        ::unlink(t.path);
+      } else if (pass == 1 && guarded && witness_unchanged(t)) {
+        if (t.folder_levels == 0) ::unlink(t.path);
+        // (two names of one file: rename does nothing, and the copy's name goes)
+        else if (::rename(t.path, t.to) == 0) ::unlink(t.path);
+      } else if (pass == 2 && t.folder_levels > 0) {
+        remove_empty_folders(t.path, t.folder_levels);
+      }
+    }
   // A handler that was there first (MPI's prints the rank's stop message), then the signal's own ending:
   // the temporaries are gone, so the process may not go on even where that handler would return.
   if (void (*previous)(int) = g_previous[sig]) previous(sig);
@@ -359,8 +370,8 @@ std::string output_names_input(const std::string& out, const std::vector<std::st
   return "";
 }
 
-std::vector<std::string> stale_temporaries_in(const std::string& dir,
-                                              const std::function<bool(const std::string&)>& of) {
+std::vector<std::string> stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of,
+                                              bool owned) {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::vector<std::string> out;
@@ -372,9 +383,13 @@ std::vector<std::string> stale_temporaries_in(const std::string& dir,
     const std::string pid = name.substr(at + kMark.size());
     if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
     if (!of(name.substr(0, at))) continue;
-    if (::kill(pid_t(std::stol(pid)), 0) == 0 || errno == EPERM) continue;  // its writer still runs
     std::error_code st;
     if (!it->is_regular_file(st) || it->is_symlink(st)) continue;  // (not a FIFO, device or link so named)
+    if (owned) {
+      out.push_back(it->path().string());
+      continue;
+    }
+    if (::kill(pid_t(std::stol(pid)), 0) == 0 || errno == EPERM) continue;  // its writer still runs
     // A writer in another PID namespace or on another host holds a lock on it: kept. (A shared lock: it
     // conflicts with the writer's exclusive one, and NFS grants it on a read-only descriptor.)
     const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -387,9 +402,9 @@ std::vector<std::string> stale_temporaries_in(const std::string& dir,
   return out;
 }
 
-int remove_stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of) {
+int remove_stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of, bool owned) {
   int removed = 0;
-  for (const std::string& f : stale_temporaries_in(dir, of)) {
+  for (const std::string& f : stale_temporaries_in(dir, of, owned)) {
     std::error_code rm;
     removed += std::filesystem::remove(f, rm) ? 1 : 0;
   }

@@ -65,11 +65,13 @@ std::string output_names_input(const std::string& out, const std::vector<std::st
 // how many it removed.
 int remove_stale_temporaries(const std::string& path);
 // The same for every regular file in `dir` whose name is `NAME.tmp-PID` with of(NAME) true (synth's
-// graphs). A folder that cannot be read removes nothing.
-int remove_stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of);
-// Those files themselves, sorted, none removed (train puts a kept copy back from them).
-std::vector<std::string> stale_temporaries_in(const std::string& dir,
-                                              const std::function<bool(const std::string&)>& of);
+// graphs). owned: the caller holds a lock that every writer of these files holds, so each is stale whatever
+// its pid says (a container's process is pid 1 each time). A folder that cannot be read removes nothing.
+int remove_stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of,
+                                bool owned = false);
+// Those files themselves, sorted, none removed.
+std::vector<std::string> stale_temporaries_in(const std::string& dir, const std::function<bool(const std::string&)>& of,
+                                              bool owned = false);
 
 // Interruption: SIGINT, SIGTERM, SIGHUP and SIGXCPU. After install_interrupt_handlers() (the CLI's main calls it;
 // a signal the process was started ignoring, as under nohup, stays ignored) such a signal removes the

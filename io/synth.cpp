@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <typeinfo>
 
 #include "io/atomic_file.h"
 #include "io/npz.h"
@@ -389,9 +390,10 @@ void write_splits(const std::filesystem::path& root, const DatasetOptions& o, bo
         w.close();
       } catch (const Error& e) {  // (a failed write said of the graph, not of the name it waits under)
         std::string m = e.message();
-        const size_t at = m.find(staged);
-        if (at == std::string::npos) throw;
-        throw Error(m.replace(at, staged.size(), path), e.where());
+        if (typeid(e) != typeid(Error) || m.find(staged) == std::string::npos) throw;  // (another kind: as it is)
+        for (size_t at = 0; (at = m.find(staged, at)) != std::string::npos; at += path.size())
+          m.replace(at, staged.size(), path);
+        throw Error(m, e.where());
       }
       paths.push_back(staged);
     }
@@ -439,7 +441,8 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
     fs::create_directories(root);
     lock = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     GNN_CHECK(lock >= 0, root.string(), ": cannot open (", std::strerror(errno), ")");
-    if (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+    const bool lock_held = ::flock(lock, LOCK_EX | LOCK_NB) == 0;
+    if (!lock_held) {
       const int err = errno;
       if (err == EWOULDBLOCK) {
         made.clear();  // (the holder may have made them: they are its)
@@ -453,10 +456,13 @@ std::vector<std::string> write_dataset(const std::string& dir, const DatasetOpti
     // (What a synth killed with SIGKILL left, its temporaries, goes first: no handler ran to remove them.)
     for (const std::string& split : o.splits)
       if (fs::is_directory(root / split)) {
-        remove_stale_temporaries_in((root / split).string(), [](const std::string& name) {
-          // (a staged graph, NAME.npz.tmp-PID, and its own writer's temporary, NAME.npz.tmp-PID.tmp-PID)
-          return name.starts_with("synth_") && name.find(".npz") != std::string::npos;
-        });
+        // (a staged graph, NAME.npz.tmp-PID, and its own writer's temporary, NAME.npz.tmp-PID.tmp-PID; stale
+        // whatever their pid where this call holds the tree's lock)
+        remove_stale_temporaries_in((root / split).string(),
+                                    [](const std::string& name) {
+                                      return name.starts_with("synth_") && name.find(".npz") != std::string::npos;
+                                    },
+                                    lock_held);
         for (const auto& e : fs::directory_iterator(root / split))
           GNN_CHECK(e.path().extension() != ".npz", (root / split).string(), " already holds graphs (",
                     e.path().filename().string(), "); write a new dataset into an empty --out, or remove them first");

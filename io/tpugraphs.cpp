@@ -255,6 +255,7 @@ struct DataTree {
   fs::path given, root;
   std::vector<std::pair<CollectionId, fs::path>> collections;
   std::string only_split;
+  bool tree = true;  // the collections were found under root (not read from a collection or split folder's path)
 };
 
 DataTree data_tree(const std::string& dir_text) {
@@ -264,6 +265,7 @@ DataTree data_tree(const std::string& dir_text) {
   if (fs::is_directory(t.root / "npz")) t.root /= "npz";
   t.collections = find_collections(t.root);
   if (t.collections.empty()) {
+    t.tree = false;
     // A collection folder or a split folder: read the collection from the path's last components.
     fs::path folder = t.root;
     if (is_split(folder.filename().string())) t.only_split = folder.filename().string(), folder = folder.parent_path();
@@ -281,8 +283,12 @@ DataTree data_tree(const std::string& dir_text) {
   return t;
 }
 
-}  // namespace
-
+// The folders walk_dataset lists .npz files in (not recursively), each with its collection and split.
+struct DatasetFolder {
+  CollectionId collection;
+  std::string split;
+  fs::path where;
+};
 std::vector<DatasetFolder> dataset_folders(const std::string& dir_text, const std::vector<std::string>& splits) {
   const DataTree t = data_tree(dir_text);
   std::vector<DatasetFolder> out;
@@ -300,11 +306,36 @@ std::vector<DatasetFolder> dataset_folders(const std::string& dir_text, const st
   return out;
 }
 
-std::vector<fs::path> dataset_extent(const std::string& dir_text) {
+}  // namespace
+
+std::string data_folder_holding(const std::string& dir_text, const std::string& path) {
   const DataTree t = data_tree(dir_text);
-  std::vector<fs::path> out = {t.given / "npz", t.root / "tile", t.root / "layout"};
-  for (const auto& c : t.collections) out.push_back(c.second);
-  return out;
+  // Where reading the data looks (`below`: that folder and anything under it, which making it would create;
+  // `at`: that folder alone, a collection's own, where a flat one's graphs are): each collection's split
+  // folders, a collection folder not made yet (a run there would become one) and an npz/ folder not made yet
+  // (which would replace the root).
+  std::vector<fs::path> below, at;
+  for (const auto& c : t.collections) {
+    at.push_back(c.second);
+    for (const char* split : {"train", "valid", "test"}) below.push_back(c.second / split);
+  }
+  if (t.tree) {
+    if (t.root == t.given) below.push_back(t.given / "npz");
+    for (const char* c : {"tile/xla", "layout/xla", "layout/nlp", "layout/xla/default", "layout/xla/random",
+                          "layout/nlp/default", "layout/nlp/random"})
+      if (!fs::exists(t.root / c)) below.push_back(t.root / c);
+  }
+  std::error_code ec;
+  fs::path p = fs::absolute(path).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // (a trailing slash)
+  p = fs::weakly_canonical(p, ec);
+  for (const fs::path& f : at)
+    if (p == fs::weakly_canonical(f, ec)) return f.string();
+  for (const fs::path& f : below) {
+    const fs::path rel = p.lexically_relative(fs::weakly_canonical(f, ec));
+    if (!rel.empty() && *rel.begin() != "..") return f.string();
+  }
+  return "";
 }
 
 std::vector<DatasetFile> walk_dataset(const std::string& dir_text, const WalkOptions& options) {

@@ -9,7 +9,6 @@
 // A file that breaks the schema gives one gnn::Error naming the file, the array and the problem.
 #pragma once
 #include <cstdint>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -90,17 +89,10 @@ struct WalkOptions {
 // npz/layout/nlp/random) or one split folder of a collection. Every file's schema is checked from
 // its headers (keys, dtypes, shapes), which reads no array data; values are checked on load.
 std::vector<DatasetFile> walk_dataset(const std::string& dir, const WalkOptions& options = {});
-// The folders walk_dataset lists .npz files in (not recursively), each with its collection and split.
-struct DatasetFolder {
-  CollectionId collection;
-  std::string split;
-  std::filesystem::path where;
-};
-std::vector<DatasetFolder> dataset_folders(const std::string& dir, const std::vector<std::string>& splits);
-// The folders whose insides decide what `dir` holds as data (made yet or not): each collection folder (a split
-// folder's too), and where a collection or an npz/ folder would be found. A folder made at or under one of
-// them could be read as graphs, or hide them.
-std::vector<std::filesystem::path> dataset_extent(const std::string& dir);
+// The folder of the data at `dir` that `path` lies in (at or below), as the data's reader sees them: a split
+// folder (made yet or not), where a collection or an npz/ folder would be found, a collection folder itself;
+// "" for none. A run or other output made there could be read as graphs, or hide them.
+std::string data_folder_holding(const std::string& dir, const std::string& path);
 
 // Checks keys, dtypes and shapes of a TpuGraphs file without reading array data; true for a layout
 // file, false for a tile one.

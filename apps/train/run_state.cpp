@@ -491,7 +491,7 @@ std::string out_of_step(const Meta& model, const Meta& file, bool swa) {
           : detail::str_cat("it holds the best of epoch ", theirs, ", model.npz's best is ",
                             mine > 0 ? detail::str_cat("epoch ", mine) : std::string("none yet"));
   return what + (theirs > mine ? ": written by an epoch whose model.npz has not landed (a run writing it now, or "
-                                 "one stopped between the two, which its resume mends)"
+                                 "one killed between the two)"
                                : ": older than the run's record (put back from an earlier time?)");
 }
 
@@ -509,7 +509,8 @@ std::string run_checkpoint(const std::string& run, const std::string& which) {
     const std::string other = meta_differing(ours, theirs);
     GNN_CHECK(other.empty(), "--checkpoint ", which, ": ", f, ": is not of the run model.npz holds: ", other, way_out);
     const std::string step = out_of_step(ours, theirs, which == "swa");
-    GNN_CHECK(step.empty(), "--checkpoint ", which, ": ", f, ": ", step, "; score --checkpoint last");
+    GNN_CHECK(step.empty(), "--checkpoint ", which, ": ", f, ": ", step,
+              "; score --checkpoint last (a resume of a run killed so puts back the file it replaced)");
     return f;
   };
   if (which == "swa") {

@@ -556,24 +556,18 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   announce();
 }
 
-// The flags this run's recipe, device and hyper-parameters cannot take together, each refused by name.
+// The flags this run's recipe, device and hyper-parameters cannot take together, and an --out inside the
+// data, each refused by name.
 void Run::refuse_options() const {
   const Recipe* recipe = plan_.recipe;
   const HParams& hp = plan_.hp;
-  // A run folder inside the data's tree (a split folder, made yet or not, or where a collection would be
-  // found): its .npz files would be read as graphs, or its folder hide the graphs, for this run's resume and
+  // A run folder where the data's graphs are read (a split folder, made yet or not, or where a collection
+  // would be found): its files would be read as graphs, or its folder hide them, for this run's resume and
   // every later use of the data. (A --data that is no tree: list_files says so.)
   try {
-    std::error_code ec;
-    fs::path out = fs::absolute(o_.out).lexically_normal();
-    if (!out.has_filename()) out = out.parent_path();  // (a trailing slash)
-    out = fs::weakly_canonical(out, ec);
-    for (const fs::path& p : dataset_extent(plan_.data)) {
-      const fs::path rel = out.lexically_relative(fs::weakly_canonical(p, ec));
-      if (!rel.empty() && *rel.begin() != "..")
-        bad_option("--out ", o_.out, ": lies inside --data's tree (", p.string(),
-                   "), where the run's files would be read as graphs or hide them; choose a folder outside it");
-    }
+    if (const std::string folder = data_folder_holding(plan_.data, o_.out); !folder.empty())
+      bad_option("--out ", o_.out, ": lies inside ", folder, ", where --data's graphs are read; its files would be ",
+                 "read as graphs or hide them: choose a folder outside it");
   } catch (const OptionError&) {
     throw;
   } catch (const Error&) {}
@@ -722,32 +716,25 @@ void Run::make_directory() {
 // container's gnn is pid 1 each time), else only those no live process may still be writing.
 std::vector<std::string> Run::kept_copies(const std::string& f) const {
   const std::string kept = fs::path(EpochFiles::kept_name(f)).filename().string();
-  if (!lock_ || !lock_->held())
-    return stale_temporaries_in(dir_.string(), [&](const std::string& n) { return n == kept; });
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec))
-    if (it->path().filename().string().starts_with(kept + ".tmp-") && it->is_regular_file(ec))
-      out.push_back(it->path().string());
-  std::sort(out.begin(), out.end());
-  return out;
+  return stale_temporaries_in(
+      dir_.string(), [&](const std::string& n) { return n == kept; }, lock_ && lock_->held());
 }
 
 // A process killed outright (SIGKILL, a crash) after an epoch wrote best.npz or swa.npz and before its
 // model.npz landed left the newer file, out of step with model.npz (out_of_step), and the one it replaced as
-// a kept copy: that one, of this run and in step, goes back (as it does where the file itself is missing),
-// so that a resume to fewer epochs, or one whose validation scores otherwise, does not end with weights of
-// an epoch it has no record of. Where model.npz says there was none before (no best yet; SWA's first epoch)
-// the newer file goes. Any other file out of step (restored from another time, or of another run) is left to
-// check_kept_checkpoints, which refuses it; so is a symlink.
+// a kept copy: a copy of this run that is in step goes back over a file out of step (or a missing one), so
+// that a resume to fewer epochs, or one whose validation scores otherwise, does not end with weights of an
+// epoch it has no record of. With no such copy, a newer file goes only where model.npz says there was none
+// before (no best yet; SWA's first epoch); any other is left to check_kept_checkpoints, which refuses it, as
+// it judges a symlink (written through, never kept).
 void Run::put_back_epoch_files() {
   for (const std::string& f : {best_path_, swa_path_}) {
     const bool swa = f == swa_path_;
     std::error_code ec;
     const fs::file_status st = fs::symlink_status(f, ec);
     if (fs::is_symlink(st)) continue;
-    // "" in step, or what is out of step; nothing where this check has no say (damaged, or another run's)
-    const auto step_of = [&](const std::string& file) -> std::optional<std::string> {
+    // What is out of step in `file` ("" nothing); nothing where this check has no say (damaged, another run's)
+    const auto out_of_step_in = [&](const std::string& file) -> std::optional<std::string> {
       try {
         const Meta m = read_meta(file);
         if (!meta_differing(plan_.meta, m).empty()) return std::nullopt;
@@ -757,21 +744,28 @@ void Run::put_back_epoch_files() {
       }
     };
     const bool there = fs::exists(st);
-    const std::optional<std::string> why = there ? step_of(f) : std::nullopt;
-    if (there && (!why || why->empty())) continue;
+    std::string said = f + " is missing";
+    if (there) {
+      const std::optional<std::string> why = out_of_step_in(f);
+      if (!why || why->empty()) continue;
+      said = f + ": " + *why;
+    }
     std::string back;
     for (const std::string& c : kept_copies(f))
-      if (back.empty() && step_of(c) == std::string()) back = c;
-    const bool none_before = stored_i64(plan_.meta, swa ? "state/epoch" : "state/best_epoch") == 0;
-    if (back.empty() && !(there && none_before)) continue;  // (check_kept_checkpoints refuses one out of step)
-    ec.clear();
-    back.empty() ? void(fs::remove(f, ec)) : fs::rename(back, f, ec);
-    const std::string said = there ? f + ": " + *why : f + " is missing";
-    GNN_CHECK(!ec, "--resume: ", said, ", and it cannot be ", back.empty() ? "removed" : "put back from " + back, " (",
-              ec.message(), ")");
-    std::fprintf(stderr, "gnn train: %s: %s\n", said.c_str(),
-                 back.empty() ? "removed, as model.npz says there was none before"
-                              : ("the copy the run kept of it put back (" + back + ")").c_str());
+      if (out_of_step_in(c) == std::string()) {
+        back = c;
+        break;
+      }
+    if (!back.empty()) {
+      fs::rename(back, f, ec);
+      GNN_CHECK(!ec, "--resume: ", said, ", and it cannot be put back from ", back, " (", ec.message(), ")");
+      std::fprintf(stderr, "gnn train: %s: the copy the run kept of it put back (%s)\n", said.c_str(), back.c_str());
+      continue;
+    }
+    if (!there || stored_i64(plan_.meta, swa ? "state/epoch" : "state/best_epoch") != 0) continue;
+    fs::remove(f, ec);
+    GNN_CHECK(!ec, "--resume: ", said, ", and it cannot be removed (", ec.message(), ")");
+    std::fprintf(stderr, "gnn train: %s: removed, as model.npz says there was none before\n", said.c_str());
   }
 }
 

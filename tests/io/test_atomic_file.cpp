@@ -213,6 +213,13 @@ TEST_CASE("atomic file: what a killed writer of a file left is removed, not a li
   CHECK(after == 2);  // the live writer's and other.csv's
   CHECK(remove_stale_temporaries(out) == 1);  // the live writer's, killed since
   CHECK(temporaries(t.file("")) == 1);  // other.csv's: its own writer's to remove
+  // A caller that holds the lock every writer of them holds owns them: stale whatever the pid (a container's
+  // process is pid 1 each time), here this process's own.
+  std::ofstream(t.file("graph.npz.tmp-" + std::to_string(::getpid()))) << "staged\n";
+  const auto graphs = [](const std::string& name) { return name == "graph.npz"; };
+  CHECK(remove_stale_temporaries_in(t.file(""), graphs) == 0);
+  CHECK(stale_temporaries_in(t.file(""), graphs, true).size() == 1);
+  CHECK(remove_stale_temporaries_in(t.file(""), graphs, true) == 1);
 }
 
 TEST_CASE("atomic file: a write past ulimit -f fails naming the file, and leaves no temporary") {
