@@ -725,8 +725,8 @@ std::vector<std::string> Run::kept_copies(const std::string& f) const {
 // a kept copy: a copy of this run that is in step goes back over a file out of step (or a missing one), so
 // that a resume to fewer epochs, or one whose validation scores otherwise, does not end with weights of an
 // epoch it has no record of. With no such copy, a newer file goes only where model.npz says there was none
-// before (no best yet; SWA's first epoch); any other is left to check_kept_checkpoints, which refuses it, as
-// it judges a symlink (written through, never kept).
+// before (no best yet; SWA's first epoch) and the file is of the epoch after model.npz's; any other is left to
+// check_kept_checkpoints, which refuses it, as it judges a symlink (written through, never kept).
 void Run::put_back_epoch_files() {
   for (const std::string& f : {best_path_, swa_path_}) {
     const bool swa = f == swa_path_;
@@ -763,6 +763,15 @@ void Run::put_back_epoch_files() {
       continue;
     }
     if (!there || stored_i64(plan_.meta, swa ? "state/epoch" : "state/best_epoch") != 0) continue;
+    // (and only the file of the epoch after model.npz's: one of a later epoch is of a model.npz put back
+    // from an earlier time, whose run went on without it)
+    try {
+      if (stored_i64(read_meta(f), swa ? "state/epoch" : "state/best_epoch") !=
+          stored_i64(plan_.meta, "state/epoch") + 1)
+        continue;
+    } catch (const Error&) {
+      continue;
+    }
     fs::remove(f, ec);
     GNN_CHECK(!ec, "--resume: ", said, ", and it cannot be removed (", ec.message(), ")");
     std::fprintf(stderr, "gnn train: %s: removed, as model.npz says there was none before\n", said.c_str());

@@ -901,6 +901,21 @@ TEST_CASE("run files: a run killed between an epoch's best.npz and its model.npz
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   CHECK_MESSAGE(contains(r.err, "removed, as model.npz says there was none before"), r.err);
   CHECK_FALSE(fs::exists(first + "/best.npz"));
+  // The same model.npz (as a backup of epoch 1 put back by hand) beside the best.npz of a later epoch than the
+  // next: not what a kill leaves, so refused and left as it is.
+  const std::string later =
+      damaged_run(t, next, "later", [](std::map<std::string, Tensor>& a) { a["state/best_score"] = f64_tensor(-1.0); });
+  REQUIRE_MESSAGE(run_gnn("train --out " + later + " --resume --epochs 3").exit_code == 0, "epoch 3");
+  const std::string restored = damaged_run(t, lost, "restored", [](std::map<std::string, Tensor>& a) {
+    a["state/best_epoch"] = i64_tensor(0), a["state/best_score"] = f64_tensor(-INFINITY);
+  });
+  fs::remove(restored + "/swa.npz");
+  fs::copy_file(later + "/best.npz", restored + "/best.npz", fs::copy_options::overwrite_existing);
+  r = run_gnn("train --out " + restored + " --resume --epochs 1 --progress lines");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, restored + "/best.npz: it holds the best of epoch 3, model.npz's best is none yet"),
+                r.err);
+  CHECK(testing::read_bytes(restored + "/best.npz") == testing::read_bytes(later + "/best.npz"));
 }
 
 TEST_CASE("run files: a first checkpoint that cannot be written leaves no part of the run, and --resume says so") {
