@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "apps/commands.h"
+#include "apps/train/data_parallel.h"
 #include "apps/train/trainer.h"
 #include "base/parse.h"
 #include "dist/comm.h"
@@ -89,7 +90,10 @@ struct RunOnSplit {
   std::unique_ptr<train::GraphSource> graphs;
   int64_t tta = 1;  // the passes over orders of the configs it scores with (--tta, else the run's own)
 };
-std::vector<RunOnSplit> open_runs(const Args& a) {
+// Under mpirun every rank must score the same models on the same files (each scores its share of the graphs,
+// rank 0 writes all): a rank that sees another checkpoint, split or data (RUN or --data not shared, a copy
+// per node) stops the job, naming it, before anything is scored. `more`: the command's own such flags.
+std::vector<RunOnSplit> open_runs(const Args& a, train::RankFields more = {}) {
   const Device device = parse_device(a);
   set_timeout(a);
   try {
@@ -128,6 +132,23 @@ std::vector<RunOnSplit> open_runs(const Args& a) {
                                                     r.model.model->needs().features);
     runs.push_back(std::move(r));
   }
+  train::RankFields fields = {{"--split", split},
+                              {"--data", std::filesystem::absolute(a.str("data")).string()},
+                              {split + " split", train::files_fingerprint(runs[0].graphs->files())},
+                              {"--ensemble", a.str("ensemble")},
+                              {"--tta", std::to_string(tta)},
+                              {"--device", device.is_cuda() ? "cuda" : "cpu"}};
+  for (const RunOnSplit& r : runs) {
+    std::error_code ec;
+    const uintmax_t bytes = std::filesystem::file_size(r.model.path, ec);
+    fields.push_back({"checkpoint of --run " + r.dir,
+                      detail::str_cat(std::filesystem::absolute(r.model.path).string(), " (epoch ", r.model.epoch, ", ",
+                                      ec ? std::string("size unknown") : std::to_string(bytes) + " bytes", ")")});
+  }
+  fields.insert(fields.end(), more.begin(), more.end());
+  train::check_ranks_agree(
+      fields, "the check that every rank scores the same models on the same files",
+      "every rank needs the same flags, and every --run and --data on a filesystem every rank sees");
   if (tta > 1 && std::none_of(runs.begin(), runs.end(),
                               [](const RunOnSplit& r) { return r.model.recipe->configs_interact(r.model.hparams); }))
     throw UsageError("--tta " + a.str("tta") + ": averages over orders of the configs, and " +
@@ -432,7 +453,8 @@ Command eval_command() {
       "the raw scores averaged (mean: for runs whose scores are comparable; the most confident run weighs most).";
   c.run = [](const Args& a) {
     const std::string eval_dir = eval_indices_flag(a), split = split_flag(a);
-    const std::vector<RunOnSplit> runs = open_runs(a);
+    const std::vector<RunOnSplit> runs =
+        open_runs(a, {{"--eval-indices", eval_dir.empty() ? "" : std::filesystem::absolute(eval_dir).string()}});
     if (!eval_dir.empty() && runs[0].model.recipe->kind != "layout")
       throw UsageError("--eval-indices " + eval_dir + ": the official subsets are of layout graphs, and " +
                        runs[0].dir + " is a " + runs[0].model.recipe->kind + " model (" + runs[0].model.recipe->name +

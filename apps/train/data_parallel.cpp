@@ -1,7 +1,9 @@
 #include "apps/train/data_parallel.h"
 
 #include <chrono>
+#include <cinttypes>
 #include <cstring>
+#include <filesystem>
 
 #include "base/error.h"
 #include "dist/comm.h"
@@ -18,6 +20,54 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 int64_t padded(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
+
+void check_ranks_agree(
+    const RankFields& fields, const std::string& what, const std::string& hint,
+    const std::function<void(const std::string&, const std::string&, const std::string&, int)>& finer) {
+  if (!dist::distributed()) return;
+  std::string mine;  // each value as its length, a colon and its bytes: any value goes through whole
+  for (const auto& f : fields) mine += std::to_string(f.second.size()) + ':' + f.second;
+  const std::vector<std::string> all = dist::allgather(mine, what);
+  const auto values = [&](const std::string& s) {
+    std::vector<std::string> out;
+    for (size_t at = 0; at < s.size() && out.size() < fields.size();) {
+      const size_t colon = s.find(':', at);
+      GNN_CHECK(colon != std::string::npos, what, ": a rank sent a malformed list (a gnn of another version?)");
+      const size_t n = std::stoull(s.substr(at, colon - at));
+      out.push_back(s.substr(colon + 1, n));
+      at = colon + 1 + n;
+    }
+    out.resize(fields.size(), "(not sent: a gnn of another version?)");
+    return out;
+  };
+  const std::vector<std::string> first = values(all[0]);
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    const std::vector<std::string> theirs = values(all[r]);
+    for (size_t i = 0; i < fields.size(); ++i) {
+      if (first[i] == theirs[i]) continue;
+      if (finer) finer(fields[i].first, first[i], theirs[i], int(r));
+      GNN_FAIL("rank ", r, "'s ", fields[i].first, " is ", theirs[i], ", rank 0's ", first[i], ": ", hint);
+    }
+  }
+}
+
+std::string files_fingerprint(const std::vector<DatasetFile>& files) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a over each path and size
+  const auto mix = [&h](const std::string& s) {
+    for (const unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xffu) * 1099511628211ull;  // (a separator no path holds)
+  };
+  for (const DatasetFile& f : files) {
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(f.path, ec);
+    mix(f.path);
+    mix(ec ? std::string("unreadable") : std::to_string(size));
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016" PRIx64, h);
+  return std::to_string(files.size()) + " files (paths and sizes hash " + hex + ")";
+}
 
 DataParallel::DataParallel(std::vector<nn::NamedParam> params) : params_(std::move(params)) {
   for (const nn::NamedParam& p : params_) {

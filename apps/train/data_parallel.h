@@ -11,12 +11,28 @@
 //      stops on every rank alike). Each parameter's gradient becomes its slice of the summed buffer.
 // Clipping, the optimiser and the checkpoint then see the same numbers on every rank.
 #pragma once
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "io/tpugraphs.h"
 #include "nn/module.h"
 
 namespace gnn::train {
+
+// What every rank of a job must see alike, as (name, value) pairs in one order.
+using RankFields = std::vector<std::pair<std::string, std::string>>;
+// Every rank's fields against rank 0's (one allgather, named `what` in a timeout): the first that differs stops
+// every rank alike with "rank R's NAME is X, rank 0's Y: HINT", before any rank computes on what it sees.
+// `finer(name, rank 0's value, rank R's value, R)` may throw a more precise message first (the one flag of a
+// JSON object that differs). A job of one checks nothing.
+void check_ranks_agree(
+    const RankFields& fields, const std::string& what, const std::string& hint,
+    const std::function<void(const std::string&, const std::string&, const std::string&, int)>& finer = {});
+// The files a rank reads, for check_ranks_agree: their count and a hash of their paths and sizes (a rank that
+// sees other data under the same path, through another mount or a copy, reads other files or other sizes).
+std::string files_fingerprint(const std::vector<DatasetFile>& files);
 
 class DataParallel {
  public:

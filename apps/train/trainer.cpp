@@ -523,6 +523,11 @@ Run::Run(const TrainOptions& o, std::string& working_on)
   if (lead_)
     for (const std::string& f : {model_path_, best_path_, metrics_path_, swa_path_}) remove_stale_temporaries(f);
   list_files();
+  // (the same path may hold other files on another rank: a copy per node, another mount)
+  check_ranks_agree(
+      {{"train split", files_fingerprint(train_files_)}, {"valid split", files_fingerprint(valid_files_)}},
+      "the check that every rank reads the same data",
+      "--data must be the same files on every rank (a filesystem every rank sees)");
   working_on_ = "loading and preprocessing the training graphs";
   if (!plan_.resuming) {
     prep_ = fit_preprocessing(train_files_, layout_, tp_.node_transform, tp_.config_transform, int(tp_.khops),
@@ -1324,45 +1329,33 @@ void Run::end_epoch(int64_t e, double epoch_s, int64_t epoch_configs, bool parti
 // on a filesystem it does not share, flags that differ) stops the job here, with both plans named,
 // instead of hanging in a collective the other ranks never reach.
 void Run::agree_on_plan() const {
-  const std::vector<std::pair<std::string, std::string>> fields = {
-      {"checkpoint", plan_.resuming ? model_path_ : "none (a new run)"},
-      {"recipe", plan_.recipe->name},
-      {"hyper-parameters", plan_.hp.json()},
-      {"seed", std::to_string(plan_.seed)},
-      {"data", fs::absolute(plan_.data).string()},
-      {"--epochs", std::to_string(plan_.epochs)},
-      {"--steps", std::to_string(plan_.steps)},
-      {"--max-graphs", std::to_string(plan_.max_graphs)},
-      {"--eval-indices", plan_.eval_indices},
-      {"--device", o_.device.is_cuda() ? "cuda" : "cpu"},
-      {"--skip-nonfinite", o_.skip_nonfinite ? "on" : "off"}};
-  std::string mine;
-  for (const auto& f : fields) mine += f.second + '\n';
-  const std::vector<std::string> all = dist::allgather(mine, "the check that every rank starts the same run");
-  for (size_t r = 1; r < all.size(); ++r) {
-    if (all[r] == all[0]) continue;
-    size_t a = 0, b = 0;
-    for (const auto& [name, unused] : fields) {
-      const size_t ea = all[0].find('\n', a), eb = all[r].find('\n', b);
-      const std::string v0 = all[0].substr(a, ea - a), vr = all[r].substr(b, eb - b);
-      if (name == "hyper-parameters" && v0 != vr) {  // the flag that differs, not every value of both
-        const HParams h0 = HParams::from_json(v0, "rank 0's hyper-parameters"),
-                      hr = HParams::from_json(vr, "another rank's hyper-parameters");
-        for (const auto* side : {&h0.values, &hr.values})
-          for (const auto& [key, unused] : *side) {
-            const auto i0 = h0.values.find(key), ir = hr.values.find(key);
-            const std::string x0 = i0 == h0.values.end() ? "not set" : i0->second;
-            const std::string xr = ir == hr.values.end() ? "not set" : ir->second;
-            GNN_CHECK(x0 == xr, "rank ", r, "'s --", key, " is ", xr, ", rank 0's ", x0,
-                      ": every rank needs the same flags");
-          }
+  const RankFields fields = {{"checkpoint", plan_.resuming ? model_path_ : "none (a new run)"},
+                             {"recipe", plan_.recipe->name},
+                             {"hyper-parameters", plan_.hp.json()},
+                             {"seed", std::to_string(plan_.seed)},
+                             {"data", fs::absolute(plan_.data).string()},
+                             {"--epochs", std::to_string(plan_.epochs)},
+                             {"--steps", std::to_string(plan_.steps)},
+                             {"--max-graphs", std::to_string(plan_.max_graphs)},
+                             {"--eval-indices", plan_.eval_indices},
+                             {"--device", o_.device.is_cuda() ? "cuda" : "cpu"},
+                             {"--skip-nonfinite", o_.skip_nonfinite ? "on" : "off"}};
+  // (the flag that differs, not every value of both)
+  const auto finer = [](const std::string& name, const std::string& v0, const std::string& vr, int r) {
+    if (name != "hyper-parameters") return;
+    const HParams h0 = HParams::from_json(v0, "rank 0's hyper-parameters"),
+                  hr = HParams::from_json(vr, "another rank's hyper-parameters");
+    for (const auto* side : {&h0.values, &hr.values})
+      for (const auto& [key, unused] : *side) {
+        const auto i0 = h0.values.find(key), ir = hr.values.find(key);
+        const std::string x0 = i0 == h0.values.end() ? "not set" : i0->second;
+        const std::string xr = ir == hr.values.end() ? "not set" : ir->second;
+        GNN_CHECK(x0 == xr, "rank ", r, "'s --", key, " is ", xr, ", rank 0's ", x0,
+                  ": every rank needs the same flags");
       }
-      GNN_CHECK(v0 == vr, "rank ", r, "'s ", name, " is ", vr, ", rank 0's ", v0,
-                ": every rank needs the same flags, "
-                "and RUN and --data on a filesystem every rank sees");
-      a = ea + 1, b = eb + 1;
-    }
-  }
+  };
+  check_ranks_agree(fields, "the check that every rank starts the same run",
+                    "every rank needs the same flags, and RUN and --data on a filesystem every rank sees", finer);
 }
 
 // --swa K: the epoch's weights join the last K epochs' snapshots; their average is written to

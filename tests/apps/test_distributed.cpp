@@ -1,5 +1,6 @@
 // Data-parallel training (dist/, apps/train/data_parallel.h): gnn under `mpirun -np R` against one
 // process, faults of one rank, and the GPU sum through NCCL (on the emulator: a job of one rank).
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -203,6 +204,25 @@ TEST_CASE("distributed: --op-max-norm, which changes each process's weights in p
   CHECK_FALSE(std::filesystem::exists(t.file("run")));
 }
 
+// Two ranks, rank 1 started through `rank1` (a shell command line that runs "$@"; the flags `more` after the
+// command's): what the job writes on stderr, with its exit status.
+CommandResult two_ranks_one_apart(const TempDir& t, const std::string& rank1, const std::string& more,
+                                  const std::string& args) {
+  const std::string wrap = t.file("wrap.sh");
+  std::ofstream(wrap) << "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then " << rank1 << " " << GNN_CLI_PATH
+                      << " \"$@\" " << more << "; else exec " << GNN_CLI_PATH << " \"$@\"; fi\n";
+  std::filesystem::permissions(wrap, std::filesystem::perms::owner_all);
+  const std::string root = ::geteuid() == 0 ? "--allow-run-as-root " : "";
+  const std::string cmd = "timeout 120 mpirun " + root + "--oversubscribe -np 2 " + wrap + " " + args + " >" +
+                          t.file("out") + " 2>" + t.file("err") + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  CommandResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(t.file("err"));
+  r.err.assign(std::istreambuf_iterator<char>(in), {});
+  return r;
+}
+
 TEST_CASE("distributed: ranks started with different flags stop at once, naming the flag") {
   SKIP_UNLESS_MPI();
   TempDir t;
@@ -211,22 +231,62 @@ TEST_CASE("distributed: ranks started with different flags stop at once, naming 
       {"--lr 0.003", "rank 1's --lr is 0.003, rank 0's "}};  // (the flag, not every hyper-parameter of both)
   for (const auto& c : cases) {
     CAPTURE(c.first);
-    // A launcher script that gives rank 1 another value.
-    const std::string wrap = t.file("wrap.sh");
-    std::ofstream(wrap) << "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec " << GNN_CLI_PATH << " \"$@\" "
-                        << c.first << "; else exec " << GNN_CLI_PATH << " \"$@\"; fi\n";
-    std::filesystem::permissions(wrap, std::filesystem::perms::owner_all);
-    const std::string root = ::geteuid() == 0 ? "--allow-run-as-root " : "";
-    const std::string cmd = "timeout 120 mpirun " + root + "--oversubscribe -np 2 " + wrap +
-                            " train --model tile-mlp --data " + dataset() + " --out " + t.file("run") +
-                            " --threads 1 >" + t.file("out") + " 2>" + t.file("err");
-    const int status = std::system(cmd.c_str());
-    CHECK(status != 0);
-    std::ifstream in(t.file("err"));
-    const std::string err((std::istreambuf_iterator<char>(in)), {});
-    CHECK_MESSAGE(err.find(c.second) != std::string::npos, err);
+    const auto r = two_ranks_one_apart(
+        t, "exec", c.first, "train --model tile-mlp --data " + dataset() + " --out " + t.file("run") + " --threads 1");
+    CHECK(r.exit_code != 0);
+    CHECK_MESSAGE(r.err.find(c.second) != std::string::npos, r.err);
     CHECK_FALSE(std::filesystem::exists(t.file("run") + "/model.npz"));
   }
+}
+
+TEST_CASE("distributed: ranks that read other checkpoints, splits or files stop at once, naming them") {
+  SKIP_UNLESS_MPI();
+  TempDir t;
+  const std::string run = t.file("run");
+  auto r = run_gnn("train --model tile-mlp --data " + dataset() + " --out " + run + " --epochs 1 --threads 1");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  REQUIRE(std::filesystem::exists(run + "/best.npz"));
+  const std::string eval = "eval --run " + run + " --data " + dataset() + " --threads 1 --per-graph " + t.file("e"),
+                    predict = "predict --run " + run + " --data " + dataset() + " --threads 1 --out " + t.file("p.csv");
+  // eval and predict: rank 0 scores best.npz, rank 1 model.npz; rank 1 another split
+  r = two_ranks_one_apart(t, "exec", "--checkpoint last", eval);
+  CHECK(r.exit_code != 0);
+  CHECK_MESSAGE(
+      r.err.find("rank 1's checkpoint of --run " + run + " is " + run + "/model.npz (epoch 1, ") != std::string::npos,
+      r.err);
+  CHECK_MESSAGE(r.err.find(", rank 0's " + run + "/best.npz (epoch 1, ") != std::string::npos, r.err);
+  r = two_ranks_one_apart(t, "exec", "--split valid", predict);
+  CHECK(r.exit_code != 0);
+  CHECK_MESSAGE(r.err.find("rank 1's --split is valid, rank 0's test") != std::string::npos, r.err);
+  CHECK_FALSE(std::filesystem::exists(t.file("e")));
+  CHECK_FALSE(std::filesystem::exists(t.file("p.csv")));
+  // The same --data path holding other files on rank 1 (its own mount: a copy per node), one kernel fewer in
+  // each split. (Needs a mount namespace: root, or a user namespace.)
+  if (std::system("unshare -m true >/dev/null 2>&1") != 0)
+    return skip("unshare -m cannot make a mount namespace here: rank 1 cannot see other files under --data");
+  const std::string other = t.file("other");
+  std::filesystem::copy(dataset(), other, std::filesystem::copy_options::recursive);
+  for (const char* split : {"train", "valid", "test"}) {
+    std::string last;
+    for (const auto& e : std::filesystem::directory_iterator(other + "/npz/tile/xla/" + split))
+      if (e.path().string() > last) last = e.path().string();
+    std::filesystem::remove(last);
+  }
+  const std::string own_mount =
+      "exec unshare -m sh -c 'mount --bind " + other + " " + dataset() + " && exec \"$0\" \"$@\"'";
+  r = two_ranks_one_apart(t, own_mount, "",
+                          "train --model tile-mlp --data " + dataset() + " --out " + t.file("run2") + " --threads 1");
+  CHECK(r.exit_code != 0);
+  CHECK_MESSAGE(r.err.find("rank 1's train split is 7 files (paths and sizes hash ") != std::string::npos, r.err);
+  CHECK_MESSAGE(r.err.find("--data must be the same files on every rank") != std::string::npos, r.err);
+  CHECK_FALSE(std::filesystem::exists(t.file("run2") + "/model.npz"));
+  for (const std::string& cmd : {eval, predict}) {
+    r = two_ranks_one_apart(t, own_mount, "", cmd);
+    CHECK(r.exit_code != 0);
+    CHECK_MESSAGE(r.err.find(" split is 7 files (paths and sizes hash ") != std::string::npos, r.err);
+  }
+  CHECK_FALSE(std::filesystem::exists(t.file("e")));
+  CHECK_FALSE(std::filesystem::exists(t.file("p.csv")));
 }
 
 TEST_CASE("distributed: eval and predict over 3 ranks write what one process writes") {
