@@ -10,6 +10,7 @@
 
 #include "apps/cli.h"
 #include "apps/commands.h"
+#include "dist/comm.h"
 #include "io/synth.h"
 #include "io/tpugraphs.h"
 
@@ -105,6 +106,8 @@ Command synth_command() {
       "than the free space at --out, by a lower bound of their size (a dataset that fills the disk all the\n"
       "same is removed, whole or not at all).";
   c.run = [](const Args& a) {
+    // (a dataset belongs to one writer: under mpirun each rank would write, lock and remove the same tree)
+    if (dist::world().size > 1) throw UsageError("gnn synth writes a dataset in one process; run it without mpirun");
     synth::DatasetOptions o;
     o.collection = a.str("collection");
     if (o.collection != "tile" && o.collection != "layout")

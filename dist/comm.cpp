@@ -203,9 +203,7 @@ void init(int* argc, char*** argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   if (g_world.size > 1) {
-    set_stop_message("gnn: " + rank_prefix() +
-                     "stopped by the launcher (another rank ended first; its message, or "
-                     "mpirun's, says why)\n");
+    set_stop_message("gnn: " + rank_prefix() + kStoppedByLauncher + "\n");
     std::signal(SIGTERM, on_terminate);
   }
 #else

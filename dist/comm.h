@@ -50,6 +50,11 @@ void set_timeout(double seconds);
 // before it can say anything itself): where the run stands, so the user knows what --resume continues
 // from. A job of one installs nothing.
 void set_stop_message(const std::string& text);
+// How such a message starts: the launcher stops every rank alike, whether mpirun itself got a signal (Ctrl-C)
+// or a rank ended first.
+inline constexpr const char* kStoppedByLauncher =
+    "stopped by the launcher (mpirun was interrupted, or another rank ended first: its message, or mpirun's, "
+    "says which)";
 
 // Ends every rank of the job with this exit code (alone: std::exit).
 [[noreturn]] void abort(int code);

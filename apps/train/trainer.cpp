@@ -869,12 +869,10 @@ void Run::save(const std::string& path, bool with_optimizer) {
   const auto stop_message = [&] {
     // (rank 0 writes, on its own clock: only it knows which step the file holds)
     if (path == model_path_ && world_.size > 1)
-      dist::set_stop_message(detail::str_cat(
-          "gnn train: ", dist::rank_prefix(),
-          "stopped by the launcher (another "
-          "rank ended first; its message, or mpirun's, says why); ",
-          model_path_, lead_ ? detail::str_cat(" holds step ", st_.step) : " holds rank 0's last checkpoint",
-          ": --resume continues from there\n"));
+      dist::set_stop_message(
+          detail::str_cat("gnn train: ", dist::rank_prefix(), dist::kStoppedByLauncher, "; ", model_path_,
+                          lead_ ? detail::str_cat(" holds step ", st_.step) : " holds rank 0's last checkpoint",
+                          ": --resume continues from there\n"));
   };
   if (!lead_) return stop_message();  // the ranks hold the same weights and state: rank 0 writes them
   replace_leftovers();

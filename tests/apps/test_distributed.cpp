@@ -194,6 +194,16 @@ TEST_CASE("distributed: gnn demo, whose data, runs and report belong to one proc
   CHECK_FALSE(std::filesystem::exists(t.file("demo")));
 }
 
+TEST_CASE("distributed: gnn synth, whose dataset belongs to one writer, is refused over 2 ranks") {
+  SKIP_UNLESS_MPI();
+  TempDir t;
+  const auto r = run_gnn_mpi(2, "synth --collection tile --graphs 2 --out " + t.file("data") + " --threads 1");
+  CHECK(r.exit_code != 0);
+  CHECK_MESSAGE(r.err.find("gnn synth writes a dataset in one process; run it without mpirun") != std::string::npos,
+                r.err);
+  CHECK_FALSE(std::filesystem::exists(t.file("data")));
+}
+
 TEST_CASE("distributed: --op-max-norm, which changes each process's weights in place, is refused over 2 ranks") {
   SKIP_UNLESS_MPI();
   TempDir t;
