@@ -24,6 +24,13 @@ namespace {
 constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                     "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 constexpr int kNumColours = int(sizeof kColours / sizeof kColours[0]);
+// Past ten runs the colours come round again, dashed, then dotted (and so on in turn).
+constexpr const char* kDashes[] = {"", "7,4", "2,3"};
+constexpr const char* kDashNames[] = {"", " (dashed)", " (dotted)"};
+const char* dash_of(size_t r) { return kDashes[r / kNumColours % 3]; }
+// A curve draws at most this many points (every k-th epoch, and the last) and marks each only when it has
+// few: a run of a million epochs makes a report of a few hundred kilobytes, not hundreds of megabytes.
+constexpr size_t kMaxDrawn = 2000, kMaxMarked = 300;
 
 // Text for HTML: a run's folder name may hold markup characters
 std::string html_text(const std::string& text) {
@@ -79,11 +86,18 @@ std::string svg(const std::string& title, const std::vector<PlotSeries>& runs) {
   o << "<text x='" << (L + W - R) / 2 << "' y='" << H - 4 << "' text-anchor='middle'>epoch</text>";
   for (size_t r = 0; r < runs.size(); ++r) {
     const char* colour = kColours[r % kNumColours];
-    o << "<polyline fill='none' stroke='" << colour << "' stroke-width='2' points='";
-    for (auto [x, y] : runs[r].points) o << px(x) << "," << py(y) << " ";
+    const auto& points = runs[r].points;
+    const size_t stride = (points.size() + kMaxDrawn - 1) / kMaxDrawn;
+    o << "<polyline fill='none' stroke='" << colour << "' stroke-width='2'";
+    if (*dash_of(r)) o << " stroke-dasharray='" << dash_of(r) << "'";
+    o << " points='";
+    for (size_t i = 0; i < points.size(); i += stride) o << px(points[i].first) << "," << py(points[i].second) << " ";
+    if (!points.empty() && (points.size() - 1) % stride != 0)
+      o << px(points.back().first) << "," << py(points.back().second);
     o << "'/>";
-    for (auto [x, y] : runs[r].points)
-      o << "<circle cx='" << px(x) << "' cy='" << py(y) << "' r='2.5' fill='" << colour << "'/>";
+    for (size_t i = 0; points.size() <= kMaxMarked && i < points.size(); ++i)
+      o << "<circle cx='" << px(points[i].first) << "' cy='" << py(points[i].second) << "' r='2.5' fill='" << colour
+        << "'/>";
   }
   return o.str() + "</svg>";
 }
@@ -99,6 +113,41 @@ std::filesystem::path run_folder(const std::string& run) {
     if (!dir.has_filename()) dir = dir.parent_path();
   }
   return dir;
+}
+
+// Each run's name in the legend: its folder's name, with as many of the folders above as tell it from the
+// others' (a/run and b/run are drawn as a/run and b/run, not as two "run"). The same folder given twice is
+// refused: it would be drawn twice under two names.
+std::vector<std::string> legend_names(const std::vector<std::string>& runs) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> dirs;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::error_code ec;
+    dirs.push_back(fs::weakly_canonical(fs::absolute(run_folder(runs[i])), ec));
+    for (size_t j = 0; j < i; ++j)
+      if (dirs[j] == dirs[i]) throw UsageError("RUN " + runs[i] + ": the same folder as " + runs[j] + ", given twice");
+  }
+  // (the last `depth` parts of each path; the paths differ, so some depth tells every two apart)
+  const auto tail = [](const fs::path& p, size_t depth) {
+    std::vector<fs::path> parts(p.begin(), p.end());
+    fs::path out;
+    for (size_t k = parts.size() - std::min(depth, parts.size()); k < parts.size(); ++k) out /= parts[k];
+    return out.string();
+  };
+  std::vector<size_t> depth(runs.size(), 1);
+  std::vector<std::string> names(runs.size());
+  for (bool clash = true; clash;) {
+    clash = false;
+    for (size_t i = 0; i < runs.size(); ++i) names[i] = tail(dirs[i], depth[i]);
+    std::vector<bool> deeper(runs.size(), false);  // (one part more a round, however many it clashes with)
+    for (size_t i = 0; i < runs.size(); ++i)
+      for (size_t j = i + 1; j < runs.size(); ++j)
+        if (names[i] == names[j]) deeper[i] = deeper[j] = clash = true;
+    for (size_t i = 0; i < runs.size(); ++i) depth[i] += deeper[i];
+  }
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (depth[i] == 1) names[i] = run_folder(runs[i]).filename().string();  // (as given, where it is unique)
+  return names;
 }
 
 }  // namespace
@@ -156,8 +205,8 @@ std::string plot_html(const std::string& title, const std::vector<PlotRun>& runs
   if (!note.empty()) html += "<p>" + note + "</p>";
   html += "<p>";
   for (size_t r = 0; r < runs.size(); ++r)
-    html += std::string("<span style='color:") + kColours[r % kNumColours] + "'>&#9632; " + runs[r].name + "</span> (" +
-            std::to_string(runs[r].epochs) + " epochs) &nbsp; ";
+    html += std::string("<span style='color:") + kColours[r % kNumColours] + "'>&#9632; " + runs[r].name + "</span>" +
+            kDashNames[r / kNumColours % 3] + " (" + std::to_string(runs[r].epochs) + " epochs) &nbsp; ";
   html += "</p>";
   std::vector<PlotSeries> loss, valid, speed;
   for (const PlotRun& r : runs) loss.push_back(r.loss), valid.push_back(r.valid), speed.push_back(r.speed);
@@ -180,6 +229,8 @@ Command plot_command() {
     namespace fs = std::filesystem;
     std::vector<PlotRun> runs;
     for (const std::string& run : a.positionals()) runs.push_back(read_plot_run(run));
+    const std::vector<std::string> names = legend_names(a.positionals());
+    for (size_t r = 0; r < runs.size(); ++r) runs[r].name = html_text(names[r]);
     const fs::path first = run_folder(a.positional(0));
     const std::string out = a.has("out")       ? a.str("out")
                             : runs.size() == 1 ? (first / "report.html").string()

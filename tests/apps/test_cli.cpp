@@ -227,6 +227,36 @@ TEST_CASE("cli: plot draws several runs on the same axes with whole-epoch ticks"
   CHECK(r.err.find("expected RUN [RUN...]") != std::string::npos);
 }
 
+TEST_CASE("cli: plot tells runs of one folder name apart, refuses one given twice, and draws long logs thinned") {
+  testing::TempDir tmp;
+  const auto log = [&](const std::string& run, int epochs) {
+    std::filesystem::create_directories(tmp.file(run));
+    std::ofstream m(tmp.file(run + "/metrics.jsonl"));
+    for (int e = 1; e <= epochs; ++e) m << "{\"epoch\": " << e << ", \"train_loss\": " << 1.0 / e << "}\n";
+  };
+  for (int k = 0; k < 12; ++k) log("s" + std::to_string(k) + "/run", 3);
+  std::string all;
+  for (int k = 0; k < 12; ++k) all += " " + tmp.file("s" + std::to_string(k) + "/run");
+  auto r = run_gnn("plot" + all + " --out " + tmp.file("all.html"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string html = slurp(tmp.file("all.html"));
+  CHECK(contains(html, "&#9632; s0/run<"));
+  CHECK(contains(html, "&#9632; s11/run</span> (dashed)"));  // the colours come round again, dashed
+  CHECK(contains(html, "stroke-dasharray"));
+  r = run_gnn("plot " + tmp.file("s0/run") + " " + tmp.file("s0") + "/./run/ --out " + tmp.file("twice.html"));
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "RUN " + tmp.file("s0") + "/./run/: the same folder as " + tmp.file("s0/run")), r.err);
+  CHECK_FALSE(std::filesystem::exists(tmp.file("twice.html")));
+  // 100,000 epochs: every 50th drawn (and the last), unmarked
+  log("long", 100000);
+  r = run_gnn("plot " + tmp.file("long"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string big = slurp(tmp.file("long/report.html"));
+  CHECK(big.size() < 200000);
+  CHECK_FALSE(contains(big, "<circle"));
+  CHECK(contains(big, "(100000 epochs)"));
+}
+
 TEST_CASE("cli: plot refuses a metrics line it cannot draw, by file and line, and escapes the run's name") {
   testing::TempDir tmp;
   const std::vector<std::pair<std::string, std::string>> cases = {
