@@ -5,12 +5,16 @@
 // test split with the competition metrics beside a random ranking's score, says what the numbers show,
 // and writes one report of every run's curves. Everything it runs is what gnn synth / train / eval / plot
 // run; nothing is downloaded.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "apps/commands.h"
@@ -76,6 +80,43 @@ double random_ranking_score(const std::string& data, bool layout) {
 // The 1st place model's width in the demo: 256 would take most of the demo's two minutes alone.
 constexpr int kDemoTgraphWidth = 64;
 constexpr const char* kDemoMarker = ".gnn-demo";  // in --out: a folder the demo made
+
+// A new folder from a mkdtemp template (...XXXXXX).
+std::filesystem::path make_temp_folder(const std::filesystem::path& pattern) {
+  std::string name = pattern.string();
+  GNN_CHECK(::mkdtemp(name.data()) != nullptr, "cannot make a temporary folder ", pattern.string(), " (",
+            std::strerror(errno), "); set TMPDIR to another folder, or give --out DIR");
+  return name;
+}
+
+// One demo at a time in a folder: the second would remove the first's data/ and runs/ under it. The marker file
+// is the lock (flock, released when the process ends, however it ends); made in place, never renamed over,
+// so two demos starting at once lock the same file.
+class DemoLock {
+ public:
+  DemoLock() = default;
+  DemoLock(const DemoLock&) = delete;
+  DemoLock& operator=(const DemoLock&) = delete;
+  ~DemoLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void take(const std::filesystem::path& marker, const std::filesystem::path& dir) {
+    fd_ = ::open(marker.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    GNN_CHECK(fd_ >= 0, "gnn demo: --out ", dir.string(), ": cannot open its marker file ", marker.string(), " (",
+              std::strerror(errno), ")");
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK)  // (no flock on this filesystem: unlocked)
+      throw UsageError("gnn demo: --out " + dir.string() +
+                       ": another gnn demo is running in this folder; wait for it to end, or give another --out");
+    struct stat st {};
+    static constexpr char kText[] = "a folder of gnn demo's: its data/ and runs/ are made anew by each demo\n";
+    if (::fstat(fd_, &st) == 0 && st.st_size == 0)
+      GNN_CHECK(::write(fd_, kText, sizeof kText - 1) == ssize_t(sizeof kText - 1), "gnn demo: ", marker.string(),
+                ": write failed (", std::strerror(errno), ")");
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 // "tile-earlyjoin-sage beats tile-mlp by 0.120 (more than twice the seeds' spread)", or "trails ... by".
 std::string compare(const Entry& model, const Entry& baseline) {
@@ -150,10 +191,12 @@ Command demo_command() {
                  "); set TMPDIR to one, or give --out DIR");
       return t;
     };
-    const fs::path dir = keep ? fs::path(a.str("out")) : temp() / ("gnn_demo_" + std::to_string(::getpid()));
+    // Without --out, a folder made for this demo alone (mkdtemp: never one that was there, nor a link).
+    const fs::path dir = keep ? fs::path(a.str("out")) : make_temp_folder(temp() / "gnn_demo_XXXXXX");
     // The demo replaces its own data/ and runs/ in --out each time: a folder it did not make (no marker
     // file) must be new or empty, so that nothing of the user's is removed.
     const fs::path marker = dir / kDemoMarker;
+    DemoLock lock;
     if (keep) {
       check_output_folder("out", dir.string());
       if (fs::exists(dir) && !fs::is_empty(dir) && !fs::exists(marker))
@@ -161,10 +204,9 @@ Command demo_command() {
                          ": a folder with files in it that no earlier demo made; the demo replaces its data/ and "
                          "runs/ there, so give a new or empty folder (one an older gnn demo made has no marker: "
                          "create " + marker.string() + " to reuse it)");
+      fs::create_directories(dir);
+      lock.take(marker, dir);
     }
-    fs::create_directories(dir);
-    if (keep && !fs::exists(marker))
-      write_file_atomic(marker.string(), "a folder of gnn demo's: its data/ and runs/ are made anew by each demo\n");
     const auto t_all = std::chrono::steady_clock::now();
     std::printf("gnn demo: TpuGraphs-style runtime ranking on generated data, %d threads\n", num_threads());
     std::vector<Entry> table;
@@ -184,6 +226,7 @@ Command demo_command() {
         auto t0 = std::chrono::steady_clock::now();
         fs::remove_all(data);  // the demo's own data, made anew (gnn synth refuses to mix it with an old one)
         fs::remove_all(dir / "runs");  // and its runs: an earlier demo's other seeds were trained on the old data
+        fs::remove(dir / "report.html");  // and their report (a demo stopped now must not leave it to this data)
         synth::write_dataset(data.string(), t);
         // Its own seed: a split's graphs follow from the seed and the split's place in the list.
         t.graphs = std::max<int64_t>(2, tile_graphs / 8), t.splits = {"valid", "test"}, t.seed = seed + 1;

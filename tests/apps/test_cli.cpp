@@ -234,9 +234,16 @@ TEST_CASE("cli: plot tells runs of one folder name apart, refuses one given twic
     std::ofstream m(tmp.file(run + "/metrics.jsonl"));
     for (int e = 1; e <= epochs; ++e) m << "{\"epoch\": " << e << ", \"train_loss\": " << 1.0 / e << "}\n";
   };
-  for (int k = 0; k < 12; ++k) log("s" + std::to_string(k) + "/run", 3);
   std::string all;
-  for (int k = 0; k < 12; ++k) all += " " + tmp.file("s" + std::to_string(k) + "/run");
+  for (int k = 0; k < 12; ++k) {
+    // (appended piece by piece: GCC 12 warns of a false overlap in "s" + std::to_string(k) and " " + ...)
+    std::string run = "s";
+    run += std::to_string(k);
+    run += "/run";
+    log(run, 3);
+    all += ' ';
+    all += tmp.file(run);
+  }
   auto r = run_gnn("plot" + all + " --out " + tmp.file("all.html"));
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   const std::string html = slurp(tmp.file("all.html"));
@@ -726,6 +733,24 @@ TEST_CASE("cli: synth writes a dataset that inspect validates, demo runs end to 
   REQUIRE_MESSAGE(one.exit_code == 0, one.err);
   CHECK(std::filesystem::exists(tmp.file("demo/runs/tile-mlp-seed1")));
   CHECK_FALSE(std::filesystem::exists(tmp.file("demo/runs/tile-mlp-seed2")));
+  // While a demo runs in the folder (its lock on the marker, taken here), a second is refused, touching nothing.
+  const std::string tiny = "demo --tile-graphs 3 --layout-graphs 2 --tile-epochs 1 --layout-epochs 1 --seeds 1 --out ";
+  const int fd = ::open(tmp.file("demo/.gnn-demo").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX) == 0);
+  const auto before = std::filesystem::last_write_time(tmp.file("demo/runs/tile-mlp-seed1/model.npz"));
+  r = run_gnn(tiny + tmp.file("demo"));
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, "another gnn demo is running in this folder"), r.err);
+  CHECK(std::filesystem::last_write_time(tmp.file("demo/runs/tile-mlp-seed1/model.npz")) == before);
+  CHECK(std::filesystem::exists(tmp.file("demo/report.html")));
+  ::close(fd);
+  // A demo that fails once it has replaced the data (a file size limit: synth's first graph) leaves no report
+  // of the runs it removed.
+  r = testing::run_gnn_env("ulimit -f 1; trap '' XFSZ;", tiny + tmp.file("demo"));
+  CHECK(r.exit_code == 1);
+  CHECK_FALSE(std::filesystem::exists(tmp.file("demo/runs")));
+  CHECK_FALSE(std::filesystem::exists(tmp.file("demo/report.html")));
 }
 
 TEST_CASE("cli: bench kernel runs every registered kernel and prints the JSON keys") {
