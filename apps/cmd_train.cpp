@@ -81,6 +81,14 @@ std::vector<std::string> run_dirs(const Args& a) {
   return dirs;
 }
 
+// --checkpoint, checked as a usage error before any run is read
+std::string checkpoint_flag(const Args& a) {
+  const std::string c = a.str("checkpoint");
+  if (c != "auto" && c != "best" && c != "last" && c != "swa")
+    throw UsageError("--checkpoint: expected auto, best, last or swa, got '" + c + "'");
+  return c;
+}
+
 // The models of the runs (--checkpoint of each) and, per run, the --data files of --split its recipe's
 // kind reads, preprocessed as that run was trained. Several runs are an ensemble: the same kind, scored
 // per graph and combined (--ensemble).
@@ -111,7 +119,7 @@ std::vector<RunOnSplit> open_runs(const Args& a, train::RankFields more = {}) {
   for (const std::string& dir : dirs) {
     RunOnSplit r;
     r.dir = dir;
-    r.model = train::load_model(train::run_checkpoint(dir, a.str("checkpoint")), device);
+    r.model = train::load_model(train::run_checkpoint(dir, checkpoint_flag(a)), device);
     // (a model that scores each config alone gives the same scores on every pass: one is enough)
     r.tta = !r.model.recipe->configs_interact(r.model.hparams) ? 1 : tta > 0 ? tta : r.model.train.tta;
     if (!runs.empty() && r.model.recipe->kind != runs[0].model.recipe->kind)
@@ -607,7 +615,9 @@ Command pass_command() {
              kDataFlag,
              {"split", "NAME", "which split's files (needs runtimes: train or valid; a release's test files have none)",
               "train"},
-             {"graph", "ID", "the graph: its file stem or <collection>:<stem> (default: the split's first)"},
+             {"graph", "ID",
+              "the graph: its file stem, or its ID as the submission CSV writes it (<collection>:<stem>, e.g. "
+              "layout:xla:default:NAME) (default: the split's first)"},
              {"configs", "I,J,...", "the config indices of the batch, in order", "0,1,2,3,4,5,6,7"},
              {"out", "FILE", "the .npz to write (atomically)", "", true},
              {"train", "", "in training mode (dropout on, with the masks of noise seed 0) instead of eval mode"},
@@ -626,21 +636,29 @@ Command pass_command() {
       "recipe reads under their names:\n"
       "layout-tgraph's and layout-sage-5th's node_layout, layout-attn-violation's violation,\n"
       "dnnperf-anee's producer), preprocessed as the run was trained.\n"
-      "The last line of stdout is one JSON object (recipe, graph, configs, loss).";
+      "The last line of stdout is one JSON object (recipe, graph, configs, loss, mode: train or eval, out).";
   c.run = [](const Args& a) {
     const Device device = parse_device(a);
     set_timeout(a);
     const std::string split = split_flag(a);  // (before the checkpoint is read)
-    train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), a.str("checkpoint")), device);
+    train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), checkpoint_flag(a)), device);
     nn::move_parameters(*m.model, device);
     const auto files = train::kind_files(a.str("data"), m.recipe->kind, split);
     if (files.empty()) throw UsageError("--data " + a.str("data") + ": no " + m.recipe->kind + " " + split + " files");
     size_t at = 0;
     if (a.has("graph")) {
       const std::string want = a.str("graph");
-      while (at < files.size() && files[at].id() != want && files[at].stem != want) ++at;
-      if (at == files.size())
-        throw UsageError("--graph " + want + ": no such " + m.recipe->kind + " " + split + " file in " + a.str("data"));
+      const auto is = [&](const DatasetFile& f) { return f.id() == want || f.stem == want; };
+      while (at < files.size() && !is(files[at])) ++at;
+      if (at == files.size()) {
+        std::string hint;  // (the file in another split: the flag that reads it)
+        for (const char* other : {"train", "valid", "test"})
+          if (other != split)
+            for (const DatasetFile& f : train::kind_files(a.str("data"), m.recipe->kind, other))
+              if (hint.empty() && is(f)) hint = std::string(" (it is a ") + other + " file: --split " + other + ")";
+        throw UsageError("--graph " + want + ": no such " + m.recipe->kind + " " + split + " file in " + a.str("data") +
+                         hint + "; give a file stem, or an ID as the submission CSV writes it (" + files[0].id() + ")");
+      }
     }
     std::vector<int64_t> configs;
     for (const std::string& v : a.list("configs")) {
@@ -648,6 +666,15 @@ Command pass_command() {
       if (!parse_int64(v, &k) || k < 0) throw UsageError("--configs: '" + v + "' is not a config index");
       configs.push_back(k);
     }
+    // (the file is an .npz: inside the data's tree it would be read as a graph, or fail its reader)
+    std::string inside;
+    try {
+      inside = data_folder_holding(a.str("data"), a.str("out"));
+    } catch (const Error&) {  // (a --data that is no tree: read above, or said by the walk)
+    }
+    if (!inside.empty())
+      throw UsageError("--out " + a.str("out") + ": lies inside " + inside +
+                       ", where --data's graphs are read; it would be read as a graph there: write it outside");
     check_output("out", a.str("out"), [&] {
       std::vector<std::string> in = train::run_files(a.str("run"));
       in.push_back(files[at].path);

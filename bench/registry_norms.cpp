@@ -249,9 +249,10 @@ KernelCase embedding_case(const KernelShape& s) {
                               ws->f32(), cuda_stream(0));
 #endif
   };
-  // forward: read idx and one table row per lookup (the table stays in cache: count it once), write y;
-  // backward: read dy and the inverse, write dtable
-  k.bytes = 4.0 * (double(N) + double(K) * F + double(N) * F) + (bwd ? 4.0 * double(N) * F + 8.0 * N + 4.0 * K * F : 0);
+  // forward: read idx and one table row per lookup (the table stays in cache: each row looked up counted once,
+  // at most min(N, K) of them), write y; backward: read dy and the inverse, write dtable
+  k.bytes = 4.0 * (double(N) + double(std::min<int64_t>(N, K)) * F + double(N) * F) +
+            (bwd ? 4.0 * double(N) * F + 8.0 * N + 4.0 * K * F : 0);
   k.flops = bwd ? double(N) * F : 0.0;  // a lookup is a copy: GFLOP/s reads 0 forward
   return k;
 }

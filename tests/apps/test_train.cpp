@@ -1815,6 +1815,31 @@ TEST_CASE("gnn pass: a run's scores, loss and gradients on one batch, with the b
   r = run_gnn("pass --run " + run + " --data " + dataset() + " --out " + run + "/model.npz");
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--out") != std::string::npos);
+  const auto has = [](const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+  };
+  // A graph of another split is named with the flag that reads it; a checkpoint that is none, as a usage error.
+  const auto valid = kind_files(dataset(), "layout", "valid");
+  r = run_gnn("pass --run " + run + " --data " + dataset() + " --graph " + valid[0].stem + " --out " + out);
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(has(r.err,
+                    "(it is a valid file: --split valid); give a file stem, or an ID as the submission "
+                    "CSV writes it (" +
+                        files[0].id() + ")"),
+                r.err);
+  r = run_gnn("pass --run " + run + " --data " + dataset() + " --checkpoint bogus --out " + out);
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(has(r.err, "--checkpoint: expected auto, best, last or swa, got 'bogus'"), r.err);
+  // --out inside the data's tree (onto a graph, or a new .npz beside them) would be read as a graph: refused.
+  const std::vector<uint8_t> graph = testing::read_bytes(valid[0].path);
+  const std::string beside = std::filesystem::path(valid[0].path).parent_path().string() + "/new.npz";
+  for (const std::string& inside : {valid[0].path, beside}) {
+    r = run_gnn("pass --run " + run + " --data " + dataset() + " --out " + inside);
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE(has(r.err, "--out " + inside + ": lies inside "), r.err);
+  }
+  CHECK(testing::read_bytes(valid[0].path) == graph);
+  CHECK_FALSE(std::filesystem::exists(beside));
 }
 
 TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
