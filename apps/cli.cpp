@@ -98,8 +98,12 @@ std::string Args::str(const std::string& flag) const {
 int64_t Args::integer(const std::string& flag, int64_t min, int64_t max) const {
   const std::string s = str(flag);
   int64_t v = 0;
-  if (!parse_int64(s, &v)) throw UsageError("gnn " + command_ + ": --" + flag + " expects an integer, got '" + s + "'");
-  if (v < min || v > max)
+  // (a whole number past the 64-bit range is one out of the flag's range, not one that is no integer)
+  const size_t sign = !s.empty() && s[0] == '-';
+  const bool digits = s.size() > sign && s.find_first_not_of("0123456789", sign) == std::string::npos;
+  if (!parse_int64(s, &v) && !digits)
+    throw UsageError("gnn " + command_ + ": --" + flag + " expects an integer, got '" + s + "'");
+  if (!parse_int64(s, &v) || v < min || v > max)
     throw UsageError("gnn " + command_ + ": --" + flag + " must be in [" + std::to_string(min) + ", " +
                      std::to_string(max) + "], got " + s);
   return v;

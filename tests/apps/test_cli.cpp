@@ -84,6 +84,9 @@ TEST_CASE("cli: help, version, and usage errors exit 2 with one line") {
   }
   r = run_gnn("bench npz x.npz --repeat zero");
   CHECK(r.err.find("--repeat expects an integer, got 'zero'") != std::string::npos);
+  r = run_gnn("bench npz x.npz --repeat 99999999999999999999");  // a whole number past 64 bits: out of range
+  CHECK_MESSAGE(contains(r.err, "--repeat must be in [1, "), r.err);
+  CHECK_MESSAGE(contains(r.err, "], got 99999999999999999999"), r.err);
   r = run_gnn("synth --collection tile --split train,,valid --out x");
   CHECK(r.err.find("--split: an empty item in 'train,,valid'") != std::string::npos);
   r = run_gnn("bench npz x.npz --nodes 3");
