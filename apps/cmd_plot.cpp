@@ -115,17 +115,18 @@ std::filesystem::path run_folder(const std::string& run) {
   return dir;
 }
 
-// Each run's name in the legend: its folder's name, with as many of the folders above as tell it from the
-// others' (a/run and b/run are drawn as a/run and b/run, not as two "run"). The same folder given twice is
-// refused: it would be drawn twice under two names.
+// Each run's name in the legend: its folder's name as given, with as many of the folders above as tell it from
+// the others' (a/run and b/run are drawn as a/run and b/run, not as two "run"). The same folder given twice
+// (through a link too) is refused: it would be drawn twice under two names.
 std::vector<std::string> legend_names(const std::vector<std::string>& runs) {
   namespace fs = std::filesystem;
-  std::vector<fs::path> dirs;
+  std::vector<fs::path> dirs, real;  // as given (named so), and with links resolved (one folder twice)
   for (size_t i = 0; i < runs.size(); ++i) {
     std::error_code ec;
-    dirs.push_back(fs::weakly_canonical(fs::absolute(run_folder(runs[i])), ec));
+    dirs.push_back(fs::absolute(run_folder(runs[i])).lexically_normal());
+    real.push_back(fs::weakly_canonical(dirs[i], ec));
     for (size_t j = 0; j < i; ++j)
-      if (dirs[j] == dirs[i]) throw UsageError("RUN " + runs[i] + ": the same folder as " + runs[j] + ", given twice");
+      if (real[j] == real[i]) throw UsageError("RUN " + runs[i] + ": the same folder as " + runs[j] + ", given twice");
   }
   // (the last `depth` parts of each path; the paths differ, so some depth tells every two apart)
   const auto tail = [](const fs::path& p, size_t depth) {
@@ -145,8 +146,6 @@ std::vector<std::string> legend_names(const std::vector<std::string>& runs) {
         if (names[i] == names[j]) deeper[i] = deeper[j] = clash = true;
     for (size_t i = 0; i < runs.size(); ++i) depth[i] += deeper[i];
   }
-  for (size_t i = 0; i < runs.size(); ++i)
-    if (depth[i] == 1) names[i] = run_folder(runs[i]).filename().string();  // (as given, where it is unique)
   return names;
 }
 

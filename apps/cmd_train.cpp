@@ -140,7 +140,10 @@ std::vector<RunOnSplit> open_runs(const Args& a, train::RankFields more = {}) {
                                                     r.model.model->needs().features);
     runs.push_back(std::move(r));
   }
-  train::RankFields fields = {{"--split", split},
+  std::string listed;  // (first: the fields after it follow from the runs)
+  for (const std::string& dir : dirs) listed += (listed.empty() ? "" : ", ") + std::filesystem::absolute(dir).string();
+  train::RankFields fields = {{"runs (--run, --runs)", listed},
+                              {"--split", split},
                               {"--data", std::filesystem::absolute(a.str("data")).string()},
                               {split + " split", train::files_fingerprint(runs[0].graphs->files())},
                               {"--ensemble", a.str("ensemble")},
@@ -538,7 +541,8 @@ Command predict_command() {
       "ID,Config,Runtime, the predicted runtime (exp of the model's log runtime); gnn score --runtimes scores it.\n"
       "Several runs (--run A --run B, --runs FILE) predict as an ensemble (see gnn eval --help).";
   c.run = [](const Args& a) {
-    const std::vector<RunOnSplit> runs = open_runs(a);
+    // (--runtimes adds a gather: a rank without it would leave the others waiting)
+    const std::vector<RunOnSplit> runs = open_runs(a, {{"--runtimes", a.has("runtimes") ? "on" : "off"}});
     const train::LoadedModel& m = runs[0].model;
     const std::vector<std::string> inputs = inputs_of(a, runs);
     check_output("out", a.str("out"), inputs);
@@ -651,11 +655,12 @@ Command pass_command() {
       const auto is = [&](const DatasetFile& f) { return f.id() == want || f.stem == want; };
       while (at < files.size() && !is(files[at])) ++at;
       if (at == files.size()) {
-        std::string hint;  // (the file in another split: the flag that reads it)
-        for (const char* other : {"train", "valid", "test"})
-          if (other != split)
-            for (const DatasetFile& f : train::kind_files(a.str("data"), m.recipe->kind, other))
-              if (hint.empty() && is(f)) hint = std::string(" (it is a ") + other + " file: --split " + other + ")";
+        std::string hint;  // (the file in another split: the flag that reads it; none where that split is damaged)
+        for (const char* other : {"train", "valid", "test"}) try {
+            if (other != split)
+              for (const DatasetFile& f : train::kind_files(a.str("data"), m.recipe->kind, other))
+                if (hint.empty() && is(f)) hint = std::string(" (it is a ") + other + " file: --split " + other + ")";
+          } catch (const Error&) {}
         throw UsageError("--graph " + want + ": no such " + m.recipe->kind + " " + split + " file in " + a.str("data") +
                          hint + "; give a file stem, or an ID as the submission CSV writes it (" + files[0].id() + ")");
       }
@@ -667,12 +672,7 @@ Command pass_command() {
       configs.push_back(k);
     }
     // (the file is an .npz: inside the data's tree it would be read as a graph, or fail its reader)
-    std::string inside;
-    try {
-      inside = data_folder_holding(a.str("data"), a.str("out"));
-    } catch (const Error&) {  // (a --data that is no tree: read above, or said by the walk)
-    }
-    if (!inside.empty())
+    if (const std::string inside = data_folder_holding(a.str("data"), a.str("out"), true); !inside.empty())
       throw UsageError("--out " + a.str("out") + ": lies inside " + inside +
                        ", where --data's graphs are read; it would be read as a graph there: write it outside");
     check_output("out", a.str("out"), [&] {

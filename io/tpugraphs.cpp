@@ -308,8 +308,13 @@ std::vector<DatasetFolder> dataset_folders(const std::string& dir_text, const st
 
 }  // namespace
 
-std::string data_folder_holding(const std::string& dir_text, const std::string& path) {
-  const DataTree t = data_tree(dir_text);
+std::string data_folder_holding(const std::string& dir_text, const std::string& path, bool file) {
+  DataTree t;
+  try {
+    t = data_tree(dir_text);
+  } catch (const Error&) {
+    return "";
+  }
   // Where reading the data looks (`below`: that folder and anything under it, which making it would create;
   // `at`: that folder alone, a collection's own, where a flat one's graphs are): each collection's split
   // folders, a collection folder not made yet (a run there would become one) and an npz/ folder not made yet
@@ -328,6 +333,7 @@ std::string data_folder_holding(const std::string& dir_text, const std::string& 
   std::error_code ec;
   fs::path p = fs::absolute(path).lexically_normal();
   if (!p.has_filename()) p = p.parent_path();  // (a trailing slash)
+  if (file) p = p.parent_path();
   p = fs::weakly_canonical(p, ec);
   for (const fs::path& f : at)
     if (p == fs::weakly_canonical(f, ec)) return f.string();

@@ -91,8 +91,10 @@ struct WalkOptions {
 std::vector<DatasetFile> walk_dataset(const std::string& dir, const WalkOptions& options = {});
 // The folder of the data at `dir` that `path` lies in (at or below), as the data's reader sees them: a split
 // folder (made yet or not), where a collection or an npz/ folder would be found, a collection folder itself;
-// "" for none. A run or other output made there could be read as graphs, or hide them.
-std::string data_folder_holding(const std::string& dir, const std::string& path);
+// "" for none, and where `dir` is no data tree (its reader says so). A run or other output made there could be
+// read as graphs, or hide them. `file`: `path` names a file, which lies where its folder does (a flat
+// collection folder holds its graphs directly).
+std::string data_folder_holding(const std::string& dir, const std::string& path, bool file = false);
 
 // Checks keys, dtypes and shapes of a TpuGraphs file without reading array data; true for a layout
 // file, false for a tile one.

@@ -1,5 +1,6 @@
 #include "apps/train/data_parallel.h"
 
+#include <charconv>
 #include <chrono>
 #include <cinttypes>
 #include <cstring>
@@ -25,29 +26,37 @@ void check_ranks_agree(
     const RankFields& fields, const std::string& what, const std::string& hint,
     const std::function<void(const std::string&, const std::string&, const std::string&, int)>& finer) {
   if (!dist::distributed()) return;
-  std::string mine;  // each value as its length, a colon and its bytes: any value goes through whole
-  for (const auto& f : fields) mine += std::to_string(f.second.size()) + ':' + f.second;
+  // Each name and value as its length, a colon and its bytes: any text goes through whole, and a rank that
+  // compares other fields (a gnn of another version) is told from one whose values differ.
+  std::string mine;
+  for (const auto& [name, value] : fields)
+    for (const std::string* t : {&name, &value}) mine += std::to_string(t->size()) + ':' + *t;
   const std::vector<std::string> all = dist::allgather(mine, what);
-  const auto values = [&](const std::string& s) {
-    std::vector<std::string> out;
-    for (size_t at = 0; at < s.size() && out.size() < fields.size();) {
+  const auto parse = [&](const std::string& s) {
+    std::vector<std::string> texts;
+    for (size_t at = 0; at < s.size();) {
       const size_t colon = s.find(':', at);
-      GNN_CHECK(colon != std::string::npos, what, ": a rank sent a malformed list (a gnn of another version?)");
-      const size_t n = std::stoull(s.substr(at, colon - at));
-      out.push_back(s.substr(colon + 1, n));
+      size_t n = 0;
+      const auto r = std::from_chars(s.data() + at, s.data() + (colon == std::string::npos ? at : colon), n);
+      GNN_CHECK(colon != std::string::npos && r.ec == std::errc() && n <= s.size() - colon - 1, what,
+                ": a rank sent a malformed list (a gnn of another version?)");
+      texts.push_back(s.substr(colon + 1, n));
       at = colon + 1 + n;
     }
-    out.resize(fields.size(), "(not sent: a gnn of another version?)");
-    return out;
+    return texts;
   };
-  const std::vector<std::string> first = values(all[0]);
+  const std::vector<std::string> first = parse(all[0]);
   for (size_t r = 1; r < all.size(); ++r) {
     if (all[r] == all[0]) continue;
-    const std::vector<std::string> theirs = values(all[r]);
-    for (size_t i = 0; i < fields.size(); ++i) {
-      if (first[i] == theirs[i]) continue;
-      if (finer) finer(fields[i].first, first[i], theirs[i], int(r));
-      GNN_FAIL("rank ", r, "'s ", fields[i].first, " is ", theirs[i], ", rank 0's ", first[i], ": ", hint);
+    const std::vector<std::string> theirs = parse(all[r]);
+    for (size_t i = 0; i + 1 < std::max(first.size(), theirs.size()); i += 2) {
+      GNN_CHECK(i + 1 < first.size() && i + 1 < theirs.size() && first[i] == theirs[i], "rank ", r, " compares ",
+                i + 1 < theirs.size() ? "'" + theirs[i] + "'" : std::string("nothing more"), " where rank 0 compares ",
+                i + 1 < first.size() ? "'" + first[i] + "'" : std::string("nothing more"), " (", what,
+                "): every rank needs the same gnn");
+      if (first[i + 1] == theirs[i + 1]) continue;
+      if (finer) finer(first[i], first[i + 1], theirs[i + 1], int(r));
+      GNN_FAIL("rank ", r, "'s ", first[i], " is ", theirs[i + 1], ", rank 0's ", first[i + 1], ": ", hint);
     }
   }
 }

@@ -482,6 +482,20 @@ std::string meta_differing(const Meta& ours, const Meta& theirs) {
   return "";
 }
 
+int64_t last_logged_epoch(const std::string& metrics) {
+  std::error_code ec;
+  if (!fs::exists(metrics, ec)) return 0;
+  std::istringstream in(read_text_file(metrics));
+  int64_t last = 0;
+  for (std::string line; std::getline(in, line);) try {
+      const Json j = Json::parse(line, metrics);
+      if (j.type() == Json::Type::Object && j.contains("epoch") && j["epoch"].is_integer())
+        last = std::max(last, j["epoch"].as_int());
+    } catch (const Error&) {  // (a line cut short, or not train's: not an epoch's record)
+    }
+  return last;
+}
+
 std::string out_of_step(const Meta& model, const Meta& file, bool swa) {
   const char* key = swa ? "state/epoch" : "state/best_epoch";
   const int64_t mine = stored_i64(model, key), theirs = stored_i64(file, key);
@@ -490,6 +504,10 @@ std::string out_of_step(const Meta& model, const Meta& file, bool swa) {
       swa ? detail::str_cat("it averages the weights up to epoch ", theirs, ", model.npz is at epoch ", mine)
           : detail::str_cat("it holds the best of epoch ", theirs, ", model.npz's best is ",
                             mine > 0 ? detail::str_cat("epoch ", mine) : std::string("none yet"));
+  // (an epoch past the one after model.npz's: the run went on past model.npz, which was put back since)
+  const int64_t next = stored_i64(model, "state/epoch") + 1;
+  if (theirs > mine && next > 0 && theirs > next)
+    return what + ": newer than the epoch after model.npz's (model.npz put back from an earlier time?)";
   return what + (theirs > mine ? ": written by an epoch whose model.npz has not landed (a run writing it now, or "
                                  "one killed between the two)"
                                : ": older than the run's record (put back from an earlier time?)");

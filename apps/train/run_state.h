@@ -31,6 +31,8 @@ int64_t stored_i64(const Meta& m, const std::string& key);
 // What a best.npz (its best epoch) or swa.npz (its epoch) says otherwise than model.npz of the same run ("" if
 // nothing): an epoch writes them before its model.npz, so a run stopped between the two leaves them ahead.
 std::string out_of_step(const Meta& model, const Meta& file, bool swa);
+// The largest epoch of metrics.jsonl's lines (0: none, or no file); lines that do not read are passed over.
+int64_t last_logged_epoch(const std::string& metrics);
 ModelDims dims_of(const Preprocessing& p);
 
 // Where training stands: saved in every checkpoint, so a resumed run continues the counters.

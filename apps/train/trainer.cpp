@@ -569,13 +569,9 @@ void Run::refuse_options() const {
   // A run folder where the data's graphs are read (a split folder, made yet or not, or where a collection
   // would be found): its files would be read as graphs, or its folder hide them, for this run's resume and
   // every later use of the data. (A --data that is no tree: list_files says so.)
-  try {
-    if (const std::string folder = data_folder_holding(plan_.data, o_.out); !folder.empty())
-      bad_option("--out ", o_.out, ": lies inside ", folder, ", where --data's graphs are read; its files would be ",
-                 "read as graphs or hide them: choose a folder outside it");
-  } catch (const OptionError&) {
-    throw;
-  } catch (const Error&) {}
+  if (const std::string folder = data_folder_holding(plan_.data, o_.out); !folder.empty())
+    bad_option("--out ", o_.out, ": lies inside ", folder, ", where --data's graphs are read; its files would be ",
+               "read as graphs or hide them: choose a folder outside it");
   if (tp_.matmul_bf16 && o_.device.is_cuda())
     bad_option("--matmul-precision bf16: sets the CPU's products; on a GPU, GNN_TF32=1 gives cuBLAS's tensor-core "
                "products");
@@ -768,11 +764,12 @@ void Run::put_back_epoch_files() {
       continue;
     }
     if (!there || stored_i64(plan_.meta, swa ? "state/epoch" : "state/best_epoch") != 0) continue;
-    // (and only the file of the epoch after model.npz's: one of a later epoch is of a model.npz put back
-    // from an earlier time, whose run went on without it)
+    // (and only the file of the epoch after model.npz's, whose metrics line is the last if any: a later epoch's
+    // file, or a log gone further, is of a model.npz put back from an earlier time, whose run went on)
     try {
-      if (stored_i64(read_meta(f), swa ? "state/epoch" : "state/best_epoch") !=
-          stored_i64(plan_.meta, "state/epoch") + 1)
+      const int64_t next = stored_i64(plan_.meta, "state/epoch") + 1;
+      if (stored_i64(read_meta(f), swa ? "state/epoch" : "state/best_epoch") != next ||
+          last_logged_epoch(metrics_path_) > next)
         continue;
     } catch (const Error&) {
       continue;

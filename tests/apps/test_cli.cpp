@@ -256,6 +256,18 @@ TEST_CASE("cli: plot tells runs of one folder name apart, refuses one given twic
   r = run_gnn("plot " + tmp.file("s0/run") + " " + tmp.file("s0") + "/./run/ --out " + tmp.file("twice.html"));
   CHECK(r.exit_code == 2);
   CHECK_MESSAGE(contains(r.err, "RUN " + tmp.file("s0") + "/./run/: the same folder as " + tmp.file("s0/run")), r.err);
+  // Named as given: a link p/run to s1/other and the folder s2/run are p/run and s2/run; a link to a run given
+  // beside it is the same folder twice.
+  std::filesystem::create_directories(tmp.file("p"));
+  std::filesystem::rename(tmp.file("s1/run"), tmp.file("s1/other"));
+  std::filesystem::create_directory_symlink(tmp.file("s1/other"), tmp.file("p/run"));
+  r = run_gnn("plot " + tmp.file("p/run") + " " + tmp.file("s2/run") + " --out " + tmp.file("links.html"));
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(contains(slurp(tmp.file("links.html")), "&#9632; p/run<"));
+  CHECK(contains(slurp(tmp.file("links.html")), "&#9632; s2/run<"));
+  r = run_gnn("plot " + tmp.file("p/run") + " " + tmp.file("s1/other") + " --out " + tmp.file("twice.html"));
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(contains(r.err, ": the same folder as " + tmp.file("p/run") + ", given twice"), r.err);
   CHECK_FALSE(std::filesystem::exists(tmp.file("twice.html")));
   // 100,000 epochs: every 50th drawn (and the last), unmarked
   log("long", 100000);

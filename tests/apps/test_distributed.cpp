@@ -268,6 +268,16 @@ TEST_CASE("distributed: ranks that read other checkpoints, splits or files stop 
   r = two_ranks_one_apart(t, "exec", "--split valid", predict);
   CHECK(r.exit_code != 0);
   CHECK_MESSAGE(r.err.find("rank 1's --split is valid, rank 0's test") != std::string::npos, r.err);
+  // rank 1 with one run more (a --runs file that differs per node), or with --runtimes (a gather more)
+  std::filesystem::copy(run, run + "_copy", std::filesystem::copy_options::recursive);
+  r = two_ranks_one_apart(t, "exec", "--run " + run + "_copy", eval);
+  CHECK(r.exit_code != 0);
+  CHECK_MESSAGE(r.err.find("rank 1's runs (--run, --runs) is " + run + ", " + run + "_copy, rank 0's " + run + ": ") !=
+                    std::string::npos,
+                r.err);
+  r = two_ranks_one_apart(t, "exec", "--runtimes " + t.file("rt.csv"), predict);
+  CHECK(r.exit_code != 0);
+  CHECK_MESSAGE(r.err.find("rank 1's --runtimes is on, rank 0's off") != std::string::npos, r.err);
   CHECK_FALSE(std::filesystem::exists(t.file("e")));
   CHECK_FALSE(std::filesystem::exists(t.file("p.csv")));
   // The same --data path holding other files on rank 1 (its own mount: a copy per node), one kernel fewer in

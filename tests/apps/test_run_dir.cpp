@@ -913,9 +913,22 @@ TEST_CASE("run files: a run killed between an epoch's best.npz and its model.npz
   fs::copy_file(later + "/best.npz", restored + "/best.npz", fs::copy_options::overwrite_existing);
   r = run_gnn("train --out " + restored + " --resume --epochs 1 --progress lines");
   CHECK(r.exit_code == 1);
-  CHECK_MESSAGE(contains(r.err, restored + "/best.npz: it holds the best of epoch 3, model.npz's best is none yet"),
+  CHECK_MESSAGE(contains(r.err, restored + "/best.npz: it holds the best of epoch 3, model.npz's best is none yet: "
+                                           "newer than the epoch after model.npz's (model.npz put back"),
                 r.err);
   CHECK(testing::read_bytes(restored + "/best.npz") == testing::read_bytes(later + "/best.npz"));
+  // The next epoch's best.npz, but a log that went further than the next epoch: the run went on past it, so
+  // this model.npz was put back since; refused and left as it is.
+  const std::string went_on = damaged_run(t, lost, "went_on", [](std::map<std::string, Tensor>& a) {
+    a["state/best_epoch"] = i64_tensor(0), a["state/best_score"] = f64_tensor(-INFINITY);
+  });
+  fs::remove(went_on + "/swa.npz");
+  fs::copy_file(later + "/metrics.jsonl", went_on + "/metrics.jsonl", fs::copy_options::overwrite_existing);
+  r = run_gnn("train --out " + went_on + " --resume --epochs 1 --progress lines");
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(contains(r.err, went_on + "/best.npz: it holds the best of epoch 2, model.npz's best is none yet"),
+                r.err);
+  CHECK(testing::read_bytes(went_on + "/best.npz") == testing::read_bytes(next + "/best.npz"));
 }
 
 TEST_CASE("run files: a first checkpoint that cannot be written leaves no part of the run, and --resume says so") {

@@ -1840,6 +1840,21 @@ TEST_CASE("gnn pass: a run's scores, loss and gradients on one batch, with the b
   }
   CHECK(testing::read_bytes(valid[0].path) == graph);
   CHECK_FALSE(std::filesystem::exists(beside));
+  // A flat collection folder (its graphs in the collection's own folder) holds its graphs there too; and a
+  // damaged file in another split does not turn a --graph typo into that file's error.
+  const std::string flat = t.file("flat"), in_flat = flat + "/npz/layout/xla/default";
+  std::filesystem::create_directories(in_flat);
+  for (int k = 0; k < 2; ++k) std::filesystem::copy_file(files[k].path, in_flat + "/" + files[k].stem + ".npz");
+  r = run_gnn("pass --run " + run + " --data " + flat + " --out " + in_flat + "/new.npz");
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(has(r.err, "--out " + in_flat + "/new.npz: lies inside "), r.err);
+  CHECK_FALSE(std::filesystem::exists(in_flat + "/new.npz"));
+  const std::string junk = t.file("junk");
+  std::filesystem::copy(dataset(), junk, std::filesystem::copy_options::recursive);
+  std::ofstream(std::filesystem::path(kind_files(junk, "layout", "valid")[0].path).parent_path() / "junk.npz") << "x";
+  r = run_gnn("pass --run " + run + " --data " + junk + " --graph nosuch --out " + out);
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(has(r.err, "--graph nosuch: no such layout train file"), r.err);
 }
 
 TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
