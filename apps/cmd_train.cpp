@@ -645,6 +645,9 @@ Command pass_command() {
     const Device device = parse_device(a);
     set_timeout(a);
     const std::string split = split_flag(a);  // (before the checkpoint is read)
+    // A batch of as many --configs as a command line holds could take more than the machine has: past 90% of
+    // it, stopped with a message (as train's --memory-limit auto), not by the kernel's OOM kill.
+    host_set_limit(parse_memory_limit("auto"));
     train::LoadedModel m = train::load_model(train::run_checkpoint(a.str("run"), checkpoint_flag(a)), device);
     nn::move_parameters(*m.model, device);
     const auto files = train::kind_files(a.str("data"), m.recipe->kind, split);

@@ -1855,6 +1855,18 @@ TEST_CASE("gnn pass: a run's scores, loss and gradients on one batch, with the b
   r = run_gnn("pass --run " + run + " --data " + junk + " --graph nosuch --out " + out);
   CHECK(r.exit_code == 2);
   CHECK_MESSAGE(has(r.err, "--graph nosuch: no such layout train file"), r.err);
+  // A batch larger than the memory this process may use stops at the limit pass sets (90% of it), before the
+  // system refuses an allocation or the kernel kills it.
+  // (a model of the default width: 60,000 copies of one config are gigabytes of activations)
+  const std::string wide = t.file("wide");
+  r = run_gnn("train --model layout-tgraph --data " + dataset() + " --epochs 1 --configs 4 --threads 1 --out " + wide);
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  std::string many = "0";
+  for (int k = 1; k < 60000; ++k) many += ",0";
+  r = run_gnn_env("ulimit -v 1500000;",
+                  "pass --run " + wide + " --data " + dataset() + " --threads 1 --configs " + many + " --out " + out);
+  CHECK(r.exit_code == 1);
+  CHECK_MESSAGE(has(r.err, "would pass the memory limit of "), r.err);
 }
 
 TEST_CASE("train: the pipeline runs on the real TpuGraphs samples") {
