@@ -40,8 +40,8 @@ const Flag kCommTimeout = {"comm-timeout", "S",
                            "before it stops the job (a rank died or hangs)",
                            "300"};
 
-// The runs of --run (repeatable) and of --runs FILE (one run directory per line; blank lines and lines
-// starting with # skipped), in that order.
+// The runs of --run (repeatable) and of --runs FILE (one run directory per line, relative to the current
+// folder; blank lines and lines starting with # skipped), in that order.
 std::vector<std::string> run_dirs(const Args& a) {
   std::vector<std::string> dirs = a.all("run");
   if (a.has("runs")) {
@@ -51,16 +51,21 @@ std::vector<std::string> run_dirs(const Args& a) {
     } catch (const Error& e) {
       throw UsageError("--runs " + e.message());
     }
+    if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);  // (a UTF-8 byte order mark, as some editors write)
     std::istringstream f(text);
     int64_t n = 0;
     for (std::string line; std::getline(f, line);) {
-      const size_t b = line.find_first_not_of(" \t"), e = line.find_last_not_of(" \t\r");
+      const size_t b = line.find_first_not_of(" \t\r"), e = line.find_last_not_of(" \t\r");
       ++n;
       if (b == std::string::npos || line[b] == '#') continue;
       if (e - b + 1 > size_t(PATH_MAX))  // (not a list of runs: said by its start, not echoed whole)
         throw UsageError("--runs " + a.str("runs") + ": line " + std::to_string(n) + " (" + shown_field(line, 60) +
                          ") is longer than any path");
       dirs.push_back(line.substr(b, e - b + 1));
+      std::error_code ec;  // (named by its line here; a run given by --run is read as such)
+      if (!std::filesystem::is_directory(dirs.back(), ec))
+        throw UsageError("--runs " + a.str("runs") + ": line " + std::to_string(n) + ": " + shown_field(dirs.back()) +
+                         " is not a directory (a run folder; relative paths are from the current folder)");
     }
     if (dirs.size() == a.all("run").size()) throw UsageError("--runs " + a.str("runs") + ": lists no run");
   }
@@ -416,7 +421,9 @@ std::string fmt_runtime(double v) {
 const Flag kRunFlag{
     "run", "RUN", "the run directory of gnn train; given more than once, an ensemble of the runs (--ensemble)",
     "",    false, true};
-const Flag kRunsFlag{"runs", "FILE", "a file listing run directories, one per line: more members of the ensemble"};
+const Flag kRunsFlag{"runs", "FILE",
+                     "a file listing run directories, one per line (relative to the current folder; blank lines "
+                     "and lines starting with # skipped): more members of the ensemble"};
 const Flag kEnsembleFlag{"ensemble", "mean-z|mean-rank|mean",
                          "how several runs' scores of a graph's configs combine: the mean of each run's scores "
                          "standardised over the graph's configs, the mean of their ranks, or the mean of the raw "
@@ -451,7 +458,10 @@ Command eval_command() {
              kThreadsFlag,
              kCommTimeout};
   c.details =
-      "Every config of each graph is scored (a layout graph on its eval_indices subset with --eval-indices).\n"
+      "Every config of each graph is scored (a layout graph on its eval_indices subset with --eval-indices,\n"
+      "ranked by its place among all the graph's configs where scores depend on which are scored together: a\n"
+      "model whose configs interact, an ensemble under mean-z or mean-rank; a config listed twice ties with\n"
+      "itself: the metrics of the submission predict writes, as score computes them).\n"
       "Tile: slowdown@1/5/10 as 1 - slowdown (the Kaggle convention) over the full predicted order, score =\n"
       "slowdown@5. Layout: Kendall tau-b (as scipy), OPA, slowdown@1/10/100; score = tau. A graph whose\n"
       "runtimes all tie has no tau or OPA: left out of their means and counted as \"unscored\". A prediction\n"
@@ -484,10 +494,16 @@ Command eval_command() {
                 : "");
     // One run as it always was (its regression runs also get the mean relative error); an ensemble's
     // combined scores are no runtimes.
+    // (with --eval-indices, scores that depend on which configs are scored together come from the whole
+    // graph, as the submission's do: a model whose configs interact, an ensemble standardising or ranking)
+    const bool whole =
+        std::any_of(runs.begin(), runs.end(),
+                    [](const RunOnSplit& r) { return r.model.recipe->configs_interact(r.model.hparams); }) ||
+        (runs.size() > 1 && train::parse_combine(a.str("ensemble")) != train::Combine::kMean);
     const train::Evaluation ev = runs.size() == 1
                                      ? train::evaluate(*m.model, src, m.train.eval_chunk, eval_dir, runs[0].tta,
-                                                       m.train.regression(), m.prep.log_offset)
-                                     : train::evaluate(ensemble_scorer(a, runs), src, eval_dir);
+                                                       m.train.regression(), m.prep.log_offset, 0, whole)
+                                     : train::evaluate(ensemble_scorer(a, runs), src, eval_dir, false, 0, 0, whole);
     const std::string per =
         a.has("per-graph")
             ? a.str("per-graph")
