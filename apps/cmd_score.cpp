@@ -26,7 +26,8 @@ Command score_command() {
              {"per-graph", "FILE", "also write one JSON line per graph there"}};
   c.details =
       "Tile: slowdown@K = best runtime among the first K listed / best runtime - 1, reported as 1 - slowdown\n"
-      "(the Kaggle convention); a tile row lists 5 configs, so @10 counts those 5. score = slowdown@5.\n"
+      "(the Kaggle convention); a tile row lists at most 5 configs (a longer one is refused), so @10 counts\n"
+      "those 5. score = slowdown@5.\n"
       "Layout: Kendall tau-b (as scipy) between the listed order and the runtimes, OPA, slowdown@1/10/100;\n"
       "score = Kendall tau; a graph whose runtimes all tie has none, and is left out of the means (counted\n"
       "as \"unscored\"). Every graph of the split must have a row. The last line of stdout is one JSON\n"

@@ -199,6 +199,10 @@ GraphScore score_ranking(const std::string& id, bool layout, const std::vector<i
                          const std::string& where) {
   const int64_t n = int64_t(runtime.size());
   const std::string& src = where.empty() ? id : where;
+  // (the competition's tile rows are the predicted top 5: a longer row would count more at @10 than any
+  // submission can)
+  GNN_CHECK(layout || ranking.size() <= 5, src, ": a tile row lists at most 5 configs (the predicted top 5), got ",
+            ranking.size());
   std::vector<double> rank(size_t(n), std::numeric_limits<double>::infinity());
   for (size_t r = 0; r < ranking.size(); ++r) {
     const int64_t c = ranking[r];

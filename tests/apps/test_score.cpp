@@ -125,13 +125,16 @@ TEST_CASE("score: perfect and reversed rankings on synthetic tile and layout spl
     std::ofstream(dir.file("bad4.csv")) << "ID,TopConfigs\n" << tile[1].id() << ",0;1;2;3;4\n"
                                         << tile[0].id() << ",0;0\n";
     std::ofstream(dir.file("bad5.csv")) << "ID,TopConfigs\n" << tile[0].id() << ",0;99999\n";
-    for (const char* csv : {"bad4.csv", "bad5.csv"}) {
+    std::ofstream(dir.file("bad6.csv")) << "ID,TopConfigs\n" << tile[0].id() << ",0;1;2;3;4;5;6\n";  // (top 7)
+    for (const char* csv : {"bad4.csv", "bad5.csv", "bad6.csv"}) {
       CAPTURE(csv);
       r = testing::run_gnn("score --submission " + dir.file(csv) + " --data " + dir.file("d") + "/npz/tile/xla");
       CHECK(r.exit_code == 1);
       const std::string where = dir.file(csv) + ": line " + (csv[3] == '4' ? "3 (" : "2 (") + tile[0].id() + "): ";
       CHECK_MESSAGE(r.err.find(where) != std::string::npos, r.err);
     }
+    CHECK_MESSAGE(r.err.find("a tile row lists at most 5 configs (the predicted top 5), got 7") != std::string::npos,
+                  r.err);
   }
   SUBCASE("--per-graph: a graph whose tau is undefined (one config) writes null, and every line is JSON") {
     REQUIRE(testing::run_gnn("synth --collection layout --out " + dir.file("one") +
