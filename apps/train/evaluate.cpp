@@ -156,6 +156,12 @@ std::vector<double> combine_scores(const std::vector<std::vector<double>>& membe
       GNN_CHECK(index.size() == n, "combine_scores: ", index.size(), " config indices for ", n, " scores");
       const std::vector<int64_t> order = ranking_order(p, index);
       for (size_t r = 0; r < n; ++r) v[size_t(order[r])] = double(r);
+      // Configs the member could not score share the places after its others (their mean): an order of them
+      // by index is no prediction, and a member that scored none is neutral, as under mean-z.
+      const size_t finite =
+          size_t(std::count_if(p.begin(), p.end(), [](double x) { return x != kNotFinitePrediction; }));
+      for (size_t i = 0; i < n; ++i)
+        if (p[i] == kNotFinitePrediction) v[i] = double(finite) + double(n - finite - 1) / 2;
     } else {
       double sum = 0, sq = 0, top = -HUGE_VAL;
       size_t k = 0;

@@ -159,8 +159,8 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
 // 0, 1, 2, ...); kMean averages the raw scores, as the 6th place's submission summed its SAGE and GIN
 // models' (src/3_run_make_kaggle_submission.py), for members whose scores are comparable. A prediction
 // that is not finite (predict_configs ranks it last with the largest double) counts as one more than the
-// member's largest finite z, or takes its rank; under kMean the config ranks last. One member: its
-// scores unchanged.
+// member's largest finite z, or the mean of the places after its finite ones (a member that scored none is
+// neutral under both); under kMean the config ranks last. One member: its scores unchanged.
 enum class Combine { kMeanZ, kMeanRank, kMean };
 Combine parse_combine(const std::string& name);  // mean-z | mean-rank | mean; gnn::Error otherwise
 std::vector<double> combine_scores(const std::vector<std::vector<double>>& members, Combine how,

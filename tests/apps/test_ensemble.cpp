@@ -59,6 +59,10 @@ TEST_CASE("ensemble: combine_scores standardises, ranks or averages each member,
   // Member 0's finite scores standardise to (-1, 1) and its non-finite one takes 1 + 1; member 1's z is 0 there.
   CHECK(w[1] == doctest::Approx(1.0));
   CHECK(w[0] == doctest::Approx((-1 - std::sqrt(1.5)) / 2));
+  // Under mean-rank a member's configs it could not score share the places after its others (their mean): one
+  // that scored none is neutral, and leaves the other's order as it is.
+  CHECK(train::combine_scores({{3, 1, 2}, {bad, bad, bad}}, Combine::kMeanRank) == std::vector<double>{1.5, 0.5, 1});
+  CHECK(train::combine_scores({{bad, 0, bad}, {0, 1, 2}}, Combine::kMeanRank) == std::vector<double>{0.75, 0.5, 1.75});
   CHECK(train::parse_combine("mean-rank") == Combine::kMeanRank);
   CHECK_THROWS_AS(train::parse_combine("median"), Error);
   // The raw mean, as the 6th place's submission; a config a member could not score ranks last.
