@@ -459,9 +459,9 @@ Command eval_command() {
              kCommTimeout};
   c.details =
       "Every config of each graph is scored (a layout graph on its eval_indices subset with --eval-indices,\n"
-      "ranked by its place among all the graph's configs where scores depend on which are scored together: a\n"
-      "model whose configs interact, an ensemble under mean-z or mean-rank; a config listed twice ties with\n"
-      "itself: the metrics of the submission predict writes, as score computes them).\n"
+      "scored alone as the test files hold only their 1000 configs, a config listed twice tying with itself;\n"
+      "so a model whose configs interact, or an ensemble under mean-z or mean-rank, scores otherwise than\n"
+      "predict on the whole valid split followed by score --eval-indices).\n"
       "Tile: slowdown@1/5/10 as 1 - slowdown (the Kaggle convention) over the full predicted order, score =\n"
       "slowdown@5. Layout: Kendall tau-b (as scipy), OPA, slowdown@1/10/100; score = tau. A graph whose\n"
       "runtimes all tie has no tau or OPA: left out of their means and counted as \"unscored\". A prediction\n"
@@ -494,16 +494,10 @@ Command eval_command() {
                 : "");
     // One run as it always was (its regression runs also get the mean relative error); an ensemble's
     // combined scores are no runtimes.
-    // (with --eval-indices, scores that depend on which configs are scored together come from the whole
-    // graph, as the submission's do: a model whose configs interact, an ensemble standardising or ranking)
-    const bool whole =
-        std::any_of(runs.begin(), runs.end(),
-                    [](const RunOnSplit& r) { return r.model.recipe->configs_interact(r.model.hparams); }) ||
-        (runs.size() > 1 && train::parse_combine(a.str("ensemble")) != train::Combine::kMean);
     const train::Evaluation ev = runs.size() == 1
                                      ? train::evaluate(*m.model, src, m.train.eval_chunk, eval_dir, runs[0].tta,
-                                                       m.train.regression(), m.prep.log_offset, 0, whole)
-                                     : train::evaluate(ensemble_scorer(a, runs), src, eval_dir, false, 0, 0, whole);
+                                                       m.train.regression(), m.prep.log_offset)
+                                     : train::evaluate(ensemble_scorer(a, runs), src, eval_dir);
     const std::string per =
         a.has("per-graph")
             ? a.str("per-graph")

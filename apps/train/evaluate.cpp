@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
-#include <unordered_map>
 
 #include "apps/scoring.h"
 #include "apps/train/trainer.h"
@@ -184,14 +183,14 @@ std::vector<double> combine_scores(const std::vector<std::vector<double>>& membe
 }
 
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir, int64_t tta,
-                    bool log_runtime, double log_offset, int64_t max_configs, bool whole) {
+                    bool log_runtime, double log_offset, int64_t max_configs) {
   return evaluate(
       [&](size_t, const ModelGraph& g, const std::vector<int64_t>& configs, int64_t& nonfinite) {
         std::vector<double> p = predict_configs(model, g, configs, chunk, tta);
         nonfinite = std::count(p.begin(), p.end(), kNotFinitePrediction);
         return p;
       },
-      src, eval_indices_dir, log_runtime, log_offset, max_configs, whole);
+      src, eval_indices_dir, log_runtime, log_offset, max_configs);
 }
 
 namespace {
@@ -210,7 +209,7 @@ std::vector<int64_t> config_subset(const std::string& id, int64_t n, int64_t max
 }  // namespace
 
 Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::string& eval_indices_dir, bool log_runtime,
-                    double log_offset, int64_t max_configs, bool whole) {
+                    double log_offset, int64_t max_configs) {
   Evaluation ev;
   EvalIndices subsets(eval_indices_dir);
   subsets.check(src.files());
@@ -222,34 +221,34 @@ Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::str
     const DatasetFile& f = src.files()[i];
     const auto g = src.get(i);
     GNN_CHECK(!g->target.empty(), f.path, ": no runtimes, so it cannot be scored (a test file?)");
-    std::vector<int64_t> all(size_t(g->num_configs()));
-    std::iota(all.begin(), all.end(), int64_t(0));
     std::vector<int64_t> configs = subsets.configs(f, g->num_configs());
-    const bool listed = !configs.empty();
     if (configs.empty() && max_configs > 0 && g->num_configs() > max_configs)
       configs = config_subset(f.id(), g->num_configs(), max_configs);
-    if (configs.empty()) configs = all;
-    // The configs scored: the subset, or with `whole` all of them (scores[c] then config c's)
-    const std::vector<int64_t>& scored = whole && listed ? all : configs;
-    int64_t nonfinite = 0;
-    const std::vector<double> p = scorer(i, *g, scored, nonfinite);
-    // Ranked as the ranking gnn predict writes (ties in p broken by config index), each config at its first
-    // place in it (a config listed twice ties with itself), so eval, the valid score that picks the best
-    // epoch, and a scored submission agree exactly (with --eval-indices, validation scores the subset alone).
-    const std::vector<int64_t> order = ranking_order(p, scored);
-    std::unordered_map<int64_t, double> place;
-    for (size_t r = 0; r < order.size(); ++r) place.emplace(scored[size_t(order[r])], double(r));
-    std::vector<double> rank, y, log_pred;
-    for (size_t k = 0; k < configs.size(); ++k) {
-      const int64_t c = configs[k];
-      rank.push_back(place.at(c));
-      y.push_back(g->target[size_t(c)]);
-      log_pred.push_back(p[&scored == &all ? size_t(c) : k] + log_offset);
+    if (configs.empty()) {
+      configs.resize(size_t(g->num_configs()));
+      std::iota(configs.begin(), configs.end(), 0);
     }
+    int64_t nonfinite = 0;
+    const std::vector<double> p = scorer(i, *g, configs, nonfinite);
+    std::vector<double> y;
+    for (int64_t c : configs) y.push_back(g->target[size_t(c)]);
+    // Scored as the ranking gnn predict writes (ties in p broken by config index), each config at its first
+    // place in it (a config listed twice ties with itself), so eval, the valid score that picks the best
+    // epoch, and a scored submission agree exactly where scores do not depend on the configs scored beside
+    // them.
+    const std::vector<int64_t> order = ranking_order(p, configs);
+    std::vector<double> first(size_t(g->num_configs()), -1.0), rank(p.size());
+    for (size_t r = 0; r < order.size(); ++r)
+      if (double& at = first[size_t(configs[size_t(order[r])])]; at < 0) at = double(r);
+    for (size_t k = 0; k < configs.size(); ++k) rank[k] = first[size_t(configs[k])];
     ev.scores.emplace_back(f.collection.str(),
-                           score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(configs.size())));
+                           score_predictions(f.id(), f.collection.is_layout(), rank, y, int64_t(p.size())));
     ev.scores.back().second.nonfinite = nonfinite;
-    if (log_runtime) ev.scores.back().second.mre = mean_relative_error(log_pred, y);
+    if (log_runtime) {
+      std::vector<double> log_pred(p);
+      for (double& v : log_pred) v += log_offset;
+      ev.scores.back().second.mre = mean_relative_error(log_pred, y);
+    }
   }
   ev.scores = gather_scores(ev.scores, "the scores of the validation graphs");
   GNN_CHECK(!ev.scores.empty(), "evaluate: no graphs");

@@ -136,21 +136,18 @@ struct Evaluation {
 // its mean relative error.
 // max_configs > 0: a graph with more configs (and no eval_indices subset) is scored on that many, a
 // subset drawn once from its id (the same every call; training's --val-configs).
-// A config listed twice in an eval_indices subset (the release's xla random file repeats 519) ties with
-// itself, as in a scored submission. whole: with an eval_indices subset, every config of the graph is scored
-// and the subset ranked by its place in that order, as a submission is scored: for scores that depend on
-// which configs are scored together (a model whose configs interact, an ensemble standardising or ranking
-// over them); else the subset alone is scored (the same ranks where scores do not interact, and faster).
+// An eval_indices subset is scored alone, as the test files hold only their 1000 configs; a config it lists
+// twice (the release's xla random file repeats 519) ties with itself, as the subset's scores do in the
+// official scoring and in a scored submission.
 Evaluation evaluate(RankModel& model, GraphSource& src, int64_t chunk, const std::string& eval_indices_dir,
-                    int64_t tta = 1, bool log_runtime = false, double log_offset = 0, int64_t max_configs = 0,
-                    bool whole = false);
+                    int64_t tta = 1, bool log_runtime = false, double log_offset = 0, int64_t max_configs = 0);
 // The same with the scores of file i's listed configs (lower = faster) from `scorer`: an ensemble's. It sets
 // `nonfinite` to the configs of which a prediction (one run's, or any member's) was not finite.
 constexpr double kNotFinitePrediction = std::numeric_limits<double>::max();  // predict_configs' mark for them
 using ConfigScorer = std::function<std::vector<double>(size_t file, const ModelGraph& g,
                                                        const std::vector<int64_t>& configs, int64_t& nonfinite)>;
 Evaluation evaluate(const ConfigScorer& scorer, GraphSource& src, const std::string& eval_indices_dir,
-                    bool log_runtime = false, double log_offset = 0, int64_t max_configs = 0, bool whole = false);
+                    bool log_runtime = false, double log_offset = 0, int64_t max_configs = 0);
 
 // Ensembles (gnn eval / predict --run A --run B): how the members' scores of one graph's configs become
 // one. kMeanZ standardises each member's scores over the graph's configs (mean 0, standard deviation 1;
