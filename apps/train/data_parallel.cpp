@@ -65,7 +65,7 @@ std::string files_fingerprint(const std::vector<DatasetFile>& files) {
   uint64_t h = 14695981039346656037ull;  // FNV-1a over each path and size
   const auto mix = [&h](const std::string& s) {
     for (const unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-    h = (h ^ 0xffu) * 1099511628211ull;  // (a separator no path holds)
+    h = (h ^ 0xffu) * 1099511628211ull;  // (a separator after each field)
   };
   for (const DatasetFile& f : files) {
     std::error_code ec;
